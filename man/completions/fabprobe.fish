@@ -1,0 +1,57 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_fabprobe_global_optspecs
+    string join \n root= format= v/verbose h/help V/version
+end
+
+function __fish_fabprobe_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_fabprobe_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_fabprobe_using_subcommand
+    set -l cmd (__fish_fabprobe_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,224 @@
+//! The command line: clap definitions, dispatch, output and exit codes.
+//! Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe
+//! itself could not run. A closed stdout (`| head`) is not an error.
+
+mod docs;
+mod out;
+mod snapshot;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+pub use out::emit;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fabprobe",
+    version,
+    about = "Probe a GPU node's fabric and find the slow or dead link",
+    long_about = "fabprobe reads what the kernel, the NICs and the GPU driver expose about one \
+node's fabric (PCIe/NVLink topology, RDMA ports, GIDs) and reports it the way nvidia-smi, \
+show_gids and ibstat do, with findings a person can act on.\n\n\
+Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe could not run.",
+    propagate_version = true,
+    after_long_help = JSON_ENVELOPE
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const JSON_ENVELOPE: &str = "\
+JSON OUTPUT
+  Every command's --format json prints one envelope:
+    {
+      \"schema\": \"fabprobe.<command>\",   e.g. fabprobe.topo
+      \"schema_version\": 1,               bumped only when a field is removed or changes meaning
+      \"tool_version\": \"0.1.0\",
+      \"host\": {\"hostname\", \"kernel\", \"captured_at\" (RFC 3339 UTC), \"source\" (\"live\" or the snapshot path)},
+      \"data\": { ... the command's report, documented in fabprobe-<command>(1) ... },
+      \"findings\": [{\"id\", \"severity\" (pass|warn|fail), \"subject\", \"message\", \"evidence\": {...}, \"fix\"}]
+    }
+  Field names carry their units (_bytes, _gbps, _gbs, _us, _ms). Absent facts are null, never 0.
+
+EXIT STATUS
+  0  pass (warnings allowed)
+  1  a probe or check found a fault (a finding of severity fail)
+  2  fabprobe itself could not run (bad usage, unreadable snapshot)
+  A closed stdout (fabprobe topo | head) is not an error.";
+
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Read a captured snapshot (directory or .tar.gz) instead of the live host.
+    #[arg(long, global = true, value_name = "SNAPSHOT")]
+    pub root: Option<PathBuf>,
+    /// Output format; each command lists the formats it supports.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Log progress to stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Human-readable table (the default).
+    Table,
+    /// The versioned JSON envelope documented in fabprobe(1).
+    Json,
+    /// NCCL topology XML (topo only), usable as NCCL_TOPO_FILE.
+    NcclXml,
+    /// Prometheus text exposition, for node_exporter's textfile collector.
+    Prom,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Json => "json",
+            Format::NcclXml => "nccl-xml",
+            Format::Prom => "prom",
+        }
+    }
+}
+
+impl GlobalArgs {
+    /// Refuse a format the command does not render, naming the ones it does.
+    pub fn require_format(&self, command: &str, allowed: &[Format]) -> anyhow::Result<Format> {
+        if allowed.contains(&self.format) {
+            return Ok(self.format);
+        }
+        let names: Vec<_> = allowed.iter().map(|f| f.name()).collect();
+        Err(UsageError(format!(
+            "`fabprobe {command}` does not support --format {}; use one of: {}",
+            self.format.name(),
+            names.join(", ")
+        ))
+        .into())
+    }
+
+    /// Log a progress line to stderr when `-v` was given.
+    pub fn log(&self, level: u8, msg: impl AsRef<str>) {
+        if self.verbose >= level {
+            eprintln!("fabprobe: {}", msg.as_ref());
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
+    Snapshot(snapshot::SnapshotArgs),
+    /// Write man pages and shell completions (for packaging; used by the tests).
+    #[command(hide = true)]
+    GenDocs(docs::GenDocsArgs),
+}
+
+/// What a command concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing failed (warnings allowed): exit 0.
+    Pass,
+    /// A probe or check found a fault: exit 1.
+    Fault,
+}
+
+impl Outcome {
+    pub fn from_findings(findings: &[crate::check::Finding]) -> Outcome {
+        if crate::check::worst(findings) == crate::check::Severity::Fail {
+            Outcome::Fault
+        } else {
+            Outcome::Pass
+        }
+    }
+}
+
+/// Bad usage found after parsing (exit 2, no backtrace-like chain).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// An error with the thing a person can do about it, printed as `hint: ...`.
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}")]
+pub struct Hinted {
+    pub msg: String,
+    pub hint: String,
+}
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match dispatch(cli) {
+        Ok(Outcome::Pass) => ExitCode::SUCCESS,
+        Ok(Outcome::Fault) => ExitCode::from(1),
+        Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fabprobe: error: {}", lower_first(&format!("{e:#}")));
+            if let Some(h) = e.chain().find_map(|c| c.downcast_ref::<Hinted>()) {
+                eprintln!("hint: {}", h.hint);
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
+    let g = &cli.global;
+    match cli.command {
+        Command::Snapshot(a) => snapshot::run(g, a),
+        Command::GenDocs(a) => docs::run(a),
+    }
+}
+
+/// Messages are printed lowercase-first, as the house style says.
+fn lower_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) if f.is_uppercase() && !c.clone().next().is_some_and(|n| n.is_uppercase()) => {
+            f.to_lowercase().collect::<String>() + c.as_str()
+        }
+        _ => s.to_string(),
+    }
+}
+
+/// Open the host named by `--root`, or the live one, with a readable error.
+pub fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
+    let host = crate::host::Host::open(g.root.as_deref())?;
+    g.log(1, format!("reading {}", match host.source() {
+        crate::host::Source::Live => "the live host".to_string(),
+        crate::host::Source::Snapshot(p) => format!("snapshot {}", p.display()),
+    }));
+    Ok(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn lowercases_only_sentence_starts() {
+        assert_eq!(lower_first("Cannot read x"), "cannot read x");
+        assert_eq!(lower_first("NCCL_IB_HCA is bad"), "NCCL_IB_HCA is bad");
+    }
+}

@@ -1,0 +1,63 @@
+//! `fabprobe snapshot -o FILE.tar.gz|DIR`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{GlobalArgs, Outcome, UsageError};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = SNAPSHOT_FORMAT)]
+pub struct SnapshotArgs {
+    /// Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an
+    /// (empty or new) directory.
+    #[arg(short, long, value_name = "FILE.tar.gz|DIR")]
+    pub output: PathBuf,
+}
+
+const SNAPSHOT_FORMAT: &str = "\
+SNAPSHOT FORMAT
+  A snapshot is a directory (or a .tar.gz of one) that mirrors the live paths: <root>/sys/...,
+  <root>/proc/..., with symlinks kept as relative symlinks, so a real /sys subtree copied in
+  works unmodified. It holds exactly what the probes read (the PCI ancestry of every GPU and
+  RDMA/NIC device, /sys/class/infiniband, the relevant /sys/class/net entries, NUMA node
+  files, the /proc and /sys/module files probes use), nothing more.
+
+  Answers that are not files live in the side folder <root>/fabprobe/ (all optional; a
+  directory holding only sys/ is a valid snapshot):
+    host.json         {hostname, kernel, captured_at, tool_version, skipped[]}
+    env.json          {\"NCCL_IB_HCA\": \"=mlx5_0\", ...}: only NCCL_*, UCX_*, FABPROBE_* and
+                      CUDA_VISIBLE_DEVICES-style variables, never the rest of the environment
+    nvml.json         {\"state\": \"available\", \"driver_version\", \"gpus\": [{index, pci_bus_id,
+                      nvlinks: [{link, active, remote_pci_bus_id}], ...}]} or
+                      {\"state\": \"unavailable\", \"reason\": \"...\"}
+    read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
+                      the file exists (empty) in the tree and reads of it fail with that errno
+
+  Capture works as non-root: what could not be read is recorded as its errno and listed
+  under skipped. Use it with any probe: fabprobe --root node1.tar.gz topo";
+
+pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
+    if g.root.is_some() {
+        return Err(UsageError("`fabprobe snapshot` captures the live host; --root cannot be used with it".into()).into());
+    }
+    g.log(1, format!("capturing into {}", a.output.display()));
+    let summary = crate::snapshot::capture_live(&a.output)?;
+    eprintln!(
+        "fabprobe: wrote {} ({} files, {} symlinks, {} directories)",
+        a.output.display(),
+        summary.files,
+        summary.symlinks,
+        summary.directories
+    );
+    if !summary.failed_reads.is_empty() {
+        eprintln!("fabprobe: {} reads failed and are recorded as such (see fabprobe/read-errors.json)", summary.failed_reads.len());
+        for (p, e) in summary.failed_reads.iter().take(10) {
+            g.log(1, format!("  {}: {e}", p.display()));
+        }
+    }
+    for s in &summary.skipped {
+        eprintln!("fabprobe: skipped: {s}");
+    }
+    Ok(Outcome::Pass)
+}

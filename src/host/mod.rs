@@ -1,0 +1,493 @@
+//! `Host`: the only door to the machine.
+//!
+//! Every file a probe reads goes through one root prefix (`/` live, a directory for a
+//! snapshot); symlinks are resolved inside that root, so a snapshot can never leak to the
+//! live `/sys`. Answers that are not files (NVML, the `NCCL_*` environment, host facts) come
+//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot.
+//! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
+//! as non-root) is replayed as that same failure, never as "file missing".
+
+pub mod nvml;
+pub mod side;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
+pub use side::{HostMeta, SIDE_DIR};
+
+/// Symlink hops allowed while resolving one path (the kernel's limit is 40 too).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot resolve {path}: too many levels of symbolic links")]
+    SymlinkLoop { path: PathBuf },
+    #[error("snapshot {path}: {msg}")]
+    Snapshot { path: PathBuf, msg: String },
+}
+
+impl HostError {
+    /// The errno behind a failed read, when there is one (EINVAL on an empty GID slot...).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            HostError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, HostError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+/// Where the answers come from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Live,
+    Snapshot(PathBuf),
+}
+
+/// A sysfs attribute as read: its value (trailing newline removed), absent, or a read that
+/// failed with an errno. Reports keep the failure instead of inventing a value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", content = "value", rename_all = "snake_case")]
+pub enum Attr {
+    Value(String),
+    Absent,
+    /// The read failed; the errno's name (`EINVAL`, `EACCES`, ...).
+    Failed(String),
+}
+
+impl Attr {
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Attr::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// One access a probe made, recorded so `snapshot` can copy exactly that.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    Read(PathBuf),
+    List(PathBuf),
+    Resolve(PathBuf),
+}
+
+pub struct Host {
+    root: PathBuf,
+    source: Source,
+    meta: HostMeta,
+    env: BTreeMap<String, String>,
+    nvml: NvmlState,
+    /// Canonical host paths whose read failed at capture time, with the errno name.
+    read_errors: BTreeMap<PathBuf, String>,
+    recorder: Option<Mutex<Vec<Access>>>,
+    /// Keeps an extracted `.tar.gz` alive as long as the host.
+    _extracted: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").field("root", &self.root).field("source", &self.source).finish()
+    }
+}
+
+impl Host {
+    /// The live machine: files under `/`, NVML through the driver library, the process
+    /// environment filtered to the variables probes use.
+    pub fn live() -> Host {
+        let env = std::env::vars().filter(|(k, _)| side::env_is_captured(k)).collect();
+        Host {
+            root: PathBuf::from("/"),
+            source: Source::Live,
+            meta: HostMeta::live(),
+            env,
+            nvml: nvml::collect_live(),
+            read_errors: BTreeMap::new(),
+            recorder: None,
+            _extracted: None,
+        }
+    }
+
+    /// A captured host: a directory mirroring `/` (a directory holding only `sys/` is
+    /// valid), or a `.tar.gz` of one.
+    pub fn snapshot(path: impl AsRef<Path>) -> Result<Host, HostError> {
+        let path = path.as_ref();
+        let meta = std::fs::metadata(path).map_err(|source| HostError::Io {
+            op: "open snapshot",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let (root, extracted) = if meta.is_dir() {
+            (path.to_path_buf(), None)
+        } else {
+            let dir = side::extract_tarball(path)?;
+            (side::tarball_root(dir.path()), Some(dir))
+        };
+        let loaded = side::load(&root, path)?;
+        Ok(Host {
+            root,
+            source: Source::Snapshot(path.to_path_buf()),
+            meta: loaded.meta,
+            env: loaded.env,
+            nvml: loaded.nvml,
+            read_errors: loaded.read_errors,
+            recorder: None,
+            _extracted: extracted,
+        })
+    }
+
+    /// `--root` when given, else the live host.
+    pub fn open(root: Option<&Path>) -> Result<Host, HostError> {
+        match root {
+            Some(p) => Host::snapshot(p),
+            None => Ok(Host::live()),
+        }
+    }
+
+    /// Turn on access recording (used by `snapshot` capture).
+    pub fn with_recording(mut self) -> Host {
+        self.recorder = Some(Mutex::new(Vec::new()));
+        self
+    }
+
+    /// Every access made so far, deduplicated and sorted.
+    pub fn accesses(&self) -> Vec<Access> {
+        let mut v = self
+            .recorder
+            .as_ref()
+            .map(|r| r.lock().map(|g| g.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn record(&self, a: Access) {
+        if let Some(r) = &self.recorder {
+            if let Ok(mut g) = r.lock() {
+                g.push(a);
+            }
+        }
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+    pub fn is_live(&self) -> bool {
+        self.source == Source::Live
+    }
+    pub fn meta(&self) -> &HostMeta {
+        &self.meta
+    }
+    /// The captured environment (only the variables probes care about).
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env.get(name).map(String::as_str)
+    }
+    pub fn nvml(&self) -> &NvmlState {
+        &self.nvml
+    }
+    /// The on-disk prefix that stands for `/` (for messages and capture only).
+    pub fn root_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// The on-disk location of a host-absolute path, without resolving symlinks.
+    fn on_disk(&self, host_path: &Path) -> PathBuf {
+        let rel: PathBuf = host_path
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .collect();
+        self.root.join(rel)
+    }
+
+    /// `realpath` inside the root: every symlink is followed, absolute targets are taken
+    /// relative to the root, `..` never climbs above it. Returns a host-absolute path.
+    /// The final component need not exist (like `realpath -m` for the last part only).
+    pub fn realpath(&self, host_path: impl AsRef<Path>) -> Result<PathBuf, HostError> {
+        let host_path = host_path.as_ref();
+        self.record(Access::Resolve(host_path.to_path_buf()));
+        self.resolve(host_path)
+    }
+
+    fn resolve(&self, host_path: &Path) -> Result<PathBuf, HostError> {
+        let mut pending: Vec<std::ffi::OsString> = host_path
+            .components()
+            .rev()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect();
+        let mut resolved = PathBuf::from("/");
+        let mut hops = 0;
+        while let Some(comp) = pending.pop() {
+            if comp == ".." {
+                resolved.pop();
+                continue;
+            }
+            let candidate = resolved.join(&comp);
+            match std::fs::symlink_metadata(self.on_disk(&candidate)) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > MAX_SYMLINK_HOPS {
+                        return Err(HostError::SymlinkLoop { path: host_path.to_path_buf() });
+                    }
+                    let target = std::fs::read_link(self.on_disk(&candidate)).map_err(
+                        |source| HostError::Io { op: "read link", path: candidate.clone(), source },
+                    )?;
+                    if target.is_absolute() {
+                        resolved = PathBuf::from("/");
+                    }
+                    for c in target.components().rev() {
+                        match c {
+                            Component::Normal(s) => pending.push(s.to_os_string()),
+                            Component::ParentDir => pending.push("..".into()),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => resolved = candidate,
+            }
+        }
+        Ok(resolved)
+    }
+
+    fn io_err(op: &'static str, path: &Path, source: io::Error) -> HostError {
+        HostError::Io { op, path: path.to_path_buf(), source }
+    }
+
+    /// Read a whole file (lossy UTF-8). A failure recorded at capture time is replayed.
+    pub fn read(&self, host_path: impl AsRef<Path>) -> Result<String, HostError> {
+        let bytes = self.read_bytes(host_path)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    pub fn read_bytes(&self, host_path: impl AsRef<Path>) -> Result<Vec<u8>, HostError> {
+        let host_path = host_path.as_ref();
+        self.record(Access::Read(host_path.to_path_buf()));
+        let real = self.resolve(host_path)?;
+        if let Some(errno) = self.read_errors.get(&real) {
+            let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
+            return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
+        }
+        std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
+    }
+
+    /// Read a file; `None` when it does not exist. Other failures are errors.
+    pub fn read_opt(&self, host_path: impl AsRef<Path>) -> Result<Option<String>, HostError> {
+        match self.read(host_path) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read a sysfs attribute: the value without its trailing newline, `Absent`, or the
+    /// failure's errno name.
+    pub fn attr(&self, host_path: impl AsRef<Path>) -> Attr {
+        match self.read(host_path) {
+            Ok(s) => Attr::Value(s.strip_suffix('\n').unwrap_or(&s).to_string()),
+            Err(e) if e.is_not_found() => Attr::Absent,
+            Err(e) => Attr::Failed(
+                e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO").to_string(),
+            ),
+        }
+    }
+
+    /// Entry names of a directory, sorted bytewise; `None` when the directory is absent.
+    pub fn list_dir(&self, host_path: impl AsRef<Path>) -> Result<Option<Vec<String>>, HostError> {
+        let host_path = host_path.as_ref();
+        self.record(Access::List(host_path.to_path_buf()));
+        let real = self.resolve(host_path)?;
+        let rd = match std::fs::read_dir(self.on_disk(&real)) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::io_err("list", host_path, e)),
+        };
+        let mut names = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| Self::io_err("list", host_path, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(Some(names))
+    }
+
+    /// Whether a path exists (symlinks followed inside the root).
+    pub fn exists(&self, host_path: impl AsRef<Path>) -> bool {
+        let host_path = host_path.as_ref();
+        self.record(Access::Resolve(host_path.to_path_buf()));
+        match self.resolve(host_path) {
+            Ok(real) => {
+                self.read_errors.contains_key(&real) || self.on_disk(&real).symlink_metadata().is_ok()
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether a path is a directory (symlinks followed inside the root).
+    pub fn is_dir(&self, host_path: impl AsRef<Path>) -> bool {
+        let host_path = host_path.as_ref();
+        self.record(Access::Resolve(host_path.to_path_buf()));
+        self.resolve(host_path).map(|r| self.on_disk(&r).is_dir()).unwrap_or(false)
+    }
+}
+
+/// Natural order for device names: `mlx5_2` before `mlx5_10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return std::cmp::Ordering::Equal,
+            (None, _) => return std::cmp::Ordering::Less,
+            (_, None) => return std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let na = a.iter().take_while(|c| c.is_ascii_digit()).count();
+                let nb = b.iter().take_while(|c| c.is_ascii_digit()).count();
+                let (da, db) = (trim_zeros(&a[..na]), trim_zeros(&b[..nb]));
+                let ord = da.len().cmp(&db.len()).then_with(|| da.cmp(db)).then(na.cmp(&nb));
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
+                }
+                a = &a[na..];
+                b = &b[nb..];
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(y);
+                }
+                a = &a[1..];
+                b = &b[1..];
+            }
+        }
+    }
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let n = d.iter().take_while(|&&c| c == b'0').count();
+    &d[n.min(d.len().saturating_sub(1))..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids")).unwrap();
+        std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
+        symlink(
+            "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0",
+            r.join("sys/class/infiniband/mlx5_0"),
+        )
+        .unwrap();
+        symlink("../../../0000:01:00.0", r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/device")).unwrap();
+        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/state"), "4: ACTIVE\n").unwrap();
+        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0"), "").unwrap();
+        // An absolute symlink must stay inside the root.
+        symlink("/sys/devices/pci0000:00", r.join("sys/class/abs")).unwrap();
+        symlink("loop2", r.join("sys/class/loop1")).unwrap();
+        symlink("loop1", r.join("sys/class/loop2")).unwrap();
+        std::fs::create_dir_all(r.join(SIDE_DIR)).unwrap();
+        std::fs::write(
+            r.join(SIDE_DIR).join("read-errors.json"),
+            r#"{"/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0": "EINVAL"}"#,
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn reads_through_relative_symlinks() {
+        let t = tree();
+        let h = Host::snapshot(t.path()).unwrap();
+        assert_eq!(h.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(), "4: ACTIVE\n");
+        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/state"), Attr::Value("4: ACTIVE".into()));
+        assert_eq!(
+            h.realpath("/sys/class/infiniband/mlx5_0/device").unwrap(),
+            PathBuf::from("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0")
+        );
+    }
+
+    #[test]
+    fn absolute_symlinks_stay_inside_root() {
+        let t = tree();
+        let h = Host::snapshot(t.path()).unwrap();
+        assert_eq!(h.realpath("/sys/class/abs").unwrap(), PathBuf::from("/sys/devices/pci0000:00"));
+        assert!(h.is_dir("/sys/class/abs/0000:00:01.0"));
+        // `..` cannot climb above the root.
+        assert_eq!(h.realpath("/../../sys/class").unwrap(), PathBuf::from("/sys/class"));
+    }
+
+    #[test]
+    fn recorded_failure_is_replayed_not_missing() {
+        let t = tree();
+        let h = Host::snapshot(t.path()).unwrap();
+        let e = h.read("/sys/class/infiniband/mlx5_0/ports/1/gids/0").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert!(!e.is_not_found());
+        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/gids/0"), Attr::Failed("EINVAL".into()));
+        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"), Attr::Absent);
+        assert!(h.exists("/sys/class/infiniband/mlx5_0/ports/1/gids/0"));
+    }
+
+    #[test]
+    fn symlink_loop_is_an_error_not_a_hang() {
+        let t = tree();
+        let h = Host::snapshot(t.path()).unwrap();
+        assert!(matches!(h.realpath("/sys/class/loop1"), Err(HostError::SymlinkLoop { .. })));
+    }
+
+    #[test]
+    fn sys_only_directory_is_a_snapshot() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("sys/class")).unwrap();
+        let h = Host::snapshot(t.path()).unwrap();
+        assert!(h.env().is_empty());
+        assert!(matches!(h.nvml(), NvmlState::Unavailable { .. }));
+        assert_eq!(h.list_dir("/sys/class/infiniband").unwrap(), None);
+    }
+
+    #[test]
+    fn recording_sees_every_access() {
+        let t = tree();
+        let h = Host::snapshot(t.path()).unwrap().with_recording();
+        let _ = h.list_dir("/sys/class/infiniband");
+        let _ = h.read("/sys/class/infiniband/mlx5_0/ports/1/state");
+        assert_eq!(
+            h.accesses(),
+            vec![
+                Access::Read("/sys/class/infiniband/mlx5_0/ports/1/state".into()),
+                Access::List("/sys/class/infiniband".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec!["mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1", "mlx5_0"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, vec!["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]);
+    }
+}

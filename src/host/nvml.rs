@@ -1,0 +1,160 @@
+//! NVML facts: what the GPU driver says about each GPU (identity, PCI bus id, NVLinks).
+//! Live through nvml-wrapper (which dlopens libnvidia-ml.so.1); in a snapshot from
+//! `fabprobe/nvml.json`. Without the driver library the state is `Unavailable` with the
+//! reason, and probes fall back to sysfs.
+
+use serde::{Deserialize, Serialize};
+
+/// NVML's NVLink count limit per GPU (NVML_NVLINK_MAX_LINKS).
+pub const NVLINK_MAX_LINKS: u32 = 18;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum NvmlState {
+    Available(NvmlFacts),
+    Unavailable { reason: String },
+}
+
+impl NvmlState {
+    pub fn facts(&self) -> Option<&NvmlFacts> {
+        match self {
+            NvmlState::Available(f) => Some(f),
+            NvmlState::Unavailable { .. } => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlFacts {
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion`, e.g. 12040.
+    pub cuda_driver_version: Option<i32>,
+    pub gpus: Vec<NvmlGpu>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvmlGpu {
+    /// NVML index (the `dev` of NCCL's topology XML).
+    pub index: u32,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    /// Normalized to sysfs spelling: `0000:1b:00.0`.
+    pub pci_bus_id: String,
+    /// `nvmlDeviceGetNumaNodeId`: the GPU's own memory node on C2C systems.
+    #[serde(default)]
+    pub numa_node_id: Option<i32>,
+    #[serde(default)]
+    pub bar1_total_bytes: Option<u64>,
+    #[serde(default)]
+    pub pcie_link_gen_current: Option<u32>,
+    #[serde(default)]
+    pub pcie_link_gen_max: Option<u32>,
+    #[serde(default)]
+    pub pcie_link_width_current: Option<u32>,
+    #[serde(default)]
+    pub pcie_link_width_max: Option<u32>,
+    /// Every link NVML reports, active or not.
+    #[serde(default)]
+    pub nvlinks: Vec<NvLink>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    /// The far end's PCI bus id (sysfs spelling); an NVSwitch or a peer GPU.
+    pub remote_pci_bus_id: Option<String>,
+}
+
+/// NVML's `00000000:1B:00.0` (or `0000:1B:00.0`) in sysfs spelling `0000:1b:00.0`.
+pub fn normalize_bus_id(raw: &str) -> String {
+    let raw = raw.trim().to_ascii_lowercase();
+    match raw.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => {
+            let dom = &dom[dom.len() - 4..];
+            format!("{dom}:{rest}")
+        }
+        _ => raw,
+    }
+}
+
+/// Ask the driver. Every per-GPU call is optional: a failing call leaves that field `None`.
+pub fn collect_live() -> NvmlState {
+    use nvml_wrapper::Nvml;
+    let nvml = match Nvml::init() {
+        Ok(n) => n,
+        Err(e) => {
+            return NvmlState::Unavailable { reason: format!("NVML could not be loaded: {e}") };
+        }
+    };
+    let count = match nvml.device_count() {
+        Ok(c) => c,
+        Err(e) => return NvmlState::Unavailable { reason: format!("nvmlDeviceGetCount failed: {e}") },
+    };
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        let Ok(dev) = nvml.device_by_index(index) else { continue };
+        let Ok(pci) = dev.pci_info() else { continue };
+        let mut nvlinks = Vec::new();
+        for link in 0..NVLINK_MAX_LINKS {
+            let l = dev.link_wrapper_for(link);
+            match l.is_active() {
+                Ok(active) => nvlinks.push(NvLink {
+                    link,
+                    active,
+                    remote_pci_bus_id: if active {
+                        l.remote_pci_info().ok().map(|p| normalize_bus_id(&p.bus_id))
+                    } else {
+                        None
+                    },
+                }),
+                // NOT_SUPPORTED / INVALID_ARGUMENT past the GPU's last link.
+                Err(_) => continue,
+            }
+        }
+        gpus.push(NvmlGpu {
+            index,
+            name: dev.name().ok(),
+            uuid: dev.uuid().ok(),
+            pci_bus_id: normalize_bus_id(&pci.bus_id),
+            numa_node_id: None,
+            bar1_total_bytes: dev.bar1_memory_info().ok().map(|b| b.total),
+            pcie_link_gen_current: dev.current_pcie_link_gen().ok(),
+            pcie_link_gen_max: dev.max_pcie_link_gen().ok(),
+            pcie_link_width_current: dev.current_pcie_link_width().ok(),
+            pcie_link_width_max: dev.max_pcie_link_width().ok(),
+            nvlinks,
+        });
+    }
+    NvmlState::Available(NvmlFacts {
+        driver_version: nvml.sys_driver_version().ok(),
+        cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        gpus,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_normalize_to_sysfs_spelling() {
+        assert_eq!(normalize_bus_id("00000000:1B:00.0"), "0000:1b:00.0");
+        assert_eq!(normalize_bus_id("0000:C1:00.0"), "0000:c1:00.0");
+        assert_eq!(normalize_bus_id("0001:0a:00.0"), "0001:0a:00.0");
+    }
+
+    #[test]
+    fn state_json_round_trips() {
+        let s = NvmlState::Available(NvmlFacts {
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some(12040),
+            gpus: vec![NvmlGpu { index: 0, pci_bus_id: "0000:1b:00.0".into(), ..Default::default() }],
+        });
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(j.contains(r#""state":"available""#), "{j}");
+        assert_eq!(serde_json::from_str::<NvmlState>(&j).unwrap(), s);
+        let u: NvmlState = serde_json::from_str(r#"{"state":"unavailable","reason":"x"}"#).unwrap();
+        assert_eq!(u, NvmlState::Unavailable { reason: "x".into() });
+    }
+}

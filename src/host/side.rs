@@ -1,0 +1,194 @@
+//! The snapshot side folder `fabprobe/`: answers that are not files.
+//!
+//! Layout (all optional; a directory holding only `sys/` is a valid snapshot):
+//! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
+//! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
+//! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
+//!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{HostError, NvmlState};
+
+pub const SIDE_DIR: &str = "fabprobe";
+
+/// Facts about the host that the envelope carries.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostMeta {
+    pub hostname: Option<String>,
+    /// `uname -r`, from `/proc/sys/kernel/osrelease`.
+    pub kernel: Option<String>,
+    /// RFC 3339, UTC.
+    pub captured_at: Option<String>,
+    /// The fabprobe version that captured the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_version: Option<String>,
+    /// What capture could not read, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl HostMeta {
+    pub fn live() -> HostMeta {
+        HostMeta {
+            hostname: hostname::get().ok().map(|h| h.to_string_lossy().into_owned()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            captured_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+            tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            skipped: Vec::new(),
+        }
+    }
+}
+
+/// Environment variables a probe may read, and so the only ones a snapshot keeps.
+pub fn env_is_captured(name: &str) -> bool {
+    const PREFIXES: &[&str] = &["NCCL_", "UCX_", "FABPROBE_"];
+    const EXACT: &[&str] = &[
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "NVIDIA_VISIBLE_DEVICES",
+        "OMPI_MCA_btl_tcp_if_include",
+        "OMPI_MCA_btl_tcp_if_exclude",
+        "OMPI_MCA_oob_tcp_if_include",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
+}
+
+const ERRNOS: &[(&str, i32)] = &[
+    ("EPERM", libc::EPERM),
+    ("ENOENT", libc::ENOENT),
+    ("EIO", libc::EIO),
+    ("ENXIO", libc::ENXIO),
+    ("EACCES", libc::EACCES),
+    ("EBUSY", libc::EBUSY),
+    ("ENODEV", libc::ENODEV),
+    ("EINVAL", libc::EINVAL),
+    ("ENOSYS", libc::ENOSYS),
+    ("ENODATA", libc::ENODATA),
+    ("EOPNOTSUPP", libc::EOPNOTSUPP),
+    ("ETIMEDOUT", libc::ETIMEDOUT),
+    ("EAGAIN", libc::EAGAIN),
+];
+
+pub fn errno_name(raw: i32) -> Option<&'static str> {
+    ERRNOS.iter().find(|(_, n)| *n == raw).map(|(s, _)| *s)
+}
+
+pub fn errno_from_name(name: &str) -> Option<i32> {
+    ERRNOS.iter().find(|(s, _)| *s == name).map(|(_, n)| *n)
+}
+
+pub(super) struct Loaded {
+    pub meta: HostMeta,
+    pub env: BTreeMap<String, String>,
+    pub nvml: NvmlState,
+    pub read_errors: BTreeMap<PathBuf, String>,
+}
+
+fn load_json<T: serde::de::DeserializeOwned>(root: &Path, name: &str, shown: &Path) -> Result<Option<T>, HostError> {
+    let p = root.join(SIDE_DIR).join(name);
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(HostError::Io { op: "read", path: p, source }),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| HostError::Snapshot {
+        path: shown.to_path_buf(),
+        msg: format!("{SIDE_DIR}/{name}: {e}"),
+    })
+}
+
+pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
+    let meta: HostMeta = load_json(root, "host.json", shown)?.unwrap_or_default();
+    let env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
+        reason: "the snapshot has no fabprobe/nvml.json".into(),
+    });
+    let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
+    for (path, errno) in &raw {
+        if errno_from_name(errno).is_none() {
+            return Err(HostError::Snapshot {
+                path: shown.to_path_buf(),
+                msg: format!("{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}", path.display()),
+            });
+        }
+    }
+    Ok(Loaded { meta, env, nvml, read_errors: raw })
+}
+
+/// Unpack a `.tar.gz` snapshot into a private temporary directory.
+pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostError> {
+    let err = |msg: String| HostError::Snapshot { path: path.to_path_buf(), msg };
+    let file = std::fs::File::open(path).map_err(|source| HostError::Io {
+        op: "open snapshot",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = tempfile::Builder::new()
+        .prefix("fabprobe-snap")
+        .tempdir()
+        .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    ar.set_preserve_permissions(false);
+    // `unpack` refuses entries that escape the destination ('..', absolute paths).
+    ar.unpack(dir.path())
+        .map_err(|e| err(format!("not a readable .tar.gz snapshot: {e}")))?;
+    Ok(dir)
+}
+
+/// A tarball may hold the tree at its top or inside one directory (`node1/sys/...`).
+pub(super) fn tarball_root(dir: &Path) -> PathBuf {
+    let top: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let has_tree = |p: &Path| p.join("sys").is_dir() || p.join(SIDE_DIR).is_dir() || p.join("proc").is_dir();
+    if has_tree(dir) {
+        return dir.to_path_buf();
+    }
+    match top.as_slice() {
+        [only] if only.is_dir() && has_tree(only) => only.clone(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_filter_keeps_only_probe_variables() {
+        assert!(env_is_captured("NCCL_IB_HCA"));
+        assert!(env_is_captured("CUDA_VISIBLE_DEVICES"));
+        assert!(env_is_captured("UCX_NET_DEVICES"));
+        assert!(!env_is_captured("AWS_SECRET_ACCESS_KEY"));
+        assert!(!env_is_captured("PATH"));
+        assert!(!env_is_captured("CUDA_HOME"));
+    }
+
+    #[test]
+    fn errno_names_round_trip() {
+        for (name, raw) in ERRNOS {
+            assert_eq!(errno_name(*raw), Some(*name));
+            assert_eq!(errno_from_name(name), Some(*raw));
+        }
+    }
+
+    #[test]
+    fn bad_side_json_names_the_file() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::write(t.path().join(SIDE_DIR).join("env.json"), "{not json").unwrap();
+        let e = load(t.path(), t.path()).err().unwrap().to_string();
+        assert!(e.contains("fabprobe/env.json"), "{e}");
+        std::fs::write(t.path().join(SIDE_DIR).join("env.json"), "{}").unwrap();
+        std::fs::write(t.path().join(SIDE_DIR).join("read-errors.json"), r#"{"/sys/x": "EWHAT"}"#).unwrap();
+        let e = load(t.path(), t.path()).err().unwrap().to_string();
+        assert!(e.contains("EWHAT") && e.contains("/sys/x"), "{e}");
+    }
+}

@@ -1,0 +1,68 @@
+//! Rendering, the last step: the JSON envelope shared by every command, and text helpers.
+//! Renderers return strings; only the CLI layer writes them out.
+
+pub mod text;
+
+use serde::Serialize;
+
+use crate::check::Finding;
+use crate::host::{Host, Source};
+
+/// Bumped when a field is removed or changes meaning; additions keep the version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct HostInfo {
+    pub hostname: Option<String>,
+    pub kernel: Option<String>,
+    pub captured_at: Option<String>,
+    /// `live`, or the snapshot path given to `--root`.
+    pub source: String,
+}
+
+impl HostInfo {
+    pub fn of(host: &Host) -> HostInfo {
+        let m = host.meta();
+        HostInfo {
+            hostname: m.hostname.clone(),
+            kernel: m.kernel.clone(),
+            captured_at: m.captured_at.clone(),
+            source: match host.source() {
+                Source::Live => "live".to_string(),
+                Source::Snapshot(p) => p.display().to_string(),
+            },
+        }
+    }
+}
+
+/// The one JSON envelope: `{schema, schema_version, tool_version, host, data, findings}`.
+#[derive(Debug, Serialize)]
+pub struct Envelope<'a, T: Serialize> {
+    pub schema: String,
+    pub schema_version: u32,
+    pub tool_version: &'static str,
+    pub host: HostInfo,
+    pub data: &'a T,
+    pub findings: &'a [Finding],
+}
+
+impl<'a, T: Serialize> Envelope<'a, T> {
+    /// `command` is the subcommand name; the schema becomes `fabprobe.<command>`.
+    pub fn new(command: &str, host: HostInfo, data: &'a T, findings: &'a [Finding]) -> Self {
+        Envelope {
+            schema: format!("fabprobe.{command}"),
+            schema_version: SCHEMA_VERSION,
+            tool_version: env!("CARGO_PKG_VERSION"),
+            host,
+            data,
+            findings,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serializing plain data structs cannot fail (no maps with non-string keys).
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        s.push('\n');
+        s
+    }
+}

@@ -1,0 +1,2 @@
+//! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
+//! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.

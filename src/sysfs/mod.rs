@@ -1,0 +1,2 @@
+//! One module per sysfs area: pure parse functions of the kernel's formats plus thin
+//! readers through [`crate::host::Host`].
