@@ -1,2 +1,3 @@
 //! One module per sysfs area: pure parse functions of the kernel's formats plus thin
 //! readers through [`crate::host::Host`].
+pub mod pci;
