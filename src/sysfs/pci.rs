@@ -15,7 +15,7 @@ pub struct LinkSpeed {
     /// Transfer rate per lane in GT/s.
     pub gts: f64,
     /// PCIe generation implied by the rate (1 = 2.5 GT/s ... 6 = 64 GT/s).
-    pub gen: Option<u8>,
+    pub generation: Option<u8>,
 }
 
 /// `"16.0 GT/s PCIe"`, `"8 GT/s"`, `"2.5 GT/s"` → Some; `"Unknown"` / garbage → None.
@@ -26,7 +26,7 @@ pub fn parse_link_speed(s: &str) -> Option<LinkSpeed> {
     if !s[num.len()..].trim_start().starts_with("GT/s") || !gts.is_finite() || gts <= 0.0 {
         return None;
     }
-    let gen = match gts {
+    let generation = match gts {
         x if x == 2.5 => Some(1),
         x if x == 5.0 => Some(2),
         x if x == 8.0 => Some(3),
@@ -35,7 +35,7 @@ pub fn parse_link_speed(s: &str) -> Option<LinkSpeed> {
         x if x == 64.0 => Some(6),
         _ => None,
     };
-    Some(LinkSpeed { raw: s.to_string(), gts, gen })
+    Some(LinkSpeed { raw: s.to_string(), gts, generation })
 }
 
 /// `"16"` → 16. Some virtual devices print 0, which means unknown.
@@ -113,7 +113,7 @@ mod tests {
             ("16.0 Gb/s", None),
         ];
         for (raw, want) in cases {
-            let got = parse_link_speed(raw).map(|l| (l.gts, l.gen));
+            let got = parse_link_speed(raw).map(|l| (l.gts, l.generation));
             assert_eq!(got, want, "{raw:?}");
         }
     }
