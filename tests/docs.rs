@@ -13,7 +13,10 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                out.push((p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap()));
+                out.push((
+                    p.strip_prefix(dir).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                ));
             }
         }
     }
@@ -24,12 +27,20 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn man_pages_and_completions_are_current() {
     let tmp = tempfile::tempdir().unwrap();
-    let st = Command::new(env!("CARGO_BIN_EXE_fabprobe")).arg("gen-docs").arg(tmp.path()).status().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .arg("gen-docs")
+        .arg(tmp.path())
+        .status()
+        .unwrap();
     assert!(st.success());
     let fresh = files(tmp.path());
     let committed = files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("man"));
     let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&committed), names(&fresh), "man/ has other files than generated; run: cargo run -- gen-docs man");
+    assert_eq!(
+        names(&committed),
+        names(&fresh),
+        "man/ has other files than generated; run: cargo run -- gen-docs man"
+    );
     for ((n, a), (_, b)) in committed.iter().zip(&fresh) {
         assert!(a == b, "man/{n} is stale; run: cargo run -- gen-docs man");
     }

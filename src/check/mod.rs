@@ -41,7 +41,12 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(id: &str, severity: Severity, subject: impl Into<String>, message: impl Into<String>) -> Finding {
+    pub fn new(
+        id: &str,
+        severity: Severity,
+        subject: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Finding {
         Finding {
             id: id.to_string(),
             severity,
@@ -63,5 +68,9 @@ impl Finding {
 
 /// The worst severity among findings (`Pass` when there are none).
 pub fn worst(findings: &[Finding]) -> Severity {
-    findings.iter().map(|f| f.severity).max().unwrap_or(Severity::Pass)
+    findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::Pass)
 }

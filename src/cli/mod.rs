@@ -200,10 +200,16 @@ fn lower_first(s: &str) -> String {
 /// Open the host named by `--root`, or the live one, with a readable error.
 pub fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
     let host = crate::host::Host::open(g.root.as_deref())?;
-    g.log(1, format!("reading {}", match host.source() {
-        crate::host::Source::Live => "the live host".to_string(),
-        crate::host::Source::Snapshot(p) => format!("snapshot {}", p.display()),
-    }));
+    g.log(
+        1,
+        format!(
+            "reading {}",
+            match host.source() {
+                crate::host::Source::Live => "the live host".to_string(),
+                crate::host::Source::Snapshot(p) => format!("snapshot {}", p.display()),
+            }
+        ),
+    );
     Ok(host)
 }
 

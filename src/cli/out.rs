@@ -11,6 +11,8 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 }
 
 pub(super) fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -39,7 +39,10 @@ SNAPSHOT FORMAT
 
 pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
-        return Err(UsageError("`fabprobe snapshot` captures the live host; --root cannot be used with it".into()).into());
+        return Err(UsageError(
+            "`fabprobe snapshot` captures the live host; --root cannot be used with it".into(),
+        )
+        .into());
     }
     g.log(1, format!("capturing into {}", a.output.display()));
     let summary = crate::snapshot::capture_live(&a.output)?;
@@ -51,7 +54,10 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
         summary.directories
     );
     if !summary.failed_reads.is_empty() {
-        eprintln!("fabprobe: {} reads failed and are recorded as such (see fabprobe/read-errors.json)", summary.failed_reads.len());
+        eprintln!(
+            "fabprobe: {} reads failed and are recorded as such (see fabprobe/read-errors.json)",
+            summary.failed_reads.len()
+        );
         for (p, e) in summary.failed_reads.iter().take(10) {
             g.log(1, format!("  {}: {e}", p.display()));
         }

@@ -102,7 +102,10 @@ pub struct Host {
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").field("root", &self.root).field("source", &self.source).finish()
+        f.debug_struct("Host")
+            .field("root", &self.root)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -110,7 +113,9 @@ impl Host {
     /// The live machine: files under `/`, NVML through the driver library, the process
     /// environment filtered to the variables probes use.
     pub fn live() -> Host {
-        let env = std::env::vars().filter(|(k, _)| side::env_is_captured(k)).collect();
+        let env = std::env::vars()
+            .filter(|(k, _)| side::env_is_captured(k))
+            .collect();
         Host {
             root: PathBuf::from("/"),
             source: Source::Live,
@@ -249,11 +254,18 @@ impl Host {
                 Ok(m) if m.file_type().is_symlink() => {
                     hops += 1;
                     if hops > MAX_SYMLINK_HOPS {
-                        return Err(HostError::SymlinkLoop { path: host_path.to_path_buf() });
+                        return Err(HostError::SymlinkLoop {
+                            path: host_path.to_path_buf(),
+                        });
                     }
-                    let target = std::fs::read_link(self.on_disk(&candidate)).map_err(
-                        |source| HostError::Io { op: "read link", path: candidate.clone(), source },
-                    )?;
+                    let target =
+                        std::fs::read_link(self.on_disk(&candidate)).map_err(|source| {
+                            HostError::Io {
+                                op: "read link",
+                                path: candidate.clone(),
+                                source,
+                            }
+                        })?;
                     if target.is_absolute() {
                         resolved = PathBuf::from("/");
                     }
@@ -272,7 +284,11 @@ impl Host {
     }
 
     fn io_err(op: &'static str, path: &Path, source: io::Error) -> HostError {
-        HostError::Io { op, path: path.to_path_buf(), source }
+        HostError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// Read a whole file (lossy UTF-8). A failure recorded at capture time is replayed.
@@ -287,7 +303,11 @@ impl Host {
         let real = self.resolve(host_path)?;
         if let Some(errno) = self.read_errors.get(&real) {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
-            return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
+            return Err(Self::io_err(
+                "read",
+                host_path,
+                io::Error::from_raw_os_error(raw),
+            ));
         }
         std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
     }
@@ -308,7 +328,10 @@ impl Host {
             Ok(s) => Attr::Value(s.strip_suffix('\n').unwrap_or(&s).to_string()),
             Err(e) if e.is_not_found() => Attr::Absent,
             Err(e) => Attr::Failed(
-                e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO").to_string(),
+                e.raw_os_error()
+                    .and_then(side::errno_name)
+                    .unwrap_or("EIO")
+                    .to_string(),
             ),
         }
     }
@@ -338,7 +361,8 @@ impl Host {
         self.record(Access::Resolve(host_path.to_path_buf()));
         match self.resolve(host_path) {
             Ok(real) => {
-                self.read_errors.contains_key(&real) || self.on_disk(&real).symlink_metadata().is_ok()
+                self.read_errors.contains_key(&real)
+                    || self.on_disk(&real).symlink_metadata().is_ok()
             }
             Err(_) => false,
         }
@@ -348,7 +372,9 @@ impl Host {
     pub fn is_dir(&self, host_path: impl AsRef<Path>) -> bool {
         let host_path = host_path.as_ref();
         self.record(Access::Resolve(host_path.to_path_buf()));
-        self.resolve(host_path).map(|r| self.on_disk(&r).is_dir()).unwrap_or(false)
+        self.resolve(host_path)
+            .map(|r| self.on_disk(&r).is_dir())
+            .unwrap_or(false)
     }
 }
 
@@ -364,7 +390,11 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
                 let na = a.iter().take_while(|c| c.is_ascii_digit()).count();
                 let nb = b.iter().take_while(|c| c.is_ascii_digit()).count();
                 let (da, db) = (trim_zeros(&a[..na]), trim_zeros(&b[..nb]));
-                let ord = da.len().cmp(&db.len()).then_with(|| da.cmp(db)).then(na.cmp(&nb));
+                let ord = da
+                    .len()
+                    .cmp(&db.len())
+                    .then_with(|| da.cmp(db))
+                    .then(na.cmp(&nb));
                 if ord != std::cmp::Ordering::Equal {
                     return ord;
                 }
@@ -395,16 +425,35 @@ mod tests {
     fn tree() -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
-        std::fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids")).unwrap();
+        std::fs::create_dir_all(r.join(
+            "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids",
+        ))
+        .unwrap();
         std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
         symlink(
             "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0",
             r.join("sys/class/infiniband/mlx5_0"),
         )
         .unwrap();
-        symlink("../../../0000:01:00.0", r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/device")).unwrap();
-        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/state"), "4: ACTIVE\n").unwrap();
-        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0"), "").unwrap();
+        symlink(
+            "../../../0000:01:00.0",
+            r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/device"),
+        )
+        .unwrap();
+        std::fs::write(
+            r.join(
+                "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/state",
+            ),
+            "4: ACTIVE\n",
+        )
+        .unwrap();
+        std::fs::write(
+            r.join(
+                "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0",
+            ),
+            "",
+        )
+        .unwrap();
         // An absolute symlink must stay inside the root.
         symlink("/sys/devices/pci0000:00", r.join("sys/class/abs")).unwrap();
         symlink("loop2", r.join("sys/class/loop1")).unwrap();
@@ -422,8 +471,15 @@ mod tests {
     fn reads_through_relative_symlinks() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
-        assert_eq!(h.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(), "4: ACTIVE\n");
-        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/state"), Attr::Value("4: ACTIVE".into()));
+        assert_eq!(
+            h.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
+            "4: ACTIVE\n"
+        );
+        assert_eq!(
+            h.attr("/sys/class/infiniband/mlx5_0/ports/1/state"),
+            Attr::Value("4: ACTIVE".into())
+        );
         assert_eq!(
             h.realpath("/sys/class/infiniband/mlx5_0/device").unwrap(),
             PathBuf::from("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0")
@@ -434,21 +490,35 @@ mod tests {
     fn absolute_symlinks_stay_inside_root() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
-        assert_eq!(h.realpath("/sys/class/abs").unwrap(), PathBuf::from("/sys/devices/pci0000:00"));
+        assert_eq!(
+            h.realpath("/sys/class/abs").unwrap(),
+            PathBuf::from("/sys/devices/pci0000:00")
+        );
         assert!(h.is_dir("/sys/class/abs/0000:00:01.0"));
         // `..` cannot climb above the root.
-        assert_eq!(h.realpath("/../../sys/class").unwrap(), PathBuf::from("/sys/class"));
+        assert_eq!(
+            h.realpath("/../../sys/class").unwrap(),
+            PathBuf::from("/sys/class")
+        );
     }
 
     #[test]
     fn recorded_failure_is_replayed_not_missing() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
-        let e = h.read("/sys/class/infiniband/mlx5_0/ports/1/gids/0").unwrap_err();
+        let e = h
+            .read("/sys/class/infiniband/mlx5_0/ports/1/gids/0")
+            .unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
         assert!(!e.is_not_found());
-        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/gids/0"), Attr::Failed("EINVAL".into()));
-        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"), Attr::Absent);
+        assert_eq!(
+            h.attr("/sys/class/infiniband/mlx5_0/ports/1/gids/0"),
+            Attr::Failed("EINVAL".into())
+        );
+        assert_eq!(
+            h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"),
+            Attr::Absent
+        );
         assert!(h.exists("/sys/class/infiniband/mlx5_0/ports/1/gids/0"));
     }
 
@@ -456,7 +526,10 @@ mod tests {
     fn symlink_loop_is_an_error_not_a_hang() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
-        assert!(matches!(h.realpath("/sys/class/loop1"), Err(HostError::SymlinkLoop { .. })));
+        assert!(matches!(
+            h.realpath("/sys/class/loop1"),
+            Err(HostError::SymlinkLoop { .. })
+        ));
     }
 
     #[test]
@@ -488,6 +561,9 @@ mod tests {
     fn natural_order() {
         let mut v = vec!["mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1", "mlx5_0"];
         v.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(v, vec!["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]);
+        assert_eq!(
+            v,
+            vec!["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]
+        );
     }
 }

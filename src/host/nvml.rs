@@ -84,16 +84,24 @@ pub fn collect_live() -> NvmlState {
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => {
-            return NvmlState::Unavailable { reason: format!("NVML could not be loaded: {e}") };
+            return NvmlState::Unavailable {
+                reason: format!("NVML could not be loaded: {e}"),
+            };
         }
     };
     let count = match nvml.device_count() {
         Ok(c) => c,
-        Err(e) => return NvmlState::Unavailable { reason: format!("nvmlDeviceGetCount failed: {e}") },
+        Err(e) => {
+            return NvmlState::Unavailable {
+                reason: format!("nvmlDeviceGetCount failed: {e}"),
+            };
+        }
     };
     let mut gpus = Vec::new();
     for index in 0..count {
-        let Ok(dev) = nvml.device_by_index(index) else { continue };
+        let Ok(dev) = nvml.device_by_index(index) else {
+            continue;
+        };
         let Ok(pci) = dev.pci_info() else { continue };
         let mut nvlinks = Vec::new();
         for link in 0..NVLINK_MAX_LINKS {
@@ -103,7 +111,9 @@ pub fn collect_live() -> NvmlState {
                     link,
                     active,
                     remote_pci_bus_id: if active {
-                        l.remote_pci_info().ok().map(|p| normalize_bus_id(&p.bus_id))
+                        l.remote_pci_info()
+                            .ok()
+                            .map(|p| normalize_bus_id(&p.bus_id))
                     } else {
                         None
                     },
@@ -149,7 +159,11 @@ mod tests {
         let s = NvmlState::Available(NvmlFacts {
             driver_version: Some("550.54.15".into()),
             cuda_driver_version: Some(12040),
-            gpus: vec![NvmlGpu { index: 0, pci_bus_id: "0000:1b:00.0".into(), ..Default::default() }],
+            gpus: vec![NvmlGpu {
+                index: 0,
+                pci_bus_id: "0000:1b:00.0".into(),
+                ..Default::default()
+            }],
         });
         let j = serde_json::to_string(&s).unwrap();
         assert!(j.contains(r#""state":"available""#), "{j}");

@@ -35,11 +35,15 @@ pub struct HostMeta {
 impl HostMeta {
     pub fn live() -> HostMeta {
         HostMeta {
-            hostname: hostname::get().ok().map(|h| h.to_string_lossy().into_owned()),
+            hostname: hostname::get()
+                .ok()
+                .map(|h| h.to_string_lossy().into_owned()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .ok()
                 .map(|s| s.trim().to_string()),
-            captured_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+            captured_at: Some(
+                humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            ),
             tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             skipped: Vec::new(),
         }
@@ -91,17 +95,29 @@ pub(super) struct Loaded {
     pub read_errors: BTreeMap<PathBuf, String>,
 }
 
-fn load_json<T: serde::de::DeserializeOwned>(root: &Path, name: &str, shown: &Path) -> Result<Option<T>, HostError> {
+fn load_json<T: serde::de::DeserializeOwned>(
+    root: &Path,
+    name: &str,
+    shown: &Path,
+) -> Result<Option<T>, HostError> {
     let p = root.join(SIDE_DIR).join(name);
     let text = match std::fs::read_to_string(&p) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HostError::Io { op: "read", path: p, source }),
+        Err(source) => {
+            return Err(HostError::Io {
+                op: "read",
+                path: p,
+                source,
+            });
+        }
     };
-    serde_json::from_str(&text).map(Some).map_err(|e| HostError::Snapshot {
-        path: shown.to_path_buf(),
-        msg: format!("{SIDE_DIR}/{name}: {e}"),
-    })
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| HostError::Snapshot {
+            path: shown.to_path_buf(),
+            msg: format!("{SIDE_DIR}/{name}: {e}"),
+        })
 }
 
 pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
@@ -110,21 +126,33 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
-    let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
+    let raw: BTreeMap<PathBuf, String> =
+        load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {
         if errno_from_name(errno).is_none() {
             return Err(HostError::Snapshot {
                 path: shown.to_path_buf(),
-                msg: format!("{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}", path.display()),
+                msg: format!(
+                    "{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}",
+                    path.display()
+                ),
             });
         }
     }
-    Ok(Loaded { meta, env, nvml, read_errors: raw })
+    Ok(Loaded {
+        meta,
+        env,
+        nvml,
+        read_errors: raw,
+    })
 }
 
 /// Unpack a `.tar.gz` snapshot into a private temporary directory.
 pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostError> {
-    let err = |msg: String| HostError::Snapshot { path: path.to_path_buf(), msg };
+    let err = |msg: String| HostError::Snapshot {
+        path: path.to_path_buf(),
+        msg,
+    };
     let file = std::fs::File::open(path).map_err(|source| HostError::Io {
         op: "open snapshot",
         path: path.to_path_buf(),
@@ -147,7 +175,8 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
     let top: Vec<_> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
-    let has_tree = |p: &Path| p.join("sys").is_dir() || p.join(SIDE_DIR).is_dir() || p.join("proc").is_dir();
+    let has_tree =
+        |p: &Path| p.join("sys").is_dir() || p.join(SIDE_DIR).is_dir() || p.join("proc").is_dir();
     if has_tree(dir) {
         return dir.to_path_buf();
     }
@@ -187,7 +216,11 @@ mod tests {
         let e = load(t.path(), t.path()).err().unwrap().to_string();
         assert!(e.contains("fabprobe/env.json"), "{e}");
         std::fs::write(t.path().join(SIDE_DIR).join("env.json"), "{}").unwrap();
-        std::fs::write(t.path().join(SIDE_DIR).join("read-errors.json"), r#"{"/sys/x": "EWHAT"}"#).unwrap();
+        std::fs::write(
+            t.path().join(SIDE_DIR).join("read-errors.json"),
+            r#"{"/sys/x": "EWHAT"}"#,
+        )
+        .unwrap();
         let e = load(t.path(), t.path()).err().unwrap().to_string();
         assert!(e.contains("EWHAT") && e.contains("/sys/x"), "{e}");
     }

@@ -5,13 +5,21 @@ use crate::check::{Finding, Severity};
 /// Findings as lines under a table: `FAIL subject: message` plus evidence and fix.
 pub fn findings(findings: &[Finding]) -> String {
     let mut out = String::new();
-    let shown: Vec<_> = findings.iter().filter(|f| f.severity != Severity::Pass).collect();
+    let shown: Vec<_> = findings
+        .iter()
+        .filter(|f| f.severity != Severity::Pass)
+        .collect();
     if shown.is_empty() {
         return out;
     }
     out.push_str("\nFindings:\n");
     for f in shown {
-        out.push_str(&format!("  {:<4} {}: {}\n", f.severity.as_str().to_uppercase(), f.subject, f.message));
+        out.push_str(&format!(
+            "  {:<4} {}: {}\n",
+            f.severity.as_str().to_uppercase(),
+            f.subject,
+            f.message
+        ));
         if !f.evidence.is_empty() {
             let ev: Vec<String> = f
                 .evidence

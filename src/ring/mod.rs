@@ -1,2 +1,3 @@
 //! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
 //! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.
+pub mod types;

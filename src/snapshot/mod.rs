@@ -77,7 +77,8 @@ impl Mirror<'_> {
                 if hops > 40 {
                     return Ok(None);
                 }
-                let target = std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
+                let target =
+                    std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
                 self.make_symlink(&next, &target)?;
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
@@ -114,7 +115,11 @@ impl Mirror<'_> {
             self.make_dir(parent)?;
         }
         // Absolute targets become relative so the snapshot never points at the live `/`.
-        let target = if target.is_absolute() { relative_to(at.parent().unwrap_or(Path::new("/")), target) } else { target.to_path_buf() };
+        let target = if target.is_absolute() {
+            relative_to(at.parent().unwrap_or(Path::new("/")), target)
+        } else {
+            target.to_path_buf()
+        };
         std::os::unix::fs::symlink(&target, &d).map_err(io_err("create symlink", &d))?;
         self.summary.symlinks += 1;
         Ok(())
@@ -130,8 +135,14 @@ impl Mirror<'_> {
         }
         let s = self.src_of(canonical);
         if let Some(limit) = limit {
-            if std::fs::metadata(&s).map(|m| m.len() > limit).unwrap_or(false) {
-                self.summary.skipped.push(format!("{}: larger than {limit} bytes, not copied", canonical.display()));
+            if std::fs::metadata(&s)
+                .map(|m| m.len() > limit)
+                .unwrap_or(false)
+            {
+                self.summary.skipped.push(format!(
+                    "{}: larger than {limit} bytes, not copied",
+                    canonical.display()
+                ));
                 return Ok(());
             }
         }
@@ -140,7 +151,9 @@ impl Mirror<'_> {
             Err(e) => {
                 // The kernel's answer is the fact: keep the file (it exists) and the errno.
                 let name = e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO");
-                self.summary.failed_reads.insert(canonical.to_path_buf(), name.to_string());
+                self.summary
+                    .failed_reads
+                    .insert(canonical.to_path_buf(), name.to_string());
                 std::fs::write(&d, b"").map_err(io_err("write", &d))?;
             }
         }
@@ -159,13 +172,20 @@ impl Mirror<'_> {
                 }
             }
             Access::List(p) => {
-                let Some(c) = self.walk(p)? else { return Ok(()) };
-                let Ok(rd) = std::fs::read_dir(self.src_of(&c)) else { return Ok(()) };
+                let Some(c) = self.walk(p)? else {
+                    return Ok(());
+                };
+                let Ok(rd) = std::fs::read_dir(self.src_of(&c)) else {
+                    return Ok(());
+                };
                 for entry in rd.flatten() {
                     let child = c.join(entry.file_name());
-                    let Ok(m) = std::fs::symlink_metadata(entry.path()) else { continue };
+                    let Ok(m) = std::fs::symlink_metadata(entry.path()) else {
+                        continue;
+                    };
                     if m.file_type().is_symlink() {
-                        let target = std::fs::read_link(entry.path()).map_err(io_err("read link", &child))?;
+                        let target = std::fs::read_link(entry.path())
+                            .map_err(io_err("read link", &child))?;
                         self.make_symlink(&child, &target)?;
                     } else if m.is_dir() {
                         self.make_dir(&child)?;
@@ -180,7 +200,9 @@ impl Mirror<'_> {
 }
 
 fn rel(p: &Path) -> PathBuf {
-    p.components().filter(|c| matches!(c, Component::Normal(_))).collect()
+    p.components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect()
 }
 
 fn components_rev(p: &Path) -> Vec<std::ffi::OsString> {
@@ -196,8 +218,14 @@ fn components_rev(p: &Path) -> Vec<std::ffi::OsString> {
 
 /// The relative path from directory `from` to `to` (both host-absolute).
 fn relative_to(from: &Path, to: &Path) -> PathBuf {
-    let f: Vec<_> = rel(from).components().map(|c| c.as_os_str().to_os_string()).collect();
-    let t: Vec<_> = rel(to).components().map(|c| c.as_os_str().to_os_string()).collect();
+    let f: Vec<_> = rel(from)
+        .components()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
+    let t: Vec<_> = rel(to)
+        .components()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
     let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
     let mut out = PathBuf::new();
     for _ in common..f.len() {
@@ -206,14 +234,27 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
     for c in &t[common..] {
         out.push(c);
     }
-    if out.as_os_str().is_empty() { PathBuf::from(".") } else { out }
+    if out.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        out
+    }
 }
 
 /// Copy what `host` (a recording host) accessed from `src_root` into `dest`, and write the
 /// side folder. `dest` must be an empty or missing directory.
-pub fn write_tree(host: &Host, src_root: &Path, dest: &Path, mut skipped: Vec<String>) -> Result<CaptureSummary, CaptureError> {
+pub fn write_tree(
+    host: &Host,
+    src_root: &Path,
+    dest: &Path,
+    mut skipped: Vec<String>,
+) -> Result<CaptureSummary, CaptureError> {
     std::fs::create_dir_all(dest).map_err(io_err("create directory", dest))?;
-    let mut m = Mirror { src: src_root, dest, summary: CaptureSummary::default() };
+    let mut m = Mirror {
+        src: src_root,
+        dest,
+        summary: CaptureSummary::default(),
+    };
     for a in host.accesses() {
         m.capture(&a)?;
     }
@@ -222,7 +263,10 @@ pub fn write_tree(host: &Host, src_root: &Path, dest: &Path, mut skipped: Vec<St
     summary.skipped = skipped;
     let side_dir = dest.join(SIDE_DIR);
     std::fs::create_dir_all(&side_dir).map_err(io_err("create directory", &side_dir))?;
-    let meta = HostMeta { skipped: summary.skipped.clone(), ..host.meta().clone() };
+    let meta = HostMeta {
+        skipped: summary.skipped.clone(),
+        ..host.meta().clone()
+    };
     write_json(&side_dir.join("host.json"), &meta)?;
     write_json(&side_dir.join("env.json"), host.env())?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
@@ -246,7 +290,8 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
     let mut b = tar::Builder::new(gz);
     b.follow_symlinks(false);
-    b.append_dir_all(".", tree).map_err(io_err("archive", tree))?;
+    b.append_dir_all(".", tree)
+        .map_err(io_err("archive", tree))?;
     let gz = b.into_inner().map_err(io_err("finish", out))?;
     gz.finish().map_err(io_err("finish", out))?;
     Ok(())
@@ -264,12 +309,18 @@ pub fn capture(host: &Host, src_root: &Path, out: &Path) -> Result<CaptureSummar
     let skipped = crate::probe::run_all_for_capture(host);
     let name = out.to_string_lossy();
     if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
-        let tmp = tempfile::Builder::new().prefix("fabprobe-capture").tempdir().map_err(io_err("create a temporary directory for", out))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("fabprobe-capture")
+            .tempdir()
+            .map_err(io_err("create a temporary directory for", out))?;
         let summary = write_tree(host, src_root, tmp.path(), skipped)?;
         write_tarball(tmp.path(), out)?;
         Ok(summary)
     } else {
-        if std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(false) {
+        if std::fs::read_dir(out)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+        {
             return Err(CaptureError::Io {
                 op: "write snapshot into",
                 path: out.to_path_buf(),
@@ -287,8 +338,14 @@ mod tests {
 
     #[test]
     fn relative_paths() {
-        assert_eq!(relative_to(Path::new("/sys/class/net"), Path::new("/sys/devices/x")), PathBuf::from("../../devices/x"));
-        assert_eq!(relative_to(Path::new("/a"), Path::new("/a/b")), PathBuf::from("b"));
+        assert_eq!(
+            relative_to(Path::new("/sys/class/net"), Path::new("/sys/devices/x")),
+            PathBuf::from("../../devices/x")
+        );
+        assert_eq!(
+            relative_to(Path::new("/a"), Path::new("/a/b")),
+            PathBuf::from("b")
+        );
     }
 
     /// Capture from a fake root and read the result back: same answers, same failures.
@@ -299,8 +356,16 @@ mod tests {
         let dev = r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
         std::fs::create_dir_all(dev.join("infiniband/mlx5_0/ports/1")).unwrap();
         std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
-        symlink("../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0", r.join("sys/class/infiniband/mlx5_0")).unwrap();
-        symlink("../../../0000:01:00.0", dev.join("infiniband/mlx5_0/device")).unwrap();
+        symlink(
+            "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0",
+            r.join("sys/class/infiniband/mlx5_0"),
+        )
+        .unwrap();
+        symlink(
+            "../../../0000:01:00.0",
+            dev.join("infiniband/mlx5_0/device"),
+        )
+        .unwrap();
         std::fs::write(dev.join("infiniband/mlx5_0/ports/1/state"), "4: ACTIVE\n").unwrap();
         std::fs::write(dev.join("numa_node"), "1\n").unwrap();
         std::fs::write(dev.join("secret_not_read"), "x\n").unwrap();
@@ -317,29 +382,60 @@ mod tests {
         let dest = out.path().join("snap");
         let summary = write_tree(&host, r, &dest, vec!["probe x: failed".into()]).unwrap();
         assert_eq!(summary.skipped, vec!["probe x: failed".to_string()]);
-        assert!(!dest.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/secret_not_read").exists());
-        assert_eq!(std::fs::read_link(dest.join("sys/class/abs")).unwrap(), PathBuf::from("../devices/pci0000:00"));
+        assert!(
+            !dest
+                .join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/secret_not_read")
+                .exists()
+        );
+        assert_eq!(
+            std::fs::read_link(dest.join("sys/class/abs")).unwrap(),
+            PathBuf::from("../devices/pci0000:00")
+        );
 
         let back = Host::snapshot(&dest).unwrap();
-        assert_eq!(back.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(), "4: ACTIVE\n");
-        assert_eq!(back.read("/sys/class/infiniband/mlx5_0/device/numa_node").unwrap(), "1\n");
-        assert_eq!(back.list_dir("/sys/class/infiniband").unwrap(), Some(vec!["mlx5_0".to_string()]));
+        assert_eq!(
+            back.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
+            "4: ACTIVE\n"
+        );
+        assert_eq!(
+            back.read("/sys/class/infiniband/mlx5_0/device/numa_node")
+                .unwrap(),
+            "1\n"
+        );
+        assert_eq!(
+            back.list_dir("/sys/class/infiniband").unwrap(),
+            Some(vec!["mlx5_0".to_string()])
+        );
         assert_eq!(back.meta().skipped, vec!["probe x: failed".to_string()]);
 
         // The same through a tarball.
         let tgz = out.path().join("snap.tar.gz");
         write_tarball(&dest, &tgz).unwrap();
         let t = Host::snapshot(&tgz).unwrap();
-        assert_eq!(t.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(), "4: ACTIVE\n");
+        assert_eq!(
+            t.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
+            "4: ACTIVE\n"
+        );
     }
 
     #[test]
     fn failed_live_read_is_recorded_and_replayed() {
         // Root can read anything, so drive the failure path with a source that vanished.
         let out = tempfile::tempdir().unwrap();
-        let mut m = Mirror { src: Path::new("/nonexistent-src"), dest: out.path(), summary: CaptureSummary::default() };
-        m.copy_file(Path::new("/sys/class/infiniband/x/gid_attrs/types/9"), None).unwrap();
+        let mut m = Mirror {
+            src: Path::new("/nonexistent-src"),
+            dest: out.path(),
+            summary: CaptureSummary::default(),
+        };
+        m.copy_file(Path::new("/sys/class/infiniband/x/gid_attrs/types/9"), None)
+            .unwrap();
         assert_eq!(m.summary.failed_reads.len(), 1);
-        assert!(out.path().join("sys/class/infiniband/x/gid_attrs/types/9").exists());
+        assert!(
+            out.path()
+                .join("sys/class/infiniband/x/gid_attrs/types/9")
+                .exists()
+        );
     }
 }

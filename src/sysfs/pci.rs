@@ -35,7 +35,11 @@ pub fn parse_link_speed(s: &str) -> Option<LinkSpeed> {
         x if x == 64.0 => Some(6),
         _ => None,
     };
-    Some(LinkSpeed { raw: s.to_string(), gts, generation })
+    Some(LinkSpeed {
+        raw: s.to_string(),
+        gts,
+        generation,
+    })
 }
 
 /// `"16"` → 16. Some virtual devices print 0, which means unknown.
@@ -88,7 +92,9 @@ pub fn is_bdf(s: &str) -> bool {
         && b[4] == b':'
         && b[7] == b':'
         && b[10] == b'.'
-        && [0, 1, 2, 3, 5, 6, 8, 9, 11].iter().all(|&i| b[i].is_ascii_hexdigit())
+        && [0, 1, 2, 3, 5, 6, 8, 9, 11]
+            .iter()
+            .all(|&i| b[i].is_ascii_hexdigit())
 }
 
 #[cfg(test)]

@@ -1,0 +1,122 @@
+//! Types shared by the ring's layers: who the ranks are, what a link measurement is,
+//! what a stuck rank reports, and the verdicts the coordinator hands to the user.
+//! The JSON field names here are a contract (`data.ranks[]`, `data.links[]`,
+//! `data.verdicts[]` of `fabprobe.ring`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub type Rank = u32;
+
+/// One rank as the bootstrap table lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub rank: Rank,
+    pub host: String,
+    /// Data-plane address this rank listens on (`198.18.1.2:40123`).
+    pub address: String,
+    /// Interface or RDMA device the data plane uses (`eth1`, `mlx5_0`).
+    pub device: Option<String>,
+    /// `tcp`, `rdma` or `inproc`.
+    pub transport: String,
+    pub pid: Option<u32>,
+}
+
+/// One directed link measured at its receiver.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkSample {
+    /// Which ring order of the scan produced this sample (0 = the natural ring).
+    pub order: u32,
+    pub from_rank: Rank,
+    pub to_rank: Rank,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl LinkSample {
+    /// 10^9 bytes per second, as nccl-tests reports.
+    pub fn gbs(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / self.seconds / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Which part of the run a rank is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Bootstrap,
+    Connect,
+    Scan,
+    ReduceScatter,
+    AllGather,
+    Results,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Bootstrap => "bootstrap",
+            Phase::Connect => "connect",
+            Phase::Scan => "scan",
+            Phase::ReduceScatter => "reduce-scatter",
+            Phase::AllGather => "all-gather",
+            Phase::Results => "results",
+        }
+    }
+}
+
+/// What a rank sends the coordinator when a data-link wait passes its deadline, and in
+/// its periodic heartbeats (then `waiting_on` is None).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitReport {
+    pub rank: Rank,
+    pub phase: Phase,
+    /// Step within the phase (ring step 0..n-1, or the scan order).
+    pub step: u32,
+    pub channel: u32,
+    /// The peer this rank waits for data from (its ring predecessor) or to send to.
+    pub waiting_on: Option<Rank>,
+    /// `true`: waiting to receive from `waiting_on`; `false`: blocked sending to it.
+    pub waiting_to_receive: bool,
+    /// Bytes this rank has received from `waiting_on` in the current step.
+    pub bytes_received: u64,
+    /// Bytes this rank has handed to the link towards its successor in the current step.
+    pub bytes_sent: u64,
+    /// Milliseconds since this rank last made progress on any data link.
+    pub since_progress_ms: u64,
+    /// Monotonic progress counter (chunks completed); the coordinator compares successive
+    /// heartbeats to tell "alive but not progressing" from "working".
+    pub progress: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    SlowLink,
+    SlowEgress,
+    SlowIngress,
+    HangLink,
+    RankLost,
+    RankStalled,
+    CoordinatorLost,
+}
+
+/// A conclusion the user sees: human line first, figures as evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub kind: VerdictKind,
+    pub from_rank: Option<Rank>,
+    pub to_rank: Option<Rank>,
+    pub from_host: Option<String>,
+    pub to_host: Option<String>,
+    /// Figures the verdict rests on (`gbs`, `median_gbs`, `ratio`, `step`, `waited_ms`...).
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    pub message: String,
+    /// The next command a person should run.
+    pub next: Option<String>,
+}
