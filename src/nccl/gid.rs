@@ -1,0 +1,637 @@
+//! NCCL's GID index choice (`src/transport/net_ib/connect.cc: ncclIbGetGidIndex`, v2.21+)
+//! and perftest's default choice, over a port's GID table as read from sysfs.
+//! Rules: shared reference rdma-facts.md §3(c) and probe-facts.md §2 (GID / RoCE).
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::Attr;
+use crate::sysfs::infiniband::{Gid, GidSlot, GidType};
+
+/// The NCCL environment that steers the choice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GidEnv {
+    pub gid_index: Option<String>,
+    pub roce_version_num: Option<String>,
+    pub addr_family: Option<String>,
+    pub addr_range: Option<String>,
+    pub routable_flid_gid_index: Option<String>,
+}
+
+impl GidEnv {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> GidEnv {
+        GidEnv {
+            gid_index: get("NCCL_IB_GID_INDEX"),
+            roce_version_num: get("NCCL_IB_ROCE_VERSION_NUM"),
+            addr_family: get("NCCL_IB_ADDR_FAMILY"),
+            addr_range: get("NCCL_IB_ADDR_RANGE"),
+            routable_flid_gid_index: get("NCCL_IB_ROUTABLE_FLID_GID_INDEX"),
+        }
+    }
+}
+
+/// `NCCL_PARAM` parsing: `strtoll(s, &end, 0)`; no digits at all means the default.
+/// Accepts `0x` hex and leading-zero octal like C, and ignores trailing garbage.
+pub fn nccl_param(s: Option<&str>, default: i64) -> i64 {
+    let Some(s) = s else { return default };
+    let t = s.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        (16, h)
+    } else if t.starts_with('0') && t.len() > 1 {
+        (8, &t[1..])
+    } else {
+        (10, t)
+    };
+    let n: String = digits.chars().take_while(|c| c.is_digit(radix)).collect();
+    if n.is_empty() {
+        // "0" alone, or "0x" with nothing after: strtoll parses the leading 0.
+        return if t.starts_with('0') { 0 } else { default };
+    }
+    match i64::from_str_radix(&n, radix) {
+        Ok(v) => {
+            if neg {
+                -v
+            } else {
+                v
+            }
+        }
+        Err(_) => default,
+    }
+}
+
+/// Address family, as NCCL names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Family {
+    #[serde(rename = "AF_INET")]
+    Inet,
+    #[serde(rename = "AF_INET6")]
+    Inet6,
+}
+
+/// `getGidAddrFamily`: IPv4-mapped (or `ff0e::ffff:` v4-mapped multicast) is AF_INET.
+pub fn gid_family(g: &Gid) -> Family {
+    let b = &g.0;
+    let mapped = b[..10] == [0; 10] && b[10] == 0xff && b[11] == 0xff;
+    let mcast_mapped =
+        b[0] == 0xff && b[1] == 0x0e && b[2..10] == [0; 8] && b[10] == 0xff && b[11] == 0xff;
+    if mapped || mcast_mapped {
+        Family::Inet
+    } else {
+        Family::Inet6
+    }
+}
+
+/// `validGid`: not all-zero, not `fe80::` with a zero trailer, not link-local.
+pub fn valid_gid(g: &Gid) -> bool {
+    !g.is_zero() && !g.is_link_local()
+}
+
+/// `NCCL_IB_ADDR_RANGE` parsed for family `af`: `(address bytes, prefix length)`.
+/// `None` when unset, without `/`, unparsable for that family, or too long a prefix.
+pub fn parse_addr_range(s: Option<&str>, af: Family) -> Option<([u8; 16], u32)> {
+    let s = s?;
+    let (addr, len) = s.split_once('/')?;
+    // strtol(mask, NULL, 10): leading digits, else 0.
+    let len: u32 = len
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or(0);
+    match af {
+        Family::Inet => {
+            let a: std::net::Ipv4Addr = addr.parse().ok()?;
+            if len > 32 {
+                return None;
+            }
+            let mut b = [0u8; 16];
+            b[12..].copy_from_slice(&a.octets());
+            Some((b, len))
+        }
+        Family::Inet6 => {
+            let a: std::net::Ipv6Addr = addr.parse().ok()?;
+            if len > 128 {
+                return None;
+            }
+            Some((a.octets(), len))
+        }
+    }
+}
+
+/// `matchGidAddrPrefix`: v4 compares the GID's last 32 bits under the mask; v6 the
+/// leading `len` bits. No range matches everything.
+pub fn subnet_ok(range: Option<&([u8; 16], u32)>, af: Family, g: &Gid) -> bool {
+    let Some((base, len)) = range else {
+        return true;
+    };
+    let bits_eq = |a: &[u8], b: &[u8], bits: u32| -> bool {
+        let full = (bits / 8) as usize;
+        if a[..full] != b[..full] {
+            return false;
+        }
+        let rem = bits % 8;
+        rem == 0 || {
+            let m = 0xffu8 << (8 - rem);
+            (a[full] & m) == (b[full] & m)
+        }
+    };
+    match af {
+        Family::Inet => bits_eq(&base[12..], &g.0[12..], *len),
+        Family::Inet6 => bits_eq(base, &g.0, *len),
+    }
+}
+
+/// What NCCL (or perftest) would use on one port, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GidChoice {
+    pub index: Option<u32>,
+    /// Which rule decided, in words a person can check against the table.
+    pub reason: String,
+}
+
+/// The version NCCL reads from `gid_attrs/types/<i>`: unset on EINVAL (tolerated) or an
+/// unknown string; an absent file or another errno is an error NCCL reports.
+fn nccl_version(slot: Option<&GidSlot>) -> Result<Option<u8>, String> {
+    match slot.map(|s| &s.gid_type) {
+        Some(Attr::Value(v)) => Ok(GidType::parse(v).map(GidType::version)),
+        Some(Attr::Failed(e)) if e == "EINVAL" => Ok(None),
+        Some(Attr::Failed(e)) => Err(format!("reading gid_attrs/types failed with {e}")),
+        Some(Attr::Absent) | None => Err("gid_attrs/types is missing".to_string()),
+    }
+}
+
+/// `ncclIbGetGidIndex` for one port. `table` is every slot of `gids/`, indexed by
+/// position = index (missing slots read as zero GIDs, as `ibv_query_gid` would).
+pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv) -> GidChoice {
+    let tbl_len = table.iter().map(|s| s.index + 1).max().unwrap_or(0);
+    let slot = |i: u32| table.iter().find(|s| s.index == i);
+    let gid = |i: u32| slot(i).and_then(|s| s.gid).unwrap_or(Gid([0; 16]));
+
+    if link_layer == Some("InfiniBand") {
+        let flid_idx = nccl_param(env.routable_flid_gid_index.as_deref(), 1);
+        if flid_idx >= 0 && (flid_idx as u64) < u64::from(tbl_len) {
+            let f = gid(flid_idx as u32).flid();
+            if f != 0 {
+                return GidChoice {
+                    index: Some(flid_idx as u32),
+                    reason: format!(
+                        "InfiniBand: GID {flid_idx} (NCCL_IB_ROUTABLE_FLID_GID_INDEX) carries a routable FLID 0x{f:04x}"
+                    ),
+                };
+            }
+        }
+        return GidChoice {
+            index: Some(0),
+            reason: format!("InfiniBand: no routable FLID at index {flid_idx}, so index 0"),
+        };
+    }
+
+    let forced = nccl_param(env.gid_index.as_deref(), -1);
+    if forced >= 0 {
+        return GidChoice {
+            index: u32::try_from(forced).ok(),
+            reason: format!("NCCL_IB_GID_INDEX={forced} forces it"),
+        };
+    }
+
+    let af = match env.addr_family.as_deref() {
+        Some("AF_INET6") => Family::Inet6,
+        _ => Family::Inet,
+    };
+    let range = parse_addr_range(env.addr_range.as_deref(), af);
+    let want_ver = nccl_param(env.roce_version_num.as_deref(), 2);
+    let fam_word = match af {
+        Family::Inet => "AF_INET",
+        Family::Inet6 => "AF_INET6",
+    };
+    let mut idx = 0u32;
+    let mut why = String::from("no candidate beat index 0");
+    for cand in 1..tbl_len {
+        let (cur, c) = (gid(idx), gid(cand));
+        let (cur_fam, cand_fam) = (gid_family(&cur), gid_family(&c));
+        let in_subnet = subnet_ok(range.as_ref(), af, &c);
+        if cand_fam != cur_fam && cand_fam == af && in_subnet {
+            idx = cand;
+            why = format!("first {fam_word} GID at {cand}");
+            continue;
+        }
+        if cand_fam != af || !valid_gid(&c) || !in_subnet {
+            continue;
+        }
+        let cur_ver = match nccl_version(slot(idx)) {
+            Ok(v) => v,
+            Err(e) => {
+                return GidChoice {
+                    index: None,
+                    reason: format!("NCCL stops with an error at index {idx}: {e}"),
+                };
+            }
+        };
+        let cand_ver = match nccl_version(slot(cand)) {
+            Ok(v) => v,
+            Err(e) => {
+                return GidChoice {
+                    index: None,
+                    reason: format!("NCCL stops with an error at index {cand}: {e}"),
+                };
+            }
+        };
+        if (cur_ver != cand_ver || !valid_gid(&cur)) && cand_ver.map(i64::from) == Some(want_ver) {
+            idx = cand;
+            why = format!("first valid {fam_word} GID of RoCE v{want_ver} at {cand}");
+        }
+    }
+    let mut reason = format!("auto ({fam_word}, RoCE v{want_ver}): {why}");
+    if range.is_some() {
+        reason.push_str(&format!(
+            " within NCCL_IB_ADDR_RANGE={}",
+            env.addr_range.as_deref().unwrap_or("")
+        ));
+    } else if env.addr_range.is_some() {
+        reason.push_str(" (NCCL_IB_ADDR_RANGE ignored: not addr/len of that family)");
+    }
+    GidChoice {
+        index: Some(idx),
+        reason,
+    }
+}
+
+/// perftest's default on Ethernet without `-x`: score every populated GID, preferring the
+/// IPv4-mapped family (IPv6 with `--ipv6`), then global over link-local scope, then RoCE v2
+/// over v1; ties keep the lowest index. On InfiniBand it uses index 0.
+pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: bool) -> GidChoice {
+    if link_layer != Some("Ethernet") {
+        return GidChoice {
+            index: Some(0),
+            reason: "not Ethernet: GID 0".to_string(),
+        };
+    }
+    let mut best: Option<(u8, u32)> = None;
+    for s in table.iter().filter(|s| s.is_populated()) {
+        let Some(g) = s.gid else { continue };
+        let fam_ok = (gid_family(&g) == Family::Inet) != ipv6;
+        let score = (u8::from(fam_ok) << 2)
+            | (u8::from(!g.is_link_local()) << 1)
+            | u8::from(s.parsed_type() == Some(GidType::RoceV2));
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, s.index));
+        }
+    }
+    match best {
+        None => GidChoice {
+            index: None,
+            reason: "no populated GID".to_string(),
+        },
+        Some((score, i)) => GidChoice {
+            index: Some(i),
+            reason: format!(
+                "best score: {} family, {} scope, {}",
+                if score & 4 != 0 {
+                    if ipv6 { "IPv6" } else { "IPv4" }
+                } else {
+                    "other"
+                },
+                if score & 2 != 0 {
+                    "global"
+                } else {
+                    "link-local"
+                },
+                if score & 1 != 0 {
+                    "RoCE v2"
+                } else {
+                    "not RoCE v2"
+                }
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sysfs::infiniband::parse_gid;
+
+    const LL: &str = "fe80:0000:0000:0000:0ac0:ebff:fe79:391a";
+    const V4A: &str = "0000:0000:0000:0000:0000:ffff:c0a8:0101"; // 192.168.1.1
+    const V4B: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001"; // 10.0.0.1
+    const V6: &str = "fd00:0000:0000:0000:0ac0:ebff:fe79:391a";
+    const ZERO: &str = "0000:0000:0000:0000:0000:0000:0000:0000";
+    const V1: &str = "IB/RoCE v1";
+    const V2: &str = "RoCE v2";
+
+    /// A table from `(gid, type)`; `None` type = EINVAL, as on empty slots.
+    fn table(rows: &[(&str, Option<&str>)]) -> Vec<GidSlot> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, (g, t))| GidSlot {
+                index: i as u32,
+                gid: parse_gid(g),
+                gid_type: match t {
+                    Some(t) => Attr::Value(t.to_string()),
+                    None => Attr::Failed("EINVAL".into()),
+                },
+                ndev: Attr::Absent,
+            })
+            .collect()
+    }
+
+    fn standard() -> Vec<GidSlot> {
+        table(&[
+            (LL, Some(V1)),
+            (LL, Some(V2)),
+            (V4A, Some(V1)),
+            (V4A, Some(V2)),
+            (ZERO, None),
+            (ZERO, None),
+        ])
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> GidEnv {
+        GidEnv::from_lookup(|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    fn pick(ll: &str, t: &[GidSlot], e: &[(&str, &str)]) -> Option<u32> {
+        nccl_gid_index(Some(ll), t, &env(e)).index
+    }
+
+    #[test]
+    fn param_parsing_like_strtoll() {
+        assert_eq!(nccl_param(None, -1), -1);
+        assert_eq!(nccl_param(Some("3"), -1), 3);
+        assert_eq!(nccl_param(Some("0x10"), -1), 16);
+        assert_eq!(nccl_param(Some("010"), -1), 8);
+        assert_eq!(nccl_param(Some("0"), -1), 0);
+        assert_eq!(nccl_param(Some("-1"), 5), -1);
+        assert_eq!(nccl_param(Some("3abc"), -1), 3);
+        assert_eq!(nccl_param(Some("abc"), -1), -1);
+        assert_eq!(nccl_param(Some(""), 2), 2);
+        assert_eq!(nccl_param(Some(" 7"), 2), 7);
+    }
+
+    #[test]
+    fn roce_default_picks_first_ipv4_v2() {
+        let c = nccl_gid_index(Some("Ethernet"), &standard(), &GidEnv::default());
+        assert_eq!(c.index, Some(3), "{c:?}");
+        assert!(c.reason.contains("RoCE v2"), "{}", c.reason);
+    }
+
+    #[test]
+    fn roce_version_1_picks_first_ipv4_v1() {
+        assert_eq!(
+            pick(
+                "Ethernet",
+                &standard(),
+                &[("NCCL_IB_ROCE_VERSION_NUM", "1")]
+            ),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn forced_index_wins_even_if_empty() {
+        assert_eq!(
+            pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "5")]),
+            Some(5)
+        );
+        assert_eq!(
+            pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "0")]),
+            Some(0)
+        );
+        // -1 and garbage mean auto.
+        assert_eq!(
+            pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "-1")]),
+            Some(3)
+        );
+        assert_eq!(
+            pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "auto")]),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn family_switch_branch_takes_first_of_wanted_family() {
+        // Only v1 IPv4 entries: the family switch picks index 2 even though it is v1,
+        // and no v2 candidate follows.
+        let t = table(&[(LL, Some(V1)), (LL, Some(V2)), (V4A, Some(V1))]);
+        assert_eq!(pick("Ethernet", &t, &[]), Some(2));
+    }
+
+    #[test]
+    fn ipv6_family() {
+        let t = table(&[
+            (LL, Some(V1)),
+            (LL, Some(V2)),
+            (V4A, Some(V1)),
+            (V4A, Some(V2)),
+            (V6, Some(V1)),
+            (V6, Some(V2)),
+        ]);
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]),
+            Some(5)
+        );
+        // Without a global IPv6 GID, AF_INET6 stays at 0 (link-local is never valid; index
+        // 0 is already AF_INET6).
+        assert_eq!(
+            pick(
+                "Ethernet",
+                &standard(),
+                &[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]
+            ),
+            Some(0)
+        );
+        // Unknown family string means AF_INET.
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_FAMILY", "inet")]),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn addr_range_filters_candidates() {
+        let t = table(&[
+            (LL, Some(V1)),
+            (LL, Some(V2)),
+            (V4A, Some(V1)),
+            (V4A, Some(V2)),
+            (V4B, Some(V1)),
+            (V4B, Some(V2)),
+        ]);
+        assert_eq!(pick("Ethernet", &t, &[]), Some(3));
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "10.0.0.0/8")]),
+            Some(5)
+        );
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "192.168.0.0/16")]),
+            Some(3)
+        );
+        // Ignored forms: no '/', bad address, prefix too long.
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "10.0.0.0")]),
+            Some(3)
+        );
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "10.0.0/8")]),
+            Some(3)
+        );
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "10.0.0.0/33")]),
+            Some(3)
+        );
+        // Nothing in range: stays at 0.
+        assert_eq!(
+            pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "172.16.0.0/12")]),
+            Some(0)
+        );
+        let c = nccl_gid_index(
+            Some("Ethernet"),
+            &t,
+            &env(&[("NCCL_IB_ADDR_RANGE", "10.0.0.0")]),
+        );
+        assert!(c.reason.contains("ignored"), "{}", c.reason);
+    }
+
+    #[test]
+    fn container_sparse_table_with_einval_types() {
+        // Indices 0..3 unmapped (zero GIDs, types EINVAL), 4..7 populated (NCCL #1573).
+        let t = table(&[
+            (ZERO, None),
+            (ZERO, None),
+            (ZERO, None),
+            (ZERO, None),
+            (LL, Some(V1)),
+            (LL, Some(V2)),
+            (V4A, Some(V1)),
+            (V4A, Some(V2)),
+        ]);
+        // Index 6 is taken by the family switch (0 is a zero GID: AF_INET6); then 7 is v2.
+        assert_eq!(pick("Ethernet", &t, &[]), Some(7));
+    }
+
+    #[test]
+    fn einval_version_is_unset_and_unknown_type_too() {
+        // The v2 candidate's type read fails: it can never match version 2.
+        let t = table(&[
+            (LL, Some(V1)),
+            (V4A, Some(V1)),
+            (V4A, None),
+            (V4B, Some("garbage")),
+        ]);
+        assert_eq!(pick("Ethernet", &t, &[]), Some(1));
+    }
+
+    #[test]
+    fn missing_types_file_is_an_error_nccl_reports() {
+        let mut t = standard();
+        t[3].gid_type = Attr::Absent;
+        let c = nccl_gid_index(Some("Ethernet"), &t, &GidEnv::default());
+        assert_eq!(c.index, None);
+        assert!(c.reason.contains("error"), "{}", c.reason);
+    }
+
+    #[test]
+    fn ib_uses_flid_or_zero() {
+        let ib = table(&[
+            ("fe80:0000:0000:0000:b83f:d203:00a4:2e48", Some(V1)),
+            ("fe80:0000:0000:0000:b83f:d203:00a4:2e48", Some(V1)),
+        ]);
+        assert_eq!(pick("InfiniBand", &ib, &[]), Some(0));
+        // NCCL_IB_GID_INDEX does not apply to IB.
+        assert_eq!(
+            pick("InfiniBand", &ib, &[("NCCL_IB_GID_INDEX", "3")]),
+            Some(0)
+        );
+        let flid = table(&[
+            ("fe80:0000:0000:0000:b83f:d203:00a4:2e48", Some(V1)),
+            ("fec0:0000:0007:0000:b83f:d203:00a4:2e48", Some(V1)),
+        ]);
+        assert_eq!(pick("InfiniBand", &flid, &[]), Some(1));
+        // Index beyond the table: 0.
+        assert_eq!(
+            pick(
+                "InfiniBand",
+                &flid,
+                &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "9")]
+            ),
+            Some(0)
+        );
+        assert_eq!(
+            pick(
+                "InfiniBand",
+                &flid,
+                &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "0")]
+            ),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn multicast_v4_mapped_is_inet() {
+        let g = parse_gid("ff0e:0000:0000:0000:0000:ffff:0a00:0001").unwrap();
+        assert_eq!(gid_family(&g), Family::Inet);
+        assert_eq!(gid_family(&parse_gid(V6).unwrap()), Family::Inet6);
+        assert!(!valid_gid(&parse_gid(LL).unwrap()));
+        assert!(!valid_gid(&parse_gid(ZERO).unwrap()));
+        assert!(valid_gid(&parse_gid(V4A).unwrap()));
+    }
+
+    #[test]
+    fn ipv6_range() {
+        let r = parse_addr_range(Some("fd00::/8"), Family::Inet6).unwrap();
+        assert!(subnet_ok(Some(&r), Family::Inet6, &parse_gid(V6).unwrap()));
+        assert!(!subnet_ok(Some(&r), Family::Inet6, &parse_gid(LL).unwrap()));
+        assert!(parse_addr_range(Some("fd00::/129"), Family::Inet6).is_none());
+        let r4 = parse_addr_range(Some("192.168.1.1/32"), Family::Inet).unwrap();
+        assert!(subnet_ok(Some(&r4), Family::Inet, &parse_gid(V4A).unwrap()));
+        let r0 = parse_addr_range(Some("1.2.3.4/0"), Family::Inet).unwrap();
+        assert!(subnet_ok(Some(&r0), Family::Inet, &parse_gid(V4B).unwrap()));
+    }
+
+    #[test]
+    fn perftest_scoring() {
+        assert_eq!(
+            perftest_gid_index(Some("Ethernet"), &standard(), false).index,
+            Some(3)
+        );
+        assert_eq!(
+            perftest_gid_index(Some("InfiniBand"), &standard(), false).index,
+            Some(0)
+        );
+        let only_ll = table(&[(LL, Some(V1)), (LL, Some(V2))]);
+        assert_eq!(
+            perftest_gid_index(Some("Ethernet"), &only_ll, false).index,
+            Some(1)
+        );
+        let v1_only = table(&[(LL, Some(V1)), (V4A, Some(V1))]);
+        assert_eq!(
+            perftest_gid_index(Some("Ethernet"), &v1_only, false).index,
+            Some(1)
+        );
+        let t6 = table(&[
+            (LL, Some(V2)),
+            (V4A, Some(V2)),
+            (V6, Some(V1)),
+            (V6, Some(V2)),
+        ]);
+        assert_eq!(
+            perftest_gid_index(Some("Ethernet"), &t6, true).index,
+            Some(3)
+        );
+        let empty = table(&[(ZERO, None)]);
+        assert_eq!(
+            perftest_gid_index(Some("Ethernet"), &empty, false).index,
+            None
+        );
+    }
+}
