@@ -3,6 +3,8 @@
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
 mod docs;
+mod gids;
+mod links;
 mod out;
 mod snapshot;
 
@@ -112,6 +114,12 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL
+    /// and perftest would pick; --show-gids prints show_gids' own format.
+    Gids(gids::GidsArgs),
+    /// RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters
+    /// with their widths, deltas over --interval or against --baseline.
+    Links(links::LinksArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
     /// Write man pages and shell completions (for packaging; used by the tests).
@@ -182,6 +190,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
         Command::Snapshot(a) => snapshot::run(g, a),
+        Command::Gids(a) => gids::run(g, a),
+        Command::Links(a) => links::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }
 }

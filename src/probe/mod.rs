@@ -1,11 +1,15 @@
 //! Probes: pure functions from a [`Host`] to a typed report. They never print.
 
+pub mod gids;
+pub mod links;
+
 use crate::host::Host;
 
 /// Run every local probe once, for `snapshot` capture: what they read is what a snapshot
 /// holds. Returns one line per probe that failed (the capture still goes on).
 pub fn run_all_for_capture(host: &Host) -> Vec<String> {
     let errors = Vec::new();
-    let _ = host;
+    let _ = gids::probe(host, &gids::env_of(host));
+    let _ = links::probe(host);
     errors
 }

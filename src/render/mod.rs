@@ -1,6 +1,8 @@
 //! Rendering, the last step: the JSON envelope shared by every command, and text helpers.
 //! Renderers return strings; only the CLI layer writes them out.
 
+pub mod gids;
+pub mod links;
 pub mod text;
 
 use serde::Serialize;

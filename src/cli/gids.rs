@@ -1,0 +1,87 @@
+//! `fabprobe gids`: every GID of every RDMA port and the index NCCL would pick.
+
+use clap::Args;
+
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use crate::probe::gids;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = GIDS_HELP)]
+pub struct GidsArgs {
+    /// Print exactly what the show_gids script prints (tabs, its lexical order, footer
+    /// n_gids_found=N), for scripts that parse it.
+    #[arg(long)]
+    pub show_gids: bool,
+    /// Only this RDMA device (like `show_gids DEV`).
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<String>,
+}
+
+const GIDS_HELP: &str = "\
+Rows are every populated GID (all-zero and fe80:: zero-trailer slots are skipped, as show_gids
+does) in numeric index order. For each port the index NCCL would use is marked, computed with
+NCCL's own rules (NCCL >= 2.21: NCCL_IB_GID_INDEX, NCCL_IB_ROCE_VERSION_NUM,
+NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE; on InfiniBand the routable-FLID rule with
+NCCL_IB_ROUTABLE_FLID_GID_INDEX) and the environment of the host or snapshot, and likewise
+perftest's default (-x not given). Reads of gid_attrs/types and ndevs that fail with EINVAL
+(empty slots, IB ports, unmapped container slots) are treated as the kernel means them.
+
+FINDINGS
+  gids.no_roce_v2            a RoCE port without any RoCE v2 GID
+  gids.nccl_gid_unusable     NCCL's automatic choice is link-local or empty
+  gids.nccl_gid_index_bad    NCCL_IB_GID_INDEX points at an empty, link-local or v1 entry
+  gids.nccl_gid_error        NCCL would stop with an error (a types file missing)
+  gids.duplicate_ipv4        the same IPv4 address on two ports
+  gids.sparse_table          the first populated index is above 0 (container view)
+
+JSON DATA (fabprobe.gids)
+  {\"rdma\": {\"devices_found\": bool, \"message\": str|null},
+   \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
+                \"routable_flid_gid_index\"} (null when unset),
+   \"ports\": [{\"device\", \"port\", \"link_layer\", \"state\", \"gid_tbl_len\",
+              \"entries\": [{\"index\", \"gid\" (kernel full form), \"ipv4\", \"roce_version\"
+                           (v1|v2|IB|null), \"gid_type\" (types file as read), \"netdev\",
+                           \"attr_errors\": {\"types\"|\"ndevs\": errno}, \"link_local\",
+                           \"nccl_pick\", \"perftest_pick\"}],
+              \"nccl\": {\"index\", \"reason\"}, \"perftest\": {\"index\", \"reason\"}}]}
+
+PROMETHEUS (--format prom)
+  fabprobe_infiniband_gid_info{device,port,index,gid,ipv4,version,netdev} 1
+  fabprobe_infiniband_nccl_gid_index{device,port}";
+
+pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("gids", &[Format::Table, Format::Json, Format::Prom])?;
+    if a.show_gids && fmt != Format::Table {
+        return Err(UsageError(
+            "--show-gids prints show_gids' own text; it cannot be combined with --format".into(),
+        )
+        .into());
+    }
+    let host = open_host(g)?;
+    let env = gids::env_of(&host);
+    let mut report = gids::probe(&host, &env);
+    if let Some(dev) = &a.device {
+        report.ports.retain(|p| &p.device == dev);
+        if report.rdma.devices_found && report.ports.is_empty() {
+            return Err(UsageError(format!("no RDMA device named {dev}")).into());
+        }
+    }
+    let findings = gids::findings(&report);
+    if let Some(m) = &report.rdma.message {
+        g.log(1, m);
+    }
+    let text = if a.show_gids {
+        crate::render::gids::show_gids(&report)
+    } else {
+        match fmt {
+            Format::Json => {
+                Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json()
+            }
+            Format::Prom => crate::render::gids::prom(&report),
+            _ => crate::render::gids::table(&report, &findings),
+        }
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

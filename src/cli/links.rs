@@ -1,0 +1,128 @@
+//! `fabprobe links`: RDMA port state, rate, identity, PCIe link and counters, with deltas
+//! over an interval or against a baseline snapshot.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use crate::host::Host;
+use crate::probe::links::{self, SampleInfo};
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = LINKS_HELP)]
+pub struct LinksArgs {
+    /// Sample the counters twice, SECONDS apart, and report deltas and rates (live only).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
+    pub interval: Option<f64>,
+    /// An earlier snapshot of the same host: report deltas from it to --root (or to the
+    /// live host); rates use the snapshots' captured_at times.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub baseline: Option<PathBuf>,
+}
+
+const LINKS_HELP: &str = "\
+Per device: node type, HCA type, firmware, board id, node GUID, the HCA's PCIe link (current vs
+maximum) and netdevs. Per port: state and physical state (number and name), rate with lanes and
+speed (old kernels' suffix-less form accepted), link layer, LID, SM LID, netdev. Every counter of
+counters/ (IB PMA) and hw_counters/ with its real width: PMA counters saturate (16/8/4/32-bit,
+data and packets 32 or 64-bit); port_xmit_data/port_rcv_data count 4-byte words (value_bytes is
+x4); mlx5 q-counters wrap at 2^32; other hw counters are 64-bit. `N/A (no PMA)` and failed reads
+are shown as unavailable, never as 0.
+
+With --interval or --baseline each counter gets a delta (wraps undone; a saturated counter gives
+a lower bound; a decrease of a saturating counter means it was cleared) and a rate per second.
+
+FINDINGS
+  links.port_not_active            state not ACTIVE or phys_state not LinkUp (Disabled: warn)
+  links.rate_below_peers           an ACTIVE port slower than the best port of the same HCA model
+  links.pcie_downtrained           the HCA's PCIe link below its maximum speed or width
+  links.errors_increasing          symbol_error, link_downed (fail), link_error_recovery,
+                                   port_rcv_errors, port_xmit_discards increased
+  links.retransmissions_increasing local_ack_timeout_err, packet_seq_err, out_of_sequence,
+                                   rnr_nak_retry_err, req_transport_retries_exceeded (fail) increased
+  links.congestion                 port_xmit_wait grew by more than 10% of port_xmit_data (words)
+  links.counter_saturated          a PMA error counter stuck at its maximum (single sample)
+  links.verbs_mismatch             libibverbs and sysfs disagree (live only)
+
+JSON DATA (fabprobe.links)
+  {\"rdma\": {\"devices_found\", \"message\"},
+   \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
+   \"verbs\": null | {\"error\" (e.g. ENOSYS), \"devices\": [{\"name\", \"port1_active\", \"error\"}]},
+   \"devices\": [{\"name\", \"node_type\": {\"id\",\"name\"}, \"node_guid\", \"sys_image_guid\",
+     \"fw_ver\", \"board_id\", \"hca_type\", \"hw_rev\", \"pci_bdf\", \"driver\",
+     \"pci_link\": {\"current_speed\", \"current_width\", \"max_speed\", \"max_width\"},
+     \"pci_netdevs\", \"device_counters\": [counter],
+     \"ports\": [{\"port\", \"state\": {\"id\",\"name\"}, \"phys_state\": {\"id\",\"name\"},
+       \"rate\": {\"raw\", \"gbps\", \"lanes\", \"speed\"}, \"link_layer\", \"lid\", \"sm_lid\", \"netdev\",
+       \"counters\": [{\"name\", \"dir\" (counters|hw_counters|device_hw_counters), \"width_bits\",
+         \"overflow\" (saturates|wraps), \"value\", \"value_bytes\", \"unavailable\", \"saturated\",
+         \"delta\": null | {\"kind\": \"value\", \"value\", \"wrapped\"} | {\"kind\": \"saturated\",
+         \"at_least\"} | {\"kind\": \"reset\", \"after\"}, \"delta_bytes\", \"rate_per_s\"}]}]}]}
+
+PROMETHEUS (--format prom)
+  node_exporter infiniband collector names: node_infiniband_info, node_infiniband_state_id,
+  node_infiniband_physical_state_id, node_infiniband_rate_bytes_per_second,
+  node_infiniband_port_data_{received,transmitted}_bytes_total, ..._symbol_error_total,
+  ..._link_downed_total, ..._port_transmit_wait_total, ...; other counters as
+  fabprobe_infiniband_hw_counter_total{counter=...}; rates as
+  fabprobe_infiniband_counter_rate_per_second{counter=...}.";
+
+pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("links", &[Format::Table, Format::Json, Format::Prom])?;
+    let host = open_host(g)?;
+    let mut report = links::probe(&host);
+    if let Some(secs) = a.interval {
+        if !host.is_live() {
+            return Err(UsageError(
+                "--interval samples the live host twice; with --root use --baseline EARLIER_SNAPSHOT".into(),
+            )
+            .into());
+        }
+        if !(secs > 0.0 && secs <= 86_400.0) {
+            return Err(UsageError(format!(
+                "--interval {secs}: give a number of seconds between 0 and 86400"
+            ))
+            .into());
+        }
+        if report.rdma.devices_found {
+            let t0 = Instant::now();
+            g.log(1, format!("sampling again in {secs} s"));
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            let mut second = links::probe(&host);
+            let info = SampleInfo {
+                kind: "interval".into(),
+                baseline: "live".into(),
+                interval_s: Some(t0.elapsed().as_secs_f64()),
+            };
+            links::apply_deltas(&mut second, &report, info);
+            report = second;
+        }
+    } else if let Some(b) = &a.baseline {
+        let base_host = Host::snapshot(b)?;
+        let before = links::probe(&base_host);
+        let interval_s = links::seconds_between(
+            base_host.meta().captured_at.as_deref(),
+            host.meta().captured_at.as_deref(),
+        );
+        let info = SampleInfo {
+            kind: "baseline".into(),
+            baseline: b.display().to_string(),
+            interval_s,
+        };
+        links::apply_deltas(&mut report, &before, info);
+    }
+    let findings = links::findings(&report);
+    if let Some(m) = &report.rdma.message {
+        g.log(1, m);
+    }
+    let text = match fmt {
+        Format::Json => Envelope::new("links", HostInfo::of(&host), &report, &findings).to_json(),
+        Format::Prom => crate::render::links::prom(&report),
+        _ => crate::render::links::table(&report, &findings),
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

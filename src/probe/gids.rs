@@ -1,0 +1,308 @@
+//! `gids`: every GID of every RDMA port, with the index NCCL and perftest would pick.
+//! Reads `/sys/class/infiniband/*/ports/*/{gids,gid_attrs}` through the host; findings for
+//! the GID mistakes that break RoCE jobs (rdma-facts.md §1-3).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::check::{Finding, Severity};
+use crate::host::{Attr, Host};
+use crate::nccl::gid::{self, GidChoice, GidEnv};
+use crate::sysfs::infiniband::{self as ib, Gid, GidSlot, GidType};
+
+/// Whether the host has RDMA devices at all, in words a person reads.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RdmaPresence {
+    pub devices_found: bool,
+    /// Why there is nothing to report (`no RDMA devices: ...`), when nothing was found.
+    pub message: Option<String>,
+}
+
+pub const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
+
+/// The RDMA devices of a host, or the reason there are none.
+pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
+    match ib::list_devices(host) {
+        None => (
+            RdmaPresence {
+                devices_found: false,
+                message: Some(NO_IB_KERNEL.to_string()),
+            },
+            Vec::new(),
+        ),
+        Some(v) if v.is_empty() => (
+            RdmaPresence {
+                devices_found: false,
+                message: Some("no RDMA devices: /sys/class/infiniband is empty".to_string()),
+            },
+            v,
+        ),
+        Some(v) => (
+            RdmaPresence {
+                devices_found: true,
+                message: None,
+            },
+            v,
+        ),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GidsReport {
+    pub rdma: RdmaPresence,
+    /// The NCCL variables the choice used (from the host's or snapshot's environment).
+    pub nccl_env: GidEnv,
+    pub ports: Vec<GidPort>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GidPort {
+    pub device: String,
+    pub port: u32,
+    pub link_layer: Option<String>,
+    /// `state` name (`ACTIVE`, `DOWN`, ...).
+    pub state: Option<String>,
+    /// Slots in `gids/` (`gid_tbl_len`).
+    pub gid_tbl_len: u32,
+    /// Populated entries only (all-zero and `fe80::` zero-trailer slots skipped, as
+    /// `show_gids` does), in numeric index order.
+    pub entries: Vec<GidEntry>,
+    pub nccl: GidChoice,
+    pub perftest: GidChoice,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GidEntry {
+    pub index: u32,
+    /// The kernel's full form.
+    pub gid: Gid,
+    /// The address, when the GID is IPv4-mapped.
+    pub ipv4: Option<String>,
+    /// `v1`, `v2`, or `IB` on InfiniBand ports; `null` when `types` could not be read.
+    pub roce_version: Option<String>,
+    /// `gid_attrs/types/<i>` as read (`IB/RoCE v1`, `RoCE v2`), or `null`.
+    pub gid_type: Option<String>,
+    /// `gid_attrs/ndevs/<i>`: the L3 netdev (bond, VLAN, macvlan, vxlan included).
+    pub netdev: Option<String>,
+    /// The errno when `types`/`ndevs` reads failed (EINVAL on IB ports is normal).
+    pub attr_errors: BTreeMap<String, String>,
+    pub link_local: bool,
+    pub nccl_pick: bool,
+    pub perftest_pick: bool,
+}
+
+/// The NCCL environment a probe sees: the live process's or the snapshot's.
+pub fn env_of(host: &Host) -> GidEnv {
+    GidEnv::from_lookup(|k| host.env_var(k).map(str::to_string))
+}
+
+fn attr_text(a: &Attr) -> Option<String> {
+    a.value().map(|s| s.trim().to_string())
+}
+
+pub fn probe(host: &Host, env: &GidEnv) -> GidsReport {
+    let (rdma, devices) = presence(host);
+    let mut ports = Vec::new();
+    for dev in &devices {
+        for port in ib::list_ports(host, dev) {
+            ports.push(probe_port(host, dev, port, env));
+        }
+    }
+    GidsReport {
+        rdma,
+        nccl_env: env.clone(),
+        ports,
+    }
+}
+
+fn probe_port(host: &Host, dev: &str, port: u32, env: &GidEnv) -> GidPort {
+    let pdir = ib::port_dir(dev, port);
+    let link_layer = attr_text(&host.attr(format!("{pdir}/link_layer")));
+    let state = attr_text(&host.attr(format!("{pdir}/state")))
+        .and_then(|s| ib::parse_num_name(&s))
+        .map(|n| n.name);
+    let table = ib::read_gid_table(host, dev, port);
+    let nccl = gid::nccl_gid_index(link_layer.as_deref(), &table, env);
+    let perftest = gid::perftest_gid_index(link_layer.as_deref(), &table, false);
+    let is_ib = link_layer.as_deref() == Some("InfiniBand");
+    let entries = table
+        .iter()
+        .filter(|s| s.is_populated())
+        .filter_map(|s| entry(s, is_ib, &nccl, &perftest))
+        .collect();
+    GidPort {
+        device: dev.to_string(),
+        port,
+        link_layer,
+        state,
+        gid_tbl_len: table.iter().map(|s| s.index + 1).max().unwrap_or(0),
+        entries,
+        nccl,
+        perftest,
+    }
+}
+
+fn entry(s: &GidSlot, is_ib: bool, nccl: &GidChoice, perftest: &GidChoice) -> Option<GidEntry> {
+    let g = s.gid?;
+    let mut attr_errors = BTreeMap::new();
+    if let Attr::Failed(e) = &s.gid_type {
+        attr_errors.insert("types".to_string(), e.clone());
+    }
+    if let Attr::Failed(e) = &s.ndev {
+        attr_errors.insert("ndevs".to_string(), e.clone());
+    }
+    let roce_version = match (is_ib, s.parsed_type()) {
+        (true, _) => Some("IB".to_string()),
+        (false, Some(GidType::IbRoceV1)) => Some("v1".to_string()),
+        (false, Some(GidType::RoceV2)) => Some("v2".to_string()),
+        (false, None) => None,
+    };
+    Some(GidEntry {
+        index: s.index,
+        gid: g,
+        ipv4: g.ipv4_mapped().map(|a| a.to_string()),
+        roce_version,
+        gid_type: attr_text(&s.gid_type),
+        netdev: attr_text(&s.ndev).filter(|n| !n.is_empty()),
+        attr_errors,
+        link_local: g.is_link_local(),
+        nccl_pick: nccl.index == Some(s.index),
+        perftest_pick: perftest.index == Some(s.index),
+    })
+}
+
+/// Judge the GID tables: the mistakes that make RoCE connections fail or pick the wrong path.
+pub fn findings(r: &GidsReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let forced = gid::nccl_param(r.nccl_env.gid_index.as_deref(), -1);
+    let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &r.ports {
+        let subject = format!("{}/{}", p.device, p.port);
+        let roce = p.link_layer.as_deref() == Some("Ethernet");
+        let active = p.state.as_deref() == Some("ACTIVE");
+        for e in &p.entries {
+            if let Some(ip) = &e.ipv4 {
+                let v = by_ip.entry(ip.clone()).or_default();
+                if !v.contains(&subject) {
+                    v.push(subject.clone());
+                }
+            }
+        }
+        if roce
+            && !p.entries.is_empty()
+            && !p
+                .entries
+                .iter()
+                .any(|e| e.roce_version.as_deref() == Some("v2"))
+        {
+            out.push(
+                Finding::new(
+                    "gids.no_roce_v2",
+                    Severity::Warn,
+                    &subject,
+                    "RoCE port has no RoCE v2 GID: traffic cannot be routed across L3 and NCCL falls back to v1",
+                )
+                .evidence("populated_gids", p.entries.len() as u64)
+                .evidence(
+                    "types",
+                    p.entries
+                        .iter()
+                        .map(|e| e.gid_type.clone().unwrap_or_else(|| "unreadable".into()))
+                        .collect::<Vec<_>>(),
+                )
+                .fix("check that the netdev has an IP address and that RoCE v2 is enabled (rdma_cm default_roce_mode, cma_roce_mode)"),
+            );
+        }
+        if let Some(first) = p.entries.first()
+            && roce
+            && first.index > 0
+        {
+            out.push(
+                Finding::new(
+                    "gids.sparse_table",
+                    Severity::Warn,
+                    &subject,
+                    format!(
+                        "GID table is sparse: the first populated index is {} (container-style view); NCCL before 2.21 and tools that read index 0 fail here",
+                        first.index
+                    ),
+                )
+                .evidence("first_index", first.index)
+                .evidence("nccl_index", p.nccl.index)
+                .fix("use NCCL >= 2.21 (auto GID selection tolerates EINVAL on unmapped slots) or set NCCL_IB_GID_INDEX to the index shown"),
+            );
+        }
+        if !roce || !active {
+            continue;
+        }
+        let chosen = p
+            .nccl
+            .index
+            .and_then(|i| p.entries.iter().find(|e| e.index == i));
+        let what = match (p.nccl.index, chosen) {
+            (None, _) => None,
+            (Some(_), None) => Some(("empty", Severity::Fail)),
+            (Some(_), Some(e)) if e.link_local => Some(("link-local", Severity::Fail)),
+            (Some(_), Some(e)) if e.roce_version.as_deref() == Some("v1") && forced >= 0 => {
+                Some(("RoCE v1", Severity::Warn))
+            }
+            _ => None,
+        };
+        if let (Some((kind, sev)), Some(idx)) = (what, p.nccl.index) {
+            let (id, msg, fix) = if forced >= 0 {
+                (
+                    "gids.nccl_gid_index_bad",
+                    format!("NCCL_IB_GID_INDEX={forced} points at a {kind} entry"),
+                    "unset NCCL_IB_GID_INDEX (NCCL >= 2.21 picks the first IPv4 RoCE v2 GID) or set it to that index",
+                )
+            } else {
+                (
+                    "gids.nccl_gid_unusable",
+                    format!(
+                        "the GID NCCL would pick (index {idx}) is {kind}: connections across subnets fail"
+                    ),
+                    "give the port's netdev an IPv4 address so a routable RoCE v2 GID appears",
+                )
+            };
+            let mut f = Finding::new(id, sev, &subject, msg)
+                .evidence("index", idx)
+                .evidence("reason", p.nccl.reason.clone())
+                .fix(fix);
+            if let Some(e) = chosen {
+                f = f.evidence("gid", e.gid.full());
+                if let Some(t) = &e.gid_type {
+                    f = f.evidence("type", t.clone());
+                }
+            }
+            out.push(f);
+        }
+        if p.nccl.index.is_none() {
+            out.push(
+                Finding::new(
+                    "gids.nccl_gid_error",
+                    Severity::Fail,
+                    &subject,
+                    format!("NCCL cannot choose a GID: {}", p.nccl.reason),
+                )
+                .evidence("reason", p.nccl.reason.clone()),
+            );
+        }
+    }
+    for (ip, subjects) in by_ip {
+        if subjects.len() > 1 {
+            out.push(
+                Finding::new(
+                    "gids.duplicate_ipv4",
+                    Severity::Warn,
+                    subjects.join(","),
+                    format!("IPv4 address {ip} appears on {} ports: traffic meant for one rail can leave on another", subjects.len()),
+                )
+                .evidence("ipv4", ip.clone())
+                .evidence("ports", subjects.clone())
+                .fix("give every RDMA port its own address (or its own subnet per rail)"),
+            );
+        }
+    }
+    out
+}

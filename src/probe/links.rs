@@ -1,0 +1,523 @@
+//! `links`: RDMA port health (`ibstat` + `ibstatus` + `perfquery` in one report): state,
+//! rate, LIDs, device identity, the HCA's PCIe link, and every counter with its width;
+//! deltas between two samples (an interval, or a baseline snapshot) and the findings.
+
+use serde::Serialize;
+
+use crate::check::{Finding, Severity};
+use crate::host::Host;
+use crate::probe::gids::{RdmaPresence, presence};
+use crate::sysfs::infiniband::{
+    self as ib, CounterDir, CounterRead, CounterSpec, Delta, DeviceAttrs, NumName, Overflow, Rate,
+};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinksReport {
+    pub rdma: RdmaPresence,
+    pub devices: Vec<LinkDevice>,
+    /// Present when counters carry deltas: where the first sample came from.
+    pub sample: Option<SampleInfo>,
+    /// What libibverbs says (live runs with the `rdma` feature only).
+    pub verbs: Option<VerbsView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SampleInfo {
+    /// `interval` (two live reads) or `baseline` (a second snapshot).
+    pub kind: String,
+    /// `live` or the baseline snapshot's path.
+    pub baseline: String,
+    /// Seconds between the samples, when known (for a baseline: the snapshots'
+    /// `captured_at` difference).
+    pub interval_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VerbsView {
+    /// `ibv_get_device_list` failure, e.g. `ENOSYS` (no kernel support).
+    pub error: Option<String>,
+    pub devices: Vec<VerbsDevice>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VerbsDevice {
+    pub name: String,
+    /// Whether verbs could open the device and found port 1 ACTIVE or ARMED; the error
+    /// text otherwise.
+    pub port1_active: Option<bool>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkDevice {
+    pub name: String,
+    #[serde(flatten)]
+    pub attrs: DeviceAttrs,
+    pub ports: Vec<LinkPort>,
+    /// `<dev>/hw_counters/` (device-level driver counters: hfi1, mlx5 switchdev).
+    pub device_counters: Vec<Counter>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkPort {
+    pub port: u32,
+    pub state: Option<NumName>,
+    pub phys_state: Option<NumName>,
+    pub rate: Option<Rate>,
+    pub link_layer: Option<String>,
+    pub lid: Option<u32>,
+    pub sm_lid: Option<u32>,
+    /// The PCI function's netdev for this port (`dev_port`), as `ibdev2netdev` shows it.
+    pub netdev: Option<String>,
+    pub counters: Vec<Counter>,
+}
+
+impl LinkPort {
+    pub fn counter(&self, name: &str) -> Option<&Counter> {
+        self.counters.iter().find(|c| c.name == name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Counter {
+    pub name: String,
+    pub dir: CounterDir,
+    pub width_bits: u8,
+    pub overflow: Overflow,
+    /// The raw value as the kernel printed it; `null` when unavailable.
+    pub value: Option<u64>,
+    /// For data counters (4-byte words): the value in bytes.
+    pub value_bytes: Option<u64>,
+    /// Why there is no value: `N/A (no PMA)`, an errno name.
+    pub unavailable: Option<String>,
+    /// At its maximum: a saturating counter that stopped counting.
+    pub saturated: bool,
+    pub delta: Option<Delta>,
+    /// The delta in bytes, for data counters.
+    pub delta_bytes: Option<u64>,
+    /// Per second over the interval (bytes/s for data counters, events/s otherwise).
+    pub rate_per_s: Option<f64>,
+    #[serde(skip)]
+    pub spec: CounterSpec,
+}
+
+fn counter(c: CounterRead) -> Counter {
+    let bpu = c.spec.bytes_per_unit.map(u64::from);
+    Counter {
+        width_bits: c.spec.width_bits,
+        overflow: c.spec.overflow,
+        value_bytes: c.raw.zip(bpu).map(|(v, b)| v.saturating_mul(b)),
+        saturated: c.spec.overflow == Overflow::Saturates
+            && c.raw.is_some_and(|v| v >= c.spec.max()),
+        value: c.raw,
+        unavailable: c.unavailable,
+        delta: None,
+        delta_bytes: None,
+        rate_per_s: None,
+        spec: c.spec,
+        name: c.name,
+        dir: c.dir,
+    }
+}
+
+fn is_mlx5(name: &str, a: &DeviceAttrs) -> bool {
+    a.driver.as_deref() == Some("mlx5_core") || name.starts_with("mlx5_")
+}
+
+/// One sample of every device and port.
+pub fn probe(host: &Host) -> LinksReport {
+    let (rdma, names) = presence(host);
+    let devices = names.iter().map(|n| probe_device(host, n)).collect();
+    LinksReport {
+        rdma,
+        devices,
+        sample: None,
+        verbs: if host.is_live() { verbs_view() } else { None },
+    }
+}
+
+fn probe_device(host: &Host, name: &str) -> LinkDevice {
+    let attrs = ib::read_device(host, name);
+    let mlx5 = is_mlx5(name, &attrs);
+    let ports = ib::list_ports(host, name)
+        .into_iter()
+        .map(|p| {
+            let a = ib::read_port(host, name, p);
+            LinkPort {
+                port: p,
+                netdev: ib::port_netdev(host, name, p, &attrs.pci_netdevs),
+                state: a.state,
+                phys_state: a.phys_state,
+                rate: a.rate,
+                link_layer: a.link_layer,
+                lid: a.lid,
+                sm_lid: a.sm_lid,
+                counters: ib::read_port_counters(host, name, p, mlx5)
+                    .into_iter()
+                    .map(counter)
+                    .collect(),
+            }
+        })
+        .collect();
+    LinkDevice {
+        name: name.to_string(),
+        device_counters: ib::read_device_counters(host, name, mlx5)
+            .into_iter()
+            .map(counter)
+            .collect(),
+        attrs,
+        ports,
+    }
+}
+
+/// Fill `after`'s counters with deltas from `before` (same device, port, directory and
+/// name). `interval_s` gives rates.
+pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleInfo) {
+    let interval = info.interval_s.filter(|s| *s > 0.0);
+    let fill = |c: &mut Counter, prev: Option<&Counter>| {
+        let (Some(b), Some(a)) = (prev.and_then(|p| p.value), c.value) else {
+            return;
+        };
+        let d = ib::counter_delta(b, a, c.spec);
+        let bpu = c.spec.bytes_per_unit.map(u64::from);
+        c.delta_bytes = d.exact().zip(bpu).map(|(v, b)| v.saturating_mul(b));
+        c.rate_per_s = match (d.exact(), interval) {
+            (Some(v), Some(s)) => Some(v as f64 * bpu.unwrap_or(1) as f64 / s),
+            _ => None,
+        };
+        c.delta = Some(d);
+    };
+    for dev in &mut after.devices {
+        let bdev = before.devices.iter().find(|d| d.name == dev.name);
+        for c in &mut dev.device_counters {
+            let prev = bdev.and_then(|d| d.device_counters.iter().find(|p| p.name == c.name));
+            fill(c, prev);
+        }
+        for port in &mut dev.ports {
+            let bport = bdev.and_then(|d| d.ports.iter().find(|p| p.port == port.port));
+            for c in &mut port.counters {
+                let prev = bport.and_then(|p| {
+                    p.counters
+                        .iter()
+                        .find(|x| x.name == c.name && x.dir == c.dir)
+                });
+                fill(c, prev);
+            }
+        }
+    }
+    after.sample = Some(info);
+}
+
+/// Seconds between two RFC 3339 timestamps (`captured_at` of two snapshots).
+pub fn seconds_between(earlier: Option<&str>, later: Option<&str>) -> Option<f64> {
+    let a = humantime::parse_rfc3339_weak(earlier?).ok()?;
+    let b = humantime::parse_rfc3339_weak(later?).ok()?;
+    b.duration_since(a).ok().map(|d| d.as_secs_f64())
+}
+
+/// Physical-link error counters (PMA): any increase is a finding; `link_downed` is a fault.
+const LINK_ERRORS: &[&str] = &[
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+];
+
+/// Transport retransmission and timeout counters (mlx5 hw_counters).
+const RETRANSMISSIONS: &[&str] = &[
+    "local_ack_timeout_err",
+    "packet_seq_err",
+    "out_of_sequence",
+    "rnr_nak_retry_err",
+    "req_transport_retries_exceeded",
+];
+
+/// `port_xmit_wait` grew by more than this share of `port_xmit_data` (both in their raw
+/// units) over the interval: the port spent a large part of its sending time without
+/// credits. A stated heuristic, not an IBTA threshold.
+pub const XMIT_WAIT_RATIO: f64 = 0.1;
+
+fn delta_text(d: &Delta) -> String {
+    match d {
+        Delta::Value {
+            value,
+            wrapped: false,
+        } => format!("+{value}"),
+        Delta::Value {
+            value,
+            wrapped: true,
+        } => format!("+{value} (wrapped)"),
+        Delta::Saturated { at_least } => format!("+{at_least} or more (saturated at its maximum)"),
+        Delta::Reset { after } => format!("counter was cleared; {after} since"),
+    }
+}
+
+pub fn findings(r: &LinksReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Peer rates: the best ACTIVE rate per (HCA model, link layer).
+    let model = |d: &LinkDevice| {
+        d.attrs
+            .hca_type
+            .clone()
+            .or_else(|| d.attrs.board_id.clone())
+            .unwrap_or_else(|| d.name.clone())
+    };
+    let mut best: std::collections::BTreeMap<(String, String), (f64, String)> = Default::default();
+    for d in &r.devices {
+        for p in &d.ports {
+            if p.state.as_ref().map(|s| s.name.as_str()) != Some("ACTIVE") {
+                continue;
+            }
+            if let Some(rate) = &p.rate {
+                let key = (model(d), p.link_layer.clone().unwrap_or_default());
+                let e = best.entry(key).or_insert((0.0, String::new()));
+                if rate.gbps > e.0 {
+                    *e = (rate.gbps, format!("{}/{} {}", d.name, p.port, rate.raw));
+                }
+            }
+        }
+    }
+    for d in &r.devices {
+        if let Some(l) = &d.attrs.pci_link
+            && (l.width_degraded() || l.speed_degraded())
+        {
+            let sp = |s: &Option<crate::sysfs::pci::LinkSpeed>| {
+                s.as_ref()
+                    .map(|x| x.raw.clone())
+                    .unwrap_or_else(|| "unknown".into())
+            };
+            out.push(
+                Finding::new(
+                    "links.pcie_downtrained",
+                    Severity::Fail,
+                    &d.name,
+                    format!(
+                        "HCA's PCIe link is downtrained: {} x{} of {} x{}",
+                        sp(&l.current_speed),
+                        l.current_width.map(|w| w.to_string()).unwrap_or("?".into()),
+                        sp(&l.max_speed),
+                        l.max_width.map(|w| w.to_string()).unwrap_or("?".into())
+                    ),
+                )
+                .evidence("pci_bdf", d.attrs.pci_bdf.clone())
+                .evidence("current_link_speed", sp(&l.current_speed))
+                .evidence("current_link_width", l.current_width)
+                .evidence("max_link_speed", sp(&l.max_speed))
+                .evidence("max_link_width", l.max_width)
+                .fix("reseat the card or check the slot/riser; a downtrained NIC caps RDMA bandwidth"),
+            );
+        }
+        for p in &d.ports {
+            let subject = format!("{}/{}", d.name, p.port);
+            let state = p.state.as_ref().map(|s| s.name.as_str());
+            let phys = p.phys_state.as_ref().map(|s| s.name.as_str());
+            if state != Some("ACTIVE") || phys != Some("LinkUp") {
+                let disabled = phys == Some("Disabled");
+                out.push(
+                    Finding::new(
+                        "links.port_not_active",
+                        if disabled { Severity::Warn } else { Severity::Fail },
+                        &subject,
+                        format!(
+                            "port is {} / {}",
+                            p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("unknown".into()),
+                            p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("unknown".into())
+                        ),
+                    )
+                    .evidence("state", p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
+                    .evidence("phys_state", p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
+                    .fix(match phys {
+                        Some("Polling") => "no link partner: check the cable, the transceiver and the switch port",
+                        Some("Disabled") => "the port is administratively disabled; enable it if it should carry traffic",
+                        _ if phys == Some("LinkUp") => "link is up but the port is not ACTIVE: on InfiniBand check that a subnet manager is running",
+                        _ => "check the cable, the transceiver and the switch port",
+                    }),
+                );
+            } else if let Some(rate) = &p.rate {
+                let key = (model(d), p.link_layer.clone().unwrap_or_default());
+                if let Some((top, who)) = best.get(&key)
+                    && rate.gbps < *top
+                {
+                    out.push(
+                        Finding::new(
+                            "links.rate_below_peers",
+                            Severity::Fail,
+                            &subject,
+                            format!("port runs at {} while the same HCA model reaches {}", rate.raw, who),
+                        )
+                        .evidence("rate", rate.raw.clone())
+                        .evidence("peer", who.clone())
+                        .evidence("hca", key.0.clone())
+                        .fix("check the cable and transceiver generation and the switch port's speed setting"),
+                    );
+                }
+            }
+            for c in &p.counters {
+                if c.saturated && c.delta.is_none() && LINK_ERRORS.contains(&c.name.as_str()) {
+                    out.push(
+                        Finding::new(
+                            "links.counter_saturated",
+                            Severity::Warn,
+                            &subject,
+                            format!("{} is stuck at its {}-bit maximum: increases can no longer be seen", c.name, c.width_bits),
+                        )
+                        .evidence("counter", c.name.clone())
+                        .evidence("value", c.value)
+                        .fix("clear the port counters (perfquery -x -R) and sample again"),
+                    );
+                }
+                let Some(d) = &c.delta else { continue };
+                if d.lower_bound() == 0 || matches!(d, Delta::Reset { .. }) {
+                    continue;
+                }
+                let name = c.name.as_str();
+                let (id, sev, what) = if LINK_ERRORS.contains(&name) {
+                    (
+                        "links.errors_increasing",
+                        if name == "link_downed" {
+                            Severity::Fail
+                        } else {
+                            Severity::Warn
+                        },
+                        "physical link errors",
+                    )
+                } else if RETRANSMISSIONS.contains(&name) {
+                    (
+                        "links.retransmissions_increasing",
+                        if name == "req_transport_retries_exceeded" {
+                            Severity::Fail
+                        } else {
+                            Severity::Warn
+                        },
+                        "transport retransmissions/timeouts",
+                    )
+                } else {
+                    continue;
+                };
+                let mut f = Finding::new(
+                    id,
+                    sev,
+                    &subject,
+                    format!("{name} increased {} ({what})", delta_text(d)),
+                )
+                .evidence("counter", name)
+                .evidence("delta", delta_text(d))
+                .evidence("value", c.value);
+                if let Some(rate) = c.rate_per_s {
+                    f = f.evidence("per_s", (rate * 1000.0).round() / 1000.0);
+                }
+                out.push(f.fix(if id == "links.errors_increasing" {
+                    "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable"
+                } else {
+                    "lossy path: check PFC/ECN configuration (fabprobe qos) and the link's error counters"
+                }));
+            }
+            if let (Some(w), Some(x)) = (p.counter("port_xmit_wait"), p.counter("port_xmit_data"))
+                && let (Some(dw), Some(dx)) = (
+                    w.delta.as_ref().map(Delta::lower_bound),
+                    x.delta.as_ref().map(Delta::lower_bound),
+                )
+                && dw > 0
+                && (dx == 0 || dw as f64 > XMIT_WAIT_RATIO * dx as f64)
+            {
+                let mut f = Finding::new(
+                    "links.congestion",
+                    Severity::Warn,
+                    &subject,
+                    format!(
+                        "port_xmit_wait grew by {dw} against {dx} words sent: the port often waits for credits (congestion or a slow receiver)"
+                    ),
+                )
+                .evidence("counter", "port_xmit_wait")
+                .evidence("delta", dw)
+                .evidence("port_xmit_data_delta_words", dx)
+                .evidence("threshold_ratio", XMIT_WAIT_RATIO);
+                if let Some(rate) = w.rate_per_s {
+                    f = f.evidence("per_s", rate.round());
+                }
+                out.push(f.fix("look for a hot spot: the peer's port_rcv counters, switch congestion, PFC pause storms"));
+            }
+        }
+    }
+    if let Some(v) = &r.verbs {
+        for vd in &v.devices {
+            let sysfs = r.devices.iter().find(|d| d.name == vd.name);
+            let sysfs_active = sysfs
+                .and_then(|d| d.ports.iter().find(|p| p.port == 1))
+                .and_then(|p| p.state.as_ref())
+                .map(|s| s.name == "ACTIVE" || s.name == "ARMED");
+            if sysfs.is_none()
+                || (vd.port1_active.is_some()
+                    && sysfs_active.is_some()
+                    && vd.port1_active != sysfs_active)
+            {
+                out.push(
+                    Finding::new(
+                        "links.verbs_mismatch",
+                        Severity::Warn,
+                        &vd.name,
+                        "libibverbs and sysfs disagree about this device's port 1",
+                    )
+                    .evidence("verbs_port1_active", vd.port1_active)
+                    .evidence("sysfs_port1_active", sysfs_active)
+                    .evidence("verbs_error", vd.error.clone()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// libibverbs' view (live only). `ENOSYS` from `ibv_get_device_list` is the normal answer
+/// on a kernel without InfiniBand support.
+#[cfg(feature = "rdma")]
+pub fn verbs_view() -> Option<VerbsView> {
+    match ibverbs::devices() {
+        Err(e) => Some(VerbsView {
+            error: Some(
+                e.raw_os_error()
+                    .and_then(crate::host::side::errno_name)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| e.to_string()),
+            ),
+            devices: Vec::new(),
+        }),
+        Ok(list) => Some(VerbsView {
+            error: None,
+            devices: list
+                .iter()
+                .map(|d| {
+                    let name = d
+                        .name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    // Context::open queries port 1 and refuses ports that are not
+                    // ACTIVE/ARMED: that is the cross-check.
+                    match d.open() {
+                        Ok(_) => VerbsDevice {
+                            name,
+                            port1_active: Some(true),
+                            error: None,
+                        },
+                        Err(e) if e.to_string().contains("not ACTIVE or ARMED") => VerbsDevice {
+                            name,
+                            port1_active: Some(false),
+                            error: Some(e.to_string()),
+                        },
+                        Err(e) => VerbsDevice {
+                            name,
+                            port1_active: None,
+                            error: Some(e.to_string()),
+                        },
+                    }
+                })
+                .collect(),
+        }),
+    }
+}
+
+#[cfg(not(feature = "rdma"))]
+pub fn verbs_view() -> Option<VerbsView> {
+    None
+}

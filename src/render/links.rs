@@ -1,0 +1,365 @@
+//! `links` output: per-device port tables with counters, and Prometheus exposition in the
+//! metric names of node_exporter's infiniband collector.
+
+use crate::check::Finding;
+use crate::probe::links::{Counter, LinkDevice, LinksReport};
+use crate::render::gids::columns;
+use crate::render::text;
+use crate::sysfs::infiniband::{CounterDir, Delta};
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map(|x| x.to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+fn device_header(d: &LinkDevice) -> String {
+    let a = &d.attrs;
+    let mut s = format!(
+        "{}: {} {}, fw {}, board {}, node_guid {}",
+        d.name,
+        a.node_type
+            .as_ref()
+            .map(|n| n.name.clone())
+            .unwrap_or_else(|| "?".into()),
+        opt(&a.hca_type),
+        opt(&a.fw_ver),
+        opt(&a.board_id),
+        opt(&a.node_guid)
+    );
+    if let Some(bdf) = &a.pci_bdf {
+        s.push_str(&format!("\n  PCIe {bdf}"));
+        if let Some(l) = &a.pci_link {
+            let sp = |x: &Option<crate::sysfs::pci::LinkSpeed>| {
+                x.as_ref()
+                    .map(|v| v.raw.clone())
+                    .unwrap_or_else(|| "?".into())
+            };
+            s.push_str(&format!(
+                ": {} x{} (max {} x{}){}",
+                sp(&l.current_speed),
+                opt(&l.current_width),
+                sp(&l.max_speed),
+                opt(&l.max_width),
+                if l.width_degraded() || l.speed_degraded() {
+                    "  DOWNTRAINED"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if let Some(drv) = &a.driver {
+            s.push_str(&format!(", driver {drv}"));
+        }
+    }
+    if !a.pci_netdevs.is_empty() {
+        s.push_str(&format!(", netdevs {}", a.pci_netdevs.join(",")));
+    }
+    s.push('\n');
+    s
+}
+
+fn value_text(c: &Counter) -> String {
+    match (c.value, &c.unavailable) {
+        (Some(v), _) => {
+            let mut s = v.to_string();
+            if c.saturated {
+                s.push_str(" (saturated)");
+            }
+            s
+        }
+        (None, Some(why)) => format!("unavailable ({why})"),
+        (None, None) => "unavailable".into(),
+    }
+}
+
+fn delta_text(c: &Counter) -> String {
+    match &c.delta {
+        None => String::new(),
+        Some(Delta::Value { value, wrapped }) => {
+            format!("+{value}{}", if *wrapped { " (wrapped)" } else { "" })
+        }
+        Some(Delta::Saturated { at_least }) => format!(">=+{at_least} (saturated)"),
+        Some(Delta::Reset { after }) => format!("reset, {after} since"),
+    }
+}
+
+fn rate_text(c: &Counter) -> String {
+    match c.rate_per_s {
+        None => String::new(),
+        Some(r) if c.spec.bytes_per_unit.is_some() => format!("{:.0} B/s", r),
+        Some(r) => format!("{:.2}/s", r),
+    }
+}
+
+fn counters_block(cs: &[Counter], sampled: bool) -> String {
+    if cs.is_empty() {
+        return String::new();
+    }
+    let mut head = vec!["COUNTER", "DIR", "WIDTH", "VALUE"];
+    if sampled {
+        head.extend(["DELTA", "RATE"]);
+    }
+    let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for c in cs {
+        let unit = if c.spec.bytes_per_unit.is_some() {
+            format!(" x4 = {} B", opt(&c.value_bytes))
+        } else {
+            String::new()
+        };
+        let mut r = vec![
+            c.name.clone(),
+            match c.dir {
+                CounterDir::Counters => "counters",
+                CounterDir::HwCounters => "hw_counters",
+                CounterDir::DeviceHwCounters => "dev hw_counters",
+            }
+            .to_string(),
+            format!(
+                "{}{}",
+                c.width_bits,
+                match c.overflow {
+                    crate::sysfs::infiniband::Overflow::Saturates => "s",
+                    crate::sysfs::infiniband::Overflow::Wraps => "w",
+                }
+            ),
+            format!(
+                "{}{}",
+                value_text(c),
+                if c.value.is_some() {
+                    unit
+                } else {
+                    String::new()
+                }
+            ),
+        ];
+        if sampled {
+            r.push(delta_text(c));
+            r.push(rate_text(c));
+        }
+        rows.push(r);
+    }
+    columns(&rows)
+        .lines()
+        .map(|l| format!("    {l}\n"))
+        .collect()
+}
+
+pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
+    if let Some(m) = &r.rdma.message {
+        return format!("{m}\n");
+    }
+    let sampled = r.sample.is_some();
+    let mut out = String::new();
+    if let Some(s) = &r.sample {
+        out.push_str(&format!(
+            "deltas against {} ({}), interval {}\n\n",
+            s.baseline,
+            s.kind,
+            s.interval_s
+                .map(|x| format!("{x:.1} s"))
+                .unwrap_or_else(|| "unknown: no rates".into())
+        ));
+    }
+    for d in &r.devices {
+        out.push_str(&device_header(d));
+        let mut rows = vec![
+            [
+                "PORT",
+                "STATE",
+                "PHYS_STATE",
+                "RATE",
+                "LINK",
+                "LID",
+                "SM_LID",
+                "NETDEV",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>(),
+        ];
+        for p in &d.ports {
+            rows.push(vec![
+                p.port.to_string(),
+                p.state
+                    .as_ref()
+                    .map(|s| format!("{}: {}", s.id, s.name))
+                    .unwrap_or("-".into()),
+                p.phys_state
+                    .as_ref()
+                    .map(|s| format!("{}: {}", s.id, s.name))
+                    .unwrap_or("-".into()),
+                p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("-".into()),
+                opt(&p.link_layer),
+                p.lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
+                p.sm_lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
+                opt(&p.netdev),
+            ]);
+        }
+        out.push_str(
+            &columns(&rows)
+                .lines()
+                .map(|l| format!("  {l}\n"))
+                .collect::<String>(),
+        );
+        for p in &d.ports {
+            if !p.counters.is_empty() {
+                out.push_str(&format!(
+                    "  port {} counters (width: s = saturates, w = wraps):\n",
+                    p.port
+                ));
+                out.push_str(&counters_block(&p.counters, sampled));
+            }
+        }
+        if !d.device_counters.is_empty() {
+            out.push_str("  device counters:\n");
+            out.push_str(&counters_block(&d.device_counters, sampled));
+        }
+        out.push('\n');
+    }
+    if let Some(v) = &r.verbs
+        && let Some(e) = &v.error
+    {
+        out.push_str(&format!(
+            "libibverbs: ibv_get_device_list failed with {e}\n"
+        ));
+    }
+    out.push_str(&text::findings(findings));
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// node_exporter's infiniband collector names for the PMA counters (bytes for data).
+fn node_exporter_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "port_rcv_data" => "port_data_received_bytes_total",
+        "port_xmit_data" => "port_data_transmitted_bytes_total",
+        "port_rcv_packets" => "port_packets_received_total",
+        "port_xmit_packets" => "port_packets_transmitted_total",
+        "unicast_rcv_packets" => "unicast_packets_received_total",
+        "unicast_xmit_packets" => "unicast_packets_transmitted_total",
+        "multicast_rcv_packets" => "multicast_packets_received_total",
+        "multicast_xmit_packets" => "multicast_packets_transmitted_total",
+        "port_rcv_errors" => "port_errors_received_total",
+        "port_xmit_discards" => "port_discards_transmitted_total",
+        "port_rcv_remote_physical_errors" => "port_receive_remote_physical_errors_total",
+        "port_rcv_switch_relay_errors" => "port_receive_switch_relay_errors_total",
+        "port_rcv_constraint_errors" => "port_constraint_errors_received_total",
+        "port_xmit_constraint_errors" => "port_constraint_errors_transmitted_total",
+        "port_xmit_wait" => "port_transmit_wait_total",
+        "symbol_error" => "symbol_error_total",
+        "link_downed" => "link_downed_total",
+        "link_error_recovery" => "link_error_recovery_total",
+        "local_link_integrity_errors" => "local_link_integrity_errors_total",
+        "excessive_buffer_overrun_errors" => "excessive_buffer_overrun_errors_total",
+        "VL15_dropped" => "vl15_dropped_total",
+        _ => return None,
+    })
+}
+
+/// Prometheus text exposition for a textfile collector. Unavailable counters are left out
+/// (never exported as 0).
+pub fn prom(r: &LinksReport) -> String {
+    use std::collections::BTreeMap;
+    // metric -> (help, type, lines)
+    let mut m: BTreeMap<String, (String, &str, Vec<String>)> = BTreeMap::new();
+    let mut add = |name: String, help: &str, kind: &'static str, line: String| {
+        m.entry(name)
+            .or_insert_with(|| (help.to_string(), kind, Vec::new()))
+            .2
+            .push(line);
+    };
+    for d in &r.devices {
+        let a = &d.attrs;
+        add(
+            "node_infiniband_info".into(),
+            "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.",
+            "gauge",
+            format!(
+                "node_infiniband_info{{board_id=\"{}\",device=\"{}\",firmware_version=\"{}\",hca_type=\"{}\"}} 1",
+                esc(a.board_id.as_deref().unwrap_or("")),
+                esc(&d.name),
+                esc(a.fw_ver.as_deref().unwrap_or("")),
+                esc(a.hca_type.as_deref().unwrap_or(""))
+            ),
+        );
+        for p in &d.ports {
+            let l = format!("device=\"{}\",port=\"{}\"", esc(&d.name), p.port);
+            if let Some(s) = &p.state {
+                add(
+                    "node_infiniband_state_id".into(),
+                    "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
+                    "gauge",
+                    format!("node_infiniband_state_id{{{l}}} {}", s.id),
+                );
+            }
+            if let Some(s) = &p.phys_state {
+                add(
+                    "node_infiniband_physical_state_id".into(),
+                    "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)",
+                    "gauge",
+                    format!("node_infiniband_physical_state_id{{{l}}} {}", s.id),
+                );
+            }
+            if let Some(rate) = &p.rate {
+                add(
+                    "node_infiniband_rate_bytes_per_second".into(),
+                    "Maximum signal transfer rate",
+                    "gauge",
+                    format!(
+                        "node_infiniband_rate_bytes_per_second{{{l}}} {}",
+                        (rate.gbps * 1e9 / 8.0) as u64
+                    ),
+                );
+            }
+            for c in &p.counters {
+                let Some(v) = c.value else { continue };
+                match (c.dir, node_exporter_name(&c.name)) {
+                    (CounterDir::Counters, Some(n)) => {
+                        let v = v.saturating_mul(c.spec.bytes_per_unit.map(u64::from).unwrap_or(1));
+                        add(
+                            format!("node_infiniband_{n}"),
+                            &format!("Infiniband counter {}", c.name),
+                            "counter",
+                            format!("node_infiniband_{n}{{{l}}} {v}"),
+                        );
+                    }
+                    _ => add(
+                        "fabprobe_infiniband_hw_counter_total".into(),
+                        "A counter of ports/<n>/counters or hw_counters without a node_exporter name.",
+                        "counter",
+                        format!(
+                            "fabprobe_infiniband_hw_counter_total{{{l},counter=\"{}\"}} {v}",
+                            esc(&c.name)
+                        ),
+                    ),
+                }
+                if let Some(rate) = c.rate_per_s {
+                    add(
+                        "fabprobe_infiniband_counter_rate_per_second".into(),
+                        "Counter increase per second over the sampling interval (bytes/s for data counters).",
+                        "gauge",
+                        format!(
+                            "fabprobe_infiniband_counter_rate_per_second{{{l},counter=\"{}\"}} {rate}",
+                            esc(&c.name)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    for (name, (help, kind, lines)) in m {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
