@@ -224,13 +224,13 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
                     Severity::Warn,
                     &subject,
                     format!(
-                        "GID table is sparse: the first populated index is {} (container-style view); NCCL before 2.21 and tools that read index 0 fail here",
+                        "GID table is sparse: the first populated index is {} (container-style view); tools that assume index 0, or treat EINVAL on unmapped slots as an error, fail here",
                         first.index
                     ),
                 )
                 .evidence("first_index", first.index)
                 .evidence("nccl_index", p.nccl.index)
-                .fix("use NCCL >= 2.21 (auto GID selection tolerates EINVAL on unmapped slots) or set NCCL_IB_GID_INDEX to the index shown"),
+                .fix("use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573), or set NCCL_IB_GID_INDEX to the index NCCL picks here"),
             );
         }
         if !roce || !active {

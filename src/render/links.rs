@@ -101,7 +101,13 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         head.extend(["DELTA", "RATE"]);
     }
     let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
-    for c in cs {
+    // Zeros that stayed zero are noise on call; JSON keeps every counter.
+    let shown: Vec<&Counter> = cs
+        .iter()
+        .filter(|c| c.value != Some(0) || c.delta.as_ref().is_some_and(|d| d.lower_bound() > 0))
+        .collect();
+    let hidden = cs.len() - shown.len();
+    for c in shown {
         let unit = if c.spec.bytes_per_unit.is_some() {
             format!(" x4 = {} B", opt(&c.value_bytes))
         } else {
@@ -139,10 +145,20 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         }
         rows.push(r);
     }
-    columns(&rows)
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect()
+    let mut out: String = if rows.len() > 1 {
+        columns(&rows)
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect()
+    } else {
+        String::new()
+    };
+    if hidden > 0 {
+        out.push_str(&format!(
+            "    ({hidden} counters at 0 not shown; --format json lists every counter)\n"
+        ));
+    }
+    out
 }
 
 pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
