@@ -39,7 +39,7 @@ JSON DATA (fabprobe.gids)
   {\"rdma\": {\"devices_found\": bool, \"message\": str|null},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
                 \"routable_flid_gid_index\"} (null when unset),
-   \"ports\": [{\"device\", \"port\", \"link_layer\", \"state\", \"gid_tbl_len\",
+   \"ports\": [{\"device\", \"port\", \"link_layer\", \"node_type\", \"state\", \"gid_tbl_len\",
               \"entries\": [{\"index\", \"gid\" (kernel full form), \"ipv4\", \"roce_version\"
                            (v1|v2|IB|null), \"gid_type\" (types file as read), \"netdev\",
                            \"attr_errors\": {\"types\"|\"ndevs\": errno}, \"link_local\",

@@ -61,6 +61,8 @@ pub struct GidPort {
     pub device: String,
     pub port: u32,
     pub link_layer: Option<String>,
+    /// The device's `node_type` name (`CA`, `RNIC` for iWARP, ...).
+    pub node_type: Option<String>,
     /// `state` name (`ACTIVE`, `DOWN`, ...).
     pub state: Option<String>,
     /// Slots in `gids/` (`gid_tbl_len`).
@@ -122,6 +124,9 @@ fn probe_port(host: &Host, dev: &str, port: u32, env: &GidEnv) -> GidPort {
     let state = attr_text(&host.attr(format!("{pdir}/state")))
         .and_then(|s| ib::parse_num_name(&s))
         .map(|n| n.name);
+    let node_type = attr_text(&host.attr(format!("{}/node_type", ib::dev_dir(dev))))
+        .and_then(|s| ib::parse_num_name(&s))
+        .map(|n| n.name);
     let table = ib::read_gid_table(host, dev, port);
     let nccl = gid::nccl_gid_index(link_layer.as_deref(), &table, env);
     let perftest = gid::perftest_gid_index(link_layer.as_deref(), &table, false);
@@ -135,6 +140,7 @@ fn probe_port(host: &Host, dev: &str, port: u32, env: &GidEnv) -> GidPort {
         device: dev.to_string(),
         port,
         link_layer,
+        node_type,
         state,
         gid_tbl_len: table.iter().map(|s| s.index + 1).max().unwrap_or(0),
         entries,
@@ -179,7 +185,9 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
     let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &r.ports {
         let subject = format!("{}/{}", p.device, p.port);
-        let roce = p.link_layer.as_deref() == Some("Ethernet");
+        // iWARP RNICs have an Ethernet link layer but no RoCE GID types.
+        let roce =
+            p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC");
         let active = p.state.as_deref() == Some("ACTIVE");
         for e in &p.entries {
             if let Some(ip) = &e.ipv4 {
