@@ -32,9 +32,31 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l show-gids -d 'Print exactly what the show_gids script prints (tabs, its lexical order, footer n_gids_found=N), for scripts that parse it'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
@@ -52,6 +74,8 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from snapshot gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -314,3 +314,128 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Severity;
+
+    fn report(env: &[(&str, &str)]) -> GidsReport {
+        let host = Host::snapshot(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/roce-bond-host"
+        ))
+        .unwrap();
+        let env = GidEnv::from_lookup(|k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        });
+        probe(&host, &env)
+    }
+
+    fn ids(f: &[Finding]) -> Vec<(String, String, Severity)> {
+        f.iter()
+            .map(|f| (f.id.clone(), f.subject.clone(), f.severity))
+            .collect()
+    }
+
+    #[test]
+    fn healthy_roce_host_has_no_findings() {
+        let r = report(&[]);
+        assert_eq!(
+            r.ports.iter().map(|p| p.nccl.index).collect::<Vec<_>>(),
+            [Some(5), Some(3), Some(3)]
+        );
+        assert!(findings(&r).is_empty(), "{:?}", findings(&r));
+    }
+
+    #[test]
+    fn forced_index_at_link_local_v1_or_empty() {
+        let ll = ids(&findings(&report(&[("NCCL_IB_GID_INDEX", "1")])));
+        assert_eq!(ll.len(), 3);
+        assert!(
+            ll.iter()
+                .all(|(id, _, s)| id == "gids.nccl_gid_index_bad" && *s == Severity::Fail)
+        );
+        // Index 4 is 172.19.0.60 v1 on mlx5_0, a VLAN link-local on mlx5_1, an IPv4 v1 on the bond.
+        let v = ids(&findings(&report(&[("NCCL_IB_GID_INDEX", "4")])));
+        assert_eq!(
+            v,
+            [
+                (
+                    "gids.nccl_gid_index_bad".into(),
+                    "mlx5_0/1".into(),
+                    Severity::Warn
+                ),
+                (
+                    "gids.nccl_gid_index_bad".into(),
+                    "mlx5_1/1".into(),
+                    Severity::Fail
+                ),
+                (
+                    "gids.nccl_gid_index_bad".into(),
+                    "mlx5_bond_0/1".into(),
+                    Severity::Warn
+                ),
+            ]
+        );
+        let empty = findings(&report(&[("NCCL_IB_GID_INDEX", "200")]));
+        assert_eq!(empty.len(), 3);
+        assert!(
+            empty.iter().all(|f| f.message.contains("empty")),
+            "{empty:?}"
+        );
+        // A forced v2 IPv4 entry is fine.
+        assert!(
+            findings(&report(&[("NCCL_IB_GID_INDEX", "5")]))
+                .iter()
+                .all(|f| f.subject != "mlx5_0/1")
+        );
+    }
+
+    #[test]
+    fn auto_choice_on_link_local_is_a_fault() {
+        // RoCE v1 only, AF_INET6: NCCL stays on index 0, a link-local GID.
+        let f = findings(&report(&[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]));
+        assert_eq!(f.len(), 3, "{f:?}");
+        assert!(
+            f.iter()
+                .all(|f| f.id == "gids.nccl_gid_unusable" && f.severity == Severity::Fail)
+        );
+    }
+
+    #[test]
+    fn same_ipv4_on_two_ports() {
+        let mut r = report(&[]);
+        for e in &mut r.ports[1].entries {
+            if e.ipv4.is_some() {
+                e.ipv4 = Some("172.19.0.60".into());
+            }
+        }
+        let f = findings(&r);
+        assert_eq!(
+            ids(&f),
+            [(
+                "gids.duplicate_ipv4".into(),
+                "mlx5_0/1,mlx5_1/1".into(),
+                Severity::Warn
+            )]
+        );
+        assert_eq!(f[0].evidence["ipv4"], "172.19.0.60");
+    }
+
+    #[test]
+    fn roce_port_without_v2() {
+        let mut r = report(&[]);
+        r.ports[0]
+            .entries
+            .retain(|e| e.roce_version.as_deref() == Some("v1"));
+        let f = findings(&r);
+        assert!(
+            f.iter()
+                .any(|f| f.id == "gids.no_roce_v2" && f.subject == "mlx5_0/1"),
+            "{f:?}"
+        );
+    }
+}

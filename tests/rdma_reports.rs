@@ -1,0 +1,395 @@
+//! `fabprobe gids` and `fabprobe links` through the binary: whole reports against every
+//! RDMA fixture (insta snapshots in tests/snapshots), `--show-gids` against real show_gids
+//! outputs, deltas between two snapshots, and the live run on a host without InfiniBand.
+
+use std::path::Path;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (String, String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+fn data(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/show_gids")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// Tabs to spaces at 8-column stops, as a terminal renders them.
+fn expand_tabs(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.split_inclusive('\n') {
+        let mut col = 0;
+        for c in line.chars() {
+            if c == '\t' {
+                let n = 8 - col % 8;
+                out.push_str(&" ".repeat(n));
+                col += n;
+            } else {
+                out.push(c);
+                col += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn show_gids_equals_ibm_sample() {
+    let (out, _, code) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "gids",
+        "--show-gids",
+        "--device",
+        "mlx5_0",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        expand_tabs(&out),
+        data("ibm-spectrumscale-pr4.expanded.txt")
+    );
+}
+
+#[test]
+fn show_gids_equals_ucx_bond_sample() {
+    let (out, _, _) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "gids",
+        "--show-gids",
+        "--device",
+        "mlx5_bond_0",
+    ]);
+    // The source shows no footer; everything before it must match.
+    let body = out
+        .strip_suffix("n_gids_found=6\n")
+        .expect("footer n_gids_found=6");
+    assert_eq!(expand_tabs(body), data("ucx-pr9484.expanded.txt"));
+}
+
+#[test]
+fn show_gids_equals_nccl_1573_container_sample_byte_for_byte() {
+    let (out, _, _) = run(&[
+        "--root",
+        "fixtures/container-sparse-gids",
+        "gids",
+        "--show-gids",
+    ]);
+    let body = out
+        .strip_suffix("n_gids_found=8\n")
+        .expect("footer n_gids_found=8");
+    assert_eq!(body, data("nccl-issue1573.txt"));
+}
+
+#[test]
+fn show_gids_lexical_order_quirk() {
+    let (out, _, _) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "gids",
+        "--show-gids",
+        "--device",
+        "mlx5_1",
+    ]);
+    let idx: Vec<&str> = out
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split('\t').nth(2))
+        .collect();
+    assert_eq!(
+        idx,
+        ["0", "1", "10", "11", "2", "3", "4", "5", "6", "7", "8", "9"]
+    );
+    assert!(out.ends_with("n_gids_found=12\n"));
+}
+
+/// A one-device snapshot: `gids` maps index -> (gid, type, ndev); every other slot of a
+/// 256-entry table is zero with EINVAL attributes.
+fn one_port_tree(gids: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    let dev = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0";
+    let port = format!("{dev}/infiniband/mlx5_0/ports/1");
+    std::fs::create_dir_all(r.join(&port).join("gids")).unwrap();
+    std::fs::create_dir_all(r.join(&port).join("gid_attrs/types")).unwrap();
+    std::fs::create_dir_all(r.join(&port).join("gid_attrs/ndevs")).unwrap();
+    std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
+    std::fs::create_dir_all(r.join("fabprobe")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0",
+        r.join("sys/class/infiniband/mlx5_0"),
+    )
+    .unwrap();
+    for (f, v) in [
+        ("state", "4: ACTIVE\n"),
+        ("phys_state", "5: LinkUp\n"),
+        ("link_layer", "Ethernet\n"),
+    ] {
+        std::fs::write(r.join(&port).join(f), v).unwrap();
+    }
+    let mut errors = serde_json::Map::new();
+    for i in 0..256u32 {
+        let hit = gids.iter().find(|g| g.0 == i);
+        let gid = hit
+            .map(|g| g.1)
+            .unwrap_or("0000:0000:0000:0000:0000:0000:0000:0000");
+        std::fs::write(r.join(&port).join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
+        for (sub, val) in [("types", hit.map(|g| g.2)), ("ndevs", hit.map(|g| g.3))] {
+            let p = format!("{port}/gid_attrs/{sub}/{i}");
+            match val {
+                Some(v) => std::fs::write(r.join(&p), format!("{v}\n")).unwrap(),
+                None => {
+                    std::fs::write(r.join(&p), "").unwrap();
+                    errors.insert(format!("/{p}"), "EINVAL".into());
+                }
+            }
+        }
+    }
+    std::fs::write(
+        r.join("fabprobe/read-errors.json"),
+        serde_json::to_string(&errors).unwrap(),
+    )
+    .unwrap();
+    t
+}
+
+#[test]
+fn show_gids_equals_empty_pod_sample() {
+    let t = one_port_tree(&[]);
+    let (out, _, code) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
+    // An ACTIVE RoCE port without a single GID: NCCL would pick the empty index 0.
+    assert_eq!(code, 1);
+    assert_eq!(out, data("k8s-sriov-issue30-empty.txt"));
+    let (table, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids"]);
+    assert!(
+        table.contains("gids.nccl_gid_unusable") || table.contains("index 0) is empty"),
+        "{table}"
+    );
+}
+
+#[test]
+fn show_gids_equals_rdma0_sample() {
+    let ll = "fe80:0000:0000:0000:0ac0:ebff:fe21:03da";
+    let ip = "0000:0000:0000:0000:0000:ffff:c0a8:d3f2";
+    let t = one_port_tree(&[
+        (0, ll, "IB/RoCE v1", "rdma0"),
+        (1, ll, "RoCE v2", "rdma0"),
+        (2, ip, "IB/RoCE v1", "rdma0"),
+        (3, ip, "RoCE v2", "rdma0"),
+    ]);
+    let (out, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
+    assert_eq!(out, data("attack-research-rdma0.txt"));
+    // And NCCL picks the IPv4 RoCE v2 entry.
+    let (json, _, _) = run(&[
+        "--root",
+        t.path().to_str().unwrap(),
+        "--format",
+        "json",
+        "gids",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["data"]["ports"][0]["nccl"]["index"], 3);
+}
+
+const FIXTURES: &[&str] = &[
+    "roce-bond-host",
+    "container-sparse-gids",
+    "ib-degraded",
+    "ib-degraded-later",
+    "opa-hfi1",
+    "old-kernel-nopma",
+];
+
+fn snapshot_reports(cmd: &str) {
+    for f in FIXTURES {
+        let root = format!("fixtures/{f}");
+        let (table, err, code) = run(&["--root", &root, cmd]);
+        assert!(code == 0 || code == 1, "{f}: exit {code}: {err}");
+        insta::assert_snapshot!(format!("{cmd}_table__{f}"), format!("exit {code}\n{table}"));
+        let (json, _, jcode) = run(&["--root", &root, "--format", "json", cmd]);
+        assert_eq!(code, jcode, "{f}: table and json disagree on the exit code");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema"], format!("fabprobe.{cmd}"));
+        insta::assert_json_snapshot!(format!("{cmd}_json__{f}"), v);
+    }
+}
+
+#[test]
+fn gids_whole_reports() {
+    snapshot_reports("gids");
+}
+
+#[test]
+fn links_whole_reports() {
+    snapshot_reports("links");
+}
+
+#[test]
+fn links_deltas_between_two_snapshots() {
+    let args = [
+        "--root",
+        "fixtures/ib-degraded-later",
+        "links",
+        "--baseline",
+        "fixtures/ib-degraded",
+    ];
+    let (table, _, code) = run(&args);
+    assert_eq!(code, 1, "link_downed and downtrained PCIe are faults");
+    insta::assert_snapshot!("links_baseline_table__ib-degraded", table);
+    let mut jargs = args.to_vec();
+    jargs.insert(0, "json");
+    jargs.insert(0, "--format");
+    let (json, _, _) = run(&jargs);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    insta::assert_json_snapshot!("links_baseline_json__ib-degraded", v);
+    // Spot checks of the rules, independent of the snapshot.
+    let port = |dev: usize| &v["data"]["devices"][dev]["ports"][0];
+    let counter = |dev: usize, name: &str| {
+        port(dev)["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(v["data"]["sample"]["interval_s"], 30.0);
+    assert_eq!(counter(0, "rx_write_requests")["delta"]["value"], 796);
+    assert_eq!(counter(0, "rx_write_requests")["delta"]["wrapped"], true);
+    assert_eq!(
+        counter(0, "port_xmit_data")["delta_bytes"],
+        76_000_000_000u64
+    );
+    assert_eq!(counter(2, "symbol_error")["delta"]["value"], 4699);
+    assert_eq!(counter(3, "symbol_error")["delta"]["kind"], "saturated");
+    assert_eq!(counter(3, "symbol_error")["delta"]["at_least"], 5);
+    let ids: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["id"].as_str().unwrap(),
+                f["subject"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for want in [
+        "links.congestion mlx5_0/1",
+        "links.port_not_active mlx5_1/1",
+        "links.rate_below_peers mlx5_2/1",
+        "links.errors_increasing mlx5_2/1",
+        "links.retransmissions_increasing mlx5_2/1",
+        "links.pcie_downtrained mlx5_3",
+        "links.errors_increasing mlx5_3/1",
+    ] {
+        assert!(ids.iter().any(|i| i == want), "missing {want} in {ids:?}");
+    }
+    let (prom, _, _) = run(&[
+        "--root",
+        "fixtures/ib-degraded-later",
+        "--format",
+        "prom",
+        "links",
+        "--baseline",
+        "fixtures/ib-degraded",
+    ]);
+    insta::assert_snapshot!("links_baseline_prom__ib-degraded", prom);
+}
+
+#[test]
+fn gids_prom() {
+    let (prom, _, _) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "--format",
+        "prom",
+        "gids",
+    ]);
+    insta::assert_snapshot!("gids_prom__roce-bond-host", prom);
+}
+
+#[test]
+fn unknown_device_and_bad_flags_are_usage_errors() {
+    let (_, err, code) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "gids",
+        "--device",
+        "mlx5_9",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("mlx5_9"), "{err}");
+    let (_, err, code) = run(&["--root", "fixtures/ib-degraded", "links", "--interval", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--baseline"), "{err}");
+    let (_, _, code) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "--format",
+        "json",
+        "gids",
+        "--show-gids",
+    ]);
+    assert_eq!(code, 2);
+    let (_, _, code) = run(&[
+        "--root",
+        "fixtures/roce-bond-host",
+        "--format",
+        "nccl-xml",
+        "links",
+    ]);
+    assert_eq!(code, 2);
+}
+
+/// This CI machine has no InfiniBand in its kernel: both commands say so and exit 0, and
+/// JSON stays a valid envelope.
+#[test]
+fn live_run_without_infiniband_exits_0_with_the_message() {
+    let no_ib = !Path::new("/sys/class/infiniband").exists();
+    for cmd in ["gids", "links"] {
+        let (out, err, code) = run(&[cmd]);
+        if no_ib {
+            assert_eq!(code, 0, "{cmd}: {err}");
+            assert_eq!(
+                out,
+                "no RDMA devices: the kernel has no InfiniBand support\n"
+            );
+        }
+        let (json, _, jcode) = run(&["--format", "json", cmd]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema"], format!("fabprobe.{cmd}"));
+        if no_ib {
+            assert_eq!(jcode, 0);
+            assert_eq!(v["data"]["rdma"]["devices_found"], false);
+            assert_eq!(
+                v["data"]["rdma"]["message"],
+                "no RDMA devices: the kernel has no InfiniBand support"
+            );
+            assert_eq!(v["findings"].as_array().unwrap().len(), 0);
+        }
+    }
+    if no_ib {
+        // --interval does not wait when there is nothing to sample.
+        let (out, _, code) = run(&["links", "--interval", "30"]);
+        assert_eq!(code, 0);
+        assert!(out.starts_with("no RDMA devices"));
+        let (out, _, code) = run(&["gids", "--show-gids"]);
+        assert_eq!(code, 0);
+        assert!(out.ends_with("n_gids_found=0\n"));
+    }
+}
