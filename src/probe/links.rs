@@ -67,8 +67,12 @@ pub struct LinkPort {
     pub link_layer: Option<String>,
     pub lid: Option<u32>,
     pub sm_lid: Option<u32>,
-    /// The PCI function's netdev for this port (`dev_port`), as `ibdev2netdev` shows it.
+    /// The port's netdev: the L3 device of its first populated GID (a bond for
+    /// `mlx5_bond_0`, as `ibdev2netdev` shows it), else the PCI function's netdev whose
+    /// `dev_port` matches (IPoIB `ibN` on InfiniBand).
     pub netdev: Option<String>,
+    /// Every distinct `gid_attrs/ndevs` of the port's GIDs (bond, VLAN, macvlan, vxlan).
+    pub gid_netdevs: Vec<String>,
     pub counters: Vec<Counter>,
 }
 
@@ -143,9 +147,24 @@ fn probe_device(host: &Host, name: &str) -> LinkDevice {
         .into_iter()
         .map(|p| {
             let a = ib::read_port(host, name, p);
+            let mut gid_netdevs: Vec<String> = Vec::new();
+            for slot in ib::read_gid_table(host, name, p)
+                .iter()
+                .filter(|s| s.is_populated())
+            {
+                if let Some(n) = slot.ndev.value().map(str::trim).filter(|n| !n.is_empty())
+                    && !gid_netdevs.iter().any(|x| x == n)
+                {
+                    gid_netdevs.push(n.to_string());
+                }
+            }
             LinkPort {
                 port: p,
-                netdev: ib::port_netdev(host, name, p, &attrs.pci_netdevs),
+                netdev: gid_netdevs
+                    .first()
+                    .cloned()
+                    .or_else(|| ib::port_netdev(host, name, p, &attrs.pci_netdevs)),
+                gid_netdevs,
                 state: a.state,
                 phys_state: a.phys_state,
                 rate: a.rate,

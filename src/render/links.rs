@@ -209,7 +209,19 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
                 opt(&p.link_layer),
                 p.lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
                 p.sm_lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
-                opt(&p.netdev),
+                {
+                    let others: Vec<&str> = p
+                        .gid_netdevs
+                        .iter()
+                        .filter(|n| Some(*n) != p.netdev.as_ref())
+                        .map(String::as_str)
+                        .collect();
+                    if others.is_empty() {
+                        opt(&p.netdev)
+                    } else {
+                        format!("{} (GIDs also on {})", opt(&p.netdev), others.join(","))
+                    }
+                },
             ]);
         }
         out.push_str(
