@@ -722,9 +722,11 @@ mod tests {
         }
     }
 
+    type RateCase<'a> = (&'a str, Option<(f64, Option<u32>, Option<&'a str>)>);
+
     #[test]
     fn rates_in_every_kernel_spelling() {
-        let cases: &[(&str, Option<(f64, Option<u32>, Option<&str>)>)] = &[
+        let cases: &[RateCase] = &[
             ("400 Gb/sec (4X NDR)", Some((400.0, Some(4), Some("NDR")))),
             ("200 Gb/sec (4X HDR)\n", Some((200.0, Some(4), Some("HDR")))),
             ("800 Gb/sec (4X XDR)", Some((800.0, Some(4), Some("XDR")))),
