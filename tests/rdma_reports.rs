@@ -116,44 +116,52 @@ fn show_gids_lexical_order_quirk() {
     assert!(out.ends_with("n_gids_found=12\n"));
 }
 
-/// A one-device snapshot: `gids` maps index -> (gid, type, ndev); every other slot of a
-/// 256-entry table is zero with EINVAL attributes.
-fn one_port_tree(gids: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+/// A GID row for [`tree`]: index, GID, `types` content, `ndevs` content (`None`: EINVAL).
+type Row<'a> = (u32, &'a str, &'a str, Option<&'a str>);
+
+/// A snapshot of RoCE devices with one port each: `rows` per device; every other slot of a
+/// 256-entry table is zero with EINVAL attributes, as on a real mlx5 port.
+fn tree(devs: &[(&str, &[Row])]) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let r = t.path();
-    let dev = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0";
-    let port = format!("{dev}/infiniband/mlx5_0/ports/1");
-    std::fs::create_dir_all(r.join(&port).join("gids")).unwrap();
-    std::fs::create_dir_all(r.join(&port).join("gid_attrs/types")).unwrap();
-    std::fs::create_dir_all(r.join(&port).join("gid_attrs/ndevs")).unwrap();
     std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
     std::fs::create_dir_all(r.join("fabprobe")).unwrap();
-    std::os::unix::fs::symlink(
-        "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0",
-        r.join("sys/class/infiniband/mlx5_0"),
-    )
-    .unwrap();
-    for (f, v) in [
-        ("state", "4: ACTIVE\n"),
-        ("phys_state", "5: LinkUp\n"),
-        ("link_layer", "Ethernet\n"),
-    ] {
-        std::fs::write(r.join(&port).join(f), v).unwrap();
-    }
     let mut errors = serde_json::Map::new();
-    for i in 0..256u32 {
-        let hit = gids.iter().find(|g| g.0 == i);
-        let gid = hit
-            .map(|g| g.1)
-            .unwrap_or("0000:0000:0000:0000:0000:0000:0000:0000");
-        std::fs::write(r.join(&port).join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
-        for (sub, val) in [("types", hit.map(|g| g.2)), ("ndevs", hit.map(|g| g.3))] {
-            let p = format!("{port}/gid_attrs/{sub}/{i}");
-            match val {
-                Some(v) => std::fs::write(r.join(&p), format!("{v}\n")).unwrap(),
-                None => {
-                    std::fs::write(r.join(&p), "").unwrap();
-                    errors.insert(format!("/{p}"), "EINVAL".into());
+    for (n, (name, rows)) in devs.iter().enumerate() {
+        let dev = format!("sys/devices/pci0000:00/0000:00:0{n}.0/0000:0{n}:00.0");
+        let port = format!("{dev}/infiniband/{name}/ports/1");
+        for sub in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
+            std::fs::create_dir_all(r.join(&port).join(sub)).unwrap();
+        }
+        std::os::unix::fs::symlink(
+            format!("../../devices/pci0000:00/0000:00:0{n}.0/0000:0{n}:00.0/infiniband/{name}"),
+            r.join("sys/class/infiniband").join(name),
+        )
+        .unwrap();
+        for (f, v) in [
+            ("state", "4: ACTIVE\n"),
+            ("phys_state", "5: LinkUp\n"),
+            ("link_layer", "Ethernet\n"),
+        ] {
+            std::fs::write(r.join(&port).join(f), v).unwrap();
+        }
+        for i in 0..256u32 {
+            let hit = rows.iter().find(|g| g.0 == i);
+            let gid = hit
+                .map(|g| g.1)
+                .unwrap_or("0000:0000:0000:0000:0000:0000:0000:0000");
+            std::fs::write(r.join(&port).join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
+            for (sub, val) in [
+                ("types", hit.map(|g| g.2)),
+                ("ndevs", hit.and_then(|g| g.3)),
+            ] {
+                let p = format!("{port}/gid_attrs/{sub}/{i}");
+                match val {
+                    Some(v) => std::fs::write(r.join(&p), format!("{v}\n")).unwrap(),
+                    None => {
+                        std::fs::write(r.join(&p), "").unwrap();
+                        errors.insert(format!("/{p}"), "EINVAL".into());
+                    }
                 }
             }
         }
@@ -164,6 +172,45 @@ fn one_port_tree(gids: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
     )
     .unwrap();
     t
+}
+
+fn one_port_tree(rows: &[Row]) -> tempfile::TempDir {
+    tree(&[("mlx5_0", rows)])
+}
+
+#[test]
+fn show_gids_equals_proxmox_sample_with_einval_ndev() {
+    let ll0 = "fe80:0000:0000:0000:9640:c9ff:fe8c:a09c";
+    let ip0 = "0000:0000:0000:0000:0000:ffff:c0a8:0684";
+    let t = tree(&[
+        (
+            "mlx5_0",
+            &[
+                (0, ll0, "IB/RoCE v1", Some("mce0")),
+                (1, ll0, "RoCE v2", Some("mce0")),
+                (2, ip0, "IB/RoCE v1", Some("mce0")),
+                (3, ip0, "RoCE v2", Some("mce0")),
+            ],
+        ),
+        // The second port's ndevs read fails (EINVAL): show_gids prints an empty DEV.
+        (
+            "mlx5_1",
+            &[(
+                0,
+                "fe80:0000:0000:0000:9440:c9ff:ff8c:a09d",
+                "IB/RoCE v1",
+                None,
+            )],
+        ),
+    ]);
+    let (out, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
+    // The source strips trailing blanks of the last row; the footer is the same.
+    let got: String = expand_tabs(&out)
+        .lines()
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect();
+    assert_eq!(got, data("proxmox-down-port.expanded.txt"));
+    assert!(out.contains("mlx5_1\t1\t0\tfe80:0000:0000:0000:9440:c9ff:ff8c:a09d\t\t\tv1\t\n"));
 }
 
 #[test]
@@ -185,10 +232,10 @@ fn show_gids_equals_rdma0_sample() {
     let ll = "fe80:0000:0000:0000:0ac0:ebff:fe21:03da";
     let ip = "0000:0000:0000:0000:0000:ffff:c0a8:d3f2";
     let t = one_port_tree(&[
-        (0, ll, "IB/RoCE v1", "rdma0"),
-        (1, ll, "RoCE v2", "rdma0"),
-        (2, ip, "IB/RoCE v1", "rdma0"),
-        (3, ip, "RoCE v2", "rdma0"),
+        (0, ll, "IB/RoCE v1", Some("rdma0")),
+        (1, ll, "RoCE v2", Some("rdma0")),
+        (2, ip, "IB/RoCE v1", Some("rdma0")),
+        (3, ip, "RoCE v2", Some("rdma0")),
     ]);
     let (out, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
     assert_eq!(out, data("attack-research-rdma0.txt"));
