@@ -56,7 +56,7 @@ JSON DATA (fabprobe.links)
      \"pci_link\": {\"current_speed\", \"current_width\", \"max_speed\", \"max_width\"},
      \"pci_netdevs\", \"device_counters\": [counter],
      \"ports\": [{\"port\", \"state\": {\"id\",\"name\"}, \"phys_state\": {\"id\",\"name\"},
-       \"rate\": {\"raw\", \"gbps\", \"lanes\", \"speed\"}, \"link_layer\", \"lid\", \"sm_lid\", \"netdev\", \"gid_netdevs\",
+       \"rate\": {\"raw\", \"gbps\", \"lanes\", \"speed\" (as printed), \"speed_name\" (SDR when unsuffixed)}, \"link_layer\", \"lid\", \"sm_lid\", \"netdev\", \"gid_netdevs\",
        \"counters\": [{\"name\", \"dir\" (counters|hw_counters|device_hw_counters), \"width_bits\",
          \"overflow\" (saturates|wraps), \"value\", \"value_bytes\", \"unavailable\", \"saturated\",
          \"delta\": null | {\"kind\": \"value\", \"value\", \"wrapped\"} | {\"kind\": \"saturated\",

@@ -47,18 +47,16 @@ pub struct Rate {
     pub gbps: f64,
     /// Lane count (1, 2, 4, 8, 12).
     pub lanes: Option<u32>,
-    /// `SDR`..`XDR`; `None` on old kernels that printed no suffix (that meant SDR).
+    /// `SDR`..`XDR` as printed; `None` on old kernels that printed no suffix.
     pub speed: Option<String>,
+    /// What the speed means: the suffix, or `SDR` for old kernels' suffix-less form.
+    pub speed_name: Option<String>,
 }
 
 impl Rate {
     /// The speed name, with old kernels' missing suffix read as SDR (what it meant).
     pub fn speed_name(&self) -> Option<&str> {
-        match (&self.speed, self.lanes) {
-            (Some(s), _) => Some(s),
-            (None, Some(_)) => Some("SDR"),
-            (None, None) => None,
-        }
+        self.speed_name.as_deref()
     }
 }
 
@@ -81,11 +79,18 @@ pub fn parse_rate(s: &str) -> Option<Rate> {
         let lanes = w.trim().parse().ok()?;
         (Some(lanes), (!sp.is_empty()).then(|| sp.to_string()))
     };
+    // Old kernels printed no suffix for SDR only (rdma-facts §1).
+    let speed_name = match (&speed, lanes) {
+        (Some(sp), _) => Some(sp.clone()),
+        (None, Some(_)) => Some("SDR".to_string()),
+        (None, None) => None,
+    };
     Some(Rate {
         raw: s.to_string(),
         gbps,
         lanes,
         speed,
+        speed_name,
     })
 }
 
