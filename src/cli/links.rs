@@ -45,7 +45,8 @@ FINDINGS
                                    rnr_nak_retry_err, req_transport_retries_exceeded (fail) increased
   links.congestion                 port_xmit_wait grew by more than 10% of port_xmit_data (words)
   links.counter_saturated          a PMA error counter stuck at its maximum (single sample)
-  links.verbs_mismatch             libibverbs and sysfs disagree (live only)
+  links.verbs_mismatch             libibverbs and sysfs disagree about port 1 (live only)
+  links.verbs_missing_device       sysfs lists a device libibverbs does not (live only)
 
 JSON DATA (fabprobe.links)
   {\"rdma\": {\"devices_found\", \"message\"},

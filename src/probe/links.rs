@@ -460,6 +460,24 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
         }
     }
     if let Some(v) = &r.verbs {
+        // Devices sysfs shows but libibverbs cannot use: no provider library (libmlx5...)
+        // or no /dev/infiniband in a container. Applications will see no HCA.
+        for d in &r.devices {
+            if !v.devices.iter().any(|vd| vd.name == d.name) {
+                out.push(
+                    Finding::new(
+                        "links.verbs_missing_device",
+                        Severity::Warn,
+                        &d.name,
+                        "sysfs lists this device but libibverbs does not: RDMA applications (NCCL, perftest) will not see it",
+                    )
+                    .evidence("ibv_get_device_list_error", v.error.clone())
+                    .evidence("verbs_devices", v.devices.iter().map(|x| x.name.clone()).collect::<Vec<_>>())
+                    .evidence("driver", d.attrs.driver.clone())
+                    .fix("install the provider library (rdma-core: libmlx5/libibverbs-providers), and in containers map /dev/infiniband"),
+                );
+            }
+        }
         for vd in &v.devices {
             let sysfs = r.devices.iter().find(|d| d.name == vd.name);
             let sysfs_active = sysfs
@@ -649,5 +667,60 @@ mod tests {
                 .iter()
                 .all(|c| c.delta.is_none())
         );
+    }
+}
+
+#[cfg(test)]
+mod verbs_tests {
+    use super::*;
+
+    #[test]
+    fn verbs_cross_check_findings() {
+        let host =
+            Host::snapshot(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ib-degraded")).unwrap();
+        let mut r = probe(&host);
+        let dev = |name: &str, active: Option<bool>| VerbsDevice {
+            name: name.into(),
+            port1_active: active,
+            error: None,
+        };
+        // mlx5_1 is DOWN in sysfs but verbs says active; mlx5_3 unseen by verbs; mlx5_9
+        // only verbs knows.
+        r.verbs = Some(VerbsView {
+            error: None,
+            devices: vec![
+                dev("mlx5_0", Some(true)),
+                dev("mlx5_1", Some(true)),
+                dev("mlx5_2", Some(true)),
+                dev("mlx5_9", None),
+            ],
+        });
+        let got: Vec<(String, String)> = findings(&r)
+            .into_iter()
+            .filter(|f| f.id.starts_with("links.verbs"))
+            .map(|f| (f.id, f.subject))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "links.verbs_missing_device".to_string(),
+                    "mlx5_3".to_string()
+                ),
+                ("links.verbs_mismatch".to_string(), "mlx5_1".to_string()),
+                ("links.verbs_mismatch".to_string(), "mlx5_9".to_string()),
+            ]
+        );
+        // ENOSYS with no sysfs devices (this CI machine) is no finding.
+        let none = LinksReport {
+            rdma: r.rdma.clone(),
+            devices: Vec::new(),
+            sample: None,
+            verbs: Some(VerbsView {
+                error: Some("ENOSYS".into()),
+                devices: Vec::new(),
+            }),
+        };
+        assert!(findings(&none).is_empty());
     }
 }
