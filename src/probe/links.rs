@@ -143,7 +143,9 @@ pub fn probe(host: &Host) -> LinksReport {
 fn probe_device(host: &Host, name: &str) -> LinkDevice {
     let attrs = ib::read_device(host, name);
     let mlx5 = is_mlx5(name, &attrs);
-    let ports = ib::list_ports(host, name)
+    let port_numbers = ib::list_ports(host, name);
+    let n_ports = port_numbers.len();
+    let ports = port_numbers
         .into_iter()
         .map(|p| {
             let a = ib::read_port(host, name, p);
@@ -163,7 +165,7 @@ fn probe_device(host: &Host, name: &str) -> LinkDevice {
                 netdev: gid_netdevs
                     .first()
                     .cloned()
-                    .or_else(|| ib::port_netdev(host, name, p, &attrs.pci_netdevs)),
+                    .or_else(|| ib::port_netdev(host, name, p, n_ports, &attrs.pci_netdevs)),
                 gid_netdevs,
                 state: a.state,
                 phys_state: a.phys_state,

@@ -506,8 +506,14 @@ pub fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
 }
 
 /// The netdev of port `port` among the PCI function's netdevs: the one whose `dev_port`
-/// is `port - 1` (what `ibdev2netdev` uses), or the only one.
-pub fn port_netdev(host: &Host, dev: &str, port: u32, pci_netdevs: &[String]) -> Option<String> {
+/// is `port - 1` (what `ibdev2netdev` uses), or the only one of a single-port device.
+pub fn port_netdev(
+    host: &Host,
+    dev: &str,
+    port: u32,
+    n_ports: usize,
+    pci_netdevs: &[String],
+) -> Option<String> {
     let by_dev_port = pci_netdevs.iter().find(|n| {
         value(host.attr(format!("{}/device/net/{n}/dev_port", dev_dir(dev))))
             .and_then(|v| v.parse::<u32>().ok())
@@ -515,7 +521,7 @@ pub fn port_netdev(host: &Host, dev: &str, port: u32, pci_netdevs: &[String]) ->
     });
     by_dev_port
         .cloned()
-        .or_else(|| (pci_netdevs.len() == 1).then(|| pci_netdevs[0].clone()))
+        .or_else(|| (n_ports == 1 && pci_netdevs.len() == 1).then(|| pci_netdevs[0].clone()))
 }
 
 /// Port attributes, each as read (`None` when absent or unparsable).
