@@ -440,3 +440,45 @@ fn live_run_without_infiniband_exits_0_with_the_message() {
         assert!(out.ends_with("n_gids_found=0\n"));
     }
 }
+
+/// A device whose class link dangles and a port with garbage attributes do not hide the
+/// other devices' reports, and nothing panics.
+#[test]
+fn broken_device_does_not_hide_the_others() {
+    let ip = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+    let t = tree(&[("mlx5_0", &[(3, ip, "RoCE v2", Some("eth0"))])]);
+    std::os::unix::fs::symlink(
+        "../../devices/nowhere/infiniband/mlx5_9",
+        t.path().join("sys/class/infiniband/mlx5_9"),
+    )
+    .unwrap();
+    let p2 = t
+        .path()
+        .join("sys/devices/pci0000:00/0000:00:00.0/0000:00:00.0/infiniband/mlx5_0/ports/2");
+    std::fs::create_dir_all(&p2).unwrap();
+    std::fs::write(p2.join("state"), "garbage\n").unwrap();
+    std::fs::write(p2.join("rate"), "fast\n").unwrap();
+    let root = t.path().to_str().unwrap();
+    let (json, err, code) = run(&["--root", root, "--format", "json", "gids"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["data"]["ports"][0]["nccl"]["index"], 3);
+    let (json, err, code) = run(&["--root", root, "--format", "json", "links"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let names: Vec<&str> = v["data"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mlx5_0", "mlx5_9"]);
+    assert_eq!(
+        v["data"]["devices"][0]["ports"][1]["state"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        v["data"]["devices"][0]["ports"][1]["rate"],
+        serde_json::Value::Null
+    );
+}
