@@ -57,10 +57,7 @@ fn show_gids_equals_ibm_sample() {
         "mlx5_0",
     ]);
     assert_eq!(code, 0);
-    assert_eq!(
-        expand_tabs(&out),
-        data("ibm-spectrumscale-pr4.expanded.txt")
-    );
+    assert_eq!(expand_tabs(&out), data("ibm-spectrumscale-pr4.expanded.txt"));
 }
 
 #[test]
@@ -82,12 +79,7 @@ fn show_gids_equals_ucx_bond_sample() {
 
 #[test]
 fn show_gids_equals_nccl_1573_container_sample_byte_for_byte() {
-    let (out, _, _) = run(&[
-        "--root",
-        "fixtures/container-sparse-gids",
-        "gids",
-        "--show-gids",
-    ]);
+    let (out, _, _) = run(&["--root", "fixtures/container-sparse-gids", "gids", "--show-gids"]);
     let body = out
         .strip_suffix("n_gids_found=8\n")
         .expect("footer n_gids_found=8");
@@ -104,11 +96,7 @@ fn show_gids_lexical_order_quirk() {
         "--device",
         "mlx5_1",
     ]);
-    let idx: Vec<&str> = out
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split('\t').nth(2))
-        .collect();
+    let idx: Vec<&str> = out.lines().skip(2).filter_map(|l| l.split('\t').nth(2)).collect();
     assert_eq!(
         idx,
         ["0", "1", "10", "11", "2", "3", "4", "5", "6", "7", "8", "9"]
@@ -151,10 +139,7 @@ fn tree(devs: &[(&str, &[Row])]) -> tempfile::TempDir {
                 .map(|g| g.1)
                 .unwrap_or("0000:0000:0000:0000:0000:0000:0000:0000");
             std::fs::write(r.join(&port).join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
-            for (sub, val) in [
-                ("types", hit.map(|g| g.2)),
-                ("ndevs", hit.and_then(|g| g.3)),
-            ] {
+            for (sub, val) in [("types", hit.map(|g| g.2)), ("ndevs", hit.and_then(|g| g.3))] {
                 let p = format!("{port}/gid_attrs/{sub}/{i}");
                 match val {
                     Some(v) => std::fs::write(r.join(&p), format!("{v}\n")).unwrap(),
@@ -195,12 +180,7 @@ fn show_gids_equals_proxmox_sample_with_einval_ndev() {
         // The second port's ndevs read fails (EINVAL): show_gids prints an empty DEV.
         (
             "mlx5_1",
-            &[(
-                0,
-                "fe80:0000:0000:0000:9440:c9ff:ff8c:a09d",
-                "IB/RoCE v1",
-                None,
-            )],
+            &[(0, "fe80:0000:0000:0000:9440:c9ff:ff8c:a09d", "IB/RoCE v1", None)],
         ),
     ]);
     let (out, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
@@ -240,13 +220,7 @@ fn show_gids_equals_rdma0_sample() {
     let (out, _, _) = run(&["--root", t.path().to_str().unwrap(), "gids", "--show-gids"]);
     assert_eq!(out, data("attack-research-rdma0.txt"));
     // And NCCL picks the IPv4 RoCE v2 entry.
-    let (json, _, _) = run(&[
-        "--root",
-        t.path().to_str().unwrap(),
-        "--format",
-        "json",
-        "gids",
-    ]);
+    let (json, _, _) = run(&["--root", t.path().to_str().unwrap(), "--format", "json", "gids"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["data"]["ports"][0]["nccl"]["index"], 3);
 }
@@ -316,10 +290,7 @@ fn links_deltas_between_two_snapshots() {
     assert_eq!(v["data"]["sample"]["interval_s"], 30.0);
     assert_eq!(counter(0, "rx_write_requests")["delta"]["value"], 796);
     assert_eq!(counter(0, "rx_write_requests")["delta"]["wrapped"], true);
-    assert_eq!(
-        counter(0, "port_xmit_data")["delta_bytes"],
-        76_000_000_000u64
-    );
+    assert_eq!(counter(0, "port_xmit_data")["delta_bytes"], 76_000_000_000u64);
     assert_eq!(counter(2, "symbol_error")["delta"]["value"], 4699);
     assert_eq!(counter(3, "symbol_error")["delta"]["kind"], "saturated");
     assert_eq!(counter(3, "symbol_error")["delta"]["at_least"], 5);
@@ -327,13 +298,7 @@ fn links_deltas_between_two_snapshots() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| {
-            format!(
-                "{} {}",
-                f["id"].as_str().unwrap(),
-                f["subject"].as_str().unwrap()
-            )
-        })
+        .map(|f| format!("{} {}", f["id"].as_str().unwrap(), f["subject"].as_str().unwrap()))
         .collect();
     for want in [
         "links.congestion mlx5_0/1",
@@ -360,25 +325,13 @@ fn links_deltas_between_two_snapshots() {
 
 #[test]
 fn gids_prom() {
-    let (prom, _, _) = run(&[
-        "--root",
-        "fixtures/roce-bond-host",
-        "--format",
-        "prom",
-        "gids",
-    ]);
+    let (prom, _, _) = run(&["--root", "fixtures/roce-bond-host", "--format", "prom", "gids"]);
     insta::assert_snapshot!("gids_prom__roce-bond-host", prom);
 }
 
 #[test]
 fn unknown_device_and_bad_flags_are_usage_errors() {
-    let (_, err, code) = run(&[
-        "--root",
-        "fixtures/roce-bond-host",
-        "gids",
-        "--device",
-        "mlx5_9",
-    ]);
+    let (_, err, code) = run(&["--root", "fixtures/roce-bond-host", "gids", "--device", "mlx5_9"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("mlx5_9"), "{err}");
     let (_, err, code) = run(&["--root", "fixtures/ib-degraded", "links", "--interval", "1"]);
@@ -412,10 +365,7 @@ fn live_run_without_infiniband_exits_0_with_the_message() {
         let (out, err, code) = run(&[cmd]);
         if no_ib {
             assert_eq!(code, 0, "{cmd}: {err}");
-            assert_eq!(
-                out,
-                "no RDMA devices: the kernel has no InfiniBand support\n"
-            );
+            assert_eq!(out, "no RDMA devices: the kernel has no InfiniBand support\n");
         }
         let (json, _, jcode) = run(&["--format", "json", cmd]);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -75,9 +75,7 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
         crate::render::gids::show_gids(&report)
     } else {
         match fmt {
-            Format::Json => {
-                Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json()
-            }
+            Format::Json => Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json(),
             Format::Prom => crate::render::gids::prom(&report),
             _ => crate::render::gids::table(&report, &findings),
         }

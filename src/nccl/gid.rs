@@ -76,8 +76,7 @@ pub enum Family {
 pub fn gid_family(g: &Gid) -> Family {
     let b = &g.0;
     let mapped = b[..10] == [0; 10] && b[10] == 0xff && b[11] == 0xff;
-    let mcast_mapped =
-        b[0] == 0xff && b[1] == 0x0e && b[2..10] == [0; 8] && b[10] == 0xff && b[11] == 0xff;
+    let mcast_mapped = b[0] == 0xff && b[1] == 0x0e && b[2..10] == [0; 8] && b[10] == 0xff && b[11] == 0xff;
     if mapped || mcast_mapped {
         Family::Inet
     } else {
@@ -296,16 +295,8 @@ pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: boo
                 } else {
                     "other"
                 },
-                if score & 2 != 0 {
-                    "global"
-                } else {
-                    "link-local"
-                },
-                if score & 1 != 0 {
-                    "RoCE v2"
-                } else {
-                    "not RoCE v2"
-                }
+                if score & 2 != 0 { "global" } else { "link-local" },
+                if score & 1 != 0 { "RoCE v2" } else { "not RoCE v2" }
             ),
         },
     }
@@ -352,12 +343,7 @@ mod tests {
     }
 
     fn env(pairs: &[(&str, &str)]) -> GidEnv {
-        GidEnv::from_lookup(|k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
+        GidEnv::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     }
 
     fn pick(ll: &str, t: &[GidSlot], e: &[(&str, &str)]) -> Option<u32> {
@@ -388,11 +374,7 @@ mod tests {
     #[test]
     fn roce_version_1_picks_first_ipv4_v1() {
         assert_eq!(
-            pick(
-                "Ethernet",
-                &standard(),
-                &[("NCCL_IB_ROCE_VERSION_NUM", "1")]
-            ),
+            pick("Ethernet", &standard(), &[("NCCL_IB_ROCE_VERSION_NUM", "1")]),
             Some(2)
         );
     }
@@ -443,18 +425,11 @@ mod tests {
         // Without a global IPv6 GID, AF_INET6 stays at 0 (link-local is never valid; index
         // 0 is already AF_INET6).
         assert_eq!(
-            pick(
-                "Ethernet",
-                &standard(),
-                &[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]
-            ),
+            pick("Ethernet", &standard(), &[("NCCL_IB_ADDR_FAMILY", "AF_INET6")]),
             Some(0)
         );
         // Unknown family string means AF_INET.
-        assert_eq!(
-            pick("Ethernet", &t, &[("NCCL_IB_ADDR_FAMILY", "inet")]),
-            Some(3)
-        );
+        assert_eq!(pick("Ethernet", &t, &[("NCCL_IB_ADDR_FAMILY", "inet")]), Some(3));
     }
 
     #[test]
@@ -494,11 +469,7 @@ mod tests {
             pick("Ethernet", &t, &[("NCCL_IB_ADDR_RANGE", "172.16.0.0/12")]),
             Some(0)
         );
-        let c = nccl_gid_index(
-            Some("Ethernet"),
-            &t,
-            &env(&[("NCCL_IB_ADDR_RANGE", "10.0.0.0")]),
-        );
+        let c = nccl_gid_index(Some("Ethernet"), &t, &env(&[("NCCL_IB_ADDR_RANGE", "10.0.0.0")]));
         assert!(c.reason.contains("ignored"), "{}", c.reason);
     }
 
@@ -548,10 +519,7 @@ mod tests {
         ]);
         assert_eq!(pick("InfiniBand", &ib, &[]), Some(0));
         // NCCL_IB_GID_INDEX does not apply to IB.
-        assert_eq!(
-            pick("InfiniBand", &ib, &[("NCCL_IB_GID_INDEX", "3")]),
-            Some(0)
-        );
+        assert_eq!(pick("InfiniBand", &ib, &[("NCCL_IB_GID_INDEX", "3")]), Some(0));
         let flid = table(&[
             ("fe80:0000:0000:0000:b83f:d203:00a4:2e48", Some(V1)),
             ("fec0:0000:0007:0000:b83f:d203:00a4:2e48", Some(V1)),
@@ -559,19 +527,11 @@ mod tests {
         assert_eq!(pick("InfiniBand", &flid, &[]), Some(1));
         // Index beyond the table: 0.
         assert_eq!(
-            pick(
-                "InfiniBand",
-                &flid,
-                &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "9")]
-            ),
+            pick("InfiniBand", &flid, &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "9")]),
             Some(0)
         );
         assert_eq!(
-            pick(
-                "InfiniBand",
-                &flid,
-                &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "0")]
-            ),
+            pick("InfiniBand", &flid, &[("NCCL_IB_ROUTABLE_FLID_GID_INDEX", "0")]),
             Some(0)
         );
     }
@@ -618,20 +578,9 @@ mod tests {
             perftest_gid_index(Some("Ethernet"), &v1_only, false).index,
             Some(1)
         );
-        let t6 = table(&[
-            (LL, Some(V2)),
-            (V4A, Some(V2)),
-            (V6, Some(V1)),
-            (V6, Some(V2)),
-        ]);
-        assert_eq!(
-            perftest_gid_index(Some("Ethernet"), &t6, true).index,
-            Some(3)
-        );
+        let t6 = table(&[(LL, Some(V2)), (V4A, Some(V2)), (V6, Some(V1)), (V6, Some(V2))]);
+        assert_eq!(perftest_gid_index(Some("Ethernet"), &t6, true).index, Some(3));
         let empty = table(&[(ZERO, None)]);
-        assert_eq!(
-            perftest_gid_index(Some("Ethernet"), &empty, false).index,
-            None
-        );
+        assert_eq!(perftest_gid_index(Some("Ethernet"), &empty, false).index, None);
     }
 }

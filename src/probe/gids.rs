@@ -186,8 +186,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
     for p in &r.ports {
         let subject = format!("{}/{}", p.device, p.port);
         // iWARP RNICs have an Ethernet link layer but no RoCE GID types.
-        let roce =
-            p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC");
+        let roce = p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC");
         let active = p.state.as_deref() == Some("ACTIVE");
         for e in &p.entries {
             if let Some(ip) = &e.ipv4 {
@@ -197,12 +196,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
                 }
             }
         }
-        if roce
-            && !p.entries.is_empty()
-            && !p
-                .entries
-                .iter()
-                .any(|e| e.roce_version.as_deref() == Some("v2"))
+        if roce && !p.entries.is_empty() && !p.entries.iter().any(|e| e.roce_version.as_deref() == Some("v2"))
         {
             out.push(
                 Finding::new(
@@ -244,10 +238,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
         if !roce || !active {
             continue;
         }
-        let chosen = p
-            .nccl
-            .index
-            .and_then(|i| p.entries.iter().find(|e| e.index == i));
+        let chosen = p.nccl.index.and_then(|i| p.entries.iter().find(|e| e.index == i));
         let what = match (p.nccl.index, chosen) {
             (None, _) => None,
             (Some(_), None) => Some(("empty", Severity::Fail)),
@@ -321,16 +312,8 @@ mod tests {
     use crate::check::Severity;
 
     fn report(env: &[(&str, &str)]) -> GidsReport {
-        let host = Host::snapshot(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/roce-bond-host"
-        ))
-        .unwrap();
-        let env = GidEnv::from_lookup(|k| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        });
+        let host = Host::snapshot(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/roce-bond-host")).unwrap();
+        let env = GidEnv::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()));
         probe(&host, &env)
     }
 
@@ -382,10 +365,7 @@ mod tests {
         );
         let empty = findings(&report(&[("NCCL_IB_GID_INDEX", "200")]));
         assert_eq!(empty.len(), 3);
-        assert!(
-            empty.iter().all(|f| f.message.contains("empty")),
-            "{empty:?}"
-        );
+        assert!(empty.iter().all(|f| f.message.contains("empty")), "{empty:?}");
         // A forced v2 IPv4 entry is fine.
         assert!(
             findings(&report(&[("NCCL_IB_GID_INDEX", "5")]))

@@ -138,9 +138,7 @@ pub fn show_gids(r: &GidsReport) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// Prometheus text: one info series per GID and the index NCCL would pick per port.
@@ -162,7 +160,9 @@ pub fn prom(r: &GidsReport) -> String {
             ));
         }
     }
-    out.push_str("# HELP fabprobe_infiniband_nccl_gid_index The GID index NCCL would use on the port (-1: none).\n");
+    out.push_str(
+        "# HELP fabprobe_infiniband_nccl_gid_index The GID index NCCL would use on the port (-1: none).\n",
+    );
     out.push_str("# TYPE fabprobe_infiniband_nccl_gid_index gauge\n");
     for p in &r.ports {
         out.push_str(&format!(

@@ -8,9 +8,7 @@ use crate::render::text;
 use crate::sysfs::infiniband::{CounterDir, Delta};
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref()
-        .map(|x| x.to_string())
-        .unwrap_or_else(|| "-".into())
+    v.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
 
 fn device_header(d: &LinkDevice) -> String {
@@ -31,9 +29,7 @@ fn device_header(d: &LinkDevice) -> String {
         s.push_str(&format!("\n  PCIe {bdf}"));
         if let Some(l) = &a.pci_link {
             let sp = |x: &Option<crate::sysfs::pci::LinkSpeed>| {
-                x.as_ref()
-                    .map(|v| v.raw.clone())
-                    .unwrap_or_else(|| "?".into())
+                x.as_ref().map(|v| v.raw.clone()).unwrap_or_else(|| "?".into())
             };
             s.push_str(&format!(
                 ": {} x{} (max {} x{}){}",
@@ -132,11 +128,7 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
             format!(
                 "{}{}",
                 value_text(c),
-                if c.value.is_some() {
-                    unit
-                } else {
-                    String::new()
-                }
+                if c.value.is_some() { unit } else { String::new() }
             ),
         ];
         if sampled {
@@ -146,10 +138,7 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         rows.push(r);
     }
     let mut out: String = if rows.len() > 1 {
-        columns(&rows)
-            .lines()
-            .map(|l| format!("    {l}\n"))
-            .collect()
+        columns(&rows).lines().map(|l| format!("    {l}\n")).collect()
     } else {
         String::new()
     };
@@ -248,18 +237,14 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
     if let Some(v) = &r.verbs
         && let Some(e) = &v.error
     {
-        out.push_str(&format!(
-            "libibverbs: ibv_get_device_list failed with {e}\n"
-        ));
+        out.push_str(&format!("libibverbs: ibv_get_device_list failed with {e}\n"));
     }
     out.push_str(&text::findings(findings));
     out
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// node_exporter's infiniband collector names for the PMA counters (bytes for data).

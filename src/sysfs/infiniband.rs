@@ -461,11 +461,10 @@ fn value(a: Attr) -> Option<String> {
 pub fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
     let d = dev_dir(dev);
     let get = |n: &str| value(host.attr(format!("{d}/{n}")));
-    let pci_path = host.realpath(format!("{d}/device")).ok().filter(|p| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(pci::is_bdf)
-    });
+    let pci_path = host
+        .realpath(format!("{d}/device"))
+        .ok()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(pci::is_bdf));
     let pci_bdf = pci_path
         .as_ref()
         .and_then(|p| p.file_name())
@@ -478,9 +477,7 @@ pub fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
     let pci_link = pci_path
         .as_ref()
         .map(|p| pci::read_link(host, &p.to_string_lossy()))
-        .filter(|l| {
-            l.current_speed.is_some() || l.current_width.is_some() || l.max_width.is_some()
-        });
+        .filter(|l| l.current_speed.is_some() || l.current_width.is_some() || l.max_width.is_some());
     let mut pci_netdevs = if pci_path.is_some() {
         host.list_dir(format!("{d}/device/net"))
             .ok()
@@ -725,11 +722,7 @@ mod tests {
         ];
         for (raw, want) in cases {
             let got = parse_num_name(raw);
-            assert_eq!(
-                got.as_ref().map(|n| (n.id, n.name.as_str())),
-                *want,
-                "{raw:?}"
-            );
+            assert_eq!(got.as_ref().map(|n| (n.id, n.name.as_str())), *want, "{raw:?}");
         }
     }
 
@@ -761,10 +754,7 @@ mod tests {
             let want = want.map(|(g, l, s)| (g, l, s.map(str::to_string)));
             assert_eq!(got, want, "{raw:?}");
         }
-        assert_eq!(
-            parse_rate("10 Gb/sec (4X)").unwrap().speed_name(),
-            Some("SDR")
-        );
+        assert_eq!(parse_rate("10 Gb/sec (4X)").unwrap().speed_name(), Some("SDR"));
         assert_eq!(
             parse_rate("400 Gb/sec (4X NDR)").unwrap().speed_name(),
             Some("NDR")
@@ -778,10 +768,7 @@ mod tests {
         assert_eq!(parse_hex_u32("0x04010000"), Some(0x0401_0000));
         assert_eq!(parse_hex_u32("3"), None);
         assert_eq!(parse_hex_u32("0xzz"), None);
-        assert_eq!(
-            parse_guid("0a7f:bc12:45ef:d23b"),
-            Some(0x0a7f_bc12_45ef_d23b)
-        );
+        assert_eq!(parse_guid("0a7f:bc12:45ef:d23b"), Some(0x0a7f_bc12_45ef_d23b));
         assert_eq!(parse_guid("0a7f:bc12:45ef"), None);
         assert_eq!(parse_guid("0a7f:bc12:45ef:d23"), None);
         assert_eq!(parse_guid("0x0a7fbc1245efd23b"), None);
@@ -792,10 +779,7 @@ mod tests {
         let full = parse_gid("0000:0000:0000:0000:0000:ffff:c0a8:0101\n").unwrap();
         let short = parse_gid("::ffff:192.168.1.1").unwrap();
         assert_eq!(full, short);
-        assert_eq!(
-            full.ipv4_mapped(),
-            Some(std::net::Ipv4Addr::new(192, 168, 1, 1))
-        );
+        assert_eq!(full.ipv4_mapped(), Some(std::net::Ipv4Addr::new(192, 168, 1, 1)));
         assert_eq!(full.full(), "0000:0000:0000:0000:0000:ffff:c0a8:0101");
         let ll = parse_gid("fe80:0000:0000:0000:0ac0:ebff:fe79:391a").unwrap();
         assert!(ll.is_link_local() && !ll.is_empty_slot() && ll.ipv4_mapped().is_none());
