@@ -34,6 +34,9 @@ pub struct Policy {
     pub median_fraction: f64,
     /// A link below this fraction of its line rate (where known) is slow.
     pub line_rate_fraction: f64,
+    /// A single link is blamed alone only when it is also this many standard deviations of
+    /// the run's noise below the median (a node's links, by as many over sqrt(partners)).
+    pub noise_sigmas: f64,
 }
 
 impl Default for Policy {
@@ -41,6 +44,7 @@ impl Default for Policy {
         Policy {
             median_fraction: 0.8,
             line_rate_fraction: 0.8,
+            noise_sigmas: 4.0,
         }
     }
 }
@@ -55,6 +59,7 @@ pub struct LinkStat {
     pub samples: usize,
     /// The lower of the two ends' port rates, where known.
     pub line_rate_gbs: Option<f64>,
+    /// Named by a verdict: in a slow node's row or column, or a slow link itself.
     pub slow: bool,
 }
 
@@ -177,21 +182,61 @@ pub fn analyze(
             line_usable = true;
         }
     }
-    for l in &mut links {
-        let below_median = l.gbs < policy.median_fraction * reference;
+    // The run's noise: the robust spread (MAD, scaled to a standard deviation) of the links
+    // that look healthy, relative to the median. A single cell must stand out of it by
+    // `noise_sigmas` to be blamed alone; with hundreds of links, plain "below 80%" would blame
+    // a healthy link on almost every noisy run.
+    let healthy: Vec<f64> = links
+        .iter()
+        .map(|l| l.gbs)
+        .filter(|&g| g >= policy.median_fraction * reference)
+        .collect();
+    let noise = match median(&healthy) {
+        Some(m) if healthy.len() >= 4 => {
+            let dev: Vec<f64> = healthy.iter().map(|g| (g - m).abs()).collect();
+            1.4826 * median(&dev).unwrap_or(0.0) / reference
+        }
+        _ => 0.0,
+    };
+    let cell_fraction = policy.median_fraction.min(1.0 - policy.noise_sigmas * noise);
+    let mut low = Vec::with_capacity(links.len());
+    let mut strict = Vec::with_capacity(links.len());
+    for l in &links {
         let line_ok = l.line_rate_gbs.map(|r| l.gbs >= policy.line_rate_fraction * r);
         let below_line = line_usable && line_ok == Some(false);
         // A link at its own (lower) line rate is explained by its hardware, not a fault.
-        l.slow = (below_median && line_ok != Some(true)) || below_line;
+        let excused = line_ok == Some(true);
+        low.push((l.gbs < policy.median_fraction * reference && !excused) || below_line);
+        strict.push((l.gbs < cell_fraction * reference && !excused) || below_line);
     }
 
     let row = |r: Rank| links.iter().filter(move |l| l.from_rank == r).collect::<Vec<_>>();
     let col = |r: Rank| links.iter().filter(move |l| l.to_rank == r).collect::<Vec<_>>();
+    let idx: BTreeMap<(Rank, Rank), usize> = links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((l.from_rank, l.to_rank), i))
+        .collect();
+    let is_low = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| low[i]);
     let nodes: BTreeSet<Rank> = links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
-    let all_slow = |v: &[&LinkStat]| v.len() >= 2 && v.iter().all(|l| l.slow);
-    let rows_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| all_slow(&row(r))).collect();
-    let cols_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| all_slow(&col(r))).collect();
-    // A row all slow because every cell is in a slow column is the receivers' fault.
+    // A node's row (or column): at least two partners, two thirds of its cells low, and its
+    // median below the threshold tightened by the noise of a median of that many cells.
+    let node_slow = |cells: &[&LinkStat], node: Rank| {
+        let m = cells.len();
+        if m < 2 || 3 * cells.iter().filter(|l| is_low(l)).count() < 2 * m {
+            return false;
+        }
+        let med = median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(f64::INFINITY);
+        let f = policy
+            .median_fraction
+            .min(1.0 - policy.noise_sigmas * noise / (m as f64).sqrt());
+        let below_line =
+            line_usable && line_rate_gbs(node).is_some_and(|r| med < policy.line_rate_fraction * r);
+        med < f * reference || below_line
+    };
+    let rows_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&row(r), r)).collect();
+    let cols_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&col(r), r)).collect();
+    // A row slow because every cell is in a slow column is the receivers' fault.
     let rows: BTreeSet<Rank> = rows_raw
         .iter()
         .copied()
@@ -202,6 +247,10 @@ pub fn analyze(
         .copied()
         .filter(|&r| col(r).iter().any(|l| !rows_raw.contains(&l.from_rank)))
         .collect();
+    let covered = |l: &LinkStat| rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
+    let isolated_idx: Vec<usize> = (0..links.len())
+        .filter(|&i| strict[i] && !covered(&links[i]))
+        .collect();
 
     let ctx = Ctx {
         ranks,
@@ -209,6 +258,8 @@ pub fn analyze(
         policy,
         line_rate: &line_rate_gbs,
         line_usable,
+        noise,
+        cell_fraction,
     };
     let mut verdicts = Vec::new();
     for &r in &rows {
@@ -217,10 +268,7 @@ pub fn analyze(
     for &r in &cols {
         verdicts.push(ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r)));
     }
-    let mut isolated: Vec<&LinkStat> = links
-        .iter()
-        .filter(|l| l.slow && !rows.contains(&l.from_rank) && !cols.contains(&l.to_rank))
-        .collect();
+    let mut isolated: Vec<&LinkStat> = isolated_idx.iter().map(|&i| &links[i]).collect();
     isolated.sort_by(|a, b| {
         a.gbs
             .total_cmp(&b.gbs)
@@ -229,6 +277,10 @@ pub fn analyze(
     for l in isolated {
         let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
         verdicts.push(ctx.link_verdict(l, ambiguous));
+    }
+    drop(ctx);
+    for (i, l) in links.iter_mut().enumerate() {
+        l.slow = isolated_idx.contains(&i) || rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
     }
     Analysis {
         median_gbs: Some(reference),
@@ -244,6 +296,8 @@ struct Ctx<'a, F: Fn(Rank) -> Option<f64>> {
     policy: &'a Policy,
     line_rate: &'a F,
     line_usable: bool,
+    noise: f64,
+    cell_fraction: f64,
 }
 
 impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
@@ -299,6 +353,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         e.insert("ratio".into(), json!(round3(gbs / self.reference)));
         e.insert("samples".into(), json!(samples));
         e.insert("median_fraction".into(), json!(self.policy.median_fraction));
+        e.insert("noise".into(), json!(round3(self.noise)));
         if let Some(rate) = line {
             e.insert("line_rate_gbs".into(), json!(round3(rate)));
             e.insert("line_rate_fraction".into(), json!(self.policy.line_rate_fraction));
@@ -375,6 +430,10 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
 
     fn link_verdict(&self, l: &LinkStat, ambiguous: bool) -> Verdict {
         let mut evidence = self.base_evidence(l.gbs, l.samples, l.line_rate_gbs);
+        evidence.insert(
+            "threshold_gbs".into(),
+            json!(round3(self.cell_fraction * self.reference)),
+        );
         let mut message = format!(
             "SLOW LINK {} -> {}: {}",
             self.label(l.from_rank),
@@ -551,6 +610,8 @@ mod tests {
                 ("ratio", json!(0.306)),
                 ("samples", json!(1)),
                 ("median_fraction", json!(0.8)),
+                ("noise", json!(0.0)),
+                ("threshold_gbs", json!(2.88)),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -639,7 +700,7 @@ mod tests {
                 "link n=4 70%",
                 4,
                 3,
-                Box::new(|f, t| if (f, t) == (1, 0) { 0.7 * BASE } else { BASE }),
+                Box::new(|f, t| if (f, t) == (1, 0) { 0.5 * BASE } else { BASE }),
                 vec![k(SlowLink, Some(1), Some(0))],
             ),
             (
