@@ -6,16 +6,25 @@
 //! * [`analyze`]`(&ranks, &samples, &Policy, |rank| line_rate_gbs)`: the same verdicts plus
 //!   the per-link figures ([`LinkStat`]), the run's median, and a [`FabricSlow`] note when the
 //!   whole fabric runs below its line rate (then no single node or link is to blame).
+//! * [`recheck_shifts`]`(&verdicts, n) -> Vec<u32>`: the scan orders (shifts) to measure once
+//!   more before trusting the verdicts; judge again on all samples (a transient hiccup then
+//!   washes out in the link's median, a real fault stays).
 //!
 //! Method (C4D's src×dst view): the samples of each directed link are aggregated by their
-//! median into a matrix `M[from][to]`. A cell is slow when it is below `median_fraction` of
-//! the run's median link (robust to the few slow cells we look for), or, where the port rate
-//! is known and the run as a whole reaches it, below `line_rate_fraction` of the line rate. A
-//! row whose cells are all slow, over at least two partners, is the sender's egress; a column
-//! likewise the receiver's ingress; a slow cell that no slow row or column explains is a slow
-//! link. A cell covered by a node verdict is not reported again, and a row that is all slow
-//! only because each of its cells lies in a slow column (several slow receivers) is not
-//! reported as an egress fault (and likewise for columns).
+//! upper median (slow only when at least half its samples are: one transient hiccup out of
+//! two samples is not a fault) into a matrix `M[from][to]`. The reference is the run's median link (robust to the
+//! few slow cells we look for); the noise is the robust spread (MAD) of the links that look
+//! healthy. A cell is *low* below `median_fraction` of the median, or, where the port rate is
+//! known and the run as a whole reaches it, below `line_rate_fraction` of the line rate (a link
+//! at its own lower line rate is excused). A row with at least two partners, two thirds of its
+//! cells low and its median below the threshold (tightened by `noise_sigmas` × noise / sqrt(m))
+//! is the sender's egress; a column likewise the receiver's ingress. A low cell that no slow
+//! row or column explains is a slow link only if it is also `noise_sigmas` standard deviations
+//! below the median: with hundreds of links, "below 80%" alone would blame a healthy link on
+//! almost every noisy run. Cells covered by a node verdict are not reported again, and a row
+//! slow only because each of its cells lies in a slow column (several slow receivers) is not
+//! an egress fault (and likewise for columns). With one order only (n = 2) a slow cell is
+//! reported as a link, marked ambiguous.
 //!
 //! Assumes most links are healthy (the median is a healthy link): when half the fabric is
 //! slow, only the line rate can tell.
@@ -54,7 +63,7 @@ impl Default for Policy {
 pub struct LinkStat {
     pub from_rank: Rank,
     pub to_rank: Rank,
-    /// Median of the link's samples, 10^9 bytes/s.
+    /// Upper median of the link's samples, 10^9 bytes/s.
     pub gbs: f64,
     pub samples: usize,
     /// The lower of the two ends' port rates, where known.
@@ -90,6 +99,32 @@ pub fn judge(
     line_rate_gbs: Option<f64>,
 ) -> Vec<Verdict> {
     analyze(ranks, samples, policy, |_| line_rate_gbs).verdicts
+}
+
+/// The scan orders (as shifts, see [`crate::ring::scan::order`]) to run once more before
+/// trusting `verdicts`: a transient hiccup during one order can make a healthy link look
+/// slow, and a re-measured link is judged on the median of all its samples. A slow link
+/// a -> b is re-measured by the shift (b - a) mod n; a slow node by the natural and the
+/// reversed ring. Empty when there is nothing to confirm.
+pub fn recheck_shifts(verdicts: &[Verdict], n: usize) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    if n < 2 {
+        return out;
+    }
+    let n32 = n as u32;
+    for v in verdicts {
+        let shifts = match (v.kind, v.from_rank, v.to_rank) {
+            (VerdictKind::SlowLink, Some(a), Some(b)) if a < n32 && b < n32 => vec![(b + n32 - a) % n32],
+            (VerdictKind::SlowEgress | VerdictKind::SlowIngress, _, _) => vec![1, n32 - 1],
+            _ => vec![],
+        };
+        for s in shifts {
+            if s != 0 && !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
 }
 
 /// Median; for an even count the mean of the two middle values. None when empty.
@@ -139,7 +174,7 @@ pub fn analyze(
             Some(LinkStat {
                 from_rank: from,
                 to_rank: to,
-                gbs: median(v)?,
+                gbs: upper_median(v)?,
                 samples: v.len(),
                 line_rate_gbs: match (line_rate_gbs(from), line_rate_gbs(to)) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -486,7 +521,8 @@ fn pct(ratio: f64) -> String {
     format!("{:.0}%", ratio * 100.0)
 }
 
-/// Builders shared by the tests here and the benchmark: a rank table and simulated scans.
+/// Builders shared by the tests here and the benchmark (`benches/localize.rs`); not for the
+/// probe itself: a rank table and simulated scans.
 pub mod sim {
     use super::*;
     use crate::ring::scan;
@@ -860,6 +896,63 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    #[test]
+    fn recheck_clears_a_transient_and_keeps_a_fault() {
+        let p = Policy::default();
+        let n = 8;
+        // One order hit by a hiccup on 2 -> 5 (shift 3) in 2 of its 3 samples.
+        let hiccup = |s: &mut Vec<LinkSample>| {
+            for x in s
+                .iter_mut()
+                .filter(|x| (x.from_rank, x.to_rank) == (2, 5))
+                .take(2)
+            {
+                x.seconds *= 2.0;
+            }
+        };
+        let mut s = scan(n, 7, 3, 0.05, &mut Rng(5), |_, _| BASE);
+        hiccup(&mut s);
+        let v = judge(&ranks(n), &s, &p, None);
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(2), Some(5))]);
+        let shifts = recheck_shifts(&v, n);
+        assert_eq!(shifts, vec![3]);
+        let again = crate::ring::scan::order(n, shifts[0], 7).unwrap();
+        let mut rng = Rng(6);
+        for _ in 0..3 {
+            for (f, t) in again.links() {
+                let gbs = BASE * (1.0 + 0.05 * (2.0 * rng.unit() - 1.0));
+                s.push(LinkSample {
+                    order: 7,
+                    from_rank: f,
+                    to_rank: t,
+                    bytes: 1 << 26,
+                    seconds: (1u64 << 26) as f64 / (gbs * 1e9),
+                });
+            }
+        }
+        assert_eq!(judge(&ranks(n), &s, &p, None), vec![]);
+
+        // A real slow link stays slow after the re-check.
+        let slow = |f, t| if (f, t) == (2, 5) { 0.5 * BASE } else { BASE };
+        let mut s = scan(n, 7, 3, 0.05, &mut Rng(5), slow);
+        let v = judge(&ranks(n), &s, &p, None);
+        s.extend(
+            scan(n, 7, 3, 0.05, &mut Rng(9), slow)
+                .into_iter()
+                .filter(|x| x.to_rank == (x.from_rank + 3) % 8),
+        );
+        assert_eq!(kinds(&judge(&ranks(n), &s, &p, None)), kinds(&v));
+
+        let node = judge(
+            &ranks(n),
+            &scan(n, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 1 { 1.0 } else { BASE }),
+            &p,
+            None,
+        );
+        assert_eq!(recheck_shifts(&node, n), vec![1, 7]);
+        assert_eq!(recheck_shifts(&[], n), Vec::<u32>::new());
     }
 
     #[test]

@@ -95,13 +95,24 @@ pub fn plan(n: usize, max_orders: usize) -> Vec<Order> {
         .into_iter()
         .take(max_orders.max(1))
         .enumerate()
-        .map(|(index, k)| Order {
-            index: index as u32,
-            shift: k as u32,
-            next: (0..n).map(|i| ((i + k) % n) as Rank).collect(),
-            prev: (0..n).map(|i| ((i + n - k) % n) as Rank).collect(),
-        })
+        .filter_map(|(index, k)| order(n, k as u32, index as u32))
         .collect()
+}
+
+/// The order "shift by `shift`" for `n` ranks, numbered `index` (e.g. a re-check of a
+/// suspect link after the plan: see [`super::localize::recheck_shifts`]). None when the shift
+/// is 0 mod n (a rank would send to itself) or n < 2.
+pub fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
+    let k = shift as usize % n.max(1);
+    if n < 2 || k == 0 {
+        return None;
+    }
+    Some(Order {
+        index,
+        shift: k as u32,
+        next: (0..n).map(|i| ((i + k) % n) as Rank).collect(),
+        prev: (0..n).map(|i| ((i + n - k) % n) as Rank).collect(),
+    })
 }
 
 /// How many orders fit in `budget` when one order takes `per_order` (its transfer plus its
@@ -184,6 +195,23 @@ mod tests {
             }
             assert!(p[0].is_single_ring() && p[1].is_single_ring());
         }
+    }
+
+    #[test]
+    fn single_orders() {
+        assert_eq!(
+            order(5, 2, 9),
+            Some(Order {
+                index: 9,
+                shift: 2,
+                next: vec![2, 3, 4, 0, 1],
+                prev: vec![3, 4, 0, 1, 2]
+            })
+        );
+        assert_eq!(order(5, 7, 0).map(|o| o.shift), Some(2));
+        assert_eq!(order(5, 5, 0), None);
+        assert_eq!(order(1, 1, 0), None);
+        assert_eq!(order(0, 1, 0), None);
     }
 
     #[test]
