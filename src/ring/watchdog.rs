@@ -537,7 +537,7 @@ mod tests {
             rank,
             control,
             last: Some((at, s)),
-            progress: vec![(at - 1000, p - 1), (at, p)],
+            progress: vec![(at.saturating_sub(1000), p - 1), (at, p)],
         }
     }
 
@@ -852,6 +852,66 @@ mod tests {
         let v = judge(&s, NOW + 1_000);
         assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(9), Some(1))]);
         assert!(v[0].message.contains("from rank 9 since"));
+    }
+
+    /// The first tick (100 ms apart) at which `judge` answers, for a run whose state at
+    /// time t is `at(t)`: the time to verdict by construction.
+    fn first_verdict(at: impl Fn(u64) -> WatchState, until: u64) -> Option<(u64, Vec<Verdict>)> {
+        (0..=until / 100).map(|i| i * 100).find_map(|t| {
+            let v = judge(&at(t), t);
+            (!v.is_empty()).then_some((t, v))
+        })
+    }
+
+    #[test]
+    fn time_to_verdict() {
+        let hb = |t: u64| t / 1000 * 1000; // heartbeats every second
+        // Rank 2 SIGSTOPped at 10 s: silence deadline 5 s.
+        let stopped = |t: u64| {
+            ring6(|r| {
+                let heard = if r == 2 { hb(t.min(10_000)) } else { hb(t) };
+                (OPEN, heard, st(r, AllGather, 1, None, 0, 0))
+            })
+        };
+        let (t, v) = first_verdict(stopped, 60_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (15_100, vec![(VerdictKind::RankStalled, Some(2), None)])
+        );
+        // Rank 2 killed at 10 s: the close is seen at once.
+        let killed = |t: u64| {
+            ring6(|r| {
+                let c = if r == 2 && t >= 10_050 {
+                    Control::Closed {
+                        at_ms: 10_050,
+                        reset: false,
+                    }
+                } else {
+                    OPEN
+                };
+                (c, hb(t), st(r, AllGather, 1, None, 0, 0))
+            })
+        };
+        let (t, v) = first_verdict(killed, 60_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (10_100, vec![(VerdictKind::RankLost, Some(2), None)])
+        );
+        // Link 4 -> 5 cut at 10 s: rank 5's wait report comes at 10 s + timeout, rank 4's
+        // heartbeats already show it ahead.
+        let cut_at = |t: u64| {
+            ring6(|r| match r {
+                5 if t >= 10_000 + T => (OPEN, 10_000 + T, st(5, ReduceScatter, 2, Some((4, RECV)), 0, 0)),
+                5 => (OPEN, hb(t), st(5, ReduceScatter, 2, None, 0, 0)),
+                4 if t >= 10_000 => (OPEN, hb(t), st(4, ReduceScatter, 3, None, 0, 0)),
+                r => (OPEN, hb(t), st(r, ReduceScatter, 2, None, 0, 0)),
+            })
+        };
+        let (t, v) = first_verdict(cut_at, 100_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (40_000, vec![(VerdictKind::HangLink, Some(4), Some(5))])
+        );
     }
 
     #[test]
