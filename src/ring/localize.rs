@@ -160,7 +160,7 @@ pub fn analyze(
     // Aggregate: garbage samples (no time, self-links, non-finite) are dropped, not zeroed.
     let mut per_link: BTreeMap<(Rank, Rank), Vec<f64>> = BTreeMap::new();
     for s in samples {
-        if s.from_rank == s.to_rank || !(s.seconds > 0.0) || !s.seconds.is_finite() {
+        if s.from_rank == s.to_rank || s.seconds.is_nan() || s.seconds <= 0.0 || !s.seconds.is_finite() {
             continue;
         }
         per_link
@@ -313,7 +313,6 @@ pub fn analyze(
         let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
         verdicts.push(ctx.link_verdict(l, ambiguous));
     }
-    drop(ctx);
     for (i, l) in links.iter_mut().enumerate() {
         l.slow = isolated_idx.contains(&i) || rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
     }
@@ -360,7 +359,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     fn device(&self, r: Rank) -> String {
         self.info(r)
             .and_then(|i| i.device.clone())
-            .unwrap_or_else(|| "the data interface".into())
+            .unwrap_or_else(|| "<data interface>".into())
     }
 
     fn host_or_rank(&self, r: Rank) -> String {
@@ -485,7 +484,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         let (a, b) = (self.host_or_rank(l.from_rank), self.host_or_rank(l.to_rank));
         let next = format!(
             "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
-             switch ports and cables between {} and {}",
+             switch ports and cables between {a} ({}) and {b} ({})",
             self.device(l.from_rank),
             self.device(l.to_rank)
         );
@@ -657,7 +656,7 @@ mod tests {
                 .into(),
             next: Some(
                 "on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); then check \
-                 the switch ports and cables between eth1 and eth1"
+                 the switch ports and cables between node-d (eth1) and node-e (eth1)"
                     .into(),
             ),
         };

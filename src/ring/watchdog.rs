@@ -370,8 +370,15 @@ impl<'a> Judge<'a> {
              firewall rules on the data interface, the switch port{}",
             dev(p),
             dev(r.rank),
-            ping.map(|a| format!(", `ping {a}` from {fh}"))
-                .unwrap_or_default()
+            ping.map(|a| {
+                let via = self
+                    .info(p)
+                    .and_then(|i| i.device.clone())
+                    .map(|d| format!("-I {d} "))
+                    .unwrap_or_default();
+                format!(", `ping {via}{a}` from {fh}")
+            })
+            .unwrap_or_default()
         );
         Verdict {
             kind: VerdictKind::HangLink,
@@ -644,7 +651,7 @@ mod tests {
                 next: Some(
                     "on node-e and node-f: fabprobe links (port state, error counters); check the data path \
                      node-e (eth1) -> node-f (eth1): firewall rules on the data interface, the switch port, \
-                     `ping 198.18.1.6` from node-e"
+                     `ping -I eth1 198.18.1.6` from node-e"
                         .into()
                 ),
             }]
