@@ -22,7 +22,19 @@
 //! it has sent more bytes of the step than the receiver got. Waits on a lost or stalled rank are
 //! explained by that rank. When no edge is conclusive, after `grace_ms` from the first wait
 //! report (so that the upstream ranks' reports have arrived) the longest waiter's edge is named,
-//! marked inconclusive.
+//! marked inconclusive; when only blocked senders report, the longest-blocked one's link.
+//!
+//! For the ring: feed every heartbeat and wait report as it arrives (`last`, `progress`), set
+//! `control` from the socket (EOF/RST: `Closed`; TCP_INFO unacked data: `Unacked`), and call
+//! `judge` on each arrival and on a timer tick of a few hundred ms. Times to verdict, by
+//! construction (test `time_to_verdict`): a killed rank at the next tick after its socket
+//! closes; a stopped rank `silence_ms` after its last heartbeat; a cut link when the
+//! receiver's wait report arrives (`--timeout` after its last progress) if the sender's
+//! heartbeat already shows it ahead, else at most `grace_ms` later.
+//!
+//! Limits: positions compare (phase, step) only; WaitReport carries no iteration or size
+//! index, so a sender that wrapped into the next iteration looks behind (the case then falls
+//! to the inconclusive rule). Byte counts compare only at the same phase, step and channel.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -391,6 +403,41 @@ impl<'a> Judge<'a> {
             next: Some(next),
         }
     }
+
+    /// Only a blocked sender speaks: its receiver is alive but does not report waiting for it.
+    fn blocked(&self, s: &WaitReport, at: u64, to: Rank) -> Verdict {
+        let waited = s.since_progress_ms + self.now.saturating_sub(at);
+        let mut ev: BTreeMap<String, Value> = BTreeMap::new();
+        ev.insert("phase".into(), json!(s.phase.name()));
+        ev.insert("step".into(), json!(s.step));
+        ev.insert("channel".into(), json!(s.channel));
+        ev.insert("waited_ms".into(), json!(waited));
+        ev.insert("sender_bytes_sent".into(), json!(s.bytes_sent));
+        ev.insert("sender_state".into(), json!("blocked_sending"));
+        ev.insert("conclusive".into(), json!(false));
+        let (fh, th) = (self.host_or(s.rank), self.host_or(to));
+        let message = format!(
+            "HANG {} is blocked sending to {} since step {} of {}; rank {to} does not report waiting for \
+             it: suspect the link {fh} -> {th} or rank {to}'s receive path",
+            self.label(s.rank),
+            self.label(to),
+            s.step,
+            s.phase.name()
+        );
+        Verdict {
+            kind: VerdictKind::HangLink,
+            from_rank: Some(s.rank),
+            to_rank: Some(to),
+            from_host: self.host(s.rank),
+            to_host: self.host(to),
+            evidence: ev,
+            message,
+            next: Some(format!(
+                "on {th}: `ss -tni` (a full receive queue from {fh}) and fabprobe links; on {fh} and {th}: \
+                 the data path between them"
+            )),
+        }
+    }
 }
 
 /// The verdicts for the run as the coordinator sees it at `now_ms`.
@@ -417,6 +464,7 @@ pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
     let mut named: BTreeSet<(Rank, Rank)> = BTreeSet::new();
     let mut inconclusive: Vec<(u64, &WaitReport, u64, Rank)> = Vec::new();
     let mut first_wait: Option<u64> = None;
+    let mut blocked: Vec<(u64, &WaitReport, u64, Rank)> = Vec::new();
     for w in &state.watch {
         let Some((at, r)) = &w.last else { continue };
         if faulty.contains_key(&w.rank) {
@@ -426,9 +474,13 @@ pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
             continue;
         };
         first_wait = Some(first_wait.map_or(*at, |f| f.min(*at)));
-        if !r.waiting_to_receive || faulty.contains_key(&p) {
-            // A blocked sender is judged from its receiver's side; a wait on a lost or
-            // stalled rank is explained by that rank.
+        if faulty.contains_key(&p) {
+            // A wait on a lost or stalled rank is explained by that rank.
+            continue;
+        }
+        if !r.waiting_to_receive {
+            // A blocked sender is judged from its receiver's side, unless nothing else speaks.
+            blocked.push((r.since_progress_ms + now_ms.saturating_sub(*at), r, *at, p));
             continue;
         }
         match j.report(p).and_then(|prep| Some((j.sent(r, prep)?, prep))) {
@@ -444,11 +496,16 @@ pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
     out.append(&mut stalled);
     hangs.sort_by_key(|v| (v.to_rank, v.from_rank));
     out.append(&mut hangs);
-    if out.is_empty() && first_wait.is_some_and(|f| now_ms >= f + state.grace_ms) {
+    if out.is_empty() && first_wait.is_some_and(|f| now_ms >= f.saturating_add(state.grace_ms)) {
         // Longest wait first; ties to the lowest rank, for a deterministic answer.
-        inconclusive.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.rank.cmp(&b.1.rank)));
-        if let Some(&(_, r, at, p)) = inconclusive.first() {
+        fn longest<'a>(v: &mut [(u64, &'a WaitReport, u64, Rank)]) -> Option<(&'a WaitReport, u64, Rank)> {
+            v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.rank.cmp(&b.1.rank)));
+            v.first().map(|&(_, r, at, p)| (r, at, p))
+        }
+        if let Some((r, at, p)) = longest(&mut inconclusive) {
             out.push(j.hang(r, at, p, None));
+        } else if let Some((s, at, to)) = longest(&mut blocked) {
+            out.push(j.blocked(s, at, to));
         }
     }
     out
@@ -844,6 +901,28 @@ mod tests {
         );
         // Waiting for results is not a stall.
         assert_eq!(judge(&mk(T + 2_000, Phase::Results), NOW), vec![]);
+    }
+
+    #[test]
+    fn only_a_blocked_sender_speaks() {
+        // Rank 1 blocked sending to rank 2, which heartbeats (not waiting, progress moving).
+        let s = ring6(|r| match r {
+            1 => (
+                OPEN,
+                NOW - 300,
+                st(1, Phase::Scan, 0, Some((2, SEND)), 0, 8 << 20),
+            ),
+            r => (OPEN, NOW - 300, st(r, Phase::Scan, 0, None, 0, 0)),
+        });
+        assert_eq!(judge(&s, NOW), vec![]);
+        let v = judge(&s, NOW + 1_000);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(1), Some(2))]);
+        assert_eq!(
+            v[0].message,
+            "HANG rank 1 (node-b) is blocked sending to rank 2 (node-c) since step 0 of scan; rank 2 does not \
+             report waiting for it: suspect the link node-b -> node-c or rank 2's receive path"
+        );
+        assert_eq!(v[0].evidence["conclusive"], json!(false));
     }
 
     #[test]
