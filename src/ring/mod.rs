@@ -1,3 +1,6 @@
 //! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
 //! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.
+pub mod localize;
+pub mod scan;
 pub mod types;
+pub mod watchdog;

@@ -1,0 +1,968 @@
+//! Localization of slow links and slow nodes from the link scan's samples: pure, no I/O.
+//!
+//! API:
+//! * [`judge`]`(&ranks, &samples, &Policy, line_rate_gbs: Option<f64>) -> Vec<Verdict>`: the
+//!   verdicts (`slow_egress`, `slow_ingress`, `slow_link`); empty on a healthy run.
+//! * [`analyze`]`(&ranks, &samples, &Policy, |rank| line_rate_gbs)`: the same verdicts plus
+//!   the per-link figures ([`LinkStat`]), the run's median, and a [`FabricSlow`] note when the
+//!   whole fabric runs below its line rate (then no single node or link is to blame).
+//! * [`recheck_shifts`]`(&verdicts, n) -> Vec<u32>`: the scan orders (shifts) to measure once
+//!   more before trusting the verdicts; judge again on all samples (a transient hiccup then
+//!   washes out in the link's median, a real fault stays).
+//!
+//! Method (C4D's src×dst view): the samples of each directed link are aggregated by their
+//! upper median (slow only when at least half its samples are: one transient hiccup out of
+//! two samples is not a fault) into a matrix `M[from][to]`. The reference is the run's median link (robust to the
+//! few slow cells we look for); the noise is the robust spread (MAD) of the links that look
+//! healthy. A cell is *low* below `median_fraction` of the median, or, where the port rate is
+//! known and the run as a whole reaches it, below `line_rate_fraction` of the line rate (a link
+//! at its own lower line rate is excused). A row with at least two partners, two thirds of its
+//! cells low and its median below the threshold (tightened by `noise_sigmas` × noise / sqrt(m))
+//! is the sender's egress; a column likewise the receiver's ingress. A low cell that no slow
+//! row or column explains is a slow link only if it is also `noise_sigmas` standard deviations
+//! below the median: with hundreds of links, "below 80%" alone would blame a healthy link on
+//! almost every noisy run. Cells covered by a node verdict are not reported again, and a row
+//! slow only because each of its cells lies in a slow column (several slow receivers) is not
+//! an egress fault (and likewise for columns). With one order only (n = 2) a slow cell is
+//! reported as a link, marked ambiguous.
+//!
+//! Assumes most links are healthy (the median is a healthy link): when half the fabric is
+//! slow, only the line rate can tell.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::types::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+
+/// Thresholds, as fractions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    /// A link below this fraction of the run's median link is slow.
+    pub median_fraction: f64,
+    /// A link below this fraction of its line rate (where known) is slow.
+    pub line_rate_fraction: f64,
+    /// A single link is blamed alone only when it is also this many standard deviations of
+    /// the run's noise below the median (a node's links, by as many over sqrt(partners)).
+    pub noise_sigmas: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            median_fraction: 0.8,
+            line_rate_fraction: 0.8,
+            noise_sigmas: 4.0,
+        }
+    }
+}
+
+/// One directed link's aggregate over the scan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkStat {
+    pub from_rank: Rank,
+    pub to_rank: Rank,
+    /// Upper median of the link's samples, 10^9 bytes/s.
+    pub gbs: f64,
+    pub samples: usize,
+    /// The lower of the two ends' port rates, where known.
+    pub line_rate_gbs: Option<f64>,
+    /// Named by a verdict: in a slow node's row or column, or a slow link itself.
+    pub slow: bool,
+}
+
+/// The whole fabric runs below its line rate: no node or link stands out.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FabricSlow {
+    pub median_gbs: f64,
+    pub line_rate_gbs: f64,
+    pub ratio: f64,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Analysis {
+    /// The run's median link (the upper median of the per-link figures); None: no samples.
+    pub median_gbs: Option<f64>,
+    /// Every measured link, sorted by (from, to).
+    pub links: Vec<LinkStat>,
+    pub verdicts: Vec<Verdict>,
+    pub fabric_slow: Option<FabricSlow>,
+}
+
+/// The verdicts for a scan. `line_rate_gbs`: the port rate of every rank, where known.
+pub fn judge(
+    ranks: &[RankInfo],
+    samples: &[LinkSample],
+    policy: &Policy,
+    line_rate_gbs: Option<f64>,
+) -> Vec<Verdict> {
+    analyze(ranks, samples, policy, |_| line_rate_gbs).verdicts
+}
+
+/// The scan orders (as shifts, see [`crate::ring::scan::order`]) to run once more before
+/// trusting `verdicts`: a transient hiccup during one order can make a healthy link look
+/// slow, and a re-measured link is judged on the median of all its samples. A slow link
+/// a -> b is re-measured by the shift (b - a) mod n; a slow node by the natural and the
+/// reversed ring. Empty when there is nothing to confirm.
+pub fn recheck_shifts(verdicts: &[Verdict], n: usize) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    if n < 2 {
+        return out;
+    }
+    let n32 = n as u32;
+    for v in verdicts {
+        let shifts = match (v.kind, v.from_rank, v.to_rank) {
+            (VerdictKind::SlowLink, Some(a), Some(b)) if a < n32 && b < n32 => vec![(b + n32 - a) % n32],
+            (VerdictKind::SlowEgress | VerdictKind::SlowIngress, _, _) => vec![1, n32 - 1],
+            _ => vec![],
+        };
+        for s in shifts {
+            if s != 0 && !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Median; for an even count the mean of the two middle values. None when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+/// Upper median: the middle value, the higher one for an even count. The reference for
+/// "slow": with two links (n = 2) the plain median would be pulled halfway to the slow one.
+fn upper_median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Per-link medians, per-cell slowness, then rows, columns and isolated cells.
+pub fn analyze(
+    ranks: &[RankInfo],
+    samples: &[LinkSample],
+    policy: &Policy,
+    line_rate_gbs: impl Fn(Rank) -> Option<f64>,
+) -> Analysis {
+    // Aggregate: garbage samples (no time, self-links, non-finite) are dropped, not zeroed.
+    let mut per_link: BTreeMap<(Rank, Rank), Vec<f64>> = BTreeMap::new();
+    for s in samples {
+        if s.from_rank == s.to_rank || s.seconds.is_nan() || s.seconds <= 0.0 || !s.seconds.is_finite() {
+            continue;
+        }
+        per_link
+            .entry((s.from_rank, s.to_rank))
+            .or_default()
+            .push(s.gbs());
+    }
+    let mut links: Vec<LinkStat> = per_link
+        .iter()
+        .filter_map(|(&(from, to), v)| {
+            Some(LinkStat {
+                from_rank: from,
+                to_rank: to,
+                gbs: upper_median(v)?,
+                samples: v.len(),
+                line_rate_gbs: match (line_rate_gbs(from), line_rate_gbs(to)) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                },
+                slow: false,
+            })
+        })
+        .collect();
+    let all: Vec<f64> = links.iter().map(|l| l.gbs).collect();
+    let Some(reference) = upper_median(&all) else {
+        return Analysis {
+            median_gbs: None,
+            links,
+            verdicts: vec![],
+            fabric_slow: None,
+        };
+    };
+
+    // The line rate judges single cells only when the run as a whole reaches it; otherwise
+    // every cell would be "slow" and the line rate says something about the whole fabric.
+    let rates: Vec<f64> = links.iter().filter_map(|l| l.line_rate_gbs).collect();
+    let mut fabric_slow = None;
+    let mut line_usable = false;
+    if let Some(rate) = median(&rates) {
+        if reference < policy.line_rate_fraction * rate {
+            fabric_slow = Some(FabricSlow {
+                median_gbs: reference,
+                line_rate_gbs: rate,
+                ratio: reference / rate,
+                message: format!(
+                    "SLOW FABRIC: the median link runs at {}, {} of the line rate {}; no single \
+                     node or link stands out",
+                    fmt_gbs(reference),
+                    pct(reference / rate),
+                    fmt_gbs(rate)
+                ),
+            });
+        } else {
+            line_usable = true;
+        }
+    }
+    // The run's noise: the robust spread (MAD, scaled to a standard deviation) of the links
+    // that look healthy, relative to the median. A single cell must stand out of it by
+    // `noise_sigmas` to be blamed alone; with hundreds of links, plain "below 80%" would blame
+    // a healthy link on almost every noisy run.
+    let healthy: Vec<f64> = links
+        .iter()
+        .map(|l| l.gbs)
+        .filter(|&g| g >= policy.median_fraction * reference)
+        .collect();
+    let noise = match median(&healthy) {
+        Some(m) if healthy.len() >= 4 => {
+            let dev: Vec<f64> = healthy.iter().map(|g| (g - m).abs()).collect();
+            1.4826 * median(&dev).unwrap_or(0.0) / reference
+        }
+        _ => 0.0,
+    };
+    let cell_fraction = policy.median_fraction.min(1.0 - policy.noise_sigmas * noise);
+    let mut low = Vec::with_capacity(links.len());
+    let mut strict = Vec::with_capacity(links.len());
+    for l in &links {
+        let line_ok = l.line_rate_gbs.map(|r| l.gbs >= policy.line_rate_fraction * r);
+        let below_line = line_usable && line_ok == Some(false);
+        // A link at its own (lower) line rate is explained by its hardware, not a fault.
+        let excused = line_ok == Some(true);
+        low.push((l.gbs < policy.median_fraction * reference && !excused) || below_line);
+        strict.push((l.gbs < cell_fraction * reference && !excused) || below_line);
+    }
+
+    let row = |r: Rank| links.iter().filter(move |l| l.from_rank == r).collect::<Vec<_>>();
+    let col = |r: Rank| links.iter().filter(move |l| l.to_rank == r).collect::<Vec<_>>();
+    let idx: BTreeMap<(Rank, Rank), usize> = links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((l.from_rank, l.to_rank), i))
+        .collect();
+    let is_low = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| low[i]);
+    let nodes: BTreeSet<Rank> = links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
+    // A node's row (or column): at least two partners, two thirds of its cells low, and its
+    // median below the threshold tightened by the noise of a median of that many cells.
+    let node_slow = |cells: &[&LinkStat], node: Rank| {
+        let m = cells.len();
+        if m < 2 || 3 * cells.iter().filter(|l| is_low(l)).count() < 2 * m {
+            return false;
+        }
+        let med = median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(f64::INFINITY);
+        let f = policy
+            .median_fraction
+            .min(1.0 - policy.noise_sigmas * noise / (m as f64).sqrt());
+        let below_line =
+            line_usable && line_rate_gbs(node).is_some_and(|r| med < policy.line_rate_fraction * r);
+        med < f * reference || below_line
+    };
+    let rows_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&row(r), r)).collect();
+    let cols_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&col(r), r)).collect();
+    // A row slow because every cell is in a slow column is the receivers' fault.
+    let rows: BTreeSet<Rank> = rows_raw
+        .iter()
+        .copied()
+        .filter(|&r| row(r).iter().any(|l| !cols_raw.contains(&l.to_rank)))
+        .collect();
+    let cols: BTreeSet<Rank> = cols_raw
+        .iter()
+        .copied()
+        .filter(|&r| col(r).iter().any(|l| !rows_raw.contains(&l.from_rank)))
+        .collect();
+    let covered = |l: &LinkStat| rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
+    let isolated_idx: Vec<usize> = (0..links.len())
+        .filter(|&i| strict[i] && !covered(&links[i]))
+        .collect();
+
+    let ctx = Ctx {
+        ranks,
+        reference,
+        policy,
+        line_rate: &line_rate_gbs,
+        line_usable,
+        noise,
+        cell_fraction,
+    };
+    let mut verdicts = Vec::new();
+    for &r in &rows {
+        verdicts.push(ctx.node_verdict(VerdictKind::SlowEgress, r, &row(r), &col(r)));
+    }
+    for &r in &cols {
+        verdicts.push(ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r)));
+    }
+    let mut isolated: Vec<&LinkStat> = isolated_idx.iter().map(|&i| &links[i]).collect();
+    isolated.sort_by(|a, b| {
+        a.gbs
+            .total_cmp(&b.gbs)
+            .then((a.from_rank, a.to_rank).cmp(&(b.from_rank, b.to_rank)))
+    });
+    for l in isolated {
+        let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
+        verdicts.push(ctx.link_verdict(l, ambiguous));
+    }
+    for (i, l) in links.iter_mut().enumerate() {
+        l.slow = isolated_idx.contains(&i) || rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
+    }
+    Analysis {
+        median_gbs: Some(reference),
+        links,
+        verdicts,
+        fabric_slow,
+    }
+}
+
+struct Ctx<'a, F: Fn(Rank) -> Option<f64>> {
+    ranks: &'a [RankInfo],
+    reference: f64,
+    policy: &'a Policy,
+    line_rate: &'a F,
+    line_usable: bool,
+    noise: f64,
+    cell_fraction: f64,
+}
+
+impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
+    fn info(&self, r: Rank) -> Option<&RankInfo> {
+        self.ranks.iter().find(|i| i.rank == r)
+    }
+
+    fn host(&self, r: Rank) -> Option<String> {
+        self.info(r).map(|i| i.host.clone())
+    }
+
+    /// `rank 3 (node-c, eth1)`.
+    fn label(&self, r: Rank) -> String {
+        match self.info(r) {
+            Some(RankInfo {
+                host,
+                device: Some(d),
+                ..
+            }) => format!("rank {r} ({host}, {d})"),
+            Some(RankInfo { host, .. }) => format!("rank {r} ({host})"),
+            None => format!("rank {r}"),
+        }
+    }
+
+    fn device(&self, r: Rank) -> String {
+        self.info(r)
+            .and_then(|i| i.device.clone())
+            .unwrap_or_else(|| "<data interface>".into())
+    }
+
+    fn host_or_rank(&self, r: Rank) -> String {
+        self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
+    }
+
+    /// `1.1 GB/s, 31% of the median 3.6 GB/s[, 9% of the line rate 12.5 GB/s]`.
+    fn figures(&self, gbs: f64, line: Option<f64>) -> String {
+        let mut s = format!(
+            "{}, {} of the median {}",
+            fmt_gbs(gbs),
+            pct(gbs / self.reference),
+            fmt_gbs(self.reference)
+        );
+        if let Some(rate) = line.filter(|_| self.line_usable) {
+            s += &format!(", {} of the line rate {}", pct(gbs / rate), fmt_gbs(rate));
+        }
+        s
+    }
+
+    fn base_evidence(&self, gbs: f64, samples: usize, line: Option<f64>) -> BTreeMap<String, Value> {
+        let mut e = BTreeMap::new();
+        e.insert("gbs".into(), json!(round3(gbs)));
+        e.insert("median_gbs".into(), json!(round3(self.reference)));
+        e.insert("ratio".into(), json!(round3(gbs / self.reference)));
+        e.insert("samples".into(), json!(samples));
+        e.insert("median_fraction".into(), json!(self.policy.median_fraction));
+        e.insert("noise".into(), json!(round3(self.noise)));
+        if let Some(rate) = line {
+            e.insert("line_rate_gbs".into(), json!(round3(rate)));
+            e.insert("line_rate_fraction".into(), json!(self.policy.line_rate_fraction));
+        }
+        e
+    }
+
+    /// Egress (`these` = the node's outgoing links, `others` = incoming) or ingress.
+    fn node_verdict(&self, kind: VerdictKind, r: Rank, these: &[&LinkStat], others: &[&LinkStat]) -> Verdict {
+        let egress = kind == VerdictKind::SlowEgress;
+        let gbs = median(&these.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(0.0);
+        let samples = these.iter().map(|l| l.samples).sum();
+        let line = (self.line_rate)(r);
+        let mut evidence = self.base_evidence(gbs, samples, line);
+        evidence.insert("partners".into(), json!(these.len()));
+        let per_link: BTreeMap<String, Value> = these
+            .iter()
+            .map(|l| (format!("{}->{}", l.from_rank, l.to_rank), json!(round3(l.gbs))))
+            .collect();
+        evidence.insert("links_gbs".into(), json!(per_link));
+        let other = median(&others.iter().map(|l| l.gbs).collect::<Vec<_>>());
+        let (dir, other_dir, prep) = if egress {
+            ("outgoing", "incoming", "to")
+        } else {
+            ("incoming", "outgoing", "from")
+        };
+        let other_text = match other {
+            Some(o) => {
+                evidence.insert(format!("{other_dir}_gbs"), json!(round3(o)));
+                let healthy = others.iter().all(|l| !l.slow);
+                format!(
+                    "; its {other_dir} links run at {}{}",
+                    fmt_gbs(o),
+                    if healthy { "" } else { " (also slow)" }
+                )
+            }
+            None => String::new(),
+        };
+        let (word, host, dev) = (
+            if egress { "EGRESS" } else { "INGRESS" },
+            self.host_or_rank(r),
+            self.device(r),
+        );
+        let message = format!(
+            "SLOW {word} {}: its {} {dir} links, {prep} {} different partners, run at {}{other_text}",
+            self.label(r),
+            these.len(),
+            these.len(),
+            self.figures(gbs, line)
+        );
+        let next = if egress {
+            format!(
+                "on {host}: fabprobe links and fabprobe qos (tx errors, PFC pauses received), `ethtool {dev}` \
+                 (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
+            )
+        } else {
+            format!(
+                "on {host}: fabprobe links and fabprobe qos (rx errors and drops, PFC pauses sent, CNPs), \
+                 `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
+            )
+        };
+        let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
+        Verdict {
+            kind,
+            from_rank,
+            to_rank,
+            from_host: from_rank.and_then(|r| self.host(r)),
+            to_host: to_rank.and_then(|r| self.host(r)),
+            evidence,
+            message,
+            next: Some(next),
+        }
+    }
+
+    fn link_verdict(&self, l: &LinkStat, ambiguous: bool) -> Verdict {
+        let mut evidence = self.base_evidence(l.gbs, l.samples, l.line_rate_gbs);
+        evidence.insert(
+            "threshold_gbs".into(),
+            json!(round3(self.cell_fraction * self.reference)),
+        );
+        let mut message = format!(
+            "SLOW LINK {} -> {}: {}",
+            self.label(l.from_rank),
+            self.label(l.to_rank),
+            self.figures(l.gbs, l.line_rate_gbs)
+        );
+        if ambiguous {
+            evidence.insert("ambiguous".into(), json!(true));
+            message += &format!(
+                " (too few scan orders to tell this link from rank {}'s egress or rank {}'s ingress)",
+                l.from_rank, l.to_rank
+            );
+        }
+        let (a, b) = (self.host_or_rank(l.from_rank), self.host_or_rank(l.to_rank));
+        let next = format!(
+            "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
+             switch ports and cables between {a} ({}) and {b} ({})",
+            self.device(l.from_rank),
+            self.device(l.to_rank)
+        );
+        Verdict {
+            kind: VerdictKind::SlowLink,
+            from_rank: Some(l.from_rank),
+            to_rank: Some(l.to_rank),
+            from_host: self.host(l.from_rank),
+            to_host: self.host(l.to_rank),
+            evidence,
+            message,
+            next: Some(next),
+        }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// `3.6 GB/s`, `0.45 GB/s`, `23 GB/s`.
+pub fn fmt_gbs(x: f64) -> String {
+    if x >= 20.0 {
+        format!("{x:.0} GB/s")
+    } else if x >= 0.95 {
+        format!("{x:.1} GB/s")
+    } else {
+        format!("{x:.2} GB/s")
+    }
+}
+
+fn pct(ratio: f64) -> String {
+    format!("{:.0}%", ratio * 100.0)
+}
+
+/// Builders shared by the tests here and the benchmark (`benches/localize.rs`); not for the
+/// probe itself: a rank table and simulated scans.
+pub mod sim {
+    use super::*;
+    use crate::ring::scan;
+
+    /// Ranks `node-a`, `node-b`, ... each on `eth1`.
+    pub fn ranks(n: usize) -> Vec<RankInfo> {
+        (0..n)
+            .map(|r| RankInfo {
+                rank: r as Rank,
+                host: host(r),
+                address: format!("198.18.1.{}:40000", r + 1),
+                device: Some("eth1".into()),
+                transport: "tcp".into(),
+                pid: None,
+            })
+            .collect()
+    }
+
+    /// `node-a` .. `node-z`, then `node-26`...
+    pub fn host(r: usize) -> String {
+        match u8::try_from(r).ok().filter(|&r| r < 26) {
+            Some(c) => format!("node-{}", (b'a' + c) as char),
+            None => format!("node-{r}"),
+        }
+    }
+
+    /// Deterministic xorshift noise source, so tests and benchmarks replay exactly.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next_u64(&mut self) -> u64 {
+            let mut x = self.0.max(1);
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+        /// Uniform in [0, 1).
+        pub fn unit(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n.max(1) as u64) as usize
+        }
+    }
+
+    /// A scan over `orders` orders, `reps` samples per link, each sample at
+    /// `rate(from, to) * (1 ± noise)` GB/s (uniform noise).
+    pub fn scan(
+        n: usize,
+        orders: usize,
+        reps: usize,
+        noise: f64,
+        rng: &mut Rng,
+        rate: impl Fn(Rank, Rank) -> f64,
+    ) -> Vec<LinkSample> {
+        let mut out = Vec::new();
+        for o in scan::plan(n, orders) {
+            for _ in 0..reps {
+                for (from, to) in o.links() {
+                    let gbs = rate(from, to) * (1.0 + noise * (2.0 * rng.unit() - 1.0));
+                    let bytes = 64u64 << 20;
+                    out.push(LinkSample {
+                        order: o.index,
+                        from_rank: from,
+                        to_rank: to,
+                        bytes,
+                        seconds: bytes as f64 / (gbs * 1e9),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sim::{Rng, ranks, scan};
+    use super::*;
+
+    const BASE: f64 = 3.6;
+
+    fn kinds(v: &[Verdict]) -> Vec<(VerdictKind, Option<Rank>, Option<Rank>)> {
+        v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect()
+    }
+
+    fn run(n: usize, orders: usize, seed: u64, rate: impl Fn(Rank, Rank) -> f64) -> Vec<Verdict> {
+        let s = scan(n, orders, 2, 0.10, &mut Rng(seed), rate);
+        judge(&ranks(n), &s, &Policy::default(), None)
+    }
+
+    #[test]
+    fn healthy_noisy_runs_give_no_verdict() {
+        for n in [2, 3, 4, 5, 8, 16] {
+            for orders in [1, 2, 3, 15] {
+                for seed in 1..40 {
+                    let v = run(n, orders, seed, |_, _| BASE);
+                    assert!(v.is_empty(), "n={n} orders={orders} seed={seed}: {v:#?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slow_link_whole_verdict() {
+        let s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
+            if (f, t) == (3, 4) { 1.1 } else { BASE }
+        });
+        let v = judge(&ranks(8), &s, &Policy::default(), None);
+        let expected = Verdict {
+            kind: VerdictKind::SlowLink,
+            from_rank: Some(3),
+            to_rank: Some(4),
+            from_host: Some("node-d".into()),
+            to_host: Some("node-e".into()),
+            evidence: [
+                ("gbs", json!(1.1)),
+                ("median_gbs", json!(3.6)),
+                ("ratio", json!(0.306)),
+                ("samples", json!(1)),
+                ("median_fraction", json!(0.8)),
+                ("noise", json!(0.0)),
+                ("threshold_gbs", json!(2.88)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            message: "SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 1.1 GB/s, 31% of the median \
+                      3.6 GB/s"
+                .into(),
+            next: Some(
+                "on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); then check \
+                 the switch ports and cables between node-d (eth1) and node-e (eth1)"
+                    .into(),
+            ),
+        };
+        assert_eq!(v, vec![expected]);
+    }
+
+    #[test]
+    fn slow_egress_whole_verdict() {
+        let s = scan(4, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 2 { 1.8 } else { BASE });
+        let v = judge(&ranks(4), &s, &Policy::default(), None);
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowEgress, Some(2), None)]);
+        let v = &v[0];
+        assert_eq!(
+            v.message,
+            "SLOW EGRESS rank 2 (node-c, eth1): its 3 outgoing links, to 3 different partners, run at 1.8 GB/s, \
+             50% of the median 3.6 GB/s; its incoming links run at 3.6 GB/s"
+        );
+        assert_eq!(v.from_host.as_deref(), Some("node-c"));
+        assert_eq!(v.to_host, None);
+        assert_eq!(
+            v.evidence["links_gbs"],
+            json!({"2->0": 1.8, "2->1": 1.8, "2->3": 1.8})
+        );
+        assert_eq!(v.evidence["samples"], json!(3));
+        assert_eq!(v.evidence["incoming_gbs"], json!(3.6));
+        assert!(
+            v.next
+                .as_deref()
+                .unwrap()
+                .starts_with("on node-c: fabprobe links and fabprobe qos")
+        );
+    }
+
+    #[test]
+    fn table_of_faults() {
+        type Rate = Box<dyn Fn(Rank, Rank) -> f64>;
+        let k = |kind, f, t| (kind, f, t);
+        use VerdictKind::*;
+        let cases: Vec<(&str, usize, usize, Rate, Vec<_>)> = vec![
+            (
+                "egress n=8 30%",
+                8,
+                2,
+                Box::new(|f, _| if f == 5 { 0.3 * BASE } else { BASE }),
+                vec![k(SlowEgress, Some(5), None)],
+            ),
+            (
+                "egress n=8 70%",
+                8,
+                7,
+                Box::new(|f, _| if f == 5 { 0.7 * BASE } else { BASE }),
+                vec![k(SlowEgress, Some(5), None)],
+            ),
+            (
+                "ingress n=16 50%",
+                16,
+                3,
+                Box::new(|_, t| if t == 0 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowIngress, None, Some(0))],
+            ),
+            (
+                "ingress n=3",
+                3,
+                2,
+                Box::new(|_, t| if t == 1 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowIngress, None, Some(1))],
+            ),
+            (
+                "egress n=3",
+                3,
+                2,
+                Box::new(|f, _| if f == 2 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowEgress, Some(2), None)],
+            ),
+            (
+                "link n=4 70%",
+                4,
+                3,
+                Box::new(|f, t| if (f, t) == (1, 0) { 0.5 * BASE } else { BASE }),
+                vec![k(SlowLink, Some(1), Some(0))],
+            ),
+            (
+                "link n=3",
+                3,
+                2,
+                Box::new(|f, t| if (f, t) == (0, 2) { 0.3 * BASE } else { BASE }),
+                vec![k(SlowLink, Some(0), Some(2))],
+            ),
+            (
+                "egress and ingress of the same node",
+                8,
+                3,
+                Box::new(|f, t| if f == 4 || t == 4 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowEgress, Some(4), None), k(SlowIngress, None, Some(4))],
+            ),
+            (
+                "two slow receivers do not make their common sender slow",
+                5,
+                2,
+                Box::new(|_, t| if t == 1 || t == 4 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowIngress, None, Some(1)), k(SlowIngress, None, Some(4))],
+            ),
+            (
+                "egress plus an unrelated slow link, worst link first",
+                8,
+                4,
+                Box::new(|f, t| match (f, t) {
+                    (2, _) => 0.5 * BASE,
+                    (6, 7) => 0.2 * BASE,
+                    _ => BASE,
+                }),
+                vec![k(SlowEgress, Some(2), None), k(SlowLink, Some(6), Some(7))],
+            ),
+            (
+                "egress slower than the slow link's own figure only once",
+                8,
+                1,
+                Box::new(|f, _| if f == 3 { 0.3 * BASE } else { BASE }),
+                vec![k(SlowLink, Some(3), Some(4))],
+            ),
+            (
+                "n=2: one slow direction",
+                2,
+                1,
+                Box::new(|f, _| if f == 1 { 0.5 * BASE } else { BASE }),
+                vec![k(SlowLink, Some(1), Some(0))],
+            ),
+        ];
+        for (name, n, orders, rate, want) in cases {
+            for seed in 1..20 {
+                let v = run(n, orders, seed, &rate);
+                assert_eq!(kinds(&v), want, "{name} seed={seed}: {v:#?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_order_is_ambiguous_and_says_so() {
+        let v = run(2, 1, 3, |f, _| if f == 0 { 1.0 } else { BASE });
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].evidence["ambiguous"], json!(true));
+        assert!(
+            v[0].message.ends_with(
+                "(too few scan orders to tell this link from rank 0's egress or rank 1's ingress)"
+            ),
+            "{}",
+            v[0].message
+        );
+    }
+
+    #[test]
+    fn repeated_samples_aggregate_by_median() {
+        // One stalled sample out of three on a link (a hiccup) is not a slow link.
+        let mut s = scan(4, 3, 3, 0.0, &mut Rng(1), |_, _| BASE);
+        let i = s.iter().position(|x| (x.from_rank, x.to_rank) == (0, 1)).unwrap();
+        s[i].seconds *= 20.0;
+        let a = analyze(&ranks(4), &s, &Policy::default(), |_| None);
+        assert!(a.verdicts.is_empty(), "{:#?}", a.verdicts);
+        let l = a
+            .links
+            .iter()
+            .find(|l| (l.from_rank, l.to_rank) == (0, 1))
+            .unwrap();
+        assert_eq!((l.samples, l.gbs, l.slow), (3, BASE, false));
+        assert_eq!(a.links.len(), 12);
+        assert_eq!(a.median_gbs, Some(BASE));
+    }
+
+    #[test]
+    fn garbage_samples_are_dropped() {
+        let mut s = scan(4, 3, 1, 0.0, &mut Rng(1), |_, _| BASE);
+        let bad = |from, to, bytes, seconds| LinkSample {
+            order: 0,
+            from_rank: from,
+            to_rank: to,
+            bytes,
+            seconds,
+        };
+        s.push(bad(0, 0, 1, 1.0));
+        s.push(bad(0, 1, 1, 0.0));
+        s.push(bad(0, 2, 1, -1.0));
+        s.push(bad(0, 3, 1, f64::NAN));
+        s.push(bad(1, 0, 1, f64::INFINITY));
+        assert!(judge(&ranks(4), &s, &Policy::default(), None).is_empty());
+        assert!(judge(&ranks(4), &[], &Policy::default(), None).is_empty());
+        assert_eq!(
+            analyze(&ranks(4), &[], &Policy::default(), |_| None).median_gbs,
+            None
+        );
+    }
+
+    #[test]
+    fn line_rate() {
+        let p = Policy::default();
+        // Everything at 90% of the median but 75% of the line rate: slow against the line.
+        let s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
+            if (f, t) == (0, 1) { 9.0 } else { 10.0 }
+        });
+        let v = judge(&ranks(8), &s, &p, Some(12.0));
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(0), Some(1))]);
+        assert_eq!(v[0].evidence["line_rate_gbs"], json!(12.0));
+        assert!(
+            v[0].message
+                .ends_with("9.0 GB/s, 90% of the median 10.0 GB/s, 75% of the line rate 12.0 GB/s"),
+            "{}",
+            v[0].message
+        );
+        // Without the line rate it is within noise.
+        assert!(judge(&ranks(8), &s, &p, None).is_empty());
+
+        // A node with a 100G NIC among 400G ones runs at its own line rate: not a fault.
+        let s = scan(4, 3, 1, 0.0, &mut Rng(1), |f, t| {
+            if f == 3 || t == 3 { 11.5 } else { 46.0 }
+        });
+        let a = analyze(&ranks(4), &s, &p, |r| Some(if r == 3 { 12.5 } else { 50.0 }));
+        assert!(a.verdicts.is_empty(), "{:#?}", a.verdicts);
+        assert_eq!(a.fabric_slow, None);
+        // Without rates the same figures name rank 3.
+        let v = judge(&ranks(4), &s, &p, None);
+        assert_eq!(
+            kinds(&v),
+            vec![
+                (VerdictKind::SlowEgress, Some(3), None),
+                (VerdictKind::SlowIngress, None, Some(3))
+            ]
+        );
+
+        // The whole fabric at half its line rate: a note, no per-node or per-link verdicts.
+        let s = scan(8, 3, 1, 0.05, &mut Rng(1), |_, _| 6.0);
+        let a = analyze(&ranks(8), &s, &p, |_| Some(12.5));
+        assert!(a.verdicts.is_empty());
+        let f = a.fabric_slow.unwrap();
+        assert_eq!(f.line_rate_gbs, 12.5);
+        assert!(
+            f.message.starts_with("SLOW FABRIC: the median link runs at 6."),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn recheck_clears_a_transient_and_keeps_a_fault() {
+        let p = Policy::default();
+        let n = 8;
+        // One order hit by a hiccup on 2 -> 5 (shift 3) in 2 of its 3 samples.
+        let hiccup = |s: &mut Vec<LinkSample>| {
+            for x in s
+                .iter_mut()
+                .filter(|x| (x.from_rank, x.to_rank) == (2, 5))
+                .take(2)
+            {
+                x.seconds *= 2.0;
+            }
+        };
+        let mut s = scan(n, 7, 3, 0.05, &mut Rng(5), |_, _| BASE);
+        hiccup(&mut s);
+        let v = judge(&ranks(n), &s, &p, None);
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(2), Some(5))]);
+        let shifts = recheck_shifts(&v, n);
+        assert_eq!(shifts, vec![3]);
+        let again = crate::ring::scan::order(n, shifts[0], 7).unwrap();
+        let mut rng = Rng(6);
+        for _ in 0..3 {
+            for (f, t) in again.links() {
+                let gbs = BASE * (1.0 + 0.05 * (2.0 * rng.unit() - 1.0));
+                s.push(LinkSample {
+                    order: 7,
+                    from_rank: f,
+                    to_rank: t,
+                    bytes: 1 << 26,
+                    seconds: (1u64 << 26) as f64 / (gbs * 1e9),
+                });
+            }
+        }
+        assert_eq!(judge(&ranks(n), &s, &p, None), vec![]);
+
+        // A real slow link stays slow after the re-check.
+        let slow = |f, t| if (f, t) == (2, 5) { 0.5 * BASE } else { BASE };
+        let mut s = scan(n, 7, 3, 0.05, &mut Rng(5), slow);
+        let v = judge(&ranks(n), &s, &p, None);
+        s.extend(
+            scan(n, 7, 3, 0.05, &mut Rng(9), slow)
+                .into_iter()
+                .filter(|x| x.to_rank == (x.from_rank + 3) % 8),
+        );
+        assert_eq!(kinds(&judge(&ranks(n), &s, &p, None)), kinds(&v));
+
+        let node = judge(
+            &ranks(n),
+            &scan(n, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 1 { 1.0 } else { BASE }),
+            &p,
+            None,
+        );
+        assert_eq!(recheck_shifts(&node, n), vec![1, 7]);
+        assert_eq!(recheck_shifts(&[], n), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn median_and_format() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(upper_median(&[1.0, 3.6]), Some(3.6));
+        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
+        assert_eq!(fmt_gbs(1.1), "1.1 GB/s");
+        assert_eq!(fmt_gbs(0.456), "0.46 GB/s");
+        assert_eq!(fmt_gbs(46.2), "46 GB/s");
+    }
+}

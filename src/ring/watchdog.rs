@@ -1,0 +1,1032 @@
+//! The coordinator's hang judgment: from what each rank last reported over its control
+//! connection, name the cause of a stuck run (a cut data link, a dead rank, a stopped rank),
+//! not every rank that waits downstream of it. Pure: times are passed in, in milliseconds on
+//! the coordinator's monotonic clock.
+//!
+//! API:
+//! * [`judge`]`(&WatchState, now_ms) -> Vec<Verdict>`: `rank_lost`, `rank_stalled`,
+//!   `hang_link`; empty while nothing is wrong or the picture is not settled yet (call it
+//!   again on every report and timer tick; end the run on the first non-empty answer).
+//! * [`coordinator_lost`]: the other ranks' side, when their control connection to the
+//!   coordinator closes or falls silent.
+//!
+//! Method. A rank is *lost* when its control connection closed or was reset, or when its host
+//! stopped acknowledging it (TCP_INFO: unacknowledged data older than the silence deadline):
+//! dead process, node gone. A rank is *stalled* when its connection is open and its kernel
+//! answers but the process sends nothing past the silence deadline (SIGSTOP, a stuck process),
+//! or when its heartbeats arrive but its progress counter has not moved for the timeout plus
+//! the grace while in a data phase. Then the wait-for graph: every wait report is an edge from
+//! the waiting receiver to the predecessor it waits on. In a ring with one cut link every rank
+//! ends up waiting, so the graph is a cycle; the culprit edge is the one whose sender shows it
+//! has sent: it is blocked sending to that receiver, it has moved past the receiver's step, or
+//! it has sent more bytes of the step than the receiver got. Waits on a lost or stalled rank are
+//! explained by that rank. When no edge is conclusive, after `grace_ms` from the first wait
+//! report (so that the upstream ranks' reports have arrived) the longest waiter's edge is named,
+//! marked inconclusive; when only blocked senders report, the longest-blocked one's link.
+//!
+//! For the ring: feed every heartbeat and wait report as it arrives (`last`, `progress`), set
+//! `control` from the socket (EOF/RST: `Closed`; TCP_INFO unacked data: `Unacked`), and call
+//! `judge` on each arrival and on a timer tick of a few hundred ms. Times to verdict, by
+//! construction (test `time_to_verdict`): a killed rank at the next tick after its socket
+//! closes; a stopped rank `silence_ms` after its last heartbeat; a cut link when the
+//! receiver's wait report arrives (`--timeout` after its last progress) if the sender's
+//! heartbeat already shows it ahead, else at most `grace_ms` later.
+//!
+//! Limits: positions compare (phase, step) only; WaitReport carries no iteration or size
+//! index, so a sender that wrapped into the next iteration looks behind (the case then falls
+//! to the inconclusive rule). Byte counts compare only at the same phase, step and channel.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::types::{Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
+
+/// The coordinator's view of one control connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Open, and the peer's kernel acknowledges what we send (or we cannot tell).
+    Open,
+    /// Open, but data we sent has gone unacknowledged since `since_ms` (TCP_INFO): the peer's
+    /// host or the management path is gone, even though no RST arrived.
+    Unacked { since_ms: u64 },
+    /// Closed by the peer (EOF) or reset (ECONNRESET, EPIPE, ETIMEDOUT) at `at_ms`.
+    Closed { at_ms: u64, reset: bool },
+}
+
+/// What the coordinator knows about one rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankWatch {
+    pub rank: Rank,
+    pub control: Control,
+    /// The latest status message (heartbeat or wait report) and its arrival time.
+    pub last: Option<(u64, WaitReport)>,
+    /// Progress counters from the heartbeats, `(arrival_ms, progress)`, oldest first. The
+    /// caller may trim it, but must keep the heartbeats of the last `timeout_ms + grace_ms`.
+    pub progress: Vec<(u64, u64)>,
+}
+
+/// Everything [`judge`] looks at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchState {
+    pub ranks: Vec<RankInfo>,
+    pub watch: Vec<RankWatch>,
+    /// The data-link wait deadline (`--timeout`).
+    pub timeout_ms: u64,
+    /// A control connection silent this long is judged (several heartbeat intervals).
+    pub silence_ms: u64,
+    /// How long after the first wait report an inconclusive picture is judged anyway.
+    pub grace_ms: u64,
+    /// When the watch began (the rank table was sent): the silence of a rank never heard
+    /// from counts from here.
+    pub since_ms: u64,
+}
+
+/// The phases in run order; a sender in a later phase has sent everything of an earlier one.
+fn phase_ord(p: Phase) -> u8 {
+    match p {
+        Phase::Bootstrap => 0,
+        Phase::Connect => 1,
+        Phase::Scan => 2,
+        Phase::ReduceScatter => 3,
+        Phase::AllGather => 4,
+        Phase::Results => 5,
+    }
+}
+
+fn is_data_phase(p: Phase) -> bool {
+    matches!(
+        p,
+        Phase::Connect | Phase::Scan | Phase::ReduceScatter | Phase::AllGather
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Lost,
+    Stalled,
+}
+
+/// Why we believe the sender sent what the receiver waits for.
+enum Sent {
+    Blocked,
+    Ahead(Phase, u32),
+    Bytes(u64, u64),
+}
+
+struct Judge<'a> {
+    s: &'a WatchState,
+    now: u64,
+}
+
+impl<'a> Judge<'a> {
+    fn info(&self, r: Rank) -> Option<&'a RankInfo> {
+        self.s.ranks.iter().find(|i| i.rank == r)
+    }
+
+    fn host(&self, r: Rank) -> Option<String> {
+        self.info(r).map(|i| i.host.clone())
+    }
+
+    fn host_or(&self, r: Rank) -> String {
+        self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
+    }
+
+    /// `rank 5 (node-f)`.
+    fn label(&self, r: Rank) -> String {
+        match self.info(r) {
+            Some(i) => format!("rank {r} ({})", i.host),
+            None => format!("rank {r}"),
+        }
+    }
+
+    fn report(&self, r: Rank) -> Option<&'a WaitReport> {
+        self.watch(r).and_then(|w| w.last.as_ref()).map(|(_, rep)| rep)
+    }
+
+    fn watch(&self, r: Rank) -> Option<&'a RankWatch> {
+        self.s.watch.iter().find(|w| w.rank == r)
+    }
+
+    fn last_heard(&self, w: &RankWatch) -> u64 {
+        w.last.as_ref().map(|(at, _)| *at).unwrap_or(self.s.since_ms)
+    }
+
+    /// How long the progress counter has stood still, when heartbeats show it.
+    fn unchanged_for(&self, w: &RankWatch) -> Option<u64> {
+        let (_, cur) = *w.progress.last()?;
+        let start = w
+            .progress
+            .iter()
+            .rev()
+            .take_while(|(_, p)| *p == cur)
+            .last()
+            .map(|(at, _)| *at)?;
+        Some(self.now.saturating_sub(start))
+    }
+
+    fn fault(&self, w: &RankWatch) -> Option<(Fault, Verdict)> {
+        let r = w.rank;
+        let silent = self.now.saturating_sub(self.last_heard(w));
+        let mut ev: BTreeMap<String, Value> = BTreeMap::new();
+        let pid = self.info(r).and_then(|i| i.pid);
+        let host = self.host_or(r);
+        let seen = match self.report(r) {
+            Some(rep) => {
+                ev.insert("phase".into(), json!(rep.phase.name()));
+                ev.insert("step".into(), json!(rep.step));
+                format!("; last seen at step {} of {}", rep.step, rep.phase.name())
+            }
+            None => "; never heard from since the rank table was sent".into(),
+        };
+        let lost_next = match pid {
+            Some(p) => format!(
+                "on {host}: is fabprobe (pid {p}) still running? `dmesg | tail` (OOM killer, hardware errors), \
+                 the launcher's log; if {host} is down, its console or BMC"
+            ),
+            None => format!(
+                "on {host}: is fabprobe still running? `dmesg | tail` (OOM killer, hardware errors), the \
+                 launcher's log; if {host} is down, its console or BMC"
+            ),
+        };
+        let (kind, fault, what, next) = match w.control {
+            Control::Closed { at_ms, reset } => {
+                ev.insert("closed_ms_ago".into(), json!(self.now.saturating_sub(at_ms)));
+                ev.insert("reset".into(), json!(reset));
+                let how = if reset { "was reset" } else { "closed" };
+                (
+                    VerdictKind::RankLost,
+                    Fault::Lost,
+                    format!("its control connection {how} (the process exited or was killed)"),
+                    lost_next,
+                )
+            }
+            Control::Unacked { since_ms } if silent > self.s.silence_ms => {
+                let for_ms = self.now.saturating_sub(since_ms);
+                ev.insert("unacked_ms".into(), json!(for_ms));
+                ev.insert("silent_ms".into(), json!(silent));
+                (
+                    VerdictKind::RankLost,
+                    Fault::Lost,
+                    format!(
+                        "its host has not acknowledged the control connection for {} (host down or management \
+                         network cut)",
+                        secs(for_ms)
+                    ),
+                    lost_next,
+                )
+            }
+            Control::Open | Control::Unacked { .. } if silent > self.s.silence_ms => {
+                ev.insert("silent_ms".into(), json!(silent));
+                let next = match pid {
+                    Some(p) => format!(
+                        "on {host}: `ps -o pid,stat,wchan:20,cmd -p {p}` (stat T = stopped: `kill -CONT {p}`), \
+                         `cat /proc/{p}/stack`"
+                    ),
+                    None => {
+                        format!("on {host}: `ps -C fabprobe -o pid,stat,wchan:20,cmd` (stat T = stopped)")
+                    }
+                };
+                (
+                    VerdictKind::RankStalled,
+                    Fault::Stalled,
+                    format!(
+                        "its control connection is open but it has sent nothing for {} (process stopped, e.g. \
+                         SIGSTOP, or stuck)",
+                        secs(silent)
+                    ),
+                    next,
+                )
+            }
+            Control::Open | Control::Unacked { .. } => {
+                let rep = self.report(r)?;
+                let still = self.unchanged_for(w)?;
+                if rep.waiting_on.is_some()
+                    || !is_data_phase(rep.phase)
+                    || still < self.s.timeout_ms + self.s.grace_ms
+                {
+                    return None;
+                }
+                ev.insert("no_progress_ms".into(), json!(still));
+                ev.insert("progress".into(), json!(rep.progress));
+                let next = match pid {
+                    Some(p) => format!(
+                        "on {host}: `cat /proc/{p}/stack`, `top -H -p {p}` (a spinning or blocked thread)"
+                    ),
+                    None => {
+                        format!("on {host}: `top -H` for the fabprobe process (a spinning or blocked thread)")
+                    }
+                };
+                (
+                    VerdictKind::RankStalled,
+                    Fault::Stalled,
+                    format!(
+                        "alive (heartbeats arrive) but no progress for {} and not waiting on any peer",
+                        secs(still)
+                    ),
+                    next,
+                )
+            }
+        };
+        let waiters: Vec<String> = self
+            .s
+            .watch
+            .iter()
+            .filter(|o| o.rank != r)
+            .filter(|o| o.last.as_ref().is_some_and(|(_, rep)| rep.waiting_on == Some(r)))
+            .map(|o| o.rank.to_string())
+            .collect();
+        let waiting = match waiters.len() {
+            0 => String::new(),
+            1 => format!("; rank {} waits on it", waiters[0]),
+            _ => format!("; ranks {} wait on it", waiters.join(", ")),
+        };
+        if let Some(p) = pid {
+            ev.insert("pid".into(), json!(p));
+        }
+        let word = if fault == Fault::Lost {
+            "RANK LOST"
+        } else {
+            "RANK STALLED"
+        };
+        let message = format!("{word} {}: {what}{seen}{waiting}", self.label(r));
+        Some((
+            fault,
+            Verdict {
+                kind,
+                from_rank: Some(r),
+                to_rank: None,
+                from_host: self.host(r),
+                to_host: None,
+                evidence: ev,
+                message,
+                next: Some(next),
+            },
+        ))
+    }
+
+    /// Receiver `r` waits for data from `p`: does `p` show it sent it?
+    fn sent(&self, r: &WaitReport, p: &WaitReport) -> Option<Sent> {
+        if p.waiting_on == Some(r.rank) && !p.waiting_to_receive {
+            return Some(Sent::Blocked);
+        }
+        if (phase_ord(p.phase), p.step) > (phase_ord(r.phase), r.step) {
+            return Some(Sent::Ahead(p.phase, p.step));
+        }
+        // Byte counts are per step and per channel: comparable only at the same place.
+        if (p.phase, p.step, p.channel) == (r.phase, r.step, r.channel) && p.bytes_sent > r.bytes_received {
+            return Some(Sent::Bytes(p.bytes_sent, r.bytes_received));
+        }
+        None
+    }
+
+    fn hang(&self, r: &WaitReport, at: u64, p: Rank, sent: Option<(Sent, &WaitReport)>) -> Verdict {
+        let waited = r.since_progress_ms + self.now.saturating_sub(at);
+        let mut ev: BTreeMap<String, Value> = BTreeMap::new();
+        ev.insert("phase".into(), json!(r.phase.name()));
+        ev.insert("step".into(), json!(r.step));
+        ev.insert("channel".into(), json!(r.channel));
+        ev.insert("waited_ms".into(), json!(waited));
+        ev.insert("bytes_received".into(), json!(r.bytes_received));
+        ev.insert("conclusive".into(), json!(sent.is_some()));
+        let (fh, th) = (self.host_or(p), self.host_or(r.rank));
+        let why = match &sent {
+            Some((how, prep)) => {
+                ev.insert("sender_phase".into(), json!(prep.phase.name()));
+                ev.insert("sender_step".into(), json!(prep.step));
+                ev.insert("sender_bytes_sent".into(), json!(prep.bytes_sent));
+                let (state, text) = match how {
+                    Sent::Blocked => (
+                        "blocked_sending",
+                        format!("rank {p} sent it and is blocked sending more"),
+                    ),
+                    Sent::Ahead(ph, st) => (
+                        "ahead",
+                        format!("rank {p} sent it and moved on to step {st} of {}", ph.name()),
+                    ),
+                    Sent::Bytes(s, got) => (
+                        "bytes_in_flight",
+                        format!("rank {p} sent {s} bytes of this step, {got} arrived"),
+                    ),
+                };
+                ev.insert("sender_state".into(), json!(state));
+                text
+            }
+            None => {
+                ev.insert("sender_state".into(), json!("waiting"));
+                "no rank reports having sent data that did not arrive, and this is the longest wait".into()
+            }
+        };
+        let message = format!(
+            "HANG {} waits for data from {} since step {} of {}; {why}: suspect the link {fh} -> {th}",
+            self.label(r.rank),
+            self.label(p),
+            r.step,
+            r.phase.name()
+        );
+        let ping = self.info(r.rank).map(|i| {
+            i.address
+                .rsplit_once(':')
+                .map(|(a, _)| a)
+                .unwrap_or(&i.address)
+                .to_string()
+        });
+        let dev = |x: Rank| {
+            self.info(x)
+                .and_then(|i| i.device.clone())
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        };
+        let next = format!(
+            "on {fh} and {th}: fabprobe links (port state, error counters); check the data path {fh}{} -> {th}{}: \
+             firewall rules on the data interface, the switch port{}",
+            dev(p),
+            dev(r.rank),
+            ping.map(|a| {
+                let via = self
+                    .info(p)
+                    .and_then(|i| i.device.clone())
+                    .map(|d| format!("-I {d} "))
+                    .unwrap_or_default();
+                format!(", `ping {via}{a}` from {fh}")
+            })
+            .unwrap_or_default()
+        );
+        Verdict {
+            kind: VerdictKind::HangLink,
+            from_rank: Some(p),
+            to_rank: Some(r.rank),
+            from_host: self.host(p),
+            to_host: self.host(r.rank),
+            evidence: ev,
+            message,
+            next: Some(next),
+        }
+    }
+
+    /// Only a blocked sender speaks: its receiver is alive but does not report waiting for it.
+    fn blocked(&self, s: &WaitReport, at: u64, to: Rank) -> Verdict {
+        let waited = s.since_progress_ms + self.now.saturating_sub(at);
+        let mut ev: BTreeMap<String, Value> = BTreeMap::new();
+        ev.insert("phase".into(), json!(s.phase.name()));
+        ev.insert("step".into(), json!(s.step));
+        ev.insert("channel".into(), json!(s.channel));
+        ev.insert("waited_ms".into(), json!(waited));
+        ev.insert("sender_bytes_sent".into(), json!(s.bytes_sent));
+        ev.insert("sender_state".into(), json!("blocked_sending"));
+        ev.insert("conclusive".into(), json!(false));
+        let (fh, th) = (self.host_or(s.rank), self.host_or(to));
+        let message = format!(
+            "HANG {} is blocked sending to {} since step {} of {}; rank {to} does not report waiting for \
+             it: suspect the link {fh} -> {th} or rank {to}'s receive path",
+            self.label(s.rank),
+            self.label(to),
+            s.step,
+            s.phase.name()
+        );
+        Verdict {
+            kind: VerdictKind::HangLink,
+            from_rank: Some(s.rank),
+            to_rank: Some(to),
+            from_host: self.host(s.rank),
+            to_host: self.host(to),
+            evidence: ev,
+            message,
+            next: Some(format!(
+                "on {th}: `ss -tni` (a full receive queue from {fh}) and fabprobe links; on {fh} and {th}: \
+                 the data path between them"
+            )),
+        }
+    }
+}
+
+/// The verdicts for the run as the coordinator sees it at `now_ms`.
+pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
+    let j = Judge {
+        s: state,
+        now: now_ms,
+    };
+    let mut faulty: BTreeMap<Rank, Fault> = BTreeMap::new();
+    let mut lost = Vec::new();
+    let mut stalled = Vec::new();
+    for w in &state.watch {
+        if let Some((f, v)) = j.fault(w) {
+            faulty.insert(w.rank, f);
+            if f == Fault::Lost {
+                lost.push(v)
+            } else {
+                stalled.push(v)
+            }
+        }
+    }
+
+    let mut hangs = Vec::new();
+    let mut named: BTreeSet<(Rank, Rank)> = BTreeSet::new();
+    let mut inconclusive: Vec<(u64, &WaitReport, u64, Rank)> = Vec::new();
+    let mut first_wait: Option<u64> = None;
+    let mut blocked: Vec<(u64, &WaitReport, u64, Rank)> = Vec::new();
+    for w in &state.watch {
+        let Some((at, r)) = &w.last else { continue };
+        if faulty.contains_key(&w.rank) {
+            continue;
+        }
+        let Some(p) = r.waiting_on.filter(|&p| p != w.rank) else {
+            continue;
+        };
+        first_wait = Some(first_wait.map_or(*at, |f| f.min(*at)));
+        if faulty.contains_key(&p) {
+            // A wait on a lost or stalled rank is explained by that rank.
+            continue;
+        }
+        if !r.waiting_to_receive {
+            // A blocked sender is judged from its receiver's side, unless nothing else speaks.
+            blocked.push((r.since_progress_ms + now_ms.saturating_sub(*at), r, *at, p));
+            continue;
+        }
+        match j.report(p).and_then(|prep| Some((j.sent(r, prep)?, prep))) {
+            Some(sent) => {
+                if named.insert((p, w.rank)) {
+                    hangs.push(j.hang(r, *at, p, Some(sent)));
+                }
+            }
+            None => inconclusive.push((r.since_progress_ms + now_ms.saturating_sub(*at), r, *at, p)),
+        }
+    }
+    let mut out = lost;
+    out.append(&mut stalled);
+    hangs.sort_by_key(|v| (v.to_rank, v.from_rank));
+    out.append(&mut hangs);
+    if out.is_empty() && first_wait.is_some_and(|f| now_ms >= f.saturating_add(state.grace_ms)) {
+        // Longest wait first; ties to the lowest rank, for a deterministic answer.
+        fn longest<'a>(v: &mut [(u64, &'a WaitReport, u64, Rank)]) -> Option<(&'a WaitReport, u64, Rank)> {
+            v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.rank.cmp(&b.1.rank)));
+            v.first().map(|&(_, r, at, p)| (r, at, p))
+        }
+        if let Some((r, at, p)) = longest(&mut inconclusive) {
+            out.push(j.hang(r, at, p, None));
+        } else if let Some((s, at, to)) = longest(&mut blocked) {
+            out.push(j.blocked(s, at, to));
+        }
+    }
+    out
+}
+
+/// A non-coordinator rank's verdict on its control connection to the coordinator: closed, or
+/// silent past `silence_ms` since `last_heard_ms`. None while it is healthy.
+pub fn coordinator_lost(
+    me: &RankInfo,
+    coordinator: &str,
+    control: Control,
+    last_heard_ms: u64,
+    now_ms: u64,
+    silence_ms: u64,
+) -> Option<Verdict> {
+    let silent = now_ms.saturating_sub(last_heard_ms);
+    let mut ev: BTreeMap<String, Value> = BTreeMap::new();
+    ev.insert("coordinator".into(), json!(coordinator));
+    ev.insert("silent_ms".into(), json!(silent));
+    let what = match control {
+        Control::Closed { reset, .. } => {
+            ev.insert("reset".into(), json!(reset));
+            format!(
+                "the control connection to the coordinator {coordinator} {}",
+                if reset { "was reset" } else { "closed" }
+            )
+        }
+        Control::Unacked { .. } | Control::Open if silent > silence_ms => {
+            format!(
+                "the coordinator {coordinator} has sent nothing for {}",
+                secs(silent)
+            )
+        }
+        _ => return None,
+    };
+    Some(Verdict {
+        kind: VerdictKind::CoordinatorLost,
+        from_rank: Some(0),
+        to_rank: Some(me.rank),
+        from_host: None,
+        to_host: Some(me.host.clone()),
+        evidence: ev,
+        message: format!("COORDINATOR LOST rank {} ({}): {what}; exiting", me.rank, me.host),
+        next: Some(format!(
+            "look at rank 0's output on the coordinator's host ({coordinator}): it exited, was killed or its host is \
+             unreachable; then rerun"
+        )),
+    })
+}
+
+/// `31.0 s`.
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::localize::sim;
+
+    const T: u64 = 30_000;
+    const NOW: u64 = 100_000;
+
+    fn ranks(n: usize) -> Vec<RankInfo> {
+        sim::ranks(n)
+            .into_iter()
+            .map(|mut r| {
+                r.pid = Some(1000 + r.rank);
+                r
+            })
+            .collect()
+    }
+
+    /// Status of `rank` at `phase`/`step`: a heartbeat when `on` is None.
+    fn st(rank: Rank, phase: Phase, step: u32, on: Option<(Rank, bool)>, recv: u64, sent: u64) -> WaitReport {
+        WaitReport {
+            rank,
+            phase,
+            step,
+            channel: 0,
+            waiting_on: on.map(|(p, _)| p),
+            waiting_to_receive: on.is_some_and(|(_, r)| r),
+            bytes_received: recv,
+            bytes_sent: sent,
+            since_progress_ms: if on.is_some() { T } else { 0 },
+            progress: 100 + step as u64,
+        }
+    }
+
+    fn watch(rank: Rank, control: Control, at: u64, s: WaitReport) -> RankWatch {
+        let p = s.progress;
+        RankWatch {
+            rank,
+            control,
+            last: Some((at, s)),
+            progress: vec![(at.saturating_sub(1000), p - 1), (at, p)],
+        }
+    }
+
+    fn state(n: usize, watch: Vec<RankWatch>) -> WatchState {
+        WatchState {
+            ranks: ranks(n),
+            watch,
+            timeout_ms: T,
+            silence_ms: 5_000,
+            grace_ms: 1_000,
+            since_ms: 0,
+        }
+    }
+
+    /// Six ranks in a ring; `f(rank)` gives each one's control state and status.
+    fn ring6(f: impl Fn(Rank) -> (Control, u64, WaitReport)) -> WatchState {
+        state(
+            6,
+            (0..6)
+                .map(|r| {
+                    let (c, at, s) = f(r);
+                    watch(r, c, at, s)
+                })
+                .collect(),
+        )
+    }
+
+    fn kinds(v: &[Verdict]) -> Vec<(VerdictKind, Option<Rank>, Option<Rank>)> {
+        v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect()
+    }
+
+    use Phase::{AllGather, ReduceScatter};
+    const RECV: bool = true;
+    const SEND: bool = false;
+    const OPEN: Control = Control::Open;
+
+    /// The link 4 -> 5 cut at step 2 of reduce-scatter: 5 waits on 4; downstream ranks wait
+    /// on their predecessors one step further each (each is ahead of the one it waits on, so
+    /// none of those waits is conclusive); rank 4 as `sender` says.
+    fn cut(sender: WaitReport) -> WatchState {
+        ring6(|r| {
+            let s = match r {
+                5 => st(5, ReduceScatter, 2, Some((4, RECV)), 0, 1 << 20),
+                4 => sender.clone(),
+                0 => st(0, ReduceScatter, 3, Some((5, RECV)), 0, 1 << 20),
+                1 => st(1, ReduceScatter, 4, Some((0, RECV)), 0, 1 << 20),
+                2 => st(2, AllGather, 0, Some((1, RECV)), 0, 1 << 20),
+                _ => st(3, AllGather, 1, Some((2, RECV)), 0, 1 << 20),
+            };
+            (OPEN, NOW - 200, s)
+        })
+    }
+
+    #[test]
+    fn healthy_run_gives_nothing() {
+        let s = ring6(|r| (OPEN, NOW - 300, st(r, AllGather, 3, None, 0, 0)));
+        assert_eq!(judge(&s, NOW), vec![]);
+        // Also right after the start, nobody heard from yet but within the silence deadline.
+        let s = state(
+            2,
+            (0..2)
+                .map(|r| RankWatch {
+                    rank: r,
+                    control: OPEN,
+                    last: None,
+                    progress: vec![],
+                })
+                .collect(),
+        );
+        assert_eq!(judge(&s, 4_000), vec![]);
+    }
+
+    #[test]
+    fn cut_link_sender_blocked_whole_verdict() {
+        let s = cut(st(4, ReduceScatter, 3, Some((5, SEND)), 1 << 20, 3 << 20));
+        let v = judge(&s, NOW);
+        let ev: BTreeMap<String, Value> = [
+            ("phase", json!("reduce-scatter")),
+            ("step", json!(2)),
+            ("channel", json!(0)),
+            ("waited_ms", json!(30_200)),
+            ("bytes_received", json!(0)),
+            ("conclusive", json!(true)),
+            ("sender_phase", json!("reduce-scatter")),
+            ("sender_step", json!(3)),
+            ("sender_bytes_sent", json!(3 << 20)),
+            ("sender_state", json!("blocked_sending")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            v,
+            vec![Verdict {
+                kind: VerdictKind::HangLink,
+                from_rank: Some(4),
+                to_rank: Some(5),
+                from_host: Some("node-e".into()),
+                to_host: Some("node-f".into()),
+                evidence: ev,
+                message: "HANG rank 5 (node-f) waits for data from rank 4 (node-e) since step 2 of reduce-scatter; \
+                          rank 4 sent it and is blocked sending more: suspect the link node-e -> node-f"
+                    .into(),
+                next: Some(
+                    "on node-e and node-f: fabprobe links (port state, error counters); check the data path \
+                     node-e (eth1) -> node-f (eth1): firewall rules on the data interface, the switch port, \
+                     `ping -I eth1 198.18.1.6` from node-e"
+                        .into()
+                ),
+            }]
+        );
+    }
+
+    #[test]
+    fn cut_link_other_sender_evidence() {
+        // Rank 4 moved on: it waits on rank 3 at a later step.
+        let v = judge(&cut(st(4, AllGather, 2, Some((3, RECV)), 0, 1 << 20)), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(4), Some(5))]);
+        assert_eq!(v[0].evidence["sender_state"], json!("ahead"));
+        assert!(
+            v[0].message
+                .contains("rank 4 sent it and moved on to step 2 of all-gather: suspect"),
+            "{}",
+            v[0].message
+        );
+        // Everyone at the same step, waiting upstream; only rank 4 sent more than arrived.
+        let s = ring6(|r| {
+            let sent = if r == 4 { 2 << 20 } else { 0 };
+            (
+                OPEN,
+                NOW - 200,
+                st(r, ReduceScatter, 2, Some(((r + 5) % 6, RECV)), 0, sent),
+            )
+        });
+        let v = judge(&s, NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(4), Some(5))]);
+        assert!(
+            v[0].message
+                .contains("rank 4 sent 2097152 bytes of this step, 0 arrived"),
+            "{}",
+            v[0].message
+        );
+        // Rank 4 has not reported its wait yet, but its heartbeat is already past step 2.
+        let v = judge(&cut(st(4, ReduceScatter, 3, None, 0, 0)), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(4), Some(5))]);
+    }
+
+    #[test]
+    fn early_partial_picture_waits_for_the_grace() {
+        // Only rank 0's report is in; rank 5 (which it waits on) is behind: not rank 5's fault
+        // yet, and the grace since the first report has not passed.
+        let s = ring6(|r| match r {
+            0 => (
+                OPEN,
+                NOW - 200,
+                st(0, ReduceScatter, 3, Some((5, RECV)), 0, 1 << 20),
+            ),
+            _ => (OPEN, NOW - 200, st(r, ReduceScatter, 2, None, 0, 0)),
+        });
+        assert_eq!(judge(&s, NOW), vec![]);
+    }
+
+    #[test]
+    fn inconclusive_cycle_names_the_longest_wait_after_the_grace() {
+        let s = ring6(|r| {
+            let mut rep = st(r, ReduceScatter, 2, Some(((r + 5) % 6, RECV)), 0, 0);
+            rep.since_progress_ms = if r == 3 { T + 700 } else { T };
+            (OPEN, NOW - 500, rep)
+        });
+        assert_eq!(judge(&s, NOW), vec![]);
+        let v = judge(&s, NOW + 500);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(2), Some(3))]);
+        assert_eq!(v[0].evidence["conclusive"], json!(false));
+        assert!(v[0].message.ends_with(
+            "no rank reports having sent data that did not arrive, and this is the longest wait: suspect the \
+             link node-c -> node-d"
+        ), "{}", v[0].message);
+    }
+
+    #[test]
+    fn killed_rank_is_the_cause_not_its_waiters() {
+        let s = ring6(|r| match r {
+            2 => (
+                Control::Closed {
+                    at_ms: NOW - 3_000,
+                    reset: true,
+                },
+                NOW - 3_100,
+                st(2, ReduceScatter, 1, None, 0, 0),
+            ),
+            r => (
+                OPEN,
+                NOW - 200,
+                st(r, ReduceScatter, 2, Some(((r + 5) % 6, RECV)), 0, 0),
+            ),
+        });
+        let v = judge(&s, NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankLost, Some(2), None)]);
+        assert_eq!(
+            v[0].message,
+            "RANK LOST rank 2 (node-c): its control connection was reset (the process exited or was killed); \
+             last seen at step 1 of reduce-scatter; rank 3 waits on it"
+        );
+        assert_eq!(v[0].evidence["closed_ms_ago"], json!(3_000));
+        assert_eq!(v[0].evidence["pid"], json!(1002));
+        assert!(
+            v[0].next
+                .as_deref()
+                .unwrap()
+                .starts_with("on node-c: is fabprobe (pid 1002) still running?")
+        );
+    }
+
+    #[test]
+    fn node_gone_is_lost_once_silent() {
+        let mk = |heard: u64| {
+            ring6(|r| match r {
+                4 => (
+                    Control::Unacked {
+                        since_ms: NOW - 8_000,
+                    },
+                    heard,
+                    st(4, AllGather, 0, None, 0, 0),
+                ),
+                r => (OPEN, NOW - 200, st(r, AllGather, 0, None, 0, 0)),
+            })
+        };
+        assert_eq!(judge(&mk(NOW - 2_000), NOW), vec![]);
+        let v = judge(&mk(NOW - 9_000), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankLost, Some(4), None)]);
+        assert!(
+            v[0].message
+                .contains("has not acknowledged the control connection for 8.0 s (host down"),
+            "{}",
+            v[0].message
+        );
+    }
+
+    #[test]
+    fn stopped_rank_is_stalled_not_lost() {
+        let s = ring6(|r| match r {
+            1 => (OPEN, NOW - 6_000, st(1, AllGather, 2, None, 0, 0)),
+            2 => (OPEN, NOW - 100, st(2, AllGather, 2, Some((1, RECV)), 0, 0)),
+            r => (OPEN, NOW - 100, st(r, AllGather, 3, None, 0, 0)),
+        });
+        let v = judge(&s, NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankStalled, Some(1), None)]);
+        assert_eq!(
+            v[0].message,
+            "RANK STALLED rank 1 (node-b): its control connection is open but it has sent nothing for 6.0 s \
+             (process stopped, e.g. SIGSTOP, or stuck); last seen at step 2 of all-gather; rank 2 waits on it"
+        );
+        assert!(v[0].next.as_deref().unwrap().contains("kill -CONT 1001"));
+    }
+
+    #[test]
+    fn never_heard_from_is_stalled_after_the_silence_deadline() {
+        let s = state(
+            2,
+            vec![
+                watch(0, OPEN, 5_900, st(0, Phase::Connect, 0, None, 0, 0)),
+                RankWatch {
+                    rank: 1,
+                    control: OPEN,
+                    last: None,
+                    progress: vec![],
+                },
+            ],
+        );
+        let v = judge(&s, 6_000);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankStalled, Some(1), None)]);
+        assert!(
+            v[0].message
+                .contains("never heard from since the rank table was sent")
+        );
+    }
+
+    #[test]
+    fn heartbeats_without_progress() {
+        let mk = |still: u64, phase: Phase| {
+            let mut s = ring6(|r| (OPEN, NOW - 100, st(r, phase, 1, None, 0, 0)));
+            let w = &mut s.watch[3];
+            // Heartbeats every second; the counter last moved `still` ms ago.
+            w.progress = (0..60).map(|i| (NOW - 60_000 + i * 1000, 7)).collect();
+            w.progress.retain(|&(at, _)| at + still > NOW);
+            w.progress.insert(0, (NOW - still - 1_000, 6));
+            s
+        };
+        assert_eq!(judge(&mk(20_000, AllGather), NOW), vec![]);
+        let v = judge(&mk(T + 2_000, AllGather), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankStalled, Some(3), None)]);
+        assert!(
+            v[0].message
+                .contains("alive (heartbeats arrive) but no progress for 31.0 s"),
+            "{}",
+            v[0].message
+        );
+        // Waiting for results is not a stall.
+        assert_eq!(judge(&mk(T + 2_000, Phase::Results), NOW), vec![]);
+    }
+
+    #[test]
+    fn only_a_blocked_sender_speaks() {
+        // Rank 1 blocked sending to rank 2, which heartbeats (not waiting, progress moving).
+        let s = ring6(|r| match r {
+            1 => (
+                OPEN,
+                NOW - 300,
+                st(1, Phase::Scan, 0, Some((2, SEND)), 0, 8 << 20),
+            ),
+            r => (OPEN, NOW - 300, st(r, Phase::Scan, 0, None, 0, 0)),
+        });
+        assert_eq!(judge(&s, NOW), vec![]);
+        let v = judge(&s, NOW + 1_000);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(1), Some(2))]);
+        assert_eq!(
+            v[0].message,
+            "HANG rank 1 (node-b) is blocked sending to rank 2 (node-c) since step 0 of scan; rank 2 does not \
+             report waiting for it: suspect the link node-b -> node-c or rank 2's receive path"
+        );
+        assert_eq!(v[0].evidence["conclusive"], json!(false));
+    }
+
+    #[test]
+    fn odd_reports_do_not_panic() {
+        let s = state(
+            2,
+            vec![
+                watch(0, OPEN, NOW, st(0, ReduceScatter, 0, Some((0, RECV)), 0, 0)),
+                watch(1, OPEN, NOW, st(1, ReduceScatter, 0, Some((9, RECV)), 0, 0)),
+            ],
+        );
+        assert_eq!(judge(&s, NOW), vec![]);
+        let v = judge(&s, NOW + 1_000);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(9), Some(1))]);
+        assert!(v[0].message.contains("from rank 9 since"));
+    }
+
+    /// The first tick (100 ms apart) at which `judge` answers, for a run whose state at
+    /// time t is `at(t)`: the time to verdict by construction.
+    fn first_verdict(at: impl Fn(u64) -> WatchState, until: u64) -> Option<(u64, Vec<Verdict>)> {
+        (0..=until / 100).map(|i| i * 100).find_map(|t| {
+            let v = judge(&at(t), t);
+            (!v.is_empty()).then_some((t, v))
+        })
+    }
+
+    #[test]
+    fn time_to_verdict() {
+        let hb = |t: u64| t / 1000 * 1000; // heartbeats every second
+        // Rank 2 SIGSTOPped at 10 s: silence deadline 5 s.
+        let stopped = |t: u64| {
+            ring6(|r| {
+                let heard = if r == 2 { hb(t.min(10_000)) } else { hb(t) };
+                (OPEN, heard, st(r, AllGather, 1, None, 0, 0))
+            })
+        };
+        let (t, v) = first_verdict(stopped, 60_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (15_100, vec![(VerdictKind::RankStalled, Some(2), None)])
+        );
+        // Rank 2 killed at 10 s: the close is seen at once.
+        let killed = |t: u64| {
+            ring6(|r| {
+                let c = if r == 2 && t >= 10_050 {
+                    Control::Closed {
+                        at_ms: 10_050,
+                        reset: false,
+                    }
+                } else {
+                    OPEN
+                };
+                (c, hb(t), st(r, AllGather, 1, None, 0, 0))
+            })
+        };
+        let (t, v) = first_verdict(killed, 60_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (10_100, vec![(VerdictKind::RankLost, Some(2), None)])
+        );
+        // Link 4 -> 5 cut at 10 s: rank 5's wait report comes at 10 s + timeout, rank 4's
+        // heartbeats already show it ahead.
+        let cut_at = |t: u64| {
+            ring6(|r| match r {
+                5 if t >= 10_000 + T => (OPEN, 10_000 + T, st(5, ReduceScatter, 2, Some((4, RECV)), 0, 0)),
+                5 => (OPEN, hb(t), st(5, ReduceScatter, 2, None, 0, 0)),
+                4 if t >= 10_000 => (OPEN, hb(t), st(4, ReduceScatter, 3, None, 0, 0)),
+                r => (OPEN, hb(t), st(r, ReduceScatter, 2, None, 0, 0)),
+            })
+        };
+        let (t, v) = first_verdict(cut_at, 100_000).unwrap();
+        assert_eq!(
+            (t, kinds(&v)),
+            (40_000, vec![(VerdictKind::HangLink, Some(4), Some(5))])
+        );
+    }
+
+    #[test]
+    fn coordinator() {
+        let me = &ranks(4)[3];
+        let a = "198.18.0.1:29500";
+        assert_eq!(coordinator_lost(me, a, OPEN, 9_000, 10_000, 5_000), None);
+        let v = coordinator_lost(
+            me,
+            a,
+            Control::Closed {
+                at_ms: 9_500,
+                reset: false,
+            },
+            9_000,
+            10_000,
+            5_000,
+        )
+        .unwrap();
+        assert_eq!(v.kind, VerdictKind::CoordinatorLost);
+        assert_eq!(
+            v.message,
+            "COORDINATOR LOST rank 3 (node-d): the control connection to the coordinator 198.18.0.1:29500 closed; exiting"
+        );
+        let v = coordinator_lost(me, a, OPEN, 1_000, 10_000, 5_000).unwrap();
+        assert_eq!(
+            v.message,
+            "COORDINATOR LOST rank 3 (node-d): the coordinator 198.18.0.1:29500 has sent nothing for 9.0 s; exiting"
+        );
+        assert_eq!(v.evidence["silent_ms"], json!(9_000));
+    }
+}
