@@ -5,6 +5,7 @@
 mod docs;
 mod out;
 mod snapshot;
+mod topo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,6 +115,9 @@ impl GlobalArgs {
 pub enum Command {
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
+    /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
+    /// view; NCCL topology XML out and in).
+    Topo(topo::TopoArgs),
     /// Write man pages and shell completions (for packaging; used by the tests).
     #[command(hide = true)]
     GenDocs(docs::GenDocsArgs),
@@ -182,6 +186,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
         Command::Snapshot(a) => snapshot::run(g, a),
+        Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }
 }

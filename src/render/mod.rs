@@ -2,6 +2,7 @@
 //! Renderers return strings; only the CLI layer writes them out.
 
 pub mod text;
+pub mod topo;
 
 use serde::Serialize;
 
@@ -61,7 +62,8 @@ impl<'a, T: Serialize> Envelope<'a, T> {
 
     pub fn to_json(&self) -> String {
         // Serializing plain data structs cannot fail (no maps with non-string keys).
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        let mut s =
+            serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
         s.push('\n');
         s
     }

@@ -1,3 +1,4 @@
 //! One module per sysfs area: pure parse functions of the kernel's formats plus thin
 //! readers through [`crate::host::Host`].
+pub mod node;
 pub mod pci;
