@@ -636,8 +636,8 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                 .evidence("numa_node", -1)
                 .evidence("sysfs_path", p.sysfs_path.clone().unwrap_or_default())
                 .fix(
-                    "enable NUMA/SRAT PCIe proximity in the BIOS (e.g. ACPI SRAT L3 cache as NUMA off, \
-                     sub-NUMA clustering settings); on a VM, give NCCL a topology file via NCCL_TOPO_FILE",
+                    "enable the firmware setting that publishes PCIe NUMA proximity (ACPI SRAT/_PXM); \
+                     on a VM, give NCCL the bare-metal topology file via NCCL_TOPO_FILE",
                 ),
             );
         }
