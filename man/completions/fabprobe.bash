@@ -25,6 +25,9 @@ _fabprobe() {
             fabprobe,snapshot)
                 cmd="fabprobe__subcmd__snapshot"
                 ;;
+            fabprobe,topo)
+                cmd="fabprobe__subcmd__topo"
+                ;;
             fabprobe__subcmd__help,gen-docs)
                 cmd="fabprobe__subcmd__help__subcmd__gen__subcmd__docs"
                 ;;
@@ -34,6 +37,9 @@ _fabprobe() {
             fabprobe__subcmd__help,snapshot)
                 cmd="fabprobe__subcmd__help__subcmd__snapshot"
                 ;;
+            fabprobe__subcmd__help,topo)
+                cmd="fabprobe__subcmd__help__subcmd__topo"
+                ;;
             *)
                 ;;
         esac
@@ -41,7 +47,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version snapshot gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -85,7 +91,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="snapshot gen-docs help"
+            opts="snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -140,6 +146,20 @@ _fabprobe() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        fabprobe__subcmd__help__subcmd__topo)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         fabprobe__subcmd__snapshot)
             opts="-o -v -h -V --output --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -152,6 +172,32 @@ _fabprobe() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__topo)
+            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --nccl-xml)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

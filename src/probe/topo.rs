@@ -847,7 +847,8 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
         );
     }
     // NCCL's IB plugin forces the function to 0, merging the ports of one adapter.
-    let mut merged_port: HashMap<String, u32> = HashMap::new();
+    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
+    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
     for (k, n) in r.nics.iter().enumerate() {
         let Some(bdf) = &n.pci.pci_bus_id else {
             continue;
@@ -855,7 +856,9 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
         let busid = ncclt::slot_of(bdf)
             .map(|s| format!("{s}.0"))
             .unwrap_or(bdf.clone());
-        let real_port = merged_port.entry(busid.clone()).or_insert(0);
+        let (real_port, guid) = merged
+            .entry(busid.clone())
+            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
         let first = n.ports.first();
         let mut l = leaf(busid.clone(), &n.pci, "0x020000");
         l.nets.push(NcclNet {
@@ -863,7 +866,7 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
             dev: Some(k as u32),
             speed: first.and_then(|p| p.rate_mbps),
             port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
-            guid: n.node_guid.as_deref().and_then(nccl_guid),
+            guid: guid.clone(),
         });
         *real_port += 1;
         let path = sw_nodes(&n.pci);

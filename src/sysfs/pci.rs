@@ -100,16 +100,47 @@ pub fn parse_numa_node(s: &str) -> Option<i32> {
     s.trim().parse().ok()
 }
 
-/// Identity of one PCI function, as its sysfs files say.
+/// Identity of one PCI function, as its sysfs files say. In JSON the values keep the
+/// kernel's spelling (`"0x030200"`, `"0x10de"`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PciIdent {
     /// `class`, 24 bits: base class, subclass, prog-if (`0x030200` = 3D controller).
+    #[serde(with = "hex6")]
     pub class: Option<u32>,
+    #[serde(with = "hex4")]
     pub vendor: Option<u32>,
+    #[serde(with = "hex4")]
     pub device: Option<u32>,
+    #[serde(with = "hex4")]
     pub subsystem_vendor: Option<u32>,
+    #[serde(with = "hex4")]
     pub subsystem_device: Option<u32>,
 }
+
+macro_rules! hex_serde {
+    ($name:ident, $width:literal) => {
+        mod $name {
+            use serde::{Deserialize, Deserializer, Serializer};
+            pub fn serialize<S: Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+                match v {
+                    Some(v) => s.serialize_str(&format!("0x{:0w$x}", v, w = $width)),
+                    None => s.serialize_none(),
+                }
+            }
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+                let v: Option<String> = Option::deserialize(d)?;
+                match v {
+                    None => Ok(None),
+                    Some(s) => super::parse_hex_id(&s).map(Some).ok_or_else(|| {
+                        serde::de::Error::custom(format!("not a 0x-prefixed hex id: {s:?}"))
+                    }),
+                }
+            }
+        }
+    };
+}
+hex_serde!(hex4, 4);
+hex_serde!(hex6, 6);
 
 /// The identity files of the function at host path `dev`.
 pub fn read_ident(host: &Host, dev: &str) -> PciIdent {
