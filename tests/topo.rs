@@ -388,4 +388,13 @@ fn snapshot_recapture_keeps_the_topo_report() {
         assert_eq!(again.cpu, orig.cpu, "{f}");
         assert_eq!(again.switches, orig.switches, "{f}");
     }
+    // Through a tarball too.
+    let src = "fixtures/h100-sxm-8gpu";
+    let host = Host::snapshot(src).unwrap().with_recording();
+    let dir = tempfile::tempdir().unwrap();
+    let tgz = dir.path().join("node.tar.gz");
+    fabprobe::snapshot::capture(&host, Path::new(src), &tgz).unwrap();
+    let again = topo::probe(&Host::snapshot(&tgz).unwrap());
+    assert_eq!(again.matrix, report("h100-sxm-8gpu").matrix);
+    assert_eq!(again.nics, report("h100-sxm-8gpu").nics);
 }

@@ -51,7 +51,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Ou
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl -d 'Print NCCL\'s path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches flattened, ports of one adapter merged) instead of nvidia-smi\'s'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl -d 'Print NCCL\'s path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches flattened, ports of one adapter merged) instead of nvidia-smi\'s. Table only: the JSON report always carries both matrices'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s V -l version -d 'Print version'

@@ -13,7 +13,8 @@ use crate::render::{Envelope, HostInfo};
 #[command(after_long_help = TOPO_HELP)]
 pub struct TopoArgs {
     /// Print NCCL's path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches
-    /// flattened, ports of one adapter merged) instead of nvidia-smi's.
+    /// flattened, ports of one adapter merged) instead of nvidia-smi's. Table only: the JSON
+    /// report always carries both matrices.
     #[arg(long)]
     pub nccl: bool,
     /// Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE)

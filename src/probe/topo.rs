@@ -634,7 +634,7 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                      and nvidia-smi cannot tell which CPU socket it is near",
                 )
                 .evidence("numa_node", -1)
-                .evidence("sysfs_path", p.sysfs_path.clone().unwrap_or_default())
+                .evidence("sysfs_path", p.sysfs_path.clone())
                 .fix(
                     "enable the firmware setting that publishes PCIe NUMA proximity (ACPI SRAT/_PXM); \
                      on a VM, give NCCL the bare-metal topology file via NCCL_TOPO_FILE",
@@ -656,8 +656,8 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                         format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
                     )
                     .evidence("current_link_width", cur)
-                    .evidence("max_link_width", link.max_width.unwrap_or(0))
-                    .evidence("upstream_max_link_width", p.upstream_max_width.unwrap_or(0))
+                    .evidence("max_link_width", link.max_width)
+                    .evidence("upstream_max_link_width", p.upstream_max_width)
                     .fix("reseat the card and its riser or cable; compare `lspci -vv -s BDF` LnkSta with LnkCap"),
                 );
             }
@@ -677,7 +677,11 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                         format!("PCIe link trained at {}, below the {} that device and slot support", cur.raw, max.raw),
                     )
                     .evidence("current_link_speed", cur.raw.clone())
-                    .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()).unwrap_or_default())
+                    .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
+                    .evidence(
+                        "upstream_max_link_speed",
+                        p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
+                    )
                     .fix("reseat the card; check BIOS PCIe speed settings and the riser; `lspci -vv` shows (downgraded)"),
                 );
             }
@@ -686,8 +690,13 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
     let ng = r.gpus.len();
     if !r.nics.is_empty() {
         for (i, g) in r.gpus.iter().enumerate() {
-            let row = &r.matrix[i];
-            let cells: Vec<&str> = row[ng..].iter().map(String::as_str).collect();
+            let Some(row) = r.matrix.get(i) else { continue };
+            let cells: Vec<&str> = row
+                .get(ng..)
+                .unwrap_or(&[])
+                .iter()
+                .map(String::as_str)
+                .collect();
             if !cells.is_empty() && cells.iter().all(|c| *c == "SYS") {
                 out.push(
                     Finding::new(
