@@ -398,3 +398,53 @@ fn snapshot_recapture_keeps_the_topo_report() {
     assert_eq!(again.matrix, report("h100-sxm-8gpu").matrix);
     assert_eq!(again.nics, report("h100-sxm-8gpu").nics);
 }
+
+/// NVML knows GPUs that sysfs does not show (a container): NVLink cells still come from
+/// NVML, direct GPU-GPU links are counted, PCIe cells are N/A, and a note says why.
+#[test]
+fn nvml_gpus_without_sysfs_get_nvlink_cells_and_na() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("sys")).unwrap();
+    std::fs::create_dir_all(dir.path().join("fabprobe")).unwrap();
+    let link =
+        |l: u32, to: &str| serde_json::json!({"link": l, "active": true, "remote_pci_bus_id": to});
+    let nvml = serde_json::json!({"state": "available", "gpus": [
+        {"index": 0, "pci_bus_id": "0000:17:00.0", "nvlinks": [link(0, "0000:65:00.0"), link(1, "0000:65:00.0"),
+            link(2, "0000:65:00.0"), link(3, "0000:65:00.0"), {"link": 4, "active": false, "remote_pci_bus_id": null}]},
+        {"index": 1, "pci_bus_id": "0000:65:00.0", "nvlinks": [link(0, "0000:17:00.0"), link(1, "0000:17:00.0"),
+            link(2, "0000:17:00.0"), link(3, "0000:17:00.0"), link(4, "0000:ca:00.0")]},
+        {"index": 2, "pci_bus_id": "0000:ca:00.0", "nvlinks": [link(0, "0000:65:00.0")]}
+    ]});
+    std::fs::write(dir.path().join("fabprobe/nvml.json"), nvml.to_string()).unwrap();
+    let r = topo::probe(&Host::snapshot(dir.path()).unwrap());
+    let m = |v: &[&[&str]]| -> Vec<Vec<String>> {
+        v.iter()
+            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .collect()
+    };
+    assert_eq!(
+        r.matrix,
+        m(&[
+            &["X", "NV4", "N/A"],
+            &["NV4", "X", "NV1"],
+            &["N/A", "NV1", "X"]
+        ])
+    );
+    // GPU0 and GPU2 reach each other through GPU1: NVB for NCCL.
+    assert_eq!(
+        r.nccl_matrix,
+        m(&[
+            &["X", "NVL", "NVB"],
+            &["NVL", "X", "NVL"],
+            &["NVB", "NVL", "X"]
+        ])
+    );
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with("GPU 0000:17:00.0:") && n.ends_with("its cells are N/A")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(r.source, "sysfs+nvml");
+}

@@ -551,13 +551,17 @@ fn finish(r: &mut TopoReport) {
             }
             let (Some(a), Some(b)) = (&places[i].0, &places[j].0) else {
                 // NVLink needs no PCI place.
-                let nvl = i < ng && j < ng && nv[i][j] > 0;
-                smi[i][j] = if nvl {
+                let gpus = i < ng && j < ng;
+                smi[i][j] = if gpus && nv[i][j] > 0 {
                     format!("NV{}", nv[i][j])
                 } else {
                     "N/A".into()
                 };
-                nccl[i][j] = if nvl { "NVL".into() } else { "N/A".into() };
+                nccl[i][j] = gpus
+                    .then(|| ncclt::nvlink_path(i, j, &nv, &direct))
+                    .flatten()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_else(|| "N/A".into());
                 continue;
             };
             let gpus = i < ng && j < ng;
