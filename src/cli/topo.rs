@@ -25,10 +25,10 @@ pub struct TopoArgs {
 
 const TOPO_HELP: &str = "\
 EXAMPLES
-  fabprobe topo                              the matrix of this host, as nvidia-smi topo -m prints it
-  fabprobe topo --nccl                       the same pairs as NCCL classifies them
-  fabprobe --root node1.tar.gz topo          a captured host
-  fabprobe topo --format nccl-xml > topo.xml then NCCL_TOPO_FILE=topo.xml
+  fabprobe topo                          this host, laid out as nvidia-smi topo -m prints it
+  fabprobe topo --nccl                   the same pairs as NCCL classifies them
+  fabprobe --root node1.tar.gz topo      a captured host
+  fabprobe topo --format nccl-xml >t.xml then NCCL_TOPO_FILE=t.xml
   fabprobe topo --nccl-xml /var/run/nvidia-topologyd/virtualTopology.xml
 
 CELLS
@@ -41,9 +41,11 @@ CELLS
   bonds last), which is natural name order for kernel-assigned names.
 
 FINDINGS
-  topo.numa_node_unknown   warn  numa_node is -1 on a host with several (or unknown) NUMA nodes
+  topo.numa_node_unknown   warn  numa_node is -1 on a host with several (or unknown) NUMA
+                                 nodes
   topo.pcie_width_degraded fail  link width below what device and upstream port support
-  topo.pcie_speed_degraded fail  a NIC's link speed below what device and upstream port support
+  topo.pcie_speed_degraded fail  a NIC's link speed below what device and upstream port
+                                 support
                                  (idle GPUs lower their speed to save power: not a fault)
   topo.gpu_nic_sys         warn  every RDMA NIC is SYS away from a GPU
 
@@ -51,26 +53,32 @@ JSON DATA (schema fabprobe.topo)
   source                    sysfs | sysfs+nvml | nccl-xml:<file>
   nvlink_available, nvlink_unavailable_reason
   labels                    [\"GPU0\", ..., \"NIC0\", ...]: rows and columns of both matrices
-  matrix                    nvidia-smi cells (X, NV18, PIX, PXB, PHB, NODE, SYS; N/A: place unknown)
+  matrix                    nvidia-smi cells (X, NV18, PIX, PXB, PHB, NODE, SYS;
+                             N/A: the device's PCI place is unknown)
   nccl_matrix               NCCL path types (X, LOC, NVL, NVB, PIX, PXB, PHB, SYS)
   gpus[]                    {label, index, pci_bus_id, name, sm, gpu_numa_id,
-                             nvlinks[] {target_pci_bus_id, target_kind (gpu|nvswitch|other), count},
+                             nvlinks[] {target_pci_bus_id, target_kind (gpu|nvswitch|other),
+                                        count},
                              pci}
-  nics[]                    {label, ibdev, node_guid, ports[] {port, link_layer, rate, rate_mbps}, pci}
+  nics[]                    {label, ibdev, node_guid,
+                             ports[] {port, link_layer, rate, rate_mbps}, pci}
   pci (of a GPU or NIC)     {pci_bus_id, sysfs_path, root_bus, bridges[], nccl_switches[],
-                             ident {class, vendor, device, subsystem_vendor, subsystem_device},
+                             ident {class, vendor, device, subsystem_vendor, subsystem_device}
+                               (kernel spelling: \"0x030200\", \"0x10de\"),
                              numa_node (-1 kept), local_cpulist,
                              link {current_speed, current_width, max_speed, max_width}
                                (a speed is {raw, gts, generation}),
                              upstream_max_speed, upstream_max_width, nccl_link_speed,
                              nccl_link_width, error}
-  switches[]                NCCL switch nodes: {pci_bus_id, parent, ident, nccl_link_speed, nccl_link_width}
+  switches[]                NCCL switch nodes: {pci_bus_id, parent, ident,
+                             nccl_link_speed, nccl_link_width}
   numa_nodes[]              {id, cpulist, cpumap}
   cpu                       {arch, vendor, family_id, model_id} (from /proc/cpuinfo)
   notes[]                   what the report could not see
 
 EXIT STATUS
-  0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file, bad snapshot)";
+  0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file or
+  snapshot)";
 
 pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("topo", &[Format::Table, Format::Json, Format::NcclXml])?;
