@@ -31,6 +31,9 @@ _fabprobe() {
             fabprobe,snapshot)
                 cmd="fabprobe__subcmd__snapshot"
                 ;;
+            fabprobe,topo)
+                cmd="fabprobe__subcmd__topo"
+                ;;
             fabprobe__subcmd__help,gen-docs)
                 cmd="fabprobe__subcmd__help__subcmd__gen__subcmd__docs"
                 ;;
@@ -46,6 +49,9 @@ _fabprobe() {
             fabprobe__subcmd__help,snapshot)
                 cmd="fabprobe__subcmd__help__subcmd__snapshot"
                 ;;
+            fabprobe__subcmd__help,topo)
+                cmd="fabprobe__subcmd__help__subcmd__topo"
+                ;;
             *)
                 ;;
         esac
@@ -53,7 +59,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version gids links snapshot gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version gids links snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -123,7 +129,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="gids links snapshot gen-docs help"
+            opts="gids links snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -206,6 +212,20 @@ _fabprobe() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        fabprobe__subcmd__help__subcmd__topo)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         fabprobe__subcmd__links)
             opts="-v -h -V --interval --baseline --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -248,6 +268,32 @@ _fabprobe() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__topo)
+            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --nccl-xml)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

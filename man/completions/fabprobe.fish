@@ -35,6 +35,7 @@ complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Prin
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
@@ -66,6 +67,16 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-xml -d 'Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) instead of the host; on cloud VMs that file is the truth' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl -d 'Print NCCL\'s path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches flattened, ports of one adapter merged) instead of nvidia-smi\'s. Table only: the JSON report always carries both matrices'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -74,8 +85,9 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

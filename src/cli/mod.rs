@@ -7,6 +7,7 @@ mod gids;
 mod links;
 mod out;
 mod snapshot;
+mod topo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,6 +123,9 @@ pub enum Command {
     Links(links::LinksArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
+    /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
+    /// view; NCCL topology XML out and in).
+    Topo(topo::TopoArgs),
     /// Write man pages and shell completions (for packaging; used by the tests).
     #[command(hide = true)]
     GenDocs(docs::GenDocsArgs),
@@ -192,6 +196,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),
+        Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }
 }

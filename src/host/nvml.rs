@@ -43,6 +43,11 @@ pub struct NvmlGpu {
     /// `nvmlDeviceGetNumaNodeId`: the GPU's own memory node on C2C systems.
     #[serde(default)]
     pub numa_node_id: Option<i32>,
+    /// `nvmlDeviceGetCudaComputeCapability` (9, 0 on H100): NCCL's `sm` = major*10+minor.
+    #[serde(default)]
+    pub cuda_cc_major: Option<i32>,
+    #[serde(default)]
+    pub cuda_cc_minor: Option<i32>,
     #[serde(default)]
     pub bar1_total_bytes: Option<u64>,
     #[serde(default)]
@@ -111,7 +116,9 @@ pub fn collect_live() -> NvmlState {
                     link,
                     active,
                     remote_pci_bus_id: if active {
-                        l.remote_pci_info().ok().map(|p| normalize_bus_id(&p.bus_id))
+                        l.remote_pci_info()
+                            .ok()
+                            .map(|p| normalize_bus_id(&p.bus_id))
                     } else {
                         None
                     },
@@ -125,7 +132,10 @@ pub fn collect_live() -> NvmlState {
             name: dev.name().ok(),
             uuid: dev.uuid().ok(),
             pci_bus_id: normalize_bus_id(&pci.bus_id),
-            numa_node_id: None,
+            // NOT_SUPPORTED off coherent (C2C) systems, where nvidia-smi prints N/A too.
+            numa_node_id: dev.numa_node_id().ok().and_then(|v| i32::try_from(v).ok()),
+            cuda_cc_major: dev.cuda_compute_capability().ok().map(|c| c.major),
+            cuda_cc_minor: dev.cuda_compute_capability().ok().map(|c| c.minor),
             bar1_total_bytes: dev.bar1_memory_info().ok().map(|b| b.total),
             pcie_link_gen_current: dev.current_pcie_link_gen().ok(),
             pcie_link_gen_max: dev.max_pcie_link_gen().ok(),

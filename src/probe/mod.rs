@@ -2,14 +2,22 @@
 
 pub mod gids;
 pub mod links;
+pub mod topo;
 
 use crate::host::Host;
 
 /// Run every local probe once, for `snapshot` capture: what they read is what a snapshot
 /// holds. Returns one line per probe that failed (the capture still goes on).
 pub fn run_all_for_capture(host: &Host) -> Vec<String> {
-    let errors = Vec::new();
+    let mut errors = Vec::new();
     let _ = gids::probe(host, &gids::env_of(host));
     let _ = links::probe(host);
+    errors.extend(
+        topo::probe(host)
+            .notes
+            .into_iter()
+            .filter(|n| n.starts_with("cannot"))
+            .map(|n| format!("topo: {n}")),
+    );
     errors
 }

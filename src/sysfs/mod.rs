@@ -1,4 +1,5 @@
 //! One module per sysfs area: pure parse functions of the kernel's formats plus thin
 //! readers through [`crate::host::Host`].
 pub mod infiniband;
+pub mod node;
 pub mod pci;

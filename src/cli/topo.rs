@@ -1,0 +1,120 @@
+//! `fabprobe topo`: the GPU/NIC topology matrix.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use crate::probe::topo;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = TOPO_HELP)]
+pub struct TopoArgs {
+    /// Print NCCL's path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches
+    /// flattened, ports of one adapter merged) instead of nvidia-smi's. Table only: the JSON
+    /// report always carries both matrices.
+    #[arg(long)]
+    pub nccl: bool,
+    /// Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE)
+    /// instead of the host; on cloud VMs that file is the truth.
+    #[arg(long, value_name = "FILE")]
+    pub nccl_xml: Option<PathBuf>,
+}
+
+const TOPO_HELP: &str = "\
+EXAMPLES
+  fabprobe topo                          this host, laid out as nvidia-smi topo -m prints it
+  fabprobe topo --nccl                   the same pairs as NCCL classifies them
+  fabprobe --root node1.tar.gz topo      a captured host
+  fabprobe topo --format nccl-xml >t.xml then NCCL_TOPO_FILE=t.xml
+  fabprobe topo --nccl-xml /var/run/nvidia-topologyd/virtualTopology.xml
+
+CELLS
+  X self; NV# bonded NVLinks (direct or through NVSwitch, from NVML); PIX at most one PCIe
+  switch; PXB several switches, no host bridge; PHB through the host bridge; NODE between host
+  bridges of one NUMA node; SYS across NUMA nodes. Without NVML (no driver, a container, a
+  snapshot without fabprobe/nvml.json) GPUs are the PCI functions with vendor 0x10de and a VGA
+  or 3D class in bus order, GPU-GPU cells come from the PCI tree alone, and a note says so.
+  NICs are the RDMA devices of /sys/class/infiniband in registration order (PCI bus order,
+  bonds last), which is natural name order for kernel-assigned names.
+
+FINDINGS
+  topo.numa_node_unknown   warn  numa_node is -1 on a host with several (or unknown) NUMA
+                                 nodes
+  topo.pcie_width_degraded fail  link width below what device and upstream port support
+  topo.pcie_speed_degraded fail  a NIC's link speed below what device and upstream port
+                                 support
+                                 (idle GPUs lower their speed to save power: not a fault)
+  topo.gpu_nic_sys         warn  every RDMA NIC is SYS away from a GPU
+
+JSON DATA (schema fabprobe.topo)
+  source                    sysfs | sysfs+nvml | nccl-xml:<file>
+  nvlink_available, nvlink_unavailable_reason
+  labels                    [\"GPU0\", ..., \"NIC0\", ...]: rows and columns of both matrices
+  matrix                    nvidia-smi cells (X, NV18, PIX, PXB, PHB, NODE, SYS;
+                             N/A: the device's PCI place is unknown)
+  nccl_matrix               NCCL path types (X, LOC, NVL, NVB, PIX, PXB, PHB, SYS)
+  gpus[]                    {label, index, pci_bus_id, name, sm, gpu_numa_id,
+                             nvlinks[] {target_pci_bus_id, target_kind (gpu|nvswitch|other),
+                                        count},
+                             pci}
+  nics[]                    {label, ibdev, node_guid,
+                             ports[] {port, link_layer, rate, rate_mbps}, pci}
+  pci (of a GPU or NIC)     {pci_bus_id, sysfs_path, root_bus, bridges[], nccl_switches[],
+                             ident {class, vendor, device, subsystem_vendor, subsystem_device}
+                               (kernel spelling: \"0x030200\", \"0x10de\"),
+                             numa_node (-1 kept), local_cpulist,
+                             link {current_speed, current_width, max_speed, max_width}
+                               (a speed is {raw, gts, generation}),
+                             upstream_max_speed, upstream_max_width, nccl_link_speed,
+                             nccl_link_width, error}
+  switches[]                NCCL switch nodes: {pci_bus_id, parent, ident,
+                             nccl_link_speed, nccl_link_width}
+  numa_nodes[]              {id, cpulist, cpumap}
+  cpu                       {arch, vendor, family_id, model_id} (from /proc/cpuinfo)
+  notes[]                   what the report could not see
+
+EXIT STATUS
+  0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file or
+  snapshot)";
+
+pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("topo", &[Format::Table, Format::Json, Format::NcclXml])?;
+    let (report, host_info) = match &a.nccl_xml {
+        Some(file) => {
+            if g.root.is_some() {
+                return Err(UsageError(
+                    "--nccl-xml reads a topology file; it cannot be combined with --root".into(),
+                )
+                .into());
+            }
+            g.log(1, format!("reading NCCL topology file {}", file.display()));
+            let sys = crate::nccl::topo_xml::read_file(file)?;
+            let shown = file.display().to_string();
+            (
+                topo::from_nccl_system(&sys, &shown),
+                HostInfo {
+                    hostname: None,
+                    kernel: None,
+                    captured_at: None,
+                    source: format!("nccl-xml:{shown}"),
+                },
+            )
+        }
+        None => {
+            let host = open_host(g)?;
+            let r = topo::probe(&host);
+            (r, HostInfo::of(&host))
+        }
+    };
+    let findings = topo::judge(&report);
+    let text = match fmt {
+        Format::Json => Envelope::new("topo", host_info, &report, &findings).to_json(),
+        Format::NcclXml => crate::render::topo::nccl_xml(&report),
+        _ => crate::render::topo::table(&report, &findings, a.nccl),
+    };
+    emit(&text).context("writing the report")?;
+    Ok(Outcome::from_findings(&findings))
+}

@@ -1,0 +1,1157 @@
+//! `fabprobe topo`: the GPU/NIC matrix `nvidia-smi topo -m` prints, from sysfs (+ NVML
+//! for NVLink), and the same pairs as NCCL classifies them. Also builds the report from an
+//! NCCL topology file, and the NCCL topology tree from a report.
+//!
+//! nvidia-smi's cells (rule derived from real outputs, shared/reference/topology-facts.md
+//! §1.5): different `numa_node` → SYS; different root bus → NODE; no common switch → PHB;
+//! functions of one device or one switch crossed → PIX; more switches → PXB. Switches are
+//! NCCL's "two path components per switch" nodes (a switch's upstream port).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::check::{Finding, Severity};
+use crate::host::{Host, NvmlState, natural_cmp};
+use crate::nccl::topo::{self as ncclt, Attach};
+use crate::nccl::topo_xml::{NcclCpu, NcclGpu, NcclNet, NcclNvlink, NcclPci, NcclSystem};
+use crate::sysfs::node::{self, CpuFacts, NumaNode};
+use crate::sysfs::pci::{self, LinkSpeed, PciIdent, PciLink};
+
+/// Class of an NVSwitch (`tclass` of an NVLink to one).
+pub const NVSWITCH_CLASS: &str = "0x068000";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopoReport {
+    /// Where the facts came from: `sysfs`, `sysfs+nvml`, or `nccl-xml:<file>`.
+    pub source: String,
+    /// Whether NVLink facts were available (NVML or the XML file), and why not.
+    pub nvlink_available: bool,
+    pub nvlink_unavailable_reason: Option<String>,
+    pub gpus: Vec<TopoGpu>,
+    pub nics: Vec<TopoNic>,
+    /// NCCL switch nodes (upstream ports) above the GPUs and NICs.
+    pub switches: Vec<TopoSwitch>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub cpu: CpuFacts,
+    /// Row/column labels of the matrices: `GPU0..`, then `NIC0..`.
+    pub labels: Vec<String>,
+    /// nvidia-smi's cells: `X`, `NV#`, `PIX`, `PXB`, `PHB`, `NODE`, `SYS` (`N/A`: unknown).
+    pub matrix: Vec<Vec<String>>,
+    /// NCCL's path types: `X`, `LOC`, `NVL`, `NVB`, `PIX`, `PXB`, `PHB`, `SYS`.
+    pub nccl_matrix: Vec<Vec<String>>,
+    /// What the report could not see, one line each.
+    pub notes: Vec<String>,
+}
+
+/// Where a device sits in the PCI tree, and its PCI facts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PciPlace {
+    pub pci_bus_id: Option<String>,
+    /// Canonical sysfs path (`/sys/devices/pci0000:00/...`); None when not found.
+    pub sysfs_path: Option<String>,
+    /// The host bridge's root bus, `pci0000:00` (None from an NCCL file).
+    pub root_bus: Option<String>,
+    /// Every bridge between the root bus and the device, root port first.
+    pub bridges: Vec<String>,
+    /// NCCL's switch nodes above the device, top first.
+    pub nccl_switches: Vec<String>,
+    pub ident: PciIdent,
+    /// `numa_node` as read: -1 when the firmware gave no proximity.
+    pub numa_node: Option<i32>,
+    /// `local_cpulist` verbatim.
+    pub local_cpulist: Option<String>,
+    pub link: Option<PciLink>,
+    /// The upstream port's `max_link_speed`/`max_link_width`: what the slot allows.
+    pub upstream_max_speed: Option<LinkSpeed>,
+    pub upstream_max_width: Option<u32>,
+    /// What NCCL writes as `link_speed`/`link_width`: the lower of device and upstream port.
+    pub nccl_link_speed: Option<String>,
+    pub nccl_link_width: Option<u32>,
+    /// Why the place is unknown (the device path did not resolve).
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopoGpu {
+    pub label: String,
+    /// NVML index, or the position in PCI bus order without NVML.
+    pub index: u32,
+    pub pci_bus_id: String,
+    /// NVML's product name.
+    pub name: Option<String>,
+    /// CUDA compute capability × 10 (NCCL's `sm`).
+    pub sm: Option<u32>,
+    /// `nvmlDeviceGetNumaNodeId` (the GPU's own memory node on C2C systems).
+    pub gpu_numa_id: Option<i32>,
+    /// Active NVLinks grouped by far end.
+    pub nvlinks: Vec<NvlinkPeer>,
+    pub pci: PciPlace,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvlinkPeer {
+    /// The far end's bus id (None when NVML could not say).
+    pub target_pci_bus_id: Option<String>,
+    /// `gpu`, `nvswitch` or `other` (e.g. a CPU).
+    pub target_kind: String,
+    /// Active links to that end.
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopoNic {
+    pub label: String,
+    /// The RDMA device name (`/sys/class/infiniband/<ibdev>`).
+    pub ibdev: String,
+    /// `node_guid` verbatim (`946d:ae03:0050:709a`).
+    pub node_guid: Option<String>,
+    pub ports: Vec<NicPort>,
+    pub pci: PciPlace,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NicPort {
+    pub port: u32,
+    /// `InfiniBand`, `Ethernet`.
+    pub link_layer: Option<String>,
+    /// `rate` verbatim (`400 Gb/sec (4X NDR)`).
+    pub rate: Option<String>,
+    pub rate_mbps: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopoSwitch {
+    pub pci_bus_id: String,
+    /// The switch node above this one (None: it hangs off the CPU).
+    pub parent: Option<String>,
+    pub ident: PciIdent,
+    pub nccl_link_speed: Option<String>,
+    pub nccl_link_width: Option<u32>,
+}
+
+/// `"400 Gb/sec (4X NDR)"` → 400000 Mb/s; `"2.5 Gb/sec (1X SDR)"` → 2500; `"10 Gb/sec (4X)"`
+/// (old kernels) → 10000. None for anything else.
+pub fn parse_rate_mbps(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let num = s.split_whitespace().next()?;
+    if !s[num.len()..].trim_start().starts_with("Gb/sec") {
+        return None;
+    }
+    let v: f64 = num.parse().ok()?;
+    (v.is_finite() && v >= 0.0).then(|| (v * 1000.0).round() as u64)
+}
+
+/// `node_guid` `946d:ae03:0050:709a` → `0x9a70500003ae6d94`: NCCL prints the big-endian
+/// GUID as a little-endian host integer (`%lx`), so its files show the bytes reversed.
+pub fn nccl_guid(node_guid: &str) -> Option<String> {
+    let hex: String = node_guid.trim().split(':').collect();
+    if hex.len() != 16 {
+        return None;
+    }
+    let be = u64::from_str_radix(&hex, 16).ok()?;
+    Some(format!("0x{:x}", be.swap_bytes()))
+}
+
+fn is_gpu_class(class: u32) -> bool {
+    matches!(class >> 8, 0x0300 | 0x0302)
+}
+
+fn attr_str(host: &Host, path: &str) -> Option<String> {
+    host.attr(path).value().map(str::to_string)
+}
+
+/// Resolve a device link and read its place in the tree.
+fn read_place(host: &Host, link: &str) -> PciPlace {
+    let (prefix, chain) = match pci::read_chain(host, link) {
+        Ok(c) => c,
+        Err(e) => {
+            return PciPlace {
+                error: Some(e.to_string()),
+                ..Default::default()
+            };
+        }
+    };
+    let n = chain.functions.len();
+    let dev = chain.path_of(&prefix, n - 1);
+    let link_attrs = pci::read_link(host, &dev);
+    let (upstream_max_speed, upstream_max_width) = if n >= 2 {
+        let up = pci::read_link_max(host, &chain.path_of(&prefix, n - 2));
+        (up.0, up.1)
+    } else {
+        (None, None)
+    };
+    let (nccl_link_speed, nccl_link_width) =
+        nccl_link(&link_attrs, upstream_max_speed.as_ref(), upstream_max_width);
+    PciPlace {
+        pci_bus_id: Some(chain.bdf().to_string()),
+        sysfs_path: Some(dev.clone()),
+        root_bus: Some(chain.root.clone()),
+        bridges: chain.bridges().to_vec(),
+        nccl_switches: ncclt::switch_nodes(chain.bridges()),
+        ident: pci::read_ident(host, &dev),
+        numa_node: host
+            .attr(format!("{dev}/numa_node"))
+            .value()
+            .and_then(pci::parse_numa_node),
+        local_cpulist: attr_str(host, &format!("{dev}/local_cpulist")),
+        link: Some(link_attrs),
+        upstream_max_speed,
+        upstream_max_width,
+        nccl_link_speed,
+        nccl_link_width,
+        error: None,
+    }
+}
+
+/// NCCL's `link_speed`/`link_width`: the slower of the device's and its upstream port's max.
+fn nccl_link(
+    dev: &PciLink,
+    up_speed: Option<&LinkSpeed>,
+    up_width: Option<u32>,
+) -> (Option<String>, Option<u32>) {
+    let speed = match (dev.max_speed.as_ref(), up_speed) {
+        (Some(d), Some(u)) if u.gts < d.gts => Some(u.raw.clone()),
+        (Some(d), _) => Some(d.raw.clone()),
+        (None, u) => u.map(|u| u.raw.clone()),
+    };
+    let width = match (dev.max_width, up_width) {
+        (Some(d), Some(u)) => Some(d.min(u)),
+        (d, u) => d.or(u),
+    };
+    (speed, width)
+}
+
+/// The sort key nvidia-smi's NIC order follows: registration order of the RDMA devices,
+/// which is PCI probe (bus) order with bonds created last; names break ties naturally.
+fn nic_order(a: &TopoNic, b: &TopoNic) -> std::cmp::Ordering {
+    let bond = |n: &TopoNic| n.ibdev.contains("bond");
+    bond(a)
+        .cmp(&bond(b))
+        .then_with(|| a.pci.pci_bus_id.cmp(&b.pci.pci_bus_id))
+        .then_with(|| natural_cmp(&a.ibdev, &b.ibdev))
+}
+
+fn find_gpus_in_sysfs(host: &Host, notes: &mut Vec<String>) -> Vec<String> {
+    let base = "/sys/bus/pci/devices";
+    let names = match host.list_dir(base) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            notes.push(format!("{base} is absent: no PCI devices visible"));
+            return Vec::new();
+        }
+        Err(e) => {
+            notes.push(format!("cannot list PCI devices: {e}"));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for bdf in names.iter().filter(|n| pci::is_bdf(n)) {
+        let class = host.attr(format!("{base}/{bdf}/class"));
+        if !class
+            .value()
+            .and_then(pci::parse_hex_id)
+            .is_some_and(is_gpu_class)
+        {
+            continue;
+        }
+        let vendor = host.attr(format!("{base}/{bdf}/vendor"));
+        if vendor.value().and_then(pci::parse_hex_id) == Some(0x10de) {
+            out.push(bdf.clone());
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read_nics(host: &Host, notes: &mut Vec<String>) -> Vec<TopoNic> {
+    let base = "/sys/class/infiniband";
+    let names = match host.list_dir(base) {
+        Ok(Some(n)) => n,
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            notes.push(format!("cannot list {base}: {e}"));
+            Vec::new()
+        }
+    };
+    let mut nics = Vec::new();
+    for name in names {
+        let dir = format!("{base}/{name}");
+        let place = read_place(host, &format!("{dir}/device"));
+        if place.error.is_some() {
+            notes.push(format!(
+                "RDMA device {name} is not a PCI function ({}); left out of the matrix",
+                place.error.as_deref().unwrap_or("")
+            ));
+            continue;
+        }
+        let mut ports = Vec::new();
+        if let Ok(Some(pnames)) = host.list_dir(format!("{dir}/ports")) {
+            let mut nums: Vec<u32> = pnames.iter().filter_map(|p| p.parse().ok()).collect();
+            nums.sort_unstable();
+            for port in nums {
+                let rate = attr_str(host, &format!("{dir}/ports/{port}/rate"));
+                ports.push(NicPort {
+                    port,
+                    link_layer: attr_str(host, &format!("{dir}/ports/{port}/link_layer")),
+                    rate_mbps: rate.as_deref().and_then(parse_rate_mbps),
+                    rate,
+                });
+            }
+        }
+        nics.push(TopoNic {
+            label: String::new(),
+            node_guid: attr_str(host, &format!("{dir}/node_guid")),
+            ibdev: name,
+            ports,
+            pci: place,
+        });
+    }
+    nics.sort_by(nic_order);
+    for (i, n) in nics.iter_mut().enumerate() {
+        n.label = format!("NIC{i}");
+    }
+    nics
+}
+
+/// Active NVLinks of one NVML GPU grouped by far end.
+fn nvml_peers(g: &crate::host::NvmlGpu, gpu_bus_ids: &[String]) -> Vec<NvlinkPeer> {
+    let mut by: BTreeMap<Option<String>, u32> = BTreeMap::new();
+    for l in g.nvlinks.iter().filter(|l| l.active) {
+        *by.entry(l.remote_pci_bus_id.clone()).or_default() += 1;
+    }
+    by.into_iter()
+        .map(|(target, count)| NvlinkPeer {
+            target_kind: match &target {
+                Some(t) if gpu_bus_ids.contains(t) => "gpu".into(),
+                _ => "nvswitch".into(),
+            },
+            target_pci_bus_id: target,
+            count,
+        })
+        .collect()
+}
+
+/// Read the host: GPUs (NVML, else sysfs), RDMA NICs, their places, and both matrices.
+pub fn probe(host: &Host) -> TopoReport {
+    let mut notes = Vec::new();
+    let (gpu_list, nvml_gpus, nvlink_available, nvlink_reason) = match host.nvml() {
+        NvmlState::Available(f) if !f.gpus.is_empty() => {
+            let mut g = f.gpus.clone();
+            g.sort_by_key(|g| g.index);
+            (
+                g.iter().map(|g| g.pci_bus_id.clone()).collect::<Vec<_>>(),
+                Some(g),
+                true,
+                None,
+            )
+        }
+        NvmlState::Available(_) => (
+            find_gpus_in_sysfs(host, &mut notes),
+            None,
+            false,
+            Some("NVML reports no GPU".to_string()),
+        ),
+        NvmlState::Unavailable { reason } => (
+            find_gpus_in_sysfs(host, &mut notes),
+            None,
+            false,
+            Some(reason.clone()),
+        ),
+    };
+    let mut gpus = Vec::new();
+    for (i, bdf) in gpu_list.iter().enumerate() {
+        let ng = nvml_gpus.as_ref().and_then(|v| v.get(i));
+        let place = read_place(host, &format!("/sys/bus/pci/devices/{bdf}"));
+        if let Some(e) = &place.error {
+            notes.push(format!("GPU {bdf}: {e}; its cells are N/A"));
+        }
+        gpus.push(TopoGpu {
+            label: format!("GPU{i}"),
+            index: ng.map(|g| g.index).unwrap_or(i as u32),
+            pci_bus_id: bdf.clone(),
+            name: ng.and_then(|g| g.name.clone()),
+            sm: ng.and_then(|g| Some((g.cuda_cc_major? * 10 + g.cuda_cc_minor?) as u32)),
+            gpu_numa_id: ng.and_then(|g| g.numa_node_id),
+            nvlinks: ng.map(|g| nvml_peers(g, &gpu_list)).unwrap_or_default(),
+            pci: PciPlace {
+                pci_bus_id: Some(bdf.clone()),
+                ..place
+            },
+        });
+    }
+    let nics = read_nics(host, &mut notes);
+    let switches = read_switches(host, &gpus, &nics);
+    let mut r = TopoReport {
+        source: if nvml_gpus.is_some() {
+            "sysfs+nvml"
+        } else {
+            "sysfs"
+        }
+        .to_string(),
+        nvlink_available,
+        nvlink_unavailable_reason: nvlink_reason,
+        gpus,
+        nics,
+        switches,
+        numa_nodes: node::read_nodes(host),
+        cpu: node::read_cpu_facts(host),
+        labels: Vec::new(),
+        matrix: Vec::new(),
+        nccl_matrix: Vec::new(),
+        notes,
+    };
+    finish(&mut r);
+    r
+}
+
+/// Identity and link of every switch node above the devices.
+fn read_switches(host: &Host, gpus: &[TopoGpu], nics: &[TopoNic]) -> Vec<TopoSwitch> {
+    let mut seen: BTreeMap<String, TopoSwitch> = BTreeMap::new();
+    let places = gpus
+        .iter()
+        .map(|g| &g.pci)
+        .chain(nics.iter().map(|n| &n.pci));
+    for p in places {
+        let Some(path) = &p.sysfs_path else { continue };
+        for (k, sw) in p.nccl_switches.iter().enumerate() {
+            if seen.contains_key(sw) {
+                continue;
+            }
+            // The switch's own path is the device path cut back to it.
+            let Some(pos) = path.find(&format!("/{sw}/")) else {
+                continue;
+            };
+            let sw_path = &path[..pos + 1 + sw.len()];
+            let own = pci::read_link(host, sw_path);
+            let parent_path = &sw_path[..sw_path.rfind('/').unwrap_or(0)];
+            let up = pci::read_link_max(host, parent_path);
+            let (speed, width) = nccl_link(&own, up.0.as_ref(), up.1);
+            seen.insert(
+                sw.clone(),
+                TopoSwitch {
+                    pci_bus_id: sw.clone(),
+                    parent: if k == 0 {
+                        None
+                    } else {
+                        p.nccl_switches.get(k - 1).cloned()
+                    },
+                    ident: pci::read_ident(host, sw_path),
+                    nccl_link_speed: speed,
+                    nccl_link_width: width,
+                },
+            );
+        }
+    }
+    seen.into_values().collect()
+}
+
+fn attach(p: &PciPlace) -> Option<Attach> {
+    if p.error.is_some() {
+        return None;
+    }
+    Some(Attach {
+        numa: p.numa_node.unwrap_or(-1),
+        root: p.root_bus.clone(),
+        switches: p.nccl_switches.clone(),
+        slot: p.pci_bus_id.as_deref().and_then(ncclt::slot_of),
+    })
+}
+
+/// nvidia-smi's PCIe level between two placed devices.
+pub fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
+    if a.numa != b.numa {
+        return "SYS";
+    }
+    if let (Some(ra), Some(rb)) = (&a.root, &b.root) {
+        if ra != rb {
+            return "NODE";
+        }
+    }
+    if a.slot.is_some() && a.slot == b.slot {
+        return "PIX";
+    }
+    match ncclt::switches_crossed(&a.switches, &b.switches) {
+        0 => "PHB",
+        1 => "PIX",
+        _ => "PXB",
+    }
+}
+
+/// Labels and both matrices, filled from the devices.
+fn finish(r: &mut TopoReport) {
+    let ng = r.gpus.len();
+    let gpu_ids: Vec<&str> = r.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
+    // NVLink counts: direct GPU-GPU links, and links into NVSwitches.
+    let mut direct = vec![vec![0u32; ng]; ng];
+    let mut to_switch = vec![0u32; ng];
+    for (i, g) in r.gpus.iter().enumerate() {
+        for p in &g.nvlinks {
+            match p
+                .target_pci_bus_id
+                .as_deref()
+                .and_then(|t| gpu_ids.iter().position(|&x| x == t))
+            {
+                Some(j) if p.target_kind == "gpu" => direct[i][j] += p.count,
+                _ if p.target_kind == "nvswitch" => to_switch[i] += p.count,
+                _ => {}
+            }
+        }
+    }
+    let mut nv = vec![vec![0u32; ng]; ng];
+    for i in 0..ng {
+        for j in 0..ng {
+            let d = direct[i][j].max(direct[j][i]);
+            let s = if to_switch[i] > 0 && to_switch[j] > 0 {
+                to_switch[i].min(to_switch[j])
+            } else {
+                0
+            };
+            nv[i][j] = d + s;
+        }
+    }
+    let places: Vec<(Option<Attach>, bool)> = r
+        .gpus
+        .iter()
+        .map(|g| (attach(&g.pci), false))
+        .chain(r.nics.iter().map(|n| (attach(&n.pci), true)))
+        .collect();
+    // Broadcom flattening over the switch tree.
+    let parents: HashMap<String, String> = r
+        .switches
+        .iter()
+        .filter_map(|s| Some((s.pci_bus_id.clone(), s.parent.clone()?)))
+        .collect();
+    let idents: HashMap<String, u64> = r
+        .switches
+        .iter()
+        .filter_map(|s| {
+            let i = &s.ident;
+            Some((
+                s.pci_bus_id.clone(),
+                ncclt::bcm_ident(
+                    i.vendor?,
+                    i.device?,
+                    i.subsystem_vendor?,
+                    i.subsystem_device?,
+                ),
+            ))
+        })
+        .collect();
+    let fused = ncclt::bcm_flatten(&parents, &idents);
+    let n = places.len();
+    let mut smi = vec![vec![String::new(); n]; n];
+    let mut nccl = vec![vec![String::new(); n]; n];
+    for i in 0..n {
+        for j in 0..n {
+            if i == j {
+                smi[i][j] = "X".into();
+                nccl[i][j] = "X".into();
+                continue;
+            }
+            let (Some(a), Some(b)) = (&places[i].0, &places[j].0) else {
+                // NVLink needs no PCI place.
+                let gpus = i < ng && j < ng;
+                smi[i][j] = if gpus && nv[i][j] > 0 {
+                    format!("NV{}", nv[i][j])
+                } else {
+                    "N/A".into()
+                };
+                nccl[i][j] = gpus
+                    .then(|| ncclt::nvlink_path(i, j, &nv, &direct))
+                    .flatten()
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_else(|| "N/A".into());
+                continue;
+            };
+            let gpus = i < ng && j < ng;
+            smi[i][j] = if gpus && nv[i][j] > 0 {
+                format!("NV{}", nv[i][j])
+            } else {
+                smi_pci_level(a, b).to_string()
+            };
+            let nvl = if gpus {
+                ncclt::nvlink_path(i, j, &nv, &direct)
+            } else {
+                None
+            };
+            nccl[i][j] = nvl
+                .unwrap_or_else(|| ncclt::pci_path(a, b, &fused, places[i].1 && places[j].1))
+                .as_str()
+                .to_string();
+        }
+    }
+    r.labels = r
+        .gpus
+        .iter()
+        .map(|g| g.label.clone())
+        .chain(r.nics.iter().map(|n| n.label.clone()))
+        .collect();
+    r.matrix = smi;
+    r.nccl_matrix = nccl;
+    if r.gpus.is_empty() {
+        r.notes.push(format!(
+            "no NVIDIA GPU found (no PCI function with vendor 0x10de and a VGA or 3D controller class){}",
+            r.nvlink_unavailable_reason
+                .as_deref()
+                .map(|w| format!("; NVML: {w}"))
+                .unwrap_or_default()
+        ));
+    } else if !r.nvlink_available {
+        r.notes.push(format!(
+            "NVLink data unavailable ({}): GPU-GPU cells come from the PCI tree alone",
+            r.nvlink_unavailable_reason
+                .as_deref()
+                .unwrap_or("no NVLink facts")
+        ));
+    }
+    if r.nics.is_empty() {
+        r.notes
+            .push("no RDMA device (/sys/class/infiniband is absent or has no PCI device)".into());
+    }
+}
+
+/// Findings a person should act on: unknown NUMA placement, PCIe links below what the slot
+/// allows (width anywhere; speed on NICs only, since idle GPUs lower their speed to save
+/// power), and GPUs whose nearest RDMA NIC is across the CPU interconnect.
+pub fn judge(r: &TopoReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let devices = r
+        .gpus
+        .iter()
+        .map(|g| (g.label.clone(), &g.pci, false))
+        .chain(
+            r.nics
+                .iter()
+                .map(|n| (format!("{} ({})", n.label, n.ibdev), &n.pci, true)),
+        );
+    for (name, p, is_nic) in devices {
+        let bdf = p.pci_bus_id.clone().unwrap_or_default();
+        let subject = format!("{name} {bdf}");
+        if p.numa_node == Some(-1) && r.numa_nodes.len() != 1 {
+            out.push(
+                Finding::new(
+                    "topo.numa_node_unknown",
+                    Severity::Warn,
+                    &subject,
+                    "numa_node is -1: the firmware publishes no NUMA proximity for this device, so NCCL \
+                     and nvidia-smi cannot tell which CPU socket it is near",
+                )
+                .evidence("numa_node", -1)
+                .evidence("sysfs_path", p.sysfs_path.clone())
+                .fix(
+                    "enable the firmware setting that publishes PCIe NUMA proximity (ACPI SRAT/_PXM); \
+                     on a VM, give NCCL the bare-metal topology file via NCCL_TOPO_FILE",
+                ),
+            );
+        }
+        let Some(link) = &p.link else { continue };
+        let allowed_width = match (link.max_width, p.upstream_max_width) {
+            (Some(d), Some(u)) => Some(d.min(u)),
+            (d, u) => d.or(u),
+        };
+        if let (Some(cur), Some(max)) = (link.current_width, allowed_width) {
+            if cur < max {
+                out.push(
+                    Finding::new(
+                        "topo.pcie_width_degraded",
+                        Severity::Fail,
+                        &subject,
+                        format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
+                    )
+                    .evidence("current_link_width", cur)
+                    .evidence("max_link_width", link.max_width)
+                    .evidence("upstream_max_link_width", p.upstream_max_width)
+                    .fix("reseat the card and its riser or cable; compare `lspci -vv -s BDF` LnkSta with LnkCap"),
+                );
+            }
+        }
+        let allowed_speed = match (&link.max_speed, &p.upstream_max_speed) {
+            (Some(d), Some(u)) if u.gts < d.gts => Some(u),
+            (Some(d), _) => Some(d),
+            (None, u) => u.as_ref(),
+        };
+        if let (true, Some(cur), Some(max)) = (is_nic, &link.current_speed, allowed_speed) {
+            if cur.gts < max.gts {
+                out.push(
+                    Finding::new(
+                        "topo.pcie_speed_degraded",
+                        Severity::Fail,
+                        &subject,
+                        format!("PCIe link trained at {}, below the {} that device and slot support", cur.raw, max.raw),
+                    )
+                    .evidence("current_link_speed", cur.raw.clone())
+                    .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
+                    .evidence(
+                        "upstream_max_link_speed",
+                        p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
+                    )
+                    .fix("reseat the card; check BIOS PCIe speed settings and the riser; `lspci -vv` shows (downgraded)"),
+                );
+            }
+        }
+    }
+    let ng = r.gpus.len();
+    if !r.nics.is_empty() {
+        for (i, g) in r.gpus.iter().enumerate() {
+            let Some(row) = r.matrix.get(i) else { continue };
+            let cells: Vec<&str> = row
+                .get(ng..)
+                .unwrap_or(&[])
+                .iter()
+                .map(String::as_str)
+                .collect();
+            if !cells.is_empty() && cells.iter().all(|c| *c == "SYS") {
+                out.push(
+                    Finding::new(
+                        "topo.gpu_nic_sys",
+                        Severity::Warn,
+                        format!("{} {}", g.label, g.pci_bus_id),
+                        "every RDMA NIC is across the CPU interconnect (SYS): GPUDirect RDMA is off by \
+                         default (NCCL_NET_GDR_LEVEL=PXB) and traffic crosses sockets",
+                    )
+                    .evidence("nearest_nic_path", "SYS")
+                    .fix("place a NIC under the same CPU socket as this GPU, or check numa_node of GPU and NICs"),
+                );
+            }
+        }
+    }
+    out
+}
+
+// ---- NCCL topology XML ---------------------------------------------------------------
+
+fn hex4(v: Option<u32>) -> Option<String> {
+    v.map(|v| format!("0x{v:04x}"))
+}
+
+/// The NCCL topology tree of this report (what `--format nccl-xml` writes).
+pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
+    let switch_of: HashMap<&str, &TopoSwitch> = r
+        .switches
+        .iter()
+        .map(|s| (s.pci_bus_id.as_str(), s))
+        .collect();
+    let gpu_class: HashMap<&str, String> = r
+        .gpus
+        .iter()
+        .map(|g| {
+            (
+                g.pci_bus_id.as_str(),
+                g.pci
+                    .ident
+                    .class
+                    .map(|c| format!("0x{c:06x}"))
+                    .unwrap_or_else(|| "0x030200".into()),
+            )
+        })
+        .collect();
+    let mut cpus: BTreeMap<i32, NcclCpu> = BTreeMap::new();
+    // Insert a device under its CPU, creating switch nodes on the way.
+    fn insert(list: &mut Vec<NcclPci>, path: &[NcclPci], leaf: NcclPci) {
+        match path.split_first() {
+            None => match list.iter_mut().find(|p| p.busid == leaf.busid) {
+                // Functions of one NIC are one NCCL node: merge their nets.
+                Some(existing) => existing.nets.extend(leaf.nets),
+                None => list.push(leaf),
+            },
+            Some((sw, rest)) => {
+                let pos = match list.iter().position(|p| p.busid == sw.busid) {
+                    Some(p) => p,
+                    None => {
+                        list.push(sw.clone());
+                        list.len() - 1
+                    }
+                };
+                insert(&mut list[pos].children, rest, leaf);
+            }
+        }
+    }
+    fn cpu_of<'c>(
+        cpus: &'c mut BTreeMap<i32, NcclCpu>,
+        r: &TopoReport,
+        numa: i32,
+    ) -> &'c mut NcclCpu {
+        cpus.entry(numa).or_insert_with(|| NcclCpu {
+            numaid: numa,
+            affinity: r
+                .numa_nodes
+                .iter()
+                .find(|n| n.id == numa)
+                .and_then(|n| n.cpumap.clone()),
+            arch: r.cpu.arch.clone(),
+            vendor: r.cpu.vendor.clone(),
+            familyid: r.cpu.family_id,
+            modelid: r.cpu.model_id,
+            ..Default::default()
+        })
+    }
+    let sw_nodes = |p: &PciPlace| -> Vec<NcclPci> {
+        p.nccl_switches
+            .iter()
+            .map(|b| {
+                let s = switch_of.get(b.as_str());
+                NcclPci {
+                    busid: b.clone(),
+                    class: Some(
+                        s.and_then(|s| s.ident.class)
+                            .map(|c| format!("0x{c:06x}"))
+                            .unwrap_or_else(|| "0x060400".into()),
+                    ),
+                    vendor: hex4(s.and_then(|s| s.ident.vendor)),
+                    device: hex4(s.and_then(|s| s.ident.device)),
+                    subsystem_vendor: hex4(s.and_then(|s| s.ident.subsystem_vendor)),
+                    subsystem_device: hex4(s.and_then(|s| s.ident.subsystem_device)),
+                    link_speed: s.and_then(|s| s.nccl_link_speed.clone()),
+                    link_width: s.and_then(|s| s.nccl_link_width),
+                    ..Default::default()
+                }
+            })
+            .collect()
+    };
+    let leaf = |busid: String, p: &PciPlace, default_class: &str| NcclPci {
+        busid,
+        class: Some(
+            p.ident
+                .class
+                .map(|c| format!("0x{c:06x}"))
+                .unwrap_or_else(|| default_class.into()),
+        ),
+        vendor: hex4(p.ident.vendor),
+        device: hex4(p.ident.device),
+        subsystem_vendor: hex4(p.ident.subsystem_vendor),
+        subsystem_device: hex4(p.ident.subsystem_device),
+        link_speed: p.nccl_link_speed.clone(),
+        link_width: p.nccl_link_width,
+        ..Default::default()
+    };
+    for g in &r.gpus {
+        let mut l = leaf(g.pci_bus_id.clone(), &g.pci, "0x030200");
+        // Without NVML the compute capability is unknown; NCCL requires `sm` on a <gpu>,
+        // so leave the element out and let NCCL fill it, as Azure's files do.
+        if let Some(sm) = g.sm {
+            l.gpu = Some(NcclGpu {
+                dev: Some(g.index),
+                sm: Some(sm),
+                nvlinks: g
+                    .nvlinks
+                    .iter()
+                    .filter_map(|p| {
+                        Some(NcclNvlink {
+                            target: p.target_pci_bus_id.clone()?,
+                            count: p.count,
+                            tclass: Some(match p.target_kind.as_str() {
+                                "gpu" => gpu_class
+                                    .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
+                                    .cloned()
+                                    .unwrap_or_else(|| "0x030200".into()),
+                                _ => NVSWITCH_CLASS.into(),
+                            }),
+                        })
+                    })
+                    .collect(),
+            });
+        }
+        let path = sw_nodes(&g.pci);
+        insert(
+            &mut cpu_of(&mut cpus, r, g.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+    // NCCL's IB plugin forces the function to 0, merging the ports of one adapter.
+    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
+    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
+    for (k, n) in r.nics.iter().enumerate() {
+        let Some(bdf) = &n.pci.pci_bus_id else {
+            continue;
+        };
+        let busid = ncclt::slot_of(bdf)
+            .map(|s| format!("{s}.0"))
+            .unwrap_or(bdf.clone());
+        let (real_port, guid) = merged
+            .entry(busid.clone())
+            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
+        let first = n.ports.first();
+        let mut l = leaf(busid.clone(), &n.pci, "0x020000");
+        l.nets.push(NcclNet {
+            name: n.ibdev.clone(),
+            dev: Some(k as u32),
+            speed: first.and_then(|p| p.rate_mbps),
+            port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
+            guid: guid.clone(),
+        });
+        *real_port += 1;
+        let path = sw_nodes(&n.pci);
+        insert(
+            &mut cpu_of(&mut cpus, r, n.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+    fn sort(list: &mut [NcclPci]) {
+        list.sort_by(|a, b| a.busid.cmp(&b.busid));
+        for p in list {
+            sort(&mut p.children);
+        }
+    }
+    let mut sys = NcclSystem {
+        cpus: cpus.into_values().collect(),
+    };
+    for c in &mut sys.cpus {
+        sort(&mut c.pcis);
+    }
+    sys
+}
+
+/// Build the report from an NCCL topology file's tree (`--nccl-xml FILE`).
+pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
+    let mut gpus: Vec<TopoGpu> = Vec::new();
+    let mut nics: Vec<TopoNic> = Vec::new();
+    let mut switches: Vec<TopoSwitch> = Vec::new();
+    let mut numa_nodes = Vec::new();
+    let hexv = |v: &Option<String>| v.as_deref().and_then(pci::parse_hex_id);
+    let ident = |p: &NcclPci| PciIdent {
+        class: p.class_num(),
+        vendor: hexv(&p.vendor),
+        device: hexv(&p.device),
+        subsystem_vendor: hexv(&p.subsystem_vendor),
+        subsystem_device: hexv(&p.subsystem_device),
+    };
+    struct Walk<'a> {
+        gpus: &'a mut Vec<(NcclPci, PciPlace)>,
+        nics: &'a mut Vec<(NcclNet, PciPlace)>,
+        switches: &'a mut Vec<(NcclPci, Option<String>)>,
+    }
+    fn walk(w: &mut Walk, p: &NcclPci, above: &mut Vec<String>, base: &PciPlace) {
+        let place = PciPlace {
+            pci_bus_id: Some(p.busid.clone()),
+            nccl_switches: above.clone(),
+            nccl_link_speed: p.link_speed.clone(),
+            nccl_link_width: p.link_width,
+            ..base.clone()
+        };
+        if p.is_gpu() {
+            w.gpus.push((p.clone(), place));
+        } else if p.is_nic() {
+            if p.nets.is_empty() {
+                // Azure's files carry bare <pci> NICs: name them by bus id.
+                w.nics.push((
+                    NcclNet {
+                        name: p.busid.clone(),
+                        ..Default::default()
+                    },
+                    place,
+                ));
+            } else {
+                for n in &p.nets {
+                    w.nics.push((n.clone(), place.clone()));
+                }
+            }
+        } else if !p.children.is_empty() {
+            w.switches.push((p.clone(), above.last().cloned()));
+            above.push(p.busid.clone());
+            for c in &p.children {
+                walk(w, c, above, base);
+            }
+            above.pop();
+        }
+    }
+    let mut raw_gpus = Vec::new();
+    let mut raw_nics = Vec::new();
+    let mut raw_sw = Vec::new();
+    let mut cpu = CpuFacts::default();
+    for c in &sys.cpus {
+        let cpulist = c.affinity.as_deref().and_then(node::cpumap_to_cpulist);
+        if !numa_nodes.iter().any(|n: &NumaNode| n.id == c.numaid) && c.numaid >= 0 {
+            numa_nodes.push(NumaNode {
+                id: c.numaid,
+                cpulist: cpulist.clone(),
+                cpumap: c.affinity.clone(),
+            });
+        }
+        if cpu.arch.is_none() {
+            cpu = CpuFacts {
+                arch: c.arch.clone(),
+                vendor: c.vendor.clone(),
+                family_id: c.familyid,
+                model_id: c.modelid,
+            };
+        }
+        let base = PciPlace {
+            numa_node: Some(c.numaid),
+            local_cpulist: cpulist,
+            ..Default::default()
+        };
+        let mut w = Walk {
+            gpus: &mut raw_gpus,
+            nics: &mut raw_nics,
+            switches: &mut raw_sw,
+        };
+        for p in &c.pcis {
+            walk(&mut w, p, &mut Vec::new(), &base);
+        }
+        for n in &c.nets {
+            raw_nics.push((n.clone(), base.clone()));
+        }
+    }
+    for (p, parent) in raw_sw {
+        switches.push(TopoSwitch {
+            pci_bus_id: p.busid.clone(),
+            parent,
+            ident: ident(&p),
+            nccl_link_speed: p.link_speed.clone(),
+            nccl_link_width: p.link_width,
+        });
+    }
+    raw_gpus.sort_by(|a, b| {
+        let dev = |g: &NcclPci| g.gpu.as_ref().and_then(|g| g.dev);
+        (dev(&a.0).is_none(), dev(&a.0), &a.0.busid).cmp(&(
+            dev(&b.0).is_none(),
+            dev(&b.0),
+            &b.0.busid,
+        ))
+    });
+    let gpu_ids: Vec<String> = raw_gpus.iter().map(|(p, _)| p.busid.clone()).collect();
+    for (i, (p, place)) in raw_gpus.into_iter().enumerate() {
+        let g = p.gpu.clone().unwrap_or_default();
+        let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
+        for l in &g.nvlinks {
+            let kind = match l.tclass.as_deref() {
+                Some(c) if c.starts_with("0x03") => "gpu",
+                Some(NVSWITCH_CLASS) => "nvswitch",
+                None if gpu_ids.contains(&l.target) => "gpu",
+                None => "nvswitch",
+                _ => "other",
+            };
+            *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
+        }
+        gpus.push(TopoGpu {
+            label: format!("GPU{i}"),
+            index: g.dev.unwrap_or(i as u32),
+            pci_bus_id: p.busid.clone(),
+            name: None,
+            sm: g.sm,
+            gpu_numa_id: None,
+            nvlinks: by
+                .into_iter()
+                .map(|((t, k), count)| NvlinkPeer {
+                    target_pci_bus_id: Some(t),
+                    target_kind: k,
+                    count,
+                })
+                .collect(),
+            pci: PciPlace {
+                ident: ident(&p),
+                ..place
+            },
+        });
+    }
+    for (n, place) in raw_nics {
+        nics.push(TopoNic {
+            label: String::new(),
+            ibdev: n.name.clone(),
+            node_guid: None,
+            ports: n
+                .speed
+                .map(|s| {
+                    vec![NicPort {
+                        port: n.port.unwrap_or(1),
+                        link_layer: None,
+                        rate: None,
+                        rate_mbps: Some(s),
+                    }]
+                })
+                .unwrap_or_default(),
+            pci: place,
+        });
+    }
+    nics.sort_by(nic_order);
+    for (i, n) in nics.iter_mut().enumerate() {
+        n.label = format!("NIC{i}");
+    }
+    let any_nvlink = gpus.iter().any(|g| !g.nvlinks.is_empty());
+    let mut r = TopoReport {
+        source: format!("nccl-xml:{file}"),
+        nvlink_available: any_nvlink,
+        nvlink_unavailable_reason: (!any_nvlink).then(|| "the NCCL topology file has no <nvlink> elements".into()),
+        gpus,
+        nics,
+        switches,
+        numa_nodes,
+        cpu,
+        labels: Vec::new(),
+        matrix: Vec::new(),
+        nccl_matrix: Vec::new(),
+        notes: vec![
+            "read from an NCCL topology file: host bridges are not recorded there, so nvidia-smi's NODE \
+             shows as PHB"
+                .into(),
+        ],
+    };
+    finish(&mut r);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        let cases = [
+            ("400 Gb/sec (4X NDR)", Some(400_000)),
+            ("200 Gb/sec (2X NDR)", Some(200_000)),
+            ("2.5 Gb/sec (1X SDR)", Some(2_500)),
+            ("25 Gb/sec (1X EDR)", Some(25_000)),
+            ("10 Gb/sec (4X)", Some(10_000)),
+            ("56 Gb/sec (4X FDR)", Some(56_000)),
+            ("fast", None),
+            ("", None),
+            ("100 Mb/sec", None),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(parse_rate_mbps(raw), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn guids_as_nccl_prints_them() {
+        // OCI sample: mlx5_0 guid="0x9a70500003ae6d94" (Mellanox OUI 94:6d:ae).
+        assert_eq!(
+            nccl_guid("946d:ae03:0050:709a").as_deref(),
+            Some("0x9a70500003ae6d94")
+        );
+        assert_eq!(
+            nccl_guid("946d:ae03:00e0:1108").as_deref(),
+            Some("0x811e00003ae6d94")
+        );
+        assert_eq!(nccl_guid("nope"), None);
+    }
+
+    fn at(numa: i32, root: &str, sw: &[&str], slot: &str) -> Attach {
+        Attach {
+            numa,
+            root: Some(root.into()),
+            switches: sw.iter().map(|s| s.to_string()).collect(),
+            slot: Some(slot.into()),
+        }
+    }
+
+    #[test]
+    fn smi_levels() {
+        let g0 = at(0, "pci0000:00", &["a", "a1"], "0000:03:00");
+        let n0 = at(0, "pci0000:00", &["a", "a1"], "0000:04:00");
+        let n1 = at(0, "pci0000:00", &["a", "a2"], "0000:06:00");
+        let other_rc = at(0, "pci0000:40", &["b"], "0000:43:00");
+        let same_rc_no_switch = at(0, "pci0000:00", &[], "0000:09:00");
+        let remote = at(1, "pci0000:80", &["c"], "0000:83:00");
+        let f0 = at(0, "pci0000:00", &[], "0000:21:00");
+        assert_eq!(smi_pci_level(&g0, &n0), "PIX");
+        assert_eq!(smi_pci_level(&g0, &n1), "PXB");
+        assert_eq!(smi_pci_level(&g0, &other_rc), "NODE");
+        assert_eq!(smi_pci_level(&g0, &same_rc_no_switch), "PHB");
+        assert_eq!(smi_pci_level(&g0, &remote), "SYS");
+        assert_eq!(smi_pci_level(&f0, &f0.clone()), "PIX");
+    }
+}
