@@ -232,6 +232,11 @@ const FIXTURES: &[&str] = &[
     "ib-degraded-later",
     "opa-hfi1",
     "old-kernel-nopma",
+    "h100-sxm-8gpu",
+    "h100-penny",
+    "pcie-2socket",
+    "cloud-vm-flat",
+    "cpu-only",
 ];
 
 fn snapshot_reports(cmd: &str) {
