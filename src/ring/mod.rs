@@ -1,3 +1,7 @@
 //! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
 //! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.
+pub mod bootstrap;
+pub mod launcher;
+pub mod transport;
 pub mod types;
+pub mod wire;
