@@ -1,5 +1,6 @@
 //! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
 //! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.
+pub mod allreduce;
 pub mod bootstrap;
 pub mod launcher;
 pub mod transport;

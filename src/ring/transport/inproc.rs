@@ -18,9 +18,9 @@ pub struct Faults {
     pub delay_per_write: Duration,
     /// Pace writes to this many bytes per second (a shaped link).
     pub rate_bytes_per_s: Option<f64>,
-    /// The n-th write (0-based) is lost: its bytes and completion never arrive, and its
-    /// credit never returns (a black-holed packet on a link without retransmission).
-    pub drop_write: Option<u64>,
+    /// From the n-th write (0-based) on, writes vanish: the sender sees success, nothing
+    /// arrives and no credit returns (a link cut without an error, as `iptables -j DROP`).
+    pub blackhole_after_writes: Option<u64>,
     /// After this many writes the link dies: both ends see it closed.
     pub die_after_writes: Option<u64>,
     /// After this many writes the sender blocks forever (until its deadline): a hung peer.
@@ -236,7 +236,7 @@ impl SendLink for InprocSend {
         }
         g.writes += 1;
         self.sent += data.len() as u64;
-        if f.drop_write == Some(n) {
+        if f.blackhole_after_writes.is_some_and(|k| n >= k) {
             return Ok(());
         }
         let Some(buf) = g.slots.get_mut(slot as usize) else {
@@ -330,9 +330,9 @@ mod tests {
     conformance_suite!(pair);
 
     #[test]
-    fn dropped_write_never_arrives_and_its_credit_never_returns() {
+    fn blackholed_writes_never_arrive_and_their_credits_never_return() {
         let f = Faults {
-            drop_write: Some(1),
+            blackhole_after_writes: Some(1),
             ..Faults::default()
         };
         let (mut s, mut r, _) = link("a", "b", 2, 8, f, Duration::from_secs(5));
