@@ -1,2 +1,3 @@
 //! NCCL's own selection rules (socket interface, HCA list, GID index, path types),
 //! shared by the probes and the ring so that both choose exactly as NCCL would.
+pub mod ifname;

@@ -134,6 +134,8 @@ pub struct CoordinatorConfig {
     pub timeout: Duration,
     /// For messages: the address ranks were told to use.
     pub advertised: String,
+    /// Rank 0's run options; every hello must carry the same.
+    pub params: String,
 }
 
 /// What the coordinator hands back when the run is over (or failed).
@@ -222,10 +224,10 @@ fn token_eq(a: &str, b: &str) -> bool {
 /// Check a hello against the job. Pure.
 pub fn validate(
     h: &Hello,
-    cfg_world: u32,
-    cfg_token: &str,
+    cfg: &CoordinatorConfig,
     seen: &BTreeMap<Rank, RankInfo>,
 ) -> Result<(), String> {
+    let (cfg_world, cfg_token) = (cfg.world, cfg.token.as_str());
     if h.protocol != wire::PROTOCOL {
         return Err(format!(
             "protocol {} (this coordinator speaks {})",
@@ -246,6 +248,12 @@ pub fn validate(
         return Err(format!(
             "rank {} is out of range for world size {}",
             h.rank, cfg_world
+        ));
+    }
+    if h.params != cfg.params {
+        return Err(format!(
+            "rank {} runs with options [{}], rank 0 with [{}]",
+            h.rank, h.params, cfg.params
         ));
     }
     if let Some(prev) = seen.get(&h.rank) {
@@ -281,7 +289,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
                 let peer_s = peer.to_string();
                 let verdict = hello
                     .map_err(|e| e.to_string())
-                    .and_then(|h| validate(&h, cfg.world, &cfg.token, &seen).map(|_| h));
+                    .and_then(|h| validate(&h, &cfg, &seen).map(|_| h));
                 match verdict {
                     Ok(h) => {
                         rep.events.push(Event::Joined {
@@ -597,7 +605,7 @@ pub struct Session {
     pub table: Vec<RankInfo>,
     pub coordinator: String,
     writer: Mutex<TcpStream>,
-    inbox: Receiver<Msg>,
+    inbox: Mutex<Receiver<Msg>>,
     pub abort: Arc<AbortFlag>,
 }
 
@@ -670,7 +678,7 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
                     table: ranks,
                     coordinator: coordinator.to_string(),
                     writer: Mutex::new(s),
-                    inbox: rx,
+                    inbox: Mutex::new(rx),
                     abort,
                 });
             }
@@ -755,7 +763,12 @@ impl Session {
 
     /// Wait for `Go` (everyone's links are up) or an abort.
     pub fn wait_go(&self, timeout: Duration) -> Result<(), BootstrapError> {
-        match self.inbox.recv_timeout(timeout) {
+        match self
+            .inbox
+            .lock()
+            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+            .recv_timeout(timeout)
+        {
             Ok(Msg::Go) => Ok(()),
             Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
             Ok(other) => Err(BootstrapError::Aborted(format!(
@@ -775,7 +788,12 @@ impl Session {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.inbox.recv_timeout(left) {
+            match self
+                .inbox
+                .lock()
+                .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+                .recv_timeout(left)
+            {
                 Ok(Msg::Done { failed, verdicts }) => return Ok((failed, verdicts)),
                 Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
                 Ok(_) => continue,
@@ -814,6 +832,7 @@ mod tests {
                 pid: None,
             },
             capabilities: vec!["tcp".into()],
+            params: "p".into(),
         }
     }
 
@@ -823,8 +842,18 @@ mod tests {
         seen.insert(1, hello(1, 4, "t").info);
         let mut bad_proto = hello(0, 4, "t");
         bad_proto.protocol = 99;
+        let mut other_params = hello(0, 4, "t");
+        other_params.params = "q".into();
+        let cfg = CoordinatorConfig {
+            world: 4,
+            token: "t".into(),
+            timeout: Duration::from_secs(1),
+            advertised: String::new(),
+            params: "p".into(),
+        };
         let cases = [
             (hello(0, 4, "t"), None),
+            (other_params, Some("runs with options [q], rank 0 with [p]")),
             (hello(0, 4, "x"), Some("wrong token")),
             (hello(0, 3, "t"), Some("world size 3")),
             (hello(9, 9, "t"), Some("world size 9")),
@@ -832,7 +861,7 @@ mod tests {
             (bad_proto, Some("protocol 99")),
         ];
         for (h, want) in cases {
-            let got = validate(&h, 4, "t", &seen).err();
+            let got = validate(&h, &cfg, &seen).err();
             match (got, want) {
                 (None, None) => {}
                 (Some(g), Some(w)) => assert!(g.contains(w), "{g}"),
@@ -866,6 +895,7 @@ mod tests {
             token: "t".into(),
             timeout: Duration::from_millis(1500),
             advertised: addr.clone(),
+            params: "p".into(),
         };
         let coord = thread::spawn(move || coordinate(l, cfg));
         // Garbage, then a wrong token, then one good rank; rank 2 never comes.

@@ -3,6 +3,7 @@
 pub mod allreduce;
 pub mod bootstrap;
 pub mod launcher;
+pub mod run;
 pub mod transport;
 pub mod types;
 pub mod wire;

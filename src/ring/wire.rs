@@ -53,6 +53,9 @@ pub struct Hello {
     /// What this rank can do (`tcp`, later `rdma`): lets the coordinator pick a common
     /// transport for `--transport auto`.
     pub capabilities: Vec<String>,
+    /// The run's options (sizes, iterations, channels...) in one canonical string: every
+    /// rank must run the same sweep, or the chunks would not line up.
+    pub params: String,
 }
 
 /// One size's result on one rank.
@@ -69,8 +72,10 @@ pub struct RowResult {
 pub struct RankResults {
     pub rank: u32,
     pub rows: Vec<RowResult>,
-    /// The hop into this rank (predecessor -> this rank), measured at this receiver.
+    /// The hop into this rank (predecessor -> this rank), measured at this receiver
+    /// (`order` 0: the natural ring) during the timed iterations of `link_size_bytes`.
     pub links: Vec<LinkSample>,
+    pub link_size_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
