@@ -4,6 +4,7 @@
 
 mod docs;
 mod out;
+mod ring;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -112,6 +113,8 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
+    Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
     /// Write man pages and shell completions (for packaging; used by the tests).
@@ -181,6 +184,7 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
+        Command::Ring(a) => ring::run(g, a),
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }

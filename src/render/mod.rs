@@ -1,6 +1,7 @@
 //! Rendering, the last step: the JSON envelope shared by every command, and text helpers.
 //! Renderers return strings; only the CLI layer writes them out.
 
+pub mod ring;
 pub mod text;
 
 use serde::Serialize;
