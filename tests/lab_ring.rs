@@ -242,3 +242,55 @@ fn bootstrap_of_32_ranks_on_4_nodes() {
     assert_eq!(j["data"]["results"][0]["wrong"], 0);
     assert!(j["data"]["bootstrap_us"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn lab_is_torn_down_even_when_a_test_panics() {
+    let prefix = std::sync::Mutex::new(None);
+    let r = std::panic::catch_unwind(|| {
+        let Some(lab) = Lab::new(
+            "teardown",
+            LabOpts {
+                nodes: 2,
+                rate: Some("1gbit".into()),
+            },
+        ) else {
+            return;
+        };
+        *prefix.lock().unwrap() = Some(lab.prefix.clone());
+        let _ = lab.spawn(
+            0,
+            &[
+                "ring",
+                "--rank",
+                "0",
+                "--world",
+                "2",
+                "--coordinator",
+                "198.18.0.10:29517",
+                "--timeout",
+                "30",
+            ],
+        );
+        panic!("injected");
+    });
+    let Some(prefix) = prefix.into_inner().unwrap() else {
+        return;
+    };
+    assert!(r.is_err());
+    let ns = text(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    let links = text(
+        &std::process::Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(!ns.contains(&prefix), "namespaces left behind: {ns}");
+    assert!(!links.contains(&prefix), "links left behind: {links}");
+}

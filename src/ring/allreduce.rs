@@ -206,6 +206,8 @@ struct Chan<'a> {
     links: &'a mut ChannelLinks,
     progress: &'a Progress,
     abort: &'a AbortFlag,
+    /// A sibling channel failed: stop too.
+    stop: &'a AtomicBool,
     /// Messages sent and received on this channel's links in this operation (the
     /// immediate carries the send sequence, so a lost or extra chunk is caught at once).
     sent_seq: u32,
@@ -213,6 +215,18 @@ struct Chan<'a> {
 }
 
 impl Chan<'_> {
+    fn check_abort(&self) -> Result<(), RingError> {
+        if let Some(r) = self.abort.reason() {
+            return Err(RingError::Aborted(r));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(RingError::Aborted(
+                "another channel of this rank failed".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn stuck(&self, e: TransportError) -> RingError {
         RingError::Stuck(self.progress.report(self.ring.rank, 0), e)
     }
@@ -222,9 +236,7 @@ impl Chan<'_> {
         self.progress.waiting(Some(self.ring.succ()), false);
         let deadline = Instant::now() + self.ring.timeout;
         let slot = loop {
-            if let Some(r) = self.abort.reason() {
-                return Err(RingError::Aborted(r));
-            }
+            self.check_abort()?;
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.send.acquire(slice) {
                 Ok(s) => break s,
@@ -256,9 +268,7 @@ impl Chan<'_> {
         self.progress.waiting(Some(self.ring.pred()), true);
         let deadline = Instant::now() + self.ring.timeout;
         let c = loop {
-            if let Some(r) = self.abort.reason() {
-                return Err(RingError::Aborted(r));
-            }
+            self.check_abort()?;
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.recv.poll(slice) {
                 Ok(c) => break c,
@@ -307,6 +317,7 @@ pub fn allreduce_channel(
     links: &mut ChannelLinks,
     progress: &Progress,
     abort: &AbortFlag,
+    stop: &AtomicBool,
     input: &[f32],
     output: &mut [f32],
     chunk: usize,
@@ -318,6 +329,7 @@ pub fn allreduce_channel(
         links,
         progress,
         abort,
+        stop,
         sent_seq: 0,
         recv_seq: 0,
     };
@@ -413,54 +425,71 @@ pub fn run_size(
     let mut input = vec![0f32; count];
     fill_input(ring.rank, 0, &mut input);
     let mut output = vec![0f32; count];
-    let recv0: u64 = links.iter().map(|l| l.recv.bytes_received()).sum();
+    // One thread per channel for the whole size; they meet the timer at a barrier after
+    // the warm-up, so the timed span covers only timed iterations.
+    let barrier = std::sync::Barrier::new(channels + 1);
+    let stop = AtomicBool::new(false);
+    let err: Mutex<Option<RingError>> = Mutex::new(None);
     let mut t_timed = Instant::now();
-    let mut recv_timed = recv0;
-    let total = spec.warmup + spec.iters;
-    for it in 0..total {
-        if it == spec.warmup {
-            t_timed = Instant::now();
-            recv_timed = links.iter().map(|l| l.recv.bytes_received()).sum();
-        }
-        let err: Mutex<Option<RingError>> = Mutex::new(None);
-        std::thread::scope(|sc| {
-            let mut out_rest: &mut [f32] = &mut output;
-            let mut taken = 0;
-            for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
-                let rg = channel_range(count, channels, c);
-                let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
-                out_rest = rest;
-                taken = rg.end;
-                let inp = &input[rg];
-                let err = &err;
-                sc.spawn(move || {
-                    if let Err(e) = allreduce_channel(ring, l, p, abort, inp, mine, chunk) {
-                        let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
-                        let keep = match (&*g, &e) {
-                            (None, _) => true,
-                            // A real cause beats the echo of an abort.
-                            (Some(RingError::Aborted(_)), _) => !matches!(e, RingError::Aborted(_)),
-                            _ => false,
-                        };
-                        if keep {
-                            *g = Some(match e {
-                                RingError::Stuck(mut w, t) => {
-                                    w.channel = c as u32;
-                                    RingError::Stuck(w, t)
-                                }
-                                other => other,
-                            });
+    let hop_bytes: u64 = std::thread::scope(|sc| {
+        let mut out_rest: &mut [f32] = &mut output;
+        let mut taken = 0;
+        let mut handles = Vec::new();
+        for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
+            let rg = channel_range(count, channels, c);
+            let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
+            out_rest = rest;
+            taken = rg.end;
+            let inp = &input[rg];
+            let (err, barrier, stop) = (&err, &barrier, &stop);
+            handles.push(sc.spawn(move || {
+                let mut at_barrier = None;
+                let mut run = || -> Result<(), RingError> {
+                    for it in 0..spec.warmup + spec.iters {
+                        if it == spec.warmup {
+                            barrier.wait();
+                            at_barrier = Some(l.recv.bytes_received());
                         }
+                        allreduce_channel(ring, l, p, abort, stop, inp, mine, chunk)?;
                     }
-                });
-            }
-        });
-        if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
-            return Err(e);
+                    Ok(())
+                };
+                let res = run();
+                if at_barrier.is_none() {
+                    // Every channel passes the barrier exactly once, also on failure.
+                    barrier.wait();
+                    at_barrier = Some(l.recv.bytes_received());
+                }
+                if let Err(e) = res {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
+                    let keep = match &*g {
+                        None => true,
+                        // A real cause beats the echo of an abort or of a sibling's stop.
+                        Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
+                        _ => false,
+                    };
+                    if keep {
+                        *g = Some(match e {
+                            RingError::Stuck(mut w, t) => {
+                                w.channel = c as u32;
+                                RingError::Stuck(w, t)
+                            }
+                            other => other,
+                        });
+                    }
+                }
+                l.recv.bytes_received() - at_barrier.unwrap_or(0)
+            }));
         }
-    }
+        barrier.wait();
+        t_timed = Instant::now();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
     let elapsed = t_timed.elapsed().as_secs_f64();
-    let recv_end: u64 = links.iter().map(|l| l.recv.bytes_received()).sum();
+    if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
+        return Err(e);
+    }
     let wrong = spec.check.then(|| count_wrong(ring.world, &output));
     Ok(SizeResult {
         bytes: spec.bytes,
@@ -470,7 +499,7 @@ pub fn run_size(
             0.0
         },
         wrong,
-        hop_bytes: recv_end - recv_timed,
+        hop_bytes,
         hop_seconds: elapsed,
     })
 }
