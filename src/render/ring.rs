@@ -134,6 +134,105 @@ pub fn table(r: &RingReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::bootstrap::Event;
+    use crate::ring::launcher::Source;
+    use crate::ring::run::{LauncherInfo, LinkRow, Options, ResultRow, RingReport};
+    use crate::ring::types::RankInfo;
+
+    fn report() -> RingReport {
+        let host = |r: u32| ["node-a", "node-b", "node-c", "node-d"][r as usize].to_string();
+        let row = |size: u64, time_us: f64, wrong| {
+            let alg = size as f64 / time_us / 1e3;
+            ResultRow {
+                size_bytes: size,
+                count: size / 4,
+                dtype: "float",
+                redop: "sum",
+                root: -1,
+                time_us,
+                algbw_gbs: alg,
+                busbw_gbs: alg * 1.5,
+                wrong,
+            }
+        };
+        RingReport {
+            world: 4,
+            transport: "tcp".into(),
+            launcher: LauncherInfo {
+                source: Source::Slurm,
+                coordinator: "node-a:29517".into(),
+                coordinator_source: "the first host of SLURM_JOB_NODELIST".into(),
+                token_source: "SLURM_JOB_ID".into(),
+            },
+            options: Options {
+                sizes: vec![1 << 20, 64 << 20],
+                iters: 20,
+                warmup: 1,
+                check: 1,
+                channels: 2,
+                timeout_secs: 30,
+                slots: 4,
+                slot_bytes: 1 << 20,
+            },
+            ranks: (0..4)
+                .map(|r| RankInfo {
+                    rank: r,
+                    host: host(r),
+                    address: format!("198.19.0.{}:4000{r}", 10 + r),
+                    device: Some("eth1".into()),
+                    transport: "tcp".into(),
+                    pid: Some(1000 + r),
+                })
+                .collect(),
+            results: vec![
+                row(1 << 20, 13_000.0, Some(0)),
+                row(64 << 20, 807_000.0, Some(0)),
+            ],
+            avg_busbw_gbs: Some(0.1208),
+            links: (0..4)
+                .map(|r| LinkRow {
+                    channel_count: 2,
+                    from_rank: r,
+                    to_rank: (r + 1) % 4,
+                    from_host: host(r),
+                    to_host: host((r + 1) % 4),
+                    from_device: Some("eth1".into()),
+                    to_device: Some("eth1".into()),
+                    size_bytes: 64 << 20,
+                    bytes: 503_316_480,
+                    seconds: 4.035,
+                    gbs: 0.1247,
+                })
+                .collect(),
+            bootstrap_us: 5400,
+            events: vec![Event::Rejected {
+                peer: "198.18.0.99:5555".into(),
+                reason: "wrong token".into(),
+            }],
+            verdicts: vec![],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn whole_table() {
+        insta::assert_snapshot!(table(&report()));
+    }
+
+    #[test]
+    fn na_when_not_checked_and_error_line() {
+        let mut r = report();
+        r.results.iter_mut().for_each(|x| x.wrong = None);
+        r.error = Some("rank 2 (node-c) closed its control connection".into());
+        let t = table(&r);
+        assert!(t.contains("    N/A\n"), "{t}");
+        assert!(
+            t.ends_with(
+                "# ERROR: the run ended early: rank 2 (node-c) closed its control connection\n"
+            ),
+            "{t}"
+        );
+    }
 
     #[test]
     fn squeezes_like_nccl_tests() {
