@@ -294,3 +294,99 @@ fn lab_is_torn_down_even_when_a_test_panics() {
     assert!(!ns.contains(&prefix), "namespaces left behind: {ns}");
     assert!(!links.contains(&prefix), "links left behind: {links}");
 }
+
+#[test]
+fn one_slow_pair_slows_the_whole_ring() {
+    // The lab's htb pair shaping works, and a pipelined ring runs at its slowest hop: the
+    // reason issue 5's link scan exists.
+    let Some(lab) = Lab::new(
+        "slow_pair",
+        LabOpts {
+            nodes: 3,
+            rate: None,
+        },
+    ) else {
+        return;
+    };
+    lab.shape_pair(1, 2, "200mbit", "2gbit");
+    let extra = [
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "-n",
+        "3",
+        "--timeout",
+        "10",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "slow", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
+        .collect();
+    assert!(
+        outs.iter().all(|o| o.status.success()),
+        "{}",
+        text(&outs[0].stderr)
+    );
+    let d = json(&outs[0].stdout)["data"].clone();
+    let busbw = d["results"][0]["busbw_gbs"].as_f64().unwrap();
+    // 200 Mbit/s = 0.025 GB/s on the wire (plus htb's burst on a short run); the other
+    // hops alone would carry 2 Gbit/s = 0.25 GB/s.
+    assert!(busbw < 0.032, "busbw {busbw}");
+    for l in d["links"].as_array().unwrap() {
+        assert!(l["gbs"].as_f64().unwrap() < 0.032, "{l}");
+    }
+}
+
+#[test]
+fn cut_data_link_ends_every_rank_within_the_deadline() {
+    let Some(lab) = Lab::new(
+        "cut_link",
+        LabOpts {
+            nodes: 3,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = [
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "-n",
+        "1000",
+        "--timeout",
+        "3",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "cut", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.cut_data_link(2, 1);
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(3 + 1 + 4)))
+        .collect();
+    for (r, (o, _)) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+    }
+    let d = json(&outs[0].0.stdout)["data"].clone();
+    let e = d["error"].as_str().unwrap_or_default().to_string();
+    // Whoever noticed first: a receiver that waited, or a sender that was blocked.
+    assert!(e.contains("waited") || e.contains("blocked"), "{e}");
+    assert!(e.contains("ms"), "{e}");
+}

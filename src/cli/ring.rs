@@ -307,7 +307,8 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         device: Some(dev),
         coordinator_listener: None,
     };
-    let logf = |s: &str| g.log(1, s);
+    // Level 0 (refused data links) is always shown; 1 is progress, with -v.
+    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     outcome(g, fmt, run::run_rank(setup, &opts, &logf))
 }
 
@@ -382,7 +383,7 @@ fn run_local(
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                 };
                 sc.spawn(move || {
-                    let log = |s: &str| g.log(2, s);
+                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
                     run::run_rank(setup, opts, &log)
                 })
             })

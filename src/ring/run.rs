@@ -242,7 +242,7 @@ pub struct RankOutcome {
 pub fn run_rank(
     setup: Setup,
     opts: &Options,
-    log: &(dyn Fn(&str) + Sync),
+    log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let id = &setup.identity;
     let timeout = opts.timeout();
@@ -257,11 +257,14 @@ pub fn run_rank(
             Some(l) => l,
             None => bootstrap::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
         };
-        log(&format!(
-            "coordinator listening on {} for {} ranks",
-            l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            id.world
-        ));
+        log(
+            1,
+            &format!(
+                "coordinator listening on {} for {} ranks",
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                id.world
+            ),
+        );
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
@@ -322,7 +325,7 @@ fn rank_body(
     data_ip: IpAddr,
     device: Option<String>,
     opts: &Options,
-    log: &(dyn Fn(&str) + Sync),
+    log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let timeout = opts.timeout();
     let cannot = |m: String| RunError {
@@ -354,12 +357,15 @@ fn rank_body(
         BootstrapError::Bind { .. } => cannot(e.to_string()),
         other => fault(other.to_string()),
     })?;
-    log(&format!(
-        "rank {}: table of {} ranks after {} ms",
-        id.rank,
-        session.table.len(),
-        t0.elapsed().as_millis()
-    ));
+    log(
+        1,
+        &format!(
+            "rank {}: table of {} ranks after {} ms",
+            id.rank,
+            session.table.len(),
+            t0.elapsed().as_millis()
+        ),
+    );
     let session = Arc::new(session);
     let out = connected_run(id, &session, &data, opts, log);
     match out {
@@ -410,7 +416,7 @@ fn connected_run(
     session: &Arc<Session>,
     data: &TcpListener,
     opts: &Options,
-    log: &(dyn Fn(&str) + Sync),
+    log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<Measured, RingError> {
     let timeout = opts.timeout();
     let ring = Ring {
@@ -466,7 +472,7 @@ fn connected_run(
     let accepted = match accepted {
         Ok(Ok((got, rejected))) => {
             for r in rejected {
-                log(&format!("rank {}: rejected {r}", id.rank));
+                log(0, &format!("rank {}: rejected {r}", id.rank));
             }
             got
         }
@@ -532,7 +538,7 @@ fn sweep(
     progress: &[Progress],
     session: &Session,
     opts: &Options,
-    log: &(dyn Fn(&str) + Sync),
+    log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<(Vec<RowResult>, Option<allreduce::SizeResult>), RingError> {
     let mut rows = Vec::new();
     let mut last = None;
@@ -555,7 +561,7 @@ fn sweep(
             opts.slot_bytes,
         )?;
         if ring.rank == 0 {
-            log(&format!("size {bytes}: {:.1} us", r.seconds * 1e6));
+            log(1, &format!("size {bytes}: {:.1} us", r.seconds * 1e6));
         }
         rows.push(RowResult {
             size_bytes: bytes,

@@ -258,6 +258,75 @@ impl Lab {
             .expect("exec in the lab")
     }
 
+    fn in_ns(&self, node: usize, args: &[&str]) {
+        let mut a = vec!["ip", "netns", "exec", self.nodes[node].ns.as_str()];
+        a.extend_from_slice(args);
+        must(&a);
+    }
+
+    /// Shape everything `node` sends on its data interface to `rate` (`tbf`; replaces any
+    /// earlier shaping): a slow egress.
+    pub fn shape_egress(&self, node: usize, rate: &str) {
+        self.in_ns(
+            node,
+            &[
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "tbf", "rate", rate, "burst",
+                "512kb", "latency", "100ms",
+            ],
+        );
+    }
+
+    /// Shape only what `from` sends to `to`'s data address (`htb` with a `u32` filter on the
+    /// destination); other destinations keep `other_rate`: a single slow pair.
+    pub fn shape_pair(&self, from: usize, to: usize, rate: &str, other_rate: &str) {
+        let dst = format!("{}/32", self.nodes[to].data_ip);
+        self.in_ns(
+            from,
+            &[
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default",
+                "20",
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb",
+                "rate", rate, "ceil", rate,
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb",
+                "rate", other_rate, "ceil", other_rate,
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "filter", "add", "dev", "eth1", "parent", "1:", "protocol", "ip", "prio",
+                "1", "u32", "match", "ip", "dst", &dst, "flowid", "1:10",
+            ],
+        );
+    }
+
+    /// Silently drop everything `node` receives on its data interface from `peer` (the
+    /// management network keeps working): a cut data link.
+    pub fn cut_data_link(&self, node: usize, peer: usize) {
+        let src = self.nodes[peer].data_ip.clone();
+        self.in_ns(
+            node,
+            &[
+                "iptables", "-A", "INPUT", "-i", "eth1", "-s", &src, "-j", "DROP",
+            ],
+        );
+    }
+
+    /// The pid of a spawned process (to signal it: SIGKILL, SIGSTOP).
+    pub fn pid(&self, id: usize) -> u32 {
+        self.children.lock().unwrap()[id].id()
+    }
+
     /// `fabprobe ring` arguments for rank `rank` of `world`, coordinator on node 0's
     /// management address, data on eth1.
     pub fn ring_args(&self, rank: usize, world: usize, token: &str, extra: &[&str]) -> Vec<String> {
