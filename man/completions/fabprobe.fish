@@ -52,7 +52,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l coordinator -d 'Rank 0\'s host and port (rank 0 listens there)' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host over loopback (threads of this process): a self-test' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

@@ -80,7 +80,8 @@ pub struct RingArgs {
     /// Rank 0's host and port (rank 0 listens there).
     #[arg(long, value_name = "HOST:PORT")]
     pub coordinator: Option<String>,
-    /// Run N ranks on this host over loopback (threads of this process): a self-test.
+    /// Run N ranks on this host (threads of this process) over loopback, or over the
+    /// interface --ifname names: a self-test.
     #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
           value_parser = clap::value_parser!(u32).range(2..=256))]
     pub local: Option<u32>,
@@ -352,6 +353,11 @@ fn run_local(
     opts: &Options,
     a: &RingArgs,
 ) -> anyhow::Result<Outcome> {
+    // Loopback unless --ifname names another local interface to run the ring over.
+    let (data_ip, device) = match &a.ifname {
+        Some(spec) => data_interface(Some(spec), &|s| g.log(1, s))?,
+        None => (IpAddr::from([127, 0, 0, 1]), "lo".to_string()),
+    };
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let coord = listener.local_addr()?.to_string();
     let token = a
@@ -378,8 +384,8 @@ fn run_local(
                         },
                     },
                     host: host.clone(),
-                    data_ip: IpAddr::from([127, 0, 0, 1]),
-                    device: Some("lo".into()),
+                    data_ip,
+                    device: Some(device.clone()),
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                 };
                 sc.spawn(move || {

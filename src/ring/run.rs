@@ -272,12 +272,27 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
         };
-        Some(thread::spawn(move || bootstrap::coordinate(l, cfg)))
+        // Rank 0 joins through its own listener's address (the advertised name may not
+        // resolve to this host from itself, or name port 0).
+        let own = l.local_addr().ok().map(|a| {
+            let ip = if a.ip().is_unspecified() {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                a.ip()
+            };
+            SocketAddr::new(ip, a.port()).to_string()
+        });
+        Some((thread::spawn(move || bootstrap::coordinate(l, cfg)), own))
     } else {
         None
     };
 
+    let join_addr = coordinator
+        .as_ref()
+        .and_then(|(_, own)| own.clone())
+        .unwrap_or_else(|| id.coordinator.clone());
     let result = rank_body(
+        &join_addr,
         &setup.identity,
         &setup.host,
         setup.data_ip,
@@ -285,7 +300,7 @@ pub fn run_rank(
         opts,
         log,
     );
-    let Some(coord) = coordinator else {
+    let Some((coord, _)) = coordinator else {
         return result;
     };
     // Rank 0: the coordinator's view is the report, whatever happened to this rank.
@@ -320,6 +335,7 @@ pub fn run_rank(
 }
 
 fn rank_body(
+    join_addr: &str,
     id: &Identity,
     host: &str,
     data_ip: IpAddr,
@@ -353,7 +369,7 @@ fn rank_body(
         params: opts.canonical(),
     };
     let t0 = Instant::now();
-    let session = bootstrap::join(&id.coordinator, hello, timeout).map_err(|e| match e {
+    let session = bootstrap::join(join_addr, hello, timeout).map_err(|e| match e {
         BootstrapError::Bind { .. } => cannot(e.to_string()),
         other => fault(other.to_string()),
     })?;
