@@ -99,8 +99,14 @@ impl Progress {
         self.phase.store(phase_code(p), Ordering::Relaxed);
     }
     fn at(&self, phase: Phase, step: u32) {
-        self.phase.store(phase_code(phase), Ordering::Relaxed);
-        self.step.store(step, Ordering::Relaxed);
+        let code = phase_code(phase);
+        let old_phase = self.phase.swap(code, Ordering::Relaxed);
+        let old_step = self.step.swap(step, Ordering::Relaxed);
+        // The byte counters are per step, as WaitReport promises.
+        if old_phase != code || old_step != step {
+            self.bytes_received.store(0, Ordering::Relaxed);
+            self.bytes_sent.store(0, Ordering::Relaxed);
+        }
     }
     fn waiting(&self, peer: Option<Rank>, receive: bool) {
         self.waiting_on
