@@ -331,11 +331,9 @@ fn one_slow_pair_slows_the_whole_ring() {
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
         .collect();
-    assert!(
-        outs.iter().all(|o| o.status.success()),
-        "{}",
-        text(&outs[0].stderr)
-    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
+    }
     let d = json(&outs[0].stdout)["data"].clone();
     let busbw = d["results"][0]["busbw_gbs"].as_f64().unwrap();
     // 200 Mbit/s = 0.025 GB/s on the wire (plus htb's burst on a short run); the other

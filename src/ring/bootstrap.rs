@@ -106,24 +106,21 @@ fn port_of(addr: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Bind the coordinator's port. A host that is not local (a name of this host that resolves
-/// elsewhere, or a NAT address) falls back to all addresses on that port.
+/// Bind the coordinator's port on every address of this host. Only the port of `addr` is
+/// used: the name ranks are given often resolves differently on rank 0 itself (Debian maps
+/// the hostname to 127.0.1.1 in /etc/hosts, NAT), and the job token guards the port.
 pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
     let err = |source| BootstrapError::Bind {
         addr: addr.to_string(),
         source,
     };
-    match TcpListener::bind(addr) {
-        Ok(l) => Ok(l),
-        Err(e)
-            if e.kind() == io::ErrorKind::AddrNotAvailable
-                || e.kind() == io::ErrorKind::InvalidInput =>
-        {
-            let port = port_of(addr).parse::<u16>().map_err(|_| err(e))?;
-            TcpListener::bind(("0.0.0.0", port)).map_err(err)
-        }
-        Err(e) => Err(err(e)),
-    }
+    let port = port_of(addr)
+        .parse::<u16>()
+        .map_err(|_| err(io::Error::new(io::ErrorKind::InvalidInput, "no port")))?;
+    // `[::]` also takes IPv4 unless the host has IPv6 off.
+    TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(err)
 }
 
 // ---------------------------------------------------------------- coordinator
@@ -169,6 +166,8 @@ fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((s, peer)) => {
+                // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
+                let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 let tx = tx.clone();
                 thread::spawn(move || {
                     let _ = s.set_nonblocking(false);
