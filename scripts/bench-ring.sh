@@ -11,7 +11,7 @@
 #   bootstrap  --local 32: bootstrap time (coordinator: first hello to full table)
 #
 # Environment: BIN (default target/release/fabprobe), RATE, N (ranks, default 4),
-# MINB/MAXB (bytes, default 1 MiB / 256 MiB), ITERS (default 5).
+# MINB/MAXB (bytes, default 1 MiB / 256 MiB), ITERS (default 5), MTU (data links, default 9000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/fabprobe}
@@ -20,6 +20,7 @@ N=${N:-4}
 MINB=${MINB:-1048576}
 MAXB=${MAXB:-268435456}
 ITERS=${ITERS:-5}
+MTU=${MTU:-9000}
 WHAT=${1:-all}
 P=fpl$$b
 export LAB_PREFIX=$P
@@ -40,7 +41,7 @@ cleanup() {
 lab_up() {
   trap cleanup EXIT INT TERM
   ip link add "${P}m" type bridge && ip link set "${P}m" up
-  ip link add "${P}d" type bridge && ip link set "${P}d" mtu 9000 up
+  ip link add "${P}d" type bridge && ip link set "${P}d" mtu "$MTU" up
   for i in $(seq 0 $((N - 1))); do
     ns="$P-n$i"
     ip netns add "$ns"
@@ -48,7 +49,7 @@ lab_up() {
     ip link add "$P${i}m" type veth peer name eth0 netns "$ns"
     ip link set "$P${i}m" master "${P}m" up
     ip -n "$ns" addr add "198.18.0.$((10 + i))/24" dev eth0 && ip -n "$ns" link set eth0 up
-    ip link add "$P${i}d" mtu 9000 type veth peer name eth1 mtu 9000 netns "$ns"
+    ip link add "$P${i}d" mtu "$MTU" type veth peer name eth1 mtu "$MTU" netns "$ns"
     ip link set "$P${i}d" master "${P}d" up
     ip -n "$ns" addr add "198.19.0.$((10 + i))/24" dev eth1 && ip -n "$ns" link set eth1 up
     ip netns exec "$ns" tc qdisc add dev eth1 root tbf rate "$RATE" burst 512kb latency 100ms
@@ -61,7 +62,7 @@ node() { # node I CMD...: run in node I's namespace with its own hostname
 }
 
 bench_lab() {
-  echo "== fabprobe ring, $N ranks in the lab, data links shaped tbf $RATE ($(rate_gbs "$RATE") GB/s) =="
+  echo "== fabprobe ring, $N ranks in the lab, data links MTU $MTU shaped tbf $RATE ($(rate_gbs "$RATE") GB/s) =="
   local out=/tmp/$P-fabprobe.json
   for r in $(seq 1 $((N - 1))); do
     node "$r" "$BIN" ring --rank "$r" --world "$N" --coordinator 198.18.0.10:29517 --ifname =eth1 --token bench \
