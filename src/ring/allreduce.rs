@@ -578,6 +578,7 @@ mod tests {
         slot_bytes: usize,
         faults: &dyn Fn(u32, u32) -> Faults,
         timeout: Duration,
+        propagate: bool,
     ) -> Vec<Result<SizeResult, RingError>> {
         let (links, _h) = ring_links(world, channels, slot_bytes, faults, timeout);
         let abort = AbortFlag::default();
@@ -603,7 +604,10 @@ mod tests {
                         };
                         let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
                         if let Err(e) = &res {
-                            abort.raise(format!("rank {r}: {e}"));
+                            // As the coordinator would: one failure ends every rank's run.
+                            if propagate {
+                                abort.raise(format!("rank {r}: {e}"));
+                            }
                         }
                         res
                     })
@@ -630,6 +634,7 @@ mod tests {
                 slot,
                 &|_, _| Faults::default(),
                 Duration::from_secs(5),
+                true,
             ) {
                 let r = r.unwrap();
                 assert_eq!(
@@ -654,7 +659,15 @@ mod tests {
                 Faults::default()
             }
         };
-        let res = run_all(4, 1, 4 * 4096, 1024, &faults, Duration::from_millis(300));
+        let res = run_all(
+            4,
+            1,
+            4 * 4096,
+            1024,
+            &faults,
+            Duration::from_millis(300),
+            false,
+        );
         let stuck: Vec<&WaitReport> = res
             .iter()
             .filter_map(|r| match r {
@@ -686,7 +699,7 @@ mod tests {
             }
         };
         let t0 = Instant::now();
-        let res = run_all(3, 1, 4 * 4096, 1024, &faults, Duration::from_secs(10));
+        let res = run_all(3, 1, 4 * 4096, 1024, &faults, Duration::from_secs(10), true);
         assert!(t0.elapsed() < Duration::from_secs(5));
         assert!(
             res.iter()

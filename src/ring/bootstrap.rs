@@ -21,6 +21,8 @@ use super::wire::{self, Hello, Msg, RankResults, WireError};
 
 /// How often ranks and the coordinator tell each other they are alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// Connections allowed to be reading their hello at once.
+const MAX_PENDING_HELLOS: usize = 512;
 /// How long a freshly accepted connection may take to send its hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 /// After the first failure report, how long the coordinator keeps listening for the
@@ -163,12 +165,27 @@ fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool
     if listener.set_nonblocking(true).is_err() {
         return;
     }
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((s, peer)) => {
                 // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
                 let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 let tx = tx.clone();
+                // A flood of idle connections must not exhaust threads: beyond the cap,
+                // refuse at once (a real rank retries until its deadline).
+                if pending.load(Ordering::Relaxed) >= MAX_PENDING_HELLOS {
+                    let _ = tx.send((
+                        s,
+                        peer,
+                        Err(WireError::Malformed(
+                            "too many connections waiting to say hello".into(),
+                        )),
+                    ));
+                    continue;
+                }
+                pending.fetch_add(1, Ordering::Relaxed);
+                let pending = pending.clone();
                 thread::spawn(move || {
                     let _ = s.set_nonblocking(false);
                     let _ = s.set_nodelay(true);
@@ -182,6 +199,7 @@ fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool
                         ))),
                         Err(e) => Err(e),
                     };
+                    pending.fetch_sub(1, Ordering::Relaxed);
                     let _ = tx.send((s, peer, hello));
                 });
             }

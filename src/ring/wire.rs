@@ -177,6 +177,31 @@ mod tests {
         assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
     }
 
+    /// Random bytes and random bodies behind a valid header never panic the reader.
+    #[test]
+    fn random_input_never_panics() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..2000 {
+            let len = (next() % 300) as usize;
+            let mut body: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 3 == 0 {
+                // Mutate a real message so the JSON is almost valid.
+                let mut real = serde_json::to_vec(&Msg::Reject { reason: "x".into() }).unwrap();
+                let at = (next() as usize) % real.len();
+                real[at] = next() as u8;
+                body = real;
+            }
+            let bytes = if i % 2 == 0 { frame(&body) } else { body };
+            let _ = read_msg(&mut &bytes[..]);
+        }
+    }
+
     #[test]
     fn garbage_is_rejected_without_allocating() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
