@@ -105,9 +105,13 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
         ]
     );
     for l in links {
-        // Shaped at 2 Gbit/s = 0.25 GB/s: no hop can beat the shaper.
-        let gbs = l["gbs"].as_f64().unwrap();
-        assert!(gbs > 0.0 && gbs < 0.27, "{l}");
+        // Shaped at 2 Gbit/s = 0.25 GB/s: no hop can beat the shaper beyond its 512 KiB
+        // bucket (which matters on a run this short).
+        let (bytes, secs) = (l["bytes"].as_f64().unwrap(), l["seconds"].as_f64().unwrap());
+        assert!(
+            bytes > 0.0 && bytes <= 0.25e9 * secs * 1.02 + 512.0 * 1024.0,
+            "{l}"
+        );
     }
     assert!(d["error"].is_null());
 }
@@ -340,7 +344,9 @@ fn one_slow_pair_slows_the_whole_ring() {
     // hops alone would carry 2 Gbit/s = 0.25 GB/s.
     assert!(busbw < 0.032, "busbw {busbw}");
     for l in d["links"].as_array().unwrap() {
-        assert!(l["gbs"].as_f64().unwrap() < 0.032, "{l}");
+        let (bytes, secs) = (l["bytes"].as_f64().unwrap(), l["seconds"].as_f64().unwrap());
+        // htb lets a burst through before it paces (a few hundred KiB on a 1 MiB run).
+        assert!(bytes <= 0.025e9 * secs * 1.02 + 512.0 * 1024.0, "{l}");
     }
 }
 

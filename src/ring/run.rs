@@ -386,7 +386,7 @@ fn rank_body(
     let out = connected_run(id, &session, &data, opts, log);
     match out {
         Ok(rows_links) => {
-            let (rows, links, link_size_bytes) = rows_links;
+            let (rows, links, link_size_bytes, _open_links) = rows_links;
             session
                 .send(&Msg::Results(RankResults {
                     rank: id.rank,
@@ -425,7 +425,10 @@ fn rank_body(
     }
 }
 
-type Measured = (Vec<RowResult>, Vec<LinkSample>, u64);
+/// Rows, the hop sample, its size, and the data links themselves: they stay open until the
+/// coordinator says every rank is done (closing a socket with unread credits sends a reset
+/// that would destroy data a slower peer has not read yet).
+type Measured = (Vec<RowResult>, Vec<LinkSample>, u64, Vec<ChannelLinks>);
 
 fn connected_run(
     id: &Identity,
@@ -535,7 +538,7 @@ fn connected_run(
         r
     });
     let (rows, last) = res?;
-    let links = last
+    let samples = last
         .iter()
         .map(|r| LinkSample {
             order: 0,
@@ -545,7 +548,7 @@ fn connected_run(
             seconds: r.hop_seconds,
         })
         .collect();
-    Ok((rows, links, last.map(|r| r.bytes).unwrap_or(0)))
+    Ok((rows, samples, last.map(|r| r.bytes).unwrap_or(0), links))
 }
 
 fn sweep(
