@@ -307,6 +307,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn sources_in_order() {
         let cases: Vec<(
             Flags,

@@ -407,7 +407,7 @@ fn rank_body(
         Err(e) => {
             // Tell the coordinator what went wrong here, then take its word for the cause.
             let msg = match &e {
-                RingError::Stuck(w, _) => Msg::Stuck(w.clone()),
+                RingError::Stuck(w, _) => Msg::Stuck((**w).clone()),
                 other => Msg::Failed {
                     rank: id.rank,
                     error: other.to_string(),

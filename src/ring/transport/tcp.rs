@@ -463,6 +463,9 @@ impl Drop for TcpRecv {
     }
 }
 
+/// The links accepted and the refusals (lines for the log), or the failure and the refusals.
+pub type AcceptResult = Result<(Vec<Accepted>, Vec<String>), (TransportError, Vec<String>)>;
+
 /// One accepted link and who it came from.
 pub struct Accepted {
     pub handshake: Handshake,
@@ -483,7 +486,7 @@ pub fn accept(
     deadline: Instant,
     timeout: Duration,
     peer_name: &dyn Fn(u32) -> String,
-) -> Result<(Vec<Accepted>, Vec<String>), (TransportError, Vec<String>)> {
+) -> AcceptResult {
     let mut got: Vec<Accepted> = Vec::new();
     let mut rejected = Vec::new();
     if let Err(e) = listener.set_nonblocking(true) {
