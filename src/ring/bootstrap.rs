@@ -135,7 +135,13 @@ pub struct CoordinatorConfig {
     pub advertised: String,
     /// Rank 0's run options; every hello must carry the same.
     pub params: String,
+    /// Turns what the coordinator saw into verdicts (the watchdog and localization plug in
+    /// here); called once at the end of the run, before the last message goes out.
+    pub judge: Option<Judge>,
 }
+
+/// See [`CoordinatorConfig::judge`].
+pub type Judge = fn(&CoordinatorReport) -> Vec<Verdict>;
 
 /// What the coordinator hands back when the run is over (or failed).
 #[derive(Debug, Default)]
@@ -153,6 +159,13 @@ pub struct CoordinatorReport {
     pub lost: Vec<Rank>,
     /// The last heartbeat of every rank (what each was doing when the run ended).
     pub last_heartbeat: BTreeMap<Rank, WaitReport>,
+    /// The heartbeat before the last one, to tell "alive but not progressing" (the
+    /// `progress` counter did not move) from "working".
+    pub previous_heartbeat: BTreeMap<Rank, WaitReport>,
+    /// Milliseconds since the table went out when the coordinator last heard from each rank.
+    pub last_heard_ms: BTreeMap<Rank, u64>,
+    /// How long the run phase lasted (table to end), in milliseconds.
+    pub run_ms: u64,
     pub verdicts: Vec<Verdict>,
     pub bootstrap_us: u64,
 }
@@ -354,6 +367,9 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
             },
         );
         rep.abort = Some(reason);
+        if let Some(judge) = cfg.judge {
+            rep.verdicts = judge(&rep);
+        }
         stop.store(true, Ordering::Relaxed);
         drain_rejections(&rx, &mut rep);
         return rep;
@@ -437,6 +453,7 @@ fn serve(
     let world = cfg.world;
     let ranks = rep.ranks.clone();
     let host = |r: Rank| rep_host(&ranks, r);
+    let run_start = Instant::now();
     let mut last_seen: BTreeMap<Rank, Instant> =
         conns.keys().map(|&r| (r, Instant::now())).collect();
     let mut ready = 0u32;
@@ -479,6 +496,8 @@ fn serve(
         match rx.recv_timeout(wait) {
             Ok(Control::Msg(r, m)) => {
                 last_seen.insert(r, Instant::now());
+                rep.last_heard_ms
+                    .insert(r, run_start.elapsed().as_millis() as u64);
                 match m {
                     Msg::Ready { .. } => {
                         ready += 1;
@@ -487,7 +506,9 @@ fn serve(
                         }
                     }
                     Msg::Heartbeat(w) => {
-                        rep.last_heartbeat.insert(r, w);
+                        if let Some(prev) = rep.last_heartbeat.insert(r, w) {
+                            rep.previous_heartbeat.insert(r, prev);
+                        }
                     }
                     Msg::Stuck(w) => {
                         first_failure.get_or_insert_with(|| stuck_line(&w, &ranks));
@@ -527,6 +548,10 @@ fn serve(
         drain_rejections(rx_late, rep);
     }
     rep.results = done_results.into_values().collect();
+    rep.run_ms = run_start.elapsed().as_millis() as u64;
+    if let Some(judge) = cfg.judge {
+        rep.verdicts = judge(rep);
+    }
     match first_failure {
         Some(reason) => {
             broadcast(
@@ -538,10 +563,11 @@ fn serve(
             rep.abort = Some(reason);
         }
         None => {
-            let failed = rep
-                .results
-                .iter()
-                .any(|r| r.rows.iter().any(|row| row.wrong.unwrap_or(0) > 0));
+            let failed = !rep.verdicts.is_empty()
+                || rep
+                    .results
+                    .iter()
+                    .any(|r| r.rows.iter().any(|row| row.wrong.unwrap_or(0) > 0));
             broadcast(
                 &conns,
                 &Msg::Done {
@@ -867,6 +893,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             advertised: String::new(),
             params: "p".into(),
+            judge: None,
         };
         let cases = [
             (hello(0, 4, "t"), None),
@@ -913,6 +940,7 @@ mod tests {
             timeout: Duration::from_millis(1500),
             advertised: addr.clone(),
             params: "p".into(),
+            judge: None,
         };
         let coord = thread::spawn(move || coordinate(l, cfg));
         // Garbage, then a wrong token, then one good rank; rank 2 never comes.
@@ -949,5 +977,59 @@ mod tests {
             .filter(|e| matches!(e, Event::Rejected { .. }))
             .collect();
         assert_eq!(rejected.len(), 2, "{:?}", rep.events);
+    }
+
+    #[test]
+    fn judge_verdicts_reach_every_rank_and_fail_the_run() {
+        fn judge(rep: &CoordinatorReport) -> Vec<Verdict> {
+            vec![Verdict {
+                kind: crate::ring::types::VerdictKind::SlowLink,
+                from_rank: Some(0),
+                to_rank: Some(1),
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: format!("judged {} results", rep.results.len()),
+                next: None,
+            }]
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = CoordinatorConfig {
+            world: 2,
+            token: "t".into(),
+            timeout: Duration::from_secs(5),
+            advertised: addr.clone(),
+            params: "p".into(),
+            judge: Some(judge),
+        };
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Results(RankResults {
+                        rank: r,
+                        rows: vec![],
+                        links: vec![],
+                        link_size_bytes: 0,
+                    }))
+                    .unwrap();
+                    s.wait_done(Duration::from_secs(5)).unwrap()
+                })
+            })
+            .collect();
+        for h in ranks {
+            let (failed, verdicts) = h.join().unwrap();
+            assert!(failed);
+            assert_eq!(verdicts.len(), 1);
+            assert_eq!(verdicts[0].message, "judged 2 results");
+        }
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 1);
+        assert!(rep.abort.is_none());
     }
 }
