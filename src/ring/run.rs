@@ -15,7 +15,8 @@ use super::bootstrap::{
     self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session,
 };
 use super::launcher::{Identity, Source};
-use super::transport::tcp::{self, Handshake};
+use super::transport::tcp::TcpFabric;
+use super::transport::{Fabric, LinkKey, LinkRequest};
 use super::types::{LinkSample, Rank, RankInfo, Verdict};
 use super::wire::{self, Hello, Msg, RankResults, RowResult};
 
@@ -350,15 +351,14 @@ fn rank_body(
         kind: Failure::CannotRun,
         message: m,
     };
-    let data = TcpListener::bind(SocketAddr::new(data_ip, 0))
+    let fabric = TcpFabric::bind(data_ip)
         .map_err(|e| cannot(format!("cannot listen for data links on {data_ip}: {e}")))?;
-    let data_addr = data.local_addr().map_err(|e| cannot(e.to_string()))?;
     let info = RankInfo {
         rank: id.rank,
         host: host.to_string(),
-        address: data_addr.to_string(),
+        address: fabric.address(),
         device: device.clone(),
-        transport: "tcp".into(),
+        transport: fabric.transport().into(),
         pid: Some(std::process::id()),
     };
     let hello = Hello {
@@ -385,7 +385,7 @@ fn rank_body(
         ),
     );
     let session = Arc::new(session);
-    let out = connected_run(id, &session, &data, opts, log);
+    let out = connected_run(id, &session, &fabric, opts, log);
     match out {
         Ok(rows_links) => {
             let (rows, links, link_size_bytes, _open_links) = rows_links;
@@ -435,7 +435,7 @@ type Measured = (Vec<RowResult>, Vec<LinkSample>, u64, Vec<ChannelLinks>);
 fn connected_run(
     id: &Identity,
     session: &Arc<Session>,
-    data: &TcpListener,
+    fabric: &dyn Fabric,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<Measured, RingError> {
@@ -446,75 +446,29 @@ fn connected_run(
         timeout,
     };
     let (pred, succ) = (ring.pred(), ring.succ());
-    let table = &session.table;
-    let name = |r: Rank| -> String {
-        match table.iter().find(|i| i.rank == r) {
-            Some(i) => format!("rank {r} ({}, {})", i.host, i.address),
-            None => format!("rank {r}"),
-        }
+    let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
+    let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
+    let req = LinkRequest {
+        me: id.rank,
+        token: &id.token,
+        table: &session.table,
+        sends: &sends,
+        recvs: &recvs,
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        deadline: Instant::now() + timeout,
+        timeout,
     };
-    let succ_addr = table
-        .iter()
-        .find(|i| i.rank == succ)
-        .map(|i| i.address.clone())
-        .ok_or_else(|| RingError::Aborted(format!("rank {succ} is missing from the table")))?;
-    let deadline = Instant::now() + timeout;
-    let expect: Vec<(u32, u32)> = (0..opts.channels).map(|c| (pred, c)).collect();
-    let token = id.token.clone();
-    // Accept from the predecessor while connecting to the successor.
-    let (sends, accepted) = thread::scope(|sc| {
-        let acc = sc.spawn(|| {
-            tcp::accept(
-                data,
-                &token,
-                id.rank,
-                &expect,
-                opts.slots,
-                opts.slot_bytes,
-                deadline,
-                timeout,
-                &name,
-            )
-        });
-        let sends: Result<Vec<tcp::TcpSend>, _> = (0..opts.channels)
-            .map(|c| {
-                let hs = Handshake {
-                    token: token.clone(),
-                    from_rank: id.rank,
-                    to_rank: succ,
-                    channel: c,
-                };
-                tcp::connect(&succ_addr, &name(succ), &hs, deadline, timeout)
-            })
-            .collect();
-        (sends, acc.join())
-    });
-    let sends = sends.map_err(RingError::Transport)?;
-    let accepted = match accepted {
-        Ok(Ok((got, rejected))) => {
-            for r in rejected {
-                log(0, &format!("rank {}: rejected {r}", id.rank));
-            }
-            got
-        }
-        Ok(Err((e, _))) => return Err(RingError::Transport(e)),
-        Err(_) => return Err(RingError::Aborted("the accept thread panicked".into())),
-    };
-    let mut recvs: Vec<Option<tcp::TcpRecv>> = (0..opts.channels).map(|_| None).collect();
-    for a in accepted {
-        if let Some(slot) = recvs.get_mut(a.handshake.channel as usize) {
-            *slot = Some(a.link);
-        }
+    let open = fabric.open(&req).map_err(RingError::Transport)?;
+    for r in &open.rejected {
+        log(0, &format!("rank {}: rejected {r}", id.rank));
     }
-    let mut links: Vec<ChannelLinks> = Vec::new();
-    for (s, r) in sends.into_iter().zip(recvs) {
-        let r =
-            r.ok_or_else(|| RingError::Aborted("a data link is missing after accept".into()))?;
-        links.push(ChannelLinks {
-            send: Box::new(s),
-            recv: Box::new(r),
-        });
-    }
+    let mut links: Vec<ChannelLinks> = open
+        .sends
+        .into_iter()
+        .zip(open.recvs)
+        .map(|(send, recv)| ChannelLinks { send, recv })
+        .collect();
     session
         .send(&Msg::Ready { rank: id.rank })
         .map_err(|e| RingError::Aborted(e.to_string()))?;

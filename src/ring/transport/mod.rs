@@ -15,9 +15,11 @@
 pub mod inproc;
 pub mod tcp;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
+
+use super::types::{Rank, RankInfo};
 
 /// A receive completion: which slot now holds `len` bytes, and the immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +84,56 @@ pub trait RecvLink: Send {
     fn consume(&mut self, c: &Completion, f: &mut dyn FnMut(&[u8])) -> Result<(), TransportError>;
     /// Bytes that landed so far.
     fn bytes_received(&self) -> u64;
+}
+
+/// A directed link's identity on one side: the peer rank and a tag (the ring channel; the
+/// link scan can use its own tags so its links never mix with the ring's).
+pub type LinkKey = (Rank, u32);
+
+/// What a rank asks its fabric for.
+pub struct LinkRequest<'a> {
+    pub me: Rank,
+    pub token: &'a str,
+    /// The bootstrap table: where every peer listens.
+    pub table: &'a [RankInfo],
+    /// Links this rank writes into (peer = receiver).
+    pub sends: &'a [LinkKey],
+    /// Links this rank receives on (peer = sender), with `slots` slots of `slot_bytes`.
+    pub recvs: &'a [LinkKey],
+    pub slots: usize,
+    pub slot_bytes: usize,
+    /// Setup must finish by this instant.
+    pub deadline: Instant,
+    /// Every later blocking operation on the links is bounded by this.
+    pub timeout: Duration,
+}
+
+/// The links a request produced, in request order, and the refused connection attempts
+/// (lines for the log: wrong token, garbage, unexpected peers).
+pub struct OpenLinks {
+    pub sends: Vec<Box<dyn SendLink>>,
+    pub recvs: Vec<Box<dyn RecvLink>>,
+    pub rejected: Vec<String>,
+}
+
+/// One rank's end of a transport: where it listens and how it opens links to its peers.
+/// `tcp` now; `rdma` next (the handshake then carries QP number, GID, rkey and slot
+/// addresses, and the links post RDMA_WRITE_WITH_IMM on an RC QP).
+pub trait Fabric: Sync {
+    /// `tcp`, `rdma`.
+    fn transport(&self) -> &'static str;
+    /// The address this rank advertises in its hello.
+    fn address(&self) -> String;
+    /// Accept the `recvs` and connect the `sends` concurrently, by `req.deadline`.
+    fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError>;
+}
+
+/// How errors name a peer: `rank 3 (node-d, 198.19.0.13:40001)`.
+pub fn peer_name(table: &[RankInfo], r: Rank) -> String {
+    match table.iter().find(|i| i.rank == r) {
+        Some(i) => format!("rank {r} ({}, {})", i.host, i.address),
+        None => format!("rank {r}"),
+    }
 }
 
 /// View f32s as bytes for the wire (every f32 bit pattern is valid bytes).

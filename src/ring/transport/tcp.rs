@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Completion, RecvLink, SendLink, TransportError, slot_buffer, words_as_bytes, words_as_bytes_mut,
+    Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name,
+    slot_buffer, words_as_bytes, words_as_bytes_mut,
 };
 
 const DATA_MAGIC: u32 = 0x4650_4431; // "FPD1"
@@ -603,6 +604,108 @@ pub fn accept(
     Ok((got, rejected))
 }
 
+/// The TCP fabric: one listening socket on the data interface.
+pub struct TcpFabric {
+    listener: TcpListener,
+    address: String,
+}
+
+impl TcpFabric {
+    /// Listen on `ip` (port chosen by the kernel).
+    pub fn bind(ip: std::net::IpAddr) -> io::Result<TcpFabric> {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let address = listener.local_addr()?.to_string();
+        Ok(TcpFabric { listener, address })
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn transport(&self) -> &'static str {
+        "tcp"
+    }
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+    fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
+        let name = |r: u32| peer_name(req.table, r);
+        let (sends, accepted) = thread::scope(|sc| {
+            let acc = sc.spawn(|| {
+                accept(
+                    &self.listener,
+                    req.token,
+                    req.me,
+                    req.recvs,
+                    req.slots,
+                    req.slot_bytes,
+                    req.deadline,
+                    req.timeout,
+                    &name,
+                )
+            });
+            let sends: Result<Vec<Box<dyn SendLink>>, TransportError> = req
+                .sends
+                .iter()
+                .map(|&(peer, tag)| {
+                    let addr = req
+                        .table
+                        .iter()
+                        .find(|i| i.rank == peer)
+                        .map(|i| i.address.clone())
+                        .ok_or_else(|| TransportError::Setup {
+                            peer: name(peer),
+                            what: "finding the data address".into(),
+                            error: "not in the table".into(),
+                        })?;
+                    let hs = Handshake {
+                        token: req.token.to_string(),
+                        from_rank: req.me,
+                        to_rank: peer,
+                        channel: tag,
+                    };
+                    connect(&addr, &name(peer), &hs, req.deadline, req.timeout)
+                        .map(|s| Box::new(s) as Box<dyn SendLink>)
+                })
+                .collect();
+            (sends, acc.join())
+        });
+        let (got, rejected) = match accepted {
+            Ok(Ok(x)) => x,
+            Ok(Err((e, _))) => return Err(e),
+            Err(_) => {
+                return Err(TransportError::Setup {
+                    peer: "-".into(),
+                    what: "accepting".into(),
+                    error: "panicked".into(),
+                });
+            }
+        };
+        let sends = sends?;
+        let mut got: Vec<Option<Accepted>> = got.into_iter().map(Some).collect();
+        let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
+        for &(peer, tag) in req.recvs {
+            let a = got
+                .iter_mut()
+                .find(|a| {
+                    a.as_ref().is_some_and(|a| {
+                        a.handshake.from_rank == peer && a.handshake.channel == tag
+                    })
+                })
+                .and_then(Option::take)
+                .ok_or_else(|| TransportError::Setup {
+                    peer: name(peer),
+                    what: "accepting".into(),
+                    error: format!("link {tag} missing after accept"),
+                })?;
+            recvs.push(Box::new(a.link));
+        }
+        Ok(OpenLinks {
+            sends,
+            recvs,
+            rejected,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,5 +811,62 @@ mod tests {
         .unwrap()
         .0;
         assert!(e.to_string().contains("rank 0 (node-a) channel 3"), "{e}");
+    }
+
+    #[test]
+    fn fabric_opens_links_in_request_order_by_tag() {
+        use crate::ring::transport::{Fabric, LinkRequest};
+        use crate::ring::types::RankInfo;
+        let fabs: Vec<TcpFabric> = (0..2)
+            .map(|_| TcpFabric::bind([127, 0, 0, 1].into()).unwrap())
+            .collect();
+        let table: Vec<RankInfo> = fabs
+            .iter()
+            .enumerate()
+            .map(|(r, f)| RankInfo {
+                rank: r as u32,
+                host: "h".into(),
+                address: f.address(),
+                device: None,
+                transport: f.transport().into(),
+                pid: None,
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let req =
+            |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
+                me,
+                token: "t",
+                table: &table,
+                sends,
+                recvs,
+                slots: 2,
+                slot_bytes: 64,
+                deadline,
+                timeout: Duration::from_secs(5),
+            };
+        let (a, b) = thread::scope(|sc| {
+            let a = sc.spawn(|| {
+                fabs[0]
+                    .open(&req(0, &[(1, 0), (1, 100)], &[]))
+                    .map_err(|e| e.to_string())
+                    .unwrap()
+            });
+            let b = sc.spawn(|| {
+                fabs[1]
+                    .open(&req(1, &[], &[(0, 100), (0, 0)]))
+                    .map_err(|e| e.to_string())
+                    .unwrap()
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (mut sends, mut recvs) = (a.sends, b.recvs);
+        for (i, s) in sends.iter_mut().enumerate() {
+            let slot = s.acquire(deadline).unwrap();
+            s.write_imm(slot, &[i as u8], i as u32).unwrap();
+        }
+        // recvs[0] is tag 100 = sends[1]; recvs[1] is tag 0 = sends[0].
+        assert_eq!(recvs[0].poll(deadline).unwrap().imm, 1);
+        assert_eq!(recvs[1].poll(deadline).unwrap().imm, 0);
     }
 }
