@@ -138,7 +138,7 @@ fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
     let bad = lab.ring_args(1, 2, "wrong", &extra);
     let rb = lab.spawn(1, &bad.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     let (ob, _) = lab.wait(rb, Duration::from_secs(15));
-    assert_eq!(ob.status.code(), Some(1), "{}", text(&ob.stderr));
+    assert_eq!(ob.status.code(), Some(2), "{}", text(&ob.stderr));
     assert!(
         text(&ob.stderr).contains("rejected this rank: wrong token"),
         "{}",

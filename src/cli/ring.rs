@@ -106,7 +106,9 @@ HOW TO RUN
 OUTPUT
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
   results are exact and every rank finished; 1 wrong results, a rank missing, a dead or
-  hung link (the reason is printed, partial results too); 2 fabprobe could not run here.
+  hung link (the reason is printed, partial results too); 2 fabprobe could not run here
+  (bad options, no matching interface, or refused by the coordinator: another job's token,
+  a different --world or size sweep).
 
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},

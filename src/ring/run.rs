@@ -372,7 +372,8 @@ fn rank_body(
     };
     let t0 = Instant::now();
     let session = bootstrap::join(join_addr, hello, timeout).map_err(|e| match e {
-        BootstrapError::Bind { .. } => cannot(e.to_string()),
+        // Refused for its own options (token, world, sweep): a usage problem here.
+        BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
         other => fault(other.to_string()),
     })?;
     log(
