@@ -717,6 +717,24 @@ mod tests {
     }
 
     #[test]
+    fn wrong_elements_are_counted() {
+        let world = 5;
+        let mut out: Vec<f32> = (0..1000)
+            .map(|i| (0..world).map(|r| input_value(r, i)).sum())
+            .collect();
+        assert_eq!(count_wrong(world, &out), 0);
+        out[7] += 1.0;
+        out[999] = f32::NAN;
+        out[0] -= 2.0;
+        assert_eq!(count_wrong(world, &out), 3);
+        // Inputs are small integers: exact in any summation order, never all zero.
+        assert!(
+            (0..1000).all(|i| input_value(3, i).fract() == 0.0 && input_value(3, i).abs() <= 125.0)
+        );
+        assert!((0..1000).any(|i| input_value(0, i) != input_value(1, i)));
+    }
+
+    #[test]
     fn busbw_matches_nccl_tests() {
         // nccl-tests sample: 8 ranks, algbw 2.95 -> busbw 5.16
         assert!((busbw(2.95, 8) - 5.1625).abs() < 1e-9);

@@ -635,5 +635,39 @@ mod tests {
         );
         assert!((links[0].gbs - 0.002).abs() < 1e-12);
         assert_eq!(avg_busbw(&rows), Some(rows[0].busbw_gbs));
+        // Wrong elements fail the run (exit 1), as a verdict or an early end does.
+        let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
+            world: 2,
+            transport: "tcp".into(),
+            launcher: LauncherInfo {
+                source: Source::Flags,
+                coordinator: String::new(),
+                coordinator_source: String::new(),
+                token_source: String::new(),
+            },
+            options: Options {
+                sizes: vec![],
+                iters: 1,
+                warmup: 0,
+                check: 1,
+                channels: 1,
+                timeout_secs: 1,
+                slots: 1,
+                slot_bytes: 4,
+            },
+            ranks: ranks.clone(),
+            avg_busbw_gbs: avg_busbw(&rows),
+            results: rows,
+            links: vec![],
+            bootstrap_us: 0,
+            events: vec![],
+            verdicts: vec![],
+            error,
+        };
+        assert!(report(rows.clone(), None).failed());
+        let mut ok = rows.clone();
+        ok[0].wrong = Some(0);
+        assert!(!report(ok.clone(), None).failed());
+        assert!(report(ok, Some("rank 1 lost".into())).failed());
     }
 }
