@@ -8,7 +8,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{
-    Completion, RecvLink, SendLink, TransportError, slot_buffer, words_as_bytes, words_as_bytes_mut,
+    Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, slot_buffer,
+    words_as_bytes, words_as_bytes_mut,
 };
 
 /// What goes wrong on one link.
@@ -310,6 +311,112 @@ impl RecvLink for InprocRecv {
     }
 }
 
+/// A whole in-process network: every rank's [`InprocFabric`] shares it. Faults are set per
+/// directed link `(from, to, tag)` before the links are opened; handles kill them later.
+#[derive(Clone, Default)]
+pub struct InprocNet {
+    inner: Arc<(Mutex<NetState>, Condvar)>,
+}
+
+#[derive(Default)]
+struct NetState {
+    /// Receive ends waiting for their rank to open them.
+    pending: std::collections::HashMap<(u32, u32, u32), InprocRecv>,
+    faults: std::collections::HashMap<(u32, u32, u32), Faults>,
+    handles: std::collections::HashMap<(u32, u32, u32), LinkHandle>,
+}
+
+impl InprocNet {
+    pub fn new() -> InprocNet {
+        InprocNet::default()
+    }
+    fn state(&self) -> MutexGuard<'_, NetState> {
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Faults for the link `from -> to` with `tag` (set before it is opened).
+    pub fn set_faults(&self, from: u32, to: u32, tag: u32, f: Faults) {
+        self.state().faults.insert((from, to, tag), f);
+    }
+    /// The kill switch of an opened link.
+    pub fn handle(&self, from: u32, to: u32, tag: u32) -> Option<LinkHandle> {
+        self.state().handles.get(&(from, to, tag)).cloned()
+    }
+    pub fn fabric(&self, rank: u32) -> InprocFabric {
+        InprocFabric {
+            net: self.clone(),
+            rank,
+        }
+    }
+}
+
+/// One rank's end of an [`InprocNet`].
+pub struct InprocFabric {
+    net: InprocNet,
+    rank: u32,
+}
+
+impl Fabric for InprocFabric {
+    fn transport(&self) -> &'static str {
+        "inproc"
+    }
+    fn address(&self) -> String {
+        format!("inproc:{}", self.rank)
+    }
+    fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
+        let mut sends: Vec<Box<dyn SendLink>> = Vec::new();
+        {
+            let mut st = self.net.state();
+            for &(peer, tag) in req.sends {
+                let key = (req.me, peer, tag);
+                let f = st.faults.get(&key).cloned().unwrap_or_default();
+                let (s, r, h) = link(
+                    &format!("rank {}", req.me),
+                    &format!("rank {peer}"),
+                    req.slots,
+                    req.slot_bytes,
+                    f,
+                    req.timeout,
+                );
+                st.pending.insert(key, r);
+                st.handles.insert(key, h);
+                sends.push(Box::new(s));
+            }
+        }
+        self.net.inner.1.notify_all();
+        let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
+        for &(peer, tag) in req.recvs {
+            let key: (u32, u32, u32) = (peer, req.me, tag);
+            let mut st = self.net.state();
+            loop {
+                if let Some(r) = st.pending.remove(&key) {
+                    recvs.push(Box::new(r));
+                    break;
+                }
+                let now = Instant::now();
+                if now >= req.deadline {
+                    return Err(TransportError::Setup {
+                        peer: format!("rank {peer}"),
+                        what: format!("waiting for the data link (tag {tag})"),
+                        error: "never opened".into(),
+                    });
+                }
+                st = self
+                    .net
+                    .inner
+                    .1
+                    .wait_timeout(st, req.deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        Ok(OpenLinks {
+            sends,
+            recvs,
+            rejected: Vec::new(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +476,56 @@ mod tests {
         let (mut s, _r, _) = link("a", "b", 2, 8, f, Duration::from_millis(100));
         let slot = s.acquire(Instant::now() + Duration::from_secs(1)).unwrap();
         assert!(s.write_imm(slot, &[0; 8], 0).unwrap_err().is_timeout());
+    }
+
+    #[test]
+    fn fabric_pairs_links_across_ranks_with_their_faults() {
+        let net = InprocNet::new();
+        net.set_faults(
+            0,
+            1,
+            7,
+            Faults {
+                blackhole_after_writes: Some(0),
+                ..Faults::default()
+            },
+        );
+        let table = vec![];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let req =
+            |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
+                me,
+                token: "t",
+                table: &table,
+                sends,
+                recvs,
+                slots: 2,
+                slot_bytes: 16,
+                deadline,
+                timeout: Duration::from_secs(1),
+            };
+        let (f0, f1) = (net.fabric(0), net.fabric(1));
+        let (a, b) = std::thread::scope(|sc| {
+            let b = sc.spawn(|| f1.open(&req(1, &[], &[(0, 7), (0, 0)])).ok().unwrap());
+            let a = sc.spawn(|| f0.open(&req(0, &[(1, 0), (1, 7)], &[])).ok().unwrap());
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (mut s, mut r) = (a.sends, b.recvs);
+        for (i, l) in s.iter_mut().enumerate() {
+            let slot = l.acquire(deadline).unwrap();
+            l.write_imm(slot, &[1], i as u32).unwrap();
+        }
+        // Tag 0 delivers; tag 7 is black-holed.
+        assert_eq!(r[1].poll(deadline).unwrap().imm, 0);
+        assert!(
+            r[0].poll(Instant::now() + Duration::from_millis(50))
+                .unwrap_err()
+                .is_timeout()
+        );
+        net.handle(0, 1, 0).unwrap().kill("cut");
+        assert!(matches!(
+            r[1].poll(deadline),
+            Err(TransportError::Closed { .. })
+        ));
     }
 }
