@@ -118,13 +118,7 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
 
 #[test]
 fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
-    let Some(lab) = Lab::new(
-        "bootstrap_rejects",
-        LabOpts {
-            nodes: 2,
-            rate: None,
-        },
-    ) else {
+    let Some(lab) = Lab::new("bootstrap_rejects", LabOpts { nodes: 2, rate: None }) else {
         return;
     };
     let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "10"];
@@ -132,7 +126,14 @@ fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
     let r0 = lab.spawn(0, &a0.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     std::thread::sleep(Duration::from_millis(300));
     // Garbage from node-b onto the coordinator's port.
-    let g = lab.exec(1, "bash", &["-c", "exec 3<>/dev/tcp/198.18.0.10/29517; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; sleep 0.3"]);
+    let g = lab.exec(
+        1,
+        "bash",
+        &[
+            "-c",
+            "exec 3<>/dev/tcp/198.18.0.10/29517; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; sleep 0.3",
+        ],
+    );
     assert!(g.status.success(), "{}", text(&g.stderr));
     // A rank with another job's token is turned away and says so.
     let bad = lab.ring_args(1, 2, "wrong", &extra);
@@ -150,12 +151,7 @@ fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
     let (o1, _) = lab.wait(r1, Duration::from_secs(15));
     let (o0, _) = lab.wait(r0, Duration::from_secs(15));
     assert!(o1.status.success(), "{}", text(&o1.stderr));
-    assert!(
-        o0.status.success(),
-        "{}\n{}",
-        text(&o0.stderr),
-        text(&o0.stdout)
-    );
+    assert!(o0.status.success(), "{}\n{}", text(&o0.stderr), text(&o0.stdout));
     let err0 = text(&o0.stderr);
     let rejected: Vec<&str> = err0
         .lines()
@@ -173,13 +169,7 @@ fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
 
 #[test]
 fn missing_rank_is_named_within_the_deadline() {
-    let Some(lab) = Lab::new(
-        "missing_rank",
-        LabOpts {
-            nodes: 3,
-            rate: None,
-        },
-    ) else {
+    let Some(lab) = Lab::new("missing_rank", LabOpts { nodes: 3, rate: None }) else {
         return;
     };
     let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "3"];
@@ -196,20 +186,19 @@ fn missing_rank_is_named_within_the_deadline() {
     for (r, o) in [(0, &o0), (1, &o1)] {
         assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
         let e = text(&o.stderr);
-        assert!(e.contains("1 of 3 ranks never reached the coordinator at 198.18.0.10:29517 within 3 s: missing rank 2"), "rank {r}: {e}");
+        assert!(
+            e.contains(
+                "1 of 3 ranks never reached the coordinator at 198.18.0.10:29517 within 3 s: missing rank 2"
+            ),
+            "rank {r}: {e}"
+        );
         assert!(e.contains("firewall on TCP port 29517"), "rank {r}: {e}");
     }
 }
 
 #[test]
 fn bootstrap_of_32_ranks_on_4_nodes() {
-    let Some(lab) = Lab::new(
-        "bootstrap_32",
-        LabOpts {
-            nodes: 4,
-            rate: None,
-        },
-    ) else {
+    let Some(lab) = Lab::new("bootstrap_32", LabOpts { nodes: 4, rate: None }) else {
         return;
     };
     let extra = [
@@ -303,13 +292,7 @@ fn lab_is_torn_down_even_when_a_test_panics() {
 fn one_slow_pair_slows_the_whole_ring() {
     // The lab's htb pair shaping works, and a pipelined ring runs at its slowest hop: the
     // reason issue 5's link scan exists.
-    let Some(lab) = Lab::new(
-        "slow_pair",
-        LabOpts {
-            nodes: 3,
-            rate: None,
-        },
-    ) else {
+    let Some(lab) = Lab::new("slow_pair", LabOpts { nodes: 3, rate: None }) else {
         return;
     };
     lab.shape_pair(1, 2, "200mbit", "2gbit");

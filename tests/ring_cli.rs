@@ -39,10 +39,7 @@ fn local_ring_json_contract() {
             assert!(r[k].is_number(), "{k} in {r}");
         }
         assert_eq!(r["wrong"], 0);
-        let (alg, bus) = (
-            r["algbw_gbs"].as_f64().unwrap(),
-            r["busbw_gbs"].as_f64().unwrap(),
-        );
+        let (alg, bus) = (r["algbw_gbs"].as_f64().unwrap(), r["busbw_gbs"].as_f64().unwrap());
         assert!(
             (bus - alg * 4.0 / 3.0).abs() < 1e-9,
             "busbw = algbw x 2(n-1)/n: {r}"
@@ -57,9 +54,11 @@ fn local_ring_json_contract() {
     }
     let ranks = d["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 3);
-    assert!(ranks.iter().all(
-        |r| r["transport"] == "tcp" && r["address"].as_str().unwrap().starts_with("127.0.0.1:")
-    ));
+    assert!(
+        ranks
+            .iter()
+            .all(|r| r["transport"] == "tcp" && r["address"].as_str().unwrap().starts_with("127.0.0.1:"))
+    );
     assert!(d["error"].is_null());
     assert_eq!(j["findings"].as_array().unwrap().len(), 0);
 }
@@ -71,10 +70,7 @@ fn no_check_shows_na() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let t = text(&o.stdout);
-    let row = t
-        .lines()
-        .find(|l| l.trim_start().starts_with("1024"))
-        .unwrap();
+    let row = t.lines().find(|l| l.trim_start().starts_with("1024")).unwrap();
     assert!(row.ends_with("N/A"), "{row}");
 }
 
@@ -105,11 +101,7 @@ fn usage_errors_exit_2() {
     ] {
         let o = fabprobe(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
-        assert!(
-            text(&o.stderr).contains(want),
-            "{args:?}: {}",
-            text(&o.stderr)
-        );
+        assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
     }
 }
 
@@ -136,9 +128,5 @@ fn missing_rank_ends_at_the_deadline() {
         "{}",
         text(&o.stderr)
     );
-    assert!(
-        text(&o.stderr).contains("missing rank 1;"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert!(text(&o.stderr).contains("missing rank 1;"), "{}", text(&o.stderr));
 }

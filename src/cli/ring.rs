@@ -34,23 +34,13 @@ pub struct RingArgs {
     #[arg(short = 'e', long = "maxbytes", value_name = "SIZE", default_value = "32M", value_parser = parse_size)]
     pub max_bytes: u64,
     /// Multiply the size by this factor between steps.
-    #[arg(
-        short = 'f',
-        long = "stepfactor",
-        value_name = "F",
-        default_value_t = 2
-    )]
+    #[arg(short = 'f', long = "stepfactor", value_name = "F", default_value_t = 2)]
     pub factor: u64,
     /// Timed iterations per size.
     #[arg(short = 'n', long = "iters", value_name = "N", default_value_t = 20)]
     pub iters: u32,
     /// Warm-up iterations per size (not timed).
-    #[arg(
-        short = 'w',
-        long = "warmup_iters",
-        value_name = "N",
-        default_value_t = 1
-    )]
+    #[arg(short = 'w', long = "warmup_iters", value_name = "N", default_value_t = 1)]
     pub warmup: u32,
     /// Verify the result of every size (0 turns checking off: #wrong shows N/A).
     #[arg(short = 'c', long = "check", value_name = "0|1", default_value_t = 1)]
@@ -190,10 +180,7 @@ fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpA
         .and_then(|(h, _)| h.parse::<IpAddr>().ok());
     let choices = ifname::select(&ifs, spec, comm_id);
     let Some(c) = choices.first() else {
-        let have: Vec<String> = ifs
-            .iter()
-            .map(|i| format!("{} {}", i.name, i.addr))
-            .collect();
+        let have: Vec<String> = ifs.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();
         return Err(UsageError(format!(
             "no data interface matches {}; this host has: {}",
             spec.unwrap_or("NCCL's default order"),
@@ -223,12 +210,7 @@ fn findings(r: &RingReport) -> Vec<Finding> {
         );
     }
     if let Some(e) = &r.error {
-        f.push(Finding::new(
-            "ring.aborted",
-            Severity::Fail,
-            "ring",
-            e.clone(),
-        ));
+        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
     }
     f
 }
@@ -270,10 +252,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
             )
             .into());
         }
-        TransportArg::Auto => g.log(
-            1,
-            "transport auto: tcp (the rdma transport is not built yet)",
-        ),
+        TransportArg::Auto => g.log(1, "transport auto: tcp (the rdma transport is not built yet)"),
         TransportArg::Tcp => {}
     }
     let opts = options(&a)?;
@@ -287,8 +266,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         coordinator: a.coordinator.clone(),
         token: a.token.clone(),
     };
-    let id = launcher::resolve(&flags, &launcher::process_env())
-        .map_err(|e| UsageError(e.to_string()))?;
+    let id = launcher::resolve(&flags, &launcher::process_env()).map_err(|e| UsageError(e.to_string()))?;
     log(&format!(
         "rank {} of {} from {}; coordinator {} ({}); token from {}",
         id.rank,
@@ -315,11 +293,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     outcome(g, fmt, run::run_rank(setup, &opts, &logf))
 }
 
-fn outcome(
-    g: &GlobalArgs,
-    fmt: Format,
-    r: Result<RankOutcome, run::RunError>,
-) -> anyhow::Result<Outcome> {
+fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
     match r {
         Ok(RankOutcome {
             report: Some(rep), ..
@@ -331,14 +305,7 @@ fn outcome(
                 Outcome::Pass
             })
         }
-        Ok(RankOutcome {
-            report: None,
-            failed,
-        }) => Ok(if failed {
-            Outcome::Fault
-        } else {
-            Outcome::Pass
-        }),
+        Ok(RankOutcome { report: None, failed }) => Ok(if failed { Outcome::Fault } else { Outcome::Pass }),
         Err(e) if e.kind == Failure::CannotRun => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
             eprintln!("fabprobe: ring: {}", e.message);
@@ -348,13 +315,7 @@ fn outcome(
 }
 
 /// N ranks as threads of this process over loopback.
-fn run_local(
-    g: &GlobalArgs,
-    fmt: Format,
-    n: u32,
-    opts: &Options,
-    a: &RingArgs,
-) -> anyhow::Result<Outcome> {
+fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) -> anyhow::Result<Outcome> {
     // Loopback unless --ifname names another local interface to run the ring over.
     let (data_ip, device) = match &a.ifname {
         Some(spec) => data_interface(Some(spec), &|s| g.log(1, s))?,

@@ -186,8 +186,8 @@ pub fn list_interfaces() -> std::io::Result<Vec<IfAddr>> {
             let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
                 .to_string_lossy()
                 .into_owned();
-            let running = ifa.ifa_flags & (libc::IFF_UP as u32) != 0
-                && ifa.ifa_flags & (libc::IFF_RUNNING as u32) != 0;
+            let running =
+                ifa.ifa_flags & (libc::IFF_UP as u32) != 0 && ifa.ifa_flags & (libc::IFF_RUNNING as u32) != 0;
             let fam = (*ifa.ifa_addr).sa_family as i32;
             let (addr, prefix_len) = match fam {
                 libc::AF_INET => {
@@ -196,12 +196,8 @@ pub fn list_interfaces() -> std::io::Result<Vec<IfAddr>> {
                     let len = if ifa.ifa_netmask.is_null() {
                         32
                     } else {
-                        u32::from_be(
-                            (*(ifa.ifa_netmask as *const libc::sockaddr_in))
-                                .sin_addr
-                                .s_addr,
-                        )
-                        .count_ones() as u8
+                        u32::from_be((*(ifa.ifa_netmask as *const libc::sockaddr_in)).sin_addr.s_addr)
+                            .count_ones() as u8
                     };
                     (IpAddr::V4(ip), len)
                 }
@@ -276,11 +272,7 @@ mod tests {
             ("^docker,lo,virbr", "lo", false),
             ("^docker,lo,virbr", "eth0", true),
         ] {
-            assert_eq!(
-                IfSpec::parse(spec).unwrap().matches(name),
-                want,
-                "{spec} {name}"
-            );
+            assert_eq!(IfSpec::parse(spec).unwrap().matches(name), want, "{spec} {name}");
         }
     }
 
@@ -324,10 +316,7 @@ mod tests {
             names(select(&host, Some("=eth1"), None)),
             ["eth1 198.19.0.10 (matches =eth1)"]
         );
-        assert_eq!(
-            names(select(&host, Some("eth2"), None)),
-            Vec::<String>::new()
-        );
+        assert_eq!(names(select(&host, Some("eth2"), None)), Vec::<String>::new());
         // One character: ignored, the default applies.
         assert_eq!(names(select(&host, Some("e"), None)).len(), 2);
         let mut with_ib = host.clone();

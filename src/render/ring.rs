@@ -80,25 +80,17 @@ pub fn table(r: &RingReport) -> String {
             fit(row.time_us, 7),
             fit(row.algbw_gbs, 6),
             fit(row.busbw_gbs, 6),
-            row.wrong
-                .map(|w| w.to_string())
-                .unwrap_or_else(|| "N/A".into())
+            row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
         ));
     }
-    let bad_rows = r
-        .results
-        .iter()
-        .filter(|x| x.wrong.unwrap_or(0) > 0)
-        .count();
+    let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
     line(format!(
         "# Out of bounds values : {bad_rows} {}",
         if bad_rows == 0 { "OK" } else { "FAILED" }
     ));
     line(format!(
         "# Avg bus bandwidth    : {}",
-        r.avg_busbw_gbs
-            .map(|b| fit(b, 6))
-            .unwrap_or_else(|| "N/A".into())
+        r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
     ));
     line("#".into());
     if !r.links.is_empty() {
@@ -184,10 +176,7 @@ mod tests {
                     pid: Some(1000 + r),
                 })
                 .collect(),
-            results: vec![
-                row(1 << 20, 13_000.0, Some(0)),
-                row(64 << 20, 807_000.0, Some(0)),
-            ],
+            results: vec![row(1 << 20, 13_000.0, Some(0)), row(64 << 20, 807_000.0, Some(0))],
             avg_busbw_gbs: Some(0.1208),
             links: (0..4)
                 .map(|r| LinkRow {
@@ -227,9 +216,7 @@ mod tests {
         let t = table(&r);
         assert!(t.contains("    N/A\n"), "{t}");
         assert!(
-            t.ends_with(
-                "# ERROR: the run ended early: rank 2 (node-c) closed its control connection\n"
-            ),
+            t.ends_with("# ERROR: the run ended early: rank 2 (node-c) closed its control connection\n"),
             "{t}"
         );
     }

@@ -109,21 +109,18 @@ impl Progress {
         }
     }
     fn waiting(&self, peer: Option<Rank>, receive: bool) {
-        self.waiting_on
-            .store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
+        self.waiting_on.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
         self.waiting_to_receive.store(receive, Ordering::Relaxed);
     }
     fn moved(&self, received: u64, sent: u64) {
         self.bytes_received.fetch_add(received, Ordering::Relaxed);
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
-        self.last_progress_ms
-            .store(self.now_ms(), Ordering::Relaxed);
+        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
         self.progress.fetch_add(1, Ordering::Relaxed);
     }
     /// Counted as progress (the start of a size, a step boundary).
     pub fn touch(&self) {
-        self.last_progress_ms
-            .store(self.now_ms(), Ordering::Relaxed);
+        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
     }
     pub fn report(&self, rank: Rank, channel: u32) -> WaitReport {
         let w = self.waiting_on.load(Ordering::Relaxed);
@@ -226,9 +223,7 @@ impl Chan<'_> {
             return Err(RingError::Aborted(r));
         }
         if self.stop.load(Ordering::Relaxed) {
-            return Err(RingError::Aborted(
-                "another channel of this rank failed".into(),
-            ));
+            return Err(RingError::Aborted("another channel of this rank failed".into()));
         }
         Ok(())
     }
@@ -590,8 +585,7 @@ mod tests {
                 .map(|(r, mut l)| {
                     let abort = &abort;
                     sc.spawn(move || {
-                        let progress: Vec<Progress> =
-                            (0..channels).map(|_| Progress::default()).collect();
+                        let progress: Vec<Progress> = (0..channels).map(|_| Progress::default()).collect();
                         let ring = Ring {
                             rank: r as u32,
                             world,
@@ -660,15 +654,7 @@ mod tests {
                 Faults::default()
             }
         };
-        let res = run_all(
-            4,
-            1,
-            4 * 4096,
-            1024,
-            &faults,
-            Duration::from_millis(300),
-            false,
-        );
+        let res = run_all(4, 1, 4 * 4096, 1024, &faults, Duration::from_millis(300), false);
         let stuck: Vec<&WaitReport> = res
             .iter()
             .filter_map(|r| match r {
@@ -676,10 +662,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let w = stuck
-            .iter()
-            .find(|w| w.rank == 2)
-            .expect("rank 2 reports stuck");
+        let w = stuck.iter().find(|w| w.rank == 2).expect("rank 2 reports stuck");
         assert_eq!(
             (w.waiting_on, w.waiting_to_receive, w.phase, w.step),
             (Some(1), true, Phase::ReduceScatter, 1)
@@ -728,9 +711,7 @@ mod tests {
         out[0] -= 2.0;
         assert_eq!(count_wrong(world, &out), 3);
         // Inputs are small integers: exact in any summation order, never all zero.
-        assert!(
-            (0..1000).all(|i| input_value(3, i).fract() == 0.0 && input_value(3, i).abs() <= 125.0)
-        );
+        assert!((0..1000).all(|i| input_value(3, i).fract() == 0.0 && input_value(3, i).abs() <= 125.0));
         assert!((0..1000).any(|i| input_value(0, i) != input_value(1, i)));
     }
 

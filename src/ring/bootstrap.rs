@@ -33,15 +33,8 @@ pub const FAILURE_GRACE: Duration = Duration::from_millis(1000);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
-    Rejected {
-        peer: String,
-        reason: String,
-    },
-    Joined {
-        rank: Rank,
-        peer: String,
-        host: String,
-    },
+    Rejected { peer: String, reason: String },
+    Joined { rank: Rank, peer: String, host: String },
 }
 
 impl Event {
@@ -84,9 +77,7 @@ pub enum BootstrapError {
     Rejected { coordinator: String, reason: String },
     #[error("{0}")]
     Aborted(String),
-    #[error(
-        "the coordinator at {coordinator} closed the control connection ({why}); rank 0 probably died"
-    )]
+    #[error("the coordinator at {coordinator} closed the control connection ({why}); rank 0 probably died")]
     CoordinatorLost { coordinator: String, why: String },
     #[error("cannot listen for ranks on {addr}: {source}")]
     Bind { addr: String, source: io::Error },
@@ -95,11 +86,7 @@ pub enum BootstrapError {
 }
 
 fn list(ranks: &[Rank]) -> String {
-    ranks
-        .iter()
-        .map(|r| r.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 fn port_of(addr: &str) -> String {
@@ -216,9 +203,7 @@ fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool
                     let _ = tx.send((s, peer, hello));
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(2))
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(2)),
             Err(_) => thread::sleep(Duration::from_millis(20)),
         }
     }
@@ -244,19 +229,11 @@ fn kind(m: &Msg) -> &'static str {
 fn token_eq(a: &str, b: &str) -> bool {
     // Length-independent comparison time is not needed (the token is a job id, not a
     // secret), but comparing every byte costs nothing.
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Check a hello against the job. Pure.
-pub fn validate(
-    h: &Hello,
-    cfg: &CoordinatorConfig,
-    seen: &BTreeMap<Rank, RankInfo>,
-) -> Result<(), String> {
+pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankInfo>) -> Result<(), String> {
     let (cfg_world, cfg_token) = (cfg.world, cfg.token.as_str());
     if h.protocol != wire::PROTOCOL {
         return Err(format!(
@@ -339,10 +316,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
                                 reason: reason.clone(),
                             },
                         );
-                        rep.events.push(Event::Rejected {
-                            peer: peer_s,
-                            reason,
-                        });
+                        rep.events.push(Event::Rejected { peer: peer_s, reason });
                     }
                 }
             }
@@ -389,10 +363,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
 fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport) {
     while let Ok((s, peer, hello)) = rx.try_recv() {
         let reason = match hello {
-            Ok(h) => format!(
-                "rank {} arrived after the run started (or was aborted)",
-                h.rank
-            ),
+            Ok(h) => format!("rank {} arrived after the run started (or was aborted)", h.rank),
             Err(e) => e.to_string(),
         };
         let mut w = &s;
@@ -454,8 +425,7 @@ fn serve(
     let ranks = rep.ranks.clone();
     let host = |r: Rank| rep_host(&ranks, r);
     let run_start = Instant::now();
-    let mut last_seen: BTreeMap<Rank, Instant> =
-        conns.keys().map(|&r| (r, Instant::now())).collect();
+    let mut last_seen: BTreeMap<Rank, Instant> = conns.keys().map(|&r| (r, Instant::now())).collect();
     let mut ready = 0u32;
     let mut done_results: BTreeMap<Rank, RankResults> = BTreeMap::new();
     let mut failing_since: Option<Instant> = None;
@@ -469,13 +439,15 @@ fn serve(
         }
         // A rank that says nothing for the whole timeout is gone or frozen.
         for (&r, &t) in &last_seen {
-            if now.duration_since(t) > cfg.timeout
-                && !rep.lost.contains(&r)
-                && !done_results.contains_key(&r)
+            if now.duration_since(t) > cfg.timeout && !rep.lost.contains(&r) && !done_results.contains_key(&r)
             {
                 rep.lost.push(r);
                 first_failure.get_or_insert_with(|| {
-                    format!("rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)", host(r), cfg.timeout.as_secs())
+                    format!(
+                        "rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)",
+                        host(r),
+                        cfg.timeout.as_secs()
+                    )
                 });
                 failing_since.get_or_insert(now);
             }
@@ -517,9 +489,8 @@ fn serve(
                         failing_since.get_or_insert(Instant::now());
                     }
                     Msg::Failed { error, .. } => {
-                        first_failure.get_or_insert_with(|| {
-                            format!("rank {r} ({}) failed: {error}", host(r))
-                        });
+                        first_failure
+                            .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
                         rep.failed.push((r, error));
                         failing_since.get_or_insert(Instant::now());
                     }
@@ -688,12 +659,10 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
         peer: coordinator.to_string(),
         source,
     };
-    let s = connect_until(coordinator, start + timeout).map_err(|last| {
-        BootstrapError::Unreachable {
-            coordinator: coordinator.to_string(),
-            secs: timeout.as_secs(),
-            last,
-        }
+    let s = connect_until(coordinator, start + timeout).map_err(|last| BootstrapError::Unreachable {
+        coordinator: coordinator.to_string(),
+        secs: timeout.as_secs(),
+        last,
     })?;
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(timeout))
@@ -708,8 +677,7 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
                 timeout.as_secs()
             )));
         }
-        s.set_read_timeout(Some(left))
-            .map_err(|e| wire_err(e.into()))?;
+        s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
         let mut r = &s;
         match wire::read_msg(&mut r) {
             Ok(Msg::Table { ranks }) => {
@@ -951,9 +919,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            wrong
-                .to_string()
-                .contains("rejected this rank: wrong token"),
+            wrong.to_string().contains("rejected this rank: wrong token"),
             "{wrong}"
         );
         let a = thread::spawn({

@@ -182,9 +182,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Identity, LauncherError> {
         .get("FABPROBE_COORDINATOR")
         .map(|c| (c.clone(), "FABPROBE_COORDINATOR".to_string()));
 
-    let (rank, world, source, launcher_coord) = if let (Some(r), Some(w)) =
-        (flags.rank, flags.world)
-    {
+    let (rank, world, source, launcher_coord) = if let (Some(r), Some(w)) = (flags.rank, flags.world) {
         (r, w, Source::Flags, None)
     } else if let (Some(r), Some(w)) = (num(env, "FABPROBE_RANK")?, num(env, "FABPROBE_WORLD")?) {
         (r, w, Source::Fabprobe, None)
@@ -194,12 +192,9 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Identity, LauncherError> {
             .get("SLURM_STEP_NODELIST")
             .or_else(|| env.get("SLURM_JOB_NODELIST"))
             .or_else(|| env.get("SLURM_NODELIST"));
-        let coord = list.and_then(|l| slurm_first_host(l)).map(|h| {
-            (
-                join(&h, port),
-                "the first host of SLURM_JOB_NODELIST".to_string(),
-            )
-        });
+        let coord = list
+            .and_then(|l| slurm_first_host(l))
+            .map(|h| (join(&h, port), "the first host of SLURM_JOB_NODELIST".to_string()));
         (r, w, Source::Slurm, coord)
     } else if let (Some(r), Some(w)) = (
         num(env, "OMPI_COMM_WORLD_RANK")?,
@@ -309,11 +304,7 @@ mod tests {
     #[test]
     #[allow(clippy::type_complexity)]
     fn sources_in_order() {
-        let cases: Vec<(
-            Flags,
-            Env,
-            Result<(u32, u32, Source, &str, &str), LauncherError>,
-        )> = vec![
+        let cases: Vec<(Flags, Env, Result<(u32, u32, Source, &str, &str), LauncherError>)> = vec![
             (
                 Flags {
                     rank: Some(1),
@@ -352,13 +343,7 @@ mod tests {
                     ("FABPROBE_COORDINATOR", "h1:1234"),
                     ("OMPI_MCA_ess_base_jobid", "123"),
                 ]),
-                Ok((
-                    0,
-                    2,
-                    Source::OpenMpi,
-                    "h1:1234",
-                    "ompi_mca_ess_base_jobid:123",
-                )),
+                Ok((0, 2, Source::OpenMpi, "h1:1234", "ompi_mca_ess_base_jobid:123")),
             ),
             (
                 Flags {

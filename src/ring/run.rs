@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
-use super::bootstrap::{
-    self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session,
-};
+use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session};
 use super::launcher::{Identity, Source};
 use super::transport::tcp::TcpFabric;
 use super::transport::{Fabric, LinkKey, LinkRequest};
@@ -44,13 +42,7 @@ impl Options {
     pub fn canonical(&self) -> String {
         format!(
             "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={}",
-            self.sizes,
-            self.iters,
-            self.warmup,
-            self.check,
-            self.channels,
-            self.slots,
-            self.slot_bytes
+            self.sizes, self.iters, self.warmup, self.check, self.channels, self.slots, self.slot_bytes
         )
     }
 }
@@ -210,9 +202,7 @@ pub fn aggregate(
             channel_count: channels,
             from_rank: s.from_rank,
             to_rank: s.to_rank,
-            from_host: info(s.from_rank)
-                .map(|i| i.host.clone())
-                .unwrap_or_default(),
+            from_host: info(s.from_rank).map(|i| i.host.clone()).unwrap_or_default(),
             to_host: info(s.to_rank).map(|i| i.host.clone()).unwrap_or_default(),
             from_device: info(s.from_rank).and_then(|i| i.device.clone()),
             to_device: info(s.to_rank).and_then(|i| i.device.clone()),
@@ -400,10 +390,7 @@ fn rank_body(
                 .map_err(|e| fault(e.to_string()))?;
             // The coordinator answers once every rank reported, within its own deadlines.
             match session.wait_done(timeout * 2 + Duration::from_secs(5)) {
-                Ok((failed, _verdicts)) => Ok(RankOutcome {
-                    report: None,
-                    failed,
-                }),
+                Ok((failed, _verdicts)) => Ok(RankOutcome { report: None, failed }),
                 Err(e) => Err(fault(e.to_string())),
             }
         }
@@ -528,14 +515,7 @@ fn sweep(
             iters: opts.iters,
             check: opts.check > 0,
         };
-        let r = allreduce::run_size(
-            ring,
-            links,
-            progress,
-            &session.abort,
-            &spec,
-            opts.slot_bytes,
-        )?;
+        let r = allreduce::run_size(ring, links, progress, &session.abort, &spec, opts.slot_bytes)?;
         if ring.rank == 0 {
             log(1, &format!("size {bytes}: {:.1} us", r.seconds * 1e6));
         }

@@ -206,10 +206,7 @@ mod tests {
     fn garbage_is_rejected_without_allocating() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"GET / HTTP/1.1\r\n\r\n".to_vec(), "bad magic"),
-            (
-                [MAGIC.as_slice(), &u32::MAX.to_be_bytes()].concat(),
-                "exceeds",
-            ),
+            ([MAGIC.as_slice(), &u32::MAX.to_be_bytes()].concat(), "exceeds"),
             (frame(b"{not json"), "malformed"),
             (frame(br#"{"type":"launch_missiles"}"#), "malformed"),
             (MAGIC[..2].to_vec(), "closed"),

@@ -132,11 +132,7 @@ impl Lab {
         let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         clean_leftovers();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let prefix = format!(
-            "fpl{}{}",
-            std::process::id(),
-            (b'a' + (n % 26) as u8) as char
-        );
+        let prefix = format!("fpl{}{}", std::process::id(), (b'a' + (n % 26) as u8) as char);
         let probe = format!("{prefix}-probe");
         if !sh(&["ip", "netns", "add", &probe]).status.success() {
             loud(&format!(
@@ -180,8 +176,8 @@ impl Lab {
             ] {
                 let outer = format!("{prefix}{i}{suffix}");
                 must(&[
-                    "ip", "link", "add", &outer, "mtu", mtu, "type", "veth", "peer", "name", inner,
-                    "mtu", mtu, "netns", &ns,
+                    "ip", "link", "add", &outer, "mtu", mtu, "type", "veth", "peer", "name", inner, "mtu",
+                    mtu, "netns", &ns,
                 ]);
                 must(&["ip", "link", "set", &outer, "master", br, "up"]);
                 x(&["ip", "addr", "add", &ip, "dev", inner]);
@@ -190,8 +186,8 @@ impl Lab {
             if let Some(rate) = &opts.rate {
                 // Egress of the data interface: every ring hop leaves through exactly one.
                 x(&[
-                    "tc", "qdisc", "add", "dev", "eth1", "root", "tbf", "rate", rate, "burst",
-                    "512kb", "latency", "100ms",
+                    "tc", "qdisc", "add", "dev", "eth1", "root", "tbf", "rate", rate, "burst", "512kb",
+                    "latency", "100ms",
                 ]);
             }
         }
@@ -270,8 +266,8 @@ impl Lab {
         self.in_ns(
             node,
             &[
-                "tc", "qdisc", "replace", "dev", "eth1", "root", "tbf", "rate", rate, "burst",
-                "512kb", "latency", "100ms",
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "tbf", "rate", rate, "burst", "512kb",
+                "latency", "100ms",
             ],
         );
     }
@@ -283,29 +279,28 @@ impl Lab {
         self.in_ns(
             from,
             &[
-                "tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default",
-                "20",
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "20",
             ],
         );
         self.in_ns(
             from,
             &[
-                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb",
-                "rate", rate, "ceil", rate,
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb", "rate", rate,
+                "ceil", rate,
             ],
         );
         self.in_ns(
             from,
             &[
-                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb",
-                "rate", other_rate, "ceil", other_rate,
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb", "rate",
+                other_rate, "ceil", other_rate,
             ],
         );
         self.in_ns(
             from,
             &[
-                "tc", "filter", "add", "dev", "eth1", "parent", "1:", "protocol", "ip", "prio",
-                "1", "u32", "match", "ip", "dst", &dst, "flowid", "1:10",
+                "tc", "filter", "add", "dev", "eth1", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                "match", "ip", "dst", &dst, "flowid", "1:10",
             ],
         );
     }
@@ -316,9 +311,7 @@ impl Lab {
         let src = self.nodes[peer].data_ip.clone();
         self.in_ns(
             node,
-            &[
-                "iptables", "-A", "INPUT", "-i", "eth1", "-s", &src, "-j", "DROP",
-            ],
+            &["iptables", "-A", "INPUT", "-i", "eth1", "-s", &src, "-j", "DROP"],
         );
     }
 

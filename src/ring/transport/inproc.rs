@@ -199,8 +199,7 @@ impl SendLink for InprocSend {
         }
         if let Some(rate) = f.rate_bytes_per_s {
             let start = *self.started.get_or_insert_with(Instant::now);
-            let due =
-                start + Duration::from_secs_f64((self.sent + data.len() as u64) as f64 / rate);
+            let due = start + Duration::from_secs_f64((self.sent + data.len() as u64) as f64 / rate);
             if let Some(d) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);
             }
@@ -461,9 +460,7 @@ mod tests {
         let (mut s, mut r, h) = link("a", "b", 2, 8, Faults::default(), Duration::from_secs(5));
         h.kill("cable pulled");
         let soon = Instant::now() + Duration::from_millis(100);
-        assert!(
-            matches!(s.acquire(soon), Err(TransportError::Closed { why, .. }) if why == "cable pulled")
-        );
+        assert!(matches!(s.acquire(soon), Err(TransportError::Closed { why, .. }) if why == "cable pulled"));
         assert!(matches!(r.poll(soon), Err(TransportError::Closed { .. })));
     }
 
@@ -492,18 +489,17 @@ mod tests {
         );
         let table = vec![];
         let deadline = Instant::now() + Duration::from_secs(2);
-        let req =
-            |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
-                me,
-                token: "t",
-                table: &table,
-                sends,
-                recvs,
-                slots: 2,
-                slot_bytes: 16,
-                deadline,
-                timeout: Duration::from_secs(1),
-            };
+        let req = |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
+            me,
+            token: "t",
+            table: &table,
+            sends,
+            recvs,
+            slots: 2,
+            slot_bytes: 16,
+            deadline,
+            timeout: Duration::from_secs(1),
+        };
         let (f0, f1) = (net.fabric(0), net.fabric(1));
         let (a, b) = std::thread::scope(|sc| {
             let b = sc.spawn(|| f1.open(&req(1, &[], &[(0, 7), (0, 0)])).ok().unwrap());
@@ -523,9 +519,6 @@ mod tests {
                 .is_timeout()
         );
         net.handle(0, 1, 0).unwrap().kill("cut");
-        assert!(matches!(
-            r[1].poll(deadline),
-            Err(TransportError::Closed { .. })
-        ));
+        assert!(matches!(r[1].poll(deadline), Err(TransportError::Closed { .. })));
     }
 }

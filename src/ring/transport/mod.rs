@@ -187,9 +187,7 @@ pub(crate) mod conformance {
         let t = thread::spawn(move || {
             for i in 0..50u32 {
                 let slot = s.acquire(soon(5000)).unwrap();
-                let data: Vec<u8> = (0..(i as usize % 64) + 1)
-                    .map(|k| (k as u32 + i) as u8)
-                    .collect();
+                let data: Vec<u8> = (0..(i as usize % 64) + 1).map(|k| (k as u32 + i) as u8).collect();
                 s.write_imm(slot, &data, 1000 + i).unwrap();
             }
             s
@@ -303,10 +301,7 @@ pub(crate) mod conformance {
             assert_eq!(c.imm, i);
             let mut ok = false;
             r.consume(&c, &mut |b| {
-                ok = bytes_f32(b).is_some()
-                    && b.iter()
-                        .enumerate()
-                        .all(|(k, &x)| x == (k as u32 ^ i) as u8);
+                ok = bytes_f32(b).is_some() && b.iter().enumerate().all(|(k, &x)| x == (k as u32 ^ i) as u8);
             })
             .unwrap();
             assert!(ok, "chunk {i} corrupted or misaligned");

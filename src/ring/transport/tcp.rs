@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name,
-    slot_buffer, words_as_bytes, words_as_bytes_mut,
+    Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name, slot_buffer,
+    words_as_bytes, words_as_bytes_mut,
 };
 
 const DATA_MAGIC: u32 = 0x4650_4431; // "FPD1"
@@ -148,8 +148,7 @@ pub fn connect(
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let mut s =
-        stream.ok_or_else(|| setup(&format!("connecting the data link to {addr}"), last))?;
+    let mut s = stream.ok_or_else(|| setup(&format!("connecting the data link to {addr}"), last))?;
     set_buffers(&s);
     let left = deadline
         .saturating_duration_since(Instant::now())
@@ -241,10 +240,7 @@ impl SendLink for TcpSend {
         head[12..16].copy_from_slice(&imm.to_be_bytes());
         let (mut h, mut d) = (&head[..], data);
         while !h.is_empty() || !d.is_empty() {
-            let n = match self
-                .stream
-                .write_vectored(&[IoSlice::new(h), IoSlice::new(d)])
-            {
+            let n = match self.stream.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]) {
                 Ok(0) => {
                     return Err(TransportError::Closed {
                         peer: self.peer.clone(),
@@ -341,10 +337,7 @@ fn rx_loop(mut s: TcpStream, sh: Arc<RxShared>, peer: String, slot_bytes: usize)
             let mut q = sh.q();
             match q.busy.get_mut(slot as usize) {
                 None => {
-                    return fail(proto(format!(
-                        "write into slot {slot} of {}",
-                        sh.slots.len()
-                    )));
+                    return fail(proto(format!("write into slot {slot} of {}", sh.slots.len())));
                 }
                 Some(b) if *b => {
                     return fail(proto(format!(
@@ -376,9 +369,7 @@ fn rx_loop(mut s: TcpStream, sh: Arc<RxShared>, peer: String, slot_bytes: usize)
 
 fn make_recv(s: TcpStream, peer: String, slots: usize, slot_bytes: usize) -> io::Result<TcpRecv> {
     let sh = Arc::new(RxShared {
-        slots: (0..slots)
-            .map(|_| Mutex::new(slot_buffer(slot_bytes)))
-            .collect(),
+        slots: (0..slots).map(|_| Mutex::new(slot_buffer(slot_bytes))).collect(),
         q: Mutex::new(RxQueue {
             completions: VecDeque::new(),
             error: None,
@@ -593,10 +584,7 @@ pub fn accept(
         let _ = s.set_write_timeout(Some(timeout));
         let name = peer_name(hs.from_rank);
         match make_recv(s, name, slots, slot_bytes) {
-            Ok(link) => got.push(Accepted {
-                handshake: hs,
-                link,
-            }),
+            Ok(link) => got.push(Accepted { handshake: hs, link }),
             Err(e) => rejected.push(format!("data link from {addr}: {e}")),
         }
     }
@@ -686,9 +674,8 @@ impl Fabric for TcpFabric {
             let a = got
                 .iter_mut()
                 .find(|a| {
-                    a.as_ref().is_some_and(|a| {
-                        a.handshake.from_rank == peer && a.handshake.channel == tag
-                    })
+                    a.as_ref()
+                        .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
                 })
                 .and_then(Option::take)
                 .ok_or_else(|| TransportError::Setup {
@@ -721,9 +708,8 @@ mod tests {
             to_rank: 1,
             channel: 0,
         };
-        let t = thread::spawn(move || {
-            connect(&addr, "rank 1", &hs, deadline, Duration::from_secs(5)).unwrap()
-        });
+        let t =
+            thread::spawn(move || connect(&addr, "rank 1", &hs, deadline, Duration::from_secs(5)).unwrap());
         let (mut got, rej) = accept(
             &l,
             "t",
@@ -833,18 +819,17 @@ mod tests {
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(5);
-        let req =
-            |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
-                me,
-                token: "t",
-                table: &table,
-                sends,
-                recvs,
-                slots: 2,
-                slot_bytes: 64,
-                deadline,
-                timeout: Duration::from_secs(5),
-            };
+        let req = |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
+            me,
+            token: "t",
+            table: &table,
+            sends,
+            recvs,
+            slots: 2,
+            slot_bytes: 64,
+            deadline,
+            timeout: Duration::from_secs(5),
+        };
         let (a, b) = thread::scope(|sc| {
             let a = sc.spawn(|| {
                 fabs[0]
