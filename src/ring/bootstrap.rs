@@ -122,13 +122,16 @@ pub struct CoordinatorConfig {
     pub advertised: String,
     /// Rank 0's run options; every hello must carry the same.
     pub params: String,
-    /// Turns what the coordinator saw into verdicts (the watchdog and localization plug in
-    /// here); called once at the end of the run, before the last message goes out.
+    /// Turns what the coordinator saw into verdicts: the watchdog and localization plug in
+    /// here. See [`Judge`].
     pub judge: Option<Judge>,
 }
 
-/// See [`CoordinatorConfig::judge`].
-pub type Judge = fn(&CoordinatorReport) -> Vec<Verdict>;
+/// Called with the coordinator's view and the run clock (ms since the table went out):
+/// during the run on every message and at least every 100 ms with `final_call` false (a
+/// non-empty answer ends the run at once, as a hang verdict should), and once at the end
+/// with `final_call` true (link-scan verdicts) before the last message goes out.
+pub type Judge = fn(rep: &CoordinatorReport, now_ms: u64, final_call: bool) -> Vec<Verdict>;
 
 /// What the coordinator hands back when the run is over (or failed).
 #[derive(Debug, Default)]
@@ -151,6 +154,15 @@ pub struct CoordinatorReport {
     pub previous_heartbeat: BTreeMap<Rank, WaitReport>,
     /// Milliseconds since the table went out when the coordinator last heard from each rank.
     pub last_heard_ms: BTreeMap<Rank, u64>,
+    /// The latest status message (heartbeat or stuck report) of each rank and its arrival
+    /// time on the run clock.
+    pub reports: BTreeMap<Rank, (u64, WaitReport)>,
+    /// Heartbeat progress counters `(arrival_ms, progress)`, oldest first, trimmed to the
+    /// last `timeout` + 10 s.
+    pub progress: BTreeMap<Rank, Vec<(u64, u64)>>,
+    /// Control connections that closed: when, and whether it was a reset (RST, EPIPE,
+    /// ETIMEDOUT) rather than an orderly close.
+    pub closed: BTreeMap<Rank, (u64, bool)>,
     /// How long the run phase lasted (table to end), in milliseconds.
     pub run_ms: u64,
     pub verdicts: Vec<Verdict>,
@@ -342,7 +354,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
         );
         rep.abort = Some(reason);
         if let Some(judge) = cfg.judge {
-            rep.verdicts = judge(&rep);
+            rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
         drain_rejections(&rx, &mut rep);
@@ -390,7 +402,7 @@ fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) {
 
 enum Control {
     Msg(Rank, Msg),
-    Closed(Rank, String),
+    Closed(Rank, WireError),
 }
 
 /// The run phase: readiness barrier, heartbeats, failure reports, results.
@@ -414,7 +426,7 @@ fn serve(
                         }
                     }
                     Err(e) => {
-                        let _ = tx.send(Control::Closed(rank, e.to_string()));
+                        let _ = tx.send(Control::Closed(rank, e));
                         return;
                     }
                 }
@@ -431,8 +443,23 @@ fn serve(
     let mut failing_since: Option<Instant> = None;
     let mut first_failure: Option<String> = None;
     let mut next_ping = Instant::now();
+    // With a judge, the built-in rule waits longer: the judge names the cause first.
+    let grace = if cfg.judge.is_some() {
+        cfg.timeout.max(FAILURE_GRACE * 3)
+    } else {
+        FAILURE_GRACE
+    };
+    let keep_ms = cfg.timeout.as_millis() as u64 + 10_000;
     loop {
         let now = Instant::now();
+        if let Some(judge) = cfg.judge {
+            let v = judge(rep, run_start.elapsed().as_millis() as u64, false);
+            if !v.is_empty() {
+                first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
+                rep.verdicts = v;
+                break;
+            }
+        }
         if now >= next_ping {
             broadcast(&conns, &Msg::Ping);
             next_ping = now + HEARTBEAT;
@@ -453,7 +480,7 @@ fn serve(
             }
         }
         if let Some(t) = failing_since {
-            if now.duration_since(t) >= FAILURE_GRACE
+            if now.duration_since(t) >= grace
                 || rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize
             {
                 break;
@@ -467,6 +494,16 @@ fn serve(
             .min(Duration::from_millis(100));
         match rx.recv_timeout(wait) {
             Ok(Control::Msg(r, m)) => {
+                let at_ms = run_start.elapsed().as_millis() as u64;
+                if let Msg::Heartbeat(w) | Msg::Stuck(w) = &m {
+                    rep.reports.insert(r, (at_ms, w.clone()));
+                }
+                if let Msg::Heartbeat(w) = &m {
+                    let h = rep.progress.entry(r).or_default();
+                    h.push((at_ms, w.progress));
+                    let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
+                    h.drain(..cut);
+                }
                 last_seen.insert(r, Instant::now());
                 rep.last_heard_ms
                     .insert(r, run_start.elapsed().as_millis() as u64);
@@ -500,7 +537,11 @@ fn serve(
                     _ => {}
                 }
             }
-            Ok(Control::Closed(r, why)) => {
+            Ok(Control::Closed(r, err)) => {
+                let reset = !matches!(err, WireError::Closed);
+                rep.closed
+                    .insert(r, (run_start.elapsed().as_millis() as u64, reset));
+                let why = err.to_string();
                 if !done_results.contains_key(&r) && !rep.lost.contains(&r) {
                     rep.lost.push(r);
                     first_failure.get_or_insert_with(|| {
@@ -521,7 +562,9 @@ fn serve(
     rep.results = done_results.into_values().collect();
     rep.run_ms = run_start.elapsed().as_millis() as u64;
     if let Some(judge) = cfg.judge {
-        rep.verdicts = judge(rep);
+        if rep.verdicts.is_empty() {
+            rep.verdicts = judge(rep, rep.run_ms, true);
+        }
     }
     match first_failure {
         Some(reason) => {
@@ -947,7 +990,10 @@ mod tests {
 
     #[test]
     fn judge_verdicts_reach_every_rank_and_fail_the_run() {
-        fn judge(rep: &CoordinatorReport) -> Vec<Verdict> {
+        fn judge(rep: &CoordinatorReport, _now_ms: u64, final_call: bool) -> Vec<Verdict> {
+            if !final_call {
+                return vec![];
+            }
             vec![Verdict {
                 kind: crate::ring::types::VerdictKind::SlowLink,
                 from_rank: Some(0),
@@ -997,5 +1043,61 @@ mod tests {
         let rep = coord.join().unwrap();
         assert_eq!(rep.verdicts.len(), 1);
         assert!(rep.abort.is_none());
+    }
+
+    #[test]
+    fn a_live_verdict_ends_the_run_at_once_with_its_message() {
+        fn judge(rep: &CoordinatorReport, now_ms: u64, _final: bool) -> Vec<Verdict> {
+            let Some(w) = rep.stuck.first() else { return vec![] };
+            let (at, _) = rep.reports[&w.rank];
+            assert!(now_ms >= at);
+            vec![Verdict {
+                kind: crate::ring::types::VerdictKind::HangLink,
+                from_rank: w.waiting_on,
+                to_rank: Some(w.rank),
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: format!("HANG rank {} waits for rank {:?}", w.rank, w.waiting_on),
+                next: None,
+            }]
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = CoordinatorConfig {
+            world: 2,
+            token: "t".into(),
+            timeout: Duration::from_secs(20),
+            advertised: addr.clone(),
+            params: "p".into(),
+            judge: Some(judge),
+        };
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let t0 = Instant::now();
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    if r == 1 {
+                        let mut w = crate::ring::allreduce::Progress::default().report(1, 0);
+                        w.waiting_on = Some(0);
+                        w.waiting_to_receive = true;
+                        s.send(&Msg::Stuck(w)).unwrap();
+                    }
+                    s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+                })
+            })
+            .collect();
+        for h in ranks {
+            assert_eq!(h.join().unwrap(), "HANG rank 1 waits for rank Some(0)");
+        }
+        // Not the 20 s timeout, nor the built-in grace: the verdict ended it.
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 1);
+        assert_eq!(rep.abort.as_deref(), Some("HANG rank 1 waits for rank Some(0)"));
     }
 }
