@@ -377,3 +377,79 @@ fn cut_data_link_ends_every_rank_within_the_deadline() {
     assert!(e.contains("waited") || e.contains("blocked"), "{e}");
     assert!(e.contains("ms"), "{e}");
 }
+
+#[test]
+fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
+    let Some(lab) = Lab::new(
+        "kill",
+        LabOpts {
+            nodes: 3,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = ["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", "5"];
+    // Round 1: SIGKILL the coordinator (rank 0).
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "k1", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
+    for &id in &ids[1..] {
+        let (o, t) = lab.wait(id, Duration::from_secs(5));
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        assert!(t < Duration::from_secs(2), "{t:?}");
+        assert!(
+            text(&o.stderr).contains("the coordinator at 198.18.0.10:29517 closed the control connection"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    let _ = lab.wait(ids[0], Duration::from_secs(5));
+    // Round 2: SIGKILL rank 2; rank 0 names it, and rank 1 ends too.
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(
+                r,
+                3,
+                "k2",
+                &[
+                    "-b",
+                    "8M",
+                    "-e",
+                    "8M",
+                    "-n",
+                    "1000",
+                    "--timeout",
+                    "5",
+                    "--format",
+                    "json",
+                ],
+            );
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: as above.
+    unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
+    let (o0, t0) = lab.wait(ids[0], Duration::from_secs(5));
+    let (o1, _) = lab.wait(ids[1], Duration::from_secs(5));
+    assert!(t0 < Duration::from_secs(3), "{t0:?}");
+    assert_eq!(o0.status.code(), Some(1));
+    assert_eq!(o1.status.code(), Some(1));
+    let e = json(&o0.stdout)["data"]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(e.contains("rank 2 (node-c) closed its control connection"), "{e}");
+    assert!(
+        text(&o1.stderr).contains("rank 2 (node-c) closed its control connection"),
+        "{}",
+        text(&o1.stderr)
+    );
+}
