@@ -45,7 +45,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s c -l check -d
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l channels -d 'Independent rings, each on its own connections (NCCL\'s channels)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l transport -d 'Data-plane transport' -r -f -a "tcp\t'TCP sockets over the interface chosen by --ifname'
 rdma\t'ibverbs RC QPs with RDMA Write with immediate (not built yet)'
-auto\t'rdma where every rank has a usable device, else tcp'"
+auto\t'rdma where every rank has a usable device, else tcp (today: always tcp)'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact (default: $NCCL_SOCKET_IFNAME, else NCCL\'s own default order)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher\'s job id)' -r

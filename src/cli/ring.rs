@@ -20,7 +20,7 @@ pub enum TransportArg {
     Tcp,
     /// ibverbs RC QPs with RDMA Write with immediate (not built yet).
     Rdma,
-    /// rdma where every rank has a usable device, else tcp.
+    /// rdma where every rank has a usable device, else tcp (today: always tcp).
     Auto,
 }
 
