@@ -173,7 +173,12 @@ type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
 
 /// Accept connections until `stop`; each one reads its hello on its own thread, so a
 /// silent or slow peer cannot hold up the others.
-fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>) {
+fn accept_loop(
+    listener: TcpListener,
+    tx: Sender<Incoming>,
+    stop: Arc<AtomicBool>,
+    gathering: Arc<AtomicBool>,
+) {
     if listener.set_nonblocking(true).is_err() {
         return;
     }
@@ -215,7 +220,11 @@ fn accept_loop(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool
                     let _ = tx.send((s, peer, hello));
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(2)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Quick while ranks arrive; during the run only latecomers are turned away.
+                let ms = if gathering.load(Ordering::Relaxed) { 2 } else { 50 };
+                thread::sleep(Duration::from_millis(ms))
+            }
             Err(_) => thread::sleep(Duration::from_millis(20)),
         }
     }
@@ -290,10 +299,12 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
     let stop = Arc::new(AtomicBool::new(false));
+    let gathering = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel::<Incoming>();
     {
         let stop = stop.clone();
-        thread::spawn(move || accept_loop(listener, tx, stop));
+        let gathering = gathering.clone();
+        thread::spawn(move || accept_loop(listener, tx, stop, gathering));
     }
     let deadline = start + cfg.timeout;
     let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
@@ -364,6 +375,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
         ranks: rep.ranks.clone(),
     };
     broadcast(&conns, &table);
+    gathering.store(false, Ordering::Relaxed);
     rep.bootstrap_us = start.elapsed().as_micros() as u64;
     serve(&cfg, conns, &mut rep, &rx);
     stop.store(true, Ordering::Relaxed);
