@@ -34,6 +34,7 @@ complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print h
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
@@ -58,6 +59,31 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s b -l minbytes -d 'Smallest message size (K, M, G suffixes: powers of 1024, as nccl-tests)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s e -l maxbytes -d 'Largest message size' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s f -l stepfactor -d 'Multiply the size by this factor between steps' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s n -l iters -d 'Timed iterations per size' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s w -l warmup_iters -d 'Warm-up iterations per size (not timed)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s c -l check -d 'Verify the result of every size (0 turns checking off: #wrong shows N/A)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l channels -d 'Independent rings, each on its own connections (NCCL\'s channels)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l transport -d 'Data-plane transport' -r -f -a "tcp\t'TCP sockets over the interface chosen by --ifname'
+rdma\t'ibverbs RC QPs with RDMA Write with immediate (not built yet)'
+auto\t'rdma where every rank has a usable device, else tcp (today: always tcp)'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact (default: $NCCL_SOCKET_IFNAME, else NCCL\'s own default order)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher\'s job id)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l coordinator -d 'Rank 0\'s host and port (rank 0 listens there)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
@@ -85,9 +111,10 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -6,6 +6,7 @@ mod docs;
 mod gids;
 mod links;
 mod out;
+mod ring;
 mod snapshot;
 mod topo;
 
@@ -121,6 +122,8 @@ pub enum Command {
     /// RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters
     /// with their widths, deltas over --interval or against --baseline.
     Links(links::LinksArgs),
+    /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
+    Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
     /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
@@ -193,6 +196,7 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
+        Command::Ring(a) => ring::run(g, a),
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),

@@ -3,3 +3,4 @@
 pub mod gid;
 pub mod topo;
 pub mod topo_xml;
+pub mod ifname;

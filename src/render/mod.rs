@@ -3,6 +3,7 @@
 
 pub mod gids;
 pub mod links;
+pub mod ring;
 pub mod text;
 pub mod topo;
 

@@ -1,0 +1,412 @@
+//! `fabprobe ring`: the multi-node ring AllReduce probe. Parses nccl-tests-style options,
+//! works out who this rank is (flags or launcher environment), picks the data interface
+//! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
+
+use std::net::{IpAddr, TcpListener};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::{Format, GlobalArgs, Outcome, UsageError, emit};
+use crate::check::{Finding, Severity};
+use crate::nccl::ifname;
+use crate::render::{Envelope, HostInfo};
+use crate::ring::launcher::{self, Flags, Identity, Source};
+use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// TCP sockets over the interface chosen by --ifname.
+    Tcp,
+    /// ibverbs RC QPs with RDMA Write with immediate (not built yet).
+    Rdma,
+    /// rdma where every rank has a usable device, else tcp (today: always tcp).
+    Auto,
+}
+
+#[derive(Debug, Args)]
+#[command(after_long_help = RING_HELP)]
+pub struct RingArgs {
+    /// Smallest message size (K, M, G suffixes: powers of 1024, as nccl-tests).
+    #[arg(short = 'b', long = "minbytes", value_name = "SIZE", default_value = "32M", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest message size.
+    #[arg(short = 'e', long = "maxbytes", value_name = "SIZE", default_value = "32M", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Multiply the size by this factor between steps.
+    #[arg(short = 'f', long = "stepfactor", value_name = "F", default_value_t = 2)]
+    pub factor: u64,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", value_name = "N", default_value_t = 20)]
+    pub iters: u32,
+    /// Warm-up iterations per size (not timed).
+    #[arg(short = 'w', long = "warmup_iters", value_name = "N", default_value_t = 1)]
+    pub warmup: u32,
+    /// Verify the result of every size (0 turns checking off: #wrong shows N/A).
+    #[arg(short = 'c', long = "check", value_name = "0|1", default_value_t = 1)]
+    pub check: u32,
+    /// Independent rings, each on its own connections (NCCL's channels).
+    #[arg(long, value_name = "C", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub channels: u32,
+    /// Data-plane transport.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
+    /// Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact
+    /// (default: $NCCL_SOCKET_IFNAME, else NCCL's own default order).
+    #[arg(long, value_name = "SPEC")]
+    pub ifname: Option<String>,
+    /// Deadline in seconds for every wait (bootstrap, link setup, each chunk).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout: u64,
+    /// Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher's job id).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// This rank (default: from the launcher's environment).
+    #[arg(long, value_name = "R", requires = "world")]
+    pub rank: Option<u32>,
+    /// Number of ranks.
+    #[arg(long, value_name = "N", requires = "rank")]
+    pub world: Option<u32>,
+    /// Rank 0's host and port (rank 0 listens there).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: Option<String>,
+    /// Run N ranks on this host (threads of this process) over loopback, or over the
+    /// interface --ifname names: a self-test.
+    #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
+          value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub local: Option<u32>,
+}
+
+const RING_HELP: &str = "\
+HOW TO RUN
+  One process per rank, started by the launcher you already use; rank 0 hosts the
+  coordinator (TCP, default port 29517 or $FABPROBE_PORT):
+    srun -N4 --ntasks-per-node=1 fabprobe ring -b 1M -e 256M -f 4
+    mpirun -np 4 -H a,b,c,d -x FABPROBE_COORDINATOR=a:29517 fabprobe ring
+    RANK=1 WORLD_SIZE=4 MASTER_ADDR=a MASTER_PORT=29517 fabprobe ring
+    fabprobe ring --rank 1 --world 4 --coordinator a:29517 --token job42
+    fabprobe ring --local 4
+  Rank and world come from --rank/--world, else FABPROBE_RANK/FABPROBE_WORLD, Slurm
+  (SLURM_PROCID/SLURM_NTASKS; coordinator = first host of the job), Open MPI
+  (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE), torchrun (RANK/WORLD_SIZE,
+  MASTER_ADDR:MASTER_PORT, or MASTER_PORT+1 under torchrun itself). Open MPI and PMI do not
+  say where rank 0 is: pass --coordinator or FABPROBE_COORDINATOR. The token is --token,
+  $FABPROBE_TOKEN, or the launcher's job id; connections with another token are refused.
+
+OUTPUT
+  Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
+  results are exact and every rank finished; 1 wrong results, a rank missing, a dead or
+  hung link (the reason is printed, partial results too); 2 fabprobe could not run here
+  (bad options, no matching interface, or refused by the coordinator: another job's token,
+  a different --world or size sweep).
+
+JSON DATA (fabprobe.ring)
+  world, transport, launcher {source, coordinator, coordinator_source, token_source},
+  options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
+  ranks[]    {rank, host, address, device, transport, pid}
+  results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong}
+             (GB/s = 10^9 bytes/s; busbw = algbw x 2(n-1)/n, as nccl-tests; wrong null with -c 0)
+  avg_busbw_gbs
+  links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
+              size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
+  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, verdicts[], error (null, or why
+  the run ended early)";
+
+/// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size (a number with an optional K, M or G suffix)"))
+}
+
+/// The sweep: from min to max multiplying by factor; each size rounded down to whole floats.
+pub fn sizes(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, String> {
+    if min > max {
+        return Err(format!("-b {min} is larger than -e {max}"));
+    }
+    if factor < 2 && min != max {
+        return Err("-f must be at least 2".into());
+    }
+    let mut out = Vec::new();
+    let mut s = min.max(4);
+    while s <= max {
+        out.push(s / 4 * 4);
+        match s.checked_mul(factor.max(2)) {
+            Some(n) => s = n,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+fn options(a: &RingArgs) -> anyhow::Result<Options> {
+    let sizes = sizes(a.min_bytes, a.max_bytes, a.factor).map_err(UsageError)?;
+    Ok(Options {
+        sizes,
+        iters: a.iters,
+        warmup: a.warmup,
+        check: a.check,
+        channels: a.channels,
+        timeout_secs: a.timeout,
+        slots: 4,
+        slot_bytes: 1 << 20,
+    })
+}
+
+fn hostname() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The data interface and address, by NCCL_SOCKET_IFNAME rules.
+fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpAddr, String)> {
+    let ifs: Vec<ifname::IfAddr> = ifname::list_interfaces()?
+        .into_iter()
+        // Link-local IPv6 needs a scope id the peers cannot know.
+        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
+        .collect();
+    let comm_id = std::env::var("NCCL_COMM_ID")
+        .ok()
+        .and_then(|v| launcher::host_port(&v, 0).ok())
+        .and_then(|(h, _)| h.parse::<IpAddr>().ok());
+    let choices = ifname::select(&ifs, spec, comm_id);
+    let Some(c) = choices.first() else {
+        let have: Vec<String> = ifs.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();
+        return Err(UsageError(format!(
+            "no data interface matches {}; this host has: {}",
+            spec.unwrap_or("NCCL's default order"),
+            have.join(", ")
+        ))
+        .into());
+    };
+    log(&format!(
+        "data interface {} {} ({})",
+        c.iface.name, c.iface.addr, c.rule
+    ));
+    Ok((c.iface.addr, c.iface.name.clone()))
+}
+
+fn findings(r: &RingReport) -> Vec<Finding> {
+    let mut f = Vec::new();
+    let wrong = r.wrong_total();
+    if wrong > 0 {
+        f.push(
+            Finding::new(
+                "ring.wrong_results",
+                Severity::Fail,
+                "allreduce",
+                format!("{wrong} elements differ from the exact sum"),
+            )
+            .evidence("wrong", wrong),
+        );
+    }
+    if let Some(e) = &r.error {
+        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
+    }
+    f
+}
+
+fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
+    for e in &r.events {
+        if matches!(e, crate::ring::bootstrap::Event::Rejected { .. }) || g.verbose > 0 {
+            eprintln!("fabprobe: {}", e.line());
+        }
+    }
+    let f = findings(r);
+    match fmt {
+        Format::Json => {
+            let host = crate::host::Host::live();
+            emit(&Envelope::new("ring", HostInfo::of(&host), r, &f).to_json())?;
+        }
+        _ => emit(&crate::render::ring::table(r))?,
+    }
+    if let Some(e) = &r.error {
+        eprintln!("fabprobe: ring: {e}");
+    }
+    Ok(())
+}
+
+pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
+    if g.root.is_some() {
+        return Err(UsageError(
+            "`fabprobe ring` moves bytes between live hosts; --root cannot be used with it".into(),
+        )
+        .into());
+    }
+    match a.transport {
+        TransportArg::Rdma => {
+            return Err(UsageError(
+                "--transport rdma is not built yet: the ibverbs transport (RC QPs, RDMA Write with immediate) comes with \
+                 the next issue; use --transport tcp (or auto) for now"
+                    .into(),
+            )
+            .into());
+        }
+        TransportArg::Auto => g.log(1, "transport auto: tcp (the rdma transport is not built yet)"),
+        TransportArg::Tcp => {}
+    }
+    let opts = options(&a)?;
+    let log = |s: &str| g.log(1, s);
+    if let Some(n) = a.local {
+        return run_local(g, fmt, n, &opts, &a);
+    }
+    let flags = Flags {
+        rank: a.rank,
+        world: a.world,
+        coordinator: a.coordinator.clone(),
+        token: a.token.clone(),
+    };
+    let id = launcher::resolve(&flags, &launcher::process_env()).map_err(|e| UsageError(e.to_string()))?;
+    log(&format!(
+        "rank {} of {} from {}; coordinator {} ({}); token from {}",
+        id.rank,
+        id.world,
+        id.source.name(),
+        id.coordinator,
+        id.coordinator_source,
+        id.token_source
+    ));
+    let spec = a
+        .ifname
+        .clone()
+        .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
+    let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+    let setup = Setup {
+        identity: id,
+        host: hostname(),
+        data_ip: ip,
+        device: Some(dev),
+        coordinator_listener: None,
+    };
+    // Level 0 (refused data links) is always shown; 1 is progress, with -v.
+    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
+    outcome(g, fmt, run::run_rank(setup, &opts, &logf))
+}
+
+fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
+    match r {
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }) => {
+            print_report(g, fmt, &rep)?;
+            Ok(if rep.failed() {
+                Outcome::Fault
+            } else {
+                Outcome::Pass
+            })
+        }
+        Ok(RankOutcome { report: None, failed }) => Ok(if failed { Outcome::Fault } else { Outcome::Pass }),
+        Err(e) if e.kind == Failure::CannotRun => Err(anyhow::anyhow!(e.message)),
+        Err(e) => {
+            eprintln!("fabprobe: ring: {}", e.message);
+            Ok(Outcome::Fault)
+        }
+    }
+}
+
+/// N ranks as threads of this process over loopback.
+fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) -> anyhow::Result<Outcome> {
+    // Loopback unless --ifname names another local interface to run the ring over.
+    let (data_ip, device) = match &a.ifname {
+        Some(spec) => data_interface(Some(spec), &|s| g.log(1, s))?,
+        None => (IpAddr::from([127, 0, 0, 1]), "lo".to_string()),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let coord = listener.local_addr()?.to_string();
+    let token = a
+        .token
+        .clone()
+        .unwrap_or_else(|| format!("local-{}", std::process::id()));
+    let host = hostname();
+    let mut listener = Some(listener);
+    let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let setup = Setup {
+                    identity: Identity {
+                        rank,
+                        world: n,
+                        coordinator: coord.clone(),
+                        token: token.clone(),
+                        source: Source::Local,
+                        coordinator_source: "--local".into(),
+                        token_source: if a.token.is_some() {
+                            "--token".into()
+                        } else {
+                            "--local".into()
+                        },
+                    },
+                    host: host.clone(),
+                    data_ip,
+                    device: Some(device.clone()),
+                    coordinator_listener: if rank == 0 { listener.take() } else { None },
+                };
+                sc.spawn(move || {
+                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
+                    run::run_rank(setup, opts, &log)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(run::RunError {
+                        kind: Failure::Fault,
+                        message: "a rank thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut it = results.into_iter();
+    let first = it.next().unwrap_or_else(|| {
+        Err(run::RunError {
+            kind: Failure::CannotRun,
+            message: "no ranks".into(),
+        })
+    });
+    for (i, r) in it.enumerate() {
+        if let Err(e) = r {
+            g.log(1, format!("rank {}: {}", i + 1, e.message));
+        }
+    }
+    let _ = Duration::ZERO;
+    outcome(g, fmt, first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_nccl_tests() {
+        for (s, want) in [
+            ("8", Ok(8)),
+            ("1K", Ok(1024)),
+            ("32M", Ok(32 << 20)),
+            ("2g", Ok(2 << 30)),
+            ("x", Err(())),
+            ("1T", Err(())),
+        ] {
+            assert_eq!(parse_size(s).map_err(|_| ()), want, "{s}");
+        }
+        assert_eq!(sizes(1024, 8192, 2).unwrap(), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(
+            sizes(1 << 20, 64 << 20, 4).unwrap(),
+            vec![1 << 20, 4 << 20, 16 << 20, 64 << 20]
+        );
+        assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
+        assert!(sizes(10, 5, 2).is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! `fabprobe ring` as text: nccl-tests' `all_reduce_perf` layout (header lines naming ranks,
+//! hosts and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
+//! bandwidth`), so the numbers compare directly, then the per-link table.
+
+use crate::ring::run::RingReport;
+
+/// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
+pub fn fit(v: f64, width: usize) -> String {
+    for prec in [2, 1, 0] {
+        let s = format!("{v:.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    format!("{v:.0e}")
+}
+
+pub fn table(r: &RingReport) -> String {
+    let mut o = String::new();
+    let o_ = &mut o;
+    let mut line = |s: String| {
+        o_.push_str(&s);
+        o_.push('\n');
+    };
+    let (min, max) = (
+        r.options.sizes.first().copied().unwrap_or(0),
+        r.options.sizes.last().copied().unwrap_or(0),
+    );
+    line(format!(
+        "# fabprobe {} ring: all_reduce over {}",
+        env!("CARGO_PKG_VERSION"),
+        r.transport
+    ));
+    line(format!(
+        "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
+        r.world,
+        r.options.channels,
+        r.options.warmup,
+        r.options.iters,
+        r.options.check.min(1)
+    ));
+    line(format!(
+        "# launcher: {} (coordinator {} from {}, token from {})",
+        r.launcher.source.name(),
+        r.launcher.coordinator,
+        r.launcher.coordinator_source,
+        r.launcher.token_source
+    ));
+    line("#".into());
+    line("# Using devices".into());
+    for i in &r.ranks {
+        line(format!(
+            "#  Rank {:>2} Pid {:>6} on {:>10} device {} [{}] {}",
+            i.rank,
+            i.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            i.host,
+            i.device.as_deref().unwrap_or("-"),
+            i.address,
+            i.transport
+        ));
+    }
+    line("#".into());
+    line(format!("#{:>74}", "out-of-place"));
+    line(format!(
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
+    ));
+    line(format!(
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+    ));
+    for row in &r.results {
+        line(format!(
+            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            row.size_bytes,
+            row.count,
+            row.dtype,
+            row.redop,
+            row.root,
+            fit(row.time_us, 7),
+            fit(row.algbw_gbs, 6),
+            fit(row.busbw_gbs, 6),
+            row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+        ));
+    }
+    let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
+    line(format!(
+        "# Out of bounds values : {bad_rows} {}",
+        if bad_rows == 0 { "OK" } else { "FAILED" }
+    ));
+    line(format!(
+        "# Avg bus bandwidth    : {}",
+        r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
+    ));
+    line("#".into());
+    if !r.links.is_empty() {
+        let size = r.links[0].size_bytes;
+        line(format!(
+            "# Per-link bandwidth (each ring hop, measured at its receiver over {} channel(s), at {size} B):",
+            r.links[0].channel_count
+        ));
+        line(format!("#  {:<32}  {:<32}  {:>8}", "from", "to", "GB/s"));
+        for l in &r.links {
+            let end = |rank: u32, host: &str, dev: &Option<String>| match dev {
+                Some(d) => format!("rank {rank} ({host}, {d})"),
+                None => format!("rank {rank} ({host})"),
+            };
+            line(format!(
+                "   {:<32}  {:<32}  {:>8}",
+                end(l.from_rank, &l.from_host, &l.from_device),
+                end(l.to_rank, &l.to_host, &l.to_device),
+                format!("{:.3}", l.gbs)
+            ));
+        }
+        line("#".into());
+    }
+    for v in &r.verdicts {
+        line(v.message.clone());
+    }
+    if let Some(e) = &r.error {
+        line(format!("# ERROR: the run ended early: {e}"));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::bootstrap::Event;
+    use crate::ring::launcher::Source;
+    use crate::ring::run::{LauncherInfo, LinkRow, Options, ResultRow, RingReport};
+    use crate::ring::types::RankInfo;
+
+    fn report() -> RingReport {
+        let host = |r: u32| ["node-a", "node-b", "node-c", "node-d"][r as usize].to_string();
+        let row = |size: u64, time_us: f64, wrong| {
+            let alg = size as f64 / time_us / 1e3;
+            ResultRow {
+                size_bytes: size,
+                count: size / 4,
+                dtype: "float",
+                redop: "sum",
+                root: -1,
+                time_us,
+                algbw_gbs: alg,
+                busbw_gbs: alg * 1.5,
+                wrong,
+            }
+        };
+        RingReport {
+            world: 4,
+            transport: "tcp".into(),
+            launcher: LauncherInfo {
+                source: Source::Slurm,
+                coordinator: "node-a:29517".into(),
+                coordinator_source: "the first host of SLURM_JOB_NODELIST".into(),
+                token_source: "SLURM_JOB_ID".into(),
+            },
+            options: Options {
+                sizes: vec![1 << 20, 64 << 20],
+                iters: 20,
+                warmup: 1,
+                check: 1,
+                channels: 2,
+                timeout_secs: 30,
+                slots: 4,
+                slot_bytes: 1 << 20,
+            },
+            ranks: (0..4)
+                .map(|r| RankInfo {
+                    rank: r,
+                    host: host(r),
+                    address: format!("198.19.0.{}:4000{r}", 10 + r),
+                    device: Some("eth1".into()),
+                    transport: "tcp".into(),
+                    pid: Some(1000 + r),
+                })
+                .collect(),
+            results: vec![row(1 << 20, 13_000.0, Some(0)), row(64 << 20, 807_000.0, Some(0))],
+            avg_busbw_gbs: Some(0.1208),
+            links: (0..4)
+                .map(|r| LinkRow {
+                    channel_count: 2,
+                    from_rank: r,
+                    to_rank: (r + 1) % 4,
+                    from_host: host(r),
+                    to_host: host((r + 1) % 4),
+                    from_device: Some("eth1".into()),
+                    to_device: Some("eth1".into()),
+                    size_bytes: 64 << 20,
+                    bytes: 503_316_480,
+                    seconds: 4.035,
+                    gbs: 0.1247,
+                })
+                .collect(),
+            bootstrap_us: 5400,
+            events: vec![Event::Rejected {
+                peer: "198.18.0.99:5555".into(),
+                reason: "wrong token".into(),
+            }],
+            verdicts: vec![],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn whole_table() {
+        insta::assert_snapshot!(table(&report()));
+    }
+
+    #[test]
+    fn na_when_not_checked_and_error_line() {
+        let mut r = report();
+        r.results.iter_mut().for_each(|x| x.wrong = None);
+        r.error = Some("rank 2 (node-c) closed its control connection".into());
+        let t = table(&r);
+        assert!(t.contains("    N/A\n"), "{t}");
+        assert!(
+            t.ends_with("# ERROR: the run ended early: rank 2 (node-c) closed its control connection\n"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn squeezes_like_nccl_tests() {
+        assert_eq!(fit(354.9, 7), "354.90");
+        assert_eq!(fit(123456.78, 7), "123457");
+        assert_eq!(fit(5.76, 6), "5.76");
+        assert_eq!(fit(12345.6, 6), "12346");
+        assert_eq!(fit(12345678.0, 6), "1e7");
+    }
+}

@@ -1,0 +1,724 @@
+//! Ring AllReduce as NCCL runs it: reduce-scatter then all-gather, over `channels`
+//! independent rings (one connection pair each), each chunked into blocks of `n` segments
+//! that flow around the ring one slot at a time (pipelined by the receiver's slots and the
+//! socket buffers). float32 sum, out of place. Inputs are small integers, so every order of
+//! summation gives the exact same float and every rank can verify every element.
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::bootstrap::AbortFlag;
+use super::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
+use super::types::{Phase, Rank, WaitReport};
+
+/// How long one poll slice lasts before the abort flag is looked at again.
+const SLICE: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Error)]
+pub enum RingError {
+    /// A data wait passed its deadline; the report says where.
+    #[error("{1}")]
+    Stuck(Box<WaitReport>, TransportError),
+    #[error("{0}")]
+    Aborted(String),
+    #[error("{0}")]
+    Transport(TransportError),
+    #[error("protocol error from {peer}: {what}")]
+    Protocol { peer: String, what: String },
+}
+
+/// One channel's ring links: to the successor and from the predecessor.
+pub struct ChannelLinks {
+    pub send: Box<dyn SendLink>,
+    pub recv: Box<dyn RecvLink>,
+}
+
+/// What one channel is doing, for heartbeats and stuck reports. Lock-free to update.
+#[derive(Debug)]
+pub struct Progress {
+    epoch: Instant,
+    phase: AtomicU32,
+    step: AtomicU32,
+    waiting_on: AtomicU32,
+    waiting_to_receive: AtomicBool,
+    bytes_received: AtomicU64,
+    bytes_sent: AtomicU64,
+    last_progress_ms: AtomicU64,
+    progress: AtomicU64,
+}
+
+const NO_PEER: u32 = u32::MAX;
+
+fn phase_code(p: Phase) -> u32 {
+    match p {
+        Phase::Bootstrap => 0,
+        Phase::Connect => 1,
+        Phase::Scan => 2,
+        Phase::ReduceScatter => 3,
+        Phase::AllGather => 4,
+        Phase::Results => 5,
+    }
+}
+
+fn phase_of(c: u32) -> Phase {
+    match c {
+        0 => Phase::Bootstrap,
+        1 => Phase::Connect,
+        2 => Phase::Scan,
+        3 => Phase::ReduceScatter,
+        4 => Phase::AllGather,
+        _ => Phase::Results,
+    }
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            epoch: Instant::now(),
+            phase: AtomicU32::new(phase_code(Phase::Connect)),
+            step: AtomicU32::new(0),
+            waiting_on: AtomicU32::new(NO_PEER),
+            waiting_to_receive: AtomicBool::new(false),
+            bytes_received: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            last_progress_ms: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Progress {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+    pub fn set_phase(&self, p: Phase) {
+        self.phase.store(phase_code(p), Ordering::Relaxed);
+    }
+    fn at(&self, phase: Phase, step: u32) {
+        let code = phase_code(phase);
+        let old_phase = self.phase.swap(code, Ordering::Relaxed);
+        let old_step = self.step.swap(step, Ordering::Relaxed);
+        // The byte counters are per step, as WaitReport promises.
+        if old_phase != code || old_step != step {
+            self.bytes_received.store(0, Ordering::Relaxed);
+            self.bytes_sent.store(0, Ordering::Relaxed);
+        }
+    }
+    fn waiting(&self, peer: Option<Rank>, receive: bool) {
+        self.waiting_on.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
+        self.waiting_to_receive.store(receive, Ordering::Relaxed);
+    }
+    fn moved(&self, received: u64, sent: u64) {
+        self.bytes_received.fetch_add(received, Ordering::Relaxed);
+        self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
+        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counted as progress (the start of a size, a step boundary).
+    pub fn touch(&self) {
+        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+    pub fn report(&self, rank: Rank, channel: u32) -> WaitReport {
+        let w = self.waiting_on.load(Ordering::Relaxed);
+        WaitReport {
+            rank,
+            phase: phase_of(self.phase.load(Ordering::Relaxed)),
+            step: self.step.load(Ordering::Relaxed),
+            channel,
+            waiting_on: (w != NO_PEER).then_some(w),
+            waiting_to_receive: self.waiting_to_receive.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            since_progress_ms: self
+                .now_ms()
+                .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),
+            progress: self.progress.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The report of the channel that has waited longest (the one worth a heartbeat).
+pub fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
+    progress
+        .iter()
+        .enumerate()
+        .map(|(c, p)| p.report(rank, c as u32))
+        .max_by_key(|r| r.since_progress_ms)
+        .unwrap_or_else(|| Progress::default().report(rank, 0))
+}
+
+/// Where this rank sits in the ring.
+#[derive(Clone, Copy, Debug)]
+pub struct Ring {
+    pub rank: Rank,
+    pub world: u32,
+    pub timeout: Duration,
+}
+
+impl Ring {
+    pub fn pred(&self) -> Rank {
+        (self.rank + self.world - 1) % self.world
+    }
+    pub fn succ(&self) -> Rank {
+        (self.rank + 1) % self.world
+    }
+}
+
+/// Elements of channel `c` of `channels` over `count` elements (contiguous split).
+pub fn channel_range(count: usize, channels: usize, c: usize) -> Range<usize> {
+    let per = count.div_ceil(channels.max(1));
+    let lo = (c * per).min(count);
+    lo..((c + 1) * per).min(count)
+}
+
+/// Segment `j` of a block of `len` elements split among `n` ranks.
+fn segment(len: usize, n: usize, j: usize) -> Range<usize> {
+    let per = len.div_ceil(n);
+    let lo = (j * per).min(len);
+    lo..((j + 1) * per).min(len)
+}
+
+/// The value rank `r` contributes at element `i`: a small integer, so sums are exact.
+pub fn input_value(r: Rank, i: usize) -> f32 {
+    (((i as u64).wrapping_mul(31).wrapping_add(r as u64 * 17) % 251) as i32 - 125) as f32
+}
+
+pub fn fill_input(r: Rank, offset: usize, buf: &mut [f32]) {
+    for (k, v) in buf.iter_mut().enumerate() {
+        *v = input_value(r, offset + k);
+    }
+}
+
+/// Count elements of `out` that differ from the exact sum over `world` ranks.
+pub fn count_wrong(world: u32, out: &[f32]) -> u64 {
+    out.iter()
+        .enumerate()
+        .filter(|&(i, &v)| {
+            let want: i64 = (0..world).map(|r| input_value(r, i) as i64).sum();
+            v != want as f32
+        })
+        .count() as u64
+}
+
+struct Chan<'a> {
+    ring: Ring,
+    links: &'a mut ChannelLinks,
+    progress: &'a Progress,
+    abort: &'a AbortFlag,
+    /// A sibling channel failed: stop too.
+    stop: &'a AtomicBool,
+    /// Messages sent and received on this channel's links in this operation (the
+    /// immediate carries the send sequence, so a lost or extra chunk is caught at once).
+    sent_seq: u32,
+    recv_seq: u32,
+}
+
+impl Chan<'_> {
+    fn check_abort(&self) -> Result<(), RingError> {
+        if let Some(r) = self.abort.reason() {
+            return Err(RingError::Aborted(r));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(RingError::Aborted("another channel of this rank failed".into()));
+        }
+        Ok(())
+    }
+
+    fn stuck(&self, e: TransportError) -> RingError {
+        RingError::Stuck(Box::new(self.progress.report(self.ring.rank, 0)), e)
+    }
+
+    fn send(&mut self, data: &[f32], phase: Phase, step: u32) -> Result<(), RingError> {
+        self.progress.at(phase, step);
+        self.progress.waiting(Some(self.ring.succ()), false);
+        let deadline = Instant::now() + self.ring.timeout;
+        let slot = loop {
+            self.check_abort()?;
+            let slice = (Instant::now() + SLICE).min(deadline);
+            match self.links.send.acquire(slice) {
+                Ok(s) => break s,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() => return Err(self.stuck(e)),
+                Err(e) => return Err(RingError::Transport(e)),
+            }
+        };
+        let bytes = f32_bytes(data);
+        match self.links.send.write_imm(slot, bytes, self.sent_seq) {
+            Ok(()) => {}
+            Err(e) if e.is_timeout() => return Err(self.stuck(e)),
+            Err(e) => return Err(RingError::Transport(e)),
+        }
+        self.sent_seq = self.sent_seq.wrapping_add(1);
+        self.progress.moved(0, bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Receive the next chunk (expected to hold `want` elements) and hand it to `f`.
+    fn recv(
+        &mut self,
+        want: usize,
+        phase: Phase,
+        step: u32,
+        f: &mut dyn FnMut(&[f32]),
+    ) -> Result<(), RingError> {
+        self.progress.at(phase, step);
+        self.progress.waiting(Some(self.ring.pred()), true);
+        let deadline = Instant::now() + self.ring.timeout;
+        let c = loop {
+            self.check_abort()?;
+            let slice = (Instant::now() + SLICE).min(deadline);
+            match self.links.recv.poll(slice) {
+                Ok(c) => break c,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() => return Err(self.stuck(e)),
+                Err(e) => return Err(RingError::Transport(e)),
+            }
+        };
+        let peer = self.links.recv.peer().to_string();
+        if c.imm != self.recv_seq || c.len != want * 4 {
+            return Err(RingError::Protocol {
+                peer,
+                what: format!(
+                    "chunk {} of {} bytes arrived where chunk {} of {} bytes was due (a lost or reordered chunk)",
+                    c.imm,
+                    c.len,
+                    self.recv_seq,
+                    want * 4
+                ),
+            });
+        }
+        self.recv_seq = self.recv_seq.wrapping_add(1);
+        let mut bad = false;
+        self.links
+            .recv
+            .consume(&c, &mut |b| match bytes_f32(b) {
+                Some(v) => f(v),
+                None => bad = true,
+            })
+            .map_err(RingError::Transport)?;
+        if bad {
+            return Err(RingError::Protocol {
+                peer,
+                what: "misaligned slot".into(),
+            });
+        }
+        self.progress.moved(c.len as u64, 0);
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+/// One channel's part of an out-of-place AllReduce: `input` and `output` are this
+/// channel's range. `chunk` is the segment size in elements (at most a slot).
+pub fn allreduce_channel(
+    ring: Ring,
+    links: &mut ChannelLinks,
+    progress: &Progress,
+    abort: &AbortFlag,
+    stop: &AtomicBool,
+    input: &[f32],
+    output: &mut [f32],
+    chunk: usize,
+) -> Result<(), RingError> {
+    let n = ring.world as usize;
+    let r = ring.rank as usize;
+    let mut ch = Chan {
+        ring,
+        links,
+        progress,
+        abort,
+        stop,
+        sent_seq: 0,
+        recv_seq: 0,
+    };
+    let block = chunk.max(1) * n;
+    let mut off = 0;
+    progress.touch();
+    while off < input.len() {
+        let len = block.min(input.len() - off);
+        let seg = |j: usize| {
+            let s = segment(len, n, j % n);
+            off + s.start..off + s.end
+        };
+        let idx = |s: usize, plus: usize| (r + n * 2 + plus - s) % n;
+        // Reduce-scatter: step 0 sends our own segment; steps 1..n-1 add the received
+        // partial sum to ours; the result of the last step is fully reduced.
+        ch.send(&input[seg(idx(0, 0))], Phase::ReduceScatter, 0)?;
+        for s in 1..n {
+            let g = seg(idx(s, 0));
+            {
+                let (inp, out) = (&input[g.clone()], &mut output[g.clone()]);
+                ch.recv(g.len(), Phase::ReduceScatter, s as u32, &mut |v| {
+                    for ((o, a), b) in out.iter_mut().zip(inp).zip(v) {
+                        *o = a + b;
+                    }
+                })?;
+            }
+            if s < n - 1 {
+                ch.send(&output[g], Phase::ReduceScatter, s as u32)?;
+            }
+        }
+        // All-gather: pass the reduced segments around.
+        ch.send(&output[seg(idx(0, 1))], Phase::AllGather, 0)?;
+        for s in 1..n {
+            let g = seg(idx(s, 1));
+            {
+                let out = &mut output[g.clone()];
+                ch.recv(g.len(), Phase::AllGather, s as u32, &mut |v| {
+                    out.copy_from_slice(v)
+                })?;
+            }
+            if s < n - 1 {
+                ch.send(&output[g], Phase::AllGather, s as u32)?;
+            }
+        }
+        off += len;
+    }
+    progress.waiting(None, false);
+    Ok(())
+}
+
+/// Segment size in elements for a message of `bytes` over `channels` rings of `world`
+/// ranks, limited by the slot size: every rank computes the same value.
+pub fn chunk_elems(bytes: u64, world: u32, channels: u32, slot_bytes: usize) -> usize {
+    let count = (bytes / 4) as usize;
+    let per_channel = count.div_ceil(channels.max(1) as usize);
+    per_channel
+        .div_ceil(world.max(1) as usize)
+        .clamp(1, (slot_bytes / 4).max(1))
+}
+
+/// One size's outcome on this rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SizeResult {
+    pub bytes: u64,
+    /// Mean time of one timed iteration.
+    pub seconds: f64,
+    pub wrong: Option<u64>,
+    /// Bytes received from the predecessor (all channels) during the timed iterations,
+    /// and the time they took: the hop's sustained rate.
+    pub hop_bytes: u64,
+    pub hop_seconds: f64,
+}
+
+pub struct SizeSpec {
+    pub bytes: u64,
+    pub warmup: u32,
+    pub iters: u32,
+    pub check: bool,
+}
+
+/// Run warm-up and timed iterations for one size across all channels (one thread each).
+pub fn run_size(
+    ring: Ring,
+    links: &mut [ChannelLinks],
+    progress: &[Progress],
+    abort: &AbortFlag,
+    spec: &SizeSpec,
+    slot_bytes: usize,
+) -> Result<SizeResult, RingError> {
+    let count = (spec.bytes / 4) as usize;
+    let channels = links.len();
+    let chunk = chunk_elems(spec.bytes, ring.world, channels as u32, slot_bytes);
+    let mut input = vec![0f32; count];
+    fill_input(ring.rank, 0, &mut input);
+    let mut output = vec![0f32; count];
+    // One thread per channel for the whole size; they meet the timer at a barrier after
+    // the warm-up, so the timed span covers only timed iterations.
+    let barrier = std::sync::Barrier::new(channels + 1);
+    let stop = AtomicBool::new(false);
+    let err: Mutex<Option<RingError>> = Mutex::new(None);
+    let mut t_timed = Instant::now();
+    let hop_bytes: u64 = std::thread::scope(|sc| {
+        let mut out_rest: &mut [f32] = &mut output;
+        let mut taken = 0;
+        let mut handles = Vec::new();
+        for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
+            let rg = channel_range(count, channels, c);
+            let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
+            out_rest = rest;
+            taken = rg.end;
+            let inp = &input[rg];
+            let (err, barrier, stop) = (&err, &barrier, &stop);
+            handles.push(sc.spawn(move || {
+                let mut at_barrier = None;
+                let mut run = || -> Result<(), RingError> {
+                    for it in 0..spec.warmup + spec.iters {
+                        if it == spec.warmup {
+                            barrier.wait();
+                            at_barrier = Some(l.recv.bytes_received());
+                        }
+                        allreduce_channel(ring, l, p, abort, stop, inp, mine, chunk)?;
+                    }
+                    Ok(())
+                };
+                let res = run();
+                if at_barrier.is_none() {
+                    // Every channel passes the barrier exactly once, also on failure.
+                    barrier.wait();
+                    at_barrier = Some(l.recv.bytes_received());
+                }
+                if let Err(e) = res {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
+                    let keep = match &*g {
+                        None => true,
+                        // A real cause beats the echo of an abort or of a sibling's stop.
+                        Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
+                        _ => false,
+                    };
+                    if keep {
+                        *g = Some(match e {
+                            RingError::Stuck(mut w, t) => {
+                                w.channel = c as u32;
+                                RingError::Stuck(w, t)
+                            }
+                            other => other,
+                        });
+                    }
+                }
+                l.recv.bytes_received() - at_barrier.unwrap_or(0)
+            }));
+        }
+        barrier.wait();
+        t_timed = Instant::now();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    let elapsed = t_timed.elapsed().as_secs_f64();
+    if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
+        return Err(e);
+    }
+    let wrong = spec.check.then(|| count_wrong(ring.world, &output));
+    Ok(SizeResult {
+        bytes: spec.bytes,
+        seconds: if spec.iters > 0 {
+            elapsed / spec.iters as f64
+        } else {
+            0.0
+        },
+        wrong,
+        hop_bytes,
+        hop_seconds: elapsed,
+    })
+}
+
+/// nccl-tests' bus bandwidth for AllReduce: algbw × 2(n−1)/n.
+pub fn busbw(algbw: f64, world: u32) -> f64 {
+    if world == 0 {
+        0.0
+    } else {
+        algbw * 2.0 * (world as f64 - 1.0) / world as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::transport::inproc::{self, Faults, LinkHandle};
+
+    /// A full inproc ring of `world` ranks and `channels` channels; faults per (from, channel).
+    fn ring_links(
+        world: u32,
+        channels: u32,
+        slot_bytes: usize,
+        faults: &dyn Fn(u32, u32) -> Faults,
+        timeout: Duration,
+    ) -> (Vec<Vec<ChannelLinks>>, Vec<LinkHandle>) {
+        let mut sends: Vec<Vec<Option<Box<dyn SendLink>>>> = (0..world)
+            .map(|_| (0..channels).map(|_| None).collect())
+            .collect();
+        let mut recvs: Vec<Vec<Option<Box<dyn RecvLink>>>> = (0..world)
+            .map(|_| (0..channels).map(|_| None).collect())
+            .collect();
+        let mut handles = Vec::new();
+        for from in 0..world {
+            let to = (from + 1) % world;
+            for c in 0..channels {
+                let (s, r, h) = inproc::link(
+                    &format!("rank {from}"),
+                    &format!("rank {to}"),
+                    4,
+                    slot_bytes,
+                    faults(from, c),
+                    timeout,
+                );
+                sends[from as usize][c as usize] = Some(Box::new(s));
+                recvs[to as usize][c as usize] = Some(Box::new(r));
+                handles.push(h);
+            }
+        }
+        let links = sends
+            .into_iter()
+            .zip(recvs)
+            .map(|(s, r)| {
+                s.into_iter()
+                    .zip(r)
+                    .map(|(s, r)| ChannelLinks {
+                        send: s.unwrap(),
+                        recv: r.unwrap(),
+                    })
+                    .collect()
+            })
+            .collect();
+        (links, handles)
+    }
+
+    fn run_all(
+        world: u32,
+        channels: u32,
+        bytes: u64,
+        slot_bytes: usize,
+        faults: &dyn Fn(u32, u32) -> Faults,
+        timeout: Duration,
+        propagate: bool,
+    ) -> Vec<Result<SizeResult, RingError>> {
+        let (links, _h) = ring_links(world, channels, slot_bytes, faults, timeout);
+        let abort = AbortFlag::default();
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = links
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut l)| {
+                    let abort = &abort;
+                    sc.spawn(move || {
+                        let progress: Vec<Progress> = (0..channels).map(|_| Progress::default()).collect();
+                        let ring = Ring {
+                            rank: r as u32,
+                            world,
+                            timeout,
+                        };
+                        let spec = SizeSpec {
+                            bytes,
+                            warmup: 1,
+                            iters: 2,
+                            check: true,
+                        };
+                        let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
+                        if let Err(e) = &res {
+                            // As the coordinator would: one failure ends every rank's run.
+                            if propagate {
+                                abort.raise(format!("rank {r}: {e}"));
+                            }
+                        }
+                        res
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn exact_results_for_odd_sizes_worlds_and_channels() {
+        for (world, channels, bytes, slot) in [
+            (2, 1, 4, 64),
+            (3, 2, 4 * 1001, 64),
+            (4, 1, 4 * 4096, 1024),
+            (5, 3, 4 * 77, 16),
+            (8, 2, 1 << 16, 4096),
+            (3, 4, 8, 64),
+        ] {
+            for r in run_all(
+                world,
+                channels,
+                bytes,
+                slot,
+                &|_, _| Faults::default(),
+                Duration::from_secs(5),
+                true,
+            ) {
+                let r = r.unwrap();
+                assert_eq!(
+                    r.wrong,
+                    Some(0),
+                    "world {world} channels {channels} bytes {bytes}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dropped_chunk_is_a_stuck_report_naming_the_peer_and_step() {
+        // Rank 1's link on channel 0 black-holes from its first write: rank 2 waits for it in reduce-scatter step 1.
+        let faults = |from, c| {
+            if from == 1 && c == 0 {
+                Faults {
+                    blackhole_after_writes: Some(0),
+                    ..Faults::default()
+                }
+            } else {
+                Faults::default()
+            }
+        };
+        let res = run_all(4, 1, 4 * 4096, 1024, &faults, Duration::from_millis(300), false);
+        let stuck: Vec<&WaitReport> = res
+            .iter()
+            .filter_map(|r| match r {
+                Err(RingError::Stuck(w, _)) => Some(&**w),
+                _ => None,
+            })
+            .collect();
+        let w = stuck.iter().find(|w| w.rank == 2).expect("rank 2 reports stuck");
+        assert_eq!(
+            (w.waiting_on, w.waiting_to_receive, w.phase, w.step),
+            (Some(1), true, Phase::ReduceScatter, 1)
+        );
+        assert!(w.since_progress_ms >= 250, "{w:?}");
+    }
+
+    #[test]
+    fn dead_link_is_a_transport_error_not_a_hang() {
+        let faults = |from, _| {
+            if from == 0 {
+                Faults {
+                    die_after_writes: Some(3),
+                    ..Faults::default()
+                }
+            } else {
+                Faults::default()
+            }
+        };
+        let t0 = Instant::now();
+        let res = run_all(3, 1, 4 * 4096, 1024, &faults, Duration::from_secs(10), true);
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert!(
+            res.iter()
+                .any(|r| matches!(r, Err(RingError::Transport(TransportError::Closed { .. }))))
+        );
+    }
+
+    #[test]
+    fn channel_ranges_cover_everything_once() {
+        for (count, ch) in [(0, 2), (1, 4), (10, 3), (1000, 7)] {
+            let all: Vec<usize> = (0..ch).flat_map(|c| channel_range(count, ch, c)).collect();
+            assert_eq!(all, (0..count).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn wrong_elements_are_counted() {
+        let world = 5;
+        let mut out: Vec<f32> = (0..1000)
+            .map(|i| (0..world).map(|r| input_value(r, i)).sum())
+            .collect();
+        assert_eq!(count_wrong(world, &out), 0);
+        out[7] += 1.0;
+        out[999] = f32::NAN;
+        out[0] -= 2.0;
+        assert_eq!(count_wrong(world, &out), 3);
+        // Inputs are small integers: exact in any summation order, never all zero.
+        assert!((0..1000).all(|i| input_value(3, i).fract() == 0.0 && input_value(3, i).abs() <= 125.0));
+        assert!((0..1000).any(|i| input_value(0, i) != input_value(1, i)));
+    }
+
+    #[test]
+    fn busbw_matches_nccl_tests() {
+        // nccl-tests sample: 8 ranks, algbw 2.95 -> busbw 5.16
+        assert!((busbw(2.95, 8) - 5.1625).abs() < 1e-9);
+        assert_eq!(busbw(1.0, 2), 1.0);
+    }
+}

@@ -1,0 +1,653 @@
+//! One rank's whole run over TCP: host the coordinator (rank 0), bootstrap, connect the
+//! ring's data links per channel, sweep the sizes, report to the coordinator, and (rank 0)
+//! assemble the job's report. Returns data; the CLI prints.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
+use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session};
+use super::launcher::{Identity, Source};
+use super::transport::tcp::TcpFabric;
+use super::transport::{Fabric, LinkKey, LinkRequest};
+use super::types::{LinkSample, Rank, RankInfo, Verdict};
+use super::wire::{self, Hello, Msg, RankResults, RowResult};
+
+/// The run's options, the same on every rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct Options {
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub warmup: u32,
+    /// Verify results (`-c`); 0 shows `N/A` in `#wrong`.
+    pub check: u32,
+    pub channels: u32,
+    #[serde(rename = "timeout_s")]
+    pub timeout_secs: u64,
+    /// Receive slots per link and their size (the pipeline depth and the chunk size).
+    pub slots: usize,
+    pub slot_bytes: usize,
+}
+
+impl Options {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+    /// The canonical string every rank's hello carries.
+    pub fn canonical(&self) -> String {
+        format!(
+            "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={}",
+            self.sizes, self.iters, self.warmup, self.check, self.channels, self.slots, self.slot_bytes
+        )
+    }
+}
+
+/// Where this rank is and how it reaches the others.
+pub struct Setup {
+    pub identity: Identity,
+    pub host: String,
+    /// Data-plane address to listen on, and the interface it belongs to.
+    pub data_ip: IpAddr,
+    pub device: Option<String>,
+    /// Rank 0 only: the coordinator's port, already bound (else bound from `identity`).
+    pub coordinator_listener: Option<TcpListener>,
+}
+
+/// Outcome kinds for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The cluster has a fault (a rank missing, a link dead, a hang, wrong results): exit 1.
+    Fault,
+    /// fabprobe itself could not run here (cannot bind, bad address): exit 2.
+    CannotRun,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RunError {
+    pub kind: Failure,
+    pub message: String,
+}
+
+fn fault(message: impl Into<String>) -> RunError {
+    RunError {
+        kind: Failure::Fault,
+        message: message.into(),
+    }
+}
+
+/// One row of the nccl-tests-style table (`data.results[]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResultRow {
+    pub size_bytes: u64,
+    pub count: u64,
+    #[serde(rename = "type")]
+    pub dtype: &'static str,
+    pub redop: &'static str,
+    pub root: i32,
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    /// Mismatching elements summed over ranks; null with `-c 0`.
+    pub wrong: Option<u64>,
+}
+
+/// One ring hop as measured at its receiver (`data.links[]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkRow {
+    pub channel_count: u32,
+    pub from_rank: Rank,
+    pub to_rank: Rank,
+    pub from_host: String,
+    pub to_host: String,
+    pub from_device: Option<String>,
+    pub to_device: Option<String>,
+    /// The message size the hop was measured at (the largest of the sweep).
+    pub size_bytes: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub gbs: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LauncherInfo {
+    pub source: Source,
+    pub coordinator: String,
+    pub coordinator_source: String,
+    pub token_source: String,
+}
+
+/// The job's report, assembled by rank 0 (`data` of `fabprobe.ring`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RingReport {
+    pub world: u32,
+    pub transport: String,
+    pub launcher: LauncherInfo,
+    pub options: Options,
+    pub ranks: Vec<RankInfo>,
+    pub results: Vec<ResultRow>,
+    pub avg_busbw_gbs: Option<f64>,
+    pub links: Vec<LinkRow>,
+    pub bootstrap_us: u64,
+    pub events: Vec<Event>,
+    pub verdicts: Vec<Verdict>,
+    /// Why the run ended early (partial results above), or null.
+    pub error: Option<String>,
+}
+
+impl RingReport {
+    pub fn wrong_total(&self) -> u64 {
+        self.results.iter().filter_map(|r| r.wrong).sum()
+    }
+    pub fn failed(&self) -> bool {
+        self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
+    }
+}
+
+/// Rows and links from every rank's results. Pure.
+pub fn aggregate(
+    world: u32,
+    ranks: &[RankInfo],
+    results: &[RankResults],
+    channels: u32,
+) -> (Vec<ResultRow>, Vec<LinkRow>) {
+    let mut sizes: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.rows.iter().map(|row| row.size_bytes))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let rows = sizes
+        .iter()
+        .filter_map(|&size| {
+            let per: Vec<&RowResult> = results
+                .iter()
+                .filter_map(|r| r.rows.iter().find(|x| x.size_bytes == size))
+                .collect();
+            // A size is complete only when every rank finished it.
+            if per.len() as u32 != world {
+                return None;
+            }
+            let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
+            let algbw = if time_us > 0.0 {
+                size as f64 / time_us / 1e3
+            } else {
+                0.0
+            };
+            let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
+            Some(ResultRow {
+                size_bytes: size,
+                count: size / 4,
+                dtype: "float",
+                redop: "sum",
+                root: -1,
+                time_us,
+                algbw_gbs: algbw,
+                busbw_gbs: allreduce::busbw(algbw, world),
+                wrong,
+            })
+        })
+        .collect();
+    let info = |r: Rank| ranks.iter().find(|i| i.rank == r);
+    let mut links: Vec<LinkRow> = results
+        .iter()
+        .flat_map(|r| r.links.iter().map(move |s| (r.link_size_bytes, s)))
+        .map(|(size, s)| LinkRow {
+            channel_count: channels,
+            from_rank: s.from_rank,
+            to_rank: s.to_rank,
+            from_host: info(s.from_rank).map(|i| i.host.clone()).unwrap_or_default(),
+            to_host: info(s.to_rank).map(|i| i.host.clone()).unwrap_or_default(),
+            from_device: info(s.from_rank).and_then(|i| i.device.clone()),
+            to_device: info(s.to_rank).and_then(|i| i.device.clone()),
+            size_bytes: size,
+            bytes: s.bytes,
+            seconds: s.seconds,
+            gbs: s.gbs(),
+        })
+        .collect();
+    links.sort_by_key(|l| l.from_rank);
+    (rows, links)
+}
+
+/// Mean busbw over the rows, as nccl-tests' `# Avg bus bandwidth`.
+pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
+    (!rows.is_empty()).then(|| rows.iter().map(|r| r.busbw_gbs).sum::<f64>() / rows.len() as f64)
+}
+
+/// What one rank's run produced.
+pub struct RankOutcome {
+    /// Rank 0 only.
+    pub report: Option<RingReport>,
+    /// The coordinator said the run failed (wrong results or a verdict).
+    pub failed: bool,
+}
+
+/// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
+pub fn run_rank(
+    setup: Setup,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, RunError> {
+    let id = &setup.identity;
+    let timeout = opts.timeout();
+    let cannot = |m: String| RunError {
+        kind: Failure::CannotRun,
+        message: m,
+    };
+
+    // Rank 0 hosts the coordinator on its own thread, for the whole run.
+    let coordinator = if id.rank == 0 {
+        let l = match setup.coordinator_listener {
+            Some(l) => l,
+            None => bootstrap::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
+        };
+        log(
+            1,
+            &format!(
+                "coordinator listening on {} for {} ranks",
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                id.world
+            ),
+        );
+        let cfg = CoordinatorConfig {
+            world: id.world,
+            token: id.token.clone(),
+            timeout,
+            advertised: id.coordinator.clone(),
+            params: opts.canonical(),
+            // Issue 5's watchdog/localization: `Some(verdicts_fn)` here.
+            judge: None,
+        };
+        // Rank 0 joins through its own listener's address (the advertised name may not
+        // resolve to this host from itself, or name port 0).
+        let own = l.local_addr().ok().map(|a| {
+            let ip = if a.ip().is_unspecified() {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                a.ip()
+            };
+            SocketAddr::new(ip, a.port()).to_string()
+        });
+        Some((thread::spawn(move || bootstrap::coordinate(l, cfg)), own))
+    } else {
+        None
+    };
+
+    let join_addr = coordinator
+        .as_ref()
+        .and_then(|(_, own)| own.clone())
+        .unwrap_or_else(|| id.coordinator.clone());
+    let result = rank_body(
+        &join_addr,
+        &setup.identity,
+        &setup.host,
+        setup.data_ip,
+        setup.device.clone(),
+        opts,
+        log,
+    );
+    let Some((coord, _)) = coordinator else {
+        return result;
+    };
+    // Rank 0: the coordinator's view is the report, whatever happened to this rank.
+    let crep: CoordinatorReport = coord.join().unwrap_or_default();
+    let local_err = result.as_ref().err().map(|e| e.message.clone());
+    let (rows, links) = aggregate(id.world, &crep.ranks, &crep.results, opts.channels);
+    let error = crep.abort.clone().or(local_err);
+    let report = RingReport {
+        world: id.world,
+        transport: "tcp".into(),
+        launcher: LauncherInfo {
+            source: id.source,
+            coordinator: id.coordinator.clone(),
+            coordinator_source: id.coordinator_source.clone(),
+            token_source: id.token_source.clone(),
+        },
+        options: opts.clone(),
+        avg_busbw_gbs: avg_busbw(&rows),
+        ranks: crep.ranks,
+        results: rows,
+        links,
+        bootstrap_us: crep.bootstrap_us,
+        events: crep.events,
+        verdicts: crep.verdicts,
+        error,
+    };
+    let failed = report.failed();
+    Ok(RankOutcome {
+        report: Some(report),
+        failed,
+    })
+}
+
+fn rank_body(
+    join_addr: &str,
+    id: &Identity,
+    host: &str,
+    data_ip: IpAddr,
+    device: Option<String>,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, RunError> {
+    let timeout = opts.timeout();
+    let cannot = |m: String| RunError {
+        kind: Failure::CannotRun,
+        message: m,
+    };
+    let fabric = TcpFabric::bind(data_ip)
+        .map_err(|e| cannot(format!("cannot listen for data links on {data_ip}: {e}")))?;
+    let info = RankInfo {
+        rank: id.rank,
+        host: host.to_string(),
+        address: fabric.address(),
+        device: device.clone(),
+        transport: fabric.transport().into(),
+        pid: Some(std::process::id()),
+    };
+    let hello = Hello {
+        protocol: wire::PROTOCOL,
+        rank: id.rank,
+        world: id.world,
+        token: id.token.clone(),
+        info,
+        capabilities: vec!["tcp".into()],
+        params: opts.canonical(),
+    };
+    let t0 = Instant::now();
+    let session = bootstrap::join(join_addr, hello, timeout).map_err(|e| match e {
+        // Refused for its own options (token, world, sweep): a usage problem here.
+        BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
+        other => fault(other.to_string()),
+    })?;
+    log(
+        1,
+        &format!(
+            "rank {}: table of {} ranks after {} ms",
+            id.rank,
+            session.table.len(),
+            t0.elapsed().as_millis()
+        ),
+    );
+    let session = Arc::new(session);
+    let out = connected_run(id, &session, &fabric, opts, log);
+    match out {
+        Ok(rows_links) => {
+            let (rows, links, link_size_bytes, _open_links) = rows_links;
+            session
+                .send(&Msg::Results(RankResults {
+                    rank: id.rank,
+                    rows,
+                    links,
+                    link_size_bytes,
+                }))
+                .map_err(|e| fault(e.to_string()))?;
+            // The coordinator answers once every rank reported, within its own deadlines.
+            match session.wait_done(timeout * 2 + Duration::from_secs(5)) {
+                Ok((failed, _verdicts)) => Ok(RankOutcome { report: None, failed }),
+                Err(e) => Err(fault(e.to_string())),
+            }
+        }
+        Err(e) => {
+            // Tell the coordinator what went wrong here, then take its word for the cause.
+            let msg = match &e {
+                RingError::Stuck(w, _) => Msg::Stuck((**w).clone()),
+                other => Msg::Failed {
+                    rank: id.rank,
+                    error: other.to_string(),
+                },
+            };
+            if !matches!(e, RingError::Aborted(_)) {
+                let _ = session.send(&msg);
+            }
+            let why = match session.wait_done(bootstrap::FAILURE_GRACE + Duration::from_secs(3)) {
+                Err(BootstrapError::Aborted(reason)) => reason,
+                _ => e.to_string(),
+            };
+            Err(fault(why))
+        }
+    }
+}
+
+/// Rows, the hop sample, its size, and the data links themselves: they stay open until the
+/// coordinator says every rank is done (closing a socket with unread credits sends a reset
+/// that would destroy data a slower peer has not read yet).
+type Measured = (Vec<RowResult>, Vec<LinkSample>, u64, Vec<ChannelLinks>);
+
+fn connected_run(
+    id: &Identity,
+    session: &Arc<Session>,
+    fabric: &dyn Fabric,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<Measured, RingError> {
+    let timeout = opts.timeout();
+    let ring = Ring {
+        rank: id.rank,
+        world: id.world,
+        timeout,
+    };
+    let (pred, succ) = (ring.pred(), ring.succ());
+    let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
+    let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
+    let req = LinkRequest {
+        me: id.rank,
+        token: &id.token,
+        table: &session.table,
+        sends: &sends,
+        recvs: &recvs,
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        deadline: Instant::now() + timeout,
+        timeout,
+    };
+    let open = fabric.open(&req).map_err(RingError::Transport)?;
+    for r in &open.rejected {
+        log(0, &format!("rank {}: rejected {r}", id.rank));
+    }
+    let mut links: Vec<ChannelLinks> = open
+        .sends
+        .into_iter()
+        .zip(open.recvs)
+        .map(|(send, recv)| ChannelLinks { send, recv })
+        .collect();
+    session
+        .send(&Msg::Ready { rank: id.rank })
+        .map_err(|e| RingError::Aborted(e.to_string()))?;
+    session
+        .wait_go(timeout)
+        .map_err(|e| RingError::Aborted(e.to_string()))?;
+
+    let progress: Vec<Progress> = (0..opts.channels).map(|_| Progress::default()).collect();
+    let stop = AtomicBool::new(false);
+    let res = thread::scope(|sc| {
+        // Heartbeats: what this rank is doing, every period, until the sweep ends.
+        sc.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = session.send(&Msg::Heartbeat(allreduce::worst_report(id.rank, &progress)));
+                let until = Instant::now() + bootstrap::HEARTBEAT;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        let r = sweep(ring, &mut links, &progress, session, opts, log);
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    let (rows, last) = res?;
+    let samples = last
+        .iter()
+        .map(|r| LinkSample {
+            order: 0,
+            from_rank: pred,
+            to_rank: id.rank,
+            bytes: r.hop_bytes,
+            seconds: r.hop_seconds,
+        })
+        .collect();
+    Ok((rows, samples, last.map(|r| r.bytes).unwrap_or(0), links))
+}
+
+fn sweep(
+    ring: Ring,
+    links: &mut [ChannelLinks],
+    progress: &[Progress],
+    session: &Session,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<(Vec<RowResult>, Option<allreduce::SizeResult>), RingError> {
+    let mut rows = Vec::new();
+    let mut last = None;
+    for &bytes in &opts.sizes {
+        for p in progress {
+            p.touch();
+        }
+        let spec = SizeSpec {
+            bytes,
+            warmup: opts.warmup,
+            iters: opts.iters,
+            check: opts.check > 0,
+        };
+        let r = allreduce::run_size(ring, links, progress, &session.abort, &spec, opts.slot_bytes)?;
+        if ring.rank == 0 {
+            log(1, &format!("size {bytes}: {:.1} us", r.seconds * 1e6));
+        }
+        rows.push(RowResult {
+            size_bytes: bytes,
+            time_us: r.seconds * 1e6,
+            wrong: r.wrong,
+        });
+        last = Some(r);
+    }
+    Ok((rows, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(rank: u32, host: &str) -> RankInfo {
+        RankInfo {
+            rank,
+            host: host.into(),
+            address: format!("10.0.0.{rank}:1"),
+            device: Some("eth1".into()),
+            transport: "tcp".into(),
+            pid: None,
+        }
+    }
+
+    #[test]
+    fn aggregate_averages_times_sums_wrong_and_skips_incomplete_sizes() {
+        let ranks = vec![info(0, "a"), info(1, "b")];
+        let res = vec![
+            RankResults {
+                rank: 0,
+                rows: vec![
+                    RowResult {
+                        size_bytes: 1 << 20,
+                        time_us: 1000.0,
+                        wrong: Some(0),
+                    },
+                    RowResult {
+                        size_bytes: 1 << 21,
+                        time_us: 9.0,
+                        wrong: Some(0),
+                    },
+                ],
+                links: vec![LinkSample {
+                    order: 0,
+                    from_rank: 1,
+                    to_rank: 0,
+                    bytes: 2_000_000,
+                    seconds: 0.5,
+                }],
+                link_size_bytes: 1 << 20,
+            },
+            RankResults {
+                rank: 1,
+                rows: vec![RowResult {
+                    size_bytes: 1 << 20,
+                    time_us: 3000.0,
+                    wrong: Some(3),
+                }],
+                links: vec![LinkSample {
+                    order: 0,
+                    from_rank: 0,
+                    to_rank: 1,
+                    bytes: 1_000_000,
+                    seconds: 0.5,
+                }],
+                link_size_bytes: 1 << 20,
+            },
+        ];
+        let (rows, links) = aggregate(2, &ranks, &res, 1);
+        assert_eq!(
+            rows,
+            vec![ResultRow {
+                size_bytes: 1 << 20,
+                count: 1 << 18,
+                dtype: "float",
+                redop: "sum",
+                root: -1,
+                time_us: 2000.0,
+                algbw_gbs: 1048576.0 / 2000.0 / 1e3,
+                busbw_gbs: 1048576.0 / 2000.0 / 1e3,
+                wrong: Some(3),
+            }]
+        );
+        assert_eq!(links.len(), 2);
+        assert_eq!(
+            (
+                links[0].from_rank,
+                links[0].to_rank,
+                links[0].from_host.as_str(),
+                links[0].to_host.as_str()
+            ),
+            (0, 1, "a", "b")
+        );
+        assert!((links[0].gbs - 0.002).abs() < 1e-12);
+        assert_eq!(avg_busbw(&rows), Some(rows[0].busbw_gbs));
+        // Wrong elements fail the run (exit 1), as a verdict or an early end does.
+        let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
+            world: 2,
+            transport: "tcp".into(),
+            launcher: LauncherInfo {
+                source: Source::Flags,
+                coordinator: String::new(),
+                coordinator_source: String::new(),
+                token_source: String::new(),
+            },
+            options: Options {
+                sizes: vec![],
+                iters: 1,
+                warmup: 0,
+                check: 1,
+                channels: 1,
+                timeout_secs: 1,
+                slots: 1,
+                slot_bytes: 4,
+            },
+            ranks: ranks.clone(),
+            avg_busbw_gbs: avg_busbw(&rows),
+            results: rows,
+            links: vec![],
+            bootstrap_us: 0,
+            events: vec![],
+            verdicts: vec![],
+            error,
+        };
+        assert!(report(rows.clone(), None).failed());
+        let mut ok = rows.clone();
+        ok[0].wrong = Some(0);
+        assert!(!report(ok.clone(), None).failed());
+        assert!(report(ok, Some("rank 1 lost".into())).failed());
+    }
+}

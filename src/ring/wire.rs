@@ -1,0 +1,220 @@
+//! The control-plane wire format between ranks and the coordinator: length-prefixed frames
+//! (`FPR1` magic, u32 big-endian length, JSON body) with a hard size bound, so garbage on the
+//! port is rejected after at most a few bytes and never allocates more than `MAX_FRAME`.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::types::{LinkSample, RankInfo, Verdict, WaitReport};
+
+pub const MAGIC: &[u8; 4] = b"FPR1";
+/// Largest control frame accepted: a 32-rank table or a results message is a few KiB; a
+/// 4096-rank table stays well below this.
+pub const MAX_FRAME: usize = 1 << 20;
+/// Bumped when a message changes meaning; ranks of different versions refuse each other.
+pub const PROTOCOL: u32 = 1;
+
+#[derive(Debug, Error)]
+pub enum WireError {
+    #[error("not a fabprobe peer (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLarge(usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("connection closed")]
+    Closed,
+    #[error("timed out")]
+    TimedOut,
+    #[error("{0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for WireError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::UnexpectedEof => WireError::Closed,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => WireError::TimedOut,
+            _ => WireError::Io(e),
+        }
+    }
+}
+
+/// What a rank tells the coordinator first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub rank: u32,
+    pub world: u32,
+    pub token: String,
+    pub info: RankInfo,
+    /// What this rank can do (`tcp`, later `rdma`): lets the coordinator pick a common
+    /// transport for `--transport auto`.
+    pub capabilities: Vec<String>,
+    /// The run's options (sizes, iterations, channels...) in one canonical string: every
+    /// rank must run the same sweep, or the chunks would not line up.
+    pub params: String,
+}
+
+/// One size's result on one rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowResult {
+    pub size_bytes: u64,
+    pub time_us: f64,
+    /// Mismatching elements on this rank; None when checking was off (`-c 0`).
+    pub wrong: Option<u64>,
+}
+
+/// Everything one rank measured, sent to the coordinator at the end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankResults {
+    pub rank: u32,
+    pub rows: Vec<RowResult>,
+    /// The hop into this rank (predecessor -> this rank), measured at this receiver
+    /// (`order` 0: the natural ring) during the timed iterations of `link_size_bytes`.
+    pub links: Vec<LinkSample>,
+    pub link_size_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Msg {
+    Hello(Hello),
+    /// Every rank arrived: the table, in rank order.
+    Table {
+        ranks: Vec<RankInfo>,
+    },
+    /// The coordinator refuses this connection (wrong token, duplicate rank...).
+    Reject {
+        reason: String,
+    },
+    /// Data links are up on this rank.
+    Ready {
+        rank: u32,
+    },
+    /// All ranks are ready: start.
+    Go,
+    /// Periodic status, and the report sent when a data wait passes its deadline.
+    Heartbeat(WaitReport),
+    Stuck(WaitReport),
+    /// A rank failed on its own (not a timeout): the error, for the coordinator to relay.
+    Failed {
+        rank: u32,
+        error: String,
+    },
+    Results(RankResults),
+    /// The run ended; `failed` tells every rank which exit status to use.
+    Done {
+        failed: bool,
+        verdicts: Vec<Verdict>,
+    },
+    /// The coordinator ends the run early; every rank exits with this message.
+    Abort {
+        reason: String,
+    },
+    /// The coordinator is alive (sent every heartbeat period).
+    Ping,
+}
+
+/// Write one frame.
+pub fn write_msg(w: &mut impl Write, msg: &Msg) -> Result<(), WireError> {
+    let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(WireError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(body.len() + 8);
+    frame.extend_from_slice(MAGIC);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Read one frame; the reader's own timeout bounds the wait.
+pub fn read_msg(r: &mut impl Read) -> Result<Msg, WireError> {
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head)?;
+    let magic = [head[0], head[1], head[2], head[3]];
+    if &magic != MAGIC {
+        return Err(WireError::BadMagic(magic));
+    }
+    let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    decode(&body)
+}
+
+/// Parse a frame body. Pure.
+pub fn decode(body: &[u8]) -> Result<Msg, WireError> {
+    serde_json::from_slice(body).map_err(|e| WireError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = MAGIC.to_vec();
+        f.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = Msg::Done {
+            failed: true,
+            verdicts: vec![],
+        };
+        let mut buf = Vec::new();
+        write_msg(&mut buf, &m).unwrap();
+        assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
+    }
+
+    /// Random bytes and random bodies behind a valid header never panic the reader.
+    #[test]
+    fn random_input_never_panics() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..2000 {
+            let len = (next() % 300) as usize;
+            let mut body: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 3 == 0 {
+                // Mutate a real message so the JSON is almost valid.
+                let mut real = serde_json::to_vec(&Msg::Reject { reason: "x".into() }).unwrap();
+                let at = (next() as usize) % real.len();
+                real[at] = next() as u8;
+                body = real;
+            }
+            let bytes = if i % 2 == 0 { frame(&body) } else { body };
+            let _ = read_msg(&mut &bytes[..]);
+        }
+    }
+
+    #[test]
+    fn garbage_is_rejected_without_allocating() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"GET / HTTP/1.1\r\n\r\n".to_vec(), "bad magic"),
+            ([MAGIC.as_slice(), &u32::MAX.to_be_bytes()].concat(), "exceeds"),
+            (frame(b"{not json"), "malformed"),
+            (frame(br#"{"type":"launch_missiles"}"#), "malformed"),
+            (MAGIC[..2].to_vec(), "closed"),
+            (frame(br#"{"type":"go"}"#)[..10].to_vec(), "closed"),
+        ];
+        for (bytes, want) in cases {
+            let e = read_msg(&mut &bytes[..]).unwrap_err().to_string();
+            assert!(e.contains(want), "{bytes:?}: {e}");
+        }
+    }
+}

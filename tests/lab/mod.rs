@@ -1,0 +1,366 @@
+//! The network lab: a small cluster on one machine. N network namespaces (`node-a`, ...),
+//! each with a management interface `eth0` (198.18.0.0/24) and a data interface `eth1`
+//! (198.19.0.0/24, MTU 9000) on two bridges, data links optionally shaped with `tc tbf`; real
+//! `fabprobe` processes run inside with `ip netns exec` (and their own UTS namespace, so each
+//! node has its own hostname). Everything is torn down by `Drop` (also on panic), and
+//! leftovers of killed runs are removed by their name prefix `fpl<pid>`.
+//! Needs root and iproute2; without them `Lab::new` prints a loud SKIPPED line and returns
+//! None.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// One lab at a time per test binary: they share the CPU, and the figures must not lie.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
+
+pub struct Node {
+    pub ns: String,
+    pub name: String,
+    pub mgmt_ip: String,
+    pub data_ip: String,
+}
+
+pub struct LabOpts {
+    pub nodes: usize,
+    /// `tc tbf` rate on every node's data egress (`1gbit`), or unshaped.
+    pub rate: Option<String>,
+}
+
+pub struct Lab {
+    pub prefix: String,
+    pub nodes: Vec<Node>,
+    children: Mutex<Vec<Child>>,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Print past cargo's output capture: a skipped lab test must be seen.
+pub fn loud(msg: &str) {
+    let mut e = std::io::stderr();
+    let _ = writeln!(e, "\n********\n{msg}\n********");
+}
+
+fn sh(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"))
+}
+
+fn must(args: &[&str]) {
+    let o = sh(args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Delete namespaces and links of labs whose process is gone (a SIGKILLed test run).
+fn clean_leftovers() {
+    let alive = |name: &str| -> bool {
+        let digits: String = name
+            .trim_start_matches("fpl")
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        match digits.parse::<u32>() {
+            Ok(pid) => std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            Err(_) => true,
+        }
+    };
+    let ns = String::from_utf8_lossy(&sh(&["ip", "netns", "list"]).stdout).to_string();
+    for line in ns.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if name.starts_with("fpl") && !alive(name) {
+            kill_ns_pids(name);
+            let _ = sh(&["ip", "netns", "del", name]);
+        }
+    }
+    let links = String::from_utf8_lossy(&sh(&["ip", "-o", "link", "show"]).stdout).to_string();
+    for line in links.lines() {
+        let name = line
+            .split(':')
+            .nth(1)
+            .unwrap_or("")
+            .trim()
+            .split('@')
+            .next()
+            .unwrap_or("");
+        if name.starts_with("fpl") && !alive(name) {
+            let _ = sh(&["ip", "link", "del", name]);
+        }
+    }
+}
+
+fn kill_ns_pids(ns: &str) {
+    let pids = String::from_utf8_lossy(&sh(&["ip", "netns", "pids", ns]).stdout).to_string();
+    for p in pids.split_whitespace() {
+        if let Ok(pid) = p.parse::<i32>() {
+            // SAFETY: plain kill(2) on a pid that lives in our own lab namespace.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Lab {
+    /// Build the lab, or None (after a loud SKIPPED line) where it cannot run.
+    pub fn new(test: &str, opts: LabOpts) -> Option<Lab> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            loud(&format!(
+                "SKIPPED lab test {test}: needs root (network namespaces, bridges, tc)"
+            ));
+            return None;
+        }
+        if Command::new("ip").arg("-V").output().is_err() {
+            loud(&format!(
+                "SKIPPED lab test {test}: iproute2 (`ip`) is not installed"
+            ));
+            return None;
+        }
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        clean_leftovers();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("fpl{}{}", std::process::id(), (b'a' + (n % 26) as u8) as char);
+        let probe = format!("{prefix}-probe");
+        if !sh(&["ip", "netns", "add", &probe]).status.success() {
+            loud(&format!(
+                "SKIPPED lab test {test}: cannot create network namespaces here (no CAP_SYS_ADMIN?)"
+            ));
+            return None;
+        }
+        let _ = sh(&["ip", "netns", "del", &probe]);
+        let mut lab = Lab {
+            prefix: prefix.clone(),
+            nodes: Vec::new(),
+            children: Mutex::new(Vec::new()),
+            _guard: guard,
+        };
+        let (brm, brd) = (format!("{prefix}m"), format!("{prefix}d"));
+        must(&["ip", "link", "add", &brm, "type", "bridge"]);
+        must(&["ip", "link", "add", &brd, "type", "bridge"]);
+        must(&["ip", "link", "set", &brd, "mtu", "9000"]);
+        must(&["ip", "link", "set", &brm, "up"]);
+        must(&["ip", "link", "set", &brd, "up"]);
+        for i in 0..opts.nodes {
+            let ns = format!("{prefix}-n{i}");
+            let name = format!("node-{}", (b'a' + i as u8) as char);
+            let node = Node {
+                ns: ns.clone(),
+                name,
+                mgmt_ip: format!("198.18.0.{}", 10 + i),
+                data_ip: format!("198.19.0.{}", 10 + i),
+            };
+            must(&["ip", "netns", "add", &ns]);
+            lab.nodes.push(node);
+            let x = |args: &[&str]| {
+                let mut a = vec!["ip", "netns", "exec", ns.as_str()];
+                a.extend_from_slice(args);
+                must(&a);
+            };
+            x(&["ip", "link", "set", "lo", "up"]);
+            for (suffix, inner, br, ip, mtu) in [
+                ("m", "eth0", &brm, format!("198.18.0.{}/24", 10 + i), "1500"),
+                ("d", "eth1", &brd, format!("198.19.0.{}/24", 10 + i), "9000"),
+            ] {
+                let outer = format!("{prefix}{i}{suffix}");
+                must(&[
+                    "ip", "link", "add", &outer, "mtu", mtu, "type", "veth", "peer", "name", inner, "mtu",
+                    mtu, "netns", &ns,
+                ]);
+                must(&["ip", "link", "set", &outer, "master", br, "up"]);
+                x(&["ip", "addr", "add", &ip, "dev", inner]);
+                x(&["ip", "link", "set", inner, "up"]);
+            }
+            if let Some(rate) = &opts.rate {
+                // Egress of the data interface: every ring hop leaves through exactly one.
+                x(&[
+                    "tc", "qdisc", "add", "dev", "eth1", "root", "tbf", "rate", rate, "burst", "512kb",
+                    "latency", "100ms",
+                ]);
+            }
+        }
+        Some(lab)
+    }
+
+    /// `ip netns exec <node> unshare --uts sh -c 'hostname <name>; exec ...'`.
+    fn command(&self, node: usize, program: &str, args: &[&str]) -> Command {
+        let n = &self.nodes[node];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &n.ns, "unshare", "--uts", "sh", "-c"])
+            .arg(format!("hostname {} && exec \"$0\" \"$@\"", n.name))
+            .arg(program)
+            .args(args);
+        c
+    }
+
+    /// Start `fabprobe <args>` on a node; stdout and stderr are captured.
+    pub fn spawn(&self, node: usize, args: &[&str]) -> usize {
+        let child = self
+            .command(node, BIN, args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn fabprobe in the lab");
+        let mut c = self.children.lock().unwrap();
+        c.push(child);
+        c.len() - 1
+    }
+
+    /// Wait for a spawned process, killing it at the deadline; returns its output and
+    /// how long it ran after this call.
+    pub fn wait(&self, id: usize, limit: Duration) -> (Output, Duration) {
+        let t0 = Instant::now();
+        let child = {
+            let mut c = self.children.lock().unwrap();
+            std::mem::replace(&mut c[id], Command::new("true").spawn().unwrap())
+        };
+        let mut child = child;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if t0.elapsed() > limit => {
+                    let _ = child.kill();
+                    let o = child.wait_with_output().unwrap();
+                    panic!(
+                        "process {id} did not exit within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        (child.wait_with_output().unwrap(), t0.elapsed())
+    }
+
+    /// Run any command on a node to completion.
+    pub fn exec(&self, node: usize, program: &str, args: &[&str]) -> Output {
+        self.command(node, program, args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("exec in the lab")
+    }
+
+    fn in_ns(&self, node: usize, args: &[&str]) {
+        let mut a = vec!["ip", "netns", "exec", self.nodes[node].ns.as_str()];
+        a.extend_from_slice(args);
+        must(&a);
+    }
+
+    /// Shape everything `node` sends on its data interface to `rate` (`tbf`; replaces any
+    /// earlier shaping): a slow egress.
+    pub fn shape_egress(&self, node: usize, rate: &str) {
+        self.in_ns(
+            node,
+            &[
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "tbf", "rate", rate, "burst", "512kb",
+                "latency", "100ms",
+            ],
+        );
+    }
+
+    /// Shape only what `from` sends to `to`'s data address (`htb` with a `u32` filter on the
+    /// destination); other destinations keep `other_rate`: a single slow pair.
+    pub fn shape_pair(&self, from: usize, to: usize, rate: &str, other_rate: &str) {
+        let dst = format!("{}/32", self.nodes[to].data_ip);
+        self.in_ns(
+            from,
+            &[
+                "tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "20",
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb", "rate", rate,
+                "ceil", rate,
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb", "rate",
+                other_rate, "ceil", other_rate,
+            ],
+        );
+        self.in_ns(
+            from,
+            &[
+                "tc", "filter", "add", "dev", "eth1", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                "match", "ip", "dst", &dst, "flowid", "1:10",
+            ],
+        );
+    }
+
+    /// Silently drop everything `node` receives on its data interface from `peer` (the
+    /// management network keeps working): a cut data link.
+    pub fn cut_data_link(&self, node: usize, peer: usize) {
+        let src = self.nodes[peer].data_ip.clone();
+        self.in_ns(
+            node,
+            &["iptables", "-A", "INPUT", "-i", "eth1", "-s", &src, "-j", "DROP"],
+        );
+    }
+
+    /// The pid of a spawned process (to signal it: SIGKILL, SIGSTOP).
+    pub fn pid(&self, id: usize) -> u32 {
+        self.children.lock().unwrap()[id].id()
+    }
+
+    /// `fabprobe ring` arguments for rank `rank` of `world`, coordinator on node 0's
+    /// management address, data on eth1.
+    pub fn ring_args(&self, rank: usize, world: usize, token: &str, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "ring",
+            "--rank",
+            &rank.to_string(),
+            "--world",
+            &world.to_string(),
+            "--coordinator",
+            &format!("{}:29517", self.nodes[0].mgmt_ip),
+            "--ifname",
+            "=eth1",
+            "--token",
+            token,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.children.lock() {
+            for ch in c.iter_mut() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+        }
+        for n in &self.nodes {
+            kill_ns_pids(&n.ns);
+            let _ = sh(&["ip", "netns", "del", &n.ns]);
+        }
+        let _ = sh(&["ip", "link", "del", &format!("{}m", self.prefix)]);
+        let _ = sh(&["ip", "link", "del", &format!("{}d", self.prefix)]);
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

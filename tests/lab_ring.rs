@@ -1,0 +1,455 @@
+//! `fabprobe ring` as real processes in the network lab (see tests/lab/mod.rs). Needs root;
+//! without it every test prints SKIPPED loudly and returns.
+
+mod lab;
+
+use std::time::Duration;
+
+use lab::{Lab, LabOpts, text};
+
+fn json(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
+}
+
+#[test]
+fn four_rank_ring_over_the_shaped_data_bridge() {
+    let Some(lab) = Lab::new(
+        "four_rank_ring",
+        LabOpts {
+            nodes: 4,
+            rate: Some("2gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = [
+        "-b",
+        "64K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "-n",
+        "3",
+        "--timeout",
+        "10",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..4)
+        .map(|r| {
+            let a = lab.ring_args(r, 4, "lab4", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
+        .collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} failed: {}\n{}",
+            text(&o.stderr),
+            text(&o.stdout)
+        );
+        if r > 0 {
+            assert!(o.stdout.is_empty(), "rank {r} printed: {}", text(&o.stdout));
+        }
+    }
+    let j = json(&outs[0].stdout);
+    let d = &j["data"];
+    let results = d["results"].as_array().unwrap();
+    let sizes: Vec<u64> = results
+        .iter()
+        .map(|r| r["size_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![64 << 10, 256 << 10, 1 << 20]);
+    for r in results {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert!(r["busbw_gbs"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let ranks = d["ranks"].as_array().unwrap();
+    let hosts: Vec<&str> = ranks.iter().map(|r| r["host"].as_str().unwrap()).collect();
+    assert_eq!(hosts, ["node-a", "node-b", "node-c", "node-d"]);
+    for (i, r) in ranks.iter().enumerate() {
+        // Data on the data bridge (eth1), not the management network the coordinator uses.
+        assert!(
+            r["address"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("198.19.0.{}:", 10 + i)),
+            "{r}"
+        );
+        assert_eq!(r["device"], "eth1");
+    }
+    let links = d["links"].as_array().unwrap();
+    let hops: Vec<(u64, u64, &str, &str)> = links
+        .iter()
+        .map(|l| {
+            (
+                l["from_rank"].as_u64().unwrap(),
+                l["to_rank"].as_u64().unwrap(),
+                l["from_host"].as_str().unwrap(),
+                l["to_host"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hops,
+        [
+            (0, 1, "node-a", "node-b"),
+            (1, 2, "node-b", "node-c"),
+            (2, 3, "node-c", "node-d"),
+            (3, 0, "node-d", "node-a")
+        ]
+    );
+    for l in links {
+        // Shaped at 2 Gbit/s = 0.25 GB/s: no hop can beat the shaper beyond its 512 KiB
+        // bucket (which matters on a run this short).
+        let (bytes, secs) = (l["bytes"].as_f64().unwrap(), l["seconds"].as_f64().unwrap());
+        assert!(
+            bytes > 0.0 && bytes <= 0.25e9 * secs * 1.02 + 512.0 * 1024.0,
+            "{l}"
+        );
+    }
+    assert!(d["error"].is_null());
+}
+
+#[test]
+fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
+    let Some(lab) = Lab::new("bootstrap_rejects", LabOpts { nodes: 2, rate: None }) else {
+        return;
+    };
+    let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "10"];
+    let a0 = lab.ring_args(0, 2, "right", &extra);
+    let r0 = lab.spawn(0, &a0.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(300));
+    // Garbage from node-b onto the coordinator's port.
+    let g = lab.exec(
+        1,
+        "bash",
+        &[
+            "-c",
+            "exec 3<>/dev/tcp/198.18.0.10/29517; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; sleep 0.3",
+        ],
+    );
+    assert!(g.status.success(), "{}", text(&g.stderr));
+    // A rank with another job's token is turned away and says so.
+    let bad = lab.ring_args(1, 2, "wrong", &extra);
+    let rb = lab.spawn(1, &bad.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let (ob, _) = lab.wait(rb, Duration::from_secs(15));
+    assert_eq!(ob.status.code(), Some(2), "{}", text(&ob.stderr));
+    assert!(
+        text(&ob.stderr).contains("rejected this rank: wrong token"),
+        "{}",
+        text(&ob.stderr)
+    );
+    // The right rank still gets in and the run completes.
+    let good = lab.ring_args(1, 2, "right", &extra);
+    let r1 = lab.spawn(1, &good.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let (o1, _) = lab.wait(r1, Duration::from_secs(15));
+    let (o0, _) = lab.wait(r0, Duration::from_secs(15));
+    assert!(o1.status.success(), "{}", text(&o1.stderr));
+    assert!(o0.status.success(), "{}\n{}", text(&o0.stderr), text(&o0.stdout));
+    let err0 = text(&o0.stderr);
+    let rejected: Vec<&str> = err0
+        .lines()
+        .filter(|l| l.contains("rejected connection from 198.18.0.11"))
+        .collect();
+    assert_eq!(rejected.len(), 2, "{err0}");
+    assert!(rejected[0].contains("not a fabprobe peer"), "{err0}");
+    assert!(rejected[1].contains("wrong token"), "{err0}");
+    assert!(
+        text(&o0.stdout).contains("# Out of bounds values : 0 OK"),
+        "{}",
+        text(&o0.stdout)
+    );
+}
+
+#[test]
+fn missing_rank_is_named_within_the_deadline() {
+    let Some(lab) = Lab::new("missing_rank", LabOpts { nodes: 3, rate: None }) else {
+        return;
+    };
+    let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "3"];
+    let ids: Vec<usize> = (0..2)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "t", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let (o0, t0) = lab.wait(ids[0], Duration::from_secs(10));
+    let (o1, _) = lab.wait(ids[1], Duration::from_secs(10));
+    // The deadline (3 s) plus process start-up; nothing waits longer.
+    assert!(t0 < Duration::from_secs(5), "rank 0 took {t0:?}");
+    for (r, o) in [(0, &o0), (1, &o1)] {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+        let e = text(&o.stderr);
+        assert!(
+            e.contains(
+                "1 of 3 ranks never reached the coordinator at 198.18.0.10:29517 within 3 s: missing rank 2"
+            ),
+            "rank {r}: {e}"
+        );
+        assert!(e.contains("firewall on TCP port 29517"), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn bootstrap_of_32_ranks_on_4_nodes() {
+    let Some(lab) = Lab::new("bootstrap_32", LabOpts { nodes: 4, rate: None }) else {
+        return;
+    };
+    let extra = [
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--channels",
+        "1",
+        "--timeout",
+        "20",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..32)
+        .map(|r| {
+            let a = lab.ring_args(r, 32, "t32", &extra);
+            lab.spawn(r % 4, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(40)).0)
+        .collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
+    }
+    let j = json(&outs[0].stdout);
+    assert_eq!(j["data"]["ranks"].as_array().unwrap().len(), 32);
+    assert_eq!(j["data"]["results"][0]["wrong"], 0);
+    assert!(j["data"]["bootstrap_us"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn lab_is_torn_down_even_when_a_test_panics() {
+    let prefix = std::sync::Mutex::new(None);
+    let r = std::panic::catch_unwind(|| {
+        let Some(lab) = Lab::new(
+            "teardown",
+            LabOpts {
+                nodes: 2,
+                rate: Some("1gbit".into()),
+            },
+        ) else {
+            return;
+        };
+        *prefix.lock().unwrap() = Some(lab.prefix.clone());
+        let _ = lab.spawn(
+            0,
+            &[
+                "ring",
+                "--rank",
+                "0",
+                "--world",
+                "2",
+                "--coordinator",
+                "198.18.0.10:29517",
+                "--timeout",
+                "30",
+            ],
+        );
+        panic!("injected");
+    });
+    let Some(prefix) = prefix.into_inner().unwrap() else {
+        return;
+    };
+    assert!(r.is_err());
+    let ns = text(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    let links = text(
+        &std::process::Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(!ns.contains(&prefix), "namespaces left behind: {ns}");
+    assert!(!links.contains(&prefix), "links left behind: {links}");
+}
+
+#[test]
+fn one_slow_pair_slows_the_whole_ring() {
+    // The lab's htb pair shaping works, and a pipelined ring runs at its slowest hop: the
+    // reason issue 5's link scan exists.
+    let Some(lab) = Lab::new("slow_pair", LabOpts { nodes: 3, rate: None }) else {
+        return;
+    };
+    lab.shape_pair(1, 2, "200mbit", "2gbit");
+    let extra = [
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "-n",
+        "3",
+        "--timeout",
+        "10",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "slow", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
+        .collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r}: {}", text(&o.stderr));
+    }
+    let d = json(&outs[0].stdout)["data"].clone();
+    let busbw = d["results"][0]["busbw_gbs"].as_f64().unwrap();
+    // 200 Mbit/s = 0.025 GB/s on the wire (plus htb's burst on a short run); the other
+    // hops alone would carry 2 Gbit/s = 0.25 GB/s.
+    assert!(busbw < 0.032, "busbw {busbw}");
+    for l in d["links"].as_array().unwrap() {
+        let (bytes, secs) = (l["bytes"].as_f64().unwrap(), l["seconds"].as_f64().unwrap());
+        // htb lets a burst through before it paces (a few hundred KiB on a 1 MiB run).
+        assert!(bytes <= 0.025e9 * secs * 1.02 + 512.0 * 1024.0, "{l}");
+    }
+}
+
+#[test]
+fn cut_data_link_ends_every_rank_within_the_deadline() {
+    let Some(lab) = Lab::new(
+        "cut_link",
+        LabOpts {
+            nodes: 3,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = [
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "-n",
+        "1000",
+        "--timeout",
+        "3",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "cut", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.cut_data_link(2, 1);
+    let outs: Vec<_> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(3 + 1 + 4)))
+        .collect();
+    for (r, (o, _)) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+    }
+    let d = json(&outs[0].0.stdout)["data"].clone();
+    let e = d["error"].as_str().unwrap_or_default().to_string();
+    // Whoever noticed first: a receiver that waited, or a sender that was blocked.
+    assert!(e.contains("waited") || e.contains("blocked"), "{e}");
+    assert!(e.contains("ms"), "{e}");
+}
+
+#[test]
+fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
+    let Some(lab) = Lab::new(
+        "kill",
+        LabOpts {
+            nodes: 3,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = ["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", "5"];
+    // Round 1: SIGKILL the coordinator (rank 0).
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(r, 3, "k1", &extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
+    for &id in &ids[1..] {
+        let (o, t) = lab.wait(id, Duration::from_secs(5));
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        assert!(t < Duration::from_secs(2), "{t:?}");
+        assert!(
+            text(&o.stderr).contains("the coordinator at 198.18.0.10:29517 closed the control connection"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    let _ = lab.wait(ids[0], Duration::from_secs(5));
+    // Round 2: SIGKILL rank 2; rank 0 names it, and rank 1 ends too.
+    let ids: Vec<usize> = (0..3)
+        .map(|r| {
+            let a = lab.ring_args(
+                r,
+                3,
+                "k2",
+                &[
+                    "-b",
+                    "8M",
+                    "-e",
+                    "8M",
+                    "-n",
+                    "1000",
+                    "--timeout",
+                    "5",
+                    "--format",
+                    "json",
+                ],
+            );
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: as above.
+    unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
+    let (o0, t0) = lab.wait(ids[0], Duration::from_secs(5));
+    let (o1, _) = lab.wait(ids[1], Duration::from_secs(5));
+    assert!(t0 < Duration::from_secs(3), "{t0:?}");
+    assert_eq!(o0.status.code(), Some(1));
+    assert_eq!(o1.status.code(), Some(1));
+    let e = json(&o0.stdout)["data"]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(e.contains("rank 2 (node-c) closed its control connection"), "{e}");
+    assert!(
+        text(&o1.stderr).contains("rank 2 (node-c) closed its control connection"),
+        "{}",
+        text(&o1.stderr)
+    );
+}

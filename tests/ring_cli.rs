@@ -1,0 +1,132 @@
+//! `fabprobe ring` from the outside, without root: --local runs, usage errors, deadlines.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn fabprobe(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .env_clear()
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn local_ring_json_contract() {
+    let o = fabprobe(&[
+        "ring", "--local", "3", "-b", "4K", "-e", "16K", "-n", "2", "--format", "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["schema"], "fabprobe.ring");
+    let d = &j["data"];
+    assert_eq!(d["world"], 3);
+    assert_eq!(d["launcher"]["source"], "local");
+    let results = d["results"].as_array().unwrap();
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| r["size_bytes"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [4096, 8192, 16384]
+    );
+    for r in results {
+        for k in ["count", "time_us", "algbw_gbs", "busbw_gbs"] {
+            assert!(r[k].is_number(), "{k} in {r}");
+        }
+        assert_eq!(r["wrong"], 0);
+        let (alg, bus) = (r["algbw_gbs"].as_f64().unwrap(), r["busbw_gbs"].as_f64().unwrap());
+        assert!(
+            (bus - alg * 4.0 / 3.0).abs() < 1e-9,
+            "busbw = algbw x 2(n-1)/n: {r}"
+        );
+    }
+    let links = d["links"].as_array().unwrap();
+    assert_eq!(links.len(), 3);
+    for l in links {
+        for k in ["from_rank", "to_rank", "from_host", "to_host", "gbs"] {
+            assert!(!l[k].is_null(), "{k} in {l}");
+        }
+    }
+    let ranks = d["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 3);
+    assert!(
+        ranks
+            .iter()
+            .all(|r| r["transport"] == "tcp" && r["address"].as_str().unwrap().starts_with("127.0.0.1:"))
+    );
+    assert!(d["error"].is_null());
+    assert_eq!(j["findings"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn no_check_shows_na() {
+    let o = fabprobe(&[
+        "ring", "--local", "2", "-b", "1K", "-e", "1K", "-n", "1", "-c", "0",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let t = text(&o.stdout);
+    let row = t.lines().find(|l| l.trim_start().starts_with("1024")).unwrap();
+    assert!(row.ends_with("N/A"), "{row}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for (args, want) in [
+        (
+            vec!["ring", "--local", "2", "--transport", "rdma"],
+            "--transport rdma is not built yet",
+        ),
+        (vec!["ring"], "no rank and world size"),
+        (
+            vec!["ring", "--local", "2", "--format", "prom"],
+            "does not support --format prom",
+        ),
+        (
+            vec!["ring", "--rank", "0", "--world", "2"],
+            "no coordinator address",
+        ),
+        (
+            vec!["ring", "--local", "2", "-b", "8M", "-e", "1M"],
+            "larger than -e",
+        ),
+        (
+            vec!["ring", "--local", "2", "--ifname", "=nosuchif0"],
+            "no data interface matches =nosuchif0",
+        ),
+    ] {
+        let o = fabprobe(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
+    }
+}
+
+#[test]
+fn missing_rank_ends_at_the_deadline() {
+    let t0 = Instant::now();
+    let o = fabprobe(&[
+        "ring",
+        "--rank",
+        "0",
+        "--world",
+        "2",
+        "--coordinator",
+        "127.0.0.1:0",
+        "--ifname",
+        "lo",
+        "--timeout",
+        "1",
+    ]);
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("1 of 2 ranks never reached the coordinator"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(text(&o.stderr).contains("missing rank 1;"), "{}", text(&o.stderr));
+}
