@@ -266,6 +266,29 @@ impl SendLink for TcpSend {
 
 impl Drop for TcpSend {
     fn drop(&mut self) {
+        // Closing with unread credits in the receive queue makes the kernel send RST,
+        // which discards chunks still in our send buffer. Send FIN after the data, then
+        // drain credits until the receiver closes (bounded, so a stuck peer can't hold us).
+        let _ = self.stream.shutdown(Shutdown::Write);
+        let until = Instant::now() + Duration::from_millis(500);
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut sink = [0u8; 4096];
+        while Instant::now() < until {
+            match self.stream.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(_) => break,
+            }
+        }
         let _ = self.stream.shutdown(Shutdown::Both);
     }
 }
