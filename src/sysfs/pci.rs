@@ -26,15 +26,8 @@ pub fn parse_link_speed(s: &str) -> Option<LinkSpeed> {
     if !s[num.len()..].trim_start().starts_with("GT/s") || !gts.is_finite() || gts <= 0.0 {
         return None;
     }
-    let generation = match gts {
-        x if x == 2.5 => Some(1),
-        x if x == 5.0 => Some(2),
-        x if x == 8.0 => Some(3),
-        x if x == 16.0 => Some(4),
-        x if x == 32.0 => Some(5),
-        x if x == 64.0 => Some(6),
-        _ => None,
-    };
+    const GENERATIONS: [(f64, u8); 6] = [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)];
+    let generation = GENERATIONS.iter().find(|(rate, _)| *rate == gts).map(|(_, g)| *g);
     Some(LinkSpeed {
         raw: s.to_string(),
         gts,
