@@ -96,6 +96,8 @@ pub struct Host {
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
     recorder: Option<Mutex<Vec<Access>>>,
+    /// Directory paths (as asked) already resolved to their canonical host path.
+    resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
     /// Keeps an extracted `.tar.gz` alive as long as the host.
     _extracted: Option<tempfile::TempDir>,
 }
@@ -124,6 +126,7 @@ impl Host {
             nvml: nvml::collect_live(),
             read_errors: BTreeMap::new(),
             recorder: None,
+            resolved_dirs: Mutex::default(),
             _extracted: None,
         }
     }
@@ -152,6 +155,7 @@ impl Host {
             nvml: loaded.nvml,
             read_errors: loaded.read_errors,
             recorder: None,
+            resolved_dirs: Mutex::default(),
             _extracted: extracted,
         })
     }
@@ -239,52 +243,82 @@ impl Host {
     }
 
     fn resolve(&self, host_path: &Path) -> Result<PathBuf, HostError> {
-        let mut pending: Vec<std::ffi::OsString> = host_path
+        let comps: Vec<std::ffi::OsString> = host_path
             .components()
-            .rev()
             .filter_map(|c| match c {
                 Component::Normal(s) => Some(s.to_os_string()),
                 Component::ParentDir => Some("..".into()),
                 _ => None,
             })
             .collect();
-        let mut resolved = PathBuf::from("/");
-        let mut hops = 0;
-        while let Some(comp) = pending.pop() {
-            if comp == ".." {
-                resolved.pop();
-                continue;
-            }
-            let candidate = resolved.join(&comp);
-            match std::fs::symlink_metadata(self.on_disk(&candidate)) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    hops += 1;
-                    if hops > MAX_SYMLINK_HOPS {
-                        return Err(HostError::SymlinkLoop {
-                            path: host_path.to_path_buf(),
-                        });
-                    }
-                    let target =
-                        std::fs::read_link(self.on_disk(&candidate)).map_err(|source| HostError::Io {
-                            op: "read link",
-                            path: candidate.clone(),
-                            source,
-                        })?;
-                    if target.is_absolute() {
-                        resolved = PathBuf::from("/");
-                    }
-                    for c in target.components().rev() {
-                        match c {
-                            Component::Normal(s) => pending.push(s.to_os_string()),
-                            Component::ParentDir => pending.push("..".into()),
-                            _ => {}
-                        }
-                    }
+        self.resolve_comps(&comps, 0, host_path)
+    }
+
+    /// Resolve a normalized component list: the parent first (memoized, since probes read
+    /// hundreds of files in the same directories), then the last component.
+    fn resolve_comps(
+        &self,
+        comps: &[std::ffi::OsString],
+        hops: usize,
+        asked: &Path,
+    ) -> Result<PathBuf, HostError> {
+        let Some((last, parent)) = comps.split_last() else {
+            return Ok(PathBuf::from("/"));
+        };
+        let parent_key: PathBuf = parent.iter().collect();
+        let cached = self
+            .resolved_dirs
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&parent_key).cloned());
+        let parent_real = match cached {
+            Some(p) => p,
+            None => {
+                let p = self.resolve_comps(parent, hops, asked)?;
+                if let Ok(mut c) = self.resolved_dirs.lock() {
+                    c.insert(parent_key, p.clone());
                 }
-                _ => resolved = candidate,
+                p
             }
+        };
+        if last == ".." {
+            let mut up = parent_real;
+            up.pop();
+            return Ok(up);
         }
-        Ok(resolved)
+        let candidate = parent_real.join(last);
+        match std::fs::symlink_metadata(self.on_disk(&candidate)) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if hops >= MAX_SYMLINK_HOPS {
+                    return Err(HostError::SymlinkLoop {
+                        path: asked.to_path_buf(),
+                    });
+                }
+                let target =
+                    std::fs::read_link(self.on_disk(&candidate)).map_err(|source| HostError::Io {
+                        op: "read link",
+                        path: candidate.clone(),
+                        source,
+                    })?;
+                // An absolute target is taken relative to the root, never the live `/`.
+                let base = if target.is_absolute() {
+                    PathBuf::from("/")
+                } else {
+                    parent_real
+                };
+                let next: Vec<std::ffi::OsString> = base
+                    .components()
+                    .chain(target.components())
+                    .filter_map(|c| match c {
+                        Component::Normal(s) => Some(s.to_os_string()),
+                        Component::ParentDir => Some("..".into()),
+                        _ => None,
+                    })
+                    .collect();
+                self.resolve_comps(&next, hops + 1, asked)
+            }
+            _ => Ok(candidate),
+        }
     }
 
     fn io_err(op: &'static str, path: &Path, source: io::Error) -> HostError {
