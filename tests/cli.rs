@@ -1,0 +1,83 @@
+//! The exit-status and error contracts every command shares (fabprobe(1) EXIT STATUS).
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+fn fabprobe(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version_and_help_exit_0() {
+    let (code, out, _) = fabprobe(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("fabprobe "), "{out}");
+    let (code, out, _) = fabprobe(&["--help"]);
+    assert_eq!(code, 0);
+    for cmd in ["topo", "gids", "links", "ring", "snapshot"] {
+        assert!(out.contains(cmd), "--help lacks {cmd}");
+    }
+    assert!(!out.contains("gen-docs"), "hidden command shown");
+}
+
+#[test]
+fn unreadable_snapshot_exits_2_naming_the_path() {
+    for cmd in ["topo", "gids", "links"] {
+        let (code, out, err) = fabprobe(&["--root", "/nonexistent/snap.tar.gz", cmd]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(out.is_empty(), "{cmd} printed results: {out}");
+        assert!(err.contains("/nonexistent/snap.tar.gz"), "{cmd}: {err}");
+        assert!(err.starts_with("fabprobe: error: "), "{cmd}: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.contains("error")).count(),
+            1,
+            "printed more than once: {err}"
+        );
+    }
+    // Not a tarball: the error says so and names the file.
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("x.tar.gz");
+    std::fs::write(&bogus, b"not gzip").unwrap();
+    let (code, _, err) = fabprobe(&["--root", bogus.to_str().unwrap(), "topo"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("x.tar.gz") && err.contains("tar.gz snapshot"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    assert_eq!(fabprobe(&["topo", "--no-such-flag"]).0, 2);
+    assert_eq!(fabprobe(&["no-such-command"]).0, 2);
+    let (code, _, err) = fabprobe(&["--format", "prom", "topo"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--format prom"), "{err}");
+}
+
+/// `fabprobe topo | head -1`: the reader goes away; that is not an error.
+#[test]
+fn closed_stdout_is_not_an_error() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--root", "fixtures/h100-penny", "--format", "json", "links"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // then dropped: pipe closed
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
