@@ -47,6 +47,8 @@ struct Mirror<'a> {
     src: &'a Path,
     dest: &'a Path,
     summary: CaptureSummary,
+    /// Directory paths (as asked) already recreated, with their canonical host path.
+    walked: std::collections::HashMap<PathBuf, PathBuf>,
 }
 
 impl Mirror<'_> {
@@ -60,41 +62,60 @@ impl Mirror<'_> {
     /// Recreate `host_path` in `dest`: every directory on the way, every symlink as a
     /// (relative) symlink, and return the canonical host path it resolved to.
     fn walk(&mut self, host_path: &Path) -> Result<Option<PathBuf>, CaptureError> {
-        let mut pending: Vec<std::ffi::OsString> = components_rev(host_path);
-        let mut cur = PathBuf::from("/");
-        let mut hops = 0;
-        while let Some(comp) = pending.pop() {
-            if comp == ".." {
-                cur.pop();
-                continue;
-            }
-            let next = cur.join(&comp);
-            let meta = match std::fs::symlink_metadata(self.src_of(&next)) {
-                Ok(m) => m,
-                Err(_) => return Ok(None),
-            };
-            if meta.file_type().is_symlink() {
-                hops += 1;
-                if hops > 40 {
+        let mut comps = components_rev(host_path);
+        comps.reverse();
+        self.walk_comps(&comps, 0)
+    }
+
+    /// The parent first (memoized: probes touch thousands of files in few directories),
+    /// then the last component; a symlink is recreated and its target walked in turn.
+    fn walk_comps(
+        &mut self,
+        comps: &[std::ffi::OsString],
+        hops: usize,
+    ) -> Result<Option<PathBuf>, CaptureError> {
+        let Some((last, parent)) = comps.split_last() else {
+            return Ok(Some(PathBuf::from("/")));
+        };
+        let key: PathBuf = parent.iter().collect();
+        let parent_real = match self.walked.get(&key) {
+            Some(p) => p.clone(),
+            None => {
+                let Some(p) = self.walk_comps(parent, hops)? else {
                     return Ok(None);
-                }
-                let target = std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
-                self.make_symlink(&next, &target)?;
-                if target.is_absolute() {
-                    cur = PathBuf::from("/");
-                }
-                pending.extend(components_rev(&target));
-            } else if meta.is_dir() {
-                self.make_dir(&next)?;
-                cur = next;
-            } else {
-                if !pending.is_empty() {
-                    return Ok(None); // a file in the middle of a path: nothing to mirror
-                }
-                cur = next;
+                };
+                self.walked.insert(key, p.clone());
+                p
             }
+        };
+        if last == ".." {
+            let mut up = parent_real;
+            up.pop();
+            return Ok(Some(up));
         }
-        Ok(Some(cur))
+        let next = parent_real.join(last);
+        let Ok(meta) = std::fs::symlink_metadata(self.src_of(&next)) else {
+            return Ok(None);
+        };
+        if meta.file_type().is_symlink() {
+            if hops >= 40 {
+                return Ok(None);
+            }
+            let target = std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
+            self.make_symlink(&next, &target)?;
+            let base = if target.is_absolute() {
+                PathBuf::from("/")
+            } else {
+                parent_real
+            };
+            let mut joined = components_rev(&base.join(&target));
+            joined.reverse();
+            return self.walk_comps(&joined, hops + 1);
+        }
+        if meta.is_dir() {
+            self.make_dir(&next)?;
+        }
+        Ok(Some(next))
     }
 
     fn make_dir(&mut self, p: &Path) -> Result<(), CaptureError> {
@@ -260,6 +281,7 @@ pub fn write_tree(
         src: src_root,
         dest,
         summary: CaptureSummary::default(),
+        walked: Default::default(),
     };
     for a in host.accesses() {
         m.capture(&a)?;
@@ -428,6 +450,7 @@ mod tests {
             src: Path::new("/nonexistent-src"),
             dest: out.path(),
             summary: CaptureSummary::default(),
+            walked: Default::default(),
         };
         m.copy_file(Path::new("/sys/class/infiniband/x/gid_attrs/types/9"), None)
             .unwrap();
