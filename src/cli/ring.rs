@@ -9,9 +9,13 @@ use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit};
 use crate::check::{Finding, Severity};
+use crate::host::Host;
 use crate::nccl::ifname;
+use crate::probe::links;
 use crate::render::{Envelope, HostInfo};
 use crate::ring::launcher::{self, Flags, Identity, Source};
+use crate::ring::linkscan::ScanOptions;
+use crate::ring::nic;
 use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,6 +74,24 @@ pub struct RingArgs {
     /// Rank 0's host and port (rank 0 listens there).
     #[arg(long, value_name = "HOST:PORT")]
     pub coordinator: Option<String>,
+    /// Run the link scan only (no AllReduce sweep): measure every directed link on its own
+    /// and name slow links and nodes.
+    #[arg(long, conflicts_with = "no_scan")]
+    pub scan: bool,
+    /// Skip the link scan that runs before the sweep (with --local it runs only with
+    /// --scan).
+    #[arg(long)]
+    pub no_scan: bool,
+    /// Time budget of the link scan in seconds (at least two ring orders run whatever it
+    /// says, so that a node can be told from a link).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub scan_time: f64,
+    /// Bytes each scan sample moves over a link.
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    pub scan_bytes: u64,
+    /// Samples per link per scan order.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub scan_reps: u32,
     /// Run N ranks on this host (threads of this process) over loopback, or over the
     /// interface --ifname names: a self-test.
     #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
@@ -158,6 +180,14 @@ fn options(a: &RingArgs) -> anyhow::Result<Options> {
         timeout_secs: a.timeout,
         slots: 4,
         slot_bytes: 1 << 20,
+        // `--local` ranks share one CPU and loopback: their link figures measure the
+        // scheduler, not links, so the scan runs there only when asked for (`--scan`).
+        scan: (!a.no_scan && (a.local.is_none() || a.scan)).then(|| ScanOptions {
+            budget_s: a.scan_time.max(0.0),
+            bytes: a.scan_bytes.max(8),
+            reps: a.scan_reps,
+        }),
+        sweep: !a.scan,
     })
 }
 
@@ -209,10 +239,59 @@ fn findings(r: &RingReport) -> Vec<Finding> {
             .evidence("wrong", wrong),
         );
     }
+    for v in &r.verdicts {
+        let subject = match (v.from_rank, v.to_rank) {
+            (Some(a), Some(b)) => format!("rank {a} -> rank {b}"),
+            (Some(a), None) | (None, Some(a)) => format!("rank {a}"),
+            (None, None) => "ring".into(),
+        };
+        let mut x = Finding::new(
+            &format!(
+                "ring.{}",
+                serde_json::to_value(v.kind)
+                    .ok()
+                    .and_then(|k| k.as_str().map(String::from))
+                    .unwrap_or_default()
+            ),
+            Severity::Fail,
+            subject,
+            v.message.clone(),
+        );
+        if let Some(n) = &v.next {
+            x = x.fix(n.clone());
+        }
+        f.push(x);
+    }
     if let Some(e) = &r.error {
-        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
+        if r.verdicts.is_empty() {
+            f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
+        }
     }
     f
+}
+
+/// Port counters of this rank's NIC that moved during the run: into the report, and as
+/// evidence on every verdict that names this rank.
+fn attach_counters(rep: &mut RingReport, moved: Vec<nic::CounterMove>) {
+    for m in &moved {
+        for v in rep
+            .verdicts
+            .iter_mut()
+            .filter(|v| v.from_rank == Some(m.rank) || v.to_rank == Some(m.rank))
+        {
+            let e = v
+                .evidence
+                .entry("port_counters".into())
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(o) = e.as_object_mut() {
+                o.insert(
+                    format!("rank {} {} port {} {}", m.rank, m.device, m.port, m.counter),
+                    serde_json::json!(m.delta),
+                );
+            }
+        }
+    }
+    rep.port_counters.extend(moved);
 }
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
@@ -281,16 +360,33 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+    let host = Host::live();
+    let rate = nic::line_rate(&host, &dev);
+    if let Some((gbs, from)) = &rate {
+        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
+    }
+    let before = links::probe(&host);
+    let (rank, me) = (id.rank, hostname());
     let setup = Setup {
         identity: id,
-        host: hostname(),
+        host: me.clone(),
         data_ip: ip,
-        device: Some(dev),
+        device: Some(dev.clone()),
         coordinator_listener: None,
+        line_rate_gbs: rate.map(|r| r.0),
+        fabric: None,
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    outcome(g, fmt, run::run_rank(setup, &opts, &logf))
+    let mut r = run::run_rank(setup, &opts, &logf);
+    if let Ok(RankOutcome {
+        report: Some(rep), ..
+    }) = &mut r
+    {
+        let after = links::probe(&host);
+        attach_counters(rep, nic::moved(&before, &after, Some(&dev), rank, &me));
+    }
+    outcome(g, fmt, r)
 }
 
 fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
@@ -350,6 +446,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     data_ip,
                     device: Some(device.clone()),
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
+                    line_rate_gbs: None,
+                    fabric: None,
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -2,6 +2,8 @@
 //! hosts and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
 //! bandwidth`), so the numbers compare directly, then the per-link table.
 
+use crate::ring::linkscan::ScanReport;
+use crate::ring::localize::fmt_gbs;
 use crate::ring::run::RingReport;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
@@ -22,6 +24,23 @@ pub fn table(r: &RingReport) -> String {
         o_.push_str(&s);
         o_.push('\n');
     };
+    // Verdicts first: the one thing a person on call needs, with the next command.
+    for v in &r.verdicts {
+        line(v.message.clone());
+        if let Some(n) = &v.next {
+            line(format!("  next: {n}"));
+        }
+        if let Some(c) = v.evidence.get("port_counters").and_then(|c| c.as_object()) {
+            let moved: Vec<String> = c.iter().map(|(k, d)| format!("{k} +{d}")).collect();
+            line(format!("  port counters that moved: {}", moved.join(", ")));
+        }
+    }
+    if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) {
+        line(f.message.clone());
+    }
+    if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
+        line(String::new());
+    }
     let (min, max) = (
         r.options.sizes.first().copied().unwrap_or(0),
         r.options.sizes.last().copied().unwrap_or(0),
@@ -114,13 +133,82 @@ pub fn table(r: &RingReport) -> String {
         }
         line("#".into());
     }
-    for v in &r.verdicts {
-        line(v.message.clone());
+    if let Some(sc) = &r.scan {
+        scan_table(&mut line, sc);
+    }
+    if !r.port_counters.is_empty() {
+        line("# Port counters that moved during the run (this rank's data NIC):".into());
+        for m in &r.port_counters {
+            line(format!(
+                "#  rank {} ({}) {} port {}{}: {} +{}",
+                m.rank,
+                m.host,
+                m.device,
+                m.port,
+                m.netdev.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+                m.counter,
+                m.delta
+            ));
+        }
+        line("#".into());
     }
     if let Some(e) = &r.error {
-        line(format!("# ERROR: the run ended early: {e}"));
+        let said: Vec<&str> = r.verdicts.iter().map(|v| v.message.as_str()).collect();
+        if !said.is_empty() && *e == said.join("; ") {
+            line("# ERROR: the run ended early on the verdict above".into());
+        } else {
+            line(format!("# ERROR: the run ended early: {e}"));
+        }
     }
     o
+}
+
+/// The link scan: every directed link's median over its samples, measured at its receiver.
+fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
+    let names: Vec<String> = sc
+        .orders
+        .iter()
+        .map(|o| format!("{}{}", o.name, if o.recheck { " (re-check)" } else { "" }))
+        .collect();
+    line(format!(
+        "# Link scan: {} order(s) [{}], {} x {} B per link and order, {:.1} s; median link {}",
+        sc.orders.len(),
+        names.join(", "),
+        sc.reps,
+        sc.bytes,
+        sc.seconds,
+        sc.median_gbs.map(fmt_gbs).unwrap_or_else(|| "N/A".into())
+    ));
+    if !sc.line_rate_gbs.is_empty() {
+        let rates: Vec<String> = sc
+            .line_rate_gbs
+            .iter()
+            .map(|(r, g)| format!("rank {r} {}", fmt_gbs(*g)))
+            .collect();
+        line(format!("# Line rates: {}", rates.join(", ")));
+    }
+    line(format!(
+        "#  {:<24}  {:<24}  {:>8}  {:>7}  {}",
+        "from", "to", "GB/s", "samples", ""
+    ));
+    for l in &sc.links {
+        line(
+            format!(
+                "   {:<24}  {:<24}  {:>8}  {:>7}  {}",
+                format!("rank {} ({})", l.from_rank, l.from_host),
+                format!("rank {} ({})", l.to_rank, l.to_host),
+                format!("{:.3}", l.gbs),
+                l.samples,
+                if l.slow { "SLOW" } else { "" }
+            )
+            .trim_end()
+            .to_string(),
+        );
+    }
+    for c in &sc.cleared_by_recheck {
+        line(format!("# cleared by the re-check (a transient): {c}"));
+    }
+    line("#".into());
 }
 
 #[cfg(test)]
@@ -165,6 +253,8 @@ mod tests {
                 timeout_secs: 30,
                 slots: 4,
                 slot_bytes: 1 << 20,
+                scan: None,
+                sweep: true,
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
@@ -198,8 +288,10 @@ mod tests {
                 peer: "198.18.0.99:5555".into(),
                 reason: "wrong token".into(),
             }],
+            scan: None,
             verdicts: vec![],
             error: None,
+            port_counters: vec![],
         }
     }
 

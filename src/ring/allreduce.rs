@@ -98,7 +98,7 @@ impl Progress {
     pub fn set_phase(&self, p: Phase) {
         self.phase.store(phase_code(p), Ordering::Relaxed);
     }
-    fn at(&self, phase: Phase, step: u32) {
+    pub(crate) fn at(&self, phase: Phase, step: u32) {
         let code = phase_code(phase);
         let old_phase = self.phase.swap(code, Ordering::Relaxed);
         let old_step = self.step.swap(step, Ordering::Relaxed);
@@ -108,15 +108,21 @@ impl Progress {
             self.bytes_sent.store(0, Ordering::Relaxed);
         }
     }
-    fn waiting(&self, peer: Option<Rank>, receive: bool) {
+    pub(crate) fn waiting(&self, peer: Option<Rank>, receive: bool) {
         self.waiting_on.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
         self.waiting_to_receive.store(receive, Ordering::Relaxed);
     }
-    fn moved(&self, received: u64, sent: u64) {
+    pub(crate) fn moved(&self, received: u64, sent: u64) {
         self.bytes_received.fetch_add(received, Ordering::Relaxed);
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
         self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
         self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+    /// The rank is alive and idle by design (waiting for the coordinator's next order):
+    /// the counter moves, so the watchdog does not take the pause for a stuck process.
+    pub fn tick(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
+        self.touch();
     }
     /// Counted as progress (the start of a size, a step boundary).
     pub fn touch(&self) {
@@ -141,14 +147,22 @@ impl Progress {
     }
 }
 
-/// The report of the channel that has waited longest (the one worth a heartbeat).
+/// The report of the channel that has waited longest (the one worth a heartbeat), with
+/// `progress` the total over all channels: one counter that moves while any channel does
+/// (the watchdog compares successive heartbeats' counters).
 pub fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
-    progress
+    let total = progress
+        .iter()
+        .map(|p| p.progress.load(Ordering::Relaxed))
+        .fold(0u64, u64::wrapping_add);
+    let mut r = progress
         .iter()
         .enumerate()
         .map(|(c, p)| p.report(rank, c as u32))
         .max_by_key(|r| r.since_progress_ms)
-        .unwrap_or_else(|| Progress::default().report(rank, 0))
+        .unwrap_or_else(|| Progress::default().report(rank, 0));
+    r.progress = total;
+    r
 }
 
 /// Where this rank sits in the ring.
