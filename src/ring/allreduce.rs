@@ -49,6 +49,7 @@ pub struct Progress {
     bytes_sent: AtomicU64,
     last_progress_ms: AtomicU64,
     progress: AtomicU64,
+    round: AtomicU64,
 }
 
 const NO_PEER: u32 = u32::MAX;
@@ -87,6 +88,7 @@ impl Default for Progress {
             bytes_sent: AtomicU64::new(0),
             last_progress_ms: AtomicU64::new(0),
             progress: AtomicU64::new(0),
+            round: AtomicU64::new(0),
         }
     }
 }
@@ -133,6 +135,7 @@ impl Progress {
         WaitReport {
             rank,
             phase: phase_of(self.phase.load(Ordering::Relaxed)),
+            round: self.round.load(Ordering::Relaxed),
             step: self.step.load(Ordering::Relaxed),
             channel,
             waiting_on: (w != NO_PEER).then_some(w),
@@ -391,6 +394,8 @@ pub fn allreduce_channel(
             }
         }
         off += len;
+        // A round is one block: steps restart at every block of every iteration.
+        progress.round.fetch_add(1, Ordering::Relaxed);
     }
     progress.waiting(None, false);
     Ok(())

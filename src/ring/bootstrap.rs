@@ -521,8 +521,11 @@ fn serve(
             }
         }
         if let Some(t) = failing_since {
+            // Without a judge, every rank's report ends it at once; with one, the judge
+            // names the cause (it may need its own grace), the built-in grace is the backstop.
             if now.duration_since(t) >= grace
-                || rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize
+                || (cfg.judge.is_none()
+                    && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
             {
                 break;
             }
@@ -621,6 +624,16 @@ fn serve(
     if let Some(judge) = &cfg.judge {
         if rep.verdicts.is_empty() {
             rep.verdicts = judge(rep, rep.run_ms, true);
+            // A failed run's cause, named at the end, replaces the first report's line.
+            if first_failure.is_some() && !rep.verdicts.is_empty() {
+                first_failure = Some(
+                    rep.verdicts
+                        .iter()
+                        .map(|v| v.message.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
+            }
         }
     }
     match first_failure {

@@ -296,8 +296,19 @@ pub fn run_rank(
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
             judge: Some(Arc::new(
-                move |rep: &CoordinatorReport, now_ms: u64, _final: bool| {
-                    watchdog::judge(&watch_state(rep, now_ms, timeout_ms), now_ms)
+                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+                    // At the end of a failed run nothing more will arrive: judge as if the
+                    // watchdog's grace had passed, so an inconclusive hang is still named.
+                    let failed = rep.abort.is_some()
+                        || !rep.stuck.is_empty()
+                        || !rep.lost.is_empty()
+                        || !rep.failed.is_empty();
+                    let at = if final_call && failed {
+                        now_ms + WATCH_GRACE_MS
+                    } else {
+                        now_ms
+                    };
+                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
                 },
             )),
             scan: opts.scan.clone().map(|o| (o, Policy::default())),
@@ -442,7 +453,7 @@ fn rank_body(
     thread::scope(|sc| {
         sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                let _ = session.send(&Msg::Heartbeat(beat.report(id.rank)));
+                let _ = session.send(&Msg::Heartbeat(beat.report(id.rank, timeout.as_millis() as u64)));
                 let until = Instant::now() + bootstrap::HEARTBEAT;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                     thread::sleep(Duration::from_millis(20));
@@ -475,8 +486,10 @@ impl Beat {
             chans: (0..channels).map(|_| Progress::default()).collect(),
         }
     }
-    fn report(&self, rank: Rank) -> WaitReport {
-        match self.mode.load(Ordering::Relaxed) {
+    /// A heartbeat names the peer it waits on only once that wait passed `timeout_ms` (then
+    /// it repeats the stuck report): the watchdog reads every named wait as a stuck one.
+    fn report(&self, rank: Rank, timeout_ms: u64) -> WaitReport {
+        let mut w = match self.mode.load(Ordering::Relaxed) {
             MODE_SETUP => {
                 // Link setup has its own deadline and reports its own failure; not a data wait.
                 let mut w = self.scan.report(rank, 0);
@@ -485,7 +498,11 @@ impl Beat {
             }
             MODE_SCAN => self.scan.report(rank, 0),
             _ => allreduce::worst_report(rank, &self.chans),
+        };
+        if w.since_progress_ms < timeout_ms {
+            w.waiting_on = None;
         }
+        w
     }
 }
 
