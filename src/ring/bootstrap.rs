@@ -636,6 +636,13 @@ fn serve(
             }
         }
     }
+    // The scan's verdicts join the watchdog's: every rank learns that the run failed.
+    let scan_verdicts: Vec<Verdict> = rep.scan.iter().flat_map(|s| s.verdicts.clone()).collect();
+    for v in scan_verdicts {
+        if !rep.verdicts.contains(&v) {
+            rep.verdicts.push(v);
+        }
+    }
     match first_failure {
         Some(reason) => {
             broadcast(
@@ -937,6 +944,13 @@ impl Session {
                     || format!("the coordinator at {} is gone", self.coordinator),
                 )))
             }
+        }
+    }
+
+    /// Close the control connection now (both directions), as a dying process would.
+    pub fn close(&self) {
+        if let Ok(s) = self.writer.lock() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
 

@@ -10,5 +10,7 @@ pub mod run;
 pub mod scan;
 pub mod transport;
 pub mod types;
+#[cfg(test)]
+mod verdict_tests;
 pub mod watchdog;
 pub mod wire;

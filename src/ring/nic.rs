@@ -141,6 +141,30 @@ mod tests {
     }
 
     #[test]
+    fn moved_counters_between_two_fixture_snapshots() {
+        let a = links::probe(&Host::snapshot("fixtures/ib-degraded").unwrap());
+        let b = links::probe(&Host::snapshot("fixtures/ib-degraded-later").unwrap());
+        let m = moved(&a, &b, None, 3, "node-d");
+        let of = |dev: &str, name: &str| {
+            m.iter()
+                .find(|c| c.device == dev && c.counter == name)
+                .map(|c| c.delta)
+        };
+        // The fixture's degraded port: errors and a flap between the two captures.
+        assert_eq!(of("mlx5_2", "symbol_error"), Some(4699));
+        assert_eq!(of("mlx5_2", "link_downed"), Some(2));
+        assert_eq!(of("mlx5_2", "port_rcv_errors"), Some(57));
+        assert_eq!(of("mlx5_2", "port_xmit_data"), None);
+        // Only evidence counters, each with its device, port and a positive change.
+        for c in &m {
+            assert!(is_evidence(&c.counter) && c.delta > 0, "{c:?}");
+            assert_eq!((c.rank, c.host.as_str()), (3, "node-d"));
+        }
+        // Nothing moved between a snapshot and itself.
+        assert!(moved(&a, &a, None, 3, "node-d").is_empty());
+    }
+
+    #[test]
     fn no_rdma_no_rate_no_counters() {
         // This machine's own /sys: no RDMA devices, and `lo` has no link speed.
         let h = Host::live();
