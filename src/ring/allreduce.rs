@@ -623,11 +623,14 @@ mod tests {
                                 abort.raise(format!("rank {r}: {e}"));
                             }
                         }
-                        res
+                        // The links outlive every rank's run, as in `run` (a rank that gave up
+                        // first must not turn its peer's timeout into a closed link).
+                        (res, l)
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+            let done: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            done.into_iter().map(|(res, _links)| res).collect()
         })
     }
 
@@ -681,7 +684,10 @@ mod tests {
                 _ => None,
             })
             .collect();
-        let w = stuck.iter().find(|w| w.rank == 2).expect("rank 2 reports stuck");
+        let w = stuck
+            .iter()
+            .find(|w| w.rank == 2)
+            .unwrap_or_else(|| panic!("rank 2 reports stuck: {res:?}"));
         assert_eq!(
             (w.waiting_on, w.waiting_to_receive, w.phase, w.step),
             (Some(1), true, Phase::ReduceScatter, 1)

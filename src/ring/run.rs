@@ -761,7 +761,18 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                     (now_ms, w)
                 })
             } else {
-                rep.reports.get(&r).cloned()
+                // A stuck rank repeats its wait in every heartbeat; the watchdog's grace counts
+                // from when the wait passed its deadline, not from the latest repetition.
+                rep.reports.get(&r).map(|(at, w)| {
+                    let mut w = w.clone();
+                    let mut at = *at;
+                    if w.waiting_on.is_some() {
+                        let extra = w.since_progress_ms.saturating_sub(timeout_ms).min(at);
+                        at -= extra;
+                        w.since_progress_ms -= extra;
+                    }
+                    (at, w)
+                })
             };
             RankWatch {
                 rank: r,
@@ -775,12 +786,14 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
             }
         })
         .collect();
+    let silence_ms = bootstrap::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
     WatchState {
         ranks: rep.ranks.clone(),
         watch,
         timeout_ms,
-        silence_ms: bootstrap::silence(Duration::from_millis(timeout_ms)).as_millis() as u64,
-        grace_ms: WATCH_GRACE_MS,
+        silence_ms,
+        // An inconclusive hang may be a frozen sender: wait until its silence would show.
+        grace_ms: WATCH_GRACE_MS.max((silence_ms + 500).saturating_sub(timeout_ms)),
         since_ms: 0,
     }
 }
@@ -946,5 +959,38 @@ mod tests {
         ok[0].wrong = Some(0);
         assert!(!report(ok.clone(), None).failed());
         assert!(report(ok, Some("rank 1 lost".into())).failed());
+    }
+
+    #[test]
+    fn watch_state_dates_a_repeated_wait_from_its_deadline_and_retires_finished_ranks() {
+        let ranks = vec![info(0, "a"), info(1, "b"), info(2, "c")];
+        let mut rep = CoordinatorReport {
+            ranks: ranks.clone(),
+            ..CoordinatorReport::default()
+        };
+        let mut w = Progress::default().report(1, 0);
+        w.waiting_on = Some(0);
+        w.waiting_to_receive = true;
+        w.since_progress_ms = 4_500; // a heartbeat 1.5 s after the 3 s deadline
+        rep.reports.insert(1, (10_000, w.clone()));
+        let mut done = Progress::default().report(2, 0);
+        done.phase = Phase::AllGather;
+        rep.reports.insert(2, (2_000, done));
+        rep.finished_ms.insert(2, 2_000);
+        rep.closed.insert(2, (9_000, false));
+        rep.progress.insert(2, vec![(1_000, 5), (2_000, 5)]);
+        let s = watch_state(&rep, 10_200, 3_000);
+        let (at, got) = s.watch[1].last.clone().unwrap();
+        assert_eq!((at, got.since_progress_ms), (8_500, 3_000));
+        // Finished: not lost when its connection closes, not stalled in a data phase.
+        assert_eq!(s.watch[2].control, Control::Open);
+        let (at2, r2) = s.watch[2].last.clone().unwrap();
+        assert_eq!((at2, r2.phase, r2.waiting_on), (10_200, Phase::Results, None));
+        assert!(s.watch[2].progress.is_empty());
+        assert_eq!(s.watch[0].last, None);
+        assert_eq!(
+            (s.timeout_ms, s.silence_ms, s.grace_ms),
+            (3_000, 3_000, WATCH_GRACE_MS)
+        );
     }
 }
