@@ -115,12 +115,33 @@ HOW TO RUN
   say where rank 0 is: pass --coordinator or FABPROBE_COORDINATOR. The token is --token,
   $FABPROBE_TOKEN, or the launcher's job id; connections with another token are refused.
 
+LINK SCAN AND VERDICTS
+  Before the sweep (unless --no-scan; alone with --scan) every rank sends to rank+k and
+  receives from rank-k at the same time, for several ring orders k (natural, reversed, then
+  the others) within --scan-time; each directed link is measured at its receiver,
+  --scan-reps samples of --scan-bytes per order. Rank 0 judges every link against the
+  median link and, where known, the line rate (an RDMA port's rate, else
+  /sys/class/net/<if>/speed): a node whose outgoing (or incoming) links are all slow is a
+  slow_egress (slow_ingress), a single slow link a slow_link; suspect links are measured
+  once more before they are named. With --local the scan runs only with --scan.
+  Every data wait has the deadline --timeout; a rank whose wait passes it reports where it
+  is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
+  sent), rank_lost (control connection closed or reset: the process died), rank_stalled
+  (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
+  process). If rank 0 dies, every other rank exits with coordinator_lost. The run ends
+  within --timeout plus a few seconds whatever fails.
+  Verdict lines come first, each with the command to run next:
+    SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
+      next: on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); ...
+    HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 2 of all-gather; rank 1
+    sent it and moved on to step 2 of reduce-scatter: suspect the link node-b -> node-c
+
 OUTPUT
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
-  results are exact and every rank finished; 1 wrong results, a rank missing, a dead or
-  hung link (the reason is printed, partial results too); 2 fabprobe could not run here
-  (bad options, no matching interface, or refused by the coordinator: another job's token,
-  a different --world or size sweep).
+  results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
+  results, a rank missing, a dead or hung link (the reason is printed, partial results
+  too); 2 fabprobe could not run here (bad options, no matching interface, or refused by
+  the coordinator: another job's token, a different --world, sweep or scan).
 
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
@@ -131,8 +152,23 @@ JSON DATA (fabprobe.ring)
   avg_busbw_gbs
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
-  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, verdicts[], error (null, or why
-  the run ended early)";
+  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
+  ended early)
+  verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
+             coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
+             applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
+             ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
+             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
+             port_counters {\"rank R dev port P counter\": delta}, as applicable},
+             message (the human line), next (the command to run next)}; empty on a healthy run
+  scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
+              line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
+              to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
+              line_rate_gbs, ratio, message}: the whole fabric below its line rate),
+              cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
+  port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
+             (errors, retransmissions, pauses, CNPs) that moved during the run on the data
+             NIC of rank 0 (where RDMA devices exist)";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 pub fn parse_size(s: &str) -> Result<u64, String> {
