@@ -45,19 +45,28 @@ pub fn table(r: &RingReport) -> String {
         r.options.sizes.first().copied().unwrap_or(0),
         r.options.sizes.last().copied().unwrap_or(0),
     );
-    line(format!(
-        "# fabprobe {} ring: all_reduce over {}",
-        env!("CARGO_PKG_VERSION"),
-        r.transport
-    ));
-    line(format!(
-        "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
-        r.world,
-        r.options.channels,
-        r.options.warmup,
-        r.options.iters,
-        r.options.check.min(1)
-    ));
+    if r.options.sweep {
+        line(format!(
+            "# fabprobe {} ring: all_reduce over {}",
+            env!("CARGO_PKG_VERSION"),
+            r.transport
+        ));
+        line(format!(
+            "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
+            r.world,
+            r.options.channels,
+            r.options.warmup,
+            r.options.iters,
+            r.options.check.min(1)
+        ));
+    } else {
+        line(format!(
+            "# fabprobe {} ring: link scan over {}",
+            env!("CARGO_PKG_VERSION"),
+            r.transport
+        ));
+        line(format!("# nRanks {}", r.world));
+    }
     line(format!(
         "# launcher: {} (coordinator {} from {}, token from {})",
         r.launcher.source.name(),
@@ -79,39 +88,41 @@ pub fn table(r: &RingReport) -> String {
         ));
     }
     line("#".into());
-    line(format!("#{:>74}", "out-of-place"));
-    line(format!(
-        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
-    ));
-    line(format!(
-        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
-    ));
-    for row in &r.results {
+    if r.options.sweep {
+        line(format!("#{:>74}", "out-of-place"));
         line(format!(
-            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            row.size_bytes,
-            row.count,
-            row.dtype,
-            row.redop,
-            row.root,
-            fit(row.time_us, 7),
-            fit(row.algbw_gbs, 6),
-            fit(row.busbw_gbs, 6),
-            row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
         ));
+        line(format!(
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+        ));
+        for row in &r.results {
+            line(format!(
+                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+                row.size_bytes,
+                row.count,
+                row.dtype,
+                row.redop,
+                row.root,
+                fit(row.time_us, 7),
+                fit(row.algbw_gbs, 6),
+                fit(row.busbw_gbs, 6),
+                row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+            ));
+        }
+        let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
+        line(format!(
+            "# Out of bounds values : {bad_rows} {}",
+            if bad_rows == 0 { "OK" } else { "FAILED" }
+        ));
+        line(format!(
+            "# Avg bus bandwidth    : {}",
+            r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
+        ));
+        line("#".into());
     }
-    let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
-    line(format!(
-        "# Out of bounds values : {bad_rows} {}",
-        if bad_rows == 0 { "OK" } else { "FAILED" }
-    ));
-    line(format!(
-        "# Avg bus bandwidth    : {}",
-        r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
-    ));
-    line("#".into());
     if !r.links.is_empty() {
         let size = r.links[0].size_bytes;
         line(format!(
@@ -188,8 +199,8 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
         line(format!("# Line rates: {}", rates.join(", ")));
     }
     line(format!(
-        "#  {:<24}  {:<24}  {:>8}  {:>7}  {}",
-        "from", "to", "GB/s", "samples", ""
+        "#  {:<24}  {:<24}  {:>8}  {:>7}",
+        "from", "to", "GB/s", "samples"
     ));
     for l in &sc.links {
         line(
@@ -298,6 +309,74 @@ mod tests {
     #[test]
     fn whole_table() {
         insta::assert_snapshot!(table(&report()));
+    }
+
+    #[test]
+    fn scan_only_with_a_verdict() {
+        use crate::ring::linkscan::{OrderRun, ScanLink, ScanReport};
+        use crate::ring::types::{Verdict, VerdictKind};
+        let mut r = report();
+        r.options.sweep = false;
+        r.results.clear();
+        r.links.clear();
+        r.avg_busbw_gbs = None;
+        let v = Verdict {
+            kind: VerdictKind::SlowLink,
+            from_rank: Some(1),
+            to_rank: Some(3),
+            from_host: Some("node-b".into()),
+            to_host: Some("node-d".into()),
+            evidence: [("gbs".to_string(), serde_json::json!(0.037))].into_iter().collect(),
+            message: "SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s"
+                .into(),
+            next: Some("on node-b and node-d: fabprobe links".into()),
+        };
+        r.verdicts = vec![v.clone()];
+        let link = |f: u32, t: u32, gbs: f64| ScanLink {
+            from_rank: f,
+            to_rank: t,
+            from_host: format!("node-{}", (b'a' + f as u8) as char),
+            to_host: format!("node-{}", (b'a' + t as u8) as char),
+            gbs,
+            samples: 3,
+            line_rate_gbs: None,
+            slow: (f, t) == (1, 3),
+        };
+        r.scan = Some(ScanReport {
+            bytes: 4 << 20,
+            reps: 3,
+            budget_s: 3.0,
+            seconds: 1.25,
+            orders: vec![
+                OrderRun {
+                    index: 0,
+                    shift: 1,
+                    name: "natural".into(),
+                    recheck: false,
+                    seconds: 0.4,
+                },
+                OrderRun {
+                    index: 3,
+                    shift: 2,
+                    name: "shift+2".into(),
+                    recheck: true,
+                    seconds: 0.4,
+                },
+            ],
+            line_rate_gbs: Default::default(),
+            median_gbs: Some(0.124),
+            links: vec![link(1, 2, 0.124), link(1, 3, 0.037)],
+            fabric_slow: None,
+            verdicts: vec![v],
+            cleared_by_recheck: vec![],
+        });
+        r.error = None;
+        let t = table(&r);
+        assert!(
+            t.starts_with("SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): "),
+            "{t}"
+        );
+        insta::assert_snapshot!(t);
     }
 
     #[test]
