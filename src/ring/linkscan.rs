@@ -303,8 +303,11 @@ pub struct RankCtx<'a> {
 /// The scan links opened so far, by shift (kept for re-checks; closed at the end of the run).
 #[derive(Default)]
 pub struct ScanLinks {
-    by_shift: BTreeMap<u32, (Box<dyn SendLink>, Box<dyn RecvLink>)>,
+    by_shift: BTreeMap<u32, LinkPair>,
 }
+
+/// Both scan links of one order on this rank: to `rank + shift`, from `rank - shift`.
+type LinkPair = (Box<dyn SendLink>, Box<dyn RecvLink>);
 
 /// One poll slice: the abort flag is looked at between slices.
 const SLICE: Duration = Duration::from_millis(50);
@@ -333,6 +336,7 @@ pub fn run_order(
     let prev = (ctx.me + n - k) % n;
     progress.at(Phase::Scan, index);
     progress.touch();
+    #[allow(clippy::map_entry)] // opening the links can fail: insert only on success
     if !links.by_shift.contains_key(&k) {
         let tag = SCAN_TAG + k;
         let req = LinkRequest {
@@ -363,7 +367,9 @@ pub fn run_order(
     let Some((send, recv)) = links.by_shift.get_mut(&k) else {
         return Ok(Vec::new());
     };
-    let chunk = (ctx.slot_bytes as u64).min(bytes).max(1);
+    // At least 8 chunks per sample: a sample times its chunks' arrivals, and a chunk that
+    // was already buffered when the sample began would count as transferred in no time.
+    let chunk = (bytes / 8).clamp(4096, (ctx.slot_bytes as u64).max(4096)).min(bytes).max(1);
     let chunks = bytes.div_ceil(chunk).max(1);
     let stop = AtomicBool::new(false);
     let check = |stop: &AtomicBool| -> Result<(), RingError> {

@@ -213,7 +213,8 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
 #[test]
 fn slow_egress_ingress_and_link_from_the_scan() {
     type Slow = Box<dyn Fn(u32, u32) -> Option<f64>>;
-    let cases: Vec<(&str, Slow, Vec<(VerdictKind, Option<u32>, Option<u32>)>)> = vec![
+    type Want = Vec<(VerdictKind, Option<u32>, Option<u32>)>;
+    let cases: Vec<(&str, Slow, Want)> = vec![
         (
             "egress",
             Box::new(|f, _| (f == 2).then_some(0.3 * BASE)),
