@@ -369,7 +369,10 @@ pub fn run_order(
     };
     // At least 8 chunks per sample: a sample times its chunks' arrivals, and a chunk that
     // was already buffered when the sample began would count as transferred in no time.
-    let chunk = (bytes / 8).clamp(4096, (ctx.slot_bytes as u64).max(4096)).min(bytes).max(1);
+    let chunk = (bytes / 8)
+        .clamp(4096, (ctx.slot_bytes as u64).max(4096))
+        .min(bytes)
+        .max(1);
     let chunks = bytes.div_ceil(chunk).max(1);
     let stop = AtomicBool::new(false);
     let check = |stop: &AtomicBool| -> Result<(), RingError> {

@@ -291,6 +291,37 @@ fn black_holed_ring_link_is_a_hang_on_that_link() {
 }
 
 #[test]
+fn black_holed_scan_link_is_a_hang_during_the_scan() {
+    let net = InprocNet::new();
+    paced_scan(&net, 4, BASE, |_, _| None);
+    // The natural order's link 1 -> 2 swallows everything after its third chunk.
+    net.set_faults(
+        1,
+        2,
+        SCAN_TAG + 1,
+        Faults {
+            rate_bytes_per_s: Some(BASE),
+            blackhole_after_writes: Some(3),
+            ..Faults::default()
+        },
+    );
+    let (r, others, took) = world(4, &opts(true, true), &net, |_| Role::Real);
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::HangLink, Some(1), Some(2))],
+        "{:#?}",
+        r.verdicts
+    );
+    let v = &r.verdicts[0];
+    assert_eq!(v.evidence["phase"], serde_json::json!("scan"));
+    assert!(v.message.contains("since step 0 of scan"), "{}", v.message);
+    // No scan figures (it did not finish) and no AllReduce rows: the run ended in the scan.
+    assert!(r.scan.is_none() && r.results.is_empty());
+    assert!(others.iter().all(|o| o.is_err()));
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
 fn a_dead_rank_is_lost() {
     let net = InprocNet::new();
     let (r, others, took) = world(4, &opts(false, true), &net, |r| {
