@@ -475,9 +475,10 @@ fn serve(
     let mut failing_since: Option<Instant> = None;
     let mut first_failure: Option<String> = None;
     let mut next_ping = Instant::now();
-    // With a judge, the built-in rule waits longer: the judge names the cause first.
+    // With a judge, the built-in rule waits longer: the judge names the cause first, and
+    // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
     let grace = if cfg.judge.is_some() {
-        cfg.timeout.max(FAILURE_GRACE * 3)
+        silence(cfg.timeout) + Duration::from_millis(1500)
     } else {
         FAILURE_GRACE
     };
