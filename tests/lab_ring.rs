@@ -271,20 +271,23 @@ fn lab_is_torn_down_even_when_a_test_panics() {
         return;
     };
     assert!(r.is_err());
-    let ns = text(
-        &std::process::Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
-    let links = text(
-        &std::process::Command::new("ip")
-            .args(["-o", "link", "show"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
+    let ip = |args: &[&str]| {
+        text(
+            &std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+    };
+    // The kernel removes a deleted namespace's veth peers asynchronously (slower under
+    // load): give it a moment before calling them left behind.
+    let t0 = std::time::Instant::now();
+    let (mut ns, mut links) = (ip(&["netns", "list"]), ip(&["-o", "link", "show"]));
+    while (ns.contains(&prefix) || links.contains(&prefix)) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        (ns, links) = (ip(&["netns", "list"]), ip(&["-o", "link", "show"]));
+    }
     assert!(!ns.contains(&prefix), "namespaces left behind: {ns}");
     assert!(!links.contains(&prefix), "links left behind: {links}");
 }
