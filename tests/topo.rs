@@ -74,7 +74,8 @@ fn penny_matches_the_real_nvidia_smi_output() {
     let ours = render::topo::table(&r, &[], false);
     // Our table stops at the NIC legend; notes (none here) would follow.
     let ours = expand(&ours);
-    let want = sample_table("SzymonOzog-blog_Penny-worklog-1_8xH100_8IB+5ETH_nvidia-smi-topo-m.txt");
+    let want =
+        sample_table("SzymonOzog-blog_Penny-worklog-1_8xH100_8IB+5ETH_nvidia-smi-topo-m.txt");
     assert_eq!(ours, want);
     // And cell for cell, from the sample's own rows.
     let rows: Vec<Vec<String>> = want
@@ -103,7 +104,13 @@ fn the_a10_sample_layout_is_what_our_renderer_writes() {
         .lines()
         .skip(1)
         .take(6)
-        .map(|l| l.split_whitespace().skip(1).take(6).map(str::to_string).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .take(6)
+                .map(str::to_string)
+                .collect()
+        })
         .collect();
     r.matrix = cells;
     for g in &mut r.gpus {
@@ -119,7 +126,10 @@ fn every_fixture_table_and_nccl_table() {
     for f in FIXTURES {
         let r = report(f);
         let findings = topo::judge(&r);
-        insta::assert_snapshot!(format!("table_{f}"), render::topo::table(&r, &findings, false));
+        insta::assert_snapshot!(
+            format!("table_{f}"),
+            render::topo::table(&r, &findings, false)
+        );
         insta::assert_snapshot!(
             format!("nccl_table_{f}"),
             render::topo::table(&r, &findings, true)
@@ -163,7 +173,13 @@ fn nccl_xml_round_trip() {
             .iter()
             .map(|row| {
                 row.iter()
-                    .map(|c| if c == "NODE" { "PHB".to_string() } else { c.clone() })
+                    .map(|c| {
+                        if c == "NODE" {
+                            "PHB".to_string()
+                        } else {
+                            c.clone()
+                        }
+                    })
                     .collect()
             })
             .collect();
@@ -188,14 +204,21 @@ fn real_oci_h100_topology_file() {
     assert_eq!(r.nics[0].ibdev, "mlx5_0");
     assert_eq!(r.matrix[i("GPU0")][i("GPU1")], "NV18");
     assert_eq!(r.matrix[i("GPU0")][i("NIC0")], "PXB");
-    assert_eq!(r.nccl_matrix[i("GPU0")][i("NIC0")], "PIX", "Broadcom flattening");
+    assert_eq!(
+        r.nccl_matrix[i("GPU0")][i("NIC0")],
+        "PIX",
+        "Broadcom flattening"
+    );
     assert_eq!(r.nccl_matrix[i("NIC0")][i("NIC1")], "LOC");
     assert_eq!(r.matrix[i("NIC0")][i("NIC1")], "PIX");
     assert_eq!(r.nccl_matrix[i("GPU0")][i("NIC2")], "PHB");
     assert_eq!(r.nccl_matrix[i("GPU0")][i("GPU4")], "NVL");
     assert_eq!(r.matrix[i("GPU0")][i("NIC8")], "SYS");
     assert_eq!(r.gpus[0].pci.local_cpulist.as_deref(), Some("0-55,112-167"));
-    insta::assert_snapshot!("xml_oci_h100", render::topo::table(&r, &topo::judge(&r), false));
+    insta::assert_snapshot!(
+        "xml_oci_h100",
+        render::topo::table(&r, &topo::judge(&r), false)
+    );
     insta::assert_snapshot!("xml_oci_h100_nccl", render::topo::table(&r, &[], true));
 }
 
@@ -216,7 +239,10 @@ fn real_azure_ndv5_topology_file() {
     assert!(!r.nvlink_available);
     assert_eq!(r.gpus[0].pci.local_cpulist.as_deref(), Some("0-47"));
     assert_eq!(r.gpus[4].pci.local_cpulist.as_deref(), Some("48-95"));
-    insta::assert_snapshot!("xml_azure_ndv5", render::topo::table(&r, &topo::judge(&r), false));
+    insta::assert_snapshot!(
+        "xml_azure_ndv5",
+        render::topo::table(&r, &topo::judge(&r), false)
+    );
 }
 
 // ---- the binary ----------------------------------------------------------------------
@@ -235,7 +261,13 @@ fn fabprobe(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn json_envelope_decodes() {
-    let (code, out, err) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu", "topo", "--format", "json"]);
+    let (code, out, err) = fabprobe(&[
+        "--root",
+        "fixtures/h100-sxm-8gpu",
+        "topo",
+        "--format",
+        "json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["schema"], "fabprobe.topo");
@@ -297,7 +329,13 @@ fn faults_exit_1_and_bad_xml_exits_2_naming_file_and_attribute() {
 
 #[test]
 fn nccl_xml_cli_reads_what_it_wrote() {
-    let (code, xml, err) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu", "topo", "--format", "nccl-xml"]);
+    let (code, xml, err) = fabprobe(&[
+        "--root",
+        "fixtures/h100-sxm-8gpu",
+        "topo",
+        "--format",
+        "nccl-xml",
+    ]);
     assert_eq!(code, 0, "{err}");
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("topo.xml");
@@ -318,7 +356,10 @@ fn live_host_without_gpu_or_rdma_says_so() {
     let no_rdma = !Path::new("/sys/class/infiniband").exists();
     let no_nvidia = !Path::new("/proc/driver/nvidia").exists();
     if no_rdma && no_nvidia {
-        assert!(out.contains("No NVIDIA GPU and no RDMA device to show."), "{out}");
+        assert!(
+            out.contains("No NVIDIA GPU and no RDMA device to show."),
+            "{out}"
+        );
         assert!(out.contains("no NVIDIA GPU found"), "{out}");
         assert!(out.contains("no RDMA device"), "{out}");
     }
@@ -365,7 +406,8 @@ fn nvml_gpus_without_sysfs_get_nvlink_cells_and_na() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("sys")).unwrap();
     std::fs::create_dir_all(dir.path().join("fabprobe")).unwrap();
-    let link = |l: u32, to: &str| serde_json::json!({"link": l, "active": true, "remote_pci_bus_id": to});
+    let link =
+        |l: u32, to: &str| serde_json::json!({"link": l, "active": true, "remote_pci_bus_id": to});
     let nvml = serde_json::json!({"state": "available", "gpus": [
         {"index": 0, "pci_bus_id": "0000:17:00.0", "nvlinks": [link(0, "0000:65:00.0"), link(1, "0000:65:00.0"),
             link(2, "0000:65:00.0"), link(3, "0000:65:00.0"), {"link": 4, "active": false, "remote_pci_bus_id": null}]},
@@ -382,12 +424,20 @@ fn nvml_gpus_without_sysfs_get_nvlink_cells_and_na() {
     };
     assert_eq!(
         r.matrix,
-        m(&[&["X", "NV4", "N/A"], &["NV4", "X", "NV1"], &["N/A", "NV1", "X"]])
+        m(&[
+            &["X", "NV4", "N/A"],
+            &["NV4", "X", "NV1"],
+            &["N/A", "NV1", "X"]
+        ])
     );
     // GPU0 and GPU2 reach each other through GPU1: NVB for NCCL.
     assert_eq!(
         r.nccl_matrix,
-        m(&[&["X", "NVL", "NVB"], &["NVL", "X", "NVL"], &["NVB", "NVL", "X"]])
+        m(&[
+            &["X", "NVL", "NVB"],
+            &["NVL", "X", "NVL"],
+            &["NVB", "NVL", "X"]
+        ])
     );
     assert!(
         r.notes

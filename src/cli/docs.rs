@@ -25,7 +25,8 @@ pub fn run(a: GenDocsArgs) -> anyhow::Result<Outcome> {
 /// Write every page and completion file into `dir`.
 pub fn generate(dir: &Path) -> anyhow::Result<()> {
     let comp_dir = dir.join("completions");
-    std::fs::create_dir_all(&comp_dir).with_context(|| format!("cannot create {}", comp_dir.display()))?;
+    std::fs::create_dir_all(&comp_dir)
+        .with_context(|| format!("cannot create {}", comp_dir.display()))?;
     let mut cmd = super::command();
     cmd.build();
     write_page(dir, "fabprobe.1", cmd.clone())?;
@@ -43,8 +44,12 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
     }
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let mut c = super::command();
-        clap_complete::generate_to(shell, &mut c, "fabprobe", &comp_dir)
-            .with_context(|| format!("cannot write {shell} completions into {}", comp_dir.display()))?;
+        clap_complete::generate_to(shell, &mut c, "fabprobe", &comp_dir).with_context(|| {
+            format!(
+                "cannot write {shell} completions into {}",
+                comp_dir.display()
+            )
+        })?;
     }
     Ok(())
 }

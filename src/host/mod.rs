@@ -265,10 +265,12 @@ impl Host {
                         });
                     }
                     let target =
-                        std::fs::read_link(self.on_disk(&candidate)).map_err(|source| HostError::Io {
-                            op: "read link",
-                            path: candidate.clone(),
-                            source,
+                        std::fs::read_link(self.on_disk(&candidate)).map_err(|source| {
+                            HostError::Io {
+                                op: "read link",
+                                path: candidate.clone(),
+                                source,
+                            }
                         })?;
                     if target.is_absolute() {
                         resolved = PathBuf::from("/");
@@ -307,7 +309,11 @@ impl Host {
         let real = self.resolve(host_path)?;
         if let Some(errno) = self.read_errors.get(&real) {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
-            return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
+            return Err(Self::io_err(
+                "read",
+                host_path,
+                io::Error::from_raw_os_error(raw),
+            ));
         }
         std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
     }
@@ -361,7 +367,8 @@ impl Host {
         self.record(Access::Resolve(host_path.to_path_buf()));
         match self.resolve(host_path) {
             Ok(real) => {
-                self.read_errors.contains_key(&real) || self.on_disk(&real).symlink_metadata().is_ok()
+                self.read_errors.contains_key(&real)
+                    || self.on_disk(&real).symlink_metadata().is_ok()
             }
             Err(_) => false,
         }
@@ -389,7 +396,11 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
                 let na = a.iter().take_while(|c| c.is_ascii_digit()).count();
                 let nb = b.iter().take_while(|c| c.is_ascii_digit()).count();
                 let (da, db) = (trim_zeros(&a[..na]), trim_zeros(&b[..nb]));
-                let ord = da.len().cmp(&db.len()).then_with(|| da.cmp(db)).then(na.cmp(&nb));
+                let ord = da
+                    .len()
+                    .cmp(&db.len())
+                    .then_with(|| da.cmp(db))
+                    .then(na.cmp(&nb));
                 if ord != std::cmp::Ordering::Equal {
                     return ord;
                 }
@@ -420,9 +431,9 @@ mod tests {
     fn tree() -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
-        std::fs::create_dir_all(
-            r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids"),
-        )
+        std::fs::create_dir_all(r.join(
+            "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids",
+        ))
         .unwrap();
         std::fs::create_dir_all(r.join("sys/class/infiniband")).unwrap();
         symlink(
@@ -436,12 +447,16 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
-            r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/state"),
+            r.join(
+                "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/state",
+            ),
             "4: ACTIVE\n",
         )
         .unwrap();
         std::fs::write(
-            r.join("sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0"),
+            r.join(
+                "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/infiniband/mlx5_0/ports/1/gids/0",
+            ),
             "",
         )
         .unwrap();
@@ -463,7 +478,8 @@ mod tests {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
         assert_eq!(
-            h.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(),
+            h.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
             "4: ACTIVE\n"
         );
         assert_eq!(
@@ -496,14 +512,19 @@ mod tests {
     fn recorded_failure_is_replayed_not_missing() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();
-        let e = h.read("/sys/class/infiniband/mlx5_0/ports/1/gids/0").unwrap_err();
+        let e = h
+            .read("/sys/class/infiniband/mlx5_0/ports/1/gids/0")
+            .unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
         assert!(!e.is_not_found());
         assert_eq!(
             h.attr("/sys/class/infiniband/mlx5_0/ports/1/gids/0"),
             Attr::Failed("EINVAL".into())
         );
-        assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"), Attr::Absent);
+        assert_eq!(
+            h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"),
+            Attr::Absent
+        );
         assert!(h.exists("/sys/class/infiniband/mlx5_0/ports/1/gids/0"));
     }
 
@@ -546,6 +567,9 @@ mod tests {
     fn natural_order() {
         let mut v = vec!["mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1", "mlx5_0"];
         v.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(v, vec!["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]);
+        assert_eq!(
+            v,
+            vec!["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]
+        );
     }
 }

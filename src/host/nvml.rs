@@ -116,7 +116,9 @@ pub fn collect_live() -> NvmlState {
                     link,
                     active,
                     remote_pci_bus_id: if active {
-                        l.remote_pci_info().ok().map(|p| normalize_bus_id(&p.bus_id))
+                        l.remote_pci_info()
+                            .ok()
+                            .map(|p| normalize_bus_id(&p.bus_id))
                     } else {
                         None
                     },

@@ -35,11 +35,15 @@ pub struct HostMeta {
 impl HostMeta {
     pub fn live() -> HostMeta {
         HostMeta {
-            hostname: hostname::get().ok().map(|h| h.to_string_lossy().into_owned()),
+            hostname: hostname::get()
+                .ok()
+                .map(|h| h.to_string_lossy().into_owned()),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .ok()
                 .map(|s| s.trim().to_string()),
-            captured_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+            captured_at: Some(
+                humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            ),
             tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             skipped: Vec::new(),
         }
@@ -122,7 +126,8 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
-    let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
+    let raw: BTreeMap<PathBuf, String> =
+        load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {
         if errno_from_name(errno).is_none() {
             return Err(HostError::Snapshot {
@@ -170,7 +175,8 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
     let top: Vec<_> = std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
-    let has_tree = |p: &Path| p.join("sys").is_dir() || p.join(SIDE_DIR).is_dir() || p.join("proc").is_dir();
+    let has_tree =
+        |p: &Path| p.join("sys").is_dir() || p.join(SIDE_DIR).is_dir() || p.join("proc").is_dir();
     if has_tree(dir) {
         return dir.to_path_buf();
     }

@@ -160,7 +160,12 @@ pub fn switches_crossed(a: &[String], b: &[String]) -> usize {
 /// NCCL's PCI path type between two devices (no NVLink): SYS across CPUs (NUMA domains),
 /// PHB through the CPU, PXB across a switch-to-switch hop, PIX through one switch.
 /// `nics` merges the functions of one adapter into one node (LOC), as NCCL's IB plugin does.
-pub fn pci_path(a: &Attach, b: &Attach, fused: &HashMap<String, String>, both_nics: bool) -> PathType {
+pub fn pci_path(
+    a: &Attach,
+    b: &Attach,
+    fused: &HashMap<String, String>,
+    both_nics: bool,
+) -> PathType {
     if a.numa != b.numa {
         return PathType::Sys;
     }

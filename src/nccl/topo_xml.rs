@@ -113,7 +113,11 @@ pub enum TopoXmlError {
         source: std::io::Error,
     },
     #[error("{path}: line {line}: {msg}")]
-    Bad { path: PathBuf, line: usize, msg: String },
+    Bad {
+        path: PathBuf,
+        line: usize,
+        msg: String,
+    },
 }
 
 /// One parsed element, before the grammar is applied.
@@ -138,7 +142,10 @@ impl Ctx<'_> {
         }
     }
     fn attr<'e>(&self, e: &'e Elem, key: &str) -> Option<&'e str> {
-        e.attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        e.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
     fn required<'e>(&self, e: &'e Elem, key: &str) -> Result<&'e str, TopoXmlError> {
         self.attr(e, key)
@@ -194,7 +201,12 @@ fn parse_tree(text: &str, path: &Path) -> Result<Elem, TopoXmlError> {
             let k = String::from_utf8_lossy(a.key.as_ref()).into_owned();
             let v = a
                 .unescape_value()
-                .map_err(|err| cx.err(line, format!("bad value of attribute {k} in <{name}>: {err}")))?
+                .map_err(|err| {
+                    cx.err(
+                        line,
+                        format!("bad value of attribute {k} in <{name}>: {err}"),
+                    )
+                })?
                 .into_owned();
             attrs.push((k, v));
         }
@@ -258,7 +270,9 @@ pub fn parse(text: &str, path: &Path) -> Result<NcclSystem, TopoXmlError> {
     if version.trim() != VERSION {
         return Err(cx.err(
             root.line,
-            format!("attribute version=\"{version}\" of <system>: NCCL reads only version {VERSION}"),
+            format!(
+                "attribute version=\"{version}\" of <system>: NCCL reads only version {VERSION}"
+            ),
         ));
     }
     let mut sys = NcclSystem::default();
@@ -368,8 +382,16 @@ pub fn write(sys: &NcclSystem) -> String {
         attr(&mut o, "affinity", c.affinity.as_deref());
         attr(&mut o, "arch", c.arch.as_deref());
         attr(&mut o, "vendor", c.vendor.as_deref());
-        attr(&mut o, "familyid", c.familyid.map(|v| v.to_string()).as_deref());
-        attr(&mut o, "modelid", c.modelid.map(|v| v.to_string()).as_deref());
+        attr(
+            &mut o,
+            "familyid",
+            c.familyid.map(|v| v.to_string()).as_deref(),
+        );
+        attr(
+            &mut o,
+            "modelid",
+            c.modelid.map(|v| v.to_string()).as_deref(),
+        );
         o.push_str(">\n");
         for p in &c.pcis {
             write_pci(&mut o, p, 2);
@@ -408,7 +430,11 @@ fn write_pci(o: &mut String, p: &NcclPci, depth: usize) {
     attr(o, "subsystem_vendor", p.subsystem_vendor.as_deref());
     attr(o, "subsystem_device", p.subsystem_device.as_deref());
     attr(o, "link_speed", p.link_speed.as_deref());
-    attr(o, "link_width", p.link_width.map(|v| v.to_string()).as_deref());
+    attr(
+        o,
+        "link_width",
+        p.link_width.map(|v| v.to_string()).as_deref(),
+    );
     if p.children.is_empty() && p.gpu.is_none() && p.nets.is_empty() {
         o.push_str("/>\n");
         return;

@@ -408,7 +408,10 @@ pub fn probe(host: &Host) -> TopoReport {
 /// Identity and link of every switch node above the devices.
 fn read_switches(host: &Host, gpus: &[TopoGpu], nics: &[TopoNic]) -> Vec<TopoSwitch> {
     let mut seen: BTreeMap<String, TopoSwitch> = BTreeMap::new();
-    let places = gpus.iter().map(|g| &g.pci).chain(nics.iter().map(|n| &n.pci));
+    let places = gpus
+        .iter()
+        .map(|g| &g.pci)
+        .chain(nics.iter().map(|n| &n.pci));
     for p in places {
         let Some(path) = &p.sysfs_path else { continue };
         for (k, sw) in p.nccl_switches.iter().enumerate() {
@@ -526,7 +529,12 @@ fn finish(r: &mut TopoReport) {
             let i = &s.ident;
             Some((
                 s.pci_bus_id.clone(),
-                ncclt::bcm_ident(i.vendor?, i.device?, i.subsystem_vendor?, i.subsystem_device?),
+                ncclt::bcm_ident(
+                    i.vendor?,
+                    i.device?,
+                    i.subsystem_vendor?,
+                    i.subsystem_device?,
+                ),
             ))
         })
         .collect();
@@ -608,11 +616,15 @@ fn finish(r: &mut TopoReport) {
 /// power), and GPUs whose nearest RDMA NIC is across the CPU interconnect.
 pub fn judge(r: &TopoReport) -> Vec<Finding> {
     let mut out = Vec::new();
-    let devices = r.gpus.iter().map(|g| (g.label.clone(), &g.pci, false)).chain(
-        r.nics
-            .iter()
-            .map(|n| (format!("{} ({})", n.label, n.ibdev), &n.pci, true)),
-    );
+    let devices = r
+        .gpus
+        .iter()
+        .map(|g| (g.label.clone(), &g.pci, false))
+        .chain(
+            r.nics
+                .iter()
+                .map(|n| (format!("{} ({})", n.label, n.ibdev), &n.pci, true)),
+        );
     for (name, p, is_nic) in devices {
         let bdf = p.pci_bus_id.clone().unwrap_or_default();
         let subject = format!("{name} {bdf}");
@@ -683,7 +695,12 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
     if !r.nics.is_empty() {
         for (i, g) in r.gpus.iter().enumerate() {
             let Some(row) = r.matrix.get(i) else { continue };
-            let cells: Vec<&str> = row.get(ng..).unwrap_or(&[]).iter().map(String::as_str).collect();
+            let cells: Vec<&str> = row
+                .get(ng..)
+                .unwrap_or(&[])
+                .iter()
+                .map(String::as_str)
+                .collect();
             if !cells.is_empty() && cells.iter().all(|c| *c == "SYS") {
                 out.push(
                     Finding::new(
@@ -710,8 +727,11 @@ fn hex4(v: Option<u32>) -> Option<String> {
 
 /// The NCCL topology tree of this report (what `--format nccl-xml` writes).
 pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
-    let switch_of: HashMap<&str, &TopoSwitch> =
-        r.switches.iter().map(|s| (s.pci_bus_id.as_str(), s)).collect();
+    let switch_of: HashMap<&str, &TopoSwitch> = r
+        .switches
+        .iter()
+        .map(|s| (s.pci_bus_id.as_str(), s))
+        .collect();
     let gpu_class: HashMap<&str, String> = r
         .gpus
         .iter()
@@ -747,7 +767,11 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
             }
         }
     }
-    fn cpu_of<'c>(cpus: &'c mut BTreeMap<i32, NcclCpu>, r: &TopoReport, numa: i32) -> &'c mut NcclCpu {
+    fn cpu_of<'c>(
+        cpus: &'c mut BTreeMap<i32, NcclCpu>,
+        r: &TopoReport,
+        numa: i32,
+    ) -> &'c mut NcclCpu {
         cpus.entry(numa).or_insert_with(|| NcclCpu {
             numaid: numa,
             affinity: r
@@ -982,7 +1006,11 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
     }
     raw_gpus.sort_by(|a, b| {
         let dev = |g: &NcclPci| g.gpu.as_ref().and_then(|g| g.dev);
-        (dev(&a.0).is_none(), dev(&a.0), &a.0.busid).cmp(&(dev(&b.0).is_none(), dev(&b.0), &b.0.busid))
+        (dev(&a.0).is_none(), dev(&a.0), &a.0.busid).cmp(&(
+            dev(&b.0).is_none(),
+            dev(&b.0),
+            &b.0.busid,
+        ))
     });
     let gpu_ids: Vec<String> = raw_gpus.iter().map(|(p, _)| p.busid.clone()).collect();
     for (i, (p, place)) in raw_gpus.into_iter().enumerate() {
@@ -1046,8 +1074,7 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
     let mut r = TopoReport {
         source: format!("nccl-xml:{file}"),
         nvlink_available: any_nvlink,
-        nvlink_unavailable_reason: (!any_nvlink)
-            .then(|| "the NCCL topology file has no <nvlink> elements".into()),
+        nvlink_unavailable_reason: (!any_nvlink).then(|| "the NCCL topology file has no <nvlink> elements".into()),
         gpus,
         nics,
         switches,

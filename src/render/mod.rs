@@ -65,7 +65,8 @@ impl<'a, T: Serialize> Envelope<'a, T> {
 
     pub fn to_json(&self) -> String {
         // Serializing plain data structs cannot fail (no maps with non-string keys).
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        let mut s =
+            serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
         s.push('\n');
         s
     }

@@ -5,7 +5,10 @@ use crate::check::{Finding, Severity};
 /// Findings as lines under a table: `FAIL subject: message` plus evidence and fix.
 pub fn findings(findings: &[Finding]) -> String {
     let mut out = String::new();
-    let shown: Vec<_> = findings.iter().filter(|f| f.severity != Severity::Pass).collect();
+    let shown: Vec<_> = findings
+        .iter()
+        .filter(|f| f.severity != Severity::Pass)
+        .collect();
     if shown.is_empty() {
         return out;
     }

@@ -78,7 +78,8 @@ impl Mirror<'_> {
                 if hops > 40 {
                     return Ok(None);
                 }
-                let target = std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
+                let target =
+                    std::fs::read_link(self.src_of(&next)).map_err(io_err("read link", &next))?;
                 self.make_symlink(&next, &target)?;
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
@@ -144,7 +145,10 @@ impl Mirror<'_> {
         }
         let s = self.src_of(canonical);
         if let Some(limit) = limit {
-            if std::fs::metadata(&s).map(|m| m.len() > limit).unwrap_or(false) {
+            if std::fs::metadata(&s)
+                .map(|m| m.len() > limit)
+                .unwrap_or(false)
+            {
                 self.summary.skipped.push(format!(
                     "{}: larger than {limit} bytes, not copied",
                     canonical.display()
@@ -190,7 +194,8 @@ impl Mirror<'_> {
                         continue;
                     };
                     if m.file_type().is_symlink() {
-                        let target = std::fs::read_link(entry.path()).map_err(io_err("read link", &child))?;
+                        let target = std::fs::read_link(entry.path())
+                            .map_err(io_err("read link", &child))?;
                         self.make_symlink(&child, &target)?;
                     } else if m.is_dir() {
                         self.make_dir(&child)?;
@@ -296,7 +301,8 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
     let mut b = tar::Builder::new(gz);
     b.follow_symlinks(false);
-    b.append_dir_all(".", tree).map_err(io_err("archive", tree))?;
+    b.append_dir_all(".", tree)
+        .map_err(io_err("archive", tree))?;
     let gz = b.into_inner().map_err(io_err("finish", out))?;
     gz.finish().map_err(io_err("finish", out))?;
     Ok(())
@@ -366,7 +372,11 @@ mod tests {
             r.join("sys/class/infiniband/mlx5_0"),
         )
         .unwrap();
-        symlink("../../../0000:01:00.0", dev.join("infiniband/mlx5_0/device")).unwrap();
+        symlink(
+            "../../../0000:01:00.0",
+            dev.join("infiniband/mlx5_0/device"),
+        )
+        .unwrap();
         std::fs::write(dev.join("infiniband/mlx5_0/ports/1/state"), "4: ACTIVE\n").unwrap();
         std::fs::write(dev.join("numa_node"), "1\n").unwrap();
         std::fs::write(dev.join("secret_not_read"), "x\n").unwrap();
@@ -395,7 +405,8 @@ mod tests {
 
         let back = Host::snapshot(&dest).unwrap();
         assert_eq!(
-            back.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(),
+            back.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
             "4: ACTIVE\n"
         );
         assert_eq!(
@@ -414,7 +425,8 @@ mod tests {
         write_tarball(&dest, &tgz).unwrap();
         let t = Host::snapshot(&tgz).unwrap();
         assert_eq!(
-            t.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(),
+            t.read("/sys/class/infiniband/mlx5_0/ports/1/state")
+                .unwrap(),
             "4: ACTIVE\n"
         );
     }

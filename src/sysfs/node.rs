@@ -193,7 +193,8 @@ mod tests {
                 model_id: Some(143),
             }
         );
-        let arm = "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n";
+        let arm =
+            "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n";
         assert_eq!(parse_cpuinfo(arm).arch.as_deref(), Some("arm64"));
         assert_eq!(parse_cpuinfo("").arch, None);
     }

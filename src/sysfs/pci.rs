@@ -131,9 +131,9 @@ macro_rules! hex_serde {
                 let v: Option<String> = Option::deserialize(d)?;
                 match v {
                     None => Ok(None),
-                    Some(s) => super::parse_hex_id(&s)
-                        .map(Some)
-                        .ok_or_else(|| serde::de::Error::custom(format!("not a 0x-prefixed hex id: {s:?}"))),
+                    Some(s) => super::parse_hex_id(&s).map(Some).ok_or_else(|| {
+                        serde::de::Error::custom(format!("not a 0x-prefixed hex id: {s:?}"))
+                    }),
                 }
             }
         }
@@ -144,7 +144,11 @@ hex_serde!(hex6, 6);
 
 /// The identity files of the function at host path `dev`.
 pub fn read_ident(host: &Host, dev: &str) -> PciIdent {
-    let get = |name: &str| host.attr(format!("{dev}/{name}")).value().and_then(parse_hex_id);
+    let get = |name: &str| {
+        host.attr(format!("{dev}/{name}"))
+            .value()
+            .and_then(parse_hex_id)
+    };
     PciIdent {
         class: get("class"),
         vendor: get("vendor"),
@@ -242,7 +246,11 @@ pub enum ChainError {
 /// Only `max_link_speed`/`max_link_width` of the function at `dev` (an upstream port: what
 /// the slot allows).
 pub fn read_link_max(host: &Host, dev: &str) -> (Option<LinkSpeed>, Option<u32>) {
-    let get = |name: &str| host.attr(format!("{dev}/{name}")).value().map(str::to_string);
+    let get = |name: &str| {
+        host.attr(format!("{dev}/{name}"))
+            .value()
+            .map(str::to_string)
+    };
     (
         get("max_link_speed").and_then(|s| parse_link_speed(&s)),
         get("max_link_width").and_then(|s| parse_link_width(&s)),
@@ -319,7 +327,11 @@ mod tests {
         let cases: [(&str, Option<(&str, &str, &[&str])>); 6] = [
             (
                 "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0",
-                Some(("/sys/devices", "pci0000:00", &["0000:00:01.0", "0000:01:00.0"])),
+                Some((
+                    "/sys/devices",
+                    "pci0000:00",
+                    &["0000:00:01.0", "0000:01:00.0"],
+                )),
             ),
             (
                 "/sys/devices/pci0000:c0/0000:c0:04.2",
