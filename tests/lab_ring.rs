@@ -202,6 +202,7 @@ fn bootstrap_of_32_ranks_on_4_nodes() {
         return;
     };
     let extra = [
+        "--no-scan",
         "-b",
         "4K",
         "-e",
@@ -270,20 +271,23 @@ fn lab_is_torn_down_even_when_a_test_panics() {
         return;
     };
     assert!(r.is_err());
-    let ns = text(
-        &std::process::Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
-    let links = text(
-        &std::process::Command::new("ip")
-            .args(["-o", "link", "show"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
+    let ip = |args: &[&str]| {
+        text(
+            &std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+    };
+    // The kernel removes a deleted namespace's veth peers asynchronously (slower under
+    // load): give it a moment before calling them left behind.
+    let t0 = std::time::Instant::now();
+    let (mut ns, mut links) = (ip(&["netns", "list"]), ip(&["-o", "link", "show"]));
+    while (ns.contains(&prefix) || links.contains(&prefix)) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        (ns, links) = (ip(&["netns", "list"]), ip(&["-o", "link", "show"]));
+    }
     assert!(!ns.contains(&prefix), "namespaces left behind: {ns}");
     assert!(!links.contains(&prefix), "links left behind: {links}");
 }
@@ -296,7 +300,9 @@ fn one_slow_pair_slows_the_whole_ring() {
         return;
     };
     lab.shape_pair(1, 2, "200mbit", "2gbit");
+    // The sweep alone (the scan would name the pair and fail the run: lab_localize.rs).
     let extra = [
+        "--no-scan",
         "-b",
         "1M",
         "-e",
@@ -373,9 +379,8 @@ fn cut_data_link_ends_every_rank_within_the_deadline() {
     }
     let d = json(&outs[0].0.stdout)["data"].clone();
     let e = d["error"].as_str().unwrap_or_default().to_string();
-    // Whoever noticed first: a receiver that waited, or a sender that was blocked.
-    assert!(e.contains("waited") || e.contains("blocked"), "{e}");
-    assert!(e.contains("ms"), "{e}");
+    // The watchdog's verdict names the hang (tests/lab_localize.rs checks which link).
+    assert!(e.starts_with("HANG "), "{e}");
 }
 
 #[test]
@@ -405,7 +410,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
         assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
         assert!(t < Duration::from_secs(2), "{t:?}");
         assert!(
-            text(&o.stderr).contains("the coordinator at 198.18.0.10:29517 closed the control connection"),
+            text(&o.stderr).contains("the control connection to the coordinator 198.18.0.10:29517 closed"),
             "{}",
             text(&o.stderr)
         );
@@ -446,9 +451,12 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert!(e.contains("rank 2 (node-c) closed its control connection"), "{e}");
     assert!(
-        text(&o1.stderr).contains("rank 2 (node-c) closed its control connection"),
+        e.starts_with("RANK LOST rank 2 (node-c): its control connection"),
+        "{e}"
+    );
+    assert!(
+        text(&o1.stderr).contains("RANK LOST rank 2 (node-c)"),
         "{}",
         text(&o1.stderr)
     );

@@ -98,6 +98,10 @@ fn usage_errors_exit_2() {
             vec!["ring", "--local", "2", "--ifname", "=nosuchif0"],
             "no data interface matches =nosuchif0",
         ),
+        (
+            vec!["ring", "--local", "2", "--scan", "--no-scan"],
+            "cannot be used with",
+        ),
     ] {
         let o = fabprobe(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
@@ -129,4 +133,52 @@ fn missing_rank_ends_at_the_deadline() {
         text(&o.stderr)
     );
     assert!(text(&o.stderr).contains("missing rank 1;"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn local_scan_json_contract() {
+    // Loopback ranks share one CPU, so a verdict is possible (exit 1); the contract is the
+    // shape: every directed link measured, the orders named, no AllReduce rows.
+    let o = fabprobe(&[
+        "ring",
+        "--local",
+        "3",
+        "--scan",
+        "--scan-bytes",
+        "1M",
+        "--format",
+        "json",
+    ]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &j["data"];
+    assert_eq!(d["results"].as_array().unwrap().len(), 0);
+    let s = &d["scan"];
+    let orders: Vec<&str> = s["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["recheck"] == false)
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(orders, ["natural", "reversed"]);
+    let links = s["links"].as_array().unwrap();
+    assert_eq!(links.len(), 6);
+    for l in links {
+        assert!(
+            l["gbs"].as_f64().unwrap() > 0.0 && l["samples"].as_u64().unwrap() >= 3,
+            "{l}"
+        );
+    }
+    assert_eq!(
+        o.status.code() == Some(1),
+        !d["verdicts"].as_array().unwrap().is_empty()
+    );
+    // Without --scan, --local runs no scan.
+    let o = fabprobe(&[
+        "ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1", "--format", "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["data"]["scan"].is_null());
 }

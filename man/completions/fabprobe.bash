@@ -277,7 +277,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --timeout --token --rank --world --coordinator --local --root --format --verbose --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -360,6 +360,18 @@ _fabprobe() {
                     return 0
                     ;;
                 --coordinator)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --scan-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --scan-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --scan-reps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -75,12 +75,17 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l coordinator -d 'Rank 0\'s host and port (rank 0 listens there)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 'Time budget of the link scan in seconds (at least two ring orders run whatever it says, so that a node can be told from a link)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-bytes -d 'Bytes each scan sample moves over a link' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-reps -d 'Samples per link per scan order' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan -d 'Run the link scan only (no AllReduce sweep): measure every directed link on its own and name slow links and nodes'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l no-scan -d 'Skip the link scan that runs before the sweep (with --local it runs only with --scan)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s V -l version -d 'Print version'

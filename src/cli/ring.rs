@@ -9,9 +9,13 @@ use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit};
 use crate::check::{Finding, Severity};
+use crate::host::Host;
 use crate::nccl::ifname;
+use crate::probe::links;
 use crate::render::{Envelope, HostInfo};
 use crate::ring::launcher::{self, Flags, Identity, Source};
+use crate::ring::linkscan::ScanOptions;
+use crate::ring::nic;
 use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -70,6 +74,24 @@ pub struct RingArgs {
     /// Rank 0's host and port (rank 0 listens there).
     #[arg(long, value_name = "HOST:PORT")]
     pub coordinator: Option<String>,
+    /// Run the link scan only (no AllReduce sweep): measure every directed link on its own
+    /// and name slow links and nodes.
+    #[arg(long, conflicts_with = "no_scan")]
+    pub scan: bool,
+    /// Skip the link scan that runs before the sweep (with --local it runs only with
+    /// --scan).
+    #[arg(long)]
+    pub no_scan: bool,
+    /// Time budget of the link scan in seconds (at least two ring orders run whatever it
+    /// says, so that a node can be told from a link).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub scan_time: f64,
+    /// Bytes each scan sample moves over a link.
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    pub scan_bytes: u64,
+    /// Samples per link per scan order.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub scan_reps: u32,
     /// Run N ranks on this host (threads of this process) over loopback, or over the
     /// interface --ifname names: a self-test.
     #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
@@ -93,12 +115,33 @@ HOW TO RUN
   say where rank 0 is: pass --coordinator or FABPROBE_COORDINATOR. The token is --token,
   $FABPROBE_TOKEN, or the launcher's job id; connections with another token are refused.
 
+LINK SCAN AND VERDICTS
+  Before the sweep (unless --no-scan; alone with --scan) every rank sends to rank+k and
+  receives from rank-k at the same time, for several ring orders k (natural, reversed, then
+  the others) within --scan-time; each directed link is measured at its receiver,
+  --scan-reps samples of --scan-bytes per order. Rank 0 judges every link against the
+  median link and, where known, the line rate (an RDMA port's rate, else
+  /sys/class/net/<if>/speed): a node whose outgoing (or incoming) links are all slow is a
+  slow_egress (slow_ingress), a single slow link a slow_link; suspect links are measured
+  once more before they are named. With --local the scan runs only with --scan.
+  Every data wait has the deadline --timeout; a rank whose wait passes it reports where it
+  is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
+  sent), rank_lost (control connection closed or reset: the process died), rank_stalled
+  (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
+  process). If rank 0 dies, every other rank exits with coordinator_lost. The run ends
+  within --timeout plus a few seconds whatever fails.
+  Verdict lines come first, each with the command to run next:
+    SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
+      next: on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); ...
+    HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 2 of all-gather; rank 1
+    sent it and moved on to step 2 of reduce-scatter: suspect the link node-b -> node-c
+
 OUTPUT
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
-  results are exact and every rank finished; 1 wrong results, a rank missing, a dead or
-  hung link (the reason is printed, partial results too); 2 fabprobe could not run here
-  (bad options, no matching interface, or refused by the coordinator: another job's token,
-  a different --world or size sweep).
+  results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
+  results, a rank missing, a dead or hung link (the reason is printed, partial results
+  too); 2 fabprobe could not run here (bad options, no matching interface, or refused by
+  the coordinator: another job's token, a different --world, sweep or scan).
 
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
@@ -109,8 +152,23 @@ JSON DATA (fabprobe.ring)
   avg_busbw_gbs
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
-  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, verdicts[], error (null, or why
-  the run ended early)";
+  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
+  ended early)
+  verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
+             coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
+             applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
+             ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
+             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
+             port_counters {\"rank R dev port P counter\": delta}, as applicable},
+             message (the human line), next (the command to run next)}; empty on a healthy run
+  scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
+              line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
+              to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
+              line_rate_gbs, ratio, message}: the whole fabric below its line rate),
+              cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
+  port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
+             (errors, retransmissions, pauses, CNPs) that moved during the run on the data
+             NIC of rank 0 (where RDMA devices exist)";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -158,6 +216,14 @@ fn options(a: &RingArgs) -> anyhow::Result<Options> {
         timeout_secs: a.timeout,
         slots: 4,
         slot_bytes: 1 << 20,
+        // `--local` ranks share one CPU and loopback: their link figures measure the
+        // scheduler, not links, so the scan runs there only when asked for (`--scan`).
+        scan: (!a.no_scan && (a.local.is_none() || a.scan)).then(|| ScanOptions {
+            budget_s: a.scan_time.max(0.0),
+            bytes: a.scan_bytes.max(8),
+            reps: a.scan_reps,
+        }),
+        sweep: !a.scan,
     })
 }
 
@@ -209,10 +275,59 @@ fn findings(r: &RingReport) -> Vec<Finding> {
             .evidence("wrong", wrong),
         );
     }
+    for v in &r.verdicts {
+        let subject = match (v.from_rank, v.to_rank) {
+            (Some(a), Some(b)) => format!("rank {a} -> rank {b}"),
+            (Some(a), None) | (None, Some(a)) => format!("rank {a}"),
+            (None, None) => "ring".into(),
+        };
+        let mut x = Finding::new(
+            &format!(
+                "ring.{}",
+                serde_json::to_value(v.kind)
+                    .ok()
+                    .and_then(|k| k.as_str().map(String::from))
+                    .unwrap_or_default()
+            ),
+            Severity::Fail,
+            subject,
+            v.message.clone(),
+        );
+        if let Some(n) = &v.next {
+            x = x.fix(n.clone());
+        }
+        f.push(x);
+    }
     if let Some(e) = &r.error {
-        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
+        if r.verdicts.is_empty() {
+            f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
+        }
     }
     f
+}
+
+/// Port counters of this rank's NIC that moved during the run: into the report, and as
+/// evidence on every verdict that names this rank.
+fn attach_counters(rep: &mut RingReport, moved: Vec<nic::CounterMove>) {
+    for m in &moved {
+        for v in rep
+            .verdicts
+            .iter_mut()
+            .filter(|v| v.from_rank == Some(m.rank) || v.to_rank == Some(m.rank))
+        {
+            let e = v
+                .evidence
+                .entry("port_counters".into())
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(o) = e.as_object_mut() {
+                o.insert(
+                    format!("rank {} {} port {} {}", m.rank, m.device, m.port, m.counter),
+                    serde_json::json!(m.delta),
+                );
+            }
+        }
+    }
+    rep.port_counters.extend(moved);
 }
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
@@ -281,16 +396,33 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+    let host = Host::live();
+    let rate = nic::line_rate(&host, &dev);
+    if let Some((gbs, from)) = &rate {
+        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
+    }
+    let before = links::probe(&host);
+    let (rank, me) = (id.rank, hostname());
     let setup = Setup {
         identity: id,
-        host: hostname(),
+        host: me.clone(),
         data_ip: ip,
-        device: Some(dev),
+        device: Some(dev.clone()),
         coordinator_listener: None,
+        line_rate_gbs: rate.map(|r| r.0),
+        fabric: None,
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    outcome(g, fmt, run::run_rank(setup, &opts, &logf))
+    let mut r = run::run_rank(setup, &opts, &logf);
+    if let Ok(RankOutcome {
+        report: Some(rep), ..
+    }) = &mut r
+    {
+        let after = links::probe(&host);
+        attach_counters(rep, nic::moved(&before, &after, Some(&dev), rank, &me));
+    }
+    outcome(g, fmt, r)
 }
 
 fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
@@ -350,6 +482,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     data_ip,
                     device: Some(device.clone()),
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
+                    line_rate_gbs: None,
+                    fabric: None,
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -2,6 +2,8 @@
 //! hosts and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
 //! bandwidth`), so the numbers compare directly, then the per-link table.
 
+use crate::ring::linkscan::ScanReport;
+use crate::ring::localize::fmt_gbs;
 use crate::ring::run::RingReport;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
@@ -22,23 +24,49 @@ pub fn table(r: &RingReport) -> String {
         o_.push_str(&s);
         o_.push('\n');
     };
+    // Verdicts first: the one thing a person on call needs, with the next command.
+    for v in &r.verdicts {
+        line(v.message.clone());
+        if let Some(n) = &v.next {
+            line(format!("  next: {n}"));
+        }
+        if let Some(c) = v.evidence.get("port_counters").and_then(|c| c.as_object()) {
+            let moved: Vec<String> = c.iter().map(|(k, d)| format!("{k} +{d}")).collect();
+            line(format!("  port counters that moved: {}", moved.join(", ")));
+        }
+    }
+    if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) {
+        line(f.message.clone());
+    }
+    if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
+        line(String::new());
+    }
     let (min, max) = (
         r.options.sizes.first().copied().unwrap_or(0),
         r.options.sizes.last().copied().unwrap_or(0),
     );
-    line(format!(
-        "# fabprobe {} ring: all_reduce over {}",
-        env!("CARGO_PKG_VERSION"),
-        r.transport
-    ));
-    line(format!(
-        "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
-        r.world,
-        r.options.channels,
-        r.options.warmup,
-        r.options.iters,
-        r.options.check.min(1)
-    ));
+    if r.options.sweep {
+        line(format!(
+            "# fabprobe {} ring: all_reduce over {}",
+            env!("CARGO_PKG_VERSION"),
+            r.transport
+        ));
+        line(format!(
+            "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
+            r.world,
+            r.options.channels,
+            r.options.warmup,
+            r.options.iters,
+            r.options.check.min(1)
+        ));
+    } else {
+        line(format!(
+            "# fabprobe {} ring: link scan over {}",
+            env!("CARGO_PKG_VERSION"),
+            r.transport
+        ));
+        line(format!("# nRanks {}", r.world));
+    }
     line(format!(
         "# launcher: {} (coordinator {} from {}, token from {})",
         r.launcher.source.name(),
@@ -60,39 +88,41 @@ pub fn table(r: &RingReport) -> String {
         ));
     }
     line("#".into());
-    line(format!("#{:>74}", "out-of-place"));
-    line(format!(
-        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
-    ));
-    line(format!(
-        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
-    ));
-    for row in &r.results {
+    if r.options.sweep {
+        line(format!("#{:>74}", "out-of-place"));
         line(format!(
-            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            row.size_bytes,
-            row.count,
-            row.dtype,
-            row.redop,
-            row.root,
-            fit(row.time_us, 7),
-            fit(row.algbw_gbs, 6),
-            fit(row.busbw_gbs, 6),
-            row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
         ));
+        line(format!(
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+        ));
+        for row in &r.results {
+            line(format!(
+                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+                row.size_bytes,
+                row.count,
+                row.dtype,
+                row.redop,
+                row.root,
+                fit(row.time_us, 7),
+                fit(row.algbw_gbs, 6),
+                fit(row.busbw_gbs, 6),
+                row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+            ));
+        }
+        let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
+        line(format!(
+            "# Out of bounds values : {bad_rows} {}",
+            if bad_rows == 0 { "OK" } else { "FAILED" }
+        ));
+        line(format!(
+            "# Avg bus bandwidth    : {}",
+            r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
+        ));
+        line("#".into());
     }
-    let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
-    line(format!(
-        "# Out of bounds values : {bad_rows} {}",
-        if bad_rows == 0 { "OK" } else { "FAILED" }
-    ));
-    line(format!(
-        "# Avg bus bandwidth    : {}",
-        r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
-    ));
-    line("#".into());
     if !r.links.is_empty() {
         let size = r.links[0].size_bytes;
         line(format!(
@@ -114,13 +144,82 @@ pub fn table(r: &RingReport) -> String {
         }
         line("#".into());
     }
-    for v in &r.verdicts {
-        line(v.message.clone());
+    if let Some(sc) = &r.scan {
+        scan_table(&mut line, sc);
+    }
+    if !r.port_counters.is_empty() {
+        line("# Port counters that moved during the run (this rank's data NIC):".into());
+        for m in &r.port_counters {
+            line(format!(
+                "#  rank {} ({}) {} port {}{}: {} +{}",
+                m.rank,
+                m.host,
+                m.device,
+                m.port,
+                m.netdev.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+                m.counter,
+                m.delta
+            ));
+        }
+        line("#".into());
     }
     if let Some(e) = &r.error {
-        line(format!("# ERROR: the run ended early: {e}"));
+        let said: Vec<&str> = r.verdicts.iter().map(|v| v.message.as_str()).collect();
+        if !said.is_empty() && *e == said.join("; ") {
+            line("# ERROR: the run ended early on the verdict above".into());
+        } else {
+            line(format!("# ERROR: the run ended early: {e}"));
+        }
     }
     o
+}
+
+/// The link scan: every directed link's median over its samples, measured at its receiver.
+fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
+    let names: Vec<String> = sc
+        .orders
+        .iter()
+        .map(|o| format!("{}{}", o.name, if o.recheck { " (re-check)" } else { "" }))
+        .collect();
+    line(format!(
+        "# Link scan: {} order(s) [{}], {} x {} B per link and order, {:.1} s; median link {}",
+        sc.orders.len(),
+        names.join(", "),
+        sc.reps,
+        sc.bytes,
+        sc.seconds,
+        sc.median_gbs.map(fmt_gbs).unwrap_or_else(|| "N/A".into())
+    ));
+    if !sc.line_rate_gbs.is_empty() {
+        let rates: Vec<String> = sc
+            .line_rate_gbs
+            .iter()
+            .map(|(r, g)| format!("rank {r} {}", fmt_gbs(*g)))
+            .collect();
+        line(format!("# Line rates: {}", rates.join(", ")));
+    }
+    line(format!(
+        "#  {:<24}  {:<24}  {:>8}  {:>7}",
+        "from", "to", "GB/s", "samples"
+    ));
+    for l in &sc.links {
+        line(
+            format!(
+                "   {:<24}  {:<24}  {:>8}  {:>7}  {}",
+                format!("rank {} ({})", l.from_rank, l.from_host),
+                format!("rank {} ({})", l.to_rank, l.to_host),
+                format!("{:.3}", l.gbs),
+                l.samples,
+                if l.slow { "SLOW" } else { "" }
+            )
+            .trim_end()
+            .to_string(),
+        );
+    }
+    for c in &sc.cleared_by_recheck {
+        line(format!("# cleared by the re-check (a transient): {c}"));
+    }
+    line("#".into());
 }
 
 #[cfg(test)]
@@ -165,6 +264,8 @@ mod tests {
                 timeout_secs: 30,
                 slots: 4,
                 slot_bytes: 1 << 20,
+                scan: None,
+                sweep: true,
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
@@ -198,14 +299,84 @@ mod tests {
                 peer: "198.18.0.99:5555".into(),
                 reason: "wrong token".into(),
             }],
+            scan: None,
             verdicts: vec![],
             error: None,
+            port_counters: vec![],
         }
     }
 
     #[test]
     fn whole_table() {
         insta::assert_snapshot!(table(&report()));
+    }
+
+    #[test]
+    fn scan_only_with_a_verdict() {
+        use crate::ring::linkscan::{OrderRun, ScanLink, ScanReport};
+        use crate::ring::types::{Verdict, VerdictKind};
+        let mut r = report();
+        r.options.sweep = false;
+        r.results.clear();
+        r.links.clear();
+        r.avg_busbw_gbs = None;
+        let v = Verdict {
+            kind: VerdictKind::SlowLink,
+            from_rank: Some(1),
+            to_rank: Some(3),
+            from_host: Some("node-b".into()),
+            to_host: Some("node-d".into()),
+            evidence: [("gbs".to_string(), serde_json::json!(0.037))].into_iter().collect(),
+            message: "SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s"
+                .into(),
+            next: Some("on node-b and node-d: fabprobe links".into()),
+        };
+        r.verdicts = vec![v.clone()];
+        let link = |f: u32, t: u32, gbs: f64| ScanLink {
+            from_rank: f,
+            to_rank: t,
+            from_host: format!("node-{}", (b'a' + f as u8) as char),
+            to_host: format!("node-{}", (b'a' + t as u8) as char),
+            gbs,
+            samples: 3,
+            line_rate_gbs: None,
+            slow: (f, t) == (1, 3),
+        };
+        r.scan = Some(ScanReport {
+            bytes: 4 << 20,
+            reps: 3,
+            budget_s: 3.0,
+            seconds: 1.25,
+            orders: vec![
+                OrderRun {
+                    index: 0,
+                    shift: 1,
+                    name: "natural".into(),
+                    recheck: false,
+                    seconds: 0.4,
+                },
+                OrderRun {
+                    index: 3,
+                    shift: 2,
+                    name: "shift+2".into(),
+                    recheck: true,
+                    seconds: 0.4,
+                },
+            ],
+            line_rate_gbs: Default::default(),
+            median_gbs: Some(0.124),
+            links: vec![link(1, 2, 0.124), link(1, 3, 0.037)],
+            fabric_slow: None,
+            verdicts: vec![v],
+            cleared_by_recheck: vec![],
+        });
+        r.error = None;
+        let t = table(&r);
+        assert!(
+            t.starts_with("SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): "),
+            "{t}"
+        );
+        insta::assert_snapshot!(t);
     }
 
     #[test]

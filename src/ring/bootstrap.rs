@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use thiserror::Error;
 
+use super::linkscan::{Driver, ScanOptions, ScanReport, Step};
+use super::localize::Policy;
 use super::types::{Rank, RankInfo, Verdict, WaitReport};
+use super::watchdog;
 use super::wire::{self, Hello, Msg, RankResults, WireError};
 
 /// How often ranks and the coordinator tell each other they are alive.
@@ -125,13 +128,23 @@ pub struct CoordinatorConfig {
     /// Turns what the coordinator saw into verdicts: the watchdog and localization plug in
     /// here. See [`Judge`].
     pub judge: Option<Judge>,
+    /// Run the link scan after every rank's links are up (before the sweep).
+    pub scan: Option<(ScanOptions, Policy)>,
 }
 
 /// Called with the coordinator's view and the run clock (ms since the table went out):
 /// during the run on every message and at least every 100 ms with `final_call` false (a
 /// non-empty answer ends the run at once, as a hang verdict should), and once at the end
 /// with `final_call` true (link-scan verdicts) before the last message goes out.
-pub type Judge = fn(rep: &CoordinatorReport, now_ms: u64, final_call: bool) -> Vec<Verdict>;
+pub type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
+
+/// How long a control connection may stay silent (heartbeats and pings come every
+/// [`HEARTBEAT`]) before its peer is judged stopped or gone: the data timeout, within
+/// 3..10 s, so that a stopped process is named before (or soon after) its peers' data waits
+/// expire, and a busy host's late heartbeat is not.
+pub fn silence(timeout: Duration) -> Duration {
+    timeout.clamp(Duration::from_secs(3), Duration::from_secs(10))
+}
 
 /// What the coordinator hands back when the run is over (or failed).
 #[derive(Debug, Default)]
@@ -167,6 +180,10 @@ pub struct CoordinatorReport {
     pub run_ms: u64,
     pub verdicts: Vec<Verdict>,
     pub bootstrap_us: u64,
+    /// The link scan's figures and verdicts, when it ran to the end.
+    pub scan: Option<ScanReport>,
+    /// Ranks whose results arrived, with the arrival time on the run clock.
+    pub finished_ms: BTreeMap<Rank, u64>,
 }
 
 type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
@@ -244,6 +261,9 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Done { .. } => "done",
         Msg::Abort { .. } => "abort",
         Msg::Ping => "ping",
+        Msg::ScanRun { .. } => "scan-run",
+        Msg::ScanSamples { .. } => "scan-samples",
+        Msg::ScanEnd => "scan-end",
     }
 }
 
@@ -364,7 +384,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
             },
         );
         rep.abort = Some(reason);
-        if let Some(judge) = cfg.judge {
+        if let Some(judge) = &cfg.judge {
             rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
@@ -455,16 +475,26 @@ fn serve(
     let mut failing_since: Option<Instant> = None;
     let mut first_failure: Option<String> = None;
     let mut next_ping = Instant::now();
-    // With a judge, the built-in rule waits longer: the judge names the cause first.
+    // With a judge, the built-in rule waits longer: the judge names the cause first, and
+    // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
     let grace = if cfg.judge.is_some() {
-        cfg.timeout.max(FAILURE_GRACE * 3)
+        silence(cfg.timeout) + Duration::from_millis(1500)
     } else {
         FAILURE_GRACE
     };
     let keep_ms = cfg.timeout.as_millis() as u64 + 10_000;
+    let mut scan = cfg.scan.clone().map(|(o, p)| Driver::new(world as usize, o, p));
+    let step = |step: Step, rep: &mut CoordinatorReport, scan: &Driver| match step {
+        Step::Wait => {}
+        Step::Run(m) => broadcast(&conns, &m),
+        Step::Done => {
+            rep.scan = Some(scan.report(&ranks));
+            broadcast(&conns, &Msg::ScanEnd);
+        }
+    };
     loop {
         let now = Instant::now();
-        if let Some(judge) = cfg.judge {
+        if let Some(judge) = &cfg.judge {
             let v = judge(rep, run_start.elapsed().as_millis() as u64, false);
             if !v.is_empty() {
                 first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
@@ -492,8 +522,11 @@ fn serve(
             }
         }
         if let Some(t) = failing_since {
+            // Without a judge, every rank's report ends it at once; with one, the judge
+            // names the cause (it may need its own grace), the built-in grace is the backstop.
             if now.duration_since(t) >= grace
-                || rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize
+                || (cfg.judge.is_none()
+                    && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
             {
                 break;
             }
@@ -524,6 +557,21 @@ fn serve(
                         ready += 1;
                         if ready == world {
                             broadcast(&conns, &Msg::Go);
+                            if let Some(d) = scan.as_mut() {
+                                let s = d.start(Instant::now());
+                                step(s, rep, d);
+                            }
+                        }
+                    }
+                    Msg::ScanSamples {
+                        rank,
+                        index,
+                        samples,
+                        line_rate_gbs,
+                    } if rank == r => {
+                        if let Some(d) = scan.as_mut() {
+                            let s = d.on_samples(r, index, samples, line_rate_gbs, &ranks, Instant::now());
+                            step(s, rep, d);
                         }
                     }
                     Msg::Heartbeat(w) => {
@@ -544,6 +592,7 @@ fn serve(
                         failing_since.get_or_insert(Instant::now());
                     }
                     Msg::Results(res) if res.rank == r => {
+                        rep.finished_ms.insert(r, at_ms);
                         done_results.insert(r, res);
                     }
                     _ => {}
@@ -573,9 +622,26 @@ fn serve(
     }
     rep.results = done_results.into_values().collect();
     rep.run_ms = run_start.elapsed().as_millis() as u64;
-    if let Some(judge) = cfg.judge {
+    if let Some(judge) = &cfg.judge {
         if rep.verdicts.is_empty() {
             rep.verdicts = judge(rep, rep.run_ms, true);
+            // A failed run's cause, named at the end, replaces the first report's line.
+            if first_failure.is_some() && !rep.verdicts.is_empty() {
+                first_failure = Some(
+                    rep.verdicts
+                        .iter()
+                        .map(|v| v.message.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
+            }
+        }
+    }
+    // The scan's verdicts join the watchdog's: every rank learns that the run failed.
+    let scan_verdicts: Vec<Verdict> = rep.scan.iter().flat_map(|s| s.verdicts.clone()).collect();
+    for v in scan_verdicts {
+        if !rep.verdicts.contains(&v) {
+            rep.verdicts.push(v);
         }
     }
     match first_failure {
@@ -722,6 +788,7 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(timeout))
         .map_err(|e| wire_err(e.into()))?;
+    let (my_rank, my_info) = (hello.rank, hello.info.clone());
     let mut w = &s;
     wire::write_msg(&mut w, &Msg::Hello(hello)).map_err(wire_err)?;
     loop {
@@ -739,7 +806,12 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
                 let abort = Arc::new(AbortFlag::default());
                 let (tx, rx) = mpsc::channel();
                 let reader = s.try_clone().map_err(|e| wire_err(e.into()))?;
-                spawn_reader(reader, coordinator.to_string(), timeout, tx, abort.clone());
+                let me = ranks
+                    .iter()
+                    .find(|i| i.rank == my_rank)
+                    .cloned()
+                    .unwrap_or_else(|| my_info.clone());
+                spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
                 return Ok(Session {
                     table: ranks,
                     coordinator: coordinator.to_string(),
@@ -768,19 +840,28 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
     }
 }
 
-/// Reads what the coordinator sends during the run; raises the abort flag when it says so
-/// or when it goes silent for the whole timeout.
+/// Reads what the coordinator sends during the run; raises the abort flag when it says so,
+/// and with the `coordinator_lost` verdict when its connection closes or goes silent (it
+/// pings every [`HEARTBEAT`]) for [`silence`].
 fn spawn_reader(
     mut s: TcpStream,
     coordinator: String,
+    me: RankInfo,
     timeout: Duration,
     tx: Sender<Msg>,
     abort: Arc<AbortFlag>,
 ) {
-    let _ = s.set_read_timeout(Some(timeout));
+    let quiet = silence(timeout);
+    let _ = s.set_read_timeout(Some(quiet));
+    let start = Instant::now();
     thread::spawn(move || {
+        let mut last_heard = Instant::now();
         loop {
-            match wire::read_msg(&mut s) {
+            let got = wire::read_msg(&mut s);
+            if got.is_ok() {
+                last_heard = Instant::now();
+            }
+            match got {
                 Ok(Msg::Ping) => {}
                 Ok(Msg::Abort { reason }) => {
                     abort.raise(reason.clone());
@@ -797,15 +878,35 @@ fn spawn_reader(
                     }
                 }
                 Err(e) => {
-                    let why = match e {
-                        WireError::TimedOut => format!("silent for {} s", timeout.as_secs()),
-                        other => other.to_string(),
+                    let ms = |t: Instant| t.duration_since(start).as_millis() as u64;
+                    let now = ms(Instant::now());
+                    let control = match e {
+                        WireError::TimedOut => watchdog::Control::Open,
+                        WireError::Closed => watchdog::Control::Closed {
+                            at_ms: now,
+                            reset: false,
+                        },
+                        _ => watchdog::Control::Closed {
+                            at_ms: now,
+                            reset: true,
+                        },
                     };
-                    let msg = BootstrapError::CoordinatorLost {
-                        coordinator: coordinator.clone(),
-                        why,
-                    }
-                    .to_string();
+                    let v = watchdog::coordinator_lost(
+                        &me,
+                        &coordinator,
+                        control,
+                        ms(last_heard),
+                        now,
+                        quiet.as_millis() as u64 - 1,
+                    );
+                    let msg = match v {
+                        Some(v) => verdict_line(&v),
+                        None => BootstrapError::CoordinatorLost {
+                            coordinator: coordinator.clone(),
+                            why: e.to_string(),
+                        }
+                        .to_string(),
+                    };
                     abort.raise(msg.clone());
                     let _ = tx.send(Msg::Abort { reason: msg });
                     return;
@@ -815,7 +916,45 @@ fn spawn_reader(
     });
 }
 
+/// A verdict as one line for a rank's stderr: the message, then what to run next.
+pub fn verdict_line(v: &Verdict) -> String {
+    match &v.next {
+        Some(n) => format!("{}\n  next: {n}", v.message),
+        None => v.message.clone(),
+    }
+}
+
 impl Session {
+    /// The next message from the coordinator within `timeout` (None: nothing came); an
+    /// abort, or the reader's end (coordinator lost), is an error.
+    pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, BootstrapError> {
+        match self
+            .inbox
+            .lock()
+            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+            .recv_timeout(timeout)
+        {
+            Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
+            Ok(m) => Ok(Some(m)),
+            Err(RecvTimeoutError::Timeout) => match self.abort.reason() {
+                Some(r) => Err(BootstrapError::Aborted(r)),
+                None => Ok(None),
+            },
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(BootstrapError::Aborted(self.abort.reason().unwrap_or_else(
+                    || format!("the coordinator at {} is gone", self.coordinator),
+                )))
+            }
+        }
+    }
+
+    /// Close the control connection now (both directions), as a dying process would.
+    pub fn close(&self) {
+        if let Ok(s) = self.writer.lock() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     pub fn send(&self, msg: &Msg) -> Result<(), BootstrapError> {
         let mut s = self
             .writer
@@ -917,6 +1056,7 @@ mod tests {
             advertised: String::new(),
             params: "p".into(),
             judge: None,
+            scan: None,
         };
         let cases = [
             (hello(0, 4, "t"), None),
@@ -964,6 +1104,7 @@ mod tests {
             advertised: addr.clone(),
             params: "p".into(),
             judge: None,
+            scan: None,
         };
         let coord = thread::spawn(move || coordinate(l, cfg));
         // Garbage, then a wrong token, then one good rank; rank 2 never comes.
@@ -1025,7 +1166,8 @@ mod tests {
             timeout: Duration::from_secs(5),
             advertised: addr.clone(),
             params: "p".into(),
-            judge: Some(judge),
+            judge: Some(Arc::new(judge)),
+            scan: None,
         };
         let coord = thread::spawn(move || coordinate(l, cfg));
         let ranks: Vec<_> = (0..2)
@@ -1082,7 +1224,8 @@ mod tests {
             timeout: Duration::from_secs(20),
             advertised: addr.clone(),
             params: "p".into(),
-            judge: Some(judge),
+            judge: Some(Arc::new(judge)),
+            scan: None,
         };
         let coord = thread::spawn(move || coordinate(l, cfg));
         let t0 = Instant::now();

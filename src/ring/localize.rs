@@ -36,6 +36,10 @@ use serde_json::{Value, json};
 
 use super::types::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
+/// Of two slow directions of one pair, the faster is explained by the slower (its ACK
+/// path) when the slower runs below this fraction of it.
+const REVERSE_FRACTION: f64 = 0.75;
+
 /// Thresholds, as fractions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
@@ -282,9 +286,38 @@ pub fn analyze(
         .copied()
         .filter(|&r| col(r).iter().any(|l| !rows_raw.contains(&l.from_rank)))
         .collect();
+    // Over TCP a node's slow egress delays the ACKs of what it receives (and a slow ingress
+    // those of what it sends): of a node slow both ways, the much slower side is the fault.
+    let med_of = |cells: &[&LinkStat]| median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>());
+    let both: Vec<Rank> = rows.intersection(&cols).copied().collect();
+    let (mut rows, mut cols) = (rows, cols);
+    for r in both {
+        if let (Some(out), Some(inn)) = (med_of(&row(r)), med_of(&col(r))) {
+            if out < REVERSE_FRACTION * inn {
+                cols.remove(&r);
+            } else if inn < REVERSE_FRACTION * out {
+                rows.remove(&r);
+            }
+        }
+    }
     let covered = |l: &LinkStat| rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
-    let isolated_idx: Vec<usize> = (0..links.len())
-        .filter(|&i| strict[i] && !covered(&links[i]))
+    // Over TCP a link's ACKs travel the reverse path: a receiver whose egress is slow, or a
+    // sender whose ingress is, slows the link too; and the reverse of a slow pair slows when
+    // both directions run at once (the shift n/2 order). Such cells are explained, not blamed.
+    let ack_path = |l: &LinkStat| rows.contains(&l.to_rank) || cols.contains(&l.from_rank);
+    let candidates: Vec<usize> = (0..links.len())
+        .filter(|&i| strict[i] && !covered(&links[i]) && !ack_path(&links[i]))
+        .collect();
+    let isolated_idx: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let l = &links[i];
+            !candidates.iter().any(|&j| {
+                let r = &links[j];
+                (r.from_rank, r.to_rank) == (l.to_rank, l.from_rank) && r.gbs < REVERSE_FRACTION * l.gbs
+            })
+        })
         .collect();
 
     let ctx = Ctx {
@@ -778,6 +811,39 @@ mod tests {
                 vec![k(SlowLink, Some(3), Some(4))],
             ),
             (
+                "a slow egress slows the links into its node (TCP ACKs): only the egress is named",
+                4,
+                3,
+                Box::new(|f, t| match (f, t) {
+                    (2, _) => 0.3 * BASE,
+                    (1, 2) => 0.55 * BASE,
+                    _ => BASE,
+                }),
+                vec![k(SlowEgress, Some(2), None)],
+            ),
+            (
+                "a slow egress slows its node's ingress (TCP ACKs): only the egress is named",
+                8,
+                3,
+                Box::new(|f, t| match (f, t) {
+                    (5, _) => 0.3 * BASE,
+                    (_, 5) => 0.6 * BASE,
+                    _ => BASE,
+                }),
+                vec![k(SlowEgress, Some(5), None)],
+            ),
+            (
+                "a slow pair slows its reverse (TCP ACKs): only the slow direction is named",
+                4,
+                3,
+                Box::new(|f, t| match (f, t) {
+                    (1, 3) => 0.3 * BASE,
+                    (3, 1) => 0.6 * BASE,
+                    _ => BASE,
+                }),
+                vec![k(SlowLink, Some(1), Some(3))],
+            ),
+            (
                 "n=2: one slow direction",
                 2,
                 1,
@@ -790,6 +856,28 @@ mod tests {
                 let v = run(n, orders, seed, &rate);
                 assert_eq!(kinds(&v), want, "{name} seed={seed}: {v:#?}");
             }
+        }
+    }
+
+    #[test]
+    fn both_directions_of_a_pair_equally_slow_are_both_named() {
+        for seed in 1..20 {
+            let mut v = kinds(&run(8, 7, seed, |f, t| {
+                if (f, t) == (1, 3) || (f, t) == (3, 1) {
+                    0.4 * BASE
+                } else {
+                    BASE
+                }
+            }));
+            v.sort_by_key(|x| (x.1, x.2));
+            assert_eq!(
+                v,
+                vec![
+                    (VerdictKind::SlowLink, Some(1), Some(3)),
+                    (VerdictKind::SlowLink, Some(3), Some(1))
+                ],
+                "seed={seed}"
+            );
         }
     }
 

@@ -10,3 +10,7 @@ pub mod transport;
 pub mod types;
 pub mod watchdog;
 pub mod wire;
+pub mod linkscan;
+pub mod nic;
+#[cfg(test)]
+mod verdict_tests;

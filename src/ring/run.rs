@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,13 @@ use serde::Serialize;
 use super::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session};
 use super::launcher::{Identity, Source};
+use super::linkscan::{self, RankCtx, ScanLinks, ScanOptions, ScanReport};
+use super::localize::Policy;
+use super::nic::CounterMove;
 use super::transport::tcp::TcpFabric;
 use super::transport::{Fabric, LinkKey, LinkRequest};
-use super::types::{LinkSample, Rank, RankInfo, Verdict};
+use super::types::{LinkSample, Phase, Rank, RankInfo, Verdict, WaitReport};
+use super::watchdog::{self, Control, RankWatch, WatchState};
 use super::wire::{self, Hello, Msg, RankResults, RowResult};
 
 /// The run's options, the same on every rank.
@@ -32,6 +36,10 @@ pub struct Options {
     /// Receive slots per link and their size (the pipeline depth and the chunk size).
     pub slots: usize,
     pub slot_bytes: usize,
+    /// The link scan before the sweep (`--scan`, default on; off with `--no-scan`).
+    pub scan: Option<ScanOptions>,
+    /// The AllReduce sweep (off with `--scan` alone).
+    pub sweep: bool,
 }
 
 impl Options {
@@ -40,9 +48,21 @@ impl Options {
     }
     /// The canonical string every rank's hello carries.
     pub fn canonical(&self) -> String {
+        let scan = match &self.scan {
+            Some(s) => format!("scan=({} s, {} B x {})", s.budget_s, s.bytes, s.reps),
+            None => "scan=off".into(),
+        };
         format!(
-            "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={}",
-            self.sizes, self.iters, self.warmup, self.check, self.channels, self.slots, self.slot_bytes
+            "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={} {scan} sweep={} timeout={}",
+            self.sizes,
+            self.iters,
+            self.warmup,
+            self.check,
+            self.channels,
+            self.slots,
+            self.slot_bytes,
+            self.sweep,
+            self.timeout_secs
         )
     }
 }
@@ -56,6 +76,11 @@ pub struct Setup {
     pub device: Option<String>,
     /// Rank 0 only: the coordinator's port, already bound (else bound from `identity`).
     pub coordinator_listener: Option<TcpListener>,
+    /// Port rate of the data interface in 10^9 bytes/s, where known (the scan judges links
+    /// against it).
+    pub line_rate_gbs: Option<f64>,
+    /// The data plane; None: TCP on `data_ip`. Tests pass an in-process fabric.
+    pub fabric: Option<Box<dyn Fabric + Send>>,
 }
 
 /// Outcome kinds for the exit status.
@@ -136,9 +161,15 @@ pub struct RingReport {
     pub links: Vec<LinkRow>,
     pub bootstrap_us: u64,
     pub events: Vec<Event>,
+    /// The link scan, when it ran to its end.
+    pub scan: Option<ScanReport>,
+    /// What the watchdog and the scan concluded; empty on a healthy run.
     pub verdicts: Vec<Verdict>,
     /// Why the run ended early (partial results above), or null.
     pub error: Option<String>,
+    /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
+    /// on the data NIC of the rank that printed the report.
+    pub port_counters: Vec<CounterMove>,
 }
 
 impl RingReport {
@@ -256,14 +287,31 @@ pub fn run_rank(
                 id.world
             ),
         );
+        let timeout_ms = timeout.as_millis() as u64;
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
             timeout,
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
-            // Issue 5's watchdog/localization: `Some(verdicts_fn)` here.
-            judge: None,
+            // The watchdog, live; the scan's verdicts join at the end (see below).
+            judge: Some(Arc::new(
+                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+                    // At the end of a failed run nothing more will arrive: judge as if the
+                    // watchdog's grace had passed, so an inconclusive hang is still named.
+                    let failed = rep.abort.is_some()
+                        || !rep.stuck.is_empty()
+                        || !rep.lost.is_empty()
+                        || !rep.failed.is_empty();
+                    let at = if final_call && failed {
+                        now_ms + WATCH_GRACE_MS
+                    } else {
+                        now_ms
+                    };
+                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+                },
+            )),
+            scan: opts.scan.clone().map(|o| (o, Policy::default())),
         };
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
@@ -284,15 +332,29 @@ pub fn run_rank(
         .as_ref()
         .and_then(|(_, own)| own.clone())
         .unwrap_or_else(|| id.coordinator.clone());
-    let result = rank_body(
-        &join_addr,
-        &setup.identity,
-        &setup.host,
-        setup.data_ip,
-        setup.device.clone(),
-        opts,
-        log,
-    );
+    let fabric: Result<Box<dyn Fabric + Send>, RunError> = match setup.fabric {
+        Some(f) => Ok(f),
+        None => TcpFabric::bind(setup.data_ip)
+            .map(|f| Box::new(f) as Box<dyn Fabric + Send>)
+            .map_err(|e| cannot(format!("cannot listen for data links on {}: {e}", setup.data_ip))),
+    };
+    let transport = fabric
+        .as_ref()
+        .map(|f| f.transport())
+        .unwrap_or("tcp")
+        .to_string();
+    let result = fabric.and_then(|fabric| {
+        rank_body(
+            &join_addr,
+            &setup.identity,
+            &setup.host,
+            fabric.as_ref(),
+            setup.device.clone(),
+            setup.line_rate_gbs,
+            opts,
+            log,
+        )
+    });
     let Some((coord, _)) = coordinator else {
         return result;
     };
@@ -301,9 +363,15 @@ pub fn run_rank(
     let local_err = result.as_ref().err().map(|e| e.message.clone());
     let (rows, links) = aggregate(id.world, &crep.ranks, &crep.results, opts.channels);
     let error = crep.abort.clone().or(local_err);
+    let mut verdicts = crep.verdicts.clone();
+    for v in crep.scan.iter().flat_map(|s| s.verdicts.iter()) {
+        if !verdicts.contains(v) {
+            verdicts.push(v.clone());
+        }
+    }
     let report = RingReport {
         world: id.world,
-        transport: "tcp".into(),
+        transport,
         launcher: LauncherInfo {
             source: id.source,
             coordinator: id.coordinator.clone(),
@@ -317,8 +385,10 @@ pub fn run_rank(
         links,
         bootstrap_us: crep.bootstrap_us,
         events: crep.events,
-        verdicts: crep.verdicts,
+        scan: crep.scan,
+        verdicts,
         error,
+        port_counters: Vec::new(),
     };
     let failed = report.failed();
     Ok(RankOutcome {
@@ -327,12 +397,14 @@ pub fn run_rank(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rank_body(
     join_addr: &str,
     id: &Identity,
     host: &str,
-    data_ip: IpAddr,
+    fabric: &dyn Fabric,
     device: Option<String>,
+    line_rate_gbs: Option<f64>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -341,8 +413,6 @@ fn rank_body(
         kind: Failure::CannotRun,
         message: m,
     };
-    let fabric = TcpFabric::bind(data_ip)
-        .map_err(|e| cannot(format!("cannot listen for data links on {data_ip}: {e}")))?;
     let info = RankInfo {
         rank: id.rank,
         host: host.to_string(),
@@ -357,7 +427,7 @@ fn rank_body(
         world: id.world,
         token: id.token.clone(),
         info,
-        capabilities: vec!["tcp".into()],
+        capabilities: vec![fabric.transport().into()],
         params: opts.canonical(),
     };
     let t0 = Instant::now();
@@ -376,7 +446,78 @@ fn rank_body(
         ),
     );
     let session = Arc::new(session);
-    let out = connected_run(id, &session, &fabric, opts, log);
+    let beat = Beat::new(opts.channels);
+    let stop = AtomicBool::new(false);
+    // Heartbeats from the table to the end of the run (also while a failed rank waits for
+    // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
+    thread::scope(|sc| {
+        sc.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = session.send(&Msg::Heartbeat(beat.report(id.rank, timeout.as_millis() as u64)));
+                let until = Instant::now() + bootstrap::HEARTBEAT;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        let r = after_join(id, &session, fabric, line_rate_gbs, &beat, opts, log);
+        stop.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
+/// Which progress the heartbeats report.
+const MODE_SETUP: u8 = 0;
+const MODE_SCAN: u8 = 1;
+const MODE_SWEEP: u8 = 2;
+
+/// What this rank is doing, for heartbeats: the scan's progress, then the channels'.
+struct Beat {
+    mode: AtomicU8,
+    scan: Progress,
+    chans: Vec<Progress>,
+}
+
+impl Beat {
+    fn new(channels: u32) -> Beat {
+        Beat {
+            mode: AtomicU8::new(MODE_SETUP),
+            scan: Progress::default(),
+            chans: (0..channels).map(|_| Progress::default()).collect(),
+        }
+    }
+    /// A heartbeat names the peer it waits on only once that wait passed `timeout_ms` (then
+    /// it repeats the stuck report): the watchdog reads every named wait as a stuck one.
+    fn report(&self, rank: Rank, timeout_ms: u64) -> WaitReport {
+        let mut w = match self.mode.load(Ordering::Relaxed) {
+            MODE_SETUP => {
+                // Link setup has its own deadline and reports its own failure; not a data wait.
+                let mut w = self.scan.report(rank, 0);
+                w.phase = Phase::Bootstrap;
+                w
+            }
+            MODE_SCAN => self.scan.report(rank, 0),
+            _ => allreduce::worst_report(rank, &self.chans),
+        };
+        if w.since_progress_ms < timeout_ms {
+            w.waiting_on = None;
+        }
+        w
+    }
+}
+
+fn after_join(
+    id: &Identity,
+    session: &Arc<Session>,
+    fabric: &dyn Fabric,
+    line_rate_gbs: Option<f64>,
+    beat: &Beat,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, RunError> {
+    let timeout = opts.timeout();
+    let reported = AtomicBool::new(false);
+    let out = connected_run(id, session, fabric, line_rate_gbs, beat, &reported, opts, log);
     match out {
         Ok(rows_links) => {
             let (rows, links, link_size_bytes, _open_links) = rows_links;
@@ -403,10 +544,13 @@ fn rank_body(
                     error: other.to_string(),
                 },
             };
-            if !matches!(e, RingError::Aborted(_)) {
+            let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
+            if !matches!(e, RingError::Aborted(_)) && !already {
                 let _ = session.send(&msg);
             }
-            let why = match session.wait_done(bootstrap::FAILURE_GRACE + Duration::from_secs(3)) {
+            // The coordinator names the cause within the silence deadline and its grace.
+            let wait = bootstrap::silence(timeout) + bootstrap::FAILURE_GRACE + Duration::from_secs(2);
+            let why = match session.wait_done(wait) {
                 Err(BootstrapError::Aborted(reason)) => reason,
                 _ => e.to_string(),
             };
@@ -418,12 +562,21 @@ fn rank_body(
 /// Rows, the hop sample, its size, and the data links themselves: they stay open until the
 /// coordinator says every rank is done (closing a socket with unread credits sends a reset
 /// that would destroy data a slower peer has not read yet).
-type Measured = (Vec<RowResult>, Vec<LinkSample>, u64, Vec<ChannelLinks>);
+type Measured = (
+    Vec<RowResult>,
+    Vec<LinkSample>,
+    u64,
+    (Vec<ChannelLinks>, ScanLinks),
+);
 
+#[allow(clippy::too_many_arguments)]
 fn connected_run(
     id: &Identity,
     session: &Arc<Session>,
     fabric: &dyn Fabric,
+    line_rate_gbs: Option<f64>,
+    beat: &Beat,
+    reported: &AtomicBool,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<Measured, RingError> {
@@ -434,29 +587,32 @@ fn connected_run(
         timeout,
     };
     let (pred, succ) = (ring.pred(), ring.succ());
-    let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
-    let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
-    let req = LinkRequest {
-        me: id.rank,
-        token: &id.token,
-        table: &session.table,
-        sends: &sends,
-        recvs: &recvs,
-        slots: opts.slots,
-        slot_bytes: opts.slot_bytes,
-        deadline: Instant::now() + timeout,
-        timeout,
-    };
-    let open = fabric.open(&req).map_err(RingError::Transport)?;
-    for r in &open.rejected {
-        log(0, &format!("rank {}: rejected {r}", id.rank));
+    let mut links: Vec<ChannelLinks> = Vec::new();
+    if opts.sweep {
+        let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
+        let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
+        let req = LinkRequest {
+            me: id.rank,
+            token: &id.token,
+            table: &session.table,
+            sends: &sends,
+            recvs: &recvs,
+            slots: opts.slots,
+            slot_bytes: opts.slot_bytes,
+            deadline: Instant::now() + timeout,
+            timeout,
+        };
+        let open = fabric.open(&req).map_err(RingError::Transport)?;
+        for r in &open.rejected {
+            log(0, &format!("rank {}: rejected {r}", id.rank));
+        }
+        links = open
+            .sends
+            .into_iter()
+            .zip(open.recvs)
+            .map(|(send, recv)| ChannelLinks { send, recv })
+            .collect();
     }
-    let mut links: Vec<ChannelLinks> = open
-        .sends
-        .into_iter()
-        .zip(open.recvs)
-        .map(|(send, recv)| ChannelLinks { send, recv })
-        .collect();
     session
         .send(&Msg::Ready { rank: id.rank })
         .map_err(|e| RingError::Aborted(e.to_string()))?;
@@ -464,24 +620,25 @@ fn connected_run(
         .wait_go(timeout)
         .map_err(|e| RingError::Aborted(e.to_string()))?;
 
-    let progress: Vec<Progress> = (0..opts.channels).map(|_| Progress::default()).collect();
-    let stop = AtomicBool::new(false);
-    let res = thread::scope(|sc| {
-        // Heartbeats: what this rank is doing, every period, until the sweep ends.
-        sc.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                let _ = session.send(&Msg::Heartbeat(allreduce::worst_report(id.rank, &progress)));
-                let until = Instant::now() + bootstrap::HEARTBEAT;
-                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                    thread::sleep(Duration::from_millis(20));
-                }
-            }
-        });
-        let r = sweep(ring, &mut links, &progress, session, opts, log);
-        stop.store(true, Ordering::Relaxed);
-        r
-    });
-    let (rows, last) = res?;
+    let mut scan_links = ScanLinks::default();
+    if opts.scan.is_some() && id.world >= 2 {
+        beat.mode.store(MODE_SCAN, Ordering::Relaxed);
+        scan_loop(
+            id,
+            session,
+            fabric,
+            line_rate_gbs,
+            beat,
+            reported,
+            &mut scan_links,
+            opts,
+        )?;
+    }
+    beat.mode.store(MODE_SWEEP, Ordering::Relaxed);
+    if !opts.sweep {
+        return Ok((Vec::new(), Vec::new(), 0, (links, scan_links)));
+    }
+    let (rows, last) = sweep(ring, &mut links, &beat.chans, session, opts, log)?;
     let samples = last
         .iter()
         .map(|r| LinkSample {
@@ -492,8 +649,157 @@ fn connected_run(
             seconds: r.hop_seconds,
         })
         .collect();
-    Ok((rows, samples, last.map(|r| r.bytes).unwrap_or(0), links))
+    Ok((
+        rows,
+        samples,
+        last.map(|r| r.bytes).unwrap_or(0),
+        (links, scan_links),
+    ))
 }
+
+/// Run the scan orders the coordinator hands out until it says the scan is over.
+#[allow(clippy::too_many_arguments)]
+fn scan_loop(
+    id: &Identity,
+    session: &Arc<Session>,
+    fabric: &dyn Fabric,
+    line_rate_gbs: Option<f64>,
+    beat: &Beat,
+    reported: &AtomicBool,
+    scan_links: &mut ScanLinks,
+    opts: &Options,
+) -> Result<(), RingError> {
+    let timeout = opts.timeout();
+    let ctx = RankCtx {
+        me: id.rank,
+        world: id.world,
+        token: &id.token,
+        table: &session.table,
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        timeout,
+    };
+    let on_stuck = |w: &WaitReport| {
+        reported.store(true, Ordering::Relaxed);
+        let _ = session.send(&Msg::Stuck(w.clone()));
+    };
+    // Between orders this rank waits for the coordinator, which waits for the slowest
+    // rank's samples; the coordinator's watchdog ends a stuck order. This bound is a
+    // backstop for a coordinator that pings but never answers.
+    let backstop = timeout * 10 + Duration::from_secs(10);
+    let mut idle_since = Instant::now();
+    loop {
+        let msg = match session.recv(Duration::from_millis(200)) {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                // Waiting on the coordinator by design: not a stuck rank.
+                beat.scan.tick();
+                if idle_since.elapsed() > backstop {
+                    return Err(RingError::Aborted(format!(
+                        "the coordinator sent no scan instruction within {} s",
+                        backstop.as_secs()
+                    )));
+                }
+                continue;
+            }
+            Err(e) => return Err(RingError::Aborted(e.to_string())),
+        };
+        match msg {
+            Msg::ScanRun {
+                index,
+                shift,
+                bytes,
+                reps,
+            } => {
+                let samples = linkscan::run_order(
+                    &ctx,
+                    fabric,
+                    scan_links,
+                    index,
+                    shift,
+                    bytes,
+                    reps,
+                    &beat.scan,
+                    &session.abort,
+                    &on_stuck,
+                )?;
+                session
+                    .send(&Msg::ScanSamples {
+                        rank: id.rank,
+                        index,
+                        samples,
+                        line_rate_gbs,
+                    })
+                    .map_err(|e| RingError::Aborted(e.to_string()))?;
+                beat.scan.tick();
+                idle_since = Instant::now();
+            }
+            Msg::ScanEnd => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+/// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
+/// delivered its results is done: it waits for the end, not for data.
+pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
+    let watch = rep
+        .ranks
+        .iter()
+        .map(|i| {
+            let r = i.rank;
+            let finished = rep.finished_ms.contains_key(&r);
+            let control = match rep.closed.get(&r) {
+                Some(&(at_ms, reset)) if !finished => Control::Closed { at_ms, reset },
+                _ => Control::Open,
+            };
+            let last = if finished {
+                rep.reports.get(&r).map(|(_, w)| {
+                    let mut w = w.clone();
+                    w.phase = Phase::Results;
+                    w.waiting_on = None;
+                    (now_ms, w)
+                })
+            } else {
+                // A stuck rank repeats its wait in every heartbeat; the watchdog's grace counts
+                // from when the wait passed its deadline, not from the latest repetition.
+                rep.reports.get(&r).map(|(at, w)| {
+                    let mut w = w.clone();
+                    let mut at = *at;
+                    if w.waiting_on.is_some() {
+                        let extra = w.since_progress_ms.saturating_sub(timeout_ms).min(at);
+                        at -= extra;
+                        w.since_progress_ms -= extra;
+                    }
+                    (at, w)
+                })
+            };
+            RankWatch {
+                rank: r,
+                control,
+                last,
+                progress: if finished {
+                    Vec::new()
+                } else {
+                    rep.progress.get(&r).cloned().unwrap_or_default()
+                },
+            }
+        })
+        .collect();
+    let silence_ms = bootstrap::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
+    WatchState {
+        ranks: rep.ranks.clone(),
+        watch,
+        timeout_ms,
+        silence_ms,
+        // An inconclusive hang may be a frozen sender: wait until its silence would show.
+        grace_ms: WATCH_GRACE_MS.max((silence_ms + 500).saturating_sub(timeout_ms)),
+        since_ms: 0,
+    }
+}
+
+/// How long after the first wait report an inconclusive hang is named anyway.
+pub const WATCH_GRACE_MS: u64 = 1000;
 
 fn sweep(
     ring: Ring,
@@ -634,6 +940,8 @@ mod tests {
                 timeout_secs: 1,
                 slots: 1,
                 slot_bytes: 4,
+                scan: None,
+                sweep: true,
             },
             ranks: ranks.clone(),
             avg_busbw_gbs: avg_busbw(&rows),
@@ -641,13 +949,48 @@ mod tests {
             links: vec![],
             bootstrap_us: 0,
             events: vec![],
+            scan: None,
             verdicts: vec![],
             error,
+            port_counters: vec![],
         };
         assert!(report(rows.clone(), None).failed());
         let mut ok = rows.clone();
         ok[0].wrong = Some(0);
         assert!(!report(ok.clone(), None).failed());
         assert!(report(ok, Some("rank 1 lost".into())).failed());
+    }
+
+    #[test]
+    fn watch_state_dates_a_repeated_wait_from_its_deadline_and_retires_finished_ranks() {
+        let ranks = vec![info(0, "a"), info(1, "b"), info(2, "c")];
+        let mut rep = CoordinatorReport {
+            ranks: ranks.clone(),
+            ..CoordinatorReport::default()
+        };
+        let mut w = Progress::default().report(1, 0);
+        w.waiting_on = Some(0);
+        w.waiting_to_receive = true;
+        w.since_progress_ms = 4_500; // a heartbeat 1.5 s after the 3 s deadline
+        rep.reports.insert(1, (10_000, w.clone()));
+        let mut done = Progress::default().report(2, 0);
+        done.phase = Phase::AllGather;
+        rep.reports.insert(2, (2_000, done));
+        rep.finished_ms.insert(2, 2_000);
+        rep.closed.insert(2, (9_000, false));
+        rep.progress.insert(2, vec![(1_000, 5), (2_000, 5)]);
+        let s = watch_state(&rep, 10_200, 3_000);
+        let (at, got) = s.watch[1].last.clone().unwrap();
+        assert_eq!((at, got.since_progress_ms), (8_500, 3_000));
+        // Finished: not lost when its connection closes, not stalled in a data phase.
+        assert_eq!(s.watch[2].control, Control::Open);
+        let (at2, r2) = s.watch[2].last.clone().unwrap();
+        assert_eq!((at2, r2.phase, r2.waiting_on), (10_200, Phase::Results, None));
+        assert!(s.watch[2].progress.is_empty());
+        assert_eq!(s.watch[0].last, None);
+        assert_eq!(
+            (s.timeout_ms, s.silence_ms, s.grace_ms),
+            (3_000, 3_000, WATCH_GRACE_MS)
+        );
     }
 }

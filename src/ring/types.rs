@@ -76,6 +76,11 @@ impl Phase {
 pub struct WaitReport {
     pub rank: Rank,
     pub phase: Phase,
+    /// Blocks this channel completed before the current one (every AllReduce iteration of
+    /// every size moves one or more blocks, each through all the steps of both phases):
+    /// positions of two ranks compare as (round, phase, step).
+    #[serde(default)]
+    pub round: u64,
     /// Step within the phase (ring step 0..n-1, or the scan order).
     pub step: u32,
     pub channel: u32,

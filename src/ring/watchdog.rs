@@ -32,9 +32,10 @@
 //! receiver's wait report arrives (`--timeout` after its last progress) if the sender's
 //! heartbeat already shows it ahead, else at most `grace_ms` later.
 //!
-//! Limits: positions compare (phase, step) only; WaitReport carries no iteration or size
-//! index, so a sender that wrapped into the next iteration looks behind (the case then falls
-//! to the inconclusive rule). Byte counts compare only at the same phase, step and channel.
+//! Positions compare as (round, phase, step) on the same channel only (`round` counts the
+//! channel's completed blocks, so a rank that wrapped into the next block or iteration is not
+//! taken for one behind a sender still in the previous one, nor the reverse). Byte
+//! counts compare only at the same round, phase, step and channel.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -310,11 +311,17 @@ impl<'a> Judge<'a> {
         if p.waiting_on == Some(r.rank) && !p.waiting_to_receive {
             return Some(Sent::Blocked);
         }
-        if (phase_ord(p.phase), p.step) > (phase_ord(r.phase), r.step) {
+        // Positions compare only on the same channel: each report shows one channel, and
+        // channels run independently (one can be a step ahead of another on the same rank).
+        if p.channel == r.channel
+            && (p.round, phase_ord(p.phase), p.step) > (r.round, phase_ord(r.phase), r.step)
+        {
             return Some(Sent::Ahead(p.phase, p.step));
         }
         // Byte counts are per step and per channel: comparable only at the same place.
-        if (p.phase, p.step, p.channel) == (r.phase, r.step, r.channel) && p.bytes_sent > r.bytes_received {
+        if (p.round, p.phase, p.step, p.channel) == (r.round, r.phase, r.step, r.channel)
+            && p.bytes_sent > r.bytes_received
+        {
             return Some(Sent::Bytes(p.bytes_sent, r.bytes_received));
         }
         None
@@ -582,6 +589,7 @@ mod tests {
     /// Status of `rank` at `phase`/`step`: a heartbeat when `on` is None.
     fn st(rank: Rank, phase: Phase, step: u32, on: Option<(Rank, bool)>, recv: u64, sent: u64) -> WaitReport {
         WaitReport {
+            round: 0,
             rank,
             phase,
             step,

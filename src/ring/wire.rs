@@ -14,7 +14,7 @@ pub const MAGIC: &[u8; 4] = b"FPR1";
 /// 4096-rank table stays well below this.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -116,6 +116,24 @@ pub enum Msg {
     },
     /// The coordinator is alive (sent every heartbeat period).
     Ping,
+    /// Link scan: run one order (every rank sends `reps` x `bytes` to rank + `shift` and
+    /// receives from rank - `shift`); samples are numbered `index`.
+    ScanRun {
+        index: u32,
+        shift: u32,
+        bytes: u64,
+        reps: u32,
+    },
+    /// One rank's samples of one scan order (the links into it, measured here), and the
+    /// port rate of its data interface where known.
+    ScanSamples {
+        rank: u32,
+        index: u32,
+        samples: Vec<LinkSample>,
+        line_rate_gbs: Option<f64>,
+    },
+    /// The scan is over: go on with the sweep (or report, with `--scan` alone).
+    ScanEnd,
 }
 
 /// Write one frame.

@@ -198,7 +198,15 @@ impl SendLink for InprocSend {
             std::thread::sleep(f.delay_per_write);
         }
         if let Some(rate) = f.rate_bytes_per_s {
-            let start = *self.started.get_or_insert_with(Instant::now);
+            let now = Instant::now();
+            let mut start = *self.started.get_or_insert(now);
+            // A shaper's bucket is small: an idle link does not save up credit (5 ms of it
+            // at most), or the next burst would run unpaced.
+            let sent_for = Duration::from_secs_f64(self.sent as f64 / rate);
+            if start + sent_for + Duration::from_millis(5) < now {
+                start = now.checked_sub(sent_for).unwrap_or(now);
+                self.started = Some(start);
+            }
             let due = start + Duration::from_secs_f64((self.sent + data.len() as u64) as f64 / rate);
             if let Some(d) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);

@@ -1,0 +1,406 @@
+//! Every verdict kind end to end with the in-process fabric: real ranks (`run_rank`, one
+//! thread each) and a real coordinator on loopback, data links in memory with deterministic
+//! faults (paced rates, a black-holed link), and stand-in ranks that die or freeze at a
+//! chosen point. No sockets on the data plane, no root.
+
+use std::net::{IpAddr, TcpListener};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::bootstrap;
+use super::launcher::{Identity, Source};
+use super::linkscan::{SCAN_TAG, ScanOptions};
+use super::run::{self, Options, RankOutcome, RingReport, RunError, Setup};
+use super::transport::inproc::{Faults, InprocNet};
+use super::transport::{Fabric, LinkRequest};
+use super::types::{RankInfo, VerdictKind};
+use super::wire::{self, Hello, Msg};
+
+/// What a rank of the test world does.
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    Real,
+    /// Joins, opens its links, then its process "dies": control connection and links close.
+    Dies,
+    /// Joins, opens its links, then sends nothing more (SIGSTOP).
+    Freezes,
+}
+
+fn opts(scan: bool, sweep: bool) -> Options {
+    Options {
+        sizes: vec![256 << 10],
+        iters: if sweep { 200 } else { 1 },
+        warmup: 0,
+        check: 1,
+        channels: 1,
+        timeout_secs: 1,
+        slots: 4,
+        slot_bytes: 64 << 10,
+        scan: scan.then_some(ScanOptions {
+            budget_s: 5.0,
+            bytes: 512 << 10,
+            reps: 3,
+        }),
+        sweep,
+    }
+}
+
+fn ident(rank: u32, world: u32, coordinator: &str) -> Identity {
+    Identity {
+        rank,
+        world,
+        coordinator: coordinator.to_string(),
+        token: "t".into(),
+        source: Source::Local,
+        coordinator_source: "test".into(),
+        token_source: "test".into(),
+    }
+}
+
+fn host(r: u32) -> String {
+    format!("node-{}", (b'a' + r as u8) as char)
+}
+
+/// A stand-in rank: joins and opens its ring links like a real one, then dies or freezes.
+fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &Options) {
+    let fabric = net.fabric(rank);
+    let hello = Hello {
+        protocol: wire::PROTOCOL,
+        rank,
+        world,
+        token: "t".into(),
+        info: RankInfo {
+            rank,
+            host: host(rank),
+            address: fabric.address(),
+            device: Some("eth1".into()),
+            transport: "inproc".into(),
+            pid: None,
+        },
+        capabilities: vec!["inproc".into()],
+        params: o.canonical(),
+    };
+    let Ok(session) = bootstrap::join(addr, hello, o.timeout()) else {
+        return;
+    };
+    let (succ, pred) = ((rank + 1) % world, (rank + world - 1) % world);
+    let req = LinkRequest {
+        me: rank,
+        token: "t",
+        table: &session.table,
+        sends: &[(succ, 0)],
+        recvs: &[(pred, 0)],
+        slots: o.slots,
+        slot_bytes: o.slot_bytes,
+        deadline: Instant::now() + o.timeout(),
+        timeout: o.timeout(),
+    };
+    let links = fabric.open(&req).ok();
+    let _ = session.send(&Msg::Ready { rank });
+    let _ = session.wait_go(o.timeout());
+    match role {
+        Role::Dies => {
+            thread::sleep(Duration::from_millis(300));
+            session.close();
+            drop(links);
+        }
+        _ => {
+            // Frozen: everything stays open, nothing is sent, until the run is over.
+            let _ = session.wait_done(Duration::from_secs(15));
+            drop(links);
+        }
+    }
+}
+
+/// Run a world of `n` ranks; returns rank 0's report and every real rank's result.
+fn world(
+    n: u32,
+    o: &Options,
+    net: &InprocNet,
+    role: impl Fn(u32) -> Role,
+) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut listener = Some(listener);
+    let t0 = Instant::now();
+    let mut results: Vec<Result<RankOutcome, RunError>> = thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (addr, role) = (addr.clone(), role(r));
+                let l = if r == 0 { listener.take() } else { None };
+                sc.spawn(move || {
+                    if role != Role::Real {
+                        stand_in(role, r, n, &addr, net, o);
+                        return None;
+                    }
+                    let setup = Setup {
+                        identity: ident(r, n, &addr),
+                        host: host(r),
+                        data_ip: IpAddr::from([127, 0, 0, 1]),
+                        device: Some("eth1".into()),
+                        coordinator_listener: l,
+                        line_rate_gbs: None,
+                        fabric: Some(Box::new(net.fabric(r))),
+                    };
+                    Some(run::run_rank(setup, o, &|_, _| {}))
+                })
+            })
+            .collect();
+        hs.into_iter().filter_map(|h| h.join().unwrap()).collect()
+    });
+    let took = t0.elapsed();
+    let first = results.remove(0);
+    let report = match first {
+        Ok(RankOutcome { report: Some(r), .. }) => r,
+        Ok(_) => panic!("rank 0 printed no report"),
+        Err(e) => panic!("rank 0 failed: {}", e.message),
+    };
+    (report, results, took)
+}
+
+fn kinds(r: &RingReport) -> Vec<(VerdictKind, Option<u32>, Option<u32>)> {
+    r.verdicts
+        .iter()
+        .map(|v| (v.kind, v.from_rank, v.to_rank))
+        .collect()
+}
+
+/// Every scan link paced to `base` bytes/s, except as `slow(from, to)` says.
+fn paced_scan(net: &InprocNet, n: u32, base: f64, slow: impl Fn(u32, u32) -> Option<f64>) {
+    for from in 0..n {
+        for k in 1..n {
+            let to = (from + k) % n;
+            let rate = slow(from, to).unwrap_or(base);
+            net.set_faults(
+                from,
+                to,
+                SCAN_TAG + k,
+                Faults {
+                    rate_bytes_per_s: Some(rate),
+                    ..Faults::default()
+                },
+            );
+        }
+    }
+}
+
+const BASE: f64 = 100e6;
+
+#[test]
+fn scan_of_a_healthy_world_gives_no_verdict() {
+    let net = InprocNet::new();
+    paced_scan(&net, 4, BASE, |_, _| None);
+    let (r, others, _) = world(4, &opts(true, false), &net, |_| Role::Real);
+    assert_eq!(kinds(&r), vec![], "{:#?}", r.verdicts);
+    let s = r.scan.as_ref().unwrap();
+    assert_eq!(s.links.len(), 12);
+    assert_eq!(
+        s.orders.iter().map(|o| o.shift).collect::<Vec<_>>(),
+        vec![1, 3, 2]
+    );
+    assert!(s.links.iter().all(|l| l.samples == 3 && !l.slow));
+    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted).
+    let m = s.median_gbs.unwrap();
+    assert!((0.08..0.105).contains(&m), "median {m}");
+    assert!(!r.failed());
+    assert!(
+        others
+            .iter()
+            .all(|o| matches!(o, Ok(RankOutcome { failed: false, .. })))
+    );
+}
+
+#[test]
+fn slow_egress_ingress_and_link_from_the_scan() {
+    type Slow = Box<dyn Fn(u32, u32) -> Option<f64>>;
+    type Want = Vec<(VerdictKind, Option<u32>, Option<u32>)>;
+    let cases: Vec<(&str, Slow, Want)> = vec![
+        (
+            "egress",
+            Box::new(|f, _| (f == 2).then_some(0.3 * BASE)),
+            vec![(VerdictKind::SlowEgress, Some(2), None)],
+        ),
+        (
+            "ingress",
+            Box::new(|_, t| (t == 1).then_some(0.5 * BASE)),
+            vec![(VerdictKind::SlowIngress, None, Some(1))],
+        ),
+        (
+            "link",
+            Box::new(|f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE)),
+            vec![(VerdictKind::SlowLink, Some(3), Some(0))],
+        ),
+    ];
+    for (name, slow, want) in cases {
+        let net = InprocNet::new();
+        paced_scan(&net, 5, BASE, slow);
+        let (r, others, _) = world(5, &opts(true, false), &net, |_| Role::Real);
+        assert_eq!(kinds(&r), want, "{name}: {:#?} {:#?}", r.verdicts, r.scan);
+        assert!(r.failed(), "{name}");
+        // Every rank is told the run failed (exit 1 everywhere).
+        assert!(
+            others
+                .iter()
+                .all(|o| matches!(o, Ok(RankOutcome { failed: true, .. }))),
+            "{name}"
+        );
+        // The verdict was confirmed by the re-check pass.
+        let s = r.scan.as_ref().unwrap();
+        assert!(s.orders.iter().any(|o| o.recheck), "{name}: {:?}", s.orders);
+        assert!(s.cleared_by_recheck.is_empty(), "{name}");
+        let v = &r.verdicts[0];
+        assert!(v.next.is_some() && !v.evidence.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn black_holed_ring_link_is_a_hang_on_that_link() {
+    let net = InprocNet::new();
+    net.set_faults(
+        1,
+        2,
+        0,
+        Faults {
+            blackhole_after_writes: Some(40),
+            ..Faults::default()
+        },
+    );
+    let (r, others, took) = world(4, &opts(false, true), &net, |_| Role::Real);
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::HangLink, Some(1), Some(2))],
+        "{:#?}",
+        r.verdicts
+    );
+    assert!(
+        r.verdicts[0]
+            .message
+            .ends_with("suspect the link node-b -> node-c")
+    );
+    assert!(r.error.is_some());
+    for o in &others {
+        let e = o.as_ref().err().expect("every rank fails");
+        assert!(
+            e.message.contains("suspect the link node-b -> node-c"),
+            "{}",
+            e.message
+        );
+    }
+    // --timeout 1 s, then the watchdog's grace: well under the bound.
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
+fn black_holed_scan_link_is_a_hang_during_the_scan() {
+    let net = InprocNet::new();
+    paced_scan(&net, 4, BASE, |_, _| None);
+    // The natural order's link 1 -> 2 swallows everything after its third chunk.
+    net.set_faults(
+        1,
+        2,
+        SCAN_TAG + 1,
+        Faults {
+            rate_bytes_per_s: Some(BASE),
+            blackhole_after_writes: Some(3),
+            ..Faults::default()
+        },
+    );
+    let (r, others, took) = world(4, &opts(true, true), &net, |_| Role::Real);
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::HangLink, Some(1), Some(2))],
+        "{:#?}",
+        r.verdicts
+    );
+    let v = &r.verdicts[0];
+    assert_eq!(v.evidence["phase"], serde_json::json!("scan"));
+    assert!(v.message.contains("since step 0 of scan"), "{}", v.message);
+    // No scan figures (it did not finish) and no AllReduce rows: the run ended in the scan.
+    assert!(r.scan.is_none() && r.results.is_empty());
+    assert!(others.iter().all(|o| o.is_err()));
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
+fn a_dead_rank_is_lost() {
+    let net = InprocNet::new();
+    let (r, others, took) = world(4, &opts(false, true), &net, |r| {
+        if r == 2 { Role::Dies } else { Role::Real }
+    });
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::RankLost, Some(2), None)],
+        "{:#?}",
+        r.verdicts
+    );
+    assert!(
+        r.verdicts[0]
+            .message
+            .starts_with("RANK LOST rank 2 (node-c): its control connection")
+    );
+    assert!(
+        others
+            .iter()
+            .all(|o| o.as_ref().is_err_and(|e| e.message.contains("RANK LOST rank 2")))
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+#[test]
+fn a_frozen_rank_is_stalled() {
+    let net = InprocNet::new();
+    let (r, _, took) = world(3, &opts(false, true), &net, |r| {
+        if r == 1 { Role::Freezes } else { Role::Real }
+    });
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::RankStalled, Some(1), None)],
+        "{:#?}",
+        r.verdicts
+    );
+    // The silence deadline (3 s at --timeout 1) and a tick.
+    assert!(took < Duration::from_secs(7), "{took:?}");
+}
+
+#[test]
+fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
+    let o = opts(false, true);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let net = InprocNet::new();
+    // A coordinator that hands out the table, then dies.
+    let fake = thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut r = &s;
+        let Ok(Msg::Hello(h)) = wire::read_msg(&mut r) else {
+            panic!("no hello")
+        };
+        let mut w = &s;
+        wire::write_msg(&mut w, &Msg::Table { ranks: vec![h.info] }).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        drop(s);
+    });
+    let setup = Setup {
+        identity: ident(1, 2, &addr),
+        host: host(1),
+        data_ip: IpAddr::from([127, 0, 0, 1]),
+        device: Some("eth1".into()),
+        coordinator_listener: None,
+        line_rate_gbs: None,
+        fabric: Some(Box::new(net.fabric(1))),
+    };
+    let t0 = Instant::now();
+    let e = run::run_rank(setup, &o, &|_, _| {})
+        .err()
+        .expect("the rank fails");
+    fake.join().unwrap();
+    // Closed or reset: the dying peer had unread heartbeats (a reset), or not.
+    assert!(
+        e.message.starts_with(&format!(
+            "COORDINATOR LOST rank 1 (node-b): the control connection to the coordinator {addr} "
+        )) && e.message.contains("; exiting\n  next: look at rank 0's output"),
+        "{}",
+        e.message
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}

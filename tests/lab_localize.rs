@@ -1,0 +1,315 @@
+//! Localization and hang verdicts with real `fabprobe ring` processes in the network lab
+//! (tests/lab/mod.rs): a slow egress (tbf), a slow pair (htb + u32 filter), a data link cut
+//! mid-run (iptables DROP on the data interface only), a rank killed (SIGKILL), a rank frozen
+//! (SIGSTOP), the coordinator killed. Each must give its verdict within --timeout plus the
+//! grace, and every process must exit. Needs root; without it every test prints SKIPPED.
+
+mod lab;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use lab::{Lab, LabOpts, text};
+
+/// --timeout of the hang cases, and the bound on the whole run after the fault: the data
+/// timeout, the silence deadline (at least 3 s), the watchdog's grace, process start-up.
+const TIMEOUT: u64 = 3;
+const GRACE: Duration = Duration::from_secs(4);
+
+fn json(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
+}
+
+fn spawn_all(lab: &Lab, n: usize, token: &str, extra: &[&str]) -> Vec<usize> {
+    (0..n)
+        .map(|r| {
+            let a = lab.ring_args(r, n, token, extra);
+            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
+fn verdicts(o: &Output) -> Vec<(String, Option<u64>, Option<u64>)> {
+    json(&o.stdout)["data"]["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["from_rank"].as_u64(),
+                v["to_rank"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn kinds(v: &[(&str, Option<u64>, Option<u64>)]) -> Vec<(String, Option<u64>, Option<u64>)> {
+    v.iter().map(|(k, a, b)| (k.to_string(), *a, *b)).collect()
+}
+
+/// The scan alone over 4 nodes whose data egress is shaped to 1 Gbit/s, with `fault` applied.
+fn scan_case(name: &str, fault: impl Fn(&Lab)) -> Option<Output> {
+    let lab = Lab::new(
+        name,
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    )?;
+    fault(&lab);
+    let extra = [
+        "--scan",
+        "--scan-bytes",
+        "4M",
+        "--scan-time",
+        "2",
+        "--timeout",
+        "10",
+        "--format",
+        "json",
+    ];
+    let ids = spawn_all(&lab, 4, name, &extra);
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(40)).0)
+        .collect();
+    for (r, o) in outs.iter().enumerate().skip(1) {
+        assert!(o.stdout.is_empty(), "rank {r} printed: {}", text(&o.stdout));
+    }
+    Some(outs.into_iter().next().unwrap())
+}
+
+#[test]
+fn slow_egress_of_one_node_is_named() {
+    let Some(o) = scan_case("slow_egress", |lab| lab.shape_egress(2, "300mbit")) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(
+        verdicts(&o),
+        kinds(&[("slow_egress", Some(2), None)]),
+        "{}",
+        text(&o.stdout)
+    );
+    let j = json(&o.stdout);
+    let v = &j["data"]["verdicts"][0];
+    assert_eq!(v["from_host"], "node-c");
+    let ratio = v["evidence"]["ratio"].as_f64().unwrap();
+    // 300 of 1000 Mbit/s, and tbf's bucket lets a little more through.
+    assert!((0.2..0.5).contains(&ratio), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("SLOW EGRESS rank 2 (node-c, eth1): its 3 outgoing links"),
+        "{v}"
+    );
+    // The per-link table: every directed link measured, the slow ones marked.
+    let links = j["data"]["scan"]["links"].as_array().unwrap();
+    assert_eq!(links.len(), 12);
+    for l in links {
+        assert_eq!(l["slow"], l["from_rank"] == 2, "{l}");
+    }
+    assert!(j["data"]["results"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn slow_pair_is_named_alone() {
+    let Some(o) = scan_case("slow_pair_scan", |lab| lab.shape_pair(1, 3, "300mbit", "1gbit")) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(
+        verdicts(&o),
+        kinds(&[("slow_link", Some(1), Some(3))]),
+        "{}",
+        text(&o.stdout)
+    );
+    let v = &json(&o.stdout)["data"]["verdicts"][0];
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): "),
+        "{v}"
+    );
+    assert_eq!(
+        (v["from_host"].as_str(), v["to_host"].as_str()),
+        (Some("node-b"), Some("node-d"))
+    );
+}
+
+/// A 3-node AllReduce that runs long (`-n 1000`) so that faults land mid-run.
+fn long_run(lab: &Lab, token: &str) -> Vec<usize> {
+    let t = TIMEOUT.to_string();
+    spawn_all(
+        lab,
+        3,
+        token,
+        &[
+            "--no-scan",
+            "-b",
+            "8M",
+            "-e",
+            "8M",
+            "-n",
+            "1000",
+            "--timeout",
+            &t,
+            "--format",
+            "json",
+        ],
+    )
+}
+
+fn lab3(name: &str) -> Option<Lab> {
+    Lab::new(
+        name,
+        LabOpts {
+            nodes: 3,
+            rate: Some("1gbit".into()),
+        },
+    )
+}
+
+#[test]
+fn cut_data_link_is_a_hang_on_that_link() {
+    let Some(lab) = lab3("cut_hang") else { return };
+    let ids = long_run(&lab, "cut");
+    std::thread::sleep(Duration::from_millis(1500));
+    // node-c drops what node-b sends on the data network; management stays up.
+    lab.cut_data_link(2, 1);
+    let t0 = Instant::now();
+    let outs: Vec<(Output, Duration)> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(3)))
+        .collect();
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(TIMEOUT) + GRACE,
+        "ended {took:?} after the cut"
+    );
+    for (r, (o, _)) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+    }
+    let o = &outs[0].0;
+    assert_eq!(
+        verdicts(o),
+        kinds(&[("hang_link", Some(1), Some(2))]),
+        "{}",
+        text(&o.stdout)
+    );
+    let d = json(&o.stdout)["data"].clone();
+    let m = d["verdicts"][0]["message"].as_str().unwrap().to_string();
+    assert!(
+        m.starts_with("HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step"),
+        "{m}"
+    );
+    assert!(m.ends_with("suspect the link node-b -> node-c"), "{m}");
+    // Partial results: the run ended early, and says why.
+    assert!(!d["error"].is_null());
+    for (r, (o, _)) in outs.iter().enumerate().skip(1) {
+        assert!(
+            text(&o.stderr).contains("suspect the link node-b -> node-c"),
+            "rank {r}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn killed_rank_is_lost() {
+    let Some(lab) = lab3("rank_lost") else { return };
+    let ids = long_run(&lab, "lost");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
+    let t0 = Instant::now();
+    let (o0, _) = lab.wait(
+        ids[0],
+        Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(3),
+    );
+    let (o1, _) = lab.wait(ids[1], Duration::from_secs(TIMEOUT) + GRACE);
+    assert!(
+        t0.elapsed() < Duration::from_secs(TIMEOUT) + GRACE,
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(o0.status.code(), Some(1));
+    assert_eq!(o1.status.code(), Some(1));
+    assert_eq!(
+        verdicts(&o0),
+        kinds(&[("rank_lost", Some(2), None)]),
+        "{}",
+        text(&o0.stdout)
+    );
+    assert!(
+        text(&o1.stderr).contains("RANK LOST rank 2 (node-c)"),
+        "{}",
+        text(&o1.stderr)
+    );
+}
+
+#[test]
+fn stopped_rank_is_stalled() {
+    let Some(lab) = lab3("rank_stalled") else { return };
+    let ids = long_run(&lab, "stop");
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = lab.pid(ids[1]) as i32;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let (o0, _) = lab.wait(
+        ids[0],
+        Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(3),
+    );
+    let (o2, _) = lab.wait(ids[2], Duration::from_secs(TIMEOUT) + GRACE);
+    assert!(
+        t0.elapsed() < Duration::from_secs(TIMEOUT) + GRACE,
+        "{:?}",
+        t0.elapsed()
+    );
+    // The frozen process is killed by the lab when it drops; it cannot exit on its own.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(o0.status.code(), Some(1));
+    assert_eq!(o2.status.code(), Some(1));
+    assert_eq!(
+        verdicts(&o0),
+        kinds(&[("rank_stalled", Some(1), None)]),
+        "{}",
+        text(&o0.stdout)
+    );
+    let m = json(&o0.stdout)["data"]["verdicts"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        m.starts_with("RANK STALLED rank 1 (node-b): its control connection is open"),
+        "{m}"
+    );
+}
+
+#[test]
+fn killed_coordinator_is_lost_on_every_other_rank() {
+    let Some(lab) = lab3("coord_lost") else { return };
+    let ids = long_run(&lab, "coord");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
+    let t0 = Instant::now();
+    for (r, &id) in ids.iter().enumerate().skip(1) {
+        let (o, _) = lab.wait(id, Duration::from_secs(TIMEOUT) + GRACE);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+        let e = text(&o.stderr);
+        assert!(
+            e.contains(&format!(
+                "COORDINATOR LOST rank {r} (node-{}): the control connection to the coordinator \
+                 198.18.0.10:29517",
+                (b'a' + r as u8) as char
+            )),
+            "rank {r}: {e}"
+        );
+    }
+    assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
+}
