@@ -3,14 +3,14 @@
 pub mod allreduce;
 pub mod bootstrap;
 pub mod launcher;
+pub mod linkscan;
 pub mod localize;
+pub mod nic;
 pub mod run;
 pub mod scan;
 pub mod transport;
 pub mod types;
-pub mod watchdog;
-pub mod wire;
-pub mod linkscan;
-pub mod nic;
 #[cfg(test)]
 mod verdict_tests;
+pub mod watchdog;
+pub mod wire;
