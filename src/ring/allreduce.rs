@@ -54,33 +54,11 @@ pub struct Progress {
 
 const NO_PEER: u32 = u32::MAX;
 
-fn phase_code(p: Phase) -> u32 {
-    match p {
-        Phase::Bootstrap => 0,
-        Phase::Connect => 1,
-        Phase::Scan => 2,
-        Phase::ReduceScatter => 3,
-        Phase::AllGather => 4,
-        Phase::Results => 5,
-    }
-}
-
-fn phase_of(c: u32) -> Phase {
-    match c {
-        0 => Phase::Bootstrap,
-        1 => Phase::Connect,
-        2 => Phase::Scan,
-        3 => Phase::ReduceScatter,
-        4 => Phase::AllGather,
-        _ => Phase::Results,
-    }
-}
-
 impl Default for Progress {
     fn default() -> Self {
         Progress {
             epoch: Instant::now(),
-            phase: AtomicU32::new(phase_code(Phase::Connect)),
+            phase: AtomicU32::new(Phase::ordinal(Phase::Connect)),
             step: AtomicU32::new(0),
             waiting_on: AtomicU32::new(NO_PEER),
             waiting_to_receive: AtomicBool::new(false),
@@ -98,10 +76,10 @@ impl Progress {
         self.epoch.elapsed().as_millis() as u64
     }
     pub fn set_phase(&self, p: Phase) {
-        self.phase.store(phase_code(p), Ordering::Relaxed);
+        self.phase.store(Phase::ordinal(p), Ordering::Relaxed);
     }
     pub(crate) fn at(&self, phase: Phase, step: u32) {
-        let code = phase_code(phase);
+        let code = Phase::ordinal(phase);
         let old_phase = self.phase.swap(code, Ordering::Relaxed);
         let old_step = self.step.swap(step, Ordering::Relaxed);
         // The byte counters are per step, as WaitReport promises.
@@ -134,7 +112,7 @@ impl Progress {
         let w = self.waiting_on.load(Ordering::Relaxed);
         WaitReport {
             rank,
-            phase: phase_of(self.phase.load(Ordering::Relaxed)),
+            phase: Phase::from_ordinal(self.phase.load(Ordering::Relaxed)),
             round: self.round.load(Ordering::Relaxed),
             step: self.step.load(Ordering::Relaxed),
             channel,

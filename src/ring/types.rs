@@ -58,6 +58,27 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase in run order: a sender in a later phase has sent everything of an
+    /// earlier one.
+    pub const IN_ORDER: [Phase; 6] = [
+        Phase::Bootstrap,
+        Phase::Connect,
+        Phase::Scan,
+        Phase::ReduceScatter,
+        Phase::AllGather,
+        Phase::Results,
+    ];
+
+    /// Position in [`Phase::IN_ORDER`] (also the phase's code in an atomic).
+    pub fn ordinal(self) -> u32 {
+        Phase::IN_ORDER.iter().position(|&p| p == self).unwrap_or(0) as u32
+    }
+
+    /// The inverse of [`Phase::ordinal`]; out-of-range codes read as `Results`.
+    pub fn from_ordinal(c: u32) -> Phase {
+        Phase::IN_ORDER.get(c as usize).copied().unwrap_or(Phase::Results)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Phase::Bootstrap => "bootstrap",

@@ -83,18 +83,6 @@ pub struct WatchState {
     pub since_ms: u64,
 }
 
-/// The phases in run order; a sender in a later phase has sent everything of an earlier one.
-fn phase_ord(p: Phase) -> u8 {
-    match p {
-        Phase::Bootstrap => 0,
-        Phase::Connect => 1,
-        Phase::Scan => 2,
-        Phase::ReduceScatter => 3,
-        Phase::AllGather => 4,
-        Phase::Results => 5,
-    }
-}
-
 fn is_data_phase(p: Phase) -> bool {
     matches!(
         p,
@@ -314,7 +302,7 @@ impl<'a> Judge<'a> {
         // Positions compare only on the same channel: each report shows one channel, and
         // channels run independently (one can be a step ahead of another on the same rank).
         if p.channel == r.channel
-            && (p.round, phase_ord(p.phase), p.step) > (r.round, phase_ord(r.phase), r.step)
+            && (p.round, p.phase.ordinal(), p.step) > (r.round, r.phase.ordinal(), r.step)
         {
             return Some(Sent::Ahead(p.phase, p.step));
         }
