@@ -20,15 +20,6 @@ fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
 }
 
-fn spawn_all(lab: &Lab, n: usize, token: &str, extra: &[&str]) -> Vec<usize> {
-    (0..n)
-        .map(|r| {
-            let a = lab.ring_args(r, n, token, extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect()
-}
-
 fn verdicts(o: &Output) -> Vec<(String, Option<u64>, Option<u64>)> {
     json(&o.stdout)["data"]["verdicts"]
         .as_array()
@@ -69,7 +60,7 @@ fn scan_case(name: &str, fault: impl Fn(&Lab)) -> Option<Output> {
         "--format",
         "json",
     ];
-    let ids = spawn_all(&lab, 4, name, &extra);
+    let ids = lab.spawn_ring(0..4, 4, name, &extra);
     let outs: Vec<Output> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(40)).0)
@@ -143,8 +134,8 @@ fn slow_pair_is_named_alone() {
 /// A 3-node AllReduce that runs long (`-n 1000`) so that faults land mid-run.
 fn long_run(lab: &Lab, token: &str) -> Vec<usize> {
     let t = TIMEOUT.to_string();
-    spawn_all(
-        lab,
+    lab.spawn_ring(
+        0..3,
         3,
         token,
         &[

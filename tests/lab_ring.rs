@@ -36,12 +36,7 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
         "--format",
         "json",
     ];
-    let ids: Vec<usize> = (0..4)
-        .map(|r| {
-            let a = lab.ring_args(r, 4, "lab4", &extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect();
+    let ids = lab.spawn_ring(0..4, 4, "lab4", &extra);
     let outs: Vec<_> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
@@ -173,12 +168,7 @@ fn missing_rank_is_named_within_the_deadline() {
         return;
     };
     let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "3"];
-    let ids: Vec<usize> = (0..2)
-        .map(|r| {
-            let a = lab.ring_args(r, 3, "t", &extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect();
+    let ids = lab.spawn_ring(0..2, 3, "t", &extra);
     let (o0, t0) = lab.wait(ids[0], Duration::from_secs(10));
     let (o1, _) = lab.wait(ids[1], Duration::from_secs(10));
     // The deadline (3 s) plus process start-up; nothing waits longer.
@@ -314,12 +304,7 @@ fn one_slow_pair_slows_the_whole_ring() {
         "--format",
         "json",
     ];
-    let ids: Vec<usize> = (0..3)
-        .map(|r| {
-            let a = lab.ring_args(r, 3, "slow", &extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect();
+    let ids = lab.spawn_ring(0..3, 3, "slow", &extra);
     let outs: Vec<_> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(30)).0)
@@ -362,12 +347,7 @@ fn cut_data_link_ends_every_rank_within_the_deadline() {
         "--format",
         "json",
     ];
-    let ids: Vec<usize> = (0..3)
-        .map(|r| {
-            let a = lab.ring_args(r, 3, "cut", &extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect();
+    let ids = lab.spawn_ring(0..3, 3, "cut", &extra);
     std::thread::sleep(Duration::from_millis(1500));
     lab.cut_data_link(2, 1);
     let outs: Vec<_> = ids
@@ -396,12 +376,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
     };
     let extra = ["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", "5"];
     // Round 1: SIGKILL the coordinator (rank 0).
-    let ids: Vec<usize> = (0..3)
-        .map(|r| {
-            let a = lab.ring_args(r, 3, "k1", &extra);
-            lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
-        })
-        .collect();
+    let ids = lab.spawn_ring(0..3, 3, "k1", &extra);
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };

@@ -322,6 +322,22 @@ impl Lab {
 
     /// `fabprobe ring` arguments for rank `rank` of `world`, coordinator on node 0's
     /// management address, data on eth1.
+    /// Start `fabprobe ring` for each rank in `ranks` (rank r on node r) of a `world`.
+    pub fn spawn_ring(
+        &self,
+        ranks: std::ops::Range<usize>,
+        world: usize,
+        token: &str,
+        extra: &[&str],
+    ) -> Vec<usize> {
+        ranks
+            .map(|r| {
+                let a = self.ring_args(r, world, token, extra);
+                self.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+            })
+            .collect()
+    }
+
     pub fn ring_args(&self, rank: usize, world: usize, token: &str, extra: &[&str]) -> Vec<String> {
         let mut a: Vec<String> = [
             "ring",
