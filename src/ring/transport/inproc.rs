@@ -45,6 +45,20 @@ struct Shared {
     faults: Faults,
 }
 
+/// Why the sending side of a link can no longer write, if it can't.
+fn send_closed(g: &State, peer: &str) -> Option<TransportError> {
+    let why = match (&g.dead, g.receiver_gone) {
+        (Some(why), _) => why.clone(),
+        (None, true) => "receiver gone".into(),
+        (None, false) => return None,
+    };
+    Some(TransportError::Closed {
+        peer: peer.to_string(),
+        dir: "to",
+        why,
+    })
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panicking test thread must not wedge the other end: take the data anyway.
@@ -158,19 +172,8 @@ impl SendLink for InprocSend {
     fn acquire(&mut self, deadline: Instant) -> Result<u32, TransportError> {
         let mut g = self.sh.lock();
         loop {
-            if let Some(why) = &g.dead {
-                return Err(TransportError::Closed {
-                    peer: self.peer.clone(),
-                    dir: "to",
-                    why: why.clone(),
-                });
-            }
-            if g.receiver_gone {
-                return Err(TransportError::Closed {
-                    peer: self.peer.clone(),
-                    dir: "to",
-                    why: "receiver gone".into(),
-                });
+            if let Some(e) = send_closed(&g, &self.peer) {
+                return Err(e);
             }
             if let Some(c) = g.credits.pop_front() {
                 return Ok(c);
@@ -228,19 +231,8 @@ impl SendLink for InprocSend {
             g.dead.get_or_insert_with(|| "link died (injected)".into());
             self.sh.cv.notify_all();
         }
-        if let Some(why) = &g.dead {
-            return Err(TransportError::Closed {
-                peer: self.peer.clone(),
-                dir: "to",
-                why: why.clone(),
-            });
-        }
-        if g.receiver_gone {
-            return Err(TransportError::Closed {
-                peer: self.peer.clone(),
-                dir: "to",
-                why: "receiver gone".into(),
-            });
+        if let Some(e) = send_closed(&g, &self.peer) {
+            return Err(e);
         }
         g.writes += 1;
         self.sent += data.len() as u64;
