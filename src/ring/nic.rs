@@ -127,7 +127,7 @@ pub const MAX_MOVES: usize = 64;
 /// Keep the `MAX_MOVES` biggest changes, in device, port, counter order. Pure.
 pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
     if moves.len() > MAX_MOVES {
-        moves.sort_by(|a, b| b.delta.cmp(&a.delta));
+        moves.sort_by_key(|m| std::cmp::Reverse(m.delta));
         moves.truncate(MAX_MOVES);
         moves.sort_by(|a, b| (&a.device, a.port, &a.counter).cmp(&(&b.device, b.port, &b.counter)));
     }
