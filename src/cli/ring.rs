@@ -11,7 +11,6 @@ use super::{Format, GlobalArgs, Outcome, UsageError, emit};
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
-use crate::probe::links;
 use crate::render::{Envelope, HostInfo};
 use crate::ring::launcher::{self, Flags, Identity, Source};
 use crate::ring::linkscan::ScanOptions;
@@ -159,7 +158,8 @@ JSON DATA (fabprobe.ring)
              applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
              ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
              channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
-             port_counters {\"rank R dev port P counter\": delta}, as applicable},
+             port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
+             NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
@@ -167,8 +167,11 @@ JSON DATA (fabprobe.ring)
               line_rate_gbs, ratio, message}: the whole fabric below its line rate),
               cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
-             (errors, retransmissions, pauses, CNPs) that moved during the run on the data
-             NIC of rank 0 (where RDMA devices exist)";
+             (errors, retransmissions, pauses, CNPs) that moved on each rank's data NIC
+             (the RDMA ports whose netdev is its data interface, where RDMA devices exist),
+             sampled by that rank at its start and at its end or its stuck report; at most
+             64 per rank (the biggest changes); delta is a lower bound when a counter
+             saturated or was cleared; a rank lost before reporting contributes none";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -306,30 +309,6 @@ fn findings(r: &RingReport) -> Vec<Finding> {
     f
 }
 
-/// Port counters of this rank's NIC that moved during the run: into the report, and as
-/// evidence on every verdict that names this rank.
-fn attach_counters(rep: &mut RingReport, moved: Vec<nic::CounterMove>) {
-    for m in &moved {
-        for v in rep
-            .verdicts
-            .iter_mut()
-            .filter(|v| v.from_rank == Some(m.rank) || v.to_rank == Some(m.rank))
-        {
-            let e = v
-                .evidence
-                .entry("port_counters".into())
-                .or_insert_with(|| serde_json::json!({}));
-            if let Some(o) = e.as_object_mut() {
-                o.insert(
-                    format!("rank {} {} port {} {}", m.rank, m.device, m.port, m.counter),
-                    serde_json::json!(m.delta),
-                );
-            }
-        }
-    }
-    rep.port_counters.extend(moved);
-}
-
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
     for e in &r.events {
         if matches!(e, crate::ring::bootstrap::Event::Rejected { .. }) || g.verbose > 0 {
@@ -401,27 +380,19 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
-    let before = links::probe(&host);
-    let (rank, me) = (id.rank, hostname());
     let setup = Setup {
         identity: id,
-        host: me.clone(),
+        host: hostname(),
         data_ip: ip,
         device: Some(dev.clone()),
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         fabric: None,
+        counters: Some(nic::Sampler::live(&dev)),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let mut r = run::run_rank(setup, &opts, &logf);
-    if let Ok(RankOutcome {
-        report: Some(rep), ..
-    }) = &mut r
-    {
-        let after = links::probe(&host);
-        attach_counters(rep, nic::moved(&before, &after, Some(&dev), rank, &me));
-    }
+    let r = run::run_rank(setup, &opts, &logf);
     outcome(g, fmt, r)
 }
 
@@ -484,6 +455,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
                     fabric: None,
+                    counters: Some(nic::Sampler::live(&device)),
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -18,6 +18,7 @@ use thiserror::Error;
 
 use super::linkscan::{Driver, ScanOptions, ScanReport, Step};
 use super::localize::Policy;
+use super::nic::{self, CounterMove};
 use super::types::{Rank, RankInfo, Verdict, WaitReport};
 use super::watchdog;
 use super::wire::{self, Hello, Msg, RankResults, WireError};
@@ -184,6 +185,9 @@ pub struct CoordinatorReport {
     pub scan: Option<ScanReport>,
     /// Ranks whose results arrived, with the arrival time on the run clock.
     pub finished_ms: BTreeMap<Rank, u64>,
+    /// The evidence counters of each rank's data NIC that moved during the run, from its
+    /// results or its stuck report (the latest).
+    pub port_counters: BTreeMap<Rank, Vec<CounterMove>>,
 }
 
 type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
@@ -255,7 +259,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Ready { .. } => "ready",
         Msg::Go => "go",
         Msg::Heartbeat(_) => "heartbeat",
-        Msg::Stuck(_) => "stuck",
+        Msg::Stuck { .. } => "stuck",
         Msg::Failed { .. } => "failed",
         Msg::Results(_) => "results",
         Msg::Done { .. } => "done",
@@ -540,7 +544,7 @@ fn serve(
         match rx.recv_timeout(wait) {
             Ok(Control::Msg(r, m)) => {
                 let at_ms = run_start.elapsed().as_millis() as u64;
-                if let Msg::Heartbeat(w) | Msg::Stuck(w) = &m {
+                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
                     rep.reports.insert(r, (at_ms, w.clone()));
                 }
                 if let Msg::Heartbeat(w) = &m {
@@ -579,7 +583,11 @@ fn serve(
                             rep.previous_heartbeat.insert(r, prev);
                         }
                     }
-                    Msg::Stuck(w) => {
+                    Msg::Stuck {
+                        wait: w,
+                        port_counters,
+                    } => {
+                        note_counters(rep, r, port_counters);
                         first_failure.get_or_insert_with(|| stuck_line(&w, &ranks));
                         rep.last_heartbeat.insert(r, w.clone());
                         rep.stuck.push(w);
@@ -591,7 +599,8 @@ fn serve(
                         rep.failed.push((r, error));
                         failing_since.get_or_insert(Instant::now());
                     }
-                    Msg::Results(res) if res.rank == r => {
+                    Msg::Results(mut res) if res.rank == r => {
+                        note_counters(rep, r, std::mem::take(&mut res.port_counters));
                         rep.finished_ms.insert(r, at_ms);
                         done_results.insert(r, res);
                     }
@@ -669,6 +678,21 @@ fn serve(
             );
         }
     }
+}
+
+/// A rank's latest moved counters (each report covers the whole run so far), under the
+/// connection's own rank and the table's host, at most `nic::MAX_MOVES`.
+fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMove>) {
+    if moved.is_empty() {
+        return;
+    }
+    moved.truncate(nic::MAX_MOVES);
+    let host = rep_host(&rep.ranks, r);
+    for m in &mut moved {
+        m.rank = r;
+        m.host = host.clone();
+    }
+    rep.port_counters.insert(r, moved);
 }
 
 fn rep_host(ranks: &[RankInfo], r: Rank) -> String {
@@ -1182,6 +1206,7 @@ mod tests {
                         rows: vec![],
                         links: vec![],
                         link_size_bytes: 0,
+                        port_counters: vec![],
                     }))
                     .unwrap();
                     s.wait_done(Duration::from_secs(5)).unwrap()
@@ -1240,7 +1265,21 @@ mod tests {
                         let mut w = crate::ring::allreduce::Progress::default().report(1, 0);
                         w.waiting_on = Some(0);
                         w.waiting_to_receive = true;
-                        s.send(&Msg::Stuck(w)).unwrap();
+                        // The rank's own word for its rank and host is not trusted.
+                        let moved = CounterMove {
+                            rank: 7,
+                            host: "elsewhere".into(),
+                            device: "mlx5_2".into(),
+                            port: 1,
+                            netdev: Some("ib2".into()),
+                            counter: "symbol_error".into(),
+                            delta: 4699,
+                        };
+                        s.send(&Msg::Stuck {
+                            wait: w,
+                            port_counters: vec![moved; nic::MAX_MOVES + 5],
+                        })
+                        .unwrap();
                     }
                     s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
                 })
@@ -1254,5 +1293,13 @@ mod tests {
         let rep = coord.join().unwrap();
         assert_eq!(rep.verdicts.len(), 1);
         assert_eq!(rep.abort.as_deref(), Some("HANG rank 1 waits for rank Some(0)"));
+        // The stuck report's counters, under the connection's rank and the table's host.
+        let c = &rep.port_counters[&1];
+        assert_eq!(c.len(), nic::MAX_MOVES);
+        assert_eq!(
+            (c[0].rank, c[0].host.as_str(), c[0].counter.as_str(), c[0].delta),
+            (1, "h1", "symbol_error", 4699)
+        );
+        assert!(!rep.port_counters.contains_key(&0));
     }
 }

@@ -3,7 +3,10 @@
 //! it (evidence for verdicts that name it). RDMA ports come from the `links` probe; a plain
 //! interface's rate from `/sys/class/net/<if>/speed`.
 
-use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
 
 use crate::host::Host;
 use crate::probe::links::{self, LinksReport, SampleInfo};
@@ -32,7 +35,7 @@ pub fn line_rate(host: &Host, ifname: &str) -> Option<(f64, String)> {
 }
 
 /// One port counter that moved during the run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CounterMove {
     pub rank: u32,
     pub host: String,
@@ -117,6 +120,98 @@ pub fn moved(
     out
 }
 
+/// Most moved counters one rank reports (the biggest changes kept): a control message stays
+/// small whatever the NIC exposes.
+pub const MAX_MOVES: usize = 64;
+
+/// Keep the `MAX_MOVES` biggest changes, in device, port, counter order. Pure.
+pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
+    if moves.len() > MAX_MOVES {
+        moves.sort_by_key(|m| std::cmp::Reverse(m.delta));
+        moves.truncate(MAX_MOVES);
+        moves.sort_by(|a, b| (&a.device, a.port, &a.counter).cmp(&(&b.device, b.port, &b.counter)));
+    }
+    moves
+}
+
+type Read = Box<dyn Fn() -> Option<LinksReport> + Send + Sync>;
+
+/// One rank's view of its data NIC's port counters: a sample at the start of the run, and
+/// the evidence counters that moved since, on demand (end of the run, a stuck report).
+pub struct Sampler {
+    read: Read,
+    ifname: Option<String>,
+    before: Mutex<Option<LinksReport>>,
+}
+
+impl Sampler {
+    /// This host's RDMA ports whose netdev is `ifname`, read through [`Host::live`].
+    pub fn live(ifname: &str) -> Sampler {
+        Sampler::new(Box::new(|| Some(links::probe(&Host::live()))), Some(ifname))
+    }
+
+    /// Successive samples from `hosts` (the last one repeats): tests stand fixture snapshots
+    /// in for the NIC's state before and after the run.
+    pub fn hosts(hosts: Vec<Host>, ifname: Option<&str>) -> Sampler {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        Sampler::new(
+            Box::new(move || {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                hosts.get(i).or(hosts.last()).map(links::probe)
+            }),
+            ifname,
+        )
+    }
+
+    fn new(read: Read, ifname: Option<&str>) -> Sampler {
+        Sampler {
+            read,
+            ifname: ifname.map(String::from),
+            before: Mutex::new(None),
+        }
+    }
+
+    /// Take the baseline sample.
+    pub fn start(&self) {
+        let r = (self.read)();
+        if let Ok(mut b) = self.before.lock() {
+            *b = r;
+        }
+    }
+
+    /// The evidence counters that moved since [`Sampler::start`] (none before it), capped.
+    pub fn moved(&self, rank: u32, host: &str) -> Vec<CounterMove> {
+        let Some(before) = self.before.lock().ok().and_then(|b| b.clone()) else {
+            return Vec::new();
+        };
+        let Some(after) = (self.read)() else {
+            return Vec::new();
+        };
+        cap(moved(&before, &after, self.ifname.as_deref(), rank, host))
+    }
+}
+
+/// Each rank's latest report of moved counters, as evidence on every verdict that names the
+/// rank (`from_rank` or `to_rank`), under `evidence.port_counters`
+/// (`"rank R <device> port P <counter>": delta`). Pure.
+pub fn attach(verdicts: &mut [crate::ring::types::Verdict], moved: &BTreeMap<u32, Vec<CounterMove>>) {
+    for v in verdicts {
+        let mut o = serde_json::Map::new();
+        for r in [v.from_rank, v.to_rank].into_iter().flatten() {
+            for m in moved.get(&r).into_iter().flatten() {
+                o.insert(
+                    format!("rank {} {} port {} {}", m.rank, m.device, m.port, m.counter),
+                    serde_json::json!(m.delta),
+                );
+            }
+        }
+        if !o.is_empty() {
+            v.evidence
+                .insert("port_counters".into(), serde_json::Value::Object(o));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +257,85 @@ mod tests {
         }
         // Nothing moved between a snapshot and itself.
         assert!(moved(&a, &a, None, 3, "node-d").is_empty());
+    }
+
+    fn mv(rank: u32, counter: &str, delta: u64) -> CounterMove {
+        CounterMove {
+            rank,
+            host: format!("h{rank}"),
+            device: "mlx5_0".into(),
+            port: 1,
+            netdev: None,
+            counter: counter.into(),
+            delta,
+        }
+    }
+
+    #[test]
+    fn cap_keeps_the_biggest_changes_in_name_order() {
+        let many: Vec<CounterMove> = (0..MAX_MOVES as u64 + 10)
+            .map(|i| mv(0, &format!("c{i:03}_err"), i + 1))
+            .collect();
+        let kept = cap(many.clone());
+        assert_eq!(kept, many[10..].to_vec());
+        assert_eq!(cap(many[..3].to_vec()), many[..3].to_vec());
+    }
+
+    #[test]
+    fn attach_puts_each_named_ranks_counters_on_its_verdicts() {
+        use crate::ring::types::{Verdict, VerdictKind};
+        let v = |from: Option<u32>, to: Option<u32>| Verdict {
+            kind: VerdictKind::SlowLink,
+            from_rank: from,
+            to_rank: to,
+            from_host: None,
+            to_host: None,
+            evidence: Default::default(),
+            message: String::new(),
+            next: None,
+        };
+        let mut vs = vec![v(Some(1), Some(2)), v(None, Some(3)), v(Some(0), None)];
+        let moved = BTreeMap::from([
+            (1, vec![mv(1, "symbol_error", 5)]),
+            (2, vec![mv(2, "np_cnp_sent", 7)]),
+            (3, vec![mv(3, "rx_pause_ctrl_phy", 9)]),
+        ]);
+        attach(&mut vs, &moved);
+        assert_eq!(
+            vs[0].evidence["port_counters"],
+            serde_json::json!({"rank 1 mlx5_0 port 1 symbol_error": 5, "rank 2 mlx5_0 port 1 np_cnp_sent": 7})
+        );
+        assert_eq!(
+            vs[1].evidence["port_counters"],
+            serde_json::json!({"rank 3 mlx5_0 port 1 rx_pause_ctrl_phy": 9})
+        );
+        // Rank 0 reported nothing: no empty evidence entry.
+        assert!(!vs[2].evidence.contains_key("port_counters"));
+    }
+
+    #[test]
+    fn a_sampler_reports_nothing_before_its_start() {
+        let s = Sampler::hosts(
+            vec![
+                Host::snapshot("fixtures/ib-degraded").unwrap(),
+                Host::snapshot("fixtures/ib-degraded-later").unwrap(),
+            ],
+            Some("ibp77s0"),
+        );
+        assert!(s.moved(0, "x").is_empty());
+        s.start();
+        let m = s.moved(0, "x");
+        assert!(!m.is_empty() && m.iter().all(|c| c.device == "mlx5_2"), "{m:?}");
+        // Other netdevs' ports are not this rank's NIC.
+        let other = Sampler::hosts(
+            vec![
+                Host::snapshot("fixtures/ib-degraded").unwrap(),
+                Host::snapshot("fixtures/ib-degraded-later").unwrap(),
+            ],
+            Some("eth9"),
+        );
+        other.start();
+        assert!(other.moved(0, "x").is_empty());
     }
 
     #[test]

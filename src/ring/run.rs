@@ -15,7 +15,7 @@ use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorRepor
 use super::launcher::{Identity, Source};
 use super::linkscan::{self, RankCtx, ScanLinks, ScanOptions, ScanReport};
 use super::localize::Policy;
-use super::nic::CounterMove;
+use super::nic::{self, CounterMove, Sampler};
 use super::transport::tcp::TcpFabric;
 use super::transport::{Fabric, LinkKey, LinkRequest};
 use super::types::{LinkSample, Phase, Rank, RankInfo, Verdict, WaitReport};
@@ -81,6 +81,9 @@ pub struct Setup {
     pub line_rate_gbs: Option<f64>,
     /// The data plane; None: TCP on `data_ip`. Tests pass an in-process fabric.
     pub fabric: Option<Box<dyn Fabric + Send>>,
+    /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
+    /// report); None: not sampled.
+    pub counters: Option<Sampler>,
 }
 
 /// Outcome kinds for the exit status.
@@ -168,7 +171,7 @@ pub struct RingReport {
     /// Why the run ended early (partial results above), or null.
     pub error: Option<String>,
     /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
-    /// on the data NIC of the rank that printed the report.
+    /// on each rank's data NIC, as each rank reported them (at the end, or when stuck).
     pub port_counters: Vec<CounterMove>,
 }
 
@@ -343,6 +346,7 @@ pub fn run_rank(
         .map(|f| f.transport())
         .unwrap_or("tcp")
         .to_string();
+    let counters = setup.counters;
     let result = fabric.and_then(|fabric| {
         rank_body(
             &join_addr,
@@ -351,6 +355,7 @@ pub fn run_rank(
             fabric.as_ref(),
             setup.device.clone(),
             setup.line_rate_gbs,
+            counters.as_ref(),
             opts,
             log,
         )
@@ -369,6 +374,7 @@ pub fn run_rank(
             verdicts.push(v.clone());
         }
     }
+    nic::attach(&mut verdicts, &crep.port_counters);
     let report = RingReport {
         world: id.world,
         transport,
@@ -388,7 +394,7 @@ pub fn run_rank(
         scan: crep.scan,
         verdicts,
         error,
-        port_counters: Vec::new(),
+        port_counters: crep.port_counters.into_values().flatten().collect(),
     };
     let failed = report.failed();
     Ok(RankOutcome {
@@ -405,10 +411,15 @@ fn rank_body(
     fabric: &dyn Fabric,
     device: Option<String>,
     line_rate_gbs: Option<f64>,
+    counters: Option<&Sampler>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let timeout = opts.timeout();
+    if let Some(c) = counters {
+        c.start();
+    }
+    let moved = || counters.map(|c| c.moved(id.rank, host)).unwrap_or_default();
     let cannot = |m: String| RunError {
         kind: Failure::CannotRun,
         message: m,
@@ -460,7 +471,7 @@ fn rank_body(
                 }
             }
         });
-        let r = after_join(id, &session, fabric, line_rate_gbs, &beat, opts, log);
+        let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
         r
     })
@@ -506,18 +517,33 @@ impl Beat {
     }
 }
 
+/// The moved counters of this rank's data NIC since the start of the run.
+type Moved<'a> = &'a (dyn Fn() -> Vec<CounterMove> + Sync);
+
+#[allow(clippy::too_many_arguments)]
 fn after_join(
     id: &Identity,
     session: &Arc<Session>,
     fabric: &dyn Fabric,
     line_rate_gbs: Option<f64>,
+    moved: Moved,
     beat: &Beat,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let timeout = opts.timeout();
     let reported = AtomicBool::new(false);
-    let out = connected_run(id, session, fabric, line_rate_gbs, beat, &reported, opts, log);
+    let out = connected_run(
+        id,
+        session,
+        fabric,
+        line_rate_gbs,
+        moved,
+        beat,
+        &reported,
+        opts,
+        log,
+    );
     match out {
         Ok(rows_links) => {
             let (rows, links, link_size_bytes, _open_links) = rows_links;
@@ -527,6 +553,7 @@ fn after_join(
                     rows,
                     links,
                     link_size_bytes,
+                    port_counters: moved(),
                 }))
                 .map_err(|e| fault(e.to_string()))?;
             // The coordinator answers once every rank reported, within its own deadlines.
@@ -538,7 +565,10 @@ fn after_join(
         Err(e) => {
             // Tell the coordinator what went wrong here, then take its word for the cause.
             let msg = match &e {
-                RingError::Stuck(w, _) => Msg::Stuck((**w).clone()),
+                RingError::Stuck(w, _) => Msg::Stuck {
+                    wait: (**w).clone(),
+                    port_counters: moved(),
+                },
                 other => Msg::Failed {
                     rank: id.rank,
                     error: other.to_string(),
@@ -575,6 +605,7 @@ fn connected_run(
     session: &Arc<Session>,
     fabric: &dyn Fabric,
     line_rate_gbs: Option<f64>,
+    moved: Moved,
     beat: &Beat,
     reported: &AtomicBool,
     opts: &Options,
@@ -628,6 +659,7 @@ fn connected_run(
             session,
             fabric,
             line_rate_gbs,
+            moved,
             beat,
             reported,
             &mut scan_links,
@@ -664,6 +696,7 @@ fn scan_loop(
     session: &Arc<Session>,
     fabric: &dyn Fabric,
     line_rate_gbs: Option<f64>,
+    moved: Moved,
     beat: &Beat,
     reported: &AtomicBool,
     scan_links: &mut ScanLinks,
@@ -681,7 +714,10 @@ fn scan_loop(
     };
     let on_stuck = |w: &WaitReport| {
         reported.store(true, Ordering::Relaxed);
-        let _ = session.send(&Msg::Stuck(w.clone()));
+        let _ = session.send(&Msg::Stuck {
+            wait: w.clone(),
+            port_counters: moved(),
+        });
     };
     // Between orders this rank waits for the coordinator, which waits for the slowest
     // rank's samples; the coordinator's watchdog ends a stuck order. This bound is a
@@ -876,6 +912,7 @@ mod tests {
                     seconds: 0.5,
                 }],
                 link_size_bytes: 1 << 20,
+                port_counters: vec![],
             },
             RankResults {
                 rank: 1,
@@ -892,6 +929,7 @@ mod tests {
                     seconds: 0.5,
                 }],
                 link_size_bytes: 1 << 20,
+                port_counters: vec![],
             },
         ];
         let (rows, links) = aggregate(2, &ranks, &res, 1);

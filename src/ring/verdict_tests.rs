@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use super::bootstrap;
 use super::launcher::{Identity, Source};
 use super::linkscan::{SCAN_TAG, ScanOptions};
+use super::nic::Sampler;
 use super::run::{self, Options, RankOutcome, RingReport, RunError, Setup};
 use super::transport::inproc::{Faults, InprocNet};
 use super::transport::{Fabric, LinkRequest};
 use super::types::{RankInfo, VerdictKind};
 use super::wire::{self, Hello, Msg};
+use crate::host::Host;
 
 /// What a rank of the test world does.
 #[derive(Clone, Copy, PartialEq)]
@@ -119,6 +121,17 @@ fn world(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
+    world_with(n, o, net, role, |_| None)
+}
+
+/// [`world`], with each rank's port counters read by `counters(rank)`.
+fn world_with(
+    n: u32,
+    o: &Options,
+    net: &InprocNet,
+    role: impl Fn(u32) -> Role,
+    counters: impl Fn(u32) -> Option<Sampler>,
+) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut listener = Some(listener);
@@ -126,7 +139,7 @@ fn world(
     let mut results: Vec<Result<RankOutcome, RunError>> = thread::scope(|sc| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (addr, role) = (addr.clone(), role(r));
+                let (addr, role, counters) = (addr.clone(), role(r), counters(r));
                 let l = if r == 0 { listener.take() } else { None };
                 sc.spawn(move || {
                     if role != Role::Real {
@@ -141,6 +154,7 @@ fn world(
                         coordinator_listener: l,
                         line_rate_gbs: None,
                         fabric: Some(Box::new(net.fabric(r))),
+                        counters,
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -251,6 +265,66 @@ fn slow_egress_ingress_and_link_from_the_scan() {
         let v = &r.verdicts[0];
         assert!(v.next.is_some() && !v.evidence.is_empty(), "{name}");
     }
+}
+
+/// A rank's NIC counters travel to the coordinator with its results and land on the verdict
+/// that names the rank, and in `port_counters`; a rank no verdict names gives no evidence.
+#[test]
+fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
+    let net = InprocNet::new();
+    paced_scan(&net, 4, BASE, |f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE));
+    // Ranks 3 and 1 read their NIC from the fixture captured before and after a flap of
+    // mlx5_2 (netdev ibp77s0); the others read no counters.
+    let fixture = |r: u32| {
+        (r == 3 || r == 1).then(|| {
+            Sampler::hosts(
+                vec![
+                    Host::snapshot("fixtures/ib-degraded").unwrap(),
+                    Host::snapshot("fixtures/ib-degraded-later").unwrap(),
+                ],
+                Some("ibp77s0"),
+            )
+        })
+    };
+    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture);
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::SlowLink, Some(3), Some(0))],
+        "{:#?}",
+        r.verdicts
+    );
+    // Both ranks' counters, under their own rank and host, mlx5_2 port 1 only.
+    let of = |rank: u32, name: &str| {
+        r.port_counters
+            .iter()
+            .find(|c| c.rank == rank && c.counter == name)
+            .map(|c| {
+                (
+                    c.host.as_str(),
+                    c.device.as_str(),
+                    c.port,
+                    c.netdev.as_deref(),
+                    c.delta,
+                )
+            })
+    };
+    assert_eq!(
+        of(3, "symbol_error"),
+        Some(("node-d", "mlx5_2", 1, Some("ibp77s0"), 4699))
+    );
+    assert_eq!(
+        of(1, "link_downed"),
+        Some(("node-b", "mlx5_2", 1, Some("ibp77s0"), 2))
+    );
+    assert!(r.port_counters.iter().all(|c| c.device == "mlx5_2"));
+    assert!(r.port_counters.iter().all(|c| c.rank == 1 || c.rank == 3));
+    // The verdict names ranks 3 and 0: rank 3's counters are its evidence, rank 1's are not.
+    let ev = r.verdicts[0].evidence["port_counters"].as_object().unwrap();
+    assert_eq!(ev["rank 3 mlx5_2 port 1 symbol_error"], 4699);
+    assert_eq!(ev["rank 3 mlx5_2 port 1 link_downed"], 2);
+    assert_eq!(ev["rank 3 mlx5_2 port 1 port_rcv_errors"], 57);
+    assert!(ev.keys().all(|k| k.starts_with("rank 3 ")), "{ev:?}");
+    assert_eq!(ev.len(), r.port_counters.iter().filter(|c| c.rank == 3).count());
 }
 
 #[test]
@@ -388,6 +462,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         coordinator_listener: None,
         line_rate_gbs: None,
         fabric: Some(Box::new(net.fabric(1))),
+        counters: None,
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})

@@ -7,6 +7,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::nic::CounterMove;
 use super::types::{LinkSample, RankInfo, Verdict, WaitReport};
 
 pub const MAGIC: &[u8; 4] = b"FPR1";
@@ -76,6 +77,10 @@ pub struct RankResults {
     /// (`order` 0: the natural ring) during the timed iterations of `link_size_bytes`.
     pub links: Vec<LinkSample>,
     pub link_size_bytes: u64,
+    /// Evidence counters of this rank's data NIC that moved during the run (at most
+    /// `nic::MAX_MOVES`); absent from older ranks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_counters: Vec<CounterMove>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,7 +103,14 @@ pub enum Msg {
     Go,
     /// Periodic status, and the report sent when a data wait passes its deadline.
     Heartbeat(WaitReport),
-    Stuck(WaitReport),
+    /// The same fields as a heartbeat, and the counters of this rank's data NIC that moved
+    /// since the start (absent from older ranks).
+    Stuck {
+        #[serde(flatten)]
+        wait: WaitReport,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        port_counters: Vec<CounterMove>,
+    },
     /// A rank failed on its own (not a timeout): the error, for the coordinator to relay.
     Failed {
         rank: u32,
@@ -193,6 +205,55 @@ mod tests {
         let mut buf = Vec::new();
         write_msg(&mut buf, &m).unwrap();
         assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
+    }
+
+    /// The moved counters travel with a stuck report and with the results; a message from
+    /// a rank that sends none (an older one) reads as an empty list.
+    #[test]
+    fn port_counters_round_trip_and_default_to_none() {
+        let moved = CounterMove {
+            rank: 3,
+            host: "node-d".into(),
+            device: "mlx5_2".into(),
+            port: 1,
+            netdev: Some("ibp77s0".into()),
+            counter: "symbol_error".into(),
+            delta: 4699,
+        };
+        let wait = crate::ring::allreduce::Progress::default().report(3, 0);
+        let msgs = [
+            Msg::Stuck {
+                wait: wait.clone(),
+                port_counters: vec![moved.clone()],
+            },
+            Msg::Results(RankResults {
+                rank: 3,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![moved],
+            }),
+        ];
+        for m in msgs {
+            let mut buf = Vec::new();
+            write_msg(&mut buf, &m).unwrap();
+            assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
+        }
+        // The stuck report keeps a heartbeat's fields at the top level.
+        let mut v = serde_json::to_value(Msg::Heartbeat(wait.clone())).unwrap();
+        v["type"] = "stuck".into();
+        assert_eq!(
+            decode(v.to_string().as_bytes()).unwrap(),
+            Msg::Stuck {
+                wait,
+                port_counters: vec![]
+            }
+        );
+        let old = br#"{"type":"results","rank":2,"rows":[],"links":[],"link_size_bytes":0}"#;
+        let Msg::Results(r) = decode(old).unwrap() else {
+            panic!("not results")
+        };
+        assert!(r.port_counters.is_empty());
     }
 
     /// Random bytes and random bodies behind a valid header never panic the reader.
