@@ -218,7 +218,12 @@ fn lower_first(s: &str) -> String {
 
 /// Open the host named by `--root`, or the live one, with a readable error.
 pub fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
-    let host = crate::host::Host::open(g.root.as_deref())?;
+    let host = crate::host::Host::open(g.root.as_deref()).map_err(|e| Hinted {
+        msg: e.to_string(),
+        hint: "--root takes a directory that mirrors / (at least its sys/) or a .tar.gz written by \
+               `fabprobe snapshot -o FILE.tar.gz`"
+            .into(),
+    })?;
     g.log(
         1,
         format!(
