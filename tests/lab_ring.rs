@@ -63,6 +63,8 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
     for r in results {
         assert_eq!(r["wrong"], 0, "{r}");
         assert!(r["busbw_gbs"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["in_place"]["wrong"], 0, "{r}");
+        assert!(r["in_place"]["busbw_gbs"].as_f64().unwrap() > 0.0, "{r}");
     }
     let ranks = d["ranks"].as_array().unwrap();
     let hosts: Vec<&str> = ranks.iter().map(|r| r["host"].as_str().unwrap()).collect();

@@ -44,6 +44,20 @@ fn local_ring_json_contract() {
             (bus - alg * 4.0 / 3.0).abs() < 1e-9,
             "busbw = algbw x 2(n-1)/n: {r}"
         );
+        // The in-place half: its own time, verified exactly too.
+        let ip = &r["in_place"];
+        assert_eq!(ip["wrong"], 0, "{r}");
+        let (t, alg, bus) = (
+            ip["time_us"].as_f64().unwrap(),
+            ip["algbw_gbs"].as_f64().unwrap(),
+            ip["busbw_gbs"].as_f64().unwrap(),
+        );
+        assert!(t > 0.0, "{r}");
+        assert!(
+            (alg - r["size_bytes"].as_f64().unwrap() / t / 1e3).abs() < 1e-9,
+            "{r}"
+        );
+        assert!((bus - alg * 4.0 / 3.0).abs() < 1e-9, "in-place busbw: {r}");
     }
     let links = d["links"].as_array().unwrap();
     assert_eq!(links.len(), 3);
@@ -71,7 +85,10 @@ fn no_check_shows_na() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let t = text(&o.stdout);
     let row = t.lines().find(|l| l.trim_start().starts_with("1024")).unwrap();
-    assert!(row.ends_with("N/A"), "{row}");
+    // Both halves' #wrong: 13 columns, the 9th (out of place) and the last (in place).
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((cols.len(), cols[8], cols[12]), (13, "N/A", "N/A"), "{row}");
+    assert!(t.contains("in-place"), "{t}");
 }
 
 #[test]

@@ -146,9 +146,15 @@ JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
   ranks[]    {rank, host, address, device, transport, pid}
-  results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong}
-             (GB/s = 10^9 bytes/s; busbw = algbw x 2(n-1)/n, as nccl-tests; wrong null with -c 0)
-  avg_busbw_gbs
+  results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
+              in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
+             are the out-of-place half (input and output buffers distinct), in_place the
+             in-place half (the output is the input buffer), each over the same -w/-n
+             iterations, as nccl-tests' two column groups; in_place null if a rank did not
+             report it (GB/s = 10^9 bytes/s; busbw = algbw x 2(n-1)/n, as nccl-tests; wrong
+             = mismatching elements summed over ranks, null with -c 0; exit 1 if wrong > 0
+             in either half)
+  avg_busbw_gbs (mean busbw over both halves of every row, as nccl-tests' Avg bus bandwidth)
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
   bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run

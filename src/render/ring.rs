@@ -1,6 +1,7 @@
 //! `fabprobe ring` as text: nccl-tests' `all_reduce_perf` layout (header lines naming ranks,
 //! hosts and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
-//! bandwidth`), so the numbers compare directly, then the per-link table.
+//! bandwidth`), with nccl-tests' out-of-place and in-place column groups, so the numbers
+//! compare directly, then the per-link table.
 
 use crate::ring::linkscan::ScanReport;
 use crate::ring::localize::fmt_gbs;
@@ -89,30 +90,64 @@ pub fn table(r: &RingReport) -> String {
     }
     line("#".into());
     if r.options.sweep {
-        line(format!("#{:>74}", "out-of-place"));
+        line(format!("#{:>74}{:>31}", "out-of-place", "in-place"));
+        let group = |t: &str, a: &str, b: &str, w: &str| format!("  {t:>7}  {a:>6}  {b:>6}  {w:>6}");
         line(format!(
-            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            group("time", "algbw", "busbw", "#wrong"),
+            group("time", "algbw", "busbw", "#wrong")
         ));
-        line(format!(
-            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""
-        ));
+        line(
+            format!(
+                "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+                "(B)",
+                "(elements)",
+                "",
+                "",
+                "",
+                group("(us)", "(GB/s)", "(GB/s)", ""),
+                group("(us)", "(GB/s)", "(GB/s)", "")
+            )
+            .trim_end()
+            .to_string(),
+        );
+        let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
         for row in &r.results {
+            let in_place = match &row.in_place {
+                Some(h) => group(
+                    &fit(h.time_us, 7),
+                    &fit(h.algbw_gbs, 6),
+                    &fit(h.busbw_gbs, 6),
+                    &wrong(h.wrong),
+                ),
+                // A rank did not report the in-place half.
+                None => group("N/A", "N/A", "N/A", "N/A"),
+            };
             line(format!(
-                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{in_place}",
                 row.size_bytes,
                 row.count,
                 row.dtype,
                 row.redop,
                 row.root,
-                fit(row.time_us, 7),
-                fit(row.algbw_gbs, 6),
-                fit(row.busbw_gbs, 6),
-                row.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into())
+                group(
+                    &fit(row.time_us, 7),
+                    &fit(row.algbw_gbs, 6),
+                    &fit(row.busbw_gbs, 6),
+                    &wrong(row.wrong)
+                ),
             ));
         }
-        let bad_rows = r.results.iter().filter(|x| x.wrong.unwrap_or(0) > 0).count();
+        let bad_rows = r
+            .results
+            .iter()
+            .filter(|x| x.wrong.unwrap_or(0) + x.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0) > 0)
+            .count();
         line(format!(
             "# Out of bounds values : {bad_rows} {}",
             if bad_rows == 0 { "OK" } else { "FAILED" }
@@ -227,13 +262,16 @@ mod tests {
     use super::*;
     use crate::ring::bootstrap::Event;
     use crate::ring::launcher::Source;
-    use crate::ring::run::{LauncherInfo, LinkRow, Options, ResultRow, RingReport};
+    use crate::ring::run::{InPlaceRow, LauncherInfo, LinkRow, Options, ResultRow, RingReport};
     use crate::ring::types::RankInfo;
 
     fn report() -> RingReport {
         let host = |r: u32| ["node-a", "node-b", "node-c", "node-d"][r as usize].to_string();
         let row = |size: u64, time_us: f64, wrong| {
             let alg = size as f64 / time_us / 1e3;
+            // In place a little faster, as on real hardware (no separate output to touch).
+            let ip_us = time_us * 0.96;
+            let ip_alg = size as f64 / ip_us / 1e3;
             ResultRow {
                 size_bytes: size,
                 count: size / 4,
@@ -244,6 +282,12 @@ mod tests {
                 algbw_gbs: alg,
                 busbw_gbs: alg * 1.5,
                 wrong,
+                in_place: Some(InPlaceRow {
+                    time_us: ip_us,
+                    algbw_gbs: ip_alg,
+                    busbw_gbs: ip_alg * 1.5,
+                    wrong,
+                }),
             }
         };
         RingReport {
@@ -382,14 +426,71 @@ mod tests {
     #[test]
     fn na_when_not_checked_and_error_line() {
         let mut r = report();
-        r.results.iter_mut().for_each(|x| x.wrong = None);
+        r.results.iter_mut().for_each(|x| {
+            x.wrong = None;
+            if let Some(h) = x.in_place.as_mut() {
+                h.wrong = None;
+            }
+        });
         r.error = Some("rank 2 (node-c) closed its control connection".into());
         let t = table(&r);
+        // Both halves say N/A.
+        assert!(t.contains("     N/A  "), "{t}");
         assert!(t.contains("    N/A\n"), "{t}");
         assert!(
             t.ends_with("# ERROR: the run ended early: rank 2 (node-c) closed its control connection\n"),
             "{t}"
         );
+    }
+
+    /// The header lines and a row against the nccl-tests sample in the reference facts
+    /// (its time column printed with %.2f, as `fit` squeezes).
+    #[test]
+    fn header_and_row_line_up_with_nccl_tests() {
+        let mut r = report();
+        r.results = vec![ResultRow {
+            size_bytes: 1048576,
+            count: 262144,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            time_us: 354.9,
+            algbw_gbs: 2.95,
+            busbw_gbs: 5.76,
+            wrong: Some(0),
+            in_place: Some(InPlaceRow {
+                time_us: 345.7,
+                algbw_gbs: 3.03,
+                busbw_gbs: 5.92,
+                wrong: Some(0),
+            }),
+        }];
+        r.avg_busbw_gbs = crate::ring::run::avg_busbw(&r.results);
+        let t = table(&r);
+        let want = [
+            "#                                                              out-of-place                       in-place",
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)",
+            "     1048576        262144     float     sum      -1   354.90    2.95    5.76       0   345.70    3.03    5.92       0",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 5.84",
+        ];
+        let lines: Vec<&str> = t.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("out-of-place"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert_eq!(lines[at..at + want.len()], want, "{t}");
+    }
+
+    #[test]
+    fn in_place_wrong_fails_the_row() {
+        let mut r = report();
+        r.results[1].in_place.as_mut().unwrap().wrong = Some(7);
+        let t = table(&r);
+        assert!(t.contains("# Out of bounds values : 1 FAILED\n"), "{t}");
+        assert_eq!(r.wrong_total(), 7);
+        assert!(r.failed());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Ring AllReduce as NCCL runs it: reduce-scatter then all-gather, over `channels`
 //! independent rings (one connection pair each), each chunked into blocks of `n` segments
 //! that flow around the ring one slot at a time (pipelined by the receiver's slots and the
-//! socket buffers). float32 sum, out of place. Inputs are small integers, so every order of
+//! socket buffers). float32 sum, out of place or in place (nccl-tests times both). Inputs are small integers, so every order of
 //! summation gives the exact same float and every rank can verify every element.
 
 use std::ops::Range;
@@ -307,15 +307,16 @@ impl Chan<'_> {
 }
 
 #[allow(clippy::too_many_arguments)]
-/// One channel's part of an out-of-place AllReduce: `input` and `output` are this
-/// channel's range. `chunk` is the segment size in elements (at most a slot).
+/// One channel's part of an AllReduce over this channel's range: out of place with
+/// `input` Some (distinct buffers), in place with None (`output` holds the input and is
+/// reduced where it lies). `chunk` is the segment size in elements (at most a slot).
 pub fn allreduce_channel(
     ring: Ring,
     links: &mut ChannelLinks,
     progress: &Progress,
     abort: &AbortFlag,
     stop: &AtomicBool,
-    input: &[f32],
+    input: Option<&[f32]>,
     output: &mut [f32],
     chunk: usize,
 ) -> Result<(), RingError> {
@@ -333,8 +334,9 @@ pub fn allreduce_channel(
     let block = chunk.max(1) * n;
     let mut off = 0;
     progress.touch();
-    while off < input.len() {
-        let len = block.min(input.len() - off);
+    let total = output.len();
+    while off < total {
+        let len = block.min(total - off);
         let seg = |j: usize| {
             let s = segment(len, n, j % n);
             off + s.start..off + s.end
@@ -342,14 +344,30 @@ pub fn allreduce_channel(
         let idx = |s: usize, plus: usize| (r + n * 2 + plus - s) % n;
         // Reduce-scatter: step 0 sends our own segment; steps 1..n-1 add the received
         // partial sum to ours; the result of the last step is fully reduced.
-        ch.send(&input[seg(idx(0, 0))], Phase::ReduceScatter, 0)?;
+        let g0 = seg(idx(0, 0));
+        ch.send(
+            match input {
+                Some(i) => &i[g0],
+                None => &output[g0],
+            },
+            Phase::ReduceScatter,
+            0,
+        )?;
         for s in 1..n {
             let g = seg(idx(s, 0));
             {
-                let (inp, out) = (&input[g.clone()], &mut output[g.clone()]);
-                ch.recv(g.len(), Phase::ReduceScatter, s as u32, &mut |v| {
-                    for ((o, a), b) in out.iter_mut().zip(inp).zip(v) {
-                        *o = a + b;
+                let out = &mut output[g.clone()];
+                let inp = input.map(|i| &i[g.clone()]);
+                ch.recv(g.len(), Phase::ReduceScatter, s as u32, &mut |v| match inp {
+                    Some(inp) => {
+                        for ((o, a), b) in out.iter_mut().zip(inp).zip(v) {
+                            *o = a + b;
+                        }
+                    }
+                    None => {
+                        for (o, b) in out.iter_mut().zip(v) {
+                            *o += b;
+                        }
                     }
                 })?;
             }
@@ -407,9 +425,13 @@ pub struct SizeSpec {
     pub warmup: u32,
     pub iters: u32,
     pub check: bool,
+    /// The output buffer is the input buffer (nccl-tests' in-place half).
+    pub in_place: bool,
 }
 
 /// Run warm-up and timed iterations for one size across all channels (one thread each).
+/// In place, the timed iterations keep reducing their own results, so the check is one
+/// more iteration after the timer stops, on freshly filled input (as nccl-tests checks).
 pub fn run_size(
     ring: Ring,
     links: &mut [ChannelLinks],
@@ -423,13 +445,19 @@ pub fn run_size(
     let chunk = chunk_elems(spec.bytes, ring.world, channels as u32, slot_bytes);
     let mut input = vec![0f32; count];
     fill_input(ring.rank, 0, &mut input);
-    let mut output = vec![0f32; count];
+    let mut output = if spec.in_place {
+        input.clone()
+    } else {
+        vec![0f32; count]
+    };
     // One thread per channel for the whole size; they meet the timer at a barrier after
-    // the warm-up, so the timed span covers only timed iterations.
+    // the warm-up and at another after the timed iterations, so the timed span covers
+    // only timed iterations.
     let barrier = std::sync::Barrier::new(channels + 1);
+    let end = std::sync::Barrier::new(channels + 1);
     let stop = AtomicBool::new(false);
     let err: Mutex<Option<RingError>> = Mutex::new(None);
-    let mut t_timed = Instant::now();
+    let mut elapsed = 0.0;
     let hop_bytes: u64 = std::thread::scope(|sc| {
         let mut out_rest: &mut [f32] = &mut output;
         let mut taken = 0;
@@ -439,10 +467,12 @@ pub fn run_size(
             let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
             out_rest = rest;
             taken = rg.end;
-            let inp = &input[rg];
-            let (err, barrier, stop) = (&err, &barrier, &stop);
+            let offset = rg.start;
+            let inp = (!spec.in_place).then(|| &input[rg]);
+            let (err, barrier, end, stop) = (&err, &barrier, &end, &stop);
             handles.push(sc.spawn(move || {
                 let mut at_barrier = None;
+                let mut hop = None;
                 let mut run = || -> Result<(), RingError> {
                     for it in 0..spec.warmup + spec.iters {
                         if it == spec.warmup {
@@ -451,13 +481,27 @@ pub fn run_size(
                         }
                         allreduce_channel(ring, l, p, abort, stop, inp, mine, chunk)?;
                     }
+                    if at_barrier.is_none() {
+                        barrier.wait();
+                        at_barrier = Some(l.recv.bytes_received());
+                    }
+                    end.wait();
+                    hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
+                    if spec.check && spec.in_place {
+                        fill_input(ring.rank, offset, mine);
+                        allreduce_channel(ring, l, p, abort, stop, None, mine, chunk)?;
+                    }
                     Ok(())
                 };
                 let res = run();
+                // Every channel passes each barrier exactly once, also on failure.
                 if at_barrier.is_none() {
-                    // Every channel passes the barrier exactly once, also on failure.
                     barrier.wait();
                     at_barrier = Some(l.recv.bytes_received());
+                }
+                if hop.is_none() {
+                    end.wait();
+                    hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                 }
                 if let Err(e) = res {
                     stop.store(true, Ordering::Relaxed);
@@ -478,14 +522,15 @@ pub fn run_size(
                         });
                     }
                 }
-                l.recv.bytes_received() - at_barrier.unwrap_or(0)
+                hop.unwrap_or(0)
             }));
         }
         barrier.wait();
-        t_timed = Instant::now();
+        let t_timed = Instant::now();
+        end.wait();
+        elapsed = t_timed.elapsed().as_secs_f64();
         handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
     });
-    let elapsed = t_timed.elapsed().as_secs_f64();
     if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
         return Err(e);
     }
@@ -564,6 +609,7 @@ mod tests {
         (links, handles)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_all(
         world: u32,
         channels: u32,
@@ -572,6 +618,7 @@ mod tests {
         faults: &dyn Fn(u32, u32) -> Faults,
         timeout: Duration,
         propagate: bool,
+        in_place: bool,
     ) -> Vec<Result<SizeResult, RingError>> {
         let (links, _h) = ring_links(world, channels, slot_bytes, faults, timeout);
         let abort = AbortFlag::default();
@@ -593,6 +640,7 @@ mod tests {
                             warmup: 1,
                             iters: 2,
                             check: true,
+                            in_place,
                         };
                         let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
                         if let Err(e) = &res {
@@ -622,21 +670,24 @@ mod tests {
             (8, 2, 1 << 16, 4096),
             (3, 4, 8, 64),
         ] {
-            for r in run_all(
-                world,
-                channels,
-                bytes,
-                slot,
-                &|_, _| Faults::default(),
-                Duration::from_secs(5),
-                true,
-            ) {
-                let r = r.unwrap();
-                assert_eq!(
-                    r.wrong,
-                    Some(0),
-                    "world {world} channels {channels} bytes {bytes}"
-                );
+            for in_place in [false, true] {
+                for r in run_all(
+                    world,
+                    channels,
+                    bytes,
+                    slot,
+                    &|_, _| Faults::default(),
+                    Duration::from_secs(5),
+                    true,
+                    in_place,
+                ) {
+                    let r = r.unwrap();
+                    assert_eq!(
+                        r.wrong,
+                        Some(0),
+                        "world {world} channels {channels} bytes {bytes} in place {in_place}"
+                    );
+                }
             }
         }
     }
@@ -654,7 +705,16 @@ mod tests {
                 Faults::default()
             }
         };
-        let res = run_all(4, 1, 4 * 4096, 1024, &faults, Duration::from_millis(300), false);
+        let res = run_all(
+            4,
+            1,
+            4 * 4096,
+            1024,
+            &faults,
+            Duration::from_millis(300),
+            false,
+            false,
+        );
         let stuck: Vec<&WaitReport> = res
             .iter()
             .filter_map(|r| match r {
@@ -686,7 +746,16 @@ mod tests {
             }
         };
         let t0 = Instant::now();
-        let res = run_all(3, 1, 4 * 4096, 1024, &faults, Duration::from_secs(10), true);
+        let res = run_all(
+            3,
+            1,
+            4 * 4096,
+            1024,
+            &faults,
+            Duration::from_secs(10),
+            true,
+            false,
+        );
         assert!(t0.elapsed() < Duration::from_secs(5));
         assert!(
             res.iter()

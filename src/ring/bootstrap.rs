@@ -668,7 +668,7 @@ fn serve(
                 || rep
                     .results
                     .iter()
-                    .any(|r| r.rows.iter().any(|row| row.wrong.unwrap_or(0) > 0));
+                    .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
             broadcast(
                 &conns,
                 &Msg::Done {

@@ -124,6 +124,18 @@ pub struct ResultRow {
     pub busbw_gbs: f64,
     /// Mismatching elements summed over ranks; null with `-c 0`.
     pub wrong: Option<u64>,
+    /// The in-place half (the fields above are the out-of-place half); null when a rank
+    /// did not report one.
+    pub in_place: Option<InPlaceRow>,
+}
+
+/// The in-place half of a row (`data.results[].in_place`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InPlaceRow {
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    pub wrong: Option<u64>,
 }
 
 /// One ring hop as measured at its receiver (`data.links[]`).
@@ -176,8 +188,12 @@ pub struct RingReport {
 }
 
 impl RingReport {
+    /// Mismatching elements over both halves of every row.
     pub fn wrong_total(&self) -> u64 {
-        self.results.iter().filter_map(|r| r.wrong).sum()
+        self.results
+            .iter()
+            .map(|r| r.wrong.unwrap_or(0) + r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
+            .sum()
     }
     pub fn failed(&self) -> bool {
         self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
@@ -209,12 +225,19 @@ pub fn aggregate(
                 return None;
             }
             let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
-            let algbw = if time_us > 0.0 {
-                size as f64 / time_us / 1e3
-            } else {
-                0.0
-            };
+            let algbw = algbw_gbs(size, time_us);
             let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
+            let halves: Option<Vec<&wire::HalfResult>> = per.iter().map(|r| r.in_place.as_ref()).collect();
+            let in_place = halves.map(|h| {
+                let time_us = h.iter().map(|x| x.time_us).sum::<f64>() / h.len() as f64;
+                let algbw = algbw_gbs(size, time_us);
+                InPlaceRow {
+                    time_us,
+                    algbw_gbs: algbw,
+                    busbw_gbs: allreduce::busbw(algbw, world),
+                    wrong: h.iter().map(|x| x.wrong).sum::<Option<u64>>(),
+                }
+            });
             Some(ResultRow {
                 size_bytes: size,
                 count: size / 4,
@@ -225,6 +248,7 @@ pub fn aggregate(
                 algbw_gbs: algbw,
                 busbw_gbs: allreduce::busbw(algbw, world),
                 wrong,
+                in_place,
             })
         })
         .collect();
@@ -250,9 +274,22 @@ pub fn aggregate(
     (rows, links)
 }
 
-/// Mean busbw over the rows, as nccl-tests' `# Avg bus bandwidth`.
+/// 10^9 bytes/s, as nccl-tests (0 for a zero time).
+fn algbw_gbs(size: u64, time_us: f64) -> f64 {
+    if time_us > 0.0 {
+        size as f64 / time_us / 1e3
+    } else {
+        0.0
+    }
+}
+
+/// Mean busbw over both halves of every row, as nccl-tests' `# Avg bus bandwidth`.
 pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
-    (!rows.is_empty()).then(|| rows.iter().map(|r| r.busbw_gbs).sum::<f64>() / rows.len() as f64)
+    let all: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
+        .collect();
+    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
 }
 
 /// What one rank's run produced.
@@ -851,21 +888,50 @@ fn sweep(
         for p in progress {
             p.touch();
         }
-        let spec = SizeSpec {
+        let spec = |in_place| SizeSpec {
             bytes,
             warmup: opts.warmup,
             iters: opts.iters,
             check: opts.check > 0,
+            in_place,
         };
-        let r = allreduce::run_size(ring, links, progress, &session.abort, &spec, opts.slot_bytes)?;
+        // nccl-tests' two halves: out of place, then in place, each with its own warm-up.
+        let r = allreduce::run_size(
+            ring,
+            links,
+            progress,
+            &session.abort,
+            &spec(false),
+            opts.slot_bytes,
+        )?;
+        let ip = allreduce::run_size(
+            ring,
+            links,
+            progress,
+            &session.abort,
+            &spec(true),
+            opts.slot_bytes,
+        )?;
         if ring.rank == 0 {
-            log(1, &format!("size {bytes}: {:.1} us", r.seconds * 1e6));
+            log(
+                1,
+                &format!(
+                    "size {bytes}: {:.1} us out of place, {:.1} us in place",
+                    r.seconds * 1e6,
+                    ip.seconds * 1e6
+                ),
+            );
         }
         rows.push(RowResult {
             size_bytes: bytes,
             time_us: r.seconds * 1e6,
             wrong: r.wrong,
+            in_place: Some(wire::HalfResult {
+                time_us: ip.seconds * 1e6,
+                wrong: ip.wrong,
+            }),
         });
+        // The hop rates come from the out-of-place half.
         last = Some(r);
     }
     Ok((rows, last))
@@ -897,11 +963,16 @@ mod tests {
                         size_bytes: 1 << 20,
                         time_us: 1000.0,
                         wrong: Some(0),
+                        in_place: Some(wire::HalfResult {
+                            time_us: 500.0,
+                            wrong: Some(1),
+                        }),
                     },
                     RowResult {
                         size_bytes: 1 << 21,
                         time_us: 9.0,
                         wrong: Some(0),
+                        in_place: None,
                     },
                 ],
                 links: vec![LinkSample {
@@ -920,6 +991,10 @@ mod tests {
                     size_bytes: 1 << 20,
                     time_us: 3000.0,
                     wrong: Some(3),
+                    in_place: Some(wire::HalfResult {
+                        time_us: 1500.0,
+                        wrong: Some(0),
+                    }),
                 }],
                 links: vec![LinkSample {
                     order: 0,
@@ -945,6 +1020,12 @@ mod tests {
                 algbw_gbs: 1048576.0 / 2000.0 / 1e3,
                 busbw_gbs: 1048576.0 / 2000.0 / 1e3,
                 wrong: Some(3),
+                in_place: Some(InPlaceRow {
+                    time_us: 1000.0,
+                    algbw_gbs: 1048576.0 / 1000.0 / 1e3,
+                    busbw_gbs: 1048576.0 / 1000.0 / 1e3,
+                    wrong: Some(1),
+                }),
             }]
         );
         assert_eq!(links.len(), 2);
@@ -958,7 +1039,8 @@ mod tests {
             (0, 1, "a", "b")
         );
         assert!((links[0].gbs - 0.002).abs() < 1e-12);
-        assert_eq!(avg_busbw(&rows), Some(rows[0].busbw_gbs));
+        // The mean over both halves, as nccl-tests.
+        assert_eq!(avg_busbw(&rows), Some((1.048576 / 2.0 + 1.048576) / 2.0));
         // Wrong elements fail the run (exit 1), as a verdict or an early end does.
         let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
             world: 2,
@@ -995,6 +1077,9 @@ mod tests {
         assert!(report(rows.clone(), None).failed());
         let mut ok = rows.clone();
         ok[0].wrong = Some(0);
+        // Wrong elements in the in-place half alone fail it too.
+        assert!(report(ok.clone(), None).failed());
+        ok[0].in_place.as_mut().unwrap().wrong = Some(0);
         assert!(!report(ok.clone(), None).failed());
         assert!(report(ok, Some("rank 1 lost".into())).failed());
     }

@@ -66,6 +66,23 @@ pub struct RowResult {
     pub time_us: f64,
     /// Mismatching elements on this rank; None when checking was off (`-c 0`).
     pub wrong: Option<u64>,
+    /// The in-place half of the same size; absent from older ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<HalfResult>,
+}
+
+impl RowResult {
+    /// Mismatching elements in either half.
+    pub fn wrong_total(&self) -> u64 {
+        self.wrong.unwrap_or(0) + self.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0)
+    }
+}
+
+/// One half (out of place or in place) of one size on one rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HalfResult {
+    pub time_us: f64,
+    pub wrong: Option<u64>,
 }
 
 /// Everything one rank measured, sent to the coordinator at the end.
