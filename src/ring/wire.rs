@@ -273,6 +273,37 @@ mod tests {
         assert!(r.port_counters.is_empty());
     }
 
+    /// A row carries its in-place half; an older rank's row (none) reads as None, and
+    /// wrong elements in either half count.
+    #[test]
+    fn rows_carry_the_in_place_half() {
+        let row = RowResult {
+            size_bytes: 4096,
+            time_us: 10.0,
+            wrong: Some(0),
+            in_place: Some(HalfResult {
+                time_us: 9.0,
+                wrong: Some(2),
+            }),
+        };
+        assert_eq!(row.wrong_total(), 2);
+        let m = Msg::Results(RankResults {
+            rank: 1,
+            rows: vec![row],
+            links: vec![],
+            link_size_bytes: 0,
+            port_counters: vec![],
+        });
+        let mut buf = Vec::new();
+        write_msg(&mut buf, &m).unwrap();
+        assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
+        let old = br#"{"type":"results","rank":2,"rows":[{"size_bytes":8,"time_us":1.0,"wrong":3}],"links":[],"link_size_bytes":0}"#;
+        let Msg::Results(r) = decode(old).unwrap() else {
+            panic!("not results")
+        };
+        assert_eq!((r.rows[0].in_place.clone(), r.rows[0].wrong_total()), (None, 3));
+    }
+
     /// Random bytes and random bodies behind a valid header never panic the reader.
     #[test]
     fn random_input_never_panics() {
