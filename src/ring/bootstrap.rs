@@ -1046,6 +1046,24 @@ mod tests {
     use super::*;
     use crate::ring::types::RankInfo;
 
+    /// A coordinator for token "t" and options "p", no scan.
+    fn test_cfg(
+        world: u32,
+        timeout: Duration,
+        advertised: String,
+        judge: Option<Judge>,
+    ) -> CoordinatorConfig {
+        CoordinatorConfig {
+            world,
+            token: "t".into(),
+            timeout,
+            advertised,
+            params: "p".into(),
+            judge,
+            scan: None,
+        }
+    }
+
     fn hello(rank: u32, world: u32, token: &str) -> Hello {
         Hello {
             protocol: wire::PROTOCOL,
@@ -1073,15 +1091,7 @@ mod tests {
         bad_proto.protocol = 99;
         let mut other_params = hello(0, 4, "t");
         other_params.params = "q".into();
-        let cfg = CoordinatorConfig {
-            world: 4,
-            token: "t".into(),
-            timeout: Duration::from_secs(1),
-            advertised: String::new(),
-            params: "p".into(),
-            judge: None,
-            scan: None,
-        };
+        let cfg = test_cfg(4, Duration::from_secs(1), String::new(), None);
         let cases = [
             (hello(0, 4, "t"), None),
             (other_params, Some("runs with options [q], rank 0 with [p]")),
@@ -1121,15 +1131,7 @@ mod tests {
     fn gathers_rejects_and_times_out() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
-        let cfg = CoordinatorConfig {
-            world: 3,
-            token: "t".into(),
-            timeout: Duration::from_millis(1500),
-            advertised: addr.clone(),
-            params: "p".into(),
-            judge: None,
-            scan: None,
-        };
+        let cfg = test_cfg(3, Duration::from_millis(1500), addr.clone(), None);
         let coord = thread::spawn(move || coordinate(l, cfg));
         // Garbage, then a wrong token, then one good rank; rank 2 never comes.
         let mut g = TcpStream::connect(&addr).unwrap();
@@ -1184,15 +1186,7 @@ mod tests {
         }
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
-        let cfg = CoordinatorConfig {
-            world: 2,
-            token: "t".into(),
-            timeout: Duration::from_secs(5),
-            advertised: addr.clone(),
-            params: "p".into(),
-            judge: Some(Arc::new(judge)),
-            scan: None,
-        };
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), Some(Arc::new(judge)));
         let coord = thread::spawn(move || coordinate(l, cfg));
         let ranks: Vec<_> = (0..2)
             .map(|r| {
@@ -1243,15 +1237,7 @@ mod tests {
         }
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
-        let cfg = CoordinatorConfig {
-            world: 2,
-            token: "t".into(),
-            timeout: Duration::from_secs(20),
-            advertised: addr.clone(),
-            params: "p".into(),
-            judge: Some(Arc::new(judge)),
-            scan: None,
-        };
+        let cfg = test_cfg(2, Duration::from_secs(20), addr.clone(), Some(Arc::new(judge)));
         let coord = thread::spawn(move || coordinate(l, cfg));
         let t0 = Instant::now();
         let ranks: Vec<_> = (0..2)
