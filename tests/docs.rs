@@ -45,3 +45,24 @@ fn man_pages_and_completions_are_current() {
         assert!(a == b, "man/{n} is stale; run: cargo run -- gen-docs man");
     }
 }
+
+/// The README's test command is the one `.ci/run` runs.
+#[test]
+fn readme_and_ci_run_the_same_test_command() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let cmds: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("cargo test"))
+        .collect();
+    assert_eq!(cmds.len(), 1, "{cmds:?}");
+    // `cargo test ... | tee "$log"`: the command is what precedes the pipe.
+    let cmd = cmds[0].split(" 2>&1").next().unwrap().split(" |").next().unwrap().trim();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("The test command itself is `{cmd}`")),
+        "README does not give .ci/run's command `{cmd}`"
+    );
+    assert!(ci.contains("export FABPROBE_LAB=required"));
+}

@@ -1,5 +1,6 @@
 //! `fabprobe ring` as real processes in the network lab (see tests/lab/mod.rs). Needs root;
-//! without it every test prints SKIPPED loudly and returns.
+//! without it every test fails under `FABPROBE_LAB=required` (CI) and otherwise prints
+//! SKIPPED loudly and returns.
 
 mod lab;
 
@@ -260,6 +261,12 @@ fn lab_is_torn_down_even_when_a_test_panics() {
         panic!("injected");
     });
     let Some(prefix) = prefix.into_inner().unwrap() else {
+        // No lab was built: skipped (said loudly), or, under FABPROBE_LAB=required, the
+        // panic caught above was the lab's refusal, and that is a failure.
+        assert!(
+            !lab::lab_required(),
+            "the lab could not be built (its reason is printed above)"
+        );
         return;
     };
     assert!(r.is_err());

@@ -431,7 +431,7 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                 out.push(f.fix(if id == "links.errors_increasing" {
                     "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable"
                 } else {
-                    "lossy path: check PFC/ECN configuration (fabprobe qos) and the link's error counters"
+                    "lossy path: check PFC/ECN configuration (`mlnx_qos -i <netdev>`, pause and ECN counters in `ethtool -S <netdev>`) and the link's error counters"
                 }));
             }
             if let (Some(w), Some(x)) = (p.counter("port_xmit_wait"), p.counter("port_xmit_data"))

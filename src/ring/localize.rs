@@ -473,12 +473,12 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         );
         let next = if egress {
             format!(
-                "on {host}: fabprobe links and fabprobe qos (tx errors, PFC pauses received), `ethtool {dev}` \
+                "on {host}: fabprobe links (tx errors), `mlnx_qos -i {dev}` and `ethtool -S {dev}` (PFC, pauses received), `ethtool {dev}` \
                  (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
             )
         } else {
             format!(
-                "on {host}: fabprobe links and fabprobe qos (rx errors and drops, PFC pauses sent, CNPs), \
+                "on {host}: fabprobe links (rx errors, CNPs), `mlnx_qos -i {dev}` (PFC, pauses sent in `ethtool -S`), \
                  `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
             )
         };
@@ -719,7 +719,7 @@ mod tests {
             v.next
                 .as_deref()
                 .unwrap()
-                .starts_with("on node-c: fabprobe links and fabprobe qos")
+                .starts_with("on node-c: fabprobe links (tx errors), `mlnx_qos -i ")
         );
     }
 

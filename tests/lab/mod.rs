@@ -4,12 +4,16 @@
 //! `fabprobe` processes run inside with `ip netns exec` (and their own UTS namespace, so each
 //! node has its own hostname). Everything is torn down by `Drop` (also on panic), and
 //! leftovers of killed runs are removed by their name prefix `fpl<pid>`.
-//! Needs root and iproute2; without them `Lab::new` prints a loud SKIPPED line and returns
-//! None.
+//! Needs root and iproute2; without them `Lab::new` fails the test under
+//! `FABPROBE_LAB=required` (as `.ci/run` sets it) and otherwise prints a loud SKIPPED line
+//! and returns None (`tests/common/mod.rs`).
 
 #![allow(dead_code)]
 
-use std::io::Write;
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::{lab_required, lab_unavailable, loud};
+
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,12 +43,6 @@ pub struct Lab {
     pub nodes: Vec<Node>,
     children: Mutex<Vec<Child>>,
     _guard: std::sync::MutexGuard<'static, ()>,
-}
-
-/// Print past cargo's output capture: a skipped lab test must be seen.
-pub fn loud(msg: &str) {
-    let mut e = std::io::stderr();
-    let _ = writeln!(e, "\n********\n{msg}\n********");
 }
 
 fn sh(args: &[&str]) -> Output {
@@ -114,19 +112,16 @@ fn kill_ns_pids(ns: &str) {
 }
 
 impl Lab {
-    /// Build the lab, or None (after a loud SKIPPED line) where it cannot run.
+    /// Build the lab, or None (after a loud SKIPPED line) where it cannot run; under
+    /// `FABPROBE_LAB=required` a lab that cannot run fails the test instead.
     pub fn new(test: &str, opts: LabOpts) -> Option<Lab> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            loud(&format!(
-                "SKIPPED lab test {test}: needs root (network namespaces, bridges, tc)"
-            ));
+            lab_unavailable(test, "needs root (network namespaces, bridges, tc)");
             return None;
         }
         if Command::new("ip").arg("-V").output().is_err() {
-            loud(&format!(
-                "SKIPPED lab test {test}: iproute2 (`ip`) is not installed"
-            ));
+            lab_unavailable(test, "iproute2 (`ip`) is not installed");
             return None;
         }
         let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -134,10 +129,15 @@ impl Lab {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("fpl{}{}", std::process::id(), (b'a' + (n % 26) as u8) as char);
         let probe = format!("{prefix}-probe");
-        if !sh(&["ip", "netns", "add", &probe]).status.success() {
-            loud(&format!(
-                "SKIPPED lab test {test}: cannot create network namespaces here (no CAP_SYS_ADMIN?)"
-            ));
+        let added = sh(&["ip", "netns", "add", &probe]);
+        if !added.status.success() {
+            lab_unavailable(
+                test,
+                &format!(
+                    "cannot create network namespaces here (no CAP_SYS_ADMIN?): {}",
+                    String::from_utf8_lossy(&added.stderr).trim()
+                ),
+            );
             return None;
         }
         let _ = sh(&["ip", "netns", "del", &probe]);
