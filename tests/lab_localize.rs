@@ -2,7 +2,8 @@
 //! (tests/lab/mod.rs): a slow egress (tbf), a slow pair (htb + u32 filter), a data link cut
 //! mid-run (iptables DROP on the data interface only), a rank killed (SIGKILL), a rank frozen
 //! (SIGSTOP), the coordinator killed. Each must give its verdict within --timeout plus the
-//! grace, and every process must exit. Needs root; without it every test prints SKIPPED.
+//! grace, and every process must exit. Needs root; without it every test fails under
+//! `FABPROBE_LAB=required` (CI) and otherwise prints SKIPPED.
 
 mod lab;
 
@@ -168,7 +169,7 @@ fn lab3(name: &str) -> Option<Lab> {
 fn cut_data_link_is_a_hang_on_that_link() {
     let Some(lab) = lab3("cut_hang") else { return };
     let ids = long_run(&lab, "cut");
-    std::thread::sleep(Duration::from_millis(1500));
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
     // node-c drops what node-b sends on the data network; management stays up.
     lab.cut_data_link(2, 1);
     let t0 = Instant::now();
@@ -213,7 +214,7 @@ fn cut_data_link_is_a_hang_on_that_link() {
 fn killed_rank_is_lost() {
     let Some(lab) = lab3("rank_lost") else { return };
     let ids = long_run(&lab, "lost");
-    std::thread::sleep(Duration::from_millis(1500));
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
     let t0 = Instant::now();
@@ -246,7 +247,7 @@ fn killed_rank_is_lost() {
 fn stopped_rank_is_stalled() {
     let Some(lab) = lab3("rank_stalled") else { return };
     let ids = long_run(&lab, "stop");
-    std::thread::sleep(Duration::from_millis(1500));
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
     let pid = lab.pid(ids[1]) as i32;
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -285,7 +286,7 @@ fn stopped_rank_is_stalled() {
 fn killed_coordinator_is_lost_on_every_other_rank() {
     let Some(lab) = lab3("coord_lost") else { return };
     let ids = long_run(&lab, "coord");
-    std::thread::sleep(Duration::from_millis(1500));
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
     let t0 = Instant::now();

@@ -315,6 +315,60 @@ impl Lab {
         );
     }
 
+    /// Poll (every 50 ms, up to `limit`) until something listens on TCP `port` in `node`'s
+    /// namespace: a coordinator that is ready for connections, instead of a fixed sleep.
+    pub fn wait_listening(&self, node: usize, port: u16, limit: Duration) {
+        let t0 = Instant::now();
+        let filter = format!("sport = :{port}");
+        loop {
+            let o = self.ns_output(node, &["ss", "-Hltn", &filter]);
+            if !o.trim().is_empty() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "nothing listens on port {port} in {} after {limit:?}",
+                self.nodes[node].name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Poll (every 50 ms, up to `limit`) until every node in `nodes` has received bytes on
+    /// an established TCP connection of its data address: the run is past the bootstrap and
+    /// data flows into every rank, so a fault injected now lands mid-run. Replaces a fixed
+    /// sleep, which on a loaded machine can end before the data links exist.
+    pub fn wait_data_flowing(&self, nodes: std::ops::Range<usize>, limit: Duration) {
+        let t0 = Instant::now();
+        for node in nodes {
+            let src = format!("src {}", self.nodes[node].data_ip);
+            loop {
+                let o = self.ns_output(node, &["sh", "-c", &format!("ss -Htni state established {src}")]);
+                let received = o.split_whitespace().any(|w| {
+                    w.strip_prefix("bytes_received:")
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .is_some_and(|n| n > 0)
+                });
+                if received {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < limit,
+                    "no data reached {} ({}) within {limit:?}; its connections:\n{o}",
+                    self.nodes[node].name,
+                    self.nodes[node].data_ip
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    fn ns_output(&self, node: usize, args: &[&str]) -> String {
+        let mut a = vec!["ip", "netns", "exec", self.nodes[node].ns.as_str()];
+        a.extend_from_slice(args);
+        text(&sh(&a).stdout)
+    }
+
     /// The pid of a spawned process (to signal it: SIGKILL, SIGSTOP).
     pub fn pid(&self, id: usize) -> u32 {
         self.children.lock().unwrap()[id].id()
