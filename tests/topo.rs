@@ -68,8 +68,11 @@ fn sample_table(name: &str) -> String {
     expand(&s)
 }
 
+/// Consistency, not discovery: the `h100-penny` tree was generated to reproduce this very
+/// capture (its PCI tree and NUMA facts chosen so), so this proves that the probe and the
+/// renderer give the capture back from such a tree, cell for cell and byte for byte.
 #[test]
-fn penny_matches_the_real_nvidia_smi_output() {
+fn penny_tree_built_from_the_capture_renders_the_capture_back() {
     let r = report("h100-penny");
     let ours = render::topo::table(&r, &[], false);
     // Our table stops at the NIC legend; notes (none here) would follow.
@@ -93,8 +96,10 @@ fn penny_matches_the_real_nvidia_smi_output() {
     assert!(r.notes.is_empty(), "{:?}", r.notes);
 }
 
+/// Layout only: the matrix is copied from the capture itself, so this proves where the
+/// renderer puts every byte (tabs, ` X `, the affinity columns), not the cells.
 #[test]
-fn the_a10_sample_layout_is_what_our_renderer_writes() {
+fn renderer_lays_out_the_a10_capture_matrix_byte_for_byte() {
     // Build the 4x A10 report by hand from the sample's cells and check the renderer puts
     // every byte where nvidia-smi did (tabs, ` X `, the misaligned GPU NUMA ID column).
     let want = sample_table("XueSongTap-blog_4xA10_2NIC_nvidia-smi-topo-m.txt");
@@ -437,4 +442,70 @@ fn nvml_gpus_without_sysfs_get_nvlink_cells_and_na() {
         r.notes
     );
     assert_eq!(r.source, "sysfs+nvml");
+}
+
+/// NICs in registration order with bonds last: `roce-bond-host` has its bond on bus 3b, below
+/// the plain ports on bus 86, and still lists it after them (as nvidia-smi does).
+#[test]
+fn bond_devices_come_after_the_plain_nics() {
+    let r = report("roce-bond-host");
+    let nics: Vec<(&str, &str)> = r
+        .nics
+        .iter()
+        .map(|n| (n.ibdev.as_str(), n.pci.pci_bus_id.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        nics,
+        [
+            ("mlx5_0", "0000:86:00.0"),
+            ("mlx5_1", "0000:86:00.1"),
+            ("mlx5_bond_0", "0000:3b:00.0")
+        ]
+    );
+    let (code, out, err) = fabprobe(&["--root", "fixtures/roce-bond-host", "topo"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let legend: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("NIC Legend:"))
+        .filter(|l| l.trim_start().starts_with("NIC"))
+        .skip(1)
+        .map(str::trim)
+        .collect();
+    assert_eq!(legend, ["NIC0: mlx5_0", "NIC1: mlx5_1", "NIC2: mlx5_bond_0"], "{out}");
+}
+
+/// `numa_node` -1 is only a warning where there is more than one node to be wrong about: on
+/// a single-node host (`cpu-only`, node/online "0") a device at -1 gives no finding, while
+/// the same value on the two-node `cloud-vm-flat` does.
+#[test]
+fn numa_minus_one_warns_only_on_a_multi_node_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("cpu-only");
+    let st = Command::new("cp")
+        .args(["-a", "fixtures/cpu-only"])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let nic = copy.join("sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/numa_node");
+    assert_eq!(std::fs::read_to_string(&nic).unwrap(), "0\n");
+    std::fs::write(&nic, "-1\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(copy.join("sys/devices/system/node/online")).unwrap(),
+        "0\n"
+    );
+    let ids = |root: &str| -> Vec<String> {
+        let (_, out, err) = fabprobe(&["--root", root, "--format", "json", "topo"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let single = ids(copy.to_str().unwrap());
+    assert!(!single.iter().any(|i| i == "topo.numa_node_unknown"), "{single:?}");
+    let multi = ids("fixtures/cloud-vm-flat");
+    assert!(multi.iter().any(|i| i == "topo.numa_node_unknown"), "{multi:?}");
 }
