@@ -475,3 +475,56 @@ fn broken_device_does_not_hide_the_others() {
         serde_json::Value::Null
     );
 }
+
+/// NCCL's GID variables travel in the snapshot's `fabprobe/env.json` and drive the choice
+/// end to end; the environment of the process reading the snapshot does not.
+#[test]
+fn nccl_gid_variables_come_from_the_snapshots_env_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("roce-bond-host");
+    assert!(
+        Command::new("cp")
+            .args(["-a", "fixtures/roce-bond-host"])
+            .arg(&copy)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let pick = |env_json: &str| -> Vec<(String, u64, String)> {
+        std::fs::write(copy.join("fabprobe/env.json"), env_json).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(["--root", copy.to_str().unwrap(), "--format", "json", "gids"])
+            // The caller's own setting must not leak into the snapshot's answer.
+            .env("NCCL_IB_ROCE_VERSION_NUM", "2")
+            .env("NCCL_IB_GID_INDEX", "0")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["data"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["device"].as_str().unwrap().to_string(),
+                    p["nccl"]["index"].as_u64().unwrap(),
+                    p["nccl"]["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let idx = |v: &[(String, u64, String)]| v.iter().map(|(d, i, _)| (d.clone(), *i)).collect::<Vec<_>>();
+    let s = |d: &str, i: u64| (d.to_string(), i);
+    // No variables: NCCL's default, the first IPv4 RoCE v2 GID (index 5 on the IBM table,
+    // 3 on the UCX bond table).
+    let default = pick("{}\n");
+    assert_eq!(idx(&default), [s("mlx5_0", 5), s("mlx5_1", 3), s("mlx5_bond_0", 3)]);
+    // RoCE v1 asked for in the snapshot's environment: the v1 twin of each.
+    let v1 = pick("{\"NCCL_IB_ROCE_VERSION_NUM\": \"1\"}\n");
+    assert_eq!(idx(&v1), [s("mlx5_0", 4), s("mlx5_1", 2), s("mlx5_bond_0", 2)]);
+    assert!(v1.iter().all(|(_, _, r)| r.contains("RoCE v1")), "{v1:?}");
+    // An index forced in the snapshot's environment.
+    let forced = pick("{\"NCCL_IB_GID_INDEX\": \"1\"}\n");
+    assert_eq!(idx(&forced), [s("mlx5_0", 1), s("mlx5_1", 1), s("mlx5_bond_0", 1)]);
+    assert!(forced.iter().all(|(_, _, r)| r.contains("NCCL_IB_GID_INDEX=1")), "{forced:?}");
+}
