@@ -199,3 +199,51 @@ fn local_scan_json_contract() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["data"]["scan"].is_null());
 }
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `--coordinator HOST` without a port: every rank takes `$FABPROBE_PORT`.
+#[test]
+fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
+    let port = free_port().to_string();
+    let spawn = |rank: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args([
+                "ring", "--rank", rank, "--world", "2", "--coordinator", "127.0.0.1", "--ifname", "lo",
+                "--token", "port", "-b", "4K", "-e", "4K", "-n", "1", "--no-scan", "--timeout", "20",
+                "--format", "json",
+            ])
+            .env_clear()
+            .env("FABPROBE_PORT", &port)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (r0, r1) = (spawn("0"), spawn("1"));
+    let (o0, o1) = (r0.wait_with_output().unwrap(), r1.wait_with_output().unwrap());
+    assert!(o0.status.success(), "{}", text(&o0.stderr));
+    assert!(o1.status.success(), "{}", text(&o1.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o0.stdout).unwrap();
+    assert_eq!(j["data"]["launcher"]["coordinator"], format!("127.0.0.1:{port}"));
+    assert_eq!(j["data"]["results"][0]["wrong"], 0);
+    // Alone, rank 0 names the address it waited on.
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args([
+            "ring", "--rank", "0", "--world", "2", "--coordinator", "127.0.0.1", "--ifname", "lo",
+            "--timeout", "1",
+        ])
+        .env_clear()
+        .env("FABPROBE_PORT", &port)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("never reached the coordinator at 127.0.0.1:{port}")),
+        "{}",
+        text(&o.stderr)
+    );
+}
