@@ -9,6 +9,7 @@
 
 pub mod nvml;
 pub mod side;
+pub mod tarball;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -23,6 +24,27 @@ pub use side::{HostMeta, SIDE_DIR};
 /// Symlink hops allowed while resolving one path (the kernel's limit is 40 too).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// The most fabprobe reads of any one file. A sysfs attribute is at most a page, the
+/// biggest file probes read (`/proc/cpuinfo` of a few hundred CPUs) under 1 MiB; anything
+/// larger is not what it claims to be, and is refused instead of read into memory.
+pub const MAX_READ_BYTES: u64 = 16 << 20;
+
+/// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
+/// `FileTooLarge`, found after reading `limit + 1` bytes at most.
+pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(buf)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("cannot {op} {path}: {source}")]
@@ -36,6 +58,8 @@ pub enum HostError {
     SymlinkLoop { path: PathBuf },
     #[error("snapshot {path}: {msg}")]
     Snapshot { path: PathBuf, msg: String },
+    #[error("cannot read {path}: larger than {limit} bytes, more than any file fabprobe reads")]
+    TooLarge { path: PathBuf, limit: u64 },
 }
 
 impl HostError {
@@ -43,6 +67,7 @@ impl HostError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             HostError::Io { source, .. } => source.raw_os_error(),
+            HostError::TooLarge { .. } => Some(libc::EFBIG),
             _ => None,
         }
     }
@@ -343,7 +368,16 @@ impl Host {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
-        std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
+        read_capped(&self.on_disk(&real), MAX_READ_BYTES).map_err(|e| {
+            if e.kind() == io::ErrorKind::FileTooLarge {
+                HostError::TooLarge {
+                    path: host_path.to_path_buf(),
+                    limit: MAX_READ_BYTES,
+                }
+            } else {
+                Self::io_err("read", host_path, e)
+            }
+        })
     }
 
     /// Read a file; `None` when it does not exist. Other failures are errors.

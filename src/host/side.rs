@@ -46,8 +46,15 @@ impl HostMeta {
     }
 }
 
-/// Environment variables a probe may read, and so the only ones a snapshot keeps.
+/// Environment variables a probe may read, and so the only ones a snapshot keeps. Never a
+/// secret: `FABPROBE_TOKEN` (the ring's job token) or anything named like a credential,
+/// since snapshots are made to be handed to others.
 pub fn env_is_captured(name: &str) -> bool {
+    const SECRET_MARKS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
+    let upper = name.to_ascii_uppercase();
+    if SECRET_MARKS.iter().any(|m| upper.contains(m)) {
+        return false;
+    }
     const PREFIXES: &[&str] = &["NCCL_", "UCX_", "FABPROBE_"];
     const EXACT: &[&str] = &[
         "CUDA_VISIBLE_DEVICES",
@@ -74,6 +81,7 @@ const ERRNOS: &[(&str, i32)] = &[
     ("EOPNOTSUPP", libc::EOPNOTSUPP),
     ("ETIMEDOUT", libc::ETIMEDOUT),
     ("EAGAIN", libc::EAGAIN),
+    ("EFBIG", libc::EFBIG),
 ];
 
 pub fn errno_name(raw: i32) -> Option<&'static str> {
@@ -97,9 +105,15 @@ fn load_json<T: serde::de::DeserializeOwned>(
     shown: &Path,
 ) -> Result<Option<T>, HostError> {
     let p = root.join(SIDE_DIR).join(name);
-    let text = match std::fs::read_to_string(&p) {
-        Ok(t) => t,
+    let text = match super::read_capped(&p, super::MAX_READ_BYTES) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return Err(HostError::TooLarge {
+                path: p,
+                limit: super::MAX_READ_BYTES,
+            });
+        }
         Err(source) => {
             return Err(HostError::Io {
                 op: "read",
@@ -118,7 +132,9 @@ fn load_json<T: serde::de::DeserializeOwned>(
 
 pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let meta: HostMeta = load_json(root, "host.json", shown)?.unwrap_or_default();
-    let env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    let mut env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    // Snapshots written before the filter knew about secrets may hold one: never use it.
+    env.retain(|k, _| env_is_captured(k));
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
@@ -142,8 +158,16 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     })
 }
 
-/// Unpack a `.tar.gz` snapshot into a private temporary directory.
+/// Unpack a `.tar.gz` snapshot into a private temporary directory, within
+/// [`tarball::LIMITS`](super::tarball::LIMITS); a refusal names the archive and the entry.
 pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostError> {
+    extract_tarball_within(path, &super::tarball::LIMITS)
+}
+
+pub(super) fn extract_tarball_within(
+    path: &Path,
+    limits: &super::tarball::Limits,
+) -> Result<tempfile::TempDir, HostError> {
     let err = |msg: String| HostError::Snapshot {
         path: path.to_path_buf(),
         msg,
@@ -157,11 +181,8 @@ pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostErro
         .prefix("fabprobe-snap")
         .tempdir()
         .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    ar.set_preserve_permissions(false);
-    // `unpack` refuses entries that escape the destination ('..', absolute paths).
-    ar.unpack(dir.path())
-        .map_err(|e| err(format!("not a readable .tar.gz snapshot: {e}")))?;
+    let gz = flate2::read::GzDecoder::new(std::io::BufReader::new(file));
+    super::tarball::unpack(gz, dir.path(), limits).map_err(|r| err(r.to_string()))?;
     Ok(dir)
 }
 
@@ -174,8 +195,10 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
     if has_tree(dir) {
         return dir.to_path_buf();
     }
+    // A real directory, not a link to one: the root must be the unpacked tree itself.
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     match top.as_slice() {
-        [only] if only.is_dir() && has_tree(only) => only.clone(),
+        [only] if real_dir(only) && has_tree(only) => only.clone(),
         _ => dir.to_path_buf(),
     }
 }
@@ -192,6 +215,23 @@ mod tests {
         assert!(!env_is_captured("AWS_SECRET_ACCESS_KEY"));
         assert!(!env_is_captured("PATH"));
         assert!(!env_is_captured("CUDA_HOME"));
+        // The ring's job token is a secret, not a probe input.
+        assert!(env_is_captured("FABPROBE_COORDINATOR"));
+        assert!(!env_is_captured("FABPROBE_TOKEN"));
+        assert!(!env_is_captured("NCCL_SOME_SECRET"));
+    }
+
+    #[test]
+    fn a_token_in_an_old_snapshot_is_not_loaded() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::write(
+            t.path().join(SIDE_DIR).join("env.json"),
+            r#"{"FABPROBE_TOKEN": "s3cret", "NCCL_IB_HCA": "mlx5_0"}"#,
+        )
+        .unwrap();
+        let l = load(t.path(), t.path()).unwrap();
+        assert_eq!(l.env.keys().collect::<Vec<_>>(), vec!["NCCL_IB_HCA"]);
     }
 
     #[test]

@@ -296,7 +296,13 @@ pub fn write_tree(
         ..host.meta().clone()
     };
     write_json(&side_dir.join("host.json"), &meta)?;
-    write_json(&side_dir.join("env.json"), host.env())?;
+    // Filtered again here: a host built from an older snapshot may carry a secret.
+    let env: BTreeMap<&String, &String> = host
+        .env()
+        .iter()
+        .filter(|(k, _)| side::env_is_captured(k))
+        .collect();
+    write_json(&side_dir.join("env.json"), &env)?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
     Ok(summary)
