@@ -30,7 +30,8 @@ SNAPSHOT FORMAT
                       CUDA_VISIBLE_DEVICES-style variables, never the rest of the environment
                       and never a secret (FABPROBE_TOKEN, names with TOKEN, SECRET, PASSWORD)
     nvml.json         {\"state\": \"available\", \"driver_version\", \"gpus\": [{index, pci_bus_id,
-                      nvlinks: [{link, active, remote_pci_bus_id}], ...}]} or
+                      nvlinks: [{link, active, remote_pci_bus_id,
+                      remote_device_type (gpu|switch|ibmnpu|unknown)}], ...}]} or
                       {\"state\": \"unavailable\", \"reason\": \"...\"}
     read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
                       the file exists (empty) in the tree and reads of it fail with that errno

@@ -576,6 +576,25 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_file_is_refused_not_read_into_memory() {
+        let t = tree();
+        let big = t.path().join("sys/class/big");
+        let f = std::fs::File::create(&big).unwrap();
+        // Sparse on disk: 1 GiB that costs nothing to make.
+        f.set_len(1 << 30).unwrap();
+        let h = Host::snapshot(t.path()).unwrap();
+        let e = h.read("/sys/class/big").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /sys/class/big: larger than 16777216 bytes, more than any file fabprobe reads"
+        );
+        assert_eq!(h.attr("/sys/class/big"), Attr::Failed("EFBIG".into()));
+        // At the limit it is read.
+        std::fs::File::create(&big).unwrap().set_len(MAX_READ_BYTES).unwrap();
+        assert_eq!(h.read_bytes("/sys/class/big").unwrap().len() as u64, MAX_READ_BYTES);
+    }
+
+    #[test]
     fn symlink_loop_is_an_error_not_a_hang() {
         let t = tree();
         let h = Host::snapshot(t.path()).unwrap();

@@ -173,8 +173,16 @@ impl Mirror<'_> {
                 return Ok(());
             }
         }
-        match std::fs::read(&s) {
+        match crate::host::read_capped(&s, crate::host::MAX_READ_BYTES) {
             Ok(bytes) => std::fs::write(&d, bytes).map_err(io_err("write", &d))?,
+            Err(e) if e.kind() == io::ErrorKind::FileTooLarge => {
+                self.summary.skipped.push(format!(
+                    "{}: larger than {} bytes, not copied",
+                    canonical.display(),
+                    crate::host::MAX_READ_BYTES
+                ));
+                return Ok(());
+            }
             Err(e) => {
                 // The kernel's answer is the fact: keep the file (it exists) and the errno.
                 let name = e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO");
