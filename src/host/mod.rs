@@ -29,6 +29,24 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// larger is not what it claims to be, and is refused instead of read into memory.
 pub const MAX_READ_BYTES: u64 = 16 << 20;
 
+/// Text from outside (an archive's entry name, a parser's message quoting the input) made
+/// safe to print: control characters escaped (`\u{1b}`), at most `max` characters kept.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
 /// `FileTooLarge`, found after reading `limit + 1` bytes at most.
 pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {

@@ -126,7 +126,8 @@ fn load_json<T: serde::de::DeserializeOwned>(
         .map(Some)
         .map_err(|e| HostError::Snapshot {
             path: shown.to_path_buf(),
-            msg: format!("{SIDE_DIR}/{name}: {e}"),
+            // serde quotes the offending value: printed escaped.
+            msg: format!("{SIDE_DIR}/{name}: {}", super::printable(&e.to_string(), 300)),
         })
 }
 

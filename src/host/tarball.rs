@@ -72,16 +72,15 @@ fn archive_err(msg: impl Into<String>) -> Refused {
 /// An entry name as it may be printed: lossy UTF-8, control characters escaped, so a
 /// hostile name cannot drive the terminal.
 fn shown(bytes: &[u8]) -> String {
-    let s = String::from_utf8_lossy(bytes);
-    let mut out: String = s.chars().take(200).flat_map(char::escape_debug).collect();
-    if s.chars().count() > 200 {
-        out.push_str("...");
-    }
-    out
+    super::printable(&String::from_utf8_lossy(bytes), 200)
 }
 
+/// The tar reader's messages may quote header bytes: printed escaped.
 fn unreadable(e: io::Error) -> Refused {
-    archive_err(format!("not a readable .tar.gz snapshot: {e}"))
+    archive_err(format!(
+        "not a readable .tar.gz snapshot: {}",
+        super::printable(&e.to_string(), 300)
+    ))
 }
 
 /// A relative path inside the snapshot: no root, no `..`; `.` components dropped.
@@ -106,19 +105,22 @@ fn clean_path(bytes: &[u8]) -> Result<PathBuf, String> {
 }
 
 /// Whether a symbolic link at `at` (relative to the snapshot) pointing to `target` stays
-/// inside the snapshot, judged on the names alone. Entries are never placed under a link
-/// (see [`unpack`]), so every directory named in `at` is a real one.
+/// inside the snapshot, judged on the names alone. That is exact because entries are never
+/// placed under a link (so every directory in `at` is real) and `..` may only lead the
+/// target, the form the kernel (`../../devices/...`) and capture write: a `..` after a name
+/// would climb out of wherever that name, perhaps itself a link, leads.
 fn link_stays_inside(at: &Path, target: &Path) -> bool {
     let mut depth = at.components().count().saturating_sub(1);
+    let mut named = false;
     for c in target.components() {
         match c {
-            Component::Normal(_) => depth += 1,
+            Component::Normal(_) => named = true,
             Component::CurDir => {}
-            Component::ParentDir => match depth.checked_sub(1) {
+            Component::ParentDir if !named => match depth.checked_sub(1) {
                 Some(d) => depth = d,
                 None => return false,
             },
-            Component::RootDir | Component::Prefix(_) => return false,
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return false,
         }
     }
     true
@@ -408,6 +410,7 @@ mod tests {
             (&[("/etc/x", b'0', b"x", "")], "/etc/x", "absolute path"),
             (&[("sys/l", b'2', b"", "/etc")], "sys/l", "leaves the snapshot"),
             (&[("sys/l", b'2', b"", "../../etc")], "sys/l", "leaves the snapshot"),
+            (&[("sys/d/l", b'2', b"", "../y/../../etc")], "sys/d/l", "leaves the snapshot"),
             (&[("l", b'2', b"", "."), ("l/x", b'0', b"x", "")], "l/x", "under the symbolic link \"l\""),
             (&[("a", b'0', b"x", ""), ("a", b'0', b"y", "")], "a", "cannot create the file"),
         ];
@@ -495,5 +498,9 @@ mod tests {
         assert!(link_stays_inside(p("a"), p(".")));
         assert!(!link_stays_inside(p("sys/a"), p("../../sys/b")));
         assert!(!link_stays_inside(p("sys/a"), p("/sys/b")));
+        // `sys/y -> ..` is inside, but `..` after it would climb out of the snapshot.
+        assert!(link_stays_inside(p("sys/y"), p("..")));
+        assert!(!link_stays_inside(p("sys/d/a"), p("../y/../z")));
+        assert!(link_stays_inside(p("sys/d/a"), p("./../y/./z")));
     }
 }

@@ -134,7 +134,8 @@ impl Ctx<'_> {
         TopoXmlError::Bad {
             path: self.path.to_path_buf(),
             line,
-            msg: msg.into(),
+            // Messages quote the file's names and values: printed escaped.
+            msg: crate::host::printable(&msg.into(), 400),
         }
     }
     fn attr<'e>(&self, e: &'e Elem, key: &str) -> Option<&'e str> {
@@ -205,7 +206,7 @@ fn parse_tree(text: &str, path: &Path) -> Result<Elem, TopoXmlError> {
             line,
             format!(
                 "<{}> is nested deeper than {MAX_DEPTH} elements; NCCL topology files are about ten deep",
-                String::from_utf8_lossy(name).escape_debug()
+                String::from_utf8_lossy(name)
             ),
         )
     };
