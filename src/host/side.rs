@@ -173,7 +173,12 @@ pub(super) fn extract_tarball_within(
         path: path.to_path_buf(),
         msg,
     };
-    let file = std::fs::File::open(path).map_err(|source| HostError::Io {
+    let open = || {
+        std::fs::File::open(path)
+            .map(|f| flate2::read::GzDecoder::new(std::io::BufReader::new(f)))
+    };
+    // Opened once here so a missing file is an I/O error naming it, not a refusal.
+    open().map_err(|source| HostError::Io {
         op: "open snapshot",
         path: path.to_path_buf(),
         source,
@@ -182,8 +187,7 @@ pub(super) fn extract_tarball_within(
         .prefix("fabprobe-snap")
         .tempdir()
         .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    let gz = flate2::read::GzDecoder::new(std::io::BufReader::new(file));
-    super::tarball::unpack(gz, dir.path(), limits).map_err(|r| err(r.to_string()))?;
+    super::tarball::unpack(open, dir.path(), limits).map_err(|r| err(r.to_string()))?;
     Ok(dir)
 }
 

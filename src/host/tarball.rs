@@ -7,9 +7,10 @@
 //! leave the snapshot, entries placed under a symbolic link, and archives that unpack to
 //! more entries or bytes than any capture writes (a gzip bomb). Extension headers (long
 //! names, pax) are read here with their own small cap, since the tar crate would otherwise
-//! buffer them whole. Nothing is read past the point of refusal.
+//! buffer them whole. The archive is read twice: first every check with nothing written,
+//! then the writing, so a refusal costs only decompression (no disk, no memory beyond a
+//! few buffers), and nothing is read past the point of refusal.
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -140,7 +141,22 @@ fn read_ext<R: Read>(entry: &mut tar::Entry<'_, R>, size: u64) -> Result<Vec<u8>
 }
 
 /// Unpack a tar stream into `dest` (an empty directory this process made), within `lim`.
-pub fn unpack<R: Read>(reader: R, dest: &Path, lim: &Limits) -> Result<Unpacked, Refused> {
+/// `open` gives the stream from its start; it is read twice: once to check every entry
+/// and cap with nothing written (a bomb costs only the reading), then to write.
+pub fn unpack<R: Read>(
+    open: impl Fn() -> io::Result<R>,
+    dest: &Path,
+    lim: &Limits,
+) -> Result<Unpacked, Refused> {
+    walk(open().map_err(unreadable)?, None, lim)?;
+    walk(open().map_err(unreadable)?, Some(dest), lim)
+}
+
+/// Names longer than this are refused (Linux's PATH_MAX).
+const MAX_NAME_BYTES: usize = 4096;
+
+/// One pass over the archive: every check, and the writing when `dest` is given.
+fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacked, Refused> {
     let mut ar = tar::Archive::new(reader);
     // Raw: extension headers come to us, so their size is checked before they are read.
     let entries = ar.entries().map_err(unreadable)?.raw(true);
@@ -148,8 +164,6 @@ pub fn unpack<R: Read>(reader: R, dest: &Path, lim: &Limits) -> Result<Unpacked,
     let mut long_name: Option<Vec<u8>> = None;
     let mut long_link: Option<Vec<u8>> = None;
     let mut pax: Option<Vec<u8>> = None;
-    // Symbolic links made so far: nothing may be written under one.
-    let mut links: HashSet<PathBuf> = HashSet::new();
     for entry in entries {
         let mut entry = entry.map_err(unreadable)?;
         done.entries += 1;
@@ -248,25 +262,42 @@ pub fn unpack<R: Read>(reader: R, dest: &Path, lim: &Limits) -> Result<Unpacked,
             entry: Some(who.clone()),
             msg,
         };
-        let rel = clean_path(&name).map_err(refuse)?;
-        // Nothing is written through a link this archive made.
-        if let Some(l) = rel.ancestors().skip(1).find(|a| links.contains(*a)) {
+        if name.len() > MAX_NAME_BYTES {
             return Err(refuse(format!(
-                "lies under the symbolic link \"{}\"; snapshot entries are never placed under a link",
-                shown(l.as_os_str().as_bytes())
+                "a name of {} bytes, longer than any path ({MAX_NAME_BYTES})",
+                name.len()
             )));
         }
-        let on_disk = dest.join(&rel);
+        let rel = clean_path(&name).map_err(refuse)?;
+        let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+        // Nothing is written through a link this archive made (checked on disk, so no list
+        // of links grows with the archive).
+        if let Some(dest) = dest {
+            let under = rel
+                .ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty())
+                .find(|a| is_link(&dest.join(a)));
+            if let Some(l) = under {
+                return Err(refuse(format!(
+                    "lies under the symbolic link \"{}\"; snapshot entries are never placed under a link",
+                    shown(l.as_os_str().as_bytes())
+                )));
+            }
+        }
+        let on_disk = dest.map(|d| d.join(&rel));
         let io_refuse = |op: &str, e: io::Error| Refused {
             entry: Some(who.clone()),
             msg: format!("cannot {op}: {e}"),
         };
 
         if kind.is_dir() {
-            if links.contains(&rel) {
-                return Err(refuse("a directory where a symbolic link already is".into()));
+            if let Some(on_disk) = &on_disk {
+                if is_link(on_disk) {
+                    return Err(refuse("a directory where a symbolic link already is".into()));
+                }
+                std::fs::create_dir_all(on_disk).map_err(|e| io_refuse("create the directory", e))?;
             }
-            std::fs::create_dir_all(&on_disk).map_err(|e| io_refuse("create the directory", e))?;
         } else if kind.is_file() || kind.is_contiguous() {
             if size > lim.max_file_bytes {
                 return Err(refuse(format!(
@@ -281,16 +312,22 @@ pub fn unpack<R: Read>(reader: R, dest: &Path, lim: &Limits) -> Result<Unpacked,
             if rel.as_os_str().is_empty() {
                 return Err(refuse("a file with an empty name".into()));
             }
-            if let Some(parent) = on_disk.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
-            }
-            // create_new: never through an existing link, never over an earlier entry.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&on_disk)
-                .map_err(|e| io_refuse("create the file", e))?;
-            let copied = io::copy(&mut (&mut entry).take(size), &mut f).map_err(unreadable)?;
+            let copied = match &on_disk {
+                None => io::copy(&mut (&mut entry).take(size), &mut io::sink()).map_err(unreadable)?,
+                Some(on_disk) => {
+                    if let Some(parent) = on_disk.parent() {
+                        std::fs::create_dir_all(parent)
+                            .map_err(|e| io_refuse("create its directory", e))?;
+                    }
+                    // create_new: never through an existing link, never over an earlier entry.
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(on_disk)
+                        .map_err(|e| io_refuse("create the file", e))?;
+                    io::copy(&mut (&mut entry).take(size), &mut f).map_err(unreadable)?
+                }
+            };
             if copied != size {
                 return Err(refuse(format!(
                     "the archive ends inside this file ({copied} of {size} bytes)"
@@ -311,11 +348,13 @@ pub fn unpack<R: Read>(reader: R, dest: &Path, lim: &Limits) -> Result<Unpacked,
             if rel.as_os_str().is_empty() {
                 return Err(refuse("a symbolic link with an empty name".into()));
             }
-            if let Some(parent) = on_disk.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
+            if let Some(on_disk) = &on_disk {
+                if let Some(parent) = on_disk.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| io_refuse("create its directory", e))?;
+                }
+                std::os::unix::fs::symlink(t, on_disk).map_err(|e| io_refuse("create the link", e))?;
             }
-            std::os::unix::fs::symlink(t, &on_disk).map_err(|e| io_refuse("create the link", e))?;
-            links.insert(rel);
         } else {
             let what = if kind.is_hard_link() {
                 "a hard link"
@@ -378,7 +417,7 @@ mod tests {
 
     fn run(bytes: &[u8], lim: &Limits) -> (tempfile::TempDir, Result<Unpacked, Refused>) {
         let d = tempfile::tempdir().unwrap();
-        let r = unpack(bytes, d.path(), lim);
+        let r = unpack(|| Ok::<_, io::Error>(bytes), d.path(), lim);
         (d, r)
     }
 
@@ -420,6 +459,19 @@ mod tests {
             assert_eq!(e.entry.as_deref(), Some(*who), "{e}");
             assert!(e.msg.contains(want), "{who}: {e}");
         }
+    }
+
+    #[test]
+    fn nothing_is_written_before_the_whole_archive_passed() {
+        // A bad entry after good ones: the good ones are not on disk either.
+        let t = tar_of(&[("sys/a", b'0', b"x", ""), ("dev/sda", b'4', b"", "")]);
+        let (d, r) = run(&t, &LIMITS);
+        assert!(r.is_err());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        let long = "a/".repeat(2100);
+        let t = tar_of(&[("././@LongLink", b'L', long.as_bytes(), ""), ("x", b'0', b"", "")]);
+        let e = run(&t, &LIMITS).1.unwrap_err();
+        assert!(e.msg.contains("a name of 4200 bytes, longer than any path (4096)"), "{e}");
     }
 
     #[test]
