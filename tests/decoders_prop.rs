@@ -84,9 +84,9 @@ fn config(cases: u32) -> ProptestConfig {
 /// Text made mostly of the characters sysfs values and NCCL variables are made of.
 fn sysfs_text(max: usize) -> impl Strategy<Value = String> {
     const POOL: &[char] = &[
-        '0', '1', '2', '4', '7', '8', '9', 'a', 'f', 'F', 'x', 'X', ':', '.', ',', '-', '/', ' ',
-        '\n', '\t', 'G', 'T', 's', 'b', 'e', 'c', '(', ')', 'P', 'C', 'I', 'N', 'D', 'R', '^', '=',
-        '%', '+', 'n', 'o', 'd', 'p', 'i',
+        '0', '1', '2', '4', '7', '8', '9', 'a', 'f', 'F', 'x', 'X', ':', '.', ',', '-', '/', ' ', '\n', '\t',
+        'G', 'T', 's', 'b', 'e', 'c', '(', ')', 'P', 'C', 'I', 'N', 'D', 'R', '^', '=', '%', '+', 'n', 'o',
+        'd', 'p', 'i',
     ];
     prop_oneof![
         4 => proptest::collection::vec(proptest::sample::select(POOL), 0..max),
@@ -98,12 +98,37 @@ fn sysfs_text(max: usize) -> impl Strategy<Value = String> {
 // ---- snapshot archives ---------------------------------------------------------------
 
 const NAME_PARTS: &[&str] = &[
-    "sys", "class", "net", "devices", "pci0000:00", "0000:00:01.0", "fabprobe", "env.json",
-    "nvml.json", "..", ".", "", "a", "b", "x\u{1b}[2J", "l",
+    "sys",
+    "class",
+    "net",
+    "devices",
+    "pci0000:00",
+    "0000:00:01.0",
+    "fabprobe",
+    "env.json",
+    "nvml.json",
+    "..",
+    ".",
+    "",
+    "a",
+    "b",
+    "x\u{1b}[2J",
+    "l",
 ];
 const LINK_TARGETS: &[&str] = &[
-    "..", ".", "../..", "../../devices/pci0000:00", "/etc", "/", "a", "../a/../..", "l/x", "",
-    "../l", "sys", "../../../../../../../../tmp",
+    "..",
+    ".",
+    "../..",
+    "../../devices/pci0000:00",
+    "/etc",
+    "/",
+    "a",
+    "../a/../..",
+    "l/x",
+    "",
+    "../l",
+    "sys",
+    "../../../../../../../../tmp",
 ];
 const KINDS: &[u8] = b"0555222113467SLLxgK7Z\0";
 
@@ -310,13 +335,47 @@ proptest! {
 
 const TAGS: &[&str] = &["system", "cpu", "pci", "gpu", "nvlink", "nic", "net", "c2c", "x"];
 const KEYS: &[&str] = &[
-    "version", "numaid", "busid", "class", "vendor", "dev", "sm", "target", "count", "tclass",
-    "name", "speed", "port", "guid", "link_width", "link_speed", "affinity",
+    "version",
+    "numaid",
+    "busid",
+    "class",
+    "vendor",
+    "dev",
+    "sm",
+    "target",
+    "count",
+    "tclass",
+    "name",
+    "speed",
+    "port",
+    "guid",
+    "link_width",
+    "link_speed",
+    "affinity",
 ];
 const VALUES: &[&str] = &[
-    "1", "0", "-1", "2", "0000:01:00.0", "0000:0F:00.0", "0000:f5:00.0", "0x060400", "0x030200",
-    "0x068000", "0x068001", "0x020000", "mlx5_0", "18", "4294967296", "-5", "a&amp;b", "&lt;",
-    "32.0 GT/s PCIe", "", "fffffff:ffff:ff", "0x",
+    "1",
+    "0",
+    "-1",
+    "2",
+    "0000:01:00.0",
+    "0000:0F:00.0",
+    "0000:f5:00.0",
+    "0x060400",
+    "0x030200",
+    "0x068000",
+    "0x068001",
+    "0x020000",
+    "mlx5_0",
+    "18",
+    "4294967296",
+    "-5",
+    "a&amp;b",
+    "&lt;",
+    "32.0 GT/s PCIe",
+    "",
+    "fffffff:ffff:ff",
+    "0x",
 ];
 
 #[derive(Debug, Clone)]
@@ -347,9 +406,7 @@ fn tok() -> impl Strategy<Value = Tok> {
 fn xml_of(toks: &[Tok]) -> String {
     let mut s = String::new();
     let mut open: Vec<&str> = Vec::new();
-    let attrs = |a: &[(&str, &str)]| -> String {
-        a.iter().map(|(k, v)| format!(" {k}=\"{v}\"")).collect()
-    };
+    let attrs = |a: &[(&str, &str)]| -> String { a.iter().map(|(k, v)| format!(" {k}=\"{v}\"")).collect() };
     for t in toks {
         match t {
             Tok::Open(n, a) => {
@@ -498,10 +555,7 @@ fn probes_survive_junk_in_any_sysfs_file() {
             regular_files(&root.join("proc"), &mut files);
         }
         files.sort();
-        let strategy = proptest::collection::vec(
-            (any::<prop::sample::Index>(), sysfs_text(48)),
-            1..6,
-        );
+        let strategy = proptest::collection::vec((any::<prop::sample::Index>(), sysfs_text(48)), 1..6);
         let mut runner = proptest::test_runner::TestRunner::new(config(16));
         runner
             .run(&strategy, |junk| {

@@ -130,10 +130,7 @@ fn link_stays_inside(at: &Path, target: &Path) -> bool {
 /// Read one extension header's data whole (it is capped first).
 fn read_ext<R: Read>(entry: &mut tar::Entry<'_, R>, size: u64) -> Result<Vec<u8>, Refused> {
     let mut buf = Vec::with_capacity(size as usize);
-    entry
-        .take(size)
-        .read_to_end(&mut buf)
-        .map_err(unreadable)?;
+    entry.take(size).read_to_end(&mut buf).map_err(unreadable)?;
     if buf.len() as u64 != size {
         return Err(archive_err("the archive is truncated inside an extension header"));
     }
@@ -209,7 +206,9 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
                 continue;
             };
             if slot.is_some() {
-                return Err(archive_err("two extension headers of one kind for the same entry"));
+                return Err(archive_err(
+                    "two extension headers of one kind for the same entry",
+                ));
             }
             *slot = Some(data);
             continue;
@@ -316,8 +315,7 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
                 None => io::copy(&mut (&mut entry).take(size), &mut io::sink()).map_err(unreadable)?,
                 Some(on_disk) => {
                     if let Some(parent) = on_disk.parent() {
-                        std::fs::create_dir_all(parent)
-                            .map_err(|e| io_refuse("create its directory", e))?;
+                        std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
                     }
                     // create_new: never through an existing link, never over an earlier entry.
                     let mut f = std::fs::OpenOptions::new()
@@ -350,8 +348,7 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
             }
             if let Some(on_disk) = &on_disk {
                 if let Some(parent) = on_disk.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| io_refuse("create its directory", e))?;
+                    std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
                 }
                 std::os::unix::fs::symlink(t, on_disk).map_err(|e| io_refuse("create the link", e))?;
             }
@@ -373,7 +370,9 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
         }
     }
     if long_name.is_some() || long_link.is_some() || pax.is_some() {
-        return Err(archive_err("the archive ends after an extension header, without its entry"));
+        return Err(archive_err(
+            "the archive ends after an extension header, without its entry",
+        ));
     }
     Ok(done)
 }
@@ -443,15 +442,35 @@ mod tests {
             (&[("dev/sda", b'4', b"", "")], "dev/sda", "a device file"),
             (&[("dev/tty", b'3', b"", "")], "dev/tty", "a device file"),
             (&[("p", b'6', b"", "")], "p", "a FIFO"),
-            (&[("a", b'0', b"x", ""), ("b", b'1', b"", "a")], "b", "a hard link"),
+            (
+                &[("a", b'0', b"x", ""), ("b", b'1', b"", "a")],
+                "b",
+                "a hard link",
+            ),
             (&[("sparse", b'S', b"", "")], "sparse", "a GNU sparse file"),
             (&[("../escape", b'0', b"x", "")], "../escape", "`..`"),
             (&[("/etc/x", b'0', b"x", "")], "/etc/x", "absolute path"),
             (&[("sys/l", b'2', b"", "/etc")], "sys/l", "leaves the snapshot"),
-            (&[("sys/l", b'2', b"", "../../etc")], "sys/l", "leaves the snapshot"),
-            (&[("sys/d/l", b'2', b"", "../y/../../etc")], "sys/d/l", "leaves the snapshot"),
-            (&[("l", b'2', b"", "."), ("l/x", b'0', b"x", "")], "l/x", "under the symbolic link \"l\""),
-            (&[("a", b'0', b"x", ""), ("a", b'0', b"y", "")], "a", "cannot create the file"),
+            (
+                &[("sys/l", b'2', b"", "../../etc")],
+                "sys/l",
+                "leaves the snapshot",
+            ),
+            (
+                &[("sys/d/l", b'2', b"", "../y/../../etc")],
+                "sys/d/l",
+                "leaves the snapshot",
+            ),
+            (
+                &[("l", b'2', b"", "."), ("l/x", b'0', b"x", "")],
+                "l/x",
+                "under the symbolic link \"l\"",
+            ),
+            (
+                &[("a", b'0', b"x", ""), ("a", b'0', b"y", "")],
+                "a",
+                "cannot create the file",
+            ),
         ];
         for (entries, who, want) in cases {
             let (_d, r) = run(&tar_of(entries), &LIMITS);
@@ -471,7 +490,11 @@ mod tests {
         let long = "a/".repeat(2100);
         let t = tar_of(&[("././@LongLink", b'L', long.as_bytes(), ""), ("x", b'0', b"", "")]);
         let e = run(&t, &LIMITS).1.unwrap_err();
-        assert!(e.msg.contains("a name of 4200 bytes, longer than any path (4096)"), "{e}");
+        assert!(
+            e.msg
+                .contains("a name of 4200 bytes, longer than any path (4096)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -494,7 +517,12 @@ mod tests {
             max_file_bytes: 8,
             max_ext_bytes: 16,
         };
-        let many = tar_of(&[("a", b'5', b"", ""), ("b", b'5', b"", ""), ("c", b'5', b"", ""), ("d", b'5', b"", "")]);
+        let many = tar_of(&[
+            ("a", b'5', b"", ""),
+            ("b", b'5', b"", ""),
+            ("c", b'5', b"", ""),
+            ("d", b'5', b"", ""),
+        ]);
         let e = run(&many, &lim).1.unwrap_err();
         assert!(e.entry.is_none() && e.msg.contains("more than 3 entries"), "{e}");
         let heavy = tar_of(&[("a", b'0', b"12345678", ""), ("b", b'0', b"12345678", "")]);
@@ -502,7 +530,10 @@ mod tests {
         assert!(e.msg.contains("more than 10 bytes"), "{e}");
         let long = tar_of(&[("././@LongLink", b'L', &[b'n'; 17], ""), ("a", b'0', b"", "")]);
         let e = run(&long, &lim).1.unwrap_err();
-        assert!(e.msg.contains("extension header (long name or pax) of 17 bytes"), "{e}");
+        assert!(
+            e.msg.contains("extension header (long name or pax) of 17 bytes"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -527,9 +558,15 @@ mod tests {
         let (d, r) = run(&t, &LIMITS);
         r.unwrap();
         assert_eq!(std::fs::read_to_string(d.path().join(&long)).unwrap(), "v\n");
-        assert_eq!(std::fs::read_to_string(d.path().join("sys/from_pax")).unwrap(), "w\n");
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("sys/from_pax")).unwrap(),
+            "w\n"
+        );
         let sparse = pax_rec("GNU.sparse.size", "1099511627776");
-        let t = tar_of(&[("PaxHeaders/x", b'x', sparse.as_bytes(), ""), ("s", b'0', b"", "")]);
+        let t = tar_of(&[
+            ("PaxHeaders/x", b'x', sparse.as_bytes(), ""),
+            ("s", b'0', b"", ""),
+        ]);
         let e = run(&t, &LIMITS).1.unwrap_err();
         assert!(e.msg.contains("GNU sparse"), "{e}");
     }
@@ -544,8 +581,14 @@ mod tests {
     #[test]
     fn link_escape_is_judged_from_the_links_own_directory() {
         let p = Path::new;
-        assert!(link_stays_inside(p("sys/class/net/eth0"), p("../../../devices/pci0000:00")));
-        assert!(!link_stays_inside(p("sys/class/net/eth0"), p("../../../../devices")));
+        assert!(link_stays_inside(
+            p("sys/class/net/eth0"),
+            p("../../../devices/pci0000:00")
+        ));
+        assert!(!link_stays_inside(
+            p("sys/class/net/eth0"),
+            p("../../../../devices")
+        ));
         assert!(!link_stays_inside(p("a"), p("..")));
         assert!(link_stays_inside(p("a"), p(".")));
         assert!(!link_stays_inside(p("sys/a"), p("../../sys/b")));
