@@ -105,20 +105,14 @@ fn load_json<T: serde::de::DeserializeOwned>(
     shown: &Path,
 ) -> Result<Option<T>, HostError> {
     let p = root.join(SIDE_DIR).join(name);
+    // Errors name the snapshot as given (a tarball's temporary directory means nothing).
     let text = match super::read_capped(&p, super::MAX_READ_BYTES) {
         Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
-            return Err(HostError::TooLarge {
-                path: p,
-                limit: super::MAX_READ_BYTES,
-            });
-        }
-        Err(source) => {
-            return Err(HostError::Io {
-                op: "read",
-                path: p,
-                source,
+        Err(e) => {
+            return Err(HostError::Snapshot {
+                path: shown.to_path_buf(),
+                msg: format!("cannot read {SIDE_DIR}/{name}: {e}"),
             });
         }
     };
@@ -262,5 +256,27 @@ mod tests {
         .unwrap();
         let e = load(t.path(), t.path()).err().unwrap().to_string();
         assert!(e.contains("EWHAT") && e.contains("/sys/x"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_side_files_name_the_snapshot_as_given() {
+        // `fabprobe` a file, not a folder (found by the archive property test).
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join(SIDE_DIR), "x").unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/host.json: "),
+            "{e}"
+        );
+        // Too large: refused, and named the same way.
+        std::fs::remove_file(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::create_dir(t.path().join(SIDE_DIR)).unwrap();
+        let f = std::fs::File::create(t.path().join(SIDE_DIR).join("nvml.json")).unwrap();
+        f.set_len(super::super::MAX_READ_BYTES + 1).unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/nvml.json: larger than 16777216 bytes"),
+            "{e}"
+        );
     }
 }
