@@ -501,10 +501,15 @@ fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns:
 }
 
 fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) {
+    // Encoded once: the table of 4,096 ranks is half a megabyte.
+    let mut frame = Vec::new();
+    if wire::write_msg(&mut frame, msg).is_err() {
+        return;
+    }
     for s in conns.values() {
         let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let mut w = s;
-        let _ = wire::write_msg(&mut w, msg);
+        let _ = io::Write::write_all(&mut w, &frame);
     }
 }
 

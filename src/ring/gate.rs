@@ -118,6 +118,59 @@ pub fn reject_now(s: &TcpStream, reason: &str) {
     }
 }
 
+/// Read what a waiting connection has sent (never blocks, never past the hello frame); its
+/// outcome once the hello is complete, malformed, or the connection ended.
+fn pump(p: &mut Pending, lim: &Limits) -> Option<Result<Hello, WireError>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let want = if p.buf.len() < 8 {
+            8 - p.buf.len()
+        } else {
+            let len = u32::from_be_bytes([p.buf[4], p.buf[5], p.buf[6], p.buf[7]]) as usize;
+            (8 + len).saturating_sub(p.buf.len())
+        };
+        let want = want.min(chunk.len());
+        if want == 0 {
+            return None;
+        }
+        match p.s.read(&mut chunk[..want]) {
+            Ok(0) => return Some(Err(WireError::Closed)),
+            Ok(k) => {
+                p.buf.extend_from_slice(&chunk[..k]);
+                if let Some(r) = progress(&p.buf, lim.max_hello_bytes) {
+                    return Some(as_hello(r));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Some(Err(e.into())),
+        }
+    }
+}
+
+/// Make room by turning away the oldest waiting connection that matches `which`; one whose
+/// hello turns out complete when read now is handed over instead (it was not idle, only
+/// not read yet) and the next oldest is tried.
+fn evict_oldest(
+    pending: &mut VecDeque<Pending>,
+    which: impl Fn(&Pending) -> bool,
+    lim: &Limits,
+    why: &str,
+    done: &mut impl FnMut(Pending, Result<Hello, WireError>),
+) {
+    while let Some(i) = pending.iter().position(&which) {
+        let Some(mut p) = pending.remove(i) else { return };
+        match pump(&mut p, lim) {
+            Some(r) => done(p, r),
+            None => {
+                reject_now(&p.s, why);
+                done(p, Err(WireError::Malformed(why.to_string())));
+                return;
+            }
+        }
+    }
+}
+
 /// Accept and read hellos until `stop`; finished ones go to `tx`.
 pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, gathering: Arc<AtomicBool>, lim: Limits) {
     if listener.set_nonblocking(true).is_err() {
@@ -126,7 +179,7 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut per_source: HashMap<IpAddr, usize> = HashMap::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
-    let done = |p: Pending, per_source: &mut HashMap<IpAddr, usize>, r: Result<Hello, WireError>| {
+    let hand_over = |p: Pending, per_source: &mut HashMap<IpAddr, usize>, r: Result<Hello, WireError>| {
         if let Some(c) = per_source.get_mut(&p.peer.ip()) {
             *c = c.saturating_sub(1);
         }
@@ -160,40 +213,7 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
             let ready = fds[i + 1].revents != 0;
             let mut verdict = None;
             if ready {
-                let p = &mut pending[i];
-                let mut chunk = [0u8; 4096];
-                // Read at most what the frame still needs (header first), never past a hello.
-                loop {
-                    let want = if p.buf.len() < 8 {
-                        8 - p.buf.len()
-                    } else {
-                        let len = u32::from_be_bytes([p.buf[4], p.buf[5], p.buf[6], p.buf[7]]) as usize;
-                        (8 + len).saturating_sub(p.buf.len())
-                    };
-                    let want = want.min(chunk.len());
-                    if want == 0 {
-                        break;
-                    }
-                    match p.s.read(&mut chunk[..want]) {
-                        Ok(0) => {
-                            verdict = Some(Err(WireError::Closed));
-                            break;
-                        }
-                        Ok(k) => {
-                            p.buf.extend_from_slice(&chunk[..k]);
-                            if let Some(r) = progress(&p.buf, lim.max_hello_bytes) {
-                                verdict = Some(as_hello(r));
-                                break;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            verdict = Some(Err(e.into()));
-                            break;
-                        }
-                    }
-                }
+                verdict = pump(&mut pending[i], &lim);
             }
             if verdict.is_none() && now.duration_since(pending[i].since) >= lim.hello_deadline {
                 verdict = Some(Err(WireError::Malformed(format!(
@@ -204,7 +224,7 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
             }
             if let Some(v) = verdict {
                 if let Some(p) = pending.remove(i) {
-                    done(p, &mut per_source, v);
+                    hand_over(p, &mut per_source, v);
                 }
             }
         }
@@ -212,7 +232,7 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
             continue;
         }
         // Accept everything waiting (bounded per tick, so reads are not starved).
-        for _ in 0..1024 {
+        for _ in 0..64 {
             match listener.accept() {
                 Ok((s, peer)) => {
                     // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
@@ -224,26 +244,20 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
                     let ip = peer.ip();
                     // One source over its share: its oldest waiting connection goes.
                     if per_source.get(&ip).copied().unwrap_or(0) >= lim.max_per_source {
-                        if let Some(i) = pending.iter().position(|p| p.peer.ip() == ip) {
-                            if let Some(p) = pending.remove(i) {
-                                let why = format!(
-                                    "{BUSY}{} connections from {ip} were waiting to say hello; the oldest was closed",
-                                    lim.max_per_source
-                                );
-                                reject_now(&p.s, &why);
-                                done(p, &mut per_source, Err(WireError::Malformed(why)));
-                            }
-                        }
+                        let why = format!(
+                            "{BUSY}{} connections from {ip} were waiting to say hello; the oldest was closed",
+                            lim.max_per_source
+                        );
+                        evict_oldest(&mut pending, |p| p.peer.ip() == ip, &lim, &why, &mut |p, r| {
+                            hand_over(p, &mut per_source, r)
+                        });
                     }
                     if pending.len() >= lim.max_pending {
-                        if let Some(p) = pending.pop_front() {
-                            let why = format!(
-                                "{BUSY}{} connections were waiting to say hello; the oldest was closed",
-                                lim.max_pending
-                            );
-                            reject_now(&p.s, &why);
-                            done(p, &mut per_source, Err(WireError::Malformed(why)));
-                        }
+                        let why = format!(
+                            "{BUSY}{} connections were waiting to say hello; the oldest was closed",
+                            lim.max_pending
+                        );
+                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| hand_over(p, &mut per_source, r));
                     }
                     *per_source.entry(ip).or_default() += 1;
                     pending.push_back(Pending {
@@ -257,12 +271,11 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
                 Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
                     // Out of descriptors: free the oldest waiting one, so that the next
                     // arrival (maybe a real rank) can be accepted; never spin.
-                    if let Some(p) = pending.pop_front() {
-                        let why = format!("{BUSY}the coordinator ran out of file descriptors");
-                        reject_now(&p.s, &why);
-                        done(p, &mut per_source, Err(WireError::Malformed(why)));
-                    } else {
+                    if pending.is_empty() {
                         std::thread::sleep(Duration::from_millis(20));
+                    } else {
+                        let why = format!("{BUSY}the coordinator ran out of file descriptors");
+                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| hand_over(p, &mut per_source, r));
                     }
                     break;
                 }

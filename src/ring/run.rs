@@ -679,10 +679,15 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                 rank: r,
                 control,
                 last,
-                progress: if finished {
-                    Vec::new()
-                } else {
-                    rep.progress.get(&r).cloned().unwrap_or_default()
+                // Only the trailing run of equal counters matters (how long progress has
+                // stood still): O(1) per working rank, not its whole history.
+                progress: match rep.progress.get(&r) {
+                    Some(h) if !finished => {
+                        let cur = h.last().map(|x| x.1);
+                        let k = h.iter().rev().take_while(|x| Some(x.1) == cur).count();
+                        h[h.len() - k..].to_vec()
+                    }
+                    _ => Vec::new(),
                 },
             }
         })
