@@ -440,7 +440,7 @@ fn gather_one(
     let peer_s = peer.to_string();
     let h = match hello {
         Ok(h) => h,
-        Err(e) => return refuse(rep, &s, &peer_s, &e.to_string()),
+        Err(e) => return refuse(rep, &s, &peer_s, &door_reason(e)),
     };
     // Judged as if the slot were free: a claim of a taken slot with the right token is
     // either a restarted rank (its old connection is dead) or a second process.
@@ -480,6 +480,16 @@ fn gather_one(
     conns.insert(h.rank, s);
 }
 
+/// Why the door turned a connection away, in plain words (its own refusals are not a
+/// malformed message).
+fn door_reason(e: WireError) -> String {
+    match e {
+        WireError::Malformed(m) if m.starts_with(BUSY) || m.starts_with("no complete hello") => m,
+        WireError::Closed => "closed before saying hello".into(),
+        e => e.to_string(),
+    }
+}
+
 /// Late arrivals (after the table went out) are turned away, and recorded; a claim of a
 /// rank in the run names the connection that holds it.
 fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns: &BTreeMap<Rank, TcpStream>) {
@@ -494,7 +504,7 @@ fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns:
                 }
                 _ => format!("rank {} arrived after the run started (or was aborted)", h.rank),
             },
-            Err(e) => e.to_string(),
+            Err(e) => door_reason(e),
         };
         refuse(rep, &s, &peer.to_string(), &reason);
     }
