@@ -726,6 +726,8 @@ fn serve(
                         urgent = true;
                     }
                     Msg::Failed { error, .. } => {
+                        // Relayed to every rank and printed: escaped and bounded.
+                        let error = printable(&error, 1000);
                         first_failure
                             .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
                         rep.failed.push((r, error));
