@@ -128,7 +128,9 @@ LINK SCAN AND VERDICTS
   is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
   sent), rank_lost (control connection closed or reset: the process died), rank_stalled
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
-  process). If rank 0 dies, every other rank exits with coordinator_lost. The run ends
+  process), rank_unreachable (as silent, and its host no longer acknowledges the control
+  connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
+  If rank 0 dies, every other rank exits with coordinator_lost. The run ends
   within --timeout plus a few seconds whatever fails.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
@@ -158,13 +160,14 @@ JSON DATA (fabprobe.ring)
   avg_busbw_gbs (mean busbw over both halves of every row, as nccl-tests' Avg bus bandwidth)
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
-  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
-  ended early)
+  bootstrap_us, events[] {kind: joined|rejected|replaced|more_rejected, peer, ...}: at
+  most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
+  why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
+             rank_unreachable|coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
              applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
              ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
-             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
+             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, unacked_ms, pid;
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
@@ -318,8 +321,10 @@ fn findings(r: &RingReport) -> Vec<Finding> {
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
     for e in &r.events {
-        if matches!(e, crate::ring::coordinator::Event::Rejected { .. }) || g.verbose > 0 {
-            eprintln!("fabprobe: {}", e.line());
+        use crate::ring::coordinator::Event;
+        if matches!(e, Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }) || g.verbose > 0 {
+            // Parts of the line came from strangers on the port: never print their raw bytes.
+            eprintln!("fabprobe: {}", crate::ring::model::printable(&e.line(), 1000));
         }
     }
     let f = findings(r);

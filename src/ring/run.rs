@@ -151,7 +151,6 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let timeout_ms = timeout.as_millis() as u64;
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
@@ -159,22 +158,7 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(Arc::new(
-                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
-                    // At the end of a failed run nothing more will arrive: judge as if the
-                    // watchdog's grace had passed, so an inconclusive hang is still named.
-                    let failed = rep.abort.is_some()
-                        || !rep.stuck.is_empty()
-                        || !rep.lost.is_empty()
-                        || !rep.failed.is_empty();
-                    let at = if final_call && failed {
-                        now_ms + WATCH_GRACE_MS
-                    } else {
-                        now_ms
-                    };
-                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
-                },
-            )),
+            judge: Some(watchdog_judge(timeout)),
             scan: opts.scan.clone().map(|o| {
                 let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                     Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -650,6 +634,23 @@ fn scan_loop(
     }
 }
 
+/// The watchdog as the coordinator's judge: live during the run, and once at the end (the
+/// scan's verdicts join at the end, see `run_rank`).
+pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
+    let timeout_ms = timeout.as_millis() as u64;
+    Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+        // At the end of a failed run nothing more will arrive: judge as if the watchdog's
+        // grace had passed, so an inconclusive hang is still named.
+        let failed = rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
+        let at = if final_call && failed {
+            now_ms + WATCH_GRACE_MS
+        } else {
+            now_ms
+        };
+        watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+    })
+}
+
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
 pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
@@ -659,8 +660,9 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         .map(|i| {
             let r = i.rank;
             let finished = rep.finished_ms.contains_key(&r);
-            let control = match rep.closed.get(&r) {
-                Some(&(at_ms, reset)) if !finished => Control::Closed { at_ms, reset },
+            let control = match (rep.closed.get(&r), rep.unacked_since_ms.get(&r)) {
+                (Some(&(at_ms, reset)), _) if !finished => Control::Closed { at_ms, reset },
+                (None, Some(&since_ms)) if !finished => Control::Unacked { since_ms },
                 _ => Control::Open,
             };
             let last = if finished {
@@ -688,10 +690,15 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                 rank: r,
                 control,
                 last,
-                progress: if finished {
-                    Vec::new()
-                } else {
-                    rep.progress.get(&r).cloned().unwrap_or_default()
+                // Only the trailing run of equal counters matters (how long progress has
+                // stood still): O(1) per working rank, not its whole history.
+                progress: match rep.progress.get(&r) {
+                    Some(h) if !finished => {
+                        let cur = h.last().map(|x| x.1);
+                        let k = h.iter().rev().take_while(|x| Some(x.1) == cur).count();
+                        h[h.len() - k..].to_vec()
+                    }
+                    _ => Vec::new(),
                 },
             }
         })
