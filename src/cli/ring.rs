@@ -84,7 +84,7 @@ pub struct RingArgs {
     pub no_scan: bool,
     /// Time budget of the link scan in seconds (at least two ring orders run whatever it
     /// says, so that a node can be told from a link).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub scan_time: f64,
     /// Bytes each scan sample moves over a link.
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
@@ -181,6 +181,19 @@ JSON DATA (fabprobe.ring)
              saturated or was cleared; a rank lost before reporting contributes none";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
+/// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
+/// budget of infinity would never end the scan).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number of seconds", s.escape_default()))?;
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{v} is not a time from 0 to 86400 seconds"));
+    }
+    Ok(v)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -521,5 +534,14 @@ mod tests {
         );
         assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
         assert!(sizes(10, 5, 2).is_err());
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["inf", "-inf", "NaN", "-1", "1e300", "x", "\x1b[31m"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 }
