@@ -146,7 +146,7 @@ OUTPUT
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the

@@ -574,6 +574,7 @@ pub mod sim {
     pub fn ranks(n: usize) -> Vec<RankInfo> {
         (0..n)
             .map(|r| RankInfo {
+                capabilities: Vec::new(),
                 rank: r as Rank,
                 host: host(r),
                 address: format!("198.18.1.{}:40000", r + 1),

@@ -350,28 +350,90 @@ impl Drop for TcpSend {
     fn drop(&mut self) {
         // Closing with unread credits in the receive queue makes the kernel send RST,
         // which discards chunks still in our send buffer. Send FIN after the data, then
-        // drain credits until the receiver closes (bounded, so a stuck peer can't hold us).
+        // let the closer drain credits until the receiver closes: every link of the
+        // process at once, so closing costs CLOSE_LINGER in all, not per link.
         let _ = self.stream.shutdown(Shutdown::Write);
-        let until = Instant::now() + Duration::from_millis(500);
-        let _ = self.stream.set_nonblocking(false);
-        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(100)));
-        let mut sink = [0u8; 4096];
-        while Instant::now() < until {
-            match self.stream.read(&mut sink) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue;
-                }
-                Err(_) => break,
-            }
+        if let Ok(s) = self.stream.try_clone() {
+            closer::hand_over(s);
         }
-        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// How long a closed sending link may wait for its receiver to close in turn.
+pub const CLOSE_LINGER: Duration = Duration::from_millis(500);
+
+/// Wait until every closed sending link of this process is done draining, or `by`.
+/// Call before the process exits (an exit resets links a slow receiver still reads).
+pub fn wait_closed(by: Instant) {
+    while closer::busy() && Instant::now() < by {
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One thread per process drains the credits of closed sending links until each receiver
+/// closes or its linger passes.
+mod closer {
+    use super::*;
+    use std::sync::OnceLock;
+
+    struct Closing {
+        stream: TcpStream,
+        until: Instant,
+    }
+
+    static LIST: Mutex<Vec<Closing>> = Mutex::new(Vec::new());
+    static STARTED: OnceLock<bool> = OnceLock::new();
+
+    fn list() -> MutexGuard<'static, Vec<Closing>> {
+        LIST.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn busy() -> bool {
+        !list().is_empty()
+    }
+
+    pub fn hand_over(stream: TcpStream) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        list().push(Closing {
+            stream,
+            until: Instant::now() + CLOSE_LINGER,
+        });
+        let started = STARTED.get_or_init(|| {
+            thread::Builder::new()
+                .name("fabprobe-close".into())
+                .spawn(run)
+                .is_ok()
+        });
+        if !started {
+            // No thread: the link just closes now.
+            list().clear();
+        }
+    }
+
+    fn run() {
+        let mut sink = [0u8; 4096];
+        loop {
+            {
+                let now = Instant::now();
+                list().retain_mut(|c| {
+                    if now >= c.until {
+                        return false;
+                    }
+                    loop {
+                        match c.stream.read(&mut sink) {
+                            Ok(0) => return false,
+                            Ok(_) => continue,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                            Err(_) => return false,
+                        }
+                    }
+                });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -1247,6 +1309,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(r, f)| RankInfo {
+                capabilities: Vec::new(),
                 rank: r as u32,
                 host: "h".into(),
                 address: f.address(),
@@ -1485,6 +1548,29 @@ mod tests {
                 .to_string();
             assert!(e.contains("rank 1 (node-b)") && e.contains(&format!("offers {slots} slots")), "{e}");
             t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn closing_many_links_lingers_once_not_per_link() {
+        // Receivers that never close: each sender lingers for its credits.
+        let pairs: Vec<Pair> = (0..6).map(|_| pair(2, 64)).collect();
+        let (mut sends, recvs): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for s in &mut sends {
+            let slot = s.acquire(deadline).unwrap();
+            s.write_imm(slot, &[9; 64], 5).unwrap();
+        }
+        let t0 = Instant::now();
+        drop(sends);
+        let dropped = t0.elapsed();
+        wait_closed(t0 + Duration::from_secs(5));
+        let took = t0.elapsed();
+        assert!(dropped < Duration::from_millis(100), "drop blocked {dropped:?}");
+        assert!(took < CLOSE_LINGER + Duration::from_millis(400), "closing took {took:?}");
+        // What was sent before the close still lands.
+        for mut r in recvs {
+            assert_eq!(r.poll(deadline).unwrap().imm, 5);
         }
     }
 
