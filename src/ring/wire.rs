@@ -74,7 +74,10 @@ pub struct RowResult {
 impl RowResult {
     /// Mismatching elements in either half.
     pub fn wrong_total(&self) -> u64 {
-        self.wrong.unwrap_or(0) + self.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0)
+        // Saturating: the counts come off the network.
+        self.wrong
+            .unwrap_or(0)
+            .saturating_add(self.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
     }
 }
 
