@@ -644,7 +644,7 @@ const ACCEPT_BATCH: usize = 32;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Once every link is in, how long a link that came from an address other than its rank's
 /// data address waits for the rank's own connection to replace it.
-pub const UNVERIFIED_GRACE: Duration = Duration::from_secs(1);
+pub const UNVERIFIED_GRACE: Duration = Duration::from_secs(2);
 /// Foreign source addresses kept by name (more are counted), and reasons kept per address.
 const MAX_SOURCES: usize = 64;
 const MAX_REASONS: usize = 3;
