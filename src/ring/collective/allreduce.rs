@@ -814,6 +814,7 @@ mod tests {
                             iters: 2,
                             check: true,
                             in_place: false,
+                            live: None,
                         };
                         let t0 = Instant::now();
                         let res = run_size(ring, &mut l, &progress, abort, &spec, 1024);
