@@ -46,7 +46,16 @@ fn data_port(lab: &Lab, node: usize, by: Instant) -> u16 {
 fn attack(lab: &Lab, token: &str, targets: &[String], drips: usize) -> Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/attack_data.py");
     Command::new("ip")
-        .args(["netns", "exec", &lab.nodes[4].ns, "python3", script, token, "40", &drips.to_string()])
+        .args([
+            "netns",
+            "exec",
+            &lab.nodes[4].ns,
+            "python3",
+            script,
+            token,
+            "40",
+            &drips.to_string(),
+        ])
         .args(targets)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -61,13 +70,31 @@ fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
         loud("SKIPPED lab test attacks_on_every_data_port: python3 (the attacker) is not installed");
         return;
     }
-    let Some(lab) = Lab::new("attack_data", LabOpts { nodes: 5, rate: Some("1gbit".into()) }) else {
+    let Some(lab) = Lab::new(
+        "attack_data",
+        LabOpts {
+            nodes: 5,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
         return;
     };
     let token = "attack4";
     let timeout = 10;
     let extra = [
-        "-b", "64K", "-e", "1M", "-f", "4", "-n", "3", "--timeout", "10", "--scan-time", "2", "--format",
+        "-b",
+        "64K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "-n",
+        "3",
+        "--timeout",
+        "10",
+        "--scan-time",
+        "2",
+        "--format",
         "json",
     ];
     let by = Instant::now() + Duration::from_secs(10);
@@ -80,26 +107,44 @@ fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     std::thread::sleep(Duration::from_millis(1500));
     let t0 = Instant::now();
     ids.extend(lab.spawn_ring(3..4, 4, token, &extra));
-    attackers.0.push(attack(&lab, token, &[target(3, data_port(&lab, 3, by))], 150));
+    attackers
+        .0
+        .push(attack(&lab, token, &[target(3, data_port(&lab, 3, by))], 150));
     let outs: Vec<_> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(timeout + 30)).0)
         .collect();
     let took = t0.elapsed();
     drop(attackers);
-    let all_err: String = outs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>().join("\n");
+    let all_err: String = outs
+        .iter()
+        .map(|o| text(&o.stderr))
+        .collect::<Vec<_>>()
+        .join("\n");
     for (r, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "rank {r} failed:\n{all_err}\n{}", text(&o.stdout));
+        assert!(
+            o.status.success(),
+            "rank {r} failed:\n{all_err}\n{}",
+            text(&o.stdout)
+        );
         // Nothing printed carries the attacker's bytes (escapes, bells, its text).
         for b in [&o.stdout, &o.stderr] {
             let t = text(b);
-            assert!(!b.contains(&0x1b) && !b.contains(&0x07) && !t.contains("PWNED"), "rank {r}: {t}");
+            assert!(
+                !b.contains(&0x1b) && !b.contains(&0x07) && !t.contains("PWNED"),
+                "rank {r}: {t}"
+            );
         }
     }
     let j: serde_json::Value = serde_json::from_slice(&outs[0].stdout).unwrap();
     let d = &j["data"];
     assert!(d["error"].is_null(), "{}", d["error"]);
-    assert_eq!(d["verdicts"].as_array().map(Vec::len), Some(0), "{}", d["verdicts"]);
+    assert_eq!(
+        d["verdicts"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        d["verdicts"]
+    );
     for r in d["results"].as_array().unwrap() {
         assert_eq!(r["wrong"], 0, "{r}");
         assert_eq!(r["in_place"]["wrong"], 0, "{r}");
@@ -107,8 +152,14 @@ fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     // Refusals name the attacker's address, never a rank's.
     assert!(all_err.contains("data link from 198.19.0.14"), "{all_err}");
     for i in 10..14 {
-        assert!(!all_err.contains(&format!("data link from 198.19.0.{i}")), "{all_err}");
+        assert!(
+            !all_err.contains(&format!("data link from 198.19.0.{i}")),
+            "{all_err}"
+        );
     }
-    assert!(took < Duration::from_secs(timeout + 15), "the job took {took:?} under attack");
+    assert!(
+        took < Duration::from_secs(timeout + 15),
+        "the job took {took:?} under attack"
+    );
     eprintln!("job under attack finished in {took:?}");
 }

@@ -207,13 +207,27 @@ fn non_finite_scan_time_is_a_flag_error_not_a_panic() {
         let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "--scan", &flag]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{v}: {err}");
-        assert!(err.contains("--scan-time") && !err.contains("panicked"), "{v}: {err}");
+        assert!(
+            err.contains("--scan-time") && !err.contains("panicked"),
+            "{v}: {err}"
+        );
     }
 }
 
 #[test]
 fn the_table_carries_each_ranks_capabilities() {
-    let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "--no-scan", "--format", "json"]);
+    let o = fabprobe(&[
+        "ring",
+        "--local",
+        "2",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "--no-scan",
+        "--format",
+        "json",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ranks = j["data"]["ranks"].as_array().unwrap();

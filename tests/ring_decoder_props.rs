@@ -35,7 +35,11 @@ fn frame_like(magic: &'static [u8; 4]) -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), 0..256),
     )
         .prop_map(move |(good_magic, len, body)| {
-            let mut v = if good_magic { magic.to_vec() } else { body.iter().take(4).copied().collect() };
+            let mut v = if good_magic {
+                magic.to_vec()
+            } else {
+                body.iter().take(4).copied().collect()
+            };
             v.extend_from_slice(&len.to_be_bytes());
             v.extend_from_slice(&body);
             v

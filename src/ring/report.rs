@@ -108,7 +108,11 @@ impl RingReport {
 /// Wrong-element counts from the ranks (None if one did not check), saturating: a peer's
 /// count comes off the network, and a sum that wrapped could read as 0 wrong.
 pub fn sum_wrong(counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    counts.fold(Some(0), |acc, c| Some(acc?.saturating_add(c?)))
+    let mut total = 0u64;
+    for c in counts {
+        total = total.saturating_add(c?);
+    }
+    Some(total)
 }
 
 /// Rows and links from every rank's results. Pure.

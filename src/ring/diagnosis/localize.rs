@@ -323,7 +323,11 @@ pub fn analyze(
     // Which cells the verdicts blame: a node verdict says whether its other direction is
     // slow too (so this must be known before the verdicts are written).
     let blamed: Vec<bool> = (0..links.len())
-        .map(|i| isolated_idx.contains(&i) || rows.contains(&links[i].from_rank) || cols.contains(&links[i].to_rank))
+        .map(|i| {
+            isolated_idx.contains(&i)
+                || rows.contains(&links[i].from_rank)
+                || cols.contains(&links[i].to_rank)
+        })
         .collect();
     let is_slow = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| blamed[i]);
     let ctx = Ctx {

@@ -89,10 +89,7 @@ pub enum Decoded<T> {
 pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Decoded<T> {
     let m = buf.len().min(4);
     if buf[..m] != HS_MAGIC[..m] {
-        return Decoded::Bad(format!(
-            "not a fabprobe data link (bad magic {:02x?})",
-            &buf[..m]
-        ));
+        return Decoded::Bad(format!("not a fabprobe data link (bad magic {:02x?})", &buf[..m]));
     }
     if buf.len() < 8 {
         return Decoded::More(8 - buf.len());
@@ -229,7 +226,10 @@ pub fn connect(
     write_frame(&mut s, hs).map_err(|e| setup("sending the link handshake", e.to_string()))?;
     let reply: Reply = read_frame_by(&mut s, deadline).map_err(|e| setup("reading the link handshake", e))?;
     if !reply.ok {
-        return Err(setup("the receiver refused the link", printable(&reply.reason, 200)));
+        return Err(setup(
+            "the receiver refused the link",
+            printable(&reply.reason, 200),
+        ));
     }
     // The receiver's figures size this side's credits: a lie must not allocate gigabytes
     // (u32::MAX slots) or give no credit at all (0 slots: a false hang).
@@ -700,13 +700,23 @@ impl Foreign {
             .iter()
             .take(MAX_SOURCES_LISTED)
             .map(|(ip, (n, reasons))| {
-                let conns = if *n == 1 { "1 connection".to_string() } else { format!("{n} connections") };
+                let conns = if *n == 1 {
+                    "1 connection".to_string()
+                } else {
+                    format!("{n} connections")
+                };
                 format!("data link from {ip}: {conns} refused: {}", reasons.join("; "))
             })
             .collect();
-        let rest = self.total - v.iter().take(MAX_SOURCES_LISTED).map(|(_, (n, _))| n).sum::<u64>();
+        let rest = self.total
+            - v.iter()
+                .take(MAX_SOURCES_LISTED)
+                .map(|(_, (n, _))| n)
+                .sum::<u64>();
         if rest > 0 {
-            out.push(format!("data link: {rest} more connections refused from other addresses"));
+            out.push(format!(
+                "data link: {rest} more connections refused from other addresses"
+            ));
         }
         out
     }
@@ -723,7 +733,11 @@ impl Foreign {
             .take(MAX_SOURCES_LISTED)
             .map(|(n, ip)| format!("{ip}: {n}"))
             .collect();
-        let more = if v.len() > MAX_SOURCES_LISTED || self.unlisted > 0 { ", ..." } else { "" };
+        let more = if v.len() > MAX_SOURCES_LISTED || self.unlisted > 0 {
+            ", ..."
+        } else {
+            ""
+        };
         Some(format!(
             "{} foreign connection(s) refused ({}{more})",
             self.total,
@@ -805,7 +819,8 @@ impl AcceptState<'_> {
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Some(p),
             Err(e) => {
-                self.foreign.note(p.addr.ip(), format!("failed before its handshake: {e}"));
+                self.foreign
+                    .note(p.addr.ip(), format!("failed before its handshake: {e}"));
                 None
             }
         }
@@ -875,7 +890,8 @@ impl AcceptState<'_> {
         let link = match make_recv(s, (spec.peer_name)(hs.from_rank), spec.slots, spec.slot_bytes) {
             Ok(l) => l,
             Err(e) => {
-                self.foreign.note(addr.ip(), format!("could not start its reader: {e}"));
+                self.foreign
+                    .note(addr.ip(), format!("could not start its reader: {e}"));
                 return;
             }
         };
@@ -889,7 +905,9 @@ impl AcceptState<'_> {
             let (f, c) = spec.expect[k];
             self.foreign.note(
                 old.addr.ip(),
-                format!("claimed rank {f} channel {c}, replaced by the connection from rank {f}'s data address"),
+                format!(
+                    "claimed rank {f} channel {c}, replaced by the connection from rank {f}'s data address"
+                ),
             );
         } else if self.complete() {
             self.filled_at = Some(Instant::now());
@@ -970,9 +988,7 @@ pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
     let mut backoff_until: Option<Instant> = None;
     let result = loop {
         let now = Instant::now();
-        if st.complete()
-            && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE))
-        {
+        if st.complete() && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE)) {
             break Ok(());
         }
         if now >= spec.deadline {
@@ -1045,7 +1061,9 @@ pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
                             if let Some(old) = pending.pop_front() {
                                 st.foreign.note(
                                     old.addr.ip(),
-                                    format!("dropped: more than {MAX_PENDING} connections waiting to say hello"),
+                                    format!(
+                                        "dropped: more than {MAX_PENDING} connections waiting to say hello"
+                                    ),
                                 );
                             }
                         }
@@ -1069,10 +1087,8 @@ pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
                         // waited longest for its handshake, and pause before the next try.
                         if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                             if let Some(old) = pending.pop_front() {
-                                st.foreign.note(
-                                    old.addr.ip(),
-                                    "dropped to free a file descriptor".into(),
-                                );
+                                st.foreign
+                                    .note(old.addr.ip(), "dropped to free a file descriptor".into());
                             }
                         }
                         backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
@@ -1085,10 +1101,7 @@ pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
     let _ = listener.set_nonblocking(false);
     let lines = st.lines();
     match result {
-        Ok(()) => Ok((
-            st.held.into_iter().flatten().map(|h| h.acc).collect(),
-            lines,
-        )),
+        Ok(()) => Ok((st.held.into_iter().flatten().map(|h| h.acc).collect(), lines)),
         Err(e) => Err((e, lines)),
     }
 }
@@ -1206,7 +1219,12 @@ mod tests {
     use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
 
     /// What rank 1 expects in these tests: token `t`, every source taken as the rank's own.
-    fn spec<'a>(expect: &'a [(u32, u32)], slots: usize, slot_bytes: usize, deadline: Instant) -> AcceptSpec<'a> {
+    fn spec<'a>(
+        expect: &'a [(u32, u32)],
+        slots: usize,
+        slot_bytes: usize,
+        deadline: Instant,
+    ) -> AcceptSpec<'a> {
         AcceptSpec {
             token: "t",
             me: 1,
@@ -1277,8 +1295,14 @@ mod tests {
         assert!(e.to_string().contains("wrong token"), "{e}");
         // Both refusals came from one address: one line names it, counts and says why.
         assert_eq!(rej.len(), 1, "{rej:?}");
-        assert!(rej[0].starts_with("data link from 127.0.0.1: 2 connections refused"), "{rej:?}");
-        assert!(rej[0].contains("bad magic") && rej[0].contains("wrong token"), "{rej:?}");
+        assert!(
+            rej[0].starts_with("data link from 127.0.0.1: 2 connections refused"),
+            "{rej:?}"
+        );
+        assert!(
+            rej[0].contains("bad magic") && rej[0].contains("wrong token"),
+            "{rej:?}"
+        );
     }
 
     #[test]
@@ -1358,7 +1382,9 @@ mod tests {
     /// A client that sends a valid start and then one byte every `every` until `until`.
     fn dripper(addr: SocketAddr, every: Duration, until: Instant) -> thread::JoinHandle<()> {
         thread::spawn(move || {
-            let Ok(mut c) = TcpStream::connect(addr) else { return };
+            let Ok(mut c) = TcpStream::connect(addr) else {
+                return;
+            };
             let _ = c.write_all(b"FPH1");
             let mut frame = 60u32.to_be_bytes().to_vec();
             frame.extend_from_slice(&[b' '; 60]);
@@ -1409,18 +1435,29 @@ mod tests {
         let drip = dripper(addr, Duration::from_millis(200), t0 + Duration::from_secs(8));
         let (e, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline)).err().unwrap();
         let took = t0.elapsed();
-        assert!(took < Duration::from_millis(1700), "held {took:?} past a 1.2 s deadline");
+        assert!(
+            took < Duration::from_millis(1700),
+            "held {took:?} past a 1.2 s deadline"
+        );
         let e = e.to_string();
-        assert!(e.contains("rank 0 channel 0") && e.contains("1 foreign connection(s) refused (127.0.0.1: 1)"), "{e}");
+        assert!(
+            e.contains("rank 0 channel 0") && e.contains("1 foreign connection(s) refused (127.0.0.1: 1)"),
+            "{e}"
+        );
         assert_eq!(rej.len(), 1, "{rej:?}");
-        assert!(rej[0].contains("127.0.0.1: 1 connection refused: no whole handshake"), "{rej:?}");
+        assert!(
+            rej[0].contains("127.0.0.1: 1 connection refused: no whole handshake"),
+            "{rej:?}"
+        );
         drip.join().unwrap();
     }
 
     /// A connection to `dst` from the local address `src` (loopback has all of 127/8).
     fn connect_from(src: IpAddr, dst: SocketAddr) -> TcpStream {
         use std::os::fd::FromRawFd;
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst.ip()) else { panic!("v4 only") };
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst.ip()) else {
+            panic!("v4 only")
+        };
         let sa = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: port.to_be(),
@@ -1502,12 +1539,18 @@ mod tests {
             assert_eq!(c0.link.poll(deadline).unwrap().imm, 42);
             // The fake is named by its address, never the real peer.
             assert_eq!(rej.len(), 1, "{rej:?}");
-            assert!(rej[0].starts_with("data link from 127.0.0.2: 1 connection refused"), "{rej:?}");
+            assert!(
+                rej[0].starts_with("data link from 127.0.0.2: 1 connection refused"),
+                "{rej:?}"
+            );
             let r = fake_reply.unwrap();
             if fake_first {
                 // Taken for a while, then replaced by the rank's own connection.
                 assert!(r.ok, "{r:?}");
-                assert!(rej[0].contains("replaced by the connection from rank 0's data address"), "{rej:?}");
+                assert!(
+                    rej[0].contains("replaced by the connection from rank 0's data address"),
+                    "{rej:?}"
+                );
             } else {
                 assert!(!r.ok && r.reason.contains("duplicate"), "{r:?}");
                 assert!(rej[0].contains("not from rank 0's data address"), "{rej:?}");
@@ -1546,7 +1589,10 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{slots} slots of {slot_bytes} taken"))
                 .to_string();
-            assert!(e.contains("rank 1 (node-b)") && e.contains(&format!("offers {slots} slots")), "{e}");
+            assert!(
+                e.contains("rank 1 (node-b)") && e.contains(&format!("offers {slots} slots")),
+                "{e}"
+            );
             t.join().unwrap();
         }
     }
@@ -1567,7 +1613,10 @@ mod tests {
         wait_closed(t0 + Duration::from_secs(5));
         let took = t0.elapsed();
         assert!(dropped < Duration::from_millis(100), "drop blocked {dropped:?}");
-        assert!(took < CLOSE_LINGER + Duration::from_millis(400), "closing took {took:?}");
+        assert!(
+            took < CLOSE_LINGER + Duration::from_millis(400),
+            "closing took {took:?}"
+        );
         // What was sent before the close still lands.
         for mut r in recvs {
             assert_eq!(r.poll(deadline).unwrap().imm, 5);
@@ -1594,7 +1643,8 @@ mod tests {
                 .env("FABPROBE_EMFILE_CHILD", "1")
                 .output()
                 .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            let text =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success() && text.contains("1 passed"), "{text}");
             return;
         }
@@ -1637,7 +1687,10 @@ mod tests {
         let used = cpu() - c0;
         assert!(used < 0.1, "spun: {used:.3} s of CPU in {:?}", t0.elapsed());
         let e = e.to_string();
-        assert!(e.contains("Too many open files") && e.contains("ulimit -n"), "{e}");
+        assert!(
+            e.contains("Too many open files") && e.contains("ulimit -n"),
+            "{e}"
+        );
         assert!(rej.iter().any(|r| r.contains("Too many open files")), "{rej:?}");
     }
 }
