@@ -123,6 +123,7 @@ fn main() {
                             device: Some("lo".into()),
                             transport: "tcp".into(),
                             pid: Some(r),
+                            capabilities: Vec::new(),
                         },
                         capabilities: vec!["tcp".into()],
                         params: "p".into(),

@@ -60,6 +60,7 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
             device: Some("eth0".into()),
             transport: "tcp".into(),
             pid: None,
+            capabilities: Vec::new(),
         },
         capabilities: vec!["tcp".into()],
         params: params.into(),

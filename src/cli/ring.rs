@@ -84,7 +84,7 @@ pub struct RingArgs {
     pub no_scan: bool,
     /// Time budget of the link scan in seconds (at least two ring orders run whatever it
     /// says, so that a node can be told from a link).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub scan_time: f64,
     /// Bytes each scan sample moves over a link.
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
@@ -148,7 +148,7 @@ OUTPUT
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the
@@ -184,6 +184,19 @@ JSON DATA (fabprobe.ring)
              saturated or was cleared; a rank lost before reporting contributes none";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
+/// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
+/// budget of infinity would never end the scan).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number of seconds", s.escape_default()))?;
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{v} is not a time from 0 to 86400 seconds"));
+    }
+    Ok(v)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -532,5 +545,14 @@ mod tests {
         );
         assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
         assert!(sizes(10, 5, 2).is_err());
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["inf", "-inf", "NaN", "-1", "1e300", "x", "\x1b[31m"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 }

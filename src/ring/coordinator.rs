@@ -902,6 +902,7 @@ mod tests {
             world,
             token: token.into(),
             info: RankInfo {
+                capabilities: Vec::new(),
                 rank,
                 host: format!("h{rank}"),
                 address: format!("127.0.0.1:{}", 1000 + rank),

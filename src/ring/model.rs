@@ -23,6 +23,11 @@ pub struct RankInfo {
     /// `tcp`, `rdma` or `inproc`.
     pub transport: String,
     pub pid: Option<u32>,
+    /// The transports this rank can run (its hello's `capabilities`, e.g. `["rdma", "tcp"]`),
+    /// so every rank reads from the table what the others offer (`--transport auto` picks
+    /// the best one all of them have). Empty from a rank that predates the field.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// One directed link measured at its receiver.

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
-use crate::ring::collective::transport::tcp::TcpFabric;
+use crate::ring::collective::transport::tcp::{self, TcpFabric};
 use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
@@ -277,6 +277,7 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        capabilities: vec![fabric.transport().into()],
         rank: id.rank,
         host: host.to_string(),
         address: fabric.address(),
@@ -325,6 +326,9 @@ fn rank_body(
         });
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
+        // The data links are closed now; let their receivers take the last bytes (bounded
+        // in all, however many links) before this process may exit.
+        tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
 }
@@ -817,6 +821,7 @@ mod tests {
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host.into(),
             address: format!("10.0.0.{rank}:1"),

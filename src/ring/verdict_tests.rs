@@ -74,6 +74,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         world,
         token: "t".into(),
         info: RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host(rank),
             address: fabric.address(),
