@@ -314,6 +314,7 @@ mod tests {
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
+                    capabilities: Vec::new(),
                     rank: r,
                     host: host(r),
                     address: format!("198.19.0.{}:4000{r}", 10 + r),

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
-use crate::ring::collective::transport::tcp::TcpFabric;
+use crate::ring::collective::transport::tcp::{self, TcpFabric};
 use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
@@ -20,7 +20,7 @@ use crate::ring::diagnosis::evidence::{self, Sampler};
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
-use crate::ring::model::CounterMove;
+use crate::ring::model::{CounterMove, LiveStatus};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
@@ -88,6 +88,8 @@ pub struct Setup {
     /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
     /// report); None: not sampled.
     pub counters: Option<Sampler>,
+    /// Where the run says what it is doing, for a progress line; None: nobody watches.
+    pub live: Option<Arc<LiveStatus>>,
 }
 
 /// Outcome kinds for the exit status.
@@ -149,7 +151,6 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let timeout_ms = timeout.as_millis() as u64;
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
@@ -157,22 +158,7 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(Arc::new(
-                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
-                    // At the end of a failed run nothing more will arrive: judge as if the
-                    // watchdog's grace had passed, so an inconclusive hang is still named.
-                    let failed = rep.abort.is_some()
-                        || !rep.stuck.is_empty()
-                        || !rep.lost.is_empty()
-                        || !rep.failed.is_empty();
-                    let at = if final_call && failed {
-                        now_ms + WATCH_GRACE_MS
-                    } else {
-                        now_ms
-                    };
-                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
-                },
-            )),
+            judge: Some(watchdog_judge(timeout)),
             scan: opts.scan.clone().map(|o| {
                 let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                     Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -210,6 +196,7 @@ pub fn run_rank(
         .unwrap_or("tcp")
         .to_string();
     let counters = setup.counters;
+    let live = setup.live.clone().unwrap_or_default();
     let result = fabric.and_then(|fabric| {
         rank_body(
             &join_addr,
@@ -219,6 +206,7 @@ pub fn run_rank(
             setup.device.clone(),
             setup.line_rate_gbs,
             counters.as_ref(),
+            live,
             opts,
             log,
         )
@@ -275,6 +263,7 @@ fn rank_body(
     device: Option<String>,
     line_rate_gbs: Option<f64>,
     counters: Option<&Sampler>,
+    live: Arc<LiveStatus>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -288,6 +277,7 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        capabilities: vec![fabric.transport().into()],
         rank: id.rank,
         host: host.to_string(),
         address: fabric.address(),
@@ -320,7 +310,7 @@ fn rank_body(
         ),
     );
     let session = Arc::new(session);
-    let beat = Beat::new(opts.channels);
+    let beat = Beat::new(opts.channels, live);
     let stop = AtomicBool::new(false);
     // Heartbeats from the table to the end of the run (also while a failed rank waits for
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
@@ -336,6 +326,9 @@ fn rank_body(
         });
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
+        // The data links are closed now; let their receivers take the last bytes (bounded
+        // in all, however many links) before this process may exit.
+        tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
 }
@@ -350,14 +343,16 @@ struct Beat {
     mode: AtomicU8,
     scan: Progress,
     chans: Vec<Progress>,
+    live: Arc<LiveStatus>,
 }
 
 impl Beat {
-    fn new(channels: u32) -> Beat {
+    fn new(channels: u32, live: Arc<LiveStatus>) -> Beat {
         Beat {
             mode: AtomicU8::new(MODE_SETUP),
             scan: Progress::default(),
             chans: (0..channels).map(|_| Progress::default()).collect(),
+            live,
         }
     }
     /// A heartbeat names the peer it waits on only once that wait passed `timeout_ms` (then
@@ -517,6 +512,7 @@ fn connected_run(
     let mut scan_links = ScanLinks::default();
     if opts.scan.is_some() && id.world >= 2 {
         beat.mode.store(MODE_SCAN, Ordering::Relaxed);
+        beat.live.set_stage(LiveStatus::SCAN);
         scan_loop(
             id,
             session,
@@ -530,10 +526,12 @@ fn connected_run(
         )?;
     }
     beat.mode.store(MODE_SWEEP, Ordering::Relaxed);
+    beat.live.set_stage(LiveStatus::SWEEP);
     if !opts.sweep {
         return Ok((Vec::new(), Vec::new(), 0, (links, scan_links)));
     }
-    let (rows, last) = sweep(ring, &mut links, &beat.chans, session, opts, log)?;
+    let (rows, last) = sweep(ring, &mut links, &beat.chans, &beat.live, session, opts, log)?;
+    beat.live.set_stage(LiveStatus::DONE);
     let samples = last
         .iter()
         .map(|r| LinkSample {
@@ -610,6 +608,7 @@ fn scan_loop(
                 bytes,
                 reps,
             } => {
+                beat.live.scan_order.store(index, Ordering::Relaxed);
                 let samples = scanstep::run_order(
                     &ctx,
                     fabric,
@@ -639,6 +638,23 @@ fn scan_loop(
     }
 }
 
+/// The watchdog as the coordinator's judge: live during the run, and once at the end (the
+/// scan's verdicts join at the end, see `run_rank`).
+pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
+    let timeout_ms = timeout.as_millis() as u64;
+    Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+        // At the end of a failed run nothing more will arrive: judge as if the watchdog's
+        // grace had passed, so an inconclusive hang is still named.
+        let failed = rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
+        let at = if final_call && failed {
+            now_ms + WATCH_GRACE_MS
+        } else {
+            now_ms
+        };
+        watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+    })
+}
+
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
 pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
@@ -648,8 +664,9 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         .map(|i| {
             let r = i.rank;
             let finished = rep.finished_ms.contains_key(&r);
-            let control = match rep.closed.get(&r) {
-                Some(&(at_ms, reset)) if !finished => Control::Closed { at_ms, reset },
+            let control = match (rep.closed.get(&r), rep.unacked_since_ms.get(&r)) {
+                (Some(&(at_ms, reset)), _) if !finished => Control::Closed { at_ms, reset },
+                (None, Some(&since_ms)) if !finished => Control::Unacked { since_ms },
                 _ => Control::Open,
             };
             let last = if finished {
@@ -677,10 +694,15 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                 rank: r,
                 control,
                 last,
-                progress: if finished {
-                    Vec::new()
-                } else {
-                    rep.progress.get(&r).cloned().unwrap_or_default()
+                // Only the trailing run of equal counters matters (how long progress has
+                // stood still): O(1) per working rank, not its whole history.
+                progress: match rep.progress.get(&r) {
+                    Some(h) if !finished => {
+                        let cur = h.last().map(|x| x.1);
+                        let k = h.iter().rev().take_while(|x| Some(x.1) == cur).count();
+                        h[h.len() - k..].to_vec()
+                    }
+                    _ => Vec::new(),
                 },
             }
         })
@@ -704,13 +726,16 @@ fn sweep(
     ring: Ring,
     links: &mut [ChannelLinks],
     progress: &[Progress],
+    live: &Arc<LiveStatus>,
     session: &Session,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<(Vec<RowResult>, Option<allreduce::SizeResult>), RingError> {
     let mut rows = Vec::new();
     let mut last = None;
-    for &bytes in &opts.sizes {
+    for (i, &bytes) in opts.sizes.iter().enumerate() {
+        live.size_index.store(i as u32, Ordering::Relaxed);
+        live.size_bytes.store(bytes, Ordering::Relaxed);
         for p in progress {
             p.touch();
         }
@@ -720,8 +745,10 @@ fn sweep(
             iters: opts.iters,
             check: opts.check > 0,
             in_place,
+            live: Some(live.clone()),
         };
         // nccl-tests' two halves: out of place, then in place, each with its own warm-up.
+        live.half.store(0, Ordering::Relaxed);
         let r = allreduce::run_size(
             ring,
             links,
@@ -730,6 +757,7 @@ fn sweep(
             &spec(false),
             opts.slot_bytes,
         )?;
+        live.half.store(1, Ordering::Relaxed);
         let ip = allreduce::run_size(
             ring,
             links,
@@ -793,6 +821,7 @@ mod tests {
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host.into(),
             address: format!("10.0.0.{rank}:1"),

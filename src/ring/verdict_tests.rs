@@ -74,6 +74,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         world,
         token: "t".into(),
         info: RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host(rank),
             address: fabric.address(),
@@ -157,6 +158,7 @@ fn world_with(
                         line_rate_gbs: None,
                         fabric: Some(Box::new(net.fabric(r))),
                         counters,
+                        live: None,
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -465,6 +467,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         line_rate_gbs: None,
         fabric: Some(Box::new(net.fabric(1))),
         counters: None,
+        live: None,
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})
