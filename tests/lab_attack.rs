@@ -4,7 +4,8 @@
 //! rank claiming a taken slot. The job must finish with correct results within --timeout plus
 //! a grace, every refusal must name the foreign source address, and nothing printed may carry
 //! the attackers' raw bytes. One helper per attack (each returns what it must keep open);
-//! data-port attacks join this file later. Needs root; without it every test prints SKIPPED.
+//! data-port attacks join this file later. Needs root; without it every test prints SKIPPED,
+//! and fails under `FABPROBE_LAB=required` (CI).
 
 mod lab;
 
@@ -234,7 +235,9 @@ fn attacks_on_the_coordinator_port_do_not_break_a_running_job() {
         "{replay:?}"
     );
     let ids: Vec<usize> = lab.spawn_ring(1..3, 4, "job", &extra);
-    thread::sleep(Duration::from_millis(1500));
+    // Rank 2's hello read by the coordinator (not a fixed sleep that hopes it was).
+    let node2 = lab.nodes[2].mgmt_ip.clone();
+    lab.wait_read_from(0, 29517, &node2, GRACE);
     // Rank 2 is in (the table waits for rank 3): a foreign claim of its slot.
     let fake = attack_fake_rank(&lab, ATTACKER, target, 2, "job");
     let r3 = lab.spawn_ring(3..4, 4, "job", &extra)[0];

@@ -3,15 +3,16 @@
 //! frames carrying terminal escapes, wrong-token handshakes, and a fake rank claiming each
 //! rank's ring links from a foreign address (a fifth node, 198.19.0.14). The job must finish
 //! with correct results within --timeout + grace, name the attacker by its address, never
-//! an innocent rank's, and print none of the attacker's bytes. Needs root (else SKIPPED);
-//! the attacker is tests/lab/attack_data.py (SKIPPED without python3).
+//! an innocent rank's, and print none of the attacker's bytes. Needs root and python3 (the
+//! attacker is tests/lab/attack_data.py): without them SKIPPED, a failure under
+//! `FABPROBE_LAB=required` (CI).
 
 mod lab;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, loud, text};
+use lab::{Lab, LabOpts, lab_unavailable, text};
 
 /// The attacker processes, killed however the test ends (the lab also kills everything
 /// left in its namespaces).
@@ -67,7 +68,7 @@ fn attack(lab: &Lab, token: &str, targets: &[String], drips: usize) -> Child {
 #[test]
 fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     if Command::new("python3").arg("--version").output().is_err() {
-        loud("SKIPPED lab test attacks_on_every_data_port: python3 (the attacker) is not installed");
+        lab_unavailable("attack_data", "python3 (the attacker, tests/lab/attack_data.py) is not installed");
         return;
     }
     let Some(lab) = Lab::new(
@@ -104,7 +105,9 @@ fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     let target = |r: usize, port: u16| format!("{}:{port}:{}:{r}", lab.nodes[r].data_ip, (r + 3) % 4);
     let first: Vec<String> = (0..3).map(|r| target(r, data_port(&lab, r, by))).collect();
     let mut attackers = Attackers(vec![attack(&lab, token, &first, 150)]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // The attack is on before rank 3 starts: the attacker holds connections to every port.
+    let ports: Vec<String> = first.iter().map(|t| t.split(':').take(2).collect::<Vec<_>>().join(":")).collect();
+    lab.wait_connected_to(4, &ports, Duration::from_secs(10));
     let t0 = Instant::now();
     ids.extend(lab.spawn_ring(3..4, 4, token, &extra));
     attackers

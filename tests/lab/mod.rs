@@ -12,7 +12,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-pub use common::{lab_required, lab_unavailable, loud};
+#[allow(unused_imports)] // each test binary uses its own part
+pub use common::{LAB_ENV, lab_required, lab_unavailable, loud};
 
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -357,6 +358,60 @@ impl Lab {
                     "no data reached {} ({}) within {limit:?}; its connections:\n{o}",
                     self.nodes[node].name,
                     self.nodes[node].data_ip
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Poll (every 50 ms, up to `limit`) until `node` holds an established connection on
+    /// its TCP `port` from `from_ip` whose bytes it has received and read (`bytes_received`
+    /// above 0, Recv-Q 0): the listener has taken in what that peer said first (a rank's
+    /// hello), instead of a fixed sleep that hopes it has.
+    pub fn wait_read_from(&self, node: usize, port: u16, from_ip: &str, limit: Duration) {
+        let t0 = Instant::now();
+        let filter = format!("ss -Htni state established '( sport = :{port} )' dst {from_ip}");
+        loop {
+            let o = self.ns_output(node, &["sh", "-c", &filter]);
+            // `ss -i` prints each socket on one line and its TCP info on the next.
+            let lines: Vec<&str> = o.lines().collect();
+            let taken_in = lines.chunks(2).any(|c| {
+                let recv_q = c[0].split_whitespace().next().and_then(|q| q.parse::<u64>().ok());
+                let received = c.get(1).is_some_and(|info| {
+                    info.split_whitespace().any(|w| {
+                        w.strip_prefix("bytes_received:")
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .is_some_and(|n| n > 0)
+                    })
+                });
+                recv_q == Some(0) && received
+            });
+            if taken_in {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{} never read what {from_ip} sent to port {port} within {limit:?}; connections:\n{o}",
+                self.nodes[node].name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Poll (every 50 ms, up to `limit`) until `node` has an established TCP connection to
+    /// every `ip:port` in `targets` (an attacker whose connections are open).
+    pub fn wait_connected_to(&self, node: usize, targets: &[String], limit: Duration) {
+        let t0 = Instant::now();
+        for t in targets {
+            loop {
+                let o = self.ns_output(node, &["sh", "-c", &format!("ss -Htn state established dst {t}")]);
+                if !o.trim().is_empty() {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < limit,
+                    "{} has no connection to {t} after {limit:?}",
+                    self.nodes[node].name
                 );
                 std::thread::sleep(Duration::from_millis(50));
             }
