@@ -106,6 +106,38 @@ fn slow_egress_of_one_node_is_named() {
     assert!(j["data"]["results"].as_array().unwrap().is_empty());
 }
 
+/// The line rate the scan judges links against, live: no RDMA port carries a lab node's
+/// data interface, so each rank's rate is its veth's `/sys/class/net/eth1/speed` (Mb/s) as
+/// the kernel reports it in that node's namespace, in 10^9 bytes/s.
+#[test]
+fn scan_line_rate_is_each_ranks_sysfs_speed() {
+    let lab_speeds = std::sync::Mutex::new(Vec::new());
+    let Some(o) = scan_case("line_rate", |lab| {
+        for n in 0..4 {
+            let o = lab.exec(n, "cat", &["/sys/class/net/eth1/speed"]);
+            assert!(o.status.success(), "node {n}: {}", text(&o.stderr));
+            let mbps: f64 = text(&o.stdout).trim().parse().unwrap();
+            lab_speeds.lock().unwrap().push(mbps);
+        }
+    }) else {
+        return;
+    };
+    let j = json(&o.stdout);
+    let want: serde_json::Map<String, serde_json::Value> = lab_speeds
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(r, mbps)| (r.to_string(), serde_json::json!(mbps / 8000.0)))
+        .collect();
+    assert_eq!(want.len(), 4);
+    assert_eq!(j["data"]["scan"]["line_rate_gbs"], serde_json::Value::Object(want), "{}", text(&o.stderr));
+    // A 1 Gbit/s shaper on every 10 Gbit/s veth: the whole fabric below its line rate is a
+    // note, not a verdict on any link.
+    assert!(!j["data"]["scan"]["fabric_slow"].is_null(), "{}", j["data"]["scan"]);
+    assert!(verdicts(&o).is_empty(), "{}", text(&o.stdout));
+}
+
 #[test]
 fn slow_pair_is_named_alone() {
     let Some(o) = scan_case("slow_pair_scan", |lab| lab.shape_pair(1, 3, "300mbit", "1gbit")) else {
@@ -288,7 +320,7 @@ fn stopped_rank_is_stalled() {
 fn unplugged_node_is_unreachable_not_stalled() {
     let Some(lab) = lab3("rank_unreachable") else { return };
     let ids = long_run(&lab, "plug");
-    std::thread::sleep(Duration::from_millis(1500));
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.pull_plug(1);
     let t0 = Instant::now();
     let (o0, _) = lab.wait(
