@@ -2,8 +2,8 @@
 //! for NVLink), and the same pairs as NCCL classifies them. Also builds the report from an
 //! NCCL topology file, and the NCCL topology tree from a report.
 //!
-//! nvidia-smi's cells (rule derived from real outputs, shared/reference/topology-facts.md
-//! §1.5): different `numa_node` → SYS; different root bus → NODE; no common switch → PHB;
+//! nvidia-smi's cells (rule derived from real `nvidia-smi topo -m` outputs, tests/data/, and
+//! NVML's `nvmlGpuTopologyLevel_t` in nvml.h): different `numa_node` → SYS; different root bus → NODE; no common switch → PHB;
 //! functions of one device or one switch crossed → PIX; more switches → PXB. Switches are
 //! NCCL's "two path components per switch" nodes (a switch's upstream port).
 
