@@ -198,6 +198,18 @@ impl Mirror<'_> {
                     }
                 }
             }
+            Access::Link(p) => {
+                let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                    return Ok(());
+                };
+                let Some(c) = self.walk(parent)? else {
+                    return Ok(());
+                };
+                let at = c.join(name);
+                if let Ok(target) = std::fs::read_link(self.src_of(&at)) {
+                    self.make_symlink(&at, &target)?;
+                }
+            }
             Access::List(p) => {
                 let Some(c) = self.walk(p)? else {
                     return Ok(());
@@ -299,6 +311,13 @@ pub fn write_tree(
     write_json(&side_dir.join("env.json"), host.env())?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
+    let net = host.net_answers();
+    if !net.ethtool.is_empty() {
+        write_json(&side_dir.join("ethtool.json"), &net.ethtool)?;
+    }
+    if !net.dcb_ieee.is_empty() {
+        write_json(&side_dir.join("dcb.json"), &net.dcb_ieee)?;
+    }
     Ok(summary)
 }
 
