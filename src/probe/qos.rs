@@ -152,6 +152,10 @@ pub struct NamedCount {
     pub count: Count,
 }
 
+/// A priority paused for at least this share of a sample is reported: heavy, sustained
+/// back-pressure (a stated heuristic; brief bursts of PFC are normal).
+pub const PAUSED_SHARE_WARN: f64 = 0.25;
+
 pub const CNP_COUNTERS: &[&str] = &[
     "np_ecn_marked_roce_packets",
     "np_cnp_sent",
@@ -602,7 +606,7 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                         Severity::Warn,
                         &subj,
                         format!(
-                            "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): congestion is left to PFC alone",
+                            "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
                             if rp_on { "on" } else { "off" },
                             if np_on { "on" } else { "off" }
                         ),
@@ -685,6 +689,37 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             }
             out.push(f);
             break;
+        }
+        // Pause time per second over a sample: the share of time the port was paused.
+        if let Some(secs) = r.sample.as_ref().and_then(|s| s.interval_s).filter(|s| *s > 0.0) {
+            for row in &i.priorities {
+                let Some(p) = &row.pause else { continue };
+                for (dir, c) in [("tx", &p.tx_pause_duration_us), ("rx", &p.rx_pause_duration_us)] {
+                    let Some(d) = c.delta else { continue };
+                    let share = d as f64 / (secs * 1e6);
+                    if share >= PAUSED_SHARE_WARN {
+                        let who = if dir == "tx" {
+                            "this port paused its link partner"
+                        } else {
+                            "the link partner paused this port"
+                        };
+                        out.push(
+                            Finding::new(
+                                "qos.pause_time_high",
+                                Severity::Warn,
+                                &subj,
+                                format!(
+                                    "{who} {:.0}% of the time on priority {} over {secs:.0} s",
+                                    share.min(1.0) * 100.0,
+                                    row.priority
+                                ),
+                            )
+                            .evidence(&format!("{dir}_prio{}_pause_duration_delta_us", row.priority), d)
+                            .evidence("interval_s", secs),
+                        );
+                    }
+                }
+            }
         }
         // CNPs should flow when ECN marks do.
         let get = |n: &str| i.cnp.iter().find(|c| c.name == n).and_then(|c| c.count.moved());
