@@ -14,7 +14,8 @@ const GDR_HELP: &str = "\
 For every GPU x RDMA NIC pair: NCCL's path type (as `fabprobe topo --nccl`) against
 NCCL_NET_GDR_LEVEL (default PXB; names or the old numbers 0-4), and the verdict NCCL reaches:
 on (a peer-memory client), dmabuf_possible (no peer memory, DMA-BUF prerequisites met),
-off_distance, off_no_peer_memory. Nearest NICs (what NCCL uses) are marked *.
+off_distance, off_no_peer_memory (unknown when a snapshot has no /sys/module and DMA-BUF is not
+possible). Nearest NICs (what NCCL uses) are marked *.
 
 Peer memory: the paths NCCL's ncclIbGdrSupport() checks (>= 2.23: memory_peers/nv_mem,
 memory_peers/nv_mem_nc, /sys/module/nvidia_peermem/version; 2.9-2.21 memory_peers/nvidia-peermem),
@@ -38,7 +39,7 @@ JSON DATA (fabprobe.gdr)
   {\"gpus\"|\"nics\": [{\"label\", \"name\", \"pci_bus_id\", \"bar1_total_bytes\",
      \"iommu_group\": null | {\"group\", \"type\"}}],
    \"nccl_net_gdr_level\": {\"level\" (LOC..SYS), \"source\" (default|NCCL_NET_GDR_LEVEL), \"raw\"},
-   \"peer_memory\": {\"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
+   \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
      \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
      \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},
    \"dmabuf\": {\"kernel\", \"kernel_ok\", \"rdma_core\", \"rdma_core_source\", \"rdma_core_ok\",
@@ -48,7 +49,7 @@ JSON DATA (fabprobe.gdr)
      \"redirect\"} | {\"state\": \"absent\"} | {\"state\": \"unknown\", \"bytes_read\", \"reason\"} |
      {\"state\": \"unreadable\", \"error\"}}],
    \"pairs\": [{\"gpu\", \"nic\", \"path\", \"nccl_nearest\", \"verdict\" (on|dmabuf_possible|
-     off_distance|off_no_peer_memory), \"bridges_between\", \"acs_redirect\", \"acs_unknown\"}],
+     off_distance|off_no_peer_memory|unknown), \"bridges_between\", \"acs_redirect\", \"acs_unknown\"}],
    \"notes\"}
 
 NOT CHECKED

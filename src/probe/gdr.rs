@@ -57,6 +57,9 @@ pub struct PathCheck {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PeerMemory {
+    /// `/sys/module` exists: module state is known. A snapshot without it (taken by an
+    /// older fabprobe, or hand-made) cannot say whether peer memory was loaded.
+    pub modules_visible: bool,
     /// NCCL's `ncclIbGdrSupport()` paths.
     pub paths: Vec<PathCheck>,
     /// NCCL ≥ 2.23 would find a peer-memory client.
@@ -118,6 +121,8 @@ pub enum Verdict {
     OffDistance,
     /// Within the level, but neither peer memory nor DMA-BUF.
     OffNoPeerMemory,
+    /// Within the level; peer memory not visible (no `/sys/module`) and no DMA-BUF.
+    Unknown,
 }
 
 impl Verdict {
@@ -127,6 +132,7 @@ impl Verdict {
             Verdict::DmabufPossible => "dmabuf_possible",
             Verdict::OffDistance => "off_distance",
             Verdict::OffNoPeerMemory => "off_no_peer_memory",
+            Verdict::Unknown => "unknown",
         }
     }
 }
@@ -179,6 +185,7 @@ fn peer_memory(host: &Host) -> PeerMemory {
         })
     };
     PeerMemory {
+        modules_visible: host.is_dir("/sys/module"),
         paths,
         nccl_gdr_support,
         nvidia_peermem_loaded: loaded,
@@ -306,6 +313,9 @@ pub fn probe(host: &Host) -> GdrReport {
         .collect();
     let nccl_net_gdr_level = gdr_level(host, &mut notes);
     let peer = peer_memory(host);
+    if !peer.modules_visible {
+        notes.push("/sys/module is not visible (a snapshot without it): whether a peer-memory module is loaded is unknown".into());
+    }
     let dmabuf = dmabuf(host);
     let iommu = iommu(host);
     let nvml = host.nvml().facts();
@@ -385,6 +395,8 @@ pub fn probe(host: &Host) -> GdrReport {
                     Verdict::On
                 } else if dmabuf.possible {
                     Verdict::DmabufPossible
+                } else if !peer.modules_visible {
+                    Verdict::Unknown
                 } else {
                     Verdict::OffNoPeerMemory
                 }
@@ -425,39 +437,62 @@ fn pair_names(v: &[&GdrPair]) -> String {
 pub fn findings(r: &GdrReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let used: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.nccl_nearest).collect();
-    // ACS redirect on a bridge between a GPU and its NIC.
-    for b in &r.bridges {
-        let Acs::Present {
-            ctrl,
-            ctrl_text,
-            redirect: true,
-            ..
-        } = &b.acs
-        else {
-            continue;
-        };
+    // ACS redirect on bridges between GPUs and their NICs: one finding, every bridge named.
+    let redirecting: Vec<(&BridgeAcs, u16, &str)> = r
+        .bridges
+        .iter()
+        .filter_map(|b| match &b.acs {
+            Acs::Present {
+                ctrl,
+                ctrl_text,
+                redirect: true,
+                ..
+            } => Some((b, *ctrl, ctrl_text.as_str())),
+            _ => None,
+        })
+        .collect();
+    if !redirecting.is_empty() {
         let affected: Vec<&GdrPair> = r
             .pairs
             .iter()
-            .filter(|p| p.bridges_between.contains(&b.pci_bus_id))
+            .filter(|p| p.acs_redirect)
             .collect();
         let used_here = affected.iter().any(|p| p.nccl_nearest);
-        let cleared = ctrl & !pcicfg::ACS_REDIRECT;
+        // One setpci loop per distinct cleared control word.
+        let mut groups: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
+        for (b, ctrl, _) in &redirecting {
+            groups
+                .entry(ctrl & !pcicfg::ACS_REDIRECT)
+                .or_default()
+                .push(b.pci_bus_id.as_str());
+        }
+        let cmds: Vec<String> = groups
+            .iter()
+            .map(|(v, bs)| {
+                if bs.len() == 1 {
+                    format!("setpci -s {} ECAP_ACS+0x6.w=0x{v:04x}", bs[0])
+                } else {
+                    format!("for b in {}; do setpci -s $b ECAP_ACS+0x6.w=0x{v:04x}; done", bs.join(" "))
+                }
+            })
+            .collect();
+        let bridges: Vec<&str> = redirecting.iter().map(|(b, _, _)| b.pci_bus_id.as_str()).collect();
         out.push(
             Finding::new(
                 "gdr.acs_redirect",
                 if used_here { Severity::Fail } else { Severity::Warn },
-                format!("bridge {}", b.pci_bus_id),
+                pair_names(&affected),
                 format!(
-                    "ACS request/completion redirect is on for a PCIe switch port between {}: GPU-NIC peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
-                    pair_names(&affected)
+                    "ACS request/completion redirect is on for {} PCIe switch port(s) between these GPUs and NICs: peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
+                    redirecting.len()
                 ),
             )
-            .evidence("acs_ctl", ctrl_text.clone())
-            .evidence("acs_ctl_hex", format!("0x{ctrl:04x}"))
+            .evidence("bridges", bridges.join(" "))
+            .evidence("acs_ctl", redirecting[0].2.to_string())
+            .evidence("acs_ctl_hex", format!("0x{:04x}", redirecting[0].1))
             .fix(format!(
-                "`setpci -s {} ECAP_ACS+0x6.w=0x{cleared:04x}` as root (clears ReqRedir/CmpltRedir; resets at reboot: disable ACS in the BIOS, or run it from a boot-time unit)",
-                b.pci_bus_id
+                "as root: `{}` (clears ReqRedir/CmpltRedir; it resets at reboot: disable ACS in the BIOS, or run it from a boot-time unit; Linux sets ACS on switch ports when the IOMMU is on)",
+                cmds.join("; ")
             )),
         );
     }
@@ -469,7 +504,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 "gdr.acs_unknown",
                 Severity::Warn,
                 pair_names(&unknown),
-                "ACS of the switch ports between these GPUs and NICs is unknown: config space beyond 64 bytes is readable by root only",
+                "ACS of the switch ports between these GPUs and NICs is unknown: their config space could not be read past 64 bytes (only root can), or the snapshot lacks it",
             )
             .fix("run `sudo fabprobe gdr` (or capture the snapshot as root)"),
         );
@@ -544,11 +579,12 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             )),
         );
     }
-    // IOMMU translating DMA on a GDR path.
+    // IOMMU translating DMA on a pair within NCCL's GDR distance (whether peer memory is
+    // there yet or not: fixing that next would run into this).
     let gdr_used: Vec<&GdrPair> = used
         .iter()
         .copied()
-        .filter(|x| matches!(x.verdict, Some(Verdict::On | Verdict::DmabufPossible)))
+        .filter(|x| x.verdict.is_some_and(|v| v != Verdict::OffDistance))
         .collect();
     let translated = |label: &str, list: &[GdrDevice]| {
         list.iter()
@@ -572,7 +608,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 Severity::Warn,
                 pair_names(&tr),
                 format!(
-                    "the IOMMU translates DMA (group type {t}) for GPUs or NICs on GDR paths: peer-to-peer transfers go through the root complex's IOMMU, costing bandwidth or failing"
+                    "the IOMMU translates DMA (group type {t}) for the GPUs and NICs of these pairs: GPUDirect transfers go through the IOMMU, costing bandwidth or failing"
                 ),
             )
             .evidence("iommu_group_type", t)

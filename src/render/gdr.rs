@@ -25,6 +25,7 @@ fn short(v: Verdict) -> &'static str {
         Verdict::DmabufPossible => "dmabuf",
         Verdict::OffDistance => "off-dist",
         Verdict::OffNoPeerMemory => "off-peer",
+        Verdict::Unknown => "unknown",
     }
 }
 
@@ -105,6 +106,7 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
                 "{} ({})",
                 i.cmdline_flags.join(" "),
                 opt_bool(i.cmdline_passthrough, "passthrough", "translated")
+                    .replace("unknown", "no iommu=pt: the kernel's default mode")
             )
         }
     ));
