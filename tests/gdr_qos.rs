@@ -1,0 +1,323 @@
+//! `fabprobe gdr` and `fabprobe qos` through the binary: whole reports (table and JSON)
+//! against fixtures, deltas between two snapshots, Prometheus, bad recorded replies, the
+//! snapshot round trip of ioctl/netlink answers, and the live host (no GPU, no RDMA).
+
+use std::path::Path;
+use std::process::Command;
+
+use fabprobe::host::Host;
+use fabprobe::probe::{gdr, qos};
+
+fn run(args: &[&str]) -> (String, String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+fn snapshot_reports(cmd: &str, fixtures: &[(&str, i32)]) {
+    for (f, want) in fixtures {
+        let root = format!("fixtures/{f}");
+        let (table, err, code) = run(&["--root", &root, cmd]);
+        assert_eq!(code, *want, "{f}: exit {code}: {err}");
+        insta::assert_snapshot!(format!("{cmd}_table__{f}"), format!("exit {code}\n{table}"));
+        let (json, _, jcode) = run(&["--root", &root, "--format", "json", cmd]);
+        assert_eq!(code, jcode, "{f}: table and json disagree on the exit code");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema"], format!("fabprobe.{cmd}"));
+        insta::assert_json_snapshot!(format!("{cmd}_json__{f}"), v);
+    }
+}
+
+#[test]
+fn gdr_whole_reports() {
+    snapshot_reports(
+        "gdr",
+        &[
+            ("h100-sxm-8gpu", 0),
+            ("h100-gdr-broken", 1),
+            ("cloud-vm-flat", 0),
+            ("roce-bond-host", 0),
+            ("cpu-only", 0),
+        ],
+    );
+}
+
+#[test]
+fn qos_whole_reports() {
+    snapshot_reports(
+        "qos",
+        &[
+            ("roce-bond-host", 0),
+            ("roce-qos-mismatch", 1),
+            ("roce-pause-storm", 0),
+            ("roce-pause-storm-later", 1),
+            ("h100-sxm-8gpu", 0),
+            ("cpu-only", 0),
+        ],
+    );
+}
+
+fn ids(v: &serde_json::Value) -> Vec<String> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}:{}", f["severity"].as_str().unwrap(), f["id"].as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+fn gdr_verdicts_and_findings() {
+    let (out, _, _) = run(&["--root", "fixtures/h100-sxm-8gpu", "--format", "json", "gdr"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(ids(&v).is_empty(), "{:?}", ids(&v));
+    let pairs = v["data"]["pairs"].as_array().unwrap();
+    let nearest: Vec<_> = pairs.iter().filter(|p| p["nccl_nearest"] == true).collect();
+    assert_eq!(nearest.len(), 8);
+    assert!(nearest.iter().all(|p| p["verdict"] == "on" && p["path"] == "PIX"));
+    assert_eq!(v["data"]["gpus"][0]["bar1_total_bytes"], 137438953472u64);
+
+    let (out, _, code) = run(&["--root", "fixtures/h100-gdr-broken", "--format", "json", "gdr"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        ids(&v),
+        ["fail:gdr.acs_redirect", "fail:gdr.peermem_not_loaded", "warn:gdr.iommu_translation"]
+    );
+    assert_eq!(v["data"]["dmabuf"]["possible"], false);
+    assert_eq!(v["data"]["dmabuf"]["nvidia_open_module"], false);
+
+    // NCCL_NET_GDR_LEVEL from the environment moves the verdicts.
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    copy_tree(Path::new("fixtures/h100-sxm-8gpu"), &snap);
+    std::fs::write(snap.join("fabprobe/env.json"), r#"{"NCCL_NET_GDR_LEVEL": "LOC"}"#).unwrap();
+    let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["data"]["nccl_net_gdr_level"]["level"], "LOC");
+    assert_eq!(ids(&v), ["warn:gdr.off_distance"]);
+    std::fs::write(snap.join("fabprobe/env.json"), r#"{"NCCL_NET_GDR_LEVEL": "SYS"}"#).unwrap();
+    let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["data"]["pairs"].as_array().unwrap().iter().all(|p| p["verdict"] == "on"));
+}
+
+/// ACS as a non-root reader sees it: 64 bytes of config space give "unknown", never "off".
+#[test]
+fn acs_from_64_byte_config_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    copy_tree(Path::new("fixtures/h100-gdr-broken"), &snap);
+    for entry in walk(&snap) {
+        if entry.file_name().is_some_and(|n| n == "config") {
+            let b = std::fs::read(&entry).unwrap();
+            std::fs::write(&entry, &b[..64]).unwrap();
+        }
+    }
+    let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(ids(&v).contains(&"warn:gdr.acs_unknown".to_string()), "{:?}", ids(&v));
+    assert!(!ids(&v).contains(&"fail:gdr.acs_redirect".to_string()));
+    assert_eq!(v["data"]["bridges"][0]["acs"]["state"], "unknown");
+    assert_eq!(v["data"]["bridges"][0]["acs"]["bytes_read"], 64);
+}
+
+#[test]
+fn qos_findings_per_fixture() {
+    let get = |f: &str| {
+        let (out, _, _) = run(&["--root", &format!("fixtures/{f}"), "--format", "json", "qos"]);
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    assert!(ids(&get("roce-bond-host")).is_empty());
+    assert_eq!(
+        ids(&get("roce-qos-mismatch")),
+        [
+            "fail:qos.roce_priority_not_lossless",
+            "warn:qos.ecn_off_on_roce_priority",
+            "fail:qos.global_pause_with_pfc",
+            "warn:qos.ecn_marks_without_cnps"
+        ]
+    );
+    let v = get("roce-bond-host");
+    let i = &v["data"]["interfaces"][0];
+    assert_eq!(i["dcb"]["pfc_enabled"], serde_json::json!([3]));
+    assert_eq!(i["ethtool"]["pfc_priorities_from_counters"], serde_json::json!([3]));
+    assert_eq!(i["roce"]["priority"], 3);
+    assert_eq!(i["dcb"]["trust"], "dscp");
+    assert_eq!(i["dcb"]["dcbx_mode"], "firmware controlled");
+    let v = get("roce-pause-storm");
+    assert_eq!(v["data"]["interfaces"][0]["ecn"], serde_json::Value::Null);
+    assert!(
+        v["data"]["interfaces"][0]["ecn_unknown_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown (inbox driver)")
+    );
+}
+
+#[test]
+fn qos_deltas_between_two_snapshots() {
+    let args = [
+        "--root",
+        "fixtures/roce-pause-storm-later",
+        "qos",
+        "--baseline",
+        "fixtures/roce-pause-storm",
+    ];
+    let (table, err, code) = run(&args);
+    assert_eq!(code, 1, "{err}");
+    insta::assert_snapshot!("qos_baseline_table__roce-pause-storm", table);
+    let mut j = args.to_vec();
+    j.insert(2, "--format");
+    j.insert(3, "json");
+    let (json, _, _) = run(&j);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["data"]["sample"]["interval_s"], 60.0);
+    let p3 = &v["data"]["interfaces"][0]["priorities"][3]["pause"];
+    assert_eq!(p3["tx_pause"]["delta"], 1_233_200);
+    assert_eq!(p3["tx_pause_duration_us"]["rate_per_s"], 850_000.0);
+    assert_eq!(
+        ids(&v),
+        ["fail:qos.pause_storm", "warn:qos.pause_time_high"]
+    );
+    // Swapped: every counter went backwards; notes say so, no delta is invented.
+    let (json, _, _) = run(&[
+        "--root",
+        "fixtures/roce-pause-storm",
+        "--format",
+        "json",
+        "qos",
+        "--baseline",
+        "fixtures/roce-pause-storm-later",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let p3 = &v["data"]["interfaces"][0]["priorities"][3]["pause"];
+    assert_eq!(p3["tx_pause"]["went_backwards"], true);
+    assert_eq!(p3["tx_pause"]["delta"], serde_json::Value::Null);
+    assert!(
+        v["data"]["notes"][0].as_str().unwrap().contains("went backwards"),
+        "{}",
+        v["data"]["notes"]
+    );
+}
+
+#[test]
+fn qos_prom() {
+    let (prom, _, _) = run(&["--root", "fixtures/roce-bond-host", "--format", "prom", "qos"]);
+    insta::assert_snapshot!("qos_prom__roce-bond-host", prom);
+}
+
+/// Recorded DCB replies that are short, lying or not hex, and a snapshot without the side
+/// files: notes and errors in the report, never a panic, exit 0 or 1.
+#[test]
+fn bad_recorded_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    copy_tree(Path::new("fixtures/roce-qos-mismatch"), &snap);
+    let dcb: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("fabprobe/dcb.json")).unwrap()).unwrap();
+    let hex = dcb["ens1f0np0"]["ok"].as_str().unwrap().to_string();
+    for (cut, expect) in [
+        (hex[..50].to_string(), "claims"),
+        (hex[..6].to_string(), "shorter than struct dcbmsg"),
+    ] {
+        std::fs::write(
+            snap.join("fabprobe/dcb.json"),
+            serde_json::json!({"ens1f0np0": {"ok": cut}}).to_string(),
+        )
+        .unwrap();
+        let (out, err, code) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "qos"]);
+        assert!(code == 0 || code == 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let notes = v["data"]["interfaces"][0]["dcb"]["notes"].to_string();
+        assert!(notes.contains(expect), "{notes}");
+    }
+    std::fs::write(snap.join("fabprobe/dcb.json"), r#"{"ens1f0np0": {"ok": "zz1"}}"#).unwrap();
+    let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "qos"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["data"]["interfaces"][0]["dcb"]["error"],
+        "the recorded reply is not hex"
+    );
+    std::fs::remove_file(snap.join("fabprobe/dcb.json")).unwrap();
+    std::fs::remove_file(snap.join("fabprobe/ethtool.json")).unwrap();
+    let (table, _, code) = run(&["--root", snap.to_str().unwrap(), "qos"]);
+    assert_eq!(code, 0);
+    assert!(table.contains("DCB: not captured in this snapshot"), "{table}");
+    assert!(table.contains("ethtool statistics: not_captured"), "{table}");
+    // A side file that is not JSON names itself.
+    std::fs::write(snap.join("fabprobe/dcb.json"), "{not json").unwrap();
+    let (_, err, code) = run(&["--root", snap.to_str().unwrap(), "qos"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("fabprobe/dcb.json"), "{err}");
+}
+
+/// `snapshot` keeps what gdr and qos read, ioctl/netlink answers and symlink names included:
+/// re-capturing a fixture gives the same reports.
+#[test]
+fn recapture_keeps_gdr_and_qos_reports() {
+    for f in ["h100-sxm-8gpu", "h100-gdr-broken", "roce-qos-mismatch", "roce-bond-host"] {
+        let src = format!("fixtures/{f}");
+        let host = Host::snapshot(&src).unwrap().with_recording();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("snap");
+        fabprobe::snapshot::capture(&host, Path::new(&src), &out).unwrap();
+        let orig = Host::snapshot(&src).unwrap();
+        let again = Host::snapshot(&out).unwrap();
+        assert_eq!(gdr::probe(&again), gdr::probe(&orig), "{f}");
+        assert_eq!(qos::probe(&again), qos::probe(&orig), "{f}");
+    }
+}
+
+#[test]
+fn live_host_runs_cleanly() {
+    let (out, err, code) = run(&["gdr"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("NCCL_NET_GDR_LEVEL"), "{out}");
+    let (out, err, code) = run(&["qos"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.is_empty());
+    // Loopback has no DCB ops: the kernel answers EOPNOTSUPP, shown as not supported.
+    let (out, err, code) = run(&["qos", "--ifname", "lo", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["data"]["interfaces"][0]["dcb"]["error"], "EOPNOTSUPP");
+    let (_, _, code) = run(&["qos", "--ifname", "lo", "--interval", "0.2"]);
+    assert_eq!(code, 0);
+    let (out, _, code) = run(&["qos", "--ifname", "no-such-if0", "--format", "json"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no such netdev"), "{out}");
+    let (_, err, code) = run(&["--root", "fixtures/roce-bond-host", "qos", "--interval", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--baseline"), "{err}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// `cp -a` (symlinks kept as symlinks).
+fn copy_tree(src: &Path, dst: &Path) {
+    let st = Command::new("cp").arg("-a").arg(src).arg(dst).status().unwrap();
+    assert!(st.success());
+}
