@@ -7,6 +7,7 @@ mod gdr;
 mod gids;
 mod links;
 mod out;
+mod progress;
 mod qos;
 mod ring;
 mod snapshot;
