@@ -24,6 +24,14 @@ pub struct QosArgs {
     /// An earlier snapshot of the same host: deltas from it to --root (or the live host).
     #[arg(long, value_name = "SNAPSHOT")]
     pub baseline: Option<PathBuf>,
+    /// Listen for the switch's LLDP (chassis, port, system name, 802.1Qaz ETS/PFC/APP) on
+    /// every reported netdev and compare it with the host (live: needs root; a snapshot
+    /// replays its recorded frames).
+    #[arg(long)]
+    pub lldp: bool,
+    /// How long --lldp listens: a little over the usual 30 s LLDP interval.
+    #[arg(long, value_name = "SECONDS", default_value_t = 31.0, requires = "lldp")]
+    pub lldp_wait: f64,
 }
 
 const QOS_HELP: &str = "\
@@ -49,6 +57,8 @@ FINDINGS
   qos.pause_storm                 tx_pause_storm_error_events (fail) / _warning_events (warn)
                                   moved (in the sample, else since cleared)
   qos.ecn_marks_without_cnps      ECN-marked packets arrived, no CNP was sent
+  qos.pause_time_high             a priority paused >= 25% of a sample (--interval/--baseline)
+  qos.switch_pfc_mismatch         (--lldp) the switch's PFC priorities differ from the host's
 
 JSON DATA (fabprobe.qos)
   {\"rdma\": {\"devices_found\", \"message\"},
@@ -69,7 +79,12 @@ JSON DATA (fabprobe.qos)
        \"tx_pause_duration_us\", \"rx_pause_transition\"}, \"rx_marked\"}],
      \"global_pause\": null | {same as pause},
      \"pause_storm\": {\"tx_pause_storm_warning_events\", \"tx_pause_storm_error_events\"},
-     \"cnp\": [{\"name\", count}]}],
+     \"cnp\": [{\"name\", count}],
+     \"switch\": null | {\"waited_s\", \"error\", \"none_reason\", \"lldp\": null | {\"source_mac\",
+       \"chassis_id\", \"port_id\", \"ttl_s\", \"port_description\", \"system_name\",
+       \"ets\"|\"ets_recommendation\": {\"willing\", \"prio_tc\", \"tc_bw\", \"tc_tsa\"},
+       \"pfc\": {\"willing\", \"mbc\", \"pfc_cap\", \"pfc_enable\" (bitmap)},
+       \"app\": [{\"selector\", \"protocol\", \"priority\"}], \"notes\"}}}],
    \"notes\"}
   Every count is {\"value\", \"delta\", \"rate_per_s\", \"went_backwards\"}; durations are in
   microseconds, so a duration's rate_per_s is microseconds paused per second.
@@ -79,8 +94,13 @@ PROMETHEUS (--format prom)
   fabprobe_qos_{rx,tx}_pause_duration_microseconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
   fabprobe_qos_pause_storm_events_total{level}, fabprobe_qos_rdma_cc_counter_total{counter}.
 
-NOT DONE
-  LLDP from the switch (chassis, port, 802.1Qaz PFC/ETS/APP TLVs) is not captured yet.";
+LLDP (--lldp)
+  An AF_PACKET socket on each netdev joins 01:80:c2:00:00:0e and takes the first LLDP frame
+  within --lldp-wait; it decodes chassis ID, port ID, TTL, port description, system name and the
+  IEEE 802.1Qaz TLVs (OUI 00-80-C2: ETS configuration and recommendation, PFC configuration,
+  application priority). Nothing arriving is said plainly (the switch does not send LLDP there,
+  or the NIC's firmware LLDP agent consumes it). `fabprobe snapshot` does not listen; frames
+  recorded in a snapshot's fabprobe/lldp.json are replayed.";
 
 fn sample(host: &Host, a: &QosArgs) -> QosReport {
     if a.ifname.is_empty() {
@@ -139,6 +159,17 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
                 interval_s,
             },
         );
+    }
+    if a.lldp {
+        if !(a.lldp_wait >= 0.0 && a.lldp_wait <= 3600.0) {
+            return Err(UsageError(format!(
+                "--lldp-wait {}: give a number of seconds between 0 and 3600",
+                a.lldp_wait
+            ))
+            .into());
+        }
+        g.log(1, format!("listening for LLDP for up to {} s", a.lldp_wait));
+        qos::add_lldp(&host, &mut report, Duration::from_secs_f64(a.lldp_wait));
     }
     report.notes.extend(qos::backwards_notes(&report));
     let findings = qos::findings(&report);

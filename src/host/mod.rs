@@ -265,6 +265,32 @@ impl Host {
         }
     }
 
+    /// LLDP frames heard on `ifname` within `wait` (live, recorded), or the snapshot's
+    /// `fabprobe/lldp.json` (no waiting).
+    pub fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
+        let hex = if self.is_live() {
+            let r = netif::live_lldp(ifname, wait);
+            if let Ok(mut n) = self.net.lock() {
+                n.lldp.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.lldp.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(v) => match v.iter().map(|h| netif::from_hex(h)).collect::<Option<Vec<_>>>() {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("a recorded frame is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
     /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.
     pub fn net_answers(&self) -> NetAnswers {
         self.net.lock().map(|n| n.clone()).unwrap_or_default()

@@ -33,6 +33,9 @@ pub struct NetAnswers {
     /// `fabprobe/dcb.json`: ifname → the `DCB_CMD_IEEE_GET` reply after the netlink
     /// header (`struct dcbmsg` and its attributes), hex.
     pub dcb_ieee: BTreeMap<String, Reply<String>>,
+    /// `fabprobe/lldp.json`: ifname → the LLDP frames heard (whole Ethernet frames, hex).
+    #[serde(default)]
+    pub lldp: BTreeMap<String, Reply<Vec<String>>>,
 }
 
 pub fn to_hex(b: &[u8]) -> String {
@@ -279,6 +282,102 @@ pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
             return Reply::Ok(to_hex(&buf[16..len.max(16)]));
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Live: LLDP frames on a netdev
+// ---------------------------------------------------------------------------------------
+
+const ETH_P_LLDP: u16 = 0x88cc;
+/// The nearest-bridge LLDP group address every switch sends to.
+const LLDP_MULTICAST: [u8; 6] = [0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e];
+
+/// Listen on `ifname` for LLDP frames until the first arrives or `wait` passes. Returns the
+/// frames heard (possibly none). Needs CAP_NET_RAW.
+pub fn live_lldp(ifname: &str, wait: std::time::Duration) -> Reply<Vec<String>> {
+    let Ok(cname) = std::ffi::CString::new(ifname) else {
+        return Reply::Error("ENODEV".into());
+    };
+    // SAFETY: if_nametoindex reads a NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if ifindex == 0 {
+        return errno_reply(last_errno());
+    }
+    let proto = (ETH_P_LLDP).to_be() as libc::c_int;
+    // SAFETY: plain socket(2); the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
+    if raw < 0 {
+        return errno_reply(last_errno());
+    }
+    let fd = Fd(raw);
+    // SAFETY: sockaddr_ll zeroed, then filled; sizes passed are the struct's.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_LLDP.to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: valid sockaddr_ll for bind.
+    let rc = unsafe {
+        libc::bind(
+            fd.0,
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return errno_reply(last_errno());
+    }
+    // Join the LLDP group address so the NIC's filter passes it up.
+    // SAFETY: packet_mreq zeroed then filled.
+    let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
+    mr.mr_ifindex = ifindex as i32;
+    mr.mr_type = libc::PACKET_MR_MULTICAST as u16;
+    mr.mr_alen = 6;
+    mr.mr_address[..6].copy_from_slice(&LLDP_MULTICAST);
+    // SAFETY: setsockopt with a correctly sized packet_mreq; failure only means we rely on
+    // the NIC passing the group already (most do), so it is not checked.
+    unsafe {
+        libc::setsockopt(
+            fd.0,
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&mr as *const libc::packet_mreq).cast(),
+            std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+        );
+    }
+    let deadline = std::time::Instant::now() + wait;
+    let mut frames = Vec::new();
+    let mut buf = vec![0u8; 9216];
+    while frames.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let tv = libc::timeval {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_usec: left.subsec_micros().max(1) as libc::suseconds_t,
+        };
+        // SAFETY: setsockopt with a correctly sized timeval.
+        unsafe {
+            libc::setsockopt(
+                fd.0,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
+        }
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::recv(fd.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = last_errno();
+            if e == libc::EAGAIN || e == libc::EINTR {
+                continue;
+            }
+            return errno_reply(e);
+        }
+        frames.push(to_hex(&buf[..n as usize]));
+    }
+    Reply::Ok(frames)
 }
 
 #[cfg(test)]

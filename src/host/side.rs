@@ -8,6 +8,8 @@
 //!   (`ethtool -S` through the ioctl, names and order as the driver gives them)
 //! * `fabprobe/dcb.json`: `{"eth0": {"ok": "<hex>"} | {"error": "EOPNOTSUPP"}}`, the raw
 //!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
+//! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
+//!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -130,6 +132,7 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let net = NetAnswers {
         ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
         dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
+        lldp: load_json(root, "lldp.json", shown)?.unwrap_or_default(),
     };
     let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {

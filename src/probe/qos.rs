@@ -13,6 +13,7 @@ use crate::host::{Host, Reply};
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::dcb::{self, DcbIeee};
 use crate::sysfs::infiniband as ib;
+use crate::sysfs::lldp;
 use crate::sysfs::netqos::{self, EcnSysfs, PauseKind, PauseName};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -51,6 +52,20 @@ pub struct QosIf {
     /// `hw_counters` of the RDMA port: `np_ecn_marked_roce_packets`, `np_cnp_sent`,
     /// `rp_cnp_handled`, `rp_cnp_ignored`.
     pub cnp: Vec<NamedCount>,
+    /// What the switch port says over LLDP (only with `--lldp`).
+    pub switch: Option<SwitchView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SwitchView {
+    /// Seconds listened (0 for a snapshot's recorded frames).
+    pub waited_s: f64,
+    /// The socket error (`EPERM` without CAP_NET_RAW), or `not_captured`.
+    pub error: Option<String>,
+    /// The last LLDPDU heard; `None` when nothing arrived.
+    pub lldp: Option<lldp::Lldpdu>,
+    /// Why nothing arrived, in words.
+    pub none_reason: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -371,6 +386,54 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
         global_pause: global,
         pause_storm: storm,
         cnp,
+        switch: None,
+    }
+}
+
+/// Listen for the switch's LLDP on every interface of the report at once (live: up to
+/// `wait`; a snapshot replays `fabprobe/lldp.json`).
+pub fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
+    let names: Vec<String> = r.interfaces.iter().map(|i| i.ifname.clone()).collect();
+    let replies: Vec<Reply<Vec<Vec<u8>>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = names
+            .iter()
+            .map(|n| s.spawn(move || host.lldp_frames(n, wait)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or(Reply::Error("listener thread failed".into())))
+            .collect()
+    });
+    let waited_s = if host.is_live() { wait.as_secs_f64() } else { 0.0 };
+    for (i, reply) in r.interfaces.iter_mut().zip(replies) {
+        let mut v = SwitchView {
+            waited_s,
+            error: reply_error(&reply),
+            lldp: None,
+            none_reason: None,
+        };
+        if let Reply::Ok(frames) = reply {
+            let mut notes = Vec::new();
+            for f in &frames {
+                match lldp::parse_frame(f) {
+                    Ok(d) => v.lldp = Some(d),
+                    Err(e) => notes.push(e),
+                }
+            }
+            if v.lldp.is_none() {
+                v.none_reason = Some(if frames.is_empty() {
+                    format!(
+                        "no LLDP frame arrived on {} within {waited_s:.0} s: the switch may not run LLDP on this port, or the NIC's firmware LLDP agent consumes the frames before the host sees them (mlx5 with DCBX firmware controlled, Intel with the firmware LLDP agent on)",
+                        i.ifname
+                    )
+                } else {
+                    format!("frames arrived but none decoded: {}", notes.join("; "))
+                });
+            }
+        }
+        if v.error.as_deref() == Some("EPERM") {
+            v.none_reason = Some("listening for LLDP needs CAP_NET_RAW: run as root".into());
+        }
+        i.switch = Some(v);
     }
 }
 
@@ -549,6 +612,39 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                     .then(|| i.ethtool.pfc_priorities_from_counters.clone())
             });
         let roce = i.roce.priority;
+        // The switch's PFC against the host's.
+        if let (Some(host_pfc), Some(sw)) = (&pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
+            if let Some(sp) = &sw.pfc {
+                let sw_prios = sp.priorities();
+                if &sw_prios != host_pfc {
+                    let who = format!(
+                        "switch {} {}",
+                        sw.system_name.as_deref().unwrap_or(&sw.source_mac),
+                        sw.port_id.as_deref().unwrap_or("?")
+                    );
+                    out.push(
+                        Finding::new(
+                            "qos.switch_pfc_mismatch",
+                            Severity::Fail,
+                            &subj,
+                            format!(
+                                "{who} enables PFC on priority {}, this host on priority {}",
+                                list(&sw_prios),
+                                list(host_pfc)
+                            ),
+                        )
+                        .evidence("switch_pfc", list(&sw_prios))
+                        .evidence("host_pfc", list(host_pfc))
+                        .evidence("switch_willing", sp.willing)
+                        .fix(format!(
+                            "agree on one lossless priority on both sides: on the host `mlnx_qos -i {0} --pfc {1}` or `dcb pfc set dev {0} prio-pfc ...`; or fix the switch port's PFC configuration",
+                            i.ifname,
+                            pfc_arg(&sw_prios)
+                        )),
+                    );
+                }
+            }
+        }
         // PFC on RoCE's priority.
         if let (Some(pfc), Some(rp)) = (&pfc, roce) {
             if !pfc.contains(&rp) {

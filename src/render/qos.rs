@@ -160,6 +160,48 @@ fn one(i: &QosIf, sampled: bool) -> String {
                 .unwrap_or_else(|| "-".into())
         ));
     }
+    if let Some(sw) = &i.switch {
+        match (&sw.lldp, &sw.error, &sw.none_reason) {
+            (Some(l), _, _) => {
+                s.push_str(&format!(
+                    "  switch (LLDP): {} port {} ({}), chassis {}",
+                    l.system_name.as_deref().unwrap_or("?"),
+                    l.port_id.as_deref().unwrap_or("?"),
+                    l.port_description.as_deref().unwrap_or("-"),
+                    l.chassis_id.as_deref().unwrap_or("?")
+                ));
+                if let Some(p) = &l.pfc {
+                    s.push_str(&format!(
+                        "; PFC on priority {}{}",
+                        list(&p.priorities()),
+                        if p.willing { " (willing)" } else { "" }
+                    ));
+                }
+                if let Some(e) = &l.ets {
+                    s.push_str(&format!(
+                        "; ETS prio->tc {}",
+                        e.prio_tc.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+                    ));
+                }
+                let dscp: Vec<String> = l
+                    .app
+                    .iter()
+                    .filter(|a| a.selector == 5)
+                    .map(|a| format!("{}->{}", a.protocol, a.priority))
+                    .collect();
+                if !dscp.is_empty() {
+                    s.push_str(&format!("; APP dscp {}", dscp.join(" ")));
+                }
+                s.push('\n');
+                for n in &l.notes {
+                    s.push_str(&format!("  LLDP: {n}\n"));
+                }
+            }
+            (None, _, Some(r)) => s.push_str(&format!("  switch (LLDP): {r}\n")),
+            (None, Some(e), None) => s.push_str(&format!("  switch (LLDP): {e}\n")),
+            _ => {}
+        }
+    }
     if !i.cnp.is_empty() {
         s.push_str(&format!(
             "  {}\n",

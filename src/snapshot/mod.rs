@@ -318,6 +318,9 @@ pub fn write_tree(
     if !net.dcb_ieee.is_empty() {
         write_json(&side_dir.join("dcb.json"), &net.dcb_ieee)?;
     }
+    if !net.lldp.is_empty() {
+        write_json(&side_dir.join("lldp.json"), &net.lldp)?;
+    }
     Ok(summary)
 }
 

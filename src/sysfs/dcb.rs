@@ -352,11 +352,11 @@ mod tests {
     fn parses_a_whole_reply() {
         let r = parse_ieee_reply(&healthy());
         assert!(r.notes.is_empty(), "{:?}", r.notes);
-        let pfc = r.pfc.unwrap();
+        let pfc = r.pfc.clone().unwrap();
         assert_eq!(pfc.pfc_en, 0x08);
         assert_eq!(pfc.requests[3], 17);
         assert_eq!(pfc.indications[3], 5);
-        let ets = r.ets.unwrap();
+        let ets = r.ets.clone().unwrap();
         assert_eq!(ets.prio_tc, [0, 0, 0, 3, 0, 0, 6, 0]);
         assert_eq!(tsa_name(ets.tc_tsa[6]), "vendor");
         assert_eq!(r.dscp_map().len(), 64);

@@ -3,6 +3,7 @@
 pub mod dcb;
 pub mod infiniband;
 pub mod kernel;
+pub mod lldp;
 pub mod net;
 pub mod netqos;
 pub mod node;
