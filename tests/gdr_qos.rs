@@ -321,3 +321,106 @@ fn copy_tree(src: &Path, dst: &Path) {
     let st = Command::new("cp").arg("-a").arg(src).arg(dst).status().unwrap();
     assert!(st.success());
 }
+
+#[test]
+fn qos_lldp_replayed_from_a_snapshot() {
+    let (out, _, code) = run(&["--root", "fixtures/roce-qos-mismatch", "--format", "json", "qos", "--lldp"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sw = &v["data"]["interfaces"][0]["switch"]["lldp"];
+    assert_eq!(sw["system_name"], "leaf-07");
+    assert_eq!(sw["port_id"], "Ethernet1/12");
+    assert_eq!(sw["pfc"]["pfc_enable"], 8);
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "qos.switch_pfc_mismatch")
+        .expect("switch mismatch finding");
+    assert_eq!(
+        f["message"],
+        "switch leaf-07 Ethernet1/12 enables PFC on priority 3, this host on priority 4"
+    );
+    let (table, _, _) = run(&["--root", "fixtures/roce-qos-mismatch", "qos", "--lldp"]);
+    insta::assert_snapshot!("qos_lldp_table__roce-qos-mismatch", table);
+    // Without --lldp the recorded frame is not consulted.
+    let (out, _, _) = run(&["--root", "fixtures/roce-qos-mismatch", "--format", "json", "qos"]);
+    assert!(!out.contains("switch_pfc_mismatch"));
+}
+
+/// Network lab: a real LLDP frame with PFC/ETS/APP TLVs sent from another namespace over a
+/// veth pair, decoded live by `fabprobe qos --lldp`; and a silent peer said plainly.
+#[test]
+fn lab_qos_decodes_live_lldp_over_veth() {
+    if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipped: needs root and iproute2");
+        return;
+    }
+    let id = std::process::id() % 100_000;
+    let (na, nb) = (format!("fpql{id}a"), format!("fpql{id}b"));
+    let (va, vb) = (format!("fql{id}a"), format!("fql{id}b"));
+    struct Cleanup(String, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+            let _ = Command::new("ip").args(["netns", "del", &self.1]).status();
+        }
+    }
+    let _c = Cleanup(na.clone(), nb.clone());
+    let sh = |args: &[&str]| {
+        let st = Command::new("ip").args(args).status().unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    sh(&["netns", "add", &na]);
+    sh(&["netns", "add", &nb]);
+    sh(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
+    sh(&["link", "set", &va, "netns", &na]);
+    sh(&["link", "set", &vb, "netns", &nb]);
+    sh(&["-n", &na, "link", "set", &va, "up"]);
+    sh(&["-n", &nb, "link", "set", &vb, "up"]);
+    let bin = env!("CARGO_BIN_EXE_fabprobe");
+    // Nobody sends yet: the silence is reported with its likely reasons, exit 0.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &na, bin, "qos", "--ifname", &va, "--lldp", "--lldp-wait", "0.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no LLDP frame arrived"), "{text}");
+    // A sender in the other namespace: the frame the fixtures use, every 200 ms.
+    let frame = fabprobe::sysfs::lldp::encode::frame(
+        [0x50, 0x6b, 0x4b, 0x11, 0x22, 0x33],
+        "leaf-07",
+        "Ethernet1/12",
+        &[3],
+        &[(5, 26, 3)],
+    );
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket,time\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\ns.bind(('{vb}',0))\n\
+         f=bytes.fromhex('{hex}')\nfor _ in range(50):\n    s.send(f)\n    time.sleep(0.2)\n"
+    );
+    let mut sender = Command::new("ip")
+        .args(["netns", "exec", &nb, "python3", "-c", &script])
+        .spawn()
+        .unwrap();
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &na, bin, "--format", "json", "qos", "--ifname", &va, "--lldp", "--lldp-wait", "5",
+        ])
+        .output()
+        .unwrap();
+    let _ = sender.kill();
+    let _ = sender.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let i = &v["data"]["interfaces"][0];
+    assert_eq!(i["dcb"]["error"], "EOPNOTSUPP");
+    let l = &i["switch"]["lldp"];
+    assert_eq!(l["system_name"], "leaf-07");
+    assert_eq!(l["chassis_id"], "50:6b:4b:11:22:33");
+    assert_eq!(l["pfc"]["pfc_enable"], 8);
+    assert_eq!(l["ets"]["prio_tc"], serde_json::json!([0, 0, 0, 3, 0, 0, 6, 0]));
+    assert_eq!(l["app"][0]["protocol"], 26);
+    assert!(i["switch"]["waited_s"].as_f64().unwrap() <= 5.0);
+}

@@ -339,7 +339,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__qos)
-            opts="-v -h -V --ifname --interval --baseline --root --format --verbose --help --version"
+            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -354,6 +354,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lldp-wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

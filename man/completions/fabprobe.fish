@@ -72,11 +72,13 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l ifname -d 'Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp -d 'Listen for the switch\'s LLDP (chassis, port, system name, 802.1Qaz ETS/PFC/APP) on every reported netdev and compare it with the host (live: needs root; a snapshot replays its recorded frames)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s V -l version -d 'Print version'

@@ -637,9 +637,14 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                         .evidence("host_pfc", list(host_pfc))
                         .evidence("switch_willing", sp.willing)
                         .fix(format!(
-                            "agree on one lossless priority on both sides: on the host `mlnx_qos -i {0} --pfc {1}` or `dcb pfc set dev {0} prio-pfc ...`; or fix the switch port's PFC configuration",
+                            "agree on one lossless priority on both sides: to follow the switch, `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {2}` (iproute2); or change the switch port's PFC configuration",
                             i.ifname,
-                            pfc_arg(&sw_prios)
+                            pfc_arg(&sw_prios),
+                            (0..8u8)
+                                .filter(|p| sw_prios.contains(p) || host_pfc.contains(p))
+                                .map(|p| format!("{p}:{}", if sw_prios.contains(&p) { "on" } else { "off" }))
+                                .collect::<Vec<_>>()
+                                .join(" ")
                         )),
                     );
                 }

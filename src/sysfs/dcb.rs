@@ -369,11 +369,11 @@ mod tests {
     #[test]
     fn every_truncation_is_a_note_not_a_panic() {
         let full = healthy();
-        // Attribute boundaries: after dcbmsg (4), after IFNAME "ens1f0\0" (16), after the
-        // IEEE nest (len - 8); a cut anywhere else leaves a partial attribute.
+        // Attribute boundaries: after dcbmsg (4), after IFNAME "ens1f0\0" (15 unpadded, 16
+        // padded), after the IEEE nest (len - 8); a cut anywhere else leaves a partial one.
         for n in 0..full.len() {
             let r = parse_ieee_reply(&full[..n]);
-            if n != 4 && n != 16 && n < full.len() - 8 {
+            if ![4, 15, 16].contains(&n) && n < full.len() - 8 {
                 assert!(!r.notes.is_empty(), "cut at {n}: no note");
             }
         }

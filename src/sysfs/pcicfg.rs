@@ -78,7 +78,12 @@ pub fn parse_acs(config: &[u8]) -> Acs {
     let mut off = 0x100usize;
     // At most (4096 - 256) / 4 headers; a loop in the next pointers cannot hang the probe.
     for _ in 0..960 {
-        let Some(h) = u32_at(config, off) else { break };
+        let Some(h) = u32_at(config, off) else {
+            return Acs::Unknown {
+                bytes_read: config.len(),
+                reason: "the capability list runs past the readable config space".into(),
+            };
+        };
         if h == 0 || h == 0xffff_ffff {
             break;
         }
@@ -184,10 +189,10 @@ mod tests {
         // A next pointer to itself.
         c[0x100..0x104].copy_from_slice(&(0x0001u32 | (0x100 << 20)).to_le_bytes());
         assert_eq!(parse_acs(&c), Acs::Absent);
-        // A pointer past the end of a short image.
+        // A pointer past the end of a short image: not known.
         let mut s = vec![0u8; 0x110];
         s[0x100..0x104].copy_from_slice(&(0x0001u32 | (0xff0 << 20)).to_le_bytes());
-        assert_eq!(parse_acs(&s), Acs::Absent);
+        assert!(matches!(parse_acs(&s), Acs::Unknown { .. }));
         // ACS header at the last readable bytes, its registers cut off.
         let mut t = image_with_acs(0x148, 0x1d);
         t.truncate(0x14a);
