@@ -69,7 +69,13 @@ fn ids(v: &serde_json::Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| format!("{}:{}", f["severity"].as_str().unwrap(), f["id"].as_str().unwrap()))
+        .map(|f| {
+            format!(
+                "{}:{}",
+                f["severity"].as_str().unwrap(),
+                f["id"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -89,7 +95,11 @@ fn gdr_verdicts_and_findings() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         ids(&v),
-        ["fail:gdr.acs_redirect", "fail:gdr.peermem_not_loaded", "warn:gdr.iommu_translation"]
+        [
+            "fail:gdr.acs_redirect",
+            "fail:gdr.peermem_not_loaded",
+            "warn:gdr.iommu_translation"
+        ]
     );
     assert_eq!(v["data"]["dmabuf"]["possible"], false);
     assert_eq!(v["data"]["dmabuf"]["nvidia_open_module"], false);
@@ -106,7 +116,13 @@ fn gdr_verdicts_and_findings() {
     std::fs::write(snap.join("fabprobe/env.json"), r#"{"NCCL_NET_GDR_LEVEL": "SYS"}"#).unwrap();
     let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["data"]["pairs"].as_array().unwrap().iter().all(|p| p["verdict"] == "on"));
+    assert!(
+        v["data"]["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["verdict"] == "on")
+    );
 }
 
 /// ACS as a non-root reader sees it: 64 bytes of config space give "unknown", never "off".
@@ -123,7 +139,11 @@ fn acs_from_64_byte_config_is_unknown() {
     }
     let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(ids(&v).contains(&"warn:gdr.acs_unknown".to_string()), "{:?}", ids(&v));
+    assert!(
+        ids(&v).contains(&"warn:gdr.acs_unknown".to_string()),
+        "{:?}",
+        ids(&v)
+    );
     assert!(!ids(&v).contains(&"fail:gdr.acs_redirect".to_string()));
     assert_eq!(v["data"]["bridges"][0]["acs"]["state"], "unknown");
     assert_eq!(v["data"]["bridges"][0]["acs"]["bytes_read"], 64);
@@ -148,7 +168,10 @@ fn qos_findings_per_fixture() {
     let v = get("roce-bond-host");
     let i = &v["data"]["interfaces"][0];
     assert_eq!(i["dcb"]["pfc_enabled"], serde_json::json!([3]));
-    assert_eq!(i["ethtool"]["pfc_priorities_from_counters"], serde_json::json!([3]));
+    assert_eq!(
+        i["ethtool"]["pfc_priorities_from_counters"],
+        serde_json::json!([3])
+    );
     assert_eq!(i["roce"]["priority"], 3);
     assert_eq!(i["dcb"]["trust"], "dscp");
     assert_eq!(i["dcb"]["dcbx_mode"], "firmware controlled");
@@ -183,10 +206,7 @@ fn qos_deltas_between_two_snapshots() {
     let p3 = &v["data"]["interfaces"][0]["priorities"][3]["pause"];
     assert_eq!(p3["tx_pause"]["delta"], 1_233_200);
     assert_eq!(p3["tx_pause_duration_us"]["rate_per_s"], 850_000.0);
-    assert_eq!(
-        ids(&v),
-        ["fail:qos.pause_storm", "warn:qos.pause_time_high"]
-    );
+    assert_eq!(ids(&v), ["fail:qos.pause_storm", "warn:qos.pause_time_high"]);
     // Swapped: every counter went backwards; notes say so, no delta is invented.
     let (json, _, _) = run(&[
         "--root",
@@ -263,7 +283,12 @@ fn bad_recorded_replies() {
 /// re-capturing a fixture gives the same reports.
 #[test]
 fn recapture_keeps_gdr_and_qos_reports() {
-    for f in ["h100-sxm-8gpu", "h100-gdr-broken", "roce-qos-mismatch", "roce-bond-host"] {
+    for f in [
+        "h100-sxm-8gpu",
+        "h100-gdr-broken",
+        "roce-qos-mismatch",
+        "roce-bond-host",
+    ] {
         let src = format!("fixtures/{f}");
         let host = Host::snapshot(&src).unwrap().with_recording();
         let dir = tempfile::tempdir().unwrap();
@@ -324,7 +349,14 @@ fn copy_tree(src: &Path, dst: &Path) {
 
 #[test]
 fn qos_lldp_replayed_from_a_snapshot() {
-    let (out, _, code) = run(&["--root", "fixtures/roce-qos-mismatch", "--format", "json", "qos", "--lldp"]);
+    let (out, _, code) = run(&[
+        "--root",
+        "fixtures/roce-qos-mismatch",
+        "--format",
+        "json",
+        "qos",
+        "--lldp",
+    ]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let sw = &v["data"]["interfaces"][0]["switch"]["lldp"];
@@ -381,7 +413,18 @@ fn lab_qos_decodes_live_lldp_over_veth() {
     let bin = env!("CARGO_BIN_EXE_fabprobe");
     // Nobody sends yet: the silence is reported with its likely reasons, exit 0.
     let out = Command::new("ip")
-        .args(["netns", "exec", &na, bin, "qos", "--ifname", &va, "--lldp", "--lldp-wait", "0.5"])
+        .args([
+            "netns",
+            "exec",
+            &na,
+            bin,
+            "qos",
+            "--ifname",
+            &va,
+            "--lldp",
+            "--lldp-wait",
+            "0.5",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -395,24 +438,37 @@ fn lab_qos_decodes_live_lldp_over_veth() {
         &[3],
         &[(5, 26, 3)],
     );
-    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
-    let script = format!(
-        "import socket,time\ns=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\ns.bind(('{vb}',0))\n\
-         f=bytes.fromhex('{hex}')\nfor _ in range(50):\n    s.send(f)\n    time.sleep(0.2)\n"
-    );
-    let mut sender = Command::new("ip")
-        .args(["netns", "exec", &nb, "python3", "-c", &script])
-        .spawn()
-        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (stop, nb, vb) = (stop.clone(), nb.clone(), vb.clone());
+        std::thread::spawn(move || send_frames_in_netns(&nb, &vb, &frame, &stop))
+    };
     let out = Command::new("ip")
         .args([
-            "netns", "exec", &na, bin, "--format", "json", "qos", "--ifname", &va, "--lldp", "--lldp-wait", "5",
+            "netns",
+            "exec",
+            &na,
+            bin,
+            "--format",
+            "json",
+            "qos",
+            "--ifname",
+            &va,
+            "--lldp",
+            "--lldp-wait",
+            "5",
         ])
         .output()
         .unwrap();
-    let _ = sender.kill();
-    let _ = sender.wait();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    assert!(sent > 0, "the sender thread sent nothing");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let i = &v["data"]["interfaces"][0];
     assert_eq!(i["dcb"]["error"], "EOPNOTSUPP");
@@ -423,4 +479,47 @@ fn lab_qos_decodes_live_lldp_over_veth() {
     assert_eq!(l["ets"]["prio_tc"], serde_json::json!([0, 0, 0, 3, 0, 0, 6, 0]));
     assert_eq!(l["app"][0]["protocol"], 26);
     assert!(i["switch"]["waited_s"].as_f64().unwrap() <= 5.0);
+}
+
+/// From a thread moved into network namespace `ns` (setns affects this thread only), send
+/// `frame` on `ifname` through an AF_PACKET socket every 200 ms until `stop`. Returns the
+/// number of frames sent.
+fn send_frames_in_netns(ns: &str, ifname: &str, frame: &[u8], stop: &std::sync::atomic::AtomicBool) -> usize {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    // SAFETY: setns with an open netns descriptor; only this thread changes namespace.
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+    let name = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: plain libc calls with checked results; sockaddr_ll is fully initialised.
+    unsafe {
+        let idx = libc::if_nametoindex(name.as_ptr());
+        assert!(idx > 0, "{ifname} not found in {ns}");
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(fd >= 0);
+        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = idx as i32;
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&frame[..6]);
+        let mut sent = 0;
+        for _ in 0..100 {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let n = libc::sendto(
+                fd,
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            if n == frame.len() as isize {
+                sent += 1;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        libc::close(fd);
+        sent
+    }
 }

@@ -91,7 +91,9 @@ impl Drop for Fd {
 }
 
 fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// One `SIOCETHTOOL` call with `buf` as the command block.
@@ -386,7 +388,10 @@ mod tests {
 
     #[test]
     fn hex_round_trips_and_rejects_junk() {
-        assert_eq!(from_hex(&to_hex(&[0, 1, 0xab, 0xff])), Some(vec![0, 1, 0xab, 0xff]));
+        assert_eq!(
+            from_hex(&to_hex(&[0, 1, 0xab, 0xff])),
+            Some(vec![0, 1, 0xab, 0xff])
+        );
         assert_eq!(from_hex("abc"), None);
         assert_eq!(from_hex("zz"), None);
         assert_eq!(from_hex(""), Some(vec![]));
@@ -413,6 +418,9 @@ mod tests {
         }
         assert_eq!(live_dcb_ieee("nonexistent-if0"), Reply::Error("ENODEV".into()));
         assert!(matches!(live_ethtool_stats("lo"), Reply::Ok(_) | Reply::Error(_)));
-        assert_eq!(live_ethtool_stats("nonexistent-if0"), Reply::Error("ENODEV".into()));
+        assert_eq!(
+            live_ethtool_stats("nonexistent-if0"),
+            Reply::Error("ENODEV".into())
+        );
     }
 }

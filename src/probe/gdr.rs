@@ -452,11 +452,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
         })
         .collect();
     if !redirecting.is_empty() {
-        let affected: Vec<&GdrPair> = r
-            .pairs
-            .iter()
-            .filter(|p| p.acs_redirect)
-            .collect();
+        let affected: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.acs_redirect).collect();
         let used_here = affected.iter().any(|p| p.nccl_nearest);
         // One setpci loop per distinct cleared control word.
         let mut groups: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
@@ -472,11 +468,17 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 if bs.len() == 1 {
                     format!("setpci -s {} ECAP_ACS+0x6.w=0x{v:04x}", bs[0])
                 } else {
-                    format!("for b in {}; do setpci -s $b ECAP_ACS+0x6.w=0x{v:04x}; done", bs.join(" "))
+                    format!(
+                        "for b in {}; do setpci -s $b ECAP_ACS+0x6.w=0x{v:04x}; done",
+                        bs.join(" ")
+                    )
                 }
             })
             .collect();
-        let bridges: Vec<&str> = redirecting.iter().map(|(b, _, _)| b.pci_bus_id.as_str()).collect();
+        let bridges: Vec<&str> = redirecting
+            .iter()
+            .map(|(b, _, _)| b.pci_bus_id.as_str())
+            .collect();
         out.push(
             Finding::new(
                 "gdr.acs_redirect",
@@ -542,11 +544,16 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 "`modprobe nvidia-peermem` (it ships with the NVIDIA driver), or meet DMA-BUF's prerequisites (open kernel module, kernel >= 5.12, rdma-core >= 34)".to_string(),
             )
         };
-        let mut f = Finding::new("gdr.peermem_not_loaded", Severity::Fail, pair_names(&off_peer), msg)
-            .evidence("nvidia_peermem_loaded", p.nvidia_peermem_loaded)
-            .evidence("peer_memory_api", p.peer_memory_api)
-            .evidence("dmabuf_possible", r.dmabuf.possible)
-            .fix(fix);
+        let mut f = Finding::new(
+            "gdr.peermem_not_loaded",
+            Severity::Fail,
+            pair_names(&off_peer),
+            msg,
+        )
+        .evidence("nvidia_peermem_loaded", p.nvidia_peermem_loaded)
+        .evidence("peer_memory_api", p.peer_memory_api)
+        .evidence("dmabuf_possible", r.dmabuf.possible)
+        .fix(fix);
         if let Some(m) = &p.nvidia_peermem_module_file {
             f = f.evidence("module_file", m.clone());
         }

@@ -345,7 +345,9 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
     });
     let roce = roce_class(host, rdma, parsed.as_ref());
     // The counter set encodes PFC only for a driver that prints per-priority counters at all.
-    let mlx5_like = list.iter().any(|(n, _)| n.starts_with("rx_prio0_") || n.ends_with("_phy"));
+    let mlx5_like = list
+        .iter()
+        .any(|(n, _)| n.starts_with("rx_prio0_") || n.ends_with("_phy"));
     let priorities = (0..8u8)
         .map(|p| PrioRow {
             priority: p,
@@ -463,11 +465,15 @@ fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> 
             if map.is_empty() {
                 (
                     None,
-                    "trust pcp: the priority is the VLAN PCP of the RoCE traffic (not visible here)".to_string(),
+                    "trust pcp: the priority is the VLAN PCP of the RoCE traffic (not visible here)"
+                        .to_string(),
                 )
             } else {
                 match map.iter().find(|(x, _)| *x == ds) {
-                    Some((_, p)) => (Some(*p), format!("dscp {ds} -> priority {p} (DCB APP table, trust dscp)")),
+                    Some((_, p)) => (
+                        Some(*p),
+                        format!("dscp {ds} -> priority {p} (DCB APP table, trust dscp)"),
+                    ),
                     None => (None, format!("dscp {ds} has no entry in the DCB APP table")),
                 }
             }
@@ -601,16 +607,12 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             (Some(d), Some(p)) => format!("{} ({d} port {p})", i.ifname),
             _ => i.ifname.clone(),
         };
-        let pfc: Option<Vec<u8>> = i
-            .dcb
-            .pfc_enabled
-            .clone()
-            .or_else(|| {
-                i.priorities
-                    .iter()
-                    .all(|p| p.pfc_counters.is_some())
-                    .then(|| i.ethtool.pfc_priorities_from_counters.clone())
-            });
+        let pfc: Option<Vec<u8>> = i.dcb.pfc_enabled.clone().or_else(|| {
+            i.priorities
+                .iter()
+                .all(|p| p.pfc_counters.is_some())
+                .then(|| i.ethtool.pfc_priorities_from_counters.clone())
+        });
         let roce = i.roce.priority;
         // The switch's PFC against the host's.
         if let (Some(host_pfc), Some(sw)) = (&pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
@@ -656,12 +658,17 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                 let (sev, msg) = if pfc.is_empty() {
                     (
                         Severity::Warn,
-                        format!("RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"),
+                        format!(
+                            "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
+                        ),
                     )
                 } else {
                     (
                         Severity::Fail,
-                        format!("RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing", list(pfc)),
+                        format!(
+                            "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
+                            list(pfc)
+                        ),
                     )
                 };
                 out.push(
@@ -773,7 +780,11 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             let Some(n) = c.moved().filter(|n| *n > 0) else {
                 continue;
             };
-            let when = if sampled { "during the sample" } else { "since the counters were cleared" };
+            let when = if sampled {
+                "during the sample"
+            } else {
+                "since the counters were cleared"
+            };
             let mut f = Finding::new(
                 "qos.pause_storm",
                 sev,

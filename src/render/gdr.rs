@@ -44,7 +44,10 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         "NCCL_NET_GDR_LEVEL: {} ({}{})\n",
         l.level.as_str(),
         l.source,
-        l.raw.as_ref().map(|v| format!(", set to {v:?}")).unwrap_or_default()
+        l.raw
+            .as_ref()
+            .map(|v| format!(", set to {v:?}"))
+            .unwrap_or_default()
     ));
     let p = &r.peer_memory;
     s.push_str(&format!(
@@ -83,7 +86,9 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         if d.possible { "possible" } else { "not possible" },
         d.kernel.as_deref().unwrap_or("unknown"),
         opt_bool(d.kernel_ok, ">= 5.12", "< 5.12"),
-        d.rdma_core.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+        d.rdma_core
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "unknown".into()),
         opt_bool(d.rdma_core_ok, ">= 34", "< 34"),
         match (&d.nvidia_driver, d.nvidia_open_module) {
             (Some(v), Some(true)) => format!("{v} (open kernel module)"),

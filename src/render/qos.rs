@@ -44,7 +44,9 @@ fn one(i: &QosIf, sampled: bool) -> String {
     s.push('\n');
     let d = &i.dcb;
     match &d.error {
-        Some(e) if e == "EOPNOTSUPP" => s.push_str("  DCB: not supported by this driver (DCB netlink: EOPNOTSUPP)\n"),
+        Some(e) if e == "EOPNOTSUPP" => {
+            s.push_str("  DCB: not supported by this driver (DCB netlink: EOPNOTSUPP)\n")
+        }
         Some(e) if e == "not_captured" => s.push_str("  DCB: not captured in this snapshot\n"),
         Some(e) => s.push_str(&format!("  DCB: netlink error {e}\n")),
         None => {
@@ -52,15 +54,26 @@ fn one(i: &QosIf, sampled: bool) -> String {
                 "  DCB: DCBX {}, trust {}, PFC on priority {}{}\n",
                 d.dcbx_mode.as_deref().unwrap_or("unknown"),
                 d.trust.as_deref().unwrap_or("?"),
-                d.pfc_enabled.as_deref().map(list).unwrap_or_else(|| "? (no PFC attribute)".into()),
+                d.pfc_enabled
+                    .as_deref()
+                    .map(list)
+                    .unwrap_or_else(|| "? (no PFC attribute)".into()),
                 d.pfc_delay.map(|x| format!(", delay {x}")).unwrap_or_default()
             ));
             if let Some(buf) = &d.buffer {
                 s.push_str(&format!(
                     "  Receive buffers (bytes): {}; total {}; prio2buffer {}\n",
-                    buf.buffer_size_bytes.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","),
+                    buf.buffer_size_bytes
+                        .iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
                     buf.total_size_bytes,
-                    buf.prio2buffer.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+                    buf.prio2buffer
+                        .iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ));
             }
             for n in &d.notes {
@@ -74,7 +87,11 @@ fn one(i: &QosIf, sampled: bool) -> String {
             "  ethtool statistics: {} counters; pause counters for priority {}; global pause counters {}\n",
             i.ethtool.counters_total,
             list(&i.ethtool.pfc_priorities_from_counters),
-            if i.ethtool.global_pause_counters { "present (global pause on)" } else { "absent" }
+            if i.ethtool.global_pause_counters {
+                "present (global pause on)"
+            } else {
+                "absent"
+            }
         )),
     }
     match (&i.ecn, &i.ecn_unknown_reason) {
@@ -90,19 +107,34 @@ fn one(i: &QosIf, sampled: bool) -> String {
     }
     let r = &i.roce;
     if i.rdma_device.is_some() {
-    s.push_str(&format!(
-        "  RoCE traffic class {} ({}), dscp {}: priority {} ({})\n",
-        r.traffic_class.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-        r.traffic_class_source,
-        r.dscp.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-        r.priority.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
-        r.priority_source
-    ));
+        s.push_str(&format!(
+            "  RoCE traffic class {} ({}), dscp {}: priority {} ({})\n",
+            r.traffic_class
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into()),
+            r.traffic_class_source,
+            r.dscp.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+            r.priority
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            r.priority_source
+        ));
     }
     let mut rows = vec![
         [
-            "  PRIO", "ROCE", "PFC(DCB)", "PFC(CNT)", "TC", "TSA", "ECN RP", "ECN NP", "RX_PAUSE", "RX_PAUSE_US",
-            "TX_PAUSE", "TX_PAUSE_US", "RX_MARKED",
+            "  PRIO",
+            "ROCE",
+            "PFC(DCB)",
+            "PFC(CNT)",
+            "TC",
+            "TSA",
+            "ECN RP",
+            "ECN NP",
+            "RX_PAUSE",
+            "RX_PAUSE_US",
+            "TX_PAUSE",
+            "TX_PAUSE_US",
+            "RX_MARKED",
         ]
         .iter()
         .map(|x| x.to_string())
@@ -110,7 +142,10 @@ fn one(i: &QosIf, sampled: bool) -> String {
     ];
     for p in &i.priorities {
         let pc = |f: &dyn Fn(&crate::probe::qos::PauseCounters) -> &Count| {
-            p.pause.as_ref().map(|x| count(f(x), sampled)).unwrap_or_else(|| "-".into())
+            p.pause
+                .as_ref()
+                .map(|x| count(f(x), sampled))
+                .unwrap_or_else(|| "-".into())
         };
         let tsa = match (&d.ets, p.ets_tc) {
             (Some(e), Some(tc)) => tsa_name(e.tc_tsa[(tc & 7) as usize]).to_string(),
@@ -129,7 +164,10 @@ fn one(i: &QosIf, sampled: bool) -> String {
             pc(&|x| &x.rx_pause_duration_us),
             pc(&|x| &x.tx_pause),
             pc(&|x| &x.tx_pause_duration_us),
-            p.rx_marked.as_ref().map(|c| count(c, sampled)).unwrap_or_else(|| "-".into()),
+            p.rx_marked
+                .as_ref()
+                .map(|c| count(c, sampled))
+                .unwrap_or_else(|| "-".into()),
         ]);
     }
     // Without DCB and without a driver that keeps per-priority counters there is nothing
@@ -180,7 +218,11 @@ fn one(i: &QosIf, sampled: bool) -> String {
                 if let Some(e) = &l.ets {
                     s.push_str(&format!(
                         "; ETS prio->tc {}",
-                        e.prio_tc.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+                        e.prio_tc
+                            .iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
                     ));
                 }
                 let dscp: Vec<String> = l
@@ -227,7 +269,9 @@ pub fn table(r: &QosReport, findings: &[Finding]) -> String {
     }
     if r.interfaces.is_empty() {
         match &r.rdma.message {
-            Some(m) => s.push_str(&format!("{m}; name a netdev with --ifname to see its DCB and pause counters\n")),
+            Some(m) => s.push_str(&format!(
+                "{m}; name a netdev with --ifname to see its DCB and pause counters\n"
+            )),
             None => s.push_str("no RoCE netdev to report\n"),
         }
     }
@@ -273,8 +317,16 @@ pub fn prom(r: &QosReport) -> String {
             }
             if let Some(pc) = &p.pause {
                 for (name, help, c) in [
-                    ("fabprobe_qos_rx_pause_frames_total", "PFC pause frames received.", &pc.rx_pause),
-                    ("fabprobe_qos_tx_pause_frames_total", "PFC pause frames sent.", &pc.tx_pause),
+                    (
+                        "fabprobe_qos_rx_pause_frames_total",
+                        "PFC pause frames received.",
+                        &pc.rx_pause,
+                    ),
+                    (
+                        "fabprobe_qos_tx_pause_frames_total",
+                        "PFC pause frames sent.",
+                        &pc.tx_pause,
+                    ),
                     (
                         "fabprobe_qos_rx_pause_duration_microseconds_total",
                         "Time the port was paused by the peer.",

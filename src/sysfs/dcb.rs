@@ -106,7 +106,10 @@ fn attrs<'a>(mut b: &'a [u8], ctx: &str, notes: &mut Vec<String>) -> Vec<(u16, &
     let mut out = Vec::new();
     while !b.is_empty() {
         if b.len() < 4 {
-            notes.push(format!("{ctx}: {} trailing bytes, shorter than an attribute header", b.len()));
+            notes.push(format!(
+                "{ctx}: {} trailing bytes, shorter than an attribute header",
+                b.len()
+            ));
             break;
         }
         let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
@@ -341,7 +344,11 @@ mod tests {
         let apps: Vec<(u8, u8, u16)> = (0..64u16).map(|d| (APP_SEL_DSCP, (d >> 3) as u8, d)).collect();
         encode::reply(
             "ens1f0",
-            &encode::ets([0, 0, 0, 3, 0, 0, 6, 0], [2, 0, 0, 2, 0, 0, 255, 0], [50, 0, 0, 50, 0, 0, 0, 0]),
+            &encode::ets(
+                [0, 0, 0, 3, 0, 0, 6, 0],
+                [2, 0, 0, 2, 0, 0, 255, 0],
+                [50, 0, 0, 50, 0, 0, 0, 0],
+            ),
             &encode::pfc(1 << 3, [0, 0, 0, 17, 0, 0, 0, 0], [0, 0, 0, 5, 0, 0, 0, 0]),
             &apps,
             0x01 | 0x08,
@@ -389,8 +396,16 @@ mod tests {
         let r = parse_ieee_reply(&v);
         assert_eq!(r.ets, None);
         assert_eq!(r.pfc, None);
-        assert!(r.notes.iter().any(|n| n.contains("struct ieee_ets is 59")), "{:?}", r.notes);
-        assert!(r.notes.iter().any(|n| n.contains("struct ieee_pfc is 136")), "{:?}", r.notes);
+        assert!(
+            r.notes.iter().any(|n| n.contains("struct ieee_ets is 59")),
+            "{:?}",
+            r.notes
+        );
+        assert!(
+            r.notes.iter().any(|n| n.contains("struct ieee_pfc is 136")),
+            "{:?}",
+            r.notes
+        );
         // A length that claims more than the buffer holds.
         let mut lie = vec![0u8, 21, 0, 0];
         lie.extend_from_slice(&200u16.to_ne_bytes());

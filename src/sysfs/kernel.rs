@@ -154,7 +154,10 @@ mod tests {
         );
         assert_eq!(parse_nvidia_version("garbage"), None);
         assert_eq!(rdma_core_from_soname("libibverbs.so.1.14.44.0"), Some(44));
-        assert_eq!(rdma_core_from_soname("/usr/lib64/libibverbs.so.1.14.50.0"), Some(50));
+        assert_eq!(
+            rdma_core_from_soname("/usr/lib64/libibverbs.so.1.14.50.0"),
+            Some(50)
+        );
         assert_eq!(rdma_core_from_soname("libibverbs.so.1"), None);
         assert_eq!(rdma_core_from_soname("libmlx5.so.1.24.44.0"), None);
     }

@@ -101,7 +101,10 @@ fn ets(v: &[u8], with_flags: bool) -> Option<LldpEts> {
 /// Parse one Ethernet frame carrying an LLDPDU (an 802.1Q tag is allowed).
 pub fn parse_frame(f: &[u8]) -> Result<Lldpdu, String> {
     if f.len() < 14 {
-        return Err(format!("frame of {} bytes is shorter than an Ethernet header", f.len()));
+        return Err(format!(
+            "frame of {} bytes is shorter than an Ethernet header",
+            f.len()
+        ));
     }
     let mut off = 12;
     let mut ethertype = u16::from_be_bytes([f[12], f[13]]);
@@ -289,8 +292,16 @@ mod tests {
         assert_eq!(
             d.app,
             vec![
-                LldpApp { selector: 5, protocol: 26, priority: 3 },
-                LldpApp { selector: 5, protocol: 48, priority: 6 }
+                LldpApp {
+                    selector: 5,
+                    protocol: 26,
+                    priority: 3
+                },
+                LldpApp {
+                    selector: 5,
+                    protocol: 48,
+                    priority: 6
+                }
             ]
         );
     }

@@ -16,7 +16,11 @@ use crate::host::Host;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PauseName {
     /// (priority or None for global, tx?, kind)
-    Pause { prio: Option<u8>, tx: bool, kind: PauseKind },
+    Pause {
+        prio: Option<u8>,
+        tx: bool,
+        kind: PauseKind,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,10 +134,19 @@ mod tests {
         use PauseKind::*;
         let p = |prio, tx, kind| Some(PauseName::Pause { prio, tx, kind });
         assert_eq!(parse_pause_name("rx_prio3_pause"), p(Some(3), false, Frames));
-        assert_eq!(parse_pause_name("tx_prio3_pause_duration"), p(Some(3), true, DurationUs));
-        assert_eq!(parse_pause_name("rx_prio0_pause_transition"), p(Some(0), false, Transition));
+        assert_eq!(
+            parse_pause_name("tx_prio3_pause_duration"),
+            p(Some(3), true, DurationUs)
+        );
+        assert_eq!(
+            parse_pause_name("rx_prio0_pause_transition"),
+            p(Some(0), false, Transition)
+        );
         assert_eq!(parse_pause_name("tx_global_pause"), p(None, true, Frames));
-        assert_eq!(parse_pause_name("tx_global_pause_duration"), p(None, true, DurationUs));
+        assert_eq!(
+            parse_pause_name("tx_global_pause_duration"),
+            p(None, true, DurationUs)
+        );
         assert_eq!(parse_pause_name("rx_pause_ctrl_phy"), None);
         assert_eq!(parse_pause_name("tx_pause_storm_warning_events"), None);
         assert_eq!(parse_pause_name("rx_prio8_pause"), None);
