@@ -445,7 +445,7 @@ fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> 
         host.attr(&path)
             .value()
             .and_then(netqos::parse_traffic_class)
-            .map(|v| (v, format!("{path}")))
+            .map(|v| (v, path.clone()))
     });
     let from_env = host
         .env_var("NCCL_IB_TC")

@@ -37,7 +37,7 @@ fn list(v: &[u8]) -> String {
 }
 
 fn one(i: &QosIf, sampled: bool) -> String {
-    let mut s = format!("{}", i.ifname);
+    let mut s = i.ifname.clone();
     if let (Some(d), Some(p)) = (&i.rdma_device, i.rdma_port) {
         s.push_str(&format!(" ({d} port {p})"));
     }
