@@ -495,7 +495,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__snapshot)
-            opts="-o -v -h -V --output --root --format --verbose --help --version"
+            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -506,6 +506,10 @@ _fabprobe() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lldp-wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

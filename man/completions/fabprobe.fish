@@ -113,6 +113,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l lldp-wait -d 'Also listen this many seconds for the switch\'s LLDP on every RoCE netdev (needs root) and keep the frames, for `qos --lldp` on the snapshot' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

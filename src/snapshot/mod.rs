@@ -349,7 +349,20 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
 /// Capture the live host: run every probe with recording on, then write `out`
 /// (`*.tar.gz` / `*.tgz` → a tarball, anything else → a directory).
 pub fn capture_live(out: &Path) -> Result<CaptureSummary, CaptureError> {
+    capture_live_with(out, None)
+}
+
+/// `capture_live`, first listening `lldp_wait` for the switch's LLDP on every RoCE netdev
+/// (the frames land in `fabprobe/lldp.json`).
+pub fn capture_live_with(
+    out: &Path,
+    lldp_wait: Option<std::time::Duration>,
+) -> Result<CaptureSummary, CaptureError> {
     let host = Host::live().with_recording();
+    if let Some(w) = lldp_wait {
+        let mut r = crate::probe::qos::probe(&host);
+        crate::probe::qos::add_lldp(&host, &mut r, w);
+    }
     capture(&host, Path::new("/"), out)
 }
 
