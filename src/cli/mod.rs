@@ -3,10 +3,12 @@
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
 mod docs;
+mod gdr;
 mod gids;
 mod links;
 mod out;
 mod progress;
+mod qos;
 mod ring;
 mod snapshot;
 mod topo;
@@ -117,12 +119,18 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL,
+    /// peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1.
+    Gdr(gdr::GdrArgs),
     /// Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL
     /// and perftest would pick; --show-gids prints show_gids' own format.
     Gids(gids::GidsArgs),
     /// RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters
     /// with their widths, deltas over --interval or against --baseline.
     Links(links::LinksArgs),
+    /// Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm
+    /// counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval.
+    Qos(qos::QosArgs),
     /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
@@ -201,6 +209,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),
+        Command::Gdr(a) => gdr::run(g, a),
+        Command::Qos(a) => qos::run(g, a),
         Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }
