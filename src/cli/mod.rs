@@ -5,6 +5,8 @@
 mod docs;
 mod gids;
 mod links;
+mod nccl_env;
+mod nccl_log;
 mod out;
 mod ring;
 mod snapshot;
@@ -122,6 +124,11 @@ pub enum Command {
     /// RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters
     /// with their widths, deltas over --interval or against --baseline.
     Links(links::LinksArgs),
+    /// What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the
+    /// rule that chose it, where each NCCL_* value came from, and a lint of them.
+    NcclEnv(nccl_env::NcclEnvArgs),
+    /// Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts.
+    NcclLog(nccl_log::NcclLogArgs),
     /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
@@ -200,6 +207,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),
+        Command::NcclEnv(a) => nccl_env::run(g, a),
+        Command::NcclLog(a) => nccl_log::run(g, a),
         Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }

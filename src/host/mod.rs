@@ -95,6 +95,8 @@ pub struct Host {
     nvml: NvmlState,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
+    /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
+    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
@@ -125,6 +127,7 @@ impl Host {
             env,
             nvml: nvml::collect_live(),
             read_errors: BTreeMap::new(),
+            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: None,
@@ -154,6 +157,9 @@ impl Host {
             env: loaded.env,
             nvml: loaded.nvml,
             read_errors: loaded.read_errors,
+            ifaddrs: loaded
+                .ifaddrs
+                .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: extracted,
@@ -209,6 +215,10 @@ impl Host {
     }
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
+    }
+    /// The interface addresses NCCL's socket selection sees, or why they are unknown.
+    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+        self.ifaddrs.as_deref().map_err(String::as_str)
     }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml

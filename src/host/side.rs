@@ -4,6 +4,8 @@
 //! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -56,6 +58,9 @@ pub fn env_is_captured(name: &str) -> bool {
         "OMPI_MCA_btl_tcp_if_include",
         "OMPI_MCA_btl_tcp_if_exclude",
         "OMPI_MCA_oob_tcp_if_include",
+        // nccl-env: where ~/.nccl.conf is, and where NCCL's dlopen looks for a net plugin.
+        "HOME",
+        "LD_LIBRARY_PATH",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -89,6 +94,7 @@ pub(super) struct Loaded {
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
     pub read_errors: BTreeMap<PathBuf, String>,
+    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -134,11 +140,13 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
             });
         }
     }
+    let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
         read_errors: raw,
+        ifaddrs,
     })
 }
 

@@ -2,6 +2,7 @@
 
 pub mod gids;
 pub mod links;
+pub mod nccl_env;
 pub mod topo;
 
 use crate::host::Host;
@@ -12,6 +13,8 @@ pub fn run_all_for_capture(host: &Host) -> Vec<String> {
     let mut errors = Vec::new();
     let _ = gids::probe(host, &gids::env_of(host));
     let _ = links::probe(host);
+    // Configuration files and the plugin's library path: existence checks, no listings.
+    let _ = nccl_env::probe(host);
     errors.extend(
         topo::probe(host)
             .notes

@@ -3,6 +3,8 @@
 
 pub mod gids;
 pub mod links;
+pub mod nccl_env;
+pub mod nccl_log;
 pub mod ring;
 pub mod text;
 pub mod topo;

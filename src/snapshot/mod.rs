@@ -299,6 +299,9 @@ pub fn write_tree(
     write_json(&side_dir.join("env.json"), host.env())?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
+    if let Ok(ifs) = host.ifaddrs() {
+        write_json(&side_dir.join("ifaddrs.json"), ifs)?;
+    }
     Ok(summary)
 }
 
