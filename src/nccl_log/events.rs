@@ -411,7 +411,10 @@ fn warn(m: &str) -> Option<Event> {
         || m.contains("Broken pipe")
         || m.contains("remote process exited")
     {
-        let peer = word_after(m, "remote peer ", &[]).or_else(|| word_after(m, " from ", &[])).or_else(|| word_after(m, " to ", &[]));
+        let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
+            .iter()
+            .find_map(|k| word_after(m, k, &[]))
+            .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
         return Some(Event::Failure(Failure {
             cause: "remote_process_exited",
             peer: peer.map(str::to_string),

@@ -109,7 +109,8 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     let start = head.rfind([' ', '\t']).map(|i| i + 1).unwrap_or(0);
     let tok = &head[start..];
     // A launcher prefix glued on with ':' (`[1,0]<stdout>:host:1:2`, `[rank0]:host:...`).
-    let (tok, start) = match tok.rfind("]:") {
+    let glue = [tok.rfind("]:"), tok.rfind(">:")].into_iter().flatten().max();
+    let (tok, start) = match glue {
         Some(i) => (&tok[i + 2..], start + i + 2),
         None => (tok, start),
     };

@@ -93,7 +93,7 @@ pub struct Analyzer {
     transports: BTreeMap<String, u64>,
     sightings: Vec<Sighting>,
     sightings_dropped: u64,
-    seen_sightings: std::collections::HashSet<(&'static str, ProcKey, Option<u32>, Option<u64>)>,
+    seen_sightings: std::collections::HashSet<(&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>)>,
     world: Option<u32>,
     inputs: Vec<String>,
 }
@@ -358,7 +358,9 @@ impl Analyzer {
     fn sight(&mut self, s: Sighting) {
         // Only the first sighting of a cause per process matters (later ones repeat it),
         // except timeouts, which are grouped by sequence number across ranks.
-        let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq);
+        // GDR is judged per HCA; everything else once per process.
+        let hca = if s.cause == "gdr_disabled" { s.hca.clone() } else { None };
+        let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq, hca);
         if self.seen_sightings.contains(&key) {
             return;
         }

@@ -301,10 +301,16 @@ pub(super) fn build(a: Analyzer) -> Report {
             let ranks: BTreeSet<u32> = list.iter().filter_map(|s| ctx.rank_of(s)).collect();
             v.rank = ranks.iter().next().copied();
             v.ranks = ranks.iter().skip(1).copied().collect();
-            if let Some(w) = a.world {
+            // The communicator's size when the log has it; else the gaps below the highest
+            // rank that timed out (ranks above it cannot be told from absent ones).
+            let world = a.world.or_else(|| ranks.iter().next_back().map(|m| m + 1));
+            if let Some(w) = world {
                 if (ranks.len() as u32) < w {
                     v.suspects = (0..w).filter(|r| !ranks.contains(r)).collect();
                 }
+            }
+            if a.world.is_none() && !v.suspects.is_empty() {
+                v.meaning.push_str(" (the log has no communicator size: suspects are the gaps below the highest rank listed)");
             }
             verdicts.push(v);
         }
