@@ -104,23 +104,24 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         // A WARN no rule knows is counted as unrecognised (with samples), never guessed at.
         return warn(m);
     }
-    // Return-code traces: "transport/net.cc:1298 -> 6" and "proxy.cc:874 -> 6 [Progress Thread]".
-    if m.contains(" -> ") && m.split_whitespace().next().is_some_and(|w| w.contains(".c")) {
+    // Every test below looks at the start of the message (or one short token), so a line
+    // costs a few comparisons however many rules there are: logs run to gigabytes.
+    let first = m.split(' ').next().unwrap_or("");
+    // Source-annotated traces: "transport/net.cc:1298 -> 6", "channel.cc:55 Cuda Alloc ...".
+    if first.contains(".c") && first.contains(':') {
         return Some(Event::Known);
     }
-    if let Some(r) = after(m, "Bootstrap : Using").or_else(|| after(m, "Bootstrap: Using")) {
+    let strip = |prefixes: &[&str]| prefixes.iter().find_map(|p| m.strip_prefix(p));
+    if let Some(r) = strip(&["Bootstrap : Using", "Bootstrap: Using"]) {
         return Some(Event::Bootstrap(iface_list(r)));
     }
-    if let Some(r) = after(m, "NET/Socket : Using").or_else(|| after(m, "NET/Socket: Using")) {
+    if let Some(r) = strip(&["NET/Socket : Using", "NET/Socket: Using"]) {
         return Some(Event::SocketIfs(iface_list(r)));
     }
-    if m.starts_with("NET/IB : No device found") || m.starts_with("NET/IB: No device found") {
+    if m.starts_with("NET/IB : No device found") || m.starts_with("NET/IB: No device found") || m.starts_with("Failed to open libibverbs") {
         return Some(fail("ib_no_device"));
     }
-    if m.starts_with("Failed to open libibverbs") {
-        return Some(fail("ib_no_device"));
-    }
-    if let Some(r) = after(m, "NET/IB : Using").or_else(|| after(m, "NET/IB: Using")) {
+    if let Some(r) = strip(&["NET/IB : Using", "NET/IB: Using"]) {
         let (devs, oob) = match r.split_once("; OOB") {
             Some((d, o)) => (d, Some(o.trim().to_string())),
             None => (r, None),
@@ -136,14 +137,14 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
             .collect();
         return Some(Event::IbUsing { hcas, oob });
     }
-    if let Some(r) = after(m, "Using network ") {
+    if let Some(r) = m.strip_prefix("Using network ") {
         return Some(Event::Network(r.trim().to_string()));
     }
     if m.starts_with("NET/Plugin") || m.starts_with("Plugin Path") || m.starts_with("P2P plugin") {
         if let Some(r) = after(m, "Loaded net plugin ") {
             return Some(Event::Plugin(r.trim().to_string()));
         }
-        if let Some(r) = after(m, "P2P plugin ") {
+        if let Some(r) = m.strip_prefix("P2P plugin ") {
             return Some(Event::Plugin(r.trim().to_string()));
         }
         if m.contains("No plugin found") || m.contains("Could not find") || m.contains("returned 2") {
@@ -151,24 +152,26 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         }
         return Some(Event::Known);
     }
-    if let Some(r) = after(m, "Initialized NET plugin ") {
+    if let Some(r) = m.strip_prefix("Initialized NET plugin ") {
         return Some(Event::Plugin(r.trim().to_string()));
     }
     // "comm 0x.. rank 3 nranks 16 cudaDev 3 ..." / "ncclCommInitRank comm ..." /
     // "comm 0x.. rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"
-    if (m.starts_with("comm 0x") || m.starts_with("ncclCommInit")) && m.contains(" rank ") {
-        let rank = num_after(m, " rank ")? as u32;
+    if first == "comm" || first.starts_with("ncclCommInit") {
+        let Some(rank) = num_after(m, " rank ") else {
+            return Some(Event::Known);
+        };
         let nranks = num_after(m, " nranks ").or_else(|| num_after(m, " nRanks ")).map(|v| v as u32);
         let local_rank = num_after(m, " localRank ").map(|v| v as u32);
         let cuda_dev = num_after(m, " cudaDev ").map(|v| v as i32);
         return Some(Event::Comm {
-            rank,
+            rank: rank as u32,
             nranks,
             local_rank,
             cuda_dev,
         });
     }
-    if m.starts_with("Channel ") || m.starts_with("Ring ") {
+    if first == "Channel" || first == "Ring" {
         return Some(channel_line(m).unwrap_or(Event::Known));
     }
     if let Some(r) = m.strip_prefix("Trees ") {
@@ -179,95 +182,45 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
             .collect();
         return Some(Event::Tree { channels });
     }
-    if m.contains(" coll channels") {
-        return Some(Event::Channels(m.to_string()));
+    if first.bytes().all(|b| b.is_ascii_digit()) && !first.is_empty() {
+        // "32 coll channels, 32 nvls channels, ..." and topology dumps (" 1 : NET/0 GPU/1").
+        if m.contains(" coll channels") {
+            return Some(Event::Channels(m.to_string()));
+        }
+        return Some(Event::Known);
     }
-    if m.contains("GPU Direct RDMA Disabled for HCA") || m.contains("GPU Direct RDMA Enabled for HCA") {
-        // "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (no peer memory). The
-        // Socket transport prints the same for its interfaces: that is expected, not a fault.
+    if let Some(r) = strip(&["NET/IB : GPU Direct RDMA ", "NET/IB: GPU Direct RDMA ", "NET/Socket : GPU Direct RDMA ", "GPU Direct RDMA "]) {
+        // The Socket transport prints the same for its interfaces: expected, not a fault.
         if m.starts_with("NET/Socket") {
             return Some(Event::Known);
         }
-        let hca = m.split('\'').nth(1).unwrap_or("?").to_string();
-        return Some(Event::Gdr {
-            hca,
-            enabled: m.contains("Enabled"),
-        });
-    }
-    if m.starts_with("GPU Direct RDMA Disabled for GPU") || m.starts_with("GPU Direct RDMA Enabled for GPU") {
-        // "GPU Direct RDMA Disabled for GPU 42000 / HCA 0 (distance 6 > 4)": by topology.
-        let hca = format!("HCA {}", num_after(m, "/ HCA ").unwrap_or(-1));
-        return Some(Event::Gdr {
-            hca,
-            enabled: m.contains("Enabled"),
-        });
-    }
-    if m.contains("Connection closed by localRank") || m.starts_with("[Service thread]") {
+        let enabled = r.starts_with("Enabled") || r.starts_with("(nvidia-peermem) enabled") || r.starts_with("(DMABUF) enabled");
+        if r.contains("for HCA") {
+            // "Disabled for HCA 0 'mlx5_0'" (no peer memory client).
+            let hca = m.split('\'').nth(1).unwrap_or("?").to_string();
+            return Some(Event::Gdr { hca, enabled });
+        }
+        if r.contains("for GPU") {
+            // "Disabled for GPU 42000 / HCA 0 (distance 6 > 4)": by topology.
+            let hca = format!("HCA {}", num_after(m, "/ HCA ").unwrap_or(-1));
+            return Some(Event::Gdr { hca, enabled });
+        }
         return Some(Event::Known);
     }
     // Setup chatter NCCL prints at INFO that carries nothing the summary uses.
     const CHATTER: &[&str] = &[
-        "cudaDriverVersion",
-        "NCCL_",
-        "Setting affinity",
-        "Connected all",
-        "P2P Chunksize",
-        "threadThresholds",
-        "Using non-device net plugin",
-        "Init COMPLETE",
-        "Tree ",
-        "NVLS",
-        "Allocated ",
-        "Comm config",
-        "DMA-BUF",
-        "ncclCommInit",
-        "init.cc",
-        "Launch mode",
-        "CC Off",
-        "MNNVL",
-        "Assigned ",
-        "NET/IB : GPU Direct RDMA",
-        "GPU/",
-        "CPU/",
-        "=== System",
-        "Pattern ",
-        " : NET/",
-        "New proxy",
-        "Allocated",
-        "Cuda Alloc",
-        "Ib Alloc",
-        "Mem Realloc",
-        "ncclPollProxyResponse",
-        "resp.opId",
-        "sendConnect",
-        "recvConnect",
-        "proxyProgressAsync",
-        "Received and initiated",
-        "NET/IB: NCCL Dev",
-        "Dev ",
-        "CUDA Dev",
-        "+ ",
-        "Enabled NCCL Func",
-        "ENV/Plugin",
-        "TUNER/Plugin",
-        "PROFILER/Plugin",
-        "Failed to initialize NET plugin",
-        "NCCL git version",
-        "comm 0x",
-        "AllReduce:",
-        "Broadcast:",
-        "AllGather:",
-        "ReduceScatter:",
-        "Reduce:",
-        "Bootstrap timings",
-        "Symmetric",
-        "RAS",
-        "NET/IB : Using [RO]",
-        "NVLink",
-        "Trees",
-        "rank ",
+        "cudaDriverVersion", "NCCL_", "Setting affinity", "Connected all", "P2P Chunksize", "threadThresholds",
+        "Using non-device net plugin", "Tree ", "NVLS", "Allocated", "Comm config", "DMA-BUF", "Launch mode",
+        "CC ", "MNNVL", "Assigned ", "GPU/", "CPU/", "NET/", "=== System", "Pattern ", "New proxy", "Mem Realloc",
+        "ncclPollProxyResponse", "resp.opId", "sendConnect", "recvConnect", "proxyProgressAsync",
+        "Received and initiated", "CUDA Dev", "+ ", "Enabled NCCL Func", "ENV/Plugin", "TUNER/Plugin",
+        "PROFILER/Plugin", "Failed to initialize NET plugin", "NCCL git version", "AllReduce:", "Broadcast:",
+        "AllGather:", "ReduceScatter:", "Reduce:", "Send:", "Recv:", "Bootstrap", "Symmetric", "RAS", "NVLink",
+        "[Service thread]", "Connection closed by localRank", "Init COMPLETE", "ncclCommFinalize", "comm ",
+        "Initialized", "Using ", "Channel", "Ring", "Trees", "Dev ", "Could not", "Topology", "Loaded",
+        "GIN", "Proxy", "Device", "Nvls", "Memory",
     ];
-    if CHATTER.iter().any(|c| m.contains(c)) {
+    if CHATTER.iter().any(|c| m.starts_with(c)) {
         return Some(Event::Known);
     }
     None
@@ -373,7 +326,9 @@ fn warn(m: &str) -> Option<Event> {
         // "failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, next
         // state RTR, local GID index 3, local GID ::ffff:.., remote GID ::ffff:.." (2.27+).
         let hca = word_after(m, "on dev ", &[',']).map(|d| d.split(':').next().unwrap_or(d).to_string());
-        let local_gid = word_after(m, "local GID ", &[',']).filter(|g| *g != "index").map(str::to_string);
+        // "local GID index 3, local GID ::ffff:..": the address follows the index.
+        let rest = after(m, "local GID index").unwrap_or(m);
+        let local_gid = word_after(rest, "local GID ", &[',']).map(str::to_string);
         let remote_gid = word_after(m, "remote GID ", &[',']).map(str::to_string);
         let einval = m.contains("Invalid argument") || m.contains("with 22 ") || m.contains("GID index");
         let link_local = local_gid.as_deref().is_some_and(|g| g.starts_with("fe80"));

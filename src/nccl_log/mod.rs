@@ -29,7 +29,8 @@ const MAX_LINE_TEXT: usize = 400;
 /// Who printed a line: a process (host and pid), and what the log says about its rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct ProcKey {
-    host: String,
+    /// Index into `Analyzer::host_names` (0: no host, a line without an NCCL header).
+    host: u32,
     pid: Option<u32>,
     /// The launcher's rank label, when there is no pid to tell processes apart.
     label: Option<u32>,
@@ -77,6 +78,8 @@ pub struct Analyzer {
     bytes: u64,
     versions: BTreeMap<String, BTreeSet<String>>,
     procs: HashMap<ProcKey, Proc>,
+    host_names: Vec<String>,
+    host_ids: HashMap<String, u32>,
     host_ips: BTreeMap<String, String>,
     bootstrap: BTreeMap<String, BTreeSet<String>>,
     socket_ifs: BTreeMap<String, BTreeSet<String>>,
@@ -100,7 +103,25 @@ pub struct Analyzer {
 
 impl Analyzer {
     pub fn new() -> Analyzer {
-        Analyzer::default()
+        Analyzer {
+            host_names: vec![String::new()],
+            ..Analyzer::default()
+        }
+    }
+
+    /// The id of a host name (interned: lines repeat a few hosts millions of times).
+    fn host_id(&mut self, h: &str) -> u32 {
+        if let Some(&i) = self.host_ids.get(h) {
+            return i;
+        }
+        let i = self.host_names.len() as u32;
+        self.host_names.push(h.to_string());
+        self.host_ids.insert(h.to_string(), i);
+        i
+    }
+
+    fn host_name(&self, id: u32) -> &str {
+        self.host_names.get(id as usize).map(String::as_str).unwrap_or("")
     }
 
     /// Read one input to its end, line by line, in bounded memory.
@@ -178,7 +199,7 @@ impl Analyzer {
                 Some(ev) => {
                     self.recognised += 1;
                     let key = ProcKey {
-                        host: String::new(),
+                        host: 0,
                         pid: None,
                         label,
                     };
@@ -196,7 +217,7 @@ impl Analyzer {
             self.nccl_lines += 1;
             let label = line::prefix_rank(prefix);
             let key = ProcKey {
-                host: rec.host.to_string(),
+                host: self.host_id(rec.host),
                 pid: rec.pid,
                 label: if rec.pid.is_none() { label } else { None },
             };
@@ -226,17 +247,19 @@ impl Analyzer {
 
     #[allow(clippy::too_many_arguments)]
     fn apply(&mut self, file: &str, line_no: u64, s: &str, key: &ProcKey, dev: Option<i32>, label: Option<u32>, ev: Event) {
-        let host = key.host.clone();
+        let host = || self.host_name(key.host).to_string();
         match ev {
             Event::Known => {}
             Event::Version(v) => {
-                self.versions.entry(v).or_default().insert(if host.is_empty() {
+                let h = if key.host == 0 {
                     label.map(|l| format!("rank label {l}")).unwrap_or_else(|| file.to_string())
                 } else {
-                    host
-                });
+                    host()
+                };
+                self.versions.entry(v).or_default().insert(h);
             }
             Event::Bootstrap(ifs) => {
+                let host = host();
                 for i in &ifs {
                     if let Some(ip) = i.split(':').nth(1).and_then(|a| a.split('<').next()) {
                         self.host_ips.entry(ip.to_string()).or_insert_with(|| host.clone());
@@ -245,9 +268,11 @@ impl Analyzer {
                 self.bootstrap.entry(host).or_default().extend(ifs);
             }
             Event::SocketIfs(ifs) => {
+                let host = host();
                 self.socket_ifs.entry(host).or_default().extend(ifs);
             }
             Event::IbUsing { hcas, oob } => {
+                let host = host();
                 if let Some(ip) = oob.as_deref().and_then(|o| o.split(':').nth(1)).and_then(|a| a.split('<').next()) {
                     self.host_ips.entry(ip.to_string()).or_insert_with(|| host.clone());
                 }
@@ -306,6 +331,7 @@ impl Analyzer {
                 }
             }
             Event::Gdr { hca, enabled } => {
+                let host = host();
                 let e = self.gdr.entry((host.clone(), hca.clone())).or_insert(enabled);
                 *e = *e && enabled;
                 if !enabled {

@@ -151,8 +151,8 @@ impl Ctx<'_> {
         self.a.procs.get(&s.proc_).and_then(|p| p.rank).or(s.rank_hint)
     }
     fn host_of(&self, s: &Sighting) -> Option<String> {
-        if !s.proc_.host.is_empty() {
-            return Some(s.proc_.host.clone());
+        if s.proc_.host != 0 {
+            return Some(self.a.host_name(s.proc_.host).to_string());
         }
         self.rank_of(s).and_then(|r| self.rank_host.get(&r).cloned())
     }
@@ -232,14 +232,13 @@ fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
 pub(super) fn build(a: Analyzer) -> Report {
     let mut host_ranks: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     let mut rank_host = BTreeMap::new();
-    let mut local_max: BTreeMap<String, usize> = BTreeMap::new();
     for (k, p) in &a.procs {
-        let set = host_ranks.entry(k.host.clone()).or_default();
+        let name = a.host_name(k.host).to_string();
+        let set = host_ranks.entry(name.clone()).or_default();
         if let Some(r) = p.rank {
             set.insert(r);
-            rank_host.entry(r).or_insert_with(|| k.host.clone());
+            rank_host.entry(r).or_insert(name);
         }
-        let _ = local_max.entry(k.host.clone()).or_default();
     }
     let ctx = Ctx {
         a: &a,
@@ -259,7 +258,7 @@ pub(super) fn build(a: Analyzer) -> Report {
             "gdr_disabled" | "ib_no_device" => warns.push(s),
             "collective_timeout" => timeouts.push(s),
             _ => {
-                let key = (s.proc_.clone(), if s.proc_.host.is_empty() { s.rank_hint } else { None });
+                let key = (s.proc_.clone(), if s.proc_.host == 0 { s.rank_hint } else { None });
                 if first.contains_key(&key) {
                     knock += 1;
                 } else {
@@ -447,7 +446,7 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
         .collect();
     for h in names {
         let ranks: Vec<u32> = ctx.host_ranks.get(h).map(|r| r.iter().copied().collect()).unwrap_or_default();
-        let local_ranks = a.procs.keys().filter(|k| &k.host == h).count();
+        let local_ranks = a.procs.keys().filter(|k| a.host_name(k.host) == h.as_str()).count();
         hosts.push(HostSummary {
             host: h.clone(),
             ranks,
