@@ -28,6 +28,12 @@ _fabprobe() {
             fabprobe,links)
                 cmd="fabprobe__subcmd__links"
                 ;;
+            fabprobe,nccl-env)
+                cmd="fabprobe__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe,nccl-log)
+                cmd="fabprobe__subcmd__nccl__subcmd__log"
+                ;;
             fabprobe,ring)
                 cmd="fabprobe__subcmd__ring"
                 ;;
@@ -49,6 +55,12 @@ _fabprobe() {
             fabprobe__subcmd__help,links)
                 cmd="fabprobe__subcmd__help__subcmd__links"
                 ;;
+            fabprobe__subcmd__help,nccl-env)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe__subcmd__help,nccl-log)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__log"
+                ;;
             fabprobe__subcmd__help,ring)
                 cmd="fabprobe__subcmd__help__subcmd__ring"
                 ;;
@@ -65,7 +77,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version gids links ring snapshot topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version gids links nccl-env nccl-log ring snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -135,7 +147,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="gids links ring snapshot topo gen-docs help"
+            opts="gids links nccl-env nccl-log ring snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -191,6 +203,34 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__links)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__env)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__log)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -261,6 +301,50 @@ _fabprobe() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__env)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__log)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -107,6 +107,10 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     // Every test below looks at the start of the message (or one short token), so a line
     // costs a few comparisons however many rules there are: logs run to gigabytes.
     let first = m.split(' ').next().unwrap_or("");
+    // The steady state of NCCL_DEBUG_SUBSYS=COLL: one line per collective call.
+    if let "AllReduce:" | "Broadcast:" | "AllGather:" | "ReduceScatter:" | "Reduce:" | "Send:" | "Recv:" | "AllToAll:" = first {
+        return Some(Event::Known);
+    }
     // Source-annotated traces: "transport/net.cc:1298 -> 6", "channel.cc:55 Cuda Alloc ...".
     if first.contains(".c") && first.contains(':') {
         return Some(Event::Known);

@@ -34,6 +34,15 @@ pub struct Nccl<'a> {
 /// A rank label a launcher put in front of the line.
 pub fn prefix_rank(prefix: &str) -> Option<u32> {
     let p = prefix.trim();
+    if p.is_empty() {
+        return None;
+    }
+    // Bracketed labels need a ']' (a byte search): skip the pattern searches without one.
+    if !p.contains(']') {
+        let d = p.strip_suffix(':')?;
+        let d = d.rsplit(' ').next().unwrap_or(d);
+        return (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok()).flatten();
+    }
     // mpirun: "[1,3]<stdout>:" (jobid, rank).
     if let Some(i) = p.find("]<std") {
         let open = p[..i].rfind('[')?;
@@ -74,9 +83,11 @@ const MARKERS: [(&str, Level); 3] = [
 
 /// Where each NCCL marker starts in `s`, in order.
 pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+    let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new("NCCL "));
     let mut out = Vec::new();
     let mut from = 0;
-    while let Some(i) = s[from..].find("NCCL ") {
+    while let Some(i) = finder.find(&s.as_bytes()[from..]) {
         let at = from + i;
         for (m, l) in MARKERS {
             if s[at..].starts_with(m) {

@@ -144,7 +144,7 @@ impl Analyzer {
                     eof = true;
                     break;
                 }
-                let (take, done) = match avail.iter().position(|&b| b == b'\n') {
+                let (take, done) = match memchr::memchr(b'\n', avail) {
                     Some(i) => (i + 1, true),
                     None => (avail.len(), false),
                 };
