@@ -8,6 +8,7 @@ mod links;
 mod nccl_env;
 mod nccl_log;
 mod out;
+mod progress;
 mod ring;
 mod snapshot;
 mod topo;

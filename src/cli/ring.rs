@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit};
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
 use crate::render::{Envelope, HostInfo};
+use crate::ring::diagnosis::driver::ScanOptions;
+use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::linkscan::ScanOptions;
-use crate::ring::nic;
-use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
+use crate::ring::report::RingReport;
+use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
@@ -317,7 +318,7 @@ fn findings(r: &RingReport) -> Vec<Finding> {
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
     for e in &r.events {
-        if matches!(e, crate::ring::bootstrap::Event::Rejected { .. }) || g.verbose > 0 {
+        if matches!(e, crate::ring::coordinator::Event::Rejected { .. }) || g.verbose > 0 {
             eprintln!("fabprobe: {}", e.line());
         }
     }
@@ -382,10 +383,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
     let host = Host::live();
-    let rate = nic::line_rate(&host, &dev);
+    let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
+    let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -394,11 +396,13 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         fabric: None,
-        counters: Some(nic::Sampler::live(&dev)),
+        counters: Some(evidence::Sampler::live(&dev)),
+        live: live.clone(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let r = run::run_rank(setup, &opts, &logf);
+    drop(display);
     outcome(g, fmt, r)
 }
 
@@ -432,6 +436,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
     };
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let coord = listener.local_addr()?.to_string();
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let token = a
         .token
         .clone()
@@ -461,7 +466,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
                     fabric: None,
-                    counters: Some(nic::Sampler::live(&device)),
+                    counters: Some(evidence::Sampler::live(&device)),
+                    live: if rank == 0 { live.clone() } else { None },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
@@ -481,6 +487,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             })
             .collect()
     });
+    drop(display);
     let mut it = results.into_iter();
     let first = it.next().unwrap_or_else(|| {
         Err(run::RunError {

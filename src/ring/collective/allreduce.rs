@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::bootstrap::AbortFlag;
-use super::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
-use super::types::{Phase, Rank, WaitReport};
+use crate::ring::collective::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
+use crate::ring::model::AbortFlag;
+use crate::ring::model::{Phase, Rank, WaitReport};
 
 /// How long one poll slice lasts before the abort flag is looked at again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -427,6 +427,8 @@ pub struct SizeSpec {
     pub check: bool,
     /// The output buffer is the input buffer (nccl-tests' in-place half).
     pub in_place: bool,
+    /// Where the iteration count goes for a person watching (channel 0 writes it).
+    pub live: Option<std::sync::Arc<crate::ring::model::LiveStatus>>,
 }
 
 /// Run warm-up and timed iterations for one size across all channels (one thread each).
@@ -475,6 +477,9 @@ pub fn run_size(
                 let mut hop = None;
                 let mut run = || -> Result<(), RingError> {
                     for it in 0..spec.warmup + spec.iters {
+                        if let (0, Some(live)) = (c, &spec.live) {
+                            live.iteration.store(it, Ordering::Relaxed);
+                        }
                         if it == spec.warmup {
                             barrier.wait();
                             at_barrier = Some(l.recv.bytes_received());
@@ -560,7 +565,7 @@ pub fn busbw(algbw: f64, world: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::transport::inproc::{self, Faults, LinkHandle};
+    use crate::ring::collective::transport::inproc::{self, Faults, LinkHandle};
 
     /// A full inproc ring of `world` ranks and `channels` channels; faults per (from, channel).
     fn ring_links(
@@ -641,6 +646,7 @@ mod tests {
                             iters: 2,
                             check: true,
                             in_place,
+                            live: None,
                         };
                         let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
                         if let Err(e) = &res {
