@@ -21,7 +21,10 @@ fn peak_rss_mib() -> f64 {
 }
 
 fn main() {
-    let bytes: u64 = std::env::var("FABPROBE_BENCH_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1 << 30);
+    let bytes: u64 = std::env::var("FABPROBE_BENCH_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 30);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.log");
     let t = Instant::now();
@@ -29,11 +32,28 @@ fn main() {
         let f = std::fs::File::create(&path).unwrap();
         let mut w = BufWriter::with_capacity(1 << 20, f);
         // ~225 bytes per steady-state line.
-        job(&mut w, 64, 8, Scenario::RetryExceeded { host: 37, peer_host: 12, hca: 3 }, bytes / 225, 7).unwrap();
+        job(
+            &mut w,
+            64,
+            8,
+            Scenario::RetryExceeded {
+                host: 37,
+                peer_host: 12,
+                hca: 3,
+            },
+            bytes / 225,
+            7,
+        )
+        .unwrap();
         w.flush().unwrap();
     }
     let size = std::fs::metadata(&path).unwrap().len();
-    println!("generated {:.2} GB in {:.1} s; peak RSS {:.1} MiB", size as f64 / 1e9, t.elapsed().as_secs_f64(), peak_rss_mib());
+    println!(
+        "generated {:.2} GB in {:.1} s; peak RSS {:.1} MiB",
+        size as f64 / 1e9,
+        t.elapsed().as_secs_f64(),
+        peak_rss_mib()
+    );
 
     let mut buf = vec![0u8; 1 << 20];
     for round in 0..2 {

@@ -36,9 +36,19 @@ fn whole_reports_match_fixtures() {
 }
 
 /// A copy of a fixture with `fabprobe/env.json`, `fabprobe/ifaddrs.json` and extra files.
-fn doctored(fixture: &str, env: serde_json::Value, ifaddrs: serde_json::Value, files: &[(&str, &str)]) -> tempfile::TempDir {
+fn doctored(
+    fixture: &str,
+    env: serde_json::Value,
+    ifaddrs: serde_json::Value,
+    files: &[(&str, &str)],
+) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
-    let st = Command::new("cp").arg("-a").arg(format!("fixtures/{fixture}/.")).arg(t.path()).status().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("fixtures/{fixture}/."))
+        .arg(t.path())
+        .status()
+        .unwrap();
     assert!(st.success());
     std::fs::write(t.path().join("fabprobe/env.json"), env.to_string()).unwrap();
     std::fs::write(t.path().join("fabprobe/ifaddrs.json"), ifaddrs.to_string()).unwrap();
@@ -55,7 +65,13 @@ fn ids(v: &serde_json::Value) -> Vec<(String, String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (f["id"].as_str().unwrap().to_string(), f["severity"].as_str().unwrap().to_string(), f["subject"].as_str().unwrap().to_string()))
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["severity"].as_str().unwrap().to_string(),
+                f["subject"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     out.sort();
     out
@@ -94,9 +110,16 @@ fn roce_traps_and_conf_precedence() {
             "NCCL_SOCKET_IFNAME": "lo",
             "NCCL_DEBUG": "INFO"
         }),
-        ifs(&[("lo", "127.0.0.1", 8), ("ens1f0", "172.19.0.60", 24), ("ens1f1", "192.168.20.11", 24)]),
+        ifs(&[
+            ("lo", "127.0.0.1", 8),
+            ("ens1f0", "172.19.0.60", 24),
+            ("ens1f1", "192.168.20.11", 24),
+        ]),
         &[
-            ("/home/u/.nccl.conf", "# user\nNCCL_DEBUG=WARN\nNCCL_NET_GDR_LEVEL=NODE\nNCCL_IB_RETRY_CNT=seven\n"),
+            (
+                "/home/u/.nccl.conf",
+                "# user\nNCCL_DEBUG=WARN\nNCCL_NET_GDR_LEVEL=NODE\nNCCL_IB_RETRY_CNT=seven\n",
+            ),
             ("/etc/nccl.conf", "NCCL_NET_GDR_LEVEL=PHB\nNCCL_IB_TC=106\n"),
         ],
     );
@@ -118,16 +141,33 @@ fn roce_traps_and_conf_precedence() {
         ("nccl_env.unknown_name", "warn", "NCCL_SOCKET_IFNAMES"),
     ] {
         assert!(
-            got.iter().any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want),
+            got.iter()
+                .any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want),
             "missing {want:?} in {got:#?}"
         );
     }
-    let unknown = v["findings"].as_array().unwrap().iter().find(|f| f["id"] == "nccl_env.unknown_name").unwrap();
+    let unknown = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "nccl_env.unknown_name")
+        .unwrap();
     assert_eq!(unknown["evidence"]["nearest"], "NCCL_SOCKET_IFNAME");
     // Precedence: the environment beats ~/.nccl.conf, which beats /etc/nccl.conf.
-    let s = |n: &str| v["data"]["settings"].as_array().unwrap().iter().find(|s| s["name"] == n).unwrap().clone();
+    let s = |n: &str| {
+        v["data"]["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(s("NCCL_DEBUG")["value"], "INFO");
-    assert_eq!(s("NCCL_DEBUG")["shadowed"][0]["origin"]["path"], "/home/u/.nccl.conf");
+    assert_eq!(
+        s("NCCL_DEBUG")["shadowed"][0]["origin"]["path"],
+        "/home/u/.nccl.conf"
+    );
     assert_eq!(s("NCCL_NET_GDR_LEVEL")["value"], "NODE");
     assert_eq!(s("NCCL_NET_GDR_LEVEL")["line"], 3);
     assert_eq!(s("NCCL_NET_GDR_LEVEL")["shadowed"][0]["value"], "PHB");
@@ -138,11 +178,26 @@ fn roce_traps_and_conf_precedence() {
         .unwrap()
         .iter()
         .filter(|p| p["used"] == true)
-        .map(|p| format!("{}:{}", p["device"].as_str().unwrap(), p["rule"].as_str().unwrap()))
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p["device"].as_str().unwrap(),
+                p["rule"].as_str().unwrap()
+            )
+        })
         .collect();
-    assert_eq!(used, vec!["mlx5_1:listed in NCCL_IB_HCA", "mlx5_10:NCCL_IB_HCA prefix mlx5_1 matches"]);
+    assert_eq!(
+        used,
+        vec![
+            "mlx5_1:listed in NCCL_IB_HCA",
+            "mlx5_10:NCCL_IB_HCA prefix mlx5_1 matches"
+        ]
+    );
     assert_eq!(v["data"]["sockets"]["interfaces"][0]["name"], "lo");
-    insta::assert_json_snapshot!("nccl_env__roce_traps", serde_json::json!({"data": v["data"], "findings": v["findings"]}));
+    insta::assert_json_snapshot!(
+        "nccl_env__roce_traps",
+        serde_json::json!({"data": v["data"], "findings": v["findings"]})
+    );
 }
 
 #[test]
@@ -171,12 +226,27 @@ fn ib_disabled_p2p_disabled_plugin_and_docker_default() {
         ("nccl_env.socket_interface_unusable", "fail", "docker0"),
         ("nccl_env.topo_file_missing", "warn", "NCCL_TOPO_FILE"),
     ] {
-        assert!(got.iter().any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want), "missing {want:?} in {got:#?}");
+        assert!(
+            got.iter()
+                .any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want),
+            "missing {want:?} in {got:#?}"
+        );
     }
     assert_eq!(v["data"]["sockets"]["interfaces"][0]["rule"], "default: docker*");
-    assert!(v["data"]["ib"]["ports"].as_array().unwrap().iter().all(|p| p["used"] == false));
+    assert!(
+        v["data"]["ib"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["used"] == false)
+    );
     // NCCL_CONF_FILE replaces ~/.nccl.conf: only it and /etc/nccl.conf are listed.
-    let roles: Vec<&str> = v["data"]["conf_files"].as_array().unwrap().iter().map(|c| c["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = v["data"]["conf_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, vec!["NCCL_CONF_FILE", "/etc/nccl.conf"]);
 }
 
@@ -196,9 +266,19 @@ fn plugin_found_and_hca_matching_nothing() {
     let (code, v) = run_json(t.path());
     assert_eq!(code, 1);
     let got = ids(&v);
-    assert!(got.iter().any(|g| g.0 == "nccl_env.hca_matches_nothing" && g.1 == "fail"), "{got:#?}");
-    assert!(!got.iter().any(|g| g.0 == "nccl_env.net_plugin_missing"), "{got:#?}");
-    assert_eq!(v["data"]["net_plugin"]["found"], "/opt/plugins/libnccl-net-aws-ofi.so");
+    assert!(
+        got.iter()
+            .any(|g| g.0 == "nccl_env.hca_matches_nothing" && g.1 == "fail"),
+        "{got:#?}"
+    );
+    assert!(
+        !got.iter().any(|g| g.0 == "nccl_env.net_plugin_missing"),
+        "{got:#?}"
+    );
+    assert_eq!(
+        v["data"]["net_plugin"]["found"],
+        "/opt/plugins/libnccl-net-aws-ofi.so"
+    );
     assert_eq!(v["data"]["sockets"]["interfaces"][0]["name"], "eth0");
     assert_eq!(v["data"]["gdr"]["level"], "LOC");
 }
@@ -216,9 +296,26 @@ fn gdr_level_gates_by_path_type() {
     assert_eq!(code, 0, "gdr_off is a warning");
     assert_eq!(v["data"]["gdr"]["level"], "LOC");
     assert_eq!(v["data"]["gdr"]["level_rule"], "NCCL_NET_GDR_LEVEL=0");
-    let off: Vec<_> = v["findings"].as_array().unwrap().iter().filter(|f| f["id"] == "nccl_env.gdr_off").collect();
+    let off: Vec<_> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "nccl_env.gdr_off")
+        .collect();
     assert_eq!(off.len(), 8);
     let dflt = whole(Path::new("fixtures/h100-sxm-8gpu"));
-    assert!(dflt["data"]["gdr"]["pairs"].as_array().unwrap().iter().any(|p| p["enabled"] == true));
-    assert!(!dflt["findings"].as_array().unwrap().iter().any(|f| f["id"] == "nccl_env.gdr_off"));
+    assert!(
+        dflt["data"]["gdr"]["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["enabled"] == true)
+    );
+    assert!(
+        !dflt["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "nccl_env.gdr_off")
+    );
 }

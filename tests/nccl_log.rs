@@ -14,7 +14,10 @@ fn analyse(path: &str) -> Report {
 }
 
 fn causes(r: &Report) -> Vec<(String, String)> {
-    r.verdicts.iter().map(|v| (v.cause.clone(), v.severity.as_str().to_string())).collect()
+    r.verdicts
+        .iter()
+        .map(|v| (v.cause.clone(), v.severity.as_str().to_string()))
+        .collect()
 }
 
 const CORPUS: &[&str] = &[
@@ -49,7 +52,10 @@ fn verdicts_match_the_threads_diagnoses() {
     let r = f("nccl-1814-roce-status12");
     assert_eq!(causes(&r), vec![s("ib_retry_exceeded", "fail")]);
     let v = &r.verdicts[0];
-    assert_eq!((v.host.as_deref(), v.rank, v.status, v.vendor_err), (Some("hostname-a"), Some(4), Some(12), Some(129)));
+    assert_eq!(
+        (v.host.as_deref(), v.rank, v.status, v.vendor_err),
+        (Some("hostname-a"), Some(4), Some(12), Some(129))
+    );
     let p = v.peer.as_ref().unwrap();
     assert_eq!((p.host.as_deref(), p.rank), (Some("hostname-b"), Some(12)));
     assert_eq!(v.remote_gid.as_deref(), Some("::ffff:29.87.4.221"));
@@ -58,8 +64,14 @@ fn verdicts_match_the_threads_diagnoses() {
 
     // #928: status 4 (local protection) on sends from both hosts: GDR/ACS class of fault.
     let r = f("nccl-928-ib-status4");
-    assert_eq!(causes(&r), vec![s("ib_local_protection", "fail"), s("ib_local_protection", "fail")]);
-    assert_eq!(r.summary.nccl_versions.keys().collect::<Vec<_>>(), vec!["2.14.3+cuda11.7"]);
+    assert_eq!(
+        causes(&r),
+        vec![s("ib_local_protection", "fail"), s("ib_local_protection", "fail")]
+    );
+    assert_eq!(
+        r.summary.nccl_versions.keys().collect::<Vec<_>>(),
+        vec!["2.14.3+cuda11.7"]
+    );
 
     // nccl #2013: ibv_modify_qp timed out at INIT->RTR on a rail-optimised fabric
     // (fixed by NCCL_CROSS_NIC=0); the peer's closed socket is a knock-on.
@@ -70,7 +82,10 @@ fn verdicts_match_the_threads_diagnoses() {
 
     // #300: every rank bootstrapped over lo on one host (single node: a warning), no IB.
     let r = f("nccl-300-mpirun-loopback");
-    assert_eq!(causes(&r), vec![s("socket_iface_loopback", "warn"), s("ib_no_device", "warn")]);
+    assert_eq!(
+        causes(&r),
+        vec![s("socket_iface_loopback", "warn"), s("ib_no_device", "warn")]
+    );
     assert_eq!(r.summary.hosts.len(), 1);
     assert_eq!(r.summary.hosts[0].ranks, vec![0, 1, 2, 3]);
     assert_eq!(r.summary.ring_channels, 2);
@@ -85,9 +100,17 @@ fn verdicts_match_the_threads_diagnoses() {
     let r = f("nccl-1232-socket-closed");
     assert_eq!(
         causes(&r),
-        vec![s("remote_process_exited", "fail"), s("net_socket_fallback", "warn"), s("ib_no_device", "warn"), s("ib_no_device", "warn")]
+        vec![
+            s("remote_process_exited", "fail"),
+            s("net_socket_fallback", "warn"),
+            s("ib_no_device", "warn"),
+            s("ib_no_device", "warn")
+        ]
     );
-    assert_eq!(r.verdicts[0].peer.as_ref().unwrap().host.as_deref(), Some("node2"));
+    assert_eq!(
+        r.verdicts[0].peer.as_ref().unwrap().host.as_deref(),
+        Some("node2")
+    );
 
     // #1029: CUDA initialization errors behind pdsh prefixes.
     let r = f("nccl-1029-pdsh-cuda-init");
@@ -96,19 +119,28 @@ fn verdicts_match_the_threads_diagnoses() {
 
     // #1537: GDR disabled for both HCAs (no peer memory client registered).
     let r = f("nccl-1537-gdr-disabled");
-    assert_eq!(causes(&r), vec![s("gdr_disabled", "warn"), s("gdr_disabled", "warn")]);
+    assert_eq!(
+        causes(&r),
+        vec![s("gdr_disabled", "warn"), s("gdr_disabled", "warn")]
+    );
     assert_eq!(r.summary.transports.get("NET/IB"), Some(&2));
 
     // #2057 (NCCL 2.29 format): no IB device, Socket network.
     let r = f("nccl-2057-v229-no-ib");
     assert_eq!(causes(&r), vec![s("ib_no_device", "warn")]);
-    assert_eq!(r.summary.nccl_versions.keys().collect::<Vec<_>>(), vec!["2.29.2+cuda12.8"]);
+    assert_eq!(
+        r.summary.nccl_versions.keys().collect::<Vec<_>>(),
+        vec!["2.29.2+cuda12.8"]
+    );
     assert_eq!(r.summary.unrecognised_lines, 1, "the application's own line");
 
     // #1920: headers without pid:tid behind two timestamps; connection reset by the peer.
     let r = f("nccl-1920-k8s-reset");
     assert_eq!(causes(&r), vec![s("remote_process_exited", "fail")]);
-    assert_eq!(r.verdicts[0].peer.as_ref().unwrap().addr.as_deref(), Some("10.44.137.149<52905>"));
+    assert_eq!(
+        r.verdicts[0].peer.as_ref().unwrap().addr.as_deref(),
+        Some("10.44.137.149<52905>")
+    );
 
     // >= 2.28.7 format: status=<name>(12), vendor_err=.
     let r = f("nccl-new-2287-status-names");
@@ -129,8 +161,20 @@ fn generated(hosts: usize, gpus: usize, sc: Scenario) -> Report {
 fn hundreds_of_interleaved_ranks_collapse_to_one_cause() {
     // 64 hosts x 8 = 512 ranks; host 37's mlx5_3 gets status 12 towards host 12; every other
     // rank flushes and every rank times out: one verdict.
-    let r = generated(64, 8, Scenario::RetryExceeded { host: 37, peer_host: 12, hca: 3 });
-    let fails: Vec<_> = r.verdicts.iter().filter(|v| v.severity.as_str() == "fail").collect();
+    let r = generated(
+        64,
+        8,
+        Scenario::RetryExceeded {
+            host: 37,
+            peer_host: 12,
+            hca: 3,
+        },
+    );
+    let fails: Vec<_> = r
+        .verdicts
+        .iter()
+        .filter(|v| v.severity.as_str() == "fail")
+        .collect();
     assert_eq!(fails.len(), 1, "{:#?}", causes(&r));
     let v = fails[0];
     assert_eq!(v.cause, "ib_retry_exceeded");
@@ -194,7 +238,10 @@ fn cli_reads_stdin_and_directories_and_exits_1_on_a_fail() {
     assert_eq!(v["data"]["verdicts"][0]["cause"], "ib_retry_exceeded");
     assert_eq!(v["findings"][0]["id"], "nccl_log.ib_retry_exceeded");
 
-    let out = Command::new(bin).args(["nccl-log", "tests/data/nccl-logs"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["nccl-log", "tests/data/nccl-logs"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let t = String::from_utf8_lossy(&out.stdout);
     // Every file of the directory is read (rank logs have any name): the corpus and SOURCES.md.
@@ -202,10 +249,16 @@ fn cli_reads_stdin_and_directories_and_exits_1_on_a_fail() {
     // Seven NCCL versions across these unrelated logs: a mismatch verdict.
     assert!(t.contains("FAIL version_mismatch"), "{t}");
 
-    let out = Command::new(bin).args(["nccl-log", "tests/data/nccl-logs/nccl-1537-gdr-disabled.log"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["nccl-log", "tests/data/nccl-logs/nccl-1537-gdr-disabled.log"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "warnings only");
 
-    let out = Command::new(bin).args(["nccl-log", "/nonexistent/x.log"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["nccl-log", "/nonexistent/x.log"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("/nonexistent/x.log") && e.contains("hint:"), "{e}");

@@ -79,7 +79,8 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     let mut an = Analyzer::new();
     for p in &a.inputs {
         if p.as_os_str() == "-" {
-            an.read("-", std::io::stdin().lock()).map_err(|e| cannot("read", p, e))?;
+            an.read("-", std::io::stdin().lock())
+                .map_err(|e| cannot("read", p, e))?;
             continue;
         }
         let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
@@ -93,12 +94,14 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                an.read(&f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
+                an.read(&f.display().to_string(), fh)
+                    .map_err(|e| cannot("read", &f, e))?;
             }
         } else {
             g.log(1, format!("reading {}", p.display()));
             let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
-            an.read(&p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
+            an.read(&p.display().to_string(), fh)
+                .map_err(|e| cannot("read", p, e))?;
         }
     }
     let report = an.finish();

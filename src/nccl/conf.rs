@@ -118,8 +118,14 @@ mod tests {
     fn environment_wins_then_first_file() {
         let env = BTreeMap::from([("NCCL_DEBUG".to_string(), "INFO".to_string())]);
         let files = vec![
-            ("/home/u/.nccl.conf".to_string(), "NCCL_DEBUG=WARN\nNCCL_IB_HCA=mlx5_1\n".to_string()),
-            ("/etc/nccl.conf".to_string(), "NCCL_IB_HCA=mlx5\nNCCL_IB_TIMEOUT=22\n".to_string()),
+            (
+                "/home/u/.nccl.conf".to_string(),
+                "NCCL_DEBUG=WARN\nNCCL_IB_HCA=mlx5_1\n".to_string(),
+            ),
+            (
+                "/etc/nccl.conf".to_string(),
+                "NCCL_IB_HCA=mlx5\nNCCL_IB_TIMEOUT=22\n".to_string(),
+            ),
         ];
         let m = merge(&env, &files);
         assert_eq!(m["NCCL_DEBUG"].value, "INFO");
@@ -127,7 +133,10 @@ mod tests {
         assert_eq!(m["NCCL_DEBUG"].shadowed[0].value, "WARN");
         assert_eq!(m["NCCL_IB_HCA"].value, "mlx5_1");
         assert_eq!(m["NCCL_IB_HCA"].origin, Origin::File("/home/u/.nccl.conf".into()));
-        assert_eq!(m["NCCL_IB_HCA"].shadowed[0].origin, Origin::File("/etc/nccl.conf".into()));
+        assert_eq!(
+            m["NCCL_IB_HCA"].shadowed[0].origin,
+            Origin::File("/etc/nccl.conf".into())
+        );
         assert_eq!(m["NCCL_IB_TIMEOUT"].line, Some(2));
     }
 }

@@ -112,9 +112,18 @@ mod tests {
 
     #[test]
     fn surprises() {
-        let devs: Vec<String> = ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"].iter().map(|s| s.to_string()).collect();
+        let devs: Vec<String> = ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let s = HcaSpec::parse("mlx5_0,mlx5_1");
-        assert_eq!(s.prefix_surprises(&devs), vec![("mlx5_1".to_string(), "mlx5_10"), ("mlx5_1".to_string(), "mlx5_11")]);
+        assert_eq!(
+            s.prefix_surprises(&devs),
+            vec![
+                ("mlx5_1".to_string(), "mlx5_10"),
+                ("mlx5_1".to_string(), "mlx5_11")
+            ]
+        );
         assert!(HcaSpec::parse("=mlx5_1").prefix_surprises(&devs).is_empty());
         // `mlx5` alone is a deliberate prefix: no device is named exactly that.
         assert!(HcaSpec::parse("mlx5").prefix_surprises(&devs).is_empty());

@@ -126,7 +126,9 @@ pub fn parse_int(s: &str) -> IntParse {
 
 /// NCCL's path types in its order (`graph.h`, 2.2x): a level variable disables a feature
 /// for paths worse than the level.
-pub const LEVELS: &[&str] = &["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"];
+pub const LEVELS: &[&str] = &[
+    "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
+];
 
 /// `levelsOldToNew`: the numeric levels of NCCL < 2.5 (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4+ SYS).
 const OLD_LEVELS: &[&str] = &["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"];

@@ -42,15 +42,31 @@ pub enum Event {
     Version(String),
     Bootstrap(Vec<String>),
     SocketIfs(Vec<String>),
-    IbUsing { hcas: Vec<String>, oob: Option<String> },
+    IbUsing {
+        hcas: Vec<String>,
+        oob: Option<String>,
+    },
     Plugin(String),
     Network(String),
-    Comm { rank: u32, nranks: Option<u32>, local_rank: Option<u32>, cuda_dev: Option<i32> },
-    Ring { channel: u32, order: String },
-    Tree { channels: Vec<u32> },
+    Comm {
+        rank: u32,
+        nranks: Option<u32>,
+        local_rank: Option<u32>,
+        cuda_dev: Option<i32>,
+    },
+    Ring {
+        channel: u32,
+        order: String,
+    },
+    Tree {
+        channels: Vec<u32>,
+    },
     Channels(String),
     Connection(Transport),
-    Gdr { hca: String, enabled: bool },
+    Gdr {
+        hca: String,
+        enabled: bool,
+    },
     Failure(Failure),
 }
 
@@ -66,7 +82,11 @@ fn num_after(s: &str, key: &str) -> Option<i64> {
     let i = s.find(key)? + key.len();
     let rest = s[i..].trim_start();
     let neg = rest.starts_with('-');
-    let d: String = rest.trim_start_matches('-').chars().take_while(char::is_ascii_digit).collect();
+    let d: String = rest
+        .trim_start_matches('-')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     let v: i64 = d.parse().ok()?;
     Some(if neg { -v } else { v })
 }
@@ -75,7 +95,9 @@ fn num_after(s: &str, key: &str) -> Option<i64> {
 fn word_after<'a>(s: &'a str, key: &str, stops: &[char]) -> Option<&'a str> {
     let i = s.find(key)? + key.len();
     let rest = s[i..].trim_start();
-    let end = rest.find(|c: char| c.is_whitespace() || stops.contains(&c)).unwrap_or(rest.len());
+    let end = rest
+        .find(|c: char| c.is_whitespace() || stops.contains(&c))
+        .unwrap_or(rest.len());
     (end > 0).then(|| &rest[..end])
 }
 
@@ -108,7 +130,9 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     // costs a few comparisons however many rules there are: logs run to gigabytes.
     let first = m.split(' ').next().unwrap_or("");
     // The steady state of NCCL_DEBUG_SUBSYS=COLL: one line per collective call.
-    if let "AllReduce:" | "Broadcast:" | "AllGather:" | "ReduceScatter:" | "Reduce:" | "Send:" | "Recv:" | "AllToAll:" = first {
+    if let "AllReduce:" | "Broadcast:" | "AllGather:" | "ReduceScatter:" | "Reduce:" | "Send:" | "Recv:"
+    | "AllToAll:" = first
+    {
         return Some(Event::Known);
     }
     // Source-annotated traces: "transport/net.cc:1298 -> 6", "channel.cc:55 Cuda Alloc ...".
@@ -122,7 +146,10 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     if let Some(r) = strip(&["NET/Socket : Using", "NET/Socket: Using"]) {
         return Some(Event::SocketIfs(iface_list(r)));
     }
-    if m.starts_with("NET/IB : No device found") || m.starts_with("NET/IB: No device found") || m.starts_with("Failed to open libibverbs") {
+    if m.starts_with("NET/IB : No device found")
+        || m.starts_with("NET/IB: No device found")
+        || m.starts_with("Failed to open libibverbs")
+    {
         return Some(fail("ib_no_device"));
     }
     if let Some(r) = strip(&["NET/IB : Using", "NET/IB: Using"]) {
@@ -165,7 +192,9 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         let Some(rank) = num_after(m, " rank ") else {
             return Some(Event::Known);
         };
-        let nranks = num_after(m, " nranks ").or_else(|| num_after(m, " nRanks ")).map(|v| v as u32);
+        let nranks = num_after(m, " nranks ")
+            .or_else(|| num_after(m, " nRanks "))
+            .map(|v| v as u32);
         let local_rank = num_after(m, " localRank ").map(|v| v as u32);
         let cuda_dev = num_after(m, " cudaDev ").map(|v| v as i32);
         return Some(Event::Comm {
@@ -193,12 +222,19 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         }
         return Some(Event::Known);
     }
-    if let Some(r) = strip(&["NET/IB : GPU Direct RDMA ", "NET/IB: GPU Direct RDMA ", "NET/Socket : GPU Direct RDMA ", "GPU Direct RDMA "]) {
+    if let Some(r) = strip(&[
+        "NET/IB : GPU Direct RDMA ",
+        "NET/IB: GPU Direct RDMA ",
+        "NET/Socket : GPU Direct RDMA ",
+        "GPU Direct RDMA ",
+    ]) {
         // The Socket transport prints the same for its interfaces: expected, not a fault.
         if m.starts_with("NET/Socket") {
             return Some(Event::Known);
         }
-        let enabled = r.starts_with("Enabled") || r.starts_with("(nvidia-peermem) enabled") || r.starts_with("(DMABUF) enabled");
+        let enabled = r.starts_with("Enabled")
+            || r.starts_with("(nvidia-peermem) enabled")
+            || r.starts_with("(DMABUF) enabled");
         if r.contains("for HCA") {
             // "Disabled for HCA 0 'mlx5_0'" (no peer memory client).
             let hca = m.split('\'').nth(1).unwrap_or("?").to_string();
@@ -213,16 +249,73 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     }
     // Setup chatter NCCL prints at INFO that carries nothing the summary uses.
     const CHATTER: &[&str] = &[
-        "cudaDriverVersion", "NCCL_", "Setting affinity", "Connected all", "P2P Chunksize", "threadThresholds",
-        "Using non-device net plugin", "Tree ", "NVLS", "Allocated", "Comm config", "DMA-BUF", "Launch mode",
-        "CC ", "MNNVL", "Assigned ", "GPU/", "CPU/", "NET/", "=== System", "Pattern ", "New proxy", "Mem Realloc",
-        "ncclPollProxyResponse", "resp.opId", "sendConnect", "recvConnect", "proxyProgressAsync",
-        "Received and initiated", "CUDA Dev", "+ ", "Enabled NCCL Func", "ENV/Plugin", "TUNER/Plugin",
-        "PROFILER/Plugin", "Failed to initialize NET plugin", "NCCL git version", "AllReduce:", "Broadcast:",
-        "AllGather:", "ReduceScatter:", "Reduce:", "Send:", "Recv:", "Bootstrap", "Symmetric", "RAS", "NVLink",
-        "[Service thread]", "Connection closed by localRank", "Init COMPLETE", "ncclCommFinalize", "comm ",
-        "Initialized", "Using ", "Channel", "Ring", "Trees", "Dev ", "Could not", "Topology", "Loaded",
-        "GIN", "Proxy", "Device", "Nvls", "Memory",
+        "cudaDriverVersion",
+        "NCCL_",
+        "Setting affinity",
+        "Connected all",
+        "P2P Chunksize",
+        "threadThresholds",
+        "Using non-device net plugin",
+        "Tree ",
+        "NVLS",
+        "Allocated",
+        "Comm config",
+        "DMA-BUF",
+        "Launch mode",
+        "CC ",
+        "MNNVL",
+        "Assigned ",
+        "GPU/",
+        "CPU/",
+        "NET/",
+        "=== System",
+        "Pattern ",
+        "New proxy",
+        "Mem Realloc",
+        "ncclPollProxyResponse",
+        "resp.opId",
+        "sendConnect",
+        "recvConnect",
+        "proxyProgressAsync",
+        "Received and initiated",
+        "CUDA Dev",
+        "+ ",
+        "Enabled NCCL Func",
+        "ENV/Plugin",
+        "TUNER/Plugin",
+        "PROFILER/Plugin",
+        "Failed to initialize NET plugin",
+        "NCCL git version",
+        "AllReduce:",
+        "Broadcast:",
+        "AllGather:",
+        "ReduceScatter:",
+        "Reduce:",
+        "Send:",
+        "Recv:",
+        "Bootstrap",
+        "Symmetric",
+        "RAS",
+        "NVLink",
+        "[Service thread]",
+        "Connection closed by localRank",
+        "Init COMPLETE",
+        "ncclCommFinalize",
+        "comm ",
+        "Initialized",
+        "Using ",
+        "Channel",
+        "Ring",
+        "Trees",
+        "Dev ",
+        "Could not",
+        "Topology",
+        "Loaded",
+        "GIN",
+        "Proxy",
+        "Device",
+        "Nvls",
+        "Memory",
     ];
     if CHATTER.iter().any(|c| m.starts_with(c)) {
         return Some(Event::Known);
@@ -246,7 +339,11 @@ fn channel_line(m: &str) -> Option<Event> {
             via: via.trim().to_string(),
         }));
     }
-    if body.contains("->") || body.split_whitespace().all(|w| w.bytes().all(|b| b.is_ascii_digit())) {
+    if body.contains("->")
+        || body
+            .split_whitespace()
+            .all(|w| w.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Some(Event::Ring {
             channel: ch,
             order: body.split_whitespace().collect::<Vec<_>>().join(" "),
@@ -362,7 +459,10 @@ fn warn(m: &str) -> Option<Event> {
     if m.contains("Cuda failure") || m.contains("CUDA failure") || m.contains("cuda failure") {
         return Some(fail("cuda_error"));
     }
-    if m.contains("no socket interface found") || m.contains("no usable interface") || m.contains("No usable listening interface") {
+    if m.contains("no socket interface found")
+        || m.contains("no usable interface")
+        || m.contains("No usable listening interface")
+    {
         return Some(fail("socket_no_interface"));
     }
     if m.contains("Connection closed by remote peer")
@@ -380,7 +480,10 @@ fn warn(m: &str) -> Option<Event> {
             ..Failure::default()
         }));
     }
-    if (m.contains("Connect to") && m.contains("failed")) || m.contains("Call to connect returned") || m.contains("connect() failed") {
+    if (m.contains("Connect to") && m.contains("failed"))
+        || m.contains("Call to connect returned")
+        || m.contains("connect() failed")
+    {
         let peer = word_after(m, "Connect to ", &[]).map(str::to_string);
         return Some(Event::Failure(Failure {
             cause: "socket_connect_failed",
@@ -388,7 +491,10 @@ fn warn(m: &str) -> Option<Event> {
             ..Failure::default()
         }));
     }
-    if m.contains("Message truncated") || m.contains("Mismatched NCCL version") || m.contains("version mismatch") {
+    if m.contains("Message truncated")
+        || m.contains("Mismatched NCCL version")
+        || m.contains("version mismatch")
+    {
         return Some(fail("version_mismatch"));
     }
     if m.contains("collective mismatch") || m.contains("Mismatched collective") {
@@ -410,7 +516,9 @@ pub fn classify_plain(s: &str) -> Option<Event> {
         }
     }
     if s.contains("Watchdog caught collective operation timeout") {
-        let rank = num_after(s, "[Rank ").or_else(|| num_after(s, " Rank ")).map(|r| r as u32);
+        let rank = num_after(s, "[Rank ")
+            .or_else(|| num_after(s, " Rank "))
+            .map(|r| r as u32);
         let seq = num_after(s, "SeqNum=").map(|v| v as u64);
         let op = word_after(s, "OpType=", &[',', ')']).map(str::to_string);
         return Some(Event::Failure(Failure {
@@ -421,8 +529,14 @@ pub fn classify_plain(s: &str) -> Option<Event> {
             ..Failure::default()
         }));
     }
-    if s.contains("ProcessGroupNCCL") || s.contains("ncclSystemError") || s.contains("ncclRemoteError") || s.contains("ncclUnhandledCudaError") {
-        let rank = num_after(s, "[Rank ").or_else(|| num_after(s, " Rank ")).map(|r| r as u32);
+    if s.contains("ProcessGroupNCCL")
+        || s.contains("ncclSystemError")
+        || s.contains("ncclRemoteError")
+        || s.contains("ncclUnhandledCudaError")
+    {
+        let rank = num_after(s, "[Rank ")
+            .or_else(|| num_after(s, " Rank "))
+            .map(|r| r as u32);
         let cause = if s.contains("unhandled system error") || s.contains("ncclSystemError") {
             "system_error"
         } else if s.contains("ncclRemoteError") || s.contains("remote process exit") {
@@ -455,14 +569,23 @@ mod tests {
     #[test]
     fn completions_by_version() {
         // <= 2.9
-        let f = failure(Level::Warn, "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129");
-        assert_eq!((f.cause, f.status, f.vendor_err, f.peer.clone()), ("ib_retry_exceeded", Some(12), Some(129), None));
+        let f = failure(
+            Level::Warn,
+            "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129",
+        );
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err, f.peer.clone()),
+            ("ib_retry_exceeded", Some(12), Some(129), None)
+        );
         // 2.10-2.17
         let f = failure(
             Level::Warn,
             "NET/IB : Got completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)",
         );
-        assert_eq!((f.cause, f.status, f.vendor_err), ("ib_local_protection", Some(4), Some(81)));
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_local_protection", Some(4), Some(81))
+        );
         assert_eq!(f.peer.as_deref(), Some("fe80::966d:ae03:8b:df78%ib0<53249>"));
         // 2.18-2.19
         let f = failure(
@@ -476,7 +599,10 @@ mod tests {
             Level::Warn,
             "NET/IB : Got completion from peer 172.36.143.59<44206> with status=5 opcode=32656 len=32659 vendor err 249 (Recv) localGid ::ffff:29.87.88.182 remoteGids::ffff:29.87.4.221 hca mlx5_3",
         );
-        assert_eq!((f.cause, f.status, f.vendor_err), ("ib_wr_flush", Some(5), Some(249)));
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_wr_flush", Some(5), Some(249))
+        );
         assert_eq!(f.remote_gid.as_deref(), Some("::ffff:29.87.4.221"));
         assert_eq!(f.hca.as_deref(), Some("mlx5_3"));
         // >= 2.28.7
@@ -484,7 +610,10 @@ mod tests {
             Level::Warn,
             "NET/IB: Got completion from peer 10.1.1.2<4000> with status=transport retry counter exceeded(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.1.1.1 remoteGids::ffff:10.1.1.2 hca mlx5_0",
         );
-        assert_eq!((f.cause, f.status, f.vendor_err), ("ib_retry_exceeded", Some(12), Some(129)));
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_retry_exceeded", Some(12), Some(129))
+        );
     }
 
     #[test]
@@ -498,20 +627,65 @@ mod tests {
         assert_eq!(f.local_gid.as_deref(), Some("::ffff:10.0.0.1"));
         assert_eq!(f.remote_gid.as_deref(), Some("::ffff:10.0.1.1"));
         assert_eq!(f.status, Some(110));
-        let f = failure(Level::Warn, "Call to ibv_modify_qp failed with error Invalid argument");
+        let f = failure(
+            Level::Warn,
+            "Call to ibv_modify_qp failed with error Invalid argument",
+        );
         assert_eq!(f.cause, "gid_index_unusable");
     }
 
     #[test]
     fn connections_old_and_new() {
         for (m, src, dst, via, class) in [
-            ("Ring 00 : 26[2] -> 24[0] via P2P/IPC", 26, 24, "P2P/IPC", "P2P/IPC"),
-            ("Ring 00 : 34 -> 33 [send] via NET/Socket/0", 34, 33, "NET/Socket/0", "NET/Socket"),
-            ("Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA", 7, 8, "NET/IB/0/GDRDMA", "NET/IB/GDRDMA"),
-            ("Channel 01/0 : 8[0] -> 15[7] via P2P/IPC/read", 8, 15, "P2P/IPC/read", "P2P/IPC"),
-            ("Channel 00 : 2[1] -> 0[0] via SHM/direct/direct", 2, 0, "SHM/direct/direct", "SHM"),
-            ("Channel 00 : 2[a000] -> 3[b000] via P2P/direct pointer", 2, 3, "P2P/direct pointer", "P2P/direct pointer"),
-            ("Channel 03/0 : 1[1] -> 0[0] via P2P/CUMEM/read", 1, 0, "P2P/CUMEM/read", "P2P/CUMEM"),
+            (
+                "Ring 00 : 26[2] -> 24[0] via P2P/IPC",
+                26,
+                24,
+                "P2P/IPC",
+                "P2P/IPC",
+            ),
+            (
+                "Ring 00 : 34 -> 33 [send] via NET/Socket/0",
+                34,
+                33,
+                "NET/Socket/0",
+                "NET/Socket",
+            ),
+            (
+                "Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA",
+                7,
+                8,
+                "NET/IB/0/GDRDMA",
+                "NET/IB/GDRDMA",
+            ),
+            (
+                "Channel 01/0 : 8[0] -> 15[7] via P2P/IPC/read",
+                8,
+                15,
+                "P2P/IPC/read",
+                "P2P/IPC",
+            ),
+            (
+                "Channel 00 : 2[1] -> 0[0] via SHM/direct/direct",
+                2,
+                0,
+                "SHM/direct/direct",
+                "SHM",
+            ),
+            (
+                "Channel 00 : 2[a000] -> 3[b000] via P2P/direct pointer",
+                2,
+                3,
+                "P2P/direct pointer",
+                "P2P/direct pointer",
+            ),
+            (
+                "Channel 03/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
+                1,
+                0,
+                "P2P/CUMEM/read",
+                "P2P/CUMEM",
+            ),
         ] {
             match classify(Level::Info, m) {
                 Some(Event::Connection(t)) => {
@@ -521,14 +695,23 @@ mod tests {
                 other => panic!("{m}: {other:?}"),
             }
         }
-        assert!(matches!(classify(Level::Info, "Channel 00/02 :    0   1"), Some(Event::Ring { channel: 0, .. })));
-        assert!(matches!(classify(Level::Info, "Ring 02 : 2 -> 0 -> 1"), Some(Event::Ring { channel: 2, .. })));
+        assert!(matches!(
+            classify(Level::Info, "Channel 00/02 :    0   1"),
+            Some(Event::Ring { channel: 0, .. })
+        ));
+        assert!(matches!(
+            classify(Level::Info, "Ring 02 : 2 -> 0 -> 1"),
+            Some(Event::Ring { channel: 2, .. })
+        ));
     }
 
     #[test]
     fn setup_lines() {
         assert_eq!(
-            classify(Level::Info, "NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.136<0>"),
+            classify(
+                Level::Info,
+                "NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.136<0>"
+            ),
             Some(Event::IbUsing {
                 hcas: vec!["mlx5_10:1/RoCE".into(), "mlx5_11:1/RoCE".into()],
                 oob: Some("enp220s0np0:11.1.128.136<0>".into())
@@ -538,9 +721,15 @@ mod tests {
             classify(Level::Info, "Bootstrap : Using [0]lo:127.0.0.1<0>"),
             Some(Event::Bootstrap(vec!["lo:127.0.0.1<0>".into()]))
         );
-        assert_eq!(classify(Level::Info, "NCCL version 2.29.2+cuda12.8"), Some(Event::Version("2.29.2+cuda12.8".into())));
         assert_eq!(
-            classify(Level::Info, "comm 0x5b0bc60 rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"),
+            classify(Level::Info, "NCCL version 2.29.2+cuda12.8"),
+            Some(Event::Version("2.29.2+cuda12.8".into()))
+        );
+        assert_eq!(
+            classify(
+                Level::Info,
+                "comm 0x5b0bc60 rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"
+            ),
             Some(Event::Comm {
                 rank: 3,
                 nranks: Some(4),
@@ -549,13 +738,22 @@ mod tests {
             })
         );
         assert_eq!(
-            classify(Level::Info, "GPU Direct RDMA Disabled for GPU 42000 / HCA 0 (distance 6 > 4)"),
+            classify(
+                Level::Info,
+                "GPU Direct RDMA Disabled for GPU 42000 / HCA 0 (distance 6 > 4)"
+            ),
             Some(Event::Gdr {
                 hca: "HCA 0".into(),
                 enabled: false
             })
         );
-        assert_eq!(classify(Level::Info, "NET/Socket : GPU Direct RDMA Disabled for HCA 0 'bond0'"), Some(Event::Known));
+        assert_eq!(
+            classify(
+                Level::Info,
+                "NET/Socket : GPU Direct RDMA Disabled for HCA 0 'bond0'"
+            ),
+            Some(Event::Known)
+        );
     }
 
     #[test]
@@ -563,11 +761,21 @@ mod tests {
         let s = "[rank4]:[E321 02:07:08.414640780 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600067 milliseconds before timing out.";
         match classify_plain(s) {
             Some(Event::Failure(f)) => {
-                assert_eq!((f.cause, f.rank, f.seq, f.op.as_deref()), ("collective_timeout", Some(4), Some(1580), Some("ALLREDUCE")));
+                assert_eq!(
+                    (f.cause, f.rank, f.seq, f.op.as_deref()),
+                    ("collective_timeout", Some(4), Some(1580), Some("ALLREDUCE"))
+                );
             }
             other => panic!("{other:?}"),
         }
         let old = "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.";
-        assert!(matches!(classify_plain(old), Some(Event::Failure(Failure { seq: Some(469508), rank: Some(1), .. }))));
+        assert!(matches!(
+            classify_plain(old),
+            Some(Event::Failure(Failure {
+                seq: Some(469508),
+                rank: Some(1),
+                ..
+            }))
+        ));
     }
 }

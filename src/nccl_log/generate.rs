@@ -10,9 +10,16 @@ pub enum Scenario {
     Healthy,
     /// Host `host`'s HCA `mlx5_<hca>` gets status 12 towards `peer_host`; every rank then
     /// flushes (status 5) and PyTorch times out on the same sequence number.
-    RetryExceeded { host: usize, peer_host: usize, hca: usize },
+    RetryExceeded {
+        host: usize,
+        peer_host: usize,
+        hca: usize,
+    },
     /// Ranks `stuck..stuck+n` never reach sequence number 4242; every other rank times out.
-    Hang { stuck: usize, n: usize },
+    Hang {
+        stuck: usize,
+        n: usize,
+    },
 }
 
 /// A small deterministic generator (xorshift), so generated logs are reproducible.
@@ -36,11 +43,27 @@ fn ip(h: usize) -> String {
 /// Write a job of `hosts` x `gpus` ranks; `filler_lines` extra steady-state INFO lines are
 /// interleaved before the failure (the benchmark's bulk). Lines of different ranks are
 /// shuffled within each phase, as a combined log of many writers is.
-pub fn job(out: &mut impl Write, hosts: usize, gpus: usize, scenario: Scenario, filler_lines: u64, seed: u64) -> std::io::Result<()> {
+pub fn job(
+    out: &mut impl Write,
+    hosts: usize,
+    gpus: usize,
+    scenario: Scenario,
+    filler_lines: u64,
+    seed: u64,
+) -> std::io::Result<()> {
     let world = hosts * gpus;
     let mut rng = Rng(seed | 1);
     let pid = |r: usize| 10_000 + r as u32;
-    let hdr = |r: usize, tid_off: u32| format!("{}: {}:{}:{} [{}]", r, host(r / gpus), pid(r), pid(r) + tid_off, r % gpus);
+    let hdr = |r: usize, tid_off: u32| {
+        format!(
+            "{}: {}:{}:{} [{}]",
+            r,
+            host(r / gpus),
+            pid(r),
+            pid(r) + tid_off,
+            r % gpus
+        )
+    };
     let mut phase: Vec<String> = Vec::new();
     let flush = |phase: &mut Vec<String>, rng: &mut Rng, out: &mut dyn Write| -> std::io::Result<()> {
         // Fisher-Yates: interleave the ranks' lines.
@@ -57,10 +80,22 @@ pub fn job(out: &mut impl Write, hosts: usize, gpus: usize, scenario: Scenario, 
     writeln!(out, "0: NCCL version 2.21.5+cuda12.4")?;
     for r in 0..world {
         let h = r / gpus;
-        phase.push(format!("{} NCCL INFO Bootstrap : Using eth0:{}<0>", hdr(r, 0), ip(h)));
-        phase.push(format!("{} NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation", hdr(r, 0)));
+        phase.push(format!(
+            "{} NCCL INFO Bootstrap : Using eth0:{}<0>",
+            hdr(r, 0),
+            ip(h)
+        ));
+        phase.push(format!(
+            "{} NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+            hdr(r, 0)
+        ));
         let hcas: Vec<String> = (0..gpus).map(|i| format!("[{i}]mlx5_{i}:1/RoCE")).collect();
-        phase.push(format!("{} NCCL INFO NET/IB : Using {} [RO]; OOB eth0:{}<0>", hdr(r, 7), hcas.join(" "), ip(h)));
+        phase.push(format!(
+            "{} NCCL INFO NET/IB : Using {} [RO]; OOB eth0:{}<0>",
+            hdr(r, 7),
+            hcas.join(" "),
+            ip(h)
+        ));
         phase.push(format!("{} NCCL INFO Using network IB", hdr(r, 7)));
         phase.push(format!(
             "{} NCCL INFO comm 0x55d9607ee240 rank {r} nranks {world} cudaDev {} nvmlDev {} busId {:x}000 commId 0x2f24707b1170cb7f - Init START",
@@ -74,20 +109,46 @@ pub fn job(out: &mut impl Write, hosts: usize, gpus: usize, scenario: Scenario, 
     for r in 0..world {
         let next = (r + 1) % world;
         if r == 0 {
-            phase.push(format!("{} NCCL INFO Channel 00/02 :    {}", hdr(r, 7), (0..world.min(64)).map(|x| x.to_string()).collect::<Vec<_>>().join("   ")));
+            phase.push(format!(
+                "{} NCCL INFO Channel 00/02 :    {}",
+                hdr(r, 7),
+                (0..world.min(64))
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join("   ")
+            ));
         }
-        phase.push(format!("{} NCCL INFO Trees [0] -1/-1/-1->{r}->{} [1] -1/-1/-1->{r}->{}", hdr(r, 7), next, next));
+        phase.push(format!(
+            "{} NCCL INFO Trees [0] -1/-1/-1->{r}->{} [1] -1/-1/-1->{r}->{}",
+            hdr(r, 7),
+            next,
+            next
+        ));
         for ch in 0..2 {
             let line = if next / gpus != r / gpus {
-                format!("{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] [send] via NET/IB/{}/GDRDMA", hdr(r, 7), r % gpus, next % gpus, r % gpus)
+                format!(
+                    "{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] [send] via NET/IB/{}/GDRDMA",
+                    hdr(r, 7),
+                    r % gpus,
+                    next % gpus,
+                    r % gpus
+                )
             } else {
-                format!("{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] via P2P/IPC/read", hdr(r, 7), r % gpus, next % gpus)
+                format!(
+                    "{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] via P2P/IPC/read",
+                    hdr(r, 7),
+                    r % gpus,
+                    next % gpus
+                )
             };
             phase.push(line);
         }
         phase.push(format!("{} NCCL INFO comm 0x55d9607ee240 rank {r} nranks {world} cudaDev {} nvmlDev {} busId {:x}000 commId 0x2f24707b1170cb7f - Init COMPLETE", hdr(r, 7), r % gpus, r % gpus, 0x1b + (r % gpus) * 0x20));
     }
-    phase.push(format!("{} NCCL INFO 2 coll channels, 2 nvls channels, 2 p2p channels, 2 p2p channels per peer", hdr(0, 7)));
+    phase.push(format!(
+        "{} NCCL INFO 2 coll channels, 2 nvls channels, 2 p2p channels, 2 p2p channels per peer",
+        hdr(0, 7)
+    ));
     flush(&mut phase, &mut rng, out)?;
     // Steady state: what NCCL_DEBUG=INFO keeps printing (traces of collectives with
     // NCCL_DEBUG_SUBSYS=COLL), written directly to keep the generator fast.
@@ -102,7 +163,11 @@ pub fn job(out: &mut impl Write, hosts: usize, gpus: usize, scenario: Scenario, 
     }
     match scenario {
         Scenario::Healthy => {}
-        Scenario::RetryExceeded { host: bad, peer_host, hca } => {
+        Scenario::RetryExceeded {
+            host: bad,
+            peer_host,
+            hca,
+        } => {
             let r = bad * gpus + hca;
             let peer = peer_host * gpus + hca;
             phase.push(format!(

@@ -41,7 +41,9 @@ pub fn prefix_rank(prefix: &str) -> Option<u32> {
     if !p.contains(']') {
         let d = p.strip_suffix(':')?;
         let d = d.rsplit(' ').next().unwrap_or(d);
-        return (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok()).flatten();
+        return (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.parse().ok())
+            .flatten();
     }
     // mpirun: "[1,3]<stdout>:" (jobid, rank).
     if let Some(i) = p.find("]<std") {
@@ -102,11 +104,18 @@ pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
 /// Parse `host:pid:tid [dev] [file:line ]NCCL LEVEL msg` where the marker is at `at`.
 /// Returns the header and the byte offset where the host token starts.
 pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
-    let msg = s[at..].split_once(' ').map(|x| x.1)?.split_once(' ').map(|x| x.1).unwrap_or("");
+    let msg = s[at..]
+        .split_once(' ')
+        .map(|x| x.1)?
+        .split_once(' ')
+        .map(|x| x.1)
+        .unwrap_or("");
     let head = s[..at].trim_end();
     // Optional "file.cc:123" just before the marker.
     let (head, src) = match head.rsplit_once(' ') {
-        Some((h, last)) if !last.starts_with('[') && last.contains(':') && last.contains('.') && !last.ends_with(']') => {
+        Some((h, last))
+            if !last.starts_with('[') && last.contains(':') && last.contains('.') && !last.ends_with(']') =>
+        {
             (h.trim_end(), Some(last))
         }
         _ => (head, None),
@@ -131,7 +140,9 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     let mut parts = tok.rsplitn(3, ':');
     let (host, pid) = match (parts.next(), parts.next(), parts.next()) {
         (Some(tid), Some(pid), Some(host))
-            if tid.bytes().all(|b| b.is_ascii_digit()) && pid.bytes().all(|b| b.is_ascii_digit()) && !host.is_empty() =>
+            if tid.bytes().all(|b| b.is_ascii_digit())
+                && pid.bytes().all(|b| b.is_ascii_digit())
+                && !host.is_empty() =>
         {
             (host, pid.parse().ok())
         }
@@ -173,7 +184,11 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
         if next > msg_start && next < s.len() {
             n.msg = &s[msg_start..next];
         }
-        let prefix = if start >= prev_end { &s[prev_end..start] } else { "" };
+        let prefix = if start >= prev_end {
+            &s[prev_end..start]
+        } else {
+            ""
+        };
         out.push((prefix, n));
         prev_end = next;
     }
@@ -217,7 +232,10 @@ mod tests {
         assert_eq!(prefix_rank("[1,12]<stderr>:"), Some(12));
         assert_eq!(prefix_rank("Mon Jun 10 12:34:56 2019[1,7]<stdout>:"), Some(7));
         assert_eq!(prefix_rank("3: "), Some(3));
-        assert_eq!(prefix_rank("[rank5]:[E321 02:07:08.4 ProcessGroupNCCL.cpp:607] "), Some(5));
+        assert_eq!(
+            prefix_rank("[rank5]:[E321 02:07:08.4 ProcessGroupNCCL.cpp:607] "),
+            Some(5)
+        );
         assert_eq!(prefix_rank("[default2]:"), Some(2));
         assert_eq!(prefix_rank("worker-1: "), None);
     }

@@ -67,6 +67,9 @@ struct Sighting {
     rank_hint: Option<u32>,
 }
 
+/// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
+type SightingKey = (&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>);
+
 #[derive(Default)]
 pub struct Analyzer {
     lines: u64,
@@ -96,7 +99,7 @@ pub struct Analyzer {
     transports: BTreeMap<String, u64>,
     sightings: Vec<Sighting>,
     sightings_dropped: u64,
-    seen_sightings: std::collections::HashSet<(&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>)>,
+    seen_sightings: std::collections::HashSet<SightingKey>,
     world: Option<u32>,
     inputs: Vec<String>,
 }
@@ -246,13 +249,24 @@ impl Analyzer {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn apply(&mut self, file: &str, line_no: u64, s: &str, key: &ProcKey, dev: Option<i32>, label: Option<u32>, ev: Event) {
+    fn apply(
+        &mut self,
+        file: &str,
+        line_no: u64,
+        s: &str,
+        key: &ProcKey,
+        dev: Option<i32>,
+        label: Option<u32>,
+        ev: Event,
+    ) {
         let host = || self.host_name(key.host).to_string();
         match ev {
             Event::Known => {}
             Event::Version(v) => {
                 let h = if key.host == 0 {
-                    label.map(|l| format!("rank label {l}")).unwrap_or_else(|| file.to_string())
+                    label
+                        .map(|l| format!("rank label {l}"))
+                        .unwrap_or_else(|| file.to_string())
                 } else {
                     host()
                 };
@@ -262,7 +276,9 @@ impl Analyzer {
                 let host = host();
                 for i in &ifs {
                     if let Some(ip) = i.split(':').nth(1).and_then(|a| a.split('<').next()) {
-                        self.host_ips.entry(ip.to_string()).or_insert_with(|| host.clone());
+                        self.host_ips
+                            .entry(ip.to_string())
+                            .or_insert_with(|| host.clone());
                     }
                 }
                 self.bootstrap.entry(host).or_default().extend(ifs);
@@ -273,8 +289,14 @@ impl Analyzer {
             }
             Event::IbUsing { hcas, oob } => {
                 let host = host();
-                if let Some(ip) = oob.as_deref().and_then(|o| o.split(':').nth(1)).and_then(|a| a.split('<').next()) {
-                    self.host_ips.entry(ip.to_string()).or_insert_with(|| host.clone());
+                if let Some(ip) = oob
+                    .as_deref()
+                    .and_then(|o| o.split(':').nth(1))
+                    .and_then(|a| a.split('<').next())
+                {
+                    self.host_ips
+                        .entry(ip.to_string())
+                        .or_insert_with(|| host.clone());
                 }
                 self.hcas.entry(host).or_default().extend(hcas);
             }
@@ -361,7 +383,15 @@ impl Analyzer {
         }
     }
 
-    fn base(&self, file: &str, line_no: u64, s: &str, key: &ProcKey, dev: Option<i32>, label: Option<u32>) -> Sighting {
+    fn base(
+        &self,
+        file: &str,
+        line_no: u64,
+        s: &str,
+        key: &ProcKey,
+        dev: Option<i32>,
+        label: Option<u32>,
+    ) -> Sighting {
         Sighting {
             cause: "",
             proc_: key.clone(),
@@ -385,7 +415,11 @@ impl Analyzer {
         // Only the first sighting of a cause per process matters (later ones repeat it),
         // except timeouts, which are grouped by sequence number across ranks.
         // GDR is judged per HCA; everything else once per process.
-        let hca = if s.cause == "gdr_disabled" { s.hca.clone() } else { None };
+        let hca = if s.cause == "gdr_disabled" {
+            s.hca.clone()
+        } else {
+            None
+        };
         let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq, hca);
         if self.seen_sightings.contains(&key) {
             return;

@@ -212,7 +212,10 @@ fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
         let v = verdict(ctx, s, severity);
         let peer_host = v.peer.as_ref().and_then(|p| p.host.clone());
         if let Some(o) = out.iter_mut().find(|o| {
-            o.cause == v.cause && o.host == v.host && o.device == v.device && o.peer.as_ref().and_then(|p| p.host.clone()) == peer_host
+            o.cause == v.cause
+                && o.host == v.host
+                && o.device == v.device
+                && o.peer.as_ref().and_then(|p| p.host.clone()) == peer_host
         }) {
             if let Some(r) = v.rank {
                 if o.rank != Some(r) && !o.ranks.contains(&r) {
@@ -258,11 +261,15 @@ pub(super) fn build(a: Analyzer) -> Report {
             "gdr_disabled" | "ib_no_device" => warns.push(s),
             "collective_timeout" => timeouts.push(s),
             _ => {
-                let key = (s.proc_.clone(), if s.proc_.host == 0 { s.rank_hint } else { None });
-                if first.contains_key(&key) {
-                    knock += 1;
-                } else {
-                    first.insert(key, s);
+                let key = (
+                    s.proc_.clone(),
+                    if s.proc_.host == 0 { s.rank_hint } else { None },
+                );
+                match first.entry(key) {
+                    std::collections::btree_map::Entry::Occupied(_) => knock += 1,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(s);
+                    }
                 }
             }
         }
@@ -272,9 +279,21 @@ pub(super) fn build(a: Analyzer) -> Report {
         v.sort_by(|x, y| (x.file.as_str(), x.line_no).cmp(&(y.file.as_str(), y.line_no)));
         v
     };
-    let hard: Vec<&Sighting> = firsts.iter().copied().filter(|s| HARD.contains(&s.cause)).collect();
-    let flush: Vec<&Sighting> = firsts.iter().copied().filter(|s| s.cause == "ib_wr_flush").collect();
-    let exited: Vec<&Sighting> = firsts.iter().copied().filter(|s| s.cause == "remote_process_exited").collect();
+    let hard: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| HARD.contains(&s.cause))
+        .collect();
+    let flush: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "ib_wr_flush")
+        .collect();
+    let exited: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "remote_process_exited")
+        .collect();
 
     let mut verdicts = grouped(&ctx, &hard, Severity::Fail);
     let mut knock_ons = knock;
@@ -352,15 +371,25 @@ pub(super) fn build(a: Analyzer) -> Report {
         });
     }
     for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
-        if let Some(bad) = ifs.iter().find(|i| i.starts_with("lo:") || i.starts_with("docker") || i.starts_with("virbr")) {
-            if verdicts.iter().any(|v| v.cause == "socket_iface_loopback" && v.host.as_deref() == Some(host)) {
+        if let Some(bad) = ifs
+            .iter()
+            .find(|i| i.starts_with("lo:") || i.starts_with("docker") || i.starts_with("virbr"))
+        {
+            if verdicts
+                .iter()
+                .any(|v| v.cause == "socket_iface_loopback" && v.host.as_deref() == Some(host))
+            {
                 continue;
             }
             let (meaning, next) = explain("socket_iface_loopback");
             verdicts.push(Verdict {
                 cause: "socket_iface_loopback".into(),
                 // One host: a single-node job works over lo; across hosts it cannot.
-                severity: if multi_host { Severity::Fail } else { Severity::Warn },
+                severity: if multi_host {
+                    Severity::Fail
+                } else {
+                    Severity::Warn
+                },
                 host: Some(host.clone()),
                 rank: None,
                 ranks: Vec::new(),
@@ -445,15 +474,35 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
         .filter(|h| !h.is_empty())
         .collect();
     for h in names {
-        let ranks: Vec<u32> = ctx.host_ranks.get(h).map(|r| r.iter().copied().collect()).unwrap_or_default();
-        let local_ranks = a.procs.keys().filter(|k| a.host_name(k.host) == h.as_str()).count();
+        let ranks: Vec<u32> = ctx
+            .host_ranks
+            .get(h)
+            .map(|r| r.iter().copied().collect())
+            .unwrap_or_default();
+        let local_ranks = a
+            .procs
+            .keys()
+            .filter(|k| a.host_name(k.host) == h.as_str())
+            .count();
         hosts.push(HostSummary {
             host: h.clone(),
             ranks,
             local_ranks,
-            bootstrap: a.bootstrap.get(h).map(|s| s.iter().cloned().collect()).unwrap_or_default(),
-            socket_interfaces: a.socket_ifs.get(h).map(|s| s.iter().cloned().collect()).unwrap_or_default(),
-            hcas: a.hcas.get(h).map(|s| s.iter().cloned().collect()).unwrap_or_default(),
+            bootstrap: a
+                .bootstrap
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+            socket_interfaces: a
+                .socket_ifs
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+            hcas: a
+                .hcas
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
             gdr: a
                 .gdr
                 .iter()
@@ -470,10 +519,19 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
         unrecognised_lines: a.unrecognised,
         unrecognised_samples: a.unrecognised_samples.clone(),
         truncated_lines: a.truncated_lines,
-        nccl_versions: a.versions.iter().map(|(v, h)| (v.clone(), h.iter().cloned().collect())).collect(),
+        nccl_versions: a
+            .versions
+            .iter()
+            .map(|(v, h)| (v.clone(), h.iter().cloned().collect()))
+            .collect(),
         hosts,
         world_size: a.world,
-        ranks_seen: a.procs.values().filter_map(|p| p.rank).collect::<BTreeSet<_>>().len(),
+        ranks_seen: a
+            .procs
+            .values()
+            .filter_map(|p| p.rank)
+            .collect::<BTreeSet<_>>()
+            .len(),
         ring_channels: a.rings.len(),
         ring_sample: a.ring_sample.clone(),
         tree_channels: a.trees.len(),

@@ -144,7 +144,10 @@ pub fn probe(host: &Host) -> NcclEnvReport {
         Some(p) if !p.is_empty() => conf_paths.push((p.to_string(), "NCCL_CONF_FILE".into())),
         _ => {
             if let Some(home) = host.env_var("HOME").filter(|h| !h.is_empty()) {
-                conf_paths.push((format!("{}/.nccl.conf", home.trim_end_matches('/')), "~/.nccl.conf".into()));
+                conf_paths.push((
+                    format!("{}/.nccl.conf", home.trim_end_matches('/')),
+                    "~/.nccl.conf".into(),
+                ));
             }
         }
     }
@@ -177,9 +180,18 @@ pub fn probe(host: &Host) -> NcclEnvReport {
     let merged = conf::merge(&nccl_env, &texts);
     let get = |k: &str| merged.get(k).map(|s| s.value.clone());
 
-    let sockets = sockets(host, get("NCCL_SOCKET_IFNAME").as_deref(), get("NCCL_COMM_ID").as_deref());
+    let sockets = sockets(
+        host,
+        get("NCCL_SOCKET_IFNAME").as_deref(),
+        get("NCCL_COMM_ID").as_deref(),
+    );
     let ib = ib_ports(host, &merged);
-    let gdr = gdr(host, get("NCCL_NET_GDR_LEVEL").as_deref(), get("NCCL_NET_GDR_C2C").as_deref(), &ib);
+    let gdr = gdr(
+        host,
+        get("NCCL_NET_GDR_LEVEL").as_deref(),
+        get("NCCL_NET_GDR_C2C").as_deref(),
+        &ib,
+    );
     let net_plugin = net_plugin(host, get("NCCL_NET_PLUGIN").as_deref());
     let topo_file = match get("NCCL_TOPO_FILE").filter(|s| !s.is_empty()) {
         Some(p) => TopoFile {
@@ -195,7 +207,10 @@ pub fn probe(host: &Host) -> NcclEnvReport {
     };
     NcclEnvReport {
         conf_files,
-        settings: merged.into_values().filter(|s| s.name.starts_with("NCCL_")).collect(),
+        settings: merged
+            .into_values()
+            .filter(|s| s.name.starts_with("NCCL_"))
+            .collect(),
         sockets,
         ib,
         gdr,
@@ -213,7 +228,9 @@ fn comm_id_addr(s: &str) -> Option<IpAddr> {
 }
 
 fn sockets(host: &Host, spec: Option<&str>, comm_id: Option<&str>) -> Sockets {
-    let ifname = spec.filter(|s| ifname::IfSpec::parse(s).is_some()).map(str::to_string);
+    let ifname = spec
+        .filter(|s| ifname::IfSpec::parse(s).is_some())
+        .map(str::to_string);
     match host.ifaddrs() {
         Err(why) => Sockets {
             ifname,
@@ -254,9 +271,15 @@ fn ib_ports(host: &Host, merged: &BTreeMap<String, Setting>) -> Ib {
             let (used, rule) = if disabled {
                 (false, "NCCL_IB_DISABLE=1".to_string())
             } else if !active {
-                (false, format!("port state {}", p.state.as_deref().unwrap_or("unknown")))
+                (
+                    false,
+                    format!("port state {}", p.state.as_deref().unwrap_or("unknown")),
+                )
             } else if !ll_ok {
-                (false, format!("link layer {}", p.link_layer.as_deref().unwrap_or("unknown")))
+                (
+                    false,
+                    format!("link layer {}", p.link_layer.as_deref().unwrap_or("unknown")),
+                )
             } else {
                 match (&spec, &hca) {
                     (Some(s), Some(_)) => {
@@ -308,14 +331,22 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
     let default = if c2c_on { "P2C" } else { "PXB" };
     let (lvl, level_rule) = match level.map(|s| (s, params::parse_level(s))) {
         Some((raw, Some(l))) => (l, format!("NCCL_NET_GDR_LEVEL={raw}")),
-        Some((raw, None)) => (default, format!("NCCL_NET_GDR_LEVEL={raw} is not a level NCCL reads: default {default}")),
+        Some((raw, None)) => (
+            default,
+            format!("NCCL_NET_GDR_LEVEL={raw} is not a level NCCL reads: default {default}"),
+        ),
         None if c2c_on => (default, "default: P2C (NCCL_NET_GDR_C2C=1)".to_string()),
         None => (default, "default: PXB".to_string()),
     };
     let t = topo::probe(host);
     let ng = t.gpus.len();
     let mut pairs = Vec::new();
-    let used: Vec<&str> = ib.ports.iter().filter(|p| p.used).map(|p| p.device.as_str()).collect();
+    let used: Vec<&str> = ib
+        .ports
+        .iter()
+        .filter(|p| p.used)
+        .map(|p| p.device.as_str())
+        .collect();
     for (gi, g) in t.gpus.iter().enumerate() {
         for (ni, n) in t.nics.iter().enumerate() {
             if !used.contains(&n.ibdev.as_str()) {
@@ -346,19 +377,27 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
         pairs,
         // The seam for `fabprobe gdr`: once it exists, its per-pair verdict (peermem or
         // DMA-BUF, ACS, IOMMU) is joined here instead of this note.
-        kernel_support: "not judged here: the topology gate only (peermem/DMA-BUF, ACS and IOMMU are `fabprobe gdr`'s)".into(),
+        kernel_support:
+            "not judged here: the topology gate only (peermem/DMA-BUF, ACS and IOMMU are `fabprobe gdr`'s)"
+                .into(),
     }
 }
 
 fn net_plugin(host: &Host, requested: Option<&str>) -> NetPlugin {
     let requested = requested.filter(|s| !s.is_empty()).map(str::to_string);
     let (tries, rule) = match requested.as_deref() {
-        Some(r) if r.eq_ignore_ascii_case("none") => (Vec::new(), "NCCL_NET_PLUGIN=none: no plugin, internal IB/Socket".to_string()),
+        Some(r) if r.eq_ignore_ascii_case("none") => (
+            Vec::new(),
+            "NCCL_NET_PLUGIN=none: no plugin, internal IB/Socket".to_string(),
+        ),
         Some(r) => (
             vec![format!("libnccl-net-{r}.so"), r.to_string()],
             format!("NCCL_NET_PLUGIN={r}: libnccl-net-{r}.so, then {r} as given"),
         ),
-        None => (vec!["libnccl-net.so".to_string()], "default: libnccl-net.so".to_string()),
+        None => (
+            vec!["libnccl-net.so".to_string()],
+            "default: libnccl-net.so".to_string(),
+        ),
     };
     let mut dirs: Vec<String> = host
         .env_var("LD_LIBRARY_PATH")
@@ -417,7 +456,10 @@ fn origin_text(s: &Setting) -> String {
 
 /// Values NCCL reads from a fixed set of words (case-insensitive, as NCCL's strcasecmp).
 const ENUMS: &[(&str, &[&str])] = &[
-    ("NCCL_DEBUG", &["VERSION", "WARN", "INFO", "TRACE", "ABORT", "NONE"]),
+    (
+        "NCCL_DEBUG",
+        &["VERSION", "WARN", "INFO", "TRACE", "ABORT", "NONE"],
+    ),
     ("NCCL_SOCKET_FAMILY", &["AF_INET", "AF_INET6"]),
     ("NCCL_IB_ADDR_FAMILY", &["AF_INET", "AF_INET6"]),
 ];
@@ -458,7 +500,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                     "nccl_env.conf_file_unreadable",
                     Severity::Warn,
                     &c.path,
-                    format!("NCCL_CONF_FILE names {} but it is {}; NCCL reads /etc/nccl.conf only", c.path, c.state),
+                    format!(
+                        "NCCL_CONF_FILE names {} but it is {}; NCCL reads /etc/nccl.conf only",
+                        c.path, c.state
+                    ),
                 )
                 .evidence("state", c.state.clone())
                 .fix("point NCCL_CONF_FILE at an existing file, or unset it"),
@@ -477,7 +522,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                 Severity::Warn,
                 &s.name,
                 match near {
-                    Some(n) => format!("{} is not a variable NCCL reads (did you mean {n}?); it has no effect", s.name),
+                    Some(n) => format!(
+                        "{} is not a variable NCCL reads (did you mean {n}?); it has no effect",
+                        s.name
+                    ),
                     None => format!("{} is not a variable NCCL reads; it has no effect", s.name),
                 },
             )
@@ -497,7 +545,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                         "nccl_env.bad_value",
                         Severity::Warn,
                         &s.name,
-                        format!("{}={:?} is not a number: NCCL ignores it and uses its default ({default})", s.name, s.value),
+                        format!(
+                            "{}={:?} is not a number: NCCL ignores it and uses its default ({default})",
+                            s.name, s.value
+                        ),
                     )
                     .evidence("value", s.value.clone())
                     .evidence("from", from.clone())
@@ -509,7 +560,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                         "nccl_env.bad_value",
                         Severity::Warn,
                         &s.name,
-                        format!("{}={:?}: NCCL reads {v} and silently ignores the rest", s.name, s.value),
+                        format!(
+                            "{}={:?}: NCCL reads {v} and silently ignores the rest",
+                            s.name, s.value
+                        ),
                     )
                     .evidence("value", s.value.clone())
                     .evidence("from", from.clone())
@@ -525,14 +579,21 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                         "nccl_env.bad_value",
                         Severity::Warn,
                         &s.name,
-                        format!("{}={:?} is not one of {}: NCCL ignores it", s.name, s.value, words.join(", ")),
+                        format!(
+                            "{}={:?} is not one of {}: NCCL ignores it",
+                            s.name,
+                            s.value,
+                            words.join(", ")
+                        ),
                     )
                     .evidence("value", s.value.clone())
                     .evidence("from", from.clone()),
                 );
             }
         }
-        if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL") && params::parse_level(&s.value).is_none() {
+        if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
+            && params::parse_level(&s.value).is_none()
+        {
             f.push(
                 Finding::new(
                     "nccl_env.bad_value",
@@ -561,7 +622,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                         )
                         .evidence("value", s.value.clone())
                         .evidence("from", from.clone())
-                        .fix(format!("use a value in {lo}-{hi} (NCCL's default is {})", k.default)),
+                        .fix(format!(
+                            "use a value in {lo}-{hi} (NCCL's default is {})",
+                            k.default
+                        )),
                     );
                 }
             }
@@ -628,7 +692,11 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
         d.dedup();
         d
     };
-    let active: Vec<&IbPort> = r.ib.ports.iter().filter(|p| p.state.as_deref() == Some("ACTIVE")).collect();
+    let active: Vec<&IbPort> =
+        r.ib.ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .collect();
     if let Some(raw) = &r.ib.hca {
         let spec = HcaSpec::parse(raw);
         for (entry, dev) in spec.prefix_surprises(&devices) {
@@ -637,11 +705,17 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                     "nccl_env.hca_prefix_match",
                     Severity::Warn,
                     dev,
-                    format!("NCCL_IB_HCA={raw}: without a leading '=', {entry} is a prefix and also selects {dev}"),
+                    format!(
+                        "NCCL_IB_HCA={raw}: without a leading '=', {entry} is a prefix and also selects {dev}"
+                    ),
                 )
                 .evidence("entry", entry.clone())
                 .evidence("also_matches", dev)
-                .fix(format!("write NCCL_IB_HCA={}{} to match exact names", if spec.exclude { "^=" } else { "=" }, raw.trim_start_matches('^'))),
+                .fix(format!(
+                    "write NCCL_IB_HCA={}{} to match exact names",
+                    if spec.exclude { "^=" } else { "=" },
+                    raw.trim_start_matches('^')
+                )),
             );
         }
         if !r.ib.disabled && !active.is_empty() && !r.ib.ports.iter().any(|p| p.used) {
@@ -650,9 +724,17 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                     "nccl_env.hca_matches_nothing",
                     Severity::Fail,
                     "NCCL_IB_HCA",
-                    format!("NCCL_IB_HCA={raw} selects no active port: NCCL falls back to sockets (NET/Socket)"),
+                    format!(
+                        "NCCL_IB_HCA={raw} selects no active port: NCCL falls back to sockets (NET/Socket)"
+                    ),
                 )
-                .evidence("active_ports", active.iter().map(|p| format!("{}:{}", p.device, p.port)).collect::<Vec<_>>())
+                .evidence(
+                    "active_ports",
+                    active
+                        .iter()
+                        .map(|p| format!("{}:{}", p.device, p.port))
+                        .collect::<Vec<_>>(),
+                )
                 .fix("name the active devices (`fabprobe links`), e.g. NCCL_IB_HCA==mlx5_0,mlx5_1"),
             );
         }
@@ -677,8 +759,16 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     // GID traps, judged by the gids probe on the ports NCCL uses.
     let gid_report = gids::probe(host, &GidEnv::from_lookup(|k| get(k).map(|s| s.value.clone())));
     for g in gids::findings(&gid_report) {
-        let used = r.ib.ports.iter().any(|p| p.used && g.subject == format!("{}/{}", p.device, p.port));
-        if used && matches!(g.id.as_str(), "gids.nccl_gid_index_bad" | "gids.nccl_gid_unusable" | "gids.nccl_gid_error") {
+        let used =
+            r.ib.ports
+                .iter()
+                .any(|p| p.used && g.subject == format!("{}/{}", p.device, p.port));
+        if used
+            && matches!(
+                g.id.as_str(),
+                "gids.nccl_gid_index_bad" | "gids.nccl_gid_unusable" | "gids.nccl_gid_error"
+            )
+        {
             f.push(g);
         }
     }
@@ -687,7 +777,11 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     if let Some(s) = get("NCCL_P2P_DISABLE") {
         if crate::nccl::gid::nccl_param(Some(&s.value), 0) == 1 {
             let t = topo::probe(host);
-            let nvl = t.gpus.iter().filter(|g| g.nvlinks.iter().any(|l| l.count > 0)).count();
+            let nvl = t
+                .gpus
+                .iter()
+                .filter(|g| g.nvlinks.iter().any(|l| l.count > 0))
+                .count();
             if nvl > 0 {
                 f.push(
                     Finding::new(
@@ -750,7 +844,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                 "nccl_env.topo_file_missing",
                 Severity::Warn,
                 "NCCL_TOPO_FILE",
-                format!("NCCL_TOPO_FILE={} does not exist: NCCL detects the topology itself", r.topo_file.path),
+                format!(
+                    "NCCL_TOPO_FILE={} does not exist: NCCL detects the topology itself",
+                    r.topo_file.path
+                ),
             )
             .fix("fix the path, or generate one with `fabprobe topo --format nccl-xml`"),
         );

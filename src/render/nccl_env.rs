@@ -32,11 +32,17 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
         Some(h) => format!("={h}"),
         None => " unset".into(),
     });
-    out.push_str(if r.ib.disabled { ", NCCL_IB_DISABLE=1):\n" } else { "):\n" });
+    out.push_str(if r.ib.disabled {
+        ", NCCL_IB_DISABLE=1):\n"
+    } else {
+        "):\n"
+    });
     if let Some(m) = &r.ib.message {
         out.push_str(&format!("  {m}\n"));
     } else {
-        let mut rows = vec![row(&["  PORT", "LINK", "STATE", "USED", "RULE", "GID", "GID RULE"])];
+        let mut rows = vec![row(&[
+            "  PORT", "LINK", "STATE", "USED", "RULE", "GID", "GID RULE",
+        ])];
         for p in &r.ib.ports {
             let gid = match (p.gid_index, &p.gid) {
                 (Some(i), Some(g)) => format!("{i} {g}"),
@@ -56,13 +62,23 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
         out.push_str(&columns(&rows));
     }
 
-    out.push_str(&format!("\nGPUDirect RDMA by topology (level {}: {}):\n", r.gdr.level, r.gdr.level_rule));
+    out.push_str(&format!(
+        "\nGPUDirect RDMA by topology (level {}: {}):\n",
+        r.gdr.level, r.gdr.level_rule
+    ));
     if r.gdr.pairs.is_empty() {
         out.push_str("  no GPU with a used HCA\n");
     } else {
         // Per GPU the nearest used HCAs (the ones NCCL pairs it with), and how many more
         // are farther; JSON has every pair.
-        let mut rows = vec![row(&["  GPU", "BUS ID", "NEAREST HCA", "PATH", "GDR", "FARTHER HCAS"])];
+        let mut rows = vec![row(&[
+            "  GPU",
+            "BUS ID",
+            "NEAREST HCA",
+            "PATH",
+            "GDR",
+            "FARTHER HCAS",
+        ])];
         let mut gpus: Vec<&str> = r.gdr.pairs.iter().map(|p| p.gpu.as_str()).collect();
         gpus.dedup();
         for g in gpus {
@@ -86,7 +102,11 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
                 near.iter().map(|p| p.nic.as_str()).collect::<Vec<_>>().join(","),
                 near[0].path.clone(),
                 if near[0].enabled { "on" } else { "off" }.into(),
-                if far.is_empty() { "-".into() } else { far.join(", ") },
+                if far.is_empty() {
+                    "-".into()
+                } else {
+                    far.join(", ")
+                },
             ]);
         }
         out.push_str(&columns(&rows));
@@ -103,8 +123,16 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
     out.push_str(&format!(
         "Topology file: {} ({}{})\n",
         r.topo_file.path,
-        if r.topo_file.from_env { "NCCL_TOPO_FILE" } else { "default" },
-        if r.topo_file.exists { ", present" } else { ", absent" }
+        if r.topo_file.from_env {
+            "NCCL_TOPO_FILE"
+        } else {
+            "default"
+        },
+        if r.topo_file.exists {
+            ", present"
+        } else {
+            ", absent"
+        }
     ));
 
     out.push_str("\nConfiguration files (read in this order; the environment wins):\n");
@@ -133,7 +161,12 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
                     Origin::File(p) => format!("{} ({p}:{})", x.value, x.line.unwrap_or(0)),
                 })
                 .collect();
-            rows.push(vec![format!("  {}", s.name), s.value.clone(), from, sh.join(", ")]);
+            rows.push(vec![
+                format!("  {}", s.name),
+                s.value.clone(),
+                from,
+                sh.join(", "),
+            ]);
         }
         out.push_str(&columns(&rows));
     }

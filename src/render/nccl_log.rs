@@ -14,9 +14,14 @@ pub fn findings(r: &Report) -> Vec<Finding> {
                 (None, Some(k)) => format!("rank {k}"),
                 (None, None) => "job".into(),
             };
-            let mut f = Finding::new(&format!("nccl_log.{}", v.cause), v.severity, subject, v.meaning.clone())
-                .evidence("line", v.line.clone())
-                .fix(v.next.clone());
+            let mut f = Finding::new(
+                &format!("nccl_log.{}", v.cause),
+                v.severity,
+                subject,
+                v.meaning.clone(),
+            )
+            .evidence("line", v.line.clone())
+            .fix(v.next.clone());
             if !v.file.is_empty() {
                 f = f.evidence("at", format!("{}:{}", v.file, v.line_no));
             }
@@ -38,7 +43,11 @@ fn ranks(v: &[u32]) -> String {
         while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
             j += 1;
         }
-        out.push(if j > i { format!("{}-{}", v[i], v[j]) } else { v[i].to_string() });
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
         i = j + 1;
     }
     out.join(",")
@@ -94,7 +103,10 @@ fn verdict(v: &Verdict) -> String {
         s.push_str(&format!("       collective: SeqNum {seq} {op}\n"));
     }
     if !v.suspects.is_empty() {
-        s.push_str(&format!("       suspects (never reached it): rank {}\n", ranks(&v.suspects)));
+        s.push_str(&format!(
+            "       suspects (never reached it): rank {}\n",
+            ranks(&v.suspects)
+        ));
     }
     if v.file.is_empty() {
         s.push_str(&format!("       {}\n", v.line));
@@ -104,7 +116,10 @@ fn verdict(v: &Verdict) -> String {
     s.push_str(&format!("       means: {}\n", v.meaning));
     s.push_str(&format!("       next: {}\n", v.next));
     if v.knock_ons > 0 {
-        s.push_str(&format!("       knock-on failures explained by this: {}\n", v.knock_ons));
+        s.push_str(&format!(
+            "       knock-on failures explained by this: {}\n",
+            v.knock_ons
+        ));
     }
     s
 }
@@ -119,9 +134,17 @@ pub fn table(r: &Report) -> String {
         s.inputs.len(),
         s.nccl_lines,
         s.unrecognised_lines,
-        if s.truncated_lines > 0 { format!(", {} cut at 64 KiB", s.truncated_lines) } else { String::new() }
+        if s.truncated_lines > 0 {
+            format!(", {} cut at 64 KiB", s.truncated_lines)
+        } else {
+            String::new()
+        }
     ));
-    let versions: Vec<String> = s.nccl_versions.iter().map(|(v, h)| format!("{v} ({})", h.join(","))).collect();
+    let versions: Vec<String> = s
+        .nccl_versions
+        .iter()
+        .map(|(v, h)| format!("{v} ({})", h.join(",")))
+        .collect();
     out.push_str(&format!("NCCL version: {}\n", list(&versions)));
     out.push_str(&format!(
         "Ranks: {} seen{}; hosts: {}\n",
@@ -132,28 +155,52 @@ pub fn table(r: &Report) -> String {
     out.push_str(&format!(
         "Rings: {} channel(s){}; trees: {} channel(s)\n",
         s.ring_channels,
-        s.ring_sample.as_ref().map(|r| format!(" (channel order: {r})")).unwrap_or_default(),
+        s.ring_sample
+            .as_ref()
+            .map(|r| format!(" (channel order: {r})"))
+            .unwrap_or_default(),
         s.tree_channels
     ));
     if let Some(c) = &s.channels {
         out.push_str(&format!("Channels: {c}\n"));
     }
-    out.push_str(&format!("Network: {}; plugin: {}\n", list(&s.networks), list(&s.plugins)));
+    out.push_str(&format!(
+        "Network: {}; plugin: {}\n",
+        list(&s.networks),
+        list(&s.plugins)
+    ));
     let tr: Vec<String> = s.transports.iter().map(|(k, v)| format!("{k} {v}")).collect();
     out.push_str(&format!(
         "Transports: {} ({} distinct rank pairs{})\n",
         list(&tr),
         s.connections.len(),
-        if s.connections_dropped > 0 { format!(", {} more not kept", s.connections_dropped) } else { String::new() }
+        if s.connections_dropped > 0 {
+            format!(", {} more not kept", s.connections_dropped)
+        } else {
+            String::new()
+        }
     ));
     if !s.hosts.is_empty() {
         out.push_str("\nHosts:\n");
-        let mut rows = vec![vec!["  HOST", "RANKS", "PROCS", "BOOTSTRAP", "SOCKETS", "HCAS", "GDR"].iter().map(|x| x.to_string()).collect::<Vec<_>>()];
+        let mut rows = vec![
+            ["  HOST", "RANKS", "PROCS", "BOOTSTRAP", "SOCKETS", "HCAS", "GDR"]
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>(),
+        ];
         for h in &s.hosts {
-            let gdr: Vec<String> = h.gdr.iter().map(|(k, on)| format!("{k}:{}", if *on { "on" } else { "off" })).collect();
+            let gdr: Vec<String> = h
+                .gdr
+                .iter()
+                .map(|(k, on)| format!("{k}:{}", if *on { "on" } else { "off" }))
+                .collect();
             rows.push(vec![
                 format!("  {}", h.host),
-                if h.ranks.is_empty() { "-".into() } else { ranks(&h.ranks) },
+                if h.ranks.is_empty() {
+                    "-".into()
+                } else {
+                    ranks(&h.ranks)
+                },
                 h.local_ranks.to_string(),
                 list(&h.bootstrap),
                 list(&h.socket_interfaces),
