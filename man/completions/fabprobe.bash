@@ -31,6 +31,12 @@ _fabprobe() {
             fabprobe,links)
                 cmd="fabprobe__subcmd__links"
                 ;;
+            fabprobe,nccl-env)
+                cmd="fabprobe__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe,nccl-log)
+                cmd="fabprobe__subcmd__nccl__subcmd__log"
+                ;;
             fabprobe,qos)
                 cmd="fabprobe__subcmd__qos"
                 ;;
@@ -58,6 +64,12 @@ _fabprobe() {
             fabprobe__subcmd__help,links)
                 cmd="fabprobe__subcmd__help__subcmd__links"
                 ;;
+            fabprobe__subcmd__help,nccl-env)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe__subcmd__help,nccl-log)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__log"
+                ;;
             fabprobe__subcmd__help,qos)
                 cmd="fabprobe__subcmd__help__subcmd__qos"
                 ;;
@@ -77,7 +89,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version gdr gids links qos ring snapshot topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -169,7 +181,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="gdr gids links qos ring snapshot topo gen-docs help"
+            opts="gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -239,6 +251,34 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__links)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__env)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__log)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -323,6 +363,50 @@ _fabprobe() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__env)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__log)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -6,6 +6,8 @@ mod docs;
 mod gdr;
 mod gids;
 mod links;
+mod nccl_env;
+mod nccl_log;
 mod out;
 mod progress;
 mod qos;
@@ -131,6 +133,11 @@ pub enum Command {
     /// Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm
     /// counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval.
     Qos(qos::QosArgs),
+    /// What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the
+    /// rule that chose it, where each NCCL_* value came from, and a lint of them.
+    NcclEnv(nccl_env::NcclEnvArgs),
+    /// Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts.
+    NcclLog(nccl_log::NcclLogArgs),
     /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
@@ -211,6 +218,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Links(a) => links::run(g, a),
         Command::Gdr(a) => gdr::run(g, a),
         Command::Qos(a) => qos::run(g, a),
+        Command::NcclEnv(a) => nccl_env::run(g, a),
+        Command::NcclLog(a) => nccl_log::run(g, a),
         Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }

@@ -145,6 +145,8 @@ pub struct Host {
     net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
+    /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
+    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
@@ -176,6 +178,7 @@ impl Host {
             nvml: nvml::collect_live(),
             net: Mutex::default(),
             read_errors: BTreeMap::new(),
+            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: None,
@@ -206,6 +209,9 @@ impl Host {
             nvml: loaded.nvml,
             net: Mutex::new(loaded.net),
             read_errors: loaded.read_errors,
+            ifaddrs: loaded
+                .ifaddrs
+                .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: extracted,
@@ -261,6 +267,10 @@ impl Host {
     }
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
+    }
+    /// The interface addresses NCCL's socket selection sees, or why they are unknown.
+    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+        self.ifaddrs.as_deref().map_err(String::as_str)
     }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml

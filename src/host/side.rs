@@ -10,6 +10,8 @@
 //!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
 //! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
 //!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -69,6 +71,9 @@ pub fn env_is_captured(name: &str) -> bool {
         "OMPI_MCA_btl_tcp_if_include",
         "OMPI_MCA_btl_tcp_if_exclude",
         "OMPI_MCA_oob_tcp_if_include",
+        // nccl-env: where ~/.nccl.conf is, and where NCCL's dlopen looks for a net plugin.
+        "HOME",
+        "LD_LIBRARY_PATH",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -104,6 +109,7 @@ pub(super) struct Loaded {
     pub nvml: NvmlState,
     pub net: NetAnswers,
     pub read_errors: BTreeMap<PathBuf, String>,
+    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -157,12 +163,14 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
             });
         }
     }
+    let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
         net,
         read_errors: raw,
+        ifaddrs,
     })
 }
 

@@ -4,6 +4,7 @@ pub mod gdr;
 pub mod gids;
 pub mod links;
 pub mod qos;
+pub mod nccl_env;
 pub mod topo;
 
 use crate::host::Host;
@@ -16,6 +17,8 @@ pub fn run_all_for_capture(host: &Host) -> Vec<String> {
     let _ = links::probe(host);
     let _ = gdr::probe(host);
     let _ = qos::probe(host);
+    // Configuration files and the plugin's library path: existence checks, no listings.
+    let _ = nccl_env::probe(host);
     errors.extend(
         topo::probe(host)
             .notes

@@ -5,6 +5,8 @@ pub mod gdr;
 pub mod gids;
 pub mod links;
 pub mod qos;
+pub mod nccl_env;
+pub mod nccl_log;
 pub mod ring;
 pub mod text;
 pub mod topo;

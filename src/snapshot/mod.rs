@@ -335,6 +335,9 @@ pub fn write_tree(
     if !net.lldp.is_empty() {
         write_json(&side_dir.join("lldp.json"), &net.lldp)?;
     }
+    if let Ok(ifs) = host.ifaddrs() {
+        write_json(&side_dir.join("ifaddrs.json"), ifs)?;
+    }
     Ok(summary)
 }
 
