@@ -3,10 +3,12 @@
 //! Every file a probe reads goes through one root prefix (`/` live, a directory for a
 //! snapshot); symlinks are resolved inside that root, so a snapshot can never leak to the
 //! live `/sys`. Answers that are not files (NVML, the `NCCL_*` environment, host facts) come
-//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot.
+//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot
+//! (the ethtool statistics ioctl and DCB netlink too: [`netif`]).
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod netif;
 pub mod nvml;
 pub mod side;
 pub mod tarball;
@@ -18,6 +20,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub use netif::{EthtoolStats, NetAnswers, Reply};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
 
@@ -128,6 +131,8 @@ pub enum Access {
     Read(PathBuf),
     List(PathBuf),
     Resolve(PathBuf),
+    /// The target of one symlink, without following it (capture recreates the link only).
+    Link(PathBuf),
 }
 
 pub struct Host {
@@ -136,8 +141,12 @@ pub struct Host {
     meta: HostMeta,
     env: BTreeMap<String, String>,
     nvml: NvmlState,
+    /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
+    net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
+    /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
+    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
@@ -167,7 +176,9 @@ impl Host {
             meta: HostMeta::live(),
             env,
             nvml: nvml::collect_live(),
+            net: Mutex::default(),
             read_errors: BTreeMap::new(),
+            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: None,
@@ -196,7 +207,11 @@ impl Host {
             meta: loaded.meta,
             env: loaded.env,
             nvml: loaded.nvml,
+            net: Mutex::new(loaded.net),
             read_errors: loaded.read_errors,
+            ifaddrs: loaded
+                .ifaddrs
+                .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: extracted,
@@ -253,9 +268,87 @@ impl Host {
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
     }
+    /// The interface addresses NCCL's socket selection sees, or why they are unknown.
+    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+        self.ifaddrs.as_deref().map_err(String::as_str)
+    }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml
     }
+    /// `ethtool -S <ifname>`: the statistics ioctl live (recorded for capture), the
+    /// snapshot's `fabprobe/ethtool.json` otherwise.
+    pub fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
+        if self.is_live() {
+            let r = netif::live_ethtool_stats(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.ethtool.insert(ifname.to_string(), r.clone());
+            }
+            return r;
+        }
+        self.net
+            .lock()
+            .ok()
+            .and_then(|n| n.ethtool.get(ifname).cloned())
+            .unwrap_or(Reply::NotCaptured)
+    }
+
+    /// The raw `DCB_CMD_IEEE_GET` reply for `ifname` (after the netlink header): DCB
+    /// netlink live (recorded), the snapshot's `fabprobe/dcb.json` otherwise.
+    pub fn dcb_ieee(&self, ifname: &str) -> Reply<Vec<u8>> {
+        let hex = if self.is_live() {
+            let r = netif::live_dcb_ieee(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.dcb_ieee.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.dcb_ieee.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(h) => match netif::from_hex(&h) {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("the recorded reply is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// LLDP frames heard on `ifname` within `wait` (live, recorded), or the snapshot's
+    /// `fabprobe/lldp.json` (no waiting).
+    pub fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
+        let hex = if self.is_live() {
+            let r = netif::live_lldp(ifname, wait);
+            if let Ok(mut n) = self.net.lock() {
+                n.lldp.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.lldp.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(v) => match v.iter().map(|h| netif::from_hex(h)).collect::<Option<Vec<_>>>() {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("a recorded frame is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.
+    pub fn net_answers(&self) -> NetAnswers {
+        self.net.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
@@ -439,6 +532,17 @@ impl Host {
         }
         names.sort();
         Ok(Some(names))
+    }
+
+    /// The target of the symlink at `host_path` (its parent resolved inside the root),
+    /// as written; `None` when it is not a symlink or does not exist. Used where the link's
+    /// name is the fact (`libibverbs.so.1 -> libibverbs.so.1.14.50.0`).
+    pub fn read_link(&self, host_path: impl AsRef<Path>) -> Option<PathBuf> {
+        let host_path = host_path.as_ref();
+        self.record(Access::Link(host_path.to_path_buf()));
+        let name = host_path.file_name()?;
+        let parent = self.resolve(host_path.parent()?).ok()?;
+        std::fs::read_link(self.on_disk(&parent.join(name))).ok()
     }
 
     /// Whether a path exists (symlinks followed inside the root).

@@ -4,6 +4,14 @@
 //! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/ethtool.json`: `{"eth0": {"ok": [["rx_prio3_pause", 12], ...]} | {"error": "EOPNOTSUPP"}}`
+//!   (`ethtool -S` through the ioctl, names and order as the driver gives them)
+//! * `fabprobe/dcb.json`: `{"eth0": {"ok": "<hex>"} | {"error": "EOPNOTSUPP"}}`, the raw
+//!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
+//! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
+//!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -12,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{HostError, NvmlState};
+use super::{HostError, NetAnswers, NvmlState};
 
 pub const SIDE_DIR: &str = "fabprobe";
 
@@ -63,6 +71,9 @@ pub fn env_is_captured(name: &str) -> bool {
         "OMPI_MCA_btl_tcp_if_include",
         "OMPI_MCA_btl_tcp_if_exclude",
         "OMPI_MCA_oob_tcp_if_include",
+        // nccl-env: where ~/.nccl.conf is, and where NCCL's dlopen looks for a net plugin.
+        "HOME",
+        "LD_LIBRARY_PATH",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -96,7 +107,9 @@ pub(super) struct Loaded {
     pub meta: HostMeta,
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
+    pub net: NetAnswers,
     pub read_errors: BTreeMap<PathBuf, String>,
+    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -133,6 +146,11 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
+    let net = NetAnswers {
+        ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
+        dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
+        lldp: load_json(root, "lldp.json", shown)?.unwrap_or_default(),
+    };
     let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {
         if errno_from_name(errno).is_none() {
@@ -145,11 +163,14 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
             });
         }
     }
+    let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
+        net,
         read_errors: raw,
+        ifaddrs,
     })
 }
 
