@@ -196,6 +196,37 @@ impl Mirror<'_> {
         Ok(())
     }
 
+    /// A read whose path could not even be looked at (EACCES on `~/.nccl.conf` under a
+    /// 0700 home, for an unprivileged capture): the probe saw that failure, so the snapshot
+    /// keeps it (an empty file and its errno), not an absence. A path that is really absent
+    /// stays absent; one under an unreadable directory of its own is left out.
+    fn record_unreachable(&mut self, p: &Path) -> Result<(), CaptureError> {
+        let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+            return Ok(());
+        };
+        let Some(dir) = self.walk(parent)? else {
+            return Ok(());
+        };
+        let at = dir.join(name);
+        let err = match std::fs::symlink_metadata(self.src_of(&at)) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if err.kind() == io::ErrorKind::NotFound {
+            return Ok(());
+        }
+        let name = err.raw_os_error().and_then(side::errno_name).unwrap_or("EIO");
+        let d = self.dest_of(&at);
+        if d.symlink_metadata().is_ok() {
+            return Ok(());
+        }
+        self.make_dir(&dir)?;
+        self.summary.failed_reads.insert(at.clone(), name.to_string());
+        std::fs::write(&d, b"").map_err(io_err("write", &d))?;
+        self.summary.files += 1;
+        Ok(())
+    }
+
     fn capture(&mut self, access: &Access) -> Result<(), CaptureError> {
         match access {
             Access::Read(p) | Access::Resolve(p) => {
@@ -204,6 +235,8 @@ impl Mirror<'_> {
                     if m.map(|m| m.is_file()).unwrap_or(false) {
                         self.copy_file(&c, None)?;
                     }
+                } else if matches!(access, Access::Read(_)) {
+                    self.record_unreachable(p)?;
                 }
             }
             Access::Link(p) => {
