@@ -1,7 +1,7 @@
-//! A finding's fix or a verdict's next step that says `fabprobe <sub>` must name a
-//! subcommand that exists. The list of subcommands is read from the clap definition, so
-//! the test keeps working as subcommands land (a remedy may name `fabprobe qos` once `qos`
-//! is a subcommand, not before).
+//! A finding's fix or a verdict's next step that says `fabprobe <sub> [--flag]` must name a
+//! subcommand that exists, and flags it takes. Subcommands and flags are read from the clap
+//! definition, so the test keeps working as subcommands land (a remedy may name
+//! `fabprobe qos --ifname` once `qos` takes it, not before).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,8 +16,10 @@ fn subcommands() -> BTreeSet<String> {
         .collect()
 }
 
-/// Every word that follows `fabprobe ` in `text` (`fabprobe links (tx errors)` -> `links`).
-fn named_after_fabprobe(text: &str) -> Vec<String> {
+/// Every command line `fabprobe <sub> [--flag ...]` in `text`: the subcommand word and the
+/// long flags that follow it up to the end of the command (a backtick, a bracket, a comma, a
+/// semicolon, a line end). `fabprobe links (tx errors)` -> (`links`, []).
+fn commands_after_fabprobe(text: &str) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find("fabprobe") {
@@ -32,10 +34,68 @@ fn named_after_fabprobe(text: &str) -> Vec<String> {
             .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
             .collect();
         if word.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
-            out.push(word);
+            let tail = &trimmed[word.len()..];
+            let end = tail.find(['`', '(', ')', ',', ';', '\n', '"']).unwrap_or(tail.len());
+            let flags = tail[..end]
+                .split_whitespace()
+                .filter(|t| t.starts_with("--") && t.len() > 2)
+                .map(|t| t.split('=').next().unwrap().to_string())
+                .collect();
+            out.push((word, flags));
         }
     }
     out
+}
+
+/// Every word that follows `fabprobe ` in `text` (`fabprobe links (tx errors)` -> `links`).
+fn named_after_fabprobe(text: &str) -> Vec<String> {
+    commands_after_fabprobe(text).into_iter().map(|(w, _)| w).collect()
+}
+
+/// The long flags `fabprobe <sub>` accepts (its own and the global ones), from clap.
+fn flags_of(sub: &str) -> BTreeSet<String> {
+    let top = fabprobe::cli::command();
+    let mut v: BTreeSet<String> = top
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    if let Some(c) = top.find_subcommand(sub) {
+        v.extend(c.get_arguments().filter_map(|a| a.get_long().map(|l| format!("--{l}"))));
+    }
+    v.insert("--help".into());
+    v
+}
+
+/// `fabprobe <sub> --flag` where `sub` is a subcommand and `--flag` one it does not take.
+fn bad_flags(text: &str) -> Vec<String> {
+    let subs = subcommands();
+    let mut bad = Vec::new();
+    for (w, flags) in commands_after_fabprobe(text) {
+        if !subs.contains(&w) {
+            continue;
+        }
+        let known = flags_of(&w);
+        for f in flags {
+            if !known.contains(&f) {
+                bad.push(format!("`fabprobe {w} {f}`"));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn flag_extraction() {
+    assert_eq!(
+        commands_after_fabprobe("on a: fabprobe links (x), `fabprobe qos --ifname eth1` (PFC), fabprobe ring --scan --scan-time=2, y"),
+        [
+            ("links".to_string(), vec![]),
+            ("qos".to_string(), vec!["--ifname".to_string()]),
+            ("ring".to_string(), vec!["--scan".to_string(), "--scan-time".to_string()]),
+        ]
+    );
+    assert!(bad_flags("`fabprobe qos --ifname eth1`").is_empty());
+    assert_eq!(bad_flags("`fabprobe qos --iface eth1`"), ["`fabprobe qos --iface`"]);
 }
 
 #[test]
@@ -162,6 +222,9 @@ fn every_fabprobe_subcommand_named_in_the_source_exists() {
                     bad.push(format!("{}: `fabprobe {w}` in \"{lit}\"", f.display()));
                 }
             }
+            for b in bad_flags(&lit) {
+                bad.push(format!("{}: {b} is not a flag of that subcommand, in \"{lit}\"", f.display()));
+            }
         }
     }
     // The scan found the remedies it is meant to check (links, topo, snapshot, ...).
@@ -187,7 +250,21 @@ fn every_fabprobe_subcommand_in_the_readme_next_steps_exists() {
         for w in named_after_fabprobe(l) {
             assert!(subs.contains(&w), "README: `fabprobe {w}` is not a subcommand: {l}");
         }
+        assert!(bad_flags(l).is_empty(), "README: {:?} in {l}", bad_flags(l));
     }
+}
+
+/// Subcommands that do not read one host; every other one is a probe whose findings' fixes
+/// are checked on every fixture (a probe that lands later is covered without editing this).
+const NOT_PROBES: [&str; 7] = ["ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "help"];
+
+fn probes() -> Vec<String> {
+    let v: Vec<String> = subcommands()
+        .into_iter()
+        .filter(|n| !NOT_PROBES.contains(&n.as_str()))
+        .collect();
+    assert!(v.iter().any(|n| n == "links"), "{v:?}");
+    v
 }
 
 fn findings_fixes(args: &[&str]) -> Vec<String> {
@@ -218,8 +295,8 @@ fn every_fix_given_on_the_fixtures_names_real_subcommands() {
     assert!(fixtures.len() >= 10, "{fixtures:?}");
     let mut fixes = Vec::new();
     for f in &fixtures {
-        for cmd in ["topo", "gids", "links"] {
-            fixes.extend(findings_fixes(&["--root", f, "--format", "json", cmd]));
+        for cmd in probes() {
+            fixes.extend(findings_fixes(&["--root", f, "--format", "json", &cmd]));
         }
     }
     let later = root.join("ib-degraded-later").display().to_string();
@@ -234,5 +311,75 @@ fn every_fix_given_on_the_fixtures_names_real_subcommands() {
         for w in named_after_fabprobe(fix) {
             assert!(subs.contains(&w), "`fabprobe {w}` is not a subcommand: {fix}");
         }
+        assert!(bad_flags(fix).is_empty(), "{:?} in {fix}", bad_flags(fix));
     }
+}
+
+/// Retransmissions on a RoCE port point to `fabprobe qos --ifname <its netdev>`, and that
+/// command, run as written on the same host, reports that netdev's PFC and pause counters;
+/// on InfiniBand (no PFC) they point along the path instead.
+#[test]
+fn retransmission_fix_is_a_command_that_answers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    let later = dir.path().join("later");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(root.join("roce-pause-storm"))
+        .arg(&later)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let c = later.join("sys/class/infiniband/mlx5_0/ports/1/hw_counters/local_ack_timeout_err");
+    let before: u64 = std::fs::read_to_string(&c).unwrap().trim().parse().unwrap();
+    std::fs::write(&c, format!("{}\n", before + 25)).unwrap();
+    let base = root.join("roce-pause-storm");
+    let o = Command::new(BIN)
+        .arg("--root")
+        .arg(&later)
+        .args(["--format", "json", "links", "--baseline"])
+        .arg(&base)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "links.retransmissions_increasing")
+        .unwrap_or_else(|| panic!("{}", v["findings"]))
+        .clone();
+    assert_eq!(f["evidence"]["delta"], "+25", "{f}");
+    let fix = f["fix"].as_str().unwrap();
+    let netdev = v["data"]["devices"][0]["ports"][0]["netdev"].as_str().unwrap();
+    let cmd = format!("fabprobe qos --ifname {netdev}");
+    assert!(fix.contains(&format!("`{cmd}`")), "{fix}");
+    // Run it as the fix says, on the same host.
+    let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+    let o = Command::new(BIN)
+        .arg("--root")
+        .arg(&later)
+        .args(["--format", "json"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&o.stderr));
+    let q: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = q["data"].to_string();
+    assert!(text.contains(&format!("\"{netdev}\"")), "qos does not report {netdev}: {text}");
+    assert!(text.contains("pfc") && text.contains("pause"), "{text}");
+
+    // InfiniBand: no PFC advice.
+    let fixes = findings_fixes(&[
+        "--root",
+        root.join("ib-degraded-later").to_str().unwrap(),
+        "--format",
+        "json",
+        "links",
+        "--baseline",
+        root.join("ib-degraded").to_str().unwrap(),
+    ]);
+    let ib: Vec<&String> = fixes.iter().filter(|f| f.starts_with("retransmissions on a credit-based link")).collect();
+    assert!(!ib.is_empty(), "{fixes:?}");
+    assert!(ib.iter().all(|f| !f.contains("PFC") && !f.contains("qos")), "{ib:?}");
 }

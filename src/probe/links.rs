@@ -429,9 +429,16 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                     f = f.evidence("per_s", (rate * 1000.0).round() / 1000.0);
                 }
                 out.push(f.fix(if id == "links.errors_increasing" {
-                    "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable"
+                    "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable".to_string()
+                } else if p.link_layer.as_deref() == Some("Ethernet") {
+                    // RoCE loses packets where PFC/ECN are off or mismatched: `qos` reads both.
+                    format!(
+                        "lossy path: check PFC/ECN configuration and the pause and ECN counters (`fabprobe qos --ifname {}`) and the link's error counters",
+                        p.netdev.as_deref().unwrap_or("<netdev>")
+                    )
                 } else {
-                    "lossy path: check PFC/ECN configuration (`mlnx_qos -i <netdev>`, pause and ECN counters in `ethtool -S <netdev>`) and the link's error counters"
+                    // InfiniBand is lossless by credits: PFC does not apply; look along the path.
+                    "retransmissions on a credit-based link: check the error counters of every port on the path (`fabprobe links` on the peer, `perfquery` on the switch ports) and congestion (port_xmit_wait)".to_string()
                 }));
             }
             if let (Some(w), Some(x)) = (p.counter("port_xmit_wait"), p.counter("port_xmit_data"))

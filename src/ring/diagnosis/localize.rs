@@ -486,12 +486,12 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         );
         let next = if egress {
             format!(
-                "on {host}: fabprobe links (tx errors), `mlnx_qos -i {dev}` and `ethtool -S {dev}` (PFC, pauses received), `ethtool {dev}` \
+                "on {host}: fabprobe links (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
                  (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
             )
         } else {
             format!(
-                "on {host}: fabprobe links (rx errors, CNPs), `mlnx_qos -i {dev}` (PFC, pauses sent in `ethtool -S`), \
+                "on {host}: fabprobe links (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
                  `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
             )
         };
@@ -735,7 +735,7 @@ mod tests {
             v.next
                 .as_deref()
                 .unwrap()
-                .starts_with("on node-c: fabprobe links (tx errors), `mlnx_qos -i ")
+                .starts_with("on node-c: fabprobe links (tx errors), `fabprobe qos --ifname ")
         );
     }
 
