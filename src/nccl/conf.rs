@@ -1,4 +1,4 @@
-//! NCCL's configuration files (`src/misc/param.cc`, rdma-facts.md §3(d)): `NCCL_CONF_FILE`
+//! NCCL's configuration files (NVIDIA/nccl `src/misc/param.cc`): `NCCL_CONF_FILE`
 //! replaces `~/.nccl.conf`, then `/etc/nccl.conf` is read; lines are `KEY=VALUE`, `#` starts
 //! a comment, and each value is applied with `setenv(key, value, 0)`, so a variable already
 //! set (the real environment, or an earlier file) wins.

@@ -1,6 +1,7 @@
 //! NCCL's GID index choice (`src/transport/net_ib/connect.cc: ncclIbGetGidIndex`, v2.21+)
 //! and perftest's default choice, over a port's GID table as read from sysfs.
-//! Rules: shared reference rdma-facts.md §3(c) and probe-facts.md §2 (GID / RoCE).
+//! Rules: NCCL's `ncclIbGetGidIndex` (`src/transport/net_ib/connect.cc`) and the GID scoring of
+//! linux-rdma/perftest.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! `NCCL_IB_HCA` as NCCL reads it (`ncclIbInitDevices`, rdma-facts.md §3(b)): `^` excludes,
+//! `NCCL_IB_HCA` as NCCL reads it (`ncclIbInitDevices`, `src/transport/net_ib/init.cc`): `^` excludes,
 //! then `=` asks for exact names, then a comma-separated list of `dev[:port[:rail[:plane]]]`.
 //! Without `=`, an entry is a prefix: `mlx5_1` also matches `mlx5_10`..`mlx5_19`.
 

@@ -1,5 +1,5 @@
 //! `NCCL_SOCKET_IFNAME` as NCCL reads it (`src/misc/socket.cc` `ncclFindInterfaces`,
-//! `matchIf`; see rdma-facts.md §3(a)): `^` excludes, then `=` asks for exact names, then a
+//! `matchIf` in `src/misc/utils.cc`): `^` excludes, then `=` asks for exact names, then a
 //! comma-separated list of prefixes (`name[:port]`, the port ignored for sockets). A value
 //! of one character is ignored. Unset, NCCL tries `ib`, then (with `NCCL_COMM_ID`) the
 //! interface in that address's subnet, then `^docker,lo,virbr`, `docker`, `lo`, `virbr`.

@@ -1,8 +1,8 @@
 //! The `NCCL_*` variables NCCL reads, and how it parses their values.
 //!
-//! The list is `nccl-env-vars.tsv` (copied from shared/reference/samples: 278 names
-//! extracted from NVIDIA/nccl master, each with its default, how it is read and where).
-//! Parsing rules: rdma-facts.md §3(d): `NCCL_PARAM` values go through `strtoll(s, 0)` and
+//! The list is `nccl-env-vars.tsv` beside this file (278 names extracted from NVIDIA/nccl
+//! master @ 5067397c, each with its default, how it is read and where; its header says how).
+//! Parsing rules (NCCL's `param.cc`): `NCCL_PARAM` values go through `strtoll(s, 0)` and
 //! fall back to the default when no digits parse; the level variables take path-type names
 //! or the old numbers (`paths.cc` `ncclGetLevel`, `levelsOldToNew`).
 

@@ -1,5 +1,5 @@
 //! What one NCCL (or PyTorch) message says. Formats, by NCCL version, as printed in public
-//! logs (tests/data/nccl-logs/SOURCES.md names each thread) and probe-facts.md §3:
+//! logs (tests/data/nccl-logs/SOURCES.md names each thread) and NCCL's source for each version:
 //!
 //! * completions: `Got completion with error %d, opcode %d, len %d, vendor err %d` (<= 2.9),
 //!   `... from peer %s with error ...` (2.10-2.17), `... (Send) localGid X remoteGid Y`

@@ -4,7 +4,7 @@
 //! Streaming: lines are read through a fixed buffer and cut at [`MAX_LINE_BYTES`]; the
 //! state kept is per process (bounded by the ranks) plus capped lists, so memory does not
 //! grow with the log. Formats: [`line`] (headers, launcher prefixes) and [`events`] (the
-//! messages, by NCCL version). Knock-on rules: probe-facts.md §3 (status 5 flushes after a
+//! messages, by NCCL version). Knock-on rules (from the maintainers' diagnoses in public threads: status 5 flushes after a
 //! first error; collective timeouts grouped by sequence number).
 
 pub mod events;

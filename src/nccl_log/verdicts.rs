@@ -1,6 +1,6 @@
 //! From sightings to root-cause verdicts.
 //!
-//! Collapsing rules (probe-facts.md §3 and the maintainers' diagnoses it summarises):
+//! Collapsing rules (the maintainers' diagnoses in the threads tests/data/nccl-logs/SOURCES.md names):
 //! * per process only the first failure counts; later ones are its knock-ons;
 //! * a `status=5` flush (IBV_WC_WR_FLUSH_ERR) is what a QP in error reports for the work
 //!   still queued: never a cause while any other completion or verbs error is in the log;

@@ -1,6 +1,6 @@
 //! `gids`: every GID of every RDMA port, with the index NCCL and perftest would pick.
 //! Reads `/sys/class/infiniband/*/ports/*/{gids,gid_attrs}` through the host; findings for
-//! the GID mistakes that break RoCE jobs (rdma-facts.md §1-3).
+//! the GID mistakes that break RoCE jobs (kernel `core/sysfs.c` and `core/cache.c`, `show_gids`, NCCL's `ncclIbGetGidIndex`).
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
 //! `nccl-env`: what NCCL would choose on this host with this environment, each choice with
 //! the rule that made it, and a lint of the `NCCL_*` configuration.
 //!
-//! Rules (rdma-facts.md §3): configuration files and precedence (`param.cc`), the socket
+//! Rules (NVIDIA/nccl @ 5067397c: `misc/socket.cc`, `transport/net_ib/{init,connect,gdr}.cc`): configuration files and precedence (`param.cc`), the socket
 //! interfaces (`nccl::ifname`, already NCCL's), the HCAs and ports (`nccl::hca`), the GID
 //! index (`probe::gids`, already NCCL's), GDR per GPU-NIC pair from NCCL's path type against
 //! `NCCL_NET_GDR_LEVEL` (`paths.cc`; the kernel side of GDR is `fabprobe gdr`'s), the net

@@ -1,7 +1,7 @@
 //! `/sys/class/infiniband/<dev>/`: device attributes, ports (state, rate, LIDs), GID tables,
 //! `counters/` and `hw_counters/` with their real widths, and the netdev mapping.
-//! Formats: kernel drivers/infiniband/core/sysfs.c, core/cache.c, hw/mlx5/counters.c (see
-//! shared reference rdma-facts.md §1). Parsers are pure; readers are thin and never fail
+//! Formats: kernel drivers/infiniband/core/sysfs.c, core/cache.c, hw/mlx5/counters.c and
+//! Documentation/ABI/stable/sysfs-class-infiniband. Parsers are pure; readers are thin and never fail
 //! the whole device because one attribute is unreadable.
 
 use std::net::Ipv6Addr;
@@ -79,7 +79,7 @@ pub fn parse_rate(s: &str) -> Option<Rate> {
         let lanes = w.trim().parse().ok()?;
         (Some(lanes), (!sp.is_empty()).then(|| sp.to_string()))
     };
-    // Old kernels printed no suffix for SDR only (rdma-facts §1).
+    // Old kernels printed no suffix for SDR only (`rate_show` in core/sysfs.c).
     let speed_name = match (&speed, lanes) {
         (Some(sp), _) => Some(sp.clone()),
         (None, Some(_)) => Some("SDR".to_string()),
