@@ -262,10 +262,12 @@ fn slow_egress_ingress_and_link_from_the_scan() {
                 .all(|o| matches!(o, Ok(RankOutcome { failed: true, .. }))),
             "{name}"
         );
-        // The verdict was confirmed by the re-check pass.
+        // The verdict was confirmed by the re-check pass. (Whether the first pass also named
+        // a link that the re-check then cleared depends on the real-time pacing on a loaded
+        // machine, so it is not asserted here; diagnosis::driver's tests check clearing and
+        // confirming deterministically.)
         let s = r.scan.as_ref().unwrap();
         assert!(s.orders.iter().any(|o| o.recheck), "{name}: {:?}", s.orders);
-        assert!(s.cleared_by_recheck.is_empty(), "{name}");
         let v = &r.verdicts[0];
         assert!(v.next.is_some() && !v.evidence.is_empty(), "{name}");
     }

@@ -280,3 +280,90 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::model::VerdictKind;
+
+    const BASE: f64 = 100e6;
+
+    /// Drive a 5-rank scan with synthetic samples: `slow(from, to, first_time_this_shift, rep)`
+    /// says which samples ran at a fifth of the base rate. Deterministic: no clock, no load.
+    fn drive(slow: impl Fn(Rank, Rank, bool, u32) -> bool) -> ScanReport {
+        let n: Rank = 5;
+        let ranks: Vec<RankInfo> = (0..n)
+            .map(|r| RankInfo {
+                rank: r,
+                host: format!("node-{r}"),
+                address: format!("198.19.0.{}:4000", 10 + r),
+                device: Some("eth1".into()),
+                transport: "tcp".into(),
+                pid: None,
+                capabilities: vec!["tcp".into()],
+            })
+            .collect();
+        let opts = ScanOptions {
+            budget_s: 10.0,
+            bytes: 1 << 20,
+            reps: 3,
+        };
+        let mut d = Driver::new(n as usize, opts, Policy::default());
+        let mut now = Instant::now();
+        let mut step = d.start(now);
+        let mut seen = BTreeSet::new();
+        let mut orders = 0;
+        while let Step::Run(Msg::ScanRun { index, shift, bytes, reps }) = step {
+            orders += 1;
+            assert!(orders < 50, "the scan does not end");
+            let first = seen.insert(shift);
+            now += Duration::from_millis(100);
+            step = Step::Wait;
+            for to in 0..n {
+                let from = (to + n - shift % n) % n;
+                let samples = (0..reps)
+                    .map(|rep| {
+                        let rate = if slow(from, to, first, rep) { 0.2 * BASE } else { BASE };
+                        // 0-4% of spread, as real links have.
+                        let jitter = 1.0 + 0.01 * ((from * 7 + to * 3 + rep) % 5) as f64;
+                        LinkSample {
+                            order: index,
+                            from_rank: from,
+                            to_rank: to,
+                            bytes,
+                            seconds: bytes as f64 / rate * jitter,
+                        }
+                    })
+                    .collect();
+                step = d.on_samples(to, index, samples, None, &ranks, now);
+            }
+        }
+        assert_eq!(step, Step::Done);
+        d.report(&ranks)
+    }
+
+    /// A link slow in most of its first samples and fast when re-measured: the first
+    /// judgment names it, the re-check clears it, and the report says so.
+    #[test]
+    fn a_transient_is_cleared_by_the_recheck() {
+        let r = drive(|from, to, first, rep| (from, to) == (3, 0) && first && rep < 2);
+        assert!(r.verdicts.is_empty(), "{:#?}", r.verdicts);
+        assert_eq!(r.cleared_by_recheck.len(), 1, "{:?}", r.cleared_by_recheck);
+        assert!(r.cleared_by_recheck[0].contains("rank 3") && r.cleared_by_recheck[0].contains("rank 0"), "{:?}", r.cleared_by_recheck);
+        // Shift 2 carries 3 -> 0; it ran again as a re-check, and the link was judged on all six samples.
+        assert!(r.orders.iter().any(|o| o.recheck && o.shift == 2), "{:?}", r.orders);
+        let l = r.links.iter().find(|l| (l.from_rank, l.to_rank) == (3, 0)).unwrap();
+        assert_eq!(l.samples, 6);
+        assert!(!l.slow);
+    }
+
+    /// The same link slow in every sample, first pass and re-check: the verdict stands.
+    #[test]
+    fn a_persistent_slow_link_survives_the_recheck() {
+        let r = drive(|from, to, _, _| (from, to) == (3, 0));
+        let kinds: Vec<_> = r.verdicts.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect();
+        assert_eq!(kinds, [(VerdictKind::SlowLink, Some(3), Some(0))], "{:#?}", r.verdicts);
+        assert!(r.cleared_by_recheck.is_empty(), "{:?}", r.cleared_by_recheck);
+        assert!(r.orders.iter().any(|o| o.recheck && o.shift == 2), "{:?}", r.orders);
+    }
+}
