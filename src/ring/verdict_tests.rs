@@ -4,6 +4,7 @@
 //! chosen point. No sockets on the data plane, no root.
 
 use std::net::{IpAddr, TcpListener};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::ring::diagnosis::evidence::Sampler;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{RankInfo, VerdictKind};
 use crate::ring::rendezvous;
-use crate::ring::report::RingReport;
+use crate::ring::report::{ResultRow, RingReport};
 use crate::ring::run::{self, Options, RankOutcome, RunError, Setup};
 use crate::ring::wire::{self, Hello, Msg};
 
@@ -124,7 +125,7 @@ fn world(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
-    world_with(n, o, net, role, |_| None)
+    world_with(n, o, net, role, |_| None, None)
 }
 
 /// [`world`], with each rank's port counters read by `counters(rank)`.
@@ -134,7 +135,12 @@ fn world_with(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
     counters: impl Fn(u32) -> Option<Sampler>,
+    show: Option<run::ShowRow>,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
+    // One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines
+    // are the assertions; two at once on a 2-core machine would measure each other.
+    static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_WORLD.lock().unwrap_or_else(|p| p.into_inner());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut listener = Some(listener);
@@ -144,6 +150,7 @@ fn world_with(
             .map(|r| {
                 let (addr, role, counters) = (addr.clone(), role(r), counters(r));
                 let l = if r == 0 { listener.take() } else { None };
+                let show = if r == 0 { show.clone() } else { None };
                 sc.spawn(move || {
                     if role != Role::Real {
                         stand_in(role, r, n, &addr, net, o);
@@ -159,6 +166,7 @@ fn world_with(
                         fabric: Some(Box::new(net.fabric(r))),
                         counters,
                         live: None,
+                        on_row: show,
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -202,7 +210,32 @@ fn paced_scan(net: &InprocNet, n: u32, base: f64, slow: impl Fn(u32, u32) -> Opt
     }
 }
 
-const BASE: f64 = 100e6;
+/// The pace of healthy scan links. Slow enough that a 512 KiB sample lasts ~26 ms, so a few
+/// ms of scheduling delay on a busy 2-core machine (tests run in parallel) stay noise.
+const BASE: f64 = 20e6;
+
+/// Rank 0 is shown each size's row as the last rank finishes it: the same rows, in order,
+/// as the report's, with the table of ranks.
+#[test]
+fn rows_are_shown_as_each_size_completes_and_match_the_report() {
+    use std::sync::Mutex;
+    let net = InprocNet::new();
+    let mut o = opts(false, true);
+    o.sizes = vec![4 << 10, 64 << 10, 256 << 10];
+    o.iters = 5;
+    let shown: Arc<Mutex<Vec<(usize, ResultRow)>>> = Arc::default();
+    let sink = shown.clone();
+    let show: run::ShowRow = Arc::new(move |ranks: &[RankInfo], row: &ResultRow| {
+        sink.lock().unwrap().push((ranks.len(), row.clone()));
+    });
+    let (r, _, _) = world_with(3, &o, &net, |_| Role::Real, |_| None, Some(show));
+    assert!(!r.failed(), "{:?}", r.error);
+    let shown = shown.lock().unwrap().clone();
+    assert_eq!(shown.len(), 3);
+    assert!(shown.iter().all(|(n, _)| *n == 3));
+    let rows: Vec<ResultRow> = shown.into_iter().map(|(_, row)| row).collect();
+    assert_eq!(rows, r.results);
+}
 
 #[test]
 fn scan_of_a_healthy_world_gives_no_verdict() {
@@ -212,14 +245,16 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
     assert_eq!(kinds(&r), vec![], "{:#?}", r.verdicts);
     let s = r.scan.as_ref().unwrap();
     assert_eq!(s.links.len(), 12);
-    assert_eq!(
-        s.orders.iter().map(|o| o.shift).collect::<Vec<_>>(),
-        vec![1, 3, 2]
-    );
-    assert!(s.links.iter().all(|l| l.samples == 3 && !l.slow));
-    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted).
-    let m = s.median_gbs.unwrap();
-    assert!((0.08..0.105).contains(&m), "median {m}");
+    // Every shift once; a busy machine may slow a link in that pass, and then the re-check
+    // orders that follow (and clear it) are the design working, not a failure.
+    let shifts: Vec<u32> = s.orders.iter().map(|o| o.shift).collect();
+    assert_eq!(shifts[..3], [1, 3, 2], "{:?}", s.orders);
+    assert!(s.orders[3..].iter().all(|o| o.recheck), "{:?}", s.orders);
+    assert!(s.links.iter().all(|l| l.samples >= 3 && !l.slow), "{:?}", s.links);
+    // The receiver's figure is the pace (the first chunk is not counted), never above it; a
+    // loaded machine's threads may fall a little behind it.
+    let m = s.median_gbs.unwrap() * 1e9 / BASE;
+    assert!((0.7..1.05).contains(&m), "median {m} x the pace");
     assert!(!r.failed());
     assert!(
         others
@@ -232,20 +267,23 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
 fn slow_egress_ingress_and_link_from_the_scan() {
     type Slow = Box<dyn Fn(u32, u32) -> Option<f64>>;
     type Want = Vec<(VerdictKind, Option<u32>, Option<u32>)>;
+    // Paced threads on a loaded 2-core machine measure healthy links anywhere from ~0.65x to
+    // 1.1x the pace, so the slow ones run at a quarter of it: this tests what is blamed, the
+    // localizer's threshold is tested on exact figures in `localize`.
     let cases: Vec<(&str, Slow, Want)> = vec![
         (
             "egress",
-            Box::new(|f, _| (f == 2).then_some(0.3 * BASE)),
+            Box::new(|f, _| (f == 2).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowEgress, Some(2), None)],
         ),
         (
             "ingress",
-            Box::new(|_, t| (t == 1).then_some(0.5 * BASE)),
+            Box::new(|_, t| (t == 1).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowIngress, None, Some(1))],
         ),
         (
             "link",
-            Box::new(|f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE)),
+            Box::new(|f, t| ((f, t) == (3, 0)).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowLink, Some(3), Some(0))],
         ),
     ];
@@ -262,12 +300,12 @@ fn slow_egress_ingress_and_link_from_the_scan() {
                 .all(|o| matches!(o, Ok(RankOutcome { failed: true, .. }))),
             "{name}"
         );
-        // The verdict was confirmed by the re-check pass. (Whether the first pass also named
-        // a link that the re-check then cleared depends on the real-time pacing on a loaded
-        // machine, so it is not asserted here; diagnosis::driver's tests check clearing and
-        // confirming deterministically.)
+        // The verdict was confirmed by the re-check pass.
         let s = r.scan.as_ref().unwrap();
         assert!(s.orders.iter().any(|o| o.recheck), "{name}: {:?}", s.orders);
+        // Other first-pass verdicts may be cleared by the re-check on a loaded machine (that
+        // is what it is for); the culprit surviving it is the `kinds` assertion above.
+        // diagnosis::driver's tests check clearing and confirming deterministically.
         let v = &r.verdicts[0];
         assert!(v.next.is_some() && !v.evidence.is_empty(), "{name}");
     }
@@ -278,7 +316,7 @@ fn slow_egress_ingress_and_link_from_the_scan() {
 #[test]
 fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
     let net = InprocNet::new();
-    paced_scan(&net, 4, BASE, |f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE));
+    paced_scan(&net, 4, BASE, |f, t| ((f, t) == (3, 0)).then_some(0.25 * BASE));
     // Ranks 3 and 1 read their NIC from the fixture captured before and after a flap of
     // mlx5_2 (netdev ibp77s0); the others read no counters.
     let fixture = |r: u32| {
@@ -292,7 +330,7 @@ fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
             )
         })
     };
-    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture);
+    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture, None);
     assert_eq!(
         kinds(&r),
         vec![(VerdictKind::SlowLink, Some(3), Some(0))],
@@ -470,6 +508,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         fabric: Some(Box::new(net.fabric(1))),
         counters: None,
         live: None,
+        on_row: None,
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})
