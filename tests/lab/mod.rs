@@ -398,19 +398,20 @@ impl Lab {
         }
     }
 
-    /// Poll (every 50 ms, up to `limit`) until `node` has an established TCP connection to
-    /// every `ip:port` in `targets` (an attacker whose connections are open).
-    pub fn wait_connected_to(&self, node: usize, targets: &[String], limit: Duration) {
+    /// Poll (every 50 ms, up to `limit`) until `node` holds at least `min_each` established
+    /// TCP connections to every `ip:port` in `targets` (an attacker whose connections are open).
+    pub fn wait_connected_to(&self, node: usize, targets: &[String], min_each: usize, limit: Duration) {
         let t0 = Instant::now();
         for t in targets {
             loop {
                 let o = self.ns_output(node, &["sh", "-c", &format!("ss -Htn state established dst {t}")]);
-                if !o.trim().is_empty() {
+                let n = o.lines().filter(|l| !l.trim().is_empty()).count();
+                if n >= min_each {
                     break;
                 }
                 assert!(
                     t0.elapsed() < limit,
-                    "{} has no connection to {t} after {limit:?}",
+                    "{} holds {n} connections to {t} after {limit:?}, not {min_each}",
                     self.nodes[node].name
                 );
                 std::thread::sleep(Duration::from_millis(50));
