@@ -37,7 +37,11 @@ fn files(exts: &[&str]) -> Vec<(String, String)> {
 /// The Markdown files (README, PROVENANCE, tests/data READMEs...).
 fn docs() -> Vec<(String, String)> {
     let v = files(&["md"]);
-    assert!(v.iter().any(|(p, _)| p == "README.md"), "{:?}", v.iter().map(|x| &x.0).collect::<Vec<_>>());
+    assert!(
+        v.iter().any(|(p, _)| p == "README.md"),
+        "{:?}",
+        v.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
     v
 }
 
@@ -52,7 +56,10 @@ fn fn_names() -> std::collections::BTreeSet<String> {
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let s = std::fs::read_to_string(&p).unwrap();
                 for part in s.split("fn ").skip(1) {
-                    let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    let name: String = part
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
                     if !name.is_empty() {
                         out.insert(name);
                     }
@@ -78,7 +85,10 @@ fn cited_tests(text: &str) -> Vec<String> {
             continue;
         }
         if let Some(rest) = w[1].strip_prefix('`') {
-            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
             if name.contains('_') && rest[name.len()..].starts_with('`') {
                 out.push(name);
             }
@@ -109,13 +119,28 @@ fn every_cited_test_exists() {
             }
         }
     }
-    assert!(cited >= 2, "the README cites tests by name; the extraction found {cited}");
-    assert!(missing.is_empty(), "cited tests that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        cited >= 2,
+        "the README cites tests by name; the extraction found {cited}"
+    );
+    assert!(
+        missing.is_empty(),
+        "cited tests that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
 fn every_backticked_repository_path_exists() {
-    const DIRS: [&str; 7] = ["tests/", "fixtures/", "src/", "man/", "checks/", "benches/", ".ci/"];
+    const DIRS: [&str; 7] = [
+        "tests/",
+        "fixtures/",
+        "src/",
+        "man/",
+        "checks/",
+        "benches/",
+        ".ci/",
+    ];
     let mut checked = 0;
     let mut missing = Vec::new();
     for (path, text) in docs() {
@@ -133,16 +158,26 @@ fn every_backticked_repository_path_exists() {
         }
     }
     assert!(checked >= 10, "found only {checked} paths");
-    assert!(missing.is_empty(), "paths named in the docs that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "paths named in the docs that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
 fn nothing_cites_the_private_reference_folder() {
     // The folder and the names of the notes in it (built here so this file does not match).
-    let needles: Vec<String> = [("shared", "/reference"), ("rdma", "-facts"), ("topology", "-facts"), ("probe", "-facts"), ("rdma-vm", ".md")]
-        .iter()
-        .map(|(a, b)| format!("{a}{b}"))
-        .collect();
+    let needles: Vec<String> = [
+        ("shared", "/reference"),
+        ("rdma", "-facts"),
+        ("topology", "-facts"),
+        ("probe", "-facts"),
+        ("rdma-vm", ".md"),
+    ]
+    .iter()
+    .map(|(a, b)| format!("{a}{b}"))
+    .collect();
     let hits: Vec<String> = files(&["md", "rs", "py", "toml", "sh", "1"])
         .into_iter()
         .flat_map(|(p, s)| {

@@ -17,7 +17,10 @@ fn python() -> bool {
     if Command::new("python3").arg("--version").output().is_ok() {
         return true;
     }
-    common::lab_unavailable("fixture_consistency", "python3 is not installed (it runs fixtures/gen/consistency.py)");
+    common::lab_unavailable(
+        "fixture_consistency",
+        "python3 is not installed (it runs fixtures/gen/consistency.py)",
+    );
     false
 }
 
@@ -70,7 +73,11 @@ fn copy(name: &str) -> (tempfile::TempDir, PathBuf) {
 
 fn write(root: &Path, rel: &str, value: &str) {
     let p = root.join(rel);
-    assert!(p.exists(), "{} does not exist: the case no longer edits a real file", p.display());
+    assert!(
+        p.exists(),
+        "{} does not exist: the case no longer edits a real file",
+        p.display()
+    );
     std::fs::write(p, value).unwrap();
 }
 
@@ -105,7 +112,11 @@ fn each_known_contradiction_is_refused() {
             Box::new(move |r| {
                 let gids = r.join(ib).join("gids");
                 for i in 8..128 {
-                    std::fs::write(gids.join(i.to_string()), "0000:0000:0000:0000:0000:0000:0000:0000\n").unwrap();
+                    std::fs::write(
+                        gids.join(i.to_string()),
+                        "0000:0000:0000:0000:0000:0000:0000:0000\n",
+                    )
+                    .unwrap();
                 }
             }),
         ),
@@ -119,7 +130,8 @@ fn each_known_contradiction_is_refused() {
             "pcie_link_gen_current 5 but sysfs current_link_speed is Gen1",
             Box::new(|r| {
                 let p = r.join("fabprobe/nvml.json");
-                let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+                let mut v: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
                 v["gpus"][0]["pcie_link_gen_current"] = 5.into();
                 std::fs::write(p, v.to_string()).unwrap();
             }),
@@ -147,14 +159,22 @@ fn each_known_contradiction_is_refused() {
             "old-kernel-nopma",
             "counters_ext/port_xmit_data_64 0 below the 32-bit port_xmit_data 3123123123",
             Box::new(|r| {
-                write(r, "sys/class/infiniband/mlx4_0/ports/1/counters_ext/port_xmit_data_64", "0\n")
+                write(
+                    r,
+                    "sys/class/infiniband/mlx4_0/ports/1/counters_ext/port_xmit_data_64",
+                    "0\n",
+                )
             }),
         ),
         (
             "cpu-only",
             "vendor 0x1022 with subsystem vendor 0x8086",
             Box::new(|r| {
-                write(r, "sys/devices/pci0000:00/0000:00:01.1/subsystem_vendor", "0x8086\n")
+                write(
+                    r,
+                    "sys/devices/pci0000:00/0000:00:01.1/subsystem_vendor",
+                    "0x8086\n",
+                )
             }),
         ),
     ];

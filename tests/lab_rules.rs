@@ -45,7 +45,13 @@ fn a_missing_lab_fails_under_required_and_is_loud_without() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&me)
-            .args(["--exact", "child_asks_for_the_lab", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child_asks_for_the_lab",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, "1")
             .env_remove(lab::LAB_ENV);
         if let Some(v) = lab_env {
@@ -101,7 +107,11 @@ fn test_sources() -> Vec<(String, String)> {
     let mut v = Vec::new();
     walk(&root.join("tests"), root, &mut v);
     v.sort();
-    assert!(v.iter().any(|(p, _)| p == "tests/lab/mod.rs"), "{:?}", v.iter().map(|x| &x.0).collect::<Vec<_>>());
+    assert!(
+        v.iter().any(|(p, _)| p == "tests/lab/mod.rs"),
+        "{:?}",
+        v.iter().map(|x| &x.0).collect::<Vec<_>>()
+    );
     v
 }
 
@@ -121,7 +131,9 @@ fn every_skip_goes_through_lab_unavailable() {
             continue;
         }
         for (n, l) in code_lines(&src) {
-            let prints = ["loud(", "eprintln!", "println!", "eprint!", "writeln!"].iter().any(|m| l.contains(m));
+            let prints = ["loud(", "eprintln!", "println!", "eprint!", "writeln!"]
+                .iter()
+                .any(|m| l.contains(m));
             if l.contains("SKIPPED") && prints {
                 bad.push(format!("{path}:{n}: {}", l.trim()));
             }
@@ -150,7 +162,10 @@ fn sleep_ms(line: &str) -> Option<u64> {
 
 #[test]
 fn sleep_detection() {
-    assert_eq!(sleep_ms("std::thread::sleep(Duration::from_millis(1500));"), Some(1500));
+    assert_eq!(
+        sleep_ms("std::thread::sleep(Duration::from_millis(1500));"),
+        Some(1500)
+    );
     assert_eq!(sleep_ms("thread::sleep(Duration::from_secs(2))"), Some(2000));
     assert_eq!(sleep_ms("thread::sleep(Duration::from_millis(50));"), Some(50));
     assert_eq!(sleep_ms("let x = 1;"), None);

@@ -57,7 +57,17 @@ fn interval_on_a_live_host_with_devices_reports_the_moves_between_its_samples() 
     };
     let (xmit0, sym0) = (before("port_xmit_data"), before("symbol_error"));
     let o = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", SCRIPT, "sh", fixture, BIN])
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            SCRIPT,
+            "sh",
+            fixture,
+            BIN,
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -71,10 +81,15 @@ fn interval_on_a_live_host_with_devices_reports_the_moves_between_its_samples() 
     );
     // ib-degraded has faults of its own (a port down, a downtrained PCIe link): exit 1.
     assert_eq!(read("rc").trim(), "1", "{err}");
-    let v: serde_json::Value = serde_json::from_str(&read("report.json")).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&read("report.json")).unwrap_or_else(|e| panic!("{e}: {err}"));
     assert_eq!(v["host"]["source"], "live");
     let s = &v["data"]["sample"];
-    assert_eq!((s["kind"].as_str(), s["baseline"].as_str()), (Some("interval"), Some("live")), "{s}");
+    assert_eq!(
+        (s["kind"].as_str(), s["baseline"].as_str()),
+        (Some("interval"), Some("live")),
+        "{s}"
+    );
     let secs = s["interval_s"].as_f64().unwrap();
     assert!((2.0..10.0).contains(&secs), "{s}");
     let devices = v["data"]["devices"].as_array().unwrap();
@@ -92,7 +107,11 @@ fn interval_on_a_live_host_with_devices_reports_the_moves_between_its_samples() 
     // port_xmit_data counts 4-byte words: 1,000 more words are 4,000 bytes.
     let x = counter("port_xmit_data");
     assert_eq!(x["value"], xmit0 + 1000, "{x}");
-    assert_eq!(x["delta"], serde_json::json!({"kind": "value", "value": 1000, "wrapped": false}), "{x}");
+    assert_eq!(
+        x["delta"],
+        serde_json::json!({"kind": "value", "value": 1000, "wrapped": false}),
+        "{x}"
+    );
     assert_eq!(x["delta_bytes"], 4000, "{x}");
     // A data counter's rate is in bytes per second of the measured interval.
     let rate = x["rate_per_s"].as_f64().unwrap();
@@ -104,7 +123,8 @@ fn interval_on_a_live_host_with_devices_reports_the_moves_between_its_samples() 
     for d in devices {
         for p in d["ports"].as_array().unwrap() {
             for c in p["counters"].as_array().unwrap() {
-                let moved = d["name"] == "mlx5_0" && (c["name"] == "port_xmit_data" || c["name"] == "symbol_error");
+                let moved =
+                    d["name"] == "mlx5_0" && (c["name"] == "port_xmit_data" || c["name"] == "symbol_error");
                 if !moved && c["delta"]["kind"] == "value" {
                     assert_eq!(c["delta"]["value"], 0, "{} {c}", d["name"]);
                 }

@@ -35,7 +35,9 @@ fn commands_after_fabprobe(text: &str) -> Vec<(String, Vec<String>)> {
             .collect();
         if word.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
             let tail = &trimmed[word.len()..];
-            let end = tail.find(['`', '(', ')', ',', ';', '\n', '"']).unwrap_or(tail.len());
+            let end = tail
+                .find(['`', '(', ')', ',', ';', '\n', '"'])
+                .unwrap_or(tail.len());
             let flags = tail[..end]
                 .split_whitespace()
                 .filter(|t| t.starts_with("--") && t.len() > 2)
@@ -49,7 +51,10 @@ fn commands_after_fabprobe(text: &str) -> Vec<(String, Vec<String>)> {
 
 /// Every word that follows `fabprobe ` in `text` (`fabprobe links (tx errors)` -> `links`).
 fn named_after_fabprobe(text: &str) -> Vec<String> {
-    commands_after_fabprobe(text).into_iter().map(|(w, _)| w).collect()
+    commands_after_fabprobe(text)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
 }
 
 /// The long flags `fabprobe <sub>` accepts (its own and the global ones), from clap.
@@ -60,7 +65,10 @@ fn flags_of(sub: &str) -> BTreeSet<String> {
         .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
         .collect();
     if let Some(c) = top.find_subcommand(sub) {
-        v.extend(c.get_arguments().filter_map(|a| a.get_long().map(|l| format!("--{l}"))));
+        v.extend(
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}"))),
+        );
     }
     v.insert("--help".into());
     v
@@ -87,15 +95,23 @@ fn bad_flags(text: &str) -> Vec<String> {
 #[test]
 fn flag_extraction() {
     assert_eq!(
-        commands_after_fabprobe("on a: fabprobe links (x), `fabprobe qos --ifname eth1` (PFC), fabprobe ring --scan --scan-time=2, y"),
+        commands_after_fabprobe(
+            "on a: fabprobe links (x), `fabprobe qos --ifname eth1` (PFC), fabprobe ring --scan --scan-time=2, y"
+        ),
         [
             ("links".to_string(), vec![]),
             ("qos".to_string(), vec!["--ifname".to_string()]),
-            ("ring".to_string(), vec!["--scan".to_string(), "--scan-time".to_string()]),
+            (
+                "ring".to_string(),
+                vec!["--scan".to_string(), "--scan-time".to_string()]
+            ),
         ]
     );
     assert!(bad_flags("`fabprobe qos --ifname eth1`").is_empty());
-    assert_eq!(bad_flags("`fabprobe qos --iface eth1`"), ["`fabprobe qos --iface`"]);
+    assert_eq!(
+        bad_flags("`fabprobe qos --iface eth1`"),
+        ["`fabprobe qos --iface`"]
+    );
 }
 
 #[test]
@@ -104,7 +120,10 @@ fn word_extraction() {
         named_after_fabprobe("on a: fabprobe links (x), and fabprobe qos; fabprobe.topo, fabprobe {x}"),
         ["links", "qos"]
     );
-    assert_eq!(named_after_fabprobe("run `fabprobe \\\n   gen-docs man`"), ["gen-docs"]);
+    assert_eq!(
+        named_after_fabprobe("run `fabprobe \\\n   gen-docs man`"),
+        ["gen-docs"]
+    );
 }
 
 /// The string literals of a Rust source file (comments skipped), escapes left as written.
@@ -199,8 +218,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// command line ("fabprobe could not run", "not a fabprobe peer"). A subcommand that does not
 /// exist can only pass by being added here, in review.
 const PROSE: &[&str] = &[
-    "could", "itself", "still", "reads", "rank", "process", "peer", "data", "version", "uses",
-    "is", "cannot", "was", "will",
+    "could", "itself", "still", "reads", "rank", "process", "peer", "data", "version", "uses", "is",
+    "cannot", "was", "will",
 ];
 
 /// Every string in src/ that says `fabprobe <word>`: fixes, next steps, hints, help text.
@@ -223,17 +242,16 @@ fn every_fabprobe_subcommand_named_in_the_source_exists() {
                 }
             }
             for b in bad_flags(&lit) {
-                bad.push(format!("{}: {b} is not a flag of that subcommand, in \"{lit}\"", f.display()));
+                bad.push(format!(
+                    "{}: {b} is not a flag of that subcommand, in \"{lit}\"",
+                    f.display()
+                ));
             }
         }
     }
     // The scan found the remedies it is meant to check (links, topo, snapshot, ...).
     assert!(seen >= 10, "only {seen} mentions found: is the scan broken?");
-    assert!(
-        bad.is_empty(),
-        "not subcommands ({subs:?}):\n{}",
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "not subcommands ({subs:?}):\n{}", bad.join("\n"));
 }
 
 /// The README's sample verdict lines (`next: ...`) name real subcommands too.
@@ -248,7 +266,10 @@ fn every_fabprobe_subcommand_in_the_readme_next_steps_exists() {
     assert!(!next.is_empty());
     for l in next {
         for w in named_after_fabprobe(l) {
-            assert!(subs.contains(&w), "README: `fabprobe {w}` is not a subcommand: {l}");
+            assert!(
+                subs.contains(&w),
+                "README: `fabprobe {w}` is not a subcommand: {l}"
+            );
         }
         assert!(bad_flags(l).is_empty(), "README: {:?} in {l}", bad_flags(l));
     }
@@ -256,7 +277,9 @@ fn every_fabprobe_subcommand_in_the_readme_next_steps_exists() {
 
 /// Subcommands that do not read one host; every other one is a probe whose findings' fixes
 /// are checked on every fixture (a probe that lands later is covered without editing this).
-const NOT_PROBES: [&str; 7] = ["ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "help"];
+const NOT_PROBES: [&str; 7] = [
+    "ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "help",
+];
 
 fn probes() -> Vec<String> {
     let v: Vec<String> = subcommands()
@@ -302,7 +325,13 @@ fn every_fix_given_on_the_fixtures_names_real_subcommands() {
     let later = root.join("ib-degraded-later").display().to_string();
     let before = root.join("ib-degraded").display().to_string();
     fixes.extend(findings_fixes(&[
-        "--root", &later, "--format", "json", "links", "--baseline", &before,
+        "--root",
+        &later,
+        "--format",
+        "json",
+        "links",
+        "--baseline",
+        &before,
     ]));
     // Enough fixes to mean something, including the counter ones.
     assert!(fixes.len() >= 10, "{fixes:?}");
@@ -363,10 +392,17 @@ fn retransmission_fix_is_a_command_that_answers() {
         .args(&args)
         .output()
         .unwrap();
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let q: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let text = q["data"].to_string();
-    assert!(text.contains(&format!("\"{netdev}\"")), "qos does not report {netdev}: {text}");
+    assert!(
+        text.contains(&format!("\"{netdev}\"")),
+        "qos does not report {netdev}: {text}"
+    );
     assert!(text.contains("pfc") && text.contains("pause"), "{text}");
 
     // InfiniBand: no PFC advice.
@@ -379,7 +415,13 @@ fn retransmission_fix_is_a_command_that_answers() {
         "--baseline",
         root.join("ib-degraded").to_str().unwrap(),
     ]);
-    let ib: Vec<&String> = fixes.iter().filter(|f| f.starts_with("retransmissions on a credit-based link")).collect();
+    let ib: Vec<&String> = fixes
+        .iter()
+        .filter(|f| f.starts_with("retransmissions on a credit-based link"))
+        .collect();
     assert!(!ib.is_empty(), "{fixes:?}");
-    assert!(ib.iter().all(|f| !f.contains("PFC") && !f.contains("qos")), "{ib:?}");
+    assert!(
+        ib.iter().all(|f| !f.contains("PFC") && !f.contains("qos")),
+        "{ib:?}"
+    );
 }

@@ -14,9 +14,15 @@ fn rate(fixture: &str, ifname: &str) -> Option<(f64, String)> {
 #[test]
 fn rdma_port_rate_of_the_interface() {
     // mlx5_0's netdev ens1f0: "100 Gb/sec (4X EDR)" = 12.5 GB/s.
-    assert_eq!(rate("roce-bond-host", "ens1f0"), Some((12.5, "rdma mlx5_0 port 1".into())));
+    assert_eq!(
+        rate("roce-bond-host", "ens1f0"),
+        Some((12.5, "rdma mlx5_0 port 1".into()))
+    );
     // bond1 is no PCI function's netdev; mlx5_bond_0's GIDs name it: "200 Gb/sec (4X HDR)".
-    assert_eq!(rate("roce-bond-host", "bond1"), Some((25.0, "rdma mlx5_bond_0 port 1".into())));
+    assert_eq!(
+        rate("roce-bond-host", "bond1"),
+        Some((25.0, "rdma mlx5_bond_0 port 1".into()))
+    );
 }
 
 #[test]

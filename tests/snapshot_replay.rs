@@ -15,7 +15,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 /// Subcommands that do not read one host: everything else is a probe and is compared here,
 /// so a probe that lands later is covered without editing this file (and one that needs more
 /// than `--root R --format json <sub>` fails loudly until it is listed here with its reason).
-const NOT_PROBES: [&str; 7] = ["ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "help"];
+const NOT_PROBES: [&str; 7] = [
+    "ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "help",
+];
 
 /// Every probe subcommand, from the clap definition.
 fn probes() -> Vec<String> {
@@ -113,7 +115,10 @@ fn live_capture_as_root_replays_every_probe() {
 fn live_capture_unprivileged_replays_every_probe() {
     if is_root() {
         if Command::new("setpriv").arg("--version").output().is_err() {
-            common::lab_unavailable("live_capture_unprivileged", "setpriv (util-linux) is not installed");
+            common::lab_unavailable(
+                "live_capture_unprivileged",
+                "setpriv (util-linux) is not installed",
+            );
             return;
         }
         live_capture_replays_to_the_live_reports(true);

@@ -313,7 +313,13 @@ mod tests {
         let mut step = d.start(now);
         let mut seen = BTreeSet::new();
         let mut orders = 0;
-        while let Step::Run(Msg::ScanRun { index, shift, bytes, reps }) = step {
+        while let Step::Run(Msg::ScanRun {
+            index,
+            shift,
+            bytes,
+            reps,
+        }) = step
+        {
             orders += 1;
             assert!(orders < 50, "the scan does not end");
             let first = seen.insert(shift);
@@ -323,7 +329,11 @@ mod tests {
                 let from = (to + n - shift % n) % n;
                 let samples = (0..reps)
                     .map(|rep| {
-                        let rate = if slow(from, to, first, rep) { 0.2 * BASE } else { BASE };
+                        let rate = if slow(from, to, first, rep) {
+                            0.2 * BASE
+                        } else {
+                            BASE
+                        };
                         // 0-4% of spread, as real links have.
                         let jitter = 1.0 + 0.01 * ((from * 7 + to * 3 + rep) % 5) as f64;
                         LinkSample {
@@ -349,10 +359,22 @@ mod tests {
         let r = drive(|from, to, first, rep| (from, to) == (3, 0) && first && rep < 2);
         assert!(r.verdicts.is_empty(), "{:#?}", r.verdicts);
         assert_eq!(r.cleared_by_recheck.len(), 1, "{:?}", r.cleared_by_recheck);
-        assert!(r.cleared_by_recheck[0].contains("rank 3") && r.cleared_by_recheck[0].contains("rank 0"), "{:?}", r.cleared_by_recheck);
+        assert!(
+            r.cleared_by_recheck[0].contains("rank 3") && r.cleared_by_recheck[0].contains("rank 0"),
+            "{:?}",
+            r.cleared_by_recheck
+        );
         // Shift 2 carries 3 -> 0; it ran again as a re-check, and the link was judged on all six samples.
-        assert!(r.orders.iter().any(|o| o.recheck && o.shift == 2), "{:?}", r.orders);
-        let l = r.links.iter().find(|l| (l.from_rank, l.to_rank) == (3, 0)).unwrap();
+        assert!(
+            r.orders.iter().any(|o| o.recheck && o.shift == 2),
+            "{:?}",
+            r.orders
+        );
+        let l = r
+            .links
+            .iter()
+            .find(|l| (l.from_rank, l.to_rank) == (3, 0))
+            .unwrap();
         assert_eq!(l.samples, 6);
         assert!(!l.slow);
     }
@@ -361,9 +383,22 @@ mod tests {
     #[test]
     fn a_persistent_slow_link_survives_the_recheck() {
         let r = drive(|from, to, _, _| (from, to) == (3, 0));
-        let kinds: Vec<_> = r.verdicts.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect();
-        assert_eq!(kinds, [(VerdictKind::SlowLink, Some(3), Some(0))], "{:#?}", r.verdicts);
+        let kinds: Vec<_> = r
+            .verdicts
+            .iter()
+            .map(|v| (v.kind, v.from_rank, v.to_rank))
+            .collect();
+        assert_eq!(
+            kinds,
+            [(VerdictKind::SlowLink, Some(3), Some(0))],
+            "{:#?}",
+            r.verdicts
+        );
         assert!(r.cleared_by_recheck.is_empty(), "{:?}", r.cleared_by_recheck);
-        assert!(r.orders.iter().any(|o| o.recheck && o.shift == 2), "{:?}", r.orders);
+        assert!(
+            r.orders.iter().any(|o| o.recheck && o.shift == 2),
+            "{:?}",
+            r.orders
+        );
     }
 }
