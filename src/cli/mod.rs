@@ -2,12 +2,14 @@
 //! Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
+mod check;
 mod docs;
 mod gids;
 mod links;
 mod out;
 mod ring;
 mod snapshot;
+mod sweep;
 mod topo;
 
 use std::path::PathBuf;
@@ -116,6 +118,9 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Every local probe and the host facts judged against a policy (checks/*.toml): one
+    /// ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run.
+    Check(check::CheckArgs),
     /// Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL
     /// and perftest would pick; --show-gids prints show_gids' own format.
     Gids(gids::GidsArgs),
@@ -126,6 +131,9 @@ pub enum Command {
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
+    /// Merge many nodes' `check --format json` reports: failed nodes by cause, nodes unlike
+    /// their peers, missing reports, Slurm drain lines.
+    Sweep(sweep::SweepArgs),
     /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
     /// view; NCCL topology XML out and in).
     Topo(topo::TopoArgs),
@@ -196,6 +204,8 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
+        Command::Check(a) => check::run(g, a),
+        Command::Sweep(a) => sweep::run(g, a),
         Command::Ring(a) => ring::run(g, a),
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),

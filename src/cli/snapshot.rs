@@ -31,6 +31,11 @@ SNAPSHOT FORMAT
     nvml.json         {\"state\": \"available\", \"driver_version\", \"gpus\": [{index, pci_bus_id,
                       nvlinks: [{link, active, remote_pci_bus_id}], ...}]} or
                       {\"state\": \"unavailable\", \"reason\": \"...\"}
+    facts.json        {\"state\": \"available\", \"kernel\", \"os\", \"cpu_model\", \"cpu_count\",
+                      \"memory_total_bytes\", \"uptime_s\", \"load_avg\": [1m, 5m, 15m],
+                      \"memlock\": {\"soft\", \"hard\"} (\"unlimited\" or {\"bytes\": N}),
+                      \"device_holders\": [{pid, comm, devices}] (open /dev/nvidia* and
+                      /dev/infiniband/uverbs*), \"processes_unreadable\"} or unavailable
     read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
                       the file exists (empty) in the tree and reads of it fail with that errno
 

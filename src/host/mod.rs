@@ -7,6 +7,7 @@
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod facts;
 pub mod nvml;
 pub mod side;
 
@@ -17,6 +18,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub use facts::{FactsState, HostFacts};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
 
@@ -93,6 +95,8 @@ pub struct Host {
     meta: HostMeta,
     env: BTreeMap<String, String>,
     nvml: NvmlState,
+    /// Host facts: loaded from a snapshot, or collected live on first use (they scan /proc).
+    facts: std::sync::OnceLock<FactsState>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
     recorder: Option<Mutex<Vec<Access>>>,
@@ -124,6 +128,7 @@ impl Host {
             meta: HostMeta::live(),
             env,
             nvml: nvml::collect_live(),
+            facts: std::sync::OnceLock::new(),
             read_errors: BTreeMap::new(),
             recorder: None,
             resolved_dirs: Mutex::default(),
@@ -153,6 +158,7 @@ impl Host {
             meta: loaded.meta,
             env: loaded.env,
             nvml: loaded.nvml,
+            facts: std::sync::OnceLock::from(loaded.facts),
             read_errors: loaded.read_errors,
             recorder: None,
             resolved_dirs: Mutex::default(),
@@ -212,6 +218,10 @@ impl Host {
     }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml
+    }
+    /// OS, CPU, memory, load, memlock limit and device holders (collected live on first use).
+    pub fn facts(&self) -> &FactsState {
+        self.facts.get_or_init(facts::collect_live)
     }
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).

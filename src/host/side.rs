@@ -4,6 +4,8 @@
 //! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/facts.json`: [`FactsState`](super::FactsState) (OS, CPU, memory, memlock,
+//!   device holders)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{HostError, NvmlState};
+use super::{FactsState, HostError, NvmlState};
 
 pub const SIDE_DIR: &str = "fabprobe";
 
@@ -88,6 +90,7 @@ pub(super) struct Loaded {
     pub meta: HostMeta,
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
+    pub facts: FactsState,
     pub read_errors: BTreeMap<PathBuf, String>,
 }
 
@@ -122,6 +125,9 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
+    let facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
+        reason: "the snapshot has no fabprobe/facts.json".into(),
+    });
     let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {
         if errno_from_name(errno).is_none() {
@@ -138,6 +144,7 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
         meta,
         env,
         nvml,
+        facts,
         read_errors: raw,
     })
 }

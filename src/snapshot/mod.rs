@@ -298,6 +298,7 @@ pub fn write_tree(
     write_json(&side_dir.join("host.json"), &meta)?;
     write_json(&side_dir.join("env.json"), host.env())?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
+    write_json(&side_dir.join("facts.json"), host.facts())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
     Ok(summary)
 }
