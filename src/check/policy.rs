@@ -289,12 +289,23 @@ impl At<'_> {
 
 /// The nearest of `candidates` to `word` (Damerau-Levenshtein), when it is near enough.
 pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    // Ties go to a candidate with the same letters (`PBX` is `PXB` swapped, not `PIX`), then
+    // to one that differs only in case (`4x` is `4X`).
+    let sorted = |s: &str| {
+        let mut v: Vec<char> = s.to_ascii_lowercase().chars().collect();
+        v.sort_unstable();
+        v
+    };
+    let letters = sorted(word);
     candidates
         .into_iter()
-        .map(|c| (strsim::damerau_levenshtein(word, c), c))
-        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 2).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .map(|c| {
+            let d = strsim::damerau_levenshtein(word, c);
+            (d, sorted(c) != letters, !c.eq_ignore_ascii_case(word), c)
+        })
+        .filter(|(d, _, _, c)| *d <= (c.len().max(word.len()) / 3).max(2))
+        .min_by_key(|(d, a, b, _)| (*d, *a, *b))
+        .map(|(_, _, _, c)| c)
 }
 
 fn did_you_mean(s: Option<&str>) -> String {
@@ -497,9 +508,10 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
             let Some(spec) = keys().find(|s| s.section == sname && s.key == kname) else {
                 let near = nearest(kname, keys().filter(|s| s.section == sname).map(|s| s.key));
                 let elsewhere = keys().find(|s| s.key == kname).map(|s| s.section);
-                let msg = match (near, elsewhere) {
-                    (Some(n), _) => format!("unknown key; did you mean `{n}`?"),
-                    (None, Some(h)) => format!("unknown key in [{sname}]; `{kname}` belongs under [{h}]"),
+                // A key that exists as written in another section was put in the wrong one.
+                let msg = match (elsewhere, near) {
+                    (Some(h), _) => format!("unknown key in [{sname}]; `{kname}` belongs under [{h}]"),
+                    (None, Some(n)) => format!("unknown key; did you mean `{n}`?"),
                     (None, None) => format!(
                         "unknown key; [{sname}] takes: {}",
                         keys().filter(|s| s.section == sname).map(|s| s.key).collect::<Vec<_>>().join(", ")
@@ -650,17 +662,33 @@ pub fn load(arg: &str) -> Result<Policy, LoadError> {
 
 /// The POLICY FILES section of the man page, generated from [`KEYS`].
 pub fn language_doc() -> String {
-    let mut s = String::from(
-        "POLICY FILES\n  TOML, read strictly: an unknown section or key, a wrong type or an impossible value is an\n  error naming the file, line and key (with the nearest valid key). Every key is optional; an\n  unset key checks nothing. Built-in policies (--policy NAME): ",
+    let mut s = String::from("POLICY FILES\n");
+    let intro = format!(
+        "TOML, read strictly: an unknown section or key, a wrong type or an impossible value is \
+         an error naming the file, line and key (with the nearest valid key). Every key is \
+         optional; an unset key checks nothing. Built-in policies (--policy NAME, the files in \
+         checks/): {}. [ib] judges the ports whose link layer is InfiniBand, [roce] those on \
+         Ethernet. A rule that cannot be judged (its data or its probe is missing) gives \
+         check.not_evaluated (warn), never a pass.",
+        builtin_names()
     );
-    s.push_str(&builtin_names());
-    s.push_str(" (the files in checks/).\n  [ib] judges the ports whose link layer is InfiniBand, [roce] those on Ethernet.\n");
+    for line in wrap(&intro, 74) {
+        s.push_str(&format!("  {line}\n"));
+    }
     for sect in SECTIONS {
         s.push_str(&format!("\n  [{sect}]\n"));
         for k in keys().filter(|k| k.section == *sect) {
-            s.push_str(&format!("    {:<20}{}\n", k.key, k.kind.describe()));
-            for line in wrap(k.doc, 68) {
-                s.push_str(&format!("{:24}{line}\n", ""));
+            let mut first = true;
+            for line in wrap(&k.kind.describe(), 54) {
+                if first {
+                    s.push_str(&format!("    {:<20}{line}\n", k.key));
+                    first = false;
+                } else {
+                    s.push_str(&format!("{:24}{line}\n", ""));
+                }
+            }
+            for line in wrap(k.doc, 52) {
+                s.push_str(&format!("{:26}{line}\n", ""));
             }
         }
     }
