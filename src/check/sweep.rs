@@ -81,6 +81,19 @@ pub enum Problem {
     Duplicate,
 }
 
+impl Problem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Problem::Missing => "missing",
+            Problem::Truncated => "truncated",
+            Problem::NotJson => "not_json",
+            Problem::OtherVersion => "other_version",
+            Problem::NotACheckReport => "not_a_check_report",
+            Problem::Duplicate => "duplicate",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Unreadable {
     /// The node, when it can be told (report hostname, file name, launcher prefix).
@@ -381,13 +394,21 @@ impl Sweeper {
         rep.nodes.outliers = reasons.len();
         for node in &self.nodes {
             if node.verdict == Severity::Fail {
-                let mut ids: Vec<String> = Vec::new();
+                // One reason per failing id, in rank order: `id subject (+N more)`.
+                let mut by_id: Vec<(&str, &str, usize)> = Vec::new();
                 for (id, subject, _) in &node.fails {
-                    let s = format!("{id} {subject}");
-                    if !ids.contains(&s) {
-                        ids.push(s);
+                    match by_id.iter_mut().find(|(i, _, _)| i == id) {
+                        Some(e) => e.2 += 1,
+                        None => by_id.push((id, subject, 0)),
                     }
                 }
+                let ids: Vec<String> = by_id
+                    .into_iter()
+                    .map(|(id, subject, more)| match more {
+                        0 => format!("{id} {subject}"),
+                        n => format!("{id} {subject} (+{n} more)"),
+                    })
+                    .collect();
                 let r = reasons.entry(node.name.clone()).or_default();
                 // Failures first: they are why the node is drained.
                 let mut all = ids;
@@ -433,9 +454,9 @@ impl SweepReport {
         }
         for u in &self.unreadable {
             s.push_str(&format!(
-                "# {}: {:?} report ({}): {}\n",
+                "# {}: {} report ({}): {}\n",
                 u.node.as_deref().unwrap_or(&u.source),
-                u.problem,
+                u.problem.as_str(),
                 u.source,
                 u.detail
             ));
@@ -458,7 +479,7 @@ impl SweepReport {
                 "sweep.unreadable",
                 Severity::Warn,
                 u.node.clone().unwrap_or_else(|| u.source.clone()),
-                format!("{:?}: {}", u.problem, u.detail).to_lowercase(),
+                format!("{}: {}", u.problem.as_str(), u.detail),
             )
             .evidence("source", u.source.as_str())
         }));

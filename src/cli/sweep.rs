@@ -69,14 +69,17 @@ EXIT STATUS
   0 every node passed and agrees with its peers, 1 a bad node or a missing/unreadable
   report, 2 could not run (an input that cannot be opened)";
 
-/// `node1: {...}` (pdsh, clush, srun -l) -> ("node1", "{...}").
-fn split_prefix(line: &str) -> (Option<&str>, &str) {
+/// `node1: {...}` (pdsh, clush, srun -l) -> ("node1", "{...}"). In a file (`json_only`) a
+/// prefix counts only before a report, so `srun: error: ...` keeps the file's node name; on
+/// stdin `node7: bash: fabprobe: command not found` still names node7.
+fn split_prefix(line: &str, json_only: bool) -> (Option<&str>, &str) {
     if line.starts_with('{') {
         return (None, line);
     }
     match line.split_once(": ") {
         Some((p, rest))
             if !p.is_empty()
+                && (!json_only || rest.trim_start().starts_with('{'))
                 && p.bytes().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)) =>
         {
             (Some(p), rest)
@@ -91,7 +94,7 @@ fn add_lines(sw: &mut Sweeper, source: &str, reader: impl BufRead) -> anyhow::Re
         if line.trim().is_empty() {
             continue;
         }
-        let (prefix, rest) = split_prefix(&line);
+        let (prefix, rest) = split_prefix(&line, false);
         let src = format!("{source}:{}", i + 1);
         sw.add(&src, prefix, rest);
     }
@@ -109,7 +112,7 @@ fn add_file(sw: &mut Sweeper, path: &Path) -> anyhow::Result<()> {
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.len() == 1 {
-        let (prefix, rest) = split_prefix(lines[0]);
+        let (prefix, rest) = split_prefix(lines[0], true);
         sw.add(&shown, prefix.or(stem.as_deref()), rest);
         return Ok(());
     }
@@ -184,9 +187,11 @@ mod tests {
 
     #[test]
     fn launcher_prefixes() {
-        assert_eq!(split_prefix("gpu017: {\"a\":1}"), (Some("gpu017"), "{\"a\":1}"));
-        assert_eq!(split_prefix("12: {}"), (Some("12"), "{}"));
-        assert_eq!(split_prefix("{\"x\": 1}"), (None, "{\"x\": 1}"));
-        assert_eq!(split_prefix("Segmentation fault: core"), (None, "Segmentation fault: core"));
+        assert_eq!(split_prefix("gpu017: {\"a\":1}", true), (Some("gpu017"), "{\"a\":1}"));
+        assert_eq!(split_prefix("12: {}", false), (Some("12"), "{}"));
+        assert_eq!(split_prefix("{\"x\": 1}", false), (None, "{\"x\": 1}"));
+        assert_eq!(split_prefix("Segmentation fault: core", false), (None, "Segmentation fault: core"));
+        assert_eq!(split_prefix("srun: error: x", true), (None, "srun: error: x"));
+        assert_eq!(split_prefix("node7: bash: fabprobe: not found", false), (Some("node7"), "bash: fabprobe: not found"));
     }
 }

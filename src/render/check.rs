@@ -170,7 +170,7 @@ pub fn sweep_table(r: &SweepReport) -> String {
                 s,
                 "  {:<20} {:<18} {}  ({})",
                 u.node.as_deref().unwrap_or("?"),
-                format!("{:?}", u.problem).to_lowercase(),
+                u.problem.as_str(),
                 u.detail,
                 u.source
             );
