@@ -16,6 +16,9 @@ _fabprobe() {
             ",$1")
                 cmd="fabprobe"
                 ;;
+            fabprobe,check)
+                cmd="fabprobe__subcmd__check"
+                ;;
             fabprobe,gen-docs)
                 cmd="fabprobe__subcmd__gen__subcmd__docs"
                 ;;
@@ -34,8 +37,14 @@ _fabprobe() {
             fabprobe,snapshot)
                 cmd="fabprobe__subcmd__snapshot"
                 ;;
+            fabprobe,sweep)
+                cmd="fabprobe__subcmd__sweep"
+                ;;
             fabprobe,topo)
                 cmd="fabprobe__subcmd__topo"
+                ;;
+            fabprobe__subcmd__help,check)
+                cmd="fabprobe__subcmd__help__subcmd__check"
                 ;;
             fabprobe__subcmd__help,gen-docs)
                 cmd="fabprobe__subcmd__help__subcmd__gen__subcmd__docs"
@@ -55,6 +64,9 @@ _fabprobe() {
             fabprobe__subcmd__help,snapshot)
                 cmd="fabprobe__subcmd__help__subcmd__snapshot"
                 ;;
+            fabprobe__subcmd__help,sweep)
+                cmd="fabprobe__subcmd__help__subcmd__sweep"
+                ;;
             fabprobe__subcmd__help,topo)
                 cmd="fabprobe__subcmd__help__subcmd__topo"
                 ;;
@@ -65,12 +77,50 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version gids links ring snapshot topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version check gids links ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__check)
+            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --show-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -135,8 +185,22 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="gids links ring snapshot topo gen-docs help"
+            opts="check gids links ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -219,6 +283,20 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__snapshot)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__sweep)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -406,6 +484,32 @@ _fabprobe() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__sweep)
+            opts="-v -h -V --expect --drain --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --expect)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
