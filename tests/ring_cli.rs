@@ -199,3 +199,40 @@ fn local_scan_json_contract() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["data"]["scan"].is_null());
 }
+
+#[test]
+fn non_finite_scan_time_is_a_flag_error_not_a_panic() {
+    for v in ["inf", "NaN", "-1", "1e300"] {
+        let flag = format!("--scan-time={v}");
+        let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "--scan", &flag]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{v}: {err}");
+        assert!(
+            err.contains("--scan-time") && !err.contains("panicked"),
+            "{v}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_table_carries_each_ranks_capabilities() {
+    let o = fabprobe(&[
+        "ring",
+        "--local",
+        "2",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "--no-scan",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ranks = j["data"]["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for r in ranks {
+        assert_eq!(r["capabilities"], serde_json::json!(["tcp"]), "{r}");
+    }
+}

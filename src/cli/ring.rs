@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit};
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
 use crate::render::{Envelope, HostInfo};
+use crate::ring::diagnosis::driver::ScanOptions;
+use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::linkscan::ScanOptions;
-use crate::ring::nic;
-use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
+use crate::ring::report::RingReport;
+use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
@@ -83,7 +84,7 @@ pub struct RingArgs {
     pub no_scan: bool,
     /// Time budget of the link scan in seconds (at least two ring orders run whatever it
     /// says, so that a node can be told from a link).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub scan_time: f64,
     /// Bytes each scan sample moves over a link.
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
@@ -127,7 +128,9 @@ LINK SCAN AND VERDICTS
   is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
   sent), rank_lost (control connection closed or reset: the process died), rank_stalled
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
-  process). If rank 0 dies, every other rank exits with coordinator_lost. The run ends
+  process), rank_unreachable (as silent, and its host no longer acknowledges the control
+  connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
+  If rank 0 dies, every other rank exits with coordinator_lost. The run ends
   within --timeout plus a few seconds whatever fails.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
@@ -145,7 +148,7 @@ OUTPUT
 JSON DATA (fabprobe.ring)
   world, transport, launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the
@@ -157,13 +160,14 @@ JSON DATA (fabprobe.ring)
   avg_busbw_gbs (mean busbw over both halves of every row, as nccl-tests' Avg bus bandwidth)
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
-  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
-  ended early)
+  bootstrap_us, events[] {kind: joined|rejected|replaced|more_rejected, peer, ...}: at
+  most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
+  why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
+             rank_unreachable|coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
              applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
              ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
-             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
+             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, unacked_ms, pid;
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
@@ -180,6 +184,19 @@ JSON DATA (fabprobe.ring)
              saturated or was cleared; a rank lost before reporting contributes none";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
+/// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
+/// budget of infinity would never end the scan).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number of seconds", s.escape_default()))?;
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{v} is not a time from 0 to 86400 seconds"));
+    }
+    Ok(v)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -317,8 +334,10 @@ fn findings(r: &RingReport) -> Vec<Finding> {
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
     for e in &r.events {
-        if matches!(e, crate::ring::bootstrap::Event::Rejected { .. }) || g.verbose > 0 {
-            eprintln!("fabprobe: {}", e.line());
+        use crate::ring::coordinator::Event;
+        if matches!(e, Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }) || g.verbose > 0 {
+            // Parts of the line came from strangers on the port: never print their raw bytes.
+            eprintln!("fabprobe: {}", crate::ring::model::printable(&e.line(), 1000));
         }
     }
     let f = findings(r);
@@ -382,10 +401,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
     let host = Host::live();
-    let rate = nic::line_rate(&host, &dev);
+    let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
+    let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -394,11 +414,13 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         fabric: None,
-        counters: Some(nic::Sampler::live(&dev)),
+        counters: Some(evidence::Sampler::live(&dev)),
+        live: live.clone(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let r = run::run_rank(setup, &opts, &logf);
+    drop(display);
     outcome(g, fmt, r)
 }
 
@@ -432,6 +454,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
     };
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let coord = listener.local_addr()?.to_string();
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let token = a
         .token
         .clone()
@@ -461,7 +484,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
                     fabric: None,
-                    counters: Some(nic::Sampler::live(&device)),
+                    counters: Some(evidence::Sampler::live(&device)),
+                    live: if rank == 0 { live.clone() } else { None },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
@@ -481,6 +505,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             })
             .collect()
     });
+    drop(display);
     let mut it = results.into_iter();
     let first = it.next().unwrap_or_else(|| {
         Err(run::RunError {
@@ -520,5 +545,14 @@ mod tests {
         );
         assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
         assert!(sizes(10, 5, 2).is_err());
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["inf", "-inf", "NaN", "-1", "1e300", "x", "\x1b[31m"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -28,8 +28,10 @@ SNAPSHOT FORMAT
     host.json         {hostname, kernel, captured_at, tool_version, skipped[]}
     env.json          {\"NCCL_IB_HCA\": \"=mlx5_0\", ...}: only NCCL_*, UCX_*, FABPROBE_* and
                       CUDA_VISIBLE_DEVICES-style variables, never the rest of the environment
+                      and never a secret (FABPROBE_TOKEN, names with TOKEN, SECRET, PASSWORD)
     nvml.json         {\"state\": \"available\", \"driver_version\", \"gpus\": [{index, pci_bus_id,
-                      nvlinks: [{link, active, remote_pci_bus_id}], ...}]} or
+                      nvlinks: [{link, active, remote_pci_bus_id,
+                      remote_device_type (gpu|switch|ibmnpu|unknown)}], ...}]} or
                       {\"state\": \"unavailable\", \"reason\": \"...\"}
     facts.json        {\"state\": \"available\", \"kernel\", \"os\", \"cpu_model\", \"cpu_count\",
                       \"memory_total_bytes\", \"uptime_s\", \"load_avg\": [1m, 5m, 15m],
@@ -38,6 +40,11 @@ SNAPSHOT FORMAT
                       /dev/infiniband/uverbs*), \"processes_unreadable\"} or unavailable
     read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
                       the file exists (empty) in the tree and reads of it fail with that errno
+
+  A .tar.gz given to --root is unpacked into a private temporary directory and refused,
+  naming the entry, when it holds anything a capture never writes: device files, FIFOs,
+  hard links, GNU sparse files, absolute names or `..`, symbolic links that leave the
+  snapshot, more than 200000 entries or 256 MiB, or one file over 16 MiB.
 
   Capture works as non-root: what could not be read is recorded as its errno and listed
   under skipped. Use it with any probe: fabprobe --root node1.tar.gz topo";

@@ -10,6 +10,7 @@
 pub mod facts;
 pub mod nvml;
 pub mod side;
+pub mod tarball;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -25,6 +26,45 @@ pub use side::{HostMeta, SIDE_DIR};
 /// Symlink hops allowed while resolving one path (the kernel's limit is 40 too).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// The most fabprobe reads of any one file. A sysfs attribute is at most a page, the
+/// biggest file probes read (`/proc/cpuinfo` of a few hundred CPUs) under 1 MiB; anything
+/// larger is not what it claims to be, and is refused instead of read into memory.
+pub const MAX_READ_BYTES: u64 = 16 << 20;
+
+/// Text from outside (an archive's entry name, a parser's message quoting the input) made
+/// safe to print: control characters escaped (`\u{1b}`), at most `max` characters kept.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
+/// `FileTooLarge`, found after reading `limit + 1` bytes at most.
+pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(buf)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("cannot {op} {path}: {source}")]
@@ -38,6 +78,8 @@ pub enum HostError {
     SymlinkLoop { path: PathBuf },
     #[error("snapshot {path}: {msg}")]
     Snapshot { path: PathBuf, msg: String },
+    #[error("cannot read {path}: larger than {limit} bytes, more than any file fabprobe reads")]
+    TooLarge { path: PathBuf, limit: u64 },
 }
 
 impl HostError {
@@ -45,6 +87,7 @@ impl HostError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             HostError::Io { source, .. } => source.raw_os_error(),
+            HostError::TooLarge { .. } => Some(libc::EFBIG),
             _ => None,
         }
     }
@@ -353,7 +396,16 @@ impl Host {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
-        std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
+        read_capped(&self.on_disk(&real), MAX_READ_BYTES).map_err(|e| {
+            if e.kind() == io::ErrorKind::FileTooLarge {
+                HostError::TooLarge {
+                    path: host_path.to_path_buf(),
+                    limit: MAX_READ_BYTES,
+                }
+            } else {
+                Self::io_err("read", host_path, e)
+            }
+        })
     }
 
     /// Read a file; `None` when it does not exist. Other failures are errors.
@@ -549,6 +601,25 @@ mod tests {
         );
         assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"), Attr::Absent);
         assert!(h.exists("/sys/class/infiniband/mlx5_0/ports/1/gids/0"));
+    }
+
+    #[test]
+    fn a_huge_file_is_refused_not_read_into_memory() {
+        let t = tree();
+        let big = t.path().join("sys/class/big");
+        let f = std::fs::File::create(&big).unwrap();
+        // Sparse on disk: 1 GiB that costs nothing to make.
+        f.set_len(1 << 30).unwrap();
+        let h = Host::snapshot(t.path()).unwrap();
+        let e = h.read("/sys/class/big").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /sys/class/big: larger than 16777216 bytes, more than any file fabprobe reads"
+        );
+        assert_eq!(h.attr("/sys/class/big"), Attr::Failed("EFBIG".into()));
+        // At the limit it is read.
+        std::fs::File::create(&big).unwrap().set_len(MAX_READ_BYTES).unwrap();
+        assert_eq!(h.read_bytes("/sys/class/big").unwrap().len() as u64, MAX_READ_BYTES);
     }
 
     #[test]

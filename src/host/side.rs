@@ -48,8 +48,15 @@ impl HostMeta {
     }
 }
 
-/// Environment variables a probe may read, and so the only ones a snapshot keeps.
+/// Environment variables a probe may read, and so the only ones a snapshot keeps. Never a
+/// secret: `FABPROBE_TOKEN` (the ring's job token) or anything named like a credential,
+/// since snapshots are made to be handed to others.
 pub fn env_is_captured(name: &str) -> bool {
+    const SECRET_MARKS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
+    let upper = name.to_ascii_uppercase();
+    if SECRET_MARKS.iter().any(|m| upper.contains(m)) {
+        return false;
+    }
     const PREFIXES: &[&str] = &["NCCL_", "UCX_", "FABPROBE_"];
     const EXACT: &[&str] = &[
         "CUDA_VISIBLE_DEVICES",
@@ -76,6 +83,7 @@ const ERRNOS: &[(&str, i32)] = &[
     ("EOPNOTSUPP", libc::EOPNOTSUPP),
     ("ETIMEDOUT", libc::ETIMEDOUT),
     ("EAGAIN", libc::EAGAIN),
+    ("EFBIG", libc::EFBIG),
 ];
 
 pub fn errno_name(raw: i32) -> Option<&'static str> {
@@ -100,14 +108,14 @@ fn load_json<T: serde::de::DeserializeOwned>(
     shown: &Path,
 ) -> Result<Option<T>, HostError> {
     let p = root.join(SIDE_DIR).join(name);
-    let text = match std::fs::read_to_string(&p) {
-        Ok(t) => t,
+    // Errors name the snapshot as given (a tarball's temporary directory means nothing).
+    let text = match super::read_capped(&p, super::MAX_READ_BYTES) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(HostError::Io {
-                op: "read",
-                path: p,
-                source,
+        Err(e) => {
+            return Err(HostError::Snapshot {
+                path: shown.to_path_buf(),
+                msg: format!("cannot read {SIDE_DIR}/{name}: {e}"),
             });
         }
     };
@@ -115,13 +123,16 @@ fn load_json<T: serde::de::DeserializeOwned>(
         .map(Some)
         .map_err(|e| HostError::Snapshot {
             path: shown.to_path_buf(),
-            msg: format!("{SIDE_DIR}/{name}: {e}"),
+            // serde quotes the offending value: printed escaped.
+            msg: format!("{SIDE_DIR}/{name}: {}", super::printable(&e.to_string(), 300)),
         })
 }
 
 pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let meta: HostMeta = load_json(root, "host.json", shown)?.unwrap_or_default();
-    let env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    let mut env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    // Snapshots written before the filter knew about secrets may hold one: never use it.
+    env.retain(|k, _| env_is_captured(k));
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
@@ -149,13 +160,26 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     })
 }
 
-/// Unpack a `.tar.gz` snapshot into a private temporary directory.
+/// Unpack a `.tar.gz` snapshot into a private temporary directory, within
+/// [`tarball::LIMITS`](super::tarball::LIMITS); a refusal names the archive and the entry.
 pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostError> {
+    extract_tarball_within(path, &super::tarball::LIMITS)
+}
+
+pub(super) fn extract_tarball_within(
+    path: &Path,
+    limits: &super::tarball::Limits,
+) -> Result<tempfile::TempDir, HostError> {
     let err = |msg: String| HostError::Snapshot {
         path: path.to_path_buf(),
         msg,
     };
-    let file = std::fs::File::open(path).map_err(|source| HostError::Io {
+    let open = || {
+        std::fs::File::open(path)
+            .map(|f| flate2::read::GzDecoder::new(std::io::BufReader::new(f)))
+    };
+    // Opened once here so a missing file is an I/O error naming it, not a refusal.
+    open().map_err(|source| HostError::Io {
         op: "open snapshot",
         path: path.to_path_buf(),
         source,
@@ -164,11 +188,7 @@ pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostErro
         .prefix("fabprobe-snap")
         .tempdir()
         .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    ar.set_preserve_permissions(false);
-    // `unpack` refuses entries that escape the destination ('..', absolute paths).
-    ar.unpack(dir.path())
-        .map_err(|e| err(format!("not a readable .tar.gz snapshot: {e}")))?;
+    super::tarball::unpack(open, dir.path(), limits).map_err(|r| err(r.to_string()))?;
     Ok(dir)
 }
 
@@ -181,8 +201,10 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
     if has_tree(dir) {
         return dir.to_path_buf();
     }
+    // A real directory, not a link to one: the root must be the unpacked tree itself.
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     match top.as_slice() {
-        [only] if only.is_dir() && has_tree(only) => only.clone(),
+        [only] if real_dir(only) && has_tree(only) => only.clone(),
         _ => dir.to_path_buf(),
     }
 }
@@ -199,6 +221,23 @@ mod tests {
         assert!(!env_is_captured("AWS_SECRET_ACCESS_KEY"));
         assert!(!env_is_captured("PATH"));
         assert!(!env_is_captured("CUDA_HOME"));
+        // The ring's job token is a secret, not a probe input.
+        assert!(env_is_captured("FABPROBE_COORDINATOR"));
+        assert!(!env_is_captured("FABPROBE_TOKEN"));
+        assert!(!env_is_captured("NCCL_SOME_SECRET"));
+    }
+
+    #[test]
+    fn a_token_in_an_old_snapshot_is_not_loaded() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::write(
+            t.path().join(SIDE_DIR).join("env.json"),
+            r#"{"FABPROBE_TOKEN": "s3cret", "NCCL_IB_HCA": "mlx5_0"}"#,
+        )
+        .unwrap();
+        let l = load(t.path(), t.path()).unwrap();
+        assert_eq!(l.env.keys().collect::<Vec<_>>(), vec!["NCCL_IB_HCA"]);
     }
 
     #[test]
@@ -224,5 +263,27 @@ mod tests {
         .unwrap();
         let e = load(t.path(), t.path()).err().unwrap().to_string();
         assert!(e.contains("EWHAT") && e.contains("/sys/x"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_side_files_name_the_snapshot_as_given() {
+        // `fabprobe` a file, not a folder (found by the archive property test).
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join(SIDE_DIR), "x").unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/host.json: "),
+            "{e}"
+        );
+        // Too large: refused, and named the same way.
+        std::fs::remove_file(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::create_dir(t.path().join(SIDE_DIR)).unwrap();
+        let f = std::fs::File::create(t.path().join(SIDE_DIR).join("nvml.json")).unwrap();
+        f.set_len(super::super::MAX_READ_BYTES + 1).unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/nvml.json: larger than 16777216 bytes"),
+            "{e}"
+        );
     }
 }

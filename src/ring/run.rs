@@ -10,17 +10,21 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
-use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session};
-use super::launcher::{Identity, Source};
-use super::linkscan::{self, RankCtx, ScanLinks, ScanOptions, ScanReport};
-use super::localize::Policy;
-use super::nic::{self, CounterMove, Sampler};
-use super::transport::tcp::TcpFabric;
-use super::transport::{Fabric, LinkKey, LinkRequest};
-use super::types::{LinkSample, Phase, Rank, RankInfo, Verdict, WaitReport};
-use super::watchdog::{self, Control, RankWatch, WatchState};
-use super::wire::{self, Hello, Msg, RankResults, RowResult};
+use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
+use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
+use crate::ring::collective::transport::tcp::{self, TcpFabric};
+use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
+use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
+use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
+use crate::ring::diagnosis::evidence::{self, Sampler};
+use crate::ring::diagnosis::localize::Policy;
+use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
+use crate::ring::launcher::Identity;
+use crate::ring::model::{CounterMove, LiveStatus};
+use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
+use crate::ring::rendezvous::{self, BootstrapError, Session};
+use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
+use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
 /// The run's options, the same on every rank.
 #[derive(Clone, Debug, Serialize)]
@@ -84,6 +88,8 @@ pub struct Setup {
     /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
     /// report); None: not sampled.
     pub counters: Option<Sampler>,
+    /// Where the run says what it is doing, for a progress line; None: nobody watches.
+    pub live: Option<Arc<LiveStatus>>,
 }
 
 /// Outcome kinds for the exit status.
@@ -108,188 +114,6 @@ fn fault(message: impl Into<String>) -> RunError {
         kind: Failure::Fault,
         message: message.into(),
     }
-}
-
-/// One row of the nccl-tests-style table (`data.results[]`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ResultRow {
-    pub size_bytes: u64,
-    pub count: u64,
-    #[serde(rename = "type")]
-    pub dtype: &'static str,
-    pub redop: &'static str,
-    pub root: i32,
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    /// Mismatching elements summed over ranks; null with `-c 0`.
-    pub wrong: Option<u64>,
-    /// The in-place half (the fields above are the out-of-place half); null when a rank
-    /// did not report one.
-    pub in_place: Option<InPlaceRow>,
-}
-
-/// The in-place half of a row (`data.results[].in_place`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct InPlaceRow {
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    pub wrong: Option<u64>,
-}
-
-/// One ring hop as measured at its receiver (`data.links[]`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LinkRow {
-    pub channel_count: u32,
-    pub from_rank: Rank,
-    pub to_rank: Rank,
-    pub from_host: String,
-    pub to_host: String,
-    pub from_device: Option<String>,
-    pub to_device: Option<String>,
-    /// The message size the hop was measured at (the largest of the sweep).
-    pub size_bytes: u64,
-    pub bytes: u64,
-    pub seconds: f64,
-    pub gbs: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct LauncherInfo {
-    pub source: Source,
-    pub coordinator: String,
-    pub coordinator_source: String,
-    pub token_source: String,
-}
-
-/// The job's report, assembled by rank 0 (`data` of `fabprobe.ring`).
-#[derive(Clone, Debug, Serialize)]
-pub struct RingReport {
-    pub world: u32,
-    pub transport: String,
-    pub launcher: LauncherInfo,
-    pub options: Options,
-    pub ranks: Vec<RankInfo>,
-    pub results: Vec<ResultRow>,
-    pub avg_busbw_gbs: Option<f64>,
-    pub links: Vec<LinkRow>,
-    pub bootstrap_us: u64,
-    pub events: Vec<Event>,
-    /// The link scan, when it ran to its end.
-    pub scan: Option<ScanReport>,
-    /// What the watchdog and the scan concluded; empty on a healthy run.
-    pub verdicts: Vec<Verdict>,
-    /// Why the run ended early (partial results above), or null.
-    pub error: Option<String>,
-    /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
-    /// on each rank's data NIC, as each rank reported them (at the end, or when stuck).
-    pub port_counters: Vec<CounterMove>,
-}
-
-impl RingReport {
-    /// Mismatching elements over both halves of every row.
-    pub fn wrong_total(&self) -> u64 {
-        self.results
-            .iter()
-            .map(|r| r.wrong.unwrap_or(0) + r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
-            .sum()
-    }
-    pub fn failed(&self) -> bool {
-        self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
-    }
-}
-
-/// Rows and links from every rank's results. Pure.
-pub fn aggregate(
-    world: u32,
-    ranks: &[RankInfo],
-    results: &[RankResults],
-    channels: u32,
-) -> (Vec<ResultRow>, Vec<LinkRow>) {
-    let mut sizes: Vec<u64> = results
-        .iter()
-        .flat_map(|r| r.rows.iter().map(|row| row.size_bytes))
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let rows = sizes
-        .iter()
-        .filter_map(|&size| {
-            let per: Vec<&RowResult> = results
-                .iter()
-                .filter_map(|r| r.rows.iter().find(|x| x.size_bytes == size))
-                .collect();
-            // A size is complete only when every rank finished it.
-            if per.len() as u32 != world {
-                return None;
-            }
-            let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
-            let algbw = algbw_gbs(size, time_us);
-            let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
-            let halves: Option<Vec<&wire::HalfResult>> = per.iter().map(|r| r.in_place.as_ref()).collect();
-            let in_place = halves.map(|h| {
-                let time_us = h.iter().map(|x| x.time_us).sum::<f64>() / h.len() as f64;
-                let algbw = algbw_gbs(size, time_us);
-                InPlaceRow {
-                    time_us,
-                    algbw_gbs: algbw,
-                    busbw_gbs: allreduce::busbw(algbw, world),
-                    wrong: h.iter().map(|x| x.wrong).sum::<Option<u64>>(),
-                }
-            });
-            Some(ResultRow {
-                size_bytes: size,
-                count: size / 4,
-                dtype: "float",
-                redop: "sum",
-                root: -1,
-                time_us,
-                algbw_gbs: algbw,
-                busbw_gbs: allreduce::busbw(algbw, world),
-                wrong,
-                in_place,
-            })
-        })
-        .collect();
-    let info = |r: Rank| ranks.iter().find(|i| i.rank == r);
-    let mut links: Vec<LinkRow> = results
-        .iter()
-        .flat_map(|r| r.links.iter().map(move |s| (r.link_size_bytes, s)))
-        .map(|(size, s)| LinkRow {
-            channel_count: channels,
-            from_rank: s.from_rank,
-            to_rank: s.to_rank,
-            from_host: info(s.from_rank).map(|i| i.host.clone()).unwrap_or_default(),
-            to_host: info(s.to_rank).map(|i| i.host.clone()).unwrap_or_default(),
-            from_device: info(s.from_rank).and_then(|i| i.device.clone()),
-            to_device: info(s.to_rank).and_then(|i| i.device.clone()),
-            size_bytes: size,
-            bytes: s.bytes,
-            seconds: s.seconds,
-            gbs: s.gbs(),
-        })
-        .collect();
-    links.sort_by_key(|l| l.from_rank);
-    (rows, links)
-}
-
-/// 10^9 bytes/s, as nccl-tests (0 for a zero time).
-fn algbw_gbs(size: u64, time_us: f64) -> f64 {
-    if time_us > 0.0 {
-        size as f64 / time_us / 1e3
-    } else {
-        0.0
-    }
-}
-
-/// Mean busbw over both halves of every row, as nccl-tests' `# Avg bus bandwidth`.
-pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
-    let all: Vec<f64> = rows
-        .iter()
-        .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
-        .collect();
-    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
 }
 
 /// What one rank's run produced.
@@ -317,7 +141,7 @@ pub fn run_rank(
     let coordinator = if id.rank == 0 {
         let l = match setup.coordinator_listener {
             Some(l) => l,
-            None => bootstrap::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
+            None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
         };
         log(
             1,
@@ -327,7 +151,6 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let timeout_ms = timeout.as_millis() as u64;
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
@@ -335,23 +158,12 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(Arc::new(
-                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
-                    // At the end of a failed run nothing more will arrive: judge as if the
-                    // watchdog's grace had passed, so an inconclusive hang is still named.
-                    let failed = rep.abort.is_some()
-                        || !rep.stuck.is_empty()
-                        || !rep.lost.is_empty()
-                        || !rep.failed.is_empty();
-                    let at = if final_call && failed {
-                        now_ms + WATCH_GRACE_MS
-                    } else {
-                        now_ms
-                    };
-                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
-                },
-            )),
-            scan: opts.scan.clone().map(|o| (o, Policy::default())),
+            judge: Some(watchdog_judge(timeout)),
+            scan: opts.scan.clone().map(|o| {
+                let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
+                    Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
+                make
+            }),
         };
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
@@ -363,7 +175,7 @@ pub fn run_rank(
             };
             SocketAddr::new(ip, a.port()).to_string()
         });
-        Some((thread::spawn(move || bootstrap::coordinate(l, cfg)), own))
+        Some((thread::spawn(move || coordinator::coordinate(l, cfg)), own))
     } else {
         None
     };
@@ -384,6 +196,7 @@ pub fn run_rank(
         .unwrap_or("tcp")
         .to_string();
     let counters = setup.counters;
+    let live = setup.live.clone().unwrap_or_default();
     let result = fabric.and_then(|fabric| {
         rank_body(
             &join_addr,
@@ -393,6 +206,7 @@ pub fn run_rank(
             setup.device.clone(),
             setup.line_rate_gbs,
             counters.as_ref(),
+            live,
             opts,
             log,
         )
@@ -411,7 +225,7 @@ pub fn run_rank(
             verdicts.push(v.clone());
         }
     }
-    nic::attach(&mut verdicts, &crep.port_counters);
+    evidence::attach(&mut verdicts, &crep.port_counters);
     let report = RingReport {
         world: id.world,
         transport,
@@ -449,6 +263,7 @@ fn rank_body(
     device: Option<String>,
     line_rate_gbs: Option<f64>,
     counters: Option<&Sampler>,
+    live: Arc<LiveStatus>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -462,6 +277,7 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        capabilities: vec![fabric.transport().into()],
         rank: id.rank,
         host: host.to_string(),
         address: fabric.address(),
@@ -479,7 +295,7 @@ fn rank_body(
         params: opts.canonical(),
     };
     let t0 = Instant::now();
-    let session = bootstrap::join(join_addr, hello, timeout).map_err(|e| match e {
+    let session = rendezvous::join(join_addr, hello, timeout).map_err(|e| match e {
         // Refused for its own options (token, world, sweep): a usage problem here.
         BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
         other => fault(other.to_string()),
@@ -494,7 +310,7 @@ fn rank_body(
         ),
     );
     let session = Arc::new(session);
-    let beat = Beat::new(opts.channels);
+    let beat = Beat::new(opts.channels, live);
     let stop = AtomicBool::new(false);
     // Heartbeats from the table to the end of the run (also while a failed rank waits for
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
@@ -502,7 +318,7 @@ fn rank_body(
         sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let _ = session.send(&Msg::Heartbeat(beat.report(id.rank, timeout.as_millis() as u64)));
-                let until = Instant::now() + bootstrap::HEARTBEAT;
+                let until = Instant::now() + rendezvous::HEARTBEAT;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                     thread::sleep(Duration::from_millis(20));
                 }
@@ -510,6 +326,9 @@ fn rank_body(
         });
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
+        // The data links are closed now; let their receivers take the last bytes (bounded
+        // in all, however many links) before this process may exit.
+        tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
 }
@@ -524,14 +343,16 @@ struct Beat {
     mode: AtomicU8,
     scan: Progress,
     chans: Vec<Progress>,
+    live: Arc<LiveStatus>,
 }
 
 impl Beat {
-    fn new(channels: u32) -> Beat {
+    fn new(channels: u32, live: Arc<LiveStatus>) -> Beat {
         Beat {
             mode: AtomicU8::new(MODE_SETUP),
             scan: Progress::default(),
             chans: (0..channels).map(|_| Progress::default()).collect(),
+            live,
         }
     }
     /// A heartbeat names the peer it waits on only once that wait passed `timeout_ms` (then
@@ -616,7 +437,7 @@ fn after_join(
                 let _ = session.send(&msg);
             }
             // The coordinator names the cause within the silence deadline and its grace.
-            let wait = bootstrap::silence(timeout) + bootstrap::FAILURE_GRACE + Duration::from_secs(2);
+            let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
             let why = match session.wait_done(wait) {
                 Err(BootstrapError::Aborted(reason)) => reason,
                 _ => e.to_string(),
@@ -691,6 +512,7 @@ fn connected_run(
     let mut scan_links = ScanLinks::default();
     if opts.scan.is_some() && id.world >= 2 {
         beat.mode.store(MODE_SCAN, Ordering::Relaxed);
+        beat.live.set_stage(LiveStatus::SCAN);
         scan_loop(
             id,
             session,
@@ -704,10 +526,12 @@ fn connected_run(
         )?;
     }
     beat.mode.store(MODE_SWEEP, Ordering::Relaxed);
+    beat.live.set_stage(LiveStatus::SWEEP);
     if !opts.sweep {
         return Ok((Vec::new(), Vec::new(), 0, (links, scan_links)));
     }
-    let (rows, last) = sweep(ring, &mut links, &beat.chans, session, opts, log)?;
+    let (rows, last) = sweep(ring, &mut links, &beat.chans, &beat.live, session, opts, log)?;
+    beat.live.set_stage(LiveStatus::DONE);
     let samples = last
         .iter()
         .map(|r| LinkSample {
@@ -784,7 +608,8 @@ fn scan_loop(
                 bytes,
                 reps,
             } => {
-                let samples = linkscan::run_order(
+                beat.live.scan_order.store(index, Ordering::Relaxed);
+                let samples = scanstep::run_order(
                     &ctx,
                     fabric,
                     scan_links,
@@ -813,6 +638,23 @@ fn scan_loop(
     }
 }
 
+/// The watchdog as the coordinator's judge: live during the run, and once at the end (the
+/// scan's verdicts join at the end, see `run_rank`).
+pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
+    let timeout_ms = timeout.as_millis() as u64;
+    Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+        // At the end of a failed run nothing more will arrive: judge as if the watchdog's
+        // grace had passed, so an inconclusive hang is still named.
+        let failed = rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
+        let at = if final_call && failed {
+            now_ms + WATCH_GRACE_MS
+        } else {
+            now_ms
+        };
+        watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+    })
+}
+
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
 pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
@@ -822,8 +664,9 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         .map(|i| {
             let r = i.rank;
             let finished = rep.finished_ms.contains_key(&r);
-            let control = match rep.closed.get(&r) {
-                Some(&(at_ms, reset)) if !finished => Control::Closed { at_ms, reset },
+            let control = match (rep.closed.get(&r), rep.unacked_since_ms.get(&r)) {
+                (Some(&(at_ms, reset)), _) if !finished => Control::Closed { at_ms, reset },
+                (None, Some(&since_ms)) if !finished => Control::Unacked { since_ms },
                 _ => Control::Open,
             };
             let last = if finished {
@@ -851,15 +694,20 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                 rank: r,
                 control,
                 last,
-                progress: if finished {
-                    Vec::new()
-                } else {
-                    rep.progress.get(&r).cloned().unwrap_or_default()
+                // Only the trailing run of equal counters matters (how long progress has
+                // stood still): O(1) per working rank, not its whole history.
+                progress: match rep.progress.get(&r) {
+                    Some(h) if !finished => {
+                        let cur = h.last().map(|x| x.1);
+                        let k = h.iter().rev().take_while(|x| Some(x.1) == cur).count();
+                        h[h.len() - k..].to_vec()
+                    }
+                    _ => Vec::new(),
                 },
             }
         })
         .collect();
-    let silence_ms = bootstrap::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
+    let silence_ms = rendezvous::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
     WatchState {
         ranks: rep.ranks.clone(),
         watch,
@@ -878,13 +726,16 @@ fn sweep(
     ring: Ring,
     links: &mut [ChannelLinks],
     progress: &[Progress],
+    live: &Arc<LiveStatus>,
     session: &Session,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<(Vec<RowResult>, Option<allreduce::SizeResult>), RingError> {
     let mut rows = Vec::new();
     let mut last = None;
-    for &bytes in &opts.sizes {
+    for (i, &bytes) in opts.sizes.iter().enumerate() {
+        live.size_index.store(i as u32, Ordering::Relaxed);
+        live.size_bytes.store(bytes, Ordering::Relaxed);
         for p in progress {
             p.touch();
         }
@@ -894,8 +745,10 @@ fn sweep(
             iters: opts.iters,
             check: opts.check > 0,
             in_place,
+            live: Some(live.clone()),
         };
         // nccl-tests' two halves: out of place, then in place, each with its own warm-up.
+        live.half.store(0, Ordering::Relaxed);
         let r = allreduce::run_size(
             ring,
             links,
@@ -904,6 +757,7 @@ fn sweep(
             &spec(false),
             opts.slot_bytes,
         )?;
+        live.half.store(1, Ordering::Relaxed);
         let ip = allreduce::run_size(
             ring,
             links,
@@ -937,12 +791,37 @@ fn sweep(
     Ok((rows, last))
 }
 
+/// The scan driver plugs into the coordinator through its trait (the coordinator knows no
+/// diagnosis code).
+impl ScanDriver for Driver {
+    fn start(&mut self, now: Instant) -> Step {
+        Driver::start(self, now)
+    }
+    fn on_samples(
+        &mut self,
+        rank: Rank,
+        index: u32,
+        samples: Vec<LinkSample>,
+        line_rate_gbs: Option<f64>,
+        ranks: &[RankInfo],
+        now: Instant,
+    ) -> Step {
+        Driver::on_samples(self, rank, index, samples, line_rate_gbs, ranks, now)
+    }
+    fn report(&self, ranks: &[RankInfo]) -> ScanReport {
+        Driver::report(self, ranks)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::launcher::Source;
+    use crate::ring::report::{InPlaceRow, ResultRow};
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host.into(),
             address: format!("10.0.0.{rank}:1"),

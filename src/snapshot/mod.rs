@@ -173,8 +173,16 @@ impl Mirror<'_> {
                 return Ok(());
             }
         }
-        match std::fs::read(&s) {
+        match crate::host::read_capped(&s, crate::host::MAX_READ_BYTES) {
             Ok(bytes) => std::fs::write(&d, bytes).map_err(io_err("write", &d))?,
+            Err(e) if e.kind() == io::ErrorKind::FileTooLarge => {
+                self.summary.skipped.push(format!(
+                    "{}: larger than {} bytes, not copied",
+                    canonical.display(),
+                    crate::host::MAX_READ_BYTES
+                ));
+                return Ok(());
+            }
             Err(e) => {
                 // The kernel's answer is the fact: keep the file (it exists) and the errno.
                 let name = e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO");
@@ -296,7 +304,13 @@ pub fn write_tree(
         ..host.meta().clone()
     };
     write_json(&side_dir.join("host.json"), &meta)?;
-    write_json(&side_dir.join("env.json"), host.env())?;
+    // Filtered again here: a host built from an older snapshot may carry a secret.
+    let env: BTreeMap<&String, &String> = host
+        .env()
+        .iter()
+        .filter(|(k, _)| side::env_is_captured(k))
+        .collect();
+    write_json(&side_dir.join("env.json"), &env)?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("facts.json"), host.facts())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;

@@ -4,6 +4,8 @@
 //! `data.verdicts[]` of `fabprobe.ring`).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +23,11 @@ pub struct RankInfo {
     /// `tcp`, `rdma` or `inproc`.
     pub transport: String,
     pub pid: Option<u32>,
+    /// The transports this rank can run (its hello's `capabilities`, e.g. `["rdma", "tcp"]`),
+    /// so every rank reads from the table what the others offer (`--transport auto` picks
+    /// the best one all of them have). Empty from a rank that predates the field.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// One directed link measured at its receiver.
@@ -129,6 +136,9 @@ pub enum VerdictKind {
     HangLink,
     RankLost,
     RankStalled,
+    /// The rank's host stopped acknowledging its control connection (TCP_INFO): powered off,
+    /// crashed, or its network link cut; not a stopped process (whose kernel still answers).
+    RankUnreachable,
     CoordinatorLost,
 }
 
@@ -145,4 +155,116 @@ pub struct Verdict {
     pub message: String,
     /// The next command a person should run.
     pub next: Option<String>,
+}
+
+/// One port counter that moved during the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CounterMove {
+    pub rank: u32,
+    pub host: String,
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    pub counter: String,
+    /// At least this much (exact unless the counter saturated or was cleared).
+    pub delta: u64,
+}
+
+/// Set when the run must end: the coordinator said so, or it is gone.
+#[derive(Debug, Default)]
+pub struct AbortFlag {
+    set: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl AbortFlag {
+    pub fn raise(&self, reason: String) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(reason);
+        }
+        self.set.store(true, Ordering::SeqCst);
+    }
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Relaxed)
+    }
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().ok().and_then(|r| r.clone())
+    }
+}
+
+/// What this rank is doing right now, for a person watching (the CLI's progress line).
+/// Written by the run, read by any thread; every field is a plain counter.
+#[derive(Debug, Default)]
+pub struct LiveStatus {
+    /// 0 setting up, 1 link scan, 2 size sweep, 3 finished.
+    pub stage: AtomicU8,
+    /// Link scan: the order running now (0-based) and the orders planned so far.
+    pub scan_order: AtomicU32,
+    /// Size sweep: the size running now (0-based), its bytes, and the half (0 out of
+    /// place, 1 in place).
+    pub size_index: AtomicU32,
+    pub size_bytes: AtomicU64,
+    pub half: AtomicU8,
+    /// Iteration of the current half, warm-up included.
+    pub iteration: AtomicU32,
+}
+
+impl LiveStatus {
+    pub const SETUP: u8 = 0;
+    pub const SCAN: u8 = 1;
+    pub const SWEEP: u8 = 2;
+    pub const DONE: u8 = 3;
+
+    pub fn set_stage(&self, s: u8) {
+        self.stage.store(s, Ordering::Relaxed);
+    }
+    pub fn stage(&self) -> u8 {
+        self.stage.load(Ordering::Relaxed)
+    }
+}
+
+/// Text that came from a peer (a rejected hello's parse error, a host name), made safe to
+/// print: control characters and terminal escapes (C0, DEL, C1) become `\xNN`/`\u{NNNN}`,
+/// and at most `max_chars` characters are kept (then `...`). Idempotent on its own output.
+pub fn printable(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars + 8));
+    for (n, c) in s.chars().enumerate() {
+        if n >= max_chars {
+            out.push_str("...");
+            break;
+        }
+        match c {
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            // Bidirectional overrides and zero-width marks can disguise a line on a terminal.
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}' => {
+                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_controls_and_truncates() {
+        let cases = [
+            ("plain text", 80, "plain text"),
+            ("\x1b[31mred\x1b[0m", 80, "\\x1b[31mred\\x1b[0m"),
+            ("a\r\nb\u{7f}", 80, "a\\x0d\\x0ab\\x7f"),
+            ("c1 \u{9b}2J", 80, "c1 \\u{009b}2J"),
+            ("rtl \u{202e}gpj", 80, "rtl \\u{202e}gpj"),
+            ("0123456789", 4, "0123..."),
+            ("ünïcödé", 80, "ünïcödé"),
+        ];
+        for (input, max, want) in cases {
+            let got = printable(input, max);
+            assert_eq!(got, want, "{input:?}");
+            assert_eq!(printable(&got, usize::MAX), got, "not idempotent on {input:?}");
+        }
+    }
 }

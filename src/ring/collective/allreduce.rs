@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::bootstrap::AbortFlag;
-use super::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
-use super::types::{Phase, Rank, WaitReport};
+use crate::ring::collective::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
+use crate::ring::model::AbortFlag;
+use crate::ring::model::{Phase, Rank, WaitReport};
 
 /// How long one poll slice lasts before the abort flag is looked at again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -427,6 +427,8 @@ pub struct SizeSpec {
     pub check: bool,
     /// The output buffer is the input buffer (nccl-tests' in-place half).
     pub in_place: bool,
+    /// Where the iteration count goes for a person watching (channel 0 writes it).
+    pub live: Option<std::sync::Arc<crate::ring::model::LiveStatus>>,
 }
 
 /// Run warm-up and timed iterations for one size across all channels (one thread each).
@@ -475,6 +477,9 @@ pub fn run_size(
                 let mut hop = None;
                 let mut run = || -> Result<(), RingError> {
                     for it in 0..spec.warmup + spec.iters {
+                        if let (0, Some(live)) = (c, &spec.live) {
+                            live.iteration.store(it, Ordering::Relaxed);
+                        }
                         if it == spec.warmup {
                             barrier.wait();
                             at_barrier = Some(l.recv.bytes_received());
@@ -494,6 +499,13 @@ pub fn run_size(
                     Ok(())
                 };
                 let res = run();
+                // Stop the sibling channels now, before this thread waits at a barrier for
+                // them: a sibling blocked on its own wait would otherwise run to its timeout,
+                // and a peer's stuck report could reach the coordinator before this rank's
+                // real cause (and blame a link for a local error).
+                if res.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
                 // Every channel passes each barrier exactly once, also on failure.
                 if at_barrier.is_none() {
                     barrier.wait();
@@ -560,7 +572,7 @@ pub fn busbw(algbw: f64, world: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::transport::inproc::{self, Faults, LinkHandle};
+    use crate::ring::collective::transport::inproc::{self, Faults, LinkHandle};
 
     /// A full inproc ring of `world` ranks and `channels` channels; faults per (from, channel).
     fn ring_links(
@@ -641,6 +653,7 @@ mod tests {
                             iters: 2,
                             check: true,
                             in_place,
+                            live: None,
                         };
                         let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
                         if let Err(e) = &res {
@@ -761,6 +774,76 @@ mod tests {
             res.iter()
                 .any(|r| matches!(r, Err(RingError::Transport(TransportError::Closed { .. }))))
         );
+    }
+
+    #[test]
+    fn a_failed_channel_stops_its_siblings_at_once() {
+        // Rank 1's channel 0 fails on its own side (its link to rank 2 dies) while its channel
+        // 1 waits for rank 0, whose chunks on channel 1 vanish. Rank 1 must end with its own
+        // cause well before the timeout, before any peer's wait could pass its deadline.
+        let faults = |from, c| match (from, c) {
+            (1, 0) => Faults {
+                die_after_writes: Some(1),
+                ..Faults::default()
+            },
+            (0, 1) => Faults {
+                blackhole_after_writes: Some(0),
+                ..Faults::default()
+            },
+            _ => Faults::default(),
+        };
+        let timeout = Duration::from_secs(3);
+        let (links, _h) = ring_links(3, 2, 1024, &faults, timeout);
+        let abort = AbortFlag::default();
+        let mut out: Vec<(Result<SizeResult, RingError>, Duration)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = links
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut l)| {
+                    let abort = &abort;
+                    sc.spawn(move || {
+                        let progress: Vec<Progress> = (0..2).map(|_| Progress::default()).collect();
+                        let ring = Ring {
+                            rank: r as u32,
+                            world: 3,
+                            timeout,
+                        };
+                        let spec = SizeSpec {
+                            bytes: 4 * 4096,
+                            warmup: 1,
+                            iters: 2,
+                            check: true,
+                            in_place: false,
+                            live: None,
+                        };
+                        let t0 = Instant::now();
+                        let res = run_size(ring, &mut l, &progress, abort, &spec, 1024);
+                        let took = t0.elapsed();
+                        if r == 1 {
+                            // As the coordinator would once rank 1 reports its cause.
+                            abort.raise("rank 1 failed".into());
+                        }
+                        (res, took, l)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    let (res, took, _l) = h.join().unwrap();
+                    (res, took)
+                })
+                .collect()
+        });
+        let (res, took) = out.remove(1);
+        assert!(took < Duration::from_secs(1), "rank 1 took {took:?} to stop");
+        assert!(
+            matches!(res, Err(RingError::Transport(TransportError::Closed { .. }))),
+            "{res:?}"
+        );
+        // No peer got as far as a stuck report: the abort reached them first.
+        for (r, (res, _)) in out.iter().enumerate() {
+            assert!(!matches!(res, Err(RingError::Stuck(..))), "rank {r}: {res:?}");
+        }
     }
 
     #[test]

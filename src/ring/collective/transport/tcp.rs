@@ -1,0 +1,1696 @@
+//! The TCP transport: one connection per directed link and channel. The sender writes a
+//! 16-byte header (magic, slot, length, immediate) and the chunk with one vectored write;
+//! the receiver's own thread reads the chunk straight into the named slot (no extra copy)
+//! and queues the completion; credits (4-byte slot ids) flow back on the same connection.
+//! Large socket buffers and TCP_NODELAY; a short JSON handshake checks the job token and
+//! hands the sender the receiver's slot count and size (as an RDMA rkey exchange would).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name, slot_buffer,
+    words_as_bytes, words_as_bytes_mut,
+};
+
+const DATA_MAGIC: u32 = 0x4650_4431; // "FPD1"
+const HS_MAGIC: &[u8; 4] = b"FPH1";
+const MAX_HANDSHAKE: usize = 4096;
+/// Bounds on the slots a receiver may offer (its handshake reply sizes the sender's credits).
+pub const MAX_SLOTS: u32 = 1024;
+pub const MAX_SLOT_BYTES: u64 = 1 << 30;
+/// Socket buffer size asked for (the kernel caps it at net.core.{w,r}mem_max and doubles it).
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// The connecting side's introduction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Handshake {
+    pub token: String,
+    pub from_rank: u32,
+    pub to_rank: u32,
+    pub channel: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Reply {
+    ok: bool,
+    reason: String,
+    slots: u32,
+    slot_bytes: u64,
+}
+
+fn set_buffers(s: &TcpStream) {
+    let fd = s.as_raw_fd();
+    let v = SOCKET_BUFFER as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: a valid fd and a c_int option value of the right size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    let _ = s.set_nodelay(true);
+}
+
+fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
+    let b = serde_json::to_vec(body).map_err(io::Error::other)?;
+    let mut f = HS_MAGIC.to_vec();
+    f.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    f.extend_from_slice(&b);
+    s.write_all(&f)
+}
+
+/// A handshake frame decoded from the bytes received so far. Pure, so it is property-tested
+/// on arbitrary input; it never allocates beyond `MAX_HANDSHAKE`.
+#[derive(Debug, PartialEq)]
+pub enum Decoded<T> {
+    /// Incomplete: this many more bytes are wanted (never more than the frame holds).
+    More(usize),
+    Done(T),
+    /// Not a handshake; the reason carries no byte of the sender's beyond the magic in hex.
+    Bad(String),
+}
+
+/// Decode one `FPH1 | u32 length | JSON` frame from the start of `buf`; bytes past the
+/// frame are refused (a rank sends nothing before the reply).
+pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Decoded<T> {
+    let m = buf.len().min(4);
+    if buf[..m] != HS_MAGIC[..m] {
+        return Decoded::Bad(format!("not a fabprobe data link (bad magic {:02x?})", &buf[..m]));
+    }
+    if buf.len() < 8 {
+        return Decoded::More(8 - buf.len());
+    }
+    let len = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+    if len > MAX_HANDSHAKE {
+        return Decoded::Bad(format!("handshake of {len} bytes exceeds {MAX_HANDSHAKE}"));
+    }
+    if buf.len() < 8 + len {
+        return Decoded::More(8 + len - buf.len());
+    }
+    if buf.len() > 8 + len {
+        return Decoded::Bad("bytes after the handshake".into());
+    }
+    match serde_json::from_slice(&buf[8..]) {
+        Ok(v) => Decoded::Done(v),
+        // serde's messages may quote the sender's text: say only what kind of error, where.
+        Err(e) => Decoded::Bad(format!(
+            "malformed handshake ({:?} error at byte {})",
+            e.classify(),
+            e.column()
+        )),
+    }
+}
+
+/// Read one frame by `deadline` (a deadline for the whole frame, not per read).
+fn read_frame_by<T: DeserializeOwned>(s: &mut TcpStream, deadline: Instant) -> Result<T, String> {
+    let mut buf = Vec::new();
+    loop {
+        let want = match decode_frame(&buf) {
+            Decoded::Done(v) => return Ok(v),
+            Decoded::Bad(e) => return Err(e),
+            Decoded::More(n) => n,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("no whole handshake before the deadline".into());
+        }
+        let _ = s.set_read_timeout(Some(left));
+        let mut tmp = [0u8; 1024];
+        let n = want.min(tmp.len());
+        match s.read(&mut tmp[..n]) {
+            Ok(0) => return Err("the connection closed during the handshake".into()),
+            Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Text that came from a peer, fit for a log line: control characters (terminal escapes)
+/// escaped, at most `max` characters.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).flat_map(char::escape_default).collect();
+    if s.chars().count() > max {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Compares every byte whatever the first difference, as the coordinator's check does.
+fn token_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn io_err(peer: &str, dir: &'static str, e: io::Error) -> TransportError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TransportError::Timeout {
+            peer: peer.into(),
+            dir,
+        },
+        _ => TransportError::Closed {
+            peer: peer.into(),
+            dir,
+            why: e.to_string(),
+        },
+    }
+}
+
+// ---------------------------------------------------------------- sender
+
+pub struct TcpSend {
+    stream: TcpStream,
+    peer: String,
+    slots: u32,
+    slot_bytes: usize,
+    credits: VecDeque<u32>,
+    partial: Vec<u8>,
+    sent: u64,
+}
+
+/// Connect a link to the receiver at `addr`, retrying refused connections until `deadline`.
+/// `timeout` bounds every later blocking write.
+pub fn connect(
+    addr: &str,
+    peer: &str,
+    hs: &Handshake,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpSend, TransportError> {
+    let setup = |what: &str, error: String| TransportError::Setup {
+        peer: peer.into(),
+        what: what.into(),
+        error,
+    };
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| setup(&format!("resolving the data address {addr}"), e.to_string()))?
+        .collect();
+    let mut last = String::from("no address");
+    let mut stream = None;
+    'retry: while Instant::now() < deadline {
+        for a in &addrs {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            match TcpStream::connect_timeout(a, left) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break 'retry;
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let mut s = stream.ok_or_else(|| setup(&format!("connecting the data link to {addr}"), last))?;
+    set_buffers(&s);
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    let _ = s.set_read_timeout(Some(left));
+    let _ = s.set_write_timeout(Some(left));
+    write_frame(&mut s, hs).map_err(|e| setup("sending the link handshake", e.to_string()))?;
+    let reply: Reply = read_frame_by(&mut s, deadline).map_err(|e| setup("reading the link handshake", e))?;
+    if !reply.ok {
+        return Err(setup(
+            "the receiver refused the link",
+            printable(&reply.reason, 200),
+        ));
+    }
+    // The receiver's figures size this side's credits: a lie must not allocate gigabytes
+    // (u32::MAX slots) or give no credit at all (0 slots: a false hang).
+    if !(1..=MAX_SLOTS).contains(&reply.slots) || !(4..=MAX_SLOT_BYTES).contains(&reply.slot_bytes) {
+        return Err(setup(
+            "reading the link handshake",
+            format!(
+                "the receiver offers {} slots of {} bytes (want 1..={MAX_SLOTS} slots of 4..={MAX_SLOT_BYTES} bytes)",
+                reply.slots, reply.slot_bytes
+            ),
+        ));
+    }
+    let _ = s.set_write_timeout(Some(timeout));
+    Ok(TcpSend {
+        stream: s,
+        peer: peer.into(),
+        slots: reply.slots,
+        slot_bytes: reply.slot_bytes as usize,
+        credits: (0..reply.slots).collect(),
+        partial: Vec::new(),
+        sent: 0,
+    })
+}
+
+impl SendLink for TcpSend {
+    fn peer(&self) -> &str {
+        &self.peer
+    }
+    fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+    fn acquire(&mut self, deadline: Instant) -> Result<u32, TransportError> {
+        loop {
+            if let Some(c) = self.credits.pop_front() {
+                return Ok(c);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(TransportError::Timeout {
+                    peer: self.peer.clone(),
+                    dir: "to",
+                });
+            }
+            let _ = self.stream.set_read_timeout(Some(left));
+            let mut buf = [0u8; 256];
+            let n = match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    return Err(TransportError::Closed {
+                        peer: self.peer.clone(),
+                        dir: "to",
+                        why: "the receiver closed the connection".into(),
+                    });
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(&self.peer, "to", e)),
+            };
+            self.partial.extend_from_slice(&buf[..n]);
+            let whole = self.partial.len() / 4 * 4;
+            for c in self.partial[..whole].chunks_exact(4) {
+                let slot = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+                if slot >= self.slots {
+                    return Err(TransportError::Protocol {
+                        peer: self.peer.clone(),
+                        dir: "to",
+                        what: format!("credit for slot {slot} of {}", self.slots),
+                    });
+                }
+                self.credits.push_back(slot);
+            }
+            self.partial.drain(..whole);
+        }
+    }
+    fn write_imm(&mut self, slot: u32, data: &[u8], imm: u32) -> Result<(), TransportError> {
+        if data.len() > self.slot_bytes {
+            return Err(TransportError::Protocol {
+                peer: self.peer.clone(),
+                dir: "to",
+                what: format!(
+                    "write of {} bytes into a {}-byte slot",
+                    data.len(),
+                    self.slot_bytes
+                ),
+            });
+        }
+        let mut head = [0u8; 16];
+        head[0..4].copy_from_slice(&DATA_MAGIC.to_be_bytes());
+        head[4..8].copy_from_slice(&slot.to_be_bytes());
+        head[8..12].copy_from_slice(&(data.len() as u32).to_be_bytes());
+        head[12..16].copy_from_slice(&imm.to_be_bytes());
+        let (mut h, mut d) = (&head[..], data);
+        while !h.is_empty() || !d.is_empty() {
+            let n = match self.stream.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]) {
+                Ok(0) => {
+                    return Err(TransportError::Closed {
+                        peer: self.peer.clone(),
+                        dir: "to",
+                        why: "write returned 0".into(),
+                    });
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(&self.peer, "to", e)),
+            };
+            let from_h = n.min(h.len());
+            h = &h[from_h..];
+            d = &d[n - from_h..];
+        }
+        self.sent += data.len() as u64;
+        Ok(())
+    }
+    fn bytes_sent(&self) -> u64 {
+        self.sent
+    }
+}
+
+impl Drop for TcpSend {
+    fn drop(&mut self) {
+        // Closing with unread credits in the receive queue makes the kernel send RST,
+        // which discards chunks still in our send buffer. Send FIN after the data, then
+        // let the closer drain credits until the receiver closes: every link of the
+        // process at once, so closing costs CLOSE_LINGER in all, not per link.
+        let _ = self.stream.shutdown(Shutdown::Write);
+        if let Ok(s) = self.stream.try_clone() {
+            closer::hand_over(s);
+        }
+    }
+}
+
+/// How long a closed sending link may wait for its receiver to close in turn.
+pub const CLOSE_LINGER: Duration = Duration::from_millis(500);
+
+/// Wait until every closed sending link of this process is done draining, or `by`.
+/// Call before the process exits (an exit resets links a slow receiver still reads).
+pub fn wait_closed(by: Instant) {
+    while closer::busy() && Instant::now() < by {
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One thread per process drains the credits of closed sending links until each receiver
+/// closes or its linger passes.
+mod closer {
+    use super::*;
+    use std::sync::OnceLock;
+
+    struct Closing {
+        stream: TcpStream,
+        until: Instant,
+    }
+
+    static LIST: Mutex<Vec<Closing>> = Mutex::new(Vec::new());
+    static STARTED: OnceLock<bool> = OnceLock::new();
+
+    fn list() -> MutexGuard<'static, Vec<Closing>> {
+        LIST.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn busy() -> bool {
+        !list().is_empty()
+    }
+
+    pub fn hand_over(stream: TcpStream) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        list().push(Closing {
+            stream,
+            until: Instant::now() + CLOSE_LINGER,
+        });
+        let started = STARTED.get_or_init(|| {
+            thread::Builder::new()
+                .name("fabprobe-close".into())
+                .spawn(run)
+                .is_ok()
+        });
+        if !started {
+            // No thread: the link just closes now.
+            list().clear();
+        }
+    }
+
+    fn run() {
+        let mut sink = [0u8; 4096];
+        loop {
+            {
+                let now = Instant::now();
+                list().retain_mut(|c| {
+                    if now >= c.until {
+                        return false;
+                    }
+                    loop {
+                        match c.stream.read(&mut sink) {
+                            Ok(0) => return false,
+                            Ok(_) => continue,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                            Err(_) => return false,
+                        }
+                    }
+                });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- receiver
+
+struct RxQueue {
+    completions: VecDeque<Completion>,
+    error: Option<TransportError>,
+    busy: Vec<bool>,
+}
+
+struct RxShared {
+    slots: Vec<Mutex<Vec<u32>>>,
+    q: Mutex<RxQueue>,
+    cv: Condvar,
+}
+
+impl RxShared {
+    fn q(&self) -> MutexGuard<'_, RxQueue> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct TcpRecv {
+    sh: Arc<RxShared>,
+    credit: TcpStream,
+    peer: String,
+    received: u64,
+}
+
+/// The receive thread: header, then the bytes straight into the slot.
+fn rx_loop(mut s: TcpStream, sh: Arc<RxShared>, peer: String, slot_bytes: usize) {
+    let fail = |e: TransportError| {
+        let mut q = sh.q();
+        q.error.get_or_insert(e);
+        sh.cv.notify_all();
+    };
+    loop {
+        let mut head = [0u8; 16];
+        if let Err(e) = s.read_exact(&mut head) {
+            let why = if e.kind() == io::ErrorKind::UnexpectedEof {
+                "the sender closed the connection".to_string()
+            } else {
+                e.to_string()
+            };
+            return fail(TransportError::Closed {
+                peer: peer.clone(),
+                dir: "from",
+                why,
+            });
+        }
+        let word = |i: usize| u32::from_be_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        let (magic, slot, len, imm) = (word(0), word(4), word(8) as usize, word(12));
+        let proto = |what: String| TransportError::Protocol {
+            peer: peer.clone(),
+            dir: "from",
+            what,
+        };
+        if magic != DATA_MAGIC {
+            return fail(proto(format!("bad chunk magic {magic:#x}")));
+        }
+        if len > slot_bytes {
+            return fail(proto(format!(
+                "chunk of {len} bytes for a {slot_bytes}-byte slot"
+            )));
+        }
+        {
+            let mut q = sh.q();
+            match q.busy.get_mut(slot as usize) {
+                None => {
+                    return fail(proto(format!("write into slot {slot} of {}", sh.slots.len())));
+                }
+                Some(b) if *b => {
+                    return fail(proto(format!(
+                        "write into slot {slot} before its credit came back (overrun)"
+                    )));
+                }
+                Some(b) => *b = true,
+            }
+        }
+        let Some(m) = sh.slots.get(slot as usize) else {
+            return;
+        };
+        {
+            let mut buf = m.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = s.read_exact(&mut words_as_bytes_mut(&mut buf)[..len]) {
+                drop(buf);
+                return fail(TransportError::Closed {
+                    peer: peer.clone(),
+                    dir: "from",
+                    why: format!("mid-chunk: {e}"),
+                });
+            }
+        }
+        let mut q = sh.q();
+        q.completions.push_back(Completion { slot, len, imm });
+        sh.cv.notify_all();
+    }
+}
+
+fn make_recv(s: TcpStream, peer: String, slots: usize, slot_bytes: usize) -> io::Result<TcpRecv> {
+    let sh = Arc::new(RxShared {
+        slots: (0..slots).map(|_| Mutex::new(slot_buffer(slot_bytes))).collect(),
+        q: Mutex::new(RxQueue {
+            completions: VecDeque::new(),
+            error: None,
+            busy: vec![false; slots],
+        }),
+        cv: Condvar::new(),
+    });
+    let reader = s.try_clone()?;
+    let _ = reader.set_read_timeout(None);
+    {
+        let sh = sh.clone();
+        let peer = peer.clone();
+        thread::Builder::new()
+            .name("fabprobe-rx".into())
+            .spawn(move || rx_loop(reader, sh, peer, slot_bytes))?;
+    }
+    Ok(TcpRecv {
+        sh,
+        credit: s,
+        peer,
+        received: 0,
+    })
+}
+
+impl RecvLink for TcpRecv {
+    fn peer(&self) -> &str {
+        &self.peer
+    }
+    fn poll(&mut self, deadline: Instant) -> Result<Completion, TransportError> {
+        let mut q = self.sh.q();
+        loop {
+            if let Some(c) = q.completions.pop_front() {
+                self.received += c.len as u64;
+                return Ok(c);
+            }
+            if let Some(e) = &q.error {
+                return Err(e.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::Timeout {
+                    peer: self.peer.clone(),
+                    dir: "from",
+                });
+            }
+            q = self
+                .sh
+                .cv
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+    fn consume(&mut self, c: &Completion, f: &mut dyn FnMut(&[u8])) -> Result<(), TransportError> {
+        let Some(m) = self.sh.slots.get(c.slot as usize) else {
+            return Err(TransportError::Protocol {
+                peer: self.peer.clone(),
+                dir: "from",
+                what: format!("no slot {}", c.slot),
+            });
+        };
+        {
+            let buf = m.lock().unwrap_or_else(|p| p.into_inner());
+            f(&words_as_bytes(&buf)[..c.len]);
+        }
+        if let Some(b) = self.sh.q().busy.get_mut(c.slot as usize) {
+            *b = false;
+        }
+        // A sender that finished and closed needs no credit; a broken connection shows up
+        // in the next poll from the receive thread, so a failed credit is not an error here.
+        let _ = self.credit.write_all(&c.slot.to_be_bytes());
+        Ok(())
+    }
+    fn bytes_received(&self) -> u64 {
+        self.received
+    }
+}
+
+impl Drop for TcpRecv {
+    fn drop(&mut self) {
+        // Wakes the receive thread out of its read.
+        let _ = self.credit.shutdown(Shutdown::Both);
+    }
+}
+
+/// The links accepted and the refusals (lines for the log), or the failure and the refusals.
+pub type AcceptResult = Result<(Vec<Accepted>, Vec<String>), (TransportError, Vec<String>)>;
+
+/// One accepted link and who it came from.
+pub struct Accepted {
+    pub handshake: Handshake,
+    pub link: TcpRecv,
+}
+
+/// How long one connection has from accept to its whole handshake: a deadline, not a limit
+/// per read, so a client dripping a byte at a time is cut off when it passes.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections reading their handshake at once; one more drops the oldest (a real rank
+/// sends its handshake as soon as it connects, so it is never the oldest for long).
+pub const MAX_PENDING: usize = 128;
+/// Connections taken off the listener in one pass before the pending ones are read again.
+const ACCEPT_BATCH: usize = 32;
+/// Pause before the listener is tried again after accept failed (out of file descriptors):
+/// retrying at once would spin, since the connection stays queued.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Once every link is in, how long a link that came from an address other than its rank's
+/// data address waits for the rank's own connection to replace it.
+pub const UNVERIFIED_GRACE: Duration = Duration::from_secs(2);
+/// Foreign source addresses kept by name (more are counted), and reasons kept per address.
+const MAX_SOURCES: usize = 64;
+const MAX_REASONS: usize = 3;
+const MAX_SOURCES_LISTED: usize = 8;
+
+/// What `accept` waits for: the links `expect` (`(from_rank, channel)`) to rank `me`.
+pub struct AcceptSpec<'a> {
+    pub token: &'a str,
+    pub me: u32,
+    pub expect: &'a [(u32, u32)],
+    pub slots: usize,
+    pub slot_bytes: usize,
+    pub deadline: Instant,
+    /// Every later blocking operation on the links is bounded by this.
+    pub timeout: Duration,
+    /// Names a rank for errors.
+    pub peer_name: &'a (dyn Fn(u32) -> String + Sync),
+    /// Where a rank listens for data (the rank table): a link that comes from that IP is
+    /// the rank's own; None: unknown, every source is taken as the rank's.
+    pub rank_ip: &'a (dyn Fn(u32) -> Option<IpAddr> + Sync),
+}
+
+/// Connections that were not this job's links, by source address, for the log and for
+/// the error when a link is missing (so a port scanner is named, not the real peer).
+#[derive(Default)]
+struct Foreign {
+    by_ip: BTreeMap<IpAddr, (u64, Vec<String>)>,
+    total: u64,
+    /// Connections from addresses beyond `MAX_SOURCES`.
+    unlisted: u64,
+}
+
+impl Foreign {
+    fn note(&mut self, ip: IpAddr, why: String) {
+        self.total += 1;
+        let ip = ip.to_canonical();
+        if !self.by_ip.contains_key(&ip) && self.by_ip.len() >= MAX_SOURCES {
+            self.unlisted += 1;
+            return;
+        }
+        let (n, reasons) = self.by_ip.entry(ip).or_default();
+        *n += 1;
+        if reasons.len() < MAX_REASONS && !reasons.contains(&why) {
+            reasons.push(why);
+        }
+    }
+
+    /// One line per source address, most connections first, at most `MAX_SOURCES_LISTED`.
+    fn lines(&self) -> Vec<String> {
+        let mut v: Vec<_> = self.by_ip.iter().collect();
+        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+        let mut out: Vec<String> = v
+            .iter()
+            .take(MAX_SOURCES_LISTED)
+            .map(|(ip, (n, reasons))| {
+                let conns = if *n == 1 {
+                    "1 connection".to_string()
+                } else {
+                    format!("{n} connections")
+                };
+                format!("data link from {ip}: {conns} refused: {}", reasons.join("; "))
+            })
+            .collect();
+        let rest = self.total
+            - v.iter()
+                .take(MAX_SOURCES_LISTED)
+                .map(|(_, (n, _))| n)
+                .sum::<u64>();
+        if rest > 0 {
+            out.push(format!(
+                "data link: {rest} more connections refused from other addresses"
+            ));
+        }
+        out
+    }
+
+    /// For an error: `600 foreign connections (198.18.0.9: 600)`.
+    fn summary(&self) -> Option<String> {
+        if self.total == 0 {
+            return None;
+        }
+        let mut v: Vec<_> = self.by_ip.iter().map(|(ip, (n, _))| (*n, *ip)).collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let listed: Vec<String> = v
+            .iter()
+            .take(MAX_SOURCES_LISTED)
+            .map(|(n, ip)| format!("{ip}: {n}"))
+            .collect();
+        let more = if v.len() > MAX_SOURCES_LISTED || self.unlisted > 0 {
+            ", ..."
+        } else {
+            ""
+        };
+        Some(format!(
+            "{} foreign connection(s) refused ({}{more})",
+            self.total,
+            listed.join(", ")
+        ))
+    }
+}
+
+/// A connection still reading its handshake.
+struct Pending {
+    stream: TcpStream,
+    addr: SocketAddr,
+    buf: Vec<u8>,
+    until: Instant,
+}
+
+/// A link taken for an expected `(rank, channel)`, and whether it came from the rank's own
+/// data address.
+struct Held {
+    acc: Accepted,
+    addr: SocketAddr,
+    verified: bool,
+}
+
+struct AcceptState<'a> {
+    spec: &'a AcceptSpec<'a>,
+    held: Vec<Option<Held>>,
+    foreign: Foreign,
+    accept_errors: u64,
+    accept_error: Option<String>,
+    /// When the last empty slot was filled.
+    filled_at: Option<Instant>,
+}
+
+impl AcceptState<'_> {
+    fn complete(&self) -> bool {
+        self.held.iter().all(Option::is_some)
+    }
+    fn verified(&self) -> bool {
+        self.held.iter().flatten().all(|h| h.verified)
+    }
+
+    /// Does a connection from `ip` come from `rank`'s own data address?
+    fn source_ok(&self, rank: u32, ip: IpAddr) -> bool {
+        match (self.spec.rank_ip)(rank) {
+            Some(want) if !want.is_unspecified() => want.to_canonical() == ip.to_canonical(),
+            _ => true,
+        }
+    }
+
+    /// Read what a pending connection has sent; Some(p) while it is not done.
+    fn read(&mut self, mut p: Pending) -> Option<Pending> {
+        let want = match decode_frame::<Handshake>(&p.buf) {
+            Decoded::More(n) => n,
+            // Unreachable: a done or bad frame is never kept pending.
+            _ => return None,
+        };
+        let mut tmp = [0u8; 1024];
+        let n = want.min(tmp.len());
+        match p.stream.read(&mut tmp[..n]) {
+            Ok(0) => {
+                self.foreign
+                    .note(p.addr.ip(), "closed before its handshake".into());
+                None
+            }
+            Ok(k) => {
+                p.buf.extend_from_slice(&tmp[..k]);
+                match decode_frame::<Handshake>(&p.buf) {
+                    Decoded::More(_) => Some(p),
+                    Decoded::Bad(why) => {
+                        self.foreign.note(p.addr.ip(), why);
+                        None
+                    }
+                    Decoded::Done(hs) => {
+                        self.admit(p.stream, p.addr, hs);
+                        None
+                    }
+                }
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Some(p),
+            Err(e) => {
+                self.foreign
+                    .note(p.addr.ip(), format!("failed before its handshake: {e}"));
+                None
+            }
+        }
+    }
+
+    /// A whole handshake arrived: take the link, refuse it, or let it replace a link that
+    /// came from a foreign address.
+    fn admit(&mut self, mut s: TcpStream, addr: SocketAddr, hs: Handshake) {
+        let spec = self.spec;
+        let slot = spec.expect.iter().position(|&k| k == (hs.from_rank, hs.channel));
+        let verified = self.source_ok(hs.from_rank, addr.ip());
+        let reason = if !token_eq(&hs.token, spec.token) {
+            Some("wrong token".to_string())
+        } else if hs.to_rank != spec.me || slot.is_none() {
+            Some(format!(
+                "unexpected link rank {} -> rank {} channel {}",
+                hs.from_rank, hs.to_rank, hs.channel
+            ))
+        } else {
+            match slot.and_then(|k| self.held[k].as_ref()) {
+                Some(h) if h.verified || !verified => Some(format!(
+                    "duplicate link from rank {} channel {} (taken by {})",
+                    hs.from_rank, hs.channel, h.addr
+                )),
+                _ => None,
+            }
+        };
+        let Some(k) = slot.filter(|_| reason.is_none()) else {
+            let r = reason.unwrap_or_default();
+            // A tiny reply into a fresh socket's buffer: the nonblocking write never waits.
+            let _ = write_frame(
+                &mut s,
+                &Reply {
+                    ok: false,
+                    reason: r.clone(),
+                    slots: 0,
+                    slot_bytes: 0,
+                },
+            );
+            let r = if verified || r == "wrong token" {
+                r
+            } else {
+                format!("{r}; not from rank {}'s data address", hs.from_rank)
+            };
+            self.foreign.note(addr.ip(), r);
+            return;
+        };
+        let _ = s.set_nonblocking(false);
+        set_buffers(&s);
+        let left = spec
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let _ = s.set_write_timeout(Some(left));
+        let ok = Reply {
+            ok: true,
+            reason: String::new(),
+            slots: spec.slots as u32,
+            slot_bytes: spec.slot_bytes as u64,
+        };
+        if let Err(e) = write_frame(&mut s, &ok) {
+            self.foreign
+                .note(addr.ip(), format!("failed while taking its reply: {e}"));
+            return;
+        }
+        let _ = s.set_write_timeout(Some(spec.timeout));
+        let link = match make_recv(s, (spec.peer_name)(hs.from_rank), spec.slots, spec.slot_bytes) {
+            Ok(l) => l,
+            Err(e) => {
+                self.foreign
+                    .note(addr.ip(), format!("could not start its reader: {e}"));
+                return;
+            }
+        };
+        let new = Held {
+            acc: Accepted { handshake: hs, link },
+            addr,
+            verified,
+        };
+        if let Some(old) = self.held[k].replace(new) {
+            // Only an unverified link is ever replaced (see `reason`).
+            let (f, c) = spec.expect[k];
+            self.foreign.note(
+                old.addr.ip(),
+                format!(
+                    "claimed rank {f} channel {c}, replaced by the connection from rank {f}'s data address"
+                ),
+            );
+        } else if self.complete() {
+            self.filled_at = Some(Instant::now());
+        }
+    }
+
+    fn missing_error(&self) -> TransportError {
+        let spec = self.spec;
+        let missing: Vec<String> = spec
+            .expect
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, h)| h.is_none())
+            .map(|((f, c), _)| format!("{} channel {c}", (spec.peer_name)(*f)))
+            .collect();
+        let mut error = format!(
+            "not connected within {} s (firewall on the data interface?)",
+            spec.timeout.as_secs()
+        );
+        if let Some(s) = self.foreign.summary() {
+            error.push_str(&format!("; meanwhile {s}"));
+        }
+        if let Some(e) = &self.accept_error {
+            error.push_str(&format!(
+                "; accepting failed {} time(s): {e} (hint: out of file descriptors? raise `ulimit -n`)",
+                self.accept_errors
+            ));
+        }
+        TransportError::Setup {
+            peer: missing.join(", "),
+            what: "waiting for the data link".into(),
+            error,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = self.foreign.lines();
+        if let Some(e) = &self.accept_error {
+            out.push(format!(
+                "data listener: accepting failed {} time(s): {e} (hint: out of file descriptors? raise `ulimit -n`)",
+                self.accept_errors
+            ));
+        }
+        for h in self.held.iter().flatten().filter(|h| !h.verified) {
+            out.push(format!(
+                "data link from {}: taken for rank {} channel {} although it is not that rank's data address",
+                h.addr, h.acc.handshake.from_rank, h.acc.handshake.channel
+            ));
+        }
+        out
+    }
+}
+
+/// Accept exactly the links in `spec.expect` on `listener` by `spec.deadline`. Connections
+/// are read concurrently (one thread, nonblocking, `poll`), each with its own handshake
+/// deadline; everything else (wrong token, unexpected rank, garbage, a second claim of a
+/// taken link) is refused and summed up by source address in the returned lines.
+pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
+    let mut st = AcceptState {
+        spec,
+        held: spec.expect.iter().map(|_| None).collect(),
+        foreign: Foreign::default(),
+        accept_errors: 0,
+        accept_error: None,
+        filled_at: None,
+    };
+    if let Err(e) = listener.set_nonblocking(true) {
+        return Err((
+            TransportError::Setup {
+                peer: "data listener".into(),
+                what: "listening".into(),
+                error: e.to_string(),
+            },
+            Vec::new(),
+        ));
+    }
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut backoff_until: Option<Instant> = None;
+    let result = loop {
+        let now = Instant::now();
+        if st.complete() && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE)) {
+            break Ok(());
+        }
+        if now >= spec.deadline {
+            // Links from foreign addresses, once every link is in, are taken at the deadline.
+            if st.complete() {
+                break Ok(());
+            }
+            for p in pending.drain(..) {
+                st.foreign
+                    .note(p.addr.ip(), "no whole handshake before the deadline".into());
+            }
+            break Err(st.missing_error());
+        }
+        while pending.front().is_some_and(|p| now >= p.until) {
+            if let Some(p) = pending.pop_front() {
+                st.foreign.note(
+                    p.addr.ip(),
+                    format!("no whole handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
+                );
+            }
+        }
+        let listen = backoff_until.is_none_or(|t| now >= t);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(pending.len() + 1);
+        if listen {
+            fds.push(libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        fds.extend(pending.iter().map(|p| libc::pollfd {
+            fd: p.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let mut wake = spec.deadline.min(now + Duration::from_millis(100));
+        if let Some(p) = pending.front() {
+            wake = wake.min(p.until);
+        }
+        if let Some(t) = backoff_until.filter(|_| !listen) {
+            wake = wake.min(t);
+        }
+        if let Some(t) = st.filled_at {
+            wake = wake.min(t + UNVERIFIED_GRACE);
+        }
+        let ms = wake.saturating_duration_since(now).as_millis().clamp(1, 1000) as libc::c_int;
+        // SAFETY: `fds` is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
+            continue;
+        }
+        let off = usize::from(listen);
+        let ready: Vec<bool> = fds[off..].iter().map(|f| f.revents != 0).collect();
+        let mut keep = VecDeque::with_capacity(pending.len());
+        for (p, r) in pending.drain(..).zip(ready) {
+            if !r {
+                keep.push_back(p);
+            } else if let Some(p) = st.read(p) {
+                keep.push_back(p);
+            }
+        }
+        pending = keep;
+        if listen && fds[0].revents != 0 {
+            backoff_until = None;
+            for _ in 0..ACCEPT_BATCH {
+                match listener.accept() {
+                    Ok((s, addr)) => {
+                        let _ = s.set_nonblocking(true);
+                        if pending.len() >= MAX_PENDING {
+                            if let Some(old) = pending.pop_front() {
+                                st.foreign.note(
+                                    old.addr.ip(),
+                                    format!(
+                                        "dropped: more than {MAX_PENDING} connections waiting to say hello"
+                                    ),
+                                );
+                            }
+                        }
+                        pending.push_back(Pending {
+                            stream: s,
+                            addr,
+                            buf: Vec::new(),
+                            until: (Instant::now() + HANDSHAKE_DEADLINE).min(spec.deadline),
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        st.accept_errors += 1;
+                        st.accept_error.get_or_insert_with(|| e.to_string());
+                        // Out of file descriptors: free one from the connection that has
+                        // waited longest for its handshake, and pause before the next try.
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                            if let Some(old) = pending.pop_front() {
+                                st.foreign
+                                    .note(old.addr.ip(), "dropped to free a file descriptor".into());
+                            }
+                        }
+                        backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    let _ = listener.set_nonblocking(false);
+    let lines = st.lines();
+    match result {
+        Ok(()) => Ok((st.held.into_iter().flatten().map(|h| h.acc).collect(), lines)),
+        Err(e) => Err((e, lines)),
+    }
+}
+
+/// The TCP fabric: one listening socket on the data interface.
+pub struct TcpFabric {
+    listener: TcpListener,
+    address: String,
+}
+
+impl TcpFabric {
+    /// Listen on `ip` (port chosen by the kernel).
+    pub fn bind(ip: std::net::IpAddr) -> io::Result<TcpFabric> {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let address = listener.local_addr()?.to_string();
+        Ok(TcpFabric { listener, address })
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn transport(&self) -> &'static str {
+        "tcp"
+    }
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+    fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
+        let name = |r: u32| peer_name(req.table, r);
+        let rank_ip = |r: u32| {
+            req.table
+                .iter()
+                .find(|i| i.rank == r)
+                .and_then(|i| i.address.parse::<SocketAddr>().ok())
+                .map(|a| a.ip())
+        };
+        let spec = AcceptSpec {
+            token: req.token,
+            me: req.me,
+            expect: req.recvs,
+            slots: req.slots,
+            slot_bytes: req.slot_bytes,
+            deadline: req.deadline,
+            timeout: req.timeout,
+            peer_name: &name,
+            rank_ip: &rank_ip,
+        };
+        let (sends, accepted) = thread::scope(|sc| {
+            let acc = sc.spawn(|| accept(&self.listener, &spec));
+            let sends: Result<Vec<Box<dyn SendLink>>, TransportError> = req
+                .sends
+                .iter()
+                .map(|&(peer, tag)| {
+                    let addr = req
+                        .table
+                        .iter()
+                        .find(|i| i.rank == peer)
+                        .map(|i| i.address.clone())
+                        .ok_or_else(|| TransportError::Setup {
+                            peer: name(peer),
+                            what: "finding the data address".into(),
+                            error: "not in the table".into(),
+                        })?;
+                    let hs = Handshake {
+                        token: req.token.to_string(),
+                        from_rank: req.me,
+                        to_rank: peer,
+                        channel: tag,
+                    };
+                    connect(&addr, &name(peer), &hs, req.deadline, req.timeout)
+                        .map(|s| Box::new(s) as Box<dyn SendLink>)
+                })
+                .collect();
+            (sends, acc.join())
+        });
+        let (got, rejected) = match accepted {
+            Ok(Ok(x)) => x,
+            Ok(Err((e, _))) => return Err(e),
+            Err(_) => {
+                return Err(TransportError::Setup {
+                    peer: "-".into(),
+                    what: "accepting".into(),
+                    error: "panicked".into(),
+                });
+            }
+        };
+        let sends = sends?;
+        let mut got: Vec<Option<Accepted>> = got.into_iter().map(Some).collect();
+        let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
+        for &(peer, tag) in req.recvs {
+            let a = got
+                .iter_mut()
+                .find(|a| {
+                    a.as_ref()
+                        .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
+                })
+                .and_then(Option::take)
+                .ok_or_else(|| TransportError::Setup {
+                    peer: name(peer),
+                    what: "accepting".into(),
+                    error: format!("link {tag} missing after accept"),
+                })?;
+            recvs.push(Box::new(a.link));
+        }
+        Ok(OpenLinks {
+            sends,
+            recvs,
+            rejected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
+
+    /// What rank 1 expects in these tests: token `t`, every source taken as the rank's own.
+    fn spec<'a>(
+        expect: &'a [(u32, u32)],
+        slots: usize,
+        slot_bytes: usize,
+        deadline: Instant,
+    ) -> AcceptSpec<'a> {
+        AcceptSpec {
+            token: "t",
+            me: 1,
+            expect,
+            slots,
+            slot_bytes,
+            deadline,
+            timeout: Duration::from_secs(5),
+            peer_name: &|r| format!("rank {r}"),
+            rank_ip: &|_| None,
+        }
+    }
+
+    fn pair(slots: usize, slot_bytes: usize) -> Pair {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let hs = Handshake {
+            token: "t".into(),
+            from_rank: 0,
+            to_rank: 1,
+            channel: 0,
+        };
+        let t =
+            thread::spawn(move || connect(&addr, "rank 1", &hs, deadline, Duration::from_secs(5)).unwrap());
+        let (mut got, rej) = accept(&l, &spec(&[(0, 0)], slots, slot_bytes, deadline))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert!(rej.is_empty());
+        let s = t.join().unwrap();
+        (Box::new(s), Box::new(got.remove(0).link))
+    }
+
+    conformance_suite!(pair);
+
+    #[test]
+    fn handshake_refuses_wrong_token_and_garbage() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let a2 = addr.clone();
+        let t = thread::spawn(move || {
+            let mut g = TcpStream::connect(&a2).unwrap();
+            g.write_all(b"\x16\x03\x01garbage-tls-hello").unwrap();
+            let bad = Handshake {
+                token: "x".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            let e = connect(&a2, "rank 1", &bad, deadline, Duration::from_secs(5))
+                .err()
+                .unwrap();
+            let good = Handshake {
+                token: "t".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            let s = connect(&a2, "rank 1", &good, deadline, Duration::from_secs(5)).unwrap();
+            (e, s)
+        });
+        let (got, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let (e, _s) = t.join().unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(e.to_string().contains("wrong token"), "{e}");
+        // Both refusals came from one address: one line names it, counts and says why.
+        assert_eq!(rej.len(), 1, "{rej:?}");
+        assert!(
+            rej[0].starts_with("data link from 127.0.0.1: 2 connections refused"),
+            "{rej:?}"
+        );
+        assert!(
+            rej[0].contains("bad magic") && rej[0].contains("wrong token"),
+            "{rej:?}"
+        );
+    }
+
+    #[test]
+    fn missing_link_names_the_peer() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let e = accept(
+            &l,
+            &AcceptSpec {
+                peer_name: &|r| format!("rank {r} (node-a)"),
+                ..spec(&[(0, 3)], 2, 64, deadline)
+            },
+        )
+        .err()
+        .unwrap()
+        .0;
+        assert!(e.to_string().contains("rank 0 (node-a) channel 3"), "{e}");
+    }
+
+    #[test]
+    fn fabric_opens_links_in_request_order_by_tag() {
+        use crate::ring::collective::transport::{Fabric, LinkRequest};
+        use crate::ring::model::RankInfo;
+        let fabs: Vec<TcpFabric> = (0..2)
+            .map(|_| TcpFabric::bind([127, 0, 0, 1].into()).unwrap())
+            .collect();
+        let table: Vec<RankInfo> = fabs
+            .iter()
+            .enumerate()
+            .map(|(r, f)| RankInfo {
+                capabilities: Vec::new(),
+                rank: r as u32,
+                host: "h".into(),
+                address: f.address(),
+                device: None,
+                transport: f.transport().into(),
+                pid: None,
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let req = |me: u32, sends: &'static [(u32, u32)], recvs: &'static [(u32, u32)]| LinkRequest {
+            me,
+            token: "t",
+            table: &table,
+            sends,
+            recvs,
+            slots: 2,
+            slot_bytes: 64,
+            deadline,
+            timeout: Duration::from_secs(5),
+        };
+        let (a, b) = thread::scope(|sc| {
+            let a = sc.spawn(|| {
+                fabs[0]
+                    .open(&req(0, &[(1, 0), (1, 100)], &[]))
+                    .map_err(|e| e.to_string())
+                    .unwrap()
+            });
+            let b = sc.spawn(|| {
+                fabs[1]
+                    .open(&req(1, &[], &[(0, 100), (0, 0)]))
+                    .map_err(|e| e.to_string())
+                    .unwrap()
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (mut sends, mut recvs) = (a.sends, b.recvs);
+        for (i, s) in sends.iter_mut().enumerate() {
+            let slot = s.acquire(deadline).unwrap();
+            s.write_imm(slot, &[i as u8], i as u32).unwrap();
+        }
+        // recvs[0] is tag 100 = sends[1]; recvs[1] is tag 0 = sends[0].
+        assert_eq!(recvs[0].poll(deadline).unwrap().imm, 1);
+        assert_eq!(recvs[1].poll(deadline).unwrap().imm, 0);
+    }
+
+    /// A client that sends a valid start and then one byte every `every` until `until`.
+    fn dripper(addr: SocketAddr, every: Duration, until: Instant) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            let Ok(mut c) = TcpStream::connect(addr) else {
+                return;
+            };
+            let _ = c.write_all(b"FPH1");
+            let mut frame = 60u32.to_be_bytes().to_vec();
+            frame.extend_from_slice(&[b' '; 60]);
+            for b in frame {
+                if Instant::now() >= until || c.write_all(&[b]).is_err() {
+                    return;
+                }
+                thread::sleep(every);
+            }
+        })
+    }
+
+    #[test]
+    fn slow_drip_and_idle_connections_cannot_hold_the_real_peer_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(4);
+        let drip = dripper(addr, Duration::from_millis(300), deadline);
+        thread::sleep(Duration::from_millis(50));
+        let idle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let real = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            let hs = Handshake {
+                token: "t".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            connect(&addr.to_string(), "rank 1", &hs, deadline, Duration::from_secs(5))
+        });
+        let (got, _rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline))
+            .map_err(|(e, rej)| format!("{e} {rej:?}"))
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(t0.elapsed() < Duration::from_millis(1500), "{:?}", t0.elapsed());
+        assert!(real.join().unwrap().is_ok());
+        drop(idle);
+        drip.join().unwrap();
+    }
+
+    #[test]
+    fn a_drip_ends_at_the_deadline_and_is_named_by_its_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(1200);
+        let drip = dripper(addr, Duration::from_millis(200), t0 + Duration::from_secs(8));
+        let (e, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline)).err().unwrap();
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_millis(1700),
+            "held {took:?} past a 1.2 s deadline"
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("rank 0 channel 0") && e.contains("1 foreign connection(s) refused (127.0.0.1: 1)"),
+            "{e}"
+        );
+        assert_eq!(rej.len(), 1, "{rej:?}");
+        assert!(
+            rej[0].contains("127.0.0.1: 1 connection refused: no whole handshake"),
+            "{rej:?}"
+        );
+        drip.join().unwrap();
+    }
+
+    /// A connection to `dst` from the local address `src` (loopback has all of 127/8).
+    fn connect_from(src: IpAddr, dst: SocketAddr) -> TcpStream {
+        use std::os::fd::FromRawFd;
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst.ip()) else {
+            panic!("v4 only")
+        };
+        let sa = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: plain socket calls on a descriptor this function owns.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let a = sa(s, 0);
+            assert_eq!(libc::bind(fd, (&a as *const libc::sockaddr_in).cast(), len), 0);
+            let b = sa(d, dst.port());
+            assert_eq!(libc::connect(fd, (&b as *const libc::sockaddr_in).cast(), len), 0);
+            TcpStream::from_raw_fd(fd)
+        }
+    }
+
+    fn raw_handshake(s: &mut TcpStream, token: &str, from: u32, channel: u32) -> Result<Reply, String> {
+        let hs = Handshake {
+            token: token.into(),
+            from_rank: from,
+            to_rank: 1,
+            channel,
+        };
+        write_frame(s, &hs).unwrap();
+        read_frame_by(s, Instant::now() + Duration::from_secs(3))
+    }
+
+    #[test]
+    fn a_fake_claim_from_a_foreign_address_never_locks_out_the_real_peer() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let rank_ip = |r: u32| (r == 0).then_some(IpAddr::from([127, 0, 0, 1]));
+        for fake_first in [true, false] {
+            let deadline = Instant::now() + Duration::from_secs(4);
+            // Each step waits for its reply, so the order is fixed: the fake claims channel
+            // 0 before or after the real rank, and the real rank's channel 1 comes last.
+            let t = thread::spawn(move || {
+                let fake = || {
+                    let mut f = connect_from([127, 0, 0, 2].into(), addr);
+                    (raw_handshake(&mut f, "t", 0, 0), f)
+                };
+                let real = |channel| {
+                    let hs = Handshake {
+                        token: "t".into(),
+                        from_rank: 0,
+                        to_rank: 1,
+                        channel,
+                    };
+                    connect(&addr.to_string(), "rank 1", &hs, deadline, Duration::from_secs(5))
+                        .map_err(|e| e.to_string())
+                        .unwrap()
+                };
+                let early = fake_first.then(fake);
+                let mut r0 = real(0);
+                let late = (!fake_first).then(fake);
+                let r1 = real(1);
+                let slot = r0.acquire(deadline).unwrap();
+                r0.write_imm(slot, &[7; 4], 42).unwrap();
+                (early.or(late).unwrap(), r0, r1)
+            });
+            let (mut got, rej) = accept(
+                &l,
+                &AcceptSpec {
+                    rank_ip: &rank_ip,
+                    ..spec(&[(0, 0), (0, 1)], 2, 64, deadline)
+                },
+            )
+            .map_err(|(e, rej)| format!("{e} {rej:?}"))
+            .unwrap();
+            let ((fake_reply, _f), _r0, _r1) = t.join().unwrap();
+            // The link kept for channel 0 is the real sender's: its chunk arrives on it.
+            assert_eq!(got.len(), 2);
+            let c0 = got.iter_mut().find(|a| a.handshake.channel == 0).unwrap();
+            assert_eq!(c0.link.poll(deadline).unwrap().imm, 42);
+            // The fake is named by its address, never the real peer.
+            assert_eq!(rej.len(), 1, "{rej:?}");
+            assert!(
+                rej[0].starts_with("data link from 127.0.0.2: 1 connection refused"),
+                "{rej:?}"
+            );
+            let r = fake_reply.unwrap();
+            if fake_first {
+                // Taken for a while, then replaced by the rank's own connection.
+                assert!(r.ok, "{r:?}");
+                assert!(
+                    rej[0].contains("replaced by the connection from rank 0's data address"),
+                    "{rej:?}"
+                );
+            } else {
+                assert!(!r.ok && r.reason.contains("duplicate"), "{r:?}");
+                assert!(rej[0].contains("not from rank 0's data address"), "{rej:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn reply_slots_are_bounded_and_named() {
+        for (slots, slot_bytes) in [(u32::MAX, 64u64), (0, 64), (4, 0), (4, u64::MAX)] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let t = thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let _: Handshake = read_frame_by(&mut s, Instant::now() + Duration::from_secs(3)).unwrap();
+                write_frame(
+                    &mut s,
+                    &Reply {
+                        ok: true,
+                        reason: String::new(),
+                        slots,
+                        slot_bytes,
+                    },
+                )
+                .unwrap();
+                s
+            });
+            let hs = Handshake {
+                token: "t".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let e = connect(&addr, "rank 1 (node-b)", &hs, deadline, Duration::from_secs(3))
+                .err()
+                .unwrap_or_else(|| panic!("{slots} slots of {slot_bytes} taken"))
+                .to_string();
+            assert!(
+                e.contains("rank 1 (node-b)") && e.contains(&format!("offers {slots} slots")),
+                "{e}"
+            );
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn closing_many_links_lingers_once_not_per_link() {
+        // Receivers that never close: each sender lingers for its credits.
+        let pairs: Vec<Pair> = (0..6).map(|_| pair(2, 64)).collect();
+        let (mut sends, recvs): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for s in &mut sends {
+            let slot = s.acquire(deadline).unwrap();
+            s.write_imm(slot, &[9; 64], 5).unwrap();
+        }
+        let t0 = Instant::now();
+        drop(sends);
+        let dropped = t0.elapsed();
+        wait_closed(t0 + Duration::from_secs(5));
+        let took = t0.elapsed();
+        assert!(dropped < Duration::from_millis(100), "drop blocked {dropped:?}");
+        assert!(
+            took < CLOSE_LINGER + Duration::from_millis(400),
+            "closing took {took:?}"
+        );
+        // What was sent before the close still lands.
+        for mut r in recvs {
+            assert_eq!(r.poll(deadline).unwrap().imm, 5);
+        }
+    }
+
+    #[test]
+    fn token_eq_is_exact() {
+        assert!(token_eq("abc", "abc"));
+        assert!(!token_eq("abc", "abd") && !token_eq("abc", "ab") && !token_eq("", "a"));
+    }
+
+    #[test]
+    fn out_of_file_descriptors_backs_off_and_says_so() {
+        // The descriptor limit is per process: the work runs in a child copy of this binary.
+        if std::env::var_os("FABPROBE_EMFILE_CHILD").is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "ring::collective::transport::tcp::tests::out_of_file_descriptors_backs_off_and_says_so",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("FABPROBE_EMFILE_CHILD", "1")
+                .output()
+                .unwrap();
+            let text =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let open_now = std::fs::read_dir("/proc/self/fd").unwrap().count() as libc::rlim_t;
+        let lim = libc::rlimit {
+            rlim_cur: open_now + 8,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        let mut cur = lim;
+        // SAFETY: valid rlimit structs.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur), 0);
+            let lim = libc::rlimit {
+                rlim_max: cur.rlim_max,
+                ..lim
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+        // Connect until no descriptor is left: the server ends wait in the listen queue and
+        // every accept fails with EMFILE.
+        let mut clients = Vec::new();
+        while let Ok(c) = TcpStream::connect(addr) {
+            clients.push(c);
+        }
+        assert!(!clients.is_empty());
+        let cpu = || {
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid rusage out-parameter.
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+            let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+            t(u.ru_utime) + t(u.ru_stime)
+        };
+        let c0 = cpu();
+        let t0 = Instant::now();
+        let (e, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, t0 + Duration::from_millis(1500)))
+            .err()
+            .unwrap();
+        let used = cpu() - c0;
+        assert!(used < 0.1, "spun: {used:.3} s of CPU in {:?}", t0.elapsed());
+        let e = e.to_string();
+        assert!(
+            e.contains("Too many open files") && e.contains("ulimit -n"),
+            "{e}"
+        );
+        assert!(rej.iter().any(|r| r.contains("Too many open files")), "{rej:?}");
+    }
+}

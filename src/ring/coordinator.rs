@@ -1,0 +1,1377 @@
+//! The coordinator of the TCP rendezvous: rank 0 (hosted by rank 0) gathers every rank's hello, hands
+//! out the full table, then keeps one control connection per rank open for the whole run
+//! (readiness, heartbeats, stuck reports, results, the final verdict). Anything on the port
+//! that is not a fabprobe rank of this job is rejected and recorded as an [`Event`], never
+//! trusted. Every wait has a deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::ring::diagnosis::driver::{ScanReport, Step};
+use crate::ring::diagnosis::evidence;
+use crate::ring::gate::{self, BUSY, Incoming};
+use crate::ring::model::{CounterMove, LinkSample, Rank, RankInfo, Verdict, WaitReport, printable};
+use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
+use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
+
+/// Rejected connections listed one by one in the report; the rest are counted.
+pub const MAX_REJECTED_EVENTS: usize = 32;
+/// How much of a rejection's reason is kept (it may quote what the peer sent).
+const MAX_REASON_CHARS: usize = 240;
+/// How often the judge (and the silence and TCP_INFO checks) run during the run, besides
+/// right after a failure report: bounded work per message at 4,096 ranks.
+pub const JUDGE_EVERY: Duration = Duration::from_millis(100);
+/// A rank silent this long has its control socket's TCP_INFO read (is its host answering?).
+const PROBE_AFTER: Duration = Duration::from_millis(1000);
+
+/// Something the coordinator saw that the user should know about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    Rejected { peer: String, reason: String },
+    Joined { rank: Rank, peer: String, host: String },
+    /// A rank's earlier control connection had closed before the run started; its new
+    /// connection took the slot.
+    Replaced { rank: Rank, peer: String, old_peer: String },
+    /// Rejections beyond the first [`MAX_REJECTED_EVENTS`], counted, not listed.
+    MoreRejected { count: u64 },
+}
+
+impl Event {
+    /// One line for stderr; every part a peer chose is made printable.
+    pub fn line(&self) -> String {
+        let p = |s: &str| printable(s, MAX_REASON_CHARS);
+        match self {
+            Event::Rejected { peer, reason } => {
+                format!("coordinator: rejected connection from {}: {}", p(peer), p(reason))
+            }
+            Event::Joined { rank, peer, host } => {
+                format!("coordinator: rank {rank} ({}) joined from {}", p(host), p(peer))
+            }
+            Event::Replaced { rank, peer, old_peer } => format!(
+                "coordinator: rank {rank} joined again from {}; its earlier connection from {} had closed",
+                p(peer),
+                p(old_peer)
+            ),
+            Event::MoreRejected { count } => {
+                format!("coordinator: {count} more rejected connections (not listed)")
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- coordinator
+
+pub struct CoordinatorConfig {
+    pub world: u32,
+    pub token: String,
+    pub timeout: Duration,
+    /// For messages: the address ranks were told to use.
+    pub advertised: String,
+    /// Rank 0's run options; every hello must carry the same.
+    pub params: String,
+    /// Turns what the coordinator saw into verdicts: the watchdog and localization plug in
+    /// here. See [`Judge`].
+    pub judge: Option<Judge>,
+    /// Run the link scan after every rank's links are up (before the sweep): makes the
+    /// scan's driver for the world size.
+    pub scan: Option<Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>>,
+}
+
+/// The coordinator's side of the link scan (`diagnosis::driver::Driver`): which order runs
+/// next after each rank's samples, and the scan's report at the end.
+pub trait ScanDriver: Send {
+    fn start(&mut self, now: Instant) -> Step;
+    fn on_samples(
+        &mut self,
+        rank: Rank,
+        index: u32,
+        samples: Vec<LinkSample>,
+        line_rate_gbs: Option<f64>,
+        ranks: &[RankInfo],
+        now: Instant,
+    ) -> Step;
+    fn report(&self, ranks: &[RankInfo]) -> ScanReport;
+}
+
+/// Called with the coordinator's view and the run clock (ms since the table went out):
+/// during the run every [`JUDGE_EVERY`] and right after a failure report (stuck, failed,
+/// closed), with `final_call` false (a non-empty answer ends the run at once, as a hang
+/// verdict should), and once at the end with `final_call` true (link-scan verdicts) before
+/// the last message goes out. Not per message: its cost may grow with the world size.
+pub type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
+
+/// What the coordinator hands back when the run is over (or failed).
+#[derive(Debug, Default)]
+pub struct CoordinatorReport {
+    pub ranks: Vec<RankInfo>,
+    pub results: Vec<RankResults>,
+    pub events: Vec<Event>,
+    /// Why the run ended early, if it did.
+    pub abort: Option<String>,
+    /// Reports of ranks whose data waits passed the deadline.
+    pub stuck: Vec<WaitReport>,
+    /// Ranks whose own run failed, with their error.
+    pub failed: Vec<(Rank, String)>,
+    /// Ranks whose control connection closed or went silent before the end.
+    pub lost: Vec<Rank>,
+    /// The last heartbeat of every rank (what each was doing when the run ended).
+    pub last_heartbeat: BTreeMap<Rank, WaitReport>,
+    /// The heartbeat before the last one, to tell "alive but not progressing" (the
+    /// `progress` counter did not move) from "working".
+    pub previous_heartbeat: BTreeMap<Rank, WaitReport>,
+    /// Milliseconds since the table went out when the coordinator last heard from each rank.
+    pub last_heard_ms: BTreeMap<Rank, u64>,
+    /// The latest status message (heartbeat or stuck report) of each rank and its arrival
+    /// time on the run clock.
+    pub reports: BTreeMap<Rank, (u64, WaitReport)>,
+    /// Heartbeat progress counters `(arrival_ms, progress)`, oldest first, trimmed to the
+    /// last `timeout` + 10 s.
+    pub progress: BTreeMap<Rank, Vec<(u64, u64)>>,
+    /// Control connections that closed: when, and whether it was a reset (RST, EPIPE,
+    /// ETIMEDOUT) rather than an orderly close.
+    pub closed: BTreeMap<Rank, (u64, bool)>,
+    /// How long the run phase lasted (table to end), in milliseconds.
+    pub run_ms: u64,
+    pub verdicts: Vec<Verdict>,
+    pub bootstrap_us: u64,
+    /// The link scan's figures and verdicts, when it ran to the end.
+    pub scan: Option<ScanReport>,
+    /// Ranks whose results arrived, with the arrival time on the run clock.
+    pub finished_ms: BTreeMap<Rank, u64>,
+    /// The evidence counters of each rank's data NIC that moved during the run, from its
+    /// results or its stuck report (the latest).
+    pub port_counters: BTreeMap<Rank, Vec<CounterMove>>,
+    /// Where each rank's control connection comes from (`198.18.0.11:40312`).
+    pub control_peers: BTreeMap<Rank, String>,
+    /// Ranks whose host has not acknowledged data sent on their control connection since
+    /// this time on the run clock (TCP_INFO: unacknowledged data, retransmissions): the host
+    /// is down or cut off, not merely a stopped process.
+    pub unacked_since_ms: BTreeMap<Rank, u64>,
+    /// Rejections listed in `events`, and those beyond [`MAX_REJECTED_EVENTS`] (counted).
+    pub rejected_listed: usize,
+    pub rejected_unlisted: u64,
+}
+
+impl CoordinatorReport {
+    /// Record a refused connection or message: printable, capped.
+    pub fn reject(&mut self, peer: &str, reason: &str) {
+        if self.rejected_listed < MAX_REJECTED_EVENTS {
+            self.rejected_listed += 1;
+            self.events.push(Event::Rejected {
+                peer: printable(peer, MAX_REASON_CHARS),
+                reason: printable(reason, MAX_REASON_CHARS),
+            });
+        } else {
+            self.rejected_unlisted += 1;
+        }
+    }
+
+    /// The count of unlisted rejections as the last event (once, at the end).
+    fn close_events(&mut self) {
+        if self.rejected_unlisted > 0 {
+            self.events.push(Event::MoreRejected {
+                count: self.rejected_unlisted,
+            });
+        }
+    }
+}
+
+fn token_eq(a: &str, b: &str) -> bool {
+    // Length-independent comparison time is not needed (the token is a job id, not a
+    // secret), but comparing every byte costs nothing.
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Check a hello against the job. Pure.
+pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankInfo>) -> Result<(), String> {
+    let (cfg_world, cfg_token) = (cfg.world, cfg.token.as_str());
+    if h.protocol != wire::PROTOCOL {
+        return Err(format!(
+            "protocol {} (this coordinator speaks {})",
+            h.protocol,
+            wire::PROTOCOL
+        ));
+    }
+    if !token_eq(&h.token, cfg_token) {
+        return Err("wrong token (a rank of another job, or a different --token)".into());
+    }
+    if h.world != cfg_world {
+        return Err(format!(
+            "rank {} says world size {}, the coordinator expects {}",
+            h.rank, h.world, cfg_world
+        ));
+    }
+    if h.rank >= cfg_world || h.info.rank != h.rank {
+        return Err(format!(
+            "rank {} is out of range for world size {}",
+            h.rank, cfg_world
+        ));
+    }
+    if h.params != cfg.params {
+        return Err(format!(
+            "rank {} runs with options [{}], rank 0 with [{}]",
+            h.rank, h.params, cfg.params
+        ));
+    }
+    for (what, v) in [
+        ("host", h.info.host.as_str()),
+        ("address", h.info.address.as_str()),
+        ("transport", h.info.transport.as_str()),
+        ("device", h.info.device.as_deref().unwrap_or("")),
+    ] {
+        if v.len() > 255 || printable(v, 255) != v {
+            return Err(format!("rank {}'s {what} is not plain text of at most 255 bytes", h.rank));
+        }
+    }
+    if let Some(prev) = seen.get(&h.rank) {
+        return Err(format!(
+            "rank {} already joined from {} ({})",
+            h.rank, prev.host, prev.address
+        ));
+    }
+    Ok(())
+}
+
+/// Is this connection closed or reset by its peer (EOF or an error waiting)? Never blocks.
+fn is_dead(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: recv(2) into a valid one-byte buffer; MSG_PEEK leaves the data in place.
+    let r = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match r {
+        0 => true,
+        r if r > 0 => false,
+        _ => !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    }
+}
+
+/// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy
+/// refusals were told by the door already.
+fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
+    if !reason.starts_with(BUSY) {
+        gate::reject_now(s, &printable(reason, MAX_REASON_CHARS));
+    }
+    rep.reject(peer, reason);
+}
+
+/// Keepalive on a control connection: an idle connection to a host that vanished is noticed
+/// by the kernel too (the pings normally keep data in flight; TCP_INFO reads that).
+fn keepalive(s: &TcpStream) {
+    let fd = s.as_raw_fd();
+    for (level, opt, v) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 2),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 5),
+    ] {
+        let v: libc::c_int = v;
+        // SAFETY: setsockopt with a pointer to a local c_int and its size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// What TCP_INFO says about data this end sent on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckState {
+    /// Segments sent and not yet acknowledged.
+    pub unacked: u32,
+    /// Retransmissions of the oldest unacknowledged segment, and the timer's backoff.
+    pub retransmits: u8,
+    pub backoff: u8,
+    /// Milliseconds since the peer's kernel last acknowledged anything.
+    pub last_ack_recv_ms: u32,
+}
+
+fn ack_state(s: &TcpStream) -> Option<AckState> {
+    // SAFETY: getsockopt(TCP_INFO) into a zeroed tcp_info with its size; the kernel writes
+    // at most `len` bytes.
+    unsafe {
+        let mut ti: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        (r == 0).then_some(AckState {
+            unacked: ti.tcpi_unacked,
+            retransmits: ti.tcpi_retransmits,
+            backoff: ti.tcpi_backoff,
+            last_ack_recv_ms: ti.tcpi_last_ack_recv,
+        })
+    }
+}
+
+/// Since when (run clock) the peer's host has not acknowledged what we sent, if that is
+/// what TCP_INFO shows: data outstanding, retransmitted, and no ACK for over a second. A
+/// stopped process's kernel still acknowledges (within a delayed-ACK time), so this is a
+/// host that is down or cut off. Pure.
+pub fn unacked_since(a: AckState, now_ms: u64) -> Option<u64> {
+    (a.unacked > 0 && (a.retransmits > 0 || a.backoff > 0) && a.last_ack_recv_ms >= 1000)
+        .then(|| now_ms.saturating_sub(a.last_ack_recv_ms as u64))
+}
+
+/// Run the coordinator on `listener` until the run ends; returns what happened. Never panics
+/// on what peers send.
+pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorReport {
+    coordinate_with(listener, cfg, gate::Limits::default())
+}
+
+/// [`coordinate`] with the door's limits given (tests shorten them).
+pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: gate::Limits) -> CoordinatorReport {
+    let start = Instant::now();
+    let mut rep = CoordinatorReport::default();
+    let nofile = gate::raise_fd_limit();
+    // Leave room for two descriptors per rank; strangers get what is left, at most the cap.
+    let limits = gate::Limits {
+        max_pending: limits
+            .max_pending
+            .min((nofile.saturating_sub(2 * cfg.world as u64 + 64) as usize).max(16)),
+        ..limits
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let gathering = Arc::new(AtomicBool::new(true));
+    let (tx, rx) = mpsc::channel::<Incoming>();
+    {
+        let stop = stop.clone();
+        let gathering = gathering.clone();
+        thread::spawn(move || gate::run(listener, tx, stop, gathering, limits));
+    }
+    let deadline = start + cfg.timeout;
+    let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
+    let mut conns: BTreeMap<Rank, TcpStream> = BTreeMap::new();
+    while (seen.len() as u32) < cfg.world {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        match rx.recv_timeout(deadline - now) {
+            Ok((s, peer, hello)) => gather_one(&cfg, &mut rep, &mut seen, &mut conns, s, peer, hello),
+            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if seen.len() as u32 == cfg.world {
+            // Before the table goes out: a rank whose connection already closed (restarted,
+            // or a claim that went away) frees its slot and is waited for again.
+            let dead: Vec<Rank> = conns.iter().filter(|(_, s)| is_dead(s)).map(|(&r, _)| r).collect();
+            for r in dead {
+                seen.remove(&r);
+                conns.remove(&r);
+            }
+        }
+    }
+    rep.ranks = seen.values().cloned().collect();
+    if (seen.len() as u32) < cfg.world {
+        let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
+        let e = BootstrapError::Missing {
+            missing,
+            world: cfg.world,
+            coordinator: cfg.advertised.clone(),
+            secs: cfg.timeout.as_secs(),
+        };
+        let reason = e.to_string();
+        broadcast(
+            &conns,
+            &Msg::Abort {
+                reason: reason.clone(),
+            },
+        );
+        rep.abort = Some(reason);
+        if let Some(judge) = &cfg.judge {
+            rep.verdicts = judge(&rep, 0, true);
+        }
+        stop.store(true, Ordering::Relaxed);
+        drain_rejections(&rx, &mut rep, &conns);
+        rep.close_events();
+        return rep;
+    }
+    let table = Msg::Table {
+        ranks: rep.ranks.clone(),
+    };
+    broadcast(&conns, &table);
+    gathering.store(false, Ordering::Relaxed);
+    rep.bootstrap_us = start.elapsed().as_micros() as u64;
+    serve(&cfg, conns, &mut rep, &rx);
+    stop.store(true, Ordering::Relaxed);
+    rep.close_events();
+    rep
+}
+
+/// One finished hello while ranks gather: join, replace a dead earlier connection of the
+/// same rank, or refuse (a second live claim names both source addresses).
+fn gather_one(
+    cfg: &CoordinatorConfig,
+    rep: &mut CoordinatorReport,
+    seen: &mut BTreeMap<Rank, RankInfo>,
+    conns: &mut BTreeMap<Rank, TcpStream>,
+    s: TcpStream,
+    peer: SocketAddr,
+    hello: Result<Hello, WireError>,
+) {
+    let peer_s = peer.to_string();
+    let h = match hello {
+        Ok(h) => h,
+        Err(e) => return refuse(rep, &s, &peer_s, &door_reason(e)),
+    };
+    // Judged as if the slot were free: a claim of a taken slot with the right token is
+    // either a restarted rank (its old connection is dead) or a second process.
+    if let Err(reason) = validate(&h, cfg, &BTreeMap::new()) {
+        return refuse(rep, &s, &peer_s, &reason);
+    }
+    if let Some(old) = conns.get(&h.rank) {
+        let old_peer = rep.control_peers.get(&h.rank).cloned().unwrap_or_default();
+        if !is_dead(old) {
+            let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
+            let reason = format!(
+                "rank {} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
+                 processes started as rank {}, or a foreign process with this job's token)",
+                h.rank,
+                printable(&host, 64),
+                h.rank
+            );
+            return refuse(rep, &s, &peer_s, &reason);
+        }
+        rep.events.push(Event::Replaced {
+            rank: h.rank,
+            peer: peer_s.clone(),
+            old_peer,
+        });
+    } else {
+        rep.events.push(Event::Joined {
+            rank: h.rank,
+            peer: peer_s.clone(),
+            host: h.info.host.clone(),
+        });
+    }
+    // The door hands sockets over nonblocking.
+    let _ = s.set_nonblocking(false);
+    keepalive(&s);
+    rep.control_peers.insert(h.rank, peer_s);
+    seen.insert(h.rank, h.info);
+    conns.insert(h.rank, s);
+}
+
+/// Why the door turned a connection away, in plain words (its own refusals are not a
+/// malformed message).
+fn door_reason(e: WireError) -> String {
+    match e {
+        WireError::Malformed(m) if m.starts_with(BUSY) || m.starts_with("no complete hello") => m,
+        WireError::Closed => "closed before saying hello".into(),
+        e => e.to_string(),
+    }
+}
+
+/// Late arrivals (after the table went out) are turned away, and recorded; a claim of a
+/// rank in the run names the connection that holds it.
+fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns: &BTreeMap<Rank, TcpStream>) {
+    while let Ok((s, peer, hello)) = rx.try_recv() {
+        let reason = match hello {
+            Ok(h) => match rep.control_peers.get(&h.rank) {
+                Some(holder) if conns.contains_key(&h.rank) => {
+                    format!(
+                        "rank {} arrived after the run started; the run's rank {} is connected from {holder}",
+                        h.rank, h.rank
+                    )
+                }
+                _ => format!("rank {} arrived after the run started (or was aborted)", h.rank),
+            },
+            Err(e) => door_reason(e),
+        };
+        refuse(rep, &s, &peer.to_string(), &reason);
+    }
+}
+
+fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) {
+    // Encoded once: the table of 4,096 ranks is half a megabyte.
+    let mut frame = Vec::new();
+    if wire::write_msg(&mut frame, msg).is_err() {
+        return;
+    }
+    for s in conns.values() {
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+        let mut w = s;
+        let _ = io::Write::write_all(&mut w, &frame);
+    }
+}
+
+enum Control {
+    Msg(Rank, Msg),
+    Closed(Rank, WireError),
+}
+
+/// The run phase: readiness barrier, heartbeats, failure reports, results.
+fn serve(
+    cfg: &CoordinatorConfig,
+    conns: BTreeMap<Rank, TcpStream>,
+    rep: &mut CoordinatorReport,
+    rx_late: &Receiver<Incoming>,
+) {
+    let (tx, rx) = mpsc::channel::<Control>();
+    for (&rank, s) in &conns {
+        let Ok(mut r) = s.try_clone() else { continue };
+        let tx = tx.clone();
+        let _ = r.set_read_timeout(None);
+        // One small thread per rank (4,096 of them at most): it only reads frames.
+        let _ = thread::Builder::new().stack_size(256 << 10).spawn(move || {
+            loop {
+                match wire::read_msg(&mut r) {
+                    Ok(m) => {
+                        if tx.send(Control::Msg(rank, m)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Control::Closed(rank, e));
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    let world = cfg.world;
+    let ranks = rep.ranks.clone();
+    let host = |r: Rank| rep_host(&ranks, r);
+    let run_start = Instant::now();
+    let mut last_seen: BTreeMap<Rank, Instant> = conns.keys().map(|&r| (r, Instant::now())).collect();
+    let mut ready: BTreeSet<Rank> = BTreeSet::new();
+    let mut next_tick = Instant::now();
+    // A failure report makes the next pass judge at once, not at the next tick.
+    let mut urgent = false;
+    let mut done_results: BTreeMap<Rank, RankResults> = BTreeMap::new();
+    let mut failing_since: Option<Instant> = None;
+    let mut first_failure: Option<String> = None;
+    let mut next_ping = Instant::now();
+    // With a judge, the built-in rule waits longer: the judge names the cause first, and
+    // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
+    let grace = if cfg.judge.is_some() {
+        silence(cfg.timeout) + Duration::from_millis(1500)
+    } else {
+        FAILURE_GRACE
+    };
+    let keep_ms = cfg.timeout.as_millis() as u64 + 10_000;
+    let mut scan = cfg.scan.as_ref().map(|make| make(world as usize));
+    let step = |step: Step, rep: &mut CoordinatorReport, scan: &dyn ScanDriver| match step {
+        Step::Wait => {}
+        Step::Run(m) => broadcast(&conns, &m),
+        Step::Done => {
+            rep.scan = Some(scan.report(&ranks));
+            broadcast(&conns, &Msg::ScanEnd);
+        }
+    };
+    loop {
+        let now = Instant::now();
+        // Everything that looks at every rank runs at a bounded rate (and at once after a
+        // failure report), never per message: O(n) per tick, not O(n) per heartbeat.
+        if now >= next_tick || urgent {
+            next_tick = now + JUDGE_EVERY;
+            urgent = false;
+            let now_ms = run_start.elapsed().as_millis() as u64;
+            for (&r, &t) in &last_seen {
+                let quiet = now.duration_since(t);
+                // A rank that says nothing for the whole timeout is gone or frozen.
+                if quiet > cfg.timeout && !rep.lost.contains(&r) && !done_results.contains_key(&r) {
+                    rep.lost.push(r);
+                    first_failure.get_or_insert_with(|| {
+                        format!(
+                            "rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)",
+                            host(r),
+                            cfg.timeout.as_secs()
+                        )
+                    });
+                    failing_since.get_or_insert(now);
+                }
+                // Silent: is its host still acknowledging our pings?
+                if quiet >= PROBE_AFTER {
+                    match conns.get(&r).and_then(ack_state).and_then(|a| unacked_since(a, now_ms)) {
+                        Some(since) => {
+                            rep.unacked_since_ms.entry(r).or_insert(since);
+                        }
+                        None => {
+                            rep.unacked_since_ms.remove(&r);
+                        }
+                    }
+                } else if !rep.unacked_since_ms.is_empty() {
+                    rep.unacked_since_ms.remove(&r);
+                }
+            }
+            if let Some(judge) = &cfg.judge {
+                let v = judge(rep, now_ms, false);
+                if !v.is_empty() {
+                    first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
+                    rep.verdicts = v;
+                    break;
+                }
+            }
+        }
+        if now >= next_ping {
+            broadcast(&conns, &Msg::Ping);
+            next_ping = now + HEARTBEAT;
+        }
+        if let Some(t) = failing_since {
+            // Without a judge, every rank's report ends it at once; with one, the judge
+            // names the cause (it may need its own grace), the built-in grace is the backstop.
+            if now.duration_since(t) >= grace
+                || (cfg.judge.is_none()
+                    && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
+            {
+                break;
+            }
+        }
+        if done_results.len() as u32 == world {
+            break;
+        }
+        let wait = next_ping
+            .min(next_tick)
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
+        match rx.recv_timeout(wait) {
+            Ok(Control::Msg(r, mut m)) => {
+                let at_ms = run_start.elapsed().as_millis() as u64;
+                // A rank speaks for itself only: the connection says which rank it is.
+                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &mut m {
+                    w.rank = r;
+                }
+                let claimed = match &m {
+                    Msg::Ready { rank }
+                    | Msg::Failed { rank, .. }
+                    | Msg::ScanSamples { rank, .. }
+                    | Msg::Results(RankResults { rank, .. }) => Some(*rank),
+                    _ => None,
+                };
+                if let Some(c) = claimed.filter(|&c| c != r) {
+                    let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
+                    rep.reject(
+                        &peer,
+                        &format!("rank {r}'s control connection sent a {} message for rank {c}; ignored", m.kind()),
+                    );
+                    continue;
+                }
+                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
+                    rep.reports.insert(r, (at_ms, w.clone()));
+                }
+                if let Msg::Heartbeat(w) = &m {
+                    let h = rep.progress.entry(r).or_default();
+                    h.push((at_ms, w.progress));
+                    let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
+                    h.drain(..cut);
+                }
+                last_seen.insert(r, Instant::now());
+                rep.last_heard_ms
+                    .insert(r, run_start.elapsed().as_millis() as u64);
+                match m {
+                    Msg::Ready { .. } => {
+                        // Counted once per rank: a repeated ready must not start the run.
+                        if ready.insert(r) && ready.len() as u32 == world {
+                            broadcast(&conns, &Msg::Go);
+                            if let Some(d) = scan.as_mut() {
+                                let s = d.start(Instant::now());
+                                step(s, rep, &**d);
+                            }
+                        }
+                    }
+                    Msg::ScanSamples {
+                        rank: _,
+                        index,
+                        samples,
+                        line_rate_gbs,
+                    } => {
+                        if let Some(d) = scan.as_mut() {
+                            let s = d.on_samples(r, index, samples, line_rate_gbs, &ranks, Instant::now());
+                            step(s, rep, &**d);
+                        }
+                    }
+                    Msg::Heartbeat(w) => {
+                        if let Some(prev) = rep.last_heartbeat.insert(r, w) {
+                            rep.previous_heartbeat.insert(r, prev);
+                        }
+                    }
+                    Msg::Stuck {
+                        wait: w,
+                        port_counters,
+                    } => {
+                        note_counters(rep, r, port_counters);
+                        first_failure.get_or_insert_with(|| stuck_line(&w, &ranks));
+                        rep.last_heartbeat.insert(r, w.clone());
+                        rep.stuck.push(w);
+                        failing_since.get_or_insert(Instant::now());
+                        urgent = true;
+                    }
+                    Msg::Failed { error, .. } => {
+                        // Relayed to every rank and printed: escaped and bounded.
+                        let error = printable(&error, 1000);
+                        first_failure
+                            .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
+                        rep.failed.push((r, error));
+                        failing_since.get_or_insert(Instant::now());
+                        urgent = true;
+                    }
+                    Msg::Results(mut res) => {
+                        note_counters(rep, r, std::mem::take(&mut res.port_counters));
+                        rep.finished_ms.insert(r, at_ms);
+                        done_results.insert(r, res);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(Control::Closed(r, err)) => {
+                let reset = !matches!(err, WireError::Closed);
+                rep.closed
+                    .insert(r, (run_start.elapsed().as_millis() as u64, reset));
+                let why = err.to_string();
+                if !done_results.contains_key(&r) && !rep.lost.contains(&r) {
+                    rep.lost.push(r);
+                    first_failure.get_or_insert_with(|| {
+                        format!(
+                            "rank {r} ({}) closed its control connection ({why}): the process died",
+                            host(r)
+                        )
+                    });
+                    failing_since.get_or_insert(Instant::now());
+                    urgent = true;
+                }
+                last_seen.remove(&r);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        drain_rejections(rx_late, rep, &conns);
+    }
+    rep.results = done_results.into_values().collect();
+    rep.run_ms = run_start.elapsed().as_millis() as u64;
+    if let Some(judge) = &cfg.judge {
+        if rep.verdicts.is_empty() {
+            rep.verdicts = judge(rep, rep.run_ms, true);
+            // A failed run's cause, named at the end, replaces the first report's line.
+            if first_failure.is_some() && !rep.verdicts.is_empty() {
+                first_failure = Some(
+                    rep.verdicts
+                        .iter()
+                        .map(|v| v.message.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
+            }
+        }
+    }
+    // The scan's verdicts join the watchdog's: every rank learns that the run failed.
+    let scan_verdicts: Vec<Verdict> = rep.scan.iter().flat_map(|s| s.verdicts.clone()).collect();
+    for v in scan_verdicts {
+        if !rep.verdicts.contains(&v) {
+            rep.verdicts.push(v);
+        }
+    }
+    match first_failure {
+        Some(reason) => {
+            broadcast(
+                &conns,
+                &Msg::Abort {
+                    reason: reason.clone(),
+                },
+            );
+            rep.abort = Some(reason);
+        }
+        None => {
+            let failed = !rep.verdicts.is_empty()
+                || rep
+                    .results
+                    .iter()
+                    .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
+            broadcast(
+                &conns,
+                &Msg::Done {
+                    failed,
+                    verdicts: rep.verdicts.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// A rank's latest moved counters (each report covers the whole run so far), under the
+/// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.
+fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMove>) {
+    if moved.is_empty() {
+        return;
+    }
+    moved.truncate(evidence::MAX_MOVES);
+    let host = rep_host(&rep.ranks, r);
+    for m in &mut moved {
+        m.rank = r;
+        m.host = host.clone();
+    }
+    rep.port_counters.insert(r, moved);
+}
+
+fn rep_host(ranks: &[RankInfo], r: Rank) -> String {
+    ranks
+        .iter()
+        .find(|i| i.rank == r)
+        .map(|i| i.host.clone())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// One line for a stuck report, naming both ends.
+pub fn stuck_line(w: &WaitReport, ranks: &[RankInfo]) -> String {
+    let me = rep_host(ranks, w.rank);
+    match w.waiting_on {
+        Some(p) if w.waiting_to_receive => format!(
+            "rank {} ({me}) waited {} ms for data from rank {p} ({}) in {} step {} channel {} ({} bytes received)",
+            w.rank,
+            w.since_progress_ms,
+            rep_host(ranks, p),
+            w.phase.name(),
+            w.step,
+            w.channel,
+            w.bytes_received
+        ),
+        Some(p) => format!(
+            "rank {} ({me}) was blocked {} ms sending to rank {p} ({}) in {} step {} channel {}",
+            w.rank,
+            w.since_progress_ms,
+            rep_host(ranks, p),
+            w.phase.name(),
+            w.step,
+            w.channel
+        ),
+        None => format!(
+            "rank {} ({me}) made no progress for {} ms in {}",
+            w.rank,
+            w.since_progress_ms,
+            w.phase.name()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::model::RankInfo;
+    use crate::ring::rendezvous::join;
+
+    /// A coordinator for token "t" and options "p", no scan.
+    fn test_cfg(
+        world: u32,
+        timeout: Duration,
+        advertised: String,
+        judge: Option<Judge>,
+    ) -> CoordinatorConfig {
+        CoordinatorConfig {
+            world,
+            token: "t".into(),
+            timeout,
+            advertised,
+            params: "p".into(),
+            judge,
+            scan: None,
+        }
+    }
+
+    fn hello(rank: u32, world: u32, token: &str) -> Hello {
+        Hello {
+            protocol: wire::PROTOCOL,
+            rank,
+            world,
+            token: token.into(),
+            info: RankInfo {
+                capabilities: Vec::new(),
+                rank,
+                host: format!("h{rank}"),
+                address: format!("127.0.0.1:{}", 1000 + rank),
+                device: Some("lo".into()),
+                transport: "tcp".into(),
+                pid: None,
+            },
+            capabilities: vec!["tcp".into()],
+            params: "p".into(),
+        }
+    }
+
+    #[test]
+    fn validation_table() {
+        let mut seen = BTreeMap::new();
+        seen.insert(1, hello(1, 4, "t").info);
+        let mut bad_proto = hello(0, 4, "t");
+        bad_proto.protocol = 99;
+        let mut other_params = hello(0, 4, "t");
+        other_params.params = "q".into();
+        let mut odd_host = hello(2, 4, "t");
+        odd_host.info.host = "\x1b]0;owned\x07".into();
+        let cfg = test_cfg(4, Duration::from_secs(1), String::new(), None);
+        let cases = [
+            (hello(0, 4, "t"), None),
+            (other_params, Some("runs with options [q], rank 0 with [p]")),
+            (hello(0, 4, "x"), Some("wrong token")),
+            (hello(0, 3, "t"), Some("world size 3")),
+            (hello(9, 9, "t"), Some("world size 9")),
+            (hello(1, 4, "t"), Some("already joined from h1")),
+            (bad_proto, Some("protocol 99")),
+            (odd_host, Some("rank 2's host is not plain text")),
+        ];
+        for (h, want) in cases {
+            let got = validate(&h, &cfg, &seen).err();
+            match (got, want) {
+                (None, None) => {}
+                (Some(g), Some(w)) => assert!(g.contains(w), "{g}"),
+                (g, w) => panic!("rank {}: got {g:?}, want {w:?}", h.rank),
+            }
+        }
+    }
+
+    #[test]
+    fn missing_rank_message_names_ranks_and_what_to_check() {
+        let e = BootstrapError::Missing {
+            missing: vec![2, 5],
+            world: 8,
+            coordinator: "10.0.0.1:29517".into(),
+            secs: 30,
+        };
+        assert_eq!(
+            e.to_string(),
+            "2 of 8 ranks never reached the coordinator at 10.0.0.1:29517 within 30 s: missing ranks 2, 5; check that \
+             they were started (same --world and token), that 10.0.0.1:29517 is reachable from their hosts (firewall on \
+             TCP port 29517), and that the coordinator address is on an interface they can route to"
+        );
+    }
+
+    #[test]
+    fn gathers_rejects_and_times_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(3, Duration::from_millis(1500), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        // Garbage, then a wrong token, then one good rank; rank 2 never comes.
+        let mut g = TcpStream::connect(&addr).unwrap();
+        use std::io::Write;
+        g.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let wrong = join(&addr, hello(1, 3, "nope"), Duration::from_secs(2))
+            .err()
+            .unwrap();
+        assert!(
+            wrong.to_string().contains("rejected this rank: wrong token"),
+            "{wrong}"
+        );
+        let a = thread::spawn({
+            let addr = addr.clone();
+            move || {
+                join(&addr, hello(0, 3, "t"), Duration::from_secs(1))
+                    .err()
+                    .unwrap()
+                    .to_string()
+            }
+        });
+        let t0 = Instant::now();
+        let rep = coord.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        let err = a.join().unwrap();
+        assert!(err.contains("missing ranks 1, 2"), "{err}");
+        assert_eq!(rep.abort.as_deref(), Some(err.as_str()));
+        let rejected: Vec<_> = rep
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Rejected { .. }))
+            .collect();
+        assert_eq!(rejected.len(), 2, "{:?}", rep.events);
+    }
+
+    #[test]
+    fn judge_verdicts_reach_every_rank_and_fail_the_run() {
+        fn judge(rep: &CoordinatorReport, _now_ms: u64, final_call: bool) -> Vec<Verdict> {
+            if !final_call {
+                return vec![];
+            }
+            vec![Verdict {
+                kind: crate::ring::model::VerdictKind::SlowLink,
+                from_rank: Some(0),
+                to_rank: Some(1),
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: format!("judged {} results", rep.results.len()),
+                next: None,
+            }]
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), Some(Arc::new(judge)));
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Results(RankResults {
+                        rank: r,
+                        rows: vec![],
+                        links: vec![],
+                        link_size_bytes: 0,
+                        port_counters: vec![],
+                    }))
+                    .unwrap();
+                    s.wait_done(Duration::from_secs(5)).unwrap()
+                })
+            })
+            .collect();
+        for h in ranks {
+            let (failed, verdicts) = h.join().unwrap();
+            assert!(failed);
+            assert_eq!(verdicts.len(), 1);
+            assert_eq!(verdicts[0].message, "judged 2 results");
+        }
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 1);
+        assert!(rep.abort.is_none());
+    }
+
+    #[test]
+    fn a_live_verdict_ends_the_run_at_once_with_its_message() {
+        fn judge(rep: &CoordinatorReport, now_ms: u64, _final: bool) -> Vec<Verdict> {
+            let Some(w) = rep.stuck.first() else { return vec![] };
+            let (at, _) = rep.reports[&w.rank];
+            assert!(now_ms >= at);
+            vec![Verdict {
+                kind: crate::ring::model::VerdictKind::HangLink,
+                from_rank: w.waiting_on,
+                to_rank: Some(w.rank),
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: format!("HANG rank {} waits for rank {:?}", w.rank, w.waiting_on),
+                next: None,
+            }]
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(20), addr.clone(), Some(Arc::new(judge)));
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let t0 = Instant::now();
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    if r == 1 {
+                        let mut w = crate::ring::collective::allreduce::Progress::default().report(1, 0);
+                        w.waiting_on = Some(0);
+                        w.waiting_to_receive = true;
+                        // The rank's own word for its rank and host is not trusted.
+                        let moved = CounterMove {
+                            rank: 7,
+                            host: "elsewhere".into(),
+                            device: "mlx5_2".into(),
+                            port: 1,
+                            netdev: Some("ib2".into()),
+                            counter: "symbol_error".into(),
+                            delta: 4699,
+                        };
+                        s.send(&Msg::Stuck {
+                            wait: w,
+                            port_counters: vec![moved; evidence::MAX_MOVES + 5],
+                        })
+                        .unwrap();
+                    }
+                    s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+                })
+            })
+            .collect();
+        for h in ranks {
+            assert_eq!(h.join().unwrap(), "HANG rank 1 waits for rank Some(0)");
+        }
+        // Not the 20 s timeout, nor the built-in grace: the verdict ended it.
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 1);
+        assert_eq!(rep.abort.as_deref(), Some("HANG rank 1 waits for rank Some(0)"));
+        // The stuck report's counters, under the connection's rank and the table's host.
+        let c = &rep.port_counters[&1];
+        assert_eq!(c.len(), evidence::MAX_MOVES);
+        assert_eq!(
+            (c[0].rank, c[0].host.as_str(), c[0].counter.as_str(), c[0].delta),
+            (1, "h1", "symbol_error", 4699)
+        );
+        assert!(!rep.port_counters.contains_key(&0));
+    }
+
+    /// A whole rank over a real control connection: ready, go, results, done.
+    fn full_rank(addr: &str, r: u32, world: u32) -> thread::JoinHandle<Result<bool, String>> {
+        let addr = addr.to_string();
+        thread::spawn(move || {
+            let s = join(&addr, hello(r, world, "t"), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+            s.send(&Msg::Ready { rank: r }).map_err(|e| e.to_string())?;
+            s.wait_go(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+            s.send(&Msg::Results(RankResults {
+                rank: r,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![],
+            }))
+            .map_err(|e| e.to_string())?;
+            s.wait_done(Duration::from_secs(10)).map(|(f, _)| f).map_err(|e| e.to_string())
+        })
+    }
+
+    fn frame(m: &Msg) -> Vec<u8> {
+        let mut b = Vec::new();
+        wire::write_msg(&mut b, m).unwrap();
+        b
+    }
+
+    /// The by-hand finding of issue 8: 600 connections dripping a byte every 3 s, then the
+    /// ranks. Every rank gets in and the run completes.
+    #[test]
+    fn a_slow_drip_flood_never_refuses_a_real_rank() {
+        gate::raise_fd_limit();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(10), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (connected, all_in) = mpsc::channel();
+        let drip = {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            thread::spawn(move || {
+                use std::io::Write;
+                let mut v: Vec<TcpStream> = Vec::new();
+                let mut errs = Vec::new();
+                for _ in 0..600 {
+                    match TcpStream::connect(&addr) {
+                        Ok(c) => v.push(c),
+                        Err(e) => errs.push(e.to_string()),
+                    }
+                }
+                let n = (v.len(), errs.first().cloned());
+                let _ = connected.send(());
+                // A valid frame's start, one byte per round: never garbage, never complete.
+                let slow = b"FPR1\0\0\x01\0{\"type\":\"hello\",";
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for c in &mut v {
+                        let _ = c.write(&slow[k % slow.len()..][..1]);
+                    }
+                    k += 1;
+                    for _ in 0..30 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                n
+            })
+        };
+        all_in.recv_timeout(Duration::from_secs(20)).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        let ranks: Vec<_> = (0..2).map(|r| full_rank(&addr, r, 2)).collect();
+        for (r, h) in ranks.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), Ok(false), "rank {r}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(drip.join().unwrap(), (600, None));
+        let rep = coord.join().unwrap();
+        assert!(rep.abort.is_none(), "{:?}", rep.abort);
+        assert!(rep.events.iter().any(|e| matches!(e, Event::MoreRejected { .. })));
+    }
+
+    /// A second live claim of a taken rank is refused naming both source addresses; a claim
+    /// after the holder's connection closed takes the slot.
+    #[test]
+    fn a_duplicate_claim_names_both_addresses_or_replaces_a_dead_holder() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let mut a = TcpStream::connect(&addr).unwrap();
+        a.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        let mut b = TcpStream::connect(&addr).unwrap();
+        b.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let reason = match wire::read_msg(&mut b) {
+            Ok(Msg::Reject { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let (pa, pb) = (a.local_addr().unwrap().to_string(), b.local_addr().unwrap().to_string());
+        assert!(
+            reason.starts_with(&format!("rank 1 is already taken by {pa} (h1); a second claim from {pb} is refused")),
+            "{reason}"
+        );
+        drop(a);
+        thread::sleep(Duration::from_millis(200));
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        let r0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
+        assert_eq!(r0.table.len(), 2);
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Table { .. })));
+        drop((c, r0));
+        let rep = coord.join().unwrap();
+        let pc_known = rep.events.iter().any(|e| {
+            matches!(e, Event::Replaced { rank: 1, old_peer, .. } if *old_peer == pa)
+        });
+        assert!(pc_known, "{:?}", rep.events);
+        assert!(
+            rep.events
+                .iter()
+                .any(|e| matches!(e, Event::Rejected { peer, reason } if *peer == pb && reason.contains(&pa))),
+            "{:?}",
+            rep.events
+        );
+    }
+
+    /// Rejections are listed up to a cap, then counted; what a stranger sent is escaped.
+    #[test]
+    fn rejections_are_capped_and_never_carry_raw_peer_bytes() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_millis(2500), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let mut evil = hello(1, 2, "t");
+        evil.params = "\x1b[2J\x1b]0;owned\x07\u{9b}31m".repeat(1000);
+        let f = frame(&Msg::Hello(evil));
+        let n = MAX_REJECTED_EVENTS + 8;
+        for _ in 0..n {
+            let mut c = TcpStream::connect(&addr).unwrap();
+            c.write_all(&f).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let _ = wire::read_msg(&mut c);
+        }
+        let rep = coord.join().unwrap();
+        let rejected: Vec<_> = rep.events.iter().filter(|e| matches!(e, Event::Rejected { .. })).collect();
+        assert_eq!(rejected.len(), MAX_REJECTED_EVENTS);
+        assert_eq!(rep.events.last(), Some(&Event::MoreRejected { count: 8 }));
+        for e in &rep.events {
+            let line = e.line();
+            assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+            assert!(line.len() < 10 * MAX_REASON_CHARS, "{}", line.len());
+        }
+        let first = rejected[0].line();
+        assert!(first.contains("runs with options [\\x1b[2J\\x1b]0;owned\\x07\\u{009b}31m"), "{first}");
+    }
+
+    /// A rank is counted ready once; its reports are its own whatever they say; a message
+    /// for another rank is ignored and recorded.
+    #[test]
+    fn ready_counts_once_and_reports_belong_to_their_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let r1 = thread::spawn({
+            let addr = addr.clone();
+            move || join(&addr, hello(1, 2, "t"), Duration::from_secs(5)).unwrap()
+        });
+        let s0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
+        let s1 = r1.join().unwrap();
+        s1.send(&Msg::Ready { rank: 1 }).unwrap();
+        s1.send(&Msg::Ready { rank: 1 }).unwrap();
+        s1.send(&Msg::Ready { rank: 0 }).unwrap();
+        let mut w = crate::ring::collective::allreduce::Progress::default().report(0, 0);
+        w.progress = 77;
+        s1.send(&Msg::Heartbeat(w)).unwrap();
+        // Rank 0 said nothing: no go for anyone.
+        assert!(s0.wait_go(Duration::from_millis(800)).is_err());
+        s0.send(&Msg::Ready { rank: 0 }).unwrap();
+        s1.wait_go(Duration::from_secs(3)).unwrap();
+        for (r, s) in [(0, &s0), (1, &s1)] {
+            s.send(&Msg::Results(RankResults {
+                rank: r,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![],
+            }))
+            .unwrap();
+        }
+        s1.wait_done(Duration::from_secs(3)).unwrap();
+        let rep = coord.join().unwrap();
+        let hb = &rep.last_heartbeat[&1];
+        assert_eq!((hb.rank, hb.progress), (1, 77));
+        assert!(!rep.last_heartbeat.contains_key(&0));
+        assert!(
+            rep.events.iter().any(|e| matches!(e, Event::Rejected { reason, .. }
+                if reason == "rank 1's control connection sent a ready message for rank 0; ignored")),
+            "{:?}",
+            rep.events
+        );
+    }
+
+    /// A busy refusal is not final: the rank connects again and gets in.
+    #[test]
+    fn join_retries_a_busy_refusal() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let fake = thread::spawn(move || {
+            let (mut a, _) = l.accept().unwrap();
+            let _ = wire::read_msg(&mut a);
+            a.write_all(&frame(&Msg::Reject {
+                reason: format!("{BUSY}128 connections from 127.0.0.1 were waiting"),
+            }))
+            .unwrap();
+            drop(a);
+            let (mut b, _) = l.accept().unwrap();
+            let Ok(Msg::Hello(h)) = wire::read_msg(&mut b) else { panic!("no hello") };
+            b.write_all(&frame(&Msg::Table { ranks: vec![h.info] })).unwrap();
+            thread::sleep(Duration::from_millis(300));
+        });
+        let s = join(&addr, hello(0, 1, "t"), Duration::from_secs(5)).unwrap();
+        assert_eq!(s.table.len(), 1);
+        fake.join().unwrap();
+    }
+
+    #[test]
+    fn unacked_since_table() {
+        let a = |unacked, retransmits, backoff, last_ack_recv_ms| AckState {
+            unacked,
+            retransmits,
+            backoff,
+            last_ack_recv_ms,
+        };
+        let cases = [
+            (a(0, 0, 0, 60_000), None), // nothing in flight: an idle healthy connection
+            (a(2, 0, 0, 5_000), None),  // in flight, never retransmitted yet
+            (a(2, 3, 3, 500), None),    // acknowledged recently
+            (a(2, 3, 3, 4_000), Some(6_000)),
+            (a(1, 0, 2, 1_000), Some(9_000)),
+        ];
+        for (st, want) in cases {
+            assert_eq!(unacked_since(st, 10_000), want, "{st:?}");
+        }
+    }
+}
