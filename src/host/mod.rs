@@ -12,7 +12,7 @@ pub mod nvml;
 pub mod side;
 pub mod tarball;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -141,10 +141,16 @@ pub struct Host {
     /// Host facts: loaded from a snapshot, or collected live on first use (they scan /proc).
     facts: std::sync::OnceLock<FactsState>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
-    read_errors: BTreeMap<PathBuf, String>,
+    /// A hash map: a snapshot records thousands, and a sorted map of paths compares them
+    /// component by component on every read.
+    read_errors: HashMap<PathBuf, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
+    /// A snapshot's files never change, and `check` runs several probes over the same
+    /// attributes: contents by canonical path (`None`: not there), read once. Live hosts
+    /// always read again (counters move).
+    snapshot_reads: Option<Mutex<HashMap<PathBuf, Option<Vec<u8>>>>>,
     /// Keeps an extracted `.tar.gz` alive as long as the host.
     _extracted: Option<tempfile::TempDir>,
 }
@@ -172,9 +178,10 @@ impl Host {
             env,
             nvml: nvml::collect_live(),
             facts: std::sync::OnceLock::new(),
-            read_errors: BTreeMap::new(),
+            read_errors: HashMap::new(),
             recorder: None,
             resolved_dirs: Mutex::default(),
+            snapshot_reads: None,
             _extracted: None,
         }
     }
@@ -205,6 +212,7 @@ impl Host {
             read_errors: loaded.read_errors,
             recorder: None,
             resolved_dirs: Mutex::default(),
+            snapshot_reads: Some(Mutex::default()),
             _extracted: extracted,
         })
     }
@@ -304,7 +312,20 @@ impl Host {
                 _ => None,
             })
             .collect();
-        self.resolve_comps(&comps, 0, host_path)
+        // In a snapshot the whole path's answer is kept too (nothing there changes).
+        let key: PathBuf = comps.iter().collect();
+        if self.snapshot_reads.is_some()
+            && let Some(hit) = self.resolved_dirs.lock().ok().and_then(|c| c.get(&key).cloned())
+        {
+            return Ok(hit);
+        }
+        let real = self.resolve_comps(&comps, 0, host_path)?;
+        if self.snapshot_reads.is_some()
+            && let Ok(mut c) = self.resolved_dirs.lock()
+        {
+            c.insert(key, real.clone());
+        }
+        Ok(real)
     }
 
     /// Resolve a normalized component list: the parent first (memoized, since probes read
@@ -396,7 +417,27 @@ impl Host {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
-        read_capped(&self.on_disk(&real), MAX_READ_BYTES).map_err(|e| {
+        let cache = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok());
+        if let Some(hit) = cache.as_ref().and_then(|c| c.get(&real)) {
+            return match hit {
+                Some(bytes) => Ok(bytes.clone()),
+                None => Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(libc::ENOENT))),
+            };
+        }
+        drop(cache);
+        let got = read_capped(&self.on_disk(&real), MAX_READ_BYTES);
+        if let Some(mut c) = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok()) {
+            match &got {
+                Ok(b) => {
+                    c.insert(real.clone(), Some(b.clone()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    c.insert(real.clone(), None);
+                }
+                Err(_) => {}
+            }
+        }
+        got.map_err(|e| {
             if e.kind() == io::ErrorKind::FileTooLarge {
                 HostError::TooLarge {
                     path: host_path.to_path_buf(),

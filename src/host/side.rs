@@ -9,7 +9,7 @@
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -99,7 +99,7 @@ pub(super) struct Loaded {
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
     pub facts: FactsState,
-    pub read_errors: BTreeMap<PathBuf, String>,
+    pub read_errors: HashMap<PathBuf, String>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -139,17 +139,17 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
         reason: "the snapshot has no fabprobe/facts.json".into(),
     });
-    let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
-    for (path, errno) in &raw {
-        if errno_from_name(errno).is_none() {
-            return Err(HostError::Snapshot {
-                path: shown.to_path_buf(),
-                msg: format!(
-                    "{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}",
-                    path.display()
-                ),
-            });
-        }
+    let raw: HashMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
+    // The first bad entry in path order, so the message is the same on every run.
+    let bad = raw.iter().filter(|(_, e)| errno_from_name(e).is_none()).min_by(|a, b| a.0.cmp(b.0));
+    if let Some((path, errno)) = bad {
+        return Err(HostError::Snapshot {
+            path: shown.to_path_buf(),
+            msg: format!(
+                "{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}",
+                path.display()
+            ),
+        });
     }
     Ok(Loaded {
         meta,
