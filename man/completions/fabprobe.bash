@@ -19,6 +19,9 @@ _fabprobe() {
             fabprobe,check)
                 cmd="fabprobe__subcmd__check"
                 ;;
+            fabprobe,gdr)
+                cmd="fabprobe__subcmd__gdr"
+                ;;
             fabprobe,gen-docs)
                 cmd="fabprobe__subcmd__gen__subcmd__docs"
                 ;;
@@ -30,6 +33,15 @@ _fabprobe() {
                 ;;
             fabprobe,links)
                 cmd="fabprobe__subcmd__links"
+                ;;
+            fabprobe,nccl-env)
+                cmd="fabprobe__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe,nccl-log)
+                cmd="fabprobe__subcmd__nccl__subcmd__log"
+                ;;
+            fabprobe,qos)
+                cmd="fabprobe__subcmd__qos"
                 ;;
             fabprobe,ring)
                 cmd="fabprobe__subcmd__ring"
@@ -46,6 +58,9 @@ _fabprobe() {
             fabprobe__subcmd__help,check)
                 cmd="fabprobe__subcmd__help__subcmd__check"
                 ;;
+            fabprobe__subcmd__help,gdr)
+                cmd="fabprobe__subcmd__help__subcmd__gdr"
+                ;;
             fabprobe__subcmd__help,gen-docs)
                 cmd="fabprobe__subcmd__help__subcmd__gen__subcmd__docs"
                 ;;
@@ -57,6 +72,15 @@ _fabprobe() {
                 ;;
             fabprobe__subcmd__help,links)
                 cmd="fabprobe__subcmd__help__subcmd__links"
+                ;;
+            fabprobe__subcmd__help,nccl-env)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__env"
+                ;;
+            fabprobe__subcmd__help,nccl-log)
+                cmd="fabprobe__subcmd__help__subcmd__nccl__subcmd__log"
+                ;;
+            fabprobe__subcmd__help,qos)
+                cmd="fabprobe__subcmd__help__subcmd__qos"
                 ;;
             fabprobe__subcmd__help,ring)
                 cmd="fabprobe__subcmd__help__subcmd__ring"
@@ -77,7 +101,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version check gids links ring snapshot sweep topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -121,6 +145,28 @@ _fabprobe() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__gdr)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -185,7 +231,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="check gids links ring snapshot sweep topo gen-docs help"
+            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -199,6 +245,20 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__gdr)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -255,6 +315,48 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__links)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__env)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__nccl__subcmd__log)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__qos)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -336,6 +438,88 @@ _fabprobe() {
                     return 0
                     ;;
                 --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__env)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__nccl__subcmd__log)
+            opts="-v -h -V --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__qos)
+            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --ifname)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lldp-wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -473,7 +657,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__snapshot)
-            opts="-o -v -h -V --output --root --format --verbose --help --version"
+            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -484,6 +668,10 @@ _fabprobe() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lldp-wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

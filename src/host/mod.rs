@@ -3,11 +3,13 @@
 //! Every file a probe reads goes through one root prefix (`/` live, a directory for a
 //! snapshot); symlinks are resolved inside that root, so a snapshot can never leak to the
 //! live `/sys`. Answers that are not files (NVML, the `NCCL_*` environment, host facts) come
-//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot.
+//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot
+//! (the ethtool statistics ioctl and DCB netlink too: [`netif`]).
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
 pub mod facts;
+pub mod netif;
 pub mod nvml;
 pub mod side;
 pub mod tarball;
@@ -20,6 +22,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use facts::{FactsState, HostFacts};
+pub use netif::{EthtoolStats, NetAnswers, Reply};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
 
@@ -130,6 +133,8 @@ pub enum Access {
     Read(PathBuf),
     List(PathBuf),
     Resolve(PathBuf),
+    /// The target of one symlink, without following it (capture recreates the link only).
+    Link(PathBuf),
 }
 
 pub struct Host {
@@ -140,10 +145,14 @@ pub struct Host {
     nvml: NvmlState,
     /// Host facts: loaded from a snapshot, or collected live on first use (they scan /proc).
     facts: std::sync::OnceLock<FactsState>,
+    /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
+    net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     /// A hash map: a snapshot records thousands, and a sorted map of paths compares them
     /// component by component on every read.
     read_errors: HashMap<PathBuf, String>,
+    /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
+    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
@@ -179,6 +188,8 @@ impl Host {
             nvml: nvml::collect_live(),
             facts: std::sync::OnceLock::new(),
             read_errors: HashMap::new(),
+            net: Mutex::default(),
+            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             snapshot_reads: None,
@@ -209,7 +220,11 @@ impl Host {
             env: loaded.env,
             nvml: loaded.nvml,
             facts: std::sync::OnceLock::from(loaded.facts),
+            net: Mutex::new(loaded.net),
             read_errors: loaded.read_errors,
+            ifaddrs: loaded
+                .ifaddrs
+                .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             snapshot_reads: Some(Mutex::default()),
@@ -267,6 +282,10 @@ impl Host {
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
     }
+    /// The interface addresses NCCL's socket selection sees, or why they are unknown.
+    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+        self.ifaddrs.as_deref().map_err(String::as_str)
+    }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml
     }
@@ -274,6 +293,81 @@ impl Host {
     pub fn facts(&self) -> &FactsState {
         self.facts.get_or_init(facts::collect_live)
     }
+
+    /// `ethtool -S <ifname>`: the statistics ioctl live (recorded for capture), the
+    /// snapshot's `fabprobe/ethtool.json` otherwise.
+    pub fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
+        if self.is_live() {
+            let r = netif::live_ethtool_stats(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.ethtool.insert(ifname.to_string(), r.clone());
+            }
+            return r;
+        }
+        self.net
+            .lock()
+            .ok()
+            .and_then(|n| n.ethtool.get(ifname).cloned())
+            .unwrap_or(Reply::NotCaptured)
+    }
+
+    /// The raw `DCB_CMD_IEEE_GET` reply for `ifname` (after the netlink header): DCB
+    /// netlink live (recorded), the snapshot's `fabprobe/dcb.json` otherwise.
+    pub fn dcb_ieee(&self, ifname: &str) -> Reply<Vec<u8>> {
+        let hex = if self.is_live() {
+            let r = netif::live_dcb_ieee(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.dcb_ieee.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.dcb_ieee.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(h) => match netif::from_hex(&h) {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("the recorded reply is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// LLDP frames heard on `ifname` within `wait` (live, recorded), or the snapshot's
+    /// `fabprobe/lldp.json` (no waiting).
+    pub fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
+        let hex = if self.is_live() {
+            let r = netif::live_lldp(ifname, wait);
+            if let Ok(mut n) = self.net.lock() {
+                n.lldp.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.lldp.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(v) => match v.iter().map(|h| netif::from_hex(h)).collect::<Option<Vec<_>>>() {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("a recorded frame is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.
+    pub fn net_answers(&self) -> NetAnswers {
+        self.net.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
@@ -490,6 +584,17 @@ impl Host {
         }
         names.sort();
         Ok(Some(names))
+    }
+
+    /// The target of the symlink at `host_path` (its parent resolved inside the root),
+    /// as written; `None` when it is not a symlink or does not exist. Used where the link's
+    /// name is the fact (`libibverbs.so.1 -> libibverbs.so.1.14.50.0`).
+    pub fn read_link(&self, host_path: impl AsRef<Path>) -> Option<PathBuf> {
+        let host_path = host_path.as_ref();
+        self.record(Access::Link(host_path.to_path_buf()));
+        let name = host_path.file_name()?;
+        let parent = self.resolve(host_path.parent()?).ok()?;
+        std::fs::read_link(self.on_disk(&parent.join(name))).ok()
     }
 
     /// Whether a path exists (symlinks followed inside the root).

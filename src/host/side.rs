@@ -6,6 +6,14 @@
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
 //! * `fabprobe/facts.json`: [`FactsState`](super::FactsState) (OS, CPU, memory, memlock,
 //!   device holders)
+//! * `fabprobe/ethtool.json`: `{"eth0": {"ok": [["rx_prio3_pause", 12], ...]} | {"error": "EOPNOTSUPP"}}`
+//!   (`ethtool -S` through the ioctl, names and order as the driver gives them)
+//! * `fabprobe/dcb.json`: `{"eth0": {"ok": "<hex>"} | {"error": "EOPNOTSUPP"}}`, the raw
+//!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
+//! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
+//!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -14,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{FactsState, HostError, NvmlState};
+use super::{FactsState, HostError, NetAnswers, NvmlState};
 
 pub const SIDE_DIR: &str = "fabprobe";
 
@@ -65,6 +73,9 @@ pub fn env_is_captured(name: &str) -> bool {
         "OMPI_MCA_btl_tcp_if_include",
         "OMPI_MCA_btl_tcp_if_exclude",
         "OMPI_MCA_oob_tcp_if_include",
+        // nccl-env: where ~/.nccl.conf is, and where NCCL's dlopen looks for a net plugin.
+        "HOME",
+        "LD_LIBRARY_PATH",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -99,7 +110,9 @@ pub(super) struct Loaded {
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
     pub facts: FactsState,
+    pub net: NetAnswers,
     pub read_errors: HashMap<PathBuf, String>,
+    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -139,6 +152,11 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
         reason: "the snapshot has no fabprobe/facts.json".into(),
     });
+    let net = NetAnswers {
+        ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
+        dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
+        lldp: load_json(root, "lldp.json", shown)?.unwrap_or_default(),
+    };
     let raw: HashMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     // The first bad entry in path order, so the message is the same on every run.
     let bad = raw.iter().filter(|(_, e)| errno_from_name(e).is_none()).min_by(|a, b| a.0.cmp(b.0));
@@ -151,12 +169,15 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
             ),
         });
     }
+    let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
         facts,
+        net,
         read_errors: raw,
+        ifaddrs,
     })
 }
 

@@ -2,8 +2,12 @@
 //! Renderers return strings; only the CLI layer writes them out.
 
 pub mod check;
+pub mod gdr;
 pub mod gids;
 pub mod links;
+pub mod qos;
+pub mod nccl_env;
+pub mod nccl_log;
 pub mod ring;
 pub mod text;
 pub mod topo;

@@ -217,9 +217,10 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
         vec![1, 3, 2]
     );
     assert!(s.links.iter().all(|l| l.samples == 3 && !l.slow));
-    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted).
+    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted),
+    // never above it; a loaded machine's threads may fall behind it.
     let m = s.median_gbs.unwrap();
-    assert!((0.08..0.105).contains(&m), "median {m}");
+    assert!((0.06..0.105).contains(&m), "median {m}");
     assert!(!r.failed());
     assert!(
         others
@@ -232,20 +233,23 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
 fn slow_egress_ingress_and_link_from_the_scan() {
     type Slow = Box<dyn Fn(u32, u32) -> Option<f64>>;
     type Want = Vec<(VerdictKind, Option<u32>, Option<u32>)>;
+    // Paced threads on a loaded 2-core machine measure healthy links anywhere from ~0.65x to
+    // 1.1x the pace, so the slow ones run at a quarter of it: this tests what is blamed, the
+    // localizer's threshold is tested on exact figures in `localize`.
     let cases: Vec<(&str, Slow, Want)> = vec![
         (
             "egress",
-            Box::new(|f, _| (f == 2).then_some(0.3 * BASE)),
+            Box::new(|f, _| (f == 2).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowEgress, Some(2), None)],
         ),
         (
             "ingress",
-            Box::new(|_, t| (t == 1).then_some(0.5 * BASE)),
+            Box::new(|_, t| (t == 1).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowIngress, None, Some(1))],
         ),
         (
             "link",
-            Box::new(|f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE)),
+            Box::new(|f, t| ((f, t) == (3, 0)).then_some(0.25 * BASE)),
             vec![(VerdictKind::SlowLink, Some(3), Some(0))],
         ),
     ];
@@ -265,7 +269,8 @@ fn slow_egress_ingress_and_link_from_the_scan() {
         // The verdict was confirmed by the re-check pass.
         let s = r.scan.as_ref().unwrap();
         assert!(s.orders.iter().any(|o| o.recheck), "{name}: {:?}", s.orders);
-        assert!(s.cleared_by_recheck.is_empty(), "{name}");
+        // Other first-pass verdicts may be cleared by the re-check on a loaded machine (that
+        // is what it is for); the culprit surviving it is the `kinds` assertion above.
         let v = &r.verdicts[0];
         assert!(v.next.is_some() && !v.evidence.is_empty(), "{name}");
     }

@@ -206,6 +206,18 @@ impl Mirror<'_> {
                     }
                 }
             }
+            Access::Link(p) => {
+                let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                    return Ok(());
+                };
+                let Some(c) = self.walk(parent)? else {
+                    return Ok(());
+                };
+                let at = c.join(name);
+                if let Ok(target) = std::fs::read_link(self.src_of(&at)) {
+                    self.make_symlink(&at, &target)?;
+                }
+            }
             Access::List(p) => {
                 let Some(c) = self.walk(p)? else {
                     return Ok(());
@@ -314,6 +326,19 @@ pub fn write_tree(
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("facts.json"), host.facts())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
+    let net = host.net_answers();
+    if !net.ethtool.is_empty() {
+        write_json(&side_dir.join("ethtool.json"), &net.ethtool)?;
+    }
+    if !net.dcb_ieee.is_empty() {
+        write_json(&side_dir.join("dcb.json"), &net.dcb_ieee)?;
+    }
+    if !net.lldp.is_empty() {
+        write_json(&side_dir.join("lldp.json"), &net.lldp)?;
+    }
+    if let Ok(ifs) = host.ifaddrs() {
+        write_json(&side_dir.join("ifaddrs.json"), ifs)?;
+    }
     Ok(summary)
 }
 
@@ -342,7 +367,20 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
 /// Capture the live host: run every probe with recording on, then write `out`
 /// (`*.tar.gz` / `*.tgz` → a tarball, anything else → a directory).
 pub fn capture_live(out: &Path) -> Result<CaptureSummary, CaptureError> {
+    capture_live_with(out, None)
+}
+
+/// `capture_live`, first listening `lldp_wait` for the switch's LLDP on every RoCE netdev
+/// (the frames land in `fabprobe/lldp.json`).
+pub fn capture_live_with(
+    out: &Path,
+    lldp_wait: Option<std::time::Duration>,
+) -> Result<CaptureSummary, CaptureError> {
     let host = Host::live().with_recording();
+    if let Some(w) = lldp_wait {
+        let mut r = crate::probe::qos::probe(&host);
+        crate::probe::qos::add_lldp(&host, &mut r, w);
+    }
     capture(&host, Path::new("/"), out)
 }
 
