@@ -42,8 +42,11 @@ const FIXTURES: &[&str] = &[
     "old-kernel-nopma",
     "h100-sxm-8gpu",
     "h100-sxm-8gpu-bad",
+    "h100-gdr-broken",
     "h100-penny",
     "pcie-2socket",
+    "roce-qos-mismatch",
+    "roce-pause-storm",
     "cloud-vm-flat",
     "cpu-only",
 ];
@@ -83,12 +86,15 @@ const POLICY_CASES: &[(&str, &str)] = &[
     ("dgx-h100", "h100-sxm-8gpu"),
     ("dgx-h100", "h100-sxm-8gpu-bad"),
     ("dgx-h100", "h100-penny"),
+    ("dgx-h100", "h100-gdr-broken"),
     ("dgx-h100", "cloud-vm-flat"),
     ("hdr-a100", "cloud-vm-flat"),
     ("hdr-a100", "h100-sxm-8gpu"),
     ("roce-dcqcn", "roce-bond-host"),
     ("roce-dcqcn", "container-sparse-gids"),
     ("roce-dcqcn", "h100-sxm-8gpu"),
+    ("roce-dcqcn", "roce-qos-mismatch"),
+    ("roce-dcqcn", "roce-pause-storm"),
 ];
 
 #[test]
@@ -102,24 +108,39 @@ fn policy_whole_reports() {
     }
 }
 
-/// The h100 fixtures against dgx-h100: the healthy ones pass every hardware key; the bad
-/// one fails exactly on what was built into it (see its PROVENANCE.md).
+fn gdr_fails(pairs: &str) -> Vec<(String, String)> {
+    (0..8).map(|i| ("policy.gdr.ready".to_string(), format!("GPU{i}-NIC{i}"))).chain([("gdr.peermem_not_loaded".to_string(), pairs.to_string())]).collect()
+}
+
+/// The h100 fixtures against dgx-h100: the healthy one passes every key; the others fail
+/// exactly on what was built into them (see their PROVENANCE.md).
 #[test]
 fn dgx_h100_verdicts_are_true() {
-    for f in ["h100-sxm-8gpu", "h100-penny"] {
-        let (v, code) = check_json(f, "dgx-h100");
-        assert_eq!(code, 0, "{f}");
-        assert_eq!(fails(&v), Vec::<(String, String)>::new(), "{f}");
-        assert_eq!(v["data"]["verdict"], "warn", "{f}: gdr.ready and counter rates are not evaluated");
-        let not_eval: Vec<&str> = v["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|x| x["id"] == "check.not_evaluated")
-            .map(|x| x["subject"].as_str().unwrap())
-            .collect();
-        assert_eq!(not_eval, ["counters.max_per_hour", "gdr.ready"], "{f}");
-    }
+    let (v, code) = check_json("h100-sxm-8gpu", "dgx-h100");
+    assert_eq!(code, 0);
+    assert_eq!(fails(&v), Vec::<(String, String)>::new());
+    assert_eq!(v["data"]["verdict"], "warn", "counter rates are not evaluated without two samples");
+    let not_eval: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["id"] == "check.not_evaluated")
+        .map(|x| x["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(not_eval, ["counters.max_per_hour"]);
+    let all8 = "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7";
+    // penny: its snapshot has /sys/module without nvidia_peermem, and inbox ib_core.
+    let (v, code) = check_json("h100-penny", "dgx-h100");
+    assert_eq!(code, 1);
+    assert_eq!(fails(&v), gdr_fails(all8));
+    // gdr-broken: peer memory cannot load, the proprietary module (no DMA-BUF), ACS redirect.
+    let (v, code) = check_json("h100-gdr-broken", "dgx-h100");
+    assert_eq!(code, 1);
+    let mut want = gdr_fails(all8);
+    want.insert(8, ("gdr.acs_redirect".into(), all8.into()));
+    assert_eq!(fails(&v), want);
+    let ev = &v["findings"][0]["evidence"];
+    assert_eq!((ev["verdict"].as_str(), ev["nvidia_peermem_loaded"].as_bool()), (Some("off_no_peer_memory"), Some(false)));
     let (v, code) = check_json("h100-sxm-8gpu-bad", "dgx-h100");
     assert_eq!(code, 1);
     let mut got = fails(&v);
@@ -157,6 +178,29 @@ fn dgx_h100_verdicts_are_true() {
     let ids: Vec<String> = fails(&a).into_iter().map(|(i, _)| i).collect();
     assert!(ids.contains(&"policy.gpu.model".to_string()) && ids.contains(&"policy.ib.speed".to_string()), "{ids:?}");
     assert!(!ids.contains(&"policy.ib.rate_min_gbps".to_string()), "400 >= 200: {ids:?}");
+}
+
+/// roce-dcqcn against the qos fixtures: the mismatched host fails on PFC (4, not 3), ECN
+/// (notification point off) and global pause; the storm fixture is configured right.
+#[test]
+fn roce_dcqcn_verdicts_are_true() {
+    let (v, code) = check_json("roce-qos-mismatch", "roce-dcqcn");
+    assert_eq!(code, 1);
+    let policy: Vec<(String, String)> = fails(&v).into_iter().filter(|(id, _)| id.starts_with("policy.")).collect();
+    let want: Vec<(String, String)> = ["pfc_priorities", "ecn_priorities", "global_pause"]
+        .iter()
+        .map(|k| (format!("policy.roce.{k}"), "mlx5_0/1".to_string()))
+        .collect();
+    assert_eq!(policy, want);
+    let pfc = v["findings"].as_array().unwrap().iter().find(|f| f["id"] == "policy.roce.pfc_priorities").unwrap();
+    assert_eq!(pfc["evidence"]["pfc_enabled"], "4");
+    assert_eq!(v["data"]["fingerprint"]["pfc_priorities"], "1x 4");
+    let (v, code) = check_json("roce-pause-storm", "roce-dcqcn");
+    assert_eq!(code, 0, "{:?}", fails(&v));
+    assert_eq!(v["data"]["fingerprint"]["pfc_priorities"], "1x 3");
+    assert_eq!(v["data"]["fingerprint"]["roce_trust"], "1x dscp");
+    // Without ECN sysfs (inbox driver) the ECN rule is not evaluated, never passed.
+    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "check.not_evaluated" && f["subject"] == "roce.ecn_priorities"));
 }
 
 #[test]
@@ -253,9 +297,14 @@ fn live_check_runs_and_snapshot_captures_the_facts() {
 fn fleet(dir: &Path, n: usize) {
     let (good, _) = check_json("h100-sxm-8gpu", "dgx-h100");
     let (bad, _) = check_json("h100-sxm-8gpu-bad", "dgx-h100");
+    let (nogdr, _) = check_json("h100-gdr-broken", "dgx-h100");
     for i in 0..n {
         let name = format!("node{i:04}");
-        let mut v = if i == 17 { bad.clone() } else { good.clone() };
+        let mut v = match i {
+            17 => bad.clone(),
+            50 => nogdr.clone(),
+            _ => good.clone(),
+        };
         v["host"]["hostname"] = name.clone().into();
         if i == 5 {
             v["data"]["fingerprint"]["kernel"] = "5.15.0-97-generic".into();
@@ -304,12 +353,16 @@ fn sweep_finds_exactly_the_injected_faults() {
             ("node0017", "nvlink_min"),
             ("node0017", "topo_signature"),
             ("node0040", "gpu_driver"),
+            ("node0050", "gdr_pairs"),
+            ("node0050", "gdr_peer_memory"),
         ]
     );
     assert_eq!(r["outliers"][0]["majority_value"], "5.15.0-105-generic");
     assert_eq!(r["outliers"][0]["majority_nodes"], 56);
+    let peer = r["outliers"].as_array().unwrap().iter().find(|o| o["key"] == "gdr_peer_memory").unwrap();
+    assert_eq!((peer["value"].as_str(), peer["majority_value"].as_str(), peer["majority_nodes"].as_u64()), (Some("none"), Some("nvidia_peermem"), Some(56)));
     let bad: Vec<&str> = r["bad_nodes"].as_array().unwrap().iter().map(|b| b["node"].as_str().unwrap()).collect();
-    assert_eq!(bad, ["node0005", "node0017", "node0040"]);
+    assert_eq!(bad, ["node0005", "node0017", "node0040", "node0050"]);
     let unread: Vec<(&str, &str)> = r["unreadable"]
         .as_array()
         .unwrap()
@@ -317,13 +370,16 @@ fn sweep_finds_exactly_the_injected_faults() {
         .map(|u| (u["node"].as_str().unwrap(), u["problem"].as_str().unwrap()))
         .collect();
     assert_eq!(unread, [("node0044", "missing"), ("node0023", "truncated"), ("node0031", "not_json")]);
-    assert_eq!(r["failures"][0]["nodes"], serde_json::json!(["node0017"]));
+    let by_cause: Vec<(&str, serde_json::Value)> =
+        r["failures"].as_array().unwrap().iter().map(|f| (f["id"].as_str().unwrap(), f["nodes"].clone())).collect();
+    assert!(by_cause.contains(&("policy.gdr.ready", serde_json::json!(["node0050"]))), "{by_cause:?}");
+    assert!(by_cause.contains(&("policy.ib.speed", serde_json::json!(["node0017"]))), "{by_cause:?}");
     assert_eq!(r["nodes"]["reports"], 57);
 
     let (drain, _, code) = run(&["sweep", d, "--drain"]);
     assert_eq!(code, 1);
     let lines: Vec<&str> = drain.lines().filter(|l| l.starts_with("scontrol")).collect();
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 4);
     assert!(lines[0].starts_with("scontrol update NodeName=node0005 State=DRAIN Reason=\"fabprobe: kernel '5.15.0-97-generic' (majority '5.15.0-105-generic': 56 nodes)\""), "{drain}");
     assert!(lines[1].starts_with("scontrol update NodeName=node0017 State=DRAIN Reason=\"fabprobe: policy.host.memlock_unlimited host;"), "{drain}");
     assert!(lines.iter().all(|l| l.len() < 280));

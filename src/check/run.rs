@@ -13,10 +13,13 @@ use super::policy::{PATH_ORDER, Policy, PortRules};
 use super::{Finding, Severity};
 use crate::host::facts::RLimit;
 use crate::host::{FactsState, Host};
+use crate::probe::gdr::{GdrReport, Verdict as GdrVerdict};
 use crate::probe::gids::GidsReport;
 use crate::probe::links::{LinkDevice, LinkPort, LinksReport, SampleInfo};
+use crate::probe::qos::{QosIf, QosReport};
 use crate::probe::topo::TopoReport;
-use crate::probe::{gids, links, topo};
+use crate::probe::{gdr, gids, links, qos, topo};
+use crate::sysfs::net as netfs;
 
 /// How the links probe gets its second sample (for counter rates).
 #[derive(Default)]
@@ -33,8 +36,20 @@ pub struct Collected {
     pub topo: Option<TopoReport>,
     pub gids: Option<GidsReport>,
     pub links: Option<LinksReport>,
+    pub gdr: Option<GdrReport>,
+    pub qos: Option<QosReport>,
+    /// The netdev MTU of each RoCE interface the qos probe found, by ifname.
+    pub netdev_mtu: BTreeMap<String, Option<u32>>,
     pub facts: Option<FactsState>,
     pub driver_version: Option<String>,
+    /// With `--interval`: the first sample of the counters, taken before the one sleep.
+    first: Option<FirstSample>,
+}
+
+struct FirstSample {
+    links: LinksReport,
+    qos: QosReport,
+    at: std::time::Instant,
 }
 
 pub struct ProbeEntry {
@@ -47,11 +62,10 @@ pub const PROBES: &[ProbeEntry] = &[
     ProbeEntry { name: "topo", run: run_topo },
     ProbeEntry { name: "gids", run: run_gids },
     ProbeEntry { name: "links", run: run_links },
+    ProbeEntry { name: "gdr", run: run_gdr },
+    ProbeEntry { name: "qos", run: run_qos },
     ProbeEntry { name: "host", run: run_host },
 ];
-
-/// Probes policy keys can ask for that this build does not have yet.
-pub const NOT_IN_BUILD: &[&str] = &["gdr", "qos"];
 
 fn run_topo(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let r = topo::probe(h);
@@ -79,22 +93,51 @@ fn run_links(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
             interval_s,
         };
         links::apply_deltas(&mut r, &before, info);
-    } else if let Some(d) = s.interval
-        && r.rdma.devices_found
-    {
-        let t0 = std::time::Instant::now();
-        std::thread::sleep(d);
-        let mut second = links::probe(h);
+    } else if let Some(first) = &c.first {
         let info = SampleInfo {
             kind: "interval".into(),
             baseline: "live".into(),
-            interval_s: Some(t0.elapsed().as_secs_f64()),
+            interval_s: Some(first.at.elapsed().as_secs_f64()),
         };
-        links::apply_deltas(&mut second, &r, info);
-        r = second;
+        links::apply_deltas(&mut r, &first.links, info);
     }
     let f = links::findings(&r);
     c.links = Some(r);
+    f
+}
+
+fn run_gdr(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let r = gdr::probe(h);
+    let f = gdr::findings(&r);
+    c.gdr = Some(r);
+    f
+}
+
+fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let mut r = qos::probe(h);
+    if let Some((base, name)) = &s.baseline {
+        let before = qos::probe(base);
+        let interval_s =
+            links::seconds_between(base.meta().captured_at.as_deref(), h.meta().captured_at.as_deref());
+        let sample = qos::Sample {
+            kind: "baseline".into(),
+            baseline: name.clone(),
+            interval_s,
+        };
+        qos::apply_deltas(&mut r, &before, sample);
+    } else if let Some(first) = &c.first {
+        let sample = qos::Sample {
+            kind: "interval".into(),
+            baseline: "live".into(),
+            interval_s: Some(first.at.elapsed().as_secs_f64()),
+        };
+        qos::apply_deltas(&mut r, &first.qos, sample);
+    }
+    for i in &r.interfaces {
+        c.netdev_mtu.insert(i.ifname.clone(), netfs::read_mtu(h, &i.ifname));
+    }
+    let f = qos::findings(&r);
+    c.qos = Some(r);
     f
 }
 
@@ -207,8 +250,6 @@ pub struct Counts {
 #[derive(Debug, Serialize)]
 pub struct ProbeRun {
     pub name: String,
-    /// false for a probe this build does not have.
-    pub ran: bool,
     /// Findings the probe itself raised.
     pub findings: usize,
 }
@@ -216,23 +257,25 @@ pub struct ProbeRun {
 /// Run every probe, judge the policy, rank the findings.
 pub fn run(host: &Host, policy: &Policy, sampling: &Sampling) -> (CheckReport, Vec<Finding>) {
     let mut c = Collected::default();
+    // One sleep for every counter (links and qos), not one per probe.
+    if let (Some(d), None) = (sampling.interval, &sampling.baseline) {
+        let l = links::probe(host);
+        if l.rdma.devices_found {
+            let q = qos::probe(host);
+            let at = std::time::Instant::now();
+            std::thread::sleep(d);
+            c.first = Some(FirstSample { links: l, qos: q, at });
+        }
+    }
     let mut probe_findings = Vec::new();
     let mut probes = Vec::new();
     for p in PROBES {
         let f = (p.run)(host, sampling, &mut c);
         probes.push(ProbeRun {
             name: p.name.into(),
-            ran: true,
             findings: f.len(),
         });
         probe_findings.extend(f);
-    }
-    for name in NOT_IN_BUILD {
-        probes.push(ProbeRun {
-            name: (*name).into(),
-            ran: false,
-            findings: 0,
-        });
     }
     let mut findings = judge(&c, policy);
     if policy.probe_findings {
@@ -309,10 +352,74 @@ pub fn judge(c: &Collected, p: &Policy) -> Vec<Finding> {
         judge_counters(l, p, &mut out);
     }
     judge_roce(c, p, &mut out);
-    if p.gdr_ready.is_some() {
-        out.push(not_evaluated("gdr.ready", "the gdr probe is not in this build of fabprobe"));
+    if let Some(want) = p.gdr_ready {
+        judge_gdr(c, want, &mut out);
     }
     out
+}
+
+/// `[gdr] ready`: every pair NCCL would use (each GPU with its nearest NICs) has GPUDirect
+/// RDMA on (peer memory, or DMA-BUF possible) and no ACS redirect between the two.
+fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
+    let Some(r) = &c.gdr else {
+        out.push(not_evaluated("gdr.ready", "the gdr probe did not run"));
+        return;
+    };
+    if !want {
+        // `ready = false` asks for nothing (a node that does not use GDR).
+        return;
+    }
+    let used: Vec<_> = r.pairs.iter().filter(|x| x.nccl_nearest).collect();
+    if used.is_empty() {
+        let f = violation(
+            "gdr.ready",
+            "host",
+            format!("no GPU-NIC pair for GPUDirect RDMA ({} GPUs, {} RDMA NICs)", r.gpus.len(), r.nics.len()),
+        )
+        .evidence("gpus", r.gpus.len())
+        .evidence("nics", r.nics.len())
+        .fix("GDR needs NVIDIA GPUs and RDMA NICs on the same host: check `fabprobe topo`");
+        out.push(f);
+        return;
+    }
+    for x in used {
+        let subject = format!("{}-{}", x.gpu, x.nic);
+        let path = x.path.map(|p| p.as_str()).unwrap_or("?");
+        match x.verdict {
+            None | Some(GdrVerdict::Unknown) => out.push(not_evaluated(
+                "gdr.ready",
+                format!("{subject}: peer memory not visible (no /sys/module) and no DMA-BUF path"),
+            )),
+            Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
+                let why = if v == GdrVerdict::OffDistance {
+                    format!(
+                        "the path {path} is farther than NCCL_NET_GDR_LEVEL={}",
+                        r.nccl_net_gdr_level.level.as_str()
+                    )
+                } else {
+                    "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
+                };
+                out.push(
+                    violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
+                        .evidence("verdict", v.as_str())
+                        .evidence("path", path)
+                        .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
+                        .evidence("dmabuf_possible", r.dmabuf.possible)
+                        .fix("see the gdr.* finding for this pair, or `fabprobe gdr`"),
+                );
+            }
+            Some(_) if x.acs_redirect => out.push(
+                violation(
+                    "gdr.ready",
+                    &subject,
+                    format!("ACS redirects peer-to-peer traffic between {subject} through the root complex"),
+                )
+                .evidence("bridges_between", x.bridges_between.join(" "))
+                .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
+            ),
+            Some(_) => {}
+        }
+    }
 }
 
 fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
@@ -817,16 +924,193 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
             }
         }
     }
-    let qos_keys = [
-        ("roce.mtu", q.mtu.is_some()),
-        ("roce.pfc_priorities", q.pfc_priorities.is_some()),
-        ("roce.ecn_priorities", q.ecn_priorities.is_some()),
-        ("roce.trust", q.trust.is_some()),
-        ("roce.global_pause", q.global_pause.is_some()),
-    ];
-    for (k, set) in qos_keys {
-        if set {
-            out.push(not_evaluated(k, "the qos probe is not in this build of fabprobe"));
+    let any_qos = q.mtu.is_some()
+        || q.pfc_priorities.is_some()
+        || q.ecn_priorities.is_some()
+        || q.trust.is_some()
+        || q.global_pause.is_some();
+    if !any_qos {
+        return;
+    }
+    let Some(r) = &c.qos else {
+        out.push(not_evaluated("roce", "the qos probe did not run"));
+        return;
+    };
+    for i in r.interfaces.iter().filter(|i| i.rdma_device.is_some()) {
+        judge_qos_if(i, c.netdev_mtu.get(&i.ifname).copied().flatten(), q, out);
+    }
+    // A RoCE port the qos probe could not follow to a netdev is not a pass.
+    if let Some(l) = &c.links {
+        for (d, port) in ports_of(l, "Ethernet") {
+            let seen = r
+                .interfaces
+                .iter()
+                .any(|i| i.rdma_device.as_deref() == Some(d.name.as_str()) && i.rdma_port == Some(port.port));
+            if !seen {
+                out.push(not_evaluated("roce", format!("{}: no netdev found for this RoCE port", subject(d, port))));
+            }
+        }
+    }
+}
+
+/// `"3"`, `"3,4"`, `"none"`.
+fn prio_list(v: &[u8]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// PFC as the qos probe reads it: DCB's `pfc_en`, else the priorities the driver keeps pause
+/// counters for (mlx5 keeps them only where PFC is on), when it keeps a counter set at all.
+pub fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
+    i.dcb.pfc_enabled.clone().or_else(|| {
+        (i.ethtool.error.is_none() && i.priorities.iter().all(|p| p.pfc_counters.is_some()))
+            .then(|| i.ethtool.pfc_priorities_from_counters.clone())
+    })
+}
+
+/// ECN (DCQCN) on, per priority: reaction point and notification point both enabled.
+/// `(on, half)`: priorities with both, priorities with only one of the two.
+pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
+    let e = i.ecn.as_ref()?;
+    let on = (0..8u8).filter(|p| e.rp_enabled.contains(p) && e.np_enabled.contains(p)).collect();
+    let half = (0..8u8)
+        .filter(|p| e.rp_enabled.contains(p) != e.np_enabled.contains(p))
+        .collect();
+    Some((on, half))
+}
+
+/// Global (802.3x) pause on: the driver keeps global pause counters only while it is on.
+pub fn global_pause_of(i: &QosIf) -> Option<bool> {
+    i.ethtool.error.is_none().then_some(i.ethtool.global_pause_counters)
+}
+
+fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
+    let subject = match (&i.rdma_device, i.rdma_port) {
+        (Some(d), Some(p)) => format!("{d}/{p}"),
+        _ => i.ifname.clone(),
+    };
+    let ifn = &i.ifname;
+    let dcb_why = || {
+        format!(
+            "{subject} ({ifn}): no DCB answer ({})",
+            i.dcb.error.as_deref().unwrap_or("none")
+        )
+    };
+    if let Some(want) = q.mtu {
+        match netdev_mtu {
+            None => out.push(not_evaluated("roce.mtu", format!("{subject}: no mtu for {ifn}"))),
+            Some(m) => {
+                let got = netfs::roce_mtu(m);
+                if got.is_none_or(|g| u64::from(g) < want) {
+                    out.push(
+                        violation(
+                            "roce.mtu",
+                            &subject,
+                            format!(
+                                "{ifn} MTU {m} gives a RoCE path MTU of {}, not {want}",
+                                got.map(|g| g.to_string()).unwrap_or("none".into())
+                            ),
+                        )
+                        .evidence("netdev", ifn.as_str())
+                        .evidence("netdev_mtu", m)
+                        .evidence("roce_mtu", got)
+                        .fix(format!(
+                            "a RoCE MTU of {want} needs a netdev MTU of at least {}: `ip link set {ifn} mtu 9000` (and the same on the switch ports)",
+                            want + 96
+                        )),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(want) = &q.pfc_priorities {
+        let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
+        want.sort_unstable();
+        match pfc_of(i) {
+            None => out.push(not_evaluated("roce.pfc_priorities", dcb_why())),
+            Some(got) if got != want => out.push(
+                violation(
+                    "roce.pfc_priorities",
+                    &subject,
+                    format!("PFC on {ifn} is on priority {}, not exactly {}", prio_list(&got), prio_list(&want)),
+                )
+                .evidence("netdev", ifn.as_str())
+                .evidence("pfc_enabled", prio_list(&got))
+                .evidence("roce_priority", i.roce.priority)
+                .fix(format!(
+                    "`mlnx_qos -i {ifn} --pfc {}` (MLNX_OFED) or `dcb pfc set dev {ifn} prio-pfc {}` (iproute2)",
+                    (0..8u8).map(|p| if want.contains(&p) { "1" } else { "0" }).collect::<Vec<_>>().join(","),
+                    (0..8u8).map(|p| format!("{p}:{}", if want.contains(&p) { "on" } else { "off" })).collect::<Vec<_>>().join(" ")
+                )),
+            ),
+            Some(_) => {}
+        }
+    }
+    if let Some(want) = &q.ecn_priorities {
+        let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
+        want.sort_unstable();
+        match ecn_of(i) {
+            None => out.push(not_evaluated(
+                "roce.ecn_priorities",
+                format!(
+                    "{subject}: {}",
+                    i.ecn_unknown_reason.clone().unwrap_or_else(|| format!("no ECN state for {ifn}"))
+                ),
+            )),
+            Some((on, half)) if on != want || !half.is_empty() => {
+                let e = i.ecn.as_ref();
+                out.push(
+                    violation(
+                        "roce.ecn_priorities",
+                        &subject,
+                        format!(
+                            "ECN/DCQCN on {ifn} is on priority {}, not exactly {}{}",
+                            prio_list(&on),
+                            prio_list(&want),
+                            if half.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (half on, reaction or notification point only: {})", prio_list(&half))
+                            }
+                        ),
+                    )
+                    .evidence("netdev", ifn.as_str())
+                    .evidence("roce_rp_enabled", prio_list(e.map(|e| e.rp_enabled.as_slice()).unwrap_or(&[])))
+                    .evidence("roce_np_enabled", prio_list(e.map(|e| e.np_enabled.as_slice()).unwrap_or(&[])))
+                    .fix(format!(
+                        "for each priority P: echo 1 (on) or 0 (off) > /sys/class/net/{ifn}/ecn/roce_rp/enable/P and .../roce_np/enable/P"
+                    )),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(want) = &q.trust {
+        match &i.dcb.trust {
+            None => out.push(not_evaluated("roce.trust", dcb_why())),
+            Some(got) if got != want => out.push(
+                violation("roce.trust", &subject, format!("{ifn} trusts {got}, not {want}"))
+                    .evidence("netdev", ifn.as_str())
+                    .evidence("trust", got.as_str())
+                    .fix(format!("`mlnx_qos -i {ifn} --trust {want}`")),
+            ),
+            Some(_) => {}
+        }
+    }
+    if let Some(allowed) = q.global_pause {
+        match global_pause_of(i) {
+            None => out.push(not_evaluated(
+                "roce.global_pause",
+                format!("{subject}: no ethtool counters for {ifn} ({})", i.ethtool.error.as_deref().unwrap_or("none")),
+            )),
+            Some(true) if !allowed => out.push(
+                violation("roce.global_pause", &subject, format!("global (802.3x) pause is on for {ifn}"))
+                    .evidence("netdev", ifn.as_str())
+                    .fix(format!("`ethtool -A {ifn} rx off tx off` (PFC only)")),
+            ),
+            Some(_) => {}
         }
     }
 }
@@ -922,6 +1206,43 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
                     k.current_width.map(|w| w.to_string()).unwrap_or("?".into())
                 ))
             })),
+        );
+    }
+    if let Some(r) = &c.gdr {
+        let pm = &r.peer_memory;
+        let client = if pm.nvidia_peermem_loaded {
+            "nvidia_peermem"
+        } else if pm.nv_peer_mem_loaded {
+            "nv_peer_mem"
+        } else if !pm.modules_visible {
+            "unknown"
+        } else {
+            "none"
+        };
+        m.insert("gdr_peer_memory".into(), json!(client));
+        m.insert(
+            "gdr_pairs".into(),
+            multiset(r.pairs.iter().filter(|x| x.nccl_nearest).map(|x| {
+                x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()
+            })),
+        );
+    }
+    if let Some(q) = &c.qos {
+        let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
+        let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+        m.insert("pfc_priorities".into(), multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))));
+        m.insert(
+            "ecn_priorities".into(),
+            multiset(roce.iter().map(|i| show(ecn_of(i).map(|(on, _)| prio_list(&on))))),
+        );
+        m.insert("roce_trust".into(), multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))));
+        m.insert(
+            "global_pause".into(),
+            multiset(roce.iter().map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string())))),
+        );
+        m.insert(
+            "roce_netdev_mtu".into(),
+            multiset(roce.iter().map(|i| show(c.netdev_mtu.get(&i.ifname).copied().flatten().map(|m| m.to_string())))),
         );
     }
     if let Some(g) = &c.gids {

@@ -63,13 +63,8 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
             let _ = writeln!(s, "host facts: unavailable ({reason})");
         }
     }
-    let ran: Vec<&str> = r.probes.iter().filter(|p| p.ran).map(|p| p.name.as_str()).collect();
-    let not: Vec<&str> = r.probes.iter().filter(|p| !p.ran).map(|p| p.name.as_str()).collect();
-    let _ = write!(s, "probes: {}", ran.join(" "));
-    if !not.is_empty() {
-        let _ = write!(s, " (not in this build: {})", not.join(" "));
-    }
-    s.push('\n');
+    let ran: Vec<&str> = r.probes.iter().map(|p| p.name.as_str()).collect();
+    let _ = writeln!(s, "probes: {}", ran.join(" "));
     if let Some(smp) = &r.sample {
         let _ = writeln!(
             s,
