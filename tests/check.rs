@@ -233,6 +233,35 @@ fn counter_rates_need_two_samples_and_are_judged_with_a_baseline() {
     assert_eq!(v["data"]["sample"]["kind"], "baseline");
 }
 
+/// roce.mtu from the netdev's MTU: the same host at MTU 4000 reaches only RoCE MTU 2048.
+#[test]
+fn roce_mtu_follows_the_netdev_mtu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("host");
+    let st = Command::new("cp")
+        .args(["-a", "fixtures/roce-qos-mismatch"])
+        .arg(&root)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let pol = tmp.path().join("mtu.toml");
+    std::fs::write(&pol, "[roce]\nmtu = 4096\n").unwrap();
+    let args = ["--root", root.to_str().unwrap(), "--format", "json", "check", "--policy", pol.to_str().unwrap()];
+    let (out, _, _) = run(&args);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!fails(&v).iter().any(|(id, _)| id == "policy.roce.mtu"), "9000 gives 4096");
+    assert_eq!(v["data"]["fingerprint"]["roce_netdev_mtu"], "1x 9000");
+    let mtu = root.join("sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0/net/ens1f0np0/mtu");
+    std::fs::write(&mtu, "4000\n").unwrap();
+    let (out, _, code) = run(&args);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = v["findings"].as_array().unwrap().iter().find(|f| f["id"] == "policy.roce.mtu").unwrap();
+    assert_eq!(f["subject"], "mlx5_0/1");
+    assert_eq!((f["evidence"]["netdev_mtu"].as_u64(), f["evidence"]["roce_mtu"].as_u64()), (Some(4000), Some(2048)));
+}
+
 #[test]
 fn a_bad_policy_is_exit_2_naming_file_line_and_key() {
     let tmp = tempfile::tempdir().unwrap();
