@@ -15,6 +15,7 @@ pub mod side;
 pub mod tarball;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -148,18 +149,19 @@ pub struct Host {
     /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
     net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
-    /// A hash map: a snapshot records thousands, and a sorted map of paths compares them
-    /// component by component on every read.
-    read_errors: HashMap<PathBuf, String>,
+    /// Keyed by the path's bytes: a snapshot records thousands, and a `Path` key hashes and
+    /// compares component by component on every read (paths here are normalized, so bytes
+    /// are equal exactly when components are).
+    read_errors: HashMap<OsString, String>,
     /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
     ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
-    resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
+    resolved_dirs: Mutex<std::collections::HashMap<OsString, PathBuf>>,
     /// A snapshot's files never change, and `check` runs several probes over the same
     /// attributes: contents by canonical path (`None`: not there), read once. Live hosts
     /// always read again (counters move).
-    snapshot_reads: Option<Mutex<HashMap<PathBuf, Option<Vec<u8>>>>>,
+    snapshot_reads: Option<Mutex<HashMap<OsString, Option<Vec<u8>>>>>,
     /// Keeps an extracted `.tar.gz` alive as long as the host.
     _extracted: Option<tempfile::TempDir>,
 }
@@ -371,7 +373,7 @@ impl Host {
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
-        self.read_errors.get(canonical).map(String::as_str)
+        self.read_errors.get(canonical.as_os_str()).map(String::as_str)
     }
 
     /// The on-disk prefix that stands for `/` (for messages and capture only).
@@ -407,7 +409,7 @@ impl Host {
             })
             .collect();
         // In a snapshot the whole path's answer is kept too (nothing there changes).
-        let key: PathBuf = comps.iter().collect();
+        let key = comps.iter().collect::<PathBuf>().into_os_string();
         if self.snapshot_reads.is_some()
             && let Some(hit) = self.resolved_dirs.lock().ok().and_then(|c| c.get(&key).cloned())
         {
@@ -433,7 +435,7 @@ impl Host {
         let Some((last, parent)) = comps.split_last() else {
             return Ok(PathBuf::from("/"));
         };
-        let parent_key: PathBuf = parent.iter().collect();
+        let parent_key = parent.iter().collect::<PathBuf>().into_os_string();
         let cached = self
             .resolved_dirs
             .lock()
@@ -507,12 +509,12 @@ impl Host {
         let host_path = host_path.as_ref();
         self.record(Access::Read(host_path.to_path_buf()));
         let real = self.resolve(host_path)?;
-        if let Some(errno) = self.read_errors.get(&real) {
+        if let Some(errno) = self.read_errors.get(real.as_os_str()) {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
         let cache = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok());
-        if let Some(hit) = cache.as_ref().and_then(|c| c.get(&real)) {
+        if let Some(hit) = cache.as_ref().and_then(|c| c.get(real.as_os_str())) {
             return match hit {
                 Some(bytes) => Ok(bytes.clone()),
                 None => Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(libc::ENOENT))),
@@ -523,10 +525,10 @@ impl Host {
         if let Some(mut c) = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok()) {
             match &got {
                 Ok(b) => {
-                    c.insert(real.clone(), Some(b.clone()));
+                    c.insert(real.clone().into_os_string(), Some(b.clone()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    c.insert(real.clone(), None);
+                    c.insert(real.clone().into_os_string(), None);
                 }
                 Err(_) => {}
             }
@@ -603,7 +605,7 @@ impl Host {
         self.record(Access::Resolve(host_path.to_path_buf()));
         match self.resolve(host_path) {
             Ok(real) => {
-                self.read_errors.contains_key(&real) || self.on_disk(&real).symlink_metadata().is_ok()
+                self.read_errors.contains_key(real.as_os_str()) || self.on_disk(&real).symlink_metadata().is_ok()
             }
             Err(_) => false,
         }

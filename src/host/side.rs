@@ -111,7 +111,8 @@ pub(super) struct Loaded {
     pub nvml: NvmlState,
     pub facts: FactsState,
     pub net: NetAnswers,
-    pub read_errors: HashMap<PathBuf, String>,
+    /// Keyed by the normalized path's bytes.
+    pub read_errors: HashMap<std::ffi::OsString, String>,
     pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
@@ -176,7 +177,11 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
         nvml,
         facts,
         net,
-        read_errors: raw,
+        // Normalized (`//`, a trailing `/`), so the host's byte-keyed lookups find them.
+        read_errors: raw
+            .into_iter()
+            .map(|(k, v)| (k.components().collect::<PathBuf>().into_os_string(), v))
+            .collect(),
         ifaddrs,
     })
 }
