@@ -76,6 +76,7 @@ fn main() {
         params: "p".into(),
         judge: Some(watchdog_judge(TIMEOUT)),
         scan: None,
+        on_row: None,
     };
     let t_start = Instant::now();
     let coord = thread::spawn(move || {

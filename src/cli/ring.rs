@@ -3,11 +3,13 @@
 //! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
 
 use std::net::{IpAddr, TcpListener};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
+use crate::render;
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
@@ -15,7 +17,8 @@ use crate::render::{Envelope, HostInfo};
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::report::RingReport;
+use crate::ring::model::RankInfo;
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -332,7 +335,73 @@ fn findings(r: &RingReport) -> Vec<Finding> {
     f
 }
 
-fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
+/// Rows as each size completes (nccl-tests prints them so): rank 0's coordinator hands
+/// each finished size here; the header goes out with the first row, and the report at the
+/// end prints only what is left.
+struct RowPrinter {
+    launcher: LauncherInfo,
+    options: Options,
+    /// A progress line is on stderr (same terminal): clear it before a row.
+    progress: bool,
+    /// Sizes printed so far, and whether stdout failed (a closed pipe: stop printing).
+    shown: Mutex<(Vec<u64>, bool)>,
+}
+
+impl RowPrinter {
+    /// Table format with a sweep only: JSON is one document at the end.
+    fn start(fmt: Format, id: &Identity, opts: &Options, progress: bool) -> Option<Arc<RowPrinter>> {
+        (fmt == Format::Table && opts.sweep).then(|| {
+            Arc::new(RowPrinter {
+                launcher: LauncherInfo {
+                    source: id.source,
+                    coordinator: id.coordinator.clone(),
+                    coordinator_source: id.coordinator_source.clone(),
+                    token_source: id.token_source.clone(),
+                },
+                options: opts.clone(),
+                progress,
+                shown: Mutex::new((Vec::new(), false)),
+            })
+        })
+    }
+
+    fn sink(this: &Arc<RowPrinter>) -> run::ShowRow {
+        let this = this.clone();
+        Arc::new(move |ranks: &[RankInfo], row: &ResultRow| this.show(ranks, row))
+    }
+
+    fn show(&self, ranks: &[RankInfo], row: &ResultRow) {
+        let Ok(mut shown) = self.shown.lock() else { return };
+        if shown.1 {
+            return;
+        }
+        let mut text = String::new();
+        if shown.0.is_empty() {
+            text.push_str(&render::ring::head(&render::ring::Head {
+                world: ranks.len() as u32,
+                transport: ranks.first().map(|r| r.transport.as_str()).unwrap_or("tcp"),
+                launcher: &self.launcher,
+                options: &self.options,
+                ranks,
+            }));
+        }
+        text.push_str(&render::ring::row_line(row));
+        if self.progress {
+            eprint!("\r\x1b[K");
+        }
+        match emit(&text) {
+            Ok(()) => shown.0.push(row.size_bytes),
+            Err(_) => shown.1 = true,
+        }
+    }
+
+    /// The sizes already on stdout.
+    fn shown(&self) -> Vec<u64> {
+        self.shown.lock().map(|s| s.0.clone()).unwrap_or_default()
+    }
+}
+
+fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport, rows: Option<&RowPrinter>) -> anyhow::Result<()> {
     for e in &r.events {
         use crate::ring::coordinator::Event;
         if matches!(e, Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }) || g.verbose > 0 {
@@ -346,7 +415,10 @@ fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<(
             let host = crate::host::Host::live();
             emit(&Envelope::new("ring", HostInfo::of(&host), r, &f).to_json())?;
         }
-        _ => emit(&crate::render::ring::table(r))?,
+        _ => match rows.map(RowPrinter::shown).filter(|s| !s.is_empty()) {
+            Some(shown) => emit(&render::ring::table_after_rows(r, &shown))?,
+            None => emit(&render::ring::table(r))?,
+        },
     }
     if let Some(e) = &r.error {
         eprintln!("fabprobe: ring: {e}");
@@ -406,6 +478,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
     let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
+    let rows = RowPrinter::start(fmt, &id, &opts, display.is_some());
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -416,20 +489,26 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         fabric: None,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
+        on_row: rows.as_ref().map(RowPrinter::sink),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let r = run::run_rank(setup, &opts, &logf);
     drop(display);
-    outcome(g, fmt, r)
+    outcome(g, fmt, r, rows.as_deref())
 }
 
-fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
+fn outcome(
+    g: &GlobalArgs,
+    fmt: Format,
+    r: Result<RankOutcome, run::RunError>,
+    rows: Option<&RowPrinter>,
+) -> anyhow::Result<Outcome> {
     match r {
         Ok(RankOutcome {
             report: Some(rep), ..
         }) => {
-            print_report(g, fmt, &rep)?;
+            print_report(g, fmt, &rep, rows)?;
             Ok(if rep.failed() {
                 Outcome::Fault
             } else {
@@ -460,24 +539,26 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
         .clone()
         .unwrap_or_else(|| format!("local-{}", std::process::id()));
     let host = hostname();
+    let local_id = |rank: u32| Identity {
+        rank,
+        world: n,
+        coordinator: coord.clone(),
+        token: token.clone(),
+        source: Source::Local,
+        coordinator_source: "--local".into(),
+        token_source: if a.token.is_some() {
+            "--token".into()
+        } else {
+            "--local".into()
+        },
+    };
+    let rows = RowPrinter::start(fmt, &local_id(0), opts, display.is_some());
     let mut listener = Some(listener);
     let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 let setup = Setup {
-                    identity: Identity {
-                        rank,
-                        world: n,
-                        coordinator: coord.clone(),
-                        token: token.clone(),
-                        source: Source::Local,
-                        coordinator_source: "--local".into(),
-                        token_source: if a.token.is_some() {
-                            "--token".into()
-                        } else {
-                            "--local".into()
-                        },
-                    },
+                    identity: local_id(rank),
                     host: host.clone(),
                     data_ip,
                     device: Some(device.clone()),
@@ -486,6 +567,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },
+                    on_row: if rank == 0 { rows.as_ref().map(RowPrinter::sink) } else { None },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
@@ -519,7 +601,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
         }
     }
     let _ = Duration::ZERO;
-    outcome(g, fmt, first)
+    outcome(g, fmt, first, rows.as_deref())
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::ring::diagnosis::evidence;
 use crate::ring::gate::{self, BUSY, Incoming};
 use crate::ring::model::{CounterMove, LinkSample, Rank, RankInfo, Verdict, WaitReport, printable};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
-use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
+use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult, WireError};
 
 /// Rejected connections listed one by one in the report; the rest are counted.
 pub const MAX_REJECTED_EVENTS: usize = 32;
@@ -85,7 +85,17 @@ pub struct CoordinatorConfig {
     /// Run the link scan after every rank's links are up (before the sweep): makes the
     /// scan's driver for the world size.
     pub scan: Option<Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>>,
+    /// Called once per size when every rank has finished it (the table, and every rank's
+    /// row in rank order), so the rows can be shown as they complete.
+    pub on_row: Option<RowSink>,
 }
+
+/// See [`CoordinatorConfig::on_row`].
+pub type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
+
+/// Sizes whose rows are still waiting for some rank; more are not kept (a rank sends one
+/// row per size, and runs have tens of sizes).
+const MAX_PENDING_ROWS: usize = 256;
 
 /// The coordinator's side of the link scan (`diagnosis::driver::Driver`): which order runs
 /// next after each rank's samples, and the scan's report at the end.
@@ -567,6 +577,8 @@ fn serve(
     // A failure report makes the next pass judge at once, not at the next tick.
     let mut urgent = false;
     let mut done_results: BTreeMap<Rank, RankResults> = BTreeMap::new();
+    // Size -> the ranks that finished it so far (see `on_row`).
+    let mut pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>> = BTreeMap::new();
     let mut failing_since: Option<Instant> = None;
     let mut first_failure: Option<String> = None;
     let mut next_ping = Instant::now();
@@ -664,7 +676,8 @@ fn serve(
                     Msg::Ready { rank }
                     | Msg::Failed { rank, .. }
                     | Msg::ScanSamples { rank, .. }
-                    | Msg::Results(RankResults { rank, .. }) => Some(*rank),
+                    | Msg::Results(RankResults { rank, .. })
+                    | Msg::Row { rank, .. } => Some(*rank),
                     _ => None,
                 };
                 if let Some(c) = claimed.filter(|&c| c != r) {
@@ -733,6 +746,19 @@ fn serve(
                         rep.failed.push((r, error));
                         failing_since.get_or_insert(Instant::now());
                         urgent = true;
+                    }
+                    Msg::Row { row, .. } => {
+                        if let Some(sink) = &cfg.on_row {
+                            let size = row.size_bytes;
+                            if pending_rows.len() < MAX_PENDING_ROWS || pending_rows.contains_key(&size) {
+                                let at = pending_rows.entry(size).or_default();
+                                at.insert(r, row);
+                                if at.len() as u32 == world {
+                                    let all = pending_rows.remove(&size).unwrap_or_default();
+                                    sink(&ranks, all.into_values().collect());
+                                }
+                            }
+                        }
                     }
                     Msg::Results(mut res) => {
                         note_counters(rep, r, std::mem::take(&mut res.port_counters));
@@ -892,6 +918,7 @@ mod tests {
             params: "p".into(),
             judge,
             scan: None,
+            on_row: None,
         }
     }
 
@@ -1051,6 +1078,74 @@ mod tests {
         let rep = coord.join().unwrap();
         assert_eq!(rep.verdicts.len(), 1);
         assert!(rep.abort.is_none());
+    }
+
+    /// A size's row goes to the sink once, when the last rank has it, with every rank's row
+    /// in rank order; a row claimed for another rank is refused; a size one rank never
+    /// finished is never shown.
+    #[test]
+    fn rows_reach_the_sink_when_every_rank_finished_the_size() {
+        use std::sync::Mutex;
+        let row = |size: u64, r: u32| RowResult {
+            size_bytes: size,
+            time_us: 10.0 + r as f64,
+            wrong: Some(0),
+            in_place: None,
+        };
+        let seen: Arc<Mutex<Vec<(usize, Vec<RowResult>)>>> = Arc::default();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(3, Duration::from_secs(5), addr.clone(), None);
+        let sink = seen.clone();
+        cfg.on_row = Some(Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
+            sink.lock().unwrap().push((ranks.len(), rows));
+        }));
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..3)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 3, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    // Rank 2 sends in reverse order and speaks for rank 0 once (refused).
+                    let mut sizes = vec![8u64, 1024];
+                    if r == 2 {
+                        sizes.reverse();
+                        s.send(&Msg::Row { rank: 0, row: row(4096, 0) }).unwrap();
+                    }
+                    for size in sizes {
+                        s.send(&Msg::Row { rank: r, row: row(size, r) }).unwrap();
+                    }
+                    // Only rank 1 reaches this size.
+                    if r == 1 {
+                        s.send(&Msg::Row { rank: r, row: row(4096, r) }).unwrap();
+                    }
+                    s.send(&Msg::Results(RankResults {
+                        rank: r,
+                        rows: vec![],
+                        links: vec![],
+                        link_size_bytes: 0,
+                        port_counters: vec![],
+                    }))
+                    .unwrap();
+                    s.wait_done(Duration::from_secs(5)).unwrap()
+                })
+            })
+            .collect();
+        for h in ranks {
+            h.join().unwrap();
+        }
+        coord.join().unwrap();
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|(_, rows)| rows[0].size_bytes);
+        assert_eq!(
+            seen,
+            vec![
+                (3, vec![row(8, 0), row(8, 1), row(8, 2)]),
+                (3, vec![row(1024, 0), row(1024, 1), row(1024, 2)]),
+            ]
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::ring::launcher::Identity;
 use crate::ring::model::{CounterMove, LiveStatus};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
-use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
 /// The run's options, the same on every rank.
@@ -90,7 +90,13 @@ pub struct Setup {
     pub counters: Option<Sampler>,
     /// Where the run says what it is doing, for a progress line; None: nobody watches.
     pub live: Option<Arc<LiveStatus>>,
+    /// Rank 0 only: shown each size's row (and the rank table) when every rank finished
+    /// that size, before the report; None: rows only in the report.
+    pub on_row: Option<ShowRow>,
 }
+
+/// See [`Setup::on_row`].
+pub type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
 
 /// Outcome kinds for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,6 +169,27 @@ pub fn run_rank(
                 let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                     Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
                 make
+            }),
+            on_row: setup.on_row.clone().map(|show| {
+                let (world, channels) = (id.world, opts.channels);
+                let sink: coordinator::RowSink = Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
+                    // The same arithmetic as the report's rows (the sink gets ranks in order).
+                    let results: Vec<RankResults> = rows
+                        .into_iter()
+                        .zip(ranks)
+                        .map(|(row, info)| RankResults {
+                            rank: info.rank,
+                            rows: vec![row],
+                            links: vec![],
+                            link_size_bytes: 0,
+                            port_counters: vec![],
+                        })
+                        .collect();
+                    if let Some(row) = aggregate(world, ranks, &results, channels).0.first() {
+                        show(ranks, row);
+                    }
+                });
+                sink
             }),
         };
         // Rank 0 joins through its own listener's address (the advertised name may not
@@ -776,7 +803,7 @@ fn sweep(
                 ),
             );
         }
-        rows.push(RowResult {
+        let row = RowResult {
             size_bytes: bytes,
             time_us: r.seconds * 1e6,
             wrong: r.wrong,
@@ -784,7 +811,14 @@ fn sweep(
                 time_us: ip.seconds * 1e6,
                 wrong: ip.wrong,
             }),
+        };
+        // For the live table only: the `Results` at the end are the record, and a broken
+        // control connection is the heartbeat's to notice.
+        let _ = session.send(&Msg::Row {
+            rank: ring.rank,
+            row: row.clone(),
         });
+        rows.push(row);
         // The hop rates come from the out-of-place half.
         last = Some(r);
     }

@@ -4,6 +4,7 @@
 //! chosen point. No sockets on the data plane, no root.
 
 use std::net::{IpAddr, TcpListener};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::ring::diagnosis::evidence::Sampler;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{RankInfo, VerdictKind};
 use crate::ring::rendezvous;
-use crate::ring::report::RingReport;
+use crate::ring::report::{ResultRow, RingReport};
 use crate::ring::run::{self, Options, RankOutcome, RunError, Setup};
 use crate::ring::wire::{self, Hello, Msg};
 
@@ -124,7 +125,7 @@ fn world(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
-    world_with(n, o, net, role, |_| None)
+    world_with(n, o, net, role, |_| None, None)
 }
 
 /// [`world`], with each rank's port counters read by `counters(rank)`.
@@ -134,7 +135,12 @@ fn world_with(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
     counters: impl Fn(u32) -> Option<Sampler>,
+    show: Option<run::ShowRow>,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
+    // One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines
+    // are the assertions; two at once on a 2-core machine would measure each other.
+    static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_WORLD.lock().unwrap_or_else(|p| p.into_inner());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut listener = Some(listener);
@@ -144,6 +150,7 @@ fn world_with(
             .map(|r| {
                 let (addr, role, counters) = (addr.clone(), role(r), counters(r));
                 let l = if r == 0 { listener.take() } else { None };
+                let show = if r == 0 { show.clone() } else { None };
                 sc.spawn(move || {
                     if role != Role::Real {
                         stand_in(role, r, n, &addr, net, o);
@@ -159,6 +166,7 @@ fn world_with(
                         fabric: Some(Box::new(net.fabric(r))),
                         counters,
                         live: None,
+                        on_row: show,
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -202,7 +210,32 @@ fn paced_scan(net: &InprocNet, n: u32, base: f64, slow: impl Fn(u32, u32) -> Opt
     }
 }
 
-const BASE: f64 = 100e6;
+/// The pace of healthy scan links. Slow enough that a 512 KiB sample lasts ~26 ms, so a few
+/// ms of scheduling delay on a busy 2-core machine (tests run in parallel) stay noise.
+const BASE: f64 = 20e6;
+
+/// Rank 0 is shown each size's row as the last rank finishes it: the same rows, in order,
+/// as the report's, with the table of ranks.
+#[test]
+fn rows_are_shown_as_each_size_completes_and_match_the_report() {
+    use std::sync::Mutex;
+    let net = InprocNet::new();
+    let mut o = opts(false, true);
+    o.sizes = vec![4 << 10, 64 << 10, 256 << 10];
+    o.iters = 5;
+    let shown: Arc<Mutex<Vec<(usize, ResultRow)>>> = Arc::default();
+    let sink = shown.clone();
+    let show: run::ShowRow = Arc::new(move |ranks: &[RankInfo], row: &ResultRow| {
+        sink.lock().unwrap().push((ranks.len(), row.clone()));
+    });
+    let (r, _, _) = world_with(3, &o, &net, |_| Role::Real, |_| None, Some(show));
+    assert!(!r.failed(), "{:?}", r.error);
+    let shown = shown.lock().unwrap().clone();
+    assert_eq!(shown.len(), 3);
+    assert!(shown.iter().all(|(n, _)| *n == 3));
+    let rows: Vec<ResultRow> = shown.into_iter().map(|(_, row)| row).collect();
+    assert_eq!(rows, r.results);
+}
 
 #[test]
 fn scan_of_a_healthy_world_gives_no_verdict() {
@@ -212,15 +245,16 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
     assert_eq!(kinds(&r), vec![], "{:#?}", r.verdicts);
     let s = r.scan.as_ref().unwrap();
     assert_eq!(s.links.len(), 12);
-    assert_eq!(
-        s.orders.iter().map(|o| o.shift).collect::<Vec<_>>(),
-        vec![1, 3, 2]
-    );
-    assert!(s.links.iter().all(|l| l.samples == 3 && !l.slow));
-    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted),
-    // never above it; a loaded machine's threads may fall behind it.
-    let m = s.median_gbs.unwrap();
-    assert!((0.06..0.105).contains(&m), "median {m}");
+    // Every shift once; a busy machine may slow a link in that pass, and then the re-check
+    // orders that follow (and clear it) are the design working, not a failure.
+    let shifts: Vec<u32> = s.orders.iter().map(|o| o.shift).collect();
+    assert_eq!(shifts[..3], [1, 3, 2], "{:?}", s.orders);
+    assert!(s.orders[3..].iter().all(|o| o.recheck), "{:?}", s.orders);
+    assert!(s.links.iter().all(|l| l.samples >= 3 && !l.slow), "{:?}", s.links);
+    // The receiver's figure is the pace (the first chunk is not counted), never above it; a
+    // loaded machine's threads may fall a little behind it.
+    let m = s.median_gbs.unwrap() * 1e9 / BASE;
+    assert!((0.7..1.05).contains(&m), "median {m} x the pace");
     assert!(!r.failed());
     assert!(
         others
@@ -281,7 +315,7 @@ fn slow_egress_ingress_and_link_from_the_scan() {
 #[test]
 fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
     let net = InprocNet::new();
-    paced_scan(&net, 4, BASE, |f, t| ((f, t) == (3, 0)).then_some(0.4 * BASE));
+    paced_scan(&net, 4, BASE, |f, t| ((f, t) == (3, 0)).then_some(0.25 * BASE));
     // Ranks 3 and 1 read their NIC from the fixture captured before and after a flap of
     // mlx5_2 (netdev ibp77s0); the others read no counters.
     let fixture = |r: u32| {
@@ -295,7 +329,7 @@ fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
             )
         })
     };
-    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture);
+    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture, None);
     assert_eq!(
         kinds(&r),
         vec![(VerdictKind::SlowLink, Some(3), Some(0))],
@@ -473,6 +507,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         fabric: Some(Box::new(net.fabric(1))),
         counters: None,
         live: None,
+        on_row: None,
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})

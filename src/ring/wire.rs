@@ -137,6 +137,12 @@ pub enum Msg {
         error: String,
     },
     Results(RankResults),
+    /// One size finished on this rank (sent as each size ends, so rank 0 can print the row
+    /// when every rank has it; the `Results` at the end stay the record).
+    Row {
+        rank: u32,
+        row: RowResult,
+    },
     /// The run ended; `failed` tells every rank which exit status to use.
     Done {
         failed: bool,
@@ -181,6 +187,7 @@ impl Msg {
             Msg::Stuck { .. } => "stuck",
             Msg::Failed { .. } => "failed",
             Msg::Results(_) => "results",
+            Msg::Row { .. } => "row",
             Msg::Done { .. } => "done",
             Msg::Abort { .. } => "abort",
             Msg::Ping => "ping",
