@@ -51,9 +51,9 @@ impl Kind {
                 v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
             ),
             Kind::Num { min, max } => format!("a number from {min} to {max}"),
-            Kind::Str(v) if v.is_empty() => "a string".into(),
+            Kind::Str([]) => "a string".into(),
             Kind::Str(v) => format!("one of \"{}\"", v.join("\", \"")),
-            Kind::StrList(v) if v.is_empty() => "a list of strings".into(),
+            Kind::StrList([]) => "a list of strings".into(),
             Kind::StrList(v) => format!("a list of \"{}\"", v.join("\", \"")),
             Kind::IntList { min, max } => format!("a list of integers from {min} to {max}"),
             Kind::CounterRates => "a table: counter name = maximum increase per hour".into(),

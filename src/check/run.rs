@@ -690,6 +690,9 @@ fn subject(d: &LinkDevice, p: &LinkPort) -> String {
     format!("{}/{}", d.name, p.port)
 }
 
+/// One field `all_alike` compares, read from a port and its device.
+type PortField = fn(&LinkDevice, &LinkPort) -> Option<String>;
+
 fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mut Vec<Finding>) {
     if r.is_empty() {
         return;
@@ -803,7 +806,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         }
     }
     if r.all_alike == Some(true) && ports.len() > 1 {
-        let fields: [(&str, fn(&LinkDevice, &LinkPort) -> Option<String>); 4] = [
+        let fields: [(&str, PortField); 4] = [
             ("rate", |_, p| p.rate.as_ref().map(|r| r.raw.clone())),
             ("hca_type", |d, _| d.attrs.hca_type.clone().or_else(|| d.attrs.board_id.clone())),
             ("fw_ver", |d, _| d.attrs.fw_ver.clone()),
