@@ -45,7 +45,9 @@ fn bench(name: &str, n: usize, mut f: impl FnMut()) {
     }
     let (med, p90) = stats(times);
     let (cmed, cp90) = stats(cpu);
-    println!("{name:<52} wall median {med:7.2} ms p90 {p90:7.2} | cpu median {cmed:7.2} ms p90 {cp90:7.2} ({n} runs)");
+    println!(
+        "{name:<52} wall median {med:7.2} ms p90 {p90:7.2} | cpu median {cmed:7.2} ms p90 {cp90:7.2} ({n} runs)"
+    );
 }
 
 fn report(dir: &Path, pol: &policy::Policy) -> serde_json::Value {
@@ -70,7 +72,13 @@ fn fleet(dir: &Path, n: usize, good: &serde_json::Value, bad: &serde_json::Value
             want.push((name.clone(), "gpu_driver".to_string()));
         }
         if i == 17 {
-            for k in ["hca_pcie", "ib_rates", "memlock_soft", "nvlink_min", "topo_signature"] {
+            for k in [
+                "hca_pcie",
+                "ib_rates",
+                "memlock_soft",
+                "nvlink_min",
+                "topo_signature",
+            ] {
                 want.push((name.clone(), k.to_string()));
             }
         }
@@ -91,7 +99,10 @@ fn fleet(dir: &Path, n: usize, good: &serde_json::Value, bad: &serde_json::Value
 }
 
 fn sweep_dir(dir: &Path) -> fabprobe::check::sweep::SweepReport {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     entries.sort();
     let mut sw = Sweeper::new();
     for p in entries {
@@ -113,7 +124,12 @@ fn children_maxrss_mib() -> f64 {
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let dgx = policy::load("dgx-h100").unwrap();
-    for fx in ["h100-penny", "h100-sxm-8gpu", "h100-sxm-8gpu-bad", "h100-gdr-broken"] {
+    for fx in [
+        "h100-penny",
+        "h100-sxm-8gpu",
+        "h100-sxm-8gpu-bad",
+        "h100-gdr-broken",
+    ] {
         let dir = root.join(fx);
         bench(&format!("check --policy dgx-h100, json   {fx}"), 100, || {
             let host = Host::snapshot(&dir).unwrap();
@@ -129,7 +145,15 @@ fn main() {
     let bin = env!("CARGO_BIN_EXE_fabprobe");
     bench("process: fabprobe --root h100-penny check (json)", 30, || {
         let o = Command::new(bin)
-            .args(["--root", root.join("h100-penny").to_str().unwrap(), "--format", "json", "check", "--policy", "dgx-h100"])
+            .args([
+                "--root",
+                root.join("h100-penny").to_str().unwrap(),
+                "--format",
+                "json",
+                "check",
+                "--policy",
+                "dgx-h100",
+            ])
             .output()
             .unwrap();
         // penny fails dgx-h100 on gdr.ready (no nvidia_peermem in its snapshot).
@@ -143,26 +167,48 @@ fn main() {
         let tmp = tempfile::tempdir().unwrap();
         let want = fleet(tmp.path(), n, &good, &bad);
         let r = sweep_dir(tmp.path());
-        let mut got: Vec<(String, String)> = r.outliers.iter().map(|o| (o.node.clone(), o.key.clone())).collect();
+        let mut got: Vec<(String, String)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.clone(), o.key.clone()))
+            .collect();
         got.sort();
         assert_eq!(got, want, "the sweep must find exactly the injected outliers");
         let bad_nodes: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
         assert_eq!(r.nodes.failed, 1);
         assert!(bad_nodes.contains(&"node0017"));
-        let unread: Vec<(&str, &str)> =
-            r.unreadable.iter().map(|u| (u.node.as_deref().unwrap_or("?"), u.problem.as_str())).collect();
+        let unread: Vec<(&str, &str)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.node.as_deref().unwrap_or("?"), u.problem.as_str()))
+            .collect();
         assert_eq!(unread, [("node0023", "truncated"), ("node0031", "not_json")]);
-        bench(&format!("sweep in-process, {n} reports ({} KiB each)", per / 1024), 10, || {
-            std::hint::black_box(sweep_dir(tmp.path()));
-        });
+        bench(
+            &format!("sweep in-process, {n} reports ({} KiB each)", per / 1024),
+            10,
+            || {
+                std::hint::black_box(sweep_dir(tmp.path()));
+            },
+        );
         let d = tmp.path().to_str().unwrap().to_string();
         let expect = format!("node[0000-{:04}]", n - 1);
-        bench(&format!("process: fabprobe sweep DIR --expect ({n} reports)"), 10, || {
-            let o = Command::new(bin).args(["--format", "json", "sweep", &d, "--expect", &expect]).output().unwrap();
-            assert_eq!(o.status.code(), Some(1));
-            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-            assert_eq!(v["data"]["nodes"]["missing"], 1);
-        });
-        println!("{:<52} peak RSS of the sweep processes so far: {:.1} MiB", "", children_maxrss_mib());
+        bench(
+            &format!("process: fabprobe sweep DIR --expect ({n} reports)"),
+            10,
+            || {
+                let o = Command::new(bin)
+                    .args(["--format", "json", "sweep", &d, "--expect", &expect])
+                    .output()
+                    .unwrap();
+                assert_eq!(o.status.code(), Some(1));
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                assert_eq!(v["data"]["nodes"]["missing"], 1);
+            },
+        );
+        println!(
+            "{:<52} peak RSS of the sweep processes so far: {:.1} MiB",
+            "",
+            children_maxrss_mib()
+        );
     }
 }

@@ -12,9 +12,13 @@ fn run_in(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> (String, 
     for (k, v) in env {
         c.env(k, v);
     }
-    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     if let Some(s) = stdin {
         let mut w = child.stdin.take().unwrap();
@@ -52,7 +56,15 @@ const FIXTURES: &[&str] = &[
 ];
 
 fn check_json(fixture: &str, policy: &str) -> (serde_json::Value, i32) {
-    let (out, err, code) = run(&["--root", &format!("fixtures/{fixture}"), "--format", "json", "check", "--policy", policy]);
+    let (out, err, code) = run(&[
+        "--root",
+        &format!("fixtures/{fixture}"),
+        "--format",
+        "json",
+        "check",
+        "--policy",
+        policy,
+    ]);
     assert!(code == 0 || code == 1, "{fixture} {policy}: exit {code}: {err}");
     assert_eq!(out.lines().count(), 1, "check's JSON is one line");
     (serde_json::from_str(&out).unwrap(), code)
@@ -64,7 +76,12 @@ fn fails(v: &serde_json::Value) -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .filter(|f| f["severity"] == "fail")
-        .map(|f| (f["id"].as_str().unwrap().to_string(), f["subject"].as_str().unwrap().to_string()))
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["subject"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -74,7 +91,10 @@ fn default_policy_whole_reports() {
         let root = format!("fixtures/{f}");
         let (table, err, code) = run(&["--root", &root, "check"]);
         assert!(code == 0 || code == 1, "{f}: exit {code}: {err}");
-        insta::assert_snapshot!(format!("check_table__default__{f}"), format!("exit {code}\n{table}"));
+        insta::assert_snapshot!(
+            format!("check_table__default__{f}"),
+            format!("exit {code}\n{table}")
+        );
         let (v, jcode) = check_json(f, "default");
         assert_eq!(code, jcode, "{f}: table and json disagree on the exit code");
         assert_eq!(v["schema"], "fabprobe.check");
@@ -109,7 +129,10 @@ fn policy_whole_reports() {
 }
 
 fn gdr_fails(pairs: &str) -> Vec<(String, String)> {
-    (0..8).map(|i| ("policy.gdr.ready".to_string(), format!("GPU{i}-NIC{i}"))).chain([("gdr.peermem_not_loaded".to_string(), pairs.to_string())]).collect()
+    (0..8)
+        .map(|i| ("policy.gdr.ready".to_string(), format!("GPU{i}-NIC{i}")))
+        .chain([("gdr.peermem_not_loaded".to_string(), pairs.to_string())])
+        .collect()
 }
 
 /// The h100 fixtures against dgx-h100: the healthy one passes every key; the others fail
@@ -119,7 +142,10 @@ fn dgx_h100_verdicts_are_true() {
     let (v, code) = check_json("h100-sxm-8gpu", "dgx-h100");
     assert_eq!(code, 0);
     assert_eq!(fails(&v), Vec::<(String, String)>::new());
-    assert_eq!(v["data"]["verdict"], "warn", "counter rates are not evaluated without two samples");
+    assert_eq!(
+        v["data"]["verdict"], "warn",
+        "counter rates are not evaluated without two samples"
+    );
     let not_eval: Vec<&str> = v["findings"]
         .as_array()
         .unwrap()
@@ -140,7 +166,10 @@ fn dgx_h100_verdicts_are_true() {
     want.insert(8, ("gdr.acs_redirect".into(), all8.into()));
     assert_eq!(fails(&v), want);
     let ev = &v["findings"][0]["evidence"];
-    assert_eq!((ev["verdict"].as_str(), ev["nvidia_peermem_loaded"].as_bool()), (Some("off_no_peer_memory"), Some(false)));
+    assert_eq!(
+        (ev["verdict"].as_str(), ev["nvidia_peermem_loaded"].as_bool()),
+        (Some("off_no_peer_memory"), Some(false))
+    );
     let (v, code) = check_json("h100-sxm-8gpu-bad", "dgx-h100");
     assert_eq!(code, 1);
     let mut got = fails(&v);
@@ -168,7 +197,12 @@ fn dgx_h100_verdicts_are_true() {
     want.sort();
     assert_eq!(got, want);
     // Ranked: every fail before any warn, policy verdicts before probe findings.
-    let sev: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["severity"].as_str().unwrap()).collect();
+    let sev: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["severity"].as_str().unwrap())
+        .collect();
     let first_warn = sev.iter().position(|s| *s == "warn").unwrap();
     assert!(sev[first_warn..].iter().all(|s| *s != "fail"));
     assert!(v["findings"][0]["id"].as_str().unwrap().starts_with("policy."));
@@ -176,8 +210,14 @@ fn dgx_h100_verdicts_are_true() {
     let (a, code) = check_json("h100-sxm-8gpu", "hdr-a100");
     assert_eq!(code, 1);
     let ids: Vec<String> = fails(&a).into_iter().map(|(i, _)| i).collect();
-    assert!(ids.contains(&"policy.gpu.model".to_string()) && ids.contains(&"policy.ib.speed".to_string()), "{ids:?}");
-    assert!(!ids.contains(&"policy.ib.rate_min_gbps".to_string()), "400 >= 200: {ids:?}");
+    assert!(
+        ids.contains(&"policy.gpu.model".to_string()) && ids.contains(&"policy.ib.speed".to_string()),
+        "{ids:?}"
+    );
+    assert!(
+        !ids.contains(&"policy.ib.rate_min_gbps".to_string()),
+        "400 >= 200: {ids:?}"
+    );
 }
 
 /// roce-dcqcn against the qos fixtures: the mismatched host fails on PFC (4, not 3), ECN
@@ -186,13 +226,21 @@ fn dgx_h100_verdicts_are_true() {
 fn roce_dcqcn_verdicts_are_true() {
     let (v, code) = check_json("roce-qos-mismatch", "roce-dcqcn");
     assert_eq!(code, 1);
-    let policy: Vec<(String, String)> = fails(&v).into_iter().filter(|(id, _)| id.starts_with("policy.")).collect();
+    let policy: Vec<(String, String)> = fails(&v)
+        .into_iter()
+        .filter(|(id, _)| id.starts_with("policy."))
+        .collect();
     let want: Vec<(String, String)> = ["pfc_priorities", "ecn_priorities", "global_pause"]
         .iter()
         .map(|k| (format!("policy.roce.{k}"), "mlx5_0/1".to_string()))
         .collect();
     assert_eq!(policy, want);
-    let pfc = v["findings"].as_array().unwrap().iter().find(|f| f["id"] == "policy.roce.pfc_priorities").unwrap();
+    let pfc = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "policy.roce.pfc_priorities")
+        .unwrap();
     assert_eq!(pfc["evidence"]["pfc_enabled"], "4");
     assert_eq!(v["data"]["fingerprint"]["pfc_priorities"], "1x 4");
     let (v, code) = check_json("roce-pause-storm", "roce-dcqcn");
@@ -200,22 +248,52 @@ fn roce_dcqcn_verdicts_are_true() {
     assert_eq!(v["data"]["fingerprint"]["pfc_priorities"], "1x 3");
     assert_eq!(v["data"]["fingerprint"]["roce_trust"], "1x dscp");
     // Without ECN sysfs (inbox driver) the ECN rule is not evaluated, never passed.
-    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "check.not_evaluated" && f["subject"] == "roce.ecn_priorities"));
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "check.not_evaluated" && f["subject"] == "roce.ecn_priorities")
+    );
 }
 
 #[test]
 fn counter_rates_need_two_samples_and_are_judged_with_a_baseline() {
     let tmp = tempfile::tempdir().unwrap();
     let pol = tmp.path().join("rates.toml");
-    std::fs::write(&pol, "[counters.max_per_hour]\nsymbol_error = 10\nlink_downed = 0\n").unwrap();
+    std::fs::write(
+        &pol,
+        "[counters.max_per_hour]\nsymbol_error = 10\nlink_downed = 0\n",
+    )
+    .unwrap();
     let pol = pol.to_str().unwrap();
-    let (out, _, code) = run(&["--root", "fixtures/ib-degraded-later", "--format", "json", "check", "--policy", pol]);
+    let (out, _, code) = run(&[
+        "--root",
+        "fixtures/ib-degraded-later",
+        "--format",
+        "json",
+        "check",
+        "--policy",
+        pol,
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(!fails(&v).iter().any(|(id, _)| id == "policy.counters.max_per_hour"));
+    assert!(
+        !fails(&v)
+            .iter()
+            .any(|(id, _)| id == "policy.counters.max_per_hour")
+    );
     assert!(out.contains("counter rates need two samples"));
     let _ = code;
     let (out, err, code) = run(&[
-        "--root", "fixtures/ib-degraded-later", "--format", "json", "check", "--policy", pol, "--baseline", "fixtures/ib-degraded",
+        "--root",
+        "fixtures/ib-degraded-later",
+        "--format",
+        "json",
+        "check",
+        "--policy",
+        pol,
+        "--baseline",
+        "fixtures/ib-degraded",
     ]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -224,11 +302,20 @@ fn counter_rates_need_two_samples_and_are_judged_with_a_baseline() {
         .unwrap()
         .iter()
         .filter(|f| f["id"] == "policy.counters.max_per_hour")
-        .map(|f| (f["subject"].as_str().unwrap().to_string(), f["evidence"]["counter"].as_str().unwrap().to_string()))
+        .map(|f| {
+            (
+                f["subject"].as_str().unwrap().to_string(),
+                f["evidence"]["counter"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         rates,
-        [("mlx5_2/1".to_string(), "link_downed".to_string()), ("mlx5_2/1".into(), "symbol_error".into()), ("mlx5_3/1".into(), "symbol_error".into())]
+        [
+            ("mlx5_2/1".to_string(), "link_downed".to_string()),
+            ("mlx5_2/1".into(), "symbol_error".into()),
+            ("mlx5_3/1".into(), "symbol_error".into())
+        ]
     );
     assert_eq!(v["data"]["sample"]["kind"], "baseline");
 }
@@ -247,19 +334,41 @@ fn roce_mtu_follows_the_netdev_mtu() {
     assert!(st.success());
     let pol = tmp.path().join("mtu.toml");
     std::fs::write(&pol, "[roce]\nmtu = 4096\n").unwrap();
-    let args = ["--root", root.to_str().unwrap(), "--format", "json", "check", "--policy", pol.to_str().unwrap()];
+    let args = [
+        "--root",
+        root.to_str().unwrap(),
+        "--format",
+        "json",
+        "check",
+        "--policy",
+        pol.to_str().unwrap(),
+    ];
     let (out, _, _) = run(&args);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(!fails(&v).iter().any(|(id, _)| id == "policy.roce.mtu"), "9000 gives 4096");
+    assert!(
+        !fails(&v).iter().any(|(id, _)| id == "policy.roce.mtu"),
+        "9000 gives 4096"
+    );
     assert_eq!(v["data"]["fingerprint"]["roce_netdev_mtu"], "1x 9000");
     let mtu = root.join("sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0/net/ens1f0np0/mtu");
     std::fs::write(&mtu, "4000\n").unwrap();
     let (out, _, code) = run(&args);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let f = v["findings"].as_array().unwrap().iter().find(|f| f["id"] == "policy.roce.mtu").unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "policy.roce.mtu")
+        .unwrap();
     assert_eq!(f["subject"], "mlx5_0/1");
-    assert_eq!((f["evidence"]["netdev_mtu"].as_u64(), f["evidence"]["roce_mtu"].as_u64()), (Some(4000), Some(2048)));
+    assert_eq!(
+        (
+            f["evidence"]["netdev_mtu"].as_u64(),
+            f["evidence"]["roce_mtu"].as_u64()
+        ),
+        (Some(4000), Some(2048))
+    );
 }
 
 #[test]
@@ -271,12 +380,20 @@ fn a_bad_policy_is_exit_2_naming_file_line_and_key() {
     let (out, err, code) = run(&["--root", "fixtures/h100-sxm-8gpu", "check", "--policy", p]);
     assert_eq!(code, 2);
     assert!(out.is_empty());
-    assert!(err.contains(&format!("{p}:4: ib.rate_mn_gbps: unknown key; did you mean `rate_min_gbps`?")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{p}:4: ib.rate_mn_gbps: unknown key; did you mean `rate_min_gbps`?"
+        )),
+        "{err}"
+    );
     assert!(err.contains("hint: "), "{err}");
     std::fs::write(&pol, "[gpu]\ncount = \"eight\"\n").unwrap();
     let (_, err, code) = run(&["--root", "fixtures/h100-sxm-8gpu", "check", "--policy", p]);
     assert_eq!(code, 2);
-    assert!(err.contains(":2: gpu.count: expected an integer from 0 to 64, found a string"), "{err}");
+    assert!(
+        err.contains(":2: gpu.count: expected an integer from 0 to 64, found a string"),
+        "{err}"
+    );
     let (_, err, code) = run(&["check", "--policy", "dgx-h10"]);
     assert_eq!(code, 2);
     assert!(err.contains("did you mean `dgx-h100`"), "{err}");
@@ -289,15 +406,32 @@ fn a_bad_policy_is_exit_2_naming_file_line_and_key() {
 fn show_policy_prints_the_shipped_file() {
     let (out, _, code) = run(&["check", "--show-policy", "dgx-h100"]);
     assert_eq!(code, 0);
-    assert_eq!(out, std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/dgx-h100.toml")).unwrap());
+    assert_eq!(
+        out,
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/dgx-h100.toml")).unwrap()
+    );
 }
 
 #[test]
 fn prom_output() {
-    let (out, _, code) = run(&["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "prom", "check", "--policy", "dgx-h100"]);
+    let (out, _, code) = run(&[
+        "--root",
+        "fixtures/h100-sxm-8gpu-bad",
+        "--format",
+        "prom",
+        "check",
+        "--policy",
+        "dgx-h100",
+    ]);
     assert_eq!(code, 1);
-    assert!(out.contains("fabprobe_check_verdict{policy=\"dgx-h100\"} 2\n"), "{out}");
-    assert!(out.contains("fabprobe_check_findings{policy=\"dgx-h100\",severity=\"fail\"} 17\n"), "{out}");
+    assert!(
+        out.contains("fabprobe_check_verdict{policy=\"dgx-h100\"} 2\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fabprobe_check_findings{policy=\"dgx-h100\",severity=\"fail\"} 17\n"),
+        "{out}"
+    );
     assert!(out.contains("fabprobe_check_device_holders 1\n"));
 }
 
@@ -388,9 +522,26 @@ fn sweep_finds_exactly_the_injected_faults() {
     );
     assert_eq!(r["outliers"][0]["majority_value"], "5.15.0-105-generic");
     assert_eq!(r["outliers"][0]["majority_nodes"], 56);
-    let peer = r["outliers"].as_array().unwrap().iter().find(|o| o["key"] == "gdr_peer_memory").unwrap();
-    assert_eq!((peer["value"].as_str(), peer["majority_value"].as_str(), peer["majority_nodes"].as_u64()), (Some("none"), Some("nvidia_peermem"), Some(56)));
-    let bad: Vec<&str> = r["bad_nodes"].as_array().unwrap().iter().map(|b| b["node"].as_str().unwrap()).collect();
+    let peer = r["outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["key"] == "gdr_peer_memory")
+        .unwrap();
+    assert_eq!(
+        (
+            peer["value"].as_str(),
+            peer["majority_value"].as_str(),
+            peer["majority_nodes"].as_u64()
+        ),
+        (Some("none"), Some("nvidia_peermem"), Some(56))
+    );
+    let bad: Vec<&str> = r["bad_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["node"].as_str().unwrap())
+        .collect();
     assert_eq!(bad, ["node0005", "node0017", "node0040", "node0050"]);
     let unread: Vec<(&str, &str)> = r["unreadable"]
         .as_array()
@@ -398,11 +549,28 @@ fn sweep_finds_exactly_the_injected_faults() {
         .iter()
         .map(|u| (u["node"].as_str().unwrap(), u["problem"].as_str().unwrap()))
         .collect();
-    assert_eq!(unread, [("node0044", "missing"), ("node0023", "truncated"), ("node0031", "not_json")]);
-    let by_cause: Vec<(&str, serde_json::Value)> =
-        r["failures"].as_array().unwrap().iter().map(|f| (f["id"].as_str().unwrap(), f["nodes"].clone())).collect();
-    assert!(by_cause.contains(&("policy.gdr.ready", serde_json::json!(["node0050"]))), "{by_cause:?}");
-    assert!(by_cause.contains(&("policy.ib.speed", serde_json::json!(["node0017"]))), "{by_cause:?}");
+    assert_eq!(
+        unread,
+        [
+            ("node0044", "missing"),
+            ("node0023", "truncated"),
+            ("node0031", "not_json")
+        ]
+    );
+    let by_cause: Vec<(&str, serde_json::Value)> = r["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["id"].as_str().unwrap(), f["nodes"].clone()))
+        .collect();
+    assert!(
+        by_cause.contains(&("policy.gdr.ready", serde_json::json!(["node0050"]))),
+        "{by_cause:?}"
+    );
+    assert!(
+        by_cause.contains(&("policy.ib.speed", serde_json::json!(["node0017"]))),
+        "{by_cause:?}"
+    );
     assert_eq!(r["nodes"]["reports"], 57);
 
     let (drain, _, code) = run(&["sweep", d, "--drain"]);
@@ -422,13 +590,27 @@ fn sweep_finds_exactly_the_injected_faults() {
             stdin.push_str(&format!("{node}: {line}\n"));
         }
     }
-    let (out2, _, code) = run_in(&["--format", "json", "sweep", "--expect", "node[0000-0059]"], Some(&stdin), &[]);
+    let (out2, _, code) = run_in(
+        &["--format", "json", "sweep", "--expect", "node[0000-0059]"],
+        Some(&stdin),
+        &[],
+    );
     assert_eq!(code, 1);
     let w: serde_json::Value = serde_json::from_str(&out2).unwrap();
     assert_eq!(w["data"]["outliers"], r["outliers"]);
     assert_eq!(w["data"]["bad_nodes"], r["bad_nodes"]);
-    let mut a: Vec<String> = w["data"]["unreadable"].as_array().unwrap().iter().map(|u| format!("{}{}", u["node"], u["problem"])).collect();
-    let mut b: Vec<String> = r["unreadable"].as_array().unwrap().iter().map(|u| format!("{}{}", u["node"], u["problem"])).collect();
+    let mut a: Vec<String> = w["data"]["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| format!("{}{}", u["node"], u["problem"]))
+        .collect();
+    let mut b: Vec<String> = r["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| format!("{}{}", u["node"], u["problem"]))
+        .collect();
     a.sort();
     b.sort();
     assert_eq!(a, b);
@@ -450,14 +632,23 @@ fn sweep_of_a_healthy_fleet_passes() {
     std::fs::write(tmp.path().join("all.jsonl"), &lines).unwrap();
     let (out, _, code) = run(&["sweep", tmp.path().join("all.jsonl").to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("fabprobe sweep: 5 reports: 0 pass, 5 warn, 0 fail; 0 outliers; 0 unreadable; 0 missing"), "{out}");
+    assert!(
+        out.starts_with(
+            "fabprobe sweep: 5 reports: 0 pass, 5 warn, 0 fail; 0 outliers; 0 unreadable; 0 missing"
+        ),
+        "{out}"
+    );
     let (out, _, code) = run(&["--format", "prom", "sweep", tmp.path().to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(out.contains("fabprobe_sweep_nodes{state=\"warn\"} 5\n"), "{out}");
 }
 
 fn have(cmd: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().is_ok_and(|o| o.status.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// LBNL NHC is not packaged in Debian, so the drop-in runs under NHC's documented calling
@@ -516,9 +707,20 @@ fn slurm_health_check_program_drains_a_bad_node() {
     let log = tmp.path().join("scontrol.log");
     // A stand-in scontrol that records its arguments, one per line.
     let fake = tmp.path().join("scontrol");
-    std::fs::write(&fake, format!("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n", log.display())).unwrap();
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", tmp.path().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        tmp.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let go = |root: &str| {
         let st = Command::new("checks/slurm/fabprobe-healthcheck")
             .current_dir(env!("CARGO_MANIFEST_DIR"))

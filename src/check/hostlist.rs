@@ -41,7 +41,9 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
                             alts.push(format!("{i:0w$}", w = a.len()));
                         }
                     }
-                    None if !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) => alts.push(part.to_string()),
+                    None if !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) => {
+                        alts.push(part.to_string())
+                    }
                     None => return Err(err(&format!("bad range {part:?}"))),
                 }
             }
@@ -88,7 +90,10 @@ mod tests {
 
     #[test]
     fn expands_like_scontrol() {
-        assert_eq!(expand("gpu[01-03],login1").unwrap(), ["gpu01", "gpu02", "gpu03", "login1"]);
+        assert_eq!(
+            expand("gpu[01-03],login1").unwrap(),
+            ["gpu01", "gpu02", "gpu03", "login1"]
+        );
         assert_eq!(expand("n[8-10,15]").unwrap(), ["n8", "n9", "n10", "n15"]);
         assert_eq!(expand("r[1-2]n[1-2]").unwrap(), ["r1n1", "r1n2", "r2n1", "r2n2"]);
         assert_eq!(expand("a").unwrap(), ["a"]);

@@ -26,17 +26,26 @@ pub const PATH_ORDER: &[&str] = &["PIX", "PXB", "PHB", "NODE", "SYS"];
 pub enum Kind {
     Bool,
     /// An integer in `min..=max`.
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     /// An integer from a fixed set.
     IntOneOf(&'static [i64]),
     /// A number (integer or float) in `min..=max`.
-    Num { min: f64, max: f64 },
+    Num {
+        min: f64,
+        max: f64,
+    },
     /// A string; when the list is not empty, one of it.
     Str(&'static [&'static str]),
     /// A list of strings; when the list is not empty, each one of it.
     StrList(&'static [&'static str]),
     /// A list of integers, each in `min..=max`.
-    IntList { min: i64, max: i64 },
+    IntList {
+        min: i64,
+        max: i64,
+    },
     /// A table of counter name = maximum increase per hour.
     CounterRates,
 }
@@ -75,26 +84,69 @@ const STATES: &[&str] = &["DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
 macro_rules! port_keys {
     ($s:literal) => {
         [
-            KeySpec { section: $s, key: "count", kind: Kind::Int { min: 0, max: 64 },
-                doc: "exactly this many ports" },
-            KeySpec { section: $s, key: "count_min", kind: Kind::Int { min: 0, max: 64 },
-                doc: "at least this many ports" },
-            KeySpec { section: $s, key: "state", kind: Kind::StrList(STATES),
-                doc: "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]" },
-            KeySpec { section: $s, key: "rate_min_gbps", kind: Kind::Num { min: 1.0, max: 2400.0 },
-                doc: "minimum port rate in Gb/s (sysfs rate)" },
-            KeySpec { section: $s, key: "width", kind: Kind::StrList(WIDTHS),
-                doc: "allowed link widths, e.g. [\"4X\"]" },
-            KeySpec { section: $s, key: "speed", kind: Kind::StrList(SPEEDS),
-                doc: "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)" },
-            KeySpec { section: $s, key: "pcie_gen_min", kind: Kind::Int { min: 1, max: 6 },
-                doc: "minimum PCIe generation the HCA's link trained at (current_link_speed)" },
-            KeySpec { section: $s, key: "pcie_width_min", kind: Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
-                doc: "minimum PCIe width the HCA's link trained at (current_link_width)" },
-            KeySpec { section: $s, key: "fw_ver", kind: Kind::StrList(&[]),
-                doc: "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")" },
-            KeySpec { section: $s, key: "all_alike", kind: Kind::Bool,
-                doc: "every port has the same rate, HCA model, firmware and PCIe link" },
+            KeySpec {
+                section: $s,
+                key: "count",
+                kind: Kind::Int { min: 0, max: 64 },
+                doc: "exactly this many ports",
+            },
+            KeySpec {
+                section: $s,
+                key: "count_min",
+                kind: Kind::Int { min: 0, max: 64 },
+                doc: "at least this many ports",
+            },
+            KeySpec {
+                section: $s,
+                key: "state",
+                kind: Kind::StrList(STATES),
+                doc: "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]",
+            },
+            KeySpec {
+                section: $s,
+                key: "rate_min_gbps",
+                kind: Kind::Num {
+                    min: 1.0,
+                    max: 2400.0,
+                },
+                doc: "minimum port rate in Gb/s (sysfs rate)",
+            },
+            KeySpec {
+                section: $s,
+                key: "width",
+                kind: Kind::StrList(WIDTHS),
+                doc: "allowed link widths, e.g. [\"4X\"]",
+            },
+            KeySpec {
+                section: $s,
+                key: "speed",
+                kind: Kind::StrList(SPEEDS),
+                doc: "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)",
+            },
+            KeySpec {
+                section: $s,
+                key: "pcie_gen_min",
+                kind: Kind::Int { min: 1, max: 6 },
+                doc: "minimum PCIe generation the HCA's link trained at (current_link_speed)",
+            },
+            KeySpec {
+                section: $s,
+                key: "pcie_width_min",
+                kind: Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
+                doc: "minimum PCIe width the HCA's link trained at (current_link_width)",
+            },
+            KeySpec {
+                section: $s,
+                key: "fw_ver",
+                kind: Kind::StrList(&[]),
+                doc: "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")",
+            },
+            KeySpec {
+                section: $s,
+                key: "all_alike",
+                kind: Kind::Bool,
+                doc: "every port has the same rate, HCA model, firmware and PCIe link",
+            },
         ]
     };
 }
@@ -103,55 +155,154 @@ const IB_KEYS: [KeySpec; 10] = port_keys!("ib");
 const ROCE_KEYS: [KeySpec; 10] = port_keys!("roce");
 
 const OTHER_KEYS: &[KeySpec] = &[
-    KeySpec { section: "policy", key: "name", kind: Kind::Str(&[]),
-        doc: "the policy's name, shown in reports (default: the file name)" },
-    KeySpec { section: "policy", key: "description", kind: Kind::Str(&[]),
-        doc: "one line saying what kind of node this is" },
-    KeySpec { section: "policy", key: "probe_findings", kind: Kind::Bool,
-        doc: "include every probe's own findings (default true)" },
-    KeySpec { section: "policy", key: "ignore", kind: Kind::StrList(&[]),
-        doc: "finding ids to leave out; \"links.*\" leaves out a whole probe" },
-    KeySpec { section: "host", key: "memlock_unlimited", kind: Kind::Bool,
-        doc: "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited" },
-    KeySpec { section: "host", key: "memlock_min_bytes", kind: Kind::Int { min: 0, max: i64::MAX },
-        doc: "the soft locked-memory limit must be at least this" },
-    KeySpec { section: "host", key: "device_holders_max", kind: Kind::Int { min: 0, max: 100_000 },
-        doc: "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)" },
-    KeySpec { section: "host", key: "kernel", kind: Kind::StrList(&[]),
-        doc: "allowed kernels (prefixes of uname -r)" },
-    KeySpec { section: "host", key: "memory_min_gib", kind: Kind::Int { min: 1, max: 1 << 20 },
-        doc: "minimum memory in GiB" },
-    KeySpec { section: "host", key: "cpu_count_min", kind: Kind::Int { min: 1, max: 1 << 16 },
-        doc: "minimum logical CPUs" },
-    KeySpec { section: "gpu", key: "count", kind: Kind::Int { min: 0, max: 64 },
-        doc: "exactly this many NVIDIA GPUs" },
-    KeySpec { section: "gpu", key: "model", kind: Kind::Str(&[]),
-        doc: "every GPU's NVML name contains this, e.g. \"H100\"" },
-    KeySpec { section: "gpu", key: "driver", kind: Kind::StrList(&[]),
-        doc: "allowed driver versions (prefixes of NVML's driver version)" },
-    KeySpec { section: "gpu", key: "nvlink_min", kind: Kind::Int { min: 1, max: 18 },
-        doc: "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)" },
-    KeySpec { section: "gpu", key: "nic_path_max", kind: Kind::Str(PATH_ORDER),
-        doc: "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)" },
-    KeySpec { section: "gpu", key: "nic_per_gpu", kind: Kind::Bool,
-        doc: "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)" },
-    KeySpec { section: "roce", key: "gid", kind: Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
-        doc: "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any" },
-    KeySpec { section: "roce", key: "mtu", kind: Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
-        doc: "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)" },
-    KeySpec { section: "roce", key: "pfc_priorities", kind: Kind::IntList { min: 0, max: 7 },
-        doc: "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)" },
-    KeySpec { section: "roce", key: "ecn_priorities", kind: Kind::IntList { min: 0, max: 7 },
-        doc: "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)" },
-    KeySpec { section: "roce", key: "trust", kind: Kind::Str(&["pcp", "dscp"]),
-        doc: "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)" },
-    KeySpec { section: "roce", key: "global_pause", kind: Kind::Bool,
-        doc: "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)" },
-    KeySpec { section: "gdr", key: "ready", kind: Kind::Bool,
-        doc: "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing" },
-    KeySpec { section: "counters", key: "max_per_hour", kind: Kind::CounterRates,
+    KeySpec {
+        section: "policy",
+        key: "name",
+        kind: Kind::Str(&[]),
+        doc: "the policy's name, shown in reports (default: the file name)",
+    },
+    KeySpec {
+        section: "policy",
+        key: "description",
+        kind: Kind::Str(&[]),
+        doc: "one line saying what kind of node this is",
+    },
+    KeySpec {
+        section: "policy",
+        key: "probe_findings",
+        kind: Kind::Bool,
+        doc: "include every probe's own findings (default true)",
+    },
+    KeySpec {
+        section: "policy",
+        key: "ignore",
+        kind: Kind::StrList(&[]),
+        doc: "finding ids to leave out; \"links.*\" leaves out a whole probe",
+    },
+    KeySpec {
+        section: "host",
+        key: "memlock_unlimited",
+        kind: Kind::Bool,
+        doc: "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited",
+    },
+    KeySpec {
+        section: "host",
+        key: "memlock_min_bytes",
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        doc: "the soft locked-memory limit must be at least this",
+    },
+    KeySpec {
+        section: "host",
+        key: "device_holders_max",
+        kind: Kind::Int { min: 0, max: 100_000 },
+        doc: "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)",
+    },
+    KeySpec {
+        section: "host",
+        key: "kernel",
+        kind: Kind::StrList(&[]),
+        doc: "allowed kernels (prefixes of uname -r)",
+    },
+    KeySpec {
+        section: "host",
+        key: "memory_min_gib",
+        kind: Kind::Int { min: 1, max: 1 << 20 },
+        doc: "minimum memory in GiB",
+    },
+    KeySpec {
+        section: "host",
+        key: "cpu_count_min",
+        kind: Kind::Int { min: 1, max: 1 << 16 },
+        doc: "minimum logical CPUs",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "count",
+        kind: Kind::Int { min: 0, max: 64 },
+        doc: "exactly this many NVIDIA GPUs",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "model",
+        kind: Kind::Str(&[]),
+        doc: "every GPU's NVML name contains this, e.g. \"H100\"",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "driver",
+        kind: Kind::StrList(&[]),
+        doc: "allowed driver versions (prefixes of NVML's driver version)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nvlink_min",
+        kind: Kind::Int { min: 1, max: 18 },
+        doc: "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nic_path_max",
+        kind: Kind::Str(PATH_ORDER),
+        doc: "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nic_per_gpu",
+        kind: Kind::Bool,
+        doc: "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "gid",
+        kind: Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
+        doc: "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any",
+    },
+    KeySpec {
+        section: "roce",
+        key: "mtu",
+        kind: Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
+        doc: "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "pfc_priorities",
+        kind: Kind::IntList { min: 0, max: 7 },
+        doc: "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "ecn_priorities",
+        kind: Kind::IntList { min: 0, max: 7 },
+        doc: "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "trust",
+        kind: Kind::Str(&["pcp", "dscp"]),
+        doc: "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "global_pause",
+        kind: Kind::Bool,
+        doc: "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)",
+    },
+    KeySpec {
+        section: "gdr",
+        key: "ready",
+        kind: Kind::Bool,
+        doc: "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing",
+    },
+    KeySpec {
+        section: "counters",
+        key: "max_per_hour",
+        kind: Kind::CounterRates,
         doc: "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
-              needs two samples (--interval or --baseline)" },
+              needs two samples (--interval or --baseline)",
+    },
 ];
 
 /// Sections in the order the man page lists them.
@@ -172,12 +323,24 @@ pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
 /// fabprobe knows (mlx5 q-counters and congestion counters).
 pub fn counter_names() -> Vec<&'static str> {
     let mut v = vec![
-        "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
-        "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
-        "port_xmit_constraint_errors", "port_rcv_constraint_errors",
-        "local_link_integrity_errors", "excessive_buffer_overrun_errors", "VL15_dropped",
-        "port_xmit_wait", "np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled",
-        "rp_cnp_ignored", "rx_icrc_encapsulated",
+        "symbol_error",
+        "link_error_recovery",
+        "link_downed",
+        "port_rcv_errors",
+        "port_rcv_remote_physical_errors",
+        "port_rcv_switch_relay_errors",
+        "port_xmit_discards",
+        "port_xmit_constraint_errors",
+        "port_rcv_constraint_errors",
+        "local_link_integrity_errors",
+        "excessive_buffer_overrun_errors",
+        "VL15_dropped",
+        "port_xmit_wait",
+        "np_cnp_sent",
+        "np_ecn_marked_roce_packets",
+        "rp_cnp_handled",
+        "rp_cnp_ignored",
+        "rx_icrc_encapsulated",
     ];
     v.extend_from_slice(crate::sysfs::infiniband::MLX5_Q_COUNTERS);
     v
@@ -351,9 +514,19 @@ fn as_num(v: &DeValue) -> Option<f64> {
 }
 
 fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> Result<Val, PolicyError> {
-    let wrong = || at.err(offset, path, format!("expected {}, found {}", kind.describe(), type_name(v)));
+    let wrong = || {
+        at.err(
+            offset,
+            path,
+            format!("expected {}, found {}", kind.describe(), type_name(v)),
+        )
+    };
     let out_of_range = |shown: String| {
-        at.err(offset, path, format!("impossible value {shown}: expected {}", kind.describe()))
+        at.err(
+            offset,
+            path,
+            format!("impossible value {shown}: expected {}", kind.describe()),
+        )
     };
     match kind {
         Kind::Bool => match v {
@@ -361,7 +534,9 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             _ => Err(wrong()),
         },
         Kind::Int { min, max } => {
-            let DeValue::Integer(_) = v else { return Err(wrong()) };
+            let DeValue::Integer(_) = v else {
+                return Err(wrong());
+            };
             let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
             if i < min || i > max {
                 return Err(out_of_range(i.to_string()));
@@ -369,7 +544,9 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             Ok(Val::Int(i))
         }
         Kind::IntOneOf(allowed) => {
-            let DeValue::Integer(_) = v else { return Err(wrong()) };
+            let DeValue::Integer(_) = v else {
+                return Err(wrong());
+            };
             let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
             if !allowed.contains(&i) {
                 return Err(out_of_range(i.to_string()));
@@ -384,7 +561,9 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             Ok(Val::Num(n))
         }
         Kind::Str(allowed) => {
-            let DeValue::String(s) = v else { return Err(wrong()) };
+            let DeValue::String(s) = v else {
+                return Err(wrong());
+            };
             if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
                 return Err(at.err(
                     offset,
@@ -404,7 +583,15 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             for item in a.iter() {
                 let off = item.span().start;
                 let DeValue::String(s) = item.get_ref() else {
-                    return Err(at.err(off, path, format!("expected {}, found a list holding {}", kind.describe(), type_name(item.get_ref()))));
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!(
+                            "expected {}, found a list holding {}",
+                            kind.describe(),
+                            type_name(item.get_ref())
+                        ),
+                    ));
                 };
                 if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
                     return Err(at.err(
@@ -420,7 +607,11 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
                 out.push(s.to_string());
             }
             if out.is_empty() {
-                return Err(at.err(offset, path, "an empty list allows nothing; leave the key out to check nothing"));
+                return Err(at.err(
+                    offset,
+                    path,
+                    "an empty list allows nothing; leave the key out to check nothing",
+                ));
             }
             Ok(Val::StrList(out))
         }
@@ -430,10 +621,22 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             for item in a.iter() {
                 let off = item.span().start;
                 let Some(i) = as_int(item.get_ref()) else {
-                    return Err(at.err(off, path, format!("expected {}, found a list holding {}", kind.describe(), type_name(item.get_ref()))));
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!(
+                            "expected {}, found a list holding {}",
+                            kind.describe(),
+                            type_name(item.get_ref())
+                        ),
+                    ));
                 };
                 if i < min || i > max {
-                    return Err(at.err(off, path, format!("impossible value {i}: expected {}", kind.describe())));
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!("impossible value {i}: expected {}", kind.describe()),
+                    ));
                 }
                 if out.contains(&i) {
                     return Err(at.err(off, path, format!("{i} is listed twice")));
@@ -453,14 +656,28 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
                     return Err(at.err(
                         k.span().start,
                         &kpath,
-                        format!("unknown counter{}", did_you_mean(nearest(name, names.iter().copied()))),
+                        format!(
+                            "unknown counter{}",
+                            did_you_mean(nearest(name, names.iter().copied()))
+                        ),
                     ));
                 }
                 let n = as_num(val.get_ref()).ok_or_else(|| {
-                    at.err(val.span().start, &kpath, format!("expected a number (increase per hour), found {}", type_name(val.get_ref())))
+                    at.err(
+                        val.span().start,
+                        &kpath,
+                        format!(
+                            "expected a number (increase per hour), found {}",
+                            type_name(val.get_ref())
+                        ),
+                    )
                 })?;
                 if !(n >= 0.0 && n.is_finite()) {
-                    return Err(at.err(val.span().start, &kpath, format!("impossible value {n}: expected a number of 0 or more")));
+                    return Err(at.err(
+                        val.span().start,
+                        &kpath,
+                        format!("impossible value {n}: expected a number of 0 or more"),
+                    ));
                 }
                 out.insert(name.to_string(), n);
             }
@@ -499,7 +716,11 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
             return Err(at.err(soff, sname, msg));
         }
         let DeValue::Table(t) = sval.get_ref() else {
-            return Err(at.err(soff, sname, format!("expected a table [{sname}], found {}", type_name(sval.get_ref()))));
+            return Err(at.err(
+                soff,
+                sname,
+                format!("expected a table [{sname}], found {}", type_name(sval.get_ref())),
+            ));
         };
         for (k, v) in t.iter() {
             let kname = k.get_ref().as_ref();
@@ -514,7 +735,11 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
                     (None, Some(n)) => format!("unknown key; did you mean `{n}`?"),
                     (None, None) => format!(
                         "unknown key; [{sname}] takes: {}",
-                        keys().filter(|s| s.section == sname).map(|s| s.key).collect::<Vec<_>>().join(", ")
+                        keys()
+                            .filter(|s| s.section == sname)
+                            .map(|s| s.key)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 };
                 return Err(at.err(koff, &path, msg));
@@ -528,7 +753,11 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
             && c < m
         {
             let off = find_key_offset(text, "count_min");
-            return Err(at.err(off, &format!("{sect}.count_min"), format!("impossible: count = {c} is below count_min = {m}")));
+            return Err(at.err(
+                off,
+                &format!("{sect}.count_min"),
+                format!("impossible: count = {c} is below count_min = {m}"),
+            ));
         }
     }
     if p.gpu.nic_per_gpu == Some(true) && p.gpu.count == Some(0) {
@@ -627,7 +856,10 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("no policy named `{name}`{suggestion}; built-in policies: {}", builtin_names())]
+    #[error(
+        "no policy named `{name}`{suggestion}; built-in policies: {}",
+        builtin_names()
+    )]
     Unknown { name: String, suggestion: String },
 }
 
@@ -647,7 +879,12 @@ pub fn load(arg: &str) -> Result<Policy, LoadError> {
                 suggestion: did_you_mean(nearest(arg, BUILTIN.iter().map(|(n, _)| *n))),
             });
         };
-        return Ok(parse(text, &format!("checks/{name}.toml"), name, &format!("builtin:{name}"))?);
+        return Ok(parse(
+            text,
+            &format!("checks/{name}.toml"),
+            name,
+            &format!("builtin:{name}"),
+        )?);
     }
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: arg.to_string(),
@@ -742,9 +979,15 @@ mod tests {
     #[test]
     fn unknown_key_names_file_line_key_and_the_nearest() {
         let e = err("# c\n[ib]\ncount = 8\nrate_mn_gbps = 400\n");
-        assert_eq!((e.file.as_str(), e.line, e.key.as_str()), ("t.toml", 4, "ib.rate_mn_gbps"));
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("t.toml", 4, "ib.rate_mn_gbps")
+        );
         assert!(e.msg.contains("did you mean `rate_min_gbps`"), "{e}");
-        assert_eq!(e.to_string(), "t.toml:4: ib.rate_mn_gbps: unknown key; did you mean `rate_min_gbps`?");
+        assert_eq!(
+            e.to_string(),
+            "t.toml:4: ib.rate_mn_gbps: unknown key; did you mean `rate_min_gbps`?"
+        );
         let e = err("[gpus]\ncount = 8\n");
         assert!(e.msg.contains("did you mean `gpu`"), "{e}");
         assert_eq!(e.line, 1);
@@ -760,7 +1003,10 @@ mod tests {
     fn wrong_type_and_impossible_values() {
         let e = err("[gpu]\n\ncount = \"8\"\n");
         assert_eq!((e.line, e.key.as_str()), (3, "gpu.count"));
-        assert!(e.msg.contains("expected an integer from 0 to 64, found a string"), "{e}");
+        assert!(
+            e.msg.contains("expected an integer from 0 to 64, found a string"),
+            "{e}"
+        );
         let e = err("[ib]\npcie_width_min = 12\n");
         assert!(e.msg.contains("impossible value 12"), "{e}");
         let e = err("[ib]\nrate_min_gbps = -5\n");

@@ -59,12 +59,30 @@ pub struct ProbeEntry {
 
 /// Every local probe `check` runs, in order. A new probe is one line here.
 pub const PROBES: &[ProbeEntry] = &[
-    ProbeEntry { name: "topo", run: run_topo },
-    ProbeEntry { name: "gids", run: run_gids },
-    ProbeEntry { name: "links", run: run_links },
-    ProbeEntry { name: "gdr", run: run_gdr },
-    ProbeEntry { name: "qos", run: run_qos },
-    ProbeEntry { name: "host", run: run_host },
+    ProbeEntry {
+        name: "topo",
+        run: run_topo,
+    },
+    ProbeEntry {
+        name: "gids",
+        run: run_gids,
+    },
+    ProbeEntry {
+        name: "links",
+        run: run_links,
+    },
+    ProbeEntry {
+        name: "gdr",
+        run: run_gdr,
+    },
+    ProbeEntry {
+        name: "qos",
+        run: run_qos,
+    },
+    ProbeEntry {
+        name: "host",
+        run: run_host,
+    },
 ];
 
 fn run_topo(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
@@ -85,8 +103,10 @@ fn run_links(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let mut r = links::probe(h);
     if let Some((base, name)) = &s.baseline {
         let before = links::probe(base);
-        let interval_s =
-            links::seconds_between(base.meta().captured_at.as_deref(), h.meta().captured_at.as_deref());
+        let interval_s = links::seconds_between(
+            base.meta().captured_at.as_deref(),
+            h.meta().captured_at.as_deref(),
+        );
         let info = SampleInfo {
             kind: "baseline".into(),
             baseline: name.clone(),
@@ -117,8 +137,10 @@ fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let mut r = qos::probe(h);
     if let Some((base, name)) = &s.baseline {
         let before = qos::probe(base);
-        let interval_s =
-            links::seconds_between(base.meta().captured_at.as_deref(), h.meta().captured_at.as_deref());
+        let interval_s = links::seconds_between(
+            base.meta().captured_at.as_deref(),
+            h.meta().captured_at.as_deref(),
+        );
         let sample = qos::Sample {
             kind: "baseline".into(),
             baseline: name.clone(),
@@ -134,7 +156,8 @@ fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
         qos::apply_deltas(&mut r, &first.qos, sample);
     }
     for i in &r.interfaces {
-        c.netdev_mtu.insert(i.ifname.clone(), netfs::read_mtu(h, &i.ifname));
+        c.netdev_mtu
+            .insert(i.ifname.clone(), netfs::read_mtu(h, &i.ifname));
     }
     let f = qos::findings(&r);
     c.qos = Some(r);
@@ -156,8 +179,13 @@ pub fn host_findings(state: &FactsState) -> Vec<Finding> {
         FactsState::Available(f) => f,
         FactsState::Unavailable { reason } => {
             out.push(
-                Finding::new("host.facts_unavailable", Severity::Warn, "host", format!("host facts unavailable: {reason}"))
-                    .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
+                Finding::new(
+                    "host.facts_unavailable",
+                    Severity::Warn,
+                    "host",
+                    format!("host facts unavailable: {reason}"),
+                )
+                .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
             );
             return out;
         }
@@ -194,7 +222,10 @@ pub fn host_findings(state: &FactsState) -> Vec<Finding> {
                 "host.device_holders_unknown",
                 Severity::Warn,
                 "host",
-                format!("{} processes' open files could not be read; device holders may be missing", f.processes_unreadable),
+                format!(
+                    "{} processes' open files could not be read; device holders may be missing",
+                    f.processes_unreadable
+                ),
             )
             .evidence("processes_unreadable", f.processes_unreadable)
             .fix("run fabprobe check as root to see every process"),
@@ -321,9 +352,14 @@ pub fn rank(findings: &mut [Finding]) {
 
 fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
     let why = why.into();
-    Finding::new("check.not_evaluated", Severity::Warn, key, format!("{key} not evaluated: {why}"))
-        .evidence("key", key)
-        .evidence("reason", why)
+    Finding::new(
+        "check.not_evaluated",
+        Severity::Warn,
+        key,
+        format!("{key} not evaluated: {why}"),
+    )
+    .evidence("key", key)
+    .evidence("reason", why)
 }
 
 fn violation(key: &str, subject: impl Into<String>, msg: impl Into<String>) -> Finding {
@@ -374,7 +410,11 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
         let f = violation(
             "gdr.ready",
             "host",
-            format!("no GPU-NIC pair for GPUDirect RDMA ({} GPUs, {} RDMA NICs)", r.gpus.len(), r.nics.len()),
+            format!(
+                "no GPU-NIC pair for GPUDirect RDMA ({} GPUs, {} RDMA NICs)",
+                r.gpus.len(),
+                r.nics.len()
+            ),
         )
         .evidence("gpus", r.gpus.len())
         .evidence("nics", r.nics.len())
@@ -455,12 +495,19 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     }
     if let Some(min) = r.memlock_min_bytes {
         match memlock {
-            None => out.push(not_evaluated("host.memlock_min_bytes", "the memlock limit was not read")),
+            None => out.push(not_evaluated(
+                "host.memlock_min_bytes",
+                "the memlock limit was not read",
+            )),
             Some(s) if !s.at_least(min) => out.push(
-                violation("host.memlock_min_bytes", "host", format!("locked-memory limit {} is below {min} bytes", s.show()))
-                    .evidence("memlock_soft", serde_json::to_value(s).unwrap_or(Value::Null))
-                    .evidence("memlock_min_bytes", min)
-                    .fix("raise memlock in /etc/security/limits.conf (and LimitMEMLOCK for slurmd)"),
+                violation(
+                    "host.memlock_min_bytes",
+                    "host",
+                    format!("locked-memory limit {} is below {min} bytes", s.show()),
+                )
+                .evidence("memlock_soft", serde_json::to_value(s).unwrap_or(Value::Null))
+                .evidence("memlock_min_bytes", min)
+                .fix("raise memlock in /etc/security/limits.conf (and LimitMEMLOCK for slurmd)"),
             ),
             _ => {}
         }
@@ -471,7 +518,14 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         let pids: Vec<String> = f
             .device_holders
             .iter()
-            .map(|h| format!("{} {} {}", h.pid, h.comm.as_deref().unwrap_or("?"), h.devices.join(",")))
+            .map(|h| {
+                format!(
+                    "{} {} {}",
+                    h.pid,
+                    h.comm.as_deref().unwrap_or("?"),
+                    h.devices.join(",")
+                )
+            })
             .collect();
         out.push(
             violation(
@@ -487,10 +541,14 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         match &f.kernel {
             None => out.push(not_evaluated("host.kernel", "the kernel release was not read")),
             Some(k) if !r.kernel.iter().any(|p| k.starts_with(p.as_str())) => out.push(
-                violation("host.kernel", "host", format!("kernel {k} is not one of the allowed {}", r.kernel.join(", ")))
-                    .evidence("kernel", k.as_str())
-                    .evidence("allowed", r.kernel.clone())
-                    .fix("boot the fleet's kernel (check the GRUB default and the last kernel update)"),
+                violation(
+                    "host.kernel",
+                    "host",
+                    format!("kernel {k} is not one of the allowed {}", r.kernel.join(", ")),
+                )
+                .evidence("kernel", k.as_str())
+                .evidence("allowed", r.kernel.clone())
+                .fix("boot the fleet's kernel (check the GRUB default and the last kernel update)"),
             ),
             _ => {}
         }
@@ -499,9 +557,13 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         match f.memory_total_bytes {
             None => out.push(not_evaluated("host.memory_min_gib", "total memory was not read")),
             Some(b) if b < min << 30 => out.push(
-                violation("host.memory_min_gib", "host", format!("{} GiB of memory, below {min} GiB", b >> 30))
-                    .evidence("memory_total_bytes", b)
-                    .fix("a DIMM is missing or failed: check `dmidecode -t memory` and the BMC's event log"),
+                violation(
+                    "host.memory_min_gib",
+                    "host",
+                    format!("{} GiB of memory, below {min} GiB", b >> 30),
+                )
+                .evidence("memory_total_bytes", b)
+                .fix("a DIMM is missing or failed: check `dmidecode -t memory` and the BMC's event log"),
             ),
             _ => {}
         }
@@ -543,13 +605,20 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         for g in &t.gpus {
             match &g.name {
                 None => {
-                    out.push(not_evaluated("gpu.model", format!("{}: no GPU name (NVML unavailable)", g.label)));
+                    out.push(not_evaluated(
+                        "gpu.model",
+                        format!("{}: no GPU name (NVML unavailable)", g.label),
+                    ));
                     break;
                 }
                 Some(name) if !name.contains(model.as_str()) => out.push(
-                    violation("gpu.model", &g.label, format!("{} is a {name}, not {model}", g.label))
-                        .evidence("name", name.as_str())
-                        .evidence("pci_bus_id", g.pci_bus_id.as_str()),
+                    violation(
+                        "gpu.model",
+                        &g.label,
+                        format!("{} is a {name}, not {model}", g.label),
+                    )
+                    .evidence("name", name.as_str())
+                    .evidence("pci_bus_id", g.pci_bus_id.as_str()),
                 ),
                 _ => {}
             }
@@ -557,11 +626,18 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     }
     if !r.driver.is_empty() {
         match &c.driver_version {
-            None => out.push(not_evaluated("gpu.driver", "no driver version (NVML unavailable)")),
+            None => out.push(not_evaluated(
+                "gpu.driver",
+                "no driver version (NVML unavailable)",
+            )),
             Some(v) if !r.driver.iter().any(|p| v.starts_with(p.as_str())) => out.push(
-                violation("gpu.driver", "driver", format!("driver {v} is not one of the allowed {}", r.driver.join(", ")))
-                    .evidence("driver_version", v.as_str())
-                    .fix("install the fleet's driver version"),
+                violation(
+                    "gpu.driver",
+                    "driver",
+                    format!("driver {v} is not one of the allowed {}", r.driver.join(", ")),
+                )
+                .evidence("driver_version", v.as_str())
+                .fix("install the fleet's driver version"),
             ),
             _ => {}
         }
@@ -571,13 +647,22 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         if !t.nvlink_available {
             out.push(not_evaluated(
                 "gpu.nvlink_min",
-                t.nvlink_unavailable_reason.clone().unwrap_or_else(|| "NVLink data unavailable".into()),
+                t.nvlink_unavailable_reason
+                    .clone()
+                    .unwrap_or_else(|| "NVLink data unavailable".into()),
             ));
         } else {
             for (a, ga) in t.gpus.iter().enumerate() {
                 for gb in &t.gpus[a + 1..] {
-                    let (Some(i), Some(j)) = (idx(&ga.label), idx(&gb.label)) else { continue };
-                    let cell = t.matrix.get(i).and_then(|row| row.get(j)).map(String::as_str).unwrap_or("");
+                    let (Some(i), Some(j)) = (idx(&ga.label), idx(&gb.label)) else {
+                        continue;
+                    };
+                    let cell = t
+                        .matrix
+                        .get(i)
+                        .and_then(|row| row.get(j))
+                        .map(String::as_str)
+                        .unwrap_or("");
                     let n: u64 = cell.strip_prefix("NV").and_then(|x| x.parse().ok()).unwrap_or(0);
                     if n < min {
                         out.push(
@@ -592,7 +677,11 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         }
     }
     // GPU -> NICs within the allowed path type.
-    let max_rank = r.nic_path_max.as_deref().and_then(rank_of_cell).unwrap_or(usize::MAX);
+    let max_rank = r
+        .nic_path_max
+        .as_deref()
+        .and_then(rank_of_cell)
+        .unwrap_or(usize::MAX);
     let near: Vec<Vec<usize>> = t
         .gpus
         .iter()
@@ -620,7 +709,10 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                             .iter()
                             .filter_map(|nic| {
                                 let c = t.matrix.get(i)?.get(idx(&nic.label)?)?;
-                                Some((rank_of_cell(c).unwrap_or(usize::MAX), format!("{} {c}", nic.ibdev)))
+                                Some((
+                                    rank_of_cell(c).unwrap_or(usize::MAX),
+                                    format!("{} {c}", nic.ibdev),
+                                ))
                             })
                             .min()
                     })
@@ -714,9 +806,13 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         && (ports.len() as u64) < n
     {
         out.push(
-            violation(&key("count_min"), format!("{layer} ports"), format!("{} {layer} ports found, at least {n} expected", ports.len()))
-                .evidence("found", names.clone())
-                .evidence("count_min", n),
+            violation(
+                &key("count_min"),
+                format!("{layer} ports"),
+                format!("{} {layer} ports found, at least {n} expected", ports.len()),
+            )
+            .evidence("found", names.clone())
+            .evidence("count_min", n),
         );
     }
     for (d, p) in &ports {
@@ -748,22 +844,36 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         if !r.width.is_empty() {
             let w = rate.and_then(|x| x.lanes).map(|n| format!("{n}X"));
             match w {
-                None => out.push(not_evaluated(&key("width"), format!("{s}: no width in the rate attribute"))),
+                None => out.push(not_evaluated(
+                    &key("width"),
+                    format!("{s}: no width in the rate attribute"),
+                )),
                 Some(w) if !r.width.contains(&w) => out.push(
-                    violation(&key("width"), &s, format!("{s} is {w} wide, expected {}", r.width.join(" or ")))
-                        .evidence("rate", rate.map(|x| x.raw.clone()))
-                        .fix("a lane is down: reseat or replace the cable; `mlxlink -d DEV` shows lane errors"),
+                    violation(
+                        &key("width"),
+                        &s,
+                        format!("{s} is {w} wide, expected {}", r.width.join(" or ")),
+                    )
+                    .evidence("rate", rate.map(|x| x.raw.clone()))
+                    .fix("a lane is down: reseat or replace the cable; `mlxlink -d DEV` shows lane errors"),
                 ),
                 _ => {}
             }
         }
         if !r.speed.is_empty() {
             match rate.and_then(|x| x.speed_name()) {
-                None => out.push(not_evaluated(&key("speed"), format!("{s}: no lane speed in the rate attribute"))),
+                None => out.push(not_evaluated(
+                    &key("speed"),
+                    format!("{s}: no lane speed in the rate attribute"),
+                )),
                 Some(sp) if !r.speed.iter().any(|x| x == sp) => out.push(
-                    violation(&key("speed"), &s, format!("{s} runs at {sp}, expected {}", r.speed.join(" or ")))
-                        .evidence("rate", rate.map(|x| x.raw.clone()))
-                        .fix("the link trained at a lower speed: check the cable's rating and the switch port"),
+                    violation(
+                        &key("speed"),
+                        &s,
+                        format!("{s} runs at {sp}, expected {}", r.speed.join(" or ")),
+                    )
+                    .evidence("rate", rate.map(|x| x.raw.clone()))
+                    .fix("the link trained at a lower speed: check the cable's rating and the switch port"),
                 ),
                 _ => {}
             }
@@ -771,24 +881,40 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         let link = d.attrs.pci_link.as_ref();
         if let Some(min) = r.pcie_gen_min {
             match link.and_then(|l| l.current_speed.as_ref()) {
-                None => out.push(not_evaluated(&key("pcie_gen_min"), format!("{}: no current_link_speed", d.name))),
+                None => out.push(not_evaluated(
+                    &key("pcie_gen_min"),
+                    format!("{}: no current_link_speed", d.name),
+                )),
                 Some(sp) if sp.generation.map(u64::from).unwrap_or(0) < min => out.push(
-                    violation(&key("pcie_gen_min"), &s, format!("{}'s PCIe link runs at {}, below Gen{min}", d.name, sp.raw))
-                        .evidence("current_link_speed", sp.raw.as_str())
-                        .evidence("pcie_gen_min", min)
-                        .fix("reseat the adapter; check the slot's BIOS PCIe speed setting and `lspci -vv` LnkSta"),
+                    violation(
+                        &key("pcie_gen_min"),
+                        &s,
+                        format!("{}'s PCIe link runs at {}, below Gen{min}", d.name, sp.raw),
+                    )
+                    .evidence("current_link_speed", sp.raw.as_str())
+                    .evidence("pcie_gen_min", min)
+                    .fix(
+                        "reseat the adapter; check the slot's BIOS PCIe speed setting and `lspci -vv` LnkSta",
+                    ),
                 ),
                 _ => {}
             }
         }
         if let Some(min) = r.pcie_width_min {
             match link.and_then(|l| l.current_width) {
-                None => out.push(not_evaluated(&key("pcie_width_min"), format!("{}: no current_link_width", d.name))),
+                None => out.push(not_evaluated(
+                    &key("pcie_width_min"),
+                    format!("{}: no current_link_width", d.name),
+                )),
                 Some(w) if (w as u64) < min => out.push(
-                    violation(&key("pcie_width_min"), &s, format!("{}'s PCIe link is x{w}, below x{min}", d.name))
-                        .evidence("current_link_width", w)
-                        .evidence("pcie_width_min", min)
-                        .fix("reseat the adapter or move it to a x16 slot; check `lspci -vv` LnkSta"),
+                    violation(
+                        &key("pcie_width_min"),
+                        &s,
+                        format!("{}'s PCIe link is x{w}, below x{min}", d.name),
+                    )
+                    .evidence("current_link_width", w)
+                    .evidence("pcie_width_min", min)
+                    .fix("reseat the adapter or move it to a x16 slot; check `lspci -vv` LnkSta"),
                 ),
                 _ => {}
             }
@@ -797,9 +923,17 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
             match &d.attrs.fw_ver {
                 None => out.push(not_evaluated(&key("fw_ver"), format!("{}: no fw_ver", d.name))),
                 Some(v) if !r.fw_ver.iter().any(|x| v.starts_with(x.as_str())) => out.push(
-                    violation(&key("fw_ver"), &s, format!("{} firmware {v} is not one of the allowed {}", d.name, r.fw_ver.join(", ")))
-                        .evidence("fw_ver", v.as_str())
-                        .fix("flash the fleet's firmware (mlxfwmanager) and reset the adapter"),
+                    violation(
+                        &key("fw_ver"),
+                        &s,
+                        format!(
+                            "{} firmware {v} is not one of the allowed {}",
+                            d.name,
+                            r.fw_ver.join(", ")
+                        ),
+                    )
+                    .evidence("fw_ver", v.as_str())
+                    .fix("flash the fleet's firmware (mlxfwmanager) and reset the adapter"),
                 ),
                 _ => {}
             }
@@ -808,7 +942,9 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     if r.all_alike == Some(true) && ports.len() > 1 {
         let fields: [(&str, PortField); 4] = [
             ("rate", |_, p| p.rate.as_ref().map(|r| r.raw.clone())),
-            ("hca_type", |d, _| d.attrs.hca_type.clone().or_else(|| d.attrs.board_id.clone())),
+            ("hca_type", |d, _| {
+                d.attrs.hca_type.clone().or_else(|| d.attrs.board_id.clone())
+            }),
             ("fw_ver", |d, _| d.attrs.fw_ver.clone()),
             ("pcie_link", |d, _| {
                 d.attrs.pci_link.as_ref().map(|l| {
@@ -836,12 +972,16 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                 if v != maj {
                     let s = subject(d, p);
                     out.push(
-                        violation(&key("all_alike"), &s, format!(
-                            "{s} {field} is {}, unlike {n} of {} ports ({})",
-                            v.as_deref().unwrap_or("unknown"),
-                            ports.len(),
-                            maj.as_deref().unwrap_or("unknown")
-                        ))
+                        violation(
+                            &key("all_alike"),
+                            &s,
+                            format!(
+                                "{s} {field} is {}, unlike {n} of {} ports ({})",
+                                v.as_deref().unwrap_or("unknown"),
+                                ports.len(),
+                                maj.as_deref().unwrap_or("unknown")
+                            ),
+                        )
                         .evidence("field", field)
                         .evidence("value", v.clone())
                         .evidence("majority", maj.clone())
@@ -900,9 +1040,16 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         match &c.gids {
             None => out.push(not_evaluated("roce.gid", "the gids probe did not run")),
             Some(g) => {
-                for port in g.ports.iter().filter(|p| p.link_layer.as_deref() == Some("Ethernet")) {
+                for port in g
+                    .ports
+                    .iter()
+                    .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
+                {
                     let s = format!("{}/{}", port.device, port.port);
-                    let entry = port.nccl.index.and_then(|i| port.entries.iter().find(|e| e.index == i));
+                    let entry = port
+                        .nccl
+                        .index
+                        .and_then(|i| port.entries.iter().find(|e| e.index == i));
                     let ok = entry.is_some_and(|e| {
                         let v2 = e.roce_version.as_deref() == Some("v2");
                         match want.as_str() {
@@ -914,7 +1061,14 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                     });
                     if !ok {
                         let shown = entry
-                            .map(|e| format!("index {} {} {}", e.index, e.ipv4.clone().unwrap_or_else(|| e.gid.full()), e.roce_version.clone().unwrap_or_default()))
+                            .map(|e| {
+                                format!(
+                                    "index {} {} {}",
+                                    e.index,
+                                    e.ipv4.clone().unwrap_or_else(|| e.gid.full()),
+                                    e.roce_version.clone().unwrap_or_default()
+                                )
+                            })
                             .unwrap_or_else(|| "no GID".into());
                         out.push(
                             violation("roce.gid", &s, format!("NCCL would use {shown} on {s}, not an {want} GID"))
@@ -950,7 +1104,10 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                 .iter()
                 .any(|i| i.rdma_device.as_deref() == Some(d.name.as_str()) && i.rdma_port == Some(port.port));
             if !seen {
-                out.push(not_evaluated("roce", format!("{}: no netdev found for this RoCE port", subject(d, port))));
+                out.push(not_evaluated(
+                    "roce",
+                    format!("{}: no netdev found for this RoCE port", subject(d, port)),
+                ));
             }
         }
     }
@@ -977,7 +1134,9 @@ pub fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
 /// `(on, half)`: priorities with both, priorities with only one of the two.
 pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
     let e = i.ecn.as_ref()?;
-    let on = (0..8u8).filter(|p| e.rp_enabled.contains(p) && e.np_enabled.contains(p)).collect();
+    let on = (0..8u8)
+        .filter(|p| e.rp_enabled.contains(p) && e.np_enabled.contains(p))
+        .collect();
     let half = (0..8u8)
         .filter(|p| e.rp_enabled.contains(p) != e.np_enabled.contains(p))
         .collect();
@@ -986,7 +1145,10 @@ pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
 
 /// Global (802.3x) pause on: the driver keeps global pause counters only while it is on.
 pub fn global_pause_of(i: &QosIf) -> Option<bool> {
-    i.ethtool.error.is_none().then_some(i.ethtool.global_pause_counters)
+    i.ethtool
+        .error
+        .is_none()
+        .then_some(i.ethtool.global_pause_counters)
 }
 
 fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
@@ -1059,7 +1221,9 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
                 "roce.ecn_priorities",
                 format!(
                     "{subject}: {}",
-                    i.ecn_unknown_reason.clone().unwrap_or_else(|| format!("no ECN state for {ifn}"))
+                    i.ecn_unknown_reason
+                        .clone()
+                        .unwrap_or_else(|| format!("no ECN state for {ifn}"))
                 ),
             )),
             Some((on, half)) if on != want || !half.is_empty() => {
@@ -1106,12 +1270,19 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
         match global_pause_of(i) {
             None => out.push(not_evaluated(
                 "roce.global_pause",
-                format!("{subject}: no ethtool counters for {ifn} ({})", i.ethtool.error.as_deref().unwrap_or("none")),
+                format!(
+                    "{subject}: no ethtool counters for {ifn} ({})",
+                    i.ethtool.error.as_deref().unwrap_or("none")
+                ),
             )),
             Some(true) if !allowed => out.push(
-                violation("roce.global_pause", &subject, format!("global (802.3x) pause is on for {ifn}"))
-                    .evidence("netdev", ifn.as_str())
-                    .fix(format!("`ethtool -A {ifn} rx off tx off` (PFC only)")),
+                violation(
+                    "roce.global_pause",
+                    &subject,
+                    format!("global (802.3x) pause is on for {ifn}"),
+                )
+                .evidence("netdev", ifn.as_str())
+                .fix(format!("`ethtool -A {ifn} rx off tx off` (PFC only)")),
             ),
             Some(_) => {}
         }
@@ -1120,7 +1291,9 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
 
 /// FNV-1a, 64-bit: a stable hash for the topology signature (the same on every build).
 fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn multiset(vals: impl IntoIterator<Item = String>) -> Value {
@@ -1131,7 +1304,12 @@ fn multiset(vals: impl IntoIterator<Item = String>) -> Value {
     if m.is_empty() {
         return Value::Null;
     }
-    Value::String(m.iter().map(|(v, n)| format!("{n}x {v}")).collect::<Vec<_>>().join(", "))
+    Value::String(
+        m.iter()
+            .map(|(v, n)| format!("{n}x {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 /// What should be the same on every node of a kind: `sweep` compares these key by key.
@@ -1142,7 +1320,11 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
     m.insert("policy".into(), json!(p.name));
     m.insert(
         "kernel".into(),
-        json!(facts.and_then(|f| f.kernel.clone()).or_else(|| host.meta().kernel.clone())),
+        json!(
+            facts
+                .and_then(|f| f.kernel.clone())
+                .or_else(|| host.meta().kernel.clone())
+        ),
     );
     m.insert("os".into(), json!(facts.and_then(|f| f.os.clone())));
     m.insert("cpu_model".into(), json!(facts.and_then(|f| f.cpu_model.clone())));
@@ -1150,7 +1332,11 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
     // Whole GiB, rounded: firmware reservations differ by megabytes between identical nodes.
     m.insert(
         "memory_gib".into(),
-        json!(facts.and_then(|f| f.memory_total_bytes).map(|b| (b as f64 / (1u64 << 30) as f64).round() as u64)),
+        json!(
+            facts
+                .and_then(|f| f.memory_total_bytes)
+                .map(|b| (b as f64 / (1u64 << 30) as f64).round() as u64)
+        ),
     );
     m.insert(
         "memlock_soft".into(),
@@ -1159,7 +1345,10 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
     m.insert("gpu_driver".into(), json!(c.driver_version));
     if let Some(t) = &c.topo {
         m.insert("gpu_count".into(), json!(t.gpus.len()));
-        m.insert("gpu_models".into(), multiset(t.gpus.iter().filter_map(|g| g.name.clone())));
+        m.insert(
+            "gpu_models".into(),
+            multiset(t.gpus.iter().filter_map(|g| g.name.clone())),
+        );
         m.insert("rdma_nic_count".into(), json!(t.nics.len()));
         let nv = t
             .matrix
@@ -1186,7 +1375,11 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
             m.insert(format!("{key}_ports"), json!(ports.len()));
             m.insert(
                 format!("{key}_rates"),
-                multiset(ports.iter().map(|(_, p)| p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("unknown".into()))),
+                multiset(
+                    ports
+                        .iter()
+                        .map(|(_, p)| p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("unknown".into())),
+                ),
             );
         }
         m.insert(
@@ -1225,27 +1418,47 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
         m.insert("gdr_peer_memory".into(), json!(client));
         m.insert(
             "gdr_pairs".into(),
-            multiset(r.pairs.iter().filter(|x| x.nccl_nearest).map(|x| {
-                x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()
-            })),
+            multiset(
+                r.pairs
+                    .iter()
+                    .filter(|x| x.nccl_nearest)
+                    .map(|x| x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()),
+            ),
         );
     }
     if let Some(q) = &c.qos {
         let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
         let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
-        m.insert("pfc_priorities".into(), multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))));
+        m.insert(
+            "pfc_priorities".into(),
+            multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))),
+        );
         m.insert(
             "ecn_priorities".into(),
             multiset(roce.iter().map(|i| show(ecn_of(i).map(|(on, _)| prio_list(&on))))),
         );
-        m.insert("roce_trust".into(), multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))));
+        m.insert(
+            "roce_trust".into(),
+            multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))),
+        );
         m.insert(
             "global_pause".into(),
-            multiset(roce.iter().map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string())))),
+            multiset(
+                roce.iter()
+                    .map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string()))),
+            ),
         );
         m.insert(
             "roce_netdev_mtu".into(),
-            multiset(roce.iter().map(|i| show(c.netdev_mtu.get(&i.ifname).copied().flatten().map(|m| m.to_string())))),
+            multiset(roce.iter().map(|i| {
+                show(
+                    c.netdev_mtu
+                        .get(&i.ifname)
+                        .copied()
+                        .flatten()
+                        .map(|m| m.to_string()),
+                )
+            })),
         );
     }
     if let Some(g) = &c.gids {
@@ -1299,6 +1512,9 @@ mod tests {
         ];
         rank(&mut v);
         let ids: Vec<_> = v.iter().map(|f| f.id.as_str()).collect();
-        assert_eq!(ids, ["policy.ib.count", "links.y", "links.x", "check.not_evaluated"]);
+        assert_eq!(
+            ids,
+            ["policy.ib.count", "links.y", "links.x", "check.not_evaluated"]
+        );
     }
 }

@@ -201,24 +201,37 @@ impl Sweeper {
         let r: RawReport = match serde_json::from_str(trimmed) {
             Ok(r) => r,
             Err(e) if e.is_eof() => {
-                self.unreadable.push(bad(Problem::Truncated, format!("report ends early ({e})")));
+                self.unreadable
+                    .push(bad(Problem::Truncated, format!("report ends early ({e})")));
                 return;
             }
             Err(e) if e.is_syntax() => {
-                self.unreadable.push(bad(Problem::NotJson, format!("not JSON ({e})")));
+                self.unreadable
+                    .push(bad(Problem::NotJson, format!("not JSON ({e})")));
                 return;
             }
             Err(e) => {
                 let h: Option<Header> = serde_json::from_str(trimmed).ok();
                 let (problem, detail) = match h {
-                    Some(Header { schema_version: Some(v), tool_version, .. }) if v != SCHEMA_VERSION => (
+                    Some(Header {
+                        schema_version: Some(v),
+                        tool_version,
+                        ..
+                    }) if v != SCHEMA_VERSION => (
                         Problem::OtherVersion,
-                        format!("schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}", tool_version.as_deref().unwrap_or("?")),
+                        format!(
+                            "schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
+                            tool_version.as_deref().unwrap_or("?")
+                        ),
                     ),
-                    Some(Header { schema: Some(s), .. }) if s != "fabprobe.check" => {
-                        (Problem::NotACheckReport, format!("schema {s}, not fabprobe.check"))
-                    }
-                    _ => (Problem::NotACheckReport, format!("not a fabprobe.check report ({e})")),
+                    Some(Header { schema: Some(s), .. }) if s != "fabprobe.check" => (
+                        Problem::NotACheckReport,
+                        format!("schema {s}, not fabprobe.check"),
+                    ),
+                    _ => (
+                        Problem::NotACheckReport,
+                        format!("not a fabprobe.check report ({e})"),
+                    ),
                 };
                 self.unreadable.push(bad(problem, detail));
                 return;
@@ -236,7 +249,10 @@ impl Sweeper {
             return;
         }
         if r.schema != "fabprobe.check" {
-            self.unreadable.push(bad(Problem::NotACheckReport, format!("schema {}, not fabprobe.check", r.schema)));
+            self.unreadable.push(bad(
+                Problem::NotACheckReport,
+                format!("schema {}, not fabprobe.check", r.schema),
+            ));
             return;
         }
         let name = r
@@ -281,7 +297,10 @@ impl Sweeper {
     pub fn expect(&mut self, expected: &[String]) {
         for n in expected {
             let seen = self.by_name.contains_key(n)
-                || self.unreadable.iter().any(|u| u.node.as_deref() == Some(n.as_str()));
+                || self
+                    .unreadable
+                    .iter()
+                    .any(|u| u.node.as_deref() == Some(n.as_str()));
             if !seen {
                 self.unreadable.push(Unreadable {
                     node: Some(n.clone()),
@@ -363,8 +382,10 @@ impl Sweeper {
                 continue;
             }
             if maj_n * 2 <= n {
-                let mut values: Vec<(Value, usize)> =
-                    counts.iter().map(|(v, c)| (self.values[*v as usize].clone(), *c)).collect();
+                let mut values: Vec<(Value, usize)> = counts
+                    .iter()
+                    .map(|(v, c)| (self.values[*v as usize].clone(), *c))
+                    .collect();
                 values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.to_string().cmp(&b.0.to_string())));
                 rep.no_majority.push(Split {
                     key: self.keys[k].clone(),
@@ -390,7 +411,8 @@ impl Sweeper {
                 }
             }
         }
-        rep.outliers.sort_by(|a, b| a.node.cmp(&b.node).then(a.key.cmp(&b.key)));
+        rep.outliers
+            .sort_by(|a, b| a.node.cmp(&b.node).then(a.key.cmp(&b.key)));
         rep.nodes.outliers = reasons.len();
         for node in &self.nodes {
             if node.verdict == Severity::Fail {
@@ -420,8 +442,13 @@ impl Sweeper {
             .into_iter()
             .map(|(node, reasons)| BadNode { node, reasons })
             .collect();
-        self.unreadable.sort_by(|a, b| a.problem.cmp(&b.problem).then(a.source.cmp(&b.source)));
-        rep.nodes.missing = self.unreadable.iter().filter(|u| u.problem == Problem::Missing).count();
+        self.unreadable
+            .sort_by(|a, b| a.problem.cmp(&b.problem).then(a.source.cmp(&b.source)));
+        rep.nodes.missing = self
+            .unreadable
+            .iter()
+            .filter(|u| u.problem == Problem::Missing)
+            .count();
         rep.nodes.unreadable = self.unreadable.len() - rep.nodes.missing;
         rep.unreadable = self.unreadable;
         rep
@@ -450,7 +477,10 @@ impl SweepReport {
                 reason.push_str("...");
             }
             let reason = reason.replace('"', "'");
-            s.push_str(&format!("scontrol update NodeName={} State=DRAIN Reason=\"{reason}\"\n", b.node));
+            s.push_str(&format!(
+                "scontrol update NodeName={} State=DRAIN Reason=\"{reason}\"\n",
+                b.node
+            ));
         }
         for u in &self.unreadable {
             s.push_str(&format!(
@@ -511,24 +541,44 @@ mod tests {
         for i in 0..10 {
             let k = if i == 3 { "6.8.0-40" } else { "6.8.0-45" };
             let g = if i == 7 { 7 } else { 8 };
-            let (v, f): (&str, &[&str]) = if i == 5 { ("fail", &["links.port_not_active"]) } else { ("pass", &[]) };
-            s.add(&format!("n{i}.json"), Some(&format!("n{i}")), &report(&format!("n{i}"), v, k, g, f));
+            let (v, f): (&str, &[&str]) = if i == 5 {
+                ("fail", &["links.port_not_active"])
+            } else {
+                ("pass", &[])
+            };
+            s.add(
+                &format!("n{i}.json"),
+                Some(&format!("n{i}")),
+                &report(&format!("n{i}"), v, k, g, f),
+            );
         }
         let full = report("n10", "pass", "6.8.0-45", 8, &[]);
         s.add("n10.json", Some("n10"), &full[..full.len() / 2]);
         s.add("n11.json", Some("n11"), "Segmentation fault");
-        s.add("n12.json", Some("n12"), &full.replace("\"schema_version\":1", "\"schema_version\":2"));
+        s.add(
+            "n12.json",
+            Some("n12"),
+            &full.replace("\"schema_version\":1", "\"schema_version\":2"),
+        );
         s.add("dup.json", None, &report("n1", "pass", "6.8.0-45", 8, &[]));
         s.expect(&["n1".into(), "n10".into(), "n13".into()]);
         let r = s.finish();
-        let outl: Vec<(&str, &str)> = r.outliers.iter().map(|o| (o.node.as_str(), o.key.as_str())).collect();
+        let outl: Vec<(&str, &str)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.as_str(), o.key.as_str()))
+            .collect();
         assert_eq!(outl, [("n3", "kernel"), ("n7", "gpu_count")]);
         assert_eq!(r.outliers[0].majority_nodes, 9);
         assert_eq!(r.failures.len(), 1);
         assert_eq!(r.failures[0].nodes, ["n5"]);
         let bad: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
         assert_eq!(bad, ["n3", "n5", "n7"]);
-        let probs: Vec<(Option<&str>, Problem)> = r.unreadable.iter().map(|u| (u.node.as_deref(), u.problem)).collect();
+        let probs: Vec<(Option<&str>, Problem)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.node.as_deref(), u.problem))
+            .collect();
         assert_eq!(
             probs,
             [
@@ -539,10 +589,22 @@ mod tests {
                 (Some("n1"), Problem::Duplicate),
             ]
         );
-        assert_eq!((r.nodes.reports, r.nodes.failed, r.nodes.outliers, r.nodes.missing, r.nodes.unreadable), (10, 1, 2, 1, 4));
+        assert_eq!(
+            (
+                r.nodes.reports,
+                r.nodes.failed,
+                r.nodes.outliers,
+                r.nodes.missing,
+                r.nodes.unreadable
+            ),
+            (10, 1, 2, 1, 4)
+        );
         let d = r.drain_lines();
         assert!(d.contains("scontrol update NodeName=n3 State=DRAIN Reason=\"fabprobe: kernel '6.8.0-40' (majority '6.8.0-45': 9 nodes)\""), "{d}");
-        assert!(d.contains("NodeName=n5 State=DRAIN Reason=\"fabprobe: links.port_not_active x\""), "{d}");
+        assert!(
+            d.contains("NodeName=n5 State=DRAIN Reason=\"fabprobe: links.port_not_active x\""),
+            "{d}"
+        );
         assert!(r.has_fault());
     }
 
@@ -561,9 +623,17 @@ mod tests {
     #[test]
     fn another_check_report_schema_is_named() {
         let mut s = Sweeper::new();
-        s.add("t.json", Some("t"), r#"{"schema":"fabprobe.topo","schema_version":1,"host":{},"data":{},"findings":[]}"#);
+        s.add(
+            "t.json",
+            Some("t"),
+            r#"{"schema":"fabprobe.topo","schema_version":1,"host":{},"data":{},"findings":[]}"#,
+        );
         let r = s.finish();
         assert_eq!(r.unreadable[0].problem, Problem::NotACheckReport);
-        assert!(r.unreadable[0].detail.contains("fabprobe.topo"), "{:?}", r.unreadable);
+        assert!(
+            r.unreadable[0].detail.contains("fabprobe.topo"),
+            "{:?}",
+            r.unreadable
+        );
     }
 }

@@ -117,7 +117,10 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
             .into());
         }
         if !(secs > 0.0 && secs <= 86_400.0) {
-            return Err(UsageError(format!("--interval {secs}: give a number of seconds between 0 and 86400")).into());
+            return Err(UsageError(format!(
+                "--interval {secs}: give a number of seconds between 0 and 86400"
+            ))
+            .into());
         }
         g.log(1, format!("sampling counters twice, {secs} s apart"));
         sampling.interval = Some(Duration::from_secs_f64(secs));

@@ -80,7 +80,8 @@ fn split_prefix(line: &str, json_only: bool) -> (Option<&str>, &str) {
         Some((p, rest))
             if !p.is_empty()
                 && (!json_only || rest.trim_start().starts_with('{'))
-                && p.bytes().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)) =>
+                && p.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)) =>
         {
             (Some(p), rest)
         }
@@ -122,10 +123,14 @@ fn add_file(sw: &mut Sweeper, path: &Path) -> anyhow::Result<()> {
 pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("sweep", &[Format::Table, Format::Json, Format::Prom])?;
     if g.root.is_some() {
-        return Err(UsageError("`fabprobe sweep` reads reports, not a host; --root does not apply".into()).into());
+        return Err(
+            UsageError("`fabprobe sweep` reads reports, not a host; --root does not apply".into()).into(),
+        );
     }
     if a.drain && fmt != Format::Table {
-        return Err(UsageError("--drain prints scontrol lines; it cannot be combined with --format".into()).into());
+        return Err(
+            UsageError("--drain prints scontrol lines; it cannot be combined with --format".into()).into(),
+        );
     }
     let expected = match &a.expect {
         Some(e) => hostlist::expand(e).map_err(|e| UsageError(format!("--expect: {e}")))?,
@@ -143,7 +148,12 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
                 .with_context(|| format!("cannot list {}", input.display()))?
                 .filter_map(|e| e.ok())
                 .map(|e| e.path())
-                .filter(|p| p.is_file() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                .filter(|p| {
+                    p.is_file()
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
                 .collect();
             entries.sort();
             g.log(1, format!("{}: {} files", input.display(), entries.len()));
@@ -178,7 +188,11 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         }
     };
     emit(&text)?;
-    Ok(if report.has_fault() { Outcome::Fault } else { Outcome::Pass })
+    Ok(if report.has_fault() {
+        Outcome::Fault
+    } else {
+        Outcome::Pass
+    })
 }
 
 #[cfg(test)]
@@ -187,11 +201,20 @@ mod tests {
 
     #[test]
     fn launcher_prefixes() {
-        assert_eq!(split_prefix("gpu017: {\"a\":1}", true), (Some("gpu017"), "{\"a\":1}"));
+        assert_eq!(
+            split_prefix("gpu017: {\"a\":1}", true),
+            (Some("gpu017"), "{\"a\":1}")
+        );
         assert_eq!(split_prefix("12: {}", false), (Some("12"), "{}"));
         assert_eq!(split_prefix("{\"x\": 1}", false), (None, "{\"x\": 1}"));
-        assert_eq!(split_prefix("Segmentation fault: core", false), (None, "Segmentation fault: core"));
+        assert_eq!(
+            split_prefix("Segmentation fault: core", false),
+            (None, "Segmentation fault: core")
+        );
         assert_eq!(split_prefix("srun: error: x", true), (None, "srun: error: x"));
-        assert_eq!(split_prefix("node7: bash: fabprobe: not found", false), (Some("node7"), "bash: fabprobe: not found"));
+        assert_eq!(
+            split_prefix("node7: bash: fabprobe: not found", false),
+            (Some("node7"), "bash: fabprobe: not found")
+        );
     }
 }

@@ -212,7 +212,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let p = t.path();
         for (pid, comm, targets) in [
-            ("4242", "python", &["/dev/nvidia0", "/dev/nvidiactl", "/dev/null"][..]),
+            (
+                "4242",
+                "python",
+                &["/dev/nvidia0", "/dev/nvidiactl", "/dev/null"][..],
+            ),
             ("77", "ib_write_bw", &["/dev/infiniband/uverbs1"][..]),
             ("99", "bash", &["/dev/pts/0"][..]),
         ] {

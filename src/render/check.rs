@@ -17,7 +17,11 @@ fn upper(s: Severity) -> &'static str {
 
 fn dur(s: u64) -> String {
     let (d, h, m) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60);
-    if d > 0 { format!("{d}d {h}h") } else { format!("{h}h {m}m") }
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else {
+        format!("{h}h {m}m")
+    }
 }
 
 pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
@@ -30,7 +34,11 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
         r.policy.source,
         hostname.unwrap_or("?")
     );
-    let _ = writeln!(s, "{} fail, {} warn, {} pass", r.counts.fail, r.counts.warn, r.counts.pass);
+    let _ = writeln!(
+        s,
+        "{} fail, {} warn, {} pass",
+        r.counts.fail, r.counts.warn, r.counts.pass
+    );
     match &r.facts {
         FactsState::Available(f) => {
             let _ = writeln!(
@@ -40,9 +48,13 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
                 f.kernel.as_deref().unwrap_or("?"),
                 f.cpu_count.map(|n| n.to_string()).unwrap_or("?".into()),
                 f.cpu_model.as_deref().unwrap_or("unknown CPU"),
-                f.memory_total_bytes.map(|b| (b >> 30).to_string()).unwrap_or("?".into()),
+                f.memory_total_bytes
+                    .map(|b| (b >> 30).to_string())
+                    .unwrap_or("?".into()),
                 f.uptime_s.map(dur).unwrap_or("?".into()),
-                f.load_avg.map(|l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2])).unwrap_or("?".into()),
+                f.load_avg
+                    .map(|l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]))
+                    .unwrap_or("?".into()),
             );
             let _ = writeln!(
                 s,
@@ -105,9 +117,18 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
         Severity::Fail => 2,
     };
     let _ = writeln!(s, "fabprobe_check_verdict{{policy=\"{p}\"}} {v}");
-    s.push_str("# HELP fabprobe_check_findings Findings by severity.\n# TYPE fabprobe_check_findings gauge\n");
-    for (sev, n) in [("fail", r.counts.fail), ("warn", r.counts.warn), ("pass", r.counts.pass)] {
-        let _ = writeln!(s, "fabprobe_check_findings{{policy=\"{p}\",severity=\"{sev}\"}} {n}");
+    s.push_str(
+        "# HELP fabprobe_check_findings Findings by severity.\n# TYPE fabprobe_check_findings gauge\n",
+    );
+    for (sev, n) in [
+        ("fail", r.counts.fail),
+        ("warn", r.counts.warn),
+        ("pass", r.counts.pass),
+    ] {
+        let _ = writeln!(
+            s,
+            "fabprobe_check_findings{{policy=\"{p}\",severity=\"{sev}\"}} {n}"
+        );
     }
     s.push_str("# HELP fabprobe_check_finding One warn or fail finding (value 1).\n# TYPE fabprobe_check_finding gauge\n");
     for f in findings.iter().filter(|f| f.severity != Severity::Pass) {
@@ -137,7 +158,13 @@ pub fn sweep_table(r: &SweepReport) -> String {
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
         for g in &r.failures {
-            let _ = writeln!(s, "  {:<36} {:>5} nodes  {}", g.id, g.node_count, short_list(&g.nodes));
+            let _ = writeln!(
+                s,
+                "  {:<36} {:>5} nodes  {}",
+                g.id,
+                g.node_count,
+                short_list(&g.nodes)
+            );
             let _ = writeln!(s, "  {:<36}        e.g. {}", "", g.example);
         }
     }
