@@ -352,12 +352,7 @@ impl RowPrinter {
     fn start(fmt: Format, id: &Identity, opts: &Options, progress: bool) -> Option<Arc<RowPrinter>> {
         (fmt == Format::Table && opts.sweep).then(|| {
             Arc::new(RowPrinter {
-                launcher: LauncherInfo {
-                    source: id.source,
-                    coordinator: id.coordinator.clone(),
-                    coordinator_source: id.coordinator_source.clone(),
-                    token_source: id.token_source.clone(),
-                },
+                launcher: LauncherInfo::of(id),
                 options: opts.clone(),
                 progress,
                 shown: Mutex::new((Vec::new(), false)),

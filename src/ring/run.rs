@@ -256,12 +256,7 @@ pub fn run_rank(
     let report = RingReport {
         world: id.world,
         transport,
-        launcher: LauncherInfo {
-            source: id.source,
-            coordinator: id.coordinator.clone(),
-            coordinator_source: id.coordinator_source.clone(),
-            token_source: id.token_source.clone(),
-        },
+        launcher: LauncherInfo::of(id),
         options: opts.clone(),
         avg_busbw_gbs: avg_busbw(&rows),
         ranks: crep.ranks,
