@@ -237,6 +237,7 @@ const FIXTURES: &[&str] = &[
     "pcie-2socket",
     "cloud-vm-flat",
     "cpu-only",
+    "rxe-vm",
 ];
 
 fn snapshot_reports(cmd: &str) {
@@ -436,4 +437,28 @@ fn broken_device_does_not_hide_the_others() {
         v["data"]["devices"][0]["ports"][1]["rate"],
         serde_json::Value::Null
     );
+}
+
+/// The fixture captured from a real kernel (Soft-RoCE in a VM): facts the kernel wrote, not
+/// ones a generator chose.
+#[test]
+fn rxe_vm_fixture_reads_as_the_kernel_wrote_it() {
+    let (json, err, code) = run(&["--root", "fixtures/rxe-vm", "--format", "json", "gids"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let port = &v["data"]["ports"][0];
+    assert_eq!(port["device"], "rxe0");
+    assert_eq!(port["link_layer"], "Ethernet");
+    assert_eq!(port["gid_tbl_len"], 1024);
+    assert_eq!(port["entries"].as_array().unwrap().len(), 2, "{port}");
+    assert_eq!(port["entries"][1]["ipv4"], "198.18.5.10");
+    assert_eq!(port["entries"][1]["gid_type"], "RoCE v2");
+    assert_eq!(port["nccl"]["index"], 1);
+    let (json, err, code) = run(&["--root", "fixtures/rxe-vm", "--format", "json", "links"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let text = v.to_string();
+    for want in ["sent_pkts", "retry_exceeded_err", "rcvd_seq_err", "2.5 Gb/sec (1X SDR)"] {
+        assert!(text.contains(want), "{want} missing from {text}");
+    }
 }
