@@ -37,3 +37,76 @@ fn vm_lab_two_vms_talk_rdma() {
     let s = lab.wait(&server, Duration::from_secs(60));
     assert!(s.ok(), "{s:?}");
 }
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn counter<'a>(links: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    links["data"]["devices"][0]["ports"][0]["counters"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no counter {name} in {links}"))
+}
+
+/// The live probes on a real device: `gids` and `links` read rxe0 as the kernel shows it,
+/// `links --interval` sees the packet counters move while RC traffic runs, and a snapshot
+/// taken in the VM replays on the host to the same reports.
+#[test]
+fn live_probes_on_rxe() {
+    let Some(lab) = VmLab::new("live_probes_on_rxe", VmOpts::new(2)) else {
+        return;
+    };
+    let bin = vmlab::quote(vmlab::BIN);
+    let gids = json(&lab.must(0, &format!("{bin} gids --format json")));
+    let port = &gids["data"]["ports"][0];
+    assert_eq!(port["device"], "rxe0", "{gids}");
+    assert_eq!(port["state"], "ACTIVE");
+    assert_eq!(port["entries"][1]["ipv4"], lab.vms[0].ip.as_str());
+    assert_eq!(port["entries"][1]["gid_type"], "RoCE v2");
+    assert_eq!(port["entries"][1]["netdev"], "eth0");
+    assert_eq!(port["nccl"]["index"], 1);
+    assert_eq!(gids["host"]["hostname"], "node-a");
+
+    let links = json(&lab.must(0, &format!("{bin} links --format json")));
+    let p = &links["data"]["devices"][0]["ports"][0];
+    assert_eq!(p["state"]["name"], "ACTIVE", "{p}");
+    assert_eq!(p["netdev"], "eth0");
+    assert_eq!(links["data"]["verbs"]["devices"][0]["name"], "rxe0", "{links}");
+
+    // RC traffic between the VMs while links samples for 4 s.
+    let server = lab.spawn(1, "exec ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096");
+    std::thread::sleep(Duration::from_secs(1));
+    let client = lab.spawn(
+        0,
+        &format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096 {} && exit 0; sleep 1; done; exit 1",
+            lab.vms[1].ip
+        ),
+    );
+    let moved = json(&lab.must(0, &format!("{bin} links --interval 4 --format json")));
+    let c = lab.wait(&client, Duration::from_secs(120));
+    assert!(c.ok(), "{c:?}");
+    lab.wait(&server, Duration::from_secs(60));
+    let sent = counter(&moved, "sent_pkts");
+    let delta = sent["delta"]["value"].as_u64().unwrap_or(0);
+    assert!(delta > 0, "sent_pkts did not move during traffic: {sent}");
+    assert!(sent["rate_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{sent}");
+    assert_eq!(counter(&moved, "retry_exceeded_err")["delta"]["value"], 0);
+
+    // A snapshot taken in the VM replays to the live reports.
+    lab.must(
+        0,
+        &format!("{bin} snapshot -o /tmp/snap.tar.gz && cp /tmp/snap.tar.gz /run/job/snap.tar.gz"),
+    );
+    let live = json(&lab.must(0, &format!("{bin} gids --format json")));
+    let snap = lab.job_file(0, "snap.tar.gz");
+    let o = std::process::Command::new(vmlab::BIN)
+        .args(["--root", snap.to_str().unwrap(), "--format", "json", "gids"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", vmlab::text(&o.stderr));
+    let replay = json(&vmlab::text(&o.stdout));
+    assert_eq!(replay["data"], live["data"]);
+    assert_eq!(replay["host"]["hostname"], "node-a");
+}
