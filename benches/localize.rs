@@ -7,9 +7,9 @@
 
 use std::time::Instant;
 
-use fabprobe::ring::localize::{Policy, judge, recheck_shifts, sim};
-use fabprobe::ring::scan;
-use fabprobe::ring::types::{LinkSample, Rank, Verdict, VerdictKind};
+use fabprobe::ring::diagnosis::localize::{Policy, judge, recheck_shifts, sim};
+use fabprobe::ring::diagnosis::plan as scan;
+use fabprobe::ring::model::{LinkSample, Rank, Verdict, VerdictKind};
 
 /// One scan and its judgment; with `recheck`, the suspect orders are measured once more
 /// (as the ring does) and the run judged on all samples.
@@ -183,7 +183,7 @@ fn main() {
                         for _ in 0..trials {
                             let fault = random_fault(n, kind, orders, &mut rng);
                             let v = trial(n, orders, reps, noise, recheck, &mut rng, Some((fault, level)));
-                            let hit = |x: &fabprobe::ring::types::Verdict| match fault {
+                            let hit = |x: &fabprobe::ring::model::Verdict| match fault {
                                 Fault::Egress(r) => {
                                     x.kind == VerdictKind::SlowEgress && x.from_rank == Some(r)
                                 }

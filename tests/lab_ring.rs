@@ -386,10 +386,13 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
         let (o, t) = lab.wait(id, Duration::from_secs(5));
         assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
         assert!(t < Duration::from_secs(2), "{t:?}");
+        // A killed process's socket sends FIN, or RST when its receive buffer still held
+        // unread heartbeats (a loaded host): both are the truth, worded as such.
+        let err = text(&o.stderr);
         assert!(
-            text(&o.stderr).contains("the control connection to the coordinator 198.18.0.10:29517 closed"),
-            "{}",
-            text(&o.stderr)
+            err.contains("the control connection to the coordinator 198.18.0.10:29517 closed")
+                || err.contains("the control connection to the coordinator 198.18.0.10:29517 was reset"),
+            "{err}"
         );
     }
     let _ = lab.wait(ids[0], Duration::from_secs(5));

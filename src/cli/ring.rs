@@ -12,10 +12,11 @@ use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
 use crate::render::{Envelope, HostInfo};
+use crate::ring::diagnosis::driver::ScanOptions;
+use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::linkscan::ScanOptions;
-use crate::ring::nic;
-use crate::ring::run::{self, Failure, Options, RankOutcome, RingReport, Setup};
+use crate::ring::report::RingReport;
+use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
@@ -317,7 +318,7 @@ fn findings(r: &RingReport) -> Vec<Finding> {
 
 fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
     for e in &r.events {
-        if matches!(e, crate::ring::bootstrap::Event::Rejected { .. }) || g.verbose > 0 {
+        if matches!(e, crate::ring::coordinator::Event::Rejected { .. }) || g.verbose > 0 {
             eprintln!("fabprobe: {}", e.line());
         }
     }
@@ -382,7 +383,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
     let host = Host::live();
-    let rate = nic::line_rate(&host, &dev);
+    let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
@@ -394,7 +395,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         fabric: None,
-        counters: Some(nic::Sampler::live(&dev)),
+        counters: Some(evidence::Sampler::live(&dev)),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -461,7 +462,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
                     fabric: None,
-                    counters: Some(nic::Sampler::live(&device)),
+                    counters: Some(evidence::Sampler::live(&device)),
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

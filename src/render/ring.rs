@@ -3,9 +3,9 @@
 //! bandwidth`), with nccl-tests' out-of-place and in-place column groups, so the numbers
 //! compare directly, then the per-link table.
 
-use crate::ring::linkscan::ScanReport;
-use crate::ring::localize::fmt_gbs;
-use crate::ring::run::RingReport;
+use crate::ring::diagnosis::driver::ScanReport;
+use crate::ring::diagnosis::localize::fmt_gbs;
+use crate::ring::report::RingReport;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
 pub fn fit(v: f64, width: usize) -> String {
@@ -260,10 +260,11 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::bootstrap::Event;
+    use crate::ring::coordinator::Event;
     use crate::ring::launcher::Source;
-    use crate::ring::run::{InPlaceRow, LauncherInfo, LinkRow, Options, ResultRow, RingReport};
-    use crate::ring::types::RankInfo;
+    use crate::ring::model::RankInfo;
+    use crate::ring::report::{InPlaceRow, LauncherInfo, LinkRow, ResultRow, RingReport};
+    use crate::ring::run::Options;
 
     fn report() -> RingReport {
         let host = |r: u32| ["node-a", "node-b", "node-c", "node-d"][r as usize].to_string();
@@ -357,8 +358,8 @@ mod tests {
 
     #[test]
     fn scan_only_with_a_verdict() {
-        use crate::ring::linkscan::{OrderRun, ScanLink, ScanReport};
-        use crate::ring::types::{Verdict, VerdictKind};
+        use crate::ring::diagnosis::driver::{OrderRun, ScanLink, ScanReport};
+        use crate::ring::model::{Verdict, VerdictKind};
         let mut r = report();
         r.options.sweep = false;
         r.results.clear();
@@ -465,7 +466,7 @@ mod tests {
                 wrong: Some(0),
             }),
         }];
-        r.avg_busbw_gbs = crate::ring::run::avg_busbw(&r.results);
+        r.avg_busbw_gbs = crate::ring::report::avg_busbw(&r.results);
         let t = table(&r);
         let want = [
             "#                                                              out-of-place                       in-place",

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::types::Rank;
+use crate::ring::model::Rank;
 
 /// Default coordinator port when the launcher names a host but no port.
 pub const DEFAULT_PORT: u16 = 29517;

@@ -1,16 +1,24 @@
-//! The multi-node ring AllReduce probe: launcher environment, bootstrap, transports
-//! (tcp, inproc, rdma), the algorithms, and verdicts. Never imports `cli` or `render`.
-pub mod allreduce;
-pub mod bootstrap;
+//! The multi-node ring AllReduce probe. Never imports `cli` or `render`. Layout, from the
+//! bottom up (each layer uses only those above it in this list):
+//!
+//! * [`model`]: shared types (ranks, verdicts, wait reports, counter moves), no deps;
+//! * [`wire`]: the one framing, shared by the control plane and the data handshakes;
+//! * [`launcher`]: rank and world from flags or the launcher's environment;
+//! * [`diagnosis`]: scan plan and driver, localization, watchdog, counter evidence;
+//! * [`rendezvous`]: bind, hello, join, cancellation (the rank's side of the control plane);
+//! * [`coordinator`]: rank 0's serve loop; reaches diagnosis only through [`coordinator::Judge`]
+//!   and [`coordinator::ScanDriver`];
+//! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
+//!   the per-rank scan step;
+//! * [`run`] and [`report`]: one rank's whole run, and the job's report.
+pub mod collective;
+pub mod coordinator;
+pub mod diagnosis;
 pub mod launcher;
-pub mod linkscan;
-pub mod localize;
-pub mod nic;
+pub mod model;
+pub mod rendezvous;
+pub mod report;
 pub mod run;
-pub mod scan;
-pub mod transport;
-pub mod types;
 #[cfg(test)]
 mod verdict_tests;
-pub mod watchdog;
 pub mod wire;

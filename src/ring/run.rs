@@ -10,17 +10,21 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
-use super::bootstrap::{self, BootstrapError, CoordinatorConfig, CoordinatorReport, Event, Session};
-use super::launcher::{Identity, Source};
-use super::linkscan::{self, RankCtx, ScanLinks, ScanOptions, ScanReport};
-use super::localize::Policy;
-use super::nic::{self, CounterMove, Sampler};
-use super::transport::tcp::TcpFabric;
-use super::transport::{Fabric, LinkKey, LinkRequest};
-use super::types::{LinkSample, Phase, Rank, RankInfo, Verdict, WaitReport};
-use super::watchdog::{self, Control, RankWatch, WatchState};
-use super::wire::{self, Hello, Msg, RankResults, RowResult};
+use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
+use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
+use crate::ring::collective::transport::tcp::TcpFabric;
+use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
+use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
+use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
+use crate::ring::diagnosis::evidence::{self, Sampler};
+use crate::ring::diagnosis::localize::Policy;
+use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
+use crate::ring::launcher::Identity;
+use crate::ring::model::CounterMove;
+use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
+use crate::ring::rendezvous::{self, BootstrapError, Session};
+use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
+use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
 /// The run's options, the same on every rank.
 #[derive(Clone, Debug, Serialize)]
@@ -110,188 +114,6 @@ fn fault(message: impl Into<String>) -> RunError {
     }
 }
 
-/// One row of the nccl-tests-style table (`data.results[]`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ResultRow {
-    pub size_bytes: u64,
-    pub count: u64,
-    #[serde(rename = "type")]
-    pub dtype: &'static str,
-    pub redop: &'static str,
-    pub root: i32,
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    /// Mismatching elements summed over ranks; null with `-c 0`.
-    pub wrong: Option<u64>,
-    /// The in-place half (the fields above are the out-of-place half); null when a rank
-    /// did not report one.
-    pub in_place: Option<InPlaceRow>,
-}
-
-/// The in-place half of a row (`data.results[].in_place`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct InPlaceRow {
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    pub wrong: Option<u64>,
-}
-
-/// One ring hop as measured at its receiver (`data.links[]`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LinkRow {
-    pub channel_count: u32,
-    pub from_rank: Rank,
-    pub to_rank: Rank,
-    pub from_host: String,
-    pub to_host: String,
-    pub from_device: Option<String>,
-    pub to_device: Option<String>,
-    /// The message size the hop was measured at (the largest of the sweep).
-    pub size_bytes: u64,
-    pub bytes: u64,
-    pub seconds: f64,
-    pub gbs: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct LauncherInfo {
-    pub source: Source,
-    pub coordinator: String,
-    pub coordinator_source: String,
-    pub token_source: String,
-}
-
-/// The job's report, assembled by rank 0 (`data` of `fabprobe.ring`).
-#[derive(Clone, Debug, Serialize)]
-pub struct RingReport {
-    pub world: u32,
-    pub transport: String,
-    pub launcher: LauncherInfo,
-    pub options: Options,
-    pub ranks: Vec<RankInfo>,
-    pub results: Vec<ResultRow>,
-    pub avg_busbw_gbs: Option<f64>,
-    pub links: Vec<LinkRow>,
-    pub bootstrap_us: u64,
-    pub events: Vec<Event>,
-    /// The link scan, when it ran to its end.
-    pub scan: Option<ScanReport>,
-    /// What the watchdog and the scan concluded; empty on a healthy run.
-    pub verdicts: Vec<Verdict>,
-    /// Why the run ended early (partial results above), or null.
-    pub error: Option<String>,
-    /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
-    /// on each rank's data NIC, as each rank reported them (at the end, or when stuck).
-    pub port_counters: Vec<CounterMove>,
-}
-
-impl RingReport {
-    /// Mismatching elements over both halves of every row.
-    pub fn wrong_total(&self) -> u64 {
-        self.results
-            .iter()
-            .map(|r| r.wrong.unwrap_or(0) + r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
-            .sum()
-    }
-    pub fn failed(&self) -> bool {
-        self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
-    }
-}
-
-/// Rows and links from every rank's results. Pure.
-pub fn aggregate(
-    world: u32,
-    ranks: &[RankInfo],
-    results: &[RankResults],
-    channels: u32,
-) -> (Vec<ResultRow>, Vec<LinkRow>) {
-    let mut sizes: Vec<u64> = results
-        .iter()
-        .flat_map(|r| r.rows.iter().map(|row| row.size_bytes))
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let rows = sizes
-        .iter()
-        .filter_map(|&size| {
-            let per: Vec<&RowResult> = results
-                .iter()
-                .filter_map(|r| r.rows.iter().find(|x| x.size_bytes == size))
-                .collect();
-            // A size is complete only when every rank finished it.
-            if per.len() as u32 != world {
-                return None;
-            }
-            let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
-            let algbw = algbw_gbs(size, time_us);
-            let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
-            let halves: Option<Vec<&wire::HalfResult>> = per.iter().map(|r| r.in_place.as_ref()).collect();
-            let in_place = halves.map(|h| {
-                let time_us = h.iter().map(|x| x.time_us).sum::<f64>() / h.len() as f64;
-                let algbw = algbw_gbs(size, time_us);
-                InPlaceRow {
-                    time_us,
-                    algbw_gbs: algbw,
-                    busbw_gbs: allreduce::busbw(algbw, world),
-                    wrong: h.iter().map(|x| x.wrong).sum::<Option<u64>>(),
-                }
-            });
-            Some(ResultRow {
-                size_bytes: size,
-                count: size / 4,
-                dtype: "float",
-                redop: "sum",
-                root: -1,
-                time_us,
-                algbw_gbs: algbw,
-                busbw_gbs: allreduce::busbw(algbw, world),
-                wrong,
-                in_place,
-            })
-        })
-        .collect();
-    let info = |r: Rank| ranks.iter().find(|i| i.rank == r);
-    let mut links: Vec<LinkRow> = results
-        .iter()
-        .flat_map(|r| r.links.iter().map(move |s| (r.link_size_bytes, s)))
-        .map(|(size, s)| LinkRow {
-            channel_count: channels,
-            from_rank: s.from_rank,
-            to_rank: s.to_rank,
-            from_host: info(s.from_rank).map(|i| i.host.clone()).unwrap_or_default(),
-            to_host: info(s.to_rank).map(|i| i.host.clone()).unwrap_or_default(),
-            from_device: info(s.from_rank).and_then(|i| i.device.clone()),
-            to_device: info(s.to_rank).and_then(|i| i.device.clone()),
-            size_bytes: size,
-            bytes: s.bytes,
-            seconds: s.seconds,
-            gbs: s.gbs(),
-        })
-        .collect();
-    links.sort_by_key(|l| l.from_rank);
-    (rows, links)
-}
-
-/// 10^9 bytes/s, as nccl-tests (0 for a zero time).
-fn algbw_gbs(size: u64, time_us: f64) -> f64 {
-    if time_us > 0.0 {
-        size as f64 / time_us / 1e3
-    } else {
-        0.0
-    }
-}
-
-/// Mean busbw over both halves of every row, as nccl-tests' `# Avg bus bandwidth`.
-pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
-    let all: Vec<f64> = rows
-        .iter()
-        .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
-        .collect();
-    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
-}
-
 /// What one rank's run produced.
 pub struct RankOutcome {
     /// Rank 0 only.
@@ -317,7 +139,7 @@ pub fn run_rank(
     let coordinator = if id.rank == 0 {
         let l = match setup.coordinator_listener {
             Some(l) => l,
-            None => bootstrap::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
+            None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
         };
         log(
             1,
@@ -351,7 +173,11 @@ pub fn run_rank(
                     watchdog::judge(&watch_state(rep, at, timeout_ms), at)
                 },
             )),
-            scan: opts.scan.clone().map(|o| (o, Policy::default())),
+            scan: opts.scan.clone().map(|o| {
+                let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
+                    Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
+                make
+            }),
         };
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
@@ -363,7 +189,7 @@ pub fn run_rank(
             };
             SocketAddr::new(ip, a.port()).to_string()
         });
-        Some((thread::spawn(move || bootstrap::coordinate(l, cfg)), own))
+        Some((thread::spawn(move || coordinator::coordinate(l, cfg)), own))
     } else {
         None
     };
@@ -411,7 +237,7 @@ pub fn run_rank(
             verdicts.push(v.clone());
         }
     }
-    nic::attach(&mut verdicts, &crep.port_counters);
+    evidence::attach(&mut verdicts, &crep.port_counters);
     let report = RingReport {
         world: id.world,
         transport,
@@ -479,7 +305,7 @@ fn rank_body(
         params: opts.canonical(),
     };
     let t0 = Instant::now();
-    let session = bootstrap::join(join_addr, hello, timeout).map_err(|e| match e {
+    let session = rendezvous::join(join_addr, hello, timeout).map_err(|e| match e {
         // Refused for its own options (token, world, sweep): a usage problem here.
         BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
         other => fault(other.to_string()),
@@ -502,7 +328,7 @@ fn rank_body(
         sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let _ = session.send(&Msg::Heartbeat(beat.report(id.rank, timeout.as_millis() as u64)));
-                let until = Instant::now() + bootstrap::HEARTBEAT;
+                let until = Instant::now() + rendezvous::HEARTBEAT;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                     thread::sleep(Duration::from_millis(20));
                 }
@@ -616,7 +442,7 @@ fn after_join(
                 let _ = session.send(&msg);
             }
             // The coordinator names the cause within the silence deadline and its grace.
-            let wait = bootstrap::silence(timeout) + bootstrap::FAILURE_GRACE + Duration::from_secs(2);
+            let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
             let why = match session.wait_done(wait) {
                 Err(BootstrapError::Aborted(reason)) => reason,
                 _ => e.to_string(),
@@ -784,7 +610,7 @@ fn scan_loop(
                 bytes,
                 reps,
             } => {
-                let samples = linkscan::run_order(
+                let samples = scanstep::run_order(
                     &ctx,
                     fabric,
                     scan_links,
@@ -859,7 +685,7 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
             }
         })
         .collect();
-    let silence_ms = bootstrap::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
+    let silence_ms = rendezvous::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
     WatchState {
         ranks: rep.ranks.clone(),
         watch,
@@ -937,9 +763,33 @@ fn sweep(
     Ok((rows, last))
 }
 
+/// The scan driver plugs into the coordinator through its trait (the coordinator knows no
+/// diagnosis code).
+impl ScanDriver for Driver {
+    fn start(&mut self, now: Instant) -> Step {
+        Driver::start(self, now)
+    }
+    fn on_samples(
+        &mut self,
+        rank: Rank,
+        index: u32,
+        samples: Vec<LinkSample>,
+        line_rate_gbs: Option<f64>,
+        ranks: &[RankInfo],
+        now: Instant,
+    ) -> Step {
+        Driver::on_samples(self, rank, index, samples, line_rate_gbs, ranks, now)
+    }
+    fn report(&self, ranks: &[RankInfo]) -> ScanReport {
+        Driver::report(self, ranks)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::launcher::Source;
+    use crate::ring::report::{InPlaceRow, ResultRow};
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {

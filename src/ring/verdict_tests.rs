@@ -7,16 +7,18 @@ use std::net::{IpAddr, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::bootstrap;
-use super::launcher::{Identity, Source};
-use super::linkscan::{SCAN_TAG, ScanOptions};
-use super::nic::Sampler;
-use super::run::{self, Options, RankOutcome, RingReport, RunError, Setup};
-use super::transport::inproc::{Faults, InprocNet};
-use super::transport::{Fabric, LinkRequest};
-use super::types::{RankInfo, VerdictKind};
-use super::wire::{self, Hello, Msg};
 use crate::host::Host;
+use crate::ring::collective::scanstep::SCAN_TAG;
+use crate::ring::collective::transport::inproc::{Faults, InprocNet};
+use crate::ring::collective::transport::{Fabric, LinkRequest};
+use crate::ring::diagnosis::driver::ScanOptions;
+use crate::ring::diagnosis::evidence::Sampler;
+use crate::ring::launcher::{Identity, Source};
+use crate::ring::model::{RankInfo, VerdictKind};
+use crate::ring::rendezvous;
+use crate::ring::report::RingReport;
+use crate::ring::run::{self, Options, RankOutcome, RunError, Setup};
+use crate::ring::wire::{self, Hello, Msg};
 
 /// What a rank of the test world does.
 #[derive(Clone, Copy, PartialEq)]
@@ -82,7 +84,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         capabilities: vec!["inproc".into()],
         params: o.canonical(),
     };
-    let Ok(session) = bootstrap::join(addr, hello, o.timeout()) else {
+    let Ok(session) = rendezvous::join(addr, hello, o.timeout()) else {
         return;
     };
     let (succ, pred) = ((rank + 1) % world, (rank + world - 1) % world);

@@ -7,8 +7,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::nic::CounterMove;
-use super::types::{LinkSample, RankInfo, Verdict, WaitReport};
+use crate::ring::model::{CounterMove, LinkSample, RankInfo, Verdict, WaitReport};
 
 pub const MAGIC: &[u8; 4] = b"FPR1";
 /// Largest control frame accepted: a 32-rank table or a results message is a few KiB; a
@@ -165,6 +164,29 @@ pub enum Msg {
     ScanEnd,
 }
 
+impl Msg {
+    /// The message's name, for errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Hello(_) => "hello",
+            Msg::Table { .. } => "table",
+            Msg::Reject { .. } => "reject",
+            Msg::Ready { .. } => "ready",
+            Msg::Go => "go",
+            Msg::Heartbeat(_) => "heartbeat",
+            Msg::Stuck { .. } => "stuck",
+            Msg::Failed { .. } => "failed",
+            Msg::Results(_) => "results",
+            Msg::Done { .. } => "done",
+            Msg::Abort { .. } => "abort",
+            Msg::Ping => "ping",
+            Msg::ScanRun { .. } => "scan-run",
+            Msg::ScanSamples { .. } => "scan-samples",
+            Msg::ScanEnd => "scan-end",
+        }
+    }
+}
+
 /// Write one frame.
 pub fn write_msg(w: &mut impl Write, msg: &Msg) -> Result<(), WireError> {
     let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
@@ -237,7 +259,7 @@ mod tests {
             counter: "symbol_error".into(),
             delta: 4699,
         };
-        let wait = crate::ring::allreduce::Progress::default().report(3, 0);
+        let wait = crate::ring::collective::allreduce::Progress::default().report(3, 0);
         let msgs = [
             Msg::Stuck {
                 wait: wait.clone(),

@@ -12,6 +12,8 @@
 //!
 //! Every wait takes a deadline.
 
+/// The in-process transport for tests (and the `testkit` feature): never in a release binary.
+#[cfg(any(test, feature = "testkit"))]
 pub mod inproc;
 pub mod tcp;
 
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::types::{Rank, RankInfo};
+use crate::ring::model::{Rank, RankInfo};
 
 /// A receive completion: which slot now holds `len` bytes, and the immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,35 +316,37 @@ pub(crate) mod conformance {
         ($factory:expr) => {
             #[test]
             fn delivers_in_order_with_credit_reuse() {
-                $crate::ring::transport::conformance::delivers_in_order_with_credit_reuse($factory);
+                $crate::ring::collective::transport::conformance::delivers_in_order_with_credit_reuse(
+                    $factory,
+                );
             }
             #[test]
             fn no_overrun_without_credits() {
-                $crate::ring::transport::conformance::no_overrun_without_credits($factory);
+                $crate::ring::collective::transport::conformance::no_overrun_without_credits($factory);
             }
             #[test]
             fn poll_times_out_when_idle() {
-                $crate::ring::transport::conformance::poll_times_out_when_idle($factory);
+                $crate::ring::collective::transport::conformance::poll_times_out_when_idle($factory);
             }
             #[test]
             fn oversized_write_is_refused() {
-                $crate::ring::transport::conformance::oversized_write_is_refused($factory);
+                $crate::ring::collective::transport::conformance::oversized_write_is_refused($factory);
             }
             #[test]
             fn sender_death_is_seen() {
-                $crate::ring::transport::conformance::sender_death_is_seen($factory);
+                $crate::ring::collective::transport::conformance::sender_death_is_seen($factory);
             }
             #[test]
             fn receiver_death_is_seen() {
-                $crate::ring::transport::conformance::receiver_death_is_seen($factory);
+                $crate::ring::collective::transport::conformance::receiver_death_is_seen($factory);
             }
             #[test]
             fn empty_write_is_a_completion() {
-                $crate::ring::transport::conformance::empty_write_is_a_completion($factory);
+                $crate::ring::collective::transport::conformance::empty_write_is_a_completion($factory);
             }
             #[test]
             fn streams_bulk_data() {
-                $crate::ring::transport::conformance::streams_bulk_data($factory);
+                $crate::ring::collective::transport::conformance::streams_bulk_data($factory);
             }
         };
     }

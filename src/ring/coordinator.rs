@@ -1,4 +1,4 @@
-//! The TCP rendezvous: the coordinator (hosted by rank 0) gathers every rank's hello, hands
+//! The coordinator of the TCP rendezvous: rank 0 (hosted by rank 0) gathers every rank's hello, hands
 //! out the full table, then keeps one control connection per rank open for the whole run
 //! (readiness, heartbeats, stuck reports, results, the final verdict). Anything on the port
 //! that is not a fabprobe rank of this job is rejected and recorded as an [`Event`], never
@@ -6,32 +6,25 @@
 
 use std::collections::BTreeMap;
 use std::io::{self};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use thiserror::Error;
 
-use super::linkscan::{Driver, ScanOptions, ScanReport, Step};
-use super::localize::Policy;
-use super::nic::{self, CounterMove};
-use super::types::{Rank, RankInfo, Verdict, WaitReport};
-use super::watchdog;
-use super::wire::{self, Hello, Msg, RankResults, WireError};
+use crate::ring::diagnosis::driver::{ScanReport, Step};
+use crate::ring::diagnosis::evidence;
+use crate::ring::model::{CounterMove, LinkSample, Rank, RankInfo, Verdict, WaitReport};
+use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
+use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
 
-/// How often ranks and the coordinator tell each other they are alive.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// Connections allowed to be reading their hello at once.
 const MAX_PENDING_HELLOS: usize = 512;
 /// How long a freshly accepted connection may take to send its hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(5);
-/// After the first failure report, how long the coordinator keeps listening for the
-/// other ranks' reports before it ends the run (they explain the failure together).
-pub const FAILURE_GRACE: Duration = Duration::from_millis(1000);
 
 /// Something the coordinator saw that the user should know about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -54,68 +47,6 @@ impl Event {
     }
 }
 
-#[derive(Debug, Error)]
-pub enum BootstrapError {
-    #[error(
-        "{} of {world} ranks never reached the coordinator at {coordinator} within {secs} s: missing rank{} {}; \
-         check that they were started (same --world and token), that {coordinator} is reachable from their hosts \
-         (firewall on TCP port {port}), and that the coordinator address is on an interface they can route to",
-        missing.len(), if missing.len() == 1 { "" } else { "s" }, list(missing), port = port_of(coordinator)
-    )]
-    Missing {
-        missing: Vec<Rank>,
-        world: u32,
-        coordinator: String,
-        secs: u64,
-    },
-    #[error(
-        "could not reach the coordinator at {coordinator} within {secs} s ({last}): is rank 0 running, and is TCP port \
-         {port} open (firewall)?", port = port_of(coordinator)
-    )]
-    Unreachable {
-        coordinator: String,
-        secs: u64,
-        last: String,
-    },
-    #[error("the coordinator at {coordinator} rejected this rank: {reason}")]
-    Rejected { coordinator: String, reason: String },
-    #[error("{0}")]
-    Aborted(String),
-    #[error("the coordinator at {coordinator} closed the control connection ({why}); rank 0 probably died")]
-    CoordinatorLost { coordinator: String, why: String },
-    #[error("cannot listen for ranks on {addr}: {source}")]
-    Bind { addr: String, source: io::Error },
-    #[error("control connection to {peer}: {source}")]
-    Wire { peer: String, source: WireError },
-}
-
-fn list(ranks: &[Rank]) -> String {
-    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-fn port_of(addr: &str) -> String {
-    addr.rsplit_once(':')
-        .map(|(_, p)| p.to_string())
-        .unwrap_or_default()
-}
-
-/// Bind the coordinator's port on every address of this host. Only the port of `addr` is
-/// used: the name ranks are given often resolves differently on rank 0 itself (Debian maps
-/// the hostname to 127.0.1.1 in /etc/hosts, NAT), and the job token guards the port.
-pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
-    let err = |source| BootstrapError::Bind {
-        addr: addr.to_string(),
-        source,
-    };
-    let port = port_of(addr)
-        .parse::<u16>()
-        .map_err(|_| err(io::Error::new(io::ErrorKind::InvalidInput, "no port")))?;
-    // `[::]` also takes IPv4 unless the host has IPv6 off.
-    TcpListener::bind(("::", port))
-        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
-        .map_err(err)
-}
-
 // ---------------------------------------------------------------- coordinator
 
 pub struct CoordinatorConfig {
@@ -129,8 +60,25 @@ pub struct CoordinatorConfig {
     /// Turns what the coordinator saw into verdicts: the watchdog and localization plug in
     /// here. See [`Judge`].
     pub judge: Option<Judge>,
-    /// Run the link scan after every rank's links are up (before the sweep).
-    pub scan: Option<(ScanOptions, Policy)>,
+    /// Run the link scan after every rank's links are up (before the sweep): makes the
+    /// scan's driver for the world size.
+    pub scan: Option<Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>>,
+}
+
+/// The coordinator's side of the link scan (`diagnosis::driver::Driver`): which order runs
+/// next after each rank's samples, and the scan's report at the end.
+pub trait ScanDriver: Send {
+    fn start(&mut self, now: Instant) -> Step;
+    fn on_samples(
+        &mut self,
+        rank: Rank,
+        index: u32,
+        samples: Vec<LinkSample>,
+        line_rate_gbs: Option<f64>,
+        ranks: &[RankInfo],
+        now: Instant,
+    ) -> Step;
+    fn report(&self, ranks: &[RankInfo]) -> ScanReport;
 }
 
 /// Called with the coordinator's view and the run clock (ms since the table went out):
@@ -138,14 +86,6 @@ pub struct CoordinatorConfig {
 /// non-empty answer ends the run at once, as a hang verdict should), and once at the end
 /// with `final_call` true (link-scan verdicts) before the last message goes out.
 pub type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
-
-/// How long a control connection may stay silent (heartbeats and pings come every
-/// [`HEARTBEAT`]) before its peer is judged stopped or gone: the data timeout, within
-/// 3..10 s, so that a stopped process is named before (or soon after) its peers' data waits
-/// expire, and a busy host's late heartbeat is not.
-pub fn silence(timeout: Duration) -> Duration {
-    timeout.clamp(Duration::from_secs(3), Duration::from_secs(10))
-}
 
 /// What the coordinator hands back when the run is over (or failed).
 #[derive(Debug, Default)]
@@ -233,7 +173,7 @@ fn accept_loop(
                         Ok(Msg::Hello(h)) => Ok(h),
                         Ok(other) => Err(WireError::Malformed(format!(
                             "expected hello, got {}",
-                            kind(&other)
+                            other.kind()
                         ))),
                         Err(e) => Err(e),
                     };
@@ -248,26 +188,6 @@ fn accept_loop(
             }
             Err(_) => thread::sleep(Duration::from_millis(20)),
         }
-    }
-}
-
-fn kind(m: &Msg) -> &'static str {
-    match m {
-        Msg::Hello(_) => "hello",
-        Msg::Table { .. } => "table",
-        Msg::Reject { .. } => "reject",
-        Msg::Ready { .. } => "ready",
-        Msg::Go => "go",
-        Msg::Heartbeat(_) => "heartbeat",
-        Msg::Stuck { .. } => "stuck",
-        Msg::Failed { .. } => "failed",
-        Msg::Results(_) => "results",
-        Msg::Done { .. } => "done",
-        Msg::Abort { .. } => "abort",
-        Msg::Ping => "ping",
-        Msg::ScanRun { .. } => "scan-run",
-        Msg::ScanSamples { .. } => "scan-samples",
-        Msg::ScanEnd => "scan-end",
     }
 }
 
@@ -487,8 +407,8 @@ fn serve(
         FAILURE_GRACE
     };
     let keep_ms = cfg.timeout.as_millis() as u64 + 10_000;
-    let mut scan = cfg.scan.clone().map(|(o, p)| Driver::new(world as usize, o, p));
-    let step = |step: Step, rep: &mut CoordinatorReport, scan: &Driver| match step {
+    let mut scan = cfg.scan.as_ref().map(|make| make(world as usize));
+    let step = |step: Step, rep: &mut CoordinatorReport, scan: &dyn ScanDriver| match step {
         Step::Wait => {}
         Step::Run(m) => broadcast(&conns, &m),
         Step::Done => {
@@ -563,7 +483,7 @@ fn serve(
                             broadcast(&conns, &Msg::Go);
                             if let Some(d) = scan.as_mut() {
                                 let s = d.start(Instant::now());
-                                step(s, rep, d);
+                                step(s, rep, &**d);
                             }
                         }
                     }
@@ -575,7 +495,7 @@ fn serve(
                     } if rank == r => {
                         if let Some(d) = scan.as_mut() {
                             let s = d.on_samples(r, index, samples, line_rate_gbs, &ranks, Instant::now());
-                            step(s, rep, d);
+                            step(s, rep, &**d);
                         }
                     }
                     Msg::Heartbeat(w) => {
@@ -681,12 +601,12 @@ fn serve(
 }
 
 /// A rank's latest moved counters (each report covers the whole run so far), under the
-/// connection's own rank and the table's host, at most `nic::MAX_MOVES`.
+/// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.
 fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMove>) {
     if moved.is_empty() {
         return;
     }
-    moved.truncate(nic::MAX_MOVES);
+    moved.truncate(evidence::MAX_MOVES);
     let host = rep_host(&rep.ranks, r);
     for m in &mut moved {
         m.rank = r;
@@ -735,316 +655,11 @@ pub fn stuck_line(w: &WaitReport, ranks: &[RankInfo]) -> String {
     }
 }
 
-// ---------------------------------------------------------------- rank side
-
-/// Set when the run must end: the coordinator said so, or it is gone.
-#[derive(Debug, Default)]
-pub struct AbortFlag {
-    set: AtomicBool,
-    reason: Mutex<Option<String>>,
-}
-
-impl AbortFlag {
-    pub fn raise(&self, reason: String) {
-        if let Ok(mut r) = self.reason.lock() {
-            r.get_or_insert(reason);
-        }
-        self.set.store(true, Ordering::SeqCst);
-    }
-    pub fn is_set(&self) -> bool {
-        self.set.load(Ordering::Relaxed)
-    }
-    pub fn reason(&self) -> Option<String> {
-        self.reason.lock().ok().and_then(|r| r.clone())
-    }
-}
-
-/// A rank's open control connection after the table arrived.
-pub struct Session {
-    pub table: Vec<RankInfo>,
-    pub coordinator: String,
-    writer: Mutex<TcpStream>,
-    inbox: Mutex<Receiver<Msg>>,
-    pub abort: Arc<AbortFlag>,
-}
-
-fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
-    let mut last = String::from("not tried");
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(last);
-        }
-        match addr.to_socket_addrs() {
-            Ok(addrs) => {
-                for a in addrs {
-                    let left = deadline
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(10));
-                    match TcpStream::connect_timeout(&a, left.min(Duration::from_secs(2))) {
-                        Ok(s) => return Ok(s),
-                        Err(e) => last = e.to_string(),
-                    }
-                }
-            }
-            Err(e) => last = format!("cannot resolve: {e}"),
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Join the job: connect to the coordinator (retrying until the deadline: rank 0 may start
-/// later), send hello, wait for the table.
-pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Session, BootstrapError> {
-    let start = Instant::now();
-    // The coordinator's own deadline counts from rank 0's start; a little grace lets its
-    // missing-rank message arrive before this rank gives up on its own.
-    let deadline = start + timeout + Duration::from_secs(3);
-    let wire_err = |source| BootstrapError::Wire {
-        peer: coordinator.to_string(),
-        source,
-    };
-    let s = connect_until(coordinator, start + timeout).map_err(|last| BootstrapError::Unreachable {
-        coordinator: coordinator.to_string(),
-        secs: timeout.as_secs(),
-        last,
-    })?;
-    let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| wire_err(e.into()))?;
-    let (my_rank, my_info) = (hello.rank, hello.info.clone());
-    let mut w = &s;
-    wire::write_msg(&mut w, &Msg::Hello(hello)).map_err(wire_err)?;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(BootstrapError::Aborted(format!(
-                "connected to the coordinator at {coordinator} but the rank table did not arrive within {} s: other ranks are missing",
-                timeout.as_secs()
-            )));
-        }
-        s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
-        let mut r = &s;
-        match wire::read_msg(&mut r) {
-            Ok(Msg::Table { ranks }) => {
-                let abort = Arc::new(AbortFlag::default());
-                let (tx, rx) = mpsc::channel();
-                let reader = s.try_clone().map_err(|e| wire_err(e.into()))?;
-                let me = ranks
-                    .iter()
-                    .find(|i| i.rank == my_rank)
-                    .cloned()
-                    .unwrap_or_else(|| my_info.clone());
-                spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
-                return Ok(Session {
-                    table: ranks,
-                    coordinator: coordinator.to_string(),
-                    writer: Mutex::new(s),
-                    inbox: Mutex::new(rx),
-                    abort,
-                });
-            }
-            Ok(Msg::Reject { reason }) => {
-                return Err(BootstrapError::Rejected {
-                    coordinator: coordinator.to_string(),
-                    reason,
-                });
-            }
-            Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
-            Ok(_) => continue,
-            Err(WireError::Closed) => {
-                return Err(BootstrapError::CoordinatorLost {
-                    coordinator: coordinator.to_string(),
-                    why: "closed during bootstrap".into(),
-                });
-            }
-            Err(WireError::TimedOut) => continue,
-            Err(e) => return Err(wire_err(e)),
-        }
-    }
-}
-
-/// Reads what the coordinator sends during the run; raises the abort flag when it says so,
-/// and with the `coordinator_lost` verdict when its connection closes or goes silent (it
-/// pings every [`HEARTBEAT`]) for [`silence`].
-fn spawn_reader(
-    mut s: TcpStream,
-    coordinator: String,
-    me: RankInfo,
-    timeout: Duration,
-    tx: Sender<Msg>,
-    abort: Arc<AbortFlag>,
-) {
-    let quiet = silence(timeout);
-    let _ = s.set_read_timeout(Some(quiet));
-    let start = Instant::now();
-    thread::spawn(move || {
-        let mut last_heard = Instant::now();
-        loop {
-            let got = wire::read_msg(&mut s);
-            if got.is_ok() {
-                last_heard = Instant::now();
-            }
-            match got {
-                Ok(Msg::Ping) => {}
-                Ok(Msg::Abort { reason }) => {
-                    abort.raise(reason.clone());
-                    let _ = tx.send(Msg::Abort { reason });
-                    return;
-                }
-                Ok(m @ Msg::Done { .. }) => {
-                    let _ = tx.send(m);
-                    return;
-                }
-                Ok(m) => {
-                    if tx.send(m).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let ms = |t: Instant| t.duration_since(start).as_millis() as u64;
-                    let now = ms(Instant::now());
-                    let control = match e {
-                        WireError::TimedOut => watchdog::Control::Open,
-                        WireError::Closed => watchdog::Control::Closed {
-                            at_ms: now,
-                            reset: false,
-                        },
-                        _ => watchdog::Control::Closed {
-                            at_ms: now,
-                            reset: true,
-                        },
-                    };
-                    let v = watchdog::coordinator_lost(
-                        &me,
-                        &coordinator,
-                        control,
-                        ms(last_heard),
-                        now,
-                        quiet.as_millis() as u64 - 1,
-                    );
-                    let msg = match v {
-                        Some(v) => verdict_line(&v),
-                        None => BootstrapError::CoordinatorLost {
-                            coordinator: coordinator.clone(),
-                            why: e.to_string(),
-                        }
-                        .to_string(),
-                    };
-                    abort.raise(msg.clone());
-                    let _ = tx.send(Msg::Abort { reason: msg });
-                    return;
-                }
-            }
-        }
-    });
-}
-
-/// A verdict as one line for a rank's stderr: the message, then what to run next.
-pub fn verdict_line(v: &Verdict) -> String {
-    match &v.next {
-        Some(n) => format!("{}\n  next: {n}", v.message),
-        None => v.message.clone(),
-    }
-}
-
-impl Session {
-    /// The next message from the coordinator within `timeout` (None: nothing came); an
-    /// abort, or the reader's end (coordinator lost), is an error.
-    pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, BootstrapError> {
-        match self
-            .inbox
-            .lock()
-            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
-            .recv_timeout(timeout)
-        {
-            Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
-            Ok(m) => Ok(Some(m)),
-            Err(RecvTimeoutError::Timeout) => match self.abort.reason() {
-                Some(r) => Err(BootstrapError::Aborted(r)),
-                None => Ok(None),
-            },
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(BootstrapError::Aborted(self.abort.reason().unwrap_or_else(
-                    || format!("the coordinator at {} is gone", self.coordinator),
-                )))
-            }
-        }
-    }
-
-    /// Close the control connection now (both directions), as a dying process would.
-    pub fn close(&self) {
-        if let Ok(s) = self.writer.lock() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    pub fn send(&self, msg: &Msg) -> Result<(), BootstrapError> {
-        let mut s = self
-            .writer
-            .lock()
-            .map_err(|_| BootstrapError::Aborted("control writer poisoned".into()))?;
-        wire::write_msg(&mut *s, msg).map_err(|source| BootstrapError::Wire {
-            peer: self.coordinator.clone(),
-            source,
-        })
-    }
-
-    /// Wait for `Go` (everyone's links are up) or an abort.
-    pub fn wait_go(&self, timeout: Duration) -> Result<(), BootstrapError> {
-        match self
-            .inbox
-            .lock()
-            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
-            .recv_timeout(timeout)
-        {
-            Ok(Msg::Go) => Ok(()),
-            Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
-            Ok(other) => Err(BootstrapError::Aborted(format!(
-                "unexpected {} from the coordinator",
-                kind(&other)
-            ))),
-            Err(_) => Err(BootstrapError::Aborted(format!(
-                "not every rank connected its data links within {} s",
-                timeout.as_secs()
-            ))),
-        }
-    }
-
-    /// Wait for the end of the run: `Ok(failed)` or the abort reason. The coordinator
-    /// answers within its own deadlines, so `timeout` only guards against a lost one.
-    pub fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>), BootstrapError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self
-                .inbox
-                .lock()
-                .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
-                .recv_timeout(left)
-            {
-                Ok(Msg::Done { failed, verdicts }) => return Ok((failed, verdicts)),
-                Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
-                Ok(_) => continue,
-                Err(_) => {
-                    return Err(self
-                        .abort
-                        .reason()
-                        .map(BootstrapError::Aborted)
-                        .unwrap_or_else(|| BootstrapError::CoordinatorLost {
-                            coordinator: self.coordinator.clone(),
-                            why: "no end-of-run message".into(),
-                        }));
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::types::RankInfo;
+    use crate::ring::model::RankInfo;
+    use crate::ring::rendezvous::join;
 
     /// A coordinator for token "t" and options "p", no scan.
     fn test_cfg(
@@ -1174,7 +789,7 @@ mod tests {
                 return vec![];
             }
             vec![Verdict {
-                kind: crate::ring::types::VerdictKind::SlowLink,
+                kind: crate::ring::model::VerdictKind::SlowLink,
                 from_rank: Some(0),
                 to_rank: Some(1),
                 from_host: None,
@@ -1225,7 +840,7 @@ mod tests {
             let (at, _) = rep.reports[&w.rank];
             assert!(now_ms >= at);
             vec![Verdict {
-                kind: crate::ring::types::VerdictKind::HangLink,
+                kind: crate::ring::model::VerdictKind::HangLink,
                 from_rank: w.waiting_on,
                 to_rank: Some(w.rank),
                 from_host: None,
@@ -1248,7 +863,7 @@ mod tests {
                     s.send(&Msg::Ready { rank: r }).unwrap();
                     s.wait_go(Duration::from_secs(5)).unwrap();
                     if r == 1 {
-                        let mut w = crate::ring::allreduce::Progress::default().report(1, 0);
+                        let mut w = crate::ring::collective::allreduce::Progress::default().report(1, 0);
                         w.waiting_on = Some(0);
                         w.waiting_to_receive = true;
                         // The rank's own word for its rank and host is not trusted.
@@ -1263,7 +878,7 @@ mod tests {
                         };
                         s.send(&Msg::Stuck {
                             wait: w,
-                            port_counters: vec![moved; nic::MAX_MOVES + 5],
+                            port_counters: vec![moved; evidence::MAX_MOVES + 5],
                         })
                         .unwrap();
                     }
@@ -1281,7 +896,7 @@ mod tests {
         assert_eq!(rep.abort.as_deref(), Some("HANG rank 1 waits for rank Some(0)"));
         // The stuck report's counters, under the connection's rank and the table's host.
         let c = &rep.port_counters[&1];
-        assert_eq!(c.len(), nic::MAX_MOVES);
+        assert_eq!(c.len(), evidence::MAX_MOVES);
         assert_eq!(
             (c[0].rank, c[0].host.as_str(), c[0].counter.as_str(), c[0].delta),
             (1, "h1", "symbol_error", 4699)

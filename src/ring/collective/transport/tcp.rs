@@ -719,7 +719,7 @@ impl Fabric for TcpFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::transport::conformance::{Pair, conformance_suite};
+    use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
 
     fn pair(slots: usize, slot_bytes: usize) -> Pair {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -824,8 +824,8 @@ mod tests {
 
     #[test]
     fn fabric_opens_links_in_request_order_by_tag() {
-        use crate::ring::transport::{Fabric, LinkRequest};
-        use crate::ring::types::RankInfo;
+        use crate::ring::collective::transport::{Fabric, LinkRequest};
+        use crate::ring::model::RankInfo;
         let fabs: Vec<TcpFabric> = (0..2)
             .map(|_| TcpFabric::bind([127, 0, 0, 1].into()).unwrap())
             .collect();

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::types::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
 /// Of two slow directions of one pair, the faster is explained by the slower (its ACK
 /// path) when the slower runs below this fraction of it.
@@ -105,7 +105,7 @@ pub fn judge(
     analyze(ranks, samples, policy, |_| line_rate_gbs).verdicts
 }
 
-/// The scan orders (as shifts, see [`crate::ring::scan::order`]) to run once more before
+/// The scan orders (as shifts, see [`crate::ring::diagnosis::plan::order`]) to run once more before
 /// trusting `verdicts`: a transient hiccup during one order can make a healthy link look
 /// slow, and a re-measured link is judged on the median of all its samples. A slow link
 /// a -> b is re-measured by the shift (b - a) mod n; a slow node by the natural and the
@@ -554,10 +554,12 @@ fn pct(ratio: f64) -> String {
 }
 
 /// Builders shared by the tests here and the benchmark (`benches/localize.rs`); not for the
-/// probe itself: a rank table and simulated scans.
+/// probe itself: a rank table and simulated scans. Built for tests and with the `testkit`
+/// feature only, so the release binary carries no simulator.
+#[cfg(any(test, feature = "testkit"))]
 pub mod sim {
     use super::*;
-    use crate::ring::scan;
+    use crate::ring::diagnosis::plan;
 
     /// Ranks `node-a`, `node-b`, ... each on `eth1`.
     pub fn ranks(n: usize) -> Vec<RankInfo> {
@@ -613,7 +615,7 @@ pub mod sim {
         rate: impl Fn(Rank, Rank) -> f64,
     ) -> Vec<LinkSample> {
         let mut out = Vec::new();
-        for o in scan::plan(n, orders) {
+        for o in plan::plan(n, orders) {
             for _ in 0..reps {
                 for (from, to) in o.links() {
                     let gbs = rate(from, to) * (1.0 + noise * (2.0 * rng.unit() - 1.0));
@@ -1005,7 +1007,7 @@ mod tests {
         assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(2), Some(5))]);
         let shifts = recheck_shifts(&v, n);
         assert_eq!(shifts, vec![3]);
-        let again = crate::ring::scan::order(n, shifts[0], 7).unwrap();
+        let again = crate::ring::diagnosis::plan::order(n, shifts[0], 7).unwrap();
         let mut rng = Rng(6);
         for _ in 0..3 {
             for (f, t) in again.links() {

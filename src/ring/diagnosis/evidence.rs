@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
-
 use crate::host::Host;
 use crate::probe::links::{self, LinksReport, SampleInfo};
+use crate::ring::model::CounterMove;
 use crate::sysfs::infiniband as ib;
 use crate::sysfs::net;
 
@@ -32,19 +31,6 @@ pub fn line_rate(host: &Host, ifname: &str) -> Option<(f64, String)> {
         }
     }
     net::read_speed_gbs(host, ifname).map(|g| (g, format!("/sys/class/net/{ifname}/speed")))
-}
-
-/// One port counter that moved during the run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CounterMove {
-    pub rank: u32,
-    pub host: String,
-    pub device: String,
-    pub port: u32,
-    pub netdev: Option<String>,
-    pub counter: String,
-    /// At least this much (exact unless the counter saturated or was cleared).
-    pub delta: u64,
 }
 
 /// Counters worth showing as evidence: errors, drops, retransmissions, timeouts, pauses,
@@ -194,7 +180,7 @@ impl Sampler {
 /// Each rank's latest report of moved counters, as evidence on every verdict that names the
 /// rank (`from_rank` or `to_rank`), under `evidence.port_counters`
 /// (`"rank R <device> port P <counter>": delta`). Pure.
-pub fn attach(verdicts: &mut [crate::ring::types::Verdict], moved: &BTreeMap<u32, Vec<CounterMove>>) {
+pub fn attach(verdicts: &mut [crate::ring::model::Verdict], moved: &BTreeMap<u32, Vec<CounterMove>>) {
     for v in verdicts {
         let mut o = serde_json::Map::new();
         for r in [v.from_rank, v.to_rank].into_iter().flatten() {
@@ -283,7 +269,7 @@ mod tests {
 
     #[test]
     fn attach_puts_each_named_ranks_counters_on_its_verdicts() {
-        use crate::ring::types::{Verdict, VerdictKind};
+        use crate::ring::model::{Verdict, VerdictKind};
         let v = |from: Option<u32>, to: Option<u32>| Verdict {
             kind: VerdictKind::SlowLink,
             from_rank: from,

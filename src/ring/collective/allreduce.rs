@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::bootstrap::AbortFlag;
-use super::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
-use super::types::{Phase, Rank, WaitReport};
+use crate::ring::collective::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
+use crate::ring::model::AbortFlag;
+use crate::ring::model::{Phase, Rank, WaitReport};
 
 /// How long one poll slice lasts before the abort flag is looked at again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -560,7 +560,7 @@ pub fn busbw(algbw: f64, world: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::transport::inproc::{self, Faults, LinkHandle};
+    use crate::ring::collective::transport::inproc::{self, Faults, LinkHandle};
 
     /// A full inproc ring of `world` ranks and `channels` channels; faults per (from, channel).
     fn ring_links(

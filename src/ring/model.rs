@@ -4,6 +4,8 @@
 //! `data.verdicts[]` of `fabprobe.ring`).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -145,4 +147,39 @@ pub struct Verdict {
     pub message: String,
     /// The next command a person should run.
     pub next: Option<String>,
+}
+
+/// One port counter that moved during the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CounterMove {
+    pub rank: u32,
+    pub host: String,
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    pub counter: String,
+    /// At least this much (exact unless the counter saturated or was cleared).
+    pub delta: u64,
+}
+
+/// Set when the run must end: the coordinator said so, or it is gone.
+#[derive(Debug, Default)]
+pub struct AbortFlag {
+    set: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl AbortFlag {
+    pub fn raise(&self, reason: String) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(reason);
+        }
+        self.set.store(true, Ordering::SeqCst);
+    }
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Relaxed)
+    }
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().ok().and_then(|r| r.clone())
+    }
 }

@@ -419,7 +419,7 @@ impl Fabric for InprocFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::transport::conformance::{Pair, conformance_suite};
+    use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
 
     fn pair(slots: usize, slot_bytes: usize) -> Pair {
         let (s, r, _) = link(

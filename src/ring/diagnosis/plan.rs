@@ -14,16 +14,16 @@
 //! per rank, which is all the scan needs). The n-1 shifts together measure each of the
 //! n(n-1) directed links exactly once, and any two of them give every rank two different
 //! send partners and two different receive partners, which is what lets
-//! [`super::localize`] tell a slow node's egress or ingress from a single slow pair.
+//! [`crate::ring::diagnosis::localize`] tell a slow node's egress or ingress from a single slow pair.
 
 use std::time::Duration;
 
-use super::types::Rank;
+use crate::ring::model::Rank;
 
 /// One ring order of the scan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Order {
-    /// Position in the plan; it becomes [`super::types::LinkSample::order`].
+    /// Position in the plan; it becomes [`crate::ring::model::LinkSample::order`].
     pub index: u32,
     /// The shift: rank i sends to (i + shift) mod n.
     pub shift: u32,
@@ -100,7 +100,7 @@ pub fn plan(n: usize, max_orders: usize) -> Vec<Order> {
 }
 
 /// The order "shift by `shift`" for `n` ranks, numbered `index` (e.g. a re-check of a
-/// suspect link after the plan: see [`super::localize::recheck_shifts`]). None when the shift
+/// suspect link after the plan: see [`crate::ring::diagnosis::localize::recheck_shifts`]). None when the shift
 /// is 0 mod n (a rank would send to itself) or n < 2.
 pub fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
     let k = shift as usize % n.max(1);

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::types::{Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
+use crate::ring::model::{Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
 
 /// The coordinator's view of one control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -559,7 +559,7 @@ fn secs(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::localize::sim;
+    use crate::ring::diagnosis::localize::sim;
 
     const T: u64 = 30_000;
     const NOW: u64 = 100_000;

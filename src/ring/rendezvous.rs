@@ -1,0 +1,374 @@
+//! The rank's side of the TCP rendezvous: bind the coordinator's port, join the job (hello,
+//! rank table), keep the control connection (coordinator messages, cancellation through
+//! [`AbortFlag`]). Every wait has a deadline.
+
+use std::io;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::ring::diagnosis::watchdog;
+use crate::ring::model::{AbortFlag, Rank, RankInfo, Verdict};
+use crate::ring::wire::{self, Hello, Msg, WireError};
+
+/// How often ranks and the coordinator tell each other they are alive.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// After the first failure report, how long the coordinator keeps listening for the
+/// other ranks' reports before it ends the run (they explain the failure together).
+pub const FAILURE_GRACE: Duration = Duration::from_millis(1000);
+
+/// How long a control connection may stay silent (heartbeats and pings come every
+/// [`HEARTBEAT`]) before its peer is judged stopped or gone: the data timeout, within
+/// 3..10 s, so that a stopped process is named before (or soon after) its peers' data waits
+/// expire, and a busy host's late heartbeat is not.
+pub fn silence(timeout: Duration) -> Duration {
+    timeout.clamp(Duration::from_secs(3), Duration::from_secs(10))
+}
+
+#[derive(Debug, Error)]
+pub enum BootstrapError {
+    #[error(
+        "{} of {world} ranks never reached the coordinator at {coordinator} within {secs} s: missing rank{} {}; \
+         check that they were started (same --world and token), that {coordinator} is reachable from their hosts \
+         (firewall on TCP port {port}), and that the coordinator address is on an interface they can route to",
+        missing.len(), if missing.len() == 1 { "" } else { "s" }, list(missing), port = port_of(coordinator)
+    )]
+    Missing {
+        missing: Vec<Rank>,
+        world: u32,
+        coordinator: String,
+        secs: u64,
+    },
+    #[error(
+        "could not reach the coordinator at {coordinator} within {secs} s ({last}): is rank 0 running, and is TCP port \
+         {port} open (firewall)?", port = port_of(coordinator)
+    )]
+    Unreachable {
+        coordinator: String,
+        secs: u64,
+        last: String,
+    },
+    #[error("the coordinator at {coordinator} rejected this rank: {reason}")]
+    Rejected { coordinator: String, reason: String },
+    #[error("{0}")]
+    Aborted(String),
+    #[error("the coordinator at {coordinator} closed the control connection ({why}); rank 0 probably died")]
+    CoordinatorLost { coordinator: String, why: String },
+    #[error("cannot listen for ranks on {addr}: {source}")]
+    Bind { addr: String, source: io::Error },
+    #[error("control connection to {peer}: {source}")]
+    Wire { peer: String, source: WireError },
+}
+
+fn list(ranks: &[Rank]) -> String {
+    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn port_of(addr: &str) -> String {
+    addr.rsplit_once(':')
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_default()
+}
+
+/// Bind the coordinator's port on every address of this host. Only the port of `addr` is
+/// used: the name ranks are given often resolves differently on rank 0 itself (Debian maps
+/// the hostname to 127.0.1.1 in /etc/hosts, NAT), and the job token guards the port.
+pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
+    let err = |source| BootstrapError::Bind {
+        addr: addr.to_string(),
+        source,
+    };
+    let port = port_of(addr)
+        .parse::<u16>()
+        .map_err(|_| err(io::Error::new(io::ErrorKind::InvalidInput, "no port")))?;
+    // `[::]` also takes IPv4 unless the host has IPv6 off.
+    TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(err)
+}
+
+/// A rank's open control connection after the table arrived.
+pub struct Session {
+    pub table: Vec<RankInfo>,
+    pub coordinator: String,
+    writer: Mutex<TcpStream>,
+    inbox: Mutex<Receiver<Msg>>,
+    pub abort: Arc<AbortFlag>,
+}
+
+fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
+    let mut last = String::from("not tried");
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(last);
+        }
+        match addr.to_socket_addrs() {
+            Ok(addrs) => {
+                for a in addrs {
+                    let left = deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(10));
+                    match TcpStream::connect_timeout(&a, left.min(Duration::from_secs(2))) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+            }
+            Err(e) => last = format!("cannot resolve: {e}"),
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Join the job: connect to the coordinator (retrying until the deadline: rank 0 may start
+/// later), send hello, wait for the table.
+pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Session, BootstrapError> {
+    let start = Instant::now();
+    // The coordinator's own deadline counts from rank 0's start; a little grace lets its
+    // missing-rank message arrive before this rank gives up on its own.
+    let deadline = start + timeout + Duration::from_secs(3);
+    let wire_err = |source| BootstrapError::Wire {
+        peer: coordinator.to_string(),
+        source,
+    };
+    let s = connect_until(coordinator, start + timeout).map_err(|last| BootstrapError::Unreachable {
+        coordinator: coordinator.to_string(),
+        secs: timeout.as_secs(),
+        last,
+    })?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| wire_err(e.into()))?;
+    let (my_rank, my_info) = (hello.rank, hello.info.clone());
+    let mut w = &s;
+    wire::write_msg(&mut w, &Msg::Hello(hello)).map_err(wire_err)?;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(BootstrapError::Aborted(format!(
+                "connected to the coordinator at {coordinator} but the rank table did not arrive within {} s: other ranks are missing",
+                timeout.as_secs()
+            )));
+        }
+        s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
+        let mut r = &s;
+        match wire::read_msg(&mut r) {
+            Ok(Msg::Table { ranks }) => {
+                let abort = Arc::new(AbortFlag::default());
+                let (tx, rx) = mpsc::channel();
+                let reader = s.try_clone().map_err(|e| wire_err(e.into()))?;
+                let me = ranks
+                    .iter()
+                    .find(|i| i.rank == my_rank)
+                    .cloned()
+                    .unwrap_or_else(|| my_info.clone());
+                spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
+                return Ok(Session {
+                    table: ranks,
+                    coordinator: coordinator.to_string(),
+                    writer: Mutex::new(s),
+                    inbox: Mutex::new(rx),
+                    abort,
+                });
+            }
+            Ok(Msg::Reject { reason }) => {
+                return Err(BootstrapError::Rejected {
+                    coordinator: coordinator.to_string(),
+                    reason,
+                });
+            }
+            Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
+            Ok(_) => continue,
+            Err(WireError::Closed) => {
+                return Err(BootstrapError::CoordinatorLost {
+                    coordinator: coordinator.to_string(),
+                    why: "closed during bootstrap".into(),
+                });
+            }
+            Err(WireError::TimedOut) => continue,
+            Err(e) => return Err(wire_err(e)),
+        }
+    }
+}
+
+/// Reads what the coordinator sends during the run; raises the abort flag when it says so,
+/// and with the `coordinator_lost` verdict when its connection closes or goes silent (it
+/// pings every [`HEARTBEAT`]) for [`silence`].
+fn spawn_reader(
+    mut s: TcpStream,
+    coordinator: String,
+    me: RankInfo,
+    timeout: Duration,
+    tx: Sender<Msg>,
+    abort: Arc<AbortFlag>,
+) {
+    let quiet = silence(timeout);
+    let _ = s.set_read_timeout(Some(quiet));
+    let start = Instant::now();
+    thread::spawn(move || {
+        let mut last_heard = Instant::now();
+        loop {
+            let got = wire::read_msg(&mut s);
+            if got.is_ok() {
+                last_heard = Instant::now();
+            }
+            match got {
+                Ok(Msg::Ping) => {}
+                Ok(Msg::Abort { reason }) => {
+                    abort.raise(reason.clone());
+                    let _ = tx.send(Msg::Abort { reason });
+                    return;
+                }
+                Ok(m @ Msg::Done { .. }) => {
+                    let _ = tx.send(m);
+                    return;
+                }
+                Ok(m) => {
+                    if tx.send(m).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let ms = |t: Instant| t.duration_since(start).as_millis() as u64;
+                    let now = ms(Instant::now());
+                    let control = match e {
+                        WireError::TimedOut => watchdog::Control::Open,
+                        WireError::Closed => watchdog::Control::Closed {
+                            at_ms: now,
+                            reset: false,
+                        },
+                        _ => watchdog::Control::Closed {
+                            at_ms: now,
+                            reset: true,
+                        },
+                    };
+                    let v = watchdog::coordinator_lost(
+                        &me,
+                        &coordinator,
+                        control,
+                        ms(last_heard),
+                        now,
+                        quiet.as_millis() as u64 - 1,
+                    );
+                    let msg = match v {
+                        Some(v) => verdict_line(&v),
+                        None => BootstrapError::CoordinatorLost {
+                            coordinator: coordinator.clone(),
+                            why: e.to_string(),
+                        }
+                        .to_string(),
+                    };
+                    abort.raise(msg.clone());
+                    let _ = tx.send(Msg::Abort { reason: msg });
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// A verdict as one line for a rank's stderr: the message, then what to run next.
+pub fn verdict_line(v: &Verdict) -> String {
+    match &v.next {
+        Some(n) => format!("{}\n  next: {n}", v.message),
+        None => v.message.clone(),
+    }
+}
+
+impl Session {
+    /// The next message from the coordinator within `timeout` (None: nothing came); an
+    /// abort, or the reader's end (coordinator lost), is an error.
+    pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, BootstrapError> {
+        match self
+            .inbox
+            .lock()
+            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+            .recv_timeout(timeout)
+        {
+            Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
+            Ok(m) => Ok(Some(m)),
+            Err(RecvTimeoutError::Timeout) => match self.abort.reason() {
+                Some(r) => Err(BootstrapError::Aborted(r)),
+                None => Ok(None),
+            },
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(BootstrapError::Aborted(self.abort.reason().unwrap_or_else(
+                    || format!("the coordinator at {} is gone", self.coordinator),
+                )))
+            }
+        }
+    }
+
+    /// Close the control connection now (both directions), as a dying process would.
+    pub fn close(&self) {
+        if let Ok(s) = self.writer.lock() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn send(&self, msg: &Msg) -> Result<(), BootstrapError> {
+        let mut s = self
+            .writer
+            .lock()
+            .map_err(|_| BootstrapError::Aborted("control writer poisoned".into()))?;
+        wire::write_msg(&mut *s, msg).map_err(|source| BootstrapError::Wire {
+            peer: self.coordinator.clone(),
+            source,
+        })
+    }
+
+    /// Wait for `Go` (everyone's links are up) or an abort.
+    pub fn wait_go(&self, timeout: Duration) -> Result<(), BootstrapError> {
+        match self
+            .inbox
+            .lock()
+            .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+            .recv_timeout(timeout)
+        {
+            Ok(Msg::Go) => Ok(()),
+            Ok(Msg::Abort { reason }) => Err(BootstrapError::Aborted(reason)),
+            Ok(other) => Err(BootstrapError::Aborted(format!(
+                "unexpected {} from the coordinator",
+                other.kind()
+            ))),
+            Err(_) => Err(BootstrapError::Aborted(format!(
+                "not every rank connected its data links within {} s",
+                timeout.as_secs()
+            ))),
+        }
+    }
+
+    /// Wait for the end of the run: `Ok(failed)` or the abort reason. The coordinator
+    /// answers within its own deadlines, so `timeout` only guards against a lost one.
+    pub fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>), BootstrapError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .inbox
+                .lock()
+                .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
+                .recv_timeout(left)
+            {
+                Ok(Msg::Done { failed, verdicts }) => return Ok((failed, verdicts)),
+                Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
+                Ok(_) => continue,
+                Err(_) => {
+                    return Err(self
+                        .abort
+                        .reason()
+                        .map(BootstrapError::Aborted)
+                        .unwrap_or_else(|| BootstrapError::CoordinatorLost {
+                            coordinator: self.coordinator.clone(),
+                            why: "no end-of-run message".into(),
+                        }));
+                }
+            }
+        }
+    }
+}

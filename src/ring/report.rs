@@ -1,0 +1,194 @@
+//! The job's report as rank 0 assembles it (`data` of `fabprobe.ring`): the nccl-tests-style
+//! rows, per-link figures, and the pure aggregation of every rank's results.
+
+use serde::Serialize;
+
+use crate::ring::collective::allreduce;
+use crate::ring::coordinator::Event;
+use crate::ring::diagnosis::driver::ScanReport;
+use crate::ring::launcher::Source;
+use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict};
+use crate::ring::run::Options;
+use crate::ring::wire::{self, RankResults, RowResult};
+
+/// One row of the nccl-tests-style table (`data.results[]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResultRow {
+    pub size_bytes: u64,
+    pub count: u64,
+    #[serde(rename = "type")]
+    pub dtype: &'static str,
+    pub redop: &'static str,
+    pub root: i32,
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    /// Mismatching elements summed over ranks; null with `-c 0`.
+    pub wrong: Option<u64>,
+    /// The in-place half (the fields above are the out-of-place half); null when a rank
+    /// did not report one.
+    pub in_place: Option<InPlaceRow>,
+}
+
+/// The in-place half of a row (`data.results[].in_place`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InPlaceRow {
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    pub wrong: Option<u64>,
+}
+
+/// One ring hop as measured at its receiver (`data.links[]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkRow {
+    pub channel_count: u32,
+    pub from_rank: Rank,
+    pub to_rank: Rank,
+    pub from_host: String,
+    pub to_host: String,
+    pub from_device: Option<String>,
+    pub to_device: Option<String>,
+    /// The message size the hop was measured at (the largest of the sweep).
+    pub size_bytes: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub gbs: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LauncherInfo {
+    pub source: Source,
+    pub coordinator: String,
+    pub coordinator_source: String,
+    pub token_source: String,
+}
+
+/// The job's report, assembled by rank 0 (`data` of `fabprobe.ring`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RingReport {
+    pub world: u32,
+    pub transport: String,
+    pub launcher: LauncherInfo,
+    pub options: Options,
+    pub ranks: Vec<RankInfo>,
+    pub results: Vec<ResultRow>,
+    pub avg_busbw_gbs: Option<f64>,
+    pub links: Vec<LinkRow>,
+    pub bootstrap_us: u64,
+    pub events: Vec<Event>,
+    /// The link scan, when it ran to its end.
+    pub scan: Option<ScanReport>,
+    /// What the watchdog and the scan concluded; empty on a healthy run.
+    pub verdicts: Vec<Verdict>,
+    /// Why the run ended early (partial results above), or null.
+    pub error: Option<String>,
+    /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
+    /// on each rank's data NIC, as each rank reported them (at the end, or when stuck).
+    pub port_counters: Vec<CounterMove>,
+}
+
+impl RingReport {
+    /// Mismatching elements over both halves of every row.
+    pub fn wrong_total(&self) -> u64 {
+        self.results
+            .iter()
+            .map(|r| r.wrong.unwrap_or(0) + r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
+            .sum()
+    }
+    pub fn failed(&self) -> bool {
+        self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
+    }
+}
+
+/// Rows and links from every rank's results. Pure.
+pub fn aggregate(
+    world: u32,
+    ranks: &[RankInfo],
+    results: &[RankResults],
+    channels: u32,
+) -> (Vec<ResultRow>, Vec<LinkRow>) {
+    let mut sizes: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.rows.iter().map(|row| row.size_bytes))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let rows = sizes
+        .iter()
+        .filter_map(|&size| {
+            let per: Vec<&RowResult> = results
+                .iter()
+                .filter_map(|r| r.rows.iter().find(|x| x.size_bytes == size))
+                .collect();
+            // A size is complete only when every rank finished it.
+            if per.len() as u32 != world {
+                return None;
+            }
+            let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
+            let algbw = algbw_gbs(size, time_us);
+            let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
+            let halves: Option<Vec<&wire::HalfResult>> = per.iter().map(|r| r.in_place.as_ref()).collect();
+            let in_place = halves.map(|h| {
+                let time_us = h.iter().map(|x| x.time_us).sum::<f64>() / h.len() as f64;
+                let algbw = algbw_gbs(size, time_us);
+                InPlaceRow {
+                    time_us,
+                    algbw_gbs: algbw,
+                    busbw_gbs: allreduce::busbw(algbw, world),
+                    wrong: h.iter().map(|x| x.wrong).sum::<Option<u64>>(),
+                }
+            });
+            Some(ResultRow {
+                size_bytes: size,
+                count: size / 4,
+                dtype: "float",
+                redop: "sum",
+                root: -1,
+                time_us,
+                algbw_gbs: algbw,
+                busbw_gbs: allreduce::busbw(algbw, world),
+                wrong,
+                in_place,
+            })
+        })
+        .collect();
+    let info = |r: Rank| ranks.iter().find(|i| i.rank == r);
+    let mut links: Vec<LinkRow> = results
+        .iter()
+        .flat_map(|r| r.links.iter().map(move |s| (r.link_size_bytes, s)))
+        .map(|(size, s)| LinkRow {
+            channel_count: channels,
+            from_rank: s.from_rank,
+            to_rank: s.to_rank,
+            from_host: info(s.from_rank).map(|i| i.host.clone()).unwrap_or_default(),
+            to_host: info(s.to_rank).map(|i| i.host.clone()).unwrap_or_default(),
+            from_device: info(s.from_rank).and_then(|i| i.device.clone()),
+            to_device: info(s.to_rank).and_then(|i| i.device.clone()),
+            size_bytes: size,
+            bytes: s.bytes,
+            seconds: s.seconds,
+            gbs: s.gbs(),
+        })
+        .collect();
+    links.sort_by_key(|l| l.from_rank);
+    (rows, links)
+}
+
+/// 10^9 bytes/s, as nccl-tests (0 for a zero time).
+fn algbw_gbs(size: u64, time_us: f64) -> f64 {
+    if time_us > 0.0 {
+        size as f64 / time_us / 1e3
+    } else {
+        0.0
+    }
+}
+
+/// Mean busbw over both halves of every row, as nccl-tests' `# Avg bus bandwidth`.
+pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
+    let all: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
+        .collect();
+    (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
+}
