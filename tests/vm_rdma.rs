@@ -110,3 +110,49 @@ fn live_probes_on_rxe() {
     assert_eq!(replay["data"], live["data"]);
     assert_eq!(replay["host"]["hostname"], "node-a");
 }
+
+/// The library's unit-test binary (it holds the transport conformance suite): the newest
+/// `target/<profile>/deps/fabprobe-<hash>` that lists the on-device conformance tests.
+fn lib_test_binary() -> std::path::PathBuf {
+    let deps = std::path::Path::new(vmlab::BIN).parent().unwrap().join("deps");
+    let mut found: Vec<(std::time::SystemTime, std::path::PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&deps).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_exe = name.starts_with("fabprobe-") && !name.contains('.');
+        if !is_exe {
+            continue;
+        }
+        let Ok(o) = std::process::Command::new(&p).arg("--list").output() else {
+            continue;
+        };
+        if vmlab::text(&o.stdout).contains("conformance_on_a_device") {
+            found.push((e.metadata().and_then(|m| m.modified()).unwrap(), p));
+        }
+    }
+    found.sort();
+    found
+        .pop()
+        .map(|f| f.1)
+        .expect("no library test binary with the RDMA conformance suite (run `cargo test --lib` first; the suite builds it)")
+}
+
+/// The transport conformance suite, run against the RDMA transport on rxe0 in a VM.
+#[test]
+fn rdma_conformance_on_rxe() {
+    let Some(lab) = VmLab::new("rdma_conformance_on_rxe", VmOpts::new(1)) else {
+        return;
+    };
+    let bin = lib_test_binary();
+    let o = lab.exec(
+        0,
+        &format!(
+            "FABPROBE_RDMA_TEST_DEVICE=rxe0:1:1 {} conformance_on_a_device --test-threads 1 --nocapture",
+            vmlab::quote(bin.to_str().unwrap())
+        ),
+        Duration::from_secs(600),
+    );
+    assert!(o.ok(), "conformance failed in the VM:\n{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("test result: ok. 8 passed"), "{}", o.stdout);
+    assert!(!o.stderr.contains("skipped"), "{}", o.stderr);
+}

@@ -15,6 +15,8 @@
 /// The in-process transport for tests (and the `testkit` feature): never in a release binary.
 #[cfg(any(test, feature = "testkit"))]
 pub mod inproc;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 
 use std::time::{Duration, Instant};

@@ -61,7 +61,7 @@ fn set_buffers(s: &TcpStream) {
     let _ = s.set_nodelay(true);
 }
 
-fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
+pub(crate) fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
     let b = serde_json::to_vec(body).map_err(io::Error::other)?;
     let mut f = HS_MAGIC.to_vec();
     f.extend_from_slice(&(b.len() as u32).to_be_bytes());
@@ -69,7 +69,7 @@ fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
     s.write_all(&f)
 }
 
-fn read_frame<T: for<'de> Deserialize<'de>>(s: &mut TcpStream) -> Result<T, String> {
+pub(crate) fn read_frame<T: for<'de> Deserialize<'de>>(s: &mut TcpStream) -> Result<T, String> {
     let mut head = [0u8; 8];
     s.read_exact(&mut head).map_err(|e| e.to_string())?;
     if &head[..4] != HS_MAGIC {
@@ -625,6 +625,13 @@ impl TcpFabric {
     /// Listen on `ip` (port chosen by the kernel).
     pub fn bind(ip: std::net::IpAddr) -> io::Result<TcpFabric> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let address = listener.local_addr()?.to_string();
+        Ok(TcpFabric { listener, address })
+    }
+
+    /// Serve TCP links on a listener another fabric shares (`--transport auto` keeps one
+    /// listening address and decides the transport after the rendezvous).
+    pub fn from_listener(listener: TcpListener) -> io::Result<TcpFabric> {
         let address = listener.local_addr()?.to_string();
         Ok(TcpFabric { listener, address })
     }
