@@ -6,6 +6,7 @@ mod docs;
 mod gids;
 mod links;
 mod out;
+mod progress;
 mod ring;
 mod snapshot;
 mod topo;

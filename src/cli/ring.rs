@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit};
+use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
@@ -387,6 +387,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
+    let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -396,10 +397,12 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         line_rate_gbs: rate.map(|r| r.0),
         fabric: None,
         counters: Some(evidence::Sampler::live(&dev)),
+        live: live.clone(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let r = run::run_rank(setup, &opts, &logf);
+    drop(display);
     outcome(g, fmt, r)
 }
 
@@ -433,6 +436,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
     };
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let coord = listener.local_addr()?.to_string();
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let token = a
         .token
         .clone()
@@ -463,6 +467,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     line_rate_gbs: None,
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
+                    live: if rank == 0 { live.clone() } else { None },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
@@ -482,6 +487,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             })
             .collect()
     });
+    drop(display);
     let mut it = results.into_iter();
     let first = it.next().unwrap_or_else(|| {
         Err(run::RunError {

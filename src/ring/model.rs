@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -181,5 +181,36 @@ impl AbortFlag {
     }
     pub fn reason(&self) -> Option<String> {
         self.reason.lock().ok().and_then(|r| r.clone())
+    }
+}
+
+/// What this rank is doing right now, for a person watching (the CLI's progress line).
+/// Written by the run, read by any thread; every field is a plain counter.
+#[derive(Debug, Default)]
+pub struct LiveStatus {
+    /// 0 setting up, 1 link scan, 2 size sweep, 3 finished.
+    pub stage: AtomicU8,
+    /// Link scan: the order running now (0-based) and the orders planned so far.
+    pub scan_order: AtomicU32,
+    /// Size sweep: the size running now (0-based), its bytes, and the half (0 out of
+    /// place, 1 in place).
+    pub size_index: AtomicU32,
+    pub size_bytes: AtomicU64,
+    pub half: AtomicU8,
+    /// Iteration of the current half, warm-up included.
+    pub iteration: AtomicU32,
+}
+
+impl LiveStatus {
+    pub const SETUP: u8 = 0;
+    pub const SCAN: u8 = 1;
+    pub const SWEEP: u8 = 2;
+    pub const DONE: u8 = 3;
+
+    pub fn set_stage(&self, s: u8) {
+        self.stage.store(s, Ordering::Relaxed);
+    }
+    pub fn stage(&self) -> u8 {
+        self.stage.load(Ordering::Relaxed)
     }
 }

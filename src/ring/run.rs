@@ -20,7 +20,7 @@ use crate::ring::diagnosis::evidence::{self, Sampler};
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
-use crate::ring::model::CounterMove;
+use crate::ring::model::{CounterMove, LiveStatus};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
@@ -88,6 +88,8 @@ pub struct Setup {
     /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
     /// report); None: not sampled.
     pub counters: Option<Sampler>,
+    /// Where the run says what it is doing, for a progress line; None: nobody watches.
+    pub live: Option<Arc<LiveStatus>>,
 }
 
 /// Outcome kinds for the exit status.
@@ -210,6 +212,7 @@ pub fn run_rank(
         .unwrap_or("tcp")
         .to_string();
     let counters = setup.counters;
+    let live = setup.live.clone().unwrap_or_default();
     let result = fabric.and_then(|fabric| {
         rank_body(
             &join_addr,
@@ -219,6 +222,7 @@ pub fn run_rank(
             setup.device.clone(),
             setup.line_rate_gbs,
             counters.as_ref(),
+            live,
             opts,
             log,
         )
@@ -275,6 +279,7 @@ fn rank_body(
     device: Option<String>,
     line_rate_gbs: Option<f64>,
     counters: Option<&Sampler>,
+    live: Arc<LiveStatus>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -320,7 +325,7 @@ fn rank_body(
         ),
     );
     let session = Arc::new(session);
-    let beat = Beat::new(opts.channels);
+    let beat = Beat::new(opts.channels, live);
     let stop = AtomicBool::new(false);
     // Heartbeats from the table to the end of the run (also while a failed rank waits for
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
@@ -350,14 +355,16 @@ struct Beat {
     mode: AtomicU8,
     scan: Progress,
     chans: Vec<Progress>,
+    live: Arc<LiveStatus>,
 }
 
 impl Beat {
-    fn new(channels: u32) -> Beat {
+    fn new(channels: u32, live: Arc<LiveStatus>) -> Beat {
         Beat {
             mode: AtomicU8::new(MODE_SETUP),
             scan: Progress::default(),
             chans: (0..channels).map(|_| Progress::default()).collect(),
+            live,
         }
     }
     /// A heartbeat names the peer it waits on only once that wait passed `timeout_ms` (then
@@ -517,6 +524,7 @@ fn connected_run(
     let mut scan_links = ScanLinks::default();
     if opts.scan.is_some() && id.world >= 2 {
         beat.mode.store(MODE_SCAN, Ordering::Relaxed);
+        beat.live.set_stage(LiveStatus::SCAN);
         scan_loop(
             id,
             session,
@@ -530,10 +538,12 @@ fn connected_run(
         )?;
     }
     beat.mode.store(MODE_SWEEP, Ordering::Relaxed);
+    beat.live.set_stage(LiveStatus::SWEEP);
     if !opts.sweep {
         return Ok((Vec::new(), Vec::new(), 0, (links, scan_links)));
     }
-    let (rows, last) = sweep(ring, &mut links, &beat.chans, session, opts, log)?;
+    let (rows, last) = sweep(ring, &mut links, &beat.chans, &beat.live, session, opts, log)?;
+    beat.live.set_stage(LiveStatus::DONE);
     let samples = last
         .iter()
         .map(|r| LinkSample {
@@ -610,6 +620,7 @@ fn scan_loop(
                 bytes,
                 reps,
             } => {
+                beat.live.scan_order.store(index, Ordering::Relaxed);
                 let samples = scanstep::run_order(
                     &ctx,
                     fabric,
@@ -704,13 +715,16 @@ fn sweep(
     ring: Ring,
     links: &mut [ChannelLinks],
     progress: &[Progress],
+    live: &Arc<LiveStatus>,
     session: &Session,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<(Vec<RowResult>, Option<allreduce::SizeResult>), RingError> {
     let mut rows = Vec::new();
     let mut last = None;
-    for &bytes in &opts.sizes {
+    for (i, &bytes) in opts.sizes.iter().enumerate() {
+        live.size_index.store(i as u32, Ordering::Relaxed);
+        live.size_bytes.store(bytes, Ordering::Relaxed);
         for p in progress {
             p.touch();
         }
@@ -720,8 +734,10 @@ fn sweep(
             iters: opts.iters,
             check: opts.check > 0,
             in_place,
+            live: Some(live.clone()),
         };
         // nccl-tests' two halves: out of place, then in place, each with its own warm-up.
+        live.half.store(0, Ordering::Relaxed);
         let r = allreduce::run_size(
             ring,
             links,
@@ -730,6 +746,7 @@ fn sweep(
             &spec(false),
             opts.slot_bytes,
         )?;
+        live.half.store(1, Ordering::Relaxed);
         let ip = allreduce::run_size(
             ring,
             links,

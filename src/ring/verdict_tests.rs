@@ -157,6 +157,7 @@ fn world_with(
                         line_rate_gbs: None,
                         fabric: Some(Box::new(net.fabric(r))),
                         counters,
+                        live: None,
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -465,6 +466,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         line_rate_gbs: None,
         fabric: Some(Box::new(net.fabric(1))),
         counters: None,
+        live: None,
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})

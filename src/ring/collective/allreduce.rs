@@ -427,6 +427,8 @@ pub struct SizeSpec {
     pub check: bool,
     /// The output buffer is the input buffer (nccl-tests' in-place half).
     pub in_place: bool,
+    /// Where the iteration count goes for a person watching (channel 0 writes it).
+    pub live: Option<std::sync::Arc<crate::ring::model::LiveStatus>>,
 }
 
 /// Run warm-up and timed iterations for one size across all channels (one thread each).
@@ -475,6 +477,9 @@ pub fn run_size(
                 let mut hop = None;
                 let mut run = || -> Result<(), RingError> {
                     for it in 0..spec.warmup + spec.iters {
+                        if let (0, Some(live)) = (c, &spec.live) {
+                            live.iteration.store(it, Ordering::Relaxed);
+                        }
                         if it == spec.warmup {
                             barrier.wait();
                             at_barrier = Some(l.recv.bytes_received());
@@ -641,6 +646,7 @@ mod tests {
                             iters: 2,
                             check: true,
                             in_place,
+                            live: None,
                         };
                         let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
                         if let Err(e) = &res {
