@@ -156,3 +156,73 @@ fn rdma_conformance_on_rxe() {
     assert!(o.stdout.contains("test result: ok. 8 passed"), "{}", o.stdout);
     assert!(!o.stderr.contains("skipped"), "{}", o.stderr);
 }
+
+/// `fabprobe ring` arguments for rank `r` of `world` in the VM lab (coordinator on VM 0).
+fn ring_args(lab: &VmLab, r: usize, world: usize, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "ring",
+        "--rank",
+        &r.to_string(),
+        "--world",
+        &world.to_string(),
+        "--coordinator",
+        &format!("{}:29517", lab.vms[0].ip),
+        "--ifname",
+        "=eth0",
+        "--token",
+        "vmlab",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Run the ring on every VM; returns rank 0's output and every rank's exit status.
+fn run_ring(lab: &VmLab, extra: &[&str], limit: Duration) -> (vmlab::VmOutput, Vec<i32>) {
+    let world = lab.vms.len();
+    let jobs: Vec<vmlab::Job> = (0..world)
+        .map(|r| {
+            let a = ring_args(lab, r, world, extra);
+            lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, limit)).collect();
+    let codes = outs.iter().map(|o| o.rc).collect();
+    (outs.into_iter().next().unwrap(), codes)
+}
+
+const SMALL: &[&str] = &["-b", "64K", "-e", "1M", "-f", "4", "-n", "4", "-w", "1", "--no-scan"];
+
+/// The ring over RDMA between two VMs: every result right, out of place and in place, and
+/// the header names rxe0 and the GID index; `auto` picks rdma where every rank has a port.
+#[test]
+fn ring_rdma_two_vms() {
+    let Some(lab) = VmLab::new("ring_rdma_two_vms", VmOpts::new(2)) else {
+        return;
+    };
+    let mut extra = vec!["--transport", "rdma", "--format", "json"];
+    extra.extend_from_slice(SMALL);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(240));
+    assert_eq!(codes, vec![0, 0], "{}\n{}", o.stdout, o.stderr);
+    let v = json(&o.stdout);
+    assert_eq!(v["data"]["transport"], "rdma", "{v}");
+    let rows = v["data"]["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{v}");
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert_eq!(r["in_place"]["wrong"], 0, "{r}");
+    }
+    for i in v["data"]["ranks"].as_array().unwrap() {
+        assert_eq!(i["device"], "rxe0:1 gid 1 (eth0)", "{i}");
+        assert_eq!(i["transport"], "rdma");
+    }
+    // The table header names the device; auto picks rdma.
+    let mut extra = vec!["--transport", "auto"];
+    extra.extend_from_slice(SMALL);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(240));
+    assert_eq!(codes, vec![0, 0], "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("all_reduce over rdma"), "{}", o.stdout);
+    assert!(o.stdout.contains("device rxe0:1 gid 1 (eth0)"), "{}", o.stdout);
+}

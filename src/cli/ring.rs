@@ -16,15 +16,18 @@ use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
 use crate::ring::report::RingReport;
+use crate::ring::collective::transport::Fabric;
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
     /// TCP sockets over the interface chosen by --ifname.
     Tcp,
-    /// ibverbs RC QPs with RDMA Write with immediate (not built yet).
+    /// ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device,
+    /// NCCL_IB_HCA, the data interface's port) and NCCL's GID index (--gid-index,
+    /// NCCL_IB_GID_INDEX).
     Rdma,
-    /// rdma where every rank has a usable device, else tcp (today: always tcp).
+    /// rdma where every rank has a usable RDMA port, else tcp.
     Auto,
 }
 
@@ -59,6 +62,14 @@ pub struct RingArgs {
     /// (default: $NCCL_SOCKET_IFNAME, else NCCL's own default order).
     #[arg(long, value_name = "SPEC")]
     pub ifname: Option<String>,
+    /// RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default:
+    /// NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface).
+    #[arg(long, value_name = "DEV[:PORT]")]
+    pub device: Option<String>,
+    /// GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL's automatic choice, as
+    /// `fabprobe gids` shows it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=255))]
+    pub gid_index: Option<u32>,
     /// Deadline in seconds for every wait (bootstrap, link setup, each chunk).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
@@ -271,6 +282,97 @@ fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpA
     Ok((c.iface.addr, c.iface.name.clone()))
 }
 
+/// The data plane for --transport: None is TCP on the data interface. Returns the device
+/// label for the report (`eth0`, or `rxe0:1 gid 1 (eth0)` on RDMA).
+#[allow(clippy::type_complexity)]
+fn data_fabric(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    ip: IpAddr,
+    netdev: &str,
+) -> anyhow::Result<(Option<Box<dyn Fabric + Send>>, String)> {
+    if a.transport == TransportArg::Tcp {
+        return Ok((None, netdev.to_string()));
+    }
+    match rdma_fabric(a, ip, netdev) {
+        Ok((f, label, why)) => {
+            g.log(1, &format!("transport {}: rdma on {label}: {why}", a.transport.name()));
+            Ok((Some(f), label))
+        }
+        Err(why) if a.transport == TransportArg::Auto => {
+            g.log(1, &format!("transport auto: tcp ({why})"));
+            Ok((None, netdev.to_string()))
+        }
+        Err(why) => Err(anyhow::anyhow!("--transport rdma cannot run here: {why}")),
+    }
+}
+
+impl TransportArg {
+    fn name(self) -> &'static str {
+        match self {
+            TransportArg::Tcp => "tcp",
+            TransportArg::Rdma => "rdma",
+            TransportArg::Auto => "auto",
+        }
+    }
+}
+
+#[cfg(feature = "rdma")]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(a: &RingArgs, ip: IpAddr, netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    use crate::nccl::hca::{self, PortCandidate};
+    use crate::probe::gids;
+    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
+    // libibverbs first: ENOSYS (no RDMA in this kernel) and "no provider" show up here.
+    let names = crate::verbs::device_names().map_err(|e| e.to_string())?;
+    if names.is_empty() {
+        return Err("libibverbs lists no RDMA devices (hint: `fabprobe links` says what sysfs has)".into());
+    }
+    let host = Host::live();
+    let env = gids::env_of(&host);
+    let rep = gids::probe(&host, &env);
+    let cands: Vec<PortCandidate> = rep
+        .ports
+        .iter()
+        .filter(|p| names.contains(&p.device))
+        .map(|p| {
+            let mut netdevs: Vec<String> = p.entries.iter().filter_map(|e| e.netdev.clone()).collect();
+            netdevs.dedup();
+            PortCandidate {
+                device: p.device.clone(),
+                port: p.port,
+                state: p.state.clone(),
+                link_layer: p.link_layer.clone(),
+                netdevs,
+                gid_index: p.nccl.index,
+                gid_reason: p.nccl.reason.clone(),
+            }
+        })
+        .collect();
+    let hca_env = std::env::var("NCCL_IB_HCA").ok();
+    let c = hca::choose_port(&cands, a.device.as_deref(), hca_env.as_deref(), Some(netdev), a.gid_index)?;
+    let (port, gid) = (
+        u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
+        u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
+    );
+    let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| std::env::var(k).ok());
+    let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
+    let label = format!("{} ({netdev})", p.label());
+    let f = RdmaFabric::bind(ip, p).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
+    let f: Box<dyn Fabric + Send> = if a.transport == TransportArg::Auto {
+        Box::new(AutoFabric::new(f).map_err(|e| e.to_string())?)
+    } else {
+        Box::new(f)
+    };
+    Ok((f, label, c.why))
+}
+
+#[cfg(not(feature = "rdma"))]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(_a: &RingArgs, _ip: IpAddr, _netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
+}
+
 fn findings(r: &RingReport) -> Vec<Finding> {
     let mut f = Vec::new();
     let wrong = r.wrong_total();
@@ -344,21 +446,16 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    match a.transport {
-        TransportArg::Rdma => {
+    let opts = options(&a)?;
+    let log = |s: &str| g.log(1, s);
+    if let Some(n) = a.local {
+        if a.transport == TransportArg::Rdma {
             return Err(UsageError(
-                "--transport rdma is not built yet: the ibverbs transport (RC QPs, RDMA Write with immediate) comes with \
-                 the next issue; use --transport tcp (or auto) for now"
+                "--local runs its ranks over tcp; --transport rdma needs one rank per host (--rank/--world or a launcher)"
                     .into(),
             )
             .into());
         }
-        TransportArg::Auto => g.log(1, "transport auto: tcp (the rdma transport is not built yet)"),
-        TransportArg::Tcp => {}
-    }
-    let opts = options(&a)?;
-    let log = |s: &str| g.log(1, s);
-    if let Some(n) = a.local {
         return run_local(g, fmt, n, &opts, &a);
     }
     let flags = Flags {
@@ -382,6 +479,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+    let (fabric, label) = data_fabric(g, &a, ip, &dev)?;
     let host = Host::live();
     let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
@@ -392,10 +490,10 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         identity: id,
         host: hostname(),
         data_ip: ip,
-        device: Some(dev.clone()),
+        device: Some(label),
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
-        fabric: None,
+        fabric,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
     };

@@ -1,6 +1,7 @@
 //! NCCL's own selection rules (socket interface, HCA list, GID index, path types),
 //! shared by the probes and the ring so that both choose exactly as NCCL would.
 pub mod gid;
+pub mod hca;
 pub mod ifname;
 pub mod topo;
 pub mod topo_xml;

@@ -206,14 +206,13 @@ pub fn run_rank(
             .map(|f| Box::new(f) as Box<dyn Fabric + Send>)
             .map_err(|e| cannot(format!("cannot listen for data links on {}: {e}", setup.data_ip))),
     };
-    let transport = fabric
-        .as_ref()
-        .map(|f| f.transport())
-        .unwrap_or("tcp")
-        .to_string();
     let counters = setup.counters;
     let live = setup.live.clone().unwrap_or_default();
-    let result = fabric.and_then(|fabric| {
+    let result = fabric.as_ref().map_err(|e| RunError {
+        kind: e.kind,
+        message: e.message.clone(),
+    });
+    let result = result.and_then(|fabric| {
         rank_body(
             &join_addr,
             &setup.identity,
@@ -227,6 +226,13 @@ pub fn run_rank(
             log,
         )
     });
+    // Read after the run: `--transport auto` decides once it has seen the rank table.
+    let transport = fabric
+        .as_ref()
+        .map(|f| f.transport())
+        .unwrap_or("tcp")
+        .to_string();
+    drop(fabric);
     let Some((coord, _)) = coordinator else {
         return result;
     };

@@ -1028,6 +1028,51 @@ impl Fabric for RdmaFabric {
     }
 }
 
+/// `--transport auto`: one listening address for both transports; the rank offers rdma (its
+/// table entry says `rdma`) and the links are RDMA when every rank in the table offers it,
+/// else TCP for everyone (every rank sees the same table, so all decide the same). The
+/// report's rank rows show what each rank offered: the reason when TCP was chosen.
+pub struct AutoFabric {
+    rdma: RdmaFabric,
+    tcp: super::tcp::TcpFabric,
+    chosen: std::sync::OnceLock<&'static str>,
+}
+
+impl AutoFabric {
+    pub fn new(rdma: RdmaFabric) -> io::Result<AutoFabric> {
+        let tcp = super::tcp::TcpFabric::from_listener(rdma.listener.try_clone()?)?;
+        Ok(AutoFabric {
+            rdma,
+            tcp,
+            chosen: std::sync::OnceLock::new(),
+        })
+    }
+}
+
+/// Whether every rank of the table offers rdma.
+pub fn all_offer_rdma(table: &[crate::ring::model::RankInfo]) -> bool {
+    !table.is_empty() && table.iter().all(|i| i.transport == "rdma")
+}
+
+impl Fabric for AutoFabric {
+    /// Before the links open: what this rank offers (`rdma`); after: what was used.
+    fn transport(&self) -> &'static str {
+        self.chosen.get().copied().unwrap_or("rdma")
+    }
+    fn address(&self) -> String {
+        self.rdma.address()
+    }
+    fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
+        let use_rdma = all_offer_rdma(req.table);
+        let _ = self.chosen.set(if use_rdma { "rdma" } else { "tcp" });
+        if use_rdma {
+            self.rdma.open(req)
+        } else {
+            self.tcp.open(req)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
