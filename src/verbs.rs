@@ -23,13 +23,22 @@ use thiserror::Error;
 
 /// A failed verbs call: which call, on which device and port, the OS error, and a hint.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
-#[error("{call} on {device}:{port} failed: {error}{}", hint_text(.hint))]
+#[error("{call}{} failed: {error}{}", on_text(.device, *.port), hint_text(.hint))]
 pub struct VerbsError {
     pub call: String,
     pub device: String,
     pub port: u8,
     pub error: String,
     pub hint: Option<String>,
+}
+
+/// ` on mlx5_0:1`; nothing for calls on no device (`ibv_get_device_list`, device "-").
+fn on_text(device: &str, port: u8) -> String {
+    if device == "-" || device.is_empty() {
+        String::new()
+    } else {
+        format!(" on {device}:{port}")
+    }
 }
 
 fn hint_text(h: &Option<String>) -> String {
@@ -510,6 +519,9 @@ impl Wc {
         self.opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0
     }
 }
+
+/// `IBV_WC_WR_FLUSH_ERR`: a work request flushed because its queue pair is in error.
+pub const WC_WR_FLUSH_ERR: u32 = 5;
 
 /// `ibv_wc_status_str` and what the status means on a fabric, for verdicts.
 pub fn status_meaning(status: u32) -> (String, &'static str) {

@@ -1,6 +1,7 @@
 //! Tests on a real kernel RDMA stack: Soft-RoCE (`rdma_rxe`) in QEMU VMs (see tests/vmlab).
 //! Skipped loudly without root or QEMU; `FABPROBE_LAB=required` makes that a failure.
 
+mod common;
 mod vmlab;
 
 use std::time::Duration;

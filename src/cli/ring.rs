@@ -139,8 +139,13 @@ LINK SCAN AND VERDICTS
   is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
   sent), rank_lost (control connection closed or reset: the process died), rank_stalled
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
-  process). If rank 0 dies, every other rank exits with coordinator_lost. The run ends
-  within --timeout plus a few seconds whatever fails.
+  process). If rank 0 dies, every other rank exits with coordinator_lost. Over rdma, a work
+  request that completes in error is a link_error naming the link, the status and its
+  meaning (12 retry exceeded: the peer is unreachable on the fabric; 13 RNR retry exceeded;
+  4 local protection; 10 remote access) and the vendor syndrome; a flush (status 5) is the
+  knock-on of an earlier error and never the verdict. The run ends within --timeout plus a
+  few seconds whatever fails, also while a queue pair still retries (NCCL_IB_TIMEOUT x
+  NCCL_IB_RETRY_CNT can be minutes): then the verdict is hang_link.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
       next: on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); ...
@@ -155,7 +160,8 @@ OUTPUT
   the coordinator: another job's token, a different --world, sweep or scan).
 
 JSON DATA (fabprobe.ring)
-  world, transport, launcher {source, coordinator, coordinator_source, token_source},
+  world, transport, transport_note (null, or why --transport auto chose tcp though some rank
+  offered rdma), launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
   ranks[]    {rank, host, address, device, transport, pid}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
@@ -172,10 +178,11 @@ JSON DATA (fabprobe.ring)
   bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
   ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
+             coordinator_lost|link_error, from_rank, to_rank, from_host, to_host (null where not
              applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
              ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
              channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
+             status, status_name, vendor_err, seen_by_rank, device, operation, reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
@@ -283,25 +290,27 @@ fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpA
 }
 
 /// The data plane for --transport: None is TCP on the data interface. Returns the device
-/// label for the report (`eth0`, or `rxe0:1 gid 1 (eth0)` on RDMA).
+/// label for the report (`eth0`, or `rxe0:1 gid 1 (eth0)` on RDMA) and, where `auto` fell
+/// back to tcp on this rank, why.
 #[allow(clippy::type_complexity)]
 fn data_fabric(
     g: &GlobalArgs,
     a: &RingArgs,
     ip: IpAddr,
     netdev: &str,
-) -> anyhow::Result<(Option<Box<dyn Fabric + Send>>, String)> {
+) -> anyhow::Result<(Option<Box<dyn Fabric + Send>>, String, Option<String>)> {
     if a.transport == TransportArg::Tcp {
-        return Ok((None, netdev.to_string()));
+        return Ok((None, netdev.to_string(), None));
     }
     match rdma_fabric(a, ip, netdev) {
         Ok((f, label, why)) => {
             g.log(1, &format!("transport {}: rdma on {label}: {why}", a.transport.name()));
-            Ok((Some(f), label))
+            Ok((Some(f), label, None))
         }
         Err(why) if a.transport == TransportArg::Auto => {
             g.log(1, &format!("transport auto: tcp ({why})"));
-            Ok((None, netdev.to_string()))
+            // The device line says this rank runs tcp; rank 0's header note says why.
+            Ok((None, format!("{netdev} (no rdma)"), Some(why)))
         }
         Err(why) => Err(anyhow::anyhow!("--transport rdma cannot run here: {why}")),
     }
@@ -479,7 +488,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
-    let (fabric, label) = data_fabric(g, &a, ip, &dev)?;
+    let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
     let host = Host::live();
     let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
@@ -499,8 +508,16 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let r = run::run_rank(setup, &opts, &logf);
+    let mut r = run::run_rank(setup, &opts, &logf);
     drop(display);
+    if let (Ok(RankOutcome { report: Some(rep), .. }), Some(why)) = (&mut r, no_rdma) {
+        // Rank 0 fell back itself: its own reason is the one it can name.
+        let others = rep.transport_note.take().map(|n| format!("; {n}")).unwrap_or_default();
+        rep.transport_note = Some(format!(
+            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}{others}",
+            hostname()
+        ));
+    }
     outcome(g, fmt, r)
 }
 

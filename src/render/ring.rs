@@ -68,6 +68,9 @@ pub fn table(r: &RingReport) -> String {
         ));
         line(format!("# nRanks {}", r.world));
     }
+    if let Some(n) = &r.transport_note {
+        line(format!("# transport: {n}"));
+    }
     line(format!(
         "# launcher: {} (coordinator {} from {}, token from {})",
         r.launcher.source.name(),
@@ -294,6 +297,7 @@ mod tests {
         RingReport {
             world: 4,
             transport: "tcp".into(),
+            transport_note: None,
             launcher: LauncherInfo {
                 source: Source::Slurm,
                 coordinator: "node-a:29517".into(),

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
-use crate::ring::model::{CounterMove, LinkSample, Rank, RankInfo, Verdict, WaitReport};
+use crate::ring::model::{CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
 use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
 
@@ -128,6 +128,8 @@ pub struct CoordinatorReport {
     /// The evidence counters of each rank's data NIC that moved during the run, from its
     /// results or its stuck report (the latest).
     pub port_counters: BTreeMap<Rank, Vec<CounterMove>>,
+    /// Completion errors on data links (RDMA), as the ranks reported them, in arrival order.
+    pub link_faults: Vec<LinkFault>,
 }
 
 type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
@@ -513,7 +515,27 @@ fn serve(
                         rep.stuck.push(w);
                         failing_since.get_or_insert(Instant::now());
                     }
-                    Msg::Failed { error, .. } => {
+                    Msg::Failed {
+                        error,
+                        link_fault,
+                        port_counters,
+                        ..
+                    } => {
+                        note_counters(rep, r, port_counters);
+                        // Only an end of the link can report it; the connection's rank saw it,
+                        // whatever the message says; its words are bounded before they are kept.
+                        if let Some(mut f) = link_fault
+                            && (f.from_rank == r || f.to_rank == r)
+                            && f.from_rank < world
+                            && f.to_rank < world
+                            && rep.link_faults.len() < 4 * world as usize
+                        {
+                            f.seen_by = r;
+                            for t in [&mut f.device, &mut f.operation, &mut f.status_name, &mut f.meaning] {
+                                bound_text(t);
+                            }
+                            rep.link_faults.push(f);
+                        }
                         first_failure
                             .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
                         rep.failed.push((r, error));
@@ -613,6 +635,16 @@ fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMov
         m.host = host.clone();
     }
     rep.port_counters.insert(r, moved);
+}
+
+/// A peer's words kept for a verdict: at most 200 characters, printable.
+fn bound_text(t: &mut String) {
+    let clean: String = t
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    *t = clean;
 }
 
 fn rep_host(ranks: &[RankInfo], r: Rank) -> String {

@@ -17,6 +17,7 @@ use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
 use crate::ring::diagnosis::evidence::{self, Sampler};
+use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
@@ -172,6 +173,11 @@ pub fn run_rank(
                     } else {
                         now_ms
                     };
+                    // A completion error names its link and cause at once (RDMA).
+                    let v = linkerror::verdicts(&rep.link_faults, &rep.ranks);
+                    if !v.is_empty() {
+                        return v;
+                    }
                     watchdog::judge(&watch_state(rep, at, timeout_ms), at)
                 },
             )),
@@ -250,6 +256,7 @@ pub fn run_rank(
     evidence::attach(&mut verdicts, &crep.port_counters);
     let report = RingReport {
         world: id.world,
+        transport_note: crate::ring::report::transport_note(&crep.ranks, &transport),
         transport,
         launcher: LauncherInfo {
             source: id.source,
@@ -448,6 +455,8 @@ fn after_join(
                 other => Msg::Failed {
                     rank: id.rank,
                     error: other.to_string(),
+                    link_fault: other.link_fault().cloned(),
+                    port_counters: moved(),
                 },
             };
             let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
@@ -918,6 +927,7 @@ mod tests {
         let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
             world: 2,
             transport: "tcp".into(),
+            transport_note: None,
             launcher: LauncherInfo {
                 source: Source::Flags,
                 coordinator: String::new(),

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::ring::model::{CounterMove, LinkSample, RankInfo, Verdict, WaitReport};
+use crate::ring::model::{CounterMove, LinkFault, LinkSample, RankInfo, Verdict, WaitReport};
 
 pub const MAGIC: &[u8; 4] = b"FPR1";
 /// Largest control frame accepted: a 32-rank table or a results message is a few KiB; a
@@ -131,6 +131,12 @@ pub enum Msg {
     Failed {
         rank: u32,
         error: String,
+        /// The completion error behind it (RDMA), for a `link_error` verdict.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link_fault: Option<LinkFault>,
+        /// The counters of this rank's data NIC that moved since the start.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        port_counters: Vec<CounterMove>,
     },
     Results(RankResults),
     /// The run ended; `failed` tells every rank which exit status to use.

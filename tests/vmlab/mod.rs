@@ -27,18 +27,12 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Print past cargo's output capture: a skipped lab test must be seen.
-pub fn loud(msg: &str) {
-    let mut e = std::io::stderr();
-    let _ = writeln!(e, "\n********\n{msg}\n********");
-}
+pub use crate::common::loud;
 
-/// Skip loudly, or fail where the lab is required (`FABPROBE_LAB=required`, as in CI).
+/// Skip loudly, or fail where the lab is required (`FABPROBE_LAB=required`, as in CI): the
+/// contract of `tests/common::lab_unavailable`, shared with the network-namespace lab.
 fn skip(test: &str, why: &str) -> Option<VmLab> {
-    if std::env::var("FABPROBE_LAB").as_deref() == Ok("required") {
-        panic!("VM lab test {test} cannot run, and FABPROBE_LAB=required: {why}");
-    }
-    loud(&format!("SKIPPED VM lab test {test}: {why}"));
+    crate::common::lab_unavailable(&format!("{test} (VM lab)"), why);
     None
 }
 

@@ -31,6 +31,16 @@ pub enum RingError {
     Protocol { peer: String, what: String },
 }
 
+impl RingError {
+    /// The completion error behind this one (RDMA), if any.
+    pub fn link_fault(&self) -> Option<&crate::ring::model::LinkFault> {
+        match self {
+            RingError::Stuck(_, e) | RingError::Transport(e) => e.link_fault(),
+            _ => None,
+        }
+    }
+}
+
 /// One channel's ring links: to the successor and from the predecessor.
 pub struct ChannelLinks {
     pub send: Box<dyn SendLink>,
@@ -515,7 +525,11 @@ pub fn run_size(
                         None => true,
                         // A real cause beats the echo of an abort or of a sibling's stop.
                         Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
-                        _ => false,
+                        // A completion error names its cause; a sibling's timeout does not.
+                        Some(old) => {
+                            let cause = |x: &RingError| x.link_fault().is_some_and(|f| !f.is_flush());
+                            cause(&e) && !cause(old)
+                        }
                     };
                     if keep {
                         *g = Some(match e {

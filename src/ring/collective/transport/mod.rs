@@ -43,6 +43,14 @@ pub enum TransportError {
         dir: &'static str,
         why: String,
     },
+    /// A work request completed in error (RDMA); the fault is what the verdict is made of.
+    #[error("the link {dir} {peer} is closed: {} completed with status {} ({}) on {}: {}; vendor syndrome {:#x}",
+        fault.operation, fault.status, fault.status_name, fault.device, fault.meaning, fault.vendor_err)]
+    Completion {
+        peer: String,
+        dir: &'static str,
+        fault: Box<crate::ring::model::LinkFault>,
+    },
     #[error("protocol error on the link {dir} {peer}: {what}")]
     Protocol {
         peer: String,
@@ -60,6 +68,13 @@ pub enum TransportError {
 impl TransportError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, TransportError::Timeout { .. })
+    }
+    /// The completion error behind this one, if it is one.
+    pub fn link_fault(&self) -> Option<&crate::ring::model::LinkFault> {
+        match self {
+            TransportError::Completion { fault, .. } => Some(fault),
+            _ => None,
+        }
     }
 }
 

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tcp::{read_frame, write_frame};
 use super::{Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name};
+use crate::ring::model::LinkFault;
 use crate::verbs::{self, Cq, Device, Endpoint, Mr, Pd, PortInfo, Qp, QpParams, VerbsError, Wc};
 
 /// The endpoint exchange's version; a peer with another one is refused by name.
@@ -149,17 +150,32 @@ fn peer_gone(s: &TcpStream) -> Option<String> {
     r
 }
 
-/// A completion error on a link, in words: status name and number, meaning, syndrome.
-fn completion_error(peer: &str, dir: &'static str, dev: &str, what: &str, wc: &Wc) -> TransportError {
+/// A completion error on the link `from -> to`, seen by `me`: status, meaning, syndrome.
+fn completion_error(peer: &str, dir: &'static str, link: (u32, u32, u32), dev: &str, what: &str, wc: &Wc) -> TransportError {
     let (name, meaning) = verbs::status_meaning(wc.status);
-    TransportError::Closed {
+    TransportError::Completion {
         peer: peer.into(),
         dir,
-        why: format!(
-            "{what} completed with status {} ({name}) on {dev}: {meaning}; vendor syndrome {:#x}",
-            wc.status, wc.vendor_err
-        ),
+        fault: Box::new(LinkFault {
+            from_rank: link.0,
+            to_rank: link.1,
+            seen_by: link.2,
+            device: dev.into(),
+            operation: what.into(),
+            status: wc.status,
+            status_name: name,
+            meaning: meaning.into(),
+            vendor_err: wc.vendor_err,
+        }),
     }
+}
+
+/// The completion to report from a batch: the first error that is not a flush (a flush is
+/// the knock-on of an earlier error on the queue pair, and may be polled before it).
+fn first_error(wcs: &[Wc]) -> Option<&Wc> {
+    let mut bad = wcs.iter().filter(|w| !w.ok());
+    let first = bad.clone().next()?;
+    Some(bad.find(|w| w.status != verbs::WC_WR_FLUSH_ERR).unwrap_or(first))
 }
 
 fn setup_err(peer: &str, what: &str, e: impl ToString) -> TransportError {
@@ -180,6 +196,8 @@ pub struct RdmaSend {
     _credit: Mr,
     side: TcpStream,
     peer: String,
+    /// (from, to, me): the ring link this QP carries, for completion errors.
+    link: (u32, u32, u32),
     dev: String,
     slots: u32,
     slot_bytes: usize,
@@ -224,12 +242,12 @@ impl RdmaSend {
             Ok(n) => n,
             Err(e) => return Err(self.verbs_fail(e)),
         };
+        if let Some(wc) = first_error(&wcs[..n]) {
+            let what = if wc.is_recv() { "a credit" } else { "an RDMA write" };
+            let e = completion_error(&self.peer, "to", self.link, &self.dev, what, wc);
+            return Err(self.fail(e));
+        }
         for wc in &wcs[..n] {
-            if !wc.ok() {
-                let what = if wc.is_recv() { "a credit" } else { "an RDMA write" };
-                let e = completion_error(&self.peer, "to", &self.dev, what, wc);
-                return Err(self.fail(e));
-            }
             if wc.is_recv() {
                 let slot = wc.imm.unwrap_or(u32::MAX);
                 if slot >= self.slots {
@@ -369,6 +387,8 @@ pub struct RdmaRecv {
     credit_src: Mr,
     side: TcpStream,
     peer: String,
+    /// (from, to, me): the ring link this QP carries, for completion errors.
+    link: (u32, u32, u32),
     dev: String,
     slots: u32,
     stride: usize,
@@ -409,12 +429,12 @@ impl RdmaRecv {
             Ok(n) => n,
             Err(e) => return Err(self.verbs_fail(e)),
         };
+        if let Some(wc) = first_error(&wcs[..n]) {
+            let what = if wc.is_recv() { "a chunk" } else { "a credit" };
+            let e = completion_error(&self.peer, "from", self.link, &self.dev, what, wc);
+            return Err(self.fail(e));
+        }
         for wc in &wcs[..n] {
-            if !wc.ok() {
-                let what = if wc.is_recv() { "a chunk" } else { "a credit" };
-                let e = completion_error(&self.peer, "from", &self.dev, what, wc);
-                return Err(self.fail(e));
-            }
             if !wc.is_recv() {
                 self.credits_inflight = self.credits_inflight.saturating_sub(1);
                 continue;
@@ -746,6 +766,7 @@ pub fn connect(
         _credit: credit,
         side: s,
         peer: peer.into(),
+        link: (from_rank, to_rank, from_rank),
         dev: port.label(),
         slots: r.slots,
         slot_bytes: r.slot_bytes as usize,
@@ -898,6 +919,7 @@ pub fn accept(
                     hint: None,
                 })?,
                 peer: from.clone(),
+                link: (h.from_rank, to_rank, to_rank),
                 dev: port.label(),
                 slots: slots as u32,
                 stride,
