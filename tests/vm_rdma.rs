@@ -227,3 +227,145 @@ fn ring_rdma_two_vms() {
     assert!(o.stdout.contains("all_reduce over rdma"), "{}", o.stdout);
     assert!(o.stdout.contains("device rxe0:1 gid 1 (eth0)"), "{}", o.stdout);
 }
+
+/// Start the ring on every VM with `env`; returns the jobs in rank order.
+fn spawn_ring(lab: &VmLab, env: &[&str], extra: &[&str]) -> Vec<vmlab::Job> {
+    let world = lab.vms.len();
+    (0..world)
+        .map(|r| {
+            let a = ring_args(lab, r, world, extra);
+            lab.spawn_fabprobe_env(r, env, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
+fn verdicts(v: &serde_json::Value) -> Vec<(String, Option<u64>, Option<u64>)> {
+    v["data"]["verdicts"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .map(|x| {
+                    (
+                        x["kind"].as_str().unwrap_or("").to_string(),
+                        x["from_rank"].as_u64(),
+                        x["to_rank"].as_u64(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A broken RDMA path between one pair of a 3-VM ring: every RoCE packet node-a sends to
+/// node-b is dropped (TCP, the control plane, still flows), so only the link 0 -> 1 breaks.
+/// * With a short QP timeout (NCCL_IB_TIMEOUT=14, about 67 ms a try, NCCL_IB_RETRY_CNT=1)
+///   the QP gives up first: a `link_error` naming 0 -> 1 with status 12 (retry exceeded),
+///   long before --timeout.
+/// * With NCCL's defaults (20: 4.3 s a try, 7 retries, about 34 s) and the drop made mid-run,
+///   the QP is still retrying when the data wait passes --timeout: a `hang_link` naming
+///   0 -> 1 within --timeout and the grace, with the retry counters that moved.
+#[test]
+fn rdma_link_faults_name_the_link() {
+    let Some(lab) = VmLab::new("rdma_link_faults_name_the_link", VmOpts::new(3)) else {
+        return;
+    };
+    let bin = vmlab::quote(vmlab::BIN);
+    // Warm the page cache of the 9p root: the first run in a VM reads the binary over 9p.
+    for vm in 0..3 {
+        lab.must(vm, &format!("{bin} --version"));
+    }
+
+    // 1. The QP gives up first: link_error with status 12.
+    lab.drop_roce(0, 1);
+    let t0 = std::time::Instant::now();
+    let jobs = spawn_ring(
+        &lab,
+        &["NCCL_IB_TIMEOUT=14", "NCCL_IB_RETRY_CNT=1"],
+        &[
+            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "2", "-w", "0",
+            "--no-scan", "--timeout", "30",
+        ],
+    );
+    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, Duration::from_secs(120))).collect();
+    let took = t0.elapsed();
+    let codes: Vec<i32> = outs.iter().map(|o| o.rc).collect();
+    assert_eq!(codes, vec![1, 1, 1], "{:?}", outs);
+    let v = json(&outs[0].stdout);
+    let vs = verdicts(&v);
+    assert_eq!(vs, vec![("link_error".to_string(), Some(0), Some(1))], "{v}");
+    let verdict = &v["data"]["verdicts"][0];
+    assert_eq!(verdict["evidence"]["status"], 12, "{verdict}");
+    let msg = verdict["message"].as_str().unwrap();
+    assert!(msg.starts_with("LINK ERROR rank 0 (node-a) -> rank 1 (node-b): "), "{msg}");
+    assert!(msg.contains("status 12 (transport retry counter exceeded)"), "{msg}");
+    assert!(msg.contains("vendor syndrome 0x"), "{msg}");
+    // rxe counted the retries and the failure on node-a's port.
+    let pc = &verdict["evidence"]["port_counters"];
+    assert!(
+        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 retry_exceeded_err"))),
+        "{verdict}"
+    );
+    // The completion, not the 30 s data deadline, ended the run.
+    assert!(took < Duration::from_secs(25), "{took:?}: {v}");
+    eprintln!("link_error run: {took:?}");
+
+    // 2. NCCL's QP timeout (minutes of retries); the drop mid-run; the data deadline rules.
+    lab.undrop(1);
+    // Over rxe's first retry (4.3 s after the last unacknowledged packet, NCCL's 20).
+    let timeout = 6;
+    let jobs = spawn_ring(
+        &lab,
+        &[],
+        &[
+            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "100000", "-w", "0",
+            "--no-scan", "--timeout", &timeout.to_string(), "-v",
+        ],
+    );
+    // Wait until the ring moves data (the coordinator's heartbeat shows on no file, so look
+    // at the NIC: node-b receives RoCE packets).
+    let rcvd = || -> u64 {
+        lab.must(1, "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let start = rcvd();
+    let t_wait = std::time::Instant::now();
+    while rcvd() < start + 2000 {
+        assert!(t_wait.elapsed() < Duration::from_secs(90), "the ring never moved data");
+        assert!(!lab.done(&jobs[0]), "the run ended before the drop: {:?}", lab.wait(&jobs[0], Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    lab.drop_roce(0, 1);
+    let t_drop = std::time::Instant::now();
+    let mut took = None;
+    let outs: Vec<vmlab::VmOutput> = jobs
+        .iter()
+        .map(|j| {
+            let o = lab.wait(j, Duration::from_secs(120));
+            eprintln!("rank {} ended {:?} after the drop (rc {}):\n{}", j.vm, t_drop.elapsed(), o.rc, o.stderr);
+            took.get_or_insert(t_drop.elapsed());
+            o
+        })
+        .collect();
+    let took = took.unwrap();
+    lab.undrop(1);
+    let v = json(&outs[0].stdout);
+    assert_eq!(outs[0].rc, 1, "{v}");
+    assert_eq!(verdicts(&v), vec![("hang_link".to_string(), Some(0), Some(1))], "{v}");
+    let verdict = &v["data"]["verdicts"][0];
+    // Within --timeout + the grace (a few seconds here, where rank 0 still has to write its
+    // report), far before NCCL's 20 x 7 retries (about 34 s) would have failed the QP.
+    assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
+    eprintln!("hang_link after the drop: {took:?}; evidence {}", verdict["evidence"]);
+    // node-a's NIC retried the writes the path swallowed (rxe counts each retry).
+    let pc = &verdict["evidence"]["port_counters"];
+    assert!(
+        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 completer_retry_err"))),
+        "{verdict}"
+    );
+    for vm in 0..3 {
+        let c = lab.console(vm);
+        assert!(!c.contains("soft lockup"), "{c}");
+    }
+}

@@ -4,7 +4,7 @@
 //! that is not a fabprobe rank of this job is rejected and recorded as an [`Event`], never
 //! trusted. Every wait has a deadline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
-use crate::ring::model::{CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport};
+use crate::ring::model::{CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
 use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
 
@@ -604,6 +604,7 @@ fn serve(
                 },
             );
             rep.abort = Some(reason);
+            collect_counters(&rx, rep);
         }
         None => {
             let failed = !rep.verdicts.is_empty()
@@ -621,6 +622,41 @@ fn serve(
         }
     }
 }
+
+/// After an abort: the ranks the verdicts name answer with their NIC's counters (each
+/// within milliseconds); wait for those still alive, at most `COUNTERS_GRACE`.
+fn collect_counters(rx: &Receiver<Control>, rep: &mut CoordinatorReport) {
+    // Only the two ends of a broken link: a stalled or lost rank will not answer.
+    let mut want: BTreeSet<Rank> = rep
+        .verdicts
+        .iter()
+        .filter(|v| matches!(v.kind, VerdictKind::HangLink | VerdictKind::LinkError))
+        .flat_map(|v| [v.from_rank, v.to_rank])
+        .flatten()
+        .filter(|r| !rep.lost.contains(r) && !rep.closed.contains_key(r))
+        .collect();
+    let until = Instant::now() + COUNTERS_GRACE;
+    while !want.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left) {
+            Ok(Control::Msg(r, Msg::Counters { port_counters })) => {
+                note_counters(rep, r, port_counters);
+                want.remove(&r);
+            }
+            Ok(Control::Closed(r, _)) => {
+                want.remove(&r);
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// How long the coordinator waits for the counters of the ranks a verdict names.
+const COUNTERS_GRACE: Duration = Duration::from_millis(1500);
 
 /// A rank's latest moved counters (each report covers the whole run so far), under the
 /// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.

@@ -463,10 +463,18 @@ fn after_join(
             if !matches!(e, RingError::Aborted(_)) && !already {
                 let _ = session.send(&msg);
             }
+
             // The coordinator names the cause within the silence deadline and its grace.
             let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
             let why = match session.wait_done(wait) {
-                Err(BootstrapError::Aborted(reason)) => reason,
+                Err(BootstrapError::Aborted(reason)) => {
+                    // The verdict may name this rank: its NIC's counters, as they are now
+                    // (a NIC still retrying has counted more since any stuck report).
+                    let _ = session.send(&Msg::Counters {
+                        port_counters: moved(),
+                    });
+                    reason
+                }
                 _ => e.to_string(),
             };
             Err(fault(why))

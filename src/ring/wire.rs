@@ -139,6 +139,12 @@ pub enum Msg {
         port_counters: Vec<CounterMove>,
     },
     Results(RankResults),
+    /// A rank's answer to an abort: the counters of its data NIC that moved since the start,
+    /// so a verdict reached on other ranks' reports still shows this rank's evidence.
+    Counters {
+        #[serde(default)]
+        port_counters: Vec<CounterMove>,
+    },
     /// The run ended; `failed` tells every rank which exit status to use.
     Done {
         failed: bool,
@@ -183,6 +189,7 @@ impl Msg {
             Msg::Stuck { .. } => "stuck",
             Msg::Failed { .. } => "failed",
             Msg::Results(_) => "results",
+            Msg::Counters { .. } => "counters",
             Msg::Done { .. } => "done",
             Msg::Abort { .. } => "abort",
             Msg::Ping => "ping",

@@ -15,7 +15,6 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -27,7 +26,6 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-pub use crate::common::loud;
 
 /// Skip loudly, or fail where the lab is required (`FABPROBE_LAB=required`, as in CI): the
 /// contract of `tests/common::lab_unavailable`, shared with the network-namespace lab.
@@ -467,18 +465,32 @@ impl VmLab {
         );
     }
 
-    /// Drop every RoCE packet (UDP 4791) `from` sends to `to`; TCP (the control plane) and
-    /// other peers are untouched: a broken RDMA path between one pair.
+    /// Drop every RoCE packet (UDP 4791) `from` sends to `to`, as a broken path would: at
+    /// `to`'s ingress, so the sender sees nothing but silence. (Dropping at the sender's own
+    /// qdisc instead makes 6.1 rxe retry the send in a tight loop: a soft lockup.) TCP, the
+    /// control plane, and other peers are untouched.
     pub fn drop_roce(&self, from: usize, to: usize) {
-        let dst = &self.vms[to].ip;
+        let src = &self.vms[from].ip;
         self.must(
-            from,
+            to,
             &format!(
-                "tc qdisc add dev eth0 clsact 2>/dev/null; \
-                 tc filter add dev eth0 egress protocol ip prio 1 u32 \
-                 match ip dst {dst}/32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop"
+                "tc qdisc add dev eth0 ingress 2>/dev/null; \
+                 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 \
+                 match ip src {src}/32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop"
             ),
         );
+    }
+
+    /// Undo [`drop_roce`] on `to`: every ingress filter of the VM goes.
+    pub fn undrop(&self, to: usize) {
+        self.must(to, "tc qdisc del dev eth0 ingress 2>/dev/null; true");
+    }
+
+    /// Start `fabprobe <args>` in a VM with `env` (`NAME=value` words) set.
+    pub fn spawn_fabprobe_env(&self, vm: usize, env: &[&str], args: &[&str]) -> Job {
+        let a: Vec<String> = args.iter().map(|s| quote(s)).collect();
+        let e: Vec<String> = env.iter().map(|s| quote(s)).collect();
+        self.spawn(vm, &format!("exec env {} {} {}", e.join(" "), quote(BIN), a.join(" ")))
     }
 
     /// A file the VM wrote into its job share (`/run/job/<rel>` inside).

@@ -246,7 +246,11 @@ impl Chan<'_> {
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.send.acquire(slice) {
                 Ok(s) => break s,
-                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {
+                    // The other link may already know why the ring stopped (RDMA).
+                    self.links.recv.health().map_err(RingError::Transport)?;
+                    continue;
+                }
                 Err(e) if e.is_timeout() => return Err(self.stuck(e)),
                 Err(e) => return Err(RingError::Transport(e)),
             }
@@ -278,7 +282,12 @@ impl Chan<'_> {
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.recv.poll(slice) {
                 Ok(c) => break c,
-                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {
+                    // A write this rank already handed over may have failed since (RDMA: the
+                    // completion waits in the send queue's CQ while the ring waits here).
+                    self.links.send.health().map_err(RingError::Transport)?;
+                    continue;
+                }
                 Err(e) if e.is_timeout() => return Err(self.stuck(e)),
                 Err(e) => return Err(RingError::Transport(e)),
             }
@@ -519,6 +528,7 @@ pub fn run_size(
                     hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                 }
                 if let Err(e) = res {
+                    l.send.abandon();
                     stop.store(true, Ordering::Relaxed);
                     let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
                     let keep = match &*g {

@@ -92,6 +92,14 @@ pub trait SendLink: Send {
     fn write_imm(&mut self, slot: u32, data: &[u8], imm: u32) -> Result<(), TransportError>;
     /// Bytes written so far.
     fn bytes_sent(&self) -> u64;
+    /// Report an error the link already knows of (an RDMA completion in error on its
+    /// queue pair) without waiting; a rank waiting on its other link calls this, so a
+    /// failed write is named while the rank waits elsewhere. Default: nothing to check.
+    fn health(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
+    /// The run failed: closing the link must not wait for what is still in flight.
+    fn abandon(&mut self) {}
 }
 
 /// The receiving end of one directed link.
@@ -103,6 +111,10 @@ pub trait RecvLink: Send {
     fn consume(&mut self, c: &Completion, f: &mut dyn FnMut(&[u8])) -> Result<(), TransportError>;
     /// Bytes that landed so far.
     fn bytes_received(&self) -> u64;
+    /// As [`SendLink::health`]: an error already on the link (a failed credit write).
+    fn health(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
 }
 
 /// A directed link's identity on one side: the peer rank and a tag (the ring channel; the

@@ -213,6 +213,8 @@ pub struct RdmaSend {
     timeout: Duration,
     error: Option<TransportError>,
     sent: u64,
+    /// The run failed: closing must not wait for writes to be acknowledged.
+    abandoned: bool,
 }
 
 impl RdmaSend {
@@ -356,6 +358,12 @@ impl SendLink for RdmaSend {
         self.sent += data.len() as u64;
         Ok(())
     }
+    fn health(&mut self) -> Result<(), TransportError> {
+        self.progress().map(|_| ())
+    }
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
     fn bytes_sent(&self) -> u64 {
         self.sent
     }
@@ -365,7 +373,14 @@ impl Drop for RdmaSend {
     fn drop(&mut self) {
         // Destroying a QP aborts writes it has not finished: wait (bounded) until the
         // receiver acknowledged them, then close the side connection.
-        let until = Instant::now() + self.timeout.min(Duration::from_secs(5));
+        // An abandoned link (the run failed) has nothing worth waiting for: a write on a
+        // broken path would only be acknowledged after the NIC's retries, or never.
+        let wait = if self.abandoned {
+            Duration::ZERO
+        } else {
+            self.timeout.min(Duration::from_secs(5))
+        };
+        let until = Instant::now() + wait;
         let mut b = Backoff(0);
         while self.inflight.iter().any(|&f| f) && Instant::now() < until {
             if self.progress().is_err() {
@@ -531,6 +546,9 @@ impl RecvLink for RdmaRecv {
             Err(_) => {}
         }
         Ok(())
+    }
+    fn health(&mut self) -> Result<(), TransportError> {
+        self.progress().map(|_| ())
     }
     fn bytes_received(&self) -> u64 {
         self.received
@@ -779,6 +797,7 @@ pub fn connect(
         timeout,
         error: None,
         sent: 0,
+        abandoned: false,
     })
 }
 
