@@ -7,6 +7,7 @@ pub mod check;
 pub mod cli;
 pub mod host;
 pub mod nccl;
+pub mod nccl_log;
 pub mod probe;
 pub mod render;
 pub mod ring;

@@ -81,3 +81,47 @@ fn closed_stdout_is_not_an_error() {
     assert_eq!(status.code(), Some(0), "stderr: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The ring's job token is a secret: a capture never writes it into `env.json`.
+#[test]
+fn snapshot_never_saves_the_job_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("snap");
+    let run = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["snapshot", "-o", out.to_str().unwrap()])
+        .env("FABPROBE_TOKEN", "tok-3c1f9a")
+        .env("NCCL_DEBUG", "INFO")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let env = std::fs::read_to_string(out.join("fabprobe/env.json")).unwrap();
+    assert!(env.contains("NCCL_DEBUG"), "{env}");
+    assert!(!env.contains("FABPROBE_TOKEN") && !env.contains("tok-3c1f9a"), "{env}");
+}
+
+/// A gzip bomb given as --root is refused before it is unpacked: exit 2, the archive and
+/// the entry named once.
+#[test]
+fn a_snapshot_bomb_is_refused_naming_archive_and_entry() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = dir.path().join("bomb.tar.gz");
+    // One entry claiming 1 TiB of zeros; only the first MiB is there (the stream ends early).
+    let mut h = tar::Header::new_gnu();
+    h.set_path("sys/zeros").unwrap();
+    h.set_size(1 << 40);
+    h.set_mode(0o644);
+    h.set_cksum();
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&bomb).unwrap(),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(h.as_bytes()).unwrap();
+    gz.write_all(&vec![0u8; 1 << 20]).unwrap();
+    gz.finish().unwrap();
+    let (code, out, err) = fabprobe(&["--root", bomb.to_str().unwrap(), "topo"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("bomb.tar.gz") && err.contains("entry \"sys/zeros\""), "{err}");
+    assert!(err.contains("more than any file fabprobe reads"), "{err}");
+}

@@ -281,6 +281,46 @@ fn stopped_rank_is_stalled() {
     );
 }
 
+/// A node that loses power (its links gone; the process itself keeps running, cut off) is
+/// unreachable, not stalled: its kernel no longer acknowledges the control connection.
+#[test]
+fn unplugged_node_is_unreachable_not_stalled() {
+    let Some(lab) = lab3("rank_unreachable") else { return };
+    let ids = long_run(&lab, "plug");
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.pull_plug(1);
+    let t0 = Instant::now();
+    let (o0, _) = lab.wait(
+        ids[0],
+        Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(3),
+    );
+    let (o2, _) = lab.wait(ids[2], Duration::from_secs(TIMEOUT) + GRACE);
+    assert!(
+        t0.elapsed() < Duration::from_secs(TIMEOUT) + GRACE,
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(o0.status.code(), Some(1));
+    assert_eq!(o2.status.code(), Some(1));
+    assert_eq!(
+        verdicts(&o0),
+        kinds(&[("rank_unreachable", Some(1), None)]),
+        "{}",
+        text(&o0.stdout)
+    );
+    let v = json(&o0.stdout)["data"]["verdicts"][0].clone();
+    let m = v["message"].as_str().unwrap().to_string();
+    assert!(
+        m.starts_with("RANK UNREACHABLE rank 1 (node-b): its host has not acknowledged the control connection"),
+        "{m}"
+    );
+    let next = v["next"].as_str().unwrap().to_string();
+    assert!(next.contains("BMC") && !next.contains("kill -CONT"), "{next}");
+    // The cut-off rank ends on its own: its coordinator went silent.
+    let (o1, _) = lab.wait(ids[1], Duration::from_secs(20));
+    assert_eq!(o1.status.code(), Some(1), "{}", text(&o1.stderr));
+}
+
 #[test]
 fn killed_coordinator_is_lost_on_every_other_rank() {
     let Some(lab) = lab3("coord_lost") else { return };

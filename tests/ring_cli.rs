@@ -96,7 +96,7 @@ fn usage_errors_exit_2() {
     for (args, want) in [
         (
             vec!["ring", "--local", "2", "--transport", "rdma"],
-            "--transport rdma is not built yet",
+            "--transport rdma needs one rank per host",
         ),
         (vec!["ring"], "no rank and world size"),
         (
@@ -270,4 +270,82 @@ fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
     assert!(note.starts_with("# transport: auto chose tcp: rank 0 ("), "{note}");
     assert!(note.contains("has no usable RDMA port: "), "{note}");
     assert!(out.contains("device lo (no rdma)"), "{out}");
+}
+
+#[test]
+fn non_finite_scan_time_is_a_flag_error_not_a_panic() {
+    for v in ["inf", "NaN", "-1", "1e300"] {
+        let flag = format!("--scan-time={v}");
+        let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "--scan", &flag]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{v}: {err}");
+        assert!(
+            err.contains("--scan-time") && !err.contains("panicked"),
+            "{v}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_table_carries_each_ranks_capabilities() {
+    let o = fabprobe(&[
+        "ring",
+        "--local",
+        "2",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "--no-scan",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ranks = j["data"]["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for r in ranks {
+        assert_eq!(r["capabilities"], serde_json::json!(["tcp"]), "{r}");
+    }
+}
+
+/// Rows print as each size completes (as nccl-tests does): the first size's row is on stdout
+/// while the last, 1,024 times larger, is still running; the whole table at the end is the
+/// header, every row once in order, then the summary.
+#[test]
+fn rows_print_as_each_size_completes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["ring", "--local", "2", "-b", "64K", "-e", "64M", "-n", "3", "-w", "1", "--no-scan"])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "stdout ended before a row: {lines:?}");
+        let first_row = l.trim_start().starts_with("65536 ");
+        lines.push(l);
+        if first_row {
+            break;
+        }
+    }
+    let running = child.try_wait().unwrap().is_none();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(running, "the first row came only when the run was over");
+    let all: String = lines.concat() + &rest;
+    let sizes: Vec<u64> = all
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(sizes, (16..=26).map(|p| 1u64 << p).collect::<Vec<_>>(), "{all}");
+    assert_eq!(all.matches("# Using devices").count(), 1, "{all}");
+    assert!(all.contains("# Out of bounds values : 0 OK"), "{all}");
 }

@@ -399,3 +399,93 @@ fn nvml_gpus_without_sysfs_get_nvlink_cells_and_na() {
     );
     assert_eq!(r.source, "sysfs+nvml");
 }
+
+fn copy_fixture(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join(name);
+    let st = Command::new("cp")
+        .args(["-a", &format!("fixtures/{name}"), to.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (dir, to)
+}
+
+/// NV# rests on evidence: NVML's remote device type, else the far end's PCI class. Without
+/// either, the links are left out of NV# and a note says so; nothing is assumed a switch.
+#[test]
+fn nvlink_far_ends_are_only_what_the_evidence_says() {
+    let (_d, snap) = copy_fixture("h100-sxm-8gpu");
+    let nvml_path = snap.join("fabprobe/nvml.json");
+    let mut nvml: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&nvml_path).unwrap()).unwrap();
+    for g in nvml["gpus"].as_array_mut().unwrap() {
+        for l in g["nvlinks"].as_array_mut().unwrap() {
+            l.as_object_mut().unwrap().remove("remote_device_type");
+        }
+    }
+    std::fs::write(&nvml_path, nvml.to_string()).unwrap();
+    // NVML no longer says; the switches' class in sysfs (0x068000) still does.
+    let r = topo::probe(&Host::snapshot(&snap).unwrap());
+    assert_eq!(r.matrix, report("h100-sxm-8gpu").matrix);
+    assert_eq!(r.gpus[0].nvlinks[0].target_kind, "nvswitch");
+    assert!(!r.notes.iter().any(|n| n.contains("NV#")), "{:?}", r.notes);
+
+    // The switches' class files unreadable too: nothing says what the far ends are.
+    for sw in ["0000:03:00.0", "0000:04:00.0", "0000:05:00.0", "0000:06:00.0"] {
+        let dev = std::fs::canonicalize(snap.join("sys/bus/pci/devices").join(sw)).unwrap();
+        std::fs::remove_file(dev.join("class")).unwrap();
+    }
+    let r = topo::probe(&Host::snapshot(&snap).unwrap());
+    let ng = r.gpus.len();
+    for row in &r.matrix[..ng] {
+        assert!(!row.iter().any(|c| c.starts_with("NV")), "{row:?}");
+    }
+    assert_eq!(r.matrix[0][1], "NODE");
+    assert_eq!(r.gpus[0].nvlinks[0].target_kind, "unknown");
+    assert!(
+        r.notes.contains(&"GPU0: 5 NVLinks lead to 0000:03:00.0, and nothing read says what it is \
+             (not a GPU listed here, no NVML remote device type or tclass, no PCI class in sysfs): \
+             not counted in NV#"
+            .to_string()),
+        "{:?}",
+        r.notes
+    );
+    // The NCCL file leaves tclass out, so NCCL reads it from the host as it does itself.
+    let xml = topo_xml::write(&topo::to_nccl_system(&r));
+    assert!(xml.contains("<nvlink target=\"0000:03:00.0\" count=\"5\"/>"), "{xml}");
+}
+
+/// NVLinks into GPUs this process cannot see (NVIDIA_VISIBLE_DEVICES, a container) give no
+/// NV# between the GPUs it can see.
+#[test]
+fn hidden_gpus_give_no_nvlink_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let hidden = dir.path().join("sys/bus/pci/devices/0000:99:00.0");
+    std::fs::create_dir_all(&hidden).unwrap();
+    std::fs::write(hidden.join("class"), "0x030200\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("fabprobe")).unwrap();
+    let links = |to: &str, n: u32, typ: Option<&str>| -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|l| {
+                let mut v = serde_json::json!({"link": l, "active": true, "remote_pci_bus_id": to});
+                if let Some(t) = typ {
+                    v["remote_device_type"] = t.into();
+                }
+                v
+            })
+            .collect()
+    };
+    let nvml = serde_json::json!({"state": "available", "gpus": [
+        {"index": 0, "pci_bus_id": "0000:17:00.0", "nvlinks": links("0000:99:00.0", 4, None)},
+        {"index": 1, "pci_bus_id": "0000:65:00.0", "nvlinks": links("0000:aa:00.0", 4, Some("gpu"))},
+    ]});
+    std::fs::write(dir.path().join("fabprobe/nvml.json"), nvml.to_string()).unwrap();
+    let r = topo::probe(&Host::snapshot(dir.path()).unwrap());
+    assert_eq!(r.matrix[0][1], "N/A", "{:?}", r.matrix);
+    assert_eq!(r.nccl_matrix[0][1], "N/A", "{:?}", r.nccl_matrix);
+    for (gpu, far) in [("GPU0", "0000:99:00.0"), ("GPU1", "0000:aa:00.0")] {
+        let want = format!("{gpu}: 4 NVLinks lead to GPU {far}, which this report does not list");
+        assert!(r.notes.iter().any(|n| n.starts_with(&want)), "{want}: {:?}", r.notes);
+    }
+}

@@ -32,13 +32,25 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gdr" -d 'GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL, peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "qos" -d 'Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "nccl-env" -d 'What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the rule that chose it, where each NCCL_* value came from, and a lint of them'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "nccl-log" -d 'Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
@@ -59,6 +71,35 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l ifname -d 'Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s (live only)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp -d 'Listen for the switch\'s LLDP (chassis, port, system name, 802.1Qaz ETS/PFC/APP) on every reported netdev and compare it with the host (live: needs root; a snapshot replays its recorded frames)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s b -l minbytes -d 'Smallest message size (K, M, G suffixes: powers of 1024, as nccl-tests)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s e -l maxbytes -d 'Largest message size' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s f -l stepfactor -d 'Multiply the size by this factor between steps' -r
@@ -67,9 +108,11 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s w -l warmup_i
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s c -l check -d 'Verify the result of every size (0 turns checking off: #wrong shows N/A)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l channels -d 'Independent rings, each on its own connections (NCCL\'s channels)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l transport -d 'Data-plane transport' -r -f -a "tcp\t'TCP sockets over the interface chosen by --ifname'
-rdma\t'ibverbs RC QPs with RDMA Write with immediate (not built yet)'
-auto\t'rdma where every rank has a usable device, else tcp (today: always tcp)'"
+rdma\t'ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device, NCCL_IB_HCA, the data interface\'s port) and NCCL\'s GID index (--gid-index, NCCL_IB_GID_INDEX)'
+auto\t'rdma where every rank has a usable RDMA port, else tcp'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact (default: $NCCL_SOCKET_IFNAME, else NCCL\'s own default order)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l device -d 'RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default: NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l gid-index -d 'GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL\'s automatic choice, as `fabprobe gids` shows it)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher\'s job id)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
@@ -90,6 +133,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l lldp-wait -d 'Also listen this many seconds for the switch\'s LLDP on every RoCE netdev (needs root) and keep the frames, for `qos --lldp` on the snapshot' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -116,10 +160,14 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gids links ring snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gdr" -d 'GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL, peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "qos" -d 'Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "nccl-env" -d 'What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the rule that chose it, where each NCCL_* value came from, and a lint of them'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "nccl-log" -d 'Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

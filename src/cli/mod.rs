@@ -3,10 +3,14 @@
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
 mod docs;
+mod gdr;
 mod gids;
 mod links;
+mod nccl_env;
+mod nccl_log;
 mod out;
 mod progress;
+mod qos;
 mod ring;
 mod snapshot;
 mod topo;
@@ -117,12 +121,23 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL,
+    /// peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1.
+    Gdr(gdr::GdrArgs),
     /// Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL
     /// and perftest would pick; --show-gids prints show_gids' own format.
     Gids(gids::GidsArgs),
     /// RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters
     /// with their widths, deltas over --interval or against --baseline.
     Links(links::LinksArgs),
+    /// Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm
+    /// counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval.
+    Qos(qos::QosArgs),
+    /// What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the
+    /// rule that chose it, where each NCCL_* value came from, and a lint of them.
+    NcclEnv(nccl_env::NcclEnvArgs),
+    /// Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts.
+    NcclLog(nccl_log::NcclLogArgs),
     /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
@@ -201,6 +216,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),
+        Command::Gdr(a) => gdr::run(g, a),
+        Command::Qos(a) => qos::run(g, a),
+        Command::NcclEnv(a) => nccl_env::run(g, a),
+        Command::NcclLog(a) => nccl_log::run(g, a),
         Command::Topo(a) => topo::run(g, a),
         Command::GenDocs(a) => docs::run(a),
     }

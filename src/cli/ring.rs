@@ -3,11 +3,13 @@
 //! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
 
 use std::net::{IpAddr, TcpListener};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
+use crate::render;
 use crate::check::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
@@ -15,8 +17,9 @@ use crate::render::{Envelope, HostInfo};
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::report::RingReport;
 use crate::ring::collective::transport::Fabric;
+use crate::ring::model::RankInfo;
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -95,7 +98,7 @@ pub struct RingArgs {
     pub no_scan: bool,
     /// Time budget of the link scan in seconds (at least two ring orders run whatever it
     /// says, so that a node can be told from a link).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub scan_time: f64,
     /// Bytes each scan sample moves over a link.
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
@@ -139,12 +142,14 @@ LINK SCAN AND VERDICTS
   is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
   sent), rank_lost (control connection closed or reset: the process died), rank_stalled
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
-  process). If rank 0 dies, every other rank exits with coordinator_lost. Over rdma, a work
-  request that completes in error is a link_error naming the link, the status and its
-  meaning (12 retry exceeded: the peer is unreachable on the fabric; 13 RNR retry exceeded;
-  4 local protection; 10 remote access) and the vendor syndrome; a flush (status 5) is the
-  knock-on of an earlier error and never the verdict. The run ends within --timeout plus a
-  few seconds whatever fails, also while a queue pair still retries (NCCL_IB_TIMEOUT x
+  process), rank_unreachable (as silent, and its host no longer acknowledges the control
+  connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
+  If rank 0 dies, every other rank exits with coordinator_lost. Over rdma, a work request
+  that completes in error is a link_error naming the link, the status and its meaning (12
+  retry exceeded: the peer is unreachable on the fabric; 13 RNR retry exceeded; 4 local
+  protection; 10 remote access) and the vendor syndrome; a flush (status 5) is the knock-on
+  of an earlier error and never the verdict. The run ends within --timeout plus a few
+  seconds whatever fails, also while a queue pair still retries (NCCL_IB_TIMEOUT x
   NCCL_IB_RETRY_CNT can be minutes): then the verdict is hang_link.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
@@ -163,7 +168,7 @@ JSON DATA (fabprobe.ring)
   world, transport, transport_note (null, or why --transport auto chose tcp though some rank
   offered rdma), launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the
@@ -175,14 +180,16 @@ JSON DATA (fabprobe.ring)
   avg_busbw_gbs (mean busbw over both halves of every row, as nccl-tests' Avg bus bandwidth)
   links[]    {channel_count, from_rank, to_rank, from_host, to_host, from_device, to_device,
               size_bytes, bytes, seconds, gbs}: each ring hop measured at its receiver
-  bootstrap_us, events[] {kind: joined|rejected, peer, ...}, error (null, or why the run
-  ended early)
+  bootstrap_us, events[] {kind: joined|rejected|replaced|more_rejected, peer, ...}: at
+  most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
+  why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             coordinator_lost|link_error, from_rank, to_rank, from_host, to_host (null where not
-             applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
-             ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
-             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, pid;
-             status, status_name, vendor_err, seen_by_rank, device, operation, reports[];
+             rank_unreachable|coordinator_lost|link_error, from_rank, to_rank, from_host, to_host
+             (null where not applicable: a slow egress names only its sender), evidence {gbs,
+             median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase,
+             step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
+             unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,
+             reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
@@ -199,6 +206,19 @@ JSON DATA (fabprobe.ring)
              saturated or was cleared; a rank lost before reporting contributes none";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
+/// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
+/// budget of infinity would never end the scan).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number of seconds", s.escape_default()))?;
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{v} is not a time from 0 to 86400 seconds"));
+    }
+    Ok(v)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -427,10 +447,95 @@ fn findings(r: &RingReport) -> Vec<Finding> {
     f
 }
 
-fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<()> {
+/// Rows as each size completes (nccl-tests prints them so): rank 0's coordinator hands
+/// each finished size here; the header goes out with the first row, and the report at the
+/// end prints only what is left.
+struct RowPrinter {
+    launcher: LauncherInfo,
+    options: Options,
+    /// Why rank 0 runs tcp under `--transport auto`, for the header.
+    rank0_note: Option<String>,
+    /// A progress line is on stderr (same terminal): clear it before a row.
+    progress: bool,
+    /// Sizes printed so far, and whether stdout failed (a closed pipe: stop printing).
+    shown: Mutex<(Vec<u64>, bool)>,
+}
+
+impl RowPrinter {
+    /// Table format with a sweep only: JSON is one document at the end.
+    fn start(
+        fmt: Format,
+        id: &Identity,
+        opts: &Options,
+        progress: bool,
+        rank0_note: Option<String>,
+    ) -> Option<Arc<RowPrinter>> {
+        (fmt == Format::Table && opts.sweep).then(|| {
+            Arc::new(RowPrinter {
+                launcher: LauncherInfo {
+                    source: id.source,
+                    coordinator: id.coordinator.clone(),
+                    coordinator_source: id.coordinator_source.clone(),
+                    token_source: id.token_source.clone(),
+                },
+                options: opts.clone(),
+                rank0_note,
+                progress,
+                shown: Mutex::new((Vec::new(), false)),
+            })
+        })
+    }
+
+    fn sink(this: &Arc<RowPrinter>) -> run::ShowRow {
+        let this = this.clone();
+        Arc::new(move |ranks: &[RankInfo], row: &ResultRow| this.show(ranks, row))
+    }
+
+    fn show(&self, ranks: &[RankInfo], row: &ResultRow) {
+        let Ok(mut shown) = self.shown.lock() else { return };
+        if shown.1 {
+            return;
+        }
+        let mut text = String::new();
+        if shown.0.is_empty() {
+            // What ran: what every rank offered, else tcp (`auto` with a rank without rdma).
+            let first = ranks.first().map(|r| r.transport.as_str()).unwrap_or("tcp");
+            let transport = if ranks.iter().all(|r| r.transport == first) { first } else { "tcp" };
+            let note = self
+                .rank0_note
+                .clone()
+                .or_else(|| crate::ring::report::transport_note(ranks, transport));
+            text.push_str(&render::ring::head(&render::ring::Head {
+                world: ranks.len() as u32,
+                transport,
+                launcher: &self.launcher,
+                options: &self.options,
+                ranks,
+                note: note.as_deref(),
+            }));
+        }
+        text.push_str(&render::ring::row_line(row));
+        if self.progress {
+            eprint!("\r\x1b[K");
+        }
+        match emit(&text) {
+            Ok(()) => shown.0.push(row.size_bytes),
+            Err(_) => shown.1 = true,
+        }
+    }
+
+    /// The sizes already on stdout.
+    fn shown(&self) -> Vec<u64> {
+        self.shown.lock().map(|s| s.0.clone()).unwrap_or_default()
+    }
+}
+
+fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport, rows: Option<&RowPrinter>) -> anyhow::Result<()> {
     for e in &r.events {
-        if matches!(e, crate::ring::coordinator::Event::Rejected { .. }) || g.verbose > 0 {
-            eprintln!("fabprobe: {}", e.line());
+        use crate::ring::coordinator::Event;
+        if matches!(e, Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }) || g.verbose > 0 {
+            // Parts of the line came from strangers on the port: never print their raw bytes.
+            eprintln!("fabprobe: {}", crate::ring::model::printable(&e.line(), 1000));
         }
     }
     let f = findings(r);
@@ -439,7 +544,10 @@ fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport) -> anyhow::Result<(
             let host = crate::host::Host::live();
             emit(&Envelope::new("ring", HostInfo::of(&host), r, &f).to_json())?;
         }
-        _ => emit(&crate::render::ring::table(r))?,
+        _ => match rows.map(RowPrinter::shown).filter(|s| !s.is_empty()) {
+            Some(shown) => emit(&render::ring::table_after_rows(r, &shown))?,
+            None => emit(&render::ring::table(r))?,
+        },
     }
     if let Some(e) = &r.error {
         eprintln!("fabprobe: ring: {e}");
@@ -495,6 +603,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
     let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
+    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
+    let rank0_note = no_rdma
+        .filter(|_| id.rank == 0)
+        .map(|why| format!("auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}", hostname()));
+    let rows = RowPrinter::start(fmt, &id, &opts, display.is_some(), rank0_note.clone());
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -505,28 +618,29 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         fabric,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
+        on_row: rows.as_ref().map(RowPrinter::sink),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let mut r = run::run_rank(setup, &opts, &logf);
     drop(display);
-    if let (Ok(RankOutcome { report: Some(rep), .. }), Some(why)) = (&mut r, no_rdma) {
-        // Rank 0 fell back itself: its own reason is the one it can name.
-        let others = rep.transport_note.take().map(|n| format!("; {n}")).unwrap_or_default();
-        rep.transport_note = Some(format!(
-            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}{others}",
-            hostname()
-        ));
+    if let (Ok(RankOutcome { report: Some(rep), .. }), Some(note)) = (&mut r, rank0_note) {
+        rep.transport_note = Some(note);
     }
-    outcome(g, fmt, r)
+    outcome(g, fmt, r, rows.as_deref())
 }
 
-fn outcome(g: &GlobalArgs, fmt: Format, r: Result<RankOutcome, run::RunError>) -> anyhow::Result<Outcome> {
+fn outcome(
+    g: &GlobalArgs,
+    fmt: Format,
+    r: Result<RankOutcome, run::RunError>,
+    rows: Option<&RowPrinter>,
+) -> anyhow::Result<Outcome> {
     match r {
         Ok(RankOutcome {
             report: Some(rep), ..
         }) => {
-            print_report(g, fmt, &rep)?;
+            print_report(g, fmt, &rep, rows)?;
             Ok(if rep.failed() {
                 Outcome::Fault
             } else {
@@ -557,24 +671,26 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
         .clone()
         .unwrap_or_else(|| format!("local-{}", std::process::id()));
     let host = hostname();
+    let local_id = |rank: u32| Identity {
+        rank,
+        world: n,
+        coordinator: coord.clone(),
+        token: token.clone(),
+        source: Source::Local,
+        coordinator_source: "--local".into(),
+        token_source: if a.token.is_some() {
+            "--token".into()
+        } else {
+            "--local".into()
+        },
+    };
+    let rows = RowPrinter::start(fmt, &local_id(0), opts, display.is_some(), None);
     let mut listener = Some(listener);
     let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 let setup = Setup {
-                    identity: Identity {
-                        rank,
-                        world: n,
-                        coordinator: coord.clone(),
-                        token: token.clone(),
-                        source: Source::Local,
-                        coordinator_source: "--local".into(),
-                        token_source: if a.token.is_some() {
-                            "--token".into()
-                        } else {
-                            "--local".into()
-                        },
-                    },
+                    identity: local_id(rank),
                     host: host.clone(),
                     data_ip,
                     device: Some(device.clone()),
@@ -583,6 +699,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },
+                    on_row: if rank == 0 { rows.as_ref().map(RowPrinter::sink) } else { None },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
@@ -616,7 +733,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
         }
     }
     let _ = Duration::ZERO;
-    outcome(g, fmt, first)
+    outcome(g, fmt, first, rows.as_deref())
 }
 
 #[cfg(test)]
@@ -642,5 +759,14 @@ mod tests {
         );
         assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
         assert!(sizes(10, 5, 2).is_err());
+    }
+
+    #[test]
+    fn seconds_are_finite_and_bounded() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["inf", "-inf", "NaN", "-1", "1e300", "x", "\x1b[31m"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 }

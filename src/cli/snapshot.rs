@@ -13,6 +13,10 @@ pub struct SnapshotArgs {
     /// (empty or new) directory.
     #[arg(short, long, value_name = "FILE.tar.gz|DIR")]
     pub output: PathBuf,
+    /// Also listen this many seconds for the switch's LLDP on every RoCE netdev (needs root)
+    /// and keep the frames, for `qos --lldp` on the snapshot.
+    #[arg(long, value_name = "SECONDS")]
+    pub lldp_wait: Option<f64>,
 }
 
 const SNAPSHOT_FORMAT: &str = "\
@@ -28,11 +32,24 @@ SNAPSHOT FORMAT
     host.json         {hostname, kernel, captured_at, tool_version, skipped[]}
     env.json          {\"NCCL_IB_HCA\": \"=mlx5_0\", ...}: only NCCL_*, UCX_*, FABPROBE_* and
                       CUDA_VISIBLE_DEVICES-style variables, never the rest of the environment
+                      and never a secret (FABPROBE_TOKEN, names with TOKEN, SECRET, PASSWORD)
     nvml.json         {\"state\": \"available\", \"driver_version\", \"gpus\": [{index, pci_bus_id,
-                      nvlinks: [{link, active, remote_pci_bus_id}], ...}]} or
+                      nvlinks: [{link, active, remote_pci_bus_id,
+                      remote_device_type (gpu|switch|ibmnpu|unknown)}], ...}]} or
                       {\"state\": \"unavailable\", \"reason\": \"...\"}
     read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
                       the file exists (empty) in the tree and reads of it fail with that errno
+    ethtool.json      {\"eth0\": {\"ok\": [[\"rx_prio3_pause\", 12], ...]} | {\"error\": \"EOPNOTSUPP\"}}:
+                      the ethtool statistics ioctl (ethtool -S), names and order as the driver gave them
+    dcb.json          {\"eth0\": {\"ok\": \"<hex>\"} | {\"error\": \"EOPNOTSUPP\"}}: the raw DCB netlink
+                      reply (RTM_GETDCB, DCB_CMD_IEEE_GET) after its nlmsghdr
+    lldp.json         {\"eth0\": {\"ok\": [\"<hex of an Ethernet frame>\"]}}: LLDP frames heard
+                      (only with --lldp-wait)
+
+  A .tar.gz given to --root is unpacked into a private temporary directory and refused,
+  naming the entry, when it holds anything a capture never writes: device files, FIFOs,
+  hard links, GNU sparse files, absolute names or `..`, symbolic links that leave the
+  snapshot, more than 200000 entries or 256 MiB, or one file over 16 MiB.
 
   Capture works as non-root: what could not be read is recorded as its errno and listed
   under skipped. Use it with any probe: fabprobe --root node1.tar.gz topo";
@@ -44,8 +61,18 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
+    let lldp_wait = match a.lldp_wait {
+        Some(s) if !(0.0..=3600.0).contains(&s) => {
+            return Err(UsageError(format!("--lldp-wait {s}: give a number of seconds between 0 and 3600")).into());
+        }
+        Some(s) => {
+            g.log(1, format!("listening for LLDP for up to {s} s"));
+            Some(std::time::Duration::from_secs_f64(s))
+        }
+        None => None,
+    };
     g.log(1, format!("capturing into {}", a.output.display()));
-    let summary = crate::snapshot::capture_live(&a.output)?;
+    let summary = crate::snapshot::capture_live_with(&a.output, lldp_wait)?;
     eprintln!(
         "fabprobe: wrote {} ({} files, {} symlinks, {} directories)",
         a.output.display(),

@@ -57,7 +57,11 @@ JSON DATA (schema fabprobe.topo)
                              N/A: the device's PCI place is unknown)
   nccl_matrix               NCCL path types (X, LOC, NVL, NVB, PIX, PXB, PHB, SYS)
   gpus[]                    {label, index, pci_bus_id, name, sm, gpu_numa_id,
-                             nvlinks[] {target_pci_bus_id, target_kind (gpu|nvswitch|other),
+                             nvlinks[] {target_pci_bus_id,
+                                        target_kind (gpu|nvswitch|cpu|other|unknown: from a
+                                        listed GPU, NVML's remote device type, the far end's
+                                        PCI class or the file's tclass; unknown and hidden
+                                        GPUs are not counted in NV# and get a note),
                                         count},
                              pci}
   nics[]                    {label, ibdev, node_guid,

@@ -3,12 +3,15 @@
 //! Every file a probe reads goes through one root prefix (`/` live, a directory for a
 //! snapshot); symlinks are resolved inside that root, so a snapshot can never leak to the
 //! live `/sys`. Answers that are not files (NVML, the `NCCL_*` environment, host facts) come
-//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot.
+//! from the same object: live calls, or the JSON side folder `fabprobe/` of a snapshot
+//! (the ethtool statistics ioctl and DCB netlink too: [`netif`]).
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod netif;
 pub mod nvml;
 pub mod side;
+pub mod tarball;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -17,11 +20,51 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub use netif::{EthtoolStats, NetAnswers, Reply};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
 
 /// Symlink hops allowed while resolving one path (the kernel's limit is 40 too).
 const MAX_SYMLINK_HOPS: usize = 40;
+
+/// The most fabprobe reads of any one file. A sysfs attribute is at most a page, the
+/// biggest file probes read (`/proc/cpuinfo` of a few hundred CPUs) under 1 MiB; anything
+/// larger is not what it claims to be, and is refused instead of read into memory.
+pub const MAX_READ_BYTES: u64 = 16 << 20;
+
+/// Text from outside (an archive's entry name, a parser's message quoting the input) made
+/// safe to print: control characters escaped (`\u{1b}`), at most `max` characters kept.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
+/// `FileTooLarge`, found after reading `limit + 1` bytes at most.
+pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(buf)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -36,6 +79,8 @@ pub enum HostError {
     SymlinkLoop { path: PathBuf },
     #[error("snapshot {path}: {msg}")]
     Snapshot { path: PathBuf, msg: String },
+    #[error("cannot read {path}: larger than {limit} bytes, more than any file fabprobe reads")]
+    TooLarge { path: PathBuf, limit: u64 },
 }
 
 impl HostError {
@@ -43,6 +88,7 @@ impl HostError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             HostError::Io { source, .. } => source.raw_os_error(),
+            HostError::TooLarge { .. } => Some(libc::EFBIG),
             _ => None,
         }
     }
@@ -85,6 +131,8 @@ pub enum Access {
     Read(PathBuf),
     List(PathBuf),
     Resolve(PathBuf),
+    /// The target of one symlink, without following it (capture recreates the link only).
+    Link(PathBuf),
 }
 
 pub struct Host {
@@ -93,8 +141,12 @@ pub struct Host {
     meta: HostMeta,
     env: BTreeMap<String, String>,
     nvml: NvmlState,
+    /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
+    net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     read_errors: BTreeMap<PathBuf, String>,
+    /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
+    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
@@ -124,7 +176,9 @@ impl Host {
             meta: HostMeta::live(),
             env,
             nvml: nvml::collect_live(),
+            net: Mutex::default(),
             read_errors: BTreeMap::new(),
+            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: None,
@@ -153,7 +207,11 @@ impl Host {
             meta: loaded.meta,
             env: loaded.env,
             nvml: loaded.nvml,
+            net: Mutex::new(loaded.net),
             read_errors: loaded.read_errors,
+            ifaddrs: loaded
+                .ifaddrs
+                .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             _extracted: extracted,
@@ -210,9 +268,87 @@ impl Host {
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
     }
+    /// The interface addresses NCCL's socket selection sees, or why they are unknown.
+    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+        self.ifaddrs.as_deref().map_err(String::as_str)
+    }
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml
     }
+    /// `ethtool -S <ifname>`: the statistics ioctl live (recorded for capture), the
+    /// snapshot's `fabprobe/ethtool.json` otherwise.
+    pub fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
+        if self.is_live() {
+            let r = netif::live_ethtool_stats(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.ethtool.insert(ifname.to_string(), r.clone());
+            }
+            return r;
+        }
+        self.net
+            .lock()
+            .ok()
+            .and_then(|n| n.ethtool.get(ifname).cloned())
+            .unwrap_or(Reply::NotCaptured)
+    }
+
+    /// The raw `DCB_CMD_IEEE_GET` reply for `ifname` (after the netlink header): DCB
+    /// netlink live (recorded), the snapshot's `fabprobe/dcb.json` otherwise.
+    pub fn dcb_ieee(&self, ifname: &str) -> Reply<Vec<u8>> {
+        let hex = if self.is_live() {
+            let r = netif::live_dcb_ieee(ifname);
+            if let Ok(mut n) = self.net.lock() {
+                n.dcb_ieee.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.dcb_ieee.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(h) => match netif::from_hex(&h) {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("the recorded reply is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// LLDP frames heard on `ifname` within `wait` (live, recorded), or the snapshot's
+    /// `fabprobe/lldp.json` (no waiting).
+    pub fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
+        let hex = if self.is_live() {
+            let r = netif::live_lldp(ifname, wait);
+            if let Ok(mut n) = self.net.lock() {
+                n.lldp.insert(ifname.to_string(), r.clone());
+            }
+            r
+        } else {
+            self.net
+                .lock()
+                .ok()
+                .and_then(|n| n.lldp.get(ifname).cloned())
+                .unwrap_or(Reply::NotCaptured)
+        };
+        match hex {
+            Reply::Ok(v) => match v.iter().map(|h| netif::from_hex(h)).collect::<Option<Vec<_>>>() {
+                Some(b) => Reply::Ok(b),
+                None => Reply::Error("a recorded frame is not hex".into()),
+            },
+            Reply::Error(e) => Reply::Error(e),
+            Reply::NotCaptured => Reply::NotCaptured,
+        }
+    }
+
+    /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.
+    pub fn net_answers(&self) -> NetAnswers {
+        self.net.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
@@ -343,7 +479,16 @@ impl Host {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
-        std::fs::read(self.on_disk(&real)).map_err(|e| Self::io_err("read", host_path, e))
+        read_capped(&self.on_disk(&real), MAX_READ_BYTES).map_err(|e| {
+            if e.kind() == io::ErrorKind::FileTooLarge {
+                HostError::TooLarge {
+                    path: host_path.to_path_buf(),
+                    limit: MAX_READ_BYTES,
+                }
+            } else {
+                Self::io_err("read", host_path, e)
+            }
+        })
     }
 
     /// Read a file; `None` when it does not exist. Other failures are errors.
@@ -387,6 +532,17 @@ impl Host {
         }
         names.sort();
         Ok(Some(names))
+    }
+
+    /// The target of the symlink at `host_path` (its parent resolved inside the root),
+    /// as written; `None` when it is not a symlink or does not exist. Used where the link's
+    /// name is the fact (`libibverbs.so.1 -> libibverbs.so.1.14.50.0`).
+    pub fn read_link(&self, host_path: impl AsRef<Path>) -> Option<PathBuf> {
+        let host_path = host_path.as_ref();
+        self.record(Access::Link(host_path.to_path_buf()));
+        let name = host_path.file_name()?;
+        let parent = self.resolve(host_path.parent()?).ok()?;
+        std::fs::read_link(self.on_disk(&parent.join(name))).ok()
     }
 
     /// Whether a path exists (symlinks followed inside the root).
@@ -539,6 +695,25 @@ mod tests {
         );
         assert_eq!(h.attr("/sys/class/infiniband/mlx5_0/ports/1/nope"), Attr::Absent);
         assert!(h.exists("/sys/class/infiniband/mlx5_0/ports/1/gids/0"));
+    }
+
+    #[test]
+    fn a_huge_file_is_refused_not_read_into_memory() {
+        let t = tree();
+        let big = t.path().join("sys/class/big");
+        let f = std::fs::File::create(&big).unwrap();
+        // Sparse on disk: 1 GiB that costs nothing to make.
+        f.set_len(1 << 30).unwrap();
+        let h = Host::snapshot(t.path()).unwrap();
+        let e = h.read("/sys/class/big").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /sys/class/big: larger than 16777216 bytes, more than any file fabprobe reads"
+        );
+        assert_eq!(h.attr("/sys/class/big"), Attr::Failed("EFBIG".into()));
+        // At the limit it is read.
+        std::fs::File::create(&big).unwrap().set_len(MAX_READ_BYTES).unwrap();
+        assert_eq!(h.read_bytes("/sys/class/big").unwrap().len() as u64, MAX_READ_BYTES);
     }
 
     #[test]

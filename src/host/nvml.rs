@@ -69,6 +69,36 @@ pub struct NvLink {
     pub active: bool,
     /// The far end's PCI bus id (sysfs spelling); an NVSwitch or a peer GPU.
     pub remote_pci_bus_id: Option<String>,
+    /// `nvmlDeviceGetNvLinkRemoteDeviceType`: `gpu`, `ibmnpu`, `switch` or `unknown`; None
+    /// when NVML could not say (or the snapshot predates the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_device_type: Option<String>,
+}
+
+/// NVML's `nvmlIntNvLinkDeviceType_t` in the spelling `nvml.json` keeps.
+pub fn remote_device_type_name(raw: u32) -> &'static str {
+    match raw {
+        0 => "gpu",
+        1 => "ibmnpu",
+        2 => "switch",
+        _ => "unknown",
+    }
+}
+
+/// What is at the far end of one NVLink, straight from the driver. Called through the raw
+/// symbol: nvml-wrapper 0.13's `remote_device_type` hands NVML a pointer to a temporary
+/// and so always answers `Unknown`.
+fn live_remote_device_type(
+    nvml: &nvml_wrapper::Nvml,
+    dev: &nvml_wrapper::Device,
+    link: u32,
+) -> Option<String> {
+    let sym = nvml.lib().nvmlDeviceGetNvLinkRemoteDeviceType.as_ref().ok()?;
+    let mut raw: u32 = 0xff;
+    // SAFETY: the handle comes from this NVML session, which outlives the call, and `raw`
+    // is the c_uint the function writes.
+    let rc = unsafe { sym(dev.handle(), link, &mut raw) };
+    (rc == 0).then(|| remote_device_type_name(raw).to_string())
 }
 
 /// NVML's `00000000:1B:00.0` (or `0000:1B:00.0`) in sysfs spelling `0000:1b:00.0`.
@@ -117,6 +147,11 @@ pub fn collect_live() -> NvmlState {
                     active,
                     remote_pci_bus_id: if active {
                         l.remote_pci_info().ok().map(|p| normalize_bus_id(&p.bus_id))
+                    } else {
+                        None
+                    },
+                    remote_device_type: if active {
+                        live_remote_device_type(&nvml, &dev, link)
                     } else {
                         None
                     },

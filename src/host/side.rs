@@ -4,6 +4,14 @@
 //! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/ethtool.json`: `{"eth0": {"ok": [["rx_prio3_pause", 12], ...]} | {"error": "EOPNOTSUPP"}}`
+//!   (`ethtool -S` through the ioctl, names and order as the driver gives them)
+//! * `fabprobe/dcb.json`: `{"eth0": {"ok": "<hex>"} | {"error": "EOPNOTSUPP"}}`, the raw
+//!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
+//! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
+//!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -12,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{HostError, NvmlState};
+use super::{HostError, NetAnswers, NvmlState};
 
 pub const SIDE_DIR: &str = "fabprobe";
 
@@ -46,8 +54,15 @@ impl HostMeta {
     }
 }
 
-/// Environment variables a probe may read, and so the only ones a snapshot keeps.
+/// Environment variables a probe may read, and so the only ones a snapshot keeps. Never a
+/// secret: `FABPROBE_TOKEN` (the ring's job token) or anything named like a credential,
+/// since snapshots are made to be handed to others.
 pub fn env_is_captured(name: &str) -> bool {
+    const SECRET_MARKS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
+    let upper = name.to_ascii_uppercase();
+    if SECRET_MARKS.iter().any(|m| upper.contains(m)) {
+        return false;
+    }
     const PREFIXES: &[&str] = &["NCCL_", "UCX_", "FABPROBE_"];
     const EXACT: &[&str] = &[
         "CUDA_VISIBLE_DEVICES",
@@ -56,6 +71,9 @@ pub fn env_is_captured(name: &str) -> bool {
         "OMPI_MCA_btl_tcp_if_include",
         "OMPI_MCA_btl_tcp_if_exclude",
         "OMPI_MCA_oob_tcp_if_include",
+        // nccl-env: where ~/.nccl.conf is, and where NCCL's dlopen looks for a net plugin.
+        "HOME",
+        "LD_LIBRARY_PATH",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -74,6 +92,7 @@ const ERRNOS: &[(&str, i32)] = &[
     ("EOPNOTSUPP", libc::EOPNOTSUPP),
     ("ETIMEDOUT", libc::ETIMEDOUT),
     ("EAGAIN", libc::EAGAIN),
+    ("EFBIG", libc::EFBIG),
 ];
 
 pub fn errno_name(raw: i32) -> Option<&'static str> {
@@ -88,7 +107,9 @@ pub(super) struct Loaded {
     pub meta: HostMeta,
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
+    pub net: NetAnswers,
     pub read_errors: BTreeMap<PathBuf, String>,
+    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(
@@ -97,14 +118,14 @@ fn load_json<T: serde::de::DeserializeOwned>(
     shown: &Path,
 ) -> Result<Option<T>, HostError> {
     let p = root.join(SIDE_DIR).join(name);
-    let text = match std::fs::read_to_string(&p) {
-        Ok(t) => t,
+    // Errors name the snapshot as given (a tarball's temporary directory means nothing).
+    let text = match super::read_capped(&p, super::MAX_READ_BYTES) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(HostError::Io {
-                op: "read",
-                path: p,
-                source,
+        Err(e) => {
+            return Err(HostError::Snapshot {
+                path: shown.to_path_buf(),
+                msg: format!("cannot read {SIDE_DIR}/{name}: {e}"),
             });
         }
     };
@@ -112,16 +133,24 @@ fn load_json<T: serde::de::DeserializeOwned>(
         .map(Some)
         .map_err(|e| HostError::Snapshot {
             path: shown.to_path_buf(),
-            msg: format!("{SIDE_DIR}/{name}: {e}"),
+            // serde quotes the offending value: printed escaped.
+            msg: format!("{SIDE_DIR}/{name}: {}", super::printable(&e.to_string(), 300)),
         })
 }
 
 pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let meta: HostMeta = load_json(root, "host.json", shown)?.unwrap_or_default();
-    let env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    let mut env: BTreeMap<String, String> = load_json(root, "env.json", shown)?.unwrap_or_default();
+    // Snapshots written before the filter knew about secrets may hold one: never use it.
+    env.retain(|k, _| env_is_captured(k));
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
+    let net = NetAnswers {
+        ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
+        dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
+        lldp: load_json(root, "lldp.json", shown)?.unwrap_or_default(),
+    };
     let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     for (path, errno) in &raw {
         if errno_from_name(errno).is_none() {
@@ -134,21 +163,37 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
             });
         }
     }
+    let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
+        net,
         read_errors: raw,
+        ifaddrs,
     })
 }
 
-/// Unpack a `.tar.gz` snapshot into a private temporary directory.
+/// Unpack a `.tar.gz` snapshot into a private temporary directory, within
+/// [`tarball::LIMITS`](super::tarball::LIMITS); a refusal names the archive and the entry.
 pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostError> {
+    extract_tarball_within(path, &super::tarball::LIMITS)
+}
+
+pub(super) fn extract_tarball_within(
+    path: &Path,
+    limits: &super::tarball::Limits,
+) -> Result<tempfile::TempDir, HostError> {
     let err = |msg: String| HostError::Snapshot {
         path: path.to_path_buf(),
         msg,
     };
-    let file = std::fs::File::open(path).map_err(|source| HostError::Io {
+    let open = || {
+        std::fs::File::open(path)
+            .map(|f| flate2::read::GzDecoder::new(std::io::BufReader::new(f)))
+    };
+    // Opened once here so a missing file is an I/O error naming it, not a refusal.
+    open().map_err(|source| HostError::Io {
         op: "open snapshot",
         path: path.to_path_buf(),
         source,
@@ -157,11 +202,7 @@ pub(super) fn extract_tarball(path: &Path) -> Result<tempfile::TempDir, HostErro
         .prefix("fabprobe-snap")
         .tempdir()
         .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    ar.set_preserve_permissions(false);
-    // `unpack` refuses entries that escape the destination ('..', absolute paths).
-    ar.unpack(dir.path())
-        .map_err(|e| err(format!("not a readable .tar.gz snapshot: {e}")))?;
+    super::tarball::unpack(open, dir.path(), limits).map_err(|r| err(r.to_string()))?;
     Ok(dir)
 }
 
@@ -174,8 +215,10 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
     if has_tree(dir) {
         return dir.to_path_buf();
     }
+    // A real directory, not a link to one: the root must be the unpacked tree itself.
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     match top.as_slice() {
-        [only] if only.is_dir() && has_tree(only) => only.clone(),
+        [only] if real_dir(only) && has_tree(only) => only.clone(),
         _ => dir.to_path_buf(),
     }
 }
@@ -192,6 +235,23 @@ mod tests {
         assert!(!env_is_captured("AWS_SECRET_ACCESS_KEY"));
         assert!(!env_is_captured("PATH"));
         assert!(!env_is_captured("CUDA_HOME"));
+        // The ring's job token is a secret, not a probe input.
+        assert!(env_is_captured("FABPROBE_COORDINATOR"));
+        assert!(!env_is_captured("FABPROBE_TOKEN"));
+        assert!(!env_is_captured("NCCL_SOME_SECRET"));
+    }
+
+    #[test]
+    fn a_token_in_an_old_snapshot_is_not_loaded() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::write(
+            t.path().join(SIDE_DIR).join("env.json"),
+            r#"{"FABPROBE_TOKEN": "s3cret", "NCCL_IB_HCA": "mlx5_0"}"#,
+        )
+        .unwrap();
+        let l = load(t.path(), t.path()).unwrap();
+        assert_eq!(l.env.keys().collect::<Vec<_>>(), vec!["NCCL_IB_HCA"]);
     }
 
     #[test]
@@ -217,5 +277,27 @@ mod tests {
         .unwrap();
         let e = load(t.path(), t.path()).err().unwrap().to_string();
         assert!(e.contains("EWHAT") && e.contains("/sys/x"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_side_files_name_the_snapshot_as_given() {
+        // `fabprobe` a file, not a folder (found by the archive property test).
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join(SIDE_DIR), "x").unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/host.json: "),
+            "{e}"
+        );
+        // Too large: refused, and named the same way.
+        std::fs::remove_file(t.path().join(SIDE_DIR)).unwrap();
+        std::fs::create_dir(t.path().join(SIDE_DIR)).unwrap();
+        let f = std::fs::File::create(t.path().join(SIDE_DIR).join("nvml.json")).unwrap();
+        f.set_len(super::super::MAX_READ_BYTES + 1).unwrap();
+        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/nvml.json: larger than 16777216 bytes"),
+            "{e}"
+        );
     }
 }

@@ -1,26 +1,27 @@
-//! `NCCL_IB_HCA` as NCCL reads it (`src/transport/net_ib/init.cc` `ncclIbInitDevices`; see
-//! rdma-facts.md §3(b)): `^` excludes, then `=` asks for exact names, then a comma-separated
-//! list of `dev[:port]`. Without `=`, `mlx5_1` is a prefix and also matches `mlx5_10`. A port
-//! is matched only when given. Only ACTIVE ports with an InfiniBand or Ethernet link layer
-//! are used. The ring's choice of one port for a rank adds one rule of its own: among the
-//! ports NCCL would use, the one whose netdev carries the rank's data interface.
+//! `NCCL_IB_HCA` as NCCL reads it (`ncclIbInitDevices`, rdma-facts.md §3(b)): `^` excludes,
+//! then `=` asks for exact names, then a comma-separated list of `dev[:port[:rail[:plane]]]`.
+//! Without `=`, an entry is a prefix: `mlx5_1` also matches `mlx5_10`..`mlx5_19`. The ring's
+//! choice of one port for a rank ([`choose_port`]) adds one rule of its own: among the ports
+//! NCCL would use, the one whose netdev carries the rank's data interface.
 
-/// A parsed `NCCL_IB_HCA` value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use serde::Serialize;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HcaEntry {
+    pub name: String,
+    /// None: any port.
+    pub port: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HcaSpec {
     pub exclude: bool,
     pub exact: bool,
-    /// `(device, port)`; the port None when not given.
-    pub entries: Vec<(String, Option<u32>)>,
+    pub entries: Vec<HcaEntry>,
 }
 
 impl HcaSpec {
-    /// None for an empty value (NCCL then uses every device).
-    pub fn parse(s: &str) -> Option<HcaSpec> {
-        let s = s.trim();
-        if s.is_empty() {
-            return None;
-        }
+    pub fn parse(s: &str) -> HcaSpec {
         let (exclude, rest) = match s.strip_prefix('^') {
             Some(r) => (true, r),
             None => (false, s),
@@ -33,33 +34,54 @@ impl HcaSpec {
             .split(',')
             .filter(|e| !e.is_empty())
             .map(|e| {
-                let mut it = e.split(':');
-                let dev = it.next().unwrap_or("").to_string();
-                // `dev:port[:rail[:plane]]`; an unparsable port counts as "any" like atoi's 0
-                // would not: NCCL's strtol gives 0, which matches no port, so keep it as 0.
-                let port = it.next().map(|p| p.trim().parse::<u32>().unwrap_or(0));
-                (dev, port)
+                let mut f = e.split(':');
+                HcaEntry {
+                    name: f.next().unwrap_or("").to_string(),
+                    // NCCL parses the port with atoi; a bad one reads as 0 and matches no port.
+                    port: f.next().map(|p| p.trim().parse().unwrap_or(0)),
+                }
             })
             .collect();
-        Some(HcaSpec {
+        HcaSpec {
             exclude,
             exact,
             entries,
+        }
+    }
+
+    /// The entry a device port matches (prefix or exact name, and the port if given).
+    pub fn matching_entry(&self, dev: &str, port: u32) -> Option<&HcaEntry> {
+        self.entries.iter().find(|e| {
+            let name_ok = if self.exact {
+                dev == e.name
+            } else {
+                dev.starts_with(e.name.as_str())
+            };
+            name_ok && e.port.is_none_or(|p| p == port)
         })
     }
 
-    /// `matchIfList(dev, port) XOR searchNot`; an empty list matches everything.
-    pub fn matches(&self, dev: &str, port: u32) -> bool {
-        let hit = self.entries.is_empty()
-            || self.entries.iter().any(|(name, p)| {
-                let name_ok = if self.exact {
-                    dev == name
-                } else {
-                    dev.starts_with(name.as_str())
-                };
-                name_ok && p.is_none_or(|p| p == port)
-            });
+    /// `matchIfList(...) XOR searchNot`; an empty list matches everything.
+    pub fn selects(&self, dev: &str, port: u32) -> bool {
+        let hit = self.entries.is_empty() || self.matching_entry(dev, port).is_some();
         hit != self.exclude
+    }
+
+    /// Entries without `=` that also match a longer device name than the one written
+    /// (`mlx5_1` matching `mlx5_10`): the (entry, surprise device) pairs among `devices`.
+    pub fn prefix_surprises<'a>(&self, devices: &'a [String]) -> Vec<(String, &'a str)> {
+        if self.exact {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for e in &self.entries {
+            for d in devices {
+                if d != &e.name && d.starts_with(e.name.as_str()) && devices.contains(&e.name) {
+                    out.push((e.name.clone(), d.as_str()));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -102,12 +124,15 @@ pub fn choose_port(
         return Err("no RDMA devices on this host".into());
     }
     let (spec, source) = match device_flag {
-        Some(d) => (HcaSpec::parse(&format!("={d}")), "--device"),
-        None => (hca_env.and_then(HcaSpec::parse), "NCCL_IB_HCA"),
+        Some(d) => (Some(HcaSpec::parse(&format!("={d}"))), "--device"),
+        None => (
+            hca_env.map(str::trim).filter(|s| !s.is_empty()).map(HcaSpec::parse),
+            "NCCL_IB_HCA",
+        ),
     };
     let mut usable: Vec<&PortCandidate> = ports
         .iter()
-        .filter(|p| spec.as_ref().is_none_or(|s| s.matches(&p.device, p.port)))
+        .filter(|p| spec.as_ref().is_none_or(|s| s.selects(&p.device, p.port)))
         .collect();
     if usable.is_empty() {
         let all: Vec<String> = ports.iter().map(|p| format!("{}:{}", p.device, p.port)).collect();
@@ -171,21 +196,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_exact_exclude_and_ports() {
-        let s = HcaSpec::parse("mlx5_1").unwrap();
-        assert!(s.matches("mlx5_1", 1));
-        assert!(s.matches("mlx5_10", 1), "a prefix without = matches mlx5_10");
-        assert!(!s.matches("mlx5_2", 1));
-        let s = HcaSpec::parse("=mlx5_1").unwrap();
-        assert!(!s.matches("mlx5_10", 1));
-        let s = HcaSpec::parse("^mlx5_0,mlx5_1:2").unwrap();
-        assert!(!s.matches("mlx5_0", 1));
-        assert!(!s.matches("mlx5_1", 2));
-        assert!(s.matches("mlx5_1", 1));
-        assert!(s.matches("mlx5_2", 1));
-        let s = HcaSpec::parse("mlx5_0:1:0:0").unwrap();
-        assert_eq!(s.entries, vec![("mlx5_0".to_string(), Some(1))]);
-        assert!(HcaSpec::parse("").is_none());
+    fn prefix_and_exact() {
+        let s = HcaSpec::parse("mlx5_1");
+        assert!(s.selects("mlx5_1", 1));
+        assert!(s.selects("mlx5_10", 1));
+        assert!(!s.selects("mlx5_2", 1));
+        let e = HcaSpec::parse("=mlx5_1");
+        assert!(e.selects("mlx5_1", 1));
+        assert!(!e.selects("mlx5_10", 1));
+        let x = HcaSpec::parse("^=mlx5_1");
+        assert!(!x.selects("mlx5_1", 1));
+        assert!(x.selects("mlx5_10", 1));
+    }
+
+    #[test]
+    fn ports() {
+        let s = HcaSpec::parse("mlx5_0:1,mlx5_1:2");
+        assert!(s.selects("mlx5_0", 1));
+        assert!(!s.selects("mlx5_0", 2));
+        assert!(s.selects("mlx5_1", 2));
+        assert_eq!(s.entries[0].port, Some(1));
+    }
+
+    #[test]
+    fn surprises() {
+        let devs: Vec<String> = ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let s = HcaSpec::parse("mlx5_0,mlx5_1");
+        assert_eq!(
+            s.prefix_surprises(&devs),
+            vec![
+                ("mlx5_1".to_string(), "mlx5_10"),
+                ("mlx5_1".to_string(), "mlx5_11")
+            ]
+        );
+        assert!(HcaSpec::parse("=mlx5_1").prefix_surprises(&devs).is_empty());
+        // `mlx5` alone is a deliberate prefix: no device is named exactly that.
+        assert!(HcaSpec::parse("mlx5").prefix_surprises(&devs).is_empty());
     }
 
     fn cand(dev: &str, port: u32, state: &str, netdev: &str, gid: Option<u32>) -> PortCandidate {

@@ -55,8 +55,8 @@ impl IfSpec {
     }
 }
 
-/// One interface address as NCCL considers it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One interface address as NCCL considers it (also the snapshot's `fabprobe/ifaddrs.json`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IfAddr {
     pub name: String,
     pub addr: IpAddr,

@@ -35,6 +35,51 @@ impl PathType {
     }
 }
 
+impl PathType {
+    /// A path type name as NCCL spells it (`topoPathTypeStr`).
+    pub fn from_name(s: &str) -> Option<PathType> {
+        Some(match s {
+            "LOC" => PathType::Loc,
+            "NVL" => PathType::Nvl,
+            "NVB" => PathType::Nvb,
+            "PIX" => PathType::Pix,
+            "PXB" => PathType::Pxb,
+            "PHB" => PathType::Phb,
+            "SYS" => PathType::Sys,
+            _ => return None,
+        })
+    }
+}
+
+/// `NCCL_NET_GDR_LEVEL` as NCCL's `ncclGetLevel` reads it: a path type name, or the old
+/// numbering 0=LOC 1=PIX 2=PXB 3=PHB 4=SYS (higher clamps to SYS). `None`: not understood
+/// (NCCL then keeps its default). `C2C`, `P2C` and `PXN` are Grace/routing levels this PCI
+/// classification never yields: C2C orders below PIX (read as NVB), P2C and PXN between PXB
+/// and PHB (read as PXB).
+pub fn parse_net_gdr_level(s: &str) -> Option<PathType> {
+    let s = s.trim();
+    if let Some(p) = PathType::from_name(s) {
+        return Some(p);
+    }
+    if s == "C2C" {
+        return Some(PathType::Nvb);
+    }
+    if matches!(s, "P2C" | "PXN") {
+        return Some(PathType::Pxb);
+    }
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        let n: i64 = s.parse().ok()?;
+        return Some(match n {
+            0 => PathType::Loc,
+            1 => PathType::Pix,
+            2 => PathType::Pxb,
+            3 => PathType::Phb,
+            _ => PathType::Sys,
+        });
+    }
+    None
+}
+
 /// The switch nodes NCCL makes from a device's bridge chain (root port first, device
 /// excluded): cutting the device path two components at a time, every second bridge above
 /// the device (a switch's upstream port) becomes a node; downstream and root ports vanish.
@@ -196,6 +241,18 @@ pub fn nvlink_path(i: usize, j: usize, nv: &[Vec<u32>], direct: &[Vec<u32>]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn net_gdr_level() {
+        assert_eq!(parse_net_gdr_level("PHB"), Some(PathType::Phb));
+        assert_eq!(parse_net_gdr_level("SYS"), Some(PathType::Sys));
+        assert_eq!(parse_net_gdr_level("0"), Some(PathType::Loc));
+        assert_eq!(parse_net_gdr_level("2"), Some(PathType::Pxb));
+        assert_eq!(parse_net_gdr_level("9"), Some(PathType::Sys));
+        assert_eq!(parse_net_gdr_level("P2C"), Some(PathType::Pxb));
+        assert_eq!(parse_net_gdr_level("pxb"), None);
+        assert_eq!(parse_net_gdr_level(""), None);
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

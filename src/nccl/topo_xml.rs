@@ -134,7 +134,8 @@ impl Ctx<'_> {
         TopoXmlError::Bad {
             path: self.path.to_path_buf(),
             line,
-            msg: msg.into(),
+            // Messages quote the file's names and values: printed escaped.
+            msg: crate::host::printable(&msg.into(), 400),
         }
     }
     fn attr<'e>(&self, e: &'e Elem, key: &str) -> Option<&'e str> {
@@ -173,16 +174,42 @@ impl Ctx<'_> {
     }
 }
 
-fn line_of(text: &str, pos: usize) -> usize {
-    text.as_bytes()[..pos.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+/// How deep elements may nest. NCCL's deepest real files are `system > cpu > pci` (a few
+/// switch levels) `> gpu > nvlink`: about ten. The limit keeps every recursive walk of the
+/// tree (here, in `probe::topo`, and when it is dropped) far from the stack's end.
+pub const MAX_DEPTH: usize = 64;
+
+/// Line numbers of byte offsets, from the line starts found once (not a rescan per event).
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn new(text: &str) -> Lines {
+        Lines(
+            text.bytes()
+                .enumerate()
+                .filter(|(_, b)| *b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        )
+    }
+    /// 1-based line of byte `pos`: one more than the newlines before it.
+    fn of(&self, pos: usize) -> usize {
+        self.0.partition_point(|&nl| nl < pos) + 1
+    }
 }
 
 fn parse_tree(text: &str, path: &Path) -> Result<Elem, TopoXmlError> {
     let cx = Ctx { path };
+    let lines = Lines::new(text);
+    let too_deep = |name: &[u8], line: usize| {
+        cx.err(
+            line,
+            format!(
+                "<{}> is nested deeper than {MAX_DEPTH} elements; NCCL topology files are about ten deep",
+                String::from_utf8_lossy(name)
+            ),
+        )
+    };
     let mut reader = quick_xml::Reader::from_str(text);
     let mut stack: Vec<Elem> = Vec::new();
     let mut root: Option<Elem> = None;
@@ -209,14 +236,22 @@ fn parse_tree(text: &str, path: &Path) -> Result<Elem, TopoXmlError> {
         let pos = reader.buffer_position() as usize;
         let ev = reader.read_event().map_err(|e| {
             cx.err(
-                line_of(text, reader.error_position() as usize),
+                lines.of(reader.error_position() as usize),
                 format!("not well-formed XML: {e}"),
             )
         })?;
-        let line = line_of(text, pos);
+        let line = lines.of(pos);
         match ev {
-            Event::Start(e) => stack.push(start(&e, line)?),
+            Event::Start(e) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(too_deep(e.name().as_ref(), line));
+                }
+                stack.push(start(&e, line)?)
+            }
             Event::Empty(e) => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(too_deep(e.name().as_ref(), line));
+                }
                 let el = start(&e, line)?;
                 match stack.last_mut() {
                     Some(parent) => parent.children.push(el),
@@ -342,10 +377,14 @@ fn parse_nic(cx: &Ctx, e: &Elem) -> Result<Vec<NcclNet>, TopoXmlError> {
 
 /// Read and parse an NCCL topology file.
 pub fn read_file(path: &Path) -> Result<NcclSystem, TopoXmlError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TopoXmlError::Read {
+    let read_err = |source| TopoXmlError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // NCCL's own files are tens of KiB; a bigger one is refused, not read into memory.
+    let bytes = crate::host::read_capped(path, crate::host::MAX_READ_BYTES).map_err(read_err)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     parse(&text, path)
 }
 
@@ -516,5 +555,45 @@ mod tests {
             assert!(e.starts_with("t.xml: line "), "{e}");
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn nesting_is_bounded_and_the_error_names_line_and_element() {
+        // 65 levels: one past the limit, refused at the element that crosses it.
+        let mut t = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n");
+        for _ in 0..63 {
+            t.push_str("<pci busid=\"0000:01:00.0\">\n");
+        }
+        let e = p(&t).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.xml: line 65: <pci> is nested deeper than 64 elements; NCCL topology files are about ten deep"
+        );
+        // Far deeper (what would exhaust the stack of a recursive walk) is the same error.
+        let deep = "<pci busid=\"0000:01:00.0\">".repeat(200_000);
+        let e = p(&format!("<system version=\"1\"><cpu numaid=\"0\">{deep}")).unwrap_err();
+        assert!(e.to_string().contains("nested deeper than 64"), "{e}");
+        // 64 levels are fine.
+        let mut ok = String::from("<system version=\"1\"><cpu numaid=\"0\">");
+        ok.push_str(&"<pci busid=\"0000:01:00.0\">".repeat(62));
+        ok.push_str(&"</pci>".repeat(62));
+        ok.push_str("</cpu></system>");
+        let s = p(&ok).unwrap();
+        assert_eq!(s.cpus[0].pcis.len(), 1);
+    }
+
+    #[test]
+    fn line_numbers_of_a_large_file() {
+        // 200,000 lines: a rescan from the start for every event would read ~10^11 bytes.
+        let mut t = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n");
+        for _ in 0..200_000 {
+            t.push_str("<unknown_thing a=\"b\"/>\n");
+        }
+        t.push_str("<nic><net dev=\"0\"/></nic>\n</pci></cpu></system>\n");
+        let e = p(&t).unwrap_err().to_string();
+        assert_eq!(e, "t.xml: line 200004: <net> has no attribute name");
+        let lines = Lines::new("a\nbc\n\nd");
+        let got: Vec<usize> = (0..9).map(|i| lines.of(i)).collect();
+        assert_eq!(got, vec![1, 1, 2, 2, 2, 3, 4, 4, 4]);
     }
 }

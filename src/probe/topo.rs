@@ -89,11 +89,16 @@ pub struct TopoGpu {
     pub pci: PciPlace,
 }
 
+/// Class of a CPU at the far end of an NVLink (POWER9's NVLink; NCCL's `tclass`).
+pub const NVLINK_CPU_CLASS: &str = "0x068001";
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvlinkPeer {
     /// The far end's bus id (None when NVML could not say).
     pub target_pci_bus_id: Option<String>,
-    /// `gpu`, `nvswitch` or `other` (e.g. a CPU).
+    /// `gpu`, `nvswitch`, `cpu`, `other`, or `unknown` when nothing read says what the far
+    /// end is. Only what the evidence says: a GPU in the report, NVML's remote device type,
+    /// the far end's PCI class in sysfs, or the `tclass` of an NCCL file.
     pub target_kind: String,
     /// Active links to that end.
     pub count: u32,
@@ -314,18 +319,62 @@ fn read_nics(host: &Host, notes: &mut Vec<String>) -> Vec<TopoNic> {
     nics
 }
 
+/// What the far end of an NVLink is, from the evidence alone: one of the GPUs in the
+/// report, NVML's remote device type, else the far end's PCI class in sysfs. A far end
+/// none of these names is `unknown`, never assumed to be an NVSwitch.
+fn nvlink_target_kind(
+    host: &Host,
+    target: Option<&str>,
+    nvml_type: Option<&str>,
+    gpu_bus_ids: &[String],
+) -> &'static str {
+    if target.is_some_and(|t| gpu_bus_ids.iter().any(|g| g == t)) {
+        return "gpu";
+    }
+    match nvml_type {
+        Some("switch") => return "nvswitch",
+        Some("gpu") => return "gpu",
+        Some("ibmnpu") => return "cpu",
+        _ => {}
+    }
+    let class = target
+        .filter(|t| pci::is_bdf(t))
+        .and_then(|t| host.attr(format!("/sys/bus/pci/devices/{t}/class")).value().map(str::to_string));
+    match class.as_deref() {
+        Some(c) => kind_of_class(c),
+        None => "unknown",
+    }
+}
+
+/// NCCL's reading of a far end's class (`kvDictPciClass`, matched by prefix).
+fn kind_of_class(class: &str) -> &'static str {
+    let c = class.trim().to_ascii_lowercase();
+    if c.starts_with(NVSWITCH_CLASS) {
+        "nvswitch"
+    } else if c.starts_with(NVLINK_CPU_CLASS) {
+        "cpu"
+    } else if c.starts_with("0x03") {
+        "gpu"
+    } else {
+        "other"
+    }
+}
+
 /// Active NVLinks of one NVML GPU grouped by far end.
-fn nvml_peers(g: &crate::host::NvmlGpu, gpu_bus_ids: &[String]) -> Vec<NvlinkPeer> {
-    let mut by: BTreeMap<Option<String>, u32> = BTreeMap::new();
+fn nvml_peers(host: &Host, g: &crate::host::NvmlGpu, gpu_bus_ids: &[String]) -> Vec<NvlinkPeer> {
+    let mut by: BTreeMap<(Option<String>, &'static str), u32> = BTreeMap::new();
     for l in g.nvlinks.iter().filter(|l| l.active) {
-        *by.entry(l.remote_pci_bus_id.clone()).or_default() += 1;
+        let kind = nvlink_target_kind(
+            host,
+            l.remote_pci_bus_id.as_deref(),
+            l.remote_device_type.as_deref(),
+            gpu_bus_ids,
+        );
+        *by.entry((l.remote_pci_bus_id.clone(), kind)).or_default() += 1;
     }
     by.into_iter()
-        .map(|(target, count)| NvlinkPeer {
-            target_kind: match &target {
-                Some(t) if gpu_bus_ids.contains(t) => "gpu".into(),
-                _ => "nvswitch".into(),
-            },
+        .map(|((target, kind), count)| NvlinkPeer {
+            target_kind: kind.into(),
             target_pci_bus_id: target,
             count,
         })
@@ -373,7 +422,7 @@ pub fn probe(host: &Host) -> TopoReport {
             name: ng.and_then(|g| g.name.clone()),
             sm: ng.and_then(|g| Some((g.cuda_cc_major? * 10 + g.cuda_cc_minor?) as u32)),
             gpu_numa_id: ng.and_then(|g| g.numa_node_id),
-            nvlinks: ng.map(|g| nvml_peers(g, &gpu_list)).unwrap_or_default(),
+            nvlinks: ng.map(|g| nvml_peers(host, g, &gpu_list)).unwrap_or_default(),
             pci: PciPlace {
                 pci_bus_id: Some(bdf.clone()),
                 ..place
@@ -491,6 +540,33 @@ fn finish(r: &mut TopoReport) {
             {
                 Some(j) if p.target_kind == "gpu" => direct[i][j] += p.count,
                 _ if p.target_kind == "nvswitch" => to_switch[i] += p.count,
+                _ => {}
+            }
+        }
+    }
+    // Links the matrix leaves out, said out loud.
+    for g in &r.gpus {
+        for p in &g.nvlinks {
+            let far = p.target_pci_bus_id.as_deref();
+            let visible = far.is_some_and(|t| gpu_ids.contains(&t));
+            let n = p.count;
+            let s = if n == 1 { "" } else { "s" };
+            match (p.target_kind.as_str(), far) {
+                ("gpu", Some(t)) if !visible => r.notes.push(format!(
+                    "{}: {n} NVLink{s} lead to GPU {t}, which this report does not list (hidden from \
+                     this process, e.g. by NVIDIA_VISIBLE_DEVICES or a container): not counted in NV#",
+                    g.label
+                )),
+                ("unknown", Some(t)) => r.notes.push(format!(
+                    "{}: {n} NVLink{s} lead to {t}, and nothing read says what it is (not a GPU \
+                     listed here, no NVML remote device type or tclass, no PCI class in sysfs): \
+                     not counted in NV#",
+                    g.label
+                )),
+                ("unknown", None) => r.notes.push(format!(
+                    "{}: {n} active NVLink{s} whose far end NVML could not name: not counted in NV#",
+                    g.label
+                )),
                 _ => {}
             }
         }
@@ -816,13 +892,19 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
                         Some(NcclNvlink {
                             target: p.target_pci_bus_id.clone()?,
                             count: p.count,
-                            tclass: Some(match p.target_kind.as_str() {
-                                "gpu" => gpu_class
-                                    .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
-                                    .cloned()
-                                    .unwrap_or_else(|| "0x030200".into()),
-                                _ => NVSWITCH_CLASS.into(),
-                            }),
+                            // An unknown far end gets no tclass: NCCL then reads the
+                            // class from the host's sysfs itself, as for its own dumps.
+                            tclass: match p.target_kind.as_str() {
+                                "gpu" => Some(
+                                    gpu_class
+                                        .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
+                                        .cloned()
+                                        .unwrap_or_else(|| "0x030200".into()),
+                                ),
+                                "nvswitch" => Some(NVSWITCH_CLASS.into()),
+                                "cpu" => Some(NVLINK_CPU_CLASS.into()),
+                                _ => None,
+                            },
                         })
                     })
                     .collect(),
@@ -990,11 +1072,10 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
         let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
         for l in &g.nvlinks {
             let kind = match l.tclass.as_deref() {
-                Some(c) if c.starts_with("0x03") => "gpu",
-                Some(NVSWITCH_CLASS) => "nvswitch",
-                None if gpu_ids.contains(&l.target) => "gpu",
-                None => "nvswitch",
-                _ => "other",
+                _ if gpu_ids.contains(&l.target) => "gpu",
+                Some(c) => kind_of_class(c),
+                // NCCL would read the class from the host's sysfs; a file alone cannot say.
+                None => "unknown",
             };
             *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
         }

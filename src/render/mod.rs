@@ -1,8 +1,12 @@
 //! Rendering, the last step: the JSON envelope shared by every command, and text helpers.
 //! Renderers return strings; only the CLI layer writes them out.
 
+pub mod gdr;
 pub mod gids;
 pub mod links;
+pub mod qos;
+pub mod nccl_env;
+pub mod nccl_log;
 pub mod ring;
 pub mod text;
 pub mod topo;

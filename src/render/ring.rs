@@ -5,7 +5,9 @@
 
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::diagnosis::localize::fmt_gbs;
-use crate::ring::report::RingReport;
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
+use crate::ring::model::RankInfo;
+use crate::ring::run::Options;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
 pub fn fit(v: f64, width: usize) -> String {
@@ -20,12 +22,61 @@ pub fn fit(v: f64, width: usize) -> String {
 
 pub fn table(r: &RingReport) -> String {
     let mut o = String::new();
-    let o_ = &mut o;
+    verdicts(&mut o, r);
+    o.push_str(&head(&Head::of(r)));
+    for row in &r.results {
+        o.push_str(&row_line(row));
+    }
+    tail(&mut o, r);
+    o
+}
+
+/// The rest of the table after [`head`] and the rows in `shown` were printed as the run
+/// went: rows not shown, the tail, then the verdicts (last: the run is over when they are
+/// known).
+pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
+    let mut o = String::new();
+    for row in r.results.iter().filter(|x| !shown.contains(&x.size_bytes)) {
+        o.push_str(&row_line(row));
+    }
+    tail(&mut o, r);
+    if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
+        o.push('\n');
+        verdicts(&mut o, r);
+    }
+    o
+}
+
+/// What the header lines need, known as soon as every rank has joined.
+pub struct Head<'a> {
+    pub world: u32,
+    pub transport: &'a str,
+    pub launcher: &'a LauncherInfo,
+    pub options: &'a Options,
+    pub ranks: &'a [RankInfo],
+    /// Why `--transport auto` ran tcp (the report's `transport_note`).
+    pub note: Option<&'a str>,
+}
+
+impl<'a> Head<'a> {
+    pub fn of(r: &'a RingReport) -> Self {
+        Head {
+            world: r.world,
+            transport: &r.transport,
+            launcher: &r.launcher,
+            options: &r.options,
+            ranks: &r.ranks,
+            note: r.transport_note.as_deref(),
+        }
+    }
+}
+
+/// Verdicts first: the one thing a person on call needs, with the next command.
+fn verdicts(o: &mut String, r: &RingReport) {
     let mut line = |s: String| {
-        o_.push_str(&s);
-        o_.push('\n');
+        o.push_str(&s);
+        o.push('\n');
     };
-    // Verdicts first: the one thing a person on call needs, with the next command.
     for v in &r.verdicts {
         line(v.message.clone());
         if let Some(n) = &v.next {
@@ -42,45 +93,58 @@ pub fn table(r: &RingReport) -> String {
     if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
         line(String::new());
     }
+}
+
+fn group(t: &str, a: &str, b: &str, w: &str) -> String {
+    format!("  {t:>7}  {a:>6}  {b:>6}  {w:>6}")
+}
+
+/// The header lines, through the column headings of the sweep.
+pub fn head(h: &Head) -> String {
+    let mut o = String::new();
+    let mut line = |s: String| {
+        o.push_str(&s);
+        o.push('\n');
+    };
     let (min, max) = (
-        r.options.sizes.first().copied().unwrap_or(0),
-        r.options.sizes.last().copied().unwrap_or(0),
+        h.options.sizes.first().copied().unwrap_or(0),
+        h.options.sizes.last().copied().unwrap_or(0),
     );
-    if r.options.sweep {
+    if h.options.sweep {
         line(format!(
             "# fabprobe {} ring: all_reduce over {}",
             env!("CARGO_PKG_VERSION"),
-            r.transport
+            h.transport
         ));
         line(format!(
             "# nRanks {} channels {} minBytes {min} maxBytes {max} step: 2(factor) warmup iters: {} iters: {} validation: {}",
-            r.world,
-            r.options.channels,
-            r.options.warmup,
-            r.options.iters,
-            r.options.check.min(1)
+            h.world,
+            h.options.channels,
+            h.options.warmup,
+            h.options.iters,
+            h.options.check.min(1)
         ));
     } else {
         line(format!(
             "# fabprobe {} ring: link scan over {}",
             env!("CARGO_PKG_VERSION"),
-            r.transport
+            h.transport
         ));
-        line(format!("# nRanks {}", r.world));
+        line(format!("# nRanks {}", h.world));
     }
-    if let Some(n) = &r.transport_note {
+    if let Some(n) = h.note {
         line(format!("# transport: {n}"));
     }
     line(format!(
         "# launcher: {} (coordinator {} from {}, token from {})",
-        r.launcher.source.name(),
-        r.launcher.coordinator,
-        r.launcher.coordinator_source,
-        r.launcher.token_source
+        h.launcher.source.name(),
+        h.launcher.coordinator,
+        h.launcher.coordinator_source,
+        h.launcher.token_source
     ));
     line("#".into());
     line("# Using devices".into());
-    for i in &r.ranks {
+    for i in h.ranks {
         line(format!(
             "#  Rank {:>2} Pid {:>6} on {:>10} device {} [{}] {}",
             i.rank,
@@ -92,9 +156,8 @@ pub fn table(r: &RingReport) -> String {
         ));
     }
     line("#".into());
-    if r.options.sweep {
+    if h.options.sweep {
         line(format!("#{:>74}{:>31}", "out-of-place", "in-place"));
-        let group = |t: &str, a: &str, b: &str, w: &str| format!("  {t:>7}  {a:>6}  {b:>6}  {w:>6}");
         line(format!(
             "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
             "size",
@@ -119,33 +182,46 @@ pub fn table(r: &RingReport) -> String {
             .trim_end()
             .to_string(),
         );
-        let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
-        for row in &r.results {
-            let in_place = match &row.in_place {
-                Some(h) => group(
-                    &fit(h.time_us, 7),
-                    &fit(h.algbw_gbs, 6),
-                    &fit(h.busbw_gbs, 6),
-                    &wrong(h.wrong),
-                ),
-                // A rank did not report the in-place half.
-                None => group("N/A", "N/A", "N/A", "N/A"),
-            };
-            line(format!(
-                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{in_place}",
-                row.size_bytes,
-                row.count,
-                row.dtype,
-                row.redop,
-                row.root,
-                group(
-                    &fit(row.time_us, 7),
-                    &fit(row.algbw_gbs, 6),
-                    &fit(row.busbw_gbs, 6),
-                    &wrong(row.wrong)
-                ),
-            ));
-        }
+    }
+    o
+}
+
+/// One size's line, nccl-tests' columns, with its newline.
+pub fn row_line(row: &ResultRow) -> String {
+    let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
+    let in_place = match &row.in_place {
+        Some(h) => group(
+            &fit(h.time_us, 7),
+            &fit(h.algbw_gbs, 6),
+            &fit(h.busbw_gbs, 6),
+            &wrong(h.wrong),
+        ),
+        // A rank did not report the in-place half.
+        None => group("N/A", "N/A", "N/A", "N/A"),
+    };
+    format!(
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{in_place}\n",
+        row.size_bytes,
+        row.count,
+        row.dtype,
+        row.redop,
+        row.root,
+        group(
+            &fit(row.time_us, 7),
+            &fit(row.algbw_gbs, 6),
+            &fit(row.busbw_gbs, 6),
+            &wrong(row.wrong)
+        ),
+    )
+}
+
+/// After the rows: bus bandwidth, links, the scan, counters, and why the run ended early.
+fn tail(o: &mut String, r: &RingReport) {
+    let mut line = |s: String| {
+        o.push_str(&s);
+        o.push('\n');
+    };
+    if r.options.sweep {
         let bad_rows = r
             .results
             .iter()
@@ -209,7 +285,6 @@ pub fn table(r: &RingReport) -> String {
             line(format!("# ERROR: the run ended early: {e}"));
         }
     }
-    o
 }
 
 /// The link scan: every directed link's median over its samples, measured at its receiver.
@@ -318,6 +393,7 @@ mod tests {
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
+                    capabilities: Vec::new(),
                     rank: r,
                     host: host(r),
                     address: format!("198.19.0.{}:4000{r}", 10 + r),

@@ -5,11 +5,12 @@
 //! trusted. Every wait has a deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,14 +18,22 @@ use serde::Serialize;
 
 use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
-use crate::ring::model::{CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
+use crate::ring::gate::{self, BUSY, Incoming};
+use crate::ring::model::{
+    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable,
+};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
-use crate::ring::wire::{self, Hello, Msg, RankResults, WireError};
+use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult, WireError};
 
-/// Connections allowed to be reading their hello at once.
-const MAX_PENDING_HELLOS: usize = 512;
-/// How long a freshly accepted connection may take to send its hello.
-const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Rejected connections listed one by one in the report; the rest are counted.
+pub const MAX_REJECTED_EVENTS: usize = 32;
+/// How much of a rejection's reason is kept (it may quote what the peer sent).
+const MAX_REASON_CHARS: usize = 240;
+/// How often the judge (and the silence and TCP_INFO checks) run during the run, besides
+/// right after a failure report: bounded work per message at 4,096 ranks.
+pub const JUDGE_EVERY: Duration = Duration::from_millis(100);
+/// A rank silent this long has its control socket's TCP_INFO read (is its host answering?).
+const PROBE_AFTER: Duration = Duration::from_millis(1000);
 
 /// Something the coordinator saw that the user should know about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -32,16 +41,31 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 pub enum Event {
     Rejected { peer: String, reason: String },
     Joined { rank: Rank, peer: String, host: String },
+    /// A rank's earlier control connection had closed before the run started; its new
+    /// connection took the slot.
+    Replaced { rank: Rank, peer: String, old_peer: String },
+    /// Rejections beyond the first [`MAX_REJECTED_EVENTS`], counted, not listed.
+    MoreRejected { count: u64 },
 }
 
 impl Event {
+    /// One line for stderr; every part a peer chose is made printable.
     pub fn line(&self) -> String {
+        let p = |s: &str| printable(s, MAX_REASON_CHARS);
         match self {
             Event::Rejected { peer, reason } => {
-                format!("coordinator: rejected connection from {peer}: {reason}")
+                format!("coordinator: rejected connection from {}: {}", p(peer), p(reason))
             }
             Event::Joined { rank, peer, host } => {
-                format!("coordinator: rank {rank} ({host}) joined from {peer}")
+                format!("coordinator: rank {rank} ({}) joined from {}", p(host), p(peer))
+            }
+            Event::Replaced { rank, peer, old_peer } => format!(
+                "coordinator: rank {rank} joined again from {}; its earlier connection from {} had closed",
+                p(peer),
+                p(old_peer)
+            ),
+            Event::MoreRejected { count } => {
+                format!("coordinator: {count} more rejected connections (not listed)")
             }
         }
     }
@@ -63,7 +87,17 @@ pub struct CoordinatorConfig {
     /// Run the link scan after every rank's links are up (before the sweep): makes the
     /// scan's driver for the world size.
     pub scan: Option<Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>>,
+    /// Called once per size when every rank has finished it (the table, and every rank's
+    /// row in rank order), so the rows can be shown as they complete.
+    pub on_row: Option<RowSink>,
 }
+
+/// See [`CoordinatorConfig::on_row`].
+pub type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
+
+/// Sizes whose rows are still waiting for some rank; more are not kept (a rank sends one
+/// row per size, and runs have tens of sizes).
+const MAX_PENDING_ROWS: usize = 256;
 
 /// The coordinator's side of the link scan (`diagnosis::driver::Driver`): which order runs
 /// next after each rank's samples, and the scan's report at the end.
@@ -82,9 +116,10 @@ pub trait ScanDriver: Send {
 }
 
 /// Called with the coordinator's view and the run clock (ms since the table went out):
-/// during the run on every message and at least every 100 ms with `final_call` false (a
-/// non-empty answer ends the run at once, as a hang verdict should), and once at the end
-/// with `final_call` true (link-scan verdicts) before the last message goes out.
+/// during the run every [`JUDGE_EVERY`] and right after a failure report (stuck, failed,
+/// closed), with `final_call` false (a non-empty answer ends the run at once, as a hang
+/// verdict should), and once at the end with `final_call` true (link-scan verdicts) before
+/// the last message goes out. Not per message: its cost may grow with the world size.
 pub type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
 
 /// What the coordinator hands back when the run is over (or failed).
@@ -130,65 +165,37 @@ pub struct CoordinatorReport {
     pub port_counters: BTreeMap<Rank, Vec<CounterMove>>,
     /// Completion errors on data links (RDMA), as the ranks reported them, in arrival order.
     pub link_faults: Vec<LinkFault>,
+    /// Where each rank's control connection comes from (`198.18.0.11:40312`).
+    pub control_peers: BTreeMap<Rank, String>,
+    /// Ranks whose host has not acknowledged data sent on their control connection since
+    /// this time on the run clock (TCP_INFO: unacknowledged data, retransmissions): the host
+    /// is down or cut off, not merely a stopped process.
+    pub unacked_since_ms: BTreeMap<Rank, u64>,
+    /// Rejections listed in `events`, and those beyond [`MAX_REJECTED_EVENTS`] (counted).
+    pub rejected_listed: usize,
+    pub rejected_unlisted: u64,
 }
 
-type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
-
-/// Accept connections until `stop`; each one reads its hello on its own thread, so a
-/// silent or slow peer cannot hold up the others.
-fn accept_loop(
-    listener: TcpListener,
-    tx: Sender<Incoming>,
-    stop: Arc<AtomicBool>,
-    gathering: Arc<AtomicBool>,
-) {
-    if listener.set_nonblocking(true).is_err() {
-        return;
+impl CoordinatorReport {
+    /// Record a refused connection or message: printable, capped.
+    pub fn reject(&mut self, peer: &str, reason: &str) {
+        if self.rejected_listed < MAX_REJECTED_EVENTS {
+            self.rejected_listed += 1;
+            self.events.push(Event::Rejected {
+                peer: printable(peer, MAX_REASON_CHARS),
+                reason: printable(reason, MAX_REASON_CHARS),
+            });
+        } else {
+            self.rejected_unlisted += 1;
+        }
     }
-    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((s, peer)) => {
-                // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
-                let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-                let tx = tx.clone();
-                // A flood of idle connections must not exhaust threads: beyond the cap,
-                // refuse at once (a real rank retries until its deadline).
-                if pending.load(Ordering::Relaxed) >= MAX_PENDING_HELLOS {
-                    let _ = tx.send((
-                        s,
-                        peer,
-                        Err(WireError::Malformed(
-                            "too many connections waiting to say hello".into(),
-                        )),
-                    ));
-                    continue;
-                }
-                pending.fetch_add(1, Ordering::Relaxed);
-                let pending = pending.clone();
-                thread::spawn(move || {
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_nodelay(true);
-                    let _ = s.set_read_timeout(Some(HELLO_DEADLINE));
-                    let mut r = &s;
-                    let hello = match wire::read_msg(&mut r) {
-                        Ok(Msg::Hello(h)) => Ok(h),
-                        Ok(other) => Err(WireError::Malformed(format!(
-                            "expected hello, got {}",
-                            other.kind()
-                        ))),
-                        Err(e) => Err(e),
-                    };
-                    pending.fetch_sub(1, Ordering::Relaxed);
-                    let _ = tx.send((s, peer, hello));
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Quick while ranks arrive; during the run only latecomers are turned away.
-                let ms = if gathering.load(Ordering::Relaxed) { 2 } else { 50 };
-                thread::sleep(Duration::from_millis(ms))
-            }
-            Err(_) => thread::sleep(Duration::from_millis(20)),
+
+    /// The count of unlisted rejections as the last event (once, at the end).
+    fn close_events(&mut self) {
+        if self.rejected_unlisted > 0 {
+            self.events.push(Event::MoreRejected {
+                count: self.rejected_unlisted,
+            });
         }
     }
 }
@@ -230,6 +237,16 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
             h.rank, h.params, cfg.params
         ));
     }
+    for (what, v) in [
+        ("host", h.info.host.as_str()),
+        ("address", h.info.address.as_str()),
+        ("transport", h.info.transport.as_str()),
+        ("device", h.info.device.as_deref().unwrap_or("")),
+    ] {
+        if v.len() > 255 || printable(v, 255) != v {
+            return Err(format!("rank {}'s {what} is not plain text of at most 255 bytes", h.rank));
+        }
+    }
     if let Some(prev) = seen.get(&h.rank) {
         return Err(format!(
             "rank {} already joined from {} ({})",
@@ -239,18 +256,129 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
     Ok(())
 }
 
+/// Is this connection closed or reset by its peer (EOF or an error waiting)? Never blocks.
+fn is_dead(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: recv(2) into a valid one-byte buffer; MSG_PEEK leaves the data in place.
+    let r = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match r {
+        0 => true,
+        r if r > 0 => false,
+        _ => !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    }
+}
+
+/// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy
+/// refusals were told by the door already.
+fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
+    if !reason.starts_with(BUSY) {
+        gate::reject_now(s, &printable(reason, MAX_REASON_CHARS));
+    }
+    rep.reject(peer, reason);
+}
+
+/// Keepalive on a control connection: an idle connection to a host that vanished is noticed
+/// by the kernel too (the pings normally keep data in flight; TCP_INFO reads that).
+fn keepalive(s: &TcpStream) {
+    let fd = s.as_raw_fd();
+    for (level, opt, v) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 2),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 5),
+    ] {
+        let v: libc::c_int = v;
+        // SAFETY: setsockopt with a pointer to a local c_int and its size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// What TCP_INFO says about data this end sent on a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckState {
+    /// Segments sent and not yet acknowledged.
+    pub unacked: u32,
+    /// Retransmissions of the oldest unacknowledged segment, and the timer's backoff.
+    pub retransmits: u8,
+    pub backoff: u8,
+    /// Milliseconds since the peer's kernel last acknowledged anything.
+    pub last_ack_recv_ms: u32,
+}
+
+fn ack_state(s: &TcpStream) -> Option<AckState> {
+    // SAFETY: getsockopt(TCP_INFO) into a zeroed tcp_info with its size; the kernel writes
+    // at most `len` bytes.
+    unsafe {
+        let mut ti: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        (r == 0).then_some(AckState {
+            unacked: ti.tcpi_unacked,
+            retransmits: ti.tcpi_retransmits,
+            backoff: ti.tcpi_backoff,
+            last_ack_recv_ms: ti.tcpi_last_ack_recv,
+        })
+    }
+}
+
+/// Since when (run clock) the peer's host has not acknowledged what we sent, if that is
+/// what TCP_INFO shows: data outstanding, retransmitted, and no ACK for over a second. A
+/// stopped process's kernel still acknowledges (within a delayed-ACK time), so this is a
+/// host that is down or cut off. Pure.
+pub fn unacked_since(a: AckState, now_ms: u64) -> Option<u64> {
+    (a.unacked > 0 && (a.retransmits > 0 || a.backoff > 0) && a.last_ack_recv_ms >= 1000)
+        .then(|| now_ms.saturating_sub(a.last_ack_recv_ms as u64))
+}
+
 /// Run the coordinator on `listener` until the run ends; returns what happened. Never panics
 /// on what peers send.
 pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorReport {
+    coordinate_with(listener, cfg, gate::Limits::default())
+}
+
+/// [`coordinate`] with the door's limits given (tests shorten them).
+pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: gate::Limits) -> CoordinatorReport {
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
+    let nofile = gate::raise_fd_limit();
+    // Leave room for two descriptors per rank; strangers get what is left, at most the cap.
+    let limits = gate::Limits {
+        max_pending: limits
+            .max_pending
+            .min((nofile.saturating_sub(2 * cfg.world as u64 + 64) as usize).max(16)),
+        ..limits
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let gathering = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel::<Incoming>();
     {
         let stop = stop.clone();
         let gathering = gathering.clone();
-        thread::spawn(move || accept_loop(listener, tx, stop, gathering));
+        thread::spawn(move || gate::run(listener, tx, stop, gathering, limits));
     }
     let deadline = start + cfg.timeout;
     let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
@@ -261,36 +389,18 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
             break;
         }
         match rx.recv_timeout(deadline - now) {
-            Ok((s, peer, hello)) => {
-                let peer_s = peer.to_string();
-                let verdict = hello
-                    .map_err(|e| e.to_string())
-                    .and_then(|h| validate(&h, &cfg, &seen).map(|_| h));
-                match verdict {
-                    Ok(h) => {
-                        rep.events.push(Event::Joined {
-                            rank: h.rank,
-                            peer: peer_s,
-                            host: h.info.host.clone(),
-                        });
-                        seen.insert(h.rank, h.info);
-                        conns.insert(h.rank, s);
-                    }
-                    Err(reason) => {
-                        let mut w = &s;
-                        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                        let _ = wire::write_msg(
-                            &mut w,
-                            &Msg::Reject {
-                                reason: reason.clone(),
-                            },
-                        );
-                        rep.events.push(Event::Rejected { peer: peer_s, reason });
-                    }
-                }
-            }
+            Ok((s, peer, hello)) => gather_one(&cfg, &mut rep, &mut seen, &mut conns, s, peer, hello),
             Err(RecvTimeoutError::Timeout) => break,
             Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if seen.len() as u32 == cfg.world {
+            // Before the table goes out: a rank whose connection already closed (restarted,
+            // or a claim that went away) frees its slot and is waited for again.
+            let dead: Vec<Rank> = conns.iter().filter(|(_, s)| is_dead(s)).map(|(&r, _)| r).collect();
+            for r in dead {
+                seen.remove(&r);
+                conns.remove(&r);
+            }
         }
     }
     rep.ranks = seen.values().cloned().collect();
@@ -314,7 +424,8 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
             rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
-        drain_rejections(&rx, &mut rep);
+        drain_rejections(&rx, &mut rep, &conns);
+        rep.close_events();
         return rep;
     }
     let table = Msg::Table {
@@ -325,36 +436,104 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
     rep.bootstrap_us = start.elapsed().as_micros() as u64;
     serve(&cfg, conns, &mut rep, &rx);
     stop.store(true, Ordering::Relaxed);
-    drain_rejections(&rx, &mut rep);
+    rep.close_events();
     rep
 }
 
-/// Late arrivals (after the table went out) are turned away, and recorded.
-fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport) {
+/// One finished hello while ranks gather: join, replace a dead earlier connection of the
+/// same rank, or refuse (a second live claim names both source addresses).
+fn gather_one(
+    cfg: &CoordinatorConfig,
+    rep: &mut CoordinatorReport,
+    seen: &mut BTreeMap<Rank, RankInfo>,
+    conns: &mut BTreeMap<Rank, TcpStream>,
+    s: TcpStream,
+    peer: SocketAddr,
+    hello: Result<Hello, WireError>,
+) {
+    let peer_s = peer.to_string();
+    let h = match hello {
+        Ok(h) => h,
+        Err(e) => return refuse(rep, &s, &peer_s, &door_reason(e)),
+    };
+    // Judged as if the slot were free: a claim of a taken slot with the right token is
+    // either a restarted rank (its old connection is dead) or a second process.
+    if let Err(reason) = validate(&h, cfg, &BTreeMap::new()) {
+        return refuse(rep, &s, &peer_s, &reason);
+    }
+    if let Some(old) = conns.get(&h.rank) {
+        let old_peer = rep.control_peers.get(&h.rank).cloned().unwrap_or_default();
+        if !is_dead(old) {
+            let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
+            let reason = format!(
+                "rank {} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
+                 processes started as rank {}, or a foreign process with this job's token)",
+                h.rank,
+                printable(&host, 64),
+                h.rank
+            );
+            return refuse(rep, &s, &peer_s, &reason);
+        }
+        rep.events.push(Event::Replaced {
+            rank: h.rank,
+            peer: peer_s.clone(),
+            old_peer,
+        });
+    } else {
+        rep.events.push(Event::Joined {
+            rank: h.rank,
+            peer: peer_s.clone(),
+            host: h.info.host.clone(),
+        });
+    }
+    // The door hands sockets over nonblocking.
+    let _ = s.set_nonblocking(false);
+    keepalive(&s);
+    rep.control_peers.insert(h.rank, peer_s);
+    seen.insert(h.rank, h.info);
+    conns.insert(h.rank, s);
+}
+
+/// Why the door turned a connection away, in plain words (its own refusals are not a
+/// malformed message).
+fn door_reason(e: WireError) -> String {
+    match e {
+        WireError::Malformed(m) if m.starts_with(BUSY) || m.starts_with("no complete hello") => m,
+        WireError::Closed => "closed before saying hello".into(),
+        e => e.to_string(),
+    }
+}
+
+/// Late arrivals (after the table went out) are turned away, and recorded; a claim of a
+/// rank in the run names the connection that holds it.
+fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns: &BTreeMap<Rank, TcpStream>) {
     while let Ok((s, peer, hello)) = rx.try_recv() {
         let reason = match hello {
-            Ok(h) => format!("rank {} arrived after the run started (or was aborted)", h.rank),
-            Err(e) => e.to_string(),
-        };
-        let mut w = &s;
-        let _ = wire::write_msg(
-            &mut w,
-            &Msg::Reject {
-                reason: reason.clone(),
+            Ok(h) => match rep.control_peers.get(&h.rank) {
+                Some(holder) if conns.contains_key(&h.rank) => {
+                    format!(
+                        "rank {} arrived after the run started; the run's rank {} is connected from {holder}",
+                        h.rank, h.rank
+                    )
+                }
+                _ => format!("rank {} arrived after the run started (or was aborted)", h.rank),
             },
-        );
-        rep.events.push(Event::Rejected {
-            peer: peer.to_string(),
-            reason,
-        });
+            Err(e) => door_reason(e),
+        };
+        refuse(rep, &s, &peer.to_string(), &reason);
     }
 }
 
 fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) {
+    // Encoded once: the table of 4,096 ranks is half a megabyte.
+    let mut frame = Vec::new();
+    if wire::write_msg(&mut frame, msg).is_err() {
+        return;
+    }
     for s in conns.values() {
         let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let mut w = s;
-        let _ = wire::write_msg(&mut w, msg);
+        let _ = io::Write::write_all(&mut w, &frame);
     }
 }
 
@@ -375,7 +554,8 @@ fn serve(
         let Ok(mut r) = s.try_clone() else { continue };
         let tx = tx.clone();
         let _ = r.set_read_timeout(None);
-        thread::spawn(move || {
+        // One small thread per rank (4,096 of them at most): it only reads frames.
+        let _ = thread::Builder::new().stack_size(256 << 10).spawn(move || {
             loop {
                 match wire::read_msg(&mut r) {
                     Ok(m) => {
@@ -396,8 +576,13 @@ fn serve(
     let host = |r: Rank| rep_host(&ranks, r);
     let run_start = Instant::now();
     let mut last_seen: BTreeMap<Rank, Instant> = conns.keys().map(|&r| (r, Instant::now())).collect();
-    let mut ready = 0u32;
+    let mut ready: BTreeSet<Rank> = BTreeSet::new();
+    let mut next_tick = Instant::now();
+    // A failure report makes the next pass judge at once, not at the next tick.
+    let mut urgent = false;
     let mut done_results: BTreeMap<Rank, RankResults> = BTreeMap::new();
+    // Size -> the ranks that finished it so far (see `on_row`).
+    let mut pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>> = BTreeMap::new();
     let mut failing_since: Option<Instant> = None;
     let mut first_failure: Option<String> = None;
     let mut next_ping = Instant::now();
@@ -420,32 +605,52 @@ fn serve(
     };
     loop {
         let now = Instant::now();
-        if let Some(judge) = &cfg.judge {
-            let v = judge(rep, run_start.elapsed().as_millis() as u64, false);
-            if !v.is_empty() {
-                first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
-                rep.verdicts = v;
-                break;
+        // Everything that looks at every rank runs at a bounded rate (and at once after a
+        // failure report), never per message: O(n) per tick, not O(n) per heartbeat.
+        if now >= next_tick || urgent {
+            next_tick = now + JUDGE_EVERY;
+            urgent = false;
+            let now_ms = run_start.elapsed().as_millis() as u64;
+            for (&r, &t) in &last_seen {
+                let quiet = now.duration_since(t);
+                // A rank that says nothing for the whole timeout is gone or frozen.
+                if quiet > cfg.timeout && !rep.lost.contains(&r) && !done_results.contains_key(&r) {
+                    rep.lost.push(r);
+                    first_failure.get_or_insert_with(|| {
+                        format!(
+                            "rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)",
+                            host(r),
+                            cfg.timeout.as_secs()
+                        )
+                    });
+                    failing_since.get_or_insert(now);
+                }
+                // Silent: is its host still acknowledging our pings?
+                if quiet >= PROBE_AFTER {
+                    match conns.get(&r).and_then(ack_state).and_then(|a| unacked_since(a, now_ms)) {
+                        Some(since) => {
+                            rep.unacked_since_ms.entry(r).or_insert(since);
+                        }
+                        None => {
+                            rep.unacked_since_ms.remove(&r);
+                        }
+                    }
+                } else if !rep.unacked_since_ms.is_empty() {
+                    rep.unacked_since_ms.remove(&r);
+                }
+            }
+            if let Some(judge) = &cfg.judge {
+                let v = judge(rep, now_ms, false);
+                if !v.is_empty() {
+                    first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
+                    rep.verdicts = v;
+                    break;
+                }
             }
         }
         if now >= next_ping {
             broadcast(&conns, &Msg::Ping);
             next_ping = now + HEARTBEAT;
-        }
-        // A rank that says nothing for the whole timeout is gone or frozen.
-        for (&r, &t) in &last_seen {
-            if now.duration_since(t) > cfg.timeout && !rep.lost.contains(&r) && !done_results.contains_key(&r)
-            {
-                rep.lost.push(r);
-                first_failure.get_or_insert_with(|| {
-                    format!(
-                        "rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)",
-                        host(r),
-                        cfg.timeout.as_secs()
-                    )
-                });
-                failing_since.get_or_insert(now);
-            }
         }
         if let Some(t) = failing_since {
             // Without a judge, every rank's report ends it at once; with one, the judge
@@ -461,11 +666,32 @@ fn serve(
             break;
         }
         let wait = next_ping
+            .min(next_tick)
             .saturating_duration_since(now)
             .min(Duration::from_millis(100));
         match rx.recv_timeout(wait) {
-            Ok(Control::Msg(r, m)) => {
+            Ok(Control::Msg(r, mut m)) => {
                 let at_ms = run_start.elapsed().as_millis() as u64;
+                // A rank speaks for itself only: the connection says which rank it is.
+                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &mut m {
+                    w.rank = r;
+                }
+                let claimed = match &m {
+                    Msg::Ready { rank }
+                    | Msg::Failed { rank, .. }
+                    | Msg::ScanSamples { rank, .. }
+                    | Msg::Results(RankResults { rank, .. })
+                    | Msg::Row { rank, .. } => Some(*rank),
+                    _ => None,
+                };
+                if let Some(c) = claimed.filter(|&c| c != r) {
+                    let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
+                    rep.reject(
+                        &peer,
+                        &format!("rank {r}'s control connection sent a {} message for rank {c}; ignored", m.kind()),
+                    );
+                    continue;
+                }
                 if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
                     rep.reports.insert(r, (at_ms, w.clone()));
                 }
@@ -480,8 +706,8 @@ fn serve(
                     .insert(r, run_start.elapsed().as_millis() as u64);
                 match m {
                     Msg::Ready { .. } => {
-                        ready += 1;
-                        if ready == world {
+                        // Counted once per rank: a repeated ready must not start the run.
+                        if ready.insert(r) && ready.len() as u32 == world {
                             broadcast(&conns, &Msg::Go);
                             if let Some(d) = scan.as_mut() {
                                 let s = d.start(Instant::now());
@@ -490,11 +716,11 @@ fn serve(
                         }
                     }
                     Msg::ScanSamples {
-                        rank,
+                        rank: _,
                         index,
                         samples,
                         line_rate_gbs,
-                    } if rank == r => {
+                    } => {
                         if let Some(d) = scan.as_mut() {
                             let s = d.on_samples(r, index, samples, line_rate_gbs, &ranks, Instant::now());
                             step(s, rep, &**d);
@@ -514,6 +740,7 @@ fn serve(
                         rep.last_heartbeat.insert(r, w.clone());
                         rep.stuck.push(w);
                         failing_since.get_or_insert(Instant::now());
+                        urgent = true;
                     }
                     Msg::Failed {
                         error,
@@ -532,16 +759,32 @@ fn serve(
                         {
                             f.seen_by = r;
                             for t in [&mut f.device, &mut f.operation, &mut f.status_name, &mut f.meaning] {
-                                bound_text(t);
+                                *t = printable(t, 200);
                             }
                             rep.link_faults.push(f);
                         }
+                        // Relayed to every rank and printed: escaped and bounded.
+                        let error = printable(&error, 1000);
                         first_failure
                             .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
                         rep.failed.push((r, error));
                         failing_since.get_or_insert(Instant::now());
+                        urgent = true;
                     }
-                    Msg::Results(mut res) if res.rank == r => {
+                    Msg::Row { row, .. } => {
+                        if let Some(sink) = &cfg.on_row {
+                            let size = row.size_bytes;
+                            if pending_rows.len() < MAX_PENDING_ROWS || pending_rows.contains_key(&size) {
+                                let at = pending_rows.entry(size).or_default();
+                                at.insert(r, row);
+                                if at.len() as u32 == world {
+                                    let all = pending_rows.remove(&size).unwrap_or_default();
+                                    sink(&ranks, all.into_values().collect());
+                                }
+                            }
+                        }
+                    }
+                    Msg::Results(mut res) => {
                         note_counters(rep, r, std::mem::take(&mut res.port_counters));
                         rep.finished_ms.insert(r, at_ms);
                         done_results.insert(r, res);
@@ -563,13 +806,14 @@ fn serve(
                         )
                     });
                     failing_since.get_or_insert(Instant::now());
+                    urgent = true;
                 }
                 last_seen.remove(&r);
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        drain_rejections(rx_late, rep);
+        drain_rejections(rx_late, rep, &conns);
     }
     rep.results = done_results.into_values().collect();
     rep.run_ms = run_start.elapsed().as_millis() as u64;
@@ -673,16 +917,6 @@ fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMov
     rep.port_counters.insert(r, moved);
 }
 
-/// A peer's words kept for a verdict: at most 200 characters, printable.
-fn bound_text(t: &mut String) {
-    let clean: String = t
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect();
-    *t = clean;
-}
-
 fn rep_host(ranks: &[RankInfo], r: Rank) -> String {
     ranks
         .iter()
@@ -744,6 +978,7 @@ mod tests {
             params: "p".into(),
             judge,
             scan: None,
+            on_row: None,
         }
     }
 
@@ -754,6 +989,7 @@ mod tests {
             world,
             token: token.into(),
             info: RankInfo {
+                capabilities: Vec::new(),
                 rank,
                 host: format!("h{rank}"),
                 address: format!("127.0.0.1:{}", 1000 + rank),
@@ -774,6 +1010,8 @@ mod tests {
         bad_proto.protocol = 99;
         let mut other_params = hello(0, 4, "t");
         other_params.params = "q".into();
+        let mut odd_host = hello(2, 4, "t");
+        odd_host.info.host = "\x1b]0;owned\x07".into();
         let cfg = test_cfg(4, Duration::from_secs(1), String::new(), None);
         let cases = [
             (hello(0, 4, "t"), None),
@@ -783,6 +1021,7 @@ mod tests {
             (hello(9, 9, "t"), Some("world size 9")),
             (hello(1, 4, "t"), Some("already joined from h1")),
             (bad_proto, Some("protocol 99")),
+            (odd_host, Some("rank 2's host is not plain text")),
         ];
         for (h, want) in cases {
             let got = validate(&h, &cfg, &seen).err();
@@ -901,6 +1140,74 @@ mod tests {
         assert!(rep.abort.is_none());
     }
 
+    /// A size's row goes to the sink once, when the last rank has it, with every rank's row
+    /// in rank order; a row claimed for another rank is refused; a size one rank never
+    /// finished is never shown.
+    #[test]
+    fn rows_reach_the_sink_when_every_rank_finished_the_size() {
+        use std::sync::Mutex;
+        let row = |size: u64, r: u32| RowResult {
+            size_bytes: size,
+            time_us: 10.0 + r as f64,
+            wrong: Some(0),
+            in_place: None,
+        };
+        let seen: Arc<Mutex<Vec<(usize, Vec<RowResult>)>>> = Arc::default();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(3, Duration::from_secs(5), addr.clone(), None);
+        let sink = seen.clone();
+        cfg.on_row = Some(Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
+            sink.lock().unwrap().push((ranks.len(), rows));
+        }));
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..3)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 3, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    // Rank 2 sends in reverse order and speaks for rank 0 once (refused).
+                    let mut sizes = vec![8u64, 1024];
+                    if r == 2 {
+                        sizes.reverse();
+                        s.send(&Msg::Row { rank: 0, row: row(4096, 0) }).unwrap();
+                    }
+                    for size in sizes {
+                        s.send(&Msg::Row { rank: r, row: row(size, r) }).unwrap();
+                    }
+                    // Only rank 1 reaches this size.
+                    if r == 1 {
+                        s.send(&Msg::Row { rank: r, row: row(4096, r) }).unwrap();
+                    }
+                    s.send(&Msg::Results(RankResults {
+                        rank: r,
+                        rows: vec![],
+                        links: vec![],
+                        link_size_bytes: 0,
+                        port_counters: vec![],
+                    }))
+                    .unwrap();
+                    s.wait_done(Duration::from_secs(5)).unwrap()
+                })
+            })
+            .collect();
+        for h in ranks {
+            h.join().unwrap();
+        }
+        coord.join().unwrap();
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|(_, rows)| rows[0].size_bytes);
+        assert_eq!(
+            seen,
+            vec![
+                (3, vec![row(8, 0), row(8, 1), row(8, 2)]),
+                (3, vec![row(1024, 0), row(1024, 1), row(1024, 2)]),
+            ]
+        );
+    }
+
     #[test]
     fn a_live_verdict_ends_the_run_at_once_with_its_message() {
         fn judge(rep: &CoordinatorReport, now_ms: u64, _final: bool) -> Vec<Verdict> {
@@ -970,5 +1277,256 @@ mod tests {
             (1, "h1", "symbol_error", 4699)
         );
         assert!(!rep.port_counters.contains_key(&0));
+    }
+
+    /// A whole rank over a real control connection: ready, go, results, done.
+    fn full_rank(addr: &str, r: u32, world: u32) -> thread::JoinHandle<Result<bool, String>> {
+        let addr = addr.to_string();
+        thread::spawn(move || {
+            let s = join(&addr, hello(r, world, "t"), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+            s.send(&Msg::Ready { rank: r }).map_err(|e| e.to_string())?;
+            s.wait_go(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+            s.send(&Msg::Results(RankResults {
+                rank: r,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![],
+            }))
+            .map_err(|e| e.to_string())?;
+            s.wait_done(Duration::from_secs(10)).map(|(f, _)| f).map_err(|e| e.to_string())
+        })
+    }
+
+    fn frame(m: &Msg) -> Vec<u8> {
+        let mut b = Vec::new();
+        wire::write_msg(&mut b, m).unwrap();
+        b
+    }
+
+    /// The by-hand finding of issue 8: 600 connections dripping a byte every 3 s, then the
+    /// ranks. Every rank gets in and the run completes.
+    #[test]
+    fn a_slow_drip_flood_never_refuses_a_real_rank() {
+        gate::raise_fd_limit();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(10), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (connected, all_in) = mpsc::channel();
+        let drip = {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            thread::spawn(move || {
+                use std::io::Write;
+                let mut v: Vec<TcpStream> = Vec::new();
+                let mut errs = Vec::new();
+                for _ in 0..600 {
+                    match TcpStream::connect(&addr) {
+                        Ok(c) => v.push(c),
+                        Err(e) => errs.push(e.to_string()),
+                    }
+                }
+                let n = (v.len(), errs.first().cloned());
+                let _ = connected.send(());
+                // A valid frame's start, one byte per round: never garbage, never complete.
+                let slow = b"FPR1\0\0\x01\0{\"type\":\"hello\",";
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for c in &mut v {
+                        let _ = c.write(&slow[k % slow.len()..][..1]);
+                    }
+                    k += 1;
+                    for _ in 0..30 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                n
+            })
+        };
+        all_in.recv_timeout(Duration::from_secs(20)).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        let ranks: Vec<_> = (0..2).map(|r| full_rank(&addr, r, 2)).collect();
+        for (r, h) in ranks.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), Ok(false), "rank {r}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(drip.join().unwrap(), (600, None));
+        let rep = coord.join().unwrap();
+        assert!(rep.abort.is_none(), "{:?}", rep.abort);
+        assert!(rep.events.iter().any(|e| matches!(e, Event::MoreRejected { .. })));
+    }
+
+    /// A second live claim of a taken rank is refused naming both source addresses; a claim
+    /// after the holder's connection closed takes the slot.
+    #[test]
+    fn a_duplicate_claim_names_both_addresses_or_replaces_a_dead_holder() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let mut a = TcpStream::connect(&addr).unwrap();
+        a.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        let mut b = TcpStream::connect(&addr).unwrap();
+        b.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let reason = match wire::read_msg(&mut b) {
+            Ok(Msg::Reject { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let (pa, pb) = (a.local_addr().unwrap().to_string(), b.local_addr().unwrap().to_string());
+        assert!(
+            reason.starts_with(&format!("rank 1 is already taken by {pa} (h1); a second claim from {pb} is refused")),
+            "{reason}"
+        );
+        drop(a);
+        thread::sleep(Duration::from_millis(200));
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        let r0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
+        assert_eq!(r0.table.len(), 2);
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Table { .. })));
+        drop((c, r0));
+        let rep = coord.join().unwrap();
+        let pc_known = rep.events.iter().any(|e| {
+            matches!(e, Event::Replaced { rank: 1, old_peer, .. } if *old_peer == pa)
+        });
+        assert!(pc_known, "{:?}", rep.events);
+        assert!(
+            rep.events
+                .iter()
+                .any(|e| matches!(e, Event::Rejected { peer, reason } if *peer == pb && reason.contains(&pa))),
+            "{:?}",
+            rep.events
+        );
+    }
+
+    /// Rejections are listed up to a cap, then counted; what a stranger sent is escaped.
+    #[test]
+    fn rejections_are_capped_and_never_carry_raw_peer_bytes() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_millis(2500), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let mut evil = hello(1, 2, "t");
+        evil.params = "\x1b[2J\x1b]0;owned\x07\u{9b}31m".repeat(1000);
+        let f = frame(&Msg::Hello(evil));
+        let n = MAX_REJECTED_EVENTS + 8;
+        for _ in 0..n {
+            let mut c = TcpStream::connect(&addr).unwrap();
+            c.write_all(&f).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let _ = wire::read_msg(&mut c);
+        }
+        let rep = coord.join().unwrap();
+        let rejected: Vec<_> = rep.events.iter().filter(|e| matches!(e, Event::Rejected { .. })).collect();
+        assert_eq!(rejected.len(), MAX_REJECTED_EVENTS);
+        assert_eq!(rep.events.last(), Some(&Event::MoreRejected { count: 8 }));
+        for e in &rep.events {
+            let line = e.line();
+            assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+            assert!(line.len() < 10 * MAX_REASON_CHARS, "{}", line.len());
+        }
+        let first = rejected[0].line();
+        assert!(first.contains("runs with options [\\x1b[2J\\x1b]0;owned\\x07\\u{009b}31m"), "{first}");
+    }
+
+    /// A rank is counted ready once; its reports are its own whatever they say; a message
+    /// for another rank is ignored and recorded.
+    #[test]
+    fn ready_counts_once_and_reports_belong_to_their_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let r1 = thread::spawn({
+            let addr = addr.clone();
+            move || join(&addr, hello(1, 2, "t"), Duration::from_secs(5)).unwrap()
+        });
+        let s0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
+        let s1 = r1.join().unwrap();
+        s1.send(&Msg::Ready { rank: 1 }).unwrap();
+        s1.send(&Msg::Ready { rank: 1 }).unwrap();
+        s1.send(&Msg::Ready { rank: 0 }).unwrap();
+        let mut w = crate::ring::collective::allreduce::Progress::default().report(0, 0);
+        w.progress = 77;
+        s1.send(&Msg::Heartbeat(w)).unwrap();
+        // Rank 0 said nothing: no go for anyone.
+        assert!(s0.wait_go(Duration::from_millis(800)).is_err());
+        s0.send(&Msg::Ready { rank: 0 }).unwrap();
+        s1.wait_go(Duration::from_secs(3)).unwrap();
+        for (r, s) in [(0, &s0), (1, &s1)] {
+            s.send(&Msg::Results(RankResults {
+                rank: r,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![],
+            }))
+            .unwrap();
+        }
+        s1.wait_done(Duration::from_secs(3)).unwrap();
+        let rep = coord.join().unwrap();
+        let hb = &rep.last_heartbeat[&1];
+        assert_eq!((hb.rank, hb.progress), (1, 77));
+        assert!(!rep.last_heartbeat.contains_key(&0));
+        assert!(
+            rep.events.iter().any(|e| matches!(e, Event::Rejected { reason, .. }
+                if reason == "rank 1's control connection sent a ready message for rank 0; ignored")),
+            "{:?}",
+            rep.events
+        );
+    }
+
+    /// A busy refusal is not final: the rank connects again and gets in.
+    #[test]
+    fn join_retries_a_busy_refusal() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let fake = thread::spawn(move || {
+            let (mut a, _) = l.accept().unwrap();
+            let _ = wire::read_msg(&mut a);
+            a.write_all(&frame(&Msg::Reject {
+                reason: format!("{BUSY}128 connections from 127.0.0.1 were waiting"),
+            }))
+            .unwrap();
+            drop(a);
+            let (mut b, _) = l.accept().unwrap();
+            let Ok(Msg::Hello(h)) = wire::read_msg(&mut b) else { panic!("no hello") };
+            b.write_all(&frame(&Msg::Table { ranks: vec![h.info] })).unwrap();
+            thread::sleep(Duration::from_millis(300));
+        });
+        let s = join(&addr, hello(0, 1, "t"), Duration::from_secs(5)).unwrap();
+        assert_eq!(s.table.len(), 1);
+        fake.join().unwrap();
+    }
+
+    #[test]
+    fn unacked_since_table() {
+        let a = |unacked, retransmits, backoff, last_ack_recv_ms| AckState {
+            unacked,
+            retransmits,
+            backoff,
+            last_ack_recv_ms,
+        };
+        let cases = [
+            (a(0, 0, 0, 60_000), None), // nothing in flight: an idle healthy connection
+            (a(2, 0, 0, 5_000), None),  // in flight, never retransmitted yet
+            (a(2, 3, 3, 500), None),    // acknowledged recently
+            (a(2, 3, 3, 4_000), Some(6_000)),
+            (a(1, 0, 2, 1_000), Some(9_000)),
+        ];
+        for (st, want) in cases {
+            assert_eq!(unacked_since(st, 10_000), want, "{st:?}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! * [`launcher`]: rank and world from flags or the launcher's environment;
 //! * [`diagnosis`]: scan plan and driver, localization, watchdog, counter evidence;
 //! * [`rendezvous`]: bind, hello, join, cancellation (the rank's side of the control plane);
+//! * [`gate`]: the coordinator's door (accept, hello deadlines, flood eviction);
 //! * [`coordinator`]: rank 0's serve loop; reaches diagnosis only through [`coordinator::Judge`]
 //!   and [`coordinator::ScanDriver`];
 //! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
@@ -14,6 +15,7 @@
 pub mod collective;
 pub mod coordinator;
 pub mod diagnosis;
+pub mod gate;
 pub mod launcher;
 pub mod model;
 pub mod rendezvous;

@@ -23,6 +23,11 @@ pub struct RankInfo {
     /// `tcp`, `rdma` or `inproc`.
     pub transport: String,
     pub pid: Option<u32>,
+    /// The transports this rank can run (its hello's `capabilities`, e.g. `["rdma", "tcp"]`),
+    /// so every rank reads from the table what the others offer (`--transport auto` picks
+    /// the best one all of them have). Empty from a rank that predates the field.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
 }
 
 /// One directed link measured at its receiver.
@@ -131,6 +136,9 @@ pub enum VerdictKind {
     HangLink,
     RankLost,
     RankStalled,
+    /// The rank's host stopped acknowledging its control connection (TCP_INFO): powered off,
+    /// crashed, or its network link cut; not a stopped process (whose kernel still answers).
+    RankUnreachable,
     CoordinatorLost,
     /// A data link's queue pair completed a work request in error (RDMA): the status names
     /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
@@ -243,5 +251,51 @@ impl LiveStatus {
     }
     pub fn stage(&self) -> u8 {
         self.stage.load(Ordering::Relaxed)
+    }
+}
+
+/// Text that came from a peer (a rejected hello's parse error, a host name), made safe to
+/// print: control characters and terminal escapes (C0, DEL, C1) become `\xNN`/`\u{NNNN}`,
+/// and at most `max_chars` characters are kept (then `...`). Idempotent on its own output.
+pub fn printable(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars + 8));
+    for (n, c) in s.chars().enumerate() {
+        if n >= max_chars {
+            out.push_str("...");
+            break;
+        }
+        match c {
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            // Bidirectional overrides and zero-width marks can disguise a line on a terminal.
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}' => {
+                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_controls_and_truncates() {
+        let cases = [
+            ("plain text", 80, "plain text"),
+            ("\x1b[31mred\x1b[0m", 80, "\\x1b[31mred\\x1b[0m"),
+            ("a\r\nb\u{7f}", 80, "a\\x0d\\x0ab\\x7f"),
+            ("c1 \u{9b}2J", 80, "c1 \\u{009b}2J"),
+            ("rtl \u{202e}gpj", 80, "rtl \\u{202e}gpj"),
+            ("0123456789", 4, "0123..."),
+            ("ünïcödé", 80, "ünïcödé"),
+        ];
+        for (input, max, want) in cases {
+            let got = printable(input, max);
+            assert_eq!(got, want, "{input:?}");
+            assert_eq!(printable(&got, usize::MAX), got, "not idempotent on {input:?}");
+        }
     }
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::ring::diagnosis::watchdog;
-use crate::ring::model::{AbortFlag, Rank, RankInfo, Verdict};
+use crate::ring::gate;
+use crate::ring::model::{AbortFlag, Rank, RankInfo, Verdict, printable};
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
 /// How often ranks and the coordinator tell each other they are alive.
@@ -126,9 +127,23 @@ fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
 }
 
 /// Join the job: connect to the coordinator (retrying until the deadline: rank 0 may start
-/// later), send hello, wait for the table.
+/// later, or its door may be busy turning a flood away), send hello, wait for the table.
 pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Session, BootstrapError> {
     let start = Instant::now();
+    loop {
+        match join_once(coordinator, hello.clone(), timeout, start) {
+            // A transient refusal (the coordinator's door was full): connect again.
+            Err(BootstrapError::Rejected { reason, .. })
+                if reason.starts_with(gate::BUSY) && start.elapsed() < timeout =>
+            {
+                thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn join_once(coordinator: &str, hello: Hello, timeout: Duration, start: Instant) -> Result<Session, BootstrapError> {
     // The coordinator's own deadline counts from rank 0's start; a little grace lets its
     // missing-rank message arrive before this rank gives up on its own.
     let deadline = start + timeout + Duration::from_secs(3);
@@ -179,7 +194,7 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
             Ok(Msg::Reject { reason }) => {
                 return Err(BootstrapError::Rejected {
                     coordinator: coordinator.to_string(),
-                    reason,
+                    reason: printable(&reason, 400),
                 });
             }
             Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),

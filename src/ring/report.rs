@@ -95,8 +95,12 @@ impl RingReport {
     pub fn wrong_total(&self) -> u64 {
         self.results
             .iter()
-            .map(|r| r.wrong.unwrap_or(0) + r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
-            .sum()
+            .map(|r| {
+                r.wrong
+                    .unwrap_or(0)
+                    .saturating_add(r.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
+            })
+            .fold(0, u64::saturating_add)
     }
     pub fn failed(&self) -> bool {
         self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
@@ -119,6 +123,16 @@ pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
         without.join(", "),
         if without.len() == 1 { "s" } else { "" }
     ))
+}
+
+/// Wrong-element counts from the ranks (None if one did not check), saturating: a peer's
+/// count comes off the network, and a sum that wrapped could read as 0 wrong.
+pub fn sum_wrong(counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    let mut total = 0u64;
+    for c in counts {
+        total = total.saturating_add(c?);
+    }
+    Some(total)
 }
 
 /// Rows and links from every rank's results. Pure.
@@ -147,7 +161,7 @@ pub fn aggregate(
             }
             let time_us = per.iter().map(|r| r.time_us).sum::<f64>() / per.len() as f64;
             let algbw = algbw_gbs(size, time_us);
-            let wrong = per.iter().map(|r| r.wrong).sum::<Option<u64>>();
+            let wrong = sum_wrong(per.iter().map(|r| r.wrong));
             let halves: Option<Vec<&wire::HalfResult>> = per.iter().map(|r| r.in_place.as_ref()).collect();
             let in_place = halves.map(|h| {
                 let time_us = h.iter().map(|x| x.time_us).sum::<f64>() / h.len() as f64;
@@ -156,7 +170,7 @@ pub fn aggregate(
                     time_us,
                     algbw_gbs: algbw,
                     busbw_gbs: allreduce::busbw(algbw, world),
-                    wrong: h.iter().map(|x| x.wrong).sum::<Option<u64>>(),
+                    wrong: sum_wrong(h.iter().map(|x| x.wrong)),
                 }
             });
             Some(ResultRow {
@@ -225,6 +239,7 @@ mod note_tests {
             device: None,
             transport: transport.into(),
             pid: None,
+            capabilities: vec![transport.into()],
         }
     }
 
@@ -238,5 +253,18 @@ mod note_tests {
         // Every rank asked for tcp, or every rank ran rdma: nothing to explain.
         assert_eq!(transport_note(&[rank(0, "tcp"), rank(1, "tcp")], "tcp"), None);
         assert_eq!(transport_note(&[rank(0, "rdma"), rank(1, "rdma")], "rdma"), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_counts_saturate_instead_of_wrapping_to_zero() {
+        assert_eq!(sum_wrong([Some(u64::MAX), Some(1)].into_iter()), Some(u64::MAX));
+        assert_eq!(sum_wrong([Some(2), Some(3)].into_iter()), Some(5));
+        assert_eq!(sum_wrong([Some(2), None].into_iter()), None);
+        assert_eq!(sum_wrong(std::iter::empty()), Some(0));
     }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
-use crate::ring::collective::transport::tcp::TcpFabric;
+use crate::ring::collective::transport::tcp::{self, TcpFabric};
 use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
@@ -24,7 +24,7 @@ use crate::ring::launcher::Identity;
 use crate::ring::model::{CounterMove, LiveStatus};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
-use crate::ring::report::{LauncherInfo, RingReport, aggregate, avg_busbw};
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
 /// The run's options, the same on every rank.
@@ -91,7 +91,13 @@ pub struct Setup {
     pub counters: Option<Sampler>,
     /// Where the run says what it is doing, for a progress line; None: nobody watches.
     pub live: Option<Arc<LiveStatus>>,
+    /// Rank 0 only: shown each size's row (and the rank table) when every rank finished
+    /// that size, before the report; None: rows only in the report.
+    pub on_row: Option<ShowRow>,
 }
+
+/// See [`Setup::on_row`].
+pub type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
 
 /// Outcome kinds for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -152,7 +158,6 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let timeout_ms = timeout.as_millis() as u64;
         let cfg = CoordinatorConfig {
             world: id.world,
             token: id.token.clone(),
@@ -160,31 +165,32 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(Arc::new(
-                move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
-                    // At the end of a failed run nothing more will arrive: judge as if the
-                    // watchdog's grace had passed, so an inconclusive hang is still named.
-                    let failed = rep.abort.is_some()
-                        || !rep.stuck.is_empty()
-                        || !rep.lost.is_empty()
-                        || !rep.failed.is_empty();
-                    let at = if final_call && failed {
-                        now_ms + WATCH_GRACE_MS
-                    } else {
-                        now_ms
-                    };
-                    // A completion error names its link and cause at once (RDMA).
-                    let v = linkerror::verdicts(&rep.link_faults, &rep.ranks);
-                    if !v.is_empty() {
-                        return v;
-                    }
-                    watchdog::judge(&watch_state(rep, at, timeout_ms), at)
-                },
-            )),
+            judge: Some(watchdog_judge(timeout)),
             scan: opts.scan.clone().map(|o| {
                 let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                     Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
                 make
+            }),
+            on_row: setup.on_row.clone().map(|show| {
+                let (world, channels) = (id.world, opts.channels);
+                let sink: coordinator::RowSink = Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
+                    // The same arithmetic as the report's rows (the sink gets ranks in order).
+                    let results: Vec<RankResults> = rows
+                        .into_iter()
+                        .zip(ranks)
+                        .map(|(row, info)| RankResults {
+                            rank: info.rank,
+                            rows: vec![row],
+                            links: vec![],
+                            link_size_bytes: 0,
+                            port_counters: vec![],
+                        })
+                        .collect();
+                    if let Some(row) = aggregate(world, ranks, &results, channels).0.first() {
+                        show(ranks, row);
+                    }
+                });
+                sink
             }),
         };
         // Rank 0 joins through its own listener's address (the advertised name may not
@@ -306,6 +312,7 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        capabilities: vec![fabric.transport().into()],
         rank: id.rank,
         host: host.to_string(),
         address: fabric.address(),
@@ -354,6 +361,9 @@ fn rank_body(
         });
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
+        // The data links are closed now; let their receivers take the last bytes (bounded
+        // in all, however many links) before this process may exit.
+        tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
 }
@@ -673,6 +683,28 @@ fn scan_loop(
     }
 }
 
+/// The watchdog as the coordinator's judge: live during the run, and once at the end (the
+/// scan's verdicts join at the end, see `run_rank`).
+pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
+    let timeout_ms = timeout.as_millis() as u64;
+    Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+        // At the end of a failed run nothing more will arrive: judge as if the watchdog's
+        // grace had passed, so an inconclusive hang is still named.
+        let failed = rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
+        let at = if final_call && failed {
+            now_ms + WATCH_GRACE_MS
+        } else {
+            now_ms
+        };
+        // A completion error names its link and cause at once (RDMA).
+        let v = linkerror::verdicts(&rep.link_faults, &rep.ranks);
+        if !v.is_empty() {
+            return v;
+        }
+        watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+    })
+}
+
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
 pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
@@ -682,8 +714,9 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         .map(|i| {
             let r = i.rank;
             let finished = rep.finished_ms.contains_key(&r);
-            let control = match rep.closed.get(&r) {
-                Some(&(at_ms, reset)) if !finished => Control::Closed { at_ms, reset },
+            let control = match (rep.closed.get(&r), rep.unacked_since_ms.get(&r)) {
+                (Some(&(at_ms, reset)), _) if !finished => Control::Closed { at_ms, reset },
+                (None, Some(&since_ms)) if !finished => Control::Unacked { since_ms },
                 _ => Control::Open,
             };
             let last = if finished {
@@ -711,10 +744,15 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
                 rank: r,
                 control,
                 last,
-                progress: if finished {
-                    Vec::new()
-                } else {
-                    rep.progress.get(&r).cloned().unwrap_or_default()
+                // Only the trailing run of equal counters matters (how long progress has
+                // stood still): O(1) per working rank, not its whole history.
+                progress: match rep.progress.get(&r) {
+                    Some(h) if !finished => {
+                        let cur = h.last().map(|x| x.1);
+                        let k = h.iter().rev().take_while(|x| Some(x.1) == cur).count();
+                        h[h.len() - k..].to_vec()
+                    }
+                    _ => Vec::new(),
                 },
             }
         })
@@ -788,7 +826,7 @@ fn sweep(
                 ),
             );
         }
-        rows.push(RowResult {
+        let row = RowResult {
             size_bytes: bytes,
             time_us: r.seconds * 1e6,
             wrong: r.wrong,
@@ -796,7 +834,14 @@ fn sweep(
                 time_us: ip.seconds * 1e6,
                 wrong: ip.wrong,
             }),
+        };
+        // For the live table only: the `Results` at the end are the record, and a broken
+        // control connection is the heartbeat's to notice.
+        let _ = session.send(&Msg::Row {
+            rank: ring.rank,
+            row: row.clone(),
         });
+        rows.push(row);
         // The hop rates come from the out-of-place half.
         last = Some(r);
     }
@@ -833,6 +878,7 @@ mod tests {
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            capabilities: Vec::new(),
             rank,
             host: host.into(),
             address: format!("10.0.0.{rank}:1"),

@@ -50,8 +50,9 @@ pub struct Hello {
     pub world: u32,
     pub token: String,
     pub info: RankInfo,
-    /// What this rank can do (`tcp`, later `rdma`): lets the coordinator pick a common
-    /// transport for `--transport auto`.
+    /// What this rank can do (`tcp`, later `rdma`). The same list travels in
+    /// `info.capabilities`, so the table every rank receives carries every rank's list
+    /// (`--transport auto` picks from it); this field stays for older coordinators.
     pub capabilities: Vec<String>,
     /// The run's options (sizes, iterations, channels...) in one canonical string: every
     /// rank must run the same sweep, or the chunks would not line up.
@@ -73,7 +74,10 @@ pub struct RowResult {
 impl RowResult {
     /// Mismatching elements in either half.
     pub fn wrong_total(&self) -> u64 {
-        self.wrong.unwrap_or(0) + self.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0)
+        // Saturating: the counts come off the network.
+        self.wrong
+            .unwrap_or(0)
+            .saturating_add(self.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0))
     }
 }
 
@@ -145,6 +149,12 @@ pub enum Msg {
         #[serde(default)]
         port_counters: Vec<CounterMove>,
     },
+    /// One size finished on this rank (sent as each size ends, so rank 0 can print the row
+    /// when every rank has it; the `Results` at the end stay the record).
+    Row {
+        rank: u32,
+        row: RowResult,
+    },
     /// The run ended; `failed` tells every rank which exit status to use.
     Done {
         failed: bool,
@@ -190,6 +200,7 @@ impl Msg {
             Msg::Failed { .. } => "failed",
             Msg::Results(_) => "results",
             Msg::Counters { .. } => "counters",
+            Msg::Row { .. } => "row",
             Msg::Done { .. } => "done",
             Msg::Abort { .. } => "abort",
             Msg::Ping => "ping",

@@ -173,8 +173,16 @@ impl Mirror<'_> {
                 return Ok(());
             }
         }
-        match std::fs::read(&s) {
+        match crate::host::read_capped(&s, crate::host::MAX_READ_BYTES) {
             Ok(bytes) => std::fs::write(&d, bytes).map_err(io_err("write", &d))?,
+            Err(e) if e.kind() == io::ErrorKind::FileTooLarge => {
+                self.summary.skipped.push(format!(
+                    "{}: larger than {} bytes, not copied",
+                    canonical.display(),
+                    crate::host::MAX_READ_BYTES
+                ));
+                return Ok(());
+            }
             Err(e) => {
                 // The kernel's answer is the fact: keep the file (it exists) and the errno.
                 let name = e.raw_os_error().and_then(side::errno_name).unwrap_or("EIO");
@@ -196,6 +204,18 @@ impl Mirror<'_> {
                     if m.map(|m| m.is_file()).unwrap_or(false) {
                         self.copy_file(&c, None)?;
                     }
+                }
+            }
+            Access::Link(p) => {
+                let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                    return Ok(());
+                };
+                let Some(c) = self.walk(parent)? else {
+                    return Ok(());
+                };
+                let at = c.join(name);
+                if let Ok(target) = std::fs::read_link(self.src_of(&at)) {
+                    self.make_symlink(&at, &target)?;
                 }
             }
             Access::List(p) => {
@@ -296,9 +316,28 @@ pub fn write_tree(
         ..host.meta().clone()
     };
     write_json(&side_dir.join("host.json"), &meta)?;
-    write_json(&side_dir.join("env.json"), host.env())?;
+    // Filtered again here: a host built from an older snapshot may carry a secret.
+    let env: BTreeMap<&String, &String> = host
+        .env()
+        .iter()
+        .filter(|(k, _)| side::env_is_captured(k))
+        .collect();
+    write_json(&side_dir.join("env.json"), &env)?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
+    let net = host.net_answers();
+    if !net.ethtool.is_empty() {
+        write_json(&side_dir.join("ethtool.json"), &net.ethtool)?;
+    }
+    if !net.dcb_ieee.is_empty() {
+        write_json(&side_dir.join("dcb.json"), &net.dcb_ieee)?;
+    }
+    if !net.lldp.is_empty() {
+        write_json(&side_dir.join("lldp.json"), &net.lldp)?;
+    }
+    if let Ok(ifs) = host.ifaddrs() {
+        write_json(&side_dir.join("ifaddrs.json"), ifs)?;
+    }
     Ok(summary)
 }
 
@@ -327,7 +366,20 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
 /// Capture the live host: run every probe with recording on, then write `out`
 /// (`*.tar.gz` / `*.tgz` → a tarball, anything else → a directory).
 pub fn capture_live(out: &Path) -> Result<CaptureSummary, CaptureError> {
+    capture_live_with(out, None)
+}
+
+/// `capture_live`, first listening `lldp_wait` for the switch's LLDP on every RoCE netdev
+/// (the frames land in `fabprobe/lldp.json`).
+pub fn capture_live_with(
+    out: &Path,
+    lldp_wait: Option<std::time::Duration>,
+) -> Result<CaptureSummary, CaptureError> {
     let host = Host::live().with_recording();
+    if let Some(w) = lldp_wait {
+        let mut r = crate::probe::qos::probe(&host);
+        crate::probe::qos::add_lldp(&host, &mut r, w);
+    }
     capture(&host, Path::new("/"), out)
 }
 

@@ -315,6 +315,32 @@ impl Lab {
         );
     }
 
+    /// Pull the plug on a node: delete its management and data links (from the host side),
+    /// as a power loss would look to every other node; its processes keep running, cut off.
+    pub fn pull_plug(&self, node: usize) {
+        for suffix in ["m", "d"] {
+            must(&["ip", "link", "del", &format!("{}{node}{suffix}", self.prefix)]);
+        }
+    }
+
+    /// Run `f` on a thread that lives in `node`'s network namespace: sockets it creates
+    /// belong there (usable from any thread afterwards).
+    pub fn in_netns<T: Send + 'static>(&self, node: usize, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}\0", self.nodes[node].ns);
+        std::thread::spawn(move || {
+            // SAFETY: open(2) of a NUL-terminated path, setns(2) on the fd we own, close(2).
+            unsafe {
+                let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+                assert!(fd >= 0, "cannot open {path}");
+                assert_eq!(libc::setns(fd, libc::CLONE_NEWNET), 0, "setns {path}");
+                libc::close(fd);
+            }
+            f()
+        })
+        .join()
+        .expect("lab namespace thread")
+    }
+
     /// The pid of a spawned process (to signal it: SIGKILL, SIGSTOP).
     pub fn pid(&self, id: usize) -> u32 {
         self.children.lock().unwrap()[id].id()

@@ -518,6 +518,13 @@ pub fn run_size(
                     Ok(())
                 };
                 let res = run();
+                // Stop the sibling channels now, before this thread waits at a barrier for
+                // them: a sibling blocked on its own wait would otherwise run to its timeout,
+                // and a peer's stuck report could reach the coordinator before this rank's
+                // real cause (and blame a link for a local error).
+                if res.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
                 // Every channel passes each barrier exactly once, also on failure.
                 if at_barrier.is_none() {
                     barrier.wait();
@@ -791,6 +798,76 @@ mod tests {
             res.iter()
                 .any(|r| matches!(r, Err(RingError::Transport(TransportError::Closed { .. }))))
         );
+    }
+
+    #[test]
+    fn a_failed_channel_stops_its_siblings_at_once() {
+        // Rank 1's channel 0 fails on its own side (its link to rank 2 dies) while its channel
+        // 1 waits for rank 0, whose chunks on channel 1 vanish. Rank 1 must end with its own
+        // cause well before the timeout, before any peer's wait could pass its deadline.
+        let faults = |from, c| match (from, c) {
+            (1, 0) => Faults {
+                die_after_writes: Some(1),
+                ..Faults::default()
+            },
+            (0, 1) => Faults {
+                blackhole_after_writes: Some(0),
+                ..Faults::default()
+            },
+            _ => Faults::default(),
+        };
+        let timeout = Duration::from_secs(3);
+        let (links, _h) = ring_links(3, 2, 1024, &faults, timeout);
+        let abort = AbortFlag::default();
+        let mut out: Vec<(Result<SizeResult, RingError>, Duration)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = links
+                .into_iter()
+                .enumerate()
+                .map(|(r, mut l)| {
+                    let abort = &abort;
+                    sc.spawn(move || {
+                        let progress: Vec<Progress> = (0..2).map(|_| Progress::default()).collect();
+                        let ring = Ring {
+                            rank: r as u32,
+                            world: 3,
+                            timeout,
+                        };
+                        let spec = SizeSpec {
+                            bytes: 4 * 4096,
+                            warmup: 1,
+                            iters: 2,
+                            check: true,
+                            in_place: false,
+                            live: None,
+                        };
+                        let t0 = Instant::now();
+                        let res = run_size(ring, &mut l, &progress, abort, &spec, 1024);
+                        let took = t0.elapsed();
+                        if r == 1 {
+                            // As the coordinator would once rank 1 reports its cause.
+                            abort.raise("rank 1 failed".into());
+                        }
+                        (res, took, l)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    let (res, took, _l) = h.join().unwrap();
+                    (res, took)
+                })
+                .collect()
+        });
+        let (res, took) = out.remove(1);
+        assert!(took < Duration::from_secs(1), "rank 1 took {took:?} to stop");
+        assert!(
+            matches!(res, Err(RingError::Transport(TransportError::Closed { .. }))),
+            "{res:?}"
+        );
+        // No peer got as far as a stuck report: the abort reached them first.
+        for (r, (res, _)) in out.iter().enumerate() {
+            assert!(!matches!(res, Err(RingError::Stuck(..))), "rank {r}: {res:?}");
+        }
     }
 
     #[test]

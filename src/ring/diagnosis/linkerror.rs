@@ -121,6 +121,7 @@ mod tests {
                 device: Some("rxe0:1 gid 1 (eth0)".into()),
                 transport: "rdma".into(),
                 pid: None,
+                capabilities: vec!["rdma".into()],
             })
             .collect()
     }

@@ -320,7 +320,18 @@ pub fn analyze(
         })
         .collect();
 
+    // Which cells the verdicts blame: a node verdict says whether its other direction is
+    // slow too (so this must be known before the verdicts are written).
+    let blamed: Vec<bool> = (0..links.len())
+        .map(|i| {
+            isolated_idx.contains(&i)
+                || rows.contains(&links[i].from_rank)
+                || cols.contains(&links[i].to_rank)
+        })
+        .collect();
+    let is_slow = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| blamed[i]);
     let ctx = Ctx {
+        is_slow: &is_slow,
         ranks,
         reference,
         policy,
@@ -346,8 +357,8 @@ pub fn analyze(
         let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
         verdicts.push(ctx.link_verdict(l, ambiguous));
     }
-    for (i, l) in links.iter_mut().enumerate() {
-        l.slow = isolated_idx.contains(&i) || rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
+    for (l, b) in links.iter_mut().zip(blamed) {
+        l.slow = b;
     }
     Analysis {
         median_gbs: Some(reference),
@@ -358,6 +369,8 @@ pub fn analyze(
 }
 
 struct Ctx<'a, F: Fn(Rank) -> Option<f64>> {
+    /// Is this cell blamed by a verdict of this analysis?
+    is_slow: &'a dyn Fn(&LinkStat) -> bool,
     ranks: &'a [RankInfo],
     reference: f64,
     policy: &'a Policy,
@@ -450,7 +463,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         let other_text = match other {
             Some(o) => {
                 evidence.insert(format!("{other_dir}_gbs"), json!(round3(o)));
-                let healthy = others.iter().all(|l| !l.slow);
+                let healthy = others.iter().all(|l| !(self.is_slow)(l));
                 format!(
                     "; its {other_dir} links run at {}{}",
                     fmt_gbs(o),
@@ -565,6 +578,7 @@ pub mod sim {
     pub fn ranks(n: usize) -> Vec<RankInfo> {
         (0..n)
             .map(|r| RankInfo {
+                capabilities: Vec::new(),
                 rank: r as Rank,
                 host: host(r),
                 address: format!("198.18.1.{}:40000", r + 1),
@@ -723,6 +737,19 @@ mod tests {
                 .unwrap()
                 .starts_with("on node-c: fabprobe links and fabprobe qos")
         );
+    }
+
+    #[test]
+    fn a_node_slow_both_ways_says_its_other_direction_is_also_slow() {
+        let v = run(8, 3, 1, |f, t| if f == 4 || t == 4 { 0.5 * BASE } else { BASE });
+        assert_eq!(v.len(), 2, "{v:#?}");
+        for v in &v {
+            assert!(v.message.contains(" (also slow)"), "{}", v.message);
+        }
+        // A node slow one way only: its other direction is not called slow.
+        let v = run(8, 3, 1, |f, _| if f == 5 { 0.3 * BASE } else { BASE });
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert!(v[0].message.contains("its incoming links run at") && !v[0].message.contains("also slow"));
     }
 
     #[test]

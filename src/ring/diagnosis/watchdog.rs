@@ -4,15 +4,15 @@
 //! the coordinator's monotonic clock.
 //!
 //! API:
-//! * [`judge`]`(&WatchState, now_ms) -> Vec<Verdict>`: `rank_lost`, `rank_stalled`,
-//!   `hang_link`; empty while nothing is wrong or the picture is not settled yet (call it
+//! * [`judge`]`(&WatchState, now_ms) -> Vec<Verdict>`: `rank_lost`, `rank_unreachable`,
+//!   `rank_stalled`, `hang_link`; empty while nothing is wrong or the picture is not settled yet (call it
 //!   again on every report and timer tick; end the run on the first non-empty answer).
 //! * [`coordinator_lost`]: the other ranks' side, when their control connection to the
 //!   coordinator closes or falls silent.
 //!
-//! Method. A rank is *lost* when its control connection closed or was reset, or when its host
-//! stopped acknowledging it (TCP_INFO: unacknowledged data older than the silence deadline):
-//! dead process, node gone. A rank is *stalled* when its connection is open and its kernel
+//! Method. A rank is *lost* when its control connection closed or was reset (dead process);
+//! *unreachable* when its host stopped acknowledging it (TCP_INFO: unacknowledged data,
+//! retransmitted) and it is silent past the silence deadline (node powered off, link cut). A rank is *stalled* when its connection is open and its kernel
 //! answers but the process sends nothing past the silence deadline (SIGSTOP, a stuck process),
 //! or when its heartbeats arrive but its progress counter has not moved for the timeout plus
 //! the grace while in a data phase. Then the wait-for graph: every wait report is an edge from
@@ -106,11 +106,34 @@ enum Sent {
 struct Judge<'a> {
     s: &'a WatchState,
     now: u64,
+    /// Rank -> index into `s.ranks` and `s.watch`, and who waits on whom: lookups in
+    /// O(log n), so one judgment is O(n log n) at 4,096 ranks, not O(n^2).
+    info_at: BTreeMap<Rank, usize>,
+    watch_at: BTreeMap<Rank, usize>,
+    waiters: BTreeMap<Rank, Vec<Rank>>,
 }
 
 impl<'a> Judge<'a> {
+    fn new(s: &'a WatchState, now: u64) -> Judge<'a> {
+        let mut waiters: BTreeMap<Rank, Vec<Rank>> = BTreeMap::new();
+        for w in &s.watch {
+            if let Some(p) = w.last.as_ref().and_then(|(_, rep)| rep.waiting_on) {
+                if p != w.rank {
+                    waiters.entry(p).or_default().push(w.rank);
+                }
+            }
+        }
+        Judge {
+            s,
+            now,
+            info_at: s.ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect(),
+            watch_at: s.watch.iter().enumerate().map(|(i, w)| (w.rank, i)).collect(),
+            waiters,
+        }
+    }
+
     fn info(&self, r: Rank) -> Option<&'a RankInfo> {
-        self.s.ranks.iter().find(|i| i.rank == r)
+        self.info_at.get(&r).map(|&i| &self.s.ranks[i])
     }
 
     fn host(&self, r: Rank) -> Option<String> {
@@ -134,7 +157,7 @@ impl<'a> Judge<'a> {
     }
 
     fn watch(&self, r: Rank) -> Option<&'a RankWatch> {
-        self.s.watch.iter().find(|w| w.rank == r)
+        self.watch_at.get(&r).map(|&i| &self.s.watch[i])
     }
 
     fn last_heard(&self, w: &RankWatch) -> u64 {
@@ -194,15 +217,26 @@ impl<'a> Judge<'a> {
                 let for_ms = self.now.saturating_sub(since_ms);
                 ev.insert("unacked_ms".into(), json!(for_ms));
                 ev.insert("silent_ms".into(), json!(silent));
+                // Not a stopped process: its kernel would still acknowledge. The host or
+                // the path to it is gone; `kill -CONT` would not help.
+                let ping = self
+                    .info(r)
+                    .map(|i| i.address.rsplit_once(':').map(|(a, _)| a).unwrap_or(&i.address).to_string())
+                    .unwrap_or_else(|| host.clone());
                 (
-                    VerdictKind::RankLost,
+                    VerdictKind::RankUnreachable,
                     Fault::Lost,
                     format!(
-                        "its host has not acknowledged the control connection for {} (host down or management \
-                         network cut)",
-                        secs(for_ms)
+                        "its host has not acknowledged the control connection for {} and it has sent nothing for \
+                         {} (host powered off or crashed, or its network link cut; not a stopped process)",
+                        secs(for_ms),
+                        secs(silent)
                     ),
-                    lost_next,
+                    format!(
+                        "is {host} up? its power and console/BMC (`ipmitool -H <bmc> chassis status`, the \
+                         console for a kernel panic); `ping {host}` and `ping {ping}` from the coordinator's host; \
+                         its link and switch port (`ip -s link` on {host}, the switch's port state)"
+                    ),
                 )
             }
             Control::Open | Control::Unacked { .. } if silent > self.s.silence_ms => {
@@ -258,13 +292,10 @@ impl<'a> Judge<'a> {
             }
         };
         let waiters: Vec<String> = self
-            .s
-            .watch
-            .iter()
-            .filter(|o| o.rank != r)
-            .filter(|o| o.last.as_ref().is_some_and(|(_, rep)| rep.waiting_on == Some(r)))
-            .map(|o| o.rank.to_string())
-            .collect();
+            .waiters
+            .get(&r)
+            .map(|v| v.iter().map(|o| o.to_string()).collect())
+            .unwrap_or_default();
         let waiting = match waiters.len() {
             0 => String::new(),
             1 => format!("; rank {} waits on it", waiters[0]),
@@ -273,10 +304,10 @@ impl<'a> Judge<'a> {
         if let Some(p) = pid {
             ev.insert("pid".into(), json!(p));
         }
-        let word = if fault == Fault::Lost {
-            "RANK LOST"
-        } else {
-            "RANK STALLED"
+        let word = match kind {
+            VerdictKind::RankUnreachable => "RANK UNREACHABLE",
+            _ if fault == Fault::Lost => "RANK LOST",
+            _ => "RANK STALLED",
         };
         let message = format!("{word} {}: {what}{seen}{waiting}", self.label(r));
         Some((
@@ -437,10 +468,7 @@ impl<'a> Judge<'a> {
 
 /// The verdicts for the run as the coordinator sees it at `now_ms`.
 pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
-    let j = Judge {
-        s: state,
-        now: now_ms,
-    };
+    let j = Judge::new(state, now_ms);
     let mut faulty: BTreeMap<Rank, Fault> = BTreeMap::new();
     let mut lost = Vec::new();
     let mut stalled = Vec::new();
@@ -812,7 +840,7 @@ mod tests {
     }
 
     #[test]
-    fn node_gone_is_lost_once_silent() {
+    fn node_gone_is_unreachable_once_silent() {
         let mk = |heard: u64| {
             ring6(|r| match r {
                 4 => (
@@ -827,13 +855,17 @@ mod tests {
         };
         assert_eq!(judge(&mk(NOW - 2_000), NOW), vec![]);
         let v = judge(&mk(NOW - 9_000), NOW);
-        assert_eq!(kinds(&v), vec![(VerdictKind::RankLost, Some(4), None)]);
-        assert!(
-            v[0].message
-                .contains("has not acknowledged the control connection for 8.0 s (host down"),
-            "{}",
-            v[0].message
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankUnreachable, Some(4), None)]);
+        assert_eq!(
+            v[0].message,
+            "RANK UNREACHABLE rank 4 (node-e): its host has not acknowledged the control connection for 8.0 s and \
+             it has sent nothing for 9.0 s (host powered off or crashed, or its network link cut; not a stopped \
+             process); last seen at step 0 of all-gather"
         );
+        let next = v[0].next.clone().unwrap();
+        assert!(next.contains("BMC") && next.contains("`ping node-e`"), "{next}");
+        assert!(!next.contains("kill -CONT"), "{next}");
+        assert_eq!(v[0].evidence["unacked_ms"], json!(8_000));
     }
 
     #[test]

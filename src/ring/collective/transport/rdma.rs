@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::tcp::{read_frame, write_frame};
+use super::tcp::{read_frame_by, write_frame};
 use super::{Completion, Fabric, LinkRequest, OpenLinks, RecvLink, SendLink, TransportError, peer_name};
 use crate::ring::model::LinkFault;
 use crate::verbs::{self, Cq, Device, Endpoint, Mr, Pd, PortInfo, Qp, QpParams, VerbsError, Wc};
@@ -755,7 +755,7 @@ pub fn connect(
         credit_rkey: credit.rkey(),
     };
     write_frame(&mut s, &h).map_err(|e| setup_err(peer, "sending the RDMA endpoint", e))?;
-    let r: RdmaReply = read_frame(&mut s).map_err(|e| setup_err(peer, "reading the RDMA endpoint", e))?;
+    let r: RdmaReply = read_frame_by(&mut s, Instant::now() + left).map_err(|e| setup_err(peer, "reading the RDMA endpoint", e))?;
     if !r.ok {
         return Err(setup_err(peer, "the receiver refused the RDMA link", r.reason));
     }
@@ -851,7 +851,7 @@ pub fn accept(
             .clamp(Duration::from_millis(10), Duration::from_secs(5));
         let _ = s.set_read_timeout(Some(left));
         let _ = s.set_write_timeout(Some(left));
-        let h: RdmaHello = match read_frame(&mut s) {
+        let h: RdmaHello = match read_frame_by(&mut s, Instant::now() + left) {
             Ok(h) => h,
             Err(e) => {
                 rejected.push(format!("RDMA link from {addr}: {e}"));

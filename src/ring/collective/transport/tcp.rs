@@ -5,14 +5,15 @@
 //! Large socket buffers and TCP_NODELAY; a short JSON handshake checks the job token and
 //! hands the sender the receiver's slot count and size (as an RDMA rkey exchange would).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -23,6 +24,9 @@ use super::{
 const DATA_MAGIC: u32 = 0x4650_4431; // "FPD1"
 const HS_MAGIC: &[u8; 4] = b"FPH1";
 const MAX_HANDSHAKE: usize = 4096;
+/// Bounds on the slots a receiver may offer (its handshake reply sizes the sender's credits).
+pub const MAX_SLOTS: u32 = 1024;
+pub const MAX_SLOT_BYTES: u64 = 1 << 30;
 /// Socket buffer size asked for (the kernel caps it at net.core.{w,r}mem_max and doubles it).
 pub const SOCKET_BUFFER: usize = 4 << 20;
 
@@ -69,22 +73,86 @@ pub(crate) fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Resul
     s.write_all(&f)
 }
 
-pub(crate) fn read_frame<T: for<'de> Deserialize<'de>>(s: &mut TcpStream) -> Result<T, String> {
-    let mut head = [0u8; 8];
-    s.read_exact(&mut head).map_err(|e| e.to_string())?;
-    if &head[..4] != HS_MAGIC {
-        return Err(format!(
-            "not a fabprobe data link (bad magic {:02x?})",
-            &head[..4]
-        ));
+/// A handshake frame decoded from the bytes received so far. Pure, so it is property-tested
+/// on arbitrary input; it never allocates beyond `MAX_HANDSHAKE`.
+#[derive(Debug, PartialEq)]
+pub enum Decoded<T> {
+    /// Incomplete: this many more bytes are wanted (never more than the frame holds).
+    More(usize),
+    Done(T),
+    /// Not a handshake; the reason carries no byte of the sender's beyond the magic in hex.
+    Bad(String),
+}
+
+/// Decode one `FPH1 | u32 length | JSON` frame from the start of `buf`; bytes past the
+/// frame are refused (a rank sends nothing before the reply).
+pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Decoded<T> {
+    let m = buf.len().min(4);
+    if buf[..m] != HS_MAGIC[..m] {
+        return Decoded::Bad(format!("not a fabprobe data link (bad magic {:02x?})", &buf[..m]));
     }
-    let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    if buf.len() < 8 {
+        return Decoded::More(8 - buf.len());
+    }
+    let len = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
     if len > MAX_HANDSHAKE {
-        return Err(format!("handshake of {len} bytes exceeds {MAX_HANDSHAKE}"));
+        return Decoded::Bad(format!("handshake of {len} bytes exceeds {MAX_HANDSHAKE}"));
     }
-    let mut b = vec![0u8; len];
-    s.read_exact(&mut b).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&b).map_err(|e| format!("malformed handshake: {e}"))
+    if buf.len() < 8 + len {
+        return Decoded::More(8 + len - buf.len());
+    }
+    if buf.len() > 8 + len {
+        return Decoded::Bad("bytes after the handshake".into());
+    }
+    match serde_json::from_slice(&buf[8..]) {
+        Ok(v) => Decoded::Done(v),
+        // serde's messages may quote the sender's text: say only what kind of error, where.
+        Err(e) => Decoded::Bad(format!(
+            "malformed handshake ({:?} error at byte {})",
+            e.classify(),
+            e.column()
+        )),
+    }
+}
+
+/// Read one frame by `deadline` (a deadline for the whole frame, not per read).
+pub(crate) fn read_frame_by<T: DeserializeOwned>(s: &mut TcpStream, deadline: Instant) -> Result<T, String> {
+    let mut buf = Vec::new();
+    loop {
+        let want = match decode_frame(&buf) {
+            Decoded::Done(v) => return Ok(v),
+            Decoded::Bad(e) => return Err(e),
+            Decoded::More(n) => n,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("no whole handshake before the deadline".into());
+        }
+        let _ = s.set_read_timeout(Some(left));
+        let mut tmp = [0u8; 1024];
+        let n = want.min(tmp.len());
+        match s.read(&mut tmp[..n]) {
+            Ok(0) => return Err("the connection closed during the handshake".into()),
+            Ok(k) => buf.extend_from_slice(&tmp[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Text that came from a peer, fit for a log line: control characters (terminal escapes)
+/// escaped, at most `max` characters.
+pub fn printable(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().take(max).flat_map(char::escape_default).collect();
+    if s.chars().count() > max {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Compares every byte whatever the first difference, as the coordinator's check does.
+fn token_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn io_err(peer: &str, dir: &'static str, e: io::Error) -> TransportError {
@@ -156,9 +224,23 @@ pub fn connect(
     let _ = s.set_read_timeout(Some(left));
     let _ = s.set_write_timeout(Some(left));
     write_frame(&mut s, hs).map_err(|e| setup("sending the link handshake", e.to_string()))?;
-    let reply: Reply = read_frame(&mut s).map_err(|e| setup("reading the link handshake", e))?;
+    let reply: Reply = read_frame_by(&mut s, deadline).map_err(|e| setup("reading the link handshake", e))?;
     if !reply.ok {
-        return Err(setup("the receiver refused the link", reply.reason));
+        return Err(setup(
+            "the receiver refused the link",
+            printable(&reply.reason, 200),
+        ));
+    }
+    // The receiver's figures size this side's credits: a lie must not allocate gigabytes
+    // (u32::MAX slots) or give no credit at all (0 slots: a false hang).
+    if !(1..=MAX_SLOTS).contains(&reply.slots) || !(4..=MAX_SLOT_BYTES).contains(&reply.slot_bytes) {
+        return Err(setup(
+            "reading the link handshake",
+            format!(
+                "the receiver offers {} slots of {} bytes (want 1..={MAX_SLOTS} slots of 4..={MAX_SLOT_BYTES} bytes)",
+                reply.slots, reply.slot_bytes
+            ),
+        ));
     }
     let _ = s.set_write_timeout(Some(timeout));
     Ok(TcpSend {
@@ -268,28 +350,90 @@ impl Drop for TcpSend {
     fn drop(&mut self) {
         // Closing with unread credits in the receive queue makes the kernel send RST,
         // which discards chunks still in our send buffer. Send FIN after the data, then
-        // drain credits until the receiver closes (bounded, so a stuck peer can't hold us).
+        // let the closer drain credits until the receiver closes: every link of the
+        // process at once, so closing costs CLOSE_LINGER in all, not per link.
         let _ = self.stream.shutdown(Shutdown::Write);
-        let until = Instant::now() + Duration::from_millis(500);
-        let _ = self.stream.set_nonblocking(false);
-        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(100)));
-        let mut sink = [0u8; 4096];
-        while Instant::now() < until {
-            match self.stream.read(&mut sink) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue;
-                }
-                Err(_) => break,
-            }
+        if let Ok(s) = self.stream.try_clone() {
+            closer::hand_over(s);
         }
-        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// How long a closed sending link may wait for its receiver to close in turn.
+pub const CLOSE_LINGER: Duration = Duration::from_millis(500);
+
+/// Wait until every closed sending link of this process is done draining, or `by`.
+/// Call before the process exits (an exit resets links a slow receiver still reads).
+pub fn wait_closed(by: Instant) {
+    while closer::busy() && Instant::now() < by {
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One thread per process drains the credits of closed sending links until each receiver
+/// closes or its linger passes.
+mod closer {
+    use super::*;
+    use std::sync::OnceLock;
+
+    struct Closing {
+        stream: TcpStream,
+        until: Instant,
+    }
+
+    static LIST: Mutex<Vec<Closing>> = Mutex::new(Vec::new());
+    static STARTED: OnceLock<bool> = OnceLock::new();
+
+    fn list() -> MutexGuard<'static, Vec<Closing>> {
+        LIST.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn busy() -> bool {
+        !list().is_empty()
+    }
+
+    pub fn hand_over(stream: TcpStream) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        list().push(Closing {
+            stream,
+            until: Instant::now() + CLOSE_LINGER,
+        });
+        let started = STARTED.get_or_init(|| {
+            thread::Builder::new()
+                .name("fabprobe-close".into())
+                .spawn(run)
+                .is_ok()
+        });
+        if !started {
+            // No thread: the link just closes now.
+            list().clear();
+        }
+    }
+
+    fn run() {
+        let mut sink = [0u8; 4096];
+        loop {
+            {
+                let now = Instant::now();
+                list().retain_mut(|c| {
+                    if now >= c.until {
+                        return false;
+                    }
+                    loop {
+                        match c.stream.read(&mut sink) {
+                            Ok(0) => return false,
+                            Ok(_) => continue,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                            Err(_) => return false,
+                        }
+                    }
+                });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -487,23 +631,349 @@ pub struct Accepted {
     pub link: TcpRecv,
 }
 
-/// Accept exactly the links in `expect` (`(from_rank, channel)`) on `listener` until
-/// `deadline`; everything else (wrong token, unexpected rank, garbage) is refused and
-/// returned as a rejection line. `peer_name` names a rank for errors.
-#[allow(clippy::too_many_arguments)]
-pub fn accept(
-    listener: &TcpListener,
-    token: &str,
-    to_rank: u32,
-    expect: &[(u32, u32)],
-    slots: usize,
-    slot_bytes: usize,
-    deadline: Instant,
-    timeout: Duration,
-    peer_name: &dyn Fn(u32) -> String,
-) -> AcceptResult {
-    let mut got: Vec<Accepted> = Vec::new();
-    let mut rejected = Vec::new();
+/// How long one connection has from accept to its whole handshake: a deadline, not a limit
+/// per read, so a client dripping a byte at a time is cut off when it passes.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections reading their handshake at once; one more drops the oldest (a real rank
+/// sends its handshake as soon as it connects, so it is never the oldest for long).
+pub const MAX_PENDING: usize = 128;
+/// Connections taken off the listener in one pass before the pending ones are read again.
+const ACCEPT_BATCH: usize = 32;
+/// Pause before the listener is tried again after accept failed (out of file descriptors):
+/// retrying at once would spin, since the connection stays queued.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Once every link is in, how long a link that came from an address other than its rank's
+/// data address waits for the rank's own connection to replace it.
+pub const UNVERIFIED_GRACE: Duration = Duration::from_secs(2);
+/// Foreign source addresses kept by name (more are counted), and reasons kept per address.
+const MAX_SOURCES: usize = 64;
+const MAX_REASONS: usize = 3;
+const MAX_SOURCES_LISTED: usize = 8;
+
+/// What `accept` waits for: the links `expect` (`(from_rank, channel)`) to rank `me`.
+pub struct AcceptSpec<'a> {
+    pub token: &'a str,
+    pub me: u32,
+    pub expect: &'a [(u32, u32)],
+    pub slots: usize,
+    pub slot_bytes: usize,
+    pub deadline: Instant,
+    /// Every later blocking operation on the links is bounded by this.
+    pub timeout: Duration,
+    /// Names a rank for errors.
+    pub peer_name: &'a (dyn Fn(u32) -> String + Sync),
+    /// Where a rank listens for data (the rank table): a link that comes from that IP is
+    /// the rank's own; None: unknown, every source is taken as the rank's.
+    pub rank_ip: &'a (dyn Fn(u32) -> Option<IpAddr> + Sync),
+}
+
+/// Connections that were not this job's links, by source address, for the log and for
+/// the error when a link is missing (so a port scanner is named, not the real peer).
+#[derive(Default)]
+struct Foreign {
+    by_ip: BTreeMap<IpAddr, (u64, Vec<String>)>,
+    total: u64,
+    /// Connections from addresses beyond `MAX_SOURCES`.
+    unlisted: u64,
+}
+
+impl Foreign {
+    fn note(&mut self, ip: IpAddr, why: String) {
+        self.total += 1;
+        let ip = ip.to_canonical();
+        if !self.by_ip.contains_key(&ip) && self.by_ip.len() >= MAX_SOURCES {
+            self.unlisted += 1;
+            return;
+        }
+        let (n, reasons) = self.by_ip.entry(ip).or_default();
+        *n += 1;
+        if reasons.len() < MAX_REASONS && !reasons.contains(&why) {
+            reasons.push(why);
+        }
+    }
+
+    /// One line per source address, most connections first, at most `MAX_SOURCES_LISTED`.
+    fn lines(&self) -> Vec<String> {
+        let mut v: Vec<_> = self.by_ip.iter().collect();
+        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+        let mut out: Vec<String> = v
+            .iter()
+            .take(MAX_SOURCES_LISTED)
+            .map(|(ip, (n, reasons))| {
+                let conns = if *n == 1 {
+                    "1 connection".to_string()
+                } else {
+                    format!("{n} connections")
+                };
+                format!("data link from {ip}: {conns} refused: {}", reasons.join("; "))
+            })
+            .collect();
+        let rest = self.total
+            - v.iter()
+                .take(MAX_SOURCES_LISTED)
+                .map(|(_, (n, _))| n)
+                .sum::<u64>();
+        if rest > 0 {
+            out.push(format!(
+                "data link: {rest} more connections refused from other addresses"
+            ));
+        }
+        out
+    }
+
+    /// For an error: `600 foreign connections (198.18.0.9: 600)`.
+    fn summary(&self) -> Option<String> {
+        if self.total == 0 {
+            return None;
+        }
+        let mut v: Vec<_> = self.by_ip.iter().map(|(ip, (n, _))| (*n, *ip)).collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let listed: Vec<String> = v
+            .iter()
+            .take(MAX_SOURCES_LISTED)
+            .map(|(n, ip)| format!("{ip}: {n}"))
+            .collect();
+        let more = if v.len() > MAX_SOURCES_LISTED || self.unlisted > 0 {
+            ", ..."
+        } else {
+            ""
+        };
+        Some(format!(
+            "{} foreign connection(s) refused ({}{more})",
+            self.total,
+            listed.join(", ")
+        ))
+    }
+}
+
+/// A connection still reading its handshake.
+struct Pending {
+    stream: TcpStream,
+    addr: SocketAddr,
+    buf: Vec<u8>,
+    until: Instant,
+}
+
+/// A link taken for an expected `(rank, channel)`, and whether it came from the rank's own
+/// data address.
+struct Held {
+    acc: Accepted,
+    addr: SocketAddr,
+    verified: bool,
+}
+
+struct AcceptState<'a> {
+    spec: &'a AcceptSpec<'a>,
+    held: Vec<Option<Held>>,
+    foreign: Foreign,
+    accept_errors: u64,
+    accept_error: Option<String>,
+    /// When the last empty slot was filled.
+    filled_at: Option<Instant>,
+}
+
+impl AcceptState<'_> {
+    fn complete(&self) -> bool {
+        self.held.iter().all(Option::is_some)
+    }
+    fn verified(&self) -> bool {
+        self.held.iter().flatten().all(|h| h.verified)
+    }
+
+    /// Does a connection from `ip` come from `rank`'s own data address?
+    fn source_ok(&self, rank: u32, ip: IpAddr) -> bool {
+        match (self.spec.rank_ip)(rank) {
+            Some(want) if !want.is_unspecified() => want.to_canonical() == ip.to_canonical(),
+            _ => true,
+        }
+    }
+
+    /// Read what a pending connection has sent; Some(p) while it is not done.
+    fn read(&mut self, mut p: Pending) -> Option<Pending> {
+        let want = match decode_frame::<Handshake>(&p.buf) {
+            Decoded::More(n) => n,
+            // Unreachable: a done or bad frame is never kept pending.
+            _ => return None,
+        };
+        let mut tmp = [0u8; 1024];
+        let n = want.min(tmp.len());
+        match p.stream.read(&mut tmp[..n]) {
+            Ok(0) => {
+                self.foreign
+                    .note(p.addr.ip(), "closed before its handshake".into());
+                None
+            }
+            Ok(k) => {
+                p.buf.extend_from_slice(&tmp[..k]);
+                match decode_frame::<Handshake>(&p.buf) {
+                    Decoded::More(_) => Some(p),
+                    Decoded::Bad(why) => {
+                        self.foreign.note(p.addr.ip(), why);
+                        None
+                    }
+                    Decoded::Done(hs) => {
+                        self.admit(p.stream, p.addr, hs);
+                        None
+                    }
+                }
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Some(p),
+            Err(e) => {
+                self.foreign
+                    .note(p.addr.ip(), format!("failed before its handshake: {e}"));
+                None
+            }
+        }
+    }
+
+    /// A whole handshake arrived: take the link, refuse it, or let it replace a link that
+    /// came from a foreign address.
+    fn admit(&mut self, mut s: TcpStream, addr: SocketAddr, hs: Handshake) {
+        let spec = self.spec;
+        let slot = spec.expect.iter().position(|&k| k == (hs.from_rank, hs.channel));
+        let verified = self.source_ok(hs.from_rank, addr.ip());
+        let reason = if !token_eq(&hs.token, spec.token) {
+            Some("wrong token".to_string())
+        } else if hs.to_rank != spec.me || slot.is_none() {
+            Some(format!(
+                "unexpected link rank {} -> rank {} channel {}",
+                hs.from_rank, hs.to_rank, hs.channel
+            ))
+        } else {
+            match slot.and_then(|k| self.held[k].as_ref()) {
+                Some(h) if h.verified || !verified => Some(format!(
+                    "duplicate link from rank {} channel {} (taken by {})",
+                    hs.from_rank, hs.channel, h.addr
+                )),
+                _ => None,
+            }
+        };
+        let Some(k) = slot.filter(|_| reason.is_none()) else {
+            let r = reason.unwrap_or_default();
+            // A tiny reply into a fresh socket's buffer: the nonblocking write never waits.
+            let _ = write_frame(
+                &mut s,
+                &Reply {
+                    ok: false,
+                    reason: r.clone(),
+                    slots: 0,
+                    slot_bytes: 0,
+                },
+            );
+            let r = if verified || r == "wrong token" {
+                r
+            } else {
+                format!("{r}; not from rank {}'s data address", hs.from_rank)
+            };
+            self.foreign.note(addr.ip(), r);
+            return;
+        };
+        let _ = s.set_nonblocking(false);
+        set_buffers(&s);
+        let left = spec
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let _ = s.set_write_timeout(Some(left));
+        let ok = Reply {
+            ok: true,
+            reason: String::new(),
+            slots: spec.slots as u32,
+            slot_bytes: spec.slot_bytes as u64,
+        };
+        if let Err(e) = write_frame(&mut s, &ok) {
+            self.foreign
+                .note(addr.ip(), format!("failed while taking its reply: {e}"));
+            return;
+        }
+        let _ = s.set_write_timeout(Some(spec.timeout));
+        let link = match make_recv(s, (spec.peer_name)(hs.from_rank), spec.slots, spec.slot_bytes) {
+            Ok(l) => l,
+            Err(e) => {
+                self.foreign
+                    .note(addr.ip(), format!("could not start its reader: {e}"));
+                return;
+            }
+        };
+        let new = Held {
+            acc: Accepted { handshake: hs, link },
+            addr,
+            verified,
+        };
+        if let Some(old) = self.held[k].replace(new) {
+            // Only an unverified link is ever replaced (see `reason`).
+            let (f, c) = spec.expect[k];
+            self.foreign.note(
+                old.addr.ip(),
+                format!(
+                    "claimed rank {f} channel {c}, replaced by the connection from rank {f}'s data address"
+                ),
+            );
+        } else if self.complete() {
+            self.filled_at = Some(Instant::now());
+        }
+    }
+
+    fn missing_error(&self) -> TransportError {
+        let spec = self.spec;
+        let missing: Vec<String> = spec
+            .expect
+            .iter()
+            .zip(&self.held)
+            .filter(|(_, h)| h.is_none())
+            .map(|((f, c), _)| format!("{} channel {c}", (spec.peer_name)(*f)))
+            .collect();
+        let mut error = format!(
+            "not connected within {} s (firewall on the data interface?)",
+            spec.timeout.as_secs()
+        );
+        if let Some(s) = self.foreign.summary() {
+            error.push_str(&format!("; meanwhile {s}"));
+        }
+        if let Some(e) = &self.accept_error {
+            error.push_str(&format!(
+                "; accepting failed {} time(s): {e} (hint: out of file descriptors? raise `ulimit -n`)",
+                self.accept_errors
+            ));
+        }
+        TransportError::Setup {
+            peer: missing.join(", "),
+            what: "waiting for the data link".into(),
+            error,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        let mut out = self.foreign.lines();
+        if let Some(e) = &self.accept_error {
+            out.push(format!(
+                "data listener: accepting failed {} time(s): {e} (hint: out of file descriptors? raise `ulimit -n`)",
+                self.accept_errors
+            ));
+        }
+        for h in self.held.iter().flatten().filter(|h| !h.verified) {
+            out.push(format!(
+                "data link from {}: taken for rank {} channel {} although it is not that rank's data address",
+                h.addr, h.acc.handshake.from_rank, h.acc.handshake.channel
+            ));
+        }
+        out
+    }
+}
+
+/// Accept exactly the links in `spec.expect` on `listener` by `spec.deadline`. Connections
+/// are read concurrently (one thread, nonblocking, `poll`), each with its own handshake
+/// deadline; everything else (wrong token, unexpected rank, garbage, a second claim of a
+/// taken link) is refused and summed up by source address in the returned lines.
+pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
+    let mut st = AcceptState {
+        spec,
+        held: spec.expect.iter().map(|_| None).collect(),
+        foreign: Foreign::default(),
+        accept_errors: 0,
+        accept_error: None,
+        filled_at: None,
+    };
     if let Err(e) = listener.set_nonblocking(true) {
         return Err((
             TransportError::Setup {
@@ -511,108 +981,129 @@ pub fn accept(
                 what: "listening".into(),
                 error: e.to_string(),
             },
-            rejected,
+            Vec::new(),
         ));
     }
-    while got.len() < expect.len() {
-        if Instant::now() >= deadline {
-            let missing: Vec<String> = expect
-                .iter()
-                .filter(|(f, c)| {
-                    !got.iter()
-                        .any(|a| a.handshake.from_rank == *f && a.handshake.channel == *c)
-                })
-                .map(|(f, c)| format!("{} channel {c}", peer_name(*f)))
-                .collect();
-            return Err((
-                TransportError::Setup {
-                    peer: missing.join(", "),
-                    what: "waiting for the data link".into(),
-                    error: format!(
-                        "not connected within {} s (firewall on the data interface?)",
-                        timeout.as_secs()
-                    ),
-                },
-                rejected,
-            ));
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut backoff_until: Option<Instant> = None;
+    let result = loop {
+        let now = Instant::now();
+        if st.complete() && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE)) {
+            break Ok(());
         }
-        let (mut s, addr) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(2));
-                continue;
+        if now >= spec.deadline {
+            // Links from foreign addresses, once every link is in, are taken at the deadline.
+            if st.complete() {
+                break Ok(());
             }
-            Err(_) => continue,
-        };
-        let _ = s.set_nonblocking(false);
-        set_buffers(&s);
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .clamp(Duration::from_millis(10), Duration::from_secs(5));
-        let _ = s.set_read_timeout(Some(left));
-        let _ = s.set_write_timeout(Some(left));
-        let hs: Handshake = match read_frame(&mut s) {
-            Ok(h) => h,
-            Err(e) => {
-                rejected.push(format!("data link from {addr}: {e}"));
-                continue;
+            for p in pending.drain(..) {
+                st.foreign
+                    .note(p.addr.ip(), "no whole handshake before the deadline".into());
             }
-        };
-        let refuse = |s: &mut TcpStream, reason: String| {
-            let _ = write_frame(
-                s,
-                &Reply {
-                    ok: false,
-                    reason,
-                    slots: 0,
-                    slot_bytes: 0,
-                },
-            );
-        };
-        let reason = if hs.token != token {
-            Some("wrong token".to_string())
-        } else if hs.to_rank != to_rank || !expect.contains(&(hs.from_rank, hs.channel)) {
-            Some(format!(
-                "unexpected link rank {} -> rank {} channel {}",
-                hs.from_rank, hs.to_rank, hs.channel
-            ))
-        } else if got
-            .iter()
-            .any(|a| a.handshake.from_rank == hs.from_rank && a.handshake.channel == hs.channel)
-        {
-            Some(format!(
-                "duplicate link from rank {} channel {}",
-                hs.from_rank, hs.channel
-            ))
-        } else {
-            None
-        };
-        if let Some(r) = reason {
-            rejected.push(format!("data link from {addr}: {r}"));
-            refuse(&mut s, r);
+            break Err(st.missing_error());
+        }
+        while pending.front().is_some_and(|p| now >= p.until) {
+            if let Some(p) = pending.pop_front() {
+                st.foreign.note(
+                    p.addr.ip(),
+                    format!("no whole handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
+                );
+            }
+        }
+        let listen = backoff_until.is_none_or(|t| now >= t);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(pending.len() + 1);
+        if listen {
+            fds.push(libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        fds.extend(pending.iter().map(|p| libc::pollfd {
+            fd: p.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        let mut wake = spec.deadline.min(now + Duration::from_millis(100));
+        if let Some(p) = pending.front() {
+            wake = wake.min(p.until);
+        }
+        if let Some(t) = backoff_until.filter(|_| !listen) {
+            wake = wake.min(t);
+        }
+        if let Some(t) = st.filled_at {
+            wake = wake.min(t + UNVERIFIED_GRACE);
+        }
+        let ms = wake.saturating_duration_since(now).as_millis().clamp(1, 1000) as libc::c_int;
+        // SAFETY: `fds` is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
             continue;
         }
-        if let Err(e) = write_frame(
-            &mut s,
-            &Reply {
-                ok: true,
-                reason: String::new(),
-                slots: slots as u32,
-                slot_bytes: slot_bytes as u64,
-            },
-        ) {
-            rejected.push(format!("data link from {addr}: {e}"));
-            continue;
+        let off = usize::from(listen);
+        let ready: Vec<bool> = fds[off..].iter().map(|f| f.revents != 0).collect();
+        let mut keep = VecDeque::with_capacity(pending.len());
+        for (p, r) in pending.drain(..).zip(ready) {
+            if !r {
+                keep.push_back(p);
+            } else if let Some(p) = st.read(p) {
+                keep.push_back(p);
+            }
         }
-        let _ = s.set_write_timeout(Some(timeout));
-        let name = peer_name(hs.from_rank);
-        match make_recv(s, name, slots, slot_bytes) {
-            Ok(link) => got.push(Accepted { handshake: hs, link }),
-            Err(e) => rejected.push(format!("data link from {addr}: {e}")),
+        pending = keep;
+        if listen && fds[0].revents != 0 {
+            backoff_until = None;
+            for _ in 0..ACCEPT_BATCH {
+                match listener.accept() {
+                    Ok((s, addr)) => {
+                        let _ = s.set_nonblocking(true);
+                        if pending.len() >= MAX_PENDING {
+                            if let Some(old) = pending.pop_front() {
+                                st.foreign.note(
+                                    old.addr.ip(),
+                                    format!(
+                                        "dropped: more than {MAX_PENDING} connections waiting to say hello"
+                                    ),
+                                );
+                            }
+                        }
+                        pending.push_back(Pending {
+                            stream: s,
+                            addr,
+                            buf: Vec::new(),
+                            until: (Instant::now() + HANDSHAKE_DEADLINE).min(spec.deadline),
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        st.accept_errors += 1;
+                        st.accept_error.get_or_insert_with(|| e.to_string());
+                        // Out of file descriptors: free one from the connection that has
+                        // waited longest for its handshake, and pause before the next try.
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                            if let Some(old) = pending.pop_front() {
+                                st.foreign
+                                    .note(old.addr.ip(), "dropped to free a file descriptor".into());
+                            }
+                        }
+                        backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                        break;
+                    }
+                }
+            }
         }
-    }
+    };
     let _ = listener.set_nonblocking(false);
-    Ok((got, rejected))
+    let lines = st.lines();
+    match result {
+        Ok(()) => Ok((st.held.into_iter().flatten().map(|h| h.acc).collect(), lines)),
+        Err(e) => Err((e, lines)),
+    }
 }
 
 /// The TCP fabric: one listening socket on the data interface.
@@ -646,20 +1137,26 @@ impl Fabric for TcpFabric {
     }
     fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
         let name = |r: u32| peer_name(req.table, r);
+        let rank_ip = |r: u32| {
+            req.table
+                .iter()
+                .find(|i| i.rank == r)
+                .and_then(|i| i.address.parse::<SocketAddr>().ok())
+                .map(|a| a.ip())
+        };
+        let spec = AcceptSpec {
+            token: req.token,
+            me: req.me,
+            expect: req.recvs,
+            slots: req.slots,
+            slot_bytes: req.slot_bytes,
+            deadline: req.deadline,
+            timeout: req.timeout,
+            peer_name: &name,
+            rank_ip: &rank_ip,
+        };
         let (sends, accepted) = thread::scope(|sc| {
-            let acc = sc.spawn(|| {
-                accept(
-                    &self.listener,
-                    req.token,
-                    req.me,
-                    req.recvs,
-                    req.slots,
-                    req.slot_bytes,
-                    req.deadline,
-                    req.timeout,
-                    &name,
-                )
-            });
+            let acc = sc.spawn(|| accept(&self.listener, &spec));
             let sends: Result<Vec<Box<dyn SendLink>>, TransportError> = req
                 .sends
                 .iter()
@@ -728,6 +1225,26 @@ mod tests {
     use super::*;
     use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
 
+    /// What rank 1 expects in these tests: token `t`, every source taken as the rank's own.
+    fn spec<'a>(
+        expect: &'a [(u32, u32)],
+        slots: usize,
+        slot_bytes: usize,
+        deadline: Instant,
+    ) -> AcceptSpec<'a> {
+        AcceptSpec {
+            token: "t",
+            me: 1,
+            expect,
+            slots,
+            slot_bytes,
+            deadline,
+            timeout: Duration::from_secs(5),
+            peer_name: &|r| format!("rank {r}"),
+            rank_ip: &|_| None,
+        }
+    }
+
     fn pair(slots: usize, slot_bytes: usize) -> Pair {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -740,19 +1257,9 @@ mod tests {
         };
         let t =
             thread::spawn(move || connect(&addr, "rank 1", &hs, deadline, Duration::from_secs(5)).unwrap());
-        let (mut got, rej) = accept(
-            &l,
-            "t",
-            1,
-            &[(0, 0)],
-            slots,
-            slot_bytes,
-            deadline,
-            Duration::from_secs(5),
-            &|r| format!("rank {r}"),
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+        let (mut got, rej) = accept(&l, &spec(&[(0, 0)], slots, slot_bytes, deadline))
+            .map_err(|(e, _)| e)
+            .unwrap();
         assert!(rej.is_empty());
         let s = t.join().unwrap();
         (Box::new(s), Box::new(got.remove(0).link))
@@ -787,25 +1294,22 @@ mod tests {
             let s = connect(&a2, "rank 1", &good, deadline, Duration::from_secs(5)).unwrap();
             (e, s)
         });
-        let (got, rej) = accept(
-            &l,
-            "t",
-            1,
-            &[(0, 0)],
-            2,
-            64,
-            deadline,
-            Duration::from_secs(5),
-            &|r| format!("rank {r}"),
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+        let (got, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline))
+            .map_err(|(e, _)| e)
+            .unwrap();
         let (e, _s) = t.join().unwrap();
         assert_eq!(got.len(), 1);
         assert!(e.to_string().contains("wrong token"), "{e}");
-        assert_eq!(rej.len(), 2, "{rej:?}");
-        assert!(rej[0].contains("bad magic"), "{rej:?}");
-        assert!(rej[1].contains("wrong token"), "{rej:?}");
+        // Both refusals came from one address: one line names it, counts and says why.
+        assert_eq!(rej.len(), 1, "{rej:?}");
+        assert!(
+            rej[0].starts_with("data link from 127.0.0.1: 2 connections refused"),
+            "{rej:?}"
+        );
+        assert!(
+            rej[0].contains("bad magic") && rej[0].contains("wrong token"),
+            "{rej:?}"
+        );
     }
 
     #[test]
@@ -814,14 +1318,10 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(200);
         let e = accept(
             &l,
-            "t",
-            1,
-            &[(0, 3)],
-            2,
-            64,
-            deadline,
-            Duration::from_secs(1),
-            &|r| format!("rank {r} (node-a)"),
+            &AcceptSpec {
+                peer_name: &|r| format!("rank {r} (node-a)"),
+                ..spec(&[(0, 3)], 2, 64, deadline)
+            },
         )
         .err()
         .unwrap()
@@ -840,6 +1340,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(r, f)| RankInfo {
+                capabilities: Vec::new(),
                 rank: r as u32,
                 host: "h".into(),
                 address: f.address(),
@@ -883,5 +1384,320 @@ mod tests {
         // recvs[0] is tag 100 = sends[1]; recvs[1] is tag 0 = sends[0].
         assert_eq!(recvs[0].poll(deadline).unwrap().imm, 1);
         assert_eq!(recvs[1].poll(deadline).unwrap().imm, 0);
+    }
+
+    /// A client that sends a valid start and then one byte every `every` until `until`.
+    fn dripper(addr: SocketAddr, every: Duration, until: Instant) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            let Ok(mut c) = TcpStream::connect(addr) else {
+                return;
+            };
+            let _ = c.write_all(b"FPH1");
+            let mut frame = 60u32.to_be_bytes().to_vec();
+            frame.extend_from_slice(&[b' '; 60]);
+            for b in frame {
+                if Instant::now() >= until || c.write_all(&[b]).is_err() {
+                    return;
+                }
+                thread::sleep(every);
+            }
+        })
+    }
+
+    #[test]
+    fn slow_drip_and_idle_connections_cannot_hold_the_real_peer_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(4);
+        let drip = dripper(addr, Duration::from_millis(300), deadline);
+        thread::sleep(Duration::from_millis(50));
+        let idle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let real = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            let hs = Handshake {
+                token: "t".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            connect(&addr.to_string(), "rank 1", &hs, deadline, Duration::from_secs(5))
+        });
+        let (got, _rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline))
+            .map_err(|(e, rej)| format!("{e} {rej:?}"))
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(t0.elapsed() < Duration::from_millis(1500), "{:?}", t0.elapsed());
+        assert!(real.join().unwrap().is_ok());
+        drop(idle);
+        drip.join().unwrap();
+    }
+
+    #[test]
+    fn a_drip_ends_at_the_deadline_and_is_named_by_its_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(1200);
+        let drip = dripper(addr, Duration::from_millis(200), t0 + Duration::from_secs(8));
+        let (e, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, deadline)).err().unwrap();
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_millis(1700),
+            "held {took:?} past a 1.2 s deadline"
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("rank 0 channel 0") && e.contains("1 foreign connection(s) refused (127.0.0.1: 1)"),
+            "{e}"
+        );
+        assert_eq!(rej.len(), 1, "{rej:?}");
+        assert!(
+            rej[0].contains("127.0.0.1: 1 connection refused: no whole handshake"),
+            "{rej:?}"
+        );
+        drip.join().unwrap();
+    }
+
+    /// A connection to `dst` from the local address `src` (loopback has all of 127/8).
+    fn connect_from(src: IpAddr, dst: SocketAddr) -> TcpStream {
+        use std::os::fd::FromRawFd;
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst.ip()) else {
+            panic!("v4 only")
+        };
+        let sa = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: plain socket calls on a descriptor this function owns.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let a = sa(s, 0);
+            assert_eq!(libc::bind(fd, (&a as *const libc::sockaddr_in).cast(), len), 0);
+            let b = sa(d, dst.port());
+            assert_eq!(libc::connect(fd, (&b as *const libc::sockaddr_in).cast(), len), 0);
+            TcpStream::from_raw_fd(fd)
+        }
+    }
+
+    fn raw_handshake(s: &mut TcpStream, token: &str, from: u32, channel: u32) -> Result<Reply, String> {
+        let hs = Handshake {
+            token: token.into(),
+            from_rank: from,
+            to_rank: 1,
+            channel,
+        };
+        write_frame(s, &hs).unwrap();
+        read_frame_by(s, Instant::now() + Duration::from_secs(3))
+    }
+
+    #[test]
+    fn a_fake_claim_from_a_foreign_address_never_locks_out_the_real_peer() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let rank_ip = |r: u32| (r == 0).then_some(IpAddr::from([127, 0, 0, 1]));
+        for fake_first in [true, false] {
+            let deadline = Instant::now() + Duration::from_secs(4);
+            // Each step waits for its reply, so the order is fixed: the fake claims channel
+            // 0 before or after the real rank, and the real rank's channel 1 comes last.
+            let t = thread::spawn(move || {
+                let fake = || {
+                    let mut f = connect_from([127, 0, 0, 2].into(), addr);
+                    (raw_handshake(&mut f, "t", 0, 0), f)
+                };
+                let real = |channel| {
+                    let hs = Handshake {
+                        token: "t".into(),
+                        from_rank: 0,
+                        to_rank: 1,
+                        channel,
+                    };
+                    connect(&addr.to_string(), "rank 1", &hs, deadline, Duration::from_secs(5))
+                        .map_err(|e| e.to_string())
+                        .unwrap()
+                };
+                let early = fake_first.then(fake);
+                let mut r0 = real(0);
+                let late = (!fake_first).then(fake);
+                let r1 = real(1);
+                let slot = r0.acquire(deadline).unwrap();
+                r0.write_imm(slot, &[7; 4], 42).unwrap();
+                (early.or(late).unwrap(), r0, r1)
+            });
+            let (mut got, rej) = accept(
+                &l,
+                &AcceptSpec {
+                    rank_ip: &rank_ip,
+                    ..spec(&[(0, 0), (0, 1)], 2, 64, deadline)
+                },
+            )
+            .map_err(|(e, rej)| format!("{e} {rej:?}"))
+            .unwrap();
+            let ((fake_reply, _f), _r0, _r1) = t.join().unwrap();
+            // The link kept for channel 0 is the real sender's: its chunk arrives on it.
+            assert_eq!(got.len(), 2);
+            let c0 = got.iter_mut().find(|a| a.handshake.channel == 0).unwrap();
+            assert_eq!(c0.link.poll(deadline).unwrap().imm, 42);
+            // The fake is named by its address, never the real peer.
+            assert_eq!(rej.len(), 1, "{rej:?}");
+            assert!(
+                rej[0].starts_with("data link from 127.0.0.2: 1 connection refused"),
+                "{rej:?}"
+            );
+            let r = fake_reply.unwrap();
+            if fake_first {
+                // Taken for a while, then replaced by the rank's own connection.
+                assert!(r.ok, "{r:?}");
+                assert!(
+                    rej[0].contains("replaced by the connection from rank 0's data address"),
+                    "{rej:?}"
+                );
+            } else {
+                assert!(!r.ok && r.reason.contains("duplicate"), "{r:?}");
+                assert!(rej[0].contains("not from rank 0's data address"), "{rej:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn reply_slots_are_bounded_and_named() {
+        for (slots, slot_bytes) in [(u32::MAX, 64u64), (0, 64), (4, 0), (4, u64::MAX)] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let t = thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let _: Handshake = read_frame_by(&mut s, Instant::now() + Duration::from_secs(3)).unwrap();
+                write_frame(
+                    &mut s,
+                    &Reply {
+                        ok: true,
+                        reason: String::new(),
+                        slots,
+                        slot_bytes,
+                    },
+                )
+                .unwrap();
+                s
+            });
+            let hs = Handshake {
+                token: "t".into(),
+                from_rank: 0,
+                to_rank: 1,
+                channel: 0,
+            };
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let e = connect(&addr, "rank 1 (node-b)", &hs, deadline, Duration::from_secs(3))
+                .err()
+                .unwrap_or_else(|| panic!("{slots} slots of {slot_bytes} taken"))
+                .to_string();
+            assert!(
+                e.contains("rank 1 (node-b)") && e.contains(&format!("offers {slots} slots")),
+                "{e}"
+            );
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn closing_many_links_lingers_once_not_per_link() {
+        // Receivers that never close: each sender lingers for its credits.
+        let pairs: Vec<Pair> = (0..6).map(|_| pair(2, 64)).collect();
+        let (mut sends, recvs): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for s in &mut sends {
+            let slot = s.acquire(deadline).unwrap();
+            s.write_imm(slot, &[9; 64], 5).unwrap();
+        }
+        let t0 = Instant::now();
+        drop(sends);
+        let dropped = t0.elapsed();
+        wait_closed(t0 + Duration::from_secs(5));
+        let took = t0.elapsed();
+        assert!(dropped < Duration::from_millis(100), "drop blocked {dropped:?}");
+        assert!(
+            took < CLOSE_LINGER + Duration::from_millis(400),
+            "closing took {took:?}"
+        );
+        // What was sent before the close still lands.
+        for mut r in recvs {
+            assert_eq!(r.poll(deadline).unwrap().imm, 5);
+        }
+    }
+
+    #[test]
+    fn token_eq_is_exact() {
+        assert!(token_eq("abc", "abc"));
+        assert!(!token_eq("abc", "abd") && !token_eq("abc", "ab") && !token_eq("", "a"));
+    }
+
+    #[test]
+    fn out_of_file_descriptors_backs_off_and_says_so() {
+        // The descriptor limit is per process: the work runs in a child copy of this binary.
+        if std::env::var_os("FABPROBE_EMFILE_CHILD").is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "ring::collective::transport::tcp::tests::out_of_file_descriptors_backs_off_and_says_so",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("FABPROBE_EMFILE_CHILD", "1")
+                .output()
+                .unwrap();
+            let text =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let open_now = std::fs::read_dir("/proc/self/fd").unwrap().count() as libc::rlim_t;
+        let lim = libc::rlimit {
+            rlim_cur: open_now + 8,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        let mut cur = lim;
+        // SAFETY: valid rlimit structs.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur), 0);
+            let lim = libc::rlimit {
+                rlim_max: cur.rlim_max,
+                ..lim
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+        // Connect until no descriptor is left: the server ends wait in the listen queue and
+        // every accept fails with EMFILE.
+        let mut clients = Vec::new();
+        while let Ok(c) = TcpStream::connect(addr) {
+            clients.push(c);
+        }
+        assert!(!clients.is_empty());
+        let cpu = || {
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid rusage out-parameter.
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+            let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+            t(u.ru_utime) + t(u.ru_stime)
+        };
+        let c0 = cpu();
+        let t0 = Instant::now();
+        let (e, rej) = accept(&l, &spec(&[(0, 0)], 2, 64, t0 + Duration::from_millis(1500)))
+            .err()
+            .unwrap();
+        let used = cpu() - c0;
+        assert!(used < 0.1, "spun: {used:.3} s of CPU in {:?}", t0.elapsed());
+        let e = e.to_string();
+        assert!(
+            e.contains("Too many open files") && e.contains("ulimit -n"),
+            "{e}"
+        );
+        assert!(rej.iter().any(|r| r.contains("Too many open files")), "{rej:?}");
     }
 }

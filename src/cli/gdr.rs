@@ -1,0 +1,70 @@
+//! `fabprobe gdr`: GPUDirect RDMA readiness per GPU x RDMA NIC pair.
+
+use clap::Args;
+
+use super::{Format, GlobalArgs, Outcome, emit, open_host};
+use crate::probe::gdr;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = GDR_HELP)]
+pub struct GdrArgs {}
+
+const GDR_HELP: &str = "\
+For every GPU x RDMA NIC pair: NCCL's path type (as `fabprobe topo --nccl`) against
+NCCL_NET_GDR_LEVEL (default PXB; names or the old numbers 0-4), and the verdict NCCL reaches:
+on (a peer-memory client), dmabuf_possible (no peer memory, DMA-BUF prerequisites met),
+off_distance, off_no_peer_memory (unknown when a snapshot has no /sys/module and DMA-BUF is not
+possible). Nearest NICs (what NCCL uses) are marked *.
+
+Peer memory: the paths NCCL's ncclIbGdrSupport() checks (>= 2.23: memory_peers/nv_mem,
+memory_peers/nv_mem_nc, /sys/module/nvidia_peermem/version; 2.9-2.21 memory_peers/nvidia-peermem),
+nvidia_peermem and nv_peer_mem, peerdirect_support, whether ib_core has the MLNX_OFED/DOCA
+peer-memory API (/sys/kernel/mm/memory_peers), and nvidia-peermem.ko in modules.dep when it is
+not loaded. DMA-BUF: kernel >= 5.12, rdma-core >= 34 (from the libibverbs.so.1 link name), the
+NVIDIA open kernel module (/proc/driver/nvidia/version). ACS: the extended capability 0x0D in
+the config space of every bridge below the last bridge a GPU and a NIC share (as non-root only
+64 bytes are readable: shown as unknown, never off). IOMMU: /sys/class/iommu, each device's
+iommu_group type, the kernel command line. BAR1: NVML.
+
+FINDINGS
+  gdr.acs_redirect         ReqRedir/CmpltRedir on a switch port between a GPU and a NIC
+                           (fail when NCCL would use the pair); fix: setpci ECAP_ACS+0x6.w
+  gdr.acs_unknown          ACS of the ports NCCL's pairs cross is not readable (non-root)
+  gdr.peermem_not_loaded   GDR off for pairs NCCL would use: no peer memory, no DMA-BUF
+  gdr.off_distance         the nearest NIC is farther than NCCL_NET_GDR_LEVEL
+  gdr.iommu_translation    DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs
+
+JSON DATA (fabprobe.gdr)
+  {\"gpus\"|\"nics\": [{\"label\", \"name\", \"pci_bus_id\", \"bar1_total_bytes\",
+     \"iommu_group\": null | {\"group\", \"type\"}}],
+   \"nccl_net_gdr_level\": {\"level\" (LOC..SYS), \"source\" (default|NCCL_NET_GDR_LEVEL), \"raw\"},
+   \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
+     \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
+     \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},
+   \"dmabuf\": {\"kernel\", \"kernel_ok\", \"rdma_core\", \"rdma_core_source\", \"rdma_core_ok\",
+     \"nvidia_driver\", \"nvidia_open_module\", \"possible\"},
+   \"iommu\": {\"units\", \"cmdline_flags\", \"cmdline_passthrough\"},
+   \"bridges\": [{\"pci_bus_id\", \"acs\": {\"state\": \"present\", \"cap\", \"ctrl\", \"ctrl_text\",
+     \"redirect\"} | {\"state\": \"absent\"} | {\"state\": \"unknown\", \"bytes_read\", \"reason\"} |
+     {\"state\": \"unreadable\", \"error\"}}],
+   \"pairs\": [{\"gpu\", \"nic\", \"path\", \"nccl_nearest\", \"verdict\" (on|dmabuf_possible|
+     off_distance|off_no_peer_memory|unknown), \"bridges_between\", \"acs_redirect\", \"acs_unknown\"}],
+   \"notes\"}
+
+NOT CHECKED
+  NCCL's own ibv_reg_dmabuf_mr(fd=-1) probe and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (need
+  verbs and CUDA at run time); NCCL_IB_HCA filtering of the NIC list.";
+
+pub fn run(g: &GlobalArgs, _a: GdrArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("gdr", &[Format::Table, Format::Json])?;
+    let host = open_host(g)?;
+    let report = gdr::probe(&host);
+    let findings = gdr::findings(&report);
+    let text = match fmt {
+        Format::Json => Envelope::new("gdr", HostInfo::of(&host), &report, &findings).to_json(),
+        _ => crate::render::gdr::table(&report, &findings),
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

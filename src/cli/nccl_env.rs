@@ -1,0 +1,80 @@
+//! `fabprobe nccl-env`: what NCCL would choose here, and a lint of the NCCL configuration.
+
+use clap::Args;
+
+use super::{Format, GlobalArgs, Outcome, emit, open_host};
+use crate::probe::nccl_env;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = NCCL_ENV_HELP)]
+pub struct NcclEnvArgs {}
+
+const NCCL_ENV_HELP: &str = "\
+Applies NCCL's own rules to this host (or --root snapshot) and its NCCL_* environment, the
+configuration files included: NCCL_CONF_FILE (else ~/.nccl.conf, from $HOME), then
+/etc/nccl.conf; a value set earlier wins, so the environment beats both files. Each choice
+names the rule that made it:
+  sockets   NCCL_SOCKET_IFNAME (^ exclude, = exact, prefixes; ignored when 1 character),
+            else ib*, the NCCL_COMM_ID subnet, ^docker,lo,virbr, docker, lo, virbr.
+            The first interface is the bootstrap and IB out-of-band one.
+  IB ports  active ports with an IB or Ethernet link layer, filtered by NCCL_IB_HCA
+            (^ exclude, = exact, dev[:port]; without = an entry is a prefix), none when
+            NCCL_IB_DISABLE=1; the GID index per port as `fabprobe gids` computes it.
+  GDR       NCCL's path type of each GPU to each used HCA against NCCL_NET_GDR_LEVEL
+            (names LOC..SYS or old numbers; default PXB, or P2C with NCCL_NET_GDR_C2C=1).
+            Only the topology gate: peermem/DMA-BUF, ACS and IOMMU are not judged here.
+  plugin    NCCL_NET_PLUGIN (none, or libnccl-net-NAME.so then NAME), else
+            libnccl-net.so, looked up in LD_LIBRARY_PATH and the usual library directories
+            (not /etc/ld.so.cache).
+  topology  NCCL_TOPO_FILE, else /var/run/nvidia-topologyd/virtualTopology.xml if present.
+Socket interfaces need getifaddrs: live, or a snapshot's fabprobe/ifaddrs.json (written by
+`fabprobe snapshot`); an older snapshot says they are unknown.
+
+FINDINGS
+  nccl_env.unknown_name            an NCCL_* name NCCL does not read (nearest real name)
+  nccl_env.bad_value               a value NCCL ignores or reads partly (not a number,
+                                   trailing text, an unknown word or level)
+  nccl_env.out_of_range            NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside
+                                   0-7 (fail); NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)
+  nccl_env.ifname_ignored          NCCL_SOCKET_IFNAME of one character
+  nccl_env.no_socket_interface     nothing matches: bootstrap fails (fail)
+  nccl_env.socket_interface_unusable  lo or a docker/virbr bridge (fail), a link-local
+                                   address (warn) picked for the bootstrap
+  nccl_env.hca_prefix_match        NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1
+  nccl_env.hca_matches_nothing     NCCL_IB_HCA selects no active port: sockets (fail)
+  nccl_env.ib_disabled             NCCL_IB_DISABLE=1 with active RDMA ports
+  nccl_env.p2p_disabled_nvlink     NCCL_P2P_DISABLE=1 on a host with NVLink
+  nccl_env.gdr_off                 a GPU whose every used HCA is beyond NCCL_NET_GDR_LEVEL
+  nccl_env.net_plugin_missing      NCCL_NET_PLUGIN names a library that is not found
+  nccl_env.topo_file_missing       NCCL_TOPO_FILE names a missing file
+  nccl_env.conf_file_unreadable    NCCL_CONF_FILE names a missing or unreadable file
+  gids.nccl_gid_index_bad, gids.nccl_gid_unusable, gids.nccl_gid_error
+                                   NCCL_IB_GID_INDEX (or the automatic choice) on a used
+                                   port points at an empty, link-local or RoCE v1 entry
+Exit 1 when a finding is fail.
+
+JSON DATA (fabprobe.nccl-env)
+  {\"conf_files\": [{\"path\", \"role\", \"state\" (read|absent|error), \"values\"}],
+   \"settings\": [{\"name\", \"value\", \"origin\": {\"kind\": environment|file, \"path\"},
+                 \"line\", \"shadowed\": [{\"value\", \"origin\", \"line\"}]}],
+   \"sockets\": {\"ifname\", \"interfaces\": [{\"name\", \"addr\", \"rule\"}], \"unknown\"},
+   \"ib\": {\"disabled\", \"hca\", \"message\", \"ports\": [{\"device\", \"port\", \"link_layer\",
+           \"state\", \"used\", \"rule\", \"gid_index\", \"gid\", \"gid_rule\"}]},
+   \"gdr\": {\"level\", \"level_rule\", \"kernel_support\",
+            \"pairs\": [{\"gpu\", \"gpu_pci_bus_id\", \"nic\", \"path\", \"enabled\"}]},
+   \"net_plugin\": {\"requested\", \"tries\", \"found\", \"rule\"},
+   \"topo_file\": {\"path\", \"from_env\", \"exists\"}}";
+
+pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("nccl-env", &[Format::Table, Format::Json])?;
+    let host = open_host(g)?;
+    let report = nccl_env::probe(&host);
+    let findings = nccl_env::findings(&host, &report);
+    let text = match fmt {
+        Format::Json => Envelope::new("nccl-env", HostInfo::of(&host), &report, &findings).to_json(),
+        _ => crate::render::nccl_env::table(&report, &findings),
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

@@ -1,0 +1,123 @@
+//! `fabprobe nccl-log FILE... | DIR | -`: summary and root-cause verdicts from NCCL logs.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit};
+use crate::nccl_log::Analyzer;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = NCCL_LOG_HELP)]
+pub struct NcclLogArgs {
+    /// Log files, a directory of them (read in name order, not recursively), or `-` for
+    /// stdin. Files may be one per rank or one combined job log.
+    #[arg(required = true, value_name = "FILE|DIR|-")]
+    pub inputs: Vec<PathBuf>,
+}
+
+const NCCL_LOG_HELP: &str = "\
+Reads NCCL_DEBUG=WARN, INFO or TRACE output as people have it: one file per rank, one
+combined job log, or stdin; behind launcher prefixes (mpirun --tag-output/--timestamp-output
+`[1,N]<stdout>:`, srun -l `N: `, PyTorch `[rankN]:`, torchrun `[defaultN]:`, pdsh `host: `,
+container timestamps); interleaved ranks; headers with or without pid:tid; NCCL 2.4-era and
+2.2x formats; PyTorch ProcessGroupNCCL watchdog lines. Input is streamed in bounded memory
+(lines longer than 64 KiB are cut). A line no rule understands is counted, never fatal.
+--root does not apply.
+
+SUMMARY
+  NCCL versions per host, hosts, ranks and local ranks, ring and tree channels, NCCL's
+  channel line, per connection (from rank, to rank) the transport as NCCL printed it and
+  counts per class (NET/IB/GDRDMA, NET/IB, NET/Socket, P2P/IPC, P2P/CUMEM, SHM, ...),
+  bootstrap and socket interfaces, HCAs, GDR on/off per HCA, network and plugin.
+
+VERDICTS
+  The first failure of each process, collapsed to root causes: status 5 flushes, closed
+  connections and collective timeouts are knock-ons of a hard failure (counted in the first
+  verdict's knock_ons); timeouts on one sequence number are one event whose suspects are the
+  communicator's ranks missing from it; one cause on one host, device and peer is one
+  verdict listing its ranks. Cause ids:
+    ib_retry_exceeded (status 12)    ib_rnr_retry_exceeded (13)   ib_local_protection (4)
+    ib_remote_access (10)            ib_remote_op (11)            ib_completion_error (other)
+    ib_wr_flush (5, only when nothing else explains it)
+    ib_modify_qp_failed              gid_index_unusable           ib_reg_mr_failed
+    ib_device_open_failed            ib_no_device (warn)          net_socket_fallback (warn)
+    socket_iface_loopback (fail across hosts, warn on one)        socket_no_interface
+    socket_connect_failed            remote_process_exited        collective_timeout
+    gdr_disabled (warn)              version_mismatch             collective_mismatch
+    cuda_error                       system_error
+  Exit 1 when a verdict is fail.
+
+JSON DATA (fabprobe.nccl-log)
+  {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
+     \"unrecognised_samples\", \"truncated_lines\", \"nccl_versions\": {version: [host]},
+     \"hosts\": [{\"host\", \"ranks\", \"local_ranks\", \"bootstrap\", \"socket_interfaces\",
+     \"hcas\", \"gdr\": {hca: bool}}], \"world_size\", \"ranks_seen\", \"ring_channels\",
+     \"ring_sample\", \"tree_channels\", \"channels\", \"networks\", \"plugins\",
+     \"transports\": {class: count}, \"connections\": [{\"from_rank\", \"to_rank\", \"via\"}],
+     \"connections_dropped\"},
+   \"verdicts\": [{\"cause\", \"severity\", \"host\", \"rank\", \"ranks\", \"device\",
+     \"peer\": {\"addr\", \"host\", \"rank\"}, \"local_gid\", \"remote_gid\", \"status\",
+     \"vendor_err\", \"file\", \"line_no\", \"line\", \"meaning\", \"next\", \"seq\", \"op\",
+     \"suspects\", \"knock_ons\"}]}
+  The envelope's findings repeat each verdict as nccl_log.<cause>.";
+
+fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
+    Hinted {
+        msg: format!("cannot {what} {}: {e}", p.display()),
+        hint: "nccl-log takes log files, a directory of them, or - for stdin".into(),
+    }
+    .into()
+}
+
+pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.require_format("nccl-log", &[Format::Table, Format::Json])?;
+    if g.root.is_some() {
+        return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
+    }
+    let mut an = Analyzer::new();
+    for p in &a.inputs {
+        if p.as_os_str() == "-" {
+            an.read("-", std::io::stdin().lock())
+                .map_err(|e| cannot("read", p, e))?;
+            continue;
+        }
+        let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
+        if meta.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| cannot("list", p, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.is_file())
+                .collect();
+            files.sort();
+            for f in files {
+                g.log(1, format!("reading {}", f.display()));
+                let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
+                an.read(&f.display().to_string(), fh)
+                    .map_err(|e| cannot("read", &f, e))?;
+            }
+        } else {
+            g.log(1, format!("reading {}", p.display()));
+            let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
+            an.read(&p.display().to_string(), fh)
+                .map_err(|e| cannot("read", p, e))?;
+        }
+    }
+    let report = an.finish();
+    let findings = crate::render::nccl_log::findings(&report);
+    let text = match fmt {
+        Format::Json => {
+            let host = HostInfo {
+                hostname: None,
+                kernel: None,
+                captured_at: None,
+                source: report.summary.inputs.join(","),
+            };
+            Envelope::new("nccl-log", host, &report, &findings).to_json()
+        }
+        _ => crate::render::nccl_log::table(&report),
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

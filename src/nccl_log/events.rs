@@ -1,0 +1,781 @@
+//! What one NCCL (or PyTorch) message says. Formats, by NCCL version, as printed in public
+//! logs (tests/data/nccl-logs/SOURCES.md names each thread) and probe-facts.md §3:
+//!
+//! * completions: `Got completion with error %d, opcode %d, len %d, vendor err %d` (<= 2.9),
+//!   `... from peer %s with error ...` (2.10-2.17), `... (Send) localGid X remoteGid Y`
+//!   (2.18-2.19), `with status=%d opcode=%d ... remoteGidsY` (2.20-2.22, no space),
+//!   `... hca mlx5_N` (2.23), `status=%s(%d) opcode=%s(%d) vendor_err=%u` (>= 2.28.7);
+//! * connections: `Ring 00 : 3[3] -> 4[4] via P2P/IPC` (2.4-2.6), `Ring 00 : 34 -> 33 [send]
+//!   via NET/Socket/0` (2.4), `Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`
+//!   (2.7+), `via P2P/CUMEM/read`, `via SHM/direct/direct`, `via P2P/direct pointer`;
+//! * PyTorch ProcessGroupNCCL: `[Rank N] Watchdog caught collective operation timeout:
+//!   WorkNCCL(SeqNum=S, OpType=OP, ..., Timeout(ms)=T) ran for M milliseconds ...`.
+
+use super::line::Level;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transport {
+    pub src: u32,
+    pub dst: u32,
+    pub via: String,
+}
+
+/// A failure line's facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    pub cause: &'static str,
+    pub hca: Option<String>,
+    pub peer: Option<String>,
+    pub local_gid: Option<String>,
+    pub remote_gid: Option<String>,
+    pub status: Option<i64>,
+    pub vendor_err: Option<i64>,
+    pub seq: Option<u64>,
+    pub op: Option<String>,
+    pub rank: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Understood, nothing to keep (return-code traces, setup chatter).
+    Known,
+    Version(String),
+    Bootstrap(Vec<String>),
+    SocketIfs(Vec<String>),
+    IbUsing {
+        hcas: Vec<String>,
+        oob: Option<String>,
+    },
+    Plugin(String),
+    Network(String),
+    Comm {
+        rank: u32,
+        nranks: Option<u32>,
+        local_rank: Option<u32>,
+        cuda_dev: Option<i32>,
+    },
+    Ring {
+        channel: u32,
+        order: String,
+    },
+    Tree {
+        channels: Vec<u32>,
+    },
+    Channels(String),
+    Connection(Transport),
+    Gdr {
+        hca: String,
+        enabled: bool,
+    },
+    Failure(Failure),
+}
+
+fn fail(cause: &'static str) -> Event {
+    Event::Failure(Failure {
+        cause,
+        ..Failure::default()
+    })
+}
+
+/// The integer right after `key` (`"rank "` -> 3), skipping spaces.
+fn num_after(s: &str, key: &str) -> Option<i64> {
+    let i = s.find(key)? + key.len();
+    let rest = s[i..].trim_start();
+    let neg = rest.starts_with('-');
+    let d: String = rest
+        .trim_start_matches('-')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let v: i64 = d.parse().ok()?;
+    Some(if neg { -v } else { v })
+}
+
+/// The word right after `key`, up to whitespace or one of `stops`.
+fn word_after<'a>(s: &'a str, key: &str, stops: &[char]) -> Option<&'a str> {
+    let i = s.find(key)? + key.len();
+    let rest = s[i..].trim_start();
+    let end = rest
+        .find(|c: char| c.is_whitespace() || stops.contains(&c))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// `[0]eth0:10.0.0.1<0> [1]ib0:...` or `eth0:10.0.0.1<0>` -> `["eth0:10.0.0.1<0>", ...]`.
+fn iface_list(s: &str) -> Vec<String> {
+    s.split_whitespace()
+        .filter(|w| w.contains(':'))
+        .map(|w| match w.find(']') {
+            Some(i) if w.starts_with('[') => w[i + 1..].to_string(),
+            _ => w.to_string(),
+        })
+        .collect()
+}
+
+fn after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
+    s.find(key).map(|i| &s[i + key.len()..])
+}
+
+/// A message from a line with an NCCL header.
+pub fn classify(level: Level, msg: &str) -> Option<Event> {
+    let m = msg.trim();
+    if let Some(v) = m.strip_prefix("NCCL version ") {
+        return Some(Event::Version(v.split_whitespace().next()?.to_string()));
+    }
+    if level == Level::Warn {
+        // A WARN no rule knows is counted as unrecognised (with samples), never guessed at.
+        return warn(m);
+    }
+    // Every test below looks at the start of the message (or one short token), so a line
+    // costs a few comparisons however many rules there are: logs run to gigabytes.
+    let first = m.split(' ').next().unwrap_or("");
+    // The steady state of NCCL_DEBUG_SUBSYS=COLL: one line per collective call.
+    if let "AllReduce:" | "Broadcast:" | "AllGather:" | "ReduceScatter:" | "Reduce:" | "Send:" | "Recv:"
+    | "AllToAll:" = first
+    {
+        return Some(Event::Known);
+    }
+    // Source-annotated traces: "transport/net.cc:1298 -> 6", "channel.cc:55 Cuda Alloc ...".
+    if first.contains(".c") && first.contains(':') {
+        return Some(Event::Known);
+    }
+    let strip = |prefixes: &[&str]| prefixes.iter().find_map(|p| m.strip_prefix(p));
+    if let Some(r) = strip(&["Bootstrap : Using", "Bootstrap: Using"]) {
+        return Some(Event::Bootstrap(iface_list(r)));
+    }
+    if let Some(r) = strip(&["NET/Socket : Using", "NET/Socket: Using"]) {
+        return Some(Event::SocketIfs(iface_list(r)));
+    }
+    if m.starts_with("NET/IB : No device found")
+        || m.starts_with("NET/IB: No device found")
+        || m.starts_with("Failed to open libibverbs")
+    {
+        return Some(fail("ib_no_device"));
+    }
+    if let Some(r) = strip(&["NET/IB : Using", "NET/IB: Using"]) {
+        let (devs, oob) = match r.split_once("; OOB") {
+            Some((d, o)) => (d, Some(o.trim().to_string())),
+            None => (r, None),
+        };
+        let hcas = devs
+            .split_whitespace()
+            .filter(|w| *w != "[RO]")
+            .map(|w| match w.find(']') {
+                Some(i) if w.starts_with('[') => w[i + 1..].to_string(),
+                _ => w.to_string(),
+            })
+            .filter(|w| !w.is_empty())
+            .collect();
+        return Some(Event::IbUsing { hcas, oob });
+    }
+    if let Some(r) = m.strip_prefix("Using network ") {
+        return Some(Event::Network(r.trim().to_string()));
+    }
+    if m.starts_with("NET/Plugin") || m.starts_with("Plugin Path") || m.starts_with("P2P plugin") {
+        if let Some(r) = after(m, "Loaded net plugin ") {
+            return Some(Event::Plugin(r.trim().to_string()));
+        }
+        if let Some(r) = m.strip_prefix("P2P plugin ") {
+            return Some(Event::Plugin(r.trim().to_string()));
+        }
+        if m.contains("No plugin found") || m.contains("Could not find") || m.contains("returned 2") {
+            return Some(Event::Plugin("none (internal)".into()));
+        }
+        return Some(Event::Known);
+    }
+    if let Some(r) = m.strip_prefix("Initialized NET plugin ") {
+        return Some(Event::Plugin(r.trim().to_string()));
+    }
+    // "comm 0x.. rank 3 nranks 16 cudaDev 3 ..." / "ncclCommInitRank comm ..." /
+    // "comm 0x.. rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"
+    if first == "comm" || first.starts_with("ncclCommInit") {
+        let Some(rank) = num_after(m, " rank ") else {
+            return Some(Event::Known);
+        };
+        let nranks = num_after(m, " nranks ")
+            .or_else(|| num_after(m, " nRanks "))
+            .map(|v| v as u32);
+        let local_rank = num_after(m, " localRank ").map(|v| v as u32);
+        let cuda_dev = num_after(m, " cudaDev ").map(|v| v as i32);
+        return Some(Event::Comm {
+            rank: rank as u32,
+            nranks,
+            local_rank,
+            cuda_dev,
+        });
+    }
+    if first == "Channel" || first == "Ring" {
+        return Some(channel_line(m).unwrap_or(Event::Known));
+    }
+    if let Some(r) = m.strip_prefix("Trees ") {
+        let channels = r
+            .split('[')
+            .skip(1)
+            .filter_map(|x| x.split(']').next()?.trim().parse().ok())
+            .collect();
+        return Some(Event::Tree { channels });
+    }
+    if first.bytes().all(|b| b.is_ascii_digit()) && !first.is_empty() {
+        // "32 coll channels, 32 nvls channels, ..." and topology dumps (" 1 : NET/0 GPU/1").
+        if m.contains(" coll channels") {
+            return Some(Event::Channels(m.to_string()));
+        }
+        return Some(Event::Known);
+    }
+    if let Some(r) = strip(&[
+        "NET/IB : GPU Direct RDMA ",
+        "NET/IB: GPU Direct RDMA ",
+        "NET/Socket : GPU Direct RDMA ",
+        "GPU Direct RDMA ",
+    ]) {
+        // The Socket transport prints the same for its interfaces: expected, not a fault.
+        if m.starts_with("NET/Socket") {
+            return Some(Event::Known);
+        }
+        let enabled = r.starts_with("Enabled")
+            || r.starts_with("(nvidia-peermem) enabled")
+            || r.starts_with("(DMABUF) enabled");
+        if r.contains("for HCA") {
+            // "Disabled for HCA 0 'mlx5_0'" (no peer memory client).
+            let hca = m.split('\'').nth(1).unwrap_or("?").to_string();
+            return Some(Event::Gdr { hca, enabled });
+        }
+        if r.contains("for GPU") {
+            // "Disabled for GPU 42000 / HCA 0 (distance 6 > 4)": by topology.
+            let hca = format!("HCA {}", num_after(m, "/ HCA ").unwrap_or(-1));
+            return Some(Event::Gdr { hca, enabled });
+        }
+        return Some(Event::Known);
+    }
+    // Setup chatter NCCL prints at INFO that carries nothing the summary uses.
+    const CHATTER: &[&str] = &[
+        "cudaDriverVersion",
+        "NCCL_",
+        "Setting affinity",
+        "Connected all",
+        "P2P Chunksize",
+        "threadThresholds",
+        "Using non-device net plugin",
+        "Tree ",
+        "NVLS",
+        "Allocated",
+        "Comm config",
+        "DMA-BUF",
+        "Launch mode",
+        "CC ",
+        "MNNVL",
+        "Assigned ",
+        "GPU/",
+        "CPU/",
+        "NET/",
+        "=== System",
+        "Pattern ",
+        "New proxy",
+        "Mem Realloc",
+        "ncclPollProxyResponse",
+        "resp.opId",
+        "sendConnect",
+        "recvConnect",
+        "proxyProgressAsync",
+        "Received and initiated",
+        "CUDA Dev",
+        "+ ",
+        "Enabled NCCL Func",
+        "ENV/Plugin",
+        "TUNER/Plugin",
+        "PROFILER/Plugin",
+        "Failed to initialize NET plugin",
+        "NCCL git version",
+        "AllReduce:",
+        "Broadcast:",
+        "AllGather:",
+        "ReduceScatter:",
+        "Reduce:",
+        "Send:",
+        "Recv:",
+        "Bootstrap",
+        "Symmetric",
+        "RAS",
+        "NVLink",
+        "[Service thread]",
+        "Connection closed by localRank",
+        "Init COMPLETE",
+        "ncclCommFinalize",
+        "comm ",
+        "Initialized",
+        "Using ",
+        "Channel",
+        "Ring",
+        "Trees",
+        "Dev ",
+        "Could not",
+        "Topology",
+        "Loaded",
+        "GIN",
+        "Proxy",
+        "Device",
+        "Nvls",
+        "Memory",
+    ];
+    if CHATTER.iter().any(|c| m.starts_with(c)) {
+        return Some(Event::Known);
+    }
+    None
+}
+
+/// `Channel 00/02 :    0   1` (ring order), `Ring 00 : 2 -> 0 -> 1` (2.2x per-rank ring),
+/// or a connection `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC`.
+fn channel_line(m: &str) -> Option<Event> {
+    let (head, body) = m.split_once(" : ").or_else(|| m.split_once(": "))?;
+    let ch: u32 = head.split_whitespace().nth(1)?.split('/').next()?.parse().ok()?;
+    if let Some((pair, via)) = body.split_once(" via ") {
+        let mut it = pair.split("->");
+        let a = it.next()?.trim();
+        let b = it.next()?.trim();
+        let rank = |x: &str| -> Option<u32> { x.split(['[', ' ']).next()?.trim().parse().ok() };
+        return Some(Event::Connection(Transport {
+            src: rank(a)?,
+            dst: rank(b)?,
+            via: via.trim().to_string(),
+        }));
+    }
+    if body.contains("->")
+        || body
+            .split_whitespace()
+            .all(|w| w.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Some(Event::Ring {
+            channel: ch,
+            order: body.split_whitespace().collect::<Vec<_>>().join(" "),
+        });
+    }
+    None
+}
+
+/// The class a transport string belongs to, for counting: `NET/IB/0/GDRDMA` ->
+/// `NET/IB/GDRDMA`, `NET/Socket/1` -> `NET/Socket`, `P2P/IPC/read` -> `P2P/IPC`,
+/// `SHM/direct/direct` -> `SHM`, `P2P/CUMEM/CE` -> `P2P/CUMEM`.
+pub fn transport_class(via: &str) -> String {
+    let parts: Vec<&str> = via.split('/').collect();
+    match parts.first().copied() {
+        Some("NET") => {
+            let name = parts.get(1).copied().unwrap_or("?");
+            if via.contains("GDRDMA") {
+                format!("NET/{name}/GDRDMA")
+            } else {
+                format!("NET/{name}")
+            }
+        }
+        Some("P2P") => format!("P2P/{}", parts.get(1).copied().unwrap_or("?")),
+        Some("SHM") => "SHM".into(),
+        Some(other) => other.split_whitespace().next().unwrap_or(other).to_string(),
+        None => via.to_string(),
+    }
+}
+
+/// The completion status: `error 12,` / `status=12 ` / `status=transport retry counter
+/// exceeded(12)`.
+fn completion_status(m: &str) -> Option<i64> {
+    if let Some(r) = after(m, "status=") {
+        if r.starts_with(|c: char| c.is_ascii_digit()) {
+            return num_after(m, "status=");
+        }
+        let open = r.find('(')?;
+        let d: String = r[open + 1..].chars().take_while(char::is_ascii_digit).collect();
+        return d.parse().ok();
+    }
+    num_after(m, "with error ")
+}
+
+fn completion(m: &str) -> Event {
+    let status = completion_status(m);
+    let vendor_err = num_after(m, "vendor err ").or_else(|| num_after(m, "vendor_err="));
+    let peer = word_after(m, "from peer ", &[]).map(|p| p.to_string());
+    let local_gid = word_after(m, "localGid ", &[]).map(str::to_string);
+    // 2.20-2.22 print "remoteGids" glued to the GID.
+    let remote_gid = after(m, "remoteGid")
+        .map(|r| r.strip_prefix('s').unwrap_or(r).trim_start())
+        .and_then(|r| r.split_whitespace().next())
+        .map(str::to_string);
+    let hca = word_after(m, " hca ", &[]).map(str::to_string);
+    let cause = match status {
+        Some(12) => "ib_retry_exceeded",
+        Some(13) => "ib_rnr_retry_exceeded",
+        Some(4) => "ib_local_protection",
+        Some(10) => "ib_remote_access",
+        Some(11) => "ib_remote_op",
+        Some(5) => "ib_wr_flush",
+        _ => "ib_completion_error",
+    };
+    Event::Failure(Failure {
+        cause,
+        hca,
+        peer,
+        local_gid,
+        remote_gid,
+        status,
+        vendor_err,
+        ..Failure::default()
+    })
+}
+
+fn warn(m: &str) -> Option<Event> {
+    if m.contains("Got completion") {
+        return Some(completion(m));
+    }
+    if m.contains("ibv_modify_qp") {
+        // "failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, next
+        // state RTR, local GID index 3, local GID ::ffff:.., remote GID ::ffff:.." (2.27+).
+        let hca = word_after(m, "on dev ", &[',']).map(|d| d.split(':').next().unwrap_or(d).to_string());
+        // "local GID index 3, local GID ::ffff:..": the address follows the index.
+        let rest = after(m, "local GID index").unwrap_or(m);
+        let local_gid = word_after(rest, "local GID ", &[',']).map(str::to_string);
+        let remote_gid = word_after(m, "remote GID ", &[',']).map(str::to_string);
+        let einval = m.contains("Invalid argument") || m.contains("with 22 ") || m.contains("GID index");
+        let link_local = local_gid.as_deref().is_some_and(|g| g.starts_with("fe80"));
+        let cause = if (einval && m.contains("Invalid argument")) || link_local {
+            "gid_index_unusable"
+        } else {
+            "ib_modify_qp_failed"
+        };
+        return Some(Event::Failure(Failure {
+            cause,
+            hca,
+            local_gid,
+            remote_gid,
+            status: num_after(m, "failed with "),
+            ..Failure::default()
+        }));
+    }
+    if m.contains("ibv_reg_mr") || m.contains("ibv_reg_dmabuf_mr") {
+        return Some(fail("ib_reg_mr_failed"));
+    }
+    if m.contains("ibv_open_device") || m.contains("Unable to open device") {
+        return Some(fail("ib_device_open_failed"));
+    }
+    if m.contains("Call to ibv_") || m.contains("ibv_") && m.contains("failed") {
+        return Some(fail("system_error"));
+    }
+    if m.contains("Cuda failure") || m.contains("CUDA failure") || m.contains("cuda failure") {
+        return Some(fail("cuda_error"));
+    }
+    if m.contains("no socket interface found")
+        || m.contains("no usable interface")
+        || m.contains("No usable listening interface")
+    {
+        return Some(fail("socket_no_interface"));
+    }
+    if m.contains("Connection closed by remote peer")
+        || m.contains("Connection reset by peer")
+        || m.contains("Broken pipe")
+        || m.contains("remote process exited")
+    {
+        let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
+            .iter()
+            .find_map(|k| word_after(m, k, &[]))
+            .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
+        return Some(Event::Failure(Failure {
+            cause: "remote_process_exited",
+            peer: peer.map(str::to_string),
+            ..Failure::default()
+        }));
+    }
+    if (m.contains("Connect to") && m.contains("failed"))
+        || m.contains("Call to connect returned")
+        || m.contains("connect() failed")
+    {
+        let peer = word_after(m, "Connect to ", &[]).map(str::to_string);
+        return Some(Event::Failure(Failure {
+            cause: "socket_connect_failed",
+            peer,
+            ..Failure::default()
+        }));
+    }
+    if m.contains("Message truncated")
+        || m.contains("Mismatched NCCL version")
+        || m.contains("version mismatch")
+    {
+        return Some(fail("version_mismatch"));
+    }
+    if m.contains("collective mismatch") || m.contains("Mismatched collective") {
+        return Some(fail("collective_mismatch"));
+    }
+    if m.contains("Could not open XML topology file") || m.contains("NET/Plugin") {
+        return Some(Event::Known);
+    }
+    None
+}
+
+/// A line without an NCCL header: the version banner, PyTorch's ProcessGroupNCCL.
+pub fn classify_plain(s: &str) -> Option<Event> {
+    if let Some(i) = s.find("NCCL version ") {
+        // The banner is its own line ("NCCL version 2.18.5+cuda12.0"), possibly prefixed.
+        let v = s[i + 13..].split_whitespace().next()?;
+        if v.starts_with(|c: char| c.is_ascii_digit()) {
+            return Some(Event::Version(v.to_string()));
+        }
+    }
+    if s.contains("Watchdog caught collective operation timeout") {
+        let rank = num_after(s, "[Rank ")
+            .or_else(|| num_after(s, " Rank "))
+            .map(|r| r as u32);
+        let seq = num_after(s, "SeqNum=").map(|v| v as u64);
+        let op = word_after(s, "OpType=", &[',', ')']).map(str::to_string);
+        return Some(Event::Failure(Failure {
+            cause: "collective_timeout",
+            seq,
+            op,
+            rank,
+            ..Failure::default()
+        }));
+    }
+    if s.contains("ProcessGroupNCCL")
+        || s.contains("ncclSystemError")
+        || s.contains("ncclRemoteError")
+        || s.contains("ncclUnhandledCudaError")
+    {
+        let rank = num_after(s, "[Rank ")
+            .or_else(|| num_after(s, " Rank "))
+            .map(|r| r as u32);
+        let cause = if s.contains("unhandled system error") || s.contains("ncclSystemError") {
+            "system_error"
+        } else if s.contains("ncclRemoteError") || s.contains("remote process exit") {
+            "remote_process_exited"
+        } else if s.contains("unhandled cuda error") || s.contains("ncclUnhandledCudaError") {
+            "cuda_error"
+        } else {
+            return Some(Event::Known);
+        };
+        return Some(Event::Failure(Failure {
+            cause,
+            rank,
+            ..Failure::default()
+        }));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(level: Level, m: &str) -> Failure {
+        match classify(level, m) {
+            Some(Event::Failure(f)) => f,
+            other => panic!("{m}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn completions_by_version() {
+        // <= 2.9
+        let f = failure(
+            Level::Warn,
+            "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129",
+        );
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err, f.peer.clone()),
+            ("ib_retry_exceeded", Some(12), Some(129), None)
+        );
+        // 2.10-2.17
+        let f = failure(
+            Level::Warn,
+            "NET/IB : Got completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)",
+        );
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_local_protection", Some(4), Some(81))
+        );
+        assert_eq!(f.peer.as_deref(), Some("fe80::966d:ae03:8b:df78%ib0<53249>"));
+        // 2.18-2.19
+        let f = failure(
+            Level::Warn,
+            "NET/IB : Got completion from peer 10.0.0.2<3> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGid ::ffff:10.0.0.2",
+        );
+        assert_eq!(f.local_gid.as_deref(), Some("::ffff:10.0.0.1"));
+        assert_eq!(f.remote_gid.as_deref(), Some("::ffff:10.0.0.2"));
+        // 2.20-2.22, remoteGids glued, and 2.23's hca
+        let f = failure(
+            Level::Warn,
+            "NET/IB : Got completion from peer 172.36.143.59<44206> with status=5 opcode=32656 len=32659 vendor err 249 (Recv) localGid ::ffff:29.87.88.182 remoteGids::ffff:29.87.4.221 hca mlx5_3",
+        );
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_wr_flush", Some(5), Some(249))
+        );
+        assert_eq!(f.remote_gid.as_deref(), Some("::ffff:29.87.4.221"));
+        assert_eq!(f.hca.as_deref(), Some("mlx5_3"));
+        // >= 2.28.7
+        let f = failure(
+            Level::Warn,
+            "NET/IB: Got completion from peer 10.1.1.2<4000> with status=transport retry counter exceeded(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.1.1.1 remoteGids::ffff:10.1.1.2 hca mlx5_0",
+        );
+        assert_eq!(
+            (f.cause, f.status, f.vendor_err),
+            ("ib_retry_exceeded", Some(12), Some(129))
+        );
+    }
+
+    #[test]
+    fn modify_qp() {
+        let f = failure(
+            Level::Warn,
+            "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_3:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.0.0.1, remote GID ::ffff:10.0.1.1",
+        );
+        assert_eq!(f.cause, "ib_modify_qp_failed");
+        assert_eq!(f.hca.as_deref(), Some("mlx5_3"));
+        assert_eq!(f.local_gid.as_deref(), Some("::ffff:10.0.0.1"));
+        assert_eq!(f.remote_gid.as_deref(), Some("::ffff:10.0.1.1"));
+        assert_eq!(f.status, Some(110));
+        let f = failure(
+            Level::Warn,
+            "Call to ibv_modify_qp failed with error Invalid argument",
+        );
+        assert_eq!(f.cause, "gid_index_unusable");
+    }
+
+    #[test]
+    fn connections_old_and_new() {
+        for (m, src, dst, via, class) in [
+            (
+                "Ring 00 : 26[2] -> 24[0] via P2P/IPC",
+                26,
+                24,
+                "P2P/IPC",
+                "P2P/IPC",
+            ),
+            (
+                "Ring 00 : 34 -> 33 [send] via NET/Socket/0",
+                34,
+                33,
+                "NET/Socket/0",
+                "NET/Socket",
+            ),
+            (
+                "Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA",
+                7,
+                8,
+                "NET/IB/0/GDRDMA",
+                "NET/IB/GDRDMA",
+            ),
+            (
+                "Channel 01/0 : 8[0] -> 15[7] via P2P/IPC/read",
+                8,
+                15,
+                "P2P/IPC/read",
+                "P2P/IPC",
+            ),
+            (
+                "Channel 00 : 2[1] -> 0[0] via SHM/direct/direct",
+                2,
+                0,
+                "SHM/direct/direct",
+                "SHM",
+            ),
+            (
+                "Channel 00 : 2[a000] -> 3[b000] via P2P/direct pointer",
+                2,
+                3,
+                "P2P/direct pointer",
+                "P2P/direct pointer",
+            ),
+            (
+                "Channel 03/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
+                1,
+                0,
+                "P2P/CUMEM/read",
+                "P2P/CUMEM",
+            ),
+        ] {
+            match classify(Level::Info, m) {
+                Some(Event::Connection(t)) => {
+                    assert_eq!((t.src, t.dst, t.via.as_str()), (src, dst, via), "{m}");
+                    assert_eq!(transport_class(&t.via), class, "{m}");
+                }
+                other => panic!("{m}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            classify(Level::Info, "Channel 00/02 :    0   1"),
+            Some(Event::Ring { channel: 0, .. })
+        ));
+        assert!(matches!(
+            classify(Level::Info, "Ring 02 : 2 -> 0 -> 1"),
+            Some(Event::Ring { channel: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn setup_lines() {
+        assert_eq!(
+            classify(
+                Level::Info,
+                "NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.136<0>"
+            ),
+            Some(Event::IbUsing {
+                hcas: vec!["mlx5_10:1/RoCE".into(), "mlx5_11:1/RoCE".into()],
+                oob: Some("enp220s0np0:11.1.128.136<0>".into())
+            })
+        );
+        assert_eq!(
+            classify(Level::Info, "Bootstrap : Using [0]lo:127.0.0.1<0>"),
+            Some(Event::Bootstrap(vec!["lo:127.0.0.1<0>".into()]))
+        );
+        assert_eq!(
+            classify(Level::Info, "NCCL version 2.29.2+cuda12.8"),
+            Some(Event::Version("2.29.2+cuda12.8".into()))
+        );
+        assert_eq!(
+            classify(
+                Level::Info,
+                "comm 0x5b0bc60 rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"
+            ),
+            Some(Event::Comm {
+                rank: 3,
+                nranks: Some(4),
+                local_rank: Some(1),
+                cuda_dev: None
+            })
+        );
+        assert_eq!(
+            classify(
+                Level::Info,
+                "GPU Direct RDMA Disabled for GPU 42000 / HCA 0 (distance 6 > 4)"
+            ),
+            Some(Event::Gdr {
+                hca: "HCA 0".into(),
+                enabled: false
+            })
+        );
+        assert_eq!(
+            classify(
+                Level::Info,
+                "NET/Socket : GPU Direct RDMA Disabled for HCA 0 'bond0'"
+            ),
+            Some(Event::Known)
+        );
+    }
+
+    #[test]
+    fn pytorch() {
+        let s = "[rank4]:[E321 02:07:08.414640780 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600067 milliseconds before timing out.";
+        match classify_plain(s) {
+            Some(Event::Failure(f)) => {
+                assert_eq!(
+                    (f.cause, f.rank, f.seq, f.op.as_deref()),
+                    ("collective_timeout", Some(4), Some(1580), Some("ALLREDUCE"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let old = "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.";
+        assert!(matches!(
+            classify_plain(old),
+            Some(Event::Failure(Failure {
+                seq: Some(469508),
+                rank: Some(1),
+                ..
+            }))
+        ));
+    }
+}

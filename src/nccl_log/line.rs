@@ -1,0 +1,257 @@
+//! One log line, taken apart: the launcher's prefix, NCCL's header and the message.
+//!
+//! NCCL's header (`src/debug.cc`): `host:pid:tid [cudaDev] ` then, for WARN (and INFO with
+//! NCCL_DEBUG_SUBSYS=ALL traces), `file.cc:line `, then `NCCL INFO|WARN|TRACE ` and the
+//! message. Some deployments print `host [dev]` without pid and tid, and NCCL >= 2.2x may
+//! lead with its own `[YYYY-MM-DD HH:MM:SS] ` timestamp. The bare `NCCL version X` banner
+//! and PyTorch's ProcessGroupNCCL lines have no header at all.
+//!
+//! Launcher prefixes (found anywhere before the header, and parsed only for a rank label):
+//! `mpirun --tag-output`/`--timestamp-output` `[1,N]<stdout>:` (after a ctime stamp),
+//! `srun -l` `N: `, PyTorch/torchrun `[rankN]:` and `[defaultN]:`, pdsh `host: `,
+//! container runtimes' RFC 3339 stamps, and any other leading `[...]` tags.
+
+/// Which of NCCL's levels printed the line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Trace,
+}
+
+/// A line with an NCCL header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nccl<'a> {
+    pub host: &'a str,
+    pub pid: Option<u32>,
+    pub dev: Option<i32>,
+    /// `misc/ibvwrap.cc:262`, when printed.
+    pub src: Option<&'a str>,
+    pub level: Level,
+    pub msg: &'a str,
+}
+
+/// A rank label a launcher put in front of the line.
+pub fn prefix_rank(prefix: &str) -> Option<u32> {
+    let p = prefix.trim();
+    if p.is_empty() {
+        return None;
+    }
+    // Bracketed labels need a ']' (a byte search): skip the pattern searches without one.
+    if !p.contains(']') {
+        let d = p.strip_suffix(':')?;
+        let d = d.rsplit(' ').next().unwrap_or(d);
+        return (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.parse().ok())
+            .flatten();
+    }
+    // mpirun: "[1,3]<stdout>:" (jobid, rank).
+    if let Some(i) = p.find("]<std") {
+        let open = p[..i].rfind('[')?;
+        let inner = &p[open + 1..i];
+        return inner.split(',').nth(1)?.trim().parse().ok();
+    }
+    // PyTorch: "[rank3]:" (also after other tags).
+    if let Some(i) = p.find("[rank") {
+        let rest = &p[i + 5..];
+        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if rest[n.len()..].starts_with(']') {
+            return n.parse().ok();
+        }
+    }
+    // torchrun --tee: "[default3]:"
+    if let Some(i) = p.find("[default") {
+        let rest = &p[i + 8..];
+        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if rest[n.len()..].starts_with(']') {
+            return n.parse().ok();
+        }
+    }
+    // srun -l: "3: " (a label of digits only, the whole prefix or its last field).
+    let last = p.rsplit(' ').next().unwrap_or(p);
+    if let Some(d) = last.strip_suffix(':') {
+        if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) {
+            return d.parse().ok();
+        }
+    }
+    None
+}
+
+const MARKERS: [(&str, Level); 3] = [
+    ("NCCL INFO ", Level::Info),
+    ("NCCL WARN ", Level::Warn),
+    ("NCCL TRACE ", Level::Trace),
+];
+
+/// Where each NCCL marker starts in `s`, in order.
+pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+    let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new("NCCL "));
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = finder.find(&s.as_bytes()[from..]) {
+        let at = from + i;
+        for (m, l) in MARKERS {
+            if s[at..].starts_with(m) {
+                out.push((at, l));
+            }
+        }
+        from = at + 5;
+    }
+    out
+}
+
+/// Parse `host:pid:tid [dev] [file:line ]NCCL LEVEL msg` where the marker is at `at`.
+/// Returns the header and the byte offset where the host token starts.
+pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
+    let msg = s[at..]
+        .split_once(' ')
+        .map(|x| x.1)?
+        .split_once(' ')
+        .map(|x| x.1)
+        .unwrap_or("");
+    let head = s[..at].trim_end();
+    // Optional "file.cc:123" just before the marker.
+    let (head, src) = match head.rsplit_once(' ') {
+        Some((h, last))
+            if !last.starts_with('[') && last.contains(':') && last.contains('.') && !last.ends_with(']') =>
+        {
+            (h.trim_end(), Some(last))
+        }
+        _ => (head, None),
+    };
+    // "[dev]"
+    let head = head.strip_suffix(']')?;
+    let open = head.rfind('[')?;
+    let dev = head[open + 1..].trim().parse::<i32>().ok();
+    let head = head[..open].trim_end();
+    // "host:pid:tid" (or "host" alone), the last whitespace-separated token.
+    let start = head.rfind([' ', '\t']).map(|i| i + 1).unwrap_or(0);
+    let tok = &head[start..];
+    // A launcher prefix glued on with ':' (`[1,0]<stdout>:host:1:2`, `[rank0]:host:...`).
+    let glue = [tok.rfind("]:"), tok.rfind(">:")].into_iter().flatten().max();
+    let (tok, start) = match glue {
+        Some(i) => (&tok[i + 2..], start + i + 2),
+        None => (tok, start),
+    };
+    if tok.is_empty() {
+        return None;
+    }
+    let mut parts = tok.rsplitn(3, ':');
+    let (host, pid) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(tid), Some(pid), Some(host))
+            if tid.bytes().all(|b| b.is_ascii_digit())
+                && pid.bytes().all(|b| b.is_ascii_digit())
+                && !host.is_empty() =>
+        {
+            (host, pid.parse().ok())
+        }
+        _ if !tok.contains(':') => (tok, None),
+        _ => return None,
+    };
+    // A pdsh prefix "host: host:pid:tid" leaves the host intact; srun's "0: " likewise.
+    Some((
+        Nccl {
+            host,
+            pid,
+            dev,
+            src,
+            level,
+            msg,
+        },
+        start,
+    ))
+}
+
+/// Split a physical line into the NCCL records in it (interleaved writers can glue two
+/// together); each with its launcher prefix. A line with no NCCL header yields nothing.
+pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
+    let marks = marker_positions(s);
+    let mut out = Vec::with_capacity(marks.len());
+    let mut prev_end = 0;
+    let mut parsed: Vec<(usize, Nccl<'_>)> = Vec::new();
+    for (at, l) in &marks {
+        if let Some((n, start)) = parse_at(s, *at, *l) {
+            parsed.push((start, n));
+        }
+    }
+    for i in 0..parsed.len() {
+        let start = parsed[i].0;
+        let next = parsed.get(i + 1).map(|p| p.0).unwrap_or(s.len());
+        let mut n = parsed[i].1.clone();
+        // The message stops where the next glued record begins.
+        let msg_start = n.msg.as_ptr() as usize - s.as_ptr() as usize;
+        if next > msg_start && next < s.len() {
+            n.msg = &s[msg_start..next];
+        }
+        let prefix = if start >= prev_end {
+            &s[prev_end..start]
+        } else {
+            ""
+        };
+        out.push((prefix, n));
+        prev_end = next;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers() {
+        let l = "node2:14159:14168 [0] NCCL INFO NET/IB : Using [0]mlx5_4:1/RoCE [RO]; OOB enp24s0np0:10.10.10.1<0>";
+        let r = records(l);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].1.host, "node2");
+        assert_eq!(r[0].1.pid, Some(14159));
+        assert_eq!(r[0].1.dev, Some(0));
+        assert_eq!(r[0].1.level, Level::Info);
+        assert!(r[0].1.msg.starts_with("NET/IB : Using"));
+
+        let w = "hostname-test:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 1.2.3.4<5> with status=12";
+        let r = records(w);
+        assert_eq!(r[0].1.src, Some("ib_plugin.c:1615"));
+        assert_eq!(r[0].1.level, Level::Warn);
+
+        let m = "[1,3]<stdout>:5873af64cf59:10161:10551 [3] NCCL INFO NET/IB : No device found.";
+        let r = records(m);
+        assert_eq!(r[0].1.host, "5873af64cf59");
+        assert_eq!(prefix_rank(r[0].0), Some(3));
+
+        let k = "2025-11-24T03:20:21.001125857Z [2025-11-24 11:20:21] gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: x";
+        let r = records(k);
+        assert_eq!(r[0].1.host, "gpu-server320");
+        assert_eq!(r[0].1.pid, None);
+        assert_eq!(r[0].1.dev, Some(5));
+    }
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(prefix_rank("[1,12]<stderr>:"), Some(12));
+        assert_eq!(prefix_rank("Mon Jun 10 12:34:56 2019[1,7]<stdout>:"), Some(7));
+        assert_eq!(prefix_rank("3: "), Some(3));
+        assert_eq!(
+            prefix_rank("[rank5]:[E321 02:07:08.4 ProcessGroupNCCL.cpp:607] "),
+            Some(5)
+        );
+        assert_eq!(prefix_rank("[default2]:"), Some(2));
+        assert_eq!(prefix_rank("worker-1: "), None);
+    }
+
+    #[test]
+    fn glued_records() {
+        let l = "a:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPCb:3:4 [1] NCCL INFO Connected all rings";
+        let r = records(l);
+        assert_eq!(r.len(), 2);
+        // Without a separator the glue point is ambiguous: both records are kept, the
+        // first one's message is cut where the second's header begins.
+        assert_eq!(r[1].1.msg, "Connected all rings");
+        assert_eq!(r[1].1.pid, Some(3));
+        let spaced = "a:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC b:3:4 [1] NCCL INFO Connected all rings";
+        let r = records(spaced);
+        assert_eq!(r[0].1.msg, "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC ");
+        assert_eq!(r[1].1.host, "b");
+    }
+}

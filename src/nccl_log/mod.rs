@@ -1,0 +1,546 @@
+//! `nccl-log`: read a job's `NCCL_DEBUG` logs (one file per rank, one combined log, or
+//! stdin), summarise what NCCL set up, and collapse the failures to root-cause verdicts.
+//!
+//! Streaming: lines are read through a fixed buffer and cut at [`MAX_LINE_BYTES`]; the
+//! state kept is per process (bounded by the ranks) plus capped lists, so memory does not
+//! grow with the log. Formats: [`line`] (headers, launcher prefixes) and [`events`] (the
+//! messages, by NCCL version). Knock-on rules: probe-facts.md §3 (status 5 flushes after a
+//! first error; collective timeouts grouped by sequence number).
+
+pub mod events;
+pub mod generate;
+pub mod line;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, Read};
+
+use serde::Serialize;
+
+use events::{Event, Transport};
+
+/// Longer lines are cut here (the rest is skipped, counted as truncated).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Caps on what is kept for the summary, so memory stays bounded on any log.
+const MAX_CONNECTIONS: usize = 20_000;
+const MAX_EVENTS: usize = 50_000;
+const MAX_UNRECOGNISED_SAMPLES: usize = 5;
+const MAX_LINE_TEXT: usize = 400;
+
+/// Who printed a line: a process (host and pid), and what the log says about its rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ProcKey {
+    /// Index into `Analyzer::host_names` (0: no host, a line without an NCCL header).
+    host: u32,
+    pid: Option<u32>,
+    /// The launcher's rank label, when there is no pid to tell processes apart.
+    label: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Proc {
+    rank: Option<u32>,
+    nranks: Option<u32>,
+    local_rank: Option<u32>,
+    cuda_dev: Option<i32>,
+    label: Option<u32>,
+    network: Option<String>,
+}
+
+/// One failure or warning sighting, before collapsing.
+#[derive(Clone, Debug)]
+struct Sighting {
+    cause: &'static str,
+    proc_: ProcKey,
+    dev: Option<i32>,
+    hca: Option<String>,
+    peer_addr: Option<String>,
+    local_gid: Option<String>,
+    remote_gid: Option<String>,
+    status: Option<i64>,
+    vendor_err: Option<i64>,
+    file: String,
+    line_no: u64,
+    line: String,
+    /// Collective timeouts: the sequence number and the op.
+    seq: Option<u64>,
+    op: Option<String>,
+    rank_hint: Option<u32>,
+}
+
+/// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
+type SightingKey = (&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>);
+
+#[derive(Default)]
+pub struct Analyzer {
+    lines: u64,
+    nccl_lines: u64,
+    recognised: u64,
+    unrecognised: u64,
+    unrecognised_samples: Vec<String>,
+    truncated_lines: u64,
+    bytes: u64,
+    versions: BTreeMap<String, BTreeSet<String>>,
+    procs: HashMap<ProcKey, Proc>,
+    host_names: Vec<String>,
+    host_ids: HashMap<String, u32>,
+    host_ips: BTreeMap<String, String>,
+    bootstrap: BTreeMap<String, BTreeSet<String>>,
+    socket_ifs: BTreeMap<String, BTreeSet<String>>,
+    hcas: BTreeMap<String, BTreeSet<String>>,
+    gdr: BTreeMap<(String, String), bool>,
+    plugins: BTreeSet<String>,
+    networks: BTreeSet<String>,
+    rings: BTreeSet<u32>,
+    ring_sample: Option<String>,
+    trees: BTreeSet<u32>,
+    channels: Option<String>,
+    connections: BTreeSet<(u32, u32, String)>,
+    connections_dropped: u64,
+    transports: BTreeMap<String, u64>,
+    sightings: Vec<Sighting>,
+    sightings_dropped: u64,
+    seen_sightings: std::collections::HashSet<SightingKey>,
+    world: Option<u32>,
+    inputs: Vec<String>,
+}
+
+impl Analyzer {
+    pub fn new() -> Analyzer {
+        Analyzer {
+            host_names: vec![String::new()],
+            ..Analyzer::default()
+        }
+    }
+
+    /// The id of a host name (interned: lines repeat a few hosts millions of times).
+    fn host_id(&mut self, h: &str) -> u32 {
+        if let Some(&i) = self.host_ids.get(h) {
+            return i;
+        }
+        let i = self.host_names.len() as u32;
+        self.host_names.push(h.to_string());
+        self.host_ids.insert(h.to_string(), i);
+        i
+    }
+
+    fn host_name(&self, id: u32) -> &str {
+        self.host_names.get(id as usize).map(String::as_str).unwrap_or("")
+    }
+
+    /// Read one input to its end, line by line, in bounded memory.
+    pub fn read<R: Read>(&mut self, name: &str, r: R) -> std::io::Result<()> {
+        self.inputs.push(name.to_string());
+        let mut r = std::io::BufReader::with_capacity(256 * 1024, r);
+        let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let mut cut = false;
+            let mut eof = false;
+            loop {
+                let avail = match r.fill_buf() {
+                    Ok(a) => a,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                if avail.is_empty() {
+                    eof = true;
+                    break;
+                }
+                let (take, done) = match memchr::memchr(b'\n', avail) {
+                    Some(i) => (i + 1, true),
+                    None => (avail.len(), false),
+                };
+                let room = MAX_LINE_BYTES.saturating_sub(buf.len());
+                if room > 0 {
+                    buf.extend_from_slice(&avail[..take.min(room)]);
+                }
+                if take > room {
+                    cut = true;
+                }
+                self.bytes += take as u64;
+                r.consume(take);
+                if done {
+                    break;
+                }
+            }
+            if buf.is_empty() && eof {
+                break;
+            }
+            line_no += 1;
+            if cut {
+                self.truncated_lines += 1;
+            }
+            while buf.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+                buf.pop();
+            }
+            match std::str::from_utf8(&buf) {
+                Ok(s) => self.feed(name, line_no, s),
+                Err(_) => {
+                    let s = String::from_utf8_lossy(&buf).into_owned();
+                    self.feed(name, line_no, &s);
+                }
+            }
+            if eof {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One physical line.
+    pub fn feed(&mut self, file: &str, line_no: u64, s: &str) {
+        self.lines += 1;
+        if s.trim().is_empty() {
+            return;
+        }
+        let recs = line::records(s);
+        if recs.is_empty() {
+            // No NCCL header: the version banner, PyTorch's watchdog, launcher noise.
+            let label = line::prefix_rank(s);
+            match events::classify_plain(s) {
+                Some(ev) => {
+                    self.recognised += 1;
+                    let key = ProcKey {
+                        host: 0,
+                        pid: None,
+                        label,
+                    };
+                    self.apply(file, line_no, s, &key, None, label, ev);
+                }
+                None => {
+                    if s.contains("NCCL") {
+                        self.note_unrecognised(s);
+                    }
+                }
+            }
+            return;
+        }
+        for (prefix, rec) in recs {
+            self.nccl_lines += 1;
+            let label = line::prefix_rank(prefix);
+            let key = ProcKey {
+                host: self.host_id(rec.host),
+                pid: rec.pid,
+                label: if rec.pid.is_none() { label } else { None },
+            };
+            let p = self.procs.entry(key.clone()).or_default();
+            if p.label.is_none() {
+                p.label = label;
+            }
+            if p.cuda_dev.is_none() {
+                p.cuda_dev = rec.dev;
+            }
+            match events::classify(rec.level, rec.msg) {
+                Some(ev) => {
+                    self.recognised += 1;
+                    self.apply(file, line_no, s, &key, rec.dev, label, ev);
+                }
+                None => self.note_unrecognised(s),
+            }
+        }
+    }
+
+    fn note_unrecognised(&mut self, s: &str) {
+        self.unrecognised += 1;
+        if self.unrecognised_samples.len() < MAX_UNRECOGNISED_SAMPLES {
+            self.unrecognised_samples.push(clip(s));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        file: &str,
+        line_no: u64,
+        s: &str,
+        key: &ProcKey,
+        dev: Option<i32>,
+        label: Option<u32>,
+        ev: Event,
+    ) {
+        let host = || self.host_name(key.host).to_string();
+        match ev {
+            Event::Known => {}
+            Event::Version(v) => {
+                let h = if key.host == 0 {
+                    label
+                        .map(|l| format!("rank label {l}"))
+                        .unwrap_or_else(|| file.to_string())
+                } else {
+                    host()
+                };
+                self.versions.entry(v).or_default().insert(h);
+            }
+            Event::Bootstrap(ifs) => {
+                let host = host();
+                for i in &ifs {
+                    if let Some(ip) = i.split(':').nth(1).and_then(|a| a.split('<').next()) {
+                        self.host_ips
+                            .entry(ip.to_string())
+                            .or_insert_with(|| host.clone());
+                    }
+                }
+                self.bootstrap.entry(host).or_default().extend(ifs);
+            }
+            Event::SocketIfs(ifs) => {
+                let host = host();
+                self.socket_ifs.entry(host).or_default().extend(ifs);
+            }
+            Event::IbUsing { hcas, oob } => {
+                let host = host();
+                if let Some(ip) = oob
+                    .as_deref()
+                    .and_then(|o| o.split(':').nth(1))
+                    .and_then(|a| a.split('<').next())
+                {
+                    self.host_ips
+                        .entry(ip.to_string())
+                        .or_insert_with(|| host.clone());
+                }
+                self.hcas.entry(host).or_default().extend(hcas);
+            }
+            Event::Plugin(p) => {
+                self.plugins.insert(p);
+            }
+            Event::Network(n) => {
+                if let Some(p) = self.procs.get_mut(key) {
+                    p.network = Some(n.clone());
+                }
+                self.networks.insert(n);
+            }
+            Event::Comm {
+                rank,
+                nranks,
+                local_rank,
+                cuda_dev,
+            } => {
+                let p = self.procs.entry(key.clone()).or_default();
+                // A process can join several communicators: the widest one is the job's.
+                if p.nranks.is_none_or(|n| nranks.is_some_and(|m| m > n)) || p.rank.is_none() {
+                    p.rank = Some(rank);
+                    if nranks.is_some() {
+                        p.nranks = nranks;
+                    }
+                }
+                if local_rank.is_some() {
+                    p.local_rank = local_rank;
+                }
+                if cuda_dev.is_some() {
+                    p.cuda_dev = cuda_dev;
+                }
+                if let Some(n) = nranks {
+                    self.world = Some(self.world.map_or(n, |w| w.max(n)));
+                }
+            }
+            Event::Ring { channel, order } => {
+                self.rings.insert(channel);
+                if self.ring_sample.is_none() {
+                    self.ring_sample = Some(clip(&order));
+                }
+            }
+            Event::Tree { channels } => {
+                self.trees.extend(channels);
+            }
+            Event::Channels(c) => self.channels = Some(c),
+            Event::Connection(Transport { src, dst, via }) => {
+                let class = events::transport_class(&via);
+                *self.transports.entry(class).or_default() += 1;
+                if self.connections.len() < MAX_CONNECTIONS {
+                    self.connections.insert((src, dst, via));
+                } else if !self.connections.contains(&(src, dst, via)) {
+                    self.connections_dropped += 1;
+                }
+            }
+            Event::Gdr { hca, enabled } => {
+                let host = host();
+                let e = self.gdr.entry((host.clone(), hca.clone())).or_insert(enabled);
+                *e = *e && enabled;
+                if !enabled {
+                    self.sight(Sighting {
+                        cause: "gdr_disabled",
+                        hca: Some(hca),
+                        ..self.base(file, line_no, s, key, dev, label)
+                    });
+                }
+            }
+            Event::Failure(f) => {
+                let mut sg = self.base(file, line_no, s, key, dev, label);
+                sg.cause = f.cause;
+                sg.hca = f.hca;
+                sg.peer_addr = f.peer;
+                sg.local_gid = f.local_gid;
+                sg.remote_gid = f.remote_gid;
+                sg.status = f.status;
+                sg.vendor_err = f.vendor_err;
+                sg.seq = f.seq;
+                sg.op = f.op;
+                if f.rank.is_some() {
+                    sg.rank_hint = f.rank;
+                }
+                self.sight(sg);
+            }
+        }
+    }
+
+    fn base(
+        &self,
+        file: &str,
+        line_no: u64,
+        s: &str,
+        key: &ProcKey,
+        dev: Option<i32>,
+        label: Option<u32>,
+    ) -> Sighting {
+        Sighting {
+            cause: "",
+            proc_: key.clone(),
+            dev,
+            hca: None,
+            peer_addr: None,
+            local_gid: None,
+            remote_gid: None,
+            status: None,
+            vendor_err: None,
+            file: file.to_string(),
+            line_no,
+            line: clip(s),
+            seq: None,
+            op: None,
+            rank_hint: label,
+        }
+    }
+
+    fn sight(&mut self, s: Sighting) {
+        // Only the first sighting of a cause per process matters (later ones repeat it),
+        // except timeouts, which are grouped by sequence number across ranks.
+        // GDR is judged per HCA; everything else once per process.
+        let hca = if s.cause == "gdr_disabled" {
+            s.hca.clone()
+        } else {
+            None
+        };
+        let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq, hca);
+        if self.seen_sightings.contains(&key) {
+            return;
+        }
+        if self.sightings.len() >= MAX_EVENTS {
+            self.sightings_dropped += 1;
+            return;
+        }
+        self.seen_sightings.insert(key);
+        self.sightings.push(s);
+    }
+
+    /// Summarise and judge.
+    pub fn finish(self) -> Report {
+        verdicts::build(self)
+    }
+}
+
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_LINE_TEXT {
+        return s.to_string();
+    }
+    let mut end = MAX_LINE_TEXT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// What the log says NCCL set up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub inputs: Vec<String>,
+    pub bytes: u64,
+    pub lines: u64,
+    pub nccl_lines: u64,
+    /// Lines with an NCCL header (or NCCL/PyTorch text) that no rule understood.
+    pub unrecognised_lines: u64,
+    pub unrecognised_samples: Vec<String>,
+    pub truncated_lines: u64,
+    /// NCCL version -> the hosts that printed it.
+    pub nccl_versions: BTreeMap<String, Vec<String>>,
+    pub hosts: Vec<HostSummary>,
+    /// The largest communicator size seen (`nranks`).
+    pub world_size: Option<u32>,
+    pub ranks_seen: usize,
+    pub ring_channels: usize,
+    pub ring_sample: Option<String>,
+    pub tree_channels: usize,
+    /// NCCL's own channel line (`N coll channels, ...`).
+    pub channels: Option<String>,
+    pub networks: Vec<String>,
+    pub plugins: Vec<String>,
+    /// Connections by transport class (`NET/IB/GDRDMA`, `NET/Socket`, `P2P/IPC`, `SHM`, ...).
+    pub transports: BTreeMap<String, u64>,
+    /// Each distinct (from rank, to rank, transport as NCCL printed it).
+    pub connections: Vec<Connection>,
+    pub connections_dropped: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HostSummary {
+    pub host: String,
+    pub ranks: Vec<u32>,
+    pub local_ranks: usize,
+    pub bootstrap: Vec<String>,
+    pub socket_interfaces: Vec<String>,
+    pub hcas: Vec<String>,
+    /// HCA -> GDR on (true) or off, as NCCL reported it.
+    pub gdr: BTreeMap<String, bool>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Connection {
+    pub from_rank: u32,
+    pub to_rank: u32,
+    pub via: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Peer {
+    pub addr: Option<String>,
+    pub host: Option<String>,
+    pub rank: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub cause: String,
+    pub severity: crate::check::Severity,
+    pub host: Option<String>,
+    pub rank: Option<u32>,
+    /// Other ranks with the same first failure (same cause, host, device and peer).
+    pub ranks: Vec<u32>,
+    /// The HCA, or the CUDA device as `cuda:N`.
+    pub device: Option<String>,
+    pub peer: Option<Peer>,
+    pub local_gid: Option<String>,
+    pub remote_gid: Option<String>,
+    pub status: Option<i64>,
+    pub vendor_err: Option<i64>,
+    pub file: String,
+    pub line_no: u64,
+    pub line: String,
+    pub meaning: String,
+    pub next: String,
+    /// Collective timeouts: the sequence number, op and the ranks not in the list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<u32>,
+    /// Later failures explained by this one (flushes, timeouts, closed connections).
+    pub knock_ons: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    pub summary: Summary,
+    pub verdicts: Vec<Verdict>,
+}
+
+pub mod verdicts;

@@ -1,0 +1,553 @@
+//! From sightings to root-cause verdicts.
+//!
+//! Collapsing rules (probe-facts.md §3 and the maintainers' diagnoses it summarises):
+//! * per process only the first failure counts; later ones are its knock-ons;
+//! * a `status=5` flush (IBV_WC_WR_FLUSH_ERR) is what a QP in error reports for the work
+//!   still queued: never a cause while any other completion or verbs error is in the log;
+//! * a closed or reset connection (`remote_process_exited`) is a knock-on of any hard
+//!   failure elsewhere (a rank that died closes its sockets), and a collective timeout is a
+//!   knock-on of either;
+//! * the ranks that time out on the same PyTorch sequence number are one event; the ranks of
+//!   the communicator missing from that list are the suspects (they never reached it);
+//! * the same cause on the same host, device and peer is one verdict listing its ranks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
+use crate::check::Severity;
+
+/// Root causes: a rank failed here first, for a reason of its own.
+const HARD: &[&str] = &[
+    "ib_retry_exceeded",
+    "ib_rnr_retry_exceeded",
+    "ib_local_protection",
+    "ib_remote_access",
+    "ib_remote_op",
+    "ib_completion_error",
+    "ib_modify_qp_failed",
+    "gid_index_unusable",
+    "ib_reg_mr_failed",
+    "ib_device_open_failed",
+    "cuda_error",
+    "version_mismatch",
+    "collective_mismatch",
+    "system_error",
+    "socket_no_interface",
+    "socket_connect_failed",
+];
+
+/// What a cause means and what to run next, for a person.
+pub fn explain(cause: &str) -> (&'static str, &'static str) {
+    match cause {
+        "ib_retry_exceeded" => (
+            "status 12 (IBV_WC_RETRY_EXC_ERR): the remote NIC never acknowledged within timeout x retries. At start: the two NICs cannot reach each other (GID index, RoCE v1/v2, routing, cross-rail pair); later in a run: a lossy path (PFC/ECN, cable) or a dead peer",
+            "fabprobe links on both hosts (port state, symbol/link-down counters); fabprobe gids on both (same GID index and RoCE version); fabprobe ring between the two hosts",
+        ),
+        "ib_rnr_retry_exceeded" => (
+            "status 13 (IBV_WC_RNR_RETRY_EXC_ERR): the receiver had no receive posted for the retries; the peer process stalled or died",
+            "look at the peer rank's own log for its first error; fabprobe links on the peer host",
+        ),
+        "ib_local_protection" => (
+            "status 4 (IBV_WC_LOC_PROT_ERR): the NIC could not access the local buffer; with GPU buffers this is GPUDirect RDMA broken by PCIe ACS or IOMMU redirection (confirmed when NCCL_NET_GDR_LEVEL=LOC makes it work, slowly)",
+            "fabprobe gdr (ACS, IOMMU, peermem/DMA-BUF per GPU-NIC pair); fabprobe topo",
+        ),
+        "ib_remote_access" => (
+            "status 10 (IBV_WC_REM_ACCESS_ERR): the peer rejected the RDMA access (key or registration on the peer); often the peer's GDR or memory registration failed",
+            "the peer rank's log; fabprobe gdr on the peer host",
+        ),
+        "ib_remote_op" => (
+            "status 11 (IBV_WC_REM_OP_ERR): the peer could not complete the operation (its QP or memory in error)",
+            "the peer rank's log; fabprobe links on the peer host",
+        ),
+        "ib_completion_error" => (
+            "a work completion with an error status other than the usual ones; the vendor syndrome narrows it down",
+            "fabprobe links on both hosts; the vendor syndrome in the NIC vendor's documentation",
+        ),
+        "ib_wr_flush" => (
+            "status 5 (IBV_WC_WR_FLUSH_ERR): flushed work on a QP already in error; the first error is elsewhere (earlier, on the peer, or cut from this log)",
+            "collect the logs of every rank (the peer's first error is the cause)",
+        ),
+        "ib_modify_qp_failed" => (
+            "ibv_modify_qp failed while connecting (INIT->RTR/RTS): the address vector is unusable (wrong or link-local GID index, cross-rail pair on a rail-only fabric, no route)",
+            "fabprobe gids on both hosts; fabprobe nccl-env (GID index, NCCL_IB_HCA); try NCCL_CROSS_NIC=0 on rail-optimised fabrics",
+        ),
+        "gid_index_unusable" => (
+            "the GID index in use cannot address the peer (EINVAL from ibv_modify_qp, or a link-local local GID): NCCL_IB_GID_INDEX forced to a wrong entry, or the automatic choice found no routable GID",
+            "fabprobe gids (which index NCCL picks); unset NCCL_IB_GID_INDEX or set it to the RoCE v2 IPv4 entry",
+        ),
+        "ib_reg_mr_failed" => (
+            "memory registration failed: usually the locked-memory limit (ulimit -l) is too small in the container or service, or GPU memory registration (peermem/DMA-BUF) is unavailable",
+            "ulimit -l (should be unlimited); fabprobe gdr",
+        ),
+        "ib_device_open_failed" => (
+            "the RDMA device could not be opened: the container lacks /dev/infiniband, or the device is gone",
+            "fabprobe links; check the container's device mounts",
+        ),
+        "ib_no_device" => (
+            "NCCL found no RDMA device (or no libibverbs): inter-node traffic goes over TCP sockets",
+            "fabprobe links (are devices visible here?); fabprobe nccl-env",
+        ),
+        "net_socket_fallback" => (
+            "ranks on different hosts connect over NET/Socket: TCP instead of RDMA, typically several times slower",
+            "fabprobe nccl-env on each host (NCCL_IB_DISABLE, NCCL_IB_HCA, devices visible)",
+        ),
+        "socket_iface_loopback" => (
+            "NCCL bootstrapped or connected over a loopback or container-bridge interface; other hosts cannot reach that address",
+            "fabprobe nccl-env (the interface NCCL picks); set NCCL_SOCKET_IFNAME",
+        ),
+        "socket_no_interface" => (
+            "no interface matched NCCL_SOCKET_IFNAME (or none was usable): NCCL cannot bootstrap",
+            "fabprobe nccl-env; ip -br addr",
+        ),
+        "socket_connect_failed" => (
+            "a TCP connection to a peer failed (refused, unreachable, timed out): firewall, wrong interface or address, or the peer not listening",
+            "fabprobe nccl-env on both hosts (socket interface); check the route and firewall between them",
+        ),
+        "remote_process_exited" => (
+            "a peer closed or reset the connection: the remote process exited (crashed, was killed, or failed first); its own log holds the cause",
+            "the peer's log for its first error; dmesg on the peer host (OOM killer, Xid)",
+        ),
+        "collective_timeout" => (
+            "PyTorch's watchdog timed out on this collective: the ranks listed waited; the suspects (ranks of the communicator not timing out on it) never reached it or are stuck before it",
+            "the suspects' logs and stacks (py-spy dump); fabprobe ring across the suspects' hosts",
+        ),
+        "gdr_disabled" => (
+            "GPUDirect RDMA is off for this HCA: traffic bounces through host memory, often about 10x lower bandwidth",
+            "fabprobe gdr (peermem/DMA-BUF, ACS); fabprobe nccl-env (NCCL_NET_GDR_LEVEL against the path type)",
+        ),
+        "version_mismatch" => (
+            "ranks run different NCCL versions or configurations (messages of the wrong size between them)",
+            "check the NCCL library each rank loads (the NCCL version lines per host); align the containers",
+        ),
+        "collective_mismatch" => (
+            "ranks called different collectives or sizes at the same point: an application bug or a configuration difference",
+            "compare the ranks' NCCL_* environment and the code path; NCCL_DEBUG_SUBSYS=COLL",
+        ),
+        "cuda_error" => (
+            "a CUDA call failed inside NCCL (out of memory, initialization error, a lost GPU)",
+            "nvidia-smi; dmesg for Xid errors on that host",
+        ),
+        "system_error" => (
+            "a system or library call failed (socket, memory, verbs): the line says which",
+            "the line's call and errno; fabprobe links; fabprobe nccl-env",
+        ),
+        _ => ("", ""),
+    }
+}
+
+fn peer_ip(addr: &str) -> &str {
+    let a = addr.split('<').next().unwrap_or(addr);
+    a.split('%').next().unwrap_or(a)
+}
+
+struct Ctx<'a> {
+    a: &'a Analyzer,
+    host_ranks: BTreeMap<String, BTreeSet<u32>>,
+    rank_host: BTreeMap<u32, String>,
+}
+
+impl Ctx<'_> {
+    fn rank_of(&self, s: &Sighting) -> Option<u32> {
+        self.a.procs.get(&s.proc_).and_then(|p| p.rank).or(s.rank_hint)
+    }
+    fn host_of(&self, s: &Sighting) -> Option<String> {
+        if s.proc_.host != 0 {
+            return Some(self.a.host_name(s.proc_.host).to_string());
+        }
+        self.rank_of(s).and_then(|r| self.rank_host.get(&r).cloned())
+    }
+    fn peer_of(&self, s: &Sighting) -> Option<Peer> {
+        let addr = s.peer_addr.clone()?;
+        let host = self.a.host_ips.get(peer_ip(&addr)).cloned().or_else(|| {
+            // "Connection closed by remote peer node2<42830>": a host name.
+            let h = peer_ip(&addr);
+            self.host_ranks.contains_key(h).then(|| h.to_string())
+        });
+        let rank = host
+            .as_ref()
+            .and_then(|h| self.host_ranks.get(h))
+            .filter(|r| r.len() == 1)
+            .and_then(|r| r.iter().next().copied());
+        Some(Peer {
+            addr: Some(addr),
+            host,
+            rank,
+        })
+    }
+    fn device_of(&self, s: &Sighting) -> Option<String> {
+        s.hca.clone().or_else(|| s.dev.map(|d| format!("cuda:{d}")))
+    }
+}
+
+fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
+    let (meaning, next) = explain(s.cause);
+    Verdict {
+        cause: s.cause.to_string(),
+        severity,
+        host: ctx.host_of(s),
+        rank: ctx.rank_of(s),
+        ranks: Vec::new(),
+        device: ctx.device_of(s),
+        peer: ctx.peer_of(s),
+        local_gid: s.local_gid.clone(),
+        remote_gid: s.remote_gid.clone(),
+        status: s.status,
+        vendor_err: s.vendor_err,
+        file: s.file.clone(),
+        line_no: s.line_no,
+        line: s.line.clone(),
+        meaning: meaning.to_string(),
+        next: next.to_string(),
+        seq: s.seq,
+        op: s.op.clone(),
+        suspects: Vec::new(),
+        knock_ons: 0,
+    }
+}
+
+/// Group sightings into verdicts keyed by cause, host, device and peer host.
+fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
+    let mut out: Vec<Verdict> = Vec::new();
+    for s in list {
+        let v = verdict(ctx, s, severity);
+        let peer_host = v.peer.as_ref().and_then(|p| p.host.clone());
+        if let Some(o) = out.iter_mut().find(|o| {
+            o.cause == v.cause
+                && o.host == v.host
+                && o.device == v.device
+                && o.peer.as_ref().and_then(|p| p.host.clone()) == peer_host
+        }) {
+            if let Some(r) = v.rank {
+                if o.rank != Some(r) && !o.ranks.contains(&r) {
+                    o.ranks.push(r);
+                }
+            }
+            continue;
+        }
+        out.push(v);
+    }
+    for v in &mut out {
+        v.ranks.sort_unstable();
+    }
+    out
+}
+
+pub(super) fn build(a: Analyzer) -> Report {
+    let mut host_ranks: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    let mut rank_host = BTreeMap::new();
+    for (k, p) in &a.procs {
+        let name = a.host_name(k.host).to_string();
+        let set = host_ranks.entry(name.clone()).or_default();
+        if let Some(r) = p.rank {
+            set.insert(r);
+            rank_host.entry(r).or_insert(name);
+        }
+    }
+    let ctx = Ctx {
+        a: &a,
+        host_ranks,
+        rank_host,
+    };
+    let hosts: Vec<&String> = ctx.host_ranks.keys().filter(|h| !h.is_empty()).collect();
+    let multi_host = hosts.len() > 1;
+
+    // First failure per process; later ones are knock-ons of it.
+    let mut first: BTreeMap<(super::ProcKey, Option<u32>), &Sighting> = BTreeMap::new();
+    let mut knock = 0u64;
+    let mut warns: Vec<&Sighting> = Vec::new();
+    let mut timeouts: Vec<&Sighting> = Vec::new();
+    for s in &a.sightings {
+        match s.cause {
+            "gdr_disabled" | "ib_no_device" => warns.push(s),
+            "collective_timeout" => timeouts.push(s),
+            _ => {
+                let key = (
+                    s.proc_.clone(),
+                    if s.proc_.host == 0 { s.rank_hint } else { None },
+                );
+                match first.entry(key) {
+                    std::collections::btree_map::Entry::Occupied(_) => knock += 1,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(s);
+                    }
+                }
+            }
+        }
+    }
+    let firsts: Vec<&Sighting> = {
+        let mut v: Vec<&Sighting> = first.values().copied().collect();
+        v.sort_by(|x, y| (x.file.as_str(), x.line_no).cmp(&(y.file.as_str(), y.line_no)));
+        v
+    };
+    let hard: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| HARD.contains(&s.cause))
+        .collect();
+    let flush: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "ib_wr_flush")
+        .collect();
+    let exited: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "remote_process_exited")
+        .collect();
+
+    let mut verdicts = grouped(&ctx, &hard, Severity::Fail);
+    let mut knock_ons = knock;
+    if verdicts.is_empty() {
+        verdicts.extend(grouped(&ctx, &flush, Severity::Fail));
+    } else {
+        knock_ons += flush.len() as u64;
+    }
+    if verdicts.is_empty() {
+        verdicts.extend(grouped(&ctx, &exited, Severity::Fail));
+    } else {
+        knock_ons += exited.len() as u64;
+    }
+
+    // Collective timeouts: one event per (sequence number, op).
+    let mut by_seq: BTreeMap<(Option<u64>, Option<String>), Vec<&Sighting>> = BTreeMap::new();
+    for t in &timeouts {
+        by_seq.entry((t.seq, t.op.clone())).or_default().push(t);
+    }
+    if verdicts.is_empty() {
+        for ((_, _), list) in by_seq {
+            let mut v = verdict(&ctx, list[0], Severity::Fail);
+            let ranks: BTreeSet<u32> = list.iter().filter_map(|s| ctx.rank_of(s)).collect();
+            v.rank = ranks.iter().next().copied();
+            v.ranks = ranks.iter().skip(1).copied().collect();
+            // The communicator's size when the log has it; else the gaps below the highest
+            // rank that timed out (ranks above it cannot be told from absent ones).
+            let world = a.world.or_else(|| ranks.iter().next_back().map(|m| m + 1));
+            if let Some(w) = world {
+                if (ranks.len() as u32) < w {
+                    v.suspects = (0..w).filter(|r| !ranks.contains(r)).collect();
+                }
+            }
+            if a.world.is_none() && !v.suspects.is_empty() {
+                v.meaning.push_str(" (the log has no communicator size: suspects are the gaps below the highest rank listed)");
+            }
+            verdicts.push(v);
+        }
+    } else {
+        knock_ons += timeouts.len() as u64;
+    }
+    if let Some(v) = verdicts.first_mut() {
+        v.knock_ons = knock_ons;
+    }
+
+    // Derived from the summary.
+    if a.versions.len() > 1 {
+        let desc: Vec<String> = a
+            .versions
+            .iter()
+            .map(|(v, h)| format!("{v} on {}", h.iter().cloned().collect::<Vec<_>>().join(",")))
+            .collect();
+        let (meaning, next) = explain("version_mismatch");
+        verdicts.push(Verdict {
+            cause: "version_mismatch".into(),
+            severity: Severity::Fail,
+            host: None,
+            rank: None,
+            ranks: Vec::new(),
+            device: None,
+            peer: None,
+            local_gid: None,
+            remote_gid: None,
+            status: None,
+            vendor_err: None,
+            file: String::new(),
+            line_no: 0,
+            line: format!("NCCL versions differ: {}", desc.join("; ")),
+            meaning: meaning.into(),
+            next: next.into(),
+            seq: None,
+            op: None,
+            suspects: Vec::new(),
+            knock_ons: 0,
+        });
+    }
+    for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
+        if let Some(bad) = ifs
+            .iter()
+            .find(|i| i.starts_with("lo:") || i.starts_with("docker") || i.starts_with("virbr"))
+        {
+            if verdicts
+                .iter()
+                .any(|v| v.cause == "socket_iface_loopback" && v.host.as_deref() == Some(host))
+            {
+                continue;
+            }
+            let (meaning, next) = explain("socket_iface_loopback");
+            verdicts.push(Verdict {
+                cause: "socket_iface_loopback".into(),
+                // One host: a single-node job works over lo; across hosts it cannot.
+                severity: if multi_host {
+                    Severity::Fail
+                } else {
+                    Severity::Warn
+                },
+                host: Some(host.clone()),
+                rank: None,
+                ranks: Vec::new(),
+                device: Some(bad.split(':').next().unwrap_or(bad).to_string()),
+                peer: None,
+                local_gid: None,
+                remote_gid: None,
+                status: None,
+                vendor_err: None,
+                file: String::new(),
+                line_no: 0,
+                line: format!("{host} uses {bad}"),
+                meaning: meaning.into(),
+                next: next.into(),
+                seq: None,
+                op: None,
+                suspects: Vec::new(),
+                knock_ons: 0,
+            });
+        }
+    }
+    let socket_conns = a.transports.keys().any(|k| k == "NET/Socket");
+    if multi_host && (socket_conns || a.networks.contains("Socket")) {
+        let (meaning, next) = explain("net_socket_fallback");
+        verdicts.push(Verdict {
+            cause: "net_socket_fallback".into(),
+            severity: Severity::Warn,
+            host: None,
+            rank: None,
+            ranks: Vec::new(),
+            device: None,
+            peer: None,
+            local_gid: None,
+            remote_gid: None,
+            status: None,
+            vendor_err: None,
+            file: String::new(),
+            line_no: 0,
+            line: format!(
+                "{} connection(s) via NET/Socket; networks: {}",
+                a.transports.get("NET/Socket").copied().unwrap_or(0),
+                a.networks.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            meaning: meaning.into(),
+            next: next.into(),
+            seq: None,
+            op: None,
+            suspects: Vec::new(),
+            knock_ons: 0,
+        });
+    }
+    // Warnings, one per host and cause (and HCA for GDR).
+    let mut seen = BTreeSet::new();
+    for s in warns {
+        let host = ctx.host_of(s);
+        if !seen.insert((s.cause, host.clone(), s.hca.clone())) {
+            continue;
+        }
+        let mut v = verdict(&ctx, s, Severity::Warn);
+        let same: BTreeSet<u32> = a
+            .sightings
+            .iter()
+            .filter(|o| o.cause == s.cause && ctx.host_of(o) == host && o.hca == s.hca)
+            .filter_map(|o| ctx.rank_of(o))
+            .collect();
+        v.rank = same.iter().next().copied().or(v.rank);
+        v.ranks = same.iter().skip(1).copied().collect();
+        verdicts.push(v);
+    }
+
+    let summary = summarise(&a, &ctx);
+    Report { summary, verdicts }
+}
+
+fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
+    let mut hosts: Vec<HostSummary> = Vec::new();
+    let names: BTreeSet<&String> = ctx
+        .host_ranks
+        .keys()
+        .chain(a.bootstrap.keys())
+        .chain(a.hcas.keys())
+        .filter(|h| !h.is_empty())
+        .collect();
+    for h in names {
+        let ranks: Vec<u32> = ctx
+            .host_ranks
+            .get(h)
+            .map(|r| r.iter().copied().collect())
+            .unwrap_or_default();
+        let local_ranks = a
+            .procs
+            .keys()
+            .filter(|k| a.host_name(k.host) == h.as_str())
+            .count();
+        hosts.push(HostSummary {
+            host: h.clone(),
+            ranks,
+            local_ranks,
+            bootstrap: a
+                .bootstrap
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+            socket_interfaces: a
+                .socket_ifs
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+            hcas: a
+                .hcas
+                .get(h)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+            gdr: a
+                .gdr
+                .iter()
+                .filter(|((hh, _), _)| hh == h)
+                .map(|((_, hca), on)| (hca.clone(), *on))
+                .collect(),
+        });
+    }
+    Summary {
+        inputs: a.inputs.clone(),
+        bytes: a.bytes,
+        lines: a.lines,
+        nccl_lines: a.nccl_lines,
+        unrecognised_lines: a.unrecognised,
+        unrecognised_samples: a.unrecognised_samples.clone(),
+        truncated_lines: a.truncated_lines,
+        nccl_versions: a
+            .versions
+            .iter()
+            .map(|(v, h)| (v.clone(), h.iter().cloned().collect()))
+            .collect(),
+        hosts,
+        world_size: a.world,
+        ranks_seen: a
+            .procs
+            .values()
+            .filter_map(|p| p.rank)
+            .collect::<BTreeSet<_>>()
+            .len(),
+        ring_channels: a.rings.len(),
+        ring_sample: a.ring_sample.clone(),
+        tree_channels: a.trees.len(),
+        channels: a.channels.clone(),
+        networks: a.networks.iter().cloned().collect(),
+        plugins: a.plugins.iter().cloned().collect(),
+        transports: a.transports.clone(),
+        connections: a
+            .connections
+            .iter()
+            .map(|(s, d, v)| super::Connection {
+                from_rank: *s,
+                to_rank: *d,
+                via: v.clone(),
+            })
+            .collect(),
+        connections_dropped: a.connections_dropped,
+    }
+}

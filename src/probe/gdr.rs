@@ -1,0 +1,627 @@
+//! `gdr`: GPUDirect RDMA readiness per GPU x RDMA NIC pair, the way NCCL decides it: the
+//! pair's path type against `NCCL_NET_GDR_LEVEL`, a peer-memory client (the exact paths each
+//! NCCL version checks) or the DMA-BUF prerequisites; and what breaks GDR below NCCL: ACS
+//! redirect on the bridges between GPU and NIC, the IOMMU translating device DMA, BAR1.
+
+use serde::Serialize;
+
+use crate::check::{Finding, Severity};
+use crate::host::Host;
+use crate::nccl::topo::{PathType, parse_net_gdr_level};
+use crate::probe::topo::{self, PciPlace};
+use crate::sysfs::kernel::{self, IommuGroup};
+use crate::sysfs::pcicfg::{self, Acs};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GdrReport {
+    pub gpus: Vec<GdrDevice>,
+    pub nics: Vec<GdrDevice>,
+    pub nccl_net_gdr_level: GdrLevel,
+    pub peer_memory: PeerMemory,
+    pub dmabuf: DmaBuf,
+    pub iommu: Iommu,
+    /// Every bridge between a GPU and a NIC that share a PCIe switch, with its ACS state.
+    pub bridges: Vec<BridgeAcs>,
+    pub pairs: Vec<GdrPair>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GdrDevice {
+    /// `GPU0`, `NIC0` (the topo labels).
+    pub label: String,
+    /// The RDMA device name for NICs, the GPU name for GPUs.
+    pub name: Option<String>,
+    pub pci_bus_id: String,
+    /// NVML's BAR1 size (GPUs, when NVML answered).
+    pub bar1_total_bytes: Option<u64>,
+    pub iommu_group: Option<IommuGroup>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GdrLevel {
+    pub level: PathType,
+    /// `default` or `NCCL_NET_GDR_LEVEL`.
+    pub source: String,
+    /// The variable's raw value when set.
+    pub raw: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PathCheck {
+    pub path: String,
+    pub exists: bool,
+    /// The NCCL versions that check this path.
+    pub nccl_versions: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PeerMemory {
+    /// `/sys/module` exists: module state is known. A snapshot without it (taken by an
+    /// older fabprobe, or hand-made) cannot say whether peer memory was loaded.
+    pub modules_visible: bool,
+    /// NCCL's `ncclIbGdrSupport()` paths.
+    pub paths: Vec<PathCheck>,
+    /// NCCL ≥ 2.23 would find a peer-memory client.
+    pub nccl_gdr_support: bool,
+    /// `/sys/module/nvidia_peermem` (loaded).
+    pub nvidia_peermem_loaded: bool,
+    pub nvidia_peermem_version: Option<String>,
+    /// `/sys/module/nvidia_peermem/parameters/peerdirect_support`.
+    pub peerdirect_support: Option<String>,
+    /// The legacy out-of-tree `nv_peer_mem` (`/sys/module/nv_peer_mem`).
+    pub nv_peer_mem_loaded: bool,
+    /// `/sys/kernel/mm/memory_peers` exists: ib_core has MLNX_OFED/DOCA's peer-memory API,
+    /// without which nvidia-peermem cannot load ("Invalid argument").
+    pub peer_memory_api: bool,
+    /// The module file as `modules.dep` lists it, when the module is not loaded.
+    pub nvidia_peermem_module_file: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DmaBuf {
+    pub kernel: Option<String>,
+    /// Kernel ≥ 5.12 (`ib_umem_dmabuf`).
+    pub kernel_ok: Option<bool>,
+    /// rdma-core's version (from the `libibverbs.so.1` link), ≥ 34 has `ibv_reg_dmabuf_mr`.
+    pub rdma_core: Option<u32>,
+    pub rdma_core_source: Option<String>,
+    pub rdma_core_ok: Option<bool>,
+    /// `/proc/driver/nvidia/version`'s version.
+    pub nvidia_driver: Option<String>,
+    /// The NVIDIA open kernel module (DMA-BUF needs it in practice).
+    pub nvidia_open_module: Option<bool>,
+    /// All three known and met.
+    pub possible: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Iommu {
+    /// `/sys/class/iommu` entries (empty: no IOMMU active).
+    pub units: Vec<String>,
+    pub cmdline_flags: Vec<String>,
+    /// `iommu=pt` and the like on the command line; `None` when it says nothing.
+    pub cmdline_passthrough: Option<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BridgeAcs {
+    pub pci_bus_id: String,
+    pub acs: Acs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Within the level, and a peer-memory client is there.
+    On,
+    /// Within the level, no peer-memory client, DMA-BUF prerequisites met.
+    DmabufPossible,
+    /// The path is farther than NCCL_NET_GDR_LEVEL.
+    OffDistance,
+    /// Within the level, but neither peer memory nor DMA-BUF.
+    OffNoPeerMemory,
+    /// Within the level; peer memory not visible (no `/sys/module`) and no DMA-BUF.
+    Unknown,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::On => "on",
+            Verdict::DmabufPossible => "dmabuf_possible",
+            Verdict::OffDistance => "off_distance",
+            Verdict::OffNoPeerMemory => "off_no_peer_memory",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GdrPair {
+    pub gpu: String,
+    pub nic: String,
+    /// NCCL's path type; `None` when a place is unknown.
+    pub path: Option<PathType>,
+    /// One of the GPU's nearest NICs: a pair NCCL would use.
+    pub nccl_nearest: bool,
+    pub verdict: Option<Verdict>,
+    /// Bridges between the two (not shared by both chains), top first.
+    pub bridges_between: Vec<String>,
+    /// Some bridge between them redirects P2P (ReqRedir/CmpltRedir).
+    pub acs_redirect: bool,
+    /// Some bridge's ACS could not be read.
+    pub acs_unknown: bool,
+}
+
+const PEER_PATHS: &[(&str, &str)] = &[
+    ("/sys/kernel/mm/memory_peers/nv_mem/version", "all"),
+    ("/sys/kernel/mm/memory_peers/nv_mem_nc/version", ">=2.22"),
+    ("/sys/module/nvidia_peermem/version", ">=2.23"),
+    ("/sys/kernel/mm/memory_peers/nvidia-peermem/version", "2.9-2.21"),
+];
+
+fn peer_memory(host: &Host) -> PeerMemory {
+    let paths: Vec<PathCheck> = PEER_PATHS
+        .iter()
+        .map(|(p, v)| PathCheck {
+            path: p.to_string(),
+            exists: host.exists(p),
+            nccl_versions: v.to_string(),
+        })
+        .collect();
+    let nccl_gdr_support = paths.iter().take(3).any(|p| p.exists);
+    let loaded = host.exists("/sys/module/nvidia_peermem");
+    let attr = |p: &str| host.attr(p).value().map(|s| s.trim().to_string());
+    let module_file = if loaded {
+        None
+    } else {
+        host.meta().kernel.as_ref().and_then(|k| {
+            let dep = host.read_opt(format!("/lib/modules/{k}/modules.dep")).ok()??;
+            dep.lines()
+                .filter_map(|l| l.split(':').next())
+                .find(|f| f.ends_with("/nvidia-peermem.ko") || f.contains("/nvidia-peermem.ko."))
+                .map(|f| format!("/lib/modules/{k}/{f}"))
+        })
+    };
+    PeerMemory {
+        modules_visible: host.is_dir("/sys/module"),
+        paths,
+        nccl_gdr_support,
+        nvidia_peermem_loaded: loaded,
+        nvidia_peermem_version: attr("/sys/module/nvidia_peermem/version"),
+        peerdirect_support: attr("/sys/module/nvidia_peermem/parameters/peerdirect_support"),
+        nv_peer_mem_loaded: host.exists("/sys/module/nv_peer_mem"),
+        peer_memory_api: host.is_dir("/sys/kernel/mm/memory_peers"),
+        nvidia_peermem_module_file: module_file,
+    }
+}
+
+fn dmabuf(host: &Host) -> DmaBuf {
+    let kernel = host.meta().kernel.clone();
+    let kernel_ok = kernel
+        .as_deref()
+        .and_then(kernel::kernel_version)
+        .map(|v| v >= (5, 12));
+    let rc = kernel::read_rdma_core(host);
+    let nv = host
+        .read_opt("/proc/driver/nvidia/version")
+        .ok()
+        .flatten()
+        .and_then(|t| kernel::parse_nvidia_version(&t));
+    let rdma_core_ok = rc.as_ref().map(|(v, _)| *v >= 34);
+    let open = nv.as_ref().map(|(o, _)| *o);
+    DmaBuf {
+        possible: kernel_ok == Some(true) && rdma_core_ok == Some(true) && open == Some(true),
+        kernel,
+        kernel_ok,
+        rdma_core: rc.as_ref().map(|(v, _)| *v),
+        rdma_core_source: rc.map(|(_, s)| s),
+        rdma_core_ok,
+        nvidia_driver: nv.map(|(_, v)| v),
+        nvidia_open_module: open,
+    }
+}
+
+fn iommu(host: &Host) -> Iommu {
+    let units = host
+        .list_dir("/sys/class/iommu")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let flags = host
+        .read_opt("/proc/cmdline")
+        .ok()
+        .flatten()
+        .map(|c| kernel::iommu_cmdline_flags(&c))
+        .unwrap_or_default();
+    Iommu {
+        cmdline_passthrough: kernel::cmdline_passthrough(&flags),
+        cmdline_flags: flags,
+        units,
+    }
+}
+
+fn gdr_level(host: &Host, notes: &mut Vec<String>) -> GdrLevel {
+    match host.env_var("NCCL_NET_GDR_LEVEL") {
+        Some(raw) => match parse_net_gdr_level(raw) {
+            Some(level) => GdrLevel {
+                level,
+                source: "NCCL_NET_GDR_LEVEL".into(),
+                raw: Some(raw.to_string()),
+            },
+            None => {
+                notes.push(format!(
+                    "NCCL_NET_GDR_LEVEL={raw:?} is not a level NCCL knows (LOC, PIX, PXB, PHB, SYS or 0-4); NCCL keeps its default PXB"
+                ));
+                GdrLevel {
+                    level: PathType::Pxb,
+                    source: "default".into(),
+                    raw: Some(raw.to_string()),
+                }
+            }
+        },
+        None => GdrLevel {
+            level: PathType::Pxb,
+            source: "default".into(),
+            raw: None,
+        },
+    }
+}
+
+/// The sysfs path of bridge `bdf` on a device's canonical path.
+fn bridge_path(place: &PciPlace, bdf: &str) -> Option<String> {
+    let p = place.sysfs_path.as_deref()?;
+    let pos = p.find(&format!("/{bdf}/"))?;
+    Some(p[..pos + 1 + bdf.len()].to_string())
+}
+
+/// Bridges on either chain below the last bridge both share.
+fn bridges_between(a: &PciPlace, b: &PciPlace) -> Vec<(String, String)> {
+    if a.root_bus != b.root_bus {
+        return Vec::new();
+    }
+    let common = a
+        .bridges
+        .iter()
+        .zip(&b.bridges)
+        .take_while(|(x, y)| x == y)
+        .count();
+    if common == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (place, chain) in [(a, &a.bridges), (b, &b.bridges)] {
+        for bdf in &chain[common..] {
+            if let Some(p) = bridge_path(place, bdf)
+                && !out.iter().any(|(x, _): &(String, String)| x == bdf)
+            {
+                out.push((bdf.clone(), p));
+            }
+        }
+    }
+    out
+}
+
+pub fn probe(host: &Host) -> GdrReport {
+    let t = topo::probe(host);
+    let mut notes: Vec<String> = t
+        .notes
+        .iter()
+        .filter(|n| n.starts_with("GPU") || n.starts_with("cannot") || n.contains("NVML"))
+        .cloned()
+        .collect();
+    let nccl_net_gdr_level = gdr_level(host, &mut notes);
+    let peer = peer_memory(host);
+    if !peer.modules_visible {
+        notes.push("/sys/module is not visible (a snapshot without it): whether a peer-memory module is loaded is unknown".into());
+    }
+    let dmabuf = dmabuf(host);
+    let iommu = iommu(host);
+    let nvml = host.nvml().facts();
+    let gpus: Vec<GdrDevice> = t
+        .gpus
+        .iter()
+        .map(|g| GdrDevice {
+            label: g.label.clone(),
+            name: g.name.clone(),
+            pci_bus_id: g.pci_bus_id.clone(),
+            bar1_total_bytes: nvml.and_then(|f| {
+                f.gpus
+                    .iter()
+                    .find(|x| x.pci_bus_id == g.pci_bus_id)
+                    .and_then(|x| x.bar1_total_bytes)
+            }),
+            iommu_group: kernel::read_iommu_group(host, &g.pci_bus_id),
+        })
+        .collect();
+    let nics: Vec<GdrDevice> = t
+        .nics
+        .iter()
+        .map(|n| GdrDevice {
+            label: n.label.clone(),
+            name: Some(n.ibdev.clone()),
+            pci_bus_id: n.pci.pci_bus_id.clone().unwrap_or_default(),
+            bar1_total_bytes: None,
+            iommu_group: n
+                .pci
+                .pci_bus_id
+                .as_deref()
+                .and_then(|b| kernel::read_iommu_group(host, b)),
+        })
+        .collect();
+    // topo's notes already say why no GPU was found (sysfs and NVML).
+    if t.nics.is_empty() {
+        notes.push("no RDMA NIC found (/sys/class/infiniband is empty or absent)".into());
+    }
+    let ng = t.gpus.len();
+    let mut bridges: Vec<BridgeAcs> = Vec::new();
+    let mut pairs = Vec::new();
+    for (i, g) in t.gpus.iter().enumerate() {
+        let paths: Vec<Option<PathType>> = (0..t.nics.len())
+            .map(|k| {
+                t.nccl_matrix
+                    .get(i)
+                    .and_then(|r| r.get(ng + k))
+                    .and_then(|c| PathType::from_name(c))
+            })
+            .collect();
+        let best = paths.iter().flatten().min().copied();
+        for (k, n) in t.nics.iter().enumerate() {
+            let path = paths[k];
+            let between = match path {
+                Some(PathType::Pix | PathType::Pxb) => bridges_between(&g.pci, &n.pci),
+                _ => Vec::new(),
+            };
+            let mut redirect = false;
+            let mut unknown = false;
+            for (bdf, p) in &between {
+                if !bridges.iter().any(|b| &b.pci_bus_id == bdf) {
+                    bridges.push(BridgeAcs {
+                        pci_bus_id: bdf.clone(),
+                        acs: pcicfg::read_acs(host, p),
+                    });
+                }
+                match bridges.iter().find(|b| &b.pci_bus_id == bdf).map(|b| &b.acs) {
+                    Some(Acs::Present { redirect: true, .. }) => redirect = true,
+                    Some(Acs::Unknown { .. } | Acs::Unreadable { .. }) => unknown = true,
+                    _ => {}
+                }
+            }
+            let verdict = path.map(|p| {
+                if p > nccl_net_gdr_level.level {
+                    Verdict::OffDistance
+                } else if peer.nccl_gdr_support {
+                    Verdict::On
+                } else if dmabuf.possible {
+                    Verdict::DmabufPossible
+                } else if !peer.modules_visible {
+                    Verdict::Unknown
+                } else {
+                    Verdict::OffNoPeerMemory
+                }
+            });
+            pairs.push(GdrPair {
+                gpu: g.label.clone(),
+                nic: n.label.clone(),
+                path,
+                nccl_nearest: path.is_some() && path == best,
+                verdict,
+                bridges_between: between.into_iter().map(|(b, _)| b).collect(),
+                acs_redirect: redirect,
+                acs_unknown: unknown,
+            });
+        }
+    }
+    bridges.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+    GdrReport {
+        gpus,
+        nics,
+        nccl_net_gdr_level,
+        peer_memory: peer,
+        dmabuf,
+        iommu,
+        bridges,
+        pairs,
+        notes,
+    }
+}
+
+fn pair_names(v: &[&GdrPair]) -> String {
+    v.iter()
+        .map(|p| format!("{}-{}", p.gpu, p.nic))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn findings(r: &GdrReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let used: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.nccl_nearest).collect();
+    // ACS redirect on bridges between GPUs and their NICs: one finding, every bridge named.
+    let redirecting: Vec<(&BridgeAcs, u16, &str)> = r
+        .bridges
+        .iter()
+        .filter_map(|b| match &b.acs {
+            Acs::Present {
+                ctrl,
+                ctrl_text,
+                redirect: true,
+                ..
+            } => Some((b, *ctrl, ctrl_text.as_str())),
+            _ => None,
+        })
+        .collect();
+    if !redirecting.is_empty() {
+        let affected: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.acs_redirect).collect();
+        let used_here = affected.iter().any(|p| p.nccl_nearest);
+        // One setpci loop per distinct cleared control word.
+        let mut groups: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
+        for (b, ctrl, _) in &redirecting {
+            groups
+                .entry(ctrl & !pcicfg::ACS_REDIRECT)
+                .or_default()
+                .push(b.pci_bus_id.as_str());
+        }
+        let cmds: Vec<String> = groups
+            .iter()
+            .map(|(v, bs)| {
+                if bs.len() == 1 {
+                    format!("setpci -s {} ECAP_ACS+0x6.w=0x{v:04x}", bs[0])
+                } else {
+                    format!(
+                        "for b in {}; do setpci -s $b ECAP_ACS+0x6.w=0x{v:04x}; done",
+                        bs.join(" ")
+                    )
+                }
+            })
+            .collect();
+        let bridges: Vec<&str> = redirecting
+            .iter()
+            .map(|(b, _, _)| b.pci_bus_id.as_str())
+            .collect();
+        out.push(
+            Finding::new(
+                "gdr.acs_redirect",
+                if used_here { Severity::Fail } else { Severity::Warn },
+                pair_names(&affected),
+                format!(
+                    "ACS request/completion redirect is on for {} PCIe switch port(s) between these GPUs and NICs: peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
+                    redirecting.len()
+                ),
+            )
+            .evidence("bridges", bridges.join(" "))
+            .evidence("acs_ctl", redirecting[0].2.to_string())
+            .evidence("acs_ctl_hex", format!("0x{:04x}", redirecting[0].1))
+            .fix(format!(
+                "as root: `{}` (clears ReqRedir/CmpltRedir; it resets at reboot: disable ACS in the BIOS, or run it from a boot-time unit; Linux sets ACS on switch ports when the IOMMU is on)",
+                cmds.join("; ")
+            )),
+        );
+    }
+    // ACS not readable for bridges NCCL's pairs cross.
+    let unknown: Vec<&GdrPair> = used.iter().copied().filter(|p| p.acs_unknown).collect();
+    if !unknown.is_empty() {
+        out.push(
+            Finding::new(
+                "gdr.acs_unknown",
+                Severity::Warn,
+                pair_names(&unknown),
+                "ACS of the switch ports between these GPUs and NICs is unknown: their config space could not be read past 64 bytes (only root can), or the snapshot lacks it",
+            )
+            .fix("run `sudo fabprobe gdr` (or capture the snapshot as root)"),
+        );
+    }
+    let p = &r.peer_memory;
+    let off_peer: Vec<&GdrPair> = used
+        .iter()
+        .copied()
+        .filter(|x| x.verdict == Some(Verdict::OffNoPeerMemory))
+        .collect();
+    // Peer memory: not loaded (with or without the module on disk).
+    if !off_peer.is_empty() {
+        let (msg, fix) = if !p.peer_memory_api {
+            (
+                format!(
+                    "no peer-memory client and no DMA-BUF path: GPUDirect RDMA is off for {} pairs NCCL would use; ib_core has no peer-memory API (inbox driver), so nvidia-peermem cannot load (modprobe says \"Invalid argument\")",
+                    off_peer.len()
+                ),
+                "use DMA-BUF instead: the NVIDIA open kernel module, kernel >= 5.12, rdma-core >= 34 (NCCL uses it by default, NCCL_DMABUF_ENABLE=1); or install MLNX_OFED/DOCA-OFED and `modprobe nvidia-peermem`".to_string(),
+            )
+        } else if p.nvidia_peermem_module_file.is_some() {
+            (
+                format!(
+                    "nvidia-peermem is installed but not loaded: GPUDirect RDMA is off for {} pairs NCCL would use",
+                    off_peer.len()
+                ),
+                "`modprobe nvidia-peermem`, and load it at boot: `echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf`".to_string(),
+            )
+        } else {
+            (
+                format!(
+                    "no peer-memory client (nvidia-peermem not loaded, none of NCCL's memory_peers paths exist) and no DMA-BUF path: GPUDirect RDMA is off for {} pairs NCCL would use",
+                    off_peer.len()
+                ),
+                "`modprobe nvidia-peermem` (it ships with the NVIDIA driver), or meet DMA-BUF's prerequisites (open kernel module, kernel >= 5.12, rdma-core >= 34)".to_string(),
+            )
+        };
+        let mut f = Finding::new(
+            "gdr.peermem_not_loaded",
+            Severity::Fail,
+            pair_names(&off_peer),
+            msg,
+        )
+        .evidence("nvidia_peermem_loaded", p.nvidia_peermem_loaded)
+        .evidence("peer_memory_api", p.peer_memory_api)
+        .evidence("dmabuf_possible", r.dmabuf.possible)
+        .fix(fix);
+        if let Some(m) = &p.nvidia_peermem_module_file {
+            f = f.evidence("module_file", m.clone());
+        }
+        out.push(f);
+    }
+    // GDR off by distance for pairs NCCL would use.
+    let far: Vec<&GdrPair> = used
+        .iter()
+        .copied()
+        .filter(|x| x.verdict == Some(Verdict::OffDistance))
+        .collect();
+    if !far.is_empty() {
+        let worst = far.iter().filter_map(|x| x.path).max().unwrap_or(PathType::Sys);
+        out.push(
+            Finding::new(
+                "gdr.off_distance",
+                Severity::Warn,
+                pair_names(&far),
+                format!(
+                    "the nearest NIC of these GPUs is {} away, farther than NCCL_NET_GDR_LEVEL={} ({}): NCCL stages network traffic through host memory",
+                    worst.as_str(),
+                    r.nccl_net_gdr_level.level.as_str(),
+                    r.nccl_net_gdr_level.source
+                ),
+            )
+            .evidence("path", worst.as_str())
+            .fix(format!(
+                "a NIC under the same PCIe switch as each GPU gives GDR; to force it over this path set NCCL_NET_GDR_LEVEL={} (measure: it can be slower than staging)",
+                worst.as_str()
+            )),
+        );
+    }
+    // IOMMU translating DMA on a pair within NCCL's GDR distance (whether peer memory is
+    // there yet or not: fixing that next would run into this).
+    let gdr_used: Vec<&GdrPair> = used
+        .iter()
+        .copied()
+        .filter(|x| x.verdict.is_some_and(|v| v != Verdict::OffDistance))
+        .collect();
+    let translated = |label: &str, list: &[GdrDevice]| {
+        list.iter()
+            .find(|d| d.label == label)
+            .and_then(|d| d.iommu_group.as_ref())
+            .and_then(|g| g.r#type.clone())
+            .filter(|t| kernel::is_translated(t))
+    };
+    let tr: Vec<&GdrPair> = gdr_used
+        .iter()
+        .copied()
+        .filter(|x| translated(&x.gpu, &r.gpus).is_some() || translated(&x.nic, &r.nics).is_some())
+        .collect();
+    if !tr.is_empty() {
+        let t = translated(&tr[0].gpu, &r.gpus)
+            .or_else(|| translated(&tr[0].nic, &r.nics))
+            .unwrap_or_default();
+        out.push(
+            Finding::new(
+                "gdr.iommu_translation",
+                Severity::Warn,
+                pair_names(&tr),
+                format!(
+                    "the IOMMU translates DMA (group type {t}) for the GPUs and NICs of these pairs: GPUDirect transfers go through the IOMMU, costing bandwidth or failing"
+                ),
+            )
+            .evidence("iommu_group_type", t)
+            .evidence("cmdline_flags", r.iommu.cmdline_flags.join(" "))
+            .fix("boot with `iommu=pt` (Intel: `intel_iommu=on iommu=pt`): add it to GRUB_CMDLINE_LINUX in /etc/default/grub, `update-grub`, reboot"),
+        );
+    }
+    out
+}

@@ -1,0 +1,875 @@
+//! `nccl-env`: what NCCL would choose on this host with this environment, each choice with
+//! the rule that made it, and a lint of the `NCCL_*` configuration.
+//!
+//! Rules (rdma-facts.md §3): configuration files and precedence (`param.cc`), the socket
+//! interfaces (`nccl::ifname`, already NCCL's), the HCAs and ports (`nccl::hca`), the GID
+//! index (`probe::gids`, already NCCL's), GDR per GPU-NIC pair from NCCL's path type against
+//! `NCCL_NET_GDR_LEVEL` (`paths.cc`; the kernel side of GDR is `fabprobe gdr`'s), the net
+//! plugin (`plugin_open.cc`: `NCCL_NET_PLUGIN`, `libnccl-net-<name>.so`) and the topology file.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::check::{Finding, Severity};
+use crate::host::Host;
+use crate::nccl::conf::{self, Origin, Setting};
+use crate::nccl::gid::GidEnv;
+use crate::nccl::hca::HcaSpec;
+use crate::nccl::{ifname, params};
+use crate::probe::{gids, topo};
+
+/// NCCL's default topology file, read when `NCCL_TOPO_FILE` is unset (`topo.cc`).
+pub const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
+/// Directories searched for a net plugin besides `LD_LIBRARY_PATH` (dlopen's defaults and
+/// the usual multiarch ones; `/etc/ld.so.cache` itself is not parsed).
+const LIB_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NcclEnvReport {
+    /// The configuration files in the order NCCL reads them.
+    pub conf_files: Vec<ConfFile>,
+    /// Every `NCCL_*` value in effect, with where it came from.
+    pub settings: Vec<Setting>,
+    pub sockets: Sockets,
+    pub ib: Ib,
+    pub gdr: Gdr,
+    pub net_plugin: NetPlugin,
+    pub topo_file: TopoFile,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfFile {
+    pub path: String,
+    /// Why NCCL reads it: `NCCL_CONF_FILE`, `~/.nccl.conf` or `/etc/nccl.conf`.
+    pub role: String,
+    /// `read`, `absent`, or the read error.
+    pub state: String,
+    pub values: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sockets {
+    /// `NCCL_SOCKET_IFNAME` as NCCL reads it (null when unset or ignored).
+    pub ifname: Option<String>,
+    /// The interfaces NCCL's socket transport would use, in order; the first is the
+    /// bootstrap interface and the IB out-of-band one.
+    pub interfaces: Vec<SocketIface>,
+    /// Why the interfaces are unknown (a snapshot without `ifaddrs.json`).
+    pub unknown: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SocketIface {
+    pub name: String,
+    pub addr: String,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ib {
+    /// `NCCL_IB_DISABLE` parsed (the transport is off when 1).
+    pub disabled: bool,
+    pub hca: Option<String>,
+    pub ports: Vec<IbPort>,
+    /// Why nothing is listed (no RDMA devices).
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IbPort {
+    pub device: String,
+    pub port: u32,
+    pub link_layer: Option<String>,
+    pub state: Option<String>,
+    pub used: bool,
+    /// Why the port is used or not.
+    pub rule: String,
+    pub gid_index: Option<u32>,
+    pub gid: Option<String>,
+    pub gid_rule: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Gdr {
+    /// The level in effect (`PXB` by default).
+    pub level: String,
+    pub level_rule: String,
+    /// Each GPU with each used HCA: NCCL's path type and whether the topology allows GDR.
+    pub pairs: Vec<GdrPair>,
+    /// The kernel side (peermem, DMA-BUF, ACS) is not judged here.
+    pub kernel_support: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GdrPair {
+    pub gpu: String,
+    pub gpu_pci_bus_id: String,
+    pub nic: String,
+    pub path: String,
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetPlugin {
+    pub requested: Option<String>,
+    /// The library names NCCL would dlopen, in order.
+    pub tries: Vec<String>,
+    /// Where the first of them was found on the library path.
+    pub found: Option<String>,
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TopoFile {
+    pub path: String,
+    pub from_env: bool,
+    pub exists: bool,
+}
+
+/// Everything that must be known before judging, gathered from the host.
+pub fn probe(host: &Host) -> NcclEnvReport {
+    // Configuration files (param.cc): NCCL_CONF_FILE replaces ~/.nccl.conf.
+    let mut conf_paths: Vec<(String, String)> = Vec::new();
+    match host.env_var("NCCL_CONF_FILE") {
+        Some(p) if !p.is_empty() => conf_paths.push((p.to_string(), "NCCL_CONF_FILE".into())),
+        _ => {
+            if let Some(home) = host.env_var("HOME").filter(|h| !h.is_empty()) {
+                conf_paths.push((
+                    format!("{}/.nccl.conf", home.trim_end_matches('/')),
+                    "~/.nccl.conf".into(),
+                ));
+            }
+        }
+    }
+    conf_paths.push(("/etc/nccl.conf".into(), "/etc/nccl.conf".into()));
+    let mut conf_files = Vec::new();
+    let mut texts = Vec::new();
+    for (path, role) in conf_paths {
+        let (state, values) = match host.read_opt(&path) {
+            Ok(Some(t)) => {
+                let n = conf::parse_conf(&t).len();
+                texts.push((path.clone(), t));
+                ("read".to_string(), n)
+            }
+            Ok(None) => ("absent".to_string(), 0),
+            Err(e) => (e.to_string(), 0),
+        };
+        conf_files.push(ConfFile {
+            path,
+            role,
+            state,
+            values,
+        });
+    }
+    let nccl_env: BTreeMap<String, String> = host
+        .env()
+        .iter()
+        .filter(|(k, _)| k.starts_with("NCCL_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let merged = conf::merge(&nccl_env, &texts);
+    let get = |k: &str| merged.get(k).map(|s| s.value.clone());
+
+    let sockets = sockets(
+        host,
+        get("NCCL_SOCKET_IFNAME").as_deref(),
+        get("NCCL_COMM_ID").as_deref(),
+    );
+    let ib = ib_ports(host, &merged);
+    let gdr = gdr(
+        host,
+        get("NCCL_NET_GDR_LEVEL").as_deref(),
+        get("NCCL_NET_GDR_C2C").as_deref(),
+        &ib,
+    );
+    let net_plugin = net_plugin(host, get("NCCL_NET_PLUGIN").as_deref());
+    let topo_file = match get("NCCL_TOPO_FILE").filter(|s| !s.is_empty()) {
+        Some(p) => TopoFile {
+            exists: host.exists(&p),
+            path: p,
+            from_env: true,
+        },
+        None => TopoFile {
+            path: DEFAULT_TOPO_FILE.into(),
+            from_env: false,
+            exists: host.exists(DEFAULT_TOPO_FILE),
+        },
+    };
+    NcclEnvReport {
+        conf_files,
+        settings: merged
+            .into_values()
+            .filter(|s| s.name.starts_with("NCCL_"))
+            .collect(),
+        sockets,
+        ib,
+        gdr,
+        net_plugin,
+        topo_file,
+    }
+}
+
+/// `NCCL_COMM_ID` is `ip:port` or `[v6]:port`.
+fn comm_id_addr(s: &str) -> Option<IpAddr> {
+    if let Some(r) = s.strip_prefix('[') {
+        return r.split(']').next()?.parse().ok();
+    }
+    s.rsplit_once(':').map_or(s, |(h, _)| h).parse().ok()
+}
+
+fn sockets(host: &Host, spec: Option<&str>, comm_id: Option<&str>) -> Sockets {
+    let ifname = spec
+        .filter(|s| ifname::IfSpec::parse(s).is_some())
+        .map(str::to_string);
+    match host.ifaddrs() {
+        Err(why) => Sockets {
+            ifname,
+            interfaces: Vec::new(),
+            unknown: Some(why.to_string()),
+        },
+        Ok(ifs) => Sockets {
+            ifname,
+            interfaces: ifname::select(ifs, spec, comm_id.and_then(comm_id_addr))
+                .into_iter()
+                .map(|c| SocketIface {
+                    name: c.iface.name,
+                    addr: c.iface.addr.to_string(),
+                    rule: c.rule,
+                })
+                .collect(),
+            unknown: None,
+        },
+    }
+}
+
+fn gid_env(merged: &BTreeMap<String, Setting>) -> GidEnv {
+    GidEnv::from_lookup(|k| merged.get(k).map(|s| s.value.clone()))
+}
+
+fn ib_ports(host: &Host, merged: &BTreeMap<String, Setting>) -> Ib {
+    let get = |k: &str| merged.get(k).map(|s| s.value.as_str());
+    let disabled = crate::nccl::gid::nccl_param(get("NCCL_IB_DISABLE"), 0) == 1;
+    let hca = get("NCCL_IB_HCA").filter(|s| !s.is_empty()).map(str::to_string);
+    let spec = hca.as_deref().map(HcaSpec::parse);
+    let report = gids::probe(host, &gid_env(merged));
+    let ports = report
+        .ports
+        .iter()
+        .map(|p| {
+            let active = p.state.as_deref() == Some("ACTIVE");
+            let ll_ok = matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet"));
+            let (used, rule) = if disabled {
+                (false, "NCCL_IB_DISABLE=1".to_string())
+            } else if !active {
+                (
+                    false,
+                    format!("port state {}", p.state.as_deref().unwrap_or("unknown")),
+                )
+            } else if !ll_ok {
+                (
+                    false,
+                    format!("link layer {}", p.link_layer.as_deref().unwrap_or("unknown")),
+                )
+            } else {
+                match (&spec, &hca) {
+                    (Some(s), Some(_)) => {
+                        let used = s.selects(&p.device, p.port);
+                        let why = match (used, s.matching_entry(&p.device, p.port)) {
+                            (true, Some(e)) if !s.exact && e.name != p.device => {
+                                format!("NCCL_IB_HCA prefix {} matches", e.name)
+                            }
+                            (true, _) if s.exclude => "not excluded by NCCL_IB_HCA".to_string(),
+                            (true, _) => "listed in NCCL_IB_HCA".to_string(),
+                            (false, _) if s.exclude => "excluded by NCCL_IB_HCA".to_string(),
+                            (false, _) => "not in NCCL_IB_HCA".to_string(),
+                        };
+                        (used, why)
+                    }
+                    _ => (true, "default: every active port".to_string()),
+                }
+            };
+            let gid = p
+                .nccl
+                .index
+                .and_then(|i| p.entries.iter().find(|e| e.index == i))
+                .map(|e| e.gid.full());
+            IbPort {
+                device: p.device.clone(),
+                port: p.port,
+                link_layer: p.link_layer.clone(),
+                state: p.state.clone(),
+                used,
+                rule,
+                gid_index: p.nccl.index,
+                gid,
+                gid_rule: p.nccl.reason.clone(),
+            }
+        })
+        .collect();
+    Ib {
+        disabled,
+        hca,
+        ports,
+        message: report.rdma.message,
+    }
+}
+
+fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
+    // paths.cc: NCCL_NET_GDR_LEVEL, else PXB, or P2C when NCCL_NET_GDR_C2C=1 (the default);
+    // P2C sits between PXB and PHB, so for PCI pairs both defaults allow PIX and PXB only.
+    let c2c_on = crate::nccl::gid::nccl_param(c2c, 1) == 1;
+    let default = if c2c_on { "P2C" } else { "PXB" };
+    let (lvl, level_rule) = match level.map(|s| (s, params::parse_level(s))) {
+        Some((raw, Some(l))) => (l, format!("NCCL_NET_GDR_LEVEL={raw}")),
+        Some((raw, None)) => (
+            default,
+            format!("NCCL_NET_GDR_LEVEL={raw} is not a level NCCL reads: default {default}"),
+        ),
+        None if c2c_on => (default, "default: P2C (NCCL_NET_GDR_C2C=1)".to_string()),
+        None => (default, "default: PXB".to_string()),
+    };
+    let t = topo::probe(host);
+    let ng = t.gpus.len();
+    let mut pairs = Vec::new();
+    let used: Vec<&str> = ib
+        .ports
+        .iter()
+        .filter(|p| p.used)
+        .map(|p| p.device.as_str())
+        .collect();
+    for (gi, g) in t.gpus.iter().enumerate() {
+        for (ni, n) in t.nics.iter().enumerate() {
+            if !used.contains(&n.ibdev.as_str()) {
+                continue;
+            }
+            let path = t
+                .nccl_matrix
+                .get(gi)
+                .and_then(|r| r.get(ng + ni))
+                .cloned()
+                .unwrap_or_else(|| "N/A".into());
+            let enabled = match (params::level_rank(&path), params::level_rank(lvl)) {
+                (Some(p), Some(l)) => p <= l,
+                _ => false,
+            };
+            pairs.push(GdrPair {
+                gpu: g.label.clone(),
+                gpu_pci_bus_id: g.pci_bus_id.clone(),
+                nic: n.ibdev.clone(),
+                path,
+                enabled,
+            });
+        }
+    }
+    Gdr {
+        level: lvl.to_string(),
+        level_rule,
+        pairs,
+        // The seam for `fabprobe gdr`: once it exists, its per-pair verdict (peermem or
+        // DMA-BUF, ACS, IOMMU) is joined here instead of this note.
+        kernel_support:
+            "not judged here: the topology gate only (peermem/DMA-BUF, ACS and IOMMU are `fabprobe gdr`'s)"
+                .into(),
+    }
+}
+
+fn net_plugin(host: &Host, requested: Option<&str>) -> NetPlugin {
+    let requested = requested.filter(|s| !s.is_empty()).map(str::to_string);
+    let (tries, rule) = match requested.as_deref() {
+        Some(r) if r.eq_ignore_ascii_case("none") => (
+            Vec::new(),
+            "NCCL_NET_PLUGIN=none: no plugin, internal IB/Socket".to_string(),
+        ),
+        Some(r) => (
+            vec![format!("libnccl-net-{r}.so"), r.to_string()],
+            format!("NCCL_NET_PLUGIN={r}: libnccl-net-{r}.so, then {r} as given"),
+        ),
+        None => (
+            vec!["libnccl-net.so".to_string()],
+            "default: libnccl-net.so".to_string(),
+        ),
+    };
+    let mut dirs: Vec<String> = host
+        .env_var("LD_LIBRARY_PATH")
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .collect();
+    dirs.extend(LIB_DIRS.iter().map(|d| d.to_string()));
+    let mut found = None;
+    'outer: for t in &tries {
+        if t.contains('/') {
+            if host.exists(t) {
+                found = Some(t.clone());
+                break;
+            }
+            continue;
+        }
+        for d in &dirs {
+            let p = format!("{}/{t}", d.trim_end_matches('/'));
+            if host.exists(&p) {
+                found = Some(p);
+                break 'outer;
+            }
+        }
+    }
+    NetPlugin {
+        requested,
+        tries,
+        found,
+        rule,
+    }
+}
+
+fn is_loopback_name(n: &str) -> bool {
+    n == "lo" || n.starts_with("lo:")
+}
+
+fn link_local(a: &str) -> bool {
+    match a.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v)) => v.is_link_local(),
+        Ok(IpAddr::V6(v)) => (v.segments()[0] & 0xffc0) == 0xfe80,
+        Err(_) => false,
+    }
+}
+
+fn origin_text(s: &Setting) -> String {
+    match &s.origin {
+        Origin::Environment => "environment".into(),
+        Origin::File(p) => match s.line {
+            Some(l) => format!("{p}:{l}"),
+            None => p.clone(),
+        },
+    }
+}
+
+/// Values NCCL reads from a fixed set of words (case-insensitive, as NCCL's strcasecmp).
+const ENUMS: &[(&str, &[&str])] = &[
+    (
+        "NCCL_DEBUG",
+        &["VERSION", "WARN", "INFO", "TRACE", "ABORT", "NONE"],
+    ),
+    ("NCCL_SOCKET_FAMILY", &["AF_INET", "AF_INET6"]),
+    ("NCCL_IB_ADDR_FAMILY", &["AF_INET", "AF_INET6"]),
+];
+
+/// Integer ranges outside which NCCL misbehaves, and why.
+const RANGES: &[(&str, i64, i64, Severity, &str)] = &[
+    (
+        "NCCL_IB_TIMEOUT",
+        1,
+        31,
+        Severity::Fail,
+        "the QP's local ACK timeout is a 5-bit exponent (4.096 us * 2^t): 0 waits forever and values above 31 do not fit",
+    ),
+    (
+        "NCCL_IB_RETRY_CNT",
+        0,
+        7,
+        Severity::Fail,
+        "the QP retry count is a 3-bit field (0-7); larger values do not fit",
+    ),
+    (
+        "NCCL_IB_ROCE_VERSION_NUM",
+        1,
+        2,
+        Severity::Warn,
+        "RoCE versions are 1 and 2; no GID matches another number, so NCCL keeps index 0 or the first family match",
+    ),
+];
+
+/// Judge the report: the lint of every value and the known traps.
+pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
+    let mut f = Vec::new();
+    let get = |k: &str| r.settings.iter().find(|s| s.name == k);
+    for c in &r.conf_files {
+        if c.role == "NCCL_CONF_FILE" && c.state != "read" {
+            f.push(
+                Finding::new(
+                    "nccl_env.conf_file_unreadable",
+                    Severity::Warn,
+                    &c.path,
+                    format!(
+                        "NCCL_CONF_FILE names {} but it is {}; NCCL reads /etc/nccl.conf only",
+                        c.path, c.state
+                    ),
+                )
+                .evidence("state", c.state.clone())
+                .fix("point NCCL_CONF_FILE at an existing file, or unset it"),
+            );
+        }
+    }
+    for s in &r.settings {
+        let from = origin_text(s);
+        let Some(k) = params::lookup(&s.name) else {
+            if params::is_foreign(&s.name) {
+                continue;
+            }
+            let near = params::nearest(&s.name);
+            let mut x = Finding::new(
+                "nccl_env.unknown_name",
+                Severity::Warn,
+                &s.name,
+                match near {
+                    Some(n) => format!(
+                        "{} is not a variable NCCL reads (did you mean {n}?); it has no effect",
+                        s.name
+                    ),
+                    None => format!("{} is not a variable NCCL reads; it has no effect", s.name),
+                },
+            )
+            .evidence("value", s.value.clone())
+            .evidence("from", from.clone());
+            if let Some(n) = near {
+                x = x.evidence("nearest", n).fix(format!("rename it to {n}"));
+            }
+            f.push(x);
+            continue;
+        };
+        if k.is_int_param() {
+            let default = k.default;
+            match params::parse_int(&s.value) {
+                params::IntParse::NoDigits => f.push(
+                    Finding::new(
+                        "nccl_env.bad_value",
+                        Severity::Warn,
+                        &s.name,
+                        format!(
+                            "{}={:?} is not a number: NCCL ignores it and uses its default ({default})",
+                            s.name, s.value
+                        ),
+                    )
+                    .evidence("value", s.value.clone())
+                    .evidence("from", from.clone())
+                    .evidence("default", default)
+                    .fix("set an integer (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)"),
+                ),
+                params::IntParse::Trailing(v) => f.push(
+                    Finding::new(
+                        "nccl_env.bad_value",
+                        Severity::Warn,
+                        &s.name,
+                        format!(
+                            "{}={:?}: NCCL reads {v} and silently ignores the rest",
+                            s.name, s.value
+                        ),
+                    )
+                    .evidence("value", s.value.clone())
+                    .evidence("from", from.clone())
+                    .evidence("read_as", v),
+                ),
+                params::IntParse::Clean(_) => {}
+            }
+        }
+        if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name) {
+            if !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value)) {
+                f.push(
+                    Finding::new(
+                        "nccl_env.bad_value",
+                        Severity::Warn,
+                        &s.name,
+                        format!(
+                            "{}={:?} is not one of {}: NCCL ignores it",
+                            s.name,
+                            s.value,
+                            words.join(", ")
+                        ),
+                    )
+                    .evidence("value", s.value.clone())
+                    .evidence("from", from.clone()),
+                );
+            }
+        }
+        if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
+            && params::parse_level(&s.value).is_none()
+        {
+            f.push(
+                Finding::new(
+                    "nccl_env.bad_value",
+                    Severity::Warn,
+                    &s.name,
+                    format!(
+                        "{}={:?} is not a level NCCL reads ({} or a number; upper case): NCCL uses its default",
+                        s.name,
+                        s.value,
+                        params::LEVELS.join(" ")
+                    ),
+                )
+                .evidence("value", s.value.clone())
+                .evidence("from", from.clone()),
+            );
+        }
+        if let Some((_, lo, hi, sev, why)) = RANGES.iter().find(|(n, ..)| *n == s.name) {
+            if let params::IntParse::Clean(v) | params::IntParse::Trailing(v) = params::parse_int(&s.value) {
+                if v < *lo || v > *hi {
+                    f.push(
+                        Finding::new(
+                            "nccl_env.out_of_range",
+                            *sev,
+                            &s.name,
+                            format!("{}={v} is outside {lo}-{hi}: {why}", s.name),
+                        )
+                        .evidence("value", s.value.clone())
+                        .evidence("from", from.clone())
+                        .fix(format!(
+                            "use a value in {lo}-{hi} (NCCL's default is {})",
+                            k.default
+                        )),
+                    );
+                }
+            }
+        }
+        if s.name == "NCCL_SOCKET_IFNAME" && s.value.len() <= 1 {
+            f.push(
+                Finding::new(
+                    "nccl_env.ifname_ignored",
+                    Severity::Warn,
+                    &s.name,
+                    format!("NCCL_SOCKET_IFNAME={:?} is one character or empty: NCCL ignores it and uses its default order", s.value),
+                )
+                .evidence("from", from.clone()),
+            );
+        }
+    }
+
+    // Sockets.
+    if r.sockets.unknown.is_none() {
+        match r.sockets.interfaces.first() {
+            None => f.push(
+                Finding::new(
+                    "nccl_env.no_socket_interface",
+                    Severity::Fail,
+                    "sockets",
+                    match &r.sockets.ifname {
+                        Some(s) => format!("NCCL_SOCKET_IFNAME={s} matches no running interface with an address: NCCL's bootstrap fails"),
+                        None => "no running interface with an address: NCCL's bootstrap fails".to_string(),
+                    },
+                )
+                .fix("set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`)"),
+            ),
+            Some(i) => {
+                let bad = if is_loopback_name(&i.name) {
+                    Some((Severity::Fail, "the loopback interface: other nodes cannot reach it"))
+                } else if i.name.starts_with("docker") || i.name.starts_with("virbr") {
+                    Some((Severity::Fail, "a container bridge: other nodes cannot reach it"))
+                } else if link_local(&i.addr) {
+                    Some((Severity::Warn, "a link-local address: reachable only on one segment, often not at all"))
+                } else {
+                    None
+                };
+                if let Some((sev, why)) = bad {
+                    f.push(
+                        Finding::new(
+                            "nccl_env.socket_interface_unusable",
+                            sev,
+                            &i.name,
+                            format!("NCCL would bootstrap over {} {} ({}): {why}", i.name, i.addr, i.rule),
+                        )
+                        .evidence("interface", i.name.clone())
+                        .evidence("addr", i.addr.clone())
+                        .evidence("rule", i.rule.clone())
+                        .fix("set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`)"),
+                    );
+                }
+            }
+        }
+    }
+
+    // HCAs.
+    let devices: Vec<String> = {
+        let mut d: Vec<String> = r.ib.ports.iter().map(|p| p.device.clone()).collect();
+        d.dedup();
+        d
+    };
+    let active: Vec<&IbPort> =
+        r.ib.ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .collect();
+    if let Some(raw) = &r.ib.hca {
+        let spec = HcaSpec::parse(raw);
+        for (entry, dev) in spec.prefix_surprises(&devices) {
+            f.push(
+                Finding::new(
+                    "nccl_env.hca_prefix_match",
+                    Severity::Warn,
+                    dev,
+                    format!(
+                        "NCCL_IB_HCA={raw}: without a leading '=', {entry} is a prefix and also selects {dev}"
+                    ),
+                )
+                .evidence("entry", entry.clone())
+                .evidence("also_matches", dev)
+                .fix(format!(
+                    "write NCCL_IB_HCA={}{} to match exact names",
+                    if spec.exclude { "^=" } else { "=" },
+                    raw.trim_start_matches('^')
+                )),
+            );
+        }
+        if !r.ib.disabled && !active.is_empty() && !r.ib.ports.iter().any(|p| p.used) {
+            f.push(
+                Finding::new(
+                    "nccl_env.hca_matches_nothing",
+                    Severity::Fail,
+                    "NCCL_IB_HCA",
+                    format!(
+                        "NCCL_IB_HCA={raw} selects no active port: NCCL falls back to sockets (NET/Socket)"
+                    ),
+                )
+                .evidence(
+                    "active_ports",
+                    active
+                        .iter()
+                        .map(|p| format!("{}:{}", p.device, p.port))
+                        .collect::<Vec<_>>(),
+                )
+                .fix("name the active devices (`fabprobe links`), e.g. NCCL_IB_HCA==mlx5_0,mlx5_1"),
+            );
+        }
+    }
+    if r.ib.disabled && !active.is_empty() {
+        let s = get("NCCL_IB_DISABLE");
+        f.push(
+            Finding::new(
+                "nccl_env.ib_disabled",
+                Severity::Warn,
+                "NCCL_IB_DISABLE",
+                format!(
+                    "NCCL_IB_DISABLE=1 with {} active RDMA port(s): NCCL uses TCP sockets, typically several times slower",
+                    active.len()
+                ),
+            )
+            .evidence("from", s.map(origin_text).unwrap_or_default())
+            .evidence("active_ports", active.iter().map(|p| format!("{}:{}", p.device, p.port)).collect::<Vec<_>>())
+            .fix("unset NCCL_IB_DISABLE unless sockets are intended"),
+        );
+    }
+    // GID traps, judged by the gids probe on the ports NCCL uses.
+    let gid_report = gids::probe(host, &GidEnv::from_lookup(|k| get(k).map(|s| s.value.clone())));
+    for g in gids::findings(&gid_report) {
+        let used =
+            r.ib.ports
+                .iter()
+                .any(|p| p.used && g.subject == format!("{}/{}", p.device, p.port));
+        if used
+            && matches!(
+                g.id.as_str(),
+                "gids.nccl_gid_index_bad" | "gids.nccl_gid_unusable" | "gids.nccl_gid_error"
+            )
+        {
+            f.push(g);
+        }
+    }
+
+    // NVLink and P2P.
+    if let Some(s) = get("NCCL_P2P_DISABLE") {
+        if crate::nccl::gid::nccl_param(Some(&s.value), 0) == 1 {
+            let t = topo::probe(host);
+            let nvl = t
+                .gpus
+                .iter()
+                .filter(|g| g.nvlinks.iter().any(|l| l.count > 0))
+                .count();
+            if nvl > 0 {
+                f.push(
+                    Finding::new(
+                        "nccl_env.p2p_disabled_nvlink",
+                        Severity::Warn,
+                        "NCCL_P2P_DISABLE",
+                        format!("NCCL_P2P_DISABLE=1 on a host with NVLink ({nvl} GPUs linked): intra-node traffic goes through host memory instead"),
+                    )
+                    .evidence("from", origin_text(s))
+                    .evidence("gpus_with_nvlink", nvl)
+                    .fix("unset NCCL_P2P_DISABLE (use NCCL_P2P_LEVEL to limit P2P by path instead)"),
+                );
+            }
+        }
+    }
+
+    // GDR by topology: warn for a GPU whose every used NIC is beyond the level.
+    let mut by_gpu: BTreeMap<&str, Vec<&GdrPair>> = BTreeMap::new();
+    for p in &r.gdr.pairs {
+        by_gpu.entry(p.gpu.as_str()).or_default().push(p);
+    }
+    for (gpu, pairs) in by_gpu {
+        if pairs.iter().all(|p| !p.enabled) {
+            f.push(
+                Finding::new(
+                    "nccl_env.gdr_off",
+                    Severity::Warn,
+                    gpu,
+                    format!(
+                        "GPUDirect RDMA is off for {gpu}: every HCA NCCL uses is beyond NCCL_NET_GDR_LEVEL={} ({})",
+                        r.gdr.level,
+                        pairs.iter().map(|p| format!("{} {}", p.nic, p.path)).collect::<Vec<_>>().join(", ")
+                    ),
+                )
+                .evidence("level", r.gdr.level.clone())
+                .evidence("paths", pairs.iter().map(|p| format!("{}={}", p.nic, p.path)).collect::<Vec<_>>())
+                .fix("use an HCA closer to the GPU (NCCL_IB_HCA), or raise NCCL_NET_GDR_LEVEL if the platform handles P2P through the CPU well"),
+            );
+        }
+    }
+
+    // Plugin and topology file.
+    if let Some(req) = &r.net_plugin.requested {
+        if !req.eq_ignore_ascii_case("none") && r.net_plugin.found.is_none() {
+            f.push(
+                Finding::new(
+                    "nccl_env.net_plugin_missing",
+                    Severity::Warn,
+                    "NCCL_NET_PLUGIN",
+                    format!("NCCL_NET_PLUGIN={req}: neither {} is on the library path: NCCL uses its internal IB/Socket transport", r.net_plugin.tries.join(" nor ")),
+                )
+                .evidence("tries", r.net_plugin.tries.clone())
+                .fix("add the plugin's directory to LD_LIBRARY_PATH"),
+            );
+        }
+    }
+    if r.topo_file.from_env && !r.topo_file.exists {
+        f.push(
+            Finding::new(
+                "nccl_env.topo_file_missing",
+                Severity::Warn,
+                "NCCL_TOPO_FILE",
+                format!(
+                    "NCCL_TOPO_FILE={} does not exist: NCCL detects the topology itself",
+                    r.topo_file.path
+                ),
+            )
+            .fix("fix the path, or generate one with `fabprobe topo --format nccl-xml`"),
+        );
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comm_ids() {
+        assert_eq!(comm_id_addr("10.0.0.1:29500"), "10.0.0.1".parse().ok());
+        assert_eq!(comm_id_addr("[fd00::1]:29500"), "fd00::1".parse().ok());
+        assert_eq!(comm_id_addr("nonsense"), None);
+    }
+
+    #[test]
+    fn link_locals() {
+        assert!(link_local("169.254.3.1"));
+        assert!(link_local("fe80::1"));
+        assert!(!link_local("10.0.0.1"));
+    }
+}

@@ -1,0 +1,861 @@
+//! `qos`: lossless RoCE configuration and counters per RoCE netdev: PFC and ETS from DCB
+//! netlink, trust mode (the APP table's DSCP entries), DCBX mode, the pause and pause-storm
+//! counters of `ethtool -S` (whose very presence says which priorities have PFC on), ECN /
+//! DCQCN from the MLNX_OFED sysfs, CNP and ECN counters from `hw_counters`, and the RoCE
+//! traffic class; then the questions a person asks: is RoCE's priority lossless, is ECN on
+//! for it, is anything else lossless by accident, is global pause mixed in, is it storming,
+//! do CNPs flow when ECN marks do.
+
+use serde::Serialize;
+
+use crate::check::{Finding, Severity};
+use crate::host::{Host, Reply};
+use crate::probe::gids::{RdmaPresence, presence};
+use crate::sysfs::dcb::{self, DcbIeee};
+use crate::sysfs::infiniband as ib;
+use crate::sysfs::lldp;
+use crate::sysfs::netqos::{self, EcnSysfs, PauseKind, PauseName};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QosReport {
+    pub rdma: RdmaPresence,
+    pub interfaces: Vec<QosIf>,
+    /// Where the first sample came from, when counters carry deltas.
+    pub sample: Option<Sample>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// `interval` (two live reads) or `baseline` (an earlier snapshot).
+    pub kind: String,
+    pub baseline: String,
+    pub interval_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QosIf {
+    pub ifname: String,
+    /// The RDMA device and port on this netdev (none for a netdev named with --ifname).
+    pub rdma_device: Option<String>,
+    pub rdma_port: Option<u32>,
+    pub dcb: DcbView,
+    pub ethtool: EthtoolView,
+    /// `None`: no `ecn/` sysfs (inbox driver), so ECN state is unknown, not off.
+    pub ecn: Option<EcnSysfs>,
+    pub ecn_unknown_reason: Option<String>,
+    pub roce: RoceClass,
+    /// One row per priority 0-7.
+    pub priorities: Vec<PrioRow>,
+    pub global_pause: Option<PauseCounters>,
+    pub pause_storm: StormCounters,
+    /// `hw_counters` of the RDMA port: `np_ecn_marked_roce_packets`, `np_cnp_sent`,
+    /// `rp_cnp_handled`, `rp_cnp_ignored`.
+    pub cnp: Vec<NamedCount>,
+    /// What the switch port says over LLDP (only with `--lldp`).
+    pub switch: Option<SwitchView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SwitchView {
+    /// Seconds listened (0 for a snapshot's recorded frames).
+    pub waited_s: f64,
+    /// The socket error (`EPERM` without CAP_NET_RAW), or `not_captured`.
+    pub error: Option<String>,
+    /// The last LLDPDU heard; `None` when nothing arrived.
+    pub lldp: Option<lldp::Lldpdu>,
+    /// Why nothing arrived, in words.
+    pub none_reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DcbView {
+    /// The errno DCB netlink answered (`EOPNOTSUPP`: the driver has no DCB ops), or
+    /// `not_captured` for a snapshot without `fabprobe/dcb.json`.
+    pub error: Option<String>,
+    /// Priorities with PFC on (`ieee_pfc.pfc_en`).
+    pub pfc_enabled: Option<Vec<u8>>,
+    pub pfc_delay: Option<u16>,
+    /// `dscp` when the APP table has DSCP entries, else `pcp`; `None` without DCB.
+    pub trust: Option<String>,
+    /// (dscp, priority) pairs of the APP table.
+    pub dscp2prio: Vec<(u8, u8)>,
+    pub dcbx_mode: Option<String>,
+    pub ets: Option<dcb::Ets>,
+    pub buffer: Option<dcb::DcbBuffer>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EthtoolView {
+    pub error: Option<String>,
+    pub counters_total: usize,
+    /// Priorities that have pause counters (mlx5 prints them only where PFC is on).
+    pub pfc_priorities_from_counters: Vec<u8>,
+    /// Whether `*_global_pause*` counters are present (global pause on).
+    pub global_pause_counters: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoceClass {
+    /// The IP traffic class (ToS byte) RoCE traffic carries.
+    pub traffic_class: Option<u32>,
+    /// `tc/<port>/traffic_class`, `NCCL_IB_TC`, or `default` (NCCL's 0).
+    pub traffic_class_source: String,
+    pub dscp: Option<u8>,
+    /// The priority the NIC gives that traffic (DSCP through the APP table under trust
+    /// dscp); `None` under trust pcp (it comes from the VLAN PCP) or without DCB.
+    pub priority: Option<u8>,
+    pub priority_source: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Count {
+    pub value: Option<u64>,
+    pub delta: Option<u64>,
+    pub rate_per_s: Option<f64>,
+    /// The counter is lower than in the first sample (cleared, or a driver reload).
+    pub went_backwards: bool,
+}
+
+impl Count {
+    fn of(v: Option<u64>) -> Count {
+        Count {
+            value: v,
+            ..Count::default()
+        }
+    }
+    /// The delta when sampled, else the value (since the counters were last cleared).
+    pub fn moved(&self) -> Option<u64> {
+        self.delta.or(if self.went_backwards { None } else { self.value })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PauseCounters {
+    pub rx_pause: Count,
+    pub rx_pause_duration_us: Count,
+    pub tx_pause: Count,
+    pub tx_pause_duration_us: Count,
+    pub rx_pause_transition: Count,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrioRow {
+    pub priority: u8,
+    pub pfc_dcb: Option<bool>,
+    pub pfc_counters: Option<bool>,
+    pub ets_tc: Option<u8>,
+    pub ecn_rp: Option<bool>,
+    pub ecn_np: Option<bool>,
+    /// RoCE traffic uses this priority.
+    pub roce: bool,
+    pub pause: Option<PauseCounters>,
+    pub rx_marked: Option<Count>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StormCounters {
+    pub tx_pause_storm_warning_events: Option<Count>,
+    pub tx_pause_storm_error_events: Option<Count>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NamedCount {
+    pub name: String,
+    #[serde(flatten)]
+    pub count: Count,
+}
+
+/// A priority paused for at least this share of a sample is reported: heavy, sustained
+/// back-pressure (a stated heuristic; brief bursts of PFC are normal).
+pub const PAUSED_SHARE_WARN: f64 = 0.25;
+
+pub const CNP_COUNTERS: &[&str] = &[
+    "np_ecn_marked_roce_packets",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+];
+
+fn reply_error<T>(r: &Reply<T>) -> Option<String> {
+    match r {
+        Reply::Ok(_) => None,
+        Reply::Error(e) => Some(e.clone()),
+        Reply::NotCaptured => Some("not_captured".into()),
+    }
+}
+
+/// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed.
+pub fn probe(host: &Host) -> QosReport {
+    let (rdma, names) = presence(host);
+    let mut notes = Vec::new();
+    let mut interfaces = Vec::new();
+    for dev in &names {
+        let attrs = ib::read_device(host, dev);
+        let ports = ib::list_ports(host, dev);
+        for &p in &ports {
+            let pa = ib::read_port(host, dev, p);
+            if pa.link_layer.as_deref() != Some("Ethernet") {
+                continue;
+            }
+            let netdev = ib::port_netdev(host, dev, p, ports.len(), &attrs.pci_netdevs).or_else(|| {
+                // Soft-RoCE (rxe) and other virtual devices name their netdev in `parent`.
+                host.attr(format!("{}/parent", ib::dev_dir(dev)))
+                    .value()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            });
+            match netdev {
+                Some(n) => interfaces.push(probe_if(host, &n, Some((dev.as_str(), p)))),
+                None => notes.push(format!("{dev} port {p}: RoCE port without a netdev found")),
+            }
+        }
+    }
+    if rdma.devices_found && interfaces.is_empty() {
+        notes.push("no RoCE port (Ethernet link layer) among the RDMA devices".into());
+    }
+    QosReport {
+        rdma,
+        interfaces,
+        sample: None,
+        notes,
+    }
+}
+
+/// Named netdevs (`--ifname`), with or without RDMA.
+pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
+    let (rdma, names) = presence(host);
+    let mut owner = std::collections::HashMap::new();
+    for dev in &names {
+        let attrs = ib::read_device(host, dev);
+        let ports = ib::list_ports(host, dev);
+        for &p in &ports {
+            if let Some(n) = ib::port_netdev(host, dev, p, ports.len(), &attrs.pci_netdevs) {
+                owner.entry(n).or_insert((dev.clone(), p));
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    let interfaces = ifnames
+        .iter()
+        .filter(|n| {
+            let ok = host.exists(format!("/sys/class/net/{n}"));
+            if !ok {
+                notes.push(format!("{n}: no such netdev in /sys/class/net"));
+            }
+            ok
+        })
+        .map(|n| {
+            let o = owner.get(n);
+            probe_if(host, n, o.map(|(d, p)| (d.as_str(), *p)))
+        })
+        .collect();
+    QosReport {
+        rdma,
+        interfaces,
+        sample: None,
+        notes,
+    }
+}
+
+fn dcb_view(host: &Host, ifname: &str) -> (DcbView, Option<DcbIeee>) {
+    let reply = host.dcb_ieee(ifname);
+    let parsed = match &reply {
+        Reply::Ok(b) => Some(dcb::parse_ieee_reply(b)),
+        _ => None,
+    };
+    let v = match &parsed {
+        None => DcbView {
+            error: reply_error(&reply),
+            pfc_enabled: None,
+            pfc_delay: None,
+            trust: None,
+            dscp2prio: Vec::new(),
+            dcbx_mode: None,
+            ets: None,
+            buffer: None,
+            notes: Vec::new(),
+        },
+        Some(d) => {
+            let map = d.dscp_map();
+            DcbView {
+                error: None,
+                pfc_enabled: d
+                    .pfc
+                    .as_ref()
+                    .map(|p| (0..8u8).filter(|i| p.pfc_en & (1 << i) != 0).collect()),
+                pfc_delay: d.pfc.as_ref().map(|p| p.delay),
+                trust: Some(if map.is_empty() { "pcp" } else { "dscp" }.into()),
+                dscp2prio: map,
+                dcbx_mode: d.dcbx.map(|b| dcb::dcbx_mode(b).to_string()),
+                ets: d.ets.clone(),
+                buffer: d.buffer.clone(),
+                notes: d.notes.clone(),
+            }
+        }
+    };
+    (v, parsed)
+}
+
+fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
+    let (dcb, parsed) = dcb_view(host, ifname);
+    let stats = host.ethtool_stats(ifname);
+    let list: &[(String, u64)] = match &stats {
+        Reply::Ok(v) => v,
+        _ => &[],
+    };
+    let mut prio_pause: [Option<PauseCounters>; 8] = Default::default();
+    let mut global: Option<PauseCounters> = None;
+    let mut marked: [Option<Count>; 8] = Default::default();
+    let mut storm = StormCounters::default();
+    for (name, v) in list {
+        if let Some(PauseName::Pause { prio, tx, kind }) = netqos::parse_pause_name(name) {
+            let slot = match prio {
+                Some(p) => prio_pause[p as usize].get_or_insert_with(PauseCounters::default),
+                None => global.get_or_insert_with(PauseCounters::default),
+            };
+            let c = Count::of(Some(*v));
+            match (tx, kind) {
+                (false, PauseKind::Frames) => slot.rx_pause = c,
+                (false, PauseKind::DurationUs) => slot.rx_pause_duration_us = c,
+                (true, PauseKind::Frames) => slot.tx_pause = c,
+                (true, PauseKind::DurationUs) => slot.tx_pause_duration_us = c,
+                (_, PauseKind::Transition) => slot.rx_pause_transition = c,
+            }
+        } else if let Some(p) = netqos::parse_marked_name(name) {
+            marked[p as usize] = Some(Count::of(Some(*v)));
+        } else if name == "tx_pause_storm_warning_events" {
+            storm.tx_pause_storm_warning_events = Some(Count::of(Some(*v)));
+        } else if name == "tx_pause_storm_error_events" {
+            storm.tx_pause_storm_error_events = Some(Count::of(Some(*v)));
+        }
+    }
+    let stats_ok = matches!(stats, Reply::Ok(_));
+    let pfc_from_counters: Vec<u8> = (0..8u8).filter(|p| prio_pause[*p as usize].is_some()).collect();
+    let ethtool = EthtoolView {
+        error: reply_error(&stats),
+        counters_total: list.len(),
+        pfc_priorities_from_counters: pfc_from_counters.clone(),
+        global_pause_counters: global.is_some(),
+    };
+    let ecn = netqos::read_ecn(host, ifname);
+    let ecn_unknown_reason = ecn.is_none().then(|| {
+        format!("unknown (inbox driver): /sys/class/net/{ifname}/ecn is absent (MLNX_OFED's ECN sysfs)")
+    });
+    let roce = roce_class(host, rdma, parsed.as_ref());
+    // The counter set encodes PFC only for a driver that prints per-priority counters at all.
+    let mlx5_like = list
+        .iter()
+        .any(|(n, _)| n.starts_with("rx_prio0_") || n.ends_with("_phy"));
+    let priorities = (0..8u8)
+        .map(|p| PrioRow {
+            priority: p,
+            pfc_dcb: dcb.pfc_enabled.as_ref().map(|v| v.contains(&p)),
+            pfc_counters: (stats_ok && mlx5_like).then(|| pfc_from_counters.contains(&p)),
+            ets_tc: dcb.ets.as_ref().map(|e| e.prio_tc[p as usize]),
+            ecn_rp: ecn.as_ref().map(|e| e.rp_enabled.contains(&p)),
+            ecn_np: ecn.as_ref().map(|e| e.np_enabled.contains(&p)),
+            roce: roce.priority == Some(p),
+            pause: prio_pause[p as usize].clone(),
+            rx_marked: marked[p as usize].clone(),
+        })
+        .collect();
+    let cnp = match rdma {
+        Some((dev, port)) => CNP_COUNTERS
+            .iter()
+            .filter_map(|n| {
+                let a = host.attr(format!("{}/hw_counters/{n}", ib::port_dir(dev, port)));
+                let v = a.value()?.trim().parse::<u64>().ok();
+                Some(NamedCount {
+                    name: n.to_string(),
+                    count: Count::of(v),
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    QosIf {
+        ifname: ifname.to_string(),
+        rdma_device: rdma.map(|(d, _)| d.to_string()),
+        rdma_port: rdma.map(|(_, p)| p),
+        dcb,
+        ethtool,
+        ecn,
+        ecn_unknown_reason,
+        roce,
+        priorities,
+        global_pause: global,
+        pause_storm: storm,
+        cnp,
+        switch: None,
+    }
+}
+
+/// Listen for the switch's LLDP on every interface of the report at once (live: up to
+/// `wait`; a snapshot replays `fabprobe/lldp.json`).
+pub fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
+    let names: Vec<String> = r.interfaces.iter().map(|i| i.ifname.clone()).collect();
+    let replies: Vec<Reply<Vec<Vec<u8>>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = names
+            .iter()
+            .map(|n| s.spawn(move || host.lldp_frames(n, wait)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or(Reply::Error("listener thread failed".into())))
+            .collect()
+    });
+    let waited_s = if host.is_live() { wait.as_secs_f64() } else { 0.0 };
+    for (i, reply) in r.interfaces.iter_mut().zip(replies) {
+        let mut v = SwitchView {
+            waited_s,
+            error: reply_error(&reply),
+            lldp: None,
+            none_reason: None,
+        };
+        if let Reply::Ok(frames) = reply {
+            let mut notes = Vec::new();
+            for f in &frames {
+                match lldp::parse_frame(f) {
+                    Ok(d) => v.lldp = Some(d),
+                    Err(e) => notes.push(e),
+                }
+            }
+            if v.lldp.is_none() {
+                v.none_reason = Some(if frames.is_empty() {
+                    format!(
+                        "no LLDP frame arrived on {} within {waited_s:.0} s: the switch may not run LLDP on this port, or the NIC's firmware LLDP agent consumes the frames before the host sees them (mlx5 with DCBX firmware controlled, Intel with the firmware LLDP agent on)",
+                        i.ifname
+                    )
+                } else {
+                    format!("frames arrived but none decoded: {}", notes.join("; "))
+                });
+            }
+        }
+        if v.error.as_deref() == Some("EPERM") {
+            v.none_reason = Some("listening for LLDP needs CAP_NET_RAW: run as root".into());
+        }
+        i.switch = Some(v);
+    }
+}
+
+fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> RoceClass {
+    let from_file = rdma.and_then(|(dev, port)| {
+        let path = format!("{}/tc/{port}/traffic_class", ib::dev_dir(dev));
+        host.attr(&path)
+            .value()
+            .and_then(netqos::parse_traffic_class)
+            .map(|v| (v, path.clone()))
+    });
+    let from_env = host
+        .env_var("NCCL_IB_TC")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|v| *v < 256)
+        .map(|v| (v, "NCCL_IB_TC".to_string()));
+    // NCCL sets the QP's traffic class from NCCL_IB_TC; the tc file is the device default
+    // for connections that do not set one (rdma_cm), so NCCL's variable wins when set.
+    let (tc, src) = from_env
+        .or(from_file)
+        .map(|(v, s)| (Some(v), s))
+        .unwrap_or((Some(0), "default (NCCL_IB_TC unset: 0)".into()));
+    let dscp = tc.map(|t| (t >> 2) as u8);
+    let (priority, priority_source) = match (dcb, dscp) {
+        (Some(d), Some(ds)) => {
+            let map = d.dscp_map();
+            if map.is_empty() {
+                (
+                    None,
+                    "trust pcp: the priority is the VLAN PCP of the RoCE traffic (not visible here)"
+                        .to_string(),
+                )
+            } else {
+                match map.iter().find(|(x, _)| *x == ds) {
+                    Some((_, p)) => (
+                        Some(*p),
+                        format!("dscp {ds} -> priority {p} (DCB APP table, trust dscp)"),
+                    ),
+                    None => (None, format!("dscp {ds} has no entry in the DCB APP table")),
+                }
+            }
+        }
+        (None, _) => (None, "unknown: no DCB answer for this netdev".to_string()),
+        (_, None) => (None, "unknown traffic class".to_string()),
+    };
+    RoceClass {
+        traffic_class: tc,
+        traffic_class_source: src,
+        dscp,
+        priority,
+        priority_source,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Deltas
+// ---------------------------------------------------------------------------------------
+
+fn delta(c: &mut Count, before: Option<&Count>, secs: Option<f64>) {
+    let (Some(b), Some(a)) = (before.and_then(|x| x.value), c.value) else {
+        return;
+    };
+    if a < b {
+        c.went_backwards = true;
+        return;
+    }
+    c.delta = Some(a - b);
+    c.rate_per_s = secs.filter(|s| *s > 0.0).map(|s| (a - b) as f64 / s);
+}
+
+fn delta_pause(p: &mut PauseCounters, b: Option<&PauseCounters>, s: Option<f64>) {
+    delta(&mut p.rx_pause, b.map(|x| &x.rx_pause), s);
+    delta(&mut p.rx_pause_duration_us, b.map(|x| &x.rx_pause_duration_us), s);
+    delta(&mut p.tx_pause, b.map(|x| &x.tx_pause), s);
+    delta(&mut p.tx_pause_duration_us, b.map(|x| &x.tx_pause_duration_us), s);
+    delta(&mut p.rx_pause_transition, b.map(|x| &x.rx_pause_transition), s);
+}
+
+/// Fill `after`'s counters with deltas and rates from `before` (same netdev).
+pub fn apply_deltas(after: &mut QosReport, before: &QosReport, sample: Sample) {
+    let s = sample.interval_s;
+    for i in &mut after.interfaces {
+        let Some(b) = before.interfaces.iter().find(|x| x.ifname == i.ifname) else {
+            continue;
+        };
+        for (row, brow) in i.priorities.iter_mut().zip(&b.priorities) {
+            if let Some(p) = &mut row.pause {
+                delta_pause(p, brow.pause.as_ref(), s);
+            }
+            if let Some(m) = &mut row.rx_marked {
+                delta(m, brow.rx_marked.as_ref(), s);
+            }
+        }
+        if let Some(g) = &mut i.global_pause {
+            delta_pause(g, b.global_pause.as_ref(), s);
+        }
+        if let Some(c) = &mut i.pause_storm.tx_pause_storm_warning_events {
+            delta(c, b.pause_storm.tx_pause_storm_warning_events.as_ref(), s);
+        }
+        if let Some(c) = &mut i.pause_storm.tx_pause_storm_error_events {
+            delta(c, b.pause_storm.tx_pause_storm_error_events.as_ref(), s);
+        }
+        for c in &mut i.cnp {
+            let prev = b.cnp.iter().find(|x| x.name == c.name).map(|x| &x.count);
+            delta(&mut c.count, prev, s);
+        }
+    }
+    after.sample = Some(sample);
+}
+
+// ---------------------------------------------------------------------------------------
+// Findings
+// ---------------------------------------------------------------------------------------
+
+fn list(v: &[u8]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+    }
+}
+
+fn pfc_arg(prios: &[u8]) -> String {
+    (0..8u8)
+        .map(|p| if prios.contains(&p) { "1" } else { "0" })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Counters that went backwards: notes a person should know, not faults.
+pub fn backwards_notes(r: &QosReport) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in &r.interfaces {
+        let mut names = Vec::new();
+        for row in &i.priorities {
+            if let Some(p) = &row.pause {
+                for (n, c) in [
+                    ("rx_pause", &p.rx_pause),
+                    ("tx_pause", &p.tx_pause),
+                    ("rx_pause_duration", &p.rx_pause_duration_us),
+                    ("tx_pause_duration", &p.tx_pause_duration_us),
+                ] {
+                    if c.went_backwards {
+                        names.push(format!("{}_prio{}_{}", &n[..2], row.priority, &n[3..]));
+                    }
+                }
+            }
+        }
+        for c in &i.cnp {
+            if c.count.went_backwards {
+                names.push(c.name.clone());
+            }
+        }
+        if !names.is_empty() {
+            out.push(format!(
+                "{}: counters went backwards since the first sample (cleared or driver reloaded): {}; no delta for them",
+                i.ifname,
+                names.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+pub fn findings(r: &QosReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for i in &r.interfaces {
+        let subj = match (&i.rdma_device, i.rdma_port) {
+            (Some(d), Some(p)) => format!("{} ({d} port {p})", i.ifname),
+            _ => i.ifname.clone(),
+        };
+        let pfc: Option<Vec<u8>> = i.dcb.pfc_enabled.clone().or_else(|| {
+            i.priorities
+                .iter()
+                .all(|p| p.pfc_counters.is_some())
+                .then(|| i.ethtool.pfc_priorities_from_counters.clone())
+        });
+        let roce = i.roce.priority;
+        // The switch's PFC against the host's.
+        if let (Some(host_pfc), Some(sw)) = (&pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
+            if let Some(sp) = &sw.pfc {
+                let sw_prios = sp.priorities();
+                if &sw_prios != host_pfc {
+                    let who = format!(
+                        "switch {} {}",
+                        sw.system_name.as_deref().unwrap_or(&sw.source_mac),
+                        sw.port_id.as_deref().unwrap_or("?")
+                    );
+                    out.push(
+                        Finding::new(
+                            "qos.switch_pfc_mismatch",
+                            Severity::Fail,
+                            &subj,
+                            format!(
+                                "{who} enables PFC on priority {}, this host on priority {}",
+                                list(&sw_prios),
+                                list(host_pfc)
+                            ),
+                        )
+                        .evidence("switch_pfc", list(&sw_prios))
+                        .evidence("host_pfc", list(host_pfc))
+                        .evidence("switch_willing", sp.willing)
+                        .fix(format!(
+                            "agree on one lossless priority on both sides: to follow the switch, `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {2}` (iproute2); or change the switch port's PFC configuration",
+                            i.ifname,
+                            pfc_arg(&sw_prios),
+                            (0..8u8)
+                                .filter(|p| sw_prios.contains(p) || host_pfc.contains(p))
+                                .map(|p| format!("{p}:{}", if sw_prios.contains(&p) { "on" } else { "off" }))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        )),
+                    );
+                }
+            }
+        }
+        // PFC on RoCE's priority.
+        if let (Some(pfc), Some(rp)) = (&pfc, roce) {
+            if !pfc.contains(&rp) {
+                let (sev, msg) = if pfc.is_empty() {
+                    (
+                        Severity::Warn,
+                        format!(
+                            "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
+                        ),
+                    )
+                } else {
+                    (
+                        Severity::Fail,
+                        format!(
+                            "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
+                            list(pfc)
+                        ),
+                    )
+                };
+                out.push(
+                    Finding::new("qos.roce_priority_not_lossless", sev, &subj, msg)
+                        .evidence("roce_priority", rp)
+                        .evidence("pfc_enabled", list(pfc))
+                        .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
+                        .evidence("priority_source", i.roce.priority_source.clone())
+                        .fix(format!(
+                            "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC / the tc/<port>/traffic_class file",
+                            i.ifname,
+                            pfc_arg(&[rp])
+                        )),
+                );
+            }
+            // Lossless priorities that RoCE does not use.
+            let extra: Vec<u8> = pfc.iter().copied().filter(|p| *p != rp).collect();
+            if !extra.is_empty() && pfc.contains(&rp) {
+                out.push(
+                    Finding::new(
+                        "qos.extra_lossless_priority",
+                        Severity::Warn,
+                        &subj,
+                        format!(
+                            "PFC is also on for priority {} which RoCE does not use: other traffic there can pause the link",
+                            list(&extra)
+                        ),
+                    )
+                    .evidence("pfc_enabled", list(pfc))
+                    .evidence("roce_priority", rp)
+                    .fix(format!("`mlnx_qos -i {} --pfc {}`", i.ifname, pfc_arg(&[rp]))),
+                );
+            }
+        }
+        // ECN on RoCE's priority.
+        if let (Some(e), Some(rp)) = (&i.ecn, roce) {
+            let rp_on = e.rp_enabled.contains(&rp);
+            let np_on = !e.np_enabled.is_empty();
+            if !rp_on || !np_on {
+                out.push(
+                    Finding::new(
+                        "qos.ecn_off_on_roce_priority",
+                        Severity::Warn,
+                        &subj,
+                        format!(
+                            "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
+                            if rp_on { "on" } else { "off" },
+                            if np_on { "on" } else { "off" }
+                        ),
+                    )
+                    .evidence("roce_rp_enabled", list(&e.rp_enabled))
+                    .evidence("roce_np_enabled", list(&e.np_enabled))
+                    .fix(format!(
+                        "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/{rp}; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/{rp}",
+                        i.ifname
+                    )),
+                );
+            }
+        }
+        // Global pause mixed with PFC.
+        let pfc_on = pfc.as_ref().is_some_and(|v| !v.is_empty());
+        if i.ethtool.global_pause_counters && pfc_on {
+            out.push(
+                Finding::new(
+                    "qos.global_pause_with_pfc",
+                    Severity::Fail,
+                    &subj,
+                    "global pause (802.3x) is on together with PFC: a global pause stops every priority, lossy ones too",
+                )
+                .evidence("pfc_enabled", list(pfc.as_deref().unwrap_or(&[])))
+                .fix(format!("`ethtool -A {} rx off tx off` (keep PFC only)", i.ifname)),
+            );
+        }
+        // PFC from DCB against the counter set.
+        if let Some(d) = &i.dcb.pfc_enabled {
+            let from_counters = &i.ethtool.pfc_priorities_from_counters;
+            if i.priorities.iter().all(|p| p.pfc_counters.is_some()) && d != from_counters {
+                out.push(
+                    Finding::new(
+                        "qos.pfc_dcb_counters_disagree",
+                        Severity::Warn,
+                        &subj,
+                        format!(
+                            "DCB says PFC is on for priority {} but the driver keeps pause counters for priority {}",
+                            list(d),
+                            list(from_counters)
+                        ),
+                    )
+                    .evidence("pfc_dcb", list(d))
+                    .evidence("pfc_counters", list(from_counters)),
+                );
+            }
+        }
+        // Pause storms.
+        let sampled = r.sample.is_some();
+        for (name, c, sev) in [
+            (
+                "tx_pause_storm_error_events",
+                &i.pause_storm.tx_pause_storm_error_events,
+                Severity::Fail,
+            ),
+            (
+                "tx_pause_storm_warning_events",
+                &i.pause_storm.tx_pause_storm_warning_events,
+                Severity::Warn,
+            ),
+        ] {
+            let Some(c) = c else { continue };
+            let Some(n) = c.moved().filter(|n| *n > 0) else {
+                continue;
+            };
+            let when = if sampled {
+                "during the sample"
+            } else {
+                "since the counters were cleared"
+            };
+            let mut f = Finding::new(
+                "qos.pause_storm",
+                sev,
+                &subj,
+                format!(
+                    "{name} = {n} {when}: the NIC kept sending pause frames because it could not drain its receive buffer (a stalled host or PCIe), and its storm guard {}",
+                    if sev == Severity::Fail { "stopped sending pauses" } else { "is close to stepping in" }
+                ),
+            )
+            .evidence(name, n)
+            .fix("find what stops the receiver draining: `ethtool -S {if} | grep -e pause -e discard -e out_of_buffer`, PCIe errors (`fabprobe links`), a hung process or host; the storm guard is set with `ethtool --set-tunable {if} pfc-prevention-tout N`".replace("{if}", &i.ifname));
+            if let Some(v) = c.value {
+                f = f.evidence(&format!("{name}_total"), v);
+            }
+            out.push(f);
+            break;
+        }
+        // Pause time per second over a sample: the share of time the port was paused.
+        if let Some(secs) = r.sample.as_ref().and_then(|s| s.interval_s).filter(|s| *s > 0.0) {
+            for row in &i.priorities {
+                let Some(p) = &row.pause else { continue };
+                for (dir, c) in [("tx", &p.tx_pause_duration_us), ("rx", &p.rx_pause_duration_us)] {
+                    let Some(d) = c.delta else { continue };
+                    let share = d as f64 / (secs * 1e6);
+                    if share >= PAUSED_SHARE_WARN {
+                        let who = if dir == "tx" {
+                            "this port paused its link partner"
+                        } else {
+                            "the link partner paused this port"
+                        };
+                        out.push(
+                            Finding::new(
+                                "qos.pause_time_high",
+                                Severity::Warn,
+                                &subj,
+                                format!(
+                                    "{who} {:.0}% of the time on priority {} over {secs:.0} s",
+                                    share.min(1.0) * 100.0,
+                                    row.priority
+                                ),
+                            )
+                            .evidence(&format!("{dir}_prio{}_pause_duration_delta_us", row.priority), d)
+                            .evidence("interval_s", secs),
+                        );
+                    }
+                }
+            }
+        }
+        // CNPs should flow when ECN marks do.
+        let get = |n: &str| i.cnp.iter().find(|c| c.name == n).and_then(|c| c.count.moved());
+        if let (Some(marked), Some(sent)) = (get("np_ecn_marked_roce_packets"), get("np_cnp_sent"))
+            && marked > 0
+            && sent == 0
+        {
+            out.push(
+                Finding::new(
+                    "qos.ecn_marks_without_cnps",
+                    Severity::Warn,
+                    &subj,
+                    format!(
+                        "{marked} ECN-marked RoCE packets arrived and no CNP was sent: the notification point is off, so senders never slow down"
+                    ),
+                )
+                .evidence("np_ecn_marked_roce_packets", marked)
+                .evidence("np_cnp_sent", sent)
+                .fix(format!(
+                    "enable the notification point for RoCE's priority: `echo 1 > /sys/class/net/{}/ecn/roce_np/enable/<priority>` (MLNX_OFED)",
+                    i.ifname
+                )),
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,175 @@
+//! `nccl-env` output: what NCCL would choose, each with its rule, then where every value
+//! came from, then the findings.
+
+use crate::check::Finding;
+use crate::nccl::conf::Origin;
+use crate::probe::nccl_env::NcclEnvReport;
+use crate::render::gids::columns;
+use crate::render::text;
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|s| s.to_string()).collect()
+}
+
+pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
+    let mut out = String::new();
+    out.push_str("Sockets (bootstrap, NET/Socket, IB out-of-band):\n");
+    if let Some(u) = &r.sockets.unknown {
+        out.push_str(&format!("  unknown: {u}\n"));
+    } else if r.sockets.interfaces.is_empty() {
+        out.push_str("  none: no running interface matches\n");
+    } else {
+        let mut rows = vec![row(&["  USE", "INTERFACE", "ADDRESS", "RULE"])];
+        for (i, s) in r.sockets.interfaces.iter().enumerate() {
+            let use_ = if i == 0 { "  bootstrap" } else { "  socket" };
+            rows.push(row(&[use_, &s.name, &s.addr, &s.rule]));
+        }
+        out.push_str(&columns(&rows));
+    }
+
+    out.push_str("\nIB/RoCE ports (NCCL_IB_HCA");
+    out.push_str(&match &r.ib.hca {
+        Some(h) => format!("={h}"),
+        None => " unset".into(),
+    });
+    out.push_str(if r.ib.disabled {
+        ", NCCL_IB_DISABLE=1):\n"
+    } else {
+        "):\n"
+    });
+    if let Some(m) = &r.ib.message {
+        out.push_str(&format!("  {m}\n"));
+    } else {
+        let mut rows = vec![row(&[
+            "  PORT", "LINK", "STATE", "USED", "RULE", "GID", "GID RULE",
+        ])];
+        for p in &r.ib.ports {
+            let gid = match (p.gid_index, &p.gid) {
+                (Some(i), Some(g)) => format!("{i} {g}"),
+                (Some(i), None) => format!("{i} (empty)"),
+                _ => "-".into(),
+            };
+            rows.push(vec![
+                format!("  {}/{}", p.device, p.port),
+                p.link_layer.clone().unwrap_or_else(|| "?".into()),
+                p.state.clone().unwrap_or_else(|| "?".into()),
+                if p.used { "yes" } else { "no" }.into(),
+                p.rule.clone(),
+                if p.used { gid } else { "-".into() },
+                if p.used { p.gid_rule.clone() } else { String::new() },
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+
+    out.push_str(&format!(
+        "\nGPUDirect RDMA by topology (level {}: {}):\n",
+        r.gdr.level, r.gdr.level_rule
+    ));
+    if r.gdr.pairs.is_empty() {
+        out.push_str("  no GPU with a used HCA\n");
+    } else {
+        // Per GPU the nearest used HCAs (the ones NCCL pairs it with), and how many more
+        // are farther; JSON has every pair.
+        let mut rows = vec![row(&[
+            "  GPU",
+            "BUS ID",
+            "NEAREST HCA",
+            "PATH",
+            "GDR",
+            "FARTHER HCAS",
+        ])];
+        let mut gpus: Vec<&str> = r.gdr.pairs.iter().map(|p| p.gpu.as_str()).collect();
+        gpus.dedup();
+        for g in gpus {
+            let pairs: Vec<_> = r.gdr.pairs.iter().filter(|p| p.gpu == g).collect();
+            let rank = |p: &str| crate::nccl::params::level_rank(p).unwrap_or(usize::MAX);
+            let best = pairs.iter().map(|p| rank(&p.path)).min().unwrap_or(usize::MAX);
+            let near: Vec<_> = pairs.iter().filter(|p| rank(&p.path) == best).collect();
+            let far: Vec<String> = {
+                let mut m: std::collections::BTreeMap<&str, (usize, bool)> = Default::default();
+                for p in pairs.iter().filter(|p| rank(&p.path) != best) {
+                    let e = m.entry(p.path.as_str()).or_insert((0, p.enabled));
+                    e.0 += 1;
+                }
+                m.iter()
+                    .map(|(path, (n, on))| format!("{n} {path} (GDR {})", if *on { "on" } else { "off" }))
+                    .collect()
+            };
+            rows.push(vec![
+                format!("  {g}"),
+                near[0].gpu_pci_bus_id.clone(),
+                near.iter().map(|p| p.nic.as_str()).collect::<Vec<_>>().join(","),
+                near[0].path.clone(),
+                if near[0].enabled { "on" } else { "off" }.into(),
+                if far.is_empty() {
+                    "-".into()
+                } else {
+                    far.join(", ")
+                },
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    out.push_str(&format!("  kernel support: {}\n", r.gdr.kernel_support));
+
+    out.push_str("\nNet plugin: ");
+    out.push_str(&r.net_plugin.rule);
+    match &r.net_plugin.found {
+        Some(p) => out.push_str(&format!("; found {p}\n")),
+        None if r.net_plugin.tries.is_empty() => out.push('\n'),
+        None => out.push_str("; not on the library path: internal IB/Socket\n"),
+    }
+    out.push_str(&format!(
+        "Topology file: {} ({}{})\n",
+        r.topo_file.path,
+        if r.topo_file.from_env {
+            "NCCL_TOPO_FILE"
+        } else {
+            "default"
+        },
+        if r.topo_file.exists {
+            ", present"
+        } else {
+            ", absent"
+        }
+    ));
+
+    out.push_str("\nConfiguration files (read in this order; the environment wins):\n");
+    for c in &r.conf_files {
+        out.push_str(&format!("  {:<16} {} ({}", c.role, c.path, c.state));
+        if c.state == "read" {
+            out.push_str(&format!(", {} values", c.values));
+        }
+        out.push_str(")\n");
+    }
+    out.push_str("\nNCCL_* in effect:\n");
+    if r.settings.is_empty() {
+        out.push_str("  none (NCCL's defaults)\n");
+    } else {
+        let mut rows = vec![row(&["  NAME", "VALUE", "FROM", "SHADOWS"])];
+        for s in &r.settings {
+            let from = match &s.origin {
+                Origin::Environment => "environment".to_string(),
+                Origin::File(p) => format!("{p}:{}", s.line.unwrap_or(0)),
+            };
+            let sh: Vec<String> = s
+                .shadowed
+                .iter()
+                .map(|x| match &x.origin {
+                    Origin::Environment => format!("{} (environment)", x.value),
+                    Origin::File(p) => format!("{} ({p}:{})", x.value, x.line.unwrap_or(0)),
+                })
+                .collect();
+            rows.push(vec![
+                format!("  {}", s.name),
+                s.value.clone(),
+                from,
+                sh.join(", "),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    out.push_str(&text::findings(findings));
+    out
+}

@@ -1,0 +1,228 @@
+//! `nccl-log` output: the summary, then the verdicts with their evidence and next step.
+
+use crate::check::Finding;
+use crate::nccl_log::{Report, Verdict};
+
+/// The verdicts as envelope findings (`nccl_log.<cause>`), for scripts and the exit code.
+pub fn findings(r: &Report) -> Vec<Finding> {
+    r.verdicts
+        .iter()
+        .map(|v| {
+            let subject = match (&v.host, v.rank) {
+                (Some(h), Some(k)) => format!("{h} rank {k}"),
+                (Some(h), None) => h.clone(),
+                (None, Some(k)) => format!("rank {k}"),
+                (None, None) => "job".into(),
+            };
+            let mut f = Finding::new(
+                &format!("nccl_log.{}", v.cause),
+                v.severity,
+                subject,
+                v.meaning.clone(),
+            )
+            .evidence("line", v.line.clone())
+            .fix(v.next.clone());
+            if !v.file.is_empty() {
+                f = f.evidence("at", format!("{}:{}", v.file, v.line_no));
+            }
+            f
+        })
+        .collect()
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() { "-".into() } else { v.join(" ") }
+}
+
+fn ranks(v: &[u32]) -> String {
+    // Runs as ranges: 0-7,9.
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+fn verdict(v: &Verdict) -> String {
+    let mut s = format!("  {:<4} {}", v.severity.as_str().to_uppercase(), v.cause);
+    let mut who = Vec::new();
+    if let Some(h) = &v.host {
+        who.push(format!("host {h}"));
+    }
+    if let Some(r) = v.rank {
+        let mut all = vec![r];
+        all.extend(&v.ranks);
+        all.sort_unstable();
+        who.push(format!("rank {}", ranks(&all)));
+    }
+    if let Some(d) = &v.device {
+        who.push(format!("device {d}"));
+    }
+    if !who.is_empty() {
+        s.push_str(&format!(": {}", who.join(", ")));
+    }
+    s.push('\n');
+    if let Some(p) = &v.peer {
+        let mut parts = Vec::new();
+        if let Some(a) = &p.addr {
+            parts.push(a.clone());
+        }
+        if let Some(h) = &p.host {
+            parts.push(format!("host {h}"));
+        }
+        if let Some(r) = p.rank {
+            parts.push(format!("rank {r}"));
+        }
+        s.push_str(&format!("       peer: {}\n", parts.join(", ")));
+    }
+    if v.local_gid.is_some() || v.remote_gid.is_some() {
+        s.push_str(&format!(
+            "       gid: local {} remote {}\n",
+            v.local_gid.as_deref().unwrap_or("?"),
+            v.remote_gid.as_deref().unwrap_or("?")
+        ));
+    }
+    if v.status.is_some() || v.vendor_err.is_some() {
+        s.push_str(&format!(
+            "       status {} vendor err {}\n",
+            v.status.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
+            v.vendor_err.map(|x| x.to_string()).unwrap_or_else(|| "?".into())
+        ));
+    }
+    if let (Some(seq), Some(op)) = (v.seq, &v.op) {
+        s.push_str(&format!("       collective: SeqNum {seq} {op}\n"));
+    }
+    if !v.suspects.is_empty() {
+        s.push_str(&format!(
+            "       suspects (never reached it): rank {}\n",
+            ranks(&v.suspects)
+        ));
+    }
+    if v.file.is_empty() {
+        s.push_str(&format!("       {}\n", v.line));
+    } else {
+        s.push_str(&format!("       {}:{}: {}\n", v.file, v.line_no, v.line));
+    }
+    s.push_str(&format!("       means: {}\n", v.meaning));
+    s.push_str(&format!("       next: {}\n", v.next));
+    if v.knock_ons > 0 {
+        s.push_str(&format!(
+            "       knock-on failures explained by this: {}\n",
+            v.knock_ons
+        ));
+    }
+    s
+}
+
+pub fn table(r: &Report) -> String {
+    let s = &r.summary;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Read {} line(s), {} bytes from {} input(s); {} NCCL line(s), {} not understood{}\n",
+        s.lines,
+        s.bytes,
+        s.inputs.len(),
+        s.nccl_lines,
+        s.unrecognised_lines,
+        if s.truncated_lines > 0 {
+            format!(", {} cut at 64 KiB", s.truncated_lines)
+        } else {
+            String::new()
+        }
+    ));
+    let versions: Vec<String> = s
+        .nccl_versions
+        .iter()
+        .map(|(v, h)| format!("{v} ({})", h.join(",")))
+        .collect();
+    out.push_str(&format!("NCCL version: {}\n", list(&versions)));
+    out.push_str(&format!(
+        "Ranks: {} seen{}; hosts: {}\n",
+        s.ranks_seen,
+        s.world_size.map(|w| format!(" of {w}")).unwrap_or_default(),
+        s.hosts.len()
+    ));
+    out.push_str(&format!(
+        "Rings: {} channel(s){}; trees: {} channel(s)\n",
+        s.ring_channels,
+        s.ring_sample
+            .as_ref()
+            .map(|r| format!(" (channel order: {r})"))
+            .unwrap_or_default(),
+        s.tree_channels
+    ));
+    if let Some(c) = &s.channels {
+        out.push_str(&format!("Channels: {c}\n"));
+    }
+    out.push_str(&format!(
+        "Network: {}; plugin: {}\n",
+        list(&s.networks),
+        list(&s.plugins)
+    ));
+    let tr: Vec<String> = s.transports.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    out.push_str(&format!(
+        "Transports: {} ({} distinct rank pairs{})\n",
+        list(&tr),
+        s.connections.len(),
+        if s.connections_dropped > 0 {
+            format!(", {} more not kept", s.connections_dropped)
+        } else {
+            String::new()
+        }
+    ));
+    if !s.hosts.is_empty() {
+        out.push_str("\nHosts:\n");
+        let mut rows = vec![
+            ["  HOST", "RANKS", "PROCS", "BOOTSTRAP", "SOCKETS", "HCAS", "GDR"]
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>(),
+        ];
+        for h in &s.hosts {
+            let gdr: Vec<String> = h
+                .gdr
+                .iter()
+                .map(|(k, on)| format!("{k}:{}", if *on { "on" } else { "off" }))
+                .collect();
+            rows.push(vec![
+                format!("  {}", h.host),
+                if h.ranks.is_empty() {
+                    "-".into()
+                } else {
+                    ranks(&h.ranks)
+                },
+                h.local_ranks.to_string(),
+                list(&h.bootstrap),
+                list(&h.socket_interfaces),
+                list(&h.hcas),
+                list(&gdr),
+            ]);
+        }
+        out.push_str(&crate::render::gids::columns(&rows));
+    }
+    if r.verdicts.is_empty() {
+        out.push_str("\nVerdicts: none (no failure in the log)\n");
+    } else {
+        out.push_str("\nVerdicts:\n");
+        for v in &r.verdicts {
+            out.push_str(&verdict(v));
+        }
+    }
+    if !s.unrecognised_samples.is_empty() {
+        out.push_str("\nNot understood (first lines):\n");
+        for l in &s.unrecognised_samples {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,321 @@
+//! `fabprobe nccl-env` as a user runs it: whole reports (data and findings) against every
+//! fixture, and the known traps on fixture copies with a crafted environment, configuration
+//! files and interface list.
+
+use std::path::Path;
+use std::process::Command;
+
+use fabprobe::host::Host;
+use fabprobe::probe::nccl_env;
+
+const FIXTURES: &[&str] = &[
+    "cloud-vm-flat",
+    "container-sparse-gids",
+    "cpu-only",
+    "h100-penny",
+    "h100-sxm-8gpu",
+    "ib-degraded",
+    "opa-hfi1",
+    "pcie-2socket",
+    "roce-bond-host",
+];
+
+fn whole(root: &Path) -> serde_json::Value {
+    let host = Host::snapshot(root).unwrap();
+    let r = nccl_env::probe(&host);
+    let f = nccl_env::findings(&host, &r);
+    serde_json::json!({"data": r, "findings": f})
+}
+
+#[test]
+fn whole_reports_match_fixtures() {
+    for f in FIXTURES {
+        let v = whole(&Path::new("fixtures").join(f));
+        insta::assert_json_snapshot!(format!("nccl_env__{f}"), v);
+    }
+}
+
+/// A copy of a fixture with `fabprobe/env.json`, `fabprobe/ifaddrs.json` and extra files.
+fn doctored(
+    fixture: &str,
+    env: serde_json::Value,
+    ifaddrs: serde_json::Value,
+    files: &[(&str, &str)],
+) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("fixtures/{fixture}/."))
+        .arg(t.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(t.path().join("fabprobe/env.json"), env.to_string()).unwrap();
+    std::fs::write(t.path().join("fabprobe/ifaddrs.json"), ifaddrs.to_string()).unwrap();
+    for (p, text) in files {
+        let at = t.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    t
+}
+
+fn ids(v: &serde_json::Value) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["severity"].as_str().unwrap().to_string(),
+                f["subject"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn run_json(root: &Path) -> (i32, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--format", "json", "--root"])
+        .arg(root)
+        .arg("nccl-env")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "fabprobe.nccl-env");
+    (out.status.code().unwrap(), v)
+}
+
+fn ifs(list: &[(&str, &str, u8)]) -> serde_json::Value {
+    serde_json::Value::Array(
+        list.iter()
+            .map(|(n, a, l)| serde_json::json!({"name": n, "addr": a, "prefix_len": l, "running": true}))
+            .collect(),
+    )
+}
+
+#[test]
+fn roce_traps_and_conf_precedence() {
+    let t = doctored(
+        "roce-bond-host",
+        serde_json::json!({
+            "HOME": "/home/u",
+            "NCCL_IB_HCA": "mlx5_1",
+            "NCCL_IB_GID_INDEX": "0",
+            "NCCL_IB_TIMEOUT": "32",
+            "NCCL_SOCKET_IFNAMES": "ens1f1",
+            "NCCL_SOCKET_IFNAME": "lo",
+            "NCCL_DEBUG": "INFO"
+        }),
+        ifs(&[
+            ("lo", "127.0.0.1", 8),
+            ("ens1f0", "172.19.0.60", 24),
+            ("ens1f1", "192.168.20.11", 24),
+        ]),
+        &[
+            (
+                "/home/u/.nccl.conf",
+                "# user\nNCCL_DEBUG=WARN\nNCCL_NET_GDR_LEVEL=NODE\nNCCL_IB_RETRY_CNT=seven\n",
+            ),
+            ("/etc/nccl.conf", "NCCL_NET_GDR_LEVEL=PHB\nNCCL_IB_TC=106\n"),
+        ],
+    );
+    // `mlx5_10`: a second name for mlx5_1's device, so NCCL_IB_HCA=mlx5_1 also matches it.
+    let ib = t.path().join("sys/class/infiniband");
+    let target = std::fs::read_link(ib.join("mlx5_1")).unwrap();
+    std::os::unix::fs::symlink(target, ib.join("mlx5_10")).unwrap();
+
+    let (code, v) = run_json(t.path());
+    assert_eq!(code, 1, "lo for sockets and NCCL_IB_TIMEOUT=32 are fails");
+    let got = ids(&v);
+    for want in [
+        ("gids.nccl_gid_index_bad", "fail", "mlx5_1/1"),
+        ("nccl_env.bad_value", "warn", "NCCL_IB_RETRY_CNT"),
+        ("nccl_env.bad_value", "warn", "NCCL_NET_GDR_LEVEL"),
+        ("nccl_env.hca_prefix_match", "warn", "mlx5_10"),
+        ("nccl_env.out_of_range", "fail", "NCCL_IB_TIMEOUT"),
+        ("nccl_env.socket_interface_unusable", "fail", "lo"),
+        ("nccl_env.unknown_name", "warn", "NCCL_SOCKET_IFNAMES"),
+    ] {
+        assert!(
+            got.iter()
+                .any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want),
+            "missing {want:?} in {got:#?}"
+        );
+    }
+    let unknown = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "nccl_env.unknown_name")
+        .unwrap();
+    assert_eq!(unknown["evidence"]["nearest"], "NCCL_SOCKET_IFNAME");
+    // Precedence: the environment beats ~/.nccl.conf, which beats /etc/nccl.conf.
+    let s = |n: &str| {
+        v["data"]["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(s("NCCL_DEBUG")["value"], "INFO");
+    assert_eq!(
+        s("NCCL_DEBUG")["shadowed"][0]["origin"]["path"],
+        "/home/u/.nccl.conf"
+    );
+    assert_eq!(s("NCCL_NET_GDR_LEVEL")["value"], "NODE");
+    assert_eq!(s("NCCL_NET_GDR_LEVEL")["line"], 3);
+    assert_eq!(s("NCCL_NET_GDR_LEVEL")["shadowed"][0]["value"], "PHB");
+    assert_eq!(s("NCCL_IB_TC")["origin"]["path"], "/etc/nccl.conf");
+    // The ports NCCL uses, and why.
+    let used: Vec<String> = v["data"]["ib"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["used"] == true)
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p["device"].as_str().unwrap(),
+                p["rule"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        used,
+        vec![
+            "mlx5_1:listed in NCCL_IB_HCA",
+            "mlx5_10:NCCL_IB_HCA prefix mlx5_1 matches"
+        ]
+    );
+    assert_eq!(v["data"]["sockets"]["interfaces"][0]["name"], "lo");
+    insta::assert_json_snapshot!(
+        "nccl_env__roce_traps",
+        serde_json::json!({"data": v["data"], "findings": v["findings"]})
+    );
+}
+
+#[test]
+fn ib_disabled_p2p_disabled_plugin_and_docker_default() {
+    let t = doctored(
+        "h100-sxm-8gpu",
+        serde_json::json!({
+            "NCCL_IB_DISABLE": "1",
+            "NCCL_P2P_DISABLE": "1",
+            "NCCL_NET_PLUGIN": "aws-ofi",
+            "NCCL_TOPO_FILE": "/opt/topo/missing.xml",
+            "NCCL_CONF_FILE": "/opt/nccl/nccl.conf",
+            "LD_LIBRARY_PATH": "/opt/plugins"
+        }),
+        ifs(&[("lo", "127.0.0.1", 8), ("docker0", "172.17.0.1", 16)]),
+        &[("/opt/plugins/libnccl-net-aws-ofi.so.0", "not the file NCCL opens")],
+    );
+    let (code, v) = run_json(t.path());
+    assert_eq!(code, 1, "docker0 picked for the bootstrap is a fail");
+    let got = ids(&v);
+    for want in [
+        ("nccl_env.conf_file_unreadable", "warn", "/opt/nccl/nccl.conf"),
+        ("nccl_env.ib_disabled", "warn", "NCCL_IB_DISABLE"),
+        ("nccl_env.net_plugin_missing", "warn", "NCCL_NET_PLUGIN"),
+        ("nccl_env.p2p_disabled_nvlink", "warn", "NCCL_P2P_DISABLE"),
+        ("nccl_env.socket_interface_unusable", "fail", "docker0"),
+        ("nccl_env.topo_file_missing", "warn", "NCCL_TOPO_FILE"),
+    ] {
+        assert!(
+            got.iter()
+                .any(|g| (g.0.as_str(), g.1.as_str(), g.2.as_str()) == want),
+            "missing {want:?} in {got:#?}"
+        );
+    }
+    assert_eq!(v["data"]["sockets"]["interfaces"][0]["rule"], "default: docker*");
+    assert!(
+        v["data"]["ib"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["used"] == false)
+    );
+    // NCCL_CONF_FILE replaces ~/.nccl.conf: only it and /etc/nccl.conf are listed.
+    let roles: Vec<&str> = v["data"]["conf_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, vec!["NCCL_CONF_FILE", "/etc/nccl.conf"]);
+}
+
+#[test]
+fn plugin_found_and_hca_matching_nothing() {
+    let t = doctored(
+        "h100-sxm-8gpu",
+        serde_json::json!({
+            "NCCL_IB_HCA": "=mlx5_99",
+            "NCCL_NET_PLUGIN": "aws-ofi",
+            "NCCL_NET_GDR_LEVEL": "LOC",
+            "LD_LIBRARY_PATH": "/opt/plugins"
+        }),
+        ifs(&[("lo", "127.0.0.1", 8), ("eth0", "10.0.0.5", 24)]),
+        &[("/opt/plugins/libnccl-net-aws-ofi.so", "")],
+    );
+    let (code, v) = run_json(t.path());
+    assert_eq!(code, 1);
+    let got = ids(&v);
+    assert!(
+        got.iter()
+            .any(|g| g.0 == "nccl_env.hca_matches_nothing" && g.1 == "fail"),
+        "{got:#?}"
+    );
+    assert!(
+        !got.iter().any(|g| g.0 == "nccl_env.net_plugin_missing"),
+        "{got:#?}"
+    );
+    assert_eq!(
+        v["data"]["net_plugin"]["found"],
+        "/opt/plugins/libnccl-net-aws-ofi.so"
+    );
+    assert_eq!(v["data"]["sockets"]["interfaces"][0]["name"], "eth0");
+    assert_eq!(v["data"]["gdr"]["level"], "LOC");
+}
+
+#[test]
+fn gdr_level_gates_by_path_type() {
+    // Every GPU's nearest HCA is PIX on this fixture: on at the default, off at LOC.
+    let t = doctored(
+        "h100-sxm-8gpu",
+        serde_json::json!({"NCCL_NET_GDR_LEVEL": "0"}),
+        ifs(&[("eth0", "10.0.0.5", 24)]),
+        &[],
+    );
+    let (code, v) = run_json(t.path());
+    assert_eq!(code, 0, "gdr_off is a warning");
+    assert_eq!(v["data"]["gdr"]["level"], "LOC");
+    assert_eq!(v["data"]["gdr"]["level_rule"], "NCCL_NET_GDR_LEVEL=0");
+    let off: Vec<_> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "nccl_env.gdr_off")
+        .collect();
+    assert_eq!(off.len(), 8);
+    let dflt = whole(Path::new("fixtures/h100-sxm-8gpu"));
+    assert!(
+        dflt["data"]["gdr"]["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["enabled"] == true)
+    );
+    assert!(
+        !dflt["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "nccl_env.gdr_off")
+    );
+}
