@@ -194,6 +194,9 @@ mkdir -p cmd out
 rdma link add rxe0 type rxe netdev eth0 > rxe.log 2>&1
 echo $? > rxe.rc
 __SHAPE__
+# IFF_RUNNING comes with the kernel's deferred link watch (up to a second after `ip link
+# set up`); a ring started before it finds no running data interface.
+i=0; while [ "$(cat /sys/class/net/eth0/operstate)" != up ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 echo ok > ready
 while :; do
   for f in cmd/*.sh; do

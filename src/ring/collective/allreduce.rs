@@ -284,9 +284,17 @@ impl Chan<'_> {
                 Ok(c) => break c,
                 Err(e) if e.is_timeout() && Instant::now() < deadline => {
                     // A write this rank already handed over may have failed since (RDMA: the
-                    // completion waits in the send queue's CQ while the ring waits here).
-                    self.links.send.health().map_err(RingError::Transport)?;
-                    continue;
+                    // completion waits in the send queue's CQ while the ring waits here), or
+                    // still not be acknowledged after the timeout: then this rank is a
+                    // sender blocked on its successor, and says so.
+                    match self.links.send.health() {
+                        Ok(()) => continue,
+                        Err(e) if e.is_timeout() => {
+                            self.progress.waiting(Some(self.ring.succ()), false);
+                            return Err(self.stuck(e));
+                        }
+                        Err(e) => return Err(RingError::Transport(e)),
+                    }
                 }
                 Err(e) if e.is_timeout() => return Err(self.stuck(e)),
                 Err(e) => return Err(RingError::Transport(e)),

@@ -215,6 +215,8 @@ pub struct RdmaSend {
     sent: u64,
     /// The run failed: closing must not wait for writes to be acknowledged.
     abandoned: bool,
+    /// When the write now in each slot was posted.
+    posted_at: Vec<Option<Instant>>,
 }
 
 impl RdmaSend {
@@ -354,12 +356,29 @@ impl SendLink for RdmaSend {
         }
         self.credited[slot as usize] = false;
         self.inflight[slot as usize] = true;
+        self.posted_at[slot as usize] = Some(Instant::now());
         self.next += 1;
         self.sent += data.len() as u64;
         Ok(())
     }
     fn health(&mut self) -> Result<(), TransportError> {
-        self.progress().map(|_| ())
+        self.progress()?;
+        // A write the NIC still has not completed after the link's timeout: the path
+        // swallows it (the QP retries, by NCCL's defaults for minutes). This rank is a
+        // sender blocked on that link, which is what the hang verdict needs to know.
+        let now = Instant::now();
+        if self
+            .posted_at
+            .iter()
+            .zip(&self.inflight)
+            .any(|(t, &f)| f && t.is_some_and(|t| now.duration_since(t) > self.timeout))
+        {
+            return Err(TransportError::Timeout {
+                peer: self.peer.clone(),
+                dir: "to",
+            });
+        }
+        Ok(())
     }
     fn abandon(&mut self) {
         self.abandoned = true;
@@ -798,6 +817,7 @@ pub fn connect(
         error: None,
         sent: 0,
         abandoned: false,
+        posted_at: vec![None; r.slots as usize],
     })
 }
 
