@@ -329,8 +329,9 @@ fn data_fabric(
         }
         Err(why) if a.transport == TransportArg::Auto => {
             g.log(1, &format!("transport auto: tcp ({why})"));
-            // The device line says this rank runs tcp; rank 0's header note says why.
-            Ok((None, format!("{netdev} (no rdma)"), Some(why)))
+            // The device stays the interface (verdicts name it in commands to run); rank 0's
+            // header note says why, and names the other ranks that offered no rdma.
+            Ok((None, netdev.to_string(), Some(why)))
         }
         Err(why) => Err(anyhow::anyhow!("--transport rdma cannot run here: {why}")),
     }

@@ -119,7 +119,7 @@ pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
         .map(|i| format!("rank {} ({})", i.rank, i.host))
         .collect();
     Some(format!(
-        "auto chose tcp: {} offer{} no usable RDMA port (see the device lines)",
+        "auto chose tcp: {} offer{} no usable RDMA port (its stderr with -v says why)",
         without.join(", "),
         if without.len() == 1 { "s" } else { "" }
     ))
@@ -248,7 +248,7 @@ mod note_tests {
         let mixed = [rank(0, "rdma"), rank(1, "tcp"), rank(2, "rdma")];
         assert_eq!(
             transport_note(&mixed, "tcp").as_deref(),
-            Some("auto chose tcp: rank 1 (node-1) offers no usable RDMA port (see the device lines)")
+            Some("auto chose tcp: rank 1 (node-1) offers no usable RDMA port (its stderr with -v says why)")
         );
         // Every rank asked for tcp, or every rank ran rdma: nothing to explain.
         assert_eq!(transport_note(&[rank(0, "tcp"), rank(1, "tcp")], "tcp"), None);
