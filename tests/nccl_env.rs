@@ -12,6 +12,7 @@ const FIXTURES: &[&str] = &[
     "cloud-vm-flat",
     "container-sparse-gids",
     "cpu-only",
+    "h100-gdr-broken",
     "h100-penny",
     "h100-sxm-8gpu",
     "ib-degraded",
@@ -318,4 +319,40 @@ fn gdr_level_gates_by_path_type() {
             .iter()
             .any(|f| f["id"] == "nccl_env.gdr_off")
     );
+}
+
+/// nccl-env's GDR verdict per GPU-HCA pair is `fabprobe gdr`'s, on every fixture (both
+/// read NCCL_NET_GDR_LEVEL's default: PXB and P2C allow the same PCI paths).
+#[test]
+fn gdr_verdicts_agree_with_fabprobe_gdr() {
+    use fabprobe::probe::gdr;
+    let mut compared = 0;
+    for f in FIXTURES {
+        let host = Host::snapshot(Path::new("fixtures").join(f)).unwrap();
+        let env = nccl_env::probe(&host);
+        let g = gdr::probe(&host);
+        let nic_name = |label: &str| {
+            g.nics
+                .iter()
+                .find(|n| n.label == label)
+                .and_then(|n| n.name.clone())
+        };
+        for p in &env.gdr.pairs {
+            let theirs = g
+                .pairs
+                .iter()
+                .find(|q| q.gpu == p.gpu && nic_name(&q.nic).as_deref() == Some(p.nic.as_str()))
+                .unwrap_or_else(|| panic!("{f}: gdr has no pair {} {}", p.gpu, p.nic));
+            assert_eq!(
+                Some(p.verdict.as_str()),
+                theirs.verdict.map(|v| v.as_str()),
+                "{f}: {} {}",
+                p.gpu,
+                p.nic
+            );
+            compared += 1;
+        }
+    }
+    // h100-penny, h100-sxm-8gpu and h100-gdr-broken have GPUs with used HCAs.
+    assert!(compared >= 100, "{compared}");
 }

@@ -23,7 +23,8 @@ names the rule that made it:
             NCCL_IB_DISABLE=1; the GID index per port as `fabprobe gids` computes it.
   GDR       NCCL's path type of each GPU to each used HCA against NCCL_NET_GDR_LEVEL
             (names LOC..SYS or old numbers; default PXB, or P2C with NCCL_NET_GDR_C2C=1).
-            Only the topology gate: peermem/DMA-BUF, ACS and IOMMU are not judged here.
+            Then what NCCL reaches there: peer memory first, then DMA-BUF, as
+            `fabprobe gdr` judges them (ACS and IOMMU, which NCCL does not check: gdr).
   plugin    NCCL_NET_PLUGIN (none, or libnccl-net-NAME.so then NAME), else
             libnccl-net.so, looked up in LD_LIBRARY_PATH and the usual library directories
             (not /etc/ld.so.cache).
@@ -62,7 +63,8 @@ JSON DATA (fabprobe.nccl-env)
    \"ib\": {\"disabled\", \"hca\", \"message\", \"ports\": [{\"device\", \"port\", \"link_layer\",
            \"state\", \"used\", \"rule\", \"gid_index\", \"gid\", \"gid_rule\"}]},
    \"gdr\": {\"level\", \"level_rule\", \"kernel_support\",
-            \"pairs\": [{\"gpu\", \"gpu_pci_bus_id\", \"nic\", \"path\", \"enabled\"}]},
+            \"pairs\": [{\"gpu\", \"gpu_pci_bus_id\", \"nic\", \"path\", \"enabled\",
+                       \"verdict\": on|dmabuf_possible|off_distance|off_no_peer_memory|unknown}]},
    \"net_plugin\": {\"requested\", \"tries\", \"found\", \"rule\"},
    \"topo_file\": {\"path\", \"from_env\", \"exists\"}}";
 

@@ -473,12 +473,7 @@ impl RowPrinter {
     ) -> Option<Arc<RowPrinter>> {
         (fmt == Format::Table && opts.sweep).then(|| {
             Arc::new(RowPrinter {
-                launcher: LauncherInfo {
-                    source: id.source,
-                    coordinator: id.coordinator.clone(),
-                    coordinator_source: id.coordinator_source.clone(),
-                    token_source: id.token_source.clone(),
-                },
+                launcher: LauncherInfo::of(id),
                 options: opts.clone(),
                 rank0_note,
                 progress,

@@ -161,7 +161,8 @@ const PEER_PATHS: &[(&str, &str)] = &[
     ("/sys/kernel/mm/memory_peers/nvidia-peermem/version", "2.9-2.21"),
 ];
 
-fn peer_memory(host: &Host) -> PeerMemory {
+/// NCCL's peer-memory check and the modules behind it (also read by `nccl-env`).
+pub fn peer_memory(host: &Host) -> PeerMemory {
     let paths: Vec<PathCheck> = PEER_PATHS
         .iter()
         .map(|(p, v)| PathCheck {
@@ -197,7 +198,8 @@ fn peer_memory(host: &Host) -> PeerMemory {
     }
 }
 
-fn dmabuf(host: &Host) -> DmaBuf {
+/// DMA-BUF's prerequisites (also read by `nccl-env`).
+pub fn dmabuf(host: &Host) -> DmaBuf {
     let kernel = host.meta().kernel.clone();
     let kernel_ok = kernel
         .as_deref()
@@ -388,19 +390,7 @@ pub fn probe(host: &Host) -> GdrReport {
                     _ => {}
                 }
             }
-            let verdict = path.map(|p| {
-                if p > nccl_net_gdr_level.level {
-                    Verdict::OffDistance
-                } else if peer.nccl_gdr_support {
-                    Verdict::On
-                } else if dmabuf.possible {
-                    Verdict::DmabufPossible
-                } else if !peer.modules_visible {
-                    Verdict::Unknown
-                } else {
-                    Verdict::OffNoPeerMemory
-                }
-            });
+            let verdict = path.map(|p| verdict(p <= nccl_net_gdr_level.level, &peer, &dmabuf));
             pairs.push(GdrPair {
                 gpu: g.label.clone(),
                 nic: n.label.clone(),
@@ -424,6 +414,22 @@ pub fn probe(host: &Host) -> GdrReport {
         bridges,
         pairs,
         notes,
+    }
+}
+
+/// What NCCL reaches for one GPU-NIC pair, given whether its path is within
+/// NCCL_NET_GDR_LEVEL: peer memory first, then DMA-BUF (net_ib.cc's order).
+pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> Verdict {
+    if !within_level {
+        Verdict::OffDistance
+    } else if peer.nccl_gdr_support {
+        Verdict::On
+    } else if dmabuf.possible {
+        Verdict::DmabufPossible
+    } else if !peer.modules_visible {
+        Verdict::Unknown
+    } else {
+        Verdict::OffNoPeerMemory
     }
 }
 

@@ -18,7 +18,7 @@ use crate::nccl::conf::{self, Origin, Setting};
 use crate::nccl::gid::GidEnv;
 use crate::nccl::hca::HcaSpec;
 use crate::nccl::{ifname, params};
-use crate::probe::{gids, topo};
+use crate::probe::{gdr, gids, topo};
 
 /// NCCL's default topology file, read when `NCCL_TOPO_FILE` is unset (`topo.cc`).
 pub const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
@@ -116,7 +116,11 @@ pub struct GdrPair {
     pub gpu_pci_bus_id: String,
     pub nic: String,
     pub path: String,
+    /// The topology gate: the path is within NCCL_NET_GDR_LEVEL.
     pub enabled: bool,
+    /// What NCCL reaches with this host's kernel side too (`fabprobe gdr`'s verdict:
+    /// `on`, `dmabuf_possible`, `off_distance`, `off_no_peer_memory`, `unknown`).
+    pub verdict: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -339,6 +343,8 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
         None => (default, "default: PXB".to_string()),
     };
     let t = topo::probe(host);
+    let peer = gdr::peer_memory(host);
+    let dmabuf = gdr::dmabuf(host);
     let ng = t.gpus.len();
     let mut pairs = Vec::new();
     let used: Vec<&str> = ib
@@ -368,6 +374,7 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
                 nic: n.ibdev.clone(),
                 path,
                 enabled,
+                verdict: gdr::verdict(enabled, &peer, &dmabuf).as_str().into(),
             });
         }
     }
@@ -375,12 +382,27 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
         level: lvl.to_string(),
         level_rule,
         pairs,
-        // The seam for `fabprobe gdr`: once it exists, its per-pair verdict (peermem or
-        // DMA-BUF, ACS, IOMMU) is joined here instead of this note.
-        kernel_support:
-            "not judged here: the topology gate only (peermem/DMA-BUF, ACS and IOMMU are `fabprobe gdr`'s)"
-                .into(),
+        kernel_support: kernel_support(&peer, &dmabuf),
     }
+}
+
+/// One line on the kernel side of GDR, as `fabprobe gdr` reads it (ACS and IOMMU, which
+/// NCCL does not check, stay `fabprobe gdr`'s).
+fn kernel_support(peer: &gdr::PeerMemory, dmabuf: &gdr::DmaBuf) -> String {
+    let peer_s = if peer.nccl_gdr_support {
+        let at = peer.paths.iter().find(|p| p.exists).map(|p| p.path.as_str()).unwrap_or("-");
+        format!("peer memory found ({at})")
+    } else if !peer.modules_visible {
+        "peer memory unknown (no /sys/module)".to_string()
+    } else {
+        "no peer-memory client".to_string()
+    };
+    let dmabuf_s = if dmabuf.possible {
+        "DMA-BUF possible"
+    } else {
+        "DMA-BUF not possible"
+    };
+    format!("{peer_s}; {dmabuf_s}; ACS and IOMMU: see `fabprobe gdr`")
 }
 
 fn net_plugin(host: &Host, requested: Option<&str>) -> NetPlugin {
@@ -803,6 +825,7 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     for p in &r.gdr.pairs {
         by_gpu.entry(p.gpu.as_str()).or_default().push(p);
     }
+    let mut no_kernel: Vec<&str> = Vec::new();
     for (gpu, pairs) in by_gpu {
         if pairs.iter().all(|p| !p.enabled) {
             f.push(
@@ -820,7 +843,27 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                 .evidence("paths", pairs.iter().map(|p| format!("{}={}", p.nic, p.path)).collect::<Vec<_>>())
                 .fix("use an HCA closer to the GPU (NCCL_IB_HCA), or raise NCCL_NET_GDR_LEVEL if the platform handles P2P through the CPU well"),
             );
+        } else if pairs.iter().filter(|p| p.enabled).all(|p| p.verdict == "off_no_peer_memory") {
+            no_kernel.push(gpu);
         }
+    }
+    // Close enough, but the kernel gives NCCL neither peer memory nor DMA-BUF: one finding
+    // for all such GPUs (the cause is the host's, not a GPU's).
+    if !no_kernel.is_empty() {
+        let gpus = no_kernel.join(", ");
+        f.push(
+            Finding::new(
+                "nccl_env.gdr_no_kernel_support",
+                Severity::Warn,
+                gpus.clone(),
+                format!(
+                    "GPUDirect RDMA is off: the HCAs NCCL pairs with these GPUs are within NCCL_NET_GDR_LEVEL={}, but there is no peer-memory client and DMA-BUF is not possible",
+                    r.gdr.level
+                ),
+            )
+            .evidence("kernel_support", r.gdr.kernel_support.clone())
+            .fix("run `fabprobe gdr` for why (nvidia_peermem not loaded, no MLNX_OFED/DOCA peer-memory API, proprietary NVIDIA module)"),
+        );
     }
 
     // Plugin and topology file.

@@ -63,7 +63,7 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
     }
 
     out.push_str(&format!(
-        "\nGPUDirect RDMA by topology (level {}: {}):\n",
+        "\nGPUDirect RDMA (level {}: {}):\n",
         r.gdr.level, r.gdr.level_rule
     ));
     if r.gdr.pairs.is_empty() {
@@ -87,13 +87,13 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
             let best = pairs.iter().map(|p| rank(&p.path)).min().unwrap_or(usize::MAX);
             let near: Vec<_> = pairs.iter().filter(|p| rank(&p.path) == best).collect();
             let far: Vec<String> = {
-                let mut m: std::collections::BTreeMap<&str, (usize, bool)> = Default::default();
+                let mut m: std::collections::BTreeMap<&str, (usize, &str)> = Default::default();
                 for p in pairs.iter().filter(|p| rank(&p.path) != best) {
-                    let e = m.entry(p.path.as_str()).or_insert((0, p.enabled));
+                    let e = m.entry(p.path.as_str()).or_insert((0, p.verdict.as_str()));
                     e.0 += 1;
                 }
                 m.iter()
-                    .map(|(path, (n, on))| format!("{n} {path} (GDR {})", if *on { "on" } else { "off" }))
+                    .map(|(path, (n, verdict))| format!("{n} {path} (GDR {verdict})"))
                     .collect()
             };
             rows.push(vec![
@@ -101,7 +101,7 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
                 near[0].gpu_pci_bus_id.clone(),
                 near.iter().map(|p| p.nic.as_str()).collect::<Vec<_>>().join(","),
                 near[0].path.clone(),
-                if near[0].enabled { "on" } else { "off" }.into(),
+                near[0].verdict.clone(),
                 if far.is_empty() {
                     "-".into()
                 } else {

@@ -982,6 +982,17 @@ mod tests {
         }
     }
 
+    /// A rank's results with nothing in them (the coordinator's logic does not read them).
+    fn no_results(rank: u32) -> Msg {
+        Msg::Results(RankResults {
+            rank,
+            rows: vec![],
+            links: vec![],
+            link_size_bytes: 0,
+            port_counters: vec![],
+        })
+    }
+
     fn hello(rank: u32, world: u32, token: &str) -> Hello {
         Hello {
             protocol: wire::PROTOCOL,
@@ -1117,14 +1128,7 @@ mod tests {
                     let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
                     s.send(&Msg::Ready { rank: r }).unwrap();
                     s.wait_go(Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Results(RankResults {
-                        rank: r,
-                        rows: vec![],
-                        links: vec![],
-                        link_size_bytes: 0,
-                        port_counters: vec![],
-                    }))
-                    .unwrap();
+                    s.send(&no_results(r)).unwrap();
                     s.wait_done(Duration::from_secs(5)).unwrap()
                 })
             })
@@ -1181,14 +1185,7 @@ mod tests {
                     if r == 1 {
                         s.send(&Msg::Row { rank: r, row: row(4096, r) }).unwrap();
                     }
-                    s.send(&Msg::Results(RankResults {
-                        rank: r,
-                        rows: vec![],
-                        links: vec![],
-                        link_size_bytes: 0,
-                        port_counters: vec![],
-                    }))
-                    .unwrap();
+                    s.send(&no_results(r)).unwrap();
                     s.wait_done(Duration::from_secs(5)).unwrap()
                 })
             })
@@ -1464,14 +1461,7 @@ mod tests {
         s0.send(&Msg::Ready { rank: 0 }).unwrap();
         s1.wait_go(Duration::from_secs(3)).unwrap();
         for (r, s) in [(0, &s0), (1, &s1)] {
-            s.send(&Msg::Results(RankResults {
-                rank: r,
-                rows: vec![],
-                links: vec![],
-                link_size_bytes: 0,
-                port_counters: vec![],
-            }))
-            .unwrap();
+            s.send(&no_results(r)).unwrap();
         }
         s1.wait_done(Duration::from_secs(3)).unwrap();
         let rep = coord.join().unwrap();

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::ring::collective::allreduce;
 use crate::ring::coordinator::Event;
 use crate::ring::diagnosis::driver::ScanReport;
-use crate::ring::launcher::Source;
+use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict};
 use crate::ring::run::Options;
 use crate::ring::wire::{self, RankResults, RowResult};
@@ -62,6 +62,18 @@ pub struct LauncherInfo {
     pub coordinator: String,
     pub coordinator_source: String,
     pub token_source: String,
+}
+
+impl LauncherInfo {
+    /// Where a rank's identity came from (never the token itself).
+    pub fn of(id: &Identity) -> Self {
+        LauncherInfo {
+            source: id.source,
+            coordinator: id.coordinator.clone(),
+            coordinator_source: id.coordinator_source.clone(),
+            token_source: id.token_source.clone(),
+        }
+    }
 }
 
 /// The job's report, assembled by rank 0 (`data` of `fabprobe.ring`).

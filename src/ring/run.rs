@@ -264,12 +264,7 @@ pub fn run_rank(
         world: id.world,
         transport_note: crate::ring::report::transport_note(&crep.ranks, &transport),
         transport,
-        launcher: LauncherInfo {
-            source: id.source,
-            coordinator: id.coordinator.clone(),
-            coordinator_source: id.coordinator_source.clone(),
-            token_source: id.token_source.clone(),
-        },
+        launcher: LauncherInfo::of(id),
         options: opts.clone(),
         avg_busbw_gbs: avg_busbw(&rows),
         ranks: crep.ranks,

@@ -137,6 +137,10 @@ fn world_with(
     counters: impl Fn(u32) -> Option<Sampler>,
     show: Option<run::ShowRow>,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
+    // One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines
+    // are the assertions; two at once on a 2-core machine would measure each other.
+    static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_WORLD.lock().unwrap_or_else(|p| p.into_inner());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut listener = Some(listener);
@@ -206,7 +210,9 @@ fn paced_scan(net: &InprocNet, n: u32, base: f64, slow: impl Fn(u32, u32) -> Opt
     }
 }
 
-const BASE: f64 = 100e6;
+/// The pace of healthy scan links. Slow enough that a 512 KiB sample lasts ~26 ms, so a few
+/// ms of scheduling delay on a busy 2-core machine (tests run in parallel) stay noise.
+const BASE: f64 = 20e6;
 
 /// Rank 0 is shown each size's row as the last rank finishes it: the same rows, in order,
 /// as the report's, with the table of ranks.
@@ -239,15 +245,16 @@ fn scan_of_a_healthy_world_gives_no_verdict() {
     assert_eq!(kinds(&r), vec![], "{:#?}", r.verdicts);
     let s = r.scan.as_ref().unwrap();
     assert_eq!(s.links.len(), 12);
-    assert_eq!(
-        s.orders.iter().map(|o| o.shift).collect::<Vec<_>>(),
-        vec![1, 3, 2]
-    );
-    assert!(s.links.iter().all(|l| l.samples == 3 && !l.slow));
-    // Paced at 100 MB/s: the receiver's figure is the pace (the first chunk is not counted),
-    // never above it; a loaded machine's threads may fall behind it.
-    let m = s.median_gbs.unwrap();
-    assert!((0.06..0.105).contains(&m), "median {m}");
+    // Every shift once; a busy machine may slow a link in that pass, and then the re-check
+    // orders that follow (and clear it) are the design working, not a failure.
+    let shifts: Vec<u32> = s.orders.iter().map(|o| o.shift).collect();
+    assert_eq!(shifts[..3], [1, 3, 2], "{:?}", s.orders);
+    assert!(s.orders[3..].iter().all(|o| o.recheck), "{:?}", s.orders);
+    assert!(s.links.iter().all(|l| l.samples >= 3 && !l.slow), "{:?}", s.links);
+    // The receiver's figure is the pace (the first chunk is not counted), never above it; a
+    // loaded machine's threads may fall a little behind it.
+    let m = s.median_gbs.unwrap() * 1e9 / BASE;
+    assert!((0.7..1.05).contains(&m), "median {m} x the pace");
     assert!(!r.failed());
     assert!(
         others
