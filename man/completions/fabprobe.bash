@@ -16,6 +16,9 @@ _fabprobe() {
             ",$1")
                 cmd="fabprobe"
                 ;;
+            fabprobe,check)
+                cmd="fabprobe__subcmd__check"
+                ;;
             fabprobe,gdr)
                 cmd="fabprobe__subcmd__gdr"
                 ;;
@@ -46,8 +49,14 @@ _fabprobe() {
             fabprobe,snapshot)
                 cmd="fabprobe__subcmd__snapshot"
                 ;;
+            fabprobe,sweep)
+                cmd="fabprobe__subcmd__sweep"
+                ;;
             fabprobe,topo)
                 cmd="fabprobe__subcmd__topo"
+                ;;
+            fabprobe__subcmd__help,check)
+                cmd="fabprobe__subcmd__help__subcmd__check"
                 ;;
             fabprobe__subcmd__help,gdr)
                 cmd="fabprobe__subcmd__help__subcmd__gdr"
@@ -79,6 +88,9 @@ _fabprobe() {
             fabprobe__subcmd__help,snapshot)
                 cmd="fabprobe__subcmd__help__subcmd__snapshot"
                 ;;
+            fabprobe__subcmd__help,sweep)
+                cmd="fabprobe__subcmd__help__subcmd__sweep"
+                ;;
             fabprobe__subcmd__help,topo)
                 cmd="fabprobe__subcmd__help__subcmd__topo"
                 ;;
@@ -89,12 +101,50 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__check)
+            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --show-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -181,8 +231,22 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help"
+            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -321,6 +385,20 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__snapshot)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__sweep)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -602,6 +680,32 @@ _fabprobe() {
                     return 0
                     ;;
                 --lldp-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__sweep)
+            opts="-v -h -V --expect --drain --root --format --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --expect)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

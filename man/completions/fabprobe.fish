@@ -32,6 +32,7 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "check" -d 'Every local probe and the host facts judged against a policy (checks/*.toml): one ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gdr" -d 'GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL, peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
@@ -40,9 +41,22 @@ complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "nccl-env" -d 'Wha
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "nccl-log" -d 'Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "sweep" -d 'Merge many nodes\' `check --format json` reports: failed nodes by cause, nodes unlike their peers, missing reports, Slurm drain lines'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l policy -d 'The policy: a built-in name (default, dgx-h100, hdr-a100, roce-dcqcn) or a TOML file' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy -d 'Print the named built-in policy\'s TOML (to copy and edit) and exit' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l interval -d 'Sample the port counters twice, SECONDS apart, so counter rates can be judged (live)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 'An earlier snapshot of the same host: counter rates from it to --root (or live)' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -142,6 +156,16 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l expect -d 'The nodes that should have reported (a Slurm hostlist, e.g. gpu[001-128]); those without a report are listed as missing' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+json\t'The versioned JSON envelope documented in fabprobe(1)'
+nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
+prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain -d 'Print Slurm `scontrol update NodeName=... State=DRAIN Reason=...` lines for the bad nodes instead of the table (fabprobe never runs them)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-xml -d 'Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) instead of the host; on cloud VMs that file is the truth' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
@@ -160,14 +184,16 @@ prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gdr" -d 'GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL, peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "qos" -d 'Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "nccl-env" -d 'What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the rule that chose it, where each NCCL_* value came from, and a lint of them'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "nccl-log" -d 'Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from gdr gids links qos nccl-env nccl-log ring snapshot topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "check" -d 'Every local probe and the host facts judged against a policy (checks/*.toml): one ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "gdr" -d 'GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL, peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "gids" -d 'Every GID of every RDMA port (index, GID, IPv4, RoCE v1/v2, netdev) and the index NCCL and perftest would pick; --show-gids prints show_gids\' own format'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "links" -d 'RDMA port health like ibstat + ibstatus + perfquery: state, rate, PCIe link, counters with their widths, deltas over --interval or against --baseline'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "qos" -d 'Lossless RoCE per RoCE netdev: PFC/ETS/trust/DCBX (DCB netlink), pause and storm counters (ethtool), ECN/DCQCN, CNPs, the RoCE priority; rates over --interval'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "nccl-env" -d 'What NCCL would choose on this host (sockets, HCAs, GID index, GDR, plugin) with the rule that chose it, where each NCCL_* value came from, and a lint of them'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "nccl-log" -d 'Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "ring" -d 'Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "snapshot" -d 'Capture what the probes read into one directory or .tar.gz, to analyse elsewhere'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "sweep" -d 'Merge many nodes\' `check --format json` reports: failed nodes by cause, nodes unlike their peers, missing reports, Slurm drain lines'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "topo" -d 'The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL\'s view; NCCL topology XML out and in)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand help; and not __fish_seen_subcommand_from check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

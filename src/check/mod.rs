@@ -1,6 +1,11 @@
 //! Judgement: findings that probes and checks produce, and their severity.
 //! A finding always carries its evidence and, where a person can act, the fix to try.
 
+pub mod hostlist;
+pub mod policy;
+pub mod run;
+pub mod sweep;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

@@ -2,6 +2,7 @@
 //! Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
+mod check;
 mod docs;
 mod gdr;
 mod gids;
@@ -13,6 +14,7 @@ mod progress;
 mod qos;
 mod ring;
 mod snapshot;
+mod sweep;
 mod topo;
 
 use std::path::PathBuf;
@@ -121,6 +123,9 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Every local probe and the host facts judged against a policy (checks/*.toml): one
+    /// ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run.
+    Check(check::CheckArgs),
     /// GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL,
     /// peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1.
     Gdr(gdr::GdrArgs),
@@ -142,6 +147,9 @@ pub enum Command {
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
+    /// Merge many nodes' `check --format json` reports: failed nodes by cause, nodes unlike
+    /// their peers, missing reports, Slurm drain lines.
+    Sweep(sweep::SweepArgs),
     /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
     /// view; NCCL topology XML out and in).
     Topo(topo::TopoArgs),
@@ -212,6 +220,8 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
     match cli.command {
+        Command::Check(a) => check::run(g, a),
+        Command::Sweep(a) => sweep::run(g, a),
         Command::Ring(a) => ring::run(g, a),
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),

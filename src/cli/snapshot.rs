@@ -37,6 +37,11 @@ SNAPSHOT FORMAT
                       nvlinks: [{link, active, remote_pci_bus_id,
                       remote_device_type (gpu|switch|ibmnpu|unknown)}], ...}]} or
                       {\"state\": \"unavailable\", \"reason\": \"...\"}
+    facts.json        {\"state\": \"available\", \"kernel\", \"os\", \"cpu_model\", \"cpu_count\",
+                      \"memory_total_bytes\", \"uptime_s\", \"load_avg\": [1m, 5m, 15m],
+                      \"memlock\": {\"soft\", \"hard\"} (\"unlimited\" or {\"bytes\": N}),
+                      \"device_holders\": [{pid, comm, devices}] (open /dev/nvidia* and
+                      /dev/infiniband/uverbs*), \"processes_unreadable\"} or unavailable
     read-errors.json  {\"/sys/<canonical path>\": \"EINVAL\"}: reads that failed on the live host;
                       the file exists (empty) in the tree and reads of it fail with that errno
     ethtool.json      {\"eth0\": {\"ok\": [[\"rx_prio3_pause\", 12], ...]} | {\"error\": \"EOPNOTSUPP\"}}:

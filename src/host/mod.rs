@@ -8,18 +8,21 @@
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod facts;
 pub mod netif;
 pub mod nvml;
 pub mod side;
 pub mod tarball;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub use facts::{FactsState, HostFacts};
 pub use netif::{EthtoolStats, NetAnswers, Reply};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
@@ -141,15 +144,24 @@ pub struct Host {
     meta: HostMeta,
     env: BTreeMap<String, String>,
     nvml: NvmlState,
+    /// Host facts: loaded from a snapshot, or collected live on first use (they scan /proc).
+    facts: std::sync::OnceLock<FactsState>,
     /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
     net: Mutex<NetAnswers>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
-    read_errors: BTreeMap<PathBuf, String>,
+    /// Keyed by the path's bytes: a snapshot records thousands, and a `Path` key hashes and
+    /// compares component by component on every read (paths here are normalized, so bytes
+    /// are equal exactly when components are).
+    read_errors: HashMap<OsString, String>,
     /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
     ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
-    resolved_dirs: Mutex<std::collections::HashMap<PathBuf, PathBuf>>,
+    resolved_dirs: Mutex<std::collections::HashMap<OsString, PathBuf>>,
+    /// A snapshot's files never change, and `check` runs several probes over the same
+    /// attributes: contents by canonical path (`None`: not there), read once. Live hosts
+    /// always read again (counters move).
+    snapshot_reads: Option<Mutex<HashMap<OsString, Option<Vec<u8>>>>>,
     /// Keeps an extracted `.tar.gz` alive as long as the host.
     _extracted: Option<tempfile::TempDir>,
 }
@@ -176,11 +188,13 @@ impl Host {
             meta: HostMeta::live(),
             env,
             nvml: nvml::collect_live(),
+            facts: std::sync::OnceLock::new(),
+            read_errors: HashMap::new(),
             net: Mutex::default(),
-            read_errors: BTreeMap::new(),
             ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
+            snapshot_reads: None,
             _extracted: None,
         }
     }
@@ -207,6 +221,7 @@ impl Host {
             meta: loaded.meta,
             env: loaded.env,
             nvml: loaded.nvml,
+            facts: std::sync::OnceLock::from(loaded.facts),
             net: Mutex::new(loaded.net),
             read_errors: loaded.read_errors,
             ifaddrs: loaded
@@ -214,6 +229,7 @@ impl Host {
                 .ok_or_else(|| format!("the snapshot has no {SIDE_DIR}/ifaddrs.json")),
             recorder: None,
             resolved_dirs: Mutex::default(),
+            snapshot_reads: Some(Mutex::default()),
             _extracted: extracted,
         })
     }
@@ -275,6 +291,11 @@ impl Host {
     pub fn nvml(&self) -> &NvmlState {
         &self.nvml
     }
+    /// OS, CPU, memory, load, memlock limit and device holders (collected live on first use).
+    pub fn facts(&self) -> &FactsState {
+        self.facts.get_or_init(facts::collect_live)
+    }
+
     /// `ethtool -S <ifname>`: the statistics ioctl live (recorded for capture), the
     /// snapshot's `fabprobe/ethtool.json` otherwise.
     pub fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
@@ -352,7 +373,7 @@ impl Host {
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
-        self.read_errors.get(canonical).map(String::as_str)
+        self.read_errors.get(canonical.as_os_str()).map(String::as_str)
     }
 
     /// The on-disk prefix that stands for `/` (for messages and capture only).
@@ -387,7 +408,20 @@ impl Host {
                 _ => None,
             })
             .collect();
-        self.resolve_comps(&comps, 0, host_path)
+        // In a snapshot the whole path's answer is kept too (nothing there changes).
+        let key = comps.iter().collect::<PathBuf>().into_os_string();
+        if self.snapshot_reads.is_some()
+            && let Some(hit) = self.resolved_dirs.lock().ok().and_then(|c| c.get(&key).cloned())
+        {
+            return Ok(hit);
+        }
+        let real = self.resolve_comps(&comps, 0, host_path)?;
+        if self.snapshot_reads.is_some()
+            && let Ok(mut c) = self.resolved_dirs.lock()
+        {
+            c.insert(key, real.clone());
+        }
+        Ok(real)
     }
 
     /// Resolve a normalized component list: the parent first (memoized, since probes read
@@ -401,7 +435,7 @@ impl Host {
         let Some((last, parent)) = comps.split_last() else {
             return Ok(PathBuf::from("/"));
         };
-        let parent_key: PathBuf = parent.iter().collect();
+        let parent_key = parent.iter().collect::<PathBuf>().into_os_string();
         let cached = self
             .resolved_dirs
             .lock()
@@ -475,11 +509,31 @@ impl Host {
         let host_path = host_path.as_ref();
         self.record(Access::Read(host_path.to_path_buf()));
         let real = self.resolve(host_path)?;
-        if let Some(errno) = self.read_errors.get(&real) {
+        if let Some(errno) = self.read_errors.get(real.as_os_str()) {
             let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
             return Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(raw)));
         }
-        read_capped(&self.on_disk(&real), MAX_READ_BYTES).map_err(|e| {
+        let cache = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok());
+        if let Some(hit) = cache.as_ref().and_then(|c| c.get(real.as_os_str())) {
+            return match hit {
+                Some(bytes) => Ok(bytes.clone()),
+                None => Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(libc::ENOENT))),
+            };
+        }
+        drop(cache);
+        let got = read_capped(&self.on_disk(&real), MAX_READ_BYTES);
+        if let Some(mut c) = self.snapshot_reads.as_ref().and_then(|c| c.lock().ok()) {
+            match &got {
+                Ok(b) => {
+                    c.insert(real.clone().into_os_string(), Some(b.clone()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    c.insert(real.clone().into_os_string(), None);
+                }
+                Err(_) => {}
+            }
+        }
+        got.map_err(|e| {
             if e.kind() == io::ErrorKind::FileTooLarge {
                 HostError::TooLarge {
                     path: host_path.to_path_buf(),
@@ -551,7 +605,7 @@ impl Host {
         self.record(Access::Resolve(host_path.to_path_buf()));
         match self.resolve(host_path) {
             Ok(real) => {
-                self.read_errors.contains_key(&real) || self.on_disk(&real).symlink_metadata().is_ok()
+                self.read_errors.contains_key(real.as_os_str()) || self.on_disk(&real).symlink_metadata().is_ok()
             }
             Err(_) => false,
         }

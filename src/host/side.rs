@@ -4,6 +4,8 @@
 //! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
+//! * `fabprobe/facts.json`: [`FactsState`](super::FactsState) (OS, CPU, memory, memlock,
+//!   device holders)
 //! * `fabprobe/ethtool.json`: `{"eth0": {"ok": [["rx_prio3_pause", 12], ...]} | {"error": "EOPNOTSUPP"}}`
 //!   (`ethtool -S` through the ioctl, names and order as the driver gives them)
 //! * `fabprobe/dcb.json`: `{"eth0": {"ok": "<hex>"} | {"error": "EOPNOTSUPP"}}`, the raw
@@ -15,12 +17,12 @@
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{HostError, NetAnswers, NvmlState};
+use super::{FactsState, HostError, NetAnswers, NvmlState};
 
 pub const SIDE_DIR: &str = "fabprobe";
 
@@ -107,8 +109,10 @@ pub(super) struct Loaded {
     pub meta: HostMeta,
     pub env: BTreeMap<String, String>,
     pub nvml: NvmlState,
+    pub facts: FactsState,
     pub net: NetAnswers,
-    pub read_errors: BTreeMap<PathBuf, String>,
+    /// Keyed by the normalized path's bytes.
+    pub read_errors: HashMap<std::ffi::OsString, String>,
     pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
 }
 
@@ -146,30 +150,38 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
+    let facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
+        reason: "the snapshot has no fabprobe/facts.json".into(),
+    });
     let net = NetAnswers {
         ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
         dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
         lldp: load_json(root, "lldp.json", shown)?.unwrap_or_default(),
     };
-    let raw: BTreeMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
-    for (path, errno) in &raw {
-        if errno_from_name(errno).is_none() {
-            return Err(HostError::Snapshot {
-                path: shown.to_path_buf(),
-                msg: format!(
-                    "{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}",
-                    path.display()
-                ),
-            });
-        }
+    let raw: HashMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
+    // The first bad entry in path order, so the message is the same on every run.
+    let bad = raw.iter().filter(|(_, e)| errno_from_name(e).is_none()).min_by(|a, b| a.0.cmp(b.0));
+    if let Some((path, errno)) = bad {
+        return Err(HostError::Snapshot {
+            path: shown.to_path_buf(),
+            msg: format!(
+                "{SIDE_DIR}/read-errors.json: {}: unknown errno name {errno:?}",
+                path.display()
+            ),
+        });
     }
     let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
     Ok(Loaded {
         meta,
         env,
         nvml,
+        facts,
         net,
-        read_errors: raw,
+        // Normalized (`//`, a trailing `/`), so the host's byte-keyed lookups find them.
+        read_errors: raw
+            .into_iter()
+            .map(|(k, v)| (k.components().collect::<PathBuf>().into_os_string(), v))
+            .collect(),
         ifaddrs,
     })
 }

@@ -1,6 +1,7 @@
 //! Rendering, the last step: the JSON envelope shared by every command, and text helpers.
 //! Renderers return strings; only the CLI layer writes them out.
 
+pub mod check;
 pub mod gdr;
 pub mod gids;
 pub mod links;
@@ -65,6 +66,13 @@ impl<'a, T: Serialize> Envelope<'a, T> {
             data,
             findings,
         }
+    }
+
+    /// The envelope on one line (check's reports are JSON lines for `sweep`).
+    pub fn to_json_line(&self) -> String {
+        let mut s = serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        s.push('\n');
+        s
     }
 
     pub fn to_json(&self) -> String {

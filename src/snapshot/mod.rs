@@ -324,6 +324,7 @@ pub fn write_tree(
         .collect();
     write_json(&side_dir.join("env.json"), &env)?;
     write_json(&side_dir.join("nvml.json"), host.nvml())?;
+    write_json(&side_dir.join("facts.json"), host.facts())?;
     write_json(&side_dir.join("read-errors.json"), &summary.failed_reads)?;
     let net = host.net_answers();
     if !net.ethtool.is_empty() {

@@ -290,7 +290,7 @@ pub fn pma_spec(name: &str, ext: bool) -> CounterSpec {
 }
 
 /// mlx5 q-counters (read as be32: they wrap at 2^32).
-const MLX5_Q_COUNTERS: &[&str] = &[
+pub const MLX5_Q_COUNTERS: &[&str] = &[
     "rx_write_requests",
     "rx_read_requests",
     "rx_atomic_requests",

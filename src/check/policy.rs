@@ -1,0 +1,1048 @@
+//! Policies: what a kind of node must look like, as TOML files in `checks/` (shipped inside
+//! the binary) or any file a person writes. Read strictly: an unknown key, a wrong type or an
+//! impossible value is an error naming the file, the line and the key, with the nearest valid
+//! key suggested. [`KEYS`] is the whole language; the man page's POLICY FILES section is
+//! generated from it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+use toml::de::{DeTable, DeValue};
+
+/// The policies shipped with the binary: `--policy NAME`.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("../../checks/default.toml")),
+    ("dgx-h100", include_str!("../../checks/dgx-h100.toml")),
+    ("hdr-a100", include_str!("../../checks/hdr-a100.toml")),
+    ("roce-dcqcn", include_str!("../../checks/roce-dcqcn.toml")),
+];
+
+/// nvidia-smi's cells from nearest to farthest (X is the device itself).
+pub const PATH_ORDER: &[&str] = &["PIX", "PXB", "PHB", "NODE", "SYS"];
+
+/// The type and the possible values of one key.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Bool,
+    /// An integer in `min..=max`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// An integer from a fixed set.
+    IntOneOf(&'static [i64]),
+    /// A number (integer or float) in `min..=max`.
+    Num {
+        min: f64,
+        max: f64,
+    },
+    /// A string; when the list is not empty, one of it.
+    Str(&'static [&'static str]),
+    /// A list of strings; when the list is not empty, each one of it.
+    StrList(&'static [&'static str]),
+    /// A list of integers, each in `min..=max`.
+    IntList {
+        min: i64,
+        max: i64,
+    },
+    /// A table of counter name = maximum increase per hour.
+    CounterRates,
+}
+
+impl Kind {
+    fn describe(&self) -> String {
+        match self {
+            Kind::Bool => "true or false".into(),
+            Kind::Int { min, max } => format!("an integer from {min} to {max}"),
+            Kind::IntOneOf(v) => format!(
+                "one of {}",
+                v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            Kind::Num { min, max } => format!("a number from {min} to {max}"),
+            Kind::Str([]) => "a string".into(),
+            Kind::Str(v) => format!("one of \"{}\"", v.join("\", \"")),
+            Kind::StrList([]) => "a list of strings".into(),
+            Kind::StrList(v) => format!("a list of \"{}\"", v.join("\", \"")),
+            Kind::IntList { min, max } => format!("a list of integers from {min} to {max}"),
+            Kind::CounterRates => "a table: counter name = maximum increase per hour".into(),
+        }
+    }
+}
+
+pub struct KeySpec {
+    pub section: &'static str,
+    pub key: &'static str,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+const WIDTHS: &[&str] = &["1X", "2X", "4X", "8X", "12X"];
+const SPEEDS: &[&str] = &["SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR"];
+const STATES: &[&str] = &["DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
+
+macro_rules! port_keys {
+    ($s:literal) => {
+        [
+            KeySpec {
+                section: $s,
+                key: "count",
+                kind: Kind::Int { min: 0, max: 64 },
+                doc: "exactly this many ports",
+            },
+            KeySpec {
+                section: $s,
+                key: "count_min",
+                kind: Kind::Int { min: 0, max: 64 },
+                doc: "at least this many ports",
+            },
+            KeySpec {
+                section: $s,
+                key: "state",
+                kind: Kind::StrList(STATES),
+                doc: "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]",
+            },
+            KeySpec {
+                section: $s,
+                key: "rate_min_gbps",
+                kind: Kind::Num {
+                    min: 1.0,
+                    max: 2400.0,
+                },
+                doc: "minimum port rate in Gb/s (sysfs rate)",
+            },
+            KeySpec {
+                section: $s,
+                key: "width",
+                kind: Kind::StrList(WIDTHS),
+                doc: "allowed link widths, e.g. [\"4X\"]",
+            },
+            KeySpec {
+                section: $s,
+                key: "speed",
+                kind: Kind::StrList(SPEEDS),
+                doc: "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)",
+            },
+            KeySpec {
+                section: $s,
+                key: "pcie_gen_min",
+                kind: Kind::Int { min: 1, max: 6 },
+                doc: "minimum PCIe generation the HCA's link trained at (current_link_speed)",
+            },
+            KeySpec {
+                section: $s,
+                key: "pcie_width_min",
+                kind: Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
+                doc: "minimum PCIe width the HCA's link trained at (current_link_width)",
+            },
+            KeySpec {
+                section: $s,
+                key: "fw_ver",
+                kind: Kind::StrList(&[]),
+                doc: "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")",
+            },
+            KeySpec {
+                section: $s,
+                key: "all_alike",
+                kind: Kind::Bool,
+                doc: "every port has the same rate, HCA model, firmware and PCIe link",
+            },
+        ]
+    };
+}
+
+const IB_KEYS: [KeySpec; 10] = port_keys!("ib");
+const ROCE_KEYS: [KeySpec; 10] = port_keys!("roce");
+
+const OTHER_KEYS: &[KeySpec] = &[
+    KeySpec {
+        section: "policy",
+        key: "name",
+        kind: Kind::Str(&[]),
+        doc: "the policy's name, shown in reports (default: the file name)",
+    },
+    KeySpec {
+        section: "policy",
+        key: "description",
+        kind: Kind::Str(&[]),
+        doc: "one line saying what kind of node this is",
+    },
+    KeySpec {
+        section: "policy",
+        key: "probe_findings",
+        kind: Kind::Bool,
+        doc: "include every probe's own findings (default true)",
+    },
+    KeySpec {
+        section: "policy",
+        key: "ignore",
+        kind: Kind::StrList(&[]),
+        doc: "finding ids to leave out; \"links.*\" leaves out a whole probe",
+    },
+    KeySpec {
+        section: "host",
+        key: "memlock_unlimited",
+        kind: Kind::Bool,
+        doc: "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited",
+    },
+    KeySpec {
+        section: "host",
+        key: "memlock_min_bytes",
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        doc: "the soft locked-memory limit must be at least this",
+    },
+    KeySpec {
+        section: "host",
+        key: "device_holders_max",
+        kind: Kind::Int { min: 0, max: 100_000 },
+        doc: "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)",
+    },
+    KeySpec {
+        section: "host",
+        key: "kernel",
+        kind: Kind::StrList(&[]),
+        doc: "allowed kernels (prefixes of uname -r)",
+    },
+    KeySpec {
+        section: "host",
+        key: "memory_min_gib",
+        kind: Kind::Int { min: 1, max: 1 << 20 },
+        doc: "minimum memory in GiB",
+    },
+    KeySpec {
+        section: "host",
+        key: "cpu_count_min",
+        kind: Kind::Int { min: 1, max: 1 << 16 },
+        doc: "minimum logical CPUs",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "count",
+        kind: Kind::Int { min: 0, max: 64 },
+        doc: "exactly this many NVIDIA GPUs",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "model",
+        kind: Kind::Str(&[]),
+        doc: "every GPU's NVML name contains this, e.g. \"H100\"",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "driver",
+        kind: Kind::StrList(&[]),
+        doc: "allowed driver versions (prefixes of NVML's driver version)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nvlink_min",
+        kind: Kind::Int { min: 1, max: 18 },
+        doc: "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nic_path_max",
+        kind: Kind::Str(PATH_ORDER),
+        doc: "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)",
+    },
+    KeySpec {
+        section: "gpu",
+        key: "nic_per_gpu",
+        kind: Kind::Bool,
+        doc: "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "gid",
+        kind: Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
+        doc: "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any",
+    },
+    KeySpec {
+        section: "roce",
+        key: "mtu",
+        kind: Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
+        doc: "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "pfc_priorities",
+        kind: Kind::IntList { min: 0, max: 7 },
+        doc: "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "ecn_priorities",
+        kind: Kind::IntList { min: 0, max: 7 },
+        doc: "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "trust",
+        kind: Kind::Str(&["pcp", "dscp"]),
+        doc: "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)",
+    },
+    KeySpec {
+        section: "roce",
+        key: "global_pause",
+        kind: Kind::Bool,
+        doc: "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)",
+    },
+    KeySpec {
+        section: "gdr",
+        key: "ready",
+        kind: Kind::Bool,
+        doc: "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing",
+    },
+    KeySpec {
+        section: "counters",
+        key: "max_per_hour",
+        kind: Kind::CounterRates,
+        doc: "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
+              needs two samples (--interval or --baseline)",
+    },
+];
+
+/// Sections in the order the man page lists them.
+pub const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters"];
+
+/// Every key of the language.
+pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
+    SECTIONS.iter().flat_map(|s| {
+        IB_KEYS
+            .iter()
+            .chain(ROCE_KEYS.iter())
+            .chain(OTHER_KEYS.iter())
+            .filter(move |k| k.section == *s)
+    })
+}
+
+/// Counter names `counters.max_per_hour` accepts: the IB PMA set and the hw counters
+/// fabprobe knows (mlx5 q-counters and congestion counters).
+pub fn counter_names() -> Vec<&'static str> {
+    let mut v = vec![
+        "symbol_error",
+        "link_error_recovery",
+        "link_downed",
+        "port_rcv_errors",
+        "port_rcv_remote_physical_errors",
+        "port_rcv_switch_relay_errors",
+        "port_xmit_discards",
+        "port_xmit_constraint_errors",
+        "port_rcv_constraint_errors",
+        "local_link_integrity_errors",
+        "excessive_buffer_overrun_errors",
+        "VL15_dropped",
+        "port_xmit_wait",
+        "np_cnp_sent",
+        "np_ecn_marked_roce_packets",
+        "rp_cnp_handled",
+        "rp_cnp_ignored",
+        "rx_icrc_encapsulated",
+    ];
+    v.extend_from_slice(crate::sysfs::infiniband::MLX5_Q_COUNTERS);
+    v
+}
+
+/// A parsed policy. Every rule is optional: an unset key checks nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Policy {
+    pub name: String,
+    /// `builtin:<name>` or the file's path.
+    pub source: String,
+    pub description: Option<String>,
+    pub probe_findings: bool,
+    pub ignore: Vec<String>,
+    pub host: HostRules,
+    pub gpu: GpuRules,
+    pub ib: PortRules,
+    pub roce: PortRules,
+    pub roce_qos: RoceRules,
+    pub gdr_ready: Option<bool>,
+    pub counters_max_per_hour: BTreeMap<String, f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HostRules {
+    pub memlock_unlimited: Option<bool>,
+    pub memlock_min_bytes: Option<u64>,
+    pub device_holders_max: Option<u64>,
+    pub kernel: Vec<String>,
+    pub memory_min_gib: Option<u64>,
+    pub cpu_count_min: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuRules {
+    pub count: Option<u64>,
+    pub model: Option<String>,
+    pub driver: Vec<String>,
+    pub nvlink_min: Option<u64>,
+    pub nic_path_max: Option<String>,
+    pub nic_per_gpu: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PortRules {
+    pub count: Option<u64>,
+    pub count_min: Option<u64>,
+    pub state: Vec<String>,
+    pub rate_min_gbps: Option<f64>,
+    pub width: Vec<String>,
+    pub speed: Vec<String>,
+    pub pcie_gen_min: Option<u64>,
+    pub pcie_width_min: Option<u64>,
+    pub fw_ver: Vec<String>,
+    pub all_alike: Option<bool>,
+}
+
+impl PortRules {
+    pub fn is_empty(&self) -> bool {
+        *self == PortRules::default()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoceRules {
+    pub gid: Option<String>,
+    pub mtu: Option<u64>,
+    pub pfc_priorities: Option<Vec<u64>>,
+    pub ecn_priorities: Option<Vec<u64>>,
+    pub trust: Option<String>,
+    pub global_pause: Option<bool>,
+}
+
+/// A policy that could not be read: the file, the line, the key, what is wrong and, for an
+/// unknown key, the nearest valid one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}: {key}: {msg}")]
+pub struct PolicyError {
+    pub file: String,
+    pub line: usize,
+    /// `section.key` (or the section alone).
+    pub key: String,
+    pub msg: String,
+}
+
+/// A value as the walker sees it, with its line.
+struct At<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl At<'_> {
+    fn line(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|b| *b == b'\n')
+            .count()
+            + 1
+    }
+    fn err(&self, offset: usize, key: &str, msg: impl Into<String>) -> PolicyError {
+        PolicyError {
+            file: self.file.to_string(),
+            line: self.line(offset),
+            key: key.to_string(),
+            msg: msg.into(),
+        }
+    }
+}
+
+/// The nearest of `candidates` to `word` (Damerau-Levenshtein), when it is near enough.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    // Ties go to a candidate with the same letters (`PBX` is `PXB` swapped, not `PIX`), then
+    // to one that differs only in case (`4x` is `4X`).
+    let sorted = |s: &str| {
+        let mut v: Vec<char> = s.to_ascii_lowercase().chars().collect();
+        v.sort_unstable();
+        v
+    };
+    let letters = sorted(word);
+    candidates
+        .into_iter()
+        .map(|c| {
+            let d = strsim::damerau_levenshtein(word, c);
+            (d, sorted(c) != letters, !c.eq_ignore_ascii_case(word), c)
+        })
+        .filter(|(d, _, _, c)| *d <= (c.len().max(word.len()) / 3).max(2))
+        .min_by_key(|(d, a, b, _)| (*d, *a, *b))
+        .map(|(_, _, _, c)| c)
+}
+
+fn did_you_mean(s: Option<&str>) -> String {
+    s.map(|s| format!("; did you mean `{s}`?")).unwrap_or_default()
+}
+
+/// A parsed value of a known key.
+enum Val {
+    Bool(bool),
+    Int(i64),
+    Num(f64),
+    Str(String),
+    StrList(Vec<String>),
+    IntList(Vec<i64>),
+    Counters(BTreeMap<String, f64>),
+}
+
+fn type_name(v: &DeValue) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+fn as_int(v: &DeValue) -> Option<i64> {
+    match v {
+        DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).ok(),
+        _ => None,
+    }
+}
+
+fn as_num(v: &DeValue) -> Option<f64> {
+    match v {
+        DeValue::Integer(_) => as_int(v).map(|i| i as f64),
+        DeValue::Float(f) => f.as_str().parse().ok(),
+        _ => None,
+    }
+}
+
+fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> Result<Val, PolicyError> {
+    let wrong = || {
+        at.err(
+            offset,
+            path,
+            format!("expected {}, found {}", kind.describe(), type_name(v)),
+        )
+    };
+    let out_of_range = |shown: String| {
+        at.err(
+            offset,
+            path,
+            format!("impossible value {shown}: expected {}", kind.describe()),
+        )
+    };
+    match kind {
+        Kind::Bool => match v {
+            DeValue::Boolean(b) => Ok(Val::Bool(*b)),
+            _ => Err(wrong()),
+        },
+        Kind::Int { min, max } => {
+            let DeValue::Integer(_) = v else {
+                return Err(wrong());
+            };
+            let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
+            if i < min || i > max {
+                return Err(out_of_range(i.to_string()));
+            }
+            Ok(Val::Int(i))
+        }
+        Kind::IntOneOf(allowed) => {
+            let DeValue::Integer(_) = v else {
+                return Err(wrong());
+            };
+            let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
+            if !allowed.contains(&i) {
+                return Err(out_of_range(i.to_string()));
+            }
+            Ok(Val::Int(i))
+        }
+        Kind::Num { min, max } => {
+            let n = as_num(v).ok_or_else(wrong)?;
+            if !(n >= min && n <= max) {
+                return Err(out_of_range(n.to_string()));
+            }
+            Ok(Val::Num(n))
+        }
+        Kind::Str(allowed) => {
+            let DeValue::String(s) = v else {
+                return Err(wrong());
+            };
+            if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
+                return Err(at.err(
+                    offset,
+                    path,
+                    format!(
+                        "impossible value \"{s}\": expected {}{}",
+                        kind.describe(),
+                        did_you_mean(nearest(s, allowed.iter().copied()))
+                    ),
+                ));
+            }
+            Ok(Val::Str(s.to_string()))
+        }
+        Kind::StrList(allowed) => {
+            let DeValue::Array(a) = v else { return Err(wrong()) };
+            let mut out = Vec::new();
+            for item in a.iter() {
+                let off = item.span().start;
+                let DeValue::String(s) = item.get_ref() else {
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!(
+                            "expected {}, found a list holding {}",
+                            kind.describe(),
+                            type_name(item.get_ref())
+                        ),
+                    ));
+                };
+                if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!(
+                            "impossible value \"{s}\": expected {}{}",
+                            kind.describe(),
+                            did_you_mean(nearest(s, allowed.iter().copied()))
+                        ),
+                    ));
+                }
+                out.push(s.to_string());
+            }
+            if out.is_empty() {
+                return Err(at.err(
+                    offset,
+                    path,
+                    "an empty list allows nothing; leave the key out to check nothing",
+                ));
+            }
+            Ok(Val::StrList(out))
+        }
+        Kind::IntList { min, max } => {
+            let DeValue::Array(a) = v else { return Err(wrong()) };
+            let mut out = Vec::new();
+            for item in a.iter() {
+                let off = item.span().start;
+                let Some(i) = as_int(item.get_ref()) else {
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!(
+                            "expected {}, found a list holding {}",
+                            kind.describe(),
+                            type_name(item.get_ref())
+                        ),
+                    ));
+                };
+                if i < min || i > max {
+                    return Err(at.err(
+                        off,
+                        path,
+                        format!("impossible value {i}: expected {}", kind.describe()),
+                    ));
+                }
+                if out.contains(&i) {
+                    return Err(at.err(off, path, format!("{i} is listed twice")));
+                }
+                out.push(i);
+            }
+            Ok(Val::IntList(out))
+        }
+        Kind::CounterRates => {
+            let DeValue::Table(t) = v else { return Err(wrong()) };
+            let names = counter_names();
+            let mut out = BTreeMap::new();
+            for (k, val) in t.iter() {
+                let name = k.get_ref().as_ref();
+                let kpath = format!("{path}.{name}");
+                if !names.contains(&name) {
+                    return Err(at.err(
+                        k.span().start,
+                        &kpath,
+                        format!(
+                            "unknown counter{}",
+                            did_you_mean(nearest(name, names.iter().copied()))
+                        ),
+                    ));
+                }
+                let n = as_num(val.get_ref()).ok_or_else(|| {
+                    at.err(
+                        val.span().start,
+                        &kpath,
+                        format!(
+                            "expected a number (increase per hour), found {}",
+                            type_name(val.get_ref())
+                        ),
+                    )
+                })?;
+                if !(n >= 0.0 && n.is_finite()) {
+                    return Err(at.err(
+                        val.span().start,
+                        &kpath,
+                        format!("impossible value {n}: expected a number of 0 or more"),
+                    ));
+                }
+                out.insert(name.to_string(), n);
+            }
+            Ok(Val::Counters(out))
+        }
+    }
+}
+
+/// Parse a policy. `file` is what errors name (a path, or `checks/<name>.toml` for a
+/// built-in one); `default_name` is used when `[policy] name` is not set.
+pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result<Policy, PolicyError> {
+    let at = At { file, text };
+    let doc = DeTable::parse(text).map_err(|e| {
+        let off = e.span().map(|s| s.start).unwrap_or(0);
+        at.err(off, "(syntax)", format!("not valid TOML: {}", e.message().trim()))
+    })?;
+    let mut p = Policy {
+        name: default_name.to_string(),
+        source: source.to_string(),
+        probe_findings: true,
+        ..Policy::default()
+    };
+    for (sect, sval) in doc.get_ref().iter() {
+        let sname = sect.get_ref().as_ref();
+        let soff = sect.span().start;
+        if !SECTIONS.contains(&sname) {
+            // A key written at the top level instead of under its section.
+            let home = keys().find(|k| k.key == sname).map(|k| k.section);
+            let msg = match home {
+                Some(h) => format!("`{sname}` belongs under [{h}]"),
+                None => format!(
+                    "unknown section{}",
+                    did_you_mean(nearest(sname, SECTIONS.iter().copied()))
+                ),
+            };
+            return Err(at.err(soff, sname, msg));
+        }
+        let DeValue::Table(t) = sval.get_ref() else {
+            return Err(at.err(
+                soff,
+                sname,
+                format!("expected a table [{sname}], found {}", type_name(sval.get_ref())),
+            ));
+        };
+        for (k, v) in t.iter() {
+            let kname = k.get_ref().as_ref();
+            let path = format!("{sname}.{kname}");
+            let koff = k.span().start;
+            let Some(spec) = keys().find(|s| s.section == sname && s.key == kname) else {
+                let near = nearest(kname, keys().filter(|s| s.section == sname).map(|s| s.key));
+                let elsewhere = keys().find(|s| s.key == kname).map(|s| s.section);
+                // A key that exists as written in another section was put in the wrong one.
+                let msg = match (elsewhere, near) {
+                    (Some(h), _) => format!("unknown key in [{sname}]; `{kname}` belongs under [{h}]"),
+                    (None, Some(n)) => format!("unknown key; did you mean `{n}`?"),
+                    (None, None) => format!(
+                        "unknown key; [{sname}] takes: {}",
+                        keys()
+                            .filter(|s| s.section == sname)
+                            .map(|s| s.key)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                return Err(at.err(koff, &path, msg));
+            };
+            let val = check_value(&at, v.span().start, &path, spec.kind, v.get_ref())?;
+            assign(&mut p, sname, kname, val);
+        }
+    }
+    for (sect, rules) in [("ib", &p.ib), ("roce", &p.roce)] {
+        if let (Some(c), Some(m)) = (rules.count, rules.count_min)
+            && c < m
+        {
+            let off = find_key_offset(text, "count_min");
+            return Err(at.err(
+                off,
+                &format!("{sect}.count_min"),
+                format!("impossible: count = {c} is below count_min = {m}"),
+            ));
+        }
+    }
+    if p.gpu.nic_per_gpu == Some(true) && p.gpu.count == Some(0) {
+        let off = find_key_offset(text, "nic_per_gpu");
+        return Err(at.err(off, "gpu.nic_per_gpu", "impossible with gpu.count = 0"));
+    }
+    Ok(p)
+}
+
+fn find_key_offset(text: &str, key: &str) -> usize {
+    text.find(&format!("\n{key}")).map(|i| i + 1).unwrap_or(0)
+}
+
+fn assign(p: &mut Policy, section: &str, key: &str, v: Val) {
+    let u = |v: &Val| match v {
+        Val::Int(i) => Some(*i as u64),
+        _ => None,
+    };
+    let b = |v: &Val| match v {
+        Val::Bool(b) => Some(*b),
+        _ => None,
+    };
+    let s = |v: &Val| match v {
+        Val::Str(s) => Some(s.clone()),
+        _ => None,
+    };
+    let sl = |v: &Val| match v {
+        Val::StrList(l) => l.clone(),
+        _ => Vec::new(),
+    };
+    let n = |v: &Val| match v {
+        Val::Num(n) => Some(*n),
+        _ => None,
+    };
+    let il = |v: &Val| match v {
+        Val::IntList(l) => Some(l.iter().map(|i| *i as u64).collect()),
+        _ => None,
+    };
+    match (section, key) {
+        ("policy", "name") => p.name = s(&v).unwrap_or_default(),
+        ("policy", "description") => p.description = s(&v),
+        ("policy", "probe_findings") => p.probe_findings = b(&v).unwrap_or(true),
+        ("policy", "ignore") => p.ignore = sl(&v),
+        ("host", "memlock_unlimited") => p.host.memlock_unlimited = b(&v),
+        ("host", "memlock_min_bytes") => p.host.memlock_min_bytes = u(&v),
+        ("host", "device_holders_max") => p.host.device_holders_max = u(&v),
+        ("host", "kernel") => p.host.kernel = sl(&v),
+        ("host", "memory_min_gib") => p.host.memory_min_gib = u(&v),
+        ("host", "cpu_count_min") => p.host.cpu_count_min = u(&v),
+        ("gpu", "count") => p.gpu.count = u(&v),
+        ("gpu", "model") => p.gpu.model = s(&v),
+        ("gpu", "driver") => p.gpu.driver = sl(&v),
+        ("gpu", "nvlink_min") => p.gpu.nvlink_min = u(&v),
+        ("gpu", "nic_path_max") => p.gpu.nic_path_max = s(&v),
+        ("gpu", "nic_per_gpu") => p.gpu.nic_per_gpu = b(&v),
+        ("roce", "gid") => p.roce_qos.gid = s(&v),
+        ("roce", "mtu") => p.roce_qos.mtu = u(&v),
+        ("roce", "pfc_priorities") => p.roce_qos.pfc_priorities = il(&v),
+        ("roce", "ecn_priorities") => p.roce_qos.ecn_priorities = il(&v),
+        ("roce", "trust") => p.roce_qos.trust = s(&v),
+        ("roce", "global_pause") => p.roce_qos.global_pause = b(&v),
+        ("gdr", "ready") => p.gdr_ready = b(&v),
+        ("counters", "max_per_hour") => {
+            if let Val::Counters(c) = v {
+                p.counters_max_per_hour = c;
+            }
+        }
+        ("ib" | "roce", _) => {
+            let r = if section == "ib" { &mut p.ib } else { &mut p.roce };
+            match key {
+                "count" => r.count = u(&v),
+                "count_min" => r.count_min = u(&v),
+                "state" => r.state = sl(&v),
+                "rate_min_gbps" => r.rate_min_gbps = n(&v),
+                "width" => r.width = sl(&v),
+                "speed" => r.speed = sl(&v),
+                "pcie_gen_min" => r.pcie_gen_min = u(&v),
+                "pcie_width_min" => r.pcie_width_min = u(&v),
+                "fw_ver" => r.fw_ver = sl(&v),
+                "all_alike" => r.all_alike = b(&v),
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
+
+/// How `--policy` was resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
+    #[error("cannot read policy {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "no policy named `{name}`{suggestion}; built-in policies: {}",
+        builtin_names()
+    )]
+    Unknown { name: String, suggestion: String },
+}
+
+pub fn builtin_names() -> String {
+    BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// `--policy NAME|FILE`: a path (it exists, has a `/`, or ends in `.toml`) is read; anything
+/// else must be a built-in name.
+pub fn load(arg: &str) -> Result<Policy, LoadError> {
+    let path = Path::new(arg);
+    let looks_like_path = arg.contains('/') || arg.ends_with(".toml") || path.exists();
+    if !looks_like_path {
+        let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == arg) else {
+            return Err(LoadError::Unknown {
+                name: arg.to_string(),
+                suggestion: did_you_mean(nearest(arg, BUILTIN.iter().map(|(n, _)| *n))),
+            });
+        };
+        return Ok(parse(
+            text,
+            &format!("checks/{name}.toml"),
+            name,
+            &format!("builtin:{name}"),
+        )?);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: arg.to_string(),
+        source,
+    })?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| arg.to_string());
+    Ok(parse(&text, arg, &stem, arg)?)
+}
+
+/// The POLICY FILES section of the man page, generated from [`KEYS`].
+pub fn language_doc() -> String {
+    let mut s = String::from("POLICY FILES\n");
+    let intro = format!(
+        "TOML, read strictly: an unknown section or key, a wrong type or an impossible value is \
+         an error naming the file, line and key (with the nearest valid key). Every key is \
+         optional; an unset key checks nothing. Built-in policies (--policy NAME, the files in \
+         checks/): {}. [ib] judges the ports whose link layer is InfiniBand, [roce] those on \
+         Ethernet. A rule that cannot be judged (its data or its probe is missing) gives \
+         check.not_evaluated (warn), never a pass.",
+        builtin_names()
+    );
+    for line in wrap(&intro, 74) {
+        s.push_str(&format!("  {line}\n"));
+    }
+    for sect in SECTIONS {
+        s.push_str(&format!("\n  [{sect}]\n"));
+        for k in keys().filter(|k| k.section == *sect) {
+            let mut first = true;
+            for line in wrap(&k.kind.describe(), 54) {
+                if first {
+                    s.push_str(&format!("    {:<20}{line}\n", k.key));
+                    first = false;
+                } else {
+                    s.push_str(&format!("{:24}{line}\n", ""));
+                }
+            }
+            for line in wrap(k.doc, 52) {
+                s.push_str(&format!("{:26}{line}\n", ""));
+            }
+        }
+    }
+    s
+}
+
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for w in text.split_whitespace() {
+        let cur = lines.last_mut().expect("one line");
+        if !cur.is_empty() && cur.len() + 1 + w.len() > width {
+            lines.push(w.to_string());
+        } else {
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(w);
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> PolicyError {
+        parse(text, "t.toml", "t", "t.toml").unwrap_err()
+    }
+
+    #[test]
+    fn builtin_policies_parse() {
+        for (name, _) in BUILTIN {
+            let p = load(name).unwrap();
+            assert_eq!(p.source, format!("builtin:{name}"));
+            assert_eq!(&p.name, name);
+        }
+        let p = load("dgx-h100").unwrap();
+        assert_eq!(p.gpu.count, Some(8));
+        assert_eq!(p.gpu.nvlink_min, Some(18));
+        assert_eq!(p.ib.count, Some(8));
+        assert_eq!(p.ib.rate_min_gbps, Some(400.0));
+        assert_eq!(p.ib.pcie_gen_min, Some(5));
+        assert_eq!(p.ib.pcie_width_min, Some(16));
+        assert_eq!(p.gpu.nic_path_max.as_deref(), Some("PXB"));
+        let r = load("roce-dcqcn").unwrap();
+        assert_eq!(r.roce_qos.pfc_priorities, Some(vec![3]));
+        assert_eq!(r.roce_qos.gid.as_deref(), Some("ipv4-v2"));
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_key_and_the_nearest() {
+        let e = err("# c\n[ib]\ncount = 8\nrate_mn_gbps = 400\n");
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("t.toml", 4, "ib.rate_mn_gbps")
+        );
+        assert!(e.msg.contains("did you mean `rate_min_gbps`"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "t.toml:4: ib.rate_mn_gbps: unknown key; did you mean `rate_min_gbps`?"
+        );
+        let e = err("[gpus]\ncount = 8\n");
+        assert!(e.msg.contains("did you mean `gpu`"), "{e}");
+        assert_eq!(e.line, 1);
+        let e = err("[ib]\nnvlink_min = 18\n");
+        assert!(e.msg.contains("belongs under [gpu]"), "{e}");
+        let e = err("[counters.max_per_hour]\nsymbol_errors = 3\n");
+        assert_eq!(e.key, "counters.max_per_hour.symbol_errors");
+        assert!(e.msg.contains("did you mean `symbol_error`"), "{e}");
+        assert_eq!(e.line, 2);
+    }
+
+    #[test]
+    fn wrong_type_and_impossible_values() {
+        let e = err("[gpu]\n\ncount = \"8\"\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "gpu.count"));
+        assert!(
+            e.msg.contains("expected an integer from 0 to 64, found a string"),
+            "{e}"
+        );
+        let e = err("[ib]\npcie_width_min = 12\n");
+        assert!(e.msg.contains("impossible value 12"), "{e}");
+        let e = err("[ib]\nrate_min_gbps = -5\n");
+        assert!(e.msg.contains("impossible value -5"), "{e}");
+        let e = err("[ib]\nwidth = [\"4x\"]\n");
+        assert!(e.msg.contains("did you mean `4X`"), "{e}");
+        let e = err("[gpu]\nnic_path_max = \"PBX\"\n");
+        assert!(e.msg.contains("did you mean `PXB`"), "{e}");
+        let e = err("[roce]\npfc_priorities = [3, 9]\n");
+        assert!(e.msg.contains("impossible value 9"), "{e}");
+        let e = err("[ib]\ncount = 4\ncount_min = 8\n");
+        assert_eq!((e.line, e.key.as_str()), (3, "ib.count_min"));
+        let e = err("[ib]\nstate = []\n");
+        assert!(e.msg.contains("empty list"), "{e}");
+        let e = err("[ib\ncount = 1\n");
+        assert!(e.msg.contains("not valid TOML"), "{e}");
+        let e = err("gpu = 3\n");
+        assert!(e.msg.contains("expected a table"), "{e}");
+        let e = err("nvlink_min = 3\n");
+        assert!(e.msg.contains("belongs under [gpu]"), "{e}");
+    }
+
+    #[test]
+    fn unknown_builtin_name_is_suggested() {
+        let e = load("dgx-h10").unwrap_err().to_string();
+        assert!(e.contains("did you mean `dgx-h100`"), "{e}");
+    }
+
+    #[test]
+    fn every_key_is_documented_in_the_language_section() {
+        let doc = language_doc();
+        for k in keys() {
+            assert!(doc.contains(&format!("    {:<20}", k.key)), "{} missing", k.key);
+        }
+        for s in SECTIONS {
+            assert!(doc.contains(&format!("[{s}]")));
+        }
+    }
+}

@@ -1,0 +1,1520 @@
+//! `check`: every local probe, the host facts, and a policy, into one ranked list of
+//! findings and the fingerprint `sweep` compares across nodes.
+//!
+//! Adding a probe is one line in [`PROBES`] (plus the field it fills in [`Collected`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::policy::{PATH_ORDER, Policy, PortRules};
+use super::{Finding, Severity};
+use crate::host::facts::RLimit;
+use crate::host::{FactsState, Host};
+use crate::probe::gdr::{GdrReport, Verdict as GdrVerdict};
+use crate::probe::gids::GidsReport;
+use crate::probe::links::{LinkDevice, LinkPort, LinksReport, SampleInfo};
+use crate::probe::qos::{QosIf, QosReport};
+use crate::probe::topo::TopoReport;
+use crate::probe::{gdr, gids, links, qos, topo};
+use crate::sysfs::net as netfs;
+
+/// How the links probe gets its second sample (for counter rates).
+#[derive(Default)]
+pub struct Sampling {
+    /// Sample the live host twice, this far apart.
+    pub interval: Option<Duration>,
+    /// An earlier snapshot of the same host, and how it was named.
+    pub baseline: Option<(Host, String)>,
+}
+
+/// What the probes reported; `None` for a probe that did not run.
+#[derive(Default)]
+pub struct Collected {
+    pub topo: Option<TopoReport>,
+    pub gids: Option<GidsReport>,
+    pub links: Option<LinksReport>,
+    pub gdr: Option<GdrReport>,
+    pub qos: Option<QosReport>,
+    /// The netdev MTU of each RoCE interface the qos probe found, by ifname.
+    pub netdev_mtu: BTreeMap<String, Option<u32>>,
+    pub facts: Option<FactsState>,
+    pub driver_version: Option<String>,
+    /// With `--interval`: the first sample of the counters, taken before the one sleep.
+    first: Option<FirstSample>,
+}
+
+struct FirstSample {
+    links: LinksReport,
+    qos: QosReport,
+    at: std::time::Instant,
+}
+
+pub struct ProbeEntry {
+    pub name: &'static str,
+    pub run: fn(&Host, &Sampling, &mut Collected) -> Vec<Finding>,
+}
+
+/// Every local probe `check` runs, in order. A new probe is one line here.
+pub const PROBES: &[ProbeEntry] = &[
+    ProbeEntry {
+        name: "topo",
+        run: run_topo,
+    },
+    ProbeEntry {
+        name: "gids",
+        run: run_gids,
+    },
+    ProbeEntry {
+        name: "links",
+        run: run_links,
+    },
+    ProbeEntry {
+        name: "gdr",
+        run: run_gdr,
+    },
+    ProbeEntry {
+        name: "qos",
+        run: run_qos,
+    },
+    ProbeEntry {
+        name: "host",
+        run: run_host,
+    },
+];
+
+fn run_topo(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let r = topo::probe(h);
+    let f = topo::judge(&r);
+    c.topo = Some(r);
+    f
+}
+
+fn run_gids(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let r = gids::probe(h, &gids::env_of(h));
+    let f = gids::findings(&r);
+    c.gids = Some(r);
+    f
+}
+
+fn run_links(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let mut r = links::probe(h);
+    if let Some((base, name)) = &s.baseline {
+        let before = links::probe(base);
+        let interval_s = links::seconds_between(
+            base.meta().captured_at.as_deref(),
+            h.meta().captured_at.as_deref(),
+        );
+        let info = SampleInfo {
+            kind: "baseline".into(),
+            baseline: name.clone(),
+            interval_s,
+        };
+        links::apply_deltas(&mut r, &before, info);
+    } else if let Some(first) = &c.first {
+        let info = SampleInfo {
+            kind: "interval".into(),
+            baseline: "live".into(),
+            interval_s: Some(first.at.elapsed().as_secs_f64()),
+        };
+        links::apply_deltas(&mut r, &first.links, info);
+    }
+    let f = links::findings(&r);
+    c.links = Some(r);
+    f
+}
+
+fn run_gdr(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let r = gdr::probe(h);
+    let f = gdr::findings(&r);
+    c.gdr = Some(r);
+    f
+}
+
+fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let mut r = qos::probe(h);
+    if let Some((base, name)) = &s.baseline {
+        let before = qos::probe(base);
+        let interval_s = links::seconds_between(
+            base.meta().captured_at.as_deref(),
+            h.meta().captured_at.as_deref(),
+        );
+        let sample = qos::Sample {
+            kind: "baseline".into(),
+            baseline: name.clone(),
+            interval_s,
+        };
+        qos::apply_deltas(&mut r, &before, sample);
+    } else if let Some(first) = &c.first {
+        let sample = qos::Sample {
+            kind: "interval".into(),
+            baseline: "live".into(),
+            interval_s: Some(first.at.elapsed().as_secs_f64()),
+        };
+        qos::apply_deltas(&mut r, &first.qos, sample);
+    }
+    for i in &r.interfaces {
+        c.netdev_mtu
+            .insert(i.ifname.clone(), netfs::read_mtu(h, &i.ifname));
+    }
+    let f = qos::findings(&r);
+    c.qos = Some(r);
+    f
+}
+
+/// The host facts' own findings: leftover device holders and a small memlock limit.
+fn run_host(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let state = h.facts().clone();
+    c.driver_version = h.nvml().facts().and_then(|n| n.driver_version.clone());
+    let f = host_findings(&state);
+    c.facts = Some(state);
+    f
+}
+
+pub fn host_findings(state: &FactsState) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let f = match state {
+        FactsState::Available(f) => f,
+        FactsState::Unavailable { reason } => {
+            out.push(
+                Finding::new(
+                    "host.facts_unavailable",
+                    Severity::Warn,
+                    "host",
+                    format!("host facts unavailable: {reason}"),
+                )
+                .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
+            );
+            return out;
+        }
+    };
+    if !f.device_holders.is_empty() {
+        let list: Vec<Value> = f
+            .device_holders
+            .iter()
+            .map(|h| json!({"pid": h.pid, "comm": h.comm, "devices": h.devices}))
+            .collect();
+        let names: Vec<String> = f
+            .device_holders
+            .iter()
+            .map(|h| format!("{} ({})", h.pid, h.comm.as_deref().unwrap_or("?")))
+            .collect();
+        out.push(
+            Finding::new(
+                "host.device_holders",
+                Severity::Warn,
+                "host",
+                format!(
+                    "{} process(es) hold GPU or RDMA device files: {}",
+                    f.device_holders.len(),
+                    names.join(", ")
+                ),
+            )
+            .evidence("holders", list)
+            .fix("if no job should be running, these are a crashed job's leftovers: end them (kill PID) or reboot before the next job"),
+        );
+    }
+    if f.processes_unreadable > 0 {
+        out.push(
+            Finding::new(
+                "host.device_holders_unknown",
+                Severity::Warn,
+                "host",
+                format!(
+                    "{} processes' open files could not be read; device holders may be missing",
+                    f.processes_unreadable
+                ),
+            )
+            .evidence("processes_unreadable", f.processes_unreadable)
+            .fix("run fabprobe check as root to see every process"),
+        );
+    }
+    if let Some(m) = f.memlock
+        && m.soft != RLimit::Unlimited
+    {
+        out.push(
+            Finding::new(
+                "host.memlock_limited",
+                Severity::Warn,
+                "host",
+                format!("locked-memory limit is {}; RDMA memory registration of large buffers fails", m.soft.show()),
+            )
+            .evidence("memlock_soft", serde_json::to_value(m.soft).unwrap_or(Value::Null))
+            .evidence("memlock_hard", serde_json::to_value(m.hard).unwrap_or(Value::Null))
+            .fix("set `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for slurmd/containers (docker --ulimit memlock=-1)"),
+        );
+    }
+    out
+}
+
+/// The `check` report (`data` of the `fabprobe.check` envelope).
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    /// pass | warn | fail: the worst finding.
+    pub verdict: Severity,
+    pub policy: PolicyRef,
+    pub counts: Counts,
+    pub probes: Vec<ProbeRun>,
+    pub facts: FactsState,
+    /// What should be uniform across a fleet; `sweep` compares these key by key.
+    pub fingerprint: BTreeMap<String, Value>,
+    /// Present when counter rates could be judged.
+    pub sample: Option<SampleInfo>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PolicyRef {
+    pub name: String,
+    pub source: String,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Counts {
+    pub fail: usize,
+    pub warn: usize,
+    pub pass: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProbeRun {
+    pub name: String,
+    /// Findings the probe itself raised.
+    pub findings: usize,
+}
+
+/// Run every probe, judge the policy, rank the findings.
+pub fn run(host: &Host, policy: &Policy, sampling: &Sampling) -> (CheckReport, Vec<Finding>) {
+    let mut c = Collected::default();
+    // One sleep for every counter (links and qos), not one per probe.
+    if let (Some(d), None) = (sampling.interval, &sampling.baseline) {
+        let l = links::probe(host);
+        if l.rdma.devices_found {
+            let q = qos::probe(host);
+            let at = std::time::Instant::now();
+            std::thread::sleep(d);
+            c.first = Some(FirstSample { links: l, qos: q, at });
+        }
+    }
+    let mut probe_findings = Vec::new();
+    let mut probes = Vec::new();
+    for p in PROBES {
+        let f = (p.run)(host, sampling, &mut c);
+        probes.push(ProbeRun {
+            name: p.name.into(),
+            findings: f.len(),
+        });
+        probe_findings.extend(f);
+    }
+    let mut findings = judge(&c, policy);
+    if policy.probe_findings {
+        findings.extend(probe_findings);
+    }
+    findings.retain(|f| !ignored(&policy.ignore, &f.id));
+    rank(&mut findings);
+    let counts = Counts {
+        fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
+        warn: findings.iter().filter(|f| f.severity == Severity::Warn).count(),
+        pass: findings.iter().filter(|f| f.severity == Severity::Pass).count(),
+    };
+    let report = CheckReport {
+        verdict: super::worst(&findings),
+        policy: PolicyRef {
+            name: policy.name.clone(),
+            source: policy.source.clone(),
+            description: policy.description.clone(),
+        },
+        counts,
+        probes,
+        fingerprint: fingerprint(host, &c, policy),
+        sample: c.links.as_ref().and_then(|l| l.sample.clone()),
+        facts: c.facts.take().unwrap_or(FactsState::Unavailable {
+            reason: "the host probe did not run".into(),
+        }),
+    };
+    (report, findings)
+}
+
+fn ignored(patterns: &[String], id: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => id.starts_with(prefix),
+        None => p == id,
+    })
+}
+
+/// Fail before warn before pass; policy verdicts before probe findings (they are what the
+/// node was certified against); then as found.
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by_key(|f| (std::cmp::Reverse(f.severity), !f.id.starts_with("policy.")));
+}
+
+fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
+    let why = why.into();
+    Finding::new(
+        "check.not_evaluated",
+        Severity::Warn,
+        key,
+        format!("{key} not evaluated: {why}"),
+    )
+    .evidence("key", key)
+    .evidence("reason", why)
+}
+
+fn violation(key: &str, subject: impl Into<String>, msg: impl Into<String>) -> Finding {
+    Finding::new(&format!("policy.{key}"), Severity::Fail, subject, msg)
+}
+
+fn rank_of_cell(cell: &str) -> Option<usize> {
+    if cell == "X" {
+        return Some(0);
+    }
+    if cell.starts_with("NV") {
+        return Some(0);
+    }
+    PATH_ORDER.iter().position(|c| *c == cell).map(|i| i + 1)
+}
+
+/// Judge the collected reports against a policy: `policy.<section>.<key>` fail findings for
+/// what the node breaks, `check.not_evaluated` warnings for what could not be seen.
+pub fn judge(c: &Collected, p: &Policy) -> Vec<Finding> {
+    let mut out = Vec::new();
+    judge_host(c, p, &mut out);
+    judge_gpu(c, p, &mut out);
+    if let Some(l) = &c.links {
+        judge_ports(l, "ib", "InfiniBand", &p.ib, &mut out);
+        judge_ports(l, "roce", "Ethernet", &p.roce, &mut out);
+        judge_counters(l, p, &mut out);
+    }
+    judge_roce(c, p, &mut out);
+    if let Some(want) = p.gdr_ready {
+        judge_gdr(c, want, &mut out);
+    }
+    out
+}
+
+/// `[gdr] ready`: every pair NCCL would use (each GPU with its nearest NICs) has GPUDirect
+/// RDMA on (peer memory, or DMA-BUF possible) and no ACS redirect between the two.
+fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
+    let Some(r) = &c.gdr else {
+        out.push(not_evaluated("gdr.ready", "the gdr probe did not run"));
+        return;
+    };
+    if !want {
+        // `ready = false` asks for nothing (a node that does not use GDR).
+        return;
+    }
+    let used: Vec<_> = r.pairs.iter().filter(|x| x.nccl_nearest).collect();
+    if used.is_empty() {
+        let f = violation(
+            "gdr.ready",
+            "host",
+            format!(
+                "no GPU-NIC pair for GPUDirect RDMA ({} GPUs, {} RDMA NICs)",
+                r.gpus.len(),
+                r.nics.len()
+            ),
+        )
+        .evidence("gpus", r.gpus.len())
+        .evidence("nics", r.nics.len())
+        .fix("GDR needs NVIDIA GPUs and RDMA NICs on the same host: check `fabprobe topo`");
+        out.push(f);
+        return;
+    }
+    for x in used {
+        let subject = format!("{}-{}", x.gpu, x.nic);
+        let path = x.path.map(|p| p.as_str()).unwrap_or("?");
+        match x.verdict {
+            None | Some(GdrVerdict::Unknown) => out.push(not_evaluated(
+                "gdr.ready",
+                format!("{subject}: peer memory not visible (no /sys/module) and no DMA-BUF path"),
+            )),
+            Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
+                let why = if v == GdrVerdict::OffDistance {
+                    format!(
+                        "the path {path} is farther than NCCL_NET_GDR_LEVEL={}",
+                        r.nccl_net_gdr_level.level.as_str()
+                    )
+                } else {
+                    "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
+                };
+                out.push(
+                    violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
+                        .evidence("verdict", v.as_str())
+                        .evidence("path", path)
+                        .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
+                        .evidence("dmabuf_possible", r.dmabuf.possible)
+                        .fix("see the gdr.* finding for this pair, or `fabprobe gdr`"),
+                );
+            }
+            Some(_) if x.acs_redirect => out.push(
+                violation(
+                    "gdr.ready",
+                    &subject,
+                    format!("ACS redirects peer-to-peer traffic between {subject} through the root complex"),
+                )
+                .evidence("bridges_between", x.bridges_between.join(" "))
+                .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
+    let r = &p.host;
+    let any = r.memlock_unlimited.is_some()
+        || r.memlock_min_bytes.is_some()
+        || r.device_holders_max.is_some()
+        || !r.kernel.is_empty()
+        || r.memory_min_gib.is_some()
+        || r.cpu_count_min.is_some();
+    if !any {
+        return;
+    }
+    let Some(FactsState::Available(f)) = &c.facts else {
+        let why = match &c.facts {
+            Some(FactsState::Unavailable { reason }) => reason.clone(),
+            _ => "the host probe did not run".into(),
+        };
+        out.push(not_evaluated("host", why));
+        return;
+    };
+    let memlock = f.memlock.map(|m| m.soft);
+    if r.memlock_unlimited == Some(true) {
+        match memlock {
+            None => out.push(not_evaluated("host.memlock_unlimited", "the memlock limit was not read")),
+            Some(RLimit::Unlimited) => {}
+            Some(s) => out.push(
+                violation("host.memlock_unlimited", "host", format!("locked-memory limit is {}, not unlimited", s.show()))
+                    .evidence("memlock_soft", serde_json::to_value(s).unwrap_or(Value::Null))
+                    .fix("set `* - memlock unlimited` in /etc/security/limits.conf and LimitMEMLOCK=infinity in slurmd's unit; restart slurmd"),
+            ),
+        }
+    }
+    if let Some(min) = r.memlock_min_bytes {
+        match memlock {
+            None => out.push(not_evaluated(
+                "host.memlock_min_bytes",
+                "the memlock limit was not read",
+            )),
+            Some(s) if !s.at_least(min) => out.push(
+                violation(
+                    "host.memlock_min_bytes",
+                    "host",
+                    format!("locked-memory limit {} is below {min} bytes", s.show()),
+                )
+                .evidence("memlock_soft", serde_json::to_value(s).unwrap_or(Value::Null))
+                .evidence("memlock_min_bytes", min)
+                .fix("raise memlock in /etc/security/limits.conf (and LimitMEMLOCK for slurmd)"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(max) = r.device_holders_max
+        && f.device_holders.len() as u64 > max
+    {
+        let pids: Vec<String> = f
+            .device_holders
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} {} {}",
+                    h.pid,
+                    h.comm.as_deref().unwrap_or("?"),
+                    h.devices.join(",")
+                )
+            })
+            .collect();
+        out.push(
+            violation(
+                "host.device_holders_max",
+                "host",
+                format!("{} processes hold GPU/RDMA device files, at most {max} allowed", f.device_holders.len()),
+            )
+            .evidence("holders", pids)
+            .fix("end the leftover processes (kill PID) or reboot; find them again with `fuser -v /dev/nvidia* /dev/infiniband/uverbs*`"),
+        );
+    }
+    if !r.kernel.is_empty() {
+        match &f.kernel {
+            None => out.push(not_evaluated("host.kernel", "the kernel release was not read")),
+            Some(k) if !r.kernel.iter().any(|p| k.starts_with(p.as_str())) => out.push(
+                violation(
+                    "host.kernel",
+                    "host",
+                    format!("kernel {k} is not one of the allowed {}", r.kernel.join(", ")),
+                )
+                .evidence("kernel", k.as_str())
+                .evidence("allowed", r.kernel.clone())
+                .fix("boot the fleet's kernel (check the GRUB default and the last kernel update)"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(min) = r.memory_min_gib {
+        match f.memory_total_bytes {
+            None => out.push(not_evaluated("host.memory_min_gib", "total memory was not read")),
+            Some(b) if b < min << 30 => out.push(
+                violation(
+                    "host.memory_min_gib",
+                    "host",
+                    format!("{} GiB of memory, below {min} GiB", b >> 30),
+                )
+                .evidence("memory_total_bytes", b)
+                .fix("a DIMM is missing or failed: check `dmidecode -t memory` and the BMC's event log"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(min) = r.cpu_count_min {
+        match f.cpu_count {
+            None => out.push(not_evaluated("host.cpu_count_min", "the CPU count was not read")),
+            Some(n) if (n as u64) < min => out.push(
+                violation("host.cpu_count_min", "host", format!("{n} logical CPUs, below {min}"))
+                    .evidence("cpu_count", n)
+                    .fix("check BIOS settings (SMT/hyper-threading, a disabled socket) and the kernel command line (maxcpus, nosmt)"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
+    let r = &p.gpu;
+    let Some(t) = &c.topo else {
+        if *r != Default::default() {
+            out.push(not_evaluated("gpu", "the topo probe did not run"));
+        }
+        return;
+    };
+    if let Some(n) = r.count
+        && t.gpus.len() as u64 != n
+    {
+        let ids: Vec<&str> = t.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
+        out.push(
+            violation("gpu.count", "GPUs", format!("{} GPUs found, {n} expected", t.gpus.len()))
+                .evidence("found", t.gpus.len())
+                .evidence("expected", n)
+                .evidence("pci_bus_ids", ids)
+                .fix("a GPU fell off the bus or was not enumerated: check `dmesg | grep -i -e NVRM -e Xid`, `lspci -d 10de:`, reseat or RMA"),
+        );
+    }
+    if let Some(model) = &r.model {
+        for g in &t.gpus {
+            match &g.name {
+                None => {
+                    out.push(not_evaluated(
+                        "gpu.model",
+                        format!("{}: no GPU name (NVML unavailable)", g.label),
+                    ));
+                    break;
+                }
+                Some(name) if !name.contains(model.as_str()) => out.push(
+                    violation(
+                        "gpu.model",
+                        &g.label,
+                        format!("{} is a {name}, not {model}", g.label),
+                    )
+                    .evidence("name", name.as_str())
+                    .evidence("pci_bus_id", g.pci_bus_id.as_str()),
+                ),
+                _ => {}
+            }
+        }
+    }
+    if !r.driver.is_empty() {
+        match &c.driver_version {
+            None => out.push(not_evaluated(
+                "gpu.driver",
+                "no driver version (NVML unavailable)",
+            )),
+            Some(v) if !r.driver.iter().any(|p| v.starts_with(p.as_str())) => out.push(
+                violation(
+                    "gpu.driver",
+                    "driver",
+                    format!("driver {v} is not one of the allowed {}", r.driver.join(", ")),
+                )
+                .evidence("driver_version", v.as_str())
+                .fix("install the fleet's driver version"),
+            ),
+            _ => {}
+        }
+    }
+    let idx = |label: &str| t.labels.iter().position(|l| l == label);
+    if let Some(min) = r.nvlink_min {
+        if !t.nvlink_available {
+            out.push(not_evaluated(
+                "gpu.nvlink_min",
+                t.nvlink_unavailable_reason
+                    .clone()
+                    .unwrap_or_else(|| "NVLink data unavailable".into()),
+            ));
+        } else {
+            for (a, ga) in t.gpus.iter().enumerate() {
+                for gb in &t.gpus[a + 1..] {
+                    let (Some(i), Some(j)) = (idx(&ga.label), idx(&gb.label)) else {
+                        continue;
+                    };
+                    let cell = t
+                        .matrix
+                        .get(i)
+                        .and_then(|row| row.get(j))
+                        .map(String::as_str)
+                        .unwrap_or("");
+                    let n: u64 = cell.strip_prefix("NV").and_then(|x| x.parse().ok()).unwrap_or(0);
+                    if n < min {
+                        out.push(
+                            violation("gpu.nvlink_min", format!("{}-{}", ga.label, gb.label), format!("{}-{} is {cell}, at least NV{min} expected", ga.label, gb.label))
+                                .evidence("cell", cell)
+                                .evidence("nvlink_min", min)
+                                .fix("an NVLink is down: `nvidia-smi nvlink -s`, check Xid 74/NVLink errors in dmesg, the Fabric Manager service (nv-fabricmanager) and NVSwitch health"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // GPU -> NICs within the allowed path type.
+    let max_rank = r
+        .nic_path_max
+        .as_deref()
+        .and_then(rank_of_cell)
+        .unwrap_or(usize::MAX);
+    let near: Vec<Vec<usize>> = t
+        .gpus
+        .iter()
+        .map(|g| {
+            let Some(i) = idx(&g.label) else { return Vec::new() };
+            t.nics
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| {
+                    idx(&n.label)
+                        .and_then(|j| t.matrix.get(i)?.get(j))
+                        .and_then(|c| rank_of_cell(c))
+                        .is_some_and(|r| r <= max_rank)
+                })
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .collect();
+    if let Some(max) = &r.nic_path_max {
+        for (g, n) in t.gpus.iter().zip(&near) {
+            if n.is_empty() {
+                let best = idx(&g.label)
+                    .and_then(|i| {
+                        t.nics
+                            .iter()
+                            .filter_map(|nic| {
+                                let c = t.matrix.get(i)?.get(idx(&nic.label)?)?;
+                                Some((
+                                    rank_of_cell(c).unwrap_or(usize::MAX),
+                                    format!("{} {c}", nic.ibdev),
+                                ))
+                            })
+                            .min()
+                    })
+                    .map(|(_, s)| s)
+                    .unwrap_or_else(|| "no RDMA NIC".into());
+                out.push(
+                    violation("gpu.nic_path_max", &g.label, format!("{} has no RDMA NIC at {max} or nearer (nearest: {best})", g.label))
+                        .evidence("nearest", best)
+                        .evidence("nic_path_max", max.as_str())
+                        .fix("traffic from this GPU crosses the CPU: check that the NIC behind its PCIe switch is present and bound to its driver (lspci, dmesg mlx5)"),
+                );
+            }
+        }
+    }
+    if r.nic_per_gpu == Some(true) {
+        let matched = matching(&near, t.nics.len());
+        if matched < t.gpus.len() {
+            out.push(
+                violation(
+                    "gpu.nic_per_gpu",
+                    "GPUs",
+                    format!(
+                        "only {matched} of {} GPUs can have a NIC of their own{}",
+                        t.gpus.len(),
+                        r.nic_path_max.as_deref().map(|m| format!(" at {m} or nearer")).unwrap_or_default()
+                    ),
+                )
+                .evidence("gpus", t.gpus.len())
+                .evidence("nics", t.nics.len())
+                .evidence("matched", matched)
+                .fix("a NIC is missing or on the wrong PCIe switch: compare `fabprobe topo` with the platform's wiring"),
+            );
+        }
+    }
+}
+
+/// Size of a maximum one-to-one matching of GPUs to NICs (Kuhn's augmenting paths).
+fn matching(near: &[Vec<usize>], nics: usize) -> usize {
+    fn try_gpu(g: usize, near: &[Vec<usize>], seen: &mut [bool], owner: &mut [Option<usize>]) -> bool {
+        for &n in &near[g] {
+            if n >= seen.len() || seen[n] {
+                continue;
+            }
+            seen[n] = true;
+            if owner[n].is_none_or(|o| try_gpu(o, near, seen, owner)) {
+                owner[n] = Some(g);
+                return true;
+            }
+        }
+        false
+    }
+    let mut owner = vec![None; nics];
+    (0..near.len())
+        .filter(|&g| try_gpu(g, near, &mut vec![false; nics], &mut owner))
+        .count()
+}
+
+fn ports_of<'a>(l: &'a LinksReport, layer: &str) -> Vec<(&'a LinkDevice, &'a LinkPort)> {
+    l.devices
+        .iter()
+        .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+        .filter(|(_, p)| p.link_layer.as_deref() == Some(layer))
+        .collect()
+}
+
+fn subject(d: &LinkDevice, p: &LinkPort) -> String {
+    format!("{}/{}", d.name, p.port)
+}
+
+/// One field `all_alike` compares, read from a port and its device.
+type PortField = fn(&LinkDevice, &LinkPort) -> Option<String>;
+
+fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mut Vec<Finding>) {
+    if r.is_empty() {
+        return;
+    }
+    let ports = ports_of(l, layer);
+    let names: Vec<String> = ports.iter().map(|(d, p)| subject(d, p)).collect();
+    let key = |k: &str| format!("{sect}.{k}");
+    if let Some(n) = r.count
+        && ports.len() as u64 != n
+    {
+        out.push(
+            violation(&key("count"), format!("{layer} ports"), format!("{} {layer} ports found, {n} expected", ports.len()))
+                .evidence("found", names.clone())
+                .evidence("expected", n)
+                .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -d 15b3:`, `mlxconfig -d DEV q LINK_TYPE_P1`, dmesg mlx5"),
+        );
+    }
+    if let Some(n) = r.count_min
+        && (ports.len() as u64) < n
+    {
+        out.push(
+            violation(
+                &key("count_min"),
+                format!("{layer} ports"),
+                format!("{} {layer} ports found, at least {n} expected", ports.len()),
+            )
+            .evidence("found", names.clone())
+            .evidence("count_min", n),
+        );
+    }
+    for (d, p) in &ports {
+        let s = subject(d, p);
+        if !r.state.is_empty() {
+            let st = p.state.as_ref().map(|x| x.name.as_str()).unwrap_or("unknown");
+            if !r.state.iter().any(|x| x == st) {
+                out.push(
+                    violation(&key("state"), &s, format!("{s} is {st}, expected {}", r.state.join(" or ")))
+                        .evidence("state", st)
+                        .evidence("phys_state", p.phys_state.as_ref().map(|x| x.name.clone()))
+                        .fix("check the cable and the switch port (ibstat, ibportstate); Polling means no link partner, INIT/ARMED means no subnet manager has configured it"),
+                );
+            }
+        }
+        let rate = p.rate.as_ref();
+        if let Some(min) = r.rate_min_gbps {
+            match rate {
+                None => out.push(not_evaluated(&key("rate_min_gbps"), format!("{s}: no rate attribute"))),
+                Some(rt) if rt.gbps < min => out.push(
+                    violation(&key("rate_min_gbps"), &s, format!("{s} runs at {}, below {min} Gb/s", rt.raw))
+                        .evidence("rate", rt.raw.as_str())
+                        .evidence("rate_min_gbps", min)
+                        .fix("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings and `mlxlink -d DEV`"),
+                ),
+                _ => {}
+            }
+        }
+        if !r.width.is_empty() {
+            let w = rate.and_then(|x| x.lanes).map(|n| format!("{n}X"));
+            match w {
+                None => out.push(not_evaluated(
+                    &key("width"),
+                    format!("{s}: no width in the rate attribute"),
+                )),
+                Some(w) if !r.width.contains(&w) => out.push(
+                    violation(
+                        &key("width"),
+                        &s,
+                        format!("{s} is {w} wide, expected {}", r.width.join(" or ")),
+                    )
+                    .evidence("rate", rate.map(|x| x.raw.clone()))
+                    .fix("a lane is down: reseat or replace the cable; `mlxlink -d DEV` shows lane errors"),
+                ),
+                _ => {}
+            }
+        }
+        if !r.speed.is_empty() {
+            match rate.and_then(|x| x.speed_name()) {
+                None => out.push(not_evaluated(
+                    &key("speed"),
+                    format!("{s}: no lane speed in the rate attribute"),
+                )),
+                Some(sp) if !r.speed.iter().any(|x| x == sp) => out.push(
+                    violation(
+                        &key("speed"),
+                        &s,
+                        format!("{s} runs at {sp}, expected {}", r.speed.join(" or ")),
+                    )
+                    .evidence("rate", rate.map(|x| x.raw.clone()))
+                    .fix("the link trained at a lower speed: check the cable's rating and the switch port"),
+                ),
+                _ => {}
+            }
+        }
+        let link = d.attrs.pci_link.as_ref();
+        if let Some(min) = r.pcie_gen_min {
+            match link.and_then(|l| l.current_speed.as_ref()) {
+                None => out.push(not_evaluated(
+                    &key("pcie_gen_min"),
+                    format!("{}: no current_link_speed", d.name),
+                )),
+                Some(sp) if sp.generation.map(u64::from).unwrap_or(0) < min => out.push(
+                    violation(
+                        &key("pcie_gen_min"),
+                        &s,
+                        format!("{}'s PCIe link runs at {}, below Gen{min}", d.name, sp.raw),
+                    )
+                    .evidence("current_link_speed", sp.raw.as_str())
+                    .evidence("pcie_gen_min", min)
+                    .fix(
+                        "reseat the adapter; check the slot's BIOS PCIe speed setting and `lspci -vv` LnkSta",
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        if let Some(min) = r.pcie_width_min {
+            match link.and_then(|l| l.current_width) {
+                None => out.push(not_evaluated(
+                    &key("pcie_width_min"),
+                    format!("{}: no current_link_width", d.name),
+                )),
+                Some(w) if (w as u64) < min => out.push(
+                    violation(
+                        &key("pcie_width_min"),
+                        &s,
+                        format!("{}'s PCIe link is x{w}, below x{min}", d.name),
+                    )
+                    .evidence("current_link_width", w)
+                    .evidence("pcie_width_min", min)
+                    .fix("reseat the adapter or move it to a x16 slot; check `lspci -vv` LnkSta"),
+                ),
+                _ => {}
+            }
+        }
+        if !r.fw_ver.is_empty() {
+            match &d.attrs.fw_ver {
+                None => out.push(not_evaluated(&key("fw_ver"), format!("{}: no fw_ver", d.name))),
+                Some(v) if !r.fw_ver.iter().any(|x| v.starts_with(x.as_str())) => out.push(
+                    violation(
+                        &key("fw_ver"),
+                        &s,
+                        format!(
+                            "{} firmware {v} is not one of the allowed {}",
+                            d.name,
+                            r.fw_ver.join(", ")
+                        ),
+                    )
+                    .evidence("fw_ver", v.as_str())
+                    .fix("flash the fleet's firmware (mlxfwmanager) and reset the adapter"),
+                ),
+                _ => {}
+            }
+        }
+    }
+    if r.all_alike == Some(true) && ports.len() > 1 {
+        let fields: [(&str, PortField); 4] = [
+            ("rate", |_, p| p.rate.as_ref().map(|r| r.raw.clone())),
+            ("hca_type", |d, _| {
+                d.attrs.hca_type.clone().or_else(|| d.attrs.board_id.clone())
+            }),
+            ("fw_ver", |d, _| d.attrs.fw_ver.clone()),
+            ("pcie_link", |d, _| {
+                d.attrs.pci_link.as_ref().map(|l| {
+                    format!(
+                        "{} x{}",
+                        l.current_speed.as_ref().map(|s| s.raw.as_str()).unwrap_or("?"),
+                        l.current_width.map(|w| w.to_string()).unwrap_or("?".into())
+                    )
+                })
+            }),
+        ];
+        for (field, get) in fields {
+            let vals: Vec<Option<String>> = ports.iter().map(|(d, p)| get(d, p)).collect();
+            let mut counts: BTreeMap<&Option<String>, usize> = BTreeMap::new();
+            for v in &vals {
+                *counts.entry(v).or_default() += 1;
+            }
+            let Some((maj, n)) = counts.iter().max_by_key(|(_, n)| **n).map(|(v, n)| (*v, *n)) else {
+                continue;
+            };
+            if counts.len() == 1 {
+                continue;
+            }
+            for ((d, p), v) in ports.iter().zip(&vals) {
+                if v != maj {
+                    let s = subject(d, p);
+                    out.push(
+                        violation(
+                            &key("all_alike"),
+                            &s,
+                            format!(
+                                "{s} {field} is {}, unlike {n} of {} ports ({})",
+                                v.as_deref().unwrap_or("unknown"),
+                                ports.len(),
+                                maj.as_deref().unwrap_or("unknown")
+                            ),
+                        )
+                        .evidence("field", field)
+                        .evidence("value", v.clone())
+                        .evidence("majority", maj.clone())
+                        .evidence("majority_ports", n),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
+    if p.counters_max_per_hour.is_empty() {
+        return;
+    }
+    let Some(secs) = l.sample.as_ref().and_then(|s| s.interval_s).filter(|s| *s > 0.0) else {
+        out.push(not_evaluated(
+            "counters.max_per_hour",
+            "counter rates need two samples: run with --interval SECONDS (live) or --baseline SNAPSHOT",
+        ));
+        return;
+    };
+    for d in &l.devices {
+        for port in &d.ports {
+            let s = subject(d, port);
+            for (name, max) in &p.counters_max_per_hour {
+                let Some(c) = port.counter(name) else { continue };
+                let Some(delta) = &c.delta else { continue };
+                let (inc, exact) = match delta.exact() {
+                    Some(v) => (v, true),
+                    None => (delta.lower_bound(), false),
+                };
+                let per_hour = inc as f64 * 3600.0 / secs;
+                if per_hour > *max {
+                    out.push(
+                        violation("counters.max_per_hour", &s, format!(
+                            "{s} {name} grew by {}{inc} in {secs:.0} s ({per_hour:.1}/h), at most {max}/h allowed",
+                            if exact { "" } else { "at least " }
+                        ))
+                        .evidence("counter", name.as_str())
+                        .evidence("delta", inc)
+                        .evidence("interval_s", secs)
+                        .evidence("per_hour", per_hour)
+                        .evidence("max_per_hour", *max)
+                        .fix("errors on a live link: replace the cable or transceiver, check `mlxlink -d DEV -c` (BER) and the switch side"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
+    let q = &p.roce_qos;
+    if let Some(want) = &q.gid {
+        match &c.gids {
+            None => out.push(not_evaluated("roce.gid", "the gids probe did not run")),
+            Some(g) => {
+                for port in g
+                    .ports
+                    .iter()
+                    .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
+                {
+                    let s = format!("{}/{}", port.device, port.port);
+                    let entry = port
+                        .nccl
+                        .index
+                        .and_then(|i| port.entries.iter().find(|e| e.index == i));
+                    let ok = entry.is_some_and(|e| {
+                        let v2 = e.roce_version.as_deref() == Some("v2");
+                        match want.as_str() {
+                            "ipv4-v2" => v2 && e.ipv4.is_some(),
+                            "ipv6-v2" => v2 && e.ipv4.is_none() && !e.link_local,
+                            "v2" => v2,
+                            _ => true,
+                        }
+                    });
+                    if !ok {
+                        let shown = entry
+                            .map(|e| {
+                                format!(
+                                    "index {} {} {}",
+                                    e.index,
+                                    e.ipv4.clone().unwrap_or_else(|| e.gid.full()),
+                                    e.roce_version.clone().unwrap_or_default()
+                                )
+                            })
+                            .unwrap_or_else(|| "no GID".into());
+                        out.push(
+                            violation("roce.gid", &s, format!("NCCL would use {shown} on {s}, not an {want} GID"))
+                                .evidence("nccl_gid_index", port.nccl.index)
+                                .evidence("nccl_reason", port.nccl.reason.as_str())
+                                .fix("give the port's netdev an IPv4 address (RoCE v2 GIDs follow the addresses), or set NCCL_IB_GID_INDEX to the IPv4 v2 index `fabprobe gids` shows"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let any_qos = q.mtu.is_some()
+        || q.pfc_priorities.is_some()
+        || q.ecn_priorities.is_some()
+        || q.trust.is_some()
+        || q.global_pause.is_some();
+    if !any_qos {
+        return;
+    }
+    let Some(r) = &c.qos else {
+        out.push(not_evaluated("roce", "the qos probe did not run"));
+        return;
+    };
+    for i in r.interfaces.iter().filter(|i| i.rdma_device.is_some()) {
+        judge_qos_if(i, c.netdev_mtu.get(&i.ifname).copied().flatten(), q, out);
+    }
+    // A RoCE port the qos probe could not follow to a netdev is not a pass.
+    if let Some(l) = &c.links {
+        for (d, port) in ports_of(l, "Ethernet") {
+            let seen = r
+                .interfaces
+                .iter()
+                .any(|i| i.rdma_device.as_deref() == Some(d.name.as_str()) && i.rdma_port == Some(port.port));
+            if !seen {
+                out.push(not_evaluated(
+                    "roce",
+                    format!("{}: no netdev found for this RoCE port", subject(d, port)),
+                ));
+            }
+        }
+    }
+}
+
+/// `"3"`, `"3,4"`, `"none"`.
+fn prio_list(v: &[u8]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// PFC as the qos probe reads it: DCB's `pfc_en`, else the priorities the driver keeps pause
+/// counters for (mlx5 keeps them only where PFC is on), when it keeps a counter set at all.
+pub fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
+    i.dcb.pfc_enabled.clone().or_else(|| {
+        (i.ethtool.error.is_none() && i.priorities.iter().all(|p| p.pfc_counters.is_some()))
+            .then(|| i.ethtool.pfc_priorities_from_counters.clone())
+    })
+}
+
+/// ECN (DCQCN) on, per priority: reaction point and notification point both enabled.
+/// `(on, half)`: priorities with both, priorities with only one of the two.
+pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
+    let e = i.ecn.as_ref()?;
+    let on = (0..8u8)
+        .filter(|p| e.rp_enabled.contains(p) && e.np_enabled.contains(p))
+        .collect();
+    let half = (0..8u8)
+        .filter(|p| e.rp_enabled.contains(p) != e.np_enabled.contains(p))
+        .collect();
+    Some((on, half))
+}
+
+/// Global (802.3x) pause on: the driver keeps global pause counters only while it is on.
+pub fn global_pause_of(i: &QosIf) -> Option<bool> {
+    i.ethtool
+        .error
+        .is_none()
+        .then_some(i.ethtool.global_pause_counters)
+}
+
+fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
+    let subject = match (&i.rdma_device, i.rdma_port) {
+        (Some(d), Some(p)) => format!("{d}/{p}"),
+        _ => i.ifname.clone(),
+    };
+    let ifn = &i.ifname;
+    let dcb_why = || {
+        format!(
+            "{subject} ({ifn}): no DCB answer ({})",
+            i.dcb.error.as_deref().unwrap_or("none")
+        )
+    };
+    if let Some(want) = q.mtu {
+        match netdev_mtu {
+            None => out.push(not_evaluated("roce.mtu", format!("{subject}: no mtu for {ifn}"))),
+            Some(m) => {
+                let got = netfs::roce_mtu(m);
+                if got.is_none_or(|g| u64::from(g) < want) {
+                    out.push(
+                        violation(
+                            "roce.mtu",
+                            &subject,
+                            format!(
+                                "{ifn} MTU {m} gives a RoCE path MTU of {}, not {want}",
+                                got.map(|g| g.to_string()).unwrap_or("none".into())
+                            ),
+                        )
+                        .evidence("netdev", ifn.as_str())
+                        .evidence("netdev_mtu", m)
+                        .evidence("roce_mtu", got)
+                        .fix(format!(
+                            "a RoCE MTU of {want} needs a netdev MTU of at least {}: `ip link set {ifn} mtu 9000` (and the same on the switch ports)",
+                            want + 96
+                        )),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(want) = &q.pfc_priorities {
+        let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
+        want.sort_unstable();
+        match pfc_of(i) {
+            None => out.push(not_evaluated("roce.pfc_priorities", dcb_why())),
+            Some(got) if got != want => out.push(
+                violation(
+                    "roce.pfc_priorities",
+                    &subject,
+                    format!("PFC on {ifn} is on priority {}, not exactly {}", prio_list(&got), prio_list(&want)),
+                )
+                .evidence("netdev", ifn.as_str())
+                .evidence("pfc_enabled", prio_list(&got))
+                .evidence("roce_priority", i.roce.priority)
+                .fix(format!(
+                    "`mlnx_qos -i {ifn} --pfc {}` (MLNX_OFED) or `dcb pfc set dev {ifn} prio-pfc {}` (iproute2)",
+                    (0..8u8).map(|p| if want.contains(&p) { "1" } else { "0" }).collect::<Vec<_>>().join(","),
+                    (0..8u8).map(|p| format!("{p}:{}", if want.contains(&p) { "on" } else { "off" })).collect::<Vec<_>>().join(" ")
+                )),
+            ),
+            Some(_) => {}
+        }
+    }
+    if let Some(want) = &q.ecn_priorities {
+        let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
+        want.sort_unstable();
+        match ecn_of(i) {
+            None => out.push(not_evaluated(
+                "roce.ecn_priorities",
+                format!(
+                    "{subject}: {}",
+                    i.ecn_unknown_reason
+                        .clone()
+                        .unwrap_or_else(|| format!("no ECN state for {ifn}"))
+                ),
+            )),
+            Some((on, half)) if on != want || !half.is_empty() => {
+                let e = i.ecn.as_ref();
+                out.push(
+                    violation(
+                        "roce.ecn_priorities",
+                        &subject,
+                        format!(
+                            "ECN/DCQCN on {ifn} is on priority {}, not exactly {}{}",
+                            prio_list(&on),
+                            prio_list(&want),
+                            if half.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (half on, reaction or notification point only: {})", prio_list(&half))
+                            }
+                        ),
+                    )
+                    .evidence("netdev", ifn.as_str())
+                    .evidence("roce_rp_enabled", prio_list(e.map(|e| e.rp_enabled.as_slice()).unwrap_or(&[])))
+                    .evidence("roce_np_enabled", prio_list(e.map(|e| e.np_enabled.as_slice()).unwrap_or(&[])))
+                    .fix(format!(
+                        "for each priority P: echo 1 (on) or 0 (off) > /sys/class/net/{ifn}/ecn/roce_rp/enable/P and .../roce_np/enable/P"
+                    )),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(want) = &q.trust {
+        match &i.dcb.trust {
+            None => out.push(not_evaluated("roce.trust", dcb_why())),
+            Some(got) if got != want => out.push(
+                violation("roce.trust", &subject, format!("{ifn} trusts {got}, not {want}"))
+                    .evidence("netdev", ifn.as_str())
+                    .evidence("trust", got.as_str())
+                    .fix(format!("`mlnx_qos -i {ifn} --trust {want}`")),
+            ),
+            Some(_) => {}
+        }
+    }
+    if let Some(allowed) = q.global_pause {
+        match global_pause_of(i) {
+            None => out.push(not_evaluated(
+                "roce.global_pause",
+                format!(
+                    "{subject}: no ethtool counters for {ifn} ({})",
+                    i.ethtool.error.as_deref().unwrap_or("none")
+                ),
+            )),
+            Some(true) if !allowed => out.push(
+                violation(
+                    "roce.global_pause",
+                    &subject,
+                    format!("global (802.3x) pause is on for {ifn}"),
+                )
+                .evidence("netdev", ifn.as_str())
+                .fix(format!("`ethtool -A {ifn} rx off tx off` (PFC only)")),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+/// FNV-1a, 64-bit: a stable hash for the topology signature (the same on every build).
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn multiset(vals: impl IntoIterator<Item = String>) -> Value {
+    let mut m: BTreeMap<String, usize> = BTreeMap::new();
+    for v in vals {
+        *m.entry(v).or_default() += 1;
+    }
+    if m.is_empty() {
+        return Value::Null;
+    }
+    Value::String(
+        m.iter()
+            .map(|(v, n)| format!("{n}x {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+/// What should be the same on every node of a kind: `sweep` compares these key by key.
+pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, Value> {
+    let mut m = BTreeMap::new();
+    let facts = c.facts.as_ref().and_then(|f| f.facts());
+    m.insert("tool_version".into(), json!(env!("CARGO_PKG_VERSION")));
+    m.insert("policy".into(), json!(p.name));
+    m.insert(
+        "kernel".into(),
+        json!(
+            facts
+                .and_then(|f| f.kernel.clone())
+                .or_else(|| host.meta().kernel.clone())
+        ),
+    );
+    m.insert("os".into(), json!(facts.and_then(|f| f.os.clone())));
+    m.insert("cpu_model".into(), json!(facts.and_then(|f| f.cpu_model.clone())));
+    m.insert("cpu_count".into(), json!(facts.and_then(|f| f.cpu_count)));
+    // Whole GiB, rounded: firmware reservations differ by megabytes between identical nodes.
+    m.insert(
+        "memory_gib".into(),
+        json!(
+            facts
+                .and_then(|f| f.memory_total_bytes)
+                .map(|b| (b as f64 / (1u64 << 30) as f64).round() as u64)
+        ),
+    );
+    m.insert(
+        "memlock_soft".into(),
+        json!(facts.and_then(|f| f.memlock).map(|l| l.soft.show())),
+    );
+    m.insert("gpu_driver".into(), json!(c.driver_version));
+    if let Some(t) = &c.topo {
+        m.insert("gpu_count".into(), json!(t.gpus.len()));
+        m.insert(
+            "gpu_models".into(),
+            multiset(t.gpus.iter().filter_map(|g| g.name.clone())),
+        );
+        m.insert("rdma_nic_count".into(), json!(t.nics.len()));
+        let nv = t
+            .matrix
+            .iter()
+            .flatten()
+            .filter_map(|c| c.strip_prefix("NV")?.parse::<u64>().ok())
+            .min();
+        m.insert("nvlink_min".into(), json!(nv));
+        let mut sig = Vec::new();
+        for (label, row) in t.labels.iter().zip(&t.matrix) {
+            // Labels without their numbers: GPU/NIC kinds and cells, not names.
+            sig.extend(label.trim_end_matches(|c: char| c.is_ascii_digit()).bytes());
+            for cell in row {
+                sig.push(b' ');
+                sig.extend(cell.bytes());
+            }
+            sig.push(b'\n');
+        }
+        m.insert("topo_signature".into(), json!(format!("{:016x}", fnv1a(&sig))));
+    }
+    if let Some(l) = &c.links {
+        for (key, layer) in [("ib", "InfiniBand"), ("roce", "Ethernet")] {
+            let ports = ports_of(l, layer);
+            m.insert(format!("{key}_ports"), json!(ports.len()));
+            m.insert(
+                format!("{key}_rates"),
+                multiset(
+                    ports
+                        .iter()
+                        .map(|(_, p)| p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("unknown".into())),
+                ),
+            );
+        }
+        m.insert(
+            "hca_firmware".into(),
+            multiset(l.devices.iter().map(|d| {
+                format!(
+                    "{} {}",
+                    d.attrs.hca_type.as_deref().unwrap_or("?"),
+                    d.attrs.fw_ver.as_deref().unwrap_or("?")
+                )
+            })),
+        );
+        m.insert(
+            "hca_pcie".into(),
+            multiset(l.devices.iter().filter_map(|d| {
+                let k = d.attrs.pci_link.as_ref()?;
+                Some(format!(
+                    "{} x{}",
+                    k.current_speed.as_ref().map(|s| s.raw.as_str()).unwrap_or("?"),
+                    k.current_width.map(|w| w.to_string()).unwrap_or("?".into())
+                ))
+            })),
+        );
+    }
+    if let Some(r) = &c.gdr {
+        let pm = &r.peer_memory;
+        let client = if pm.nvidia_peermem_loaded {
+            "nvidia_peermem"
+        } else if pm.nv_peer_mem_loaded {
+            "nv_peer_mem"
+        } else if !pm.modules_visible {
+            "unknown"
+        } else {
+            "none"
+        };
+        m.insert("gdr_peer_memory".into(), json!(client));
+        m.insert(
+            "gdr_pairs".into(),
+            multiset(
+                r.pairs
+                    .iter()
+                    .filter(|x| x.nccl_nearest)
+                    .map(|x| x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()),
+            ),
+        );
+    }
+    if let Some(q) = &c.qos {
+        let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
+        let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+        m.insert(
+            "pfc_priorities".into(),
+            multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))),
+        );
+        m.insert(
+            "ecn_priorities".into(),
+            multiset(roce.iter().map(|i| show(ecn_of(i).map(|(on, _)| prio_list(&on))))),
+        );
+        m.insert(
+            "roce_trust".into(),
+            multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))),
+        );
+        m.insert(
+            "global_pause".into(),
+            multiset(
+                roce.iter()
+                    .map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string()))),
+            ),
+        );
+        m.insert(
+            "roce_netdev_mtu".into(),
+            multiset(roce.iter().map(|i| {
+                show(
+                    c.netdev_mtu
+                        .get(&i.ifname)
+                        .copied()
+                        .flatten()
+                        .map(|m| m.to_string()),
+                )
+            })),
+        );
+    }
+    if let Some(g) = &c.gids {
+        let picks: Vec<String> = g
+            .ports
+            .iter()
+            .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
+            .map(|p| p.nccl.index.map(|i| i.to_string()).unwrap_or("none".into()))
+            .collect();
+        m.insert("nccl_gid_index".into(), multiset(picks));
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_finds_a_one_to_one_assignment() {
+        // GPU0 can use NIC0 or NIC1, GPU1 only NIC0: both get one.
+        assert_eq!(matching(&[vec![0, 1], vec![0]], 2), 2);
+        // Two GPUs that can only share NIC0.
+        assert_eq!(matching(&[vec![0], vec![0]], 2), 1);
+        assert_eq!(matching(&[vec![], vec![1]], 2), 1);
+    }
+
+    #[test]
+    fn path_ranks() {
+        assert!(rank_of_cell("PIX") < rank_of_cell("PXB"));
+        assert!(rank_of_cell("NV18") < rank_of_cell("PIX"));
+        assert!(rank_of_cell("NODE") < rank_of_cell("SYS"));
+        assert_eq!(rank_of_cell("N/A"), None);
+    }
+
+    #[test]
+    fn ignore_patterns() {
+        let p = vec!["links.*".to_string(), "topo.gpu_nic_sys".to_string()];
+        assert!(ignored(&p, "links.congestion"));
+        assert!(ignored(&p, "topo.gpu_nic_sys"));
+        assert!(!ignored(&p, "topo.numa_node_unknown"));
+    }
+
+    #[test]
+    fn ranking_puts_fails_first_and_policy_before_probes() {
+        let mut v = vec![
+            Finding::new("links.x", Severity::Warn, "a", ""),
+            Finding::new("links.y", Severity::Fail, "b", ""),
+            Finding::new("policy.ib.count", Severity::Fail, "c", ""),
+            Finding::new("check.not_evaluated", Severity::Warn, "d", ""),
+        ];
+        rank(&mut v);
+        let ids: Vec<_> = v.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["policy.ib.count", "links.y", "links.x", "check.not_evaluated"]
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! `fabprobe check`: every local probe and the host facts judged against a policy; one
+//! ranked list of findings; exit 0 pass (warnings allowed), 1 fail, 2 could not run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit, open_host};
+use crate::check::policy::{self, LoadError};
+use crate::check::run::{self, Sampling};
+use crate::host::Host;
+use crate::render::{Envelope, HostInfo};
+
+#[derive(Debug, Args)]
+#[command(after_long_help = check_help())]
+pub struct CheckArgs {
+    /// The policy: a built-in name (default, dgx-h100, hdr-a100, roce-dcqcn) or a TOML file.
+    #[arg(long, value_name = "NAME|FILE", default_value = "default")]
+    pub policy: String,
+    /// Print the named built-in policy's TOML (to copy and edit) and exit.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["interval", "baseline"])]
+    pub show_policy: Option<String>,
+    /// Sample the port counters twice, SECONDS apart, so counter rates can be judged (live).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
+    pub interval: Option<f64>,
+    /// An earlier snapshot of the same host: counter rates from it to --root (or live).
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub baseline: Option<PathBuf>,
+}
+
+const CHECK_HELP: &str = "\
+Runs every local probe (topo, gids, links, and the host facts: OS, kernel, CPU, memory,
+uptime, load, the locked-memory limit, processes holding /dev/nvidia* or
+/dev/infiniband/uverbs*), judges the policy, and prints one list of findings ranked fail,
+warn, pass (policy verdicts first), each with its evidence and the fix to try.
+
+EXAMPLES
+  fabprobe check                                  every probe's own findings
+  fabprobe check --policy dgx-h100                judged as a DGX H100
+  fabprobe check --policy /etc/fabprobe/rack7.toml --interval 60
+  fabprobe --root node1.tar.gz check --policy hdr-a100
+  fabprobe check --show-policy dgx-h100 > mine.toml
+  srun -N2000 --ntasks-per-node=1 fabprobe check --format json > all.jsonl; fabprobe sweep all.jsonl
+
+FINDINGS
+  policy.<section>.<key>        fail  the node breaks that policy key (evidence names the values)
+  check.not_evaluated           warn  a policy key could not be judged (the data is missing, or
+                                      its probe is not in this build: gdr, qos)
+  host.device_holders           warn  processes hold GPU/RDMA device files (a crashed job's
+                                      leftovers make the next job fail)
+  host.device_holders_unknown   warn  some processes' open files could not be read (not root)
+  host.memlock_limited          warn  RLIMIT_MEMLOCK is not unlimited
+  host.facts_unavailable        warn  a snapshot without fabprobe/facts.json
+  topo.*, gids.*, links.*             every probe's own findings (fabprobe-topo(1), -gids, -links)
+
+JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is JSON lines)
+  verdict                       pass | warn | fail
+  policy                        {name, source (builtin:NAME or the file), description}
+  counts                        {fail, warn, pass}
+  probes[]                      {name, ran (false: not in this build), findings}
+  facts                         {state: available, kernel, os, cpu_model, cpu_count,
+                                 memory_total_bytes, uptime_s, load_avg [1m,5m,15m],
+                                 memlock {soft, hard} (\"unlimited\" | {bytes}),
+                                 device_holders [{pid, comm, devices}], processes_unreadable}
+                                | {state: unavailable, reason}
+  fingerprint                   what fabprobe sweep compares across nodes: tool_version, policy,
+                                kernel, os, cpu_model, cpu_count, memory_gib, memlock_soft,
+                                gpu_driver, gpu_count, gpu_models, nvlink_min, rdma_nic_count,
+                                topo_signature (FNV-1a of the nvidia-smi matrix), ib_ports,
+                                ib_rates, roce_ports, roce_rates, hca_firmware, hca_pcie,
+                                nccl_gid_index (multisets read \"8x 400 Gb/sec (4X NDR)\")
+  sample                        null | {kind, baseline, interval_s}: counter rates were judged
+
+PROMETHEUS (--format prom)
+  fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity},
+  fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_device_holders
+
+EXIT STATUS
+  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot)
+
+";
+
+fn check_help() -> String {
+    format!("{CHECK_HELP}{}", policy::language_doc())
+}
+
+pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
+    if let Some(name) = &a.show_policy {
+        let Some((_, text)) = policy::BUILTIN.iter().find(|(n, _)| n == name) else {
+            return Err(UsageError(format!(
+                "no built-in policy named `{name}`; built-in policies: {}",
+                policy::builtin_names()
+            ))
+            .into());
+        };
+        emit(text)?;
+        return Ok(Outcome::Pass);
+    }
+    let fmt = g.require_format("check", &[Format::Table, Format::Json, Format::Prom])?;
+    let pol = policy::load(&a.policy).map_err(|e| match e {
+        LoadError::Invalid(pe) => anyhow::Error::new(Hinted {
+            msg: format!("policy {pe}"),
+            hint: "every key is listed in `man fabprobe-check` (POLICY FILES); `fabprobe check --show-policy default` prints a starting point".into(),
+        }),
+        other => anyhow::Error::new(other),
+    })?;
+    g.log(1, format!("policy {} ({})", pol.name, pol.source));
+    let host = open_host(g)?;
+    let mut sampling = Sampling::default();
+    if let Some(secs) = a.interval {
+        if !host.is_live() {
+            return Err(UsageError(
+                "--interval samples the live host twice; with --root use --baseline EARLIER_SNAPSHOT".into(),
+            )
+            .into());
+        }
+        if !(secs > 0.0 && secs <= 86_400.0) {
+            return Err(UsageError(format!(
+                "--interval {secs}: give a number of seconds between 0 and 86400"
+            ))
+            .into());
+        }
+        g.log(1, format!("sampling counters twice, {secs} s apart"));
+        sampling.interval = Some(Duration::from_secs_f64(secs));
+    }
+    if let Some(b) = &a.baseline {
+        let base = Host::snapshot(b).with_context(|| format!("reading --baseline {}", b.display()))?;
+        sampling.baseline = Some((base, b.display().to_string()));
+    }
+    let (report, findings) = run::run(&host, &pol, &sampling);
+    let info = HostInfo::of(&host);
+    let text = match fmt {
+        Format::Json => Envelope::new("check", info, &report, &findings).to_json_line(),
+        Format::Prom => crate::render::check::check_prom(&report, &findings),
+        _ => crate::render::check::check_table(&report, info.hostname.as_deref(), &findings),
+    };
+    emit(&text)?;
+    Ok(Outcome::from_findings(&findings))
+}

@@ -1,0 +1,248 @@
+//! `check` and `sweep`: table and Prometheus text.
+
+use std::fmt::Write;
+
+use crate::check::run::CheckReport;
+use crate::check::sweep::SweepReport;
+use crate::check::{Finding, Severity};
+use crate::host::FactsState;
+
+fn upper(s: Severity) -> &'static str {
+    match s {
+        Severity::Pass => "PASS",
+        Severity::Warn => "WARN",
+        Severity::Fail => "FAIL",
+    }
+}
+
+fn dur(s: u64) -> String {
+    let (d, h, m) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else {
+        format!("{h}h {m}m")
+    }
+}
+
+pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "fabprobe check: {}  policy {} ({})  host {}",
+        upper(r.verdict),
+        r.policy.name,
+        r.policy.source,
+        hostname.unwrap_or("?")
+    );
+    let _ = writeln!(
+        s,
+        "{} fail, {} warn, {} pass",
+        r.counts.fail, r.counts.warn, r.counts.pass
+    );
+    match &r.facts {
+        FactsState::Available(f) => {
+            let _ = writeln!(
+                s,
+                "host: {}, kernel {}, {} x {}, {} GiB, up {}, load {}",
+                f.os.as_deref().unwrap_or("unknown OS"),
+                f.kernel.as_deref().unwrap_or("?"),
+                f.cpu_count.map(|n| n.to_string()).unwrap_or("?".into()),
+                f.cpu_model.as_deref().unwrap_or("unknown CPU"),
+                f.memory_total_bytes
+                    .map(|b| (b >> 30).to_string())
+                    .unwrap_or("?".into()),
+                f.uptime_s.map(dur).unwrap_or("?".into()),
+                f.load_avg
+                    .map(|l| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]))
+                    .unwrap_or("?".into()),
+            );
+            let _ = writeln!(
+                s,
+                "memlock: {}; device holders: {}",
+                f.memlock.map(|m| m.soft.show()).unwrap_or("unknown".into()),
+                if f.device_holders.is_empty() {
+                    "none".to_string()
+                } else {
+                    f.device_holders
+                        .iter()
+                        .map(|h| format!("{} {}", h.pid, h.comm.as_deref().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
+        FactsState::Unavailable { reason } => {
+            let _ = writeln!(s, "host facts: unavailable ({reason})");
+        }
+    }
+    let ran: Vec<&str> = r.probes.iter().map(|p| p.name.as_str()).collect();
+    let _ = writeln!(s, "probes: {}", ran.join(" "));
+    if let Some(smp) = &r.sample {
+        let _ = writeln!(
+            s,
+            "counter rates over {} s ({} {})",
+            smp.interval_s.map(|x| format!("{x:.1}")).unwrap_or("?".into()),
+            smp.kind,
+            smp.baseline
+        );
+    }
+    if findings.is_empty() {
+        s.push_str("\nno findings\n");
+    }
+    for f in findings {
+        let _ = writeln!(s, "\n{}  {}  {}", upper(f.severity), f.id, f.subject);
+        let _ = writeln!(s, "      {}", f.message);
+        if !f.evidence.is_empty() {
+            let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(s, "      evidence: {}", ev.join(" "));
+        }
+        if let Some(fix) = &f.fix {
+            let _ = writeln!(s, "      fix: {fix}");
+        }
+    }
+    s
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
+    let mut s = String::new();
+    let p = esc(&r.policy.name);
+    s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail.\n# TYPE fabprobe_check_verdict gauge\n");
+    let v = match r.verdict {
+        Severity::Pass => 0,
+        Severity::Warn => 1,
+        Severity::Fail => 2,
+    };
+    let _ = writeln!(s, "fabprobe_check_verdict{{policy=\"{p}\"}} {v}");
+    s.push_str(
+        "# HELP fabprobe_check_findings Findings by severity.\n# TYPE fabprobe_check_findings gauge\n",
+    );
+    for (sev, n) in [
+        ("fail", r.counts.fail),
+        ("warn", r.counts.warn),
+        ("pass", r.counts.pass),
+    ] {
+        let _ = writeln!(
+            s,
+            "fabprobe_check_findings{{policy=\"{p}\",severity=\"{sev}\"}} {n}"
+        );
+    }
+    s.push_str("# HELP fabprobe_check_finding One warn or fail finding (value 1).\n# TYPE fabprobe_check_finding gauge\n");
+    for f in findings.iter().filter(|f| f.severity != Severity::Pass) {
+        let _ = writeln!(
+            s,
+            "fabprobe_check_finding{{policy=\"{p}\",id=\"{}\",subject=\"{}\",severity=\"{}\"}} 1",
+            esc(&f.id),
+            esc(&f.subject),
+            f.severity.as_str()
+        );
+    }
+    if let FactsState::Available(f) = &r.facts {
+        s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
+        let _ = writeln!(s, "fabprobe_check_device_holders {}", f.device_holders.len());
+    }
+    s
+}
+
+pub fn sweep_table(r: &SweepReport) -> String {
+    let mut s = String::new();
+    let n = &r.nodes;
+    let _ = writeln!(
+        s,
+        "fabprobe sweep: {} reports: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing",
+        n.reports, n.passed, n.warned, n.failed, n.outliers, n.unreadable, n.missing
+    );
+    if !r.failures.is_empty() {
+        s.push_str("\nFAILED, BY CAUSE\n");
+        for g in &r.failures {
+            let _ = writeln!(
+                s,
+                "  {:<36} {:>5} nodes  {}",
+                g.id,
+                g.node_count,
+                short_list(&g.nodes)
+            );
+            let _ = writeln!(s, "  {:<36}        e.g. {}", "", g.example);
+        }
+    }
+    if !r.outliers.is_empty() {
+        s.push_str("\nDIFFERENT FROM THEIR PEERS\n");
+        for o in &r.outliers {
+            let _ = writeln!(
+                s,
+                "  {:<20} {:<16} {}  (majority {}: {} of {} nodes)",
+                o.node, o.key, o.value, o.majority_value, o.majority_nodes, o.nodes_compared
+            );
+        }
+    }
+    if !r.no_majority.is_empty() {
+        s.push_str("\nNO MAJORITY\n");
+        for sp in &r.no_majority {
+            let v: Vec<String> = sp.values.iter().map(|(v, c)| format!("{v}: {c}")).collect();
+            let _ = writeln!(s, "  {:<16} {}", sp.key, v.join(", "));
+        }
+    }
+    if !r.unreadable.is_empty() {
+        s.push_str("\nMISSING OR UNREADABLE REPORTS\n");
+        for u in &r.unreadable {
+            let _ = writeln!(
+                s,
+                "  {:<20} {:<18} {}  ({})",
+                u.node.as_deref().unwrap_or("?"),
+                u.problem.as_str(),
+                u.detail,
+                u.source
+            );
+        }
+    }
+    if !r.bad_nodes.is_empty() {
+        s.push_str("\nBAD NODES\n");
+        for b in &r.bad_nodes {
+            let _ = writeln!(s, "  {:<20} {}", b.node, b.reasons.join("; "));
+        }
+    }
+    s
+}
+
+fn short_list(v: &[String]) -> String {
+    if v.len() <= 8 {
+        v.join(",")
+    } else {
+        format!("{},... (+{})", v[..8].join(","), v.len() - 8)
+    }
+}
+
+pub fn sweep_prom(r: &SweepReport) -> String {
+    let mut s = String::new();
+    let n = &r.nodes;
+    s.push_str("# HELP fabprobe_sweep_nodes Reports by outcome.\n# TYPE fabprobe_sweep_nodes gauge\n");
+    for (k, v) in [
+        ("pass", n.passed),
+        ("warn", n.warned),
+        ("fail", n.failed),
+        ("outlier", n.outliers),
+        ("unreadable", n.unreadable),
+        ("missing", n.missing),
+    ] {
+        let _ = writeln!(s, "fabprobe_sweep_nodes{{state=\"{k}\"}} {v}");
+    }
+    s.push_str("# HELP fabprobe_sweep_bad_node A failed or outlying node (value 1).\n# TYPE fabprobe_sweep_bad_node gauge\n");
+    for b in &r.bad_nodes {
+        let _ = writeln!(s, "fabprobe_sweep_bad_node{{node=\"{}\"}} 1", esc(&b.node));
+    }
+    s.push_str("# HELP fabprobe_sweep_outlier A node unlike the majority on a key (value 1).\n# TYPE fabprobe_sweep_outlier gauge\n");
+    for o in &r.outliers {
+        let _ = writeln!(
+            s,
+            "fabprobe_sweep_outlier{{node=\"{}\",key=\"{}\",value=\"{}\",majority=\"{}\"}} 1",
+            esc(&o.node),
+            esc(&o.key),
+            esc(&o.value.to_string()),
+            esc(&o.majority_value.to_string())
+        );
+    }
+    s
+}
