@@ -13,3 +13,5 @@ pub mod render;
 pub mod ring;
 pub mod snapshot;
 pub mod sysfs;
+#[cfg(feature = "rdma")]
+pub mod verbs;

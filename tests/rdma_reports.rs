@@ -237,6 +237,7 @@ const FIXTURES: &[&str] = &[
     "pcie-2socket",
     "cloud-vm-flat",
     "cpu-only",
+    "rxe-vm",
 ];
 
 fn snapshot_reports(cmd: &str) {
@@ -527,4 +528,28 @@ fn nccl_gid_variables_come_from_the_snapshots_env_json() {
     let forced = pick("{\"NCCL_IB_GID_INDEX\": \"1\"}\n");
     assert_eq!(idx(&forced), [s("mlx5_0", 1), s("mlx5_1", 1), s("mlx5_bond_0", 1)]);
     assert!(forced.iter().all(|(_, _, r)| r.contains("NCCL_IB_GID_INDEX=1")), "{forced:?}");
+}
+
+/// The fixture captured from a real kernel (Soft-RoCE in a VM): facts the kernel wrote, not
+/// ones a generator chose.
+#[test]
+fn rxe_vm_fixture_reads_as_the_kernel_wrote_it() {
+    let (json, err, code) = run(&["--root", "fixtures/rxe-vm", "--format", "json", "gids"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let port = &v["data"]["ports"][0];
+    assert_eq!(port["device"], "rxe0");
+    assert_eq!(port["link_layer"], "Ethernet");
+    assert_eq!(port["gid_tbl_len"], 1024);
+    assert_eq!(port["entries"].as_array().unwrap().len(), 2, "{port}");
+    assert_eq!(port["entries"][1]["ipv4"], "198.18.5.10");
+    assert_eq!(port["entries"][1]["gid_type"], "RoCE v2");
+    assert_eq!(port["nccl"]["index"], 1);
+    let (json, err, code) = run(&["--root", "fixtures/rxe-vm", "--format", "json", "links"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let text = v.to_string();
+    for want in ["sent_pkts", "retry_exceeded_err", "rcvd_seq_err", "2.5 Gb/sec (1X SDR)"] {
+        assert!(text.contains(want), "{want} missing from {text}");
+    }
 }

@@ -96,7 +96,7 @@ fn usage_errors_exit_2() {
     for (args, want) in [
         (
             vec!["ring", "--local", "2", "--transport", "rdma"],
-            "--transport rdma is not built yet",
+            "--transport rdma needs one rank per host",
         ),
         (vec!["ring"], "no rank and world size"),
         (
@@ -246,6 +246,78 @@ fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// Whether this kernel shows any RDMA device (then the next test has nothing to test).
+fn host_has_rdma() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+/// On a host without RDMA (this one: the kernel has no ib_uverbs, so ibv_get_device_list
+/// fails with ENOSYS) `--transport rdma` cannot run: exit 2 with the reason, before joining.
+/// `--transport auto` runs over tcp and the header says so, and why.
+#[test]
+fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
+    if host_has_rdma() {
+        eprintln!("this host has RDMA devices: the no-RDMA contract is not testable here (the VM lab tests rdma)");
+        return;
+    }
+    let t0 = Instant::now();
+    let o = fabprobe(&[
+        "ring", "--rank", "0", "--world", "2", "--coordinator", "127.0.0.1:0", "--ifname", "=lo",
+        "--transport", "rdma", "--timeout", "5",
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "it waited for a peer: {:?}", t0.elapsed());
+    assert!(err.contains("--transport rdma cannot run here: "), "{err}");
+    // The reason libibverbs gave: no kernel support, or no device.
+    assert!(
+        err.contains("ibv_get_device_list failed: Function not implemented")
+            || err.contains("libibverbs lists no RDMA devices")
+            || err.contains("without the `rdma` feature"),
+        "{err}"
+    );
+    assert!(err.contains("hint: ") || err.contains("without the `rdma` feature"), "{err}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let coord = format!("127.0.0.1:{port}");
+    let args = |r: &'static str| {
+        vec![
+            "ring".to_string(), "--rank".into(), r.into(), "--world".into(), "2".into(),
+            "--coordinator".into(), coord.clone(), "--ifname".into(), "=lo".into(),
+            "--transport".into(), "auto".into(), "-b".into(), "4K".into(), "-e".into(), "4K".into(),
+            "-n".into(), "1".into(), "--no-scan".into(), "--timeout".into(), "10".into(),
+        ]
+    };
+    let rank1 = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args("1"))
+        .env_clear()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args("0"))
+        .env_clear()
+        .output()
+        .unwrap();
+    let r1 = rank1.wait_with_output().unwrap();
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}\n{}", text(&o.stderr), text(&r1.stderr));
+    assert!(r1.status.success(), "{}", text(&r1.stderr));
+    assert!(out.contains("all_reduce over tcp"), "{out}");
+    let note = out
+        .lines()
+        .find(|l| l.starts_with("# transport: "))
+        .unwrap_or_else(|| panic!("no transport line in the header:\n{out}"));
+    assert!(note.starts_with("# transport: auto chose tcp: rank 0 ("), "{note}");
+    assert!(note.contains("has no usable RDMA port: "), "{note}");
+    assert!(out.contains(" device lo [127.0.0.1:"), "{out}");
 }
 
 #[test]

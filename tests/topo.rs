@@ -16,6 +16,7 @@ const FIXTURES: &[&str] = &[
     "pcie-2socket",
     "cloud-vm-flat",
     "cpu-only",
+    "rxe-vm",
 ];
 
 fn report(fixture: &str) -> TopoReport {

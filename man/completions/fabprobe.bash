@@ -539,7 +539,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -602,6 +602,14 @@ _fabprobe() {
                     return 0
                     ;;
                 --ifname)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gid-index)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

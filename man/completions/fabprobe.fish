@@ -122,9 +122,11 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s w -l warmup_i
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s c -l check -d 'Verify the result of every size (0 turns checking off: #wrong shows N/A)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l channels -d 'Independent rings, each on its own connections (NCCL\'s channels)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l transport -d 'Data-plane transport' -r -f -a "tcp\t'TCP sockets over the interface chosen by --ifname'
-rdma\t'ibverbs RC QPs with RDMA Write with immediate (not built yet)'
-auto\t'rdma where every rank has a usable device, else tcp (today: always tcp)'"
+rdma\t'ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device, NCCL_IB_HCA, the data interface\'s port) and NCCL\'s GID index (--gid-index, NCCL_IB_GID_INDEX)'
+auto\t'rdma where every rank has a usable RDMA port, else tcp'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact (default: $NCCL_SOCKET_IFNAME, else NCCL\'s own default order)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l device -d 'RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default: NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l gid-index -d 'GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL\'s automatic choice, as `fabprobe gids` shows it)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher\'s job id)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r

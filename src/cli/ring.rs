@@ -17,6 +17,7 @@ use crate::render::{Envelope, HostInfo};
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
+use crate::ring::collective::transport::Fabric;
 use crate::ring::model::RankInfo;
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
@@ -25,9 +26,11 @@ use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 pub enum TransportArg {
     /// TCP sockets over the interface chosen by --ifname.
     Tcp,
-    /// ibverbs RC QPs with RDMA Write with immediate (not built yet).
+    /// ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device,
+    /// NCCL_IB_HCA, the data interface's port) and NCCL's GID index (--gid-index,
+    /// NCCL_IB_GID_INDEX).
     Rdma,
-    /// rdma where every rank has a usable device, else tcp (today: always tcp).
+    /// rdma where every rank has a usable RDMA port, else tcp.
     Auto,
 }
 
@@ -62,6 +65,14 @@ pub struct RingArgs {
     /// (default: $NCCL_SOCKET_IFNAME, else NCCL's own default order).
     #[arg(long, value_name = "SPEC")]
     pub ifname: Option<String>,
+    /// RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default:
+    /// NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface).
+    #[arg(long, value_name = "DEV[:PORT]")]
+    pub device: Option<String>,
+    /// GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL's automatic choice, as
+    /// `fabprobe gids` shows it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=255))]
+    pub gid_index: Option<u32>,
     /// Deadline in seconds for every wait (bootstrap, link setup, each chunk).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
@@ -133,8 +144,13 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. The run ends
-  within --timeout plus a few seconds whatever fails.
+  If rank 0 dies, every other rank exits with coordinator_lost. Over rdma, a work request
+  that completes in error is a link_error naming the link, the status and its meaning (12
+  retry exceeded: the peer is unreachable on the fabric; 13 RNR retry exceeded; 4 local
+  protection; 10 remote access) and the vendor syndrome; a flush (status 5) is the knock-on
+  of an earlier error and never the verdict. The run ends within --timeout plus a few
+  seconds whatever fails, also while a queue pair still retries (NCCL_IB_TIMEOUT x
+  NCCL_IB_RETRY_CNT can be minutes): then the verdict is hang_link.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s
       next: on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); ...
@@ -149,7 +165,8 @@ OUTPUT
   the coordinator: another job's token, a different --world, sweep or scan).
 
 JSON DATA (fabprobe.ring)
-  world, transport, launcher {source, coordinator, coordinator_source, token_source},
+  world, transport, transport_note (null, or why --transport auto chose tcp though some rank
+  offered rdma), launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
   ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
@@ -167,10 +184,12 @@ JSON DATA (fabprobe.ring)
   most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             rank_unreachable|coordinator_lost, from_rank, to_rank, from_host, to_host (null where not
-             applicable: a slow egress names only its sender), evidence {gbs, median_gbs,
-             ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase, step,
-             channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms, unacked_ms, pid;
+             rank_unreachable|coordinator_lost|link_error, from_rank, to_rank, from_host, to_host
+             (null where not applicable: a slow egress names only its sender), evidence {gbs,
+             median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase,
+             step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
+             unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,
+             reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next)}; empty on a healthy run
@@ -290,6 +309,100 @@ fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpA
     Ok((c.iface.addr, c.iface.name.clone()))
 }
 
+/// The data plane for --transport: None is TCP on the data interface. Returns the device
+/// label for the report (`eth0`, or `rxe0:1 gid 1 (eth0)` on RDMA) and, where `auto` fell
+/// back to tcp on this rank, why.
+#[allow(clippy::type_complexity)]
+fn data_fabric(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    ip: IpAddr,
+    netdev: &str,
+) -> anyhow::Result<(Option<Box<dyn Fabric + Send>>, String, Option<String>)> {
+    if a.transport == TransportArg::Tcp {
+        return Ok((None, netdev.to_string(), None));
+    }
+    match rdma_fabric(a, ip, netdev) {
+        Ok((f, label, why)) => {
+            g.log(1, &format!("transport {}: rdma on {label}: {why}", a.transport.name()));
+            Ok((Some(f), label, None))
+        }
+        Err(why) if a.transport == TransportArg::Auto => {
+            g.log(1, &format!("transport auto: tcp ({why})"));
+            // The device stays the interface (verdicts name it in commands to run); rank 0's
+            // header note says why, and names the other ranks that offered no rdma.
+            Ok((None, netdev.to_string(), Some(why)))
+        }
+        Err(why) => Err(anyhow::anyhow!("--transport rdma cannot run here: {why}")),
+    }
+}
+
+impl TransportArg {
+    fn name(self) -> &'static str {
+        match self {
+            TransportArg::Tcp => "tcp",
+            TransportArg::Rdma => "rdma",
+            TransportArg::Auto => "auto",
+        }
+    }
+}
+
+#[cfg(feature = "rdma")]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(a: &RingArgs, ip: IpAddr, netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    use crate::nccl::hca::{self, PortCandidate};
+    use crate::probe::gids;
+    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
+    // libibverbs first: ENOSYS (no RDMA in this kernel) and "no provider" show up here.
+    let names = crate::verbs::device_names().map_err(|e| e.to_string())?;
+    if names.is_empty() {
+        return Err("libibverbs lists no RDMA devices (hint: `fabprobe links` says what sysfs has)".into());
+    }
+    let host = Host::live();
+    let env = gids::env_of(&host);
+    let rep = gids::probe(&host, &env);
+    let cands: Vec<PortCandidate> = rep
+        .ports
+        .iter()
+        .filter(|p| names.contains(&p.device))
+        .map(|p| {
+            let mut netdevs: Vec<String> = p.entries.iter().filter_map(|e| e.netdev.clone()).collect();
+            netdevs.dedup();
+            PortCandidate {
+                device: p.device.clone(),
+                port: p.port,
+                state: p.state.clone(),
+                link_layer: p.link_layer.clone(),
+                netdevs,
+                gid_index: p.nccl.index,
+                gid_reason: p.nccl.reason.clone(),
+            }
+        })
+        .collect();
+    let hca_env = std::env::var("NCCL_IB_HCA").ok();
+    let c = hca::choose_port(&cands, a.device.as_deref(), hca_env.as_deref(), Some(netdev), a.gid_index)?;
+    let (port, gid) = (
+        u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
+        u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
+    );
+    let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| std::env::var(k).ok());
+    let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
+    let label = format!("{} ({netdev})", p.label());
+    let f = RdmaFabric::bind(ip, p).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
+    let f: Box<dyn Fabric + Send> = if a.transport == TransportArg::Auto {
+        Box::new(AutoFabric::new(f).map_err(|e| e.to_string())?)
+    } else {
+        Box::new(f)
+    };
+    Ok((f, label, c.why))
+}
+
+#[cfg(not(feature = "rdma"))]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(_a: &RingArgs, _ip: IpAddr, _netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
+}
+
 fn findings(r: &RingReport) -> Vec<Finding> {
     let mut f = Vec::new();
     let wrong = r.wrong_total();
@@ -341,6 +454,8 @@ fn findings(r: &RingReport) -> Vec<Finding> {
 struct RowPrinter {
     launcher: LauncherInfo,
     options: Options,
+    /// Why rank 0 runs tcp under `--transport auto`, for the header.
+    rank0_note: Option<String>,
     /// A progress line is on stderr (same terminal): clear it before a row.
     progress: bool,
     /// Sizes printed so far, and whether stdout failed (a closed pipe: stop printing).
@@ -349,11 +464,18 @@ struct RowPrinter {
 
 impl RowPrinter {
     /// Table format with a sweep only: JSON is one document at the end.
-    fn start(fmt: Format, id: &Identity, opts: &Options, progress: bool) -> Option<Arc<RowPrinter>> {
+    fn start(
+        fmt: Format,
+        id: &Identity,
+        opts: &Options,
+        progress: bool,
+        rank0_note: Option<String>,
+    ) -> Option<Arc<RowPrinter>> {
         (fmt == Format::Table && opts.sweep).then(|| {
             Arc::new(RowPrinter {
                 launcher: LauncherInfo::of(id),
                 options: opts.clone(),
+                rank0_note,
                 progress,
                 shown: Mutex::new((Vec::new(), false)),
             })
@@ -372,12 +494,20 @@ impl RowPrinter {
         }
         let mut text = String::new();
         if shown.0.is_empty() {
+            // What ran: what every rank offered, else tcp (`auto` with a rank without rdma).
+            let first = ranks.first().map(|r| r.transport.as_str()).unwrap_or("tcp");
+            let transport = if ranks.iter().all(|r| r.transport == first) { first } else { "tcp" };
+            let note = self
+                .rank0_note
+                .clone()
+                .or_else(|| crate::ring::report::transport_note(ranks, transport));
             text.push_str(&render::ring::head(&render::ring::Head {
                 world: ranks.len() as u32,
-                transport: ranks.first().map(|r| r.transport.as_str()).unwrap_or("tcp"),
+                transport,
                 launcher: &self.launcher,
                 options: &self.options,
                 ranks,
+                note: note.as_deref(),
             }));
         }
         text.push_str(&render::ring::row_line(row));
@@ -429,21 +559,16 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    match a.transport {
-        TransportArg::Rdma => {
+    let opts = options(&a)?;
+    let log = |s: &str| g.log(1, s);
+    if let Some(n) = a.local {
+        if a.transport == TransportArg::Rdma {
             return Err(UsageError(
-                "--transport rdma is not built yet: the ibverbs transport (RC QPs, RDMA Write with immediate) comes with \
-                 the next issue; use --transport tcp (or auto) for now"
+                "--local runs its ranks over tcp; --transport rdma needs one rank per host (--rank/--world or a launcher)"
                     .into(),
             )
             .into());
         }
-        TransportArg::Auto => g.log(1, "transport auto: tcp (the rdma transport is not built yet)"),
-        TransportArg::Tcp => {}
-    }
-    let opts = options(&a)?;
-    let log = |s: &str| g.log(1, s);
-    if let Some(n) = a.local {
         return run_local(g, fmt, n, &opts, &a);
     }
     let flags = Flags {
@@ -467,29 +592,37 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+    let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
     let host = Host::live();
     let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
     let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
-    let rows = RowPrinter::start(fmt, &id, &opts, display.is_some());
+    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
+    let rank0_note = no_rdma
+        .filter(|_| id.rank == 0)
+        .map(|why| format!("auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}", hostname()));
+    let rows = RowPrinter::start(fmt, &id, &opts, display.is_some(), rank0_note.clone());
     let setup = Setup {
         identity: id,
         host: hostname(),
         data_ip: ip,
-        device: Some(dev.clone()),
+        device: Some(label),
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
-        fabric: None,
+        fabric,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
         on_row: rows.as_ref().map(RowPrinter::sink),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let r = run::run_rank(setup, &opts, &logf);
+    let mut r = run::run_rank(setup, &opts, &logf);
     drop(display);
+    if let (Ok(RankOutcome { report: Some(rep), .. }), Some(note)) = (&mut r, rank0_note) {
+        rep.transport_note = Some(note);
+    }
     outcome(g, fmt, r, rows.as_deref())
 }
 
@@ -547,7 +680,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             "--local".into()
         },
     };
-    let rows = RowPrinter::start(fmt, &local_id(0), opts, display.is_some());
+    let rows = RowPrinter::start(fmt, &local_id(0), opts, display.is_some(), None);
     let mut listener = Some(listener);
     let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..n)

@@ -1,6 +1,8 @@
 //! `NCCL_IB_HCA` as NCCL reads it (`ncclIbInitDevices`, `src/transport/net_ib/init.cc`): `^` excludes,
 //! then `=` asks for exact names, then a comma-separated list of `dev[:port[:rail[:plane]]]`.
-//! Without `=`, an entry is a prefix: `mlx5_1` also matches `mlx5_10`..`mlx5_19`.
+//! Without `=`, an entry is a prefix: `mlx5_1` also matches `mlx5_10`..`mlx5_19`. The ring's
+//! choice of one port for a rank ([`choose_port`]) adds one rule of its own: among the ports
+//! NCCL would use, the one whose netdev carries the rank's data interface.
 
 use serde::Serialize;
 
@@ -83,6 +85,112 @@ impl HcaSpec {
     }
 }
 
+/// One RDMA port as the choice sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortCandidate {
+    pub device: String,
+    pub port: u32,
+    /// `ACTIVE`, `DOWN`, ...
+    pub state: Option<String>,
+    pub link_layer: Option<String>,
+    /// The netdevs its GIDs are on.
+    pub netdevs: Vec<String>,
+    /// The GID index NCCL would use, and why (or why none).
+    pub gid_index: Option<u32>,
+    pub gid_reason: String,
+}
+
+/// The port a ring rank uses, and why (for the log and the report header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortChoice {
+    pub device: String,
+    pub port: u32,
+    pub gid_index: u32,
+    pub why: String,
+}
+
+/// Choose the port: `--device dev[:port]` if given, else the ports `NCCL_IB_HCA` allows;
+/// ACTIVE IB/Ethernet only; the one on `data_netdev` first, else the first in name order.
+/// The GID index is `gid_override` (`--gid-index`), else NCCL's choice for that port.
+/// Errors say what was there and what to change.
+pub fn choose_port(
+    ports: &[PortCandidate],
+    device_flag: Option<&str>,
+    hca_env: Option<&str>,
+    data_netdev: Option<&str>,
+    gid_override: Option<u32>,
+) -> Result<PortChoice, String> {
+    if ports.is_empty() {
+        return Err("no RDMA devices on this host".into());
+    }
+    let (spec, source) = match device_flag {
+        Some(d) => (Some(HcaSpec::parse(&format!("={d}"))), "--device"),
+        None => (
+            hca_env.map(str::trim).filter(|s| !s.is_empty()).map(HcaSpec::parse),
+            "NCCL_IB_HCA",
+        ),
+    };
+    let mut usable: Vec<&PortCandidate> = ports
+        .iter()
+        .filter(|p| spec.as_ref().is_none_or(|s| s.selects(&p.device, p.port)))
+        .collect();
+    if usable.is_empty() {
+        let all: Vec<String> = ports.iter().map(|p| format!("{}:{}", p.device, p.port)).collect();
+        return Err(format!(
+            "{source} matches none of the RDMA ports ({}); hint: `fabprobe links` lists them",
+            all.join(", ")
+        ));
+    }
+    let before = usable.clone();
+    usable.retain(|p| {
+        p.state.as_deref() == Some("ACTIVE")
+            && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet"))
+    });
+    if usable.is_empty() {
+        let states: Vec<String> = before
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}:{} {}",
+                    p.device,
+                    p.port,
+                    p.state.as_deref().unwrap_or("state unknown")
+                )
+            })
+            .collect();
+        return Err(format!(
+            "no ACTIVE RDMA port ({}); hint: `fabprobe links` shows why a port is down",
+            states.join(", ")
+        ));
+    }
+    usable.sort_by(|a, b| (a.device.as_str(), a.port).cmp(&(b.device.as_str(), b.port)));
+    let on_data = data_netdev.and_then(|n| usable.iter().find(|p| p.netdevs.iter().any(|d| d == n)));
+    let (p, why) = match on_data {
+        Some(p) => (*p, format!("the port on the data interface {}", data_netdev.unwrap_or("-"))),
+        None => (usable[0], "the first ACTIVE port".to_string()),
+    };
+    let why = match spec {
+        Some(_) => format!("{why} that {source} allows"),
+        None => why,
+    };
+    let (gid_index, gwhy) = match (gid_override, p.gid_index) {
+        (Some(g), _) => (g, "--gid-index".to_string()),
+        (None, Some(g)) => (g, format!("NCCL's choice: {}", p.gid_reason)),
+        (None, None) => {
+            return Err(format!(
+                "no usable GID index on {}:{} ({}); hint: pick one from `fabprobe gids` with --gid-index",
+                p.device, p.port, p.gid_reason
+            ));
+        }
+    };
+    Ok(PortChoice {
+        device: p.device.clone(),
+        port: p.port,
+        gid_index,
+        why: format!("{why}; GID index {gid_index} from {gwhy}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +235,48 @@ mod tests {
         assert!(HcaSpec::parse("=mlx5_1").prefix_surprises(&devs).is_empty());
         // `mlx5` alone is a deliberate prefix: no device is named exactly that.
         assert!(HcaSpec::parse("mlx5").prefix_surprises(&devs).is_empty());
+    }
+
+    fn cand(dev: &str, port: u32, state: &str, netdev: &str, gid: Option<u32>) -> PortCandidate {
+        PortCandidate {
+            device: dev.into(),
+            port,
+            state: Some(state.into()),
+            link_layer: Some("Ethernet".into()),
+            netdevs: vec![netdev.into()],
+            gid_index: gid,
+            gid_reason: "auto".into(),
+        }
+    }
+
+    #[test]
+    fn the_port_on_the_data_interface_wins() {
+        let ports = [
+            cand("mlx5_0", 1, "ACTIVE", "eth0", Some(3)),
+            cand("mlx5_1", 1, "ACTIVE", "eth1", Some(3)),
+        ];
+        let c = choose_port(&ports, None, None, Some("eth1"), None).unwrap();
+        assert_eq!((c.device.as_str(), c.port, c.gid_index), ("mlx5_1", 1, 3));
+        assert!(c.why.contains("data interface eth1"), "{}", c.why);
+        let c = choose_port(&ports, None, None, Some("ib9"), None).unwrap();
+        assert_eq!(c.device, "mlx5_0");
+        let c = choose_port(&ports, None, Some("^mlx5_0"), Some("eth0"), Some(1)).unwrap();
+        assert_eq!((c.device.as_str(), c.gid_index), ("mlx5_1", 1));
+        assert!(c.why.contains("NCCL_IB_HCA") && c.why.contains("--gid-index"), "{}", c.why);
+        let c = choose_port(&ports, Some("mlx5_1:1"), Some("mlx5_0"), None, None).unwrap();
+        assert_eq!(c.device, "mlx5_1");
+    }
+
+    #[test]
+    fn refusals_say_what_is_there() {
+        let ports = [cand("mlx5_0", 1, "DOWN", "eth0", Some(3))];
+        let e = choose_port(&ports, None, None, None, None).unwrap_err();
+        assert!(e.contains("no ACTIVE RDMA port (mlx5_0:1 DOWN)"), "{e}");
+        let e = choose_port(&ports, None, Some("=mlx5_1"), None, None).unwrap_err();
+        assert!(e.contains("NCCL_IB_HCA matches none") && e.contains("mlx5_0:1"), "{e}");
+        let ports = [cand("rxe0", 1, "ACTIVE", "eth0", None)];
+        let e = choose_port(&ports, None, None, None, None).unwrap_err();
+        assert!(e.contains("no usable GID index on rxe0:1"), "{e}");
+        assert!(choose_port(&[], None, None, None, None).is_err());
     }
 }

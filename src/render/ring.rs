@@ -54,6 +54,8 @@ pub struct Head<'a> {
     pub launcher: &'a LauncherInfo,
     pub options: &'a Options,
     pub ranks: &'a [RankInfo],
+    /// Why `--transport auto` ran tcp (the report's `transport_note`).
+    pub note: Option<&'a str>,
 }
 
 impl<'a> Head<'a> {
@@ -64,6 +66,7 @@ impl<'a> Head<'a> {
             launcher: &r.launcher,
             options: &r.options,
             ranks: &r.ranks,
+            note: r.transport_note.as_deref(),
         }
     }
 }
@@ -128,6 +131,9 @@ pub fn head(h: &Head) -> String {
             h.transport
         ));
         line(format!("# nRanks {}", h.world));
+    }
+    if let Some(n) = h.note {
+        line(format!("# transport: {n}"));
     }
     line(format!(
         "# launcher: {} (coordinator {} from {}, token from {})",
@@ -366,6 +372,7 @@ mod tests {
         RingReport {
             world: 4,
             transport: "tcp".into(),
+            transport_note: None,
             launcher: LauncherInfo {
                 source: Source::Slurm,
                 coordinator: "node-a:29517".into(),

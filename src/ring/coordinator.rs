@@ -19,7 +19,9 @@ use serde::Serialize;
 use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
 use crate::ring::gate::{self, BUSY, Incoming};
-use crate::ring::model::{CounterMove, LinkSample, Rank, RankInfo, Verdict, WaitReport, printable};
+use crate::ring::model::{
+    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable,
+};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult, WireError};
 
@@ -161,6 +163,8 @@ pub struct CoordinatorReport {
     /// The evidence counters of each rank's data NIC that moved during the run, from its
     /// results or its stuck report (the latest).
     pub port_counters: BTreeMap<Rank, Vec<CounterMove>>,
+    /// Completion errors on data links (RDMA), as the ranks reported them, in arrival order.
+    pub link_faults: Vec<LinkFault>,
     /// Where each rank's control connection comes from (`198.18.0.11:40312`).
     pub control_peers: BTreeMap<Rank, String>,
     /// Ranks whose host has not acknowledged data sent on their control connection since
@@ -738,7 +742,27 @@ fn serve(
                         failing_since.get_or_insert(Instant::now());
                         urgent = true;
                     }
-                    Msg::Failed { error, .. } => {
+                    Msg::Failed {
+                        error,
+                        link_fault,
+                        port_counters,
+                        ..
+                    } => {
+                        note_counters(rep, r, port_counters);
+                        // Only an end of the link can report it; the connection's rank saw it,
+                        // whatever the message says; its words are bounded before they are kept.
+                        if let Some(mut f) = link_fault
+                            && (f.from_rank == r || f.to_rank == r)
+                            && f.from_rank < world
+                            && f.to_rank < world
+                            && rep.link_faults.len() < 4 * world as usize
+                        {
+                            f.seen_by = r;
+                            for t in [&mut f.device, &mut f.operation, &mut f.status_name, &mut f.meaning] {
+                                *t = printable(t, 200);
+                            }
+                            rep.link_faults.push(f);
+                        }
                         // Relayed to every rank and printed: escaped and bounded.
                         let error = printable(&error, 1000);
                         first_failure
@@ -824,6 +848,7 @@ fn serve(
                 },
             );
             rep.abort = Some(reason);
+            collect_counters(&rx, rep);
         }
         None => {
             let failed = !rep.verdicts.is_empty()
@@ -841,6 +866,41 @@ fn serve(
         }
     }
 }
+
+/// After an abort: the ranks the verdicts name answer with their NIC's counters (each
+/// within milliseconds); wait for those still alive, at most `COUNTERS_GRACE`.
+fn collect_counters(rx: &Receiver<Control>, rep: &mut CoordinatorReport) {
+    // Only the two ends of a broken link: a stalled or lost rank will not answer.
+    let mut want: BTreeSet<Rank> = rep
+        .verdicts
+        .iter()
+        .filter(|v| matches!(v.kind, VerdictKind::HangLink | VerdictKind::LinkError))
+        .flat_map(|v| [v.from_rank, v.to_rank])
+        .flatten()
+        .filter(|r| !rep.lost.contains(r) && !rep.closed.contains_key(r))
+        .collect();
+    let until = Instant::now() + COUNTERS_GRACE;
+    while !want.is_empty() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left) {
+            Ok(Control::Msg(r, Msg::Counters { port_counters })) => {
+                note_counters(rep, r, port_counters);
+                want.remove(&r);
+            }
+            Ok(Control::Closed(r, _)) => {
+                want.remove(&r);
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// How long the coordinator waits for the counters of the ranks a verdict names.
+const COUNTERS_GRACE: Duration = Duration::from_millis(1500);
 
 /// A rank's latest moved counters (each report covers the whole run so far), under the
 /// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.

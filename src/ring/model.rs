@@ -140,6 +140,37 @@ pub enum VerdictKind {
     /// crashed, or its network link cut; not a stopped process (whose kernel still answers).
     RankUnreachable,
     CoordinatorLost,
+    /// A data link's queue pair completed a work request in error (RDMA): the status names
+    /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
+    LinkError,
+}
+
+/// A completion error on one directed data link, as the rank that polled it saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkFault {
+    /// The ring link: data flows `from_rank` -> `to_rank` (either end may report it).
+    pub from_rank: Rank,
+    pub to_rank: Rank,
+    /// The rank whose completion queue held the error.
+    pub seen_by: Rank,
+    /// `rxe0:1 gid 1`.
+    pub device: String,
+    /// What completed in error: `an RDMA write`, `a credit`, `a chunk`.
+    pub operation: String,
+    /// `ibv_wc_status` and `ibv_wc_status_str`.
+    pub status: u32,
+    pub status_name: String,
+    pub meaning: String,
+    /// The NIC's vendor syndrome (`vendor_err`).
+    pub vendor_err: u32,
+}
+
+impl LinkFault {
+    /// `IBV_WC_WR_FLUSH_ERR`: the knock-on of an earlier error on the same queue pair, so
+    /// never the cause.
+    pub fn is_flush(&self) -> bool {
+        self.status == 5
+    }
 }
 
 /// A conclusion the user sees: human line first, figures as evidence.

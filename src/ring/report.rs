@@ -81,6 +81,8 @@ impl LauncherInfo {
 pub struct RingReport {
     pub world: u32,
     pub transport: String,
+    /// Why `--transport auto` ran over tcp though some rank offered rdma (who did not).
+    pub transport_note: Option<String>,
     pub launcher: LauncherInfo,
     pub options: Options,
     pub ranks: Vec<RankInfo>,
@@ -115,6 +117,24 @@ impl RingReport {
     pub fn failed(&self) -> bool {
         self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
     }
+}
+
+/// Why the run used tcp though some rank offered rdma (only `--transport auto` mixes
+/// offers): the ranks that did not offer it. None when every rank offered what was used.
+pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
+    if used != "tcp" || !ranks.iter().any(|i| i.transport == "rdma") {
+        return None;
+    }
+    let without: Vec<String> = ranks
+        .iter()
+        .filter(|i| i.transport != "rdma")
+        .map(|i| format!("rank {} ({})", i.rank, i.host))
+        .collect();
+    Some(format!(
+        "auto chose tcp: {} offer{} no usable RDMA port (its stderr with -v says why)",
+        without.join(", "),
+        if without.len() == 1 { "s" } else { "" }
+    ))
 }
 
 /// Wrong-element counts from the ranks (None if one did not check), saturating: a peer's
@@ -217,6 +237,35 @@ pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
         .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
         .collect();
     (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
+}
+
+#[cfg(test)]
+mod note_tests {
+    use super::*;
+
+    fn rank(r: Rank, transport: &str) -> RankInfo {
+        RankInfo {
+            rank: r,
+            host: format!("node-{r}"),
+            address: String::new(),
+            device: None,
+            transport: transport.into(),
+            pid: None,
+            capabilities: vec![transport.into()],
+        }
+    }
+
+    #[test]
+    fn auto_says_who_had_no_rdma() {
+        let mixed = [rank(0, "rdma"), rank(1, "tcp"), rank(2, "rdma")];
+        assert_eq!(
+            transport_note(&mixed, "tcp").as_deref(),
+            Some("auto chose tcp: rank 1 (node-1) offers no usable RDMA port (its stderr with -v says why)")
+        );
+        // Every rank asked for tcp, or every rank ran rdma: nothing to explain.
+        assert_eq!(transport_note(&[rank(0, "tcp"), rank(1, "tcp")], "tcp"), None);
+        assert_eq!(transport_note(&[rank(0, "rdma"), rank(1, "rdma")], "rdma"), None);
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
 use crate::ring::diagnosis::evidence::{self, Sampler};
+use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
@@ -217,14 +218,13 @@ pub fn run_rank(
             .map(|f| Box::new(f) as Box<dyn Fabric + Send>)
             .map_err(|e| cannot(format!("cannot listen for data links on {}: {e}", setup.data_ip))),
     };
-    let transport = fabric
-        .as_ref()
-        .map(|f| f.transport())
-        .unwrap_or("tcp")
-        .to_string();
     let counters = setup.counters;
     let live = setup.live.clone().unwrap_or_default();
-    let result = fabric.and_then(|fabric| {
+    let result = fabric.as_ref().map_err(|e| RunError {
+        kind: e.kind,
+        message: e.message.clone(),
+    });
+    let result = result.and_then(|fabric| {
         rank_body(
             &join_addr,
             &setup.identity,
@@ -238,6 +238,13 @@ pub fn run_rank(
             log,
         )
     });
+    // Read after the run: `--transport auto` decides once it has seen the rank table.
+    let transport = fabric
+        .as_ref()
+        .map(|f| f.transport())
+        .unwrap_or("tcp")
+        .to_string();
+    drop(fabric);
     let Some((coord, _)) = coordinator else {
         return result;
     };
@@ -255,6 +262,7 @@ pub fn run_rank(
     evidence::attach(&mut verdicts, &crep.port_counters);
     let report = RingReport {
         world: id.world,
+        transport_note: crate::ring::report::transport_note(&crep.ranks, &transport),
         transport,
         launcher: LauncherInfo::of(id),
         options: opts.clone(),
@@ -452,16 +460,26 @@ fn after_join(
                 other => Msg::Failed {
                     rank: id.rank,
                     error: other.to_string(),
+                    link_fault: other.link_fault().cloned(),
+                    port_counters: moved(),
                 },
             };
             let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
             if !matches!(e, RingError::Aborted(_)) && !already {
                 let _ = session.send(&msg);
             }
+
             // The coordinator names the cause within the silence deadline and its grace.
             let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
             let why = match session.wait_done(wait) {
-                Err(BootstrapError::Aborted(reason)) => reason,
+                Err(BootstrapError::Aborted(reason)) => {
+                    // The verdict may name this rank: its NIC's counters, as they are now
+                    // (a NIC still retrying has counted more since any stuck report).
+                    let _ = session.send(&Msg::Counters {
+                        port_counters: moved(),
+                    });
+                    reason
+                }
                 _ => e.to_string(),
             };
             Err(fault(why))
@@ -673,6 +691,11 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
         } else {
             now_ms
         };
+        // A completion error names its link and cause at once (RDMA).
+        let v = linkerror::verdicts(&rep.link_faults, &rep.ranks);
+        if !v.is_empty() {
+            return v;
+        }
         watchdog::judge(&watch_state(rep, at, timeout_ms), at)
     })
 }
@@ -953,6 +976,7 @@ mod tests {
         let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
             world: 2,
             transport: "tcp".into(),
+            transport_note: None,
             launcher: LauncherInfo {
                 source: Source::Flags,
                 coordinator: String::new(),

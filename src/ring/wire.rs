@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::ring::model::{CounterMove, LinkSample, RankInfo, Verdict, WaitReport};
+use crate::ring::model::{CounterMove, LinkFault, LinkSample, RankInfo, Verdict, WaitReport};
 
 pub const MAGIC: &[u8; 4] = b"FPR1";
 /// Largest control frame accepted: a 32-rank table or a results message is a few KiB; a
@@ -135,8 +135,20 @@ pub enum Msg {
     Failed {
         rank: u32,
         error: String,
+        /// The completion error behind it (RDMA), for a `link_error` verdict.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link_fault: Option<LinkFault>,
+        /// The counters of this rank's data NIC that moved since the start.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        port_counters: Vec<CounterMove>,
     },
     Results(RankResults),
+    /// A rank's answer to an abort: the counters of its data NIC that moved since the start,
+    /// so a verdict reached on other ranks' reports still shows this rank's evidence.
+    Counters {
+        #[serde(default)]
+        port_counters: Vec<CounterMove>,
+    },
     /// One size finished on this rank (sent as each size ends, so rank 0 can print the row
     /// when every rank has it; the `Results` at the end stay the record).
     Row {
@@ -187,6 +199,7 @@ impl Msg {
             Msg::Stuck { .. } => "stuck",
             Msg::Failed { .. } => "failed",
             Msg::Results(_) => "results",
+            Msg::Counters { .. } => "counters",
             Msg::Row { .. } => "row",
             Msg::Done { .. } => "done",
             Msg::Abort { .. } => "abort",

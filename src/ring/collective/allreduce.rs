@@ -31,6 +31,16 @@ pub enum RingError {
     Protocol { peer: String, what: String },
 }
 
+impl RingError {
+    /// The completion error behind this one (RDMA), if any.
+    pub fn link_fault(&self) -> Option<&crate::ring::model::LinkFault> {
+        match self {
+            RingError::Stuck(_, e) | RingError::Transport(e) => e.link_fault(),
+            _ => None,
+        }
+    }
+}
+
 /// One channel's ring links: to the successor and from the predecessor.
 pub struct ChannelLinks {
     pub send: Box<dyn SendLink>,
@@ -236,7 +246,11 @@ impl Chan<'_> {
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.send.acquire(slice) {
                 Ok(s) => break s,
-                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {
+                    // The other link may already know why the ring stopped (RDMA).
+                    self.links.recv.health().map_err(RingError::Transport)?;
+                    continue;
+                }
                 Err(e) if e.is_timeout() => return Err(self.stuck(e)),
                 Err(e) => return Err(RingError::Transport(e)),
             }
@@ -268,7 +282,20 @@ impl Chan<'_> {
             let slice = (Instant::now() + SLICE).min(deadline);
             match self.links.recv.poll(slice) {
                 Ok(c) => break c,
-                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {
+                    // A write this rank already handed over may have failed since (RDMA: the
+                    // completion waits in the send queue's CQ while the ring waits here), or
+                    // still not be acknowledged after the timeout: then this rank is a
+                    // sender blocked on its successor, and says so.
+                    match self.links.send.health() {
+                        Ok(()) => continue,
+                        Err(e) if e.is_timeout() => {
+                            self.progress.waiting(Some(self.ring.succ()), false);
+                            return Err(self.stuck(e));
+                        }
+                        Err(e) => return Err(RingError::Transport(e)),
+                    }
+                }
                 Err(e) if e.is_timeout() => return Err(self.stuck(e)),
                 Err(e) => return Err(RingError::Transport(e)),
             }
@@ -516,13 +543,18 @@ pub fn run_size(
                     hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                 }
                 if let Err(e) = res {
+                    l.send.abandon();
                     stop.store(true, Ordering::Relaxed);
                     let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
                     let keep = match &*g {
                         None => true,
                         // A real cause beats the echo of an abort or of a sibling's stop.
                         Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
-                        _ => false,
+                        // A completion error names its cause; a sibling's timeout does not.
+                        Some(old) => {
+                            let cause = |x: &RingError| x.link_fault().is_some_and(|f| !f.is_flush());
+                            cause(&e) && !cause(old)
+                        }
                     };
                     if keep {
                         *g = Some(match e {

@@ -15,6 +15,8 @@
 /// The in-process transport for tests (and the `testkit` feature): never in a release binary.
 #[cfg(any(test, feature = "testkit"))]
 pub mod inproc;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 
 use std::time::{Duration, Instant};
@@ -41,6 +43,14 @@ pub enum TransportError {
         dir: &'static str,
         why: String,
     },
+    /// A work request completed in error (RDMA); the fault is what the verdict is made of.
+    #[error("the link {dir} {peer} is closed: {} completed with status {} ({}) on {}: {}; vendor syndrome {:#x}",
+        fault.operation, fault.status, fault.status_name, fault.device, fault.meaning, fault.vendor_err)]
+    Completion {
+        peer: String,
+        dir: &'static str,
+        fault: Box<crate::ring::model::LinkFault>,
+    },
     #[error("protocol error on the link {dir} {peer}: {what}")]
     Protocol {
         peer: String,
@@ -59,6 +69,13 @@ impl TransportError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, TransportError::Timeout { .. })
     }
+    /// The completion error behind this one, if it is one.
+    pub fn link_fault(&self) -> Option<&crate::ring::model::LinkFault> {
+        match self {
+            TransportError::Completion { fault, .. } => Some(fault),
+            _ => None,
+        }
+    }
 }
 
 /// The sending end of one directed link.
@@ -75,6 +92,14 @@ pub trait SendLink: Send {
     fn write_imm(&mut self, slot: u32, data: &[u8], imm: u32) -> Result<(), TransportError>;
     /// Bytes written so far.
     fn bytes_sent(&self) -> u64;
+    /// Report an error the link already knows of (an RDMA completion in error on its
+    /// queue pair) without waiting; a rank waiting on its other link calls this, so a
+    /// failed write is named while the rank waits elsewhere. Default: nothing to check.
+    fn health(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
+    /// The run failed: closing the link must not wait for what is still in flight.
+    fn abandon(&mut self) {}
 }
 
 /// The receiving end of one directed link.
@@ -86,6 +111,10 @@ pub trait RecvLink: Send {
     fn consume(&mut self, c: &Completion, f: &mut dyn FnMut(&[u8])) -> Result<(), TransportError>;
     /// Bytes that landed so far.
     fn bytes_received(&self) -> u64;
+    /// As [`SendLink::health`]: an error already on the link (a failed credit write).
+    fn health(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
 }
 
 /// A directed link's identity on one side: the peer rank and a tag (the ring channel; the

@@ -65,7 +65,7 @@ fn set_buffers(s: &TcpStream) {
     let _ = s.set_nodelay(true);
 }
 
-fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
+pub(crate) fn write_frame(s: &mut TcpStream, body: &impl Serialize) -> io::Result<()> {
     let b = serde_json::to_vec(body).map_err(io::Error::other)?;
     let mut f = HS_MAGIC.to_vec();
     f.extend_from_slice(&(b.len() as u32).to_be_bytes());
@@ -116,7 +116,7 @@ pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Decoded<T> {
 }
 
 /// Read one frame by `deadline` (a deadline for the whole frame, not per read).
-fn read_frame_by<T: DeserializeOwned>(s: &mut TcpStream, deadline: Instant) -> Result<T, String> {
+pub(crate) fn read_frame_by<T: DeserializeOwned>(s: &mut TcpStream, deadline: Instant) -> Result<T, String> {
     let mut buf = Vec::new();
     loop {
         let want = match decode_frame(&buf) {
@@ -1116,6 +1116,13 @@ impl TcpFabric {
     /// Listen on `ip` (port chosen by the kernel).
     pub fn bind(ip: std::net::IpAddr) -> io::Result<TcpFabric> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let address = listener.local_addr()?.to_string();
+        Ok(TcpFabric { listener, address })
+    }
+
+    /// Serve TCP links on a listener another fabric shares (`--transport auto` keeps one
+    /// listening address and decides the transport after the rendezvous).
+    pub fn from_listener(listener: TcpListener) -> io::Result<TcpFabric> {
         let address = listener.local_addr()?.to_string();
         Ok(TcpFabric { listener, address })
     }

@@ -1,0 +1,371 @@
+//! Tests on a real kernel RDMA stack: Soft-RoCE (`rdma_rxe`) in QEMU VMs (see tests/vmlab).
+//! Skipped loudly without root or QEMU; `FABPROBE_LAB=required` makes that a failure.
+
+mod common;
+mod vmlab;
+
+use std::time::Duration;
+
+use vmlab::{VmLab, VmOpts};
+
+/// The lab itself: two VMs reach each other over IP and over RC verbs (perftest's and
+/// rdma-core's own tools, so a fabprobe bug cannot hide a broken lab).
+#[test]
+fn vm_lab_two_vms_talk_rdma() {
+    let Some(lab) = VmLab::new("vm_lab_two_vms_talk_rdma", VmOpts::new(2)) else {
+        return;
+    };
+    let dev = lab.must(0, "ibv_devices");
+    assert!(dev.contains("rxe0"), "{dev}");
+    let server = lab.spawn(1, "exec ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut client = None;
+    for _ in 0..20 {
+        let o = lab.exec(
+            0,
+            &format!("ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 {}", lab.vms[1].ip),
+            Duration::from_secs(60),
+        );
+        if o.ok() {
+            client = Some(o);
+            break;
+        }
+        // The server may not be listening yet on a loaded machine.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let client = client.expect("ibv_rc_pingpong client never succeeded");
+    assert!(client.stdout.contains("iters in"), "{client:?}");
+    let s = lab.wait(&server, Duration::from_secs(60));
+    assert!(s.ok(), "{s:?}");
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn counter<'a>(links: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    links["data"]["devices"][0]["ports"][0]["counters"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no counter {name} in {links}"))
+}
+
+/// The live probes on a real device: `gids` and `links` read rxe0 as the kernel shows it,
+/// `links --interval` sees the packet counters move while RC traffic runs, and a snapshot
+/// taken in the VM replays on the host to the same reports.
+#[test]
+fn live_probes_on_rxe() {
+    let Some(lab) = VmLab::new("live_probes_on_rxe", VmOpts::new(2)) else {
+        return;
+    };
+    let bin = vmlab::quote(vmlab::BIN);
+    let gids = json(&lab.must(0, &format!("{bin} gids --format json")));
+    let port = &gids["data"]["ports"][0];
+    assert_eq!(port["device"], "rxe0", "{gids}");
+    assert_eq!(port["state"], "ACTIVE");
+    assert_eq!(port["entries"][1]["ipv4"], lab.vms[0].ip.as_str());
+    assert_eq!(port["entries"][1]["gid_type"], "RoCE v2");
+    assert_eq!(port["entries"][1]["netdev"], "eth0");
+    assert_eq!(port["nccl"]["index"], 1);
+    assert_eq!(gids["host"]["hostname"], "node-a");
+
+    let links = json(&lab.must(0, &format!("{bin} links --format json")));
+    let p = &links["data"]["devices"][0]["ports"][0];
+    assert_eq!(p["state"]["name"], "ACTIVE", "{p}");
+    assert_eq!(p["netdev"], "eth0");
+    assert_eq!(links["data"]["verbs"]["devices"][0]["name"], "rxe0", "{links}");
+
+    // RC traffic between the VMs while links samples for 4 s.
+    let server = lab.spawn(1, "exec ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096");
+    std::thread::sleep(Duration::from_secs(1));
+    let client = lab.spawn(
+        0,
+        &format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096 {} && exit 0; sleep 1; done; exit 1",
+            lab.vms[1].ip
+        ),
+    );
+    let moved = json(&lab.must(0, &format!("{bin} links --interval 4 --format json")));
+    let c = lab.wait(&client, Duration::from_secs(120));
+    assert!(c.ok(), "{c:?}");
+    lab.wait(&server, Duration::from_secs(60));
+    let sent = counter(&moved, "sent_pkts");
+    let delta = sent["delta"]["value"].as_u64().unwrap_or(0);
+    assert!(delta > 0, "sent_pkts did not move during traffic: {sent}");
+    assert!(sent["rate_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{sent}");
+    assert_eq!(counter(&moved, "retry_exceeded_err")["delta"]["value"], 0);
+
+    // A snapshot taken in the VM replays to the live reports.
+    lab.must(
+        0,
+        &format!("{bin} snapshot -o /tmp/snap.tar.gz && cp /tmp/snap.tar.gz /run/job/snap.tar.gz"),
+    );
+    let live = json(&lab.must(0, &format!("{bin} gids --format json")));
+    let snap = lab.job_file(0, "snap.tar.gz");
+    let o = std::process::Command::new(vmlab::BIN)
+        .args(["--root", snap.to_str().unwrap(), "--format", "json", "gids"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", vmlab::text(&o.stderr));
+    let replay = json(&vmlab::text(&o.stdout));
+    assert_eq!(replay["data"], live["data"]);
+    assert_eq!(replay["host"]["hostname"], "node-a");
+}
+
+/// The library's unit-test binary (it holds the transport conformance suite): the newest
+/// `target/<profile>/deps/fabprobe-<hash>` that lists the on-device conformance tests.
+fn lib_test_binary() -> std::path::PathBuf {
+    let deps = std::path::Path::new(vmlab::BIN).parent().unwrap().join("deps");
+    let mut found: Vec<(std::time::SystemTime, std::path::PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&deps).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_exe = name.starts_with("fabprobe-") && !name.contains('.');
+        if !is_exe {
+            continue;
+        }
+        let Ok(o) = std::process::Command::new(&p).arg("--list").output() else {
+            continue;
+        };
+        if vmlab::text(&o.stdout).contains("conformance_on_a_device") {
+            found.push((e.metadata().and_then(|m| m.modified()).unwrap(), p));
+        }
+    }
+    found.sort();
+    found
+        .pop()
+        .map(|f| f.1)
+        .expect("no library test binary with the RDMA conformance suite (run `cargo test --lib` first; the suite builds it)")
+}
+
+/// The transport conformance suite, run against the RDMA transport on rxe0 in a VM.
+#[test]
+fn rdma_conformance_on_rxe() {
+    let Some(lab) = VmLab::new("rdma_conformance_on_rxe", VmOpts::new(1)) else {
+        return;
+    };
+    let bin = lib_test_binary();
+    let o = lab.exec(
+        0,
+        &format!(
+            "FABPROBE_RDMA_TEST_DEVICE=rxe0:1:1 {} conformance_on_a_device --test-threads 1 --nocapture",
+            vmlab::quote(bin.to_str().unwrap())
+        ),
+        Duration::from_secs(600),
+    );
+    assert!(o.ok(), "conformance failed in the VM:\n{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("test result: ok. 8 passed"), "{}", o.stdout);
+    assert!(!o.stderr.contains("skipped"), "{}", o.stderr);
+}
+
+/// `fabprobe ring` arguments for rank `r` of `world` in the VM lab (coordinator on VM 0).
+fn ring_args(lab: &VmLab, r: usize, world: usize, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "ring",
+        "--rank",
+        &r.to_string(),
+        "--world",
+        &world.to_string(),
+        "--coordinator",
+        &format!("{}:29517", lab.vms[0].ip),
+        "--ifname",
+        "=eth0",
+        "--token",
+        "vmlab",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Run the ring on every VM; returns rank 0's output and every rank's exit status.
+fn run_ring(lab: &VmLab, extra: &[&str], limit: Duration) -> (vmlab::VmOutput, Vec<i32>) {
+    let world = lab.vms.len();
+    let jobs: Vec<vmlab::Job> = (0..world)
+        .map(|r| {
+            let a = ring_args(lab, r, world, extra);
+            lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect();
+    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, limit)).collect();
+    let codes = outs.iter().map(|o| o.rc).collect();
+    (outs.into_iter().next().unwrap(), codes)
+}
+
+const SMALL: &[&str] = &["-b", "64K", "-e", "1M", "-f", "4", "-n", "4", "-w", "1", "--no-scan"];
+
+/// The ring over RDMA between two VMs: every result right, out of place and in place, and
+/// the header names rxe0 and the GID index; `auto` picks rdma where every rank has a port.
+#[test]
+fn ring_rdma_two_vms() {
+    let Some(lab) = VmLab::new("ring_rdma_two_vms", VmOpts::new(2)) else {
+        return;
+    };
+    let mut extra = vec!["--transport", "rdma", "--format", "json"];
+    extra.extend_from_slice(SMALL);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(240));
+    assert_eq!(codes, vec![0, 0], "{}\n{}", o.stdout, o.stderr);
+    let v = json(&o.stdout);
+    assert_eq!(v["data"]["transport"], "rdma", "{v}");
+    let rows = v["data"]["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{v}");
+    for r in rows {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert_eq!(r["in_place"]["wrong"], 0, "{r}");
+    }
+    for i in v["data"]["ranks"].as_array().unwrap() {
+        assert_eq!(i["device"], "rxe0:1 gid 1 (eth0)", "{i}");
+        assert_eq!(i["transport"], "rdma");
+    }
+    // The table header names the device; auto picks rdma.
+    let mut extra = vec!["--transport", "auto"];
+    extra.extend_from_slice(SMALL);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(240));
+    assert_eq!(codes, vec![0, 0], "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("all_reduce over rdma"), "{}", o.stdout);
+    assert!(o.stdout.contains("device rxe0:1 gid 1 (eth0)"), "{}", o.stdout);
+}
+
+/// Start the ring on every VM with `env`; returns the jobs in rank order.
+fn spawn_ring(lab: &VmLab, env: &[&str], extra: &[&str]) -> Vec<vmlab::Job> {
+    let world = lab.vms.len();
+    (0..world)
+        .map(|r| {
+            let a = ring_args(lab, r, world, extra);
+            lab.spawn_fabprobe_env(r, env, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
+fn verdicts(v: &serde_json::Value) -> Vec<(String, Option<u64>, Option<u64>)> {
+    v["data"]["verdicts"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .map(|x| {
+                    (
+                        x["kind"].as_str().unwrap_or("").to_string(),
+                        x["from_rank"].as_u64(),
+                        x["to_rank"].as_u64(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A broken RDMA path between one pair of a 3-VM ring: every RoCE packet node-a sends to
+/// node-b is dropped (TCP, the control plane, still flows), so only the link 0 -> 1 breaks.
+/// * With a short QP timeout (NCCL_IB_TIMEOUT=14, about 67 ms a try, NCCL_IB_RETRY_CNT=1)
+///   the QP gives up first: a `link_error` naming 0 -> 1 with status 12 (retry exceeded),
+///   long before --timeout.
+/// * With NCCL's defaults (20: 4.3 s a try, 7 retries, about 34 s) and the drop made mid-run,
+///   the QP is still retrying when the data wait passes --timeout: a `hang_link` naming
+///   0 -> 1 within --timeout and the grace, with the retry counters that moved.
+#[test]
+fn rdma_link_faults_name_the_link() {
+    let Some(lab) = VmLab::new("rdma_link_faults_name_the_link", VmOpts::new(3)) else {
+        return;
+    };
+    let bin = vmlab::quote(vmlab::BIN);
+    // Warm the page cache of the 9p root: the first run in a VM reads the binary over 9p.
+    for vm in 0..3 {
+        lab.must(vm, &format!("{bin} --version"));
+    }
+
+    // 1. The QP gives up first: link_error with status 12.
+    lab.drop_roce(0, 1);
+    let t0 = std::time::Instant::now();
+    let jobs = spawn_ring(
+        &lab,
+        &["NCCL_IB_TIMEOUT=14", "NCCL_IB_RETRY_CNT=1"],
+        &[
+            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "2", "-w", "0",
+            "--no-scan", "--timeout", "30",
+        ],
+    );
+    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, Duration::from_secs(120))).collect();
+    let took = t0.elapsed();
+    let codes: Vec<i32> = outs.iter().map(|o| o.rc).collect();
+    assert_eq!(codes, vec![1, 1, 1], "{:?}", outs);
+    let v = json(&outs[0].stdout);
+    let vs = verdicts(&v);
+    assert_eq!(vs, vec![("link_error".to_string(), Some(0), Some(1))], "{v}");
+    let verdict = &v["data"]["verdicts"][0];
+    assert_eq!(verdict["evidence"]["status"], 12, "{verdict}");
+    let msg = verdict["message"].as_str().unwrap();
+    assert!(msg.starts_with("LINK ERROR rank 0 (node-a) -> rank 1 (node-b): "), "{msg}");
+    assert!(msg.contains("status 12 (transport retry counter exceeded)"), "{msg}");
+    assert!(msg.contains("vendor syndrome 0x"), "{msg}");
+    // rxe counted the retries and the failure on node-a's port.
+    let pc = &verdict["evidence"]["port_counters"];
+    assert!(
+        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 retry_exceeded_err"))),
+        "{verdict}"
+    );
+    // The completion, not the 30 s data deadline, ended the run.
+    assert!(took < Duration::from_secs(25), "{took:?}: {v}");
+    eprintln!("link_error run: {took:?}");
+
+    // 2. NCCL's QP timeout (minutes of retries); the drop mid-run; the data deadline rules.
+    lab.undrop(1);
+    // Over rxe's first retry (4.3 s after the last unacknowledged packet, NCCL's 20).
+    let timeout = 6;
+    let jobs = spawn_ring(
+        &lab,
+        &[],
+        &[
+            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "100000", "-w", "0",
+            "--no-scan", "--timeout", &timeout.to_string(), "-v",
+        ],
+    );
+    // Wait until the ring moves data (the coordinator's heartbeat shows on no file, so look
+    // at the NIC: node-b receives RoCE packets).
+    let rcvd = || -> u64 {
+        lab.must(1, "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_pkts")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let start = rcvd();
+    let t_wait = std::time::Instant::now();
+    while rcvd() < start + 2000 {
+        assert!(t_wait.elapsed() < Duration::from_secs(90), "the ring never moved data");
+        assert!(!lab.done(&jobs[0]), "the run ended before the drop: {:?}", lab.wait(&jobs[0], Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    lab.drop_roce(0, 1);
+    let t_drop = std::time::Instant::now();
+    let mut took = None;
+    let outs: Vec<vmlab::VmOutput> = jobs
+        .iter()
+        .map(|j| {
+            let o = lab.wait(j, Duration::from_secs(120));
+            eprintln!("rank {} ended {:?} after the drop (rc {}):\n{}", j.vm, t_drop.elapsed(), o.rc, o.stderr);
+            took.get_or_insert(t_drop.elapsed());
+            o
+        })
+        .collect();
+    let took = took.unwrap();
+    lab.undrop(1);
+    let v = json(&outs[0].stdout);
+    assert_eq!(outs[0].rc, 1, "{v}");
+    assert_eq!(verdicts(&v), vec![("hang_link".to_string(), Some(0), Some(1))], "{v}");
+    let verdict = &v["data"]["verdicts"][0];
+    // Within --timeout + the grace (a few seconds here, where rank 0 still has to write its
+    // report), far before NCCL's 20 x 7 retries (about 34 s) would have failed the QP.
+    assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
+    eprintln!("hang_link after the drop: {took:?}; evidence {}", verdict["evidence"]);
+    // node-a's NIC retried the writes the path swallowed (rxe counts each retry).
+    let pc = &verdict["evidence"]["port_counters"];
+    assert!(
+        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 completer_retry_err"))),
+        "{verdict}"
+    );
+    for vm in 0..3 {
+        let c = lab.console(vm);
+        assert!(!c.contains("soft lockup"), "{c}");
+    }
+}

@@ -1,0 +1,517 @@
+//! The VM lab: a real kernel RDMA stack on a machine whose own kernel has none. N small
+//! QEMU VMs (TCG) boot Debian's stock kernel (fetched and cached by `prepare.sh`), each runs
+//! the host's own userspace (its root over read-only 9p) with one Soft-RoCE device `rxe0` on
+//! its virtio NIC `eth0` (198.18.5.10+i/24). The NICs are taps on one bridge inside a network
+//! namespace made for the test, so nothing leaves it. Commands run inside a VM through a
+//! small agent that polls a writable 9p share (`/run/job` in the VM) and writes each
+//! command's stdout, stderr and exit status back.
+//!
+//! Every wait is bounded; `Drop` (also on panic) kills the QEMU processes and deletes the
+//! namespace with its bridge and taps; leftovers of killed runs are removed by their name
+//! prefix `fpv<pid>`. Without root, QEMU or the kernel package the lab prints a loud SKIPPED
+//! line and `VmLab::new` returns None; with `FABPROBE_LAB=required` it fails the test instead.
+//! One VM lab at a time on the machine (a file lock), since TCG VMs need every core they get.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+
+/// Skip loudly, or fail where the lab is required (`FABPROBE_LAB=required`, as in CI): the
+/// contract of `tests/common::lab_unavailable`, shared with the network-namespace lab.
+fn skip(test: &str, why: &str) -> Option<VmLab> {
+    crate::common::lab_unavailable(&format!("{test} (VM lab)"), why);
+    None
+}
+
+fn sh(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"))
+}
+
+fn must(args: &[&str]) {
+    let o = sh(args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Single quotes for sh.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+pub struct VmOpts {
+    pub vms: usize,
+    /// `tc tbf` rate on every VM's eth0 egress (`100mbit`), or unshaped.
+    pub rate: Option<String>,
+    pub mem_mib: u32,
+}
+
+impl VmOpts {
+    pub fn new(vms: usize) -> VmOpts {
+        VmOpts {
+            vms,
+            rate: None,
+            mem_mib: 640,
+        }
+    }
+}
+
+pub struct Vm {
+    pub name: String,
+    pub ip: String,
+    pub job: PathBuf,
+}
+
+/// What a command in a VM produced.
+#[derive(Debug)]
+pub struct VmOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub rc: i32,
+}
+
+impl VmOutput {
+    pub fn ok(&self) -> bool {
+        self.rc == 0
+    }
+}
+
+/// A command started in a VM: which VM, and its id in the job share.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub vm: usize,
+    pub id: String,
+}
+
+pub struct VmLab {
+    pub prefix: String,
+    pub ns: String,
+    pub dir: PathBuf,
+    pub vms: Vec<Vm>,
+    qemus: Vec<Child>,
+    seq: AtomicU32,
+    _lock: fs::File,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+/// The kernel and initramfs, built (or found cached) by prepare.sh.
+fn prepare() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vmlab/prepare.sh");
+    let o = Command::new("timeout")
+        .arg("600")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            text(&o.stderr).trim()
+        ));
+    }
+    Ok(PathBuf::from(text(&o.stdout).trim()))
+}
+
+fn kill_ns_pids(ns: &str) {
+    let pids = text(&sh(&["ip", "netns", "pids", ns]).stdout);
+    for p in pids.split_whitespace() {
+        if let Ok(pid) = p.parse::<i32>() {
+            // SAFETY: plain kill(2) on a pid that lives in our own lab namespace.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Delete namespaces (and the QEMUs in them) of VM labs whose test process is gone.
+fn clean_leftovers() {
+    let ns = text(&sh(&["ip", "netns", "list"]).stdout);
+    for line in ns.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix("fpv") else {
+            continue;
+        };
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(pid) = digits.parse::<u32>()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            kill_ns_pids(name);
+            let _ = sh(&["ip", "netns", "del", name]);
+            let _ = fs::remove_dir_all(format!("/tmp/{name}"));
+        }
+    }
+}
+
+/// The machine-wide VM lab lock, waited for at most `limit`.
+fn lock_machine(limit: Duration) -> Result<fs::File, String> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/fabprobe-vmlab.lock")
+        .map_err(|e| format!("cannot open /tmp/fabprobe-vmlab.lock: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        // SAFETY: flock on an fd we own; LOCK_NB never blocks.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        if t0.elapsed() > limit {
+            return Err(format!(
+                "another VM lab held /tmp/fabprobe-vmlab.lock for {limit:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const AGENT: &str = r#"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+cd /run/job || exit 1
+mkdir -p cmd out
+rdma link add rxe0 type rxe netdev eth0 > rxe.log 2>&1
+echo $? > rxe.rc
+__SHAPE__
+# IFF_RUNNING comes with the kernel's deferred link watch (up to a second after `ip link
+# set up`); a ring started before it finds no running data interface.
+i=0; while [ "$(cat /sys/class/net/eth0/operstate)" != up ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo ok > ready
+while :; do
+  for f in cmd/*.sh; do
+    [ -e "$f" ] || continue
+    id=${f#cmd/}; id=${id%.sh}
+    mv "$f" "out/$id.sh"
+    (sh "out/$id.sh" > "out/$id.out" 2> "out/$id.err" < /dev/null; echo $? > "out/$id.rc.tmp"; mv "out/$id.rc.tmp" "out/$id.rc") &
+  done
+  sleep 0.05
+done
+"#;
+
+impl VmLab {
+    /// Boot the VMs and wait until each has rxe0 up, or None (after a loud SKIPPED line)
+    /// where the lab cannot run here.
+    pub fn new(test: &str, opts: VmOpts) -> Option<VmLab> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip(test, "needs root (network namespaces, taps, a bridge)");
+        }
+        if Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            return skip(
+                test,
+                "qemu-system-x86_64 is not installed (hint: apt-get install qemu-system-x86 busybox-static cpio kmod)",
+            );
+        }
+        if Command::new("ip").arg("-V").output().is_err() {
+            return skip(test, "iproute2 (`ip`) is not installed");
+        }
+        let images = match prepare() {
+            Ok(p) => p,
+            Err(e) => return skip(test, &format!("no VM kernel: {e}")),
+        };
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = match lock_machine(Duration::from_secs(900)) {
+            Ok(f) => f,
+            Err(e) => panic!("VM lab test {test}: {e}"),
+        };
+        clean_leftovers();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("fpv{}{}", std::process::id(), (b'a' + (n % 26) as u8) as char);
+        if !sh(&["ip", "netns", "add", &prefix]).status.success() {
+            return skip(
+                test,
+                "cannot create network namespaces here (no CAP_SYS_ADMIN?)",
+            );
+        }
+        let dir = PathBuf::from(format!("/tmp/{prefix}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create the VM lab directory");
+        let mut lab = VmLab {
+            prefix: prefix.clone(),
+            ns: prefix.clone(),
+            dir: dir.clone(),
+            vms: Vec::new(),
+            qemus: Vec::new(),
+            seq: AtomicU32::new(0),
+            _lock: lock,
+            _guard: guard,
+        };
+        lab.netns(&["ip", "link", "set", "lo", "up"]);
+        lab.netns(&["ip", "link", "add", "br0", "type", "bridge"]);
+        lab.netns(&["ip", "link", "set", "br0", "up"]);
+        let shape = match &opts.rate {
+            Some(rate) => format!(
+                "tc qdisc add dev eth0 root tbf rate {rate} burst 64kb latency 50ms > shape.log 2>&1"
+            ),
+            None => String::new(),
+        };
+        for i in 0..opts.vms {
+            let name = format!("node-{}", (b'a' + i as u8) as char);
+            let ip = format!("198.18.5.{}", 10 + i);
+            let job = dir.join(format!("vm{i}"));
+            fs::create_dir_all(job.join("cmd")).unwrap();
+            fs::create_dir_all(job.join("out")).unwrap();
+            fs::write(job.join("agent.sh"), AGENT.replace("__SHAPE__", &shape)).unwrap();
+            let tap = format!("tap{i}");
+            lab.netns(&["ip", "tuntap", "add", &tap, "mode", "tap"]);
+            lab.netns(&["ip", "link", "set", &tap, "master", "br0", "up"]);
+            let console = job.join("console.log");
+            let child = Command::new("ip")
+                .args(["netns", "exec", &prefix, "qemu-system-x86_64"])
+                .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "1"])
+                .args(["-m", &opts.mem_mib.to_string()])
+                .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+                .arg("-serial")
+                .arg(format!("file:{}", console.display()))
+                .arg("-kernel")
+                .arg(images.join("vmlinuz"))
+                .arg("-initrd")
+                .arg(images.join("initrd.img"))
+                .arg("-append")
+                .arg(format!(
+                    "console=ttyS0 quiet panic=-1 fpvm.ip={ip}/24 fpvm.name={name}"
+                ))
+                .args([
+                    "-virtfs",
+                    "local,path=/,mount_tag=host0,security_model=none,readonly=on,multidevs=remap",
+                ])
+                .arg("-virtfs")
+                .arg(format!(
+                    "local,path={},mount_tag=job,security_model=none",
+                    job.display()
+                ))
+                .args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
+                .args([
+                    "-device",
+                    &format!("virtio-net-pci,netdev=n0,mac=52:54:00:12:35:{:02x}", 10 + i),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(fs::File::create(job.join("qemu.err")).unwrap())
+                .spawn()
+                .expect("spawn qemu-system-x86_64");
+            lab.qemus.push(child);
+            lab.vms.push(Vm { name, ip, job });
+        }
+        // Boot takes ~3 s each on an idle machine; give a loaded one far more.
+        let deadline = Instant::now() + Duration::from_secs(30 + 20 * opts.vms as u64);
+        for i in 0..lab.vms.len() {
+            loop {
+                if lab.vms[i].job.join("ready").exists() {
+                    break;
+                }
+                let gone = lab.qemus[i].try_wait().ok().flatten().is_some();
+                if gone || Instant::now() > deadline {
+                    panic!(
+                        "VM {} did not come up ({}):\n{}",
+                        lab.vms[i].name,
+                        if gone { "QEMU exited" } else { "boot deadline passed" },
+                        lab.console(i)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let rc = fs::read_to_string(lab.vms[i].job.join("rxe.rc")).unwrap_or_default();
+            assert_eq!(
+                rc.trim(),
+                "0",
+                "`rdma link add rxe0` failed in {}: {}\n{}",
+                lab.vms[i].name,
+                fs::read_to_string(lab.vms[i].job.join("rxe.log")).unwrap_or_default(),
+                lab.console(i)
+            );
+        }
+        Some(lab)
+    }
+
+    fn netns(&self, args: &[&str]) {
+        let mut a = vec!["ip", "netns", "exec", self.ns.as_str()];
+        a.extend_from_slice(args);
+        must(&a);
+    }
+
+    /// The tail of a VM's serial console and QEMU's stderr, for failure messages.
+    pub fn console(&self, vm: usize) -> String {
+        let j = &self.vms[vm].job;
+        let c = fs::read_to_string(j.join("console.log")).unwrap_or_default();
+        let q = fs::read_to_string(j.join("qemu.err")).unwrap_or_default();
+        let tail: Vec<&str> = c.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("--- console of {}:\n{}\n--- qemu stderr:\n{q}", self.vms[vm].name, tail.join("\n"))
+    }
+
+    /// Start `script` (sh) in a VM; returns at once.
+    pub fn spawn(&self, vm: usize, script: &str) -> Job {
+        let id = format!("c{}", self.seq.fetch_add(1, Ordering::Relaxed));
+        let j = &self.vms[vm].job;
+        let body = format!("echo $$ > /run/job/out/{id}.pid\n{script}\n");
+        let tmp = j.join(format!("cmd/{id}.tmp"));
+        fs::write(&tmp, body).unwrap();
+        fs::rename(&tmp, j.join(format!("cmd/{id}.sh"))).unwrap();
+        Job { vm, id }
+    }
+
+    /// Start `fabprobe <args>` in a VM (exec'd, so killing the job kills fabprobe).
+    pub fn spawn_fabprobe(&self, vm: usize, args: &[&str]) -> Job {
+        let a: Vec<String> = args.iter().map(|s| quote(s)).collect();
+        self.spawn(vm, &format!("exec {} {}", quote(BIN), a.join(" ")))
+    }
+
+    /// Whether a job has finished.
+    pub fn done(&self, job: &Job) -> bool {
+        self.vms[job.vm].job.join(format!("out/{}.rc", job.id)).exists()
+    }
+
+    /// Wait for a job; panics (with its output so far) at the limit.
+    pub fn wait(&self, job: &Job, limit: Duration) -> VmOutput {
+        let t0 = Instant::now();
+        let j = &self.vms[job.vm].job;
+        let rc = j.join(format!("out/{}.rc", job.id));
+        while !rc.exists() {
+            if t0.elapsed() > limit {
+                self.kill(job);
+                panic!(
+                    "command {} in {} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}\n{}",
+                    job.id,
+                    self.vms[job.vm].name,
+                    fs::read_to_string(j.join(format!("out/{}.out", job.id))).unwrap_or_default(),
+                    fs::read_to_string(j.join(format!("out/{}.err", job.id))).unwrap_or_default(),
+                    self.console(job.vm)
+                );
+            }
+            if self.qemus_gone(job.vm) {
+                panic!("{} died:\n{}", self.vms[job.vm].name, self.console(job.vm));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        VmOutput {
+            stdout: fs::read_to_string(j.join(format!("out/{}.out", job.id))).unwrap_or_default(),
+            stderr: fs::read_to_string(j.join(format!("out/{}.err", job.id))).unwrap_or_default(),
+            rc: fs::read_to_string(&rc)
+                .unwrap_or_default()
+                .trim()
+                .parse()
+                .unwrap_or(-1),
+        }
+    }
+
+    fn qemus_gone(&self, vm: usize) -> bool {
+        // try_wait needs &mut; a QEMU that exited leaves its console with "Power down" or a
+        // panic, and no agent: check the process directly.
+        let pid = self.qemus[vm].id();
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)
+    }
+
+    /// Run `script` in a VM to completion (bounded by `limit`).
+    pub fn exec(&self, vm: usize, script: &str, limit: Duration) -> VmOutput {
+        let j = self.spawn(vm, script);
+        self.wait(&j, limit)
+    }
+
+    /// Run `script`, and fail the test unless it exits 0.
+    pub fn must(&self, vm: usize, script: &str) -> String {
+        let o = self.exec(vm, script, Duration::from_secs(60));
+        assert!(
+            o.ok(),
+            "`{script}` in {} exited {}: {}{}",
+            self.vms[vm].name,
+            o.rc,
+            o.stdout,
+            o.stderr
+        );
+        o.stdout
+    }
+
+    /// SIGKILL a running job (the process the script exec'd).
+    pub fn kill(&self, job: &Job) {
+        let pidfile = format!("/run/job/out/{}.pid", job.id);
+        let _ = self.exec(
+            job.vm,
+            &format!("[ -f {pidfile} ] && kill -9 $(cat {pidfile})"),
+            Duration::from_secs(30),
+        );
+    }
+
+    /// Shape everything a VM sends to `rate` (`tbf` on its eth0; replaces earlier shaping).
+    pub fn shape_egress(&self, vm: usize, rate: &str) {
+        self.must(
+            vm,
+            &format!("tc qdisc replace dev eth0 root tbf rate {rate} burst 64kb latency 50ms"),
+        );
+    }
+
+    /// Drop every RoCE packet (UDP 4791) `from` sends to `to`, as a broken path would: at
+    /// `to`'s ingress, so the sender sees nothing but silence. (Dropping at the sender's own
+    /// qdisc instead makes 6.1 rxe retry the send in a tight loop: a soft lockup.) TCP, the
+    /// control plane, and other peers are untouched.
+    pub fn drop_roce(&self, from: usize, to: usize) {
+        let src = &self.vms[from].ip;
+        self.must(
+            to,
+            &format!(
+                "tc qdisc add dev eth0 ingress 2>/dev/null; \
+                 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 \
+                 match ip src {src}/32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop"
+            ),
+        );
+    }
+
+    /// Undo [`drop_roce`] on `to`: every ingress filter of the VM goes.
+    pub fn undrop(&self, to: usize) {
+        self.must(to, "tc qdisc del dev eth0 ingress 2>/dev/null; true");
+    }
+
+    /// Start `fabprobe <args>` in a VM with `env` (`NAME=value` words) set.
+    pub fn spawn_fabprobe_env(&self, vm: usize, env: &[&str], args: &[&str]) -> Job {
+        let a: Vec<String> = args.iter().map(|s| quote(s)).collect();
+        let e: Vec<String> = env.iter().map(|s| quote(s)).collect();
+        self.spawn(vm, &format!("exec env {} {} {}", e.join(" "), quote(BIN), a.join(" ")))
+    }
+
+    /// A file the VM wrote into its job share (`/run/job/<rel>` inside).
+    pub fn job_file(&self, vm: usize, rel: &str) -> PathBuf {
+        self.vms[vm].job.join(rel)
+    }
+}
+
+impl Drop for VmLab {
+    fn drop(&mut self) {
+        for q in self.qemus.iter_mut() {
+            let _ = q.kill();
+            let _ = q.wait();
+        }
+        kill_ns_pids(&self.ns);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+        if std::env::var_os("FABPROBE_VMLAB_KEEP").is_none() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
