@@ -234,6 +234,10 @@ impl VmLab {
             Ok(p) => p,
             Err(e) => return skip(test, &format!("no VM kernel: {e}")),
         };
+        let shares = match workspace_shares() {
+            Ok(s) => s,
+            Err(e) => return skip(test, &e),
+        };
         let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let lock = match lock_machine(Duration::from_secs(900)) {
             Ok(f) => f,
@@ -294,7 +298,12 @@ impl VmLab {
                 .arg(images.join("initrd.img"))
                 .arg("-append")
                 .arg(format!(
-                    "console=ttyS0 quiet panic=-1 fpvm.ip={ip}/24 fpvm.name={name}"
+                    "console=ttyS0 quiet panic=-1 fpvm.ip={ip}/24 fpvm.name={name}{}",
+                    shares
+                        .iter()
+                        .enumerate()
+                        .map(|(k, d)| format!(" fpvm.work{k}={}", d.display()))
+                        .collect::<String>()
                 ))
                 .args([
                     "-virtfs",
@@ -305,6 +314,17 @@ impl VmLab {
                     "local,path={},mount_tag=job,security_model=none",
                     job.display()
                 ))
+                // The checkout and its build, at their own paths: the VM's /tmp, /root and
+                // /run are its own tmpfs, and a checkout may live under any of them.
+                .args(shares.iter().enumerate().flat_map(|(k, d)| {
+                    [
+                        "-virtfs".to_string(),
+                        format!(
+                            "local,path={},mount_tag=work{k},security_model=none,readonly=on,multidevs=remap",
+                            d.display()
+                        ),
+                    ]
+                }))
                 .args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
                 .args([
                     "-device",
@@ -514,4 +534,33 @@ impl Drop for VmLab {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The directories a VM must see at their host paths: the checkout, and the build directory
+/// of this test binary when it lies elsewhere (`CARGO_TARGET_DIR`). Their paths travel on the
+/// kernel command line and in QEMU's option syntax, so spaces and commas cannot be passed.
+fn workspace_shares() -> Result<Vec<PathBuf>, String> {
+    let canon = |p: &std::path::Path| fs::canonicalize(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()));
+    let manifest = canon(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this test binary: {e}"))?;
+    // target/<profile>/deps/<test binary>
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(canon)
+        .transpose()?
+        .ok_or("this test binary is not under a cargo target directory")?;
+    let mut shares = vec![manifest];
+    if !target.starts_with(&shares[0]) {
+        shares.push(target);
+    }
+    for d in &shares {
+        let s = d.to_string_lossy();
+        if s.contains([' ', ',', '\t', '\n']) || d.to_str().is_none() {
+            return Err(format!(
+                "the VM lab shares {s:?} with its VMs by path, and a path with spaces or commas cannot be passed (hint: clone into a plain path)"
+            ));
+        }
+    }
+    Ok(shares)
 }
