@@ -369,3 +369,59 @@ fn rdma_link_faults_name_the_link() {
         assert!(!c.contains("soft lockup"), "{c}");
     }
 }
+
+/// Four VMs: the ring over RDMA is right in both halves; then, in a long run, rank 2's
+/// process is killed while data moves, and rank 0 names it `rank_lost` (and no link) within
+/// --timeout and the grace.
+#[test]
+fn ring_rdma_four_vms_and_a_killed_rank() {
+    let Some(lab) = VmLab::new("ring_rdma_four_vms_and_a_killed_rank", VmOpts::new(4)) else {
+        return;
+    };
+    let mut extra = vec!["--transport", "rdma", "--format", "json"];
+    extra.extend_from_slice(SMALL);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(300));
+    assert_eq!(codes, vec![0, 0, 0, 0], "{}\n{}", o.stdout, o.stderr);
+    let v = json(&o.stdout);
+    assert_eq!(v["data"]["transport"], "rdma", "{v}");
+    assert_eq!(v["data"]["world"], 4, "{v}");
+    for r in v["data"]["results"].as_array().unwrap() {
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert_eq!(r["in_place"]["wrong"], 0, "{r}");
+    }
+
+    let timeout = 8;
+    let jobs = spawn_ring(
+        &lab,
+        &[],
+        &[
+            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "100000", "-w", "0",
+            "--no-scan", "--timeout", &timeout.to_string(),
+        ],
+    );
+    // Kill once rank 2's NIC has moved data (it sends and receives in every step).
+    let sent = || -> u64 {
+        lab.must(2, "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let start = sent();
+    let t_wait = std::time::Instant::now();
+    while sent() < start + 2000 {
+        assert!(t_wait.elapsed() < Duration::from_secs(90), "the ring never moved data");
+        assert!(!lab.done(&jobs[0]), "the run ended early: {:?}", lab.wait(&jobs[0], Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    lab.must(2, "pkill -KILL -x fabprobe");
+    let t_kill = std::time::Instant::now();
+    let o0 = lab.wait(&jobs[0], Duration::from_secs(120));
+    let took = t_kill.elapsed();
+    let others: Vec<i32> = [1, 3].iter().map(|&r| lab.wait(&jobs[r], Duration::from_secs(60)).rc).collect();
+    let v = json(&o0.stdout);
+    assert_eq!(o0.rc, 1, "{v}");
+    assert_eq!(verdicts(&v), vec![("rank_lost".to_string(), Some(2), None)], "{v}");
+    assert_eq!(others, vec![1, 1], "{v}");
+    assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
+    eprintln!("rank_lost over rdma after the kill: {took:?}");
+}
