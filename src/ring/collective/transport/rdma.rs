@@ -172,6 +172,55 @@ fn completion_error(peer: &str, dir: &'static str, link: (u32, u32, u32), dev: &
 
 /// The completion to report from a batch: the first error that is not a flush (a flush is
 /// the knock-on of an earlier error on the queue pair, and may be polled before it).
+/// The first error of a link end sticks: every later call gets it again.
+fn stick(slot: &mut Option<TransportError>, e: TransportError) -> TransportError {
+    if slot.is_none() {
+        *slot = Some(e.clone());
+    }
+    e
+}
+
+fn verbs_closed(peer: &str, dir: &'static str, e: VerbsError) -> TransportError {
+    TransportError::Closed {
+        peer: peer.into(),
+        dir,
+        why: e.to_string(),
+    }
+}
+
+/// What names one end of a link in its errors.
+struct End<'a> {
+    peer: &'a str,
+    dir: &'static str,
+    link: (u32, u32, u32),
+    dev: &'a str,
+}
+
+impl End<'_> {
+    /// One poll of the end's CQ: the number of completions in `wcs`, or the error that ends
+    /// the link (an earlier one, a failed poll, or the first completion in error that is not
+    /// a flush, named by `what` it was), which then sticks in `slot`.
+    fn poll(
+        &self,
+        cq: &Cq,
+        slot: &mut Option<TransportError>,
+        wcs: &mut [Wc],
+        what: impl Fn(&Wc) -> &'static str,
+    ) -> Result<usize, TransportError> {
+        if let Some(e) = slot {
+            return Err(e.clone());
+        }
+        let n = cq
+            .poll(wcs)
+            .map_err(|e| stick(slot, verbs_closed(self.peer, self.dir, e)))?;
+        if let Some(wc) = first_error(&wcs[..n]) {
+            let e = completion_error(self.peer, self.dir, self.link, self.dev, what(wc), wc);
+            return Err(stick(slot, e));
+        }
+        Ok(n)
+    }
+}
+
 fn first_error(wcs: &[Wc]) -> Option<&Wc> {
     let mut bad = wcs.iter().filter(|w| !w.ok());
     let first = bad.clone().next()?;
@@ -221,36 +270,26 @@ pub struct RdmaSend {
 
 impl RdmaSend {
     fn fail(&mut self, e: TransportError) -> TransportError {
-        if self.error.is_none() {
-            self.error = Some(e.clone());
-        }
-        e
+        stick(&mut self.error, e)
     }
 
     fn verbs_fail(&mut self, e: VerbsError) -> TransportError {
-        let peer = self.peer.clone();
-        self.fail(TransportError::Closed {
-            peer,
-            dir: "to",
-            why: e.to_string(),
-        })
+        let e = verbs_closed(&self.peer, "to", e);
+        self.fail(e)
     }
 
     /// Drain the CQ: credits free slots, write completions clear `inflight`.
     fn progress(&mut self) -> Result<bool, TransportError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
         let mut wcs = [Wc::default(); 16];
-        let n = match self.cq.poll(&mut wcs) {
-            Ok(n) => n,
-            Err(e) => return Err(self.verbs_fail(e)),
+        let end = End {
+            peer: &self.peer,
+            dir: "to",
+            link: self.link,
+            dev: &self.dev,
         };
-        if let Some(wc) = first_error(&wcs[..n]) {
-            let what = if wc.is_recv() { "a credit" } else { "an RDMA write" };
-            let e = completion_error(&self.peer, "to", self.link, &self.dev, what, wc);
-            return Err(self.fail(e));
-        }
+        let n = end.poll(&self.cq, &mut self.error, &mut wcs, |wc| {
+            if wc.is_recv() { "a credit" } else { "an RDMA write" }
+        })?;
         for wc in &wcs[..n] {
             if wc.is_recv() {
                 let slot = wc.imm.unwrap_or(u32::MAX);
@@ -439,35 +478,25 @@ pub struct RdmaRecv {
 
 impl RdmaRecv {
     fn fail(&mut self, e: TransportError) -> TransportError {
-        if self.error.is_none() {
-            self.error = Some(e.clone());
-        }
-        e
+        stick(&mut self.error, e)
     }
 
     fn verbs_fail(&mut self, e: VerbsError) -> TransportError {
-        let peer = self.peer.clone();
-        self.fail(TransportError::Closed {
-            peer,
-            dir: "from",
-            why: e.to_string(),
-        })
+        let e = verbs_closed(&self.peer, "from", e);
+        self.fail(e)
     }
 
     fn progress(&mut self) -> Result<bool, TransportError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
         let mut wcs = [Wc::default(); 16];
-        let n = match self.cq.poll(&mut wcs) {
-            Ok(n) => n,
-            Err(e) => return Err(self.verbs_fail(e)),
+        let end = End {
+            peer: &self.peer,
+            dir: "from",
+            link: self.link,
+            dev: &self.dev,
         };
-        if let Some(wc) = first_error(&wcs[..n]) {
-            let what = if wc.is_recv() { "a chunk" } else { "a credit" };
-            let e = completion_error(&self.peer, "from", self.link, &self.dev, what, wc);
-            return Err(self.fail(e));
-        }
+        let n = end.poll(&self.cq, &mut self.error, &mut wcs, |wc| {
+            if wc.is_recv() { "a chunk" } else { "a credit" }
+        })?;
         for wc in &wcs[..n] {
             if !wc.is_recv() {
                 self.credits_inflight = self.credits_inflight.saturating_sub(1);
