@@ -83,6 +83,10 @@ pub struct Ib {
     pub ports: Vec<IbPort>,
     /// Why nothing is listed (no RDMA devices).
     pub message: Option<String>,
+    /// The gids probe's findings on these ports, with NCCL's variables as merged here (the
+    /// lint reads them; they are the `gids` report's, not repeated in this one).
+    #[serde(skip)]
+    pub gid_findings: Vec<Finding>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -324,6 +328,7 @@ fn ib_ports(host: &Host, merged: &BTreeMap<String, Setting>) -> Ib {
         disabled,
         hca,
         ports,
+        gid_findings: gids::findings(&report),
         message: report.rdma.message,
     }
 }
@@ -779,8 +784,7 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
         );
     }
     // GID traps, judged by the gids probe on the ports NCCL uses.
-    let gid_report = gids::probe(host, &GidEnv::from_lookup(|k| get(k).map(|s| s.value.clone())));
-    for g in gids::findings(&gid_report) {
+    for g in r.ib.gid_findings.iter().cloned() {
         let used =
             r.ib.ports
                 .iter()
