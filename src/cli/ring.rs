@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
@@ -728,7 +727,6 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             g.log(1, format!("rank {}: {}", i + 1, e.message));
         }
     }
-    let _ = Duration::ZERO;
     outcome(g, fmt, first, rows.as_deref())
 }
 
