@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod finding;
 pub mod host;
 pub mod nccl;
 pub mod nccl_log;

@@ -168,8 +168,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn from_findings(findings: &[crate::check::Finding]) -> Outcome {
-        if crate::check::worst(findings) == crate::check::Severity::Fail {
+    pub fn from_findings(findings: &[crate::finding::Finding]) -> Outcome {
+        if crate::finding::worst(findings) == crate::finding::Severity::Fail {
             Outcome::Fault
         } else {
             Outcome::Pass

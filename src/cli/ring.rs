@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
 use crate::render;
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
 use crate::render::{Envelope, HostInfo};

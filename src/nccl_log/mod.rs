@@ -509,7 +509,7 @@ pub struct Peer {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     pub cause: String,
-    pub severity: crate::check::Severity,
+    pub severity: crate::finding::Severity,
     pub host: Option<String>,
     pub rank: Option<u32>,
     /// Other ranks with the same first failure (same cause, host, device and peer).

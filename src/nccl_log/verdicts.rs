@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
-use crate::check::Severity;
+use crate::finding::Severity;
 
 /// Root causes: a rank failed here first, for a reason of its own.
 const HARD: &[&str] = &[

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::topo::{PathType, parse_net_gdr_level};
 use crate::probe::topo::{self, PciPlace};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::{Attr, Host};
 use crate::nccl::gid::{self, GidChoice, GidEnv};
 use crate::sysfs::infiniband::{self as ib, Gid, GidSlot, GidType};
@@ -309,7 +309,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::Severity;
+    use crate::finding::Severity;
 
     fn report(env: &[(&str, &str)]) -> GidsReport {
         let host = Host::snapshot(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/roce-bond-host")).unwrap();

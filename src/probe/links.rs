@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::infiniband::{

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::conf::{self, Origin, Setting};
 use crate::nccl::gid::GidEnv;

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::{Host, Reply};
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::dcb::{self, DcbIeee};

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::{Host, NvmlState, natural_cmp};
 use crate::nccl::topo::{self as ncclt, Attach};
 use crate::nccl::topo_xml::{NcclCpu, NcclGpu, NcclNet, NcclNvlink, NcclPci, NcclSystem};

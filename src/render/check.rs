@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::check::run::CheckReport;
 use crate::check::sweep::SweepReport;
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 use crate::host::FactsState;
 
 fn upper(s: Severity) -> &'static str {

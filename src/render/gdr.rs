@@ -1,7 +1,7 @@
 //! `gdr` output: the prerequisites (peer memory, DMA-BUF, IOMMU), a GPU x NIC matrix of
 //! NCCL path types and GDR verdicts, the ACS state of the bridges between them, findings.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::probe::gdr::{GdrReport, Verdict};
 use crate::render::gids::columns;
 use crate::render::text;

@@ -1,6 +1,6 @@
 //! `gids` output: the table, `show_gids`-compatible text, Prometheus exposition.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::probe::gids::{GidPort, GidsReport};
 use crate::render::text;
 

@@ -1,7 +1,7 @@
 //! `links` output: per-device port tables with counters, and Prometheus exposition in the
 //! metric names of node_exporter's infiniband collector.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::probe::links::{Counter, LinkDevice, LinksReport};
 use crate::render::gids::columns;
 use crate::render::text;

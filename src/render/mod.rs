@@ -14,7 +14,7 @@ pub mod topo;
 
 use serde::Serialize;
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::host::{Host, Source};
 
 /// Bumped when a field is removed or changes meaning; additions keep the version.

@@ -1,7 +1,7 @@
 //! `nccl-env` output: what NCCL would choose, each with its rule, then where every value
 //! came from, then the findings.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::nccl::conf::Origin;
 use crate::probe::nccl_env::NcclEnvReport;
 use crate::render::gids::columns;

@@ -1,6 +1,6 @@
 //! `nccl-log` output: the summary, then the verdicts with their evidence and next step.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::nccl_log::{Report, Verdict};
 
 /// The verdicts as envelope findings (`nccl_log.<cause>`), for scripts and the exit code.

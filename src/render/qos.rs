@@ -2,7 +2,7 @@
 //! and from the counter set, ETS class, ECN, pause counters), storms, CNPs; Prometheus
 //! exposition of the counters.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::probe::qos::{Count, QosIf, QosReport};
 use crate::render::gids::columns;
 use crate::render::text;

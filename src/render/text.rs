@@ -1,6 +1,6 @@
 //! Plain-text helpers shared by table renderers: findings lines.
 
-use crate::check::{Finding, Severity};
+use crate::finding::{Finding, Severity};
 
 /// Findings as lines under a table: `FAIL subject: message` plus evidence and fix.
 pub fn findings(findings: &[Finding]) -> String {

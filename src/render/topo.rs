@@ -2,7 +2,7 @@
 //! tab-separated cells, ` X ` on the diagonal, the same header, legend and `NIC Legend:`),
 //! its NCCL-path-type variant, and NCCL topology XML.
 
-use crate::check::Finding;
+use crate::finding::Finding;
 use crate::nccl::topo_xml;
 use crate::probe::topo::{TopoReport, to_nccl_system};
 

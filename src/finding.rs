@@ -1,0 +1,76 @@
+//! The vocabulary every layer speaks: a finding (what, how bad, the evidence, the fix) and
+//! its severity. It sits below the probes so they need not import the judgement layer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Pass => "pass",
+            Severity::Warn => "warn",
+            Severity::Fail => "fail",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable identifier for scripts, e.g. `topo.numa_node_unknown`.
+    pub id: String,
+    pub severity: Severity,
+    /// What the finding is about: a device, a port, a pair (`GPU0-NIC3`).
+    pub subject: String,
+    /// One human line.
+    pub message: String,
+    /// The figures the verdict rests on (counter values, sysfs values, paths).
+    #[serde(default)]
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// What a person should try.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    pub fn new(
+        id: &str,
+        severity: Severity,
+        subject: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            id: id.to_string(),
+            severity,
+            subject: subject.into(),
+            message: message.into(),
+            evidence: BTreeMap::new(),
+            fix: None,
+        }
+    }
+    pub fn evidence(mut self, key: &str, value: impl Into<serde_json::Value>) -> Finding {
+        self.evidence.insert(key.to_string(), value.into());
+        self
+    }
+    pub fn fix(mut self, fix: impl Into<String>) -> Finding {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// The worst severity among findings (`Pass` when there are none).
+pub fn worst(findings: &[Finding]) -> Severity {
+    findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::Pass)
+}
