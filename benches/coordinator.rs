@@ -40,7 +40,11 @@ fn read_small(s: &mut TcpStream) -> Option<Msg> {
     let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).ok()?;
-    if len < 4096 { wire::decode(&body).ok() } else { Some(Msg::Ping) }
+    if len < 4096 {
+        wire::decode(&body).ok()
+    } else {
+        Some(Msg::Ping)
+    }
 }
 
 fn thread_cpu() -> Duration {
@@ -65,7 +69,10 @@ fn main() {
         .unwrap_or(4096);
     let stalled: u32 = n * 3 / 10;
     let nofile = gate::raise_fd_limit();
-    println!("coordinator bench: {n} ranks, {THREADS} client threads, --timeout {} s, fd limit {nofile}", TIMEOUT.as_secs());
+    println!(
+        "coordinator bench: {n} ranks, {THREADS} client threads, --timeout {} s, fd limit {nofile}",
+        TIMEOUT.as_secs()
+    );
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let cfg = CoordinatorConfig {
@@ -217,15 +224,28 @@ fn main() {
     thread::sleep(Duration::from_secs(2));
     // Steady heartbeats: the coordinator's CPU over the window.
     window.store(1, Ordering::Relaxed);
-    let (p0, b0, t0) = (cpu(libc::RUSAGE_SELF), beats.load(Ordering::Relaxed), Instant::now());
+    let (p0, b0, t0) = (
+        cpu(libc::RUSAGE_SELF),
+        beats.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     thread::sleep(STEADY);
     window.store(2, Ordering::Relaxed);
-    let (p1, b1, wall) = (cpu(libc::RUSAGE_SELF), beats.load(Ordering::Relaxed), t0.elapsed());
+    let (p1, b1, wall) = (
+        cpu(libc::RUSAGE_SELF),
+        beats.load(Ordering::Relaxed),
+        t0.elapsed(),
+    );
     // Each client thread closes its own window at its next round.
     while sims_cpu.lock().unwrap().len() < THREADS {
         thread::sleep(Duration::from_millis(20));
     }
-    let sims: Duration = sims_cpu.lock().unwrap().iter().map(|(a, b)| b.saturating_sub(*a)).sum();
+    let sims: Duration = sims_cpu
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(a, b)| b.saturating_sub(*a))
+        .sum();
     let coord_cpu = (p1 - p0).saturating_sub(sims);
     let nbeats = b1 - b0;
     println!(

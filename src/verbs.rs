@@ -339,14 +339,7 @@ impl Pd {
         let len = buf.len() * 8;
         // SAFETY: buf is a live heap allocation of len bytes that the Mr owns and never
         // reallocates; it is deregistered (Drop) before it is freed.
-        let mr = unsafe {
-            ffi::ibv_reg_mr(
-                self.inner.pd,
-                buf.as_mut_ptr().cast(),
-                len,
-                access as i32,
-            )
-        };
+        let mr = unsafe { ffi::ibv_reg_mr(self.inner.pd, buf.as_mut_ptr().cast(), len, access as i32) };
         if mr.is_null() {
             return Err(self.inner.dev.err("ibv_reg_mr", last_errno()));
         }
@@ -472,7 +465,10 @@ impl Cq {
         // in verbs.h calling exactly this); raw has room for `want` entries.
         let n = unsafe {
             let cq = self.inner.cq;
-            let f = (*(*cq).context).ops.poll_cq.expect("libibverbs context without poll_cq");
+            let f = (*(*cq).context)
+                .ops
+                .poll_cq
+                .expect("libibverbs context without poll_cq");
             f(cq, want as i32, raw.as_mut_ptr())
         };
         if n < 0 {
@@ -530,9 +526,13 @@ pub fn status_meaning(status: u32) -> (String, &'static str) {
         .to_string_lossy()
         .into_owned();
     let meaning = match status {
-        12 => "transport retry counter exceeded: the peer is unreachable on the fabric (GID, routing, PFC, a cable)",
+        12 => {
+            "transport retry counter exceeded: the peer is unreachable on the fabric (GID, routing, PFC, a cable)"
+        }
         13 => "RNR retry counter exceeded: the peer posted no receive in time",
-        4 => "local protection error: a local buffer is not registered for this access (on GPUs: ACS/IOMMU breaking GPUDirect)",
+        4 => {
+            "local protection error: a local buffer is not registered for this access (on GPUs: ACS/IOMMU breaking GPUDirect)"
+        }
         10 => "remote access error: the peer's rkey or address does not allow this write",
         5 => "flushed: a knock-on of an earlier error on this queue pair",
         9 => "remote invalid request",
@@ -695,7 +695,10 @@ impl Qp {
         // the provider entry ibv_post_recv inlines.
         let rc = unsafe {
             let ctx = (*self.qp).context;
-            let f = (*ctx).ops.post_recv.expect("libibverbs context without post_recv");
+            let f = (*ctx)
+                .ops
+                .post_recv
+                .expect("libibverbs context without post_recv");
             f(self.qp, &mut wr, &mut bad)
         };
         if rc != 0 {
@@ -746,7 +749,10 @@ impl Qp {
         // owns both and polls before reusing or dropping the region.
         let rc = unsafe {
             let ctx = (*self.qp).context;
-            let f = (*ctx).ops.post_send.expect("libibverbs context without post_send");
+            let f = (*ctx)
+                .ops
+                .post_send
+                .expect("libibverbs context without post_send");
             f(self.qp, &mut wr, &mut bad)
         };
         if rc != 0 {

@@ -93,10 +93,18 @@ fn snapshot_never_saves_the_job_token() {
         .env("NCCL_DEBUG", "INFO")
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let env = std::fs::read_to_string(out.join("fabprobe/env.json")).unwrap();
     assert!(env.contains("NCCL_DEBUG"), "{env}");
-    assert!(!env.contains("FABPROBE_TOKEN") && !env.contains("tok-3c1f9a"), "{env}");
+    assert!(
+        !env.contains("FABPROBE_TOKEN") && !env.contains("tok-3c1f9a"),
+        "{env}"
+    );
 }
 
 /// A gzip bomb given as --root is refused before it is unpacked: exit 2, the archive and
@@ -112,16 +120,17 @@ fn a_snapshot_bomb_is_refused_naming_archive_and_entry() {
     h.set_size(1 << 40);
     h.set_mode(0o644);
     h.set_cksum();
-    let mut gz = flate2::write::GzEncoder::new(
-        std::fs::File::create(&bomb).unwrap(),
-        flate2::Compression::fast(),
-    );
+    let mut gz =
+        flate2::write::GzEncoder::new(std::fs::File::create(&bomb).unwrap(), flate2::Compression::fast());
     gz.write_all(h.as_bytes()).unwrap();
     gz.write_all(&vec![0u8; 1 << 20]).unwrap();
     gz.finish().unwrap();
     let (code, out, err) = fabprobe(&["--root", bomb.to_str().unwrap(), "topo"]);
     assert_eq!(code, 2, "{err}");
     assert!(out.is_empty());
-    assert!(err.contains("bomb.tar.gz") && err.contains("entry \"sys/zeros\""), "{err}");
+    assert!(
+        err.contains("bomb.tar.gz") && err.contains("entry \"sys/zeros\""),
+        "{err}"
+    );
     assert!(err.contains("more than any file fabprobe reads"), "{err}");
 }

@@ -58,7 +58,14 @@ fn readme_and_ci_run_the_same_test_command() {
         .collect();
     assert_eq!(cmds.len(), 1, "{cmds:?}");
     // `cargo test ... | tee "$log"`: the command is what precedes the pipe.
-    let cmd = cmds[0].split(" 2>&1").next().unwrap().split(" |").next().unwrap().trim();
+    let cmd = cmds[0]
+        .split(" 2>&1")
+        .next()
+        .unwrap()
+        .split(" |")
+        .next()
+        .unwrap()
+        .trim();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     assert!(
         readme.contains(&format!("The test command itself is `{cmd}`")),

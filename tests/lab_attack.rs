@@ -150,7 +150,9 @@ fn attack_garbage(lab: &Lab, from: usize, target: SocketAddr) -> Vec<Vec<u8>> {
     let r2 = replies.clone();
     lab.in_netns(from, move || {
         for p in payloads {
-            let Ok(mut c) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else { continue };
+            let Ok(mut c) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+                continue;
+            };
             let _ = c.write_all(&p);
             let _ = c.set_read_timeout(Some(Duration::from_secs(7)));
             let mut got = Vec::new();
@@ -182,7 +184,8 @@ fn attack_fake_rank(lab: &Lab, from: usize, target: SocketAddr, rank: u32, token
     lab.in_netns(from, move || {
         let ask = |params: &str| -> Option<String> {
             let mut c = TcpStream::connect_timeout(&target, Duration::from_secs(2)).ok()?;
-            c.write_all(&frame(&Msg::Hello(hello(rank, 4, &token, params)))).ok()?;
+            c.write_all(&frame(&Msg::Hello(hello(rank, 4, &token, params))))
+                .ok()?;
             c.set_read_timeout(Some(Duration::from_secs(7))).ok()?;
             match wire::read_msg(&mut c) {
                 Ok(Msg::Reject { reason }) => Some(reason),
@@ -190,7 +193,11 @@ fn attack_fake_rank(lab: &Lab, from: usize, target: SocketAddr, rank: u32, token
             }
         };
         let first = ask("guess")?;
-        let params = first.split_once("rank 0 with [")?.1.strip_suffix(']')?.to_string();
+        let params = first
+            .split_once("rank 0 with [")?
+            .1
+            .strip_suffix(']')?
+            .to_string();
         ask(&params)
     })
 }
@@ -219,8 +226,13 @@ fn attacks_on_the_coordinator_port_do_not_break_a_running_job() {
     let r0 = lab.spawn(0, &a0.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     // Wait for the port.
     let t_up = Instant::now();
-    while lab.in_netns(ATTACKER, move || TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_err()) {
-        assert!(t_up.elapsed() < Duration::from_secs(10), "coordinator never listened");
+    while lab.in_netns(ATTACKER, move || {
+        TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_err()
+    }) {
+        assert!(
+            t_up.elapsed() < Duration::from_secs(10),
+            "coordinator never listened"
+        );
         thread::sleep(Duration::from_millis(50));
     }
     let t0 = Instant::now();
@@ -250,7 +262,13 @@ fn attacks_on_the_coordinator_port_do_not_break_a_running_job() {
     stop.store(true, Ordering::Relaxed);
     assert_eq!(drip.join().unwrap(), 600);
     for (r, o) in outs.iter().enumerate() {
-        assert_eq!(o.status.code(), Some(0), "rank {r}:\n{}\n{}", text(&o.stderr), text(&o.stdout));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "rank {r}:\n{}\n{}",
+            text(&o.stderr),
+            text(&o.stdout)
+        );
         assert_printable(&format!("rank {r} stdout"), &o.stdout);
         assert_printable(&format!("rank {r} stderr"), &o.stderr);
     }
@@ -270,7 +288,8 @@ fn attacks_on_the_coordinator_port_do_not_break_a_running_job() {
     // The fake claim was refused naming the holder and the claimant.
     let fake = fake.unwrap_or_default();
     assert!(
-        fake.starts_with("rank 2 is already taken by 198.18.0.12:") && fake.contains("a second claim from 198.18.0.14:"),
+        fake.starts_with("rank 2 is already taken by 198.18.0.12:")
+            && fake.contains("a second claim from 198.18.0.14:"),
         "{fake}"
     );
     // Garbage got a refusal (or nothing), never an echo of itself.

@@ -68,7 +68,10 @@ fn attack(lab: &Lab, token: &str, targets: &[String], drips: usize) -> Child {
 #[test]
 fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     if Command::new("python3").arg("--version").output().is_err() {
-        lab_unavailable("attack_data", "python3 (the attacker, tests/lab/attack_data.py) is not installed");
+        lab_unavailable(
+            "attack_data",
+            "python3 (the attacker, tests/lab/attack_data.py) is not installed",
+        );
         return;
     }
     let Some(lab) = Lab::new(
@@ -107,7 +110,10 @@ fn attacks_on_every_data_port_neither_stop_the_job_nor_blame_a_rank() {
     let mut attackers = Attackers(vec![attack(&lab, token, &first, 150)]);
     // The attack is on before rank 3 starts: past its port scan, the attacker holds its slow
     // drips on every port (64 of its 150 each: a victim keeps at most 128 waiting in all).
-    let ports: Vec<String> = first.iter().map(|t| t.split(':').take(2).collect::<Vec<_>>().join(":")).collect();
+    let ports: Vec<String> = first
+        .iter()
+        .map(|t| t.split(':').take(2).collect::<Vec<_>>().join(":"))
+        .collect();
     lab.wait_connected_to(4, &ports, 64, Duration::from_secs(15));
     let t0 = Instant::now();
     ids.extend(lab.spawn_ring(3..4, 4, token, &extra));

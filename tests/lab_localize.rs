@@ -131,10 +131,19 @@ fn scan_line_rate_is_each_ranks_sysfs_speed() {
         .map(|(r, mbps)| (r.to_string(), serde_json::json!(mbps / 8000.0)))
         .collect();
     assert_eq!(want.len(), 4);
-    assert_eq!(j["data"]["scan"]["line_rate_gbs"], serde_json::Value::Object(want), "{}", text(&o.stderr));
+    assert_eq!(
+        j["data"]["scan"]["line_rate_gbs"],
+        serde_json::Value::Object(want),
+        "{}",
+        text(&o.stderr)
+    );
     // A 1 Gbit/s shaper on every 10 Gbit/s veth: the whole fabric below its line rate is a
     // note, not a verdict on any link.
-    assert!(!j["data"]["scan"]["fabric_slow"].is_null(), "{}", j["data"]["scan"]);
+    assert!(
+        !j["data"]["scan"]["fabric_slow"].is_null(),
+        "{}",
+        j["data"]["scan"]
+    );
     assert!(verdicts(&o).is_empty(), "{}", text(&o.stdout));
 }
 
@@ -318,7 +327,9 @@ fn stopped_rank_is_stalled() {
 /// unreachable, not stalled: its kernel no longer acknowledges the control connection.
 #[test]
 fn unplugged_node_is_unreachable_not_stalled() {
-    let Some(lab) = lab3("rank_unreachable") else { return };
+    let Some(lab) = lab3("rank_unreachable") else {
+        return;
+    };
     let ids = long_run(&lab, "plug");
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.pull_plug(1);
@@ -344,7 +355,9 @@ fn unplugged_node_is_unreachable_not_stalled() {
     let v = json(&o0.stdout)["data"]["verdicts"][0].clone();
     let m = v["message"].as_str().unwrap().to_string();
     assert!(
-        m.starts_with("RANK UNREACHABLE rank 1 (node-b): its host has not acknowledged the control connection"),
+        m.starts_with(
+            "RANK UNREACHABLE rank 1 (node-b): its host has not acknowledged the control connection"
+        ),
         "{m}"
     );
     let next = v["next"].as_str().unwrap().to_string();

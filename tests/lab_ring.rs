@@ -113,14 +113,20 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
         let from = l["from_rank"].as_u64().unwrap() as usize;
         let o = lab.exec(from, "tc", &["-s", "qdisc", "show", "dev", "eth1"]);
         let qd = text(&o.stdout);
-        assert!(qd.contains("qdisc tbf") && qd.contains("rate 2Gbit"), "node {from}: {qd}");
+        assert!(
+            qd.contains("qdisc tbf") && qd.contains("rate 2Gbit"),
+            "node {from}: {qd}"
+        );
         let sent: u64 = qd
             .split_whitespace()
             .skip_while(|w| *w != "Sent")
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("node {from}: no Sent count in {qd}"));
-        assert!(sent >= bytes, "node {from}'s shaper sent {sent} bytes, its hop carried {bytes}: {l}");
+        assert!(
+            sent >= bytes,
+            "node {from}'s shaper sent {sent} bytes, its hop carried {bytes}: {l}"
+        );
     }
     assert!(d["error"].is_null());
 }

@@ -365,7 +365,9 @@ fn unknown_device_and_bad_flags_are_usage_errors() {
 /// The RDMA devices this host's kernel lists, or None without InfiniBand support.
 fn live_rdma_devices() -> Option<Vec<String>> {
     let rd = std::fs::read_dir("/sys/class/infiniband").ok()?;
-    let mut v: Vec<String> = rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = rd
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     Some(v)
 }
@@ -385,7 +387,8 @@ fn live_run_reports_what_the_kernel_lists() {
     for cmd in ["gids", "links"] {
         let (out, err, code) = run(&[cmd]);
         let (json, jerr, jcode) = run(&["--format", "json", cmd]);
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{cmd}: {e}: {jerr}"));
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{cmd}: {e}: {jerr}"));
         assert_eq!(v["schema"], format!("fabprobe.{cmd}"));
         assert_eq!(v["host"]["source"], "live");
         match message {
@@ -414,7 +417,10 @@ fn live_run_reports_what_the_kernel_lists() {
                 .map(|d| d["name"].as_str().unwrap().to_string())
                 .collect();
             names.sort();
-            assert_eq!(&names, d, "links reports every device the kernel lists, and no other");
+            assert_eq!(
+                &names, d,
+                "links reports every device the kernel lists, and no other"
+            );
         }
         if let (Some(d), "gids") = (&devs, cmd) {
             for p in v["data"]["ports"].as_array().unwrap() {
@@ -519,15 +525,24 @@ fn nccl_gid_variables_come_from_the_snapshots_env_json() {
     // No variables: NCCL's default, the first IPv4 RoCE v2 GID (index 5 on the IBM table,
     // 3 on the UCX bond table).
     let default = pick("{}\n");
-    assert_eq!(idx(&default), [s("mlx5_0", 5), s("mlx5_1", 3), s("mlx5_bond_0", 3)]);
+    assert_eq!(
+        idx(&default),
+        [s("mlx5_0", 5), s("mlx5_1", 3), s("mlx5_bond_0", 3)]
+    );
     // RoCE v1 asked for in the snapshot's environment: the v1 twin of each.
     let v1 = pick("{\"NCCL_IB_ROCE_VERSION_NUM\": \"1\"}\n");
     assert_eq!(idx(&v1), [s("mlx5_0", 4), s("mlx5_1", 2), s("mlx5_bond_0", 2)]);
     assert!(v1.iter().all(|(_, _, r)| r.contains("RoCE v1")), "{v1:?}");
     // An index forced in the snapshot's environment.
     let forced = pick("{\"NCCL_IB_GID_INDEX\": \"1\"}\n");
-    assert_eq!(idx(&forced), [s("mlx5_0", 1), s("mlx5_1", 1), s("mlx5_bond_0", 1)]);
-    assert!(forced.iter().all(|(_, _, r)| r.contains("NCCL_IB_GID_INDEX=1")), "{forced:?}");
+    assert_eq!(
+        idx(&forced),
+        [s("mlx5_0", 1), s("mlx5_1", 1), s("mlx5_bond_0", 1)]
+    );
+    assert!(
+        forced.iter().all(|(_, _, r)| r.contains("NCCL_IB_GID_INDEX=1")),
+        "{forced:?}"
+    );
 }
 
 /// The fixture captured from a real kernel (Soft-RoCE in a VM): facts the kernel wrote, not
@@ -549,7 +564,12 @@ fn rxe_vm_fixture_reads_as_the_kernel_wrote_it() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let text = v.to_string();
-    for want in ["sent_pkts", "retry_exceeded_err", "rcvd_seq_err", "2.5 Gb/sec (1X SDR)"] {
+    for want in [
+        "sent_pkts",
+        "retry_exceeded_err",
+        "rcvd_seq_err",
+        "2.5 Gb/sec (1X SDR)",
+    ] {
         assert!(text.contains(want), "{want} missing from {text}");
     }
 }

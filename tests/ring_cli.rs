@@ -212,9 +212,28 @@ fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
     let spawn = |rank: &str| {
         Command::new(env!("CARGO_BIN_EXE_fabprobe"))
             .args([
-                "ring", "--rank", rank, "--world", "2", "--coordinator", "127.0.0.1", "--ifname", "lo",
-                "--token", "port", "-b", "4K", "-e", "4K", "-n", "1", "--no-scan", "--timeout", "20",
-                "--format", "json",
+                "ring",
+                "--rank",
+                rank,
+                "--world",
+                "2",
+                "--coordinator",
+                "127.0.0.1",
+                "--ifname",
+                "lo",
+                "--token",
+                "port",
+                "-b",
+                "4K",
+                "-e",
+                "4K",
+                "-n",
+                "1",
+                "--no-scan",
+                "--timeout",
+                "20",
+                "--format",
+                "json",
             ])
             .env_clear()
             .env("FABPROBE_PORT", &port)
@@ -233,8 +252,17 @@ fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
     // Alone, rank 0 names the address it waited on.
     let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
         .args([
-            "ring", "--rank", "0", "--world", "2", "--coordinator", "127.0.0.1", "--ifname", "lo",
-            "--timeout", "1",
+            "ring",
+            "--rank",
+            "0",
+            "--world",
+            "2",
+            "--coordinator",
+            "127.0.0.1",
+            "--ifname",
+            "lo",
+            "--timeout",
+            "1",
         ])
         .env_clear()
         .env("FABPROBE_PORT", &port)
@@ -259,17 +287,34 @@ fn host_has_rdma() -> bool {
 #[test]
 fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
     if host_has_rdma() {
-        eprintln!("this host has RDMA devices: the no-RDMA contract is not testable here (the VM lab tests rdma)");
+        eprintln!(
+            "this host has RDMA devices: the no-RDMA contract is not testable here (the VM lab tests rdma)"
+        );
         return;
     }
     let t0 = Instant::now();
     let o = fabprobe(&[
-        "ring", "--rank", "0", "--world", "2", "--coordinator", "127.0.0.1:0", "--ifname", "=lo",
-        "--transport", "rdma", "--timeout", "5",
+        "ring",
+        "--rank",
+        "0",
+        "--world",
+        "2",
+        "--coordinator",
+        "127.0.0.1:0",
+        "--ifname",
+        "=lo",
+        "--transport",
+        "rdma",
+        "--timeout",
+        "5",
     ]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(t0.elapsed() < Duration::from_secs(3), "it waited for a peer: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "it waited for a peer: {:?}",
+        t0.elapsed()
+    );
     assert!(err.contains("--transport rdma cannot run here: "), "{err}");
     // The reason libibverbs gave: no kernel support, or no device.
     assert!(
@@ -278,7 +323,10 @@ fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
             || err.contains("without the `rdma` feature"),
         "{err}"
     );
-    assert!(err.contains("hint: ") || err.contains("without the `rdma` feature"), "{err}");
+    assert!(
+        err.contains("hint: ") || err.contains("without the `rdma` feature"),
+        "{err}"
+    );
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -288,10 +336,26 @@ fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
     let coord = format!("127.0.0.1:{port}");
     let args = |r: &'static str| {
         vec![
-            "ring".to_string(), "--rank".into(), r.into(), "--world".into(), "2".into(),
-            "--coordinator".into(), coord.clone(), "--ifname".into(), "=lo".into(),
-            "--transport".into(), "auto".into(), "-b".into(), "4K".into(), "-e".into(), "4K".into(),
-            "-n".into(), "1".into(), "--no-scan".into(), "--timeout".into(), "10".into(),
+            "ring".to_string(),
+            "--rank".into(),
+            r.into(),
+            "--world".into(),
+            "2".into(),
+            "--coordinator".into(),
+            coord.clone(),
+            "--ifname".into(),
+            "=lo".into(),
+            "--transport".into(),
+            "auto".into(),
+            "-b".into(),
+            "4K".into(),
+            "-e".into(),
+            "4K".into(),
+            "-n".into(),
+            "1".into(),
+            "--no-scan".into(),
+            "--timeout".into(),
+            "10".into(),
         ]
     };
     let rank1 = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
@@ -308,14 +372,22 @@ fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
         .unwrap();
     let r1 = rank1.wait_with_output().unwrap();
     let out = text(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}\n{}", text(&o.stderr), text(&r1.stderr));
+    assert!(
+        o.status.success(),
+        "{out}\n{}\n{}",
+        text(&o.stderr),
+        text(&r1.stderr)
+    );
     assert!(r1.status.success(), "{}", text(&r1.stderr));
     assert!(out.contains("all_reduce over tcp"), "{out}");
     let note = out
         .lines()
         .find(|l| l.starts_with("# transport: "))
         .unwrap_or_else(|| panic!("no transport line in the header:\n{out}"));
-    assert!(note.starts_with("# transport: auto chose tcp: rank 0 ("), "{note}");
+    assert!(
+        note.starts_with("# transport: auto chose tcp: rank 0 ("),
+        "{note}"
+    );
     assert!(note.contains("has no usable RDMA port: "), "{note}");
     assert!(out.contains(" device lo [127.0.0.1:"), "{out}");
 }
@@ -365,7 +437,20 @@ fn rows_print_as_each_size_completes() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args(["ring", "--local", "2", "-b", "64K", "-e", "64M", "-n", "3", "-w", "1", "--no-scan"])
+        .args([
+            "ring",
+            "--local",
+            "2",
+            "-b",
+            "64K",
+            "-e",
+            "64M",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--no-scan",
+        ])
         .env_clear()
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -375,7 +460,10 @@ fn rows_print_as_each_size_completes() {
     let mut lines = Vec::new();
     loop {
         let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "stdout ended before a row: {lines:?}");
+        assert!(
+            out.read_line(&mut l).unwrap() > 0,
+            "stdout ended before a row: {lines:?}"
+        );
         let first_row = l.trim_start().starts_with("65536 ");
         lines.push(l);
         if first_row {

@@ -338,7 +338,10 @@ fn live_nvidia_display_functions() -> usize {
 fn live_host_topo_shows_what_the_host_has() {
     let (code, out, err) = fabprobe(&["topo"]);
     let mut rdma: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
-        .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     rdma.sort();
     let (jcode, json, jerr) = fabprobe(&["topo", "--format", "json"]);
@@ -356,7 +359,11 @@ fn live_host_topo_shows_what_the_host_has() {
     assert_eq!(nics, rdma, "topo's NICs are the kernel's RDMA devices");
     // A GPU on the PCI bus is never missed (NVML may add GPUs sysfs does not show).
     let display = live_nvidia_display_functions();
-    assert!(gpus.len() >= display, "{display} NVIDIA display functions, {} GPUs: {out}", gpus.len());
+    assert!(
+        gpus.len() >= display,
+        "{display} NVIDIA display functions, {} GPUs: {out}",
+        gpus.len()
+    );
     if gpus.is_empty() && nics.is_empty() {
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("No NVIDIA GPU and no RDMA device to show."), "{out}");
@@ -365,7 +372,10 @@ fn live_host_topo_shows_what_the_host_has() {
     } else {
         // A matrix (pass, or a fault such as a narrow PCIe link), never "could not run".
         assert!(code == 0 || code == 1, "exit {code}: {err}");
-        assert!(!out.contains("No NVIDIA GPU and no RDMA device to show."), "{out}");
+        assert!(
+            !out.contains("No NVIDIA GPU and no RDMA device to show."),
+            "{out}"
+        );
         let rows = v["data"]["matrix"].as_array().unwrap().len();
         assert_eq!(rows, gpus.len() + nics.len(), "{out}");
         if !gpus.is_empty() {
@@ -472,7 +482,11 @@ fn bond_devices_come_after_the_plain_nics() {
         .skip(1)
         .map(str::trim)
         .collect();
-    assert_eq!(legend, ["NIC0: mlx5_0", "NIC1: mlx5_1", "NIC2: mlx5_bond_0"], "{out}");
+    assert_eq!(
+        legend,
+        ["NIC0: mlx5_0", "NIC1: mlx5_1", "NIC2: mlx5_bond_0"],
+        "{out}"
+    );
 }
 
 /// `numa_node` -1 is only a warning where there is more than one node to be wrong about: on
@@ -506,7 +520,10 @@ fn numa_minus_one_warns_only_on_a_multi_node_host() {
             .collect()
     };
     let single = ids(copy.to_str().unwrap());
-    assert!(!single.iter().any(|i| i == "topo.numa_node_unknown"), "{single:?}");
+    assert!(
+        !single.iter().any(|i| i == "topo.numa_node_unknown"),
+        "{single:?}"
+    );
     let multi = ids("fixtures/cloud-vm-flat");
     assert!(multi.iter().any(|i| i == "topo.numa_node_unknown"), "{multi:?}");
 }
@@ -555,16 +572,21 @@ fn nvlink_far_ends_are_only_what_the_evidence_says() {
     assert_eq!(r.matrix[0][1], "NODE");
     assert_eq!(r.gpus[0].nvlinks[0].target_kind, "unknown");
     assert!(
-        r.notes.contains(&"GPU0: 5 NVLinks lead to 0000:03:00.0, and nothing read says what it is \
+        r.notes.contains(
+            &"GPU0: 5 NVLinks lead to 0000:03:00.0, and nothing read says what it is \
              (not a GPU listed here, no NVML remote device type or tclass, no PCI class in sysfs): \
              not counted in NV#"
-            .to_string()),
+                .to_string()
+        ),
         "{:?}",
         r.notes
     );
     // The NCCL file leaves tclass out, so NCCL reads it from the host as it does itself.
     let xml = topo_xml::write(&topo::to_nccl_system(&r));
-    assert!(xml.contains("<nvlink target=\"0000:03:00.0\" count=\"5\"/>"), "{xml}");
+    assert!(
+        xml.contains("<nvlink target=\"0000:03:00.0\" count=\"5\"/>"),
+        "{xml}"
+    );
 }
 
 /// NVLinks into GPUs this process cannot see (NVIDIA_VISIBLE_DEVICES, a container) give no
@@ -597,6 +619,10 @@ fn hidden_gpus_give_no_nvlink_cells() {
     assert_eq!(r.nccl_matrix[0][1], "N/A", "{:?}", r.nccl_matrix);
     for (gpu, far) in [("GPU0", "0000:99:00.0"), ("GPU1", "0000:aa:00.0")] {
         let want = format!("{gpu}: 4 NVLinks lead to GPU {far}, which this report does not list");
-        assert!(r.notes.iter().any(|n| n.starts_with(&want)), "{want}: {:?}", r.notes);
+        assert!(
+            r.notes.iter().any(|n| n.starts_with(&want)),
+            "{want}: {:?}",
+            r.notes
+        );
     }
 }

@@ -43,10 +43,32 @@ fn ring_busbw(lab: &VmLab, transport: &str, size: &str) -> f64 {
     let jobs: Vec<vmlab::Job> = (0..world)
         .map(|r| {
             let a: Vec<String> = [
-                "ring", "--rank", &r.to_string(), "--world", &world.to_string(), "--coordinator",
-                &format!("{}:29517", lab.vms[0].ip), "--ifname", "=eth0", "--token", "bench",
-                "--transport", transport, "-b", size, "-e", size, "-n", "3", "-w", "1", "--no-scan",
-                "--timeout", "60", "--format", "json",
+                "ring",
+                "--rank",
+                &r.to_string(),
+                "--world",
+                &world.to_string(),
+                "--coordinator",
+                &format!("{}:29517", lab.vms[0].ip),
+                "--ifname",
+                "=eth0",
+                "--token",
+                "bench",
+                "--transport",
+                transport,
+                "-b",
+                size,
+                "-e",
+                size,
+                "-n",
+                "3",
+                "-w",
+                "1",
+                "--no-scan",
+                "--timeout",
+                "60",
+                "--format",
+                "json",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -54,13 +76,19 @@ fn ring_busbw(lab: &VmLab, transport: &str, size: &str) -> f64 {
             lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
         .collect();
-    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, Duration::from_secs(600))).collect();
+    let outs: Vec<vmlab::VmOutput> = jobs
+        .iter()
+        .map(|j| lab.wait(j, Duration::from_secs(600)))
+        .collect();
     assert!(outs.iter().all(|o| o.ok()), "{outs:?}");
     let v = json(&outs[0].stdout);
     let row = v["data"]["results"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(row["wrong"], 0, "{row}");
     let b = (row["busbw_gbs"].as_f64().unwrap() + row["in_place"]["busbw_gbs"].as_f64().unwrap()) / 2.0;
-    eprintln!("  ({world} VMs, {transport}, {size}: {:?} wall; row {row})", t0.elapsed());
+    eprintln!(
+        "  ({world} VMs, {transport}, {size}: {:?} wall; row {row})",
+        t0.elapsed()
+    );
     b * 8.0
 }
 
@@ -71,7 +99,11 @@ fn ib_write_bw_bidir(lab: &VmLab) -> f64 {
     std::thread::sleep(Duration::from_secs(1));
     let mut client = None;
     for _ in 0..20 {
-        let o = lab.exec(0, &format!("ib_write_bw {args} {}", lab.vms[1].ip), Duration::from_secs(300));
+        let o = lab.exec(
+            0,
+            &format!("ib_write_bw {args} {}", lab.vms[1].ip),
+            Duration::from_secs(300),
+        );
         if o.ok() {
             client = Some(o);
             break;
@@ -99,9 +131,18 @@ fn bench_two_vms() {
     let Some(lab) = VmLab::new("bench_two_vms", o) else {
         return;
     };
-    report("ib_write_bw -b -s 1M, per direction (2 VMs)", ib_write_bw_bidir(&lab));
-    report("fabprobe ring --transport rdma 16M busbw (2 VMs)", ring_busbw(&lab, "rdma", "16M"));
-    report("fabprobe ring --transport tcp 16M busbw (2 VMs)", ring_busbw(&lab, "tcp", "16M"));
+    report(
+        "ib_write_bw -b -s 1M, per direction (2 VMs)",
+        ib_write_bw_bidir(&lab),
+    );
+    report(
+        "fabprobe ring --transport rdma 16M busbw (2 VMs)",
+        ring_busbw(&lab, "rdma", "16M"),
+    );
+    report(
+        "fabprobe ring --transport tcp 16M busbw (2 VMs)",
+        ring_busbw(&lab, "tcp", "16M"),
+    );
 }
 
 #[test]
@@ -112,6 +153,12 @@ fn bench_four_vms() {
     let Some(lab) = VmLab::new("bench_four_vms", o) else {
         return;
     };
-    report("fabprobe ring --transport rdma 16M busbw (4 VMs)", ring_busbw(&lab, "rdma", "16M"));
-    report("fabprobe ring --transport tcp 16M busbw (4 VMs)", ring_busbw(&lab, "tcp", "16M"));
+    report(
+        "fabprobe ring --transport rdma 16M busbw (4 VMs)",
+        ring_busbw(&lab, "rdma", "16M"),
+    );
+    report(
+        "fabprobe ring --transport tcp 16M busbw (4 VMs)",
+        ring_busbw(&lab, "tcp", "16M"),
+    );
 }

@@ -153,7 +153,12 @@ fn rdma_conformance_on_rxe() {
         ),
         Duration::from_secs(600),
     );
-    assert!(o.ok(), "conformance failed in the VM:\n{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.ok(),
+        "conformance failed in the VM:\n{}\n{}",
+        o.stdout,
+        o.stderr
+    );
     assert!(o.stdout.contains("test result: ok. 8 passed"), "{}", o.stdout);
     assert!(!o.stderr.contains("skipped"), "{}", o.stderr);
 }
@@ -194,7 +199,19 @@ fn run_ring(lab: &VmLab, extra: &[&str], limit: Duration) -> (vmlab::VmOutput, V
     (outs.into_iter().next().unwrap(), codes)
 }
 
-const SMALL: &[&str] = &["-b", "64K", "-e", "1M", "-f", "4", "-n", "4", "-w", "1", "--no-scan"];
+const SMALL: &[&str] = &[
+    "-b",
+    "64K",
+    "-e",
+    "1M",
+    "-f",
+    "4",
+    "-n",
+    "4",
+    "-w",
+    "1",
+    "--no-scan",
+];
 
 /// The ring over RDMA between two VMs: every result right, out of place and in place, and
 /// the header names rxe0 and the GID index; `auto` picks rdma where every rank has a port.
@@ -282,11 +299,27 @@ fn rdma_link_faults_name_the_link() {
         &lab,
         &["NCCL_IB_TIMEOUT=14", "NCCL_IB_RETRY_CNT=1"],
         &[
-            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "2", "-w", "0",
-            "--no-scan", "--timeout", "30",
+            "--transport",
+            "rdma",
+            "--format",
+            "json",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "2",
+            "-w",
+            "0",
+            "--no-scan",
+            "--timeout",
+            "30",
         ],
     );
-    let outs: Vec<vmlab::VmOutput> = jobs.iter().map(|j| lab.wait(j, Duration::from_secs(120))).collect();
+    let outs: Vec<vmlab::VmOutput> = jobs
+        .iter()
+        .map(|j| lab.wait(j, Duration::from_secs(120)))
+        .collect();
     let took = t0.elapsed();
     let codes: Vec<i32> = outs.iter().map(|o| o.rc).collect();
     assert_eq!(codes, vec![1, 1, 1], "{:?}", outs);
@@ -296,13 +329,21 @@ fn rdma_link_faults_name_the_link() {
     let verdict = &v["data"]["verdicts"][0];
     assert_eq!(verdict["evidence"]["status"], 12, "{verdict}");
     let msg = verdict["message"].as_str().unwrap();
-    assert!(msg.starts_with("LINK ERROR rank 0 (node-a) -> rank 1 (node-b): "), "{msg}");
-    assert!(msg.contains("status 12 (transport retry counter exceeded)"), "{msg}");
+    assert!(
+        msg.starts_with("LINK ERROR rank 0 (node-a) -> rank 1 (node-b): "),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("status 12 (transport retry counter exceeded)"),
+        "{msg}"
+    );
     assert!(msg.contains("vendor syndrome 0x"), "{msg}");
     // rxe counted the retries and the failure on node-a's port.
     let pc = &verdict["evidence"]["port_counters"];
     assert!(
-        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 retry_exceeded_err"))),
+        pc.as_object().is_some_and(|o| o
+            .keys()
+            .any(|k| k.starts_with("rank 0 rxe0 port 1 retry_exceeded_err"))),
         "{verdict}"
     );
     // The completion, not the 30 s data deadline, ended the run.
@@ -317,8 +358,22 @@ fn rdma_link_faults_name_the_link() {
         &lab,
         &[],
         &[
-            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "100000", "-w", "0",
-            "--no-scan", "--timeout", &timeout.to_string(), "-v",
+            "--transport",
+            "rdma",
+            "--format",
+            "json",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "100000",
+            "-w",
+            "0",
+            "--no-scan",
+            "--timeout",
+            &timeout.to_string(),
+            "-v",
         ],
     );
     // Wait until the ring moves data (the coordinator's heartbeat shows on no file, so look
@@ -332,8 +387,15 @@ fn rdma_link_faults_name_the_link() {
     let start = rcvd();
     let t_wait = std::time::Instant::now();
     while rcvd() < start + 2000 {
-        assert!(t_wait.elapsed() < Duration::from_secs(90), "the ring never moved data");
-        assert!(!lab.done(&jobs[0]), "the run ended before the drop: {:?}", lab.wait(&jobs[0], Duration::from_secs(5)));
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(90),
+            "the ring never moved data"
+        );
+        assert!(
+            !lab.done(&jobs[0]),
+            "the run ended before the drop: {:?}",
+            lab.wait(&jobs[0], Duration::from_secs(5))
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     lab.drop_roce(0, 1);
@@ -343,7 +405,13 @@ fn rdma_link_faults_name_the_link() {
         .iter()
         .map(|j| {
             let o = lab.wait(j, Duration::from_secs(120));
-            eprintln!("rank {} ended {:?} after the drop (rc {}):\n{}", j.vm, t_drop.elapsed(), o.rc, o.stderr);
+            eprintln!(
+                "rank {} ended {:?} after the drop (rc {}):\n{}",
+                j.vm,
+                t_drop.elapsed(),
+                o.rc,
+                o.stderr
+            );
             took.get_or_insert(t_drop.elapsed());
             o
         })
@@ -352,16 +420,25 @@ fn rdma_link_faults_name_the_link() {
     lab.undrop(1);
     let v = json(&outs[0].stdout);
     assert_eq!(outs[0].rc, 1, "{v}");
-    assert_eq!(verdicts(&v), vec![("hang_link".to_string(), Some(0), Some(1))], "{v}");
+    assert_eq!(
+        verdicts(&v),
+        vec![("hang_link".to_string(), Some(0), Some(1))],
+        "{v}"
+    );
     let verdict = &v["data"]["verdicts"][0];
     // Within --timeout + the grace (a few seconds here, where rank 0 still has to write its
     // report), far before NCCL's 20 x 7 retries (about 34 s) would have failed the QP.
     assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
-    eprintln!("hang_link after the drop: {took:?}; evidence {}", verdict["evidence"]);
+    eprintln!(
+        "hang_link after the drop: {took:?}; evidence {}",
+        verdict["evidence"]
+    );
     // node-a's NIC retried the writes the path swallowed (rxe counts each retry).
     let pc = &verdict["evidence"]["port_counters"];
     assert!(
-        pc.as_object().is_some_and(|o| o.keys().any(|k| k.starts_with("rank 0 rxe0 port 1 completer_retry_err"))),
+        pc.as_object().is_some_and(|o| o
+            .keys()
+            .any(|k| k.starts_with("rank 0 rxe0 port 1 completer_retry_err"))),
         "{verdict}"
     );
     for vm in 0..3 {
@@ -396,8 +473,21 @@ fn ring_rdma_four_vms_and_a_killed_rank() {
         &lab,
         &[],
         &[
-            "--transport", "rdma", "--format", "json", "-b", "64K", "-e", "64K", "-n", "100000", "-w", "0",
-            "--no-scan", "--timeout", &timeout.to_string(),
+            "--transport",
+            "rdma",
+            "--format",
+            "json",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "100000",
+            "-w",
+            "0",
+            "--no-scan",
+            "--timeout",
+            &timeout.to_string(),
         ],
     );
     // Kill once rank 2's NIC has moved data (it sends and receives in every step).
@@ -410,18 +500,32 @@ fn ring_rdma_four_vms_and_a_killed_rank() {
     let start = sent();
     let t_wait = std::time::Instant::now();
     while sent() < start + 2000 {
-        assert!(t_wait.elapsed() < Duration::from_secs(90), "the ring never moved data");
-        assert!(!lab.done(&jobs[0]), "the run ended early: {:?}", lab.wait(&jobs[0], Duration::from_secs(5)));
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(90),
+            "the ring never moved data"
+        );
+        assert!(
+            !lab.done(&jobs[0]),
+            "the run ended early: {:?}",
+            lab.wait(&jobs[0], Duration::from_secs(5))
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     lab.must(2, "pkill -KILL -x fabprobe");
     let t_kill = std::time::Instant::now();
     let o0 = lab.wait(&jobs[0], Duration::from_secs(120));
     let took = t_kill.elapsed();
-    let others: Vec<i32> = [1, 3].iter().map(|&r| lab.wait(&jobs[r], Duration::from_secs(60)).rc).collect();
+    let others: Vec<i32> = [1, 3]
+        .iter()
+        .map(|&r| lab.wait(&jobs[r], Duration::from_secs(60)).rc)
+        .collect();
     let v = json(&o0.stdout);
     assert_eq!(o0.rc, 1, "{v}");
-    assert_eq!(verdicts(&v), vec![("rank_lost".to_string(), Some(2), None)], "{v}");
+    assert_eq!(
+        verdicts(&v),
+        vec![("rank_lost".to_string(), Some(2), None)],
+        "{v}"
+    );
     assert_eq!(others, vec![1, 1], "{v}");
     assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
     eprintln!("rank_lost over rdma after the kill: {took:?}");

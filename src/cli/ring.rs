@@ -8,15 +8,15 @@ use std::sync::{Arc, Mutex};
 use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
-use crate::render;
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::ifname;
+use crate::render;
 use crate::render::{Envelope, HostInfo};
+use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::collective::transport::Fabric;
 use crate::ring::model::RankInfo;
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
@@ -323,7 +323,10 @@ fn data_fabric(
     }
     match rdma_fabric(a, ip, netdev) {
         Ok((f, label, why)) => {
-            g.log(1, &format!("transport {}: rdma on {label}: {why}", a.transport.name()));
+            g.log(
+                1,
+                &format!("transport {}: rdma on {label}: {why}", a.transport.name()),
+            );
             Ok((Some(f), label, None))
         }
         Err(why) if a.transport == TransportArg::Auto => {
@@ -348,7 +351,11 @@ impl TransportArg {
 
 #[cfg(feature = "rdma")]
 #[allow(clippy::type_complexity)]
-fn rdma_fabric(a: &RingArgs, ip: IpAddr, netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+fn rdma_fabric(
+    a: &RingArgs,
+    ip: IpAddr,
+    netdev: &str,
+) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
     use crate::nccl::hca::{self, PortCandidate};
     use crate::probe::gids;
     use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
@@ -379,7 +386,13 @@ fn rdma_fabric(a: &RingArgs, ip: IpAddr, netdev: &str) -> Result<(Box<dyn Fabric
         })
         .collect();
     let hca_env = std::env::var("NCCL_IB_HCA").ok();
-    let c = hca::choose_port(&cands, a.device.as_deref(), hca_env.as_deref(), Some(netdev), a.gid_index)?;
+    let c = hca::choose_port(
+        &cands,
+        a.device.as_deref(),
+        hca_env.as_deref(),
+        Some(netdev),
+        a.gid_index,
+    )?;
     let (port, gid) = (
         u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
         u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
@@ -398,7 +411,11 @@ fn rdma_fabric(a: &RingArgs, ip: IpAddr, netdev: &str) -> Result<(Box<dyn Fabric
 
 #[cfg(not(feature = "rdma"))]
 #[allow(clippy::type_complexity)]
-fn rdma_fabric(_a: &RingArgs, _ip: IpAddr, _netdev: &str) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+fn rdma_fabric(
+    _a: &RingArgs,
+    _ip: IpAddr,
+    _netdev: &str,
+) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
     Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
 }
 
@@ -495,7 +512,11 @@ impl RowPrinter {
         if shown.0.is_empty() {
             // What ran: what every rank offered, else tcp (`auto` with a rank without rdma).
             let first = ranks.first().map(|r| r.transport.as_str()).unwrap_or("tcp");
-            let transport = if ranks.iter().all(|r| r.transport == first) { first } else { "tcp" };
+            let transport = if ranks.iter().all(|r| r.transport == first) {
+                first
+            } else {
+                "tcp"
+            };
             let note = self
                 .rank0_note
                 .clone()
@@ -525,10 +546,19 @@ impl RowPrinter {
     }
 }
 
-fn print_report(g: &GlobalArgs, fmt: Format, r: &RingReport, rows: Option<&RowPrinter>) -> anyhow::Result<()> {
+fn print_report(
+    g: &GlobalArgs,
+    fmt: Format,
+    r: &RingReport,
+    rows: Option<&RowPrinter>,
+) -> anyhow::Result<()> {
     for e in &r.events {
         use crate::ring::coordinator::Event;
-        if matches!(e, Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }) || g.verbose > 0 {
+        if matches!(
+            e,
+            Event::Rejected { .. } | Event::Replaced { .. } | Event::MoreRejected { .. }
+        ) || g.verbose > 0
+        {
             // Parts of the line came from strangers on the port: never print their raw bytes.
             eprintln!("fabprobe: {}", crate::ring::model::printable(&e.line(), 1000));
         }
@@ -599,9 +629,12 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     }
     let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
     // Rank 0 fell back to tcp itself: its own reason is the one it can name.
-    let rank0_note = no_rdma
-        .filter(|_| id.rank == 0)
-        .map(|why| format!("auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}", hostname()));
+    let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
+        format!(
+            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}",
+            hostname()
+        )
+    });
     let rows = RowPrinter::start(fmt, &id, &opts, display.is_some(), rank0_note.clone());
     let setup = Setup {
         identity: id,
@@ -619,7 +652,13 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     let mut r = run::run_rank(setup, &opts, &logf);
     drop(display);
-    if let (Ok(RankOutcome { report: Some(rep), .. }), Some(note)) = (&mut r, rank0_note) {
+    if let (
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }),
+        Some(note),
+    ) = (&mut r, rank0_note)
+    {
         rep.transport_note = Some(note);
     }
     outcome(g, fmt, r, rows.as_deref())
@@ -694,7 +733,11 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },
-                    on_row: if rank == 0 { rows.as_ref().map(RowPrinter::sink) } else { None },
+                    on_row: if rank == 0 {
+                        rows.as_ref().map(RowPrinter::sink)
+                    } else {
+                        None
+                    },
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

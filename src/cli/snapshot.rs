@@ -68,7 +68,10 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
     }
     let lldp_wait = match a.lldp_wait {
         Some(s) if !(0.0..=3600.0).contains(&s) => {
-            return Err(UsageError(format!("--lldp-wait {s}: give a number of seconds between 0 and 3600")).into());
+            return Err(UsageError(format!(
+                "--lldp-wait {s}: give a number of seconds between 0 and 3600"
+            ))
+            .into());
         }
         Some(s) => {
             g.log(1, format!("listening for LLDP for up to {s} s"));

@@ -517,7 +517,11 @@ impl Host {
         if let Some(hit) = cache.as_ref().and_then(|c| c.get(real.as_os_str())) {
             return match hit {
                 Some(bytes) => Ok(bytes.clone()),
-                None => Err(Self::io_err("read", host_path, io::Error::from_raw_os_error(libc::ENOENT))),
+                None => Err(Self::io_err(
+                    "read",
+                    host_path,
+                    io::Error::from_raw_os_error(libc::ENOENT),
+                )),
             };
         }
         drop(cache);
@@ -605,7 +609,8 @@ impl Host {
         self.record(Access::Resolve(host_path.to_path_buf()));
         match self.resolve(host_path) {
             Ok(real) => {
-                self.read_errors.contains_key(real.as_os_str()) || self.on_disk(&real).symlink_metadata().is_ok()
+                self.read_errors.contains_key(real.as_os_str())
+                    || self.on_disk(&real).symlink_metadata().is_ok()
             }
             Err(_) => false,
         }
@@ -766,8 +771,14 @@ mod tests {
         );
         assert_eq!(h.attr("/sys/class/big"), Attr::Failed("EFBIG".into()));
         // At the limit it is read.
-        std::fs::File::create(&big).unwrap().set_len(MAX_READ_BYTES).unwrap();
-        assert_eq!(h.read_bytes("/sys/class/big").unwrap().len() as u64, MAX_READ_BYTES);
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_READ_BYTES)
+            .unwrap();
+        assert_eq!(
+            h.read_bytes("/sys/class/big").unwrap().len() as u64,
+            MAX_READ_BYTES
+        );
     }
 
     #[test]

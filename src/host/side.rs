@@ -160,7 +160,10 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     };
     let raw: HashMap<PathBuf, String> = load_json(root, "read-errors.json", shown)?.unwrap_or_default();
     // The first bad entry in path order, so the message is the same on every run.
-    let bad = raw.iter().filter(|(_, e)| errno_from_name(e).is_none()).min_by(|a, b| a.0.cmp(b.0));
+    let bad = raw
+        .iter()
+        .filter(|(_, e)| errno_from_name(e).is_none())
+        .min_by(|a, b| a.0.cmp(b.0));
     if let Some((path, errno)) = bad {
         return Err(HostError::Snapshot {
             path: shown.to_path_buf(),
@@ -200,10 +203,7 @@ pub(super) fn extract_tarball_within(
         path: path.to_path_buf(),
         msg,
     };
-    let open = || {
-        std::fs::File::open(path)
-            .map(|f| flate2::read::GzDecoder::new(std::io::BufReader::new(f)))
-    };
+    let open = || std::fs::File::open(path).map(|f| flate2::read::GzDecoder::new(std::io::BufReader::new(f)));
     // Opened once here so a missing file is an I/O error naming it, not a refusal.
     open().map_err(|source| HostError::Io {
         op: "open snapshot",
@@ -296,7 +296,10 @@ mod tests {
         // `fabprobe` a file, not a folder (found by the archive property test).
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join(SIDE_DIR), "x").unwrap();
-        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        let e = load(t.path(), Path::new("node1.tar.gz"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/host.json: "),
             "{e}"
@@ -306,9 +309,14 @@ mod tests {
         std::fs::create_dir(t.path().join(SIDE_DIR)).unwrap();
         let f = std::fs::File::create(t.path().join(SIDE_DIR).join("nvml.json")).unwrap();
         f.set_len(super::super::MAX_READ_BYTES + 1).unwrap();
-        let e = load(t.path(), Path::new("node1.tar.gz")).err().unwrap().to_string();
+        let e = load(t.path(), Path::new("node1.tar.gz"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
-            e.starts_with("snapshot node1.tar.gz: cannot read fabprobe/nvml.json: larger than 16777216 bytes"),
+            e.starts_with(
+                "snapshot node1.tar.gz: cannot read fabprobe/nvml.json: larger than 16777216 bytes"
+            ),
             "{e}"
         );
     }

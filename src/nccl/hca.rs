@@ -126,7 +126,10 @@ pub fn choose_port(
     let (spec, source) = match device_flag {
         Some(d) => (Some(HcaSpec::parse(&format!("={d}"))), "--device"),
         None => (
-            hca_env.map(str::trim).filter(|s| !s.is_empty()).map(HcaSpec::parse),
+            hca_env
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(HcaSpec::parse),
             "NCCL_IB_HCA",
         ),
     };
@@ -166,7 +169,10 @@ pub fn choose_port(
     usable.sort_by(|a, b| (a.device.as_str(), a.port).cmp(&(b.device.as_str(), b.port)));
     let on_data = data_netdev.and_then(|n| usable.iter().find(|p| p.netdevs.iter().any(|d| d == n)));
     let (p, why) = match on_data {
-        Some(p) => (*p, format!("the port on the data interface {}", data_netdev.unwrap_or("-"))),
+        Some(p) => (
+            *p,
+            format!("the port on the data interface {}", data_netdev.unwrap_or("-")),
+        ),
         None => (usable[0], "the first ACTIVE port".to_string()),
     };
     let why = match spec {
@@ -262,7 +268,11 @@ mod tests {
         assert_eq!(c.device, "mlx5_0");
         let c = choose_port(&ports, None, Some("^mlx5_0"), Some("eth0"), Some(1)).unwrap();
         assert_eq!((c.device.as_str(), c.gid_index), ("mlx5_1", 1));
-        assert!(c.why.contains("NCCL_IB_HCA") && c.why.contains("--gid-index"), "{}", c.why);
+        assert!(
+            c.why.contains("NCCL_IB_HCA") && c.why.contains("--gid-index"),
+            "{}",
+            c.why
+        );
         let c = choose_port(&ports, Some("mlx5_1:1"), Some("mlx5_0"), None, None).unwrap();
         assert_eq!(c.device, "mlx5_1");
     }
@@ -273,7 +283,10 @@ mod tests {
         let e = choose_port(&ports, None, None, None, None).unwrap_err();
         assert!(e.contains("no ACTIVE RDMA port (mlx5_0:1 DOWN)"), "{e}");
         let e = choose_port(&ports, None, Some("=mlx5_1"), None, None).unwrap_err();
-        assert!(e.contains("NCCL_IB_HCA matches none") && e.contains("mlx5_0:1"), "{e}");
+        assert!(
+            e.contains("NCCL_IB_HCA matches none") && e.contains("mlx5_0:1"),
+            "{e}"
+        );
         let ports = [cand("rxe0", 1, "ACTIVE", "eth0", None)];
         let e = choose_port(&ports, None, None, None, None).unwrap_err();
         assert!(e.contains("no usable GID index on rxe0:1"), "{e}");

@@ -585,7 +585,8 @@ mod tests {
     #[test]
     fn line_numbers_of_a_large_file() {
         // 200,000 lines: a rescan from the start for every event would read ~10^11 bytes.
-        let mut t = String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n");
+        let mut t =
+            String::from("<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n");
         for _ in 0..200_000 {
             t.push_str("<unknown_thing a=\"b\"/>\n");
         }

@@ -3,8 +3,8 @@
 pub mod gdr;
 pub mod gids;
 pub mod links;
-pub mod qos;
 pub mod nccl_env;
+pub mod qos;
 pub mod topo;
 
 use crate::host::Host;

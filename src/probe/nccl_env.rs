@@ -395,7 +395,12 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
 /// NCCL does not check, stay `fabprobe gdr`'s).
 fn kernel_support(peer: &gdr::PeerMemory, dmabuf: &gdr::DmaBuf) -> String {
     let peer_s = if peer.nccl_gdr_support {
-        let at = peer.paths.iter().find(|p| p.exists).map(|p| p.path.as_str()).unwrap_or("-");
+        let at = peer
+            .paths
+            .iter()
+            .find(|p| p.exists)
+            .map(|p| p.path.as_str())
+            .unwrap_or("-");
         format!("peer memory found ({at})")
     } else if !peer.modules_visible {
         "peer memory unknown (no /sys/module)".to_string()
@@ -847,7 +852,11 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                 .evidence("paths", pairs.iter().map(|p| format!("{}={}", p.nic, p.path)).collect::<Vec<_>>())
                 .fix("use an HCA closer to the GPU (NCCL_IB_HCA), or raise NCCL_NET_GDR_LEVEL if the platform handles P2P through the CPU well"),
             );
-        } else if pairs.iter().filter(|p| p.enabled).all(|p| p.verdict == "off_no_peer_memory") {
+        } else if pairs
+            .iter()
+            .filter(|p| p.enabled)
+            .all(|p| p.verdict == "off_no_peer_memory")
+        {
             no_kernel.push(gpu);
         }
     }

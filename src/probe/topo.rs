@@ -337,9 +337,11 @@ fn nvlink_target_kind(
         Some("ibmnpu") => return "cpu",
         _ => {}
     }
-    let class = target
-        .filter(|t| pci::is_bdf(t))
-        .and_then(|t| host.attr(format!("/sys/bus/pci/devices/{t}/class")).value().map(str::to_string));
+    let class = target.filter(|t| pci::is_bdf(t)).and_then(|t| {
+        host.attr(format!("/sys/bus/pci/devices/{t}/class"))
+            .value()
+            .map(str::to_string)
+    });
     match class.as_deref() {
         Some(c) => kind_of_class(c),
         None => "unknown",

@@ -5,8 +5,8 @@
 
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::diagnosis::localize::fmt_gbs;
-use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::model::RankInfo;
+use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::Options;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.

@@ -39,13 +39,26 @@ const PROBE_AFTER: Duration = Duration::from_millis(1000);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
-    Rejected { peer: String, reason: String },
-    Joined { rank: Rank, peer: String, host: String },
+    Rejected {
+        peer: String,
+        reason: String,
+    },
+    Joined {
+        rank: Rank,
+        peer: String,
+        host: String,
+    },
     /// A rank's earlier control connection had closed before the run started; its new
     /// connection took the slot.
-    Replaced { rank: Rank, peer: String, old_peer: String },
+    Replaced {
+        rank: Rank,
+        peer: String,
+        old_peer: String,
+    },
     /// Rejections beyond the first [`MAX_REJECTED_EVENTS`], counted, not listed.
-    MoreRejected { count: u64 },
+    MoreRejected {
+        count: u64,
+    },
 }
 
 impl Event {
@@ -244,7 +257,10 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
         ("device", h.info.device.as_deref().unwrap_or("")),
     ] {
         if v.len() > 255 || printable(v, 255) != v {
-            return Err(format!("rank {}'s {what} is not plain text of at most 255 bytes", h.rank));
+            return Err(format!(
+                "rank {}'s {what} is not plain text of at most 255 bytes",
+                h.rank
+            ));
         }
     }
     if let Some(prev) = seen.get(&h.rank) {
@@ -361,7 +377,11 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
 }
 
 /// [`coordinate`] with the door's limits given (tests shorten them).
-pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: gate::Limits) -> CoordinatorReport {
+pub fn coordinate_with(
+    listener: TcpListener,
+    cfg: CoordinatorConfig,
+    limits: gate::Limits,
+) -> CoordinatorReport {
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
     let nofile = gate::raise_fd_limit();
@@ -396,7 +416,11 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: ga
         if seen.len() as u32 == cfg.world {
             // Before the table goes out: a rank whose connection already closed (restarted,
             // or a claim that went away) frees its slot and is waited for again.
-            let dead: Vec<Rank> = conns.iter().filter(|(_, s)| is_dead(s)).map(|(&r, _)| r).collect();
+            let dead: Vec<Rank> = conns
+                .iter()
+                .filter(|(_, s)| is_dead(s))
+                .map(|(&r, _)| r)
+                .collect();
             for r in dead {
                 seen.remove(&r);
                 conns.remove(&r);
@@ -627,7 +651,11 @@ fn serve(
                 }
                 // Silent: is its host still acknowledging our pings?
                 if quiet >= PROBE_AFTER {
-                    match conns.get(&r).and_then(ack_state).and_then(|a| unacked_since(a, now_ms)) {
+                    match conns
+                        .get(&r)
+                        .and_then(ack_state)
+                        .and_then(|a| unacked_since(a, now_ms))
+                    {
                         Some(since) => {
                             rep.unacked_since_ms.entry(r).or_insert(since);
                         }
@@ -688,7 +716,10 @@ fn serve(
                     let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
                     rep.reject(
                         &peer,
-                        &format!("rank {r}'s control connection sent a {} message for rank {c}; ignored", m.kind()),
+                        &format!(
+                            "rank {r}'s control connection sent a {} message for rank {c}; ignored",
+                            m.kind()
+                        ),
                     );
                     continue;
                 }
@@ -758,7 +789,12 @@ fn serve(
                             && rep.link_faults.len() < 4 * world as usize
                         {
                             f.seen_by = r;
-                            for t in [&mut f.device, &mut f.operation, &mut f.status_name, &mut f.meaning] {
+                            for t in [
+                                &mut f.device,
+                                &mut f.operation,
+                                &mut f.status_name,
+                                &mut f.meaning,
+                            ] {
                                 *t = printable(t, 200);
                             }
                             rep.link_faults.push(f);
@@ -1176,14 +1212,26 @@ mod tests {
                     let mut sizes = vec![8u64, 1024];
                     if r == 2 {
                         sizes.reverse();
-                        s.send(&Msg::Row { rank: 0, row: row(4096, 0) }).unwrap();
+                        s.send(&Msg::Row {
+                            rank: 0,
+                            row: row(4096, 0),
+                        })
+                        .unwrap();
                     }
                     for size in sizes {
-                        s.send(&Msg::Row { rank: r, row: row(size, r) }).unwrap();
+                        s.send(&Msg::Row {
+                            rank: r,
+                            row: row(size, r),
+                        })
+                        .unwrap();
                     }
                     // Only rank 1 reaches this size.
                     if r == 1 {
-                        s.send(&Msg::Row { rank: r, row: row(4096, r) }).unwrap();
+                        s.send(&Msg::Row {
+                            rank: r,
+                            row: row(4096, r),
+                        })
+                        .unwrap();
                     }
                     s.send(&no_results(r)).unwrap();
                     s.wait_done(Duration::from_secs(5)).unwrap()
@@ -1291,7 +1339,9 @@ mod tests {
                 port_counters: vec![],
             }))
             .map_err(|e| e.to_string())?;
-            s.wait_done(Duration::from_secs(10)).map(|(f, _)| f).map_err(|e| e.to_string())
+            s.wait_done(Duration::from_secs(10))
+                .map(|(f, _)| f)
+                .map_err(|e| e.to_string())
         })
     }
 
@@ -1376,9 +1426,14 @@ mod tests {
             Ok(Msg::Reject { reason }) => reason,
             other => panic!("{other:?}"),
         };
-        let (pa, pb) = (a.local_addr().unwrap().to_string(), b.local_addr().unwrap().to_string());
+        let (pa, pb) = (
+            a.local_addr().unwrap().to_string(),
+            b.local_addr().unwrap().to_string(),
+        );
         assert!(
-            reason.starts_with(&format!("rank 1 is already taken by {pa} (h1); a second claim from {pb} is refused")),
+            reason.starts_with(&format!(
+                "rank 1 is already taken by {pa} (h1); a second claim from {pb} is refused"
+            )),
             "{reason}"
         );
         drop(a);
@@ -1392,14 +1447,15 @@ mod tests {
         assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Table { .. })));
         drop((c, r0));
         let rep = coord.join().unwrap();
-        let pc_known = rep.events.iter().any(|e| {
-            matches!(e, Event::Replaced { rank: 1, old_peer, .. } if *old_peer == pa)
-        });
+        let pc_known = rep
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Replaced { rank: 1, old_peer, .. } if *old_peer == pa));
         assert!(pc_known, "{:?}", rep.events);
         assert!(
-            rep.events
-                .iter()
-                .any(|e| matches!(e, Event::Rejected { peer, reason } if *peer == pb && reason.contains(&pa))),
+            rep.events.iter().any(
+                |e| matches!(e, Event::Rejected { peer, reason } if *peer == pb && reason.contains(&pa))
+            ),
             "{:?}",
             rep.events
         );
@@ -1424,7 +1480,11 @@ mod tests {
             let _ = wire::read_msg(&mut c);
         }
         let rep = coord.join().unwrap();
-        let rejected: Vec<_> = rep.events.iter().filter(|e| matches!(e, Event::Rejected { .. })).collect();
+        let rejected: Vec<_> = rep
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Rejected { .. }))
+            .collect();
         assert_eq!(rejected.len(), MAX_REJECTED_EVENTS);
         assert_eq!(rep.events.last(), Some(&Event::MoreRejected { count: 8 }));
         for e in &rep.events {
@@ -1433,7 +1493,10 @@ mod tests {
             assert!(line.len() < 10 * MAX_REASON_CHARS, "{}", line.len());
         }
         let first = rejected[0].line();
-        assert!(first.contains("runs with options [\\x1b[2J\\x1b]0;owned\\x07\\u{009b}31m"), "{first}");
+        assert!(
+            first.contains("runs with options [\\x1b[2J\\x1b]0;owned\\x07\\u{009b}31m"),
+            "{first}"
+        );
     }
 
     /// A rank is counted ready once; its reports are its own whatever they say; a message
@@ -1469,7 +1532,9 @@ mod tests {
         assert_eq!((hb.rank, hb.progress), (1, 77));
         assert!(!rep.last_heartbeat.contains_key(&0));
         assert!(
-            rep.events.iter().any(|e| matches!(e, Event::Rejected { reason, .. }
+            rep.events
+                .iter()
+                .any(|e| matches!(e, Event::Rejected { reason, .. }
                 if reason == "rank 1's control connection sent a ready message for rank 0; ignored")),
             "{:?}",
             rep.events
@@ -1491,7 +1556,9 @@ mod tests {
             .unwrap();
             drop(a);
             let (mut b, _) = l.accept().unwrap();
-            let Ok(Msg::Hello(h)) = wire::read_msg(&mut b) else { panic!("no hello") };
+            let Ok(Msg::Hello(h)) = wire::read_msg(&mut b) else {
+                panic!("no hello")
+            };
             b.write_all(&frame(&Msg::Table { ranks: vec![h.info] })).unwrap();
             thread::sleep(Duration::from_millis(300));
         });

@@ -104,7 +104,10 @@ fn progress(buf: &[u8], max_body: usize) -> Option<Result<Msg, WireError>> {
 fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
     match m? {
         Msg::Hello(h) => Ok(h),
-        other => Err(WireError::Malformed(format!("expected hello, got {}", other.kind()))),
+        other => Err(WireError::Malformed(format!(
+            "expected hello, got {}",
+            other.kind()
+        ))),
     }
 }
 
@@ -113,7 +116,14 @@ pub fn reject_now(s: &TcpStream, reason: &str) {
     let _ = s.set_nonblocking(true);
     let mut w = s;
     let mut frame = Vec::new();
-    if wire::write_msg(&mut frame, &Msg::Reject { reason: reason.into() }).is_ok() {
+    if wire::write_msg(
+        &mut frame,
+        &Msg::Reject {
+            reason: reason.into(),
+        },
+    )
+    .is_ok()
+    {
         let _ = w.write(&frame);
     }
 }
@@ -172,7 +182,13 @@ fn evict_oldest(
 }
 
 /// Accept and read hellos until `stop`; finished ones go to `tx`.
-pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, gathering: Arc<AtomicBool>, lim: Limits) {
+pub fn run(
+    listener: TcpListener,
+    tx: Sender<Incoming>,
+    stop: Arc<AtomicBool>,
+    gathering: Arc<AtomicBool>,
+    lim: Limits,
+) {
     if listener.set_nonblocking(true).is_err() {
         return;
     }
@@ -200,7 +216,11 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
             });
         }
         // During the run only latecomers come: a slower tick is enough to turn them away.
-        let tick = if gathering.load(Ordering::Relaxed) { 20 } else { 100 };
+        let tick = if gathering.load(Ordering::Relaxed) {
+            20
+        } else {
+            100
+        };
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the whole call.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tick) };
         if n < 0 {
@@ -257,7 +277,9 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
                             "{BUSY}{} connections were waiting to say hello; the oldest was closed",
                             lim.max_pending
                         );
-                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| hand_over(p, &mut per_source, r));
+                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| {
+                            hand_over(p, &mut per_source, r)
+                        });
                     }
                     *per_source.entry(ip).or_default() += 1;
                     pending.push_back(Pending {
@@ -268,14 +290,18 @@ pub fn run(listener: TcpListener, tx: Sender<Incoming>, stop: Arc<AtomicBool>, g
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) =>
+                {
                     // Out of descriptors: free the oldest waiting one, so that the next
                     // arrival (maybe a real rank) can be accepted; never spin.
                     if pending.is_empty() {
                         std::thread::sleep(Duration::from_millis(20));
                     } else {
                         let why = format!("{BUSY}the coordinator ran out of file descriptors");
-                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| hand_over(p, &mut per_source, r));
+                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| {
+                            hand_over(p, &mut per_source, r)
+                        });
                     }
                     break;
                 }
@@ -301,7 +327,10 @@ mod tests {
     fn progress_table() {
         let ping = frame(br#"{"type":"ping"}"#);
         assert!(progress(b"FP", 100).is_none());
-        assert!(matches!(progress(b"GE", 100), Some(Err(WireError::BadMagic([b'G', b'E', 0, 0])))));
+        assert!(matches!(
+            progress(b"GE", 100),
+            Some(Err(WireError::BadMagic([b'G', b'E', 0, 0])))
+        ));
         assert!(progress(&ping[..9], 100).is_none());
         assert!(matches!(progress(&ping, 100), Some(Ok(Msg::Ping))));
         assert!(matches!(progress(&ping, 3), Some(Err(WireError::TooLarge(15)))));
@@ -338,7 +367,10 @@ mod tests {
         });
         let (_, _, r) = rx.recv_timeout(Duration::from_secs(3)).unwrap();
         let took = t0.elapsed();
-        assert!(took >= Duration::from_millis(650) && took < Duration::from_millis(1500), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(650) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
         let e = r.err().unwrap().to_string();
         assert!(e.contains("no complete hello within 0.7 s"), "{e}");
         stop.store(true, Ordering::Relaxed);
@@ -367,7 +399,10 @@ mod tests {
             }
         };
         // The newcomer's message was read (a ping, not a hello: judged, not dropped).
-        assert!(matches!(got, Err(WireError::Malformed(ref m)) if m == "expected hello, got ping"), "{got:?}");
+        assert!(
+            matches!(got, Err(WireError::Malformed(ref m)) if m == "expected hello, got ping"),
+            "{got:?}"
+        );
         assert_eq!(busy, 13, "20 idle + 1 with 8 per source");
         // The evicted ones were told why, and closed.
         let mut first = &idle[0];

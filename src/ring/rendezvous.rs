@@ -143,7 +143,12 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
     }
 }
 
-fn join_once(coordinator: &str, hello: Hello, timeout: Duration, start: Instant) -> Result<Session, BootstrapError> {
+fn join_once(
+    coordinator: &str,
+    hello: Hello,
+    timeout: Duration,
+    start: Instant,
+) -> Result<Session, BootstrapError> {
     // The coordinator's own deadline counts from rank 0's start; a little grace lets its
     // missing-rank message arrive before this rank gives up on its own.
     let deadline = start + timeout + Duration::from_secs(3);

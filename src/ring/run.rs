@@ -685,7 +685,8 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
     Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
         // At the end of a failed run nothing more will arrive: judge as if the watchdog's
         // grace had passed, so an inconclusive hang is still named.
-        let failed = rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
+        let failed =
+            rep.abort.is_some() || !rep.stuck.is_empty() || !rep.lost.is_empty() || !rep.failed.is_empty();
         let at = if final_call && failed {
             now_ms + WATCH_GRACE_MS
         } else {

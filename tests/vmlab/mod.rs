@@ -26,7 +26,6 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-
 /// Skip loudly, or fail where the lab is required (`FABPROBE_LAB=required`, as in CI): the
 /// contract of `tests/common::lab_unavailable`, shared with the network-namespace lab.
 fn skip(test: &str, why: &str) -> Option<VmLab> {
@@ -125,11 +124,7 @@ fn prepare() -> Result<PathBuf, String> {
         .output()
         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
     if !o.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            script.display(),
-            text(&o.stderr).trim()
-        ));
+        return Err(format!("{} failed: {}", script.display(), text(&o.stderr).trim()));
     }
     Ok(PathBuf::from(text(&o.stdout).trim()))
 }
@@ -247,10 +242,7 @@ impl VmLab {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("fpv{}{}", std::process::id(), (b'a' + (n % 26) as u8) as char);
         if !sh(&["ip", "netns", "add", &prefix]).status.success() {
-            return skip(
-                test,
-                "cannot create network namespaces here (no CAP_SYS_ADMIN?)",
-            );
+            return skip(test, "cannot create network namespaces here (no CAP_SYS_ADMIN?)");
         }
         let dir = PathBuf::from(format!("/tmp/{prefix}"));
         let _ = fs::remove_dir_all(&dir);
@@ -269,9 +261,9 @@ impl VmLab {
         lab.netns(&["ip", "link", "add", "br0", "type", "bridge"]);
         lab.netns(&["ip", "link", "set", "br0", "up"]);
         let shape = match &opts.rate {
-            Some(rate) => format!(
-                "tc qdisc add dev eth0 root tbf rate {rate} burst 64kb latency 50ms > shape.log 2>&1"
-            ),
+            Some(rate) => {
+                format!("tc qdisc add dev eth0 root tbf rate {rate} burst 64kb latency 50ms > shape.log 2>&1")
+            }
             None => String::new(),
         };
         for i in 0..opts.vms {
@@ -325,7 +317,10 @@ impl VmLab {
                         ),
                     ]
                 }))
-                .args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
+                .args([
+                    "-netdev",
+                    &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
+                ])
                 .args([
                     "-device",
                     &format!("virtio-net-pci,netdev=n0,mac=52:54:00:12:35:{:02x}", 10 + i),
@@ -350,7 +345,11 @@ impl VmLab {
                     panic!(
                         "VM {} did not come up ({}):\n{}",
                         lab.vms[i].name,
-                        if gone { "QEMU exited" } else { "boot deadline passed" },
+                        if gone {
+                            "QEMU exited"
+                        } else {
+                            "boot deadline passed"
+                        },
                         lab.console(i)
                     );
                 }
@@ -382,7 +381,11 @@ impl VmLab {
         let q = fs::read_to_string(j.join("qemu.err")).unwrap_or_default();
         let tail: Vec<&str> = c.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("--- console of {}:\n{}\n--- qemu stderr:\n{q}", self.vms[vm].name, tail.join("\n"))
+        format!(
+            "--- console of {}:\n{}\n--- qemu stderr:\n{q}",
+            self.vms[vm].name,
+            tail.join("\n")
+        )
     }
 
     /// Start `script` (sh) in a VM; returns at once.
@@ -513,7 +516,10 @@ impl VmLab {
     pub fn spawn_fabprobe_env(&self, vm: usize, env: &[&str], args: &[&str]) -> Job {
         let a: Vec<String> = args.iter().map(|s| quote(s)).collect();
         let e: Vec<String> = env.iter().map(|s| quote(s)).collect();
-        self.spawn(vm, &format!("exec env {} {} {}", e.join(" "), quote(BIN), a.join(" ")))
+        self.spawn(
+            vm,
+            &format!("exec env {} {} {}", e.join(" "), quote(BIN), a.join(" ")),
+        )
     }
 
     /// A file the VM wrote into its job share (`/run/job/<rel>` inside).
@@ -540,7 +546,8 @@ impl Drop for VmLab {
 /// of this test binary when it lies elsewhere (`CARGO_TARGET_DIR`). Their paths travel on the
 /// kernel command line and in QEMU's option syntax, so spaces and commas cannot be passed.
 fn workspace_shares() -> Result<Vec<PathBuf>, String> {
-    let canon = |p: &std::path::Path| fs::canonicalize(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()));
+    let canon =
+        |p: &std::path::Path| fs::canonicalize(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()));
     let manifest = canon(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this test binary: {e}"))?;
     // target/<profile>/deps/<test binary>

@@ -33,12 +33,16 @@ fn next(status: u32, fh: &str, th: &str) -> String {
              (both ends on the same RoCE version and a routable GID index); check the path between them \
              (cable, switch port, PFC/ECN); NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT only delay this error"
         ),
-        13 => format!("on {th}: the receiver posted no receive in time (a stalled process, or too few receives)"),
+        13 => format!(
+            "on {th}: the receiver posted no receive in time (a stalled process, or too few receives)"
+        ),
         4 => format!(
             "on the rank that saw it: the buffer is not registered for this access; with GPU buffers check \
              fabprobe gdr on {fh} and {th} (ACS/IOMMU redirecting peer-to-peer traffic)"
         ),
-        10 => format!("on {th}: the rkey or address {fh} wrote to is not valid for remote write (a bug, or memory freed)"),
+        10 => format!(
+            "on {th}: the rkey or address {fh} wrote to is not valid for remote write (a bug, or memory freed)"
+        ),
         _ => format!("on {fh} and {th}: fabprobe links (port state and error counters)"),
     }
 }
@@ -132,7 +136,12 @@ mod tests {
             to_rank: to,
             seen_by,
             device: "rxe0:1 gid 1".into(),
-            operation: if seen_by == from { "an RDMA write" } else { "a credit" }.into(),
+            operation: if seen_by == from {
+                "an RDMA write"
+            } else {
+                "a credit"
+            }
+            .into(),
             status,
             status_name: "some status".into(),
             meaning: "what it means".into(),
@@ -145,7 +154,10 @@ mod tests {
         let v = verdicts(&[fault(0, 1, 0, 12)], &ranks());
         assert_eq!(v.len(), 1);
         let v = &v[0];
-        assert_eq!((v.kind, v.from_rank, v.to_rank), (VerdictKind::LinkError, Some(0), Some(1)));
+        assert_eq!(
+            (v.kind, v.from_rank, v.to_rank),
+            (VerdictKind::LinkError, Some(0), Some(1))
+        );
         assert_eq!(v.from_host.as_deref(), Some("node-a"));
         assert_eq!(v.to_host.as_deref(), Some("node-b"));
         assert_eq!(
@@ -155,7 +167,11 @@ mod tests {
         );
         assert_eq!(v.evidence["status"], 12);
         assert_eq!(v.evidence["vendor_err"], "0x81");
-        assert!(v.next.as_deref().unwrap().contains("fabprobe gids"), "{:?}", v.next);
+        assert!(
+            v.next.as_deref().unwrap().contains("fabprobe gids"),
+            "{:?}",
+            v.next
+        );
     }
 
     #[test]
@@ -179,9 +195,18 @@ mod tests {
     #[test]
     fn each_status_has_its_own_advice() {
         let r = ranks();
-        for (status, says) in [(12, "fabprobe gids"), (13, "no receive"), (4, "fabprobe gdr"), (10, "rkey")] {
+        for (status, says) in [
+            (12, "fabprobe gids"),
+            (13, "no receive"),
+            (4, "fabprobe gdr"),
+            (10, "rkey"),
+        ] {
             let v = verdicts(&[fault(2, 0, 2, status)], &r);
-            assert!(v[0].next.as_deref().unwrap().contains(says), "{status}: {:?}", v[0].next);
+            assert!(
+                v[0].next.as_deref().unwrap().contains(says),
+                "{status}: {:?}",
+                v[0].next
+            );
         }
     }
 }

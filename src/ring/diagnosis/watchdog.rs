@@ -221,7 +221,13 @@ impl<'a> Judge<'a> {
                 // the path to it is gone; `kill -CONT` would not help.
                 let ping = self
                     .info(r)
-                    .map(|i| i.address.rsplit_once(':').map(|(a, _)| a).unwrap_or(&i.address).to_string())
+                    .map(|i| {
+                        i.address
+                            .rsplit_once(':')
+                            .map(|(a, _)| a)
+                            .unwrap_or(&i.address)
+                            .to_string()
+                    })
                     .unwrap_or_else(|| host.clone());
                 (
                     VerdictKind::RankUnreachable,

@@ -60,7 +60,12 @@ pub struct RdmaSettings {
 impl RdmaSettings {
     /// NCCL's defaults and `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`
     /// from `get`, parsed as NCCL does (`strtoll`, out of range -> clamped to the field).
-    pub fn with_nccl_env(device: &str, port: u8, gid_index: u8, get: impl Fn(&str) -> Option<String>) -> Self {
+    pub fn with_nccl_env(
+        device: &str,
+        port: u8,
+        gid_index: u8,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Self {
         let p = |name: &str, def: i64, max: i64| -> u8 {
             crate::nccl::gid::nccl_param(get(name).as_deref(), def).clamp(0, max) as u8
         };
@@ -151,7 +156,14 @@ fn peer_gone(s: &TcpStream) -> Option<String> {
 }
 
 /// A completion error on the link `from -> to`, seen by `me`: status, meaning, syndrome.
-fn completion_error(peer: &str, dir: &'static str, link: (u32, u32, u32), dev: &str, what: &str, wc: &Wc) -> TransportError {
+fn completion_error(
+    peer: &str,
+    dir: &'static str,
+    link: (u32, u32, u32),
+    dev: &str,
+    what: &str,
+    wc: &Wc,
+) -> TransportError {
     let (name, meaning) = verbs::status_meaning(wc.status);
     TransportError::Completion {
         peer: peer.into(),
@@ -344,11 +356,7 @@ impl SendLink for RdmaSend {
                         return Ok(slot as u32);
                     }
                     let peer = self.peer.clone();
-                    return Err(self.fail(TransportError::Closed {
-                        peer,
-                        dir: "to",
-                        why,
-                    }));
+                    return Err(self.fail(TransportError::Closed { peer, dir: "to", why }));
                 }
             }
             if Instant::now() >= deadline {
@@ -368,7 +376,11 @@ impl SendLink for RdmaSend {
             return Err(TransportError::Protocol {
                 peer: self.peer.clone(),
                 dir: "to",
-                what: format!("write of {} bytes into a {}-byte slot", data.len(), self.slot_bytes),
+                what: format!(
+                    "write of {} bytes into a {}-byte slot",
+                    data.len(),
+                    self.slot_bytes
+                ),
             });
         }
         let due = (self.next % self.slots as u64) as u32;
@@ -588,7 +600,15 @@ impl RecvLink for RdmaRecv {
                 Err(_) => return Ok(()),
             }
         }
-        match self.qp.post_write_imm(u64::MAX, &self.credit_src, 0, 0, self.credit_addr, self.credit_rkey, c.slot) {
+        match self.qp.post_write_imm(
+            u64::MAX,
+            &self.credit_src,
+            0,
+            0,
+            self.credit_addr,
+            self.credit_rkey,
+            c.slot,
+        ) {
             Ok(()) => self.credits_inflight += 1,
             // A sender that finished needs no credit; a broken QP shows up in the next poll.
             Err(_) => {}
@@ -647,7 +667,8 @@ impl RdmaPort {
                 port: settings.port,
                 error: "the GID at this index is empty".into(),
                 hint: Some(
-                    "pick a populated RoCE v2 index from `fabprobe gids` (--gid-index or NCCL_IB_GID_INDEX)".into(),
+                    "pick a populated RoCE v2 index from `fabprobe gids` (--gid-index or NCCL_IB_GID_INDEX)"
+                        .into(),
                 ),
             });
         }
@@ -713,7 +734,15 @@ impl RdmaPort {
     }
 
     /// A mismatch between our port and a peer's, naming both ends; None when compatible.
-    fn mismatch(&self, me: &str, peer: &str, peer_dev: &str, link_layer: &str, family: &str, mtu: u32) -> Option<String> {
+    fn mismatch(
+        &self,
+        me: &str,
+        peer: &str,
+        peer_dev: &str,
+        link_layer: &str,
+        family: &str,
+        mtu: u32,
+    ) -> Option<String> {
         let mine = format!("{me} {}", self.label());
         let theirs = format!("{peer} {peer_dev}");
         if link_layer != self.info.link_layer {
@@ -772,7 +801,9 @@ pub fn connect(
     let mut stream = None;
     'retry: while Instant::now() < deadline {
         for a in &addrs {
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
             match TcpStream::connect_timeout(a, left) {
                 Ok(s) => {
                     stream = Some(s);
@@ -783,8 +814,16 @@ pub fn connect(
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let mut s = stream.ok_or_else(|| setup_err(peer, &format!("connecting to {addr} for the endpoint exchange"), last))?;
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
+    let mut s = stream.ok_or_else(|| {
+        setup_err(
+            peer,
+            &format!("connecting to {addr} for the endpoint exchange"),
+            last,
+        )
+    })?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(10));
     let _ = s.set_read_timeout(Some(left));
     let _ = s.set_write_timeout(Some(left));
     let _ = s.set_nodelay(true);
@@ -803,7 +842,8 @@ pub fn connect(
         credit_rkey: credit.rkey(),
     };
     write_frame(&mut s, &h).map_err(|e| setup_err(peer, "sending the RDMA endpoint", e))?;
-    let r: RdmaReply = read_frame_by(&mut s, Instant::now() + left).map_err(|e| setup_err(peer, "reading the RDMA endpoint", e))?;
+    let r: RdmaReply = read_frame_by(&mut s, Instant::now() + left)
+        .map_err(|e| setup_err(peer, "reading the RDMA endpoint", e))?;
     if !r.ok {
         return Err(setup_err(peer, "the receiver refused the RDMA link", r.reason));
     }
@@ -814,7 +854,10 @@ pub fn connect(
         return Err(setup_err(
             peer,
             "reading the RDMA endpoint",
-            format!("{} slots of {} bytes (stride {})", r.slots, r.slot_bytes, r.stride),
+            format!(
+                "{} slots of {} bytes (stride {})",
+                r.slots, r.slot_bytes, r.stride
+            ),
         ));
     }
     let p = port.params();
@@ -881,7 +924,11 @@ pub fn accept(
                 .map(|(f, c)| format!("{} channel {c}", peer_name(*f)))
                 .collect();
             return Err((
-                setup_err(&missing.join(", "), "waiting for the RDMA link", "not connected in time"),
+                setup_err(
+                    &missing.join(", "),
+                    "waiting for the RDMA link",
+                    "not connected in time",
+                ),
                 rejected,
             ));
         }
@@ -925,7 +972,10 @@ pub fn accept(
         };
         let from = peer_name(h.from_rank);
         let reason = if h.version != RDMA_HS_VERSION {
-            Some(format!("endpoint exchange version {} (this build speaks {RDMA_HS_VERSION})", h.version))
+            Some(format!(
+                "endpoint exchange version {} (this build speaks {RDMA_HS_VERSION})",
+                h.version
+            ))
         } else if h.token != token {
             Some("wrong token".to_string())
         } else if h.to_rank != to_rank || !expect.contains(&(h.from_rank, h.channel)) {
@@ -933,8 +983,14 @@ pub fn accept(
                 "unexpected link rank {} -> rank {} channel {}",
                 h.from_rank, h.to_rank, h.channel
             ))
-        } else if got.iter().any(|(g, _)| g.from_rank == h.from_rank && g.channel == h.channel) {
-            Some(format!("duplicate link from rank {} channel {}", h.from_rank, h.channel))
+        } else if got
+            .iter()
+            .any(|(g, _)| g.from_rank == h.from_rank && g.channel == h.channel)
+        {
+            Some(format!(
+                "duplicate link from rank {} channel {}",
+                h.from_rank, h.channel
+            ))
         } else {
             port.mismatch(me, &from, &h.device, &h.link_layer, &h.gid_family, h.mtu_bytes)
         };
@@ -942,7 +998,9 @@ pub fn accept(
             rejected.push(format!("RDMA link from {addr}: {r}"));
             refuse(&mut s, &r);
             // A mismatch is a fault of the pair, not a stray connection: stop here.
-            if r.contains(" on ") && (r.starts_with("link layer") || r.starts_with("GID family") || r.starts_with("active MTU")) {
+            if r.contains(" on ")
+                && (r.starts_with("link layer") || r.starts_with("GID family") || r.starts_with("active MTU"))
+            {
                 return Err((setup_err(&from, "matching the RDMA ports", r), rejected));
             }
             continue;
@@ -1105,9 +1163,18 @@ impl Fabric for RdmaFabric {
         for &(peer, tag) in req.recvs {
             let (_, link) = got
                 .iter_mut()
-                .find(|a| a.as_ref().is_some_and(|(h, _)| h.from_rank == peer && h.channel == tag))
+                .find(|a| {
+                    a.as_ref()
+                        .is_some_and(|(h, _)| h.from_rank == peer && h.channel == tag)
+                })
                 .and_then(Option::take)
-                .ok_or_else(|| setup_err(&name(peer), "accepting", format!("link {tag} missing after accept")))?;
+                .ok_or_else(|| {
+                    setup_err(
+                        &name(peer),
+                        "accepting",
+                        format!("link {tag} missing after accept"),
+                    )
+                })?;
             recvs.push(Box::new(link));
         }
         Ok(OpenLinks {
@@ -1170,7 +1237,10 @@ mod tests {
     #[test]
     fn nccl_env_sets_the_qp_knobs_with_nccl_defaults() {
         let s = RdmaSettings::with_nccl_env("mlx5_0", 1, 3, |_| None);
-        assert_eq!((s.timeout, s.retry_cnt, s.traffic_class, s.service_level), (20, 7, 0, 0));
+        assert_eq!(
+            (s.timeout, s.retry_cnt, s.traffic_class, s.service_level),
+            (20, 7, 0, 0)
+        );
         let env = |k: &str| match k {
             "NCCL_IB_TIMEOUT" => Some("22".to_string()),
             "NCCL_IB_RETRY_CNT" => Some("9".to_string()),
@@ -1180,7 +1250,10 @@ mod tests {
         };
         let s = RdmaSettings::with_nccl_env("mlx5_0", 1, 3, env);
         // retry_cnt is a 3-bit field: 9 is clamped to 7.
-        assert_eq!((s.timeout, s.retry_cnt, s.traffic_class, s.service_level), (22, 7, 106, 3));
+        assert_eq!(
+            (s.timeout, s.retry_cnt, s.traffic_class, s.service_level),
+            (22, 7, 106, 3)
+        );
     }
 
     #[test]
