@@ -73,3 +73,113 @@ fn readme_and_ci_run_the_same_test_command() {
     );
     assert!(ci.contains("export FABPROBE_LAB=required"));
 }
+
+fn pages() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "1"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `man -l` renders every page without a groff warning (`-ww` turns on every warning class).
+#[test]
+fn man_pages_render_without_groff_warnings() {
+    let have_groff = Command::new("groff").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !have_groff {
+        assert!(std::env::var("FABPROBE_LAB").as_deref() != Ok("required"), "groff is not installed");
+        eprintln!("skipped: groff is not installed");
+        return;
+    }
+    for (name, _) in pages() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("man").join(&name);
+        let out = Command::new("groff").args(["-ww", "-z", "-man", "-t"]).arg(&path).output().unwrap();
+        assert!(out.status.success(), "{name}: groff failed");
+        assert!(out.stderr.is_empty(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Every page has EXAMPLES and EXIT STATUS, and a SYNOPSIS that names option values.
+#[test]
+fn man_pages_have_examples_exit_status_and_real_synopsis() {
+    let pages = pages();
+    assert!(pages.len() >= 12, "{}", pages.len());
+    for (name, text) in &pages {
+        for section in [".SH EXAMPLES", ".SH \"EXIT STATUS\"", ".SH SYNOPSIS"] {
+            assert!(text.contains(section), "{name} has no {section}");
+        }
+        let examples = example_lines(text);
+        assert!(!examples.is_empty(), "{name}: EXAMPLES is empty");
+    }
+    let ring = &pages.iter().find(|(n, _)| n == "fabprobe-ring.1").unwrap().1;
+    assert!(ring.contains(r"[\-\-root SNAPSHOT]"), "synopsis without values");
+    assert!(ring.contains(r"[\-b|\-\-minbytes SIZE]"), "synopsis without values");
+}
+
+/// The bold command lines of a page's EXAMPLES, with roff's escapes undone.
+fn example_lines(page: &str) -> Vec<String> {
+    let Some(start) = page.find(".SH EXAMPLES") else { return vec![] };
+    let body = &page[start + 12..];
+    let body = &body[..body.find("\n.SH").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.strip_prefix(r"\fB"))
+        .map(|l| l.trim_end_matches(r"\fR").replace(r"\-", "-").replace(r"\(aq", "'").replace(r"\\", "\\"))
+        .collect()
+}
+
+/// Every EXAMPLES line runs as printed: the fabprobe part parses with the clap definition
+/// (the launcher before it and a pipe around it are other programs).
+#[test]
+fn every_example_parses_with_the_clap_definition() {
+    let mut seen = 0;
+    for (name, text) in pages() {
+        for line in example_lines(&text) {
+            for part in line.split(" | ").map(|p| p.split(" > ").next().unwrap()) {
+                let Some(at) = part.find("fabprobe ") else { continue };
+                let words: Vec<String> = split_words(&part[at..]);
+                fabprobe::cli::command()
+                    .try_get_matches_from(&words)
+                    .unwrap_or_else(|e| panic!("{name}: `{part}` does not parse: {e}"));
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 30, "only {seen} example command lines");
+}
+
+/// Shell words with single quotes (all the examples use).
+fn split_words(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in s.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// `fabprobe completions SHELL` prints what `man/completions/` holds.
+#[test]
+fn completions_subcommand_prints_the_packaged_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("man/completions");
+    for (shell, file) in [("bash", "fabprobe.bash"), ("zsh", "_fabprobe"), ("fish", "fabprobe.fish")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabprobe")).args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, std::fs::read(dir.join(file)).unwrap(), "{shell}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe")).args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

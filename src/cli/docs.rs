@@ -1,12 +1,16 @@
 //! `fabprobe gen-docs DIR`: man pages (`fabprobe.1`, `fabprobe-<cmd>.1`) and shell
-//! completions (`completions/`), all generated from the one clap definition.
-//! `tests/docs.rs` fails when the committed `man/` differs from a fresh generation.
+//! completions (`completions/`), all generated from the one clap definition, and
+//! `fabprobe completions SHELL`, which prints one shell's completions to stdout.
+//! `tests/docs.rs` fails when the committed `man/` differs from a fresh generation, when a
+//! page makes groff warn, or when an EXAMPLES line does not parse with the clap definition.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use clap_complete::Shell;
+use roff::{Roff, bold, italic, roman};
 
 use super::Outcome;
 
@@ -17,8 +21,35 @@ pub struct GenDocsArgs {
     pub dir: PathBuf,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to print completions for, e.g. `fabprobe completions bash >
+    /// /etc/bash_completion.d/fabprobe`.
+    #[arg(value_enum)]
+    pub shell: ShellArg,
+}
+
 pub fn run(a: GenDocsArgs) -> anyhow::Result<Outcome> {
     generate(&a.dir)?;
+    Ok(Outcome::Pass)
+}
+
+pub fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
+    let shell = match a.shell {
+        ShellArg::Bash => Shell::Bash,
+        ShellArg::Zsh => Shell::Zsh,
+        ShellArg::Fish => Shell::Fish,
+    };
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
+    super::emit(&String::from_utf8_lossy(&buf))?;
     Ok(Outcome::Pass)
 }
 
@@ -28,18 +59,11 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(&comp_dir).with_context(|| format!("cannot create {}", comp_dir.display()))?;
     let mut cmd = super::command();
     cmd.build();
-    write_page(dir, "fabprobe.1", cmd.clone())?;
-    for sub in cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-    {
+    write_page(dir, "fabprobe.1", cmd.clone(), "fabprobe")?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
         let name = format!("fabprobe-{}", sub.get_name());
-        let page = sub
-            .clone()
-            .name(name.clone())
-            .display_name(name.clone())
-            .bin_name(name.clone());
-        write_page(dir, &format!("{name}.1"), page)?;
+        let page = sub.clone().name(name.clone()).display_name(name.clone()).bin_name(name.clone());
+        write_page(dir, &format!("{name}.1"), page, sub.get_name())?;
     }
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let mut c = super::command();
@@ -49,11 +73,184 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_page(dir: &Path, file: &str, cmd: clap::Command) -> anyhow::Result<()> {
+/// One page: clap_mangen's sections, with a SYNOPSIS that shows each option's value
+/// (`--root SNAPSHOT`, not `--root`) and this command's EXAMPLES and EXIT STATUS.
+fn write_page(dir: &Path, file: &str, cmd: clap::Command, key: &str) -> anyhow::Result<()> {
+    let cmd = cmd.clone().override_usage(synopsis(&cmd));
+    let man = clap_mangen::Man::new(cmd.clone()).source(format!("fabprobe {}", env!("CARGO_PKG_VERSION")));
     let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .source(format!("fabprobe {}", env!("CARGO_PKG_VERSION")))
-        .render(&mut buf)?;
+    man.render_title(&mut buf)?;
+    man.render_name_section(&mut buf)?;
+    man.render_synopsis_section(&mut buf)?;
+    man.render_description_section(&mut buf)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut buf)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut buf)?;
+    }
+    buf.write_all(examples_section(key).as_bytes())?;
+    buf.write_all(exit_status_section(key).as_bytes())?;
+    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+        man.render_extra_section(&mut buf)?;
+    }
+    man.render_version_section(&mut buf)?;
     let path = dir.join(file);
     std::fs::write(&path, buf).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `name [-b|--minbytes SIZE] [--scan] [-v|--verbose]... FILE...`: every visible argument
+/// with the value it takes, in clap's order.
+pub fn synopsis(cmd: &clap::Command) -> String {
+    let name = cmd.get_bin_name().unwrap_or_else(|| cmd.get_name()).to_string();
+    let mut parts = vec![name];
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set() && !a.is_positional()) {
+        let flag = match (a.get_short(), a.get_long()) {
+            (Some(s), Some(l)) => format!("-{s}|--{l}"),
+            (Some(s), None) => format!("-{s}"),
+            (None, Some(l)) => format!("--{l}"),
+            (None, None) => continue,
+        };
+        let takes_value = a.get_num_args().is_some_and(|n| n.takes_values()) && !is_flag(a);
+        let value = match a.get_value_names() {
+            Some(v) if takes_value => format!(" {}", v.join(" ")),
+            None if takes_value => format!(" {}", a.get_id().as_str().to_uppercase()),
+            _ => String::new(),
+        };
+        let repeat = if matches!(a.get_action(), clap::ArgAction::Count) { "..." } else { "" };
+        let (l, r) = if a.is_required_set() { ("", "") } else { ("[", "]") };
+        parts.push(format!("{l}{flag}{value}{r}{repeat}"));
+    }
+    for a in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        let v = a.get_value_names().map(|v| v.join(" ")).unwrap_or_else(|| a.get_id().as_str().to_uppercase());
+        let many = if a.get_num_args().is_some_and(|n| n.max_values() > 1) { "..." } else { "" };
+        let (l, r) = if a.is_required_set() { ("", "") } else { ("[", "]") };
+        parts.push(format!("{l}{v}{r}{many}"));
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        parts.push("COMMAND".into());
+    }
+    parts.join(" ")
+}
+
+fn is_flag(a: &clap::Arg) -> bool {
+    matches!(
+        a.get_action(),
+        clap::ArgAction::SetTrue
+            | clap::ArgAction::SetFalse
+            | clap::ArgAction::Count
+            | clap::ArgAction::Help
+            | clap::ArgAction::HelpShort
+            | clap::ArgAction::HelpLong
+            | clap::ArgAction::Version
+    )
+}
+
+/// `(what it does, the command line)` for each page. Every line must parse with the clap
+/// definition (tests/docs.rs); a line after `|` is another program's.
+pub fn examples(key: &str) -> &'static [(&'static str, &'static str)] {
+    match key {
+        "fabprobe" => &[
+            ("Pre-flight a node against the DGX H100 policy (exit 1 when a check fails)", "fabprobe check --policy dgx-h100"),
+            ("The GPU/NIC matrix, as nvidia-smi topo -m prints it", "fabprobe topo"),
+            ("A two-node ring over RDMA under Slurm", "srun -N2 --ntasks-per-node=1 fabprobe ring --transport rdma -b 8M -e 1G"),
+            ("Triage a hung job from every rank's NCCL_DEBUG=INFO log", "fabprobe nccl-log logs/"),
+        ],
+        "check" => &[
+            ("Judge this node against the default policy", "fabprobe check"),
+            ("Judge a captured node against the DGX H100 policy, as JSON for sweep", "fabprobe check --root node17.tar.gz --policy dgx-h100 --format json"),
+            ("Counter rates over 10 seconds as well as the static checks", "fabprobe check --interval 10"),
+            ("Print a shipped policy, to copy and edit", "fabprobe check --show-policy dgx-h100"),
+        ],
+        "gdr" => &[
+            ("GPUDirect RDMA readiness of every GPU x NIC pair", "fabprobe gdr"),
+            ("The same from a snapshot, as JSON", "fabprobe gdr --root node17.tar.gz --format json"),
+        ],
+        "gids" => &[
+            ("Every populated GID and the index NCCL and perftest would pick", "fabprobe gids"),
+            ("show_gids' own layout, for one device", "fabprobe gids --show-gids --device mlx5_0"),
+        ],
+        "links" => &[
+            ("Port state, rate and error counters, like ibstat", "fabprobe links"),
+            ("Counter deltas over 5 seconds", "fabprobe links --interval 5"),
+            ("What changed since a snapshot taken earlier", "fabprobe links --baseline before.tar.gz"),
+        ],
+        "qos" => &[
+            ("PFC, ECN and trust on every RoCE netdev", "fabprobe qos"),
+            ("Pause and CNP rates on one netdev over 10 seconds", "fabprobe qos --ifname eth2 --interval 10"),
+            ("Also listen for the switch's LLDP DCBX advertisement", "fabprobe qos --lldp --lldp-wait 31"),
+        ],
+        "nccl-env" => &[
+            ("What NCCL would choose here, and a lint of every NCCL_* setting", "fabprobe nccl-env"),
+            ("The same for a captured host, as JSON", "fabprobe nccl-env --root node17.tar.gz --format json"),
+        ],
+        "nccl-log" => &[
+            ("Verdicts from every rank's log in a directory", "fabprobe nccl-log logs/"),
+            ("From a pipe", "kubectl logs job/train | fabprobe nccl-log -"),
+        ],
+        "ring" => &[
+            ("Four nodes under Slurm, one rank per node, 8 MiB to 1 GiB", "srun -N4 --ntasks-per-node=1 fabprobe ring -b 8M -e 1G -f 2"),
+            ("Over TCP on a named interface", "srun -N4 --ntasks-per-node=1 fabprobe ring --transport tcp --ifname eth1"),
+            ("A self-test: four ranks in this process over loopback", "fabprobe ring --local 4"),
+            ("Without a launcher: rank 1 of 2, rank 0 on node-a", "fabprobe ring --rank 1 --world 2 --coordinator node-a:29517"),
+        ],
+        "snapshot" => &[
+            ("Capture what the probes read on this node", "fabprobe snapshot -o node17.tar.gz"),
+            ("Then analyse it anywhere", "fabprobe check --root node17.tar.gz"),
+        ],
+        "sweep" => &[
+            ("Every node's check under Slurm, merged, with drain lines for failed nodes", "srun -N128 -l fabprobe check --format json | fabprobe sweep --expect 'gpu[001-128]' --drain"),
+            ("From reports collected as files", "fabprobe sweep reports/"),
+        ],
+        "topo" => &[
+            ("The matrix nvidia-smi topo -m prints, from sysfs and NVML", "fabprobe topo"),
+            ("NCCL's view: path types between GPUs and NICs", "fabprobe topo --nccl"),
+            ("Write NCCL topology XML for NCCL_TOPO_FILE", "fabprobe topo --format nccl-xml"),
+        ],
+        "completions" => &[
+            ("Install bash completions", "fabprobe completions bash > /etc/bash_completion.d/fabprobe"),
+            ("zsh, into a directory on $fpath", "fabprobe completions zsh > ~/.zfunc/_fabprobe"),
+        ],
+        _ => &[],
+    }
+}
+
+/// The exit codes; the same on every page, with what counts as a fault for this command.
+fn exit_fault(key: &str) -> &'static str {
+    match key {
+        "check" => "a policy rule failed",
+        "sweep" => "a node failed, is an outlier, or an expected node sent no report",
+        "ring" => "a verdict: a slow or dead link, a hung or lost rank, wrong results",
+        "nccl-log" => "the log shows a failure",
+        "snapshot" | "completions" => "not used",
+        _ => "a finding of severity fail",
+    }
+}
+
+fn examples_section(key: &str) -> String {
+    let mut r = Roff::new();
+    r.control("SH", ["EXAMPLES"]);
+    for (what, line) in examples(key) {
+        r.control("TP", []);
+        r.text([roman(*what)]);
+        r.text([bold(*line)]);
+    }
+    r.to_roff()
+}
+
+fn exit_status_section(key: &str) -> String {
+    let mut r = Roff::new();
+    r.control("SH", ["EXIT STATUS"]);
+    for (code, what) in [
+        ("0", "pass (warnings allowed)"),
+        ("1", exit_fault(key)),
+        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot"),
+    ] {
+        r.control("TP", []);
+        r.text([bold(code)]);
+        r.text([roman(what)]);
+    }
+    r.control("PP", []);
+    r.text([roman("A closed stdout ("), italic("fabprobe topo | head"), roman(") is not an error.")]);
+    r.to_roff()
 }

@@ -143,7 +143,8 @@ pub enum Command {
     NcclEnv(nccl_env::NcclEnvArgs),
     /// Read NCCL_DEBUG logs (files, a directory or stdin): summary and root-cause verdicts.
     NcclLog(nccl_log::NcclLogArgs),
-    /// Ring AllReduce across nodes (nccl-tests layout) with per-link bandwidth, over TCP.
+    /// Ring AllReduce across nodes over RDMA (ibverbs) or TCP: nccl-tests' table, per-link
+    /// bandwidth, and verdicts naming the slow link or the hung rank.
     Ring(ring::RingArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
@@ -153,6 +154,8 @@ pub enum Command {
     /// The GPU/NIC topology matrix (nvidia-smi topo -m from sysfs and NVML; --nccl for NCCL's
     /// view; NCCL topology XML out and in).
     Topo(topo::TopoArgs),
+    /// Print shell completions for bash, zsh or fish.
+    Completions(docs::CompletionsArgs),
     /// Write man pages and shell completions (for packaging; used by the tests).
     #[command(hide = true)]
     GenDocs(docs::GenDocsArgs),
@@ -231,6 +234,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::NcclEnv(a) => nccl_env::run(g, a),
         Command::NcclLog(a) => nccl_log::run(g, a),
         Command::Topo(a) => topo::run(g, a),
+        Command::Completions(a) => docs::completions(a),
         Command::GenDocs(a) => docs::run(a),
     }
 }
