@@ -134,3 +134,30 @@ fn a_snapshot_bomb_is_refused_naming_archive_and_entry() {
     );
     assert!(err.contains("more than any file fabprobe reads"), "{err}");
 }
+
+/// On a terminal (a pty from util-linux `script`) FAIL is coloured; with NO_COLOR or a pipe,
+/// the bytes are the plain ones.
+#[test]
+fn colour_on_a_terminal_only() {
+    let bin = env!("CARGO_BIN_EXE_fabprobe");
+    let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-sxm-8gpu-bad");
+    let piped = std::process::Command::new(bin).args(["--root", fx, "check"]).output().unwrap();
+    assert!(!piped.stdout.contains(&0x1b), "escape codes in piped output");
+    let have_script = std::process::Command::new("script").arg("--version").output().is_ok();
+    if !have_script {
+        assert!(std::env::var("FABPROBE_LAB").as_deref() != Ok("required"), "util-linux script missing");
+        return;
+    }
+    let tty = |no_color: bool| {
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &format!("{bin} --root {fx} check"), "/dev/null"]).env("TERM", "xterm");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        } else {
+            c.env_remove("NO_COLOR");
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    assert!(tty(false).contains("\x1b[1;31mFAIL\x1b[0m"), "{}", tty(false));
+    assert!(!tty(true).contains('\x1b'), "NO_COLOR=1 still coloured");
+}

@@ -1,13 +1,55 @@
 //! stdout for results only; a reader that went away (`fabprobe topo | head`) is not an error.
+//! On a terminal, FAIL and WARN at the start of a line are coloured; never with `NO_COLOR`
+//! set (no-color.org), `TERM=dumb`, or when stdout is a pipe or a file (JSON, prom and
+//! scripts see the same bytes as the snapshot tests).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 /// Write a rendered result to stdout.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut o = std::io::stdout().lock();
-    o.write_all(text.as_bytes())?;
+    if o.is_terminal() && colour_wanted(std::env::var_os("NO_COLOR"), std::env::var_os("TERM")) {
+        o.write_all(colourize(text).as_bytes())?;
+    } else {
+        o.write_all(text.as_bytes())?;
+    }
     o.flush()?;
     Ok(())
+}
+
+fn colour_wanted(no_color: Option<std::ffi::OsString>, term: Option<std::ffi::OsString>) -> bool {
+    no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+}
+
+/// FAIL (bold red) and WARN (yellow) where a line's first word is one, and the verdict word
+/// after `fabprobe <command>: `. Nothing else changes, so a table keeps its layout.
+pub(super) fn colourize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.split_inclusive('\n') {
+        let indent = line.len() - line.trim_start().len();
+        let (head, rest) = line.split_at(indent);
+        let (pre, word_and_rest) = match rest.strip_prefix("fabprobe ").and_then(|r| r.find(": ")) {
+            Some(i) => rest.split_at("fabprobe ".len() + i + 2),
+            None => ("", rest),
+        };
+        let word = ["FAIL", "WARN"].into_iter().find(|w| {
+            word_and_rest.starts_with(w)
+                && word_and_rest[w.len()..].chars().next().is_none_or(|c| c.is_whitespace() || c == ':')
+        });
+        match word {
+            Some(w) => {
+                let code = if w == "FAIL" { "\x1b[1;31m" } else { "\x1b[33m" };
+                out.push_str(head);
+                out.push_str(pre);
+                out.push_str(code);
+                out.push_str(w);
+                out.push_str("\x1b[0m");
+                out.push_str(&word_and_rest[w.len()..]);
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 pub(super) fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -15,4 +57,36 @@ pub(super) fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_leading_verdict_words() {
+        let cases = [
+            ("FAIL  policy.x  host\n", "\x1b[1;31mFAIL\x1b[0m  policy.x  host\n"),
+            ("  WARN gids: x\n", "  \x1b[33mWARN\x1b[0m gids: x\n"),
+            ("fabprobe check: FAIL  policy p\n", "fabprobe check: \x1b[1;31mFAIL\x1b[0m  policy p\n"),
+            ("FAILED to read\n", "FAILED to read\n"),
+            ("  \"severity\": \"fail\",\n", "  \"severity\": \"fail\",\n"),
+            ("GPU0\t X \tNV18\n", "GPU0\t X \tNV18\n"),
+            ("no newline WARN", "no newline WARN"),
+            ("WARN", "\x1b[33mWARN\x1b[0m"),
+        ];
+        for (i, o) in cases {
+            assert_eq!(colourize(i), o, "{i:?}");
+        }
+    }
+
+    #[test]
+    fn no_color_and_dumb_terminals_get_none() {
+        use std::ffi::OsString;
+        let s = |v: &str| Some(OsString::from(v));
+        assert!(colour_wanted(None, s("xterm-256color")));
+        assert!(colour_wanted(s(""), None), "an empty NO_COLOR does not count");
+        assert!(!colour_wanted(s("1"), s("xterm")));
+        assert!(!colour_wanted(None, s("dumb")));
+    }
 }
