@@ -122,24 +122,18 @@ pub fn collect_live() -> FactsState {
 }
 
 fn memlock_live() -> Option<Memlock> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own; no other memory is touched.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
-        return None;
-    }
-    let conv = |v: libc::rlim_t| {
-        if v == libc::RLIM_INFINITY {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_MEMLOCK).ok()?;
+    let conv = |v| {
+        if v == RLIM_INFINITY {
             RLimit::Unlimited
         } else {
             RLimit::Bytes(v)
         }
     };
     Some(Memlock {
-        soft: conv(r.rlim_cur),
-        hard: conv(r.rlim_max),
+        soft: conv(soft),
+        hard: conv(hard),
     })
 }
 

@@ -9,6 +9,7 @@
 //! as non-root) is replayed as that same failure, never as "file missing".
 
 pub mod facts;
+pub mod ifaddrs;
 pub mod netif;
 pub mod nvml;
 pub mod side;
@@ -154,7 +155,7 @@ pub struct Host {
     /// are equal exactly when components are).
     read_errors: HashMap<OsString, String>,
     /// Interface addresses: live getifaddrs, or the snapshot's `ifaddrs.json`.
-    ifaddrs: Result<Vec<crate::nccl::ifname::IfAddr>, String>,
+    ifaddrs: Result<Vec<ifaddrs::IfAddr>, String>,
     recorder: Option<Mutex<Vec<Access>>>,
     /// Directory paths (as asked) already resolved to their canonical host path.
     resolved_dirs: Mutex<std::collections::HashMap<OsString, PathBuf>>,
@@ -191,7 +192,7 @@ impl Host {
             facts: std::sync::OnceLock::new(),
             read_errors: HashMap::new(),
             net: Mutex::default(),
-            ifaddrs: crate::nccl::ifname::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
+            ifaddrs: ifaddrs::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
             snapshot_reads: None,
@@ -285,7 +286,7 @@ impl Host {
         self.env.get(name).map(String::as_str)
     }
     /// The interface addresses NCCL's socket selection sees, or why they are unknown.
-    pub fn ifaddrs(&self) -> Result<&[crate::nccl::ifname::IfAddr], &str> {
+    pub fn ifaddrs(&self) -> Result<&[ifaddrs::IfAddr], &str> {
         self.ifaddrs.as_deref().map_err(String::as_str)
     }
     pub fn nvml(&self) -> &NvmlState {

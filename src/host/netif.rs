@@ -10,6 +10,11 @@
 
 use std::collections::BTreeMap;
 
+use std::io::ErrorKind;
+
+use pnet::datalink;
+use pnet::packet::ethernet::{EtherTypes, EthernetPacket};
+use pnet::util::MacAddr;
 use serde::{Deserialize, Serialize};
 
 /// One answer: the value, the errno name the kernel returned (`EOPNOTSUPP` when the driver
@@ -62,126 +67,14 @@ fn errno_reply<T>(raw: i32) -> Reply<T> {
     )
 }
 
-// ---------------------------------------------------------------------------------------
-// Live: the ethtool ioctl
-// ---------------------------------------------------------------------------------------
+/// The ethtool statistics ioctl: the one hand-written `unsafe` block left here (no
+/// well-kept crate issues `SIOCETHTOOL` with `ETHTOOL_GSTATS`).
+#[allow(unsafe_code)]
+mod ethtool;
+pub use ethtool::live_ethtool_stats;
 
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
-const ETHTOOL_GSTRINGS: u32 = 0x1b;
-const ETHTOOL_GSTATS: u32 = 0x1d;
-const ETHTOOL_GSSET_INFO: u32 = 0x37;
-const ETH_SS_STATS: u32 = 1;
-const ETH_GSTRING_LEN: usize = 32;
-/// More counters than any driver has (mlx5 has a few thousand with many channels).
-const MAX_STATS: usize = 65_536;
-
-#[repr(C)]
-struct IfreqData {
-    name: [libc::c_char; libc::IFNAMSIZ],
-    data: *mut libc::c_void,
-    _pad: [u8; 16],
-}
-
-struct Fd(libc::c_int);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is owned by this guard and closed once.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-/// One `SIOCETHTOOL` call with `buf` as the command block.
-fn ethtool_ioctl(fd: &Fd, ifname: &str, buf: &mut [u64]) -> Result<(), i32> {
-    let mut req = IfreqData {
-        name: [0; libc::IFNAMSIZ],
-        data: buf.as_mut_ptr().cast(),
-        _pad: [0; 16],
-    };
-    let b = ifname.as_bytes();
-    if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
-        return Err(libc::ENODEV);
-    }
-    for (d, s) in req.name.iter_mut().zip(b) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: `req` is a valid ifreq whose data points at `buf`, which is large enough for
-    // the command the caller wrote into it (the kernel writes at most the sizes it was told).
-    let rc = unsafe { libc::ioctl(fd.0, SIOCETHTOOL as _, &mut req as *mut IfreqData) };
-    if rc < 0 { Err(last_errno()) } else { Ok(()) }
-}
-
-fn bytes_mut(buf: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u8 has no alignment or validity requirements; the length covers the same memory.
-    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) }
-}
-fn put_u32(buf: &mut [u64], off: usize, v: u32) {
-    bytes_mut(buf)[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-}
-fn get_u32(buf: &mut [u64], off: usize) -> u32 {
-    let b = bytes_mut(buf);
-    u32::from_ne_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
-}
-
-/// `ethtool -S <ifname>` through the ioctl.
-pub fn live_ethtool_stats(ifname: &str) -> Reply<EthtoolStats> {
-    // SAFETY: plain socket(2); the result is checked.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return errno_reply(last_errno());
-    }
-    let fd = Fd(raw);
-    // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[1]; }
-    let mut info = [0u64; 3];
-    put_u32(&mut info, 0, ETHTOOL_GSSET_INFO);
-    info[1] = 1u64 << ETH_SS_STATS;
-    if let Err(e) = ethtool_ioctl(&fd, ifname, &mut info) {
-        return errno_reply(e);
-    }
-    // The kernel clears the bit when the set is not supported.
-    let n = if info[1] & (1 << ETH_SS_STATS) != 0 {
-        get_u32(&mut info, 16) as usize
-    } else {
-        0
-    };
-    if n == 0 {
-        return Reply::Ok(Vec::new());
-    }
-    let n = n.min(MAX_STATS);
-    // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
-    let mut strings = vec![0u64; (12 + n * ETH_GSTRING_LEN).div_ceil(8)];
-    put_u32(&mut strings, 0, ETHTOOL_GSTRINGS);
-    put_u32(&mut strings, 4, ETH_SS_STATS);
-    put_u32(&mut strings, 8, n as u32);
-    if let Err(e) = ethtool_ioctl(&fd, ifname, &mut strings) {
-        return errno_reply(e);
-    }
-    // struct ethtool_stats { u32 cmd; u32 n_stats; u64 data[]; }
-    let mut stats = vec![0u64; 1 + n];
-    put_u32(&mut stats, 0, ETHTOOL_GSTATS);
-    put_u32(&mut stats, 4, n as u32);
-    if let Err(e) = ethtool_ioctl(&fd, ifname, &mut stats) {
-        return errno_reply(e);
-    }
-    let got_strings = get_u32(&mut strings, 8) as usize;
-    let got_stats = get_u32(&mut stats, 4) as usize;
-    // The counter set may change between the calls (a channel count change): use the
-    // smallest of the three counts rather than pair a name with the wrong value.
-    let m = n.min(got_strings).min(got_stats);
-    let sbytes = bytes_mut(&mut strings).to_vec();
-    let out = (0..m)
-        .map(|i| {
-            let raw = &sbytes[12 + i * ETH_GSTRING_LEN..12 + (i + 1) * ETH_GSTRING_LEN];
-            let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
-            (String::from_utf8_lossy(&raw[..end]).into_owned(), stats[1 + i])
-        })
-        .collect();
-    Reply::Ok(out)
+fn io_reply<T>(e: &std::io::Error) -> Reply<T> {
+    errno_reply(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -194,35 +87,8 @@ const NLM_F_REQUEST: u16 = 1;
 pub const DCB_CMD_IEEE_GET: u8 = 21;
 pub const DCB_ATTR_IFNAME: u16 = 1;
 
-/// `RTM_GETDCB` / `DCB_CMD_IEEE_GET` for `ifname`: the reply after its `nlmsghdr`.
-pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
-    // SAFETY: plain socket(2); the result is checked.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if raw < 0 {
-        return errno_reply(last_errno());
-    }
-    let fd = Fd(raw);
-    // A deadline: the kernel answers at once, but fabprobe never waits unbounded.
-    let tv = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: setsockopt with a correctly sized timeval.
-    unsafe {
-        libc::setsockopt(
-            fd.0,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
-    }
+/// The `RTM_GETDCB` / `DCB_CMD_IEEE_GET` request for `ifname` (sequence number 1).
+fn dcb_request(ifname: &str) -> Vec<u8> {
     let mut name = ifname.as_bytes().to_vec();
     name.push(0);
     let attr_len = 4 + name.len();
@@ -238,31 +104,41 @@ pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
     msg.extend_from_slice(&DCB_ATTR_IFNAME.to_ne_bytes());
     msg.extend_from_slice(&name);
     msg.resize(total, 0);
-    // SAFETY: sockaddr_nl zeroed is the kernel as destination.
-    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: msg and sa are valid for the lengths given.
-    let sent = unsafe {
-        libc::sendto(
-            fd.0,
-            msg.as_ptr().cast(),
-            msg.len(),
-            0,
-            (&sa as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
+    msg
+}
+
+/// `RTM_GETDCB` / `DCB_CMD_IEEE_GET` for `ifname`: the reply after its `nlmsghdr`.
+pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, setsockopt,
+        socket, sockopt,
     };
-    if sent < 0 {
-        return errno_reply(last_errno());
+    use nix::sys::time::{TimeVal, TimeValLike};
+    use std::os::fd::AsRawFd;
+    let fd = match socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    ) {
+        Ok(fd) => fd,
+        Err(e) => return errno_reply(e as i32),
+    };
+    // A deadline: the kernel answers at once, but fabprobe never waits unbounded.
+    if let Err(e) = setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::seconds(2)) {
+        return errno_reply(e as i32);
+    }
+    let msg = dcb_request(ifname);
+    // Port 0: the kernel.
+    if let Err(e) = sendto(fd.as_raw_fd(), &msg, &NetlinkAddr::new(0, 0), MsgFlags::empty()) {
+        return errno_reply(e as i32);
     }
     let mut buf = vec![0u8; 65_536];
     loop {
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::recv(fd.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return errno_reply(last_errno());
-        }
-        let n = n as usize;
+        let n = match recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Ok(n) => n,
+            Err(e) => return errno_reply(e as i32),
+        };
         if n < 16 {
             return Reply::Error("EPROTO".into());
         }
@@ -290,94 +166,48 @@ pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
 // Live: LLDP frames on a netdev
 // ---------------------------------------------------------------------------------------
 
-const ETH_P_LLDP: u16 = 0x88cc;
-/// The nearest-bridge LLDP group address every switch sends to.
-const LLDP_MULTICAST: [u8; 6] = [0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e];
+/// Longest wait inside one receive, so the overall deadline is kept within this much
+/// while other traffic keeps the socket busy.
+const LLDP_POLL_SLICE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// An LLDP frame sent by someone else. The capture socket sees every frame on the link
+/// (`ETH_P_ALL`), the host's own outgoing ones too (an lldpd on this host): those are
+/// not the switch's word, so a frame from `own_mac` is dropped.
+fn is_peer_lldp(frame: &[u8], own_mac: Option<MacAddr>) -> bool {
+    let Some(eth) = EthernetPacket::new(frame) else {
+        return false;
+    };
+    eth.get_ethertype() == EtherTypes::Lldp && Some(eth.get_source()) != own_mac
+}
 
 /// Listen on `ifname` for LLDP frames until the first arrives or `wait` passes. Returns the
 /// frames heard (possibly none). Needs CAP_NET_RAW.
 pub fn live_lldp(ifname: &str, wait: std::time::Duration) -> Reply<Vec<String>> {
-    let Ok(cname) = std::ffi::CString::new(ifname) else {
+    let Some(iface) = datalink::interfaces().into_iter().find(|i| i.name == ifname) else {
         return Reply::Error("ENODEV".into());
     };
-    // SAFETY: if_nametoindex reads a NUL-terminated string.
-    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if ifindex == 0 {
-        return errno_reply(last_errno());
-    }
-    let proto = (ETH_P_LLDP).to_be() as libc::c_int;
-    // SAFETY: plain socket(2); the result is checked.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
-    if raw < 0 {
-        return errno_reply(last_errno());
-    }
-    let fd = Fd(raw);
-    // SAFETY: sockaddr_ll zeroed, then filled; sizes passed are the struct's.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = ETH_P_LLDP.to_be();
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY: valid sockaddr_ll for bind.
-    let rc = unsafe {
-        libc::bind(
-            fd.0,
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
+    // Promiscuous: pnet's way to let the nearest-bridge group (01:80:c2:00:00:0e) past the
+    // NIC's filter; the kernel drops it again when the channel closes.
+    let config = datalink::Config {
+        read_buffer_size: 9216,
+        read_timeout: Some(wait.min(LLDP_POLL_SLICE)),
+        promiscuous: true,
+        ..datalink::Config::default()
     };
-    if rc < 0 {
-        return errno_reply(last_errno());
-    }
-    // Join the LLDP group address so the NIC's filter passes it up.
-    // SAFETY: packet_mreq zeroed then filled.
-    let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
-    mr.mr_ifindex = ifindex as i32;
-    mr.mr_type = libc::PACKET_MR_MULTICAST as u16;
-    mr.mr_alen = 6;
-    mr.mr_address[..6].copy_from_slice(&LLDP_MULTICAST);
-    // SAFETY: setsockopt with a correctly sized packet_mreq; failure only means we rely on
-    // the NIC passing the group already (most do), so it is not checked.
-    unsafe {
-        libc::setsockopt(
-            fd.0,
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            (&mr as *const libc::packet_mreq).cast(),
-            std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
-        );
-    }
+    let mut rx = match datalink::channel(&iface, config) {
+        Ok(datalink::Channel::Ethernet(_tx, rx)) => rx,
+        Ok(_) => return Reply::Error("EPROTO".into()),
+        Err(e) => return io_reply(&e),
+    };
     let deadline = std::time::Instant::now() + wait;
     let mut frames = Vec::new();
-    let mut buf = vec![0u8; 9216];
-    while frames.is_empty() {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            break;
+    while frames.is_empty() && std::time::Instant::now() < deadline {
+        match rx.next() {
+            Ok(f) if is_peer_lldp(f, iface.mac) => frames.push(to_hex(f)),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e) => return io_reply(&e),
         }
-        let tv = libc::timeval {
-            tv_sec: left.as_secs() as libc::time_t,
-            tv_usec: left.subsec_micros().max(1) as libc::suseconds_t,
-        };
-        // SAFETY: setsockopt with a correctly sized timeval.
-        unsafe {
-            libc::setsockopt(
-                fd.0,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            );
-        }
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::recv(fd.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = last_errno();
-            if e == libc::EAGAIN || e == libc::EINTR {
-                continue;
-            }
-            return errno_reply(e);
-        }
-        frames.push(to_hex(&buf[..n as usize]));
     }
     Reply::Ok(frames)
 }
@@ -408,6 +238,33 @@ mod tests {
         );
     }
 
+    /// Only LLDP frames count, and never the host's own (the capture sees outgoing frames).
+    #[test]
+    fn peer_lldp_filter_table() {
+        let frame = |src: [u8; 6], ethertype: u16| {
+            let mut f = vec![0x01, 0x80, 0xc2, 0x00, 0x00, 0x0e];
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&ethertype.to_be_bytes());
+            f.extend_from_slice(&[0x02, 0x07, 0x04]);
+            f
+        };
+        let own = MacAddr::new(0x02, 0, 0, 0, 0, 1);
+        let peer = [0x50, 0x6b, 0x4b, 0x11, 0x22, 0x33];
+        assert!(is_peer_lldp(&frame(peer, 0x88cc), Some(own)));
+        assert!(is_peer_lldp(&frame(peer, 0x88cc), None));
+        assert!(!is_peer_lldp(&frame([0x02, 0, 0, 0, 0, 1], 0x88cc), Some(own)));
+        assert!(!is_peer_lldp(&frame(peer, 0x0800), Some(own)));
+        assert!(!is_peer_lldp(&[0x01, 0x80, 0xc2], Some(own)));
+    }
+
+    #[test]
+    fn dcb_request_is_padded_and_names_the_device() {
+        let m = dcb_request("eth0");
+        assert_eq!(m.len(), 16 + 4 + 12);
+        assert_eq!(u32::from_ne_bytes([m[0], m[1], m[2], m[3]]) as usize, m.len());
+        assert_eq!(&m[24..29], b"eth0\0");
+    }
+
     /// The loopback device has no DCB ops: the kernel says EOPNOTSUPP, and lo's ethtool
     /// statistics set is empty or unsupported, never an error that stops the probe.
     #[test]
@@ -422,5 +279,18 @@ mod tests {
             live_ethtool_stats("nonexistent-if0"),
             Reply::Error("ENODEV".into())
         );
+        let t0 = std::time::Instant::now();
+        let wait = std::time::Duration::from_millis(300);
+        match live_lldp("lo", wait) {
+            // Nobody sends LLDP on lo; the deadline is kept (loosely: the machine may be busy).
+            Reply::Ok(f) => assert!(
+                f.is_empty() && t0.elapsed() < wait * 8,
+                "{f:?} {:?}",
+                t0.elapsed()
+            ),
+            Reply::Error(e) => assert_eq!(e, "EPERM"),
+            Reply::NotCaptured => panic!("live never says not captured"),
+        }
+        assert_eq!(live_lldp("nonexistent-if0", wait), Reply::Error("ENODEV".into()));
     }
 }

@@ -113,7 +113,7 @@ pub(super) struct Loaded {
     pub net: NetAnswers,
     /// Keyed by the normalized path's bytes.
     pub read_errors: HashMap<std::ffi::OsString, String>,
-    pub ifaddrs: Option<Vec<crate::nccl::ifname::IfAddr>>,
+    pub ifaddrs: Option<Vec<super::ifaddrs::IfAddr>>,
 }
 
 fn load_json<T: serde::de::DeserializeOwned>(

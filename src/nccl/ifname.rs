@@ -55,15 +55,8 @@ impl IfSpec {
     }
 }
 
-/// One interface address as NCCL considers it (also the snapshot's `fabprobe/ifaddrs.json`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IfAddr {
-    pub name: String,
-    pub addr: IpAddr,
-    pub prefix_len: u8,
-    /// IFF_RUNNING (and UP).
-    pub running: bool,
-}
+/// The host's address list (`crate::host::ifaddrs`); the rules here stay pure.
+pub use crate::host::ifaddrs::{IfAddr, list_interfaces};
 
 /// Which rule picked the interface, for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,69 +160,6 @@ pub fn select(ifs: &[IfAddr], spec: Option<&str>, comm_id: Option<IpAddr>) -> Ve
     Vec::new()
 }
 
-/// The host's interface addresses (IPv4 and IPv6), in getifaddrs order.
-pub fn list_interfaces() -> std::io::Result<Vec<IfAddr>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free below; every pointer is checked for null.
-    unsafe {
-        if libc::getifaddrs(&mut head) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut out = Vec::new();
-        let mut p = head;
-        while !p.is_null() {
-            let ifa = &*p;
-            p = ifa.ifa_next;
-            if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-                continue;
-            }
-            let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
-                .to_string_lossy()
-                .into_owned();
-            let running =
-                ifa.ifa_flags & (libc::IFF_UP as u32) != 0 && ifa.ifa_flags & (libc::IFF_RUNNING as u32) != 0;
-            let fam = (*ifa.ifa_addr).sa_family as i32;
-            let (addr, prefix_len) = match fam {
-                libc::AF_INET => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                    let len = if ifa.ifa_netmask.is_null() {
-                        32
-                    } else {
-                        u32::from_be((*(ifa.ifa_netmask as *const libc::sockaddr_in)).sin_addr.s_addr)
-                            .count_ones() as u8
-                    };
-                    (IpAddr::V4(ip), len)
-                }
-                libc::AF_INET6 => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-                    let len = if ifa.ifa_netmask.is_null() {
-                        128
-                    } else {
-                        (*(ifa.ifa_netmask as *const libc::sockaddr_in6))
-                            .sin6_addr
-                            .s6_addr
-                            .iter()
-                            .map(|b| b.count_ones() as u8)
-                            .sum()
-                    };
-                    (IpAddr::V6(ip), len)
-                }
-                _ => continue,
-            };
-            out.push(IfAddr {
-                name,
-                addr,
-                prefix_len,
-                running,
-            });
-        }
-        libc::freeifaddrs(head);
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,11 +260,5 @@ mod tests {
             names(select(&only_lo, None, None)),
             ["lo 127.0.0.1 (default: lo*)"]
         );
-    }
-
-    #[test]
-    fn live_interfaces_are_listed() {
-        let ifs = list_interfaces().unwrap();
-        assert!(ifs.iter().any(|i| i.addr.is_loopback()), "{ifs:?}");
     }
 }
