@@ -7,7 +7,8 @@
 use serde::Serialize;
 
 const DCB_ATTR_IEEE: u16 = 13;
-const DCB_ATTR_DCBX: u16 = 15;
+// `enum dcbnl_attrs` (uapi/linux/dcbnl.h): ... APP 12, IEEE 13, DCBX 14, FEATCFG 15.
+const DCB_ATTR_DCBX: u16 = 14;
 const DCB_ATTR_IEEE_ETS: u16 = 1;
 const DCB_ATTR_IEEE_PFC: u16 = 2;
 const DCB_ATTR_IEEE_APP_TABLE: u16 = 3;
@@ -331,7 +332,7 @@ pub mod encode {
         let mut v = vec![0u8, 21, 0, 0];
         v.extend(attr(1, &name));
         v.extend(attr(13 | 0x8000, &ieee));
-        v.extend(attr(15, &[dcbx]));
+        v.extend(attr(14, &[dcbx]));
         v
     }
 }
@@ -371,6 +372,21 @@ mod tests {
         assert_eq!(r.dcbx, Some(0x09));
         assert_eq!(dcbx_mode(0x09), "os controlled");
         assert_eq!(dcbx_mode(0x0a), "firmware controlled");
+    }
+
+    #[test]
+    fn dcbx_is_attribute_14_and_featcfg_15_is_not_read_as_it() {
+        // dcbnl_ieee_fill puts DCB_ATTR_DCBX (14); a FEATCFG nest (15) after it must not
+        // overwrite the mode with its first byte (a length byte of the nest).
+        let mut v = healthy();
+        let mut feat = encode::attr(2, &[0x06]);
+        feat.extend(encode::attr(3, &[0x06]));
+        v.extend(encode::attr(15 | 0x8000, &feat));
+        let r = parse_ieee_reply(&v);
+        assert_eq!(r.dcbx, Some(0x09));
+        let mut only_feat = vec![0u8, 21, 0, 0];
+        only_feat.extend(encode::attr(15, &[0x0a]));
+        assert_eq!(parse_ieee_reply(&only_feat).dcbx, None);
     }
 
     #[test]
