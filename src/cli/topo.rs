@@ -117,7 +117,11 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     let text = match fmt {
         Format::Json => Envelope::new("topo", host_info, &report, &findings).to_json(),
         Format::NcclXml => crate::render::topo::nccl_xml(&report),
-        _ => crate::render::topo::table(&report, &findings, a.nccl),
+        _ => {
+            // stdout stays nvidia-smi's layout for scripts that parse it; the verdict goes to stderr.
+            eprint!("{}", crate::render::text::verdict_line("topo", &findings));
+            crate::render::topo::table(&report, &findings, a.nccl)
+        }
     };
     emit(&text).context("writing the report")?;
     Ok(Outcome::from_findings(&findings))

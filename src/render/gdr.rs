@@ -199,6 +199,5 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             s.push_str(&format!("  {n}\n"));
         }
     }
-    s.push_str(&text::findings(findings));
-    s
+    text::verdict_first("gdr", findings, s)
 }

@@ -75,8 +75,7 @@ pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
     for p in &r.ports {
         out.push_str(&choice_line(p));
     }
-    out.push_str(&text::findings(findings));
-    out
+    text::verdict_first("gids", findings, out)
 }
 
 fn choice_line(p: &GidPort) -> String {

@@ -239,8 +239,7 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
     {
         out.push_str(&format!("libibverbs: ibv_get_device_list failed with {e}\n"));
     }
-    out.push_str(&text::findings(findings));
-    out
+    text::verdict_first("links", findings, out)
 }
 
 fn esc(s: &str) -> String {

@@ -170,6 +170,5 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
         }
         out.push_str(&columns(&rows));
     }
-    out.push_str(&text::findings(findings));
-    out
+    text::verdict_first("nccl-env", findings, out)
 }

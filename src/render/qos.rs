@@ -288,8 +288,7 @@ pub fn table(r: &QosReport, findings: &[Finding]) -> String {
             s.push_str(&format!("  {n}\n"));
         }
     }
-    s.push_str(&text::findings(findings));
-    s
+    text::verdict_first("qos", findings, s)
 }
 
 fn esc(s: &str) -> String {
