@@ -110,6 +110,9 @@ pub fn device_names() -> Result<Vec<String>, VerbsError> {
     Ok(names)
 }
 
+/// `IBV_QPF_GRH_REQUIRED` in `ibv_port_attr.flags`.
+const GRH_REQUIRED: u8 = 1;
+
 /// What a port reports (`ibv_query_port`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortInfo {
@@ -121,6 +124,9 @@ pub struct PortInfo {
     pub link_layer: &'static str,
     pub lid: u16,
     pub gid_tbl_len: i32,
+    /// `IBV_QPF_GRH_REQUIRED` in the port's flags: every QP on it needs a GRH. The classic
+    /// `ibv_query_port` entry may leave the flags unset (read as false).
+    pub grh_required: bool,
 }
 
 impl PortInfo {
@@ -130,6 +136,11 @@ impl PortInfo {
     pub fn mtu_bytes(&self) -> u32 {
         mtu_bytes(self.active_mtu)
     }
+}
+
+/// The MTU enum (1 = 256 ... 5 = 4096) for a size in bytes; None for anything else.
+pub fn mtu_enum(bytes: u32) -> Option<u32> {
+    (1..=5).find(|&m| mtu_bytes(m) == bytes)
 }
 
 /// `IBV_MTU_256` (1) ... `IBV_MTU_4096` (5) in bytes; 0 for anything else.
@@ -248,6 +259,7 @@ impl Device {
             },
             lid: a.lid,
             gid_tbl_len: a.gid_tbl_len,
+            grh_required: a.flags & GRH_REQUIRED != 0,
         })
     }
 
@@ -328,20 +340,27 @@ impl Pd {
     }
 
     /// Register a new zeroed buffer of `bytes` (rounded up to 8), owned by the region so it
-    /// cannot be freed or moved while the NIC may write it. `remote_write` lets the peer
+    /// cannot be freed or moved while the NIC may use it. `remote_write` lets the peer
     /// RDMA-write into it (the receive slots only).
     pub fn register(&self, bytes: usize, remote_write: bool) -> Result<Mr, VerbsError> {
-        let mut buf = vec![0u64; bytes.div_ceil(8).max(1)].into_boxed_slice();
+        let words = bytes.div_ceil(8).max(1);
+        // Raw from here on: the NIC writes this memory behind Rust's back, so no Rust
+        // reference to it is kept (Mr hands out pointers), and it is freed only after a
+        // successful deregistration.
+        let buf: *mut [u64] = Box::into_raw(vec![0u64; words].into_boxed_slice());
         let mut access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         if remote_write {
             access |= ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
         }
-        let len = buf.len() * 8;
-        // SAFETY: buf is a live heap allocation of len bytes that the Mr owns and never
+        // SAFETY: buf is a live heap allocation of words * 8 bytes that the Mr owns and never
         // reallocates; it is deregistered (Drop) before it is freed.
-        let mr = unsafe { ffi::ibv_reg_mr(self.inner.pd, buf.as_mut_ptr().cast(), len, access as i32) };
+        let mr =
+            unsafe { ffi::ibv_reg_mr(self.inner.pd, buf.cast::<u64>().cast(), words * 8, access as i32) };
         if mr.is_null() {
-            return Err(self.inner.dev.err("ibv_reg_mr", last_errno()));
+            let e = self.inner.dev.err("ibv_reg_mr", last_errno());
+            // SAFETY: never registered: the allocation is ours alone, freed once.
+            drop(unsafe { Box::from_raw(buf) });
+            return Err(e);
         }
         Ok(Mr {
             mr,
@@ -382,22 +401,25 @@ impl Pd {
     }
 }
 
-/// A registered buffer the region owns.
+/// A registered buffer the region owns. It hands out pointers, never `&[u8]`: the NIC
+/// writes it whenever the peer likes, and only the transport's protocol (a slot is read
+/// between its completion and its credit) says when a view of it is stable.
 pub struct Mr {
     mr: *mut ffi::ibv_mr,
-    buf: Box<[u64]>,
+    buf: *mut [u64],
     len: usize,
     _pd: Pd,
 }
 
-// SAFETY: the MR handle is thread-safe (module comment) and the buffer is plain memory.
+// SAFETY: the MR handle is thread-safe (module comment) and the buffer is plain memory
+// reached only through raw pointers.
 unsafe impl Send for Mr {}
-// SAFETY: as above; shared access hands out only &[u8] (and &mut through &mut self).
+// SAFETY: as above.
 unsafe impl Sync for Mr {}
 
 impl Mr {
     pub fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
+        self.buf.cast::<u64>() as u64
     }
     pub fn rkey(&self) -> u32 {
         // SAFETY: mr is valid while self lives.
@@ -413,23 +435,38 @@ impl Mr {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The bytes (8-aligned, so f32 views line up). A peer may write a region registered
-    /// with remote write at any time; the transport reads a slot only after the completion
-    /// that says its write landed and before it returns the credit.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: buf holds at least len bytes; u8 has no invalid patterns.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len) }
+    /// The first byte (8-aligned, so f32 views line up); `len()` bytes are valid.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.buf.cast::<u8>()
     }
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), self.len) }
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.cast::<u8>()
     }
+}
+
+/// Regions whose deregistration failed: their memory is leaked on purpose (the NIC may still
+/// write it), and the error kept here for whoever reports at the end.
+static LEAKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The deregistrations that failed in this process (their memory was leaked, not freed).
+pub fn leaked_regions() -> Vec<String> {
+    LEAKED.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: mr came from ibv_reg_mr; the buffer is freed after this (field order).
-        unsafe { ffi::ibv_dereg_mr(self.mr) };
+        // SAFETY: mr came from ibv_reg_mr and is deregistered once.
+        let rc = unsafe { ffi::ibv_dereg_mr(self.mr) };
+        if rc != 0 {
+            let e = self._pd.inner.dev.err("ibv_dereg_mr", rc);
+            LEAKED.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                "{e}; {} bytes leaked rather than freed under the NIC",
+                self.len
+            ));
+            return;
+        }
+        // SAFETY: from Box::into_raw in register, no longer registered, freed once.
+        drop(unsafe { Box::from_raw(self.buf) });
     }
 }
 
@@ -560,8 +597,12 @@ pub struct QpParams {
     pub traffic_class: u8,
     /// `NCCL_IB_SL` (0).
     pub service_level: u8,
-    /// Global routing (GRH): RoCE always, IB across subnets.
+    /// Global routing (GRH): RoCE always, IB across subnets or when the port requires it.
     pub global: bool,
+    /// `NCCL_IB_PKEY` (0): the P_Key index.
+    pub pkey_index: u16,
+    /// The destination LID when not the peer's own (its FLID across IB subnets).
+    pub dlid: Option<u16>,
 }
 
 /// One end of an RC connection, as exchanged with the peer.
@@ -604,11 +645,13 @@ impl Qp {
     /// RESET -> INIT, allowing the peer to RDMA-write (only MRs registered for remote write
     /// can be targeted).
     pub fn to_init(&self, p: &QpParams) -> Result<(), VerbsError> {
-        let mut a = ffi::ibv_qp_attr::default();
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = p.port;
-        a.qp_access_flags = ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
+            pkey_index: p.pkey_index,
+            port_num: p.port,
+            qp_access_flags: ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
+            ..Default::default()
+        };
         use ffi::ibv_qp_attr_mask as m;
         self.modify(
             "INIT",
@@ -619,14 +662,16 @@ impl Qp {
 
     /// INIT -> RTR towards `remote`.
     pub fn to_rtr(&self, p: &QpParams, remote: &Endpoint) -> Result<(), VerbsError> {
-        let mut a = ffi::ibv_qp_attr::default();
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = p.path_mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.max_dest_rd_atomic = p.max_rd_atomic;
-        a.min_rnr_timer = p.min_rnr_timer;
-        a.ah_attr.dlid = remote.lid;
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
+            path_mtu: p.path_mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: p.max_rd_atomic,
+            min_rnr_timer: p.min_rnr_timer,
+            ..Default::default()
+        };
+        a.ah_attr.dlid = p.dlid.unwrap_or(remote.lid);
         a.ah_attr.sl = p.service_level;
         a.ah_attr.port_num = p.port;
         if p.global {
@@ -653,13 +698,15 @@ impl Qp {
 
     /// RTR -> RTS with our send PSN.
     pub fn to_rts(&self, p: &QpParams, psn: u32) -> Result<(), VerbsError> {
-        let mut a = ffi::ibv_qp_attr::default();
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = p.timeout;
-        a.retry_cnt = p.retry_cnt;
-        a.rnr_retry = p.rnr_retry;
-        a.sq_psn = psn;
-        a.max_rd_atomic = p.max_rd_atomic;
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_RTS,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            sq_psn: psn,
+            max_rd_atomic: p.max_rd_atomic,
+            ..Default::default()
+        };
         use ffi::ibv_qp_attr_mask as m;
         self.modify(
             "RTS",
@@ -676,8 +723,10 @@ impl Qp {
 
     /// Move to ERR: outstanding work requests flush, so a peer blocked on us sees it.
     pub fn to_error(&self) {
-        let mut a = ffi::ibv_qp_attr::default();
-        a.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::ibv_qp_state::IBV_QPS_ERR,
+            ..Default::default()
+        };
         let _ = self.modify("ERR", &mut a, ffi::ibv_qp_attr_mask::IBV_QP_STATE.0);
     }
 
@@ -781,6 +830,10 @@ mod tests {
         assert_eq!(mtu_bytes(5), 4096);
         assert_eq!(mtu_bytes(0), 0);
         assert_eq!(mtu_bytes(6), 0);
+        assert_eq!(mtu_enum(4096), Some(5));
+        assert_eq!(mtu_enum(256), Some(1));
+        assert_eq!(mtu_enum(1500), None);
+        assert_eq!(mtu_enum(0), None);
     }
 
     #[test]

@@ -29,6 +29,60 @@ pub enum RingError {
     Transport(TransportError),
     #[error("protocol error from {peer}: {what}")]
     Protocol { peer: String, what: String },
+    /// A channel thread panicked (a bug of this rank's): its own error, never a peer's.
+    #[error("channel {channel} of this rank panicked: {what}")]
+    Panicked { channel: u32, what: String },
+}
+
+/// A panic's message, for the rank's error report.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// A one-time meeting of a size's channel threads and its timer. Unlike `std::sync::Barrier`
+/// it gives up once `stop` is set: a channel that failed or panicked may never arrive, and
+/// its siblings must not wait for it forever.
+struct Meet {
+    n: usize,
+    arrived: Mutex<usize>,
+    cv: std::sync::Condvar,
+}
+
+impl Meet {
+    fn new(n: usize) -> Meet {
+        Meet {
+            n,
+            arrived: Mutex::new(0),
+            cv: std::sync::Condvar::new(),
+        }
+    }
+
+    fn wait(&self, stop: &AtomicBool) {
+        let mut g = self.arrived.lock().unwrap_or_else(|p| p.into_inner());
+        *g += 1;
+        self.cv.notify_all();
+        while *g < self.n && !stop.load(Ordering::Relaxed) {
+            g = self
+                .cv
+                .wait_timeout(g, SLICE)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Sets `stop` if its thread unwinds, so nobody waits at a `Meet` for a panicked channel.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl RingError {
@@ -482,8 +536,8 @@ pub fn run_size(
     // One thread per channel for the whole size; they meet the timer at a barrier after
     // the warm-up and at another after the timed iterations, so the timed span covers
     // only timed iterations.
-    let barrier = std::sync::Barrier::new(channels + 1);
-    let end = std::sync::Barrier::new(channels + 1);
+    let barrier = Meet::new(channels + 1);
+    let end = Meet::new(channels + 1);
     let stop = AtomicBool::new(false);
     let err: Mutex<Option<RingError>> = Mutex::new(None);
     let mut elapsed = 0.0;
@@ -500,6 +554,7 @@ pub fn run_size(
             let inp = (!spec.in_place).then(|| &input[rg]);
             let (err, barrier, end, stop) = (&err, &barrier, &end, &stop);
             handles.push(sc.spawn(move || {
+                let _guard = StopOnPanic(stop);
                 let mut at_barrier = None;
                 let mut hop = None;
                 let mut run = || -> Result<(), RingError> {
@@ -508,16 +563,16 @@ pub fn run_size(
                             live.iteration.store(it, Ordering::Relaxed);
                         }
                         if it == spec.warmup {
-                            barrier.wait();
+                            barrier.wait(stop);
                             at_barrier = Some(l.recv.bytes_received());
                         }
                         allreduce_channel(ring, l, p, abort, stop, inp, mine, chunk)?;
                     }
                     if at_barrier.is_none() {
-                        barrier.wait();
+                        barrier.wait(stop);
                         at_barrier = Some(l.recv.bytes_received());
                     }
-                    end.wait();
+                    end.wait(stop);
                     hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                     if spec.check && spec.in_place {
                         fill_input(ring.rank, offset, mine);
@@ -525,7 +580,14 @@ pub fn run_size(
                     }
                     Ok(())
                 };
-                let res = run();
+                // A panic in a channel is this rank's error report, not a hang of its siblings.
+                let res =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut run)).unwrap_or_else(|p| {
+                        Err(RingError::Panicked {
+                            channel: c as u32,
+                            what: panic_text(&*p),
+                        })
+                    });
                 // Stop the sibling channels now, before this thread waits at a barrier for
                 // them: a sibling blocked on its own wait would otherwise run to its timeout,
                 // and a peer's stuck report could reach the coordinator before this rank's
@@ -535,11 +597,11 @@ pub fn run_size(
                 }
                 // Every channel passes each barrier exactly once, also on failure.
                 if at_barrier.is_none() {
-                    barrier.wait();
+                    barrier.wait(stop);
                     at_barrier = Some(l.recv.bytes_received());
                 }
                 if hop.is_none() {
-                    end.wait();
+                    end.wait(stop);
                     hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                 }
                 if let Err(e) = res {
@@ -548,6 +610,8 @@ pub fn run_size(
                     let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
                     let keep = match &*g {
                         None => true,
+                        // A panic is this rank's own bug: the truest cause there is.
+                        Some(_) if matches!(e, RingError::Panicked { .. }) => true,
                         // A real cause beats the echo of an abort or of a sibling's stop.
                         Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
                         // A completion error names its cause; a sibling's timeout does not.
@@ -569,11 +633,24 @@ pub fn run_size(
                 hop.unwrap_or(0)
             }));
         }
-        barrier.wait();
+        barrier.wait(&stop);
         let t_timed = Instant::now();
-        end.wait();
+        end.wait(&stop);
         elapsed = t_timed.elapsed().as_secs_f64();
-        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|p| {
+                    // Unwound outside the guarded part: still this rank's error.
+                    let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
+                    g.get_or_insert(RingError::Panicked {
+                        channel: u32::MAX,
+                        what: panic_text(&*p),
+                    });
+                    0
+                })
+            })
+            .sum()
     });
     if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
         return Err(e);
@@ -875,6 +952,103 @@ mod tests {
         // No peer got as far as a stuck report: the abort reached them first.
         for (r, (res, _)) in out.iter().enumerate() {
             assert!(!matches!(res, Err(RingError::Stuck(..))), "rank {r}: {res:?}");
+        }
+    }
+
+    /// A send link that panics on its `n`-th write (a bug injected into one channel).
+    struct PanicsOnWrite(Box<dyn SendLink>, u32);
+
+    impl SendLink for PanicsOnWrite {
+        fn peer(&self) -> &str {
+            self.0.peer()
+        }
+        fn slot_bytes(&self) -> usize {
+            self.0.slot_bytes()
+        }
+        fn acquire(&mut self, deadline: Instant) -> Result<u32, TransportError> {
+            self.0.acquire(deadline)
+        }
+        fn write_imm(&mut self, slot: u32, data: &[u8], imm: u32) -> Result<(), TransportError> {
+            self.1 = self.1.saturating_sub(1);
+            assert!(self.1 > 0, "injected bug in the channel");
+            self.0.write_imm(slot, data, imm)
+        }
+        fn bytes_sent(&self) -> u64 {
+            self.0.bytes_sent()
+        }
+    }
+
+    #[test]
+    fn a_panicking_channel_is_the_ranks_error_not_a_hang() {
+        for nth in [1, 3] {
+            let timeout = Duration::from_secs(3);
+            let (mut links, _h) = ring_links(3, 2, 1024, &|_, _| Faults::default(), timeout);
+            let l = &mut links[1][1];
+            let inner = std::mem::replace(&mut l.send, Box::new(NoLink));
+            l.send = Box::new(PanicsOnWrite(inner, nth));
+            let (tx, rx) = std::sync::mpsc::channel();
+            for (r, mut l) in links.into_iter().enumerate() {
+                let tx = tx.clone();
+                // Detached: a rank that hangs must fail this test, not hang it.
+                std::thread::spawn(move || {
+                    let abort = AbortFlag::default();
+                    let progress: Vec<Progress> = (0..2).map(|_| Progress::default()).collect();
+                    let ring = Ring {
+                        rank: r as u32,
+                        world: 3,
+                        timeout,
+                    };
+                    let spec = SizeSpec {
+                        bytes: 4 * 4096,
+                        warmup: 1,
+                        iters: 2,
+                        check: true,
+                        in_place: false,
+                        live: None,
+                    };
+                    let res = run_size(ring, &mut l, &progress, &abort, &spec, 1024);
+                    let _ = tx.send((r, res.map(|_| ()).map_err(|e| e.to_string())));
+                });
+            }
+            let t0 = Instant::now();
+            let mut rank1 = None;
+            for _ in 0..3 {
+                let (r, res) = rx
+                    .recv_timeout(Duration::from_secs(20))
+                    .unwrap_or_else(|_| panic!("a rank hung (panic on write {nth})"));
+                if r == 1 {
+                    rank1 = Some(res);
+                }
+            }
+            let e = rank1
+                .unwrap()
+                .expect_err("rank 1 passed with a panicking channel");
+            assert!(
+                e.contains("channel 1 of this rank panicked: injected bug in the channel"),
+                "{e}"
+            );
+            assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+        }
+    }
+
+    /// A placeholder while a link is swapped.
+    struct NoLink;
+
+    impl SendLink for NoLink {
+        fn peer(&self) -> &str {
+            "-"
+        }
+        fn slot_bytes(&self) -> usize {
+            0
+        }
+        fn acquire(&mut self, _: Instant) -> Result<u32, TransportError> {
+            unreachable!()
+        }
+        fn write_imm(&mut self, _: u32, _: &[u8], _: u32) -> Result<(), TransportError> {
+            unreachable!()
+        }
+        fn bytes_sent(&self) -> u64 {
+            0
         }
     }
 

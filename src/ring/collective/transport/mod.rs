@@ -12,6 +12,7 @@
 //!
 //! Every wait takes a deadline.
 
+pub mod accept;
 /// The in-process transport for tests (and the `testkit` feature): never in a release binary.
 #[cfg(any(test, feature = "testkit"))]
 pub mod inproc;
