@@ -64,9 +64,11 @@ JSON DATA (fabprobe.links)
          \"at_least\"} | {\"kind\": \"reset\", \"after\"}, \"delta_bytes\", \"rate_per_s\"}]}]}]}
 
 PROMETHEUS (--format prom)
-  node_exporter infiniband collector names: node_infiniband_info, node_infiniband_state_id,
-  node_infiniband_physical_state_id, node_infiniband_rate_bytes_per_second,
-  node_infiniband_port_data_{received,transmitted}_bytes_total, ..._symbol_error_total,
+  every name starts fabprobe_ (node_exporter's own infiniband collector, on by default,
+  owns node_infiniband_*; the same names in its textfile directory break the scrape). Its
+  suffixes are kept: fabprobe_infiniband_info, fabprobe_infiniband_state_id,
+  fabprobe_infiniband_physical_state_id, fabprobe_infiniband_rate_bytes_per_second,
+  fabprobe_infiniband_port_data_{received,transmitted}_bytes_total, ..._symbol_error_total,
   ..._link_downed_total, ..._port_transmit_wait_total, ...; other counters as
   fabprobe_infiniband_hw_counter_total{counter=...}; rates as
   fabprobe_infiniband_counter_rate_per_second{counter=...}.";

@@ -1,5 +1,7 @@
-//! `links` output: per-device port tables with counters, and Prometheus exposition in the
-//! metric names of node_exporter's infiniband collector.
+//! `links` output: per-device port tables with counters, and Prometheus exposition named
+//! `fabprobe_infiniband_*` after node_exporter's infiniband collector (same suffixes, so a
+//! dashboard query maps across), never `node_infiniband_*`: that collector is on by default,
+//! and the same names with other HELP in the textfile directory break the whole scrape.
 
 use crate::finding::Finding;
 use crate::probe::links::{Counter, LinkDevice, LinksReport};
@@ -246,7 +248,8 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// node_exporter's infiniband collector names for the PMA counters (bytes for data).
+/// The name suffixes node_exporter's infiniband collector gives the PMA counters (bytes
+/// for data); fabprobe prefixes them `fabprobe_infiniband_`.
 fn node_exporter_name(name: &str) -> Option<&'static str> {
     Some(match name {
         "port_rcv_data" => "port_data_received_bytes_total",
@@ -289,11 +292,11 @@ pub fn prom(r: &LinksReport) -> String {
     for d in &r.devices {
         let a = &d.attrs;
         add(
-            "node_infiniband_info".into(),
+            "fabprobe_infiniband_info".into(),
             "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.",
             "gauge",
             format!(
-                "node_infiniband_info{{board_id=\"{}\",device=\"{}\",firmware_version=\"{}\",hca_type=\"{}\"}} 1",
+                "fabprobe_infiniband_info{{board_id=\"{}\",device=\"{}\",firmware_version=\"{}\",hca_type=\"{}\"}} 1",
                 esc(a.board_id.as_deref().unwrap_or("")),
                 esc(&d.name),
                 esc(a.fw_ver.as_deref().unwrap_or("")),
@@ -304,27 +307,27 @@ pub fn prom(r: &LinksReport) -> String {
             let l = format!("device=\"{}\",port=\"{}\"", esc(&d.name), p.port);
             if let Some(s) = &p.state {
                 add(
-                    "node_infiniband_state_id".into(),
+                    "fabprobe_infiniband_state_id".into(),
                     "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
                     "gauge",
-                    format!("node_infiniband_state_id{{{l}}} {}", s.id),
+                    format!("fabprobe_infiniband_state_id{{{l}}} {}", s.id),
                 );
             }
             if let Some(s) = &p.phys_state {
                 add(
-                    "node_infiniband_physical_state_id".into(),
+                    "fabprobe_infiniband_physical_state_id".into(),
                     "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)",
                     "gauge",
-                    format!("node_infiniband_physical_state_id{{{l}}} {}", s.id),
+                    format!("fabprobe_infiniband_physical_state_id{{{l}}} {}", s.id),
                 );
             }
             if let Some(rate) = &p.rate {
                 add(
-                    "node_infiniband_rate_bytes_per_second".into(),
+                    "fabprobe_infiniband_rate_bytes_per_second".into(),
                     "Maximum signal transfer rate",
                     "gauge",
                     format!(
-                        "node_infiniband_rate_bytes_per_second{{{l}}} {}",
+                        "fabprobe_infiniband_rate_bytes_per_second{{{l}}} {}",
                         (rate.gbps * 1e9 / 8.0) as u64
                     ),
                 );
@@ -335,15 +338,15 @@ pub fn prom(r: &LinksReport) -> String {
                     (CounterDir::Counters, Some(n)) => {
                         let v = v.saturating_mul(c.spec.bytes_per_unit.map(u64::from).unwrap_or(1));
                         add(
-                            format!("node_infiniband_{n}"),
+                            format!("fabprobe_infiniband_{n}"),
                             &format!("Infiniband counter {}", c.name),
                             "counter",
-                            format!("node_infiniband_{n}{{{l}}} {v}"),
+                            format!("fabprobe_infiniband_{n}{{{l}}} {v}"),
                         );
                     }
                     _ => add(
                         "fabprobe_infiniband_hw_counter_total".into(),
-                        "A counter of ports/<n>/counters or hw_counters without a node_exporter name.",
+                        "A counter of ports/<n>/counters or hw_counters without a node_exporter-style name.",
                         "counter",
                         format!(
                             "fabprobe_infiniband_hw_counter_total{{{l},counter=\"{}\"}} {v}",

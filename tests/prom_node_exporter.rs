@@ -1,0 +1,178 @@
+//! `--format prom` beside a real node_exporter: every command's exposition goes into the
+//! textfile collector's directory while node_exporter's own infiniband collector reads the
+//! same fixture's sysfs, and one scrape on loopback must carry every fabprobe family with
+//! no gathering error (a `node_infiniband_*` name with other HELP fails the whole family).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NODE_EXPORTER: &str = "prometheus-node-exporter";
+
+fn fabprobe(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "fabprobe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Families in one exposition, each checked to have exactly one HELP and one TYPE line.
+fn families(text: &str) -> BTreeSet<String> {
+    let mut help = Vec::new();
+    let mut kind = Vec::new();
+    for l in text.lines() {
+        if let Some(r) = l.strip_prefix("# HELP ") {
+            help.push(r.split(' ').next().unwrap().to_string());
+        } else if let Some(r) = l.strip_prefix("# TYPE ") {
+            kind.push(r.split(' ').next().unwrap().to_string());
+        }
+    }
+    let set: BTreeSet<String> = help.iter().cloned().collect();
+    assert_eq!(set.len(), help.len(), "a family with two HELP lines:\n{text}");
+    assert_eq!(
+        set,
+        kind.iter().cloned().collect(),
+        "HELP and TYPE differ:\n{text}"
+    );
+    assert_eq!(kind.len(), set.len(), "a family with two TYPE lines:\n{text}");
+    set
+}
+
+/// The node_exporter child, killed and reaped however the test ends.
+struct Exporter(Child);
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One `GET /metrics` on loopback, retried until the exporter listens (10 s deadline).
+fn scrape(port: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+            Ok(mut s) => {
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                    .unwrap();
+                let mut body = String::new();
+                s.read_to_string(&mut body).unwrap();
+                return body;
+            }
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("node_exporter on 127.0.0.1:{port} never answered: {e}"),
+        }
+    }
+}
+
+#[test]
+fn node_exporter_scrapes_every_fabprobe_family_without_error() {
+    if Command::new(NODE_EXPORTER).arg("--version").output().is_err() {
+        common::lab_unavailable(
+            "node_exporter_scrapes_every_fabprobe_family_without_error",
+            "no prometheus-node-exporter (apt-get install prometheus-node-exporter)",
+        );
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let outputs: [(&str, Vec<&str>); 5] = [
+        (
+            "links",
+            vec!["--root", "fixtures/ib-degraded", "--format", "prom", "links"],
+        ),
+        (
+            "gids",
+            vec!["--root", "fixtures/roce-bond-host", "--format", "prom", "gids"],
+        ),
+        (
+            "qos",
+            vec!["--root", "fixtures/roce-bond-host", "--format", "prom", "qos"],
+        ),
+        (
+            "check",
+            vec![
+                "--root",
+                "fixtures/h100-sxm-8gpu-bad",
+                "--format",
+                "prom",
+                "check",
+                "--policy",
+                "dgx-h100",
+            ],
+        ),
+        (
+            "check-ib",
+            vec!["--root", "fixtures/ib-degraded", "--format", "prom", "check"],
+        ),
+    ];
+    let mut want = BTreeSet::new();
+    for (name, args) in &outputs {
+        let text = fabprobe(args);
+        let fams = families(&text);
+        assert!(!fams.is_empty(), "{name}: no metric at all");
+        for f in &fams {
+            assert!(
+                f.starts_with("fabprobe_"),
+                "{name}: {f} is not prefixed fabprobe_"
+            );
+        }
+        want.extend(fams);
+        std::fs::write(dir.path().join(format!("{name}.prom")), text).unwrap();
+    }
+    // A free port on loopback: bound by the OS, released just before the exporter binds it.
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log: PathBuf = dir.path().join("node_exporter.log");
+    let child = Command::new(NODE_EXPORTER)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--collector.disable-defaults")
+        .arg("--collector.textfile")
+        .arg(format!("--collector.textfile.directory={}", dir.path().display()))
+        // Its own infiniband collector on the same fixture: the names must not collide.
+        .arg("--collector.infiniband")
+        .arg(format!(
+            "--path.sysfs={}",
+            root.join("fixtures/ib-degraded/sys").display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let exporter = Exporter(child);
+    let body = scrape(port);
+    drop(exporter);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
+    assert!(!log.contains("error gathering metrics"), "{log}");
+    assert!(body.contains("\nnode_textfile_scrape_error 0\n"), "{body}\n{log}");
+    // node_exporter's infiniband collector ran on the fixture beside ours.
+    assert!(body.contains("\nnode_infiniband_info{"), "{body}");
+    for f in &want {
+        assert!(
+            body.contains(&format!("\n# TYPE {f} ")),
+            "{f} missing from the scrape\n{log}"
+        );
+    }
+}
