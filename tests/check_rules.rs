@@ -656,6 +656,18 @@ fn judge(row: &Row, host: Host, policy: &Path, value: &str) -> (Outcome, Vec<Str
     outcome(v["findings"].as_array().unwrap(), row.rule)
 }
 
+/// (policy file, rule, section, value, row, which host, the host, the outcome it must give).
+type Job<'a> = (
+    String,
+    String,
+    String,
+    String,
+    &'a Row,
+    &'static str,
+    Host,
+    Outcome,
+);
+
 fn rule_name(section: &str, key: &str) -> String {
     match section {
         "policy" => format!("policy.{key}"),
@@ -667,7 +679,7 @@ fn rule_name(section: &str, key: &str) -> String {
 fn every_rule_of_every_shipped_policy_passes_fails_and_is_not_evaluated() {
     let rows = rows();
     // One job per (rule, value, host): a rule shipped by two policies with one value runs once.
-    let mut jobs: Vec<(String, String, String, String, &Row, &str, Host, Outcome)> = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
     for (file, section, key, value) in shipped_rules() {
         let rule = rule_name(&section, &key);
         let row = rows.iter().find(|r| r.rule == rule).unwrap_or_else(|| {
