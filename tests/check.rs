@@ -155,10 +155,25 @@ fn dgx_h100_verdicts_are_true() {
         .collect();
     assert_eq!(not_eval, ["counters.max_per_hour"]);
     let all8 = "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7";
-    // penny: its snapshot has /sys/module without nvidia_peermem, and inbox ib_core.
+    // penny: its snapshot has /sys/module without nvidia_peermem and inbox ib_core, but
+    // neither the NVIDIA module type nor rdma-core's version: DMA-BUF, and so GDR, is
+    // unknown there (not_evaluated), never "no DMA-BUF path" (issue 17).
     let (v, code) = check_json("h100-penny", "dgx-h100");
-    assert_eq!(code, 1);
-    assert_eq!(fails(&v), gdr_fails(all8));
+    assert_eq!(code, 0);
+    assert_eq!(fails(&v), Vec::<(String, String)>::new());
+    let gdr_ne: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["id"] == "check.not_evaluated" && x["evidence"]["key"] == "gdr.ready")
+        .map(|x| x["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(gdr_ne.len(), 8, "{gdr_ne:?}");
+    assert!(
+        gdr_ne[0].contains("rdma-core, nvidia open module"),
+        "{}",
+        gdr_ne[0]
+    );
     // gdr-broken: peer memory cannot load, the proprietary module (no DMA-BUF), ACS redirect.
     let (v, code) = check_json("h100-gdr-broken", "dgx-h100");
     assert_eq!(code, 1);

@@ -402,6 +402,25 @@ impl PortRules {
     pub fn is_empty(&self) -> bool {
         *self == PortRules::default()
     }
+
+    /// The keys this section sets, as the policy file names them.
+    pub fn set_keys(&self) -> Vec<&'static str> {
+        [
+            ("count", self.count.is_some()),
+            ("count_min", self.count_min.is_some()),
+            ("state", !self.state.is_empty()),
+            ("rate_min_gbps", self.rate_min_gbps.is_some()),
+            ("width", !self.width.is_empty()),
+            ("speed", !self.speed.is_empty()),
+            ("pcie_gen_min", self.pcie_gen_min.is_some()),
+            ("pcie_width_min", self.pcie_width_min.is_some()),
+            ("fw_ver", !self.fw_ver.is_empty()),
+            ("all_alike", self.all_alike.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -311,6 +311,13 @@ pub fn run(host: &Host, policy: &Policy, sampling: &Sampling) -> (CheckReport, V
     let mut findings = judge(&c, policy);
     if policy.probe_findings {
         findings.extend(probe_findings);
+        // The probes' silence about RDMA means nothing when its devices could not be listed.
+        if let Some(e) = c.links.as_ref().and_then(|l| l.rdma.unreadable.as_ref()) {
+            findings.push(not_evaluated(
+                "policy.probe_findings",
+                format!("the RDMA probes saw nothing: the RDMA devices could not be listed: {e}"),
+            ));
+        }
     }
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
     rank(&mut findings);
@@ -406,6 +413,18 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
         return;
     }
     let used: Vec<_> = r.pairs.iter().filter(|x| x.nccl_nearest).collect();
+    if r.gpus.is_empty() || r.nics.is_empty() {
+        // No GPU or no RDMA NIC seen: nothing to judge (gpu.count / ib.count judge absence).
+        out.push(not_evaluated(
+            "gdr.ready",
+            format!(
+                "no GPU-NIC pair to judge ({} GPUs, {} RDMA NICs found)",
+                r.gpus.len(),
+                r.nics.len()
+            ),
+        ));
+        return;
+    }
     if used.is_empty() {
         let f = violation(
             "gdr.ready",
@@ -426,10 +445,24 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
         let subject = format!("{}-{}", x.gpu, x.nic);
         let path = x.path.map(|p| p.as_str()).unwrap_or("?");
         match x.verdict {
-            None | Some(GdrVerdict::Unknown) => out.push(not_evaluated(
+            None => out.push(not_evaluated(
                 "gdr.ready",
-                format!("{subject}: peer memory not visible (no /sys/module) and no DMA-BUF path"),
+                format!("{subject}: the path between them is unknown"),
             )),
+            Some(GdrVerdict::Unknown) => out.push(
+                not_evaluated(
+                    "gdr.ready",
+                    format!(
+                        "{subject}: no peer-memory client seen and DMA-BUF cannot be told (unknown: {})",
+                        if r.dmabuf.unknown.is_empty() {
+                            "/sys/module not visible".to_string()
+                        } else {
+                            r.dmabuf.unknown.join(", ")
+                        }
+                    ),
+                )
+                .evidence("dmabuf_path", r.dmabuf.path.as_str()),
+            ),
             Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
                 let why = if v == GdrVerdict::OffDistance {
                     format!(
@@ -457,6 +490,13 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
                 .evidence("bridges_between", x.bridges_between.join(" "))
                 .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
             ),
+            // Unreadable ACS (non-root reads 64 bytes of config space): not a pass.
+            Some(_) if x.acs_unknown => out.push(not_evaluated(
+                "gdr.ready",
+                format!(
+                    "{subject}: ACS of the bridges between them could not be read (config space past 64 bytes needs root)"
+                ),
+            )),
             Some(_) => {}
         }
     }
@@ -511,6 +551,19 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
             ),
             _ => {}
         }
+    }
+    if let Some(max) = r.device_holders_max
+        && f.device_holders.len() as u64 <= max
+        && f.processes_unreadable > 0
+    {
+        // Holders may hide among the processes whose open files could not be read.
+        out.push(not_evaluated(
+            "host.device_holders_max",
+            format!(
+                "the open files of {} processes could not be read (not root): device holders among them are unknown",
+                f.processes_unreadable
+            ),
+        ));
     }
     if let Some(max) = r.device_holders_max
         && f.device_holders.len() as u64 > max
@@ -589,7 +642,17 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         }
         return;
     };
+    // The PCI bus could not be listed (and NVML gave no list): the count is unknown.
+    let unlisted = t
+        .notes
+        .iter()
+        .find(|n| n.starts_with("cannot list PCI devices"))
+        .filter(|_| t.gpus.is_empty());
+    if let (Some(_), Some(why)) = (r.count, unlisted) {
+        out.push(not_evaluated("gpu.count", why.clone()));
+    }
     if let Some(n) = r.count
+        && unlisted.is_none()
         && t.gpus.len() as u64 != n
     {
         let ids: Vec<&str> = t.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
@@ -600,6 +663,26 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                 .evidence("pci_bus_ids", ids)
                 .fix("a GPU fell off the bus or was not enumerated: check `dmesg | grep -i -e NVRM -e Xid`, `lspci -d 10de:`, reseat or RMA"),
         );
+    }
+    let mut nothing = |k: &str, what: &str| {
+        out.push(not_evaluated(
+            k,
+            format!("{what} to judge ({} GPUs found)", t.gpus.len()),
+        ))
+    };
+    if t.gpus.is_empty() {
+        for (k, set) in [
+            ("gpu.model", r.model.is_some()),
+            ("gpu.nic_path_max", r.nic_path_max.is_some()),
+            ("gpu.nic_per_gpu", r.nic_per_gpu == Some(true)),
+        ] {
+            if set {
+                nothing(k, "no GPU");
+            }
+        }
+    }
+    if r.nvlink_min.is_some() && t.gpus.len() < 2 {
+        nothing("gpu.nvlink_min", "no GPU pair");
     }
     if let Some(model) = &r.model {
         for g in &t.gpus {
@@ -792,6 +875,21 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     let ports = ports_of(l, layer);
     let names: Vec<String> = ports.iter().map(|(d, p)| subject(d, p)).collect();
     let key = |k: &str| format!("{sect}.{k}");
+    if let Some(e) = &l.rdma.unreadable {
+        // Whether there are ports at all is unknown: every rule, counts too.
+        for k in r.set_keys() {
+            out.push(not_evaluated(
+                &key(k),
+                format!("the RDMA devices could not be listed: {e}"),
+            ));
+        }
+        return;
+    }
+    if ports.is_empty() {
+        for k in r.set_keys().into_iter().filter(|k| !k.starts_with("count")) {
+            out.push(not_evaluated(&key(k), format!("no {layer} ports to judge")));
+        }
+    }
     if let Some(n) = r.count
         && ports.len() as u64 != n
     {
@@ -1004,6 +1102,19 @@ fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
         ));
         return;
     };
+    for name in p.counters_max_per_hour.keys() {
+        let sampled = l
+            .devices
+            .iter()
+            .flat_map(|d| &d.ports)
+            .any(|port| port.counter(name).is_some_and(|c| c.delta.is_some()));
+        if !sampled {
+            out.push(not_evaluated(
+                &format!("counters.max_per_hour.{name}"),
+                format!("no port has a sampled {name} counter"),
+            ));
+        }
+    }
     for d in &l.devices {
         for port in &d.ports {
             let s = subject(d, port);
@@ -1039,6 +1150,14 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     if let Some(want) = &q.gid {
         match &c.gids {
             None => out.push(not_evaluated("roce.gid", "the gids probe did not run")),
+            Some(g)
+                if !g
+                    .ports
+                    .iter()
+                    .any(|p| p.link_layer.as_deref() == Some("Ethernet")) =>
+            {
+                out.push(not_evaluated("roce.gid", "no RoCE port to judge"))
+            }
             Some(g) => {
                 for port in g
                     .ports
@@ -1093,7 +1212,22 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         out.push(not_evaluated("roce", "the qos probe did not run"));
         return;
     };
-    for i in r.interfaces.iter().filter(|i| i.rdma_device.is_some()) {
+    let roce_ifs: Vec<&QosIf> = r.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
+    if roce_ifs.is_empty() {
+        for (k, set) in [
+            ("roce.mtu", q.mtu.is_some()),
+            ("roce.pfc_priorities", q.pfc_priorities.is_some()),
+            ("roce.ecn_priorities", q.ecn_priorities.is_some()),
+            ("roce.trust", q.trust.is_some()),
+            ("roce.global_pause", q.global_pause.is_some()),
+        ] {
+            if set {
+                let why = r.rdma.message.clone().unwrap_or_else(|| "no RoCE netdev".into());
+                out.push(not_evaluated(k, format!("no RoCE netdev to judge ({why})")));
+            }
+        }
+    }
+    for i in roce_ifs {
         judge_qos_if(i, c.netdev_mtu.get(&i.ifname).copied().flatten(), q, out);
     }
     // A RoCE port the qos probe could not follow to a netdev is not a pass.

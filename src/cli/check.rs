@@ -46,8 +46,12 @@ EXAMPLES
 
 FINDINGS
   policy.<section>.<key>        fail  the node breaks that policy key (evidence names the values)
-  check.not_evaluated           warn  a policy key could not be judged (the data is missing, or
-                                      its probe is not in this build: gdr, qos)
+  check.not_evaluated           warn  a policy key could not be judged: its data is missing or
+                                      unreadable (RDMA devices not listable, no port with that
+                                      counter, /proc entries unreadable for device_holders_max,
+                                      ACS unreadable for gdr.ready), or there is nothing to judge
+                                      (no InfiniBand/RoCE port, no GPU); evidence.key names the
+                                      key, evidence.reason why. Never counted as a pass.
   host.device_holders           warn  processes hold GPU/RDMA device files (a crashed job's
                                       leftovers make the next job fail)
   host.device_holders_unknown   warn  some processes' open files could not be read (not root)

@@ -14,8 +14,9 @@ const GDR_HELP: &str = "\
 For every GPU x RDMA NIC pair: NCCL's path type (as `fabprobe topo --nccl`) against
 NCCL_NET_GDR_LEVEL (default PXB; names or the old numbers 0-4), and the verdict NCCL reaches:
 on (a peer-memory client), dmabuf_possible (no peer memory, DMA-BUF prerequisites met),
-off_distance, off_no_peer_memory (unknown when a snapshot has no /sys/module and DMA-BUF is not
-possible). Nearest NICs (what NCCL uses) are marked *.
+off_distance, off_no_peer_memory, or unknown (no peer memory seen, and /sys/module not visible
+or a DMA-BUF prerequisite that could not be read: each prerequisite is yes / no / unknown, and
+an unknown one never gives off_no_peer_memory). Nearest NICs (what NCCL uses) are marked *.
 
 Peer memory: the paths NCCL's ncclIbGdrSupport() checks (>= 2.23: memory_peers/nv_mem,
 memory_peers/nv_mem_nc, /sys/module/nvidia_peermem/version; 2.9-2.21 memory_peers/nvidia-peermem),
@@ -32,6 +33,8 @@ FINDINGS
                            (fail when NCCL would use the pair); fix: setpci ECAP_ACS+0x6.w
   gdr.acs_unknown          ACS of the ports NCCL's pairs cross is not readable (non-root)
   gdr.peermem_not_loaded   GDR off for pairs NCCL would use: no peer memory, no DMA-BUF
+  gdr.unknown              (warn) no peer memory seen and DMA-BUF cannot be told (a
+                           prerequisite unreadable): unknown, not off
   gdr.off_distance         the nearest NIC is farther than NCCL_NET_GDR_LEVEL
   gdr.iommu_translation    DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs
 
@@ -43,7 +46,7 @@ JSON DATA (fabprobe.gdr)
      \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
      \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},
    \"dmabuf\": {\"kernel\", \"kernel_ok\", \"rdma_core\", \"rdma_core_source\", \"rdma_core_ok\",
-     \"nvidia_driver\", \"nvidia_open_module\", \"possible\"},
+     \"nvidia_driver\", \"nvidia_open_module\", \"possible\", \"path\" (yes|no|unknown), \"unknown\"},
    \"iommu\": {\"units\", \"cmdline_flags\", \"cmdline_passthrough\"},
    \"bridges\": [{\"pci_bus_id\", \"acs\": {\"state\": \"present\", \"cap\", \"ctrl\", \"ctrl_text\",
      \"redirect\"} | {\"state\": \"absent\"} | {\"state\": \"unknown\", \"bytes_read\", \"reason\"} |

@@ -43,15 +43,20 @@ pause counters ({rx,tx}_prio<p>_pause[_duration], rx_prio<p>_pause_transition, *
 tx_pause_storm_{warning,error}_events, rx_prio<p>_marked) whose presence encodes which
 priorities have PFC on; ECN/DCQCN from MLNX_OFED's /sys/class/net/<if>/ecn (absent on inbox
 drivers: unknown, not off); np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled,
-rp_cnp_ignored from hw_counters; the RoCE traffic class (NCCL_IB_TC, else
-/sys/class/infiniband/<dev>/tc/<port>/traffic_class, else 0), its DSCP (tclass >> 2) and the
-priority the APP table maps it to.
+rp_cnp_ignored from hw_counters; the RoCE traffic class (NCCL_IB_TC from the environment or
+NCCL's conf files, else /sys/class/infiniband/<dev>/tc/<port>/traffic_class, else unknown), its
+DSCP (tclass >> 2) and the priority the APP table maps it to. A RoCE port's netdev is the PCI
+function's, the parent of a virtual device, else the one its GIDs name (gid_attrs/ndevs); a
+bond stands for its members, each probed. When RoCE's priority is unknown, PFC and ECN are
+judged on every lossless priority and nothing fails on a guessed priority.
 
 FINDINGS
   qos.roce_priority_not_lossless  RoCE's priority has no PFC (fail when PFC is on elsewhere,
                                   warn when on nowhere: lossy RoCE)
   qos.extra_lossless_priority     PFC on priorities RoCE does not use
   qos.ecn_off_on_roce_priority    ECN reaction or notification point off for RoCE's priority
+  qos.roce_priority_unknown       (warn) RoCE's priority unknown while PFC is on somewhere
+  qos.ecn_off_on_lossless_priority  (priority unknown) ECN not on for a lossless priority
   qos.global_pause_with_pfc       global pause counters present while PFC is on
   qos.pfc_dcb_counters_disagree   DCB's pfc_en and the driver's counter set differ
   qos.pause_storm                 tx_pause_storm_error_events (fail) / _warning_events (warn)

@@ -581,6 +581,11 @@ impl Host {
         let host_path = host_path.as_ref();
         self.record(Access::List(host_path.to_path_buf()));
         let real = self.resolve(host_path)?;
+        // A directory whose listing failed at capture time (EACCES) fails again here.
+        if let Some(errno) = self.read_errors.get(real.as_os_str()) {
+            let raw = side::errno_from_name(errno).unwrap_or(libc::EIO);
+            return Err(Self::io_err("list", host_path, io::Error::from_raw_os_error(raw)));
+        }
         let rd = match std::fs::read_dir(self.on_disk(&real)) {
             Ok(rd) => rd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

@@ -93,6 +93,39 @@ pub struct DmaBuf {
     pub nvidia_open_module: Option<bool>,
     /// All three known and met.
     pub possible: bool,
+    /// `yes` (all three met), `no` (one known unmet), `unknown` (none unmet, one not known).
+    pub path: Known,
+    /// The prerequisites that could not be read, by name.
+    pub unknown: Vec<String>,
+}
+
+/// A yes/no question that may have no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Known {
+    Yes,
+    No,
+    Unknown,
+}
+
+impl Known {
+    /// All of `v` met: `No` when one is known unmet, else `Unknown` when one is not known.
+    pub fn all(v: &[Option<bool>]) -> Known {
+        if v.contains(&Some(false)) {
+            Known::No
+        } else if v.contains(&None) {
+            Known::Unknown
+        } else {
+            Known::Yes
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Known::Yes => "yes",
+            Known::No => "no",
+            Known::Unknown => "unknown",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -121,7 +154,8 @@ pub enum Verdict {
     OffDistance,
     /// Within the level, but neither peer memory nor DMA-BUF.
     OffNoPeerMemory,
-    /// Within the level; peer memory not visible (no `/sys/module`) and no DMA-BUF.
+    /// Within the level, no peer memory seen, and peer memory not visible (no
+    /// `/sys/module`) or a DMA-BUF prerequisite unknown.
     Unknown,
 }
 
@@ -213,8 +247,19 @@ pub fn dmabuf(host: &Host) -> DmaBuf {
         .and_then(|t| kernel::parse_nvidia_version(&t));
     let rdma_core_ok = rc.as_ref().map(|(v, _)| *v >= 34);
     let open = nv.as_ref().map(|(o, _)| *o);
+    let unknown = [
+        ("kernel", kernel_ok),
+        ("rdma-core", rdma_core_ok),
+        ("nvidia open module", open),
+    ]
+    .iter()
+    .filter(|(_, v)| v.is_none())
+    .map(|(n, _)| n.to_string())
+    .collect();
     DmaBuf {
         possible: kernel_ok == Some(true) && rdma_core_ok == Some(true) && open == Some(true),
+        path: Known::all(&[kernel_ok, rdma_core_ok, open]),
+        unknown,
         kernel,
         kernel_ok,
         rdma_core: rc.as_ref().map(|(v, _)| *v),
@@ -426,7 +471,8 @@ pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> Verdic
         Verdict::On
     } else if dmabuf.possible {
         Verdict::DmabufPossible
-    } else if !peer.modules_visible {
+    } else if !peer.modules_visible || dmabuf.path == Known::Unknown {
+        // Without peer memory, an unknown DMA-BUF prerequisite leaves GDR unknown, not off.
         Verdict::Unknown
     } else {
         Verdict::OffNoPeerMemory
@@ -565,6 +611,29 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
         }
         out.push(f);
     }
+    // No peer memory, and DMA-BUF cannot be told: unknown, not off.
+    let unknown_gdr: Vec<&GdrPair> = used
+        .iter()
+        .copied()
+        .filter(|x| x.verdict == Some(Verdict::Unknown))
+        .collect();
+    if !unknown_gdr.is_empty() {
+        out.push(
+            Finding::new(
+                "gdr.unknown",
+                Severity::Warn,
+                pair_names(&unknown_gdr),
+                format!(
+                    "GPUDirect RDMA is unknown for {} pairs NCCL would use: no peer-memory client seen{}",
+                    unknown_gdr.len(),
+                    unknown_why(r)
+                ),
+            )
+            .evidence("dmabuf_path", r.dmabuf.path.as_str())
+            .evidence("dmabuf_unknown", r.dmabuf.unknown.join(", "))
+            .fix("run `fabprobe gdr` on the live host as root (it reads /proc/driver/nvidia/version, the kernel release and the libibverbs link)"),
+        );
+    }
     // GDR off by distance for pairs NCCL would use.
     let far: Vec<&GdrPair> = used
         .iter()
@@ -630,4 +699,23 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
         );
     }
     out
+}
+
+/// Why a pair's verdict is unknown, in words (after "no peer-memory client seen").
+fn unknown_why(r: &GdrReport) -> String {
+    let mut v = Vec::new();
+    if !r.peer_memory.modules_visible {
+        v.push("/sys/module is not visible".to_string());
+    }
+    if r.dmabuf.path == Known::Unknown {
+        v.push(format!(
+            "DMA-BUF prerequisites unknown: {}",
+            r.dmabuf.unknown.join(", ")
+        ));
+    }
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", v.join("; "))
+    }
 }

@@ -17,17 +17,32 @@ pub struct RdmaPresence {
     pub devices_found: bool,
     /// Why there is nothing to report (`no RDMA devices: ...`), when nothing was found.
     pub message: Option<String>,
+    /// The error listing `/sys/class/infiniband` gave: whether there are devices is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 pub const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
 
 /// The RDMA devices of a host, or the reason there are none.
 pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
+    // A class directory that cannot be listed (EACCES) says nothing about InfiniBand support.
+    if let Err(e) = host.list_dir("/sys/class/infiniband") {
+        return (
+            RdmaPresence {
+                devices_found: false,
+                message: Some(format!("RDMA devices unknown: {e}")),
+                unreadable: Some(e.to_string()),
+            },
+            Vec::new(),
+        );
+    }
     match ib::list_devices(host) {
         None => (
             RdmaPresence {
                 devices_found: false,
                 message: Some(NO_IB_KERNEL.to_string()),
+                unreadable: None,
             },
             Vec::new(),
         ),
@@ -35,6 +50,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
             RdmaPresence {
                 devices_found: false,
                 message: Some("no RDMA devices: /sys/class/infiniband is empty".to_string()),
+                unreadable: None,
             },
             v,
         ),
@@ -42,6 +58,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
             RdmaPresence {
                 devices_found: true,
                 message: None,
+                unreadable: None,
             },
             v,
         ),

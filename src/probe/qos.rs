@@ -186,8 +186,110 @@ fn reply_error<T>(r: &Reply<T>) -> Option<String> {
     }
 }
 
+/// `NCCL_IB_TC` as NCCL will read it: the raw value and where it came from (`environment`,
+/// `/etc/nccl.conf:3`, ...). `None`: set nowhere fabprobe can see.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NcclTc {
+    pub value: String,
+    pub origin: String,
+}
+
+/// What `qos` says when neither NCCL nor the device names RoCE's traffic class.
+pub const PRIORITY_UNKNOWN: &str =
+    "RoCE priority unknown (no NCCL_IB_TC in the environment or conf files, no per-port traffic_class)";
+
+/// `NCCL_IB_TC` from the host's environment, then NCCL's conf files (param.cc order).
+pub fn nccl_ib_tc(host: &Host) -> Option<NcclTc> {
+    if let Some(v) = host.env_var("NCCL_IB_TC") {
+        return Some(NcclTc {
+            value: v.to_string(),
+            origin: "environment".into(),
+        });
+    }
+    let mut paths = Vec::new();
+    match host.env_var("NCCL_CONF_FILE").filter(|p| !p.is_empty()) {
+        Some(p) => paths.push(p.to_string()),
+        None => {
+            if let Some(h) = host.env_var("HOME").filter(|h| !h.is_empty()) {
+                paths.push(format!("{}/.nccl.conf", h.trim_end_matches('/')));
+            }
+        }
+    }
+    paths.push("/etc/nccl.conf".into());
+    paths.iter().find_map(|path| {
+        let text = host.read_opt(path).ok().flatten()?;
+        let (line, _, v) = crate::nccl::conf::parse_conf(&text)
+            .into_iter()
+            .find(|(_, k, _)| k == "NCCL_IB_TC")?;
+        Some(NcclTc {
+            value: v,
+            origin: format!("{path}:{line}"),
+        })
+    })
+}
+
 /// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed.
 pub fn probe(host: &Host) -> QosReport {
+    probe_with(host, nccl_ib_tc(host).as_ref())
+}
+
+/// The RoCE netdev(s) of one RDMA port: the PCI function's netdev, the `parent` of a
+/// virtual device (rxe), else the netdev its GIDs name (`gid_attrs/ndevs`, as show_gids
+/// reads them); a bond stands for its members, where PFC and the counters live.
+fn port_netdevs(host: &Host, dev: &str, p: u32, n_ports: usize, pci: &[String]) -> Vec<String> {
+    let found = ib::port_netdev(host, dev, p, n_ports, pci)
+        .or_else(|| {
+            // Soft-RoCE (rxe) and other virtual devices name their netdev in `parent`.
+            host.attr(format!("{}/parent", ib::dev_dir(dev)))
+                .value()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .or_else(|| gid_ndev(host, dev, p));
+    let Some(n) = found else { return Vec::new() };
+    match lag_members(host, &n) {
+        Some(m) if !m.is_empty() => m,
+        _ => vec![n],
+    }
+}
+
+/// The netdev of the port's first GID that names one (index 0 is the port's own netdev).
+fn gid_ndev(host: &Host, dev: &str, p: u32) -> Option<String> {
+    let dir = format!("{}/gid_attrs/ndevs", ib::port_dir(dev, p));
+    let mut idx: Vec<u32> = host
+        .list_dir(&dir)
+        .ok()
+        .flatten()?
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    idx.sort_unstable();
+    idx.iter().find_map(|i| {
+        host.attr(format!("{dir}/{i}"))
+            .value()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    })
+}
+
+/// The members of the bond `n` is or belongs to (`bonding/slaves`), `None` outside a bond.
+fn lag_members(host: &Host, n: &str) -> Option<Vec<String>> {
+    let slaves = |b: &str| {
+        host.attr(format!("/sys/class/net/{b}/bonding/slaves"))
+            .value()
+            .map(|s| s.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+    };
+    if let Some(m) = slaves(n) {
+        return Some(m);
+    }
+    let all = host.list_dir("/sys/class/net").ok().flatten()?;
+    all.iter()
+        .filter_map(|b| slaves(b))
+        .find(|m| m.iter().any(|x| x == n))
+}
+
+/// [`probe`] with `NCCL_IB_TC` given by the caller (the job's settings, not fabprobe's shell).
+pub fn probe_with(host: &Host, tc: Option<&NcclTc>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut notes = Vec::new();
     let mut interfaces = Vec::new();
@@ -199,16 +301,19 @@ pub fn probe(host: &Host) -> QosReport {
             if pa.link_layer.as_deref() != Some("Ethernet") {
                 continue;
             }
-            let netdev = ib::port_netdev(host, dev, p, ports.len(), &attrs.pci_netdevs).or_else(|| {
-                // Soft-RoCE (rxe) and other virtual devices name their netdev in `parent`.
-                host.attr(format!("{}/parent", ib::dev_dir(dev)))
-                    .value()
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-            });
-            match netdev {
-                Some(n) => interfaces.push(probe_if(host, &n, Some((dev.as_str(), p)))),
-                None => notes.push(format!("{dev} port {p}: RoCE port without a netdev found")),
+            let members = port_netdevs(host, dev, p, ports.len(), &attrs.pci_netdevs);
+            if members.is_empty() {
+                notes.push(format!(
+                    "{dev} port {p}: RoCE port without a netdev (none under the PCI device, no parent, no gid_attrs/ndevs entry)"
+                ));
+            }
+            for (k, n) in members.iter().enumerate() {
+                let mut i = probe_if(host, n, Some((dev.as_str(), p)), tc);
+                if k > 0 {
+                    // The RDMA port's CNP counters are the bond's, shown once (first member).
+                    i.cnp.clear();
+                }
+                interfaces.push(i);
             }
         }
     }
@@ -225,13 +330,18 @@ pub fn probe(host: &Host) -> QosReport {
 
 /// Named netdevs (`--ifname`), with or without RDMA.
 pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
+    probe_ifnames_with(host, ifnames, nccl_ib_tc(host).as_ref())
+}
+
+/// [`probe_ifnames`] with `NCCL_IB_TC` given by the caller.
+pub fn probe_ifnames_with(host: &Host, ifnames: &[String], tc: Option<&NcclTc>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut owner = std::collections::HashMap::new();
     for dev in &names {
         let attrs = ib::read_device(host, dev);
         let ports = ib::list_ports(host, dev);
         for &p in &ports {
-            if let Some(n) = ib::port_netdev(host, dev, p, ports.len(), &attrs.pci_netdevs) {
+            for n in port_netdevs(host, dev, p, ports.len(), &attrs.pci_netdevs) {
                 owner.entry(n).or_insert((dev.clone(), p));
             }
         }
@@ -248,7 +358,7 @@ pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
         })
         .map(|n| {
             let o = owner.get(n);
-            probe_if(host, n, o.map(|(d, p)| (d.as_str(), *p)))
+            probe_if(host, n, o.map(|(d, p)| (d.as_str(), *p)), tc)
         })
         .collect();
     QosReport {
@@ -298,7 +408,7 @@ fn dcb_view(host: &Host, ifname: &str) -> (DcbView, Option<DcbIeee>) {
     (v, parsed)
 }
 
-fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
+fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&NcclTc>) -> QosIf {
     let (dcb, parsed) = dcb_view(host, ifname);
     let stats = host.ethtool_stats(ifname);
     let list: &[(String, u64)] = match &stats {
@@ -343,7 +453,7 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
     let ecn_unknown_reason = ecn.is_none().then(|| {
         format!("unknown (inbox driver): /sys/class/net/{ifname}/ecn is absent (MLNX_OFED's ECN sysfs)")
     });
-    let roce = roce_class(host, rdma, parsed.as_ref());
+    let roce = roce_class(host, rdma, parsed.as_ref(), tc);
     // The counter set encodes PFC only for a driver that prints per-priority counters at all.
     let mlx5_like = list
         .iter()
@@ -439,7 +549,12 @@ pub fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
     }
 }
 
-fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> RoceClass {
+fn roce_class(
+    host: &Host,
+    rdma: Option<(&str, u32)>,
+    dcb: Option<&DcbIeee>,
+    nccl: Option<&NcclTc>,
+) -> RoceClass {
     let from_file = rdma.and_then(|(dev, port)| {
         let path = format!("{}/tc/{port}/traffic_class", ib::dev_dir(dev));
         host.attr(&path)
@@ -447,17 +562,20 @@ fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> 
             .and_then(netqos::parse_traffic_class)
             .map(|v| (v, path.clone()))
     });
-    let from_env = host
-        .env_var("NCCL_IB_TC")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|v| *v < 256)
-        .map(|v| (v, "NCCL_IB_TC".to_string()));
     // NCCL sets the QP's traffic class from NCCL_IB_TC; the tc file is the device default
     // for connections that do not set one (rdma_cm), so NCCL's variable wins when set.
-    let (tc, src) = from_env
-        .or(from_file)
-        .map(|(v, s)| (Some(v), s))
-        .unwrap_or((Some(0), "default (NCCL_IB_TC unset: 0)".into()));
+    let from_nccl = nccl.map(|t| match t.value.trim().parse::<u32>() {
+        Ok(v) if v < 256 => Ok((v, format!("NCCL_IB_TC ({})", t.origin))),
+        _ => Err(format!(
+            "NCCL_IB_TC={:?} ({}) is not a traffic class 0-255",
+            t.value, t.origin
+        )),
+    });
+    let (tc, src) = match (from_nccl, from_file) {
+        (Some(Ok((v, s))), _) | (None, Some((v, s))) => (Some(v), s),
+        (Some(Err(e)), _) => (None, e),
+        (None, None) => (None, PRIORITY_UNKNOWN.to_string()),
+    };
     let dscp = tc.map(|t| (t >> 2) as u8);
     let (priority, priority_source) = match (dcb, dscp) {
         (Some(d), Some(ds)) => {
@@ -479,7 +597,7 @@ fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> 
             }
         }
         (None, _) => (None, "unknown: no DCB answer for this netdev".to_string()),
-        (_, None) => (None, "unknown traffic class".to_string()),
+        (_, None) => (None, src.clone()),
     };
     RoceClass {
         traffic_class: tc,
@@ -652,81 +770,11 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                 }
             }
         }
-        // PFC on RoCE's priority.
-        if let (Some(pfc), Some(rp)) = (&pfc, roce) {
-            if !pfc.contains(&rp) {
-                let (sev, msg) = if pfc.is_empty() {
-                    (
-                        Severity::Warn,
-                        format!(
-                            "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
-                        ),
-                    )
-                } else {
-                    (
-                        Severity::Fail,
-                        format!(
-                            "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
-                            list(pfc)
-                        ),
-                    )
-                };
-                out.push(
-                    Finding::new("qos.roce_priority_not_lossless", sev, &subj, msg)
-                        .evidence("roce_priority", rp)
-                        .evidence("pfc_enabled", list(pfc))
-                        .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
-                        .evidence("priority_source", i.roce.priority_source.clone())
-                        .fix(format!(
-                            "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC / the tc/<port>/traffic_class file",
-                            i.ifname,
-                            pfc_arg(&[rp])
-                        )),
-                );
-            }
-            // Lossless priorities that RoCE does not use.
-            let extra: Vec<u8> = pfc.iter().copied().filter(|p| *p != rp).collect();
-            if !extra.is_empty() && pfc.contains(&rp) {
-                out.push(
-                    Finding::new(
-                        "qos.extra_lossless_priority",
-                        Severity::Warn,
-                        &subj,
-                        format!(
-                            "PFC is also on for priority {} which RoCE does not use: other traffic there can pause the link",
-                            list(&extra)
-                        ),
-                    )
-                    .evidence("pfc_enabled", list(pfc))
-                    .evidence("roce_priority", rp)
-                    .fix(format!("`mlnx_qos -i {} --pfc {}`", i.ifname, pfc_arg(&[rp]))),
-                );
-            }
-        }
-        // ECN on RoCE's priority.
-        if let (Some(e), Some(rp)) = (&i.ecn, roce) {
-            let rp_on = e.rp_enabled.contains(&rp);
-            let np_on = !e.np_enabled.is_empty();
-            if !rp_on || !np_on {
-                out.push(
-                    Finding::new(
-                        "qos.ecn_off_on_roce_priority",
-                        Severity::Warn,
-                        &subj,
-                        format!(
-                            "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
-                            if rp_on { "on" } else { "off" },
-                            if np_on { "on" } else { "off" }
-                        ),
-                    )
-                    .evidence("roce_rp_enabled", list(&e.rp_enabled))
-                    .evidence("roce_np_enabled", list(&e.np_enabled))
-                    .fix(format!(
-                        "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/{rp}; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/{rp}",
-                        i.ifname
-                    )),
-                );
-            }
+        match (&pfc, roce) {
+            (Some(pfc), Some(rp)) => roce_priority_findings(i, &subj, pfc, rp, &mut out),
+            (Some(pfc), None) => unknown_priority_findings(i, &subj, pfc, &mut out),
+            (None, Some(rp)) => ecn_on_roce_priority(i, &subj, rp, &mut out),
+            (None, None) => {}
         }
         // Global pause mixed with PFC.
         let pfc_on = pfc.as_ref().is_some_and(|v| !v.is_empty());
@@ -858,4 +906,149 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// PFC and ECN on RoCE's known priority `rp`.
+fn roce_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], rp: u8, out: &mut Vec<Finding>) {
+    if !pfc.contains(&rp) {
+        let (sev, msg) = if pfc.is_empty() {
+            (
+                Severity::Warn,
+                format!(
+                    "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
+                ),
+            )
+        } else {
+            (
+                Severity::Fail,
+                format!(
+                    "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
+                    list(pfc)
+                ),
+            )
+        };
+        out.push(
+            Finding::new("qos.roce_priority_not_lossless", sev, subj, msg)
+                .evidence("roce_priority", rp)
+                .evidence("pfc_enabled", list(pfc))
+                .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
+                .evidence("priority_source", i.roce.priority_source.clone())
+                .fix(format!(
+                    "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC / the tc/<port>/traffic_class file",
+                    i.ifname,
+                    pfc_arg(&[rp])
+                )),
+        );
+    }
+    // Lossless priorities that RoCE does not use.
+    let extra: Vec<u8> = pfc.iter().copied().filter(|p| *p != rp).collect();
+    if !extra.is_empty() && pfc.contains(&rp) {
+        out.push(
+            Finding::new(
+                "qos.extra_lossless_priority",
+                Severity::Warn,
+                subj,
+                format!(
+                    "PFC is also on for priority {} which RoCE does not use: other traffic there can pause the link",
+                    list(&extra)
+                ),
+            )
+            .evidence("pfc_enabled", list(pfc))
+            .evidence("roce_priority", rp)
+            .fix(format!("`mlnx_qos -i {} --pfc {}`", i.ifname, pfc_arg(&[rp]))),
+        );
+    }
+    ecn_on_roce_priority(i, subj, rp, out);
+}
+
+/// ECN on RoCE's priority: both the reaction point (senders slow down) and the
+/// notification point (receivers send CNPs) must be on for that priority itself.
+fn ecn_on_roce_priority(i: &QosIf, subj: &str, rp: u8, out: &mut Vec<Finding>) {
+    if let Some(e) = &i.ecn {
+        let rp_on = e.rp_enabled.contains(&rp);
+        let np_on = e.np_enabled.contains(&rp);
+        if !rp_on || !np_on {
+            out.push(
+                Finding::new(
+                    "qos.ecn_off_on_roce_priority",
+                    Severity::Warn,
+                    subj,
+                    format!(
+                        "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
+                        if rp_on { "on" } else { "off" },
+                        if np_on { "on" } else { "off" }
+                    ),
+                )
+                .evidence("roce_rp_enabled", list(&e.rp_enabled))
+                .evidence("roce_np_enabled", list(&e.np_enabled))
+                .fix(format!(
+                    "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/{rp}; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/{rp}",
+                    i.ifname
+                )),
+            );
+        }
+    }
+}
+
+/// RoCE's priority is not known: judge what holds for any priority (PFC off everywhere is
+/// lossy whatever RoCE uses) and ECN on every lossless priority; never blame a guess.
+fn unknown_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], out: &mut Vec<Finding>) {
+    let why = i.roce.priority_source.clone();
+    if pfc.is_empty() {
+        out.push(
+            Finding::new(
+                "qos.roce_priority_not_lossless",
+                Severity::Warn,
+                subj,
+                format!("PFC is off on every priority, so RoCE is lossy whichever priority it uses ({why})"),
+            )
+            .evidence("pfc_enabled", "none")
+            .evidence("priority_source", why.clone())
+            .fix(format!(
+                "turn PFC on for RoCE's priority: `dcb pfc set dev {} prio-pfc <priority>:on`",
+                i.ifname
+            )),
+        );
+        return;
+    }
+    out.push(
+        Finding::new(
+            "qos.roce_priority_unknown",
+            Severity::Warn,
+            subj,
+            format!(
+                "{why}: PFC is on for priority {}; whether RoCE uses it is not evaluated, ECN is judged on each lossless priority",
+                list(pfc)
+            ),
+        )
+        .evidence("pfc_enabled", list(pfc))
+        .evidence("priority_source", why.clone())
+        .fix("set NCCL_IB_TC in the job's environment or /etc/nccl.conf (e.g. 106 = DSCP 26), or the device's tc/<port>/traffic_class"),
+    );
+    let Some(e) = &i.ecn else { return };
+    let off: Vec<u8> = pfc
+        .iter()
+        .copied()
+        .filter(|p| !e.rp_enabled.contains(p) || !e.np_enabled.contains(p))
+        .collect();
+    if !off.is_empty() {
+        out.push(
+            Finding::new(
+                "qos.ecn_off_on_lossless_priority",
+                Severity::Warn,
+                subj,
+                format!(
+                    "ECN/DCQCN is not on (reaction and notification point) for lossless priority {}: if RoCE runs there, ECN marks do not slow the senders down",
+                    list(&off)
+                ),
+            )
+            .evidence("pfc_enabled", list(pfc))
+            .evidence("rp_enabled", list(&e.rp_enabled))
+            .evidence("np_enabled", list(&e.np_enabled))
+            .fix(format!(
+                "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/<p>; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/<p> for each lossless priority",
+                i.ifname
+            )),
+        );
+    }
 }

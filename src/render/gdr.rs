@@ -83,7 +83,11 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
     let d = &r.dmabuf;
     s.push_str(&format!(
         "DMA-BUF: {}: kernel {} ({}), rdma-core {} ({}), NVIDIA driver {}\n",
-        if d.possible { "possible" } else { "not possible" },
+        match d.path {
+            crate::probe::gdr::Known::Yes => "possible".to_string(),
+            crate::probe::gdr::Known::No => "not possible".to_string(),
+            crate::probe::gdr::Known::Unknown => format!("unknown ({} not known)", d.unknown.join(", ")),
+        },
         d.kernel.as_deref().unwrap_or("unknown"),
         opt_bool(d.kernel_ok, ">= 5.12", "< 5.12"),
         d.rdma_core
