@@ -1,5 +1,5 @@
-//! The coordinator at scale: `cargo bench --bench coordinator` (release; ~1 minute).
-//! `FABPROBE_BENCH_RANKS` (default 4096) simulated ranks, served by 8 threads that each own
+//! The coordinator at scale: `cargo bench --bench coordinator -- N` (release; ~1 minute).
+//! N (else `FABPROBE_BENCH_RANKS`, default 4096) simulated ranks, served by 8 threads that each own
 //! many nonblocking control connections, join one coordinator on loopback (with the real
 //! watchdog as its judge), then heartbeat every 500 ms as a working rank does. Measured:
 //! 1. the coordinator's CPU while it serves the heartbeats (process CPU minus the simulated
@@ -63,9 +63,15 @@ fn cpu(who: libc::c_int) -> Duration {
 }
 
 fn main() {
-    let n: u32 = std::env::var("FABPROBE_BENCH_RANKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    // `cargo bench` passes `--bench` first; the rank count is the first number.
+    let n: u32 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .or_else(|| {
+            std::env::var("FABPROBE_BENCH_RANKS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(4096);
     let stalled: u32 = n * 3 / 10;
     let nofile = gate::raise_fd_limit();
@@ -257,6 +263,15 @@ fn main() {
         coord_cpu.as_secs_f64() * 1e6 / nbeats.max(1) as f64,
         sims.as_secs_f64()
     );
+    // A healthy world gives no verdict: the coordinator is still serving.
+    if coord.is_finished() {
+        let (rep, _) = coord.join().unwrap();
+        println!(
+            "FALSE VERDICT on a healthy world: {:?} {:?}",
+            rep.verdicts, rep.abort
+        );
+        std::process::exit(1);
+    }
     // One rank freezes.
     stall.store(true, Ordering::Relaxed);
     let (rep, ended) = coord.join().unwrap();

@@ -9,7 +9,8 @@ use std::io::Read;
 
 use fabprobe::ring::collective::transport::tcp::{Decoded, Handshake, decode_frame};
 use fabprobe::ring::launcher::{Flags, resolve};
-use fabprobe::ring::wire::{self, MAX_FRAME};
+use fabprobe::ring::model::{Phase, WaitReport};
+use fabprobe::ring::wire::{self, MAX_FRAME, Msg};
 use proptest::prelude::*;
 
 /// A reader over `bytes` that counts what was taken from it.
@@ -25,6 +26,82 @@ impl Read for Counting<'_> {
         self.taken += n;
         Ok(n)
     }
+}
+
+/// Every control message's tag, as the wire spells it.
+const TYPES: [&str; 17] = [
+    "hello",
+    "table",
+    "reject",
+    "ready",
+    "go",
+    "heartbeat",
+    "stuck",
+    "failed",
+    "results",
+    "counters",
+    "row",
+    "done",
+    "abort",
+    "ping",
+    "scan_run",
+    "scan_samples",
+    "scan_end",
+];
+
+/// Field names of the control messages (and of what they carry).
+const FIELDS: [&str; 24] = [
+    "rank",
+    "error",
+    "phase",
+    "round",
+    "step",
+    "channel",
+    "waiting_on",
+    "bytes_received",
+    "progress",
+    "samples",
+    "ranks",
+    "row",
+    "index",
+    "shift",
+    "reps",
+    "bytes",
+    "protocol",
+    "info",
+    "token",
+    "verdicts",
+    "failed",
+    "reason",
+    "port_counters",
+    "link_fault",
+];
+
+/// A JSON value of any type, often out of range for the field it lands in.
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|n| n.to_string()),
+        Just("18446744073709551616".to_string()),
+        Just("-1".to_string()),
+        Just("1e400".to_string()),
+        Just("null".to_string()),
+        Just("true".to_string()),
+        "\\PC{0,8}".prop_map(|s| format!("{s:?}")),
+        Just("[]".to_string()),
+        Just("{}".to_string()),
+        Just(r#"[{"rank":1}]"#.to_string()),
+        Just(r#"{"size_bytes":4,"time_us":1.0}"#.to_string()),
+        Just(r#""all_gather""#.to_string()),
+    ]
+}
+
+/// The tag a decoded message carries (its `type`).
+fn tag(m: &Msg) -> String {
+    serde_json::to_value(m).unwrap()["type"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Bytes that look like the start of a frame often enough to get past the magic.
@@ -70,18 +147,41 @@ proptest! {
     }
 
     #[test]
-    fn control_json_of_the_right_shape_never_panics(
-        kind in prop_oneof![Just("Hello"), Just("Stuck"), Just("Results"), Just("Heartbeat"), Just("Failed"), Just("ScanSamples")],
-        n in any::<i64>(),
-        s in "\\PC{0,8}",
+    fn control_json_with_a_valid_type_reaches_the_fields(
+        kind in proptest::sample::select(TYPES.to_vec()),
+        fields in proptest::collection::vec((proptest::sample::select(FIELDS.to_vec()), value()), 0..4),
     ) {
-        // Near-miss messages: the right tag with values of the wrong type or range.
-        for body in [
-            format!(r#"{{"{kind}":{{"rank":{n},"error":{s:?}}}}}"#),
-            format!(r#"{{"{kind}":{n}}}"#),
-            format!(r#"{{"{kind}":[{n},{s:?}]}}"#),
-        ] {
-            let _ = wire::decode(body.as_bytes());
+        // Near-miss messages: a valid `type` tag (the format is internally tagged), then
+        // fields of the wrong type or range, so the field decoders run.
+        let mut body = format!(r#"{{"type":"{kind}""#);
+        for (f, v) in &fields {
+            body += &format!(r#","{f}":{v}"#);
+        }
+        body.push('}');
+        match wire::decode(body.as_bytes()) {
+            Ok(m) => prop_assert_eq!(tag(&m), kind),
+            Err(e) => {
+                // Refused for a field, never for the tag: the decoder was reached.
+                let e = e.to_string();
+                prop_assert!(!e.contains("missing field `type`") && !e.contains("unknown variant"), "{body}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn heartbeats_of_any_values_round_trip(
+        rank in any::<u32>(), round in any::<u64>(), step in any::<u32>(), channel in any::<u32>(),
+        on in proptest::option::of(any::<u32>()), recv in any::<u64>(), sent in any::<u64>(),
+        since in any::<u64>(), progress in any::<u64>(), phase in 0u32..16,
+    ) {
+        let w = WaitReport {
+            rank, phase: Phase::from_ordinal(phase), round, step, channel, waiting_on: on,
+            waiting_to_receive: on.is_some(), bytes_received: recv, bytes_sent: sent,
+            since_progress_ms: since, progress,
+        };
+        for m in [Msg::Heartbeat(w.clone()), Msg::Stuck { wait: w, port_counters: Vec::new() }] {
+            let body = serde_json::to_vec(&m).unwrap();
+            prop_assert_eq!(wire::decode(&body).unwrap(), m);
         }
     }
 

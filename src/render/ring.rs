@@ -4,7 +4,7 @@
 //! compare directly, then the per-link table.
 
 use crate::ring::diagnosis::driver::ScanReport;
-use crate::ring::diagnosis::localize::fmt_gbs;
+use crate::ring::diagnosis::localize::{fmt_gbs, fmt_rate_cell};
 use crate::ring::model::RankInfo;
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::Options;
@@ -243,17 +243,17 @@ fn tail(o: &mut String, r: &RingReport) {
             "# Per-link bandwidth (each ring hop, measured at its receiver over {} channel(s), at {size} B):",
             r.links[0].channel_count
         ));
-        line(format!("#  {:<32}  {:<32}  {:>8}", "from", "to", "GB/s"));
+        line(format!("#  {:<32}  {:<32}  {:>11}", "from", "to", "rate"));
         for l in &r.links {
             let end = |rank: u32, host: &str, dev: &Option<String>| match dev {
                 Some(d) => format!("rank {rank} ({host}, {d})"),
                 None => format!("rank {rank} ({host})"),
             };
             line(format!(
-                "   {:<32}  {:<32}  {:>8}",
+                "   {:<32}  {:<32}  {:>11}",
                 end(l.from_rank, &l.from_host, &l.from_device),
                 end(l.to_rank, &l.to_host, &l.to_device),
-                format!("{:.3}", l.gbs)
+                fmt_rate_cell(l.gbs)
             ));
         }
         line("#".into());
@@ -312,16 +312,16 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
         line(format!("# Line rates: {}", rates.join(", ")));
     }
     line(format!(
-        "#  {:<24}  {:<24}  {:>8}  {:>7}",
-        "from", "to", "GB/s", "samples"
+        "#  {:<24}  {:<24}  {:>11}  {:>7}",
+        "from", "to", "rate", "samples"
     ));
     for l in &sc.links {
         line(
             format!(
-                "   {:<24}  {:<24}  {:>8}  {:>7}  {}",
+                "   {:<24}  {:<24}  {:>11}  {:>7}  {}",
                 format!("rank {} ({})", l.from_rank, l.from_host),
                 format!("rank {} ({})", l.to_rank, l.to_host),
-                format!("{:.3}", l.gbs),
+                fmt_rate_cell(l.gbs),
                 l.samples,
                 if l.slow { "SLOW" } else { "" }
             )

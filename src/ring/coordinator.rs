@@ -143,6 +143,9 @@ pub struct CoordinatorReport {
     pub events: Vec<Event>,
     /// Why the run ended early, if it did.
     pub abort: Option<String>,
+    /// The coordinator's own failure (its open-file or thread limit, a frame over its
+    /// limit): the run could not be judged, and no rank is to blame.
+    pub coordinator_error: Option<String>,
     /// Reports of ranks whose data waits passed the deadline.
     pub stuck: Vec<WaitReport>,
     /// Ranks whose own run failed, with their error.
@@ -263,6 +266,11 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
             ));
         }
     }
+    for caps in [&h.capabilities, &h.info.capabilities] {
+        if let Err(why) = check_capabilities(caps) {
+            return Err(format!("rank {}'s capabilities: {why}", h.rank));
+        }
+    }
     if let Some(prev) = seen.get(&h.rank) {
         return Err(format!(
             "rank {} already joined from {} ({})",
@@ -270,6 +278,56 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
         ));
     }
     Ok(())
+}
+
+/// Most transports a hello may list, and the longest name: the table repeats them for
+/// every rank, so a peer must not grow it.
+pub const MAX_CAPABILITIES: usize = 8;
+pub const MAX_CAPABILITY_CHARS: usize = 16;
+
+/// A hello's transport list: at most [`MAX_CAPABILITIES`] names of at most
+/// [`MAX_CAPABILITY_CHARS`] lowercase letters, digits, `-` or `_`. Pure.
+pub fn check_capabilities(caps: &[String]) -> Result<(), String> {
+    if caps.len() > MAX_CAPABILITIES {
+        return Err(format!(
+            "{} entries, at most {MAX_CAPABILITIES} allowed",
+            caps.len()
+        ));
+    }
+    for c in caps {
+        let plain = !c.is_empty()
+            && c.len() <= MAX_CAPABILITY_CHARS
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !plain {
+            return Err(format!(
+                "{:?} is not a transport name (at most {MAX_CAPABILITY_CHARS} of a-z, 0-9, -, _)",
+                printable(c, 40)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Open files the coordinator needs for `world` ranks: each control connection and the
+/// clone its reader holds, and room for the listener, strangers and the process itself.
+pub fn files_needed(world: u32) -> u64 {
+    2 * world as u64 + 64
+}
+
+/// The coordinator's own limit, as an error naming it and what to set, when `world` ranks
+/// do not fit in `nofile` open files (already raised to the hard limit). Pure.
+pub fn check_fd_limit(world: u32, nofile: u64) -> Result<(), String> {
+    let need = files_needed(world);
+    if nofile >= need {
+        return Ok(());
+    }
+    Err(format!(
+        "coordinator: {world} ranks need {need} open files (2 per rank and 64 more), but its open-file limit \
+         (RLIMIT_NOFILE, raised to the hard limit) is {nofile}: raise the hard limit to at least {need} on rank 0's \
+         host (`ulimit -Hn {need}` as root before starting, LimitNOFILE={need} in a systemd unit, or `nofile` in \
+         /etc/security/limits.conf; Slurm: the limit slurmd passes on)"
+    ))
 }
 
 /// Is this connection closed or reset by its peer (EOF or an error waiting)? Never blocks.
@@ -385,6 +443,11 @@ pub fn coordinate_with(
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
     let nofile = gate::raise_fd_limit();
+    if let Err(e) = check_fd_limit(cfg.world, nofile) {
+        rep.abort = Some(e.clone());
+        rep.coordinator_error = Some(e);
+        return rep;
+    }
     // Leave room for two descriptors per rank; strangers get what is left, at most the cap.
     let limits = gate::Limits {
         max_pending: limits
@@ -437,7 +500,7 @@ pub fn coordinate_with(
             secs: cfg.timeout.as_secs(),
         };
         let reason = e.to_string();
-        broadcast(
+        let _ = broadcast(
             &conns,
             &Msg::Abort {
                 reason: reason.clone(),
@@ -455,7 +518,24 @@ pub fn coordinate_with(
     let table = Msg::Table {
         ranks: rep.ranks.clone(),
     };
-    broadcast(&conns, &table);
+    if let Err(e) = broadcast(&conns, &table) {
+        // Never dropped in silence: every rank is told, and no rank is blamed.
+        let reason = format!(
+            "coordinator: the rank table for {} ranks cannot be sent: {e}",
+            cfg.world
+        );
+        let _ = broadcast(
+            &conns,
+            &Msg::Abort {
+                reason: reason.clone(),
+            },
+        );
+        rep.abort = Some(reason.clone());
+        rep.coordinator_error = Some(reason);
+        stop.store(true, Ordering::Relaxed);
+        rep.close_events();
+        return rep;
+    }
     gathering.store(false, Ordering::Relaxed);
     rep.bootstrap_us = start.elapsed().as_micros() as u64;
     serve(&cfg, conns, &mut rep, &rx);
@@ -548,17 +628,25 @@ fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns:
     }
 }
 
-fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) {
+/// Send `msg` to every rank; a message over the frame limit is an error naming the limit
+/// (never dropped in silence).
+fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) -> Result<(), String> {
     // Encoded once: the table of 4,096 ranks is half a megabyte.
     let mut frame = Vec::new();
-    if wire::write_msg(&mut frame, msg).is_err() {
-        return;
-    }
+    wire::write_msg(&mut frame, msg).map_err(|e| match e {
+        WireError::TooLarge(n) => format!(
+            "its {} message is {n} bytes, over the control frame limit of {} bytes",
+            msg.kind(),
+            wire::MAX_FRAME
+        ),
+        e => format!("its {} message cannot be encoded: {e}", msg.kind()),
+    })?;
     for s in conns.values() {
         let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let mut w = s;
         let _ = io::Write::write_all(&mut w, &frame);
     }
+    Ok(())
 }
 
 enum Control {
@@ -574,12 +662,25 @@ fn serve(
     rx_late: &Receiver<Incoming>,
 ) {
     let (tx, rx) = mpsc::channel::<Control>();
+    // A reader the coordinator cannot start is its own limit, never the rank's silence.
+    let mut own_error: Option<String> = None;
     for (&rank, s) in &conns {
-        let Ok(mut r) = s.try_clone() else { continue };
+        let mut r = match s.try_clone() {
+            Ok(r) => r,
+            Err(e) => {
+                own_error = Some(format!(
+                    "coordinator: cannot hold rank {rank}'s control connection ({e}): its open-file limit \
+                     (RLIMIT_NOFILE) is too low for {} ranks (needs {})",
+                    cfg.world,
+                    files_needed(cfg.world)
+                ));
+                break;
+            }
+        };
         let tx = tx.clone();
         let _ = r.set_read_timeout(None);
         // One small thread per rank (4,096 of them at most): it only reads frames.
-        let _ = thread::Builder::new().stack_size(256 << 10).spawn(move || {
+        let spawned = thread::Builder::new().stack_size(256 << 10).spawn(move || {
             loop {
                 match wire::read_msg(&mut r) {
                     Ok(m) => {
@@ -594,6 +695,26 @@ fn serve(
                 }
             }
         });
+        if let Err(e) = spawned {
+            own_error = Some(format!(
+                "coordinator: cannot start the reader of rank {rank}'s control connection ({e}): the thread or \
+                 memory limit of rank 0's process is too low for {} ranks (`ulimit -u`, kernel.threads-max, the \
+                 cgroup's pids.max)",
+                cfg.world
+            ));
+            break;
+        }
+    }
+    if let Some(reason) = own_error {
+        let _ = broadcast(
+            &conns,
+            &Msg::Abort {
+                reason: reason.clone(),
+            },
+        );
+        rep.abort = Some(reason.clone());
+        rep.coordinator_error = Some(reason);
+        return;
     }
     let world = cfg.world;
     let ranks = rep.ranks.clone();
@@ -621,10 +742,20 @@ fn serve(
     let mut scan = cfg.scan.as_ref().map(|make| make(world as usize));
     let step = |step: Step, rep: &mut CoordinatorReport, scan: &dyn ScanDriver| match step {
         Step::Wait => {}
-        Step::Run(m) => broadcast(&conns, &m),
+        Step::Run(o) => {
+            let _ = broadcast(
+                &conns,
+                &Msg::ScanRun {
+                    index: o.index,
+                    shift: o.shift,
+                    bytes: o.bytes,
+                    reps: o.reps,
+                },
+            );
+        }
         Step::Done => {
             rep.scan = Some(scan.report(&ranks));
-            broadcast(&conns, &Msg::ScanEnd);
+            let _ = broadcast(&conns, &Msg::ScanEnd);
         }
     };
     loop {
@@ -677,7 +808,7 @@ fn serve(
             }
         }
         if now >= next_ping {
-            broadcast(&conns, &Msg::Ping);
+            let _ = broadcast(&conns, &Msg::Ping);
             next_ping = now + HEARTBEAT;
         }
         if let Some(t) = failing_since {
@@ -739,7 +870,7 @@ fn serve(
                     Msg::Ready { .. } => {
                         // Counted once per rank: a repeated ready must not start the run.
                         if ready.insert(r) && ready.len() as u32 == world {
-                            broadcast(&conns, &Msg::Go);
+                            let _ = broadcast(&conns, &Msg::Go);
                             if let Some(d) = scan.as_mut() {
                                 let s = d.start(Instant::now());
                                 step(s, rep, &**d);
@@ -877,7 +1008,7 @@ fn serve(
     }
     match first_failure {
         Some(reason) => {
-            broadcast(
+            let _ = broadcast(
                 &conns,
                 &Msg::Abort {
                     reason: reason.clone(),
@@ -892,13 +1023,20 @@ fn serve(
                     .results
                     .iter()
                     .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
-            broadcast(
-                &conns,
-                &Msg::Done {
-                    failed,
-                    verdicts: rep.verdicts.clone(),
-                },
-            );
+            let done = Msg::Done {
+                failed,
+                verdicts: rep.verdicts.clone(),
+            };
+            if let Err(e) = broadcast(&conns, &done) {
+                let reason = format!("coordinator: the end of the run cannot be sent: {e}");
+                let _ = broadcast(
+                    &conns,
+                    &Msg::Abort {
+                        reason: reason.clone(),
+                    },
+                );
+                rep.coordinator_error = Some(reason);
+            }
         }
     }
 }
@@ -1059,6 +1197,12 @@ mod tests {
         other_params.params = "q".into();
         let mut odd_host = hello(2, 4, "t");
         odd_host.info.host = "\x1b]0;owned\x07".into();
+        let mut many_caps = hello(0, 4, "t");
+        many_caps.capabilities = (0..9).map(|i| format!("t{i}")).collect();
+        let mut odd_cap = hello(0, 4, "t");
+        odd_cap.info.capabilities = vec!["rdma\n".into()];
+        let mut long_cap = hello(0, 4, "t");
+        long_cap.capabilities = vec!["x".repeat(17)];
         let cfg = test_cfg(4, Duration::from_secs(1), String::new(), None);
         let cases = [
             (hello(0, 4, "t"), None),
@@ -1069,6 +1213,12 @@ mod tests {
             (hello(1, 4, "t"), Some("already joined from h1")),
             (bad_proto, Some("protocol 99")),
             (odd_host, Some("rank 2's host is not plain text")),
+            (
+                many_caps,
+                Some("rank 0's capabilities: 9 entries, at most 8 allowed"),
+            ),
+            (odd_cap, Some("rank 0's capabilities: \"rdma")),
+            (long_cap, Some("is not a transport name (at most 16")),
         ];
         for (h, want) in cases {
             let got = validate(&h, &cfg, &seen).err();
@@ -1078,6 +1228,41 @@ mod tests {
                 (g, w) => panic!("rank {}: got {g:?}, want {w:?}", h.rank),
             }
         }
+    }
+
+    #[test]
+    fn a_world_over_the_fd_limit_is_the_coordinators_error_naming_what_to_set() {
+        assert_eq!(check_fd_limit(4, 1024), Ok(()));
+        assert_eq!(check_fd_limit(16_384, files_needed(16_384)), Ok(()));
+        let e = check_fd_limit(16_384, 4096).unwrap_err();
+        assert!(
+            e.starts_with("coordinator: 16384 ranks need 32832 open files"),
+            "{e}"
+        );
+        assert!(
+            e.contains("is 4096") && e.contains("`ulimit -Hn 32832`") && e.contains("LimitNOFILE=32832"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_table_over_the_frame_limit_is_an_error_naming_the_limit_never_dropped() {
+        let ranks: Vec<RankInfo> = (0..4096)
+            .map(|r| hello(r, 4096, "t").info)
+            .map(|mut i| {
+                i.host = "h".repeat(255);
+                i
+            })
+            .collect();
+        let e = broadcast(&BTreeMap::new(), &Msg::Table { ranks }).unwrap_err();
+        assert!(e.starts_with("its table message is "), "{e}");
+        assert!(
+            e.ends_with(&format!(
+                "bytes, over the control frame limit of {} bytes",
+                wire::MAX_FRAME
+            )),
+            "{e}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod diagnosis;
 pub mod gate;
 pub mod launcher;
 pub mod model;
+pub mod options;
 pub mod rendezvous;
 pub mod report;
 pub mod run;

@@ -30,6 +30,30 @@ pub struct RankInfo {
     pub capabilities: Vec<String>,
 }
 
+impl RankInfo {
+    /// The net device behind [`RankInfo::device`], for commands a person runs.
+    pub fn netdev(&self) -> Option<&str> {
+        self.device.as_deref().and_then(netdev_of)
+    }
+}
+
+/// The net device a data-plane label names: the label itself over TCP (`eth1`), the one in
+/// parentheses of an RDMA label (`rxe0:1 gid 1 (eth0)` -> `eth0`), None when there is none
+/// (`mlx5_0:1 gid 0`: InfiniBand). Pure.
+pub fn netdev_of(label: &str) -> Option<&str> {
+    let label = label.trim();
+    let name = match label.strip_suffix(')').and_then(|l| l.rsplit_once(" (")) {
+        Some((_, inner)) => inner,
+        None => label,
+    };
+    let plain = !name.is_empty()
+        && name.len() <= 15
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+    plain.then_some(name)
+}
+
 /// One directed link measured at its receiver.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LinkSample {
@@ -59,6 +83,12 @@ pub enum Phase {
     Bootstrap,
     Connect,
     Scan,
+    /// Allocating, filling or registering the buffers of a size: no data wait.
+    Prepare,
+    /// Between blocks, iterations or sizes (a block finished, the next not begun).
+    Between,
+    /// Verifying a size's result against the expected sums: no data wait.
+    Check,
     ReduceScatter,
     AllGather,
     Results,
@@ -67,10 +97,15 @@ pub enum Phase {
 impl Phase {
     /// Every phase in run order: a sender in a later phase has sent everything of an
     /// earlier one.
-    pub const IN_ORDER: [Phase; 6] = [
+    /// The non-data phases sit before the data ones: a rank in them at round `r` has
+    /// finished `r` blocks and sent nothing of the next (the end of the block it finished).
+    pub const IN_ORDER: [Phase; 9] = [
         Phase::Bootstrap,
         Phase::Connect,
         Phase::Scan,
+        Phase::Prepare,
+        Phase::Between,
+        Phase::Check,
         Phase::ReduceScatter,
         Phase::AllGather,
         Phase::Results,
@@ -86,11 +121,20 @@ impl Phase {
         Phase::IN_ORDER.get(c as usize).copied().unwrap_or(Phase::Results)
     }
 
+    /// Local work between data steps (allocation, result check, between sizes): a rank in
+    /// it waits on no peer, and the watchdog gives it its own allowance.
+    pub fn is_local_work(self) -> bool {
+        matches!(self, Phase::Prepare | Phase::Between | Phase::Check)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Phase::Bootstrap => "bootstrap",
             Phase::Connect => "connect",
             Phase::Scan => "scan",
+            Phase::Prepare => "prepare",
+            Phase::Between => "between",
+            Phase::Check => "check",
             Phase::ReduceScatter => "reduce-scatter",
             Phase::AllGather => "all-gather",
             Phase::Results => "results",
@@ -280,6 +324,22 @@ pub fn printable(s: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn netdev_of_labels() {
+        for (label, want) in [
+            ("eth1", Some("eth1")),
+            ("rxe0:1 gid 1 (eth0)", Some("eth0")),
+            ("mlx5_2:1 gid 3 (ens1f0np0)", Some("ens1f0np0")),
+            ("mlx5_0:1 gid 0", None),
+            ("rxe0:1 gid 1 ()", None),
+            ("<data interface>", None),
+            ("", None),
+            ("a-very-long-interface-name", None),
+        ] {
+            assert_eq!(netdev_of(label), want, "{label}");
+        }
+    }
 
     #[test]
     fn printable_escapes_controls_and_truncates() {

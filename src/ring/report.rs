@@ -8,7 +8,7 @@ use crate::ring::coordinator::Event;
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict};
-use crate::ring::run::Options;
+use crate::ring::options::Options;
 use crate::ring::wire::{self, RankResults, RowResult};
 
 /// One row of the nccl-tests-style table (`data.results[]`).

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ring::collective::allreduce::{self, ChannelLinks, Progress, Ring, RingError, SizeSpec};
+use crate::ring::collective::allreduce::{self, Buffers, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
 use crate::ring::collective::transport::tcp::{self, TcpFabric};
 use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
-use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanReport, Step};
+use crate::ring::diagnosis::driver::{Driver, ScanReport, Step};
 use crate::ring::diagnosis::evidence::{self, Sampler};
 use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
@@ -27,50 +27,7 @@ use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
-/// The run's options, the same on every rank.
-#[derive(Clone, Debug, Serialize)]
-pub struct Options {
-    pub sizes: Vec<u64>,
-    pub iters: u32,
-    pub warmup: u32,
-    /// Verify results (`-c`); 0 shows `N/A` in `#wrong`.
-    pub check: u32,
-    pub channels: u32,
-    #[serde(rename = "timeout_s")]
-    pub timeout_secs: u64,
-    /// Receive slots per link and their size (the pipeline depth and the chunk size).
-    pub slots: usize,
-    pub slot_bytes: usize,
-    /// The link scan before the sweep (`--scan`, default on; off with `--no-scan`).
-    pub scan: Option<ScanOptions>,
-    /// The AllReduce sweep (off with `--scan` alone).
-    pub sweep: bool,
-}
-
-impl Options {
-    pub fn timeout(&self) -> Duration {
-        Duration::from_secs(self.timeout_secs)
-    }
-    /// The canonical string every rank's hello carries.
-    pub fn canonical(&self) -> String {
-        let scan = match &self.scan {
-            Some(s) => format!("scan=({} s, {} B x {})", s.budget_s, s.bytes, s.reps),
-            None => "scan=off".into(),
-        };
-        format!(
-            "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={} {scan} sweep={} timeout={}",
-            self.sizes,
-            self.iters,
-            self.warmup,
-            self.check,
-            self.channels,
-            self.slots,
-            self.slot_bytes,
-            self.sweep,
-            self.timeout_secs
-        )
-    }
-}
+pub use crate::ring::options::Options;
 
 /// Where this rank is and how it reaches the others.
 pub struct Setup {
@@ -250,6 +207,13 @@ pub fn run_rank(
     };
     // Rank 0: the coordinator's view is the report, whatever happened to this rank.
     let crep: CoordinatorReport = coord.join().unwrap_or_default();
+    // The coordinator's own limit: fabprobe could not run the job here (exit 2), no verdict.
+    if let Some(message) = crep.coordinator_error.clone() {
+        return Err(RunError {
+            kind: Failure::CannotRun,
+            message,
+        });
+    }
     let local_err = result.as_ref().err().map(|e| e.message.clone());
     let (rows, links) = aggregate(id.world, &crep.ranks, &crep.results, opts.channels);
     let error = crep.abort.clone().or(local_err);
@@ -542,6 +506,12 @@ fn connected_run(
             .map(|(send, recv)| ChannelLinks { send, recv })
             .collect();
     }
+    // The buffers of the largest size, allocated and filled before this rank says it is
+    // ready: the go barrier absorbs the time, no peer waits on it during the sweep.
+    let mut bufs = match opts.sizes.iter().max() {
+        Some(&max) if opts.sweep => Buffers::new(id.rank, max),
+        _ => Buffers::default(),
+    };
     session
         .send(&Msg::Ready { rank: id.rank })
         .map_err(|e| RingError::Aborted(e.to_string()))?;
@@ -570,7 +540,15 @@ fn connected_run(
     if !opts.sweep {
         return Ok((Vec::new(), Vec::new(), 0, (links, scan_links)));
     }
-    let (rows, last) = sweep(ring, &mut links, &beat.chans, &beat.live, session, opts, log)?;
+    let (rows, last) = sweep(
+        ring,
+        (&mut links, &mut bufs),
+        &beat.chans,
+        &beat.live,
+        session,
+        opts,
+        log,
+    )?;
     beat.live.set_stage(LiveStatus::DONE);
     let samples = last
         .iter()
@@ -770,7 +748,7 @@ pub const WATCH_GRACE_MS: u64 = 1000;
 
 fn sweep(
     ring: Ring,
-    links: &mut [ChannelLinks],
+    (links, bufs): (&mut [ChannelLinks], &mut Buffers),
     progress: &[Progress],
     live: &Arc<LiveStatus>,
     session: &Session,
@@ -802,6 +780,7 @@ fn sweep(
             &session.abort,
             &spec(false),
             opts.slot_bytes,
+            bufs,
         )?;
         live.half.store(1, Ordering::Relaxed);
         let ip = allreduce::run_size(
@@ -811,6 +790,7 @@ fn sweep(
             &session.abort,
             &spec(true),
             opts.slot_bytes,
+            bufs,
         )?;
         if ring.rank == 0 {
             log(

@@ -525,3 +525,34 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
+
+/// Checking a large result is not a stall: 8 ranks, 64 MiB buffers, a 2 s `--timeout`.
+/// The old check cost count x world per rank (8 x 16 Mi elements, every rank at once on 2
+/// cores: longer than the timeout and its grace) while heartbeats showed a data phase
+/// standing still, and ranks were named RANK STALLED (or, with a rank between blocks read
+/// as "ahead", HANG). At 16 ranks it failed both ways before the fix.
+#[test]
+fn a_healthy_large_buffer_run_with_a_short_timeout_gives_no_verdict() {
+    let net = InprocNet::new();
+    let mut o = opts(false, true);
+    o.sizes = vec![1 << 20, 64 << 20];
+    o.iters = 1;
+    o.slot_bytes = 1 << 20;
+    // 2 s, not 1: eight paced threads beside a parallel test run on a loaded 2-core machine
+    // can be descheduled past 1 s in a real data wait; the old check still took longer.
+    o.timeout_secs = 2;
+    let (r, others, _) = world(8, &o, &net, |_| Role::Real);
+    assert_eq!(kinds(&r), vec![], "{:#?}", r.verdicts);
+    assert!(!r.failed(), "{:?}", r.error);
+    assert_eq!(r.results.len(), 2);
+    assert!(
+        r.results.iter().all(|row| row.wrong == Some(0)),
+        "{:?}",
+        r.results
+    );
+    assert!(
+        others
+            .iter()
+            .all(|o| matches!(o, Ok(RankOutcome { failed: false, .. })))
+    );
+}

@@ -14,7 +14,7 @@ pub const MAGIC: &[u8; 4] = b"FPR1";
 /// 4096-rank table stays well below this.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 #[derive(Debug, Error)]
 pub enum WireError {

@@ -151,6 +151,11 @@ impl Progress {
             self.bytes_received.store(0, Ordering::Relaxed);
             self.bytes_sent.store(0, Ordering::Relaxed);
         }
+        // Entering or leaving local work is progress: the time spent in it must not count
+        // against the data phase that follows (nor the reverse).
+        if old_phase != code && (phase.is_local_work() || Phase::from_ordinal(old_phase).is_local_work()) {
+            self.progress.fetch_add(1, Ordering::Relaxed);
+        }
     }
     pub(crate) fn waiting(&self, peer: Option<Rank>, receive: bool) {
         self.waiting_on.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
@@ -252,15 +257,41 @@ pub fn fill_input(r: Rank, offset: usize, buf: &mut [f32]) {
     }
 }
 
-/// Count elements of `out` that differ from the exact sum over `world` ranks.
+/// The period of [`input_value`] in the element index (and in the rank): a prime.
+const PATTERN: usize = 251;
+
+/// The exact sum over `world` ranks of [`input_value`] at every element, from the known
+/// input pattern: it depends on the element only through `i % 251`, and 251 consecutive
+/// ranks contribute every residue once (17 is invertible mod 251), summing to zero. So the
+/// table costs 251 x (world % 251) additions, once per size, and the check is O(count),
+/// never O(count x world).
+pub struct ExpectedSums([f32; PATTERN]);
+
+impl ExpectedSums {
+    pub fn new(world: u32) -> ExpectedSums {
+        let mut t = [0f32; PATTERN];
+        for (k, v) in t.iter_mut().enumerate() {
+            let s: i64 = (0..world % PATTERN as u32)
+                .map(|r| input_value(r, k) as i64)
+                .sum();
+            *v = s as f32;
+        }
+        ExpectedSums(t)
+    }
+
+    /// The exact sum at element `i`.
+    pub fn at(&self, i: usize) -> f32 {
+        self.0[i % PATTERN]
+    }
+}
+
+/// Count elements of `out` that differ from the exact sum over `world` ranks. O(count).
 pub fn count_wrong(world: u32, out: &[f32]) -> u64 {
-    out.iter()
-        .enumerate()
-        .filter(|&(i, &v)| {
-            let want: i64 = (0..world).map(|r| input_value(r, i) as i64).sum();
-            v != want as f32
-        })
-        .count() as u64
+    let want = ExpectedSums::new(world);
+    // Walk the pattern in step with the elements: no division per element.
+    out.chunks(PATTERN)
+        .map(|part| part.iter().zip(&want.0).filter(|&(v, w)| v != w).count() as u64)
+        .sum()
 }
 
 struct Chan<'a> {
@@ -471,8 +502,11 @@ pub fn allreduce_channel(
             }
         }
         off += len;
-        // A round is one block: steps restart at every block of every iteration.
+        // A round is one block: steps restart at every block of every iteration. Until the
+        // next block's first send this rank is at the end of the block it finished (a
+        // non-data phase at the new round orders before that round's steps), never "ahead".
         progress.round.fetch_add(1, Ordering::Relaxed);
+        progress.at(Phase::Between, 0);
     }
     progress.waiting(None, false);
     Ok(())
@@ -501,6 +535,33 @@ pub struct SizeResult {
     pub hop_seconds: f64,
 }
 
+/// A rank's input and output buffers, allocated and filled once for the largest size
+/// (before the run starts, so no peer waits on it); each size uses a prefix (the input
+/// pattern is indexed by element, so a prefix is that size's input).
+#[derive(Default)]
+pub struct Buffers {
+    input: Vec<f32>,
+    output: Vec<f32>,
+}
+
+impl Buffers {
+    pub fn new(rank: Rank, bytes: u64) -> Buffers {
+        let mut b = Buffers::default();
+        b.reserve(rank, (bytes / 4) as usize);
+        b
+    }
+
+    /// Make room for `count` elements (a no-op when they fit).
+    fn reserve(&mut self, rank: Rank, count: usize) {
+        if self.input.len() < count {
+            let from = self.input.len();
+            self.input.resize(count, 0.0);
+            fill_input(rank, from, &mut self.input[from..]);
+            self.output.resize(count, 0.0);
+        }
+    }
+}
+
 pub struct SizeSpec {
     pub bytes: u64,
     pub warmup: u32,
@@ -522,17 +583,23 @@ pub fn run_size(
     abort: &AbortFlag,
     spec: &SizeSpec,
     slot_bytes: usize,
+    bufs: &mut Buffers,
 ) -> Result<SizeResult, RingError> {
     let count = (spec.bytes / 4) as usize;
     let channels = links.len();
     let chunk = chunk_elems(spec.bytes, ring.world, channels as u32, slot_bytes);
-    let mut input = vec![0f32; count];
-    fill_input(ring.rank, 0, &mut input);
-    let mut output = if spec.in_place {
-        input.clone()
-    } else {
-        vec![0f32; count]
-    };
+    // Copying (or, for a size larger than the buffers, allocating and filling) waits on no
+    // peer: say so, so the wait is not read as a data stall.
+    for p in progress {
+        p.at(Phase::Prepare, 0);
+        p.touch();
+    }
+    bufs.reserve(ring.rank, count);
+    let input: &[f32] = &bufs.input[..count];
+    let output: &mut [f32] = &mut bufs.output[..count];
+    if spec.in_place {
+        output.copy_from_slice(input);
+    }
     // One thread per channel for the whole size; they meet the timer at a barrier after
     // the warm-up and at another after the timed iterations, so the timed span covers
     // only timed iterations.
@@ -542,7 +609,7 @@ pub fn run_size(
     let err: Mutex<Option<RingError>> = Mutex::new(None);
     let mut elapsed = 0.0;
     let hop_bytes: u64 = std::thread::scope(|sc| {
-        let mut out_rest: &mut [f32] = &mut output;
+        let mut out_rest: &mut [f32] = output;
         let mut taken = 0;
         let mut handles = Vec::new();
         for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
@@ -550,8 +617,8 @@ pub fn run_size(
             let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
             out_rest = rest;
             taken = rg.end;
-            let offset = rg.start;
-            let inp = (!spec.in_place).then(|| &input[rg]);
+            let fresh = &input[rg.clone()];
+            let inp = (!spec.in_place).then_some(fresh);
             let (err, barrier, end, stop) = (&err, &barrier, &end, &stop);
             handles.push(sc.spawn(move || {
                 let _guard = StopOnPanic(stop);
@@ -575,7 +642,7 @@ pub fn run_size(
                     end.wait(stop);
                     hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
                     if spec.check && spec.in_place {
-                        fill_input(ring.rank, offset, mine);
+                        mine.copy_from_slice(fresh);
                         allreduce_channel(ring, l, p, abort, stop, None, mine, chunk)?;
                     }
                     Ok(())
@@ -655,7 +722,16 @@ pub fn run_size(
     if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
         return Err(e);
     }
-    let wrong = spec.check.then(|| count_wrong(ring.world, &output));
+    let wrong = spec.check.then(|| {
+        // Local work, not a data wait: heartbeats say so while it runs.
+        for p in progress {
+            p.at(Phase::Check, 0);
+        }
+        count_wrong(ring.world, &bufs.output[..count])
+    });
+    for p in progress {
+        p.at(Phase::Between, 0);
+    }
     Ok(SizeResult {
         bytes: spec.bytes,
         seconds: if spec.iters > 0 {
@@ -764,7 +840,15 @@ mod tests {
                             in_place,
                             live: None,
                         };
-                        let res = run_size(ring, &mut l, &progress, abort, &spec, slot_bytes);
+                        let res = run_size(
+                            ring,
+                            &mut l,
+                            &progress,
+                            abort,
+                            &spec,
+                            slot_bytes,
+                            &mut Buffers::default(),
+                        );
                         if let Err(e) = &res {
                             // As the coordinator would: one failure ends every rank's run.
                             if propagate {
@@ -926,7 +1010,15 @@ mod tests {
                             live: None,
                         };
                         let t0 = Instant::now();
-                        let res = run_size(ring, &mut l, &progress, abort, &spec, 1024);
+                        let res = run_size(
+                            ring,
+                            &mut l,
+                            &progress,
+                            abort,
+                            &spec,
+                            1024,
+                            &mut Buffers::default(),
+                        );
                         let took = t0.elapsed();
                         if r == 1 {
                             // As the coordinator would once rank 1 reports its cause.
@@ -1074,6 +1166,18 @@ mod tests {
         // Inputs are small integers: exact in any summation order, never all zero.
         assert!((0..1000).all(|i| input_value(3, i).fract() == 0.0 && input_value(3, i).abs() <= 125.0));
         assert!((0..1000).any(|i| input_value(0, i) != input_value(1, i)));
+    }
+
+    #[test]
+    fn expected_sums_equal_the_sum_over_every_rank() {
+        // Around and across whole cycles of 251 ranks, and at the largest world.
+        for world in [1, 2, 5, 250, 251, 252, 502, 600, 16_384] {
+            let want = ExpectedSums::new(world);
+            for i in (0..700).chain([1 << 20, (1 << 28) + 3]) {
+                let sum: i64 = (0..world).map(|r| input_value(r, i) as i64).sum();
+                assert_eq!(want.at(i), sum as f32, "world {world} element {i}");
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,6 @@ use serde::Serialize;
 use crate::ring::diagnosis::localize::{self, FabricSlow, Policy};
 use crate::ring::diagnosis::plan;
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict};
-use crate::ring::wire::Msg;
 
 /// At most this many orders are re-measured by the re-check pass.
 const MAX_RECHECK: usize = 3;
@@ -76,13 +75,23 @@ pub struct ScanReport {
     pub cleared_by_recheck: Vec<String>,
 }
 
+/// One scan order for every rank: send `reps` x `bytes` to rank + `shift`, receive from
+/// rank - `shift`; samples are numbered `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanOrder {
+    pub index: u32,
+    pub shift: u32,
+    pub bytes: u64,
+    pub reps: u32,
+}
+
 /// What the coordinator does after a rank's samples.
 #[derive(Debug, PartialEq)]
 pub enum Step {
     /// Other ranks have not reported this order yet.
     Wait,
-    /// Broadcast this `ScanRun`.
-    Run(Msg),
+    /// Every rank runs this order (the coordinator sends it as a `ScanRun`).
+    Run(ScanOrder),
     /// The scan is over: broadcast `ScanEnd`, then [`Driver::report`].
     Done,
 }
@@ -151,7 +160,7 @@ impl Driver {
         let (index, shift, recheck) = self.queue.remove(0);
         self.current = Some((index, shift, recheck, now));
         self.pending = (0..self.n as Rank).collect();
-        Step::Run(Msg::ScanRun {
+        Step::Run(ScanOrder {
             index,
             shift,
             bytes: self.opts.bytes,
@@ -313,7 +322,7 @@ mod tests {
         let mut step = d.start(now);
         let mut seen = BTreeSet::new();
         let mut orders = 0;
-        while let Step::Run(Msg::ScanRun {
+        while let Step::Run(ScanOrder {
             index,
             shift,
             bytes,

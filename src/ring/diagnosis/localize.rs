@@ -402,10 +402,12 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         }
     }
 
+    /// The net device for commands (`ethtool eth0`), never an RDMA label.
     fn device(&self, r: Rank) -> String {
         self.info(r)
-            .and_then(|i| i.device.clone())
-            .unwrap_or_else(|| "<data interface>".into())
+            .and_then(|i| i.netdev())
+            .unwrap_or("<data interface>")
+            .to_string()
     }
 
     fn host_or_rank(&self, r: Rank) -> String {
@@ -551,14 +553,33 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// `3.6 GB/s`, `0.45 GB/s`, `23 GB/s`.
+/// `3.6 GB/s`, `0.45 GB/s`, `23 GB/s`; below 0.1 GB/s in MB/s (`52 MB/s`, `4.2 MB/s`),
+/// where two decimals of GB/s would read as zero.
 pub fn fmt_gbs(x: f64) -> String {
     if x >= 20.0 {
         format!("{x:.0} GB/s")
     } else if x >= 0.95 {
         format!("{x:.1} GB/s")
-    } else {
+    } else if x >= 0.1 {
         format!("{x:.2} GB/s")
+    } else {
+        let mb = x * 1000.0;
+        if mb >= 9.95 {
+            format!("{mb:.0} MB/s")
+        } else if mb >= 0.995 {
+            format!("{mb:.1} MB/s")
+        } else {
+            format!("{mb:.2} MB/s")
+        }
+    }
+}
+
+/// A rate in a table cell: three decimals of GB/s, or of MB/s below 0.1 GB/s.
+pub fn fmt_rate_cell(x: f64) -> String {
+    if x >= 0.1 {
+        format!("{x:.3} GB/s")
+    } else {
+        format!("{:.3} MB/s", x * 1000.0)
     }
 }
 
@@ -736,6 +757,41 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .starts_with("on node-c: fabprobe links (tx errors), `fabprobe qos --ifname ")
+        );
+    }
+
+    #[test]
+    fn next_steps_name_the_netdev_and_slow_rates_read_in_mb_per_s() {
+        // An RDMA rank's table entry carries its port label; a command needs the netdev.
+        let mut rk = ranks(4);
+        for r in &mut rk {
+            r.device = Some(format!("rxe{}:1 gid 1 (eth{})", r.rank, r.rank));
+            r.transport = "rdma".into();
+        }
+        let s = scan(
+            4,
+            3,
+            1,
+            0.0,
+            &mut Rng(1),
+            |f, _| if f == 2 { 0.004 } else { 0.04 },
+        );
+        let v = judge(&rk, &s, &Policy::default(), None);
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowEgress, Some(2), None)]);
+        let next = v[0].next.as_deref().unwrap();
+        for cmd in [
+            "`fabprobe qos --ifname eth2`",
+            "`ethtool eth2`",
+            "`tc qdisc show dev eth2`",
+        ] {
+            assert!(next.contains(cmd), "{next}");
+        }
+        assert!(!next.contains("rxe2"), "{next}");
+        assert!(
+            v[0].message
+                .contains("run at 4.0 MB/s, 10% of the median 40 MB/s"),
+            "{}",
+            v[0].message
         );
     }
 
@@ -1081,5 +1137,11 @@ mod tests {
         assert_eq!(fmt_gbs(1.1), "1.1 GB/s");
         assert_eq!(fmt_gbs(0.456), "0.46 GB/s");
         assert_eq!(fmt_gbs(46.2), "46 GB/s");
+        assert_eq!(fmt_gbs(0.1), "0.10 GB/s");
+        assert_eq!(fmt_gbs(0.052), "52 MB/s");
+        assert_eq!(fmt_gbs(0.0042), "4.2 MB/s");
+        assert_eq!(fmt_gbs(0.00031), "0.31 MB/s");
+        assert_eq!(fmt_rate_cell(3.6), "3.600 GB/s");
+        assert_eq!(fmt_rate_cell(0.0042), "4.200 MB/s");
     }
 }

@@ -83,6 +83,13 @@ pub struct WatchState {
     pub since_ms: u64,
 }
 
+/// How long a rank may stay in local work (allocation, registration, the result check,
+/// between sizes) without progress before it is named: far longer than a data wait, since
+/// that work grows with the buffer size and not with the fabric. Ten timeouts, at least 60 s.
+pub fn local_work_allowance_ms(timeout_ms: u64) -> u64 {
+    timeout_ms.saturating_mul(10).max(60_000)
+}
+
 fn is_data_phase(p: Phase) -> bool {
     matches!(
         p,
@@ -267,35 +274,7 @@ impl<'a> Judge<'a> {
                     next,
                 )
             }
-            Control::Open | Control::Unacked { .. } => {
-                let rep = self.report(r)?;
-                let still = self.unchanged_for(w)?;
-                if rep.waiting_on.is_some()
-                    || !is_data_phase(rep.phase)
-                    || still < self.s.timeout_ms + self.s.grace_ms
-                {
-                    return None;
-                }
-                ev.insert("no_progress_ms".into(), json!(still));
-                ev.insert("progress".into(), json!(rep.progress));
-                let next = match pid {
-                    Some(p) => format!(
-                        "on {host}: `cat /proc/{p}/stack`, `top -H -p {p}` (a spinning or blocked thread)"
-                    ),
-                    None => {
-                        format!("on {host}: `top -H` for the fabprobe process (a spinning or blocked thread)")
-                    }
-                };
-                (
-                    VerdictKind::RankStalled,
-                    Fault::Stalled,
-                    format!(
-                        "alive (heartbeats arrive) but no progress for {} and not waiting on any peer",
-                        secs(still)
-                    ),
-                    next,
-                )
-            }
+            Control::Open | Control::Unacked { .. } => self.no_progress(r, w, &mut ev, pid, &host)?,
         };
         let waiters: Vec<String> = self
             .waiters
@@ -329,6 +308,58 @@ impl<'a> Judge<'a> {
                 next: Some(next),
             },
         ))
+    }
+
+    /// Alive (heartbeats arrive) but the progress counter stands still: in a data phase past
+    /// the timeout and its grace, or in local work past its own allowance, with its own words.
+    fn no_progress(
+        &self,
+        r: Rank,
+        w: &RankWatch,
+        ev: &mut BTreeMap<String, Value>,
+        pid: Option<u32>,
+        host: &str,
+    ) -> Option<(VerdictKind, Fault, String, String)> {
+        let rep = self.report(r)?;
+        let still = self.unchanged_for(w)?;
+        if rep.waiting_on.is_some() {
+            return None;
+        }
+        let local = rep.phase.is_local_work();
+        let allowed = if local {
+            local_work_allowance_ms(self.s.timeout_ms)
+        } else if is_data_phase(rep.phase) {
+            self.s.timeout_ms + self.s.grace_ms
+        } else {
+            return None;
+        };
+        if still < allowed {
+            return None;
+        }
+        ev.insert("no_progress_ms".into(), json!(still));
+        ev.insert("progress".into(), json!(rep.progress));
+        ev.insert("phase".into(), json!(rep.phase.name()));
+        let next = match pid {
+            Some(p) => {
+                format!("on {host}: `cat /proc/{p}/stack`, `top -H -p {p}` (a spinning or blocked thread)")
+            }
+            None => format!("on {host}: `top -H` for the fabprobe process (a spinning or blocked thread)"),
+        };
+        let what = if local {
+            format!(
+                "alive (heartbeats arrive) but its local work ({}: buffers, result check or the step between \
+                 sizes, no data wait) has not finished in {} (allowed {}; memory pressure or swapping?)",
+                rep.phase.name(),
+                secs(still),
+                secs(allowed)
+            )
+        } else {
+            format!(
+                "alive (heartbeats arrive) but no progress for {} and not waiting on any peer",
+                secs(still)
+            )
+        };
+        Some((VerdictKind::RankStalled, Fault::Stalled, what, next))
     }
 
     /// Receiver `r` waits for data from `p`: does `p` show it sent it?
@@ -415,9 +446,10 @@ impl<'a> Judge<'a> {
             dev(p),
             dev(r.rank),
             ping.map(|a| {
+                // A command to paste: the net device, never an RDMA label.
                 let via = self
                     .info(p)
-                    .and_then(|i| i.device.clone())
+                    .and_then(|i| i.netdev())
                     .map(|d| format!("-I {d} "))
                     .unwrap_or_default();
                 format!(", `ping {via}{a}` from {fh}")
@@ -935,6 +967,72 @@ mod tests {
         );
         // Waiting for results is not a stall.
         assert_eq!(judge(&mk(T + 2_000, Phase::Results), NOW), vec![]);
+    }
+
+    #[test]
+    fn local_work_is_not_a_data_stall_and_has_its_own_allowance() {
+        let allow = local_work_allowance_ms(T);
+        assert_eq!(allow, 300_000);
+        let now = 1_000_000;
+        let mk = |still: u64, phase: Phase| {
+            let mut s = ring6(|r| (OPEN, now - 100, st(r, phase, 0, None, 0, 0)));
+            // Heartbeats every second for the last `still` ms, the counter unchanged.
+            s.watch[3].progress = (0..=still / 1000).map(|i| (now - still + i * 1000, 7)).collect();
+            s
+        };
+        for phase in [Phase::Prepare, Phase::Check, Phase::Between] {
+            // Past the data rule's timeout and grace: still not a stall.
+            assert_eq!(judge(&mk(T + 5_000, phase), now), vec![], "{phase:?}");
+            assert_eq!(judge(&mk(allow - 1_000, phase), now), vec![], "{phase:?}");
+            let v = judge(&mk(allow + 1_000, phase), now);
+            assert_eq!(
+                kinds(&v),
+                vec![(VerdictKind::RankStalled, Some(3), None)],
+                "{phase:?}"
+            );
+            assert!(
+                v[0].message
+                    .contains(&format!("its local work ({}", phase.name())),
+                "{}",
+                v[0].message
+            );
+            assert!(v[0].message.contains("allowed 300.0 s"), "{}", v[0].message);
+        }
+    }
+
+    #[test]
+    fn a_sender_between_blocks_has_not_sent_the_next_block() {
+        // Rank 5 waits at step 1 of reduce-scatter of block 4 on rank 4, which finished block
+        // 3 and is checking its result (round 4, nothing of block 4 sent): not "sent it and
+        // moved on", so no conclusive verdict before the grace.
+        let s = ring6(|r| {
+            let mut s = match r {
+                5 => st(5, ReduceScatter, 1, Some((4, RECV)), 0, 1 << 20),
+                4 => st(4, Phase::Check, 0, None, 0, 0),
+                r => st(r, ReduceScatter, 1, None, 0, 0),
+            };
+            s.round = 4;
+            (OPEN, NOW - 200, s)
+        });
+        assert_eq!(judge(&s, NOW), vec![]);
+        // One block earlier the same report shows it did send: conclusive.
+        let mut s = s;
+        s.watch[5].last.as_mut().unwrap().1.round = 3;
+        let v = judge(&s, NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(4), Some(5))]);
+        assert_eq!(v[0].evidence["sender_state"], json!("ahead"));
+    }
+
+    #[test]
+    fn a_hang_over_rdma_pings_through_the_netdev() {
+        let mut s = cut(st(4, ReduceScatter, 3, Some((5, SEND)), 1 << 20, 3 << 20));
+        for r in &mut s.ranks {
+            r.device = Some(format!("rxe0:1 gid 1 (eth{})", r.rank));
+        }
+        let v = judge(&s, NOW);
+        let next = v[0].next.as_deref().unwrap();
+        assert!(next.contains("`ping -I eth4 "), "{next}");
+        assert!(!next.contains("-I rxe0"), "{next}");
     }
 
     #[test]

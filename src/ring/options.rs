@@ -1,0 +1,54 @@
+//! The run's options, the same on every rank (each hello carries their canonical form).
+//! Their own module, so the report (which lists them) and the run (which uses them) do not
+//! import each other.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ring::diagnosis::driver::ScanOptions;
+
+/// The run's options, the same on every rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct Options {
+    pub sizes: Vec<u64>,
+    pub iters: u32,
+    pub warmup: u32,
+    /// Verify results (`-c`); 0 shows `N/A` in `#wrong`.
+    pub check: u32,
+    pub channels: u32,
+    #[serde(rename = "timeout_s")]
+    pub timeout_secs: u64,
+    /// Receive slots per link and their size (the pipeline depth and the chunk size).
+    pub slots: usize,
+    pub slot_bytes: usize,
+    /// The link scan before the sweep (`--scan`, default on; off with `--no-scan`).
+    pub scan: Option<ScanOptions>,
+    /// The AllReduce sweep (off with `--scan` alone).
+    pub sweep: bool,
+}
+
+impl Options {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+    /// The canonical string every rank's hello carries.
+    pub fn canonical(&self) -> String {
+        let scan = match &self.scan {
+            Some(s) => format!("scan=({} s, {} B x {})", s.budget_s, s.bytes, s.reps),
+            None => "scan=off".into(),
+        };
+        format!(
+            "sizes={:?} iters={} warmup={} check={} channels={} slots={} slot_bytes={} {scan} sweep={} timeout={}",
+            self.sizes,
+            self.iters,
+            self.warmup,
+            self.check,
+            self.channels,
+            self.slots,
+            self.slot_bytes,
+            self.sweep,
+            self.timeout_secs
+        )
+    }
+}
