@@ -101,7 +101,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -115,6 +115,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -123,7 +135,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__check)
-            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --help --version"
+            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -153,6 +165,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -161,7 +185,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gdr)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -173,6 +197,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -183,7 +219,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gen__subcmd__docs)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -197,6 +233,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -205,7 +253,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gids)
-            opts="-v -h -V --show-gids --device --root --format --verbose --help --version"
+            opts="-v -h -V --show-gids --device --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -221,6 +269,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -427,7 +487,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__links)
-            opts="-v -h -V --interval --baseline --root --format --verbose --help --version"
+            opts="-v -h -V --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -449,6 +509,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -457,7 +529,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__nccl__subcmd__env)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -469,6 +541,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -479,7 +563,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__nccl__subcmd__log)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -493,6 +577,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -501,7 +597,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__qos)
-            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --help --version"
+            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -531,6 +627,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -539,7 +647,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -657,6 +765,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -665,7 +785,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__snapshot)
-            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --help --version"
+            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -691,6 +811,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -699,7 +831,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__sweep)
-            opts="-v -h -V --expect --drain --root --format --verbose --help --version"
+            opts="-v -h -V --expect --drain --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -717,6 +849,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -725,7 +869,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__topo)
-            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --help --version"
+            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -741,6 +885,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

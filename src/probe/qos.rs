@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, Reply};
+use crate::nccl::settings::Sourced;
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::dcb::{self, DcbIeee};
 use crate::sysfs::infiniband as ib;
@@ -186,8 +187,9 @@ fn reply_error<T>(r: &Reply<T>) -> Option<String> {
     }
 }
 
-/// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed.
-pub fn probe(host: &Host) -> QosReport {
+/// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed. `tc`: the
+/// job's `NCCL_IB_TC` from the settings model (`None`: no source sets it).
+pub fn probe(host: &Host, tc: Option<&Sourced<u32>>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut notes = Vec::new();
     let mut interfaces = Vec::new();
@@ -207,7 +209,7 @@ pub fn probe(host: &Host) -> QosReport {
                     .filter(|s| !s.is_empty())
             });
             match netdev {
-                Some(n) => interfaces.push(probe_if(host, &n, Some((dev.as_str(), p)))),
+                Some(n) => interfaces.push(probe_if(host, &n, Some((dev.as_str(), p)), tc)),
                 None => notes.push(format!("{dev} port {p}: RoCE port without a netdev found")),
             }
         }
@@ -224,7 +226,7 @@ pub fn probe(host: &Host) -> QosReport {
 }
 
 /// Named netdevs (`--ifname`), with or without RDMA.
-pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
+pub fn probe_ifnames(host: &Host, ifnames: &[String], tc: Option<&Sourced<u32>>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut owner = std::collections::HashMap::new();
     for dev in &names {
@@ -248,7 +250,7 @@ pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
         })
         .map(|n| {
             let o = owner.get(n);
-            probe_if(host, n, o.map(|(d, p)| (d.as_str(), *p)))
+            probe_if(host, n, o.map(|(d, p)| (d.as_str(), *p)), tc)
         })
         .collect();
     QosReport {
@@ -298,7 +300,7 @@ fn dcb_view(host: &Host, ifname: &str) -> (DcbView, Option<DcbIeee>) {
     (v, parsed)
 }
 
-fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
+fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&Sourced<u32>>) -> QosIf {
     let (dcb, parsed) = dcb_view(host, ifname);
     let stats = host.ethtool_stats(ifname);
     let list: &[(String, u64)] = match &stats {
@@ -343,7 +345,7 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>) -> QosIf {
     let ecn_unknown_reason = ecn.is_none().then(|| {
         format!("unknown (inbox driver): /sys/class/net/{ifname}/ecn is absent (MLNX_OFED's ECN sysfs)")
     });
-    let roce = roce_class(host, rdma, parsed.as_ref());
+    let roce = roce_class(host, rdma, parsed.as_ref(), tc);
     // The counter set encodes PFC only for a driver that prints per-priority counters at all.
     let mlx5_like = list
         .iter()
@@ -439,7 +441,12 @@ pub fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
     }
 }
 
-fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> RoceClass {
+fn roce_class(
+    host: &Host,
+    rdma: Option<(&str, u32)>,
+    dcb: Option<&DcbIeee>,
+    tc: Option<&Sourced<u32>>,
+) -> RoceClass {
     let from_file = rdma.and_then(|(dev, port)| {
         let path = format!("{}/tc/{port}/traffic_class", ib::dev_dir(dev));
         host.attr(&path)
@@ -447,11 +454,7 @@ fn roce_class(host: &Host, rdma: Option<(&str, u32)>, dcb: Option<&DcbIeee>) -> 
             .and_then(netqos::parse_traffic_class)
             .map(|v| (v, path.clone()))
     });
-    let from_env = host
-        .env_var("NCCL_IB_TC")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|v| *v < 256)
-        .map(|v| (v, "NCCL_IB_TC".to_string()));
+    let from_env = tc.map(|t| (t.value, t.from.clone()));
     // NCCL sets the QP's traffic class from NCCL_IB_TC; the tc file is the device default
     // for connections that do not set one (rdma_cm), so NCCL's variable wins when set.
     let (tc, src) = from_env
