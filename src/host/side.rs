@@ -38,8 +38,8 @@ pub struct HostMeta {
     /// The fabprobe version that captured the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_version: Option<String>,
-    /// Where the captured environment came from (`--env-from PID 1234`, `--env-file F`);
-    /// absent: the capturing shell's.
+    /// Where the captured environment came from (`shell`, `--env-from PID 1234`,
+    /// `--env-file F`); absent in snapshots written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_source: Option<String>,
     /// What capture could not read, one line each.
@@ -56,7 +56,8 @@ impl HostMeta {
                 .map(|s| s.trim().to_string()),
             captured_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
             tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-            env_source: None,
+            // A capture says whose environment it holds; the replay then reads the same.
+            env_source: Some("shell".into()),
             skipped: Vec::new(),
         }
     }
