@@ -11,6 +11,7 @@ use fabprobe::check::policy;
 use fabprobe::check::run::{self, Sampling};
 use fabprobe::check::sweep::Sweeper;
 use fabprobe::host::Host;
+use fabprobe::nccl::settings::NcclSettings;
 use fabprobe::render::{Envelope, HostInfo};
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64) {
@@ -52,7 +53,12 @@ fn bench(name: &str, n: usize, mut f: impl FnMut()) {
 
 fn report(dir: &Path, pol: &policy::Policy) -> serde_json::Value {
     let host = Host::snapshot(dir).unwrap();
-    let (r, f) = run::run(&host, pol, &Sampling::default());
+    let (r, f) = run::run(
+        &host,
+        &NcclSettings::build(&host, None),
+        pol,
+        &Sampling::default(),
+    );
     serde_json::from_str(&Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line()).unwrap()
 }
 
@@ -133,12 +139,22 @@ fn main() {
         let dir = root.join(fx);
         bench(&format!("check --policy dgx-h100, json   {fx}"), 100, || {
             let host = Host::snapshot(&dir).unwrap();
-            let (r, f) = run::run(&host, &dgx, &Sampling::default());
+            let (r, f) = run::run(
+                &host,
+                &NcclSettings::build(&host, None),
+                &dgx,
+                &Sampling::default(),
+            );
             std::hint::black_box(Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line());
         });
         bench(&format!("check --policy dgx-h100, table  {fx}"), 100, || {
             let host = Host::snapshot(&dir).unwrap();
-            let (r, f) = run::run(&host, &dgx, &Sampling::default());
+            let (r, f) = run::run(
+                &host,
+                &NcclSettings::build(&host, None),
+                &dgx,
+                &Sampling::default(),
+            );
             std::hint::black_box(fabprobe::render::check::check_table(&r, None, &f));
         });
     }

@@ -5,6 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The version of the JSON envelope that carries reports and their findings; bumped when
+/// a field is removed or changes meaning, additions keep it. Here, below `check` and
+/// `render`, because both read it (`sweep` refuses other versions).
+pub const SCHEMA_VERSION: u32 = 1;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {

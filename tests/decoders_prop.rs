@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use fabprobe::host::Host;
 use fabprobe::host::tarball::{self, Limits};
+use fabprobe::nccl::settings::NcclSettings;
 use fabprobe::nccl::topo_xml;
 use fabprobe::probe::{gids, links, topo};
 use proptest::prelude::*;
@@ -288,7 +289,7 @@ proptest! {
         match Host::snapshot(&file) {
             Ok(h) => {
                 let _ = topo::probe(&h);
-                let _ = gids::probe(&h, &gids::env_of(&h));
+                let _ = gids::probe(&h, &NcclSettings::build(&h, None).gid_env());
                 let _ = links::probe(&h);
             }
             Err(e) => {
@@ -579,7 +580,7 @@ fn probes_survive_junk_in_any_sysfs_file() {
                 let r = topo::probe(&h);
                 let _ = topo::judge(&r);
                 let _ = topo_xml::write(&topo::to_nccl_system(&r));
-                let _ = gids::probe(&h, &gids::env_of(&h));
+                let _ = gids::probe(&h, &NcclSettings::build(&h, None).gid_env());
                 let _ = links::probe(&h);
                 drop(saved);
                 Ok(())

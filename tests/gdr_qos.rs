@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use fabprobe::host::Host;
+use fabprobe::nccl::settings::NcclSettings;
 use fabprobe::probe::{gdr, qos};
 
 fn run(args: &[&str]) -> (String, String, i32) {
@@ -296,8 +297,16 @@ fn recapture_keeps_gdr_and_qos_reports() {
         fabprobe::snapshot::capture(&host, Path::new(&src), &out).unwrap();
         let orig = Host::snapshot(&src).unwrap();
         let again = Host::snapshot(&out).unwrap();
-        assert_eq!(gdr::probe(&again), gdr::probe(&orig), "{f}");
-        assert_eq!(qos::probe(&again), qos::probe(&orig), "{f}");
+        let (na, no) = (
+            NcclSettings::build(&again, None),
+            NcclSettings::build(&orig, None),
+        );
+        assert_eq!(gdr::probe(&again, &na), gdr::probe(&orig, &no), "{f}");
+        assert_eq!(
+            qos::probe(&again, na.ib_tc().as_ref()),
+            qos::probe(&orig, no.ib_tc().as_ref()),
+            "{f}"
+        );
     }
 }
 

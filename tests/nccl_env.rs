@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use fabprobe::host::Host;
+use fabprobe::nccl::settings::NcclSettings;
 use fabprobe::probe::nccl_env;
 
 const FIXTURES: &[&str] = &[
@@ -23,7 +24,7 @@ const FIXTURES: &[&str] = &[
 
 fn whole(root: &Path) -> serde_json::Value {
     let host = Host::snapshot(root).unwrap();
-    let r = nccl_env::probe(&host);
+    let r = nccl_env::probe(&host, &NcclSettings::build(&host, None));
     let f = nccl_env::findings(&host, &r);
     serde_json::json!({"data": r, "findings": f})
 }
@@ -329,8 +330,9 @@ fn gdr_verdicts_agree_with_fabprobe_gdr() {
     let mut compared = 0;
     for f in FIXTURES {
         let host = Host::snapshot(Path::new("fixtures").join(f)).unwrap();
-        let env = nccl_env::probe(&host);
-        let g = gdr::probe(&host);
+        let nccl = NcclSettings::build(&host, None);
+        let env = nccl_env::probe(&host, &nccl);
+        let g = gdr::probe(&host, &nccl);
         let nic_name = |label: &str| {
             g.nics
                 .iter()
@@ -355,4 +357,248 @@ fn gdr_verdicts_agree_with_fabprobe_gdr() {
     }
     // h100-penny, h100-sxm-8gpu and h100-gdr-broken have GPUs with used HCAs.
     assert!(compared >= 100, "{compared}");
+}
+
+/// A copy of `fixture` whose job environment is `env` and with extra files (one fact
+/// changed per case, built here rather than in a fixture tree).
+fn with_env_and_files(fixture: &str, env: serde_json::Value, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(format!("fixtures/{fixture}/."))
+        .arg(t.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(t.path().join("fabprobe/env.json"), env.to_string()).unwrap();
+    for (p, text) in files {
+        let at = t.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    t
+}
+
+fn cli_json(root: &Path, args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--format", "json", "--root"])
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), v)
+}
+
+/// Slurm runs the HealthCheckProgram with an almost empty environment: a host whose
+/// /etc/nccl.conf puts RoCE on its lossless priority (and sets the GDR level and GID index)
+/// must be judged exactly as with the same values in the job's environment. Before the
+/// settings model, qos took NCCL_IB_TC from fabprobe's own environment only, and failed it.
+#[test]
+fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
+    let conf = "NCCL_IB_TC=106\nNCCL_NET_GDR_LEVEL=PHB\nNCCL_IB_GID_INDEX=3\n";
+    let from_file = with_env_and_files(
+        "roce-pause-storm",
+        serde_json::json!({}),
+        &[("/etc/nccl.conf", conf)],
+    );
+    let from_env = with_env_and_files(
+        "roce-pause-storm",
+        serde_json::json!({"NCCL_IB_TC": "106", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_GID_INDEX": "3"}),
+        &[],
+    );
+    let neither = with_env_and_files("roce-pause-storm", serde_json::json!({}), &[]);
+    for policy in ["default", "roce-dcqcn"] {
+        let (code_f, f) = cli_json(from_file.path(), &["check", "--policy", policy]);
+        let (code_e, e) = cli_json(from_env.path(), &["check", "--policy", policy]);
+        let (code_n, n) = cli_json(neither.path(), &["check", "--policy", policy]);
+        assert_eq!(ids(&f), ids(&e), "{policy}");
+        assert_eq!(
+            (code_f, &f["data"]["verdict"]),
+            (code_e, &e["data"]["verdict"]),
+            "{policy}"
+        );
+        // The setting matters on this host: without it RoCE's priority is not lossless.
+        assert_ne!(ids(&f), ids(&n), "{policy}: the test would not see a difference");
+        assert_eq!(code_n, 1, "{policy}");
+        assert_eq!(code_f, 0, "{policy}");
+    }
+    let (_, gf) = cli_json(from_file.path(), &["gdr"]);
+    let (_, ge) = cli_json(from_env.path(), &["gdr"]);
+    assert_eq!(gf["data"]["nccl_net_gdr_level"]["level"], "PHB");
+    assert_eq!(
+        gf["data"]["nccl_net_gdr_level"]["level"],
+        ge["data"]["nccl_net_gdr_level"]["level"]
+    );
+    assert_eq!(
+        gf["data"]["nccl_net_gdr_level"]["source"],
+        "NCCL_NET_GDR_LEVEL (/etc/nccl.conf:2)"
+    );
+    let (_, xf) = cli_json(from_file.path(), &["gids"]);
+    let (_, xe) = cli_json(from_env.path(), &["gids"]);
+    let picks = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["data"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["nccl"]["index"].clone())
+            .collect()
+    };
+    assert_eq!(picks(&xf), picks(&xe));
+    assert!(picks(&xf).iter().all(|i| i == 3), "{:?}", picks(&xf));
+    let (_, qf) = cli_json(from_file.path(), &["qos"]);
+    let src = qf["data"]["interfaces"][0]["roce"]["traffic_class_source"]
+        .as_str()
+        .unwrap_or("");
+    assert!(src.contains("/etc/nccl.conf:1"), "{src}");
+}
+
+/// `NCCL_IB_HCA = mlx5_0` and a trailing `# note` are read by NCCL literally: the report
+/// says what NCCL really does and lints each line.
+#[test]
+fn conf_lines_are_read_as_nccl_reads_them() {
+    let conf = "NCCL_IB_HCA = mlx5_0\nNCCL_SOCKET_IFNAME=eth0 # data network\n#NCCL_DEBUG=INFO\n";
+    let t = with_env_and_files(
+        "roce-bond-host",
+        serde_json::json!({}),
+        &[("/etc/nccl.conf", conf)],
+    );
+    let (_, v) = cli_json(t.path(), &["nccl-env"]);
+    let names: Vec<&str> = v["data"]["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"NCCL_IB_HCA "), "{names:?}");
+    assert!(!names.contains(&"NCCL_IB_HCA"), "{names:?}");
+    assert!(!names.contains(&"NCCL_DEBUG"), "{names:?}");
+    assert_eq!(v["data"]["ib"]["hca"], serde_json::Value::Null);
+    let ifname = v["data"]["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "NCCL_SOCKET_IFNAME")
+        .unwrap();
+    assert_eq!(ifname["value"], "eth0 # data network");
+    let lints: Vec<(String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "nccl_env.conf_line_misread")
+        .map(|f| {
+            (
+                f["subject"].as_str().unwrap().to_string(),
+                f["evidence"]["meant"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lints,
+        vec![
+            ("/etc/nccl.conf:1".to_string(), "NCCL_IB_HCA=mlx5_0".to_string()),
+            (
+                "/etc/nccl.conf:2".to_string(),
+                "NCCL_SOCKET_IFNAME=eth0".to_string()
+            ),
+        ]
+    );
+}
+
+/// `--env-file` is the job's environment; `--nccl-version` picks the rules and every
+/// report says which; a library on the path is found through the host.
+#[test]
+fn env_file_and_nccl_version() {
+    let t = with_env_and_files(
+        "roce-pause-storm",
+        serde_json::json!({"LD_LIBRARY_PATH": "/opt/nccl/lib"}),
+        &[("/opt/nccl/lib/libnccl.so.2.20.5", "")],
+    );
+    let job = tempfile::NamedTempFile::new().unwrap();
+    // The job's environment replaces the snapshot's: its library path comes with it.
+    std::fs::write(
+        job.path(),
+        "export NCCL_IB_TC=106\nLD_LIBRARY_PATH=/opt/nccl/lib\n",
+    )
+    .unwrap();
+    let jf = job.path().to_str().unwrap();
+    let (code, v) = cli_json(t.path(), &["--env-file", jf, "nccl-env"]);
+    // NCCL 2.20 uses GID index 0, the link-local entry, on RoCE: a real fault there.
+    assert_eq!(code, 1);
+    assert!(
+        ids(&v)
+            .iter()
+            .any(|(id, sev, _)| id.starts_with("gids.nccl_gid") && sev == "fail"),
+        "{:?}",
+        ids(&v)
+    );
+    assert_eq!(v["data"]["env_source"], format!("--env-file {jf}"));
+    assert_eq!(v["data"]["nccl_version"]["version"], "2.20.5");
+    assert_eq!(
+        v["data"]["nccl_version"]["source"],
+        "/opt/nccl/lib/libnccl.so.2.20.5"
+    );
+    // NCCL 2.20 has no automatic GID choice: index 0 on every RoCE port.
+    let (_, g) = cli_json(t.path(), &["gids"]);
+    for p in g["data"]["ports"].as_array().unwrap() {
+        if p["link_layer"] == "Ethernet" {
+            assert_eq!(p["nccl"]["index"], 0, "{}", p["nccl"]["reason"]);
+        }
+    }
+    let (_, g) = cli_json(t.path(), &["--nccl-version", "2.21", "gids"]);
+    assert_eq!(g["data"]["nccl_env"]["nccl_version"], "2.21");
+    let (_, q) = cli_json(t.path(), &["--env-file", jf, "qos"]);
+    let src = q["data"]["interfaces"][0]["roce"]["traffic_class_source"]
+        .as_str()
+        .unwrap_or("");
+    assert!(src.contains("NCCL_IB_TC=106 (environment)"), "{src}");
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--nccl-version", "two", "gids"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--root", "fixtures/roce-pause-storm", "--env-from", "1", "gids"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--env-from"));
+}
+
+/// 2.22 and older read only /sys/kernel/mm/memory_peers/nv_mem*: a host with only
+/// nvidia_peermem loaded (no nv_mem) has no peer memory there; 2.23+ finds it; with the
+/// version unknown the verdict says unknown, never on or off.
+#[test]
+fn peer_memory_follows_the_nccl_version() {
+    let t = with_env_and_files("h100-sxm-8gpu", serde_json::json!({}), &[]);
+    std::fs::remove_dir_all(t.path().join("sys/kernel/mm/memory_peers/nv_mem")).unwrap();
+    std::fs::remove_dir_all(t.path().join("sys/kernel/mm/memory_peers/nv_mem_nc")).unwrap();
+    assert!(t.path().join("sys/module/nvidia_peermem/version").exists());
+    let verdicts = |args: &[&str]| -> (bool, Vec<String>) {
+        let (_, v) = cli_json(t.path(), args);
+        let pm = &v["data"]["peer_memory"];
+        let vs = v["data"]["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["nccl_nearest"] == true)
+            .map(|p| p["verdict"].as_str().unwrap_or("null").to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        (pm["nccl_gdr_support"].as_bool().unwrap(), vs)
+    };
+    let (s23, v23) = verdicts(&["--nccl-version", "2.23.4", "gdr"]);
+    assert!(s23);
+    assert_eq!(v23, vec!["on"]);
+    let (s22, v22) = verdicts(&["--nccl-version", "2.22.3", "gdr"]);
+    assert!(!s22);
+    assert!(!v22.contains(&"on".to_string()), "{v22:?}");
+    let (su, vu) = verdicts(&["gdr"]);
+    assert!(!su);
+    assert!(
+        vu.iter().all(|v| v == "unknown" || v == "dmabuf_possible"),
+        "{vu:?}"
+    );
 }

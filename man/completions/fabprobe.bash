@@ -19,9 +19,6 @@ _fabprobe() {
             fabprobe,check)
                 cmd="fabprobe__subcmd__check"
                 ;;
-            fabprobe,completions)
-                cmd="fabprobe__subcmd__completions"
-                ;;
             fabprobe,gdr)
                 cmd="fabprobe__subcmd__gdr"
                 ;;
@@ -60,9 +57,6 @@ _fabprobe() {
                 ;;
             fabprobe__subcmd__help,check)
                 cmd="fabprobe__subcmd__help__subcmd__check"
-                ;;
-            fabprobe__subcmd__help,completions)
-                cmd="fabprobe__subcmd__help__subcmd__completions"
                 ;;
             fabprobe__subcmd__help,gdr)
                 cmd="fabprobe__subcmd__help__subcmd__gdr"
@@ -107,7 +101,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -121,6 +115,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -129,7 +135,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__check)
-            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --help --version"
+            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -159,26 +165,16 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        fabprobe__subcmd__completions)
-            opts="-v -h -V --root --format --verbose --help --version bash zsh fish"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --root)
+                --env-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --format)
-                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -189,7 +185,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gdr)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -201,6 +197,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -211,7 +219,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gen__subcmd__docs)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -225,6 +233,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -233,7 +253,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gids)
-            opts="-v -h -V --show-gids --device --root --format --verbose --help --version"
+            opts="-v -h -V --show-gids --device --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -251,6 +271,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -259,7 +291,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
+            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -273,20 +305,6 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__check)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        fabprobe__subcmd__help__subcmd__completions)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -469,7 +487,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__links)
-            opts="-v -h -V --interval --baseline --root --format --verbose --help --version"
+            opts="-v -h -V --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -491,6 +509,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -499,7 +529,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__nccl__subcmd__env)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -511,6 +541,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -521,7 +563,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__nccl__subcmd__log)
-            opts="-v -h -V --root --format --verbose --help --version"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -535,6 +577,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -543,7 +597,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__qos)
-            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --help --version"
+            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -573,6 +627,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -581,7 +647,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -699,6 +765,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -707,7 +785,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__snapshot)
-            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --help --version"
+            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -733,6 +811,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -741,7 +831,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__sweep)
-            opts="-v -h -V --expect --drain --root --format --verbose --help --version"
+            opts="-v -h -V --expect --drain --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -759,6 +849,18 @@ _fabprobe() {
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
                     return 0
                     ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -767,7 +869,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__topo)
-            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --help --version"
+            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -783,6 +885,18 @@ _fabprobe() {
                     ;;
                 --format)
                     COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_fabprobe_global_optspecs
-    string join \n root= format= v/verbose h/help V/version
+    string join \n root= format= v/verbose env-from= env-file= nccl-version= h/help V/version
 end
 
 function __fish_fabprobe_needs_command
@@ -29,6 +29,9 @@ complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output for
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -s V -l version -d 'Print version'
@@ -55,6 +58,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'O
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s V -l version -d 'Print version'
@@ -63,6 +69,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Out
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -d 'Print version'
@@ -72,6 +81,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Ou
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l show-gids -d 'Print exactly what the show_gids script prints (tabs, its lexical order, footer n_gids_found=N), for scripts that parse it'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -83,6 +95,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'O
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version -d 'Print version'
@@ -95,6 +110,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Out
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp -d 'Listen for the switch\'s LLDP (chassis, port, system name, 802.1Qaz ETS/PFC/APP) on every reported netdev and compare it with the host (live: needs root; a snapshot replays its recorded frames)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -104,6 +122,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s V -l version -d 'Print version'
@@ -112,6 +133,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -s V -l version -d 'Print version'
@@ -142,6 +166,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Ou
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan -d 'Run the link scan only (no AllReduce sweep): measure every directed link on its own and name slow links and nodes'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l no-scan -d 'Skip the link scan that runs before the sweep (with --local it runs only with --scan)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
@@ -154,6 +181,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
@@ -163,6 +193,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'O
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain -d 'Print Slurm `scontrol update NodeName=... State=DRAIN Reason=...` lines for the bad nodes instead of the table (fabprobe never runs them)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -173,6 +206,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Ou
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl -d 'Print NCCL\'s path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches flattened, ports of one adapter merged) instead of nvidia-smi\'s. Table only: the JSON report always carries both matrices'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -190,6 +226,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -s V -l version -d 'Print version'

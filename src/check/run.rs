@@ -13,6 +13,7 @@ use super::policy::{PATH_ORDER, Policy, PortRules};
 use super::{Finding, Severity};
 use crate::host::facts::RLimit;
 use crate::host::{FactsState, Host};
+use crate::nccl::settings::NcclSettings;
 use crate::probe::gdr::{GdrReport, Verdict as GdrVerdict};
 use crate::probe::gids::GidsReport;
 use crate::probe::links::{LinkDevice, LinkPort, LinksReport, SampleInfo};
@@ -33,6 +34,9 @@ pub struct Sampling {
 /// What the probes reported; `None` for a probe that did not run.
 #[derive(Default)]
 pub struct Collected {
+    /// NCCL's settings as the job sees them (the model the CLI built); probes take their
+    /// NCCL values from here.
+    pub nccl: NcclSettings,
     pub topo: Option<TopoReport>,
     pub gids: Option<GidsReport>,
     pub links: Option<LinksReport>,
@@ -93,7 +97,7 @@ fn run_topo(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
 }
 
 fn run_gids(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
-    let r = gids::probe(h, &gids::env_of(h));
+    let r = gids::probe(h, &c.nccl.gid_env());
     let f = gids::findings(&r);
     c.gids = Some(r);
     f
@@ -127,16 +131,17 @@ fn run_links(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
 }
 
 fn run_gdr(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
-    let r = gdr::probe(h);
+    let r = gdr::probe(h, &c.nccl);
     let f = gdr::findings(&r);
     c.gdr = Some(r);
     f
 }
 
 fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
-    let mut r = qos::probe(h);
+    let tc = c.nccl.ib_tc();
+    let mut r = qos::probe(h, tc.as_ref());
     if let Some((base, name)) = &s.baseline {
-        let before = qos::probe(base);
+        let before = qos::probe(base, tc.as_ref());
         let interval_s = links::seconds_between(
             base.meta().captured_at.as_deref(),
             h.meta().captured_at.as_deref(),
@@ -285,14 +290,22 @@ pub struct ProbeRun {
     pub findings: usize,
 }
 
-/// Run every probe, judge the policy, rank the findings.
-pub fn run(host: &Host, policy: &Policy, sampling: &Sampling) -> (CheckReport, Vec<Finding>) {
-    let mut c = Collected::default();
+/// Run every probe with NCCL's settings `nccl`, judge the policy, rank the findings.
+pub fn run(
+    host: &Host,
+    nccl: &NcclSettings,
+    policy: &Policy,
+    sampling: &Sampling,
+) -> (CheckReport, Vec<Finding>) {
+    let mut c = Collected {
+        nccl: nccl.clone(),
+        ..Collected::default()
+    };
     // One sleep for every counter (links and qos), not one per probe.
     if let (Some(d), None) = (sampling.interval, &sampling.baseline) {
         let l = links::probe(host);
         if l.rdma.devices_found {
-            let q = qos::probe(host);
+            let q = qos::probe(host, nccl.ib_tc().as_ref());
             let at = std::time::Instant::now();
             std::thread::sleep(d);
             c.first = Some(FirstSample { links: l, qos: q, at });

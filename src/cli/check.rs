@@ -133,7 +133,8 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         let base = Host::snapshot(b).with_context(|| format!("reading --baseline {}", b.display()))?;
         sampling.baseline = Some((base, b.display().to_string()));
     }
-    let (report, findings) = run::run(&host, &pol, &sampling);
+    let nccl = super::nccl_settings(g, &host);
+    let (report, findings) = run::run(&host, &nccl, &pol, &sampling);
     let info = HostInfo::of(&host);
     let text = match fmt {
         Format::Json => Envelope::new("check", info, &report, &findings).to_json_line(),

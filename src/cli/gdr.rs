@@ -62,7 +62,8 @@ NOT CHECKED
 pub fn run(g: &GlobalArgs, _a: GdrArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("gdr", &[Format::Table, Format::Json])?;
     let host = open_host(g)?;
-    let report = gdr::probe(&host);
+    let nccl = super::nccl_settings(g, &host);
+    let report = gdr::probe(&host, &nccl);
     let findings = gdr::findings(&report);
     let text = match fmt {
         Format::Json => Envelope::new("gdr", HostInfo::of(&host), &report, &findings).to_json(),

@@ -59,8 +59,8 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let host = open_host(g)?;
-    let env = gids::env_of(&host);
-    let mut report = gids::probe(&host, &env);
+    let nccl = super::nccl_settings(g, &host);
+    let mut report = gids::probe(&host, &nccl.gid_env());
     if let Some(dev) = &a.device {
         report.ports.retain(|p| &p.device == dev);
         if report.rdma.devices_found && report.ports.is_empty() {

@@ -73,6 +73,24 @@ pub struct GlobalArgs {
     /// Log progress to stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Judge NCCL's settings in the environment of a running process (a training rank):
+    /// /proc/PID/environ, readable as root or as the process's user. Default: this shell's.
+    #[arg(long, global = true, value_name = "PID", conflicts_with = "env_file")]
+    pub env_from: Option<u32>,
+    /// Judge NCCL's settings in a job's environment: a file of KEY=VALUE lines (a job
+    /// script's exports, `srun --export` lists), instead of this shell's.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// Apply this NCCL version's rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found
+    /// on the job's library path.
+    #[arg(long, global = true, value_name = "X.Y", value_parser = parse_nccl_version)]
+    pub nccl_version: Option<String>,
+}
+
+fn parse_nccl_version(s: &str) -> Result<String, String> {
+    crate::nccl::version::parse_version(s)
+        .map(|_| s.trim().to_string())
+        .ok_or_else(|| format!("{s:?} is not an NCCL version: give X.Y or X.Y.Z, e.g. 2.21.5"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -268,7 +286,56 @@ pub fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
             }
         ),
     );
+    with_job_env(g, host)
+}
+
+/// `--env-from PID` / `--env-file FILE`: the job's environment replaces the shell's (or a
+/// snapshot's) on the host, so the settings model and a capture both see it.
+fn with_job_env(g: &GlobalArgs, host: crate::host::Host) -> anyhow::Result<crate::host::Host> {
+    use crate::nccl::settings::{parse_env_file, parse_environ};
+    if let Some(pid) = g.env_from {
+        if !host.is_live() {
+            return Err(UsageError(
+                "--env-from reads a running process's /proc/PID/environ on this host; with --root use --env-file".into(),
+            )
+            .into());
+        }
+        let path = format!("/proc/{pid}/environ");
+        let bytes = crate::host::read_capped(std::path::Path::new(&path), crate::host::MAX_READ_BYTES)
+            .map_err(|e| Hinted {
+                msg: format!("--env-from {pid}: cannot read {path}: {e}"),
+                hint: "give the PID of a running training process; reading another user's environment needs root".into(),
+            })?;
+        g.log(1, format!("NCCL settings from the environment of process {pid}"));
+        return Ok(host.with_job_env(parse_environ(&bytes), format!("--env-from PID {pid}")));
+    }
+    if let Some(f) = &g.env_file {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("--env-file {}: cannot read it: {e}", f.display()))?;
+        let env = parse_env_file(&text).map_err(|e| Hinted {
+            msg: format!("--env-file {}: {e}", f.display()),
+            hint:
+                "the file holds KEY=VALUE lines (`export` and quotes allowed), e.g. from `env` inside the job"
+                    .into(),
+        })?;
+        return Ok(host.with_job_env(env, format!("--env-file {}", f.display())));
+    }
     Ok(host)
+}
+
+/// The one NCCL settings model for this run: the host's job environment, NCCL's
+/// configuration files, and the version whose rules apply.
+pub fn nccl_settings(g: &GlobalArgs, host: &crate::host::Host) -> crate::nccl::settings::NcclSettings {
+    let version = g
+        .nccl_version
+        .as_deref()
+        .and_then(crate::nccl::version::NcclVersion::given);
+    let s = crate::nccl::settings::NcclSettings::build(host, version);
+    g.log(
+        1,
+        format!("NCCL settings: {}; {}", s.env_source, s.version.describe()),
+    );
+    s
 }
 
 #[cfg(test)]

@@ -11,10 +11,14 @@ use crate::render::{Envelope, HostInfo};
 pub struct NcclEnvArgs {}
 
 const NCCL_ENV_HELP: &str = "\
-Applies NCCL's own rules to this host (or --root snapshot) and its NCCL_* environment, the
-configuration files included: NCCL_CONF_FILE (else ~/.nccl.conf, from $HOME), then
-/etc/nccl.conf; a value set earlier wins, so the environment beats both files. Each choice
-names the rule that made it:
+Applies NCCL's own rules to this host (or --root snapshot) and the job's NCCL_* environment
+(this shell's, or --env-from PID / --env-file FILE), the configuration files included:
+NCCL_CONF_FILE (else ~/.nccl.conf, from $HOME), then /etc/nccl.conf, read as NCCL's
+param.cc does (only lines starting with '#' are comments, split at the first '=', nothing
+trimmed); a value set earlier wins, so the environment beats both files. The NCCL version
+whose rules apply is --nccl-version, else the first libnccl.so.2.X.Y on the library path
+(the default GID index is 0 before 2.21; the peer-memory files NCCL checks changed in 2.22
+and 2.23). Each choice names the rule that made it:
   sockets   NCCL_SOCKET_IFNAME (^ exclude, = exact, prefixes; ignored when 1 character),
             else ib*, the NCCL_COMM_ID subnet, ^docker,lo,virbr, docker, lo, virbr.
             The first interface is the bootstrap and IB out-of-band one.
@@ -50,13 +54,20 @@ FINDINGS
   nccl_env.net_plugin_missing      NCCL_NET_PLUGIN names a library that is not found
   nccl_env.topo_file_missing       NCCL_TOPO_FILE names a missing file
   nccl_env.conf_file_unreadable    NCCL_CONF_FILE names a missing or unreadable file
+  nccl_env.conf_line_misread       a configuration line NCCL reads otherwise than it looks:
+                                   `NCCL_IB_HCA = mlx5_0` sets \"NCCL_IB_HCA \", `X=eth0 # c`
+                                   the value \"eth0 # c\", a DOS line end keeps \\r
   gids.nccl_gid_index_bad, gids.nccl_gid_unusable, gids.nccl_gid_error
                                    NCCL_IB_GID_INDEX (or the automatic choice) on a used
                                    port points at an empty, link-local or RoCE v1 entry
 Exit 1 when a finding is fail.
 
 JSON DATA (fabprobe.nccl-env)
-  {\"conf_files\": [{\"path\", \"role\", \"state\" (read|absent|error), \"values\"}],
+  {\"env_source\": \"shell\" | \"--env-from PID n\" | \"--env-file F\" | a snapshot's,
+   \"nccl_version\": {\"version\" (null: unknown), \"source\", \"also_found\"},
+   \"conf_files\": [{\"path\", \"role\", \"state\" (read|absent|error), \"values\"}],
+   \"conf_lints\": [{\"file\", \"line\", \"nccl_name\", \"nccl_value\", \"meant_name\",
+                   \"meant_value\", \"why\"}],
    \"settings\": [{\"name\", \"value\", \"origin\": {\"kind\": environment|file, \"path\"},
                  \"line\", \"shadowed\": [{\"value\", \"origin\", \"line\"}]}],
    \"sockets\": {\"ifname\", \"interfaces\": [{\"name\", \"addr\", \"rule\"}], \"unknown\"},
@@ -71,7 +82,8 @@ JSON DATA (fabprobe.nccl-env)
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("nccl-env", &[Format::Table, Format::Json])?;
     let host = open_host(g)?;
-    let report = nccl_env::probe(&host);
+    let nccl = super::nccl_settings(g, &host);
+    let report = nccl_env::probe(&host, &nccl);
     let findings = nccl_env::findings(&host, &report);
     let text = match fmt {
         Format::Json => Envelope::new("nccl-env", HostInfo::of(&host), &report, &findings).to_json(),

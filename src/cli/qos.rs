@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
 use crate::host::Host;
+use crate::nccl::settings::Sourced;
 use crate::probe::qos::{self, QosReport, Sample};
 use crate::render::{Envelope, HostInfo};
 
@@ -107,18 +108,19 @@ LLDP (--lldp)
   or the NIC's firmware LLDP agent consumes it). `fabprobe snapshot` does not listen; frames
   recorded in a snapshot's fabprobe/lldp.json are replayed.";
 
-fn sample(host: &Host, a: &QosArgs) -> QosReport {
+fn sample(host: &Host, a: &QosArgs, tc: Option<&Sourced<u32>>) -> QosReport {
     if a.ifname.is_empty() {
-        qos::probe(host)
+        qos::probe(host, tc)
     } else {
-        qos::probe_ifnames(host, &a.ifname)
+        qos::probe_ifnames(host, &a.ifname, tc)
     }
 }
 
 pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("qos", &[Format::Table, Format::Json, Format::Prom])?;
     let host = open_host(g)?;
-    let mut report = sample(&host, &a);
+    let tc = super::nccl_settings(g, &host).ib_tc();
+    let mut report = sample(&host, &a, tc.as_ref());
     if let Some(secs) = a.interval {
         if !host.is_live() {
             return Err(UsageError(
@@ -136,7 +138,7 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
             let t0 = Instant::now();
             g.log(1, format!("sampling again in {secs} s"));
             std::thread::sleep(Duration::from_secs_f64(secs));
-            let mut second = sample(&host, &a);
+            let mut second = sample(&host, &a, tc.as_ref());
             qos::apply_deltas(
                 &mut second,
                 &report,
@@ -150,7 +152,7 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
         }
     } else if let Some(b) = &a.baseline {
         let base = Host::snapshot(b)?;
-        let before = sample(&base, &a);
+        let before = sample(&base, &a, tc.as_ref());
         let interval_s = crate::probe::links::seconds_between(
             base.meta().captured_at.as_deref(),
             host.meta().captured_at.as_deref(),

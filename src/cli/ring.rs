@@ -321,7 +321,7 @@ fn data_fabric(
     if a.transport == TransportArg::Tcp {
         return Ok((None, netdev.to_string(), None));
     }
-    match rdma_fabric(a, ip, netdev) {
+    match rdma_fabric(g, a, ip, netdev) {
         Ok((f, label, why)) => {
             g.log(
                 1,
@@ -352,6 +352,7 @@ impl TransportArg {
 #[cfg(feature = "rdma")]
 #[allow(clippy::type_complexity)]
 fn rdma_fabric(
+    g: &GlobalArgs,
     a: &RingArgs,
     ip: IpAddr,
     netdev: &str,
@@ -365,8 +366,9 @@ fn rdma_fabric(
         return Err("libibverbs lists no RDMA devices (hint: `fabprobe links` says what sysfs has)".into());
     }
     let host = Host::live();
-    let env = gids::env_of(&host);
-    let rep = gids::probe(&host, &env);
+    // The rank runs in the job's environment: NCCL's variables and files, as NCCL reads them.
+    let nccl = super::nccl_settings(g, &host);
+    let rep = gids::probe(&host, &nccl.gid_env());
     let cands: Vec<PortCandidate> = rep
         .ports
         .iter()
@@ -385,7 +387,7 @@ fn rdma_fabric(
             }
         })
         .collect();
-    let hca_env = std::env::var("NCCL_IB_HCA").ok();
+    let hca_env = nccl.value("NCCL_IB_HCA").map(str::to_string);
     let c = hca::choose_port(
         &cands,
         a.device.as_deref(),
@@ -397,7 +399,7 @@ fn rdma_fabric(
         u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
         u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
     );
-    let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| std::env::var(k).ok());
+    let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| nccl.value(k).map(str::to_string));
     let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
     let label = format!("{} ({netdev})", p.label());
     let f = RdmaFabric::bind(ip, p).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
@@ -412,6 +414,7 @@ fn rdma_fabric(
 #[cfg(not(feature = "rdma"))]
 #[allow(clippy::type_complexity)]
 fn rdma_fabric(
+    _g: &GlobalArgs,
     _a: &RingArgs,
     _ip: IpAddr,
     _netdev: &str,

@@ -80,7 +80,9 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
         None => None,
     };
     g.log(1, format!("capturing into {}", a.output.display()));
-    let summary = crate::snapshot::capture_live_with(&a.output, lldp_wait)?;
+    // The job's environment (--env-from, --env-file) is what the snapshot records.
+    let host = super::open_host(g)?.with_recording();
+    let summary = crate::snapshot::capture_host_with(host, &a.output, lldp_wait)?;
     eprintln!(
         "fabprobe: wrote {} ({} files, {} symlinks, {} directories)",
         a.output.display(),

@@ -146,6 +146,8 @@ pub struct Host {
     source: Source,
     meta: HostMeta,
     env: BTreeMap<String, String>,
+    /// Where `env` came from: `shell`, `--env-from PID n`, `--env-file PATH`, a snapshot's.
+    env_source: String,
     nvml: NvmlState,
     /// Host facts: loaded from a snapshot, or collected live on first use (they scan /proc).
     facts: std::sync::OnceLock<FactsState>,
@@ -190,6 +192,7 @@ impl Host {
             source: Source::Live,
             meta: HostMeta::live(),
             env,
+            env_source: "shell".into(),
             nvml: nvml::collect_live(),
             facts: std::sync::OnceLock::new(),
             read_errors: HashMap::new(),
@@ -221,6 +224,11 @@ impl Host {
         Ok(Host {
             root,
             source: Source::Snapshot(path.to_path_buf()),
+            env_source: loaded
+                .meta
+                .env_source
+                .clone()
+                .unwrap_or_else(|| "the snapshot's environment".into()),
             meta: loaded.meta,
             env: loaded.env,
             nvml: loaded.nvml,
@@ -243,6 +251,18 @@ impl Host {
             Some(p) => Host::snapshot(p),
             None => Ok(Host::live()),
         }
+    }
+
+    /// Replace the environment with the job's (`--env-from PID`, `--env-file`), keeping only
+    /// the variables a snapshot would; `source` says where it came from.
+    pub fn with_job_env(mut self, env: BTreeMap<String, String>, source: String) -> Host {
+        self.env = env
+            .into_iter()
+            .filter(|(k, _)| side::env_is_captured(k))
+            .collect();
+        self.meta.env_source = Some(source.clone());
+        self.env_source = source;
+        self
     }
 
     /// Turn on access recording (used by `snapshot` capture).
@@ -283,6 +303,10 @@ impl Host {
     /// The captured environment (only the variables probes care about).
     pub fn env(&self) -> &BTreeMap<String, String> {
         &self.env
+    }
+    /// Where the environment came from (`shell`, `--env-from PID 1234`, ...).
+    pub fn env_source(&self) -> &str {
+        &self.env_source
     }
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)

@@ -1,7 +1,8 @@
 //! The snapshot side folder `fabprobe/`: answers that are not files.
 //!
 //! Layout (all optional; a directory holding only `sys/` is a valid snapshot):
-//! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version, skipped)
+//! * `fabprobe/host.json`: [`HostMeta`] (hostname, kernel, captured_at, tool_version,
+//!   env_source, skipped)
 //! * `fabprobe/env.json`: `{"NCCL_IB_HCA": "mlx5_0", ...}` (only captured variables)
 //! * `fabprobe/nvml.json`: [`NvmlState`](super::NvmlState)
 //! * `fabprobe/facts.json`: [`FactsState`](super::FactsState) (OS, CPU, memory, memlock,
@@ -37,6 +38,10 @@ pub struct HostMeta {
     /// The fabprobe version that captured the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_version: Option<String>,
+    /// Where the captured environment came from (`shell`, `--env-from PID 1234`,
+    /// `--env-file F`); absent in snapshots written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_source: Option<String>,
     /// What capture could not read, one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
@@ -51,6 +56,8 @@ impl HostMeta {
                 .map(|s| s.trim().to_string()),
             captured_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
             tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            // A capture says whose environment it holds; the replay then reads the same.
+            env_source: Some("shell".into()),
             skipped: Vec::new(),
         }
     }

@@ -16,6 +16,13 @@ pub struct GidEnv {
     pub addr_family: Option<String>,
     pub addr_range: Option<String>,
     pub routable_flid_gid_index: Option<String>,
+    /// Whether NCCL picks the index itself when `NCCL_IB_GID_INDEX` is unset (2.21+) or
+    /// uses 0 (older); `None` when the NCCL version is unknown.
+    #[serde(default)]
+    pub auto_default: Option<bool>,
+    /// The NCCL version whose rule that is (null: unknown).
+    #[serde(default)]
+    pub nccl_version: Option<String>,
 }
 
 impl GidEnv {
@@ -26,6 +33,8 @@ impl GidEnv {
             addr_family: get("NCCL_IB_ADDR_FAMILY"),
             addr_range: get("NCCL_IB_ADDR_RANGE"),
             routable_flid_gid_index: get("NCCL_IB_ROUTABLE_FLID_GID_INDEX"),
+            auto_default: None,
+            nccl_version: None,
         }
     }
 }
@@ -199,6 +208,16 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
         };
     }
 
+    if env.auto_default == Some(false) {
+        return GidChoice {
+            index: Some(0),
+            reason: format!(
+                "NCCL {} (before 2.21) has no automatic choice: index 0, NCCL_IB_GID_INDEX unset",
+                env.nccl_version.as_deref().unwrap_or("<2.21")
+            ),
+        };
+    }
+
     let af = match env.addr_family.as_deref() {
         Some("AF_INET6") => Family::Inet6,
         _ => Family::Inet,
@@ -254,6 +273,10 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
         ));
     } else if env.addr_range.is_some() {
         reason.push_str(" (NCCL_IB_ADDR_RANGE ignored: not addr/len of that family)");
+    }
+    if env.auto_default.is_none() {
+        reason
+            .push_str("; NCCL 2.21+'s rule: the NCCL version is unknown, and NCCL before 2.21 uses index 0");
     }
     GidChoice {
         index: Some(idx),
@@ -431,6 +454,33 @@ mod tests {
         );
         // Unknown family string means AF_INET.
         assert_eq!(pick("Ethernet", &t, &[("NCCL_IB_ADDR_FAMILY", "inet")]), Some(3));
+    }
+
+    #[test]
+    fn default_index_follows_the_nccl_version() {
+        let t = table(&[(LL, Some(V1)), (LL, Some(V2)), (V4A, Some(V1)), (V4A, Some(V2))]);
+        let with = |auto: Option<bool>| {
+            let mut e = env(&[]);
+            e.auto_default = auto;
+            e.nccl_version = auto.map(|a| if a { "2.21.5" } else { "2.20.5" }.to_string());
+            nccl_gid_index(Some("Ethernet"), &t, &e)
+        };
+        // NCCL 2.20.5: NCCL_PARAM(IbGidIndex, "IB_GID_INDEX", 0) and no automatic choice.
+        let old = with(Some(false));
+        assert_eq!(old.index, Some(0));
+        assert!(old.reason.contains("2.20.5"), "{}", old.reason);
+        assert_eq!(with(Some(true)).index, Some(3));
+        let unknown = with(None);
+        assert_eq!(unknown.index, Some(3));
+        assert!(
+            unknown.reason.contains("version is unknown"),
+            "{}",
+            unknown.reason
+        );
+        // An explicit index is the same in every version.
+        let mut e = env(&[("NCCL_IB_GID_INDEX", "2")]);
+        e.auto_default = Some(false);
+        assert_eq!(nccl_gid_index(Some("Ethernet"), &t, &e).index, Some(2));
     }
 
     #[test]

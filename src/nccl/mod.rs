@@ -5,5 +5,7 @@ pub mod gid;
 pub mod hca;
 pub mod ifname;
 pub mod params;
+pub mod settings;
 pub mod topo;
 pub mod topo_xml;
+pub mod version;

@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
+use crate::nccl::settings::NcclSettings;
 use crate::nccl::topo::{PathType, parse_net_gdr_level};
+use crate::nccl::version::NcclVersion;
 use crate::probe::topo::{self, PciPlace};
 use crate::sysfs::kernel::{self, IommuGroup};
 use crate::sysfs::pcicfg::{self, Acs};
@@ -41,7 +43,7 @@ pub struct GdrDevice {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GdrLevel {
     pub level: PathType,
-    /// `default` or `NCCL_NET_GDR_LEVEL`.
+    /// `default`, or `NCCL_NET_GDR_LEVEL (environment)` / `(/etc/nccl.conf:3)`.
     pub source: String,
     /// The variable's raw value when set.
     pub raw: Option<String>,
@@ -62,8 +64,14 @@ pub struct PeerMemory {
     pub modules_visible: bool,
     /// NCCL's `ncclIbGdrSupport()` paths.
     pub paths: Vec<PathCheck>,
-    /// NCCL ≥ 2.23 would find a peer-memory client.
+    /// NCCL would find a peer-memory client, under the rules of [`Self::nccl_rules`]. With
+    /// an unknown version: only when every version would.
     pub nccl_gdr_support: bool,
+    /// Which NCCL version's list of paths was applied.
+    pub nccl_rules: String,
+    /// The NCCL version is unknown and versions disagree here (e.g. only
+    /// `/sys/module/nvidia_peermem/version`, which NCCL 2.22 and older do not read).
+    pub depends_on_version: bool,
     /// `/sys/module/nvidia_peermem` (loaded).
     pub nvidia_peermem_loaded: bool,
     pub nvidia_peermem_version: Option<String>,
@@ -154,8 +162,9 @@ pub enum Verdict {
     OffDistance,
     /// Within the level, but neither peer memory nor DMA-BUF.
     OffNoPeerMemory,
-    /// Within the level, no peer memory seen, and peer memory not visible (no
-    /// `/sys/module`) or a DMA-BUF prerequisite unknown.
+    /// Within the level, no peer memory seen, and peer memory unknown (no `/sys/module`, or
+    /// the NCCL version is unknown and versions disagree on the files present) or a DMA-BUF
+    /// prerequisite unknown.
     Unknown,
 }
 
@@ -195,8 +204,26 @@ const PEER_PATHS: &[(&str, &str)] = &[
     ("/sys/kernel/mm/memory_peers/nvidia-peermem/version", "2.9-2.21"),
 ];
 
+/// Whether a [`PEER_PATHS`] version range (`all`, `>=2.22`, `2.9-2.21`) covers `v`.
+fn applies(range: &str, v: (u32, u32)) -> bool {
+    let p = |s: &str| crate::nccl::version::parse_version(s).map(|(a, b, _)| (a, b));
+    if range == "all" {
+        return true;
+    }
+    if let Some(lo) = range.strip_prefix(">=").and_then(p) {
+        return v >= lo;
+    }
+    match range.split_once('-').map(|(a, b)| (p(a), p(b))) {
+        Some((Some(lo), Some(hi))) => lo <= v && v <= hi,
+        _ => false,
+    }
+}
+
+/// One version on each side of every boundary in [`PEER_PATHS`].
+const REPRESENTATIVE: &[(u32, u32)] = &[(2, 8), (2, 21), (2, 22), (2, 23)];
+
 /// NCCL's peer-memory check and the modules behind it (also read by `nccl-env`).
-pub fn peer_memory(host: &Host) -> PeerMemory {
+pub fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
     let paths: Vec<PathCheck> = PEER_PATHS
         .iter()
         .map(|(p, v)| PathCheck {
@@ -205,7 +232,15 @@ pub fn peer_memory(host: &Host) -> PeerMemory {
             nccl_versions: v.to_string(),
         })
         .collect();
-    let nccl_gdr_support = paths.iter().take(3).any(|p| p.exists);
+    let support_at = |v: (u32, u32)| paths.iter().any(|p| p.exists && applies(&p.nccl_versions, v));
+    let (nccl_gdr_support, depends_on_version) = match version.parsed {
+        Some((a, b, _)) => (support_at((a, b)), false),
+        None => {
+            let answers: Vec<bool> = REPRESENTATIVE.iter().map(|v| support_at(*v)).collect();
+            let all = answers.iter().all(|x| *x);
+            (all, !all && answers.iter().any(|x| *x))
+        }
+    };
     let loaded = host.exists("/sys/module/nvidia_peermem");
     let attr = |p: &str| host.attr(p).value().map(|s| s.trim().to_string());
     let module_file = if loaded {
@@ -223,6 +258,8 @@ pub fn peer_memory(host: &Host) -> PeerMemory {
         modules_visible: host.is_dir("/sys/module"),
         paths,
         nccl_gdr_support,
+        nccl_rules: version.describe(),
+        depends_on_version,
         nvidia_peermem_loaded: loaded,
         nvidia_peermem_version: attr("/sys/module/nvidia_peermem/version"),
         peerdirect_support: attr("/sys/module/nvidia_peermem/parameters/peerdirect_support"),
@@ -289,22 +326,23 @@ fn iommu(host: &Host) -> Iommu {
     }
 }
 
-fn gdr_level(host: &Host, notes: &mut Vec<String>) -> GdrLevel {
-    match host.env_var("NCCL_NET_GDR_LEVEL") {
-        Some(raw) => match parse_net_gdr_level(raw) {
+fn gdr_level(nccl: &NcclSettings, notes: &mut Vec<String>) -> GdrLevel {
+    match nccl.gdr_level() {
+        Some(set) => match parse_net_gdr_level(&set.value) {
             Some(level) => GdrLevel {
                 level,
-                source: "NCCL_NET_GDR_LEVEL".into(),
-                raw: Some(raw.to_string()),
+                source: format!("NCCL_NET_GDR_LEVEL ({})", set.from),
+                raw: Some(set.value),
             },
             None => {
                 notes.push(format!(
-                    "NCCL_NET_GDR_LEVEL={raw:?} is not a level NCCL knows (LOC, PIX, PXB, PHB, SYS or 0-4); NCCL keeps its default PXB"
+                    "NCCL_NET_GDR_LEVEL={:?} ({}) is not a level NCCL knows (LOC, PIX, PXB, PHB, SYS or 0-4); NCCL keeps its default PXB",
+                    set.value, set.from
                 ));
                 GdrLevel {
                     level: PathType::Pxb,
                     source: "default".into(),
-                    raw: Some(raw.to_string()),
+                    raw: Some(set.value),
                 }
             }
         },
@@ -350,7 +388,8 @@ fn bridges_between(a: &PciPlace, b: &PciPlace) -> Vec<(String, String)> {
     out
 }
 
-pub fn probe(host: &Host) -> GdrReport {
+/// `nccl`: the settings model (the GDR level and the version whose peer-memory rule applies).
+pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
     let t = topo::probe(host);
     let mut notes: Vec<String> = t
         .notes
@@ -358,8 +397,8 @@ pub fn probe(host: &Host) -> GdrReport {
         .filter(|n| n.starts_with("GPU") || n.starts_with("cannot") || n.contains("NVML"))
         .cloned()
         .collect();
-    let nccl_net_gdr_level = gdr_level(host, &mut notes);
-    let peer = peer_memory(host);
+    let nccl_net_gdr_level = gdr_level(nccl, &mut notes);
+    let peer = peer_memory(host, &nccl.version);
     if !peer.modules_visible {
         notes.push("/sys/module is not visible (a snapshot without it): whether a peer-memory module is loaded is unknown".into());
     }
@@ -471,7 +510,7 @@ pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> Verdic
         Verdict::On
     } else if dmabuf.possible {
         Verdict::DmabufPossible
-    } else if !peer.modules_visible || dmabuf.path == Known::Unknown {
+    } else if !peer.modules_visible || peer.depends_on_version || dmabuf.path == Known::Unknown {
         // Without peer memory, an unknown DMA-BUF prerequisite leaves GDR unknown, not off.
         Verdict::Unknown
     } else {

@@ -111,11 +111,6 @@ pub struct GidEntry {
     pub perftest_pick: bool,
 }
 
-/// The NCCL environment a probe sees: the live process's or the snapshot's.
-pub fn env_of(host: &Host) -> GidEnv {
-    GidEnv::from_lookup(|k| host.env_var(k).map(str::to_string))
-}
-
 fn attr_text(a: &Attr) -> Option<String> {
     a.value().map(|s| s.trim().to_string())
 }

@@ -596,7 +596,7 @@ mod tests {
             let back = Host::snapshot(&dir).unwrap();
             let orig = Host::snapshot(fixture(name)).unwrap();
             assert_eq!(probe(&back), probe(&orig), "{name}: links");
-            let env = crate::probe::gids::env_of(&orig);
+            let env = crate::nccl::settings::NcclSettings::build(&orig, None).gid_env();
             assert_eq!(
                 crate::probe::gids::probe(&back, &env),
                 crate::probe::gids::probe(&orig, &env),

@@ -8,17 +8,21 @@ pub mod qos;
 pub mod topo;
 
 use crate::host::Host;
+use crate::nccl::settings::NcclSettings;
 
 /// Run every local probe once, for `snapshot` capture: what they read is what a snapshot
 /// holds. Returns one line per probe that failed (the capture still goes on).
 pub fn run_all_for_capture(host: &Host) -> Vec<String> {
     let mut errors = Vec::new();
-    let _ = gids::probe(host, &gids::env_of(host));
+    // Reads the configuration files and lists the library path for libnccl.so.2.X.Y, so
+    // the snapshot carries what the model was built from.
+    let nccl = NcclSettings::build(host, None);
+    let _ = gids::probe(host, &nccl.gid_env());
     let _ = links::probe(host);
-    let _ = gdr::probe(host);
-    let _ = qos::probe(host);
-    // Configuration files and the plugin's library path: existence checks, no listings.
-    let _ = nccl_env::probe(host);
+    let _ = gdr::probe(host, &nccl);
+    let _ = qos::probe(host, nccl.ib_tc().as_ref());
+    // The plugin's library path: existence checks, no listings.
+    let _ = nccl_env::probe(host, &nccl);
     errors.extend(
         topo::probe(host)
             .notes

@@ -14,30 +14,27 @@ use serde::Serialize;
 
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
-use crate::nccl::conf::{self, Origin, Setting};
-use crate::nccl::gid::GidEnv;
+use crate::nccl::conf::Setting;
 use crate::nccl::hca::HcaSpec;
+pub use crate::nccl::settings::{ConfFile, ConfLint};
+use crate::nccl::settings::{NcclSettings, origin_text};
+use crate::nccl::version::{LIB_DIRS, NcclVersion};
 use crate::nccl::{ifname, params};
 use crate::probe::{gdr, gids, topo};
 
 /// NCCL's default topology file, read when `NCCL_TOPO_FILE` is unset (`topo.cc`).
 pub const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
-/// Directories searched for a net plugin besides `LD_LIBRARY_PATH` (dlopen's defaults and
-/// the usual multiarch ones; `/etc/ld.so.cache` itself is not parsed).
-const LIB_DIRS: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-    "/usr/local/lib",
-];
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NcclEnvReport {
+    /// Where the job's environment came from (`shell`, `--env-from PID 1234`, ...).
+    pub env_source: String,
+    /// The NCCL version whose rules were applied, and how it was found.
+    pub nccl_version: NcclVersion,
     /// The configuration files in the order NCCL reads them.
     pub conf_files: Vec<ConfFile>,
+    /// Configuration lines NCCL reads differently from what they seem to say.
+    pub conf_lints: Vec<ConfLint>,
     /// Every `NCCL_*` value in effect, with where it came from.
     pub settings: Vec<Setting>,
     pub sockets: Sockets,
@@ -45,16 +42,6 @@ pub struct NcclEnvReport {
     pub gdr: Gdr,
     pub net_plugin: NetPlugin,
     pub topo_file: TopoFile,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ConfFile {
-    pub path: String,
-    /// Why NCCL reads it: `NCCL_CONF_FILE`, `~/.nccl.conf` or `/etc/nccl.conf`.
-    pub role: String,
-    /// `read`, `absent`, or the read error.
-    pub state: String,
-    pub values: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -144,61 +131,23 @@ pub struct TopoFile {
     pub exists: bool,
 }
 
-/// Everything that must be known before judging, gathered from the host.
-pub fn probe(host: &Host) -> NcclEnvReport {
-    // Configuration files (param.cc): NCCL_CONF_FILE replaces ~/.nccl.conf.
-    let mut conf_paths: Vec<(String, String)> = Vec::new();
-    match host.env_var("NCCL_CONF_FILE") {
-        Some(p) if !p.is_empty() => conf_paths.push((p.to_string(), "NCCL_CONF_FILE".into())),
-        _ => {
-            if let Some(home) = host.env_var("HOME").filter(|h| !h.is_empty()) {
-                conf_paths.push((
-                    format!("{}/.nccl.conf", home.trim_end_matches('/')),
-                    "~/.nccl.conf".into(),
-                ));
-            }
-        }
-    }
-    conf_paths.push(("/etc/nccl.conf".into(), "/etc/nccl.conf".into()));
-    let mut conf_files = Vec::new();
-    let mut texts = Vec::new();
-    for (path, role) in conf_paths {
-        let (state, values) = match host.read_opt(&path) {
-            Ok(Some(t)) => {
-                let n = conf::parse_conf(&t).len();
-                texts.push((path.clone(), t));
-                ("read".to_string(), n)
-            }
-            Ok(None) => ("absent".to_string(), 0),
-            Err(e) => (e.to_string(), 0),
-        };
-        conf_files.push(ConfFile {
-            path,
-            role,
-            state,
-            values,
-        });
-    }
-    let nccl_env: BTreeMap<String, String> = host
-        .env()
-        .iter()
-        .filter(|(k, _)| k.starts_with("NCCL_"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let merged = conf::merge(&nccl_env, &texts);
-    let get = |k: &str| merged.get(k).map(|s| s.value.clone());
+/// Everything that must be known before judging, gathered from the host; NCCL's values
+/// come from the settings model.
+pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
+    let get = |k: &str| nccl.value(k).map(str::to_string);
 
     let sockets = sockets(
         host,
         get("NCCL_SOCKET_IFNAME").as_deref(),
         get("NCCL_COMM_ID").as_deref(),
     );
-    let ib = ib_ports(host, &merged);
+    let ib = ib_ports(host, nccl);
     let gdr = gdr(
         host,
         get("NCCL_NET_GDR_LEVEL").as_deref(),
         get("NCCL_NET_GDR_C2C").as_deref(),
         &ib,
+        &nccl.version,
     );
     let net_plugin = net_plugin(host, get("NCCL_NET_PLUGIN").as_deref());
     let topo_file = match get("NCCL_TOPO_FILE").filter(|s| !s.is_empty()) {
@@ -214,10 +163,14 @@ pub fn probe(host: &Host) -> NcclEnvReport {
         },
     };
     NcclEnvReport {
-        conf_files,
-        settings: merged
-            .into_values()
+        env_source: nccl.env_source.clone(),
+        nccl_version: nccl.version.clone(),
+        conf_files: nccl.conf_files.clone(),
+        conf_lints: nccl.conf_lints.clone(),
+        settings: nccl
+            .all()
             .filter(|s| s.name.starts_with("NCCL_"))
+            .cloned()
             .collect(),
         sockets,
         ib,
@@ -260,16 +213,12 @@ fn sockets(host: &Host, spec: Option<&str>, comm_id: Option<&str>) -> Sockets {
     }
 }
 
-fn gid_env(merged: &BTreeMap<String, Setting>) -> GidEnv {
-    GidEnv::from_lookup(|k| merged.get(k).map(|s| s.value.clone()))
-}
-
-fn ib_ports(host: &Host, merged: &BTreeMap<String, Setting>) -> Ib {
-    let get = |k: &str| merged.get(k).map(|s| s.value.as_str());
+fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
+    let get = |k: &str| nccl.value(k);
     let disabled = crate::nccl::gid::nccl_param(get("NCCL_IB_DISABLE"), 0) == 1;
     let hca = get("NCCL_IB_HCA").filter(|s| !s.is_empty()).map(str::to_string);
     let spec = hca.as_deref().map(HcaSpec::parse);
-    let report = gids::probe(host, &gid_env(merged));
+    let report = gids::probe(host, &nccl.gid_env());
     let ports = report
         .ports
         .iter()
@@ -333,7 +282,7 @@ fn ib_ports(host: &Host, merged: &BTreeMap<String, Setting>) -> Ib {
     }
 }
 
-fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
+fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib, version: &NcclVersion) -> Gdr {
     // paths.cc: NCCL_NET_GDR_LEVEL, else PXB, or P2C when NCCL_NET_GDR_C2C=1 (the default);
     // P2C sits between PXB and PHB, so for PCI pairs both defaults allow PIX and PXB only.
     let c2c_on = crate::nccl::gid::nccl_param(c2c, 1) == 1;
@@ -348,7 +297,7 @@ fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib) -> Gdr {
         None => (default, "default: PXB".to_string()),
     };
     let t = topo::probe(host);
-    let peer = gdr::peer_memory(host);
+    let peer = gdr::peer_memory(host, version);
     let dmabuf = gdr::dmabuf(host);
     let ng = t.gpus.len();
     let mut pairs = Vec::new();
@@ -404,6 +353,8 @@ fn kernel_support(peer: &gdr::PeerMemory, dmabuf: &gdr::DmaBuf) -> String {
         format!("peer memory found ({at})")
     } else if !peer.modules_visible {
         "peer memory unknown (no /sys/module)".to_string()
+    } else if peer.depends_on_version {
+        "peer memory depends on the NCCL version (unknown: give --nccl-version)".to_string()
     } else {
         "no peer-memory client".to_string()
     };
@@ -476,16 +427,6 @@ fn link_local(a: &str) -> bool {
     }
 }
 
-fn origin_text(s: &Setting) -> String {
-    match &s.origin {
-        Origin::Environment => "environment".into(),
-        Origin::File(p) => match s.line {
-            Some(l) => format!("{p}:{l}"),
-            None => p.clone(),
-        },
-    }
-}
-
 /// Values NCCL reads from a fixed set of words (case-insensitive, as NCCL's strcasecmp).
 const ENUMS: &[(&str, &[&str])] = &[
     (
@@ -542,10 +483,36 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
     }
+    for l in &r.conf_lints {
+        f.push(
+            Finding::new(
+                "nccl_env.conf_line_misread",
+                Severity::Warn,
+                format!("{}:{}", l.file, l.line),
+                format!(
+                    "{}:{}: NCCL sets {:?}={:?}, not {}={}: {}",
+                    l.file,
+                    l.line,
+                    l.nccl_name,
+                    l.nccl_value,
+                    l.meant_name,
+                    l.meant_value,
+                    l.why.join("; ")
+                ),
+            )
+            .evidence("nccl_reads", format!("{}={}", l.nccl_name, l.nccl_value))
+            .evidence("meant", format!("{}={}", l.meant_name, l.meant_value))
+            .fix(format!(
+                "write the line as {}={} (NCCL splits at the first '=' and trims nothing; only lines starting with '#' are comments)",
+                l.meant_name, l.meant_value
+            )),
+        );
+    }
     for s in &r.settings {
         let from = origin_text(s);
         let Some(k) = params::lookup(&s.name) else {
-            if params::is_foreign(&s.name) {
+            // A name with blanks comes from a misread configuration line, reported above.
+            if params::is_foreign(&s.name) || s.name.contains(char::is_whitespace) {
                 continue;
             }
             let near = params::nearest(&s.name);

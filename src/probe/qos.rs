@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::finding::{Finding, Severity};
 use crate::host::{Host, Reply};
+use crate::nccl::settings::Sourced;
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::dcb::{self, DcbIeee};
 use crate::sysfs::infiniband as ib;
@@ -186,52 +187,9 @@ fn reply_error<T>(r: &Reply<T>) -> Option<String> {
     }
 }
 
-/// `NCCL_IB_TC` as NCCL will read it: the raw value and where it came from (`environment`,
-/// `/etc/nccl.conf:3`, ...). `None`: set nowhere fabprobe can see.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NcclTc {
-    pub value: String,
-    pub origin: String,
-}
-
 /// What `qos` says when neither NCCL nor the device names RoCE's traffic class.
 pub const PRIORITY_UNKNOWN: &str =
     "RoCE priority unknown (no NCCL_IB_TC in the environment or conf files, no per-port traffic_class)";
-
-/// `NCCL_IB_TC` from the host's environment, then NCCL's conf files (param.cc order).
-pub fn nccl_ib_tc(host: &Host) -> Option<NcclTc> {
-    if let Some(v) = host.env_var("NCCL_IB_TC") {
-        return Some(NcclTc {
-            value: v.to_string(),
-            origin: "environment".into(),
-        });
-    }
-    let mut paths = Vec::new();
-    match host.env_var("NCCL_CONF_FILE").filter(|p| !p.is_empty()) {
-        Some(p) => paths.push(p.to_string()),
-        None => {
-            if let Some(h) = host.env_var("HOME").filter(|h| !h.is_empty()) {
-                paths.push(format!("{}/.nccl.conf", h.trim_end_matches('/')));
-            }
-        }
-    }
-    paths.push("/etc/nccl.conf".into());
-    paths.iter().find_map(|path| {
-        let text = host.read_opt(path).ok().flatten()?;
-        let (line, _, v) = crate::nccl::conf::parse_conf(&text)
-            .into_iter()
-            .find(|(_, k, _)| k == "NCCL_IB_TC")?;
-        Some(NcclTc {
-            value: v,
-            origin: format!("{path}:{line}"),
-        })
-    })
-}
-
-/// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed.
-pub fn probe(host: &Host) -> QosReport {
-    probe_with(host, nccl_ib_tc(host).as_ref())
-}
 
 /// The RoCE netdev(s) of one RDMA port: the PCI function's netdev, the `parent` of a
 /// virtual device (rxe), else the netdev its GIDs name (`gid_attrs/ndevs`, as show_gids
@@ -288,8 +246,9 @@ fn lag_members(host: &Host, n: &str) -> Option<Vec<String>> {
         .find(|m| m.iter().any(|x| x == n))
 }
 
-/// [`probe`] with `NCCL_IB_TC` given by the caller (the job's settings, not fabprobe's shell).
-pub fn probe_with(host: &Host, tc: Option<&NcclTc>) -> QosReport {
+/// The RoCE netdevs of the host (Ethernet link layer RDMA ports), each probed. `tc`: the
+/// job's `NCCL_IB_TC` from the settings model (`None`: no source sets it).
+pub fn probe(host: &Host, tc: Option<&Sourced<u32>>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut notes = Vec::new();
     let mut interfaces = Vec::new();
@@ -329,12 +288,7 @@ pub fn probe_with(host: &Host, tc: Option<&NcclTc>) -> QosReport {
 }
 
 /// Named netdevs (`--ifname`), with or without RDMA.
-pub fn probe_ifnames(host: &Host, ifnames: &[String]) -> QosReport {
-    probe_ifnames_with(host, ifnames, nccl_ib_tc(host).as_ref())
-}
-
-/// [`probe_ifnames`] with `NCCL_IB_TC` given by the caller.
-pub fn probe_ifnames_with(host: &Host, ifnames: &[String], tc: Option<&NcclTc>) -> QosReport {
+pub fn probe_ifnames(host: &Host, ifnames: &[String], tc: Option<&Sourced<u32>>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut owner = std::collections::HashMap::new();
     for dev in &names {
@@ -408,7 +362,7 @@ fn dcb_view(host: &Host, ifname: &str) -> (DcbView, Option<DcbIeee>) {
     (v, parsed)
 }
 
-fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&NcclTc>) -> QosIf {
+fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&Sourced<u32>>) -> QosIf {
     let (dcb, parsed) = dcb_view(host, ifname);
     let stats = host.ethtool_stats(ifname);
     let list: &[(String, u64)] = match &stats {
@@ -553,7 +507,7 @@ fn roce_class(
     host: &Host,
     rdma: Option<(&str, u32)>,
     dcb: Option<&DcbIeee>,
-    nccl: Option<&NcclTc>,
+    nccl: Option<&Sourced<u32>>,
 ) -> RoceClass {
     let from_file = rdma.and_then(|(dev, port)| {
         let path = format!("{}/tc/{port}/traffic_class", ib::dev_dir(dev));
@@ -564,13 +518,9 @@ fn roce_class(
     });
     // NCCL sets the QP's traffic class from NCCL_IB_TC; the tc file is the device default
     // for connections that do not set one (rdma_cm), so NCCL's variable wins when set.
-    let from_nccl = nccl.map(|t| match t.value.trim().parse::<u32>() {
-        Ok(v) if v < 256 => Ok((v, format!("NCCL_IB_TC ({})", t.origin))),
-        _ => Err(format!(
-            "NCCL_IB_TC={:?} ({}) is not a traffic class 0-255",
-            t.value, t.origin
-        )),
-    });
+    // The settings model reads NCCL_IB_TC as NCCL does (strtoll, low 8 bits), so a value
+    // that reaches here is always a traffic class.
+    let from_nccl: Option<Result<(u32, String), String>> = nccl.map(|t| Ok((t.value, t.from.clone())));
     let (tc, src) = match (from_nccl, from_file) {
         (Some(Ok((v, s))), _) | (None, Some((v, s))) => (Some(v), s),
         (Some(Err(e)), _) => (None, e),

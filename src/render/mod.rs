@@ -17,8 +17,8 @@ use serde::Serialize;
 use crate::finding::Finding;
 use crate::host::{Host, Source};
 
-/// Bumped when a field is removed or changes meaning; additions keep the version.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The envelope's version lives below the judgement layer (`sweep` reads it too).
+pub use crate::finding::SCHEMA_VERSION;
 
 #[derive(Debug, Serialize)]
 pub struct HostInfo {

@@ -135,6 +135,11 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
         }
     ));
 
+    out.push_str(&format!(
+        "\nJob environment: {}\nRules applied: {}\n",
+        r.env_source,
+        r.nccl_version.describe()
+    ));
     out.push_str("\nConfiguration files (read in this order; the environment wins):\n");
     for c in &r.conf_files {
         out.push_str(&format!("  {:<16} {} ({}", c.role, c.path, c.state));

@@ -410,8 +410,19 @@ pub fn capture_live_with(
     lldp_wait: Option<std::time::Duration>,
 ) -> Result<CaptureSummary, CaptureError> {
     let host = Host::live().with_recording();
+    capture_host_with(host, out, lldp_wait)
+}
+
+/// Capture `host` (live, with recording on, and maybe the job's environment from
+/// `--env-from`/`--env-file`), first listening `lldp_wait` for LLDP as `capture_live_with`.
+pub fn capture_host_with(
+    host: Host,
+    out: &Path,
+    lldp_wait: Option<std::time::Duration>,
+) -> Result<CaptureSummary, CaptureError> {
     if let Some(w) = lldp_wait {
-        let mut r = crate::probe::qos::probe(&host);
+        let tc = crate::nccl::settings::NcclSettings::build(&host, None).ib_tc();
+        let mut r = crate::probe::qos::probe(&host, tc.as_ref());
         crate::probe::qos::add_lldp(&host, &mut r, w);
     }
     capture(&host, Path::new("/"), out)

@@ -1098,7 +1098,7 @@ mod tests {
                         in_place: false,
                         live: None,
                     };
-                    let res = run_size(ring, &mut l, &progress, &abort, &spec, 1024);
+                    let res = run_size(ring, &mut l, &progress, &abort, &spec, 1024, &mut Buffers::default());
                     let _ = tx.send((r, res.map(|_| ()).map_err(|e| e.to_string())));
                 });
             }
