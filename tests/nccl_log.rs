@@ -245,7 +245,8 @@ fn cli_reads_stdin_and_directories_and_exits_1_on_a_fail() {
     assert_eq!(out.status.code(), Some(1));
     let t = String::from_utf8_lossy(&out.stdout);
     // Every file of the directory is read (rank logs have any name): the corpus and SOURCES.md.
-    assert!(t.contains(&format!("from {} input(s)", CORPUS.len() + 1)), "{t}");
+    let n = std::fs::read_dir("tests/data/nccl-logs").unwrap().count();
+    assert!(t.contains(&format!("from {n} input(s)")), "{t}");
     // Seven NCCL versions across these unrelated logs: a mismatch verdict.
     assert!(t.contains("FAIL version_mismatch"), "{t}");
 
@@ -262,4 +263,427 @@ fn cli_reads_stdin_and_directories_and_exits_1_on_a_fail() {
     assert_eq!(out.status.code(), Some(2));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("/nonexistent/x.log") && e.contains("hint:"), "{e}");
+}
+
+fn one(lines: &str) -> Report {
+    let mut a = Analyzer::new();
+    a.read("paste", lines.as_bytes()).unwrap();
+    a.finish()
+}
+
+/// Every failure format the analyser reads, with NCCL's header, and the cause it names.
+const FORMATS: &[(&str, &str, &str)] = &[
+    (
+        "transport/net_ib.cc:1697",
+        "NET/IB : Got completion from peer 10.0.0.2<41237> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 hca mlx5_3",
+        "ib_retry_exceeded",
+    ),
+    (
+        "transport/net_ib.cc:1101",
+        "NET/IB : Got completion with error 4, opcode 1, len 0, vendor err 81",
+        "ib_local_protection",
+    ),
+    (
+        "misc/ibvwrap.cc:212",
+        "Call to ibv_open_device failed",
+        "ib_device_open_failed",
+    ),
+    (
+        "misc/ibvwrap.cc:280",
+        "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_3:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.0.0.1, remote GID ::ffff:10.0.1.1",
+        "ib_modify_qp_failed",
+    ),
+    (
+        "misc/ibvwrap.cc:190",
+        "Call to ibv_reg_mr failed",
+        "ib_reg_mr_failed",
+    ),
+    (
+        "include/socket.h:390",
+        "Call to connect timeout : Connection refused",
+        "socket_connect_failed",
+    ),
+    (
+        "misc/socket.cc:533",
+        "socketPollConnect: Connect to 10.0.0.2<40861> returned 111(Connection refused) errno 115(Operation now in progress)",
+        "socket_connect_failed",
+    ),
+    (
+        "misc/socket.cc:578",
+        "socketPollConnect: connect to 10.82.101.249<54709> returned Connection refused, exceeded error retry count after 35 attempts",
+        "socket_connect_failed",
+    ),
+    (
+        "misc/socket.cc:480",
+        "socketPollConnect: exceeded timeouts (20)",
+        "socket_connect_failed",
+    ),
+    (
+        "misc/socket.cc:46",
+        "socketProgressOpt: Call to recv from 10.44.0.7<52905> failed : Connection reset by peer",
+        "remote_process_exited",
+    ),
+    (
+        "misc/socket.cc:60",
+        "socketProgress: Connection closed by remote peer node2<42830>",
+        "remote_process_exited",
+    ),
+    ("init.cc:263", "Cuda failure 'initialization error'", "cuda_error"),
+    ("enqueue.cu:1120", "Cuda failure 2 'out of memory'", "cuda_oom"),
+    (
+        "misc/shmutils.cc:82",
+        "Error: failed to extend /dev/shm/nccl-ABCDEF to 9637892 bytes, error: No space left on device (28)",
+        "shm_alloc_failed",
+    ),
+    (
+        "include/shm.h:48",
+        "Error while creating shared memory segment nccl-shm-recv-1a2b-0-1-2 (size 9637888)",
+        "shm_alloc_failed",
+    ),
+    (
+        "transport/net_ib.cc:100",
+        "NET/IB : mlx5_3:1 Got async event : port error",
+        "ib_port_error",
+    ),
+    (
+        "transport/net_ib.cc:85",
+        "NET/IB : Got async event : local catastrophic error",
+        "ib_device_fatal",
+    ),
+    (
+        "init.cc:738",
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1000",
+        "duplicate_gpu",
+    ),
+    (
+        "bootstrap.cc:229",
+        "Bootstrap Root : mismatch in rank count from procs 8 : 16",
+        "bootstrap_rank_mismatch",
+    ),
+    (
+        "bootstrap.cc:90",
+        "Bootstrap : no socket interface found",
+        "socket_no_interface",
+    ),
+    (
+        "proxy.cc:1500",
+        "[Proxy Service 3] Failed to execute operation Connect from rank 3, retcode 3",
+        "proxy_connection_failed",
+    ),
+    (
+        "group.cc:77",
+        "Something this version of fabprobe has never seen",
+        "unclassified_failure",
+    ),
+];
+
+/// The same line as people paste it: stripped, anonymised, coloured, re-prefixed.
+fn variants(src: &str, msg: &str) -> Vec<(String, String)> {
+    let body = format!("{src} NCCL WARN {msg}");
+    let full = format!("gpu-07:41203:41310 [3] {body}");
+    vec![
+        ("header".into(), full.clone()),
+        ("no header".into(), body.clone()),
+        ("bare".into(), format!("NCCL WARN {msg}")),
+        ("anonymised pid".into(), format!("host-01:XXXXXX [3] {body}")),
+        ("placeholders".into(), format!("<hostname>:<pid> [3] {body}")),
+        ("markdown".into(), format!("_{body}_")),
+        ("quoted".into(), format!("> {full}")),
+        ("colour".into(), format!("\x1b[1;31m{full}\x1b[0m")),
+        ("crlf".into(), format!("{full}\r")),
+        ("torchrun".into(), format!("[rank3]:{full}")),
+        ("mpirun".into(), format!("[1,3]<stderr>:{full}")),
+        ("srun".into(), format!("3: {full}")),
+        ("ray".into(), format!("(RayWorkerWrapper pid=142935) {full}")),
+        (
+            "k8s".into(),
+            format!("2025-11-24T03:20:21.001125857Z [2025-11-24 11:20:21] {full}"),
+        ),
+    ]
+}
+
+#[test]
+fn every_format_gives_its_cause_however_it_was_pasted() {
+    for (src, msg, cause) in FORMATS {
+        for (how, line) in variants(src, msg) {
+            let r = one(&line);
+            let fails: Vec<&str> = r.verdicts.iter().map(|v| v.cause.as_str()).collect();
+            assert_eq!(fails, vec![*cause], "{how}: {line:?}");
+            let v = &r.verdicts[0];
+            if how == "header" || how == "colour" || how == "crlf" {
+                assert_eq!(v.host.as_deref(), Some("gpu-07"), "{how}: {line:?}");
+            }
+            // Duplicate GPU names its own rank in the text.
+            if matches!(how.as_str(), "no header" | "bare" | "markdown" | "placeholders")
+                && v.cause != "duplicate_gpu"
+            {
+                assert_eq!((v.host.as_deref(), v.rank), (None, None), "{how}: {line:?}");
+            }
+            if matches!(how.as_str(), "torchrun" | "mpirun" | "srun") && v.cause != "duplicate_gpu" {
+                assert_eq!(v.rank, Some(3), "{how}: {line:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_unknown_warn_is_a_failure_with_its_return_code() {
+    let r = one("h1:10:11 [0] group.cc:77 NCCL WARN \x07Brand new failure text\n\
+         h1:10:11 [0] NCCL INFO group.cc:80 -> 5\n\
+         h1:10:11 [0] NCCL INFO init.cc:1900 -> 5\n");
+    assert_eq!(r.verdicts.len(), 1);
+    let v = &r.verdicts[0];
+    assert_eq!(
+        (v.cause.as_str(), v.severity.as_str()),
+        ("unclassified_failure", "fail")
+    );
+    assert_eq!(v.nccl_result.as_deref(), Some("ncclInvalidUsage (5)"));
+    assert_eq!(v.host.as_deref(), Some("h1"));
+    assert!(v.line.contains("Brand new failure text"));
+    // Escaped when printed, verbatim in JSON.
+    let t = fabprobe::render::nccl_log::table(&r);
+    assert!(t.contains("\\u{7}Brand new failure text"), "{t}");
+
+    // A trail alone (the WARN line was lost) is a failure too; no WARN, no trail: none.
+    let r = one("h1:10:11 [0] NCCL INFO transport/net.cc:1298 -> 2\n");
+    assert_eq!(r.verdicts[0].cause, "unclassified_failure");
+    assert_eq!(r.verdicts[0].nccl_result.as_deref(), Some("ncclSystemError (2)"));
+    let r = one("h1:10:11 [0] NCCL INFO Init COMPLETE\n");
+    assert!(r.verdicts.is_empty());
+}
+
+#[test]
+fn input_without_nccl_lines_says_so() {
+    let r = one("Epoch 1 loss 0.3\nEpoch 2 loss 0.2\n");
+    assert_eq!(r.verdicts.len(), 1);
+    assert_eq!(
+        (r.verdicts[0].cause.as_str(), r.verdicts[0].severity.as_str()),
+        ("no_nccl_output", "warn")
+    );
+    assert!(r.verdicts[0].next.contains("NCCL_DEBUG=INFO"));
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["nccl-log", "Cargo.toml"])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains("no_nccl_output") && t.contains("NCCL_DEBUG=INFO"),
+        "{t}"
+    );
+}
+
+#[test]
+fn pytorch_global_rank_is_the_launcher_label_and_passed_ranks_are_not_suspects() {
+    let t = |r: u32, seq: u32| {
+        format!(
+            "[rank{r}]:[E1130 10:00:00.0 ProcessGroupNCCL.cpp:632] [PG ID 1 PG GUID 1 Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n"
+        )
+    };
+    // Ranks 0,1,3 time out on 40; rank 2 already timed out on 41 (it passed 40); rank 4
+    // says it enqueued 40. Rank 5 is the only one never seen past 40.
+    let mut log = String::new();
+    for r in [0, 1, 3] {
+        log.push_str(&t(r, 40));
+    }
+    log.push_str(&t(2, 41));
+    log.push_str("[rank4]:[E1130 ProcessGroupNCCL.cpp:1600] [PG ID 1 PG GUID 1 Rank 0] Timeout at NCCL work: 39, last enqueued NCCL work: 40, last completed NCCL work: 39.\n");
+    log.push_str(&t(6, 40));
+    let r = one(&log);
+    let v = r.verdicts.iter().find(|v| v.seq == Some(40)).unwrap();
+    assert_eq!(v.rank, Some(0));
+    assert_eq!(v.ranks, vec![1, 3, 6]);
+    assert_eq!(v.suspects, vec![5]);
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_line_with_nccl_warn_has_a_verdict(pre in "\\PC{0,40}", post in "\\PC{0,80}") {
+        let line = format!("{pre}NCCL WARN {post}");
+        let mut a = Analyzer::new();
+        a.feed("p", 1, &line);
+        let r = a.finish();
+        proptest::prop_assert!(!r.verdicts.is_empty(), "{:?}", line);
+    }
+}
+
+/// Real excerpts pasted as their posters pasted them (SOURCES.md, second table): the first
+/// verdict's cause, severity, host and rank against the thread's diagnosis.
+#[test]
+fn pasted_excerpts_give_the_threads_causes() {
+    const CASES: &[(&str, &str, &str, Option<&str>, Option<u32>)] = &[
+        (
+            "nccl-342-shm-docker-headerless",
+            "shm_alloc_failed",
+            "fail",
+            None,
+            None,
+        ),
+        (
+            "nccl-290-shm-horovod",
+            "shm_alloc_failed",
+            "fail",
+            Some("gpu2-ru7"),
+            None,
+        ),
+        (
+            "nccl-tests-166-shmutils",
+            "shm_alloc_failed",
+            "fail",
+            Some("ubuntu"),
+            None,
+        ),
+        (
+            "pytorch-ci-infra-490-shm-k8s",
+            "shm_alloc_failed",
+            "fail",
+            Some("mt-l-x86iavx512-45-172-t4-4-csmpw-runner-g4sfw-workflow"),
+            None,
+        ),
+        ("nccl-525-kubeflow-shm", "shm_alloc_failed", "fail", None, None),
+        (
+            "horovod-3929-duplicate-gpu",
+            "duplicate_gpu",
+            "fail",
+            Some("smc-gpu-03"),
+            Some(2),
+        ),
+        (
+            "megatron-661-duplicate-gpu-pytorch",
+            "duplicate_gpu",
+            "fail",
+            None,
+            Some(3),
+        ),
+        (
+            "verl-161-duplicate-gpu-ray",
+            "duplicate_gpu",
+            "fail",
+            None,
+            Some(1),
+        ),
+        (
+            "nccl-tests-166-socket-abort",
+            "socket_connect_failed",
+            "fail",
+            Some("ubuntu"),
+            None,
+        ),
+        (
+            "nccl-914-proxy-closed",
+            "proxy_connection_failed",
+            "fail",
+            Some("host"),
+            None,
+        ),
+        (
+            "nccl-1099-trail-only",
+            "unclassified_failure",
+            "fail",
+            Some("nd20-01"),
+            None,
+        ),
+        (
+            "pytorch-68893-libibverbs-ansi-debris",
+            "ib_verbs_unavailable",
+            "warn",
+            Some("ip-172-31-0-137"),
+            None,
+        ),
+        ("nccl-111-v20-plain-warn", "system_error", "fail", None, None),
+        (
+            "nccl-tests-188-unknown-warn",
+            "unclassified_failure",
+            "fail",
+            Some("user"),
+            None,
+        ),
+        (
+            "tensorrt-llm-1670-cuda-oom",
+            "cuda_oom",
+            "fail",
+            Some("VM-0-16-ubuntu"),
+            None,
+        ),
+        (
+            "nccl-1235-oom-multinode",
+            "cuda_oom",
+            "fail",
+            Some("ng30903"),
+            None,
+        ),
+        (
+            "nccl-1710-async-event-markdown",
+            "ib_async_error",
+            "fail",
+            Some("node201"),
+            None,
+        ),
+        (
+            "basicsr-737-pg-watchdog",
+            "collective_timeout",
+            "fail",
+            None,
+            Some(0),
+        ),
+        (
+            "vllm-6042-ray-pg-timeout",
+            "collective_timeout",
+            "fail",
+            None,
+            Some(1),
+        ),
+        (
+            "llamafactory-8261-pg-id",
+            "collective_timeout",
+            "fail",
+            None,
+            Some(2),
+        ),
+        (
+            "nccl-1837-ifname-not-found",
+            "socket_no_interface",
+            "fail",
+            None,
+            None,
+        ),
+        (
+            "nccl-1618-custom-prefix-pollconnect",
+            "socket_connect_failed",
+            "fail",
+            None,
+            None,
+        ),
+        (
+            "nccl-210-v24-socket-creation",
+            "no_nccl_output",
+            "warn",
+            None,
+            None,
+        ),
+        (
+            "nccl-278-v25-socket-two-hosts",
+            "net_socket_fallback",
+            "warn",
+            None,
+            None,
+        ),
+    ];
+    for (name, cause, sev, host, rank) in CASES {
+        let r = analyse(&format!("tests/data/nccl-logs/{name}.log"));
+        let v = &r.verdicts[0];
+        assert_eq!(
+            (v.cause.as_str(), v.severity.as_str(), v.host.as_deref(), v.rank),
+            (*cause, *sev, *host, *rank),
+            "{name}: {:?}",
+            causes(&r)
+        );
+    }
+    // The trail's code and the socket errno come through.
+    let r = analyse("tests/data/nccl-logs/nccl-1099-trail-only.log");
+    assert_eq!(r.verdicts[0].nccl_result.as_deref(), Some("ncclSystemError (2)"));
+    let r = analyse("tests/data/nccl-logs/nccl-tests-166-socket-abort.log");
+    assert_eq!(r.verdicts[0].errno, Some(103));
+    // PG ranks are not global ranks: rank 0 passed 2847 (enqueued 2855), not a suspect.
+    let r = analyse("tests/data/nccl-logs/llamafactory-8261-pg-id.log");
+    assert!(!r.verdicts[0].suspects.contains(&0));
 }

@@ -19,10 +19,13 @@ pub struct NcclLogArgs {
 
 const NCCL_LOG_HELP: &str = "\
 Reads NCCL_DEBUG=WARN, INFO or TRACE output as people have it: one file per rank, one
-combined job log, or stdin; behind launcher prefixes (mpirun --tag-output/--timestamp-output
+combined job log, or stdin; lines pasted without NCCL's header or with it anonymised
+(`host-01:XXXXXX [5]`, `<hostname>:<pid>`), markdown debris, ANSI colour and CRLF (the
+verdict then says host and rank are unknown); behind launcher prefixes (mpirun --tag-output/--timestamp-output
 `[1,N]<stdout>:`, srun -l `N: `, PyTorch `[rankN]:`, torchrun `[defaultN]:`, pdsh `host: `,
-container timestamps); interleaved ranks; headers with or without pid:tid; NCCL 2.4-era and
-2.2x formats; PyTorch ProcessGroupNCCL watchdog lines. Input is streamed in bounded memory
+container timestamps, Ray's `(Worker pid=N)`); interleaved ranks; headers with or without
+pid:tid; NCCL 2.4-2.8 (`include/socket.h`, `.cu` files, `NET : Using interface`) to 2.29
+formats; PyTorch ProcessGroupNCCL watchdog lines. Input is streamed in bounded memory
 (lines longer than 64 KiB are cut). A line no rule understands is counted, never fatal.
 --root does not apply.
 
@@ -46,7 +49,17 @@ VERDICTS
     socket_iface_loopback (fail across hosts, warn on one)        socket_no_interface
     socket_connect_failed            remote_process_exited        collective_timeout
     gdr_disabled (warn)              version_mismatch             collective_mismatch
-    cuda_error                       system_error
+    cuda_error                       cuda_oom                     system_error
+    shm_alloc_failed (/dev/shm)      duplicate_gpu                bootstrap_rank_mismatch
+    ib_port_error                    ib_device_fatal              ib_async_error
+    ib_gid_change (warn)             ib_verbs_unavailable (warn: sockets instead)
+    proxy_connection_failed          no_nccl_output (warn: nothing to judge)
+    unclassified_failure (a WARN or an error trail `file.cc:NNN -> N` no rule explains)
+  socket_connect_failed carries the errno (111 refused, 110 timed out, 113 no route);
+  failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
+  or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
+  the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
+  With no NCCL line in the input the verdict is no_nccl_output: run with NCCL_DEBUG=INFO.
   Exit 1 when a verdict is fail.
 
 JSON DATA (fabprobe.nccl-log)
@@ -60,7 +73,8 @@ JSON DATA (fabprobe.nccl-log)
    \"verdicts\": [{\"cause\", \"severity\", \"host\", \"rank\", \"ranks\", \"device\",
      \"peer\": {\"addr\", \"host\", \"rank\"}, \"local_gid\", \"remote_gid\", \"status\",
      \"vendor_err\", \"file\", \"line_no\", \"line\", \"meaning\", \"next\", \"seq\", \"op\",
-     \"suspects\", \"knock_ons\"}]}
+     \"suspects\", \"knock_ons\", \"nccl_result\", \"errno\"}]}
+  seq, op, suspects, nccl_result and errno are left out when absent.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {

@@ -33,6 +33,10 @@ pub struct Failure {
     pub seq: Option<u64>,
     pub op: Option<String>,
     pub rank: Option<u32>,
+    /// NCCL's return code (`ncclResult_t`) when the line or its trail gives one.
+    pub result: Option<u8>,
+    /// The errno of a failed socket call.
+    pub errno: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +72,40 @@ pub enum Event {
         enabled: bool,
     },
     Failure(Failure),
+    /// An error trail line (`transport/net.cc:1298 -> 6`): NCCLCHECK printing the
+    /// `ncclResult_t` it passes up.
+    Trail(u8),
+    /// PyTorch: the last sequence number a rank enqueued (it reached every one before).
+    Progress {
+        rank: Option<u32>,
+        enqueued: u64,
+    },
+}
+
+/// NCCL's `ncclResult_t` names (src/nccl.h.in, `typedef enum { ncclSuccess = 0, ... }`).
+pub fn result_name(code: u8) -> Option<&'static str> {
+    Some(match code {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => return None,
+    })
+}
+
+/// `src/file.cc:123 -> 3` (also `.cu`, `.h`, `.cpp`): the code after the arrow.
+fn trail(m: &str) -> Option<u8> {
+    let (loc, code) = m.split_once(" -> ")?;
+    let (file, line) = loc.trim().rsplit_once(':')?;
+    if !file.contains('.') || line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let d: String = code.trim().chars().take_while(char::is_ascii_digit).collect();
+    d.parse().ok()
 }
 
 fn fail(cause: &'static str) -> Event {
@@ -119,12 +157,12 @@ fn after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
 /// A message from a line with an NCCL header.
 pub fn classify(level: Level, msg: &str) -> Option<Event> {
     let m = msg.trim();
-    if let Some(v) = m.strip_prefix("NCCL version ") {
+    if let Some(v) = m.strip_prefix("NCCL version ").filter(|_| level != Level::Warn) {
         return Some(Event::Version(v.split_whitespace().next()?.to_string()));
     }
     if level == Level::Warn {
-        // A WARN no rule knows is counted as unrecognised (with samples), never guessed at.
-        return warn(m);
+        // A WARN no rule knows is still a failure: unclassified, never guessed at.
+        return Some(warn(m).unwrap_or_else(|| fail("unclassified_failure")));
     }
     // Every test below looks at the start of the message (or one short token), so a line
     // costs a few comparisons however many rules there are: logs run to gigabytes.
@@ -136,8 +174,20 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         return Some(Event::Known);
     }
     // Source-annotated traces: "transport/net.cc:1298 -> 6", "channel.cc:55 Cuda Alloc ...".
-    if first.contains(".c") && first.contains(':') {
+    if first.contains('.') && first.contains(':') {
+        if let Some(code) = trail(m) {
+            return Some(Event::Trail(code));
+        }
         return Some(Event::Known);
+    }
+    // libibverbs missing (misc/ibvwrap.cc `wrap_ibv_symbols`, INFO from 2.8 on): the IB
+    // transport is off and NCCL falls back to sockets.
+    if m.starts_with("Failed to open libibverbs") {
+        return Some(fail("ib_verbs_unavailable"));
+    }
+    // NCCL 2.4-2.6 (`bootstrap.cc`/`net_socket.cc`): "NET : Using interface eth0:10.0.0.1<0>".
+    if let Some(r) = m.strip_prefix("NET : Using interface") {
+        return Some(Event::Bootstrap(iface_list(r)));
     }
     let strip = |prefixes: &[&str]| prefixes.iter().find_map(|p| m.strip_prefix(p));
     if let Some(r) = strip(&["Bootstrap : Using", "Bootstrap: Using"]) {
@@ -146,10 +196,7 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     if let Some(r) = strip(&["NET/Socket : Using", "NET/Socket: Using"]) {
         return Some(Event::SocketIfs(iface_list(r)));
     }
-    if m.starts_with("NET/IB : No device found")
-        || m.starts_with("NET/IB: No device found")
-        || m.starts_with("Failed to open libibverbs")
-    {
+    if m.starts_with("NET/IB : No device found") || m.starts_with("NET/IB: No device found") {
         return Some(fail("ib_no_device"));
     }
     if let Some(r) = strip(&["NET/IB : Using", "NET/IB: Using"]) {
@@ -419,33 +466,65 @@ fn completion(m: &str) -> Event {
     })
 }
 
+/// The errno a socket message names, by number (`returned 111(...)`) or by its text.
+fn socket_errno(m: &str) -> Option<i64> {
+    // `returned 111(Connection refused)`: a number glued to its text.
+    if let Some(r) = after(m, "returned ") {
+        let d: String = r.chars().take_while(char::is_ascii_digit).collect();
+        if !d.is_empty() && r[d.len()..].starts_with('(') {
+            return d.parse().ok();
+        }
+    }
+    const TEXT: &[(&str, i64)] = &[
+        ("Connection refused", 111),
+        ("Connection timed out", 110),
+        ("No route to host", 113),
+        ("Network is unreachable", 101),
+        ("Connection reset by peer", 104),
+        ("Software caused connection abort", 103),
+        ("exceeded timeouts", 110),
+        ("timeout", 110),
+    ];
+    TEXT.iter().find(|(t, _)| m.contains(t)).map(|(_, n)| *n)
+}
+
+/// IB async events (transport/net_ib.cc `ncclIbAsyncThreadMain`: `NET/IB : Got async
+/// event : %s` up to 2.19, `NET/IB : %s:%d Got async event : %s` after; the text is
+/// libibverbs' `ibv_event_type_str`).
+fn async_event(m: &str) -> Event {
+    let what = m.rsplit(" : ").next().unwrap_or(m).trim();
+    let hca = after(m, "NET/IB : ")
+        .or_else(|| after(m, "NET/IB: "))
+        .and_then(|r| r.split_whitespace().next())
+        .filter(|d| d.contains(':') && !d.starts_with("Got"))
+        .map(|d| d.split(':').next().unwrap_or(d).to_string());
+    let cause = match what {
+        w if w.contains("port error") => "ib_port_error",
+        w if w.contains("local catastrophic error") || w.contains("device fatal") => "ib_device_fatal",
+        w if w.contains("GID table change") => "ib_gid_change",
+        // Routine fabric events: the port came up, the SM re-registered or moved.
+        "port active" | "client reregistration" | "LID change" | "SM change" | "P_Key change" => {
+            return Event::Known;
+        }
+        _ => "ib_async_error",
+    };
+    Event::Failure(Failure {
+        cause,
+        hca,
+        ..Failure::default()
+    })
+}
+
+/// A WARN message: the cause it names, or `None` when no rule knows it.
 fn warn(m: &str) -> Option<Event> {
     if m.contains("Got completion") {
         return Some(completion(m));
     }
+    if m.contains("async event") || m.contains("async fatal event") {
+        return Some(async_event(m));
+    }
     if m.contains("ibv_modify_qp") {
-        // "failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, next
-        // state RTR, local GID index 3, local GID ::ffff:.., remote GID ::ffff:.." (2.27+).
-        let hca = word_after(m, "on dev ", &[',']).map(|d| d.split(':').next().unwrap_or(d).to_string());
-        // "local GID index 3, local GID ::ffff:..": the address follows the index.
-        let rest = after(m, "local GID index").unwrap_or(m);
-        let local_gid = word_after(rest, "local GID ", &[',']).map(str::to_string);
-        let remote_gid = word_after(m, "remote GID ", &[',']).map(str::to_string);
-        let einval = m.contains("Invalid argument") || m.contains("with 22 ") || m.contains("GID index");
-        let link_local = local_gid.as_deref().is_some_and(|g| g.starts_with("fe80"));
-        let cause = if (einval && m.contains("Invalid argument")) || link_local {
-            "gid_index_unusable"
-        } else {
-            "ib_modify_qp_failed"
-        };
-        return Some(Event::Failure(Failure {
-            cause,
-            hca,
-            local_gid,
-            remote_gid,
-            status: num_after(m, "failed with "),
-            ..Failure::default()
-        }));
+        return Some(modify_qp(m));
     }
     if m.contains("ibv_reg_mr") || m.contains("ibv_reg_dmabuf_mr") {
         return Some(fail("ib_reg_mr_failed"));
@@ -453,15 +532,52 @@ fn warn(m: &str) -> Option<Event> {
     if m.contains("ibv_open_device") || m.contains("Unable to open device") {
         return Some(fail("ib_device_open_failed"));
     }
+    if m.starts_with("Failed to open libibverbs") {
+        return Some(fail("ib_verbs_unavailable"));
+    }
     if m.contains("Call to ibv_") || m.contains("ibv_") && m.contains("failed") {
         return Some(fail("system_error"));
     }
-    if m.contains("Cuda failure") || m.contains("CUDA failure") || m.contains("cuda failure") {
+    let lower_cuda = m.contains("Cuda failure") || m.contains("CUDA failure") || m.contains("cuda failure");
+    // CUDACHECK (include/checks.h): `Cuda failure %d '%s'` (`'%s'` alone before 2.19).
+    if (lower_cuda || m.contains("cudaMalloc") || m.contains("cuMem")) && m.contains("out of memory") {
+        return Some(fail("cuda_oom"));
+    }
+    if lower_cuda {
         return Some(fail("cuda_error"));
+    }
+    // misc/shmutils.cc `ncclShmOpen`: `Error: failed to extend %s to %ld bytes`, `failed to
+    // create shared memory file`; 2.4-2.11 include/shm.h `shmOpen`: `Error while creating
+    // shared memory segment %s (size %d)`; transport/net.cc `netCreateShm`.
+    // 2.4-2.7 include/shm.h `shmOpen`: `Call to posix_fallocate failed : %s` first.
+    if m.contains("shared memory")
+        || m.contains("/dev/shm")
+        || m.contains("shm_open")
+        || m.contains("posix_fallocate")
+    {
+        return Some(fail("shm_alloc_failed"));
+    }
+    // init.cc `initTransportsRank`: `Duplicate GPU detected : rank %d and rank %d both on
+    // CUDA device %lx` (returns ncclInvalidUsage).
+    if m.contains("Duplicate GPU detected") {
+        return Some(Event::Failure(Failure {
+            cause: "duplicate_gpu",
+            rank: num_after(m, "rank ").map(|r| r as u32),
+            result: Some(5),
+            ..Failure::default()
+        }));
+    }
+    // bootstrap.cc `bootstrapRoot`: `Bootstrap Root : mismatch in rank count from procs
+    // %d : %d`, `rank %d of %d ranks has already checked in`.
+    if m.contains("mismatch in rank count") || m.contains("has already checked in") {
+        return Some(fail("bootstrap_rank_mismatch"));
     }
     if m.contains("no socket interface found")
         || m.contains("no usable interface")
         || m.contains("No usable listening interface")
+        || m.contains("no interface found")
+        // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
+        || m.contains("nor AF_INET6")
     {
         return Some(fail("socket_no_interface"));
     }
@@ -480,14 +596,42 @@ fn warn(m: &str) -> Option<Event> {
             ..Failure::default()
         }));
     }
-    if (m.contains("Connect to") && m.contains("failed"))
-        || m.contains("Call to connect returned")
+    // The socket-connect family (misc/socket.cc `socketPollConnect`/`socketConnect`, 2.19+:
+    // `socketPollConnect: Connect to %s returned %d(%s) errno %d(%s)`, `exceeded timeouts
+    // (%d)`, `exceeded retries (%d)`; later `connect to %s returned %s, exceeded error retry
+    // count after %d attempts`; 2.4-2.8 include/socket.h `connectAddress`: `Call to connect
+    // timeout : %s`, `Call to connect returned %s, retrying`, `Connect to %s failed : %s`).
+    if m.contains("PollConnect")
+        || m.contains("Call to connect")
+        || m.contains("exceeded retries")
         || m.contains("connect() failed")
+        || ((m.contains("Connect to") || m.contains("connect to"))
+            && (m.contains("failed") || m.contains("returned")))
     {
-        let peer = word_after(m, "Connect to ", &[]).map(str::to_string);
+        let peer = word_after(m, "Connect to ", &[','])
+            .or_else(|| word_after(m, "connect to ", &[',']))
+            .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'))
+            .map(str::to_string);
         return Some(Event::Failure(Failure {
             cause: "socket_connect_failed",
             peer,
+            errno: socket_errno(m),
+            result: m.contains("exceeded").then_some(6),
+            ..Failure::default()
+        }));
+    }
+    // proxy.cc `proxyServiceInitOp`/`ncclProxyService`: `[Proxy Service %d] Failed to
+    // execute operation %s from rank %d, retcode %d`; `[Service thread] Error encountered
+    // progressing operation=%s, res=%d, closing connection`; `Proxy Call to rank %d failed`.
+    if m.contains("Proxy Service")
+        || m.contains("[Service thread]")
+        || m.contains("Proxy Call")
+        || m.contains("ncclProxyConnect")
+    {
+        let code = num_after(m, "retcode ").or_else(|| num_after(m, "res="));
+        return Some(Event::Failure(Failure {
+            cause: "proxy_connection_failed",
+            result: code.and_then(|c| u8::try_from(c).ok()),
             ..Failure::default()
         }));
     }
@@ -506,49 +650,113 @@ fn warn(m: &str) -> Option<Event> {
     None
 }
 
+fn modify_qp(m: &str) -> Event {
+    // "failed with 110 Connection timed out, on dev mlx5_0:1, curr state INIT, next
+    // state RTR, local GID index 3, local GID ::ffff:.., remote GID ::ffff:.." (2.27+).
+    let hca = word_after(m, "on dev ", &[',']).map(|d| d.split(':').next().unwrap_or(d).to_string());
+    // "local GID index 3, local GID ::ffff:..": the address follows the index.
+    let rest = after(m, "local GID index").unwrap_or(m);
+    let local_gid = word_after(rest, "local GID ", &[',']).map(str::to_string);
+    let remote_gid = word_after(m, "remote GID ", &[',']).map(str::to_string);
+    let einval = m.contains("Invalid argument");
+    let link_local = local_gid.as_deref().is_some_and(|g| g.starts_with("fe80"));
+    let cause = if einval || link_local {
+        "gid_index_unusable"
+    } else {
+        "ib_modify_qp_failed"
+    };
+    Event::Failure(Failure {
+        cause,
+        hca,
+        local_gid,
+        remote_gid,
+        status: num_after(m, "failed with "),
+        ..Failure::default()
+    })
+}
+
+/// The rank PyTorch's own `[Rank N]` tag names: the global rank only without a process
+/// group tag (`[PG ID 1 PG GUID 3 Rank 0]` is the rank inside that group, not the job's).
+fn pytorch_rank(s: &str) -> Option<u32> {
+    if s.contains("[PG ") {
+        return None;
+    }
+    num_after(s, "[Rank ").map(|r| r as u32)
+}
+
 /// A line without an NCCL header: the version banner, PyTorch's ProcessGroupNCCL.
 pub fn classify_plain(s: &str) -> Option<Event> {
     if let Some(i) = s.find("NCCL version ") {
         // The banner is its own line ("NCCL version 2.18.5+cuda12.0"), possibly prefixed.
         let v = s[i + 13..].split_whitespace().next()?;
-        if v.starts_with(|c: char| c.is_ascii_digit()) {
-            return Some(Event::Version(v.to_string()));
+        if v.starts_with(|c: char| c.is_ascii_digit()) && !s.contains("NCCL error") {
+            return Some(Event::Version(v.trim_end_matches(',').to_string()));
         }
     }
     if s.contains("Watchdog caught collective operation timeout") {
-        let rank = num_after(s, "[Rank ")
-            .or_else(|| num_after(s, " Rank "))
-            .map(|r| r as u32);
         let seq = num_after(s, "SeqNum=").map(|v| v as u64);
         let op = word_after(s, "OpType=", &[',', ')']).map(str::to_string);
         return Some(Event::Failure(Failure {
             cause: "collective_timeout",
             seq,
             op,
-            rank,
+            rank: pytorch_rank(s),
             ..Failure::default()
         }));
     }
+    // PyTorch >= 2.2 after a timeout: "Timeout at NCCL work: 1580, last enqueued NCCL work:
+    // 1581, last completed NCCL work: 1579." A rank that enqueued S reached S.
+    // Its 2.6 wording: "PG status: last enqueued work: 2855, last completed work: 2846".
+    if let Some(e) = num_after(s, "last enqueued NCCL work:").or_else(|| num_after(s, "last enqueued work:"))
+    {
+        return Some(Event::Progress {
+            rank: pytorch_rank(s),
+            enqueued: e.max(0) as u64,
+        });
+    }
+    // NCCL's own WARN text repeated by PyTorch after "Last error:" (no NCCL marker).
+    const OWN: &[&str] = &[
+        "Duplicate GPU detected",
+        "Error while creating shared memory segment",
+        "Error while attaching to shared memory segment",
+        "mismatch in rank count",
+        "PollConnect",
+        "nor AF_INET6",
+    ];
+    if OWN.iter().any(|o| s.contains(o)) {
+        return warn(s);
+    }
     if s.contains("ProcessGroupNCCL")
+        || s.contains("NCCL failure")
         || s.contains("ncclSystemError")
         || s.contains("ncclRemoteError")
         || s.contains("ncclUnhandledCudaError")
+        || s.contains("ncclInternalError")
+        || s.contains("ncclInvalidUsage")
+        || s.contains("ncclInvalidArgument")
+        || s.contains("NCCL error")
     {
-        let rank = num_after(s, "[Rank ")
-            .or_else(|| num_after(s, " Rank "))
-            .map(|r| r as u32);
-        let cause = if s.contains("unhandled system error") || s.contains("ncclSystemError") {
-            "system_error"
+        let rank = pytorch_rank(s);
+        // PyTorch prints the ncclResult_t by its name or ncclGetErrorString's text.
+        let (cause, result) = if s.contains("unhandled system error") || s.contains("ncclSystemError") {
+            ("system_error", 2)
         } else if s.contains("ncclRemoteError") || s.contains("remote process exit") {
-            "remote_process_exited"
+            ("remote_process_exited", 6)
         } else if s.contains("unhandled cuda error") || s.contains("ncclUnhandledCudaError") {
-            "cuda_error"
+            ("cuda_error", 1)
+        } else if s.contains("internal error") || s.contains("ncclInternalError") {
+            ("unclassified_failure", 3)
+        } else if s.contains("invalid usage") || s.contains("ncclInvalidUsage") {
+            ("unclassified_failure", 5)
+        } else if s.contains("invalid argument") || s.contains("ncclInvalidArgument") {
+            ("unclassified_failure", 4)
         } else {
             return Some(Event::Known);
         };
         return Some(Event::Failure(Failure {
             cause,
             rank,
+            result: Some(result),
             ..Failure::default()
         }));
     }

@@ -123,7 +123,9 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     // "[dev]"
     let head = head.strip_suffix(']')?;
     let open = head.rfind('[')?;
-    let dev = head[open + 1..].trim().parse::<i32>().ok();
+    // `[dev]` is a number; anything else (`[misc/socket.cc:586]`, `[host:pid=1]`) is some
+    // other logger's header, read as no header at all.
+    let dev = Some(head[open + 1..].trim().parse::<i32>().ok()?);
     let head = head[..open].trim_end();
     // "host:pid:tid" (or "host" alone), the last whitespace-separated token.
     let start = head.rfind([' ', '\t']).map(|i| i + 1).unwrap_or(0);
@@ -134,7 +136,7 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
         Some(i) => (&tok[i + 2..], start + i + 2),
         None => (tok, start),
     };
-    if tok.is_empty() {
+    if tok.is_empty() || tok.starts_with('[') {
         return None;
     }
     let mut parts = tok.rsplitn(3, ':');
@@ -147,7 +149,14 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
             (host, pid.parse().ok())
         }
         _ if !tok.contains(':') => (tok, None),
-        _ => return None,
+        // Anonymised pid or tid (`host-01:XXXXXX`): the host stands, the process is unknown.
+        _ => (tok.split(':').next().unwrap_or(""), None),
+    };
+    // Placeholders (`<hostname>`, `XXXX`) name no host.
+    let host = if host.starts_with('<') || host.bytes().all(|b| b == b'X' || b == b'x') {
+        ""
+    } else {
+        host
     };
     // A pdsh prefix "host: host:pid:tid" leaves the host intact; srun's "0: " likewise.
     Some((
@@ -163,15 +172,63 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     ))
 }
 
+/// A record whose header did not parse (pasted without it, anonymised, markdown debris):
+/// the message still counts, the host and pid are unknown. `file.cc:NNN` just before the
+/// marker is kept when it is there.
+fn headerless(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
+    let rest = &s[at..];
+    let msg = rest
+        .split_once(' ')
+        .map(|x| x.1)?
+        .split_once(' ')
+        .map(|x| x.1)
+        .unwrap_or("");
+    let head = s[..at].trim_end();
+    let start = head.rfind([' ', '\t']).map(|i| i + 1).unwrap_or(0);
+    let last = head[start..].trim_matches(|c: char| matches!(c, '_' | '*' | '`' | '>'));
+    let src = (last.contains(':') && last.contains('.') && !last.ends_with(']'))
+        .then(|| last.trim_end_matches(':'))
+        .filter(|x| !x.is_empty());
+    // A `[dev]` alone before the marker (`<hostname>:<pid> [5] NCCL ...`).
+    let dev = head
+        .strip_suffix(']')
+        .and_then(|h| h.rfind('[').map(|o| &h[o + 1..]))
+        .and_then(|d| d.trim().parse::<i32>().ok());
+    let begin = if src.is_some() { start } else { at };
+    Some((
+        Nccl {
+            host: "",
+            pid: None,
+            dev,
+            src,
+            level,
+            msg,
+        },
+        begin,
+    ))
+}
+
 /// Split a physical line into the NCCL records in it (interleaved writers can glue two
-/// together); each with its launcher prefix. A line with no NCCL header yields nothing.
+/// together); each with its launcher prefix. A line with no NCCL marker yields nothing.
 pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
     let marks = marker_positions(s);
     let mut out = Vec::with_capacity(marks.len());
+    if marks.is_empty() {
+        return out;
+    }
     let mut prev_end = 0;
-    let mut parsed: Vec<(usize, Nccl<'_>)> = Vec::new();
+    let mut parsed: Vec<(usize, Nccl<'_>)> = Vec::with_capacity(marks.len());
     for (at, l) in &marks {
-        if let Some((n, start)) = parse_at(s, *at, *l) {
+        // Only the first marker may go without a header: a later one inside a message (an
+        // echoed "NCCL WARN") stays text.
+        // A WARN is never lost inside another record's text, though.
+        let first_warn = *l == Level::Warn && !parsed.iter().any(|p| p.1.level == Level::Warn);
+        let rec = match parse_at(s, *at, *l) {
+            Some(r) => Some(r),
+            None if parsed.is_empty() || first_warn => headerless(s, *at, *l),
+            None => None,
+        };
+        if let Some((n, start)) = rec {
             parsed.push((start, n));
         }
     }
@@ -184,6 +241,10 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
         if next > msg_start && next < s.len() {
             n.msg = &s[msg_start..next];
         }
+        // Markdown debris around a pasted line (`_..._`, `**...**`, backticks).
+        n.msg = n
+            .msg
+            .trim_end_matches(|c: char| matches!(c, '_' | '*' | '`') || c.is_whitespace());
         let prefix = if start >= prev_end {
             &s[prev_end..start]
         } else {
@@ -193,6 +254,31 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
         prev_end = next;
     }
     out
+}
+
+/// The line without ANSI colour sequences (`ESC [ ... letter`), only when it has any.
+pub fn strip_ansi(s: &str) -> Option<String> {
+    if memchr::memchr(0x1b, s.as_bytes()).is_none() {
+        return None;
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if it.peek() == Some(&'[') {
+            it.next();
+            // Parameters and intermediates, then one final byte in '@'..='~'.
+            for d in it.by_ref() {
+                if ('@'..='~').contains(&d) {
+                    break;
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -251,7 +337,69 @@ mod tests {
         assert_eq!(r[1].1.pid, Some(3));
         let spaced = "a:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC b:3:4 [1] NCCL INFO Connected all rings";
         let r = records(spaced);
-        assert_eq!(r[0].1.msg, "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC ");
+        assert_eq!(r[0].1.msg, "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC");
         assert_eq!(r[1].1.host, "b");
+    }
+
+    #[test]
+    fn lines_without_a_usable_header() {
+        // (line, host, pid, dev, src, msg)
+        for (l, host, pid, dev, src, msg) in [
+            (
+                "misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed",
+                "",
+                None,
+                None,
+                Some("misc/ibvwrap.cc:212"),
+                "Call to ibv_open_device failed",
+            ),
+            (
+                "NCCL INFO NET/IB : No device found.",
+                "",
+                None,
+                None,
+                None,
+                "NET/IB : No device found.",
+            ),
+            (
+                "host-01:XXXXXX [5] NCCL WARN x",
+                "host-01",
+                None,
+                Some(5),
+                None,
+                "x",
+            ),
+            ("<hostname>:<pid> [2] NCCL INFO y", "", None, Some(2), None, "y"),
+            (
+                "_ibvwrap.cc: NCCL WARN Call to ibv_reg_mr failed_",
+                "",
+                None,
+                None,
+                Some("ibvwrap.cc"),
+                "Call to ibv_reg_mr failed",
+            ),
+            ("> n1:7:8 [1] NCCL INFO z", "n1", Some(7), Some(1), None, "z"),
+        ] {
+            let r = records(l);
+            assert_eq!(r.len(), 1, "{l}");
+            let n = &r[0].1;
+            assert_eq!(
+                (n.host, n.pid, n.dev, n.src, n.msg),
+                (host, pid, dev, src, msg),
+                "{l}"
+            );
+        }
+        // A second marker inside a message stays text, unless it is the line's first WARN.
+        assert_eq!(records("NCCL INFO a NCCL INFO b").len(), 1);
+        assert_eq!(records("NCCL INFO a NCCL WARN b")[1].1.level, Level::Warn);
+    }
+
+    #[test]
+    fn ansi_colour_is_stripped() {
+        assert_eq!(strip_ansi("plain"), None);
+        assert_eq!(
+            strip_ansi("\u{1b}[1;31mh:1:2 [0] NCCL WARN x\u{1b}[0m").as_deref(),
+            Some("h:1:2 [0] NCCL WARN x")
+        );
     }
 }

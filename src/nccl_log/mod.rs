@@ -44,6 +44,8 @@ struct Proc {
     cuda_dev: Option<i32>,
     label: Option<u32>,
     network: Option<String>,
+    /// The first error trail's code (`file.cc:NNN -> N`) this process printed.
+    trail: Option<u8>,
 }
 
 /// One failure or warning sighting, before collapsing.
@@ -65,6 +67,8 @@ struct Sighting {
     seq: Option<u64>,
     op: Option<String>,
     rank_hint: Option<u32>,
+    result: Option<u8>,
+    errno: Option<i64>,
 }
 
 /// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
@@ -102,6 +106,10 @@ pub struct Analyzer {
     seen_sightings: std::collections::HashSet<SightingKey>,
     world: Option<u32>,
     inputs: Vec<String>,
+    /// The first error trail of the log, for a log whose only sign of failure it is.
+    first_trail: Option<Sighting>,
+    /// PyTorch: per global rank, the highest sequence number it is known to have reached.
+    progress: BTreeMap<u32, u64>,
 }
 
 impl Analyzer {
@@ -114,6 +122,9 @@ impl Analyzer {
 
     /// The id of a host name (interned: lines repeat a few hosts millions of times).
     fn host_id(&mut self, h: &str) -> u32 {
+        if h.is_empty() {
+            return 0;
+        }
         if let Some(&i) = self.host_ids.get(h) {
             return i;
         }
@@ -194,6 +205,9 @@ impl Analyzer {
         if s.trim().is_empty() {
             return;
         }
+        // Colour codes from a terminal capture; CR from a Windows paste.
+        let clean = line::strip_ansi(s);
+        let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
         let recs = line::records(s);
         if recs.is_empty() {
             // No NCCL header: the version banner, PyTorch's watchdog, launcher noise.
@@ -233,7 +247,12 @@ impl Analyzer {
             }
             match events::classify(rec.level, rec.msg) {
                 Some(ev) => {
-                    self.recognised += 1;
+                    // An unknown WARN is a failure all the same, and a format to learn.
+                    if matches!(&ev, Event::Failure(f) if f.cause == "unclassified_failure") {
+                        self.note_unrecognised(s);
+                    } else {
+                        self.recognised += 1;
+                    }
                     self.apply(file, line_no, s, &key, rec.dev, label, ev);
                 }
                 None => self.note_unrecognised(s),
@@ -375,10 +394,39 @@ impl Analyzer {
                 sg.vendor_err = f.vendor_err;
                 sg.seq = f.seq;
                 sg.op = f.op;
-                if f.rank.is_some() {
+                sg.result = f.result;
+                sg.errno = f.errno;
+                // The launcher's label is the global rank; a rank in the text only counts
+                // without one (PyTorch's `[PG ID 1 ... Rank 0]` is a group rank).
+                if sg.rank_hint.is_none() {
                     sg.rank_hint = f.rank;
                 }
+                if let (Some(r), Some(q)) = (sg.rank_hint, sg.seq) {
+                    let e = self.progress.entry(r).or_insert(q);
+                    *e = (*e).max(q);
+                }
                 self.sight(sg);
+            }
+            Event::Progress { rank, enqueued } => {
+                if let Some(r) = label.or(rank) {
+                    let e = self.progress.entry(r).or_insert(enqueued);
+                    *e = (*e).max(enqueued);
+                }
+            }
+            Event::Trail(code) => {
+                // 0 is success and 7 (ncclInProgress) is the non-blocking API's normal answer.
+                if code == 0 || code == 7 {
+                    return;
+                }
+                if let Some(p) = self.procs.get_mut(key) {
+                    p.trail.get_or_insert(code);
+                }
+                if self.first_trail.is_none() {
+                    let mut sg = self.base(file, line_no, s, key, dev, label);
+                    sg.cause = "unclassified_failure";
+                    sg.result = Some(code);
+                    self.first_trail = Some(sg);
+                }
             }
         }
     }
@@ -408,6 +456,8 @@ impl Analyzer {
             seq: None,
             op: None,
             rank_hint: label,
+            result: None,
+            errno: None,
         }
     }
 
@@ -535,6 +585,12 @@ pub struct Verdict {
     pub suspects: Vec<u32>,
     /// Later failures explained by this one (flushes, timeouts, closed connections).
     pub knock_ons: u64,
+    /// NCCL's return code as `ncclSystemError (2)`, from the line or its error trail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_result: Option<String>,
+    /// The errno of a failed socket call (111 refused, 110 timed out, 113 no route).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

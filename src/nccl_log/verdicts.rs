@@ -34,6 +34,21 @@ const HARD: &[&str] = &[
     "system_error",
     "socket_no_interface",
     "socket_connect_failed",
+    "cuda_oom",
+    "shm_alloc_failed",
+    "duplicate_gpu",
+    "bootstrap_rank_mismatch",
+    "ib_port_error",
+    "ib_device_fatal",
+    "ib_async_error",
+];
+
+/// Warnings: the job can run, slower or at risk.
+const WARNS: &[&str] = &[
+    "gdr_disabled",
+    "ib_no_device",
+    "ib_verbs_unavailable",
+    "ib_gid_change",
 ];
 
 /// What a cause means and what to run next, for a person.
@@ -131,6 +146,66 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
             "a system or library call failed (socket, memory, verbs): the line says which",
             "the line's call and errno; fabprobe links; fabprobe nccl-env",
         ),
+        "no_nccl_output" => (
+            "the input has no NCCL line, so nothing can be judged (unknown, not a pass): NCCL_DEBUG was unset, or this is not the job's output",
+            "rerun the job with NCCL_DEBUG=INFO (NCCL_DEBUG=WARN prints failures only) and pass its stdout and stderr (2>&1)",
+        ),
+        "socket_connect_failed_refused" => (
+            "a TCP connection to a peer was refused (errno 111): nothing listened on that address and port; the peer process had exited or not started, or the address is wrong (another interface, a stale MASTER_ADDR)",
+            "the peer's log for its first error; fabprobe nccl-env on both hosts (the socket interface and its address)",
+        ),
+        "socket_connect_failed_timeout" => (
+            "a TCP connection to a peer timed out (errno 110): packets to that address are dropped (firewall, security group, or an interface that only one host can reach)",
+            "fabprobe nccl-env on both hosts (NCCL_SOCKET_IFNAME); check the firewall between them for the address printed",
+        ),
+        "socket_connect_failed_noroute" => (
+            "no route to the peer's address (errno 113/101): NCCL picked an interface or address the other host cannot reach",
+            "fabprobe nccl-env on both hosts; set NCCL_SOCKET_IFNAME to the interface both hosts share",
+        ),
+        "unclassified_failure" => (
+            "NCCL warned or returned an error that no rule here explains: the line is NCCL's own words, and the return code says the class (system error: a call into the OS or a library failed; internal error: NCCL's own check; invalid usage: the application or launcher; remote error: a peer)",
+            "read the line and the WARN lines before it; search NCCL's issues for its text; rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET for the context",
+        ),
+        "cuda_oom" => (
+            "CUDA ran out of GPU memory inside NCCL (its buffers, channels or proxy): the application holds nearly all of the GPU, or another process shares it",
+            "nvidia-smi (memory per process); lower the batch or leave headroom; NCCL_BUFFSIZE or fewer channels (NCCL_MAX_NCHANNELS) shrink NCCL's share",
+        ),
+        "shm_alloc_failed" => (
+            "NCCL could not create or extend its shared-memory segment in /dev/shm: in containers /dev/shm is often 64 MB, too small for NCCL's SHM transport",
+            "df -h /dev/shm inside the container; docker run --shm-size=16g (or --ipc=host), Kubernetes: an emptyDir with medium Memory on /dev/shm",
+        ),
+        "duplicate_gpu" => (
+            "two ranks of one communicator use the same GPU (same host and bus id): the launcher started more ranks than GPUs, or every rank selects device 0",
+            "set the device per local rank (torch.cuda.set_device(local_rank)); check CUDA_VISIBLE_DEVICES and the ranks per node",
+        ),
+        "bootstrap_rank_mismatch" => (
+            "the bootstrap root got ranks that disagree on the communicator's size (or two processes claimed one rank): processes of two jobs or two launches share one NCCL unique id or MASTER_PORT",
+            "check the world size every launcher passes (--nnodes, --nproc_per_node, WORLD_SIZE) and that no stale process of an earlier run is still alive on any node",
+        ),
+        "ib_port_error" => (
+            "the IB/RoCE port reported an asynchronous port error: the link went down under the job",
+            "fabprobe links on that host (port state, link-down counters); the switch port and the cable",
+        ),
+        "ib_device_fatal" => (
+            "the RDMA device reported a local catastrophic error: the NIC firmware or hardware failed and every QP on it is dead",
+            "dmesg on that host (mlx5 health, firmware syndrome); fabprobe links; reset or replace the NIC before rejoining the node",
+        ),
+        "ib_async_error" => (
+            "the RDMA device reported an asynchronous error event (a QP, CQ or SRQ went into error)",
+            "dmesg on that host; fabprobe links",
+        ),
+        "ib_gid_change" => (
+            "the port's GID table changed while the job ran (an address added or removed on the netdev, often by a container runtime): a GID index chosen at start may now point elsewhere",
+            "fabprobe gids on that host; keep addresses on RDMA netdevs stable during jobs",
+        ),
+        "ib_verbs_unavailable" => (
+            "libibverbs could not be loaded, so NCCL has no IB/RoCE transport and falls back to TCP sockets",
+            "install rdma-core/libibverbs in the container (ldconfig -p | grep libibverbs); fabprobe nccl-env",
+        ),
+        "proxy_connection_failed" => (
+            "NCCL's proxy thread failed an operation for a peer (connect or setup); usually the consequence of a socket or transport failure the lines before it name",
+            "the WARN lines just before it on the same rank; fabprobe nccl-env on both hosts",
+        ),
         _ => ("", ""),
     }
 }
@@ -180,7 +255,13 @@ impl Ctx<'_> {
 }
 
 fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
-    let (meaning, next) = explain(s.cause);
+    // The socket family's meaning depends on the errno it printed.
+    let (meaning, next) = match (s.cause, s.errno) {
+        ("socket_connect_failed", Some(111)) => explain("socket_connect_failed_refused"),
+        ("socket_connect_failed", Some(110)) => explain("socket_connect_failed_timeout"),
+        ("socket_connect_failed", Some(101 | 113)) => explain("socket_connect_failed_noroute"),
+        _ => explain(s.cause),
+    };
     Verdict {
         cause: s.cause.to_string(),
         severity,
@@ -202,6 +283,19 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
         op: s.op.clone(),
         suspects: Vec::new(),
         knock_ons: 0,
+        nccl_result: s
+            .result
+            .or_else(|| {
+                // A warning's process may have failed later for another reason.
+                (severity == Severity::Fail)
+                    .then(|| ctx.a.procs.get(&s.proc_).and_then(|p| p.trail))
+                    .flatten()
+            })
+            .map(|c| match super::events::result_name(c) {
+                Some(n) => format!("{n} ({c})"),
+                None => format!("code {c}"),
+            }),
+        errno: s.errno,
     }
 }
 
@@ -252,13 +346,13 @@ pub(super) fn build(a: Analyzer) -> Report {
     let multi_host = hosts.len() > 1;
 
     // First failure per process; later ones are knock-ons of it.
-    let mut first: BTreeMap<(super::ProcKey, Option<u32>), &Sighting> = BTreeMap::new();
+    let mut first: BTreeMap<(super::ProcKey, Option<u32>), Sighting> = BTreeMap::new();
     let mut knock = 0u64;
     let mut warns: Vec<&Sighting> = Vec::new();
     let mut timeouts: Vec<&Sighting> = Vec::new();
     for s in &a.sightings {
         match s.cause {
-            "gdr_disabled" | "ib_no_device" => warns.push(s),
+            c if WARNS.contains(&c) => warns.push(s),
             "collective_timeout" => timeouts.push(s),
             _ => {
                 let key = (
@@ -266,16 +360,26 @@ pub(super) fn build(a: Analyzer) -> Report {
                     if s.proc_.host == 0 { s.rank_hint } else { None },
                 );
                 match first.entry(key) {
+                    // PyTorch prints the class (`ncclInternalError`) before NCCL's own
+                    // "Last error:" text: the named cause replaces the unclassified one.
+                    std::collections::btree_map::Entry::Occupied(mut o)
+                        if o.get().cause == "unclassified_failure" && HARD.contains(&s.cause) =>
+                    {
+                        let mut named = s.clone();
+                        named.result = named.result.or(o.get().result);
+                        o.insert(named);
+                        knock += 1;
+                    }
                     std::collections::btree_map::Entry::Occupied(_) => knock += 1,
                     std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(s);
+                        v.insert(s.clone());
                     }
                 }
             }
         }
     }
     let firsts: Vec<&Sighting> = {
-        let mut v: Vec<&Sighting> = first.values().copied().collect();
+        let mut v: Vec<&Sighting> = first.values().collect();
         v.sort_by(|x, y| (x.file.as_str(), x.line_no).cmp(&(y.file.as_str(), y.line_no)));
         v
     };
@@ -295,12 +399,27 @@ pub(super) fn build(a: Analyzer) -> Report {
         .filter(|s| s.cause == "remote_process_exited")
         .collect();
 
+    let unclassified: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "unclassified_failure")
+        .collect();
+    let proxy: Vec<&Sighting> = firsts
+        .iter()
+        .copied()
+        .filter(|s| s.cause == "proxy_connection_failed")
+        .collect();
+
+    // Tiers: a named cause explains an unknown WARN, which explains a proxy failure, a
+    // flush, a closed connection and a timeout, in that order.
     let mut verdicts = grouped(&ctx, &hard, Severity::Fail);
     let mut knock_ons = knock;
-    if verdicts.is_empty() {
-        verdicts.extend(grouped(&ctx, &flush, Severity::Fail));
-    } else {
-        knock_ons += flush.len() as u64;
+    for tier in [&unclassified, &proxy, &flush] {
+        if verdicts.is_empty() {
+            verdicts.extend(grouped(&ctx, tier, Severity::Fail));
+        } else {
+            knock_ons += tier.len() as u64;
+        }
     }
     if verdicts.is_empty() {
         verdicts.extend(grouped(&ctx, &exited, Severity::Fail));
@@ -322,9 +441,14 @@ pub(super) fn build(a: Analyzer) -> Report {
             // The communicator's size when the log has it; else the gaps below the highest
             // rank that timed out (ranks above it cannot be told from absent ones).
             let world = a.world.or_else(|| ranks.iter().next_back().map(|m| m + 1));
+            // A rank known to have reached a later sequence number passed this one.
+            let passed = |r: &u32| match (a.progress.get(r), v.seq) {
+                (Some(p), Some(q)) => *p >= q,
+                _ => false,
+            };
             if let Some(w) = world {
                 if (ranks.len() as u32) < w {
-                    v.suspects = (0..w).filter(|r| !ranks.contains(r)).collect();
+                    v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
                 }
             }
             if a.world.is_none() && !v.suspects.is_empty() {
@@ -334,6 +458,12 @@ pub(super) fn build(a: Analyzer) -> Report {
         }
     } else {
         knock_ons += timeouts.len() as u64;
+    }
+    // An error trail with no failure line at all (NCCL_DEBUG=WARN cut, or a WARN lost).
+    if verdicts.is_empty() {
+        if let Some(t) = &a.first_trail {
+            verdicts.push(verdict(&ctx, t, Severity::Fail));
+        }
     }
     if let Some(v) = verdicts.first_mut() {
         v.knock_ons = knock_ons;
@@ -368,6 +498,8 @@ pub(super) fn build(a: Analyzer) -> Report {
             op: None,
             suspects: Vec::new(),
             knock_ons: 0,
+            nccl_result: None,
+            errno: None,
         });
     }
     for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
@@ -408,6 +540,8 @@ pub(super) fn build(a: Analyzer) -> Report {
                 op: None,
                 suspects: Vec::new(),
                 knock_ons: 0,
+                nccl_result: None,
+                errno: None,
             });
         }
     }
@@ -439,6 +573,8 @@ pub(super) fn build(a: Analyzer) -> Report {
             op: None,
             suspects: Vec::new(),
             knock_ons: 0,
+            nccl_result: None,
+            errno: None,
         });
     }
     // Warnings, one per host and cause (and HCA for GDR).
@@ -460,6 +596,34 @@ pub(super) fn build(a: Analyzer) -> Report {
         verdicts.push(v);
     }
 
+    // Nothing NCCL printed: unknown, not "no failure" (issue 21).
+    if verdicts.is_empty() && a.nccl_lines == 0 && a.versions.is_empty() {
+        let (meaning, next) = explain("no_nccl_output");
+        verdicts.push(Verdict {
+            cause: "no_nccl_output".into(),
+            severity: Severity::Warn,
+            host: None,
+            rank: None,
+            ranks: Vec::new(),
+            device: None,
+            peer: None,
+            local_gid: None,
+            remote_gid: None,
+            status: None,
+            vendor_err: None,
+            file: String::new(),
+            line_no: 0,
+            line: format!("no NCCL line in {} line(s) of input", a.lines),
+            meaning: meaning.into(),
+            next: next.into(),
+            seq: None,
+            op: None,
+            suspects: Vec::new(),
+            knock_ons: 0,
+            nccl_result: None,
+            errno: None,
+        });
+    }
     let summary = summarise(&a, &ctx);
     Report { summary, verdicts }
 }

@@ -53,6 +53,22 @@ fn ranks(v: &[u32]) -> String {
     out.join(",")
 }
 
+/// A log line as printed: control characters escaped, so a terminal shows them as text.
+fn esc(l: &str) -> String {
+    if !l.chars().any(char::is_control) {
+        return l.to_string();
+    }
+    l.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn verdict(v: &Verdict) -> String {
     let mut s = format!("  {:<4} {}", v.severity.as_str().to_uppercase(), v.cause);
     let mut who = Vec::new();
@@ -67,6 +83,10 @@ fn verdict(v: &Verdict) -> String {
     }
     if let Some(d) = &v.device {
         who.push(format!("device {d}"));
+    }
+    // A line pasted without NCCL's header names no host or rank: say so.
+    if !v.file.is_empty() && v.host.is_none() && v.rank.is_none() {
+        who.push("host and rank unknown (no NCCL header on the line)".into());
     }
     if !who.is_empty() {
         s.push_str(&format!(": {}", who.join(", ")));
@@ -108,10 +128,16 @@ fn verdict(v: &Verdict) -> String {
             ranks(&v.suspects)
         ));
     }
+    if let Some(r) = &v.nccl_result {
+        s.push_str(&format!("       NCCL returned {r}\n"));
+    }
+    if let Some(e) = v.errno {
+        s.push_str(&format!("       errno {e}\n"));
+    }
     if v.file.is_empty() {
-        s.push_str(&format!("       {}\n", v.line));
+        s.push_str(&format!("       {}\n", esc(&v.line)));
     } else {
-        s.push_str(&format!("       {}:{}: {}\n", v.file, v.line_no, v.line));
+        s.push_str(&format!("       {}:{}: {}\n", v.file, v.line_no, esc(&v.line)));
     }
     s.push_str(&format!("       means: {}\n", v.meaning));
     s.push_str(&format!("       next: {}\n", v.next));
