@@ -19,6 +19,9 @@ _fabprobe() {
             fabprobe,check)
                 cmd="fabprobe__subcmd__check"
                 ;;
+            fabprobe,completions)
+                cmd="fabprobe__subcmd__completions"
+                ;;
             fabprobe,gdr)
                 cmd="fabprobe__subcmd__gdr"
                 ;;
@@ -57,6 +60,9 @@ _fabprobe() {
                 ;;
             fabprobe__subcmd__help,check)
                 cmd="fabprobe__subcmd__help__subcmd__check"
+                ;;
+            fabprobe__subcmd__help,completions)
+                cmd="fabprobe__subcmd__help__subcmd__completions"
                 ;;
             fabprobe__subcmd__help,gdr)
                 cmd="fabprobe__subcmd__help__subcmd__gdr"
@@ -101,7 +107,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -157,6 +163,40 @@ _fabprobe() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__completions)
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version bash zsh fish"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -291,7 +331,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo gen-docs help"
+            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -305,6 +345,20 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__completions)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

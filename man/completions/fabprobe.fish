@@ -218,6 +218,9 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l format
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s V -l version -d 'Print version'
