@@ -163,6 +163,7 @@ json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
 prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain -d 'Print Slurm `scontrol update NodeName=... State=DRAIN Reason=...` lines for the bad nodes instead of the table (fabprobe never runs them)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain-outliers -d 'Also drain nodes that passed but differ from the majority of their peers (without it they are listed, and exit 1, but never drained)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'
