@@ -187,10 +187,10 @@ fn a_healthy_majority_fleet_drains_exactly_the_failed_nodes() {
         r["notes"],
         serde_json::json!([
             format!(
-                "reports from 2 fabprobe versions: {} (357), 9.9.9 (40)",
+                "reports from 2 tool versions: {} (357), 9.9.9 (40)",
                 f.good["tool_version"].as_str().unwrap()
             ),
-            "not compared (only some fabprobe versions report them): nccl_version"
+            "not compared (only some tool versions emit them): nccl_version"
         ])
     );
 }

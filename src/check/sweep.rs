@@ -230,7 +230,7 @@ pub struct SweepReport {
     pub unreadable: Vec<Unreadable>,
     /// The drain list: failed nodes, and outliers only with `--drain-outliers`, with why.
     pub bad_nodes: Vec<BadNode>,
-    /// What the reader should know about the comparison itself (mixed fabprobe versions,
+    /// What the reader should know about the comparison itself (mixed tool versions,
     /// keys not compared, labels that disagree with hostnames).
     pub notes: Vec<String>,
 }
@@ -517,7 +517,7 @@ impl Sweeper {
         failures
     }
 
-    /// Which fabprobe versions emit each key (a key some versions lack is not compared).
+    /// Which tool versions emit each key (a key some versions lack is not compared).
     fn emitted_by_all_versions(&self) -> Vec<bool> {
         let (nk, nv) = (self.keys.len(), self.versions.len());
         let mut emits = vec![vec![false; nv]; nk];
@@ -688,7 +688,7 @@ impl Sweeper {
             }
             let list: Vec<String> = per.iter().map(|(v, c)| format!("{v} ({c})")).collect();
             notes.push(format!(
-                "reports from {} fabprobe versions: {}",
+                "reports from {} tool versions: {}",
                 per.len(),
                 list.join(", ")
             ));
@@ -700,7 +700,7 @@ impl Sweeper {
             partial.sort();
             if !partial.is_empty() {
                 notes.push(format!(
-                    "not compared (only some fabprobe versions report them): {}",
+                    "not compared (only some tool versions emit them): {}",
                     partial.join(", ")
                 ));
             }
@@ -1015,8 +1015,8 @@ mod tests {
         assert_eq!(
             r.notes,
             [
-                "reports from 2 fabprobe versions: 0.1.0 (7), 0.2.0 (3)",
-                "not compared (only some fabprobe versions report them): nccl_version"
+                "reports from 2 tool versions: 0.1.0 (7), 0.2.0 (3)",
+                "not compared (only some tool versions emit them): nccl_version"
             ]
         );
     }

@@ -56,12 +56,12 @@ INPUT
 WHAT IT SAYS
   FAILED, BY CAUSE       nodes whose verdict is fail, grouped by failing finding id
   DIFFERENT FROM PEERS   for every hardware/configuration fingerprint key (fabprobe-check(1);
-                         not tool_version or policy, not keys only some fabprobe versions
+                         not tool_version or policy, not keys only some tool versions
                          report): nodes whose value differs from the value more than half of
                          the reports that did not fail share, with that majority value and
                          its node count; a missing key counts as null
   NO MAJORITY            keys where no value reaches more than half (no outliers named)
-  NOTES                  mixed fabprobe versions, keys not compared, labels unlike hostnames
+  NOTES                  mixed tool versions, keys not compared, labels unlike hostnames
   DRAIN                  failed nodes, with every reason; outliers that passed are never
                          drained unless --drain-outliers. --drain prints one scontrol line each
                          (Reason=\"fabprobe: ...\", at most 200 characters, safe to paste in sh)
