@@ -536,7 +536,9 @@ fn sweep_finds_exactly_the_injected_faults() {
         ]
     );
     assert_eq!(r["outliers"][0]["majority_value"], "5.15.0-105-generic");
-    assert_eq!(r["outliers"][0]["majority_nodes"], 56);
+    // The majority is taken over the 55 reports that did not fail (not node0017, node0050).
+    assert_eq!(r["outliers"][0]["majority_nodes"], 54);
+    assert_eq!(r["outliers"][0]["nodes_compared"], 55);
     let peer = r["outliers"]
         .as_array()
         .unwrap()
@@ -549,7 +551,7 @@ fn sweep_finds_exactly_the_injected_faults() {
             peer["majority_value"].as_str(),
             peer["majority_nodes"].as_u64()
         ),
-        (Some("none"), Some("nvidia_peermem"), Some(56))
+        (Some("none"), Some("nvidia_peermem"), Some(55))
     );
     let bad: Vec<&str> = r["bad_nodes"]
         .as_array()
@@ -557,7 +559,8 @@ fn sweep_finds_exactly_the_injected_faults() {
         .iter()
         .map(|b| b["node"].as_str().unwrap())
         .collect();
-    assert_eq!(bad, ["node0005", "node0017", "node0040", "node0050"]);
+    // node0005 and node0040 passed: outliers are listed, never drained.
+    assert_eq!(bad, ["node0017", "node0050"]);
     let unread: Vec<(&str, &str)> = r["unreadable"]
         .as_array()
         .unwrap()
@@ -591,9 +594,13 @@ fn sweep_finds_exactly_the_injected_faults() {
     let (drain, _, code) = run(&["sweep", d, "--drain"]);
     assert_eq!(code, 1);
     let lines: Vec<&str> = drain.lines().filter(|l| l.starts_with("scontrol")).collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("scontrol update NodeName=node0017 State=DRAIN Reason=\"fabprobe: policy.host.memlock_unlimited host;"), "{drain}");
+    assert!(drain.contains("\n# node0005: passed but differs from its peers, not drained (--drain-outliers drains it): kernel \"5.15.0-97-generic\" (majority \"5.15.0-105-generic\")\n"), "{drain}");
+    let (drain, _, _) = run(&["sweep", d, "--drain", "--drain-outliers"]);
+    let lines: Vec<&str> = drain.lines().filter(|l| l.starts_with("scontrol")).collect();
     assert_eq!(lines.len(), 4);
-    assert!(lines[0].starts_with("scontrol update NodeName=node0005 State=DRAIN Reason=\"fabprobe: kernel '5.15.0-97-generic' (majority '5.15.0-105-generic': 56 nodes)\""), "{drain}");
-    assert!(lines[1].starts_with("scontrol update NodeName=node0017 State=DRAIN Reason=\"fabprobe: policy.host.memlock_unlimited host;"), "{drain}");
+    assert!(lines[0].starts_with("scontrol update NodeName=node0005 State=DRAIN Reason=\"fabprobe: kernel '5.15.0-97-generic' (majority '5.15.0-105-generic': 54 nodes)\""), "{drain}");
     assert!(lines.iter().all(|l| l.len() < 280));
 
     // The same reports as pdsh would print them, on stdin.

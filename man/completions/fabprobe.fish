@@ -197,6 +197,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-from -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain -d 'Print Slurm `scontrol update NodeName=... State=DRAIN Reason=...` lines for the bad nodes instead of the table (fabprobe never runs them)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l drain-outliers -d 'Also drain nodes that passed but differ from the majority of their peers (without it they are listed, and exit 1, but never drained)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'

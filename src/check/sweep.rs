@@ -56,13 +56,73 @@ struct RawFinding {
     message: String,
 }
 
+/// A report's text to its envelope, or why it is unusable.
+fn parse(text: &str) -> Result<RawReport, (Problem, String)> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err((Problem::Missing, "empty report".into()));
+    }
+    let other_version = |v: u32, tool: Option<&str>| {
+        (
+            Problem::OtherVersion,
+            format!(
+                "schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
+                tool.unwrap_or("?")
+            ),
+        )
+    };
+    let r: RawReport = match serde_json::from_str(trimmed) {
+        Ok(r) => r,
+        Err(e) if e.is_eof() => return Err((Problem::Truncated, format!("report ends early ({e})"))),
+        Err(e) if e.is_syntax() => return Err((Problem::NotJson, format!("not JSON ({e})"))),
+        Err(e) => {
+            let h: Option<Header> = serde_json::from_str(trimmed).ok();
+            return Err(match h {
+                Some(Header {
+                    schema_version: Some(v),
+                    tool_version,
+                    ..
+                }) if v != SCHEMA_VERSION => other_version(v, tool_version.as_deref()),
+                Some(Header { schema: Some(s), .. }) if s != "fabprobe.check" => (
+                    Problem::NotACheckReport,
+                    format!("schema {s}, not fabprobe.check"),
+                ),
+                _ => (
+                    Problem::NotACheckReport,
+                    format!("not a fabprobe.check report ({e})"),
+                ),
+            });
+        }
+    };
+    if r.schema_version != SCHEMA_VERSION {
+        return Err(other_version(r.schema_version, r.tool_version.as_deref()));
+    }
+    if r.schema != "fabprobe.check" {
+        return Err((
+            Problem::NotACheckReport,
+            format!("schema {}, not fabprobe.check", r.schema),
+        ));
+    }
+    Ok(r)
+}
+
 struct NodeRec {
+    /// The name the drain line uses: `--expect`'s, else the launcher's label, else the
+    /// report's hostname.
     name: String,
+    /// Every report for this node: (source, verdict); `counted` is the one that counts.
+    sources: Vec<(String, Severity)>,
+    counted: usize,
     verdict: Severity,
     fails: Vec<(String, String, String)>,
     /// Interned value id per fingerprint key id.
     values: Vec<(u32, u32)>,
+    /// Interned tool_version.
+    version: u32,
 }
+
+/// Fingerprint keys that say how the report was made, not what the node is.
+const NOT_COMPARED: &[&str] = &["tool_version", "policy"];
 
 /// Why a report could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -73,11 +133,15 @@ pub enum Problem {
     /// JSON that ends early.
     Truncated,
     NotJson,
+    /// Bytes that are not UTF-8 (a binary, a crashed writer).
+    NotUtf8,
+    /// A file in a directory that could not be read.
+    CannotRead,
     /// Valid JSON from another fabprobe schema version.
     OtherVersion,
     /// JSON, but not a `fabprobe.check` report.
     NotACheckReport,
-    /// A second report for a node already seen (the first one counts).
+    /// More than one report for a node (the worse one counts).
     Duplicate,
 }
 
@@ -87,6 +151,8 @@ impl Problem {
             Problem::Missing => "missing",
             Problem::Truncated => "truncated",
             Problem::NotJson => "not_json",
+            Problem::NotUtf8 => "not_utf8",
+            Problem::CannotRead => "cannot_read",
             Problem::OtherVersion => "other_version",
             Problem::NotACheckReport => "not_a_check_report",
             Problem::Duplicate => "duplicate",
@@ -121,7 +187,11 @@ pub struct Outlier {
     pub value: Value,
     pub majority_value: Value,
     pub majority_nodes: usize,
+    /// Reports the majority was taken over: those that did not fail and whose fabprobe
+    /// version emits the key.
     pub nodes_compared: usize,
+    /// Whether the node's own report failed (then it is drained for that, not for this).
+    pub node_failed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -146,6 +216,8 @@ pub struct SweepCounts {
     pub outliers: usize,
     pub unreadable: usize,
     pub missing: usize,
+    /// Nodes on the drain list.
+    pub drain: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -153,22 +225,32 @@ pub struct SweepReport {
     pub nodes: SweepCounts,
     pub failures: Vec<CauseGroup>,
     pub outliers: Vec<Outlier>,
-    /// Keys where no value is held by more than half of the nodes.
+    /// Keys where no value is held by more than half of the compared nodes.
     pub no_majority: Vec<Split>,
     pub unreadable: Vec<Unreadable>,
-    /// Failed nodes and outliers, by name, with why.
+    /// The drain list: failed nodes, and outliers only with `--drain-outliers`, with why.
     pub bad_nodes: Vec<BadNode>,
+    /// What the reader should know about the comparison itself (mixed tool versions,
+    /// keys not compared, labels that disagree with hostnames).
+    pub notes: Vec<String>,
 }
 
 #[derive(Default)]
 pub struct Sweeper {
     nodes: Vec<NodeRec>,
-    by_name: HashMap<String, usize>,
+    /// Lowercased short name -> nodes with that short name (FQDNs of other domains differ).
+    by_short: HashMap<String, Vec<usize>>,
     keys: Vec<String>,
     key_ids: HashMap<String, u32>,
     values: Vec<Value>,
     value_ids: HashMap<String, u32>,
+    versions: Vec<String>,
+    version_ids: HashMap<String, u32>,
     unreadable: Vec<Unreadable>,
+    expected: Vec<String>,
+    drain_outliers: bool,
+    /// (source, label, hostname) where the launcher's label names another host.
+    relabelled: Vec<(String, String, String)>,
 }
 
 fn intern(ids: &mut HashMap<String, u32>, canonical: String, mut store: impl FnMut()) -> u32 {
@@ -179,96 +261,105 @@ fn intern(ids: &mut HashMap<String, u32>, canonical: String, mut store: impl FnM
     })
 }
 
+/// `gpu001.cluster.local` -> `gpu001`; an IPv4 address stays whole.
+fn short_name(name: &str) -> &str {
+    if name.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        return name;
+    }
+    name.split('.').next().unwrap_or(name)
+}
+
+/// One host under two spellings: equal (any case), or a short name and an FQDN starting
+/// with it. Two FQDNs of different domains are different hosts.
+pub fn same_host(a: &str, b: &str) -> bool {
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    let (sa, sb) = (short_name(a), short_name(b));
+    sa.eq_ignore_ascii_case(sb) && (sa.len() == a.len() || sb.len() == b.len())
+}
+
+/// `srun -l` labels lines with the task number, which names no host.
+fn host_label(label: Option<&str>) -> Option<&str> {
+    label
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.bytes().all(|c| c.is_ascii_digit()))
+}
+
+fn rank(s: Severity) -> u8 {
+    match s {
+        Severity::Pass => 0,
+        Severity::Warn => 1,
+        Severity::Fail => 2,
+    }
+}
+
 impl Sweeper {
     pub fn new() -> Sweeper {
         Sweeper::default()
     }
 
-    /// One report. `source` names where it came from; `name_hint` is the node as the file
-    /// name or the launcher's prefix says, used when the report itself cannot be read.
-    pub fn add(&mut self, source: &str, name_hint: Option<&str>, text: &str) {
-        let trimmed = text.trim();
-        let bad = |problem, detail: String| Unreadable {
-            node: name_hint.map(str::to_string),
-            source: source.to_string(),
-            problem,
-            detail,
-        };
-        if trimmed.is_empty() {
-            self.unreadable.push(bad(Problem::Missing, "empty report".into()));
-            return;
-        }
-        let r: RawReport = match serde_json::from_str(trimmed) {
-            Ok(r) => r,
-            Err(e) if e.is_eof() => {
-                self.unreadable
-                    .push(bad(Problem::Truncated, format!("report ends early ({e})")));
-                return;
-            }
-            Err(e) if e.is_syntax() => {
-                self.unreadable
-                    .push(bad(Problem::NotJson, format!("not JSON ({e})")));
-                return;
-            }
-            Err(e) => {
-                let h: Option<Header> = serde_json::from_str(trimmed).ok();
-                let (problem, detail) = match h {
-                    Some(Header {
-                        schema_version: Some(v),
-                        tool_version,
-                        ..
-                    }) if v != SCHEMA_VERSION => (
-                        Problem::OtherVersion,
-                        format!(
-                            "schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
-                            tool_version.as_deref().unwrap_or("?")
-                        ),
-                    ),
-                    Some(Header { schema: Some(s), .. }) if s != "fabprobe.check" => (
-                        Problem::NotACheckReport,
-                        format!("schema {s}, not fabprobe.check"),
-                    ),
-                    _ => (
-                        Problem::NotACheckReport,
-                        format!("not a fabprobe.check report ({e})"),
-                    ),
-                };
-                self.unreadable.push(bad(problem, detail));
-                return;
-            }
-        };
-        if r.schema_version != SCHEMA_VERSION {
-            self.unreadable.push(bad(
-                Problem::OtherVersion,
-                format!(
-                    "schema_version {} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
-                    r.schema_version,
-                    r.tool_version.as_deref().unwrap_or("?")
-                ),
-            ));
-            return;
-        }
-        if r.schema != "fabprobe.check" {
-            self.unreadable.push(bad(
-                Problem::NotACheckReport,
-                format!("schema {}, not fabprobe.check", r.schema),
-            ));
-            return;
-        }
-        let name = r
-            .host
-            .hostname
-            .or_else(|| name_hint.map(str::to_string))
-            .unwrap_or_else(|| source.to_string());
-        if self.by_name.contains_key(&name) {
-            self.unreadable.push(Unreadable {
-                node: Some(name),
+    /// `--drain-outliers`: put nodes that passed but differ from their peers on the drain
+    /// list too. Without it they are listed, never drained.
+    pub fn drain_outliers(&mut self, yes: bool) {
+        self.drain_outliers = yes;
+    }
+
+    /// One report as bytes: text that is not UTF-8 is listed as unreadable, not fatal.
+    pub fn add_bytes(&mut self, source: &str, name_hint: Option<&str>, bytes: &[u8]) {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.add(source, name_hint, text),
+            Err(e) => self.unreadable.push(Unreadable {
+                node: host_label(name_hint).map(str::to_string),
                 source: source.to_string(),
-                problem: Problem::Duplicate,
-                detail: "a second report for this node; the first one counts".into(),
-            });
-            return;
+                problem: Problem::NotUtf8,
+                detail: format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()),
+            }),
         }
+    }
+
+    /// A file that could not be read (inside a directory given as input).
+    pub fn add_unreadable_file(&mut self, source: &str, name_hint: Option<&str>, err: &str) {
+        self.unreadable.push(Unreadable {
+            node: host_label(name_hint).map(str::to_string),
+            source: source.to_string(),
+            problem: Problem::CannotRead,
+            detail: err.to_string(),
+        });
+    }
+
+    /// One report. `source` names where it came from; `name_hint` is the node as the file
+    /// name or the launcher's prefix says (a bare task number names no node).
+    pub fn add(&mut self, source: &str, name_hint: Option<&str>, text: &str) {
+        let label = host_label(name_hint);
+        let r = match parse(text) {
+            Ok(r) => r,
+            Err((problem, detail)) => {
+                self.unreadable.push(Unreadable {
+                    node: label.map(str::to_string),
+                    source: source.to_string(),
+                    problem,
+                    detail,
+                });
+                return;
+            }
+        };
+        let name = match (r.host.hostname.as_deref().filter(|h| !h.is_empty()), label) {
+            (Some(h), Some(l)) if same_host(h, l) => l.to_string(),
+            (Some(h), Some(l)) => {
+                self.relabelled
+                    .push((source.to_string(), l.to_string(), h.to_string()));
+                h.to_string()
+            }
+            (Some(h), None) => h.to_string(),
+            (None, Some(l)) => l.to_string(),
+            (None, None) => source.to_string(),
+        };
+        let version = {
+            let v = r.tool_version.clone().unwrap_or_else(|| "?".into());
+            let store = &mut self.versions;
+            intern(&mut self.version_ids, v.clone(), || store.push(v.clone()))
+        };
         let mut values = Vec::with_capacity(r.data.fingerprint.len());
         for (k, v) in r.data.fingerprint {
             let keys = &mut self.keys;
@@ -284,26 +375,105 @@ impl Sweeper {
             .filter(|f| f.severity == Severity::Fail)
             .map(|f| (f.id, f.subject, f.message))
             .collect();
-        self.by_name.insert(name.clone(), self.nodes.len());
+        let verdict = r.data.verdict;
+        let short = short_name(&name).to_ascii_lowercase();
+        let same = self.by_short.get(&short).and_then(|ids| {
+            ids.iter()
+                .copied()
+                .find(|&i| same_host(&self.nodes[i].name, &name))
+        });
+        if let Some(i) = same {
+            // Two reports for one host: the worse one counts, both stay named.
+            let n = &mut self.nodes[i];
+            n.sources.push((source.to_string(), verdict));
+            if rank(verdict) > rank(n.verdict) {
+                n.counted = n.sources.len() - 1;
+                n.verdict = verdict;
+                n.fails = fails;
+                n.values = values;
+                n.version = version;
+            }
+            return;
+        }
+        self.by_short.entry(short).or_default().push(self.nodes.len());
         self.nodes.push(NodeRec {
             name,
-            verdict: r.data.verdict,
+            sources: vec![(source.to_string(), verdict)],
+            counted: 0,
+            verdict,
             fails,
             values,
+            version,
         });
     }
 
-    /// Nodes that should have reported (`--expect`): those without any report are missing.
+    /// Nodes that should have reported (`--expect`): those without any report are missing,
+    /// and a report whose hostname is an FQDN of an expected short name (or the other way
+    /// round) takes the expected name.
     pub fn expect(&mut self, expected: &[String]) {
-        for n in expected {
-            let seen = self.by_name.contains_key(n)
-                || self
-                    .unreadable
-                    .iter()
-                    .any(|u| u.node.as_deref() == Some(n.as_str()));
+        self.expected.extend(expected.iter().cloned());
+    }
+
+    pub fn finish(mut self) -> SweepReport {
+        let mut rep = SweepReport::default();
+        self.apply_expected();
+        rep.nodes.reports = self.nodes.len();
+        rep.failures = self.causes(&mut rep.nodes);
+        let outlier_reasons = self.compare(&mut rep);
+        rep.nodes.outliers = outlier_reasons.len();
+        rep.bad_nodes = self.drain_list(outlier_reasons);
+        rep.nodes.drain = rep.bad_nodes.len();
+        self.list_duplicates();
+        self.notes(&mut rep.notes);
+        self.unreadable
+            .sort_by(|a, b| a.problem.cmp(&b.problem).then(a.source.cmp(&b.source)));
+        rep.nodes.missing = self
+            .unreadable
+            .iter()
+            .filter(|u| u.problem == Problem::Missing)
+            .count();
+        rep.nodes.unreadable = self.unreadable.len() - rep.nodes.missing;
+        rep.unreadable = self.unreadable;
+        rep
+    }
+
+    /// Rename reports to the `--expect` spelling of their host and list the expected nodes
+    /// that sent nothing.
+    fn apply_expected(&mut self) {
+        let expected = std::mem::take(&mut self.expected);
+        if expected.is_empty() {
+            return;
+        }
+        let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, e) in expected.iter().enumerate() {
+            index
+                .entry(short_name(e).to_ascii_lowercase())
+                .or_default()
+                .push(i);
+        }
+        let find = |name: &str| {
+            index
+                .get(&short_name(name).to_ascii_lowercase())?
+                .iter()
+                .copied()
+                .find(|&i| same_host(&expected[i], name))
+        };
+        let mut seen = vec![false; expected.len()];
+        let names = self
+            .nodes
+            .iter_mut()
+            .map(|n| &mut n.name)
+            .chain(self.unreadable.iter_mut().filter_map(|u| u.node.as_mut()));
+        for name in names {
+            if let Some(i) = find(name) {
+                name.clone_from(&expected[i]);
+                seen[i] = true;
+            }
+        }
+        for (e, seen) in expected.iter().zip(seen) {
             if !seen {
                 self.unreadable.push(Unreadable {
-                    node: Some(n.clone()),
+                    node: Some(e.clone()),
                     source: "--expect".into(),
                     problem: Problem::Missing,
                     detail: "no report".into(),
@@ -312,20 +482,15 @@ impl Sweeper {
         }
     }
 
-    pub fn finish(mut self) -> SweepReport {
-        let mut rep = SweepReport::default();
-        let n = self.nodes.len();
-        rep.nodes.reports = n;
-        // Causes: finding id -> nodes.
+    /// Verdict counts, and the failed nodes grouped by failing finding id.
+    fn causes(&self, counts: &mut SweepCounts) -> Vec<CauseGroup> {
         let mut causes: BTreeMap<&str, (Vec<&str>, &str)> = BTreeMap::new();
         for node in &self.nodes {
             match node.verdict {
-                Severity::Pass => rep.nodes.passed += 1,
-                Severity::Warn => rep.nodes.warned += 1,
-                Severity::Fail => rep.nodes.failed += 1,
+                Severity::Pass => counts.passed += 1,
+                Severity::Warn => counts.warned += 1,
+                Severity::Fail => counts.failed += 1,
             }
-            let mut ids: Vec<&str> = node.fails.iter().map(|(id, _, _)| id.as_str()).collect();
-            ids.dedup();
             for (id, subject, msg) in &node.fails {
                 let e = causes.entry(id.as_str()).or_insert_with(|| (Vec::new(), ""));
                 if e.0.last() != Some(&node.name.as_str()) {
@@ -349,39 +514,68 @@ impl Sweeper {
             })
             .collect();
         failures.sort_by(|a, b| b.node_count.cmp(&a.node_count).then(a.id.cmp(&b.id)));
-        rep.failures = failures;
+        failures
+    }
 
-        // Outliers: per key, the value more than half of the nodes share.
+    /// Which tool versions emit each key (a key some versions lack is not compared).
+    fn emitted_by_all_versions(&self) -> Vec<bool> {
+        let (nk, nv) = (self.keys.len(), self.versions.len());
+        let mut emits = vec![vec![false; nv]; nk];
+        for node in &self.nodes {
+            for (k, _) in &node.values {
+                emits[*k as usize][node.version as usize] = true;
+            }
+        }
+        let present: Vec<bool> = {
+            let mut p = vec![false; nv];
+            for node in &self.nodes {
+                p[node.version as usize] = true;
+            }
+            p
+        };
+        emits
+            .iter()
+            .map(|by_v| by_v.iter().zip(&present).all(|(e, p)| *e || !*p))
+            .collect()
+    }
+
+    /// Per hardware/configuration key, the value more than half of the reports that did not
+    /// fail share; every node unlike it is an outlier. Returns each outlier node's reasons.
+    fn compare(&mut self, rep: &mut SweepReport) -> BTreeMap<usize, Vec<String>> {
         let null_id = {
             let store = &mut self.values;
             intern(&mut self.value_ids, "null".into(), || store.push(Value::Null))
         };
         let nk = self.keys.len();
-        let mut per_key: Vec<HashMap<u32, usize>> = vec![HashMap::new(); nk];
-        let mut node_vals: Vec<Vec<u32>> = Vec::with_capacity(n);
-        for node in &self.nodes {
-            // A key a node lacks counts as null: absent is a difference too.
-            let mut row = vec![null_id; nk];
-            for (k, v) in &node.values {
-                row[*k as usize] = *v;
-            }
-            for (k, v) in row.iter().enumerate() {
-                *per_key[k].entry(*v).or_default() += 1;
-            }
-            node_vals.push(row);
-        }
-        let mut key_order: Vec<usize> = (0..nk).collect();
+        let all_versions = self.emitted_by_all_versions();
+        let compared_key = |k: usize| all_versions[k] && !NOT_COMPARED.contains(&self.keys[k].as_str());
+        // A key a node lacks (its version emits it) counts as null: absent is a difference.
+        let rows: Vec<Vec<u32>> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let mut row = vec![null_id; nk];
+                for (k, v) in &node.values {
+                    row[*k as usize] = *v;
+                }
+                row
+            })
+            .collect();
+        let mut key_order: Vec<usize> = (0..nk).filter(|&k| compared_key(k)).collect();
         key_order.sort_by(|a, b| self.keys[*a].cmp(&self.keys[*b]));
-        let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut reasons: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for k in key_order {
-            let counts = &per_key[k];
+            let mut counts: HashMap<u32, usize> = HashMap::new();
+            for (node, row) in self.nodes.iter().zip(&rows) {
+                if node.verdict != Severity::Fail {
+                    *counts.entry(row[k]).or_default() += 1;
+                }
+            }
+            let compared: usize = counts.values().sum();
             let Some((&maj, &maj_n)) = counts.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) else {
                 continue;
             };
-            if counts.len() < 2 {
-                continue;
-            }
-            if maj_n * 2 <= n {
+            if maj_n * 2 <= compared {
                 let mut values: Vec<(Value, usize)> = counts
                     .iter()
                     .map(|(v, c)| (self.values[*v as usize].clone(), *c))
@@ -393,108 +587,196 @@ impl Sweeper {
                 });
                 continue;
             }
-            for (node, row) in self.nodes.iter().zip(&node_vals) {
-                if row[k] != maj {
-                    let o = Outlier {
-                        node: node.name.clone(),
-                        key: self.keys[k].clone(),
-                        value: self.values[row[k] as usize].clone(),
-                        majority_value: self.values[maj as usize].clone(),
-                        majority_nodes: maj_n,
-                        nodes_compared: n,
-                    };
-                    reasons.entry(node.name.clone()).or_default().push(format!(
-                        "{} {} (majority {}: {maj_n} nodes)",
-                        o.key, o.value, o.majority_value
-                    ));
-                    rep.outliers.push(o);
+            for (i, (node, row)) in self.nodes.iter().zip(&rows).enumerate() {
+                if row[k] == maj {
+                    continue;
                 }
+                let o = Outlier {
+                    node: node.name.clone(),
+                    key: self.keys[k].clone(),
+                    value: self.values[row[k] as usize].clone(),
+                    majority_value: self.values[maj as usize].clone(),
+                    majority_nodes: maj_n,
+                    nodes_compared: compared,
+                    node_failed: node.verdict == Severity::Fail,
+                };
+                reasons.entry(i).or_default().push(format!(
+                    "{} {} (majority {}: {maj_n} nodes)",
+                    o.key, o.value, o.majority_value
+                ));
+                rep.outliers.push(o);
             }
         }
         rep.outliers
             .sort_by(|a, b| a.node.cmp(&b.node).then(a.key.cmp(&b.key)));
-        rep.nodes.outliers = reasons.len();
-        for node in &self.nodes {
+        reasons
+    }
+
+    /// Failed nodes (their failing ids first, then how they differ), and outliers that
+    /// passed only when `--drain-outliers` asks for them.
+    fn drain_list(&self, mut outlier_reasons: BTreeMap<usize, Vec<String>>) -> Vec<BadNode> {
+        let mut out = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let mut reasons = Vec::new();
             if node.verdict == Severity::Fail {
                 // One reason per failing id, in rank order: `id subject (+N more)`.
                 let mut by_id: Vec<(&str, &str, usize)> = Vec::new();
                 for (id, subject, _) in &node.fails {
-                    match by_id.iter_mut().find(|(i, _, _)| i == id) {
+                    match by_id.iter_mut().find(|(x, _, _)| x == id) {
                         Some(e) => e.2 += 1,
                         None => by_id.push((id, subject, 0)),
                     }
                 }
-                let ids: Vec<String> = by_id
-                    .into_iter()
-                    .map(|(id, subject, more)| match more {
-                        0 => format!("{id} {subject}"),
-                        n => format!("{id} {subject} (+{n} more)"),
-                    })
-                    .collect();
-                let r = reasons.entry(node.name.clone()).or_default();
-                // Failures first: they are why the node is drained.
-                let mut all = ids;
-                all.append(r);
-                *r = all;
+                reasons.extend(by_id.into_iter().map(|(id, subject, more)| match more {
+                    0 => format!("{id} {subject}"),
+                    n => format!("{id} {subject} (+{n} more)"),
+                }));
+                if reasons.is_empty() {
+                    reasons.push("check verdict fail".into());
+                }
+            } else if !self.drain_outliers {
+                continue;
+            }
+            reasons.extend(outlier_reasons.remove(&i).unwrap_or_default());
+            if !reasons.is_empty() {
+                out.push(BadNode {
+                    node: node.name.clone(),
+                    reasons,
+                });
             }
         }
-        rep.bad_nodes = reasons
-            .into_iter()
-            .map(|(node, reasons)| BadNode { node, reasons })
-            .collect();
-        self.unreadable
-            .sort_by(|a, b| a.problem.cmp(&b.problem).then(a.source.cmp(&b.source)));
-        rep.nodes.missing = self
-            .unreadable
-            .iter()
-            .filter(|u| u.problem == Problem::Missing)
-            .count();
-        rep.nodes.unreadable = self.unreadable.len() - rep.nodes.missing;
-        rep.unreadable = self.unreadable;
-        rep
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        out
+    }
+
+    /// One entry per node with more than one report, naming every source.
+    fn list_duplicates(&mut self) {
+        for n in &self.nodes {
+            if n.sources.len() < 2 {
+                continue;
+            }
+            let all: Vec<String> = n
+                .sources
+                .iter()
+                .map(|(s, v)| format!("{s}: {}", v.as_str()))
+                .collect();
+            let (src, v) = &n.sources[n.counted];
+            self.unreadable.push(Unreadable {
+                node: Some(n.name.clone()),
+                source: n
+                    .sources
+                    .iter()
+                    .map(|(s, _)| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                problem: Problem::Duplicate,
+                detail: format!(
+                    "{} reports for this node ({}); the worse one counts ({}, {src})",
+                    n.sources.len(),
+                    all.join("; "),
+                    v.as_str()
+                ),
+            });
+        }
+    }
+
+    fn notes(&self, notes: &mut Vec<String>) {
+        if self.versions.len() > 1 {
+            let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+            for n in &self.nodes {
+                *per.entry(self.versions[n.version as usize].as_str()).or_default() += 1;
+            }
+            let list: Vec<String> = per.iter().map(|(v, c)| format!("{v} ({c})")).collect();
+            notes.push(format!(
+                "reports from {} tool versions: {}",
+                per.len(),
+                list.join(", ")
+            ));
+            let all = self.emitted_by_all_versions();
+            let mut partial: Vec<&str> = (0..self.keys.len())
+                .filter(|&k| !all[k])
+                .map(|k| self.keys[k].as_str())
+                .collect();
+            partial.sort();
+            if !partial.is_empty() {
+                notes.push(format!(
+                    "not compared (only some tool versions emit them): {}",
+                    partial.join(", ")
+                ));
+            }
+        }
+        if !self.nodes.is_empty() && self.nodes.iter().all(|n| n.verdict == Severity::Fail) {
+            notes.push("every report failed: no passing peer to compare against".into());
+        }
+        if let Some((src, label, host)) = self.relabelled.first() {
+            notes.push(format!(
+                "{} reports' labels differ from their hostnames, named by hostname (e.g. {src}: label {label}, hostname {host})",
+                self.relabelled.len()
+            ));
+        }
     }
 }
 
 impl SweepReport {
-    /// Whether anything needs a person: a failed node, an outlier, a missing or unreadable
-    /// report.
+    /// Whether anything needs a person: a node to drain, an outlier, a missing or
+    /// unreadable report.
     pub fn has_fault(&self) -> bool {
-        !self.bad_nodes.is_empty() || !self.unreadable.is_empty()
+        !self.bad_nodes.is_empty() || !self.outliers.is_empty() || !self.unreadable.is_empty()
     }
 
-    /// `scontrol update ... State=DRAIN` lines for the bad nodes (never run by fabprobe).
-    /// Slurm keeps the reason as one quoted string; quotes inside become single quotes.
+    /// `scontrol update ... State=DRAIN` lines for the drain list (never run by fabprobe),
+    /// then `#` comments for outliers not drained and for unusable reports. The lines are
+    /// pasted into a shell: the node name must be a plain hostname, and the reason (from
+    /// the reports, so from the network) loses what a shell would expand inside quotes.
     pub fn drain_lines(&self) -> String {
         let mut s = String::new();
         for b in &self.bad_nodes {
-            let mut reason = format!("fabprobe: {}", b.reasons.join("; "));
-            if reason.len() > 200 {
-                let mut cut = 197;
-                while !reason.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                reason.truncate(cut);
-                reason.push_str("...");
+            let reason = drain_reason(&b.reasons);
+            if plain_hostname(&b.node) {
+                s.push_str(&format!(
+                    "scontrol update NodeName={} State=DRAIN Reason=\"{reason}\"\n",
+                    b.node
+                ));
+            } else {
+                s.push_str(&format!(
+                    "# {:?}: not a plain hostname, no drain line printed: {reason}\n",
+                    b.node
+                ));
             }
-            let reason = reason.replace('"', "'");
+        }
+        let drained: std::collections::HashSet<&str> =
+            self.bad_nodes.iter().map(|b| b.node.as_str()).collect();
+        let mut seen = std::collections::HashSet::new();
+        for o in &self.outliers {
+            if drained.contains(o.node.as_str()) || !seen.insert(o.node.as_str()) {
+                continue;
+            }
+            let why: Vec<String> = self
+                .outliers
+                .iter()
+                .filter(|x| x.node == o.node)
+                .map(|x| format!("{} {} (majority {})", x.key, x.value, x.majority_value))
+                .collect();
             s.push_str(&format!(
-                "scontrol update NodeName={} State=DRAIN Reason=\"{reason}\"\n",
-                b.node
+                "# {}: passed but differs from its peers, not drained (--drain-outliers drains it): {}\n",
+                clean(&o.node),
+                clean(&why.join("; "))
             ));
         }
         for u in &self.unreadable {
             s.push_str(&format!(
                 "# {}: {} report ({}): {}\n",
-                u.node.as_deref().unwrap_or(&u.source),
+                clean(u.node.as_deref().unwrap_or(&u.source)),
                 u.problem.as_str(),
-                u.source,
-                u.detail
+                clean(&u.source),
+                clean(&u.detail)
             ));
         }
         s
     }
 
-    /// Findings for the envelope: one per bad node (fail) and per unusable report (warn).
+    /// Findings for the envelope: one per node to drain (fail), per outlier not drained
+    /// and per unusable report (warn).
     pub fn findings(&self) -> Vec<Finding> {
         let mut out: Vec<Finding> = self
             .bad_nodes
@@ -504,6 +786,24 @@ impl SweepReport {
                     .fix("drain it (fabprobe sweep --drain), then run fabprobe check on it")
             })
             .collect();
+        let drained: std::collections::HashSet<&str> =
+            self.bad_nodes.iter().map(|b| b.node.as_str()).collect();
+        out.extend(
+            self.outliers
+                .iter()
+                .filter(|o| !drained.contains(o.node.as_str()))
+                .map(|o| {
+                    Finding::new(
+                        "sweep.outlier",
+                        Severity::Warn,
+                        &o.node,
+                        format!(
+                            "{} {} (majority {}: {} of {} nodes)",
+                            o.key, o.value, o.majority_value, o.majority_nodes, o.nodes_compared
+                        ),
+                    )
+                }),
+        );
         out.extend(self.unreadable.iter().map(|u| {
             Finding::new(
                 "sweep.unreadable",
@@ -515,6 +815,42 @@ impl SweepReport {
         }));
         out
     }
+}
+
+/// A Slurm node name a shell passes through unchanged.
+fn plain_hostname(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
+}
+
+/// Text safe on one `#` comment line: no control characters.
+fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// `fabprobe: reason; reason`, at most 200 bytes, safe inside double quotes in sh: `"`
+/// becomes `'`, and `$`, backquote and backslash (which sh expands there) become `_`.
+fn drain_reason(reasons: &[String]) -> String {
+    let mut reason: String = format!("fabprobe: {}", reasons.join("; "))
+        .chars()
+        .map(|c| match c {
+            '"' => '\'',
+            '$' | '`' | '\\' => '_',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    if reason.len() > 200 {
+        let mut cut = 197;
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+        reason.push_str("...");
+    }
+    reason
 }
 
 #[cfg(test)]
@@ -529,10 +865,14 @@ mod tests {
         serde_json::json!({
             "schema": "fabprobe.check", "schema_version": 1, "tool_version": "0.1.0",
             "host": {"hostname": host},
-            "data": {"verdict": verdict, "fingerprint": {"kernel": kernel, "gpu_count": gpus}},
+            "data": {"verdict": verdict, "fingerprint": {"tool_version": "0.1.0", "policy": "default", "kernel": kernel, "gpu_count": gpus}},
             "findings": findings,
         })
         .to_string()
+    }
+
+    fn drained(r: &SweepReport) -> Vec<&str> {
+        r.bad_nodes.iter().map(|b| b.node.as_str()).collect()
     }
 
     #[test]
@@ -569,11 +909,15 @@ mod tests {
             .map(|o| (o.node.as_str(), o.key.as_str()))
             .collect();
         assert_eq!(outl, [("n3", "kernel"), ("n7", "gpu_count")]);
-        assert_eq!(r.outliers[0].majority_nodes, 9);
+        // The majority is taken over the 9 reports that did not fail.
+        assert_eq!(
+            (r.outliers[0].majority_nodes, r.outliers[0].nodes_compared),
+            (8, 9)
+        );
         assert_eq!(r.failures.len(), 1);
         assert_eq!(r.failures[0].nodes, ["n5"]);
-        let bad: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
-        assert_eq!(bad, ["n3", "n5", "n7"]);
+        // Outliers that passed are listed, never drained.
+        assert_eq!(drained(&r), ["n5"]);
         let probs: Vec<(Option<&str>, Problem)> = r
             .unreadable
             .iter()
@@ -589,23 +933,229 @@ mod tests {
                 (Some("n1"), Problem::Duplicate),
             ]
         );
+        assert_eq!(r.unreadable[4].source, "n1.json, dup.json");
         assert_eq!(
             (
                 r.nodes.reports,
                 r.nodes.failed,
                 r.nodes.outliers,
                 r.nodes.missing,
-                r.nodes.unreadable
+                r.nodes.unreadable,
+                r.nodes.drain
             ),
-            (10, 1, 2, 1, 4)
+            (10, 1, 2, 1, 4, 1)
         );
         let d = r.drain_lines();
-        assert!(d.contains("scontrol update NodeName=n3 State=DRAIN Reason=\"fabprobe: kernel '6.8.0-40' (majority '6.8.0-45': 9 nodes)\""), "{d}");
         assert!(
-            d.contains("NodeName=n5 State=DRAIN Reason=\"fabprobe: links.port_not_active x\""),
+            d.starts_with(
+                "scontrol update NodeName=n5 State=DRAIN Reason=\"fabprobe: links.port_not_active x\"\n"
+            ),
             "{d}"
         );
+        assert_eq!(d.matches("scontrol").count(), 1, "{d}");
+        assert!(d.contains("# n3: passed but differs from its peers, not drained (--drain-outliers drains it): kernel \"6.8.0-40\" (majority \"6.8.0-45\")\n"), "{d}");
         assert!(r.has_fault());
+    }
+
+    #[test]
+    fn drain_outliers_adds_them_to_the_drain_list() {
+        let mut s = Sweeper::new();
+        s.drain_outliers(true);
+        for i in 0..5 {
+            let k = if i == 3 { "6.8.0-40" } else { "6.8.0-45" };
+            s.add("stdin", None, &report(&format!("n{i}"), "pass", k, 8, &[]));
+        }
+        let r = s.finish();
+        assert_eq!(drained(&r), ["n3"]);
+        assert!(r.drain_lines().starts_with("scontrol update NodeName=n3 State=DRAIN Reason=\"fabprobe: kernel '6.8.0-40' (majority '6.8.0-45': 4 nodes)\"\n"));
+    }
+
+    #[test]
+    fn a_failing_majority_does_not_make_the_healthy_nodes_outliers() {
+        // 6 nodes fail on a bad kernel, 4 pass on the good one: the majority is the good
+        // one's (taken over the reports that did not fail), and nothing healthy is drained.
+        let mut s = Sweeper::new();
+        for i in 0..10 {
+            let (v, k, f): (&str, &str, &[&str]) = if i < 6 {
+                ("fail", "6.8.0-bad", &["policy.host.kernel"])
+            } else {
+                ("pass", "6.8.0-45", &[])
+            };
+            s.add("stdin", None, &report(&format!("n{i}"), v, k, 8, f));
+        }
+        let r = s.finish();
+        assert_eq!(drained(&r), ["n0", "n1", "n2", "n3", "n4", "n5"]);
+        assert!(
+            r.outliers
+                .iter()
+                .all(|o| o.node_failed && o.majority_value == "6.8.0-45")
+        );
+        assert_eq!(r.outliers.len(), 6);
+        assert!(r.bad_nodes[0].reasons[0].starts_with("policy.host.kernel"));
+    }
+
+    #[test]
+    fn versions_are_a_note_not_a_difference() {
+        let mut s = Sweeper::new();
+        for i in 0..10 {
+            let mut v: Value = serde_json::from_str(&report(&format!("n{i}"), "pass", "k", 8, &[])).unwrap();
+            if i < 3 {
+                // A newer fabprobe: another tool_version and a key the old one lacks.
+                v["tool_version"] = "0.2.0".into();
+                v["data"]["fingerprint"]["tool_version"] = "0.2.0".into();
+                v["data"]["fingerprint"]["nccl_version"] = "2.21.5".into();
+                v["data"]["fingerprint"]["policy"] = "dgx-h100".into();
+            }
+            s.add("stdin", None, &v.to_string());
+        }
+        let r = s.finish();
+        assert!(r.outliers.is_empty(), "{:?}", r.outliers);
+        assert!(r.no_majority.is_empty());
+        assert!(!r.has_fault());
+        assert_eq!(
+            r.notes,
+            [
+                "reports from 2 tool versions: 0.1.0 (7), 0.2.0 (3)",
+                "not compared (only some tool versions emit them): nccl_version"
+            ]
+        );
+    }
+
+    #[test]
+    fn two_reports_for_one_host_the_worse_counts() {
+        let mut s = Sweeper::new();
+        for i in 0..4 {
+            s.add(
+                &format!("a:{i}"),
+                None,
+                &report(&format!("n{i}"), "pass", "k", 8, &[]),
+            );
+        }
+        // n2 again, failing, as an FQDN from another collection.
+        s.add(
+            "b:1",
+            None,
+            &report("n2.cluster.local", "fail", "k", 8, &["links.port_down"]),
+        );
+        s.add("b:2", None, &report("n1", "warn", "k", 8, &[]));
+        s.add("b:3", None, &report("n1.cluster.local", "pass", "k", 8, &[]));
+        let r = s.finish();
+        assert_eq!(r.nodes.reports, 4);
+        assert_eq!(drained(&r), ["n2"]);
+        let dups: Vec<(&str, &str)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.source.as_str(), u.detail.as_str()))
+            .collect();
+        assert_eq!(
+            dups,
+            [
+                (
+                    "a:1, b:2, b:3",
+                    "3 reports for this node (a:1: pass; b:2: warn; b:3: pass); the worse one counts (warn, b:2)"
+                ),
+                (
+                    "a:2, b:1",
+                    "2 reports for this node (a:2: pass; b:1: fail); the worse one counts (fail, b:1)"
+                ),
+            ]
+        );
+        assert_eq!((r.nodes.passed, r.nodes.warned, r.nodes.failed), (2, 1, 1));
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_listed_and_the_sweep_goes_on() {
+        let mut s = Sweeper::new();
+        s.add_bytes("x:1", Some("n0"), b"{\"schema\": \"fabprobe.check\xff\"}");
+        s.add_bytes("x:2", Some("7"), b"\xfe\xff");
+        s.add_bytes("x:3", None, report("n1", "pass", "k", 8, &[]).as_bytes());
+        let r = s.finish();
+        assert_eq!(r.nodes.reports, 1);
+        let u: Vec<(Option<&str>, &str, Problem)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.node.as_deref(), u.source.as_str(), u.problem))
+            .collect();
+        // A bare task number names no node.
+        assert_eq!(
+            u,
+            [
+                (Some("n0"), "x:1", Problem::NotUtf8),
+                (None, "x:2", Problem::NotUtf8)
+            ]
+        );
+        assert_eq!(r.unreadable[0].detail, "not UTF-8 (invalid byte at offset 26)");
+    }
+
+    #[test]
+    fn fqdn_reports_take_the_label_and_the_expected_name() {
+        let mut s = Sweeper::new();
+        s.add(
+            "stdin:1",
+            Some("gpu001"),
+            &report("gpu001.cluster.local", "pass", "k", 8, &[]),
+        );
+        s.add(
+            "stdin:2",
+            None,
+            &report("gpu002.cluster.local", "fail", "k", 8, &["x.y"]),
+        );
+        s.add("stdin:3", Some("gpu003"), &report("gpu099", "pass", "k", 8, &[]));
+        s.add(
+            "stdin:4",
+            Some("gpu004.cluster.local"),
+            "bash: fabprobe: command not found",
+        );
+        s.expect(&hostlist_names("gpu", 1..=5));
+        let r = s.finish();
+        assert_eq!(drained(&r), ["gpu002"]);
+        let missing: Vec<&str> = r
+            .unreadable
+            .iter()
+            .filter(|u| u.problem == Problem::Missing)
+            .map(|u| u.node.as_deref().unwrap())
+            .collect();
+        // gpu003's label names another host than its report: named by hostname, so gpu003
+        // sent nothing readable.
+        assert_eq!(missing, ["gpu003", "gpu005"]);
+        assert!(
+            r.unreadable
+                .iter()
+                .any(|u| u.node.as_deref() == Some("gpu004") && u.problem == Problem::NotJson)
+        );
+        assert_eq!(
+            r.notes,
+            [
+                "1 reports' labels differ from their hostnames, named by hostname (e.g. stdin:3: label gpu003, hostname gpu099)"
+            ]
+        );
+    }
+
+    fn hostlist_names(prefix: &str, r: std::ops::RangeInclusive<u32>) -> Vec<String> {
+        r.map(|i| format!("{prefix}{i:03}")).collect()
+    }
+
+    #[test]
+    fn same_host_spellings() {
+        assert!(same_host("gpu001", "gpu001.cluster.local"));
+        assert!(same_host("GPU001.cluster.local", "gpu001"));
+        assert!(!same_host("gpu001.a", "gpu001.b"));
+        assert!(!same_host("gpu001", "gpu0011"));
+        assert!(!same_host("10.0.0.1", "10"));
+    }
+
+    #[test]
+    fn drain_lines_are_safe_to_paste_into_sh() {
+        let mut s = Sweeper::new();
+        let evil = r#"{"schema":"fabprobe.check","schema_version":1,"host":{"hostname":"n1"},"data":{"verdict":"fail","fingerprint":{}},"findings":[{"id":"x.y","severity":"fail","subject":"$(reboot) `id` \" \\ a\nb","message":""}]}"#;
+        s.add("a", None, evil);
+        s.add("b", None, &evil.replace("\"n1\"", "\"n2;reboot\""));
+        let d = s.finish().drain_lines();
+        assert_eq!(
+            d,
+            "scontrol update NodeName=n1 State=DRAIN Reason=\"fabprobe: x.y _(reboot) _id_ ' _ a b\"\n\
+             # \"n2;reboot\": not a plain hostname, no drain line printed: fabprobe: x.y _(reboot) _id_ ' _ a b\n"
+        );
     }
 
     #[test]

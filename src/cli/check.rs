@@ -131,6 +131,7 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
     }
     if let Some(b) = &a.baseline {
         let base = Host::snapshot(b).with_context(|| format!("reading --baseline {}", b.display()))?;
+        super::baseline::ensure_earlier_same_host(&base, b, &host)?;
         sampling.baseline = Some((base, b.display().to_string()));
     }
     let nccl = super::nccl_settings(g, &host);

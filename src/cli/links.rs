@@ -105,6 +105,7 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
         }
     } else if let Some(b) = &a.baseline {
         let base_host = Host::snapshot(b)?;
+        super::baseline::ensure_earlier_same_host(&base_host, b, &host)?;
         let before = links::probe(&base_host);
         let interval_s = links::seconds_between(
             base_host.meta().captured_at.as_deref(),

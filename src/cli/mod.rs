@@ -2,6 +2,7 @@
 //! Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
+mod baseline;
 mod check;
 mod docs;
 mod gdr;

@@ -152,6 +152,7 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
         }
     } else if let Some(b) = &a.baseline {
         let base = Host::snapshot(b)?;
+        super::baseline::ensure_earlier_same_host(&base, b, &host)?;
         let before = sample(&base, &a, tc.as_ref());
         let interval_s = crate::probe::links::seconds_between(
             base.meta().captured_at.as_deref(),

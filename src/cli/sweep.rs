@@ -27,6 +27,10 @@ pub struct SweepArgs {
     /// nodes instead of the table (fabprobe never runs them).
     #[arg(long)]
     pub drain: bool,
+    /// Also drain nodes that passed but differ from the majority of their peers (without
+    /// it they are listed, and exit 1, but never drained).
+    #[arg(long)]
+    pub drain_outliers: bool,
 }
 
 const SWEEP_HELP: &str = "\
@@ -38,86 +42,126 @@ Collect the reports the way you already run things; no daemon, no server:
 
 INPUT
   A file holding one pretty-printed report, or JSON lines (one report per line; check prints
-  its JSON on one line). Lines may carry a launcher prefix `node: ` (pdsh, clush, srun -l).
-  A report that is empty, truncated, not JSON, from another schema_version or not a
-  fabprobe.check report is listed as such (with the node from its file name or prefix); the
-  sweep goes on. A second report for one node is listed as a duplicate.
+  its JSON on one line). Lines may carry a launcher prefix `node: ` (pdsh, clush); `srun -l`
+  task numbers (` 3: `) name no node, the report's hostname does. Input is bytes: a report
+  or line that is empty, not UTF-8, truncated, not JSON, from another schema_version or not a
+  fabprobe.check report is listed as such (with the node from its file name or prefix) and
+  the sweep goes on.
+  Names: a report's hostname and its label (prefix, file name) are one host when they are
+  equal or one is the short name of the other (gpu001 / gpu001.cluster.local); the label's
+  spelling is kept, and --expect's spelling wins over both, so --expect 'gpu[001-128]'
+  matches FQDN reports. Two reports for one host: the worse verdict counts, both sources are
+  listed (duplicate).
 
 WHAT IT SAYS
   FAILED, BY CAUSE       nodes whose verdict is fail, grouped by failing finding id
-  DIFFERENT FROM PEERS   for every fingerprint key (fabprobe-check(1)): nodes whose value
-                         differs from the value more than half of the nodes share, with that
-                         majority value and its node count; a missing key counts as null
+  DIFFERENT FROM PEERS   for every hardware/configuration fingerprint key (fabprobe-check(1);
+                         not tool_version or policy, not keys only some tool versions
+                         report): nodes whose value differs from the value more than half of
+                         the reports that did not fail share, with that majority value and
+                         its node count; a missing key counts as null
   NO MAJORITY            keys where no value reaches more than half (no outliers named)
-  BAD NODES              failed nodes and outliers, with every reason; --drain prints one
-                         scontrol line each (Reason=\"fabprobe: ...\", at most 200 characters)
+  NOTES                  mixed tool versions, keys not compared, labels unlike hostnames
+  DRAIN                  failed nodes, with every reason; outliers that passed are never
+                         drained unless --drain-outliers. --drain prints one scontrol line each
+                         (Reason=\"fabprobe: ...\", at most 200 characters, safe to paste in sh)
+                         and # lines for outliers not drained and unusable reports
 
 JSON DATA (schema fabprobe.sweep)
-  nodes                  {reports, passed, warned, failed, outliers, unreadable, missing}
+  nodes                  {reports, passed, warned, failed, outliers, unreadable, missing, drain}
   failures[]             {id, node_count, nodes[], example}
-  outliers[]             {node, key, value, majority_value, majority_nodes, nodes_compared}
+  outliers[]             {node, key, value, majority_value, majority_nodes, nodes_compared,
+                          node_failed}
   no_majority[]          {key, values: [[value, nodes], ...]}
-  unreadable[]           {node, source, problem (missing|truncated|not_json|other_version|
-                          not_a_check_report|duplicate), detail}
-  bad_nodes[]            {node, reasons[]}
+  unreadable[]           {node, source, problem (missing|truncated|not_json|not_utf8|
+                          cannot_read|other_version|not_a_check_report|duplicate), detail}
+  bad_nodes[]            {node, reasons[]}: the drain list
+  notes[]                strings
 
 PROMETHEUS (--format prom)
-  fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1,
+  fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1 (the drain list),
   fabprobe_sweep_outlier{node,key,value,majority} 1
 
 EXIT STATUS
-  0 every node passed and agrees with its peers, 1 a bad node or a missing/unreadable
-  report, 2 could not run (an input that cannot be opened)";
+  0 every node passed and agrees with its peers, 1 a node to drain, an outlier or a
+  missing/unreadable report, 2 could not run (an input that cannot be opened, or no
+  readable report at all: \"0 reports: the collection failed?\")";
 
 /// `node1: {...}` (pdsh, clush, srun -l) -> ("node1", "{...}"). In a file (`json_only`) a
 /// prefix counts only before a report, so `srun: error: ...` keeps the file's node name; on
-/// stdin `node7: bash: fabprobe: command not found` still names node7.
-fn split_prefix(line: &str, json_only: bool) -> (Option<&str>, &str) {
-    if line.starts_with('{') {
+/// stdin `node7: bash: fabprobe: command not found` still names node7. `srun -l` pads its
+/// task numbers (` 3: `).
+fn split_prefix(line: &[u8], json_only: bool) -> (Option<&str>, &[u8]) {
+    if line.starts_with(b"{") {
         return (None, line);
     }
-    match line.split_once(": ") {
-        Some((p, rest))
-            if !p.is_empty()
-                && (!json_only || rest.trim_start().starts_with('{'))
-                && p.bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)) =>
-        {
-            (Some(p), rest)
-        }
-        _ => (None, line),
+    let Some(at) = line.windows(2).position(|w| w == b": ") else {
+        return (None, line);
+    };
+    let (p, rest) = (&line[..at], &line[at + 2..]);
+    let p = p.trim_ascii_start();
+    let plain = !p.is_empty() && p.iter().all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c));
+    if plain && (!json_only || rest.trim_ascii_start().starts_with(b"{")) {
+        // Checked ASCII above.
+        (std::str::from_utf8(p).ok(), rest)
+    } else {
+        (None, line)
     }
 }
 
-fn add_lines(sw: &mut Sweeper, source: &str, reader: impl BufRead) -> anyhow::Result<()> {
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading {source}"))?;
-        if line.trim().is_empty() {
+/// JSON lines as bytes: a line that is not UTF-8 is listed, the rest goes on.
+fn add_lines(sw: &mut Sweeper, source: &str, mut reader: impl BufRead) -> anyhow::Result<()> {
+    let mut line = Vec::new();
+    let mut no = 0;
+    loop {
+        line.clear();
+        no += 1;
+        if reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {source}"))?
+            == 0
+        {
+            return Ok(());
+        }
+        let l = line.strip_suffix(b"\n").unwrap_or(&line);
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        if l.trim_ascii().is_empty() {
             continue;
         }
-        let (prefix, rest) = split_prefix(&line, false);
-        let src = format!("{source}:{}", i + 1);
-        sw.add(&src, prefix, rest);
+        let (prefix, rest) = split_prefix(l, false);
+        sw.add_bytes(&format!("{source}:{no}"), prefix, rest);
     }
-    Ok(())
 }
 
-fn add_file(sw: &mut Sweeper, path: &Path) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {
     let shown = path.display().to_string();
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        // One unreadable file among many reports is listed; a file named on the command
+        // line that cannot be read is a usage error (exit 2).
+        Err(e) if in_dir => {
+            sw.add_unreadable_file(&shown, stem.as_deref(), &format!("cannot read: {e}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {shown}")),
+    };
+    let first = bytes.split(|&c| c == b'\n').next().unwrap_or(&[]);
     // A pretty-printed report starts with a line holding `{` alone; anything else is lines.
-    if text.lines().next().map(str::trim) == Some("{") || text.trim().is_empty() {
-        sw.add(&shown, stem.as_deref(), &text);
+    if first.trim_ascii() == b"{" || bytes.trim_ascii().is_empty() {
+        sw.add_bytes(&shown, stem.as_deref(), &bytes);
         return Ok(());
     }
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&[u8]> = bytes
+        .split(|&c| c == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+        .collect();
     if lines.len() == 1 {
         let (prefix, rest) = split_prefix(lines[0], true);
-        sw.add(&shown, prefix.or(stem.as_deref()), rest);
+        sw.add_bytes(&shown, prefix.or(stem.as_deref()), rest);
         return Ok(());
     }
-    add_lines(sw, &shown, std::io::BufReader::new(text.as_bytes()))
+    add_lines(sw, &shown, std::io::BufReader::new(&bytes[..]))
 }
 
 pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
@@ -137,6 +181,7 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         None => Vec::new(),
     };
     let mut sw = Sweeper::new();
+    sw.drain_outliers(a.drain_outliers);
     let stdin_only = a.inputs.is_empty() || a.inputs.iter().all(|p| p.as_os_str() == "-");
     if stdin_only {
         add_lines(&mut sw, "stdin", std::io::stdin().lock())?;
@@ -158,10 +203,10 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
             entries.sort();
             g.log(1, format!("{}: {} files", input.display(), entries.len()));
             for p in entries {
-                add_file(&mut sw, &p)?;
+                add_file(&mut sw, &p, true)?;
             }
         } else {
-            add_file(&mut sw, input)?;
+            add_file(&mut sw, input, false)?;
         }
     }
     if !expected.is_empty() {
@@ -188,6 +233,14 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         }
     };
     emit(&text)?;
+    if report.nodes.reports == 0 {
+        // Printed above what was (not) read; an empty sweep must not look like a clean fleet.
+        return Err(UsageError(format!(
+            "0 reports: the collection failed? ({} unreadable, {} missing)",
+            report.nodes.unreadable, report.nodes.missing
+        ))
+        .into());
+    }
     Ok(if report.has_fault() {
         Outcome::Fault
     } else {
@@ -199,22 +252,29 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
 mod tests {
     use super::*;
 
+    fn sp(line: &str, json_only: bool) -> (Option<&str>, &str) {
+        let (p, rest) = split_prefix(line.as_bytes(), json_only);
+        (p, std::str::from_utf8(rest).unwrap())
+    }
+
     #[test]
     fn launcher_prefixes() {
+        assert_eq!(sp("gpu017: {\"a\":1}", true), (Some("gpu017"), "{\"a\":1}"));
+        assert_eq!(sp("12: {}", false), (Some("12"), "{}"));
+        assert_eq!(sp(" 3: {}", false), (Some("3"), "{}"));
+        assert_eq!(sp("{\"x\": 1}", false), (None, "{\"x\": 1}"));
         assert_eq!(
-            split_prefix("gpu017: {\"a\":1}", true),
-            (Some("gpu017"), "{\"a\":1}")
-        );
-        assert_eq!(split_prefix("12: {}", false), (Some("12"), "{}"));
-        assert_eq!(split_prefix("{\"x\": 1}", false), (None, "{\"x\": 1}"));
-        assert_eq!(
-            split_prefix("Segmentation fault: core", false),
+            sp("Segmentation fault: core", false),
             (None, "Segmentation fault: core")
         );
-        assert_eq!(split_prefix("srun: error: x", true), (None, "srun: error: x"));
+        assert_eq!(sp("srun: error: x", true), (None, "srun: error: x"));
         assert_eq!(
-            split_prefix("node7: bash: fabprobe: not found", false),
+            sp("node7: bash: fabprobe: not found", false),
             (Some("node7"), "bash: fabprobe: not found")
+        );
+        assert_eq!(
+            split_prefix(b"gpu9.example.org: \xff{", false),
+            (Some("gpu9.example.org"), &b"\xff{"[..])
         );
     }
 }

@@ -87,6 +87,10 @@ pub enum HostError {
     Snapshot { path: PathBuf, msg: String },
     #[error("cannot read {path}: larger than {limit} bytes, more than any file fabprobe reads")]
     TooLarge { path: PathBuf, limit: u64 },
+    /// `--root` one directory too high (or an empty one): refused, never read as a host
+    /// without hardware.
+    #[error("not a snapshot: {} (no sys/)", path.display())]
+    NotASnapshot { path: PathBuf },
 }
 
 impl HostError {
@@ -220,6 +224,11 @@ impl Host {
             let dir = side::extract_tarball(path)?;
             (side::tarball_root(dir.path()), Some(dir))
         };
+        if !root.join("sys").is_dir() {
+            return Err(HostError::NotASnapshot {
+                path: path.to_path_buf(),
+            });
+        }
         let loaded = side::load(&root, path)?;
         Ok(Host {
             root,
@@ -821,6 +830,16 @@ mod tests {
             h.realpath("/sys/class/loop1"),
             Err(HostError::SymlinkLoop { .. })
         ));
+    }
+
+    #[test]
+    fn a_directory_without_sys_is_not_a_snapshot() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("fixture/sys/class")).unwrap();
+        for dir in [t.path().to_path_buf(), t.path().join("fixture/sys")] {
+            let e = Host::snapshot(&dir).err().expect("refused");
+            assert_eq!(e.to_string(), format!("not a snapshot: {} (no sys/)", dir.display()));
+        }
     }
 
     #[test]

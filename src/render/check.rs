@@ -152,8 +152,8 @@ pub fn sweep_table(r: &SweepReport) -> String {
     let n = &r.nodes;
     let _ = writeln!(
         s,
-        "fabprobe sweep: {} reports: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing",
-        n.reports, n.passed, n.warned, n.failed, n.outliers, n.unreadable, n.missing
+        "fabprobe sweep: {} reports: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing; {} to drain",
+        n.reports, n.passed, n.warned, n.failed, n.outliers, n.unreadable, n.missing, n.drain
     );
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
@@ -173,8 +173,14 @@ pub fn sweep_table(r: &SweepReport) -> String {
         for o in &r.outliers {
             let _ = writeln!(
                 s,
-                "  {:<20} {:<16} {}  (majority {}: {} of {} nodes)",
-                o.node, o.key, o.value, o.majority_value, o.majority_nodes, o.nodes_compared
+                "  {:<20} {:<16} {}  (majority {}: {} of {} nodes){}",
+                o.node,
+                o.key,
+                o.value,
+                o.majority_value,
+                o.majority_nodes,
+                o.nodes_compared,
+                if o.node_failed { "  [failed]" } else { "" }
             );
         }
     }
@@ -198,8 +204,14 @@ pub fn sweep_table(r: &SweepReport) -> String {
             );
         }
     }
+    if !r.notes.is_empty() {
+        s.push_str("\nNOTES\n");
+        for n in &r.notes {
+            let _ = writeln!(s, "  {n}");
+        }
+    }
     if !r.bad_nodes.is_empty() {
-        s.push_str("\nBAD NODES\n");
+        s.push_str("\nDRAIN\n");
         for b in &r.bad_nodes {
             let _ = writeln!(s, "  {:<20} {}", b.node, b.reasons.join("; "));
         }
@@ -226,10 +238,11 @@ pub fn sweep_prom(r: &SweepReport) -> String {
         ("outlier", n.outliers),
         ("unreadable", n.unreadable),
         ("missing", n.missing),
+        ("drain", n.drain),
     ] {
         let _ = writeln!(s, "fabprobe_sweep_nodes{{state=\"{k}\"}} {v}");
     }
-    s.push_str("# HELP fabprobe_sweep_bad_node A failed or outlying node (value 1).\n# TYPE fabprobe_sweep_bad_node gauge\n");
+    s.push_str("# HELP fabprobe_sweep_bad_node A node on the drain list (value 1).\n# TYPE fabprobe_sweep_bad_node gauge\n");
     for b in &r.bad_nodes {
         let _ = writeln!(s, "fabprobe_sweep_bad_node{{node=\"{}\"}} 1", esc(&b.node));
     }

@@ -1,0 +1,264 @@
+//! `fabprobe sweep` over generated fleets of real `check` reports (from the fixtures), as a
+//! user runs it: hundreds of nodes with healthy or failing majorities, mixed fabprobe
+//! versions, duplicates, stray bytes and FQDN hostnames, each with the exact drain list.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn run_bytes(args: &[&str], stdin: Option<&[u8]>) -> (String, String, i32) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fabprobe"));
+    c.args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    if let Some(s) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        let s = s.to_vec();
+        // Write from a thread: a large stdin must not block against a full stdout pipe.
+        std::thread::spawn(move || {
+            let _ = w.write_all(&s);
+        });
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        o.status.code().unwrap_or(-1),
+    )
+}
+
+fn check_json(fixture: &str) -> serde_json::Value {
+    let root = format!("fixtures/{fixture}");
+    let (out, err, code) = run_bytes(
+        &[
+            "--root", &root, "--format", "json", "check", "--policy", "dgx-h100",
+        ],
+        None,
+    );
+    assert!(code == 0 || code == 1, "{fixture}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+struct Fixtures {
+    good: serde_json::Value,
+    bad: serde_json::Value,
+    nogdr: serde_json::Value,
+}
+
+fn fixtures() -> Fixtures {
+    let f = Fixtures {
+        good: check_json("h100-sxm-8gpu"),
+        bad: check_json("h100-sxm-8gpu-bad"),
+        nogdr: check_json("h100-gdr-broken"),
+    };
+    // The generated fleets rest on these verdicts.
+    assert_eq!(f.good["data"]["verdict"], "warn");
+    assert_eq!(f.bad["data"]["verdict"], "fail");
+    assert_eq!(f.nogdr["data"]["verdict"], "fail");
+    f
+}
+
+fn named(v: &serde_json::Value, host: &str) -> serde_json::Value {
+    let mut v = v.clone();
+    v["host"]["hostname"] = host.into();
+    v
+}
+
+fn drain_nodes(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("scontrol update NodeName="))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+/// 400 nodes as pdsh prints them (`gpuNNN: {...}`, every 7th hostname an FQDN), with
+/// failing nodes, passing outliers, a newer fabprobe on a tenth of them, duplicates, stray
+/// bytes, a truncated report and a silent node.
+#[test]
+fn a_healthy_majority_fleet_drains_exactly_the_failed_nodes() {
+    let f = fixtures();
+    let mut input = Vec::new();
+    for i in 0..400 {
+        let label = format!("gpu{i:03}");
+        let host = if i % 7 == 0 {
+            format!("{label}.cluster.local")
+        } else {
+            label.clone()
+        };
+        let mut v = match i {
+            _ if i % 50 == 17 => named(&f.bad, &host),
+            123 => named(&f.nogdr, &host),
+            _ => named(&f.good, &host),
+        };
+        if i == 5 || i == 205 {
+            v["data"]["fingerprint"]["kernel"] = "5.15.0-97-generic".into();
+        }
+        if i % 10 == 3 {
+            // A newer fabprobe: another tool_version and a key the others lack.
+            v["tool_version"] = "9.9.9".into();
+            v["data"]["fingerprint"]["tool_version"] = "9.9.9".into();
+            v["data"]["fingerprint"]["nccl_version"] = "2.21.5".into();
+        }
+        let mut line = serde_json::to_vec(&v).unwrap();
+        match i {
+            31 => line.splice(10..10, [0xff, 0xfe]).for_each(drop),
+            32 => line.truncate(line.len() / 2),
+            44 => continue,
+            _ => {}
+        }
+        input.extend_from_slice(format!("{label}: ").as_bytes());
+        input.extend_from_slice(&line);
+        input.push(b'\n');
+        if i == 77 || i == 78 {
+            // A second collection: gpu077 failed there, gpu078 passed again.
+            let again = if i == 77 {
+                named(&f.bad, &host)
+            } else {
+                named(&f.good, &host)
+            };
+            input.extend_from_slice(format!("{host}: ").as_bytes());
+            input.extend_from_slice(&serde_json::to_vec(&again).unwrap());
+            input.push(b'\n');
+        }
+    }
+    let args = ["sweep", "--expect", "gpu[000-399]", "--drain"];
+    let (out, err, code) = run_bytes(&args, Some(&input));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        drain_nodes(&out),
+        [
+            "gpu017", "gpu067", "gpu077", "gpu117", "gpu123", "gpu167", "gpu217", "gpu267", "gpu317",
+            "gpu367"
+        ],
+        "{out}"
+    );
+    // FQDN reports take the expected (and labelled) short name: no node is named twice.
+    assert!(!out.contains("cluster.local State"), "{out}");
+    for n in ["gpu005", "gpu205"] {
+        assert!(
+            out.contains(&format!(
+                "# {n}: passed but differs from its peers, not drained (--drain-outliers drains it): kernel \"5.15.0-97-generic\""
+            )),
+            "{out}"
+        );
+    }
+    let (json, _, code) = run_bytes(
+        &["--format", "json", "sweep", "--expect", "gpu[000-399]"],
+        Some(&input),
+    );
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let r = &v["data"];
+    let unread: Vec<(&str, &str)> = r["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["node"].as_str().unwrap(), u["problem"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        unread,
+        [
+            ("gpu044", "missing"),
+            ("gpu032", "truncated"),
+            ("gpu031", "not_utf8"),
+            ("gpu077", "duplicate"),
+            ("gpu078", "duplicate")
+        ]
+    );
+    assert_eq!(r["unreadable"][3]["source"], "stdin:77, stdin:78");
+    assert_eq!(r["nodes"]["reports"], 397);
+    assert_eq!(r["nodes"]["failed"], 10);
+    // Neither tool_version nor the newer version's extra key makes anyone an outlier.
+    let keys: Vec<&str> = r["outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["node_failed"] == false)
+        .map(|o| o["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["kernel", "kernel"]);
+    assert_eq!(
+        r["notes"],
+        serde_json::json!([
+            format!(
+                "reports from 2 tool versions: {} (357), 9.9.9 (40)",
+                f.good["tool_version"].as_str().unwrap()
+            ),
+            "not compared (only some tool versions emit them): nccl_version"
+        ])
+    );
+}
+
+/// Most of the fleet fails (a bad rollout): the healthy minority is the baseline, not an
+/// outlier, and only the failed nodes are drained.
+#[test]
+fn a_failing_majority_never_drains_the_healthy_nodes() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let mut want = Vec::new();
+    for i in 0..300 {
+        let name = format!("node{i:03}");
+        let v = if i % 3 == 0 {
+            named(&f.good, &name)
+        } else {
+            want.push(name.clone());
+            named(&f.bad, &name)
+        };
+        std::fs::write(
+            dir.path().join(format!("{name}.json")),
+            serde_json::to_vec_pretty(&v).unwrap(),
+        )
+        .unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let (out, err, code) = run_bytes(&["sweep", d, "--drain"], None);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(drain_nodes(&out), want);
+    assert!(!out.contains("# node000: passed"), "{out}");
+    let (out, _, _) = run_bytes(&["sweep", d, "--drain", "--drain-outliers"], None);
+    assert_eq!(drain_nodes(&out), want, "no healthy node is an outlier");
+}
+
+#[test]
+fn stray_bytes_in_a_directory_are_listed_and_the_rest_goes_on() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        let name = format!("n{i:02}");
+        let v = if i == 4 {
+            named(&f.bad, &name)
+        } else {
+            named(&f.good, &name)
+        };
+        std::fs::write(
+            dir.path().join(format!("{name}.json")),
+            serde_json::to_vec(&v).unwrap(),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("n20.json"), b"\x7fELF\x02\x01\x01\0\0\0\xff\xfe").unwrap();
+    let (out, err, code) = run_bytes(&["sweep", dir.path().to_str().unwrap(), "--drain"], None);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(drain_nodes(&out), ["n04"]);
+    assert!(out.contains("# n20: not_utf8 report ("), "{out}");
+}
+
+#[test]
+fn no_readable_report_exits_2() {
+    let (out, err, code) = run_bytes(
+        &["sweep", "--expect", "gpu[1-3]"],
+        Some(b"gpu1: bash: fabprobe: command not found\n\xff\n"),
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(err.contains("0 reports: the collection failed?"), "{err}");
+    assert!(out.contains("gpu1"), "what was read is still shown: {out}");
+    let (_, err, code) = run_bytes(&["sweep"], Some(b""));
+    assert_eq!(code, 2);
+    assert!(err.contains("0 reports: the collection failed?"), "{err}");
+}
