@@ -18,7 +18,7 @@ const NODES: usize = 20_000;
 
 fn report(dir: &Path, pol: &policy::Policy) -> serde_json::Value {
     let host = Host::snapshot(dir).unwrap();
-    let (r, f) = run::run(&host, pol, &Sampling::default());
+    let (r, f) = run::run(&host, &fabprobe::nccl::settings::NcclSettings::build(&host, None), pol, &Sampling::default());
     serde_json::from_str(&Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line()).unwrap()
 }
 
