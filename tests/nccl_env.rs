@@ -419,9 +419,10 @@ fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
             (code_e, &e["data"]["verdict"]),
             "{policy}"
         );
-        // The setting matters on this host: without it RoCE's priority is not lossless.
+        // The setting matters on this host: without it RoCE's priority is unknown, which is
+        // reported (never failed on a guess: issue 17, "unknown is a state of its own").
         assert_ne!(ids(&f), ids(&n), "{policy}: the test would not see a difference");
-        assert_eq!(code_n, 1, "{policy}");
+        assert!(ids(&n).iter().any(|i| i.0.contains("roce_priority_unknown")), "{policy}: {:?}", ids(&n));
         assert_eq!(code_f, 0, "{policy}");
     }
     let (_, gf) = cli_json(from_file.path(), &["gdr"]);

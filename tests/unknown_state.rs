@@ -118,7 +118,7 @@ fn qos_reads_nccl_ib_tc_from_etc_nccl_conf() {
     assert_eq!(code, 0, "{:?}", ids(&v));
     let i = iface(&v, "ens1f0");
     assert_eq!(i["roce"]["priority"], 3);
-    assert_eq!(i["roce"]["traffic_class_source"], "NCCL_IB_TC (/etc/nccl.conf:2)");
+    assert_eq!(i["roce"]["traffic_class_source"], "NCCL_IB_TC=106 (/etc/nccl.conf:2)");
     // A value that moves RoCE off the lossless priority now fails, on a known priority.
     std::fs::write(root.join("etc/nccl.conf"), "NCCL_IB_TC=0\n").unwrap();
     let (v, code) = json(&root, &["qos"]);
