@@ -254,6 +254,36 @@ impl Ctx<'_> {
     }
 }
 
+/// A verdict derived from the whole log rather than from one line: no file, line, rank or
+/// GID of its own; `explain(cause)` gives its meaning and next step.
+fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
+    let (meaning, next) = explain(cause);
+    Verdict {
+        cause: cause.into(),
+        severity,
+        host: None,
+        rank: None,
+        ranks: Vec::new(),
+        device: None,
+        peer: None,
+        local_gid: None,
+        remote_gid: None,
+        status: None,
+        vendor_err: None,
+        file: String::new(),
+        line_no: 0,
+        line,
+        meaning: meaning.into(),
+        next: next.into(),
+        seq: None,
+        op: None,
+        suspects: Vec::new(),
+        knock_ons: 0,
+        nccl_result: None,
+        errno: None,
+    }
+}
+
 fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
     // The socket family's meaning depends on the errno it printed.
     let (meaning, next) = match (s.cause, s.errno) {
@@ -476,31 +506,11 @@ pub(super) fn build(a: Analyzer) -> Report {
             .iter()
             .map(|(v, h)| format!("{v} on {}", h.iter().cloned().collect::<Vec<_>>().join(",")))
             .collect();
-        let (meaning, next) = explain("version_mismatch");
-        verdicts.push(Verdict {
-            cause: "version_mismatch".into(),
-            severity: Severity::Fail,
-            host: None,
-            rank: None,
-            ranks: Vec::new(),
-            device: None,
-            peer: None,
-            local_gid: None,
-            remote_gid: None,
-            status: None,
-            vendor_err: None,
-            file: String::new(),
-            line_no: 0,
-            line: format!("NCCL versions differ: {}", desc.join("; ")),
-            meaning: meaning.into(),
-            next: next.into(),
-            seq: None,
-            op: None,
-            suspects: Vec::new(),
-            knock_ons: 0,
-            nccl_result: None,
-            errno: None,
-        });
+        verdicts.push(derived(
+            "version_mismatch",
+            Severity::Fail,
+            format!("NCCL versions differ: {}", desc.join("; ")),
+        ));
     }
     for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
         if let Some(bad) = ifs
@@ -513,69 +523,29 @@ pub(super) fn build(a: Analyzer) -> Report {
             {
                 continue;
             }
-            let (meaning, next) = explain("socket_iface_loopback");
-            verdicts.push(Verdict {
-                cause: "socket_iface_loopback".into(),
-                // One host: a single-node job works over lo; across hosts it cannot.
-                severity: if multi_host {
-                    Severity::Fail
-                } else {
-                    Severity::Warn
-                },
-                host: Some(host.clone()),
-                rank: None,
-                ranks: Vec::new(),
-                device: Some(bad.split(':').next().unwrap_or(bad).to_string()),
-                peer: None,
-                local_gid: None,
-                remote_gid: None,
-                status: None,
-                vendor_err: None,
-                file: String::new(),
-                line_no: 0,
-                line: format!("{host} uses {bad}"),
-                meaning: meaning.into(),
-                next: next.into(),
-                seq: None,
-                op: None,
-                suspects: Vec::new(),
-                knock_ons: 0,
-                nccl_result: None,
-                errno: None,
-            });
+            // One host: a single-node job works over lo; across hosts it cannot.
+            let severity = if multi_host {
+                Severity::Fail
+            } else {
+                Severity::Warn
+            };
+            let mut v = derived("socket_iface_loopback", severity, format!("{host} uses {bad}"));
+            v.host = Some(host.clone());
+            v.device = Some(bad.split(':').next().unwrap_or(bad).to_string());
+            verdicts.push(v);
         }
     }
     let socket_conns = a.transports.keys().any(|k| k == "NET/Socket");
     if multi_host && (socket_conns || a.networks.contains("Socket")) {
-        let (meaning, next) = explain("net_socket_fallback");
-        verdicts.push(Verdict {
-            cause: "net_socket_fallback".into(),
-            severity: Severity::Warn,
-            host: None,
-            rank: None,
-            ranks: Vec::new(),
-            device: None,
-            peer: None,
-            local_gid: None,
-            remote_gid: None,
-            status: None,
-            vendor_err: None,
-            file: String::new(),
-            line_no: 0,
-            line: format!(
+        verdicts.push(derived(
+            "net_socket_fallback",
+            Severity::Warn,
+            format!(
                 "{} connection(s) via NET/Socket; networks: {}",
                 a.transports.get("NET/Socket").copied().unwrap_or(0),
                 a.networks.iter().cloned().collect::<Vec<_>>().join(", ")
             ),
-            meaning: meaning.into(),
-            next: next.into(),
-            seq: None,
-            op: None,
-            suspects: Vec::new(),
-            knock_ons: 0,
-            nccl_result: None,
-            errno: None,
-        });
+        ));
     }
     // Warnings, one per host and cause (and HCA for GDR).
     let mut seen = BTreeSet::new();
@@ -598,31 +568,11 @@ pub(super) fn build(a: Analyzer) -> Report {
 
     // Nothing NCCL printed: unknown, not "no failure" (issue 21).
     if verdicts.is_empty() && a.nccl_lines == 0 && a.versions.is_empty() {
-        let (meaning, next) = explain("no_nccl_output");
-        verdicts.push(Verdict {
-            cause: "no_nccl_output".into(),
-            severity: Severity::Warn,
-            host: None,
-            rank: None,
-            ranks: Vec::new(),
-            device: None,
-            peer: None,
-            local_gid: None,
-            remote_gid: None,
-            status: None,
-            vendor_err: None,
-            file: String::new(),
-            line_no: 0,
-            line: format!("no NCCL line in {} line(s) of input", a.lines),
-            meaning: meaning.into(),
-            next: next.into(),
-            seq: None,
-            op: None,
-            suspects: Vec::new(),
-            knock_ons: 0,
-            nccl_result: None,
-            errno: None,
-        });
+        verdicts.push(derived(
+            "no_nccl_output",
+            Severity::Warn,
+            format!("no NCCL line in {} line(s) of input", a.lines),
+        ));
     }
     let summary = summarise(&a, &ctx);
     Report { summary, verdicts }
