@@ -520,11 +520,9 @@ fn roce_class(
     // for connections that do not set one (rdma_cm), so NCCL's variable wins when set.
     // The settings model reads NCCL_IB_TC as NCCL does (strtoll, low 8 bits), so a value
     // that reaches here is always a traffic class.
-    let from_nccl: Option<Result<(u32, String), String>> = nccl.map(|t| Ok((t.value, t.from.clone())));
-    let (tc, src) = match (from_nccl, from_file) {
-        (Some(Ok((v, s))), _) | (None, Some((v, s))) => (Some(v), s),
-        (Some(Err(e)), _) => (None, e),
-        (None, None) => (None, PRIORITY_UNKNOWN.to_string()),
+    let (tc, src) = match nccl.map(|t| (t.value, t.from.clone())).or(from_file) {
+        Some((v, s)) => (Some(v), s),
+        None => (None, PRIORITY_UNKNOWN.to_string()),
     };
     let dscp = tc.map(|t| (t >> 2) as u8);
     let (priority, priority_source) = match (dcb, dscp) {
