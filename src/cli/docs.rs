@@ -111,7 +111,7 @@ pub fn synopsis(cmd: &clap::Command) -> String {
             (None, Some(l)) => format!("--{l}"),
             (None, None) => continue,
         };
-        let takes_value = a.get_num_args().is_some_and(|n| n.takes_values()) && !is_flag(a);
+        let takes_value = a.get_action().takes_values();
         let value = match a.get_value_names() {
             Some(v) if takes_value => format!(" {}", v.join(" ")),
             None if takes_value => format!(" {}", a.get_id().as_str().to_uppercase()),
@@ -131,19 +131,6 @@ pub fn synopsis(cmd: &clap::Command) -> String {
         parts.push("COMMAND".into());
     }
     parts.join(" ")
-}
-
-fn is_flag(a: &clap::Arg) -> bool {
-    matches!(
-        a.get_action(),
-        clap::ArgAction::SetTrue
-            | clap::ArgAction::SetFalse
-            | clap::ArgAction::Count
-            | clap::ArgAction::Help
-            | clap::ArgAction::HelpShort
-            | clap::ArgAction::HelpLong
-            | clap::ArgAction::Version
-    )
 }
 
 /// `(what it does, the command line)` for each page. Every line must parse with the clap
