@@ -129,14 +129,43 @@ fn is_mlx5(name: &str, a: &DeviceAttrs) -> bool {
 
 /// One sample of every device and port.
 pub fn probe(host: &Host) -> LinksReport {
+    LinksReport {
+        verbs: if host.is_live() { verbs_view() } else { None },
+        ..probe_sysfs(host)
+    }
+}
+
+/// [`probe`] without libibverbs' view: sysfs only (opening every verbs provider costs
+/// seconds on a slow VM, and counters do not need it).
+pub fn probe_sysfs(host: &Host) -> LinksReport {
     let (rdma, names) = presence(host);
     let devices = names.iter().map(|n| probe_device(host, n)).collect();
     LinksReport {
         rdma,
         devices,
         sample: None,
-        verbs: if host.is_live() { verbs_view() } else { None },
+        verbs: None,
     }
+}
+
+/// Re-read only the counters of the ports `sample` holds (no GID table, no device
+/// attributes): what a sampler that already knows its ports reads while a run is stuck.
+pub fn reread_counters(host: &Host, sample: &LinksReport) -> LinksReport {
+    let mut after = sample.clone();
+    for d in &mut after.devices {
+        let mlx5 = is_mlx5(&d.name, &d.attrs);
+        for p in &mut d.ports {
+            p.counters = ib::read_port_counters(host, &d.name, p.port, mlx5)
+                .into_iter()
+                .map(counter)
+                .collect();
+        }
+        d.device_counters = ib::read_device_counters(host, &d.name, mlx5)
+            .into_iter()
+            .map(counter)
+            .collect();
+    }
+    after
 }
 
 fn probe_device(host: &Host, name: &str) -> LinkDevice {
