@@ -297,14 +297,17 @@ fn gdr_level_gates_by_path_type() {
     let (code, v) = run_json(t.path());
     assert_eq!(code, 0, "gdr_off is a warning");
     assert_eq!(v["data"]["gdr"]["level"], "LOC");
-    assert_eq!(v["data"]["gdr"]["level_rule"], "NCCL_NET_GDR_LEVEL=0");
+    assert_eq!(v["data"]["gdr"]["level_rule"], "set to 0 in environment");
     let off: Vec<_> = v["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["id"] == "nccl_env.gdr_off")
         .collect();
-    assert_eq!(off.len(), 8);
+    // One finding for the eight GPUs, as `fabprobe gdr` words it.
+    assert_eq!(off.len(), 1);
+    assert_eq!(off[0]["subject"], "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7");
+    assert_eq!(off[0]["evidence"]["nearest_path"].as_array().map(Vec::len), Some(8));
     let dflt = whole(Path::new("fixtures/h100-sxm-8gpu"));
     assert!(
         dflt["data"]["gdr"]["pairs"]
@@ -422,7 +425,11 @@ fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
         // The setting matters on this host: without it RoCE's priority is unknown, which is
         // reported (never failed on a guess: issue 17, "unknown is a state of its own").
         assert_ne!(ids(&f), ids(&n), "{policy}: the test would not see a difference");
-        assert!(ids(&n).iter().any(|i| i.0.contains("roce_priority_unknown")), "{policy}: {:?}", ids(&n));
+        assert!(
+            ids(&n).iter().any(|i| i.0.contains("roce_priority_unknown")),
+            "{policy}: {:?}",
+            ids(&n)
+        );
         assert_eq!(code_f, 0, "{policy}");
     }
     let (_, gf) = cli_json(from_file.path(), &["gdr"]);
@@ -434,7 +441,7 @@ fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
     );
     assert_eq!(
         gf["data"]["nccl_net_gdr_level"]["source"],
-        "NCCL_NET_GDR_LEVEL (/etc/nccl.conf:2)"
+        "set to PHB in /etc/nccl.conf:2"
     );
     let (_, xf) = cli_json(from_file.path(), &["gids"]);
     let (_, xe) = cli_json(from_env.path(), &["gids"]);
@@ -602,4 +609,52 @@ fn peer_memory_follows_the_nccl_version() {
         vu.iter().all(|v| v == "unknown" || v == "dmabuf_possible"),
         "{vu:?}"
     );
+}
+
+/// `check` runs the `nccl-env` lint on the job's settings: a socket interface NCCL cannot
+/// find fails the node in `check` as it does in `nccl-env`, and the GDR facts the gdr probe
+/// already reports are not counted twice.
+#[test]
+fn check_runs_the_nccl_env_lint_once_per_fact() {
+    let t = doctored(
+        "pcie-2socket",
+        serde_json::json!({}),
+        ifs(&[("eth0", "10.0.0.5", 24)]),
+        &[],
+    );
+    let job = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(job.path(), "NCCL_SOCKET_IFNAME==nosuch9\n").unwrap();
+    let jf = job.path().to_str().unwrap();
+    let (_, lint) = cli_json(t.path(), &["--env-file", jf, "nccl-env"]);
+    let (code, c) = cli_json(t.path(), &["--env-file", jf, "check"]);
+    let lint_ids: Vec<String> = ids(&lint).into_iter().map(|(id, _, _)| id).collect();
+    let check_ids: Vec<String> = ids(&c).into_iter().map(|(id, _, _)| id).collect();
+    assert!(
+        lint_ids.iter().any(|i| i == "nccl_env.no_socket_interface"),
+        "{lint_ids:?}"
+    );
+    assert!(
+        check_ids.iter().any(|i| i == "nccl_env.no_socket_interface"),
+        "{check_ids:?}"
+    );
+    assert_eq!(code, 1);
+    assert!(
+        c["data"]["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "nccl-env")
+    );
+    // GDR off by distance: once (the gdr probe's), in one line for every GPU.
+    assert!(
+        lint_ids.iter().filter(|i| *i == "nccl_env.gdr_off").count() == 1,
+        "{lint_ids:?}"
+    );
+    assert!(
+        !check_ids.iter().any(|i| i.starts_with("nccl_env.gdr")),
+        "{check_ids:?}"
+    );
+    assert_eq!(check_ids.iter().filter(|i| *i == "gdr.off_distance").count(), 1);
+    // What it saw, counted.
+    assert_eq!(c["data"]["saw"]["gpus"], 4, "{}", c["data"]["saw"]);
 }

@@ -87,6 +87,10 @@ pub const PROBES: &[ProbeEntry] = &[
         name: "host",
         run: run_host,
     },
+    ProbeEntry {
+        name: "nccl-env",
+        run: run_nccl_env,
+    },
 ];
 
 fn run_topo(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
@@ -176,6 +180,22 @@ fn run_host(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let f = host_findings(&state);
     c.facts = Some(state);
     f
+}
+
+/// The `nccl-env` lint on the job's settings: what NCCL will do with them. Its GID and GDR
+/// findings restate the gids and gdr probes' (which `check` runs): one fact, one finding.
+fn run_nccl_env(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
+    let r = crate::probe::nccl_env::probe(h, &c.nccl);
+    crate::probe::nccl_env::findings(h, &r)
+        .into_iter()
+        .filter(|f| {
+            f.id.starts_with("nccl_env.")
+                && !matches!(
+                    f.id.as_str(),
+                    "nccl_env.gdr_off" | "nccl_env.gdr_no_kernel_support"
+                )
+        })
+        .collect()
 }
 
 /// The holders' pids, as `kill` takes them.
@@ -279,6 +299,45 @@ pub struct CheckReport {
     pub fingerprint: BTreeMap<String, Value>,
     /// Present when counter rates could be judged.
     pub sample: Option<SampleInfo>,
+    /// What the probes saw, counted: the reader's first check that the right things were
+    /// looked at. `None` where the probe did not run or could not tell.
+    pub saw: Saw,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Saw {
+    pub gpus: Option<usize>,
+    pub rdma_devices: Option<usize>,
+    pub rdma_ports: Option<usize>,
+    pub rdma_ports_active: Option<usize>,
+    pub roce_netdevs: Option<usize>,
+}
+
+impl Saw {
+    fn of(c: &Collected) -> Saw {
+        // Unreadable RDMA listing: the counts would claim an absence nobody saw.
+        let links = c.links.as_ref().filter(|l| l.rdma.unreadable.is_none());
+        let ports = || {
+            links
+                .into_iter()
+                .flat_map(|l| l.devices.iter().flat_map(|d| &d.ports))
+        };
+        Saw {
+            gpus: c.topo.as_ref().map(|t| t.gpus.len()),
+            rdma_devices: links.map(|l| l.devices.len()),
+            rdma_ports: links.map(|_| ports().count()),
+            rdma_ports_active: links.map(|_| {
+                ports()
+                    .filter(|p| p.state.as_ref().is_some_and(|s| s.name == "ACTIVE"))
+                    .count()
+            }),
+            roce_netdevs: c
+                .qos
+                .as_ref()
+                .filter(|q| q.rdma.unreadable.is_none())
+                .map(|q| q.interfaces.len()),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -345,6 +404,7 @@ pub fn run(
         }
     }
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
+    let mut findings = collapse(same_cause(findings));
     rank(&mut findings);
     let counts = Counts {
         fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
@@ -362,11 +422,89 @@ pub fn run(
         probes,
         fingerprint: fingerprint(host, &c, policy),
         sample: c.links.as_ref().and_then(|l| l.sample.clone()),
+        saw: Saw::of(&c),
         facts: c.facts.take().unwrap_or(FactsState::Unavailable {
             reason: "the host probe did not run".into(),
         }),
     };
     (report, findings)
+}
+
+/// One cause, one finding: a NIC's narrow PCIe link is seen by topo (the slot) and by links
+/// (the HCA); keep topo's, name the other in its evidence. Pure.
+fn same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
+    let topo_bdfs: Vec<(usize, String)> = findings
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            matches!(
+                f.id.as_str(),
+                "topo.pcie_width_degraded" | "topo.pcie_speed_degraded"
+            )
+        })
+        .filter_map(|(i, f)| f.subject.rsplit(' ').next().map(|b| (i, b.to_string())))
+        .collect();
+    let mut drop = Vec::new();
+    for (j, f) in findings.iter().enumerate() {
+        if f.id != "links.pcie_downtrained" {
+            continue;
+        }
+        let bdf = f.evidence.get("pci_bdf").and_then(|v| v.as_str()).unwrap_or("");
+        if let Some((i, _)) = topo_bdfs.iter().find(|(_, b)| !bdf.is_empty() && b == bdf) {
+            drop.push((j, *i, f.subject.clone()));
+        }
+    }
+    for (_, i, subject) in &drop {
+        findings[*i].evidence.insert(
+            "same_cause".into(),
+            json!(format!("links.pcie_downtrained {subject}")),
+        );
+    }
+    let gone: Vec<usize> = drop.iter().map(|d| d.0).collect();
+    findings
+        .into_iter()
+        .enumerate()
+        .filter(|(j, _)| !gone.contains(j))
+        .map(|(_, f)| f)
+        .collect()
+}
+
+/// Repeated warnings of one kind with one message (one per netdev, per port) collapse into
+/// one finding that lists the subjects. A fix that differs only by the device's name is
+/// given once, "likewise" for the others; any other fix is kept too. Pure.
+fn collapse(findings: Vec<Finding>) -> Vec<Finding> {
+    let mut out: Vec<(Finding, Vec<String>)> = Vec::new();
+    let first_word = |s: &str| s.split_whitespace().next().unwrap_or("").to_string();
+    for f in findings {
+        let same = out.iter_mut().find(|(o, _)| {
+            o.severity == Severity::Warn
+                && f.severity == Severity::Warn
+                && o.id == f.id
+                && o.message == f.message
+        });
+        let Some((o, likewise)) = same else {
+            out.push((f, Vec::new()));
+            continue;
+        };
+        let (name, first) = (first_word(&f.subject), first_word(&o.subject));
+        o.subject = format!("{}, {}", o.subject, f.subject);
+        match (f.fix, &mut o.fix) {
+            (Some(fix), Some(x)) if !name.is_empty() && fix.replace(&name, &first) == *x => {
+                likewise.push(name)
+            }
+            (Some(fix), Some(x)) if !x.contains(&fix) => *x = format!("{x}; {fix}"),
+            (Some(fix), x @ None) => *x = Some(fix),
+            _ => {}
+        }
+    }
+    out.into_iter()
+        .map(|(mut f, likewise)| {
+            if let (Some(x), false) = (&mut f.fix, likewise.is_empty()) {
+                *x = format!("{x}; likewise for {}", likewise.join(", "));
+            }
+            f
+        })
+        .collect()
 }
 
 fn ignored(patterns: &[String], id: &str) -> bool {
@@ -491,8 +629,8 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
             Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
                 let why = if v == GdrVerdict::OffDistance {
                     format!(
-                        "the path {path} is farther than NCCL_NET_GDR_LEVEL={}",
-                        r.nccl_net_gdr_level.level.as_str()
+                        "the path {path} is farther than NCCL_NET_GDR_LEVEL={} ({})",
+                        r.nccl_net_gdr_level.name, r.nccl_net_gdr_level.source
                     )
                 } else {
                     "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
@@ -1638,6 +1776,62 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn finding(id: &str, sev: Severity, subject: &str, msg: &str) -> Finding {
+        Finding::new(id, sev, subject, msg)
+    }
+
+    /// A NIC at x8: topo (the slot) and links (the HCA) both see it; check shows one
+    /// finding, topo's, naming the other. A downtrained HCA elsewhere stays.
+    #[test]
+    fn one_narrow_pcie_link_is_one_finding() {
+        let fs = vec![
+            finding(
+                "topo.pcie_width_degraded",
+                Severity::Fail,
+                "NIC3 (mlx5_3) 0000:58:00.0",
+                "x8",
+            ),
+            finding("links.pcie_downtrained", Severity::Fail, "mlx5_3", "x8")
+                .evidence("pci_bdf", "0000:58:00.0"),
+            finding("links.pcie_downtrained", Severity::Fail, "mlx5_5", "x8")
+                .evidence("pci_bdf", "0000:9a:00.0"),
+        ];
+        let out = same_cause(fs);
+        let ids: Vec<(&str, &str)> = out.iter().map(|f| (f.id.as_str(), f.subject.as_str())).collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:58:00.0"),
+                ("links.pcie_downtrained", "mlx5_5")
+            ]
+        );
+        assert_eq!(out[0].evidence["same_cause"], "links.pcie_downtrained mlx5_3");
+    }
+
+    /// Per-netdev warnings with one message become one line; the fix is given once with
+    /// "likewise"; fails and different messages are never merged.
+    #[test]
+    fn repeated_warnings_collapse_into_one_line() {
+        let w = |subj: &str, dev: &str| {
+            finding("qos.x", Severity::Warn, subj, "PFC off").fix(format!("`dcb pfc show dev {dev}`"))
+        };
+        let fs = vec![
+            w("eth0 (mlx5_8 port 1)", "eth0"),
+            finding("qos.x", Severity::Fail, "eth2", "PFC off"),
+            w("eth1 (mlx5_9 port 1)", "eth1"),
+            finding("qos.x", Severity::Warn, "eth3", "other"),
+        ];
+        let out = collapse(fs);
+        assert_eq!(out.len(), 3, "{out:#?}");
+        assert_eq!(out[0].subject, "eth0 (mlx5_8 port 1), eth1 (mlx5_9 port 1)");
+        assert_eq!(
+            out[0].fix.as_deref(),
+            Some("`dcb pfc show dev eth0`; likewise for eth1")
+        );
+        assert_eq!(out[1].severity, Severity::Fail);
+        assert_eq!(out[2].message, "other");
+    }
 
     #[test]
     fn matching_finds_a_one_to_one_assignment() {

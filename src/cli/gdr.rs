@@ -41,7 +41,8 @@ FINDINGS
 JSON DATA (fabprobe.gdr)
   {\"gpus\"|\"nics\": [{\"label\", \"name\", \"pci_bus_id\", \"bar1_total_bytes\",
      \"iommu_group\": null | {\"group\", \"type\"}}],
-   \"nccl_net_gdr_level\": {\"level\" (LOC..SYS), \"source\" (default|NCCL_NET_GDR_LEVEL), \"raw\"},
+   \"nccl_net_gdr_level\": {\"level\" (what it allows on PCIe: LOC..SYS), \"name\" (as NCCL names it: PXB, P2C...),
+     \"source\" (default, NCCL_NET_GDR_C2C=N | set in <where>), \"raw\"},
    \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
      \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
      \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},

@@ -146,6 +146,29 @@ pub fn parse_level(s: &str) -> Option<&'static str> {
     None
 }
 
+/// `NCCL_NET_GDR_LEVEL` as `paths.cc` applies it, for every command alike: the level's name
+/// and why it holds (`set` is the variable's value and where it came from). The default is
+/// PXB, or P2C when `NCCL_NET_GDR_C2C` is 1 (its default); for PCIe paths both allow the
+/// same (P2C only differs on a Grace C2C link).
+pub fn net_gdr_level(set: Option<(&str, &str)>, c2c: Option<&str>) -> (&'static str, String) {
+    let c2c_on = crate::nccl::gid::nccl_param(c2c, 1) == 1;
+    let (default, why) = if c2c_on {
+        ("P2C", "default, NCCL_NET_GDR_C2C=1")
+    } else {
+        ("PXB", "default, NCCL_NET_GDR_C2C=0")
+    };
+    match set {
+        Some((raw, from)) => match parse_level(raw) {
+            Some(l) => (l, format!("set to {raw} in {from}")),
+            None => (
+                default,
+                format!("{why}: {raw:?} in {from} is not a level NCCL reads"),
+            ),
+        },
+        None => (default, why.to_string()),
+    }
+}
+
 /// Position of a path type in NCCL's order (for `path <= level` comparisons).
 pub fn level_rank(l: &str) -> Option<usize> {
     LEVELS.iter().position(|x| *x == l)

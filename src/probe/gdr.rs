@@ -42,8 +42,12 @@ pub struct GdrDevice {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GdrLevel {
+    /// What the level allows on PCIe paths (P2C allows what PXB does there).
     pub level: PathType,
-    /// `default`, or `NCCL_NET_GDR_LEVEL (environment)` / `(/etc/nccl.conf:3)`.
+    /// The level as NCCL names it (`P2C`, `PXB`, `PHB`...), as `nccl-env` shows it.
+    pub name: String,
+    /// Why it holds: `default, NCCL_NET_GDR_C2C=1`, `set in environment`, `set in
+    /// /etc/nccl.conf:3` (the same words as `nccl-env`).
     pub source: String,
     /// The variable's raw value when set.
     pub raw: Option<String>,
@@ -327,30 +331,24 @@ fn iommu(host: &Host) -> Iommu {
 }
 
 fn gdr_level(nccl: &NcclSettings, notes: &mut Vec<String>) -> GdrLevel {
-    match nccl.gdr_level() {
-        Some(set) => match parse_net_gdr_level(&set.value) {
-            Some(level) => GdrLevel {
-                level,
-                source: format!("NCCL_NET_GDR_LEVEL ({})", set.from),
-                raw: Some(set.value),
-            },
-            None => {
-                notes.push(format!(
-                    "NCCL_NET_GDR_LEVEL={:?} ({}) is not a level NCCL knows (LOC, PIX, PXB, PHB, SYS or 0-4); NCCL keeps its default PXB",
-                    set.value, set.from
-                ));
-                GdrLevel {
-                    level: PathType::Pxb,
-                    source: "default".into(),
-                    raw: Some(set.value),
-                }
-            }
-        },
-        None => GdrLevel {
-            level: PathType::Pxb,
-            source: "default".into(),
-            raw: None,
-        },
+    let set = nccl.gdr_level();
+    let (name, source) = crate::nccl::params::net_gdr_level(
+        set.as_ref().map(|s| (s.value.as_str(), s.from.as_str())),
+        nccl.value("NCCL_NET_GDR_C2C"),
+    );
+    if let Some(s) = &set
+        && crate::nccl::params::parse_level(&s.value).is_none()
+    {
+        notes.push(format!(
+            "NCCL_NET_GDR_LEVEL={:?} ({}) is not a level NCCL knows (LOC, PIX, PXB, PHB, SYS or 0-4); NCCL keeps its default {name}",
+            s.value, s.from
+        ));
+    }
+    GdrLevel {
+        level: parse_net_gdr_level(name).unwrap_or(PathType::Pxb),
+        name: name.to_string(),
+        source,
+        raw: set.map(|s| s.value),
     }
 }
 
@@ -689,7 +687,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 format!(
                     "the nearest NIC of these GPUs is {} away, farther than NCCL_NET_GDR_LEVEL={} ({}): NCCL stages network traffic through host memory",
                     worst.as_str(),
-                    r.nccl_net_gdr_level.level.as_str(),
+                    r.nccl_net_gdr_level.name,
                     r.nccl_net_gdr_level.source
                 ),
             )

@@ -142,9 +142,10 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
         get("NCCL_COMM_ID").as_deref(),
     );
     let ib = ib_ports(host, nccl);
+    let gdr_level = nccl.gdr_level();
     let gdr = gdr(
         host,
-        get("NCCL_NET_GDR_LEVEL").as_deref(),
+        gdr_level.as_ref().map(|s| (s.value.as_str(), s.from.as_str())),
         get("NCCL_NET_GDR_C2C").as_deref(),
         &ib,
         &nccl.version,
@@ -282,20 +283,8 @@ fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
     }
 }
 
-fn gdr(host: &Host, level: Option<&str>, c2c: Option<&str>, ib: &Ib, version: &NcclVersion) -> Gdr {
-    // paths.cc: NCCL_NET_GDR_LEVEL, else PXB, or P2C when NCCL_NET_GDR_C2C=1 (the default);
-    // P2C sits between PXB and PHB, so for PCI pairs both defaults allow PIX and PXB only.
-    let c2c_on = crate::nccl::gid::nccl_param(c2c, 1) == 1;
-    let default = if c2c_on { "P2C" } else { "PXB" };
-    let (lvl, level_rule) = match level.map(|s| (s, params::parse_level(s))) {
-        Some((raw, Some(l))) => (l, format!("NCCL_NET_GDR_LEVEL={raw}")),
-        Some((raw, None)) => (
-            default,
-            format!("NCCL_NET_GDR_LEVEL={raw} is not a level NCCL reads: default {default}"),
-        ),
-        None if c2c_on => (default, "default: P2C (NCCL_NET_GDR_C2C=1)".to_string()),
-        None => (default, "default: PXB".to_string()),
-    };
+fn gdr(host: &Host, level: Option<(&str, &str)>, c2c: Option<&str>, ib: &Ib, version: &NcclVersion) -> Gdr {
+    let (lvl, level_rule) = params::net_gdr_level(level, c2c);
     let t = topo::probe(host);
     let peer = gdr::peer_memory(host, version);
     let dmabuf = gdr::dmabuf(host);
@@ -796,29 +785,23 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
         }
     }
 
-    // GDR by topology: warn for a GPU whose every used NIC is beyond the level.
+    // GDR by topology: a GPU whose every used NIC is beyond the level. One finding for
+    // all such GPUs, in the gdr probe's words and severity (one fact, one wording).
     let mut by_gpu: BTreeMap<&str, Vec<&GdrPair>> = BTreeMap::new();
     for p in &r.gdr.pairs {
         by_gpu.entry(p.gpu.as_str()).or_default().push(p);
     }
+    let mut far: Vec<(&str, String)> = Vec::new();
     let mut no_kernel: Vec<&str> = Vec::new();
     for (gpu, pairs) in by_gpu {
         if pairs.iter().all(|p| !p.enabled) {
-            f.push(
-                Finding::new(
-                    "nccl_env.gdr_off",
-                    Severity::Warn,
-                    gpu,
-                    format!(
-                        "GPUDirect RDMA is off for {gpu}: every HCA NCCL uses is beyond NCCL_NET_GDR_LEVEL={} ({})",
-                        r.gdr.level,
-                        pairs.iter().map(|p| format!("{} {}", p.nic, p.path)).collect::<Vec<_>>().join(", ")
-                    ),
-                )
-                .evidence("level", r.gdr.level.clone())
-                .evidence("paths", pairs.iter().map(|p| format!("{}={}", p.nic, p.path)).collect::<Vec<_>>())
-                .fix("use an HCA closer to the GPU (NCCL_IB_HCA), or raise NCCL_NET_GDR_LEVEL if the platform handles P2P through the CPU well"),
-            );
+            // The nearest NIC's path (NCCL's order), as the gdr probe names it.
+            let nearest = pairs
+                .iter()
+                .map(|p| p.path.as_str())
+                .min_by_key(|p| params::level_rank(p).unwrap_or(usize::MAX))
+                .unwrap_or("N/A");
+            far.push((gpu, nearest.to_string()));
         } else if pairs
             .iter()
             .filter(|p| p.enabled)
@@ -827,18 +810,46 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             no_kernel.push(gpu);
         }
     }
+    if !far.is_empty() {
+        let worst = far
+            .iter()
+            .map(|(_, p)| p.as_str())
+            .max_by_key(|p| params::level_rank(p).unwrap_or(usize::MAX))
+            .unwrap_or("SYS")
+            .to_string();
+        let gpus: Vec<&str> = far.iter().map(|(g, _)| *g).collect();
+        f.push(
+            Finding::new(
+                "nccl_env.gdr_off",
+                Severity::Warn,
+                gpus.join(", "),
+                format!(
+                    "the nearest NIC of these GPUs is {worst} away, farther than NCCL_NET_GDR_LEVEL={} ({}): NCCL stages network traffic through host memory",
+                    r.gdr.level, r.gdr.level_rule
+                ),
+            )
+            .evidence("level", r.gdr.level.clone())
+            .evidence(
+                "nearest_path",
+                far.iter().map(|(g, p)| format!("{g}={p}")).collect::<Vec<_>>(),
+            )
+            .fix(format!(
+                "a NIC under the same PCIe switch as each GPU gives GDR; to force it over this path set NCCL_NET_GDR_LEVEL={worst} (measure: it can be slower than staging)"
+            )),
+        );
+    }
     // Close enough, but the kernel gives NCCL neither peer memory nor DMA-BUF: one finding
-    // for all such GPUs (the cause is the host's, not a GPU's).
+    // for all such GPUs (the cause is the host's, not a GPU's), failed as `gdr` fails it.
     if !no_kernel.is_empty() {
         let gpus = no_kernel.join(", ");
         f.push(
             Finding::new(
                 "nccl_env.gdr_no_kernel_support",
-                Severity::Warn,
+                Severity::Fail,
                 gpus.clone(),
                 format!(
-                    "GPUDirect RDMA is off: the HCAs NCCL pairs with these GPUs are within NCCL_NET_GDR_LEVEL={}, but there is no peer-memory client and DMA-BUF is not possible",
-                    r.gdr.level
+                    "no peer-memory client and no DMA-BUF path: GPUDirect RDMA is off for these GPUs, whose HCAs are within NCCL_NET_GDR_LEVEL={} ({})",
+                    r.gdr.level, r.gdr.level_rule
                 ),
             )
             .evidence("kernel_support", r.gdr.kernel_support.clone())

@@ -77,6 +77,7 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
     }
     let ran: Vec<&str> = r.probes.iter().map(|p| p.name.as_str()).collect();
     let _ = writeln!(s, "probes: {}", ran.join(" "));
+    let _ = writeln!(s, "saw: {}", saw_line(&r.saw));
     if let Some(smp) = &r.sample {
         let _ = writeln!(
             s,
@@ -258,4 +259,17 @@ pub fn sweep_prom(r: &SweepReport) -> String {
         );
     }
     s
+}
+
+/// `8 GPUs, 10 RDMA devices (8 of 10 ports active), 2 RoCE netdevs`; `?` where unknown.
+fn saw_line(w: &crate::check::run::Saw) -> String {
+    let n = |v: Option<usize>| v.map(|x| x.to_string()).unwrap_or("?".into());
+    format!(
+        "{} GPUs, {} RDMA devices ({} of {} ports active), {} RoCE netdevs",
+        n(w.gpus),
+        n(w.rdma_devices),
+        n(w.rdma_ports_active),
+        n(w.rdma_ports),
+        n(w.roce_netdevs)
+    )
 }

@@ -42,7 +42,7 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
     let l = &r.nccl_net_gdr_level;
     s.push_str(&format!(
         "NCCL_NET_GDR_LEVEL: {} ({}{})\n",
-        l.level.as_str(),
+        l.name,
         l.source,
         l.raw
             .as_ref()
