@@ -488,6 +488,8 @@ fn collapse(findings: Vec<Finding>) -> Vec<Finding> {
         };
         let (name, first) = (first_word(&f.subject), first_word(&o.subject));
         o.subject = format!("{}, {}", o.subject, f.subject);
+        // Evidence that differs by device would speak for the first one only: drop it.
+        o.evidence.retain(|k, v| f.evidence.get(k) == Some(v));
         match (f.fix, &mut o.fix) {
             (Some(fix), Some(x)) if !name.is_empty() && fix.replace(&name, &first) == *x => {
                 likewise.push(name)
