@@ -93,7 +93,8 @@ fn ring_under_srun(lab: &SlurmLab) {
         .iter()
         .map(|r| r["host"].as_str().unwrap())
         .collect();
-    assert_eq!(hosts, ["node0", "node1", "node2", "node3"], "{d}");
+    // The ranks' hostnames; the node names Slurm knows them by are nodeN.
+    assert_eq!(hosts, ["host0", "host1", "host2", "host3"], "{d}");
     assert_eq!(d["verdicts"], serde_json::json!([]), "{d}");
     assert!(d["error"].is_null(), "{d}");
     let rows = d["results"].as_array().unwrap();
@@ -157,7 +158,8 @@ fn sweep_drain_lines_run_by_scontrol(lab: &SlurmLab) {
 }
 
 /// (a) The HealthCheckProgram, as slurmd runs it every 5 s: node2 drained with the finding
-/// as its reason; the others, checked at least twice meanwhile, stay idle.
+/// as its reason; the others, checked at least twice meanwhile, stay idle. The hostnames
+/// (hostN) are not the NodeNames: the drop-in drains the node slurmd names.
 fn health_check_program_drains_the_failing_node(lab: &SlurmLab) {
     let before: Vec<usize> = (0..NODES)
         .map(|i| lab.health_check_runs(&format!("node{i}")))

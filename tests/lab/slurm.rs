@@ -1,10 +1,11 @@
 //! A real Slurm on one machine (`shared/reference/slurm-lab.md`): a private `munged` (own
 //! key and socket in a temp dir), `slurmctld` in its own network and UTS namespace (hostname
-//! `ctl`), and one `slurmd` per node namespace (hostname `nodeN`), all on one bridge in
+//! `ctl`), and one `slurmd` per node namespace (NodeName `nodeN`, hostname `hostN`: they
+//! differ, as with NodeHostname or `slurmd -N`), all on one bridge in
 //! 198.18.7.0/24. slurm.conf, state, spool and logs live in the temp dir (`SLURM_CONF`);
 //! names resolve through `/etc/netns/<ns>/hosts` (what `ip netns exec` bind-mounts), so
 //! `/etc/hosts` and `/etc/slurm` are never touched. Each node's `fabprobe` reads its own copy
-//! of a fixture (`roots/<node>`, hostname changed) through a wrapper. Everything (processes,
+//! of a fixture (`roots/<NodeName>`, hostname changed) through a wrapper. Everything (processes,
 //! namespaces, bridge, `/etc/netns` entries, files) is removed by `Drop`, also on panic, and
 //! leftovers of killed runs (prefix `fpl<pid>s`) by the next lab.
 
@@ -227,16 +228,16 @@ impl SlurmLab {
             &self.path("bin/healthcheck"),
             &format!(
                 "#!/bin/sh\nexport SLURM_CONF={conf} PATH=/usr/sbin:/usr/bin:/sbin:/bin\n\
-                 export FABPROBE={BIN} FABPROBE_POLICY=dgx-h100 FABPROBE_ARGS=\"--root {d}/roots/$(hostname)\"\n\
+                 export FABPROBE={BIN} FABPROBE_POLICY=dgx-h100 FABPROBE_ARGS=\"--root {d}/roots/$SLURMD_NODENAME\"\n\
                  [ -e {d}/hc/armed ] && {dropin}\n\
-                 echo ran >> {d}/hc/$(hostname).runs\n",
+                 echo ran >> {d}/hc/$SLURMD_NODENAME.runs\n",
                 conf = self.conf.display(),
                 dropin = dropin.display()
             ),
         );
         write_exec(
             &self.path("bin/fabprobe"),
-            &format!("#!/bin/sh\nexec {BIN} --root {d}/roots/$(hostname) \"$@\"\n"),
+            &format!("#!/bin/sh\nexec {BIN} --root {d}/roots/$SLURMD_NODENAME \"$@\"\n"),
         );
     }
 
@@ -249,7 +250,7 @@ impl SlurmLab {
         must(&["ip", "link", "add", &br, "type", "bridge"]);
         must(&["ip", "link", "set", &br, "up"]);
         let hosts: String = std::iter::once(format!("127.0.0.1 localhost\n{NET}.2 ctl\n"))
-            .chain((0..NODES).map(|i| format!("{NET}.{} node{i}\n", 10 + i)))
+            .chain((0..NODES).map(|i| format!("{NET}.{} node{i} host{i}\n", 10 + i)))
             .collect();
         let who: Vec<(String, String)> = std::iter::once(("c".to_string(), format!("{NET}.2")))
             .chain((0..NODES).map(|i| (i.to_string(), format!("{NET}.{}", 10 + i))))
@@ -332,7 +333,7 @@ impl SlurmLab {
         for i in 0..NODES {
             let d = self.in_node(
                 &i.to_string(),
-                &format!("node{i}"),
+                &format!("host{i}"),
                 CGROUPS,
                 &format!("slurmd -D -N node{i}"),
             );
