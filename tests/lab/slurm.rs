@@ -1,4 +1,4 @@
-//! A real Slurm on one machine (`shared/reference/slurm-lab.md`): a private `munged` (own
+//! A real Slurm on one machine (Debian's slurm-wlm 22.05.8 and munge): a private `munged` (own
 //! key and socket in a temp dir), `slurmctld` in its own network and UTS namespace (hostname
 //! `ctl`), and one `slurmd` per node namespace (NodeName `nodeN`, hostname `hostN`: they
 //! differ, as with NodeHostname or `slurmd -N`), all on one bridge in
