@@ -657,4 +657,165 @@ fn check_runs_the_nccl_env_lint_once_per_fact() {
     assert_eq!(check_ids.iter().filter(|i| *i == "gdr.off_distance").count(), 1);
     // What it saw, counted.
     assert_eq!(c["data"]["saw"]["gpus"], 4, "{}", c["data"]["saw"]);
+
+/// `getpwuid(uid)->pw_dir`, as NCCL's `userHomeDir` finds it.
+fn passwd_home(uid: u32) -> String {
+    // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
+    unsafe {
+        let pw = libc::getpwuid(uid);
+        assert!(!pw.is_null(), "uid {uid} has no passwd entry");
+        std::ffi::CStr::from_ptr((*pw).pw_dir)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+fn conf_paths(v: &serde_json::Value) -> Vec<String> {
+    v["data"]["conf_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// NCCL reads `~/.nccl.conf` from the passwd home of its process's user (`param.cc`
+/// `userHomeDir`: `getpwuid(getuid())`), not from `$HOME`: fabprobe's own HOME (root's
+/// shell under Slurm, a `sudo -E`) is not where the job's NCCL looks, and with `--env-from`
+/// it is the home of that process's owner.
+#[test]
+fn nccl_conf_is_read_from_the_job_users_home() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join(".nccl.conf"), "NCCL_IB_TC=106\n").unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(args)
+            .env_clear()
+            .env("HOME", tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.code().is_some_and(|c| c < 2),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let v = run(&["nccl-env", "--format", "json"]);
+    let own = format!("{}/.nccl.conf", passwd_home(me).trim_end_matches('/'));
+    assert_eq!(conf_paths(&v)[0], own, "{}", v["data"]["conf_files"]);
+    if me != 0 {
+        eprintln!("--env-from another user's process needs root: that half not run");
+        return;
+    }
+    // A training process of user 65534 (nobody) whose HOME says otherwise.
+    let mut job = std::process::Command::new("sleep");
+    std::os::unix::process::CommandExt::uid(&mut job, 65534);
+    let mut job = job.arg("30").env_clear().env("HOME", tmp.path()).spawn().unwrap();
+    let pid = job.id().to_string();
+    let v = run(&["--env-from", &pid, "nccl-env", "--format", "json"]);
+    let _ = job.kill();
+    let _ = job.wait();
+    let theirs = format!("{}/.nccl.conf", passwd_home(65534).trim_end_matches('/'));
+    assert_eq!(conf_paths(&v)[0], theirs, "{}", v["data"]["conf_files"]);
+}
+
+/// `NCCL_COMM_ID` moves NCCL's bootstrap to the interface on that address's subnet
+/// (`bootstrapNetInit` / `ncclFindInterfaceMatchSubnet`), whatever `NCCL_SOCKET_IFNAME`
+/// says; `NCCL_SOCKET_FAMILY=AF_INET6` keeps only IPv6 addresses in the socket list; a
+/// COMM_ID on no local subnet fails the bootstrap; `NCCL_IB_HCA` entries are read as
+/// `parseStringList` reads them (`:1` alone names nothing).
+#[test]
+fn comm_id_bootstrap_socket_family_and_hca_ports() {
+    let addrs = ifs(&[
+        ("lo", "127.0.0.1", 8),
+        ("ens1f0", "172.19.0.60", 24),
+        ("ens1f0", "fd00::60", 64),
+        ("ens1f1", "192.168.20.11", 24),
+        ("ens1f1", "fd01::11", 64),
+    ]);
+    let env = |comm_id: &str| {
+        serde_json::json!({
+            "NCCL_SOCKET_IFNAME": "ens1f0",
+            "NCCL_SOCKET_FAMILY": "AF_INET6",
+            "NCCL_COMM_ID": comm_id,
+            "NCCL_IB_HCA": ":1,mlx5_1:1x",
+        })
+    };
+    let t = doctored("roce-bond-host", env("192.168.20.1:29500"), addrs.clone(), &[]);
+    let (_, v) = run_json(t.path());
+    let s = &v["data"]["sockets"];
+    assert_eq!(s["bootstrap"]["name"], "ens1f1", "{s}");
+    assert_eq!(s["bootstrap"]["addr"], "192.168.20.11", "{s}");
+    assert_eq!(
+        s["bootstrap"]["rule"], "NCCL_COMM_ID 192.168.20.1: same subnet",
+        "{s}"
+    );
+    assert_eq!(s["interfaces"][0]["addr"], "fd00::60", "{s}");
+    assert_eq!(s["interfaces"].as_array().unwrap().len(), 1, "{s}");
+    let used: Vec<String> = v["data"]["ib"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["used"] == true)
+        .map(|p| format!("{}/{}", p["device"].as_str().unwrap(), p["port"]))
+        .collect();
+    assert_eq!(used, ["mlx5_1/1"], "{}", v["data"]["ib"]);
+    let table = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .arg("--root")
+        .arg(t.path())
+        .arg("nccl-env")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.lines().any(|l| l
+            .split_whitespace()
+            .take(3)
+            .eq(["bootstrap", "ens1f1", "192.168.20.11"])),
+        "{table}"
+    );
+    let t = doctored("roce-bond-host", env("10.1.2.3:29500"), addrs, &[]);
+    let (code, v) = run_json(t.path());
+    assert_eq!(code, 1);
+    assert!(v["data"]["sockets"]["bootstrap"].is_null());
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "nccl_env.no_socket_interface")
+        .unwrap();
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("NCCL_COMM_ID=10.1.2.3:29500 is on no subnet"),
+        "{f}"
+    );
+}
+
+/// `NCCL_NET_PLUGIN` is a comma-separated list, each entry tried as given and then as
+/// `libnccl-net-NAME.so` (`plugin/net.cc`, `plugin_open.cc`); the first found wins.
+#[test]
+fn net_plugin_is_a_list_tried_in_nccls_order() {
+    let t = doctored(
+        "h100-sxm-8gpu",
+        serde_json::json!({
+            "NCCL_NET_PLUGIN": "aws-ofi,ucx",
+            "LD_LIBRARY_PATH": "/opt/plugins"
+        }),
+        ifs(&[("eth0", "10.0.0.5", 24)]),
+        &[("/opt/plugins/libnccl-net-ucx.so", ""), ("/opt/plugins/ucx", "")],
+    );
+    let (_, v) = run_json(t.path());
+    let p = &v["data"]["net_plugin"];
+    assert_eq!(
+        p["tries"],
+        serde_json::json!(["aws-ofi", "libnccl-net-aws-ofi.so", "ucx", "libnccl-net-ucx.so"])
+    );
+    // `ucx` as given comes before libnccl-net-ucx.so.
+    assert_eq!(p["found"], "/opt/plugins/ucx", "{p}");
+    assert!(!ids(&v).iter().any(|g| g.0 == "nccl_env.net_plugin_missing"));
 }

@@ -485,3 +485,46 @@ fn rows_print_as_each_size_completes() {
     assert_eq!(all.matches("# Using devices").count(), 1, "{all}");
     assert!(all.contains("# Out of bounds values : 0 OK"), "{all}");
 }
+
+/// The data interface follows NCCL_SOCKET_IFNAME as the settings model has it: from an
+/// `NCCL_CONF_FILE` line, and from `--env-file`, not only from fabprobe's own environment.
+#[test]
+fn socket_ifname_comes_from_the_settings_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("nccl.conf");
+    std::fs::write(&conf, "NCCL_SOCKET_IFNAME==fpnosuch0\n").unwrap();
+    let args = [
+        "ring",
+        "--rank",
+        "1",
+        "--world",
+        "2",
+        "--coordinator",
+        "127.0.0.1:9",
+        "--timeout",
+        "2",
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .env_clear()
+        .env("NCCL_CONF_FILE", &conf)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no data interface matches =fpnosuch0"),
+        "{}",
+        text(&o.stderr)
+    );
+    let env = tmp.path().join("job.env");
+    std::fs::write(&env, "NCCL_SOCKET_IFNAME==fpnosuch1\n").unwrap();
+    let mut with_file = vec!["--env-file", env.to_str().unwrap()];
+    with_file.extend(args);
+    let o = fabprobe(&with_file);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no data interface matches =fpnosuch1"),
+        "{}",
+        text(&o.stderr)
+    );
+}

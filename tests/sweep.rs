@@ -262,3 +262,75 @@ fn no_readable_report_exits_2() {
     assert_eq!(code, 2);
     assert!(err.contains("0 reports: the collection failed?"), "{err}");
 }
+
+/// `srun -l` cuts each task's output line into labelled 1024-byte pieces (measured with
+/// slurm-wlm 22.05.8; tests/lab_slurm.rs runs the real one), interleaved between tasks: the
+/// sweep joins each task's pieces back into its report, also when a piece ends in the
+/// middle of a UTF-8 character or right after a `}`. A report whose end never came stays
+/// truncated (`srun -l` labels name tasks, not nodes, so its node is missing), and a task's
+/// text line is listed as not JSON.
+#[test]
+fn srun_label_pieces_are_joined_into_reports() {
+    let f = fixtures();
+    let mut reports: Vec<Vec<u8>> = (0..6)
+        .map(|i| {
+            let mut v = if i == 2 {
+                named(&f.bad, &format!("node{i}"))
+            } else {
+                named(&f.good, &format!("node{i}"))
+            };
+            v["data"]["policy"]["description"] = "GPU node ✓ (ü)".repeat(60).into();
+            serde_json::to_vec(&v).unwrap()
+        })
+        .collect();
+    // A piece that ends right after a `}` (inside the report, not at its end).
+    let close = reports[3].iter().position(|&c| c == b'}').unwrap();
+    let pad = 1023 - close % 1024;
+    reports[3].splice(1..1, std::iter::repeat_n(b' ', pad));
+    assert_eq!(reports[3][1023], b'}');
+    let pieces: Vec<Vec<Vec<u8>>> = reports
+        .iter()
+        .map(|r| r.chunks(1024).map(|c| c.to_vec()).collect())
+        .collect();
+    assert!(pieces.iter().all(|p| p.len() > 2), "reports span several pieces");
+    let split_char = pieces.iter().flatten().any(|p| std::str::from_utf8(p).is_err());
+    assert!(split_char, "a piece boundary falls inside a UTF-8 character");
+    let mut input = Vec::new();
+    let most = pieces.iter().map(Vec::len).max().unwrap();
+    for k in 0..most {
+        for (task, p) in pieces.iter().enumerate() {
+            // Task 5's output is cut off after its first piece (a killed task).
+            if task == 5 && k > 0 {
+                continue;
+            }
+            if let Some(piece) = p.get(k) {
+                input.extend_from_slice(format!("{task:2}: ").as_bytes());
+                input.extend_from_slice(piece);
+                input.push(b'\n');
+            }
+        }
+    }
+    // A task's own text line (not a report) before the pieces.
+    let mut with_text = b" 4: warning: cannot read /proc/1/environ\n".to_vec();
+    with_text.extend_from_slice(&input);
+    let input = with_text;
+    let (out, err, code) = run_bytes(&["sweep", "--expect", "node[0-5]", "--drain"], Some(&input));
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(drain_nodes(&out), ["node2"], "{out}");
+    let unreadable: Vec<&str> = out.lines().filter(|l| l.starts_with("# ")).collect();
+    assert_eq!(unreadable.len(), 3, "{out}");
+    assert!(
+        unreadable.contains(&"# node5: missing report (--expect): no report"),
+        "{out}"
+    );
+    assert!(
+        unreadable
+            .iter()
+            .any(|l| l.starts_with("# stdin:") && l.contains("truncated")),
+        "{out}"
+    );
+    assert!(
+        unreadable.iter().any(|l| l.starts_with("# stdin:1: not_json")),
+        "{out}"
+    );
+}

@@ -308,7 +308,17 @@ fn with_job_env(g: &GlobalArgs, host: crate::host::Host) -> anyhow::Result<crate
                 hint: "give the PID of a running training process; reading another user's environment needs root".into(),
             })?;
         g.log(1, format!("NCCL settings from the environment of process {pid}"));
-        return Ok(host.with_job_env(parse_environ(&bytes), format!("--env-from PID {pid}")));
+        let host = host.with_job_env(parse_environ(&bytes), format!("--env-from PID {pid}"));
+        // NCCL in that process reads its own user's ~/.nccl.conf, not fabprobe's.
+        let status = format!("/proc/{pid}/status");
+        let uid = std::fs::read_to_string(&status)
+            .ok()
+            .as_deref()
+            .and_then(crate::nccl::settings::parse_status_uid);
+        return Ok(match uid {
+            Some(uid) => host.with_job_uid(uid),
+            None => host,
+        });
     }
     if let Some(f) = &g.env_file {
         let text = std::fs::read_to_string(f)

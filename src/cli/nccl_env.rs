@@ -13,25 +13,33 @@ pub struct NcclEnvArgs {}
 const NCCL_ENV_HELP: &str = "\
 Applies NCCL's own rules to this host (or --root snapshot) and the job's NCCL_* environment
 (this shell's, or --env-from PID / --env-file FILE), the configuration files included:
-NCCL_CONF_FILE (else ~/.nccl.conf, from $HOME), then /etc/nccl.conf, read as NCCL's
-param.cc does (only lines starting with '#' are comments, split at the first '=', nothing
+NCCL_CONF_FILE (else ~/.nccl.conf in the passwd home of the job's user, as NCCL's
+getpwuid(getuid()): the owner of --env-from's process, else fabprobe's own user; with
+--env-file or a snapshot the job's HOME), then /etc/nccl.conf, read as NCCL's param.cc
+does (only lines starting with '#' are comments, split at the first '=', nothing
 trimmed); a value set earlier wins, so the environment beats both files. The NCCL version
 whose rules apply is --nccl-version, else the first libnccl.so.2.X.Y on the library path
 (the default GID index is 0 before 2.21; the peer-memory files NCCL checks changed in 2.22
 and 2.23). Each choice names the rule that made it:
   sockets   NCCL_SOCKET_IFNAME (^ exclude, = exact, prefixes; ignored when 1 character),
-            else ib*, the NCCL_COMM_ID subnet, ^docker,lo,virbr, docker, lo, virbr.
-            The first interface is the bootstrap and IB out-of-band one.
+            else ib*, the NCCL_COMM_ID subnet, ^docker,lo,virbr, docker, lo, virbr; only
+            IPv4 or IPv6 addresses with NCCL_SOCKET_FAMILY=AF_INET or AF_INET6. The first
+            interface is the IB out-of-band one and the bootstrap, unless NCCL_COMM_ID is
+            set: then the bootstrap is the interface on that address's subnet, whatever
+            the rest says (NCCL's bootstrapNetInit), and none there fails the bootstrap.
   IB ports  active ports with an IB or Ethernet link layer, filtered by NCCL_IB_HCA
-            (^ exclude, = exact, dev[:port]; without = an entry is a prefix), none when
+            (^ exclude, = exact, dev[:port]; without = an entry is a prefix; the port is
+            C's atoi of what follows ':', so ':1x' is 1, ':' is 0 and matches no port,
+            ':-1' any; an entry without a name is skipped), none when
             NCCL_IB_DISABLE=1; the GID index per port as `fabprobe gids` computes it.
   GDR       NCCL's path type of each GPU to each used HCA against NCCL_NET_GDR_LEVEL
             (names LOC..SYS or old numbers; default PXB, or P2C with NCCL_NET_GDR_C2C=1).
             Then what NCCL reaches there: peer memory first, then DMA-BUF, as
             `fabprobe gdr` judges them (ACS and IOMMU, which NCCL does not check: gdr).
-  plugin    NCCL_NET_PLUGIN (none, or libnccl-net-NAME.so then NAME), else
-            libnccl-net.so, looked up in LD_LIBRARY_PATH and the usual library directories
-            (not /etc/ld.so.cache).
+  plugin    NCCL_NET_PLUGIN: none (or empty) for no plugin, else a comma-separated list,
+            each NAME tried as given, then as libnccl-net-NAME.so (unless it has a '/' or
+            is lib*.so), the first found wins; unset: libnccl-net.so. Looked up in
+            LD_LIBRARY_PATH and the usual library directories (not /etc/ld.so.cache).
   topology  NCCL_TOPO_FILE, else /var/run/nvidia-topologyd/virtualTopology.xml if present.
 Socket interfaces need getifaddrs: live, or a snapshot's fabprobe/ifaddrs.json (written by
 `fabprobe snapshot`); an older snapshot says they are unknown.
@@ -43,7 +51,8 @@ FINDINGS
   nccl_env.out_of_range            NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside
                                    0-7 (fail); NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)
   nccl_env.ifname_ignored          NCCL_SOCKET_IFNAME of one character
-  nccl_env.no_socket_interface     nothing matches: bootstrap fails (fail)
+  nccl_env.no_socket_interface     nothing matches, or NCCL_COMM_ID is on no local subnet:
+                                   bootstrap fails (fail)
   nccl_env.socket_interface_unusable  lo or a docker/virbr bridge (fail), a link-local
                                    address (warn) picked for the bootstrap
   nccl_env.hca_prefix_match        NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1
@@ -70,7 +79,8 @@ JSON DATA (fabprobe.nccl-env)
                    \"meant_value\", \"why\"}],
    \"settings\": [{\"name\", \"value\", \"origin\": {\"kind\": environment|file, \"path\"},
                  \"line\", \"shadowed\": [{\"value\", \"origin\", \"line\"}]}],
-   \"sockets\": {\"ifname\", \"interfaces\": [{\"name\", \"addr\", \"rule\"}], \"unknown\"},
+   \"sockets\": {\"ifname\", \"interfaces\": [{\"name\", \"addr\", \"rule\"}],
+               \"bootstrap\": {\"name\", \"addr\", \"rule\"} | null, \"unknown\"},
    \"ib\": {\"disabled\", \"hca\", \"message\", \"ports\": [{\"device\", \"port\", \"link_layer\",
            \"state\", \"used\", \"rule\", \"gid_index\", \"gid\", \"gid_rule\"}]},
    \"gdr\": {\"level\", \"level_rule\", \"kernel_support\",

@@ -280,18 +280,23 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// The data interface and address, by NCCL_SOCKET_IFNAME rules.
-fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpAddr, String)> {
+/// The data interface and address, by NCCL_SOCKET_IFNAME rules; `comm_id` is the job's
+/// `NCCL_COMM_ID` (from the settings model, like the interface spec).
+fn data_interface(
+    spec: Option<&str>,
+    comm_id: Option<&str>,
+    family: Option<ifname::Family>,
+    log: &dyn Fn(&str),
+) -> anyhow::Result<(IpAddr, String)> {
     let ifs: Vec<ifname::IfAddr> = ifname::list_interfaces()?
         .into_iter()
         // Link-local IPv6 needs a scope id the peers cannot know.
         .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
         .collect();
-    let comm_id = std::env::var("NCCL_COMM_ID")
-        .ok()
-        .and_then(|v| launcher::host_port(&v, 0).ok())
+    let comm_id = comm_id
+        .and_then(|v| launcher::host_port(v, 0).ok())
         .and_then(|(h, _)| h.parse::<IpAddr>().ok());
-    let choices = ifname::select(&ifs, spec, comm_id);
+    let choices = ifname::select(&ifs, spec, comm_id, family);
     let Some(c) = choices.first() else {
         let have: Vec<String> = ifs.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();
         return Err(UsageError(format!(
@@ -619,11 +624,14 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         id.coordinator_source,
         id.token_source
     ));
+    // NCCL's variables as the job has them: environment, --env-from/--env-file, conf files.
+    let nccl = super::nccl_settings(g, &super::with_job_env(g, Host::live())?);
     let spec = a
         .ifname
         .clone()
-        .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
-    let (ip, dev) = data_interface(spec.as_deref(), &log)?;
+        .or_else(|| nccl.value("NCCL_SOCKET_IFNAME").map(str::to_string));
+    let family = ifname::Family::parse(nccl.value("NCCL_SOCKET_FAMILY"));
+    let (ip, dev) = data_interface(spec.as_deref(), nccl.value("NCCL_COMM_ID"), family, &log)?;
     let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
     let host = Host::live();
     let rate = evidence::line_rate(&host, &dev);
@@ -697,7 +705,7 @@ fn outcome(
 fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) -> anyhow::Result<Outcome> {
     // Loopback unless --ifname names another local interface to run the ring over.
     let (data_ip, device) = match &a.ifname {
-        Some(spec) => data_interface(Some(spec), &|s| g.log(1, s))?,
+        Some(spec) => data_interface(Some(spec), None, None, &|s| g.log(1, s))?,
         None => (IpAddr::from([127, 0, 0, 1]), "lo".to_string()),
     };
     let listener = TcpListener::bind("127.0.0.1:0")?;

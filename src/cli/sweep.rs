@@ -109,10 +109,100 @@ fn split_prefix(line: &[u8], json_only: bool) -> (Option<&str>, &[u8]) {
     }
 }
 
+/// Whether `b` holds one whole JSON value, a value cut short, or something else. A byte
+/// scan (strings and escapes aware) instead of a parse: it runs on every labelled line.
+#[derive(Debug, PartialEq, Eq)]
+enum Shape {
+    Whole,
+    CutShort,
+    Other,
+}
+
+fn json_shape(b: &[u8]) -> Shape {
+    let b = b.trim_ascii();
+    if !b.starts_with(b"{") {
+        return Shape::Other;
+    }
+    let (mut depth, mut in_str, mut esc) = (0i64, false, false);
+    for (i, &c) in b.iter().enumerate() {
+        if in_str {
+            match c {
+                _ if esc => esc = false,
+                b'\\' => esc = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return if i + 1 == b.len() {
+                        Shape::Whole
+                    } else {
+                        Shape::Other
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    Shape::CutShort
+}
+
+/// Labelled pieces of one task's line, joined: `srun -l` cuts a task's output line into
+/// 1024-byte pieces and labels each (measured with slurm-wlm 22.05.8), so a report arrives
+/// as `3: {...` then `3: ...}` lines, possibly interleaved with other tasks' pieces.
+#[derive(Default)]
+struct Pieces {
+    /// label -> (source of its first piece, the bytes so far), in order of first piece.
+    open: Vec<(String, String, Vec<u8>)>,
+}
+
+impl Pieces {
+    /// Add a labelled piece; returns a report to sweep when one is complete (or cannot be).
+    fn add(&mut self, source: String, label: &str, rest: &[u8]) -> Option<(String, String, Vec<u8>)> {
+        if let Some(i) = self.open.iter().position(|(l, _, _)| l == label) {
+            let mut joined = self.open[i].2.clone();
+            joined.extend_from_slice(rest);
+            return match json_shape(&joined) {
+                Shape::CutShort => {
+                    self.open[i].2 = joined;
+                    None
+                }
+                Shape::Whole => {
+                    let (l, s, _) = self.open.remove(i);
+                    Some((s, l, joined))
+                }
+                // Not a continuation (a new report after one that was cut for good): the
+                // earlier piece goes on as it is, and this one starts over.
+                Shape::Other => {
+                    let earlier = self.open.remove(i);
+                    self.start(source, label, rest);
+                    Some((earlier.1, earlier.0, earlier.2))
+                }
+            };
+        }
+        if json_shape(rest) == Shape::CutShort {
+            self.start(source, label, rest);
+            return None;
+        }
+        Some((source, label.to_string(), rest.to_vec()))
+    }
+
+    fn start(&mut self, source: String, label: &str, rest: &[u8]) {
+        self.open.push((label.to_string(), source, rest.to_vec()));
+    }
+}
+
 /// JSON lines as bytes: a line that is not UTF-8 is listed, the rest goes on.
 fn add_lines(sw: &mut Sweeper, source: &str, mut reader: impl BufRead) -> anyhow::Result<()> {
     let mut line = Vec::new();
     let mut no = 0;
+    let mut pieces = Pieces::default();
     loop {
         line.clear();
         no += 1;
@@ -121,16 +211,27 @@ fn add_lines(sw: &mut Sweeper, source: &str, mut reader: impl BufRead) -> anyhow
             .with_context(|| format!("reading {source}"))?
             == 0
         {
-            return Ok(());
+            break;
         }
         let l = line.strip_suffix(b"\n").unwrap_or(&line);
         let l = l.strip_suffix(b"\r").unwrap_or(l);
         if l.trim_ascii().is_empty() {
             continue;
         }
-        let (prefix, rest) = split_prefix(l, false);
-        sw.add_bytes(&format!("{source}:{no}"), prefix, rest);
+        match split_prefix(l, false) {
+            (Some(label), rest) => {
+                if let Some((src, label, bytes)) = pieces.add(format!("{source}:{no}"), label, rest) {
+                    sw.add_bytes(&src, Some(&label), &bytes);
+                }
+            }
+            (None, rest) => sw.add_bytes(&format!("{source}:{no}"), None, rest),
+        }
     }
+    // Pieces whose end never came: listed as truncated by the sweeper.
+    for (label, src, bytes) in pieces.open {
+        sw.add_bytes(&src, Some(&label), &bytes);
+    }
+    Ok(())
 }
 
 fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {

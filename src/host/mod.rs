@@ -145,6 +145,12 @@ pub enum Access {
     Link(PathBuf),
 }
 
+/// `getpwuid_r(uid)->pw_dir` (NSS: local files, LDAP, sssd), or None.
+fn passwd_home(uid: u32) -> Option<String> {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
+    Some(user.dir.to_string_lossy().into_owned())
+}
+
 pub struct Host {
     root: PathBuf,
     source: Source,
@@ -194,7 +200,11 @@ impl Host {
         Host {
             root: PathBuf::from("/"),
             source: Source::Live,
-            meta: HostMeta::live(),
+            meta: HostMeta {
+                // NCCL in a process of this user reads this home's .nccl.conf.
+                nccl_home: passwd_home(nix::unistd::getuid().as_raw()),
+                ..HostMeta::live()
+            },
             env,
             env_source: "shell".into(),
             nvml: nvml::collect_live(),
@@ -265,6 +275,8 @@ impl Host {
     /// Replace the environment with the job's (`--env-from PID`, `--env-file`), keeping only
     /// the variables a snapshot would; `source` says where it came from.
     pub fn with_job_env(mut self, env: BTreeMap<String, String>, source: String) -> Host {
+        // A job's file says nothing of its user but its HOME; `with_job_uid` knows better.
+        self.meta.nccl_home = env.get("HOME").filter(|h| !h.is_empty()).cloned();
         self.env = env
             .into_iter()
             .filter(|(k, _)| side::env_is_captured(k))
@@ -272,6 +284,24 @@ impl Host {
         self.meta.env_source = Some(source.clone());
         self.env_source = source;
         self
+    }
+
+    /// The job runs as `uid` (the owner of `--env-from PID`): NCCL reads its home's
+    /// `.nccl.conf`.
+    pub fn with_job_uid(mut self, uid: u32) -> Host {
+        self.meta.nccl_home = passwd_home(uid);
+        self
+    }
+
+    /// The directory whose `.nccl.conf` NCCL reads. NCCL takes `getpwuid(getuid())->pw_dir`
+    /// (`param.cc` `userHomeDir`), not `$HOME`: the job's user's on the live host
+    /// (fabprobe's own without a job), the job environment's HOME with `--env-file`, what
+    /// a snapshot recorded (else its HOME). None when none is known.
+    pub fn nccl_home(&self) -> Option<String> {
+        self.meta
+            .nccl_home
+            .clone()
+            .or_else(|| self.env.get("HOME").filter(|h| !h.is_empty()).cloned())
     }
 
     /// Turn on access recording (used by `snapshot` capture).

@@ -42,6 +42,11 @@ pub struct HostMeta {
     /// `--env-file F`); absent in snapshots written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_source: Option<String>,
+    /// The home whose `.nccl.conf` NCCL reads for this environment's user (the passwd
+    /// home, not `$HOME`), so a replay reads the file the capture did; absent in older
+    /// snapshots (then the environment's HOME).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_home: Option<String>,
     /// What capture could not read, one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
@@ -58,6 +63,7 @@ impl HostMeta {
             tool_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             // A capture says whose environment it holds; the replay then reads the same.
             env_source: Some("shell".into()),
+            nccl_home: None,
             skipped: Vec::new(),
         }
     }

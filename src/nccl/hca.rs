@@ -9,8 +9,40 @@ use serde::Serialize;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HcaEntry {
     pub name: String,
-    /// None: any port.
-    pub port: Option<u32>,
+    /// None: any port (none given, or `-1`). `atoi` of what follows the `:`, so an empty
+    /// or non-numeric port is 0, which no port matches.
+    pub port: Option<i64>,
+}
+
+/// C's `atoi`: leading white space, a sign, then digits up to the first non-digit; no
+/// digits is 0 (`"2x"` is 2, `""` and `"x"` are 0). Saturates where C overflows.
+pub fn atoi(s: &str) -> i64 {
+    let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let n = t.bytes().take_while(u8::is_ascii_digit).fold(0i64, |n, d| {
+        n.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+    });
+    if neg { -n } else { n }
+}
+
+/// NCCL's `parseStringList` (`src/misc/utils.cc`) after the caller removed `^` and `=`:
+/// `name[:port[:...]]` entries split at `,`; an entry with an empty name is skipped; the
+/// port is `atoi` of the text after the first `:` (the rest up to `,` ignored), and
+/// without a `:` it is -1 (any).
+pub fn parse_string_list(s: &str) -> Vec<(String, i64)> {
+    s.split(',')
+        .filter_map(|item| {
+            let (name, port) = match item.split_once(':') {
+                Some((n, p)) => (n, atoi(p)),
+                None => (item, -1),
+            };
+            (!name.is_empty()).then(|| (name.to_string(), port))
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -30,16 +62,12 @@ impl HcaSpec {
             Some(r) => (true, r),
             None => (false, rest),
         };
-        let entries = rest
-            .split(',')
-            .filter(|e| !e.is_empty())
-            .map(|e| {
-                let mut f = e.split(':');
-                HcaEntry {
-                    name: f.next().unwrap_or("").to_string(),
-                    // NCCL parses the port with atoi; a bad one reads as 0 and matches no port.
-                    port: f.next().map(|p| p.trim().parse().unwrap_or(0)),
-                }
+        let entries = parse_string_list(rest)
+            .into_iter()
+            .map(|(name, port)| HcaEntry {
+                name,
+                // matchPort: -1 on either side matches any port.
+                port: (port != -1).then_some(port),
             })
             .collect();
         HcaSpec {
@@ -57,7 +85,7 @@ impl HcaSpec {
             } else {
                 dev.starts_with(e.name.as_str())
             };
-            name_ok && e.port.is_none_or(|p| p == port)
+            name_ok && e.port.is_none_or(|p| p == i64::from(port))
         })
     }
 
@@ -222,6 +250,49 @@ mod tests {
         assert!(!s.selects("mlx5_0", 2));
         assert!(s.selects("mlx5_1", 2));
         assert_eq!(s.entries[0].port, Some(1));
+    }
+
+    /// Ports as NCCL's `parseStringList` reads them: `atoi` of the text after the first
+    /// `:`, -1 meaning any port, entries without a name skipped.
+    #[test]
+    fn ports_as_parse_string_list_reads_them() {
+        for (spec, dev, port, want) in [
+            ("mlx5_0:1x", "mlx5_0", 1, true),
+            ("mlx5_0: 2", "mlx5_0", 2, true),
+            ("mlx5_0:+1", "mlx5_0", 1, true),
+            ("mlx5_0:1:0", "mlx5_0", 1, true),
+            ("mlx5_0:-1", "mlx5_0", 2, true),
+            ("mlx5_0:", "mlx5_0", 1, false),
+            ("mlx5_0:x", "mlx5_0", 1, false),
+            ("mlx5_0:-2", "mlx5_0", 1, false),
+            // No entry left: an empty list selects every port, as if unset.
+            (":1", "mlx5_0", 2, true),
+            (":1,mlx5_1", "mlx5_0", 1, false),
+            (":1,mlx5_1", "mlx5_1", 1, true),
+            // No entry left: an empty list matches every port, and `^` then excludes all.
+            ("^:1", "mlx5_0", 1, false),
+        ] {
+            assert_eq!(
+                HcaSpec::parse(spec).selects(dev, port),
+                want,
+                "{spec} {dev}:{port}"
+            );
+        }
+        assert_eq!(HcaSpec::parse(":1").entries, vec![]);
+        assert_eq!(
+            parse_string_list("a:7z:1,,b,:3,c:"),
+            vec![("a".into(), 7), ("b".into(), -1), ("c".into(), 0)]
+        );
+        for (s, n) in [
+            ("", 0),
+            ("12", 12),
+            (" \t-3k", -3),
+            ("+4", 4),
+            ("x1", 0),
+            ("99999999999999999999", i64::MAX),
+        ] {
+            assert_eq!(atoi(s), n, "{s:?}");
+        }
     }
 
     #[test]

@@ -29,10 +29,10 @@ impl IfSpec {
             Some(r) => (true, r),
             None => (false, rest),
         };
-        let names = rest
-            .split(',')
-            .filter(|e| !e.is_empty())
-            .map(|e| e.split(':').next().unwrap_or(e).to_string())
+        // The ports are parsed and ignored for sockets; an entry without a name is skipped.
+        let names = crate::nccl::hca::parse_string_list(rest)
+            .into_iter()
+            .map(|(name, _)| name)
             .collect();
         Some(IfSpec {
             exclude,
@@ -65,11 +65,40 @@ pub struct Choice {
     pub rule: String,
 }
 
-fn candidates<'a>(ifs: &'a [IfAddr], spec: &IfSpec) -> Vec<&'a IfAddr> {
+/// `NCCL_SOCKET_FAMILY` as `ncclEnvSocketFamily` reads it: exactly `AF_INET` or
+/// `AF_INET6` restricts the interface list to that family; anything else is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn parse(s: Option<&str>) -> Option<Family> {
+        match s {
+            Some("AF_INET") => Some(Family::V4),
+            Some("AF_INET6") => Some(Family::V6),
+            _ => None,
+        }
+    }
+    fn admits(family: Option<Family>, addr: IpAddr) -> bool {
+        match family {
+            None => true,
+            Some(Family::V4) => addr.is_ipv4(),
+            Some(Family::V6) => addr.is_ipv6(),
+        }
+    }
+}
+
+fn candidates<'a>(ifs: &'a [IfAddr], spec: &IfSpec, family: Option<Family>) -> Vec<&'a IfAddr> {
     let mut seen: Vec<&str> = Vec::new();
     let mut out = Vec::new();
     for i in ifs {
-        if !i.running || (i.addr.is_ipv6() && i.addr.is_loopback()) || !spec.matches(&i.name) {
+        if !i.running
+            || !Family::admits(family, i.addr)
+            || (i.addr.is_ipv6() && i.addr.is_loopback())
+            || !spec.matches(&i.name)
+        {
             continue;
         }
         // The first address per name is the one used.
@@ -104,11 +133,42 @@ fn same_subnet(a: IpAddr, b: IpAddr, len: u8) -> bool {
     }
 }
 
+/// `ncclFindInterfaceMatchSubnet`: the first address (getifaddrs order) in the subnet of
+/// `remote`, of its family, whatever its name, state, `NCCL_SOCKET_IFNAME` or
+/// `NCCL_SOCKET_FAMILY`.
+fn match_subnet(ifs: &[IfAddr], remote: IpAddr) -> Option<&IfAddr> {
+    ifs.iter().find(|i| same_subnet(i.addr, remote, i.prefix_len))
+}
+
+/// The interface NCCL's bootstrap listens on (`bootstrapNetInit`): with `NCCL_COMM_ID` the
+/// one on that address's subnet (None: NCCL fails, "No usable listening interface
+/// found"), else the first of [`select`]'s list.
+pub fn bootstrap(
+    ifs: &[IfAddr],
+    spec: Option<&str>,
+    comm_id: Option<IpAddr>,
+    family: Option<Family>,
+) -> Option<Choice> {
+    match comm_id {
+        Some(id) => match_subnet(ifs, id).map(|i| Choice {
+            iface: i.clone(),
+            rule: format!("NCCL_COMM_ID {id}: same subnet"),
+        }),
+        None => select(ifs, spec, None, family).into_iter().next(),
+    }
+}
+
 /// The interfaces NCCL would use, in order, with the rule that chose them. `spec` is the
-/// `NCCL_SOCKET_IFNAME` value (or `--ifname`), `comm_id` the `NCCL_COMM_ID` address.
-pub fn select(ifs: &[IfAddr], spec: Option<&str>, comm_id: Option<IpAddr>) -> Vec<Choice> {
+/// `NCCL_SOCKET_IFNAME` value (or `--ifname`), `comm_id` the `NCCL_COMM_ID` address,
+/// `family` `NCCL_SOCKET_FAMILY`.
+pub fn select(
+    ifs: &[IfAddr],
+    spec: Option<&str>,
+    comm_id: Option<IpAddr>,
+    family: Option<Family>,
+) -> Vec<Choice> {
     let pick = |spec: &IfSpec, rule: &str| -> Vec<Choice> {
-        candidates(ifs, spec)
+        candidates(ifs, spec, family)
             .into_iter()
             .map(|i| Choice {
                 iface: i.clone(),
@@ -131,15 +191,7 @@ pub fn select(ifs: &[IfAddr], spec: Option<&str>, comm_id: Option<IpAddr>) -> Ve
         return ib;
     }
     if let Some(id) = comm_id {
-        let all = IfSpec {
-            exclude: false,
-            exact: false,
-            names: vec![],
-        };
-        if let Some(i) = candidates(ifs, &all)
-            .into_iter()
-            .find(|i| same_subnet(i.addr, id, i.prefix_len))
-        {
+        if let Some(i) = match_subnet(ifs, id) {
             return vec![Choice {
                 iface: i.clone(),
                 rule: format!("default: same subnet as NCCL_COMM_ID {id}"),
@@ -183,6 +235,9 @@ mod tests {
             ("^=eth1,eth2", s(true, true, &["eth1", "eth2"])),
             ("ib0:1,ib1", s(false, false, &["ib0", "ib1"])),
             ("=^eth", s(false, true, &["^eth"])),
+            // parseStringList skips an entry without a name (not a prefix matching all).
+            (":1,eth", s(false, false, &["eth"])),
+            ("^:0", s(true, false, &[])),
         ] {
             assert_eq!(IfSpec::parse(v), want, "{v:?}");
         }
@@ -232,33 +287,88 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            names(select(&host, None, None)),
+            names(select(&host, None, None, None)),
             [
                 "eth0 198.18.0.10 (default: ^docker,lo,virbr)",
                 "eth1 198.19.0.10 (default: ^docker,lo,virbr)"
             ]
         );
         assert_eq!(
-            names(select(&host, None, Some("198.19.0.99".parse().unwrap()))),
+            names(select(&host, None, Some("198.19.0.99".parse().unwrap()), None)),
             ["eth1 198.19.0.10 (default: same subnet as NCCL_COMM_ID 198.19.0.99)"]
         );
         assert_eq!(
-            names(select(&host, Some("=eth1"), None)),
+            names(select(&host, Some("=eth1"), None, None)),
             ["eth1 198.19.0.10 (matches =eth1)"]
         );
-        assert_eq!(names(select(&host, Some("eth2"), None)), Vec::<String>::new());
+        assert_eq!(
+            names(select(&host, Some("eth2"), None, None)),
+            Vec::<String>::new()
+        );
         // One character: ignored, the default applies.
-        assert_eq!(names(select(&host, Some("e"), None)).len(), 2);
+        assert_eq!(names(select(&host, Some("e"), None, None)).len(), 2);
         let mut with_ib = host.clone();
         with_ib.push(ifa("ib0", "192.168.0.1", 24, true));
         assert_eq!(
-            names(select(&with_ib, None, None)),
+            names(select(&with_ib, None, None, None)),
             ["ib0 192.168.0.1 (default: ib*)"]
         );
         let only_lo = vec![ifa("lo", "127.0.0.1", 8, true), ifa("lo", "::1", 128, true)];
         assert_eq!(
-            names(select(&only_lo, None, None)),
+            names(select(&only_lo, None, None, None)),
             ["lo 127.0.0.1 (default: lo*)"]
         );
+    }
+
+    /// NCCL_SOCKET_FAMILY narrows every step of the list; NCCL_COMM_ID moves the bootstrap
+    /// to its subnet's interface whatever NCCL_SOCKET_IFNAME, ib* or the family say, and a
+    /// COMM_ID on no local subnet leaves no bootstrap interface (NCCL fails).
+    #[test]
+    fn family_and_comm_id_bootstrap() {
+        let host = vec![
+            ifa("ib0", "192.168.0.1", 24, true),
+            ifa("eth0", "198.18.0.10", 24, true),
+            ifa("eth0", "fd00::10", 64, true),
+            ifa("eth1", "fd01::10", 64, true),
+            ifa("eth2", "198.19.0.10", 24, false),
+        ];
+        let names = |c: Vec<Choice>| {
+            c.into_iter()
+                .map(|c| format!("{} {}", c.iface.name, c.iface.addr))
+                .collect::<Vec<_>>()
+        };
+        let v6 = Family::parse(Some("AF_INET6"));
+        assert_eq!(v6, Some(Family::V6));
+        assert_eq!(Family::parse(Some("AF_INET")), Some(Family::V4));
+        assert_eq!(Family::parse(Some("inet6")), None);
+        assert_eq!(
+            names(select(&host, Some("eth"), None, v6)),
+            ["eth0 fd00::10", "eth1 fd01::10"]
+        );
+        assert_eq!(
+            names(select(&host, Some("eth"), None, None)),
+            ["eth0 198.18.0.10", "eth1 fd01::10"]
+        );
+        assert_eq!(
+            names(select(&host, None, None, v6)),
+            ["eth0 fd00::10", "eth1 fd01::10"]
+        );
+        let b = |spec, id: Option<&str>, fam| {
+            bootstrap(&host, spec, id.map(|s| s.parse().unwrap()), fam)
+                .map(|c| format!("{} {} ({})", c.iface.name, c.iface.addr, c.rule))
+        };
+        assert_eq!(
+            b(None, None, None).as_deref(),
+            Some("ib0 192.168.0.1 (default: ib*)")
+        );
+        assert_eq!(
+            b(Some("=eth0"), Some("198.19.0.99"), v6).as_deref(),
+            Some("eth2 198.19.0.10 (NCCL_COMM_ID 198.19.0.99: same subnet)")
+        );
+        assert_eq!(
+            b(None, Some("fd01::1"), None).as_deref(),
+            Some("eth1 fd01::10 (NCCL_COMM_ID fd01::1: same subnet)")
+        );
+        assert_eq!(b(None, Some("10.0.0.1"), None), None);
     }
 }

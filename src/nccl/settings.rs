@@ -103,7 +103,7 @@ impl NcclSettings {
         match env.get("NCCL_CONF_FILE") {
             Some(p) if !p.is_empty() => conf_paths.push((p.clone(), "NCCL_CONF_FILE".into())),
             _ => {
-                if let Some(home) = env.get("HOME").filter(|h| !h.is_empty()) {
+                if let Some(home) = host.nccl_home() {
                     conf_paths.push((
                         format!("{}/.nccl.conf", home.trim_end_matches('/')),
                         "~/.nccl.conf".into(),
@@ -253,6 +253,15 @@ pub fn parse_environ(bytes: &[u8]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The real uid of `/proc/PID/status` (`Uid:\treal\teffective\tsaved\tfs`): NCCL's
+/// `getuid()` in that process, whose home holds its `~/.nccl.conf`.
+pub fn parse_status_uid(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+}
+
 /// An `--env-file`: `KEY=VALUE` lines as a job script or `srun --export` writes them
 /// (`export ` allowed, one level of matching quotes removed, `#` lines and blank lines
 /// skipped). A line of another shape is an error naming its number.
@@ -307,6 +316,22 @@ mod tests {
         assert!(why[0].contains("\\r"), "{why:?}");
         assert_eq!(lint("NCCL_IB_TC", "106"), None);
         assert_eq!(lint("NCCL_IB_HCA", "=mlx5_0"), None);
+    }
+
+    #[test]
+    fn status_uid() {
+        for (text, want) in [
+            (
+                "Name:\tpython3\nUid:\t1000\t0\t0\t0\nGid:\t100\t100\t100\t100\n",
+                Some(1000),
+            ),
+            ("Uid:\t0\t0\t0\t0\n", Some(0)),
+            ("Name:\tx\n", None),
+            ("Uid:\tx\t0\n", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_status_uid(text), want, "{text:?}");
+        }
     }
 
     #[test]

@@ -48,9 +48,12 @@ pub struct NcclEnvReport {
 pub struct Sockets {
     /// `NCCL_SOCKET_IFNAME` as NCCL reads it (null when unset or ignored).
     pub ifname: Option<String>,
-    /// The interfaces NCCL's socket transport would use, in order; the first is the
-    /// bootstrap interface and the IB out-of-band one.
+    /// The interfaces NCCL's socket transport would use, in order (the first is the IB
+    /// out-of-band one), after `NCCL_SOCKET_FAMILY`.
     pub interfaces: Vec<SocketIface>,
+    /// The interface NCCL's bootstrap listens on: the first of `interfaces`, or with
+    /// `NCCL_COMM_ID` the one on that address's subnet; null when there is none (NCCL fails).
+    pub bootstrap: Option<SocketIface>,
     /// Why the interfaces are unknown (a snapshot without `ifaddrs.json`).
     pub unknown: Option<String>,
 }
@@ -140,6 +143,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
         host,
         get("NCCL_SOCKET_IFNAME").as_deref(),
         get("NCCL_COMM_ID").as_deref(),
+        ifname::Family::parse(get("NCCL_SOCKET_FAMILY").as_deref()),
     );
     let ib = ib_ports(host, nccl);
     let gdr_level = nccl.gdr_level();
@@ -189,28 +193,39 @@ fn comm_id_addr(s: &str) -> Option<IpAddr> {
     s.rsplit_once(':').map_or(s, |(h, _)| h).parse().ok()
 }
 
-fn sockets(host: &Host, spec: Option<&str>, comm_id: Option<&str>) -> Sockets {
+fn sockets(
+    host: &Host,
+    spec: Option<&str>,
+    comm_id: Option<&str>,
+    family: Option<ifname::Family>,
+) -> Sockets {
     let ifname = spec
         .filter(|s| ifname::IfSpec::parse(s).is_some())
         .map(str::to_string);
+    let row = |c: ifname::Choice| SocketIface {
+        name: c.iface.name,
+        addr: c.iface.addr.to_string(),
+        rule: c.rule,
+    };
     match host.ifaddrs() {
         Err(why) => Sockets {
             ifname,
             interfaces: Vec::new(),
+            bootstrap: None,
             unknown: Some(why.to_string()),
         },
-        Ok(ifs) => Sockets {
-            ifname,
-            interfaces: ifname::select(ifs, spec, comm_id.and_then(comm_id_addr))
-                .into_iter()
-                .map(|c| SocketIface {
-                    name: c.iface.name,
-                    addr: c.iface.addr.to_string(),
-                    rule: c.rule,
-                })
-                .collect(),
-            unknown: None,
-        },
+        Ok(ifs) => {
+            let id = comm_id.and_then(comm_id_addr);
+            Sockets {
+                ifname,
+                interfaces: ifname::select(ifs, spec, id, family)
+                    .into_iter()
+                    .map(row)
+                    .collect(),
+                bootstrap: ifname::bootstrap(ifs, spec, id, family).map(row),
+                unknown: None,
+            }
+        }
     }
 }
 
@@ -355,22 +370,45 @@ fn kernel_support(peer: &gdr::PeerMemory, dmabuf: &gdr::DmaBuf) -> String {
     format!("{peer_s}; {dmabuf_s}; ACS and IOMMU: see `fabprobe gdr`")
 }
 
-fn net_plugin(host: &Host, requested: Option<&str>) -> NetPlugin {
-    let requested = requested.filter(|s| !s.is_empty()).map(str::to_string);
-    let (tries, rule) = match requested.as_deref() {
-        Some(r) if r.eq_ignore_ascii_case("none") => (
-            Vec::new(),
-            "NCCL_NET_PLUGIN=none: no plugin, internal IB/Socket".to_string(),
-        ),
-        Some(r) => (
-            vec![format!("libnccl-net-{r}.so"), r.to_string()],
-            format!("NCCL_NET_PLUGIN={r}: libnccl-net-{r}.so, then {r} as given"),
-        ),
+/// What NCCL dlopens for one `NCCL_NET_PLUGIN` entry (`plugin_open.cc`): the name as
+/// given, then `libnccl-net-NAME.so` unless the name has a `/` or already is `lib*.so`.
+fn plugin_names(name: &str) -> Vec<String> {
+    let mut out = vec![name.to_string()];
+    let full = name.starts_with("lib") && name.len() >= 3 && name.ends_with(".so");
+    if !name.contains('/') && !full {
+        out.push(format!("libnccl-net-{name}.so"));
+    }
+    out
+}
+
+/// `NCCL_NET_PLUGIN` as `initPluginLibsOnceFunc` (`plugin/net.cc`) reads it: `none` (any
+/// case) or an empty value loads no plugin; otherwise a comma-separated list, each entry
+/// tried in order ([`plugin_names`]), the first that loads wins; unset: `libnccl-net.so`.
+fn net_plugin_tries(requested: Option<&str>) -> (Vec<String>, String) {
+    match requested {
         None => (
             vec!["libnccl-net.so".to_string()],
             "default: libnccl-net.so".to_string(),
         ),
-    };
+        Some(r) if r.is_empty() || r.eq_ignore_ascii_case("none") => (
+            Vec::new(),
+            format!("NCCL_NET_PLUGIN={r:?}: no plugin, internal IB/Socket"),
+        ),
+        Some(r) => {
+            let tries: Vec<String> = r
+                .split(',')
+                .filter(|e| !e.is_empty())
+                .flat_map(plugin_names)
+                .collect();
+            let rule = format!("NCCL_NET_PLUGIN={r}: {}, the first found", tries.join(", then "));
+            (tries, rule)
+        }
+    }
+}
+
+fn net_plugin(host: &Host, requested: Option<&str>) -> NetPlugin {
+    let (tries, rule) = net_plugin_tries(requested);
+    let requested = requested.map(str::to_string);
     let mut dirs: Vec<String> = host
         .env_var("LD_LIBRARY_PATH")
         .unwrap_or("")
@@ -633,15 +671,21 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
 
     // Sockets.
     if r.sockets.unknown.is_none() {
-        match r.sockets.interfaces.first() {
+        let comm_id = r
+            .settings
+            .iter()
+            .find(|s| s.name == "NCCL_COMM_ID")
+            .map(|s| s.value.clone());
+        match r.sockets.bootstrap.as_ref() {
             None => f.push(
                 Finding::new(
                     "nccl_env.no_socket_interface",
                     Severity::Fail,
                     "sockets",
-                    match &r.sockets.ifname {
-                        Some(s) => format!("NCCL_SOCKET_IFNAME={s} matches no running interface with an address: NCCL's bootstrap fails"),
-                        None => "no running interface with an address: NCCL's bootstrap fails".to_string(),
+                    match (&comm_id, &r.sockets.ifname) {
+                        (Some(id), _) => format!("NCCL_COMM_ID={id} is on no subnet of this host: NCCL's bootstrap fails (No usable listening interface found)"),
+                        (None, Some(s)) => format!("NCCL_SOCKET_IFNAME={s} matches no running interface with an address: NCCL's bootstrap fails"),
+                        (None, None) => "no running interface with an address: NCCL's bootstrap fails".to_string(),
                     },
                 )
                 .fix("set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`)"),
@@ -859,13 +903,13 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
 
     // Plugin and topology file.
     if let Some(req) = &r.net_plugin.requested {
-        if !req.eq_ignore_ascii_case("none") && r.net_plugin.found.is_none() {
+        if !r.net_plugin.tries.is_empty() && r.net_plugin.found.is_none() {
             f.push(
                 Finding::new(
                     "nccl_env.net_plugin_missing",
                     Severity::Warn,
                     "NCCL_NET_PLUGIN",
-                    format!("NCCL_NET_PLUGIN={req}: neither {} is on the library path: NCCL uses its internal IB/Socket transport", r.net_plugin.tries.join(" nor ")),
+                    format!("NCCL_NET_PLUGIN={req}: none of {} is on the library path: NCCL uses its internal IB/Socket transport", r.net_plugin.tries.join(", ")),
                 )
                 .evidence("tries", r.net_plugin.tries.clone())
                 .fix("add the plugin's directory to LD_LIBRARY_PATH"),
@@ -898,6 +942,20 @@ mod tests {
         assert_eq!(comm_id_addr("10.0.0.1:29500"), "10.0.0.1".parse().ok());
         assert_eq!(comm_id_addr("[fd00::1]:29500"), "fd00::1".parse().ok());
         assert_eq!(comm_id_addr("nonsense"), None);
+    }
+
+    #[test]
+    fn net_plugin_lookup_order() {
+        let t = |r: Option<&str>| net_plugin_tries(r).0;
+        assert_eq!(t(None), ["libnccl-net.so"]);
+        assert!(t(Some("none")).is_empty());
+        assert!(t(Some("NONE")).is_empty());
+        assert!(t(Some("")).is_empty());
+        assert_eq!(t(Some("aws-ofi")), ["aws-ofi", "libnccl-net-aws-ofi.so"]);
+        assert_eq!(
+            t(Some("a,,libnccl-net-b.so,/opt/c.so")),
+            ["a", "libnccl-net-a.so", "libnccl-net-b.so", "/opt/c.so"]
+        );
     }
 
     #[test]

@@ -16,12 +16,28 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
     out.push_str("Sockets (bootstrap, NET/Socket, IB out-of-band):\n");
     if let Some(u) = &r.sockets.unknown {
         out.push_str(&format!("  unknown: {u}\n"));
-    } else if r.sockets.interfaces.is_empty() {
+    } else if r.sockets.interfaces.is_empty() && r.sockets.bootstrap.is_none() {
         out.push_str("  none: no running interface matches\n");
     } else {
         let mut rows = vec![row(&["  USE", "INTERFACE", "ADDRESS", "RULE"])];
+        // The bootstrap is the first socket interface unless NCCL_COMM_ID moved it.
+        let shared = r.sockets.bootstrap.as_ref() == r.sockets.interfaces.first();
+        match &r.sockets.bootstrap {
+            Some(b) if !shared => rows.push(row(&["  bootstrap", &b.name, &b.addr, &b.rule])),
+            None => rows.push(row(&[
+                "  bootstrap",
+                "none",
+                "-",
+                "NCCL_COMM_ID is on no local subnet",
+            ])),
+            _ => {}
+        }
         for (i, s) in r.sockets.interfaces.iter().enumerate() {
-            let use_ = if i == 0 { "  bootstrap" } else { "  socket" };
+            let use_ = if i == 0 && shared {
+                "  bootstrap"
+            } else {
+                "  socket"
+            };
             rows.push(row(&[use_, &s.name, &s.addr, &s.rule]));
         }
         out.push_str(&columns(&rows));

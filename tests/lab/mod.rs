@@ -12,6 +12,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+pub mod slurm;
 #[allow(unused_imports)] // each test binary uses its own part
 pub use common::{LAB_ENV, lab_required, lab_unavailable, loud};
 
