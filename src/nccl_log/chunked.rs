@@ -204,12 +204,29 @@ fn parallel<R: Read>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             sc.spawn(move || {
+                // Kept from chunk to chunk of this worker: host ids and the failures it has
+                // seen. A worker gets its chunks in input order, so a failure it saw in an
+                // earlier chunk is a repeat in any later one, and is dropped there before
+                // its text is copied (a log of thousands of processes repeats each one's
+                // failures in every chunk).
+                let mut memory = Analyzer::new();
                 loop {
                     let job = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok((seq, c)) = job else { break };
                     let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let mut p = Analyzer::new();
+                        p.host_names = std::mem::take(&mut memory.host_names);
+                        p.host_ids = std::mem::take(&mut memory.host_ids);
+                        p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
                         p.feed_chunk(name, c.data(), c.skipped);
+                        memory.host_names = p.host_names.clone();
+                        memory.host_ids = std::mem::take(&mut p.host_ids);
+                        memory.seen_sightings = std::mem::take(&mut p.seen_sightings);
+                        // Forgetting only costs speed (the merge drops repeats too): memory
+                        // stays bounded on a log of ever-new failures.
+                        if memory.seen_sightings.len() > 2 * super::MAX_EVENTS {
+                            memory.seen_sightings.clear();
+                        }
                         p
                     }))
                     .ok();
