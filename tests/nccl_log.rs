@@ -510,7 +510,15 @@ proptest::proptest! {
 /// verdict's cause, severity, host and rank against the thread's diagnosis.
 #[test]
 fn pasted_excerpts_give_the_threads_causes() {
-    const CASES: &[(&str, &str, &str, Option<&str>, Option<u32>)] = &[
+    /// (file, cause, severity, host, rank)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        Option<u32>,
+    );
+    const CASES: &[Case] = &[
         (
             "nccl-342-shm-docker-headerless",
             "shm_alloc_failed",
@@ -589,7 +597,15 @@ fn pasted_excerpts_give_the_threads_causes() {
             Some("ip-172-31-0-137"),
             None,
         ),
-        ("nccl-111-v20-plain-warn", "system_error", "fail", None, None),
+        // NCCL 2.0's `WARN` without `NCCL` (src/include/debug.h of 2.0-2.2): the refused
+        // connect is the cause, the application's `NCCL failure` line its knock-on.
+        (
+            "nccl-111-v20-plain-warn",
+            "socket_connect_failed",
+            "fail",
+            None,
+            None,
+        ),
         (
             "nccl-tests-188-unknown-warn",
             "unclassified_failure",

@@ -108,6 +108,29 @@ fn trail(m: &str) -> Option<u8> {
     d.parse().ok()
 }
 
+/// Where `needle` starts in `hay`: memchr for its first byte, then a compare. A line runs
+/// through dozens of these on short text, where building a two-way or SIMD searcher per
+/// call (std's `contains`, memchr's `memmem::find`) costs more than the search itself.
+pub(super) fn find(hay: &str, needle: &str) -> Option<usize> {
+    let (h, n) = (hay.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = n.split_first() else {
+        return Some(0);
+    };
+    let mut from = 0;
+    while let Some(j) = memchr::memchr(first, &h[from..]) {
+        let at = from + j;
+        if h[at + 1..].starts_with(rest) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+fn has(s: &str, needle: &str) -> bool {
+    find(s, needle).is_some()
+}
+
 fn fail(cause: &'static str) -> Event {
     Event::Failure(Failure {
         cause,
@@ -117,7 +140,7 @@ fn fail(cause: &'static str) -> Event {
 
 /// The integer right after `key` (`"rank "` -> 3), skipping spaces.
 fn num_after(s: &str, key: &str) -> Option<i64> {
-    let i = s.find(key)? + key.len();
+    let i = find(s, key)? + key.len();
     let rest = s[i..].trim_start();
     let neg = rest.starts_with('-');
     let d: String = rest
@@ -131,7 +154,7 @@ fn num_after(s: &str, key: &str) -> Option<i64> {
 
 /// The word right after `key`, up to whitespace or one of `stops`.
 fn word_after<'a>(s: &'a str, key: &str, stops: &[char]) -> Option<&'a str> {
-    let i = s.find(key)? + key.len();
+    let i = find(s, key)? + key.len();
     let rest = s[i..].trim_start();
     let end = rest
         .find(|c: char| c.is_whitespace() || stops.contains(&c))
@@ -151,7 +174,7 @@ fn iface_list(s: &str) -> Vec<String> {
 }
 
 fn after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
-    s.find(key).map(|i| &s[i + key.len()..])
+    find(s, key).map(|i| &s[i + key.len()..])
 }
 
 /// A message from a line with an NCCL header.
@@ -225,7 +248,7 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         if let Some(r) = m.strip_prefix("P2P plugin ") {
             return Some(Event::Plugin(r.trim().to_string()));
         }
-        if m.contains("No plugin found") || m.contains("Could not find") || m.contains("returned 2") {
+        if has(m, "No plugin found") || has(m, "Could not find") || has(m, "returned 2") {
             return Some(Event::Plugin("none (internal)".into()));
         }
         return Some(Event::Known);
@@ -264,7 +287,7 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     }
     if first.bytes().all(|b| b.is_ascii_digit()) && !first.is_empty() {
         // "32 coll channels, 32 nvls channels, ..." and topology dumps (" 1 : NET/0 GPU/1").
-        if m.contains(" coll channels") {
+        if has(m, " coll channels") {
             return Some(Event::Channels(m.to_string()));
         }
         return Some(Event::Known);
@@ -517,30 +540,30 @@ fn async_event(m: &str) -> Event {
 
 /// A WARN message: the cause it names, or `None` when no rule knows it.
 fn warn(m: &str) -> Option<Event> {
-    if m.contains("Got completion") {
+    if has(m, "Got completion") {
         return Some(completion(m));
     }
-    if m.contains("async event") || m.contains("async fatal event") {
+    if has(m, "async event") || has(m, "async fatal event") {
         return Some(async_event(m));
     }
-    if m.contains("ibv_modify_qp") {
+    if has(m, "ibv_modify_qp") {
         return Some(modify_qp(m));
     }
-    if m.contains("ibv_reg_mr") || m.contains("ibv_reg_dmabuf_mr") {
+    if has(m, "ibv_reg_mr") || has(m, "ibv_reg_dmabuf_mr") {
         return Some(fail("ib_reg_mr_failed"));
     }
-    if m.contains("ibv_open_device") || m.contains("Unable to open device") {
+    if has(m, "ibv_open_device") || has(m, "Unable to open device") {
         return Some(fail("ib_device_open_failed"));
     }
     if m.starts_with("Failed to open libibverbs") {
         return Some(fail("ib_verbs_unavailable"));
     }
-    if m.contains("Call to ibv_") || m.contains("ibv_") && m.contains("failed") {
+    if has(m, "Call to ibv_") || has(m, "ibv_") && has(m, "failed") {
         return Some(fail("system_error"));
     }
-    let lower_cuda = m.contains("Cuda failure") || m.contains("CUDA failure") || m.contains("cuda failure");
+    let lower_cuda = has(m, "Cuda failure") || has(m, "CUDA failure") || has(m, "cuda failure");
     // CUDACHECK (include/checks.h): `Cuda failure %d '%s'` (`'%s'` alone before 2.19).
-    if (lower_cuda || m.contains("cudaMalloc") || m.contains("cuMem")) && m.contains("out of memory") {
+    if (lower_cuda || has(m, "cudaMalloc") || has(m, "cuMem")) && has(m, "out of memory") {
         return Some(fail("cuda_oom"));
     }
     if lower_cuda {
@@ -550,16 +573,12 @@ fn warn(m: &str) -> Option<Event> {
     // create shared memory file`; 2.4-2.11 include/shm.h `shmOpen`: `Error while creating
     // shared memory segment %s (size %d)`; transport/net.cc `netCreateShm`.
     // 2.4-2.7 include/shm.h `shmOpen`: `Call to posix_fallocate failed : %s` first.
-    if m.contains("shared memory")
-        || m.contains("/dev/shm")
-        || m.contains("shm_open")
-        || m.contains("posix_fallocate")
-    {
+    if has(m, "shared memory") || has(m, "/dev/shm") || has(m, "shm_open") || has(m, "posix_fallocate") {
         return Some(fail("shm_alloc_failed"));
     }
     // init.cc `initTransportsRank`: `Duplicate GPU detected : rank %d and rank %d both on
     // CUDA device %lx` (returns ncclInvalidUsage).
-    if m.contains("Duplicate GPU detected") {
+    if has(m, "Duplicate GPU detected") {
         return Some(Event::Failure(Failure {
             cause: "duplicate_gpu",
             rank: num_after(m, "rank ").map(|r| r as u32),
@@ -569,22 +588,22 @@ fn warn(m: &str) -> Option<Event> {
     }
     // bootstrap.cc `bootstrapRoot`: `Bootstrap Root : mismatch in rank count from procs
     // %d : %d`, `rank %d of %d ranks has already checked in`.
-    if m.contains("mismatch in rank count") || m.contains("has already checked in") {
+    if has(m, "mismatch in rank count") || has(m, "has already checked in") {
         return Some(fail("bootstrap_rank_mismatch"));
     }
-    if m.contains("no socket interface found")
-        || m.contains("no usable interface")
-        || m.contains("No usable listening interface")
-        || m.contains("no interface found")
+    if has(m, "no socket interface found")
+        || has(m, "no usable interface")
+        || has(m, "No usable listening interface")
+        || has(m, "no interface found")
         // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
-        || m.contains("nor AF_INET6")
+        || has(m, "nor AF_INET6")
     {
         return Some(fail("socket_no_interface"));
     }
-    if m.contains("Connection closed by remote peer")
-        || m.contains("Connection reset by peer")
-        || m.contains("Broken pipe")
-        || m.contains("remote process exited")
+    if has(m, "Connection closed by remote peer")
+        || has(m, "Connection reset by peer")
+        || has(m, "Broken pipe")
+        || has(m, "remote process exited")
     {
         let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
             .iter()
@@ -601,12 +620,11 @@ fn warn(m: &str) -> Option<Event> {
     // (%d)`, `exceeded retries (%d)`; later `connect to %s returned %s, exceeded error retry
     // count after %d attempts`; 2.4-2.8 include/socket.h `connectAddress`: `Call to connect
     // timeout : %s`, `Call to connect returned %s, retrying`, `Connect to %s failed : %s`).
-    if m.contains("PollConnect")
-        || m.contains("Call to connect")
-        || m.contains("exceeded retries")
-        || m.contains("connect() failed")
-        || ((m.contains("Connect to") || m.contains("connect to"))
-            && (m.contains("failed") || m.contains("returned")))
+    if has(m, "PollConnect")
+        || has(m, "Call to connect")
+        || has(m, "exceeded retries")
+        || has(m, "connect() failed")
+        || ((has(m, "Connect to") || has(m, "connect to")) && (has(m, "failed") || has(m, "returned")))
     {
         let peer = word_after(m, "Connect to ", &[','])
             .or_else(|| word_after(m, "connect to ", &[',']))
@@ -616,17 +634,17 @@ fn warn(m: &str) -> Option<Event> {
             cause: "socket_connect_failed",
             peer,
             errno: socket_errno(m),
-            result: m.contains("exceeded").then_some(6),
+            result: has(m, "exceeded").then_some(6),
             ..Failure::default()
         }));
     }
     // proxy.cc `proxyServiceInitOp`/`ncclProxyService`: `[Proxy Service %d] Failed to
     // execute operation %s from rank %d, retcode %d`; `[Service thread] Error encountered
     // progressing operation=%s, res=%d, closing connection`; `Proxy Call to rank %d failed`.
-    if m.contains("Proxy Service")
-        || m.contains("[Service thread]")
-        || m.contains("Proxy Call")
-        || m.contains("ncclProxyConnect")
+    if has(m, "Proxy Service")
+        || has(m, "[Service thread]")
+        || has(m, "Proxy Call")
+        || has(m, "ncclProxyConnect")
     {
         let code = num_after(m, "retcode ").or_else(|| num_after(m, "res="));
         return Some(Event::Failure(Failure {
@@ -635,16 +653,13 @@ fn warn(m: &str) -> Option<Event> {
             ..Failure::default()
         }));
     }
-    if m.contains("Message truncated")
-        || m.contains("Mismatched NCCL version")
-        || m.contains("version mismatch")
-    {
+    if has(m, "Message truncated") || has(m, "Mismatched NCCL version") || has(m, "version mismatch") {
         return Some(fail("version_mismatch"));
     }
-    if m.contains("collective mismatch") || m.contains("Mismatched collective") {
+    if has(m, "collective mismatch") || has(m, "Mismatched collective") {
         return Some(fail("collective_mismatch"));
     }
-    if m.contains("Could not open XML topology file") || m.contains("NET/Plugin") {
+    if has(m, "Could not open XML topology file") || has(m, "NET/Plugin") {
         return Some(Event::Known);
     }
     None
@@ -658,7 +673,7 @@ fn modify_qp(m: &str) -> Event {
     let rest = after(m, "local GID index").unwrap_or(m);
     let local_gid = word_after(rest, "local GID ", &[',']).map(str::to_string);
     let remote_gid = word_after(m, "remote GID ", &[',']).map(str::to_string);
-    let einval = m.contains("Invalid argument");
+    let einval = has(m, "Invalid argument");
     let link_local = local_gid.as_deref().is_some_and(|g| g.starts_with("fe80"));
     let cause = if einval || link_local {
         "gid_index_unusable"
@@ -678,7 +693,7 @@ fn modify_qp(m: &str) -> Event {
 /// The rank PyTorch's own `[Rank N]` tag names: the global rank only without a process
 /// group tag (`[PG ID 1 PG GUID 3 Rank 0]` is the rank inside that group, not the job's).
 fn pytorch_rank(s: &str) -> Option<u32> {
-    if s.contains("[PG ") {
+    if has(s, "[PG ") {
         return None;
     }
     num_after(s, "[Rank ").map(|r| r as u32)
@@ -689,11 +704,11 @@ pub fn classify_plain(s: &str) -> Option<Event> {
     if let Some(i) = s.find("NCCL version ") {
         // The banner is its own line ("NCCL version 2.18.5+cuda12.0"), possibly prefixed.
         let v = s[i + 13..].split_whitespace().next()?;
-        if v.starts_with(|c: char| c.is_ascii_digit()) && !s.contains("NCCL error") {
+        if v.starts_with(|c: char| c.is_ascii_digit()) && !has(s, "NCCL error") {
             return Some(Event::Version(v.trim_end_matches(',').to_string()));
         }
     }
-    if s.contains("Watchdog caught collective operation timeout") {
+    if has(s, "Watchdog caught collective operation timeout") {
         let seq = num_after(s, "SeqNum=").map(|v| v as u64);
         let op = word_after(s, "OpType=", &[',', ')']).map(str::to_string);
         return Some(Event::Failure(Failure {
@@ -726,29 +741,29 @@ pub fn classify_plain(s: &str) -> Option<Event> {
     if OWN.iter().any(|o| s.contains(o)) {
         return warn(s);
     }
-    if s.contains("ProcessGroupNCCL")
-        || s.contains("NCCL failure")
-        || s.contains("ncclSystemError")
-        || s.contains("ncclRemoteError")
-        || s.contains("ncclUnhandledCudaError")
-        || s.contains("ncclInternalError")
-        || s.contains("ncclInvalidUsage")
-        || s.contains("ncclInvalidArgument")
-        || s.contains("NCCL error")
+    if has(s, "ProcessGroupNCCL")
+        || has(s, "NCCL failure")
+        || has(s, "ncclSystemError")
+        || has(s, "ncclRemoteError")
+        || has(s, "ncclUnhandledCudaError")
+        || has(s, "ncclInternalError")
+        || has(s, "ncclInvalidUsage")
+        || has(s, "ncclInvalidArgument")
+        || has(s, "NCCL error")
     {
         let rank = pytorch_rank(s);
         // PyTorch prints the ncclResult_t by its name or ncclGetErrorString's text.
-        let (cause, result) = if s.contains("unhandled system error") || s.contains("ncclSystemError") {
+        let (cause, result) = if has(s, "unhandled system error") || has(s, "ncclSystemError") {
             ("system_error", 2)
-        } else if s.contains("ncclRemoteError") || s.contains("remote process exit") {
+        } else if has(s, "ncclRemoteError") || has(s, "remote process exit") {
             ("remote_process_exited", 6)
-        } else if s.contains("unhandled cuda error") || s.contains("ncclUnhandledCudaError") {
+        } else if has(s, "unhandled cuda error") || has(s, "ncclUnhandledCudaError") {
             ("cuda_error", 1)
-        } else if s.contains("internal error") || s.contains("ncclInternalError") {
+        } else if has(s, "internal error") || has(s, "ncclInternalError") {
             ("unclassified_failure", 3)
-        } else if s.contains("invalid usage") || s.contains("ncclInvalidUsage") {
+        } else if has(s, "invalid usage") || has(s, "ncclInvalidUsage") {
             ("unclassified_failure", 5)
-        } else if s.contains("invalid argument") || s.contains("ncclInvalidArgument") {
+        } else if has(s, "invalid argument") || has(s, "ncclInvalidArgument") {
             ("unclassified_failure", 4)
         } else {
             return Some(Event::Known);

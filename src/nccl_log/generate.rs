@@ -212,3 +212,68 @@ pub fn job(
     flush(&mut phase, &mut rng, out)?;
     Ok(())
 }
+
+/// A log dense with failure lines, as a cluster's collected logs are after a bad night:
+/// `jobs` jobs of 16 hosts x 8 ranks writing into one stream, nearly every line a WARN
+/// (completion errors, flushes, refused and closed sockets), an error trail, or a PyTorch
+/// watchdog timeout or progress line, about `bytes` in all. The first failure is job 0's
+/// rank 11 (host `job000-n01`, `mlx5_3`) with status 12 towards `job000-n05`.
+pub fn dense(out: &mut impl Write, jobs: usize, bytes: u64, seed: u64) -> std::io::Result<()> {
+    let mut rng = Rng(seed | 1);
+    let node = |j: usize, h: usize| format!("job{j:03}-n{h:02}");
+    let addr = |j: usize, h: usize| format!("10.{}.{}.{}", 100 + j / 256, j % 256, h + 1);
+    writeln!(out, "NCCL version 2.21.5+cuda12.4")?;
+    writeln!(
+        out,
+        "11: {}:4011:4090 [3] transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer {}<41237> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:{} remoteGids::ffff:{} hca mlx5_3",
+        node(0, 1),
+        addr(0, 5),
+        addr(0, 1),
+        addr(0, 5)
+    )?;
+    let mut written = 0u64;
+    let mut line = String::with_capacity(512);
+    while written < bytes {
+        let x = rng.next();
+        let (j, r) = ((x % jobs as u64) as usize, ((x >> 16) % 128) as usize);
+        let (h, d) = (r / 8, r % 8);
+        let peer = (h + 1 + (x >> 24) as usize % 15) % 16;
+        let hdr = format!("{r}: {}:{}:{} [{d}]", node(j, h), 4000 + r, 4080 + r);
+        let seq = 1000 + (x >> 32) % 4000;
+        line.clear();
+        use std::fmt::Write as _;
+        let _ = match (x >> 40) % 8 {
+            0..=2 => write!(
+                line,
+                "{hdr} transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer {}<41237> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:{} remoteGids::ffff:{} hca mlx5_{d}",
+                addr(j, peer),
+                addr(j, h),
+                addr(j, peer)
+            ),
+            3 => write!(line, "{hdr} NCCL INFO transport/net.cc:1302 -> 6"),
+            4 => write!(
+                line,
+                "[rank{r}]:[E1130 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600031 milliseconds before timing out."
+            ),
+            5 => write!(
+                line,
+                "[rank{r}]:[E1130 10:00:00.000000000 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Timeout at NCCL work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {}.",
+                seq - 1
+            ),
+            6 => write!(
+                line,
+                "{hdr} misc/socket.cc:484 NCCL WARN socketPollConnect: Connect to {}<50917> returned 111(Connection refused) errno 111(Connection refused)",
+                addr(j, peer)
+            ),
+            _ => write!(
+                line,
+                "{hdr} misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer {}<50917>",
+                node(j, peer)
+            ),
+        };
+        line.push('\n');
+        out.write_all(line.as_bytes())?;
+        written += line.len() as u64;
+    }
+    Ok(())
+}

@@ -110,6 +110,50 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
         .split_once(' ')
         .map(|x| x.1)
         .unwrap_or("");
+    parse_header(s, at, level, msg)
+}
+
+/// NCCL 2.0-2.2 printed the level without `NCCL` (src/include/debug.h, the WARN, INFO and
+/// TRACE macros: `"%s:%d:%d [%d] %s:%d WARN "` with `__FILE__`, `"%s:%d:%d [%d] INFO "`,
+/// `"%s:%d:%d [%d] %s:%d TRACE "` with `__func__`); NCCL 1.x printed `"WARN %s:%d "` and no
+/// header. A bare `WARN` is too common a word to trust alone: it counts only after such a
+/// header (`[dev]`, and `file:line` for WARN) or, 1.x, first on the line before a
+/// `file.cu:line`.
+pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
+    // TRACE (debug builds only, `__func__:line` before it) is left out.
+    for (word, level) in [(" WARN ", Level::Warn), (" INFO ", Level::Info)] {
+        let Some(i) = super::events::find(s, word) else {
+            continue;
+        };
+        let at = i + 1;
+        let msg = &s[at + word.len() - 1..];
+        let Some((n, start)) = parse_header(s, at, level, msg) else {
+            continue;
+        };
+        if level == Level::Warn && n.src.is_none() {
+            continue;
+        }
+        return Some((&s[..start], n));
+    }
+    let rest = s.trim_start().strip_prefix("WARN ")?;
+    let (src, msg) = rest.split_once(' ')?;
+    let (file, line) = src.rsplit_once(':')?;
+    let is_src = file.contains('.') && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit());
+    is_src.then_some((
+        "",
+        Nccl {
+            host: "",
+            pid: None,
+            dev: None,
+            src: Some(src),
+            level: Level::Warn,
+            msg: msg.trim_end(),
+        },
+    ))
+}
+
+/// The header before the level marker at `at`; `msg` is what follows the marker.
+fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option<(Nccl<'a>, usize)> {
     let head = s[..at].trim_end();
     // Optional "file.cc:123" just before the marker.
     let (head, src) = match head.rsplit_once(' ') {
@@ -152,8 +196,9 @@ pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
         // Anonymised pid or tid (`host-01:XXXXXX`): the host stands, the process is unknown.
         _ => (tok.split(':').next().unwrap_or(""), None),
     };
-    // Placeholders (`<hostname>`, `XXXX`) name no host.
-    let host = if host.starts_with('<') || host.bytes().all(|b| b == b'X' || b == b'x') {
+    // Placeholders (`<hostname>`, `XXXX`, markdown-emphasised `*server name*`) name no host.
+    let host = if host.starts_with('<') || host.contains('*') || host.bytes().all(|b| b == b'X' || b == b'x')
+    {
         ""
     } else {
         host
@@ -214,6 +259,11 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
     let marks = marker_positions(s);
     let mut out = Vec::with_capacity(marks.len());
     if marks.is_empty() {
+        // Only a line that names a level at all can be a 2.0-2.2 or 1.x record.
+        let find = super::events::find;
+        if find(s, "WARN ").is_some() || find(s, " INFO ").is_some() {
+            out.extend(legacy(s));
+        }
         return out;
     }
     let mut prev_end = 0;
@@ -258,9 +308,7 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
 
 /// The line without ANSI colour sequences (`ESC [ ... letter`), only when it has any.
 pub fn strip_ansi(s: &str) -> Option<String> {
-    if memchr::memchr(0x1b, s.as_bytes()).is_none() {
-        return None;
-    }
+    memchr::memchr(0x1b, s.as_bytes())?;
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();
     while let Some(c) = it.next() {
@@ -392,6 +440,68 @@ mod tests {
         // A second marker inside a message stays text, unless it is the line's first WARN.
         assert_eq!(records("NCCL INFO a NCCL INFO b").len(), 1);
         assert_eq!(records("NCCL INFO a NCCL WARN b")[1].1.level, Level::Warn);
+    }
+
+    #[test]
+    fn levels_without_nccl_before_2_3() {
+        // (line, host, pid, dev, src, level, msg): 2.0-2.2 headers, then 1.x.
+        for (l, host, pid, dev, src, level, msg) in [
+            (
+                "node1:2961:3004 [0] include/socket.h:185 WARN Call to connect failed : Connection refused",
+                "node1",
+                Some(2961),
+                Some(0),
+                Some("include/socket.h:185"),
+                Level::Warn,
+                "Call to connect failed : Connection refused",
+            ),
+            (
+                "*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused",
+                "",
+                None,
+                Some(0),
+                Some("include/socket.h:185"),
+                Level::Warn,
+                "Call to connect failed : Connection refused",
+            ),
+            (
+                "node1:2961:2961 [1] INFO Using internal Network Socket",
+                "node1",
+                Some(2961),
+                Some(1),
+                None,
+                Level::Info,
+                "Using internal Network Socket",
+            ),
+            (
+                "WARN src/core.cu:530 Cuda failure 'out of memory'",
+                "",
+                None,
+                None,
+                Some("src/core.cu:530"),
+                Level::Warn,
+                "Cuda failure 'out of memory'",
+            ),
+        ] {
+            let r = records(l);
+            assert_eq!(r.len(), 1, "{l}");
+            let n = &r[0].1;
+            assert_eq!(
+                (n.host, n.pid, n.dev, n.src, n.level, n.msg),
+                (host, pid, dev, src, level, msg),
+                "{l}"
+            );
+        }
+        // The word alone is not a record: no header, no source location.
+        for l in [
+            "WARN: disk almost full",
+            "[W socket.cpp:601] WARN connect failed",
+            "2024-01-01 WARN something",
+            "node1 [0] WARN no source location",
+            "Epoch 3 INFO loss 0.2",
+        ] {
+            assert!(records(l).is_empty(), "{l}");
+        }
     }
 
     #[test]

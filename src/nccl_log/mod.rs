@@ -1,18 +1,25 @@
 //! `nccl-log`: read a job's `NCCL_DEBUG` logs (one file per rank, one combined log, or
 //! stdin), summarise what NCCL set up, and collapse the failures to root-cause verdicts.
 //!
-//! Streaming: lines are read through a fixed buffer and cut at [`MAX_LINE_BYTES`]; the
-//! state kept is per process (bounded by the ranks) plus capped lists, so memory does not
-//! grow with the log. Formats: [`line`] (headers, launcher prefixes) and [`events`] (the
+//! Streaming: an input is cut into chunks of whole lines ([`chunked`]) that worker threads
+//! analyse into partial states, merged back in input order ([`Analyzer::merge`] gives the
+//! same state as one pass over the lines); lines are cut at [`MAX_LINE_BYTES`]; the state
+//! kept is per process (bounded by the ranks) plus capped lists, so memory does not grow
+//! with the log. Formats: [`line`] (headers, launcher prefixes) and [`events`] (the
 //! messages, by NCCL version). Knock-on rules (from the maintainers' diagnoses in public threads: status 5 flushes after a
 //! first error; collective timeouts grouped by sequence number).
 
+pub mod chunked;
 pub mod events;
 pub mod generate;
 pub mod line;
+mod merge;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, Read};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
+use std::io::Read;
+
+pub use chunked::ReadOptions;
 
 use serde::Serialize;
 
@@ -41,7 +48,6 @@ struct Proc {
     rank: Option<u32>,
     nranks: Option<u32>,
     local_rank: Option<u32>,
-    cuda_dev: Option<i32>,
     label: Option<u32>,
     network: Option<String>,
     /// The first error trail's code (`file.cc:NNN -> N`) this process printed.
@@ -71,6 +77,42 @@ struct Sighting {
     errno: Option<i64>,
 }
 
+/// The maps looked up on every line hash with [`FxHasher`]: their keys are short and come
+/// from our own parsing, so SipHash's flood resistance buys nothing here.
+type Fast = BuildHasherDefault<FxHasher>;
+
+/// The Fx hash (rustc's): rotate, xor, multiply, one word at a time.
+#[derive(Default)]
+pub struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut it = bytes.chunks_exact(8);
+        for c in &mut it {
+            let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            self.write_u64(w);
+        }
+        for &b in it.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
 type SightingKey = (&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>);
 
@@ -84,9 +126,9 @@ pub struct Analyzer {
     truncated_lines: u64,
     bytes: u64,
     versions: BTreeMap<String, BTreeSet<String>>,
-    procs: HashMap<ProcKey, Proc>,
+    procs: HashMap<ProcKey, Proc, Fast>,
     host_names: Vec<String>,
-    host_ids: HashMap<String, u32>,
+    host_ids: HashMap<String, u32, Fast>,
     host_ips: BTreeMap<String, String>,
     bootstrap: BTreeMap<String, BTreeSet<String>>,
     socket_ifs: BTreeMap<String, BTreeSet<String>>,
@@ -98,18 +140,21 @@ pub struct Analyzer {
     ring_sample: Option<String>,
     trees: BTreeSet<u32>,
     channels: Option<String>,
-    connections: BTreeSet<(u32, u32, String)>,
-    connections_dropped: u64,
+    /// The [`MAX_CONNECTIONS`] smallest (from, to, via), each with its line count: the
+    /// smallest, not the first, so that chunk states merge to exactly one pass's answer.
+    connections: BTreeMap<(u32, u32, String), u64>,
+    connection_lines: u64,
     transports: BTreeMap<String, u64>,
     sightings: Vec<Sighting>,
-    sightings_dropped: u64,
-    seen_sightings: std::collections::HashSet<SightingKey>,
+    seen_sightings: HashSet<SightingKey, Fast>,
     world: Option<u32>,
     inputs: Vec<String>,
     /// The first error trail of the log, for a log whose only sign of failure it is.
     first_trail: Option<Sighting>,
     /// PyTorch: per global rank, the highest sequence number it is known to have reached.
     progress: BTreeMap<u32, u64>,
+    /// Lines of the input being read so far (line numbers are per input).
+    input_lines: u64,
 }
 
 impl Analyzer {
@@ -138,65 +183,41 @@ impl Analyzer {
         self.host_names.get(id as usize).map(String::as_str).unwrap_or("")
     }
 
-    /// Read one input to its end, line by line, in bounded memory.
+    /// Read one input to its end in bounded memory, on every core (see [`ReadOptions`]).
     pub fn read<R: Read>(&mut self, name: &str, r: R) -> std::io::Result<()> {
+        self.read_with(name, r, &ReadOptions::default())
+    }
+
+    /// [`Analyzer::read`] with the thread count and chunk size given.
+    pub fn read_with<R: Read>(&mut self, name: &str, r: R, opts: &ReadOptions) -> std::io::Result<()> {
         self.inputs.push(name.to_string());
-        let mut r = std::io::BufReader::with_capacity(256 * 1024, r);
-        let mut buf: Vec<u8> = Vec::with_capacity(4096);
-        let mut line_no = 0u64;
-        loop {
-            buf.clear();
-            let mut cut = false;
-            let mut eof = false;
-            loop {
-                let avail = match r.fill_buf() {
-                    Ok(a) => a,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                if avail.is_empty() {
-                    eof = true;
-                    break;
-                }
-                let (take, done) = match memchr::memchr(b'\n', avail) {
-                    Some(i) => (i + 1, true),
-                    None => (avail.len(), false),
-                };
-                let room = MAX_LINE_BYTES.saturating_sub(buf.len());
-                if room > 0 {
-                    buf.extend_from_slice(&avail[..take.min(room)]);
-                }
-                if take > room {
-                    cut = true;
-                }
-                self.bytes += take as u64;
-                r.consume(take);
-                if done {
-                    break;
-                }
-            }
-            if buf.is_empty() && eof {
-                break;
-            }
-            line_no += 1;
-            if cut {
+        self.input_lines = 0;
+        chunked::read(self, name, r, opts)
+    }
+
+    /// Whole lines (the last may lack its newline); `skipped` bytes of over-long lines were
+    /// dropped before they got here and count towards the input's size.
+    fn feed_chunk(&mut self, file: &str, data: &[u8], skipped: u64) {
+        self.bytes += data.len() as u64 + skipped;
+        let mut pos = 0;
+        while pos < data.len() {
+            let end = memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |i| pos + i);
+            let mut line = &data[pos..end];
+            pos = end + 1;
+            self.input_lines += 1;
+            if line.len() > MAX_LINE_BYTES {
                 self.truncated_lines += 1;
+                line = &line[..MAX_LINE_BYTES];
             }
-            while buf.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
-                buf.pop();
+            while let [rest @ .., b'\r' | b'\n'] = line {
+                line = rest;
             }
-            match std::str::from_utf8(&buf) {
-                Ok(s) => self.feed(name, line_no, s),
-                Err(_) => {
-                    let s = String::from_utf8_lossy(&buf).into_owned();
-                    self.feed(name, line_no, &s);
-                }
-            }
-            if eof {
-                break;
+            let n = self.input_lines;
+            match std::str::from_utf8(line) {
+                Ok(s) => self.feed(file, n, s),
+                Err(_) => self.feed(file, n, &String::from_utf8_lossy(line)),
             }
         }
-        Ok(())
     }
 
     /// One physical line.
@@ -242,9 +263,6 @@ impl Analyzer {
             if p.label.is_none() {
                 p.label = label;
             }
-            if p.cuda_dev.is_none() {
-                p.cuda_dev = rec.dev;
-            }
             match events::classify(rec.level, rec.msg) {
                 Some(ev) => {
                     // An unknown WARN is a failure all the same, and a format to learn.
@@ -257,6 +275,14 @@ impl Analyzer {
                 }
                 None => self.note_unrecognised(s),
             }
+        }
+    }
+
+    /// Count a connection line; keep the smallest [`MAX_CONNECTIONS`] connections.
+    fn add_connection(&mut self, c: (u32, u32, String), lines: u64) {
+        *self.connections.entry(c).or_default() += lines;
+        if self.connections.len() > MAX_CONNECTIONS {
+            self.connections.pop_last();
         }
     }
 
@@ -332,7 +358,7 @@ impl Analyzer {
                 rank,
                 nranks,
                 local_rank,
-                cuda_dev,
+                cuda_dev: _,
             } => {
                 let p = self.procs.entry(key.clone()).or_default();
                 // A process can join several communicators: the widest one is the job's.
@@ -344,9 +370,6 @@ impl Analyzer {
                 }
                 if local_rank.is_some() {
                     p.local_rank = local_rank;
-                }
-                if cuda_dev.is_some() {
-                    p.cuda_dev = cuda_dev;
                 }
                 if let Some(n) = nranks {
                     self.world = Some(self.world.map_or(n, |w| w.max(n)));
@@ -365,11 +388,8 @@ impl Analyzer {
             Event::Connection(Transport { src, dst, via }) => {
                 let class = events::transport_class(&via);
                 *self.transports.entry(class).or_default() += 1;
-                if self.connections.len() < MAX_CONNECTIONS {
-                    self.connections.insert((src, dst, via));
-                } else if !self.connections.contains(&(src, dst, via)) {
-                    self.connections_dropped += 1;
-                }
+                self.connection_lines += 1;
+                self.add_connection((src, dst, via), 1);
             }
             Event::Gdr { hca, enabled } => {
                 let host = host();
@@ -384,6 +404,23 @@ impl Analyzer {
                 }
             }
             Event::Failure(f) => {
+                // The launcher's label is the global rank; a rank in the text only counts
+                // without one (PyTorch's `[PG ID 1 ... Rank 0]` is a group rank).
+                let rank_hint = label.or(f.rank);
+                if let (Some(r), Some(q)) = (rank_hint, f.seq) {
+                    let e = self.progress.entry(r).or_insert(q);
+                    *e = (*e).max(q);
+                }
+                // A repeat is dropped before its text is copied: failure-dense logs are
+                // mostly repeats.
+                let hca = (f.cause == "gdr_disabled").then(|| f.hca.clone()).flatten();
+                if self.sightings.len() >= MAX_EVENTS
+                    || self
+                        .seen_sightings
+                        .contains(&(f.cause, key.clone(), rank_hint, f.seq, hca))
+                {
+                    return;
+                }
                 let mut sg = self.base(file, line_no, s, key, dev, label);
                 sg.cause = f.cause;
                 sg.hca = f.hca;
@@ -396,15 +433,7 @@ impl Analyzer {
                 sg.op = f.op;
                 sg.result = f.result;
                 sg.errno = f.errno;
-                // The launcher's label is the global rank; a rank in the text only counts
-                // without one (PyTorch's `[PG ID 1 ... Rank 0]` is a group rank).
-                if sg.rank_hint.is_none() {
-                    sg.rank_hint = f.rank;
-                }
-                if let (Some(r), Some(q)) = (sg.rank_hint, sg.seq) {
-                    let e = self.progress.entry(r).or_insert(q);
-                    *e = (*e).max(q);
-                }
+                sg.rank_hint = rank_hint;
                 self.sight(sg);
             }
             Event::Progress { rank, enqueued } => {
@@ -471,11 +500,7 @@ impl Analyzer {
             None
         };
         let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq, hca);
-        if self.seen_sightings.contains(&key) {
-            return;
-        }
-        if self.sightings.len() >= MAX_EVENTS {
-            self.sightings_dropped += 1;
+        if self.sightings.len() >= MAX_EVENTS || self.seen_sightings.contains(&key) {
             return;
         }
         self.seen_sightings.insert(key);

@@ -332,26 +332,27 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
 /// Group sightings into verdicts keyed by cause, host, device and peer host.
 fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
     let mut out: Vec<Verdict> = Vec::new();
+    // (cause, host, device, peer host) -> index in `out`: thousands of processes can fail.
+    type Group = (String, Option<String>, Option<String>, Option<String>);
+    let mut index: std::collections::HashMap<Group, usize> = std::collections::HashMap::new();
     for s in list {
         let v = verdict(ctx, s, severity);
         let peer_host = v.peer.as_ref().and_then(|p| p.host.clone());
-        if let Some(o) = out.iter_mut().find(|o| {
-            o.cause == v.cause
-                && o.host == v.host
-                && o.device == v.device
-                && o.peer.as_ref().and_then(|p| p.host.clone()) == peer_host
-        }) {
-            if let Some(r) = v.rank {
-                if o.rank != Some(r) && !o.ranks.contains(&r) {
-                    o.ranks.push(r);
-                }
+        let key = (v.cause.clone(), v.host.clone(), v.device.clone(), peer_host);
+        if let Some(&i) = index.get(&key) {
+            let o = &mut out[i];
+            // Repeats go at the sort below (a linear check per rank is quadratic).
+            if let Some(r) = v.rank.filter(|r| o.rank != Some(*r)) {
+                o.ranks.push(r);
             }
             continue;
         }
+        index.insert(key, out.len());
         out.push(v);
     }
     for v in &mut out {
         v.ranks.sort_unstable();
+        v.ranks.dedup();
     }
     out
 }
@@ -359,7 +360,11 @@ fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
 pub(super) fn build(a: Analyzer) -> Report {
     let mut host_ranks: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     let mut rank_host = BTreeMap::new();
-    for (k, p) in &a.procs {
+    // In key order (hosts by first appearance): a rank that several jobs' hosts claim maps
+    // to the first one, the same on every run.
+    let mut procs: Vec<_> = a.procs.iter().collect();
+    procs.sort_unstable_by(|x, y| x.0.cmp(y.0));
+    for (k, p) in procs {
         let name = a.host_name(k.host).to_string();
         let set = host_ranks.entry(name.clone()).or_default();
         if let Some(r) = p.rank {
@@ -547,20 +552,22 @@ pub(super) fn build(a: Analyzer) -> Report {
             ),
         ));
     }
-    // Warnings, one per host and cause (and HCA for GDR).
+    // Warnings, one per host and cause (and HCA for GDR), with the ranks of each group
+    // gathered in one pass (a pass per group is quadratic on a log of many hosts).
+    type WarnGroup<'a> = (&'a str, Option<String>, Option<String>);
+    let mut same: BTreeMap<WarnGroup, BTreeSet<u32>> = BTreeMap::new();
+    for o in warns.iter() {
+        let ranks = same.entry((o.cause, ctx.host_of(o), o.hca.clone())).or_default();
+        ranks.extend(ctx.rank_of(o));
+    }
     let mut seen = BTreeSet::new();
     for s in warns {
-        let host = ctx.host_of(s);
-        if !seen.insert((s.cause, host.clone(), s.hca.clone())) {
+        let key = (s.cause, ctx.host_of(s), s.hca.clone());
+        if !seen.insert(key.clone()) {
             continue;
         }
         let mut v = verdict(&ctx, s, Severity::Warn);
-        let same: BTreeSet<u32> = a
-            .sightings
-            .iter()
-            .filter(|o| o.cause == s.cause && ctx.host_of(o) == host && o.hca == s.hca)
-            .filter_map(|o| ctx.rank_of(o))
-            .collect();
+        let same = same.get(&key).cloned().unwrap_or_default();
         v.rank = same.iter().next().copied().or(v.rank);
         v.ranks = same.iter().skip(1).copied().collect();
         verdicts.push(v);
@@ -587,17 +594,18 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
         .chain(a.hcas.keys())
         .filter(|h| !h.is_empty())
         .collect();
+    // Processes per host, counted once (a per-host scan of every process is quadratic).
+    let mut procs_on: BTreeMap<&str, usize> = BTreeMap::new();
+    for k in a.procs.keys() {
+        *procs_on.entry(a.host_name(k.host)).or_default() += 1;
+    }
     for h in names {
         let ranks: Vec<u32> = ctx
             .host_ranks
             .get(h)
             .map(|r| r.iter().copied().collect())
             .unwrap_or_default();
-        let local_ranks = a
-            .procs
-            .keys()
-            .filter(|k| a.host_name(k.host) == h.as_str())
-            .count();
+        let local_ranks = procs_on.get(h.as_str()).copied().unwrap_or(0);
         hosts.push(HostSummary {
             host: h.clone(),
             ranks,
@@ -619,8 +627,8 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
                 .unwrap_or_default(),
             gdr: a
                 .gdr
-                .iter()
-                .filter(|((hh, _), _)| hh == h)
+                .range((h.clone(), String::new())..)
+                .take_while(|((hh, _), _)| hh == h)
                 .map(|((_, hca), on)| (hca.clone(), *on))
                 .collect(),
         });
@@ -655,13 +663,14 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
         transports: a.transports.clone(),
         connections: a
             .connections
-            .iter()
+            .keys()
             .map(|(s, d, v)| super::Connection {
                 from_rank: *s,
                 to_rank: *d,
                 via: v.clone(),
             })
             .collect(),
-        connections_dropped: a.connections_dropped,
+        // Connection lines whose connection is not in the list.
+        connections_dropped: a.connection_lines - a.connections.values().sum::<u64>(),
     }
 }
