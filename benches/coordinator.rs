@@ -21,6 +21,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use fabprobe::ring::control::take_frames;
 use fabprobe::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport};
 use fabprobe::ring::gate;
 use fabprobe::ring::model::{Phase, RankInfo, VerdictKind, WaitReport};
@@ -35,6 +36,9 @@ const STEADY: Duration = Duration::from_secs(5);
 const ROUNDS: u64 = 3;
 /// Every wait of the bench ends by then.
 const PHASE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// How the coordinator's run ended (its abort and verdicts), once it did.
+static ENDED: Mutex<Option<String>> = Mutex::new(None);
 
 fn frame(m: &Msg) -> Vec<u8> {
     let mut b = Vec::new();
@@ -103,7 +107,16 @@ fn expect(rx: &Receiver<String>, want: &str, child: &mut Child) -> Instant {
             fail(
                 2,
                 &format!(
-                    "the simulated ranks ended or said nothing within {PHASE_DEADLINE:?} (waiting for {want:?})"
+                    "the simulated ranks ended or said nothing within {PHASE_DEADLINE:?} (waiting for {want:?}); \
+                     the coordinator: {}",
+                    {
+                        thread::sleep(Duration::from_secs(1));
+                        ENDED
+                            .lock()
+                            .unwrap()
+                            .clone()
+                            .unwrap_or_else(|| "still running".into())
+                    }
                 ),
             )
         }
@@ -159,15 +172,22 @@ fn coordinator_side(n: u32) {
     let t_start = Instant::now();
     let coord = thread::spawn(move || {
         let rep = coordinator::coordinate(l, cfg);
+        *ENDED.lock().unwrap() = Some(format!(
+            "{:?}; verdicts {:?}; {} connections rejected",
+            rep.abort,
+            rep.verdicts.iter().map(|v| &v.message).collect::<Vec<_>>(),
+            rep.rejected_listed as u64 + rep.rejected_unlisted
+        ));
         (rep, Instant::now())
     });
     let false_verdict = |coord: &thread::JoinHandle<(CoordinatorReport, Instant)>, child: &mut Child| {
         if coord.is_finished() {
             let _ = child.kill();
             let _ = child.wait();
+            let why = ENDED.lock().unwrap().clone().unwrap_or_default();
             fail(
                 1,
-                "FALSE VERDICT on a healthy world (the coordinator ended the run)",
+                &format!("FALSE VERDICT on a healthy world (the coordinator ended the run): {why}"),
             );
         }
     };
@@ -249,11 +269,6 @@ fn coordinator_side(n: u32) {
 
 // ---------------------------------------------------------------- the simulated ranks
 
-/// Read one frame, decoded.
-fn read_msg(s: &mut TcpStream) -> Option<Msg> {
-    wire::read_msg(s).ok()
-}
-
 fn hello(r: u32, n: u32) -> Msg {
     Msg::Hello(Hello {
         protocol: wire::PROTOCOL,
@@ -293,18 +308,6 @@ fn join_one(addr: SocketAddr, r: u32, n: u32, deadline: Instant) -> TcpStream {
     }
 }
 
-/// Until the whole table (or a refusal): true when the table came.
-fn read_table(s: &mut TcpStream) -> Result<(), String> {
-    loop {
-        match read_msg(s) {
-            Some(Msg::Table { more: false, .. }) => return Ok(()),
-            Some(Msg::Table { .. }) | Some(Msg::Ping) => continue,
-            Some(Msg::Reject { reason }) => return Err(reason),
-            other => return Err(format!("{other:?}")),
-        }
-    }
-}
-
 fn client(n: u32, addr: SocketAddr) {
     let nofile = gate::raise_fd_limit();
     if nofile < n as u64 + 64 {
@@ -329,29 +332,7 @@ fn client(n: u32, addr: SocketAddr) {
                 .iter()
                 .map(|&r| (r, join_one(addr, r, n, deadline)))
                 .collect();
-            for (r, s) in &mut conns {
-                s.set_read_timeout(Some(PHASE_DEADLINE)).unwrap();
-                while let Err(why) = read_table(s) {
-                    if !why.starts_with(gate::BUSY) {
-                        fail(2, &format!("rank {r}: no table: {why}"));
-                    }
-                    *s = join_one(addr, *r, n, deadline);
-                    s.set_read_timeout(Some(PHASE_DEADLINE)).unwrap();
-                }
-            }
-            for (r, s) in &mut conns {
-                s.write_all(&frame(&Msg::Ready { rank: *r })).unwrap();
-            }
-            for (r, s) in &mut conns {
-                loop {
-                    match read_msg(s) {
-                        Some(Msg::Go) => break,
-                        Some(Msg::Ping) => continue,
-                        other => fail(2, &format!("rank {r}: no go: {other:?}")),
-                    }
-                }
-                s.set_nonblocking(true).unwrap();
-            }
+            until_go(&mut conns, addr, n, deadline);
             go.wait();
             beat(&mut conns, stalled, &row, &stall);
         });
@@ -366,6 +347,96 @@ fn client(n: u32, addr: SocketAddr) {
         } else if l == "stall" {
             stall.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// Like a real rank, each simulated one reads its table, says ready at once, and heartbeats
+/// from its table on until the go (all nonblocking: one thread serves many ranks).
+fn until_go(conns: &mut [(u32, TcpStream)], addr: SocketAddr, n: u32, deadline: Instant) {
+    for (_, s) in conns.iter_mut() {
+        s.set_nonblocking(true).unwrap();
+    }
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
+    // 0: waiting for its table, 1: ready sent, 2: go.
+    let mut state = vec![0u8; conns.len()];
+    let mut scratch = vec![0u8; 1 << 16];
+    let mut next_beat = Instant::now();
+    while state.iter().any(|&x| x < 2) {
+        if Instant::now() > deadline {
+            fail(
+                2,
+                &format!("not every simulated rank had its go within {PHASE_DEADLINE:?}"),
+            );
+        }
+        let beat_now = Instant::now() >= next_beat;
+        if beat_now {
+            next_beat = Instant::now() + HEARTBEAT;
+        }
+        for (i, (r, s)) in conns.iter_mut().enumerate() {
+            let mut ended = None;
+            loop {
+                match s.read(&mut scratch) {
+                    Ok(0) => ended = Some("the coordinator closed the connection".to_string()),
+                    Ok(k) => {
+                        bufs[i].extend_from_slice(&scratch[..k]);
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => ended = Some(e.to_string()),
+                }
+                break;
+            }
+            if let Some(why) = ended {
+                // Before its table, the door may have turned it away (busy, its reason lost
+                // to a reset): join again, as `rendezvous::join` does on a busy refusal.
+                if state[i] > 0 {
+                    fail(2, &format!("rank {r}: {why}"));
+                }
+                *s = join_one(addr, *r, n, deadline);
+                s.set_nonblocking(true).unwrap();
+                bufs[i].clear();
+                continue;
+            }
+            let mut msgs = Vec::new();
+            if let Err(e) = take_frames(&mut bufs[i], &mut msgs) {
+                fail(2, &format!("rank {r}: {e}"));
+            }
+            for m in msgs {
+                match m {
+                    Msg::Table { more: false, .. } => {
+                        write_all_nb(s, &frame(&Msg::Ready { rank: *r }));
+                        state[i] = 1;
+                    }
+                    Msg::Go => state[i] = 2,
+                    Msg::Reject { reason } if reason.starts_with(gate::BUSY) => {
+                        *s = join_one(addr, *r, n, deadline);
+                        s.set_nonblocking(true).unwrap();
+                        bufs[i].clear();
+                        break;
+                    }
+                    Msg::Reject { reason } | Msg::Abort { reason } => fail(2, &format!("rank {r}: {reason}")),
+                    _ => {}
+                }
+            }
+            if beat_now && state[i] >= 1 {
+                let mut w = WaitReport {
+                    rank: *r,
+                    phase: Phase::Bootstrap,
+                    round: 0,
+                    step: 0,
+                    channel: 0,
+                    waiting_on: None,
+                    waiting_to_receive: false,
+                    bytes_received: 0,
+                    bytes_sent: 0,
+                    since_progress_ms: 0,
+                    progress: 1,
+                };
+                w.rank = *r;
+                write_all_nb(s, &frame(&Msg::Heartbeat(w)));
+            }
+        }
+        thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -202,6 +202,8 @@ pub struct Plane {
     conns: Vec<Option<Conn>>,
     waker: Arc<Waker>,
     woken: bool,
+    /// Connections whose read budget ran out: read again without waiting.
+    again: Vec<usize>,
 }
 
 impl Plane {
@@ -214,6 +216,7 @@ impl Plane {
             conns: (0..world).map(|_| None).collect(),
             waker,
             woken: false,
+            again: Vec::new(),
         })
     }
 
@@ -344,9 +347,7 @@ impl Plane {
     /// Wait up to `timeout` for input and room to write; returns the messages read and the
     /// connections that ended, in arrival order per connection.
     pub fn wait(&mut self, timeout: Duration) -> Vec<Happening> {
-        let again: Vec<usize> = (0..self.conns.len())
-            .filter(|&i| self.conns[i].as_ref().is_some_and(|c| c.more_to_read))
-            .collect();
+        let again = std::mem::take(&mut self.again);
         let timeout = if again.is_empty() { timeout } else { Duration::ZERO };
         if let Err(e) = self.poll.poll(&mut self.events, Some(timeout))
             && e.kind() != io::ErrorKind::Interrupted
@@ -386,6 +387,9 @@ impl Plane {
             };
             let mut msgs = Vec::new();
             let res = c.read(&mut msgs);
+            if c.more_to_read {
+                self.again.push(i);
+            }
             out.extend(msgs.into_iter().map(|m| Happening::Msg(i as Rank, m)));
             if let Err(e) = res {
                 out.push(Happening::Closed(i as Rank, e));

@@ -178,6 +178,9 @@ pub struct CoordinatorReport {
     pub closed: BTreeMap<Rank, (u64, bool)>,
     /// How long the run phase lasted (table to end), in milliseconds.
     pub run_ms: u64,
+    /// When (run clock) every rank's whole table had gone out: a rank never heard from is
+    /// silent since then, not since the first table was queued.
+    pub tables_out_ms: u64,
     pub verdicts: Vec<Verdict>,
     pub bootstrap_us: u64,
     /// The link scan's figures and verdicts, when it ran to the end.
@@ -643,6 +646,8 @@ struct Serve<'a> {
     failing_since: Option<Instant>,
     first_failure: Option<String>,
     scan: Option<Box<dyn ScanDriver>>,
+    /// Every rank's table has gone out (see `CoordinatorReport::tables_out_ms`).
+    tables_out: bool,
 }
 
 impl<'a> Serve<'a> {
@@ -661,6 +666,7 @@ impl<'a> Serve<'a> {
             failing_since: None,
             first_failure: None,
             scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
+            tables_out: false,
         }
     }
 
@@ -860,6 +866,10 @@ impl<'a> Serve<'a> {
             } else if !rep.unacked_since_ms.is_empty() {
                 rep.unacked_since_ms.remove(&r);
             }
+        }
+        if all_out && !self.tables_out {
+            self.tables_out = true;
+            rep.tables_out_ms = now_ms;
         }
         // The judge reads silence on the run clock: only once every table is out.
         if let Some(judge) = self.cfg.judge.as_ref().filter(|_| all_out) {

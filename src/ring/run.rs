@@ -758,7 +758,8 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         silence_ms,
         // An inconclusive hang may be a frozen sender: wait until its silence would show.
         grace_ms: WATCH_GRACE_MS.max((silence_ms + 500).saturating_sub(timeout_ms)),
-        since_ms: 0,
+        // A rank never heard from is silent since its table went out, not before.
+        since_ms: rep.tables_out_ms,
     }
 }
 
