@@ -212,7 +212,8 @@ impl Plane {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         Ok(Plane {
             poll,
-            events: Events::with_capacity(1024),
+            // Enough for every rank's heartbeat of one period in a few waits.
+            events: Events::with_capacity((world as usize).clamp(1024, 8192)),
             conns: (0..world).map(|_| None).collect(),
             waker,
             woken: false,

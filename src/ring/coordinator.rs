@@ -768,11 +768,13 @@ impl<'a> Serve<'a> {
             // Everything that looks at every rank runs at a bounded rate (and at once after a
             // failure report), never per message: O(n) per tick, not O(n) per heartbeat.
             if now >= next_tick || self.urgent {
-                next_tick = now + JUDGE_EVERY;
                 self.urgent = false;
                 if self.tick(rep, now) {
                     break;
                 }
+                // The pass is O(n): at most a quarter of the loop's time goes to it, the rest
+                // to reading (a slow pass must not leave heartbeats unread into a false silence).
+                next_tick = Instant::now() + JUDGE_EVERY.max(now.elapsed() * 3);
             }
             // Pings go out on time whatever else is queued (a rank with queued data gets it).
             if now >= next_ping {
