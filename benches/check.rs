@@ -22,14 +22,15 @@ fn stats(mut v: Vec<Duration>) -> (f64, f64) {
 
 /// CPU time of this process and of its waited-for children (user + system).
 fn cpu_now() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
     let get = |who| {
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: getrusage fills the struct we own.
-        unsafe { libc::getrusage(who, &mut ru) };
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-        tv(ru.ru_utime) + tv(ru.ru_stime)
+        let Ok(ru) = getrusage(who) else {
+            return Duration::ZERO;
+        };
+        let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+        tv(ru.user_time()) + tv(ru.system_time())
     };
-    get(libc::RUSAGE_SELF) + get(libc::RUSAGE_CHILDREN)
+    get(UsageWho::RUSAGE_SELF) + get(UsageWho::RUSAGE_CHILDREN)
 }
 
 /// Wall time and CPU time: on this shared 2-core machine (load ~10) wall time mostly measures
@@ -121,10 +122,10 @@ fn sweep_dir(dir: &Path) -> fabprobe::check::sweep::SweepReport {
 
 /// Peak RSS of the children waited for so far, in MiB.
 fn children_maxrss_mib() -> f64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    ru.ru_maxrss as f64 / 1024.0
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|ru| ru.max_rss() as f64 / 1024.0)
+        .unwrap_or(0.0)
 }
 
 fn main() {

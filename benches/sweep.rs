@@ -18,7 +18,12 @@ const NODES: usize = 20_000;
 
 fn report(dir: &Path, pol: &policy::Policy) -> serde_json::Value {
     let host = Host::snapshot(dir).unwrap();
-    let (r, f) = run::run(&host, &fabprobe::nccl::settings::NcclSettings::build(&host, None), pol, &Sampling::default());
+    let (r, f) = run::run(
+        &host,
+        &fabprobe::nccl::settings::NcclSettings::build(&host, None),
+        pol,
+        &Sampling::default(),
+    );
     serde_json::from_str(&Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line()).unwrap()
 }
 
@@ -86,11 +91,13 @@ fn fleet(
 /// CPU time of this process (user + system): on a shared, oversubscribed machine wall time
 /// mostly measures waiting for a core.
 fn cpu_now() -> std::time::Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return std::time::Duration::ZERO;
+    };
+    let tv =
+        |t: nix::sys::time::TimeVal| std::time::Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(ru.user_time()) + tv(ru.system_time())
 }
 
 fn sweep(input: &[u8]) -> fabprobe::check::sweep::SweepReport {

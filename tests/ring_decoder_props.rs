@@ -50,7 +50,7 @@ const TYPES: [&str; 17] = [
 ];
 
 /// Field names of the control messages (and of what they carry).
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 27] = [
     "rank",
     "error",
     "phase",
@@ -75,6 +75,10 @@ const FIELDS: [&str; 24] = [
     "reason",
     "port_counters",
     "link_fault",
+    // Protocol 4: a rank's part of the table in bounded frames, and a scan order's peers.
+    "more",
+    "shared_transport",
+    "peers",
 ];
 
 /// A JSON value of any type, often out of range for the field it lands in.

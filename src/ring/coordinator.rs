@@ -5,24 +5,26 @@
 //! trusted. Every wait has a deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::ring::control::{Frame, Happening, Plane, QueueError, frame};
 use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
 use crate::ring::gate::{self, BUSY, Incoming};
 use crate::ring::model::{
     CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable,
 };
+use crate::ring::orders::{self, RingOrder};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
+use crate::ring::tcpinfo;
+pub use crate::ring::tcpinfo::AckState;
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult, WireError};
 
 /// Rejected connections listed one by one in the report; the rest are counted.
@@ -103,7 +105,13 @@ pub struct CoordinatorConfig {
     /// Called once per size when every rank has finished it (the table, and every rank's
     /// row in rank order), so the rows can be shown as they complete.
     pub on_row: Option<RowSink>,
+    /// The sweep's rings for the world size (which peers each rank is sent); None: the
+    /// natural ring ([`orders::sweep_rings`]). Rails give one ring per rail.
+    pub rings: Option<RingsFn>,
 }
+
+/// See [`CoordinatorConfig::rings`].
+pub type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
 
 /// See [`CoordinatorConfig::on_row`].
 pub type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
@@ -170,6 +178,9 @@ pub struct CoordinatorReport {
     pub closed: BTreeMap<Rank, (u64, bool)>,
     /// How long the run phase lasted (table to end), in milliseconds.
     pub run_ms: u64,
+    /// When (run clock) every rank's whole table had gone out: a rank never heard from is
+    /// silent since then, not since the first table was queued.
+    pub tables_out_ms: u64,
     pub verdicts: Vec<Verdict>,
     pub bootstrap_us: u64,
     /// The link scan's figures and verdicts, when it ran to the end.
@@ -309,10 +320,10 @@ pub fn check_capabilities(caps: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Open files the coordinator needs for `world` ranks: each control connection and the
-/// clone its reader holds, and room for the listener, strangers and the process itself.
+/// Open files the coordinator needs for `world` ranks: each control connection, and room
+/// for the listener, its event loops, strangers and the process itself.
 pub fn files_needed(world: u32) -> u64 {
-    2 * world as u64 + 64
+    world as u64 + 64
 }
 
 /// The coordinator's own limit, as an error naming it and what to set, when `world` ranks
@@ -323,33 +334,11 @@ pub fn check_fd_limit(world: u32, nofile: u64) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "coordinator: {world} ranks need {need} open files (2 per rank and 64 more), but its open-file limit \
+        "coordinator: {world} ranks need {need} open files (1 per rank and 64 more), but its open-file limit \
          (RLIMIT_NOFILE, raised to the hard limit) is {nofile}: raise the hard limit to at least {need} on rank 0's \
          host (`ulimit -Hn {need}` as root before starting, LimitNOFILE={need} in a systemd unit, or `nofile` in \
          /etc/security/limits.conf; Slurm: the limit slurmd passes on)"
     ))
-}
-
-/// Is this connection closed or reset by its peer (EOF or an error waiting)? Never blocks.
-fn is_dead(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: recv(2) into a valid one-byte buffer; MSG_PEEK leaves the data in place.
-    let r = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    match r {
-        0 => true,
-        r if r > 0 => false,
-        _ => !matches!(
-            io::Error::last_os_error().kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-        ),
-    }
 }
 
 /// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy
@@ -364,59 +353,11 @@ fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) 
 /// Keepalive on a control connection: an idle connection to a host that vanished is noticed
 /// by the kernel too (the pings normally keep data in flight; TCP_INFO reads that).
 fn keepalive(s: &TcpStream) {
-    let fd = s.as_raw_fd();
-    for (level, opt, v) in [
-        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 2),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 5),
-    ] {
-        let v: libc::c_int = v;
-        // SAFETY: setsockopt with a pointer to a local c_int and its size.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
-}
-
-/// What TCP_INFO says about data this end sent on a connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckState {
-    /// Segments sent and not yet acknowledged.
-    pub unacked: u32,
-    /// Retransmissions of the oldest unacknowledged segment, and the timer's backoff.
-    pub retransmits: u8,
-    pub backoff: u8,
-    /// Milliseconds since the peer's kernel last acknowledged anything.
-    pub last_ack_recv_ms: u32,
-}
-
-fn ack_state(s: &TcpStream) -> Option<AckState> {
-    // SAFETY: getsockopt(TCP_INFO) into a zeroed tcp_info with its size; the kernel writes
-    // at most `len` bytes.
-    unsafe {
-        let mut ti: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let r = libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut ti as *mut libc::tcp_info).cast(),
-            &mut len,
-        );
-        (r == 0).then_some(AckState {
-            unacked: ti.tcpi_unacked,
-            retransmits: ti.tcpi_retransmits,
-            backoff: ti.tcpi_backoff,
-            last_ack_recv_ms: ti.tcpi_last_ack_recv,
-        })
-    }
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(2))
+        .with_interval(Duration::from_secs(1))
+        .with_retries(5);
+    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
 }
 
 /// Since when (run clock) the peer's host has not acknowledged what we sent, if that is
@@ -428,80 +369,93 @@ pub fn unacked_since(a: AckState, now_ms: u64) -> Option<u64> {
         .then(|| now_ms.saturating_sub(a.last_ack_recv_ms as u64))
 }
 
+/// The coordinator's own limits (tests shorten them).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub door: gate::Limits,
+    /// How long a rank's queued control messages may wait with no byte taken before the
+    /// rank is named as not reading; None: its silence deadline (`silence(timeout)`).
+    pub write_stall: Option<Duration>,
+    /// How often every rank is pinged.
+    pub ping_every: Duration,
+    /// The kernel's send buffer of each control connection (None: the kernel's own); tests
+    /// make it small to show a rank that stops reading without megabytes of pings.
+    pub sndbuf: Option<usize>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            door: gate::Limits::default(),
+            write_stall: None,
+            ping_every: HEARTBEAT,
+            sndbuf: None,
+        }
+    }
+}
+
 /// Run the coordinator on `listener` until the run ends; returns what happened. Never panics
 /// on what peers send.
 pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorReport {
-    coordinate_with(listener, cfg, gate::Limits::default())
+    coordinate_with(listener, cfg, Limits::default())
 }
 
-/// [`coordinate`] with the door's limits given (tests shorten them).
-pub fn coordinate_with(
-    listener: TcpListener,
-    cfg: CoordinatorConfig,
-    limits: gate::Limits,
-) -> CoordinatorReport {
+/// [`coordinate`] with the door's and the queues' limits given (tests shorten them).
+pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Limits) -> CoordinatorReport {
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
-    let nofile = gate::raise_fd_limit();
-    if let Err(e) = check_fd_limit(cfg.world, nofile) {
+    let own_error = |rep: &mut CoordinatorReport, e: String| {
         rep.abort = Some(e.clone());
         rep.coordinator_error = Some(e);
+    };
+    let nofile = gate::raise_fd_limit();
+    if let Err(e) = check_fd_limit(cfg.world, nofile) {
+        own_error(&mut rep, e);
         return rep;
     }
-    // Leave room for two descriptors per rank; strangers get what is left, at most the cap.
-    let limits = gate::Limits {
+    let mut plane = match Plane::new(cfg.world) {
+        Ok(p) => p,
+        Err(e) => {
+            own_error(&mut rep, format!("coordinator: cannot start its event loop: {e}"));
+            return rep;
+        }
+    };
+    // Leave room for one descriptor per rank; strangers get what is left, at most the cap.
+    let door = gate::Limits {
         max_pending: limits
+            .door
             .max_pending
-            .min((nofile.saturating_sub(2 * cfg.world as u64 + 64) as usize).max(16)),
-        ..limits
+            .min((nofile.saturating_sub(files_needed(cfg.world)) as usize).max(16)),
+        ..limits.door
     };
     let stop = Arc::new(AtomicBool::new(false));
     let gathering = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel::<Incoming>();
     {
-        let stop = stop.clone();
-        let gathering = gathering.clone();
-        thread::spawn(move || gate::run(listener, tx, stop, gathering, limits));
+        let (stop, gathering, wake) = (stop.clone(), gathering.clone(), plane.waker());
+        thread::spawn(move || gate::run(listener, tx, Some(wake), stop, gathering, door));
     }
-    let deadline = start + cfg.timeout;
-    let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
-    let mut conns: BTreeMap<Rank, TcpStream> = BTreeMap::new();
-    while (seen.len() as u32) < cfg.world {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        match rx.recv_timeout(deadline - now) {
-            Ok((s, peer, hello)) => gather_one(&cfg, &mut rep, &mut seen, &mut conns, s, peer, hello),
-            Err(RecvTimeoutError::Timeout) => break,
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if seen.len() as u32 == cfg.world {
-            // Before the table goes out: a rank whose connection already closed (restarted,
-            // or a claim that went away) frees its slot and is waited for again.
-            let dead: Vec<Rank> = conns
-                .iter()
-                .filter(|(_, s)| is_dead(s))
-                .map(|(&r, _)| r)
-                .collect();
-            for r in dead {
-                seen.remove(&r);
-                conns.remove(&r);
-            }
-        }
-    }
+    let seen = gather(
+        &cfg,
+        &mut rep,
+        &mut plane,
+        &rx,
+        start + cfg.timeout,
+        limits.sndbuf,
+    );
     rep.ranks = seen.values().cloned().collect();
+    let mut run = Serve::new(&cfg, plane, &rep, limits);
     if (seen.len() as u32) < cfg.world {
         let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
-        let e = BootstrapError::Missing {
+        let reason = BootstrapError::Missing {
             missing,
             world: cfg.world,
             coordinator: cfg.advertised.clone(),
             secs: cfg.timeout.as_secs(),
-        };
-        let reason = e.to_string();
-        let _ = broadcast(
-            &conns,
+        }
+        .to_string();
+        run.tell_all(
+            &mut rep,
             &Msg::Abort {
                 reason: reason.clone(),
             },
@@ -511,37 +465,77 @@ pub fn coordinate_with(
             rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
-        drain_rejections(&rx, &mut rep, &conns);
+        drain_rejections(&rx, &mut rep, &run.plane);
+        run.drain_out(Instant::now() + Duration::from_secs(2));
         rep.close_events();
         return rep;
     }
-    let table = Msg::Table {
-        ranks: rep.ranks.clone(),
-    };
-    if let Err(e) = broadcast(&conns, &table) {
+    if let Err(e) = run.send_tables(&mut rep) {
         // Never dropped in silence: every rank is told, and no rank is blamed.
         let reason = format!(
             "coordinator: the rank table for {} ranks cannot be sent: {e}",
             cfg.world
         );
-        let _ = broadcast(
-            &conns,
+        run.tell_all(
+            &mut rep,
             &Msg::Abort {
                 reason: reason.clone(),
             },
         );
-        rep.abort = Some(reason.clone());
-        rep.coordinator_error = Some(reason);
+        own_error(&mut rep, reason);
         stop.store(true, Ordering::Relaxed);
+        run.drain_out(Instant::now() + Duration::from_secs(2));
         rep.close_events();
         return rep;
     }
     gathering.store(false, Ordering::Relaxed);
     rep.bootstrap_us = start.elapsed().as_micros() as u64;
-    serve(&cfg, conns, &mut rep, &rx);
+    run.serve(&mut rep, &rx);
     stop.store(true, Ordering::Relaxed);
     rep.close_events();
     rep
+}
+
+/// Gather hellos until every rank joined or the deadline: each joined connection is held by
+/// the event loop, and one that closes before the table goes out frees its slot.
+fn gather(
+    cfg: &CoordinatorConfig,
+    rep: &mut CoordinatorReport,
+    plane: &mut Plane,
+    rx: &Receiver<Incoming>,
+    deadline: Instant,
+    sndbuf: Option<usize>,
+) -> BTreeMap<Rank, RankInfo> {
+    let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
+    while (seen.len() as u32) < cfg.world {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        for h in plane.wait((deadline - now).min(Duration::from_millis(50))) {
+            // Nothing is expected before the table; a connection that ended frees its slot.
+            if let Happening::Closed(r, _) = h {
+                seen.remove(&r);
+            }
+        }
+        plane.take_woken();
+        while let Ok((s, peer, hello)) = rx.try_recv() {
+            if let Some(b) = sndbuf {
+                let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
+            }
+            gather_one(cfg, rep, &mut seen, plane, s, peer, hello);
+        }
+        if seen.len() as u32 == cfg.world {
+            // Before the table goes out: a rank whose connection already closed (restarted,
+            // or a claim that went away) frees its slot and is waited for again.
+            let dead: Vec<Rank> = seen.keys().copied().filter(|&r| plane.is_dead(r)).collect();
+            for r in dead {
+                seen.remove(&r);
+                plane.remove(r);
+            }
+        }
+    }
+    seen
 }
 
 /// One finished hello while ranks gather: join, replace a dead earlier connection of the
@@ -550,7 +544,7 @@ fn gather_one(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
     seen: &mut BTreeMap<Rank, RankInfo>,
-    conns: &mut BTreeMap<Rank, TcpStream>,
+    plane: &mut Plane,
     s: TcpStream,
     peer: SocketAddr,
     hello: Result<Hello, WireError>,
@@ -565,9 +559,8 @@ fn gather_one(
     if let Err(reason) = validate(&h, cfg, &BTreeMap::new()) {
         return refuse(rep, &s, &peer_s, &reason);
     }
-    if let Some(old) = conns.get(&h.rank) {
-        let old_peer = rep.control_peers.get(&h.rank).cloned().unwrap_or_default();
-        if !is_dead(old) {
+    match rep.control_peers.get(&h.rank).cloned() {
+        Some(old_peer) if plane.has(h.rank) && !plane.is_dead(h.rank) => {
             let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
             let reason = format!(
                 "rank {} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
@@ -578,24 +571,29 @@ fn gather_one(
             );
             return refuse(rep, &s, &peer_s, &reason);
         }
-        rep.events.push(Event::Replaced {
+        Some(old_peer) => rep.events.push(Event::Replaced {
             rank: h.rank,
             peer: peer_s.clone(),
             old_peer,
-        });
-    } else {
-        rep.events.push(Event::Joined {
+        }),
+        None => rep.events.push(Event::Joined {
             rank: h.rank,
             peer: peer_s.clone(),
             host: h.info.host.clone(),
-        });
+        }),
     }
-    // The door hands sockets over nonblocking.
-    let _ = s.set_nonblocking(false);
     keepalive(&s);
+    if let Err(e) = plane.add(h.rank, s) {
+        // The event loop's own limit (epoll's watches): the coordinator's, not the rank's.
+        rep.reject(
+            &peer_s,
+            &format!("coordinator: cannot hold rank {}'s connection: {e}", h.rank),
+        );
+        seen.remove(&h.rank);
+        return;
+    }
     rep.control_peers.insert(h.rank, peer_s);
     seen.insert(h.rank, h.info);
-    conns.insert(h.rank, s);
 }
 
 /// Why the door turned a connection away, in plain words (its own refusals are not a
@@ -610,11 +608,11 @@ fn door_reason(e: WireError) -> String {
 
 /// Late arrivals (after the table went out) are turned away, and recorded; a claim of a
 /// rank in the run names the connection that holds it.
-fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns: &BTreeMap<Rank, TcpStream>) {
+fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, plane: &Plane) {
     while let Ok((s, peer, hello)) = rx.try_recv() {
         let reason = match hello {
             Ok(h) => match rep.control_peers.get(&h.rank) {
-                Some(holder) if conns.contains_key(&h.rank) => {
+                Some(holder) if plane.has(h.rank) => {
                     format!(
                         "rank {} arrived after the run started; the run's rank {} is connected from {holder}",
                         h.rank, h.rank
@@ -628,368 +626,478 @@ fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, conns:
     }
 }
 
-/// Send `msg` to every rank; a message over the frame limit is an error naming the limit
-/// (never dropped in silence).
-fn broadcast(conns: &BTreeMap<Rank, TcpStream>, msg: &Msg) -> Result<(), String> {
-    // Encoded once: the table of 4,096 ranks is half a megabyte.
-    let mut frame = Vec::new();
-    wire::write_msg(&mut frame, msg).map_err(|e| match e {
-        WireError::TooLarge(n) => format!(
-            "its {} message is {n} bytes, over the control frame limit of {} bytes",
-            msg.kind(),
-            wire::MAX_FRAME
-        ),
-        e => format!("its {} message cannot be encoded: {e}", msg.kind()),
-    })?;
-    for s in conns.values() {
-        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-        let mut w = s;
-        let _ = io::Write::write_all(&mut w, &frame);
-    }
-    Ok(())
+/// The run phase's state: readiness barrier, heartbeats, failure reports, results, all on
+/// the event loop; split into the steps of one pass (judge, ping, read, end).
+struct Serve<'a> {
+    cfg: &'a CoordinatorConfig,
+    plane: Plane,
+    ranks: Vec<RankInfo>,
+    limits: Limits,
+    /// The run clock: when the table went out.
+    run_start: Instant,
+    /// When each rank was last heard from; a rank's clock starts once its whole table is out.
+    last_seen: BTreeMap<Rank, Instant>,
+    ready: BTreeSet<Rank>,
+    /// A failure report makes the next pass judge at once, not at the next tick.
+    urgent: bool,
+    done_results: BTreeMap<Rank, RankResults>,
+    /// Size -> the ranks that finished it so far (see `on_row`).
+    pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>>,
+    failing_since: Option<Instant>,
+    first_failure: Option<String>,
+    scan: Option<Box<dyn ScanDriver>>,
+    /// Every rank's table has gone out (see `CoordinatorReport::tables_out_ms`).
+    tables_out: bool,
 }
 
-enum Control {
-    Msg(Rank, Msg),
-    Closed(Rank, WireError),
-}
-
-/// The run phase: readiness barrier, heartbeats, failure reports, results.
-fn serve(
-    cfg: &CoordinatorConfig,
-    conns: BTreeMap<Rank, TcpStream>,
-    rep: &mut CoordinatorReport,
-    rx_late: &Receiver<Incoming>,
-) {
-    let (tx, rx) = mpsc::channel::<Control>();
-    // A reader the coordinator cannot start is its own limit, never the rank's silence.
-    let mut own_error: Option<String> = None;
-    for (&rank, s) in &conns {
-        let mut r = match s.try_clone() {
-            Ok(r) => r,
-            Err(e) => {
-                own_error = Some(format!(
-                    "coordinator: cannot hold rank {rank}'s control connection ({e}): its open-file limit \
-                     (RLIMIT_NOFILE) is too low for {} ranks (needs {})",
-                    cfg.world,
-                    files_needed(cfg.world)
-                ));
-                break;
-            }
-        };
-        let tx = tx.clone();
-        let _ = r.set_read_timeout(None);
-        // One small thread per rank (4,096 of them at most): it only reads frames.
-        let spawned = thread::Builder::new().stack_size(256 << 10).spawn(move || {
-            loop {
-                match wire::read_msg(&mut r) {
-                    Ok(m) => {
-                        if tx.send(Control::Msg(rank, m)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Control::Closed(rank, e));
-                        return;
-                    }
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            own_error = Some(format!(
-                "coordinator: cannot start the reader of rank {rank}'s control connection ({e}): the thread or \
-                 memory limit of rank 0's process is too low for {} ranks (`ulimit -u`, kernel.threads-max, the \
-                 cgroup's pids.max)",
-                cfg.world
-            ));
-            break;
+impl<'a> Serve<'a> {
+    fn new(cfg: &'a CoordinatorConfig, plane: Plane, rep: &CoordinatorReport, limits: Limits) -> Serve<'a> {
+        Serve {
+            cfg,
+            plane,
+            ranks: rep.ranks.clone(),
+            limits,
+            run_start: Instant::now(),
+            last_seen: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            urgent: false,
+            done_results: BTreeMap::new(),
+            pending_rows: BTreeMap::new(),
+            failing_since: None,
+            first_failure: None,
+            scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
+            tables_out: false,
         }
     }
-    if let Some(reason) = own_error {
-        let _ = broadcast(
-            &conns,
-            &Msg::Abort {
-                reason: reason.clone(),
-            },
-        );
-        rep.abort = Some(reason.clone());
-        rep.coordinator_error = Some(reason);
-        return;
+
+    fn host(&self, r: Rank) -> String {
+        rep_host(&self.ranks, r)
     }
-    let world = cfg.world;
-    let ranks = rep.ranks.clone();
-    let host = |r: Rank| rep_host(&ranks, r);
-    let run_start = Instant::now();
-    let mut last_seen: BTreeMap<Rank, Instant> = conns.keys().map(|&r| (r, Instant::now())).collect();
-    let mut ready: BTreeSet<Rank> = BTreeSet::new();
-    let mut next_tick = Instant::now();
-    // A failure report makes the next pass judge at once, not at the next tick.
-    let mut urgent = false;
-    let mut done_results: BTreeMap<Rank, RankResults> = BTreeMap::new();
-    // Size -> the ranks that finished it so far (see `on_row`).
-    let mut pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>> = BTreeMap::new();
-    let mut failing_since: Option<Instant> = None;
-    let mut first_failure: Option<String> = None;
-    let mut next_ping = Instant::now();
-    // With a judge, the built-in rule waits longer: the judge names the cause first, and
-    // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
-    let grace = if cfg.judge.is_some() {
-        silence(cfg.timeout) + Duration::from_millis(1500)
-    } else {
-        FAILURE_GRACE
-    };
-    let keep_ms = cfg.timeout.as_millis() as u64 + 10_000;
-    let mut scan = cfg.scan.as_ref().map(|make| make(world as usize));
-    let step = |step: Step, rep: &mut CoordinatorReport, scan: &dyn ScanDriver| match step {
-        Step::Wait => {}
-        Step::Run(o) => {
-            let _ = broadcast(
-                &conns,
-                &Msg::ScanRun {
-                    index: o.index,
-                    shift: o.shift,
-                    bytes: o.bytes,
-                    reps: o.reps,
-                },
+
+    fn run_ms(&self) -> u64 {
+        self.run_start.elapsed().as_millis() as u64
+    }
+
+    /// Every rank its part of the table (itself and its peers in every ring, in bounded
+    /// frames); the run clock starts now. An error is the coordinator's own.
+    fn send_tables(&mut self, rep: &mut CoordinatorReport) -> Result<(), String> {
+        let world = self.cfg.world;
+        let rings = match &self.cfg.rings {
+            Some(f) => f(world),
+            None => orders::sweep_rings(world),
+        };
+        let peers = orders::peers(world, &rings);
+        let shared = orders::shared_transport(&self.ranks).map(str::to_string);
+        let mut frames = Vec::with_capacity(world as usize);
+        for (r, p) in peers.iter().enumerate() {
+            let part = orders::part(r as Rank, p, &self.ranks);
+            frames.push(orders::table_frames(part, shared.as_deref())?);
+        }
+        self.run_start = Instant::now();
+        let now = Instant::now();
+        for (r, f) in frames.into_iter().enumerate() {
+            if let Err(e) = self.plane.send_table(r as Rank, f, now) {
+                self.queue_error(rep, r as Rank, e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Send `msg` to every rank held (one encoding shared by all queues).
+    fn tell_all(&mut self, rep: &mut CoordinatorReport, msg: &Msg) {
+        match frame(msg) {
+            Ok(f) => self.send_all(rep, f),
+            Err(e) => {
+                rep.coordinator_error.get_or_insert(format!("coordinator: {e}"));
+            }
+        }
+    }
+
+    fn send_all(&mut self, rep: &mut CoordinatorReport, f: Frame) {
+        let now = Instant::now();
+        for r in 0..self.cfg.world {
+            if let Err(e) = self.plane.send(r, f.clone(), now) {
+                self.queue_error(rep, r, e);
+            }
+        }
+    }
+
+    fn queue_error(&mut self, rep: &mut CoordinatorReport, r: Rank, e: QueueError) {
+        if let QueueError::Full { queued, limit } = e {
+            self.not_reading(
+                rep,
+                r,
+                format!(
+                    "{queued} bytes of control messages are queued for it, at the limit of {limit} bytes"
+                ),
             );
         }
-        Step::Done => {
-            rep.scan = Some(scan.report(&ranks));
-            let _ = broadcast(&conns, &Msg::ScanEnd);
+    }
+
+    /// Rank `r` does not read its control connection: it is named with that reason, and its
+    /// connection is closed so that nothing more waits on it.
+    fn not_reading(&mut self, rep: &mut CoordinatorReport, r: Rank, why: String) {
+        self.plane.remove(r);
+        if rep.lost.contains(&r) {
+            return;
         }
-    };
-    loop {
-        let now = Instant::now();
-        // Everything that looks at every rank runs at a bounded rate (and at once after a
-        // failure report), never per message: O(n) per tick, not O(n) per heartbeat.
-        if now >= next_tick || urgent {
-            next_tick = now + JUDGE_EVERY;
-            urgent = false;
-            let now_ms = run_start.elapsed().as_millis() as u64;
-            for (&r, &t) in &last_seen {
-                let quiet = now.duration_since(t);
-                // A rank that says nothing for the whole timeout is gone or frozen.
-                if quiet > cfg.timeout && !rep.lost.contains(&r) && !done_results.contains_key(&r) {
-                    rep.lost.push(r);
-                    first_failure.get_or_insert_with(|| {
-                        format!(
-                            "rank {r} ({}) sent nothing for {} s (process stopped, or its host is gone)",
-                            host(r),
-                            cfg.timeout.as_secs()
-                        )
-                    });
-                    failing_since.get_or_insert(now);
+        rep.lost.push(r);
+        let host = self.host(r);
+        self.first_failure.get_or_insert_with(|| {
+            format!("rank {r} ({host}) stopped reading its control connection: {why} (its process is stopped or its control thread hangs)")
+        });
+        self.failing_since.get_or_insert(Instant::now());
+        self.urgent = true;
+    }
+
+    /// The run: until every rank's results arrived, a verdict, or a failure's grace ran out.
+    fn serve(&mut self, rep: &mut CoordinatorReport, rx_late: &Receiver<Incoming>) {
+        let world = self.cfg.world;
+        let mut next_tick = Instant::now();
+        let mut next_ping = Instant::now();
+        // With a judge, the built-in rule waits longer: the judge names the cause first, and
+        // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
+        let grace = if self.cfg.judge.is_some() {
+            silence(self.cfg.timeout) + Duration::from_millis(1500)
+        } else {
+            FAILURE_GRACE
+        };
+        let ping = frame(&Msg::Ping).ok();
+        loop {
+            let now = Instant::now();
+            // Everything that looks at every rank runs at a bounded rate (and at once after a
+            // failure report), never per message: O(n) per tick, not O(n) per heartbeat.
+            if now >= next_tick || self.urgent {
+                self.urgent = false;
+                if self.tick(rep, now) {
+                    break;
                 }
-                // Silent: is its host still acknowledging our pings?
-                if quiet >= PROBE_AFTER {
-                    match conns
-                        .get(&r)
-                        .and_then(ack_state)
-                        .and_then(|a| unacked_since(a, now_ms))
-                    {
-                        Some(since) => {
-                            rep.unacked_since_ms.entry(r).or_insert(since);
-                        }
-                        None => {
-                            rep.unacked_since_ms.remove(&r);
-                        }
-                    }
-                } else if !rep.unacked_since_ms.is_empty() {
-                    rep.unacked_since_ms.remove(&r);
-                }
+                // The pass is O(n): at most a quarter of the loop's time goes to it, the rest
+                // to reading (a slow pass must not leave heartbeats unread into a false silence).
+                next_tick = Instant::now() + JUDGE_EVERY.max(now.elapsed() * 3);
             }
-            if let Some(judge) = &cfg.judge {
-                let v = judge(rep, now_ms, false);
-                if !v.is_empty() {
-                    first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
-                    rep.verdicts = v;
+            // Pings go out on time whatever else is queued (a rank with queued data gets it).
+            if now >= next_ping {
+                if let Some(p) = &ping {
+                    self.plane.ping_idle(p, now);
+                }
+                next_ping = now + self.limits.ping_every;
+            }
+            if let Some(t) = self.failing_since {
+                // Without a judge, every rank's report ends it at once; with one, the judge
+                // names the cause (it may need its own grace), the built-in grace is the backstop.
+                if now.duration_since(t) >= grace
+                    || (self.cfg.judge.is_none()
+                        && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
+                {
                     break;
                 }
             }
-        }
-        if now >= next_ping {
-            let _ = broadcast(&conns, &Msg::Ping);
-            next_ping = now + HEARTBEAT;
-        }
-        if let Some(t) = failing_since {
-            // Without a judge, every rank's report ends it at once; with one, the judge
-            // names the cause (it may need its own grace), the built-in grace is the backstop.
-            if now.duration_since(t) >= grace
-                || (cfg.judge.is_none()
-                    && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
-            {
+            if self.done_results.len() as u32 == world {
                 break;
             }
-        }
-        if done_results.len() as u32 == world {
-            break;
-        }
-        let wait = next_ping
-            .min(next_tick)
-            .saturating_duration_since(now)
-            .min(Duration::from_millis(100));
-        match rx.recv_timeout(wait) {
-            Ok(Control::Msg(r, mut m)) => {
-                let at_ms = run_start.elapsed().as_millis() as u64;
-                // A rank speaks for itself only: the connection says which rank it is.
-                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &mut m {
-                    w.rank = r;
+            let wait = next_ping
+                .min(next_tick)
+                .saturating_duration_since(now)
+                .min(JUDGE_EVERY);
+            for h in self.plane.wait(wait) {
+                match h {
+                    Happening::Msg(r, m) => self.on_msg(rep, r, m),
+                    Happening::Closed(r, err) => self.on_closed(rep, r, err),
                 }
-                let claimed = match &m {
-                    Msg::Ready { rank }
-                    | Msg::Failed { rank, .. }
-                    | Msg::ScanSamples { rank, .. }
-                    | Msg::Results(RankResults { rank, .. })
-                    | Msg::Row { rank, .. } => Some(*rank),
-                    _ => None,
-                };
-                if let Some(c) = claimed.filter(|&c| c != r) {
-                    let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
-                    rep.reject(
-                        &peer,
-                        &format!(
-                            "rank {r}'s control connection sent a {} message for rank {c}; ignored",
-                            m.kind()
-                        ),
-                    );
+            }
+            if self.plane.take_woken() {
+                drain_rejections(rx_late, rep, &self.plane);
+            }
+        }
+        self.finish(rep);
+    }
+
+    /// The bounded-rate pass: silence, TCP_INFO, stuck queues, the judge. True: the run ends.
+    fn tick(&mut self, rep: &mut CoordinatorReport, now: Instant) -> bool {
+        let now_ms = self.run_start.elapsed().as_millis() as u64;
+        let stall = self
+            .limits
+            .write_stall
+            .unwrap_or_else(|| silence(self.cfg.timeout));
+        for (r, queued, d) in self.plane.stuck(now, stall) {
+            let why = format!(
+                "{queued} bytes of control messages waited {:.1} s and it took none",
+                d.as_secs_f64()
+            );
+            self.not_reading(rep, r, why);
+        }
+        let mut all_out = true;
+        for r in 0..self.cfg.world {
+            // A rank's silence counts from when its whole table went out, not before.
+            let start = match (self.last_seen.get(&r), self.plane.table_done(r)) {
+                (Some(&t), _) | (None, Some(t)) => t,
+                (None, None) => {
+                    all_out &= rep.lost.contains(&r) || !self.plane.has(r);
                     continue;
                 }
-                if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
-                    rep.reports.insert(r, (at_ms, w.clone()));
-                }
-                if let Msg::Heartbeat(w) = &m {
-                    let h = rep.progress.entry(r).or_default();
-                    h.push((at_ms, w.progress));
-                    let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
-                    h.drain(..cut);
-                }
-                last_seen.insert(r, Instant::now());
-                rep.last_heard_ms
-                    .insert(r, run_start.elapsed().as_millis() as u64);
-                match m {
-                    Msg::Ready { .. } => {
-                        // Counted once per rank: a repeated ready must not start the run.
-                        if ready.insert(r) && ready.len() as u32 == world {
-                            let _ = broadcast(&conns, &Msg::Go);
-                            if let Some(d) = scan.as_mut() {
-                                let s = d.start(Instant::now());
-                                step(s, rep, &**d);
-                            }
-                        }
-                    }
-                    Msg::ScanSamples {
-                        rank: _,
-                        index,
-                        samples,
-                        line_rate_gbs,
-                    } => {
-                        if let Some(d) = scan.as_mut() {
-                            let s = d.on_samples(r, index, samples, line_rate_gbs, &ranks, Instant::now());
-                            step(s, rep, &**d);
-                        }
-                    }
-                    Msg::Heartbeat(w) => {
-                        if let Some(prev) = rep.last_heartbeat.insert(r, w) {
-                            rep.previous_heartbeat.insert(r, prev);
-                        }
-                    }
-                    Msg::Stuck {
-                        wait: w,
-                        port_counters,
-                    } => {
-                        note_counters(rep, r, port_counters);
-                        first_failure.get_or_insert_with(|| stuck_line(&w, &ranks));
-                        rep.last_heartbeat.insert(r, w.clone());
-                        rep.stuck.push(w);
-                        failing_since.get_or_insert(Instant::now());
-                        urgent = true;
-                    }
-                    Msg::Failed {
-                        error,
-                        link_fault,
-                        port_counters,
-                        ..
-                    } => {
-                        note_counters(rep, r, port_counters);
-                        // Only an end of the link can report it; the connection's rank saw it,
-                        // whatever the message says; its words are bounded before they are kept.
-                        if let Some(mut f) = link_fault
-                            && (f.from_rank == r || f.to_rank == r)
-                            && f.from_rank < world
-                            && f.to_rank < world
-                            && rep.link_faults.len() < 4 * world as usize
-                        {
-                            f.seen_by = r;
-                            for t in [
-                                &mut f.device,
-                                &mut f.operation,
-                                &mut f.status_name,
-                                &mut f.meaning,
-                            ] {
-                                *t = printable(t, 200);
-                            }
-                            rep.link_faults.push(f);
-                        }
-                        // Relayed to every rank and printed: escaped and bounded.
-                        let error = printable(&error, 1000);
-                        first_failure
-                            .get_or_insert_with(|| format!("rank {r} ({}) failed: {error}", host(r)));
-                        rep.failed.push((r, error));
-                        failing_since.get_or_insert(Instant::now());
-                        urgent = true;
-                    }
-                    Msg::Row { row, .. } => {
-                        if let Some(sink) = &cfg.on_row {
-                            let size = row.size_bytes;
-                            if pending_rows.len() < MAX_PENDING_ROWS || pending_rows.contains_key(&size) {
-                                let at = pending_rows.entry(size).or_default();
-                                at.insert(r, row);
-                                if at.len() as u32 == world {
-                                    let all = pending_rows.remove(&size).unwrap_or_default();
-                                    sink(&ranks, all.into_values().collect());
-                                }
-                            }
-                        }
-                    }
-                    Msg::Results(mut res) => {
-                        note_counters(rep, r, std::mem::take(&mut res.port_counters));
-                        rep.finished_ms.insert(r, at_ms);
-                        done_results.insert(r, res);
-                    }
-                    _ => {}
-                }
+            };
+            let quiet = now.saturating_duration_since(start);
+            // A rank that says nothing for the whole timeout is gone or frozen.
+            if quiet > self.cfg.timeout && !rep.lost.contains(&r) && !self.done_results.contains_key(&r) {
+                rep.lost.push(r);
+                let host = self.host(r);
+                let secs = self.cfg.timeout.as_secs();
+                self.first_failure.get_or_insert_with(|| {
+                    format!(
+                        "rank {r} ({host}) sent nothing for {secs} s (process stopped, or its host is gone)"
+                    )
+                });
+                self.failing_since.get_or_insert(now);
             }
-            Ok(Control::Closed(r, err)) => {
-                let reset = !matches!(err, WireError::Closed);
-                rep.closed
-                    .insert(r, (run_start.elapsed().as_millis() as u64, reset));
-                let why = err.to_string();
-                if !done_results.contains_key(&r) && !rep.lost.contains(&r) {
-                    rep.lost.push(r);
-                    first_failure.get_or_insert_with(|| {
-                        format!(
-                            "rank {r} ({}) closed its control connection ({why}): the process died",
-                            host(r)
-                        )
-                    });
-                    failing_since.get_or_insert(Instant::now());
-                    urgent = true;
+            // Silent: is its host still acknowledging our pings?
+            if quiet >= PROBE_AFTER {
+                match self
+                    .plane
+                    .socket(r)
+                    .and_then(tcpinfo::ack_state)
+                    .and_then(|a| unacked_since(a, now_ms))
+                {
+                    Some(since) => {
+                        rep.unacked_since_ms.entry(r).or_insert(since);
+                    }
+                    None => {
+                        rep.unacked_since_ms.remove(&r);
+                    }
                 }
-                last_seen.remove(&r);
+            } else if !rep.unacked_since_ms.is_empty() {
+                rep.unacked_since_ms.remove(&r);
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
         }
-        drain_rejections(rx_late, rep, &conns);
+        if all_out && !self.tables_out {
+            self.tables_out = true;
+            rep.tables_out_ms = now_ms;
+        }
+        // The judge reads silence on the run clock: only once every table is out.
+        if let Some(judge) = self.cfg.judge.as_ref().filter(|_| all_out) {
+            let v = judge(rep, now_ms, false);
+            if !v.is_empty() {
+                self.first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
+                rep.verdicts = v;
+                return true;
+            }
+        }
+        false
     }
-    rep.results = done_results.into_values().collect();
-    rep.run_ms = run_start.elapsed().as_millis() as u64;
-    if let Some(judge) = &cfg.judge {
-        if rep.verdicts.is_empty() {
+
+    /// What the scan driver decided: the next order to every rank, or its end.
+    fn scan_step(&mut self, rep: &mut CoordinatorReport, step: Step) {
+        match step {
+            Step::Wait => {}
+            Step::Run(o) => {
+                // Each rank with its two peers of this order: O(n) bytes per order.
+                let now = Instant::now();
+                for r in 0..self.cfg.world {
+                    let peers = orders::scan_peers(r, self.cfg.world, o.shift)
+                        .iter()
+                        .filter_map(|&p| self.ranks.get(p as usize).cloned())
+                        .collect();
+                    let m = Msg::ScanRun {
+                        index: o.index,
+                        shift: o.shift,
+                        bytes: o.bytes,
+                        reps: o.reps,
+                        peers,
+                    };
+                    match frame(&m) {
+                        Ok(f) => {
+                            if let Err(e) = self.plane.send(r, f, now) {
+                                self.queue_error(rep, r, e);
+                            }
+                        }
+                        Err(e) => {
+                            rep.coordinator_error.get_or_insert(format!("coordinator: {e}"));
+                        }
+                    }
+                }
+            }
+            Step::Done => {
+                if let Some(d) = &self.scan {
+                    rep.scan = Some(d.report(&self.ranks));
+                }
+                self.tell_all(rep, &Msg::ScanEnd);
+            }
+        }
+    }
+
+    /// One message from rank `r`'s connection.
+    fn on_msg(&mut self, rep: &mut CoordinatorReport, r: Rank, mut m: Msg) {
+        let at_ms = self.run_ms();
+        // A rank speaks for itself only: the connection says which rank it is.
+        if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &mut m {
+            w.rank = r;
+        }
+        let claimed = match &m {
+            Msg::Ready { rank }
+            | Msg::Failed { rank, .. }
+            | Msg::ScanSamples { rank, .. }
+            | Msg::Results(RankResults { rank, .. })
+            | Msg::Row { rank, .. } => Some(*rank),
+            _ => None,
+        };
+        if let Some(c) = claimed.filter(|&c| c != r) {
+            let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
+            let why = format!(
+                "rank {r}'s control connection sent a {} message for rank {c}; ignored",
+                m.kind()
+            );
+            rep.reject(&peer, &why);
+            return;
+        }
+        if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
+            rep.reports.insert(r, (at_ms, w.clone()));
+        }
+        if let Msg::Heartbeat(w) = &m {
+            let keep_ms = self.cfg.timeout.as_millis() as u64 + 10_000;
+            let h = rep.progress.entry(r).or_default();
+            h.push((at_ms, w.progress));
+            let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
+            h.drain(..cut);
+        }
+        self.last_seen.insert(r, Instant::now());
+        rep.last_heard_ms.insert(r, at_ms);
+        match m {
+            Msg::Ready { .. } => self.on_ready(rep, r),
+            Msg::ScanSamples {
+                rank: _,
+                index,
+                samples,
+                line_rate_gbs,
+            } => {
+                if let Some(d) = self.scan.as_mut() {
+                    let s = d.on_samples(r, index, samples, line_rate_gbs, &self.ranks, Instant::now());
+                    self.scan_step(rep, s);
+                }
+            }
+            Msg::Heartbeat(w) => {
+                if let Some(prev) = rep.last_heartbeat.insert(r, w) {
+                    rep.previous_heartbeat.insert(r, prev);
+                }
+            }
+            Msg::Stuck {
+                wait: w,
+                port_counters,
+            } => {
+                note_counters(rep, r, port_counters);
+                self.first_failure
+                    .get_or_insert_with(|| stuck_line(&w, &self.ranks));
+                rep.last_heartbeat.insert(r, w.clone());
+                rep.stuck.push(w);
+                self.failing_since.get_or_insert(Instant::now());
+                self.urgent = true;
+            }
+            Msg::Failed {
+                error,
+                link_fault,
+                port_counters,
+                ..
+            } => self.on_failed(rep, r, error, link_fault, port_counters),
+            Msg::Row { row, .. } => self.on_row(r, row),
+            Msg::Results(mut res) => {
+                note_counters(rep, r, std::mem::take(&mut res.port_counters));
+                rep.finished_ms.insert(r, at_ms);
+                self.done_results.insert(r, res);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_ready(&mut self, rep: &mut CoordinatorReport, r: Rank) {
+        // Counted once per rank: a repeated ready must not start the run.
+        if !(self.ready.insert(r) && self.ready.len() as u32 == self.cfg.world) {
+            return;
+        }
+        self.tell_all(rep, &Msg::Go);
+        if let Some(d) = self.scan.as_mut() {
+            let s = d.start(Instant::now());
+            self.scan_step(rep, s);
+        }
+    }
+
+    fn on_failed(
+        &mut self,
+        rep: &mut CoordinatorReport,
+        r: Rank,
+        error: String,
+        link_fault: Option<LinkFault>,
+        port_counters: Vec<CounterMove>,
+    ) {
+        let world = self.cfg.world;
+        note_counters(rep, r, port_counters);
+        // Only an end of the link can report it; the connection's rank saw it, whatever the
+        // message says; its words are bounded before they are kept.
+        if let Some(mut f) = link_fault
+            && (f.from_rank == r || f.to_rank == r)
+            && f.from_rank < world
+            && f.to_rank < world
+            && rep.link_faults.len() < 4 * world as usize
+        {
+            f.seen_by = r;
+            for t in [
+                &mut f.device,
+                &mut f.operation,
+                &mut f.status_name,
+                &mut f.meaning,
+            ] {
+                *t = printable(t, 200);
+            }
+            rep.link_faults.push(f);
+        }
+        // Relayed to every rank and printed: escaped and bounded.
+        let error = printable(&error, 1000);
+        let host = self.host(r);
+        self.first_failure
+            .get_or_insert_with(|| format!("rank {r} ({host}) failed: {error}"));
+        rep.failed.push((r, error));
+        self.failing_since.get_or_insert(Instant::now());
+        self.urgent = true;
+    }
+
+    fn on_row(&mut self, r: Rank, row: RowResult) {
+        let Some(sink) = &self.cfg.on_row else { return };
+        let size = row.size_bytes;
+        if self.pending_rows.len() < MAX_PENDING_ROWS || self.pending_rows.contains_key(&size) {
+            let at = self.pending_rows.entry(size).or_default();
+            at.insert(r, row);
+            if at.len() as u32 == self.cfg.world {
+                let all = self.pending_rows.remove(&size).unwrap_or_default();
+                sink(&self.ranks, all.into_values().collect());
+            }
+        }
+    }
+
+    fn on_closed(&mut self, rep: &mut CoordinatorReport, r: Rank, err: WireError) {
+        let reset = !matches!(err, WireError::Closed);
+        rep.closed.insert(r, (self.run_ms(), reset));
+        let why = err.to_string();
+        if !self.done_results.contains_key(&r) && !rep.lost.contains(&r) {
+            rep.lost.push(r);
+            let host = self.host(r);
+            self.first_failure.get_or_insert_with(|| {
+                format!("rank {r} ({host}) closed its control connection ({why}): the process died")
+            });
+            self.failing_since.get_or_insert(Instant::now());
+            self.urgent = true;
+        }
+        self.last_seen.remove(&r);
+    }
+
+    /// The end: the final judgement, then done or abort to every rank, written out.
+    fn finish(&mut self, rep: &mut CoordinatorReport) {
+        rep.results = std::mem::take(&mut self.done_results).into_values().collect();
+        rep.run_ms = self.run_ms();
+        if let Some(judge) = &self.cfg.judge
+            && rep.verdicts.is_empty()
+        {
             rep.verdicts = judge(rep, rep.run_ms, true);
             // A failed run's cause, named at the end, replaces the first report's line.
-            if first_failure.is_some() && !rep.verdicts.is_empty() {
-                first_failure = Some(
+            if self.first_failure.is_some() && !rep.verdicts.is_empty() {
+                self.first_failure = Some(
                     rep.verdicts
                         .iter()
                         .map(|v| v.message.clone())
@@ -998,84 +1106,101 @@ fn serve(
                 );
             }
         }
-    }
-    // The scan's verdicts join the watchdog's: every rank learns that the run failed.
-    let scan_verdicts: Vec<Verdict> = rep.scan.iter().flat_map(|s| s.verdicts.clone()).collect();
-    for v in scan_verdicts {
-        if !rep.verdicts.contains(&v) {
-            rep.verdicts.push(v);
+        // The scan's verdicts join the watchdog's: every rank learns that the run failed.
+        let scan_verdicts: Vec<Verdict> = rep.scan.iter().flat_map(|s| s.verdicts.clone()).collect();
+        for v in scan_verdicts {
+            if !rep.verdicts.contains(&v) {
+                rep.verdicts.push(v);
+            }
         }
-    }
-    match first_failure {
-        Some(reason) => {
-            let _ = broadcast(
-                &conns,
-                &Msg::Abort {
-                    reason: reason.clone(),
-                },
-            );
-            rep.abort = Some(reason);
-            collect_counters(&rx, rep);
-        }
-        None => {
-            let failed = !rep.verdicts.is_empty()
-                || rep
-                    .results
-                    .iter()
-                    .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
-            let done = Msg::Done {
-                failed,
-                verdicts: rep.verdicts.clone(),
-            };
-            if let Err(e) = broadcast(&conns, &done) {
-                let reason = format!("coordinator: the end of the run cannot be sent: {e}");
-                let _ = broadcast(
-                    &conns,
+        match self.first_failure.take() {
+            Some(reason) => {
+                self.tell_all(
+                    rep,
                     &Msg::Abort {
                         reason: reason.clone(),
                     },
                 );
-                rep.coordinator_error = Some(reason);
+                rep.abort = Some(reason);
+                self.collect_counters(rep);
             }
+            None => {
+                let failed = !rep.verdicts.is_empty()
+                    || rep
+                        .results
+                        .iter()
+                        .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
+                let done = Msg::Done {
+                    failed,
+                    verdicts: rep.verdicts.clone(),
+                };
+                if let Err(e) = frame(&done) {
+                    let reason = format!("coordinator: the end of the run cannot be sent: {e}");
+                    self.tell_all(
+                        rep,
+                        &Msg::Abort {
+                            reason: reason.clone(),
+                        },
+                    );
+                    rep.coordinator_error = Some(reason);
+                } else {
+                    self.tell_all(rep, &done);
+                }
+            }
+        }
+        self.drain_out(Instant::now() + Duration::from_secs(2));
+    }
+
+    /// Write what is queued until every queue is empty or `until` (a rank that stopped
+    /// reading does not hold the others' last message).
+    fn drain_out(&mut self, until: Instant) {
+        while self.plane.queued() > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Input is not needed any more; the loop only writes.
+            let _ = self.plane.wait(left.min(Duration::from_millis(20)));
         }
     }
-}
 
-/// After an abort: the ranks the verdicts name answer with their NIC's counters (each
-/// within milliseconds); wait for those still alive, at most `COUNTERS_GRACE`.
-fn collect_counters(rx: &Receiver<Control>, rep: &mut CoordinatorReport) {
-    // Only the two ends of a broken link: a stalled or lost rank will not answer.
-    let mut want: BTreeSet<Rank> = rep
-        .verdicts
-        .iter()
-        .filter(|v| matches!(v.kind, VerdictKind::HangLink | VerdictKind::LinkError))
-        .flat_map(|v| [v.from_rank, v.to_rank])
-        .flatten()
-        .filter(|r| !rep.lost.contains(r) && !rep.closed.contains_key(r))
-        .collect();
-    let until = Instant::now() + COUNTERS_GRACE;
-    while !want.is_empty() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match rx.recv_timeout(left) {
-            // A rank that reached its own deadline as the abort went out reports stuck
-            // (or failed) first, with the same counters: that is its answer too.
-            Ok(Control::Msg(
-                r,
-                Msg::Counters { port_counters }
-                | Msg::Stuck { port_counters, .. }
-                | Msg::Failed { port_counters, .. },
-            )) => {
-                note_counters(rep, r, port_counters);
-                want.remove(&r);
+    /// After an abort: the ranks the verdicts name answer with their NIC's counters (each
+    /// within milliseconds); wait for those still alive, at most `COUNTERS_GRACE`.
+    fn collect_counters(&mut self, rep: &mut CoordinatorReport) {
+        // Only the two ends of a broken link: a stalled or lost rank will not answer.
+        let mut want: BTreeSet<Rank> = rep
+            .verdicts
+            .iter()
+            .filter(|v| matches!(v.kind, VerdictKind::HangLink | VerdictKind::LinkError))
+            .flat_map(|v| [v.from_rank, v.to_rank])
+            .flatten()
+            .filter(|r| !rep.lost.contains(r) && !rep.closed.contains_key(r))
+            .collect();
+        let until = Instant::now() + COUNTERS_GRACE;
+        while !want.is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            Ok(Control::Closed(r, _)) => {
-                want.remove(&r);
+            for h in self.plane.wait(left.min(Duration::from_millis(50))) {
+                match h {
+                    // A rank that reached its own deadline as the abort went out reports
+                    // stuck (or failed) first, with the same counters: that is its answer too.
+                    Happening::Msg(
+                        r,
+                        Msg::Counters { port_counters }
+                        | Msg::Stuck { port_counters, .. }
+                        | Msg::Failed { port_counters, .. },
+                    ) => {
+                        note_counters(rep, r, port_counters);
+                        want.remove(&r);
+                    }
+                    Happening::Closed(r, _) => {
+                        want.remove(&r);
+                    }
+                    Happening::Msg(..) => {}
+                }
             }
-            Ok(_) => {}
-            Err(_) => break,
         }
     }
 }
@@ -1160,6 +1285,7 @@ mod tests {
             judge,
             scan: None,
             on_row: None,
+            rings: None,
         }
     }
 
@@ -1243,11 +1369,11 @@ mod tests {
         assert_eq!(check_fd_limit(16_384, files_needed(16_384)), Ok(()));
         let e = check_fd_limit(16_384, 4096).unwrap_err();
         assert!(
-            e.starts_with("coordinator: 16384 ranks need 32832 open files"),
+            e.starts_with("coordinator: 16384 ranks need 16448 open files"),
             "{e}"
         );
         assert!(
-            e.contains("is 4096") && e.contains("`ulimit -Hn 32832`") && e.contains("LimitNOFILE=32832"),
+            e.contains("is 4096") && e.contains("`ulimit -Hn 16448`") && e.contains("LimitNOFILE=16448"),
             "{e}"
         );
     }
@@ -1261,7 +1387,12 @@ mod tests {
                 i
             })
             .collect();
-        let e = broadcast(&BTreeMap::new(), &Msg::Table { ranks }).unwrap_err();
+        let e = crate::ring::control::frame(&Msg::Table {
+            ranks,
+            more: false,
+            shared_transport: None,
+        })
+        .unwrap_err();
         assert!(e.starts_with("its table message is "), "{e}");
         assert!(
             e.ends_with(&format!(
@@ -1521,6 +1652,20 @@ mod tests {
     /// the coordinator does not wait out its grace for an answer that already came.
     #[test]
     fn a_stuck_report_after_the_abort_is_the_ranks_counters_answer() {
+        fn judge(rep: &CoordinatorReport, _now_ms: u64, _final: bool) -> Vec<Verdict> {
+            let Some(w) = rep.stuck.first() else { return vec![] };
+            vec![Verdict {
+                kind: crate::ring::model::VerdictKind::HangLink,
+                from_rank: w.waiting_on,
+                to_rank: Some(w.rank),
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: "HANG".into(),
+                next: None,
+                rail: None,
+            }]
+        }
         let mv = |counter: &str| CounterMove {
             rank: 9,
             host: "x".into(),
@@ -1530,45 +1675,48 @@ mod tests {
             counter: counter.into(),
             delta: 3,
         };
-        let mut rep = CoordinatorReport::default();
-        rep.verdicts.push(Verdict {
-            kind: VerdictKind::HangLink,
-            from_rank: Some(0),
-            to_rank: Some(1),
-            from_host: None,
-            to_host: None,
-            evidence: Default::default(),
-            message: "HANG".into(),
-            next: None,
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut w = crate::ring::collective::allreduce::Progress::default().report(0, 0);
-        w.waiting_on = Some(1);
-        tx.send(Control::Msg(
-            0,
-            Msg::Stuck {
-                wait: w,
-                port_counters: vec![mv("completer_retry_err")],
-            },
-        ))
-        .unwrap();
-        tx.send(Control::Msg(
-            1,
-            Msg::Failed {
-                rank: 1,
-                error: "timed out".into(),
-                link_fault: None,
-                port_counters: vec![mv("rcvd_seq_err")],
-            },
-        ))
-        .unwrap();
-        let t0 = Instant::now();
-        collect_counters(&rx, &mut rep);
-        assert!(t0.elapsed() < COUNTERS_GRACE, "{:?}", t0.elapsed());
-        assert_eq!(rep.port_counters[&0][0].counter, "completer_retry_err");
-        assert_eq!(rep.port_counters[&0][0].rank, 0);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(2, Duration::from_secs(20), addr.clone(), Some(Arc::new(judge)));
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    let mut w = crate::ring::collective::allreduce::Progress::default().report(r, 0);
+                    if r == 1 {
+                        w.waiting_on = Some(0);
+                        w.waiting_to_receive = true;
+                        s.send(&Msg::Stuck {
+                            wait: w,
+                            port_counters: vec![mv("rcvd_seq_err")],
+                        })
+                        .unwrap();
+                        return s.wait_done(Duration::from_secs(10)).is_err();
+                    }
+                    // Rank 0 learns of the abort, then its own wait passes its deadline.
+                    let aborted = s.wait_done(Duration::from_secs(10)).is_err();
+                    w.waiting_on = Some(1);
+                    s.send(&Msg::Stuck {
+                        wait: w,
+                        port_counters: vec![mv("completer_retry_err")],
+                    })
+                    .unwrap();
+                    aborted
+                })
+            })
+            .collect();
+        for h in ranks {
+            assert!(h.join().unwrap());
+        }
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 1);
         assert_eq!(rep.port_counters[&1][0].counter, "rcvd_seq_err");
-        drop(tx);
+        let c0 = rep.port_counters.get(&0).unwrap_or_else(|| panic!("{:?}", rep.port_counters));
+        assert_eq!((c0[0].rank, c0[0].counter.as_str()), (0, "completer_retry_err"));
     }
 
     /// A whole rank over a real control connection: ready, go, results, done.
@@ -1806,12 +1954,101 @@ mod tests {
             let Ok(Msg::Hello(h)) = wire::read_msg(&mut b) else {
                 panic!("no hello")
             };
-            b.write_all(&frame(&Msg::Table { ranks: vec![h.info] })).unwrap();
+            b.write_all(&frame(&Msg::Table {
+                ranks: vec![h.info],
+                more: false,
+                shared_transport: None,
+            }))
+            .unwrap();
             thread::sleep(Duration::from_millis(300));
         });
         let s = join(&addr, hello(0, 1, "t"), Duration::from_secs(5)).unwrap();
         assert_eq!(s.table.len(), 1);
         fake.join().unwrap();
+    }
+
+    /// Raw frames of one control connection with their arrival times, until an abort or
+    /// done (or 10 s).
+    fn raw_rank(
+        addr: &str,
+        r: u32,
+        world: u32,
+        read: bool,
+    ) -> thread::JoinHandle<(Vec<Instant>, Option<Msg>)> {
+        use std::io::Write;
+        let addr = addr.to_string();
+        thread::spawn(move || {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            if !read {
+                sock.set_recv_buffer_size(1024).unwrap();
+            }
+            sock.connect(&addr.parse::<SocketAddr>().unwrap().into()).unwrap();
+            let mut s: TcpStream = sock.into();
+            s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            assert!(matches!(wire::read_msg(&mut s), Ok(Msg::Table { .. })));
+            s.write_all(&frame(&Msg::Ready { rank: r })).unwrap();
+            let mut times = Vec::new();
+            if !read {
+                // Stops reading: holds its connection open, says nothing more.
+                thread::sleep(Duration::from_secs(4));
+                return (times, None);
+            }
+            loop {
+                match wire::read_msg(&mut s) {
+                    Ok(m @ (Msg::Abort { .. } | Msg::Done { .. })) => return (times, Some(m)),
+                    Ok(_) => times.push(Instant::now()),
+                    Err(_) => return (times, None),
+                }
+            }
+        })
+    }
+
+    /// Issue 18: a rank that stops reading its control connection fills its own queue only:
+    /// the others get their pings on time, and only that rank is named, with that reason.
+    #[test]
+    fn a_rank_that_stops_reading_is_named_alone_and_delays_nobody() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = test_cfg(3, Duration::from_secs(20), addr.clone(), None);
+        let limits = Limits {
+            write_stall: Some(Duration::from_millis(800)),
+            ping_every: Duration::from_millis(2),
+            sndbuf: Some(4096),
+            ..Limits::default()
+        };
+        let coord = thread::spawn(move || coordinate_with(l, cfg, limits));
+        let ranks: Vec<_> = (0..3).map(|r| raw_rank(&addr, r, 3, r != 1)).collect();
+        let t0 = Instant::now();
+        let mut out: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.lost, vec![1], "{:?}", rep.abort);
+        let reason = rep.abort.clone().unwrap_or_default();
+        assert!(
+            reason.starts_with("rank 1 (h1) stopped reading its control connection: ")
+                && reason.contains("waited")
+                && reason.contains("it took none"),
+            "{reason}"
+        );
+        assert!(rep.closed.is_empty(), "{:?}", rep.closed);
+        for r in [0, 2] {
+            let (times, end) = std::mem::take(&mut out[r]);
+            assert_eq!(
+                end,
+                Some(Msg::Abort {
+                    reason: reason.clone()
+                }),
+                "rank {r}"
+            );
+            // Pings every 2 ms while rank 1's queue was stuck: no gap near the stall deadline.
+            let gap = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+            assert!(
+                times.len() > 100 && gap < Duration::from_millis(300),
+                "rank {r}: {} frames, gap {gap:?}",
+                times.len()
+            );
+        }
+        assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
     }
 
     #[test]

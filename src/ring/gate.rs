@@ -1,12 +1,12 @@
 //! The coordinator's door: accepts connections on its port and reads each one's hello with a
-//! total deadline, all on one thread (`poll(2)` over nonblocking sockets), so that a flood of
+//! total deadline, all on one thread (`mio` over nonblocking sockets), so that a flood of
 //! idle, slow or garbage connections costs neither threads nor a real rank its place. When too
 //! many connections wait, the oldest waiting ones are turned away (per source address first,
 //! then overall): a real rank says hello within milliseconds of connecting, so it is never the
 //! oldest, and if it is turned away anyway the reason starts with [`BUSY`], which tells it to
 //! connect again (see `rendezvous::join`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 
 use crate::ring::wire::{self, Hello, MAGIC, Msg, WireError};
 
@@ -55,29 +58,18 @@ struct Pending {
     buf: Vec<u8>,
 }
 
-/// Raise this process's soft open-file limit to its hard limit: the coordinator holds two
-/// descriptors per rank (4,096 ranks) and the pending hellos. Best effort.
+/// Raise this process's soft open-file limit to its hard limit: the coordinator holds one
+/// descriptor per rank and the pending hellos. Returns the limit now in force (1024 when it
+/// cannot be read).
 pub fn raise_fd_limit() -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 1024;
-        }
-        if r.rlim_cur < r.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: r.rlim_max,
-                rlim_max: r.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                r.rlim_cur = r.rlim_max;
-            }
-        }
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
     }
-    r.rlim_cur as u64
+    soft
 }
 
 /// Where a partly read hello stands. Pure.
@@ -158,154 +150,220 @@ fn pump(p: &mut Pending, lim: &Limits) -> Option<Result<Hello, WireError>> {
     }
 }
 
-/// Make room by turning away the oldest waiting connection that matches `which`; one whose
-/// hello turns out complete when read now is handed over instead (it was not idle, only
-/// not read yet) and the next oldest is tried.
-fn evict_oldest(
-    pending: &mut VecDeque<Pending>,
-    which: impl Fn(&Pending) -> bool,
-    lim: &Limits,
-    why: &str,
-    done: &mut impl FnMut(Pending, Result<Hello, WireError>),
-) {
-    while let Some(i) = pending.iter().position(&which) {
-        let Some(mut p) = pending.remove(i) else { return };
-        match pump(&mut p, lim) {
-            Some(r) => done(p, r),
-            None => {
-                reject_now(&p.s, why);
-                done(p, Err(WireError::Malformed(why.to_string())));
-                return;
-            }
-        }
-    }
-}
+const LISTENER: Token = Token(usize::MAX);
+/// Connections taken off the listener before the waiting ones are read again.
+const ACCEPT_BATCH: usize = 256;
 
-/// Accept and read hellos until `stop`; finished ones go to `tx`.
+/// Accept and read hellos until `stop`; finished ones go to `tx`, and `wake` (the
+/// coordinator's event loop) is told.
 pub fn run(
     listener: TcpListener,
     tx: Sender<Incoming>,
+    wake: Option<Arc<mio::Waker>>,
     stop: Arc<AtomicBool>,
     gathering: Arc<AtomicBool>,
     lim: Limits,
 ) {
-    if listener.set_nonblocking(true).is_err() {
+    let Ok(mut poll) = Poll::new() else { return };
+    if listener.set_nonblocking(true).is_err()
+        || poll
+            .registry()
+            .register(&mut SourceFd(&listener.as_raw_fd()), LISTENER, Interest::READABLE)
+            .is_err()
+    {
         return;
     }
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut per_source: HashMap<IpAddr, usize> = HashMap::new();
-    let mut fds: Vec<libc::pollfd> = Vec::new();
-    let hand_over = |p: Pending, per_source: &mut HashMap<IpAddr, usize>, r: Result<Hello, WireError>| {
-        if let Some(c) = per_source.get_mut(&p.peer.ip()) {
-            *c = c.saturating_sub(1);
-        }
-        let _ = tx.send((p.s, p.peer, r));
+    let mut events = Events::with_capacity(256);
+    let mut door = Door {
+        pending: BTreeMap::new(),
+        per_source: HashMap::new(),
+        next_id: 0,
+        lim,
+        tx,
+        wake,
     };
+    // Edge-triggered: the listener is tried again until it would block (or after a pause
+    // when out of descriptors), not only when a new event comes.
+    let mut accept_again: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        fds.clear();
-        fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for p in &pending {
-            fds.push(libc::pollfd {
-                fd: p.s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
         // During the run only latecomers come: a slower tick is enough to turn them away.
-        let tick = if gathering.load(Ordering::Relaxed) {
+        let tick = Duration::from_millis(if gathering.load(Ordering::Relaxed) {
             20
         } else {
             100
+        });
+        let now = Instant::now();
+        let wait = match accept_again {
+            Some(t) => t.saturating_duration_since(now).min(tick),
+            None => tick,
         };
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the whole call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tick) };
-        if n < 0 {
+        if let Err(e) = poll.poll(&mut events, Some(wait))
+            && e.kind() != io::ErrorKind::Interrupted
+        {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        // Read what arrived; collect the finished ones (indices shift as we remove: walk back).
+        let mut ready: Vec<usize> = Vec::new();
+        for ev in events.iter() {
+            if ev.token() == LISTENER {
+                accept_again.get_or_insert(Instant::now());
+            } else {
+                ready.push(ev.token().0);
+            }
+        }
+        for id in ready {
+            door.read(id, &poll);
+        }
+        door.expire(&poll);
+        if accept_again.is_some_and(|t| t <= Instant::now()) {
+            accept_again = door.accept(&listener, &poll);
+        }
+    }
+}
+
+/// The door's state: connections waiting to say hello, oldest first (ids only grow).
+struct Door {
+    pending: BTreeMap<usize, Pending>,
+    per_source: HashMap<IpAddr, usize>,
+    next_id: usize,
+    lim: Limits,
+    tx: Sender<Incoming>,
+    wake: Option<Arc<mio::Waker>>,
+}
+
+impl Door {
+    fn hand_over(&mut self, p: Pending, poll: &Poll, r: Result<Hello, WireError>) {
+        let _ = poll.registry().deregister(&mut SourceFd(&p.s.as_raw_fd()));
+        if let Some(c) = self.per_source.get_mut(&p.peer.ip()) {
+            *c = c.saturating_sub(1);
+        }
+        let _ = self.tx.send((p.s, p.peer, r));
+        if let Some(w) = &self.wake {
+            let _ = w.wake();
+        }
+    }
+
+    /// Read what connection `id` sent; hand it over once its hello is complete or failed.
+    fn read(&mut self, id: usize, poll: &Poll) {
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
+        if let Some(v) = pump(p, &self.lim)
+            && let Some(p) = self.pending.remove(&id)
+        {
+            self.hand_over(p, poll, v);
+        }
+    }
+
+    /// Connections past the hello deadline are handed over as failed.
+    fn expire(&mut self, poll: &Poll) {
         let now = Instant::now();
-        for i in (0..pending.len()).rev() {
-            let ready = fds[i + 1].revents != 0;
-            let mut verdict = None;
-            if ready {
-                verdict = pump(&mut pending[i], &lim);
-            }
-            if verdict.is_none() && now.duration_since(pending[i].since) >= lim.hello_deadline {
-                verdict = Some(Err(WireError::Malformed(format!(
+        let late: Vec<usize> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.since) >= self.lim.hello_deadline)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            if let Some(p) = self.pending.remove(&id) {
+                let why = format!(
                     "no complete hello within {} s ({} bytes received)",
-                    lim.hello_deadline.as_secs_f64(),
-                    pending[i].buf.len()
-                ))));
+                    self.lim.hello_deadline.as_secs_f64(),
+                    p.buf.len()
+                );
+                self.hand_over(p, poll, Err(WireError::Malformed(why)));
             }
-            if let Some(v) = verdict {
-                if let Some(p) = pending.remove(i) {
-                    hand_over(p, &mut per_source, v);
+        }
+    }
+
+    /// Make room by turning away the oldest waiting connection that matches `which`; one
+    /// whose hello turns out complete when read now is handed over instead (it was not idle,
+    /// only not read yet) and the next oldest is tried.
+    fn evict_oldest(&mut self, poll: &Poll, which: impl Fn(&Pending) -> bool, why: &str) {
+        while let Some(id) = self.pending.iter().find(|(_, p)| which(p)).map(|(&id, _)| id) {
+            let Some(mut p) = self.pending.remove(&id) else {
+                return;
+            };
+            match pump(&mut p, &self.lim) {
+                Some(r) => self.hand_over(p, poll, r),
+                None => {
+                    reject_now(&p.s, why);
+                    self.hand_over(p, poll, Err(WireError::Malformed(why.to_string())));
+                    return;
                 }
             }
         }
-        if fds[0].revents == 0 {
-            continue;
-        }
-        // Accept everything waiting (bounded per tick, so reads are not starved).
-        for _ in 0..64 {
+    }
+
+    /// Accept what waits (a batch); when to try the listener again: at once when the batch
+    /// ran out, after a pause when out of descriptors, None when it would block.
+    fn accept(&mut self, listener: &TcpListener, poll: &Poll) -> Option<Instant> {
+        for _ in 0..ACCEPT_BATCH {
             match listener.accept() {
-                Ok((s, peer)) => {
-                    // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
-                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-                    if s.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    let _ = s.set_nodelay(true);
-                    let ip = peer.ip();
-                    // One source over its share: its oldest waiting connection goes.
-                    if per_source.get(&ip).copied().unwrap_or(0) >= lim.max_per_source {
-                        let why = format!(
-                            "{BUSY}{} connections from {ip} were waiting to say hello; the oldest was closed",
-                            lim.max_per_source
-                        );
-                        evict_oldest(&mut pending, |p| p.peer.ip() == ip, &lim, &why, &mut |p, r| {
-                            hand_over(p, &mut per_source, r)
-                        });
-                    }
-                    if pending.len() >= lim.max_pending {
-                        let why = format!(
-                            "{BUSY}{} connections were waiting to say hello; the oldest was closed",
-                            lim.max_pending
-                        );
-                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| {
-                            hand_over(p, &mut per_source, r)
-                        });
-                    }
-                    *per_source.entry(ip).or_default() += 1;
-                    pending.push_back(Pending {
-                        s,
-                        peer,
-                        since: Instant::now(),
-                        buf: Vec::new(),
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Ok((s, peer)) => self.admit(s, peer, poll),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
                     if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) =>
                 {
                     // Out of descriptors: free the oldest waiting one, so that the next
                     // arrival (maybe a real rank) can be accepted; never spin.
-                    if pending.is_empty() {
-                        std::thread::sleep(Duration::from_millis(20));
-                    } else {
+                    if !self.pending.is_empty() {
                         let why = format!("{BUSY}the coordinator ran out of file descriptors");
-                        evict_oldest(&mut pending, |_| true, &lim, &why, &mut |p, r| {
-                            hand_over(p, &mut per_source, r)
-                        });
+                        self.evict_oldest(poll, |_| true, &why);
                     }
-                    break;
+                    return Some(Instant::now() + Duration::from_millis(20));
                 }
-                Err(_) => break,
+                Err(_) => return Some(Instant::now() + Duration::from_millis(20)),
+            }
+        }
+        Some(Instant::now())
+    }
+
+    fn admit(&mut self, s: TcpStream, peer: SocketAddr, poll: &Poll) {
+        // Listening on [::] shows IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
+        let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+        if s.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        let ip = peer.ip();
+        // One source over its share: its oldest waiting connection goes.
+        if self.per_source.get(&ip).copied().unwrap_or(0) >= self.lim.max_per_source {
+            let why = format!(
+                "{BUSY}{} connections from {ip} were waiting to say hello; the oldest was closed",
+                self.lim.max_per_source
+            );
+            self.evict_oldest(poll, |p| p.peer.ip() == ip, &why);
+        }
+        if self.pending.len() >= self.lim.max_pending {
+            let why = format!(
+                "{BUSY}{} connections were waiting to say hello; the oldest was closed",
+                self.lim.max_pending
+            );
+            self.evict_oldest(poll, |_| true, &why);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        if poll
+            .registry()
+            .register(&mut SourceFd(&s.as_raw_fd()), Token(id), Interest::READABLE)
+            .is_err()
+        {
+            return;
+        }
+        *self.per_source.entry(ip).or_default() += 1;
+        let mut p = Pending {
+            s,
+            peer,
+            since: Instant::now(),
+            buf: Vec::new(),
+        };
+        // The hello often came with the connection: read it now (edge-triggered).
+        match pump(&mut p, &self.lim) {
+            Some(r) => self.hand_over(p, poll, r),
+            None => {
+                self.pending.insert(id, p);
             }
         }
     }
@@ -344,7 +402,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let (s2, g) = (stop.clone(), Arc::new(AtomicBool::new(true)));
-        std::thread::spawn(move || run(l, tx, s2, g, lim));
+        std::thread::spawn(move || run(l, tx, None, s2, g, lim));
         (addr, rx, stop)
     }
 

@@ -7,25 +7,27 @@
 //! * [`diagnosis`]: scan plan and driver, localization, watchdog, counter evidence;
 //! * [`rendezvous`]: bind, hello, join, cancellation (the rank's side of the control plane);
 //! * [`gate`]: the coordinator's door (accept, hello deadlines, flood eviction);
+//! * [`control`]: the coordinator's control connections on one event loop (bounded per-rank queues);
 //! * [`coordinator`]: rank 0's serve loop; reaches diagnosis only through [`coordinator::Judge`]
 //!   and [`coordinator::ScanDriver`];
 //! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
 //!   the per-rank scan step;
 //! * [`run`] and [`report`]: one rank's whole run, and the job's report.
 pub mod collective;
-// setsockopt/getrusage until the ring branch replaces them; then drop this allow.
-#[allow(unsafe_code)]
+pub mod control;
 pub mod coordinator;
 pub mod diagnosis;
-// poll(2) until the ring branch replaces it; then drop this allow.
-#[allow(unsafe_code)]
 pub mod gate;
 pub mod launcher;
 pub mod model;
 pub mod options;
+pub mod orders;
 pub mod rendezvous;
 pub mod report;
 pub mod run;
+// TCP_INFO: no well-kept crate exposes it (one getsockopt, with its SAFETY note).
+#[allow(unsafe_code)]
+pub mod tcpinfo;
 #[cfg(test)]
 mod verdict_tests;
 pub mod wire;

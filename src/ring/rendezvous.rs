@@ -87,14 +87,32 @@ pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
         .parse::<u16>()
         .map_err(|_| err(io::Error::new(io::ErrorKind::InvalidInput, "no port")))?;
     // `[::]` also takes IPv4 unless the host has IPv6 off.
-    TcpListener::bind(("::", port))
-        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+    listen((std::net::Ipv6Addr::UNSPECIFIED, port).into())
+        .or_else(|_| listen((std::net::Ipv4Addr::UNSPECIFIED, port).into()))
         .map_err(err)
+}
+
+/// Connections the kernel queues before the coordinator accepts them (capped by
+/// `net.core.somaxconn`): thousands of ranks connect within the same second, and a full
+/// queue drops their handshakes into a one-second retransmit.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listener like `TcpListener::bind` (address reuse) with [`LISTEN_BACKLOG`].
+pub fn listen(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(LISTEN_BACKLOG)?;
+    Ok(s.into())
 }
 
 /// A rank's open control connection after the table arrived.
 pub struct Session {
+    /// This rank's part of the table: itself and its peers in the sweep's rings, in rank
+    /// order (scan orders bring their own peers).
     pub table: Vec<RankInfo>,
+    /// The transport every rank of the world offers, when they all offer the same one.
+    pub shared_transport: Option<String>,
     pub coordinator: String,
     writer: Mutex<TcpStream>,
     inbox: Mutex<Receiver<Msg>>,
@@ -164,7 +182,8 @@ fn join_once(
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(timeout))
         .map_err(|e| wire_err(e.into()))?;
-    let (my_rank, my_info) = (hello.rank, hello.info.clone());
+    let (my_rank, my_info, world) = (hello.rank, hello.info.clone(), hello.world);
+    let mut table: Vec<RankInfo> = Vec::new();
     let mut w = &s;
     wire::write_msg(&mut w, &Msg::Hello(hello)).map_err(wire_err)?;
     loop {
@@ -178,7 +197,20 @@ fn join_once(
         s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
         let mut r = &s;
         match wire::read_msg(&mut r) {
-            Ok(Msg::Table { ranks }) => {
+            Ok(Msg::Table {
+                ranks: part,
+                more,
+                shared_transport,
+            }) => {
+                add_table_part(&mut table, part, world).map_err(|e| {
+                    wire_err(WireError::Malformed(format!(
+                        "the rank table from the coordinator: {e}"
+                    )))
+                })?;
+                if more {
+                    continue;
+                }
+                let ranks = table;
                 let abort = Arc::new(AbortFlag::default());
                 let (tx, rx) = mpsc::channel();
                 let reader = s.try_clone().map_err(|e| wire_err(e.into()))?;
@@ -190,6 +222,7 @@ fn join_once(
                 spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
                 return Ok(Session {
                     table: ranks,
+                    shared_transport,
                     coordinator: coordinator.to_string(),
                     writer: Mutex::new(s),
                     inbox: Mutex::new(rx),
@@ -214,6 +247,22 @@ fn join_once(
             Err(e) => return Err(wire_err(e)),
         }
     }
+}
+
+/// Add one frame of this rank's table to what arrived: at most `world` entries in all, each
+/// a rank of the world and none twice (the coordinator's words are bounded too). Pure.
+pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32) -> Result<(), String> {
+    if table.len() + part.len() > world as usize {
+        return Err(format!("more than {world} entries for a world of {world}"));
+    }
+    for i in part {
+        // In rank order: each entry after the last one, so none is listed twice.
+        if i.rank >= world || table.last().is_some_and(|t| t.rank >= i.rank) {
+            return Err(format!("rank {} is out of range or out of order", i.rank));
+        }
+        table.push(i);
+    }
+    Ok(())
 }
 
 /// Reads what the coordinator sends during the run; raises the abort flag when it says so,
@@ -390,5 +439,36 @@ impl Session {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(rank: Rank) -> RankInfo {
+        RankInfo {
+            rank,
+            host: format!("h{rank}"),
+            address: "127.0.0.1:1".into(),
+            device: None,
+            transport: "tcp".into(),
+            pid: None,
+            capabilities: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn table_parts_are_bounded_and_in_rank_order() {
+        let mut t = Vec::new();
+        add_table_part(&mut t, vec![info(0), info(1)], 4).unwrap();
+        add_table_part(&mut t, vec![info(3)], 4).unwrap();
+        assert_eq!(t.iter().map(|i| i.rank).collect::<Vec<_>>(), vec![0, 1, 3]);
+        let e = add_table_part(&mut t, vec![info(2)], 4).unwrap_err();
+        assert_eq!(e, "rank 2 is out of range or out of order");
+        let e = add_table_part(&mut t, vec![info(9)], 4).unwrap_err();
+        assert!(e.contains("rank 9"), "{e}");
+        let e = add_table_part(&mut Vec::new(), (0..5).map(info).collect(), 4).unwrap_err();
+        assert_eq!(e, "more than 4 entries for a world of 4");
     }
 }

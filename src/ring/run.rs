@@ -123,6 +123,8 @@ pub fn run_rank(
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
             judge: Some(watchdog_judge(timeout)),
+            // The natural ring (the sweep's `Ring`); rails plug their rings in here.
+            rings: None,
             scan: opts.scan.clone().map(|o| {
                 let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                     Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -297,7 +299,7 @@ fn rank_body(
     log(
         1,
         &format!(
-            "rank {}: table of {} ranks after {} ms",
+            "rank {}: its part of the rank table ({} entries) after {} ms",
             id.rank,
             session.table.len(),
             t0.elapsed().as_millis()
@@ -488,6 +490,7 @@ fn connected_run(
             me: id.rank,
             token: &id.token,
             table: &session.table,
+            shared_transport: session.shared_transport.as_deref(),
             sends: &sends,
             recvs: &recvs,
             slots: opts.slots,
@@ -582,15 +585,8 @@ fn scan_loop(
     opts: &Options,
 ) -> Result<(), RingError> {
     let timeout = opts.timeout();
-    let ctx = RankCtx {
-        me: id.rank,
-        world: id.world,
-        token: &id.token,
-        table: &session.table,
-        slots: opts.slots,
-        slot_bytes: opts.slot_bytes,
-        timeout,
-    };
+    // This rank's part of the table, and the peers each scan order brings.
+    let mut table = session.table.clone();
     let on_stuck = |w: &WaitReport| {
         reported.store(true, Ordering::Relaxed);
         let _ = session.send(&Msg::Stuck {
@@ -625,7 +621,19 @@ fn scan_loop(
                 shift,
                 bytes,
                 reps,
+                peers,
             } => {
+                merge_peers(&mut table, peers, id.world);
+                let ctx = RankCtx {
+                    me: id.rank,
+                    world: id.world,
+                    token: &id.token,
+                    table: &table,
+                    shared_transport: session.shared_transport.as_deref(),
+                    slots: opts.slots,
+                    slot_bytes: opts.slot_bytes,
+                    timeout,
+                };
                 beat.live.scan_order.store(index, Ordering::Relaxed);
                 let samples = scanstep::run_order(
                     &ctx,
@@ -654,6 +662,17 @@ fn scan_loop(
             _ => {}
         }
     }
+}
+
+/// Add a scan order's peers to this rank's table (ranks of the world it does not hold yet;
+/// at most the world in all), kept in rank order.
+fn merge_peers(table: &mut Vec<RankInfo>, peers: Vec<RankInfo>, world: u32) {
+    for p in peers {
+        if p.rank < world && table.len() < world as usize && !table.iter().any(|t| t.rank == p.rank) {
+            table.push(p);
+        }
+    }
+    table.sort_by_key(|i| i.rank);
 }
 
 /// The watchdog as the coordinator's judge: live during the run, and once at the end (the
@@ -739,7 +758,8 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         silence_ms,
         // An inconclusive hang may be a frozen sender: wait until its silence would show.
         grace_ms: WATCH_GRACE_MS.max((silence_ms + 500).saturating_sub(timeout_ms)),
-        since_ms: 0,
+        // A rank never heard from is silent since its table went out, not before.
+        since_ms: rep.tables_out_ms,
     }
 }
 

@@ -94,6 +94,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         me: rank,
         token: "t",
         table: &session.table,
+        shared_transport: session.shared_transport.as_deref(),
         sends: &[(succ, 0)],
         recvs: &[(pred, 0)],
         slots: o.slots,
@@ -494,7 +495,15 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
             panic!("no hello")
         };
         let mut w = &s;
-        wire::write_msg(&mut w, &Msg::Table { ranks: vec![h.info] }).unwrap();
+        wire::write_msg(
+            &mut w,
+            &Msg::Table {
+                ranks: vec![h.info],
+                more: false,
+                shared_transport: None,
+            },
+        )
+        .unwrap();
         thread::sleep(Duration::from_millis(300));
         drop(s);
     });

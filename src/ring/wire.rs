@@ -10,11 +10,11 @@ use thiserror::Error;
 use crate::ring::model::{CounterMove, LinkFault, LinkSample, RankInfo, Verdict, WaitReport};
 
 pub const MAGIC: &[u8; 4] = b"FPR1";
-/// Largest control frame accepted: a 32-rank table or a results message is a few KiB; a
-/// 4096-rank table stays well below this.
+/// Largest control frame accepted: a rank's part of the table or a results message is a few
+/// KiB; larger tables go in several frames.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -107,9 +107,16 @@ pub struct RankResults {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Msg {
     Hello(Hello),
-    /// Every rank arrived: the table, in rank order.
+    /// Every rank arrived: this rank's part of the table (its own entry and its peers' in
+    /// each ring, in rank order), in frames of bounded size; `more`: another part follows.
     Table {
         ranks: Vec<RankInfo>,
+        #[serde(default)]
+        more: bool,
+        /// The transport every rank of the world offers, when they all offer the same one
+        /// (`--transport auto` uses rdma only then).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shared_transport: Option<String>,
     },
     /// The coordinator refuses this connection (wrong token, duplicate rank...).
     Reject {
@@ -173,6 +180,10 @@ pub enum Msg {
         shift: u32,
         bytes: u64,
         reps: u32,
+        /// The table entries of this rank's two peers in the order (to, from), which its
+        /// part of the table may not hold.
+        #[serde(default)]
+        peers: Vec<RankInfo>,
     },
     /// One rank's samples of one scan order (the links into it, measured here), and the
     /// port rate of its data interface where known.

@@ -493,6 +493,7 @@ mod tests {
             me,
             token: "t",
             table: &table,
+            shared_transport: None,
             sends,
             recvs,
             slots: 2,

@@ -19,8 +19,6 @@ pub mod inproc;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 pub mod rdma;
-// poll(2)/setsockopt until the ring branch replaces them; then drop this allow.
-#[allow(unsafe_code)]
 pub mod tcp;
 
 use std::time::{Duration, Instant};
@@ -129,8 +127,11 @@ pub type LinkKey = (Rank, u32);
 pub struct LinkRequest<'a> {
     pub me: Rank,
     pub token: &'a str,
-    /// The bootstrap table: where every peer listens.
+    /// The bootstrap table: where this rank's peers listen (its part of the table).
     pub table: &'a [RankInfo],
+    /// The transport every rank of the world offers, when they all offer the same one
+    /// (from the coordinator: this rank's part of the table cannot tell).
+    pub shared_transport: Option<&'a str>,
     /// Links this rank writes into (peer = receiver).
     pub sends: &'a [LinkKey],
     /// Links this rank receives on (peer = sender), with `slots` slots of `slot_bytes`.

@@ -1317,8 +1317,8 @@ impl Fabric for RdmaFabric {
 }
 
 /// `--transport auto`: one listening address for both transports; the rank offers rdma (its
-/// table entry says `rdma`) and the links are RDMA when every rank in the table offers it,
-/// else TCP for everyone (every rank sees the same table, so all decide the same). The
+/// table entry says `rdma`) and the links are RDMA when every rank of the world offers it
+/// (the coordinator's `shared_transport`), else TCP for everyone (all decide the same). The
 /// report's rank rows show what each rank offered: the reason when TCP was chosen.
 pub struct AutoFabric {
     rdma: RdmaFabric,
@@ -1337,9 +1337,10 @@ impl AutoFabric {
     }
 }
 
-/// Whether every rank of the table offers rdma.
-pub fn all_offer_rdma(table: &[crate::ring::model::RankInfo]) -> bool {
-    !table.is_empty() && table.iter().all(|i| i.transport == "rdma")
+/// Whether every rank of the world offers rdma, as the coordinator says: every rank decides
+/// alike, whatever part of the table it holds.
+pub fn all_offer_rdma(shared_transport: Option<&str>) -> bool {
+    shared_transport == Some("rdma")
 }
 
 impl Fabric for AutoFabric {
@@ -1351,7 +1352,7 @@ impl Fabric for AutoFabric {
         self.rdma.address()
     }
     fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
-        let use_rdma = all_offer_rdma(req.table);
+        let use_rdma = all_offer_rdma(req.shared_transport);
         let _ = self.chosen.set(if use_rdma { "rdma" } else { "tcp" });
         if use_rdma {
             self.rdma.open(req)

@@ -928,6 +928,7 @@ mod tests {
             me,
             token: "t",
             table: &table,
+            shared_transport: None,
             sends,
             recvs,
             slots: 2,
@@ -1213,21 +1214,10 @@ mod tests {
         }
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        let open_now = std::fs::read_dir("/proc/self/fd").unwrap().count() as libc::rlim_t;
-        let lim = libc::rlimit {
-            rlim_cur: open_now + 8,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        let mut cur = lim;
-        // SAFETY: valid rlimit structs.
-        unsafe {
-            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur), 0);
-            let lim = libc::rlimit {
-                rlim_max: cur.rlim_max,
-                ..lim
-            };
-            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-        }
+        use nix::sys::resource::{Resource, UsageWho, getrlimit, getrusage, setrlimit};
+        let open_now = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, open_now + 8, hard).unwrap();
         // Connect until no descriptor is left: the server ends wait in the listen queue and
         // every accept fails with EMFILE.
         let mut clients = Vec::new();
@@ -1239,11 +1229,9 @@ mod tests {
         // taken (the closed one included: accepting it needs a descriptor too).
         clients.pop();
         let cpu = || {
-            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid rusage out-parameter.
-            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
-            let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-            t(u.ru_utime) + t(u.ru_stime)
+            let u = getrusage(UsageWho::RUSAGE_THREAD).unwrap();
+            let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
         };
         let c0 = cpu();
         let t0 = Instant::now();

@@ -1,0 +1,491 @@
+//! The coordinator's control connections on one event loop (`mio`, no thread per rank): each
+//! rank's socket is read as frames arrive and written as it drains, from a bounded queue of
+//! its own, so a rank that stops reading delays nobody else and is named when its queue
+//! stays stuck past the deadline (see [`Plane::stuck`]).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::ring::model::Rank;
+use crate::ring::wire::{self, MAGIC, MAX_FRAME, Msg, WireError};
+
+/// One encoded frame; a broadcast shares one copy among every rank's queue.
+pub type Frame = Arc<[u8]>;
+
+/// Bytes one rank's queue may hold: far above what a rank is ever sent at once (its part
+/// of the table, a scan order, the end), so reaching it means the rank does not read.
+pub const MAX_QUEUE_BYTES: usize = 8 << 20;
+/// Bytes read from one connection per wake-up before the others get their turn.
+const READ_BUDGET: usize = 1 << 20;
+/// The token of the door's wake-ups (a connection finished its hello).
+pub const WAKER: Token = Token(usize::MAX - 1);
+
+/// Encode a message once as a shareable frame; a message over the frame limit is an error
+/// naming the limit (never dropped in silence).
+pub fn frame(msg: &Msg) -> Result<Frame, String> {
+    let mut b = Vec::new();
+    wire::write_msg(&mut b, msg).map_err(|e| match e {
+        WireError::TooLarge(n) => format!(
+            "its {} message is {n} bytes, over the control frame limit of {MAX_FRAME} bytes",
+            msg.kind()
+        ),
+        e => format!("its {} message cannot be encoded: {e}", msg.kind()),
+    })?;
+    Ok(b.into())
+}
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueError {
+    /// The rank's queue would pass [`MAX_QUEUE_BYTES`]: it has stopped reading.
+    Full { queued: usize, limit: usize },
+    /// Its connection is gone (closed, or the rank was named and dropped).
+    Gone,
+}
+
+/// One rank's control connection: partial input, and the frames not yet written.
+pub struct Conn {
+    s: TcpStream,
+    rbuf: Vec<u8>,
+    out: VecDeque<Frame>,
+    /// Bytes of the head frame already written.
+    head_off: usize,
+    out_bytes: usize,
+    /// Since when queued bytes have waited with no byte taken by the socket.
+    stuck_since: Option<Instant>,
+    /// Queued frames still to write before the rank has its whole table.
+    table_frames_left: usize,
+    /// When the last byte of this rank's table went to its socket.
+    pub table_done: Option<Instant>,
+    /// Input left unread when the read budget ran out: read again without waiting.
+    more_to_read: bool,
+}
+
+impl Conn {
+    fn new(s: TcpStream) -> io::Result<Conn> {
+        s.set_nonblocking(true)?;
+        Ok(Conn {
+            s,
+            rbuf: Vec::new(),
+            out: VecDeque::new(),
+            head_off: 0,
+            out_bytes: 0,
+            stuck_since: None,
+            table_frames_left: 0,
+            table_done: None,
+            more_to_read: false,
+        })
+    }
+
+    /// Read what the socket has (up to the budget); complete frames go to `msgs`. An error
+    /// ends the connection: closed, reset, garbage, or a frame over the limit.
+    fn read(&mut self, msgs: &mut Vec<Msg>) -> Result<(), WireError> {
+        let mut chunk = [0u8; 64 << 10];
+        let mut budget = READ_BUDGET;
+        self.more_to_read = false;
+        loop {
+            if budget == 0 {
+                self.more_to_read = true;
+                break;
+            }
+            match self.s.read(&mut chunk) {
+                Ok(0) => {
+                    take_frames(&mut self.rbuf, msgs)?;
+                    return Err(WireError::Closed);
+                }
+                Ok(k) => {
+                    budget = budget.saturating_sub(k);
+                    self.rbuf.extend_from_slice(&chunk[..k]);
+                    take_frames(&mut self.rbuf, msgs)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, f: Frame, now: Instant) -> Result<(), QueueError> {
+        if self.out_bytes + f.len() > MAX_QUEUE_BYTES {
+            return Err(QueueError::Full {
+                queued: self.out_bytes,
+                limit: MAX_QUEUE_BYTES,
+            });
+        }
+        if self.out.is_empty() {
+            self.stuck_since = Some(now);
+        }
+        self.out_bytes += f.len();
+        self.out.push_back(f);
+        Ok(())
+    }
+
+    /// Write what the socket takes now. An error means the connection is gone.
+    fn flush(&mut self, now: Instant) -> io::Result<()> {
+        while let Some(head) = self.out.front() {
+            match self.s.write(&head[self.head_off..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(k) => {
+                    self.head_off += k;
+                    self.out_bytes -= k;
+                    self.stuck_since = Some(now);
+                    if self.head_off == head.len() {
+                        self.out.pop_front();
+                        self.head_off = 0;
+                        if self.table_frames_left > 0 {
+                            self.table_frames_left -= 1;
+                            if self.table_frames_left == 0 {
+                                self.table_done = Some(now);
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.out.is_empty() {
+            self.stuck_since = None;
+        }
+        Ok(())
+    }
+}
+
+/// Cut complete frames off the front of `buf`. Pure.
+pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireError> {
+    let mut at = 0;
+    loop {
+        let rest = &buf[at..];
+        let n = rest.len().min(4);
+        if rest[..n] != MAGIC[..n] {
+            let mut m = [0u8; 4];
+            m[..n].copy_from_slice(&rest[..n]);
+            return Err(WireError::BadMagic(m));
+        }
+        if rest.len() < 8 {
+            break;
+        }
+        let len = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+        if len > MAX_FRAME {
+            return Err(WireError::TooLarge(len));
+        }
+        if rest.len() < 8 + len {
+            break;
+        }
+        msgs.push(wire::decode(&rest[8..8 + len])?);
+        at += 8 + len;
+    }
+    buf.drain(..at);
+    Ok(())
+}
+
+/// What the event loop saw.
+pub enum Happening {
+    Msg(Rank, Msg),
+    /// The connection ended (closed, reset, garbage, a frame over the limit).
+    Closed(Rank, WireError),
+}
+
+/// Every rank's control connection on one `mio` poll; the token is the rank.
+pub struct Plane {
+    poll: Poll,
+    events: Events,
+    conns: Vec<Option<Conn>>,
+    waker: Arc<Waker>,
+    woken: bool,
+    /// Connections whose read budget ran out: read again without waiting.
+    again: Vec<usize>,
+}
+
+impl Plane {
+    pub fn new(world: u32) -> io::Result<Plane> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok(Plane {
+            poll,
+            // Enough for every rank's heartbeat of one period in a few waits.
+            events: Events::with_capacity((world as usize).clamp(1024, 8192)),
+            conns: (0..world).map(|_| None).collect(),
+            waker,
+            woken: false,
+            again: Vec::new(),
+        })
+    }
+
+    /// For the door: wakes [`Plane::wait`] when a connection finished its hello.
+    pub fn waker(&self) -> Arc<Waker> {
+        self.waker.clone()
+    }
+
+    /// Whether the door woke the loop since the last call.
+    pub fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
+    }
+
+    /// Hold `s` as rank `r`'s connection (replacing, and closing, an earlier one).
+    pub fn add(&mut self, r: Rank, s: TcpStream) -> io::Result<()> {
+        self.remove(r);
+        let c = Conn::new(s)?;
+        self.poll.registry().register(
+            &mut SourceFd(&c.s.as_raw_fd()),
+            Token(r as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        if let Some(slot) = self.conns.get_mut(r as usize) {
+            *slot = Some(c);
+        }
+        Ok(())
+    }
+
+    /// Drop rank `r`'s connection (closes it).
+    pub fn remove(&mut self, r: Rank) {
+        if let Some(c) = self.conns.get_mut(r as usize).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut SourceFd(&c.s.as_raw_fd()));
+        }
+    }
+
+    pub fn has(&self, r: Rank) -> bool {
+        self.conn(r).is_some()
+    }
+
+    fn conn(&self, r: Rank) -> Option<&Conn> {
+        self.conns.get(r as usize).and_then(Option::as_ref)
+    }
+
+    /// The socket of rank `r` (TCP_INFO, peek).
+    pub fn socket(&self, r: Rank) -> Option<&TcpStream> {
+        self.conn(r).map(|c| &c.s)
+    }
+
+    /// Has rank `r`'s connection closed or failed (EOF or an error)? Never blocks.
+    pub fn is_dead(&self, r: Rank) -> bool {
+        let Some(c) = self.conn(r) else { return true };
+        let mut b = [0u8; 1];
+        match c.s.peek(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
+        }
+    }
+
+    /// Queue `f` for rank `r` and write what its socket takes now.
+    pub fn send(&mut self, r: Rank, f: Frame, now: Instant) -> Result<(), QueueError> {
+        let Some(c) = self.conns.get_mut(r as usize).and_then(Option::as_mut) else {
+            return Err(QueueError::Gone);
+        };
+        c.push(f, now)?;
+        // A write error shows up as the connection's end on the next read.
+        let _ = c.flush(now);
+        Ok(())
+    }
+
+    /// Queue rank `r`'s table (one or more frames); its silence clock starts once the last
+    /// byte went out ([`Plane::table_done`]).
+    pub fn send_table(&mut self, r: Rank, frames: Vec<Frame>, now: Instant) -> Result<(), QueueError> {
+        let Some(c) = self.conns.get_mut(r as usize).and_then(Option::as_mut) else {
+            return Err(QueueError::Gone);
+        };
+        let total: usize = frames.iter().map(|f| f.len()).sum();
+        if c.out_bytes + total > MAX_QUEUE_BYTES {
+            return Err(QueueError::Full {
+                queued: c.out_bytes,
+                limit: MAX_QUEUE_BYTES,
+            });
+        }
+        // Frames already queued count too: the table is whole once they and it are out.
+        c.table_frames_left = c.out.len() + frames.len();
+        for f in frames {
+            c.push(f, now)?;
+        }
+        let _ = c.flush(now);
+        Ok(())
+    }
+
+    /// A small message (a ping) for every rank whose queue is empty: a ping behind queued
+    /// data would tell nothing more, and must not grow the queue of a rank that stopped reading.
+    pub fn ping_idle(&mut self, f: &Frame, now: Instant) {
+        for c in self.conns.iter_mut().flatten() {
+            if c.out.is_empty() && c.push(f.clone(), now).is_ok() {
+                let _ = c.flush(now);
+            }
+        }
+    }
+
+    /// Bytes queued on every connection together.
+    pub fn queued(&self) -> usize {
+        self.conns.iter().flatten().map(|c| c.out_bytes).sum()
+    }
+
+    /// When rank `r`'s whole table was handed to its socket.
+    pub fn table_done(&self, r: Rank) -> Option<Instant> {
+        self.conn(r).and_then(|c| c.table_done)
+    }
+
+    /// Ranks whose queued bytes have waited at least `deadline` with no byte taken: with the
+    /// bytes still queued and how long.
+    pub fn stuck(&self, now: Instant, deadline: Duration) -> Vec<(Rank, usize, Duration)> {
+        self.conns
+            .iter()
+            .enumerate()
+            .filter_map(|(r, c)| {
+                let c = c.as_ref()?;
+                let since = c.stuck_since?;
+                let d = now.saturating_duration_since(since);
+                (d >= deadline && c.out_bytes > 0).then_some((r as Rank, c.out_bytes, d))
+            })
+            .collect()
+    }
+
+    /// Wait up to `timeout` for input and room to write; returns the messages read and the
+    /// connections that ended, in arrival order per connection.
+    pub fn wait(&mut self, timeout: Duration) -> Vec<Happening> {
+        let again = std::mem::take(&mut self.again);
+        let timeout = if again.is_empty() { timeout } else { Duration::ZERO };
+        if let Err(e) = self.poll.poll(&mut self.events, Some(timeout))
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            // Never spin on a failing poll.
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+        }
+        let mut readable: Vec<usize> = again;
+        let mut writable: Vec<usize> = Vec::new();
+        for ev in self.events.iter() {
+            if ev.token() == WAKER {
+                self.woken = true;
+                continue;
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                readable.push(ev.token().0);
+            }
+            if ev.is_writable() || ev.is_error() {
+                writable.push(ev.token().0);
+            }
+        }
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for i in writable {
+            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut)
+                && let Err(e) = c.flush(now)
+            {
+                out.push(Happening::Closed(i as Rank, e.into()));
+                self.remove(i as Rank);
+            }
+        }
+        readable.sort_unstable();
+        readable.dedup();
+        for i in readable {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            let mut msgs = Vec::new();
+            let res = c.read(&mut msgs);
+            if c.more_to_read {
+                self.again.push(i);
+            }
+            out.extend(msgs.into_iter().map(|m| Happening::Msg(i as Rank, m)));
+            if let Err(e) = res {
+                out.push(Happening::Closed(i as Rank, e));
+                self.remove(i as Rank);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (s, c)
+    }
+
+    #[test]
+    fn take_frames_table() {
+        let f = frame(&Msg::Ping).unwrap();
+        let mut two = [&f[..], &f[..], &f[..3]].concat();
+        let mut msgs = Vec::new();
+        take_frames(&mut two, &mut msgs).unwrap();
+        assert_eq!((msgs.len(), two.len()), (2, 3));
+        let mut bad = b"GET /".to_vec();
+        assert!(matches!(
+            take_frames(&mut bad, &mut msgs),
+            Err(WireError::BadMagic(_))
+        ));
+        let mut big = [MAGIC.as_slice(), &u32::MAX.to_be_bytes()].concat();
+        assert!(matches!(
+            take_frames(&mut big, &mut msgs),
+            Err(WireError::TooLarge(_))
+        ));
+    }
+
+    /// A rank that stops reading fills its own queue only: the others get every frame at
+    /// once, and only the silent reader's queue is reported stuck past the deadline.
+    #[test]
+    fn a_rank_that_stops_reading_is_stuck_alone() {
+        let mut plane = Plane::new(3).unwrap();
+        let mut clients = Vec::new();
+        for r in 0..3 {
+            let (s, c) = pair();
+            plane.add(r, s).unwrap();
+            clients.push(c);
+        }
+        let big: Frame = vec![0u8; 256 << 10].into();
+        let t0 = Instant::now();
+        let mut refused = None;
+        // Rank 1 never reads; 0 and 2 read everything as it comes.
+        for _ in 0..64 {
+            for r in [0, 2, 1] {
+                match plane.send(r, big.clone(), Instant::now()) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        assert_eq!(r, 1);
+                        refused.get_or_insert(e);
+                    }
+                }
+            }
+            for r in [0usize, 2] {
+                clients[r].set_nonblocking(true).unwrap();
+                let mut b = vec![0u8; 1 << 20];
+                while clients[r].read(&mut b).is_ok_and(|k| k > 0) {}
+            }
+            plane.wait(Duration::from_millis(1));
+        }
+        // The readers take what is left; the silent one's queue stays.
+        for _ in 0..20 {
+            for r in [0usize, 2] {
+                let mut b = vec![0u8; 1 << 20];
+                while clients[r].read(&mut b).is_ok_and(|k| k > 0) {}
+            }
+            plane.wait(Duration::from_millis(5));
+        }
+        assert!(
+            matches!(
+                refused,
+                Some(QueueError::Full {
+                    limit: MAX_QUEUE_BYTES,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+        let stuck = plane.stuck(Instant::now(), Duration::from_millis(200));
+        assert_eq!(stuck.iter().map(|s| s.0).collect::<Vec<_>>(), vec![1]);
+        assert!(stuck[0].1 > 0);
+    }
+}
