@@ -131,6 +131,7 @@ fn main() {
                         world: n,
                         token: "bench".into(),
                         info: RankInfo {
+                            rails: Vec::new(),
                             rank: r,
                             host: format!("sim-{r}"),
                             address: format!("127.0.0.1:{}", 10000 + r),

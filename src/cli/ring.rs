@@ -17,7 +17,8 @@ use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::model::RankInfo;
+use crate::ring::model::{RailPort, RankInfo};
+use crate::ring::rails::{self, RailRun, RailSel};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
@@ -110,6 +111,13 @@ pub struct RingArgs {
     #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
           value_parser = clap::value_parser!(u32).range(2..=256))]
     pub local: Option<u32>,
+    /// Rails per node, one ring per rail (rail k of every node to rail k of the next, all
+    /// at once): `all` (every RDMA port NCCL would use: --device lists them, e.g.
+    /// `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface
+    /// --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`).
+    /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
+    #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
+    pub rails: Option<RailSel>,
 }
 
 const RING_HELP: &str = "\
@@ -280,13 +288,18 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The host's addresses a data plane can use (link-local IPv6 needs a scope id the peers
+/// cannot know).
+fn usable_interfaces() -> anyhow::Result<Vec<ifname::IfAddr>> {
+    Ok(ifname::list_interfaces()?
+        .into_iter()
+        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
+        .collect())
+}
+
 /// The data interface and address, by NCCL_SOCKET_IFNAME rules.
 fn data_interface(spec: Option<&str>, log: &dyn Fn(&str)) -> anyhow::Result<(IpAddr, String)> {
-    let ifs: Vec<ifname::IfAddr> = ifname::list_interfaces()?
-        .into_iter()
-        // Link-local IPv6 needs a scope id the peers cannot know.
-        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
-        .collect();
+    let ifs = usable_interfaces()?;
     let comm_id = std::env::var("NCCL_COMM_ID")
         .ok()
         .and_then(|v| launcher::host_port(&v, 0).ok())
@@ -321,7 +334,7 @@ fn data_fabric(
     if a.transport == TransportArg::Tcp {
         return Ok((None, netdev.to_string(), None));
     }
-    match rdma_fabric(g, a, ip, netdev) {
+    match rdma_fabric(g, a, ip, netdev, a.device.as_deref()) {
         Ok((f, label, why)) => {
             g.log(
                 1,
@@ -349,17 +362,11 @@ impl TransportArg {
     }
 }
 
+/// The RDMA ports as the port choice sees them, and `NCCL_IB_HCA` from the job's settings.
 #[cfg(feature = "rdma")]
-#[allow(clippy::type_complexity)]
-fn rdma_fabric(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    ip: IpAddr,
-    netdev: &str,
-) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
-    use crate::nccl::hca::{self, PortCandidate};
+fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
+    use crate::nccl::hca::PortCandidate;
     use crate::probe::gids;
-    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
     // libibverbs first: ENOSYS (no RDMA in this kernel) and "no provider" show up here.
     let names = crate::verbs::device_names().map_err(|e| e.to_string())?;
     if names.is_empty() {
@@ -387,18 +394,37 @@ fn rdma_fabric(
             }
         })
         .collect();
-    let hca_env = nccl.value("NCCL_IB_HCA").map(str::to_string);
-    let c = hca::choose_port(
-        &cands,
-        a.device.as_deref(),
-        hca_env.as_deref(),
-        Some(netdev),
-        a.gid_index,
-    )?;
+    Ok((cands, nccl.value("NCCL_IB_HCA").map(str::to_string)))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn rdma_candidates(
+    _g: &GlobalArgs,
+) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
+    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
+}
+
+/// The RDMA fabric on the port `device` names (`--device`, or one rail's `dev:port`), else
+/// the one NCCL's rules pick for `netdev`.
+#[cfg(feature = "rdma")]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    ip: IpAddr,
+    netdev: &str,
+    device: Option<&str>,
+) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    use crate::nccl::hca;
+    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
+    let (cands, hca_env) = rdma_candidates(g)?;
+    let c = hca::choose_port(&cands, device, hca_env.as_deref(), Some(netdev), a.gid_index)?;
     let (port, gid) = (
         u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
         u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
     );
+    let host = Host::live();
+    let nccl = super::nccl_settings(g, &host);
     let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| nccl.value(k).map(str::to_string));
     let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
     let label = format!("{} ({netdev})", p.label());
@@ -418,6 +444,7 @@ fn rdma_fabric(
     _a: &RingArgs,
     _ip: IpAddr,
     _netdev: &str,
+    _device: Option<&str>,
 ) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
     Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
 }
@@ -601,7 +628,10 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
             )
             .into());
         }
-        return run_local(g, fmt, n, &opts, &a);
+        return match a.rails.clone().unwrap_or(RailSel::One) {
+            RailSel::One => run_local(g, fmt, n, &opts, &a),
+            sel => run_local_rails(g, fmt, n, &sel, &opts, &a),
+        };
     }
     let flags = Flags {
         rank: a.rank,
@@ -623,6 +653,9 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .ifname
         .clone()
         .or_else(|| std::env::var("NCCL_SOCKET_IFNAME").ok());
+    if let Some(sel) = a.rails.clone().filter(|s| *s != RailSel::One) {
+        return run_rails(g, fmt, &a, &sel, spec.as_deref(), &opts, id);
+    }
     let (ip, dev) = data_interface(spec.as_deref(), &log)?;
     let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
     let host = Host::live();
@@ -650,6 +683,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
         on_row: rows.as_ref().map(RowPrinter::sink),
+        rails: Vec::new(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -691,6 +725,261 @@ fn outcome(
             Ok(Outcome::Fault)
         }
     }
+}
+
+/// This node's rail slots and, for each selected rail it drives, its setup (over tcp: the
+/// interface's address; over rdma: that port, its netdev's address).
+#[allow(clippy::type_complexity)]
+fn rail_setups(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    sel: &RailSel,
+    spec: Option<&str>,
+) -> anyhow::Result<(
+    Vec<RailPort>,
+    Vec<(RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String)>,
+)> {
+    let ifs = usable_interfaces()?;
+    let rdma = match a.transport {
+        TransportArg::Tcp => None,
+        _ => match rdma_candidates(g)
+            .and_then(|(c, hca)| rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref()))
+        {
+            Ok(slots) if slots.iter().any(|p| p.usable) => Some(slots),
+            Ok(_) if a.transport == TransportArg::Rdma => {
+                return Err(anyhow::anyhow!(
+                    "--transport rdma --rails: no ACTIVE RDMA port here"
+                ));
+            }
+            Err(why) if a.transport == TransportArg::Rdma => {
+                return Err(anyhow::anyhow!("--transport rdma cannot run here: {why}"));
+            }
+            Ok(_) | Err(_) => {
+                g.log(1, "transport auto: tcp rails (no usable RDMA port)");
+                None
+            }
+        },
+    };
+    let (slots, addrs): (Vec<RailPort>, Vec<Option<IpAddr>>) = match &rdma {
+        Some(slots) => {
+            // The rail's handshake listens on its own netdev's address, else the data interface's.
+            let fallback = data_interface(spec, &|s| g.log(1, s)).ok().map(|x| x.0);
+            let addr = |p: &RailPort| {
+                p.netdev
+                    .as_deref()
+                    .and_then(|n| ifs.iter().find(|i| i.name == n && i.addr.is_ipv4()))
+                    .map(|i| i.addr)
+                    .or(fallback)
+            };
+            (slots.clone(), slots.iter().map(addr).collect())
+        }
+        None => rails::tcp_slots(&ifs, spec)
+            .into_iter()
+            .map(|(p, ip)| (p, Some(ip)))
+            .unzip(),
+    };
+    if slots.is_empty() {
+        return Err(UsageError(format!(
+            "--rails: no rail here ({}); hint: --ifname or --device lists them",
+            if rdma.is_some() {
+                "no RDMA port"
+            } else {
+                "no interface matches"
+            }
+        ))
+        .into());
+    }
+    let mut runs = Vec::new();
+    for p in rails::select(&slots, sel).into_iter().filter(|p| p.usable) {
+        let idx = slots.iter().position(|s| s.rail == p.rail).unwrap_or(0);
+        let Some(ip) = addrs[idx] else {
+            g.log(
+                0,
+                &format!("{}: no IPv4 address to run on; it will be missing", p.describe()),
+            );
+            continue;
+        };
+        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
+        if rdma.is_some() {
+            let dev = format!("{}:{}", p.device, p.port.unwrap_or(1));
+            let (f, label, why) = rdma_fabric(g, a, ip, &netdev, Some(&dev))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.describe()))?;
+            g.log(1, &format!("{}: rdma on {label}: {why}", p.describe()));
+            runs.push((p, ip, Some(f), label));
+        } else {
+            runs.push((p, ip, None, netdev));
+        }
+    }
+    Ok((slots, runs))
+}
+
+/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring.
+fn run_rails(
+    g: &GlobalArgs,
+    fmt: Format,
+    a: &RingArgs,
+    sel: &RailSel,
+    spec: Option<&str>,
+    opts: &Options,
+    id: Identity,
+) -> anyhow::Result<Outcome> {
+    let (slots, runs) = rail_setups(g, a, sel, spec)?;
+    let wanted: Vec<u32> = rails::select(&slots, sel).iter().map(|p| p.rail).collect();
+    let host = Host::live();
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
+    let mut rail_runs = Vec::new();
+    for (p, ip, fabric, label) in runs {
+        let identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
+        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
+        let rate = evidence::line_rate(&host, &netdev);
+        g.log(1, &format!("{}: data {ip} device {label}", p.describe()));
+        rail_runs.push(RailRun {
+            setup: Setup {
+                identity,
+                host: hostname(),
+                data_ip: ip,
+                device: Some(label),
+                coordinator_listener: None,
+                line_rate_gbs: rate.map(|r| r.0),
+                fabric,
+                counters: Some(evidence::Sampler::live(&netdev)),
+                live: if rail_runs.is_empty() { live.clone() } else { None },
+                on_row: None,
+                rails: Vec::new(),
+            },
+            port: p,
+        });
+    }
+    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
+    let r = rails::run_node(rail_runs, &slots, &wanted, opts, &logf);
+    drop(display);
+    outcome(g, fmt, r, None)
+}
+
+/// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
+/// every rank is one ring, on its own coordinator).
+fn run_local_rails(
+    g: &GlobalArgs,
+    fmt: Format,
+    n: u32,
+    sel: &RailSel,
+    opts: &Options,
+    a: &RingArgs,
+) -> anyhow::Result<Outcome> {
+    let count = match sel {
+        RailSel::Count(r) => *r,
+        RailSel::One => 1,
+        _ => {
+            return Err(UsageError(
+                "--local runs a number of rails over loopback: --rails N (all and lists need real ports)"
+                    .into(),
+            )
+            .into());
+        }
+    };
+    let data_ip = IpAddr::from([127, 0, 0, 1]);
+    let slots: Vec<RailPort> = (0..count)
+        .map(|k| RailPort {
+            rail: k,
+            device: "lo".into(),
+            port: None,
+            netdev: Some("lo".into()),
+            state: Some("up".into()),
+            usable: true,
+            label: None,
+            address: None,
+        })
+        .collect();
+    let mut listeners: Vec<Option<TcpListener>> = Vec::new();
+    let mut coords = Vec::new();
+    for _ in 0..count {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        coords.push(l.local_addr()?.to_string());
+        listeners.push(Some(l));
+    }
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
+    let token = a
+        .token
+        .clone()
+        .unwrap_or_else(|| format!("local-{}", std::process::id()));
+    let host = hostname();
+    let wanted: Vec<u32> = (0..count).collect();
+    let mut per_rank: Vec<Vec<RailRun>> = Vec::new();
+    for rank in 0..n {
+        let runs = slots
+            .iter()
+            .map(|p| RailRun {
+                port: p.clone(),
+                setup: Setup {
+                    identity: Identity {
+                        rank,
+                        world: n,
+                        coordinator: coords[p.rail as usize].clone(),
+                        token: format!("{token}/rail{}", p.rail),
+                        source: Source::Local,
+                        coordinator_source: "--local".into(),
+                        token_source: if a.token.is_some() { "--token" } else { "--local" }.into(),
+                    },
+                    host: host.clone(),
+                    data_ip,
+                    device: Some("lo".into()),
+                    coordinator_listener: if rank == 0 {
+                        listeners[p.rail as usize].take()
+                    } else {
+                        None
+                    },
+                    line_rate_gbs: None,
+                    fabric: None,
+                    counters: None,
+                    live: if rank == 0 && p.rail == 0 {
+                        live.clone()
+                    } else {
+                        None
+                    },
+                    on_row: None,
+                    rails: Vec::new(),
+                },
+            })
+            .collect();
+        per_rank.push(runs);
+    }
+    let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = per_rank
+            .into_iter()
+            .map(|runs| {
+                let (slots, wanted) = (&slots, &wanted);
+                sc.spawn(move || {
+                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
+                    rails::run_node(runs, slots, wanted, opts, &log)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(run::RunError {
+                        kind: Failure::Fault,
+                        message: "a rank thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    drop(display);
+    let mut it = results.into_iter();
+    let first = it.next().unwrap_or_else(|| {
+        Err(run::RunError {
+            kind: Failure::CannotRun,
+            message: "no ranks".into(),
+        })
+    });
+    for (i, r) in it.enumerate() {
+        if let Err(e) = r {
+            g.log(1, format!("rank {}: {}", i + 1, e.message));
+        }
+    }
+    outcome(g, fmt, first, None)
 }
 
 /// N ranks as threads of this process over loopback.
@@ -741,6 +1030,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     } else {
                         None
                     },
+                    rails: Vec::new(),
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
