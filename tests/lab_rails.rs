@@ -139,6 +139,7 @@ fn one_nodes_slow_rail_is_named_with_its_rail() {
     assert_eq!(v["rail"]["index"], 1, "{v}");
     assert_eq!(v["rail"]["from"]["device"], "eth2", "{v}");
     let m = v["message"].as_str().unwrap();
+    eprintln!("{m}");
     assert!(m.starts_with("rail 1: SLOW EGRESS rank 2 (node-c, eth2)"), "{m}");
     // Rail 0 measured every link and found none slow.
     let scan0 = &d["rails"][0]["scan"]["links"];
@@ -181,6 +182,7 @@ fn one_nodes_rail_link_down_mid_run_is_named_on_that_rail() {
     let v = d["verdicts"].as_array().unwrap();
     assert!(!v.is_empty(), "{d}");
     for x in v {
+        eprintln!("{}", x["message"].as_str().unwrap_or_default());
         // On rail 1, and about node-b (rank 1) at one end.
         assert_eq!(x["rail"]["index"], 1, "{x}");
         assert!(x["from_rank"] == 1 || x["to_rank"] == 1, "{x}");

@@ -164,6 +164,17 @@ LINK SCAN AND VERDICTS
     HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 2 of all-gather; rank 1
     sent it and moved on to step 2 of reduce-scatter: suspect the link node-b -> node-c
 
+RAILS
+  --rails all|N|LIST drives every rail of the node in one run (one process per node, as
+  before): rail k is the k-th port in NCCL's order (--device in the order given, else the
+  ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
+  a port that is down keeps its slot. Rail k of every node is one ring, all rails at once,
+  each with --channels channels and its own coordinator on the coordinator port + k. Rows
+  sum algbw and busbw over the rails (time: the slowest rail); data.rails[] has each rail's
+  rows. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
+  verdict on every rail of a node says all rails, and a node lacking a rail the others
+  drive is rail_missing (its ring cannot run; the other rails do).
+
 OUTPUT
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
   results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
@@ -191,7 +202,7 @@ JSON DATA (fabprobe.ring)
   most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             rank_unreachable|coordinator_lost|link_error, from_rank, to_rank, from_host, to_host
+             rank_unreachable|coordinator_lost|link_error|rail_missing, from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
@@ -199,7 +210,10 @@ JSON DATA (fabprobe.ring)
              reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
-             message (the human line), next (the command to run next)}; empty on a healthy run
+             message (the human line), next (the command to run next), rail (--rails only:
+             {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
+             absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
+             empty on a healthy run
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
@@ -210,7 +224,11 @@ JSON DATA (fabprobe.ring)
              (the RDMA ports whose netdev is its data interface, where RDMA devices exist),
              sampled by that rank at its start and at its end or its stuck report; at most
              64 per rank (the biggest changes); delta is a lower bound when a counter
-             saturated or was cleared; a rank lost before reporting contributes none";
+             saturated or was cleared; a rank lost before reporting contributes none
+  With --rails only: ranks[].rails[] {rail, device, port, netdev, state, usable, label,
+             address}: every rail slot of the node (label and address: what its rail's ring
+             ran on); links[].rail; rails[] {rail, transport, results[] (that rail's own
+             rows), avg_busbw_gbs, scan, error}: each rail's ring (results[] above sum them)";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 /// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
@@ -338,12 +356,12 @@ fn data_fabric(
         Ok((f, label, why)) => {
             g.log(
                 1,
-                &format!("transport {}: rdma on {label}: {why}", a.transport.name()),
+                format!("transport {}: rdma on {label}: {why}", a.transport.name()),
             );
             Ok((Some(f), label, None))
         }
         Err(why) if a.transport == TransportArg::Auto => {
-            g.log(1, &format!("transport auto: tcp ({why})"));
+            g.log(1, format!("transport auto: tcp ({why})"));
             // The device stays the interface (verdicts name it in commands to run); rank 0's
             // header note says why, and names the other ranks that offered no rdma.
             Ok((None, netdev.to_string(), Some(why)))
@@ -795,7 +813,7 @@ fn rail_setups(
         let Some(ip) = addrs[idx] else {
             g.log(
                 0,
-                &format!("{}: no IPv4 address to run on; it will be missing", p.describe()),
+                format!("{}: no IPv4 address to run on; it will be missing", p.describe()),
             );
             continue;
         };
@@ -804,7 +822,7 @@ fn rail_setups(
             let dev = format!("{}:{}", p.device, p.port.unwrap_or(1));
             let (f, label, why) = rdma_fabric(g, a, ip, &netdev, Some(&dev))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", p.describe()))?;
-            g.log(1, &format!("{}: rdma on {label}: {why}", p.describe()));
+            g.log(1, format!("{}: rdma on {label}: {why}", p.describe()));
             runs.push((p, ip, Some(f), label));
         } else {
             runs.push((p, ip, None, netdev));
@@ -832,7 +850,7 @@ fn run_rails(
         let identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
         let rate = evidence::line_rate(&host, &netdev);
-        g.log(1, &format!("{}: data {ip} device {label}", p.describe()));
+        g.log(1, format!("{}: data {ip} device {label}", p.describe()));
         rail_runs.push(RailRun {
             setup: Setup {
                 identity,
