@@ -286,7 +286,14 @@ fn every_fabprobe_subcommand_in_the_readme_next_steps_exists() {
 /// Subcommands that do not read one host; every other one is a probe whose findings' fixes
 /// are checked on every fixture (a probe that lands later is covered without editing this).
 const NOT_PROBES: [&str; 8] = [
-    "ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "completions", "help",
+    "ring",
+    "snapshot",
+    "sweep",
+    "nccl-log",
+    "check",
+    "gen-docs",
+    "completions",
+    "help",
 ];
 
 fn probes() -> Vec<String> {
@@ -431,5 +438,111 @@ fn retransmission_fix_is_a_command_that_answers() {
     assert!(
         ib.iter().all(|f| !f.contains("PFC") && !f.contains("qos")),
         "{ib:?}"
+    );
+}
+
+/// Every backticked command in every fix the probes and `check` give on the fixtures (and on
+/// the before/after pairs) is shell that parses (`bash -n`), starts with a real tool, and
+/// carries no placeholder where the finding knows the value (`PID`, `<priority>`, `BDF`).
+#[test]
+fn every_command_in_a_fix_parses_and_has_no_placeholder() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut fixtures: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.display().to_string())
+        .collect();
+    fixtures.sort();
+    let mut fixes = Vec::new();
+    for f in &fixtures {
+        for cmd in probes().iter().map(String::as_str).chain(["check"]) {
+            fixes.extend(findings_fixes(&["--root", f, "--format", "json", cmd]));
+        }
+    }
+    for (later, before) in [
+        ("ib-degraded-later", "ib-degraded"),
+        ("roce-pause-storm-later", "roce-pause-storm"),
+    ] {
+        for cmd in ["links", "qos"] {
+            fixes.extend(findings_fixes(&[
+                "--root",
+                root.join(later).to_str().unwrap(),
+                "--format",
+                "json",
+                cmd,
+                "--baseline",
+                root.join(before).to_str().unwrap(),
+            ]));
+        }
+    }
+    fixes.sort();
+    fixes.dedup();
+    let commands: Vec<(String, String)> = fixes
+        .iter()
+        .flat_map(|fix| {
+            fix.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(move |c| (c.to_string(), fix.clone()))
+        })
+        .collect();
+    assert!(commands.len() >= 15, "{commands:#?}");
+    const TOOLS: &[&str] = &[
+        "fabprobe",
+        "sudo",
+        "ethtool",
+        "lspci",
+        "mlnx_qos",
+        "dcb",
+        "mlxlink",
+        "ibstat",
+        "sminfo",
+        "perfquery",
+        "ibportstate",
+        "modprobe",
+        "update-grub",
+        "kill",
+        "fuser",
+        "for",
+        "echo",
+        "cat",
+        "ip",
+        "tc",
+        "rdma",
+    ];
+    for (cmd, fix) in &commands {
+        let first = cmd.split_whitespace().next().unwrap_or("");
+        // A file or setting name in backticks (`* - memlock unlimited`, `iommu=pt`) is not a
+        // command; anything that starts with a tool is one.
+        if !TOOLS.contains(&first) {
+            continue;
+        }
+        let o = Command::new("bash").args(["-n", "-c", cmd]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "`{cmd}` does not parse: {}\nin: {fix}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        for w in cmd.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '<' || c == '>')) {
+            let placeholder = ["PID", "DEV", "BDF", "N", "IFNAME", "PORT"].contains(&w)
+                || (w.len() > 2 && w.starts_with('<') && w.ends_with('>'));
+            assert!(!placeholder, "`{cmd}` has the placeholder {w}\nin: {fix}");
+        }
+    }
+    // The fixes that name processes and devices name them.
+    assert!(
+        commands
+            .iter()
+            .any(|(c, _)| c.starts_with("kill ") && c[5..].trim().parse::<u32>().is_ok()),
+        "{commands:#?}"
+    );
+    assert!(
+        commands.iter().any(|(c, _)| c.starts_with("lspci -vv -s 0000:")),
+        "{commands:#?}"
+    );
+    assert!(
+        commands.iter().any(|(c, _)| c.starts_with("mlxlink -d mlx5_")),
+        "{commands:#?}"
     );
 }

@@ -301,8 +301,6 @@ fn verdicts(v: &serde_json::Value) -> Vec<(String, Option<u64>, Option<u64>)> {
 ///   the QP is still retrying when the data wait passes --timeout: a `hang_link` naming
 ///   0 -> 1 within --timeout and the grace, with the retry counters that moved.
 #[test]
-#[ignore = "open defect after this round's ring merges: the hang_link verdict is right, but the \
-            moved rxe retry counters no longer reach its evidence (run with --ignored)"]
 fn rdma_link_faults_name_the_link() {
     let Some(lab) = VmLab::new("rdma_link_faults_name_the_link", VmOpts::new(3)) else {
         return;
@@ -367,14 +365,16 @@ fn rdma_link_faults_name_the_link() {
             .any(|k| k.starts_with("rank 0 rxe0 port 1 retry_exceeded_err"))),
         "{verdict}"
     );
-    // The completion, not the 30 s data deadline, ended the run.
-    assert!(took < Duration::from_secs(25), "{took:?}: {v}");
+    // The completion, not the 30 s data deadline, ended the run: a deadline gives a
+    // `hang_link` without a status (asserted above). No wall-clock bound here: on a busy
+    // 2-core host, three TCG guests take anywhere from 10 to 30 s to set up the links.
     eprintln!("link_error run: {took:?}");
 
     // 2. NCCL's QP timeout (minutes of retries); the drop mid-run; the data deadline rules.
     lab.undrop(1);
-    // Over rxe's first retry (4.3 s after the last unacknowledged packet, NCCL's 20).
-    let timeout = 6;
+    // Over rxe's first retry (4.3 s after the last unacknowledged packet, NCCL's 20), and
+    // room for three TCG guests on a busy host to join within it.
+    let timeout = 10;
     let jobs = spawn_ring(
         &lab,
         &[],
@@ -412,11 +412,13 @@ fn rdma_link_faults_name_the_link() {
             t_wait.elapsed() < Duration::from_secs(90),
             "the ring never moved data"
         );
-        assert!(
-            !lab.done(&jobs[0]),
-            "the run ended before the drop: {:?}",
-            lab.wait(&jobs[0], Duration::from_secs(5))
-        );
+        if lab.done(&jobs[0]) {
+            let outs: Vec<_> = jobs
+                .iter()
+                .map(|j| lab.wait(j, Duration::from_secs(30)))
+                .collect();
+            panic!("the run ended before the drop: {outs:#?}");
+        }
         std::thread::sleep(Duration::from_millis(300));
     }
     lab.drop_roce(0, 1);
@@ -454,14 +456,29 @@ fn rdma_link_faults_name_the_link() {
         "hang_link after the drop: {took:?}; evidence {}",
         verdict["evidence"]
     );
-    // node-a's NIC retried the writes the path swallowed (rxe counts each retry).
+    // The NICs retried what the path swallowed (rxe counts each retry): node-a its data
+    // writes, node-b its credit writes (their acknowledgements go a -> b too); which end
+    // has a write in flight when the path breaks is a matter of timing, so either counts.
     let pc = &verdict["evidence"]["port_counters"];
+    let retried = |r: u32| {
+        pc.as_object().is_some_and(|o| {
+            o.keys()
+                .any(|k| k.starts_with(&format!("rank {r} rxe0 port 1 completer_retry_err")))
+        })
+    };
+    assert!(
+        retried(0) || retried(1),
+        "{verdict}\nall counters: {}",
+        v["data"]["port_counters"]
+    );
+    // Only the link's two ends are evidence on it.
     assert!(
         pc.as_object().is_some_and(|o| o
             .keys()
-            .any(|k| k.starts_with("rank 0 rxe0 port 1 completer_retry_err"))),
+            .all(|k| k.starts_with("rank 0 ") || k.starts_with("rank 1 "))),
         "{verdict}"
     );
+    eprintln!("all moved counters: {}", v["data"]["port_counters"]);
     for vm in 0..3 {
         let c = lab.console(vm);
         assert!(!c.contains("soft lockup"), "{c}");

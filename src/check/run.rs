@@ -178,6 +178,15 @@ fn run_host(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
     f
 }
 
+/// The holders' pids, as `kill` takes them.
+fn pid_list(holders: &[crate::host::facts::DeviceHolder]) -> String {
+    holders
+        .iter()
+        .map(|h| h.pid.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn host_findings(state: &FactsState) -> Vec<Finding> {
     let mut out = Vec::new();
     let f = match state {
@@ -218,7 +227,10 @@ pub fn host_findings(state: &FactsState) -> Vec<Finding> {
                 ),
             )
             .evidence("holders", list)
-            .fix("if no job should be running, these are a crashed job's leftovers: end them (kill PID) or reboot before the next job"),
+            .fix(format!(
+                "if no job should be running, these are a crashed job's leftovers: end them (`kill {}`) or reboot before the next job",
+                pid_list(&f.device_holders)
+            )),
         );
     }
     if f.processes_unreadable > 0 {
@@ -600,7 +612,10 @@ fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                 format!("{} processes hold GPU/RDMA device files, at most {max} allowed", f.device_holders.len()),
             )
             .evidence("holders", pids)
-            .fix("end the leftover processes (kill PID) or reboot; find them again with `fuser -v /dev/nvidia* /dev/infiniband/uverbs*`"),
+            .fix(format!(
+                "end the leftover processes (`kill {}`) or reboot; find them again with `fuser -v /dev/nvidia* /dev/infiniband/uverbs*`",
+                pid_list(&f.device_holders)
+            )),
         );
     }
     if !r.kernel.is_empty() {

@@ -129,14 +129,43 @@ fn is_mlx5(name: &str, a: &DeviceAttrs) -> bool {
 
 /// One sample of every device and port.
 pub fn probe(host: &Host) -> LinksReport {
+    LinksReport {
+        verbs: if host.is_live() { verbs_view() } else { None },
+        ..probe_sysfs(host)
+    }
+}
+
+/// [`probe`] without libibverbs' view: sysfs only (opening every verbs provider costs
+/// seconds on a slow VM, and counters do not need it).
+pub fn probe_sysfs(host: &Host) -> LinksReport {
     let (rdma, names) = presence(host);
     let devices = names.iter().map(|n| probe_device(host, n)).collect();
     LinksReport {
         rdma,
         devices,
         sample: None,
-        verbs: if host.is_live() { verbs_view() } else { None },
+        verbs: None,
     }
+}
+
+/// Re-read only the counters of the ports `sample` holds (no GID table, no device
+/// attributes): what a sampler that already knows its ports reads while a run is stuck.
+pub fn reread_counters(host: &Host, sample: &LinksReport) -> LinksReport {
+    let mut after = sample.clone();
+    for d in &mut after.devices {
+        let mlx5 = is_mlx5(&d.name, &d.attrs);
+        for p in &mut d.ports {
+            p.counters = ib::read_port_counters(host, &d.name, p.port, mlx5)
+                .into_iter()
+                .map(counter)
+                .collect();
+        }
+        d.device_counters = ib::read_device_counters(host, &d.name, mlx5)
+            .into_iter()
+            .map(counter)
+            .collect();
+    }
+    after
 }
 
 fn probe_device(host: &Host, name: &str) -> LinkDevice {
@@ -266,6 +295,28 @@ fn delta_text(d: &Delta) -> String {
     }
 }
 
+/// The commands that show a port's cable, transceiver and link, by what the port is:
+/// `ibstat` for InfiniBand, `ethtool` for a RoCE netdev, `mlxlink` (MFT) on mlx5.
+fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
+    let mut cmds = Vec::new();
+    match (p.link_layer.as_deref(), &p.netdev) {
+        (Some("InfiniBand"), _) => cmds.push(format!("`ibstat {} {}`", d.name, p.port)),
+        (_, Some(n)) => cmds.push(format!("`ethtool {n}`")),
+        _ => {}
+    }
+    if is_mlx5(&d.name, &d.attrs) {
+        cmds.push(format!(
+            "`mlxlink -d {} -p {} -m -c` (MFT: module and cable errors)",
+            d.name, p.port
+        ));
+    }
+    if cmds.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", cmds.join(", "))
+    }
+}
+
 pub fn findings(r: &LinksReport) -> Vec<Finding> {
     let mut out = Vec::new();
     // Peer rates: the best ACTIVE rate per (HCA model, link layer).
@@ -318,7 +369,10 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                 .evidence("current_link_width", l.current_width)
                 .evidence("max_link_speed", sp(&l.max_speed))
                 .evidence("max_link_width", l.max_width)
-                .fix("reseat the card or check the slot/riser; a downtrained NIC caps RDMA bandwidth"),
+                .fix(format!(
+                    "reseat the card or check the slot/riser (a downtrained NIC caps RDMA bandwidth); {}",
+                    crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
+                )),
             );
         }
         for p in &d.ports {
@@ -341,10 +395,18 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                     .evidence("state", p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
                     .evidence("phys_state", p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
                     .fix(match phys {
-                        Some("Polling") => "no link partner: check the cable, the transceiver and the switch port",
-                        Some("Disabled") => "the port is administratively disabled; enable it if it should carry traffic",
-                        _ if phys == Some("LinkUp") => "link is up but the port is not ACTIVE: on InfiniBand check that a subnet manager is running",
-                        _ => "check the cable, the transceiver and the switch port",
+                        Some("Polling") => format!(
+                            "no link partner: check the cable, the transceiver and the switch port{}",
+                            cable_tools(d, p)
+                        ),
+                        Some("Disabled") => {
+                            "the port is administratively disabled; enable it if it should carry traffic".into()
+                        }
+                        _ if phys == Some("LinkUp") => format!(
+                            "link is up but the port is not ACTIVE: on InfiniBand check that a subnet manager is running (`sminfo -C {} -P {}`)",
+                            d.name, p.port
+                        ),
+                        _ => format!("check the cable, the transceiver and the switch port{}", cable_tools(d, p)),
                     }),
                 );
             } else if let Some(rate) = &p.rate {
@@ -365,9 +427,10 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                         .evidence("rate", rate.raw.clone())
                         .evidence("peer", who.clone())
                         .evidence("hca", key.0.clone())
-                        .fix(
-                            "check the cable and transceiver generation and the switch port's speed setting",
-                        ),
+                        .fix(format!(
+                            "check the cable and transceiver generation and the switch port's speed setting{}",
+                            cable_tools(d, p)
+                        )),
                     );
                 }
             }
@@ -385,7 +448,15 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                         )
                         .evidence("counter", c.name.clone())
                         .evidence("value", c.value)
-                        .fix("clear the port counters (perfquery -x -R) and sample again"),
+                        .fix(if p.link_layer.as_deref() == Some("InfiniBand") {
+                            format!(
+                                "clear the port counters (`perfquery -x -R -C {} -P {}`) and sample again",
+                                d.name, p.port
+                            )
+                        } else {
+                            "this counter cannot grow any more: compare later samples of the others, or reload the driver to clear it"
+                                .into()
+                        }),
                     );
                 }
                 let Some(d) = &c.delta else { continue };

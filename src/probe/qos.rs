@@ -791,7 +791,7 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                 ),
             )
             .evidence(name, n)
-            .fix("find what stops the receiver draining: `ethtool -S {if} | grep -e pause -e discard -e out_of_buffer`, PCIe errors (`fabprobe links`), a hung process or host; the storm guard is set with `ethtool --set-tunable {if} pfc-prevention-tout N`".replace("{if}", &i.ifname));
+            .fix("find what stops the receiver draining: `ethtool -S {if} | grep -e pause -e discard -e out_of_buffer`, PCIe errors (`fabprobe links`), a hung process or host; the storm guard's timeout: `ethtool --get-tunable {if} pfc-prevention-tout`".replace("{if}", &i.ifname));
             if let Some(v) = c.value {
                 f = f.evidence(&format!("{name}_total"), v);
             }
@@ -846,10 +846,18 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                 )
                 .evidence("np_ecn_marked_roce_packets", marked)
                 .evidence("np_cnp_sent", sent)
-                .fix(format!(
-                    "enable the notification point for RoCE's priority: `echo 1 > /sys/class/net/{}/ecn/roce_np/enable/<priority>` (MLNX_OFED)",
-                    i.ifname
-                )),
+                .fix(match i.roce.priority {
+                    Some(p) => format!(
+                        "enable the notification point for RoCE's priority {p}: `echo 1 > /sys/class/net/{}/ecn/roce_np/enable/{p}` (MLNX_OFED)",
+                        i.ifname
+                    ),
+                    // No guessed priority in a command that runs as printed.
+                    None => format!(
+                        "enable the notification point for RoCE's priority in /sys/class/net/{}/ecn/roce_np/enable/ (MLNX_OFED); \
+                         the priority is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
+                        i.ifname
+                    ),
+                }),
             );
         }
     }
@@ -953,7 +961,8 @@ fn unknown_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], out: &mut Vec<Fi
             .evidence("pfc_enabled", "none")
             .evidence("priority_source", why.clone())
             .fix(format!(
-                "turn PFC on for RoCE's priority: `dcb pfc set dev {} prio-pfc <priority>:on`",
+                "turn PFC on for the priority RoCE uses, as on the switch (dcb pfc set dev {} prio-pfc P:on); \
+                 P is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
                 i.ifname
             )),
         );

@@ -681,6 +681,17 @@ fn finish(r: &mut TopoReport) {
     }
 }
 
+/// The command that shows a device's trained link beside what it can do (`LnkSta` vs
+/// `LnkCap`), for a BDF `lspci -s` accepts; prose when the BDF is unknown.
+pub fn lnk_compare(bdf: &str) -> String {
+    let ok = !bdf.is_empty() && bdf.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+    if ok {
+        format!("compare LnkSta with LnkCap: `lspci -vv -s {bdf} | grep -e LnkCap: -e LnkSta:` (as root)")
+    } else {
+        "compare LnkSta with LnkCap in `lspci -vv` (as root)".into()
+    }
+}
+
 /// Findings a person should act on: unknown NUMA placement, PCIe links below what the slot
 /// allows (width anywhere; speed on NICs only, since idle GPUs lower their speed to save
 /// power), and GPUs whose nearest RDMA NIC is across the CPU interconnect.
@@ -728,7 +739,10 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                     .evidence("current_link_width", cur)
                     .evidence("max_link_width", link.max_width)
                     .evidence("upstream_max_link_width", p.upstream_max_width)
-                    .fix("reseat the card and its riser or cable; compare `lspci -vv -s BDF` LnkSta with LnkCap"),
+                    .fix(format!(
+                        "reseat the card and its riser or cable; {}",
+                        lnk_compare(&bdf)
+                    )),
                 );
             }
         }
@@ -744,7 +758,10 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                         "topo.pcie_speed_degraded",
                         Severity::Fail,
                         &subject,
-                        format!("PCIe link trained at {}, below the {} that device and slot support", cur.raw, max.raw),
+                        format!(
+                            "PCIe link trained at {}, below the {} that device and slot support",
+                            cur.raw, max.raw
+                        ),
                     )
                     .evidence("current_link_speed", cur.raw.clone())
                     .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
@@ -752,7 +769,10 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
                         "upstream_max_link_speed",
                         p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
                     )
-                    .fix("reseat the card; check BIOS PCIe speed settings and the riser; `lspci -vv` shows (downgraded)"),
+                    .fix(format!(
+                        "reseat the card; check BIOS PCIe speed settings and the riser; {}",
+                        lnk_compare(&bdf)
+                    )),
                 );
             }
         }

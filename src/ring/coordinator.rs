@@ -1060,7 +1060,14 @@ fn collect_counters(rx: &Receiver<Control>, rep: &mut CoordinatorReport) {
             break;
         }
         match rx.recv_timeout(left) {
-            Ok(Control::Msg(r, Msg::Counters { port_counters })) => {
+            // A rank that reached its own deadline as the abort went out reports stuck
+            // (or failed) first, with the same counters: that is its answer too.
+            Ok(Control::Msg(
+                r,
+                Msg::Counters { port_counters }
+                | Msg::Stuck { port_counters, .. }
+                | Msg::Failed { port_counters, .. },
+            )) => {
                 note_counters(rep, r, port_counters);
                 want.remove(&r);
             }
@@ -1510,6 +1517,62 @@ mod tests {
             (1, "h1", "symbol_error", 4699)
         );
         assert!(!rep.port_counters.contains_key(&0));
+    }
+
+    /// After the abort, a named rank whose own deadline passed at the same moment sends a
+    /// stuck (or failed) report, not a counters answer: its counters count all the same, and
+    /// the coordinator does not wait out its grace for an answer that already came.
+    #[test]
+    fn a_stuck_report_after_the_abort_is_the_ranks_counters_answer() {
+        let mv = |counter: &str| CounterMove {
+            rank: 9,
+            host: "x".into(),
+            device: "rxe0".into(),
+            port: 1,
+            netdev: Some("eth0".into()),
+            counter: counter.into(),
+            delta: 3,
+        };
+        let mut rep = CoordinatorReport::default();
+        rep.verdicts.push(Verdict {
+            rail: None,
+            kind: VerdictKind::HangLink,
+            from_rank: Some(0),
+            to_rank: Some(1),
+            from_host: None,
+            to_host: None,
+            evidence: Default::default(),
+            message: "HANG".into(),
+            next: None,
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut w = crate::ring::collective::allreduce::Progress::default().report(0, 0);
+        w.waiting_on = Some(1);
+        tx.send(Control::Msg(
+            0,
+            Msg::Stuck {
+                wait: w,
+                port_counters: vec![mv("completer_retry_err")],
+            },
+        ))
+        .unwrap();
+        tx.send(Control::Msg(
+            1,
+            Msg::Failed {
+                rank: 1,
+                error: "timed out".into(),
+                link_fault: None,
+                port_counters: vec![mv("rcvd_seq_err")],
+            },
+        ))
+        .unwrap();
+        let t0 = Instant::now();
+        collect_counters(&rx, &mut rep);
+        assert!(t0.elapsed() < COUNTERS_GRACE, "{:?}", t0.elapsed());
+        assert_eq!(rep.port_counters[&0][0].counter, "completer_retry_err");
+        assert_eq!(rep.port_counters[&0][0].rank, 0);
+        assert_eq!(rep.port_counters[&1][0].counter, "rcvd_seq_err");
+        drop(tx);
     }
 
     /// A whole rank over a real control connection: ready, go, results, done.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::host::Host;
 use crate::probe::links::{self, LinksReport, SampleInfo};
@@ -120,12 +121,18 @@ pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
     moves
 }
 
-type Read = Box<dyn Fn() -> Option<LinksReport> + Send + Sync>;
+/// Where the sampler reads: this host, or successive fixture snapshots (tests).
+enum Source {
+    Live,
+    Hosts(Vec<Host>, AtomicUsize),
+}
 
 /// One rank's view of its data NIC's port counters: a sample at the start of the run, and
 /// the evidence counters that moved since, on demand (end of the run, a stuck report).
+/// The start finds the rank's ports once; later reads touch only their counter files, so
+/// a stuck report is not held up by a sweep of every GID table and verbs provider.
 pub struct Sampler {
-    read: Read,
+    source: Source,
     ifname: Option<String>,
     before: Mutex<Option<LinksReport>>,
 }
@@ -133,33 +140,37 @@ pub struct Sampler {
 impl Sampler {
     /// This host's RDMA ports whose netdev is `ifname`, read through [`Host::live`].
     pub fn live(ifname: &str) -> Sampler {
-        Sampler::new(Box::new(|| Some(links::probe(&Host::live()))), Some(ifname))
+        Sampler::new(Source::Live, Some(ifname))
     }
 
     /// Successive samples from `hosts` (the last one repeats): tests stand fixture snapshots
     /// in for the NIC's state before and after the run.
     pub fn hosts(hosts: Vec<Host>, ifname: Option<&str>) -> Sampler {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        Sampler::new(
-            Box::new(move || {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                hosts.get(i).or(hosts.last()).map(links::probe)
-            }),
-            ifname,
-        )
+        Sampler::new(Source::Hosts(hosts, AtomicUsize::new(0)), ifname)
     }
 
-    fn new(read: Read, ifname: Option<&str>) -> Sampler {
+    fn new(source: Source, ifname: Option<&str>) -> Sampler {
         Sampler {
-            read,
+            source,
             ifname: ifname.map(String::from),
             before: Mutex::new(None),
         }
     }
 
-    /// Take the baseline sample.
+    fn with_host<R>(&self, f: impl FnOnce(&Host) -> R) -> Option<R> {
+        match &self.source {
+            Source::Live => Some(f(&Host::live())),
+            Source::Hosts(hosts, next) => {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                hosts.get(i).or(hosts.last()).map(f)
+            }
+        }
+    }
+
+    /// Take the baseline sample: this rank's ports only.
     pub fn start(&self) {
-        let r = (self.read)();
+        let ifname = self.ifname.as_deref();
+        let r = self.with_host(|h| ours(links::probe_sysfs(h), ifname));
         if let Ok(mut b) = self.before.lock() {
             *b = r;
         }
@@ -170,11 +181,24 @@ impl Sampler {
         let Some(before) = self.before.lock().ok().and_then(|b| b.clone()) else {
             return Vec::new();
         };
-        let Some(after) = (self.read)() else {
+        let Some(after) = self.with_host(|h| links::reread_counters(h, &before)) else {
             return Vec::new();
         };
-        cap(moved(&before, &after, self.ifname.as_deref(), rank, host))
+        cap(moved(&before, &after, None, rank, host))
     }
+}
+
+/// The sample cut down to the ports whose netdev (or a GID's netdev) is `ifname`; all of
+/// them when `ifname` is None. Pure.
+fn ours(mut r: LinksReport, ifname: Option<&str>) -> LinksReport {
+    if let Some(i) = ifname {
+        for d in &mut r.devices {
+            d.ports
+                .retain(|p| p.netdev.as_deref() == Some(i) || p.gid_netdevs.iter().any(|g| g == i));
+        }
+        r.devices.retain(|d| !d.ports.is_empty());
+    }
+    r
 }
 
 /// Each rank's latest report of moved counters, as evidence on every verdict that names the
