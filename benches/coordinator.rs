@@ -276,6 +276,7 @@ fn hello(r: u32, n: u32) -> Msg {
         world: n,
         token: "bench".into(),
         info: RankInfo {
+            rails: Vec::new(),
             rank: r,
             host: format!("sim-{r}"),
             address: format!("127.0.0.1:{}", 10000 + r % 50000),

@@ -55,6 +55,7 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
         world,
         token: token.into(),
         info: RankInfo {
+            rails: Vec::new(),
             rank,
             host: "intruder".into(),
             address: "198.18.0.14:1".into(),

@@ -657,6 +657,7 @@ fn check_runs_the_nccl_env_lint_once_per_fact() {
     assert_eq!(check_ids.iter().filter(|i| *i == "gdr.off_distance").count(), 1);
     // What it saw, counted.
     assert_eq!(c["data"]["saw"]["gpus"], 4, "{}", c["data"]["saw"]);
+}
 
 /// `getpwuid(uid)->pw_dir`, as NCCL's `userHomeDir` finds it.
 fn passwd_home(uid: u32) -> String {

@@ -91,6 +91,70 @@ fn no_check_shows_na() {
     assert!(t.contains("in-place"), "{t}");
 }
 
+/// `--local N --rails R`: R rings at once, rows summed over rails, each rail's own rows in
+/// `data.rails[]`, each rank's rails in `data.ranks[].rails[]`, hops tagged with their rail.
+#[test]
+fn local_rails_json_contract() {
+    let o = fabprobe(&[
+        "ring", "--local", "3", "--rails", "2", "-b", "4K", "-e", "16K", "-n", "2", "--format", "json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &j["data"];
+    assert_eq!(d["world"], 3);
+    let rails = d["rails"].as_array().unwrap();
+    assert_eq!(
+        rails
+            .iter()
+            .map(|r| r["rail"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [0, 1]
+    );
+    let results = d["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for (i, row) in results.iter().enumerate() {
+        let per: Vec<&serde_json::Value> = rails.iter().map(|r| &r["results"][i]).collect();
+        let sum = |k: &str| per.iter().map(|r| r[k].as_f64().unwrap()).sum::<f64>();
+        let max = |k: &str| per.iter().map(|r| r[k].as_f64().unwrap()).fold(0.0, f64::max);
+        assert!(
+            (row["busbw_gbs"].as_f64().unwrap() - sum("busbw_gbs")).abs() < 1e-9,
+            "{row}"
+        );
+        assert!(
+            (row["algbw_gbs"].as_f64().unwrap() - sum("algbw_gbs")).abs() < 1e-9,
+            "{row}"
+        );
+        assert_eq!(row["time_us"].as_f64().unwrap(), max("time_us"), "{row}");
+        assert_eq!(row["wrong"], 0);
+        assert_eq!(row["in_place"]["wrong"], 0);
+        for r in &per {
+            assert_eq!(r["size_bytes"], row["size_bytes"]);
+        }
+    }
+    for r in d["ranks"].as_array().unwrap() {
+        let rr = r["rails"].as_array().unwrap();
+        assert_eq!(rr.len(), 2, "{r}");
+        for (k, s) in rr.iter().enumerate() {
+            assert_eq!(s["rail"], k as u64);
+            assert_eq!(s["label"], "lo");
+            assert!(s["address"].as_str().unwrap().starts_with("127.0.0.1:"), "{s}");
+        }
+        // Each rail listens on its own data port.
+        assert_ne!(rr[0]["address"], rr[1]["address"]);
+    }
+    let links = d["links"].as_array().unwrap();
+    assert_eq!(links.len(), 6);
+    assert_eq!(links.iter().filter(|l| l["rail"] == 1).count(), 3);
+    assert!(d["verdicts"].as_array().unwrap().is_empty());
+    assert!(d["error"].is_null());
+    // The single-rail JSON carries no rail fields at all.
+    let o = fabprobe(&[
+        "ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1", "--format", "json",
+    ]);
+    let one = text(&o.stdout);
+    assert!(!one.contains("\"rails\"") && !one.contains("\"rail\""), "{one}");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for (args, want) in [
@@ -118,6 +182,18 @@ fn usage_errors_exit_2() {
         (
             vec!["ring", "--local", "2", "--scan", "--no-scan"],
             "cannot be used with",
+        ),
+        (
+            vec!["ring", "--local", "2", "--rails", "0"],
+            "--rails \"0\": expected `all`",
+        ),
+        (
+            vec!["ring", "--local", "2", "--rails", "1,1"],
+            "rail 1 is listed twice",
+        ),
+        (
+            vec!["ring", "--local", "2", "--rails", "all"],
+            "--local runs a number of rails",
         ),
     ] {
         let o = fabprobe(&args);

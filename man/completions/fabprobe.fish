@@ -161,6 +161,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-bytes -d 'Bytes each scan sample moves over a link' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-reps -d 'Samples per link per scan order' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rails -d 'Rails per node, one ring per rail (rail k of every node to rail k of the next, all at once): `all` (every RDMA port NCCL would use: --device lists them, e.g. `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`). Default: one rail. Rail k\'s coordinator listens on the coordinator port + k' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

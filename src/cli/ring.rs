@@ -17,7 +17,8 @@ use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::model::RankInfo;
+use crate::ring::model::{RailPort, RankInfo};
+use crate::ring::rails::{self, RailRun, RailSel};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
@@ -110,6 +111,13 @@ pub struct RingArgs {
     #[arg(long, value_name = "N", conflicts_with_all = ["rank", "world", "coordinator"],
           value_parser = clap::value_parser!(u32).range(2..=256))]
     pub local: Option<u32>,
+    /// Rails per node, one ring per rail (rail k of every node to rail k of the next, all
+    /// at once): `all` (every RDMA port NCCL would use: --device lists them, e.g.
+    /// `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface
+    /// --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`).
+    /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
+    #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
+    pub rails: Option<RailSel>,
 }
 
 const RING_HELP: &str = "\
@@ -156,6 +164,17 @@ LINK SCAN AND VERDICTS
     HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 2 of all-gather; rank 1
     sent it and moved on to step 2 of reduce-scatter: suspect the link node-b -> node-c
 
+RAILS
+  --rails all|N|LIST drives every rail of the node in one run (one process per node, as
+  before): rail k is the k-th port in NCCL's order (--device in the order given, else the
+  ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
+  a port that is down keeps its slot. Rail k of every node is one ring, all rails at once,
+  each with --channels channels and its own coordinator on the coordinator port + k. Rows
+  sum algbw and busbw over the rails (time: the slowest rail); data.rails[] has each rail's
+  rows. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
+  verdict on every rail of a node says all rails, and a node lacking a rail the others
+  drive is rail_missing (its ring cannot run; the other rails do).
+
 OUTPUT
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
   results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
@@ -183,7 +202,7 @@ JSON DATA (fabprobe.ring)
   most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             rank_unreachable|coordinator_lost|link_error, from_rank, to_rank, from_host, to_host
+             rank_unreachable|coordinator_lost|link_error|rail_missing, from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs; phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
@@ -191,7 +210,10 @@ JSON DATA (fabprobe.ring)
              reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
-             message (the human line), next (the command to run next)}; empty on a healthy run
+             message (the human line), next (the command to run next), rail (--rails only:
+             {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
+             absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
+             empty on a healthy run
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
@@ -202,7 +224,11 @@ JSON DATA (fabprobe.ring)
              (the RDMA ports whose netdev is its data interface, where RDMA devices exist),
              sampled by that rank at its start and at its end or its stuck report; at most
              64 per rank (the biggest changes); delta is a lower bound when a counter
-             saturated or was cleared; a rank lost before reporting contributes none";
+             saturated or was cleared; a rank lost before reporting contributes none
+  With --rails only: ranks[].rails[] {rail, device, port, netdev, state, usable, label,
+             address}: every rail slot of the node (label and address: what its rail's ring
+             ran on); links[].rail; rails[] {rail, transport, results[] (that rail's own
+             rows), avg_busbw_gbs, scan, error}: each rail's ring (results[] above sum them)";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 /// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
@@ -280,6 +306,15 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The host's addresses a data plane can use (link-local IPv6 needs a scope id the peers
+/// cannot know).
+fn usable_interfaces() -> anyhow::Result<Vec<ifname::IfAddr>> {
+    Ok(ifname::list_interfaces()?
+        .into_iter()
+        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
+        .collect())
+}
+
 /// The data interface and address, by NCCL_SOCKET_IFNAME rules; `comm_id` is the job's
 /// `NCCL_COMM_ID` (from the settings model, like the interface spec).
 fn data_interface(
@@ -288,11 +323,7 @@ fn data_interface(
     family: Option<ifname::Family>,
     log: &dyn Fn(&str),
 ) -> anyhow::Result<(IpAddr, String)> {
-    let ifs: Vec<ifname::IfAddr> = ifname::list_interfaces()?
-        .into_iter()
-        // Link-local IPv6 needs a scope id the peers cannot know.
-        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
-        .collect();
+    let ifs = usable_interfaces()?;
     let comm_id = comm_id
         .and_then(|v| launcher::host_port(v, 0).ok())
         .and_then(|(h, _)| h.parse::<IpAddr>().ok());
@@ -326,16 +357,16 @@ fn data_fabric(
     if a.transport == TransportArg::Tcp {
         return Ok((None, netdev.to_string(), None));
     }
-    match rdma_fabric(g, a, ip, netdev) {
+    match rdma_fabric(g, a, ip, netdev, a.device.as_deref()) {
         Ok((f, label, why)) => {
             g.log(
                 1,
-                &format!("transport {}: rdma on {label}: {why}", a.transport.name()),
+                format!("transport {}: rdma on {label}: {why}", a.transport.name()),
             );
             Ok((Some(f), label, None))
         }
         Err(why) if a.transport == TransportArg::Auto => {
-            g.log(1, &format!("transport auto: tcp ({why})"));
+            g.log(1, format!("transport auto: tcp ({why})"));
             // The device stays the interface (verdicts name it in commands to run); rank 0's
             // header note says why, and names the other ranks that offered no rdma.
             Ok((None, netdev.to_string(), Some(why)))
@@ -354,17 +385,11 @@ impl TransportArg {
     }
 }
 
+/// The RDMA ports as the port choice sees them, and `NCCL_IB_HCA` from the job's settings.
 #[cfg(feature = "rdma")]
-#[allow(clippy::type_complexity)]
-fn rdma_fabric(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    ip: IpAddr,
-    netdev: &str,
-) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
-    use crate::nccl::hca::{self, PortCandidate};
+fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
+    use crate::nccl::hca::PortCandidate;
     use crate::probe::gids;
-    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
     // libibverbs first: ENOSYS (no RDMA in this kernel) and "no provider" show up here.
     let names = crate::verbs::device_names().map_err(|e| e.to_string())?;
     if names.is_empty() {
@@ -392,18 +417,37 @@ fn rdma_fabric(
             }
         })
         .collect();
-    let hca_env = nccl.value("NCCL_IB_HCA").map(str::to_string);
-    let c = hca::choose_port(
-        &cands,
-        a.device.as_deref(),
-        hca_env.as_deref(),
-        Some(netdev),
-        a.gid_index,
-    )?;
+    Ok((cands, nccl.value("NCCL_IB_HCA").map(str::to_string)))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn rdma_candidates(
+    _g: &GlobalArgs,
+) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
+    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
+}
+
+/// The RDMA fabric on the port `device` names (`--device`, or one rail's `dev:port`), else
+/// the one NCCL's rules pick for `netdev`.
+#[cfg(feature = "rdma")]
+#[allow(clippy::type_complexity)]
+fn rdma_fabric(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    ip: IpAddr,
+    netdev: &str,
+    device: Option<&str>,
+) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
+    use crate::nccl::hca;
+    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
+    let (cands, hca_env) = rdma_candidates(g)?;
+    let c = hca::choose_port(&cands, device, hca_env.as_deref(), Some(netdev), a.gid_index)?;
     let (port, gid) = (
         u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
         u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
     );
+    let host = Host::live();
+    let nccl = super::nccl_settings(g, &host);
     let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| nccl.value(k).map(str::to_string));
     let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
     let label = format!("{} ({netdev})", p.label());
@@ -423,6 +467,7 @@ fn rdma_fabric(
     _a: &RingArgs,
     _ip: IpAddr,
     _netdev: &str,
+    _device: Option<&str>,
 ) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
     Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
 }
@@ -606,7 +651,10 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
             )
             .into());
         }
-        return run_local(g, fmt, n, &opts, &a);
+        return match a.rails.clone().unwrap_or(RailSel::One) {
+            RailSel::One => run_local(g, fmt, n, &opts, &a),
+            sel => run_local_rails(g, fmt, n, &sel, &opts, &a),
+        };
     }
     let flags = Flags {
         rank: a.rank,
@@ -630,6 +678,9 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .ifname
         .clone()
         .or_else(|| nccl.value("NCCL_SOCKET_IFNAME").map(str::to_string));
+    if let Some(sel) = a.rails.clone().filter(|s| *s != RailSel::One) {
+        return run_rails(g, fmt, &a, &sel, spec.as_deref(), &opts, id);
+    }
     let family = ifname::Family::parse(nccl.value("NCCL_SOCKET_FAMILY"));
     let (ip, dev) = data_interface(spec.as_deref(), nccl.value("NCCL_COMM_ID"), family, &log)?;
     let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
@@ -658,6 +709,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
         on_row: rows.as_ref().map(RowPrinter::sink),
+        rails: Vec::new(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -699,6 +751,261 @@ fn outcome(
             Ok(Outcome::Fault)
         }
     }
+}
+
+/// This node's rail slots and, for each selected rail it drives, its setup (over tcp: the
+/// interface's address; over rdma: that port, its netdev's address).
+#[allow(clippy::type_complexity)]
+fn rail_setups(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    sel: &RailSel,
+    spec: Option<&str>,
+) -> anyhow::Result<(
+    Vec<RailPort>,
+    Vec<(RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String)>,
+)> {
+    let ifs = usable_interfaces()?;
+    let rdma = match a.transport {
+        TransportArg::Tcp => None,
+        _ => match rdma_candidates(g)
+            .and_then(|(c, hca)| rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref()))
+        {
+            Ok(slots) if slots.iter().any(|p| p.usable) => Some(slots),
+            Ok(_) if a.transport == TransportArg::Rdma => {
+                return Err(anyhow::anyhow!(
+                    "--transport rdma --rails: no ACTIVE RDMA port here"
+                ));
+            }
+            Err(why) if a.transport == TransportArg::Rdma => {
+                return Err(anyhow::anyhow!("--transport rdma cannot run here: {why}"));
+            }
+            Ok(_) | Err(_) => {
+                g.log(1, "transport auto: tcp rails (no usable RDMA port)");
+                None
+            }
+        },
+    };
+    let (slots, addrs): (Vec<RailPort>, Vec<Option<IpAddr>>) = match &rdma {
+        Some(slots) => {
+            // The rail's handshake listens on its own netdev's address, else the data interface's.
+            let fallback = data_interface(spec, None, None, &|s| g.log(1, s)).ok().map(|x| x.0);
+            let addr = |p: &RailPort| {
+                p.netdev
+                    .as_deref()
+                    .and_then(|n| ifs.iter().find(|i| i.name == n && i.addr.is_ipv4()))
+                    .map(|i| i.addr)
+                    .or(fallback)
+            };
+            (slots.clone(), slots.iter().map(addr).collect())
+        }
+        None => rails::tcp_slots(&ifs, spec)
+            .into_iter()
+            .map(|(p, ip)| (p, Some(ip)))
+            .unzip(),
+    };
+    if slots.is_empty() {
+        return Err(UsageError(format!(
+            "--rails: no rail here ({}); hint: --ifname or --device lists them",
+            if rdma.is_some() {
+                "no RDMA port"
+            } else {
+                "no interface matches"
+            }
+        ))
+        .into());
+    }
+    let mut runs = Vec::new();
+    for p in rails::select(&slots, sel).into_iter().filter(|p| p.usable) {
+        let idx = slots.iter().position(|s| s.rail == p.rail).unwrap_or(0);
+        let Some(ip) = addrs[idx] else {
+            g.log(
+                0,
+                format!("{}: no IPv4 address to run on; it will be missing", p.describe()),
+            );
+            continue;
+        };
+        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
+        if rdma.is_some() {
+            let dev = format!("{}:{}", p.device, p.port.unwrap_or(1));
+            let (f, label, why) = rdma_fabric(g, a, ip, &netdev, Some(&dev))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.describe()))?;
+            g.log(1, format!("{}: rdma on {label}: {why}", p.describe()));
+            runs.push((p, ip, Some(f), label));
+        } else {
+            runs.push((p, ip, None, netdev));
+        }
+    }
+    Ok((slots, runs))
+}
+
+/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring.
+fn run_rails(
+    g: &GlobalArgs,
+    fmt: Format,
+    a: &RingArgs,
+    sel: &RailSel,
+    spec: Option<&str>,
+    opts: &Options,
+    id: Identity,
+) -> anyhow::Result<Outcome> {
+    let (slots, runs) = rail_setups(g, a, sel, spec)?;
+    let wanted: Vec<u32> = rails::select(&slots, sel).iter().map(|p| p.rail).collect();
+    let host = Host::live();
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
+    let mut rail_runs = Vec::new();
+    for (p, ip, fabric, label) in runs {
+        let identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
+        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
+        let rate = evidence::line_rate(&host, &netdev);
+        g.log(1, format!("{}: data {ip} device {label}", p.describe()));
+        rail_runs.push(RailRun {
+            setup: Setup {
+                identity,
+                host: hostname(),
+                data_ip: ip,
+                device: Some(label),
+                coordinator_listener: None,
+                line_rate_gbs: rate.map(|r| r.0),
+                fabric,
+                counters: Some(evidence::Sampler::live(&netdev)),
+                live: if rail_runs.is_empty() { live.clone() } else { None },
+                on_row: None,
+                rails: Vec::new(),
+            },
+            port: p,
+        });
+    }
+    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
+    let r = rails::run_node(rail_runs, &slots, &wanted, opts, &logf);
+    drop(display);
+    outcome(g, fmt, r, None)
+}
+
+/// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
+/// every rank is one ring, on its own coordinator).
+fn run_local_rails(
+    g: &GlobalArgs,
+    fmt: Format,
+    n: u32,
+    sel: &RailSel,
+    opts: &Options,
+    a: &RingArgs,
+) -> anyhow::Result<Outcome> {
+    let count = match sel {
+        RailSel::Count(r) => *r,
+        RailSel::One => 1,
+        _ => {
+            return Err(UsageError(
+                "--local runs a number of rails over loopback: --rails N (all and lists need real ports)"
+                    .into(),
+            )
+            .into());
+        }
+    };
+    let data_ip = IpAddr::from([127, 0, 0, 1]);
+    let slots: Vec<RailPort> = (0..count)
+        .map(|k| RailPort {
+            rail: k,
+            device: "lo".into(),
+            port: None,
+            netdev: Some("lo".into()),
+            state: Some("up".into()),
+            usable: true,
+            label: None,
+            address: None,
+        })
+        .collect();
+    let mut listeners: Vec<Option<TcpListener>> = Vec::new();
+    let mut coords = Vec::new();
+    for _ in 0..count {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        coords.push(l.local_addr()?.to_string());
+        listeners.push(Some(l));
+    }
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
+    let token = a
+        .token
+        .clone()
+        .unwrap_or_else(|| format!("local-{}", std::process::id()));
+    let host = hostname();
+    let wanted: Vec<u32> = (0..count).collect();
+    let mut per_rank: Vec<Vec<RailRun>> = Vec::new();
+    for rank in 0..n {
+        let runs = slots
+            .iter()
+            .map(|p| RailRun {
+                port: p.clone(),
+                setup: Setup {
+                    identity: Identity {
+                        rank,
+                        world: n,
+                        coordinator: coords[p.rail as usize].clone(),
+                        token: format!("{token}/rail{}", p.rail),
+                        source: Source::Local,
+                        coordinator_source: "--local".into(),
+                        token_source: if a.token.is_some() { "--token" } else { "--local" }.into(),
+                    },
+                    host: host.clone(),
+                    data_ip,
+                    device: Some("lo".into()),
+                    coordinator_listener: if rank == 0 {
+                        listeners[p.rail as usize].take()
+                    } else {
+                        None
+                    },
+                    line_rate_gbs: None,
+                    fabric: None,
+                    counters: None,
+                    live: if rank == 0 && p.rail == 0 {
+                        live.clone()
+                    } else {
+                        None
+                    },
+                    on_row: None,
+                    rails: Vec::new(),
+                },
+            })
+            .collect();
+        per_rank.push(runs);
+    }
+    let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = per_rank
+            .into_iter()
+            .map(|runs| {
+                let (slots, wanted) = (&slots, &wanted);
+                sc.spawn(move || {
+                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
+                    rails::run_node(runs, slots, wanted, opts, &log)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(run::RunError {
+                        kind: Failure::Fault,
+                        message: "a rank thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    drop(display);
+    let mut it = results.into_iter();
+    let first = it.next().unwrap_or_else(|| {
+        Err(run::RunError {
+            kind: Failure::CannotRun,
+            message: "no ranks".into(),
+        })
+    });
+    for (i, r) in it.enumerate() {
+        if let Err(e) = r {
+            g.log(1, format!("rank {}: {}", i + 1, e.message));
+        }
+    }
+    outcome(g, fmt, first, None)
 }
 
 /// N ranks as threads of this process over loopback.
@@ -749,6 +1056,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     } else {
                         None
                     },
+                    rails: Vec::new(),
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -145,15 +145,45 @@ pub fn head(h: &Head) -> String {
     line("#".into());
     line("# Using devices".into());
     for i in h.ranks {
-        line(format!(
-            "#  Rank {:>2} Pid {:>6} on {:>10} device {} [{}] {}",
-            i.rank,
-            i.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            i.host,
-            i.device.as_deref().unwrap_or("-"),
-            i.address,
-            i.transport
-        ));
+        let pid = i.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        if i.rails.is_empty() {
+            line(format!(
+                "#  Rank {:>2} Pid {:>6} on {:>10} device {} [{}] {}",
+                i.rank,
+                pid,
+                i.host,
+                i.device.as_deref().unwrap_or("-"),
+                i.address,
+                i.transport
+            ));
+        }
+        // `--rails`: one line per rail the rank drives, and the slots it cannot drive.
+        for s in &i.rails {
+            let what = match (&s.label, s.usable) {
+                (Some(l), _) => format!(
+                    "device {l} [{}] {}",
+                    s.address.as_deref().unwrap_or("-"),
+                    i.transport
+                ),
+                (None, false) => format!(
+                    "device {}{} not driven ({})",
+                    s.device,
+                    s.port.map(|p| format!(":{p}")).unwrap_or_default(),
+                    s.state.as_deref().unwrap_or("state unknown")
+                ),
+                (None, true) => continue,
+            };
+            line(format!(
+                "#  Rank {:>2} Pid {:>6} on {:>10} rail {} {what}",
+                i.rank, pid, i.host, s.rail
+            ));
+        }
+    }
+    if h.ranks.iter().any(|i| !i.rails.is_empty()) && h.options.sweep {
+        line(
+            "# rails: rail k of every node is one ring, all rails at once; a row sums algbw and busbw over the rails (time: the slowest rail)"
+                .into(),
+        );
     }
     line("#".into());
     if h.options.sweep {
@@ -237,6 +267,7 @@ fn tail(o: &mut String, r: &RingReport) {
         ));
         line("#".into());
     }
+    rails_busbw(&mut line, r);
     if !r.links.is_empty() {
         let size = r.links[0].size_bytes;
         line(format!(
@@ -245,9 +276,10 @@ fn tail(o: &mut String, r: &RingReport) {
         ));
         line(format!("#  {:<32}  {:<32}  {:>11}", "from", "to", "rate"));
         for l in &r.links {
+            let rail = l.rail.map(|k| format!("rail {k} ")).unwrap_or_default();
             let end = |rank: u32, host: &str, dev: &Option<String>| match dev {
-                Some(d) => format!("rank {rank} ({host}, {d})"),
-                None => format!("rank {rank} ({host})"),
+                Some(d) => format!("{rail}rank {rank} ({host}, {d})"),
+                None => format!("{rail}rank {rank} ({host})"),
             };
             line(format!(
                 "   {:<32}  {:<32}  {:>11}",
@@ -259,6 +291,14 @@ fn tail(o: &mut String, r: &RingReport) {
         line("#".into());
     }
     if let Some(sc) = &r.scan {
+        scan_table(&mut line, sc);
+    }
+    for (k, sc) in r
+        .rails
+        .iter()
+        .filter_map(|x| x.scan.as_ref().map(|s| (x.rail, s)))
+    {
+        line(format!("# Rail {k}:"));
         scan_table(&mut line, sc);
     }
     if !r.port_counters.is_empty() {
@@ -285,6 +325,35 @@ fn tail(o: &mut String, r: &RingReport) {
             line(format!("# ERROR: the run ended early: {e}"));
         }
     }
+}
+
+/// `--rails`: each rail's own bus bandwidth (the rows sum them).
+fn rails_busbw(line: &mut dyn FnMut(String), r: &RingReport) {
+    if r.rails.is_empty() || !r.options.sweep {
+        return;
+    }
+    line("# Per-rail bus bandwidth (each rail's own ring; the rows above sum them):".into());
+    for x in &r.rails {
+        let last = x.results.last();
+        let text = match (x.avg_busbw_gbs, last) {
+            (Some(avg), Some(row)) => format!(
+                "avg {} GB/s; at {} B {} GB/s out of place, {} in place",
+                fit(avg, 6),
+                row.size_bytes,
+                fit(row.busbw_gbs, 6),
+                row.in_place
+                    .as_ref()
+                    .map(|h| format!("{} GB/s", fit(h.busbw_gbs, 6)))
+                    .unwrap_or_else(|| "N/A".into())
+            ),
+            _ => "no results".into(),
+        };
+        match &x.error {
+            Some(e) => line(format!("#  rail {}: {text}; ended early: {e}", x.rail)),
+            None => line(format!("#  rail {}: {text}", x.rail)),
+        }
+    }
+    line("#".into());
 }
 
 /// The link scan: every directed link's median over its samples, measured at its receiver.
@@ -370,6 +439,7 @@ mod tests {
             }
         };
         RingReport {
+            rails: Vec::new(),
             world: 4,
             transport: "tcp".into(),
             transport_note: None,
@@ -393,6 +463,7 @@ mod tests {
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
+                    rails: Vec::new(),
                     capabilities: Vec::new(),
                     rank: r,
                     host: host(r),
@@ -406,6 +477,7 @@ mod tests {
             avg_busbw_gbs: Some(0.1208),
             links: (0..4)
                 .map(|r| LinkRow {
+                    rail: None,
                     channel_count: 2,
                     from_rank: r,
                     to_rank: (r + 1) % 4,
@@ -445,7 +517,7 @@ mod tests {
         r.results.clear();
         r.links.clear();
         r.avg_busbw_gbs = None;
-        let v = Verdict {
+        let v = Verdict { rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: Some(1),
             to_rank: Some(3),

@@ -1307,6 +1307,7 @@ mod tests {
             world,
             token: token.into(),
             info: RankInfo {
+                rails: Vec::new(),
                 capabilities: Vec::new(),
                 rank,
                 host: format!("h{rank}"),
@@ -1466,6 +1467,7 @@ mod tests {
                 return vec![];
             }
             vec![Verdict {
+                rail: None,
                 kind: crate::ring::model::VerdictKind::SlowLink,
                 from_rank: Some(0),
                 to_rank: Some(1),
@@ -1583,6 +1585,7 @@ mod tests {
             let (at, _) = rep.reports[&w.rank];
             assert!(now_ms >= at);
             vec![Verdict {
+                rail: None,
                 kind: crate::ring::model::VerdictKind::HangLink,
                 from_rank: w.waiting_on,
                 to_rank: Some(w.rank),

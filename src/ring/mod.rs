@@ -12,7 +12,9 @@
 //!   and [`coordinator::ScanDriver`];
 //! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
 //!   the per-rank scan step;
-//! * [`run`] and [`report`]: one rank's whole run, and the job's report.
+//! * [`run`] and [`report`]: one rank's whole run, and the job's report;
+//! * [`rails`] and [`railmerge`]: `--rails`, one ring per rail of the node (each a [`run`]),
+//!   and the job's report from the rails' reports.
 pub mod collective;
 pub mod control;
 pub mod coordinator;
@@ -22,6 +24,8 @@ pub mod launcher;
 pub mod model;
 pub mod options;
 pub mod orders;
+pub mod railmerge;
+pub mod rails;
 pub mod rendezvous;
 pub mod report;
 pub mod run;

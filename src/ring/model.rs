@@ -28,6 +28,53 @@ pub struct RankInfo {
     /// the best one all of them have). Empty from a rank that predates the field.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// With `--rails`: every rail slot of this node in NCCL's order (those it drives and
+    /// those it cannot: a port down), so rank 0 can name a missing rail. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<RailPort>,
+}
+
+/// One rail slot of a node (`data.ranks[].rails[]`): rail k is the k-th port in NCCL's order
+/// (`NCCL_IB_HCA` rules or `--device`; over tcp the k-th interface `--ifname` matches).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RailPort {
+    pub rail: u32,
+    /// RDMA device (`mlx5_1`), or over tcp the interface (`eth2`).
+    pub device: String,
+    pub port: Option<u32>,
+    pub netdev: Option<String>,
+    /// `ACTIVE`, `DOWN`... (the RDMA port's state), or over tcp `up`/`down` (IFF_RUNNING).
+    pub state: Option<String>,
+    /// The node drives this rail (an ACTIVE port, a running interface).
+    pub usable: bool,
+    /// What the rail's ring ran on (`eth2`, `rxe1:1 gid 1 (eth2)`) and its data address;
+    /// filled in the job's report, null for a rail the node does not drive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+impl RailPort {
+    /// `rail 1 (mlx5_1:1, eth2)` / `rail 1 (eth2)`, for messages.
+    pub fn describe(&self) -> String {
+        let mut s = format!("rail {} ({}", self.rail, self.device);
+        if let Some(p) = self.port {
+            s += &format!(":{p}");
+        }
+        if let Some(n) = self.netdev.as_deref().filter(|n| *n != self.device) {
+            s += &format!(", {n}");
+        }
+        s + ")"
+    }
+}
+
+/// The rail a verdict concerns (`data.verdicts[].rail`): its index and the port at each end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictRail {
+    pub index: u32,
+    pub from: Option<RailPort>,
+    pub to: Option<RailPort>,
 }
 
 impl RankInfo {
@@ -187,6 +234,8 @@ pub enum VerdictKind {
     /// A data link's queue pair completed a work request in error (RDMA): the status names
     /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
     LinkError,
+    /// With `--rails`: a node lacks a rail the others drive (its port down or absent).
+    RailMissing,
 }
 
 /// A completion error on one directed data link, as the rank that polled it saw it.
@@ -230,6 +279,10 @@ pub struct Verdict {
     pub message: String,
     /// The next command a person should run.
     pub next: Option<String>,
+    /// With `--rails`: the one rail this verdict concerns; null for a single-rail run and for
+    /// a verdict on every rail of a node (its message says "all rails").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<VerdictRail>,
 }
 
 /// One port counter that moved during the run.

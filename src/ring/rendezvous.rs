@@ -448,6 +448,7 @@ mod tests {
 
     fn info(rank: Rank) -> RankInfo {
         RankInfo {
+            rails: Vec::new(),
             rank,
             host: format!("h{rank}"),
             address: "127.0.0.1:1".into(),

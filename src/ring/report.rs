@@ -54,6 +54,9 @@ pub struct LinkRow {
     pub bytes: u64,
     pub seconds: f64,
     pub gbs: f64,
+    /// With `--rails`: the rail this hop belongs to (null in a single-rail run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rail: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -100,6 +103,21 @@ pub struct RingReport {
     /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
     /// on each rank's data NIC, as each rank reported them (at the end, or when stuck).
     pub port_counters: Vec<CounterMove>,
+    /// With `--rails`: each rail's own ring (`data.rails[]`); empty in a single-rail run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<RailReport>,
+}
+
+/// One rail's ring in a `--rails` run (`data.rails[]`): its rows (the rail's own busbw; the
+/// top-level rows sum the rails), its scan, and why it ended early.
+#[derive(Clone, Debug, Serialize)]
+pub struct RailReport {
+    pub rail: u32,
+    pub transport: String,
+    pub results: Vec<ResultRow>,
+    pub avg_busbw_gbs: Option<f64>,
+    pub scan: Option<ScanReport>,
+    pub error: Option<String>,
 }
 
 impl RingReport {
@@ -215,6 +233,7 @@ pub fn aggregate(
             bytes: s.bytes,
             seconds: s.seconds,
             gbs: s.gbs(),
+            rail: None,
         })
         .collect();
     links.sort_by_key(|l| l.from_rank);
@@ -245,6 +264,7 @@ mod note_tests {
 
     fn rank(r: Rank, transport: &str) -> RankInfo {
         RankInfo {
+            rails: Vec::new(),
             rank: r,
             host: format!("node-{r}"),
             address: String::new(),

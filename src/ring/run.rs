@@ -51,6 +51,9 @@ pub struct Setup {
     /// Rank 0 only: shown each size's row (and the rank table) when every rank finished
     /// that size, before the report; None: rows only in the report.
     pub on_row: Option<ShowRow>,
+    /// With `--rails`: every rail slot of this node, announced in the hello (see
+    /// [`crate::ring::rails`]); empty otherwise.
+    pub rails: Vec<crate::ring::model::RailPort>,
 }
 
 /// See [`Setup::on_row`].
@@ -186,7 +189,7 @@ pub fn run_rank(
     let result = result.and_then(|fabric| {
         rank_body(
             &join_addr,
-            &setup.identity,
+            (&setup.identity, setup.rails.clone()),
             &setup.host,
             fabric.as_ref(),
             setup.device.clone(),
@@ -242,6 +245,7 @@ pub fn run_rank(
         verdicts,
         error,
         port_counters: crep.port_counters.into_values().flatten().collect(),
+        rails: Vec::new(),
     };
     let failed = report.failed();
     Ok(RankOutcome {
@@ -253,7 +257,7 @@ pub fn run_rank(
 #[allow(clippy::too_many_arguments)]
 fn rank_body(
     join_addr: &str,
-    id: &Identity,
+    (id, rails): (&Identity, Vec<crate::ring::model::RailPort>),
     host: &str,
     fabric: &dyn Fabric,
     device: Option<String>,
@@ -273,6 +277,7 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        rails,
         capabilities: vec![fabric.transport().into()],
         rank: id.rank,
         host: host.to_string(),
@@ -874,6 +879,7 @@ mod tests {
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            rails: Vec::new(),
             capabilities: Vec::new(),
             rank,
             host: host.into(),
@@ -975,6 +981,7 @@ mod tests {
         assert_eq!(avg_busbw(&rows), Some((1.048576 / 2.0 + 1.048576) / 2.0));
         // Wrong elements fail the run (exit 1), as a verdict or an early end does.
         let report = |rows: Vec<ResultRow>, error: Option<String>| RingReport {
+            rails: Vec::new(),
             world: 2,
             transport: "tcp".into(),
             transport_note: None,

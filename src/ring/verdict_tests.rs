@@ -75,6 +75,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         world,
         token: "t".into(),
         info: RankInfo {
+            rails: Vec::new(),
             capabilities: Vec::new(),
             rank,
             host: host(rank),
@@ -158,6 +159,7 @@ fn world_with(
                         return None;
                     }
                     let setup = Setup {
+                        rails: Vec::new(),
                         identity: ident(r, n, &addr),
                         host: host(r),
                         data_ip: IpAddr::from([127, 0, 0, 1]),
@@ -508,6 +510,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         drop(s);
     });
     let setup = Setup {
+        rails: Vec::new(),
         identity: ident(1, 2, &addr),
         host: host(1),
         data_ip: IpAddr::from([127, 0, 0, 1]),

@@ -265,13 +265,52 @@ impl Lab {
     /// Shape everything `node` sends on its data interface to `rate` (`tbf`; replaces any
     /// earlier shaping): a slow egress.
     pub fn shape_egress(&self, node: usize, rate: &str) {
+        self.shape_dev(node, "eth1", rate);
+    }
+
+    /// Shape everything `node` sends on `dev` to `rate` (`tbf`, replacing earlier shaping).
+    pub fn shape_dev(&self, node: usize, dev: &str, rate: &str) {
         self.in_ns(
             node,
             &[
-                "tc", "qdisc", "replace", "dev", "eth1", "root", "tbf", "rate", rate, "burst", "512kb",
+                "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "512kb",
                 "latency", "100ms",
             ],
         );
+    }
+
+    /// A second data rail, as a rail-optimized fabric gives every NIC its own leaf switch: a
+    /// bridge of its own and `eth2` (198.19.1.x/24, MTU 9000) on every node.
+    pub fn add_rail(&self) {
+        let br = format!("{}r", self.prefix);
+        must(&["ip", "link", "add", &br, "type", "bridge"]);
+        must(&["ip", "link", "set", &br, "mtu", "9000"]);
+        must(&["ip", "link", "set", &br, "up"]);
+        for (i, n) in self.nodes.iter().enumerate() {
+            let outer = format!("{}{i}r", self.prefix);
+            must(&[
+                "ip", "link", "add", &outer, "mtu", "9000", "type", "veth", "peer", "name", "eth2", "mtu",
+                "9000", "netns", &n.ns,
+            ]);
+            must(&["ip", "link", "set", &outer, "master", &br, "up"]);
+            self.in_ns(
+                i,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("198.19.1.{}/24", 10 + i),
+                    "dev",
+                    "eth2",
+                ],
+            );
+            self.in_ns(i, &["ip", "link", "set", "eth2", "up"]);
+        }
+    }
+
+    /// `ip link set <dev> down` inside `node`: that interface's link is gone.
+    pub fn link_down(&self, node: usize, dev: &str) {
+        self.in_ns(node, &["ip", "link", "set", dev, "down"]);
     }
 
     /// Shape only what `from` sends to `to`'s data address (`htb` with a `u32` filter on the
@@ -511,6 +550,8 @@ impl Drop for Lab {
         }
         let _ = sh(&["ip", "link", "del", &format!("{}m", self.prefix)]);
         let _ = sh(&["ip", "link", "del", &format!("{}d", self.prefix)]);
+        // The second rail's bridge, where `add_rail` made one.
+        let _ = sh(&["ip", "link", "del", &format!("{}r", self.prefix)]);
     }
 }
 

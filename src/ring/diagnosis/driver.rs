@@ -303,6 +303,7 @@ mod tests {
         let n: Rank = 5;
         let ranks: Vec<RankInfo> = (0..n)
             .map(|r| RankInfo {
+                rails: Vec::new(),
                 rank: r,
                 host: format!("node-{r}"),
                 address: format!("198.19.0.{}:4000", 10 + r),

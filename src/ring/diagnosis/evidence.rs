@@ -295,6 +295,7 @@ mod tests {
     fn attach_puts_each_named_ranks_counters_on_its_verdicts() {
         use crate::ring::model::{Verdict, VerdictKind};
         let v = |from: Option<u32>, to: Option<u32>| Verdict {
+            rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: from,
             to_rank: to,

@@ -98,7 +98,7 @@ pub fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
             );
             let fh = host(ranks, f.from_rank).unwrap_or_else(|| format!("rank {}'s host", f.from_rank));
             let th = host(ranks, f.to_rank).unwrap_or_else(|| format!("rank {}'s host", f.to_rank));
-            Verdict {
+            Verdict { rail: None,
                 kind: VerdictKind::LinkError,
                 from_rank: Some(f.from_rank),
                 to_rank: Some(f.to_rank),
@@ -119,6 +119,7 @@ mod tests {
     fn ranks() -> Vec<RankInfo> {
         (0..3)
             .map(|r| RankInfo {
+                rails: Vec::new(),
                 rank: r,
                 host: format!("node-{}", (b'a' + r as u8) as char),
                 address: format!("198.18.5.{}:4000", 10 + r),

@@ -499,6 +499,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         };
         let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
         Verdict {
+            rail: None,
             kind,
             from_rank,
             to_rank,
@@ -537,6 +538,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             self.device(l.to_rank)
         );
         Verdict {
+            rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: Some(l.from_rank),
             to_rank: Some(l.to_rank),
@@ -599,6 +601,7 @@ pub mod sim {
     pub fn ranks(n: usize) -> Vec<RankInfo> {
         (0..n)
             .map(|r| RankInfo {
+                rails: Vec::new(),
                 capabilities: Vec::new(),
                 rank: r as Rank,
                 host: host(r),
@@ -703,7 +706,7 @@ mod tests {
             if (f, t) == (3, 4) { 1.1 } else { BASE }
         });
         let v = judge(&ranks(8), &s, &Policy::default(), None);
-        let expected = Verdict {
+        let expected = Verdict { rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: Some(3),
             to_rank: Some(4),

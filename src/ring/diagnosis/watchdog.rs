@@ -298,6 +298,7 @@ impl<'a> Judge<'a> {
         Some((
             fault,
             Verdict {
+                rail: None,
                 kind,
                 from_rank: Some(r),
                 to_rank: None,
@@ -457,6 +458,7 @@ impl<'a> Judge<'a> {
             .unwrap_or_default()
         );
         Verdict {
+            rail: None,
             kind: VerdictKind::HangLink,
             from_rank: Some(p),
             to_rank: Some(r.rank),
@@ -489,6 +491,7 @@ impl<'a> Judge<'a> {
             s.phase.name()
         );
         Verdict {
+            rail: None,
             kind: VerdictKind::HangLink,
             from_rank: Some(s.rank),
             to_rank: Some(to),
@@ -603,6 +606,7 @@ pub fn coordinator_lost(
         _ => return None,
     };
     Some(Verdict {
+        rail: None,
         kind: VerdictKind::CoordinatorLost,
         from_rank: Some(0),
         to_rank: Some(me.rank),
@@ -757,7 +761,7 @@ mod tests {
         .collect();
         assert_eq!(
             v,
-            vec![Verdict {
+            vec![Verdict { rail: None,
                 kind: VerdictKind::HangLink,
                 from_rank: Some(4),
                 to_rank: Some(5),

@@ -914,6 +914,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(r, f)| RankInfo {
+                rails: Vec::new(),
                 capabilities: Vec::new(),
                 rank: r as u32,
                 host: "h".into(),

@@ -1,0 +1,645 @@
+//! The job's report of a `--rails` run from its rails' reports (rank 0): rows for the whole
+//! node (algbw and busbw summed over the rails, as NCCL reports a job spread over rails;
+//! time the slowest rail's), per-rail rows in `rails[]`, hops tagged with their rail, the
+//! ranks' rails, verdicts naming their rail (or "all rails" when every rail that ran says
+//! the same of a node or link), and `rail_missing` for a node that lacks a rail the others
+//! drive. Pure.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
+use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
+use crate::ring::run::{Failure, RankOutcome, RunError};
+
+/// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
+/// `wanted`: the rails this run asks for on every node (rank 0's selection).
+pub fn merge(
+    outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)>,
+    wanted: &[u32],
+) -> Result<RankOutcome, RunError> {
+    let mut reports: Vec<(RailPort, RingReport)> = Vec::new();
+    let mut errors: Vec<(RailPort, RunError)> = Vec::new();
+    let mut failed = false;
+    for (p, r) in outcomes {
+        match r {
+            Ok(RankOutcome {
+                report: Some(rep),
+                failed: f,
+            }) => {
+                failed |= f;
+                reports.push((p, rep));
+            }
+            Ok(RankOutcome {
+                report: None,
+                failed: f,
+            }) => failed |= f,
+            Err(e) => errors.push((p, e)),
+        }
+    }
+    if reports.is_empty() {
+        // Not rank 0 (or rank 0 could run no rail): the rails' own errors, each named.
+        if errors.is_empty() {
+            return Ok(RankOutcome { report: None, failed });
+        }
+        let kind = if errors.iter().all(|(_, e)| e.kind == Failure::CannotRun) {
+            Failure::CannotRun
+        } else {
+            Failure::Fault
+        };
+        return Err(RunError {
+            kind,
+            message: errors
+                .iter()
+                .map(|(p, e)| format!("rail {}: {}", p.rail, e.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    let report = job_report(reports, errors, wanted);
+    let failed = report.failed();
+    Ok(RankOutcome {
+        report: Some(report),
+        failed,
+    })
+}
+
+/// The job's report from the rails' reports (and the rails rank 0 could not run at all).
+pub fn job_report(
+    mut rails: Vec<(RailPort, RingReport)>,
+    errors: Vec<(RailPort, RunError)>,
+    wanted: &[u32],
+) -> RingReport {
+    rails.sort_by_key(|(p, _)| p.rail);
+    let ranks = merge_ranks(&rails);
+    let mut run_rails: Vec<u32> = rails
+        .iter()
+        .map(|(p, _)| p.rail)
+        .chain(errors.iter().map(|(p, _)| p.rail))
+        .chain(wanted.iter().copied())
+        .collect();
+    run_rails.sort_unstable();
+    run_rails.dedup();
+    let missing = missing_verdicts(&ranks, &run_rails);
+    let lacking: Vec<u32> = missing
+        .iter()
+        .filter_map(|v| v.rail.as_ref().map(|r| r.index))
+        .collect();
+    // Rails every node drives: where a verdict on every one of them is a node's (or a link's),
+    // not a rail's.
+    let full: Vec<u32> = rails
+        .iter()
+        .map(|(p, _)| p.rail)
+        .filter(|k| !lacking.contains(k))
+        .collect();
+    let mut verdicts = missing;
+    verdicts.extend(rail_verdicts(&rails, &ranks, &full));
+    // A rail's ring that could not start because a node lacks it: the rail_missing verdict
+    // is its cause; any other early end is the rail's own, named with its rail.
+    let mut errs: Vec<String> = Vec::new();
+    for (p, r) in &rails {
+        if let Some(e) = r.error.as_ref().filter(|_| !lacking.contains(&p.rail)) {
+            errs.push(format!("rail {}: {e}", p.rail));
+        }
+    }
+    for (p, e) in &errors {
+        errs.push(format!("rail {}: {}", p.rail, e.message));
+    }
+    let summed: Vec<&RingReport> = rails
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| !r.results.is_empty())
+        .collect();
+    let results = sum_rows(&summed);
+    let mut links: Vec<_> = rails
+        .iter()
+        .flat_map(|(p, r)| {
+            r.links.iter().cloned().map(move |mut l| {
+                l.rail = Some(p.rail);
+                l
+            })
+        })
+        .collect();
+    links.sort_by_key(|l| (l.rail, l.from_rank));
+    let base = &rails[0].1;
+    let mut port_counters = Vec::new();
+    for m in rails.iter().flat_map(|(_, r)| r.port_counters.iter()) {
+        if !port_counters.contains(m) {
+            port_counters.push(m.clone());
+        }
+    }
+    RingReport {
+        world: rails.iter().map(|(_, r)| r.world).max().unwrap_or(0),
+        transport: base.transport.clone(),
+        transport_note: rails.iter().find_map(|(_, r)| r.transport_note.clone()),
+        launcher: base.launcher.clone(),
+        options: base.options.clone(),
+        ranks,
+        avg_busbw_gbs: avg_busbw(&results),
+        results,
+        links,
+        bootstrap_us: rails.iter().map(|(_, r)| r.bootstrap_us).max().unwrap_or(0),
+        events: rails.iter().flat_map(|(_, r)| r.events.iter().cloned()).collect(),
+        scan: None,
+        verdicts,
+        error: (!errs.is_empty()).then(|| errs.join("; ")),
+        port_counters,
+        rails: rails
+            .iter()
+            .map(|(p, r)| RailReport {
+                rail: p.rail,
+                transport: r.transport.clone(),
+                results: r.results.clone(),
+                avg_busbw_gbs: r.avg_busbw_gbs,
+                scan: r.scan.clone(),
+                error: r.error.clone(),
+            })
+            .chain(errors.iter().map(|(p, e)| RailReport {
+                rail: p.rail,
+                transport: String::new(),
+                results: Vec::new(),
+                avg_busbw_gbs: None,
+                scan: None,
+                error: Some(e.message.clone()),
+            }))
+            .collect(),
+    }
+}
+
+/// Every node once (in rank order), with its rail slots as it announced them and, for each
+/// rail whose ring it joined, the label and address it ran there.
+fn merge_ranks(rails: &[(RailPort, RingReport)]) -> Vec<RankInfo> {
+    let mut by_rank: BTreeMap<Rank, RankInfo> = BTreeMap::new();
+    for (p, r) in rails {
+        for i in &r.ranks {
+            let e = by_rank.entry(i.rank).or_insert_with(|| i.clone());
+            if e.rails.is_empty() {
+                e.rails = i.rails.clone();
+            }
+            if !e.rails.iter().any(|s| s.rail == p.rail) {
+                e.rails.push(RailPort {
+                    rail: p.rail,
+                    device: i.device.clone().unwrap_or_default(),
+                    port: None,
+                    netdev: i.netdev().map(str::to_string),
+                    state: None,
+                    usable: true,
+                    label: None,
+                    address: None,
+                });
+            }
+            if let Some(s) = e.rails.iter_mut().find(|s| s.rail == p.rail) {
+                s.label = i.device.clone();
+                s.address = Some(i.address.clone());
+            }
+        }
+    }
+    let mut v: Vec<RankInfo> = by_rank.into_values().collect();
+    for i in &mut v {
+        i.rails.sort_by_key(|s| s.rail);
+    }
+    v
+}
+
+/// The node's rows: for each size every rail that ran finished, the slowest rail's time and
+/// algbw/busbw summed over the rails (each rail moved the whole size at the same time).
+fn sum_rows(rails: &[&RingReport]) -> Vec<ResultRow> {
+    let Some(first) = rails.first() else {
+        return Vec::new();
+    };
+    first
+        .results
+        .iter()
+        .filter_map(|row0| {
+            let per: Vec<&ResultRow> = rails
+                .iter()
+                .map(|r| r.results.iter().find(|x| x.size_bytes == row0.size_bytes))
+                .collect::<Option<_>>()?;
+            let max = |f: &dyn Fn(&ResultRow) -> f64| per.iter().map(|r| f(r)).fold(0.0, f64::max);
+            let sum = |f: &dyn Fn(&ResultRow) -> f64| per.iter().map(|r| f(r)).sum::<f64>();
+            let halves: Option<Vec<&InPlaceRow>> = per.iter().map(|r| r.in_place.as_ref()).collect();
+            Some(ResultRow {
+                time_us: max(&|r| r.time_us),
+                algbw_gbs: sum(&|r| r.algbw_gbs),
+                busbw_gbs: sum(&|r| r.busbw_gbs),
+                wrong: sum_wrong(per.iter().map(|r| r.wrong)),
+                in_place: halves.map(|h| InPlaceRow {
+                    time_us: h.iter().map(|x| x.time_us).fold(0.0, f64::max),
+                    algbw_gbs: h.iter().map(|x| x.algbw_gbs).sum(),
+                    busbw_gbs: h.iter().map(|x| x.busbw_gbs).sum(),
+                    wrong: sum_wrong(h.iter().map(|x| x.wrong)),
+                }),
+                ..row0.clone()
+            })
+        })
+        .collect()
+}
+
+/// `rail_missing` for every node that lacks (or cannot drive) a rail this run started.
+fn missing_verdicts(ranks: &[RankInfo], run_rails: &[u32]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for i in ranks.iter().filter(|i| !i.rails.is_empty()) {
+        for &k in run_rails {
+            let slot = i.rails.iter().find(|s| s.rail == k);
+            if slot.is_some_and(|s| s.usable) {
+                continue;
+            }
+            let (what, next) = match slot {
+                Some(s) => (
+                    format!(
+                        "its rail {k} port {} is {}",
+                        port_name(s),
+                        s.state.as_deref().unwrap_or("in an unknown state")
+                    ),
+                    match (s.port, s.netdev.as_deref()) {
+                        (Some(_), n) => format!(
+                            "on {}: fabprobe links (state, phys state and errors of {}){}",
+                            i.host,
+                            port_name(s),
+                            n.map(|n| format!("; ip link show {n}")).unwrap_or_default()
+                        ),
+                        (None, _) => {
+                            format!("on {}: ip link show {}; ethtool {}", i.host, s.device, s.device)
+                        }
+                    },
+                ),
+                None => (
+                    format!("it has no rail {k} ({} rail slot(s))", i.rails.len()),
+                    format!(
+                        "on {}: fabprobe links (which RDMA ports and interfaces it has)",
+                        i.host
+                    ),
+                ),
+            };
+            let mut evidence = BTreeMap::new();
+            if let Some(s) = slot {
+                evidence.insert("device".into(), json!(s.device));
+                evidence.insert("port".into(), json!(s.port));
+                evidence.insert("netdev".into(), json!(s.netdev));
+                evidence.insert("state".into(), json!(s.state));
+            }
+            out.push(Verdict {
+                kind: VerdictKind::RailMissing,
+                from_rank: Some(i.rank),
+                to_rank: None,
+                from_host: Some(i.host.clone()),
+                to_host: None,
+                evidence,
+                message: format!(
+                    "RAIL MISSING rank {} ({}): {what}; the other nodes drive rail {k}, so its ring could not run; the other rails ran",
+                    i.rank, i.host
+                ),
+                next: Some(next),
+                rail: Some(VerdictRail {
+                    index: k,
+                    from: slot.cloned(),
+                    to: None,
+                }),
+            });
+        }
+    }
+    out
+}
+
+/// `mlx5_1:1 (eth2)`, `eth2`.
+fn port_name(s: &RailPort) -> String {
+    match (s.port, s.netdev.as_deref().filter(|n| *n != s.device)) {
+        (Some(p), Some(n)) => format!("{}:{p} ({n})", s.device),
+        (Some(p), None) => format!("{}:{p}", s.device),
+        (None, _) => s.device.clone(),
+    }
+}
+
+type Key = (VerdictKind, Option<Rank>, Option<Rank>);
+
+/// Each rail's verdicts, naming their rail; one that every rail in `full` gives about the
+/// same node (or link) is said once, for "all rails".
+fn rail_verdicts(rails: &[(RailPort, RingReport)], ranks: &[RankInfo], full: &[u32]) -> Vec<Verdict> {
+    let key = |v: &Verdict| -> Key { (v.kind, v.from_rank, v.to_rank) };
+    let on: BTreeMap<u32, Vec<Key>> = rails
+        .iter()
+        .map(|(p, r)| (p.rail, r.verdicts.iter().map(key).collect()))
+        .collect();
+    let everywhere = |k: &Key| {
+        full.len() >= 2
+            && full
+                .iter()
+                .all(|rail| on.get(rail).is_some_and(|ks| ks.contains(k)))
+    };
+    let slot = |r: Option<Rank>, rail: u32| -> Option<RailPort> {
+        let i = ranks.iter().find(|i| Some(i.rank) == r)?;
+        i.rails.iter().find(|s| s.rail == rail).cloned()
+    };
+    let mut out: Vec<Verdict> = Vec::new();
+    let mut said: Vec<Key> = Vec::new();
+    for (p, r) in rails {
+        for v in &r.verdicts {
+            let k = key(v);
+            if everywhere(&k) {
+                if !said.contains(&k) {
+                    said.push(k);
+                    out.push(all_rails(v, rails, full));
+                }
+                continue;
+            }
+            let mut v = v.clone();
+            v.message = format!("rail {}: {}", p.rail, v.message);
+            v.rail = Some(VerdictRail {
+                index: p.rail,
+                from: slot(v.from_rank, p.rail),
+                to: slot(v.to_rank, p.rail),
+            });
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The lowest rail's verdict, said of every rail: the rank labels name no one rail's device,
+/// and the evidence keeps each rail's figure.
+fn all_rails(v: &Verdict, rails: &[(RailPort, RingReport)], full: &[u32]) -> Verdict {
+    let mut out = v.clone();
+    let rep = rails.iter().find(|(_, r)| r.verdicts.contains(v)).map(|(_, r)| r);
+    let mut msg = v.message.clone();
+    for (rank, host) in [(v.from_rank, &v.from_host), (v.to_rank, &v.to_host)] {
+        let (Some(rank), Some(host)) = (rank, host.as_deref()) else {
+            continue;
+        };
+        let dev = rep
+            .and_then(|r| r.ranks.iter().find(|i| i.rank == rank))
+            .and_then(|i| i.device.clone());
+        if let Some(d) = dev {
+            msg = msg.replace(
+                &format!("rank {rank} ({host}, {d})"),
+                &format!("rank {rank} ({host}, all rails)"),
+            );
+        }
+        msg = msg.replace(
+            &format!("rank {rank} ({host})"),
+            &format!("rank {rank} ({host}, all rails)"),
+        );
+    }
+    out.message = format!("all rails: {msg}");
+    out.rail = None;
+    out.evidence.insert("rails".into(), json!(full));
+    let per: BTreeMap<String, serde_json::Value> = rails
+        .iter()
+        .filter_map(|(p, r)| {
+            let same = r
+                .verdicts
+                .iter()
+                .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank))?;
+            Some((p.rail.to_string(), same.evidence.get("gbs")?.clone()))
+        })
+        .collect();
+    if !per.is_empty() {
+        out.evidence.insert("rails_gbs".into(), json!(per));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::launcher::Source;
+    use crate::ring::report::LauncherInfo;
+    use crate::ring::run::Options;
+
+    fn slot(rail: u32, dev: &str, usable: bool) -> RailPort {
+        RailPort {
+            rail,
+            device: dev.into(),
+            port: Some(1),
+            netdev: Some(format!("eth{}", rail + 1)),
+            state: Some(if usable { "ACTIVE" } else { "DOWN" }.into()),
+            usable,
+            label: None,
+            address: None,
+        }
+    }
+
+    /// Three nodes; node-b's rail 1 is `b1_up`.
+    fn ranks(rail: u32, b1_up: bool) -> Vec<RankInfo> {
+        (0..3)
+            .map(|r| RankInfo {
+                rank: r,
+                host: format!("node-{}", (b'a' + r as u8) as char),
+                address: format!("198.19.{rail}.{}:4000", 10 + r),
+                device: Some(format!("eth{}", rail + 1)),
+                transport: "tcp".into(),
+                pid: Some(100 + r),
+                capabilities: vec!["tcp".into()],
+                rails: vec![slot(0, "mlx5_0", true), slot(1, "mlx5_1", r != 1 || b1_up)],
+            })
+            .collect()
+    }
+
+    fn row(size: u64, time_us: f64, busbw: f64) -> ResultRow {
+        ResultRow {
+            size_bytes: size,
+            count: size / 4,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            time_us,
+            algbw_gbs: busbw * 0.75,
+            busbw_gbs: busbw,
+            wrong: Some(0),
+            in_place: Some(InPlaceRow {
+                time_us,
+                algbw_gbs: busbw * 0.75,
+                busbw_gbs: busbw,
+                wrong: Some(0),
+            }),
+        }
+    }
+
+    fn verdict(kind: VerdictKind, from: u32, dev: &str, gbs: f64) -> Verdict {
+        let host = format!("node-{}", (b'a' + from as u8) as char);
+        Verdict {
+            kind,
+            from_rank: Some(from),
+            to_rank: None,
+            from_host: Some(host.clone()),
+            to_host: None,
+            evidence: BTreeMap::from([("gbs".to_string(), json!(gbs))]),
+            message: format!(
+                "SLOW EGRESS rank {from} ({host}, {dev}): its 2 outgoing links run at {gbs} GB/s"
+            ),
+            next: Some(format!("on {host}: fabprobe links")),
+            rail: None,
+        }
+    }
+
+    fn report(rail: u32, b1_up: bool, rows: Vec<ResultRow>, verdicts: Vec<Verdict>) -> RingReport {
+        RingReport {
+            world: 3,
+            transport: "tcp".into(),
+            transport_note: None,
+            launcher: LauncherInfo {
+                source: Source::Flags,
+                coordinator: format!("198.18.0.10:{}", 29517 + rail),
+                coordinator_source: "--coordinator".into(),
+                token_source: "--token".into(),
+            },
+            options: Options {
+                sizes: vec![1 << 20],
+                iters: 1,
+                warmup: 0,
+                check: 1,
+                channels: 1,
+                timeout_secs: 5,
+                slots: 4,
+                slot_bytes: 1 << 20,
+                scan: None,
+                sweep: true,
+            },
+            ranks: ranks(rail, b1_up),
+            avg_busbw_gbs: None,
+            results: rows,
+            links: vec![],
+            bootstrap_us: 10,
+            events: vec![],
+            scan: None,
+            verdicts,
+            error: None,
+            port_counters: vec![],
+            rails: vec![],
+        }
+    }
+
+    #[test]
+    fn rows_sum_the_rails_and_take_the_slowest_time() {
+        let r = job_report(
+            vec![
+                (
+                    slot(1, "mlx5_1", true),
+                    report(1, true, vec![row(1 << 20, 300.0, 0.5)], vec![]),
+                ),
+                (
+                    slot(0, "mlx5_0", true),
+                    report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]),
+                ),
+            ],
+            vec![],
+            &[0, 1],
+        );
+        assert_eq!(r.results.len(), 1);
+        let x = &r.results[0];
+        assert_eq!((x.time_us, x.busbw_gbs, x.algbw_gbs), (300.0, 1.5, 1.125));
+        assert_eq!(x.in_place.as_ref().unwrap().busbw_gbs, 1.5);
+        assert_eq!(r.avg_busbw_gbs, Some(1.5));
+        assert_eq!(r.rails.iter().map(|x| x.rail).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(r.rails[1].results[0].busbw_gbs, 0.5);
+        // Each node once, with its rails as it ran them.
+        assert_eq!(r.ranks.len(), 3);
+        let b = &r.ranks[1].rails;
+        assert_eq!(
+            (b[1].label.as_deref(), b[1].address.as_deref()),
+            (Some("eth2"), Some("198.19.1.11:4000"))
+        );
+        assert!(r.verdicts.is_empty() && r.error.is_none(), "{:?}", r.verdicts);
+    }
+
+    #[test]
+    fn a_verdict_on_one_rail_names_it_and_on_every_rail_says_all_rails() {
+        let one = job_report(
+            vec![
+                (slot(0, "mlx5_0", true), report(0, true, vec![], vec![])),
+                (
+                    slot(1, "mlx5_1", true),
+                    report(
+                        1,
+                        true,
+                        vec![],
+                        vec![verdict(VerdictKind::SlowEgress, 1, "eth2", 0.01)],
+                    ),
+                ),
+            ],
+            vec![],
+            &[0, 1],
+        );
+        assert_eq!(one.verdicts.len(), 1);
+        let v = &one.verdicts[0];
+        assert_eq!(
+            v.message,
+            "rail 1: SLOW EGRESS rank 1 (node-b, eth2): its 2 outgoing links run at 0.01 GB/s"
+        );
+        let rail = v.rail.as_ref().unwrap();
+        assert_eq!(rail.index, 1);
+        assert_eq!(rail.from.as_ref().map(|p| p.device.as_str()), Some("mlx5_1"));
+        assert_eq!(rail.to, None);
+
+        let all = job_report(
+            vec![
+                (
+                    slot(0, "mlx5_0", true),
+                    report(
+                        0,
+                        true,
+                        vec![],
+                        vec![verdict(VerdictKind::SlowEgress, 2, "eth1", 0.02)],
+                    ),
+                ),
+                (
+                    slot(1, "mlx5_1", true),
+                    report(
+                        1,
+                        true,
+                        vec![],
+                        vec![verdict(VerdictKind::SlowEgress, 2, "eth2", 0.03)],
+                    ),
+                ),
+            ],
+            vec![],
+            &[0, 1],
+        );
+        assert_eq!(all.verdicts.len(), 1, "{:?}", all.verdicts);
+        let v = &all.verdicts[0];
+        assert_eq!(
+            v.message,
+            "all rails: SLOW EGRESS rank 2 (node-c, all rails): its 2 outgoing links run at 0.02 GB/s"
+        );
+        assert_eq!(v.rail, None);
+        assert_eq!(v.evidence["rails"], json!([0, 1]));
+        assert_eq!(v.evidence["rails_gbs"], json!({"0": 0.02, "1": 0.03}));
+    }
+
+    #[test]
+    fn a_node_without_a_rail_is_rail_missing_and_explains_that_rails_early_end() {
+        let mut rail1 = report(1, false, vec![], vec![]);
+        rail1.error = Some("1 of 3 ranks never reached the coordinator: missing rank 1".into());
+        let r = job_report(
+            vec![
+                (
+                    slot(0, "mlx5_0", true),
+                    report(0, false, vec![row(1 << 20, 200.0, 1.0)], vec![]),
+                ),
+                (slot(1, "mlx5_1", true), rail1),
+            ],
+            vec![],
+            &[0, 1],
+        );
+        assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
+        let v = &r.verdicts[0];
+        assert_eq!(v.kind, VerdictKind::RailMissing);
+        assert_eq!((v.from_rank, v.from_host.as_deref()), (Some(1), Some("node-b")));
+        assert_eq!(
+            v.message,
+            "RAIL MISSING rank 1 (node-b): its rail 1 port mlx5_1:1 (eth2) is DOWN; the other nodes drive \
+             rail 1, so its ring could not run; the other rails ran"
+        );
+        assert_eq!(v.rail.as_ref().map(|x| x.index), Some(1));
+        assert_eq!(v.evidence["state"], json!("DOWN"));
+        // The rail's own early end is explained by the verdict; the rows are rail 0's.
+        assert_eq!(r.error, None);
+        assert_eq!(r.results[0].busbw_gbs, 1.0);
+        assert!(r.failed());
+        // Another early end of a rail is the rail's, named.
+        let mut rail0 = report(0, true, vec![], vec![]);
+        rail0.error = Some("rank 2 lost".into());
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], &[0]);
+        assert_eq!(r.error.as_deref(), Some("rail 0: rank 2 lost"));
+    }
+}

@@ -1,0 +1,494 @@
+//! `--rails`: every rail of a node in one run. Rail k is the k-th port in NCCL's order on
+//! every node (`--device` lists them, else the ports `NCCL_IB_HCA` allows; over tcp the
+//! interfaces `--ifname` matches), so rails are matched across nodes by order. Each rail is
+//! its own ring (rail k of node i sends to rail k of node i+1) with its own coordinator on
+//! the base port + k, so the data plane, the scan and the watchdog run per rail unchanged;
+//! [`crate::ring::railmerge`] turns the rails' reports into the job's. Pure except
+//! [`run_node`].
+
+use std::net::IpAddr;
+use std::thread;
+
+use crate::nccl::hca::{HcaSpec, PortCandidate};
+use crate::nccl::ifname::{self, IfAddr, IfSpec};
+use crate::ring::launcher::{self, Identity};
+use crate::ring::model::RailPort;
+use crate::ring::railmerge;
+use crate::ring::run::{self, Failure, Options, RankOutcome, RunError, Setup};
+
+/// The most rails a node drives (NCCL's `MAXCHANNELS`/NIC limits are far above real nodes).
+pub const MAX_RAILS: u32 = 32;
+
+/// `--rails`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RailSel {
+    /// Today's single-rail run (the default).
+    One,
+    /// Every rail slot of the node.
+    All,
+    /// The first N slots.
+    Count(u32),
+    /// These rail indices (`0,3`; a single one as `3,`).
+    List(Vec<u32>),
+}
+
+/// `all`, `N` (1..=32) or a comma-separated list of rail indices. Pure.
+pub fn parse_rails(s: &str) -> Result<RailSel, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(RailSel::All);
+    }
+    let index = |x: &str| -> Result<u32, String> {
+        x.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n < MAX_RAILS)
+            .ok_or_else(|| {
+                format!(
+                    "--rails {s:?}: `{x}` is not a rail index from 0 to {}",
+                    MAX_RAILS - 1
+                )
+            })
+    };
+    if t.contains(',') {
+        let mut v = Vec::new();
+        for x in t.split(',').filter(|x| !x.trim().is_empty()) {
+            let i = index(x)?;
+            if v.contains(&i) {
+                return Err(format!("--rails {s:?}: rail {i} is listed twice"));
+            }
+            v.push(i);
+        }
+        if v.is_empty() {
+            return Err(format!("--rails {s:?} lists no rail"));
+        }
+        v.sort_unstable();
+        return Ok(RailSel::List(v));
+    }
+    match t.parse::<u32>() {
+        Ok(1) => Ok(RailSel::One),
+        Ok(n) if (2..=MAX_RAILS).contains(&n) => Ok(RailSel::Count(n)),
+        _ => Err(format!(
+            "--rails {s:?}: expected `all`, a number of rails from 1 to {MAX_RAILS}, or rail indices such as `0,2`"
+        )),
+    }
+}
+
+/// The rail slots `sel` asks for among a node's slots (in rail order). Slots it names that
+/// the node lacks are simply absent here: rank 0 names them (`rail_missing`). Pure.
+pub fn select(slots: &[RailPort], sel: &RailSel) -> Vec<RailPort> {
+    slots
+        .iter()
+        .filter(|p| match sel {
+            RailSel::One => p.rail == 0,
+            RailSel::All => true,
+            RailSel::Count(n) => p.rail < *n,
+            RailSel::List(ix) => ix.contains(&p.rail),
+        })
+        .cloned()
+        .collect()
+}
+
+/// The rail indices this run wants, where the selection says (None: `all`, every slot the
+/// node has). Pure.
+pub fn wanted(sel: &RailSel) -> Option<Vec<u32>> {
+    match sel {
+        RailSel::One => Some(vec![0]),
+        RailSel::All => None,
+        RailSel::Count(n) => Some((0..*n).collect()),
+        RailSel::List(ix) => Some(ix.clone()),
+    }
+}
+
+/// Over tcp: rail k is the k-th interface `spec` matches (NCCL_SOCKET_IFNAME syntax), in the
+/// host's order, running or not (a stopped interface keeps its place: its rail is missing,
+/// the next one is not shifted onto it); with no spec, the interfaces NCCL's default order
+/// picks. Returns each slot with its address (the first one per name). Pure.
+pub fn tcp_slots(ifs: &[IfAddr], spec: Option<&str>) -> Vec<(RailPort, IpAddr)> {
+    let names: Vec<&IfAddr> = match spec.and_then(IfSpec::parse) {
+        Some(s) => {
+            let mut seen: Vec<&str> = Vec::new();
+            ifs.iter()
+                .filter(|i| !(i.addr.is_ipv6() && i.addr.is_loopback()) && s.matches(&i.name))
+                .filter(|i| {
+                    let new = !seen.contains(&i.name.as_str());
+                    seen.push(&i.name);
+                    new
+                })
+                .collect()
+        }
+        None => {
+            let chosen = ifname::select(ifs, None, None, None);
+            chosen
+                .iter()
+                .filter_map(|c| {
+                    ifs.iter()
+                        .find(|i| i.name == c.iface.name && i.addr == c.iface.addr)
+                })
+                .collect()
+        }
+    };
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(k, i)| {
+            (
+                RailPort {
+                    rail: k as u32,
+                    device: i.name.clone(),
+                    port: None,
+                    netdev: Some(i.name.clone()),
+                    state: Some(if i.running { "up" } else { "down" }.into()),
+                    usable: i.running,
+                    label: None,
+                    address: None,
+                },
+                i.addr,
+            )
+        })
+        .collect()
+}
+
+/// `mlx5_10` after `mlx5_9`: the name's trailing number compares as a number.
+fn natural_key(name: &str) -> (&str, u64) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (stem, num) = name.split_at(name.len() - digits);
+    (stem, num.parse().unwrap_or(0))
+}
+
+/// Over RDMA: rail k is the k-th port NCCL would use: `--device` (`mlx5_0,mlx5_1:1`, exact
+/// names, in the order given), else the ports `NCCL_IB_HCA` allows in device order. Every
+/// port keeps its slot whatever its state; an ACTIVE InfiniBand/Ethernet port is usable.
+/// Errors name the `--device` entry that matches no port. Pure.
+pub fn rdma_slots(
+    ports: &[PortCandidate],
+    device_flag: Option<&str>,
+    hca_env: Option<&str>,
+) -> Result<Vec<RailPort>, String> {
+    let mut sorted: Vec<&PortCandidate> = ports.iter().collect();
+    sorted.sort_by(|a, b| (natural_key(&a.device), a.port).cmp(&(natural_key(&b.device), b.port)));
+    let chosen: Vec<&PortCandidate> = match device_flag {
+        Some(list) => {
+            let mut out = Vec::new();
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let spec = HcaSpec::parse(&format!("={entry}"));
+                let hits: Vec<&PortCandidate> = sorted
+                    .iter()
+                    .copied()
+                    .filter(|p| spec.selects(&p.device, p.port))
+                    .collect();
+                if hits.is_empty() {
+                    let all: Vec<String> = sorted
+                        .iter()
+                        .map(|p| format!("{}:{}", p.device, p.port))
+                        .collect();
+                    return Err(format!(
+                        "--device {entry} matches none of the RDMA ports ({}); hint: `fabprobe links` lists them",
+                        all.join(", ")
+                    ));
+                }
+                out.extend(hits.into_iter().filter(|h| !out.contains(h)).collect::<Vec<_>>());
+            }
+            out
+        }
+        None => {
+            let spec = hca_env
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(HcaSpec::parse);
+            sorted
+                .into_iter()
+                .filter(|p| spec.as_ref().is_none_or(|s| s.selects(&p.device, p.port)))
+                .collect()
+        }
+    };
+    Ok(chosen
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| RailPort {
+            rail: k as u32,
+            device: p.device.clone(),
+            port: Some(p.port),
+            netdev: p.netdevs.first().cloned(),
+            state: p.state.clone(),
+            usable: p.state.as_deref() == Some("ACTIVE")
+                && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet")),
+            label: None,
+            address: None,
+        })
+        .collect())
+}
+
+/// The identity of this node on rail `rail`'s ring: the same rank and world, the
+/// coordinator's port + `rail`, and the token tagged with the rail (a rank of another rail,
+/// or of a run without `--rails`, is refused by the token check). Pure.
+pub fn rail_identity(id: &Identity, rail: u32) -> Result<Identity, String> {
+    let (host, port) = launcher::host_port(&id.coordinator, 0).map_err(|e| e.to_string())?;
+    let port = u16::try_from(u32::from(port) + rail)
+        .ok()
+        .filter(|_| port != 0 || rail == 0)
+        .ok_or_else(|| {
+            format!(
+                "rail {rail}'s coordinator port would be {port} + {rail}: out of range (--coordinator {})",
+                id.coordinator
+            )
+        })?;
+    let coordinator = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    Ok(Identity {
+        coordinator,
+        token: format!("{}/rail{rail}", id.token),
+        ..id.clone()
+    })
+}
+
+/// One rail this node drives: its slot and the rank's setup on that rail's ring.
+pub struct RailRun {
+    pub port: RailPort,
+    pub setup: Setup,
+}
+
+/// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring),
+/// then, on rank 0, merge the rails' reports into the job's. `slots` is every rail slot of
+/// the node (driven or not), announced in each rail's hello so rank 0 can name a missing one;
+/// `wanted` the rails this run asks for (rank 0 checks every node for each of them).
+pub fn run_node(
+    rails: Vec<RailRun>,
+    slots: &[RailPort],
+    wanted: &[u32],
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, RunError> {
+    if rails.is_empty() {
+        return Err(RunError {
+            kind: Failure::CannotRun,
+            message: format!(
+                "no rail to drive here: {}",
+                slots.iter().map(slot_line).collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    let outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)> = thread::scope(|sc| {
+        let handles: Vec<_> = rails
+            .into_iter()
+            .map(|mut r| {
+                r.setup.rails = slots.to_vec();
+                let port = r.port.clone();
+                let h = sc.spawn(move || {
+                    let rail = r.port.rail;
+                    let log = |level: u8, s: &str| log(level, &format!("rail {rail}: {s}"));
+                    run::run_rank(r.setup, opts, &log)
+                });
+                (port, h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(p, h)| {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(RunError {
+                        kind: Failure::Fault,
+                        message: format!("rail {}'s thread panicked", p.rail),
+                    })
+                });
+                (p, r)
+            })
+            .collect()
+    });
+    railmerge::merge(outcomes, wanted)
+}
+
+/// `eth2 down`, `mlx5_1:1 DOWN`.
+pub fn slot_line(p: &RailPort) -> String {
+    let port = p.port.map(|n| format!(":{n}")).unwrap_or_default();
+    format!(
+        "rail {} {}{port} {}",
+        p.rail,
+        p.device,
+        p.state.as_deref().unwrap_or("state unknown")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::launcher::Source;
+
+    #[test]
+    fn rails_flag_table() {
+        for (s, want) in [
+            ("all", Ok(RailSel::All)),
+            ("ALL", Ok(RailSel::All)),
+            ("1", Ok(RailSel::One)),
+            ("2", Ok(RailSel::Count(2))),
+            ("8", Ok(RailSel::Count(8))),
+            ("0,3", Ok(RailSel::List(vec![0, 3]))),
+            ("3,0", Ok(RailSel::List(vec![0, 3]))),
+            ("3,", Ok(RailSel::List(vec![3]))),
+            ("0", Err(())),
+            ("33", Err(())),
+            ("x", Err(())),
+            ("1,1", Err(())),
+            ("1,40", Err(())),
+            (",", Err(())),
+        ] {
+            assert_eq!(parse_rails(s).map_err(|_| ()), want, "{s}");
+        }
+        assert!(parse_rails("1,1").unwrap_err().contains("rail 1 is listed twice"));
+    }
+
+    fn ifa(name: &str, addr: [u8; 4], running: bool) -> IfAddr {
+        IfAddr {
+            name: name.into(),
+            addr: IpAddr::from(addr),
+            prefix_len: 24,
+            running,
+        }
+    }
+
+    #[test]
+    fn tcp_rails_keep_the_slot_of_a_stopped_interface() {
+        let ifs = [
+            ifa("lo", [127, 0, 0, 1], true),
+            ifa("eth0", [198, 18, 0, 10], true),
+            ifa("eth1", [198, 19, 0, 10], true),
+            ifa("eth1", [198, 19, 9, 10], true),
+            ifa("eth2", [198, 19, 1, 10], false),
+            ifa("eth3", [198, 19, 2, 10], true),
+        ];
+        let got: Vec<(String, String, bool, IpAddr)> = tcp_slots(&ifs, Some("=eth1,eth2,eth3"))
+            .into_iter()
+            .map(|(p, a)| (format!("{}", p.rail), p.device, p.usable, a))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("0".into(), "eth1".into(), true, IpAddr::from([198, 19, 0, 10])),
+                ("1".into(), "eth2".into(), false, IpAddr::from([198, 19, 1, 10])),
+                ("2".into(), "eth3".into(), true, IpAddr::from([198, 19, 2, 10])),
+            ]
+        );
+        // A prefix, an exclusion: NCCL_SOCKET_IFNAME rules, in the host's order.
+        let names =
+            |spec| -> Vec<String> { tcp_slots(&ifs, spec).into_iter().map(|(p, _)| p.device).collect() };
+        assert_eq!(names(Some("eth")), ["eth0", "eth1", "eth2", "eth3"]);
+        assert_eq!(names(Some("^lo,eth0")), ["eth1", "eth2", "eth3"]);
+        // No spec: NCCL's default order (running interfaces, not lo).
+        assert_eq!(names(None), ["eth0", "eth1", "eth3"]);
+        assert_eq!(tcp_slots(&ifs, Some("=eth2"))[0].0.state.as_deref(), Some("down"));
+    }
+
+    fn port(dev: &str, port: u32, state: &str, netdev: &str) -> PortCandidate {
+        PortCandidate {
+            device: dev.into(),
+            port,
+            state: Some(state.into()),
+            link_layer: Some("Ethernet".into()),
+            netdevs: vec![netdev.into()],
+            gid_index: Some(3),
+            gid_reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn rdma_rails_in_nccl_order() {
+        let ports = [
+            port("mlx5_10", 1, "ACTIVE", "ens10"),
+            port("mlx5_2", 1, "DOWN", "ens2"),
+            port("mlx5_1", 1, "ACTIVE", "ens1"),
+            port("mlx5_0", 1, "ACTIVE", "ens0"),
+        ];
+        let devs = |v: Vec<RailPort>| -> Vec<(u32, String, bool)> {
+            v.into_iter().map(|p| (p.rail, p.device, p.usable)).collect()
+        };
+        // Device order with numbers as numbers; a DOWN port keeps its slot.
+        assert_eq!(
+            devs(rdma_slots(&ports, None, None).unwrap()),
+            vec![
+                (0, "mlx5_0".into(), true),
+                (1, "mlx5_1".into(), true),
+                (2, "mlx5_2".into(), false),
+                (3, "mlx5_10".into(), true),
+            ]
+        );
+        // NCCL_IB_HCA prefix rules: `mlx5_1` also matches mlx5_10, as NCCL does.
+        assert_eq!(
+            devs(rdma_slots(&ports, None, Some("mlx5_1")).unwrap()),
+            vec![(0, "mlx5_1".into(), true), (1, "mlx5_10".into(), true)]
+        );
+        assert_eq!(
+            devs(rdma_slots(&ports, None, Some("^=mlx5_0")).unwrap()).len(),
+            3,
+            "exclusion"
+        );
+        // --device: exact names, in the order given.
+        assert_eq!(
+            devs(rdma_slots(&ports, Some("mlx5_10,mlx5_0:1"), Some("mlx5_1")).unwrap()),
+            vec![(0, "mlx5_10".into(), true), (1, "mlx5_0".into(), true)]
+        );
+        let e = rdma_slots(&ports, Some("mlx5_0,mlx5_7"), None).unwrap_err();
+        assert!(
+            e.starts_with("--device mlx5_7 matches none of the RDMA ports"),
+            "{e}"
+        );
+        let s = &rdma_slots(&ports, None, None).unwrap()[2];
+        assert_eq!(
+            (s.port, s.netdev.as_deref(), s.state.as_deref()),
+            (Some(1), Some("ens2"), Some("DOWN"))
+        );
+        assert_eq!(s.describe(), "rail 2 (mlx5_2:1, ens2)");
+    }
+
+    #[test]
+    fn selection_and_wanted_rails() {
+        let slots: Vec<RailPort> = rdma_slots(
+            &[
+                port("mlx5_0", 1, "ACTIVE", "a"),
+                port("mlx5_1", 1, "DOWN", "b"),
+                port("mlx5_2", 1, "ACTIVE", "c"),
+            ],
+            None,
+            None,
+        )
+        .unwrap();
+        let ix = |sel: RailSel| -> Vec<u32> { select(&slots, &sel).iter().map(|p| p.rail).collect() };
+        assert_eq!(ix(RailSel::All), [0, 1, 2]);
+        assert_eq!(ix(RailSel::Count(2)), [0, 1]);
+        assert_eq!(ix(RailSel::List(vec![2])), [2]);
+        assert_eq!(ix(RailSel::Count(8)), [0, 1, 2]);
+        assert_eq!(wanted(&RailSel::Count(3)), Some(vec![0, 1, 2]));
+        assert_eq!(wanted(&RailSel::All), None);
+    }
+
+    #[test]
+    fn rail_identity_moves_the_port_and_tags_the_token() {
+        let id = Identity {
+            rank: 3,
+            world: 8,
+            coordinator: "198.18.0.10:29517".into(),
+            token: "job42".into(),
+            source: Source::Flags,
+            coordinator_source: "--coordinator".into(),
+            token_source: "--token".into(),
+        };
+        let r = rail_identity(&id, 2).unwrap();
+        assert_eq!(
+            (r.rank, r.world, r.coordinator.as_str(), r.token.as_str()),
+            (3, 8, "198.18.0.10:29519", "job42/rail2")
+        );
+        let v6 = Identity {
+            coordinator: "[fd00::1]:29517".into(),
+            ..id.clone()
+        };
+        assert_eq!(rail_identity(&v6, 1).unwrap().coordinator, "[fd00::1]:29518");
+        let top = Identity {
+            coordinator: "h:65535".into(),
+            ..id
+        };
+        assert!(rail_identity(&top, 1).unwrap_err().contains("out of range"));
+        assert_eq!(rail_identity(&top, 0).unwrap().coordinator, "h:65535");
+    }
+}
