@@ -305,6 +305,18 @@ fn probes() -> Vec<String> {
     v
 }
 
+/// Every fixture snapshot (a directory with `sys/`), sorted.
+fn fixture_dirs(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.display().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
 fn findings_fixes(args: &[&str]) -> Vec<String> {
     let o = Command::new(BIN).args(args).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
@@ -323,13 +335,7 @@ fn findings_fixes(args: &[&str]) -> Vec<String> {
 fn every_fix_given_on_the_fixtures_names_real_subcommands() {
     let subs = subcommands();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let mut fixtures: Vec<String> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("sys").is_dir())
-        .map(|p| p.display().to_string())
-        .collect();
-    fixtures.sort();
+    let fixtures = fixture_dirs(&root);
     assert!(fixtures.len() >= 10, "{fixtures:?}");
     let mut fixes = Vec::new();
     for f in &fixtures {
@@ -447,13 +453,7 @@ fn retransmission_fix_is_a_command_that_answers() {
 #[test]
 fn every_command_in_a_fix_parses_and_has_no_placeholder() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let mut fixtures: Vec<String> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("sys").is_dir())
-        .map(|p| p.display().to_string())
-        .collect();
-    fixtures.sort();
+    let fixtures = fixture_dirs(&root);
     let mut fixes = Vec::new();
     for f in &fixtures {
         for cmd in probes().iter().map(String::as_str).chain(["check"]) {
