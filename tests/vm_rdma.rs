@@ -75,20 +75,35 @@ fn live_probes_on_rxe() {
     assert_eq!(p["netdev"], "eth0");
     assert_eq!(links["data"]["verbs"]["devices"][0]["name"], "rxe0", "{links}");
 
-    // RC traffic between the VMs while links samples for 4 s.
-    let server = lab.spawn(1, "exec ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096");
-    std::thread::sleep(Duration::from_secs(1));
+    // RC traffic runs in loops on both VMs for the whole 4 s sampling window: the window
+    // starts only once one exchange has completed, and the loops stop only after it ends (a
+    // single exchange in a loaded TCG guest can fall before or after the window).
+    let server = lab.spawn(
+        1,
+        "while [ ! -e /run/job/stop ]; do ibv_rc_pingpong -d rxe0 -g 1 -n 2000 -s 4096 >/dev/null 2>&1 || sleep 0.2; done",
+    );
     let client = lab.spawn(
         0,
         &format!(
-            "for i in 1 2 3 4 5 6 7 8 9 10; do ibv_rc_pingpong -d rxe0 -g 1 -n 400 -s 4096 {} && exit 0; sleep 1; done; exit 1",
+            "while [ ! -e /run/job/stop ]; do ibv_rc_pingpong -d rxe0 -g 1 -n 2000 -s 4096 {} >/dev/null 2>&1 && touch /run/job/one-ok || sleep 0.5; done",
             lab.vms[1].ip
         ),
     );
+    let t0 = std::time::Instant::now();
+    while !lab.job_file(0, "one-ok").exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no ibv_rc_pingpong exchange completed in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let moved = json(&lab.must(0, &format!("{bin} links --interval 4 --format json")));
+    lab.must(0, "touch /run/job/stop");
+    lab.must(1, "touch /run/job/stop");
     let c = lab.wait(&client, Duration::from_secs(120));
     assert!(c.ok(), "{c:?}");
-    lab.wait(&server, Duration::from_secs(60));
+    // The server's loop may sit in a pingpong that waits for a client that has stopped.
+    lab.kill(&server);
     let sent = counter(&moved, "sent_pkts");
     let delta = sent["delta"]["value"].as_u64().unwrap_or(0);
     assert!(delta > 0, "sent_pkts did not move during traffic: {sent}");
