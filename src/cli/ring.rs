@@ -385,6 +385,16 @@ impl TransportArg {
     }
 }
 
+/// The live host with the job's environment (`--env-from`, `--env-file`) and NCCL's settings
+/// as the job has them: the RDMA port choice and QP attributes read the same model as the
+/// data interface, never fabprobe's own shell alone.
+#[cfg(feature = "rdma")]
+fn job_nccl(g: &GlobalArgs) -> Result<(Host, crate::nccl::settings::NcclSettings), String> {
+    let host = super::with_job_env(g, Host::live()).map_err(|e| e.to_string())?;
+    let nccl = super::nccl_settings(g, &host);
+    Ok((host, nccl))
+}
+
 /// The RDMA ports as the port choice sees them, and `NCCL_IB_HCA` from the job's settings.
 #[cfg(feature = "rdma")]
 fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
@@ -395,9 +405,8 @@ fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidat
     if names.is_empty() {
         return Err("libibverbs lists no RDMA devices (hint: `fabprobe links` says what sysfs has)".into());
     }
-    let host = Host::live();
     // The rank runs in the job's environment: NCCL's variables and files, as NCCL reads them.
-    let nccl = super::nccl_settings(g, &host);
+    let (host, nccl) = job_nccl(g)?;
     let rep = gids::probe(&host, &nccl.gid_env());
     let cands: Vec<PortCandidate> = rep
         .ports
@@ -446,8 +455,7 @@ fn rdma_fabric(
         u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
         u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
     );
-    let host = Host::live();
-    let nccl = super::nccl_settings(g, &host);
+    let (_, nccl) = job_nccl(g)?;
     let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| nccl.value(k).map(str::to_string));
     let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
     let label = format!("{} ({netdev})", p.label());
@@ -789,7 +797,9 @@ fn rail_setups(
     let (slots, addrs): (Vec<RailPort>, Vec<Option<IpAddr>>) = match &rdma {
         Some(slots) => {
             // The rail's handshake listens on its own netdev's address, else the data interface's.
-            let fallback = data_interface(spec, None, None, &|s| g.log(1, s)).ok().map(|x| x.0);
+            let fallback = data_interface(spec, None, None, &|s| g.log(1, s))
+                .ok()
+                .map(|x| x.0);
             let addr = |p: &RailPort| {
                 p.netdev
                     .as_deref()
@@ -1115,6 +1125,29 @@ mod tests {
         );
         assert_eq!(sizes(6, 6, 2).unwrap(), vec![4]);
         assert!(sizes(10, 5, 2).is_err());
+    }
+
+    /// The RDMA port choice and QP settings read `--env-file` like the data interface does
+    /// (they once read only fabprobe's own shell).
+    #[cfg(feature = "rdma")]
+    #[test]
+    fn rdma_settings_come_from_the_job_env_file() {
+        let dir = std::env::temp_dir().join(format!("fabprobe-ring-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("job.env");
+        std::fs::write(&f, "NCCL_IB_HCA==mlx5_7:1\nNCCL_IB_TC=106\n").unwrap();
+        let g = GlobalArgs {
+            root: None,
+            format: Format::Table,
+            verbose: 0,
+            env_from: None,
+            env_file: Some(f),
+            nccl_version: None,
+        };
+        let (_, nccl) = job_nccl(&g).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(nccl.value("NCCL_IB_HCA"), Some("=mlx5_7:1"));
+        assert_eq!(nccl.value("NCCL_IB_TC"), Some("106"));
     }
 
     #[test]
