@@ -51,33 +51,16 @@ impl PathType {
     }
 }
 
-/// `NCCL_NET_GDR_LEVEL` as NCCL's `ncclGetLevel` reads it: a path type name, or the old
-/// numbering 0=LOC 1=PIX 2=PXB 3=PHB 4=SYS (higher clamps to SYS). `None`: not understood
-/// (NCCL then keeps its default). `C2C`, `P2C` and `PXN` are Grace/routing levels this PCI
-/// classification never yields: C2C orders below PIX (read as NVB), P2C and PXN between PXB
-/// and PHB (read as PXB).
-pub fn parse_net_gdr_level(s: &str) -> Option<PathType> {
-    let s = s.trim();
-    if let Some(p) = PathType::from_name(s) {
-        return Some(p);
+/// One of NCCL's level names (`params::LEVELS`, as `params::parse_level` reads a variable)
+/// in this PCI classification's order: `C2C`, `P2C` and `PXN` are Grace/routing levels it
+/// never yields, so C2C orders below PIX (read as NVB), P2C and PXN between PXB and PHB
+/// (read as PXB). The one parser of the variable's value is `params::parse_level`.
+pub fn level_as_path_type(name: &str) -> Option<PathType> {
+    match name {
+        "C2C" => Some(PathType::Nvb),
+        "P2C" | "PXN" => Some(PathType::Pxb),
+        n => PathType::from_name(n),
     }
-    if s == "C2C" {
-        return Some(PathType::Nvb);
-    }
-    if matches!(s, "P2C" | "PXN") {
-        return Some(PathType::Pxb);
-    }
-    if s.starts_with(|c: char| c.is_ascii_digit()) {
-        let n: i64 = s.parse().ok()?;
-        return Some(match n {
-            0 => PathType::Loc,
-            1 => PathType::Pix,
-            2 => PathType::Pxb,
-            3 => PathType::Phb,
-            _ => PathType::Sys,
-        });
-    }
-    None
 }
 
 /// The switch nodes NCCL makes from a device's bridge chain (root port first, device
@@ -244,14 +227,21 @@ mod tests {
 
     #[test]
     fn net_gdr_level() {
-        assert_eq!(parse_net_gdr_level("PHB"), Some(PathType::Phb));
-        assert_eq!(parse_net_gdr_level("SYS"), Some(PathType::Sys));
-        assert_eq!(parse_net_gdr_level("0"), Some(PathType::Loc));
-        assert_eq!(parse_net_gdr_level("2"), Some(PathType::Pxb));
-        assert_eq!(parse_net_gdr_level("9"), Some(PathType::Sys));
-        assert_eq!(parse_net_gdr_level("P2C"), Some(PathType::Pxb));
-        assert_eq!(parse_net_gdr_level("pxb"), None);
-        assert_eq!(parse_net_gdr_level(""), None);
+        // The variable's raw value, through the one parser, to the PCI view.
+        let view = |raw: &str| crate::nccl::params::parse_level(raw).and_then(level_as_path_type);
+        assert_eq!(view("PHB"), Some(PathType::Phb));
+        assert_eq!(view("SYS"), Some(PathType::Sys));
+        assert_eq!(view("0"), Some(PathType::Loc));
+        assert_eq!(view("2"), Some(PathType::Pxb));
+        assert_eq!(view("9"), Some(PathType::Sys));
+        assert_eq!(view("P2C"), Some(PathType::Pxb));
+        assert_eq!(view("PXN"), Some(PathType::Pxb));
+        assert_eq!(view("C2C"), Some(PathType::Nvb));
+        assert_eq!(view("pxb"), None);
+        assert_eq!(view(""), None);
+        for l in crate::nccl::params::LEVELS {
+            assert!(level_as_path_type(l).is_some(), "{l}");
+        }
     }
 
     fn s(v: &[&str]) -> Vec<String> {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::finding::{Finding, Severity};
 use crate::host::Host;
 use crate::nccl::settings::NcclSettings;
-use crate::nccl::topo::{PathType, parse_net_gdr_level};
+use crate::nccl::topo::{PathType, level_as_path_type};
 use crate::nccl::version::NcclVersion;
 use crate::probe::topo::{self, PciPlace};
 use crate::sysfs::kernel::{self, IommuGroup};
@@ -345,7 +345,7 @@ fn gdr_level(nccl: &NcclSettings, notes: &mut Vec<String>) -> GdrLevel {
         ));
     }
     GdrLevel {
-        level: parse_net_gdr_level(name).unwrap_or(PathType::Pxb),
+        level: level_as_path_type(name).unwrap_or(PathType::Pxb),
         name: name.to_string(),
         source,
         raw: set.map(|s| s.value),
