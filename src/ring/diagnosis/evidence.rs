@@ -123,7 +123,9 @@ pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
 
 /// Where the sampler reads: this host, or successive fixture snapshots (tests).
 enum Source {
-    Live,
+    /// One live host for every sample: `Host::live()` reads host metadata and loads NVML,
+    /// work a stuck report must not repeat (sysfs reads through it are never cached).
+    Live(std::sync::OnceLock<Host>),
     Hosts(Vec<Host>, AtomicUsize),
 }
 
@@ -140,7 +142,7 @@ pub struct Sampler {
 impl Sampler {
     /// This host's RDMA ports whose netdev is `ifname`, read through [`Host::live`].
     pub fn live(ifname: &str) -> Sampler {
-        Sampler::new(Source::Live, Some(ifname))
+        Sampler::new(Source::Live(std::sync::OnceLock::new()), Some(ifname))
     }
 
     /// Successive samples from `hosts` (the last one repeats): tests stand fixture snapshots
@@ -159,7 +161,7 @@ impl Sampler {
 
     fn with_host<R>(&self, f: impl FnOnce(&Host) -> R) -> Option<R> {
         match &self.source {
-            Source::Live => Some(f(&Host::live())),
+            Source::Live(h) => Some(f(h.get_or_init(Host::live))),
             Source::Hosts(hosts, next) => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 hosts.get(i).or(hosts.last()).map(f)
