@@ -196,9 +196,8 @@ fn dgx_h100_verdicts_are_true() {
         ("policy.ib.rate_min_gbps", "mlx5_6/1"),
         ("policy.ib.speed", "mlx5_6/1"),
         ("policy.ib.all_alike", "mlx5_6/1"),
-        ("policy.ib.all_alike", "mlx5_3/1"),
-        // One cause, one finding: links' view of the x8 link is in topo's evidence.
-        ("topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:58:00.0"),
+        // One cause, one finding: the x8 link of mlx5_3 is the policy verdict; topo's and
+        // links' view of it and its odd-one-out comparison are in its evidence.
         ("links.rate_below_peers", "mlx5_6/1"),
     ]
     .iter()
@@ -211,6 +210,22 @@ fn dgx_h100_verdicts_are_true() {
     want.push(("policy.gpu.nvlink_min".into(), "GPU5-GPU7".into()));
     want.sort();
     assert_eq!(got, want);
+    let x8 = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "policy.ib.pcie_width_min")
+        .unwrap();
+    assert_eq!(
+        x8["evidence"]["same_cause"],
+        "policy.ib.all_alike mlx5_3/1; topo.pcie_width_degraded NIC3 (mlx5_3) 0000:58:00.0; \
+         links.pcie_downtrained mlx5_3",
+        "{x8}"
+    );
+    assert!(
+        x8["fix"].as_str().unwrap().contains("`lspci -vv -s 0000:58:00.0 | grep -e LnkCap: -e LnkSta:`"),
+        "{x8}"
+    );
     // Ranked: every fail before any warn, policy verdicts before probe findings.
     let sev: Vec<&str> = v["findings"]
         .as_array()
@@ -444,7 +459,7 @@ fn prom_output() {
         "{out}"
     );
     assert!(
-        out.contains("fabprobe_check_findings{policy=\"dgx-h100\",severity=\"fail\"} 16\n"),
+        out.contains("fabprobe_check_findings{policy=\"dgx-h100\",severity=\"fail\"} 14\n"),
         "{out}"
     );
     assert!(out.contains("fabprobe_check_device_holders 1\n"));
@@ -713,7 +728,7 @@ fn nhc_drop_in_catches_a_bad_node() {
     let bad = go("h100-sxm-8gpu-bad", "dgx-h100");
     assert_eq!(
         bad,
-        "rc=1\ndied=check_fabprobe: fabprobe dgx-h100: policy.host.memlock_unlimited host: locked-memory limit is 8 MiB, not unlimited (+15 more)\n"
+        "rc=1\ndied=check_fabprobe: fabprobe dgx-h100: policy.host.memlock_unlimited host: locked-memory limit is 8 MiB, not unlimited (+13 more)\n"
     );
     let broken = go("does-not-exist", "dgx-h100");
     assert!(broken.starts_with("rc=1\ndied=check_fabprobe: fabprobe could not run (exit 2): fabprobe: error: cannot open snapshot"), "{broken}");

@@ -161,3 +161,45 @@ fn colour_on_a_terminal_only() {
     assert!(tty(false).contains("\x1b[1;31mFAIL\x1b[0m"), "{}", tty(false));
     assert!(!tty(true).contains('\x1b'), "NO_COLOR=1 still coloured");
 }
+
+/// `COLUMNS=80`: every table line fits 80 columns and no cell is lost (wrapped, not cut);
+/// without it (a pipe) the same table keeps its full width, for scripts.
+#[test]
+fn tables_fit_columns_and_pipes_keep_full_width() {
+    let run = |cols: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fabprobe"));
+        c.args(["--root", "fixtures/h100-sxm-8gpu", "gids"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("COLUMNS");
+        if let Some(w) = cols {
+            c.env("COLUMNS", w);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // The table: from its header to the first blank line.
+    let table = |out: &str| -> Vec<String> {
+        out.lines()
+            .skip_while(|l| !l.starts_with("DEVICE"))
+            .take_while(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let full = table(&run(None));
+    assert!(full.iter().any(|l| l.len() > 80), "{full:#?}");
+    let narrow = table(&run(Some("80")));
+    assert!(narrow.len() > full.len(), "nothing wrapped: {narrow:#?}");
+    for l in &narrow {
+        assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+    }
+    // Every GID is still there: its pieces, read down its column, join up.
+    let (from, to) = (narrow[0].find("GID").unwrap(), narrow[0].find("IPv4").unwrap());
+    let column: String = narrow[1..]
+        .iter()
+        .map(|l| l.get(from..to.min(l.len())).unwrap_or("").trim())
+        .collect();
+    for gid in ["fe80:0000:0000:0000:946d:ae03:00a1:b207", "0000:0000:0000:0000:0000:ffff:0a14:0111"] {
+        assert!(column.contains(gid), "{gid} lost: {narrow:#?}");
+    }
+}

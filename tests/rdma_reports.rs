@@ -297,6 +297,15 @@ fn links_deltas_between_two_snapshots() {
     assert_eq!(counter(0, "rx_write_requests")["delta"]["value"], 796);
     assert_eq!(counter(0, "rx_write_requests")["delta"]["wrapped"], true);
     assert_eq!(counter(0, "port_xmit_data")["delta_bytes"], 76_000_000_000u64);
+    // Words x4 = bytes, over 30 s, in GB/s and as a share of the 400 Gb/s port.
+    assert_eq!(port(0)["rate"]["gbps"], 400.0);
+    let x = counter(0, "port_xmit_data");
+    let near = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-6;
+    assert!(near(&x["rate_gbs"], 76.0 / 30.0), "{x}");
+    assert!(near(&x["line_rate_pct"], 76.0 / 30.0 * 8.0 / 400.0 * 100.0), "{x}");
+    // Not a data counter: events per second only.
+    assert!(counter(2, "symbol_error")["rate_gbs"].is_null());
+    assert!(table.contains("+76000000000 B  2.53 GB/s (5.1% of line rate)"), "{table}");
     assert_eq!(counter(2, "symbol_error")["delta"]["value"], 4699);
     assert_eq!(counter(3, "symbol_error")["delta"]["kind"], "saturated");
     assert_eq!(counter(3, "symbol_error")["delta"]["at_least"], 5);

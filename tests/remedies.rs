@@ -459,6 +459,12 @@ fn every_command_in_a_fix_parses_and_has_no_placeholder() {
         for cmd in probes().iter().map(String::as_str).chain(["check"]) {
             fixes.extend(findings_fixes(&["--root", f, "--format", "json", cmd]));
         }
+        // The shipped policies' verdicts carry fixes of their own.
+        for policy in ["dgx-h100", "hdr-a100", "roce-dcqcn"] {
+            fixes.extend(findings_fixes(&[
+                "--root", f, "--format", "json", "check", "--policy", policy,
+            ]));
+        }
     }
     for (later, before) in [
         ("ib-degraded-later", "ib-degraded"),

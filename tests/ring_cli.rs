@@ -604,3 +604,50 @@ fn socket_ifname_comes_from_the_settings_model() {
         text(&o.stderr)
     );
 }
+
+/// `--root` is hidden from ring's help and refused by name wherever it is given; the help
+/// says which formats ring prints, and other formats are refused naming the ones it has.
+#[test]
+fn ring_help_offers_only_what_ring_does() {
+    let o = fabprobe(&["ring", "--help"]);
+    assert!(o.status.success());
+    let help = text(&o.stdout);
+    // No option line offers it (the OUTPUT section says it is refused).
+    assert!(
+        !help.lines().any(|l| l.trim_start().starts_with("--root")),
+        "{help}"
+    );
+    assert!(help.contains("and so is --root"), "{help}");
+    assert!(help.contains("--format table (the default): the verdict first"), "{help}");
+    for args in [
+        &["ring", "--root", "/nonexistent", "--local", "2"][..],
+        &["--root", "/nonexistent", "ring", "--local", "2"][..],
+    ] {
+        let o = fabprobe(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = text(&o.stderr);
+        assert!(e.contains("--root cannot be used with it"), "{args:?}: {e}");
+    }
+    let o = fabprobe(&["ring", "--local", "2", "--format", "prom"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("does not support --format prom; use one of: table, json"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// A healthy local run leads with the one line that says so (rows stream, so it closes the
+/// output), with the figures it rests on.
+#[test]
+fn healthy_local_run_says_so() {
+    let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1", "--no-scan"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let last = out.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with("no slow link, no hang: 2 ranks over tcp, 1 size(s), avg busbw "),
+        "{out}"
+    );
+    assert!(last.contains(", slowest link rank "), "{out}");
+}

@@ -25,10 +25,10 @@ function __fish_fabprobe_using_subcommand
 end
 
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -54,10 +54,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l interval -d 'Sample the port counters twice, SECONDS apart, so counter rates can be judged (live)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 'An earlier snapshot of the same host: counter rates from it to --root (or live)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -65,10 +65,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s v -l verbose
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -77,10 +77,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s h -l help -d '
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -91,10 +91,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -106,10 +106,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'S
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -118,10 +118,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s v -l verbose -
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -129,10 +129,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s v -l verb
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -162,11 +162,11 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-bytes -d
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-reps -d 'Samples per link per scan order' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rails -d 'Rails per node, one ring per rail (rail k of every node to rail k of the next, all at once): `all` (every RDMA port NCCL would use: --device lists them, e.g. `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`). Default: one rail. Rail k\'s coordinator listens on the coordinator port + k' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'The global --root, hidden here: a snapshot has no peers to move bytes to. Its value reaches GlobalArgs (same id), where `run` refuses it by name' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -178,10 +178,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -s V -l version 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l lldp-wait -d 'Also listen this many seconds for the switch\'s LLDP on every RoCE netdev (needs root) and keep the frames, for `qos --lldp` on the snapshot' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -190,10 +190,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l expect -d 'The nodes that should have reported (a Slurm hostlist, e.g. gpu[001-128]); those without a report are listed as missing' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -204,10 +204,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-xml -d 'Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) instead of the host; on cloud VMs that file is the truth' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -216,10 +216,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -227,10 +227,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s v -l v
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format; each command lists the formats it supports' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition, for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r

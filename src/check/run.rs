@@ -461,11 +461,78 @@ fn same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
         );
     }
     let gone: Vec<usize> = drop.iter().map(|d| d.0).collect();
-    findings
+    let findings = findings
         .into_iter()
         .enumerate()
         .filter(|(j, _)| !gone.contains(j))
         .map(|(_, f)| f)
+        .collect();
+    policy_same_cause(findings)
+}
+
+/// The PCIe link of one NIC below a policy's minimum is also the probes' degraded link and,
+/// among alike ports, the odd one out: keep the policy verdict (what the node is certified
+/// against) and name the others in its `same_cause`. Pure.
+fn policy_same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
+    let bdf_of = |f: &Finding| -> Option<String> {
+        match f.id.as_str() {
+            "topo.pcie_width_degraded" | "topo.pcie_speed_degraded" => {
+                f.subject.rsplit(' ').next().map(str::to_string)
+            }
+            _ => f
+                .evidence
+                .get("pci_bdf")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+        }
+        .filter(|b| !b.is_empty())
+    };
+    // Which probe finding (or peer comparison) says the same as a policy key.
+    let same = |key: &str, p: &Finding, o: &Finding| -> bool {
+        let probe = match key {
+            "pcie_width_min" => ["topo.pcie_width_degraded", "links.pcie_downtrained"],
+            _ => ["topo.pcie_speed_degraded", "links.pcie_downtrained"],
+        };
+        let alike = o.id.starts_with("policy.")
+            && o.id.ends_with(".all_alike")
+            && o.evidence.get("field").and_then(|v| v.as_str()) == Some("pcie_link")
+            && o.subject == p.subject;
+        alike || (probe.contains(&o.id.as_str()) && bdf_of(o).is_some() && bdf_of(o) == bdf_of(p))
+    };
+    let mut gone = vec![false; findings.len()];
+    for i in 0..findings.len() {
+        let p = &findings[i];
+        let Some(key) = ["pcie_width_min", "pcie_gen_min"]
+            .into_iter()
+            .find(|k| p.id.starts_with("policy.") && p.id.ends_with(&format!(".{k}")))
+        else {
+            continue;
+        };
+        if gone[i] {
+            continue;
+        }
+        let mut named = Vec::new();
+        for j in 0..findings.len() {
+            if j != i && !gone[j] && same(key, &findings[i], &findings[j]) {
+                gone[j] = true;
+                let o = &findings[j];
+                named.push(format!("{} {}", o.id, o.subject));
+                if let Some(more) = o.evidence.get("same_cause").and_then(|v| v.as_str()) {
+                    named.push(more.to_string());
+                }
+            }
+        }
+        if !named.is_empty() {
+            findings[i]
+                .evidence
+                .insert("same_cause".into(), json!(named.join("; ")));
+        }
+    }
+    findings
+        .into_iter()
+        .zip(gone)
+        .filter(|(_, g)| !g)
+        .map(|(f, _)| f)
         .collect()
 }
 
@@ -1102,7 +1169,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                     violation(&key("rate_min_gbps"), &s, format!("{s} runs at {}, below {min} Gb/s", rt.raw))
                         .evidence("rate", rt.raw.as_str())
                         .evidence("rate_min_gbps", min)
-                        .fix("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings and `mlxlink -d DEV`"),
+                        .fix(format!("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings and `mlxlink -d {} -p {} -m -c`", d.name, p.port)),
                 ),
                 _ => {}
             }
@@ -1121,7 +1188,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                         format!("{s} is {w} wide, expected {}", r.width.join(" or ")),
                     )
                     .evidence("rate", rate.map(|x| x.raw.clone()))
-                    .fix("a lane is down: reseat or replace the cable; `mlxlink -d DEV` shows lane errors"),
+                    .fix(format!("a lane is down: reseat or replace the cable; `mlxlink -d {} -p {} -c` shows lane errors", d.name, p.port)),
                 ),
                 _ => {}
             }
@@ -1159,9 +1226,11 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                     )
                     .evidence("current_link_speed", sp.raw.as_str())
                     .evidence("pcie_gen_min", min)
-                    .fix(
-                        "reseat the adapter; check the slot's BIOS PCIe speed setting and `lspci -vv` LnkSta",
-                    ),
+                    .evidence("pci_bdf", d.attrs.pci_bdf.clone())
+                    .fix(format!(
+                        "reseat the adapter; check the slot's BIOS PCIe speed setting; {}",
+                        crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
+                    )),
                 ),
                 _ => {}
             }
@@ -1180,7 +1249,11 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                     )
                     .evidence("current_link_width", w)
                     .evidence("pcie_width_min", min)
-                    .fix("reseat the adapter or move it to a x16 slot; check `lspci -vv` LnkSta"),
+                    .evidence("pci_bdf", d.attrs.pci_bdf.clone())
+                    .fix(format!(
+                        "reseat the adapter or move it to a x16 slot; {}",
+                        crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
+                    )),
                 ),
                 _ => {}
             }
@@ -1305,7 +1378,7 @@ fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
                         .evidence("interval_s", secs)
                         .evidence("per_hour", per_hour)
                         .evidence("max_per_hour", *max)
-                        .fix("errors on a live link: replace the cable or transceiver, check `mlxlink -d DEV -c` (BER) and the switch side"),
+                        .fix(format!("errors on a live link: replace the cable or transceiver, check `mlxlink -d {} -p {} -c` (BER) and the switch side", d.name, port.port)),
                     );
                 }
             }
@@ -1809,6 +1882,72 @@ mod tests {
             ]
         );
         assert_eq!(out[0].evidence["same_cause"], "links.pcie_downtrained mlx5_3");
+    }
+
+    /// dgx-h100's `pcie_width_min` on a NIC at x8 and the probes' degraded-link findings for
+    /// that NIC (and its odd-one-out among alike ports) are one line: the policy verdict,
+    /// naming the others. Another NIC's finding stays.
+    #[test]
+    fn a_policy_minimum_and_the_probe_finding_for_one_link_are_one_line() {
+        let fs = vec![
+            finding(
+                "policy.ib.pcie_width_min",
+                Severity::Fail,
+                "mlx5_3/1",
+                "x8, below x16",
+            )
+            .evidence("pci_bdf", "0000:58:00.0"),
+            finding(
+                "policy.ib.all_alike",
+                Severity::Fail,
+                "mlx5_3/1",
+                "pcie_link unlike 7",
+            )
+            .evidence("field", "pcie_link"),
+            finding("policy.ib.all_alike", Severity::Fail, "mlx5_6/1", "rate unlike 7")
+                .evidence("field", "rate"),
+            finding(
+                "topo.pcie_width_degraded",
+                Severity::Fail,
+                "NIC3 (mlx5_3) 0000:58:00.0",
+                "x8",
+            ),
+            finding(
+                "topo.pcie_width_degraded",
+                Severity::Fail,
+                "NIC5 (mlx5_5) 0000:9a:00.0",
+                "x8",
+            ),
+            finding("links.pcie_downtrained", Severity::Fail, "mlx5_3", "x8")
+                .evidence("pci_bdf", "0000:58:00.0"),
+        ];
+        let out = same_cause(fs);
+        let ids: Vec<(&str, &str)> = out.iter().map(|f| (f.id.as_str(), f.subject.as_str())).collect();
+        assert_eq!(
+            ids,
+            [
+                ("policy.ib.pcie_width_min", "mlx5_3/1"),
+                ("policy.ib.all_alike", "mlx5_6/1"),
+                ("topo.pcie_width_degraded", "NIC5 (mlx5_5) 0000:9a:00.0"),
+            ]
+        );
+        assert_eq!(
+            out[0].evidence["same_cause"],
+            "policy.ib.all_alike mlx5_3/1; topo.pcie_width_degraded NIC3 (mlx5_3) 0000:58:00.0; \
+             links.pcie_downtrained mlx5_3"
+        );
+        // The speed minimum does not take a width finding.
+        let fs = vec![
+            finding("policy.ib.pcie_gen_min", Severity::Fail, "mlx5_3/1", "Gen4")
+                .evidence("pci_bdf", "0000:58:00.0"),
+            finding(
+                "topo.pcie_width_degraded",
+                Severity::Fail,
+                "NIC3 (mlx5_3) 0000:58:00.0",
+                "x8",
+            ),
+        ];
+        assert_eq!(same_cause(fs).len(), 2);
     }
 
     /// Per-netdev warnings with one message become one line; the fix is given once with

@@ -33,7 +33,11 @@ x4); mlx5 q-counters wrap at 2^32; other hw counters are 64-bit. `N/A (no PMA)` 
 are shown as unavailable, never as 0.
 
 With --interval or --baseline each counter gets a delta (wraps undone; a saturated counter gives
-a lower bound; a decrease of a saturating counter means it was cleared) and a rate per second.
+a lower bound; a decrease of a saturating counter means it was cleared) and a rate per second:
+data counters in bytes (delta_bytes, x4 the words the kernel counts) and GB/s (10^9 bytes/s),
+with the share of the port's rate (the kernel's rate attribute, a signalling rate: 8b/10b links
+such as QDR carry at most 80% of it as data); other counters in events per second. Pause time
+is not an RDMA port counter: `fabprobe qos --interval` shows it as a share of the interval.
 
 FINDINGS
   links.port_not_active            state not ACTIVE or phys_state not LinkUp (Disabled: warn)
@@ -61,7 +65,9 @@ JSON DATA (fabprobe.links)
        \"counters\": [{\"name\", \"dir\" (counters|hw_counters|device_hw_counters), \"width_bits\",
          \"overflow\" (saturates|wraps), \"value\", \"value_bytes\", \"unavailable\", \"saturated\",
          \"delta\": null | {\"kind\": \"value\", \"value\", \"wrapped\"} | {\"kind\": \"saturated\",
-         \"at_least\"} | {\"kind\": \"reset\", \"after\"}, \"delta_bytes\", \"rate_per_s\"}]}]}]}
+         \"at_least\"} | {\"kind\": \"reset\", \"after\"}, \"delta_bytes\", \"rate_per_s\" (bytes/s for
+         data counters, events/s otherwise), \"rate_gbs\" (data counters), \"line_rate_pct\"
+         (data counters of a port with a known rate)}]}]}]}
 
 PROMETHEUS (--format prom)
   every name starts fabprobe_ (node_exporter's own infiniband collector, on by default,

@@ -68,7 +68,8 @@ pub struct GlobalArgs {
     /// Read a captured snapshot (directory or .tar.gz) instead of the live host.
     #[arg(long, global = true, value_name = "SNAPSHOT")]
     pub root: Option<PathBuf>,
-    /// Output format; each command lists the formats it supports.
+    /// Output format: table and json (every command), nccl-xml (topo), prom (check, gids,
+    /// links, qos, sweep); a command refuses the others by name.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Log progress to stderr (repeat for more).
@@ -102,7 +103,8 @@ pub enum Format {
     Json,
     /// NCCL topology XML (topo only), usable as NCCL_TOPO_FILE.
     NcclXml,
-    /// Prometheus text exposition, for node_exporter's textfile collector.
+    /// Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter's
+    /// textfile collector.
     Prom,
 }
 
@@ -241,6 +243,7 @@ pub fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
     let g = &cli.global;
+    crate::render::text::set_width(table_width(std::env::var("COLUMNS").ok().as_deref(), tty_width));
     match cli.command {
         Command::Check(a) => check::run(g, a),
         Command::Sweep(a) => sweep::run(g, a),
@@ -256,6 +259,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Completions(a) => docs::completions(a),
         Command::GenDocs(a) => docs::run(a),
     }
+}
+
+/// The width tables fit: `COLUMNS` when it is a number, else stdout's terminal; None (as
+/// wide as the content) for a pipe or a file, so scripts see whole lines.
+pub fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<usize> {
+    match columns.and_then(|c| c.trim().parse::<usize>().ok()).filter(|w| *w > 0) {
+        Some(w) => Some(w.max(40)),
+        None => tty(),
+    }
+}
+
+/// Stdout's terminal width (comfy-table asks the terminal); None when stdout is not one.
+fn tty_width() -> Option<usize> {
+    comfy_table::Table::new().width().map(usize::from).filter(|w| *w > 0)
 }
 
 /// Messages are printed lowercase-first, as the house style says.
@@ -352,6 +369,22 @@ pub fn nccl_settings(g: &GlobalArgs, host: &crate::host::Host) -> crate::nccl::s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_width_from_columns_else_the_terminal() {
+        fn tty() -> Option<usize> {
+            Some(132)
+        }
+        fn pipe() -> Option<usize> {
+            None
+        }
+        assert_eq!(table_width(Some("80"), pipe), Some(80));
+        assert_eq!(table_width(Some(" 100\n"), tty), Some(100));
+        assert_eq!(table_width(Some("12"), pipe), Some(40));
+        assert_eq!(table_width(Some("wide"), tty), Some(132));
+        assert_eq!(table_width(Some("0"), pipe), None);
+        assert_eq!(table_width(None, pipe), None);
+    }
 
     #[test]
     fn clap_definition_is_consistent() {

@@ -118,6 +118,10 @@ pub struct RingArgs {
     /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
     #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
     pub rails: Option<RailSel>,
+    /// The global --root, hidden here: a snapshot has no peers to move bytes to. Its value
+    /// reaches GlobalArgs (same id), where `run` refuses it by name.
+    #[arg(long = "root", value_name = "SNAPSHOT", hide = true)]
+    pub root: Option<std::path::PathBuf>,
 }
 
 const RING_HELP: &str = "\
@@ -176,6 +180,13 @@ RAILS
   drive is rail_missing (its ring cannot run; the other rails do).
 
 OUTPUT
+  --format table (the default): the verdict first, each with its next step, or on a
+  healthy run one line (no slow link, no hang: ranks, sizes, avg busbw, the scan's median
+  and slowest link); then nccl-tests' table, the per-link bandwidth and the scan as a
+  sender x receiver matrix (up to 16 ranks; a list beyond). With the AllReduce sweep the
+  rows print as each size completes, so the verdict or the healthy line closes the output
+  instead. --format json: one fabprobe.ring envelope at the end (below). Other formats are
+  refused, and so is --root: the ring moves bytes between live hosts.
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
   results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
   results, a rank missing, a dead or hung link (the reason is printed, partial results
@@ -643,7 +654,7 @@ fn print_report(
 
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
-    if g.root.is_some() {
+    if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(
             "`fabprobe ring` moves bytes between live hosts; --root cannot be used with it".into(),
         )

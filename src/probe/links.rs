@@ -101,6 +101,11 @@ pub struct Counter {
     pub delta_bytes: Option<u64>,
     /// Per second over the interval (bytes/s for data counters, events/s otherwise).
     pub rate_per_s: Option<f64>,
+    /// Data counters: the rate in GB/s (10^9 bytes/s).
+    pub rate_gbs: Option<f64>,
+    /// Data counters of a port whose rate is known: the rate as a percentage of that rate
+    /// (the kernel's `rate`, a signalling rate: 8b/10b links top out near 80%).
+    pub line_rate_pct: Option<f64>,
     #[serde(skip)]
     pub spec: CounterSpec,
 }
@@ -117,6 +122,8 @@ fn counter(c: CounterRead) -> Counter {
         delta: None,
         delta_bytes: None,
         rate_per_s: None,
+        rate_gbs: None,
+        line_rate_pct: None,
         spec: c.spec,
         name: c.name,
         dir: c.dir,
@@ -234,6 +241,7 @@ pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleI
             (Some(v), Some(s)) => Some(v as f64 * bpu.unwrap_or(1) as f64 / s),
             _ => None,
         };
+        c.rate_gbs = c.rate_per_s.filter(|_| bpu.is_some()).map(|r| r / 1e9);
         c.delta = Some(d);
     };
     for dev in &mut after.devices {
@@ -244,9 +252,11 @@ pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleI
         }
         for port in &mut dev.ports {
             let bport = bdev.and_then(|d| d.ports.iter().find(|p| p.port == port.port));
+            let line_gbps = port.rate.as_ref().map(|r| r.gbps).filter(|g| *g > 0.0);
             for c in &mut port.counters {
                 let prev = bport.and_then(|p| p.counters.iter().find(|x| x.name == c.name && x.dir == c.dir));
                 fill(c, prev);
+                c.line_rate_pct = c.rate_gbs.zip(line_gbps).map(|(r, g)| r * 8.0 / g * 100.0);
             }
         }
     }

@@ -4,8 +4,43 @@ use crate::finding::Finding;
 use crate::probe::gids::{GidPort, GidsReport};
 use crate::render::text;
 
-/// Left-aligned columns separated by two spaces; trailing spaces trimmed.
+/// Left-aligned columns separated by two spaces; trailing spaces trimmed; within the
+/// terminal's width ([`crate::render::text::width`]) when one is set.
 pub fn columns(rows: &[Vec<String>]) -> String {
+    columns_fit(rows, crate::render::text::width())
+}
+
+/// [`columns`] within `width` characters: a table wider than that wraps its widest cells
+/// (comfy-table's dynamic arrangement); without a width, or when it fits, the plain layout.
+pub fn columns_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
+    let plain = columns_plain(rows);
+    match width {
+        Some(w) if plain.lines().any(|l| l.chars().count() > w) => wrapped(rows, w),
+        _ => plain,
+    }
+}
+
+fn wrapped(rows: &[Vec<String>], width: usize) -> String {
+    use comfy_table::{ContentArrangement, Table, presets::NOTHING};
+    let mut t = Table::new();
+    t.load_style(NOTHING)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(width.min(u16::MAX as usize) as u16);
+    for r in rows {
+        t.add_row(r.clone());
+    }
+    let n = t.column_count();
+    for (i, c) in t.column_iter_mut().enumerate() {
+        c.set_padding((0, if i + 1 < n { 2 } else { 0 }));
+    }
+    let mut out: String = t.lines().map(|l| l.trim_end().to_string() + "\n").collect();
+    if out.is_empty() {
+        out = columns_plain(rows);
+    }
+    out
+}
+
+fn columns_plain(rows: &[Vec<String>]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut w = vec![0usize; n];
     for r in rows {

@@ -74,19 +74,46 @@ fn value_text(c: &Counter) -> String {
 fn delta_text(c: &Counter) -> String {
     match &c.delta {
         None => String::new(),
-        Some(Delta::Value { value, wrapped }) => {
-            format!("+{value}{}", if *wrapped { " (wrapped)" } else { "" })
-        }
+        // Data counters in bytes (the kernel counts 4-byte words).
+        Some(Delta::Value { value, wrapped }) => format!(
+            "+{}{}",
+            match c.delta_bytes {
+                Some(b) => format!("{b} B"),
+                None => value.to_string(),
+            },
+            if *wrapped { " (wrapped)" } else { "" }
+        ),
         Some(Delta::Saturated { at_least }) => format!(">=+{at_least} (saturated)"),
         Some(Delta::Reset { after }) => format!("reset, {after} since"),
     }
 }
 
+/// Data counters in GB/s and, where the port's rate is known, its share of it; other
+/// counters in events per second.
 fn rate_text(c: &Counter) -> String {
-    match c.rate_per_s {
-        None => String::new(),
-        Some(r) if c.spec.bytes_per_unit.is_some() => format!("{:.0} B/s", r),
-        Some(r) => format!("{:.2}/s", r),
+    match (c.rate_per_s, c.rate_gbs) {
+        (None, _) => String::new(),
+        (Some(_), Some(g)) => {
+            let pct = c
+                .line_rate_pct
+                .map(|p| format!(" ({p:.1}% of line rate)"))
+                .unwrap_or_default();
+            format!("{} GB/s{pct}", gbs_text(g))
+        }
+        (Some(r), None) => format!("{:.2}/s", r),
+    }
+}
+
+/// Three significant figures down to 0.001 GB/s (1 MB/s), so a trickle does not read as 0.
+fn gbs_text(g: f64) -> String {
+    if g >= 100.0 {
+        format!("{g:.0}")
+    } else if g >= 10.0 {
+        format!("{g:.1}")
+    } else if g >= 1.0 {
+        format!("{g:.2}")
+    } else {
+        format!("{g:.3}")
     }
 }
 
@@ -140,7 +167,10 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         rows.push(r);
     }
     let mut out: String = if rows.len() > 1 {
-        columns(&rows).lines().map(|l| format!("    {l}\n")).collect()
+        crate::render::gids::columns_fit(&rows, text::width().map(|w| w.saturating_sub(4)))
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect()
     } else {
         String::new()
     };

@@ -28,6 +28,17 @@ fn count(c: &Count, sampled: bool) -> String {
     }
 }
 
+/// A pause duration counter (microseconds): over a sample, also the share of the time the
+/// port was paused (µs paused per second / 10^6).
+fn paused(c: &Count, sampled: bool) -> String {
+    match (sampled, c.went_backwards, c.value, c.delta, c.rate_per_s) {
+        (true, false, Some(v), Some(d), Some(r)) => {
+            format!("{v} (+{d}, {:.1}% of the time)", (r / 1e4).min(100.0))
+        }
+        _ => count(c, sampled),
+    }
+}
+
 fn list(v: &[u8]) -> String {
     if v.is_empty() {
         "none".into()
@@ -147,6 +158,12 @@ fn one(i: &QosIf, sampled: bool) -> String {
                 .map(|x| count(f(x), sampled))
                 .unwrap_or_else(|| "-".into())
         };
+        let pd = |f: &dyn Fn(&crate::probe::qos::PauseCounters) -> &Count| {
+            p.pause
+                .as_ref()
+                .map(|x| paused(f(x), sampled))
+                .unwrap_or_else(|| "-".into())
+        };
         let tsa = match (&d.ets, p.ets_tc) {
             (Some(e), Some(tc)) => tsa_name(e.tc_tsa[(tc & 7) as usize]).to_string(),
             _ => "-".into(),
@@ -161,9 +178,9 @@ fn one(i: &QosIf, sampled: bool) -> String {
             b(p.ecn_rp),
             b(p.ecn_np),
             pc(&|x| &x.rx_pause),
-            pc(&|x| &x.rx_pause_duration_us),
+            pd(&|x| &x.rx_pause_duration_us),
             pc(&|x| &x.tx_pause),
-            pc(&|x| &x.tx_pause_duration_us),
+            pd(&|x| &x.tx_pause_duration_us),
             p.rx_marked
                 .as_ref()
                 .map(|c| count(c, sampled))
@@ -179,9 +196,9 @@ fn one(i: &QosIf, sampled: bool) -> String {
         s.push_str(&format!(
             "  global pause: rx {} ({} us), tx {} ({} us)\n",
             count(&g.rx_pause, sampled),
-            count(&g.rx_pause_duration_us, sampled),
+            paused(&g.rx_pause_duration_us, sampled),
             count(&g.tx_pause, sampled),
-            count(&g.tx_pause_duration_us, sampled)
+            paused(&g.tx_pause_duration_us, sampled)
         ));
     }
     let st = &i.pause_storm;

@@ -1,7 +1,8 @@
-//! `fabprobe ring` as text: nccl-tests' `all_reduce_perf` layout (header lines naming ranks,
-//! hosts and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
+//! `fabprobe ring` as text: the verdict first (or one line saying the run was healthy, with
+//! its figures), then nccl-tests' `all_reduce_perf` layout (header lines naming ranks, hosts
+//! and devices; size, count, type, redop, root, time, algbw, busbw, #wrong; `# Avg bus
 //! bandwidth`), with nccl-tests' out-of-place and in-place column groups, so the numbers
-//! compare directly, then the per-link table.
+//! compare directly, then the per-link table and the scan's sender x receiver matrix.
 
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::diagnosis::localize::{fmt_gbs, fmt_rate_cell};
@@ -27,7 +28,7 @@ pub fn table(r: &RingReport) -> String {
     for row in &r.results {
         o.push_str(&row_line(row));
     }
-    tail(&mut o, r);
+    tail(&mut o, r, "above");
     o
 }
 
@@ -39,11 +40,12 @@ pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
     for row in r.results.iter().filter(|x| !shown.contains(&x.size_bytes)) {
         o.push_str(&row_line(row));
     }
-    tail(&mut o, r);
-    if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
-        o.push('\n');
-        verdicts(&mut o, r);
-    }
+    tail(&mut o, r, "below");
+    // The rows streamed, so the verdict (or the healthy line) closes the output instead.
+    o.push('\n');
+    verdicts(&mut o, r);
+    o.truncate(o.trim_end().len());
+    o.push('\n');
     o
 }
 
@@ -90,8 +92,87 @@ fn verdicts(o: &mut String, r: &RingReport) {
     if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) {
         line(f.message.clone());
     }
-    if !r.verdicts.is_empty() || r.scan.as_ref().is_some_and(|s| s.fabric_slow.is_some()) {
-        line(String::new());
+    if r.verdicts.is_empty() {
+        line(outcome(r));
+    }
+    line(String::new());
+}
+
+/// The one line when no verdict names a culprit: the run's figures when it was healthy,
+/// else what went wrong without one (an early end, wrong results).
+fn outcome(r: &RingReport) -> String {
+    let wrong = r.wrong_total();
+    if let Some(e) = &r.error {
+        return format!("RUN ENDED EARLY with no verdict: {e}");
+    }
+    if wrong > 0 {
+        let sizes: Vec<String> = r
+            .results
+            .iter()
+            .filter(|x| x.wrong.unwrap_or(0) + x.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0) > 0)
+            .map(|x| format!("{} B", x.size_bytes))
+            .collect();
+        return format!(
+            "WRONG RESULTS: {wrong} element(s) differ from the expected sum at {}: the data was corrupted on the way",
+            sizes.join(", ")
+        );
+    }
+    let rail_errors: Vec<String> = r
+        .rails
+        .iter()
+        .filter_map(|x| x.error.as_ref().map(|e| format!("rail {}: {e}", x.rail)))
+        .collect();
+    if !rail_errors.is_empty() {
+        return format!("RAIL ENDED EARLY: {}", rail_errors.join("; "));
+    }
+    let mut parts = vec![match r.rails.len() {
+        0 => format!("{} ranks over {}", r.world, r.transport),
+        n => format!("{} ranks x {n} rails over {}", r.world, r.transport),
+    }];
+    if r.options.sweep {
+        parts.push(format!(
+            "{} size(s), avg busbw {}",
+            r.results.len(),
+            r.avg_busbw_gbs
+                .map(|b| format!("{} GB/s", fit(b, 6)))
+                .unwrap_or_else(|| "N/A".into())
+        ));
+    }
+    let scans: Vec<&ScanReport> = r
+        .scan
+        .iter()
+        .chain(r.rails.iter().filter_map(|x| x.scan.as_ref()))
+        .collect();
+    if let Some(m) = r.scan.as_ref().and_then(|s| s.median_gbs) {
+        parts.push(format!("scan median link {}", fmt_gbs(m)));
+    }
+    // The slowest link measured, so "healthy" shows how close the worst came.
+    let slowest = scans
+        .iter()
+        .flat_map(|s| s.links.iter().map(|l| (l.from_rank, l.to_rank, l.gbs)))
+        .chain(
+            r.links
+                .iter()
+                .filter(|_| scans.is_empty())
+                .map(|l| (l.from_rank, l.to_rank, l.gbs)),
+        )
+        .min_by(|a, b| a.2.total_cmp(&b.2));
+    if let Some((f, t, g)) = slowest {
+        parts.push(format!(
+            "slowest link {} -> {} {}",
+            rank_label(r, f),
+            rank_label(r, t),
+            fmt_gbs(g)
+        ));
+    }
+    format!("no slow link, no hang: {}", parts.join(", "))
+}
+
+/// `rank 2 (node-c)`, or `rank 2` when the rank table does not have it.
+fn rank_label(r: &RingReport, rank: u32) -> String {
+    match r.ranks.iter().find(|i| i.rank == rank) {
+        Some(i) => format!("rank {rank} ({})", i.host),
+        None => format!("rank {rank}"),
     }
 }
 
@@ -245,8 +326,9 @@ pub fn row_line(row: &ResultRow) -> String {
     )
 }
 
-/// After the rows: bus bandwidth, links, the scan, counters, and why the run ended early.
-fn tail(o: &mut String, r: &RingReport) {
+/// After the rows: bus bandwidth, links, the scan, counters, and why the run ended early
+/// (`verdict_at`: whether the verdicts print above or below this).
+fn tail(o: &mut String, r: &RingReport, verdict_at: &str) {
     let mut line = |s: String| {
         o.push_str(&s);
         o.push('\n');
@@ -291,7 +373,7 @@ fn tail(o: &mut String, r: &RingReport) {
         line("#".into());
     }
     if let Some(sc) = &r.scan {
-        scan_table(&mut line, sc);
+        scan_table(&mut line, sc, r.world);
     }
     for (k, sc) in r
         .rails
@@ -299,7 +381,7 @@ fn tail(o: &mut String, r: &RingReport) {
         .filter_map(|x| x.scan.as_ref().map(|s| (x.rail, s)))
     {
         line(format!("# Rail {k}:"));
-        scan_table(&mut line, sc);
+        scan_table(&mut line, sc, r.world);
     }
     if !r.port_counters.is_empty() {
         line("# Port counters that moved during the run (this rank's data NIC):".into());
@@ -320,7 +402,9 @@ fn tail(o: &mut String, r: &RingReport) {
     if let Some(e) = &r.error {
         let said: Vec<&str> = r.verdicts.iter().map(|v| v.message.as_str()).collect();
         if !said.is_empty() && *e == said.join("; ") {
-            line("# ERROR: the run ended early on the verdict above".into());
+            line(format!(
+                "# ERROR: the run ended early on the verdict {verdict_at}"
+            ));
         } else {
             line(format!("# ERROR: the run ended early: {e}"));
         }
@@ -356,8 +440,9 @@ fn rails_busbw(line: &mut dyn FnMut(String), r: &RingReport) {
     line("#".into());
 }
 
-/// The link scan: every directed link's median over its samples, measured at its receiver.
-fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
+/// The link scan: every directed link's median over its samples, measured at its receiver;
+/// a sender x receiver matrix up to [`MATRIX_MAX`] ranks, a list beyond.
+fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
     let names: Vec<String> = sc
         .orders
         .iter()
@@ -380,6 +465,87 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
             .collect();
         line(format!("# Line rates: {}", rates.join(", ")));
     }
+    if world as usize <= MATRIX_MAX && !sc.links.is_empty() {
+        scan_matrix(line, sc, world);
+    } else {
+        scan_list(line, sc);
+    }
+    for c in &sc.cleared_by_recheck {
+        line(format!("# cleared by the re-check (a transient): {c}"));
+    }
+    line("#".into());
+}
+
+/// The most ranks whose scan prints as a matrix (16 columns of 8 fit 132 columns).
+pub const MATRIX_MAX: usize = 16;
+
+/// A link's rate in a matrix cell, GB/s with three significant figures at most.
+fn cell(gbs: f64) -> String {
+    if gbs >= 100.0 {
+        format!("{gbs:.0}")
+    } else if gbs >= 10.0 {
+        format!("{gbs:.1}")
+    } else if gbs >= 0.1 {
+        format!("{gbs:.2}")
+    } else if gbs >= 0.001 {
+        format!("{gbs:.3}")
+    } else {
+        format!("{gbs:.0e}")
+    }
+}
+
+/// Rows are senders, columns receivers; `-` the diagonal, `.` a link no scan order measured,
+/// `*` a link a verdict names.
+fn scan_matrix(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
+    let mut host: Vec<String> = vec![String::new(); world as usize];
+    for l in &sc.links {
+        for (r, h) in [(l.from_rank, &l.from_host), (l.to_rank, &l.to_host)] {
+            if let Some(x) = host.get_mut(r as usize) {
+                *x = h.clone();
+            }
+        }
+    }
+    let labels: Vec<String> = (0..world)
+        .map(|r| format!("{r} {}", host[r as usize]).trim_end().to_string())
+        .collect();
+    let w = labels
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max("from \\ to".len());
+    line("# GB/s, sender (row) -> receiver (column), each link's median; * slow, . not measured".into());
+    let cols: String = (0..world).map(|r| format!("{r:>7} ")).collect();
+    line(format!("#  {:<w$}{cols}", "from \\ to").trim_end().to_string());
+    for (f, label) in labels.iter().enumerate() {
+        let cells: String = (0..world)
+            .map(|t| {
+                let c = if t as usize == f {
+                    "-".to_string()
+                } else {
+                    match sc
+                        .links
+                        .iter()
+                        .find(|l| l.from_rank as usize == f && l.to_rank == t)
+                    {
+                        Some(l) => format!("{}{}", cell(l.gbs), if l.slow { "*" } else { " " }),
+                        None => ". ".to_string(),
+                    }
+                };
+                // Right-aligned numbers, the marker in the last column of the cell.
+                if c == "-" {
+                    format!("{:>7} ", c)
+                } else {
+                    format!("{c:>8}")
+                }
+            })
+            .collect();
+        line(format!("   {label:<w$}{cells}").trim_end().to_string());
+    }
+}
+
+/// Beyond [`MATRIX_MAX`] ranks: one line per link.
+fn scan_list(line: &mut dyn FnMut(String), sc: &ScanReport) {
     line(format!(
         "#  {:<24}  {:<24}  {:>11}  {:>7}",
         "from", "to", "rate", "samples"
@@ -398,10 +564,6 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport) {
             .to_string(),
         );
     }
-    for c in &sc.cleared_by_recheck {
-        line(format!("# cleared by the re-check (a transient): {c}"));
-    }
-    line("#".into());
 }
 
 #[cfg(test)]
@@ -508,72 +670,220 @@ mod tests {
         insta::assert_snapshot!(table(&report()));
     }
 
-    #[test]
-    fn scan_only_with_a_verdict() {
+    /// A scan of 4 ranks in two orders (shift 1 and 2): 8 of the 12 directed links, the
+    /// link `slow` (if any) at 30% of the others and marked as a verdict names it.
+    fn scan(slow: Option<(u32, u32)>) -> crate::ring::diagnosis::driver::ScanReport {
         use crate::ring::diagnosis::driver::{OrderRun, ScanLink, ScanReport};
+        let link = |f: u32, t: u32| {
+            let is_slow = slow == Some((f, t));
+            ScanLink {
+                from_rank: f,
+                to_rank: t,
+                from_host: format!("node-{}", (b'a' + f as u8) as char),
+                to_host: format!("node-{}", (b'a' + t as u8) as char),
+                gbs: if is_slow { 0.037 } else { 0.124 - 0.001 * f as f64 },
+                samples: 3,
+                line_rate_gbs: None,
+                slow: is_slow,
+            }
+        };
+        let order = |index: u32, shift: u32, recheck: bool| OrderRun {
+            index,
+            shift,
+            name: if shift == 1 {
+                "natural".into()
+            } else {
+                format!("shift+{shift}")
+            },
+            recheck,
+            seconds: 0.4,
+        };
+        ScanReport {
+            bytes: 4 << 20,
+            reps: 3,
+            budget_s: 3.0,
+            seconds: 1.25,
+            orders: vec![order(0, 1, false), order(1, 2, false)],
+            line_rate_gbs: Default::default(),
+            median_gbs: Some(0.124),
+            links: (0..4)
+                .flat_map(|f| [1, 2].map(|k| link(f, (f + k) % 4)))
+                .collect(),
+            fabric_slow: None,
+            verdicts: vec![],
+            cleared_by_recheck: vec![],
+        }
+    }
+
+    fn slow_link_verdict() -> crate::ring::model::Verdict {
         use crate::ring::model::{Verdict, VerdictKind};
-        let mut r = report();
-        r.options.sweep = false;
-        r.results.clear();
-        r.links.clear();
-        r.avg_busbw_gbs = None;
-        let v = Verdict { rail: None,
+        Verdict {
+            rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: Some(1),
             to_rank: Some(3),
             from_host: Some("node-b".into()),
             to_host: Some("node-d".into()),
             evidence: [("gbs".to_string(), serde_json::json!(0.037))].into_iter().collect(),
-            message: "SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): 0.04 GB/s, 30% of the median 0.12 GB/s"
+            message: "SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): 37 MB/s, 30% of the median 0.12 GB/s"
                 .into(),
-            next: Some("on node-b and node-d: fabprobe links".into()),
-        };
-        r.verdicts = vec![v.clone()];
-        let link = |f: u32, t: u32, gbs: f64| ScanLink {
-            from_rank: f,
-            to_rank: t,
-            from_host: format!("node-{}", (b'a' + f as u8) as char),
-            to_host: format!("node-{}", (b'a' + t as u8) as char),
-            gbs,
-            samples: 3,
-            line_rate_gbs: None,
-            slow: (f, t) == (1, 3),
-        };
-        r.scan = Some(ScanReport {
-            bytes: 4 << 20,
-            reps: 3,
-            budget_s: 3.0,
-            seconds: 1.25,
-            orders: vec![
-                OrderRun {
-                    index: 0,
-                    shift: 1,
-                    name: "natural".into(),
-                    recheck: false,
-                    seconds: 0.4,
-                },
-                OrderRun {
-                    index: 3,
-                    shift: 2,
-                    name: "shift+2".into(),
-                    recheck: true,
-                    seconds: 0.4,
-                },
-            ],
-            line_rate_gbs: Default::default(),
-            median_gbs: Some(0.124),
-            links: vec![link(1, 2, 0.124), link(1, 3, 0.037)],
-            fabric_slow: None,
-            verdicts: vec![v],
-            cleared_by_recheck: vec![],
-        });
-        r.error = None;
+            next: Some("on node-b and node-d: fabprobe links (port errors, retransmissions, PFC pauses)".into()),
+        }
+    }
+
+    #[test]
+    fn scan_only_with_a_verdict() {
+        let mut r = report();
+        r.options.sweep = false;
+        r.results.clear();
+        r.links.clear();
+        r.avg_busbw_gbs = None;
+        r.verdicts = vec![slow_link_verdict()];
+        r.scan = Some(scan(Some((1, 3))));
         let t = table(&r);
         assert!(
             t.starts_with("SLOW LINK rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): "),
             "{t}"
         );
         insta::assert_snapshot!(t);
+    }
+
+    /// Healthy: one line with the figures first, then the table; the matrix has every scanned
+    /// link in its sender's row and receiver's column.
+    #[test]
+    fn healthy_with_scan() {
+        let mut r = report();
+        r.scan = Some(scan(None));
+        let t = table(&r);
+        let first = t.lines().next().unwrap();
+        assert_eq!(
+            first,
+            "no slow link, no hang: 4 ranks over tcp, 2 size(s), avg busbw 0.12 GB/s, scan median link 0.12 GB/s, \
+             slowest link rank 3 (node-d) -> rank 0 (node-a) 0.12 GB/s",
+            "{t}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("   2 node-c"))
+            .unwrap_or_else(|| panic!("{t}"));
+        // Rank 2 sends to 3 and 0 (shifts 1 and 2), not to 1.
+        let cells: Vec<&str> = row["   2 node-c".len()..].split_whitespace().collect();
+        assert_eq!(cells, ["0.12", ".", "-", "0.12"], "{t}");
+        assert!(!t.lines().any(|l| l.starts_with("   ") && l.contains('*')), "{t}");
+        insta::assert_snapshot!(t);
+    }
+
+    /// A slow link found by the scan before the sweep: the verdict first, the cell marked.
+    #[test]
+    fn slow_link_with_sweep() {
+        let mut r = report();
+        r.verdicts = vec![slow_link_verdict()];
+        r.scan = Some(scan(Some((1, 3))));
+        let t = table(&r);
+        assert!(t.starts_with("SLOW LINK rank 1 "), "{t}");
+        assert!(!t.contains("no slow link"), "{t}");
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("   1 node-b"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(row.ends_with("0.037*"), "{row}");
+        insta::assert_snapshot!(t);
+    }
+
+    /// A hang: the verdict and its next step first, the partial table, the error line last.
+    #[test]
+    fn hang() {
+        use crate::ring::model::{Verdict, VerdictKind};
+        let mut r = report();
+        r.results.truncate(1);
+        r.links.clear();
+        let v = Verdict {
+            rail: None,
+            kind: VerdictKind::HangLink,
+            from_rank: Some(2),
+            to_rank: Some(3),
+            from_host: Some("node-c".into()),
+            to_host: Some("node-d".into()),
+            evidence: [("waited_ms".to_string(), serde_json::json!(31000))]
+                .into_iter()
+                .collect(),
+            message:
+                "HANG rank 3 (node-d) waits for data from rank 2 (node-c) since step 2 of reduce-scatter; \
+                      rank 2 sent it and is blocked sending more: suspect the link node-c -> node-d"
+                    .into(),
+            next: Some(
+                "on node-c and node-d: fabprobe links (port state, error counters); check the data path \
+                 node-c (eth1) -> node-d (eth1): firewall rules on the data interface, the switch port, \
+                 `ping -I eth1 198.19.0.13` from node-c"
+                    .into(),
+            ),
+        };
+        r.error = Some(v.message.clone());
+        r.verdicts = vec![v];
+        let t = table(&r);
+        assert!(t.starts_with("HANG rank 3 (node-d) waits"), "{t}");
+        assert!(
+            t.ends_with("# ERROR: the run ended early on the verdict above\n"),
+            "{t}"
+        );
+        insta::assert_snapshot!(t);
+    }
+
+    /// Rows already streamed: the rest of the table, then the verdict or the healthy line last.
+    #[test]
+    fn streamed_rows_end_with_the_outcome() {
+        let r = report();
+        let shown: Vec<u64> = r.results.iter().map(|x| x.size_bytes).collect();
+        let t = table_after_rows(&r, &shown);
+        assert!(!t.contains("     1048576  "), "a shown row again: {t}");
+        assert!(
+            t.trim_end()
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("no slow link, no hang: 4 ranks"),
+            "{t}"
+        );
+        let mut r = report();
+        r.verdicts = vec![slow_link_verdict()];
+        let t = table_after_rows(&r, &shown);
+        assert!(
+            t.contains("\nSLOW LINK rank 1 ") && !t.contains("no slow link"),
+            "{t}"
+        );
+    }
+
+    /// No verdict but an early end or wrong sums: never the healthy line.
+    #[test]
+    fn no_verdict_but_not_healthy() {
+        let mut r = report();
+        r.error = Some("rank 2 (node-c) closed its control connection".into());
+        assert!(table(&r).starts_with("RUN ENDED EARLY with no verdict: rank 2 (node-c) closed"));
+        let mut r = report();
+        r.results[1].wrong = Some(3);
+        let t = table(&r);
+        assert!(
+            t.starts_with("WRONG RESULTS: 3 element(s) differ from the expected sum at 67108864 B"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn matrix_cells_and_list_beyond_sixteen() {
+        assert_eq!(
+            [cell(123.4), cell(23.46), cell(1.234), cell(0.037), cell(0.0004)],
+            ["123", "23.5", "1.23", "0.037", "4e-4"]
+        );
+        let mut o = String::new();
+        let mut line = |s: String| {
+            o.push_str(&s);
+            o.push('\n');
+        };
+        scan_table(&mut line, &scan(Some((1, 3))), 17);
+        assert!(
+            o.contains("   rank 1 (node-b)           rank 3 (node-d)           37.000 MB/s        3  SLOW"),
+            "{o}"
+        );
     }
 
     #[test]

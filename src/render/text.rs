@@ -1,6 +1,21 @@
 //! Plain-text helpers shared by table renderers: the verdict line and findings lines.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::finding::{Finding, Severity};
+
+/// The width tables must fit, 0 for none; the CLI sets it once from `COLUMNS` or the
+/// terminal (renderers read no environment).
+static WIDTH: AtomicUsize = AtomicUsize::new(0);
+
+/// Fit tables to `width` columns from now on (None: as wide as their content).
+pub fn set_width(width: Option<usize>) {
+    WIDTH.store(width.unwrap_or(0), Ordering::Relaxed);
+}
+
+pub fn width() -> Option<usize> {
+    Some(WIDTH.load(Ordering::Relaxed)).filter(|w| *w > 0)
+}
 
 /// Findings as lines under a table: `FAIL subject: message` plus evidence and fix.
 pub fn findings(findings: &[Finding]) -> String {

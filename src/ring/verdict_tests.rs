@@ -187,7 +187,11 @@ fn world_with(
     (report, results, took)
 }
 
+/// Every verdict a test looks at also has a next step that pastes.
 fn kinds(r: &RingReport) -> Vec<(VerdictKind, Option<u32>, Option<u32>)> {
+    r.verdicts.iter().for_each(|v| {
+        crate::ring::diagnosis::pastes::assert_next_pastes(v);
+    });
     r.verdicts
         .iter()
         .map(|v| (v.kind, v.from_rank, v.to_rank))

@@ -201,8 +201,10 @@ mod tests {
             (13, "no receive"),
             (4, "fabprobe gdr"),
             (10, "rkey"),
+            (9, "fabprobe links"),
         ] {
             let v = verdicts(&[fault(2, 0, 2, status)], &r);
+            crate::ring::diagnosis::pastes::assert_next_pastes(&v[0]);
             assert!(
                 v[0].next.as_deref().unwrap().contains(says),
                 "{status}: {:?}",

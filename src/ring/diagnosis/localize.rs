@@ -402,12 +402,10 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         }
     }
 
-    /// The net device for commands (`ethtool eth0`), never an RDMA label.
-    fn device(&self, r: Rank) -> String {
-        self.info(r)
-            .and_then(|i| i.netdev())
-            .unwrap_or("<data interface>")
-            .to_string()
+    /// The net device for commands (`ethtool eth0`), never an RDMA label; None when the
+    /// rank did not say (a command with a placeholder would not paste).
+    fn device(&self, r: Rank) -> Option<String> {
+        self.info(r).and_then(|i| i.netdev()).map(str::to_string)
     }
 
     fn host_or_rank(&self, r: Rank) -> String {
@@ -486,16 +484,23 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             these.len(),
             self.figures(gbs, line)
         );
-        let next = if egress {
-            format!(
+        let next = match (egress, dev) {
+            (true, Some(dev)) => format!(
                 "on {host}: fabprobe links (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
                  (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
-            )
-        } else {
-            format!(
+            ),
+            (false, Some(dev)) => format!(
                 "on {host}: fabprobe links (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
                  `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
-            )
+            ),
+            (true, None) => format!(
+                "on {host}: fabprobe links (tx errors) and fabprobe qos (PFC, pauses received); on its data interface: \
+                 ethtool (negotiated speed) and tc qdisc show (shaping)"
+            ),
+            (false, None) => format!(
+                "on {host}: fabprobe links (rx errors) and fabprobe qos (PFC, pauses sent, CNPs); on its data interface: \
+                 ethtool -S (rx drops) and tc qdisc show"
+            ),
         };
         let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
         Verdict {
@@ -531,11 +536,15 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             );
         }
         let (a, b) = (self.host_or_rank(l.from_rank), self.host_or_rank(l.to_rank));
+        let on = |host: &str, r: Rank| match self.device(r) {
+            Some(d) => format!("{host} ({d})"),
+            None => host.to_string(),
+        };
         let next = format!(
             "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
-             switch ports and cables between {a} ({}) and {b} ({})",
-            self.device(l.from_rank),
-            self.device(l.to_rank)
+             switch ports and cables between {} and {}",
+            on(&a, l.from_rank),
+            on(&b, l.to_rank)
         );
         Verdict {
             rail: None,
@@ -679,7 +688,11 @@ mod tests {
 
     const BASE: f64 = 3.6;
 
+    /// Every verdict a test looks at also has a next step that pastes.
     fn kinds(v: &[Verdict]) -> Vec<(VerdictKind, Option<Rank>, Option<Rank>)> {
+        v.iter().for_each(|v| {
+            crate::ring::diagnosis::pastes::assert_next_pastes(v);
+        });
         v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect()
     }
 
@@ -734,6 +747,43 @@ mod tests {
             ),
         };
         assert_eq!(v, vec![expected]);
+    }
+
+    /// A rank that did not say its data interface: the next steps name no placeholder
+    /// (`ethtool <data interface>` would not paste) and still say what to look at.
+    #[test]
+    fn next_steps_without_a_netdev_have_no_placeholder() {
+        let mut rk = ranks(4);
+        rk.iter_mut().for_each(|i| i.device = None);
+        let egress = scan(4, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 2 { 1.8 } else { BASE });
+        let ingress = scan(4, 3, 1, 0.0, &mut Rng(1), |_, t| if t == 2 { 1.8 } else { BASE });
+        let link = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
+            if (f, t) == (3, 4) { 1.1 } else { BASE }
+        });
+        let mut all = judge(&rk, &egress, &Policy::default(), None);
+        all.extend(judge(&rk, &ingress, &Policy::default(), None));
+        rk = ranks(8);
+        rk.iter_mut().for_each(|i| i.device = None);
+        all.extend(judge(&rk, &link, &Policy::default(), None));
+        assert_eq!(
+            kinds(&all).iter().map(|k| k.0).collect::<Vec<_>>(),
+            [
+                VerdictKind::SlowEgress,
+                VerdictKind::SlowIngress,
+                VerdictKind::SlowLink
+            ]
+        );
+        for v in &all {
+            let next = v.next.as_deref().unwrap();
+            assert!(!next.contains('<') && next.contains("fabprobe links"), "{next}");
+        }
+        assert!(
+            all[0]
+                .next
+                .as_deref()
+                .unwrap()
+                .contains("ethtool (negotiated speed)")
+        );
     }
 
     #[test]

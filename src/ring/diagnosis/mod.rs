@@ -6,5 +6,7 @@ pub mod driver;
 pub mod evidence;
 pub mod linkerror;
 pub mod localize;
+#[cfg(test)]
+pub mod pastes;
 pub mod plan;
 pub mod watchdog;

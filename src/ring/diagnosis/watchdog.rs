@@ -246,8 +246,8 @@ impl<'a> Judge<'a> {
                         secs(silent)
                     ),
                     format!(
-                        "is {host} up? its power and console/BMC (`ipmitool -H <bmc> chassis status`, the \
-                         console for a kernel panic); `ping {host}` and `ping {ping}` from the coordinator's host; \
+                        "is {host} up? its power and console through its BMC (ipmitool chassis status against \
+                         the BMC's address; the console for a kernel panic); `ping {host}` and `ping {ping}` from the coordinator's host; \
                          its link and switch port (`ip -s link` on {host}, the switch's port state)"
                     ),
                 )
@@ -695,7 +695,11 @@ mod tests {
         )
     }
 
+    /// Every verdict a test looks at also has a next step that pastes.
     fn kinds(v: &[Verdict]) -> Vec<(VerdictKind, Option<Rank>, Option<Rank>)> {
+        v.iter().for_each(|v| {
+            crate::ring::diagnosis::pastes::assert_next_pastes(v);
+        });
         v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect()
     }
 
