@@ -32,6 +32,8 @@ use fabprobe::ring::wire::{self, Hello, Msg, RowResult};
 const THREADS: usize = 8;
 /// `--timeout` (the CLI's default): the silence deadline is then 10 s.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// `--join-timeout` (the CLI's default at `--timeout 30`).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 const STEADY: Duration = Duration::from_secs(5);
 const ROUNDS: u64 = 3;
 /// Every wait of the bench ends by then.
@@ -39,6 +41,24 @@ const PHASE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// How the coordinator's run ended (its abort and verdicts), once it did.
 static ENDED: Mutex<Option<String>> = Mutex::new(None);
+
+/// The simulated ranks' progress, printed to stderr every second while they join (where a
+/// slow join is: connecting, waiting for tables, or reconnecting after a refusal).
+static CONNECTED: AtomicU64 = AtomicU64::new(0);
+static TABLES: AtomicU64 = AtomicU64::new(0);
+static GOS: AtomicU64 = AtomicU64::new(0);
+static REJOINS: AtomicU64 = AtomicU64::new(0);
+
+/// The judge's calls as the coordinator made them: the longest call, the longest gap
+/// between two calls during the run, and when the first verdict came.
+#[derive(Default)]
+struct JudgeLog {
+    last_call: Option<Instant>,
+    max_gap: Duration,
+    max_call: Duration,
+    first_verdict: Option<Instant>,
+}
+static JUDGED: Mutex<Option<JudgeLog>> = Mutex::new(None);
 
 fn frame(m: &Msg) -> Vec<u8> {
     let mut b = Vec::new();
@@ -150,9 +170,27 @@ fn coordinator_side(n: u32) {
         world: n,
         token: "bench".into(),
         timeout: TIMEOUT,
+        join_timeout: JOIN_TIMEOUT,
         advertised: addr.to_string(),
         params: "p".into(),
-        judge: Some(watchdog_judge(TIMEOUT)),
+        judge: Some({
+            let inner = watchdog_judge(TIMEOUT);
+            Arc::new(move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
+                let t = Instant::now();
+                let v = inner(rep, now_ms, final_call);
+                let mut g = JUDGED.lock().unwrap();
+                let log = g.get_or_insert_with(JudgeLog::default);
+                if let Some(prev) = log.last_call.filter(|_| !final_call) {
+                    log.max_gap = log.max_gap.max(t.duration_since(prev));
+                }
+                log.last_call = Some(t);
+                log.max_call = log.max_call.max(t.elapsed());
+                if !v.is_empty() && log.first_verdict.is_none() {
+                    log.first_verdict = Some(Instant::now());
+                }
+                v
+            })
+        }),
         scan: None,
         on_row: Some(Arc::new(move |_: &[RankInfo], rows: Vec<RowResult>| {
             let size = rows.first().map(|r| r.size_bytes).unwrap_or(0);
@@ -185,6 +223,15 @@ fn coordinator_side(n: u32) {
             let _ = child.kill();
             let _ = child.wait();
             let why = ENDED.lock().unwrap().clone().unwrap_or_default();
+            if let Some(log) = JUDGED.lock().unwrap().as_ref() {
+                eprintln!(
+                    "judge: longest call {:.0} ms, longest gap between calls {:.0} ms",
+                    log.max_call.as_secs_f64() * 1e3,
+                    log.max_gap.as_secs_f64() * 1e3
+                );
+            }
+            // The first verdicts only: thousands of lines tell nothing more.
+            let why: String = why.chars().take(2000).collect();
             fail(
                 1,
                 &format!("FALSE VERDICT on a healthy world (the coordinator ended the run): {why}"),
@@ -261,6 +308,18 @@ fn coordinator_side(n: u32) {
     if let Some(v) = rep.verdicts.first() {
         println!("  {}", v.message);
     }
+    if let Some(log) = JUDGED.lock().unwrap().as_ref() {
+        println!(
+            "judge: longest call {:.0} ms, longest gap between calls {:.0} ms; first verdict {:.2} s after the stall, \
+             the run's end {:.2} s after it",
+            log.max_call.as_secs_f64() * 1e3,
+            log.max_gap.as_secs_f64() * 1e3,
+            log.first_verdict
+                .map(|t| t.duration_since(t_stall).as_secs_f64())
+                .unwrap_or(f64::NAN),
+            took.as_secs_f64()
+        );
+    }
     println!("result: {}", if right && took <= bound { "PASS" } else { "FAIL" });
     if !(right && took <= bound) {
         std::process::exit(1);
@@ -305,8 +364,74 @@ fn join_one(addr: SocketAddr, r: u32, n: u32, deadline: Instant) -> TcpStream {
         if s.write_all(&frame(&hello(r, n))).is_err() {
             continue;
         }
+        CONNECTED.fetch_add(1, Ordering::Relaxed);
         return s;
     }
+}
+
+/// Connections one client thread has in flight at once (connecting, hello not yet written):
+/// all threads together stay under the listen backlog, so no SYN is dropped into a
+/// one-second retransmit.
+const IN_FLIGHT: usize = 256;
+
+/// Connect every rank of `mine` and write its hello, many at once (nonblocking): one blocking
+/// connect after another waits a scheduler wake-up each, and 2,048 in a row took 40 s on
+/// this machine at load 13 (the simulated ranks, not the coordinator, were the limit). A
+/// connection refused or reset is started again, until `deadline`.
+fn join_many(addr: SocketAddr, mine: &[u32], n: u32, deadline: Instant) -> Vec<(u32, TcpStream)> {
+    use socket2::{Domain, Socket, Type};
+    let start = |r: u32| -> (u32, Socket, Vec<u8>, usize) {
+        let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+            .unwrap_or_else(|e| fail(2, &format!("rank {r}: socket: {e}")));
+        s.set_nonblocking(true).unwrap();
+        let _ = s.set_tcp_nodelay(true);
+        // In progress (EINPROGRESS) is the normal answer; a failure shows on the first write.
+        let _ = s.connect(&addr.into());
+        (r, s, frame(&hello(r, n)), 0)
+    };
+    let mut todo: std::collections::VecDeque<u32> = mine.iter().copied().collect();
+    let mut flying: Vec<(u32, Socket, Vec<u8>, usize)> = Vec::new();
+    let mut done = Vec::with_capacity(mine.len());
+    while !todo.is_empty() || !flying.is_empty() {
+        if Instant::now() > deadline {
+            fail(
+                2,
+                &format!(
+                    "{} simulated ranks could not join within {PHASE_DEADLINE:?}",
+                    todo.len() + flying.len()
+                ),
+            );
+        }
+        while flying.len() < IN_FLIGHT
+            && let Some(r) = todo.pop_front()
+        {
+            flying.push(start(r));
+        }
+        let mut i = 0;
+        while i < flying.len() {
+            let (r, s, hello, off) = &mut flying[i];
+            match s.send(&hello[*off..]) {
+                Ok(k) => *off += k,
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOTCONN) => {}
+                Err(_) => {
+                    REJOINS.fetch_add(1, Ordering::Relaxed);
+                    let r = *r;
+                    flying[i] = start(r);
+                }
+            }
+            let (_, _, hello, off) = &flying[i];
+            if *off == hello.len() {
+                let (r, s, _, _) = flying.swap_remove(i);
+                CONNECTED.fetch_add(1, Ordering::Relaxed);
+                done.push((r, TcpStream::from(s)));
+            } else {
+                i += 1;
+            }
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    done.sort_by_key(|c| c.0);
+    done
 }
 
 fn client(n: u32, addr: SocketAddr) {
@@ -329,16 +454,32 @@ fn client(n: u32, addr: SocketAddr) {
         let (go, row, stall) = (go.clone(), row.clone(), stall.clone());
         thread::spawn(move || {
             let mine: Vec<u32> = (0..n).filter(|r| *r as usize % THREADS == t).collect();
-            let mut conns: Vec<(u32, TcpStream)> = mine
-                .iter()
-                .map(|&r| (r, join_one(addr, r, n, deadline)))
-                .collect();
+            let mut conns = join_many(addr, &mine, n, deadline);
             until_go(&mut conns, addr, n, deadline);
             go.wait();
             beat(&mut conns, stalled, &row, &stall);
         });
     }
+    let t0 = Instant::now();
+    let joined = Arc::new(AtomicBool::new(false));
+    {
+        let joined = joined.clone();
+        thread::spawn(move || {
+            while !joined.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_secs(1));
+                eprintln!(
+                    "  simulated ranks at {:.1} s: {} connections made, {} tables, {} go, {} reconnects",
+                    t0.elapsed().as_secs_f64(),
+                    CONNECTED.load(Ordering::Relaxed),
+                    TABLES.load(Ordering::Relaxed),
+                    GOS.load(Ordering::Relaxed),
+                    REJOINS.load(Ordering::Relaxed)
+                );
+            }
+        });
+    }
     go.wait();
+    joined.store(true, Ordering::Relaxed);
     println!("go");
     // Commands from the coordinator's process: `row K`, `stall`; EOF ends the client.
     for l in std::io::stdin().lock().lines() {
@@ -393,6 +534,7 @@ fn until_go(conns: &mut [(u32, TcpStream)], addr: SocketAddr, n: u32, deadline: 
                 if state[i] > 0 {
                     fail(2, &format!("rank {r}: {why}"));
                 }
+                REJOINS.fetch_add(1, Ordering::Relaxed);
                 *s = join_one(addr, *r, n, deadline);
                 s.set_nonblocking(true).unwrap();
                 bufs[i].clear();
@@ -407,9 +549,14 @@ fn until_go(conns: &mut [(u32, TcpStream)], addr: SocketAddr, n: u32, deadline: 
                     Msg::Table { more: false, .. } => {
                         write_all_nb(s, &frame(&Msg::Ready { rank: *r }));
                         state[i] = 1;
+                        TABLES.fetch_add(1, Ordering::Relaxed);
                     }
-                    Msg::Go => state[i] = 2,
+                    Msg::Go => {
+                        state[i] = 2;
+                        GOS.fetch_add(1, Ordering::Relaxed);
+                    }
                     Msg::Reject { reason } if reason.starts_with(gate::BUSY) => {
+                        REJOINS.fetch_add(1, Ordering::Relaxed);
                         *s = join_one(addr, *r, n, deadline);
                         s.set_nonblocking(true).unwrap();
                         bufs[i].clear();

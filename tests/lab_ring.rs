@@ -132,14 +132,14 @@ fn four_rank_ring_over_the_shaped_data_bridge() {
 }
 
 #[test]
-#[ignore = "open defect since the event-loop coordinator merge: intermittently (about 1 in 5 runs) the \
-            right rank 1 exits non-zero after the rejected claims (once a false SLOW LINK from the \
-            2-rank scan on unshaped veths); run with --ignored"]
 fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
     let Some(lab) = Lab::new("bootstrap_rejects", LabOpts { nodes: 2, rate: None }) else {
         return;
     };
-    let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "10"];
+    // No link scan: on unshaped veths the 2-rank scan measures which namespace's process got
+    // the shared CPU (0.47 vs 0.86 GB/s between the two directions of one veth pair at load
+    // 11), not a link; the scan is judged on shaped links in lab_localize.
+    let extra = ["--no-scan", "-b", "4K", "-e", "4K", "-n", "1", "--timeout", "10"];
     let a0 = lab.ring_args(0, 2, "right", &extra);
     let r0 = lab.spawn(0, &a0.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     lab.wait_listening(0, 29517, Duration::from_secs(10));
@@ -168,8 +168,18 @@ fn bootstrap_rejects_garbage_and_wrong_tokens_then_runs() {
     let r1 = lab.spawn(1, &good.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     let (o1, _) = lab.wait(r1, Duration::from_secs(15));
     let (o0, _) = lab.wait(r0, Duration::from_secs(15));
-    assert!(o1.status.success(), "{}", text(&o1.stderr));
-    assert!(o0.status.success(), "{}\n{}", text(&o0.stderr), text(&o0.stdout));
+    // Rank 1 exits 1 when rank 0's verdict fails the run: rank 0's report says why.
+    let both = format!(
+        "rank 1 ({:?}): {}{}\nrank 0 ({:?}): {}\n{}",
+        o1.status.code(),
+        text(&o1.stderr),
+        text(&o1.stdout),
+        o0.status.code(),
+        text(&o0.stderr),
+        text(&o0.stdout)
+    );
+    assert!(o1.status.success(), "{both}");
+    assert!(o0.status.success(), "{both}");
     let err0 = text(&o0.stderr);
     let rejected: Vec<&str> = err0
         .lines()
@@ -190,7 +200,18 @@ fn missing_rank_is_named_within_the_deadline() {
     let Some(lab) = Lab::new("missing_rank", LabOpts { nodes: 3, rate: None }) else {
         return;
     };
-    let extra = ["-b", "4K", "-e", "4K", "-n", "1", "--timeout", "3"];
+    let extra = [
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "--timeout",
+        "3",
+        "--join-timeout",
+        "3",
+    ];
     let ids = lab.spawn_ring(0..2, 3, "t", &extra);
     let (o0, t0) = lab.wait(ids[0], Duration::from_secs(10));
     let (o1, _) = lab.wait(ids[1], Duration::from_secs(10));
@@ -201,7 +222,7 @@ fn missing_rank_is_named_within_the_deadline() {
         let e = text(&o.stderr);
         assert!(
             e.contains(
-                "1 of 3 ranks never reached the coordinator at 198.18.0.10:29517 within 3 s: missing rank 2"
+                "1 of 3 ranks never reached the coordinator at 198.18.0.10:29517 within 3 s (--join-timeout): missing rank 2"
             ),
             "rank {r}: {e}"
         );

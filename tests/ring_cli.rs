@@ -217,6 +217,8 @@ fn missing_rank_ends_at_the_deadline() {
         "lo",
         "--timeout",
         "1",
+        "--join-timeout",
+        "1",
     ]);
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
@@ -338,6 +340,8 @@ fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
             "--ifname",
             "lo",
             "--timeout",
+            "1",
+            "--join-timeout",
             "1",
         ])
         .env_clear()

@@ -153,6 +153,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Da
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l device -d 'RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default: NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l gid-index -d 'GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL\'s automatic choice, as `fabprobe gids` shows it)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l join-timeout -d 'How long ranks may take to join, in seconds (default max(60, --timeout)): launchers start the ranks of a big job seconds apart; a rank that has not joined by then is named as missing' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher\'s job id)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r

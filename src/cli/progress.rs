@@ -173,6 +173,7 @@ mod tests {
             check: 1,
             channels: 1,
             timeout_secs: 10,
+            join_timeout_secs: 10,
             slots: 4,
             slot_bytes: 1 << 20,
             scan: None,

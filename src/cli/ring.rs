@@ -76,6 +76,11 @@ pub struct RingArgs {
     /// Deadline in seconds for every wait (bootstrap, link setup, each chunk).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// How long ranks may take to join, in seconds (default max(60, --timeout)): launchers
+    /// start the ranks of a big job seconds apart; a rank that has not joined by then is
+    /// named as missing.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub join_timeout: Option<u64>,
     /// Job token all ranks must share (default: $FABPROBE_TOKEN, else the launcher's job id).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
@@ -139,6 +144,10 @@ HOW TO RUN
   MASTER_ADDR:MASTER_PORT, or MASTER_PORT+1 under torchrun itself). Open MPI and PMI do not
   say where rank 0 is: pass --coordinator or FABPROBE_COORDINATOR. The token is --token,
   $FABPROBE_TOKEN, or the launcher's job id; connections with another token are refused.
+  Ranks join within --join-timeout (default max(60, --timeout) s; launchers start the ranks
+  of a big job seconds apart); a rank that has not joined by then is named as missing (exit
+  1), not as a stall. A rank whose connection to rank 0 is reset before its table arrived
+  connects again, within the same window.
 
 LINK SCAN AND VERDICTS
   Before the sweep (unless --no-scan; alone with --scan) every rank sends to rank+k and
@@ -196,7 +205,8 @@ OUTPUT
 JSON DATA (fabprobe.ring)
   world, transport, transport_note (null, or why --transport auto chose tcp though some rank
   offered rdma), launcher {source, coordinator, coordinator_source, token_source},
-  options {sizes[], iters, warmup, check, channels, timeout_s, slots, slot_bytes},
+  options {sizes[], iters, warmup, check, channels, timeout_s, join_timeout_s, slots,
+             slot_bytes},
   ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
@@ -298,6 +308,7 @@ fn options(a: &RingArgs) -> anyhow::Result<Options> {
         check: a.check,
         channels: a.channels,
         timeout_secs: a.timeout,
+        join_timeout_secs: a.join_timeout.unwrap_or(Options::default_join_timeout(a.timeout)),
         slots: 4,
         slot_bytes: 1 << 20,
         // `--local` ranks share one CPU and loopback: their link figures measure the
@@ -763,7 +774,21 @@ fn outcome(
                 Outcome::Pass
             })
         }
-        Ok(RankOutcome { report: None, failed }) => Ok(if failed { Outcome::Fault } else { Outcome::Pass }),
+        Ok(RankOutcome {
+            report: None,
+            failed,
+            why,
+        }) => {
+            // Rank 0 prints the report; this rank says why it exits 1.
+            if failed {
+                eprintln!(
+                    "fabprobe: ring: the run failed: {}",
+                    why.as_deref()
+                        .unwrap_or("rank 0 says so (its report has the cause)")
+                );
+            }
+            Ok(if failed { Outcome::Fault } else { Outcome::Pass })
+        }
         Err(e) if e.kind == Failure::CannotRun => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
             eprintln!("fabprobe: ring: {}", e.message);

@@ -618,6 +618,7 @@ mod tests {
                 check: 1,
                 channels: 2,
                 timeout_secs: 30,
+                join_timeout_secs: 30,
                 slots: 4,
                 slot_bytes: 1 << 20,
                 scan: None,

@@ -92,6 +92,9 @@ pub struct CoordinatorConfig {
     pub world: u32,
     pub token: String,
     pub timeout: Duration,
+    /// How long ranks may take to join (`--join-timeout`): launchers start ranks seconds
+    /// apart on big jobs, so the join window is not the data plane's `timeout`.
+    pub join_timeout: Duration,
     /// For messages: the address ranks were told to use.
     pub advertised: String,
     /// Rank 0's run options; every hello must carry the same.
@@ -277,6 +280,7 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
             ));
         }
     }
+    check_rails(&h.info.rails).map_err(|why| format!("rank {}'s rails: {why}", h.rank))?;
     for caps in [&h.capabilities, &h.info.capabilities] {
         if let Err(why) = check_capabilities(caps) {
             return Err(format!("rank {}'s capabilities: {why}", h.rank));
@@ -287,6 +291,36 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
             "rank {} already joined from {} ({})",
             h.rank, prev.host, prev.address
         ));
+    }
+    Ok(())
+}
+
+/// A hello's rail list (the table repeats it for every rank): at most
+/// [`rails::MAX_RAILS`](crate::ring::rails::MAX_RAILS) rails, each text field plain text of
+/// at most 255 bytes. Pure.
+pub fn check_rails(rails: &[crate::ring::model::RailPort]) -> Result<(), String> {
+    let max = crate::ring::rails::MAX_RAILS as usize;
+    if rails.len() > max {
+        return Err(format!("{} entries, at most {max} allowed", rails.len()));
+    }
+    for p in rails {
+        let fields = [
+            Some(p.device.as_str()),
+            p.netdev.as_deref(),
+            p.state.as_deref(),
+            p.label.as_deref(),
+            p.address.as_deref(),
+        ];
+        if fields
+            .into_iter()
+            .flatten()
+            .any(|v| v.len() > 255 || printable(v, 255) != v)
+        {
+            return Err(format!(
+                "rail {}: a field is not plain text of at most 255 bytes",
+                p.rail
+            ));
+        }
     }
     Ok(())
 }
@@ -440,7 +474,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
         &mut rep,
         &mut plane,
         &rx,
-        start + cfg.timeout,
+        start + cfg.join_timeout,
         limits.sndbuf,
     );
     rep.ranks = seen.values().cloned().collect();
@@ -451,7 +485,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             missing,
             world: cfg.world,
             coordinator: cfg.advertised.clone(),
-            secs: cfg.timeout.as_secs(),
+            secs: cfg.join_timeout.as_secs(),
         }
         .to_string();
         run.tell_all(
@@ -1280,6 +1314,7 @@ mod tests {
             world,
             token: "t".into(),
             timeout,
+            join_timeout: timeout,
             advertised,
             params: "p".into(),
             judge,
@@ -1414,7 +1449,8 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "2 of 8 ranks never reached the coordinator at 10.0.0.1:29517 within 30 s: missing ranks 2, 5; check that \
+            "2 of 8 ranks never reached the coordinator at 10.0.0.1:29517 within 30 s (--join-timeout): missing ranks \
+             2, 5; check that \
              they were started (same --world and token), that 10.0.0.1:29517 is reachable from their hosts (firewall on \
              TCP port 29517), and that the coordinator address is on an interface they can route to"
         );
@@ -1458,6 +1494,195 @@ mod tests {
             .filter(|e| matches!(e, Event::Rejected { .. }))
             .collect();
         assert_eq!(rejected.len(), 2, "{:?}", rep.events);
+    }
+
+    /// Issue 18: the join window is `join_timeout`, not the data plane's `timeout`: a rank
+    /// started after `timeout` (launch skew) still joins and the run goes, with the watchdog
+    /// as judge and no verdict; a rank that never joins is named as missing with the join
+    /// window, never as a stall.
+    #[test]
+    fn join_window_is_its_own_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(
+            2,
+            Duration::from_secs(1),
+            addr.clone(),
+            Some(crate::ring::run::watchdog_judge(Duration::from_secs(1))),
+        );
+        cfg.join_timeout = Duration::from_secs(4);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    // Rank 1 starts 1.5 s late: past `timeout`, within the join window.
+                    thread::sleep(Duration::from_millis(1500 * r as u64));
+                    let s = crate::ring::rendezvous::join_within(
+                        &addr,
+                        hello(r, 2, "t"),
+                        Duration::from_secs(4),
+                        Duration::from_secs(1),
+                    )
+                    .unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    s.send(&no_results(r)).unwrap();
+                    s.wait_done(Duration::from_secs(5)).unwrap()
+                })
+            })
+            .collect();
+        for h in ranks {
+            assert_eq!(h.join().unwrap(), (false, vec![]));
+        }
+        let rep = coord.join().unwrap();
+        assert!(rep.abort.is_none() && rep.verdicts.is_empty(), "{:?}", rep.abort);
+
+        // Rank 1 never comes: named missing after the join window (not `timeout`), no verdict.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(
+            2,
+            Duration::from_secs(1),
+            addr.clone(),
+            Some(crate::ring::run::watchdog_judge(Duration::from_secs(1))),
+        );
+        cfg.join_timeout = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let e = crate::ring::rendezvous::join_within(
+            &addr,
+            hello(0, 2, "t"),
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        let rep = coord.join().unwrap();
+        let took = t0.elapsed();
+        assert!(
+            (Duration::from_millis(1900)..Duration::from_secs(4)).contains(&took),
+            "{took:?}"
+        );
+        assert!(
+            e.contains("never reached the coordinator")
+                && e.contains("within 2 s (--join-timeout): missing rank 1"),
+            "{e}"
+        );
+        assert_eq!(rep.abort.as_deref(), Some(e.as_str()));
+        assert!(rep.verdicts.is_empty(), "{:?}", rep.verdicts);
+    }
+
+    /// Issue 18, end to end over real connections: a world whose whole table is over 1 MiB
+    /// (400 ranks, 255-byte host names, 8 rails each with long fields), where rank 0 is every
+    /// rank's neighbour (its part is the whole table), runs: rank 0's part arrives in several
+    /// frames, each under the frame limit, and every rank gets its go and its end.
+    #[test]
+    fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
+        use crate::ring::model::RailPort;
+        use std::io::Read;
+        const N: u32 = 400;
+        let big_hello = |r: u32| {
+            let mut h = hello(r, N, "t");
+            h.info.host = format!("{r:05}-{}", "h".repeat(249));
+            h.info.rails = (0..8)
+                .map(|k| RailPort {
+                    rail: k,
+                    device: format!("mlx5_{k}"),
+                    port: Some(1),
+                    netdev: Some(format!("enp{k}s0f0np0")),
+                    state: Some("ACTIVE".into()),
+                    usable: true,
+                    label: Some(format!("mlx5_{k}:1 gid 3 (enp{k}s0f0np0) {}", "x".repeat(120))),
+                    address: Some(format!("[fd00:1234:5678:9abc:def0:1234:{k:x}:{r:x}]:29600")),
+                })
+                .collect();
+            h
+        };
+        let whole: usize = (0..N)
+            .map(|r| serde_json::to_vec(&big_hello(r).info).unwrap().len())
+            .sum();
+        assert!(whole > 1 << 20, "{whole}");
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(N, Duration::from_secs(20), addr.clone(), None);
+        // Rank 0 next to everyone: ring k sends 0 -> k (the others' own entries are skipped).
+        cfg.rings = Some(Arc::new(|w: u32| {
+            (1..w)
+                .map(|k| RingOrder {
+                    next: (0..w).map(|i| if i == 0 { k } else { i }).collect(),
+                })
+                .collect()
+        }));
+        let t0 = Instant::now();
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let others: Vec<_> = (1..N)
+            .map(|r| {
+                let (addr, h) = (addr.clone(), big_hello(r));
+                thread::Builder::new()
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        let s = join(&addr, h, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                        s.send(&Msg::Ready { rank: r }).map_err(|e| e.to_string())?;
+                        s.wait_go(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                        s.send(&no_results(r)).map_err(|e| e.to_string())?;
+                        let got = s.wait_done(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                        Ok::<_, String>((s.table.len(), got))
+                    })
+                    .unwrap()
+            })
+            .collect();
+        // Rank 0 reads its frames by hand: their sizes are what this test is about.
+        let s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = &s;
+        wire::write_msg(&mut w, &Msg::Hello(big_hello(0))).unwrap();
+        let mut r = &s;
+        let mut frames = Vec::new();
+        let mut table = Vec::new();
+        let read_frame = |r: &mut &TcpStream| {
+            let mut head = [0u8; 8];
+            r.read_exact(&mut head).unwrap();
+            assert_eq!(&head[..4], wire::MAGIC);
+            let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
+            assert!(len <= wire::MAX_FRAME, "a frame of {len} bytes");
+            let mut body = vec![0u8; len];
+            r.read_exact(&mut body).unwrap();
+            (len, wire::decode(&body).unwrap())
+        };
+        loop {
+            match read_frame(&mut r) {
+                (len, Msg::Table { ranks, more, .. }) => {
+                    frames.push(len);
+                    table.extend(ranks);
+                    if !more {
+                        break;
+                    }
+                }
+                (_, Msg::Ping) => {}
+                (_, other) => panic!("{other:?}"),
+            }
+        }
+        assert!(frames.len() >= 3, "{frames:?}");
+        assert!(frames.iter().sum::<usize>() > 1 << 20, "{frames:?}");
+        assert_eq!(table.len(), N as usize);
+        assert_eq!(table[7], big_hello(7).info);
+        wire::write_msg(&mut w, &Msg::Ready { rank: 0 }).unwrap();
+        while !matches!(read_frame(&mut r).1, Msg::Go) {}
+        wire::write_msg(&mut w, &no_results(0)).unwrap();
+        while !matches!(read_frame(&mut r).1, Msg::Done { .. }) {}
+        for (i, h) in others.into_iter().enumerate() {
+            // Each other rank's part: itself and rank 0.
+            assert_eq!(h.join().unwrap(), Ok((2, (false, vec![]))), "rank {}", i + 1);
+        }
+        let rep = coord.join().unwrap();
+        assert!(
+            rep.abort.is_none() && rep.coordinator_error.is_none(),
+            "{:?}",
+            rep.abort
+        );
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 
     #[test]

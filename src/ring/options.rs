@@ -19,6 +19,10 @@ pub struct Options {
     pub channels: u32,
     #[serde(rename = "timeout_s")]
     pub timeout_secs: u64,
+    /// How long ranks may take to join (`--join-timeout`); not in the canonical form: a
+    /// rank's own join window does not change what the run measures.
+    #[serde(rename = "join_timeout_s")]
+    pub join_timeout_secs: u64,
     /// Receive slots per link and their size (the pipeline depth and the chunk size).
     pub slots: usize,
     pub slot_bytes: usize,
@@ -31,6 +35,14 @@ pub struct Options {
 impl Options {
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
+    }
+    pub fn join_timeout(&self) -> Duration {
+        Duration::from_secs(self.join_timeout_secs)
+    }
+    /// `--join-timeout`'s default: at least a minute (launch skew on big jobs), never less
+    /// than `--timeout`.
+    pub fn default_join_timeout(timeout_secs: u64) -> u64 {
+        timeout_secs.max(60)
     }
     /// The canonical string every rank's hello carries.
     pub fn canonical(&self) -> String {

@@ -7,7 +7,7 @@
 
 use crate::ring::control::{Frame, frame};
 use crate::ring::model::{Rank, RankInfo};
-use crate::ring::wire::Msg;
+use crate::ring::wire::{MAX_FRAME, Msg};
 
 /// One ring: `next[i]` is the rank that rank `i` sends to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,19 +62,29 @@ pub fn part(r: Rank, peers: &[Rank], ranks: &[RankInfo]) -> Vec<RankInfo> {
         .collect()
 }
 
-/// Entries per table frame: a validated entry is at most ~2.5 KiB of JSON (four fields of
-/// 255 bytes, escaped, and the capabilities), so a frame stays well under the frame limit.
-pub const TABLE_CHUNK: usize = 256;
+/// Bytes of entries per table frame: half the frame limit, so a frame stays well under it
+/// whatever the entries hold (a validated entry is at most ~16 KiB: four fields of 255
+/// bytes, the capabilities, 32 rails).
+pub const TABLE_FRAME_BYTES: usize = MAX_FRAME / 2;
 
-/// Rank `r`'s part of the table as frames of at most [`TABLE_CHUNK`] entries, the last
-/// with `more: false`. An error names the frame limit (never dropped in silence).
+/// Rank `r`'s part of the table as frames of at most [`TABLE_FRAME_BYTES`] of entries each,
+/// the last with `more: false`. An error names the frame limit (never dropped in silence).
 pub fn table_frames(part: Vec<RankInfo>, shared_transport: Option<&str>) -> Result<Vec<Frame>, String> {
-    let n = part.len().div_ceil(TABLE_CHUNK).max(1);
-    let mut chunks = part
-        .chunks(TABLE_CHUNK)
-        .map(<[RankInfo]>::to_vec)
-        .collect::<Vec<_>>();
-    chunks.resize(n, Vec::new());
+    let mut chunks: Vec<Vec<RankInfo>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for i in part {
+        // The entry as it is encoded (escapes included), and a comma.
+        let n = serde_json::to_vec(&i).map(|v| v.len() + 1).unwrap_or(MAX_FRAME);
+        if bytes + n > TABLE_FRAME_BYTES && chunks.last().is_some_and(|c| !c.is_empty()) {
+            chunks.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += n;
+        if let Some(c) = chunks.last_mut() {
+            c.push(i);
+        }
+    }
+    let n = chunks.len();
     chunks
         .into_iter()
         .enumerate()
@@ -98,7 +108,7 @@ pub fn shared_transport(ranks: &[RankInfo]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::wire::{self, MAX_FRAME};
+    use crate::ring::wire;
 
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
@@ -179,15 +189,16 @@ mod tests {
     /// A part larger than one frame (many rails) goes in several frames, every entry kept.
     #[test]
     fn a_large_part_is_split_into_bounded_frames() {
-        let ranks: Vec<RankInfo> = (0..1000).map(|r| info(r, 255)).collect();
+        let ranks: Vec<RankInfo> = (0..4000).map(|r| info(r, 255)).collect();
         let frames = table_frames(ranks.clone(), None).unwrap();
-        assert_eq!(frames.len(), 4);
+        assert!(frames.len() >= 3, "{}", frames.len());
+        let last = frames.len() - 1;
         let mut got = Vec::new();
         for (i, f) in frames.iter().enumerate() {
-            assert!(f.len() <= MAX_FRAME + 8);
+            assert!(f.len() <= TABLE_FRAME_BYTES + 1024, "{}", f.len());
             match wire::read_msg(&mut &f[..]).unwrap() {
                 Msg::Table { ranks, more, .. } => {
-                    assert_eq!(more, i < 3);
+                    assert_eq!(more, i < last);
                     got.extend(ranks);
                 }
                 other => panic!("{other:?}"),
@@ -195,6 +206,46 @@ mod tests {
         }
         assert_eq!(got, ranks);
         assert_eq!(table_frames(Vec::new(), None).unwrap().len(), 1);
+    }
+
+    /// Entries as large as validation allows (32 rails of 255-byte fields, ~40 KB each) still
+    /// go in frames under the limit: frames are cut by bytes, not by a count of entries.
+    #[test]
+    fn the_largest_valid_entries_fit_their_frames() {
+        use crate::ring::model::RailPort;
+        let big = |r: Rank| {
+            let mut i = info(r, 255);
+            i.rails = (0..crate::ring::rails::MAX_RAILS)
+                .map(|k| RailPort {
+                    rail: k,
+                    device: "d".repeat(255),
+                    port: Some(1),
+                    netdev: Some("n".repeat(255)),
+                    state: Some("s".repeat(255)),
+                    usable: true,
+                    label: Some("l".repeat(255)),
+                    address: Some("a".repeat(255)),
+                })
+                .collect();
+            assert!(crate::ring::coordinator::check_rails(&i.rails).is_ok());
+            i
+        };
+        let ranks: Vec<RankInfo> = (0..256).map(big).collect();
+        let frames = table_frames(ranks, None).unwrap();
+        assert!(frames.len() > 8, "{}", frames.len());
+        assert!(
+            frames.iter().all(|f| f.len() <= MAX_FRAME),
+            "{:?}",
+            frames.iter().map(|f| f.len()).max()
+        );
+        let mut one = vec![big(0)];
+        let extra = one[0].rails[0].clone();
+        one[0].rails.push(extra);
+        assert!(
+            crate::ring::coordinator::check_rails(&one[0].rails)
+                .unwrap_err()
+                .contains("at most 32")
+        );
     }
 
     #[test]

@@ -22,11 +22,13 @@ pub fn merge(
     let mut reports: Vec<(RailPort, RingReport)> = Vec::new();
     let mut errors: Vec<(RailPort, RunError)> = Vec::new();
     let mut failed = false;
+    let mut whys: Vec<String> = Vec::new();
     for (p, r) in outcomes {
         match r {
             Ok(RankOutcome {
                 report: Some(rep),
                 failed: f,
+                ..
             }) => {
                 failed |= f;
                 reports.push((p, rep));
@@ -34,14 +36,23 @@ pub fn merge(
             Ok(RankOutcome {
                 report: None,
                 failed: f,
-            }) => failed |= f,
+                why,
+            }) => {
+                failed |= f;
+                whys.extend(why.map(|w| format!("rail {}: {w}", p.rail)));
+            }
             Err(e) => errors.push((p, e)),
         }
     }
     if reports.is_empty() {
         // Not rank 0 (or rank 0 could run no rail): the rails' own errors, each named.
         if errors.is_empty() {
-            return Ok(RankOutcome { report: None, failed });
+            let why = (!whys.is_empty()).then(|| whys.join("; "));
+            return Ok(RankOutcome {
+                report: None,
+                failed,
+                why,
+            });
         }
         let kind = if errors.iter().all(|(_, e)| e.kind == Failure::CannotRun) {
             Failure::CannotRun
@@ -62,6 +73,7 @@ pub fn merge(
     Ok(RankOutcome {
         report: Some(report),
         failed,
+        why: None,
     })
 }
 
@@ -490,6 +502,7 @@ mod tests {
                 check: 1,
                 channels: 1,
                 timeout_secs: 5,
+                join_timeout_secs: 5,
                 slots: 4,
                 slot_bytes: 1 << 20,
                 scan: None,

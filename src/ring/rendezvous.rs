@@ -33,7 +33,8 @@ pub fn silence(timeout: Duration) -> Duration {
 #[derive(Debug, Error)]
 pub enum BootstrapError {
     #[error(
-        "{} of {world} ranks never reached the coordinator at {coordinator} within {secs} s: missing rank{} {}; \
+        "{} of {world} ranks never reached the coordinator at {coordinator} within {secs} s (--join-timeout): \
+         missing rank{} {}; \
          check that they were started (same --world and token), that {coordinator} is reachable from their hosts \
          (firewall on TCP port {port}), and that the coordinator address is on an interface they can route to",
         missing.len(), if missing.len() == 1 { "" } else { "s" }, list(missing), port = port_of(coordinator)
@@ -145,16 +146,68 @@ fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
 }
 
 /// Join the job: connect to the coordinator (retrying until the deadline: rank 0 may start
-/// later, or its door may be busy turning a flood away), send hello, wait for the table.
+/// later, or its door may be busy turning a flood away), send hello, wait for the table. The
+/// join window is `timeout` too; see [`join_within`].
 pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Session, BootstrapError> {
+    join_within(coordinator, hello, timeout, timeout)
+}
+
+/// Reconnects after a connection to the coordinator was reset (or closed) before this rank's
+/// table arrived: a restarted rank 0, a middlebox dropping a connection under a burst.
+pub const MAX_JOIN_RETRIES: u32 = 5;
+
+/// Was the control connection lost before the table arrived (reset or closed, not refused
+/// with a reason)? Then connecting again may work. Pure.
+pub fn lost_before_table(e: &BootstrapError) -> bool {
+    match e {
+        BootstrapError::CoordinatorLost { .. } => true,
+        BootstrapError::Wire {
+            source: WireError::Io(e),
+            ..
+        } => matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+        ),
+        _ => false,
+    }
+}
+
+/// [`join`] with its own join window (`--join-timeout`), apart from the data plane's
+/// `timeout` (which the control connection's silence deadline follows once joined). A
+/// connection lost before the table arrived is tried again, at most [`MAX_JOIN_RETRIES`]
+/// times, within the window.
+pub fn join_within(
+    coordinator: &str,
+    hello: Hello,
+    join_timeout: Duration,
+    timeout: Duration,
+) -> Result<Session, BootstrapError> {
     let start = Instant::now();
+    let mut retries = 0;
     loop {
-        match join_once(coordinator, hello.clone(), timeout, start) {
+        match join_once(coordinator, hello.clone(), (join_timeout, timeout), start) {
             // A transient refusal (the coordinator's door was full): connect again.
             Err(BootstrapError::Rejected { reason, .. })
-                if reason.starts_with(gate::BUSY) && start.elapsed() < timeout =>
+                if reason.starts_with(gate::BUSY) && start.elapsed() < join_timeout =>
             {
                 thread::sleep(Duration::from_millis(100));
+            }
+            Err(e)
+                if lost_before_table(&e) && retries < MAX_JOIN_RETRIES && start.elapsed() < join_timeout =>
+            {
+                retries += 1;
+                thread::sleep(Duration::from_millis(100 * retries as u64));
+            }
+            Err(e) if lost_before_table(&e) && retries > 0 => {
+                let why = match e {
+                    BootstrapError::CoordinatorLost { why, .. } => why,
+                    BootstrapError::Wire { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                return Err(BootstrapError::CoordinatorLost {
+                    coordinator: coordinator.to_string(),
+                    why: format!("{why}; connected again {retries} times before its table arrived"),
+                });
             }
             other => return other,
         }
@@ -164,19 +217,19 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
 fn join_once(
     coordinator: &str,
     hello: Hello,
-    timeout: Duration,
+    (join_timeout, timeout): (Duration, Duration),
     start: Instant,
 ) -> Result<Session, BootstrapError> {
     // The coordinator's own deadline counts from rank 0's start; a little grace lets its
     // missing-rank message arrive before this rank gives up on its own.
-    let deadline = start + timeout + Duration::from_secs(3);
+    let deadline = start + join_timeout + Duration::from_secs(3);
     let wire_err = |source| BootstrapError::Wire {
         peer: coordinator.to_string(),
         source,
     };
-    let s = connect_until(coordinator, start + timeout).map_err(|last| BootstrapError::Unreachable {
+    let s = connect_until(coordinator, start + join_timeout).map_err(|last| BootstrapError::Unreachable {
         coordinator: coordinator.to_string(),
-        secs: timeout.as_secs(),
+        secs: join_timeout.as_secs(),
         last,
     })?;
     let _ = s.set_nodelay(true);
@@ -190,8 +243,9 @@ fn join_once(
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(BootstrapError::Aborted(format!(
-                "connected to the coordinator at {coordinator} but the rank table did not arrive within {} s: other ranks are missing",
-                timeout.as_secs()
+                "connected to the coordinator at {coordinator} but the rank table did not arrive within {} s \
+                 (--join-timeout): other ranks are missing",
+                join_timeout.as_secs()
             )));
         }
         s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
@@ -471,5 +525,93 @@ mod tests {
         assert!(e.contains("rank 9"), "{e}");
         let e = add_table_part(&mut Vec::new(), (0..5).map(info).collect(), 4).unwrap_err();
         assert_eq!(e, "more than 4 entries for a world of 4");
+    }
+
+    fn hello(rank: Rank) -> Hello {
+        Hello {
+            protocol: wire::PROTOCOL,
+            rank,
+            world: 2,
+            token: "t".into(),
+            info: info(rank),
+            capabilities: vec!["tcp".into()],
+            params: "p".into(),
+        }
+    }
+
+    /// A stand-in coordinator: the first `resets` connections are reset (RST) once their
+    /// hello arrived, the next one gets its table. Returns how many connections came.
+    fn resetting_coordinator(resets: usize) -> (String, thread::JoinHandle<usize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let h = thread::spawn(move || {
+            l.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(10);
+            let mut n = 0;
+            while Instant::now() < until {
+                let Ok((s, _)) = l.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                n += 1;
+                let mut r = &s;
+                let Ok(Msg::Hello(h)) = wire::read_msg(&mut r) else {
+                    return n;
+                };
+                if n <= resets {
+                    // SO_LINGER 0: the close is a reset, as a dying rank 0 or a middlebox sends.
+                    socket2::SockRef::from(&s)
+                        .set_linger(Some(Duration::ZERO))
+                        .unwrap();
+                    drop(s);
+                    continue;
+                }
+                let mut w = &s;
+                let table = Msg::Table {
+                    ranks: vec![info(0), h.info],
+                    more: false,
+                    shared_transport: Some("tcp".into()),
+                };
+                wire::write_msg(&mut w, &table).unwrap();
+                thread::sleep(Duration::from_millis(200));
+                return n;
+            }
+            n
+        });
+        (addr, h)
+    }
+
+    /// Issue 18: a rank whose connection is reset before its table arrived connects again
+    /// (within its join window) and gets its table.
+    #[test]
+    fn a_reset_before_the_table_is_retried() {
+        let (addr, coord) = resetting_coordinator(1);
+        let s = join_within(&addr, hello(1), Duration::from_secs(5), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.table.iter().map(|i| i.rank).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(coord.join().unwrap(), 2);
+    }
+
+    /// The retries are bounded: a coordinator that resets every connection is named as lost,
+    /// with the count, well within the join window.
+    #[test]
+    fn resets_are_retried_a_bounded_number_of_times() {
+        let (addr, coord) = resetting_coordinator(usize::MAX);
+        let t0 = Instant::now();
+        let e = join_within(&addr, hello(1), Duration::from_secs(30), Duration::from_secs(5))
+            .err()
+            .expect("every connection was reset");
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        assert!(lost_before_table(&e), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains(&format!(
+                "connected again {MAX_JOIN_RETRIES} times before its table arrived"
+            )),
+            "{m}"
+        );
+        drop(coord);
     }
 }

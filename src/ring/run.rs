@@ -21,7 +21,7 @@ use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
-use crate::ring::model::{CounterMove, LiveStatus};
+use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
@@ -89,6 +89,23 @@ pub struct RankOutcome {
     pub report: Option<RingReport>,
     /// The coordinator said the run failed (wrong results or a verdict).
     pub failed: bool,
+    /// Not rank 0: why the coordinator failed the run, for this rank's stderr (its exit 1
+    /// must not come without a reason).
+    pub why: Option<String>,
+}
+
+/// A failed run's reason as the coordinator's end-of-run message gives it to the other
+/// ranks: its verdicts, else wrong results. Bounded and printable (it came off the network).
+pub fn failed_why(verdicts: &[Verdict]) -> String {
+    if verdicts.is_empty() {
+        return "rank 0 reports wrong results (its report has the rows)".into();
+    }
+    let all = verdicts
+        .iter()
+        .map(|v| v.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!("rank 0's verdict: {}", printable(&all, 2000))
 }
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
@@ -122,6 +139,7 @@ pub fn run_rank(
             world: id.world,
             token: id.token.clone(),
             timeout,
+            join_timeout: opts.join_timeout(),
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
@@ -251,6 +269,7 @@ pub fn run_rank(
     Ok(RankOutcome {
         report: Some(report),
         failed,
+        why: None,
     })
 }
 
@@ -296,11 +315,12 @@ fn rank_body(
         params: opts.canonical(),
     };
     let t0 = Instant::now();
-    let session = rendezvous::join(join_addr, hello, timeout).map_err(|e| match e {
-        // Refused for its own options (token, world, sweep): a usage problem here.
-        BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
-        other => fault(other.to_string()),
-    })?;
+    let session =
+        rendezvous::join_within(join_addr, hello, opts.join_timeout(), timeout).map_err(|e| match e {
+            // Refused for its own options (token, world, sweep): a usage problem here.
+            BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
+            other => fault(other.to_string()),
+        })?;
     log(
         1,
         &format!(
@@ -417,7 +437,11 @@ fn after_join(
                 .map_err(|e| fault(e.to_string()))?;
             // The coordinator answers once every rank reported, within its own deadlines.
             match session.wait_done(timeout * 2 + Duration::from_secs(5)) {
-                Ok((failed, _verdicts)) => Ok(RankOutcome { report: None, failed }),
+                Ok((failed, verdicts)) => Ok(RankOutcome {
+                    report: None,
+                    failed,
+                    why: failed.then(|| failed_why(&verdicts)),
+                }),
                 Err(e) => Err(fault(e.to_string())),
             }
         }
@@ -998,6 +1022,7 @@ mod tests {
                 check: 1,
                 channels: 1,
                 timeout_secs: 1,
+                join_timeout_secs: 1,
                 slots: 1,
                 slot_bytes: 4,
                 scan: None,

@@ -39,6 +39,7 @@ fn opts(scan: bool, sweep: bool) -> Options {
         check: 1,
         channels: 1,
         timeout_secs: 1,
+        join_timeout_secs: 1,
         slots: 4,
         slot_bytes: 64 << 10,
         scan: scan.then_some(ScanOptions {
@@ -300,13 +301,22 @@ fn slow_egress_ingress_and_link_from_the_scan() {
         let (r, others, _) = world(5, &opts(true, false), &net, |_| Role::Real);
         assert_eq!(kinds(&r), want, "{name}: {:#?} {:#?}", r.verdicts, r.scan);
         assert!(r.failed(), "{name}");
-        // Every rank is told the run failed (exit 1 everywhere).
-        assert!(
-            others
-                .iter()
-                .all(|o| matches!(o, Ok(RankOutcome { failed: true, .. }))),
-            "{name}"
-        );
+        // Every rank is told the run failed (exit 1 everywhere), and why: its stderr names
+        // rank 0's verdict (an exit 1 with nothing said was the lab's "empty stderr").
+        let first = r.verdicts[0].message.clone();
+        for o in &others {
+            match o {
+                Ok(RankOutcome {
+                    failed: true,
+                    why: Some(why),
+                    ..
+                }) => assert!(
+                    why.starts_with("rank 0's verdict: ") && why.contains(&first),
+                    "{name}: {why}"
+                ),
+                _ => panic!("{name}: a rank was not told why the run failed"),
+            }
+        }
         // The verdict was confirmed by the re-check pass.
         let s = r.scan.as_ref().unwrap();
         assert!(s.orders.iter().any(|o| o.recheck), "{name}: {:?}", s.orders);
