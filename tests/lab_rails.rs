@@ -149,6 +149,9 @@ fn one_nodes_slow_rail_is_named_with_its_rail() {
     );
 }
 
+/// One node's rail 1 link goes down mid-run while rail 0's ring has far more to do (about
+/// 40 s of it at 1 Gbit/s): rail 1 is named within --timeout and the grace, rail 0's ring is
+/// stopped with it (not left to run to its own end), and nothing names rail 0.
 #[test]
 fn one_nodes_rail_link_down_mid_run_is_named_on_that_rail() {
     let Some(lab) = lab2("rails_down", 3, "1gbit") else {
@@ -159,7 +162,7 @@ fn one_nodes_rail_link_down_mid_run_is_named_on_that_rail() {
         &lab,
         3,
         "down",
-        &["--no-scan", "-b", "8M", "-e", "8M", "-n", "25", "--timeout", &t],
+        &["--no-scan", "-b", "8M", "-e", "8M", "-n", "250", "--timeout", &t],
     );
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.link_down(1, "eth2");
@@ -167,14 +170,15 @@ fn one_nodes_rail_link_down_mid_run_is_named_on_that_rail() {
     let outs: Vec<Output> = ids
         .iter()
         .map(|&id| {
-            lab.wait(id, Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(10))
+            lab.wait(id, Duration::from_secs(TIMEOUT) + GRACE + Duration::from_secs(60))
                 .0
         })
         .collect();
     let took = t0.elapsed();
     assert!(
         took < Duration::from_secs(TIMEOUT) + GRACE,
-        "ended {took:?} after the link went down"
+        "ended {took:?} after the link went down:\n{}",
+        text(&outs[0].stdout)
     );
     let o = &outs[0];
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
@@ -182,13 +186,86 @@ fn one_nodes_rail_link_down_mid_run_is_named_on_that_rail() {
     let v = d["verdicts"].as_array().unwrap();
     assert!(!v.is_empty(), "{d}");
     for x in v {
-        eprintln!("{}", x["message"].as_str().unwrap_or_default());
+        let m = x["message"].as_str().unwrap();
+        eprintln!("{m}");
         // On rail 1, and about node-b (rank 1) at one end.
         assert_eq!(x["rail"]["index"], 1, "{x}");
         assert!(x["from_rank"] == 1 || x["to_rank"] == 1, "{x}");
-        assert!(x["message"].as_str().unwrap().starts_with("rail 1: "), "{x}");
+        assert!(m.starts_with("rail 1: "), "{x}");
+        // A hang names its rail in its own sentence.
+        if m.starts_with("rail 1: HANG") {
+            assert!(m.starts_with("rail 1: HANG on rail 1: "), "{m}");
+        }
     }
-    // Rail 0 ran to its end.
+    // Rail 0 did not fail: it was stopped because rail 1 failed first.
+    let e0 = d["rails"][0]["error"].as_str().unwrap_or_default();
+    assert!(e0.starts_with("rail 0 stopped: rail 1 failed first"), "{d}");
+}
+
+/// `--rails all` where rank 0 is the node without rail 1 (its eth2 gone): rails are judged
+/// against the majority of nodes, so rank 0, and only rank 0, is rail_missing; rail 0 runs
+/// on every node and says which nodes rail 1 did not run on.
+#[test]
+fn rank_0_without_a_rail_is_the_only_node_named() {
+    let Some(lab) = lab2("rails_r0_missing", 3, "1gbit") else {
+        return;
+    };
+    let del = lab.exec(0, "ip", &["link", "del", "eth2"]);
+    assert!(del.status.success(), "{}", text(&del.stderr));
+    let outs = run(
+        &lab,
+        3,
+        "r0missing",
+        &[
+            "--no-scan",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "-n",
+            "2",
+            "--timeout",
+            &TIMEOUT.to_string(),
+        ],
+        Duration::from_secs(40),
+    );
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let d = json(&o.stdout)["data"].clone();
+    let v = d["verdicts"].as_array().unwrap();
+    assert_eq!(v.len(), 1, "{d}");
+    let x = &v[0];
+    let m = x["message"].as_str().unwrap();
+    eprintln!("{m}");
+    assert_eq!(
+        (
+            x["kind"].as_str(),
+            x["from_rank"].as_u64(),
+            x["rail"]["index"].as_u64()
+        ),
+        (Some("rail_missing"), Some(0), Some(1)),
+        "{x}"
+    );
+    assert!(
+        m.starts_with("RAIL MISSING rank 0 (node-a): it has no rail 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("did not run on rank 1 (node-b), rank 2 (node-c) either"),
+        "{m}"
+    );
+    // Rail 0 ran right on all three nodes; rail 1 is listed as not run.
     assert!(d["rails"][0]["error"].is_null(), "{d}");
-    assert_eq!(d["rails"][0]["results"].as_array().unwrap().len(), 1);
+    assert_eq!(d["rails"][0]["results"][0]["wrong"], 0, "{d}");
+    assert_eq!(d["rails"][1]["rail"], 1, "{d}");
+    assert!(d["rails"][1]["results"].as_array().unwrap().is_empty(), "{d}");
+    // The other nodes could not join rail 1's ring: each says so about rail 1, and fails.
+    for (r, o) in outs.iter().enumerate().skip(1) {
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("rail 1: "),
+            "rank {r}: {}",
+            text(&o.stderr)
+        );
+    }
 }

@@ -583,3 +583,132 @@ fn ring_rdma_four_vms_and_a_killed_rank() {
     assert!(took < Duration::from_secs(timeout + 8), "{took:?}: {v}");
     eprintln!("rank_lost over rdma after the kill: {took:?}");
 }
+
+/// `--rails all` over RDMA on real verbs: two VMs with two NICs each (eth0/rxe0 on one
+/// bridge, eth1/rxe1 on another: rail 0 and rail 1). A healthy run has no verdict, both rails
+/// right and each rail's busbw; then every RoCE packet node-a sends on rail 1 is dropped: the
+/// verdicts are rail 1's (the link 0 -> 1, on rxe1) and nothing is said of rail 0.
+#[test]
+fn ring_rdma_rails_two_vms() {
+    let mut opts = VmOpts::new(2);
+    opts.nics = 2;
+    let Some(lab) = VmLab::new("ring_rdma_rails_two_vms", opts) else {
+        return;
+    };
+    // Warm the page cache of the 9p root: a loaded TCG guest's first read of the binary
+    // over 9p kept a rank from joining within 30 s.
+    let bin = vmlab::quote(vmlab::BIN);
+    for vm in 0..2 {
+        lab.must(vm, &format!("{bin} --version"));
+    }
+    let mut extra = vec![
+        "--transport",
+        "rdma",
+        "--rails",
+        "all",
+        "--format",
+        "json",
+        "--timeout",
+        "60",
+    ];
+    extra.extend_from_slice(&["-b", "1M", "-e", "1M", "-n", "2", "-w", "1", "--no-scan"]);
+    let (o, codes) = run_ring(&lab, &extra, Duration::from_secs(240));
+    assert_eq!(codes, vec![0, 0], "{}\n{}", o.stdout, o.stderr);
+    let v = json(&o.stdout);
+    let d = &v["data"];
+    assert_eq!(d["transport"], "rdma", "{v}");
+    assert!(d["verdicts"].as_array().unwrap().is_empty(), "{v}");
+    let rails = d["rails"].as_array().unwrap();
+    assert_eq!(rails.len(), 2, "{v}");
+    for r in rails {
+        assert!(r["error"].is_null(), "{r}");
+        for row in r["results"].as_array().unwrap() {
+            assert_eq!(row["wrong"], 0, "{row}");
+            assert_eq!(row["in_place"]["wrong"], 0, "{row}");
+        }
+        let last = r["results"].as_array().unwrap().last().unwrap().clone();
+        // The figure for the closing note: per-rail busbw on rxe between two TCG guests.
+        eprintln!(
+            "rdma rail {}: busbw {:.4} GB/s at {} bytes",
+            r["rail"], last["busbw_gbs"], last["size_bytes"]
+        );
+    }
+    for n in d["ranks"].as_array().unwrap() {
+        let labels: Vec<&str> = n["rails"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["label"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(labels, ["rxe0:1 gid 1 (eth0)", "rxe1:1 gid 1 (eth1)"], "{n}");
+    }
+
+    // Rail 1 broken one way between node-a and node-b; rail 0 untouched. NCCL's QP timeout
+    // (4.3 s a try) outlasts --timeout, so rail 1's ring hangs and the watchdog names it. (A
+    // short QP timeout, NCCL_IB_TIMEOUT=14 with one retry, fails rail 0's healthy QPs too in
+    // two loaded TCG guests: rail 1's go-back-N resends starve rail 0 past 67 ms a try.)
+    lab.drop_roce_on(0, 1, 1);
+    let jobs = spawn_ring(
+        &lab,
+        &[],
+        &[
+            "--transport",
+            "rdma",
+            "--rails",
+            "all",
+            "--format",
+            "json",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "2",
+            "-w",
+            "0",
+            "--no-scan",
+            "--timeout",
+            "10",
+        ],
+    );
+    let outs: Vec<vmlab::VmOutput> = jobs
+        .iter()
+        .map(|j| lab.wait(j, Duration::from_secs(150)))
+        .collect();
+    lab.undrop_on(1, 1);
+    let v = json(&outs[0].stdout);
+    assert_eq!(outs[0].rc, 1, "{v}\n{}", outs[0].stderr);
+    // Every verdict is rail 1's and joins node-a and node-b; the dropped direction is named.
+    let vs = v["data"]["verdicts"].as_array().unwrap();
+    assert!(!vs.is_empty(), "{v}");
+    for x in vs {
+        let m = x["message"].as_str().unwrap();
+        eprintln!("{m}");
+        assert_eq!(x["rail"]["index"], 1, "{x}");
+        assert!(
+            ["hang_link", "link_error"].contains(&x["kind"].as_str().unwrap_or("")),
+            "{x}"
+        );
+        assert!(m.starts_with("rail 1: "), "{m}");
+        let ends = [
+            x["rail"]["from"]["device"].as_str(),
+            x["rail"]["to"]["device"].as_str(),
+        ];
+        assert!(ends.iter().flatten().all(|d| *d == "rxe1"), "{x}");
+    }
+    assert!(
+        vs.iter().any(|x| x["from_rank"] == 0 && x["to_rank"] == 1),
+        "the dropped direction is not named: {v}"
+    );
+    // Rail 0 either ran to its end, right, or was stopped because rail 1 failed first;
+    // nothing names it.
+    let r0 = &v["data"]["rails"][0];
+    match r0["error"].as_str() {
+        None => {
+            for row in r0["results"].as_array().unwrap() {
+                assert_eq!(row["wrong"], 0, "{row}");
+            }
+        }
+        Some(e) => assert!(e.contains("rail 1 failed first"), "{r0}"),
+    }
+}

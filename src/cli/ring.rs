@@ -185,8 +185,12 @@ RAILS
   each with --channels channels and its own coordinator on the coordinator port + k. Rows
   sum algbw and busbw over the rails (time: the slowest rail); data.rails[] has each rail's
   rows. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
-  verdict on every rail of a node says all rails, and a node lacking a rail the others
-  drive is rail_missing (its ring cannot run; the other rails do).
+  verdict on every rail of a node says all rails, and a node lacking a rail most nodes have
+  (rank 0 included) is rail_missing, with the port's state from the links probe: that
+  rail's ring needs every node, so it does not run (the verdict names the nodes it did not
+  run on); the other rails do. When one rail fails (a hang, a link error), the node's other
+  rails stop a second later, so the run ends within --timeout and a grace; their
+  data.rails[].error says which rail failed first.
 
 OUTPUT
   --format table (the default): the verdict first, each with its next step, or on a
@@ -430,21 +434,36 @@ fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidat
     // The rank runs in the job's environment: NCCL's variables and files, as NCCL reads them.
     let (host, nccl) = job_nccl(g)?;
     let rep = gids::probe(&host, &nccl.gid_env());
-    let cands: Vec<PortCandidate> = rep
-        .ports
+    // Every port the links probe sees, in its real state (state and phys state, as
+    // `fabprobe links` shows them); the GID table adds its netdevs and NCCL's GID index.
+    let links = crate::probe::links::probe_sysfs(&host);
+    let cands: Vec<PortCandidate> = links
+        .devices
         .iter()
-        .filter(|p| names.contains(&p.device))
-        .map(|p| {
-            let mut netdevs: Vec<String> = p.entries.iter().filter_map(|e| e.netdev.clone()).collect();
+        .filter(|d| names.contains(&d.name))
+        .flat_map(|d| d.ports.iter().map(move |lp| (d, lp)))
+        .map(|(d, lp)| {
+            let g = rep.ports.iter().find(|p| p.device == d.name && p.port == lp.port);
+            let mut netdevs: Vec<String> = g
+                .map(|p| p.entries.iter().filter_map(|e| e.netdev.clone()).collect())
+                .unwrap_or_default();
             netdevs.dedup();
+            if netdevs.is_empty() {
+                netdevs.extend(lp.netdev.clone());
+            }
             PortCandidate {
-                device: p.device.clone(),
-                port: p.port,
-                state: p.state.clone(),
-                link_layer: p.link_layer.clone(),
+                device: d.name.clone(),
+                port: lp.port,
+                state: rails::link_state(lp.state.as_ref(), lp.phys_state.as_ref()),
+                link_layer: lp
+                    .link_layer
+                    .clone()
+                    .or_else(|| g.and_then(|p| p.link_layer.clone())),
                 netdevs,
-                gid_index: p.nccl.index,
-                gid_reason: p.nccl.reason.clone(),
+                gid_index: g.and_then(|p| p.nccl.index),
+                gid_reason: g
+                    .map(|p| p.nccl.reason.clone())
+                    .unwrap_or_else(|| "no GID table for this port".into()),
             }
         })
         .collect();
@@ -740,6 +759,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         live: live.clone(),
         on_row: rows.as_ref().map(RowPrinter::sink),
         rails: Vec::new(),
+        rail_stop: None,
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -896,7 +916,9 @@ fn run_rails(
     id: Identity,
 ) -> anyhow::Result<Outcome> {
     let (slots, runs) = rail_setups(g, a, sel, spec)?;
-    let wanted: Vec<u32> = rails::select(&slots, sel).iter().map(|p| p.rail).collect();
+    // By index where the flag names them; for `all`, the rails most nodes have (rank 0's own
+    // may be the odd ones).
+    let wanted = rails::wanted(sel);
     let host = Host::live();
     let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let mut rail_runs = Vec::new();
@@ -918,12 +940,13 @@ fn run_rails(
                 live: if rail_runs.is_empty() { live.clone() } else { None },
                 on_row: None,
                 rails: Vec::new(),
+                rail_stop: None,
             },
             port: p,
         });
     }
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let r = rails::run_node(rail_runs, &slots, &wanted, opts, &logf);
+    let r = rails::run_node(rail_runs, &slots, wanted.as_deref(), opts, &logf);
     drop(display);
     outcome(g, fmt, r, None)
 }
@@ -1010,6 +1033,7 @@ fn run_local_rails(
                     },
                     on_row: None,
                     rails: Vec::new(),
+                    rail_stop: None,
                 },
             })
             .collect();
@@ -1022,7 +1046,7 @@ fn run_local_rails(
                 let (slots, wanted) = (&slots, &wanted);
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
-                    rails::run_node(runs, slots, wanted, opts, &log)
+                    rails::run_node(runs, slots, Some(wanted), opts, &log)
                 })
             })
             .collect();
@@ -1103,6 +1127,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                         None
                     },
                     rails: Vec::new(),
+                    rail_stop: None,
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

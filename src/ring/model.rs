@@ -236,6 +236,10 @@ pub enum VerdictKind {
     LinkError,
     /// With `--rails`: a node lacks a rail the others drive (its port down or absent).
     RailMissing,
+    /// With `--rails`, internal: this rail's ring was stopped because another rail failed
+    /// first ([`crate::ring::rails::RailStop`]). The job's report turns it into the rail's
+    /// `error`; it is never one of the report's verdicts.
+    RailStopped,
 }
 
 /// A completion error on one directed data link, as the rank that polled it saw it.

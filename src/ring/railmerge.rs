@@ -14,10 +14,10 @@ use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_bus
 use crate::ring::run::{Failure, RankOutcome, RunError};
 
 /// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
-/// `wanted`: the rails this run asks for on every node (rank 0's selection).
+/// `wanted`: the rails this run asks for by index (None: `all`, the rails most nodes have).
 pub fn merge(
     outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)>,
-    wanted: &[u32],
+    wanted: Option<&[u32]>,
 ) -> Result<RankOutcome, RunError> {
     let mut reports: Vec<(RailPort, RingReport)> = Vec::new();
     let mut errors: Vec<(RailPort, RunError)> = Vec::new();
@@ -81,19 +81,26 @@ pub fn merge(
 pub fn job_report(
     mut rails: Vec<(RailPort, RingReport)>,
     errors: Vec<(RailPort, RunError)>,
-    wanted: &[u32],
+    wanted: Option<&[u32]>,
 ) -> RingReport {
     rails.sort_by_key(|(p, _)| p.rail);
+    // A rail stopped because another failed first: its marker is the rail's error, never a
+    // verdict (the verdicts name the rail that failed).
+    for (_, r) in rails.iter_mut() {
+        if let Some(m) = r.verdicts.iter().find(|v| v.kind == VerdictKind::RailStopped) {
+            r.error = Some(m.message.clone());
+        }
+        r.verdicts.retain(|v| v.kind != VerdictKind::RailStopped);
+    }
     let ranks = merge_ranks(&rails);
-    let mut run_rails: Vec<u32> = rails
+    let world = rails.iter().map(|(_, r)| r.world).max().unwrap_or(0);
+    let ran: Vec<u32> = rails
         .iter()
         .map(|(p, _)| p.rail)
         .chain(errors.iter().map(|(p, _)| p.rail))
-        .chain(wanted.iter().copied())
         .collect();
-    run_rails.sort_unstable();
-    run_rails.dedup();
-    let missing = missing_verdicts(&ranks, &run_rails);
+    let (expected, extra) = expected_rails(&ranks, world, &ran, wanted);
+    let missing = missing_verdicts(&ranks, &expected);
     let lacking: Vec<u32> = missing
         .iter()
         .filter_map(|v| v.rail.as_ref().map(|r| r.index))
@@ -103,16 +110,26 @@ pub fn job_report(
     let full: Vec<u32> = rails
         .iter()
         .map(|(p, _)| p.rail)
-        .filter(|k| !lacking.contains(k))
+        .filter(|k| !lacking.contains(k) && !extra.contains(k))
         .collect();
     let mut verdicts = missing;
     verdicts.extend(rail_verdicts(&rails, &ranks, &full));
     // A rail's ring that could not start because a node lacks it: the rail_missing verdict
-    // is its cause; any other early end is the rail's own, named with its rail.
+    // is its cause; a rail only a few nodes have is no ring of this job; any other early end
+    // is the rail's own, named with its rail.
     let mut errs: Vec<String> = Vec::new();
-    for (p, r) in &rails {
+    for (p, r) in rails.iter_mut() {
+        if extra.contains(&p.rail) {
+            r.error = Some(extra_note(&ranks, p.rail));
+            continue;
+        }
         if let Some(e) = r.error.as_ref().filter(|_| !lacking.contains(&p.rail)) {
-            errs.push(format!("rail {}: {e}", p.rail));
+            // A stopped rail's line names its rail already.
+            if e.starts_with(&format!("rail {} ", p.rail)) {
+                errs.push(e.clone());
+            } else {
+                errs.push(format!("rail {}: {e}", p.rail));
+            }
         }
     }
     for (p, e) in &errors {
@@ -142,7 +159,7 @@ pub fn job_report(
         }
     }
     RingReport {
-        world: rails.iter().map(|(_, r)| r.world).max().unwrap_or(0),
+        world,
         transport: base.transport.clone(),
         transport_note: rails.iter().find_map(|(_, r)| r.transport_note.clone()),
         launcher: base.launcher.clone(),
@@ -175,8 +192,65 @@ pub fn job_report(
                 scan: None,
                 error: Some(e.message.clone()),
             }))
+            // A rail most nodes have that rank 0 ran no ring for (rank 0 lacks it).
+            .chain(expected.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
+                rail: k,
+                transport: String::new(),
+                results: Vec::new(),
+                avg_busbw_gbs: None,
+                scan: None,
+                error: Some(format!("rail {k}'s ring did not run: see rail_missing")),
+            }))
             .collect(),
     }
+}
+
+/// The rails every node is expected to drive, and the rails only a few nodes have (`all`
+/// only). Named by index (`wanted`): those. `all`: a rail that at least half the nodes
+/// have a port for, or drive (a tie names the node without it); rank 0's own rails are
+/// one node's, not the job's. Pure.
+fn expected_rails(
+    ranks: &[RankInfo],
+    world: u32,
+    ran: &[u32],
+    wanted: Option<&[u32]>,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut all: Vec<u32> = ranks
+        .iter()
+        .flat_map(|i| i.rails.iter().map(|s| s.rail))
+        .chain(ran.iter().copied())
+        .chain(wanted.unwrap_or(&[]).iter().copied())
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    if let Some(w) = wanted {
+        return (all.into_iter().filter(|k| w.contains(k)).collect(), Vec::new());
+    }
+    let nodes = world.max(ranks.len() as u32).max(1);
+    all.into_iter().partition(|k| {
+        let has = ranks
+            .iter()
+            .filter(|i| i.rails.iter().any(|s| s.rail == *k))
+            .count() as u32;
+        has * 2 >= nodes
+    })
+}
+
+/// Why a rail only a few nodes have ran no ring (no verdict: the majority lacks it).
+fn extra_note(ranks: &[RankInfo], k: u32) -> String {
+    let have: Vec<String> = ranks
+        .iter()
+        .filter(|i| i.rails.iter().any(|s| s.rail == k))
+        .map(|i| format!("rank {} ({})", i.rank, i.host))
+        .collect();
+    format!(
+        "rail {k} is not a rail of this job: only {} of the nodes have it, fewer than half; its ring did not run",
+        if have.is_empty() {
+            "none".to_string()
+        } else {
+            have.join(", ")
+        }
+    )
 }
 
 /// Every node once (in rank order), with its rail slots as it announced them and, for each
@@ -248,11 +322,13 @@ fn sum_rows(rails: &[&RingReport]) -> Vec<ResultRow> {
         .collect()
 }
 
-/// `rail_missing` for every node that lacks (or cannot drive) a rail this run started.
-fn missing_verdicts(ranks: &[RankInfo], run_rails: &[u32]) -> Vec<Verdict> {
+/// `rail_missing` for every node that lacks (or cannot drive) a rail the job expects. Each
+/// rail is one ring with every node a rank of it, so a node without the rail keeps the ring
+/// from running on the nodes that have it: the verdict names them.
+fn missing_verdicts(ranks: &[RankInfo], expected: &[u32]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for i in ranks.iter().filter(|i| !i.rails.is_empty()) {
-        for &k in run_rails {
+        for &k in expected {
             let slot = i.rails.iter().find(|s| s.rail == k);
             if slot.is_some_and(|s| s.usable) {
                 continue;
@@ -284,7 +360,26 @@ fn missing_verdicts(ranks: &[RankInfo], run_rails: &[u32]) -> Vec<Verdict> {
                     ),
                 ),
             };
+            let have: Vec<&RankInfo> = ranks
+                .iter()
+                .filter(|o| o.rails.iter().any(|s| s.rail == k && s.usable))
+                .collect();
+            let not_run = if have.is_empty() {
+                format!("no node drives rail {k}")
+            } else {
+                format!(
+                    "rail {k}'s ring needs every node, so it did not run on {} either",
+                    have.iter()
+                        .map(|o| format!("rank {} ({})", o.rank, o.host))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
             let mut evidence = BTreeMap::new();
+            evidence.insert(
+                "not_run_on_ranks".into(),
+                json!(have.iter().map(|o| o.rank).collect::<Vec<_>>()),
+            );
             if let Some(s) = slot {
                 evidence.insert("device".into(), json!(s.device));
                 evidence.insert("port".into(), json!(s.port));
@@ -299,7 +394,7 @@ fn missing_verdicts(ranks: &[RankInfo], run_rails: &[u32]) -> Vec<Verdict> {
                 to_host: None,
                 evidence,
                 message: format!(
-                    "RAIL MISSING rank {} ({}): {what}; the other nodes drive rail {k}, so its ring could not run; the other rails ran",
+                    "RAIL MISSING rank {} ({}): {what}; {not_run}; the other rails ran",
                     i.rank, i.host
                 ),
                 next: Some(next),
@@ -356,6 +451,10 @@ fn rail_verdicts(rails: &[(RailPort, RingReport)], ranks: &[RankInfo], full: &[u
                 continue;
             }
             let mut v = v.clone();
+            // A hang's sentence names its rail itself, not only through the prefix.
+            if let Some(rest) = v.message.strip_prefix("HANG ") {
+                v.message = format!("HANG on rail {}: {rest}", p.rail);
+            }
             v.message = format!("rail {}: {}", p.rail, v.message);
             v.rail = Some(VerdictRail {
                 index: p.rail,
@@ -536,7 +635,7 @@ mod tests {
                 ),
             ],
             vec![],
-            &[0, 1],
+            Some(&[0, 1]),
         );
         assert_eq!(r.results.len(), 1);
         let x = &r.results[0];
@@ -571,7 +670,7 @@ mod tests {
                 ),
             ],
             vec![],
-            &[0, 1],
+            Some(&[0, 1]),
         );
         assert_eq!(one.verdicts.len(), 1);
         let v = &one.verdicts[0];
@@ -606,7 +705,7 @@ mod tests {
                 ),
             ],
             vec![],
-            &[0, 1],
+            Some(&[0, 1]),
         );
         assert_eq!(all.verdicts.len(), 1, "{:?}", all.verdicts);
         let v = &all.verdicts[0];
@@ -632,7 +731,7 @@ mod tests {
                 (slot(1, "mlx5_1", true), rail1),
             ],
             vec![],
-            &[0, 1],
+            Some(&[0, 1]),
         );
         assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
         let v = &r.verdicts[0];
@@ -640,9 +739,10 @@ mod tests {
         assert_eq!((v.from_rank, v.from_host.as_deref()), (Some(1), Some("node-b")));
         assert_eq!(
             v.message,
-            "RAIL MISSING rank 1 (node-b): its rail 1 port mlx5_1:1 (eth2) is DOWN; the other nodes drive \
-             rail 1, so its ring could not run; the other rails ran"
+            "RAIL MISSING rank 1 (node-b): its rail 1 port mlx5_1:1 (eth2) is DOWN; rail 1's ring needs every \
+             node, so it did not run on rank 0 (node-a), rank 2 (node-c) either; the other rails ran"
         );
+        assert_eq!(v.evidence["not_run_on_ranks"], json!([0, 2]));
         assert_eq!(v.rail.as_ref().map(|x| x.index), Some(1));
         assert_eq!(v.evidence["state"], json!("DOWN"));
         // The rail's own early end is explained by the verdict; the rows are rail 0's.
@@ -652,7 +752,131 @@ mod tests {
         // Another early end of a rail is the rail's, named.
         let mut rail0 = report(0, true, vec![], vec![]);
         rail0.error = Some("rank 2 lost".into());
-        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], &[0]);
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], Some(&[0]));
         assert_eq!(r.error.as_deref(), Some("rail 0: rank 2 lost"));
+    }
+
+    #[test]
+    fn rank_0_without_a_rail_the_majority_drives_is_the_one_named() {
+        // `all`: rank 0 has no rail 1 at all (one slot); node-b and node-c drive rails 0
+        // and 1. Rank 0 ran only rail 0, so rail 1 comes from the other nodes' slots.
+        let mut rail0 = report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
+        rail0.ranks[0].rails.truncate(1);
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None);
+        assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
+        let v = &r.verdicts[0];
+        assert_eq!(
+            (v.kind, v.from_rank, v.rail.as_ref().map(|x| x.index)),
+            (VerdictKind::RailMissing, Some(0), Some(1))
+        );
+        assert_eq!(
+            v.message,
+            "RAIL MISSING rank 0 (node-a): it has no rail 1 (1 rail slot(s)); rail 1's ring needs every node, so \
+             it did not run on rank 1 (node-b), rank 2 (node-c) either; the other rails ran"
+        );
+        // Rail 1 is listed, as not run; the rows are rail 0's.
+        assert_eq!(r.rails.iter().map(|x| x.rail).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            r.rails[1].error.as_deref(),
+            Some("rail 1's ring did not run: see rail_missing")
+        );
+        assert!(r.failed());
+
+        // A DOWN port on rank 0 (its slot exists): the port's state from the links probe.
+        let mut rail0 = report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
+        rail0.ranks[0].rails[1].usable = false;
+        rail0.ranks[0].rails[1].state = Some("DOWN (phys Disabled)".into());
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None);
+        let named: Vec<_> = r.verdicts.iter().map(|v| (v.kind, v.from_rank)).collect();
+        assert_eq!(named, [(VerdictKind::RailMissing, Some(0))]);
+        assert!(
+            r.verdicts[0].message.contains("is DOWN (phys Disabled)"),
+            "{}",
+            r.verdicts[0].message
+        );
+    }
+
+    #[test]
+    fn a_rail_only_rank_0_has_is_no_verdict_and_says_why_it_did_not_run() {
+        // `all`: rank 0 alone has a rail 2; its ring waited for ranks that never came.
+        let extra = RailPort {
+            rail: 2,
+            ..slot(2, "mlx5_2", true)
+        };
+        let mut rail0 = report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
+        rail0.ranks[0].rails.push(extra.clone());
+        let mut rail1 = report(1, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
+        rail1.ranks[0].rails.push(extra.clone());
+        // Only rank 0 joined rail 2's ring.
+        let mut rail2 = report(2, true, vec![], vec![]);
+        rail2.ranks = vec![rail0.ranks[0].clone()];
+        rail2.error = Some("2 of 3 ranks never reached the coordinator".into());
+        let r = job_report(
+            vec![
+                (slot(0, "mlx5_0", true), rail0),
+                (slot(1, "mlx5_1", true), rail1),
+                (extra, rail2),
+            ],
+            vec![],
+            None,
+        );
+        assert!(r.verdicts.is_empty(), "{:?}", r.verdicts);
+        assert_eq!(r.error, None);
+        assert_eq!(
+            r.rails[2].error.as_deref(),
+            Some(
+                "rail 2 is not a rail of this job: only rank 0 (node-a) of the nodes have it, fewer than half; its ring \
+                 did not run"
+            )
+        );
+        assert!(!r.failed());
+        assert_eq!(r.results[0].busbw_gbs, 2.0);
+    }
+
+    #[test]
+    fn a_rail_stopped_for_another_is_no_verdict_and_a_hang_names_its_rail() {
+        let mut rail0 = report(0, true, vec![], vec![]);
+        let stop = Verdict {
+            kind: VerdictKind::RailStopped,
+            from_rank: None,
+            to_rank: None,
+            from_host: None,
+            to_host: None,
+            evidence: BTreeMap::new(),
+            message: "rail 0 stopped: rail 1 failed first (HANG ...); this rail's ring had not failed".into(),
+            next: None,
+            rail: None,
+        };
+        rail0.verdicts.push(stop.clone());
+        rail0.error = Some(stop.message.clone());
+        let hang = Verdict {
+            kind: VerdictKind::HangLink,
+            to_rank: Some(2),
+            to_host: Some("node-c".into()),
+            message:
+                "HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 0 of reduce-scatter"
+                    .into(),
+            ..verdict(VerdictKind::HangLink, 1, "eth2", 0.0)
+        };
+        let rail1 = report(1, true, vec![], vec![hang]);
+        let r = job_report(
+            vec![(slot(0, "mlx5_0", true), rail0), (slot(1, "mlx5_1", true), rail1)],
+            vec![],
+            None,
+        );
+        assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
+        assert_eq!(
+            r.verdicts[0].message,
+            "rail 1: HANG on rail 1: rank 2 (node-c) waits for data from rank 1 (node-b) since step 0 of reduce-scatter"
+        );
+        assert_eq!(r.verdicts[0].rail.as_ref().map(|x| x.index), Some(1));
+        assert!(
+            r.rails[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("rail 1 failed first")),
+            "{:?}",
+            r.rails[0]
+        );
     }
 }

@@ -6,15 +6,20 @@
 //! [`crate::ring::railmerge`] turns the rails' reports into the job's. Pure except
 //! [`run_node`].
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::nccl::hca::{HcaSpec, PortCandidate};
 use crate::nccl::ifname::{self, IfAddr, IfSpec};
+use crate::ring::coordinator::Judge;
 use crate::ring::launcher::{self, Identity};
-use crate::ring::model::RailPort;
+use crate::ring::model::{RailPort, Verdict, VerdictKind};
 use crate::ring::railmerge;
 use crate::ring::run::{self, Failure, Options, RankOutcome, RunError, Setup};
+use crate::sysfs::infiniband::NumName;
 
 /// The most rails a node drives (NCCL's `MAXCHANNELS`/NIC limits are far above real nodes).
 pub const MAX_RAILS: u32 = 32;
@@ -149,6 +154,17 @@ pub fn tcp_slots(ifs: &[IfAddr], spec: Option<&str>) -> Vec<(RailPort, IpAddr)> 
         .collect()
 }
 
+/// A port's state as the links probe read it: `ACTIVE`, or for any other state the
+/// physical state too (`DOWN (phys Disabled)`, `INIT (phys LinkUp)`), so a rail_missing
+/// verdict says what the port really is. Pure.
+pub fn link_state(state: Option<&NumName>, phys: Option<&NumName>) -> Option<String> {
+    let s = state?.name.clone();
+    Some(match phys {
+        Some(p) if s != "ACTIVE" => format!("{s} (phys {})", p.name),
+        _ => s,
+    })
+}
+
 /// `mlx5_10` after `mlx5_9`: the name's trailing number compares as a number.
 fn natural_key(name: &str) -> (&str, u64) {
     let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
@@ -245,6 +261,74 @@ pub fn rail_identity(id: &Identity, rail: u32) -> Result<Identity, String> {
     })
 }
 
+/// The rails of one node end together: the first rail whose ring is judged failed (a hang,
+/// a link error, a lost rank) is noted here, and each other rail's coordinator stops its own
+/// ring [`STOP_GRACE`] later, so the output comes within `--timeout` and a bounded grace
+/// instead of after the healthy rails' own ends. The grace lets a fault every rail sees (a
+/// dead node) be named by every rail, and so as "all rails".
+#[derive(Default)]
+pub struct RailStop {
+    first: Mutex<Option<(u32, Instant, String)>>,
+}
+
+/// See [`RailStop`].
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
+impl RailStop {
+    /// Rail `rail` was judged failed with `why` (the first one counts).
+    pub fn fail(&self, rail: u32, why: &str) {
+        let mut g = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some((rail, Instant::now(), why.to_string()));
+        }
+    }
+
+    /// Another rail than `rail` failed at least `grace` ago: that rail and its cause.
+    pub fn other(&self, rail: u32, grace: Duration) -> Option<(u32, String)> {
+        let g = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref()
+            .filter(|(k, at, _)| *k != rail && at.elapsed() >= grace)
+            .map(|(k, _, why)| (*k, why.clone()))
+    }
+}
+
+/// Rail `rail`'s judge: `inner`'s verdicts (noted in `stop` as this rail's failure), else,
+/// while the ring runs and another rail has failed, a [`VerdictKind::RailStopped`] marker
+/// that ends this rail's ring too (the job's report keeps it out of the verdicts).
+pub fn stopping_judge(inner: Judge, rail: u32, stop: Arc<RailStop>) -> Judge {
+    Arc::new(move |rep, now_ms, final_call| {
+        let v = inner(rep, now_ms, final_call);
+        if let Some(first) = v.first() {
+            stop.fail(rail, &first.message);
+            return v;
+        }
+        if final_call {
+            return v;
+        }
+        match stop.other(rail, STOP_GRACE) {
+            Some((k, why)) => vec![stopped(rail, k, &why)],
+            None => v,
+        }
+    })
+}
+
+/// The marker that stops rail `rail` because rail `by` failed with `why`.
+fn stopped(rail: u32, by: u32, why: &str) -> Verdict {
+    Verdict {
+        kind: VerdictKind::RailStopped,
+        from_rank: None,
+        to_rank: None,
+        from_host: None,
+        to_host: None,
+        evidence: BTreeMap::from([("stopped_by_rail".to_string(), serde_json::json!(by))]),
+        message: format!(
+            "rail {rail} stopped: rail {by} failed first ({why}); this rail's ring had not failed"
+        ),
+        next: None,
+        rail: None,
+    }
+}
+
 /// One rail this node drives: its slot and the rank's setup on that rail's ring.
 pub struct RailRun {
     pub port: RailPort,
@@ -254,11 +338,12 @@ pub struct RailRun {
 /// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring),
 /// then, on rank 0, merge the rails' reports into the job's. `slots` is every rail slot of
 /// the node (driven or not), announced in each rail's hello so rank 0 can name a missing one;
-/// `wanted` the rails this run asks for (rank 0 checks every node for each of them).
+/// `wanted` the rails this run asks for by index (None: `all`, the rails most nodes have).
+/// On rank 0 the rails' coordinators stop together (see [`RailStop`]).
 pub fn run_node(
     rails: Vec<RailRun>,
     slots: &[RailPort],
-    wanted: &[u32],
+    wanted: Option<&[u32]>,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -271,11 +356,13 @@ pub fn run_node(
             ),
         });
     }
+    let stop = Arc::new(RailStop::default());
     let outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)> = thread::scope(|sc| {
         let handles: Vec<_> = rails
             .into_iter()
             .map(|mut r| {
                 r.setup.rails = slots.to_vec();
+                r.setup.rail_stop = Some((r.port.rail, stop.clone()));
                 let port = r.port.clone();
                 let h = sc.spawn(move || {
                     let rail = r.port.rail;
@@ -464,6 +551,31 @@ mod tests {
     }
 
     #[test]
+    fn link_state_names_the_phys_state_of_a_port_that_is_not_active() {
+        let n = |id, name: &str| NumName {
+            id,
+            name: name.into(),
+        };
+        for (state, phys, want) in [
+            (Some(n(4, "ACTIVE")), Some(n(5, "LinkUp")), Some("ACTIVE")),
+            (
+                Some(n(1, "DOWN")),
+                Some(n(3, "Disabled")),
+                Some("DOWN (phys Disabled)"),
+            ),
+            (
+                Some(n(2, "INIT")),
+                Some(n(5, "LinkUp")),
+                Some("INIT (phys LinkUp)"),
+            ),
+            (Some(n(1, "DOWN")), None, Some("DOWN")),
+            (None, Some(n(5, "LinkUp")), None),
+        ] {
+            assert_eq!(link_state(state.as_ref(), phys.as_ref()).as_deref(), want);
+        }
+    }
+
+    #[test]
     fn rail_identity_moves_the_port_and_tags_the_token() {
         let id = Identity {
             rank: 3,
@@ -490,5 +602,35 @@ mod tests {
         };
         assert!(rail_identity(&top, 1).unwrap_err().contains("out of range"));
         assert_eq!(rail_identity(&top, 0).unwrap().coordinator, "h:65535");
+    }
+
+    #[test]
+    fn a_failed_rail_stops_the_others_after_the_grace_and_never_itself() {
+        use crate::ring::coordinator::CoordinatorReport;
+        let failing: Judge = Arc::new(|_: &CoordinatorReport, _: u64, _: bool| {
+            vec![stopped(9, 9, "stand-in for a hang verdict")]
+        });
+        let quiet: Judge = Arc::new(|_: &CoordinatorReport, _: u64, _: bool| Vec::new());
+        let stop = Arc::new(RailStop::default());
+        let rail0 = stopping_judge(quiet, 0, stop.clone());
+        let rail1 = stopping_judge(failing, 1, stop.clone());
+        let rep = CoordinatorReport::default();
+        assert!(rail0(&rep, 0, false).is_empty(), "nothing failed yet");
+        assert_eq!(rail1(&rep, 0, false).len(), 1);
+        // Within the grace rail 0 may still name the same fault itself.
+        assert!(rail0(&rep, 0, false).is_empty());
+        thread::sleep(STOP_GRACE + Duration::from_millis(50));
+        let v = rail0(&rep, 0, false);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].kind, VerdictKind::RailStopped);
+        assert_eq!(
+            v[0].message,
+            "rail 0 stopped: rail 1 failed first (rail 9 stopped: rail 9 failed first (stand-in for a hang verdict); \
+             this rail's ring had not failed); this rail's ring had not failed"
+        );
+        // The final judgement of a ring that ended by itself adds nothing; the failed rail
+        // is never stopped by its own failure.
+        assert!(rail0(&rep, 0, true).is_empty());
+        assert_eq!(stop.other(1, Duration::ZERO), None);
     }
 }

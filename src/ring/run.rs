@@ -54,6 +54,9 @@ pub struct Setup {
     /// With `--rails`: every rail slot of this node, announced in the hello (see
     /// [`crate::ring::rails`]); empty otherwise.
     pub rails: Vec<crate::ring::model::RailPort>,
+    /// With `--rails`, rank 0: this rail's index and the node's shared stop, so a failed
+    /// rail ends the other rails' rings too (see [`crate::ring::rails::RailStop`]).
+    pub rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
 }
 
 /// See [`Setup::on_row`].
@@ -143,7 +146,10 @@ pub fn run_rank(
             advertised: id.coordinator.clone(),
             params: opts.canonical(),
             // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(watchdog_judge(timeout)),
+            judge: Some(match setup.rail_stop.clone() {
+                Some((rail, stop)) => crate::ring::rails::stopping_judge(watchdog_judge(timeout), rail, stop),
+                None => watchdog_judge(timeout),
+            }),
             // The natural ring (the sweep's `Ring`); rails plug their rings in here.
             rings: None,
             scan: opts.scan.clone().map(|o| {

@@ -1,8 +1,9 @@
 //! The VM lab: a real kernel RDMA stack on a machine whose own kernel has none. N small
 //! QEMU VMs (TCG) boot Debian's stock kernel (fetched and cached by `prepare.sh`), each runs
 //! the host's own userspace (its root over read-only 9p) with one Soft-RoCE device `rxe0` on
-//! its virtio NIC `eth0` (198.18.5.10+i/24). The NICs are taps on one bridge inside a network
-//! namespace made for the test, so nothing leaves it. Commands run inside a VM through a
+//! its virtio NIC `eth0` (198.18.5.10+i/24); with `VmOpts::nics = 2` also `rxe1` on a second
+//! NIC `eth1` (198.19.5.10+i/24, a second bridge: rail 1). The NICs are taps on their bridge
+//! inside a network namespace made for the test, so nothing leaves it. Commands run inside a VM through a
 //! small agent that polls a writable 9p share (`/run/job` in the VM) and writes each
 //! command's stdout, stderr and exit status back.
 //!
@@ -64,6 +65,9 @@ pub struct VmOpts {
     /// `tc tbf` rate on every VM's eth0 egress (`100mbit`), or unshaped.
     pub rate: Option<String>,
     pub mem_mib: u32,
+    /// NICs per VM, 1 or 2: NIC k is `eth<k>` with `rxe<k>` on it, on bridge `br<k>` (one
+    /// rail each).
+    pub nics: usize,
 }
 
 impl VmOpts {
@@ -72,6 +76,7 @@ impl VmOpts {
             vms,
             rate: None,
             mem_mib: 640,
+            nics: 1,
         }
     }
 }
@@ -79,6 +84,8 @@ impl VmOpts {
 pub struct Vm {
     pub name: String,
     pub ip: String,
+    /// The address of `eth<k>` for each NIC k (`ips[0] == ip`).
+    pub ips: Vec<String>,
     pub job: PathBuf,
 }
 
@@ -188,10 +195,13 @@ cd /run/job || exit 1
 mkdir -p cmd out
 rdma link add rxe0 type rxe netdev eth0 > rxe.log 2>&1
 echo $? > rxe.rc
+__NIC1__
 __SHAPE__
 # IFF_RUNNING comes with the kernel's deferred link watch (up to a second after `ip link
 # set up`); a ring started before it finds no running data interface.
-i=0; while [ "$(cat /sys/class/net/eth0/operstate)" != up ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+for n in __NICS__; do
+  i=0; while [ "$(cat /sys/class/net/$n/operstate)" != up ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+done
 echo ok > ready
 while :; do
   for f in cmd/*.sh; do
@@ -260,6 +270,10 @@ impl VmLab {
         lab.netns(&["ip", "link", "set", "lo", "up"]);
         lab.netns(&["ip", "link", "add", "br0", "type", "bridge"]);
         lab.netns(&["ip", "link", "set", "br0", "up"]);
+        if opts.nics > 1 {
+            lab.netns(&["ip", "link", "add", "br1", "type", "bridge"]);
+            lab.netns(&["ip", "link", "set", "br1", "up"]);
+        }
         let shape = match &opts.rate {
             Some(rate) => {
                 format!("tc qdisc add dev eth0 root tbf rate {rate} burst 64kb latency 50ms > shape.log 2>&1")
@@ -269,13 +283,42 @@ impl VmLab {
         for i in 0..opts.vms {
             let name = format!("node-{}", (b'a' + i as u8) as char);
             let ip = format!("198.18.5.{}", 10 + i);
+            let mut ips = vec![ip.clone()];
             let job = dir.join(format!("vm{i}"));
             fs::create_dir_all(job.join("cmd")).unwrap();
             fs::create_dir_all(job.join("out")).unwrap();
-            fs::write(job.join("agent.sh"), AGENT.replace("__SHAPE__", &shape)).unwrap();
+            // The second NIC (rail 1): its own subnet and rxe device, set up by the agent
+            // (the initramfs brings up eth0 only).
+            let nic1 = if opts.nics > 1 {
+                let ip1 = format!("198.19.5.{}", 10 + i);
+                ips.push(ip1.clone());
+                format!(
+                    "{{ ip link set eth1 up && ip addr add {ip1}/24 dev eth1 && rdma link add rxe1 type rxe netdev eth1; }} > rxe1.log 2>&1\necho $? > rxe1.rc"
+                )
+            } else {
+                String::new()
+            };
+            let nics = if opts.nics > 1 { "eth0 eth1" } else { "eth0" };
+            let agent = AGENT
+                .replace("__SHAPE__", &shape)
+                .replace("__NIC1__", &nic1)
+                .replace("__NICS__", nics);
+            fs::write(job.join("agent.sh"), agent).unwrap();
             let tap = format!("tap{i}");
             lab.netns(&["ip", "tuntap", "add", &tap, "mode", "tap"]);
             lab.netns(&["ip", "link", "set", &tap, "master", "br0", "up"]);
+            let tap1 = format!("tapr{i}");
+            let mut nic1_args: Vec<String> = Vec::new();
+            if opts.nics > 1 {
+                lab.netns(&["ip", "tuntap", "add", &tap1, "mode", "tap"]);
+                lab.netns(&["ip", "link", "set", &tap1, "master", "br1", "up"]);
+                nic1_args = vec![
+                    "-netdev".into(),
+                    format!("tap,id=n1,ifname={tap1},script=no,downscript=no"),
+                    "-device".into(),
+                    format!("virtio-net-pci,netdev=n1,mac=52:54:00:12:36:{:02x}", 10 + i),
+                ];
+            }
             let console = job.join("console.log");
             let child = Command::new("ip")
                 .args(["netns", "exec", &prefix, "qemu-system-x86_64"])
@@ -325,13 +368,14 @@ impl VmLab {
                     "-device",
                     &format!("virtio-net-pci,netdev=n0,mac=52:54:00:12:35:{:02x}", 10 + i),
                 ])
+                .args(&nic1_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(fs::File::create(job.join("qemu.err")).unwrap())
                 .spawn()
                 .expect("spawn qemu-system-x86_64");
             lab.qemus.push(child);
-            lab.vms.push(Vm { name, ip, job });
+            lab.vms.push(Vm { name, ip, ips, job });
         }
         // Boot takes ~3 s each on an idle machine; give a loaded one far more.
         // (Two VMs missed 30 + 20 s each at a load average of 20 on two cores; one made it.)
@@ -365,6 +409,17 @@ impl VmLab {
                 fs::read_to_string(lab.vms[i].job.join("rxe.log")).unwrap_or_default(),
                 lab.console(i)
             );
+            if opts.nics > 1 {
+                let rc = fs::read_to_string(lab.vms[i].job.join("rxe1.rc")).unwrap_or_default();
+                assert_eq!(
+                    rc.trim(),
+                    "0",
+                    "eth1 or `rdma link add rxe1` failed in {}: {}\n{}",
+                    lab.vms[i].name,
+                    fs::read_to_string(lab.vms[i].job.join("rxe1.log")).unwrap_or_default(),
+                    lab.console(i)
+                );
+            }
         }
         Some(lab)
     }
@@ -497,20 +552,33 @@ impl VmLab {
     /// qdisc instead makes 6.1 rxe retry the send in a tight loop: a soft lockup.) TCP, the
     /// control plane, and other peers are untouched.
     pub fn drop_roce(&self, from: usize, to: usize) {
-        let src = &self.vms[from].ip;
+        self.drop_roce_on(from, to, 0);
+    }
+
+    /// [`drop_roce`] on NIC `nic` only (`eth<nic>`, rail `nic`): the other NIC's RoCE flows.
+    pub fn drop_roce_on(&self, from: usize, to: usize, nic: usize) {
+        let src = &self.vms[from].ips[nic];
         self.must(
             to,
             &format!(
-                "tc qdisc add dev eth0 ingress 2>/dev/null; \
-                 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 \
+                "tc qdisc add dev eth{nic} ingress 2>/dev/null; \
+                 tc filter add dev eth{nic} parent ffff: protocol ip prio 1 u32 \
                  match ip src {src}/32 match ip protocol 17 0xff match ip dport 4791 0xffff action drop"
             ),
         );
     }
 
-    /// Undo [`drop_roce`] on `to`: every ingress filter of the VM goes.
+    /// Undo [`drop_roce`] on `to`: every ingress filter of the VM's eth0 goes.
     pub fn undrop(&self, to: usize) {
-        self.must(to, "tc qdisc del dev eth0 ingress 2>/dev/null; true");
+        self.undrop_on(to, 0);
+    }
+
+    /// Undo [`drop_roce_on`] on `to`'s `eth<nic>`.
+    pub fn undrop_on(&self, to: usize, nic: usize) {
+        self.must(
+            to,
+            &format!("tc qdisc del dev eth{nic} ingress 2>/dev/null; true"),
+        );
     }
 
     /// Start `fabprobe <args>` in a VM with `env` (`NAME=value` words) set.
