@@ -88,10 +88,25 @@ pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
         .parse::<u16>()
         .map_err(|_| err(io::Error::new(io::ErrorKind::InvalidInput, "no port")))?;
     // `[::]` also takes IPv4 unless the host has IPv6 off.
-    listen((std::net::Ipv6Addr::UNSPECIFIED, port).into())
-        .or_else(|_| listen((std::net::Ipv4Addr::UNSPECIFIED, port).into()))
-        .map_err(err)
+    let once = || {
+        listen((std::net::Ipv6Addr::UNSPECIFIED, port).into())
+            .or_else(|_| listen((std::net::Ipv4Addr::UNSPECIFIED, port).into()))
+    };
+    // A rank that started first may hold the port for a moment: its connect attempt can
+    // reach itself while nothing listens (it drops such a connection at once).
+    let deadline = Instant::now() + BIND_RETRY;
+    loop {
+        match once() {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(100));
+            }
+            r => return r.map_err(err),
+        }
+    }
 }
+
+/// How long the coordinator keeps trying a port that is in use before it gives up.
+const BIND_RETRY: Duration = Duration::from_secs(2);
 
 /// Connections the kernel queues before the coordinator accepts them (capped by
 /// `net.core.somaxconn`): thousands of ranks connect within the same second, and a full
@@ -133,7 +148,10 @@ fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
                     let left = deadline
                         .saturating_duration_since(Instant::now())
                         .max(Duration::from_millis(10));
-                    match TcpStream::connect_timeout(&a, left.min(Duration::from_secs(2))) {
+                    match crate::ring::collective::transport::tcp::connect_not_self(
+                        &a,
+                        left.min(Duration::from_secs(2)),
+                    ) {
                         Ok(s) => return Ok(s),
                         Err(e) => last = e.to_string(),
                     }

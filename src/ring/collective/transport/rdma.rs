@@ -947,7 +947,7 @@ pub fn connect(
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            match TcpStream::connect_timeout(a, left) {
+            match super::tcp::connect_not_self(a, left) {
                 Ok(s) => {
                     stream = Some(s);
                     break 'retry;

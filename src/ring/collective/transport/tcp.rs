@@ -193,7 +193,7 @@ pub fn connect(
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            match TcpStream::connect_timeout(a, left) {
+            match connect_not_self(a, left) {
                 Ok(s) => {
                     stream = Some(s);
                     break 'retry;
@@ -792,9 +792,45 @@ impl Fabric for TcpFabric {
     }
 }
 
+/// Connect to `a` within `limit`, refusing a connection that reached itself: while nothing
+/// listens on a local port in the ephemeral range, the kernel may pick that very port as the
+/// source and complete a TCP simultaneous open with itself, which then holds the port the
+/// peer is about to bind (its "Address already in use"). Callers retry until their deadline.
+pub fn connect_not_self(a: &SocketAddr, limit: Duration) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(a, limit)?;
+    if reached_itself(&s) {
+        return Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("nothing listens on {a} yet (the connection reached itself)"),
+        ));
+    }
+    Ok(s)
+}
+
+fn reached_itself(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(l), Ok(p)) if l == p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket bound to a port and connected to that same port is a TCP simultaneous open
+    /// with itself: what `connect_not_self` refuses. A real listener's connection is kept.
+    #[test]
+    fn a_connection_that_reached_itself_is_refused() {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_reuse_address(true).unwrap();
+        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let me = sock.local_addr().unwrap();
+        sock.connect_timeout(&me, Duration::from_secs(2)).unwrap();
+        let own: TcpStream = sock.into();
+        assert!(reached_itself(&own));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = connect_not_self(&l.local_addr().unwrap(), Duration::from_secs(2)).unwrap();
+        assert!(!reached_itself(&other));
+    }
     use crate::ring::collective::transport::accept::token_eq;
     use crate::ring::collective::transport::conformance::{Pair, conformance_suite};
     use std::net::IpAddr;
