@@ -238,11 +238,12 @@ mod tests {
             "{:?}",
             frames.iter().map(|f| f.len()).max()
         );
-        let mut one = vec![big(0)];
-        let extra = one[0].rails[0].clone();
-        one[0].rails.push(extra);
+        // One rail more than allowed is refused.
+        let mut one = big(0);
+        let extra = one.rails[0].clone();
+        one.rails.push(extra);
         assert!(
-            crate::ring::coordinator::check_rails(&one[0].rails)
+            crate::ring::coordinator::check_rails(&one.rails)
                 .unwrap_err()
                 .contains("at most 32")
         );
