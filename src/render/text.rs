@@ -90,7 +90,7 @@ mod tests {
         let f = Finding::new("a.f", Severity::Fail, "mlx5_1:1", "a failure");
         let p = Finding::new("a.p", Severity::Pass, "x", "fine");
         assert_eq!(verdict_line("gids", &[]), "fabprobe gids: PASS  no fail or warn findings\n");
-        assert_eq!(verdict_line("gids", &[p.clone()]), "fabprobe gids: PASS  no fail or warn findings\n");
+        assert_eq!(verdict_line("gids", std::slice::from_ref(&p)), "fabprobe gids: PASS  no fail or warn findings\n");
         assert_eq!(
             verdict_line("links", &[w.clone(), f.clone()]),
             "fabprobe links: FAIL  1 fail, 1 warn; worst: mlx5_1:1: a failure\n"
