@@ -195,6 +195,7 @@ impl Device {
         for i in 0..n.max(0) as usize {
             // SAFETY: i < n; the name pointer is valid while the list is.
             let dev = unsafe { *list.add(i) };
+            // SAFETY: dev is an entry of the live list; the name is a C string it owns.
             let dn = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) };
             if dn.to_bytes() == name.as_bytes() {
                 found = dev;

@@ -37,6 +37,7 @@ fn account(delta: isize) {
 // touches only const-initialised thread-locals, which never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
         let p = unsafe { System.alloc(l) };
         if !p.is_null() {
             account(l.size() as isize);
@@ -44,6 +45,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
         let p = unsafe { System.alloc_zeroed(l) };
         if !p.is_null() {
             account(l.size() as isize);
@@ -51,10 +53,12 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
         unsafe { System.dealloc(p, l) };
         account(-(l.size() as isize));
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
         let q = unsafe { System.realloc(p, l, new) };
         if !q.is_null() {
             account(new as isize - l.size() as isize);

@@ -387,6 +387,7 @@ fn qos_lldp_replayed_from_a_snapshot() {
 /// veth pair, decoded live by `fabprobe qos --lldp`; and a silent peer said plainly.
 #[test]
 fn lab_qos_decodes_live_lldp_over_veth() {
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
         eprintln!("skipped: needs root and iproute2");
         return;

@@ -304,6 +304,7 @@ fn stopped_rank_is_stalled() {
         t0.elapsed()
     );
     // The frozen process is killed by the lab when it drops; it cannot exit on its own.
+    // SAFETY: kill has no memory preconditions; pid is the lab's own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(o0.status.code(), Some(1));
     assert_eq!(o2.status.code(), Some(1));

@@ -661,14 +661,10 @@ fn check_runs_the_nccl_env_lint_once_per_fact() {
 
 /// `getpwuid(uid)->pw_dir`, as NCCL's `userHomeDir` finds it.
 fn passwd_home(uid: u32) -> String {
-    // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
-    unsafe {
-        let pw = libc::getpwuid(uid);
-        assert!(!pw.is_null(), "uid {uid} has no passwd entry");
-        std::ffi::CStr::from_ptr((*pw).pw_dir)
-            .to_string_lossy()
-            .into_owned()
-    }
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .unwrap_or_else(|e| panic!("reading the passwd entry of uid {uid}: {e}"))
+        .unwrap_or_else(|| panic!("uid {uid} has no passwd entry"));
+    user.dir.to_string_lossy().into_owned()
 }
 
 fn conf_paths(v: &serde_json::Value) -> Vec<String> {
@@ -702,8 +698,7 @@ fn nccl_conf_is_read_from_the_job_users_home() {
         );
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
     };
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
+    let me = nix::unistd::getuid().as_raw();
     let v = run(&["nccl-env", "--format", "json"]);
     let own = format!("{}/.nccl.conf", passwd_home(me).trim_end_matches('/'));
     assert_eq!(conf_paths(&v)[0], own, "{}", v["data"]["conf_files"]);

@@ -24,9 +24,12 @@ combined job log, or stdin; lines pasted without NCCL's header or with it anonym
 verdict then says host and rank are unknown); behind launcher prefixes (mpirun --tag-output/--timestamp-output
 `[1,N]<stdout>:`, srun -l `N: `, PyTorch `[rankN]:`, torchrun `[defaultN]:`, pdsh `host: `,
 container timestamps, Ray's `(Worker pid=N)`); interleaved ranks; headers with or without
-pid:tid; NCCL 2.4-2.8 (`include/socket.h`, `.cu` files, `NET : Using interface`) to 2.29
-formats; PyTorch ProcessGroupNCCL watchdog lines. Input is streamed in bounded memory
-(lines longer than 64 KiB are cut). A line no rule understands is counted, never fatal.
+pid:tid; NCCL 1.x (`WARN file.cu:NNN`), 2.0-2.2 (the level without `NCCL`: `host:pid:tid
+[dev] file:line WARN`, `... [dev] INFO`), 2.4-2.8 (`include/socket.h`, `.cu` files, `NET :
+Using interface`) to 2.29 formats; PyTorch ProcessGroupNCCL watchdog lines. Each input is
+cut into chunks of whole lines that every core reads in parallel, merged in input order to
+the answer one pass gives, in bounded memory (lines longer than 64 KiB are cut). A line no
+rule understands is counted, never fatal.
 --root does not apply.
 
 SUMMARY

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use super::{Analyzer, MAX_LINE_BYTES};
@@ -199,10 +200,15 @@ fn parallel<R: Read>(
     let (work_tx, work_rx) = mpsc::sync_channel::<(u64, Chunk)>(threads);
     let work_rx = Mutex::new(work_rx);
     let (done_tx, done_rx) = mpsc::channel::<Done>();
+    // Set once the merged state holds all the sightings it keeps: every chunk not yet merged
+    // comes later in the input, so its workers skip building sightings that the merge
+    // would drop (a failure-dense log fills the cap early).
+    let full = AtomicBool::new(a.sightings_full());
     std::thread::scope(|sc| {
         for _ in 0..threads {
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
+            let full = &full;
             sc.spawn(move || {
                 // Kept from chunk to chunk of this worker: host ids and the failures it has
                 // seen. A worker gets its chunks in input order, so a failure it saw in an
@@ -215,6 +221,7 @@ fn parallel<R: Read>(
                     let Ok((seq, c)) = job else { break };
                     let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let mut p = Analyzer::new();
+                        p.after_full = full.load(Ordering::Acquire);
                         p.host_names = std::mem::take(&mut memory.host_names);
                         p.host_ids = std::mem::take(&mut memory.host_ids);
                         p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
@@ -241,6 +248,7 @@ fn parallel<R: Read>(
             next: 0,
             ready: BTreeMap::new(),
             failed: false,
+            full: &full,
         };
         let mut sent = 0u64;
         let mut pending = Some(first);
@@ -281,13 +289,14 @@ fn parallel<R: Read>(
 }
 
 /// Merges the workers' states in input order.
-struct Merger {
+struct Merger<'a> {
     next: u64,
     ready: BTreeMap<u64, Analyzer>,
     failed: bool,
+    full: &'a AtomicBool,
 }
 
-impl Merger {
+impl Merger<'_> {
     fn take<R: Read>(&mut self, a: &mut Analyzer, ch: &mut Chunker<R>, (seq, part, c): Done) {
         ch.recycle(c);
         let Some(part) = part else {
@@ -299,5 +308,35 @@ impl Merger {
             a.merge(p);
             self.next += 1;
         }
+        if a.sightings_full() {
+            self.full.store(true, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the sightings cap, workers skip the sightings of chunks the merge has not
+    /// reached: the report must still be one pass's.
+    #[test]
+    fn a_log_past_the_sightings_cap_reads_the_same_on_every_core() {
+        let mut log = Vec::new();
+        super::super::generate::dense(&mut log, 64, 64 << 20, 3).unwrap();
+        let read = |threads| {
+            let mut a = Analyzer::new();
+            let opts = ReadOptions {
+                threads,
+                chunk_bytes: 1 << 20,
+            };
+            a.read_with("dense.log", &log[..], &opts).unwrap();
+            a
+        };
+        let one = read(1);
+        assert!(one.sightings_full(), "the log must fill the cap to test this");
+        let all = read(3);
+        assert_eq!(all.sightings.len(), one.sightings.len());
+        assert!(all.finish() == one.finish());
     }
 }

@@ -104,8 +104,13 @@ fn trail(m: &str) -> Option<u8> {
     if !file.contains('.') || line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let d: String = code.trim().chars().take_while(char::is_ascii_digit).collect();
-    d.parse().ok()
+    digits(code.trim()).parse().ok()
+}
+
+/// The ASCII digits `s` starts with (a slice: a number is parsed without a copy).
+pub(super) fn digits(s: &str) -> &str {
+    let n = s.bytes().take_while(u8::is_ascii_digit).count();
+    &s[..n]
 }
 
 /// Where `needle` starts in `hay`: memchr for its first byte, then a compare. A line runs
@@ -143,12 +148,7 @@ fn num_after(s: &str, key: &str) -> Option<i64> {
     let i = find(s, key)? + key.len();
     let rest = s[i..].trim_start();
     let neg = rest.starts_with('-');
-    let d: String = rest
-        .trim_start_matches('-')
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    let v: i64 = d.parse().ok()?;
+    let v: i64 = digits(rest.trim_start_matches('-')).parse().ok()?;
     Some(if neg { -v } else { v })
 }
 
@@ -451,8 +451,7 @@ fn completion_status(m: &str) -> Option<i64> {
             return num_after(m, "status=");
         }
         let open = r.find('(')?;
-        let d: String = r[open + 1..].chars().take_while(char::is_ascii_digit).collect();
-        return d.parse().ok();
+        return digits(&r[open + 1..]).parse().ok();
     }
     num_after(m, "with error ")
 }
@@ -493,7 +492,7 @@ fn completion(m: &str) -> Event {
 fn socket_errno(m: &str) -> Option<i64> {
     // `returned 111(Connection refused)`: a number glued to its text.
     if let Some(r) = after(m, "returned ") {
-        let d: String = r.chars().take_while(char::is_ascii_digit).collect();
+        let d = digits(r);
         if !d.is_empty() && r[d.len()..].starts_with('(') {
             return d.parse().ok();
         }
@@ -508,7 +507,7 @@ fn socket_errno(m: &str) -> Option<i64> {
         ("exceeded timeouts", 110),
         ("timeout", 110),
     ];
-    TEXT.iter().find(|(t, _)| m.contains(t)).map(|(_, n)| *n)
+    TEXT.iter().find(|(t, _)| has(m, t)).map(|(_, n)| *n)
 }
 
 /// IB async events (transport/net_ib.cc `ncclIbAsyncThreadMain`: `NET/IB : Got async
@@ -701,7 +700,7 @@ fn pytorch_rank(s: &str) -> Option<u32> {
 
 /// A line without an NCCL header: the version banner, PyTorch's ProcessGroupNCCL.
 pub fn classify_plain(s: &str) -> Option<Event> {
-    if let Some(i) = s.find("NCCL version ") {
+    if let Some(i) = find(s, "NCCL version ") {
         // The banner is its own line ("NCCL version 2.18.5+cuda12.0"), possibly prefixed.
         let v = s[i + 13..].split_whitespace().next()?;
         if v.starts_with(|c: char| c.is_ascii_digit()) && !has(s, "NCCL error") {
@@ -738,7 +737,7 @@ pub fn classify_plain(s: &str) -> Option<Event> {
         "PollConnect",
         "nor AF_INET6",
     ];
-    if OWN.iter().any(|o| s.contains(o)) {
+    if OWN.iter().any(|o| has(s, o)) {
         return warn(s);
     }
     if has(s, "ProcessGroupNCCL")

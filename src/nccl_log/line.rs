@@ -38,7 +38,7 @@ pub fn prefix_rank(prefix: &str) -> Option<u32> {
         return None;
     }
     // Bracketed labels need a ']' (a byte search): skip the pattern searches without one.
-    if !p.contains(']') {
+    if !p.as_bytes().contains(&b']') {
         let d = p.strip_suffix(':')?;
         let d = d.rsplit(' ').next().unwrap_or(d);
         return (!d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
@@ -46,23 +46,24 @@ pub fn prefix_rank(prefix: &str) -> Option<u32> {
             .flatten();
     }
     // mpirun: "[1,3]<stdout>:" (jobid, rank).
-    if let Some(i) = p.find("]<std") {
+    let find = super::events::find;
+    if let Some(i) = find(p, "]<std") {
         let open = p[..i].rfind('[')?;
         let inner = &p[open + 1..i];
         return inner.split(',').nth(1)?.trim().parse().ok();
     }
     // PyTorch: "[rank3]:" (also after other tags).
-    if let Some(i) = p.find("[rank") {
+    if let Some(i) = find(p, "[rank") {
         let rest = &p[i + 5..];
-        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let n = super::events::digits(rest);
         if rest[n.len()..].starts_with(']') {
             return n.parse().ok();
         }
     }
     // torchrun --tee: "[default3]:"
-    if let Some(i) = p.find("[default") {
+    if let Some(i) = find(p, "[default") {
         let rest = &p[i + 8..];
-        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let n = super::events::digits(rest);
         if rest[n.len()..].starts_with(']') {
             return n.parse().ok();
         }
@@ -83,19 +84,26 @@ const MARKERS: [(&str, Level); 3] = [
     ("NCCL TRACE ", Level::Trace),
 ];
 
+fn finder() -> &'static memchr::memmem::Finder<'static> {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+    FINDER.get_or_init(|| memchr::memmem::Finder::new("NCCL "))
+}
+
+/// The level of the marker at `at` (where `NCCL ` starts), if it is one.
+fn marker_at(s: &str, at: usize) -> Option<Level> {
+    MARKERS
+        .iter()
+        .find(|(m, _)| s[at..].starts_with(m))
+        .map(|&(_, l)| l)
+}
+
 /// Where each NCCL marker starts in `s`, in order.
 pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
-    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
-    let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new("NCCL "));
     let mut out = Vec::new();
     let mut from = 0;
-    while let Some(i) = finder.find(&s.as_bytes()[from..]) {
+    while let Some(i) = finder().find(&s.as_bytes()[from..]) {
         let at = from + i;
-        for (m, l) in MARKERS {
-            if s[at..].starts_with(m) {
-                out.push((at, l));
-            }
-        }
+        out.extend(marker_at(s, at).map(|l| (at, l)));
         from = at + 5;
     }
     out
@@ -154,11 +162,18 @@ pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
 
 /// The header before the level marker at `at`; `msg` is what follows the marker.
 fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option<(Nccl<'a>, usize)> {
+    // Byte loops throughout (every delimiter is ASCII): this runs on every line, on a few
+    // dozen bytes, where std's pattern searchers or memchr's dispatch cost more than the
+    // search.
+    let rpos = |h: &str, f: fn(u8) -> bool| h.bytes().rposition(f);
     let head = s[..at].trim_end();
     // Optional "file.cc:123" just before the marker.
-    let (head, src) = match head.rsplit_once(' ') {
+    let (head, src) = match rpos(head, |b| b == b' ').map(|i| (&head[..i], &head[i + 1..])) {
         Some((h, last))
-            if !last.starts_with('[') && last.contains(':') && last.contains('.') && !last.ends_with(']') =>
+            if !last.starts_with('[')
+                && last.as_bytes().contains(&b':')
+                && last.as_bytes().contains(&b'.')
+                && !last.ends_with(']') =>
         {
             (h.trim_end(), Some(last))
         }
@@ -166,16 +181,19 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
     };
     // "[dev]"
     let head = head.strip_suffix(']')?;
-    let open = head.rfind('[')?;
+    let open = rpos(head, |b| b == b'[')?;
     // `[dev]` is a number; anything else (`[misc/socket.cc:586]`, `[host:pid=1]`) is some
     // other logger's header, read as no header at all.
     let dev = Some(head[open + 1..].trim().parse::<i32>().ok()?);
     let head = head[..open].trim_end();
     // "host:pid:tid" (or "host" alone), the last whitespace-separated token.
-    let start = head.rfind([' ', '\t']).map(|i| i + 1).unwrap_or(0);
+    let start = rpos(head, |b| b == b' ' || b == b'\t').map_or(0, |i| i + 1);
     let tok = &head[start..];
     // A launcher prefix glued on with ':' (`[1,0]<stdout>:host:1:2`, `[rank0]:host:...`).
-    let glue = [tok.rfind("]:"), tok.rfind(">:")].into_iter().flatten().max();
+    let glue = tok
+        .as_bytes()
+        .windows(2)
+        .rposition(|w| w[1] == b':' && (w[0] == b']' || w[0] == b'>'));
     let (tok, start) = match glue {
         Some(i) => (&tok[i + 2..], start + i + 2),
         None => (tok, start),
@@ -183,19 +201,7 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
     if tok.is_empty() || tok.starts_with('[') {
         return None;
     }
-    let mut parts = tok.rsplitn(3, ':');
-    let (host, pid) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(tid), Some(pid), Some(host))
-            if tid.bytes().all(|b| b.is_ascii_digit())
-                && pid.bytes().all(|b| b.is_ascii_digit())
-                && !host.is_empty() =>
-        {
-            (host, pid.parse().ok())
-        }
-        _ if !tok.contains(':') => (tok, None),
-        // Anonymised pid or tid (`host-01:XXXXXX`): the host stands, the process is unknown.
-        _ => (tok.split(':').next().unwrap_or(""), None),
-    };
+    let (host, pid) = host_pid(tok);
     // Placeholders (`<hostname>`, `XXXX`, markdown-emphasised `*server name*`) name no host.
     let host = if host.starts_with('<') || host.contains('*') || host.bytes().all(|b| b == b'X' || b == b'x')
     {
@@ -215,6 +221,25 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
         },
         start,
     ))
+}
+
+/// `host:pid:tid` -> (host, pid): the last two `:` fields must be digits (the pid may not
+/// parse); a token without `:` is a host alone; an anonymised pid or tid
+/// (`host-01:XXXXXX`) leaves the host and no process.
+fn host_pid(tok: &str) -> (&str, Option<u32>) {
+    let b = tok.as_bytes();
+    let all_digits = |x: &str| x.bytes().all(|c| c.is_ascii_digit());
+    if let Some(c2) = b.iter().rposition(|&c| c == b':') {
+        if let Some(c1) = b[..c2].iter().rposition(|&c| c == b':') {
+            let (host, pid, tid) = (&tok[..c1], &tok[c1 + 1..c2], &tok[c2 + 1..]);
+            if all_digits(tid) && all_digits(pid) && !host.is_empty() {
+                return (host, pid.parse().ok());
+            }
+        }
+        let first = b.iter().position(|&c| c == b':').unwrap_or(b.len());
+        return (&tok[..first], None);
+    }
+    (tok, None)
 }
 
 /// A record whose header did not parse (pasted without it, anonymised, markdown debris):
@@ -253,10 +278,55 @@ fn headerless(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     ))
 }
 
+/// A line's records: the common case (one marker, a header that parses) without vectors.
+pub enum Records<'a> {
+    One(&'a str, Nccl<'a>),
+    Other(Vec<(&'a str, Nccl<'a>)>),
+}
+
+/// [`records`], with the line of one record (nearly every line of a log) answered without
+/// allocating: the same answer, as the tests of [`records`] check through it.
+pub fn scan(s: &str) -> Records<'_> {
+    let mut one = None;
+    let mut from = 0;
+    while let Some(i) = finder().find(&s.as_bytes()[from..]) {
+        let at = from + i;
+        if let Some(l) = marker_at(s, at) {
+            if one.is_some() {
+                return Records::Other(records_at(s, marker_positions(s)));
+            }
+            one = Some((at, l));
+        }
+        from = at + 5;
+    }
+    let Some((at, l)) = one else {
+        return Records::Other(records_at(s, Vec::new()));
+    };
+    match parse_at(s, at, l) {
+        Some((mut n, start)) => {
+            n.msg = trim_debris(n.msg);
+            Records::One(&s[..start], n)
+        }
+        None => Records::Other(records_at(s, vec![(at, l)])),
+    }
+}
+
+/// Markdown debris around a pasted line (`_..._`, `**...**`, backticks).
+fn trim_debris(msg: &str) -> &str {
+    msg.trim_end_matches(|c: char| matches!(c, '_' | '*' | '`') || c.is_whitespace())
+}
+
 /// Split a physical line into the NCCL records in it (interleaved writers can glue two
 /// together); each with its launcher prefix. A line with no NCCL marker yields nothing.
 pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
-    let marks = marker_positions(s);
+    match scan(s) {
+        Records::One(p, n) => vec![(p, n)],
+        Records::Other(v) => v,
+    }
+}
+
+/// [`records`] given the line's markers.
+fn records_at(s: &str, marks: Vec<(usize, Level)>) -> Vec<(&str, Nccl<'_>)> {
     let mut out = Vec::with_capacity(marks.len());
     if marks.is_empty() {
         // Only a line that names a level at all can be a 2.0-2.2 or 1.x record.
@@ -291,10 +361,7 @@ pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
         if next > msg_start && next < s.len() {
             n.msg = &s[msg_start..next];
         }
-        // Markdown debris around a pasted line (`_..._`, `**...**`, backticks).
-        n.msg = n
-            .msg
-            .trim_end_matches(|c: char| matches!(c, '_' | '*' | '`') || c.is_whitespace());
+        n.msg = trim_debris(n.msg);
         let prefix = if start >= prev_end {
             &s[prev_end..start]
         } else {
@@ -502,6 +569,30 @@ mod tests {
         ] {
             assert!(records(l).is_empty(), "{l}");
         }
+    }
+
+    #[test]
+    fn one_record_fast_path_answers_as_the_general_one() {
+        for l in [
+            "node2:14159:14168 [0] NCCL INFO NET/IB : Using [0]mlx5_4:1/RoCE [RO]; OOB x:1.2.3.4<0>",
+            "hostname-test:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion",
+            "[1,3]<stdout>:5873af64cf59:10161:10551 [3] NCCL INFO NET/IB : No device found.",
+            "12: gpu-037:10296:10303 [3] NCCL INFO AllReduce: opCount 1a sendbuff 0x7f _x_ ",
+            "a:b:1:2 [0] NCCL INFO x",
+            "host-01:XXXXXX [5] NCCL WARN x",
+            "host::5 [5] NCCL WARN x",
+            "h:1:2 [-1] NCCL INFO x`**",
+            "h:1:2\t[0]  NCCL INFO x",
+            "[rank0]:h:1:2 [0] NCCL INFO x",
+            "x [misc/socket.cc:586] NCCL WARN y",
+            "NCCL INFO NET/IB : No device found.",
+            "h:1:2 [0] NCCL INFO a NCCL version 2.18",
+        ] {
+            assert_eq!(records(l), records_at(l, marker_positions(l)), "{l}");
+        }
+        // The usual line takes the fast path.
+        let l = "12: gpu-037:10296:10303 [3] NCCL INFO AllReduce: opCount 1a";
+        assert!(matches!(scan(l), Records::One("12: ", _)));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `nccl-log`: read a job's `NCCL_DEBUG` logs (one file per rank, one combined log, or
 //! stdin), summarise what NCCL set up, and collapse the failures to root-cause verdicts.
 //!
-//! Streaming: an input is cut into chunks of whole lines ([`chunked`]) that worker threads
+//! Reading: an input is cut into chunks of whole lines ([`chunked`]) that worker threads
 //! analyse into partial states, merged back in input order ([`Analyzer::merge`] gives the
 //! same state as one pass over the lines); lines are cut at [`MAX_LINE_BYTES`]; the state
 //! kept is per process (bounded by the ranks) plus capped lists, so memory does not grow
@@ -155,6 +155,9 @@ pub struct Analyzer {
     progress: BTreeMap<u32, u64>,
     /// Lines of the input being read so far (line numbers are per input).
     input_lines: u64,
+    /// A chunk's state: the lines before this chunk already filled the sightings, so one
+    /// pass would keep none of this chunk's (set by [`chunked`] before the chunk is read).
+    after_full: bool,
 }
 
 impl Analyzer {
@@ -223,13 +226,18 @@ impl Analyzer {
     /// One physical line.
     pub fn feed(&mut self, file: &str, line_no: u64, s: &str) {
         self.lines += 1;
-        if s.trim().is_empty() {
+        // A line that starts with a visible ASCII byte is not blank: no trim needed.
+        let visible = s.as_bytes().first().is_some_and(|b| b.is_ascii_graphic());
+        if !visible && s.trim().is_empty() {
             return;
         }
         // Colour codes from a terminal capture; CR from a Windows paste.
         let clean = line::strip_ansi(s);
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
-        let recs = line::records(s);
+        let recs = match line::scan(s) {
+            line::Records::One(prefix, rec) => return self.feed_record(file, line_no, s, prefix, rec),
+            line::Records::Other(v) => v,
+        };
         if recs.is_empty() {
             // No NCCL header: the version banner, PyTorch's watchdog, launcher noise.
             let label = line::prefix_rank(s);
@@ -252,29 +260,34 @@ impl Analyzer {
             return;
         }
         for (prefix, rec) in recs {
-            self.nccl_lines += 1;
-            let label = line::prefix_rank(prefix);
-            let key = ProcKey {
-                host: self.host_id(rec.host),
-                pid: rec.pid,
-                label: if rec.pid.is_none() { label } else { None },
-            };
-            let p = self.procs.entry(key.clone()).or_default();
-            if p.label.is_none() {
-                p.label = label;
-            }
-            match events::classify(rec.level, rec.msg) {
-                Some(ev) => {
-                    // An unknown WARN is a failure all the same, and a format to learn.
-                    if matches!(&ev, Event::Failure(f) if f.cause == "unclassified_failure") {
-                        self.note_unrecognised(s);
-                    } else {
-                        self.recognised += 1;
-                    }
-                    self.apply(file, line_no, s, &key, rec.dev, label, ev);
+            self.feed_record(file, line_no, s, prefix, rec);
+        }
+    }
+
+    /// One NCCL record of line `s`, after the launcher's `prefix`.
+    fn feed_record(&mut self, file: &str, line_no: u64, s: &str, prefix: &str, rec: line::Nccl<'_>) {
+        self.nccl_lines += 1;
+        let label = line::prefix_rank(prefix);
+        let key = ProcKey {
+            host: self.host_id(rec.host),
+            pid: rec.pid,
+            label: if rec.pid.is_none() { label } else { None },
+        };
+        let p = self.procs.entry(key.clone()).or_default();
+        if p.label.is_none() {
+            p.label = label;
+        }
+        match events::classify(rec.level, rec.msg) {
+            Some(ev) => {
+                // An unknown WARN is a failure all the same, and a format to learn.
+                if matches!(&ev, Event::Failure(f) if f.cause == "unclassified_failure") {
+                    self.note_unrecognised(s);
+                } else {
+                    self.recognised += 1;
                 }
-                None => self.note_unrecognised(s),
+                self.apply(file, line_no, s, &key, rec.dev, label, ev);
             }
+            None => self.note_unrecognised(s),
         }
     }
 
@@ -414,7 +427,7 @@ impl Analyzer {
                 // A repeat is dropped before its text is copied: failure-dense logs are
                 // mostly repeats.
                 let hca = (f.cause == "gdr_disabled").then(|| f.hca.clone()).flatten();
-                if self.sightings.len() >= MAX_EVENTS
+                if self.sightings_full()
                     || self
                         .seen_sightings
                         .contains(&(f.cause, key.clone(), rank_hint, f.seq, hca))
@@ -490,6 +503,11 @@ impl Analyzer {
         }
     }
 
+    /// No sighting is kept from here on (the cap is reached, here or before this chunk).
+    fn sightings_full(&self) -> bool {
+        self.after_full || self.sightings.len() >= MAX_EVENTS
+    }
+
     fn sight(&mut self, s: Sighting) {
         // Only the first sighting of a cause per process matters (later ones repeat it),
         // except timeouts, which are grouped by sequence number across ranks.
@@ -500,7 +518,7 @@ impl Analyzer {
             None
         };
         let key = (s.cause, s.proc_.clone(), s.rank_hint, s.seq, hca);
-        if self.sightings.len() >= MAX_EVENTS || self.seen_sightings.contains(&key) {
+        if self.sightings_full() || self.seen_sightings.contains(&key) {
             return;
         }
         self.seen_sightings.insert(key);
