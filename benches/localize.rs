@@ -116,6 +116,7 @@ fn measure(
                     to_rank: to,
                     bytes,
                     seconds: bytes as f64 / (gbs * 1e9),
+                    cpu_wait: None,
                 });
             }
         }

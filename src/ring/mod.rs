@@ -13,6 +13,7 @@
 //! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
 //!   the per-rank scan step;
 //! * [`run`] and [`report`]: one rank's whole run, and the job's report;
+//! * [`schedstat`]: how long a rank's threads waited for a CPU (scan evidence);
 //! * [`rails`] and [`railmerge`]: `--rails`, one ring per rail of the node (each a [`run`]),
 //!   and the job's report from the rails' reports.
 pub mod collective;
@@ -29,6 +30,7 @@ pub mod rails;
 pub mod rendezvous;
 pub mod report;
 pub mod run;
+pub mod schedstat;
 // TCP_INFO: no well-kept crate exposes it (one getsockopt, with its SAFETY note).
 #[allow(unsafe_code)]
 pub mod tcpinfo;

@@ -110,6 +110,11 @@ pub struct LinkSample {
     pub to_rank: Rank,
     pub bytes: u64,
     pub seconds: f64,
+    /// Of the receiving rank's runnable time during this order, the share it waited for a
+    /// CPU (`schedstat`); None where the kernel keeps none. The sender's is in its own
+    /// sample of the same order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait: Option<f64>,
 }
 
 impl LinkSample {

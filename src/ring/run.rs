@@ -596,6 +596,7 @@ fn connected_run(
             to_rank: id.rank,
             bytes: r.hop_bytes,
             seconds: r.hop_seconds,
+            cpu_wait: None,
         })
         .collect();
     Ok((
@@ -949,6 +950,7 @@ mod tests {
                     to_rank: 0,
                     bytes: 2_000_000,
                     seconds: 0.5,
+                    cpu_wait: None,
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],
@@ -970,6 +972,7 @@ mod tests {
                     to_rank: 1,
                     bytes: 1_000_000,
                     seconds: 0.5,
+                    cpu_wait: None,
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::ring::collective::allreduce::{Progress, RingError};
 use crate::ring::collective::transport::{Fabric, LinkRequest, RecvLink, SendLink, TransportError};
 use crate::ring::model::{AbortFlag, LinkSample, Phase, Rank, RankInfo, WaitReport};
+use crate::ring::schedstat::{self, CpuTimes};
 
 /// Scan links use their own tags, apart from the ring's channels (0..64).
 pub const SCAN_TAG: u32 = 1 << 16;
@@ -122,34 +123,41 @@ pub fn run_order(
         on_stuck(&w);
         RingError::Stuck(Box::new(w), e)
     };
-    let (sent, got) = std::thread::scope(|sc| {
+    // The CPU this rank's threads waited for during the order: the process's threads that
+    // live through it (this one, the transport's), plus the sender's own below.
+    let cpu_before = schedstat::this_process();
+    let (sent, got, sender_cpu) = std::thread::scope(|sc| {
         let stop = &stop;
-        let sender = sc.spawn(move || -> Result<(), RingError> {
-            let buf = vec![0u8; chunk as usize];
-            let mut seq = 0u32;
-            for _ in 0..reps {
-                for c in 0..chunks {
-                    let len = chunk.min(bytes - c * chunk) as usize;
-                    let deadline = Instant::now() + ctx.timeout;
-                    let slot = loop {
-                        check(stop)?;
-                        match send.acquire((Instant::now() + SLICE).min(deadline)) {
-                            Ok(s) => break s,
-                            Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+        let sender = sc.spawn(move || {
+            let t0 = schedstat::this_thread();
+            let r = (move || -> Result<(), RingError> {
+                let buf = vec![0u8; chunk as usize];
+                let mut seq = 0u32;
+                for _ in 0..reps {
+                    for c in 0..chunks {
+                        let len = chunk.min(bytes - c * chunk) as usize;
+                        let deadline = Instant::now() + ctx.timeout;
+                        let slot = loop {
+                            check(stop)?;
+                            match send.acquire((Instant::now() + SLICE).min(deadline)) {
+                                Ok(s) => break s,
+                                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                                Err(e) if e.is_timeout() => return Err(stuck(next, false, e)),
+                                Err(e) => return Err(RingError::Transport(e)),
+                            }
+                        };
+                        match send.write_imm(slot, &buf[..len], seq) {
+                            Ok(()) => {}
                             Err(e) if e.is_timeout() => return Err(stuck(next, false, e)),
                             Err(e) => return Err(RingError::Transport(e)),
                         }
-                    };
-                    match send.write_imm(slot, &buf[..len], seq) {
-                        Ok(()) => {}
-                        Err(e) if e.is_timeout() => return Err(stuck(next, false, e)),
-                        Err(e) => return Err(RingError::Transport(e)),
+                        seq = seq.wrapping_add(1);
+                        progress.moved(0, len as u64);
                     }
-                    seq = seq.wrapping_add(1);
-                    progress.moved(0, len as u64);
                 }
-            }
-            Ok(())
+                Ok(())
+            })();
+            (r, t0.and_then(|t0| schedstat::this_thread()?.since(t0)))
         });
         let mut receive = || -> Result<Vec<LinkSample>, RingError> {
             progress.waiting(Some(prev), true);
@@ -197,6 +205,7 @@ pub fn run_order(
                         to_rank: ctx.me,
                         bytes: counted,
                         seconds,
+                        cpu_wait: None,
                     });
                 }
                 mark = Some(end);
@@ -207,15 +216,34 @@ pub fn run_order(
         if got.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
-        let sent = sender
-            .join()
-            .unwrap_or_else(|_| Err(RingError::Aborted("the scan sender thread panicked".into())));
+        let (sent, sender_cpu) = sender.join().unwrap_or_else(|_| {
+            (
+                Err(RingError::Aborted("the scan sender thread panicked".into())),
+                None,
+            )
+        });
         if sent.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
-        (sent, got)
+        (sent, got, sender_cpu)
     });
     progress.waiting(None, false);
+    let cpu_wait = cpu_before
+        .and_then(|b| schedstat::this_process()?.since(b))
+        .map(|d| match sender_cpu {
+            Some(s) => CpuTimes {
+                on_cpu_ns: d.on_cpu_ns.saturating_add(s.on_cpu_ns),
+                waiting_ns: d.waiting_ns.saturating_add(s.waiting_ns),
+            },
+            None => d,
+        })
+        .and_then(CpuTimes::wait_fraction);
+    let got = got.map(|mut v| {
+        for s in &mut v {
+            s.cpu_wait = cpu_wait;
+        }
+        v
+    });
     // A real cause (a stuck wait, a closed link) beats the echo of the other side's stop.
     match (sent, got) {
         (Ok(()), Ok(v)) => Ok(v),

@@ -352,6 +352,7 @@ mod tests {
                             to_rank: to,
                             bytes,
                             seconds: bytes as f64 / rate * jitter,
+                            cpu_wait: None,
                         }
                     })
                     .collect();

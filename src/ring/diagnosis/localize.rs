@@ -35,6 +35,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::schedstat::CPU_BOUND;
 
 /// Of two slow directions of one pair, the faster is explained by the slower (its ACK
 /// path) when the slower runs below this fraction of it.
@@ -163,6 +164,7 @@ pub fn analyze(
 ) -> Analysis {
     // Aggregate: garbage samples (no time, self-links, non-finite) are dropped, not zeroed.
     let mut per_link: BTreeMap<(Rank, Rank), Vec<f64>> = BTreeMap::new();
+    let mut cpu = CpuWaits::default();
     for s in samples {
         if s.from_rank == s.to_rank || s.seconds.is_nan() || s.seconds <= 0.0 || !s.seconds.is_finite() {
             continue;
@@ -171,6 +173,7 @@ pub fn analyze(
             .entry((s.from_rank, s.to_rank))
             .or_default()
             .push(s.gbs());
+        cpu.add(s);
     }
     let mut links: Vec<LinkStat> = per_link
         .iter()
@@ -331,6 +334,7 @@ pub fn analyze(
         .collect();
     let is_slow = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| blamed[i]);
     let ctx = Ctx {
+        cpu: &cpu,
         is_slow: &is_slow,
         ranks,
         reference,
@@ -368,7 +372,40 @@ pub fn analyze(
     }
 }
 
+/// How long each rank waited for a CPU in each scan order (its receiving sample carries it),
+/// and which orders measured each link.
+#[derive(Default)]
+struct CpuWaits {
+    by_rank_order: BTreeMap<(Rank, u32), f64>,
+    orders: BTreeMap<(Rank, Rank), BTreeSet<u32>>,
+}
+
+impl CpuWaits {
+    fn add(&mut self, s: &LinkSample) {
+        self.orders
+            .entry((s.from_rank, s.to_rank))
+            .or_default()
+            .insert(s.order);
+        // A peer's figure is a share: anything else is ignored, not trusted.
+        if let Some(w) = s.cpu_wait.filter(|w| (0.0..=1.0).contains(w)) {
+            let e = self.by_rank_order.entry((s.to_rank, s.order)).or_insert(w);
+            *e = e.max(w);
+        }
+    }
+
+    /// The most `rank` waited for a CPU in the orders that measured these links.
+    fn of(&self, rank: Rank, links: &[&LinkStat]) -> Option<f64> {
+        links
+            .iter()
+            .filter_map(|l| self.orders.get(&(l.from_rank, l.to_rank)))
+            .flatten()
+            .filter_map(|o| self.by_rank_order.get(&(rank, *o)).copied())
+            .reduce(f64::max)
+    }
+}
+
 struct Ctx<'a, F: Fn(Rank) -> Option<f64>> {
+    cpu: &'a CpuWaits,
     /// Is this cell blamed by a verdict of this analysis?
     is_slow: &'a dyn Fn(&LinkStat) -> bool,
     ranks: &'a [RankInfo],
@@ -410,6 +447,46 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
 
     fn host_or_rank(&self, r: Rank) -> String {
         self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
+    }
+
+    /// The CPU evidence of a verdict on `links` whose ends are `ranks`: each end's wait
+    /// share in evidence, and, where one reached [`CPU_BOUND`], the caveat for the message
+    /// and the first step (the samples may measure a starved host, not the link).
+    fn cpu_caveat(
+        &self,
+        ranks: &[Rank],
+        links: &[&LinkStat],
+        evidence: &mut BTreeMap<String, Value>,
+    ) -> Option<(String, String)> {
+        let mut bound = Vec::new();
+        for &r in ranks {
+            let Some(w) = self.cpu.of(r, links) else {
+                continue;
+            };
+            evidence.insert(format!("cpu_wait_rank_{r}"), json!(round3(w)));
+            if w >= CPU_BOUND {
+                bound.push((r, w));
+            }
+        }
+        if bound.is_empty() {
+            return None;
+        }
+        evidence.insert("cpu_bound".into(), json!(true));
+        let who: Vec<String> = bound
+            .iter()
+            .map(|(r, w)| format!("{} waited for a CPU {}", self.label(*r), pct(*w)))
+            .collect();
+        let hosts: Vec<String> = bound.iter().map(|(r, _)| self.host_or_rank(*r)).collect();
+        Some((
+            format!(
+                " (but {} of its runnable time during these samples: the host may be the limit, not the network)",
+                who.join(", ")
+            ),
+            format!(
+                "first see what else runs on {} (top; /proc/pressure/cpu) and scan again when it is idle; then ",
+                hosts.join(" and ")
+            ),
+        ))
     }
 
     /// `1.1 GB/s, 31% of the median 3.6 GB/s[, 9% of the line rate 12.5 GB/s]`.
@@ -502,6 +579,10 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
                  ethtool -S (rx drops) and tc qdisc show"
             ),
         };
+        let (message, next) = match self.cpu_caveat(&[r], these, &mut evidence) {
+            Some((why, first)) => (message + &why, first + &next),
+            None => (message, next),
+        };
         let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
         Verdict {
             rail: None,
@@ -540,12 +621,16 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             Some(d) => format!("{host} ({d})"),
             None => host.to_string(),
         };
-        let next = format!(
+        let mut next = format!(
             "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
              switch ports and cables between {} and {}",
             on(&a, l.from_rank),
             on(&b, l.to_rank)
         );
+        if let Some((why, first)) = self.cpu_caveat(&[l.from_rank, l.to_rank], &[l], &mut evidence) {
+            message += &why;
+            next = first + &next;
+        }
         Verdict {
             rail: None,
             kind: VerdictKind::SlowLink,
@@ -673,6 +758,7 @@ pub mod sim {
                         to_rank: to,
                         bytes,
                         seconds: bytes as f64 / (gbs * 1e9),
+                        cpu_wait: None,
                     });
                 }
             }
@@ -747,6 +833,53 @@ mod tests {
             ),
         };
         assert_eq!(v, vec![expected]);
+    }
+
+    /// A link measured while its sender's threads mostly waited for a CPU: the verdict keeps
+    /// what was measured but says the host may be the limit, with each end's wait share; a
+    /// rank that barely waited, or a figure that is not a share, adds no caveat.
+    #[test]
+    fn a_cpu_starved_end_is_said_with_the_verdict() {
+        let with_waits = |w3: f64, w4: f64| {
+            let mut s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
+                if (f, t) == (3, 4) { 1.1 } else { BASE }
+            });
+            for x in &mut s {
+                x.cpu_wait = Some(match x.to_rank {
+                    3 => w3,
+                    4 => w4,
+                    _ => 0.02,
+                });
+            }
+            judge(&ranks(8), &s, &Policy::default(), None)
+        };
+        let v = with_waits(0.45, 0.05);
+        assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(3), Some(4))]);
+        let e = &v[0].evidence;
+        assert_eq!(e["cpu_wait_rank_3"], json!(0.45));
+        assert_eq!(e["cpu_wait_rank_4"], json!(0.05));
+        assert_eq!(e["cpu_bound"], json!(true));
+        assert!(
+            v[0].message.ends_with(
+                "(but rank 3 (node-d, eth1) waited for a CPU 45% of its runnable time during these samples: \
+                 the host may be the limit, not the network)"
+            ),
+            "{}",
+            v[0].message
+        );
+        assert!(
+            v[0].next
+                .as_deref()
+                .unwrap()
+                .starts_with("first see what else runs on node-d")
+        );
+
+        for (w3, w4) in [(0.05, 0.1), (f64::NAN, 7.0)] {
+            let v = with_waits(w3, w4);
+            assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(3), Some(4))]);
+            assert!(!v[0].evidence.contains_key("cpu_bound"), "{:?}", v[0].evidence);
+            assert!(!v[0].message.contains("CPU"), "{}", v[0].message);
+        }
     }
 
     /// A rank that did not say its data interface: the next steps name no placeholder
@@ -1060,6 +1193,7 @@ mod tests {
             to_rank: to,
             bytes,
             seconds,
+            cpu_wait: None,
         };
         s.push(bad(0, 0, 1, 1.0));
         s.push(bad(0, 1, 1, 0.0));
@@ -1154,6 +1288,7 @@ mod tests {
                     to_rank: t,
                     bytes: 1 << 26,
                     seconds: (1u64 << 26) as f64 / (gbs * 1e9),
+                    cpu_wait: None,
                 });
             }
         }

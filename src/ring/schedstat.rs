@@ -1,0 +1,134 @@
+//! How long a rank's threads waited for a CPU during a scan order, from the kernel's
+//! `schedstat` (`/proc/self/task/*/schedstat`, `/proc/thread-self/schedstat`: ns on a CPU,
+//! ns runnable on a run queue, timeslices). A sample taken while a rank mostly waited for a
+//! CPU measured its host, not its link; verdicts carry it as evidence.
+
+use std::path::Path;
+
+/// Nanoseconds on a CPU and runnable-but-waiting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub on_cpu_ns: u64,
+    pub waiting_ns: u64,
+}
+
+impl CpuTimes {
+    fn add(self, o: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            on_cpu_ns: self.on_cpu_ns.saturating_add(o.on_cpu_ns),
+            waiting_ns: self.waiting_ns.saturating_add(o.waiting_ns),
+        }
+    }
+
+    /// `self - before`; None when a reading went backwards (a thread exited in between).
+    pub fn since(self, before: CpuTimes) -> Option<CpuTimes> {
+        Some(CpuTimes {
+            on_cpu_ns: self.on_cpu_ns.checked_sub(before.on_cpu_ns)?,
+            waiting_ns: self.waiting_ns.checked_sub(before.waiting_ns)?,
+        })
+    }
+
+    /// Of the runnable time, the fraction spent waiting for a CPU (0: never waited); None
+    /// without runnable time.
+    pub fn wait_fraction(self) -> Option<f64> {
+        let total = self.on_cpu_ns.saturating_add(self.waiting_ns);
+        (total > 0).then(|| self.waiting_ns as f64 / total as f64)
+    }
+}
+
+/// One `schedstat` file: `on_cpu_ns waiting_ns timeslices`. None: another shape.
+pub fn parse(s: &str) -> Option<CpuTimes> {
+    let mut it = s.split_ascii_whitespace();
+    let on_cpu_ns = it.next()?.parse().ok()?;
+    let waiting_ns = it.next()?.parse().ok()?;
+    it.next()?.parse::<u64>().ok()?;
+    Some(CpuTimes {
+        on_cpu_ns,
+        waiting_ns,
+    })
+}
+
+/// The calling thread now; None where the kernel keeps no schedstat (no CONFIG_SCHED_INFO).
+pub fn this_thread() -> Option<CpuTimes> {
+    parse(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
+}
+
+/// Every thread of this process now, summed; None where nothing could be read.
+pub fn this_process() -> Option<CpuTimes> {
+    sum_tasks(Path::new("/proc/self/task"))
+}
+
+fn sum_tasks(dir: &Path) -> Option<CpuTimes> {
+    let mut total: Option<CpuTimes> = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        // A thread that exits meanwhile is skipped.
+        let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(c) = parse(&s) {
+            total = Some(total.unwrap_or_default().add(c));
+        }
+    }
+    total
+}
+
+/// The share of the runnable time a rank's threads waited for a CPU at or above which its
+/// scan samples may measure the host, not the link.
+pub const CPU_BOUND: f64 = 0.3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_table() {
+        let t = |c, w| {
+            Some(CpuTimes {
+                on_cpu_ns: c,
+                waiting_ns: w,
+            })
+        };
+        for (s, want) in [
+            ("416916913 266226747 97\n", t(416916913, 266226747)),
+            ("0 2837692 1", t(0, 2837692)),
+            ("1 2", None),
+            ("x 2 3", None),
+            ("", None),
+            ("-1 2 3", None),
+        ] {
+            assert_eq!(parse(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn fractions_and_backwards_readings() {
+        let a = CpuTimes {
+            on_cpu_ns: 100,
+            waiting_ns: 50,
+        };
+        let b = CpuTimes {
+            on_cpu_ns: 400,
+            waiting_ns: 150,
+        };
+        let d = b.since(a).unwrap();
+        assert_eq!(d.wait_fraction(), Some(0.25));
+        assert_eq!(a.since(b), None);
+        assert_eq!(CpuTimes::default().wait_fraction(), None);
+    }
+
+    /// This machine's kernel keeps schedstat (Debian's does): a busy thread's own time moves.
+    #[test]
+    fn a_busy_thread_reads_its_own_time() {
+        let (Some(a), Some(p)) = (this_thread(), this_process()) else {
+            return; // a kernel without CONFIG_SCHED_INFO: nothing to read, nothing claimed
+        };
+        let t0 = std::time::Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let d = this_thread().unwrap().since(a).unwrap();
+        assert!(d.on_cpu_ns > 0, "{d:?}");
+        assert!(this_process().unwrap().on_cpu_ns >= p.on_cpu_ns);
+    }
+}
