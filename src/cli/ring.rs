@@ -353,9 +353,7 @@ fn data_interface(
     log: &dyn Fn(&str),
 ) -> anyhow::Result<(IpAddr, String)> {
     let ifs = usable_interfaces()?;
-    let comm_id = comm_id
-        .and_then(|v| launcher::host_port(v, 0).ok())
-        .and_then(|(h, _)| h.parse::<IpAddr>().ok());
+    let comm_id = comm_id.and_then(|v| ifname::parse_comm_id(v, &ifs));
     let choices = ifname::select(&ifs, spec, comm_id, family);
     let Some(c) = choices.first() else {
         let have: Vec<String> = ifs.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();

@@ -19,6 +19,14 @@ pub struct IfAddr {
     pub prefix_len: u8,
     /// IFF_RUNNING (and UP).
     pub running: bool,
+    /// The IPv6 `sin6_scope_id` (the interface index of a link-local address); 0 for IPv4,
+    /// global IPv6, and snapshots taken before it was recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scope_id: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// One getifaddrs entry as an [`IfAddr`]; `None` for entries without an IP address (the
@@ -26,16 +34,16 @@ pub struct IfAddr {
 fn from_entry(e: &InterfaceAddress) -> Option<IfAddr> {
     let addr = e.address.as_ref()?;
     let mask = e.netmask.as_ref();
-    let (addr, prefix_len) = if let Some(a) = addr.as_sockaddr_in() {
+    let (addr, prefix_len, scope_id) = if let Some(a) = addr.as_sockaddr_in() {
         let len = mask
             .and_then(|m| m.as_sockaddr_in())
             .map_or(32, |m| u32::from(m.ip()).count_ones() as u8);
-        (IpAddr::V4(a.ip()), len)
+        (IpAddr::V4(a.ip()), len, 0)
     } else if let Some(a) = addr.as_sockaddr_in6() {
         let len = mask
             .and_then(|m| m.as_sockaddr_in6())
             .map_or(128, |m| u128::from(m.ip()).count_ones() as u8);
-        (IpAddr::V6(a.ip()), len)
+        (IpAddr::V6(a.ip()), len, a.scope_id())
     } else {
         return None;
     };
@@ -45,6 +53,7 @@ fn from_entry(e: &InterfaceAddress) -> Option<IfAddr> {
         addr,
         prefix_len,
         running: e.flags.contains(up_running),
+        scope_id,
     })
 }
 

@@ -111,6 +111,60 @@ fn candidates<'a>(ifs: &'a [IfAddr], spec: &IfSpec, family: Option<Family>) -> V
     out
 }
 
+/// `NCCL_COMM_ID`'s address as NCCL resolves it (`ncclSocketGetAddrFromString`): `ip:port`
+/// or `[v6]:port`, an IPv6 address optionally scoped `%ifname` or `%index` (getaddrinfo turns
+/// a name into that interface's index: the `sin6_scope_id` of its link-local addresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommId {
+    pub addr: IpAddr,
+    pub scope_id: u32,
+}
+
+impl From<IpAddr> for CommId {
+    fn from(addr: IpAddr) -> CommId {
+        CommId { addr, scope_id: 0 }
+    }
+}
+
+impl std::fmt::Display for CommId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.scope_id {
+            0 => write!(f, "{}", self.addr),
+            s => write!(f, "{}%{s}", self.addr),
+        }
+    }
+}
+
+/// The address of an `NCCL_COMM_ID` value; a `%ifname` scope is that interface's index as
+/// its link-local addresses in `ifs` carry it. None: a host name (not resolved here), no
+/// address, or a scope naming no interface with a link-local address.
+pub fn parse_comm_id(value: &str, ifs: &[IfAddr]) -> Option<CommId> {
+    let host = match value.strip_prefix('[') {
+        Some(r) => r.split(']').next()?,
+        // A bare IPv6 address (more than one colon) has no port to cut.
+        None if value.matches(':').count() > 1 => value,
+        None => value.rsplit_once(':').map_or(value, |(h, _)| h),
+    };
+    let (ip, scope) = match host.split_once('%') {
+        Some((ip, scope)) => (ip, Some(scope)),
+        None => (host, None),
+    };
+    let addr: IpAddr = ip.parse().ok()?;
+    let scope_id = match scope {
+        None => 0,
+        Some(_) if addr.is_ipv4() => return None,
+        Some(s) => match s.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => {
+                ifs.iter()
+                    .find(|i| i.name == s && i.addr.is_ipv6() && i.scope_id != 0)?
+                    .scope_id
+            }
+        },
+    };
+    Some(CommId { addr, scope_id })
+}
+
 fn same_subnet(a: IpAddr, b: IpAddr, len: u8) -> bool {
     match (a, b) {
         (IpAddr::V4(a), IpAddr::V4(b)) => {
@@ -135,9 +189,12 @@ fn same_subnet(a: IpAddr, b: IpAddr, len: u8) -> bool {
 
 /// `ncclFindInterfaceMatchSubnet`: the first address (getifaddrs order) in the subnet of
 /// `remote`, of its family, whatever its name, state, `NCCL_SOCKET_IFNAME` or
-/// `NCCL_SOCKET_FAMILY`.
-fn match_subnet(ifs: &[IfAddr], remote: IpAddr) -> Option<&IfAddr> {
-    ifs.iter().find(|i| same_subnet(i.addr, remote, i.prefix_len))
+/// `NCCL_SOCKET_FAMILY`. IPv6 also compares scope ids, as `matchSubnet` does: a link-local
+/// `NCCL_COMM_ID` matches only with its `%scope`, and then only that interface.
+fn match_subnet(ifs: &[IfAddr], remote: CommId) -> Option<&IfAddr> {
+    ifs.iter().find(|i| {
+        same_subnet(i.addr, remote.addr, i.prefix_len) && (i.addr.is_ipv4() || i.scope_id == remote.scope_id)
+    })
 }
 
 /// The interface NCCL's bootstrap listens on (`bootstrapNetInit`): with `NCCL_COMM_ID` the
@@ -146,7 +203,7 @@ fn match_subnet(ifs: &[IfAddr], remote: IpAddr) -> Option<&IfAddr> {
 pub fn bootstrap(
     ifs: &[IfAddr],
     spec: Option<&str>,
-    comm_id: Option<IpAddr>,
+    comm_id: Option<CommId>,
     family: Option<Family>,
 ) -> Option<Choice> {
     match comm_id {
@@ -164,7 +221,7 @@ pub fn bootstrap(
 pub fn select(
     ifs: &[IfAddr],
     spec: Option<&str>,
-    comm_id: Option<IpAddr>,
+    comm_id: Option<CommId>,
     family: Option<Family>,
 ) -> Vec<Choice> {
     let pick = |spec: &IfSpec, rule: &str| -> Vec<Choice> {
@@ -267,6 +324,7 @@ mod tests {
             addr: addr.parse().unwrap(),
             prefix_len: len,
             running,
+            scope_id: 0,
         }
     }
 
@@ -294,7 +352,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            names(select(&host, None, Some("198.19.0.99".parse().unwrap()), None)),
+            names(select(&host, None, parse_comm_id("198.19.0.99", &host), None)),
             ["eth1 198.19.0.10 (default: same subnet as NCCL_COMM_ID 198.19.0.99)"]
         );
         assert_eq!(
@@ -318,6 +376,43 @@ mod tests {
             names(select(&only_lo, None, None, None)),
             ["lo 127.0.0.1 (default: lo*)"]
         );
+    }
+
+    /// `NCCL_COMM_ID` values as NCCL resolves them: a `%scope` (name or index) only on IPv6;
+    /// a link-local COMM_ID bootstraps on its scope's interface only, and without a scope on
+    /// none (NCCL's `matchSubnet` compares `sin6_scope_id`, 0 for an unscoped address).
+    #[test]
+    fn comm_id_scopes() {
+        let mut host = vec![
+            ifa("eth0", "198.18.0.10", 24, true),
+            ifa("eth0", "fe80::10", 64, true),
+            ifa("eth1", "fe80::11", 64, true),
+            ifa("eth1", "fd00::11", 64, true),
+        ];
+        host[1].scope_id = 2;
+        host[2].scope_id = 3;
+        let id = |v: &str| parse_comm_id(v, &host).map(|c| c.to_string());
+        for (v, want) in [
+            ("10.0.0.1:29500", Some("10.0.0.1")),
+            ("[fd00::1]:29500", Some("fd00::1")),
+            ("[fe80::1%eth1]:29500", Some("fe80::1%3")),
+            ("[fe80::1%7]:29500", Some("fe80::1%7")),
+            ("[fe80::1%eth9]:29500", None),
+            ("10.0.0.1%eth0:29500", None),
+            ("fe80::1%eth0", Some("fe80::1%2")),
+            ("nonsense", None),
+            ("node-a:29500", None),
+        ] {
+            assert_eq!(id(v).as_deref(), want, "{v}");
+        }
+        let boot = |v: &str| {
+            bootstrap(&host, None, parse_comm_id(v, &host), None)
+                .map(|c| format!("{} {}", c.iface.name, c.iface.addr))
+        };
+        assert_eq!(boot("[fe80::1%eth1]:1").as_deref(), Some("eth1 fe80::11"));
+        assert_eq!(boot("[fe80::1%2]:1").as_deref(), Some("eth0 fe80::10"));
+        assert_eq!(boot("[fe80::1]:1"), None);
+        assert_eq!(boot("[fd00::1]:1").as_deref(), Some("eth1 fd00::11"));
     }
 
     /// NCCL_SOCKET_FAMILY narrows every step of the list; NCCL_COMM_ID moves the bootstrap
@@ -354,7 +449,7 @@ mod tests {
             ["eth0 fd00::10", "eth1 fd01::10"]
         );
         let b = |spec, id: Option<&str>, fam| {
-            bootstrap(&host, spec, id.map(|s| s.parse().unwrap()), fam)
+            bootstrap(&host, spec, id.map(|s| parse_comm_id(s, &host).unwrap()), fam)
                 .map(|c| format!("{} {} ({})", c.iface.name, c.iface.addr, c.rule))
         };
         assert_eq!(

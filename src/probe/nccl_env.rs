@@ -185,14 +185,6 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
     }
 }
 
-/// `NCCL_COMM_ID` is `ip:port` or `[v6]:port`.
-fn comm_id_addr(s: &str) -> Option<IpAddr> {
-    if let Some(r) = s.strip_prefix('[') {
-        return r.split(']').next()?.parse().ok();
-    }
-    s.rsplit_once(':').map_or(s, |(h, _)| h).parse().ok()
-}
-
 fn sockets(
     host: &Host,
     spec: Option<&str>,
@@ -215,7 +207,7 @@ fn sockets(
             unknown: Some(why.to_string()),
         },
         Ok(ifs) => {
-            let id = comm_id.and_then(comm_id_addr);
+            let id = comm_id.and_then(|v| ifname::parse_comm_id(v, ifs));
             Sockets {
                 ifname,
                 interfaces: ifname::select(ifs, spec, id, family)
@@ -936,13 +928,6 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn comm_ids() {
-        assert_eq!(comm_id_addr("10.0.0.1:29500"), "10.0.0.1".parse().ok());
-        assert_eq!(comm_id_addr("[fd00::1]:29500"), "fd00::1".parse().ok());
-        assert_eq!(comm_id_addr("nonsense"), None);
-    }
 
     #[test]
     fn net_plugin_lookup_order() {

@@ -433,6 +433,7 @@ mod tests {
             addr: IpAddr::from(addr),
             prefix_len: 24,
             running,
+            scope_id: 0,
         }
     }
 
