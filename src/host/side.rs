@@ -13,7 +13,7 @@
 //!   `RTM_GETDCB`/`DCB_CMD_IEEE_GET` reply after its `nlmsghdr` (`struct dcbmsg` + attributes)
 //! * `fabprobe/lldp.json`: `{"eth0": {"ok": ["<hex of a whole Ethernet frame>", ...]}}`, the
 //!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
-//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running"}]`, getifaddrs as
+//! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running", "scope_id"?}]`, getifaddrs as
 //!   NCCL sees it (absent in snapshots taken before it was captured)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
