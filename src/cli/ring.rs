@@ -231,7 +231,7 @@ JSON DATA (fabprobe.ring)
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
              cpu_wait_rank_R (share of rank R's runnable time spent waiting for a CPU during
-             the samples, from schedstat), cpu_bound (true at 0.3 or more: the message then
+             the samples, from schedstat; not with --local), cpu_bound (true at 0.3 or more: the message then
              says the host may be the limit); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
              unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,

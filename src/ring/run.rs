@@ -669,6 +669,7 @@ fn scan_loop(
                     slots: opts.slots,
                     slot_bytes: opts.slot_bytes,
                     timeout,
+                    measure_cpu: id.source != crate::ring::launcher::Source::Local,
                 };
                 beat.live.scan_order.store(index, Ordering::Relaxed);
                 let samples = scanstep::run_order(

@@ -24,6 +24,9 @@ pub struct RankCtx<'a> {
     pub slots: usize,
     pub slot_bytes: usize,
     pub timeout: Duration,
+    /// Measure this rank's CPU wait (`schedstat` of the process): only where the process
+    /// is this one rank; with several ranks in one process (`--local`) it would be theirs.
+    pub measure_cpu: bool,
 }
 
 /// The scan links opened so far, by shift (kept for re-checks; closed at the end of the run).
@@ -125,7 +128,7 @@ pub fn run_order(
     };
     // The CPU this rank's threads waited for during the order: the process's threads that
     // live through it (this one, the transport's), plus the sender's own below.
-    let cpu_before = schedstat::this_process();
+    let cpu_before = ctx.measure_cpu.then(schedstat::this_process).flatten();
     let (sent, got, sender_cpu) = std::thread::scope(|sc| {
         let stop = &stop;
         let sender = sc.spawn(move || {
