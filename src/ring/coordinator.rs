@@ -1580,6 +1580,10 @@ mod tests {
     /// frames, each under the frame limit, and every rank gets its go and its end.
     #[test]
     fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
+        // 400 real connections: not beside the paced in-process worlds of verdict_tests.
+        let _one = crate::ring::verdict_tests::ONE_WORLD
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         use crate::ring::model::RailPort;
         use std::io::Read;
         const N: u32 = 400;
@@ -1943,7 +1947,10 @@ mod tests {
         let rep = coord.join().unwrap();
         assert_eq!(rep.verdicts.len(), 1);
         assert_eq!(rep.port_counters[&1][0].counter, "rcvd_seq_err");
-        let c0 = rep.port_counters.get(&0).unwrap_or_else(|| panic!("{:?}", rep.port_counters));
+        let c0 = rep
+            .port_counters
+            .get(&0)
+            .unwrap_or_else(|| panic!("{:?}", rep.port_counters));
         assert_eq!((c0[0].rank, c0[0].counter.as_str()), (0, "completer_retry_err"));
     }
 

@@ -131,6 +131,11 @@ fn world(
     world_with(n, o, net, role, |_| None, None)
 }
 
+/// One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines are
+/// the assertions; two at once on a 2-core machine would measure each other. Other heavy
+/// ring tests (the 400-rank table) take it too.
+pub(crate) static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// [`world`], with each rank's port counters read by `counters(rank)`.
 fn world_with(
     n: u32,
@@ -140,9 +145,6 @@ fn world_with(
     counters: impl Fn(u32) -> Option<Sampler>,
     show: Option<run::ShowRow>,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
-    // One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines
-    // are the assertions; two at once on a 2-core machine would measure each other.
-    static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_WORLD.lock().unwrap_or_else(|p| p.into_inner());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
