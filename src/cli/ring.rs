@@ -1053,29 +1053,11 @@ fn run_local_rails(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(run::RunError {
-                        kind: Failure::Fault,
-                        message: "a rank thread panicked".into(),
-                    })
-                })
-            })
+            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
             .collect()
     });
     drop(display);
-    let mut it = results.into_iter();
-    let first = it.next().unwrap_or_else(|| {
-        Err(run::RunError {
-            kind: Failure::CannotRun,
-            message: "no ranks".into(),
-        })
-    });
-    for (i, r) in it.enumerate() {
-        if let Err(e) = r {
-            g.log(1, format!("rank {}: {}", i + 1, e.message));
-        }
-    }
+    let first = first_rank(g, results);
     outcome(g, fmt, first, None)
 }
 
@@ -1138,17 +1120,28 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(run::RunError {
-                        kind: Failure::Fault,
-                        message: "a rank thread panicked".into(),
-                    })
-                })
-            })
+            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
             .collect()
     });
     drop(display);
+    let first = first_rank(g, results);
+    outcome(g, fmt, first, rows.as_deref())
+}
+
+/// A rank thread of an in-process run that panicked, as that rank's error.
+fn rank_thread_panicked() -> run::RunError {
+    run::RunError {
+        kind: Failure::Fault,
+        message: "a rank thread panicked".into(),
+    }
+}
+
+/// Rank 0's result of an in-process run (the one reported); the other ranks' errors are
+/// logged.
+fn first_rank(
+    g: &GlobalArgs,
+    results: Vec<Result<RankOutcome, run::RunError>>,
+) -> Result<RankOutcome, run::RunError> {
     let mut it = results.into_iter();
     let first = it.next().unwrap_or_else(|| {
         Err(run::RunError {
@@ -1161,7 +1154,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             g.log(1, format!("rank {}: {}", i + 1, e.message));
         }
     }
-    outcome(g, fmt, first, rows.as_deref())
+    first
 }
 
 #[cfg(test)]
