@@ -106,6 +106,76 @@ fn slow_egress_of_one_node_is_named() {
     assert!(j["data"]["results"].as_array().unwrap().is_empty());
 }
 
+/// A rank whose host is busy: pinned with three CPU hogs to one core as SCHED_IDLE (a niced
+/// rank still gets a CPU on each wakeup; SCHED_IDLE does not), its
+/// links are slow because it waits for a CPU, not for the network. No verdict names it or
+/// anyone (exit 0); the scan says its slow figures were not judged, naming rank 2 and its
+/// wait. Before schedstat was read this was SLOW EGRESS/INGRESS of rank 2: a node drained
+/// for its load.
+#[test]
+fn a_cpu_starved_rank_is_not_judged() {
+    let Some(lab) = Lab::new(
+        "cpu_starved",
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    for _ in 0..3 {
+        lab.spawn_program(2, "taskset", &["-c", "0", "sh", "-c", "while :; do :; done"]);
+    }
+    let extra = [
+        "--scan",
+        "--scan-bytes",
+        "4M",
+        "--scan-time",
+        "2",
+        "--timeout",
+        "10",
+        "--format",
+        "json",
+    ];
+    let ids: Vec<usize> = (0..4)
+        .map(|r| {
+            let a = lab.ring_args(r, 4, "cpu_starved", &extra);
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            if r == 2 {
+                let w: Vec<&str> = ["-i", "0", "taskset", "-c", "0", lab::BIN]
+                    .into_iter()
+                    .chain(a)
+                    .collect();
+                lab.spawn_program(r, "chrt", &w)
+            } else {
+                lab.spawn(r, &a)
+            }
+        })
+        .collect();
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(60)).0)
+        .collect();
+    let o = &outs[0];
+    let j = json(&o.stdout);
+    assert!(verdicts(o).is_empty(), "{}", text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let nj = j["data"]["scan"]["not_judged"].as_array().unwrap();
+    assert!(!nj.is_empty(), "{}", j["data"]["scan"]);
+    for v in nj {
+        assert_eq!(v["evidence"]["not_judged"], "cpu_bound", "{v}");
+        assert!(v["from_rank"] == 2 || v["to_rank"] == 2, "{v}");
+        assert!(v["evidence"]["cpu_wait_rank_2"].as_f64().is_some(), "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("NOT JUDGED (CPU-bound host): "),
+            "{v}"
+        );
+    }
+}
+
 /// The line rate the scan judges links against, live: no RDMA port carries a lab node's
 /// data interface, so each rank's rate is its veth's `/sys/class/net/eth1/speed` (Mb/s) as
 /// the kernel reports it in that node's namespace, in 10^9 bytes/s.

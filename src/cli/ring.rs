@@ -157,7 +157,11 @@ LINK SCAN AND VERDICTS
   median link and, where known, the line rate (an RDMA port's rate, else
   /sys/class/net/<if>/speed): a node whose outgoing (or incoming) links are all slow is a
   slow_egress (slow_ingress), a single slow link a slow_link; suspect links are measured
-  once more before they are named. With --local the scan runs only with --scan.
+  once more before they are named. A slow figure that an end's wait for a CPU could
+  explain (schedstat: had it run instead of waiting, gbs / (1 - wait share) reaches the
+  threshold) is not judged: the line says NOT JUDGED (CPU-bound host), who waited, and to
+  scan again when the host is idle; it is neither a verdict nor a pass.
+  With --local the scan runs only with --scan.
   Every data wait has the deadline --timeout; a rank whose wait passes it reports where it
   is to rank 0, which names the cause: hang_link (the receiver waits, its sender shows it
   sent), rank_lost (control connection closed or reset: the process died), rank_stalled
@@ -230,9 +234,8 @@ JSON DATA (fabprobe.ring)
              rank_unreachable|coordinator_lost|link_error|rail_missing, from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
-             cpu_wait_rank_R (share of rank R's runnable time spent waiting for a CPU during
-             the samples, from schedstat; not with --local), cpu_bound (true at 0.3 or more: the message then
-             says the host may be the limit); phase,
+             cpu_wait_rank_R (share of the samples' wall time rank R's threads were runnable
+             but waited for a CPU, from schedstat; not with --local); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
              unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,
              reports[];
@@ -246,6 +249,10 @@ JSON DATA (fabprobe.ring)
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
               line_rate_gbs, ratio, message}: the whole fabric below its line rate),
+              not_judged[] (would-be slow_link/slow_egress/slow_ingress verdicts that an end's
+              wait for a CPU could explain: evidence not_judged \"cpu_bound\", gbs_if_idle =
+              gbs / (1 - wait), null at a wait of 0.95 or more; unknown: not in verdicts[], and
+              the exit status is that of the verdicts),
               cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
              (errors, retransmissions, pauses, CNPs) that moved on each rank's data NIC

@@ -6,7 +6,7 @@
 
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::diagnosis::localize::{fmt_gbs, fmt_rate_cell};
-use crate::ring::model::RankInfo;
+use crate::ring::model::{RankInfo, Verdict};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::Options;
 
@@ -92,15 +92,23 @@ fn verdicts(o: &mut String, r: &RingReport) {
     if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) {
         line(f.message.clone());
     }
+    // Unknown, not healthy: said after any verdict and instead of "no slow link".
+    let not_judged: Vec<&Verdict> = scans(r).flat_map(|s| &s.not_judged).collect();
+    for v in &not_judged {
+        line(v.message.clone());
+        if let Some(n) = &v.next {
+            line(format!("  next: {n}"));
+        }
+    }
     if r.verdicts.is_empty() {
-        line(outcome(r));
+        line(outcome(r, not_judged.len()));
     }
     line(String::new());
 }
 
 /// The one line when no verdict names a culprit: the run's figures when it was healthy,
 /// else what went wrong without one (an early end, wrong results).
-fn outcome(r: &RingReport) -> String {
+fn outcome(r: &RingReport, not_judged: usize) -> String {
     let wrong = r.wrong_total();
     if let Some(e) = &r.error {
         return format!("RUN ENDED EARLY with no verdict: {e}");
@@ -138,11 +146,7 @@ fn outcome(r: &RingReport) -> String {
                 .unwrap_or_else(|| "N/A".into())
         ));
     }
-    let scans: Vec<&ScanReport> = r
-        .scan
-        .iter()
-        .chain(r.rails.iter().filter_map(|x| x.scan.as_ref()))
-        .collect();
+    let scans: Vec<&ScanReport> = scans(r).collect();
     if let Some(m) = r.scan.as_ref().and_then(|s| s.median_gbs) {
         parts.push(format!("scan median link {}", fmt_gbs(m)));
     }
@@ -165,7 +169,20 @@ fn outcome(r: &RingReport) -> String {
             fmt_gbs(g)
         ));
     }
-    format!("no slow link, no hang: {}", parts.join(", "))
+    match not_judged {
+        0 => format!("no slow link, no hang: {}", parts.join(", ")),
+        n => format!(
+            "no hang; {n} slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: {}",
+            parts.join(", ")
+        ),
+    }
+}
+
+/// The run's scans: the single-rail one and each rail's.
+fn scans(r: &RingReport) -> impl Iterator<Item = &ScanReport> {
+    r.scan
+        .iter()
+        .chain(r.rails.iter().filter_map(|x| x.scan.as_ref()))
 }
 
 /// `rank 2 (node-c)`, or `rank 2` when the rank table does not have it.
@@ -711,6 +728,7 @@ mod tests {
                 .flat_map(|f| [1, 2].map(|k| link(f, (f + k) % 4)))
                 .collect(),
             fabric_slow: None,
+            not_judged: vec![],
             verdicts: vec![],
             cleared_by_recheck: vec![],
         }
@@ -772,6 +790,39 @@ mod tests {
         assert_eq!(cells, ["0.12", ".", "-", "0.12"], "{t}");
         assert!(!t.lines().any(|l| l.starts_with("   ") && l.contains('*')), "{t}");
         insta::assert_snapshot!(t);
+    }
+
+    /// A slow figure the host's CPU wait explains: said as not judged with its next step,
+    /// and the closing line does not claim "no slow link".
+    #[test]
+    fn not_judged_is_neither_a_verdict_nor_healthy() {
+        let mut r = report();
+        let mut sc = scan(None);
+        let mut v = slow_link_verdict();
+        v.message = format!(
+            "NOT JUDGED (CPU-bound host): {}; but rank 3 (node-d, eth1) waited",
+            v.message
+        );
+        v.next = Some(
+            "see what else runs on node-d (top; /proc/pressure/cpu) and scan again when it is idle".into(),
+        );
+        sc.not_judged = vec![v];
+        r.scan = Some(sc);
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().take(3).collect();
+        assert!(
+            lines[0].starts_with("NOT JUDGED (CPU-bound host): SLOW LINK rank 1 "),
+            "{t}"
+        );
+        assert!(
+            lines[1].starts_with("  next: see what else runs on node-d"),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("no hang; 1 slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: 4 ranks"),
+            "{t}"
+        );
+        assert!(!t.contains("no slow link"), "{t}");
     }
 
     /// A slow link found by the scan before the sweep: the verdict first, the cell marked.

@@ -36,6 +36,15 @@ impl CpuTimes {
     }
 }
 
+/// Of `wall`, the share the most-waiting of `parts` (each a thread or a group of threads)
+/// spent runnable but off a CPU, at most 1; None without a wall time or a part. A thread
+/// that waits for the network sleeps and adds nothing: only CPU starvation counts.
+pub fn wait_share(wall: std::time::Duration, parts: &[CpuTimes]) -> Option<f64> {
+    let wall_ns = wall.as_nanos() as f64;
+    let most = parts.iter().map(|p| p.waiting_ns).max()?;
+    (wall_ns > 0.0).then(|| (most as f64 / wall_ns).min(1.0))
+}
+
 /// One `schedstat` file: `on_cpu_ns waiting_ns timeslices`. None: another shape.
 pub fn parse(s: &str) -> Option<CpuTimes> {
     let mut it = s.split_ascii_whitespace();
@@ -71,10 +80,6 @@ fn sum_tasks(dir: &Path) -> Option<CpuTimes> {
     }
     total
 }
-
-/// The share of the runnable time a rank's threads waited for a CPU at or above which its
-/// scan samples may measure the host, not the link.
-pub const CPU_BOUND: f64 = 0.3;
 
 #[cfg(test)]
 mod tests {
@@ -114,6 +119,20 @@ mod tests {
         assert_eq!(d.wait_fraction(), Some(0.25));
         assert_eq!(a.since(b), None);
         assert_eq!(CpuTimes::default().wait_fraction(), None);
+    }
+
+    #[test]
+    fn wait_share_of_the_wall_time() {
+        let ms = std::time::Duration::from_millis;
+        let t = |w| CpuTimes {
+            on_cpu_ns: 1,
+            waiting_ns: w,
+        };
+        assert_eq!(wait_share(ms(100), &[t(10_000_000), t(25_000_000)]), Some(0.25));
+        // Threads summed over a group can wait longer than the wall time: at most all of it.
+        assert_eq!(wait_share(ms(10), &[t(25_000_000)]), Some(1.0));
+        assert_eq!(wait_share(ms(0), &[t(1)]), None);
+        assert_eq!(wait_share(ms(10), &[]), None);
     }
 
     /// This machine's kernel keeps schedstat (Debian's does): a busy thread's own time moves.

@@ -209,13 +209,19 @@ impl Lab {
 
     /// Start `fabprobe <args>` on a node; stdout and stderr are captured.
     pub fn spawn(&self, node: usize, args: &[&str]) -> usize {
+        self.spawn_program(node, BIN, args)
+    }
+
+    /// Start `program args` on a node (e.g. `nice`, `taskset` around fabprobe, or a CPU hog);
+    /// output captured, killed with the lab.
+    pub fn spawn_program(&self, node: usize, program: &str, args: &[&str]) -> usize {
         let child = self
-            .command(node, BIN, args)
+            .command(node, program, args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn fabprobe in the lab");
+            .expect("spawn a program in the lab");
         let mut c = self.children.lock().unwrap();
         c.push(child);
         c.len() - 1

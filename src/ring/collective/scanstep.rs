@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::ring::collective::allreduce::{Progress, RingError};
 use crate::ring::collective::transport::{Fabric, LinkRequest, RecvLink, SendLink, TransportError};
 use crate::ring::model::{AbortFlag, LinkSample, Phase, Rank, RankInfo, WaitReport};
-use crate::ring::schedstat::{self, CpuTimes};
+use crate::ring::schedstat;
 
 /// Scan links use their own tags, apart from the ring's channels (0..64).
 pub const SCAN_TAG: u32 = 1 << 16;
@@ -129,6 +129,7 @@ pub fn run_order(
     // The CPU this rank's threads waited for during the order: the process's threads that
     // live through it (this one, the transport's), plus the sender's own below.
     let cpu_before = ctx.measure_cpu.then(schedstat::this_process).flatten();
+    let t0 = Instant::now();
     let (sent, got, sender_cpu) = std::thread::scope(|sc| {
         let stop = &stop;
         let sender = sc.spawn(move || {
@@ -231,16 +232,10 @@ pub fn run_order(
         (sent, got, sender_cpu)
     });
     progress.waiting(None, false);
+    // The sender has exited (its task is gone from the process sum): its own is separate.
     let cpu_wait = cpu_before
         .and_then(|b| schedstat::this_process()?.since(b))
-        .map(|d| match sender_cpu {
-            Some(s) => CpuTimes {
-                on_cpu_ns: d.on_cpu_ns.saturating_add(s.on_cpu_ns),
-                waiting_ns: d.waiting_ns.saturating_add(s.waiting_ns),
-            },
-            None => d,
-        })
-        .and_then(CpuTimes::wait_fraction);
+        .and_then(|d| schedstat::wait_share(t0.elapsed(), &[d, sender_cpu.unwrap_or_default()]));
     let got = got.map(|mut v| {
         for s in &mut v {
             s.cpu_wait = cpu_wait;

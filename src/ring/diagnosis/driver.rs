@@ -68,6 +68,9 @@ pub struct ScanReport {
     pub median_gbs: Option<f64>,
     pub links: Vec<ScanLink>,
     pub fabric_slow: Option<FabricSlow>,
+    /// Would-be verdicts the ends' wait for a CPU could explain (`evidence.not_judged`):
+    /// unknown, not part of `data.verdicts`.
+    pub not_judged: Vec<Verdict>,
     /// The verdicts of the last judgment (after the re-check); they join `data.verdicts`.
     #[serde(skip)]
     pub verdicts: Vec<Verdict>,
@@ -218,9 +221,12 @@ impl Driver {
         if self.queue.is_empty() && !self.rechecked {
             self.rechecked = true;
             let a = self.analyze(ranks);
-            if !a.verdicts.is_empty() {
+            // A link not judged for a starved host is measured again too: the host may
+            // be idle by then.
+            let suspects: Vec<Verdict> = a.verdicts.iter().chain(&a.not_judged).cloned().collect();
+            if !suspects.is_empty() {
                 self.first_verdicts = a.verdicts.clone();
-                for s in localize::recheck_shifts(&a.verdicts, self.n)
+                for s in localize::recheck_shifts(&suspects, self.n)
                     .into_iter()
                     .take(MAX_RECHECK)
                 {
@@ -279,6 +285,7 @@ impl Driver {
                 })
                 .collect(),
             fabric_slow: a.fabric_slow,
+            not_judged: a.not_judged,
             cleared_by_recheck: self
                 .first_verdicts
                 .iter()

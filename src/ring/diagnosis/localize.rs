@@ -24,7 +24,9 @@
 //! almost every noisy run. Cells covered by a node verdict are not reported again, and a row
 //! slow only because each of its cells lies in a slow column (several slow receivers) is not
 //! an egress fault (and likewise for columns). With one order only (n = 2) a slow cell is
-//! reported as a link, marked ambiguous.
+//! reported as a link, marked ambiguous. A would-be verdict whose shortfall the ends' wait
+//! for a CPU could explain (gbs / (1 - wait share) reaches its threshold) is *not judged*:
+//! a starved host measures itself, not its link.
 //!
 //! Assumes most links are healthy (the median is a healthy link): when half the fabric is
 //! slow, only the line rate can tell.
@@ -35,11 +37,23 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
-use crate::ring::schedstat::CPU_BOUND;
 
 /// Of two slow directions of one pair, the faster is explained by the slower (its ACK
 /// path) when the slower runs below this fraction of it.
 const REVERSE_FRACTION: f64 = 0.75;
+
+/// A rank that waited for a CPU this much of the time or more measured nothing about its
+/// link: any shortfall is explained.
+const MAX_WAIT: f64 = 0.95;
+
+/// What a link might have run at had its end not waited `wait` of the time for a CPU.
+fn idle_gbs(gbs: f64, wait: f64) -> f64 {
+    if wait >= MAX_WAIT {
+        f64::INFINITY
+    } else {
+        gbs / (1.0 - wait.max(0.0))
+    }
+}
 
 /// Thresholds, as fractions.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +107,9 @@ pub struct Analysis {
     /// Every measured link, sorted by (from, to).
     pub links: Vec<LinkStat>,
     pub verdicts: Vec<Verdict>,
+    /// Would-be verdicts that the ends' wait for a CPU could explain: the host may have been
+    /// the limit, so the link is not judged (unknown, neither slow nor healthy).
+    pub not_judged: Vec<Verdict>,
     pub fabric_slow: Option<FabricSlow>,
 }
 
@@ -197,6 +214,7 @@ pub fn analyze(
             median_gbs: None,
             links,
             verdicts: vec![],
+            not_judged: vec![],
             fabric_slow: None,
         };
     };
@@ -261,6 +279,12 @@ pub fn analyze(
         .collect();
     let is_low = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| low[i]);
     let nodes: BTreeSet<Rank> = links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
+    // The threshold of a median of m cells: tightened by the noise of such a median.
+    let node_fraction = |m: usize| {
+        policy
+            .median_fraction
+            .min(1.0 - policy.noise_sigmas * noise / (m.max(1) as f64).sqrt())
+    };
     // A node's row (or column): at least two partners, two thirds of its cells low, and its
     // median below the threshold tightened by the noise of a median of that many cells.
     let node_slow = |cells: &[&LinkStat], node: Rank| {
@@ -269,9 +293,7 @@ pub fn analyze(
             return false;
         }
         let med = median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(f64::INFINITY);
-        let f = policy
-            .median_fraction
-            .min(1.0 - policy.noise_sigmas * noise / (m as f64).sqrt());
+        let f = node_fraction(m);
         let below_line =
             line_usable && line_rate_gbs(node).is_some_and(|r| med < policy.line_rate_fraction * r);
         med < f * reference || below_line
@@ -323,6 +345,37 @@ pub fn analyze(
         })
         .collect();
 
+    // A slow figure that the ends' wait for a CPU could explain is not judged: with that
+    // time on a CPU the link might have run at gbs / (1 - wait), at or above its threshold.
+    let if_idle = |gbs: f64, wait: Option<f64>| wait.map(|w| idle_gbs(gbs, w));
+    let explained = |gbs: f64, wait: Option<f64>, fraction: f64, line: Option<f64>| {
+        if_idle(gbs, wait).is_some_and(|g| {
+            g >= fraction * reference
+                && !(line_usable && line.is_some_and(|r| g < policy.line_rate_fraction * r))
+        })
+    };
+    let node_explained = |r: Rank, cells: &[&LinkStat]| {
+        let gbs = med_of(cells).unwrap_or(f64::INFINITY);
+        explained(
+            gbs,
+            cpu.of(r, cells),
+            node_fraction(cells.len()),
+            line_rate_gbs(r),
+        )
+    };
+    let (rows, rows_nj): (BTreeSet<Rank>, BTreeSet<Rank>) =
+        rows.into_iter().partition(|&r| !node_explained(r, &row(r)));
+    let (cols, cols_nj): (BTreeSet<Rank>, BTreeSet<Rank>) =
+        cols.into_iter().partition(|&r| !node_explained(r, &col(r)));
+    let (isolated_idx, isolated_nj): (Vec<usize>, Vec<usize>) = isolated_idx.into_iter().partition(|&i| {
+        let l = &links[i];
+        let wait = [cpu.of(l.from_rank, &[l]), cpu.of(l.to_rank, &[l])]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max);
+        !explained(l.gbs, wait, cell_fraction, l.line_rate_gbs)
+    });
+
     // Which cells the verdicts blame: a node verdict says whether its other direction is
     // slow too (so this must be known before the verdicts are written).
     let blamed: Vec<bool> = (0..links.len())
@@ -361,6 +414,18 @@ pub fn analyze(
         let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
         verdicts.push(ctx.link_verdict(l, ambiguous));
     }
+    let mut not_judged = Vec::new();
+    for &r in &rows_nj {
+        not_judged.push(ctx.not_judged(ctx.node_verdict(VerdictKind::SlowEgress, r, &row(r), &col(r))));
+    }
+    for &r in &cols_nj {
+        not_judged.push(ctx.not_judged(ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r))));
+    }
+    for &i in &isolated_nj {
+        let l = &links[i];
+        let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
+        not_judged.push(ctx.not_judged(ctx.link_verdict(l, ambiguous)));
+    }
     for (l, b) in links.iter_mut().zip(blamed) {
         l.slow = b;
     }
@@ -368,6 +433,7 @@ pub fn analyze(
         median_gbs: Some(reference),
         links,
         verdicts,
+        not_judged,
         fabric_slow,
     }
 }
@@ -449,44 +515,58 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
     }
 
-    /// The CPU evidence of a verdict on `links` whose ends are `ranks`: each end's wait
-    /// share in evidence, and, where one reached [`CPU_BOUND`], the caveat for the message
-    /// and the first step (the samples may measure a starved host, not the link).
-    fn cpu_caveat(
-        &self,
-        ranks: &[Rank],
-        links: &[&LinkStat],
-        evidence: &mut BTreeMap<String, Value>,
-    ) -> Option<(String, String)> {
-        let mut bound = Vec::new();
+    /// Each end's CPU wait share during the samples of `links`, in evidence
+    /// (`cpu_wait_rank_R`): a kept verdict shows how little the host can explain.
+    fn cpu_evidence(&self, ranks: &[Rank], links: &[&LinkStat], evidence: &mut BTreeMap<String, Value>) {
         for &r in ranks {
-            let Some(w) = self.cpu.of(r, links) else {
-                continue;
-            };
-            evidence.insert(format!("cpu_wait_rank_{r}"), json!(round3(w)));
-            if w >= CPU_BOUND {
-                bound.push((r, w));
+            if let Some(w) = self.cpu.of(r, links) {
+                evidence.insert(format!("cpu_wait_rank_{r}"), json!(round3(w)));
             }
         }
-        if bound.is_empty() {
-            return None;
-        }
-        evidence.insert("cpu_bound".into(), json!(true));
-        let who: Vec<String> = bound
+    }
+
+    /// A would-be verdict whose shortfall the ends' CPU wait explains, said as not judged:
+    /// what was measured, who waited, what an idle host might have reached, and what to do.
+    fn not_judged(&self, mut v: Verdict) -> Verdict {
+        let ends: Vec<Rank> = v.from_rank.into_iter().chain(v.to_rank).collect();
+        let (r, w) = ends
             .iter()
-            .map(|(r, w)| format!("{} waited for a CPU {}", self.label(*r), pct(*w)))
-            .collect();
-        let hosts: Vec<String> = bound.iter().map(|(r, _)| self.host_or_rank(*r)).collect();
-        Some((
-            format!(
-                " (but {} of its runnable time during these samples: the host may be the limit, not the network)",
-                who.join(", ")
+            .filter_map(|&r| {
+                let w = v.evidence.get(&format!("cpu_wait_rank_{r}"))?.as_f64()?;
+                Some((r, w))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((ends.first().copied().unwrap_or(0), 0.0));
+        let gbs = v.evidence.get("gbs").and_then(Value::as_f64).unwrap_or(0.0);
+        let idle = idle_gbs(gbs, w);
+        v.evidence.insert("not_judged".into(), json!("cpu_bound"));
+        // null where the rank barely ran: no figure is claimed for it.
+        v.evidence.insert(
+            "gbs_if_idle".into(),
+            json!(idle.is_finite().then(|| round3(idle))),
+        );
+        let could = if idle.is_finite() {
+            format!(" (up to {} with a CPU)", fmt_gbs(idle))
+        } else {
+            String::new()
+        };
+        v.message = format!(
+            "NOT JUDGED (CPU-bound host): {}; but {} waited for a CPU {} of the time, enough to explain it\
+             {could}: the host may be the limit, not the network",
+            v.message,
+            self.label(r),
+            pct(w),
+        );
+        let host = self.host_or_rank(r);
+        v.next = Some(match v.next.take() {
+            Some(n) => format!(
+                "see what else runs on {host} (top; /proc/pressure/cpu) and scan again when it is idle; if still slow: {n}"
             ),
-            format!(
-                "first see what else runs on {} (top; /proc/pressure/cpu) and scan again when it is idle; then ",
-                hosts.join(" and ")
+            None => format!(
+                "see what else runs on {host} (top; /proc/pressure/cpu) and scan again when it is idle"
             ),
-        ))
+        });
+        v
     }
 
     /// `1.1 GB/s, 31% of the median 3.6 GB/s[, 9% of the line rate 12.5 GB/s]`.
@@ -579,10 +659,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
                  ethtool -S (rx drops) and tc qdisc show"
             ),
         };
-        let (message, next) = match self.cpu_caveat(&[r], these, &mut evidence) {
-            Some((why, first)) => (message + &why, first + &next),
-            None => (message, next),
-        };
+        self.cpu_evidence(&[r], these, &mut evidence);
         let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
         Verdict {
             rail: None,
@@ -621,16 +698,13 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             Some(d) => format!("{host} ({d})"),
             None => host.to_string(),
         };
-        let mut next = format!(
+        let next = format!(
             "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
              switch ports and cables between {} and {}",
             on(&a, l.from_rank),
             on(&b, l.to_rank)
         );
-        if let Some((why, first)) = self.cpu_caveat(&[l.from_rank, l.to_rank], &[l], &mut evidence) {
-            message += &why;
-            next = first + &next;
-        }
+        self.cpu_evidence(&[l.from_rank, l.to_rank], &[l], &mut evidence);
         Verdict {
             rail: None,
             kind: VerdictKind::SlowLink,
@@ -835,11 +909,13 @@ mod tests {
         assert_eq!(v, vec![expected]);
     }
 
-    /// A link measured while its sender's threads mostly waited for a CPU: the verdict keeps
-    /// what was measured but says the host may be the limit, with each end's wait share; a
-    /// rank that barely waited, or a figure that is not a share, adds no caveat.
+    /// A link measured while an end waited for a CPU: when that wait could explain the
+    /// shortfall (gbs / (1 - wait) reaches the threshold) the link is not judged, with what
+    /// was measured and who waited; when even an idle host would not have made it fast, the
+    /// verdict stands with each end's wait in evidence. A figure that is not a share is
+    /// ignored.
     #[test]
-    fn a_cpu_starved_end_is_said_with_the_verdict() {
+    fn a_cpu_starved_end_explains_only_what_it_can() {
         let with_waits = |w3: f64, w4: f64| {
             let mut s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
                 if (f, t) == (3, 4) { 1.1 } else { BASE }
@@ -851,35 +927,88 @@ mod tests {
                     _ => 0.02,
                 });
             }
-            judge(&ranks(8), &s, &Policy::default(), None)
+            analyze(&ranks(8), &s, &Policy::default(), |_| None)
         };
-        let v = with_waits(0.45, 0.05);
-        assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(3), Some(4))]);
-        let e = &v[0].evidence;
+        // 1.1 of 3.6 GB/s: waiting 45% of the time, an idle host reaches 2.0: still slow.
+        let a = with_waits(0.45, 0.05);
+        assert_eq!(
+            kinds(&a.verdicts),
+            vec![(VerdictKind::SlowLink, Some(3), Some(4))]
+        );
+        assert!(a.not_judged.is_empty());
+        let e = &a.verdicts[0].evidence;
         assert_eq!(e["cpu_wait_rank_3"], json!(0.45));
         assert_eq!(e["cpu_wait_rank_4"], json!(0.05));
-        assert_eq!(e["cpu_bound"], json!(true));
+        assert!(!e.contains_key("not_judged"), "{e:?}");
         assert!(
-            v[0].message.ends_with(
-                "(but rank 3 (node-d, eth1) waited for a CPU 45% of its runnable time during these samples: \
-                 the host may be the limit, not the network)"
-            ),
+            !a.verdicts[0].message.contains("CPU"),
             "{}",
-            v[0].message
+            a.verdicts[0].message
+        );
+
+        // Waiting 75%: it might have run at 4.4 GB/s; the link is not judged, the cell is
+        // not marked slow, and the message says who waited and what to do.
+        let a = with_waits(0.05, 0.75);
+        assert!(a.verdicts.is_empty(), "{:?}", a.verdicts);
+        assert_eq!(
+            kinds(&a.not_judged),
+            vec![(VerdictKind::SlowLink, Some(3), Some(4))]
+        );
+        assert!(a.links.iter().all(|l| !l.slow));
+        let v = &a.not_judged[0];
+        assert_eq!(v.evidence["not_judged"], json!("cpu_bound"));
+        assert_eq!(v.evidence["gbs_if_idle"], json!(4.4));
+        assert_eq!(
+            v.message,
+            "NOT JUDGED (CPU-bound host): SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 1.1 GB/s, \
+             31% of the median 3.6 GB/s; but rank 4 (node-e, eth1) waited for a CPU 75% of the time, enough \
+             to explain it (up to 4.4 GB/s with a CPU): the host may be the limit, not the network"
         );
         assert!(
-            v[0].next
+            v.next
                 .as_deref()
                 .unwrap()
-                .starts_with("first see what else runs on node-d")
+                .starts_with("see what else runs on node-e (top; /proc/pressure/cpu) and scan again when it is idle; if still slow: on node-d and node-e"),
+            "{:?}",
+            v.next
         );
 
         for (w3, w4) in [(0.05, 0.1), (f64::NAN, 7.0)] {
-            let v = with_waits(w3, w4);
-            assert_eq!(kinds(&v), vec![(VerdictKind::SlowLink, Some(3), Some(4))]);
-            assert!(!v[0].evidence.contains_key("cpu_bound"), "{:?}", v[0].evidence);
-            assert!(!v[0].message.contains("CPU"), "{}", v[0].message);
+            let a = with_waits(w3, w4);
+            assert_eq!(
+                kinds(&a.verdicts),
+                vec![(VerdictKind::SlowLink, Some(3), Some(4))]
+            );
+            assert!(a.not_judged.is_empty());
         }
+    }
+
+    /// A node slow on every link while it waited for a CPU most of the time: its egress is
+    /// not judged, and nobody else is named.
+    #[test]
+    fn a_starved_node_is_not_judged_slow() {
+        let mut s = scan(
+            8,
+            4,
+            1,
+            0.0,
+            &mut Rng(2),
+            |f, _| if f == 2 { 0.7 * BASE } else { BASE },
+        );
+        for x in &mut s {
+            x.cpu_wait = Some(if x.to_rank == 2 { 0.4 } else { 0.01 });
+        }
+        let a = analyze(&ranks(8), &s, &Policy::default(), |_| None);
+        assert!(a.verdicts.is_empty(), "{:?}", a.verdicts);
+        assert_eq!(
+            kinds(&a.not_judged),
+            vec![(VerdictKind::SlowEgress, Some(2), None)]
+        );
+        // Without the wait the same figures are a verdict.
+        s.iter_mut().for_each(|x| x.cpu_wait = None);
+        let a = analyze(&ranks(8), &s, &Policy::default(), |_| None);
+        assert_eq!(kinds(&a.verdicts), vec![(VerdictKind::SlowEgress, Some(2), None)]);
+        assert!(a.not_judged.is_empty());
     }
 
     /// A rank that did not say its data interface: the next steps name no placeholder
