@@ -7,6 +7,10 @@
 //! handle and an `Arc` of what it was created from, so destruction order is always QP, then
 //! CQ and MR, then PD, then the device context, whichever is dropped first by the caller.
 //!
+//! This is hand-written `unsafe` by nature (every verb is a C call on raw handles), kept to
+//! this module: the `ibverbs` crate's safe layer lacks what the ring needs (above), and no
+//! other well-kept crate wraps libibverbs.
+//!
 //! Every failing call is an [`VerbsError`] naming the verbs call, the device and port, and
 //! what a person should check; callers add the peer.
 //!
@@ -784,12 +788,14 @@ impl Qp {
             length: len as u32,
             lkey: local.lkey(),
         };
-        let mut wr = ffi::ibv_send_wr::default();
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = if len == 0 { 0 } else { 1 };
-        wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.send_flags = ffi::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut wr = ffi::ibv_send_wr {
+            wr_id,
+            sg_list: &mut sge,
+            num_sge: if len == 0 { 0 } else { 1 },
+            opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+            send_flags: ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
+            ..Default::default()
+        };
         wr.__bindgen_anon_1.imm_data = imm.to_be();
         wr.wr.rdma.remote_addr = remote_addr;
         wr.wr.rdma.rkey = rkey;

@@ -2,10 +2,8 @@
 //! archives (random, corrupt, truncated, hostile and oversized `.tar.gz`), NCCL topology
 //! XML, the sysfs and NCCL parse functions, and the probes over a fixture whose files were
 //! overwritten with junk. Each must return (an answer or an error), never panic, and stay
-//! within a memory bound, measured by a counting allocator on the test's own thread.
+//! within a memory bound, measured by a counting allocator (allocation-counter) on the test's own thread.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -18,64 +16,23 @@ use proptest::prelude::*;
 
 // ---- memory accounting ---------------------------------------------------------------
 
-struct Counting;
-
-thread_local! {
-    static NOW: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn account(delta: isize) {
-    let _ = NOW.try_with(|n| {
-        let v = n.get() + delta;
-        n.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the bookkeeping
-// touches only const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            account(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            account(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
-        unsafe { System.dealloc(p, l) };
-        account(-(l.size() as isize));
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: the caller's arguments, forwarded unchanged under the same contract.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            account(new as isize - l.size() as isize);
-        }
-        q
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// The most heap this thread held at once while `f` ran, above what it held before.
+/// The most heap this thread held at once while `f` ran, above what it held before
+/// (allocation-counter's global allocator counts per thread: other tests never pollute it).
 fn peak_heap<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    NOW.with(|n| n.set(0));
-    PEAK.with(|p| p.set(0));
-    let r = f();
-    (r, PEAK.with(|p| p.get()).max(0) as usize)
+    let mut r = None;
+    let info = allocation_counter::measure(|| r = Some(f()));
+    let r = r.expect("measure runs the closure once");
+    (r, usize::try_from(info.bytes_max).unwrap_or(usize::MAX))
+}
+
+/// The counter is live in this binary, so a bound below cannot pass on a zero reading.
+#[test]
+fn peak_heap_sees_this_threads_allocations() {
+    let (v, heap) = peak_heap(|| std::hint::black_box(vec![7u8; 1 << 16]));
+    assert_eq!(v.len(), 1 << 16);
+    assert!(heap >= 1 << 16, "heap {heap}");
+    let ((), freed) = peak_heap(|| drop(std::hint::black_box(vec![7u8; 1 << 12])));
+    assert!((1 << 12..1 << 16).contains(&freed), "heap {freed}");
 }
 
 fn config(cases: u32) -> ProptestConfig {

@@ -387,8 +387,7 @@ fn qos_lldp_replayed_from_a_snapshot() {
 /// veth pair, decoded live by `fabprobe qos --lldp`; and a silent peer said plainly.
 #[test]
 fn lab_qos_decodes_live_lldp_over_veth() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || Command::new("ip").arg("-V").output().is_err() {
+    if !nix::unistd::geteuid().is_root() || Command::new("ip").arg("-V").output().is_err() {
         eprintln!("skipped: needs root and iproute2");
         return;
     }
@@ -489,41 +488,25 @@ fn lab_qos_decodes_live_lldp_over_veth() {
 /// `frame` on `ifname` through an AF_PACKET socket every 200 ms until `stop`. Returns the
 /// number of frames sent.
 fn send_frames_in_netns(ns: &str, ifname: &str, frame: &[u8], stop: &std::sync::atomic::AtomicBool) -> usize {
-    use std::os::fd::AsRawFd;
+    use pnet::datalink::{self, Channel};
     let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
-    // SAFETY: setns with an open netns descriptor; only this thread changes namespace.
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-    let name = std::ffi::CString::new(ifname).unwrap();
-    // SAFETY: plain libc calls with checked results; sockaddr_ll is fully initialised.
-    unsafe {
-        let idx = libc::if_nametoindex(name.as_ptr());
-        assert!(idx > 0, "{ifname} not found in {ns}");
-        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-        assert!(fd >= 0);
-        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_ifindex = idx as i32;
-        sll.sll_halen = 6;
-        sll.sll_addr[..6].copy_from_slice(&frame[..6]);
-        let mut sent = 0;
-        for _ in 0..100 {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                break;
-            }
-            let n = libc::sendto(
-                fd,
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            );
-            if n == frame.len() as isize {
-                sent += 1;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+    let iface = datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == ifname)
+        .unwrap_or_else(|| panic!("{ifname} not found in {ns}"));
+    let Ok(Channel::Ethernet(mut tx, _rx)) = datalink::channel(&iface, datalink::Config::default()) else {
+        panic!("no AF_PACKET channel on {ifname} in {ns}");
+    };
+    let mut sent = 0;
+    for _ in 0..100 {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
         }
-        libc::close(fd);
-        sent
+        if let Some(Ok(())) = tx.send_to(frame, None) {
+            sent += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    sent
 }

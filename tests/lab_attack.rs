@@ -29,16 +29,11 @@ const EVIL: &str = "\x1b]0;pwned\x07\x1b[2J\u{9b}31m";
 
 /// Raise this process's open-file limit: 600 drip connections and the rest.
 fn raise_nofile() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: get/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max.min(8192) {
-            r.rlim_cur = r.rlim_max.min(8192);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((cur, max)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && cur < max.min(8192)
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, max.min(8192), max);
     }
 }
 

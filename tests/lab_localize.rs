@@ -11,6 +11,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use lab::{Lab, LabOpts, text};
+use nix::sys::signal::Signal;
 
 /// --timeout of the hang cases, and the bound on the whole run after the fault: the data
 /// timeout, the silence deadline (at least 3 s), the watchdog's grace, process start-up.
@@ -326,8 +327,7 @@ fn killed_rank_is_lost() {
     let Some(lab) = lab3("rank_lost") else { return };
     let ids = long_run(&lab, "lost");
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
+    lab.signal(ids[2], Signal::SIGKILL);
     let t0 = Instant::now();
     let (o0, _) = lab.wait(
         ids[0],
@@ -359,9 +359,7 @@ fn stopped_rank_is_stalled() {
     let Some(lab) = lab3("rank_stalled") else { return };
     let ids = long_run(&lab, "stop");
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
-    let pid = lab.pid(ids[1]) as i32;
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    lab.signal(ids[1], Signal::SIGSTOP);
     let t0 = Instant::now();
     let (o0, _) = lab.wait(
         ids[0],
@@ -374,8 +372,7 @@ fn stopped_rank_is_stalled() {
         t0.elapsed()
     );
     // The frozen process is killed by the lab when it drops; it cannot exit on its own.
-    // SAFETY: kill has no memory preconditions; pid is the lab's own child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    lab.signal(ids[1], Signal::SIGKILL);
     assert_eq!(o0.status.code(), Some(1));
     assert_eq!(o2.status.code(), Some(1));
     assert_eq!(
@@ -443,8 +440,7 @@ fn killed_coordinator_is_lost_on_every_other_rank() {
     let Some(lab) = lab3("coord_lost") else { return };
     let ids = long_run(&lab, "coord");
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
+    lab.signal(ids[0], Signal::SIGKILL);
     let t0 = Instant::now();
     for (r, &id) in ids.iter().enumerate().skip(1) {
         let (o, _) = lab.wait(id, Duration::from_secs(TIMEOUT) + GRACE);

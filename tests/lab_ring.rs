@@ -7,6 +7,7 @@ mod lab;
 use std::time::Duration;
 
 use lab::{Lab, LabOpts, text};
+use nix::sys::signal::Signal;
 
 fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
@@ -428,8 +429,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
     // Round 1: SIGKILL the coordinator (rank 0).
     let ids = lab.spawn_ring(0..3, 3, "k1", &extra);
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(lab.pid(ids[0]) as i32, libc::SIGKILL) };
+    lab.signal(ids[0], Signal::SIGKILL);
     for &id in &ids[1..] {
         // The contract: every rank ends within --timeout (5 s) plus the 4 s grace; a closed
         // control connection is noticed at once, the bound leaves a loaded machine margin.
@@ -470,8 +470,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
         })
         .collect();
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
-    // SAFETY: as above.
-    unsafe { libc::kill(lab.pid(ids[2]) as i32, libc::SIGKILL) };
+    lab.signal(ids[2], Signal::SIGKILL);
     let (o0, t0) = lab.wait(ids[0], Duration::from_secs(5 + 4 + 3));
     let (o1, _) = lab.wait(ids[1], Duration::from_secs(5 + 4 + 3));
     assert!(t0 < Duration::from_secs(5 + 4), "{t0:?}");

@@ -15,8 +15,7 @@ use std::process::Command;
 const CHILD: &str = "FABPROBE_LAB_RULES_CHILD";
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// Run only as the child of `a_missing_lab_fails_under_required_and_is_loud_without` (hence

@@ -415,7 +415,7 @@ fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
     for policy in ["default", "roce-dcqcn"] {
         let (code_f, f) = cli_json(from_file.path(), &["check", "--policy", policy]);
         let (code_e, e) = cli_json(from_env.path(), &["check", "--policy", policy]);
-        let (code_n, n) = cli_json(neither.path(), &["check", "--policy", policy]);
+        let (_, n) = cli_json(neither.path(), &["check", "--policy", policy]);
         assert_eq!(ids(&f), ids(&e), "{policy}");
         assert_eq!(
             (code_f, &f["data"]["verdict"]),

@@ -33,8 +33,7 @@ fn probes() -> Vec<String> {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// `fabprobe args`, as `nobody` when `as_nobody` (needs root to switch).

@@ -582,8 +582,8 @@ struct RowPrinter {
     options: Options,
     /// Why rank 0 runs tcp under `--transport auto`, for the header.
     rank0_note: Option<String>,
-    /// A progress line is on stderr (same terminal): clear it before a row.
-    progress: bool,
+    /// The progress line on stderr (same terminal): rows are printed with it cleared.
+    progress: Option<indicatif::ProgressBar>,
     /// Sizes printed so far, and whether stdout failed (a closed pipe: stop printing).
     shown: Mutex<(Vec<u64>, bool)>,
 }
@@ -594,7 +594,7 @@ impl RowPrinter {
         fmt: Format,
         id: &Identity,
         opts: &Options,
-        progress: bool,
+        progress: Option<indicatif::ProgressBar>,
         rank0_note: Option<String>,
     ) -> Option<Arc<RowPrinter>> {
         (fmt == Format::Table && opts.sweep).then(|| {
@@ -641,10 +641,11 @@ impl RowPrinter {
             }));
         }
         text.push_str(&render::ring::row_line(row));
-        if self.progress {
-            eprint!("\r\x1b[K");
-        }
-        match emit(&text) {
+        let printed = match &self.progress {
+            Some(bar) => bar.suspend(|| emit(&text)),
+            None => emit(&text),
+        };
+        match printed {
             Ok(()) => shown.0.push(row.size_bytes),
             Err(_) => shown.1 = true,
         }
@@ -754,7 +755,13 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
             hostname()
         )
     });
-    let rows = RowPrinter::start(fmt, &id, &opts, display.is_some(), rank0_note.clone());
+    let rows = RowPrinter::start(
+        fmt,
+        &id,
+        &opts,
+        display.as_ref().map(progress::Display::bar),
+        rank0_note.clone(),
+    );
     let setup = Setup {
         identity: id,
         host: hostname(),
@@ -1096,7 +1103,13 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
             "--local".into()
         },
     };
-    let rows = RowPrinter::start(fmt, &local_id(0), opts, display.is_some(), None);
+    let rows = RowPrinter::start(
+        fmt,
+        &local_id(0),
+        opts,
+        display.as_ref().map(progress::Display::bar),
+        None,
+    );
     let mut listener = Some(listener);
     let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..n)

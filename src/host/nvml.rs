@@ -2,6 +2,10 @@
 //! Live through nvml-wrapper (which dlopens libnvidia-ml.so.1); in a snapshot from
 //! `fabprobe/nvml.json`. Without the driver library the state is `Unavailable` with the
 //! reason, and probes fall back to sysfs.
+//!
+//! Hand-written `unsafe` (the one call here): `nvmlDeviceGetNvLinkRemoteDeviceType` through
+//! the symbol nvml-wrapper already loaded. nvml-wrapper 0.13's own `remote_device_type` hands
+//! NVML a pointer to a temporary and always answers `Unknown`; no other crate wraps NVML.
 
 use serde::{Deserialize, Serialize};
 

@@ -438,7 +438,9 @@ mod tests {
 
     #[test]
     fn hostile_entries_are_refused_by_name() {
-        let cases: &[(&[(&str, u8, &[u8], &str)], &str, &str)] = &[
+        // (path, tar type byte, data, link target) of each entry.
+        type Entry<'a> = (&'a str, u8, &'a [u8], &'a str);
+        let cases: &[(&[Entry], &str, &str)] = &[
             (&[("dev/sda", b'4', b"", "")], "dev/sda", "a device file"),
             (&[("dev/tty", b'3', b"", "")], "dev/tty", "a device file"),
             (&[("p", b'6', b"", "")], "p", "a FIFO"),

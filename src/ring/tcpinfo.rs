@@ -1,6 +1,6 @@
 //! `TCP_INFO` on a control connection: what the peer's kernel has acknowledged. The one
-//! hand-written `unsafe` of the coordinator: neither `nix`, `rustix` nor `socket2` exposes
-//! this option.
+//! hand-written `unsafe` of the coordinator (one `getsockopt`): neither `nix` 0.32,
+//! `rustix` 1.1 nor `socket2` 0.6 exposes this option.
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;

@@ -2,6 +2,9 @@
 //! (`FPR1` magic, u32 big-endian length, JSON body) with a hard size bound, so garbage on the
 //! port is rejected after at most a few bytes and never allocates more than `MAX_FRAME`.
 
+// A length from the wire narrowed with `as` would wrap silently: convert with a check.
+#![deny(clippy::cast_possible_truncation)]
+
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
@@ -230,7 +233,8 @@ pub fn write_msg(w: &mut impl Write, msg: &Msg) -> Result<(), WireError> {
     }
     let mut frame = Vec::with_capacity(body.len() + 8);
     frame.extend_from_slice(MAGIC);
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
+    frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(&body);
     w.write_all(&frame)?;
     w.flush()?;
@@ -265,7 +269,7 @@ mod tests {
 
     fn frame(body: &[u8]) -> Vec<u8> {
         let mut f = MAGIC.to_vec();
-        f.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        f.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
         f.extend_from_slice(body);
         f
     }
@@ -363,6 +367,7 @@ mod tests {
 
     /// Random bytes and random bodies behind a valid header never panic the reader.
     #[test]
+    #[allow(clippy::cast_possible_truncation)] // random bytes: truncating is the point
     fn random_input_never_panics() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {

@@ -272,8 +272,8 @@ impl DcbIeee {
         let mut v: Vec<(u8, u8)> = self
             .app
             .iter()
-            .filter(|a| a.selector == APP_SEL_DSCP && a.protocol < 64)
-            .map(|a| (a.protocol as u8, a.priority))
+            .filter(|a| a.selector == APP_SEL_DSCP)
+            .filter_map(|a| Some((u8::try_from(a.protocol).ok().filter(|&p| p < 64)?, a.priority)))
             .collect();
         v.sort_unstable();
         v
@@ -286,7 +286,8 @@ pub mod encode {
     pub fn attr(typ: u16, payload: &[u8]) -> Vec<u8> {
         let len = 4 + payload.len();
         let mut v = Vec::with_capacity(len.div_ceil(4) * 4);
-        v.extend_from_slice(&(len as u16).to_ne_bytes());
+        let len16 = u16::try_from(len).expect("a netlink attribute holds at most 65535 bytes");
+        v.extend_from_slice(&len16.to_ne_bytes());
         v.extend_from_slice(&typ.to_ne_bytes());
         v.extend_from_slice(payload);
         v.resize(len.div_ceil(4) * 4, 0);
@@ -342,7 +343,7 @@ mod tests {
     use super::*;
 
     fn healthy() -> Vec<u8> {
-        let apps: Vec<(u8, u8, u16)> = (0..64u16).map(|d| (APP_SEL_DSCP, (d >> 3) as u8, d)).collect();
+        let apps: Vec<(u8, u8, u16)> = (0..64u8).map(|d| (APP_SEL_DSCP, d >> 3, u16::from(d))).collect();
         encode::reply(
             "ens1f0",
             &encode::ets(

@@ -212,7 +212,12 @@ impl LldpPfc {
 /// Test, lab and fixture helper: build an LLDP frame with the 802.1Qaz TLVs.
 pub mod encode {
     fn tlv(typ: u8, v: &[u8]) -> Vec<u8> {
-        let h = ((typ as u16) << 9) | (v.len() as u16 & 0x1ff);
+        // The length field is 9 bits: a longer value would wrap into a corrupt frame.
+        let len = u16::try_from(v.len())
+            .ok()
+            .filter(|&l| l <= 0x1ff)
+            .expect("an LLDP TLV holds at most 511 bytes");
+        let h = (u16::from(typ) << 9) | len;
         let mut out = h.to_be_bytes().to_vec();
         out.extend_from_slice(v);
         out
@@ -265,6 +270,14 @@ pub mod encode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The encoder refuses a value its 9-bit length cannot hold (it wrapped into a corrupt
+    /// frame before).
+    #[test]
+    #[should_panic(expected = "at most 511 bytes")]
+    fn encoder_refuses_an_oversized_tlv() {
+        encode::frame([2, 0, 0, 0, 0, 1], &"x".repeat(512), "p1", &[], &[]);
+    }
 
     fn sample() -> Vec<u8> {
         encode::frame(

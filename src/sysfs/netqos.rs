@@ -42,10 +42,8 @@ pub fn parse_pause_name(name: &str) -> Option<PauseName> {
     } else {
         let r = rest.strip_prefix("prio")?;
         let d = r.chars().next()?.to_digit(10)?;
-        if d > 7 {
-            return None;
-        }
-        (Some(d as u8), r.get(1..)?.strip_prefix('_')?)
+        let d = u8::try_from(d).ok().filter(|&d| d <= 7)?;
+        (Some(d), r.get(1..)?.strip_prefix('_')?)
     };
     let kind = match rest {
         "pause" => PauseKind::Frames,

@@ -309,7 +309,8 @@ mod tests {
 
     #[test]
     fn chains() {
-        let cases: [(&str, Option<(&str, &str, &[&str])>); 6] = [
+        type Chain<'a> = (&'a str, &'a str, &'a [&'a str]);
+        let cases: [(&str, Option<Chain>); 6] = [
             (
                 "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0",
                 Some(("/sys/devices", "pci0000:00", &["0000:00:01.0", "0000:01:00.0"])),

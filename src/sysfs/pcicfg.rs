@@ -130,7 +130,11 @@ pub fn read_acs(host: &Host, dev: &str) -> Acs {
 pub fn image_with_acs(at: usize, ctrl: u16) -> Vec<u8> {
     let mut c = vec![0u8; 4096];
     // AER (ID 1, version 2) at 0x100 pointing to `at`.
-    let aer: u32 = 0x0001 | (2 << 16) | ((at as u32) << 20);
+    let next = u32::try_from(at)
+        .ok()
+        .filter(|&a| a < 0x1000)
+        .expect("ACS offset within the 4 KiB config space");
+    let aer: u32 = 0x0001 | (2 << 16) | (next << 20);
     c[0x100..0x104].copy_from_slice(&aer.to_le_bytes());
     let acs: u32 = ACS_CAP_ID as u32 | (1 << 16);
     c[at..at + 4].copy_from_slice(&acs.to_le_bytes());

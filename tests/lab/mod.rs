@@ -21,6 +21,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 /// One lab at a time per test binary: they share the CPU, and the figures must not lie.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -105,10 +108,8 @@ fn kill_ns_pids(ns: &str) {
     let pids = String::from_utf8_lossy(&sh(&["ip", "netns", "pids", ns]).stdout).to_string();
     for p in pids.split_whitespace() {
         if let Ok(pid) = p.parse::<i32>() {
-            // SAFETY: plain kill(2) on a pid that lives in our own lab namespace.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+            // A pid that lives in our own lab namespace.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
@@ -117,8 +118,7 @@ impl Lab {
     /// Build the lab, or None (after a loud SKIPPED line) where it cannot run; under
     /// `FABPROBE_LAB=required` a lab that cannot run fails the test instead.
     pub fn new(test: &str, opts: LabOpts) -> Option<Lab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             lab_unavailable(test, "needs root (network namespaces, bridges, tc)");
             return None;
         }
@@ -482,15 +482,12 @@ impl Lab {
     /// Run `f` on a thread that lives in `node`'s network namespace: sockets it creates
     /// belong there (usable from any thread afterwards).
     pub fn in_netns<T: Send + 'static>(&self, node: usize, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}\0", self.nodes[node].ns);
+        let path = format!("/run/netns/{}", self.nodes[node].ns);
         std::thread::spawn(move || {
-            // SAFETY: open(2) of a NUL-terminated path, setns(2) on the fd we own, close(2).
-            unsafe {
-                let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-                assert!(fd >= 0, "cannot open {path}");
-                assert_eq!(libc::setns(fd, libc::CLONE_NEWNET), 0, "setns {path}");
-                libc::close(fd);
-            }
+            let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+            drop(ns);
             f()
         })
         .join()
@@ -500,6 +497,12 @@ impl Lab {
     /// The pid of a spawned process (to signal it: SIGKILL, SIGSTOP).
     pub fn pid(&self, id: usize) -> u32 {
         self.children.lock().unwrap()[id].id()
+    }
+
+    /// Send `sig` to a spawned process (SIGKILL a rank, SIGSTOP one to freeze it).
+    pub fn signal(&self, id: usize, sig: Signal) {
+        let pid = Pid::from_raw(self.pid(id) as i32);
+        kill(pid, sig).unwrap_or_else(|e| panic!("kill {sig} to child {id} ({pid}): {e}"));
     }
 
     /// `fabprobe ring` arguments for rank `rank` of `world`, coordinator on node 0's

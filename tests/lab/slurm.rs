@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 use super::{BIN, lab_unavailable, must, sh, text};
 
 pub const NODES: usize = 4;
@@ -64,8 +67,8 @@ fn clean_slurm_leftovers() {
                 {
                     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
                     if comm.trim() == "munged" {
-                        // SAFETY: kill(2) of the munged this lab started, found by its pid file.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                        // The munged this lab started, found by its pid file.
+                        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                     }
                 }
             }
@@ -125,8 +128,7 @@ impl SlurmLab {
     /// Build the cluster with every node's fixture copied from `fixture`, or None (after a
     /// loud SKIPPED line) where it cannot run.
     pub fn new(test: &str, fixture: &str) -> Option<SlurmLab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             lab_unavailable(test, "needs root (network namespaces, slurmd, munged)");
             return None;
         }

@@ -16,12 +16,15 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -117,7 +120,7 @@ pub struct VmLab {
     pub vms: Vec<Vm>,
     qemus: Vec<Child>,
     seq: AtomicU32,
-    _lock: fs::File,
+    _lock: Flock<fs::File>,
     _guard: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -140,10 +143,8 @@ fn kill_ns_pids(ns: &str) {
     let pids = text(&sh(&["ip", "netns", "pids", ns]).stdout);
     for p in pids.split_whitespace() {
         if let Ok(pid) = p.parse::<i32>() {
-            // SAFETY: plain kill(2) on a pid that lives in our own lab namespace.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+            // A pid that lives in our own lab namespace.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
@@ -168,8 +169,8 @@ fn clean_leftovers() {
 }
 
 /// The machine-wide VM lab lock, waited for at most `limit`.
-fn lock_machine(limit: Duration) -> Result<fs::File, String> {
-    let f = fs::OpenOptions::new()
+fn lock_machine(limit: Duration) -> Result<Flock<fs::File>, String> {
+    let mut f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
@@ -177,10 +178,11 @@ fn lock_machine(limit: Duration) -> Result<fs::File, String> {
         .map_err(|e| format!("cannot open /tmp/fabprobe-vmlab.lock: {e}"))?;
     let t0 = Instant::now();
     loop {
-        // SAFETY: flock on an fd we own; LOCK_NB never blocks.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(f);
-        }
+        // Non-blocking, so the wait keeps its deadline.
+        f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => return Ok(held),
+            Err((f, _)) => f,
+        };
         if t0.elapsed() > limit {
             return Err(format!(
                 "another VM lab held /tmp/fabprobe-vmlab.lock for {limit:?}"
@@ -218,8 +220,7 @@ impl VmLab {
     /// Boot the VMs and wait until each has rxe0 up, or None (after a loud SKIPPED line)
     /// where the lab cannot run here.
     pub fn new(test: &str, opts: VmOpts) -> Option<VmLab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             return skip(test, "needs root (network namespaces, taps, a bridge)");
         }
         if Command::new("qemu-system-x86_64")

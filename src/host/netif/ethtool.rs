@@ -1,6 +1,9 @@
 //! `ethtool -S` through the `SIOCETHTOOL` ioctl (`ETHTOOL_GSSET_INFO` / `ETHTOOL_GSTRINGS`
 //! / `ETHTOOL_GSTATS`). The ioctl itself is the only `unsafe` here: no well-kept crate
-//! issues it, and the command blocks are plain `u64` buffers viewed as bytes by bytemuck.
+//! issues it (the netlink `ethtool` crate cannot: ethtool netlink has no message for the
+//! driver's private `ethtool -S` counters, only the ioctl does; nix's `ioctl_*!` macros
+//! generate `unsafe fn`s too), and the command blocks are plain `u64` buffers viewed as
+//! bytes by bytemuck.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -125,7 +125,7 @@ pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
 enum Source {
     /// One live host for every sample: `Host::live()` reads host metadata and loads NVML,
     /// work a stuck report must not repeat (sysfs reads through it are never cached).
-    Live(std::sync::OnceLock<Host>),
+    Live(Box<std::sync::OnceLock<Host>>),
     Hosts(Vec<Host>, AtomicUsize),
 }
 
@@ -142,7 +142,7 @@ pub struct Sampler {
 impl Sampler {
     /// This host's RDMA ports whose netdev is `ifname`, read through [`Host::live`].
     pub fn live(ifname: &str) -> Sampler {
-        Sampler::new(Source::Live(std::sync::OnceLock::new()), Some(ifname))
+        Sampler::new(Source::Live(Box::default()), Some(ifname))
     }
 
     /// Successive samples from `hosts` (the last one repeats): tests stand fixture snapshots

@@ -26,6 +26,11 @@
 //! * Completion errors end the link with the status, its meaning and the vendor syndrome;
 //!   flushes (status 5) are reported only as the knock-on they are. Every wait takes a
 //!   deadline; polling backs off to sleeps so a 1-vCPU VM keeps its CPU for the NIC.
+//!
+//! Hand-written `unsafe` (two blocks): copying into the staging slot and reading a landed
+//! slot of a registered region. The NIC reads and writes those regions behind Rust's back,
+//! so they are held as raw memory (in [`crate::verbs`]) and each access says which slot
+//! protocol rule keeps the NIC off it; no crate can type memory a device DMAs into.
 
 use std::collections::VecDeque;
 use std::io;
