@@ -11,6 +11,8 @@
 
 pub mod chunked;
 pub mod events;
+#[cfg(test)]
+mod fast_path_tests;
 pub mod generate;
 pub mod line;
 mod merge;
@@ -158,6 +160,8 @@ pub struct Analyzer {
     /// A chunk's state: the lines before this chunk already filled the sightings, so one
     /// pass would keep none of this chunk's (set by [`chunked`] before the chunk is read).
     after_full: bool,
+    /// Tests: take every line apart in full (no repeat dropped early), to compare with.
+    full_path: bool,
 }
 
 impl Analyzer {
@@ -277,7 +281,26 @@ impl Analyzer {
         if p.label.is_none() {
             p.label = label;
         }
-        match events::classify(rec.level, rec.msg) {
+        let ev = if rec.level == line::Level::Warn {
+            let m = rec.msg.trim();
+            let rule = events::warn_rule(m);
+            // A repeat of a failure already kept (or one past the cap) is counted and
+            // dropped before its fields are taken out: failure-dense logs are mostly repeats.
+            if let Some(cause) = rule.cause(m).filter(|_| !self.full_path) {
+                if self.repeat(cause, &key, label) {
+                    if cause == "unclassified_failure" {
+                        self.note_unrecognised(s);
+                    } else {
+                        self.recognised += 1;
+                    }
+                    return;
+                }
+            }
+            Some(rule.event(m))
+        } else {
+            events::classify(rec.level, rec.msg)
+        };
+        match ev {
             Some(ev) => {
                 // An unknown WARN is a failure all the same, and a format to learn.
                 if matches!(&ev, Event::Failure(f) if f.cause == "unclassified_failure") {
@@ -501,6 +524,15 @@ impl Analyzer {
             result: None,
             errno: None,
         }
+    }
+
+    /// A failure with no sequence number and no rank of its own would not be kept: the cap
+    /// is reached or the same (cause, process, launcher label) was (see [`Analyzer::sight`]).
+    fn repeat(&self, cause: &'static str, key: &ProcKey, label: Option<u32>) -> bool {
+        self.sightings_full()
+            || self
+                .seen_sightings
+                .contains(&(cause, key.clone(), label, None, None))
     }
 
     /// No sighting is kept from here on (the cap is reached, here or before this chunk).
