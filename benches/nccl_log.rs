@@ -15,7 +15,9 @@
 //! -cE` with three patterns, and `nccl-log` on one thread and on every core: GB/s, the time
 //! against grep's, and peak RSS (VmHWM, reset before each step through
 //! /proc/self/clear_refs), with the load average and the CPU seconds, since the machine is
-//! shared. It asserts that the threaded report equals the one-thread report and names the
+//! shared: CPU seconds over wall seconds are the cores the run got (with the kernel's
+//! autogroup scheduling, all of a process's threads share one session's CPU share, so on a
+//! loaded machine a second thread may get no more CPU). It asserts that the threaded report equals the one-thread report and names the
 //! generated failure, and that peak RSS on the whole log is within 32 MiB of that on its
 //! first half.
 
@@ -122,10 +124,11 @@ fn bench(what: &str, path: &Path, check: impl Fn(&Report)) {
     let threads = ReadOptions::default().threads;
     let one = analyse(path, 1, u64::MAX);
     println!(
-        "  nccl-log 1 thread: {:.2} GB/s ({:.2} s, {:.2} CPU s); peak RSS {:.1} MiB  [load {}]",
+        "  nccl-log 1 thread: {:.2} GB/s ({:.2} s, {:.2} CPU s, {:.2} GB per CPU s); peak RSS {:.1} MiB  [load {}]",
         gb / one.wall_s,
         one.wall_s,
         one.cpu_s,
+        gb / one.cpu_s,
         one.peak_mib,
         load()
     );
@@ -135,10 +138,11 @@ fn bench(what: &str, path: &Path, check: impl Fn(&Report)) {
         .map(|g| format!("; {:.1}x grep's time", all.wall_s / g))
         .unwrap_or_default();
     println!(
-        "  nccl-log {threads} threads: {:.2} GB/s ({:.2} s, {:.2} CPU s{vs}); peak RSS {:.1} MiB (first half: {:.1} MiB)  [load {}]",
+        "  nccl-log {threads} threads: {:.2} GB/s ({:.2} s, {:.2} CPU s: {:.2} cores got{vs}); peak RSS {:.1} MiB (first half: {:.1} MiB)  [load {}]",
         gb / all.wall_s,
         all.wall_s,
         all.cpu_s,
+        all.cpu_s / all.wall_s,
         all.peak_mib,
         half.peak_mib,
         load()
