@@ -7,11 +7,17 @@
 //!
 //! Run: cargo bench --bench nccl_log
 //!
+//! FABPROBE_BENCH_DIR=DIR writes the logs there and keeps them (a log already there for the
+//! asked size is reused: generating takes longer than reading); FABPROBE_BENCH_ONLY=job or
+//! dense runs one of the two (for a profiler).
+//!
 //! For each log it prints the plain read rate (a 1 MiB read loop, what `cat` does), `grep
 //! -cE` with three patterns, and `nccl-log` on one thread and on every core: GB/s, the time
 //! against grep's, and peak RSS (VmHWM, reset before each step through
 //! /proc/self/clear_refs), with the load average and the CPU seconds, since the machine is
-//! shared. It asserts that the threaded report equals the one-thread report and names the
+//! shared: CPU seconds over wall seconds are the cores the run got (with the kernel's
+//! autogroup scheduling, all of a process's threads share one session's CPU share, so on a
+//! loaded machine a second thread may get no more CPU). It asserts that the threaded report equals the one-thread report and names the
 //! generated failure, and that peak RSS on the whole log is within 32 MiB of that on its
 //! first half.
 
@@ -118,10 +124,11 @@ fn bench(what: &str, path: &Path, check: impl Fn(&Report)) {
     let threads = ReadOptions::default().threads;
     let one = analyse(path, 1, u64::MAX);
     println!(
-        "  nccl-log 1 thread: {:.2} GB/s ({:.2} s, {:.2} CPU s); peak RSS {:.1} MiB  [load {}]",
+        "  nccl-log 1 thread: {:.2} GB/s ({:.2} s, {:.2} CPU s, {:.2} GB per CPU s); peak RSS {:.1} MiB  [load {}]",
         gb / one.wall_s,
         one.wall_s,
         one.cpu_s,
+        gb / one.cpu_s,
         one.peak_mib,
         load()
     );
@@ -131,10 +138,11 @@ fn bench(what: &str, path: &Path, check: impl Fn(&Report)) {
         .map(|g| format!("; {:.1}x grep's time", all.wall_s / g))
         .unwrap_or_default();
     println!(
-        "  nccl-log {threads} threads: {:.2} GB/s ({:.2} s, {:.2} CPU s{vs}); peak RSS {:.1} MiB (first half: {:.1} MiB)  [load {}]",
+        "  nccl-log {threads} threads: {:.2} GB/s ({:.2} s, {:.2} CPU s: {:.2} cores got{vs}); peak RSS {:.1} MiB (first half: {:.1} MiB)  [load {}]",
         gb / all.wall_s,
         all.wall_s,
         all.cpu_s,
+        all.cpu_s / all.wall_s,
         all.peak_mib,
         half.peak_mib,
         load()
@@ -177,38 +185,65 @@ fn write(path: &Path, f: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::
     );
 }
 
+/// The log at `dir/name`, generated unless `keep` and it is there (the size asked for is
+/// in the name).
+fn log_file(
+    dir: &Path,
+    name: &str,
+    keep: bool,
+    generate: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::path::PathBuf {
+    let path = dir.join(name);
+    if keep && path.exists() {
+        println!("reusing {}", path.display());
+    } else {
+        write(&path, generate);
+    }
+    path
+}
+
 fn main() {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
     let bytes = env("FABPROBE_BENCH_BYTES", 1 << 30);
     let dense_bytes = env("FABPROBE_BENCH_DENSE_BYTES", 300_000_000);
-    let dir = tempfile::tempdir().unwrap();
+    let only = std::env::var("FABPROBE_BENCH_ONLY").unwrap_or_default();
+    let keep_dir = std::env::var_os("FABPROBE_BENCH_DIR").map(std::path::PathBuf::from);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = keep_dir.as_deref().unwrap_or(tmp.path());
+    let keep = keep_dir.is_some();
 
-    let path = dir.path().join("job.log");
-    // ~225 bytes per steady-state line.
-    write(&path, |w| {
-        let sc = Scenario::RetryExceeded {
-            host: 37,
-            peer_host: 12,
-            hca: 3,
-        };
-        job(w, 64, 8, sc, bytes / 225, 7)
-    });
-    bench("job log", &path, |r| {
-        let v = &r.verdicts[0];
-        assert_eq!(
-            (v.cause.as_str(), v.host.as_deref(), v.rank, v.knock_ons),
-            ("ib_retry_exceeded", Some("gpu-037"), Some(37 * 8 + 3), 511 + 512)
-        );
-    });
-    std::fs::remove_file(&path).unwrap();
+    if only.is_empty() || only == "job" {
+        // ~225 bytes per steady-state line.
+        let path = log_file(dir, &format!("job-{bytes}.log"), keep, |w| {
+            let sc = Scenario::RetryExceeded {
+                host: 37,
+                peer_host: 12,
+                hca: 3,
+            };
+            job(w, 64, 8, sc, bytes / 225, 7)
+        });
+        bench("job log", &path, |r| {
+            let v = &r.verdicts[0];
+            assert_eq!(
+                (v.cause.as_str(), v.host.as_deref(), v.rank, v.knock_ons),
+                ("ib_retry_exceeded", Some("gpu-037"), Some(37 * 8 + 3), 511 + 512)
+            );
+        });
+        if !keep {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
 
-    let path = dir.path().join("dense.log");
-    write(&path, |w| dense(w, 64, dense_bytes, 7));
-    bench("failure-dense log", &path, |r| {
-        let v = &r.verdicts[0];
-        assert_eq!(
-            (v.cause.as_str(), v.host.as_deref(), v.rank, v.device.as_deref()),
-            ("ib_retry_exceeded", Some("job000-n01"), Some(11), Some("mlx5_3"))
-        );
-    });
+    if only.is_empty() || only == "dense" {
+        let path = log_file(dir, &format!("dense-{dense_bytes}.log"), keep, |w| {
+            dense(w, 64, dense_bytes, 7)
+        });
+        bench("failure-dense log", &path, |r| {
+            let v = &r.verdicts[0];
+            assert_eq!(
+                (v.cause.as_str(), v.host.as_deref(), v.rank, v.device.as_deref()),
+                ("ib_retry_exceeded", Some("job000-n01"), Some(11), Some("mlx5_3"))
+            );
+        });
+    }
 }

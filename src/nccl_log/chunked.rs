@@ -210,8 +210,8 @@ fn parallel<R: Read>(
             let work_rx = &work_rx;
             let full = &full;
             sc.spawn(move || {
-                // Kept from chunk to chunk of this worker: host ids and the failures it has
-                // seen. A worker gets its chunks in input order, so a failure it saw in an
+                // Kept from chunk to chunk of this worker: host ids, the headers read (with
+                // those ids) and the failures it has seen. A worker gets its chunks in input order, so a failure it saw in an
                 // earlier chunk is a repeat in any later one, and is dropped there before
                 // its text is copied (a log of thousands of processes repeats each one's
                 // failures in every chunk).
@@ -225,9 +225,11 @@ fn parallel<R: Read>(
                         p.host_names = std::mem::take(&mut memory.host_names);
                         p.host_ids = std::mem::take(&mut memory.host_ids);
                         p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
+                        p.headers = std::mem::take(&mut memory.headers);
                         p.feed_chunk(name, c.data(), c.skipped);
                         memory.host_names = p.host_names.clone();
                         memory.host_ids = std::mem::take(&mut p.host_ids);
+                        memory.headers = std::mem::take(&mut p.headers);
                         memory.seen_sightings = std::mem::take(&mut p.seen_sightings);
                         // Forgetting only costs speed (the merge drops repeats too): memory
                         // stays bounded on a log of ever-new failures.

@@ -185,7 +185,7 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     }
     if level == Level::Warn {
         // A WARN no rule knows is still a failure: unclassified, never guessed at.
-        return Some(warn(m).unwrap_or_else(|| fail("unclassified_failure")));
+        return Some(warn_rule(m).event(m));
     }
     // Every test below looks at the start of the message (or one short token), so a line
     // costs a few comparisons however many rules there are: logs run to gigabytes.
@@ -456,6 +456,19 @@ fn completion_status(m: &str) -> Option<i64> {
     num_after(m, "with error ")
 }
 
+/// A completion's cause: its status (`ibv_wc_status`).
+fn completion_cause(status: Option<i64>) -> &'static str {
+    match status {
+        Some(12) => "ib_retry_exceeded",
+        Some(13) => "ib_rnr_retry_exceeded",
+        Some(4) => "ib_local_protection",
+        Some(10) => "ib_remote_access",
+        Some(11) => "ib_remote_op",
+        Some(5) => "ib_wr_flush",
+        _ => "ib_completion_error",
+    }
+}
+
 fn completion(m: &str) -> Event {
     let status = completion_status(m);
     let vendor_err = num_after(m, "vendor err ").or_else(|| num_after(m, "vendor_err="));
@@ -467,17 +480,8 @@ fn completion(m: &str) -> Event {
         .and_then(|r| r.split_whitespace().next())
         .map(str::to_string);
     let hca = word_after(m, " hca ", &[]).map(str::to_string);
-    let cause = match status {
-        Some(12) => "ib_retry_exceeded",
-        Some(13) => "ib_rnr_retry_exceeded",
-        Some(4) => "ib_local_protection",
-        Some(10) => "ib_remote_access",
-        Some(11) => "ib_remote_op",
-        Some(5) => "ib_wr_flush",
-        _ => "ib_completion_error",
-    };
     Event::Failure(Failure {
-        cause,
+        cause: completion_cause(status),
         hca,
         peer,
         local_gid,
@@ -539,129 +543,234 @@ fn async_event(m: &str) -> Event {
 
 /// A WARN message: the cause it names, or `None` when no rule knows it.
 fn warn(m: &str) -> Option<Event> {
-    if has(m, "Got completion") {
-        return Some(completion(m));
+    match warn_rule(m) {
+        WarnRule::Unknown => None,
+        r => Some(r.event(m)),
     }
-    if has(m, "async event") || has(m, "async fatal event") {
-        return Some(async_event(m));
+}
+
+/// The rule a WARN message falls under: the one ordered chain of tests, before any field is
+/// taken out of the message (a repeat is dropped on this alone, see [`WarnRule::cause`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarnRule {
+    Completion,
+    Async,
+    ModifyQp,
+    /// A cause with no fields.
+    Fixed(&'static str),
+    DuplicateGpu,
+    Closed,
+    Connect,
+    Proxy,
+    Known,
+    /// No rule: `unclassified_failure`.
+    Unknown,
+}
+
+pub fn warn_rule(m: &str) -> WarnRule {
+    let t = Text::new(m);
+    rule_of(m, |k| t.has(k))
+}
+
+/// [`warn_rule`] with a plain search per keyword, for the tests to compare with.
+#[cfg(test)]
+pub fn warn_rule_plain(m: &str) -> WarnRule {
+    rule_of(m, |k| has(m, k))
+}
+
+/// The chain, given the keyword test `has`.
+fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
+    use WarnRule::*;
+    if has("Got completion") {
+        return Completion;
     }
-    if has(m, "ibv_modify_qp") {
-        return Some(modify_qp(m));
+    if has("async event") || has("async fatal event") {
+        return Async;
     }
-    if has(m, "ibv_reg_mr") || has(m, "ibv_reg_dmabuf_mr") {
-        return Some(fail("ib_reg_mr_failed"));
+    if has("ibv_modify_qp") {
+        return ModifyQp;
     }
-    if has(m, "ibv_open_device") || has(m, "Unable to open device") {
-        return Some(fail("ib_device_open_failed"));
+    if has("ibv_reg_mr") || has("ibv_reg_dmabuf_mr") {
+        return Fixed("ib_reg_mr_failed");
+    }
+    if has("ibv_open_device") || has("Unable to open device") {
+        return Fixed("ib_device_open_failed");
     }
     if m.starts_with("Failed to open libibverbs") {
-        return Some(fail("ib_verbs_unavailable"));
+        return Fixed("ib_verbs_unavailable");
     }
-    if has(m, "Call to ibv_") || has(m, "ibv_") && has(m, "failed") {
-        return Some(fail("system_error"));
+    if has("Call to ibv_") || has("ibv_") && has("failed") {
+        return Fixed("system_error");
     }
-    let lower_cuda = has(m, "Cuda failure") || has(m, "CUDA failure") || has(m, "cuda failure");
+    let lower_cuda = has("Cuda failure") || has("CUDA failure") || has("cuda failure");
     // CUDACHECK (include/checks.h): `Cuda failure %d '%s'` (`'%s'` alone before 2.19).
-    if (lower_cuda || has(m, "cudaMalloc") || has(m, "cuMem")) && has(m, "out of memory") {
-        return Some(fail("cuda_oom"));
+    if (lower_cuda || has("cudaMalloc") || has("cuMem")) && has("out of memory") {
+        return Fixed("cuda_oom");
     }
     if lower_cuda {
-        return Some(fail("cuda_error"));
+        return Fixed("cuda_error");
     }
     // misc/shmutils.cc `ncclShmOpen`: `Error: failed to extend %s to %ld bytes`, `failed to
     // create shared memory file`; 2.4-2.11 include/shm.h `shmOpen`: `Error while creating
     // shared memory segment %s (size %d)`; transport/net.cc `netCreateShm`.
     // 2.4-2.7 include/shm.h `shmOpen`: `Call to posix_fallocate failed : %s` first.
-    if has(m, "shared memory") || has(m, "/dev/shm") || has(m, "shm_open") || has(m, "posix_fallocate") {
-        return Some(fail("shm_alloc_failed"));
+    if has("shared memory") || has("/dev/shm") || has("shm_open") || has("posix_fallocate") {
+        return Fixed("shm_alloc_failed");
     }
     // init.cc `initTransportsRank`: `Duplicate GPU detected : rank %d and rank %d both on
     // CUDA device %lx` (returns ncclInvalidUsage).
-    if has(m, "Duplicate GPU detected") {
-        return Some(Event::Failure(Failure {
-            cause: "duplicate_gpu",
-            rank: num_after(m, "rank ").map(|r| r as u32),
-            result: Some(5),
-            ..Failure::default()
-        }));
+    if has("Duplicate GPU detected") {
+        return DuplicateGpu;
     }
     // bootstrap.cc `bootstrapRoot`: `Bootstrap Root : mismatch in rank count from procs
     // %d : %d`, `rank %d of %d ranks has already checked in`.
-    if has(m, "mismatch in rank count") || has(m, "has already checked in") {
-        return Some(fail("bootstrap_rank_mismatch"));
+    if has("mismatch in rank count") || has("has already checked in") {
+        return Fixed("bootstrap_rank_mismatch");
     }
-    if has(m, "no socket interface found")
-        || has(m, "no usable interface")
-        || has(m, "No usable listening interface")
-        || has(m, "no interface found")
+    if has("no socket interface found")
+        || has("no usable interface")
+        || has("No usable listening interface")
+        || has("no interface found")
         // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
-        || has(m, "nor AF_INET6")
+        || has("nor AF_INET6")
     {
-        return Some(fail("socket_no_interface"));
+        return Fixed("socket_no_interface");
     }
-    if has(m, "Connection closed by remote peer")
-        || has(m, "Connection reset by peer")
-        || has(m, "Broken pipe")
-        || has(m, "remote process exited")
+    if has("Connection closed by remote peer")
+        || has("Connection reset by peer")
+        || has("Broken pipe")
+        || has("remote process exited")
     {
-        let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
-            .iter()
-            .find_map(|k| word_after(m, k, &[]))
-            .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
-        return Some(Event::Failure(Failure {
-            cause: "remote_process_exited",
-            peer: peer.map(str::to_string),
-            ..Failure::default()
-        }));
+        return Closed;
     }
     // The socket-connect family (misc/socket.cc `socketPollConnect`/`socketConnect`, 2.19+:
     // `socketPollConnect: Connect to %s returned %d(%s) errno %d(%s)`, `exceeded timeouts
     // (%d)`, `exceeded retries (%d)`; later `connect to %s returned %s, exceeded error retry
     // count after %d attempts`; 2.4-2.8 include/socket.h `connectAddress`: `Call to connect
     // timeout : %s`, `Call to connect returned %s, retrying`, `Connect to %s failed : %s`).
-    if has(m, "PollConnect")
-        || has(m, "Call to connect")
-        || has(m, "exceeded retries")
-        || has(m, "connect() failed")
-        || ((has(m, "Connect to") || has(m, "connect to")) && (has(m, "failed") || has(m, "returned")))
+    if has("PollConnect")
+        || has("Call to connect")
+        || has("exceeded retries")
+        || has("connect() failed")
+        || ((has("Connect to") || has("connect to")) && (has("failed") || has("returned")))
     {
-        let peer = word_after(m, "Connect to ", &[','])
-            .or_else(|| word_after(m, "connect to ", &[',']))
-            .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'))
-            .map(str::to_string);
-        return Some(Event::Failure(Failure {
-            cause: "socket_connect_failed",
-            peer,
-            errno: socket_errno(m),
-            result: has(m, "exceeded").then_some(6),
-            ..Failure::default()
-        }));
+        return Connect;
     }
     // proxy.cc `proxyServiceInitOp`/`ncclProxyService`: `[Proxy Service %d] Failed to
     // execute operation %s from rank %d, retcode %d`; `[Service thread] Error encountered
     // progressing operation=%s, res=%d, closing connection`; `Proxy Call to rank %d failed`.
-    if has(m, "Proxy Service")
-        || has(m, "[Service thread]")
-        || has(m, "Proxy Call")
-        || has(m, "ncclProxyConnect")
-    {
-        let code = num_after(m, "retcode ").or_else(|| num_after(m, "res="));
-        return Some(Event::Failure(Failure {
-            cause: "proxy_connection_failed",
-            result: code.and_then(|c| u8::try_from(c).ok()),
-            ..Failure::default()
-        }));
+    if has("Proxy Service") || has("[Service thread]") || has("Proxy Call") || has("ncclProxyConnect") {
+        return Proxy;
     }
-    if has(m, "Message truncated") || has(m, "Mismatched NCCL version") || has(m, "version mismatch") {
-        return Some(fail("version_mismatch"));
+    if has("Message truncated") || has("Mismatched NCCL version") || has("version mismatch") {
+        return Fixed("version_mismatch");
     }
-    if has(m, "collective mismatch") || has(m, "Mismatched collective") {
-        return Some(fail("collective_mismatch"));
+    if has("collective mismatch") || has("Mismatched collective") {
+        return Fixed("collective_mismatch");
     }
-    if has(m, "Could not open XML topology file") || has(m, "NET/Plugin") {
-        return Some(Event::Known);
+    if has("Could not open XML topology file") || has("NET/Plugin") {
+        return Known;
     }
-    None
+    Unknown
+}
+
+impl WarnRule {
+    /// The cause of [`WarnRule::event`] when the message gives it cheaply and the event has
+    /// no rank and no sequence number (so cause, process and launcher label are its repeat
+    /// key); `None` when only the whole reading tells (or there is no failure).
+    pub fn cause(self, m: &str) -> Option<&'static str> {
+        match self {
+            WarnRule::Completion => Some(completion_cause(completion_status(m))),
+            WarnRule::Fixed(c) => Some(c),
+            WarnRule::Closed => Some("remote_process_exited"),
+            WarnRule::Connect => Some("socket_connect_failed"),
+            WarnRule::Proxy => Some("proxy_connection_failed"),
+            WarnRule::Unknown => Some("unclassified_failure"),
+            WarnRule::Async | WarnRule::ModifyQp | WarnRule::DuplicateGpu | WarnRule::Known => None,
+        }
+    }
+
+    /// The event the message gives under this rule (an unknown WARN is still a failure).
+    pub fn event(self, m: &str) -> Event {
+        match self {
+            WarnRule::Completion => completion(m),
+            WarnRule::Async => async_event(m),
+            WarnRule::ModifyQp => modify_qp(m),
+            WarnRule::Fixed(c) => fail(c),
+            WarnRule::DuplicateGpu => Event::Failure(Failure {
+                cause: "duplicate_gpu",
+                rank: num_after(m, "rank ").map(|r| r as u32),
+                result: Some(5),
+                ..Failure::default()
+            }),
+            WarnRule::Closed => {
+                let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
+                    .iter()
+                    .find_map(|k| word_after(m, k, &[]))
+                    .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
+                Event::Failure(Failure {
+                    cause: "remote_process_exited",
+                    peer: peer.map(str::to_string),
+                    ..Failure::default()
+                })
+            }
+            WarnRule::Connect => {
+                let peer = word_after(m, "Connect to ", &[','])
+                    .or_else(|| word_after(m, "connect to ", &[',']))
+                    .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'))
+                    .map(str::to_string);
+                Event::Failure(Failure {
+                    cause: "socket_connect_failed",
+                    peer,
+                    errno: socket_errno(m),
+                    result: has(m, "exceeded").then_some(6),
+                    ..Failure::default()
+                })
+            }
+            WarnRule::Proxy => {
+                let code = num_after(m, "retcode ").or_else(|| num_after(m, "res="));
+                Event::Failure(Failure {
+                    cause: "proxy_connection_failed",
+                    result: code.and_then(|c| u8::try_from(c).ok()),
+                    ..Failure::default()
+                })
+            }
+            WarnRule::Known => Event::Known,
+            WarnRule::Unknown => fail("unclassified_failure"),
+        }
+    }
+}
+
+/// A message and the byte pairs in it (a 1,024-bit Bloom filter), so that the dozens of
+/// keyword tests of [`warn_rule`] mostly end without a search: a keyword whose pairs are
+/// not all in the filter is not in the message (a filter only answers "maybe" wrongly,
+/// and then the search decides).
+struct Text<'a> {
+    s: &'a str,
+    pairs: [u64; 16],
+}
+
+impl<'a> Text<'a> {
+    fn new(s: &'a str) -> Text<'a> {
+        let mut pairs = [0u64; 16];
+        for w in s.as_bytes().windows(2) {
+            let h = pair_hash(w[0], w[1]);
+            pairs[h >> 6] |= 1 << (h & 63);
+        }
+        Text { s, pairs }
+    }
+
+    fn has(&self, k: &str) -> bool {
+        let maybe = k.as_bytes().windows(2).all(|w| {
+            let h = pair_hash(w[0], w[1]);
+            self.pairs[h >> 6] & (1 << (h & 63)) != 0
+        });
+        maybe && has(self.s, k)
+    }
+}
+
+fn pair_hash(a: u8, b: u8) -> usize {
+    ((a as usize) << 3 ^ (b as usize) ^ (b as usize) >> 5) & 1023
 }
 
 fn modify_qp(m: &str) -> Event {

@@ -284,23 +284,44 @@ pub enum Records<'a> {
     Other(Vec<(&'a str, Nccl<'a>)>),
 }
 
-/// [`records`], with the line of one record (nearly every line of a log) answered without
-/// allocating: the same answer, as the tests of [`records`] check through it.
-pub fn scan(s: &str) -> Records<'_> {
+/// A line's NCCL markers: none, the one (where `NCCL ` starts, and its level), or several.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marks {
+    None,
+    One(usize, Level),
+    Many,
+}
+
+pub fn marks(s: &str) -> Marks {
     let mut one = None;
     let mut from = 0;
     while let Some(i) = finder().find(&s.as_bytes()[from..]) {
         let at = from + i;
         if let Some(l) = marker_at(s, at) {
             if one.is_some() {
-                return Records::Other(records_at(s, marker_positions(s)));
+                return Marks::Many;
             }
             one = Some((at, l));
         }
         from = at + 5;
     }
-    let Some((at, l)) = one else {
-        return Records::Other(records_at(s, Vec::new()));
+    one.map_or(Marks::None, |(at, l)| Marks::One(at, l))
+}
+
+/// [`records`], with the line of one record (nearly every line of a log) answered without
+/// allocating: the same answer, as the tests of [`records`] check through it.
+pub fn scan(s: &str) -> Records<'_> {
+    scan_marks(s, marks(s))
+}
+
+/// [`scan`] given the line's [`marks`]. A [`Records::One`] answer depends on the bytes
+/// before the marker only for its prefix and header (see [`parse_header`]), and its message
+/// is [`message_at`].
+pub fn scan_marks(s: &str, marks: Marks) -> Records<'_> {
+    let (at, l) = match marks {
+        Marks::None => return Records::Other(records_at(s, Vec::new())),
+        Marks::Many => return Records::Other(records_at(s, marker_positions(s))),
+        Marks::One(at, l) => (at, l),
     };
     match parse_at(s, at, l) {
         Some((mut n, start)) => {
@@ -309,6 +330,15 @@ pub fn scan(s: &str) -> Records<'_> {
         }
         None => Records::Other(records_at(s, vec![(at, l)])),
     }
+}
+
+/// The message of the record whose marker starts at `at`, as [`scan_marks`] gives it.
+pub fn message_at(s: &str, at: usize) -> &str {
+    let msg = s[at..]
+        .split_once(' ')
+        .and_then(|x| x.1.split_once(' '))
+        .map_or("", |x| x.1);
+    trim_debris(msg)
 }
 
 /// Markdown debris around a pasted line (`_..._`, `**...**`, backticks).
@@ -593,6 +623,21 @@ mod tests {
         // The usual line takes the fast path.
         let l = "12: gpu-037:10296:10303 [3] NCCL INFO AllReduce: opCount 1a";
         assert!(matches!(scan(l), Records::One("12: ", _)));
+        // The message the header cache takes without parsing is the parsed one.
+        for l in [
+            l,
+            "h:1:2 [-1] NCCL INFO x`** ",
+            "h:1:2 [0] NCCL WARN ",
+            "h:1:2 [0] NCCL INFO  y",
+        ] {
+            let Marks::One(at, _) = marks(l) else {
+                panic!("{l}")
+            };
+            let Records::One(_, n) = scan(l) else {
+                panic!("{l}")
+            };
+            assert_eq!(message_at(l, at), n.msg, "{l}");
+        }
     }
 
     #[test]

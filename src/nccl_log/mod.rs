@@ -11,6 +11,8 @@
 
 pub mod chunked;
 pub mod events;
+#[cfg(test)]
+mod fast_path_tests;
 pub mod generate;
 pub mod line;
 mod merge;
@@ -32,6 +34,7 @@ const MAX_CONNECTIONS: usize = 20_000;
 const MAX_EVENTS: usize = 50_000;
 const MAX_UNRECOGNISED_SAMPLES: usize = 5;
 const MAX_LINE_TEXT: usize = 400;
+const MAX_HEADERS: usize = 1 << 16;
 
 /// Who printed a line: a process (host and pid), and what the log says about its rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,6 +116,16 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
+/// A line's header as [`Analyzer::feed`] uses it, kept per header bytes (everything before
+/// the line's one NCCL marker, which is all the header's parse reads): a log repeats a few
+/// thousand headers millions of times.
+#[derive(Clone, Debug)]
+struct Header {
+    key: ProcKey,
+    label: Option<u32>,
+    dev: Option<i32>,
+}
+
 /// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
 type SightingKey = (&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>);
 
@@ -158,6 +171,10 @@ pub struct Analyzer {
     /// A chunk's state: the lines before this chunk already filled the sightings, so one
     /// pass would keep none of this chunk's (set by [`chunked`] before the chunk is read).
     after_full: bool,
+    /// Header bytes -> what they say (at most [`MAX_HEADERS`]; host ids are this state's).
+    headers: HashMap<Box<[u8]>, Header, Fast>,
+    /// Tests: take every line apart in full (no repeat dropped early), to compare with.
+    full_path: bool,
 }
 
 impl Analyzer {
@@ -234,8 +251,26 @@ impl Analyzer {
         // Colour codes from a terminal capture; CR from a Windows paste.
         let clean = line::strip_ansi(s);
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
-        let recs = match line::scan(s) {
-            line::Records::One(prefix, rec) => return self.feed_record(file, line_no, s, prefix, rec),
+        let marks = line::marks(s);
+        if let line::Marks::One(at, level) = marks {
+            if let Some(h) = self.headers.get(&s.as_bytes()[..at]).filter(|_| !self.full_path) {
+                let h = h.clone();
+                return self.feed_message(file, line_no, s, h, level, line::message_at(s, at));
+            }
+        }
+        let recs = match line::scan_marks(s, marks) {
+            line::Records::One(prefix, rec) => {
+                let h = self.header(prefix, &rec);
+                if let line::Marks::One(at, _) = marks {
+                    // Bounded: a log of ever-new headers (timestamps in the prefix) only
+                    // misses.
+                    if self.headers.len() >= MAX_HEADERS {
+                        self.headers.clear();
+                    }
+                    self.headers.insert(s.as_bytes()[..at].into(), h.clone());
+                }
+                return self.feed_message(file, line_no, s, h, rec.level, rec.msg);
+            }
             line::Records::Other(v) => v,
         };
         if recs.is_empty() {
@@ -260,24 +295,53 @@ impl Analyzer {
             return;
         }
         for (prefix, rec) in recs {
-            self.feed_record(file, line_no, s, prefix, rec);
+            let h = self.header(prefix, &rec);
+            self.feed_message(file, line_no, s, h, rec.level, rec.msg);
         }
     }
 
-    /// One NCCL record of line `s`, after the launcher's `prefix`.
-    fn feed_record(&mut self, file: &str, line_no: u64, s: &str, prefix: &str, rec: line::Nccl<'_>) {
-        self.nccl_lines += 1;
+    /// What a record's launcher `prefix` and NCCL header say.
+    fn header(&mut self, prefix: &str, rec: &line::Nccl<'_>) -> Header {
         let label = line::prefix_rank(prefix);
-        let key = ProcKey {
-            host: self.host_id(rec.host),
-            pid: rec.pid,
-            label: if rec.pid.is_none() { label } else { None },
-        };
+        Header {
+            key: ProcKey {
+                host: self.host_id(rec.host),
+                pid: rec.pid,
+                label: if rec.pid.is_none() { label } else { None },
+            },
+            label,
+            dev: rec.dev,
+        }
+    }
+
+    /// One NCCL record of line `s`: its header `h`, level and message.
+    fn feed_message(&mut self, file: &str, line_no: u64, s: &str, h: Header, level: line::Level, msg: &str) {
+        self.nccl_lines += 1;
+        let Header { key, label, dev } = h;
         let p = self.procs.entry(key.clone()).or_default();
         if p.label.is_none() {
             p.label = label;
         }
-        match events::classify(rec.level, rec.msg) {
+        let ev = if level == line::Level::Warn {
+            let m = msg.trim();
+            let rule = events::warn_rule(m);
+            // A repeat of a failure already kept (or one past the cap) is counted and
+            // dropped before its fields are taken out: failure-dense logs are mostly repeats.
+            if let Some(cause) = rule.cause(m).filter(|_| !self.full_path) {
+                if self.repeat(cause, &key, label) {
+                    if cause == "unclassified_failure" {
+                        self.note_unrecognised(s);
+                    } else {
+                        self.recognised += 1;
+                    }
+                    return;
+                }
+            }
+            Some(rule.event(m))
+        } else {
+            events::classify(level, msg)
+        };
+        match ev {
             Some(ev) => {
                 // An unknown WARN is a failure all the same, and a format to learn.
                 if matches!(&ev, Event::Failure(f) if f.cause == "unclassified_failure") {
@@ -285,7 +349,7 @@ impl Analyzer {
                 } else {
                     self.recognised += 1;
                 }
-                self.apply(file, line_no, s, &key, rec.dev, label, ev);
+                self.apply(file, line_no, s, &key, dev, label, ev);
             }
             None => self.note_unrecognised(s),
         }
@@ -501,6 +565,15 @@ impl Analyzer {
             result: None,
             errno: None,
         }
+    }
+
+    /// A failure with no sequence number and no rank of its own would not be kept: the cap
+    /// is reached or the same (cause, process, launcher label) was (see [`Analyzer::sight`]).
+    fn repeat(&self, cause: &'static str, key: &ProcKey, label: Option<u32>) -> bool {
+        self.sightings_full()
+            || self
+                .seen_sightings
+                .contains(&(cause, key.clone(), label, None, None))
     }
 
     /// No sighting is kept from here on (the cap is reached, here or before this chunk).

@@ -1,0 +1,198 @@
+//! The fast paths give the full reading's answer: a WARN repeat dropped on its rule's cause
+//! alone, and the keyword tests that a Bloom filter of byte pairs answers first.
+
+use proptest::prelude::*;
+
+use super::events::{self, Event};
+use super::line::Level;
+use super::{Analyzer, ReadOptions, Report};
+
+/// Every keyword the WARN rules test for, and pieces of the fields they take out.
+const PIECES: &[&str] = &[
+    "Got completion",
+    "from peer 10.0.0.2<41237> ",
+    "with error 12, ",
+    "with status=5 ",
+    "status=12 ",
+    "status=transport retry counter exceeded(12) ",
+    "vendor err 129 ",
+    "localGid ::ffff:10.0.0.1 ",
+    "remoteGids::ffff:10.0.0.2 ",
+    " hca mlx5_3",
+    "async event",
+    "async fatal event",
+    " : port error",
+    " : GID table change",
+    "ibv_modify_qp",
+    "ibv_reg_mr",
+    "ibv_reg_dmabuf_mr",
+    "ibv_open_device",
+    "Unable to open device",
+    "Failed to open libibverbs",
+    "Call to ibv_",
+    "ibv_",
+    "failed",
+    "Cuda failure",
+    "CUDA failure",
+    "cuda failure",
+    "cudaMalloc",
+    "cuMem",
+    "out of memory",
+    "shared memory",
+    "/dev/shm",
+    "shm_open",
+    "posix_fallocate",
+    "Duplicate GPU detected",
+    "rank 3 ",
+    "mismatch in rank count",
+    "has already checked in",
+    "no socket interface found",
+    "no usable interface",
+    "No usable listening interface",
+    "no interface found",
+    "nor AF_INET6",
+    "Connection closed by remote peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote process exited",
+    "PollConnect",
+    "Call to connect",
+    "exceeded retries",
+    "connect() failed",
+    "Connect to",
+    "connect to",
+    " 10.1.2.3<50917>",
+    "returned",
+    " 111(Connection refused)",
+    "Proxy Service",
+    "[Service thread]",
+    "Proxy Call",
+    "ncclProxyConnect",
+    "retcode 3",
+    "res=6",
+    "Message truncated",
+    "Mismatched NCCL version",
+    "version mismatch",
+    "collective mismatch",
+    "Mismatched collective",
+    "Could not open XML topology file",
+    "NET/Plugin",
+    "NET/IB : ",
+    "Got",
+    "timeout",
+    "exceeded",
+    " ",
+    ", ",
+    ":",
+    "Conne",
+    "fail",
+    "ibv",
+];
+
+fn message(picks: &[(usize, u8)]) -> String {
+    let mut m = String::new();
+    for &(i, junk) in picks {
+        m.push_str(PIECES[i % PIECES.len()]);
+        // Stray bytes between the pieces, so that keywords are also cut and glued.
+        if junk % 3 == 0 {
+            m.push(char::from(b'a' + junk % 26));
+        }
+    }
+    m
+}
+
+fn read(log: &str, full_path: bool, threads: usize) -> Report {
+    let mut a = Analyzer::new();
+    a.full_path = full_path;
+    let opts = ReadOptions {
+        threads,
+        chunk_bytes: 512,
+    };
+    a.read_with("random.log", log.as_bytes(), &opts).unwrap();
+    a.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Lines of random WARNs (and INFOs) from a few processes, repeats included: dropping
+    /// repeats on the rule's cause gives the report that reading every line in full gives.
+    #[test]
+    fn dropping_warn_repeats_early_gives_the_full_report(
+        lines in proptest::collection::vec(
+            (0usize..6, 0usize..3, any::<bool>(), proptest::collection::vec((0usize..200, any::<u8>()), 0..5)),
+            1..80,
+        ),
+    ) {
+        let mut log = String::new();
+        for (proc_, label, warn, picks) in &lines {
+            let level = if *warn { "WARN" } else { "INFO" };
+            // Processes with and without a pid, behind launcher labels or not.
+            let hdr = match proc_ {
+                0 => format!("node{label}:100:101 [0] misc/socket.cc:49"),
+                1 => format!("{label}: node1:200:201 [1]"),
+                2 => format!("[rank{label}]:node2 [2]"),
+                3 => "<hostname>:<pid> [3]".to_string(),
+                4 => String::new(),
+                _ => format!("[1,{label}]<stdout>:node5:500:501 [5]"),
+            };
+            log.push_str(&format!("{hdr} NCCL {level} {}\n", message(picks)));
+        }
+        let full = read(&log, true, 1);
+        prop_assert!(read(&log, false, 1) == full, "one thread:\n{log}");
+        prop_assert!(read(&log, false, 3) == full, "three threads:\n{log}");
+    }
+
+    /// The cause a rule gives without reading the fields is the event's cause.
+    #[test]
+    fn a_rules_cheap_cause_is_its_events_cause(picks in proptest::collection::vec((0usize..200, any::<u8>()), 0..6)) {
+        // classify reads the message trimmed, as the analyser's WARN path does.
+        let m = message(&picks);
+        let m = m.trim();
+        let rule = events::warn_rule(m);
+        let ev = rule.event(m);
+        if let Some(cause) = rule.cause(m) {
+            match &ev {
+                Event::Failure(f) => {
+                    prop_assert_eq!(f.cause, cause, "{}", m);
+                    prop_assert_eq!((f.rank, f.seq), (None, None), "{}", m);
+                }
+                other => prop_assert!(false, "{m}: {other:?}"),
+            }
+        }
+        prop_assert_eq!(events::classify(Level::Warn, m), Some(ev));
+    }
+
+    /// The Bloom filter never hides a keyword: the rule is the one plain searches give.
+    #[test]
+    fn the_filtered_keyword_tests_match_plain_searches(picks in proptest::collection::vec((0usize..200, any::<u8>()), 0..6)) {
+        let m = message(&picks);
+        prop_assert_eq!(events::warn_rule(&m), events::warn_rule_plain(&m), "{}", m);
+    }
+}
+
+#[test]
+fn rules_cover_the_corpus_warns() {
+    // Every WARN of the corpus, read both ways, gives one report.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-logs");
+    let mut rules = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+        // Each log twice over: the second copy is all repeats.
+        let twice = format!("{text}\n{text}");
+        assert!(read(&twice, false, 1) == read(&twice, true, 1), "{}", p.display());
+        for l in text.lines() {
+            if let Some(i) = l.find("NCCL WARN ") {
+                rules.insert(format!("{:?}", events::warn_rule(l[i + 10..].trim())));
+            }
+        }
+    }
+    assert!(
+        rules.len() >= 8,
+        "the corpus should exercise most rules: {rules:?}"
+    );
+}
