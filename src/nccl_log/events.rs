@@ -124,7 +124,10 @@ pub(super) fn find(hay: &str, needle: &str) -> Option<usize> {
     let mut from = 0;
     while let Some(j) = memchr::memchr(first, &h[from..]) {
         let at = from + j;
-        if h[at + 1..].starts_with(rest) {
+        // The second byte first, inline: a needle that starts with a space or a common
+        // letter has dozens of false starts per line, each a memcmp call otherwise.
+        let second = rest.first().is_none_or(|b| h.get(at + 1) == Some(b));
+        if second && h[at + 1..].starts_with(rest) {
             return Some(at);
         }
         from = at + 1;

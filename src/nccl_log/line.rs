@@ -332,13 +332,11 @@ pub fn scan_marks(s: &str, marks: Marks) -> Records<'_> {
     }
 }
 
-/// The message of the record whose marker starts at `at`, as [`scan_marks`] gives it.
-pub fn message_at(s: &str, at: usize) -> &str {
-    let msg = s[at..]
-        .split_once(' ')
-        .and_then(|x| x.1.split_once(' '))
-        .map_or("", |x| x.1);
-    trim_debris(msg)
+/// The message of the record whose marker (`NCCL LEVEL `, see [`marks`]) starts at `at`, as
+/// [`scan_marks`] gives it: what follows the marker.
+pub fn message_at(s: &str, at: usize, level: Level) -> &str {
+    let len = MARKERS.iter().find(|m| m.1 == level).map_or(0, |m| m.0.len());
+    trim_debris(s.get(at + len..).unwrap_or(""))
 }
 
 /// Markdown debris around a pasted line (`_..._`, `**...**`, backticks).
@@ -629,14 +627,15 @@ mod tests {
             "h:1:2 [-1] NCCL INFO x`** ",
             "h:1:2 [0] NCCL WARN ",
             "h:1:2 [0] NCCL INFO  y",
+            "h:1:2 [0] NCCL TRACE z",
         ] {
-            let Marks::One(at, _) = marks(l) else {
+            let Marks::One(at, level) = marks(l) else {
                 panic!("{l}")
             };
             let Records::One(_, n) = scan(l) else {
                 panic!("{l}")
             };
-            assert_eq!(message_at(l, at), n.msg, "{l}");
+            assert_eq!(message_at(l, at, level), n.msg, "{l}");
         }
     }
 

@@ -255,7 +255,7 @@ impl Analyzer {
         if let line::Marks::One(at, level) = marks {
             if let Some(h) = self.headers.get(&s.as_bytes()[..at]).filter(|_| !self.full_path) {
                 let h = h.clone();
-                return self.feed_message(file, line_no, s, h, level, line::message_at(s, at));
+                return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
             }
         }
         let recs = match line::scan_marks(s, marks) {
