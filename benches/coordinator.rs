@@ -272,14 +272,12 @@ fn print_stats(label: &str, st: &LoopStats) {
 }
 
 type Ended = (CoordinatorReport, Instant);
+/// Each rail's rows as its sink saw them: (rail, size, when).
+type Rows = Arc<Mutex<Vec<(u32, u64, Instant)>>>;
 
 /// R coordinators on loopback, each its own thread (as `ring --rails` runs them), N/R ranks
 /// each; the row sink of each notes (rail, size, when).
-fn start_coordinators(
-    n: u32,
-    rails: u32,
-    rows: &Arc<Mutex<Vec<(u32, u64, Instant)>>>,
-) -> (Vec<SocketAddr>, Vec<thread::JoinHandle<Ended>>) {
+fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<thread::JoinHandle<Ended>>) {
     let per = n / rails;
     let stop = Arc::new(RailStop::default());
     *ENDED.lock().unwrap() = vec![None; rails as usize];
@@ -380,7 +378,7 @@ fn coordinator_side(n: u32, rails: u32) {
             .unwrap_or_default()
             .trim()
     );
-    let rows: Arc<Mutex<Vec<(u32, u64, Instant)>>> = Arc::default();
+    let rows: Rows = Arc::default();
     let cpu0 = cpu_self();
     let t_start = Instant::now();
     let (addrs, coords) = start_coordinators(n, rails, &rows);

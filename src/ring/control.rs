@@ -199,6 +199,8 @@ pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireErr
 }
 
 /// What the event loop saw.
+// One per message read and handled at once: boxing every message would cost more than the size.
+#[allow(clippy::large_enum_variant)]
 pub enum Happening {
     /// A message, and when its bytes were read.
     Msg(Rank, Msg, Instant),

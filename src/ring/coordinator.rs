@@ -2862,9 +2862,10 @@ mod tests {
         }
         let rep = coord.join().unwrap();
         let calls = CALLS.load(Ordering::Relaxed);
-        // 2.5 s of run: every tick would be about 25 calls.
+        // About one a second (a loaded machine stretches the 2.5 s run); every tick would be
+        // ten a second.
         assert!(
-            (1..=5).contains(&calls),
+            calls >= 1 && calls <= rep.run_ms / 1000 + 2,
             "{calls} judge calls in {} ms",
             rep.run_ms
         );
