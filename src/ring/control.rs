@@ -3,7 +3,7 @@
 //! its own, so a rank that stops reading delays nobody else and is named when its queue
 //! stays stuck past the deadline (see [`Plane::stuck`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -84,26 +84,33 @@ impl Conn {
         })
     }
 
-    /// Read what the socket has (up to the budget); complete frames go to `msgs`. An error
-    /// ends the connection: closed, reset, garbage, or a frame over the limit.
-    fn read(&mut self, msgs: &mut Vec<Msg>) -> Result<(), WireError> {
-        let mut chunk = [0u8; 64 << 10];
+    /// Read what the socket has (up to the budget); complete frames go to `msgs` with the
+    /// time their last bytes were read (a heartbeat is stamped when it arrives, not when the
+    /// loop gets to it). An error ends the connection: closed, reset, garbage, or a frame
+    /// over the limit.
+    fn read(&mut self, chunk: &mut [u8], msgs: &mut Vec<(Msg, Instant)>) -> Result<(), WireError> {
         let mut budget = READ_BUDGET;
         self.more_to_read = false;
+        let mut got = Vec::new();
         loop {
             if budget == 0 {
                 self.more_to_read = true;
                 break;
             }
-            match self.s.read(&mut chunk) {
+            match self.s.read(chunk) {
                 Ok(0) => {
-                    take_frames(&mut self.rbuf, msgs)?;
+                    take_frames(&mut self.rbuf, &mut got)?;
+                    msgs.extend(got.drain(..).map(|m| (m, Instant::now())));
                     return Err(WireError::Closed);
                 }
                 Ok(k) => {
                     budget = budget.saturating_sub(k);
                     self.rbuf.extend_from_slice(&chunk[..k]);
-                    take_frames(&mut self.rbuf, msgs)?;
+                    take_frames(&mut self.rbuf, &mut got)?;
+                    if !got.is_empty() {
+                        let at = Instant::now();
+                        msgs.extend(got.drain(..).map(|m| (m, at)));
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -128,8 +135,10 @@ impl Conn {
         Ok(())
     }
 
-    /// Write what the socket takes now. An error means the connection is gone.
-    fn flush(&mut self, now: Instant) -> io::Result<()> {
+    /// Write what the socket takes now; true when the last frame of the table went out just
+    /// now. An error means the connection is gone.
+    fn flush(&mut self, now: Instant) -> io::Result<bool> {
+        let mut table_now = false;
         while let Some(head) = self.out.front() {
             match self.s.write(&head[self.head_off..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -144,6 +153,7 @@ impl Conn {
                             self.table_frames_left -= 1;
                             if self.table_frames_left == 0 {
                                 self.table_done = Some(now);
+                                table_now = true;
                             }
                         }
                     }
@@ -156,7 +166,7 @@ impl Conn {
         if self.out.is_empty() {
             self.stuck_since = None;
         }
-        Ok(())
+        Ok(table_now)
     }
 }
 
@@ -189,8 +199,11 @@ pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireErr
 }
 
 /// What the event loop saw.
+// One per message read and handled at once: boxing every message would cost more than the size.
+#[allow(clippy::large_enum_variant)]
 pub enum Happening {
-    Msg(Rank, Msg),
+    /// A message, and when its bytes were read.
+    Msg(Rank, Msg, Instant),
     /// The connection ended (closed, reset, garbage, a frame over the limit).
     Closed(Rank, WireError),
 }
@@ -204,6 +217,24 @@ pub struct Plane {
     woken: bool,
     /// Connections whose read budget ran out: read again without waiting.
     again: Vec<usize>,
+    /// Connections with queued bytes: the only ones [`Plane::stuck`] looks at (O(backlog)
+    /// per tick, not O(world)).
+    backlog: BTreeSet<usize>,
+    /// Ranks whose whole table went out since the last [`Plane::take_tables_done`].
+    tables_done: Vec<(Rank, Instant)>,
+    /// Where the loop's time went (see [`PlaneStats`]).
+    pub stats: PlaneStats,
+    /// The last wait left input unread (its event list was full, or a read budget ran out).
+    behind: bool,
+}
+
+/// The event loop's own time: blocked in `poll` (idle), and reading/writing sockets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlaneStats {
+    pub polls: u64,
+    pub idle: Duration,
+    pub io: Duration,
+    pub msgs: u64,
 }
 
 impl Plane {
@@ -218,7 +249,38 @@ impl Plane {
             waker,
             woken: false,
             again: Vec::new(),
+            backlog: BTreeSet::new(),
+            tables_done: Vec::new(),
+            stats: PlaneStats::default(),
+            behind: false,
         })
+    }
+
+    /// After a push or a flush of connection `i`: track its backlog, and a table that just
+    /// went out. An error closes nothing here (the next read sees it).
+    fn after_io(&mut self, i: usize, flushed: io::Result<bool>, now: Instant) -> io::Result<()> {
+        let Some(c) = self.conns.get(i).and_then(Option::as_ref) else {
+            self.backlog.remove(&i);
+            return Ok(());
+        };
+        if c.out.is_empty() {
+            self.backlog.remove(&i);
+        } else {
+            self.backlog.insert(i);
+        }
+        match flushed {
+            Ok(true) => {
+                self.tables_done.push((i as Rank, now));
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ranks whose whole table went out since the last call, and when.
+    pub fn take_tables_done(&mut self) -> Vec<(Rank, Instant)> {
+        std::mem::take(&mut self.tables_done)
     }
 
     /// For the door: wakes [`Plane::wait`] when a connection finished its hello.
@@ -251,6 +313,7 @@ impl Plane {
         if let Some(c) = self.conns.get_mut(r as usize).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut SourceFd(&c.s.as_raw_fd()));
         }
+        self.backlog.remove(&(r as usize));
     }
 
     pub fn has(&self, r: Rank) -> bool {
@@ -284,7 +347,8 @@ impl Plane {
         };
         c.push(f, now)?;
         // A write error shows up as the connection's end on the next read.
-        let _ = c.flush(now);
+        let flushed = c.flush(now);
+        let _ = self.after_io(r as usize, flushed, now);
         Ok(())
     }
 
@@ -306,23 +370,43 @@ impl Plane {
         for f in frames {
             c.push(f, now)?;
         }
-        let _ = c.flush(now);
+        let flushed = c.flush(now);
+        let _ = self.after_io(r as usize, flushed, now);
         Ok(())
     }
 
-    /// A small message (a ping) for every rank whose queue is empty: a ping behind queued
-    /// data would tell nothing more, and must not grow the queue of a rank that stopped reading.
-    pub fn ping_idle(&mut self, f: &Frame, now: Instant) {
-        for c in self.conns.iter_mut().flatten() {
+    /// A small message (a ping) for each rank in `ranks` that `want`s one and whose queue is
+    /// empty: a ping behind queued data would tell nothing more, and must not grow the queue
+    /// of a rank that stopped reading. Returns how many went out.
+    pub fn ping_idle(
+        &mut self,
+        f: &Frame,
+        ranks: std::ops::Range<Rank>,
+        now: Instant,
+        want: impl Fn(Rank) -> bool,
+    ) -> u64 {
+        let mut sent = 0;
+        for i in ranks.start as usize..(ranks.end as usize).min(self.conns.len()) {
+            if !want(i as Rank) {
+                continue;
+            }
+            let Some(c) = self.conns[i].as_mut() else { continue };
             if c.out.is_empty() && c.push(f.clone(), now).is_ok() {
-                let _ = c.flush(now);
+                let flushed = c.flush(now);
+                let _ = self.after_io(i, flushed, now);
+                sent += 1;
             }
         }
+        sent
     }
 
     /// Bytes queued on every connection together.
     pub fn queued(&self) -> usize {
-        self.conns.iter().flatten().map(|c| c.out_bytes).sum()
+        self.backlog
+            .iter()
+            .filter_map(|&i| self.conns.get(i).and_then(Option::as_ref))
+            .map(|c| c.out_bytes)
+            .sum()
     }
 
     /// When rank `r`'s whole table was handed to its socket.
@@ -333,11 +417,10 @@ impl Plane {
     /// Ranks whose queued bytes have waited at least `deadline` with no byte taken: with the
     /// bytes still queued and how long.
     pub fn stuck(&self, now: Instant, deadline: Duration) -> Vec<(Rank, usize, Duration)> {
-        self.conns
+        self.backlog
             .iter()
-            .enumerate()
-            .filter_map(|(r, c)| {
-                let c = c.as_ref()?;
+            .filter_map(|&r| {
+                let c = self.conns.get(r)?.as_ref()?;
                 let since = c.stuck_since?;
                 let d = now.saturating_duration_since(since);
                 (d >= deadline && c.out_bytes > 0).then_some((r as Rank, c.out_bytes, d))
@@ -345,17 +428,28 @@ impl Plane {
             .collect()
     }
 
+    /// Did the last [`Plane::wait`] leave input unread (more sockets ready than its event
+    /// list holds, or a connection's read budget ran out)? Then a rank's silence may be the
+    /// loop's own lag, not the rank's.
+    pub fn behind(&self) -> bool {
+        self.behind
+    }
+
     /// Wait up to `timeout` for input and room to write; returns the messages read and the
     /// connections that ended, in arrival order per connection.
     pub fn wait(&mut self, timeout: Duration) -> Vec<Happening> {
         let again = std::mem::take(&mut self.again);
         let timeout = if again.is_empty() { timeout } else { Duration::ZERO };
+        let t0 = Instant::now();
         if let Err(e) = self.poll.poll(&mut self.events, Some(timeout))
             && e.kind() != io::ErrorKind::Interrupted
         {
             // Never spin on a failing poll.
             std::thread::sleep(timeout.min(Duration::from_millis(10)));
         }
+        let t1 = Instant::now();
+        self.stats.polls += 1;
+        self.stats.idle += t1 - t0;
         let mut readable: Vec<usize> = again;
         let mut writable: Vec<usize> = Vec::new();
         for ev in self.events.iter() {
@@ -370,33 +464,39 @@ impl Plane {
                 writable.push(ev.token().0);
             }
         }
-        let now = Instant::now();
+        let now = t1;
         let mut out = Vec::new();
         for i in writable {
-            if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut)
-                && let Err(e) = c.flush(now)
-            {
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            let flushed = c.flush(now);
+            if let Err(e) = self.after_io(i, flushed, now) {
                 out.push(Happening::Closed(i as Rank, e.into()));
                 self.remove(i as Rank);
             }
         }
         readable.sort_unstable();
         readable.dedup();
+        let mut chunk = vec![0u8; 64 << 10];
+        let mut msgs = Vec::new();
         for i in readable {
             let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
-            let mut msgs = Vec::new();
-            let res = c.read(&mut msgs);
+            let res = c.read(&mut chunk, &mut msgs);
             if c.more_to_read {
                 self.again.push(i);
             }
-            out.extend(msgs.into_iter().map(|m| Happening::Msg(i as Rank, m)));
+            self.stats.msgs += msgs.len() as u64;
+            out.extend(msgs.drain(..).map(|(m, at)| Happening::Msg(i as Rank, m, at)));
             if let Err(e) = res {
                 out.push(Happening::Closed(i as Rank, e));
                 self.remove(i as Rank);
             }
         }
+        self.stats.io += t1.elapsed();
+        self.behind = !self.again.is_empty() || self.events.iter().count() >= self.events.capacity();
         out
     }
 }
