@@ -305,7 +305,7 @@ fn links_deltas_between_two_snapshots() {
     assert!(near(&x["line_rate_pct"], 76.0 / 30.0 * 8.0 / 400.0 * 100.0), "{x}");
     // Not a data counter: events per second only.
     assert!(counter(2, "symbol_error")["rate_gbs"].is_null());
-    assert!(table.contains("+76000000000 B  2.53 GB/s (5.1% of line rate)"), "{table}");
+    assert!(table.contains("+76000000000 B  2.5 GB/s (5.1% of line rate)"), "{table}");
     assert_eq!(counter(2, "symbol_error")["delta"]["value"], 4699);
     assert_eq!(counter(3, "symbol_error")["delta"]["kind"], "saturated");
     assert_eq!(counter(3, "symbol_error")["delta"]["at_least"], 5);

@@ -1096,6 +1096,55 @@ fn ports_of<'a>(l: &'a LinksReport, layer: &str) -> Vec<(&'a LinkDevice, &'a Lin
         .collect()
 }
 
+/// A port's NIC against a policy's PCIe minimum, one shape for both attributes:
+/// `pcie_gen_min` (the link speed's generation) and `pcie_width_min` (its width). An
+/// unreadable attribute is not evaluated; below the minimum is a violation with the reading,
+/// the minimum, the BDF and the fix.
+fn pcie_minimum(key: &str, attr: &str, min: u64, d: &LinkDevice, s: &str) -> Option<Finding> {
+    let link = d.attrs.pci_link.as_ref();
+    let gen_check = attr == "pcie_gen_min";
+    // (the value compared, its sysfs reading, the message) when the attribute was read.
+    let reading: Option<(u64, Value, String)> = if gen_check {
+        link.and_then(|l| l.current_speed.as_ref()).map(|sp| {
+            let msg = format!("{}'s PCIe link runs at {}, below Gen{min}", d.name, sp.raw);
+            (
+                sp.generation.map(u64::from).unwrap_or(0),
+                json!(sp.raw.as_str()),
+                msg,
+            )
+        })
+    } else {
+        link.and_then(|l| l.current_width).map(|w| {
+            let msg = format!("{}'s PCIe link is x{w}, below x{min}", d.name);
+            (w as u64, json!(w), msg)
+        })
+    };
+    let (sysfs, fix_head) = if gen_check {
+        (
+            "current_link_speed",
+            "reseat the adapter; check the slot's BIOS PCIe speed setting",
+        )
+    } else {
+        (
+            "current_link_width",
+            "reseat the adapter or move it to a x16 slot",
+        )
+    };
+    let Some((value, raw, message)) = reading else {
+        return Some(not_evaluated(key, format!("{}: no {sysfs}", d.name)));
+    };
+    (value < min).then(|| {
+        violation(key, s, message)
+            .evidence(sysfs, raw)
+            .evidence(attr, min)
+            .evidence("pci_bdf", d.attrs.pci_bdf.clone())
+            .fix(format!(
+                "{fix_head}; {}",
+                crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
+            ))
+    })
+}
+
 fn subject(d: &LinkDevice, p: &LinkPort) -> String {
     format!("{}/{}", d.name, p.port)
 }
@@ -1211,51 +1260,12 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                 _ => {}
             }
         }
-        let link = d.attrs.pci_link.as_ref();
-        if let Some(min) = r.pcie_gen_min {
-            match link.and_then(|l| l.current_speed.as_ref()) {
-                None => out.push(not_evaluated(
-                    &key("pcie_gen_min"),
-                    format!("{}: no current_link_speed", d.name),
-                )),
-                Some(sp) if sp.generation.map(u64::from).unwrap_or(0) < min => out.push(
-                    violation(
-                        &key("pcie_gen_min"),
-                        &s,
-                        format!("{}'s PCIe link runs at {}, below Gen{min}", d.name, sp.raw),
-                    )
-                    .evidence("current_link_speed", sp.raw.as_str())
-                    .evidence("pcie_gen_min", min)
-                    .evidence("pci_bdf", d.attrs.pci_bdf.clone())
-                    .fix(format!(
-                        "reseat the adapter; check the slot's BIOS PCIe speed setting; {}",
-                        crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
-                    )),
-                ),
-                _ => {}
-            }
-        }
-        if let Some(min) = r.pcie_width_min {
-            match link.and_then(|l| l.current_width) {
-                None => out.push(not_evaluated(
-                    &key("pcie_width_min"),
-                    format!("{}: no current_link_width", d.name),
-                )),
-                Some(w) if (w as u64) < min => out.push(
-                    violation(
-                        &key("pcie_width_min"),
-                        &s,
-                        format!("{}'s PCIe link is x{w}, below x{min}", d.name),
-                    )
-                    .evidence("current_link_width", w)
-                    .evidence("pcie_width_min", min)
-                    .evidence("pci_bdf", d.attrs.pci_bdf.clone())
-                    .fix(format!(
-                        "reseat the adapter or move it to a x16 slot; {}",
-                        crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
-                    )),
-                ),
-                _ => {}
+        for (k, min) in [
+            ("pcie_gen_min", r.pcie_gen_min),
+            ("pcie_width_min", r.pcie_width_min),
+        ] {
+            if let Some(min) = min {
+                out.extend(pcie_minimum(&key(k), k, min, d, &s));
             }
         }
         if !r.fw_ver.is_empty() {

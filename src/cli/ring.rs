@@ -597,7 +597,8 @@ impl RowPrinter {
         progress: Option<indicatif::ProgressBar>,
         rank0_note: Option<String>,
     ) -> Option<Arc<RowPrinter>> {
-        (fmt == Format::Table && opts.sweep).then(|| {
+        use std::io::IsTerminal;
+        streams_rows(fmt, opts.sweep, std::io::stdout().is_terminal()).then(|| {
             Arc::new(RowPrinter {
                 launcher: LauncherInfo::of(id),
                 options: opts.clone(),
@@ -655,6 +656,14 @@ impl RowPrinter {
     fn shown(&self) -> Vec<u64> {
         self.shown.lock().map(|s| s.0.clone()).unwrap_or_default()
     }
+}
+
+/// Rows go out as each size completes only to a terminal, where someone watches the run;
+/// a pipe or a file gets the whole report at the end, verdict first like every other
+/// command (what `head -1`, a log or a ticket should show), and a watcher of a redirected
+/// run has the progress line on stderr.
+fn streams_rows(fmt: Format, sweep: bool, stdout_tty: bool) -> bool {
+    fmt == Format::Table && sweep && stdout_tty
 }
 
 fn print_report(
@@ -1180,6 +1189,15 @@ fn first_rank(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_stream_to_a_terminal_only() {
+        assert!(streams_rows(Format::Table, true, true));
+        // A pipe or a file: the report at the end, verdict first.
+        assert!(!streams_rows(Format::Table, true, false));
+        assert!(!streams_rows(Format::Json, true, true));
+        assert!(!streams_rows(Format::Table, false, true));
+    }
 
     #[test]
     fn sizes_parse_like_nccl_tests() {

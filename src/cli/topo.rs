@@ -120,7 +120,10 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
         _ => {
             // stdout stays nvidia-smi's layout for scripts that parse it; the verdict goes to stderr.
             eprint!("{}", crate::render::text::verdict_line("topo", &findings));
-            crate::render::topo::table(&report, &findings, a.nccl)
+            // Split to the terminal's width only on a terminal: piped, the bytes stay nvidia-smi's.
+            use std::io::IsTerminal;
+            let fit = crate::render::text::width().filter(|_| std::io::stdout().is_terminal());
+            crate::render::topo::table_fit(&report, &findings, a.nccl, fit)
         }
     };
     emit(&text).context("writing the report")?;

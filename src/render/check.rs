@@ -6,6 +6,7 @@ use crate::check::run::CheckReport;
 use crate::check::sweep::SweepReport;
 use crate::finding::{Finding, Severity};
 use crate::host::FactsState;
+use crate::render::text;
 
 fn upper(s: Severity) -> &'static str {
     match s {
@@ -87,18 +88,32 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
             smp.baseline
         );
     }
+    // The header's lines wrap too (a long CPU model, many device holders).
+    // The first line, the verdict, stays whole for the scripts that read it.
+    let mut s: String = s
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                format!("{l}\n")
+            } else {
+                text::wrap("", l, 2)
+            }
+        })
+        .collect();
     if findings.is_empty() {
         s.push_str("\nno findings\n");
     }
     for f in findings {
-        let _ = writeln!(s, "\n{}  {}  {}", upper(f.severity), f.id, f.subject);
-        let _ = writeln!(s, "      {}", f.message);
+        let head = format!("\n{}  {}  ", upper(f.severity), f.id);
+        s.push_str(&text::wrap(&head, &f.subject, 6));
+        s.push_str(&text::wrap("      ", &f.message, 6));
         if !f.evidence.is_empty() {
             let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let _ = writeln!(s, "      evidence: {}", ev.join(" "));
+            s.push_str(&text::wrap("      evidence: ", &ev.join(" "), 16));
         }
         if let Some(fix) = &f.fix {
-            let _ = writeln!(s, "      fix: {fix}");
+            s.push_str(&text::wrap_remedy("      fix: ", fix, 11));
         }
     }
     s
@@ -166,23 +181,25 @@ pub fn sweep_table(r: &SweepReport) -> String {
                 g.node_count,
                 short_list(&g.nodes)
             );
-            let _ = writeln!(s, "  {:<36}        e.g. {}", "", g.example);
+            s.push_str(&text::wrap(&format!("  {:<36}        e.g. ", ""), &g.example, 47));
         }
     }
     if !r.outliers.is_empty() {
         s.push_str("\nDIFFERENT FROM THEIR PEERS\n");
         for o in &r.outliers {
-            let _ = writeln!(
-                s,
-                "  {:<20} {:<16} {}  (majority {}: {} of {} nodes){}",
-                o.node,
-                o.key,
+            let said = format!(
+                "{}  (majority {}: {} of {} nodes){}",
                 o.value,
                 o.majority_value,
                 o.majority_nodes,
                 o.nodes_compared,
                 if o.node_failed { "  [failed]" } else { "" }
             );
+            s.push_str(&text::wrap(
+                &format!("  {:<20} {:<16} ", o.node, o.key),
+                &said,
+                40,
+            ));
         }
     }
     if !r.no_majority.is_empty() {
@@ -195,26 +212,28 @@ pub fn sweep_table(r: &SweepReport) -> String {
     if !r.unreadable.is_empty() {
         s.push_str("\nMISSING OR UNREADABLE REPORTS\n");
         for u in &r.unreadable {
-            let _ = writeln!(
-                s,
-                "  {:<20} {:<18} {}  ({})",
+            let lead = format!(
+                "  {:<20} {:<18} ",
                 u.node.as_deref().unwrap_or("?"),
-                u.problem.as_str(),
-                u.detail,
-                u.source
+                u.problem.as_str()
             );
+            s.push_str(&text::wrap(&lead, &format!("{}  ({})", u.detail, u.source), 42));
         }
     }
     if !r.notes.is_empty() {
         s.push_str("\nNOTES\n");
         for n in &r.notes {
-            let _ = writeln!(s, "  {n}");
+            s.push_str(&text::wrap("  ", n, 4));
         }
     }
     if !r.bad_nodes.is_empty() {
         s.push_str("\nDRAIN\n");
         for b in &r.bad_nodes {
-            let _ = writeln!(s, "  {:<20} {}", b.node, b.reasons.join("; "));
+            s.push_str(&text::wrap(
+                &format!("  {:<20} ", b.node),
+                &b.reasons.join("; "),
+                23,
+            ));
         }
     }
     s

@@ -67,22 +67,42 @@ pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
         return format!("{m}\n");
     }
-    let mut rows = vec![
-        [
-            "DEVICE",
-            "PORT",
-            "INDEX",
-            "GID",
-            "IPv4",
-            "VER",
-            "NETDEV",
-            "LINK",
-            "PICKED BY",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>(),
-    ];
+    let mut out = table_rows(r, text::width());
+    out.push('\n');
+    for p in &r.ports {
+        out.push_str(&choice_line(p));
+    }
+    text::verdict_first("gids", findings, out)
+}
+
+/// The GID table within `width`: every column while it fits; on a narrower terminal the
+/// compact form, one GID a line: device/port in one column, an IPv4-mapped GID written
+/// `::ffff:a.b.c.d` (the same 16 bytes; the IPv4 column then says nothing new), and the
+/// port's link layer and picks left to the lines under the table, which state them.
+fn table_rows(r: &GidsReport, width: Option<usize>) -> String {
+    let full = columns_plain(&full_rows(r));
+    match width {
+        Some(w) if full.lines().any(|l| l.chars().count() > w) => columns_fit(&compact_rows(r), Some(w)),
+        _ => full,
+    }
+}
+
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn full_rows(r: &GidsReport) -> Vec<Vec<String>> {
+    let mut rows = vec![header(&[
+        "DEVICE",
+        "PORT",
+        "INDEX",
+        "GID",
+        "IPv4",
+        "VER",
+        "NETDEV",
+        "LINK",
+        "PICKED BY",
+    ])];
     for p in &r.ports {
         for e in &p.entries {
             let mut pick = Vec::new();
@@ -105,12 +125,34 @@ pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
             ]);
         }
     }
-    let mut out = columns(&rows);
-    out.push('\n');
+    rows
+}
+
+fn compact_rows(r: &GidsReport) -> Vec<Vec<String>> {
+    let mut rows = vec![header(&["DEV/PORT", "IDX", "GID", "VER", "NETDEV"])];
     for p in &r.ports {
-        out.push_str(&choice_line(p));
+        for e in &p.entries {
+            rows.push(vec![
+                format!("{}/{}", p.device, p.port),
+                e.index.to_string(),
+                compact_gid(&e.gid),
+                e.roce_version.clone().unwrap_or_else(|| "?".into()),
+                e.netdev.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
     }
-    text::verdict_first("gids", findings, out)
+    rows
+}
+
+/// An IPv4-mapped GID as `::ffff:10.20.1.17` (RFC 4291's notation of the same bytes); any
+/// other GID in the kernel's full form, as `show_gids` and `ibv_devinfo -v` print it.
+fn compact_gid(g: &crate::sysfs::infiniband::Gid) -> String {
+    let b = g.0;
+    if b[..10] == [0; 10] && b[10..12] == [0xff, 0xff] {
+        format!("::ffff:{}.{}.{}.{}", b[12], b[13], b[14], b[15])
+    } else {
+        g.full()
+    }
 }
 
 fn choice_line(p: &GidPort) -> String {
@@ -207,4 +249,62 @@ pub fn prom(r: &GidsReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> GidsReport {
+        let host =
+            crate::host::Host::snapshot(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-sxm-8gpu"))
+                .unwrap();
+        crate::probe::gids::probe(&host, &Default::default())
+    }
+
+    /// At 80 columns each GID stays on one line, whole; as wide as it likes, every column.
+    #[test]
+    fn readable_at_80_columns() {
+        let r = report();
+        let full = table_rows(&r, None);
+        assert!(full.lines().any(|l| l.len() > 80), "{full}");
+        assert!(full.starts_with("DEVICE  PORT  INDEX  GID"), "{full}");
+        assert_eq!(table_rows(&r, Some(200)), full);
+        let narrow = table_rows(&r, Some(80));
+        assert_eq!(
+            narrow.lines().count(),
+            full.lines().count(),
+            "a GID wrapped:\n{narrow}"
+        );
+        for l in narrow.lines() {
+            assert!(l.chars().count() <= 80, "{l}");
+        }
+        assert!(narrow.starts_with("DEV/PORT"), "{narrow}");
+        for gid in ["fe80:0000:0000:0000:946d:ae03:00a1:b207", "::ffff:10.20.1.17"] {
+            assert!(
+                narrow.lines().any(|l| l.split_whitespace().any(|w| w == gid)),
+                "{gid}:\n{narrow}"
+            );
+        }
+        // Nothing the compact form leaves out is lost: the lines under it name the picks.
+        assert!(table(&r, &[]).contains("NCCL index"));
+    }
+
+    #[test]
+    fn ipv4_mapped_gid_in_its_short_form_only() {
+        let g = |s: &str| crate::sysfs::infiniband::parse_gid(s).unwrap();
+        assert_eq!(
+            compact_gid(&g("0000:0000:0000:0000:0000:ffff:0a14:0111")),
+            "::ffff:10.20.1.17"
+        );
+        assert_eq!(
+            compact_gid(&g("fe80:0000:0000:0000:946d:ae03:00a1:b207")),
+            "fe80:0000:0000:0000:946d:ae03:00a1:b207"
+        );
+        // An IPv4-compatible (not mapped) GID is not an IPv4 address: full form.
+        assert_eq!(
+            compact_gid(&g("0000:0000:0000:0000:0000:0000:0a14:0111")),
+            "0000:0000:0000:0000:0000:0000:0a14:0111"
+        );
+    }
 }

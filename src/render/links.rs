@@ -98,22 +98,9 @@ fn rate_text(c: &Counter) -> String {
                 .line_rate_pct
                 .map(|p| format!(" ({p:.1}% of line rate)"))
                 .unwrap_or_default();
-            format!("{} GB/s{pct}", gbs_text(g))
+            format!("{}{pct}", text::rate(g))
         }
         (Some(r), None) => format!("{:.2}/s", r),
-    }
-}
-
-/// Three significant figures down to 0.001 GB/s (1 MB/s), so a trickle does not read as 0.
-fn gbs_text(g: f64) -> String {
-    if g >= 100.0 {
-        format!("{g:.0}")
-    } else if g >= 10.0 {
-        format!("{g:.1}")
-    } else if g >= 1.0 {
-        format!("{g:.2}")
-    } else {
-        format!("{g:.3}")
     }
 }
 

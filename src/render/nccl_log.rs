@@ -2,6 +2,7 @@
 
 use crate::finding::Finding;
 use crate::nccl_log::{Report, Verdict};
+use crate::render::text;
 
 /// The verdicts as envelope findings (`nccl_log.<cause>`), for scripts and the exit code.
 pub fn findings(r: &Report) -> Vec<Finding> {
@@ -89,9 +90,10 @@ fn verdict(v: &Verdict) -> String {
         who.push("host and rank unknown (no NCCL header on the line)".into());
     }
     if !who.is_empty() {
-        s.push_str(&format!(": {}", who.join(", ")));
+        s = text::wrap(&format!("{s}: "), &who.join(", "), 7);
+    } else {
+        s.push('\n');
     }
-    s.push('\n');
     if let Some(p) = &v.peer {
         let mut parts = Vec::new();
         if let Some(a) = &p.addr {
@@ -139,8 +141,8 @@ fn verdict(v: &Verdict) -> String {
     } else {
         s.push_str(&format!("       {}:{}: {}\n", v.file, v.line_no, esc(&v.line)));
     }
-    s.push_str(&format!("       means: {}\n", v.meaning));
-    s.push_str(&format!("       next: {}\n", v.next));
+    s.push_str(&text::wrap("       means: ", &v.meaning, 14));
+    s.push_str(&text::wrap_remedy("       next: ", &v.next, 13));
     if v.knock_ons > 0 {
         s.push_str(&format!(
             "       knock-on failures explained by this: {}\n",

@@ -4,8 +4,8 @@
 //! bandwidth`), with nccl-tests' out-of-place and in-place column groups, so the numbers
 //! compare directly, then the per-link table and the scan's sender x receiver matrix.
 
+use crate::render::text;
 use crate::ring::diagnosis::driver::ScanReport;
-use crate::ring::diagnosis::localize::{fmt_gbs, fmt_rate_cell};
 use crate::ring::model::{RankInfo, Verdict};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::Options;
@@ -79,29 +79,35 @@ fn verdicts(o: &mut String, r: &RingReport) {
         o.push_str(&s);
         o.push('\n');
     };
+    // Wrapped to the terminal (a trailing newline each, which `line` adds back).
+    let wrapped = |s: String| s.trim_end_matches('\n').to_string();
     for v in &r.verdicts {
-        line(v.message.clone());
+        line(wrapped(text::wrap("", &v.message, 2)));
         if let Some(n) = &v.next {
-            line(format!("  next: {n}"));
+            line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
         if let Some(c) = v.evidence.get("port_counters").and_then(|c| c.as_object()) {
             let moved: Vec<String> = c.iter().map(|(k, d)| format!("{k} +{d}")).collect();
-            line(format!("  port counters that moved: {}", moved.join(", ")));
+            line(wrapped(text::wrap(
+                "  port counters that moved: ",
+                &moved.join(", "),
+                4,
+            )));
         }
     }
     if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) {
-        line(f.message.clone());
+        line(wrapped(text::wrap("", &f.message, 2)));
     }
     // Unknown, not healthy: said after any verdict and instead of "no slow link".
     let not_judged: Vec<&Verdict> = scans(r).flat_map(|s| &s.not_judged).collect();
     for v in &not_judged {
-        line(v.message.clone());
+        line(wrapped(text::wrap("", &v.message, 2)));
         if let Some(n) = &v.next {
-            line(format!("  next: {n}"));
+            line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
     }
     if r.verdicts.is_empty() {
-        line(outcome(r, not_judged.len()));
+        line(wrapped(text::wrap("", &outcome(r, not_judged.len()), 2)));
     }
     line(String::new());
 }
@@ -148,7 +154,7 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
     }
     let scans: Vec<&ScanReport> = scans(r).collect();
     if let Some(m) = r.scan.as_ref().and_then(|s| s.median_gbs) {
-        parts.push(format!("scan median link {}", fmt_gbs(m)));
+        parts.push(format!("scan median link {}", text::rate(m)));
     }
     // The slowest link measured, so "healthy" shows how close the worst came.
     let slowest = scans
@@ -166,7 +172,7 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
             "slowest link {} -> {} {}",
             rank_label(r, f),
             rank_label(r, t),
-            fmt_gbs(g)
+            text::rate(g)
         ));
     }
     match not_judged {
@@ -384,7 +390,7 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str) {
                 "   {:<32}  {:<32}  {:>11}",
                 end(l.from_rank, &l.from_host, &l.from_device),
                 end(l.to_rank, &l.to_host, &l.to_device),
-                fmt_rate_cell(l.gbs)
+                text::rate_cell(l.gbs)
             ));
         }
         line("#".into());
@@ -472,13 +478,13 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
         sc.reps,
         sc.bytes,
         sc.seconds,
-        sc.median_gbs.map(fmt_gbs).unwrap_or_else(|| "N/A".into())
+        sc.median_gbs.map(text::rate).unwrap_or_else(|| "N/A".into())
     ));
     if !sc.line_rate_gbs.is_empty() {
         let rates: Vec<String> = sc
             .line_rate_gbs
             .iter()
-            .map(|(r, g)| format!("rank {r} {}", fmt_gbs(*g)))
+            .map(|(r, g)| format!("rank {r} {}", text::rate(*g)))
             .collect();
         line(format!("# Line rates: {}", rates.join(", ")));
     }
@@ -573,7 +579,7 @@ fn scan_list(line: &mut dyn FnMut(String), sc: &ScanReport) {
                 "   {:<24}  {:<24}  {:>11}  {:>7}  {}",
                 format!("rank {} ({})", l.from_rank, l.from_host),
                 format!("rank {} ({})", l.to_rank, l.to_host),
-                fmt_rate_cell(l.gbs),
+                text::rate_cell(l.gbs),
                 l.samples,
                 if l.slow { "SLOW" } else { "" }
             )

@@ -17,8 +17,26 @@ pub fn width() -> Option<usize> {
     Some(WIDTH.load(Ordering::Relaxed)).filter(|w| *w > 0)
 }
 
-/// Findings as lines under a table: `FAIL subject: message` plus evidence and fix.
+/// A rate as every renderer prints it: GB/s, and MB/s below 0.1 GB/s (`2.5 GB/s`,
+/// `37 MB/s`). The ring's verdicts word their rates with the same function, so a rate reads
+/// the same in a verdict, a table and `links`.
+pub fn rate(gbs: f64) -> String {
+    crate::ring::diagnosis::localize::fmt_gbs(gbs)
+}
+
+/// A rate in a table column: three decimals of GB/s, or of MB/s below 0.1 GB/s.
+pub fn rate_cell(gbs: f64) -> String {
+    crate::ring::diagnosis::localize::fmt_rate_cell(gbs)
+}
+
+/// Findings as lines under a table: `FAIL subject: message` plus evidence and fix, wrapped
+/// to the terminal with a hanging indent under the finding.
 pub fn findings(findings: &[Finding]) -> String {
+    findings_to(findings, width())
+}
+
+/// [`findings`] within `width` columns.
+pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
     let mut out = String::new();
     let shown: Vec<_> = findings.iter().filter(|f| f.severity != Severity::Pass).collect();
     if shown.is_empty() {
@@ -26,12 +44,8 @@ pub fn findings(findings: &[Finding]) -> String {
     }
     out.push_str("\nFindings:\n");
     for f in shown {
-        out.push_str(&format!(
-            "  {:<4} {}: {}\n",
-            f.severity.as_str().to_uppercase(),
-            f.subject,
-            f.message
-        ));
+        let head = format!("  {:<4} {}: ", f.severity.as_str().to_uppercase(), f.subject);
+        out.push_str(&wrap_to(&head, &f.message, 7, width));
         if !f.evidence.is_empty() {
             let ev: Vec<String> = f
                 .evidence
@@ -41,30 +55,151 @@ pub fn findings(findings: &[Finding]) -> String {
                     other => format!("{k}={other}"),
                 })
                 .collect();
-            out.push_str(&format!("       evidence: {}\n", ev.join(", ")));
+            out.push_str(&wrap_to("       evidence: ", &ev.join(", "), 17, width));
         }
         if let Some(fix) = &f.fix {
-            out.push_str(&format!("       fix: {fix}\n"));
+            out.push_str(&wrap_remedy_to("       fix: ", fix, 12, width));
         }
     }
     out
 }
-
 /// `fabprobe gids: WARN  0 fail, 2 warn; worst: mlx5_0:1: ...`: what the reader needs first.
 pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let worst = crate::finding::worst(findings);
     // The first finding of the worst severity, in the probe's own order.
-    match findings.iter().find(|f| f.severity == worst && worst != Severity::Pass) {
-        Some(f) => format!(
-            "fabprobe {command}: {}  {fail} fail, {warn} warn; worst: {}: {}\n",
-            worst.as_str().to_uppercase(),
-            f.subject,
-            f.message
+    match findings
+        .iter()
+        .find(|f| f.severity == worst && worst != Severity::Pass)
+    {
+        Some(f) => wrap(
+            &format!(
+                "fabprobe {command}: {}  {fail} fail, {warn} warn; worst: {}: ",
+                worst.as_str().to_uppercase(),
+                f.subject
+            ),
+            &f.message,
+            2,
         ),
         None => format!("fabprobe {command}: PASS  no fail or warn findings\n"),
     }
+}
+
+/// The words of `text`: whitespace splits, except inside backticks, so a backticked command
+/// (with any punctuation touching it) is one word that is never broken.
+fn words(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (None, false);
+    for (i, c) in text.char_indices() {
+        if c == '`' {
+            quoted = !quoted;
+        }
+        if c.is_whitespace() && !quoted {
+            if let Some(s) = start.take() {
+                out.push(&text[s..i]);
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        out.push(&text[s..]);
+    }
+    out
+}
+
+/// `lead` then `text`, wrapped at word boundaries within `width` with later lines indented
+/// `indent` spaces (at most half the width, so the text keeps room); one line per `\n` of
+/// `text`; no width keeps each line whole (pipes, files). A word wider than what is left
+/// starts the next line whole: a backticked command or a path pastes as printed even when
+/// it runs past the width.
+pub fn wrap_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
+    // A line that fits is left as it is (its double spaces too).
+    let whole = format!("{lead}{text}\n");
+    let Some(width) = width.filter(|w| whole.lines().any(|l| l.chars().count() > *w)) else {
+        return whole;
+    };
+    let pad = " ".repeat(indent.min(width / 2));
+    let mut out = String::new();
+    let mut line = lead.to_string();
+    for (n, para) in text.split('\n').enumerate() {
+        if n > 0 {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = pad.clone();
+        }
+        let mut empty = true;
+        for w in words(para) {
+            let (used, len) = (line.chars().count(), w.chars().count());
+            if !empty && used + 1 + len > width {
+                out.push_str(line.trim_end());
+                out.push('\n');
+                line = pad.clone();
+                empty = true;
+            }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(w);
+            empty = false;
+        }
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// [`wrap_to`] at the width tables fit ([`width`]).
+pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
+    wrap_to(lead, text, indent, width())
+}
+
+/// The tools a remedy that is one bare command starts with (`echo 1 > /sys/...; ...`).
+const COMMAND_WORDS: &[&str] = &[
+    "cat",
+    "dcb",
+    "echo",
+    "ethtool",
+    "export",
+    "fabprobe",
+    "fuser",
+    "ibportstate",
+    "ibstat",
+    "ip",
+    "kill",
+    "lspci",
+    "mlnx_qos",
+    "mlxlink",
+    "modprobe",
+    "perfquery",
+    "rdma",
+    "setpci",
+    "sudo",
+    "sysctl",
+    "tc",
+    "unset",
+];
+
+/// Whether a remedy is one bare command rather than prose with backticked commands.
+fn bare_command(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or("");
+    !text.contains('`') && !text.contains('\n') && COMMAND_WORDS.contains(&first)
+}
+
+/// A `fix:` or `next:` line: prose wraps like [`wrap`], its backticked commands never break
+/// (a command that does not fit what is left of a line starts the next one, whole), and a
+/// remedy that is one bare command stays on its line, unwrapped.
+pub fn wrap_remedy_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
+    if bare_command(text) {
+        return format!("{lead}{text}\n");
+    }
+    wrap_to(lead, text, indent, width)
+}
+
+/// [`wrap_remedy_to`] at the width tables fit.
+pub fn wrap_remedy(lead: &str, text: &str, indent: usize) -> String {
+    wrap_remedy_to(lead, text, indent, width())
 }
 
 /// The verdict line, then the findings ranked fail before warn, then the detail tables.
@@ -89,8 +224,14 @@ mod tests {
         let w = Finding::new("a.w", Severity::Warn, "mlx5_0:1", "a warning");
         let f = Finding::new("a.f", Severity::Fail, "mlx5_1:1", "a failure");
         let p = Finding::new("a.p", Severity::Pass, "x", "fine");
-        assert_eq!(verdict_line("gids", &[]), "fabprobe gids: PASS  no fail or warn findings\n");
-        assert_eq!(verdict_line("gids", std::slice::from_ref(&p)), "fabprobe gids: PASS  no fail or warn findings\n");
+        assert_eq!(
+            verdict_line("gids", &[]),
+            "fabprobe gids: PASS  no fail or warn findings\n"
+        );
+        assert_eq!(
+            verdict_line("gids", std::slice::from_ref(&p)),
+            "fabprobe gids: PASS  no fail or warn findings\n"
+        );
         assert_eq!(
             verdict_line("links", &[w.clone(), f.clone()]),
             "fabprobe links: FAIL  1 fail, 1 warn; worst: mlx5_1:1: a failure\n"
@@ -99,5 +240,112 @@ mod tests {
         let fail_at = out.find("  FAIL mlx5_1:1").unwrap();
         let warn_at = out.find("  WARN mlx5_0:1").unwrap();
         assert!(fail_at < warn_at && out.ends_with("\nBODY\n"), "{out}");
+    }
+
+    /// Every line within the width except one holding a single unbreakable word; no word
+    /// lost or split; later lines under the hanging indent.
+    fn fits(out: &str, text: &str, lead: &str, indent: usize, width: usize) {
+        for (n, l) in out.lines().enumerate() {
+            let one_word = words(l.trim_start()).len() == 1;
+            assert!(l.chars().count() <= width || one_word, "{width}: {l:?} in\n{out}");
+            if n > 0 {
+                assert!(l.starts_with(&" ".repeat(indent)), "{l:?}");
+            }
+        }
+        let body: Vec<&str> = words(out.strip_prefix(lead).unwrap());
+        assert_eq!(body, words(text), "{out}");
+    }
+
+    const PROSE: &str = "retransmissions on a credit-based link come from the path, not from the host: \
+        check the cable and transceiver and the switch port's error counters on both ends";
+    const FIX: &str = "find what stops the receiver draining: \
+        `ethtool -S ens1f0np0 | grep -e pause -e discard -e out_of_buffer`, PCIe errors \
+        (`fabprobe links`), a hung process or host";
+
+    #[test]
+    fn wrap_at_80_and_60_with_a_hanging_indent() {
+        for width in [80, 60] {
+            let out = wrap_to("  FAIL mlx5_0:1: ", PROSE, 7, Some(width));
+            assert!(out.lines().count() >= 2, "{out}");
+            fits(&out, PROSE, "  FAIL mlx5_0:1: ", 7, width);
+        }
+        // Words are not split: the first line ends where the next word would not fit.
+        let out = wrap_to("> ", "aaaa bbbb cccc", 2, Some(11));
+        assert_eq!(out, "> aaaa bbbb\n  cccc\n");
+        // No width (a pipe, a file): the line whole, as before.
+        assert_eq!(wrap_to("  x: ", PROSE, 7, None), format!("  x: {PROSE}\n"));
+        // An indent wider than half the width gives way so the text keeps room.
+        let out = wrap_to(&" ".repeat(45), PROSE, 45, Some(60));
+        assert!(
+            out.lines()
+                .skip(1)
+                .all(|l| l.starts_with(&" ".repeat(30)) && !l.starts_with(&" ".repeat(31))),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_command_in_a_remedy_pastes_whole() {
+        let cmd = "`ethtool -S ens1f0np0 | grep -e pause -e discard -e out_of_buffer`,";
+        for width in [80, 60] {
+            let out = wrap_remedy_to("       fix: ", FIX, 12, Some(width));
+            fits(&out, FIX, "       fix: ", 12, width);
+            // The command is on one line, whole, and that line starts with it.
+            let l = out.lines().find(|l| l.contains("`ethtool")).unwrap();
+            assert!(l.trim_start().starts_with(cmd), "{width}:\n{out}");
+        }
+        // Wider than the line: on its own line all the same, past the width.
+        let out = wrap_remedy_to("  next: ", "run `a b c d e f g h` now", 8, Some(16));
+        assert_eq!(out, "  next: run\n        `a b c d e f g h`\n        now\n");
+        // A remedy that is one bare command is never broken.
+        let bare = "echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3; echo 1 > /sys/class/net/ens1f0np0/ecn/roce_np/enable/3";
+        assert_eq!(
+            wrap_remedy_to("  fix: ", bare, 7, Some(60)),
+            format!("  fix: {bare}\n")
+        );
+        // Prose that starts like no tool wraps.
+        assert!(wrap_remedy_to("  fix: ", PROSE, 7, Some(60)).lines().count() > 1);
+    }
+
+    #[test]
+    fn findings_wrap_to_the_width() {
+        let f = Finding::new("a.f", Severity::Fail, "mlx5_1:1", PROSE)
+            .evidence(
+                "path",
+                "/sys/class/infiniband/mlx5_1/ports/1/counters/symbol_error",
+            )
+            .evidence("delta", "+25")
+            .fix(FIX);
+        let whole = findings_to(std::slice::from_ref(&f), None);
+        let narrow = findings_to(std::slice::from_ref(&f), Some(60));
+        assert!(whole.lines().any(|l| l.len() > 60), "{whole}");
+        assert!(narrow.lines().count() > whole.lines().count(), "{narrow}");
+        for l in narrow.lines() {
+            assert!(
+                l.chars().count() <= 60 || words(l.trim_start()).len() == 1,
+                "{l:?}\n{narrow}"
+            );
+        }
+        assert!(
+            narrow.contains("\n            `ethtool -S ens1f0np0 | grep"),
+            "{narrow}"
+        );
+    }
+
+    #[test]
+    fn one_rate_formatter() {
+        for (gbs, want) in [
+            (24.6, "25 GB/s"),
+            (2.53, "2.5 GB/s"),
+            (0.12, "0.12 GB/s"),
+            (0.1, "0.10 GB/s"),
+            (0.05, "50 MB/s"),
+            (0.013, "13 MB/s"),
+            (0.00025, "0.25 MB/s"),
+        ] {
+            assert_eq!(rate(gbs), want, "{gbs}");
+        }
+        assert_eq!(rate_cell(0.037), "37.000 MB/s");
+        assert_eq!(rate_cell(1.5), "1.500 GB/s");
     }
 }
