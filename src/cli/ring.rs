@@ -234,8 +234,8 @@ JSON DATA (fabprobe.ring)
              rank_unreachable|coordinator_lost|link_error|rail_missing, from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
-             cpu_wait_rank_R (share of the samples' wall time rank R's threads were runnable
-             but waited for a CPU, from schedstat; not with --local); phase,
+             cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
+             was runnable but waited for a CPU, from schedstat; not with --local); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
              unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,
              reports[];

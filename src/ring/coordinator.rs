@@ -113,7 +113,7 @@ pub struct CoordinatorConfig {
     pub judge: Option<Judge>,
     /// Run the link scan after every rank's links are up (before the sweep): makes the
     /// scan's driver for the world size.
-    pub scan: Option<Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>>,
+    pub scan: Option<ScanFn>,
     /// Called once per size when every rank has finished it (the table, and every rank's
     /// row in rank order), so the rows can be shown as they complete.
     pub on_row: Option<RowSink>,
@@ -124,6 +124,8 @@ pub struct CoordinatorConfig {
 
 /// See [`CoordinatorConfig::rings`].
 pub type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
+/// Makes the scan's driver for a world of n ranks.
+pub type ScanFn = Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>;
 
 /// See [`CoordinatorConfig::on_row`].
 pub type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
@@ -2174,7 +2176,8 @@ mod tests {
             wrong: Some(0),
             in_place: None,
         };
-        let seen: Arc<Mutex<Vec<(usize, Vec<RowResult>)>>> = Arc::default();
+        type Seen = Vec<(usize, Vec<RowResult>)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let mut cfg = test_cfg(3, Duration::from_secs(5), addr.clone(), None);

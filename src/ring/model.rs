@@ -110,8 +110,8 @@ pub struct LinkSample {
     pub to_rank: Rank,
     pub bytes: u64,
     pub seconds: f64,
-    /// Of this order's wall time, the share the receiving rank's threads (its sending
-    /// thread, or the others summed) were runnable but waited for a CPU (`schedstat`); None
+    /// Of this order's wall time, the share the receiving rank's most-waiting thread was
+    /// runnable but waited for a CPU (`schedstat`); None
     /// where the kernel keeps none or the process runs several ranks. The sender's is in
     /// its own sample of the same order.
     #[serde(default, skip_serializing_if = "Option::is_none")]

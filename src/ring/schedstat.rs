@@ -3,6 +3,7 @@
 //! ns runnable on a run queue, timeslices). A sample taken while a rank mostly waited for a
 //! CPU measured its host, not its link; verdicts carry it as evidence.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Nanoseconds on a CPU and runnable-but-waiting.
@@ -36,8 +37,8 @@ impl CpuTimes {
     }
 }
 
-/// Of `wall`, the share the most-waiting of `parts` (each a thread or a group of threads)
-/// spent runnable but off a CPU, at most 1; None without a wall time or a part. A thread
+/// Of `wall`, the share the most-waiting of `parts` (each a thread) spent runnable but off
+/// a CPU, at most 1; None without a wall time or a part. A thread
 /// that waits for the network sleeps and adds nothing: only CPU starvation counts.
 pub fn wait_share(wall: std::time::Duration, parts: &[CpuTimes]) -> Option<f64> {
     let wall_ns = wall.as_nanos() as f64;
@@ -65,6 +66,35 @@ pub fn this_thread() -> Option<CpuTimes> {
 /// Every thread of this process now, summed; None where nothing could be read.
 pub fn this_process() -> Option<CpuTimes> {
     sum_tasks(Path::new("/proc/self/task"))
+}
+
+/// Each thread of this process now, by thread id; empty where nothing could be read.
+pub fn threads() -> BTreeMap<u64, CpuTimes> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread that exits meanwhile is skipped.
+        if let Some(c) = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|s| parse(&s))
+        {
+            out.insert(tid, c);
+        }
+    }
+    out
+}
+
+/// Each thread's time between two [`threads`] readings (threads alive at both).
+pub fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, CpuTimes>) -> Vec<CpuTimes> {
+    after
+        .iter()
+        .filter_map(|(tid, a)| a.since(*before.get(tid)?))
+        .collect()
 }
 
 fn sum_tasks(dir: &Path) -> Option<CpuTimes> {

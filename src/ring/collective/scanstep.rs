@@ -128,7 +128,7 @@ pub fn run_order(
     };
     // The CPU this rank's threads waited for during the order: the process's threads that
     // live through it (this one, the transport's), plus the sender's own below.
-    let cpu_before = ctx.measure_cpu.then(schedstat::this_process).flatten();
+    let cpu_before = ctx.measure_cpu.then(schedstat::threads);
     let t0 = Instant::now();
     let (sent, got, sender_cpu) = std::thread::scope(|sc| {
         let stop = &stop;
@@ -232,10 +232,13 @@ pub fn run_order(
         (sent, got, sender_cpu)
     });
     progress.waiting(None, false);
-    // The sender has exited (its task is gone from the process sum): its own is separate.
-    let cpu_wait = cpu_before
-        .and_then(|b| schedstat::this_process()?.since(b))
-        .and_then(|d| schedstat::wait_share(t0.elapsed(), &[d, sender_cpu.unwrap_or_default()]));
+    // Per thread, the most any one waited: summed over a rank's threads, many short waits
+    // would read as one starved thread. The sender has exited: its own is separate.
+    let cpu_wait = cpu_before.and_then(|b| {
+        let mut parts = schedstat::threads_since(&b, &schedstat::threads());
+        parts.extend(sender_cpu);
+        schedstat::wait_share(t0.elapsed(), &parts)
+    });
     let got = got.map(|mut v| {
         for s in &mut v {
             s.cpu_wait = cpu_wait;
