@@ -251,7 +251,7 @@ JSON DATA (fabprobe.ring)
               line_rate_gbs, ratio, message}: the whole fabric below its line rate),
               not_judged[] (would-be slow_link/slow_egress/slow_ingress verdicts that an end's
               wait for a CPU could explain: evidence not_judged \"cpu_bound\", gbs_if_idle =
-              gbs / (1 - wait), null at a wait of 0.95 or more; unknown: not in verdicts[], and
+              gbs / (1 - wait), null at a wait of 0.75 or more; unknown: not in verdicts[], and
               the exit status is that of the verdicts),
               cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
