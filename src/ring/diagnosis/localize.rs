@@ -291,16 +291,28 @@ pub fn analyze(
     };
     // A node's row (or column): at least two partners, two thirds of its cells low, and its
     // median below the threshold tightened by the noise of a median of that many cells.
-    let node_slow = |cells: &[&LinkStat], node: Rank| {
-        let m = cells.len();
-        if m < 2 || 3 * cells.iter().filter(|l| is_low(l)).count() < 2 * m {
-            return false;
-        }
-        let med = median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(f64::INFINITY);
-        let f = node_fraction(m);
+    let cells_slow = |gbs: &[f64], low: usize, node: Rank| {
+        let m = gbs.len();
+        let med = median(gbs).unwrap_or(f64::INFINITY);
         let below_line =
             line_usable && line_rate_gbs(node).is_some_and(|r| med < policy.line_rate_fraction * r);
-        med < f * reference || below_line
+        m >= 2 && 3 * low >= 2 * m && (med < node_fraction(m) * reference || below_line)
+    };
+    // And so must it be without its worst cell: a node's egress limits every link out of it
+    // alike, while one shaped link beside a healthy one read just under the threshold (noise)
+    // is that link alone (the lab's slow_pair test once read it as SLOW EGRESS).
+    let node_slow = |cells: &[&LinkStat], node: Rank| {
+        let mut sorted: Vec<&LinkStat> = cells.to_vec();
+        sorted.sort_by(|a, b| a.gbs.total_cmp(&b.gbs));
+        let gbs: Vec<f64> = sorted.iter().map(|l| l.gbs).collect();
+        let low: Vec<bool> = sorted.iter().map(|l| is_low(l)).collect();
+        let n_low = low.iter().filter(|&&b| b).count();
+        let rest_low = low.iter().skip(1).filter(|&&b| b).count();
+        cells_slow(&gbs, n_low, node)
+            && match gbs.len() {
+                2 => low[1],
+                _ => cells_slow(&gbs[1..], rest_low, node),
+            }
     };
     let rows_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&row(r), r)).collect();
     let cols_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&col(r), r)).collect();
@@ -1125,6 +1137,32 @@ mod tests {
         let v = run(8, 3, 1, |f, _| if f == 5 { 0.3 * BASE } else { BASE });
         assert_eq!(v.len(), 1, "{v:#?}");
         assert!(v[0].message.contains("its incoming links run at") && !v[0].message.contains("also slow"));
+    }
+
+    /// One shaped link out of a node, and beside it a healthy link that read just under
+    /// 80% of the median: two of the row's three cells are low, but without the shaped one
+    /// the row is healthy. That is a slow link, never the node's egress (the lab's
+    /// slow_pair test once read it as SLOW EGRESS of the sender).
+    #[test]
+    fn one_slow_link_beside_a_borderline_one_is_not_an_egress() {
+        for seed in 1..60 {
+            let v = run(4, 3, seed, |f, t| match (f, t) {
+                (1, 2) => 0.04 * BASE,
+                (1, 3) => 0.78 * BASE,
+                _ => BASE,
+            });
+            let k = kinds(&v);
+            assert!(
+                k.iter()
+                    .all(|&(kind, f, _)| kind == VerdictKind::SlowLink && f == Some(1)),
+                "seed={seed}: {k:?}"
+            );
+            assert_eq!(
+                k.first(),
+                Some(&(VerdictKind::SlowLink, Some(1), Some(2))),
+                "seed={seed}"
+            );
+        }
     }
 
     #[test]
