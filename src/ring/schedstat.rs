@@ -20,13 +20,6 @@ impl CpuTimes {
             waiting_ns: self.waiting_ns.checked_sub(before.waiting_ns)?,
         })
     }
-
-    /// Of the runnable time, the fraction spent waiting for a CPU (0: never waited); None
-    /// without runnable time.
-    pub fn wait_fraction(self) -> Option<f64> {
-        let total = self.on_cpu_ns.saturating_add(self.waiting_ns);
-        (total > 0).then(|| self.waiting_ns as f64 / total as f64)
-    }
 }
 
 /// Of `wall`, the share the most-waiting of `parts` (each a thread) spent runnable but off
@@ -109,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn fractions_and_backwards_readings() {
+    fn differences_and_backwards_readings() {
         let a = CpuTimes {
             on_cpu_ns: 100,
             waiting_ns: 50,
@@ -119,9 +112,14 @@ mod tests {
             waiting_ns: 150,
         };
         let d = b.since(a).unwrap();
-        assert_eq!(d.wait_fraction(), Some(0.25));
+        assert_eq!(
+            d,
+            CpuTimes {
+                on_cpu_ns: 300,
+                waiting_ns: 100
+            }
+        );
         assert_eq!(a.since(b), None);
-        assert_eq!(CpuTimes::default().wait_fraction(), None);
     }
 
     #[test]
