@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::events::{self, Event};
-use super::line::Level;
+use super::line::{self, Level};
 use super::{Analyzer, ReadOptions, Report};
 
 /// Every keyword the WARN rules test for, and pieces of the fields they take out.
@@ -168,6 +168,91 @@ proptest! {
     fn the_filtered_keyword_tests_match_plain_searches(picks in proptest::collection::vec((0usize..200, any::<u8>()), 0..6)) {
         let m = message(&picks);
         prop_assert_eq!(events::warn_rule(&m), events::warn_rule_plain(&m), "{}", m);
+    }
+}
+
+/// Pieces of markers, keywords and their near misses, for the searches' own tests.
+const BITS: &[&str] = &[
+    "N",
+    "NCCL",
+    "NCCL ",
+    "CCL ",
+    "INFO ",
+    "WARN ",
+    "TRACE ",
+    "INFO",
+    "WAR",
+    "C",
+    "L",
+    " ",
+    "x",
+    "é",
+    "Got completion",
+    "Got",
+    "Go",
+    "ProcessGroupNCCL",
+    "\u{1b}[0m",
+];
+
+fn glue(picks: &[usize]) -> String {
+    picks.iter().map(|&i| BITS[i % BITS.len()]).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The line's NCCL markers, found by memchr and compared in place, are the ones a plain
+    /// substring search finds.
+    #[test]
+    fn marker_search_matches_plain_search(picks in proptest::collection::vec(0usize..64, 0..24)) {
+        let s = glue(&picks);
+        let mut plain = Vec::new();
+        let mut from = 0;
+        while let Some(i) = s[from..].find("NCCL ") {
+            let at = from + i;
+            let level = [("NCCL INFO ", Level::Info), ("NCCL WARN ", Level::Warn), ("NCCL TRACE ", Level::Trace)]
+                .iter()
+                .find(|(m, _)| s[at..].starts_with(m))
+                .map(|&(_, l)| l);
+            plain.extend(level.map(|l| (at, l)));
+            from = at + 5;
+        }
+        prop_assert_eq!(line::marker_positions(&s), plain.clone(), "{:?}", s);
+        let marks = match plain.as_slice() {
+            [] => line::Marks::None,
+            [(at, l)] => line::Marks::One(*at, *l),
+            _ => line::Marks::Many,
+        };
+        prop_assert_eq!(line::marks(&s), marks, "{:?}", s);
+    }
+
+    /// The keyword search with its in-place compare is `str::find`.
+    #[test]
+    fn keyword_search_matches_str_find(
+        hay in proptest::collection::vec(0usize..64, 0..24),
+        needle in proptest::collection::vec(0usize..64, 0..4),
+    ) {
+        let (h, n) = (glue(&hay), glue(&needle));
+        prop_assert_eq!(events::find(&h, &n), h.find(n.as_str()), "{:?} in {:?}", n, h);
+    }
+
+    /// A chunk read with its colour codes looked for once per chunk gives the report of
+    /// lines fed one by one (each looked at for colour codes).
+    #[test]
+    fn chunk_wide_colour_check_gives_the_line_by_line_report(
+        lines in proptest::collection::vec(proptest::collection::vec(0usize..64, 0..12), 1..40),
+    ) {
+        let mut log = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            log.push_str(&format!("h{}:1:2 [0] {}\n", i % 3, glue(l)));
+        }
+        let mut one_by_one = Analyzer::new();
+        one_by_one.inputs.push("random.log".into());
+        for (i, l) in log.lines().enumerate() {
+            one_by_one.feed("random.log", i as u64 + 1, l);
+        }
+        one_by_one.bytes = log.len() as u64;
+        prop_assert!(read(&log, false, 1) == one_by_one.finish(), "{}", log);
     }
 }
 

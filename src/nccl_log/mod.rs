@@ -219,6 +219,9 @@ impl Analyzer {
     /// dropped before they got here and count towards the input's size.
     fn feed_chunk(&mut self, file: &str, data: &[u8], skipped: u64) {
         self.bytes += data.len() as u64 + skipped;
+        // One search of the chunk for colour codes instead of one per line: a log has them
+        // everywhere or nowhere.
+        let ansi = memchr::memchr(0x1b, data).is_some();
         let mut pos = 0;
         while pos < data.len() {
             let end = memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |i| pos + i);
@@ -234,14 +237,19 @@ impl Analyzer {
             }
             let n = self.input_lines;
             match std::str::from_utf8(line) {
-                Ok(s) => self.feed(file, n, s),
-                Err(_) => self.feed(file, n, &String::from_utf8_lossy(line)),
+                Ok(s) => self.feed_line(file, n, s, ansi),
+                Err(_) => self.feed_line(file, n, &String::from_utf8_lossy(line), ansi),
             }
         }
     }
 
     /// One physical line.
     pub fn feed(&mut self, file: &str, line_no: u64, s: &str) {
+        self.feed_line(file, line_no, s, true)
+    }
+
+    /// [`Analyzer::feed`]; `ansi`: the line may hold colour codes (false: it has no ESC).
+    fn feed_line(&mut self, file: &str, line_no: u64, s: &str, ansi: bool) {
         self.lines += 1;
         // A line that starts with a visible ASCII byte is not blank: no trim needed.
         let visible = s.as_bytes().first().is_some_and(|b| b.is_ascii_graphic());
@@ -249,7 +257,7 @@ impl Analyzer {
             return;
         }
         // Colour codes from a terminal capture; CR from a Windows paste.
-        let clean = line::strip_ansi(s);
+        let clean = if ansi { line::strip_ansi(s) } else { None };
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
         let marks = line::marks(s);
         if let line::Marks::One(at, level) = marks {
