@@ -281,3 +281,32 @@ fn rules_cover_the_corpus_warns() {
         "the corpus should exercise most rules: {rules:?}"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Headers around the length the header cache keeps (64 bytes), with NUL bytes and
+    /// launcher prefixes, repeated: the cached reading is the one that parses every line.
+    #[test]
+    fn headers_around_the_cached_length_read_as_parsed(
+        lines in proptest::collection::vec((0usize..6, 50usize..72, 0usize..3, any::<bool>()), 1..60),
+    ) {
+        let mut log = String::new();
+        for (p, len, level, nul) in &lines {
+            let tail = format!(":{}:{} [{}] ", 100 + p, 200 + p, p % 4);
+            let mut host = format!("h{p}");
+            if *nul {
+                host.push('\0');
+            }
+            while host.len() + tail.len() < *len {
+                host.push('x');
+            }
+            let prefix = if p % 2 == 0 { format!("{p}: ") } else { String::new() };
+            let (lv, msg) = [("INFO", "comm 0x1 rank 3 nranks 8 cudaDev 3"), ("WARN", "Call to ibv_reg_mr failed"), ("INFO", "AllReduce: opCount 1")][*level];
+            log.push_str(&format!("{prefix}{host}{tail}NCCL {lv} {msg}\n"));
+        }
+        let full = read(&log, true, 1);
+        prop_assert!(read(&log, false, 1) == full, "one thread:\n{log}");
+        prop_assert!(read(&log, false, 3) == full, "three threads:\n{log}");
+    }
+}

@@ -126,6 +126,35 @@ struct Header {
     dev: Option<i32>,
 }
 
+/// The bytes of a header as the key of [`Analyzer::headers`], held in the entry itself: a
+/// failure-dense log of thousands of processes looks up one of tens of thousands of
+/// headers per line, and a key behind a pointer was one more cache miss per line (a
+/// sixth of such a log's time). Longer headers are not kept (they are parsed each time).
+#[derive(Clone, PartialEq, Eq)]
+struct HeaderKey {
+    len: u8,
+    bytes: [u8; HEADER_KEY_BYTES],
+}
+
+const HEADER_KEY_BYTES: usize = 64;
+
+impl HeaderKey {
+    fn new(b: &[u8]) -> Option<HeaderKey> {
+        let mut bytes = [0; HEADER_KEY_BYTES];
+        bytes.get_mut(..b.len())?.copy_from_slice(b);
+        Some(HeaderKey {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+}
+
+impl std::hash::Hash for HeaderKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(&self.bytes[..self.len as usize]);
+    }
+}
+
 /// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
 type SightingKey = (&'static str, ProcKey, Option<u32>, Option<u64>, Option<String>);
 
@@ -172,7 +201,7 @@ pub struct Analyzer {
     /// pass would keep none of this chunk's (set by [`chunked`] before the chunk is read).
     after_full: bool,
     /// Header bytes -> what they say (at most [`MAX_HEADERS`]; host ids are this state's).
-    headers: HashMap<Box<[u8]>, Header, Fast>,
+    headers: HashMap<HeaderKey, Header, Fast>,
     /// Tests: take every line apart in full (no repeat dropped early), to compare with.
     full_path: bool,
 }
@@ -260,8 +289,12 @@ impl Analyzer {
         let clean = if ansi { line::strip_ansi(s) } else { None };
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
         let marks = line::marks(s);
-        if let line::Marks::One(at, level) = marks {
-            if let Some(h) = self.headers.get(&s.as_bytes()[..at]).filter(|_| !self.full_path) {
+        let key = match marks {
+            line::Marks::One(at, _) if !self.full_path => HeaderKey::new(&s.as_bytes()[..at]),
+            _ => None,
+        };
+        if let (Some(k), line::Marks::One(at, level)) = (&key, marks) {
+            if let Some(h) = self.headers.get(k) {
                 let h = h.clone();
                 return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
             }
@@ -269,13 +302,13 @@ impl Analyzer {
         let recs = match line::scan_marks(s, marks) {
             line::Records::One(prefix, rec) => {
                 let h = self.header(prefix, &rec);
-                if let line::Marks::One(at, _) = marks {
+                if let Some(k) = key {
                     // Bounded: a log of ever-new headers (timestamps in the prefix) only
                     // misses.
                     if self.headers.len() >= MAX_HEADERS {
                         self.headers.clear();
                     }
-                    self.headers.insert(s.as_bytes()[..at].into(), h.clone());
+                    self.headers.insert(k, h.clone());
                 }
                 return self.feed_message(file, line_no, s, h, rec.level, rec.msg);
             }
