@@ -124,6 +124,16 @@ struct Header {
     key: ProcKey,
     label: Option<u32>,
     dev: Option<i32>,
+    /// The [`Analyzer::epoch`] whose process table already holds this header's process and
+    /// label (0: none), so a cached header's line skips that lookup.
+    seen: u64,
+}
+
+/// A number for each new [`Analyzer`] (from 1): a chunk's state is a fresh one, while the
+/// header cache goes from chunk to chunk.
+fn next_epoch() -> u64 {
+    static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The bytes of a header as the key of [`Analyzer::headers`], held in the entry itself: a
@@ -204,12 +214,15 @@ pub struct Analyzer {
     headers: HashMap<HeaderKey, Header, Fast>,
     /// Tests: take every line apart in full (no repeat dropped early), to compare with.
     full_path: bool,
+    /// This state's number (see [`Header::seen`]).
+    epoch: u64,
 }
 
 impl Analyzer {
     pub fn new() -> Analyzer {
         Analyzer {
             host_names: vec![String::new()],
+            epoch: next_epoch(),
             ..Analyzer::default()
         }
     }
@@ -294,8 +307,10 @@ impl Analyzer {
             _ => None,
         };
         if let (Some(k), line::Marks::One(at, level)) = (&key, marks) {
-            if let Some(h) = self.headers.get(k) {
-                let h = h.clone();
+            if let Some(h) = self.headers.get_mut(k) {
+                let copy = h.clone();
+                h.seen = self.epoch;
+                let h = copy;
                 return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
             }
         }
@@ -308,7 +323,8 @@ impl Analyzer {
                     if self.headers.len() >= MAX_HEADERS {
                         self.headers.clear();
                     }
-                    self.headers.insert(k, h.clone());
+                    let seen = self.epoch;
+                    self.headers.insert(k, Header { seen, ..h.clone() });
                 }
                 return self.feed_message(file, line_no, s, h, rec.level, rec.msg);
             }
@@ -352,16 +368,26 @@ impl Analyzer {
             },
             label,
             dev: rec.dev,
+            seen: 0,
         }
     }
 
     /// One NCCL record of line `s`: its header `h`, level and message.
     fn feed_message(&mut self, file: &str, line_no: u64, s: &str, h: Header, level: line::Level, msg: &str) {
         self.nccl_lines += 1;
-        let Header { key, label, dev } = h;
-        let p = self.procs.entry(key.clone()).or_default();
-        if p.label.is_none() {
-            p.label = label;
+        let Header {
+            key,
+            label,
+            dev,
+            seen,
+        } = h;
+        // Once per header and state: the process is in the table and its label set (a
+        // state made by `Analyzer::default()` has epoch 0, as an unseen header: always).
+        if seen == 0 || seen != self.epoch {
+            let p = self.procs.entry(key.clone()).or_default();
+            if p.label.is_none() {
+                p.label = label;
+            }
         }
         let ev = if level == line::Level::Warn {
             let m = msg.trim();
