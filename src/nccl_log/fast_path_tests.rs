@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::events::{self, Event};
-use super::line::Level;
+use super::line::{self, Level};
 use super::{Analyzer, ReadOptions, Report};
 
 /// Every keyword the WARN rules test for, and pieces of the fields they take out.
@@ -171,6 +171,91 @@ proptest! {
     }
 }
 
+/// Pieces of markers, keywords and their near misses, for the searches' own tests.
+const BITS: &[&str] = &[
+    "N",
+    "NCCL",
+    "NCCL ",
+    "CCL ",
+    "INFO ",
+    "WARN ",
+    "TRACE ",
+    "INFO",
+    "WAR",
+    "C",
+    "L",
+    " ",
+    "x",
+    "é",
+    "Got completion",
+    "Got",
+    "Go",
+    "ProcessGroupNCCL",
+    "\u{1b}[0m",
+];
+
+fn glue(picks: &[usize]) -> String {
+    picks.iter().map(|&i| BITS[i % BITS.len()]).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The line's NCCL markers, found by memchr and compared in place, are the ones a plain
+    /// substring search finds.
+    #[test]
+    fn marker_search_matches_plain_search(picks in proptest::collection::vec(0usize..64, 0..24)) {
+        let s = glue(&picks);
+        let mut plain = Vec::new();
+        let mut from = 0;
+        while let Some(i) = s[from..].find("NCCL ") {
+            let at = from + i;
+            let level = [("NCCL INFO ", Level::Info), ("NCCL WARN ", Level::Warn), ("NCCL TRACE ", Level::Trace)]
+                .iter()
+                .find(|(m, _)| s[at..].starts_with(m))
+                .map(|&(_, l)| l);
+            plain.extend(level.map(|l| (at, l)));
+            from = at + 5;
+        }
+        prop_assert_eq!(line::marker_positions(&s), plain.clone(), "{:?}", s);
+        let marks = match plain.as_slice() {
+            [] => line::Marks::None,
+            [(at, l)] => line::Marks::One(*at, *l),
+            _ => line::Marks::Many,
+        };
+        prop_assert_eq!(line::marks(&s), marks, "{:?}", s);
+    }
+
+    /// The keyword search with its in-place compare is `str::find`.
+    #[test]
+    fn keyword_search_matches_str_find(
+        hay in proptest::collection::vec(0usize..64, 0..24),
+        needle in proptest::collection::vec(0usize..64, 0..4),
+    ) {
+        let (h, n) = (glue(&hay), glue(&needle));
+        prop_assert_eq!(events::find(&h, &n), h.find(n.as_str()), "{:?} in {:?}", n, h);
+    }
+
+    /// A chunk read with its colour codes looked for once per chunk gives the report of
+    /// lines fed one by one (each looked at for colour codes).
+    #[test]
+    fn chunk_wide_colour_check_gives_the_line_by_line_report(
+        lines in proptest::collection::vec(proptest::collection::vec(0usize..64, 0..12), 1..40),
+    ) {
+        let mut log = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            log.push_str(&format!("h{}:1:2 [0] {}\n", i % 3, glue(l)));
+        }
+        let mut one_by_one = Analyzer::new();
+        one_by_one.inputs.push("random.log".into());
+        for (i, l) in log.lines().enumerate() {
+            one_by_one.feed("random.log", i as u64 + 1, l);
+        }
+        one_by_one.bytes = log.len() as u64;
+        prop_assert!(read(&log, false, 1) == one_by_one.finish(), "{}", log);
+    }
+}
+
 #[test]
 fn rules_cover_the_corpus_warns() {
     // Every WARN of the corpus, read both ways, gives one report.
@@ -195,4 +280,33 @@ fn rules_cover_the_corpus_warns() {
         rules.len() >= 8,
         "the corpus should exercise most rules: {rules:?}"
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Headers around the length the header cache keeps (64 bytes), with NUL bytes and
+    /// launcher prefixes, repeated: the cached reading is the one that parses every line.
+    #[test]
+    fn headers_around_the_cached_length_read_as_parsed(
+        lines in proptest::collection::vec((0usize..6, 50usize..72, 0usize..3, any::<bool>()), 1..60),
+    ) {
+        let mut log = String::new();
+        for (p, len, level, nul) in &lines {
+            let tail = format!(":{}:{} [{}] ", 100 + p, 200 + p, p % 4);
+            let mut host = format!("h{p}");
+            if *nul {
+                host.push('\0');
+            }
+            while host.len() + tail.len() < *len {
+                host.push('x');
+            }
+            let prefix = if p % 2 == 0 { format!("{p}: ") } else { String::new() };
+            let (lv, msg) = [("INFO", "comm 0x1 rank 3 nranks 8 cudaDev 3"), ("WARN", "Call to ibv_reg_mr failed"), ("INFO", "AllReduce: opCount 1")][*level];
+            log.push_str(&format!("{prefix}{host}{tail}NCCL {lv} {msg}\n"));
+        }
+        let full = read(&log, true, 1);
+        prop_assert!(read(&log, false, 1) == full, "one thread:\n{log}");
+        prop_assert!(read(&log, false, 3) == full, "three threads:\n{log}");
+    }
 }

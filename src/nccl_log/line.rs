@@ -84,25 +84,42 @@ const MARKERS: [(&str, Level); 3] = [
     ("NCCL TRACE ", Level::Trace),
 ];
 
-fn finder() -> &'static memchr::memmem::Finder<'static> {
-    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
-    FINDER.get_or_init(|| memchr::memmem::Finder::new("NCCL "))
+/// Where the next `NCCL ` starts in `b` at or after `from`: memchr for its `N` (rare in
+/// headers and in most messages), then the four bytes after it in place. Every line is
+/// searched to its end (a second marker makes it two records), and per line this costs
+/// less than a substring searcher's call.
+fn next_nccl(b: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(j) = memchr::memchr(b'N', b.get(i..)?) {
+        let at = i + j;
+        if b[at + 1..].starts_with(b"CCL ") {
+            return Some(at);
+        }
+        i = at + 1;
+    }
+    None
 }
 
-/// The level of the marker at `at` (where `NCCL ` starts), if it is one.
+/// The level of the marker at `at` (where `NCCL ` starts), if it is one: the byte after
+/// `NCCL ` picks the one marker it can be, compared in place (a memcmp call per candidate
+/// cost more than the compare on every line).
 fn marker_at(s: &str, at: usize) -> Option<Level> {
-    MARKERS
-        .iter()
-        .find(|(m, _)| s[at..].starts_with(m))
-        .map(|&(_, l)| l)
+    let rest = s.as_bytes().get(at + 5..)?;
+    let (word, level): (&[u8], _) = match rest.first()? {
+        b'I' => (b"INFO ", Level::Info),
+        b'W' => (b"WARN ", Level::Warn),
+        b'T' => (b"TRACE ", Level::Trace),
+        _ => return None,
+    };
+    let same = rest.len() >= word.len() && rest.iter().zip(word).all(|(a, b)| a == b);
+    same.then_some(level)
 }
 
 /// Where each NCCL marker starts in `s`, in order.
 pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
     let mut out = Vec::new();
     let mut from = 0;
-    while let Some(i) = finder().find(&s.as_bytes()[from..]) {
-        let at = from + i;
+    while let Some(at) = next_nccl(s.as_bytes(), from) {
         out.extend(marker_at(s, at).map(|l| (at, l)));
         from = at + 5;
     }
@@ -295,8 +312,7 @@ pub enum Marks {
 pub fn marks(s: &str) -> Marks {
     let mut one = None;
     let mut from = 0;
-    while let Some(i) = finder().find(&s.as_bytes()[from..]) {
-        let at = from + i;
+    while let Some(at) = next_nccl(s.as_bytes(), from) {
         if let Some(l) = marker_at(s, at) {
             if one.is_some() {
                 return Marks::Many;
@@ -636,6 +652,50 @@ mod tests {
                 panic!("{l}")
             };
             assert_eq!(message_at(l, at, level), n.msg, "{l}");
+        }
+    }
+
+    /// The in-place marker search and level test answer as plain substring searches do.
+    #[test]
+    fn marker_search_matches_a_plain_search() {
+        let plain = |s: &str| -> Vec<(usize, Level)> {
+            let mut out = Vec::new();
+            let mut from = 0;
+            while let Some(i) = s[from..].find("NCCL ") {
+                let at = from + i;
+                out.extend(
+                    MARKERS
+                        .iter()
+                        .find(|(m, _)| s[at..].starts_with(m))
+                        .map(|&(_, l)| (at, l)),
+                );
+                from = at + 5;
+            }
+            out
+        };
+        for s in [
+            "",
+            "N",
+            "NCCL",
+            "NCCL ",
+            "NCCL I",
+            "NCCL INFO",
+            "NCCL INFO ",
+            "NCCL WARN x",
+            "NCCL TRACE y",
+            "NCCL TRACEx NCCL WARN z",
+            "NNCCL INFO a NCCL NCCL WARN b",
+            "ProcessGroupNCCL.cpp NCCL error NCCL INFOx NCCL INFO c",
+            "h:1:2 [0] NCCL INFO NET/IB : Using NCCL WARN Ñ NCCL TRACE ",
+            "NCCL WARNNCCL INFO NCCL INFO",
+        ] {
+            assert_eq!(marker_positions(s), plain(s), "{s:?}");
+            let m = match plain(s).as_slice() {
+                [] => Marks::None,
+                [(at, l)] => Marks::One(*at, *l),
+                _ => Marks::Many,
+            };
+            assert_eq!(marks(s), m, "{s:?}");
         }
     }
 

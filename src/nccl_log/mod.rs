@@ -124,6 +124,45 @@ struct Header {
     key: ProcKey,
     label: Option<u32>,
     dev: Option<i32>,
+    /// The [`Analyzer::epoch`] whose process table already holds this header's process and
+    /// label (0: none), so a cached header's line skips that lookup.
+    seen: u64,
+}
+
+/// A number for each new [`Analyzer`] (from 1): a chunk's state is a fresh one, while the
+/// header cache goes from chunk to chunk.
+fn next_epoch() -> u64 {
+    static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The bytes of a header as the key of [`Analyzer::headers`], held in the entry itself: a
+/// failure-dense log of thousands of processes looks up one of tens of thousands of
+/// headers per line, and a key behind a pointer was one more cache miss per line (a
+/// sixth of such a log's time). Longer headers are not kept (they are parsed each time).
+#[derive(Clone, PartialEq, Eq)]
+struct HeaderKey {
+    len: u8,
+    bytes: [u8; HEADER_KEY_BYTES],
+}
+
+const HEADER_KEY_BYTES: usize = 64;
+
+impl HeaderKey {
+    fn new(b: &[u8]) -> Option<HeaderKey> {
+        let mut bytes = [0; HEADER_KEY_BYTES];
+        bytes.get_mut(..b.len())?.copy_from_slice(b);
+        Some(HeaderKey {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+}
+
+impl std::hash::Hash for HeaderKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(&self.bytes[..self.len as usize]);
+    }
 }
 
 /// What makes a sighting a repeat: cause, process, rank label, sequence number, HCA.
@@ -172,15 +211,18 @@ pub struct Analyzer {
     /// pass would keep none of this chunk's (set by [`chunked`] before the chunk is read).
     after_full: bool,
     /// Header bytes -> what they say (at most [`MAX_HEADERS`]; host ids are this state's).
-    headers: HashMap<Box<[u8]>, Header, Fast>,
+    headers: HashMap<HeaderKey, Header, Fast>,
     /// Tests: take every line apart in full (no repeat dropped early), to compare with.
     full_path: bool,
+    /// This state's number (see [`Header::seen`]).
+    epoch: u64,
 }
 
 impl Analyzer {
     pub fn new() -> Analyzer {
         Analyzer {
             host_names: vec![String::new()],
+            epoch: next_epoch(),
             ..Analyzer::default()
         }
     }
@@ -219,6 +261,9 @@ impl Analyzer {
     /// dropped before they got here and count towards the input's size.
     fn feed_chunk(&mut self, file: &str, data: &[u8], skipped: u64) {
         self.bytes += data.len() as u64 + skipped;
+        // One search of the chunk for colour codes instead of one per line: a log has them
+        // everywhere or nowhere.
+        let ansi = memchr::memchr(0x1b, data).is_some();
         let mut pos = 0;
         while pos < data.len() {
             let end = memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |i| pos + i);
@@ -234,14 +279,19 @@ impl Analyzer {
             }
             let n = self.input_lines;
             match std::str::from_utf8(line) {
-                Ok(s) => self.feed(file, n, s),
-                Err(_) => self.feed(file, n, &String::from_utf8_lossy(line)),
+                Ok(s) => self.feed_line(file, n, s, ansi),
+                Err(_) => self.feed_line(file, n, &String::from_utf8_lossy(line), ansi),
             }
         }
     }
 
     /// One physical line.
     pub fn feed(&mut self, file: &str, line_no: u64, s: &str) {
+        self.feed_line(file, line_no, s, true)
+    }
+
+    /// [`Analyzer::feed`]; `ansi`: the line may hold colour codes (false: it has no ESC).
+    fn feed_line(&mut self, file: &str, line_no: u64, s: &str, ansi: bool) {
         self.lines += 1;
         // A line that starts with a visible ASCII byte is not blank: no trim needed.
         let visible = s.as_bytes().first().is_some_and(|b| b.is_ascii_graphic());
@@ -249,25 +299,32 @@ impl Analyzer {
             return;
         }
         // Colour codes from a terminal capture; CR from a Windows paste.
-        let clean = line::strip_ansi(s);
+        let clean = if ansi { line::strip_ansi(s) } else { None };
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
         let marks = line::marks(s);
-        if let line::Marks::One(at, level) = marks {
-            if let Some(h) = self.headers.get(&s.as_bytes()[..at]).filter(|_| !self.full_path) {
-                let h = h.clone();
+        let key = match marks {
+            line::Marks::One(at, _) if !self.full_path => HeaderKey::new(&s.as_bytes()[..at]),
+            _ => None,
+        };
+        if let (Some(k), line::Marks::One(at, level)) = (&key, marks) {
+            if let Some(h) = self.headers.get_mut(k) {
+                let copy = h.clone();
+                h.seen = self.epoch;
+                let h = copy;
                 return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
             }
         }
         let recs = match line::scan_marks(s, marks) {
             line::Records::One(prefix, rec) => {
                 let h = self.header(prefix, &rec);
-                if let line::Marks::One(at, _) = marks {
+                if let Some(k) = key {
                     // Bounded: a log of ever-new headers (timestamps in the prefix) only
                     // misses.
                     if self.headers.len() >= MAX_HEADERS {
                         self.headers.clear();
                     }
-                    self.headers.insert(s.as_bytes()[..at].into(), h.clone());
+                    let seen = self.epoch;
+                    self.headers.insert(k, Header { seen, ..h.clone() });
                 }
                 return self.feed_message(file, line_no, s, h, rec.level, rec.msg);
             }
@@ -311,16 +368,26 @@ impl Analyzer {
             },
             label,
             dev: rec.dev,
+            seen: 0,
         }
     }
 
     /// One NCCL record of line `s`: its header `h`, level and message.
     fn feed_message(&mut self, file: &str, line_no: u64, s: &str, h: Header, level: line::Level, msg: &str) {
         self.nccl_lines += 1;
-        let Header { key, label, dev } = h;
-        let p = self.procs.entry(key.clone()).or_default();
-        if p.label.is_none() {
-            p.label = label;
+        let Header {
+            key,
+            label,
+            dev,
+            seen,
+        } = h;
+        // Once per header and state: the process is in the table and its label set (a
+        // state made by `Analyzer::default()` has epoch 0, as an unseen header: always).
+        if seen == 0 || seen != self.epoch {
+            let p = self.procs.entry(key.clone()).or_default();
+            if p.label.is_none() {
+                p.label = label;
+            }
         }
         let ev = if level == line::Level::Warn {
             let m = msg.trim();
