@@ -260,13 +260,15 @@ fn print_stats(label: &str, st: &LoopStats) {
     );
     println!(
         "{label}: {} ticks {:.0} ms (longest {:.1} ms) of which {} judge calls {:.0} ms (longest {:.1} ms); \
-         {} pings in {:.0} ms; longest stretch between polls {:.1} ms; the end {:.0} ms",
+         judge clock behind the wall clock at most {:.0} ms; {} pings in {:.0} ms; longest stretch between polls {:.1} ms; \
+         the end {:.0} ms",
         st.ticks,
         ms(st.tick_time),
         ms(st.tick_max),
         st.judge_calls,
         ms(st.judge_time),
         ms(st.judge_max),
+        ms(st.judge_lag_max),
         st.pings,
         ms(st.ping_time),
         ms(st.busy_max),

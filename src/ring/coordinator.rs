@@ -179,6 +179,9 @@ pub struct LoopStats {
     pub judge_calls: u64,
     pub judge_time: Duration,
     pub judge_max: Duration,
+    /// How far the judge's clock (the plane's [`Plane::caught_up`]) was behind the wall
+    /// clock at most: the loop's own lag, never counted as a rank's silence.
+    pub judge_lag_max: Duration,
     pub pings: u64,
     pub ping_time: Duration,
     /// The longest stretch between two polls (how late a heartbeat can be read).
@@ -461,6 +464,13 @@ pub struct Limits {
     /// The kernel's send buffer of each control connection (None: the kernel's own); tests
     /// make it small to show a rank that stops reading without megabytes of pings.
     pub sndbuf: Option<usize>,
+    /// The event list of one poll (None: every connection's, see [`Plane::new`]); tests make
+    /// it short, as a loop that hears its ready connections over several polls.
+    pub events: Option<usize>,
+    /// Tests only (None in every run): after each read, the loop stalls for what this says
+    /// before it handles what it read, as a coordinator on a loaded machine that gets no
+    /// CPU for a while.
+    pub loop_stall: Option<fn(&[Happening]) -> Duration>,
 }
 
 impl Default for Limits {
@@ -471,6 +481,8 @@ impl Default for Limits {
             ping_every: HEARTBEAT,
             talking_ping_every: None,
             sndbuf: None,
+            events: None,
+            loop_stall: None,
         }
     }
 }
@@ -494,7 +506,11 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
         own_error(&mut rep, e);
         return rep;
     }
-    let mut plane = match Plane::new(cfg.world) {
+    let plane = match limits.events {
+        Some(k) => Plane::with_events(cfg.world, k),
+        None => Plane::new(cfg.world),
+    };
+    let mut plane = match plane {
         Ok(p) => p,
         Err(e) => {
             own_error(&mut rep, format!("coordinator: cannot start its event loop: {e}"));
@@ -973,6 +989,9 @@ impl<'a> Serve<'a> {
                 .saturating_duration_since(t_wait)
                 .min(JUDGE_EVERY);
             let happened = self.plane.wait(wait);
+            if let Some(stall) = self.limits.loop_stall {
+                thread::sleep(stall(&happened));
+            }
             let t = Instant::now();
             for h in happened {
                 match h {
@@ -996,6 +1015,12 @@ impl<'a> Serve<'a> {
     /// judge when it is due. True: the run ends.
     fn tick(&mut self, rep: &mut CoordinatorReport, now: Instant, urgent: bool) -> bool {
         let now_ms = self.run_start.elapsed().as_millis() as u64;
+        // Silence is judged as of the last instant before which every byte that reached the
+        // loop was read: whatever the loop did since (a slow pass, no CPU on a loaded host)
+        // never reads as a rank's silence, and a frozen rank is named as soon as the loop
+        // has caught up, however busy it stays (no pass is skipped for being behind).
+        let heard = self.plane.caught_up().min(now);
+        let heard_ms = heard.saturating_duration_since(self.run_start).as_millis() as u64;
         let stall = self
             .limits
             .write_stall
@@ -1014,7 +1039,7 @@ impl<'a> Serve<'a> {
         self.quiet.advance(now);
         let quiet: Vec<(Rank, Instant)> = self.quiet.quiet_ranks().collect();
         for (r, since) in quiet {
-            self.quiet_rank(rep, r, now.saturating_duration_since(since), now, now_ms);
+            self.quiet_rank(rep, r, heard.saturating_duration_since(since), now, now_ms);
         }
         if !self.tables_out {
             let all_out = self
@@ -1039,15 +1064,14 @@ impl<'a> Serve<'a> {
             || !rep.closed.is_empty()
             || !rep.unacked_since_ms.is_empty()
             || !rep.link_faults.is_empty();
-        let due = urgent || failing || now >= self.next_backstop || self.gate.due(now_ms);
-        // While the loop itself has input unread, a silence may be its own lag: judge once it
-        // caught up (a failure report is judged at once).
-        if !due || !(urgent || now >= self.judge_ok_at) || (self.plane.behind() && !urgent && !failing) {
+        let due = urgent || failing || now >= self.next_backstop || self.gate.due(heard_ms);
+        if !due || !(urgent || now >= self.judge_ok_at) {
             return false;
         }
         let t = Instant::now();
-        let v = judge(rep, now_ms, false);
+        let v = judge(rep, heard_ms, false);
         let d = t.elapsed();
+        rep.stats.judge_lag_max = rep.stats.judge_lag_max.max(now.saturating_duration_since(heard));
         rep.stats.judge_calls += 1;
         rep.stats.judge_time += d;
         rep.stats.judge_max = rep.stats.judge_max.max(d);
@@ -1063,8 +1087,9 @@ impl<'a> Serve<'a> {
         false
     }
 
-    /// Rank `r` has been silent `quiet` (at least [`PROBE_AFTER`]): past the timeout it is
-    /// lost; is its host still acknowledging our pings?
+    /// Rank `r` has been silent `quiet` (at least [`PROBE_AFTER`], as of the plane's
+    /// [`Plane::caught_up`]): past the timeout it is lost; is its host still acknowledging
+    /// our pings?
     fn quiet_rank(
         &mut self,
         rep: &mut CoordinatorReport,
@@ -1073,13 +1098,8 @@ impl<'a> Serve<'a> {
         now: Instant,
         now_ms: u64,
     ) {
-        // A rank that says nothing for the whole timeout is gone or frozen (unless the loop
-        // has input unread: then the silence may be the loop's own lag).
-        if quiet > self.cfg.timeout
-            && !self.plane.behind()
-            && !rep.lost.contains(&r)
-            && !self.done_results.contains_key(&r)
-        {
+        // A rank that says nothing for the whole timeout is gone or frozen.
+        if quiet > self.cfg.timeout && !rep.lost.contains(&r) && !self.done_results.contains_key(&r) {
             rep.lost.push(r);
             let host = self.host(r);
             let secs = self.cfg.timeout.as_secs();
@@ -1786,6 +1806,34 @@ mod tests {
         }
     }
 
+    /// `cfg`'s world of ranks over real control connections on loopback (`advertised` is set
+    /// here): each joins, says ready and has its go, then runs `body` on its own thread; the
+    /// coordinator runs on another. Returns what each body returned, in rank order.
+    fn run_ranks<T: Send + 'static>(
+        mut cfg: CoordinatorConfig,
+        limits: Limits,
+        body: impl Fn(u32, crate::ring::rendezvous::Session) -> T + Send + Sync + 'static,
+    ) -> (Vec<T>, thread::JoinHandle<CoordinatorReport>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        cfg.advertised = addr.clone();
+        let world = cfg.world;
+        let coord = thread::spawn(move || coordinate_with(l, cfg, limits));
+        let body = Arc::new(body);
+        let ranks: Vec<_> = (0..world)
+            .map(|r| {
+                let (addr, body) = (addr.clone(), body.clone());
+                thread::spawn(move || {
+                    let s = join(&addr, hello(r, world, "t"), Duration::from_secs(5)).unwrap();
+                    s.send(&Msg::Ready { rank: r }).unwrap();
+                    s.wait_go(Duration::from_secs(5)).unwrap();
+                    body(r, s)
+                })
+            })
+            .collect();
+        (ranks.into_iter().map(|h| h.join().unwrap()).collect(), coord)
+    }
+
     #[test]
     fn validation_table() {
         let mut seen = BTreeMap::new();
@@ -2137,24 +2185,12 @@ mod tests {
                 next: None,
             }]
         }
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), Some(Arc::new(judge)));
-        let coord = thread::spawn(move || coordinate(l, cfg));
-        let ranks: Vec<_> = (0..2)
-            .map(|r| {
-                let addr = addr.clone();
-                thread::spawn(move || {
-                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Ready { rank: r }).unwrap();
-                    s.wait_go(Duration::from_secs(5)).unwrap();
-                    s.send(&no_results(r)).unwrap();
-                    s.wait_done(Duration::from_secs(5)).unwrap()
-                })
-            })
-            .collect();
-        for h in ranks {
-            let (failed, verdicts) = h.join().unwrap();
+        let cfg = test_cfg(2, Duration::from_secs(5), String::new(), Some(Arc::new(judge)));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(5)).unwrap()
+        });
+        for (failed, verdicts) in ranks {
             assert!(failed);
             assert_eq!(verdicts.len(), 1);
             assert_eq!(verdicts[0].message, "judged 2 results");
@@ -2178,54 +2214,40 @@ mod tests {
         };
         type Seen = Vec<(usize, Vec<RowResult>)>;
         let seen: Arc<Mutex<Seen>> = Arc::default();
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let mut cfg = test_cfg(3, Duration::from_secs(5), addr.clone(), None);
+        let mut cfg = test_cfg(3, Duration::from_secs(5), String::new(), None);
         let sink = seen.clone();
         cfg.on_row = Some(Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
             sink.lock().unwrap().push((ranks.len(), rows));
         }));
-        let coord = thread::spawn(move || coordinate(l, cfg));
-        let ranks: Vec<_> = (0..3)
-            .map(|r| {
-                let addr = addr.clone();
-                thread::spawn(move || {
-                    let s = join(&addr, hello(r, 3, "t"), Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Ready { rank: r }).unwrap();
-                    s.wait_go(Duration::from_secs(5)).unwrap();
-                    // Rank 2 sends in reverse order and speaks for rank 0 once (refused).
-                    let mut sizes = vec![8u64, 1024];
-                    if r == 2 {
-                        sizes.reverse();
-                        s.send(&Msg::Row {
-                            rank: 0,
-                            row: row(4096, 0),
-                        })
-                        .unwrap();
-                    }
-                    for size in sizes {
-                        s.send(&Msg::Row {
-                            rank: r,
-                            row: row(size, r),
-                        })
-                        .unwrap();
-                    }
-                    // Only rank 1 reaches this size.
-                    if r == 1 {
-                        s.send(&Msg::Row {
-                            rank: r,
-                            row: row(4096, r),
-                        })
-                        .unwrap();
-                    }
-                    s.send(&no_results(r)).unwrap();
-                    s.wait_done(Duration::from_secs(5)).unwrap()
+        let (_, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            // Rank 2 sends in reverse order and speaks for rank 0 once (refused).
+            let mut sizes = vec![8u64, 1024];
+            if r == 2 {
+                sizes.reverse();
+                s.send(&Msg::Row {
+                    rank: 0,
+                    row: row(4096, 0),
                 })
-            })
-            .collect();
-        for h in ranks {
-            h.join().unwrap();
-        }
+                .unwrap();
+            }
+            for size in sizes {
+                s.send(&Msg::Row {
+                    rank: r,
+                    row: row(size, r),
+                })
+                .unwrap();
+            }
+            // Only rank 1 reaches this size.
+            if r == 1 {
+                s.send(&Msg::Row {
+                    rank: r,
+                    row: row(4096, r),
+                })
+                .unwrap();
+            }
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(5)).unwrap()
+        });
         coord.join().unwrap();
         let mut seen = seen.lock().unwrap().clone();
         seen.sort_by_key(|(_, rows)| rows[0].size_bytes);
@@ -2256,44 +2278,33 @@ mod tests {
                 next: None,
             }]
         }
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cfg = test_cfg(2, Duration::from_secs(20), addr.clone(), Some(Arc::new(judge)));
-        let coord = thread::spawn(move || coordinate(l, cfg));
+        let cfg = test_cfg(2, Duration::from_secs(20), String::new(), Some(Arc::new(judge)));
         let t0 = Instant::now();
-        let ranks: Vec<_> = (0..2)
-            .map(|r| {
-                let addr = addr.clone();
-                thread::spawn(move || {
-                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Ready { rank: r }).unwrap();
-                    s.wait_go(Duration::from_secs(5)).unwrap();
-                    if r == 1 {
-                        let mut w = crate::ring::collective::allreduce::Progress::default().report(1, 0);
-                        w.waiting_on = Some(0);
-                        w.waiting_to_receive = true;
-                        // The rank's own word for its rank and host is not trusted.
-                        let moved = CounterMove {
-                            rank: 7,
-                            host: "elsewhere".into(),
-                            device: "mlx5_2".into(),
-                            port: 1,
-                            netdev: Some("ib2".into()),
-                            counter: "symbol_error".into(),
-                            delta: 4699,
-                        };
-                        s.send(&Msg::Stuck {
-                            wait: w,
-                            port_counters: vec![moved; evidence::MAX_MOVES + 5],
-                        })
-                        .unwrap();
-                    }
-                    s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            if r == 1 {
+                let mut w = crate::ring::collective::allreduce::Progress::default().report(1, 0);
+                w.waiting_on = Some(0);
+                w.waiting_to_receive = true;
+                // The rank's own word for its rank and host is not trusted.
+                let moved = CounterMove {
+                    rank: 7,
+                    host: "elsewhere".into(),
+                    device: "mlx5_2".into(),
+                    port: 1,
+                    netdev: Some("ib2".into()),
+                    counter: "symbol_error".into(),
+                    delta: 4699,
+                };
+                s.send(&Msg::Stuck {
+                    wait: w,
+                    port_counters: vec![moved; evidence::MAX_MOVES + 5],
                 })
-            })
-            .collect();
+                .unwrap();
+            }
+            s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+        });
         for h in ranks {
-            assert_eq!(h.join().unwrap(), "HANG rank 1 waits for rank Some(0)");
+            assert_eq!(h, "HANG rank 1 waits for rank Some(0)");
         }
         // Not the 20 s timeout, nor the built-in grace: the verdict ended it.
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
@@ -2338,42 +2349,31 @@ mod tests {
             counter: counter.into(),
             delta: 3,
         };
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cfg = test_cfg(2, Duration::from_secs(20), addr.clone(), Some(Arc::new(judge)));
-        let coord = thread::spawn(move || coordinate(l, cfg));
-        let ranks: Vec<_> = (0..2)
-            .map(|r| {
-                let addr = addr.clone();
-                thread::spawn(move || {
-                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Ready { rank: r }).unwrap();
-                    s.wait_go(Duration::from_secs(5)).unwrap();
-                    let mut w = crate::ring::collective::allreduce::Progress::default().report(r, 0);
-                    if r == 1 {
-                        w.waiting_on = Some(0);
-                        w.waiting_to_receive = true;
-                        s.send(&Msg::Stuck {
-                            wait: w,
-                            port_counters: vec![mv("rcvd_seq_err")],
-                        })
-                        .unwrap();
-                        return s.wait_done(Duration::from_secs(10)).is_err();
-                    }
-                    // Rank 0 learns of the abort, then its own wait passes its deadline.
-                    let aborted = s.wait_done(Duration::from_secs(10)).is_err();
-                    w.waiting_on = Some(1);
-                    s.send(&Msg::Stuck {
-                        wait: w,
-                        port_counters: vec![mv("completer_retry_err")],
-                    })
-                    .unwrap();
-                    aborted
+        let cfg = test_cfg(2, Duration::from_secs(20), String::new(), Some(Arc::new(judge)));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            let mut w = crate::ring::collective::allreduce::Progress::default().report(r, 0);
+            if r == 1 {
+                w.waiting_on = Some(0);
+                w.waiting_to_receive = true;
+                s.send(&Msg::Stuck {
+                    wait: w,
+                    port_counters: vec![mv("rcvd_seq_err")],
                 })
+                .unwrap();
+                return s.wait_done(Duration::from_secs(10)).is_err();
+            }
+            // Rank 0 learns of the abort, then its own wait passes its deadline.
+            let aborted = s.wait_done(Duration::from_secs(10)).is_err();
+            w.waiting_on = Some(1);
+            s.send(&Msg::Stuck {
+                wait: w,
+                port_counters: vec![mv("completer_retry_err")],
             })
-            .collect();
+            .unwrap();
+            aborted
+        });
         for h in ranks {
-            assert!(h.join().unwrap());
+            assert!(h);
         }
         let rep = coord.join().unwrap();
         assert_eq!(rep.verdicts.len(), 1);
@@ -2839,29 +2839,18 @@ mod tests {
             }
             vec![]
         }
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), Some(Arc::new(judge)));
-        let coord = thread::spawn(move || coordinate(l, cfg));
-        let ranks: Vec<_> = (0..2)
-            .map(|r| {
-                let addr = addr.clone();
-                thread::spawn(move || {
-                    let s = join(&addr, hello(r, 2, "t"), Duration::from_secs(5)).unwrap();
-                    s.send(&Msg::Ready { rank: r }).unwrap();
-                    s.wait_go(Duration::from_secs(5)).unwrap();
-                    for k in 0..25 {
-                        let w = beat(r, k, crate::ring::model::Phase::ReduceScatter, None);
-                        s.send(&Msg::Heartbeat(w)).unwrap();
-                        thread::sleep(Duration::from_millis(100));
-                    }
-                    s.send(&no_results(r)).unwrap();
-                    s.wait_done(Duration::from_secs(5)).unwrap()
-                })
-            })
-            .collect();
+        let cfg = test_cfg(2, Duration::from_secs(5), String::new(), Some(Arc::new(judge)));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            for k in 0..25 {
+                let w = beat(r, k, crate::ring::model::Phase::ReduceScatter, None);
+                s.send(&Msg::Heartbeat(w)).unwrap();
+                thread::sleep(Duration::from_millis(100));
+            }
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(5)).unwrap()
+        });
         for h in ranks {
-            assert_eq!(h.join().unwrap(), (false, vec![]));
+            assert_eq!(h, (false, vec![]));
         }
         let rep = coord.join().unwrap();
         let calls = CALLS.load(Ordering::Relaxed);
@@ -2908,6 +2897,158 @@ mod tests {
         // Rank 2 is half an interval after rank 0 (200 ms); all at once would be ~0.
         let median = apart[apart.len() / 2];
         assert!(median >= Duration::from_millis(100), "{apart:?}");
+    }
+
+    fn has_beat(h: &[Happening], progress: u64) -> bool {
+        h.iter()
+            .any(|h| matches!(h, Happening::Msg(_, Msg::Heartbeat(w), _) if w.progress == progress))
+    }
+
+    /// Issue 18: a message is stamped when its bytes were read, not when the loop got to
+    /// it: the loop stalls 1.5 s after reading heartbeat 777, and heartbeat 778 (sent 300 ms
+    /// later, read after the stall) is stamped at least 1 s after it. Stamped when handled,
+    /// both would be stamped after the stall.
+    #[test]
+    fn a_heartbeat_is_stamped_when_read_not_when_handled() {
+        fn stall(h: &[Happening]) -> Duration {
+            if has_beat(h, 777) && !has_beat(h, 778) {
+                Duration::from_millis(1500)
+            } else {
+                Duration::ZERO
+            }
+        }
+        let cfg = test_cfg(2, Duration::from_secs(5), String::new(), None);
+        let limits = Limits {
+            loop_stall: Some(stall),
+            ..Limits::default()
+        };
+        let (ranks, coord) = run_ranks(cfg, limits, |r, s| {
+            if r == 0 {
+                for p in [777, 778] {
+                    let w = beat(r, p, crate::ring::model::Phase::ReduceScatter, None);
+                    s.send(&Msg::Heartbeat(w)).unwrap();
+                    thread::sleep(Duration::from_millis(300));
+                }
+            }
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(10)).unwrap()
+        });
+        assert!(ranks.iter().all(|d| *d == (false, vec![])), "{ranks:?}");
+        let rep = coord.join().unwrap();
+        let at = |p: u64| rep.progress[&0].iter().find(|x| x.1 == p).map(|x| x.0);
+        let (a, b) = (at(777).unwrap(), at(778).unwrap());
+        assert!(b >= a + 1000, "heartbeat 777 stamped at {a} ms, 778 at {b} ms");
+    }
+
+    /// Issue 18: a loop that stalls past every deadline (4 s against a 3 s silence and
+    /// timeout) while heartbeats wait unread blames nobody: its own lag is never a rank's
+    /// silence. The judge still runs during the backlog (its clock is the loop's, 4 s behind).
+    #[test]
+    fn a_loop_that_falls_behind_blames_nobody() {
+        use std::sync::atomic::AtomicU64;
+        static STALLS: AtomicU64 = AtomicU64::new(0);
+        fn stall(h: &[Happening]) -> Duration {
+            if has_beat(h, 5) && STALLS.fetch_add(1, Ordering::Relaxed) == 0 {
+                Duration::from_secs(4)
+            } else {
+                Duration::ZERO
+            }
+        }
+        let timeout = Duration::from_secs(3);
+        let cfg = test_cfg(
+            3,
+            timeout,
+            String::new(),
+            Some(crate::ring::run::watchdog_judge(timeout)),
+        );
+        let limits = Limits {
+            loop_stall: Some(stall),
+            ..Limits::default()
+        };
+        let (ranks, coord) = run_ranks(cfg, limits, |r, s| {
+            for k in 0..70 {
+                let w = beat(r, k, crate::ring::model::Phase::ReduceScatter, None);
+                s.send(&Msg::Heartbeat(w)).unwrap();
+                thread::sleep(Duration::from_millis(100));
+            }
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(10)).map_err(|e| e.to_string())
+        });
+        let rep = coord.join().unwrap();
+        assert!(STALLS.load(Ordering::Relaxed) >= 1, "the loop never stalled");
+        for d in ranks {
+            assert_eq!(d, Ok((false, vec![])), "{:?}", rep.abort);
+        }
+        assert!(rep.verdicts.is_empty() && rep.lost.is_empty(), "{:?}", rep.abort);
+        assert!(
+            rep.stats.judge_lag_max >= Duration::from_millis(3500),
+            "{:?}",
+            rep.stats
+        );
+    }
+
+    /// Issue 18: a frozen rank is named within its bound while the loop stays busy: each pass
+    /// stalls 15 ms, and hears its ready connections over several polls (an event list of 2
+    /// for 6 ranks heartbeating every 5 ms). The old guard held the judge whenever a poll
+    /// left input unread: on nearly every pass here, as at 16,384 ranks under load.
+    #[test]
+    fn a_frozen_rank_is_named_in_bound_while_the_loop_is_busy() {
+        fn stall(h: &[Happening]) -> Duration {
+            if h.is_empty() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(15)
+            }
+        }
+        let timeout = Duration::from_secs(3);
+        let cfg = test_cfg(
+            6,
+            timeout,
+            String::new(),
+            Some(crate::ring::run::watchdog_judge(timeout)),
+        );
+        let limits = Limits {
+            events: Some(2),
+            loop_stall: Some(stall),
+            ..Limits::default()
+        };
+        let (ranks, coord) = run_ranks(cfg, limits, |r, s| {
+            let t0 = Instant::now();
+            let mut last = t0;
+            for k in 0.. {
+                // Rank 2 freezes after 1 s (its connection stays open and read).
+                if r != 2 || t0.elapsed() < Duration::from_secs(1) {
+                    let w = beat(r, k, crate::ring::model::Phase::ReduceScatter, None);
+                    s.send(&Msg::Heartbeat(w)).unwrap();
+                    last = Instant::now();
+                }
+                match s.wait_done(Duration::from_millis(5)) {
+                    Err(BootstrapError::Aborted(why)) => return (last, Instant::now(), why),
+                    Ok(d) => panic!("rank {r}: the run ended without an abort: {d:?}"),
+                    Err(_) if t0.elapsed() > Duration::from_secs(15) => panic!("rank {r}: no abort in 15 s"),
+                    Err(_) => {}
+                }
+            }
+            unreachable!()
+        });
+        let rep = coord.join().unwrap();
+        let (frozen_last, _, _) = &ranks[2];
+        let (_, told, why) = &ranks[0];
+        let took = told.duration_since(*frozen_last);
+        // Silence 3 s, and up to 1 s for the loop (as the bench's bound).
+        assert!(
+            took <= silence(timeout) + Duration::from_secs(1),
+            "named {took:?} after its last heartbeat: {why}"
+        );
+        assert!(!rep.verdicts.is_empty(), "{why}");
+        for v in &rep.verdicts {
+            use crate::ring::model::VerdictKind::{RankLost, RankStalled};
+            assert!(
+                matches!(v.kind, RankStalled | RankLost) && (v.from_rank == Some(2) || v.to_rank == Some(2)),
+                "{v:?}"
+            );
+        }
+        assert!(rep.lost.iter().all(|&r| r == 2), "{:?}", rep.lost);
     }
 
     #[test]
