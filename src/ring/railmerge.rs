@@ -551,29 +551,46 @@ fn renumber(r: &mut RingReport, nodes: &[Rank]) {
 }
 
 /// `rank 1 (node-c, eth2)` -> `rank 2 (node-c, eth2)` where the ring's rank 1 is node 2:
-/// every `rank N` in one pass (so a renumbered rank is never renumbered again). Pure.
+/// every `rank N`, and every number of a `ranks N, M` list, in one pass (so a renumbered
+/// rank is never renumbered again). Pure.
 pub fn renumber_text(s: &str, nodes: &[Rank]) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     let mut rest = s;
-    while let Some(at) = rest.find("rank ") {
-        let word_start = at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
-        out.push_str(&rest[..at + 5]);
-        rest = &rest[at + 5..];
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
+    while let Some(at) = rest.find("rank") {
+        let word_start = !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let plural = rest[at..].starts_with("ranks ");
+        let skip = if plural { 6 } else { 5 };
+        if !rest[at..].starts_with("rank ") && !plural {
+            out.push_str(&rest[..at + 4]);
+            rest = &rest[at + 4..];
             continue;
         }
-        let (num, after) = rest.split_at(digits);
-        match num
-            .parse::<usize>()
-            .ok()
-            .filter(|_| word_start)
-            .and_then(|i| nodes.get(i))
-        {
-            Some(n) => out.push_str(&n.to_string()),
-            None => out.push_str(num),
+        out.push_str(&rest[..at + skip]);
+        rest = &rest[at + skip..];
+        // One number after `rank `; a list of them after `ranks `.
+        loop {
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if digits == 0 {
+                break;
+            }
+            let (num, after) = rest.split_at(digits);
+            match num
+                .parse::<usize>()
+                .ok()
+                .filter(|_| word_start)
+                .and_then(|i| nodes.get(i))
+            {
+                Some(n) => out.push_str(&n.to_string()),
+                None => out.push_str(num),
+            }
+            rest = after;
+            let more = ", ".len();
+            if !plural || !rest.starts_with(", ") || !rest[more..].starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            out.push_str(", ");
+            rest = &rest[more..];
         }
-        rest = after;
     }
     out.push_str(rest);
     out
@@ -943,6 +960,11 @@ mod tests {
             ("rank 7 (none)", "rank 7 (none)"),
             ("frank 1; rank x; rank 10", "frank 1; rank x; rank 10"),
             ("missing rank 1", "missing rank 2"),
+            ("missing ranks 1, 2; check", "missing ranks 2, 5; check"),
+            ("; ranks 0, 2 wait on it", "; ranks 0, 5 wait on it"),
+            ("2 of 3 ranks never", "2 of 3 ranks never"),
+            ("ranks 1, node", "ranks 2, node"),
+            ("rank's 1", "rank's 1"),
         ] {
             assert_eq!(renumber_text(s, &nodes), want, "{s}");
         }
