@@ -185,16 +185,18 @@ RAILS
   --rails all|N|LIST drives every rail of the node in one run (one process per node, as
   before): rail k is the k-th port in NCCL's order (--device in the order given, else the
   ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
-  a port that is down keeps its slot. Rail k of every node is one ring, all rails at once,
-  each with --channels channels and its own coordinator on the coordinator port + k. Rows
-  sum algbw and busbw over the rails (time: the slowest rail); data.rails[] has each rail's
-  rows. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
+  a port that is down keeps its slot. First every node declares its rail slots to rank 0
+  on the coordinator port; then rail k's ring is every node that drives rail k, all rails
+  at once, each with --channels channels and its own coordinator (hosted by rank 0, also
+  for a rail rank 0 lacks) on the coordinator port + k. Rows sum algbw and busbw over the
+  rails (time: the slowest rail); data.rails[] has each rail's rows and the nodes it ran
+  on. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
   verdict on every rail of a node says all rails, and a node lacking a rail most nodes have
-  (rank 0 included) is rail_missing, with the port's state from the links probe: that
-  rail's ring needs every node, so it does not run (the verdict names the nodes it did not
-  run on); the other rails do. When one rail fails (a hang, a link error), the node's other
-  rails stop a second later, so the run ends within --timeout and a grace; their
-  data.rails[].error says which rail failed first.
+  (rank 0 included) is rail_missing, with the port's state from the links probe; that rail
+  still runs on the nodes that have it (the verdict names them; a rail fewer than two
+  nodes drive does not run, and says so). When one rail fails (a hang, a link error), the
+  node's other rails stop a second later, so the run ends within --timeout and a grace;
+  their data.rails[].error says which rail failed first.
 
 OUTPUT
   --format table (the default): the verdict first, each with its next step, or on a
@@ -262,8 +264,11 @@ JSON DATA (fabprobe.ring)
              saturated or was cleared; a rank lost before reporting contributes none
   With --rails only: ranks[].rails[] {rail, device, port, netdev, state, usable, label,
              address}: every rail slot of the node (label and address: what its rail's ring
-             ran on); links[].rail; rails[] {rail, transport, results[] (that rail's own
-             rows), avg_busbw_gbs, scan, error}: each rail's ring (results[] above sum them)";
+             ran on); links[].rail; rails[] {rail, nodes (the ranks of the nodes its ring
+             ran on, in ring order; its scan numbers ranks by place in this list),
+             transport, results[] (that rail's own rows), avg_busbw_gbs, scan, error}: each
+             rail's ring (results[] above sum them); a rail_missing verdict's evidence has
+             ran_on_ranks (the nodes that rail ran on without it; empty: it did not run)";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 /// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
@@ -784,6 +789,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         on_row: rows.as_ref().map(RowPrinter::sink),
         rails: Vec::new(),
         rail_stop: None,
+        join_only: false,
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -939,25 +945,74 @@ fn run_rails(
     opts: &Options,
     id: Identity,
 ) -> anyhow::Result<Outcome> {
-    let (slots, runs) = rail_setups(g, a, sel, spec)?;
+    let (mut slots, runs) = rail_setups(g, a, sel, spec)?;
     // By index where the flag names them; for `all`, the rails most nodes have (rank 0's own
     // may be the odd ones).
     let wanted = rails::wanted(sel);
+    // A selected rail this node cannot run after all (no address) is declared as not driven,
+    // so its ring forms without this node instead of waiting for it.
+    for s in slots.iter_mut() {
+        let selected = rails::select(std::slice::from_ref(s), sel).len() == 1;
+        if selected && !runs.iter().any(|r| r.0.rail == s.rail) {
+            s.usable = false;
+        }
+    }
     let host = Host::live();
     let (live, display) = progress::Display::start(fmt == Format::Table, opts);
+    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
+    // Every node declares its rails to rank 0 first: rail k's ring is the nodes that drive it.
+    let seating = match rails::seat(&id, &hostname(), &slots, wanted.as_deref(), opts) {
+        Ok(x) => x,
+        Err(e) => {
+            drop(display);
+            return outcome(g, fmt, Err(e), None);
+        }
+    };
+    let (roster, mut base, refused) = match seating.roster {
+        Some((r, l, refused)) => (Some(r), l, refused),
+        None => (None, None, Vec::new()),
+    };
+    for why in &refused {
+        g.log(0, format!("rail roster: refused connection from {why}"));
+    }
+    // A node that never declared is awaited on every rail's ring for a moment only: it had
+    // the whole join window already.
+    let mut rail_opts = opts.clone();
+    if roster.as_ref().is_some_and(|r| !r.silent.is_empty()) {
+        rail_opts.join_timeout_secs = opts.join_timeout_secs.min(SILENT_JOIN_S);
+    }
     let mut rail_runs = Vec::new();
     for (p, ip, fabric, label) in runs {
-        let identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
+        let Some(seat) = seating.seats.iter().find(|s| s.rail == p.rail) else {
+            g.log(
+                0,
+                format!(
+                    "{}: not run: its ring would have fewer than two nodes (rank 0's report says why)",
+                    p.describe()
+                ),
+            );
+            continue;
+        };
+        let mut identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
+        (identity.rank, identity.world) = (seat.rank, seat.world);
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
         let rate = evidence::line_rate(&host, &netdev);
-        g.log(1, format!("{}: data {ip} device {label}", p.describe()));
+        g.log(
+            1,
+            format!(
+                "{}: data {ip} device {label}; rank {} of this rail's {} nodes",
+                p.describe(),
+                seat.rank,
+                seat.world
+            ),
+        );
         rail_runs.push(RailRun {
             setup: Setup {
                 identity,
                 host: hostname(),
                 data_ip: ip,
                 device: Some(label),
-                coordinator_listener: None,
+                coordinator_listener: if p.rail == 0 { base.take() } else { None },
                 line_rate_gbs: rate.map(|r| r.0),
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
@@ -965,15 +1020,56 @@ fn run_rails(
                 on_row: None,
                 rails: Vec::new(),
                 rail_stop: None,
+                // The job's rank 0 hosts every rail's coordinator, also one it lacks.
+                join_only: seat.rank == 0 && id.rank != 0,
             },
             port: p,
         });
     }
-    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let r = rails::run_node(rail_runs, &slots, wanted.as_deref(), opts, &logf);
+    // Rank 0: the coordinators of the rails it does not drive.
+    let mut hosted = Vec::new();
+    for (&k, nodes) in roster.iter().flat_map(|r| r.rings.iter()) {
+        if nodes.len() < 2 || nodes.first() == Some(&0) {
+            continue;
+        }
+        let mut identity = rails::rail_identity(&id, k).map_err(UsageError)?;
+        identity.world = nodes.len() as u32;
+        g.log(
+            1,
+            format!(
+                "rail {k}: this node lacks it; hosting its coordinator for {} nodes",
+                nodes.len()
+            ),
+        );
+        hosted.push(rails::Hosted {
+            rail: k,
+            identity,
+            listener: if k == 0 { base.take() } else { None },
+        });
+    }
+    let r = rails::run_node(
+        rail_runs,
+        hosted,
+        &slots,
+        wanted.as_deref(),
+        roster.as_ref(),
+        &rail_opts,
+        &logf,
+    );
+    // The report shows the run's options, not the shortened wait for a silent node.
+    let r = r.map(|mut o| {
+        if let Some(rep) = o.report.as_mut() {
+            rep.options.join_timeout_secs = opts.join_timeout_secs;
+        }
+        o
+    });
     drop(display);
     outcome(g, fmt, r, None)
 }
+
+/// How long rails' coordinators wait for a node that did not declare its rails within the
+/// join window (see [`run_rails`]).
+const SILENT_JOIN_S: u64 = 5;
 
 /// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
 /// every rank is one ring, on its own coordinator).
@@ -1058,6 +1154,7 @@ fn run_local_rails(
                     on_row: None,
                     rails: Vec::new(),
                     rail_stop: None,
+                    join_only: false,
                 },
             })
             .collect();
@@ -1070,7 +1167,7 @@ fn run_local_rails(
                 let (slots, wanted) = (&slots, &wanted);
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
-                    rails::run_node(runs, slots, Some(wanted), opts, &log)
+                    rails::run_node(runs, Vec::new(), slots, Some(wanted), None, opts, &log)
                 })
             })
             .collect();
@@ -1140,6 +1237,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     },
                     rails: Vec::new(),
                     rail_stop: None,
+                    join_only: false,
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -455,9 +455,16 @@ fn rails_busbw(line: &mut dyn FnMut(String), r: &RingReport) {
             ),
             _ => "no results".into(),
         };
+        // A rail some node lacks ran on the others: say which.
+        let on = if !x.nodes.is_empty() && (x.nodes.len() as u32) < r.world {
+            let ranks: Vec<String> = x.nodes.iter().map(|n| n.to_string()).collect();
+            format!(" (on ranks {} of {})", ranks.join(", "), r.world)
+        } else {
+            String::new()
+        };
         match &x.error {
-            Some(e) => line(format!("#  rail {}: {text}; ended early: {e}", x.rail)),
-            None => line(format!("#  rail {}: {text}", x.rail)),
+            Some(e) => line(format!("#  rail {}{on}: {text}; ended early: {e}", x.rail)),
+            None => line(format!("#  rail {}{on}: {text}", x.rail)),
         }
     }
     line("#".into());

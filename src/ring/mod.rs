@@ -14,8 +14,9 @@
 //!   the per-rank scan step;
 //! * [`run`] and [`report`]: one rank's whole run, and the job's report;
 //! * [`schedstat`]: how long a rank's threads waited for a CPU (scan evidence);
-//! * [`rails`] and [`railmerge`]: `--rails`, one ring per rail of the node (each a [`run`]),
-//!   and the job's report from the rails' reports.
+//! * [`rails`], [`railroster`] and [`railmerge`]: `--rails`, one ring per rail of the node
+//!   (each a [`run`]) among the nodes that drive that rail, and the job's report from the
+//!   rails' reports.
 pub mod collective;
 pub mod control;
 pub mod coordinator;
@@ -26,6 +27,7 @@ pub mod model;
 pub mod options;
 pub mod orders;
 pub mod railmerge;
+pub mod railroster;
 pub mod rails;
 pub mod rendezvous;
 pub mod report;

@@ -9,15 +9,19 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use crate::ring::coordinator::Event;
 use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
+use crate::ring::railroster::Roster;
 use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
 use crate::ring::run::{Failure, RankOutcome, RunError};
 
 /// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
 /// `wanted`: the rails this run asks for by index (None: `all`, the rails most nodes have).
+/// `roster` (rank 0 across nodes): who declared which rails, and each rail's ring.
 pub fn merge(
     outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)>,
     wanted: Option<&[u32]>,
+    roster: Option<&Roster>,
 ) -> Result<RankOutcome, RunError> {
     let mut reports: Vec<(RailPort, RingReport)> = Vec::new();
     let mut errors: Vec<(RailPort, RunError)> = Vec::new();
@@ -68,7 +72,7 @@ pub fn merge(
                 .join("; "),
         });
     }
-    let report = job_report(reports, errors, wanted);
+    let report = job_report(reports, errors, wanted, roster);
     let failed = report.failed();
     Ok(RankOutcome {
         report: Some(report),
@@ -78,12 +82,28 @@ pub fn merge(
 }
 
 /// The job's report from the rails' reports (and the rails rank 0 could not run at all).
+/// With a roster, a rail's ring of fewer nodes than the job has its ranks renumbered back
+/// to the nodes' ranks.
 pub fn job_report(
     mut rails: Vec<(RailPort, RingReport)>,
     errors: Vec<(RailPort, RunError)>,
     wanted: Option<&[u32]>,
+    roster: Option<&Roster>,
 ) -> RingReport {
     rails.sort_by_key(|(p, _)| p.rail);
+    let ring_of = |k: u32, r: &RingReport| -> Vec<Rank> {
+        match roster.and_then(|x| x.rings.get(&k)) {
+            Some(nodes) => nodes.clone(),
+            None => r.ranks.iter().map(|i| i.rank).collect(),
+        }
+    };
+    let rings: BTreeMap<u32, Vec<Rank>> = rails.iter().map(|(p, r)| (p.rail, ring_of(p.rail, r))).collect();
+    for (p, r) in rails.iter_mut() {
+        let nodes = &rings[&p.rail];
+        if nodes.iter().enumerate().any(|(i, &n)| i as Rank != n) {
+            renumber(r, nodes);
+        }
+    }
     // A rail stopped because another failed first: its marker is the rail's error, never a
     // verdict (the verdicts name the rail that failed).
     for (_, r) in rails.iter_mut() {
@@ -92,15 +112,21 @@ pub fn job_report(
         }
         r.verdicts.retain(|v| v.kind != VerdictKind::RailStopped);
     }
-    let ranks = merge_ranks(&rails);
-    let world = rails.iter().map(|(_, r)| r.world).max().unwrap_or(0);
+    let mut ranks = merge_ranks(&rails);
+    if let Some(x) = roster {
+        declared_ranks(&mut ranks, x);
+    }
+    let world = match roster {
+        Some(x) => x.world,
+        None => rails.iter().map(|(_, r)| r.world).max().unwrap_or(0),
+    };
     let ran: Vec<u32> = rails
         .iter()
         .map(|(p, _)| p.rail)
         .chain(errors.iter().map(|(p, _)| p.rail))
         .collect();
     let (expected, extra) = expected_rails(&ranks, world, &ran, wanted);
-    let missing = missing_verdicts(&ranks, &expected);
+    let missing = missing_verdicts(&ranks, &expected, roster.map(|x| &x.rings));
     let lacking: Vec<u32> = missing
         .iter()
         .filter_map(|v| v.rail.as_ref().map(|r| r.index))
@@ -123,7 +149,13 @@ pub fn job_report(
             r.error = Some(extra_note(&ranks, p.rail));
             continue;
         }
-        if let Some(e) = r.error.as_ref().filter(|_| !lacking.contains(&p.rail)) {
+        // Without a roster a lacking rail's ring waited for the node without it: that
+        // early end is the rail_missing verdict's; with one, the ring ran without it.
+        if let Some(e) = r
+            .error
+            .as_ref()
+            .filter(|_| roster.is_some() || !lacking.contains(&p.rail))
+        {
             // A stopped rail's line names its rail already.
             if e.starts_with(&format!("rail {} ", p.rail)) {
                 errs.push(e.clone());
@@ -164,7 +196,7 @@ pub fn job_report(
         transport_note: rails.iter().find_map(|(_, r)| r.transport_note.clone()),
         launcher: base.launcher.clone(),
         options: base.options.clone(),
-        ranks,
+        ranks: ranks.clone(),
         avg_busbw_gbs: avg_busbw(&results),
         results,
         links,
@@ -178,28 +210,35 @@ pub fn job_report(
             .iter()
             .map(|(p, r)| RailReport {
                 rail: p.rail,
+                nodes: rings[&p.rail].clone(),
                 transport: r.transport.clone(),
                 results: r.results.clone(),
                 avg_busbw_gbs: r.avg_busbw_gbs,
                 scan: r.scan.clone(),
                 error: r.error.clone(),
             })
-            .chain(errors.iter().map(|(p, e)| RailReport {
-                rail: p.rail,
-                transport: String::new(),
-                results: Vec::new(),
-                avg_busbw_gbs: None,
-                scan: None,
-                error: Some(e.message.clone()),
+            .chain(errors.iter().map(|(p, e)| {
+                RailReport {
+                    rail: p.rail,
+                    nodes: roster
+                        .and_then(|x| x.rings.get(&p.rail).cloned())
+                        .unwrap_or_default(),
+                    transport: String::new(),
+                    results: Vec::new(),
+                    avg_busbw_gbs: None,
+                    scan: None,
+                    error: Some(e.message.clone()),
+                }
             }))
             // A rail most nodes have that rank 0 ran no ring for (rank 0 lacks it).
             .chain(expected.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
                 rail: k,
+                nodes: roster.and_then(|x| x.rings.get(&k).cloned()).unwrap_or_default(),
                 transport: String::new(),
                 results: Vec::new(),
                 avg_busbw_gbs: None,
                 scan: None,
-                error: Some(format!("rail {k}'s ring did not run: see rail_missing")),
+                error: Some(not_run_note(&ranks, k, roster)),
             }))
             .collect(),
     }
@@ -322,10 +361,15 @@ fn sum_rows(rails: &[&RingReport]) -> Vec<ResultRow> {
         .collect()
 }
 
-/// `rail_missing` for every node that lacks (or cannot drive) a rail the job expects. Each
-/// rail is one ring with every node a rank of it, so a node without the rail keeps the ring
-/// from running on the nodes that have it: the verdict names them.
-fn missing_verdicts(ranks: &[RankInfo], expected: &[u32]) -> Vec<Verdict> {
+/// `rail_missing` for every node that lacks (or cannot drive) a rail the job expects. With
+/// the rails' rings (`rings`, across nodes), the verdict names the nodes rail k ran on
+/// without this one; without them (every node a rank of every rail's ring), the nodes the
+/// missing one kept it from running on.
+fn missing_verdicts(
+    ranks: &[RankInfo],
+    expected: &[u32],
+    rings: Option<&BTreeMap<u32, Vec<Rank>>>,
+) -> Vec<Verdict> {
     let mut out = Vec::new();
     for i in ranks.iter().filter(|i| !i.rails.is_empty()) {
         for &k in expected {
@@ -364,7 +408,31 @@ fn missing_verdicts(ranks: &[RankInfo], expected: &[u32]) -> Vec<Verdict> {
                 .iter()
                 .filter(|o| o.rails.iter().any(|s| s.rail == k && s.usable))
                 .collect();
-            let not_run = if have.is_empty() {
+            let mut evidence = BTreeMap::new();
+            let named = |v: &[&RankInfo]| {
+                v.iter()
+                    .map(|o| format!("rank {} ({})", o.rank, o.host))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let not_run = if let Some(ring) = rings.map(|m| m.get(&k).cloned().unwrap_or_default()) {
+                let on: Vec<&RankInfo> = ring
+                    .iter()
+                    .filter_map(|r| ranks.iter().find(|o| o.rank == *r))
+                    .collect();
+                evidence.insert(
+                    "ran_on_ranks".into(),
+                    json!(if on.len() >= 2 { ring } else { Vec::new() }),
+                );
+                match on.len() {
+                    0 => format!("no node drives rail {k}"),
+                    1 => format!(
+                        "rail {k} did not run: a ring needs two nodes and only {} drives it",
+                        named(&on)
+                    ),
+                    _ => format!("rail {k} ran without it on {}", named(&on)),
+                }
+            } else if have.is_empty() {
                 format!("no node drives rail {k}")
             } else {
                 format!(
@@ -375,11 +443,12 @@ fn missing_verdicts(ranks: &[RankInfo], expected: &[u32]) -> Vec<Verdict> {
                         .join(", ")
                 )
             };
-            let mut evidence = BTreeMap::new();
-            evidence.insert(
-                "not_run_on_ranks".into(),
-                json!(have.iter().map(|o| o.rank).collect::<Vec<_>>()),
-            );
+            if rings.is_none() {
+                evidence.insert(
+                    "not_run_on_ranks".into(),
+                    json!(have.iter().map(|o| o.rank).collect::<Vec<_>>()),
+                );
+            }
             if let Some(s) = slot {
                 evidence.insert("device".into(), json!(s.device));
                 evidence.insert("port".into(), json!(s.port));
@@ -406,6 +475,124 @@ fn missing_verdicts(ranks: &[RankInfo], expected: &[u32]) -> Vec<Verdict> {
             });
         }
     }
+    out
+}
+
+/// Why rail `k`, which the job expects, has no ring of its own here.
+fn not_run_note(ranks: &[RankInfo], k: u32, roster: Option<&Roster>) -> String {
+    let Some(ring) = roster.and_then(|x| x.rings.get(&k)) else {
+        return format!("rail {k}'s ring did not run: see rail_missing");
+    };
+    let on: Vec<String> = ring
+        .iter()
+        .map(|r| match ranks.iter().find(|o| o.rank == *r) {
+            Some(o) => format!("rank {r} ({})", o.host),
+            None => format!("rank {r}"),
+        })
+        .collect();
+    match on.len() {
+        0 => format!("rail {k}'s ring did not run: no node drives it; see rail_missing"),
+        _ => format!(
+            "rail {k}'s ring did not run: a ring needs two nodes and only {} drives it; see rail_missing",
+            on.join(", ")
+        ),
+    }
+}
+
+/// Every node that declared its rails, in `ranks` (one that ran no rail's ring is in no
+/// rail's report), with its rail slots as declared.
+fn declared_ranks(ranks: &mut Vec<RankInfo>, roster: &Roster) {
+    for d in roster.nodes.values() {
+        match ranks.iter_mut().find(|i| i.rank == d.rank) {
+            Some(i) if i.rails.is_empty() => i.rails = d.slots.clone(),
+            Some(_) => {}
+            None => ranks.push(RankInfo {
+                rank: d.rank,
+                host: d.host.clone(),
+                address: String::new(),
+                device: None,
+                transport: String::new(),
+                pid: None,
+                capabilities: Vec::new(),
+                rails: d.slots.clone(),
+            }),
+        }
+    }
+    ranks.sort_by_key(|i| i.rank);
+}
+
+/// A rail's report from a ring of some of the nodes (`nodes[i]` was its rank i), numbered
+/// by the nodes' ranks: its ranks, hops, verdicts (their sentences too), events, counters
+/// and error. Its scan keeps the ring's numbering (`rails[].nodes` maps it).
+fn renumber(r: &mut RingReport, nodes: &[Rank]) {
+    let node = |x: Rank| nodes.get(x as usize).copied().unwrap_or(x);
+    for i in &mut r.ranks {
+        i.rank = node(i.rank);
+    }
+    for l in &mut r.links {
+        (l.from_rank, l.to_rank) = (node(l.from_rank), node(l.to_rank));
+    }
+    for v in &mut r.verdicts {
+        v.from_rank = v.from_rank.map(node);
+        v.to_rank = v.to_rank.map(node);
+        v.message = renumber_text(&v.message, nodes);
+        v.next = v.next.as_deref().map(|n| renumber_text(n, nodes));
+    }
+    for e in &mut r.events {
+        match e {
+            Event::Joined { rank, .. } | Event::Replaced { rank, .. } => *rank = node(*rank),
+            _ => {}
+        }
+    }
+    for c in &mut r.port_counters {
+        c.rank = node(c.rank);
+    }
+    r.error = r.error.as_deref().map(|e| renumber_text(e, nodes));
+}
+
+/// `rank 1 (node-c, eth2)` -> `rank 2 (node-c, eth2)` where the ring's rank 1 is node 2:
+/// every `rank N`, and every number of a `ranks N, M` list, in one pass (so a renumbered
+/// rank is never renumbered again). Pure.
+pub fn renumber_text(s: &str, nodes: &[Rank]) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut rest = s;
+    while let Some(at) = rest.find("rank") {
+        let word_start = !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let plural = rest[at..].starts_with("ranks ");
+        let skip = if plural { 6 } else { 5 };
+        if !rest[at..].starts_with("rank ") && !plural {
+            out.push_str(&rest[..at + 4]);
+            rest = &rest[at + 4..];
+            continue;
+        }
+        out.push_str(&rest[..at + skip]);
+        rest = &rest[at + skip..];
+        // One number after `rank `; a list of them after `ranks `.
+        loop {
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if digits == 0 {
+                break;
+            }
+            let (num, after) = rest.split_at(digits);
+            match num
+                .parse::<usize>()
+                .ok()
+                .filter(|_| word_start)
+                .and_then(|i| nodes.get(i))
+            {
+                Some(n) => out.push_str(&n.to_string()),
+                None => out.push_str(num),
+            }
+            rest = after;
+            let more = ", ".len();
+            if !plural || !rest.starts_with(", ") || !rest[more..].starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            out.push_str(", ");
+            rest = &rest[more..];
+        }
+    }
+    out.push_str(rest);
     out
 }
 
@@ -636,6 +823,7 @@ mod tests {
             ],
             vec![],
             Some(&[0, 1]),
+            None,
         );
         assert_eq!(r.results.len(), 1);
         let x = &r.results[0];
@@ -671,6 +859,7 @@ mod tests {
             ],
             vec![],
             Some(&[0, 1]),
+            None,
         );
         assert_eq!(one.verdicts.len(), 1);
         let v = &one.verdicts[0];
@@ -706,6 +895,7 @@ mod tests {
             ],
             vec![],
             Some(&[0, 1]),
+            None,
         );
         assert_eq!(all.verdicts.len(), 1, "{:?}", all.verdicts);
         let v = &all.verdicts[0];
@@ -732,6 +922,7 @@ mod tests {
             ],
             vec![],
             Some(&[0, 1]),
+            None,
         );
         assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
         let v = &r.verdicts[0];
@@ -752,8 +943,120 @@ mod tests {
         // Another early end of a rail is the rail's, named.
         let mut rail0 = report(0, true, vec![], vec![]);
         rail0.error = Some("rank 2 lost".into());
-        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], Some(&[0]));
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], Some(&[0]), None);
         assert_eq!(r.error.as_deref(), Some("rail 0: rank 2 lost"));
+    }
+
+    #[test]
+    fn renumber_text_table() {
+        let nodes = [0, 2, 5];
+        for (s, want) in [
+            (
+                "SLOW EGRESS rank 1 (node-c, eth2)",
+                "SLOW EGRESS rank 2 (node-c, eth2)",
+            ),
+            // One pass: rank 1 -> 2 and rank 2 -> 5, never 1 -> 2 -> 5.
+            ("rank 1 -> rank 2; rank 0", "rank 2 -> rank 5; rank 0"),
+            ("rank 7 (none)", "rank 7 (none)"),
+            ("frank 1; rank x; rank 10", "frank 1; rank x; rank 10"),
+            ("missing rank 1", "missing rank 2"),
+            ("missing ranks 1, 2; check", "missing ranks 2, 5; check"),
+            ("; ranks 0, 2 wait on it", "; ranks 0, 5 wait on it"),
+            ("2 of 3 ranks never", "2 of 3 ranks never"),
+            ("ranks 1, node", "ranks 2, node"),
+            ("rank's 1", "rank's 1"),
+        ] {
+            assert_eq!(renumber_text(s, &nodes), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn with_a_roster_a_rail_runs_on_the_nodes_that_have_it_and_is_numbered_by_node() {
+        use crate::ring::railroster::{Declaration, Roster};
+        // node-b's rail 1 is down: rail 1's ring was node-a (its rank 0) and node-c (its
+        // rank 1), and it found node-c's rail 1 egress slow.
+        let mut rail1 = report(
+            1,
+            false,
+            vec![row(1 << 20, 300.0, 0.5)],
+            vec![verdict(VerdictKind::SlowEgress, 1, "eth2", 0.01)],
+        );
+        rail1.world = 2;
+        rail1.ranks.retain(|i| i.rank != 1);
+        rail1.ranks[1].rank = 1;
+        rail1.verdicts[0].from_host = Some("node-c".into());
+        rail1.verdicts[0].message = "SLOW EGRESS rank 1 (node-c, eth2): 0.01 GB/s".into();
+        let decl = |r: u32| Declaration {
+            rank: r,
+            host: format!("node-{}", (b'a' + r as u8) as char),
+            slots: ranks(0, false)[r as usize].rails.clone(),
+        };
+        let roster = Roster {
+            world: 3,
+            nodes: (0..3).map(|r| (r, decl(r))).collect(),
+            rings: BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0, 2])]),
+            silent: vec![],
+        };
+        let r = job_report(
+            vec![
+                (
+                    slot(0, "mlx5_0", true),
+                    report(0, false, vec![row(1 << 20, 200.0, 1.0)], vec![]),
+                ),
+                (slot(1, "mlx5_1", true), rail1),
+            ],
+            vec![],
+            None,
+            Some(&roster),
+        );
+        let msgs: Vec<&str> = r.verdicts.iter().map(|v| v.message.as_str()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "RAIL MISSING rank 1 (node-b): its rail 1 port mlx5_1:1 (eth2) is DOWN; rail 1 ran without it \
+                 on rank 0 (node-a), rank 2 (node-c); the other rails ran",
+                "rail 1: SLOW EGRESS rank 2 (node-c, eth2): 0.01 GB/s",
+            ]
+        );
+        assert_eq!(r.verdicts[0].evidence["ran_on_ranks"], json!([0, 2]));
+        assert_eq!(r.verdicts[1].from_rank, Some(2));
+        assert_eq!(
+            r.verdicts[1]
+                .rail
+                .as_ref()
+                .and_then(|x| x.from.as_ref())
+                .map(|p| p.device.as_str()),
+            Some("mlx5_1")
+        );
+        let nodes: Vec<(u32, Vec<u32>)> = r.rails.iter().map(|x| (x.rail, x.nodes.clone())).collect();
+        assert_eq!(nodes, [(0, vec![0, 1, 2]), (1, vec![0, 2])]);
+        // Both rails' rows count: rail 1 ran.
+        assert_eq!(r.results[0].busbw_gbs, 1.5);
+        assert_eq!(r.world, 3);
+        // Only one node drives the rail: no ring, and the verdict and the rail say so.
+        let roster = Roster {
+            rings: BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0])]),
+            ..roster
+        };
+        let r = job_report(
+            vec![(slot(0, "mlx5_0", true), report(0, false, vec![], vec![]))],
+            vec![],
+            None,
+            Some(&roster),
+        );
+        assert!(
+            r.verdicts[0]
+                .message
+                .contains("rail 1 did not run: a ring needs two nodes and only rank 0 (node-a) drives it"),
+            "{}",
+            r.verdicts[0].message
+        );
+        assert_eq!(
+            r.rails[1].error.as_deref(),
+            Some(
+                "rail 1's ring did not run: a ring needs two nodes and only rank 0 (node-a) drives it; see rail_missing"
+            )
+        );
     }
 
     #[test]
@@ -762,7 +1065,7 @@ mod tests {
         // and 1. Rank 0 ran only rail 0, so rail 1 comes from the other nodes' slots.
         let mut rail0 = report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
         rail0.ranks[0].rails.truncate(1);
-        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None);
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None, None);
         assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
         let v = &r.verdicts[0];
         assert_eq!(
@@ -786,7 +1089,7 @@ mod tests {
         let mut rail0 = report(0, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
         rail0.ranks[0].rails[1].usable = false;
         rail0.ranks[0].rails[1].state = Some("DOWN (phys Disabled)".into());
-        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None);
+        let r = job_report(vec![(slot(0, "mlx5_0", true), rail0)], vec![], None, None);
         let named: Vec<_> = r.verdicts.iter().map(|v| (v.kind, v.from_rank)).collect();
         assert_eq!(named, [(VerdictKind::RailMissing, Some(0))]);
         assert!(
@@ -818,6 +1121,7 @@ mod tests {
                 (extra, rail2),
             ],
             vec![],
+            None,
             None,
         );
         assert!(r.verdicts.is_empty(), "{:?}", r.verdicts);
@@ -862,6 +1166,7 @@ mod tests {
         let r = job_report(
             vec![(slot(0, "mlx5_0", true), rail0), (slot(1, "mlx5_1", true), rail1)],
             vec![],
+            None,
             None,
         );
         assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);

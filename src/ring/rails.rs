@@ -7,7 +7,7 @@
 //! [`run_node`].
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,6 +18,8 @@ use crate::ring::coordinator::Judge;
 use crate::ring::launcher::{self, Identity};
 use crate::ring::model::{RailPort, Verdict, VerdictKind};
 use crate::ring::railmerge;
+use crate::ring::railroster::{self, Declaration, Roster, Seat};
+use crate::ring::rendezvous;
 use crate::ring::run::{self, Failure, Options, RankOutcome, RunError, Setup};
 use crate::sysfs::infiniband::NumName;
 
@@ -335,19 +337,78 @@ pub struct RailRun {
     pub setup: Setup,
 }
 
-/// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring),
-/// then, on rank 0, merge the rails' reports into the job's. `slots` is every rail slot of
-/// the node (driven or not), announced in each rail's hello so rank 0 can name a missing one;
-/// `wanted` the rails this run asks for by index (None: `all`, the rails most nodes have).
-/// On rank 0 the rails' coordinators stop together (see [`RailStop`]).
-pub fn run_node(
-    rails: Vec<RailRun>,
+/// Rank 0 on a rail it does not drive: the rail's coordinator, hosted for the nodes that do.
+pub struct Hosted {
+    pub rail: u32,
+    /// The rail's identity: its coordinator address and token, its ring's world.
+    pub identity: Identity,
+    /// Already bound (rail 0's, the roster's port), else bound from `identity`.
+    pub listener: Option<TcpListener>,
+}
+
+/// What the roster exchange gave this node.
+pub struct Seating {
+    /// This node's place in each rail's ring it runs.
+    pub seats: Vec<Seat>,
+    /// Rank 0: who declared what, each rail's ring, and the base port's listener (rail 0's
+    /// coordinator takes it over); the refused connections, for the log.
+    pub roster: Option<(Roster, Option<TcpListener>, Vec<String>)>,
+}
+
+/// Before any rail's ring: declare this node's rail slots to rank 0 and learn its seats
+/// (rank 0: gather every node's, see [`railroster`]). `slots` as this node can drive them.
+pub fn seat(
+    id: &Identity,
+    host: &str,
     slots: &[RailPort],
     wanted: Option<&[u32]>,
     opts: &Options,
+) -> Result<Seating, RunError> {
+    let me = Declaration {
+        rank: id.rank,
+        host: host.to_string(),
+        slots: slots.to_vec(),
+    };
+    let token = format!("{}/rails", id.token);
+    if id.rank != 0 {
+        let seats = railroster::declare(&id.coordinator, &token, me, id.world, opts.join_timeout()).map_err(
+            |message| RunError {
+                kind: Failure::Fault,
+                message,
+            },
+        )?;
+        return Ok(Seating { seats, roster: None });
+    }
+    let cannot = |message: String| RunError {
+        kind: Failure::CannotRun,
+        message,
+    };
+    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
+    let (roster, refused) =
+        railroster::gather(&l, &token, me, id.world, wanted, opts.join_timeout()).map_err(cannot)?;
+    Ok(Seating {
+        seats: roster.seats(0),
+        roster: Some((roster, Some(l), refused)),
+    })
+}
+
+/// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring,
+/// and on rank 0 a thread per rail it hosts without driving), then, on rank 0, merge the
+/// rails' reports into the job's. `slots` is every rail slot of the node (driven or not),
+/// announced in each rail's hello; `wanted` the rails this run asks for by index (None:
+/// `all`, the rails most nodes have); `roster` rank 0's across nodes (None: `--local`,
+/// where every rank drives every rail). On rank 0 the rails' coordinators stop together
+/// (see [`RailStop`]).
+pub fn run_node(
+    rails: Vec<RailRun>,
+    hosted: Vec<Hosted>,
+    slots: &[RailPort],
+    wanted: Option<&[u32]>,
+    roster: Option<&Roster>,
+    opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
-    if rails.is_empty() {
+    if rails.is_empty() && hosted.is_empty() {
         return Err(RunError {
             kind: Failure::CannotRun,
             message: format!(
@@ -358,7 +419,7 @@ pub fn run_node(
     }
     let stop = Arc::new(RailStop::default());
     let outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)> = thread::scope(|sc| {
-        let handles: Vec<_> = rails
+        let mut handles: Vec<_> = rails
             .into_iter()
             .map(|mut r| {
                 r.setup.rails = slots.to_vec();
@@ -372,6 +433,29 @@ pub fn run_node(
                 (port, h)
             })
             .collect();
+        for x in hosted {
+            let port = slots
+                .iter()
+                .find(|p| p.rail == x.rail)
+                .cloned()
+                .unwrap_or(RailPort {
+                    rail: x.rail,
+                    device: String::new(),
+                    port: None,
+                    netdev: None,
+                    state: None,
+                    usable: false,
+                    label: None,
+                    address: None,
+                });
+            let stop = stop.clone();
+            let h = sc.spawn(move || {
+                let rail = x.rail;
+                let log = |level: u8, s: &str| log(level, &format!("rail {rail}: {s}"));
+                run::host_only(x.listener, &x.identity, opts, Some((rail, stop)), &log)
+            });
+            handles.push((port, h));
+        }
         handles
             .into_iter()
             .map(|(p, h)| {
@@ -385,7 +469,7 @@ pub fn run_node(
             })
             .collect()
     });
-    railmerge::merge(outcomes, wanted)
+    railmerge::merge(outcomes, wanted, roster)
 }
 
 /// `eth2 down`, `mlx5_1:1 DOWN`.

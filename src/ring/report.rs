@@ -113,6 +113,9 @@ pub struct RingReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct RailReport {
     pub rail: u32,
+    /// The nodes (job ranks) this rail's ring ran on, in ring order: its rank i was node
+    /// `nodes[i]` (its scan numbers ranks so); every node unless one lacks the rail.
+    pub nodes: Vec<Rank>,
     pub transport: String,
     pub results: Vec<ResultRow>,
     pub avg_busbw_gbs: Option<f64>,

@@ -57,6 +57,9 @@ pub struct Setup {
     /// With `--rails`, rank 0: this rail's index and the node's shared stop, so a failed
     /// rail ends the other rails' rings too (see [`crate::ring::rails::RailStop`]).
     pub rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    /// With `--rails`: this node is rank 0 of a rail's ring that another node's process
+    /// (the job's rank 0, which lacks the rail) hosts the coordinator of: join it, host none.
+    pub join_only: bool,
 }
 
 /// See [`Setup::on_row`].
@@ -118,14 +121,13 @@ pub fn run_rank(
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let id = &setup.identity;
-    let timeout = opts.timeout();
     let cannot = |m: String| RunError {
         kind: Failure::CannotRun,
         message: m,
     };
 
     // Rank 0 hosts the coordinator on its own thread, for the whole run.
-    let coordinator = if id.rank == 0 {
+    let coordinator = if id.rank == 0 && !setup.join_only {
         let l = match setup.coordinator_listener {
             Some(l) => l,
             None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
@@ -138,47 +140,7 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let cfg = CoordinatorConfig {
-            world: id.world,
-            token: id.token.clone(),
-            timeout,
-            join_timeout: opts.join_timeout(),
-            advertised: id.coordinator.clone(),
-            params: opts.canonical(),
-            // The watchdog, live; the scan's verdicts join at the end (see below).
-            judge: Some(match setup.rail_stop.clone() {
-                Some((rail, stop)) => crate::ring::rails::stopping_judge(watchdog_judge(timeout), rail, stop),
-                None => watchdog_judge(timeout),
-            }),
-            // The natural ring (the sweep's `Ring`); rails plug their rings in here.
-            rings: None,
-            scan: opts.scan.clone().map(|o| {
-                let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
-                    Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
-                make
-            }),
-            on_row: setup.on_row.clone().map(|show| {
-                let (world, channels) = (id.world, opts.channels);
-                let sink: coordinator::RowSink = Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
-                    // The same arithmetic as the report's rows (the sink gets ranks in order).
-                    let results: Vec<RankResults> = rows
-                        .into_iter()
-                        .zip(ranks)
-                        .map(|(row, info)| RankResults {
-                            rank: info.rank,
-                            rows: vec![row],
-                            links: vec![],
-                            link_size_bytes: 0,
-                            port_counters: vec![],
-                        })
-                        .collect();
-                    if let Some(row) = aggregate(world, ranks, &results, channels).0.first() {
-                        show(ranks, row);
-                    }
-                });
-                sink
-            }),
-        };
+        let cfg = coordinator_config(id, opts, setup.rail_stop.clone(), setup.on_row.clone());
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
         let own = l.local_addr().ok().map(|a| {
@@ -236,6 +198,71 @@ pub fn run_rank(
     };
     // Rank 0: the coordinator's view is the report, whatever happened to this rank.
     let crep: CoordinatorReport = coord.join().unwrap_or_default();
+    let local_err = result.as_ref().err().map(|e| e.message.clone());
+    job_outcome(id, opts, crep, transport, local_err)
+}
+
+/// Rank 0's coordinator configuration: the watchdog (stopping with the node's other rails
+/// under `--rails`), the scan, the rows as they complete.
+fn coordinator_config(
+    id: &Identity,
+    opts: &Options,
+    rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    on_row: Option<ShowRow>,
+) -> CoordinatorConfig {
+    let timeout = opts.timeout();
+    CoordinatorConfig {
+        world: id.world,
+        token: id.token.clone(),
+        timeout,
+        join_timeout: opts.join_timeout(),
+        advertised: id.coordinator.clone(),
+        params: opts.canonical(),
+        // The watchdog, live; the scan's verdicts join at the end (see below).
+        judge: Some(match rail_stop {
+            Some((rail, stop)) => crate::ring::rails::stopping_judge(watchdog_judge(timeout), rail, stop),
+            None => watchdog_judge(timeout),
+        }),
+        // The natural ring (the sweep's `Ring`); rails plug their rings in here.
+        rings: None,
+        scan: opts.scan.clone().map(|o| {
+            let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
+                Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
+            make
+        }),
+        on_row: on_row.map(|show| {
+            let (world, channels) = (id.world, opts.channels);
+            let sink: coordinator::RowSink = Arc::new(move |ranks: &[RankInfo], rows: Vec<RowResult>| {
+                // The same arithmetic as the report's rows (the sink gets ranks in order).
+                let results: Vec<RankResults> = rows
+                    .into_iter()
+                    .zip(ranks)
+                    .map(|(row, info)| RankResults {
+                        rank: info.rank,
+                        rows: vec![row],
+                        links: vec![],
+                        link_size_bytes: 0,
+                        port_counters: vec![],
+                    })
+                    .collect();
+                if let Some(row) = aggregate(world, ranks, &results, channels).0.first() {
+                    show(ranks, row);
+                }
+            });
+            sink
+        }),
+    }
+}
+
+/// Rank 0's outcome from its coordinator's report: the job's report (or the coordinator's
+/// own limit, exit 2).
+fn job_outcome(
+    id: &Identity,
+    opts: &Options,
+    crep: CoordinatorReport,
+    transport: String,
+    local_err: Option<String>,
+) -> Result<RankOutcome, RunError> {
     // The coordinator's own limit: fabprobe could not run the job here (exit 2), no verdict.
     if let Some(message) = crep.coordinator_error.clone() {
         return Err(RunError {
@@ -243,7 +270,6 @@ pub fn run_rank(
             message,
         });
     }
-    let local_err = result.as_ref().err().map(|e| e.message.clone());
     let (rows, links) = aggregate(id.world, &crep.ranks, &crep.results, opts.channels);
     let error = crep.abort.clone().or(local_err);
     let mut verdicts = crep.verdicts.clone();
@@ -277,6 +303,39 @@ pub fn run_rank(
         failed,
         why: None,
     })
+}
+
+/// With `--rails`, rank 0 on a rail it does not drive: host that rail's coordinator for the
+/// nodes that do (`id` is the rail's: its world is theirs), and return the rail's report.
+pub fn host_only(
+    listener: Option<TcpListener>,
+    id: &Identity,
+    opts: &Options,
+    rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, RunError> {
+    let l = match listener {
+        Some(l) => l,
+        None => rendezvous::bind(&id.coordinator).map_err(|e| RunError {
+            kind: Failure::CannotRun,
+            message: e.to_string(),
+        })?,
+    };
+    log(
+        1,
+        &format!(
+            "coordinator (not a rank of this ring) listening on {} for {} ranks",
+            l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            id.world
+        ),
+    );
+    let crep = coordinator::coordinate(l, coordinator_config(id, opts, rail_stop, None));
+    let transport = crep
+        .ranks
+        .first()
+        .map(|i| i.transport.clone())
+        .unwrap_or_else(|| "tcp".into());
+    job_outcome(id, opts, crep, transport, None)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -164,6 +164,7 @@ fn world_with(
                     let setup = Setup {
                         rails: Vec::new(),
                         rail_stop: None,
+                        join_only: false,
                         identity: ident(r, n, &addr),
                         host: host(r),
                         data_ip: IpAddr::from([127, 0, 0, 1]),
@@ -529,6 +530,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
     let setup = Setup {
         rails: Vec::new(),
         rail_stop: None,
+        join_only: false,
         identity: ident(1, 2, &addr),
         host: host(1),
         data_ip: IpAddr::from([127, 0, 0, 1]),
