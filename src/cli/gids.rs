@@ -27,6 +27,14 @@ NCCL_IB_ROUTABLE_FLID_GID_INDEX) and the environment of the host or snapshot, an
 perftest's default (-x not given). Reads of gid_attrs/types and ndevs that fail with EINVAL
 (empty slots, IB ports, unmapped container slots) are treated as the kernel means them.
 
+NARROW TERMINALS
+  When the full table is wider than the terminal (COLUMNS, else the terminal's width), a
+  compact form keeps each GID on one line: device/port in one column, an IPv4-mapped GID as
+  ::ffff:a.b.c.d (the same 16 bytes), and the link layer and the NCCL and perftest picks left
+  to the per-port lines under the table, which wrap. Piped without COLUMNS, or on a wide
+  terminal, the full table. --show-gids prints show_gids' own bytes at any width, for scripts
+  that parse show_gids; `fabprobe gids | cat` gives the full table on a terminal.
+
 FINDINGS
   gids.no_roce_v2            a RoCE port without any RoCE v2 GID
   gids.nccl_gid_unusable     NCCL's automatic choice is link-local or empty

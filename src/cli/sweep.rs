@@ -315,7 +315,8 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     }
     let report = sw.finish();
     let text = if a.drain {
-        report.drain_lines()
+        // Comments wrap as comments on a narrow terminal; the scontrol lines paste whole.
+        crate::render::text::fit_prose(&report.drain_lines())
     } else {
         match fmt {
             Format::Json => {

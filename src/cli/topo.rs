@@ -40,6 +40,14 @@ CELLS
   NICs are the RDMA devices of /sys/class/infiniband in registration order (PCI bus order,
   bonds last), which is natural name order for kernel-assigned names.
 
+NARROW TERMINALS
+  On a terminal narrower than the matrix (COLUMNS, else the terminal's width; 8 GPUs and 10
+  NICs take about 150 columns) the matrix prints in column blocks, each a slice of nvidia-smi's
+  layout with every row (GPU columns, then NIC columns, then the affinities), and the legend
+  wraps under its meanings. Piped or redirected, stdout is nvidia-smi's bytes at any width, so
+  `fabprobe topo | diff - <(nvidia-smi topo -m)` compares like for like; on a terminal,
+  `fabprobe topo | cat` prints those bytes. The verdict line goes to stderr either way.
+
 FINDINGS
   topo.numa_node_unknown   warn  numa_node is -1 on a host with several (or unknown) NUMA
                                  nodes

@@ -174,13 +174,17 @@ pub fn sweep_table(r: &SweepReport) -> String {
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
         for g in &r.failures {
-            let _ = writeln!(
-                s,
-                "  {:<36} {:>5} nodes  {}",
-                g.id,
-                g.node_count,
-                short_list(&g.nodes)
-            );
+            let lead = format!("  {:<36} {:>5} nodes  ", g.id, g.node_count);
+            let nodes = short_list(&g.nodes);
+            match text::width() {
+                // Too wide for the terminal: the node list on the next lines, under the cause.
+                Some(w) if lead.len() + nodes.chars().count() > w => {
+                    s.push_str(lead.trim_end());
+                    s.push('\n');
+                    s.push_str(&text::wrap("    ", &nodes.replace(',', ", "), 4));
+                }
+                _ => s.push_str(&format!("{lead}{nodes}\n")),
+            }
             s.push_str(&text::wrap(&format!("  {:<36}        e.g. ", ""), &g.example, 47));
         }
     }
@@ -206,7 +210,7 @@ pub fn sweep_table(r: &SweepReport) -> String {
         s.push_str("\nNO MAJORITY\n");
         for sp in &r.no_majority {
             let v: Vec<String> = sp.values.iter().map(|(v, c)| format!("{v}: {c}")).collect();
-            let _ = writeln!(s, "  {:<16} {}", sp.key, v.join(", "));
+            s.push_str(&text::wrap(&format!("  {:<16} ", sp.key), &v.join(", "), 19));
         }
     }
     if !r.unreadable.is_empty() {
@@ -236,7 +240,7 @@ pub fn sweep_table(r: &SweepReport) -> String {
             ));
         }
     }
-    s
+    text::fit_prose(&s)
 }
 
 fn short_list(v: &[String]) -> String {

@@ -5,7 +5,6 @@
 
 use crate::finding::Finding;
 use crate::probe::links::{Counter, LinkDevice, LinksReport};
-use crate::render::gids::columns;
 use crate::render::text;
 use crate::sysfs::infiniband::{CounterDir, Delta};
 
@@ -53,8 +52,14 @@ fn device_header(d: &LinkDevice) -> String {
     if !a.pci_netdevs.is_empty() {
         s.push_str(&format!(", netdevs {}", a.pci_netdevs.join(",")));
     }
-    s.push('\n');
-    s
+    // Each line within the width (the PCIe line's `  DOWNTRAINED` gap is not a table's).
+    s.lines()
+        .map(|l| {
+            let body = l.trim_start();
+            let lead = &l[..l.len() - body.len()];
+            text::wrap(lead, body, lead.len() + 2)
+        })
+        .collect()
 }
 
 fn value_text(c: &Counter) -> String {
@@ -232,8 +237,10 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
                 },
             ]);
         }
+        // Within the width with the two columns of indent.
+        let fit = text::width().map(|w| w.saturating_sub(2));
         out.push_str(
-            &columns(&rows)
+            &crate::render::gids::columns_fit(&rows, fit)
                 .lines()
                 .map(|l| format!("  {l}\n"))
                 .collect::<String>(),

@@ -252,5 +252,6 @@ pub fn table(r: &Report) -> String {
             out.push_str(&format!("  {l}\n"));
         }
     }
-    out
+    // Summary lines and quoted log lines within the width too.
+    text::fit_prose(&out)
 }

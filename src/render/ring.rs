@@ -29,7 +29,7 @@ pub fn table(r: &RingReport) -> String {
         o.push_str(&row_line(row));
     }
     tail(&mut o, r, "above");
-    o
+    text::fit_prose(&o)
 }
 
 /// The rest of the table after [`head`] and the rows in `shown` were printed as the run
@@ -46,7 +46,7 @@ pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
     verdicts(&mut o, r);
     o.truncate(o.trim_end().len());
     o.push('\n');
-    o
+    text::fit_prose(&o)
 }
 
 /// What the header lines need, known as soon as every rank has joined.
@@ -317,7 +317,7 @@ pub fn head(h: &Head) -> String {
             .to_string(),
         );
     }
-    o
+    text::fit_prose(&o)
 }
 
 /// One size's line, nccl-tests' columns, with its newline.
@@ -379,17 +379,36 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str) {
             "# Per-link bandwidth (each ring hop, measured at its receiver over {} channel(s), at {size} B):",
             r.links[0].channel_count
         ));
-        line(format!("#  {:<32}  {:<32}  {:>11}", "from", "to", "rate"));
-        for l in &r.links {
+        let end = |l: &crate::ring::report::LinkRow, from: bool| {
             let rail = l.rail.map(|k| format!("rail {k} ")).unwrap_or_default();
-            let end = |rank: u32, host: &str, dev: &Option<String>| match dev {
+            let (rank, host, dev) = if from {
+                (l.from_rank, &l.from_host, &l.from_device)
+            } else {
+                (l.to_rank, &l.to_host, &l.to_device)
+            };
+            match dev {
                 Some(d) => format!("{rail}rank {rank} ({host}, {d})"),
                 None => format!("{rail}rank {rank} ({host})"),
-            };
+            }
+        };
+        // 32 columns a side as always, or on a terminal only as wide as the names.
+        let side = match text::width() {
+            Some(_) => r
+                .links
+                .iter()
+                .flat_map(|l| [end(l, true), end(l, false)])
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(4),
+            None => 32,
+        };
+        line(format!("#  {:<side$}  {:<side$}  {:>11}", "from", "to", "rate"));
+        for l in &r.links {
             line(format!(
-                "   {:<32}  {:<32}  {:>11}",
-                end(l.from_rank, &l.from_host, &l.from_device),
-                end(l.to_rank, &l.to_host, &l.to_device),
+                "   {:<side$}  {:<side$}  {:>11}",
+                end(l, true),
+                end(l, false),
                 text::rate_cell(l.gbs)
             ));
         }

@@ -44,8 +44,10 @@ pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
     }
     out.push_str("\nFindings:\n");
     for f in shown {
-        let head = format!("  {:<4} {}: ", f.severity.as_str().to_uppercase(), f.subject);
-        out.push_str(&wrap_to(&head, &f.message, 7, width));
+        // The subject wraps with the message: a long list of pairs or devices is words too.
+        let head = format!("  {:<4} ", f.severity.as_str().to_uppercase());
+        let said = format!("{}: {}", f.subject, f.message);
+        out.push_str(&wrap_to(&head, &said, 7, width));
         if !f.evidence.is_empty() {
             let ev: Vec<String> = f
                 .evidence
@@ -75,11 +77,10 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
     {
         Some(f) => wrap(
             &format!(
-                "fabprobe {command}: {}  {fail} fail, {warn} warn; worst: {}: ",
+                "fabprobe {command}: {}  {fail} fail, {warn} warn; worst: ",
                 worst.as_str().to_uppercase(),
-                f.subject
             ),
-            &f.message,
+            &format!("{}: {}", f.subject, f.message),
             2,
         ),
         None => format!("fabprobe {command}: PASS  no fail or warn findings\n"),
@@ -87,13 +88,14 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
 }
 
 /// The words of `text`: whitespace splits, except inside backticks, so a backticked command
-/// (with any punctuation touching it) is one word that is never broken.
+/// (with any punctuation touching it) is one word that is never broken. A backtick with no
+/// closing one (a quoted log line's) quotes nothing.
 fn words(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut start, mut quoted) = (None, false);
     for (i, c) in text.char_indices() {
         if c == '`' {
-            quoted = !quoted;
+            quoted = !quoted && text[i + 1..].contains('`');
         }
         if c.is_whitespace() && !quoted {
             if let Some(s) = start.take() {
@@ -174,6 +176,7 @@ const COMMAND_WORDS: &[&str] = &[
     "modprobe",
     "perfquery",
     "rdma",
+    "scontrol",
     "setpci",
     "sudo",
     "sysctl",
@@ -181,10 +184,76 @@ const COMMAND_WORDS: &[&str] = &[
     "unset",
 ];
 
-/// Whether a remedy is one bare command rather than prose with backticked commands.
+/// Whether a remedy is one bare command rather than prose with backticked commands: every
+/// `;`-separated part starts with a tool, and no `, ` (a list in prose: "fabprobe gdr (ACS,
+/// IOMMU); fabprobe topo" or "fabprobe links on both hosts; the vendor's syndrome" read).
 fn bare_command(text: &str) -> bool {
-    let first = text.split_whitespace().next().unwrap_or("");
-    !text.contains('`') && !text.contains('\n') && COMMAND_WORDS.contains(&first)
+    let starts_with_tool = |part: &str| COMMAND_WORDS.contains(&part.split_whitespace().next().unwrap_or(""));
+    !text.contains('`')
+        && !text.contains('\n')
+        && !text.contains(", ")
+        && text
+            .split(';')
+            .all(|p| p.trim().is_empty() || starts_with_tool(p))
+}
+
+/// Every line of a rendered report within the width ([`width`]), by [`fit_prose_to`].
+pub fn fit_prose(text: &str) -> String {
+    fit_prose_to(text, width())
+}
+
+/// Lines of `text` wider than `width` wrapped at word boundaries, continuation lines two
+/// columns under the line's own indent (a `# ` comment continues as `#   `, so a drain script
+/// stays a script). Left as they are: lines that fit; no width (a pipe keeps its bytes);
+/// tab-separated lines (nvidia-smi's layout); table rows (three cells or more between runs
+/// of two spaces: their tables fit by columns); `fix:`/`next:` remedies (laid out by
+/// [`wrap_remedy`]: what is still wide there is a command); `scontrol` drain lines.
+pub fn fit_prose_to(text: &str, width: Option<usize>) -> String {
+    let Some(width) = width else {
+        return text.to_string();
+    };
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    for line in text.split_inclusive('\n') {
+        let l = line.strip_suffix('\n').unwrap_or(line);
+        let body = l.trim_start();
+        let keep = l.chars().count() <= width
+            || l.contains('\t')
+            || body
+                .trim_end()
+                .split("  ")
+                .filter(|c| !c.trim().is_empty())
+                .count()
+                > 2
+            || body.starts_with("fix: ")
+            || body.starts_with("next: ")
+            || body.starts_with("scontrol ");
+        if keep {
+            out.push_str(line);
+            continue;
+        }
+        let lead = &l[..l.len() - body.len()];
+        match body.strip_prefix("# ") {
+            Some(rest) => {
+                let wrapped = wrap_to(&format!("{lead}# "), rest, lead.len() + 4, Some(width));
+                for (n, w) in wrapped.lines().enumerate() {
+                    match (n, w.get(lead.len()..lead.len() + 1)) {
+                        (0, _) | (_, None) => out.push_str(w),
+                        _ => {
+                            out.push_str(lead);
+                            out.push('#');
+                            out.push_str(&w[lead.len() + 1..]);
+                        }
+                    }
+                    out.push('\n');
+                }
+            }
+            None => out.push_str(&wrap_to(lead, body, lead.len() + 2, Some(width))),
+        }
+        if !line.ends_with('\n') {
+            out.pop();
+        }
+    }
+    out
 }
 
 /// A `fix:` or `next:` line: prose wraps like [`wrap`], its backticked commands never break
@@ -211,7 +280,8 @@ pub fn verdict_first(command: &str, findings: &[Finding], body: String) -> Strin
     let listed = self::findings(&ranked);
     out.push_str(listed.strip_prefix("\nFindings:\n").unwrap_or(&listed));
     out.push('\n');
-    out.push_str(&body);
+    // The detail lines (device headers, per-port choices, module and kernel facts) fit too.
+    out.push_str(&fit_prose(&body));
     out
 }
 
@@ -330,6 +400,73 @@ mod tests {
             narrow.contains("\n            `ethtool -S ens1f0np0 | grep"),
             "{narrow}"
         );
+    }
+
+    #[test]
+    fn fit_prose_wraps_prose_and_leaves_tables_commands_and_pipes() {
+        let prose = "  Receive buffers (bytes): 130944,130944,0,0,0,0,0,0; total 262016; prio2buffer 0,0,0,0,1,0,0,0\n";
+        assert_eq!(fit_prose_to(prose, None), prose, "a pipe keeps its bytes");
+        assert_eq!(
+            fit_prose_to(prose, Some(80)),
+            "  Receive buffers (bytes): 130944,130944,0,0,0,0,0,0; total 262016; prio2buffer\n    0,0,0,0,1,0,0,0\n"
+        );
+        let keep = [
+            "GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPXB\tNODE\tNODE\tNODE\tSYS\tSYS\n",
+            "  1     4: ACTIVE  5: LinkUp   400 Gb/sec (4X NDR)  InfiniBand  0x21  0x1  ibp12s0\n",
+            "       fix: echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3; echo 1 > /sys/class/net/x\n",
+            "scontrol update NodeName=gpu-1 State=DRAIN Reason=\"fabprobe: links.port_not_active mlx5_1/1\"\n",
+        ];
+        for l in keep {
+            assert_eq!(fit_prose_to(l, Some(60)), l);
+        }
+        // One gap of two spaces is prose (`x16)  DOWNTRAINED`), not a table.
+        let one_gap = "  PCIe 0000:58:00.0: 32.0 GT/s PCIe x8 (max 32.0 GT/s PCIe x16)  DOWNTRAINED, driver mlx5_core\n";
+        assert!(fit_prose_to(one_gap, Some(80)).lines().all(|l| l.len() <= 80));
+        // A comment continues as a comment, so a drain script stays one.
+        let c = "# node-a: passed but differs from its peers, not drained (--drain-outliers drains it): x\n";
+        let out = fit_prose_to(c, Some(60));
+        assert!(
+            out.lines().count() > 1 && out.lines().all(|l| l.starts_with('#') && l.len() <= 60),
+            "{out}"
+        );
+        assert!(out.lines().skip(1).all(|l| l.starts_with("#   ")), "{out}");
+        // No trailing newline in, none out.
+        assert_eq!(fit_prose_to("a b c d e f", Some(40)), "a b c d e f");
+    }
+
+    #[test]
+    fn a_long_subject_wraps_with_its_message() {
+        let pairs = "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7";
+        let f = Finding::new("gdr.x", Severity::Warn, pairs, "the path is SYS");
+        let out = findings_to(std::slice::from_ref(&f), Some(80));
+        assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
+        assert!(
+            out.contains("  WARN GPU0-NIC0") && out.contains("GPU7-NIC7: the path"),
+            "{out}"
+        );
+        // Unwrapped, the same line as before.
+        assert_eq!(
+            findings_to(std::slice::from_ref(&f), None),
+            format!("\nFindings:\n  WARN {pairs}: the path is SYS\n")
+        );
+    }
+
+    #[test]
+    fn prose_next_steps_wrap_and_commands_do_not() {
+        assert!(bare_command("echo 1 > /sys/a/3; echo 1 > /sys/b/3"));
+        assert!(bare_command("ethtool -A ens1f0np0 rx off tx off"));
+        assert!(!bare_command(
+            "fabprobe links on both hosts; the vendor syndrome in the NIC vendor's documentation"
+        ));
+        assert!(!bare_command(
+            "fabprobe gdr (ACS, IOMMU, peermem/DMA-BUF per GPU-NIC pair); fabprobe topo"
+        ));
+        assert!(!bare_command(
+            "fabprobe nccl-env (the interface NCCL picks); set NCCL_SOCKET_IFNAME"
+        ));
+        // A backtick that never closes quotes nothing: the log line still wraps.
+        assert_eq!(words("a `b c"), vec!["a", "`b", "c"]);
+        assert_eq!(words("a `b c` d"), vec!["a", "`b c`", "d"]);
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
             None => o.push_str(&whole),
         }
         o.push('\n');
-        o.push_str(if nccl { NCCL_LEGEND } else { SMI_LEGEND });
+        o.push_str(&legend(if nccl { NCCL_LEGEND } else { SMI_LEGEND }, fit));
         if !r.nics.is_empty() {
             o.push_str("\nNIC Legend:\n\n");
             for n in &r.nics {
@@ -72,6 +72,28 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
         }
     }
     o.push_str(&crate::render::text::findings(findings));
+    o
+}
+
+/// The legend as nvidia-smi words it; on a terminal narrower than a line, that line wraps
+/// under its meaning (`  SYS  = Connection traversing PCIe as well as the SMP` and the rest
+/// nine columns in): only the compatible bytes (a pipe, a file) need the long lines.
+fn legend(text: &str, fit: Option<usize>) -> String {
+    let Some(w) = fit else {
+        return text.to_string();
+    };
+    let mut o = String::new();
+    for l in text.lines() {
+        match l.split_at_checked(9) {
+            Some((key, meaning)) if l.chars().count() > w && key.ends_with("= ") => {
+                o.push_str(&crate::render::text::wrap_to(key, meaning, 9, Some(w)))
+            }
+            _ => {
+                o.push_str(l);
+                o.push('\n');
+            }
+        }
+    }
     o
 }
 
@@ -248,8 +270,14 @@ mod tests {
                 }
             }
             assert!(seen.contains_key(&("GPU7".to_string(), "CPU Affinity".to_string())));
-            // The legend and NIC legend are as before.
-            assert!(narrow.ends_with(&whole[whole.find("Legend:").unwrap()..]));
+            // The legend and NIC legend say the same words, each line within the width
+            // (a legend line wraps under its meaning, nine columns in).
+            let (legend, was) = (&narrow[matrix_end..], &whole[whole.find("Legend:").unwrap()..]);
+            let words = |t: &str| t.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+            assert_eq!(words(legend), words(was));
+            assert!(legend.lines().all(|l| l.chars().count() <= width), "{legend}");
+            let under = |l: &str| l.starts_with("         ") && !l[9..].starts_with(' ');
+            assert!(legend.lines().any(under), "{legend}");
         }
     }
 }
