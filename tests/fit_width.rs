@@ -16,35 +16,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// The tools a bare-command remedy starts with, as the renderer decides.
+use fabprobe::render::text::COMMAND_WORDS as TOOLS;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
-
-/// The tools a bare-command remedy starts with (as the renderer decides).
-const TOOLS: &[&str] = &[
-    "cat",
-    "dcb",
-    "echo",
-    "ethtool",
-    "export",
-    "fabprobe",
-    "fuser",
-    "ibportstate",
-    "ibstat",
-    "ip",
-    "kill",
-    "lspci",
-    "mlnx_qos",
-    "mlxlink",
-    "modprobe",
-    "perfquery",
-    "rdma",
-    "scontrol",
-    "setpci",
-    "sudo",
-    "sysctl",
-    "tc",
-    "unset",
-];
 
 /// stdout and stderr of fabprobe at `columns` (piped: the width comes from COLUMNS).
 fn run(args: &[&str], columns: usize, stdin: Option<&Path>) -> String {

@@ -158,7 +158,7 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
 }
 
 /// The tools a remedy that is one bare command starts with (`echo 1 > /sys/...; ...`).
-const COMMAND_WORDS: &[&str] = &[
+pub const COMMAND_WORDS: &[&str] = &[
     "cat",
     "dcb",
     "echo",
