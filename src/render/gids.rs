@@ -20,6 +20,60 @@ pub fn columns_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
     }
 }
 
+/// [`columns`] for a table whose cells must stay whole (names, counters): too wide for the
+/// terminal, it prints in blocks of columns, each led by the first column, every cell
+/// unbroken; when even the first column and one more do not fit, as [`columns`] wraps.
+pub fn column_blocks(rows: &[Vec<String>]) -> String {
+    column_blocks_fit(rows, crate::render::text::width())
+}
+
+pub fn column_blocks_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
+    let plain = columns_plain(rows);
+    let Some(width) = width.filter(|&w| plain.lines().any(|l| l.chars().count() > w)) else {
+        return plain;
+    };
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let w: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut blocks: Vec<Vec<usize>> = Vec::new();
+    let mut i = 1;
+    while i < n {
+        let mut cols = vec![0];
+        let mut used = w[0];
+        while i < n && used + 2 + w[i] <= width {
+            used += 2 + w[i];
+            cols.push(i);
+            i += 1;
+        }
+        if cols.len() == 1 {
+            return wrapped(rows, width);
+        }
+        blocks.push(cols);
+    }
+    let parts: Vec<String> = blocks
+        .iter()
+        .map(|cols| {
+            let sub: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    cols.iter()
+                        .map(|&c| r.get(c).cloned().unwrap_or_default())
+                        .collect()
+                })
+                .collect();
+            columns_plain(&sub)
+        })
+        .collect();
+    parts.join("\n")
+}
+
 fn wrapped(rows: &[Vec<String>], width: usize) -> String {
     use comfy_table::{ContentArrangement, Table, presets::NOTHING};
     let mut t = Table::new();
@@ -253,6 +307,31 @@ pub fn prom(r: &GidsReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Too wide for the width, a table prints in blocks of whole columns, each led by the
+    /// first; it fits, or has no width, and it is the plain table.
+    #[test]
+    fn column_blocks_keep_every_cell_whole() {
+        let rows: Vec<Vec<String>> = [
+            ["  PRIO", "PFC(DCB)", "TSA", "RX_PAUSE_US", "RX_MARKED"],
+            ["  6", "off", "vendor", "0", "5120"],
+        ]
+        .iter()
+        .map(|r| r.iter().map(|c| c.to_string()).collect())
+        .collect();
+        let plain = column_blocks_fit(&rows, None);
+        assert_eq!(
+            plain,
+            "  PRIO  PFC(DCB)  TSA     RX_PAUSE_US  RX_MARKED\n  6     off       vendor  0            5120\n"
+        );
+        assert_eq!(column_blocks_fit(&rows, Some(80)), plain);
+        assert_eq!(
+            column_blocks_fit(&rows, Some(30)),
+            "  PRIO  PFC(DCB)  TSA\n  6     off       vendor\n\n  PRIO  RX_PAUSE_US  RX_MARKED\n  6     0            5120\n"
+        );
+        // Not even the first column and one more: wrapped as columns does.
+        assert_eq!(column_blocks_fit(&rows, Some(10)), columns_fit(&rows, Some(10)));
+    }
+
     use super::*;
 
     fn report() -> GidsReport {

@@ -4,7 +4,7 @@
 
 use crate::finding::Finding;
 use crate::probe::qos::{Count, QosIf, QosReport};
-use crate::render::gids::columns;
+use crate::render::gids::column_blocks;
 use crate::render::text;
 use crate::sysfs::dcb::tsa_name;
 
@@ -190,7 +190,8 @@ fn one(i: &QosIf, sampled: bool) -> String {
     // Without DCB and without a driver that keeps per-priority counters there is nothing
     // per priority to show.
     if i.dcb.error.is_none() || i.priorities.iter().any(|p| p.pfc_counters.is_some()) {
-        s.push_str(&columns(&rows));
+        // Counters and names stay whole: a narrow terminal gets blocks of columns.
+        s.push_str(&column_blocks(&rows));
     }
     if let Some(g) = &i.global_pause {
         s.push_str(&format!(
