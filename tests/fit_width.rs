@@ -18,6 +18,8 @@ use std::process::Command;
 
 // The tools a bare-command remedy starts with, as the renderer decides.
 use fabprobe::render::text::COMMAND_WORDS as TOOLS;
+// The words of a line, a backticked span one word, as the wrapper sees them.
+use fabprobe::render::text::words;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
@@ -59,26 +61,6 @@ fn run_on_tty(args: &[&str], columns: usize) -> String {
         .expect("script(1) from util-linux runs fabprobe on a pty");
     assert!(matches!(o.status.code(), Some(0 | 1)), "{args:?}: {o:?}");
     String::from_utf8(o.stdout).unwrap().replace('\r', "")
-}
-
-/// The words of a line, a backticked span one word (as the wrapper sees them).
-fn words(l: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut start, mut quoted) = (None, false);
-    for (i, c) in l.char_indices() {
-        if c == '`' {
-            quoted = !quoted && l[i + 1..].contains('`');
-        }
-        if c.is_whitespace() && !quoted {
-            if let Some(s) = start.take() {
-                out.push(&l[s..i]);
-            }
-        } else if start.is_none() {
-            start = Some(i);
-        }
-    }
-    out.extend(start.map(|s| &l[s..]));
-    out
 }
 
 /// Why a line over the width may be (None: it may not).

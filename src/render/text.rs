@@ -90,7 +90,7 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
 /// The words of `text`: whitespace splits, except inside backticks, so a backticked command
 /// (with any punctuation touching it) is one word that is never broken. A backtick with no
 /// closing one (a quoted log line's) quotes nothing.
-fn words(text: &str) -> Vec<&str> {
+pub fn words(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut start, mut quoted) = (None, false);
     for (i, c) in text.char_indices() {
