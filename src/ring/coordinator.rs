@@ -6,7 +6,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -2689,7 +2689,7 @@ mod tests {
             if !read {
                 sock.set_recv_buffer_size(1024).unwrap();
             }
-            sock.connect(&addr.parse::<SocketAddr>().unwrap().into()).unwrap();
+            sock.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
             let mut s: TcpStream = sock.into();
             s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
