@@ -6,7 +6,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -607,6 +607,8 @@ fn gather(
     sndbuf: Option<usize>,
 ) -> BTreeMap<Rank, RankInfo> {
     let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
+    // Ranks whose holder is being checked because a second claim came: since when.
+    let mut checking: BTreeMap<Rank, Instant> = BTreeMap::new();
     while (seen.len() as u32) < cfg.world {
         let now = Instant::now();
         if now >= deadline {
@@ -624,7 +626,7 @@ fn gather(
             if let Some(b) = sndbuf {
                 let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
             }
-            gather_one(cfg, rep, &mut seen, plane, s, peer, hello);
+            gather_one(cfg, rep, (&mut seen, &mut checking), plane, (s, peer, hello));
             rep.stats.hellos += 1;
         }
         rep.stats.hello_time += t.elapsed();
@@ -641,16 +643,22 @@ fn gather(
     seen
 }
 
+/// How long a second claim of a taken rank is told "busy" while the holder's connection is
+/// checked. A connection whose far end is gone (a reset that never reached rank 0, a node
+/// that rebooted) answers the check with a reset within a round trip.
+pub const HOLDER_CHECK: Duration = Duration::from_secs(3);
+
 /// One finished hello while ranks gather: join, replace a dead earlier connection of the
-/// same rank, or refuse (a second live claim names both source addresses).
+/// same rank, or refuse (a second live claim names both source addresses). A claim of a
+/// rank whose holder looks alive first checks the holder (a ping, which a live rank ignores
+/// before its table and a vanished one answers with a reset) and is told "busy" meanwhile,
+/// so a rank whose own end was reset connects again instead of being refused.
 fn gather_one(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
-    seen: &mut BTreeMap<Rank, RankInfo>,
+    (seen, checking): (&mut BTreeMap<Rank, RankInfo>, &mut BTreeMap<Rank, Instant>),
     plane: &mut Plane,
-    s: TcpStream,
-    peer: SocketAddr,
-    hello: Result<Hello, WireError>,
+    (s, peer, hello): Incoming,
 ) {
     let peer_s = peer.to_string();
     let h = match hello {
@@ -664,6 +672,24 @@ fn gather_one(
     }
     match rep.control_peers.get(&h.rank).cloned() {
         Some(old_peer) if plane.has(h.rank) && !plane.is_dead(h.rank) => {
+            let now = Instant::now();
+            let first = !checking.contains_key(&h.rank);
+            let since = *checking.entry(h.rank).or_insert(now);
+            if now.duration_since(since) < HOLDER_CHECK {
+                if first && let Ok(f) = frame(&Msg::Ping) {
+                    let _ = plane.send(h.rank, f, now);
+                }
+                let reason = format!(
+                    "{BUSY}rank {} is held by an earlier connection from {old_peer}; checking that it is alive",
+                    h.rank
+                );
+                gate::reject_now(&s, &reason);
+                // Listed once: the claimant asks again every 100 ms while the check lasts.
+                if first {
+                    rep.reject(&peer_s, &reason);
+                }
+                return;
+            }
             let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
             let reason = format!(
                 "rank {} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
@@ -674,11 +700,14 @@ fn gather_one(
             );
             return refuse(rep, &s, &peer_s, &reason);
         }
-        Some(old_peer) => rep.events.push(Event::Replaced {
-            rank: h.rank,
-            peer: peer_s.clone(),
-            old_peer,
-        }),
+        Some(old_peer) => {
+            checking.remove(&h.rank);
+            rep.events.push(Event::Replaced {
+                rank: h.rank,
+                peer: peer_s.clone(),
+                old_peer,
+            })
+        }
         None => rep.events.push(Event::Joined {
             rank: h.rank,
             peer: peer_s.clone(),
@@ -2480,17 +2509,29 @@ mod tests {
         let mut a = TcpStream::connect(&addr).unwrap();
         a.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
         thread::sleep(Duration::from_millis(300));
-        let mut b = TcpStream::connect(&addr).unwrap();
-        b.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
-        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        let reason = match wire::read_msg(&mut b) {
-            Ok(Msg::Reject { reason }) => reason,
-            other => panic!("{other:?}"),
+        // The second claim is told "busy" while the holder is checked (it is alive: it
+        // answers nothing but its kernel acknowledges), then refused for good.
+        let claim = || {
+            let mut b = TcpStream::connect(&addr).unwrap();
+            b.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+            b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            match wire::read_msg(&mut b) {
+                Ok(Msg::Reject { reason }) => (b, reason),
+                other => panic!("{other:?}"),
+            }
         };
-        let (pa, pb) = (
-            a.local_addr().unwrap().to_string(),
-            b.local_addr().unwrap().to_string(),
+        let (mut b, mut reason) = claim();
+        let pa = a.local_addr().unwrap().to_string();
+        assert_eq!(
+            reason,
+            format!("{BUSY}rank 1 is held by an earlier connection from {pa}; checking that it is alive")
         );
+        let t0 = Instant::now();
+        while reason.starts_with(BUSY) && t0.elapsed() < HOLDER_CHECK * 2 {
+            thread::sleep(Duration::from_millis(100));
+            (b, reason) = claim();
+        }
+        let pb = b.local_addr().unwrap().to_string();
         assert!(
             reason.starts_with(&format!(
                 "rank 1 is already taken by {pa} (h1); a second claim from {pb} is refused"
@@ -2648,7 +2689,7 @@ mod tests {
             if !read {
                 sock.set_recv_buffer_size(1024).unwrap();
             }
-            sock.connect(&addr.parse::<SocketAddr>().unwrap().into()).unwrap();
+            sock.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
             let mut s: TcpStream = sock.into();
             s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
