@@ -2719,7 +2719,7 @@ mod tests {
         let addr = l.local_addr().unwrap().to_string();
         let cfg = test_cfg(3, Duration::from_secs(20), addr.clone(), None);
         let limits = Limits {
-            write_stall: Some(Duration::from_millis(800)),
+            write_stall: Some(Duration::from_millis(1500)),
             ping_every: Duration::from_millis(2),
             talking_ping_every: Some(Duration::from_millis(2)),
             sndbuf: Some(4096),
@@ -2748,15 +2748,17 @@ mod tests {
                 }),
                 "rank {r}"
             );
-            // Pings every 2 ms while rank 1's queue was stuck: no gap near the stall deadline.
+            // Pings every 2 ms while rank 1's queue was stuck: no gap near the stall deadline
+            // (1.5 s, which a loop blocked on rank 1's writes would show). Half of it leaves
+            // room for a loaded machine's scheduling gaps (300 ms failed once at load 11).
             let gap = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
             assert!(
-                times.len() > 100 && gap < Duration::from_millis(300),
+                times.len() > 100 && gap < Duration::from_millis(750),
                 "rank {r}: {} frames, gap {gap:?}",
                 times.len()
             );
         }
-        assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
     }
 
     /// Issue 18: every rank's silence clock without a pass over the world; a rank is quiet
