@@ -348,10 +348,10 @@ fn bench_rails_three_vms() {
         .collect();
     let v = rails_run(&lab, &extra);
     let busbw = rail_busbw(&v);
-    for vm in 0..3 {
-        for nic in 0..2 {
+    for (vm, nics) in before.iter().enumerate() {
+        for (nic, was) in nics.iter().enumerate() {
             let after = lab.qdisc(vm, nic);
-            let (bytes, pkts, dropped, over) = before[vm][nic].delta(&after);
+            let (bytes, pkts, dropped, over) = was.delta(&after);
             eprintln!(
                 "  tc {} eth{nic}: {} rate {:?}: sent {bytes} B {pkts} pkt, dropped {dropped}, overlimits {over}",
                 lab.vms[vm].name, after.kind, after.rate
