@@ -71,6 +71,10 @@ pub struct VmOpts {
     /// NICs per VM, 1 or 2: NIC k is `eth<k>` with `rxe<k>` on it, on bridge `br<k>` (one
     /// rail each).
     pub nics: usize,
+    /// vCPUs per VM. With one, a guest that drives two rails spends most of its time waiting
+    /// for that CPU (rxe's software ICRC and both rails' threads), which the ring scan reads
+    /// as a CPU-bound host and does not judge.
+    pub smp: u32,
 }
 
 impl VmOpts {
@@ -80,6 +84,7 @@ impl VmOpts {
             rate: None,
             mem_mib: 640,
             nics: 1,
+            smp: 1,
         }
     }
 }
@@ -323,7 +328,8 @@ impl VmLab {
             let console = job.join("console.log");
             let child = Command::new("ip")
                 .args(["netns", "exec", &prefix, "qemu-system-x86_64"])
-                .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "1"])
+                .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+                .args(["-smp", &opts.smp.to_string()])
                 .args(["-m", &opts.mem_mib.to_string()])
                 .args(["-display", "none", "-monitor", "none", "-no-reboot"])
                 .arg("-serial")
@@ -548,6 +554,54 @@ impl VmLab {
         );
     }
 
+    /// Shape what a VM sends on `eth<nic>` (rail `nic`) to `rate` (tbf; replaces earlier
+    /// shaping of that NIC), and read it back: fails the test unless `tc` shows the tbf.
+    pub fn shape_egress_on(&self, vm: usize, nic: usize, rate: &str) {
+        self.must(
+            vm,
+            &format!("tc qdisc replace dev eth{nic} root tbf rate {rate} burst 64kb latency 50ms"),
+        );
+        let q = self.qdisc(vm, nic);
+        assert!(
+            q.kind == "tbf",
+            "{}: eth{nic} has no root tbf after shaping it: {}",
+            self.vms[vm].name,
+            q.text
+        );
+    }
+
+    /// The root qdisc of a VM's `eth<nic>` and its counters (`tc -s qdisc show`).
+    pub fn qdisc(&self, vm: usize, nic: usize) -> Qdisc {
+        let out = self.must(vm, &format!("tc -s qdisc show dev eth{nic}"));
+        Qdisc::parse(&out).unwrap_or_else(|| {
+            panic!(
+                "{}: no root qdisc counters in `tc -s qdisc show dev eth{nic}`:\n{out}",
+                self.vms[vm].name
+            )
+        })
+    }
+
+    /// Take a VM's `eth<nic>` down (its rxe port goes DOWN with it).
+    pub fn nic_down(&self, vm: usize, nic: usize) {
+        self.must(vm, &format!("ip link set eth{nic} down"));
+    }
+
+    /// Bring a VM's `eth<nic>` back up and wait (at most 20 s) until it runs and `rxe<nic>`
+    /// port 1 is ACTIVE again with its IPv4 GID (index 1).
+    pub fn nic_up(&self, vm: usize, nic: usize) {
+        let port = format!("/sys/class/infiniband/rxe{nic}/ports/1");
+        self.must(
+            vm,
+            &format!(
+                "ip link set eth{nic} up; i=0; \
+                 until [ \"$(cat /sys/class/net/eth{nic}/operstate)\" = up ] && grep -q ACTIVE {port}/state \
+                   && grep -q ffff {port}/gids/1 2>/dev/null; do \
+                   [ $i -ge 200 ] && {{ cat /sys/class/net/eth{nic}/operstate {port}/state {port}/gids/1; exit 1; }}; \
+                   sleep 0.1; i=$((i+1)); done"
+            ),
+        );
+    }
+
     /// Drop every RoCE packet (UDP 4791) `from` sends to `to`, as a broken path would: at
     /// `to`'s ingress, so the sender sees nothing but silence. (Dropping at the sender's own
     /// qdisc instead makes 6.1 rxe retry the send in a tight loop: a soft lockup.) TCP, the
@@ -640,4 +694,68 @@ fn workspace_shares() -> Result<Vec<PathBuf>, String> {
         }
     }
     Ok(shares)
+}
+
+/// A root qdisc as `tc -s qdisc show` prints it: its kind, its rate where it has one, and the
+/// counters that show whether it shaped anything.
+#[derive(Debug, Clone)]
+pub struct Qdisc {
+    pub kind: String,
+    /// The `rate` word as tc prints it (`2Mbit`), for tbf.
+    pub rate: Option<String>,
+    pub sent_bytes: u64,
+    pub sent_pkts: u64,
+    pub dropped: u64,
+    pub overlimits: u64,
+    pub text: String,
+}
+
+impl Qdisc {
+    /// The root qdisc of `tc -s qdisc show dev X` (its first `qdisc ... root` line and the
+    /// `Sent` line after it), or None.
+    pub fn parse(out: &str) -> Option<Qdisc> {
+        let mut lines = out
+            .lines()
+            .skip_while(|l| !(l.starts_with("qdisc ") && l.contains(" root ")));
+        let head = lines.next()?;
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let kind = words.get(1)?.to_string();
+        let rate = words
+            .iter()
+            .position(|w| *w == "rate")
+            .and_then(|i| words.get(i + 1))
+            .map(|w| w.to_string());
+        let sent = lines.find(|l| l.trim_start().starts_with("Sent "))?;
+        // " Sent 123 bytes 4 pkt (dropped 0, overlimits 5 requeues 0) "
+        let w: Vec<&str> = sent
+            .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let after = |key: &str| -> Option<u64> {
+            let i = w.iter().position(|x| *x == key)?;
+            w.get(i + 1)?.parse().ok()
+        };
+        Some(Qdisc {
+            kind,
+            rate,
+            sent_bytes: after("Sent")?,
+            sent_pkts: w
+                .iter()
+                .position(|x| *x == "bytes")
+                .and_then(|i| w.get(i + 1)?.parse().ok())?,
+            dropped: after("dropped")?,
+            overlimits: after("overlimits")?,
+            text: out.to_string(),
+        })
+    }
+
+    /// What moved between `self` (before) and `later`: bytes, packets, drops, overlimits.
+    pub fn delta(&self, later: &Qdisc) -> (u64, u64, u64, u64) {
+        (
+            later.sent_bytes.saturating_sub(self.sent_bytes),
+            later.sent_pkts.saturating_sub(self.sent_pkts),
+            later.dropped.saturating_sub(self.dropped),
+            later.overlimits.saturating_sub(self.overlimits),
+        )
+    }
 }
