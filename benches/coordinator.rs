@@ -325,6 +325,7 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
                 sink_rows.lock().unwrap().push((rail, size, Instant::now()));
             })),
             rings: None,
+            nodes: Vec::new(),
         };
         handles.push(thread::spawn(move || {
             let rep = coordinator::coordinate(l, cfg);
@@ -601,6 +602,7 @@ fn hello(sim: &Sim, g: u32) -> Msg {
         token: "bench".into(),
         info: RankInfo {
             rails: Vec::new(),
+            node: None,
             rank: r,
             host: format!("sim-{r}"),
             address: format!("127.0.0.1:{}", 10000 + r % 50000),

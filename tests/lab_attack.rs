@@ -51,6 +51,7 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
         token: token.into(),
         info: RankInfo {
             rails: Vec::new(),
+            node: None,
             rank,
             host: "intruder".into(),
             address: "198.18.0.14:1".into(),

@@ -185,7 +185,8 @@ RAILS
   --rails all|N|LIST drives every rail of the node in one run (one process per node, as
   before): rail k is the k-th port in NCCL's order (--device in the order given, else the
   ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
-  a port that is down keeps its slot. First every node declares its rail slots to rank 0
+  a port that is down keeps its slot, and so does a --device entry a node lacks (state
+  absent: that node's rail_missing). First every node declares its rail slots to rank 0
   on the coordinator port; then rail k's ring is every node that drives rail k, all rails
   at once, each with --channels channels and its own coordinator (hosted by rank 0, also
   for a rail rank 0 lacks) on the coordinator port + k. Rows sum algbw and busbw over the
@@ -194,7 +195,10 @@ RAILS
   verdict on every rail of a node says all rails, and a node lacking a rail most nodes have
   (rank 0 included) is rail_missing, with the port's state from the links probe; that rail
   still runs on the nodes that have it (the verdict names them; a rail fewer than two
-  nodes drive does not run, and says so). When one rail fails (a hang, a link error), the
+  nodes drive does not run, and says so). Every rank a rail's ring names is the node's own
+  rank. With all, a rail fewer than half the nodes have is no rail of the job: it runs no
+  ring and no verdict, and the report says NOT TESTED with the nodes that have it
+  (data.rails[].not_tested). When one rail fails (a hang, a link error), the
   node's other rails stop a second later, so the run ends within --timeout and a grace;
   their data.rails[].error says which rail failed first.
 
@@ -265,10 +269,13 @@ JSON DATA (fabprobe.ring)
   With --rails only: ranks[].rails[] {rail, device, port, netdev, state, usable, label,
              address}: every rail slot of the node (label and address: what its rail's ring
              ran on); links[].rail; rails[] {rail, nodes (the ranks of the nodes its ring
-             ran on, in ring order; its scan numbers ranks by place in this list),
-             transport, results[] (that rail's own rows), avg_busbw_gbs, scan, error}: each
-             rail's ring (results[] above sum them); a rail_missing verdict's evidence has
-             ran_on_ranks (the nodes that rail ran on without it; empty: it did not run)";
+             ran on, in ring order; for a rail not tested, the nodes that have it),
+             transport, results[] (that rail's own rows), avg_busbw_gbs, scan (numbered by
+             the nodes' ranks, as everything else), error, not_tested (all only: why a rail
+             fewer than half the nodes have ran no ring; absent otherwise)}: each rail's ring
+             (results[] above sum them); a rail_missing verdict's evidence has ran_on_ranks
+             (the nodes that rail ran on without it; empty: it did not run), and its state is
+             absent for a --device entry the node has no port for";
 
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 /// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
@@ -790,6 +797,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         rails: Vec::new(),
         rail_stop: None,
         join_only: false,
+        nodes: Vec::new(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -862,9 +870,26 @@ fn rail_setups(
     let ifs = usable_interfaces()?;
     let rdma = match a.transport {
         TransportArg::Tcp => None,
-        _ => match rdma_candidates(g)
-            .and_then(|(c, hca)| rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref()))
-        {
+        _ => match rdma_candidates(g).map(|(c, hca)| {
+            let slots = rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref());
+            // A `--device` entry this node lacks is its missing rail, not its error.
+            for p in slots.iter().filter(|p| p.state.as_deref() == Some(rails::ABSENT)) {
+                let have: Vec<String> = c.iter().map(|x| format!("{}:{}", x.device, x.port)).collect();
+                g.log(
+                    0,
+                    format!(
+                        "{}: --device names no RDMA port of this node ({}): this rail is missing here",
+                        p.describe(),
+                        if have.is_empty() {
+                            "none".into()
+                        } else {
+                            have.join(", ")
+                        }
+                    ),
+                );
+            }
+            slots
+        }) {
             Ok(slots) if slots.iter().any(|p| p.usable) => Some(slots),
             Ok(_) if a.transport == TransportArg::Rdma => {
                 return Err(anyhow::anyhow!(
@@ -1022,6 +1047,11 @@ fn run_rails(
                 rail_stop: None,
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
                 join_only: seat.rank == 0 && id.rank != 0,
+                // Rank 0's coordinator names the rail's ranks as the job's nodes.
+                nodes: roster
+                    .as_ref()
+                    .and_then(|r| r.rings.get(&p.rail).cloned())
+                    .unwrap_or_default(),
             },
             port: p,
         });
@@ -1045,6 +1075,7 @@ fn run_rails(
             rail: k,
             identity,
             listener: if k == 0 { base.take() } else { None },
+            nodes: nodes.clone(),
         });
     }
     let r = rails::run_node(
@@ -1155,6 +1186,7 @@ fn run_local_rails(
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    nodes: Vec::new(),
                 },
             })
             .collect();
@@ -1238,6 +1270,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    nodes: Vec::new(),
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

@@ -139,7 +139,7 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
     if !rail_errors.is_empty() {
         return format!("RAIL ENDED EARLY: {}", rail_errors.join("; "));
     }
-    let mut parts = vec![match r.rails.len() {
+    let mut parts = vec![match r.rails.iter().filter(|x| x.not_tested.is_none()).count() {
         0 => format!("{} ranks over {}", r.world, r.transport),
         n => format!("{} ranks x {n} rails over {}", r.world, r.transport),
     }];
@@ -175,12 +175,18 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
             text::rate(g)
         ));
     }
-    match not_judged {
+    let said = match not_judged {
         0 => format!("no slow link, no hang: {}", parts.join(", ")),
         n => format!(
             "no hang; {n} slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: {}",
             parts.join(", ")
         ),
+    };
+    // A rail no ring ran on is unknown, never part of the pass.
+    let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
+    match untested.is_empty() {
+        true => said,
+        false => format!("{said}; NOT TESTED: {}", untested.join("; ")),
     }
 }
 
@@ -481,9 +487,10 @@ fn rails_busbw(line: &mut dyn FnMut(String), r: &RingReport) {
         } else {
             String::new()
         };
-        match &x.error {
-            Some(e) => line(format!("#  rail {}{on}: {text}; ended early: {e}", x.rail)),
-            None => line(format!("#  rail {}{on}: {text}", x.rail)),
+        match (&x.not_tested, &x.error) {
+            (Some(why), _) => line(format!("#  rail {}: {why}", x.rail)),
+            (None, Some(e)) => line(format!("#  rail {}{on}: {text}; ended early: {e}", x.rail)),
+            (None, None) => line(format!("#  rail {}{on}: {text}", x.rail)),
         }
     }
     line("#".into());
@@ -676,6 +683,7 @@ mod tests {
             ranks: (0..4)
                 .map(|r| RankInfo {
                     rails: Vec::new(),
+                    node: None,
                     capabilities: Vec::new(),
                     rank: r,
                     host: host(r),

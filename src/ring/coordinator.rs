@@ -21,7 +21,7 @@ use crate::ring::diagnosis::evidence;
 use crate::ring::diagnosis::watchdog::local_work_allowance_ms;
 use crate::ring::gate::{self, BUSY, Incoming};
 use crate::ring::model::{
-    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable,
+    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable, shown,
 };
 use crate::ring::orders::{self, RingOrder};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
@@ -120,6 +120,17 @@ pub struct CoordinatorConfig {
     /// The sweep's rings for the world size (which peers each rank is sent); None: the
     /// natural ring ([`orders::sweep_rings`]). Rails give one ring per rail.
     pub rings: Option<RingsFn>,
+    /// With `--rails`, a rail's ring of some of the nodes: ring rank i is the job's node
+    /// rank `nodes[i]`, the rank every message names (the table carries it to the ranks as
+    /// [`RankInfo::node`]). Empty: each rank is named as itself.
+    pub nodes: Vec<Rank>,
+}
+
+impl CoordinatorConfig {
+    /// Ring rank `r` as people are told it (see [`CoordinatorConfig::nodes`]).
+    pub fn node_of(&self, r: Rank) -> Rank {
+        self.nodes.get(r as usize).copied().unwrap_or(r)
+    }
 }
 
 /// See [`CoordinatorConfig::rings`].
@@ -544,7 +555,11 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep.stats.joined = Some(start.elapsed());
     let mut run = Serve::new(&cfg, plane, &rep, limits, start);
     if (seen.len() as u32) < cfg.world {
-        let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
+        // Named as the job's nodes: no table entry of theirs says it.
+        let missing: Vec<Rank> = (0..cfg.world)
+            .filter(|r| !seen.contains_key(r))
+            .map(|r| cfg.node_of(r))
+            .collect();
         let reason = BootstrapError::Missing {
             missing,
             world: cfg.world,
@@ -725,7 +740,10 @@ fn gather_one(
         return;
     }
     rep.control_peers.insert(h.rank, peer_s);
-    seen.insert(h.rank, h.info);
+    // The coordinator's numbering, never the hello's word.
+    let mut info = h.info;
+    info.node = cfg.nodes.get(h.rank as usize).copied();
+    seen.insert(h.rank, info);
 }
 
 /// Why the door turned a connection away, in plain words (its own refusals are not a
@@ -830,6 +848,11 @@ impl<'a> Serve<'a> {
 
     fn host(&self, r: Rank) -> String {
         rep_host(&self.ranks, r)
+    }
+
+    /// Ring rank `r` as messages name it (the node's rank on a rail's ring).
+    fn shown(&self, r: Rank) -> Rank {
+        self.cfg.node_of(r)
     }
 
     fn run_ms(&self) -> u64 {
@@ -958,9 +981,9 @@ impl<'a> Serve<'a> {
             return;
         }
         rep.lost.push(r);
-        let host = self.host(r);
+        let (host, n) = (self.host(r), self.shown(r));
         self.first_failure.get_or_insert_with(|| {
-            format!("rank {r} ({host}) stopped reading its control connection: {why} (its process is stopped or its control thread hangs)")
+            format!("rank {n} ({host}) stopped reading its control connection: {why} (its process is stopped or its control thread hangs)")
         });
         self.failing_since.get_or_insert(Instant::now());
         self.urgent = true;
@@ -1130,10 +1153,10 @@ impl<'a> Serve<'a> {
         // A rank that says nothing for the whole timeout is gone or frozen.
         if quiet > self.cfg.timeout && !rep.lost.contains(&r) && !self.done_results.contains_key(&r) {
             rep.lost.push(r);
-            let host = self.host(r);
+            let (host, n) = (self.host(r), self.shown(r));
             let secs = self.cfg.timeout.as_secs();
             self.first_failure.get_or_insert_with(|| {
-                format!("rank {r} ({host}) sent nothing for {secs} s (process stopped, or its host is gone)")
+                format!("rank {n} ({host}) sent nothing for {secs} s (process stopped, or its host is gone)")
             });
             self.failing_since.get_or_insert(now);
         }
@@ -1210,7 +1233,8 @@ impl<'a> Serve<'a> {
         if let Some(c) = claimed.filter(|&c| c != r) {
             let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
             let why = format!(
-                "rank {r}'s control connection sent a {} message for rank {c}; ignored",
+                "rank {}'s control connection sent a {} message for rank {c}; ignored",
+                self.shown(r),
                 m.kind()
             );
             rep.reject(&peer, &why);
@@ -1323,9 +1347,9 @@ impl<'a> Serve<'a> {
         }
         // Relayed to every rank and printed: escaped and bounded.
         let error = printable(&error, 1000);
-        let host = self.host(r);
+        let (host, n) = (self.host(r), self.shown(r));
         self.first_failure
-            .get_or_insert_with(|| format!("rank {r} ({host}) failed: {error}"));
+            .get_or_insert_with(|| format!("rank {n} ({host}) failed: {error}"));
         rep.failed.push((r, error));
         self.failing_since.get_or_insert(Instant::now());
         self.urgent = true;
@@ -1350,9 +1374,9 @@ impl<'a> Serve<'a> {
         let why = err.to_string();
         if !self.done_results.contains_key(&r) && !rep.lost.contains(&r) {
             rep.lost.push(r);
-            let host = self.host(r);
+            let (host, n) = (self.host(r), self.shown(r));
             self.first_failure.get_or_insert_with(|| {
-                format!("rank {r} ({host}) closed its control connection ({why}): the process died")
+                format!("rank {n} ({host}) closed its control connection ({why}): the process died")
             });
             self.failing_since.get_or_insert(Instant::now());
             self.urgent = true;
@@ -1747,11 +1771,12 @@ fn rep_host(ranks: &[RankInfo], r: Rank) -> String {
 /// One line for a stuck report, naming both ends.
 pub fn stuck_line(w: &WaitReport, ranks: &[RankInfo]) -> String {
     let me = rep_host(ranks, w.rank);
+    let (n, peer) = (shown(ranks, w.rank), w.waiting_on.map(|p| shown(ranks, p)));
     match w.waiting_on {
         Some(p) if w.waiting_to_receive => format!(
-            "rank {} ({me}) waited {} ms for data from rank {p} ({}) in {} step {} channel {} ({} bytes received)",
-            w.rank,
+            "rank {n} ({me}) waited {} ms for data from rank {} ({}) in {} step {} channel {} ({} bytes received)",
             w.since_progress_ms,
+            peer.unwrap_or(p),
             rep_host(ranks, p),
             w.phase.name(),
             w.step,
@@ -1759,17 +1784,16 @@ pub fn stuck_line(w: &WaitReport, ranks: &[RankInfo]) -> String {
             w.bytes_received
         ),
         Some(p) => format!(
-            "rank {} ({me}) was blocked {} ms sending to rank {p} ({}) in {} step {} channel {}",
-            w.rank,
+            "rank {n} ({me}) was blocked {} ms sending to rank {} ({}) in {} step {} channel {}",
             w.since_progress_ms,
+            peer.unwrap_or(p),
             rep_host(ranks, p),
             w.phase.name(),
             w.step,
             w.channel
         ),
         None => format!(
-            "rank {} ({me}) made no progress for {} ms in {}",
-            w.rank,
+            "rank {n} ({me}) made no progress for {} ms in {}",
             w.since_progress_ms,
             w.phase.name()
         ),
@@ -1800,6 +1824,7 @@ mod tests {
             scan: None,
             on_row: None,
             rings: None,
+            nodes: Vec::new(),
         }
     }
 
@@ -1822,6 +1847,7 @@ mod tests {
             token: token.into(),
             info: RankInfo {
                 rails: Vec::new(),
+                node: None,
                 capabilities: Vec::new(),
                 rank,
                 host: format!("h{rank}"),

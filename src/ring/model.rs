@@ -32,6 +32,11 @@ pub struct RankInfo {
     /// those it cannot: a port down), so rank 0 can name a missing rail. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rails: Vec<RailPort>,
+    /// With `--rails`, on a rail's ring of some of the nodes (renumbered 0..m): the job's
+    /// rank of this node, which every message names (set by the coordinator, not the
+    /// hello). None: the ring's rank is the node's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Rank>,
 }
 
 /// One rail slot of a node (`data.ranks[].rails[]`): rail k is the k-th port in NCCL's order
@@ -78,10 +83,21 @@ pub struct VerdictRail {
 }
 
 impl RankInfo {
+    /// The rank people are told: the node's rank in the job ([`RankInfo::node`]).
+    pub fn shown(&self) -> Rank {
+        self.node.unwrap_or(self.rank)
+    }
+
     /// The net device behind [`RankInfo::device`], for commands a person runs.
     pub fn netdev(&self) -> Option<&str> {
         self.device.as_deref().and_then(netdev_of)
     }
+}
+
+/// Ring rank `r` as people are told it: the node's rank in the job where the table maps it
+/// (a rail's ring of some of the nodes), else `r` itself. Pure.
+pub fn shown(ranks: &[RankInfo], r: Rank) -> Rank {
+    ranks.iter().find(|i| i.rank == r).map_or(r, RankInfo::shown)
 }
 
 /// The net device a data-plane label names: the label itself over TCP (`eth1`), the one in

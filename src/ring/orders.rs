@@ -113,6 +113,7 @@ mod tests {
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
             rails: Vec::new(),
+            node: None,
             rank: r,
             host: "h".repeat(host_len),
             address: format!("[fd00:1234:5678:9abc:def0:1234:5678:{:x}]:29500", r),

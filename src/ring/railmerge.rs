@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::ring::coordinator::Event;
 use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
 use crate::ring::railroster::Roster;
 use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
@@ -82,8 +81,8 @@ pub fn merge(
 }
 
 /// The job's report from the rails' reports (and the rails rank 0 could not run at all).
-/// With a roster, a rail's ring of fewer nodes than the job has its ranks renumbered back
-/// to the nodes' ranks.
+/// Each rail's report names the job's nodes already, a rail's ring of some of the nodes
+/// too (its coordinator numbered it so: [`RingReport::number_by_node`]).
 pub fn job_report(
     mut rails: Vec<(RailPort, RingReport)>,
     errors: Vec<(RailPort, RunError)>,
@@ -98,12 +97,6 @@ pub fn job_report(
         }
     };
     let rings: BTreeMap<u32, Vec<Rank>> = rails.iter().map(|(p, r)| (p.rail, ring_of(p.rail, r))).collect();
-    for (p, r) in rails.iter_mut() {
-        let nodes = &rings[&p.rail];
-        if nodes.iter().enumerate().any(|(i, &n)| i as Rank != n) {
-            renumber(r, nodes);
-        }
-    }
     // A rail stopped because another failed first: its marker is the rail's error, never a
     // verdict (the verdicts name the rail that failed).
     for (_, r) in rails.iter_mut() {
@@ -138,6 +131,12 @@ pub fn job_report(
         .map(|(p, _)| p.rail)
         .filter(|k| !lacking.contains(k) && !extra.contains(k))
         .collect();
+    // A rail few nodes have is no rail of this job: what its ring said is not the job's.
+    for (p, r) in rails.iter_mut() {
+        if extra.contains(&p.rail) {
+            r.verdicts.clear();
+        }
+    }
     let mut verdicts = missing;
     verdicts.extend(rail_verdicts(&rails, &ranks, &full));
     // A rail's ring that could not start because a node lacks it: the rail_missing verdict
@@ -146,7 +145,6 @@ pub fn job_report(
     let mut errs: Vec<String> = Vec::new();
     for (p, r) in rails.iter_mut() {
         if extra.contains(&p.rail) {
-            r.error = Some(extra_note(&ranks, p.rail));
             continue;
         }
         // Without a roster a lacking rail's ring waited for the node without it: that
@@ -169,8 +167,8 @@ pub fn job_report(
     }
     let summed: Vec<&RingReport> = rails
         .iter()
+        .filter(|(p, r)| !r.results.is_empty() && !extra.contains(&p.rail))
         .map(|(_, r)| r)
-        .filter(|r| !r.results.is_empty())
         .collect();
     let results = sum_rows(&summed);
     let mut links: Vec<_> = rails
@@ -208,14 +206,19 @@ pub fn job_report(
         port_counters,
         rails: rails
             .iter()
-            .map(|(p, r)| RailReport {
-                rail: p.rail,
-                nodes: rings[&p.rail].clone(),
-                transport: r.transport.clone(),
-                results: r.results.clone(),
-                avg_busbw_gbs: r.avg_busbw_gbs,
-                scan: r.scan.clone(),
-                error: r.error.clone(),
+            .map(|(p, r)| {
+                // A rail few nodes have that ran anyway (no roster): not the job's, said so.
+                let extra = extra.contains(&p.rail);
+                RailReport {
+                    rail: p.rail,
+                    nodes: rings[&p.rail].clone(),
+                    transport: r.transport.clone(),
+                    results: if extra { Vec::new() } else { r.results.clone() },
+                    avg_busbw_gbs: if extra { None } else { r.avg_busbw_gbs },
+                    scan: r.scan.clone().filter(|_| !extra),
+                    error: r.error.clone().filter(|_| !extra),
+                    not_tested: extra.then(|| extra_note(&ranks, p.rail, world)),
+                }
             })
             .chain(errors.iter().map(|(p, e)| {
                 RailReport {
@@ -228,6 +231,7 @@ pub fn job_report(
                     avg_busbw_gbs: None,
                     scan: None,
                     error: Some(e.message.clone()),
+                    not_tested: None,
                 }
             }))
             // A rail most nodes have that rank 0 ran no ring for (rank 0 lacks it).
@@ -239,6 +243,18 @@ pub fn job_report(
                 avg_busbw_gbs: None,
                 scan: None,
                 error: Some(not_run_note(&ranks, k, roster)),
+                not_tested: None,
+            }))
+            // A rail fewer than half the nodes have ran nowhere: said, with who has it.
+            .chain(extra.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
+                rail: k,
+                nodes: have_rail(&ranks, k).iter().map(|i| i.rank).collect(),
+                transport: String::new(),
+                results: Vec::new(),
+                avg_busbw_gbs: None,
+                scan: None,
+                error: None,
+                not_tested: Some(extra_note(&ranks, k, world)),
             }))
             .collect(),
     }
@@ -275,19 +291,41 @@ fn expected_rails(
     })
 }
 
-/// Why a rail only a few nodes have ran no ring (no verdict: the majority lacks it).
-fn extra_note(ranks: &[RankInfo], k: u32) -> String {
-    let have: Vec<String> = ranks
+/// The nodes that have a slot for rail `k` (driven or not).
+fn have_rail(ranks: &[RankInfo], k: u32) -> Vec<&RankInfo> {
+    ranks
         .iter()
         .filter(|i| i.rails.iter().any(|s| s.rail == k))
+        .collect()
+}
+
+/// Why a rail only a few nodes have was not tested (no verdict: by the majority, the
+/// nodes are the ones without it), and what to look at if every node should have it.
+fn extra_note(ranks: &[RankInfo], k: u32, world: u32) -> String {
+    let have = have_rail(ranks, k);
+    let named: Vec<String> = have
+        .iter()
         .map(|i| format!("rank {} ({})", i.rank, i.host))
         .collect();
+    let lack: Vec<String> = ranks
+        .iter()
+        .filter(|i| !i.rails.is_empty() && !have.iter().any(|h| h.rank == i.rank))
+        .map(|i| i.host.clone())
+        .collect();
     format!(
-        "rail {k} is not a rail of this job: only {} of the nodes have it, fewer than half; its ring did not run",
-        if have.is_empty() {
+        "rail {k} not tested: only {} of {world} nodes {} it ({}), fewer than half, so it is no rail of this job and \
+         its ring did not run; if every node should have it, the others lack it: fabprobe links on {}",
+        have.len(),
+        if have.len() == 1 { "has" } else { "have" },
+        if named.is_empty() {
             "none".to_string()
         } else {
-            have.join(", ")
+            named.join(", ")
+        },
+        if lack.is_empty() {
+            "them".to_string()
+        } else {
+            lack.join(", ")
         }
     )
 }
@@ -378,6 +416,16 @@ fn missing_verdicts(
                 continue;
             }
             let (what, next) = match slot {
+                Some(s) if s.state.as_deref() == Some(crate::ring::rails::ABSENT) => (
+                    format!(
+                        "its rail {k} port {} is absent (--device names no such RDMA port there)",
+                        port_name(s)
+                    ),
+                    format!(
+                        "on {}: fabprobe links (which RDMA ports it has); `ls /sys/class/infiniband`; `dmesg | grep -i -e mlx -e infiniband` (a device that failed or vanished)",
+                        i.host
+                    ),
+                ),
                 Some(s) => (
                     format!(
                         "its rail {k} port {} is {}",
@@ -515,85 +563,11 @@ fn declared_ranks(ranks: &mut Vec<RankInfo>, roster: &Roster) {
                 pid: None,
                 capabilities: Vec::new(),
                 rails: d.slots.clone(),
+                node: None,
             }),
         }
     }
     ranks.sort_by_key(|i| i.rank);
-}
-
-/// A rail's report from a ring of some of the nodes (`nodes[i]` was its rank i), numbered
-/// by the nodes' ranks: its ranks, hops, verdicts (their sentences too), events, counters
-/// and error. Its scan keeps the ring's numbering (`rails[].nodes` maps it).
-fn renumber(r: &mut RingReport, nodes: &[Rank]) {
-    let node = |x: Rank| nodes.get(x as usize).copied().unwrap_or(x);
-    for i in &mut r.ranks {
-        i.rank = node(i.rank);
-    }
-    for l in &mut r.links {
-        (l.from_rank, l.to_rank) = (node(l.from_rank), node(l.to_rank));
-    }
-    for v in &mut r.verdicts {
-        v.from_rank = v.from_rank.map(node);
-        v.to_rank = v.to_rank.map(node);
-        v.message = renumber_text(&v.message, nodes);
-        v.next = v.next.as_deref().map(|n| renumber_text(n, nodes));
-    }
-    for e in &mut r.events {
-        match e {
-            Event::Joined { rank, .. } | Event::Replaced { rank, .. } => *rank = node(*rank),
-            _ => {}
-        }
-    }
-    for c in &mut r.port_counters {
-        c.rank = node(c.rank);
-    }
-    r.error = r.error.as_deref().map(|e| renumber_text(e, nodes));
-}
-
-/// `rank 1 (node-c, eth2)` -> `rank 2 (node-c, eth2)` where the ring's rank 1 is node 2:
-/// every `rank N`, and every number of a `ranks N, M` list, in one pass (so a renumbered
-/// rank is never renumbered again). Pure.
-pub fn renumber_text(s: &str, nodes: &[Rank]) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
-    let mut rest = s;
-    while let Some(at) = rest.find("rank") {
-        let word_start = !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
-        let plural = rest[at..].starts_with("ranks ");
-        let skip = if plural { 6 } else { 5 };
-        if !rest[at..].starts_with("rank ") && !plural {
-            out.push_str(&rest[..at + 4]);
-            rest = &rest[at + 4..];
-            continue;
-        }
-        out.push_str(&rest[..at + skip]);
-        rest = &rest[at + skip..];
-        // One number after `rank `; a list of them after `ranks `.
-        loop {
-            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-            if digits == 0 {
-                break;
-            }
-            let (num, after) = rest.split_at(digits);
-            match num
-                .parse::<usize>()
-                .ok()
-                .filter(|_| word_start)
-                .and_then(|i| nodes.get(i))
-            {
-                Some(n) => out.push_str(&n.to_string()),
-                None => out.push_str(num),
-            }
-            rest = after;
-            let more = ", ".len();
-            if !plural || !rest.starts_with(", ") || !rest[more..].starts_with(|c: char| c.is_ascii_digit()) {
-                break;
-            }
-            out.push_str(", ");
-            rest = &rest[more..];
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// `mlx5_1:1 (eth2)`, `eth2`.
@@ -729,6 +703,7 @@ mod tests {
                 pid: Some(100 + r),
                 capabilities: vec!["tcp".into()],
                 rails: vec![slot(0, "mlx5_0", true), slot(1, "mlx5_1", r != 1 || b1_up)],
+                node: None,
             })
             .collect()
     }
@@ -948,44 +923,20 @@ mod tests {
     }
 
     #[test]
-    fn renumber_text_table() {
-        let nodes = [0, 2, 5];
-        for (s, want) in [
-            (
-                "SLOW EGRESS rank 1 (node-c, eth2)",
-                "SLOW EGRESS rank 2 (node-c, eth2)",
-            ),
-            // One pass: rank 1 -> 2 and rank 2 -> 5, never 1 -> 2 -> 5.
-            ("rank 1 -> rank 2; rank 0", "rank 2 -> rank 5; rank 0"),
-            ("rank 7 (none)", "rank 7 (none)"),
-            ("frank 1; rank x; rank 10", "frank 1; rank x; rank 10"),
-            ("missing rank 1", "missing rank 2"),
-            ("missing ranks 1, 2; check", "missing ranks 2, 5; check"),
-            ("; ranks 0, 2 wait on it", "; ranks 0, 5 wait on it"),
-            ("2 of 3 ranks never", "2 of 3 ranks never"),
-            ("ranks 1, node", "ranks 2, node"),
-            ("rank's 1", "rank's 1"),
-        ] {
-            assert_eq!(renumber_text(s, &nodes), want, "{s}");
-        }
-    }
-
-    #[test]
     fn with_a_roster_a_rail_runs_on_the_nodes_that_have_it_and_is_numbered_by_node() {
         use crate::ring::railroster::{Declaration, Roster};
         // node-b's rail 1 is down: rail 1's ring was node-a (its rank 0) and node-c (its
-        // rank 1), and it found node-c's rail 1 egress slow.
+        // rank 1), and it found node-c's rail 1 egress slow; its coordinator numbered its
+        // report by node.
         let mut rail1 = report(
             1,
             false,
             vec![row(1 << 20, 300.0, 0.5)],
-            vec![verdict(VerdictKind::SlowEgress, 1, "eth2", 0.01)],
+            vec![verdict(VerdictKind::SlowEgress, 2, "eth2", 0.01)],
         );
         rail1.world = 2;
         rail1.ranks.retain(|i| i.rank != 1);
-        rail1.ranks[1].rank = 1;
-        rail1.verdicts[0].from_host = Some("node-c".into());
-        rail1.verdicts[0].message = "SLOW EGRESS rank 1 (node-c, eth2): 0.01 GB/s".into();
+        rail1.verdicts[0].message = "SLOW EGRESS rank 2 (node-c, eth2): 0.01 GB/s".into();
         let decl = |r: u32| Declaration {
             rank: r,
             host: format!("node-{}", (b'a' + r as u8) as char),
@@ -1059,6 +1010,187 @@ mod tests {
         );
     }
 
+    /// The roster of `n` nodes, each with the rail slots `slots(rank)` gives, and the rings
+    /// [`crate::ring::railroster::plan`] makes of them for `wanted`.
+    fn roster_of(n: u32, slots: impl Fn(u32) -> Vec<RailPort>, wanted: Option<&[u32]>) -> Roster {
+        use crate::ring::railroster::{Declaration, plan};
+        let nodes: BTreeMap<Rank, Declaration> = (0..n)
+            .map(|r| {
+                let d = Declaration {
+                    rank: r,
+                    host: format!("node-{}", (b'a' + r as u8) as char),
+                    slots: slots(r),
+                };
+                (r, d)
+            })
+            .collect();
+        Roster {
+            world: n,
+            rings: plan(&nodes, n, wanted),
+            nodes,
+            silent: vec![],
+        }
+    }
+
+    /// A rail's report as its coordinator hands it over: the ring of `nodes` (the job's
+    /// ranks), each named as itself, one row.
+    fn ring_of(rail: u32, nodes: &[u32], slots: impl Fn(u32) -> Vec<RailPort>) -> RingReport {
+        let mut r = report(rail, true, vec![row(1 << 20, 200.0, 1.0)], vec![]);
+        r.world = nodes.len() as u32;
+        r.ranks = nodes
+            .iter()
+            .map(|&n| RankInfo {
+                rank: n,
+                host: format!("node-{}", (b'a' + n as u8) as char),
+                rails: slots(n),
+                ..r.ranks[0].clone()
+            })
+            .collect();
+        r
+    }
+
+    /// `--device mlx5_0,mlx5_7` where node-b has no mlx5_7: its slot 1 is absent (not an
+    /// error of node-b), rail 1 runs on node-a and node-c, and node-b is named for it.
+    #[test]
+    fn a_device_a_node_lacks_is_its_rail_missing_and_the_rail_runs_on_the_others() {
+        use crate::nccl::hca::PortCandidate;
+        let port = |dev: &str| PortCandidate {
+            device: dev.into(),
+            port: 1,
+            state: Some("ACTIVE".into()),
+            link_layer: Some("Ethernet".into()),
+            netdevs: vec![format!("en{dev}")],
+            gid_index: Some(3),
+            gid_reason: String::new(),
+        };
+        let slots = |r: u32| {
+            let have: Vec<PortCandidate> = match r {
+                1 => vec![port("mlx5_0")],
+                _ => vec![port("mlx5_0"), port("mlx5_7")],
+            };
+            crate::ring::rails::rdma_slots(&have, Some("mlx5_0,mlx5_7"), None)
+        };
+        let roster = roster_of(3, slots, None);
+        assert_eq!(
+            roster.rings,
+            BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0, 2])])
+        );
+        let r = job_report(
+            vec![
+                (slots(0)[0].clone(), ring_of(0, &[0, 1, 2], slots)),
+                (slots(0)[1].clone(), ring_of(1, &[0, 2], slots)),
+            ],
+            vec![],
+            None,
+            Some(&roster),
+        );
+        assert_eq!(r.verdicts.len(), 1, "{:?}", r.verdicts);
+        let v = &r.verdicts[0];
+        assert_eq!(
+            (v.kind, v.from_rank, v.rail.as_ref().map(|x| x.index)),
+            (VerdictKind::RailMissing, Some(1), Some(1))
+        );
+        assert_eq!(
+            v.message,
+            "RAIL MISSING rank 1 (node-b): its rail 1 port mlx5_7 is absent (--device names no such RDMA port \
+             there); rail 1 ran without it on rank 0 (node-a), rank 2 (node-c); the other rails ran"
+        );
+        assert_eq!(v.evidence["state"], json!("absent"));
+        assert_eq!(v.evidence["device"], json!("mlx5_7"));
+        assert!(
+            v.next
+                .as_deref()
+                .unwrap()
+                .starts_with("on node-b: fabprobe links")
+        );
+        crate::ring::diagnosis::pastes::assert_next_pastes(v);
+        assert_eq!(r.results[0].busbw_gbs, 2.0);
+        assert!(r.failed());
+    }
+
+    /// `--rails all` with a rail fewer than half the nodes have: no ring, no verdict, no
+    /// rows of it, and the report says it was not tested and who has it (never a pass of
+    /// it); at half or more, the nodes without it are its rail_missing.
+    #[test]
+    fn a_rail_a_minority_has_is_said_not_tested_never_passed() {
+        let two = |_: u32| vec![slot(0, "mlx5_0", true), slot(1, "mlx5_1", true)];
+        let three = |_: u32| {
+            vec![
+                slot(0, "mlx5_0", true),
+                slot(1, "mlx5_1", true),
+                slot(2, "mlx5_2", true),
+            ]
+        };
+        // Four nodes, node-d alone with a rail 2; five nodes, node-d and node-e with one.
+        for (n, with) in [(4, vec![3]), (5, vec![3, 4])] {
+            let slots = |r: u32| if with.contains(&r) { three(r) } else { two(r) };
+            let roster = roster_of(n, slots, None);
+            let all: Vec<u32> = (0..n).collect();
+            assert_eq!(roster.rings.keys().copied().collect::<Vec<_>>(), [0, 1], "{n}");
+            let r = job_report(
+                vec![
+                    (slot(0, "mlx5_0", true), ring_of(0, &all, slots)),
+                    (slot(1, "mlx5_1", true), ring_of(1, &all, slots)),
+                ],
+                vec![],
+                None,
+                Some(&roster),
+            );
+            assert!(
+                r.verdicts.is_empty() && r.error.is_none(),
+                "{n}: {:?}",
+                r.verdicts
+            );
+            assert!(!r.failed(), "{n}");
+            assert_eq!(r.results[0].busbw_gbs, 2.0, "{n}: only the job's rails count");
+            let x = r.rails.iter().find(|x| x.rail == 2).expect("rail 2 is listed");
+            assert_eq!(x.nodes, with, "{n}");
+            assert!(x.results.is_empty() && x.error.is_none());
+            let why = x.not_tested.as_deref().unwrap();
+            let have = if n == 4 {
+                "only 1 of 4 nodes has it (rank 3 (node-d))"
+            } else {
+                "only 2 of 5 nodes have it (rank 3 (node-d), rank 4 (node-e))"
+            };
+            assert!(
+                why.starts_with(&format!("rail 2 not tested: {have}, fewer than half")),
+                "{why}"
+            );
+            assert!(why.ends_with("fabprobe links on node-a, node-b, node-c"), "{why}");
+            // The outcome line says it; the rail count is the job's rails.
+            // (Words compared whole: a narrow terminal wraps the lines.)
+            let text = crate::render::ring::table(&r);
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(text.contains("; NOT TESTED: rail 2 not tested: only"), "{text}");
+            assert!(text.contains(&format!("{n} ranks x 2 rails")), "{text}");
+            assert!(text.contains("# rail 2: rail 2 not tested"), "{text}");
+        }
+        // Two of four have it: a rail of the job, run between them, the others named.
+        let slots = |r: u32| if r >= 2 { three(r) } else { two(r) };
+        let roster = roster_of(4, slots, None);
+        assert_eq!(roster.rings[&2], vec![2, 3]);
+        let all: Vec<u32> = (0..4).collect();
+        let r = job_report(
+            vec![
+                (slot(0, "mlx5_0", true), ring_of(0, &all, slots)),
+                (slot(1, "mlx5_1", true), ring_of(1, &all, slots)),
+                (slot(2, "mlx5_2", true), ring_of(2, &[2, 3], slots)),
+            ],
+            vec![],
+            None,
+            Some(&roster),
+        );
+        let named: Vec<_> = r.verdicts.iter().map(|v| (v.kind, v.from_rank)).collect();
+        assert_eq!(
+            named,
+            [
+                (VerdictKind::RailMissing, Some(0)),
+                (VerdictKind::RailMissing, Some(1))
+            ]
+        );
+        assert!(r.rails.iter().all(|x| x.not_tested.is_none()));
+    }
+
     #[test]
     fn rank_0_without_a_rail_the_majority_drives_is_the_one_named() {
         // `all`: rank 0 has no rail 1 at all (one slot); node-b and node-c drive rails 0
@@ -1126,11 +1258,13 @@ mod tests {
         );
         assert!(r.verdicts.is_empty(), "{:?}", r.verdicts);
         assert_eq!(r.error, None);
+        assert_eq!(r.rails[2].error, None);
         assert_eq!(
-            r.rails[2].error.as_deref(),
+            r.rails[2].not_tested.as_deref(),
             Some(
-                "rail 2 is not a rail of this job: only rank 0 (node-a) of the nodes have it, fewer than half; its ring \
-                 did not run"
+                "rail 2 not tested: only 1 of 3 nodes has it (rank 0 (node-a)), fewer than half, so it is no rail of \
+                 this job and its ring did not run; if every node should have it, the others lack it: fabprobe links \
+                 on node-b, node-c"
             )
         );
         assert!(!r.failed());

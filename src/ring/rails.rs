@@ -16,7 +16,7 @@ use crate::nccl::hca::{HcaSpec, PortCandidate};
 use crate::nccl::ifname::{self, IfAddr, IfSpec};
 use crate::ring::coordinator::Judge;
 use crate::ring::launcher::{self, Identity};
-use crate::ring::model::{RailPort, Verdict, VerdictKind};
+use crate::ring::model::{RailPort, Verdict, VerdictKind, printable};
 use crate::ring::railmerge;
 use crate::ring::railroster::{self, Declaration, Roster, Seat};
 use crate::ring::rendezvous;
@@ -177,17 +177,20 @@ fn natural_key(name: &str) -> (&str, u64) {
 /// Over RDMA: rail k is the k-th port NCCL would use: `--device` (`mlx5_0,mlx5_1:1`, exact
 /// names, in the order given), else the ports `NCCL_IB_HCA` allows in device order. Every
 /// port keeps its slot whatever its state; an ACTIVE InfiniBand/Ethernet port is usable.
-/// Errors name the `--device` entry that matches no port. Pure.
+/// A `--device` entry that names no port of this node keeps its slot too, as state
+/// `absent` (one slot, whatever ports it has elsewhere): this node lacks that rail, the
+/// others still run it, and the job's report names it (`rail_missing`). Pure.
 pub fn rdma_slots(
     ports: &[PortCandidate],
     device_flag: Option<&str>,
     hca_env: Option<&str>,
-) -> Result<Vec<RailPort>, String> {
+) -> Vec<RailPort> {
     let mut sorted: Vec<&PortCandidate> = ports.iter().collect();
     sorted.sort_by(|a, b| (natural_key(&a.device), a.port).cmp(&(natural_key(&b.device), b.port)));
-    let chosen: Vec<&PortCandidate> = match device_flag {
+    // A port, or a `--device` entry that matches none here.
+    let chosen: Vec<Result<&PortCandidate, &str>> = match device_flag {
         Some(list) => {
-            let mut out = Vec::new();
+            let mut out: Vec<Result<&PortCandidate, &str>> = Vec::new();
             for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
                 let spec = HcaSpec::parse(&format!("={entry}"));
                 let hits: Vec<&PortCandidate> = sorted
@@ -196,16 +199,13 @@ pub fn rdma_slots(
                     .filter(|p| spec.selects(&p.device, p.port))
                     .collect();
                 if hits.is_empty() {
-                    let all: Vec<String> = sorted
-                        .iter()
-                        .map(|p| format!("{}:{}", p.device, p.port))
-                        .collect();
-                    return Err(format!(
-                        "--device {entry} matches none of the RDMA ports ({}); hint: `fabprobe links` lists them",
-                        all.join(", ")
-                    ));
+                    out.push(Err(entry));
                 }
-                out.extend(hits.into_iter().filter(|h| !out.contains(h)).collect::<Vec<_>>());
+                for h in hits {
+                    if !out.contains(&Ok(h)) {
+                        out.push(Ok(h));
+                    }
+                }
             }
             out
         }
@@ -217,25 +217,47 @@ pub fn rdma_slots(
             sorted
                 .into_iter()
                 .filter(|p| spec.as_ref().is_none_or(|s| s.selects(&p.device, p.port)))
+                .map(Ok)
                 .collect()
         }
     };
-    Ok(chosen
+    chosen
         .into_iter()
         .enumerate()
-        .map(|(k, p)| RailPort {
-            rail: k as u32,
-            device: p.device.clone(),
-            port: Some(p.port),
-            netdev: p.netdevs.first().cloned(),
-            state: p.state.clone(),
-            usable: p.state.as_deref() == Some("ACTIVE")
-                && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet")),
-            label: None,
-            address: None,
+        .map(|(k, c)| match c {
+            Ok(p) => RailPort {
+                rail: k as u32,
+                device: p.device.clone(),
+                port: Some(p.port),
+                netdev: p.netdevs.first().cloned(),
+                state: p.state.clone(),
+                usable: p.state.as_deref() == Some("ACTIVE")
+                    && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet")),
+                label: None,
+                address: None,
+            },
+            Err(entry) => {
+                let (device, port) = match entry.rsplit_once(':') {
+                    Some((d, p)) => (d, p.parse().ok()),
+                    None => (entry, None),
+                };
+                RailPort {
+                    rail: k as u32,
+                    device: printable(device, 64),
+                    port,
+                    netdev: None,
+                    state: Some(ABSENT.into()),
+                    usable: false,
+                    label: None,
+                    address: None,
+                }
+            }
         })
-        .collect())
+        .collect()
 }
+
+/// The state of a `--device` entry that names no RDMA port of this node.
+pub const ABSENT: &str = "absent";
 
 /// The identity of this node on rail `rail`'s ring: the same rank and world, the
 /// coordinator's port + `rail`, and the token tagged with the rail (a rank of another rail,
@@ -344,6 +366,8 @@ pub struct Hosted {
     pub identity: Identity,
     /// Already bound (rail 0's, the roster's port), else bound from `identity`.
     pub listener: Option<TcpListener>,
+    /// The job's node rank of each of the ring's ranks (see [`run::Setup::nodes`]).
+    pub nodes: Vec<crate::ring::model::Rank>,
 }
 
 /// What the roster exchange gave this node.
@@ -452,7 +476,7 @@ pub fn run_node(
             let h = sc.spawn(move || {
                 let rail = x.rail;
                 let log = |level: u8, s: &str| log(level, &format!("rail {rail}: {s}"));
-                run::host_only(x.listener, &x.identity, opts, Some((rail, stop)), &log)
+                run::host_only(x.listener, &x.identity, opts, Some((rail, stop)), x.nodes, &log)
             });
             handles.push((port, h));
         }
@@ -578,7 +602,7 @@ mod tests {
         };
         // Device order with numbers as numbers; a DOWN port keeps its slot.
         assert_eq!(
-            devs(rdma_slots(&ports, None, None).unwrap()),
+            devs(rdma_slots(&ports, None, None)),
             vec![
                 (0, "mlx5_0".into(), true),
                 (1, "mlx5_1".into(), true),
@@ -588,25 +612,35 @@ mod tests {
         );
         // NCCL_IB_HCA prefix rules: `mlx5_1` also matches mlx5_10, as NCCL does.
         assert_eq!(
-            devs(rdma_slots(&ports, None, Some("mlx5_1")).unwrap()),
+            devs(rdma_slots(&ports, None, Some("mlx5_1"))),
             vec![(0, "mlx5_1".into(), true), (1, "mlx5_10".into(), true)]
         );
         assert_eq!(
-            devs(rdma_slots(&ports, None, Some("^=mlx5_0")).unwrap()).len(),
+            devs(rdma_slots(&ports, None, Some("^=mlx5_0"))).len(),
             3,
             "exclusion"
         );
         // --device: exact names, in the order given.
         assert_eq!(
-            devs(rdma_slots(&ports, Some("mlx5_10,mlx5_0:1"), Some("mlx5_1")).unwrap()),
+            devs(rdma_slots(&ports, Some("mlx5_10,mlx5_0:1"), Some("mlx5_1"))),
             vec![(0, "mlx5_10".into(), true), (1, "mlx5_0".into(), true)]
         );
-        let e = rdma_slots(&ports, Some("mlx5_0,mlx5_7"), None).unwrap_err();
-        assert!(
-            e.starts_with("--device mlx5_7 matches none of the RDMA ports"),
-            "{e}"
+        // A device this node lacks keeps its slot, absent: the rail after it is not
+        // shifted onto it, and the node is named as missing that rail.
+        let v = rdma_slots(&ports, Some("mlx5_7:1,mlx5_0,mlx5_9"), None);
+        let got: Vec<_> = v
+            .iter()
+            .map(|p| (p.rail, p.device.as_str(), p.port, p.state.as_deref(), p.usable))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "mlx5_7", Some(1), Some("absent"), false),
+                (1, "mlx5_0", Some(1), Some("ACTIVE"), true),
+                (2, "mlx5_9", None, Some("absent"), false),
+            ]
         );
-        let s = &rdma_slots(&ports, None, None).unwrap()[2];
+        let s = &rdma_slots(&ports, None, None)[2];
         assert_eq!(
             (s.port, s.netdev.as_deref(), s.state.as_deref()),
             (Some(1), Some("ens2"), Some("DOWN"))
@@ -624,8 +658,7 @@ mod tests {
             ],
             None,
             None,
-        )
-        .unwrap();
+        );
         let ix = |sel: RailSel| -> Vec<u32> { select(&slots, &sel).iter().map(|p| p.rail).collect() };
         assert_eq!(ix(RailSel::All), [0, 1, 2]);
         assert_eq!(ix(RailSel::Count(2)), [0, 1]);

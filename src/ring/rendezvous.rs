@@ -332,6 +332,16 @@ pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32
         if i.rank >= world || table.last().is_some_and(|t| t.rank >= i.rank) {
             return Err(format!("rank {} is out of range or out of order", i.rank));
         }
+        // A rail's ring runs in node order: ring rank i is node i or later, each node once.
+        if let Some(n) = i.node {
+            let before = table.iter().rev().find_map(|t| t.node);
+            if n < i.rank || before.is_some_and(|b| b >= n) {
+                return Err(format!(
+                    "rank {} says it is node {n}: below its ring rank or not after the node before it",
+                    i.rank
+                ));
+            }
+        }
         table.push(i);
     }
     Ok(())
@@ -521,6 +531,7 @@ mod tests {
     fn info(rank: Rank) -> RankInfo {
         RankInfo {
             rails: Vec::new(),
+            node: None,
             rank,
             host: format!("h{rank}"),
             address: "127.0.0.1:1".into(),
@@ -543,6 +554,26 @@ mod tests {
         assert!(e.contains("rank 9"), "{e}");
         let e = add_table_part(&mut Vec::new(), (0..5).map(info).collect(), 4).unwrap_err();
         assert_eq!(e, "more than 4 entries for a world of 4");
+    }
+
+    #[test]
+    fn a_rail_rings_node_ranks_must_rise_with_its_ranks() {
+        let at = |r: Rank, n: Rank| RankInfo {
+            node: Some(n),
+            ..info(r)
+        };
+        let mut t = Vec::new();
+        add_table_part(&mut t, vec![at(0, 0), at(1, 2)], 3).unwrap();
+        add_table_part(&mut t, vec![at(2, 5)], 3).unwrap();
+        assert_eq!(t.iter().map(RankInfo::shown).collect::<Vec<_>>(), [0, 2, 5]);
+        for (part, bad) in [
+            (vec![at(0, 0), at(1, 0)], 1),
+            (vec![at(0, 3), at(1, 3)], 1),
+            (vec![at(0, 0), at(2, 1)], 2),
+        ] {
+            let e = add_table_part(&mut Vec::new(), part, 3).unwrap_err();
+            assert!(e.starts_with(&format!("rank {bad} says it is node ")), "{e}");
+        }
     }
 
     fn hello(rank: Rank) -> Hello {

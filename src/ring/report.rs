@@ -1,6 +1,8 @@
 //! The job's report as rank 0 assembles it (`data` of `fabprobe.ring`): the nccl-tests-style
 //! rows, per-link figures, and the pure aggregation of every rank's results.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::ring::collective::allreduce;
@@ -113,14 +115,19 @@ pub struct RingReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct RailReport {
     pub rail: u32,
-    /// The nodes (job ranks) this rail's ring ran on, in ring order: its rank i was node
-    /// `nodes[i]` (its scan numbers ranks so); every node unless one lacks the rail.
+    /// The nodes (job ranks) this rail's ring ran on, in ring order (its scan and every
+    /// message name them so); every node unless one lacks the rail. For a rail not tested
+    /// (`not_tested`): the nodes that have it.
     pub nodes: Vec<Rank>,
     pub transport: String,
     pub results: Vec<ResultRow>,
     pub avg_busbw_gbs: Option<f64>,
     pub scan: Option<ScanReport>,
     pub error: Option<String>,
+    /// `--rails all`: why this rail ran no ring though some node has it (fewer than half
+    /// the nodes do: not a rail of this job). Unknown, never a pass; no verdict either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_tested: Option<String>,
 }
 
 impl RingReport {
@@ -138,6 +145,50 @@ impl RingReport {
     pub fn failed(&self) -> bool {
         self.error.is_some() || self.wrong_total() > 0 || !self.verdicts.is_empty()
     }
+
+    /// A rail's ring of some of the nodes, numbered as the job's nodes once it is over:
+    /// every rank field takes its [`RankInfo::node`] (the words say it already: the
+    /// diagnosis wrote them so). The coordinator's arithmetic needed the ring's own ranks
+    /// until here. A no-op where no rank has a node rank of its own.
+    pub fn number_by_node(&mut self) {
+        let map: BTreeMap<Rank, Rank> = self
+            .ranks
+            .iter()
+            .filter_map(|i| Some((i.rank, i.node?)))
+            .collect();
+        let node = |r: Rank| map.get(&r).copied().unwrap_or(r);
+        for i in &mut self.ranks {
+            (i.rank, i.node) = (node(i.rank), None);
+        }
+        for l in &mut self.links {
+            (l.from_rank, l.to_rank) = (node(l.from_rank), node(l.to_rank));
+        }
+        let verdicts = self.verdicts.iter_mut().chain(
+            self.scan
+                .iter_mut()
+                .flat_map(|s| s.not_judged.iter_mut().chain(s.verdicts.iter_mut())),
+        );
+        for v in verdicts {
+            (v.from_rank, v.to_rank) = (v.from_rank.map(node), v.to_rank.map(node));
+        }
+        for e in &mut self.events {
+            if let Event::Joined { rank, .. } | Event::Replaced { rank, .. } = e {
+                *rank = node(*rank);
+            }
+        }
+        for c in &mut self.port_counters {
+            c.rank = node(c.rank);
+        }
+        if let Some(s) = self.scan.as_mut() {
+            for l in &mut s.links {
+                (l.from_rank, l.to_rank) = (node(l.from_rank), node(l.to_rank));
+            }
+            s.line_rate_gbs = std::mem::take(&mut s.line_rate_gbs)
+                .into_iter()
+                .map(|(r, g)| (node(r), g))
+                .collect();
+        }
+    }
 }
 
 /// Why the run used tcp though some rank offered rdma (only `--transport auto` mixes
@@ -149,7 +200,7 @@ pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
     let without: Vec<String> = ranks
         .iter()
         .filter(|i| i.transport != "rdma")
-        .map(|i| format!("rank {} ({})", i.rank, i.host))
+        .map(|i| format!("rank {} ({})", i.shown(), i.host))
         .collect();
     Some(format!(
         "auto chose tcp: {} offer{} no usable RDMA port (its stderr with -v says why)",
@@ -268,6 +319,7 @@ mod note_tests {
     fn rank(r: Rank, transport: &str) -> RankInfo {
         RankInfo {
             rails: Vec::new(),
+            node: None,
             rank: r,
             host: format!("node-{r}"),
             address: String::new(),

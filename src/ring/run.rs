@@ -60,6 +60,9 @@ pub struct Setup {
     /// With `--rails`: this node is rank 0 of a rail's ring that another node's process
     /// (the job's rank 0, which lacks the rail) hosts the coordinator of: join it, host none.
     pub join_only: bool,
+    /// With `--rails`, rank 0 of a rail's ring of some of the nodes: ring rank i is the
+    /// job's node `nodes[i]` (see [`CoordinatorConfig::nodes`]); empty otherwise.
+    pub nodes: Vec<crate::ring::model::Rank>,
 }
 
 /// See [`Setup::on_row`].
@@ -140,7 +143,13 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let cfg = coordinator_config(id, opts, setup.rail_stop.clone(), setup.on_row.clone());
+        let cfg = coordinator_config(
+            id,
+            opts,
+            setup.rail_stop.clone(),
+            setup.on_row.clone(),
+            setup.nodes.clone(),
+        );
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
         let own = l.local_addr().ok().map(|a| {
@@ -209,6 +218,7 @@ fn coordinator_config(
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
     on_row: Option<ShowRow>,
+    nodes: Vec<crate::ring::model::Rank>,
 ) -> CoordinatorConfig {
     let timeout = opts.timeout();
     CoordinatorConfig {
@@ -225,6 +235,7 @@ fn coordinator_config(
         }),
         // The natural ring (the sweep's `Ring`); rails plug their rings in here.
         rings: None,
+        nodes,
         scan: opts.scan.clone().map(|o| {
             let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                 Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -278,8 +289,8 @@ fn job_outcome(
             verdicts.push(v.clone());
         }
     }
-    evidence::attach(&mut verdicts, &crep.port_counters);
-    let report = RingReport {
+    evidence::attach(&mut verdicts, &crep.port_counters, &crep.ranks);
+    let mut report = RingReport {
         world: id.world,
         transport_note: crate::ring::report::transport_note(&crep.ranks, &transport),
         transport,
@@ -297,6 +308,7 @@ fn job_outcome(
         port_counters: crep.port_counters.into_values().flatten().collect(),
         rails: Vec::new(),
     };
+    report.number_by_node();
     let failed = report.failed();
     Ok(RankOutcome {
         report: Some(report),
@@ -312,6 +324,7 @@ pub fn host_only(
     id: &Identity,
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    nodes: Vec<crate::ring::model::Rank>,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let l = match listener {
@@ -329,7 +342,7 @@ pub fn host_only(
             id.world
         ),
     );
-    let crep = coordinator::coordinate(l, coordinator_config(id, opts, rail_stop, None));
+    let crep = coordinator::coordinate(l, coordinator_config(id, opts, rail_stop, None, nodes));
     let transport = crep
         .ranks
         .first()
@@ -369,6 +382,7 @@ fn rank_body(
         device: device.clone(),
         transport: fabric.transport().into(),
         pid: Some(std::process::id()),
+        node: None,
     };
     let hello = Hello {
         protocol: wire::PROTOCOL,
@@ -971,6 +985,7 @@ mod tests {
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
             rails: Vec::new(),
+            node: None,
             capabilities: Vec::new(),
             rank,
             host: host.into(),

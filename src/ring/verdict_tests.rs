@@ -77,6 +77,7 @@ fn stand_in(role: Role, rank: u32, world: u32, addr: &str, net: &InprocNet, o: &
         token: "t".into(),
         info: RankInfo {
             rails: Vec::new(),
+            node: None,
             capabilities: Vec::new(),
             rank,
             host: host(rank),
@@ -128,7 +129,7 @@ fn world(
     net: &InprocNet,
     role: impl Fn(u32) -> Role,
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
-    world_with(n, o, net, role, |_| None, None)
+    world_with(n, o, net, role, |_| None, None, &[])
 }
 
 /// One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines are
@@ -144,6 +145,7 @@ fn world_with(
     role: impl Fn(u32) -> Role,
     counters: impl Fn(u32) -> Option<Sampler>,
     show: Option<run::ShowRow>,
+    nodes: &[u32],
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
     let _one = ONE_WORLD.lock().unwrap_or_else(|p| p.into_inner());
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -165,6 +167,7 @@ fn world_with(
                         rails: Vec::new(),
                         rail_stop: None,
                         join_only: false,
+                        nodes: if r == 0 { nodes.to_vec() } else { Vec::new() },
                         identity: ident(r, n, &addr),
                         host: host(r),
                         data_ip: IpAddr::from([127, 0, 0, 1]),
@@ -240,7 +243,7 @@ fn rows_are_shown_as_each_size_completes_and_match_the_report() {
     let show: run::ShowRow = Arc::new(move |ranks: &[RankInfo], row: &ResultRow| {
         sink.lock().unwrap().push((ranks.len(), row.clone()));
     });
-    let (r, _, _) = world_with(3, &o, &net, |_| Role::Real, |_| None, Some(show));
+    let (r, _, _) = world_with(3, &o, &net, |_| Role::Real, |_| None, Some(show), &[]);
     assert!(!r.failed(), "{:?}", r.error);
     let shown = shown.lock().unwrap().clone();
     assert_eq!(shown.len(), 3);
@@ -332,6 +335,61 @@ fn slow_egress_ingress_and_link_from_the_scan() {
     }
 }
 
+/// A rail's ring of some of the nodes (`--rails`: nodes 1 and 4 of six lack the rail, so
+/// its ring ranks 0..4 are nodes 0, 2, 3, 5): its report names the nodes' ranks from the
+/// start, in every field and word: ranks, verdict ends, message, evidence keys, scan links,
+/// hops. Nothing renumbers it afterwards.
+#[test]
+fn a_rail_ring_of_some_nodes_reports_the_nodes_ranks() {
+    let net = InprocNet::new();
+    paced_scan(&net, 4, BASE, |f, _| (f == 1).then_some(0.25 * BASE));
+    let nodes = [0, 2, 3, 5];
+    let (r, _, _) = world_with(
+        4,
+        &opts(true, false),
+        &net,
+        |_| Role::Real,
+        |_| None,
+        None,
+        &nodes,
+    );
+    assert_eq!(r.ranks.iter().map(|i| i.rank).collect::<Vec<_>>(), nodes);
+    assert!(r.ranks.iter().all(|i| i.node.is_none()), "{:?}", r.ranks);
+    assert_eq!(
+        kinds(&r),
+        vec![(VerdictKind::SlowEgress, Some(2), None)],
+        "{:#?}",
+        r.verdicts
+    );
+    let v = &r.verdicts[0];
+    assert!(
+        v.message.starts_with("SLOW EGRESS rank 2 (node-b, eth1): "),
+        "{}",
+        v.message
+    );
+    let keys: Vec<&String> = v.evidence["links_gbs"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["2->0", "2->3", "2->5"]);
+    assert!(
+        v.evidence.keys().all(|k| !k.starts_with("cpu_wait_rank_1")),
+        "{:?}",
+        v.evidence
+    );
+    let s = r.scan.as_ref().unwrap();
+    let mut ends: Vec<u32> = s.links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    assert_eq!(ends, nodes);
+    assert!(
+        s.links.iter().filter(|l| l.slow).all(|l| l.from_rank == 2),
+        "{:?}",
+        s.links
+    );
+    assert!(r.events.iter().all(|e| match e {
+        crate::ring::coordinator::Event::Joined { rank, .. } => nodes.contains(rank),
+        _ => true,
+    }));
+}
+
 /// A rank's NIC counters travel to the coordinator with its results and land on the verdict
 /// that names the rank, and in `port_counters`; a rank no verdict names gives no evidence.
 #[test]
@@ -351,7 +409,7 @@ fn moved_port_counters_of_a_named_rank_are_evidence_on_its_verdict() {
             )
         })
     };
-    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture, None);
+    let (r, _, _) = world_with(4, &opts(true, false), &net, |_| Role::Real, fixture, None, &[]);
     assert_eq!(
         kinds(&r),
         vec![(VerdictKind::SlowLink, Some(3), Some(0))],
@@ -531,6 +589,7 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         rails: Vec::new(),
         rail_stop: None,
         join_only: false,
+        nodes: Vec::new(),
         identity: ident(1, 2, &addr),
         host: host(1),
         data_ip: IpAddr::from([127, 0, 0, 1]),

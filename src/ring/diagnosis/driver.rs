@@ -311,6 +311,7 @@ mod tests {
         let ranks: Vec<RankInfo> = (0..n)
             .map(|r| RankInfo {
                 rails: Vec::new(),
+                node: None,
                 rank: r,
                 host: format!("node-{r}"),
                 address: format!("198.19.0.{}:4000", 10 + r),

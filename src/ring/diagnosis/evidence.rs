@@ -205,14 +205,24 @@ fn ours(mut r: LinksReport, ifname: Option<&str>) -> LinksReport {
 
 /// Each rank's latest report of moved counters, as evidence on every verdict that names the
 /// rank (`from_rank` or `to_rank`), under `evidence.port_counters`
-/// (`"rank R <device> port P <counter>": delta`). Pure.
-pub fn attach(verdicts: &mut [crate::ring::model::Verdict], moved: &BTreeMap<u32, Vec<CounterMove>>) {
+/// (`"rank R <device> port P <counter>": delta`, R as `ranks` names it). Pure.
+pub fn attach(
+    verdicts: &mut [crate::ring::model::Verdict],
+    moved: &BTreeMap<u32, Vec<CounterMove>>,
+    ranks: &[crate::ring::model::RankInfo],
+) {
     for v in verdicts {
         let mut o = serde_json::Map::new();
         for r in [v.from_rank, v.to_rank].into_iter().flatten() {
             for m in moved.get(&r).into_iter().flatten() {
                 o.insert(
-                    format!("rank {} {} port {} {}", m.rank, m.device, m.port, m.counter),
+                    format!(
+                        "rank {} {} port {} {}",
+                        crate::ring::model::shown(ranks, m.rank),
+                        m.device,
+                        m.port,
+                        m.counter
+                    ),
                     serde_json::json!(m.delta),
                 );
             }
@@ -313,7 +323,7 @@ mod tests {
             (2, vec![mv(2, "np_cnp_sent", 7)]),
             (3, vec![mv(3, "rx_pause_ctrl_phy", 9)]),
         ]);
-        attach(&mut vs, &moved);
+        attach(&mut vs, &moved, &[]);
         assert_eq!(
             vs[0].evidence["port_counters"],
             serde_json::json!({"rank 1 mlx5_0 port 1 symbol_error": 5, "rank 2 mlx5_0 port 1 np_cnp_sent": 7})

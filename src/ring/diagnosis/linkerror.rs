@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::ring::model::{LinkFault, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::model::{LinkFault, Rank, RankInfo, Verdict, VerdictKind, shown};
 
 fn label(ranks: &[RankInfo], r: Rank) -> String {
     match ranks.iter().find(|i| i.rank == r) {
-        Some(i) => format!("rank {r} ({})", i.host),
+        Some(i) => format!("rank {} ({})", i.shown(), i.host),
         None => format!("rank {r}"),
     }
 }
@@ -69,7 +69,7 @@ pub fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
             ev.insert("status".into(), json!(f.status));
             ev.insert("status_name".into(), json!(f.status_name));
             ev.insert("vendor_err".into(), json!(format!("{:#x}", f.vendor_err)));
-            ev.insert("seen_by_rank".into(), json!(f.seen_by));
+            ev.insert("seen_by_rank".into(), json!(shown(ranks, f.seen_by)));
             ev.insert("device".into(), json!(f.device));
             ev.insert("operation".into(), json!(f.operation));
             ev.insert(
@@ -77,7 +77,7 @@ pub fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
                 json!(
                     fs.iter()
                         .map(|x| json!({
-                            "seen_by_rank": x.seen_by,
+                            "seen_by_rank": shown(ranks, x.seen_by),
                             "device": x.device,
                             "operation": x.operation,
                             "status": x.status,
@@ -96,8 +96,9 @@ pub fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
                 f.meaning,
                 f.vendor_err
             );
-            let fh = host(ranks, f.from_rank).unwrap_or_else(|| format!("rank {}'s host", f.from_rank));
-            let th = host(ranks, f.to_rank).unwrap_or_else(|| format!("rank {}'s host", f.to_rank));
+            let fh = host(ranks, f.from_rank)
+                .unwrap_or_else(|| format!("rank {}'s host", shown(ranks, f.from_rank)));
+            let th = host(ranks, f.to_rank).unwrap_or_else(|| format!("rank {}'s host", shown(ranks, f.to_rank)));
             Verdict { rail: None,
                 kind: VerdictKind::LinkError,
                 from_rank: Some(f.from_rank),
@@ -120,6 +121,7 @@ mod tests {
         (0..3)
             .map(|r| RankInfo {
                 rails: Vec::new(),
+                node: None,
                 rank: r,
                 host: format!("node-{}", (b'a' + r as u8) as char),
                 address: format!("198.18.5.{}:4000", 10 + r),

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind, shown};
 
 /// Of two slow directions of one pair, the faster is explained by the slower (its ACK
 /// path) when the slower runs below this fraction of it.
@@ -508,16 +508,22 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         self.info(r).map(|i| i.host.clone())
     }
 
+    /// The rank a person is told (the node's, on a rail's ring of some of the nodes).
+    fn shown(&self, r: Rank) -> Rank {
+        shown(self.ranks, r)
+    }
+
     /// `rank 3 (node-c, eth1)`.
     fn label(&self, r: Rank) -> String {
+        let n = self.shown(r);
         match self.info(r) {
             Some(RankInfo {
                 host,
                 device: Some(d),
                 ..
-            }) => format!("rank {r} ({host}, {d})"),
-            Some(RankInfo { host, .. }) => format!("rank {r} ({host})"),
-            None => format!("rank {r}"),
+            }) => format!("rank {n} ({host}, {d})"),
+            Some(RankInfo { host, .. }) => format!("rank {n} ({host})"),
+            None => format!("rank {n}"),
         }
     }
 
@@ -528,7 +534,8 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     }
 
     fn host_or_rank(&self, r: Rank) -> String {
-        self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
+        self.host(r)
+            .unwrap_or_else(|| format!("rank {}'s host", self.shown(r)))
     }
 
     /// Each end's CPU wait share during the samples of `links`, in evidence
@@ -536,7 +543,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     fn cpu_evidence(&self, ranks: &[Rank], links: &[&LinkStat], evidence: &mut BTreeMap<String, Value>) {
         for &r in ranks {
             if let Some(w) = self.cpu.of(r, links) {
-                evidence.insert(format!("cpu_wait_rank_{r}"), json!(round3(w)));
+                evidence.insert(format!("cpu_wait_rank_{}", self.shown(r)), json!(round3(w)));
             }
         }
     }
@@ -548,7 +555,10 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         let (r, w) = ends
             .iter()
             .filter_map(|&r| {
-                let w = v.evidence.get(&format!("cpu_wait_rank_{r}"))?.as_f64()?;
+                let w = v
+                    .evidence
+                    .get(&format!("cpu_wait_rank_{}", self.shown(r)))?
+                    .as_f64()?;
                 Some((r, w))
             })
             .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -624,7 +634,10 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         evidence.insert("partners".into(), json!(these.len()));
         let per_link: BTreeMap<String, Value> = these
             .iter()
-            .map(|l| (format!("{}->{}", l.from_rank, l.to_rank), json!(round3(l.gbs))))
+            .map(|l| {
+                let link = format!("{}->{}", self.shown(l.from_rank), self.shown(l.to_rank));
+                (link, json!(round3(l.gbs)))
+            })
             .collect();
         evidence.insert("links_gbs".into(), json!(per_link));
         let other = median(&others.iter().map(|l| l.gbs).collect::<Vec<_>>());
@@ -706,7 +719,8 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             evidence.insert("ambiguous".into(), json!(true));
             message += &format!(
                 " (too few scan orders to tell this link from rank {}'s egress or rank {}'s ingress)",
-                l.from_rank, l.to_rank
+                self.shown(l.from_rank),
+                self.shown(l.to_rank)
             );
         }
         let (a, b) = (self.host_or_rank(l.from_rank), self.host_or_rank(l.to_rank));
@@ -786,6 +800,7 @@ pub mod sim {
         (0..n)
             .map(|r| RankInfo {
                 rails: Vec::new(),
+                node: None,
                 capabilities: Vec::new(),
                 rank: r as Rank,
                 host: host(r),
@@ -923,6 +938,56 @@ mod tests {
             ),
         };
         assert_eq!(v, vec![expected]);
+    }
+
+    /// A rail's ring of some of the nodes (`--rails`: ring ranks 0..4 are the job's nodes
+    /// 0, 2, 3, 5): every rank the verdict writes is the node's, in the message, the next
+    /// step, the evidence keys (`links_gbs`, `cpu_wait_rank_N`) and the not-judged words;
+    /// the structured ends stay the ring's until the report is numbered by node.
+    #[test]
+    fn a_rail_ring_of_some_nodes_names_the_nodes_ranks_everywhere() {
+        let nodes = [0, 2, 3, 5];
+        let mut rk = ranks(4);
+        for (i, n) in rk.iter_mut().zip(nodes) {
+            i.node = Some(n);
+        }
+        // Ring rank 1 (node 2) slow out; ring rank 2 (node 3) waited for a CPU.
+        let mut s = scan(4, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 1 { 0.9 } else { BASE });
+        for x in &mut s {
+            x.cpu_wait = Some(if x.to_rank == 2 { 0.3 } else { 0.02 });
+        }
+        let a = analyze(&rk, &s, &Policy::default(), |_| None);
+        assert_eq!(kinds(&a.verdicts), vec![(VerdictKind::SlowEgress, Some(1), None)]);
+        let v = &a.verdicts[0];
+        assert!(
+            v.message
+                .starts_with("SLOW EGRESS rank 2 (node-b, eth1): its 3 outgoing links"),
+            "{}",
+            v.message
+        );
+        let links: Vec<&String> = v.evidence["links_gbs"].as_object().unwrap().keys().collect();
+        assert_eq!(links, ["2->0", "2->3", "2->5"]);
+        assert!(v.evidence.contains_key("cpu_wait_rank_2"), "{:?}", v.evidence);
+        assert!(!v.evidence.contains_key("cpu_wait_rank_1"), "{:?}", v.evidence);
+        // A link whose receiver waited for a CPU long enough: not judged, named by node.
+        let mut s = scan(4, 3, 1, 0.0, &mut Rng(1), |f, t| {
+            if (f, t) == (1, 2) { 2.6 } else { BASE }
+        });
+        for x in &mut s {
+            x.cpu_wait = Some(if x.to_rank == 2 { 0.5 } else { 0.0 });
+        }
+        let a = analyze(&rk, &s, &Policy::default(), |_| None);
+        let nj = &a.not_judged[0];
+        assert!(nj.evidence.contains_key("cpu_wait_rank_3"), "{:?}", nj.evidence);
+        assert!(
+            nj.message
+                .contains("SLOW LINK rank 2 (node-b, eth1) -> rank 3 (node-c, eth1)")
+                && nj
+                    .message
+                    .contains("but rank 3 (node-c, eth1) waited for a CPU 50%"),
+            "{}",
+            nj.message
+        );
     }
 
     /// A link measured while an end waited for a CPU: when that wait could explain the

@@ -148,13 +148,19 @@ impl<'a> Judge<'a> {
     }
 
     fn host_or(&self, r: Rank) -> String {
-        self.host(r).unwrap_or_else(|| format!("rank {r}'s host"))
+        self.host(r)
+            .unwrap_or_else(|| format!("rank {}'s host", self.shown(r)))
+    }
+
+    /// The rank a person is told (the node's, on a rail's ring of some of the nodes).
+    fn shown(&self, r: Rank) -> Rank {
+        self.info(r).map_or(r, RankInfo::shown)
     }
 
     /// `rank 5 (node-f)`.
     fn label(&self, r: Rank) -> String {
         match self.info(r) {
-            Some(i) => format!("rank {r} ({})", i.host),
+            Some(i) => format!("rank {} ({})", i.shown(), i.host),
             None => format!("rank {r}"),
         }
     }
@@ -279,7 +285,7 @@ impl<'a> Judge<'a> {
         let waiters: Vec<String> = self
             .waiters
             .get(&r)
-            .map(|v| v.iter().map(|o| o.to_string()).collect())
+            .map(|v| v.iter().map(|&o| self.shown(o).to_string()).collect())
             .unwrap_or_default();
         let waiting = match waiters.len() {
             0 => String::new(),
@@ -394,6 +400,7 @@ impl<'a> Judge<'a> {
         ev.insert("bytes_received".into(), json!(r.bytes_received));
         ev.insert("conclusive".into(), json!(sent.is_some()));
         let (fh, th) = (self.host_or(p), self.host_or(r.rank));
+        let pn = self.shown(p);
         let why = match &sent {
             Some((how, prep)) => {
                 ev.insert("sender_phase".into(), json!(prep.phase.name()));
@@ -402,15 +409,15 @@ impl<'a> Judge<'a> {
                 let (state, text) = match how {
                     Sent::Blocked => (
                         "blocked_sending",
-                        format!("rank {p} sent it and is blocked sending more"),
+                        format!("rank {pn} sent it and is blocked sending more"),
                     ),
                     Sent::Ahead(ph, st) => (
                         "ahead",
-                        format!("rank {p} sent it and moved on to step {st} of {}", ph.name()),
+                        format!("rank {pn} sent it and moved on to step {st} of {}", ph.name()),
                     ),
                     Sent::Bytes(s, got) => (
                         "bytes_in_flight",
-                        format!("rank {p} sent {s} bytes of this step, {got} arrived"),
+                        format!("rank {pn} sent {s} bytes of this step, {got} arrived"),
                     ),
                 };
                 ev.insert("sender_state".into(), json!(state));
@@ -482,9 +489,10 @@ impl<'a> Judge<'a> {
         ev.insert("sender_state".into(), json!("blocked_sending"));
         ev.insert("conclusive".into(), json!(false));
         let (fh, th) = (self.host_or(s.rank), self.host_or(to));
+        let tn = self.shown(to);
         let message = format!(
-            "HANG {} is blocked sending to {} since step {} of {}; rank {to} does not report waiting for \
-             it: suspect the link {fh} -> {th} or rank {to}'s receive path",
+            "HANG {} is blocked sending to {} since step {} of {}; rank {tn} does not report waiting for \
+             it: suspect the link {fh} -> {th} or rank {tn}'s receive path",
             self.label(s.rank),
             self.label(to),
             s.step,
@@ -613,7 +621,11 @@ pub fn coordinator_lost(
         from_host: None,
         to_host: Some(me.host.clone()),
         evidence: ev,
-        message: format!("COORDINATOR LOST rank {} ({}): {what}; exiting", me.rank, me.host),
+        message: format!(
+            "COORDINATOR LOST rank {} ({}): {what}; exiting",
+            me.shown(),
+            me.host
+        ),
         next: Some(format!(
             "look at rank 0's output on the coordinator's host ({coordinator}): it exited, was killed or its host is \
              unreachable; then rerun"

@@ -167,7 +167,7 @@ pub trait Fabric: Sync {
 /// How errors name a peer: `rank 3 (node-d, 198.19.0.13:40001)`.
 pub fn peer_name(table: &[RankInfo], r: Rank) -> String {
     match table.iter().find(|i| i.rank == r) {
-        Some(i) => format!("rank {r} ({}, {})", i.host, i.address),
+        Some(i) => format!("rank {} ({}, {})", i.shown(), i.host, i.address),
         None => format!("rank {r}"),
     }
 }

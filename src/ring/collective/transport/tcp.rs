@@ -951,6 +951,7 @@ mod tests {
             .enumerate()
             .map(|(r, f)| RankInfo {
                 rails: Vec::new(),
+                node: None,
                 capabilities: Vec::new(),
                 rank: r as u32,
                 host: "h".into(),
