@@ -206,10 +206,14 @@ OUTPUT
   --format table (the default): the verdict first, each with its next step, or on a
   healthy run one line (no slow link, no hang: ranks, sizes, avg busbw, the scan's median
   and slowest link); then nccl-tests' table, the per-link bandwidth and the scan as a
-  sender x receiver matrix (up to 16 ranks; a list beyond). With the AllReduce sweep the
-  rows print as each size completes, so the verdict or the healthy line closes the output
-  instead. --format json: one fabprobe.ring envelope at the end (below). Other formats are
-  refused, and so is --root: the ring moves bytes between live hosts.
+  sender x receiver matrix (up to 16 ranks; a list beyond). On a terminal narrower than
+  nccl-tests' 118 columns the table holds the same figures in a compact form (type, redop
+  and root once; one line per size from 80 columns, below that one line per placement,
+  out and in); a pipe or a file keeps nccl-tests' columns whatever COLUMNS says. With the
+  AllReduce sweep the rows print as each size completes, so the verdict or the healthy
+  line closes the output instead. --format json: one fabprobe.ring envelope at the end
+  (below). Other formats are refused, and so is --root: the ring moves bytes between live
+  hosts.
   Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
   results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
   results, a rank missing, a dead or hung link (the reason is printed, partial results
@@ -598,6 +602,8 @@ struct RowPrinter {
     progress: Option<indicatif::ProgressBar>,
     /// Sizes printed so far, and whether stdout failed (a closed pipe: stop printing).
     shown: Mutex<(Vec<u64>, bool)>,
+    /// nccl-tests' columns, or the compact form on a narrow terminal.
+    layout: render::ring::Layout,
 }
 
 impl RowPrinter {
@@ -617,6 +623,7 @@ impl RowPrinter {
                 rank0_note,
                 progress,
                 shown: Mutex::new((Vec::new(), false)),
+                layout: layout(),
             })
         })
     }
@@ -651,9 +658,11 @@ impl RowPrinter {
                 options: &self.options,
                 ranks,
                 note: note.as_deref(),
+                first_row: Some(row),
+                layout: self.layout,
             }));
         }
-        text.push_str(&render::ring::row_line(row));
+        text.push_str(&render::ring::row_line_in(row, self.layout));
         let printed = match &self.progress {
             Some(bar) => bar.suspend(|| emit(&text)),
             None => emit(&text),
@@ -676,6 +685,13 @@ impl RowPrinter {
 /// run has the progress line on stderr.
 fn streams_rows(fmt: Format, sweep: bool, stdout_tty: bool) -> bool {
     fmt == Format::Table && sweep && stdout_tty
+}
+
+/// nccl-tests' columns unless a person reads a terminal narrower than them: a pipe or a
+/// file keeps them whatever `COLUMNS` says (scripts parse them).
+fn layout() -> render::ring::Layout {
+    use std::io::IsTerminal;
+    render::ring::Layout::pick(render::text::width(), std::io::stdout().is_terminal())
 }
 
 fn print_report(
@@ -702,8 +718,8 @@ fn print_report(
             emit(&Envelope::new("ring", HostInfo::of(&host), r, &f).to_json())?;
         }
         _ => match rows.map(RowPrinter::shown).filter(|s| !s.is_empty()) {
-            Some(shown) => emit(&render::ring::table_after_rows(r, &shown))?,
-            None => emit(&render::ring::table(r))?,
+            Some(shown) => emit(&render::ring::table_after_rows_in(r, &shown, layout()))?,
+            None => emit(&render::ring::table_in(r, layout()))?,
         },
     }
     if let Some(e) = &r.error {

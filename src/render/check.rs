@@ -173,6 +173,19 @@ pub fn sweep_table(r: &SweepReport) -> String {
     );
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
+        // The examples in their column when each fits there on one line; else (a terminal
+        // too narrow) each on its own line under its cause, so the text gets the width.
+        let column = format!("  {:<36}        e.g. ", "");
+        let eg_lead = match text::width() {
+            Some(w)
+                if r.failures
+                    .iter()
+                    .any(|g| column.len() + g.example.chars().count() > w) =>
+            {
+                "    e.g. ".to_string()
+            }
+            _ => column,
+        };
         for g in &r.failures {
             let lead = format!("  {:<36} {:>5} nodes  ", g.id, g.node_count);
             let nodes = short_list(&g.nodes);
@@ -185,11 +198,12 @@ pub fn sweep_table(r: &SweepReport) -> String {
                 }
                 _ => s.push_str(&format!("{lead}{nodes}\n")),
             }
-            s.push_str(&text::wrap(&format!("  {:<36}        e.g. ", ""), &g.example, 47));
+            s.push_str(&text::wrap(&eg_lead, &g.example, eg_lead.len()));
         }
     }
     if !r.outliers.is_empty() {
         s.push_str("\nDIFFERENT FROM THEIR PEERS\n");
+        let narrow = text::width().is_some_and(|w| w < 80);
         for o in &r.outliers {
             let said = format!(
                 "{}  (majority {}: {} of {} nodes){}",
@@ -199,11 +213,12 @@ pub fn sweep_table(r: &SweepReport) -> String {
                 o.nodes_compared,
                 if o.node_failed { "  [failed]" } else { "" }
             );
-            s.push_str(&text::wrap(
-                &format!("  {:<20} {:<16} ", o.node, o.key),
-                &said,
-                40,
-            ));
+            // Narrow, the value's column would be a ribbon: node and key lead the line.
+            s.push_str(&if narrow {
+                text::wrap(&format!("  {} {}: ", o.node, o.key), &said, 4)
+            } else {
+                text::wrap(&format!("  {:<20} {:<16} ", o.node, o.key), &said, 40)
+            });
         }
     }
     if !r.no_majority.is_empty() {
@@ -215,13 +230,16 @@ pub fn sweep_table(r: &SweepReport) -> String {
     }
     if !r.unreadable.is_empty() {
         s.push_str("\nMISSING OR UNREADABLE REPORTS\n");
+        // Narrower than twice the detail's column, node and problem lead the line instead.
+        let narrow = text::width().is_some_and(|w| w < 84);
         for u in &r.unreadable {
-            let lead = format!(
-                "  {:<20} {:<18} ",
-                u.node.as_deref().unwrap_or("?"),
-                u.problem.as_str()
-            );
-            s.push_str(&text::wrap(&lead, &format!("{}  ({})", u.detail, u.source), 42));
+            let (node, problem) = (u.node.as_deref().unwrap_or("?"), u.problem.as_str());
+            let detail = format!("{}  ({})", u.detail, u.source);
+            s.push_str(&if narrow {
+                text::wrap(&format!("  {node} {problem}: "), &detail, 4)
+            } else {
+                text::wrap(&format!("  {node:<20} {problem:<18} "), &detail, 42)
+            });
         }
     }
     if !r.notes.is_empty() {

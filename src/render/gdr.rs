@@ -153,7 +153,8 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             }
             rows.push(row);
         }
-        s.push_str(&columns(&rows));
+        // Too wide, NIC columns in blocks led by the GPU: a cell (`PIX off-peer*!`) never breaks.
+        s.push_str(&crate::render::gids::column_blocks(&rows));
     }
     if !r.gpus.is_empty() || !r.nics.is_empty() {
         s.push('\n');

@@ -28,6 +28,12 @@ pub fn column_blocks(rows: &[Vec<String>]) -> String {
 }
 
 pub fn column_blocks_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
+    column_blocks_led(rows, width, 1)
+}
+
+/// [`column_blocks_fit`] with the first `lead` columns leading every block (what names a
+/// row when one column does not: a port and a GID index).
+pub fn column_blocks_led(rows: &[Vec<String>], width: Option<usize>, lead: usize) -> String {
     let plain = columns_plain(rows);
     let Some(width) = width.filter(|&w| plain.lines().any(|l| l.chars().count() > w)) else {
         return plain;
@@ -43,16 +49,17 @@ pub fn column_blocks_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
         })
         .collect();
     let mut blocks: Vec<Vec<usize>> = Vec::new();
-    let mut i = 1;
+    let lead = lead.clamp(1, n.max(1));
+    let mut i = lead;
     while i < n {
-        let mut cols = vec![0];
-        let mut used = w[0];
+        let mut cols: Vec<usize> = (0..lead).collect();
+        let mut used = w[..lead].iter().sum::<usize>() + 2 * (lead - 1);
         while i < n && used + 2 + w[i] <= width {
             used += 2 + w[i];
             cols.push(i);
             i += 1;
         }
-        if cols.len() == 1 {
+        if cols.len() == lead {
             return wrapped(rows, width);
         }
         blocks.push(cols);
@@ -136,7 +143,10 @@ pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
 fn table_rows(r: &GidsReport, width: Option<usize>) -> String {
     let full = columns_plain(&full_rows(r));
     match width {
-        Some(w) if full.lines().any(|l| l.chars().count() > w) => columns_fit(&compact_rows(r), Some(w)),
+        // Narrower still, in blocks led by port and index: a GID never breaks.
+        Some(w) if full.lines().any(|l| l.chars().count() > w) => {
+            column_blocks_led(&compact_rows(r), Some(w), 2)
+        }
         _ => full,
     }
 }
@@ -330,6 +340,11 @@ mod tests {
         );
         // Not even the first column and one more: wrapped as columns does.
         assert_eq!(column_blocks_fit(&rows, Some(10)), columns_fit(&rows, Some(10)));
+        // Two columns lead every block when one does not name a row (port, GID index).
+        assert_eq!(
+            column_blocks_led(&rows, Some(34), 2),
+            "  PRIO  PFC(DCB)  TSA\n  6     off       vendor\n\n  PRIO  PFC(DCB)  RX_PAUSE_US\n  6     off       0\n\n  PRIO  PFC(DCB)  RX_MARKED\n  6     off       5120\n"
+        );
     }
 
     use super::*;

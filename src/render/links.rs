@@ -158,11 +158,18 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         }
         rows.push(r);
     }
+    let fit = text::width().map(|w| w.saturating_sub(4));
+    let plain = crate::render::gids::columns_fit(&rows, None);
+    if fit.is_some_and(|w| plain.lines().any(|l| l.chars().count() > w)) {
+        // Too wide: the columns go in blocks of whole cells, the value (and delta, rate)
+        // in the first, beside the name; where the counter is kept (DIR, WIDTH) after.
+        for r in &mut rows {
+            let kept: Vec<String> = r.drain(1..3).collect();
+            r.extend(kept);
+        }
+    }
     let mut out: String = if rows.len() > 1 {
-        crate::render::gids::columns_fit(&rows, text::width().map(|w| w.saturating_sub(4)))
-            .lines()
-            .map(|l| format!("    {l}\n"))
-            .collect()
+        indented(&crate::render::gids::column_blocks_fit(&rows, fit), "    ")
     } else {
         String::new()
     };
@@ -172,6 +179,16 @@ fn counters_block(cs: &[Counter], sampled: bool) -> String {
         ));
     }
     out
+}
+
+/// Every line of `text` after `pad`, but the blank lines between column blocks.
+fn indented(text: &str, pad: &str) -> String {
+    text.lines()
+        .map(|l| match l {
+            "" => "\n".to_string(),
+            l => format!("{pad}{l}\n"),
+        })
+        .collect()
 }
 
 pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
@@ -237,14 +254,13 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
                 },
             ]);
         }
-        // Within the width with the two columns of indent.
+        // Within the width with the two columns of indent; too wide, in blocks of whole
+        // columns each led by PORT (a rate or a state never breaks mid-word).
         let fit = text::width().map(|w| w.saturating_sub(2));
-        out.push_str(
-            &crate::render::gids::columns_fit(&rows, fit)
-                .lines()
-                .map(|l| format!("  {l}\n"))
-                .collect::<String>(),
-        );
+        out.push_str(&indented(
+            &crate::render::gids::column_blocks_fit(&rows, fit),
+            "  ",
+        ));
         for p in &d.ports {
             if !p.counters.is_empty() {
                 out.push_str(&format!(

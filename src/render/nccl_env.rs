@@ -4,11 +4,28 @@
 use crate::finding::Finding;
 use crate::nccl::conf::Origin;
 use crate::probe::nccl_env::NcclEnvReport;
-use crate::render::gids::columns;
+use crate::render::gids::{column_blocks_fit, columns, columns_fit};
 use crate::render::text;
 
 fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|s| s.to_string()).collect()
+}
+
+/// The IB/RoCE port table within `width`: whole when it fits; else (a terminal narrower
+/// than the GID rule's prose) each used port's GID rule on lines under the table, and the
+/// rest in blocks of whole columns, each led by PORT, so that no GID breaks.
+fn ports_fit(rows: &[Vec<String>], ports: &[crate::probe::nccl_env::IbPort], width: Option<usize>) -> String {
+    let whole = columns_fit(rows, None);
+    let Some(w) = width.filter(|w| whole.lines().any(|l| l.chars().count() > *w)) else {
+        return whole;
+    };
+    let short: Vec<Vec<String>> = rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();
+    let mut out = column_blocks_fit(&short, Some(w));
+    for p in ports.iter().filter(|p| p.used) {
+        let lead = format!("  {}/{} GID rule: ", p.device, p.port);
+        out.push_str(&text::wrap_to(&lead, &p.gid_rule, 4, Some(w)));
+    }
+    out
 }
 
 pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
@@ -75,7 +92,7 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
                 if p.used { p.gid_rule.clone() } else { String::new() },
             ]);
         }
-        out.push_str(&columns(&rows));
+        out.push_str(&ports_fit(&rows, &r.ib.ports, text::width()));
     }
 
     out.push_str(&format!(

@@ -21,32 +21,83 @@ pub fn fit(v: f64, width: usize) -> String {
     format!("{v:.0e}")
 }
 
+/// How the nccl-tests part (header, device lines, rows) is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// nccl-tests' own columns, byte for byte, never wrapped: what scripts that parse
+    /// `all_reduce_perf` output read (pipes, files, terminals wide enough for them).
+    Nccl,
+    /// On a terminal narrower than [`NCCL_WIDTH`]: the same figures in fewer columns, one
+    /// line per size from 80 columns, below that one line per placement; device lines
+    /// wrap.
+    Compact { width: usize },
+}
+
+/// The width of nccl-tests' rows (and of their column headings).
+pub const NCCL_WIDTH: usize = 118;
+
+impl Layout {
+    /// Compact only for a person: on a terminal (`tty`) narrower than nccl-tests' rows.
+    pub fn pick(width: Option<usize>, tty: bool) -> Layout {
+        match width {
+            Some(width) if tty && width < NCCL_WIDTH => Layout::Compact { width },
+            _ => Layout::Nccl,
+        }
+    }
+
+    /// The width prose around the table fits: the compact form's, else the terminal's.
+    fn width(self) -> Option<usize> {
+        match self {
+            Layout::Compact { width } => Some(width),
+            Layout::Nccl => text::width(),
+        }
+    }
+}
+
+/// The whole report in nccl-tests' columns (see [`table_in`]).
 pub fn table(r: &RingReport) -> String {
+    table_in(r, Layout::Nccl)
+}
+
+/// The whole report: verdicts, header and rows in `layout`, then the tail.
+pub fn table_in(r: &RingReport, layout: Layout) -> String {
     let mut o = String::new();
     verdicts(&mut o, r);
-    o.push_str(&head(&Head::of(r)));
+    let mut o = text::fit_prose_to(&o, layout.width());
+    let mut h = Head::of(r);
+    h.layout = layout;
+    o.push_str(&head(&h));
     for row in &r.results {
-        o.push_str(&row_line(row));
+        o.push_str(&row_line_in(row, layout));
     }
-    tail(&mut o, r, "above");
-    text::fit_prose(&o)
+    let mut t = String::new();
+    tail(&mut t, r, "above", layout.width());
+    o.push_str(&text::fit_prose_to(&t, layout.width()));
+    o
+}
+
+/// [`table_after_rows_in`] in nccl-tests' columns.
+pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
+    table_after_rows_in(r, shown, Layout::Nccl)
 }
 
 /// The rest of the table after [`head`] and the rows in `shown` were printed as the run
 /// went: rows not shown, the tail, then the verdicts (last: the run is over when they are
 /// known).
-pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
+pub fn table_after_rows_in(r: &RingReport, shown: &[u64], layout: Layout) -> String {
     let mut o = String::new();
     for row in r.results.iter().filter(|x| !shown.contains(&x.size_bytes)) {
-        o.push_str(&row_line(row));
+        o.push_str(&row_line_in(row, layout));
     }
-    tail(&mut o, r, "below");
+    let mut t = String::new();
+    tail(&mut t, r, "below", layout.width());
     // The rows streamed, so the verdict (or the healthy line) closes the output instead.
-    o.push('\n');
-    verdicts(&mut o, r);
-    o.truncate(o.trim_end().len());
-    o.push('\n');
-    text::fit_prose(&o)
+    t.push('\n');
+    verdicts(&mut t, r);
+    t.truncate(t.trim_end().len());
+    t.push('\n');
+    o.push_str(&text::fit_prose_to(&t, layout.width()));
+    o
 }
 
 /// What the header lines need, known as soon as every rank has joined.
@@ -58,6 +109,9 @@ pub struct Head<'a> {
     pub ranks: &'a [RankInfo],
     /// Why `--transport auto` ran tcp (the report's `transport_note`).
     pub note: Option<&'a str>,
+    /// A row of the sweep, whose type, operation and root the compact header names once.
+    pub first_row: Option<&'a ResultRow>,
+    pub layout: Layout,
 }
 
 impl<'a> Head<'a> {
@@ -69,6 +123,8 @@ impl<'a> Head<'a> {
             options: &r.options,
             ranks: &r.ranks,
             note: r.transport_note.as_deref(),
+            first_row: r.results.first(),
+            layout: Layout::Nccl,
         }
     }
 }
@@ -254,39 +310,10 @@ pub fn head(h: &Head) -> String {
     ));
     line("#".into());
     line("# Using devices".into());
+    let compact = h.layout != Layout::Nccl;
     for i in h.ranks {
-        let pid = i.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
-        if i.rails.is_empty() {
-            line(format!(
-                "#  Rank {:>2} Pid {:>6} on {:>10} device {} [{}] {}",
-                i.rank,
-                pid,
-                i.host,
-                i.device.as_deref().unwrap_or("-"),
-                i.address,
-                i.transport
-            ));
-        }
-        // `--rails`: one line per rail the rank drives, and the slots it cannot drive.
-        for s in &i.rails {
-            let what = match (&s.label, s.usable) {
-                (Some(l), _) => format!(
-                    "device {l} [{}] {}",
-                    s.address.as_deref().unwrap_or("-"),
-                    i.transport
-                ),
-                (None, false) => format!(
-                    "device {}{} not driven ({})",
-                    s.device,
-                    s.port.map(|p| format!(":{p}")).unwrap_or_default(),
-                    s.state.as_deref().unwrap_or("state unknown")
-                ),
-                (None, true) => continue,
-            };
-            line(format!(
-                "#  Rank {:>2} Pid {:>6} on {:>10} rail {} {what}",
-                i.rank, pid, i.host, s.rail
-            ));
+        for l in device_lines(i, compact) {
+            line(l);
         }
     }
     if h.ranks.iter().any(|i| !i.rails.is_empty()) && h.options.sweep {
@@ -296,38 +323,166 @@ pub fn head(h: &Head) -> String {
         );
     }
     line("#".into());
-    if h.options.sweep {
-        line(format!("#{:>74}{:>31}", "out-of-place", "in-place"));
-        line(format!(
-            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
-            "size",
-            "count",
-            "type",
-            "redop",
-            "root",
-            group("time", "algbw", "busbw", "#wrong"),
-            group("time", "algbw", "busbw", "#wrong")
+    match h.layout {
+        _ if !h.options.sweep => {}
+        Layout::Nccl => nccl_headings(&mut line),
+        Layout::Compact { width } => compact_headings(&mut line, h.first_row, width),
+    }
+    match h.layout {
+        // nccl-tests' header as it prints it, never wrapped: scripts read these lines.
+        Layout::Nccl => o,
+        Layout::Compact { width } => text::fit_prose_to(&o, Some(width)),
+    }
+}
+
+/// A rank's `# Using devices` lines: nccl-tests' padded columns, or on a narrow terminal
+/// single-spaced (so that they wrap as prose).
+fn device_lines(i: &RankInfo, compact: bool) -> Vec<String> {
+    let pid = i.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+    let who = if compact {
+        format!("#  Rank {} Pid {pid} on {}", i.rank, i.host)
+    } else {
+        format!("#  Rank {:>2} Pid {:>6} on {:>10}", i.rank, pid, i.host)
+    };
+    let mut out = Vec::new();
+    if i.rails.is_empty() {
+        out.push(format!(
+            "{who} device {} [{}] {}",
+            i.device.as_deref().unwrap_or("-"),
+            i.address,
+            i.transport
         ));
+    }
+    // `--rails`: one line per rail the rank drives, and the slots it cannot drive.
+    for s in &i.rails {
+        let what = match (&s.label, s.usable) {
+            (Some(l), _) => format!(
+                "device {l} [{}] {}",
+                s.address.as_deref().unwrap_or("-"),
+                i.transport
+            ),
+            (None, false) => format!(
+                "device {}{} not driven ({})",
+                s.device,
+                s.port.map(|p| format!(":{p}")).unwrap_or_default(),
+                s.state.as_deref().unwrap_or("state unknown")
+            ),
+            (None, true) => continue,
+        };
+        out.push(format!("{who} rail {} {what}", s.rail));
+    }
+    out
+}
+
+/// nccl-tests' column headings: size, count, type, redop, root, then time, algbw, busbw and
+/// #wrong out of place and in place.
+fn nccl_headings(line: &mut dyn FnMut(String)) {
+    line(format!("#{:>74}{:>31}", "out-of-place", "in-place"));
+    line(format!(
+        "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        group("time", "algbw", "busbw", "#wrong"),
+        group("time", "algbw", "busbw", "#wrong")
+    ));
+    line(
+        format!(
+            "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            group("(us)", "(GB/s)", "(GB/s)", ""),
+            group("(us)", "(GB/s)", "(GB/s)", "")
+        )
+        .trim_end()
+        .to_string(),
+    );
+}
+
+/// The compact form's widest layout: one line per size, both placements side by side.
+pub const COMPACT_WIDE: usize = 80;
+
+/// A placement's figures in the compact form: time, algbw, busbw, #wrong.
+fn compact_group(t: &str, a: &str, b: &str, w: &str) -> String {
+    format!("{t:>7} {a:>6} {b:>6} {w:>6}")
+}
+
+/// The compact column headings: type, operation and root once (the same on every row),
+/// then the columns, with their units.
+fn compact_headings(line: &mut dyn FnMut(String), first: Option<&ResultRow>, width: usize) {
+    if let Some(r) = first {
+        line(format!(
+            "# type {}, redop {}, root {} (the same on every row)",
+            r.dtype, r.redop, r.root
+        ));
+    }
+    if width >= COMPACT_WIDE {
+        line(format!("#{:>42}{:>29}", "out-of-place", "in-place"));
+        let g = compact_group("time", "algbw", "busbw", "#wrong");
+        line(format!("#{:>9} {:>10} {g}  {g}", "size", "count"));
+        let u = compact_group("(us)", "(GB/s)", "(GB/s)", "");
         line(
-            format!(
-                "#{:>11}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
-                "(B)",
-                "(elements)",
-                "",
-                "",
-                "",
-                group("(us)", "(GB/s)", "(GB/s)", ""),
-                group("(us)", "(GB/s)", "(GB/s)", "")
-            )
-            .trim_end()
-            .to_string(),
+            format!("#{:>9} {:>10} {u}  {u}", "(B)", "(elements)")
+                .trim_end()
+                .to_string(),
+        );
+    } else {
+        line("# place: out = out-of-place, in = in-place".into());
+        let g = compact_group("time", "algbw", "busbw", "#wrong");
+        line(format!("#{:>9}  {:>10}  {:<5}{g}", "size", "count", "place"));
+        let u = compact_group("(us)", "(GB/s)", "(GB/s)", "");
+        line(
+            format!("#{:>9}  {:>10}  {:<5}{u}", "(B)", "(elements)", "")
+                .trim_end()
+                .to_string(),
         );
     }
-    text::fit_prose(&o)
 }
 
 /// One size's line, nccl-tests' columns, with its newline.
 pub fn row_line(row: &ResultRow) -> String {
+    row_line_in(row, Layout::Nccl)
+}
+
+/// One size's line(s) in `layout`, with a newline each: in the compact form, the same
+/// figures as nccl-tests' row but type, redop and root (in the header).
+pub fn row_line_in(row: &ResultRow, layout: Layout) -> String {
+    let Layout::Compact { width } = layout else {
+        return nccl_row(row);
+    };
+    let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
+    let out = compact_group(
+        &fit(row.time_us, 7),
+        &fit(row.algbw_gbs, 6),
+        &fit(row.busbw_gbs, 6),
+        &wrong(row.wrong),
+    );
+    let inp = match &row.in_place {
+        Some(h) => compact_group(
+            &fit(h.time_us, 7),
+            &fit(h.algbw_gbs, 6),
+            &fit(h.busbw_gbs, 6),
+            &wrong(h.wrong),
+        ),
+        None => compact_group("N/A", "N/A", "N/A", "N/A"),
+    };
+    if width >= COMPACT_WIDE {
+        format!("{:>10} {:>10} {out}  {inp}\n", row.size_bytes, row.count)
+    } else {
+        format!(
+            "{:>10}  {:>10}  {:<5}{out}\n{:>22}  {:<5}{inp}\n",
+            row.size_bytes, row.count, "out", "", "in"
+        )
+    }
+}
+
+/// One size's line in nccl-tests' columns.
+fn nccl_row(row: &ResultRow) -> String {
     let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
     let in_place = match &row.in_place {
         Some(h) => group(
@@ -356,8 +511,8 @@ pub fn row_line(row: &ResultRow) -> String {
 }
 
 /// After the rows: bus bandwidth, links, the scan, counters, and why the run ended early
-/// (`verdict_at`: whether the verdicts print above or below this).
-fn tail(o: &mut String, r: &RingReport, verdict_at: &str) {
+/// (`verdict_at`: whether the verdicts print above or below this; `width`: the terminal's).
+fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) {
     let mut line = |s: String| {
         o.push_str(&s);
         o.push('\n');
@@ -398,7 +553,7 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str) {
             }
         };
         // 32 columns a side as always, or on a terminal only as wide as the names.
-        let side = match text::width() {
+        let side = match width {
             Some(_) => r
                 .links
                 .iter()
@@ -1036,6 +1191,94 @@ mod tests {
             .position(|l| l.contains("out-of-place"))
             .unwrap_or_else(|| panic!("{t}"));
         assert_eq!(lines[at..at + want.len()], want, "{t}");
+    }
+
+    /// The figures of a size's nccl-tests row but type, redop and root, in order.
+    fn figures(row: &ResultRow) -> Vec<String> {
+        let line = row_line(row);
+        let w: Vec<&str> = line.split_whitespace().collect();
+        w[..2].iter().chain(&w[5..]).map(|x| x.to_string()).collect()
+    }
+
+    /// On a narrow terminal every figure of every row is still there (two lines per size
+    /// below 80 columns), the header names type, redop and root once, and every line fits.
+    #[test]
+    fn compact_rows_keep_every_figure_and_fit() {
+        let mut r = report();
+        r.results[1].in_place.as_mut().unwrap().wrong = None;
+        r.results[0].wrong = Some(3);
+        for (width, lines_per_row) in [(80, 1), (79, 2), (60, 2)] {
+            let t = table_in(&r, Layout::Compact { width });
+            for l in t.lines() {
+                assert!(l.chars().count() <= width, "{width}: {l}\n{t}");
+            }
+            assert!(t.contains("# type float, redop sum, root -1"), "{t}");
+            assert!(!t.contains("float     sum"), "{t}");
+            for row in &r.results {
+                // The rows, after the column headings (a wrapped verdict may name a size).
+                let lines: Vec<&str> = t.lines().skip_while(|l| !l.contains("#wrong")).collect();
+                let at = lines
+                    .iter()
+                    .position(|l| l.split_whitespace().next() == Some(&row.size_bytes.to_string()))
+                    .unwrap_or_else(|| panic!("{width}: no row for {}\n{t}", row.size_bytes));
+                let got: Vec<String> = lines[at..at + lines_per_row]
+                    .iter()
+                    .flat_map(|l| l.split_whitespace())
+                    .filter(|w| !matches!(*w, "out" | "in"))
+                    .map(String::from)
+                    .collect();
+                assert_eq!(got, figures(row), "{width}:\n{t}");
+            }
+            // Units stay with their columns.
+            for u in ["(B)", "(elements)", "(us)", "(GB/s)", "#wrong"] {
+                assert!(t.contains(u), "{width}: {u}\n{t}");
+            }
+        }
+    }
+
+    /// The columns of the compact form line up with its headings: each figure ends where
+    /// its heading ends.
+    #[test]
+    fn compact_columns_line_up() {
+        let r = report();
+        for width in [80, 60] {
+            let t = table_in(&r, Layout::Compact { width });
+            let lines: Vec<&str> = t.lines().collect();
+            let head = lines.iter().find(|l| l.contains("#wrong")).unwrap();
+            let row = lines
+                .iter()
+                .find(|l| l.trim_start().starts_with("1048576"))
+                .unwrap();
+            let ends = |l: &str| -> Vec<usize> {
+                let b = l.as_bytes();
+                (0..b.len())
+                    .filter(|&i| b[i] != b' ' && b.get(i + 1).is_none_or(|c| *c == b' '))
+                    .collect()
+            };
+            let (h, v) = (ends(head), ends(row));
+            // The heading's first word is the comment mark; "place" is left-aligned.
+            let h: Vec<usize> = h.into_iter().skip(1).collect();
+            let v: Vec<usize> = v.into_iter().collect();
+            let (h, v) = if width < COMPACT_WIDE {
+                ([&h[..2], &h[3..]].concat(), [&v[..2], &v[3..]].concat())
+            } else {
+                (h, v)
+            };
+            assert_eq!(h, v, "{width}:\n{head}\n{row}");
+        }
+    }
+
+    /// A terminal as wide as nccl-tests' rows, or any pipe, gets nccl-tests' columns.
+    #[test]
+    fn compact_only_on_a_narrow_terminal() {
+        assert_eq!(Layout::pick(Some(80), true), Layout::Compact { width: 80 });
+        assert_eq!(Layout::pick(Some(80), false), Layout::Nccl);
+        assert_eq!(Layout::pick(Some(NCCL_WIDTH), true), Layout::Nccl);
+        assert_eq!(Layout::pick(None, true), Layout::Nccl);
+        let r = report();
+        assert_eq!(table_in(&r, Layout::Nccl), table(&r));
+        let row = row_line(&r.results[0]);
+        assert_eq!(row.trim_end().chars().count(), NCCL_WIDTH, "{row}");
     }
 
     #[test]
