@@ -576,7 +576,7 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) 
         line("#".into());
     }
     if let Some(sc) = &r.scan {
-        scan_table(&mut line, sc, r.world);
+        scan_table(&mut line, sc, r.world, width);
     }
     for (k, sc) in r
         .rails
@@ -584,7 +584,7 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) 
         .filter_map(|x| x.scan.as_ref().map(|s| (x.rail, s)))
     {
         line(format!("# Rail {k}:"));
-        scan_table(&mut line, sc, r.world);
+        scan_table(&mut line, sc, r.world, width);
     }
     if !r.port_counters.is_empty() {
         line("# Port counters that moved during the run (this rank's data NIC):".into());
@@ -652,8 +652,9 @@ fn rails_busbw(line: &mut dyn FnMut(String), r: &RingReport) {
 }
 
 /// The link scan: every directed link's median over its samples, measured at its receiver;
-/// a sender x receiver matrix up to [`MATRIX_MAX`] ranks, a list beyond.
-fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
+/// a sender x receiver matrix up to [`MATRIX_MAX`] ranks, a list beyond. `width`: the
+/// terminal's, if known.
+fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32, width: Option<usize>) {
     let names: Vec<String> = sc
         .orders
         .iter()
@@ -677,7 +678,7 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
         line(format!("# Line rates: {}", rates.join(", ")));
     }
     if world as usize <= MATRIX_MAX && !sc.links.is_empty() {
-        scan_matrix(line, sc, world);
+        scan_matrix(line, sc, world, width);
     } else {
         scan_list(line, sc);
     }
@@ -706,8 +707,9 @@ fn cell(gbs: f64) -> String {
 }
 
 /// Rows are senders, columns receivers; `-` the diagonal, `.` a link no scan order measured,
-/// `*` a link a verdict names.
-fn scan_matrix(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
+/// `*` a link a verdict names. On a terminal narrower than the matrix the receivers come in
+/// blocks that fit, each block with every sender's row (a wrapped matrix row is unreadable).
+fn scan_matrix(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32, width: Option<usize>) {
     let mut host: Vec<String> = vec![String::new(); world as usize];
     for l in &sc.links {
         for (r, h) in [(l.from_rank, &l.from_host), (l.to_rank, &l.to_host)] {
@@ -726,11 +728,29 @@ fn scan_matrix(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32) {
         .unwrap_or(0)
         .max("from \\ to".len());
     line("# GB/s, sender (row) -> receiver (column), each link's median; * slow, . not measured".into());
-    let cols: String = (0..world).map(|r| format!("{r:>7} ")).collect();
+    let receivers: Vec<u32> = (0..world).collect();
+    // A row is 3 + w columns of label, then 8 per cell.
+    let per = width
+        .map_or(receivers.len(), |wd| wd.saturating_sub(3 + w) / 8)
+        .max(1);
+    for block in receivers.chunks(per) {
+        matrix_block(line, sc, (&labels, w), block);
+    }
+}
+
+/// One block of receivers of [`scan_matrix`]: the heading and every sender's row.
+fn matrix_block(
+    line: &mut dyn FnMut(String),
+    sc: &ScanReport,
+    (labels, w): (&[String], usize),
+    block: &[u32],
+) {
+    let cols: String = block.iter().map(|r| format!("{r:>7} ")).collect();
     line(format!("#  {:<w$}{cols}", "from \\ to").trim_end().to_string());
     for (f, label) in labels.iter().enumerate() {
-        let cells: String = (0..world)
-            .map(|t| {
+        let cells: String = block
+            .iter()
+            .map(|&t| {
                 let c = if t as usize == f {
                     "-".to_string()
                 } else {
@@ -1126,11 +1146,64 @@ mod tests {
             o.push_str(&s);
             o.push('\n');
         };
-        scan_table(&mut line, &scan(Some((1, 3))), 17);
+        scan_table(&mut line, &scan(Some((1, 3))), 17, None);
         assert!(
             o.contains("   rank 1 (node-b)           rank 3 (node-d)           37.000 MB/s        3  SLOW"),
             "{o}"
         );
+    }
+
+    /// Issue 21: 16 ranks' matrix (135 columns) on an 80- or 60-column terminal comes in
+    /// blocks of receivers; every line fits, and every link's cell is printed once.
+    #[test]
+    fn a_wide_scan_matrix_comes_in_blocks_of_receivers() {
+        let mut sc = scan(Some((1, 3)));
+        let one = sc.links[0].clone();
+        sc.links = (0..16u32)
+            .flat_map(|f| (0..16u32).filter(move |&t| t != f).map(move |t| (f, t)))
+            .map(|(f, t)| crate::ring::diagnosis::driver::ScanLink {
+                from_rank: f,
+                to_rank: t,
+                from_host: format!("node-{f:02}"),
+                to_host: format!("node-{t:02}"),
+                gbs: 10.0 + f as f64 + t as f64 / 100.0,
+                slow: (f, t) == (1, 3),
+                ..one.clone()
+            })
+            .collect();
+        let render = |width: Option<usize>| {
+            let mut o = String::new();
+            scan_table(&mut |s: String| o.push_str(&(s + "\n")), &sc, 16, width);
+            o
+        };
+        let cells = |o: &str| {
+            let mut v: Vec<String> = o
+                .lines()
+                .filter(|l| l.starts_with("   "))
+                .flat_map(|l| {
+                    l.split_whitespace()
+                        .skip(2)
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|c| c != "-")
+                .collect();
+            v.sort();
+            v
+        };
+        let wide = render(None);
+        assert_eq!(cells(&wide).len(), 240, "{wide}");
+        assert!(wide.contains("11.0*"), "{wide}");
+        for width in [80, 60] {
+            let o = render(Some(width));
+            let over: Vec<&str> = o
+                .lines()
+                .filter(|l| l.starts_with("   ") && l.len() > width)
+                .collect();
+            assert!(over.is_empty(), "{width}: {over:?}\n{o}");
+            assert_eq!(cells(&o), cells(&wide), "{o}");
+            assert!(o.matches("#  from \\ to").count() > 1, "{o}");
+        }
     }
 
     #[test]
