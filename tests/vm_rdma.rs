@@ -801,22 +801,7 @@ fn rail_missing_over_rdma(lab: &VmLab) {
     eprintln!("rail missing run: {:?}", t0.elapsed());
     lab.nic_up(1, 1);
     let v = json(&o.stdout);
-    let vs = v["data"]["verdicts"].as_array().unwrap();
-    for x in vs {
-        eprintln!("{}", x["message"].as_str().unwrap_or(""));
-    }
-    assert_eq!(codes[0], 1, "{v}\n{}", o.stderr);
-    assert_eq!(vs.len(), 1, "{v}");
-    let x = &vs[0];
-    assert_eq!(
-        (
-            x["kind"].as_str(),
-            x["from_rank"].as_u64(),
-            x["rail"]["index"].as_u64()
-        ),
-        (Some("rail_missing"), Some(1), Some(1)),
-        "{x}"
-    );
+    let x = the_one_verdict(&v, codes[0], &o.stderr, ("rail_missing", 1, 1));
     let state = x["evidence"]["state"].as_str().unwrap_or("");
     assert!(state.starts_with("DOWN"), "{x}");
     let m = x["message"].as_str().unwrap();
@@ -890,11 +875,25 @@ fn slow_rail_over_rdma(lab: &VmLab) {
         "node-a's eth1 shaper did not shape the scan: {}",
         after.text
     );
+    let x = the_one_verdict(&v, codes[0], &o.stderr, ("slow_egress", 0, 1));
+    assert_eq!(x["rail"]["from"]["device"], "rxe1", "{x}");
+    let m = x["message"].as_str().unwrap();
+    assert!(m.starts_with("rail 1: SLOW EGRESS rank 0 (node-a"), "{m}");
+}
+
+/// Rank 0's report has exactly one verdict, of `kind` from rank `from` on rail `rail`, and
+/// rank 0 exited 1 for it; that verdict.
+fn the_one_verdict<'a>(
+    v: &'a serde_json::Value,
+    code: i32,
+    stderr: &str,
+    (kind, from, rail): (&str, u64, u64),
+) -> &'a serde_json::Value {
     let vs = v["data"]["verdicts"].as_array().unwrap();
     for x in vs {
         eprintln!("{}", x["message"].as_str().unwrap_or(""));
     }
-    assert_eq!(codes[0], 1, "{v}\n{}", o.stderr);
+    assert_eq!(code, 1, "{v}\n{stderr}");
     assert_eq!(vs.len(), 1, "{v}");
     let x = &vs[0];
     assert_eq!(
@@ -903,12 +902,10 @@ fn slow_rail_over_rdma(lab: &VmLab) {
             x["from_rank"].as_u64(),
             x["rail"]["index"].as_u64()
         ),
-        (Some("slow_egress"), Some(0), Some(1)),
+        (Some(kind), Some(from), Some(rail)),
         "{x}"
     );
-    assert_eq!(x["rail"]["from"]["device"], "rxe1", "{x}");
-    let m = x["message"].as_str().unwrap();
-    assert!(m.starts_with("rail 1: SLOW EGRESS rank 0 (node-a"), "{m}");
+    x
 }
 
 /// The VM lab reads its shapers back from `tc -s qdisc show`: the root qdisc's kind, rate
