@@ -219,7 +219,10 @@ pub fn gather(
                         .and_then(|_| read_line(&s))
                         .and_then(|l| serde_json::from_str::<Ask>(&l).map_err(|e| e.to_string()));
                     readers.fetch_sub(1, Ordering::Relaxed);
-                    let _ = tx.send((s, peer, ask));
+                    // Read after rank 0 stopped waiting: say so, never a silent close.
+                    if let Err(mpsc::SendError((s, _, _))) = tx.send((s, peer, ask)) {
+                        let _ = write_line(&s, &Answer::Refused(late(join_timeout)));
+                    }
                 });
             }
             Ok((_, peer)) => refused.push(format!("{peer}: too many connections at once")),
@@ -245,6 +248,13 @@ pub fn gather(
             }
         }
     }
+    // Declarations read while the window closed: answered, not dropped.
+    while let Ok((s, peer, _)) = rx.try_recv() {
+        let why = late(join_timeout);
+        let _ = write_line(&s, &Answer::Refused(why.clone()));
+        refused.push(format!("{peer}: {why}"));
+    }
+    drop(rx);
     // The coordinator of rail 0 takes the listener over.
     listener
         .set_nonblocking(false)
@@ -263,6 +273,15 @@ pub fn gather(
         },
         refused,
     ))
+}
+
+/// Why a declaration read after rank 0's join window is not seated.
+fn late(join_timeout: Duration) -> String {
+    format!(
+        "rank 0's join window ({} s, --join-timeout) ended before this node's rails declaration \
+         was read; its rails are named missing on every rail's ring",
+        join_timeout.as_secs_f64()
+    )
 }
 
 /// Any other node: declare this node's rails to rank 0 at `coordinator` (retrying until
@@ -500,6 +519,47 @@ mod tests {
             ]
         );
         assert_eq!(refused.len(), 1, "{refused:?}");
+    }
+
+    /// A declaration that arrives after rank 0's window is answered with why, not closed
+    /// unanswered (a node saw `closed before a line came` in a starved VM).
+    #[test]
+    fn a_late_declaration_is_told_why_it_has_no_seat() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let me = Declaration {
+            rank: 0,
+            host: "a".into(),
+            slots: vec![slot(0, true)],
+        };
+        // Connected in the window, its line sent after the window: the reader still reads.
+        let late_node = thread::spawn(move || {
+            let s = TcpStream::connect(addr).unwrap();
+            thread::sleep(Duration::from_millis(700));
+            let ask = Ask {
+                magic: MAGIC.into(),
+                token: "job".into(),
+                world: 2,
+                node: Declaration {
+                    rank: 1,
+                    host: "b".into(),
+                    slots: vec![slot(0, true)],
+                },
+            };
+            write_line(&s, &ask).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            read_line(&s)
+        });
+        let (roster, _) = gather(&l, "job", me, 2, None, Duration::from_millis(400)).unwrap();
+        assert_eq!(roster.silent, [1]);
+        let answer = late_node.join().unwrap().expect("an answer, not a close");
+        match serde_json::from_str::<Answer>(&answer).unwrap() {
+            Answer::Refused(why) => assert!(
+                why.starts_with("rank 0's join window (0.4 s, --join-timeout) ended before"),
+                "{why}"
+            ),
+            Answer::Seats(v) => panic!("seated late: {v:?}"),
+        }
     }
 
     #[test]
