@@ -563,9 +563,9 @@ fn reset_before_the_table(test: &str, half_open: bool) {
     lab.wait_listening(0, 29517, Duration::from_secs(20));
     let r2 = lab.spawn(2, &a2.iter().map(|s| s.as_str()).collect::<Vec<_>>());
     let first = wait_new_control_port(&lab, 2, &[], Duration::from_secs(20));
-    // The hello is sent right after the connect; give rank 0 time to read it.
-    std::thread::sleep(Duration::from_secs(2));
     let ip2 = lab.nodes[2].mgmt_ip.clone();
+    // Rank 2's hello read by rank 0 (it joined) before its connection is reset.
+    lab.wait_read_from(0, 29517, &ip2, Duration::from_secs(20));
     let drop_rst = [
         "INPUT",
         "-s",
