@@ -42,18 +42,7 @@ fn ring_busbw(lab: &VmLab, transport: &str, size: &str) -> f64 {
     let t0 = Instant::now();
     let jobs: Vec<vmlab::Job> = (0..world)
         .map(|r| {
-            let a: Vec<String> = [
-                "ring",
-                "--rank",
-                &r.to_string(),
-                "--world",
-                &world.to_string(),
-                "--coordinator",
-                &format!("{}:29517", lab.vms[0].ip),
-                "--ifname",
-                "=eth0",
-                "--token",
-                "bench",
+            let extra = [
                 "--transport",
                 transport,
                 "-b",
@@ -69,10 +58,8 @@ fn ring_busbw(lab: &VmLab, transport: &str, size: &str) -> f64 {
                 "60",
                 "--format",
                 "json",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            ];
+            let a = vmlab::ring_args(lab, r, world, &extra);
             lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
         .collect();
@@ -177,18 +164,7 @@ fn rails_run_codes(lab: &VmLab, extra: &[&str]) -> (serde_json::Value, Vec<i32>)
     let t0 = Instant::now();
     let jobs: Vec<vmlab::Job> = (0..world)
         .map(|r| {
-            let mut a: Vec<String> = [
-                "ring",
-                "--rank",
-                &r.to_string(),
-                "--world",
-                &world.to_string(),
-                "--coordinator",
-                &format!("{}:29517", lab.vms[0].ip),
-                "--ifname",
-                "=eth0",
-                "--token",
-                "bench",
+            let mut rails = vec![
                 "--transport",
                 "rdma",
                 "--rails",
@@ -197,11 +173,9 @@ fn rails_run_codes(lab: &VmLab, extra: &[&str]) -> (serde_json::Value, Vec<i32>)
                 "60",
                 "--format",
                 "json",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            a.extend(extra.iter().map(|s| s.to_string()));
+            ];
+            rails.extend_from_slice(extra);
+            let a = vmlab::ring_args(lab, r, world, &rails);
             lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
         .collect();

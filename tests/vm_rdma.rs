@@ -197,34 +197,12 @@ fn on_device_tests_are_not_counted_as_passed_on_the_host() {
     assert!(o.status.success() && out.contains(&want), "{out}");
 }
 
-/// `fabprobe ring` arguments for rank `r` of `world` in the VM lab (coordinator on VM 0).
-fn ring_args(lab: &VmLab, r: usize, world: usize, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "ring",
-        "--rank",
-        &r.to_string(),
-        "--world",
-        &world.to_string(),
-        "--coordinator",
-        &format!("{}:29517", lab.vms[0].ip),
-        "--ifname",
-        "=eth0",
-        "--token",
-        "vmlab",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a
-}
-
 /// Run the ring on every VM; returns rank 0's output and every rank's exit status.
 fn run_ring(lab: &VmLab, extra: &[&str], limit: Duration) -> (vmlab::VmOutput, Vec<i32>) {
     let world = lab.vms.len();
     let jobs: Vec<vmlab::Job> = (0..world)
         .map(|r| {
-            let a = ring_args(lab, r, world, extra);
+            let a = vmlab::ring_args(lab, r, world, extra);
             lab.spawn_fabprobe(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
         .collect();
@@ -284,7 +262,7 @@ fn spawn_ring(lab: &VmLab, env: &[&str], extra: &[&str]) -> Vec<vmlab::Job> {
     let world = lab.vms.len();
     (0..world)
         .map(|r| {
-            let a = ring_args(lab, r, world, extra);
+            let a = vmlab::ring_args(lab, r, world, extra);
             lab.spawn_fabprobe_env(r, env, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
         .collect()

@@ -759,3 +759,25 @@ impl Qdisc {
         )
     }
 }
+
+/// `fabprobe ring` arguments for rank `r` of `world` in the VM lab (coordinator on VM 0).
+pub fn ring_args(lab: &VmLab, r: usize, world: usize, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "ring",
+        "--rank",
+        &r.to_string(),
+        "--world",
+        &world.to_string(),
+        "--coordinator",
+        &format!("{}:29517", lab.vms[0].ip),
+        "--ifname",
+        "=eth0",
+        "--token",
+        "vmlab",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
