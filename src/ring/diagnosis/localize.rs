@@ -260,13 +260,17 @@ pub fn analyze(
         .map(|l| l.gbs)
         .filter(|&g| g >= policy.median_fraction * reference)
         .collect();
-    let noise = match median(&healthy) {
+    let spread = match median(&healthy) {
         Some(m) if healthy.len() >= 4 => {
             let dev: Vec<f64> = healthy.iter().map(|g| (g - m).abs()).collect();
             1.4826 * median(&dev).unwrap_or(0.0) / reference
         }
         _ => 0.0,
     };
+    // That spread leaves out the links below 80% of the median, so a noisy run looks
+    // quieter than it is and a healthy link unlucky in every sample is blamed (at +-20% per
+    // sample, 1 healthy run in 70). The samples of one link tell the noise without that cut.
+    let noise = spread.max(within_link_noise(&per_link, reference));
     let cell_fraction = policy.median_fraction.min(1.0 - policy.noise_sigmas * noise);
     let mut low = Vec::with_capacity(links.len());
     let mut strict = Vec::with_capacity(links.len());
@@ -289,10 +293,16 @@ pub fn analyze(
     let is_low = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| low[i]);
     let nodes: BTreeSet<Rank> = links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
     // The threshold of a median of m cells: tightened by the noise of such a median.
+    // A median of m >= 3 cells varies sqrt(pi/2) times as much as their mean would.
     let node_fraction = |m: usize| {
+        let spread = if m >= 3 {
+            (std::f64::consts::PI / 2.0).sqrt()
+        } else {
+            1.0
+        };
         policy
             .median_fraction
-            .min(1.0 - policy.noise_sigmas * noise / (m.max(1) as f64).sqrt())
+            .min(1.0 - policy.noise_sigmas * noise * spread / (m.max(1) as f64).sqrt())
     };
     // A node's row (or column): at least two partners, two thirds of its cells low, and its
     // median below the threshold tightened by the noise of a median of that many cells.
@@ -496,6 +506,28 @@ pub fn analyze(
         not_judged,
         fabric_slow,
     }
+}
+
+/// The noise of a link's figure relative to `reference`, from how its own samples differ:
+/// the median difference of consecutive samples (a fault holds every sample down alike, so
+/// slow links add little), as one sample's standard deviation (|a - b| of two normal
+/// samples has median 0.954 sigma), shrunk for the median of the typical link's k samples
+/// (sqrt(pi / 2k); its upper median of two, 0.83). 0 when no link has two samples.
+fn within_link_noise(per_link: &BTreeMap<(Rank, Rank), Vec<f64>>, reference: f64) -> f64 {
+    let diffs: Vec<f64> = per_link
+        .values()
+        .flat_map(|v| v.windows(2).map(|w| (w[0] - w[1]).abs()))
+        .collect();
+    let counts: Vec<f64> = per_link.values().map(|v| v.len() as f64).collect();
+    let (Some(d), Some(k)) = (median(&diffs), median(&counts)) else {
+        return 0.0;
+    };
+    let shrink = match k {
+        k if k < 2.0 => 1.0,
+        k if k < 3.0 => 0.83,
+        k => (std::f64::consts::PI / (2.0 * k)).sqrt(),
+    };
+    d / 0.954 * shrink / reference
 }
 
 /// How long each rank waited for a CPU in each scan order (its receiving sample carries it),
@@ -1243,17 +1275,42 @@ mod tests {
         assert_eq!(judge(&ranks(3), &s, &Policy::default(), None), vec![]);
     }
 
+    /// Healthy runs with +-30% per sample (3 samples per link per order). The spread of
+    /// the links above 80% of the median alone read the noise as 2-7% and blamed a healthy
+    /// link unlucky in its samples in 61 of these 792 runs (21 of the 396 with 8 and 16
+    /// nodes); the samples of each link tell the noise as it is: none with 8 and 16 nodes,
+    /// and at most 3 with 4 and 5, whose 8-20 links make the median itself uncertain.
+    #[test]
+    fn noisy_healthy_runs_give_no_verdict() {
+        let mut small = Vec::new();
+        for n in [4, 5, 8, 16] {
+            for orders in [2, 3] {
+                for seed in 1..100 {
+                    // xorshift's first draws from a small seed are near zero: skip them.
+                    let mut rng = Rng(seed);
+                    (0..8).for_each(|_| drop(rng.next_u64()));
+                    let s = scan(n, orders, 3, 0.3, &mut rng, |_, _| BASE);
+                    let v = judge(&ranks(n), &s, &Policy::default(), None);
+                    if n < 8 && !v.is_empty() {
+                        small.push(format!("n={n} orders={orders} seed={seed}: {}", v[0].message));
+                    } else {
+                        assert!(v.is_empty(), "n={n} orders={orders} seed={seed}: {v:#?}");
+                    }
+                }
+            }
+        }
+        assert!(small.len() <= 3, "{small:#?}");
+    }
+
     /// Healthy runs whose every sample spreads 19x (uniform 0.1-1.9 of the rate): the
     /// separation rule names nobody.
     #[test]
     fn very_noisy_healthy_runs_are_never_judged_by_separation() {
-        let mut all = 0;
         for n in [4, 5, 8] {
             for orders in [2, 3, 7] {
                 for seed in 1..200 {
                     let s = scan(n, orders, 2, 0.9, &mut Rng(seed), |_, _| BASE);
                     let v = judge(&ranks(n), &s, &Policy::default(), None);
-                    all += v.len();
                     let by_separation = v.iter().find(|v| v.evidence.contains_key("fastest_sample_gbs"));
                     assert!(
                         by_separation.is_none(),
@@ -1262,7 +1319,6 @@ mod tests {
                 }
             }
         }
-        eprintln!("{all} verdicts by the noise model");
     }
 
     /// A rank that did not say its data interface: the next steps name no placeholder
