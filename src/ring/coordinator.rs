@@ -2243,8 +2243,9 @@ mod tests {
         for h in ranks {
             assert_eq!(h.join().unwrap(), abort);
         }
+        // Ended once ring rank 1 joined: never at the short wait, never at the 8 s window.
         assert!(
-            (Duration::from_millis(1400)..Duration::from_secs(5)).contains(&took),
+            (Duration::from_millis(1400)..Duration::from_secs(7)).contains(&took),
             "{took:?}"
         );
         // A declared rank that never comes is missing at the join window, with the silent one.
