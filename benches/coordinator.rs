@@ -326,6 +326,8 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             })),
             rings: None,
             nodes: Vec::new(),
+            silent: Default::default(),
+            silent_wait: Duration::ZERO,
         };
         handles.push(thread::spawn(move || {
             let rep = coordinator::coordinate(l, cfg);

@@ -11,6 +11,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use lab::{Lab, LabOpts, text};
+use nix::sys::signal::Signal;
 
 const TIMEOUT: u64 = 3;
 const GRACE: Duration = Duration::from_secs(5);
@@ -43,11 +44,22 @@ fn run(lab: &Lab, nodes: usize, token: &str, extra: &[&str], limit: Duration) ->
 
 /// Start `ring --rails all` on every node (rank r on node r).
 fn start(lab: &Lab, nodes: usize, token: &str, extra: &[&str]) -> Vec<usize> {
+    start_ranks(lab, 0..nodes, nodes, token, extra)
+}
+
+/// Start `ring --rails all` for ranks `ranks` of a job of `world` (rank r on node r).
+fn start_ranks(
+    lab: &Lab,
+    ranks: std::ops::Range<usize>,
+    world: usize,
+    token: &str,
+    extra: &[&str],
+) -> Vec<usize> {
     let mut args = vec!["--rails", "all", "--ifname", "=eth1,eth2", "--format", "json"];
     args.extend_from_slice(extra);
-    let ids: Vec<usize> = (0..nodes)
+    let ids: Vec<usize> = ranks
         .map(|r| {
-            let mut a = lab.ring_args(r, nodes, token, &args);
+            let mut a = lab.ring_args(r, world, token, &args);
             // ring_args names one data interface; the rails need both.
             if let Some(i) = a.iter().position(|x| x == "=eth1") {
                 a.remove(i);
@@ -349,4 +361,65 @@ fn a_nodes_missing_rail_runs_on_the_other_nodes() {
     for (r, o) in outs.iter().enumerate().skip(1) {
         assert_eq!(o.status.code(), Some(0), "rank {r}: {}", text(&o.stderr));
     }
+}
+
+/// Issue 20: `--rails all` on 3 nodes where node-c never starts (it never declares its rails)
+/// and node-b declares, then is frozen (a starved host) until 6.5 s after rail 1's
+/// coordinator started, within `--join-timeout` 10: rank 0's rails wait the whole join window
+/// for node-b (they did give up after 5 s for every node), seat it once it wakes, and the one
+/// node named missing is node-c, as a node that never declared its rails.
+#[test]
+fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
+    let Some(lab) = lab2("rails_silent", 3, "1gbit") else {
+        return;
+    };
+    let extra = [
+        "--no-scan",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "-n",
+        "2",
+        "--timeout",
+        "3",
+        "--join-timeout",
+        "10",
+    ];
+    // Ranks 0 and 1 of 3: rank 2 (node-c) never starts.
+    let ids = start_ranks(&lab, 0..2, 3, "silent", &extra);
+    // Node-b's declaration is in: freeze it before its seats come (at the join window's end).
+    lab.wait_read_from(0, 29517, &lab.nodes[1].mgmt_ip, Duration::from_secs(20));
+    lab.signal(ids[1], Signal::SIGSTOP);
+    lab.wait_listening(0, 29518, Duration::from_secs(30));
+    let held = lab.runs_for(ids[0], Duration::from_millis(6500));
+    lab.signal(ids[1], Signal::SIGCONT);
+    let (o, _) = lab.wait(ids[0], Duration::from_secs(30));
+    let (ob, _) = lab.wait(ids[1], Duration::from_secs(30));
+    assert!(
+        held,
+        "rank 0 gave up on node-b within 6.5 s:\n{}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let d = json(&o.stdout)["data"].clone();
+    let e = d["error"].as_str().unwrap_or_default();
+    eprintln!("{e}");
+    for k in 0..2 {
+        let x = d["rails"][k]["error"].as_str().unwrap_or_default();
+        assert!(
+            x.contains(": missing rank 2, which never declared its rails to rank 0 within 10 s"),
+            "rail {k}: {d}"
+        );
+        assert!(!x.contains("rank 1"), "rail {k}: {x}");
+    }
+    // Node-b was seated on both rails; no verdict names it.
+    for n in d["rails"].as_array().unwrap() {
+        assert_eq!(n["nodes"], serde_json::json!([0, 1, 2]), "{n}");
+    }
+    for v in d["verdicts"].as_array().unwrap() {
+        assert!(v["from_rank"] != 1 && v["to_rank"] != 1, "{v}");
+    }
+    let eb = text(&ob.stderr);
+    assert!(eb.contains("missing rank 2, which never declared"), "{eb}");
 }

@@ -2,6 +2,7 @@
 //! works out who this rank is (flags or launcher environment), picks the data interface
 //! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +18,7 @@ use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::model::{RailPort, RankInfo};
+use crate::ring::model::{RailPort, Rank, RankInfo};
 use crate::ring::rails::{self, RailRun, RailSel};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
@@ -813,6 +814,8 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         rails: Vec::new(),
         rail_stop: None,
         join_only: false,
+        silent: Default::default(),
+        node: None,
         nodes: Vec::new(),
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
@@ -1016,12 +1019,19 @@ fn run_rails(
     for why in &refused {
         g.log(0, format!("rail roster: refused connection from {why}"));
     }
-    // A node that never declared is awaited on every rail's ring for a moment only: it had
-    // the whole join window already.
-    let mut rail_opts = opts.clone();
-    if roster.as_ref().is_some_and(|r| !r.silent.is_empty()) {
-        rail_opts.join_timeout_secs = opts.join_timeout_secs.min(SILENT_JOIN_S);
-    }
+    // Each rail's ring (node ranks) and its ring ranks whose nodes never declared: those are
+    // awaited a moment only, once the others joined (they had the whole join window).
+    let ring_of = |k: u32| -> (Vec<Rank>, BTreeSet<Rank>) {
+        let nodes = roster
+            .as_ref()
+            .and_then(|r| r.rings.get(&k).cloned())
+            .unwrap_or_default();
+        let silent = roster
+            .as_ref()
+            .map(|r| silent_ring_ranks(&nodes, &r.silent))
+            .unwrap_or_default();
+        (nodes, silent)
+    };
     let mut rail_runs = Vec::new();
     for (p, ip, fabric, label) in runs {
         let Some(seat) = seating.seats.iter().find(|s| s.rail == p.rail) else {
@@ -1038,6 +1048,7 @@ fn run_rails(
         (identity.rank, identity.world) = (seat.rank, seat.world);
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
         let rate = evidence::line_rate(&host, &netdev);
+        let (nodes, silent) = ring_of(p.rail);
         g.log(
             1,
             format!(
@@ -1064,10 +1075,9 @@ fn run_rails(
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
                 join_only: seat.rank == 0 && id.rank != 0,
                 // Rank 0's coordinator names the rail's ranks as the job's nodes.
-                nodes: roster
-                    .as_ref()
-                    .and_then(|r| r.rings.get(&p.rail).cloned())
-                    .unwrap_or_default(),
+                nodes,
+                silent,
+                node: Some(id.rank),
             },
             port: p,
         });
@@ -1092,6 +1102,7 @@ fn run_rails(
             identity,
             listener: if k == 0 { base.take() } else { None },
             nodes: nodes.clone(),
+            silent: ring_of(k).1,
         });
     }
     let r = rails::run_node(
@@ -1100,23 +1111,20 @@ fn run_rails(
         &slots,
         wanted.as_deref(),
         roster.as_ref(),
-        &rail_opts,
+        opts,
         &logf,
     );
-    // The report shows the run's options, not the shortened wait for a silent node.
-    let r = r.map(|mut o| {
-        if let Some(rep) = o.report.as_mut() {
-            rep.options.join_timeout_secs = opts.join_timeout_secs;
-        }
-        o
-    });
     drop(display);
     outcome(g, fmt, r, None)
 }
 
-/// How long rails' coordinators wait for a node that did not declare its rails within the
-/// join window (see [`run_rails`]).
-const SILENT_JOIN_S: u64 = 5;
+/// The ring ranks of a rail's ring (`nodes`, node ranks in ring order) whose nodes are in
+/// `silent` (never declared their rails). Pure.
+fn silent_ring_ranks(nodes: &[Rank], silent: &[Rank]) -> BTreeSet<Rank> {
+    (0..nodes.len() as Rank)
+        .filter(|&i| silent.contains(&nodes[i as usize]))
+        .collect()
+}
 
 /// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
 /// every rank is one ring, on its own coordinator).
@@ -1202,6 +1210,8 @@ fn run_local_rails(
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    silent: Default::default(),
+                    node: None,
                     nodes: Vec::new(),
                 },
             })
@@ -1286,6 +1296,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    silent: Default::default(),
+                    node: None,
                     nodes: Vec::new(),
                 };
                 sc.spawn(move || {

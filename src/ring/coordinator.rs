@@ -124,12 +124,28 @@ pub struct CoordinatorConfig {
     /// rank `nodes[i]`, the rank every message names (the table carries it to the ranks as
     /// [`RankInfo::node`]). Empty: each rank is named as itself.
     pub nodes: Vec<Rank>,
+    /// With `--rails`: the ring ranks whose nodes never declared their rails to rank 0
+    /// within the join window (the roster's `silent`). Every other rank has the whole join
+    /// window; once they all joined, these are awaited only until `silent_wait` after the
+    /// coordinator's start (see [`gather_deadline`]), and the abort says they never declared.
+    pub silent: BTreeSet<Rank>,
+    pub silent_wait: Duration,
 }
 
 impl CoordinatorConfig {
     /// Ring rank `r` as people are told it (see [`CoordinatorConfig::nodes`]).
     pub fn node_of(&self, r: Rank) -> Rank {
         self.nodes.get(r as usize).copied().unwrap_or(r)
+    }
+
+    /// The rank a claim of ring rank `r` is named by: the job's node rank on a rail's ring
+    /// of some of the nodes; a ring rank no node has is said to be one.
+    fn claimed(&self, r: Rank) -> String {
+        match self.nodes.get(r as usize) {
+            Some(n) => format!("rank {n}"),
+            None if self.nodes.is_empty() => format!("rank {r}"),
+            None => format!("ring rank {r}"),
+        }
     }
 }
 
@@ -305,22 +321,37 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
     if !token_eq(&h.token, cfg_token) {
         return Err("wrong token (a rank of another job, or a different --token)".into());
     }
+    // On a rail's ring of some of the nodes, the claim is named by the job's node rank.
+    let who = cfg.claimed(h.rank);
     if h.world != cfg_world {
-        return Err(format!(
-            "rank {} says world size {}, the coordinator expects {}",
-            h.rank, h.world, cfg_world
-        ));
+        return Err(if cfg.nodes.is_empty() {
+            format!(
+                "{who} says world size {}, the coordinator expects {cfg_world}",
+                h.world
+            )
+        } else {
+            format!(
+                "{who} says this rail's ring has {} nodes, the coordinator has {cfg_world} (nodes {})",
+                h.world,
+                list(&cfg.nodes)
+            )
+        });
     }
     if h.rank >= cfg_world || h.info.rank != h.rank {
-        return Err(format!(
-            "rank {} is out of range for world size {}",
-            h.rank, cfg_world
-        ));
+        return Err(if cfg.nodes.is_empty() {
+            format!("{who} is out of range for world size {cfg_world}")
+        } else {
+            format!(
+                "ring rank {} is out of range for this rail's ring of {cfg_world} nodes ({})",
+                h.rank,
+                list(&cfg.nodes)
+            )
+        });
     }
     if h.params != cfg.params {
         return Err(format!(
-            "rank {} runs with options [{}], rank 0 with [{}]",
-            h.rank, h.params, cfg.params
+            "{who} runs with options [{}], rank 0 with [{}]",
+            h.params, cfg.params
         ));
     }
     for (what, v) in [
@@ -330,25 +361,27 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
         ("device", h.info.device.as_deref().unwrap_or("")),
     ] {
         if v.len() > 255 || printable(v, 255) != v {
-            return Err(format!(
-                "rank {}'s {what} is not plain text of at most 255 bytes",
-                h.rank
-            ));
+            return Err(format!("{who}'s {what} is not plain text of at most 255 bytes"));
         }
     }
-    check_rails(&h.info.rails).map_err(|why| format!("rank {}'s rails: {why}", h.rank))?;
+    check_rails(&h.info.rails).map_err(|why| format!("{who}'s rails: {why}"))?;
     for caps in [&h.capabilities, &h.info.capabilities] {
         if let Err(why) = check_capabilities(caps) {
-            return Err(format!("rank {}'s capabilities: {why}", h.rank));
+            return Err(format!("{who}'s capabilities: {why}"));
         }
     }
     if let Some(prev) = seen.get(&h.rank) {
         return Err(format!(
-            "rank {} already joined from {} ({})",
-            h.rank, prev.host, prev.address
+            "{who} already joined from {} ({})",
+            prev.host, prev.address
         ));
     }
     Ok(())
+}
+
+/// `0, 2, 3, 5`.
+fn list(ranks: &[Rank]) -> String {
+    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// A hello's rail list (the table repeats it for every rank): at most
@@ -543,25 +576,20 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
         let (stop, gathering, wake) = (stop.clone(), gathering.clone(), plane.waker());
         thread::spawn(move || gate::run(listener, tx, Some(wake), stop, gathering, door));
     }
-    let seen = gather(
-        &cfg,
-        &mut rep,
-        &mut plane,
-        &rx,
-        start + cfg.join_timeout,
-        limits.sndbuf,
-    );
+    let seen = gather(&cfg, &mut rep, &mut plane, &rx, start, limits.sndbuf);
     rep.ranks = seen.values().cloned().collect();
     rep.stats.joined = Some(start.elapsed());
     let mut run = Serve::new(&cfg, plane, &rep, limits, start);
     if (seen.len() as u32) < cfg.world {
         // Named as the job's nodes: no table entry of theirs says it.
-        let missing: Vec<Rank> = (0..cfg.world)
-            .filter(|r| !seen.contains_key(r))
-            .map(|r| cfg.node_of(r))
-            .collect();
+        let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
         let reason = BootstrapError::Missing {
-            missing,
+            missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
+            silent: missing
+                .iter()
+                .filter(|r| cfg.silent.contains(r))
+                .map(|&r| cfg.node_of(r))
+                .collect(),
             world: cfg.world,
             coordinator: cfg.advertised.clone(),
             secs: cfg.join_timeout.as_secs(),
@@ -578,7 +606,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
-        drain_rejections(&rx, &mut rep, &run.plane);
+        drain_rejections(&cfg, &rx, &mut rep, &run.plane);
         run.drain_out(Instant::now() + Duration::from_secs(2));
         rep.stats.plane = run.plane.stats;
         rep.close_events();
@@ -611,14 +639,34 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep
 }
 
-/// Gather hellos until every rank joined or the deadline: each joined connection is held by
-/// the event loop, and one that closes before the table goes out frees its slot.
+/// When gathering ends, for a coordinator started at `start`: the join window, or, once
+/// every rank but the silent ones ([`CoordinatorConfig::silent`]) joined, `silent_wait`
+/// after `start` if that is sooner. Counted from the start, not from the last join: a silent
+/// node already had the roster's whole join window, and one that declares after it is told it
+/// has no seat, so waiting on after the others joined would only delay the verdict. Pure.
+pub fn gather_deadline(cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankInfo>, start: Instant) -> Instant {
+    let full = start + cfg.join_timeout;
+    if cfg.silent.is_empty() {
+        return full;
+    }
+    let declared = cfg.world as usize - cfg.silent.iter().filter(|&&r| r < cfg.world).count();
+    let joined = seen.keys().filter(|r| !cfg.silent.contains(r)).count();
+    if joined >= declared {
+        full.min(start + cfg.silent_wait)
+    } else {
+        full
+    }
+}
+
+/// Gather hellos until every rank joined or the deadline ([`gather_deadline`]): each joined
+/// connection is held by the event loop, and one that closes before the table goes out
+/// frees its slot.
 fn gather(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
     plane: &mut Plane,
     rx: &Receiver<Incoming>,
-    deadline: Instant,
+    start: Instant,
     sndbuf: Option<usize>,
 ) -> BTreeMap<Rank, RankInfo> {
     let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
@@ -626,6 +674,7 @@ fn gather(
     let mut checking: BTreeMap<Rank, Instant> = BTreeMap::new();
     while (seen.len() as u32) < cfg.world {
         let now = Instant::now();
+        let deadline = gather_deadline(cfg, &seen, start);
         if now >= deadline {
             break;
         }
@@ -695,8 +744,8 @@ fn gather_one(
                     let _ = plane.send(h.rank, f, now);
                 }
                 let reason = format!(
-                    "{BUSY}rank {} is held by an earlier connection from {old_peer}; checking that it is alive",
-                    h.rank
+                    "{BUSY}{} is held by an earlier connection from {old_peer}; checking that it is alive",
+                    cfg.claimed(h.rank)
                 );
                 gate::reject_now(&s, &reason);
                 // Listed once: the claimant asks again every 100 ms while the check lasts.
@@ -706,12 +755,11 @@ fn gather_one(
                 return;
             }
             let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
+            let who = cfg.claimed(h.rank);
             let reason = format!(
-                "rank {} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
-                 processes started as rank {}, or a foreign process with this job's token)",
-                h.rank,
+                "{who} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
+                 processes started as {who}, or a foreign process with this job's token)",
                 printable(&host, 64),
-                h.rank
             );
             return refuse(rep, &s, &peer_s, &reason);
         }
@@ -734,7 +782,10 @@ fn gather_one(
         // The event loop's own limit (epoll's watches): the coordinator's, not the rank's.
         rep.reject(
             &peer_s,
-            &format!("coordinator: cannot hold rank {}'s connection: {e}", h.rank),
+            &format!(
+                "coordinator: cannot hold {}'s connection: {e}",
+                cfg.claimed(h.rank)
+            ),
         );
         seen.remove(&h.rank);
         return;
@@ -758,17 +809,23 @@ fn door_reason(e: WireError) -> String {
 
 /// Late arrivals (after the table went out) are turned away, and recorded; a claim of a
 /// rank in the run names the connection that holds it.
-fn drain_rejections(rx: &Receiver<Incoming>, rep: &mut CoordinatorReport, plane: &Plane) {
+fn drain_rejections(
+    cfg: &CoordinatorConfig,
+    rx: &Receiver<Incoming>,
+    rep: &mut CoordinatorReport,
+    plane: &Plane,
+) {
     while let Ok((s, peer, hello)) = rx.try_recv() {
         let reason = match hello {
             Ok(h) => match rep.control_peers.get(&h.rank) {
                 Some(holder) if plane.has(h.rank) => {
-                    format!(
-                        "rank {} arrived after the run started; the run's rank {} is connected from {holder}",
-                        h.rank, h.rank
-                    )
+                    let who = cfg.claimed(h.rank);
+                    format!("{who} arrived after the run started; the run's {who} is connected from {holder}")
                 }
-                _ => format!("rank {} arrived after the run started (or was aborted)", h.rank),
+                _ => format!(
+                    "{} arrived after the run started (or was aborted)",
+                    cfg.claimed(h.rank)
+                ),
             },
             Err(e) => door_reason(e),
         };
@@ -1053,7 +1110,7 @@ impl<'a> Serve<'a> {
             }
             rep.stats.msg_time += t.elapsed();
             if self.plane.take_woken() {
-                drain_rejections(rx_late, rep, &self.plane);
+                drain_rejections(self.cfg, rx_late, rep, &self.plane);
             }
             let busy = now.elapsed().saturating_sub(self.plane.stats.idle - idle_before);
             rep.stats.busy_max = rep.stats.busy_max.max(busy);
@@ -1825,6 +1882,8 @@ mod tests {
             on_row: None,
             rings: None,
             nodes: Vec::new(),
+            silent: BTreeSet::new(),
+            silent_wait: Duration::ZERO,
         }
     }
 
@@ -1976,6 +2035,7 @@ mod tests {
     fn missing_rank_message_names_ranks_and_what_to_check() {
         let e = BootstrapError::Missing {
             missing: vec![2, 5],
+            silent: vec![],
             world: 8,
             coordinator: "10.0.0.1:29517".into(),
             secs: 30,
@@ -2105,6 +2165,170 @@ mod tests {
         );
         assert_eq!(rep.abort.as_deref(), Some(e.as_str()));
         assert!(rep.verdicts.is_empty(), "{:?}", rep.verdicts);
+    }
+
+    /// Issue 20: the short wait for a node that never declared its rails starts only once
+    /// every declared rank joined; until then the join window holds for everyone.
+    #[test]
+    fn gather_deadline_table() {
+        let t0 = Instant::now();
+        let mut cfg = test_cfg(3, Duration::from_secs(1), String::new(), None);
+        (cfg.join_timeout, cfg.silent_wait) = (Duration::from_secs(30), Duration::from_secs(5));
+        let joined = |rs: &[Rank]| -> BTreeMap<Rank, RankInfo> {
+            rs.iter().map(|&r| (r, hello(r, 3, "t").info)).collect()
+        };
+        let (full, short) = (t0 + Duration::from_secs(30), t0 + Duration::from_secs(5));
+        // No silent node: the join window, however many joined.
+        assert_eq!(gather_deadline(&cfg, &joined(&[0, 1]), t0), full);
+        cfg.silent = BTreeSet::from([2]);
+        // A declared rank still missing: the join window.
+        assert_eq!(gather_deadline(&cfg, &joined(&[]), t0), full);
+        assert_eq!(gather_deadline(&cfg, &joined(&[0]), t0), full);
+        // Every declared rank joined: the short wait, from the coordinator's start.
+        assert_eq!(gather_deadline(&cfg, &joined(&[0, 1]), t0), short);
+        // Never past the join window.
+        cfg.join_timeout = Duration::from_secs(2);
+        assert_eq!(
+            gather_deadline(&cfg, &joined(&[0, 1]), t0),
+            t0 + Duration::from_secs(2)
+        );
+    }
+
+    /// Issue 20: on rail 1's ring of nodes 0, 2, 5 where node 5 never declared its rails, node
+    /// 2 (declared) joins after the short wait for node 5 and is seated, not named missing;
+    /// the run ends right after it joined (well before the join window), and the abort names
+    /// only node 5, as a node that never declared its rails.
+    #[test]
+    fn a_declared_rank_joining_after_the_short_wait_is_seated_and_only_the_silent_node_named() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(3, Duration::from_secs(1), addr.clone(), None);
+        cfg.join_timeout = Duration::from_secs(8);
+        cfg.silent_wait = Duration::from_millis(500);
+        cfg.nodes = vec![0, 2, 5];
+        cfg.silent = BTreeSet::from([2]);
+        let t0 = Instant::now();
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| {
+                let addr = addr.clone();
+                thread::spawn(move || {
+                    // Ring rank 1 (node 2) is slow: past the short wait, within the window.
+                    thread::sleep(Duration::from_millis(1500 * r as u64));
+                    crate::ring::rendezvous::join_within(
+                        &addr,
+                        hello(r, 3, "t"),
+                        Duration::from_secs(8),
+                        Duration::from_secs(1),
+                    )
+                    .err()
+                    .unwrap()
+                    .to_string()
+                })
+            })
+            .collect();
+        let rep = coord.join().unwrap();
+        let took = t0.elapsed();
+        let joined: Vec<Rank> = rep.ranks.iter().map(|i| i.rank).collect();
+        assert_eq!(joined, [0, 1], "{:?}", rep.abort);
+        let abort = rep.abort.clone().unwrap();
+        assert!(
+            abort.starts_with(&format!(
+                "1 of 3 ranks never reached the coordinator at {addr}: missing rank 5, which never declared its \
+                 rails to rank 0 within 8 s (--join-timeout): the node is missing on every rail"
+            )),
+            "{abort}"
+        );
+        assert!(!abort.contains("rank 2"), "{abort}");
+        for h in ranks {
+            assert_eq!(h.join().unwrap(), abort);
+        }
+        // Ended once ring rank 1 joined: never at the short wait, never at the 8 s window.
+        assert!(
+            (Duration::from_millis(1400)..Duration::from_secs(7)).contains(&took),
+            "{took:?}"
+        );
+        // A declared rank that never comes is missing at the join window, with the silent one.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(3, Duration::from_secs(1), addr.clone(), None);
+        cfg.join_timeout = Duration::from_secs(2);
+        cfg.silent_wait = Duration::from_millis(500);
+        cfg.nodes = vec![0, 2, 5];
+        cfg.silent = BTreeSet::from([2]);
+        let t0 = Instant::now();
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let e = join(&addr, hello(0, 3, "t"), Duration::from_secs(2))
+            .err()
+            .unwrap()
+            .to_string();
+        let _ = coord.join().unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(1900), "{:?}", t0.elapsed());
+        assert!(
+            e.contains("within 2 s (--join-timeout): missing ranks 2, 5;")
+                && e.ends_with("; rank 5 never declared its rails to rank 0 either (missing on every rail)"),
+            "{e}"
+        );
+    }
+
+    /// Issue 20: on rail 1's ring of nodes 0, 2, 3, 5, a claim of ring rank 3 is refused and
+    /// told "busy" as rank 5 (the node the operator launched), never as rank 3; a ring rank no
+    /// node has is said to be one.
+    #[test]
+    fn claim_refusals_on_a_partial_rail_name_the_node_rank() {
+        use std::io::Write;
+        let mut cfg = test_cfg(4, Duration::from_secs(1), String::new(), None);
+        cfg.nodes = vec![0, 2, 3, 5];
+        let mut seen = BTreeMap::new();
+        seen.insert(3, hello(3, 4, "t").info);
+        let mut other_params = hello(3, 4, "t");
+        other_params.params = "q".into();
+        let mut odd_host = hello(3, 4, "t");
+        odd_host.info.host = "\x1b]0;owned\x07".into();
+        let cases = [
+            (hello(3, 4, "t"), "rank 5 already joined from h3"),
+            (other_params, "rank 5 runs with options [q], rank 0 with [p]"),
+            (odd_host, "rank 5's host is not plain text"),
+            (
+                hello(3, 3, "t"),
+                "rank 5 says this rail's ring has 3 nodes, the coordinator has 4 (nodes 0, 2, 3, 5)",
+            ),
+            (
+                hello(7, 4, "t"),
+                "ring rank 7 is out of range for this rail's ring of 4 nodes (0, 2, 3, 5)",
+            ),
+        ];
+        for (h, want) in cases {
+            let got = validate(&h, &cfg, &seen).unwrap_err();
+            assert!(got.starts_with(want), "{got}");
+            assert!(!got.contains("rank 3"), "{got}");
+        }
+        // Over the wire: a second claim of ring rank 3 while its holder lives.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(4, Duration::from_secs(2), addr.clone(), None);
+        cfg.nodes = vec![0, 2, 3, 5];
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        let mut a = TcpStream::connect(&addr).unwrap();
+        a.write_all(&frame(&Msg::Hello(hello(3, 4, "t")))).unwrap();
+        thread::sleep(Duration::from_millis(300));
+        let mut b = TcpStream::connect(&addr).unwrap();
+        b.write_all(&frame(&Msg::Hello(hello(3, 4, "t")))).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let reason = match wire::read_msg(&mut b) {
+            Ok(Msg::Reject { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let pa = a.local_addr().unwrap().to_string();
+        assert_eq!(
+            reason,
+            format!("{BUSY}rank 5 is held by an earlier connection from {pa}; checking that it is alive")
+        );
+        // The others never come: named as their nodes.
+        let rep = coord.join().unwrap();
+        let abort = rep.abort.unwrap();
+        assert!(abort.contains("missing ranks 0, 2, 3;"), "{abort}");
+        drop((a, b));
     }
 
     /// Issue 18, end to end over real connections: a world whose whole table is over 1 MiB
@@ -2715,7 +2939,8 @@ mod tests {
             if !read {
                 sock.set_recv_buffer_size(1024).unwrap();
             }
-            sock.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+            sock.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into())
+                .unwrap();
             let mut s: TcpStream = sock.into();
             s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

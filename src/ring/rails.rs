@@ -368,6 +368,8 @@ pub struct Hosted {
     pub listener: Option<TcpListener>,
     /// The job's node rank of each of the ring's ranks (see [`run::Setup::nodes`]).
     pub nodes: Vec<crate::ring::model::Rank>,
+    /// The ring ranks whose nodes never declared their rails (see [`run::Setup::silent`]).
+    pub silent: std::collections::BTreeSet<crate::ring::model::Rank>,
 }
 
 /// What the roster exchange gave this node.
@@ -476,7 +478,14 @@ pub fn run_node(
             let h = sc.spawn(move || {
                 let rail = x.rail;
                 let log = |level: u8, s: &str| log(level, &format!("rail {rail}: {s}"));
-                run::host_only(x.listener, &x.identity, opts, Some((rail, stop)), x.nodes, &log)
+                run::host_only(
+                    x.listener,
+                    &x.identity,
+                    opts,
+                    Some((rail, stop)),
+                    (x.nodes, x.silent),
+                    &log,
+                )
             });
             handles.push((port, h));
         }

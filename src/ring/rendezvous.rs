@@ -32,15 +32,12 @@ pub fn silence(timeout: Duration) -> Duration {
 
 #[derive(Debug, Error)]
 pub enum BootstrapError {
-    #[error(
-        "{} of {world} ranks never reached the coordinator at {coordinator} within {secs} s (--join-timeout): \
-         missing rank{} {}; \
-         check that they were started (same --world and token), that {coordinator} is reachable from their hosts \
-         (firewall on TCP port {port}), and that the coordinator address is on an interface they can route to",
-        missing.len(), if missing.len() == 1 { "" } else { "s" }, list(missing), port = port_of(coordinator)
-    )]
+    #[error("{}", missing_text(missing, silent, *world, coordinator, *secs))]
     Missing {
         missing: Vec<Rank>,
+        /// With `--rails`: those of `missing` whose nodes never declared their rails to rank
+        /// 0 (missing on every rail, not on this one alone).
+        silent: Vec<Rank>,
         world: u32,
         coordinator: String,
         secs: u64,
@@ -56,14 +53,59 @@ pub enum BootstrapError {
     },
     #[error("the coordinator at {coordinator} rejected this rank: {reason}")]
     Rejected { coordinator: String, reason: String },
+    /// The coordinator's word: it ended the run (its reason names the ranks concerned).
     #[error("{0}")]
     Aborted(String),
+    #[error(
+        "connected to the coordinator at {coordinator} but the rank table did not arrive within {secs} s \
+         (--join-timeout): other ranks are missing"
+    )]
+    NoTable { coordinator: String, secs: u64 },
     #[error("the coordinator at {coordinator} closed the control connection ({why}); rank 0 probably died")]
     CoordinatorLost { coordinator: String, why: String },
     #[error("cannot listen for ranks on {addr}: {source}")]
     Bind { addr: String, source: io::Error },
     #[error("control connection to {peer}: {source}")]
     Wire { peer: String, source: WireError },
+}
+
+/// [`BootstrapError::Missing`]'s text: a rail's ring whose only missing ranks are nodes
+/// that never declared their rails says so (the node is missing, not the rail).
+fn missing_text(missing: &[Rank], silent: &[Rank], world: u32, coordinator: &str, secs: u64) -> String {
+    let (n, port) = (missing.len(), port_of(coordinator));
+    let plural = |v: &[Rank]| if v.len() == 1 { "" } else { "s" };
+    let (it, its) = if silent.len() == 1 {
+        ("it", "its")
+    } else {
+        ("they", "their")
+    };
+    if !silent.is_empty() && silent.len() == n {
+        return format!(
+            "{n} of {world} ranks never reached the coordinator at {coordinator}: missing rank{} {}, which never \
+             declared {its} rails to rank 0 within {secs} s (--join-timeout): the node is missing on every rail, not \
+             on this rail alone; check that {it} started (same --world and token) and that rank 0's coordinator port \
+             (and the ports after it, one per rail) is reachable from {its} host{} (firewall)",
+            plural(silent),
+            list(silent),
+            plural(silent),
+        );
+    }
+    let mut m = format!(
+        "{n} of {world} ranks never reached the coordinator at {coordinator} within {secs} s (--join-timeout): \
+         missing rank{} {}; check that they were started (same --world and token), that {coordinator} is reachable \
+         from their hosts (firewall on TCP port {port}), and that the coordinator address is on an interface they \
+         can route to",
+        plural(missing),
+        list(missing)
+    );
+    if !silent.is_empty() {
+        m += &format!(
+            "; rank{} {} never declared {its} rails to rank 0 either (missing on every rail)",
+            plural(silent),
+            list(silent)
+        );
+    }
+    m
 }
 
 fn list(ranks: &[Rank]) -> String {
@@ -260,11 +302,10 @@ fn join_once(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(BootstrapError::Aborted(format!(
-                "connected to the coordinator at {coordinator} but the rank table did not arrive within {} s \
-                 (--join-timeout): other ranks are missing",
-                join_timeout.as_secs()
-            )));
+            return Err(BootstrapError::NoTable {
+                coordinator: coordinator.to_string(),
+                secs: join_timeout.as_secs(),
+            });
         }
         s.set_read_timeout(Some(left)).map_err(|e| wire_err(e.into()))?;
         let mut r = &s;

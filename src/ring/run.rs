@@ -2,6 +2,7 @@
 //! ring's data links per channel, sweep the sizes, report to the coordinator, and (rank 0)
 //! assemble the job's report. Returns data; the CLI prints.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -21,7 +22,7 @@ use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
-use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable};
+use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable, shown};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
@@ -63,6 +64,12 @@ pub struct Setup {
     /// With `--rails`, rank 0 of a rail's ring of some of the nodes: ring rank i is the
     /// job's node `nodes[i]` (see [`CoordinatorConfig::nodes`]); empty otherwise.
     pub nodes: Vec<crate::ring::model::Rank>,
+    /// With `--rails`, rank 0 of a rail's ring: its ring ranks whose nodes never declared
+    /// their rails (see [`CoordinatorConfig::silent`]); empty otherwise.
+    pub silent: BTreeSet<Rank>,
+    /// With `--rails`: this node's rank in the job (`identity.rank` is its rank on the
+    /// rail's ring), which this rank's own messages name before its table says it.
+    pub node: Option<Rank>,
 }
 
 /// See [`Setup::on_row`].
@@ -148,7 +155,7 @@ pub fn run_rank(
             opts,
             setup.rail_stop.clone(),
             setup.on_row.clone(),
-            setup.nodes.clone(),
+            (setup.nodes.clone(), setup.silent.clone()),
         );
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
@@ -184,7 +191,7 @@ pub fn run_rank(
     let result = result.and_then(|fabric| {
         rank_body(
             &join_addr,
-            (&setup.identity, setup.rails.clone()),
+            (&setup.identity, setup.rails.clone(), setup.node),
             &setup.host,
             fabric.as_ref(),
             setup.device.clone(),
@@ -218,7 +225,7 @@ fn coordinator_config(
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
     on_row: Option<ShowRow>,
-    nodes: Vec<crate::ring::model::Rank>,
+    (nodes, silent): (Vec<Rank>, BTreeSet<Rank>),
 ) -> CoordinatorConfig {
     let timeout = opts.timeout();
     CoordinatorConfig {
@@ -236,6 +243,8 @@ fn coordinator_config(
         // The natural ring (the sweep's `Ring`); rails plug their rings in here.
         rings: None,
         nodes,
+        silent,
+        silent_wait: SILENT_WAIT,
         scan: opts.scan.clone().map(|o| {
             let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                 Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -324,7 +333,7 @@ pub fn host_only(
     id: &Identity,
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
-    nodes: Vec<crate::ring::model::Rank>,
+    nodes: (Vec<Rank>, BTreeSet<Rank>),
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let l = match listener {
@@ -354,7 +363,7 @@ pub fn host_only(
 #[allow(clippy::too_many_arguments)]
 fn rank_body(
     join_addr: &str,
-    (id, rails): (&Identity, Vec<crate::ring::model::RailPort>),
+    (id, rails, node): (&Identity, Vec<crate::ring::model::RailPort>, Option<Rank>),
     host: &str,
     fabric: &dyn Fabric,
     device: Option<String>,
@@ -394,17 +403,20 @@ fn rank_body(
         params: opts.canonical(),
     };
     let t0 = Instant::now();
-    let session =
-        rendezvous::join_within(join_addr, hello, opts.join_timeout(), timeout).map_err(|e| match e {
+    // Before its table, this rank names itself as the job's node (a rail's ring rank is not
+    // the rank the operator launched).
+    let me = node.unwrap_or(id.rank);
+    let session = rendezvous::join_within(join_addr, hello, opts.join_timeout(), timeout)
+        .map_err(|e| (own_bootstrap_error(me, &e), e))
+        .map_err(|(m, e)| match e {
             // Refused for its own options (token, world, sweep): a usage problem here.
-            BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(e.to_string()),
-            other => fault(other.to_string()),
+            BootstrapError::Bind { .. } | BootstrapError::Rejected { .. } => cannot(m),
+            _ => fault(m),
         })?;
     log(
         1,
         &format!(
-            "rank {}: its part of the rank table ({} entries) after {} ms",
-            id.rank,
+            "rank {me}: its part of the rank table ({} entries) after {} ms",
             session.table.len(),
             t0.elapsed().as_millis()
         ),
@@ -432,6 +444,19 @@ fn rank_body(
         r
     })
 }
+
+/// A rank's own error before its table arrived, naming it as rank `me` (the job's node
+/// rank); the coordinator's abort is its word and names the ranks concerned itself. Pure.
+pub fn own_bootstrap_error(me: Rank, e: &BootstrapError) -> String {
+    match e {
+        BootstrapError::Aborted(reason) => reason.clone(),
+        e => format!("rank {me}: {e}"),
+    }
+}
+
+/// How long a rail's coordinator awaits a node that never declared its rails, once every
+/// other rank joined (see [`CoordinatorConfig::silent`]).
+pub const SILENT_WAIT: Duration = Duration::from_secs(5);
 
 /// Which progress the heartbeats report.
 const MODE_SETUP: u8 = 0;
@@ -608,7 +633,10 @@ fn connected_run(
         };
         let open = fabric.open(&req).map_err(RingError::Transport)?;
         for r in &open.rejected {
-            log(0, &format!("rank {}: rejected {r}", id.rank));
+            log(
+                0,
+                &format!("rank {}: rejected {r}", shown(&session.table, id.rank)),
+            );
         }
         links = open
             .sends

@@ -167,6 +167,8 @@ fn world_with(
                         rails: Vec::new(),
                         rail_stop: None,
                         join_only: false,
+                        silent: Default::default(),
+                        node: None,
                         nodes: if r == 0 { nodes.to_vec() } else { Vec::new() },
                         identity: ident(r, n, &addr),
                         host: host(r),
@@ -589,6 +591,8 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         rails: Vec::new(),
         rail_stop: None,
         join_only: false,
+        silent: Default::default(),
+        node: None,
         nodes: Vec::new(),
         identity: ident(1, 2, &addr),
         host: host(1),
@@ -615,6 +619,83 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         e.message
     );
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// Issue 20: a rank on a rail's ring of nodes 0, 2, 3, 5 (ring rank 3, node 5) names itself
+/// as rank 5 in its own errors before its table: refused by the coordinator (whose reason
+/// names rank 5 too), or no coordinator to reach. Rank 0 names the missing as their nodes.
+#[test]
+fn a_rail_ranks_errors_before_its_table_name_its_node_rank() {
+    let net = InprocNet::new();
+    let o = opts(false, true);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let setup = |rank: u32, node: Option<u32>, fabric, listener, addr: &str| Setup {
+        rails: Vec::new(),
+        rail_stop: None,
+        join_only: false,
+        silent: Default::default(),
+        node,
+        nodes: if rank == 0 { vec![0, 2, 3, 5] } else { Vec::new() },
+        identity: ident(rank, 4, addr),
+        host: host(rank),
+        data_ip: IpAddr::from([127, 0, 0, 1]),
+        device: Some("eth1".into()),
+        coordinator_listener: listener,
+        line_rate_gbs: None,
+        fabric: Some(fabric),
+        counters: None,
+        live: None,
+        on_row: None,
+    };
+    let r0 = setup(
+        0,
+        Some(0),
+        Box::new(net.fabric(0)) as Box<dyn Fabric + Send>,
+        Some(listener),
+        &addr,
+    );
+    let o0 = o.clone();
+    let rank0 = thread::spawn(move || run::run_rank(r0, &o0, &|_, _| {}));
+    // Other options than rank 0's: refused.
+    let mut o3 = o.clone();
+    o3.iters += 1;
+    let e = run::run_rank(
+        setup(3, Some(5), Box::new(net.fabric(3)), None, &addr),
+        &o3,
+        &|_, _| {},
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        e.message.starts_with(&format!(
+            "rank 5: the coordinator at {addr} rejected this rank: rank 5 runs with options ["
+        )),
+        "{}",
+        e.message
+    );
+    assert!(!e.message.contains("rank 3"), "{}", e.message);
+    let rep = rank0.join().unwrap().unwrap().report.unwrap();
+    let err = rep.error.unwrap();
+    assert!(err.contains("missing ranks 2, 3, 5;"), "{err}");
+    // No coordinator at all.
+    let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = gone.local_addr().unwrap().to_string();
+    drop(gone);
+    let e = run::run_rank(
+        setup(3, Some(5), Box::new(net.fabric(3)), None, &addr),
+        &o,
+        &|_, _| {},
+    )
+    .err()
+    .expect("unreachable");
+    assert!(
+        e.message.starts_with(&format!(
+            "rank 5: could not reach the coordinator at {addr} within 1 s"
+        )),
+        "{}",
+        e.message
+    );
 }
 
 /// Checking a large result is not a stall: 8 ranks, 64 MiB buffers, a 2 s `--timeout`.

@@ -254,6 +254,19 @@ impl Lab {
         (child.wait_with_output().unwrap(), t0.elapsed())
     }
 
+    /// Poll (every 50 ms) whether spawned process `id` is still running, for `span` at most
+    /// (a fault held that long, e.g. a rank kept frozen): false as soon as it has exited.
+    pub fn runs_for(&self, id: usize, span: Duration) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < span {
+            if let Ok(Some(_)) = self.children.lock().unwrap()[id].try_wait() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
     /// Run any command on a node to completion.
     pub fn exec(&self, node: usize, program: &str, args: &[&str]) -> Output {
         self.command(node, program, args)
