@@ -157,8 +157,11 @@ LINK SCAN AND VERDICTS
   --scan-reps samples of --scan-bytes per order. Rank 0 judges every link against the
   median link and, where known, the line rate (an RDMA port's rate, else
   /sys/class/net/<if>/speed): a node whose outgoing (or incoming) links are all slow is a
-  slow_egress (slow_ingress), a single slow link a slow_link; suspect links are measured
-  once more before they are named. A slow figure that an end's wait for a CPU could
+  slow_egress (slow_ingress), a single slow link a slow_link, each beyond the run's noise
+  (the spread of the links and of each link's own samples); suspect links are measured
+  once more before they are named. However noisy the run, a node (of 4 or more) is also
+  named when every sample of its outgoing (incoming) links runs 4x below the slowest link
+  among the other nodes; the message then says so. A slow figure that an end's wait for a CPU could
   explain (schedstat: had it run instead of waiting, gbs / (1 - wait share) reaches the
   threshold) is not judged: the line says NOT JUDGED (CPU-bound host), who waited, and to
   scan again when the host is idle; it is neither a verdict nor a pass.
@@ -219,7 +222,10 @@ OUTPUT
   results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
   results, a rank missing, a dead or hung link (the reason is printed, partial results
   too); 2 fabprobe could not run here (bad options, no matching interface, or refused by
-  the coordinator: another job's token, a different --world, sweep or scan).
+  the coordinator: another job's token, a different --world, sweep or scan). What was not
+  measured leaves the status as it is and is said on the outcome line instead, never as a
+  pass: NOT JUDGED (a CPU-bound host) and NOT TESTED (a rail too few nodes have); scripts
+  that must know read data.scan.not_judged[] and data.rails[].not_tested.
 
 JSON DATA (fabprobe.ring)
   world, transport, transport_note (null, or why --transport auto chose tcp though some rank
