@@ -1288,7 +1288,9 @@ mod tests {
                 for seed in 1..100 {
                     // xorshift's first draws from a small seed are near zero: skip them.
                     let mut rng = Rng(seed);
-                    (0..8).for_each(|_| drop(rng.next_u64()));
+                    (0..8).for_each(|_| {
+                        rng.next_u64();
+                    });
                     let s = scan(n, orders, 3, 0.3, &mut rng, |_, _| BASE);
                     let v = judge(&ranks(n), &s, &Policy::default(), None);
                     if n < 8 && !v.is_empty() {
