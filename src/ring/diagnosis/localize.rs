@@ -334,10 +334,13 @@ pub fn analyze(
             .collect();
         (o.len() >= 3).then(|| o.into_iter().fold(f64::INFINITY, f64::min))
     };
+    // The cheap tests first: on a healthy run no node gets to the scan of every link.
     let separated = |cells: &[&LinkStat], node: Rank| -> Option<f64> {
+        if cells.len() < 2 || !cells.iter().all(|l| is_low(l)) {
+            return None;
+        }
         let o = others_min(node)?;
-        (cells.len() >= 2 && cells.iter().all(|l| is_low(l)) && fastest_sample(cells) * SEPARATION <= o)
-            .then_some(o)
+        (fastest_sample(cells) * SEPARATION <= o).then_some(o)
     };
     // And so must it be without its worst cell: a node's egress limits every link out of it
     // alike, while one shaped link beside a healthy one read just under the threshold (noise)
