@@ -37,6 +37,11 @@ fn lab2(name: &str, nodes: usize, rate: &str) -> Option<Lab> {
 }
 
 /// `ring --rails all` over both data interfaces on every node; rank 0's output and the rest.
+/// One 1 MiB size, two iterations, no scan, `--timeout secs`: enough to see every rail run.
+fn short_sweep(secs: &str) -> Vec<&str> {
+    vec!["--no-scan", "-b", "1M", "-e", "1M", "-n", "2", "--timeout", secs]
+}
+
 fn run(lab: &Lab, nodes: usize, token: &str, extra: &[&str], limit: Duration) -> Vec<Output> {
     let ids = start(lab, nodes, token, extra);
     ids.iter().map(|&id| lab.wait(id, limit).0).collect()
@@ -228,17 +233,7 @@ fn rank_0_without_a_rail_is_the_only_node_named() {
         &lab,
         3,
         "r0missing",
-        &[
-            "--no-scan",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-            "-n",
-            "2",
-            "--timeout",
-            &TIMEOUT.to_string(),
-        ],
+        &short_sweep(&TIMEOUT.to_string()),
         Duration::from_secs(40),
     );
     let o = &outs[0];
@@ -293,17 +288,7 @@ fn a_nodes_missing_rail_runs_on_the_other_nodes() {
         &lab,
         3,
         "bmissing",
-        &[
-            "--no-scan",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-            "-n",
-            "2",
-            "--timeout",
-            &TIMEOUT.to_string(),
-        ],
+        &short_sweep(&TIMEOUT.to_string()),
         Duration::from_secs(40),
     );
     eprintln!("took {:?}", t0.elapsed());
@@ -373,19 +358,8 @@ fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
     let Some(lab) = lab2("rails_silent", 3, "1gbit") else {
         return;
     };
-    let extra = [
-        "--no-scan",
-        "-b",
-        "1M",
-        "-e",
-        "1M",
-        "-n",
-        "2",
-        "--timeout",
-        "3",
-        "--join-timeout",
-        "10",
-    ];
+    let mut extra = short_sweep("3");
+    extra.extend(["--join-timeout", "10"]);
     // Ranks 0 and 1 of 3: rank 2 (node-c) never starts.
     let ids = start_ranks(&lab, 0..2, 3, "silent", &extra);
     // Node-b's declaration is in: freeze it before its seats come (at the join window's end).

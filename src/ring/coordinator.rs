@@ -2194,21 +2194,26 @@ mod tests {
         );
     }
 
+    /// A coordinator of rail 1's ring of nodes 0, 2, 5, node 5 silent (short wait 500 ms),
+    /// started now with a join window of `join_s`: its address, start and thread.
+    fn silent_rail(join_s: u64) -> (String, Instant, thread::JoinHandle<CoordinatorReport>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let mut cfg = test_cfg(3, Duration::from_secs(1), addr.clone(), None);
+        cfg.join_timeout = Duration::from_secs(join_s);
+        cfg.silent_wait = Duration::from_millis(500);
+        cfg.nodes = vec![0, 2, 5];
+        cfg.silent = BTreeSet::from([2]);
+        (addr, Instant::now(), thread::spawn(move || coordinate(l, cfg)))
+    }
+
     /// Issue 20: on rail 1's ring of nodes 0, 2, 5 where node 5 never declared its rails, node
     /// 2 (declared) joins after the short wait for node 5 and is seated, not named missing;
     /// the run ends right after it joined (well before the join window), and the abort names
     /// only node 5, as a node that never declared its rails.
     #[test]
     fn a_declared_rank_joining_after_the_short_wait_is_seated_and_only_the_silent_node_named() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let mut cfg = test_cfg(3, Duration::from_secs(1), addr.clone(), None);
-        cfg.join_timeout = Duration::from_secs(8);
-        cfg.silent_wait = Duration::from_millis(500);
-        cfg.nodes = vec![0, 2, 5];
-        cfg.silent = BTreeSet::from([2]);
-        let t0 = Instant::now();
-        let coord = thread::spawn(move || coordinate(l, cfg));
+        let (addr, t0, coord) = silent_rail(8);
         let ranks: Vec<_> = (0..2)
             .map(|r| {
                 let addr = addr.clone();
@@ -2249,15 +2254,7 @@ mod tests {
             "{took:?}"
         );
         // A declared rank that never comes is missing at the join window, with the silent one.
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let mut cfg = test_cfg(3, Duration::from_secs(1), addr.clone(), None);
-        cfg.join_timeout = Duration::from_secs(2);
-        cfg.silent_wait = Duration::from_millis(500);
-        cfg.nodes = vec![0, 2, 5];
-        cfg.silent = BTreeSet::from([2]);
-        let t0 = Instant::now();
-        let coord = thread::spawn(move || coordinate(l, cfg));
+        let (addr, t0, coord) = silent_rail(2);
         let e = join(&addr, hello(0, 3, "t"), Duration::from_secs(2))
             .err()
             .unwrap()
