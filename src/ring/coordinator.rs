@@ -24,7 +24,7 @@ use crate::ring::model::{
     CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable, shown,
 };
 use crate::ring::orders::{self, RingOrder};
-use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, silence};
+use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, list, silence};
 use crate::ring::tcpinfo;
 pub use crate::ring::tcpinfo::AckState;
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult, WireError};
@@ -377,11 +377,6 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
         ));
     }
     Ok(())
-}
-
-/// `0, 2, 3, 5`.
-fn list(ranks: &[Rank]) -> String {
-    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// A hello's rail list (the table repeats it for every rank): at most

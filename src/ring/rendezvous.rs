@@ -108,7 +108,8 @@ fn missing_text(missing: &[Rank], silent: &[Rank], world: u32, coordinator: &str
     m
 }
 
-fn list(ranks: &[Rank]) -> String {
+/// `0, 2, 3, 5`.
+pub(crate) fn list(ranks: &[Rank]) -> String {
     ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
 }
 
