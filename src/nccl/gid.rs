@@ -39,38 +39,42 @@ impl GidEnv {
     }
 }
 
-/// `NCCL_PARAM` parsing: `strtoll(s, &end, 0)`; no digits at all means the default.
-/// Accepts `0x` hex and leading-zero octal like C, and ignores trailing garbage.
+/// `NCCL_PARAM` parsing exactly as `ncclLoadParam` does: an unset or empty value is the
+/// default; otherwise `strtoll(s, NULL, 0)`, and only `errno` (glibc sets it on overflow
+/// alone, ERANGE) falls back to the default. So a value with no digits (`auto`, `abc`,
+/// `high`) is 0, not the default; trailing garbage is ignored; `0x` hex and leading-zero
+/// octal are read like C.
 pub fn nccl_param(s: Option<&str>, default: i64) -> i64 {
-    let Some(s) = s else { return default };
-    let t = s.trim_start();
+    match s {
+        None | Some("") => default,
+        Some(s) => strtoll(s).unwrap_or(default),
+    }
+}
+
+/// `strtoll(s, NULL, 0)`: `None` where it sets ERANGE; 0 where no digits parse.
+pub fn strtoll(s: &str) -> Option<i64> {
+    // isspace() in the C locale: space, \t, \n, \v, \f, \r.
+    let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (neg, t) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
-    let (radix, digits) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        (16, h)
-    } else if t.starts_with('0') && t.len() > 1 {
-        (8, &t[1..])
-    } else {
-        (10, t)
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"));
+    let (radix, digits) = match hex {
+        // "0x" with no hex digit after it: strtoll reads the "0" alone.
+        Some(h) if h.starts_with(|c: char| c.is_ascii_hexdigit()) => (16, h),
+        _ if t.starts_with('0') => (8, t),
+        _ => (10, t),
     };
     let n: String = digits.chars().take_while(|c| c.is_digit(radix)).collect();
     if n.is_empty() {
-        // "0" alone, or "0x" with nothing after: strtoll parses the leading 0.
-        return if t.starts_with('0') { 0 } else { default };
+        return Some(0);
     }
-    match i64::from_str_radix(&n, radix) {
-        Ok(v) => {
-            if neg {
-                -v
-            } else {
-                v
-            }
-        }
-        Err(_) => default,
-    }
+    // i128 holds any i64 magnitude plus LLONG_MIN's one extra; beyond it is ERANGE.
+    let v = i128::from_str_radix(&n, radix).ok()?;
+    let v = if neg { -v } else { v };
+    i64::try_from(v).ok()
 }
 
 /// Address family, as NCCL names it.
@@ -383,7 +387,15 @@ mod tests {
         assert_eq!(nccl_param(Some("0"), -1), 0);
         assert_eq!(nccl_param(Some("-1"), 5), -1);
         assert_eq!(nccl_param(Some("3abc"), -1), 3);
-        assert_eq!(nccl_param(Some("abc"), -1), -1);
+        assert_eq!(nccl_param(Some("abc"), -1), 0, "no digits is 0, as strtoll returns it without errno");
+        assert_eq!(nccl_param(Some("auto"), -1), 0);
+        assert_eq!(nccl_param(Some("0x"), 7), 0);
+        assert_eq!(nccl_param(Some("0xg"), 7), 0);
+        assert_eq!(nccl_param(Some("99999999999999999999"), 7), 7, "ERANGE: the default");
+        assert_eq!(nccl_param(Some("-9223372036854775808"), 7), i64::MIN);
+        assert_eq!(nccl_param(Some("9223372036854775808"), 7), 7);
+        assert_eq!(nccl_param(Some("09"), 7), 0, "octal stops at 9");
+        assert_eq!(nccl_param(Some(" \t-0x1f"), 7), -31);
         assert_eq!(nccl_param(Some(""), 2), 2);
         assert_eq!(nccl_param(Some(" 7"), 2), 7);
     }
@@ -413,14 +425,15 @@ mod tests {
             pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "0")]),
             Some(0)
         );
-        // -1 and garbage mean auto.
+        // -1 means auto; a value with no digits is 0 to ncclLoadParam (strtoll sets no
+        // errno), so "auto" forces GID 0, the link-local one.
         assert_eq!(
             pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "-1")]),
             Some(3)
         );
         assert_eq!(
             pick("Ethernet", &standard(), &[("NCCL_IB_GID_INDEX", "auto")]),
-            Some(3)
+            Some(0)
         );
     }
 

@@ -93,31 +93,34 @@ pub fn nearest(name: &str) -> Option<&'static str> {
         .map(|(_, n)| n)
 }
 
-/// What `strtoll(s, &end, 0)` makes of a value: the number, and whether characters were
-/// left over (NCCL ignores them silently) or nothing parsed (NCCL uses the default).
+/// What `ncclLoadParam` makes of a value: the number, and whether characters were left
+/// over (NCCL ignores them silently), nothing parsed (strtoll returns 0 and NCCL uses 0:
+/// it falls back to the default only on ERANGE), or out of range (the default).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IntParse {
     Clean(i64),
     Trailing(i64),
     NoDigits,
+    OutOfRange,
 }
 
 pub fn parse_int(s: &str) -> IntParse {
+    let Some(v) = crate::nccl::gid::strtoll(s) else {
+        return IntParse::OutOfRange;
+    };
     let t = s.trim_start();
     let body = t.strip_prefix(['-', '+']).unwrap_or(t);
-    let (radix, digits) = if let Some(h) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
-        (16, h)
-    } else if body.starts_with('0') && body.len() > 1 {
-        (8, &body[1..])
-    } else {
-        (10, body)
-    };
-    let n = digits.chars().take_while(|c| c.is_digit(radix)).count();
-    if n == 0 && !body.starts_with('0') {
+    if !body.starts_with(|c: char| c.is_ascii_digit()) {
         return IntParse::NoDigits;
     }
-    let v = crate::nccl::gid::nccl_param(Some(s), 0);
-    if n == digits.len() || (n == 0 && digits.is_empty()) {
+    let hex = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X"));
+    let (radix, digits) = match hex {
+        Some(h) if h.starts_with(|c: char| c.is_ascii_hexdigit()) => (16, h),
+        _ if body.starts_with('0') => (8, body),
+        _ => (10, body),
+    };
+    let n = digits.chars().take_while(|c| c.is_digit(radix)).count();
+    if n == digits.len() {
         IntParse::Clean(v)
     } else {
         IntParse::Trailing(v)

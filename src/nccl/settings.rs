@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(tc("106").map(|t| t.value), Some(106));
         assert_eq!(tc("0x6a").map(|t| t.value), Some(106));
         assert_eq!(tc("106 # lossless").map(|t| t.value), Some(106));
-        assert_eq!(tc("high"), None);
+        assert_eq!(tc("high").map(|t| t.value), Some(0), "no digits: NCCL reads 0");
         assert_eq!(tc("").map(|t| t.value), None);
         assert_eq!(NcclSettings::from_env(&[], v).ib_tc(), None);
     }

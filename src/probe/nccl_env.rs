@@ -564,14 +564,29 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                         Severity::Warn,
                         &s.name,
                         format!(
-                            "{}={:?} is not a number: NCCL ignores it and uses its default ({default})",
+                            "{}={:?} is not a number: NCCL reads it as 0 (strtoll finds no digits and sets no error), not as its default ({default})",
                             s.name, s.value
                         ),
                     )
                     .evidence("value", s.value.clone())
                     .evidence("from", from.clone())
+                    .evidence("read_as", 0)
                     .evidence("default", default)
-                    .fix("set an integer (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)"),
+                    .fix(format!("set an integer, or unset {} for the default (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)", s.name)),
+                ),
+                params::IntParse::OutOfRange => f.push(
+                    Finding::new(
+                        "nccl_env.bad_value",
+                        Severity::Warn,
+                        &s.name,
+                        format!(
+                            "{}={:?} overflows a 64-bit integer: NCCL ignores it and uses its default ({default})",
+                            s.name, s.value
+                        ),
+                    )
+                    .evidence("value", s.value.clone())
+                    .evidence("from", from.clone())
+                    .evidence("default", default),
                 ),
                 params::IntParse::Trailing(v) => f.push(
                     Finding::new(
@@ -629,7 +644,12 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
         if let Some((_, lo, hi, sev, why)) = RANGES.iter().find(|(n, ..)| *n == s.name) {
-            if let params::IntParse::Clean(v) | params::IntParse::Trailing(v) = params::parse_int(&s.value) {
+            let read = match params::parse_int(&s.value) {
+                params::IntParse::Clean(v) | params::IntParse::Trailing(v) => Some(v),
+                params::IntParse::NoDigits => Some(0),
+                params::IntParse::OutOfRange => None,
+            };
+            if let Some(v) = read {
                 if v < *lo || v > *hi {
                     f.push(
                         Finding::new(
