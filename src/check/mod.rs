@@ -1,6 +1,7 @@
 //! Judgement: policies applied to probe reports, and `sweep` across nodes. The finding
 //! vocabulary itself lives in `crate::finding`.
 
+pub mod decide;
 pub mod hostlist;
 pub mod policy;
 pub mod run;

@@ -180,6 +180,18 @@ const OTHER_KEYS: &[KeySpec] = &[
         doc: "finding ids to leave out; \"links.*\" leaves out a whole probe",
     },
     KeySpec {
+        section: "policy",
+        key: "all_ports",
+        kind: Kind::Bool,
+        doc: "judge every RDMA port and RoCE netdev, also those NCCL would not use here (NCCL_IB_HCA, NCCL_IB_DISABLE); default false: those are listed as not used by NCCL",
+    },
+    KeySpec {
+        section: "policy",
+        key: "require",
+        kind: Kind::StrList(&[]),
+        doc: "policy keys (e.g. \"counters.max_per_hour\") that must be evaluated: one that could not be is a failure, not a note in the verdict line",
+    },
+    KeySpec {
         section: "host",
         key: "memlock_unlimited",
         kind: Kind::Bool,
@@ -355,6 +367,10 @@ pub struct Policy {
     pub description: Option<String>,
     pub probe_findings: bool,
     pub ignore: Vec<String>,
+    /// Judge ports NCCL would not use too (`[policy] all_ports`).
+    pub all_ports: bool,
+    /// Keys whose not-evaluated state fails the check (`[policy] require`).
+    pub require: Vec<String>,
     pub host: HostRules,
     pub gpu: GpuRules,
     pub ib: PortRules,
@@ -820,6 +836,8 @@ fn assign(p: &mut Policy, section: &str, key: &str, v: Val) {
         ("policy", "description") => p.description = s(&v),
         ("policy", "probe_findings") => p.probe_findings = b(&v).unwrap_or(true),
         ("policy", "ignore") => p.ignore = sl(&v),
+        ("policy", "all_ports") => p.all_ports = b(&v).unwrap_or(false),
+        ("policy", "require") => p.require = sl(&v),
         ("host", "memlock_unlimited") => p.host.memlock_unlimited = b(&v),
         ("host", "memlock_min_bytes") => p.host.memlock_min_bytes = u(&v),
         ("host", "device_holders_max") => p.host.device_holders_max = u(&v),

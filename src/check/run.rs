@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::decide;
 use super::policy::{PATH_ORDER, Policy, PortRules};
 use super::{Finding, Severity};
 use crate::host::facts::RLimit;
@@ -289,8 +290,15 @@ pub fn host_findings(state: &FactsState) -> Vec<Finding> {
 /// The `check` report (`data` of the `fabprobe.check` envelope).
 #[derive(Debug, Serialize)]
 pub struct CheckReport {
-    /// pass | warn | fail: the worst finding.
+    /// pass | warn | fail: the worst finding. Not-evaluated keys are not scored.
     pub verdict: Severity,
+    /// The worst cause (the first finding after ranking), what the drop-ins drain for.
+    pub worst: Option<Worst>,
+    /// Policy keys that could not be judged, and why: said beside the verdict.
+    pub not_evaluated: Vec<decide::NotEvaluated>,
+    /// Findings about RDMA devices NCCL would not use here (`NCCL_IB_HCA`,
+    /// `NCCL_IB_DISABLE`), left out of the verdict unless `[policy] all_ports`.
+    pub not_used_by_nccl: Vec<decide::NotUsed>,
     pub policy: PolicyRef,
     pub counts: Counts,
     pub probes: Vec<ProbeRun>,
@@ -352,6 +360,16 @@ pub struct Counts {
     pub fail: usize,
     pub warn: usize,
     pub pass: usize,
+    pub not_evaluated: usize,
+}
+
+/// The worst cause of a check, with its class (hardware, configuration, host_limit).
+#[derive(Debug, Serialize)]
+pub struct Worst {
+    pub id: String,
+    pub subject: String,
+    pub message: String,
+    pub class: decide::Class,
 }
 
 #[derive(Debug, Serialize)]
@@ -404,14 +422,33 @@ pub fn run(
         }
     }
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
-    let mut findings = collapse(same_cause(findings));
+    let (findings, not_evaluated) = decide::split_not_evaluated(findings, &policy.require);
+    let (findings, not_used_by_nccl) = match (&c.links, policy.all_ports) {
+        (Some(l), false) => {
+            let devices: Vec<String> = l.devices.iter().map(|d| d.name.clone()).collect();
+            let used = NcclUse::of(&c.nccl);
+            decide::split_not_used(findings, &devices, |d| used.uses(d, l))
+        }
+        _ => (findings, Vec::new()),
+    };
+    let mut findings = decide::merge_causes(collapse(same_cause(findings)));
     rank(&mut findings);
     let counts = Counts {
         fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
         warn: findings.iter().filter(|f| f.severity == Severity::Warn).count(),
         pass: findings.iter().filter(|f| f.severity == Severity::Pass).count(),
+        not_evaluated: not_evaluated.len(),
     };
+    let worst = findings.iter().find(|f| f.severity > Severity::Pass).map(|f| Worst {
+        id: f.id.clone(),
+        subject: f.subject.clone(),
+        message: f.message.clone(),
+        class: decide::class_of(f),
+    });
     let report = CheckReport {
+        worst,
+        not_evaluated,
+        not_used_by_nccl,
         verdict: super::worst(&findings),
         policy: PolicyRef {
             name: policy.name.clone(),
@@ -583,10 +620,44 @@ fn ignored(patterns: &[String], id: &str) -> bool {
     })
 }
 
-/// Fail before warn before pass; policy verdicts before probe findings (they are what the
-/// node was certified against); then as found.
+/// Fail before warn; hardware before configuration before host limits; policy verdicts
+/// before probe findings; then as found ([`decide::rank`]).
 pub fn rank(findings: &mut [Finding]) {
-    findings.sort_by_key(|f| (std::cmp::Reverse(f.severity), !f.id.starts_with("policy.")));
+    decide::rank(findings);
+}
+
+/// Which RDMA devices NCCL would use on this host: none under `NCCL_IB_DISABLE=1`, those
+/// `NCCL_IB_HCA` selects where it is set, every one otherwise.
+struct NcclUse {
+    disabled: bool,
+    hca: Option<crate::nccl::hca::HcaSpec>,
+}
+
+impl NcclUse {
+    fn of(n: &NcclSettings) -> NcclUse {
+        NcclUse {
+            disabled: crate::nccl::gid::nccl_param(n.value("NCCL_IB_DISABLE"), 0) == 1,
+            hca: n
+                .value("NCCL_IB_HCA")
+                .filter(|v| !v.is_empty())
+                .map(crate::nccl::hca::HcaSpec::parse),
+        }
+    }
+
+    /// A device is used when NCCL would use any of its ports.
+    fn uses(&self, dev: &str, l: &LinksReport) -> bool {
+        if self.disabled {
+            return false;
+        }
+        let Some(spec) = &self.hca else { return true };
+        let ports: Vec<u32> = l
+            .devices
+            .iter()
+            .filter(|d| d.name == dev)
+            .flat_map(|d| d.ports.iter().map(|p| p.port))
+            .collect();
+        ports.iter().any(|p| spec.selects(dev, *p))
+    }
 }
 
 fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
@@ -970,27 +1041,29 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                     .unwrap_or_else(|| "NVLink data unavailable".into()),
             ));
         } else {
-            for (a, ga) in t.gpus.iter().enumerate() {
-                for gb in &t.gpus[a + 1..] {
-                    let (Some(i), Some(j)) = (idx(&ga.label), idx(&gb.label)) else {
-                        continue;
-                    };
-                    let cell = t
-                        .matrix
-                        .get(i)
-                        .and_then(|row| row.get(j))
-                        .map(String::as_str)
-                        .unwrap_or("");
-                    let n: u64 = cell.strip_prefix("NV").and_then(|x| x.parse().ok()).unwrap_or(0);
-                    if n < min {
-                        out.push(
-                            violation("gpu.nvlink_min", format!("{}-{}", ga.label, gb.label), format!("{}-{} is {cell}, at least NV{min} expected", ga.label, gb.label))
-                                .evidence("cell", cell)
-                                .evidence("nvlink_min", min)
-                                .fix("an NVLink is down: `nvidia-smi nvlink -s`, check Xid 74/NVLink errors in dmesg, the Fabric Manager service (nv-fabricmanager) and NVSwitch health"),
-                        );
-                    }
-                }
+            // One finding per GPU that lost links, not one per pair it is in.
+            for l in topo::nvlink_by_gpu(t, |n| n < min) {
+                let cells: Vec<String> = l
+                    .pairs
+                    .iter()
+                    .map(|(p, c)| if p.is_empty() { c.clone() } else { format!("{p} {c}") })
+                    .collect();
+                out.push(
+                    violation(
+                        "gpu.nvlink_min",
+                        &l.subject,
+                        format!(
+                            "{} is below NV{min} to {} of its {} GPU peers ({})",
+                            l.subject,
+                            l.pairs.len(),
+                            l.peers,
+                            cells.join(", ")
+                        ),
+                    )
+                    .evidence("low_pairs", cells.join(", "))
+                    .evidence("nvlink_min", min)
+                    .fix(topo::nvlink_fix(&l.subject)),
+                );
             }
         }
     }
@@ -1174,8 +1247,30 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
             out.push(not_evaluated(&key(k), format!("no {layer} ports to judge")));
         }
     }
+    // Ports whose link_layer could not be read may be this layer's: a count that they
+    // could make right is unknown, not wrong.
+    let unlayered: Vec<String> = l
+        .devices
+        .iter()
+        .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+        .filter(|(_, p)| p.link_layer.is_none())
+        .map(|(d, p)| subject(d, p))
+        .collect();
+    let could_be = |want: u64| ports.len() as u64 <= want && want <= (ports.len() + unlayered.len()) as u64;
+    for (k, want) in [("count", r.count), ("count_min", r.count_min)] {
+        let Some(n) = want else { continue };
+        let short = if k == "count" { ports.len() as u64 != n } else { (ports.len() as u64) < n };
+        if short && !unlayered.is_empty() && (could_be(n) || k == "count_min") {
+            out.push(not_evaluated(
+                &key(k),
+                format!("{} found, and the link_layer of {} could not be read", ports.len(), unlayered.join(", ")),
+            ));
+        }
+    }
+    let layer_unknown = !unlayered.is_empty();
     if let Some(n) = r.count
         && ports.len() as u64 != n
+        && !(layer_unknown && could_be(n))
     {
         out.push(
             violation(&key("count"), format!("{layer} ports"), format!("{} {layer} ports found, {n} expected", ports.len()))
@@ -1186,6 +1281,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     }
     if let Some(n) = r.count_min
         && (ports.len() as u64) < n
+        && !layer_unknown
     {
         out.push(
             violation(
@@ -1199,7 +1295,10 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     }
     for (d, p) in &ports {
         let s = subject(d, p);
-        if !r.state.is_empty() {
+        if !r.state.is_empty() && p.state.is_none() {
+            // Unreadable (missing, EACCES) is unknown, never "not ACTIVE".
+            out.push(not_evaluated(&key("state"), format!("{s}: its state could not be read")));
+        } else if !r.state.is_empty() {
             let st = p.state.as_ref().map(|x| x.name.as_str()).unwrap_or("unknown");
             if !r.state.iter().any(|x| x == st) {
                 out.push(
@@ -1318,6 +1417,14 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                 continue;
             }
             for ((d, p), v) in ports.iter().zip(&vals) {
+                if v.is_none() && maj.is_some() {
+                    // A value that could not be read is not a different one.
+                    out.push(not_evaluated(
+                        &key("all_alike"),
+                        format!("{}: its {field} could not be read", subject(d, p)),
+                    ));
+                    continue;
+                }
                 if v != maj {
                     let s = subject(d, p);
                     out.push(

@@ -28,13 +28,32 @@ pub struct CheckArgs {
     /// An earlier snapshot of the same host: counter rates from it to --root (or live).
     #[arg(long, value_name = "SNAPSHOT")]
     pub baseline: Option<PathBuf>,
+    /// A policy key that must be evaluated (repeatable): one that could not be fails the
+    /// check instead of being noted in the verdict line, e.g. --require counters.max_per_hour.
+    #[arg(long, value_name = "SECTION.KEY")]
+    pub require: Vec<String>,
 }
+
+/// The short sample a live check takes on its own when the policy has counter-rate rules
+/// and neither --interval nor --baseline was given.
+const AUTO_SAMPLE_S: f64 = 2.0;
 
 const CHECK_HELP: &str = "\
 Runs every local probe (topo, gids, links, and the host facts: OS, kernel, CPU, memory,
 uptime, load, the locked-memory limit, processes holding /dev/nvidia* or
-/dev/infiniband/uverbs*), judges the policy, and prints one list of findings ranked fail,
-warn, pass (policy verdicts first), each with its evidence and the fix to try.
+/dev/infiniband/uverbs*), judges the policy, and prints one list of causes.
+
+Decisive: one cause is one finding (a cable at HDR on an NDR port breaks rate_min_gbps,
+speed, all_alike and the probe's rate_below_peers; the finding lists the others under
+evidence.also), a GPU that lost NVLinks is one finding, not one per pair. Causes are ranked
+fail before warn, then hardware (links down or downtrained, lanes or NVLinks lost, link
+errors) before configuration before host limits (memlock, device holders); the verdict line
+names the worst (data.worst, with its class). Keys that could not be judged are counted in
+the verdict line, not scored. Only the RDMA devices NCCL would use here are judged
+(NCCL_IB_HCA, NCCL_IB_DISABLE): findings about the others are listed as not used by NCCL
+(data.not_used_by_nccl) unless the policy sets [policy] all_ports = true. A live check whose
+policy judges counter rates samples the counters 2 s apart unless --interval or --baseline
+is given.
 
 EXAMPLES
   fabprobe check                                  every probe's own findings
@@ -46,12 +65,15 @@ EXAMPLES
 
 FINDINGS
   policy.<section>.<key>        fail  the node breaks that policy key (evidence names the values)
-  check.not_evaluated           warn  a policy key could not be judged: its data is missing or
-                                      unreadable (RDMA devices not listable, no port with that
+  (not evaluated)                     a policy key that could not be judged: its data is missing
+                                      or unreadable (RDMA devices not listable, no port with that
                                       counter, /proc entries unreadable for device_holders_max,
                                       ACS unreadable for gdr.ready), or there is nothing to judge
-                                      (no InfiniBand/RoCE port, no GPU); evidence.key names the
-                                      key, evidence.reason why. Never counted as a pass.
+                                      (no InfiniBand/RoCE port, no GPU). Not a finding: said in the
+                                      verdict line and in data.not_evaluated [{key, reason}];
+                                      never counted as a pass or a failure.
+  check.required_not_evaluated  fail  a key named by [policy] require or --require could not be
+                                      judged
   host.device_holders           warn  processes hold GPU/RDMA device files (a crashed job's
                                       leftovers make the next job fail)
   host.device_holders_unknown   warn  some processes' open files could not be read (not root)
@@ -134,6 +156,12 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         super::baseline::ensure_earlier_same_host(&base, b, &host)?;
         sampling.baseline = Some((base, b.display().to_string()));
     }
+    if host.is_live() && sampling.interval.is_none() && sampling.baseline.is_none() && !pol.counters_max_per_hour.is_empty() {
+        g.log(1, format!("the policy judges counter rates: sampling counters twice, {AUTO_SAMPLE_S} s apart"));
+        sampling.interval = Some(Duration::from_secs_f64(AUTO_SAMPLE_S));
+    }
+    let mut pol = pol;
+    pol.require.extend(a.require.iter().cloned());
     let nccl = super::nccl_settings(g, &host);
     let (report, findings) = run::run(&host, &nccl, &pol, &sampling);
     let info = HostInfo::of(&host);

@@ -41,6 +41,7 @@ is not an RDMA port counter: `fabprobe qos --interval` shows it as a share of th
 
 FINDINGS
   links.port_not_active            state not ACTIVE or phys_state not LinkUp (Disabled: warn)
+  links.port_state_unknown         state or phys_state could not be read (warn: unknown, not down)
   links.rate_below_peers           an ACTIVE port slower than the best port of the same HCA model
   links.pcie_downtrained           the HCA's PCIe link below its maximum speed or width
   links.errors_increasing          symbol_error, link_downed (fail), link_error_recovery,
@@ -48,7 +49,11 @@ FINDINGS
   links.retransmissions_increasing local_ack_timeout_err, packet_seq_err, out_of_sequence,
                                    rnr_nak_retry_err, req_transport_retries_exceeded (fail) increased
   links.congestion                 port_xmit_wait grew by more than 10% of port_xmit_data (words)
-  links.counter_saturated          a PMA error counter stuck at its maximum (single sample)
+  links.counter_saturated          a PMA error counter stuck at its maximum across a sample
+  links.errors_since_boot          link_downed, symbol_error, link_error_recovery, port_rcv_errors,
+                                   local_link_integrity_errors or excessive_buffer_overrun_errors
+                                   non-zero or saturated in a single read (warn: since boot, no
+                                   baseline; one finding per port)
   links.verbs_mismatch             libibverbs and sysfs disagree about port 1 (live only)
   links.verbs_missing_device       sysfs lists a device libibverbs does not (live only)
 

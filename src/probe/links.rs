@@ -327,6 +327,63 @@ fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
     }
 }
 
+/// Link error counters read once (no baseline, no interval) that are non-zero: what
+/// happened since the counters were last cleared, usually boot. One warning per port
+/// listing each, saturated ones marked; with a second sample the deltas judge instead.
+const SINCE_BOOT: &[&str] = &[
+    "link_downed",
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+];
+
+fn errors_since_boot(d: &LinkDevice, p: &LinkPort, subject: &str) -> Option<Finding> {
+    let seen: Vec<&Counter> = p
+        .counters
+        .iter()
+        .filter(|c| c.delta.is_none() && SINCE_BOOT.contains(&c.name.as_str()))
+        .filter(|c| c.value.is_some_and(|v| v > 0))
+        .collect();
+    if seen.is_empty() {
+        return None;
+    }
+    let text: Vec<String> = seen
+        .iter()
+        .map(|c| {
+            let v = c.value.unwrap_or(0);
+            if c.saturated {
+                format!("{} {v} (saturated at its {}-bit maximum)", c.name, c.width_bits)
+            } else {
+                format!("{} {v}", c.name)
+            }
+        })
+        .collect();
+    let mut f = Finding::new(
+        "links.errors_since_boot",
+        Severity::Warn,
+        subject,
+        format!(
+            "{} since the counters were last cleared (boot or a reset), no baseline: whether they still grow is unknown",
+            text.join(", ")
+        ),
+    );
+    for c in &seen {
+        f = f.evidence(&c.name, c.value);
+    }
+    let ib = p.link_layer.as_deref() == Some("InfiniBand");
+    Some(f.fix(if ib {
+        format!(
+            "sample again to see if they grow: `fabprobe links --interval 10`; clear them to start over: `perfquery -x -R -C {dev} -P {port}`",
+            dev = d.name,
+            port = p.port
+        )
+    } else {
+        format!("sample again to see if they grow: `fabprobe links --interval 10` ({} port {})", d.name, p.port)
+    }))
+}
+
 pub fn findings(r: &LinksReport) -> Vec<Finding> {
     let mut out = Vec::new();
     // Peer rates: the best ACTIVE rate per (HCA model, link layer).
@@ -389,7 +446,22 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
             let subject = format!("{}/{}", d.name, p.port);
             let state = p.state.as_ref().map(|s| s.name.as_str());
             let phys = p.phys_state.as_ref().map(|s| s.name.as_str());
-            if state != Some("ACTIVE") || phys != Some("LinkUp") {
+            if p.state.is_none() || p.phys_state.is_none() {
+                // Unreadable is unknown, not down: say what could not be read, blame nothing.
+                out.push(
+                    Finding::new(
+                        "links.port_state_unknown",
+                        Severity::Warn,
+                        &subject,
+                        format!(
+                            "port state could not be read ({} / {}): whether it carries traffic is unknown",
+                            p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("state unreadable".into()),
+                            p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("phys_state unreadable".into())
+                        ),
+                    )
+                    .fix(format!("read it as root: `cat /sys/class/infiniband/{}/ports/{}/state`, `ibstat {} {}`", d.name, p.port, d.name, p.port)),
+                );
+            } else if state != Some("ACTIVE") || phys != Some("LinkUp") {
                 let disabled = phys == Some("Disabled");
                 out.push(
                     Finding::new(
@@ -444,8 +516,13 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                     );
                 }
             }
+            if let Some(f) = errors_since_boot(d, p, &subject) {
+                out.push(f);
+            }
             for c in &p.counters {
-                if c.saturated && c.delta.is_none() && LINK_ERRORS.contains(&c.name.as_str()) {
+                // Without a second sample, a saturated counter is reported with the others
+                // by `errors_since_boot`.
+                if c.saturated && c.delta.is_some() && LINK_ERRORS.contains(&c.name.as_str()) {
                     out.push(
                         Finding::new(
                             "links.counter_saturated",

@@ -777,6 +777,7 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
             }
         }
     }
+    out.extend(nvlink_findings(r));
     let ng = r.gpus.len();
     if !r.nics.is_empty() {
         for (i, g) in r.gpus.iter().enumerate() {
@@ -1167,6 +1168,128 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
     };
     finish(&mut r);
     r
+}
+
+
+/// One GPU's NVLink pairs below a bar, as [`nvlink_by_gpu`] attributes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LowLinks {
+    /// The GPU the low pairs are blamed on (`GPU5`); for a pair that cannot be attributed
+    /// (both ends low equally often), both labels joined (`GPU0-GPU1`).
+    pub subject: String,
+    /// (peer label, cell) of each low pair.
+    pub pairs: Vec<(String, String)>,
+    /// How many GPU peers the subject has in the matrix.
+    pub peers: usize,
+}
+
+/// The GPU-GPU NVLink count of a cell (`NV12` -> 12, anything else 0).
+fn nv_count(cell: &str) -> u64 {
+    cell.strip_prefix("NV").and_then(|x| x.parse().ok()).unwrap_or(0)
+}
+
+/// GPU-GPU pairs whose NVLink count `is_low`, grouped by the GPU to blame: a GPU that lost
+/// links is low to every peer, so each low pair goes to whichever end is in more low pairs
+/// (one finding per GPU, not per pair). Pure.
+pub fn nvlink_by_gpu(r: &TopoReport, is_low: impl Fn(u64) -> bool) -> Vec<LowLinks> {
+    let ng = r.gpus.len();
+    let cell = |i: usize, j: usize| r.matrix.get(i).and_then(|row| row.get(j)).map(String::as_str);
+    let mut low: Vec<(usize, usize, String)> = Vec::new();
+    for i in 0..ng {
+        for j in i + 1..ng {
+            if let Some(c) = cell(i, j).filter(|c| is_low(nv_count(c))) {
+                low.push((i, j, c.to_string()));
+            }
+        }
+    }
+    let mut times = vec![0usize; ng];
+    for (i, j, _) in &low {
+        times[*i] += 1;
+        times[*j] += 1;
+    }
+    let label = |i: usize| r.gpus[i].label.clone();
+    let mut out: Vec<LowLinks> = Vec::new();
+    for (i, j, c) in low {
+        let (subject, peer) = match times[i].cmp(&times[j]) {
+            std::cmp::Ordering::Greater => (label(i), label(j)),
+            std::cmp::Ordering::Less => (label(j), label(i)),
+            std::cmp::Ordering::Equal => (format!("{}-{}", label(i), label(j)), String::new()),
+        };
+        match out.iter_mut().find(|l| l.subject == subject) {
+            Some(l) => l.pairs.push((peer, c)),
+            None => out.push(LowLinks {
+                peers: if peer.is_empty() { 1 } else { ng - 1 },
+                subject,
+                pairs: vec![(peer, c)],
+            }),
+        }
+    }
+    out
+}
+
+/// The NVLink count most GPU pairs of this host have, where NVLink facts exist and at
+/// least three pairs agree on one non-zero count.
+pub fn nvlink_majority(r: &TopoReport) -> Option<u64> {
+    if !r.nvlink_available {
+        return None;
+    }
+    let ng = r.gpus.len();
+    let mut counts: std::collections::BTreeMap<u64, usize> = Default::default();
+    for i in 0..ng {
+        for j in i + 1..ng {
+            if let Some(c) = r.matrix.get(i).and_then(|row| row.get(j)) {
+                *counts.entry(nv_count(c)).or_default() += 1;
+            }
+        }
+    }
+    let pairs: usize = counts.values().sum();
+    let (n, k) = counts.into_iter().max_by_key(|(n, k)| (*k, *n))?;
+    (n > 0 && k >= 3 && 2 * k > pairs).then_some(n)
+}
+
+/// A GPU with fewer NVLinks to its peers than the host's majority pair has lost links:
+/// one fail per GPU, however many pairs show it.
+fn nvlink_findings(r: &TopoReport) -> Vec<Finding> {
+    let Some(majority) = nvlink_majority(r) else {
+        return Vec::new();
+    };
+    nvlink_by_gpu(r, |n| n < majority)
+        .into_iter()
+        .map(|l| {
+            let cells: Vec<String> = l
+                .pairs
+                .iter()
+                .map(|(p, c)| if p.is_empty() { c.clone() } else { format!("{p} {c}") })
+                .collect();
+            let lowest = l.pairs.iter().map(|(_, c)| nv_count(c)).min().unwrap_or(0);
+            Finding::new(
+                "topo.nvlink_below_majority",
+                Severity::Fail,
+                &l.subject,
+                format!(
+                    "{} has NV{lowest} or fewer to {} of its {} GPU peers, where this host's GPU pairs have NV{majority}: NVLinks are down",
+                    l.subject,
+                    l.pairs.len(),
+                    l.peers
+                ),
+            )
+            .evidence("majority_nvlinks", majority)
+            .evidence("low_pairs", cells.join(", "))
+            .fix(nvlink_fix(&l.subject))
+        })
+        .collect()
+}
+
+/// What a person runs for a GPU whose NVLinks are down (`GPU5` -> `nvidia-smi nvlink -s -i 5`).
+pub fn nvlink_fix(subject: &str) -> String {
+    let idx = subject.strip_prefix("GPU").filter(|i| i.chars().all(|c| c.is_ascii_digit()));
+    let status = match idx {
+        Some(i) => format!("`nvidia-smi nvlink -s -i {i}` and `nvidia-smi nvlink -e -i {i}`"),
+        None => "`nvidia-smi nvlink -s`".to_string(),
+    };
+    format!(
+        "{status}; look for Xid 74/79 and NVLink errors in `dmesg`; on NVSwitch systems check `systemctl status nvidia-fabricmanager`; a link that stays down after a reboot needs the GPU baseboard serviced"
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,364 @@
+//! Decisive verdicts: what `check` does with the findings once every rule has spoken.
+//! One cause is one finding (the rules it breaks listed in it), causes are ranked
+//! (hardware state, then configuration, then host limits), what could not be evaluated is
+//! said beside the verdict instead of scored as a warning, and ports NCCL would not use
+//! here are listed, not judged, unless the policy asks for every port. Pure functions.
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Finding, Severity};
+
+/// What kind of cause a finding is, in the order a person should act on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// Broken or degraded hardware: a link down or downtrained, lanes or NVLinks lost,
+    /// errors on a cable.
+    Hardware,
+    /// How the node or the job is set up: NCCL variables, GID index, PFC/ECN, GDR modules.
+    Configuration,
+    /// The host's own limits and leftovers: memlock, device holders, CPU and memory size.
+    HostLimit,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Hardware => "hardware",
+            Class::Configuration => "configuration",
+            Class::HostLimit => "host_limit",
+        }
+    }
+}
+
+/// Port and GPU rules whose failure means the hardware is degraded.
+const HARDWARE_KEYS: &[&str] = &[
+    "state",
+    "rate_min_gbps",
+    "width",
+    "speed",
+    "pcie_gen_min",
+    "pcie_width_min",
+    "count",
+    "count_min",
+    "nvlink_min",
+    "max_per_hour",
+];
+
+/// The class of a finding, from its id (and, for `all_alike`, the field it compares).
+pub fn class_of(f: &Finding) -> Class {
+    let id = f.id.as_str();
+    if id.starts_with("host.") || id.starts_with("policy.host.") {
+        return Class::HostLimit;
+    }
+    if let Some(rest) = id.strip_prefix("policy.") {
+        let key = rest.rsplit('.').next().unwrap_or("");
+        let field = f.evidence.get("field").and_then(|v| v.as_str());
+        let hw = HARDWARE_KEYS.contains(&key)
+            || (key == "all_alike" && field.is_some_and(|x| x != "fw_ver" && x != "hca_type"));
+        return if hw { Class::Hardware } else { Class::Configuration };
+    }
+    let hardware = [
+        "topo.pcie_width_degraded",
+        "topo.pcie_speed_degraded",
+        "topo.nvlink_below_majority",
+        "links.pcie_downtrained",
+        "links.port_not_active",
+        "links.rate_below_peers",
+        "links.errors_increasing",
+        "links.errors_since_boot",
+        "links.counter_saturated",
+        "qos.pause_storm",
+    ];
+    if hardware.contains(&id) {
+        Class::Hardware
+    } else {
+        Class::Configuration
+    }
+}
+
+/// The cause a finding speaks of, and the device it concerns: findings with the same
+/// (topic, device) are one cause. `None`: a finding of its own.
+fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
+    let id = f.id.as_str();
+    let key = id.rsplit('.').next().unwrap_or("");
+    let field = f.evidence.get("field").and_then(|v| v.as_str());
+    let topic = match id {
+        "links.rate_below_peers" => "port_speed",
+        "links.port_not_active" => "port_state",
+        "host.memlock_limited" => "memlock",
+        "host.device_holders" => "holders",
+        "topo.nvlink_below_majority" => "nvlink",
+        "links.errors_since_boot" | "links.errors_increasing" | "links.counter_saturated" => "link_errors",
+        _ if !id.starts_with("policy.") => return None,
+        _ => match key {
+            "rate_min_gbps" | "speed" | "width" => "port_speed",
+            "all_alike" if field == Some("rate") => "port_speed",
+            "state" => "port_state",
+            "memlock_unlimited" | "memlock_min_bytes" => "memlock",
+            "device_holders_max" => "holders",
+            "nvlink_min" => "nvlink",
+            _ => return None,
+        },
+    };
+    Some((topic, f.subject.clone()))
+}
+
+/// One cause, one finding: findings about the same device and the same cause become the
+/// worst of them (a policy verdict before a probe's at equal severity), which lists the
+/// others under `also` (`id (subject): message`). Order is kept otherwise.
+pub fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
+    let keys: Vec<Option<(&'static str, String)>> = findings.iter().map(cause_of).collect();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let found = k.as_ref().and_then(|k| {
+            groups
+                .iter_mut()
+                .find(|g| keys[g[0]].as_ref() == Some(k))
+        });
+        match found {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
+    let mut out = Vec::new();
+    for g in groups {
+        let lead = *g
+            .iter()
+            .max_by_key(|i| {
+                let f = slots[**i].as_ref().expect("each index is in one group");
+                (f.severity, f.id.starts_with("policy."), std::cmp::Reverse(**i))
+            })
+            .expect("groups are not empty");
+        let mut primary = slots[lead].take().expect("taken once");
+        let mut also: Vec<String> = Vec::new();
+        for i in g.into_iter().filter(|i| *i != lead) {
+            let o = slots[i].take().expect("taken once");
+            also.push(format!("{} ({}): {}", o.id, o.subject, o.message));
+            if primary.fix.is_none() {
+                primary.fix = o.fix;
+            }
+        }
+        if !also.is_empty() {
+            primary.evidence.insert("also".into(), json!(also));
+        }
+        out.push(primary);
+    }
+    out
+}
+
+/// Fail before warn before pass; hardware before configuration before host limits; policy
+/// verdicts before probe findings (they are what the node is certified against); then as
+/// found.
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by_key(|f| {
+        (
+            std::cmp::Reverse(f.severity),
+            class_of(f),
+            !f.id.starts_with("policy."),
+        )
+    });
+}
+
+/// A policy key that could not be judged, and why. Said in the verdict line, not scored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotEvaluated {
+    pub key: String,
+    pub reason: String,
+}
+
+/// Take the `check.not_evaluated` findings out of the verdict. A key the policy requires
+/// (`[policy] require`, `--require`) that could not be judged fails instead.
+pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
+    let mut kept = Vec::new();
+    let mut notes: Vec<NotEvaluated> = Vec::new();
+    for f in findings {
+        if f.id != "check.not_evaluated" {
+            kept.push(f);
+            continue;
+        }
+        let key = f.subject.clone();
+        let reason = f
+            .evidence
+            .get("reason")
+            .and_then(|v| v.as_str())
+            .unwrap_or(&f.message)
+            .to_string();
+        if require.iter().any(|r| r == &key) {
+            kept.push(
+                Finding::new(
+                    "check.required_not_evaluated",
+                    Severity::Fail,
+                    &key,
+                    format!("{key} is required by the policy and could not be evaluated: {reason}"),
+                )
+                .evidence("key", key.as_str())
+                .evidence("reason", reason.as_str()),
+            );
+        }
+        if !notes.iter().any(|n| n.key == key && n.reason == reason) {
+            notes.push(NotEvaluated { key, reason });
+        }
+    }
+    (kept, notes)
+}
+
+/// A finding left out of the verdict because it concerns only devices NCCL would not use.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotUsed {
+    pub id: String,
+    pub subject: String,
+    pub severity: Severity,
+}
+
+/// The RDMA devices a finding's subject names (`mlx5_6/1`, `eth0 (mlx5_8 port 1)`,
+/// `NIC3 (mlx5_3) 0000:58:00.0`), among the host's `devices`.
+pub fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
+    let tokens: Vec<&str> = subject
+        .split(|c: char| c.is_whitespace() || matches!(c, '/' | '(' | ')' | ',' | ':'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    devices
+        .iter()
+        .filter(|d| tokens.contains(&d.as_str()))
+        .map(String::as_str)
+        .collect()
+}
+
+/// Split off the findings that name only RDMA devices NCCL would not use (`used` says
+/// which do). Findings that name no RDMA device, or a used one, stay.
+pub fn split_not_used(
+    findings: Vec<Finding>,
+    devices: &[String],
+    used: impl Fn(&str) -> bool,
+) -> (Vec<Finding>, Vec<NotUsed>) {
+    let mut kept = Vec::new();
+    let mut gone = Vec::new();
+    for f in findings {
+        let named = devices_named(&f.subject, devices);
+        if !named.is_empty() && named.iter().all(|d| !used(d)) {
+            gone.push(NotUsed {
+                id: f.id.clone(),
+                subject: f.subject.clone(),
+                severity: f.severity,
+            });
+        } else {
+            kept.push(f);
+        }
+    }
+    (kept, gone)
+}
+
+/// The verdict line's words after the severity: the counts, the worst cause and what was
+/// not evaluated (`1 fail, 2 warn; worst: GPU5 ...; 1 not evaluated: counters.max_per_hour
+/// (counter rates need two samples)`).
+pub fn summary(findings: &[Finding], not_evaluated: &[NotEvaluated]) -> String {
+    let fail = findings.iter().filter(|f| f.severity == Severity::Fail).count();
+    let warn = findings.iter().filter(|f| f.severity == Severity::Warn).count();
+    let mut s = format!("{fail} fail, {warn} warn");
+    if let Some(w) = findings.iter().find(|f| f.severity > Severity::Pass) {
+        s.push_str(&format!("; worst: {} {}: {}", w.id, w.subject, w.message));
+    }
+    if !not_evaluated.is_empty() {
+        let what: Vec<String> = not_evaluated
+            .iter()
+            .map(|n| format!("{} ({})", n.key, n.reason))
+            .collect();
+        s.push_str(&format!("; {} not evaluated: {}", not_evaluated.len(), what.join("; ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(id: &str, sev: Severity, subject: &str) -> Finding {
+        Finding::new(id, sev, subject, format!("{id} on {subject}"))
+    }
+
+    #[test]
+    fn one_cable_is_one_finding_that_lists_every_rule() {
+        let v = vec![
+            f("policy.ib.rate_min_gbps", Severity::Fail, "mlx5_6/1"),
+            f("policy.ib.speed", Severity::Fail, "mlx5_6/1"),
+            f("policy.ib.all_alike", Severity::Fail, "mlx5_6/1").evidence("field", "rate"),
+            f("policy.ib.all_alike", Severity::Fail, "mlx5_6/1").evidence("field", "fw_ver"),
+            f("links.rate_below_peers", Severity::Fail, "mlx5_6/1"),
+            f("links.rate_below_peers", Severity::Fail, "mlx5_7/1"),
+        ];
+        let m = merge_causes(v);
+        assert_eq!(m.len(), 3, "{m:#?}");
+        assert_eq!(m[0].id, "policy.ib.rate_min_gbps");
+        assert_eq!(m[0].evidence["also"].as_array().unwrap().len(), 3);
+        assert_eq!(m[1].evidence.get("field").unwrap(), "fw_ver", "firmware is its own cause");
+        assert_eq!(m[2].subject, "mlx5_7/1");
+    }
+
+    #[test]
+    fn the_worse_finding_leads_and_a_policy_one_at_equal_severity() {
+        let v = vec![
+            f("host.memlock_limited", Severity::Warn, "host"),
+            f("policy.host.memlock_unlimited", Severity::Fail, "host"),
+            f("host.device_holders", Severity::Warn, "host"),
+            f("policy.host.device_holders_max", Severity::Fail, "host"),
+        ];
+        let m = merge_causes(v);
+        let ids: Vec<&str> = m.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, ["policy.host.memlock_unlimited", "policy.host.device_holders_max"]);
+    }
+
+    #[test]
+    fn hardware_ranks_before_configuration_before_host_limits() {
+        let mut v = vec![
+            f("policy.host.memlock_unlimited", Severity::Fail, "host"),
+            f("policy.roce.trust", Severity::Fail, "mlx5_8/1"),
+            f("policy.gpu.nvlink_min", Severity::Fail, "GPU5"),
+            f("topo.numa_node_unknown", Severity::Warn, "GPU0"),
+            f("links.port_not_active", Severity::Fail, "mlx5_1/1"),
+        ];
+        rank(&mut v);
+        let ids: Vec<&str> = v.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "policy.gpu.nvlink_min",
+                "links.port_not_active",
+                "policy.roce.trust",
+                "policy.host.memlock_unlimited",
+                "topo.numa_node_unknown"
+            ]
+        );
+    }
+
+    #[test]
+    fn not_evaluated_is_said_not_scored_unless_required() {
+        let ne = Finding::new("check.not_evaluated", Severity::Warn, "counters.max_per_hour", "x")
+            .evidence("reason", "counter rates need two samples");
+        let (kept, notes) = split_not_evaluated(vec![ne.clone()], &[]);
+        assert!(kept.is_empty());
+        assert_eq!(notes[0].key, "counters.max_per_hour");
+        let (kept, _) = split_not_evaluated(vec![ne], &["counters.max_per_hour".to_string()]);
+        assert_eq!(kept[0].id, "check.required_not_evaluated");
+        assert_eq!(kept[0].severity, Severity::Fail);
+    }
+
+    #[test]
+    fn findings_about_unused_devices_only_are_set_aside() {
+        let devs: Vec<String> = ["mlx5_0", "mlx5_8", "mlx5_9", "mlx5_10"].map(String::from).to_vec();
+        let v = vec![
+            f("qos.roce_priority_not_lossless", Severity::Warn, "eth0 (mlx5_8 port 1), eth1 (mlx5_9 port 1)"),
+            f("links.port_not_active", Severity::Fail, "mlx5_0/1"),
+            f("host.memlock_limited", Severity::Warn, "host"),
+            f("gdr.off_distance", Severity::Warn, "GPU0-mlx5_10"),
+        ];
+        let used = |d: &str| d == "mlx5_0" || d == "mlx5_1";
+        let (kept, gone) = split_not_used(v, &devs, used);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(gone.len(), 2);
+        assert_eq!(devices_named("NIC3 (mlx5_10) 0000:58:00.0", &devs), ["mlx5_10"]);
+        assert!(devices_named("mlx5_1/1", &devs).is_empty(), "mlx5_1 is not mlx5_10");
+    }
+}
