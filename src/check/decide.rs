@@ -220,9 +220,11 @@ pub fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
         .split(|c: char| c.is_whitespace() || matches!(c, '/' | '(' | ')' | ',' | ':'))
         .filter(|t| !t.is_empty())
         .collect();
+    // A pair (`GPU0-mlx5_10`) names both ends; a name with a dash of its own still matches whole.
+    let named = |d: &str| tokens.iter().any(|t| *t == d || t.split('-').any(|part| part == d));
     devices
         .iter()
-        .filter(|d| tokens.contains(&d.as_str()))
+        .filter(|d| named(d))
         .map(String::as_str)
         .collect()
 }
