@@ -13,10 +13,10 @@ use std::time::Duration;
 use lab::slurm::{NODES, SlurmLab, edit_json};
 use lab::text;
 
-/// The one fact that fails node2: RLIMIT_MEMLOCK 8 MiB instead of unlimited.
+/// node2 has two faults: RLIMIT_MEMLOCK 8 MiB instead of unlimited (a host limit) and GPU5
+/// with 6 of its 18 NVLinks down (hardware): it is drained for the NVLinks, the worse cause.
 const BAD: &str = "node2";
-const MEMLOCK_REASON: &str =
-    "policy.host.memlock_unlimited host: locked-memory limit is 8 MiB, not unlimited";
+const WORST_REASON: &str = "policy.gpu.nvlink_min GPU5: GPU5 is below NV18 to 7 of its 7 GPU peers";
 
 /// `Reason=` of `scontrol show node NODE` (the rest of its line), if any.
 fn reason_of(lab: &SlurmLab, node: &str) -> Option<String> {
@@ -40,6 +40,13 @@ fn slurm_launches_ring_and_check_and_drains_only_the_failing_node() {
     };
     edit_json(&lab.path(&format!("roots/{BAD}/fabprobe/facts.json")), |v| {
         v["memlock"] = serde_json::json!({"soft": {"bytes": 8388608}, "hard": {"bytes": 8388608}});
+    });
+    edit_json(&lab.path(&format!("roots/{BAD}/fabprobe/nvml.json")), |v| {
+        for l in v["gpus"][5]["nvlinks"].as_array_mut().expect("nvlinks") {
+            if l["link"].as_u64().is_some_and(|n| n >= 12) {
+                l["active"] = serde_json::json!(false);
+            }
+        }
     });
     ring_under_srun(&lab);
     sweep_drain_lines_run_by_scontrol(&lab);
@@ -129,7 +136,7 @@ fn sweep_drain_lines_run_by_scontrol(lab: &SlurmLab) {
     assert_eq!(drains.len(), 1, "{out}");
     assert!(
         drains[0].starts_with(&format!(
-            "scontrol update NodeName={BAD} State=DRAIN Reason=\"fabprobe: policy.host.memlock_unlimited"
+            "scontrol update NodeName={BAD} State=DRAIN Reason=\"fabprobe: policy.gpu.nvlink_min GPU5"
         )),
         "{out}"
     );
@@ -144,7 +151,7 @@ fn sweep_drain_lines_run_by_scontrol(lab: &SlurmLab) {
     assert_eq!(state(lab, BAD), "drained", "{}", lab.show_node(BAD));
     let reason = reason_of(lab, BAD).unwrap();
     assert!(
-        reason.starts_with("fabprobe: policy.host.memlock_unlimited host"),
+        reason.starts_with("fabprobe: policy.gpu.nvlink_min GPU5"),
         "{reason}"
     );
     for n in ["node0", "node1", "node3"] {
@@ -168,16 +175,30 @@ fn health_check_program_drains_the_failing_node(lab: &SlurmLab) {
         before.iter().all(|&n| n >= 1),
         "slurmd ran the health check at start: {before:?}"
     );
+    // A misspelled policy name in the health check's configuration, the same on every node:
+    // two runs on every node later, nothing is drained.
+    std::fs::write(lab.path("hc/policy"), "dgx-h10").unwrap();
     std::fs::write(lab.path("hc/armed"), "").unwrap();
+    let armed: Vec<usize> = (0..NODES)
+        .map(|i| lab.health_check_runs(&format!("node{i}")))
+        .collect();
+    lab.wait_for("two armed health checks with the typo", Duration::from_secs(20), |l| {
+        (0..NODES)
+            .all(|i| l.health_check_runs(&format!("node{i}")) >= armed[i] + 2)
+            .then_some(())
+    });
+    let idle: Vec<(String, String)> = (0..NODES).map(|i| (format!("node{i}"), "idle".to_string())).collect();
+    assert_eq!(lab.node_states(), idle, "a configuration error drains no node");
+    std::fs::remove_file(lab.path("hc/policy")).unwrap();
     let reason = lab.wait_for("drain by the health check", Duration::from_secs(20), |l| {
         reason_of(l, BAD).filter(|r| r.starts_with("fabprobe dgx-h100:"))
     });
     assert!(
-        reason.starts_with(&format!("fabprobe dgx-h100: {MEMLOCK_REASON} [root@")),
+        reason.starts_with(&format!("fabprobe dgx-h100: {WORST_REASON}")),
         "{reason}"
     );
     let sinfo = text(&lab.client(&["sinfo", "-R", "-h", "-o", "%n|%E"]).stdout);
-    assert_eq!(sinfo.trim(), format!("{BAD}|fabprobe dgx-h100: {MEMLOCK_REASON}"));
+    assert!(sinfo.trim().starts_with(&format!("{BAD}|fabprobe dgx-h100: {WORST_REASON}")), "{sinfo}");
     lab.wait_for(
         "two more health checks on every node",
         Duration::from_secs(20),

@@ -224,13 +224,14 @@ impl SlurmLab {
         )
         .unwrap();
         // What an admin puts around the drop-in: slurmd runs it with almost no environment.
-        // Until the test arms it (`hc/armed`), it only counts its runs.
+        // Until the test arms it (`hc/armed`), it only counts its runs; `hc/policy`, where
+        // written, replaces the policy name (a typo in the admin's configuration).
         let dropin = Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/slurm/fabprobe-healthcheck");
         write_exec(
             &self.path("bin/healthcheck"),
             &format!(
                 "#!/bin/sh\nexport SLURM_CONF={conf} PATH=/usr/sbin:/usr/bin:/sbin:/bin\n\
-                 export FABPROBE={BIN} FABPROBE_POLICY=dgx-h100 FABPROBE_ARGS=\"--root {d}/roots/$SLURMD_NODENAME\"\n\
+                 export FABPROBE={BIN} FABPROBE_POLICY=$(cat {d}/hc/policy 2>/dev/null || echo dgx-h100) FABPROBE_ARGS=\"--root {d}/roots/$SLURMD_NODENAME\"\n\
                  [ -e {d}/hc/armed ] && {dropin}\n\
                  echo ran >> {d}/hc/$SLURMD_NODENAME.runs\n",
                 conf = self.conf.display(),
