@@ -53,6 +53,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l policy -d 'T
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy -d 'Print the named built-in policy\'s TOML (to copy and edit) and exit' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l interval -d 'Sample the port counters twice, SECONDS apart, so counter rates can be judged (live)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 'An earlier snapshot of the same host: counter rates from it to --root (or live)' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l require -d 'A policy key that must be evaluated (repeatable): one that could not be fails the check instead of being noted in the verdict line, e.g. --require counters.max_per_hour' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
