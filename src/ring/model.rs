@@ -253,6 +253,9 @@ pub enum VerdictKind {
     /// crashed, or its network link cut; not a stopped process (whose kernel still answers).
     RankUnreachable,
     CoordinatorLost,
+    /// Rank 0's own process did not run (stopped, starved of CPU) past the ranks' silence
+    /// deadline: what the ranks reported after it is its consequence ([`crate::ring::lag`]).
+    CoordinatorStalled,
     /// A data link's queue pair completed a work request in error (RDMA): the status names
     /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
     LinkError,
