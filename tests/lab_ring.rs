@@ -707,7 +707,6 @@ fn a_stopped_coordinator_names_its_own_stall_and_no_rank() {
     assert!(v["evidence"]["cpu_wait_ms"].is_u64(), "{v}");
     assert_eq!(v["from_rank"], 0, "{v}");
     assert!(v["to_rank"].is_null(), "{v}");
-    eprintln!("rank 0 said: {m}\nnext: {}", v["next"]);
     let error = d["error"].as_str().unwrap_or_default();
     for word in ["RANK LOST", "RANK STALLED", "HANG ", "rank 1", "rank 2", "rank 3"] {
         assert!(!error.contains(word) && !m.contains(word), "{word}: {out}");

@@ -3404,7 +3404,7 @@ mod tests {
             unreachable!()
         });
         let rep = coord.join().unwrap();
-        assert_eq!(STALLS.load(Ordering::Relaxed), 1, "the loop never stalled");
+        assert!(STALLS.load(Ordering::Relaxed) >= 1, "the loop never stalled");
         for (r, why) in ranks.iter().enumerate() {
             assert!(why.contains("COORDINATOR LOST"), "rank {r}: {why}");
         }
