@@ -883,6 +883,7 @@ fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
                     bytes_sent: 0,
                     since_progress_ms: 0,
                     progress: 1,
+                    cpu: None,
                 };
                 send_nb(s, &mut pend[i], &frame(&Msg::Heartbeat(w)));
             }
@@ -939,6 +940,7 @@ fn beat(conns: &mut [(u32, TcpStream)], sim: &Sim, stalled: u32, row: &AtomicU64
                     bytes_sent: 0,
                     since_progress_ms: 0,
                     progress,
+                    cpu: None,
                 };
                 out.extend(frame(&Msg::Heartbeat(w)));
             }

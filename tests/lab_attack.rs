@@ -141,6 +141,7 @@ fn attack_garbage(lab: &Lab, from: usize, target: SocketAddr) -> Vec<Vec<u8>> {
             bytes_sent: 0,
             since_progress_ms: 999_999,
             progress: 0,
+            cpu: None,
         })),
     ];
     let replies = Arc::new(Mutex::new(Vec::new()));

@@ -648,3 +648,67 @@ fn a_control_connection_reset_before_the_table_is_joined_again() {
 fn a_half_open_control_connection_does_not_refuse_the_rank_that_joins_again() {
     reset_before_the_table("reset_half_open", true);
 }
+
+/// Issue 30: rank 0 (the coordinator) stopped past the silence deadline blames nobody. The
+/// other ranks rightly end with COORDINATOR LOST (their deadline, not a sleep here, is what
+/// holds rank 0 stopped that long); once rank 0 runs again its report names its own stall
+/// (the loop's lag, with the CPU figures) and no rank as lost, stalled or hung.
+#[test]
+fn a_stopped_coordinator_names_its_own_stall_and_no_rank() {
+    let Some(lab) = Lab::new(
+        "coordinator_stall",
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let extra = [
+        "--no-scan",
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "-n",
+        "1000",
+        "--timeout",
+        "3",
+        "--format",
+        "json",
+    ];
+    let ids = lab.spawn_ring(0..4, 4, "stall", &extra);
+    lab.wait_data_flowing(0..4, Duration::from_secs(20));
+    lab.signal(ids[0], Signal::SIGSTOP);
+    for (r, &id) in ids.iter().enumerate().skip(1) {
+        // Silence 3 s, the watchdog's grace, process exit; a loaded machine's margin.
+        let (o, _) = lab.wait(id, Duration::from_secs(3 + 4 + 5));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {err}");
+        assert!(err.contains("COORDINATOR LOST"), "rank {r}: {err}");
+    }
+    lab.signal(ids[0], Signal::SIGCONT);
+    let (o0, _) = lab.wait(ids[0], Duration::from_secs(3 + 4 + 5));
+    let out = format!("{}\n{}", text(&o0.stdout), text(&o0.stderr));
+    assert_eq!(o0.status.code(), Some(1), "{out}");
+    let d = json(&o0.stdout)["data"].clone();
+    let vs = d["verdicts"].as_array().unwrap();
+    let kinds: Vec<&str> = vs.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["coordinator_stalled"], "{out}");
+    let v = &vs[0];
+    let m = v["message"].as_str().unwrap();
+    assert!(
+        m.starts_with("COORDINATOR STALLED rank 0 (node-a): its process did not run for "),
+        "{m}"
+    );
+    // The stall is at least the ranks' 3 s deadline (they gave up during it).
+    let lag = v["evidence"]["lag_ms"].as_u64().unwrap();
+    assert!(lag >= 3000, "{v}");
+    assert!(v["evidence"]["cpu_wait_ms"].is_u64(), "{v}");
+    assert_eq!(v["from_rank"], 0, "{v}");
+    assert!(v["to_rank"].is_null(), "{v}");
+    let error = d["error"].as_str().unwrap_or_default();
+    for word in ["RANK LOST", "RANK STALLED", "HANG ", "rank 1", "rank 2", "rank 3"] {
+        assert!(!error.contains(word) && !m.contains(word), "{word}: {out}");
+    }
+}

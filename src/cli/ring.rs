@@ -172,7 +172,13 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. Over rdma, a work request
+  If rank 0 dies, every other rank exits with coordinator_lost. If rank 0's own process
+  stops or starves (its event loop comes round half the silence deadline or more later than
+  it asked; schedstat says whether it ran, waited for a CPU or was not runnable), every rank
+  gets a fresh silence deadline from then, and a failure seen within it is
+  coordinator_stalled: rank 0's own, naming no other rank (they end with coordinator_lost).
+  Heartbeats carry each rank's CPU wait: a rank that waited for a CPU half the time while a
+  wait past the deadline involves it is rank_stalled (starved of CPU), not a hang_link. Over rdma, a work request
   that completes in error is a link_error naming the link, the status and its meaning (12
   retry exceeded: the peer is unreachable on the fabric; 13 RNR retry exceeded; 4 local
   protection; 10 remote access) and the vendor syndrome; a flush (status 5) is the knock-on
@@ -248,13 +254,16 @@ JSON DATA (fabprobe.ring)
   most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             rank_unreachable|coordinator_lost|link_error|rail_missing, from_rank, to_rank, from_host, to_host
+             rank_unreachable|coordinator_lost|coordinator_stalled|link_error|rail_missing, from_rank,
+             to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
              was runnable but waited for a CPU, from schedstat; not with --local); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
-             unacked_ms, pid; status, status_name, vendor_err, seen_by_rank, device, operation,
+             unacked_ms, pid; cpu_wait_ms, cpu_window_ms (a starved rank); lag_ms, asked_ms,
+             window_ms, on_cpu_ms, cpu_wait_ms, not_runnable_ms, silence_ms (coordinator_stalled);
+             status, status_name, vendor_err, seen_by_rank, device, operation,
              reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},

@@ -20,6 +20,7 @@ use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
 use crate::ring::diagnosis::watchdog::local_work_allowance_ms;
 use crate::ring::gate::{self, BUSY, Incoming};
+use crate::ring::lag::{self, LagClock, Stall};
 use crate::ring::model::{
     CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable, shown,
 };
@@ -213,6 +214,8 @@ pub struct LoopStats {
     pub ping_time: Duration,
     /// The longest stretch between two polls (how late a heartbeat can be read).
     pub busy_max: Duration,
+    /// The most the loop came round later than the poll timeout it asked for ([`lag`]).
+    pub lag_max: Duration,
     /// From the end of the run (a verdict, or every result) to the last message written.
     pub finish_time: Duration,
 }
@@ -276,6 +279,9 @@ pub struct CoordinatorReport {
     pub rejected_listed: usize,
     pub rejected_unlisted: u64,
     pub stats: LoopStats,
+    /// The longest stall of the coordinator's own loop, past [`lag::threshold`] of the
+    /// silence deadline (its process stopped or starved), if there was one.
+    pub own_stall: Option<Stall>,
 }
 
 impl CoordinatorReport {
@@ -510,6 +516,8 @@ pub struct Limits {
     /// before it handles what it read, as a coordinator on a loaded machine that gets no
     /// CPU for a while.
     pub loop_stall: Option<fn(&[Happening]) -> Duration>,
+    /// Tests only (None: the loop thread's schedstat): the CPU times the lag clock reads.
+    pub cpu_reader: Option<lag::CpuReader>,
 }
 
 impl Default for Limits {
@@ -522,6 +530,7 @@ impl Default for Limits {
             sndbuf: None,
             events: None,
             loop_stall: None,
+            cpu_reader: None,
         }
     }
 }
@@ -862,6 +871,11 @@ struct Serve<'a> {
     scan: Option<Box<dyn ScanDriver>>,
     /// Every rank's table has gone out (see `CoordinatorReport::tables_out_ms`).
     tables_out: bool,
+    /// The loop's own lag ([`lag`]).
+    lag: LagClock,
+    /// After a stall of the loop while nothing had failed: until when the ranks have their
+    /// fresh deadline (a failure seen before then is the stall's; see `after_stall`).
+    stall: Option<(Stall, Instant)>,
 }
 
 impl<'a> Serve<'a> {
@@ -895,6 +909,11 @@ impl<'a> Serve<'a> {
             first_failure: None,
             scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
             tables_out: false,
+            lag: match limits.cpu_reader {
+                Some(read) => LagClock::with_reader(lag::threshold(silence(cfg.timeout)), read),
+                None => LagClock::new(lag::threshold(silence(cfg.timeout))),
+            },
+            stall: None,
         }
     }
 
@@ -1092,9 +1111,15 @@ impl<'a> Serve<'a> {
                 .min(self.next_ping(t_wait))
                 .saturating_duration_since(t_wait)
                 .min(JUDGE_EVERY);
+            self.lag.asked(wait);
             let happened = self.plane.wait(wait);
             if let Some(stall) = self.limits.loop_stall {
                 thread::sleep(stall(&happened));
+            }
+            // Before what was read is handled: a close read right after the loop's own stall
+            // is judged as the stall's (the process may have stopped inside the poll).
+            if let Some(s) = self.lag.turn(Instant::now()) {
+                self.after_stall(rep, s);
             }
             let t = Instant::now();
             for h in happened {
@@ -1110,9 +1135,41 @@ impl<'a> Serve<'a> {
             let busy = now.elapsed().saturating_sub(self.plane.stats.idle - idle_before);
             rep.stats.busy_max = rep.stats.busy_max.max(busy);
         }
+        rep.stats.lag_max = self.lag.max;
         let t = Instant::now();
         self.finish(rep);
         rep.stats.finish_time = t.elapsed();
+    }
+
+    /// The loop came back late by [`lag::threshold`] or more: the ranks may have given up on
+    /// it meanwhile. If nothing had failed before, every rank gets a fresh silence deadline
+    /// from now, and the judge waits for it; a failure seen before it ends is this stall's
+    /// (see `stall_verdict`). A run already failing is judged as it was.
+    fn after_stall(&mut self, rep: &mut CoordinatorReport, s: Stall) {
+        if rep.own_stall.as_ref().is_none_or(|o| o.lag < s.lag) {
+            rep.own_stall = Some(s.clone());
+        }
+        if self.failing_since.is_some() || !rep.verdicts.is_empty() {
+            return;
+        }
+        let now = s.resumed;
+        self.quiet.restart(now);
+        self.stall = Some((s, now + silence(self.cfg.timeout)));
+    }
+
+    /// Within a stall's fresh deadline: a failure seen since is the stall's verdict (rank 0's
+    /// own, naming no other rank); nothing failed, the judge waits until the deadline. None:
+    /// no stall pending (judge as usual); Some(None): hold the judge.
+    fn stall_verdict(&mut self, now: Instant) -> Option<Option<Verdict>> {
+        let (s, until) = self.stall.as_ref()?;
+        if self.failing_since.is_some() {
+            return Some(Some(lag::verdict(s, self.ranks.first(), silence(self.cfg.timeout))));
+        }
+        if now >= *until {
+            self.stall = None;
+            return None;
+        }
+        Some(None)
     }
 
     /// The bounded-rate pass: stuck queues, silence and TCP_INFO of the quiet ranks, the
@@ -1157,6 +1214,15 @@ impl<'a> Serve<'a> {
                 rep.stats.tables_out = Some(self.started.elapsed());
                 self.gate.arm(now_ms);
             }
+        }
+        match self.stall_verdict(now) {
+            Some(Some(v)) => {
+                self.first_failure = Some(v.message.clone());
+                rep.verdicts = vec![v];
+                return true;
+            }
+            Some(None) => return false,
+            None => {}
         }
         // The judge reads silence on the run clock: only once every table is out.
         let Some(judge) = self.cfg.judge.clone().filter(|_| self.tables_out) else {
@@ -1604,6 +1670,16 @@ impl Quiet {
         }
     }
 
+    /// Every rank with a clock is heard from at `at`: a fresh deadline after the loop's own
+    /// stall (once per stall, O(world)).
+    fn restart(&mut self, at: Instant) {
+        for r in 0..self.heard.len() {
+            if self.heard[r].is_some() {
+                self.heard(r as Rank, at);
+            }
+        }
+    }
+
     /// Rank `r`'s connection ended: no clock any more.
     fn forget(&mut self, r: Rank) {
         if let Some(slot) = self.heard.get_mut(r as usize) {
@@ -1919,8 +1995,19 @@ mod tests {
     /// here): each joins, says ready and has its go, then runs `body` on its own thread; the
     /// coordinator runs on another. Returns what each body returned, in rank order.
     fn run_ranks<T: Send + 'static>(
+        cfg: CoordinatorConfig,
+        limits: Limits,
+        body: impl Fn(u32, crate::ring::rendezvous::Session) -> T + Send + Sync + 'static,
+    ) -> (Vec<T>, thread::JoinHandle<CoordinatorReport>) {
+        run_ranks_within(cfg, limits, Duration::from_secs(5), body)
+    }
+
+    /// [`run_ranks`] with the ranks' own `timeout` (their silence deadline for the
+    /// coordinator is `silence(timeout)`).
+    fn run_ranks_within<T: Send + 'static>(
         mut cfg: CoordinatorConfig,
         limits: Limits,
+        timeout: Duration,
         body: impl Fn(u32, crate::ring::rendezvous::Session) -> T + Send + Sync + 'static,
     ) -> (Vec<T>, thread::JoinHandle<CoordinatorReport>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1933,7 +2020,7 @@ mod tests {
             .map(|r| {
                 let (addr, body) = (addr.clone(), body.clone());
                 thread::spawn(move || {
-                    let s = join(&addr, hello(r, world, "t"), Duration::from_secs(5)).unwrap();
+                    let s = join(&addr, hello(r, world, "t"), timeout).unwrap();
                     s.send(&Msg::Ready { rank: r }).unwrap();
                     s.wait_go(Duration::from_secs(5)).unwrap();
                     body(r, s)
@@ -3228,7 +3315,8 @@ mod tests {
 
     /// Issue 18: a loop that stalls past every deadline (4 s against a 3 s silence and
     /// timeout) while heartbeats wait unread blames nobody: its own lag is never a rank's
-    /// silence. The judge still runs during the backlog (its clock is the loop's, 4 s behind).
+    /// silence. Issue 30: the stall is measured as the loop's own lag, and the judge waits
+    /// for the ranks' fresh silence deadline after it (each is heard again within it).
     #[test]
     fn a_loop_that_falls_behind_blames_nobody() {
         use std::sync::atomic::AtomicU64;
@@ -3266,11 +3354,108 @@ mod tests {
             assert_eq!(d, Ok((false, vec![])), "{:?}", rep.abort);
         }
         assert!(rep.verdicts.is_empty() && rep.lost.is_empty(), "{:?}", rep.abort);
-        assert!(
-            rep.stats.judge_lag_max >= Duration::from_millis(3500),
-            "{:?}",
-            rep.stats
+        let own = rep.own_stall.as_ref().map(|s| s.lag);
+        assert!(own >= Some(Duration::from_millis(3900)), "{own:?}");
+    }
+
+    /// Issue 30: the coordinator's loop stops 4 s (its CPU figures say it was not runnable,
+    /// as under SIGSTOP) against the ranks' 3 s silence deadline: every rank gives up on it
+    /// (COORDINATOR LOST) and closes. Once the loop runs again, its verdict is its own stall,
+    /// rank 0's, naming no other rank: the closes it reads are the stall's consequence.
+    #[test]
+    fn a_stalled_coordinator_names_its_own_stall_not_the_ranks_that_gave_up() {
+        use std::sync::atomic::AtomicU64;
+        static STALLS: AtomicU64 = AtomicU64::new(0);
+        fn stall(h: &[Happening]) -> Duration {
+            if has_beat(h, 5) && STALLS.fetch_add(1, Ordering::Relaxed) == 0 {
+                Duration::from_secs(4)
+            } else {
+                Duration::ZERO
+            }
+        }
+        // Never on a CPU, never waiting for one: stopped.
+        fn stopped() -> Option<crate::ring::schedstat::CpuTimes> {
+            Some(crate::ring::schedstat::CpuTimes::default())
+        }
+        let timeout = Duration::from_secs(3);
+        let cfg = test_cfg(
+            3,
+            timeout,
+            String::new(),
+            Some(crate::ring::run::watchdog_judge(timeout)),
         );
+        let limits = Limits {
+            loop_stall: Some(stall),
+            cpu_reader: Some(stopped),
+            ..Limits::default()
+        };
+        let (ranks, coord) = run_ranks_within(cfg, limits, timeout, |r, s| {
+            let t0 = Instant::now();
+            for k in 0.. {
+                let w = beat(r, k, crate::ring::model::Phase::ReduceScatter, None);
+                let _ = s.send(&Msg::Heartbeat(w));
+                match s.wait_done(Duration::from_millis(100)) {
+                    Err(BootstrapError::Aborted(why)) => return why,
+                    Ok(d) => panic!("rank {r}: the run ended without an abort: {d:?}"),
+                    Err(_) if t0.elapsed() > Duration::from_secs(15) => panic!("rank {r}: no abort in 15 s"),
+                    Err(_) => {}
+                }
+            }
+            unreachable!()
+        });
+        let rep = coord.join().unwrap();
+        assert!(STALLS.load(Ordering::Relaxed) >= 1, "the loop never stalled");
+        for (r, why) in ranks.iter().enumerate() {
+            assert!(why.contains("COORDINATOR LOST"), "rank {r}: {why}");
+        }
+        let kinds: Vec<VerdictKind> = rep.verdicts.iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, [VerdictKind::CoordinatorStalled], "{:?}", rep.abort);
+        let m = &rep.verdicts[0].message;
+        assert!(
+            m.starts_with("COORDINATOR STALLED rank 0 (h0): its process did not run for 4."),
+            "{m}"
+        );
+        assert_eq!(rep.abort.as_deref(), Some(m.as_str()));
+        for other in ["rank 1", "rank 2", "RANK LOST", "RANK STALLED"] {
+            assert!(!m.contains(other), "{other}: {m}");
+        }
+        let own = rep.own_stall.as_ref().expect("the stall is in the report");
+        assert!(own.lag >= Duration::from_millis(3900), "{own:?}");
+        assert!(rep.stats.lag_max >= own.lag, "{:?}", rep.stats);
+    }
+
+    /// A short stall of the loop (below the threshold, half the silence deadline) is no
+    /// stall: nothing is held and nothing recorded.
+    #[test]
+    fn a_short_lag_is_no_stall() {
+        fn stall(h: &[Happening]) -> Duration {
+            if has_beat(h, 3) {
+                Duration::from_millis(600)
+            } else {
+                Duration::ZERO
+            }
+        }
+        let timeout = Duration::from_secs(3);
+        let cfg = test_cfg(2, timeout, String::new(), Some(crate::ring::run::watchdog_judge(timeout)));
+        let limits = Limits {
+            loop_stall: Some(stall),
+            ..Limits::default()
+        };
+        let (ranks, coord) = run_ranks(cfg, limits, |r, s| {
+            for k in 0..6 {
+                s.send(&Msg::Heartbeat(beat(r, k, crate::ring::model::Phase::ReduceScatter, None)))
+                    .unwrap();
+                thread::sleep(Duration::from_millis(50));
+            }
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(10)).map_err(|e| e.to_string())
+        });
+        let rep = coord.join().unwrap();
+        for d in ranks {
+            assert_eq!(d, Ok((false, vec![])), "{:?}", rep.abort);
+        }
+        assert!(rep.own_stall.is_none() && rep.verdicts.is_empty(), "{rep:?}");
+        assert!(rep.stats.lag_max >= Duration::from_millis(500), "{:?}", rep.stats);
     }
 
     /// Issue 18: a frozen rank is named within its bound while the loop stays busy: each pass

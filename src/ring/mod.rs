@@ -8,6 +8,7 @@
 //! * [`rendezvous`]: bind, hello, join, cancellation (the rank's side of the control plane);
 //! * [`gate`]: the coordinator's door (accept, hello deadlines, flood eviction);
 //! * [`control`]: the coordinator's control connections on one event loop (bounded per-rank queues);
+//! * [`lag`]: the coordinator's own loop lag and CPU figures (a stall of rank 0 blames no rank);
 //! * [`coordinator`]: rank 0's serve loop; reaches diagnosis only through [`coordinator::Judge`]
 //!   and [`coordinator::ScanDriver`];
 //! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
@@ -22,6 +23,7 @@ pub mod control;
 pub mod coordinator;
 pub mod diagnosis;
 pub mod gate;
+pub mod lag;
 pub mod launcher;
 pub mod model;
 pub mod options;

@@ -238,6 +238,26 @@ pub struct WaitReport {
     /// Monotonic progress counter (chunks completed); the coordinator compares successive
     /// heartbeats to tell "alive but not progressing" from "working".
     pub progress: u64,
+    /// In heartbeats: how long this rank's most-waiting thread was runnable but off a CPU
+    /// since its previous heartbeat (schedstat), so a starved rank is not read as a hung
+    /// link. None: not measured (no schedstat, a stuck report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuWait>,
+}
+
+/// Of `window_ms` of wall time, `wait_ms` runnable but waiting for a CPU (the most-waiting
+/// thread of the rank's process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuWait {
+    pub wait_ms: u64,
+    pub window_ms: u64,
+}
+
+impl CpuWait {
+    /// Waited at least half of a window long enough to say so (200 ms): starved of CPU.
+    pub fn starved(&self) -> bool {
+        self.window_ms >= 200 && self.wait_ms.saturating_mul(2) >= self.window_ms
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,6 +273,9 @@ pub enum VerdictKind {
     /// crashed, or its network link cut; not a stopped process (whose kernel still answers).
     RankUnreachable,
     CoordinatorLost,
+    /// Rank 0's own process did not run (stopped, starved of CPU) past the ranks' silence
+    /// deadline: what the ranks reported after it is its consequence ([`crate::ring::lag`]).
+    CoordinatorStalled,
     /// A data link's queue pair completed a work request in error (RDMA): the status names
     /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
     LinkError,

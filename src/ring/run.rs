@@ -428,8 +428,11 @@ fn rank_body(
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
     thread::scope(|sc| {
         sc.spawn(|| {
+            let mut cpu = crate::ring::schedstat::Meter::default();
             while !stop.load(Ordering::Relaxed) {
-                let _ = session.send(&Msg::Heartbeat(beat.report(id.rank, timeout.as_millis() as u64)));
+                let mut w = beat.report(id.rank, timeout.as_millis() as u64);
+                w.cpu = cpu.read();
+                let _ = session.send(&Msg::Heartbeat(w));
                 let until = Instant::now() + rendezvous::HEARTBEAT;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                     thread::sleep(Duration::from_millis(20));

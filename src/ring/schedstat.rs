@@ -77,6 +77,37 @@ pub fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, Cpu
         .collect()
 }
 
+/// A rank's CPU wait between successive readings (its heartbeats): the most-waiting
+/// thread's run-queue time over the wall time since the previous reading.
+pub struct Meter {
+    at: std::time::Instant,
+    before: BTreeMap<u64, CpuTimes>,
+}
+
+impl Default for Meter {
+    fn default() -> Meter {
+        Meter {
+            at: std::time::Instant::now(),
+            before: threads(),
+        }
+    }
+}
+
+impl Meter {
+    /// Since the previous reading (or the meter's start); None where nothing could be read.
+    pub fn read(&mut self) -> Option<crate::ring::model::CpuWait> {
+        let now = threads();
+        let window = self.at.elapsed();
+        let most = threads_since(&self.before, &now).iter().map(|p| p.waiting_ns).max();
+        self.before = now;
+        self.at = std::time::Instant::now();
+        Some(crate::ring::model::CpuWait {
+            wait_ms: most? / 1_000_000,
+            window_ms: window.as_millis() as u64,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +180,9 @@ mod tests {
         }
         let d = this_thread().unwrap().since(a).unwrap();
         assert!(d.on_cpu_ns > 0, "{d:?}");
+        let mut m = Meter::default();
+        let w = m.read().expect("this process's threads");
+        assert!(w.wait_ms <= w.window_ms + 1, "{w:?}");
         assert!(threads_since(&p, &threads()).iter().any(|d| d.on_cpu_ns > 0));
     }
 }

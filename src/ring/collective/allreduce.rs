@@ -193,6 +193,7 @@ impl Progress {
                 .now_ms()
                 .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),
             progress: self.progress.load(Ordering::Relaxed),
+            cpu: None,
         }
     }
 }

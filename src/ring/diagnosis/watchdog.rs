@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use crate::ring::model::{Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
+use crate::ring::model::{CpuWait, Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
 
 /// The coordinator's view of one control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,6 +280,9 @@ impl<'a> Judge<'a> {
                     next,
                 )
             }
+            Control::Open | Control::Unacked { .. } if self.starved(r).is_some() => {
+                self.starved_fault(r, &mut ev, &host)?
+            }
             Control::Open | Control::Unacked { .. } => self.no_progress(r, w, &mut ev, pid, &host)?,
         };
         let waiters: Vec<String> = self
@@ -315,6 +318,37 @@ impl<'a> Judge<'a> {
                 next: Some(next),
             },
         ))
+    }
+
+    /// Rank `r`'s latest heartbeat says it waited for a CPU at least half the time
+    /// ([`CpuWait::starved`]) while a wait past the deadline involves it (it waits, or a
+    /// peer waits on it): its host is starved, and that wait is not a link's fault.
+    fn starved(&self, r: Rank) -> Option<CpuWait> {
+        let rep = self.report(r)?;
+        let cpu = rep.cpu.filter(CpuWait::starved)?;
+        (rep.waiting_on.is_some() || self.waiters.contains_key(&r)).then_some(cpu)
+    }
+
+    fn starved_fault(
+        &self,
+        r: Rank,
+        ev: &mut BTreeMap<String, Value>,
+        host: &str,
+    ) -> Option<(VerdictKind, Fault, String, String)> {
+        let cpu = self.starved(r)?;
+        ev.insert("cpu_wait_ms".into(), json!(cpu.wait_ms));
+        ev.insert("cpu_window_ms".into(), json!(cpu.window_ms));
+        let what = format!(
+            "starved of CPU: a thread of its process waited {} of the last {} runnable but off a CPU, so a \
+             wait on it past the deadline is its host's load, not a hung link",
+            secs(cpu.wait_ms),
+            secs(cpu.window_ms)
+        );
+        let next = format!(
+            "on {host}: what holds the CPUs (`top`, `ps -eo pid,stat,pcpu,comm --sort=-pcpu | head`, \
+             `cat /proc/pressure/cpu`); rerun when it is idle"
+        );
+        Some((VerdictKind::RankStalled, Fault::Stalled, what, next))
     }
 
     /// Alive (heartbeats arrive) but the progress counter stands still: in a data phase past
@@ -670,6 +704,7 @@ mod tests {
             bytes_sent: sent,
             since_progress_ms: if on.is_some() { T } else { 0 },
             progress: 100 + step as u64,
+            cpu: None,
         }
     }
 
@@ -829,6 +864,42 @@ mod tests {
         // Rank 4 has not reported its wait yet, but its heartbeat is already past step 2.
         let v = judge(&cut(st(4, ReduceScatter, 3, None, 0, 0)), NOW);
         assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(4), Some(5))]);
+    }
+
+    /// Issue 30: rank 5 waits on rank 4 past the deadline and rank 4's heartbeat says its
+    /// process waited 0.9 s of the last 1.0 s for a CPU: rank 4 is starved, named for that,
+    /// and no link is. Not starved, the same picture names a link after the grace; starved
+    /// with nobody waiting on it, nothing is named.
+    #[test]
+    fn a_starved_sender_is_not_a_hung_link() {
+        let mut sender = st(4, ReduceScatter, 2, None, 0, 0);
+        sender.cpu = Some(CpuWait {
+            wait_ms: 900,
+            window_ms: 1000,
+        });
+        let v = judge(&cut(sender.clone()), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankStalled, Some(4), None)]);
+        assert!(
+            v[0].message.starts_with(
+                "RANK STALLED rank 4 (node-e): starved of CPU: a thread of its process waited 0.9 s of the last 1.0 s"
+            ),
+            "{}",
+            v[0].message
+        );
+        assert_eq!(v[0].evidence["cpu_wait_ms"], json!(900));
+        sender.cpu = Some(CpuWait {
+            wait_ms: 100,
+            window_ms: 1000,
+        });
+        let v = judge(&cut(sender.clone()), NOW + 2_000);
+        assert_eq!(kinds(&v).len(), 1);
+        assert_eq!(v[0].kind, VerdictKind::HangLink, "{}", v[0].message);
+        sender.cpu = Some(CpuWait {
+            wait_ms: 900,
+            window_ms: 1000,
+        });
+        let healthy = ring6(|r| (OPEN, NOW - 300, if r == 4 { sender.clone() } else { st(r, AllGather, 3, None, 0, 0) }));
+        assert_eq!(judge(&healthy, NOW), vec![]);
     }
 
     #[test]
