@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/img}
 mkdir -p "$out"
-bin=${FABPROBE:-target/release/fabprobe}
+out=$(realpath "$out")
+bin=$(realpath "${FABPROBE:-target/release/fabprobe}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -41,7 +42,7 @@ done
 rm "$tmp/reports/r2n20.json"
 head -c 300 "$tmp/reports/r2n05.json" >"$tmp/reports/r2n05.json.cut" && mv "$tmp/reports/r2n05.json.cut" "$tmp/reports/r2n05.json"
 "$bin" sweep "$tmp/reports" --expect 'r1n[01-24],r2n[01-24]' --format json >"$tmp/sweep.json" || true
-"$bin" report "$tmp/sweep.json" --group-by '^(r\d+)n' --title 'fabprobe sweep: racks r1, r2' --html "$out/sweep.html"
+(cd "$tmp" && "$bin" report sweep.json --group-by '^(r\d+)n' --title 'fabprobe sweep: racks r1, r2' --html "$out/sweep.html")
 shot "$out/sweep.html" "$out/sweep.png" 1000 900
 
 "$bin" report tests/data/html/ring-slow-egress.json --html "$out/ring.html"
@@ -49,7 +50,7 @@ shot "$out/ring.html" "$out/ring.png" 1000 1050
 
 "$bin" topo --root fixtures/h100-sxm-8gpu-bad --format json >"$tmp/topo.json" || true
 "$bin" check --root fixtures/h100-sxm-8gpu-bad --format json >"$tmp/check.json" || true
-"$bin" report "$tmp/topo.json" "$tmp/check.json" --html "$out/topo.html"
+(cd "$tmp" && "$bin" report topo.json check.json --html "$out/topo.html")
 shot "$out/topo.html" "$out/topo.png" 1000 1000
 rm -f "$out"/*.html
 ls -l "$out"/*.png

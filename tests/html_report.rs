@@ -408,6 +408,7 @@ fn a_saved_slow_egress_ring_outlines_the_row() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let l = c.check_page(&out);
     let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(input).unwrap()).unwrap();
+    assert_eq!(j["data"]["verdicts"][0]["kind"], "slow_egress");
     assert_outlined(&l.dom, &j);
 }
 
@@ -419,7 +420,6 @@ fn escaped(s: &str) -> String {
 /// Every verdict's message in the DOM, its outline, and every scan cell it covers tagged.
 fn assert_outlined(dom: &str, j: &serde_json::Value) {
     let verdicts = j["data"]["verdicts"].as_array().unwrap();
-    assert!(!verdicts.is_empty());
     for (i, v) in verdicts.iter().enumerate() {
         let tag = format!("v{}", i + 1);
         let msg = escaped(v["message"].as_str().unwrap());
@@ -442,7 +442,10 @@ fn assert_outlined(dom: &str, j: &serde_json::Value) {
 }
 
 /// The network lab: 4 nodes at 1 Gbit/s, node-c's egress at 300 Mbit/s; rank 0 writes the
-/// page with `--html` at the end of the scan and the sweep.
+/// page with `--html` at the end of the scan and the sweep. The page shows what the run
+/// concluded, whatever that was: on a loaded machine the scan may call the slow figures
+/// not judged (CPU-bound) instead of naming node-c (tests/lab_localize.rs judges that);
+/// the saved run above pins the outline of a verdict.
 #[test]
 fn lab_ring_with_a_slow_egress_outlines_its_row() {
     let Some(c) = chromium("lab_ring_with_a_slow_egress_outlines_its_row") else {
@@ -461,13 +464,18 @@ fn lab_ring_with_a_slow_egress_outlines_its_row() {
     let ids = lab.spawn_ring(0..4, 4, "html_slow_egress", &args);
     let outs: Vec<Output> = ids.iter().map(|&id| lab.wait(id, Duration::from_secs(60)).0).collect();
     let o = &outs[0];
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["data"]["verdicts"][0]["kind"], "slow_egress", "{}", text(&o.stdout));
+    assert!(!j["data"]["scan"].is_null() && !j["data"]["results"].as_array().unwrap().is_empty());
     if let Ok(keep) = std::env::var("FABPROBE_KEEP_RING_JSON") {
         std::fs::write(keep, &o.stdout).unwrap();
     }
     let l = c.check_page(&out);
     assert_outlined(&l.dom, &j);
+    for v in j["data"]["scan"]["not_judged"].as_array().unwrap() {
+        assert!(l.dom.contains(&escaped(v["message"].as_str().unwrap())), "not-judged line");
+    }
     assert!(l.dom.contains("class=\"busbw\""), "no busbw chart");
+    let measured = j["data"]["scan"]["links"].as_array().unwrap().len();
+    assert_eq!(l.dom.matches("class=\"cell").count(), measured, "a cell per measured link");
 }

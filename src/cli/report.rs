@@ -60,10 +60,8 @@ THE PAGE
   One file: no script, no font or image fetched (its Content-Security-Policy forbids any
   fetch), so it opens offline and pastes into a ticket. Dark when the browser asks for
   it (prefers-color-scheme), light when printed. Every value from the reports is escaped.
-
-EXIT STATUS
-  0 the page was written, 2 it could not be (an unreadable file, not a fabprobe report,
-  another schema_version, a report kind it does not draw).";
+  Exit 0 when the page was written, whatever the reports found; 2 when it could not be (an
+  unreadable file, not a fabprobe report, another schema_version, a kind it does not draw).";
 
 pub fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {

@@ -240,11 +240,11 @@ fn findings_table(findings: &[&Finding]) -> Markup {
 const STYLE: &str = r#"
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #c8ccd0;
   --panel: #f4f5f7; --fail: #c62828; --warn: #b36200; --pass: #2e7d32; --unknown: #6b6f76;
-  --missing: #8e24aa; --outline: #111111; --empty: #e3e5e8; }
+  --missing: #8e24aa; --outline: #111111; --empty: #e3e5e8; --warnmap: #e8c547; }
 @media (prefers-color-scheme: dark) {
   :root { --bg: #16181b; --fg: #e4e6e8; --muted: #a2a7ad; --line: #41464d; --panel: #202328;
     --fail: #ef5350; --warn: #ffa726; --pass: #66bb6a; --unknown: #9aa0a6; --missing: #ce93d8;
-    --outline: #ffffff; --empty: #2a2e34; }
+    --outline: #ffffff; --empty: #2a2e34; --warnmap: #b39b3a; }
 }
 @media print {
   :root { --bg: #ffffff; --fg: #000000; --muted: #444444; --line: #999999; --panel: #ffffff;
@@ -287,7 +287,9 @@ svg .dot.oop { fill: #1e88e5; } svg .dot.ip { fill: #43a047; }
 svg .rate { stroke: var(--fail); stroke-width: 1.5; stroke-dasharray: 8 4; }
 svg .median { stroke: var(--warn); stroke-width: 1.5; stroke-dasharray: 2 3; }
 svg .pass { fill: var(--pass); } svg .warn { fill: var(--warn); } svg .fail { fill: var(--fail); }
+svg rect.node.warn { fill: var(--warnmap); } svg rect.node.outlier { fill: var(--warn); }
 svg .missing { fill: var(--missing); } svg .unreadable { fill: var(--unknown); } svg .outlier { fill: var(--warn); }
+.scroll { overflow-x: auto; } th code { white-space: normal; overflow-wrap: anywhere; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; margin: 4px 0; }
 .legend span::before { content: ""; display: inline-block; width: 11px; height: 11px; margin-right: 4px;
   vertical-align: -1px; background: var(--c); border: 1px solid var(--line); }

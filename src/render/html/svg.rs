@@ -67,7 +67,7 @@ mod tests {
     fn colour_scale_ends() {
         assert_eq!(fraction_colour(0.0), "hsl(0,70%,45%)");
         assert_eq!(fraction_colour(0.3), "hsl(0,70%,45%)");
-        assert_eq!(fraction_colour(0.625), "hsl(63,70%,45%)");
+        assert_eq!(fraction_colour(0.625), "hsl(62,70%,45%)");
         assert_eq!(fraction_colour(1.3), "hsl(125,70%,45%)");
         assert_eq!(fraction_colour(f64::NAN), "hsl(0,70%,45%)");
         assert_eq!(num(2.50), "2.5");

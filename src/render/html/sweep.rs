@@ -114,7 +114,7 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
             (fleet_map(&order, &state, &cells, &cols, group))
             @if !bad.is_empty() {
                 h3 { "Nodes x causes (" (bad.len()) " of " (order.len()) " nodes; the others have none)" }
-                table.grid {
+                div.scroll { table.grid {
                     thead { tr { th { "node" } @for c in &cols { th title=(c.example) { code { (c.title) } } } } }
                     tbody {
                         @for node in &bad {
@@ -127,7 +127,7 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
                             }
                         }
                     }
-                }
+                } }
             }
             @if !s.bad_nodes.is_empty() {
                 h3 { "Drain list (" (s.bad_nodes.len()) ")" }
@@ -258,7 +258,8 @@ fn states(s: &Sweep) -> HashMap<String, String> {
 fn legend() -> Markup {
     html! {
         p.legend {
-            span style="--c:var(--pass)" { "pass" } span style="--c:var(--warn)" { "warn or outlier (unlike its peers)" }
+            span style="--c:var(--pass)" { "pass" } span style="--c:var(--warnmap)" { "warn" }
+            span style="--c:var(--warn)" { "outlier (unlike its peers)" }
             span style="--c:var(--fail)" { "fail" } span style="--c:var(--missing)" { "missing (no report)" }
             span style="--c:var(--unknown)" { "unreadable report" }
         }
@@ -296,7 +297,8 @@ fn fleet_map(
         }
     }
     let widest = rows.iter().map(|r| r.1.len()).max().unwrap_or(1);
-    let (sq, left, top) = (12.0, 130.0, 6.0);
+    let sq = if order.len() <= 400 { 18.0 } else { 12.0 };
+    let (left, top) = (130.0, 6.0);
     let w = left + widest as f64 * sq + 10.0;
     let h = top + rows.len() as f64 * sq + 6.0;
     html! {
@@ -304,7 +306,7 @@ fn fleet_map(
             role="img" aria-label="fleet map" {
             @for (r, (name, nodes)) in rows.iter().enumerate() {
                 @let y = top + r as f64 * sq;
-                text.small x=(left - 6.0) y=(y + 9.0) text-anchor="end" { (name) }
+                text.small x=(left - 6.0) y=(y + sq / 2.0 + 2.0) text-anchor="end" { (name) }
                 @for (i, n) in nodes.iter().enumerate() {
                     @let st = state.get(*n).map(String::as_str).unwrap_or("pass");
                     rect class={"node " (st)} x=(left + i as f64 * sq) y=(y) width=(sq - 2.0) height=(sq - 2.0) data-node=(n) {
