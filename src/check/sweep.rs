@@ -233,6 +233,17 @@ pub struct SweepReport {
     /// What the reader should know about the comparison itself (mixed tool versions,
     /// keys not compared, labels that disagree with hostnames).
     pub notes: Vec<String>,
+    /// Every node named, once, in `--expect` order and then in the order read: what a
+    /// fleet map draws (`fabprobe report`).
+    pub node_states: Vec<NodeState>,
+}
+
+/// A node's state in the sweep: `pass`, `warn`, `fail` (its report's verdict), or
+/// `missing` / `unreadable` (no usable report: unknown, neither a pass nor a fail).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeState {
+    pub node: String,
+    pub state: &'static str,
 }
 
 #[derive(Default)]
@@ -416,6 +427,7 @@ impl Sweeper {
 
     pub fn finish(mut self) -> SweepReport {
         let mut rep = SweepReport::default();
+        let expected = self.expected.clone();
         self.apply_expected();
         rep.nodes.reports = self.nodes.len();
         rep.failures = self.causes(&mut rep.nodes);
@@ -433,8 +445,35 @@ impl Sweeper {
             .filter(|u| u.problem == Problem::Missing)
             .count();
         rep.nodes.unreadable = self.unreadable.len() - rep.nodes.missing;
+        rep.node_states = self.node_states(&expected);
         rep.unreadable = self.unreadable;
         rep
+    }
+
+    /// Each node once: expected ones first in `--expect` order, then the others as read.
+    fn node_states(&self, expected: &[String]) -> Vec<NodeState> {
+        let mut state: HashMap<&str, &'static str> = HashMap::new();
+        for n in &self.nodes {
+            state.insert(&n.name, n.verdict.as_str());
+        }
+        for u in &self.unreadable {
+            if let Some(n) = &u.node {
+                let s = if u.problem == Problem::Missing { "missing" } else { "unreadable" };
+                state.entry(n).or_insert(s);
+            }
+        }
+        let names = expected
+            .iter()
+            .map(String::as_str)
+            .chain(self.nodes.iter().map(|n| n.name.as_str()))
+            .chain(self.unreadable.iter().filter_map(|u| u.node.as_deref()));
+        let mut out = Vec::with_capacity(state.len());
+        for name in names {
+            if let Some(s) = state.remove(name) {
+                out.push(NodeState { node: name.to_string(), state: s });
+            }
+        }
+        out
     }
 
     /// Rename reports to the `--expect` spelling of their host and list the expected nodes

@@ -179,6 +179,7 @@ pub fn examples(key: &str) -> &'static [(&'static str, &'static str)] {
             ("Four nodes under Slurm, one rank per node, 8 MiB to 1 GiB", "srun -N4 --ntasks-per-node=1 fabprobe ring -b 8M -e 1G -f 2"),
             ("Over TCP on a named interface", "srun -N4 --ntasks-per-node=1 fabprobe ring --transport tcp --ifname eth1"),
             ("A self-test: four ranks in this process over loopback", "fabprobe ring --local 4"),
+            ("The link scan alone, also drawn as an HTML page (rank 0 writes it)", "srun -N8 --ntasks-per-node=1 fabprobe ring --scan --html ring.html"),
             ("Without a launcher: rank 1 of 2, rank 0 on node-a", "fabprobe ring --rank 1 --world 2 --coordinator node-a:29517"),
         ],
         "snapshot" => &[
@@ -188,6 +189,12 @@ pub fn examples(key: &str) -> &'static [(&'static str, &'static str)] {
         "sweep" => &[
             ("Every node's check under Slurm, merged, with drain lines for failed nodes", "srun -N128 -l fabprobe check --format json | fabprobe sweep --expect 'gpu[001-128]' --drain"),
             ("From reports collected as files", "fabprobe sweep reports/"),
+            ("Also as a page: fleet map, node x cause grid, drain list", "fabprobe sweep reports/ --expect 'gpu[001-128]' --html fleet.html"),
+        ],
+        "report" => &[
+            ("A saved ring run as a page: verdicts, scan heatmap, busbw against size", "fabprobe report ring.json --html ring.html"),
+            ("A node's topology tree with its check findings marked", "fabprobe report topo.json check.json --html node17.html"),
+            ("A saved sweep, its fleet map grouped by rack", "fabprobe report sweep.json --group-by '^(r[0-9]+)n' --html fleet.html"),
         ],
         "topo" => &[
             ("The matrix nvidia-smi topo -m prints, from sysfs and NVML", "fabprobe topo"),
@@ -209,7 +216,7 @@ fn exit_fault(key: &str) -> &'static str {
         "sweep" => "a node failed, is an outlier, or an expected node sent no report",
         "ring" => "a verdict: a slow or dead link, a hung or lost rank, wrong results",
         "nccl-log" => "the log shows a failure",
-        "snapshot" | "completions" => "not used",
+        "snapshot" | "completions" | "report" => "not used",
         _ => "a finding of severity fail",
     }
 }

@@ -13,6 +13,7 @@ mod nccl_log;
 mod out;
 mod progress;
 mod qos;
+mod report;
 mod ring;
 mod snapshot;
 mod sweep;
@@ -167,6 +168,9 @@ pub enum Command {
     /// Ring AllReduce across nodes over RDMA (ibverbs) or TCP: nccl-tests' table, per-link
     /// bandwidth, and verdicts naming the slow link or the hung rank.
     Ring(ring::RingArgs),
+    /// Saved --format json reports of ring, sweep, check and topo as one self-contained
+    /// HTML page: the scan matrix, busbw against size, the fleet grid, the topology tree.
+    Report(report::ReportArgs),
     /// Capture what the probes read into one directory or .tar.gz, to analyse elsewhere.
     Snapshot(snapshot::SnapshotArgs),
     /// Merge many nodes' `check --format json` reports: failed nodes by cause, nodes unlike
@@ -248,6 +252,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Check(a) => check::run(g, a),
         Command::Sweep(a) => sweep::run(g, a),
         Command::Ring(a) => ring::run(g, a),
+        Command::Report(a) => report::run(g, a),
         Command::Snapshot(a) => snapshot::run(g, a),
         Command::Gids(a) => gids::run(g, a),
         Command::Links(a) => links::run(g, a),

@@ -124,6 +124,10 @@ pub struct RingArgs {
     /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
     #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
     pub rails: Option<RailSel>,
+    /// Also write the report as a self-contained HTML page (rank 0 only): the verdicts, the
+    /// scan matrix, busbw against size, the hops (fabprobe-report(1)).
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<std::path::PathBuf>,
     /// The global --root, hidden here: a snapshot has no peers to move bytes to. Its value
     /// reaches GlobalArgs (same id), where `run` refuses it by name.
     #[arg(long = "root", value_name = "SNAPSHOT", hide = true)]
@@ -738,11 +742,19 @@ fn print_report(
             None => emit(&render::ring::table_in(r, layout()))?,
         },
     }
+    if let Some(out) = HTML_OUT.get() {
+        let host = crate::host::Host::live();
+        super::report::write_envelope(out, "ring", &Envelope::new("ring", HostInfo::of(&host), r, &f))?;
+    }
     if let Some(e) = &r.error {
         eprintln!("fabprobe: ring: {e}");
     }
     Ok(())
 }
+
+/// `--html`: set once by `run`, read where rank 0 prints its report (every run mode ends
+/// there), so the flag need not travel through each mode's signature.
+static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
@@ -753,6 +765,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let opts = options(&a)?;
+    if let Some(out) = &a.html {
+        // Refused now, not after the run: a page that cannot be written loses nothing yet.
+        super::report::check_writable(out)?;
+        let _ = HTML_OUT.set(out.clone());
+    }
     let log = |s: &str| g.log(1, s);
     if let Some(n) = a.local {
         if a.transport == TransportArg::Rdma {

@@ -31,6 +31,10 @@ pub struct SweepArgs {
     /// it they are listed, and exit 1, but never drained).
     #[arg(long)]
     pub drain_outliers: bool,
+    /// Also write the sweep as a self-contained HTML page: fleet map, node x cause grid,
+    /// drain list (fabprobe-report(1)).
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
 }
 
 const SWEEP_HELP: &str = "\
@@ -77,6 +81,8 @@ JSON DATA (schema fabprobe.sweep)
                           cannot_read|other_version|not_a_check_report|duplicate), detail}
   bad_nodes[]            {node, reasons[]}: the drain list
   notes[]                strings
+  node_states[]          {node, state (pass|warn|fail|missing|unreadable)}: every node named,
+                         once, in --expect order then as read (what --html's fleet map draws)
 
 PROMETHEUS (--format prom)
   fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1 (the drain list),
@@ -281,6 +287,9 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         Some(e) => hostlist::expand(e).map_err(|e| UsageError(format!("--expect: {e}")))?,
         None => Vec::new(),
     };
+    if let Some(out) = &a.html {
+        super::report::check_writable(out)?;
+    }
     let mut sw = Sweeper::new();
     sw.drain_outliers(a.drain_outliers);
     let stdin_only = a.inputs.is_empty() || a.inputs.iter().all(|p| p.as_os_str() == "-");
@@ -314,21 +323,19 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         sw.expect(&expected);
     }
     let report = sw.finish();
+    if let Some(out) = &a.html {
+        let findings = report.findings();
+        let env = Envelope::new("sweep", sweep_host(), &report, &findings);
+        super::report::write_envelope(out, "sweep", &env)?;
+    }
     let text = if a.drain {
         // Comments wrap as comments on a narrow terminal; the scontrol lines paste whole.
         crate::render::text::fit_prose(&report.drain_lines())
     } else {
         match fmt {
             Format::Json => {
-                let me = crate::host::HostMeta::live();
-                let info = HostInfo {
-                    hostname: me.hostname,
-                    kernel: me.kernel,
-                    captured_at: me.captured_at,
-                    source: "sweep".into(),
-                };
                 let findings = report.findings();
-                Envelope::new("sweep", info, &report, &findings).to_json()
+                Envelope::new("sweep", sweep_host(), &report, &findings).to_json()
             }
             Format::Prom => crate::render::check::sweep_prom(&report),
             _ => crate::render::check::sweep_table(&report),
@@ -348,6 +355,17 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Pass
     })
+}
+
+/// The envelope's host of a sweep: where it ran.
+fn sweep_host() -> HostInfo {
+    let me = crate::host::HostMeta::live();
+    HostInfo {
+        hostname: me.hostname,
+        kernel: me.kernel,
+        captured_at: me.captured_at,
+        source: "sweep".into(),
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod gdr;
 pub mod gids;
+pub mod html;
 pub mod links;
 pub mod nccl_env;
 pub mod nccl_log;

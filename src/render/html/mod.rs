@@ -1,0 +1,306 @@
+//! One self-contained HTML page from saved `--format json` envelopes of `ring`, `sweep`,
+//! `check` and `topo`: the pictures an on-call engineer reads faster than the text (the
+//! scan matrix, busbw against size, the fleet grid, the PCIe/NVLink tree).
+//!
+//! The page needs nothing outside itself: no script, no font, no image file, and a
+//! Content-Security-Policy that forbids fetching anything, so it opens on an offline cluster
+//! and pastes into a ticket. Colours follow `prefers-color-scheme`; print turns them light.
+//! Markup is maud's (every value from the input is escaped by it); the SVG is written here
+//! because the drawings need a class, a `<title>` and data attributes on each cell (dark
+//! mode, hover text, tests), which plotting crates do not emit.
+//!
+//! Input is the JSON a report was saved as, read through small views of its own (never the
+//! probes' types), so `report` reads any file `--format json` wrote with this schema version.
+
+mod check;
+mod ring;
+mod svg;
+mod sweep;
+mod topo;
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::render::SCHEMA_VERSION;
+
+/// One saved report: where it came from (shown on the page) and its envelope.
+pub struct Input {
+    pub name: String,
+    pub envelope: Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HtmlError {
+    #[error("{file}: not a fabprobe report (no \"schema\" string at the top)")]
+    NoSchema { file: String },
+    #[error(
+        "{file}: schema {schema} is not one `report` draws (fabprobe.ring, fabprobe.sweep, fabprobe.check, fabprobe.topo)"
+    )]
+    Unsupported { file: String, schema: String },
+    #[error("{file}: schema_version {found}, this fabprobe reads {SCHEMA_VERSION}")]
+    Version { file: String, found: u64 },
+    #[error("{file}: {schema} {part}: {why}")]
+    Shape {
+        file: String,
+        schema: String,
+        part: String,
+        why: String,
+    },
+}
+
+/// The envelope's parts every section reads.
+struct Envelope<'a> {
+    file: &'a str,
+    schema: &'a str,
+    hostname: Option<&'a str>,
+    captured_at: Option<&'a str>,
+    tool_version: Option<&'a str>,
+    data: &'a Value,
+    findings: Vec<Finding>,
+}
+
+/// A finding as the envelope carries it.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct Finding {
+    id: String,
+    severity: String,
+    #[serde(default)]
+    subject: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    fix: Option<String>,
+}
+
+impl<'a> Envelope<'a> {
+    fn of(i: &'a Input) -> Result<Envelope<'a>, HtmlError> {
+        let v = &i.envelope;
+        let file = i.name.as_str();
+        let schema = v["schema"]
+            .as_str()
+            .ok_or_else(|| HtmlError::NoSchema { file: file.into() })?;
+        if let Some(found) = v["schema_version"].as_u64().filter(|&n| n != u64::from(SCHEMA_VERSION)) {
+            return Err(HtmlError::Version { file: file.into(), found });
+        }
+        let mut e = Envelope {
+            file,
+            schema,
+            hostname: v["host"]["hostname"].as_str(),
+            captured_at: v["host"]["captured_at"].as_str(),
+            tool_version: v["tool_version"].as_str(),
+            data: &v["data"],
+            findings: Vec::new(),
+        };
+        e.findings = match v.get("findings") {
+            Some(f) => e.view("findings", f)?,
+            None => Vec::new(),
+        };
+        Ok(e)
+    }
+
+    /// `value` read as the view `T`; a mismatch names the file, the schema and the part.
+    fn view<T: DeserializeOwned>(&self, part: &str, value: &Value) -> Result<T, HtmlError> {
+        T::deserialize(value).map_err(|e| HtmlError::Shape {
+            file: self.file.into(),
+            schema: self.schema.into(),
+            part: part.into(),
+            why: e.to_string(),
+        })
+    }
+}
+
+/// How the page is drawn beyond its inputs.
+#[derive(Default)]
+pub struct Options {
+    /// The page's title (default: the reports' kinds and host).
+    pub title: Option<String>,
+    /// A sweep's fleet map rows: a hostname pattern whose first capture names the group.
+    pub group: Option<regex::Regex>,
+}
+
+/// The whole page: one section per input, in the order given (a topo section also marks
+/// the findings of check reports from the same host).
+pub fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
+    let envs = inputs.iter().map(Envelope::of).collect::<Result<Vec<_>, _>>()?;
+    let mut sections = Vec::new();
+    for e in &envs {
+        sections.push(match e.schema {
+            "fabprobe.ring" => ring::section(e)?,
+            "fabprobe.sweep" => sweep::section(e, &sweep::Grouping(opts.group.as_ref()))?,
+            "fabprobe.check" => check::section(e)?,
+            "fabprobe.topo" => {
+                let same_host: Vec<&Finding> = envs
+                    .iter()
+                    .filter(|o| o.schema == "fabprobe.check" && o.hostname == e.hostname)
+                    .flat_map(|o| &o.findings)
+                    .collect();
+                topo::section(e, &same_host)?
+            }
+            other => {
+                return Err(HtmlError::Unsupported {
+                    file: e.file.into(),
+                    schema: other.into(),
+                });
+            }
+        });
+    }
+    let title = opts.title.clone().unwrap_or_else(|| default_title(&envs));
+    Ok(document(&title, &envs, &sections).into_string())
+}
+
+/// `fabprobe ring, topo: node-a` from the schemas and hosts of the inputs.
+fn default_title(envs: &[Envelope]) -> String {
+    let mut kinds: Vec<&str> = envs.iter().map(|e| e.schema.trim_start_matches("fabprobe.")).collect();
+    kinds.dedup();
+    let mut hosts: Vec<&str> = envs.iter().filter_map(|e| e.hostname).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    match hosts.as_slice() {
+        [one] => format!("fabprobe {}: {one}", kinds.join(", ")),
+        _ => format!("fabprobe {}", kinds.join(", ")),
+    }
+}
+
+/// No fetch of any kind (`default-src 'none'`); only the page's own style element.
+const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+
+fn document(title: &str, envs: &[Envelope], sections: &[Markup]) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(CSP);
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    h1 { (title) }
+                    p.muted {
+                        "From "
+                        @for (i, e) in envs.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            code { (e.file) }
+                            " (" (e.schema)
+                            @if let Some(h) = e.hostname { " on " (h) }
+                            @if let Some(t) = e.captured_at { ", " (t) }
+                            ")"
+                        }
+                        @if let Some(v) = envs.first().and_then(|e| e.tool_version) {
+                            "; fabprobe " (v)
+                        }
+                        "."
+                    }
+                }
+                @for s in sections { (s) }
+            }
+        }
+    }
+}
+
+/// `pass`/`warn`/`fail` as the class and the word the text reports print.
+fn severity_word(s: &str) -> (&'static str, &'static str) {
+    match s {
+        "fail" => ("fail", "FAIL"),
+        "warn" => ("warn", "WARN"),
+        "pass" => ("pass", "PASS"),
+        _ => ("unknown", "UNKNOWN"),
+    }
+}
+
+/// The findings as a table: severity, id, subject, message and fix.
+fn findings_table(findings: &[&Finding]) -> Markup {
+    html! {
+        table.findings {
+            thead { tr { th { "severity" } th { "finding" } th { "subject" } th { "message and fix" } } }
+            tbody {
+                @for f in findings {
+                    @let (class, word) = severity_word(&f.severity);
+                    tr class=(class) {
+                        td { span class={"badge " (class)} { (word) } }
+                        td { code { (f.id) } }
+                        td { (f.subject) }
+                        td {
+                            (f.message)
+                            @if let Some(fix) = &f.fix { div.fix { "fix: " (fix) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Light by default, dark when the reader's system asks, light again on paper. Data colours
+/// (the heatmap's scale, verdict states) are the same in both; ink and lines follow `--fg`.
+const STYLE: &str = r#"
+:root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #c8ccd0;
+  --panel: #f4f5f7; --fail: #c62828; --warn: #b36200; --pass: #2e7d32; --unknown: #6b6f76;
+  --missing: #8e24aa; --outline: #111111; --empty: #e3e5e8; --warnmap: #e8c547; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg: #16181b; --fg: #e4e6e8; --muted: #a2a7ad; --line: #41464d; --panel: #202328;
+    --fail: #ef5350; --warn: #ffa726; --pass: #66bb6a; --unknown: #9aa0a6; --missing: #ce93d8;
+    --outline: #ffffff; --empty: #2a2e34; --warnmap: #b39b3a; }
+}
+@media print {
+  :root { --bg: #ffffff; --fg: #000000; --muted: #444444; --line: #999999; --panel: #ffffff;
+    --outline: #000000; --empty: #eeeeee; }
+  section { break-inside: avoid-page; } header { border: 0; }
+  * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+}
+body { background: var(--bg); color: var(--fg); font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
+  max-width: 1280px; margin: 0 auto; padding: 12px 20px 40px; }
+h1 { font-size: 20px; margin: 8px 0 2px; } h2 { font-size: 18px; margin: 28px 0 6px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+header { padding-bottom: 2px; }
+code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12.5px; }
+.muted { color: var(--muted); }
+section { border-top: 2px solid var(--line); margin-top: 18px; }
+.verdicts { background: var(--panel); border-left: 5px solid var(--pass); padding: 8px 12px; margin: 10px 0; }
+.verdicts.fail { border-left-color: var(--fail); } .verdicts.unknown { border-left-color: var(--unknown); }
+.verdicts p { margin: 4px 0; font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px;
+  white-space: pre-wrap; overflow-wrap: anywhere; }
+.verdicts p.next { margin-left: 2em; color: var(--muted); }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
+th, td { border: 1px solid var(--line); padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: var(--panel); } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.fix { color: var(--muted); margin-top: 3px; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 3px; font-weight: 600; font-size: 12px; color: #fff; }
+.badge.fail { background: var(--fail); } .badge.warn { background: var(--warn); }
+.badge.pass { background: var(--pass); } .badge.unknown, .badge.missing { background: var(--unknown); }
+tr.slow td { font-weight: 600; } td.warn { background: color-mix(in srgb, var(--warn) 25%, transparent); }
+td.hit { text-align: center; }
+svg { display: block; max-width: 100%; height: auto; margin: 6px 0; }
+svg text { fill: var(--fg); font: 11px system-ui, sans-serif; }
+svg text.small { font-size: 9px; } svg text.label { font-weight: 700; }
+svg .axis { stroke: var(--fg); stroke-width: 1; fill: none; }
+svg .grid { stroke: var(--line); stroke-width: 1; fill: none; }
+svg .empty { fill: var(--empty); }
+svg .outline { fill: none; stroke: var(--outline); stroke-width: 3; }
+svg .outline.not-judged { stroke-dasharray: 6 4; stroke-width: 2; }
+svg .series { fill: none; stroke-width: 2.2; } svg .oop { stroke: #1e88e5; } svg .ip { stroke: #43a047; stroke-dasharray: 5 3; }
+svg .dot.oop { fill: #1e88e5; } svg .dot.ip { fill: #43a047; }
+svg .rate { stroke: var(--fail); stroke-width: 1.5; stroke-dasharray: 8 4; }
+svg .median { stroke: var(--warn); stroke-width: 1.5; stroke-dasharray: 2 3; }
+svg .pass { fill: var(--pass); } svg .warn { fill: var(--warn); } svg .fail { fill: var(--fail); }
+svg rect.node.warn { fill: var(--warnmap); } svg rect.node.outlier { fill: var(--warn); }
+svg .missing { fill: var(--missing); } svg .unreadable { fill: var(--unknown); } svg .outlier { fill: var(--warn); }
+.scroll { overflow-x: auto; } th code { white-space: normal; overflow-wrap: anywhere; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; margin: 4px 0; }
+.legend span::before { content: ""; display: inline-block; width: 11px; height: 11px; margin-right: 4px;
+  vertical-align: -1px; background: var(--c); border: 1px solid var(--line); }
+.tree { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; }
+.box { border: 1px solid var(--line); border-radius: 4px; padding: 4px 6px 6px; margin: 4px 0; background: var(--bg); }
+.box > .title { font-size: 12px; font-weight: 600; color: var(--muted); }
+.box.numa { background: var(--panel); } .box.numa > .title { color: var(--fg); font-size: 13px; }
+.kids { display: flex; flex-wrap: wrap; gap: 6px; align-items: flex-start; }
+.dev { border: 2px solid var(--line); border-radius: 4px; padding: 3px 6px; min-width: 120px; font-size: 12px; }
+.dev.gpu { border-color: #1e88e5; } .dev.nic { border-color: #43a047; }
+.dev.fail { outline: 3px solid var(--fail); } .dev.warn { outline: 3px solid var(--warn); }
+.dev b { font-size: 13px; } .dev .finding { color: var(--fail); font-weight: 600; }
+.dev.warn .finding { color: var(--warn); }
+"#;
