@@ -1,6 +1,7 @@
 //! The Fabric Manager's own version, which no file states: live, the output of
-//! `/usr/bin/nv-fabricmanager --version` (`Fabric Manager version is : 550.54.15`, the binary
-//! the `nvidia-fabricmanager` packages install, deb and rpm alike); in a snapshot,
+//! `nv-fabricmanager --version` (`Fabric Manager version is : 550.54.15`) of the running
+//! daemon's executable, else `/usr/bin/nv-fabricmanager` (where the `nvidia-fabricmanager`
+//! packages install it, deb and rpm alike); in a snapshot,
 //! `fabprobe/fabricmanager.json`. Asked only on hosts with NVSwitches.
 //!
 //! Why the binary and not the package database: the binary is what the service starts

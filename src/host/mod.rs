@@ -437,14 +437,14 @@ impl Host {
         }
     }
 
-    /// The Fabric Manager binary's `--version` output: run once live (recorded for
-    /// capture), the snapshot's `fabprobe/fabricmanager.json` otherwise.
-    pub fn fabric_manager_version(&self) -> Reply<String> {
+    /// The Fabric Manager binary's `--version` output: `binary` run once live (recorded
+    /// for capture), the snapshot's `fabprobe/fabricmanager.json` otherwise.
+    pub fn fabric_manager_version(&self, binary: &str) -> Reply<String> {
         let Ok(mut fm) = self.fabric_manager.lock() else {
             return Reply::NotCaptured;
         };
         if fm.is_none() && self.is_live() {
-            *fm = Some(fabricmanager::live_version(fabricmanager::FM_BINARY));
+            *fm = Some(fabricmanager::live_version(binary));
         }
         fm.as_ref()
             .and_then(|a| a.version_output.clone())

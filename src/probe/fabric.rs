@@ -170,7 +170,16 @@ fn read_service(host: &Host) -> FmService {
 }
 
 fn read_fabric_manager(host: &Host) -> FabricManager {
-    let (version, version_unknown) = match host.fabric_manager_version() {
+    // The running daemon's own binary where the scan saw it (distributions differ:
+    // Bottlerocket's is /usr/libexec/nvidia/tesla/bin/nv-fabricmanager), else the packages'.
+    let running_exe = host.facts().facts().and_then(|f| {
+        f.system_daemons
+            .iter()
+            .find(|d| d.daemon == FM_DAEMON && d.identified_by == "exe")
+            .and_then(|d| d.exe.clone())
+    });
+    let binary = running_exe.as_deref().unwrap_or(crate::host::fabricmanager::FM_BINARY);
+    let (version, version_unknown) = match host.fabric_manager_version(binary) {
         Reply::Ok(out) => match parse_version_output(&out) {
             Some(v) => (Some(v), None),
             None => (None, Some(format!("`nv-fabricmanager --version` printed no version: {}", out.trim()))),
