@@ -46,13 +46,30 @@ fn healthy_nvswitch_fixtures_pass_the_fabric_rules() {
         let r = topo::probe(&Host::snapshot(&root).unwrap());
         let fab = r.fabric.as_ref().expect(f);
         assert_eq!(fab.nvswitches.len(), 4, "{f}");
-        assert!(fab.nvswitches.iter().all(|s| s.driver.as_deref() == Some("nvidia-nvswitch")), "{f}");
+        assert!(
+            fab.nvswitches
+                .iter()
+                .all(|s| s.driver.as_deref() == Some("nvidia-nvswitch")),
+            "{f}"
+        );
         let fm = fab.fabric_manager.as_ref().unwrap();
-        assert_eq!(fm.process, fabprobe::probe::fabric::FmProcess::Running { pids: vec![2201] }, "{f}");
+        assert_eq!(
+            fm.process,
+            fabprobe::probe::fabric::FmProcess::Running { pids: vec![2201] },
+            "{f}"
+        );
         assert_eq!(fm.version.as_deref(), Some(version), "{f}");
         assert_eq!(fm.driver_version.as_deref(), Some(version), "{f}");
-        assert!(matches!(fm.service, fabprobe::probe::fabric::FmService::Active { .. }), "{f}");
-        assert!(fab.gpus.iter().all(|g| g.state.as_deref() == Some("completed") && g.status == Some(0)), "{f}");
+        assert!(
+            matches!(fm.service, fabprobe::probe::fabric::FmService::Active { .. }),
+            "{f}"
+        );
+        assert!(
+            fab.gpus
+                .iter()
+                .all(|g| g.state.as_deref() == Some("completed") && g.status == Some(0)),
+            "{f}"
+        );
         let fabric_ids: Vec<String> = ids(&root).into_iter().filter(|i| i.contains("fabric")).collect();
         assert!(fabric_ids.is_empty(), "{f}: {fabric_ids:?}");
     }
@@ -79,14 +96,34 @@ fn one_fact_one_finding() {
     // The Fabric Manager's process is gone (the unit stopped: its cgroup too).
     let (_d, snap) = copy_fixture("h100-sxm-8gpu");
     edit_json(&snap.join("fabprobe/facts.json"), |v| {
-        v["system_daemons"].as_array_mut().unwrap().retain(|d| d["daemon"] != "nv-fabricmanager");
+        v["system_daemons"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|d| d["daemon"] != "nv-fabricmanager");
     });
     std::fs::remove_dir_all(snap.join("sys/fs/cgroup/system.slice/nvidia-fabricmanager.service")).unwrap();
     let f = findings(&snap);
-    assert_eq!(f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["topo.fabric_manager_not_running"]);
-    assert!(f[0].message.contains("CUDA will return 'system not yet initialized' (802)"), "{}", f[0].message);
-    assert!(f[0].message.starts_with("4 NVSwitches and no Fabric Manager"), "{}", f[0].message);
-    assert!(f[0].fix.as_deref().unwrap().starts_with("`systemctl start nvidia-fabricmanager`"));
+    assert_eq!(
+        f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["topo.fabric_manager_not_running"]
+    );
+    assert!(
+        f[0].message
+            .contains("CUDA will return 'system not yet initialized' (802)"),
+        "{}",
+        f[0].message
+    );
+    assert!(
+        f[0].message.starts_with("4 NVSwitches and no Fabric Manager"),
+        "{}",
+        f[0].message
+    );
+    assert!(
+        f[0].fix
+            .as_deref()
+            .unwrap()
+            .starts_with("`systemctl start nvidia-fabricmanager`")
+    );
     assert_eq!(f[0].evidence["service"]["state"], "not_active");
 
     // One GPU's fabric registration is still in progress.
@@ -95,9 +132,16 @@ fn one_fact_one_finding() {
         v["gpus"][3]["fabric"]["info"]["state"] = "in_progress".into();
     });
     let f = findings(&snap);
-    assert_eq!(f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["topo.gpu_fabric_not_ready"]);
+    assert_eq!(
+        f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["topo.gpu_fabric_not_ready"]
+    );
     assert_eq!(f[0].subject, "GPU3 0000:5b:00.0");
-    assert!(f[0].message.contains("NVML_GPU_FABRIC_STATE_IN_PROGRESS"), "{}", f[0].message);
+    assert!(
+        f[0].message.contains("NVML_GPU_FABRIC_STATE_IN_PROGRESS"),
+        "{}",
+        f[0].message
+    );
 
     // The registration completed with an error: NVML's words are the message's.
     let (_d, snap) = copy_fixture("h100-sxm-8gpu");
@@ -108,9 +152,17 @@ fn one_fact_one_finding() {
         }
     });
     let f = findings(&snap);
-    assert_eq!(f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["topo.gpu_fabric_not_ready"]);
+    assert_eq!(
+        f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["topo.gpu_fabric_not_ready"]
+    );
     assert_eq!(f[0].subject, "GPU1,GPU6");
-    assert!(f[0].message.contains("completed with an error: Unknown Error (NVML status 999)"), "{}", f[0].message);
+    assert!(
+        f[0].message
+            .contains("completed with an error: Unknown Error (NVML status 999)"),
+        "{}",
+        f[0].message
+    );
 
     // The Fabric Manager's version is not the loaded driver's.
     let (_d, snap) = copy_fixture("h100-sxm-8gpu");
@@ -118,10 +170,19 @@ fn one_fact_one_finding() {
         v["version_output"]["ok"] = "Fabric Manager version is : 550.90.07\n".into();
     });
     let f = findings(&snap);
-    assert_eq!(f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["topo.fabric_manager_version"]);
-    assert!(f[0].message.starts_with("the Fabric Manager is version 550.90.07, the loaded driver 550.54.15"));
+    assert_eq!(
+        f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["topo.fabric_manager_version"]
+    );
+    assert!(
+        f[0].message
+            .starts_with("the Fabric Manager is version 550.90.07, the loaded driver 550.54.15")
+    );
     let fix = f[0].fix.as_deref().unwrap();
-    assert!(fix.contains("`apt-get install nvidia-fabricmanager-550=550.54.15-1`"), "{fix}");
+    assert!(
+        fix.contains("`apt-get install nvidia-fabricmanager-550=550.54.15-1`"),
+        "{fix}"
+    );
     assert!(fix.contains("`systemctl restart nvidia-fabricmanager`"), "{fix}");
 
     // No NVML: the GPUs' fabric state is not evaluated (never a pass), and said once.
@@ -132,7 +193,13 @@ fn one_fact_one_finding() {
     assert_eq!(fabric.len(), 1, "{f:?}");
     assert_eq!(fabric[0].id, "topo.fabric_not_evaluated");
     assert_eq!(fabric[0].evidence["reasons"].as_array().unwrap().len(), 1);
-    assert!(fabric[0].message.contains("the GPUs' fabric state (8 GPUs): NVML:"), "{}", fabric[0].message);
+    assert!(
+        fabric[0]
+            .message
+            .contains("the GPUs' fabric state (8 GPUs): NVML:"),
+        "{}",
+        fabric[0].message
+    );
 }
 
 /// A Fabric Manager that is not installed at all: the fix installs the driver's package.
@@ -140,13 +207,19 @@ fn one_fact_one_finding() {
 fn a_missing_fabric_manager_is_installed_by_the_fix() {
     let (_d, snap) = copy_fixture("h100-sxm-8gpu");
     edit_json(&snap.join("fabprobe/facts.json"), |v| {
-        v["system_daemons"].as_array_mut().unwrap().retain(|d| d["daemon"] != "nv-fabricmanager");
+        v["system_daemons"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|d| d["daemon"] != "nv-fabricmanager");
     });
     edit_json(&snap.join("fabprobe/fabricmanager.json"), |v| {
         v["version_output"] = serde_json::json!({"error": "/usr/bin/nv-fabricmanager is not installed"});
     });
     let f = findings(&snap);
-    assert_eq!(f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["topo.fabric_manager_not_running"]);
+    assert_eq!(
+        f.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["topo.fabric_manager_not_running"]
+    );
     assert!(
         f[0].fix.as_deref().unwrap().starts_with("install the Fabric Manager of driver 550.54.15: `apt-get install nvidia-fabricmanager-550=550.54.15-1`"),
         "{:?}",
@@ -159,15 +232,28 @@ fn a_missing_fabric_manager_is_installed_by_the_fix() {
 fn check_fails_a_node_without_its_fabric_manager() {
     let (_d, snap) = copy_fixture("h100-sxm-8gpu");
     edit_json(&snap.join("fabprobe/facts.json"), |v| {
-        v["system_daemons"].as_array_mut().unwrap().retain(|d| d["daemon"] != "nv-fabricmanager");
+        v["system_daemons"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|d| d["daemon"] != "nv-fabricmanager");
     });
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
         .args(["--root", snap.to_str().unwrap(), "check", "--format", "json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids: Vec<&str> = v["findings"].as_array().unwrap().iter().filter_map(|f| f["id"].as_str()).collect();
+    let ids: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
     assert!(ids.contains(&"topo.fabric_manager_not_running"), "{ids:?}");
 }
 
@@ -192,11 +278,23 @@ fn system_daemons_in_older_facts_are_not_jobs() {
     let h = Host::snapshot(&snap).unwrap();
     let f = h.facts().facts().unwrap();
     assert!(f.device_holders.is_empty(), "{:?}", f.device_holders);
-    let d: Vec<(&str, &str)> = f.system_daemons.iter().map(|d| (d.daemon.as_str(), d.identified_by.as_str())).collect();
+    let d: Vec<(&str, &str)> = f
+        .system_daemons
+        .iter()
+        .map(|d| (d.daemon.as_str(), d.identified_by.as_str()))
+        .collect();
     assert_eq!(d, [("nvidia-persistenced", "comm"), ("nv-fabricmanager", "comm")]);
     for policy in ["dgx-h100", "hdr-a100"] {
         let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-            .args(["--root", snap.to_str().unwrap(), "check", "--policy", policy, "--format", "json"])
+            .args([
+                "--root",
+                snap.to_str().unwrap(),
+                "check",
+                "--policy",
+                policy,
+                "--format",
+                "json",
+            ])
             .output()
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

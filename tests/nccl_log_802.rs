@@ -23,8 +23,15 @@ fn the_threads_get_the_fabric_manager_cause() {
         let v = verdicts(&format!("tests/data/nccl-logs/{file}.log"));
         assert_eq!(v.len(), 1, "{file}: {v:?}");
         let (cause, sev, h, next) = &v[0];
-        assert_eq!((cause.as_str(), sev.as_str(), h.as_deref()), ("cuda_system_not_ready", "fail", host), "{file}");
-        assert!(next.starts_with("on that host: systemctl status nvidia-fabricmanager"), "{file}: {next}");
+        assert_eq!(
+            (cause.as_str(), sev.as_str(), h.as_deref()),
+            ("cuda_system_not_ready", "fail", host),
+            "{file}"
+        );
+        assert!(
+            next.starts_with("on that host: systemctl status nvidia-fabricmanager"),
+            "{file}: {next}"
+        );
     }
 }
 

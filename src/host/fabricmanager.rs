@@ -64,16 +64,22 @@ fn run_with_deadline(binary: &str, limit: Duration) -> Reply<String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Reply::Error(format!("{binary} --version did not exit within {}s", limit.as_secs()));
+                return Reply::Error(format!(
+                    "{binary} --version did not exit within {}s",
+                    limit.as_secs()
+                ));
             }
             Err(e) => return Reply::Error(format!("waiting for {binary}: {e}")),
         }
     }
     let mut out = String::new();
     // A version line is short; a pipe that says more is cut, never read without end.
-    for pipe in [child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>), child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>)]
-        .into_iter()
-        .flatten()
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
     {
         let mut buf = Vec::new();
         let _ = pipe.take(4096).read_to_end(&mut buf);
@@ -85,7 +91,11 @@ fn run_with_deadline(binary: &str, limit: Duration) -> Reply<String> {
 /// `Fabric Manager version is : 550.54.15` -> `550.54.15`. Pure.
 pub fn parse_version_output(s: &str) -> Option<String> {
     let line = s.lines().find(|l| l.contains("Fabric Manager version is"))?;
-    let v = line.split_once("version is")?.1.trim_start_matches([' ', ':', '\t']).trim();
+    let v = line
+        .split_once("version is")?
+        .1
+        .trim_start_matches([' ', ':', '\t'])
+        .trim();
     let v = v.split_whitespace().next()?;
     v.starts_with(|c: char| c.is_ascii_digit()).then(|| v.to_string())
 }
@@ -98,7 +108,10 @@ mod tests {
     fn version_lines() {
         for (s, want) in [
             ("Fabric Manager version is : 450.102.04\n", Some("450.102.04")),
-            ("\n\n\tFabric Manager version is : 535.161.08\n\n", Some("535.161.08")),
+            (
+                "\n\n\tFabric Manager version is : 535.161.08\n\n",
+                Some("535.161.08"),
+            ),
             ("Fabric Manager version is: 580.159.03", Some("580.159.03")),
             ("nv-fabricmanager: unrecognized option '--version'\n", None),
             ("Fabric Manager version is : \n", None),
@@ -113,7 +126,9 @@ mod tests {
         let a = live_version("/nonexistent/nv-fabricmanager");
         assert_eq!(
             a.version_output,
-            Some(Reply::Error("/nonexistent/nv-fabricmanager is not installed".into()))
+            Some(Reply::Error(
+                "/nonexistent/nv-fabricmanager is not installed".into()
+            ))
         );
     }
 
@@ -121,6 +136,9 @@ mod tests {
     fn a_binary_that_answers_is_read() {
         // `/bin/echo --version` prints its argument (GNU echo prints it too, or its version).
         let a = live_version("/bin/echo");
-        assert!(matches!(a.version_output, Some(Reply::Ok(ref s)) if !s.is_empty()), "{a:?}");
+        assert!(
+            matches!(a.version_output, Some(Reply::Ok(ref s)) if !s.is_empty()),
+            "{a:?}"
+        );
     }
 }

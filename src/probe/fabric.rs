@@ -81,10 +81,17 @@ pub enum FmProcess {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum FmService {
     /// The unit's cgroup exists: systemd runs it.
-    Active { cgroup: String, pids: Vec<u32> },
+    Active {
+        cgroup: String,
+        pids: Vec<u32>,
+    },
     /// systemd's tree is there, the unit's cgroup is not: inactive or failed.
-    NotActive { cgroup: String },
-    Unknown { reason: String },
+    NotActive {
+        cgroup: String,
+    },
+    Unknown {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +126,11 @@ fn read_nvswitches(host: &Host) -> Vec<NvSwitch> {
     let Ok(Some(names)) = host.list_dir(base) else {
         return Vec::new();
     };
-    let hex = |bdf: &str, f: &str| host.attr(format!("{base}/{bdf}/{f}")).value().and_then(pci::parse_hex_id);
+    let hex = |bdf: &str, f: &str| {
+        host.attr(format!("{base}/{bdf}/{f}"))
+            .value()
+            .and_then(pci::parse_hex_id)
+    };
     names
         .iter()
         .filter(|n| pci::is_bdf(n))
@@ -141,7 +152,8 @@ fn read_process(host: &Host) -> FmProcess {
         },
         Some(f) => match f.daemon_pids(FM_DAEMON) {
             None => FmProcess::Unknown {
-                reason: "the processes were not scanned for system daemons (facts from an older snapshot)".into(),
+                reason: "the processes were not scanned for system daemons (facts from an older snapshot)"
+                    .into(),
             },
             Some(p) if p.is_empty() => FmProcess::NotRunning,
             Some(pids) => FmProcess::Running { pids },
@@ -150,7 +162,10 @@ fn read_process(host: &Host) -> FmProcess {
 }
 
 fn read_service(host: &Host) -> FmService {
-    for base in ["/sys/fs/cgroup/system.slice", "/sys/fs/cgroup/systemd/system.slice"] {
+    for base in [
+        "/sys/fs/cgroup/system.slice",
+        "/sys/fs/cgroup/systemd/system.slice",
+    ] {
         if !host.is_dir(base) {
             continue;
         }
@@ -161,7 +176,9 @@ fn read_service(host: &Host) -> FmService {
                 cgroup,
             },
             Ok(None) => FmService::NotActive { cgroup },
-            Err(e) => FmService::Unknown { reason: e.to_string() },
+            Err(e) => FmService::Unknown {
+                reason: e.to_string(),
+            },
         };
     }
     FmService::Unknown {
@@ -178,14 +195,25 @@ fn read_fabric_manager(host: &Host) -> FabricManager {
             .find(|d| d.daemon == FM_DAEMON && d.identified_by == "exe")
             .and_then(|d| d.exe.clone())
     });
-    let binary = running_exe.as_deref().unwrap_or(crate::host::fabricmanager::FM_BINARY);
+    let binary = running_exe
+        .as_deref()
+        .unwrap_or(crate::host::fabricmanager::FM_BINARY);
     let (version, version_unknown) = match host.fabric_manager_version(binary) {
         Reply::Ok(out) => match parse_version_output(&out) {
             Some(v) => (Some(v), None),
-            None => (None, Some(format!("`nv-fabricmanager --version` printed no version: {}", out.trim()))),
+            None => (
+                None,
+                Some(format!(
+                    "`nv-fabricmanager --version` printed no version: {}",
+                    out.trim()
+                )),
+            ),
         },
         Reply::Error(e) => (None, Some(e)),
-        Reply::NotCaptured => (None, Some("the snapshot has no fabprobe/fabricmanager.json".into())),
+        Reply::NotCaptured => (
+            None,
+            Some("the snapshot has no fabprobe/fabricmanager.json".into()),
+        ),
     };
     let proc_version = host
         .read_opt("/proc/driver/nvidia/version")
@@ -222,10 +250,16 @@ fn read_gpus(host: &Host, gpus: &[(String, String)]) -> Vec<GpuFabricState> {
                 status_text: None,
                 note: None,
             };
-            let ng = nvml.facts().and_then(|f| f.gpus.iter().find(|g| &g.pci_bus_id == bdf));
+            let ng = nvml
+                .facts()
+                .and_then(|f| f.gpus.iter().find(|g| &g.pci_bus_id == bdf));
             match (nvml, ng.and_then(|g| g.fabric.as_ref())) {
-                (crate::host::NvmlState::Unavailable { reason }, _) => s.note = Some(format!("NVML: {reason}")),
-                (_, None) => s.note = Some("NVML's fabric state was not read (a snapshot from before it was)".into()),
+                (crate::host::NvmlState::Unavailable { reason }, _) => {
+                    s.note = Some(format!("NVML: {reason}"))
+                }
+                (_, None) => {
+                    s.note = Some("NVML's fabric state was not read (a snapshot from before it was)".into())
+                }
                 (_, Some(GpuFabric::Error(e))) => s.note = Some(format!("nvmlDeviceGetGpuFabricInfo: {e}")),
                 (_, Some(GpuFabric::Info(i))) => {
                     s.state = Some(i.state.clone());
@@ -280,7 +314,10 @@ fn not_ready(g: &GpuFabricState) -> bool {
 fn gpu_findings(r: &FabricReport, out: &mut Vec<Finding>) {
     let mut groups: Vec<(&GpuFabricState, Vec<&GpuFabricState>)> = Vec::new();
     for g in r.gpus.iter().filter(|g| not_ready(g)) {
-        match groups.iter_mut().find(|(k, _)| k.state == g.state && k.status == g.status) {
+        match groups
+            .iter_mut()
+            .find(|(k, _)| k.state == g.state && k.status == g.status)
+        {
             Some((_, v)) => v.push(g),
             None => groups.push((g, vec![g])),
         }
@@ -326,7 +363,12 @@ fn gpu_findings(r: &FabricReport, out: &mut Vec<Finding>) {
 fn fm_findings(r: &FabricReport, fm: &FabricManager, out: &mut Vec<Finding>) -> bool {
     let n = r.nvswitches.len();
     let running = matches!(fm.process, FmProcess::Running { .. });
-    let not_ready: Vec<&str> = r.gpus.iter().filter(|g| not_ready(g)).map(|g| g.label.as_str()).collect();
+    let not_ready: Vec<&str> = r
+        .gpus
+        .iter()
+        .filter(|g| not_ready(g))
+        .map(|g| g.label.as_str())
+        .collect();
     if let (Some(f), Some(d)) = (&fm.version, &fm.driver_version) {
         if f != d {
             let also = if running { "" } else { "; it is not running" };
@@ -357,7 +399,10 @@ fn fm_findings(r: &FabricReport, fm: &FabricManager, out: &mut Vec<Finding>) -> 
     if !matches!(fm.process, FmProcess::NotRunning) {
         return false;
     }
-    let installed = !fm.version_unknown.as_deref().is_some_and(|w| w.ends_with("is not installed"));
+    let installed = !fm
+        .version_unknown
+        .as_deref()
+        .is_some_and(|w| w.ends_with("is not installed"));
     let fix = match (installed, &fm.driver_version) {
         (true, _) => "`systemctl start nvidia-fabricmanager` (and `systemctl enable nvidia-fabricmanager`); \
                       if it does not stay up, `journalctl -u nvidia-fabricmanager -n 50` and /var/log/fabricmanager.log say why"
@@ -395,7 +440,10 @@ fn unknowns(r: &FabricReport, fm: &FabricManager) -> Vec<String> {
     }
     // Not installed and not running: the not-running finding says it, with the install.
     let absent = matches!(fm.process, FmProcess::NotRunning)
-        && fm.version_unknown.as_deref().is_some_and(|w| w.ends_with("is not installed"));
+        && fm
+            .version_unknown
+            .as_deref()
+            .is_some_and(|w| w.ends_with("is not installed"));
     match (&fm.version, &fm.driver_version) {
         (Some(_), Some(_)) => {}
         (None, _) if absent => {}
@@ -403,12 +451,20 @@ fn unknowns(r: &FabricReport, fm: &FabricManager) -> Vec<String> {
             "the Fabric Manager's version: {}",
             fm.version_unknown.as_deref().unwrap_or("unknown")
         )),
-        (_, None) => why.push("the driver's version: neither /proc/driver/nvidia/version nor NVML gave it".into()),
+        (_, None) => {
+            why.push("the driver's version: neither /proc/driver/nvidia/version nor NVML gave it".into())
+        }
     }
     let unknown: Vec<&GpuFabricState> = r
         .gpus
         .iter()
-        .filter(|g| g.state.is_none() && !g.note.as_deref().is_some_and(|n| n.starts_with("nvmlDeviceGetGpuFabricInfo")))
+        .filter(|g| {
+            g.state.is_none()
+                && !g
+                    .note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("nvmlDeviceGetGpuFabricInfo"))
+        })
         .collect();
     if let Some(g) = unknown.first() {
         why.push(format!(
@@ -426,7 +482,10 @@ fn unknowns(r: &FabricReport, fm: &FabricManager) -> Vec<String> {
 /// that is their cause), and one `topo.fabric_not_evaluated` for what could not be read.
 pub fn judge(r: &FabricReport) -> Vec<Finding> {
     let mut out = Vec::new();
-    let fm_down = r.fabric_manager.as_ref().is_some_and(|fm| fm_findings(r, fm, &mut out));
+    let fm_down = r
+        .fabric_manager
+        .as_ref()
+        .is_some_and(|fm| fm_findings(r, fm, &mut out));
     if !fm_down {
         gpu_findings(r, &mut out);
     }
@@ -462,7 +521,10 @@ mod tests {
                 "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:15 UTC 2024\n",
                 Some("535.161.08"),
             ),
-            ("NVRM version: NVIDIA UNIX aarch64 Kernel Module  570.86.15\n", Some("570.86.15")),
+            (
+                "NVRM version: NVIDIA UNIX aarch64 Kernel Module  570.86.15\n",
+                Some("570.86.15"),
+            ),
             ("GCC version: 12.3\n", None),
             ("", None),
         ] {
@@ -473,7 +535,13 @@ mod tests {
     #[test]
     fn install_commands_name_branch_and_version() {
         let s = install_fm("550.54.15");
-        assert!(s.contains("`apt-get install nvidia-fabricmanager-550=550.54.15-1`"), "{s}");
-        assert!(s.contains("`dnf install nvidia-fabric-manager-550.54.15-1`"), "{s}");
+        assert!(
+            s.contains("`apt-get install nvidia-fabricmanager-550=550.54.15-1`"),
+            "{s}"
+        );
+        assert!(
+            s.contains("`dnf install nvidia-fabric-manager-550.54.15-1`"),
+            "{s}"
+        );
     }
 }
