@@ -311,8 +311,11 @@ fn nccl_xml_cli_reads_what_it_wrote() {
     let (code, out, err) = fabprobe(&["topo", "--nccl-xml", f.to_str().unwrap(), "--nccl"]);
     assert_eq!(code, 0, "{err}");
     let (_, direct, _) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu", "topo", "--nccl"]);
-    // Same NCCL matrix; only the notes differ.
-    let table = |s: &str| s.split("\nNotes:").next().unwrap().to_string();
+    // Same NCCL matrix; only the notes differ (and an NCCL file has no NVSwitch section).
+    let table = |s: &str| {
+        let s = s.split("\nNotes:").next().unwrap();
+        s.split("\nNVSwitch fabric:").next().unwrap().to_string()
+    };
     assert_eq!(table(&out), table(&direct));
 }
 
@@ -402,6 +405,8 @@ fn snapshot_recapture_keeps_the_topo_report() {
         assert_eq!(again.numa_nodes, orig.numa_nodes, "{f}");
         assert_eq!(again.cpu, orig.cpu, "{f}");
         assert_eq!(again.switches, orig.switches, "{f}");
+        // The NVSwitch section: the cgroup, the Fabric Manager's answer, facts and NVML.
+        assert_eq!(again.fabric, orig.fabric, "{f}");
     }
     // Through a tarball too.
     let src = "fixtures/h100-sxm-8gpu";

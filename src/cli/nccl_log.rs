@@ -53,6 +53,7 @@ VERDICTS
     socket_connect_failed            remote_process_exited        collective_timeout
     gdr_disabled (warn)              version_mismatch             collective_mismatch
     cuda_error                       cuda_oom                     system_error
+    cuda_system_not_ready (CUDA 802: the host's Fabric Manager)
     shm_alloc_failed (/dev/shm)      duplicate_gpu                bootstrap_rank_mismatch
     ib_port_error                    ib_device_fatal              ib_async_error
     ib_gid_change (warn)             ib_verbs_unavailable (warn: sockets instead)

@@ -56,6 +56,28 @@ FINDINGS
                                  support
                                  (idle GPUs lower their speed to save power: not a fault)
   topo.gpu_nic_sys         warn  every RDMA NIC is SYS away from a GPU
+  topo.fabric_manager_not_running
+                           fail  NVSwitches and no nv-fabricmanager process: CUDA will
+                                 return 'system not yet initialized' (802)
+  topo.fabric_manager_version
+                           fail  the Fabric Manager's version is not the loaded driver's
+                                 (it refuses to start); the fix names the package
+  topo.gpu_fabric_not_ready
+                           fail  a GPU's NVML fabric state is not_started/in_progress, or
+                                 completed with an error status (NVML's words)
+  topo.fabric_not_evaluated
+                           warn  on an NVSwitch host: the process scan, the Fabric
+                                 Manager's or driver's version, or NVML could not be read
+
+NVSWITCH FABRIC
+  Only on hosts with NVSwitches (PCI vendor 0x10de, class 0x068000) or GPUs whose NVML fabric
+  state is not not_supported: the switches and their bound driver; the nv-fabricmanager
+  process (the /proc scan, by executable); systemd's nvidia-fabricmanager.service from its
+  cgroup (/sys/fs/cgroup/system.slice/, v1: .../systemd/system.slice/: present = active,
+  absent = inactive or failed); its version from `nv-fabricmanager --version` (the running
+  binary, else /usr/bin/nv-fabricmanager; run live with a 5 s deadline, kept in a snapshot's
+  fabprobe/fabricmanager.json) beside /proc/driver/nvidia/version; each GPU's state from
+  nvmlDeviceGetGpuFabricInfoV (else nvmlDeviceGetGpuFabricInfo; Hopper and later).
 
 JSON DATA (schema fabprobe.topo)
   source                    sysfs | sysfs+nvml | nccl-xml:<file>
@@ -87,6 +109,17 @@ JSON DATA (schema fabprobe.topo)
   numa_nodes[]              {id, cpulist, cpumap}
   cpu                       {arch, vendor, family_id, model_id} (from /proc/cpuinfo)
   notes[]                   what the report could not see
+  fabric                    absent without NVSwitches and fabric-reporting GPUs, else
+                            {nvswitches[] {pci_bus_id, device_id, driver},
+                             fabric_manager (null without NVSwitches):
+                              {process {state: running (pids) | not_running | unknown (reason)},
+                               service {state: active (cgroup, pids) | not_active (cgroup) |
+                                        unknown (reason)},
+                               version, version_unknown, driver_version,
+                               driver_version_source (/proc/driver/nvidia/version | nvml)},
+                             gpus[] {label, pci_bus_id, state (not_supported | not_started |
+                                     in_progress | completed; null: unknown), status
+                                     (nvmlReturn_t), status_text (nvmlErrorString), note}}
 
 EXIT STATUS
   0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file or

@@ -3,11 +3,17 @@
 //! (`getrlimit(RLIMIT_MEMLOCK)`), and the processes that still hold a GPU or RDMA device
 //! file (a crashed job's leftovers make the next job fail). Live they are collected once, on
 //! first use; in a snapshot they come from `fabprobe/facts.json`.
+//!
+//! The system's own GPU daemons ([`GPU_DAEMONS`]: `nvidia-persistenced`, `nv-fabricmanager`,
+//! DCGM's `nv-hostengine`, ...) hold the device files by design: they are listed apart as
+//! [`SystemDaemon`]s, never as holders, so a health check does not read them as a job.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+// One per host, read once: the size of the unavailable variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum FactsState {
@@ -47,6 +53,100 @@ pub struct HostFacts {
     /// Processes whose open files could not be read (not root): holders may be missing.
     #[serde(default)]
     pub processes_unreadable: u32,
+    /// The system's GPU daemons found running (whether or not they hold a device file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_daemons: Vec<SystemDaemon>,
+    /// Whether every process was looked at for [`GPU_DAEMONS`]; false in facts written
+    /// before the scan existed, so an absent daemon there is unknown, not stopped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub daemons_scanned: bool,
+}
+
+/// The system's GPU daemons by executable name, and what each is for. Their comm is the
+/// name cut to 15 bytes (`nv-fabricmanage`), as the kernel keeps it.
+pub const GPU_DAEMONS: &[(&str, &str)] = &[
+    ("nvidia-persistenced", "keeps the GPUs initialised (persistence mode)"),
+    ("nv-fabricmanager", "NVIDIA Fabric Manager: sets up the NVSwitch fabric"),
+    ("nv-hostengine", "DCGM host engine"),
+    ("nvidia-imex", "NVIDIA IMEX: memory export across the NVLink domain"),
+    ("nvlsm", "NVLink Subnet Manager"),
+];
+
+/// A running system GPU daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemDaemon {
+    pub pid: u32,
+    /// Which of [`GPU_DAEMONS`] it is: `nv-fabricmanager`.
+    pub daemon: String,
+    /// How it was recognised: `exe` (`/proc/<pid>/exe`, what really runs), `cmdline` (its
+    /// argv\[0\], when exe is unreadable) or `comm` (the last resort, and in old snapshots).
+    pub identified_by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    pub comm: Option<String>,
+    /// The device files it holds open (empty when none, or when its fds were unreadable).
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+impl HostFacts {
+    /// The running instances of one daemon (`nv-fabricmanager`); None when processes were
+    /// not scanned for daemons (facts from an older snapshot).
+    pub fn daemon_pids(&self, name: &str) -> Option<Vec<u32>> {
+        self.daemons_scanned.then(|| {
+            self.system_daemons
+                .iter()
+                .filter(|d| d.daemon == name)
+                .map(|d| d.pid)
+                .collect()
+        })
+    }
+
+    /// Facts written before daemons were told apart list them among the holders: move the
+    /// ones whose comm names a daemon (all such a snapshot recorded) to `system_daemons`.
+    pub fn separate_daemons(&mut self) {
+        let holders = std::mem::take(&mut self.device_holders);
+        for h in holders {
+            match identify_daemon(h.exe.as_deref(), None, h.comm.as_deref()) {
+                Some((daemon, by)) => self.system_daemons.push(SystemDaemon {
+                    pid: h.pid,
+                    daemon: daemon.into(),
+                    identified_by: by.into(),
+                    exe: h.exe,
+                    comm: h.comm,
+                    devices: h.devices,
+                }),
+                None => self.device_holders.push(h),
+            }
+        }
+    }
+}
+
+/// Which system daemon a process is, from what runs (`exe`, trusted when readable: a job
+/// cannot fake it), else its argv\[0\], else its comm (15 bytes of the name). The answer
+/// says which of the three it rests on.
+pub fn identify_daemon(
+    exe: Option<&str>,
+    argv0: Option<&str>,
+    comm: Option<&str>,
+) -> Option<(&'static str, &'static str)> {
+    let base = |p: &str| {
+        let p = p.strip_suffix(" (deleted)").unwrap_or(p);
+        p.rsplit('/').next().unwrap_or(p).to_string()
+    };
+    let by_name = |n: &str| GPU_DAEMONS.iter().map(|d| d.0).find(|d| *d == n);
+    if let Some(e) = exe {
+        return by_name(&base(e)).map(|d| (d, "exe"));
+    }
+    if let Some(a) = argv0.filter(|a| !a.is_empty()) {
+        return by_name(&base(a)).map(|d| (d, "cmdline"));
+    }
+    let c = comm?;
+    GPU_DAEMONS
+        .iter()
+        .map(|d| d.0)
+        .find(|d| &d[..d.len().min(15)] == c)
+        .map(|d| (d, "comm"))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +184,9 @@ pub struct DeviceHolder {
     pub pid: u32,
     /// `/proc/<pid>/comm`.
     pub comm: Option<String>,
+    /// `/proc/<pid>/exe`: what runs (absent in older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
     /// The device files it holds open, e.g. `/dev/nvidia3`, `/dev/infiniband/uverbs0`.
     pub devices: Vec<String>,
 }
@@ -106,7 +209,7 @@ pub fn collect_live() -> FactsState {
         .filter(|b| !b.is_empty());
     let cpu_count = Some(sys.cpus().len() as u32).filter(|n| *n > 0);
     let load = System::load_average();
-    let (device_holders, processes_unreadable) = scan_holders(Path::new("/proc"));
+    let scan = scan_processes(Path::new("/proc"));
     FactsState::Available(HostFacts {
         kernel: System::kernel_version(),
         os: System::long_os_version(),
@@ -116,8 +219,10 @@ pub fn collect_live() -> FactsState {
         uptime_s: Some(System::uptime()),
         load_avg: Some([load.one, load.five, load.fifteen]),
         memlock: memlock_live(),
-        device_holders,
-        processes_unreadable,
+        device_holders: scan.holders,
+        processes_unreadable: scan.unreadable,
+        system_daemons: scan.daemons,
+        daemons_scanned: scan.scanned,
     })
 }
 
@@ -137,15 +242,32 @@ fn memlock_live() -> Option<Memlock> {
     })
 }
 
+/// What a walk of `/proc` found.
+#[derive(Debug, Default, PartialEq)]
+pub struct ProcScan {
+    pub holders: Vec<DeviceHolder>,
+    pub daemons: Vec<SystemDaemon>,
+    /// Processes whose open files could not be read (and that are no known daemon).
+    pub unreadable: u32,
+    /// False when `/proc` itself could not be listed.
+    pub scanned: bool,
+}
+
 /// Walk `<proc>/<pid>/fd/*` for device holders, skipping this process. A process that
 /// exits during the walk is simply gone; one whose fds are unreadable is counted.
 pub fn scan_holders(proc_dir: &Path) -> (Vec<DeviceHolder>, u32) {
+    let s = scan_processes(proc_dir);
+    (s.holders, s.unreadable)
+}
+
+/// [`scan_holders`], with the system's GPU daemons told apart from the jobs.
+pub fn scan_processes(proc_dir: &Path) -> ProcScan {
     let me = std::process::id();
-    let mut holders = Vec::new();
-    let mut unreadable = 0;
+    let mut out = ProcScan::default();
     let Ok(rd) = std::fs::read_dir(proc_dir) else {
-        return (holders, 0);
+        return out;
     };
+    out.scanned = true;
     let mut pids: Vec<u32> = rd
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
@@ -153,32 +275,72 @@ pub fn scan_holders(proc_dir: &Path) -> (Vec<DeviceHolder>, u32) {
         .collect();
     pids.sort_unstable();
     for pid in pids {
-        let fd_dir = proc_dir.join(pid.to_string()).join("fd");
-        let fds = match std::fs::read_dir(&fd_dir) {
-            Ok(fds) => fds,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                unreadable += 1;
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let mut devices: Vec<String> = fds
-            .flatten()
-            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-            .filter_map(|t| t.to_str().map(str::to_string))
-            .filter(|t| is_held_device(t))
-            .collect();
-        if devices.is_empty() {
-            continue;
-        }
-        devices.sort();
-        devices.dedup();
-        let comm = std::fs::read_to_string(proc_dir.join(pid.to_string()).join("comm"))
-            .ok()
-            .map(|s| s.trim_end().to_string());
-        holders.push(DeviceHolder { pid, comm, devices });
+        scan_one(&proc_dir.join(pid.to_string()), pid, &mut out);
     }
-    (holders, unreadable)
+    out
+}
+
+fn scan_one(dir: &Path, pid: u32, out: &mut ProcScan) {
+    let comm = std::fs::read_to_string(dir.join("comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string());
+    let devices = match std::fs::read_dir(dir.join("fd")) {
+        Ok(fds) => {
+            let mut d: Vec<String> = fds
+                .flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|t| t.to_str().map(str::to_string))
+                .filter(|t| is_held_device(t))
+                .collect();
+            d.sort();
+            d.dedup();
+            Some(d)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+        Err(_) => return,
+    };
+    let holds = devices.as_ref().is_some_and(|d| !d.is_empty());
+    // Only a holder, or a process whose comm names a daemon, needs its exe read.
+    let maybe_daemon = comm
+        .as_deref()
+        .is_some_and(|c| identify_daemon(None, None, Some(c)).is_some());
+    if !holds && !maybe_daemon {
+        if devices.is_none() {
+            out.unreadable += 1;
+        }
+        return;
+    }
+    let exe = std::fs::read_link(dir.join("exe"))
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string));
+    let argv0 = if exe.is_none() {
+        std::fs::read(dir.join("cmdline"))
+            .ok()
+            .and_then(|b| b.split(|c| *c == 0).next().map(|a| String::from_utf8_lossy(a).into_owned()))
+    } else {
+        None
+    };
+    if let Some((daemon, by)) = identify_daemon(exe.as_deref(), argv0.as_deref(), comm.as_deref()) {
+        out.daemons.push(SystemDaemon {
+            pid,
+            daemon: daemon.into(),
+            identified_by: by.into(),
+            exe,
+            comm,
+            devices: devices.unwrap_or_default(),
+        });
+        return;
+    }
+    match devices {
+        Some(devices) if !devices.is_empty() => out.holders.push(DeviceHolder {
+            pid,
+            comm,
+            exe,
+            devices,
+        }),
+        Some(_) => {}
+        None => out.unreadable += 1,
+    }
 }
 
 #[cfg(test)]
@@ -229,15 +391,78 @@ mod tests {
                 DeviceHolder {
                     pid: 77,
                     comm: Some("ib_write_bw".into()),
+                    exe: None,
                     devices: vec!["/dev/infiniband/uverbs1".into()]
                 },
                 DeviceHolder {
                     pid: 4242,
                     comm: Some("python".into()),
+                    exe: None,
                     devices: vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()]
                 },
             ]
         );
+    }
+
+    #[test]
+    fn daemons_are_known_by_what_runs() {
+        for (exe, argv0, comm, want) in [
+            (Some("/usr/bin/nv-fabricmanager"), None, Some("nv-fabricmanage"), Some(("nv-fabricmanager", "exe"))),
+            (Some("/usr/bin/nvidia-persistenced (deleted)"), None, None, Some(("nvidia-persistenced", "exe"))),
+            (Some("/usr/bin/nv-hostengine"), None, Some("nv-hostengine"), Some(("nv-hostengine", "exe"))),
+            // A job that names itself like a daemon is still a job: its exe says what it is.
+            (Some("/usr/bin/python3.10"), None, Some("nv-fabricmanage"), None),
+            (None, Some("/usr/bin/nv-fabricmanager"), Some("nv-fabricmanage"), Some(("nv-fabricmanager", "cmdline"))),
+            (None, Some("python3"), Some("nv-fabricmanage"), None),
+            (None, None, Some("nv-fabricmanage"), Some(("nv-fabricmanager", "comm"))),
+            (None, None, Some("nvidia-persiste"), Some(("nvidia-persistenced", "comm"))),
+            (None, None, Some("nv-fabricmanager"), None),
+            (None, None, Some("python"), None),
+        ] {
+            assert_eq!(identify_daemon(exe, argv0, comm), want, "{exe:?} {argv0:?} {comm:?}");
+        }
+    }
+
+    #[test]
+    fn scan_tells_daemons_from_jobs() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        for (pid, comm, exe, targets) in [
+            ("2143", "nvidia-persiste", "/usr/bin/nvidia-persistenced", &["/dev/nvidia0", "/dev/nvidiactl"][..]),
+            ("2201", "nv-fabricmanage", "/usr/bin/nv-fabricmanager", &["/dev/nvidia-nvswitch0"][..]),
+            // A daemon holding nothing is still found; a job posing as one is a holder.
+            ("2300", "nv-hostengine", "/usr/bin/nv-hostengine", &[][..]),
+            ("4242", "nv-fabricmanage", "/usr/bin/python3", &["/dev/nvidia3"][..]),
+        ] {
+            std::fs::create_dir_all(p.join(pid).join("fd")).unwrap();
+            std::fs::write(p.join(pid).join("comm"), format!("{comm}\n")).unwrap();
+            symlink(exe, p.join(pid).join("exe")).unwrap();
+            for (i, t) in targets.iter().enumerate() {
+                symlink(t, p.join(pid).join("fd").join(i.to_string())).unwrap();
+            }
+        }
+        let s = scan_processes(p);
+        assert!(s.scanned);
+        let daemons: Vec<(u32, &str, &str)> =
+            s.daemons.iter().map(|d| (d.pid, d.daemon.as_str(), d.identified_by.as_str())).collect();
+        assert_eq!(
+            daemons,
+            [
+                (2143, "nvidia-persistenced", "exe"),
+                (2201, "nv-fabricmanager", "exe"),
+                (2300, "nv-hostengine", "exe")
+            ]
+        );
+        assert_eq!(s.holders.len(), 1);
+        assert_eq!((s.holders[0].pid, s.holders[0].exe.as_deref()), (4242, Some("/usr/bin/python3")));
+        let f = HostFacts {
+            system_daemons: s.daemons,
+            daemons_scanned: true,
+            ..Default::default()
+        };
+        assert_eq!(f.daemon_pids("nv-fabricmanager"), Some(vec![2201]));
+        assert_eq!(f.daemon_pids("nvlsm"), Some(vec![]));
+        assert_eq!(HostFacts::default().daemon_pids("nv-fabricmanager"), None);
     }
 
     #[test]

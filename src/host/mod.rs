@@ -8,10 +8,12 @@
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod fabricmanager;
 pub mod facts;
 pub mod ifaddrs;
 pub mod netif;
-// One NVML symbol nvml-wrapper does not wrap (nvmlDeviceGetNvLinkRemoteDeviceType).
+// NVML symbols nvml-wrapper does not wrap (nvmlDeviceGetNvLinkRemoteDeviceType, the GPU
+// fabric state and nvmlErrorString).
 #[allow(unsafe_code)]
 pub mod nvml;
 pub mod side;
@@ -163,6 +165,8 @@ pub struct Host {
     facts: std::sync::OnceLock<FactsState>,
     /// ethtool and DCB answers: loaded from a snapshot, or recorded as asked live.
     net: Mutex<NetAnswers>,
+    /// `nv-fabricmanager --version`: loaded from a snapshot, or run live on first use.
+    fabric_manager: Mutex<Option<fabricmanager::FmAnswers>>,
     /// Canonical host paths whose read failed at capture time, with the errno name.
     /// Keyed by the path's bytes: a snapshot records thousands, and a `Path` key hashes and
     /// compares component by component on every read (paths here are normalized, so bytes
@@ -211,6 +215,7 @@ impl Host {
             facts: std::sync::OnceLock::new(),
             read_errors: HashMap::new(),
             net: Mutex::default(),
+            fabric_manager: Mutex::default(),
             ifaddrs: ifaddrs::list_interfaces().map_err(|e| format!("getifaddrs failed: {e}")),
             recorder: None,
             resolved_dirs: Mutex::default(),
@@ -253,6 +258,7 @@ impl Host {
             nvml: loaded.nvml,
             facts: std::sync::OnceLock::from(loaded.facts),
             net: Mutex::new(loaded.net),
+            fabric_manager: Mutex::new(loaded.fabric_manager),
             read_errors: loaded.read_errors,
             ifaddrs: loaded
                 .ifaddrs
@@ -429,6 +435,25 @@ impl Host {
             Reply::Error(e) => Reply::Error(e),
             Reply::NotCaptured => Reply::NotCaptured,
         }
+    }
+
+    /// The Fabric Manager binary's `--version` output: `binary` run once live (recorded
+    /// for capture), the snapshot's `fabprobe/fabricmanager.json` otherwise.
+    pub fn fabric_manager_version(&self, binary: &str) -> Reply<String> {
+        let Ok(mut fm) = self.fabric_manager.lock() else {
+            return Reply::NotCaptured;
+        };
+        if fm.is_none() && self.is_live() {
+            *fm = Some(fabricmanager::live_version(binary));
+        }
+        fm.as_ref()
+            .and_then(|a| a.version_output.clone())
+            .unwrap_or(Reply::NotCaptured)
+    }
+
+    /// The Fabric Manager answers asked so far (live) or loaded (snapshot), for capture.
+    pub fn fabric_manager_answers(&self) -> Option<fabricmanager::FmAnswers> {
+        self.fabric_manager.lock().ok().and_then(|f| f.clone())
     }
 
     /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.

@@ -3,9 +3,11 @@
 //! `fabprobe/nvml.json`. Without the driver library the state is `Unavailable` with the
 //! reason, and probes fall back to sysfs.
 //!
-//! Hand-written `unsafe` (the one call here): `nvmlDeviceGetNvLinkRemoteDeviceType` through
-//! the symbol nvml-wrapper already loaded. nvml-wrapper 0.13's own `remote_device_type` hands
-//! NVML a pointer to a temporary and always answers `Unknown`; no other crate wraps NVML.
+//! Hand-written `unsafe` (calls through symbols nvml-wrapper already loaded):
+//! `nvmlDeviceGetNvLinkRemoteDeviceType` (nvml-wrapper 0.13's own `remote_device_type` hands
+//! NVML a pointer to a temporary and always answers `Unknown`), and the GPU's fabric state
+//! `nvmlDeviceGetGpuFabricInfoV`/`nvmlDeviceGetGpuFabricInfo` with `nvmlErrorString`
+//! (nvml-wrapper 0.13 does not wrap them; their structs come from nvml-wrapper-sys).
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,132 @@ pub struct NvmlGpu {
     /// Every link NVML reports, active or not.
     #[serde(default)]
     pub nvlinks: Vec<NvLink>,
+    /// The GPU's registration with the NVLink fabric (Hopper and later); None when not
+    /// asked (snapshots taken before it was captured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<GpuFabric>,
+}
+
+/// What `nvmlDeviceGetGpuFabricInfo(V)` answered: the info, or the call's error in NVML's
+/// words (`Not Supported` before Hopper, or on a driver without the call).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuFabric {
+    Info(GpuFabricInfo),
+    Error(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFabricInfo {
+    /// The call that answered: `nvmlDeviceGetGpuFabricInfoV` (struct v3 or v2) or
+    /// `nvmlDeviceGetGpuFabricInfo`.
+    pub call: String,
+    /// `NVML_GPU_FABRIC_STATE_*` in snake case: `not_supported`, `not_started`,
+    /// `in_progress`, `completed` (or the raw number when NVML adds one).
+    pub state: String,
+    /// The registration's `nvmlReturn_t` (meaningful once `completed`): 0 is success.
+    pub status: u32,
+    /// `nvmlErrorString(status)`: NVML's words for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_text: Option<String>,
+    pub clique_id: u32,
+    /// The fabric cluster's UUID (zero until registered).
+    pub cluster_uuid: String,
+    /// `healthMask` (struct v2 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_mask: Option<u32>,
+}
+
+/// `NVML_GPU_FABRIC_STATE_*` as `nvml.json` spells it.
+pub fn fabric_state_name(raw: u8) -> String {
+    match raw {
+        0 => "not_supported".into(),
+        1 => "not_started".into(),
+        2 => "in_progress".into(),
+        3 => "completed".into(),
+        n => format!("state_{n}"),
+    }
+}
+
+/// NVML's `NVML_STRUCT_VERSION(name, ver)`: the struct's size with the version in the top byte.
+fn struct_version<T>(ver: u32) -> u32 {
+    std::mem::size_of::<T>() as u32 | (ver << 24)
+}
+
+/// `nvmlErrorString(rc)` through the loaded symbol.
+fn error_string(nvml: &nvml_wrapper::Nvml, rc: u32) -> Option<String> {
+    let sym = nvml.lib().nvmlErrorString.as_ref().ok()?;
+    // SAFETY: nvmlErrorString takes any nvmlReturn_t and returns a pointer to a static
+    // NUL-terminated string (or NULL).
+    let p = unsafe { sym(rc) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, static and NUL-terminated per NVML's contract.
+    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+fn uuid_text(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// The GPU's fabric state: the versioned call with struct v3, then v2 (R550 drivers know
+/// no v3), then the unversioned call (drivers before the V call). None when NVML has
+/// neither symbol.
+fn live_fabric(nvml: &nvml_wrapper::Nvml, dev: &nvml_wrapper::Device) -> Option<GpuFabric> {
+    use nvml_wrapper_sys::bindings as b;
+    const VERSION_MISMATCH: u32 = b::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    let lib = nvml.lib();
+    let mut last = None;
+    if let Ok(sym) = lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
+        for (ver, size_of) in [
+            (3, struct_version::<b::nvmlGpuFabricInfo_v3_t>(3)),
+            (2, struct_version::<b::nvmlGpuFabricInfo_v2_t>(2)),
+        ] {
+            // SAFETY: all-zero is a valid value of this plain C struct.
+            let mut v: b::nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
+            v.version = size_of;
+            // SAFETY: the handle is from this NVML session; `v` is a v3 struct, at least
+            // as large as the version it announces, so NVML writes inside it.
+            let rc = unsafe { sym(dev.handle(), &mut v) };
+            if rc == VERSION_MISMATCH {
+                last = Some(rc);
+                continue;
+            }
+            if rc != 0 {
+                return Some(GpuFabric::Error(error_string(nvml, rc).unwrap_or_else(|| format!("NVML error {rc}"))));
+            }
+            return Some(GpuFabric::Info(GpuFabricInfo {
+                call: format!("nvmlDeviceGetGpuFabricInfoV (v{ver})"),
+                state: fabric_state_name(v.state),
+                status: v.status,
+                status_text: error_string(nvml, v.status),
+                clique_id: v.cliqueId,
+                cluster_uuid: uuid_text(&v.clusterUuid),
+                health_mask: Some(v.healthMask),
+            }));
+        }
+    }
+    let Ok(sym) = lib.nvmlDeviceGetGpuFabricInfo.as_ref() else {
+        return last.map(|rc| GpuFabric::Error(error_string(nvml, rc).unwrap_or_default()));
+    };
+    // SAFETY: as above, with the unversioned struct the unversioned call writes.
+    let mut v: b::nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the handle is from this NVML session; `v` is the struct the call writes.
+    let rc = unsafe { sym(dev.handle(), &mut v) };
+    if rc != 0 {
+        return Some(GpuFabric::Error(error_string(nvml, rc).unwrap_or_else(|| format!("NVML error {rc}"))));
+    }
+    Some(GpuFabric::Info(GpuFabricInfo {
+        call: "nvmlDeviceGetGpuFabricInfo".into(),
+        state: fabric_state_name(v.state),
+        status: v.status,
+        status_text: error_string(nvml, v.status),
+        clique_id: v.cliqueId,
+        cluster_uuid: uuid_text(&v.clusterUuid),
+        health_mask: None,
+    }))
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -179,6 +307,7 @@ pub fn collect_live() -> NvmlState {
             pcie_link_width_current: dev.current_pcie_link_width().ok(),
             pcie_link_width_max: dev.max_pcie_link_width().ok(),
             nvlinks,
+            fabric: live_fabric(&nvml, &dev),
         });
     }
     NvmlState::Available(NvmlFacts {

@@ -15,6 +15,9 @@
 //!   LLDP frames heard with `qos --lldp` (none when nothing arrived)
 //! * `fabprobe/ifaddrs.json`: `[{"name", "addr", "prefix_len", "running", "scope_id"?}]`, getifaddrs as
 //!   NCCL sees it (absent in snapshots taken before it was captured)
+//! * `fabprobe/fabricmanager.json`: [`FmAnswers`](super::fabricmanager::FmAnswers):
+//!   `{"binary": "/usr/bin/nv-fabricmanager", "version_output": {"ok": "Fabric Manager version
+//!   is : 550.54.15\n"} | {"error": "..."}}` (asked only on hosts with NVSwitches)
 //! * `fabprobe/read-errors.json`: `{"/sys/.../gid_attrs/types/7": "EINVAL"}`, keyed by the
 //!   canonical (symlink-free) host path; the file itself exists in the tree, empty.
 
@@ -124,6 +127,7 @@ pub(super) struct Loaded {
     pub nvml: NvmlState,
     pub facts: FactsState,
     pub net: NetAnswers,
+    pub fabric_manager: Option<super::fabricmanager::FmAnswers>,
     /// Keyed by the normalized path's bytes.
     pub read_errors: HashMap<std::ffi::OsString, String>,
     pub ifaddrs: Option<Vec<super::ifaddrs::IfAddr>>,
@@ -163,9 +167,15 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
     let nvml = load_json(root, "nvml.json", shown)?.unwrap_or(NvmlState::Unavailable {
         reason: "the snapshot has no fabprobe/nvml.json".into(),
     });
-    let facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
+    let mut facts = load_json(root, "facts.json", shown)?.unwrap_or(FactsState::Unavailable {
         reason: "the snapshot has no fabprobe/facts.json".into(),
     });
+    // Older facts list the system's GPU daemons among the holders: never read them as jobs.
+    if let FactsState::Available(f) = &mut facts {
+        if !f.daemons_scanned {
+            f.separate_daemons();
+        }
+    }
     let net = NetAnswers {
         ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),
         dcb_ieee: load_json(root, "dcb.json", shown)?.unwrap_or_default(),
@@ -187,7 +197,9 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
         });
     }
     let ifaddrs = load_json(root, "ifaddrs.json", shown)?;
+    let fabric_manager = load_json(root, "fabricmanager.json", shown)?;
     Ok(Loaded {
+        fabric_manager,
         meta,
         env,
         nvml,

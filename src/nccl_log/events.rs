@@ -618,6 +618,11 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
     if (lower_cuda || has("cudaMalloc") || has("cuMem")) && has("out of memory") {
         return Fixed("cuda_oom");
     }
+    // cudaErrorSystemNotReady (802): an NVSwitch system whose Fabric Manager has not set up
+    // the NVLink fabric (`Cuda failure 802 'system not yet initialized'`).
+    if has("system not yet initialized") {
+        return Fixed("cuda_system_not_ready");
+    }
     if lower_cuda {
         return Fixed("cuda_error");
     }
@@ -837,8 +842,24 @@ fn pytorch_rank(s: &str) -> Option<u32> {
     num_after(s, "[Rank ").map(|r| r as u32)
 }
 
+/// The host nccl-tests names before its CUDA failure (`%s: Test CUDA failure %s:%d '%s'`).
+pub fn plain_host(s: &str) -> Option<&str> {
+    let h = s[..find(s, ": Test CUDA failure")?].trim();
+    (!h.is_empty() && !h.contains(char::is_whitespace)).then_some(h)
+}
+
 /// A line without an NCCL header: the version banner, PyTorch's ProcessGroupNCCL.
 pub fn classify_plain(s: &str) -> Option<Event> {
+    // CUDA's 802 (cudaErrorSystemNotReady) before NCCL ever runs, in PyTorch's words
+    // (`CUDA error: system not yet initialized`, `Error 802: system not yet initialized`,
+    // `cuda runtime error (802) : system not yet initialized`) or nccl-tests'.
+    if has(s, "system not yet initialized") {
+        return Some(Event::Failure(Failure {
+            cause: "cuda_system_not_ready",
+            rank: pytorch_rank(s),
+            ..Failure::default()
+        }));
+    }
     if let Some(i) = find(s, "NCCL version ") {
         // The banner is its own line ("NCCL version 2.18.5+cuda12.0"), possibly prefixed.
         let v = s[i + 13..].split_whitespace().next()?;
@@ -925,6 +946,25 @@ mod tests {
             Some(Event::Failure(f)) => f,
             other => panic!("{m}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn cuda_802_in_every_wording() {
+        assert_eq!(warn_rule("Cuda failure 802 'system not yet initialized'"), WarnRule::Fixed("cuda_system_not_ready"));
+        assert_eq!(warn_rule("Cuda failure 'system not yet initialized'"), WarnRule::Fixed("cuda_system_not_ready"));
+        for s in [
+            "RuntimeError: CUDA error: system not yet initialized",
+            "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized (Triggered internally at  ../c10/cuda/CUDAFunctions.cpp:112.)",
+            "RuntimeError: cuda runtime error (802) : system not yet initialized at /opt/conda/THCGeneral.cpp:50",
+            "test: Test CUDA failure common.cu:941 'system not yet initialized'",
+        ] {
+            assert!(
+                matches!(classify_plain(s), Some(Event::Failure(Failure { cause: "cuda_system_not_ready", .. }))),
+                "{s}"
+            );
+        }
+        assert_eq!(plain_host("test: Test CUDA failure common.cu:941 'system not yet initialized'"), Some("test"));
+        assert_eq!(plain_host("RuntimeError: CUDA error: system not yet initialized"), None);
     }
 
     #[test]

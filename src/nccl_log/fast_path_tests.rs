@@ -33,6 +33,7 @@ const PIECES: &[&str] = &[
     "ibv_",
     "failed",
     "Cuda failure",
+    "system not yet initialized",
     "CUDA failure",
     "cuda failure",
     "cudaMalloc",

@@ -337,7 +337,8 @@ impl Analyzer {
                 Some(ev) => {
                     self.recognised += 1;
                     let key = ProcKey {
-                        host: 0,
+                        // nccl-tests names its host before a CUDA failure.
+                        host: events::plain_host(s).map(|h| self.host_id(h)).unwrap_or(0),
                         pid: None,
                         label,
                     };

@@ -29,6 +29,7 @@ const HARD: &[&str] = &[
     "ib_reg_mr_failed",
     "ib_device_open_failed",
     "cuda_error",
+    "cuda_system_not_ready",
     "version_mismatch",
     "collective_mismatch",
     "system_error",
@@ -137,6 +138,10 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         "collective_mismatch" => (
             "ranks called different collectives or sizes at the same point: an application bug or a configuration difference",
             "compare the ranks' NCCL_* environment and the code path; NCCL_DEBUG_SUBSYS=COLL",
+        ),
+        "cuda_system_not_ready" => (
+            "CUDA error 802 (cudaErrorSystemNotReady, 'system not yet initialized'): CUDA would not start on this host. On an NVSwitch system (HGX/DGX) the Fabric Manager has not set up the NVLink fabric: it is stopped, failed, or not the driver's version",
+            "on that host: systemctl status nvidia-fabricmanager (start it; its version must equal the driver's, /var/log/fabricmanager.log says why it stopped); fabprobe topo shows the NVSwitches, the Fabric Manager and each GPU's fabric state",
         ),
         "cuda_error" => (
             "a CUDA call failed inside NCCL (out of memory, initialization error, a lost GPU)",

@@ -1,5 +1,6 @@
 //! Probes: pure functions from a [`Host`] to a typed report. They never print.
 
+pub mod fabric;
 pub mod gdr;
 pub mod gids;
 pub mod links;

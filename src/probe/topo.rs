@@ -42,6 +42,10 @@ pub struct TopoReport {
     pub nccl_matrix: Vec<Vec<String>>,
     /// What the report could not see, one line each.
     pub notes: Vec<String>,
+    /// NVSwitches, the Fabric Manager and the GPUs' fabric state; absent on hosts without
+    /// NVSwitches whose GPUs report no fabric (and from an NCCL topology file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<super::fabric::FabricReport>,
 }
 
 /// Where a device sits in the PCI tree, and its PCI facts.
@@ -433,6 +437,8 @@ pub fn probe(host: &Host) -> TopoReport {
     }
     let nics = read_nics(host, &mut notes);
     let switches = read_switches(host, &gpus, &nics);
+    let gpu_ids: Vec<(String, String)> = gpus.iter().map(|g| (g.label.clone(), g.pci_bus_id.clone())).collect();
+    let fabric = super::fabric::probe(host, &gpu_ids);
     let mut r = TopoReport {
         source: if nvml_gpus.is_some() {
             "sysfs+nvml"
@@ -451,6 +457,7 @@ pub fn probe(host: &Host) -> TopoReport {
         matrix: Vec::new(),
         nccl_matrix: Vec::new(),
         notes,
+        fabric,
     };
     finish(&mut r);
     r
@@ -778,6 +785,9 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
         }
     }
     out.extend(nvlink_findings(r));
+    if let Some(f) = &r.fabric {
+        out.extend(super::fabric::judge(f));
+    }
     let ng = r.gpus.len();
     if !r.nics.is_empty() {
         for (i, g) in r.gpus.iter().enumerate() {
@@ -1165,6 +1175,7 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
              shows as PHB"
                 .into(),
         ],
+        fabric: None,
     };
     finish(&mut r);
     r

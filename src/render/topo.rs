@@ -65,6 +65,9 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
             }
         }
     }
+    if let Some(f) = &r.fabric {
+        o.push_str(&fabric(f));
+    }
     if !r.notes.is_empty() {
         o.push_str("\nNotes:\n");
         for n in &r.notes {
@@ -72,6 +75,61 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
         }
     }
     o.push_str(&crate::render::text::findings(findings));
+    o
+}
+
+/// The NVSwitch section: the switches and their driver, the Fabric Manager (process, systemd
+/// unit, version beside the driver's) and the GPUs' fabric state, grouped by state.
+fn fabric(f: &crate::probe::fabric::FabricReport) -> String {
+    use crate::probe::fabric::{FmProcess, FmService};
+    let mut o = String::from("\nNVSwitch fabric:\n");
+    if !f.nvswitches.is_empty() {
+        let mut drivers: Vec<&str> = f.nvswitches.iter().map(|s| s.driver.as_deref().unwrap_or("no driver bound")).collect();
+        drivers.dedup();
+        let ids: Vec<&str> = f.nvswitches.iter().map(|s| s.pci_bus_id.as_str()).collect();
+        let line = format!("NVSwitches: {} ({}), driver {}", ids.len(), ids.join(" "), drivers.join(", "));
+        o.push_str(&crate::render::text::wrap("  ", &line, 4));
+    }
+    if let Some(fm) = &f.fabric_manager {
+        let process = match &fm.process {
+            FmProcess::Running { pids } => {
+                let p: Vec<String> = pids.iter().map(u32::to_string).collect();
+                format!("running (pid {})", p.join(" "))
+            }
+            FmProcess::NotRunning => "NOT running".into(),
+            FmProcess::Unknown { reason } => format!("unknown ({reason})"),
+        };
+        let service = match &fm.service {
+            FmService::Active { .. } => "active".to_string(),
+            FmService::NotActive { .. } => "not active (inactive or failed)".into(),
+            FmService::Unknown { reason } => format!("unknown ({reason})"),
+        };
+        let version = fm.version.clone().unwrap_or_else(|| {
+            format!("unknown ({})", fm.version_unknown.as_deref().unwrap_or("not read"))
+        });
+        let driver = fm.driver_version.as_deref().unwrap_or("unknown");
+        let unit = crate::probe::fabric::FM_UNIT;
+        o.push_str(&crate::render::text::wrap("  ", &format!("Fabric Manager: {process}; {unit} {service}"), 4));
+        o.push_str(&crate::render::text::wrap("  ", &format!("Fabric Manager version: {version}; driver {driver}"), 4));
+    }
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    for g in &f.gpus {
+        let key = match (&g.state, &g.note) {
+            (Some(s), _) => match &g.status_text {
+                Some(t) => format!("{s} ({t})"),
+                None => s.clone(),
+            },
+            (None, Some(n)) => format!("unknown: {n}"),
+            (None, None) => "unknown".into(),
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(&g.label),
+            None => groups.push((key, vec![&g.label])),
+        }
+    }
+    for (k, v) in groups {
+        o.push_str(&crate::render::text::wrap("  ", &format!("GPU fabric state: {k}: {}", v.join(" ")), 4));
+    }
     o
 }
 

@@ -372,6 +372,9 @@ pub fn write_tree(
     if let Ok(ifs) = host.ifaddrs() {
         write_json(&side_dir.join("ifaddrs.json"), ifs)?;
     }
+    if let Some(fm) = host.fabric_manager_answers() {
+        write_json(&side_dir.join("fabricmanager.json"), &fm)?;
+    }
     Ok(summary)
 }
 
