@@ -461,15 +461,69 @@ fn input_without_nccl_lines_says_so() {
         ("no_nccl_output", "warn")
     );
     assert!(r.verdicts[0].next.contains("NCCL_DEBUG=INFO"));
+    // Unknown is its own exit status (3), not a pass: a file without NCCL lines, an empty
+    // file, an empty directory, empty stdin.
+    let dir = std::env::temp_dir().join(format!("fabprobe-nccl-log-empty-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("none")).unwrap();
+    std::fs::write(dir.join("empty.log"), "").unwrap();
+    let (empty, none) = (dir.join("empty.log"), dir.join("none"));
+    for args in [
+        vec!["nccl-log", "Cargo.toml"],
+        vec!["nccl-log", empty.to_str().unwrap()],
+        vec!["nccl-log", none.to_str().unwrap()],
+        vec!["nccl-log", "-"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+        let t = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            t.starts_with("fabprobe nccl-log: UNKNOWN  no NCCL line in ")
+                && t.lines().next().unwrap().contains("NCCL_DEBUG=INFO")
+                && t.contains("no_nccl_output"),
+            "{args:?}: {t}"
+        );
+    }
+    // Unknown plus a fail is a fail.
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args(["nccl-log", "Cargo.toml"])
+        .args(["nccl-log", empty.to_str().unwrap(), "tests/data/nccl-logs/nccl-1814-roce-status12.log"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The headline first, then the verdicts, then the summary and the hosts table; piped, a
+/// host's many interfaces make no 600-character column.
+#[test]
+fn headline_first_then_verdicts_then_a_bounded_hosts_table() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["nccl-log", "tests/data/nccl-logs/nccl-1814-roce-status12.log"])
+        .env_remove("COLUMNS")
         .output()
         .unwrap();
     let t = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        t.contains("no_nccl_output") && t.contains("NCCL_DEBUG=INFO"),
-        "{t}"
+    assert_eq!(
+        t.lines().next().unwrap(),
+        "fabprobe nccl-log: FAIL  1 fail, 0 warn; worst: ib_retry_exceeded on hostname-a rank 4"
     );
+    let at = |k: &str| t.find(k).unwrap_or_else(|| panic!("{k} in {t}"));
+    assert!(at("Verdicts:") < at("Read 30 line(s)") && at("Read 30 line(s)") < at("Hosts:"), "{t}");
+
+    // 40 socket interfaces on one host: 4 shown, then "and 36 more".
+    let mut log = String::from("h1:1:1 [0] NCCL INFO NET/Socket : Using");
+    for i in 0..40 {
+        log.push_str(&format!(" [{i}]veth{i:04x}abcd:10.1.{i}.1<0>"));
+    }
+    log.push_str("\nh1:1:1 [0] NCCL INFO Using network Socket\n");
+    let r = one(&log);
+    assert_eq!(r.summary.hosts[0].socket_interfaces.len(), 40, "JSON keeps them all");
+    let table = fabprobe::render::nccl_log::table(&r);
+    assert!(table.lines().all(|l| l.len() < 120), "{table}");
+    assert!(table.contains("and 36 more"), "{table}");
 }
 
 #[test]
@@ -669,10 +723,12 @@ fn pasted_excerpts_give_the_threads_causes() {
             None,
             None,
         ),
+        // Pre-2.4 `include/socket.h:344 WARN` pasted without its header and without
+        // `NCCL`: the maintainers found no IP interface on the machine.
         (
             "nccl-210-v24-socket-creation",
-            "no_nccl_output",
-            "warn",
+            "socket_no_interface",
+            "fail",
             None,
             None,
         ),

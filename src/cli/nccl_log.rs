@@ -62,8 +62,17 @@ VERDICTS
   failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
   or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
   the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
-  With no NCCL line in the input the verdict is no_nccl_output: run with NCCL_DEBUG=INFO.
-  Exit 1 when a verdict is fail.
+  With no NCCL line in the input (an empty file, an empty directory, a log written without
+  NCCL_DEBUG) the verdict is no_nccl_output: rerun the job with NCCL_DEBUG=INFO.
+
+OUTPUT
+  The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the
+  verdicts, fail before warn, then the summary and the hosts table (at most 4 interfaces or
+  HCAs per cell, then \"and N more\"; JSON has them all), then lines not understood.
+
+EXIT STATUS
+  0 no fail verdict (warnings allowed), 1 a fail verdict, 2 could not run (unreadable
+  input), 3 unknown: no NCCL line to judge (no_nccl_output), neither a pass nor a fault.
 
 JSON DATA (fabprobe.nccl-log)
   {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
@@ -136,5 +145,10 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         _ => crate::render::nccl_log::table(&report),
     };
     emit(&text)?;
+    // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
+    // not say clean about a log without NCCL_DEBUG.
+    if crate::render::nccl_log::unknown(&report) {
+        return Ok(Outcome::Unknown);
+    }
     Ok(Outcome::from_findings(&findings))
 }

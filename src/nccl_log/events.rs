@@ -644,6 +644,9 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
         || has("no interface found")
         // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
         || has("nor AF_INET6")
+        // 2.3 include/socket.h `createListenSocket` on an address of a family the kernel
+        // lacks: nccl#210, where the maintainers found no IP interface on the machine.
+        || has("Socket creation failed") && has("Address family not supported")
     {
         return Fixed("socket_no_interface");
     }

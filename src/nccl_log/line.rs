@@ -160,10 +160,21 @@ pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
         }
         return Some((&s[..start], n));
     }
-    let rest = s.trim_start().strip_prefix("WARN ")?;
-    let (src, msg) = rest.split_once(' ')?;
+    // 2.0-2.3 pasted without its header: `include/socket.h:344 WARN Socket creation failed`
+    // (a source location first, then the bare level).
+    let t = s.trim_start();
+    let (src, msg) = match t.strip_prefix("WARN ") {
+        Some(rest) => rest.split_once(' ')?,
+        None => {
+            let (src, rest) = t.split_once(' ')?;
+            (src, rest.strip_prefix("WARN ")?)
+        }
+    };
     let (file, line) = src.rsplit_once(':')?;
-    let is_src = file.contains('.') && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit());
+    let is_src = file.contains('.')
+        && !file.contains(['[', ']', '<', '>'])
+        && !line.is_empty()
+        && line.bytes().all(|b| b.is_ascii_digit());
     is_src.then_some((
         "",
         Nccl {
