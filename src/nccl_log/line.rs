@@ -188,6 +188,17 @@ pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
     ))
 }
 
+/// `register_mr_buffers:544`: plugins built with their own WARN macro (aws-ofi-nccl) put
+/// the function name where NCCL puts the file.
+fn func_line(w: &str) -> bool {
+    w.split_once(':').is_some_and(|(f, l)| {
+        !f.is_empty()
+            && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// The header before the level marker at `at`; `msg` is what follows the marker.
 fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option<(Nccl<'a>, usize)> {
     // Byte loops throughout (every delimiter is ASCII): this runs on every line, on a few
@@ -200,7 +211,7 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
         Some((h, last))
             if !last.starts_with('[')
                 && last.as_bytes().contains(&b':')
-                && last.as_bytes().contains(&b'.')
+                && (last.as_bytes().contains(&b'.') || func_line(last))
                 && !last.ends_with(']') =>
         {
             (h.trim_end(), Some(last))

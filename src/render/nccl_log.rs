@@ -143,6 +143,9 @@ fn verdict(v: &Verdict) -> String {
     }
     s.push_str(&text::wrap("       means: ", &v.meaning, 14));
     s.push_str(&text::wrap_remedy("       next: ", &v.next, 13));
+    for e in &v.explains {
+        s.push_str(&text::wrap("       explains: ", e, 17));
+    }
     if v.knock_ons > 0 {
         s.push_str(&format!(
             "       knock-on failures explained by this: {}\n",
