@@ -461,15 +461,70 @@ fn input_without_nccl_lines_says_so() {
         ("no_nccl_output", "warn")
     );
     assert!(r.verdicts[0].next.contains("NCCL_DEBUG=INFO"));
+    // Unknown is its own exit status (3), not a pass: a file without NCCL lines, an empty
+    // file, an empty directory, empty stdin.
+    let dir = std::env::temp_dir().join(format!("fabprobe-nccl-log-empty-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("none")).unwrap();
+    std::fs::write(dir.join("empty.log"), "").unwrap();
+    let (empty, none) = (dir.join("empty.log"), dir.join("none"));
+    for args in [
+        vec!["nccl-log", "Cargo.toml"],
+        vec!["nccl-log", empty.to_str().unwrap()],
+        vec!["nccl-log", none.to_str().unwrap()],
+        vec!["nccl-log", "-"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+        let t = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            t.starts_with("fabprobe nccl-log: UNKNOWN  no NCCL line in ")
+                && t.lines().next().unwrap().contains("NCCL_DEBUG=INFO")
+                && t.contains("no_nccl_output"),
+            "{args:?}: {t}"
+        );
+    }
+    // Unknown plus a fail is a fail.
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args(["nccl-log", "Cargo.toml"])
+        .args(["nccl-log", empty.to_str().unwrap(), "tests/data/nccl-logs/nccl-1814-roce-status12.log"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The headline first, then the verdicts, then the summary and the hosts table; piped, a
+/// host's many interfaces make no 600-character column.
+#[test]
+fn headline_first_then_verdicts_then_a_bounded_hosts_table() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["nccl-log", "tests/data/nccl-logs/nccl-1814-roce-status12.log"])
+        .env_remove("COLUMNS")
         .output()
         .unwrap();
     let t = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        t.contains("no_nccl_output") && t.contains("NCCL_DEBUG=INFO"),
-        "{t}"
+    assert_eq!(
+        t.lines().next().unwrap(),
+        "fabprobe nccl-log: FAIL  1 fail, 0 warn; worst: ib_retry_exceeded on hostname-a rank 4"
     );
+    let at = |k: &str| t.find(k).unwrap_or_else(|| panic!("{k} in {t}"));
+    assert!(at("Verdicts:") < at("Read 30 line(s)") && at("Read 30 line(s)") < at("Hosts:"), "{t}");
+
+    // 40 socket interfaces on one host: 4 shown, then "and 36 more".
+    let mut log = String::from("h1:1:1 [0] NCCL INFO NET/Socket : Using");
+    for i in 0..40 {
+        log.push_str(&format!(" [{i}]veth{i:04x}abcd:10.1.{i}.1<0>"));
+    }
+    log.push_str("\nh1:1:1 [0] NCCL INFO Using network Socket\n");
+    let r = one(&log);
+    assert_eq!(r.summary.hosts[0].socket_interfaces.len(), 40, "JSON keeps them all");
+    let table = fabprobe::render::nccl_log::table(&r);
+    let hosts = &table[table.find("\nHosts:\n").unwrap()..];
+    assert!(hosts.lines().all(|l| l.len() < 120), "{hosts}");
+    assert!(hosts.contains("and 36 more"), "{hosts}");
 }
 
 #[test]
@@ -590,9 +645,10 @@ fn pasted_excerpts_give_the_threads_causes() {
             Some("nd20-01"),
             None,
         ),
+        // Sockets over ens5 and a Docker container veth (`veth` + 7 hex digits), one host.
         (
             "pytorch-68893-libibverbs-ansi-debris",
-            "ib_verbs_unavailable",
+            "socket_iface_virtual",
             "warn",
             Some("ip-172-31-0-137"),
             None,
@@ -669,10 +725,12 @@ fn pasted_excerpts_give_the_threads_causes() {
             None,
             None,
         ),
+        // Pre-2.4 `include/socket.h:344 WARN` pasted without its header and without
+        // `NCCL`: the maintainers found no IP interface on the machine.
         (
             "nccl-210-v24-socket-creation",
-            "no_nccl_output",
-            "warn",
+            "socket_no_interface",
+            "fail",
             None,
             None,
         ),
@@ -702,4 +760,100 @@ fn pasted_excerpts_give_the_threads_causes() {
     // PG ranks are not global ranks: rank 0 passed 2847 (enqueued 2855), not a suspect.
     let r = analyse("tests/data/nccl-logs/llamafactory-8261-pg-id.log");
     assert!(!r.verdicts[0].suspects.contains(&0));
+}
+
+fn verdicts(r: &Report) -> Vec<(&str, &str, Option<&str>)> {
+    r.verdicts
+        .iter()
+        .map(|v| (v.cause.as_str(), v.severity.as_str(), v.host.as_deref()))
+        .collect()
+}
+
+/// What NCCL recovers from is no failure: a plugin whose init fails before NCCL chose a
+/// network (src/plugin/net.cc tries the next), a disabled transport's init trail.
+#[test]
+fn errors_nccl_recovers_from_are_not_failures() {
+    let r = one("h1:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.7.4-aws\n\
+        h1:1:1 [0] nccl_net_ofi_create_plugin:235 NCCL WARN NET/OFI Unable to find a protocol that worked.  Failing initialization.\n\
+        h1:1:1 [0] NCCL INFO transport/net.cc:300 -> 3\n\
+        h1:1:1 [0] NCCL INFO Failed to initialize NET plugin AWS Libfabric\n\
+        h1:1:1 [0] NCCL INFO Using network IB\n\
+        h1:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n");
+    assert_eq!(verdicts(&r), vec![("net_plugin_fallback", "warn", Some("h1"))]);
+    assert!(r.verdicts[0].meaning.contains("aws-ofi-nccl 1.7.4-aws"), "{:?}", r.verdicts[0]);
+    let r = one("h1:1:1 [0] NCCL INFO transport/net_ib.cc:400 -> 3\n\
+        h1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n\
+        h1:1:1 [0] NCCL INFO Using network Socket\n");
+    assert!(r.verdicts.is_empty(), "{:?}", verdicts(&r));
+    // The same trail after the network was chosen is a failure.
+    let r = one("h1:1:1 [0] NCCL INFO Using network IB\n\
+        h1:1:1 [0] NCCL INFO transport/net_ib.cc:400 -> 3\n");
+    assert_eq!(verdicts(&r), vec![("unclassified_failure", "fail", Some("h1"))]);
+    // A plugin's WARN after it was chosen is its own cause, naming plugin and version.
+    let r = one("h1:1:1 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.3.0aws\n\
+        h1:1:1 [0] NCCL INFO Using network AWS Libfabric\n\
+        h1:1:1 [0] register_mr_buffers:544 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 0. RC: -22, Error: Invalid argument\n");
+    assert_eq!(verdicts(&r), vec![("net_plugin_reg_mr_failed", "fail", Some("h1"))]);
+    assert_eq!(r.verdicts[0].device.as_deref(), Some("NET/OFI"));
+    assert!(r.verdicts[0].meaning.contains("aws-ofi-nccl 1.3.0aws"));
+}
+
+/// An unknown error trail never outranks a classified cause of the same log.
+#[test]
+fn unclassified_ranks_below_a_classified_cause() {
+    let r = one("a:1:1 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>\n\
+        a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START\n\
+        b:2:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n\
+        b:2:2 [0] NCCL INFO comm 0x1 rank 1 nranks 2 cudaDev 0 busId 1000 - Init START\n\
+        b:2:2 [0] group.cc:77 NCCL WARN Something never seen before\n");
+    assert_eq!(
+        verdicts(&r),
+        vec![
+            ("socket_iface_virtual", "fail", Some("a")),
+            ("unclassified_failure", "fail", Some("b"))
+        ]
+    );
+    assert!(r.verdicts[0].line.contains("Docker default bridge"), "{:?}", r.verdicts[0]);
+}
+
+/// Root cause over symptom: the earlier event is the verdict, the completion errors it
+/// explains are listed under it.
+#[test]
+fn an_earlier_event_explains_later_completion_errors() {
+    let boot = "a:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n\
+        a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START\n\
+        b:2:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.2<0>\n\
+        b:2:2 [0] NCCL INFO comm 0x1 rank 1 nranks 2 cudaDev 0 busId 1000 - Init START\n";
+    let status12 = "a:1:1 [0] transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<41237> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 hca mlx5_0\n";
+    // The peer's GID table changed first.
+    let r = one(&format!(
+        "{boot}b:2:2 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change\n{status12}"
+    ));
+    assert_eq!(verdicts(&r), vec![("ib_gid_change", "fail", Some("b"))]);
+    assert_eq!(r.verdicts[0].explains, vec!["ib_retry_exceeded on a rank 0 mlx5_0 status 12"]);
+    // The peer died of its own CUDA error first.
+    let r = one(&format!(
+        "{boot}b:2:2 [0] enqueue.cc:100 NCCL WARN Cuda failure 'an illegal memory access was encountered'\n{status12}"
+    ));
+    assert_eq!(verdicts(&r), vec![("cuda_error", "fail", Some("b"))]);
+    assert_eq!(r.verdicts[0].explains.len(), 1);
+    // Without an earlier event the completion error stands.
+    let r = one(&format!("{boot}{status12}"));
+    assert_eq!(verdicts(&r), vec![("ib_retry_exceeded", "fail", Some("a"))]);
+}
+
+/// Topology-file errors name the file NCCL was told to load and who set it.
+#[test]
+fn topology_file_errors_name_the_file() {
+    let r = one("h1:1:1 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/topo.xml\n\
+        h1:1:1 [0] NCCL INFO Loading topology file /opt/topo.xml\n\
+        h1:1:1 [0] graph/xml.cc:79 NCCL WARN XML Parse error : expecting '<', got 'x'\n");
+    assert_eq!(verdicts(&r), vec![("topology_file_error", "fail", Some("h1"))]);
+    assert!(
+        r.verdicts[0].meaning.contains("NCCL_TOPO_FILE set by environment to /opt/topo.xml"),
+        "{}",
+        r.verdicts[0].meaning
+    );
+    let r = one("h1:1:1 [0] NCCL INFO Could not open XML topology file /opt/topo.xml : No such file or directory\n");
+    assert_eq!(verdicts(&r), vec![("topology_file_unreadable", "warn", Some("h1"))]);
 }

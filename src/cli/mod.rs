@@ -34,7 +34,8 @@ pub use out::emit;
     long_about = "fabprobe reads what the kernel, the NICs and the GPU driver expose about one \
 node's fabric (PCIe/NVLink topology, RDMA ports, GIDs) and reports it the way nvidia-smi, \
 show_gids and ibstat do, with findings a person can act on.\n\n\
-Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe could not run.",
+Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe could not run, \
+3 nothing to judge (nccl-log: no NCCL line).",
     propagate_version = true,
     after_long_help = JSON_ENVELOPE
 )]
@@ -62,6 +63,7 @@ EXIT STATUS
   0  pass (warnings allowed)
   1  a probe or check found a fault (a finding of severity fail)
   2  fabprobe itself could not run (bad usage, unreadable snapshot)
+  3  unknown: nothing to judge (nccl-log given no NCCL line), neither pass nor fault
   A closed stdout (fabprobe topo | head) is not an error.";
 
 #[derive(Debug, Clone, Args)]
@@ -193,6 +195,9 @@ pub enum Outcome {
     Pass,
     /// A probe or check found a fault: exit 1.
     Fault,
+    /// Nothing to judge (`nccl-log` on input with no NCCL line): exit 3, neither a pass
+    /// nor a fault.
+    Unknown,
 }
 
 impl Outcome {
@@ -234,6 +239,7 @@ pub fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(Outcome::Pass) => ExitCode::SUCCESS,
         Ok(Outcome::Fault) => ExitCode::from(1),
+        Ok(Outcome::Unknown) => ExitCode::from(3),
         Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fabprobe: error: {}", lower_first(&format!("{e:#}")));

@@ -58,13 +58,34 @@ VERDICTS
     ib_port_error                    ib_device_fatal              ib_async_error
     ib_gid_change (warn)             ib_verbs_unavailable (warn: sockets instead)
     proxy_connection_failed          no_nccl_output (warn: nothing to judge)
-    unclassified_failure (a WARN or an error trail `file.cc:NNN -> N` no rule explains)
+    socket_iface_virtual (a Docker/Podman/libvirt/CNI bridge, veth or tap by those projects'
+      naming rules: fail across hosts; an overlay such as flannel.N or cni0: warn)
+    net_plugin_reg_mr_failed  net_plugin_provider_error  net_plugin_error (a net plugin's own
+      WARN, e.g. NET/OFI; names the plugin and its version)
+    net_plugin_fallback (warn: a plugin or transport failed before NCCL chose its network and
+      NCCL moved on; its error trail is no failure)
+    topology_file_error  topology_file_unreadable (warn; both name the NCCL_TOPO_FILE and who
+      set it, as the log says)
+    unclassified_failure (a WARN or an error trail `file.cc:NNN -> N` no rule explains; ranked
+      after every classified cause)
+  An earlier event that explains later completion errors (an IB async or port event, a GID
+  table change, a peer's own failure) is the verdict; those errors are listed under it
+  (explains) and counted as knock-ons.
   socket_connect_failed carries the errno (111 refused, 110 timed out, 113 no route);
   failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
   or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
   the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
-  With no NCCL line in the input the verdict is no_nccl_output: run with NCCL_DEBUG=INFO.
-  Exit 1 when a verdict is fail.
+  With no NCCL line in the input (an empty file, an empty directory, a log written without
+  NCCL_DEBUG) the verdict is no_nccl_output: rerun the job with NCCL_DEBUG=INFO.
+
+OUTPUT
+  The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the
+  verdicts, fail before warn, then the summary and the hosts table (at most 4 interfaces or
+  HCAs per cell, then \"and N more\"; JSON has them all), then lines not understood.
+
+EXIT STATUS
+  0 no fail verdict (warnings allowed), 1 a fail verdict, 2 could not run (unreadable
+  input), 3 unknown: no NCCL line to judge (no_nccl_output), neither a pass nor a fault.
 
 JSON DATA (fabprobe.nccl-log)
   {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
@@ -77,8 +98,8 @@ JSON DATA (fabprobe.nccl-log)
    \"verdicts\": [{\"cause\", \"severity\", \"host\", \"rank\", \"ranks\", \"device\",
      \"peer\": {\"addr\", \"host\", \"rank\"}, \"local_gid\", \"remote_gid\", \"status\",
      \"vendor_err\", \"file\", \"line_no\", \"line\", \"meaning\", \"next\", \"seq\", \"op\",
-     \"suspects\", \"knock_ons\", \"nccl_result\", \"errno\"}]}
-  seq, op, suspects, nccl_result and errno are left out when absent.
+     \"suspects\", \"knock_ons\", \"explains\", \"nccl_result\", \"errno\"}]}
+  seq, op, suspects, explains, nccl_result and errno are left out when absent.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
@@ -137,5 +158,10 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         _ => crate::render::nccl_log::table(&report),
     };
     emit(&text)?;
+    // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
+    // not say clean about a log without NCCL_DEBUG.
+    if crate::render::nccl_log::unknown(&report) {
+        return Ok(Outcome::Unknown);
+    }
     Ok(Outcome::from_findings(&findings))
 }

@@ -51,6 +51,8 @@ pub enum Event {
         oob: Option<String>,
     },
     Plugin(String),
+    /// A line about NCCL_TOPO_FILE: who set it, loading it, failing to open it.
+    TopoFile(String),
     Network(String),
     Comm {
         rank: u32,
@@ -266,6 +268,19 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     }
     if let Some(r) = m.strip_prefix("Initialized NET plugin ") {
         return Some(Event::Plugin(r.trim().to_string()));
+    }
+    // aws-ofi-nccl names itself and its version: `NET/OFI Using aws-ofi-nccl 1.3.0aws`,
+    // `NET/OFI Initializing aws-ofi-nccl 1.7.4-aws`.
+    if let Some(r) = after(m, "NET/OFI Using ").or_else(|| after(m, "NET/OFI Initializing ")) {
+        return Some(Event::Plugin(r.trim().to_string()));
+    }
+    // The topology file NCCL was told to load, and who told it (the environment or
+    // /etc/nccl.conf), or that it could not open it.
+    if m.starts_with("Could not open XML topology file") {
+        return Some(fail("topology_file_unreadable"));
+    }
+    if m.starts_with("NCCL_TOPO_FILE set") || m.starts_with("Loading topology file") {
+        return Some(Event::TopoFile(m.trim().to_string()));
     }
     // "comm 0x.. rank 3 nranks 16 cudaDev 3 ..." / "ncclCommInitRank comm ..." /
     // "comm 0x.. rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0"
@@ -589,11 +604,37 @@ pub fn warn_rule_plain(m: &str) -> WarnRule {
     rule_of(m, |k| has(m, k))
 }
 
+/// The cause of a network plugin's own WARN: `NET/<name>` other than the internal ones.
+fn plugin_cause(m: &str) -> Option<&'static str> {
+    let rest = m.strip_prefix("NET/").or_else(|| m.strip_prefix("CollNet"))?;
+    let name = rest.split([' ', ':']).next().unwrap_or("");
+    if matches!(name, "IB" | "Socket" | "Plugin" | "GDR") || name.starts_with("IBext") {
+        return None;
+    }
+    let l = m.to_ascii_lowercase();
+    Some(if l.contains("register memory") || l.contains("mr_reg") || l.contains("memory registration") {
+        "net_plugin_reg_mr_failed"
+    } else if l.contains("provider") || l.contains("fi_getinfo") || l.contains("protocol") {
+        "net_plugin_provider_error"
+    } else {
+        "net_plugin_error"
+    })
+}
+
 /// The chain, given the keyword test `has`.
 fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
     use WarnRule::*;
     if has("Got completion") {
         return Completion;
+    }
+    // A network plugin's own WARN (aws-ofi-nccl `NET/OFI`, UCX, other net and CollNet
+    // plugins); the internal `NET/IB`, `NET/Socket` and plugin loading have rules of theirs.
+    if let Some(c) = plugin_cause(m) {
+        return Fixed(c);
+    }
+    // graph/xml.cc parsing NCCL_TOPO_FILE (or a topology dumped by another version).
+    if has("XML Parse") || has("XML Mismatch") || has("XML Topology") || has("XML parser") || has("XML Import") {
+        return Fixed("topology_file_error");
     }
     if has("async event") || has("async fatal event") {
         return Async;
@@ -649,6 +690,9 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
         || has("no interface found")
         // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
         || has("nor AF_INET6")
+        // 2.3 include/socket.h `createListenSocket` on an address of a family the kernel
+        // lacks: nccl#210, where the maintainers found no IP interface on the machine.
+        || has("Socket creation failed") && has("Address family not supported")
     {
         return Fixed("socket_no_interface");
     }
@@ -684,7 +728,10 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
     if has("collective mismatch") || has("Mismatched collective") {
         return Fixed("collective_mismatch");
     }
-    if has("Could not open XML topology file") || has("NET/Plugin") {
+    if has("Could not open XML topology file") {
+        return Fixed("topology_file_unreadable");
+    }
+    if has("NET/Plugin") {
         return Known;
     }
     Unknown

@@ -160,10 +160,21 @@ pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
         }
         return Some((&s[..start], n));
     }
-    let rest = s.trim_start().strip_prefix("WARN ")?;
-    let (src, msg) = rest.split_once(' ')?;
+    // 2.0-2.3 pasted without its header: `include/socket.h:344 WARN Socket creation failed`
+    // (a source location first, then the bare level).
+    let t = s.trim_start();
+    let (src, msg) = match t.strip_prefix("WARN ") {
+        Some(rest) => rest.split_once(' ')?,
+        None => {
+            let (src, rest) = t.split_once(' ')?;
+            (src, rest.strip_prefix("WARN ")?)
+        }
+    };
     let (file, line) = src.rsplit_once(':')?;
-    let is_src = file.contains('.') && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit());
+    let is_src = file.contains('.')
+        && !file.contains(['[', ']', '<', '>'])
+        && !line.is_empty()
+        && line.bytes().all(|b| b.is_ascii_digit());
     is_src.then_some((
         "",
         Nccl {
@@ -175,6 +186,17 @@ pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
             msg: msg.trim_end(),
         },
     ))
+}
+
+/// `register_mr_buffers:544`: plugins built with their own WARN macro (aws-ofi-nccl) put
+/// the function name where NCCL puts the file.
+fn func_line(w: &str) -> bool {
+    w.split_once(':').is_some_and(|(f, l)| {
+        !f.is_empty()
+            && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// The header before the level marker at `at`; `msg` is what follows the marker.
@@ -189,7 +211,7 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
         Some((h, last))
             if !last.starts_with('[')
                 && last.as_bytes().contains(&b':')
-                && last.as_bytes().contains(&b'.')
+                && (last.as_bytes().contains(&b'.') || func_line(last))
                 && !last.ends_with(']') =>
         {
             (h.trim_end(), Some(last))

@@ -35,6 +35,7 @@ impl Proc {
         }
         self.label = self.label.or(later.label);
         self.trail = self.trail.or(later.trail);
+        self.net_at = self.net_at.or(later.net_at);
     }
 }
 
@@ -63,7 +64,8 @@ impl Analyzer {
             host: ids.get(k.host as usize).copied().unwrap_or(0),
             ..k
         };
-        for (k, p) in later.procs {
+        for (k, mut p) in later.procs {
+            p.net_at = p.net_at.map(|l| l + offset);
             match self.procs.entry(rekey(k)) {
                 Entry::Occupied(mut o) => o.get_mut().absorb(p),
                 Entry::Vacant(v) => {
@@ -88,6 +90,11 @@ impl Analyzer {
             *e = *e && on;
         }
         self.plugins.extend(later.plugins);
+        for t in later.topo_files {
+            if self.topo_files.len() < MAX_UNRECOGNISED_SAMPLES {
+                self.topo_files.insert(t);
+            }
+        }
         self.networks.extend(later.networks);
         self.rings.extend(later.rings);
         self.trees.extend(later.trees);
@@ -108,13 +115,6 @@ impl Analyzer {
             self.sight(s);
         }
         self.world = self.world.max(later.world);
-        if self.first_trail.is_none() {
-            self.first_trail = later.first_trail.map(|mut t| {
-                t.proc_ = rekey(t.proc_);
-                t.line_no += offset;
-                t
-            });
-        }
         for (r, q) in later.progress {
             let e = self.progress.entry(r).or_insert(q);
             *e = (*e).max(q);

@@ -14,6 +14,7 @@ pub mod events;
 #[cfg(test)]
 mod fast_path_tests;
 pub mod generate;
+pub mod ifaces;
 pub mod line;
 mod merge;
 
@@ -26,6 +27,9 @@ pub use chunked::ReadOptions;
 use serde::Serialize;
 
 use events::{Event, Transport};
+
+/// The sighting of a process's first error trail (`file.cc:NNN -> N`), before judging.
+const TRAIL: &str = "error_trail";
 
 /// Longer lines are cut here (the rest is skipped, counted as truncated).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
@@ -55,6 +59,9 @@ struct Proc {
     network: Option<String>,
     /// The first error trail's code (`file.cc:NNN -> N`) this process printed.
     trail: Option<u8>,
+    /// Where this process first said which network it uses (`Using network IB`): what
+    /// failed before it in plugin or transport init, NCCL recovered from by falling back.
+    net_at: Option<u64>,
 }
 
 /// One failure or warning sighting, before collapsing.
@@ -187,6 +194,8 @@ pub struct Analyzer {
     hcas: BTreeMap<String, BTreeSet<String>>,
     gdr: BTreeMap<(String, String), bool>,
     plugins: BTreeSet<String>,
+    /// What the log says about NCCL_TOPO_FILE (who set it, loading, failing to open).
+    topo_files: BTreeSet<String>,
     networks: BTreeSet<String>,
     rings: BTreeSet<u32>,
     ring_sample: Option<String>,
@@ -201,8 +210,6 @@ pub struct Analyzer {
     seen_sightings: HashSet<SightingKey, Fast>,
     world: Option<u32>,
     inputs: Vec<String>,
-    /// The first error trail of the log, for a log whose only sign of failure it is.
-    first_trail: Option<Sighting>,
     /// PyTorch: per global rank, the highest sequence number it is known to have reached.
     progress: BTreeMap<u32, u64>,
     /// Lines of the input being read so far (line numbers are per input).
@@ -493,9 +500,15 @@ impl Analyzer {
             Event::Plugin(p) => {
                 self.plugins.insert(p);
             }
+            Event::TopoFile(t) => {
+                if self.topo_files.len() < MAX_UNRECOGNISED_SAMPLES {
+                    self.topo_files.insert(clip(&t));
+                }
+            }
             Event::Network(n) => {
                 if let Some(p) = self.procs.get_mut(key) {
                     p.network = Some(n.clone());
+                    p.net_at.get_or_insert(line_no);
                 }
                 self.networks.insert(n);
             }
@@ -592,14 +605,17 @@ impl Analyzer {
                 if code == 0 || code == 7 {
                     return;
                 }
-                if let Some(p) = self.procs.get_mut(key) {
-                    p.trail.get_or_insert(code);
-                }
-                if self.first_trail.is_none() {
+                let first = match self.procs.get_mut(key) {
+                    Some(p) => p.trail.replace(p.trail.unwrap_or(code)).is_none(),
+                    None => true,
+                };
+                // Each process's first trail: the ones NCCL recovered from (before it chose
+                // a network) are told apart when the whole log is read.
+                if first {
                     let mut sg = self.base(file, line_no, s, key, dev, label);
-                    sg.cause = "unclassified_failure";
+                    sg.cause = TRAIL;
                     sg.result = Some(code);
-                    self.first_trail = Some(sg);
+                    self.sight(sg);
                 }
             }
         }
@@ -769,6 +785,11 @@ pub struct Verdict {
     pub suspects: Vec<u32>,
     /// Later failures explained by this one (flushes, timeouts, closed connections).
     pub knock_ons: u64,
+    /// The later failures this earlier event explains, each as `cause on host rank device`
+    /// (an async event or GID change before completion errors, a peer's own failure before
+    /// the completion errors towards it); counted in knock_ons too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explains: Vec<String>,
     /// NCCL's return code as `ncclSystemError (2)`, from the line or its error trail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl_result: Option<String>,

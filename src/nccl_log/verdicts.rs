@@ -42,6 +42,10 @@ const HARD: &[&str] = &[
     "ib_port_error",
     "ib_device_fatal",
     "ib_async_error",
+    "net_plugin_reg_mr_failed",
+    "net_plugin_provider_error",
+    "net_plugin_error",
+    "topology_file_error",
 ];
 
 /// Warnings: the job can run, slower or at risk.
@@ -50,6 +54,7 @@ const WARNS: &[&str] = &[
     "ib_no_device",
     "ib_verbs_unavailable",
     "ib_gid_change",
+    "topology_file_unreadable",
 ];
 
 /// What a cause means and what to run next, for a person.
@@ -107,9 +112,41 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
             "ranks on different hosts connect over NET/Socket: TCP instead of RDMA, typically several times slower",
             "fabprobe nccl-env on each host (NCCL_IB_DISABLE, NCCL_IB_HCA, devices visible)",
         ),
+        "net_plugin_reg_mr_failed" => (
+            "the network plugin could not register memory with its device: with GPU buffers, GPUDirect (peermem/DMA-BUF) or the provider's CUDA support is missing or mismatched; with host buffers, the locked-memory limit",
+            "`fabprobe gdr`; `ulimit -l` in the job (unlimited); the plugin's and the provider's versions against NCCL's (the plugin line above)",
+        ),
+        "net_plugin_provider_error" => (
+            "the network plugin found no usable provider or protocol for its devices (libfabric provider missing, wrong FI_PROVIDER, or a device the provider does not support)",
+            "`fabprobe links` (are the devices there?); `fi_info -p efa` (or the provider named); check FI_PROVIDER and the plugin's version",
+        ),
+        "net_plugin_error" => (
+            "the network plugin reported an error of its own (device, endpoint, address vector or a failed request): the line names the call",
+            "`fabprobe links`; the plugin's issue tracker for the line's text, with the plugin version above",
+        ),
+        "topology_file_error" => (
+            "NCCL could not parse the topology XML it was told to load (NCCL_TOPO_FILE, or a file set in /etc/nccl.conf): a syntax error, a wrong version or a truncated file; NCCL init fails",
+            "check the file the log names (xmllint --noout FILE); regenerate it for this NCCL version (NCCL_TOPO_DUMP_FILE) or unset NCCL_TOPO_FILE",
+        ),
+        "topology_file_unreadable" => (
+            "NCCL was told to load a topology XML (NCCL_TOPO_FILE) it could not open: it detects the topology itself instead, which on a VM can miss the real PCIe layout",
+            "check the path exists inside the container (ls -l the file the log names); fix or unset NCCL_TOPO_FILE",
+        ),
+        "net_plugin_fallback" => (
+            "a network plugin or transport failed while NCCL set up its networks, and NCCL recovered by moving on to the next one (src/plugin/net.cc): not a failure, but the network it then chose may not be the one intended",
+            "check the network NCCL chose (`Using network` in the log) is the intended one; `fabprobe nccl-env`",
+        ),
         "socket_iface_loopback" => (
-            "NCCL bootstrapped or connected over a loopback or container-bridge interface; other hosts cannot reach that address",
-            "fabprobe nccl-env (the interface NCCL picks); set NCCL_SOCKET_IFNAME",
+            "NCCL bootstrapped or connected over the loopback interface; other hosts cannot reach that address",
+            "on HOST: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share (`ip -br addr`)",
+        ),
+        "socket_iface_virtual" => (
+            "NCCL bootstrapped or connected over a container, VM or CNI interface (a bridge, veth or tap end): its address is reachable from this host and its containers only",
+            "on HOST: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share, or exclude the virtual ones (NCCL_SOCKET_IFNAME=^docker,veth,virbr,cali,lxc,vnet)",
+        ),
+        "socket_iface_overlay" => (
+            "NCCL bootstrapped or connected over a Kubernetes overlay or pod gateway interface: other nodes reach it through encapsulation, slower than the host's own network",
+            "",
         ),
         "socket_no_interface" => (
             "no interface matched NCCL_SOCKET_IFNAME (or none was usable): NCCL cannot bootstrap",
@@ -284,6 +321,7 @@ fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
         op: None,
         suspects: Vec::new(),
         knock_ons: 0,
+        explains: Vec::new(),
         nccl_result: None,
         errno: None,
     }
@@ -318,6 +356,7 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
         op: s.op.clone(),
         suspects: Vec::new(),
         knock_ons: 0,
+        explains: Vec::new(),
         nccl_result: s
             .result
             .or_else(|| {
@@ -385,12 +424,19 @@ pub(super) fn build(a: Analyzer) -> Report {
     let hosts: Vec<&String> = ctx.host_ranks.keys().filter(|h| !h.is_empty()).collect();
     let multi_host = hosts.len() > 1;
 
+    // What NCCL recovered from (plugin and transport init before it chose a network) is
+    // set apart: its trails are no failure, a plugin's own WARN a fallback warning.
+    let (fallbacks, trails) = recovered(&a);
+
     // First failure per process; later ones are knock-ons of it.
     let mut first: BTreeMap<(super::ProcKey, Option<u32>), Sighting> = BTreeMap::new();
     let mut knock = 0u64;
-    let mut warns: Vec<&Sighting> = Vec::new();
+    let mut warns: Vec<&Sighting> = fallbacks.iter().collect();
     let mut timeouts: Vec<&Sighting> = Vec::new();
     for s in &a.sightings {
+        if s.cause == super::TRAIL || recovered_warn(&a, s) {
+            continue;
+        }
         match s.cause {
             c if WARNS.contains(&c) => warns.push(s),
             "collective_timeout" => timeouts.push(s),
@@ -428,6 +474,16 @@ pub(super) fn build(a: Analyzer) -> Report {
         .copied()
         .filter(|s| HARD.contains(&s.cause))
         .collect();
+    // Root cause over symptom: completion errors an earlier event explains are its
+    // knock-ons, listed under it.
+    let roots = explained(&ctx, &hard, &warns);
+    let promoted: Vec<&Sighting> = roots.iter().filter_map(|r| r.promoted).collect();
+    warns.retain(|w| !promoted.iter().any(|p| std::ptr::eq(*p, *w)));
+    let hard: Vec<&Sighting> = promoted
+        .iter()
+        .copied()
+        .chain(hard.iter().copied().filter(|s| !roots.iter().any(|r| r.explains(s))))
+        .collect();
     let flush: Vec<&Sighting> = firsts
         .iter()
         .copied()
@@ -454,6 +510,16 @@ pub(super) fn build(a: Analyzer) -> Report {
     // flush, a closed connection and a timeout, in that order.
     let mut verdicts = grouped(&ctx, &hard, Severity::Fail);
     let mut knock_ons = knock;
+    for r in &roots {
+        let Some(v) = verdicts.iter_mut().find(|v| r.is_root_of(&ctx, v)) else {
+            continue;
+        };
+        for e in &r.knock {
+            let w = verdict(&ctx, e, Severity::Fail);
+            v.explains.push(format!("{}{}", w.cause, describe(&w)));
+        }
+        knock_ons += r.knock.len() as u64;
+    }
     for tier in [&unclassified, &proxy, &flush] {
         if verdicts.is_empty() {
             verdicts.extend(grouped(&ctx, tier, Severity::Fail));
@@ -501,8 +567,10 @@ pub(super) fn build(a: Analyzer) -> Report {
     }
     // An error trail with no failure line at all (NCCL_DEBUG=WARN cut, or a WARN lost).
     if verdicts.is_empty() {
-        if let Some(t) = &a.first_trail {
-            verdicts.push(verdict(&ctx, t, Severity::Fail));
+        if let Some(t) = trails.first() {
+            let mut t = (*t).clone();
+            t.cause = "unclassified_failure";
+            verdicts.push(verdict(&ctx, &t, Severity::Fail));
         }
     }
     if let Some(v) = verdicts.first_mut() {
@@ -522,29 +590,7 @@ pub(super) fn build(a: Analyzer) -> Report {
             format!("NCCL versions differ: {}", desc.join("; ")),
         ));
     }
-    for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
-        if let Some(bad) = ifs
-            .iter()
-            .find(|i| i.starts_with("lo:") || i.starts_with("docker") || i.starts_with("virbr"))
-        {
-            if verdicts
-                .iter()
-                .any(|v| v.cause == "socket_iface_loopback" && v.host.as_deref() == Some(host))
-            {
-                continue;
-            }
-            // One host: a single-node job works over lo; across hosts it cannot.
-            let severity = if multi_host {
-                Severity::Fail
-            } else {
-                Severity::Warn
-            };
-            let mut v = derived("socket_iface_loopback", severity, format!("{host} uses {bad}"));
-            v.host = Some(host.clone());
-            v.device = Some(bad.split(':').next().unwrap_or(bad).to_string());
-            verdicts.push(v);
-        }
-    }
+    verdicts.extend(virtual_ifaces(&a, multi_host));
     let socket_conns = a.transports.keys().any(|k| k == "NET/Socket");
     if multi_host && (socket_conns || a.networks.contains("Socket")) {
         verdicts.push(derived(
@@ -586,8 +632,259 @@ pub(super) fn build(a: Analyzer) -> Report {
             format!("no NCCL line in {} line(s) of input", a.lines),
         ));
     }
+    for v in &mut verdicts {
+        annotate(&a, v);
+    }
+    rank_verdicts(&mut verdicts);
     let summary = summarise(&a, &ctx);
     Report { summary, verdicts }
+}
+
+/// Loopback and virtual interfaces (container, VM and CNI bridges, veths, overlays) NCCL
+/// bootstrapped or connected over: one verdict per host and interface.
+fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
+    use super::ifaces::{Kind, classify};
+    let mut out: Vec<Verdict> = Vec::new();
+    for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
+        for i in ifs {
+            let name = i.split(':').next().unwrap_or(i);
+            let (cause, kind, what) = if name == "lo" || name.starts_with("lo:") {
+                ("socket_iface_loopback", Kind::HostLocal, "loopback")
+            } else {
+                match classify(name) {
+                    Some((k, w)) => ("socket_iface_virtual", k, w),
+                    None => continue,
+                }
+            };
+            if out.iter().any(|v| v.host.as_deref() == Some(host) && v.device.as_deref() == Some(name)) {
+                continue;
+            }
+            // One host: a single-node job works over them; across hosts a host-local
+            // address cannot be reached and an overlay costs encapsulation.
+            let severity = if multi_host && kind == Kind::HostLocal {
+                Severity::Fail
+            } else {
+                Severity::Warn
+            };
+            let line = if cause == "socket_iface_loopback" {
+                format!("{host} uses {i}")
+            } else {
+                format!("{host} uses {i} ({what}, by its naming rule)")
+            };
+            let mut v = derived(cause, severity, line);
+            if cause == "socket_iface_virtual" && kind == Kind::Overlay {
+                v.meaning = explain("socket_iface_overlay").0.to_string();
+            }
+            v.host = Some(host.clone());
+            v.device = Some(name.to_string());
+            v.next = v.next.replace("HOST", host);
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// What the whole log adds to a verdict: the plugin and its version for a plugin's own
+/// error, the topology file NCCL was told to load (and who set it) for a topology error.
+fn annotate(a: &Analyzer, v: &mut Verdict) {
+    if v.cause.starts_with("net_plugin") {
+        if v.device.is_none() || v.device.as_deref().is_some_and(|d| d.starts_with("cuda:")) {
+            v.device = plugin_of(&v.line).map(str::to_string).or(v.device.take());
+        }
+        let named: Vec<&str> = a
+            .plugins
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !p.starts_with("none"))
+            .collect();
+        if !named.is_empty() {
+            v.meaning.push_str(&format!(" (plugin: {})", named.join(", ")));
+        }
+    }
+    if v.cause.starts_with("topology_file") && !a.topo_files.is_empty() {
+        let said: Vec<&str> = a.topo_files.iter().map(String::as_str).collect();
+        v.meaning.push_str(&format!("; the log says: {}", said.join("; ")));
+    }
+}
+
+/// Fail before warn; among fails, a cause no rule explains after every classified one
+/// (it never outranks a named cause), carrying its knock-on count to the new first.
+fn rank_verdicts(verdicts: &mut [Verdict]) {
+    let key = |v: &Verdict| (std::cmp::Reverse(v.severity), v.cause == "unclassified_failure");
+    let before = verdicts.first().map(|v| (v.cause.clone(), v.line_no, v.file.clone()));
+    verdicts.sort_by_key(key);
+    let moved = verdicts
+        .first()
+        .map(|v| (v.cause.clone(), v.line_no, v.file.clone()))
+        != before;
+    if moved {
+        let n: u64 = verdicts.iter().map(|v| v.knock_ons).sum();
+        for v in verdicts.iter_mut() {
+            v.knock_ons = 0;
+        }
+        if let Some(v) = verdicts.first_mut() {
+            v.knock_ons = n;
+        }
+    }
+}
+
+/// ` on HOST rank R DEVICE` for a knock-on listed under its root cause.
+fn describe(v: &Verdict) -> String {
+    let mut w = Vec::new();
+    if let Some(h) = &v.host {
+        w.push(h.clone());
+    }
+    if let Some(r) = v.rank {
+        w.push(format!("rank {r}"));
+    }
+    if let Some(d) = &v.device {
+        w.push(d.clone());
+    }
+    if let Some(s) = v.status {
+        w.push(format!("status {s}"));
+    }
+    if w.is_empty() { String::new() } else { format!(" on {}", w.join(" ")) }
+}
+
+/// A sighting before its process chose a network (`Using network X`), from plugin or
+/// transport init: NCCL went on to the next plugin (src/plugin/net.cc `ncclNetInit`: a
+/// plugin whose init or devices call fails is disabled and the next one tried).
+fn before_network(a: &Analyzer, s: &Sighting) -> bool {
+    a.procs
+        .get(&s.proc_)
+        .and_then(|p| p.net_at)
+        .is_some_and(|at| s.line_no < at)
+}
+
+/// A WARN from a network plugin's or transport's init that NCCL recovered from.
+fn recovered_warn(a: &Analyzer, s: &Sighting) -> bool {
+    (s.cause.starts_with("net_plugin") || s.cause == "unclassified_failure")
+        && plugin_of(&s.line).is_some()
+        && before_network(a, s)
+}
+
+/// The plugin a WARN names by its prefix: `NET/OFI`, `NET/UCX`, `NET/IB`, `CollNet/...`.
+pub(super) fn plugin_of(line: &str) -> Option<&str> {
+    let i = line.find("NET/").or_else(|| line.find("CollNet"))?;
+    let w = line[i..].split([' ', ':']).next()?;
+    Some(w.trim_end_matches(','))
+}
+
+/// The recovered plugin WARNs as `net_plugin_fallback` warnings, and the error trails
+/// NCCL did not recover from, first first.
+fn recovered(a: &Analyzer) -> (Vec<Sighting>, Vec<&Sighting>) {
+    let mut fallbacks = Vec::new();
+    let mut trails = Vec::new();
+    for s in &a.sightings {
+        if recovered_warn(a, s) {
+            let mut f = s.clone();
+            f.cause = "net_plugin_fallback";
+            fallbacks.push(f);
+        } else if s.cause == super::TRAIL && !before_network(a, s) {
+            trails.push(s);
+        }
+    }
+    (fallbacks, trails)
+}
+
+/// An event that explains later completion errors: an async port/device event or a GID
+/// table change on a host, or a peer that failed for a reason of its own first.
+struct Root<'a> {
+    root: &'a Sighting,
+    /// A warning made the verdict because it explains failures (a GID table change).
+    promoted: Option<&'a Sighting>,
+    knock: Vec<&'a Sighting>,
+}
+
+impl Root<'_> {
+    fn explains(&self, s: &Sighting) -> bool {
+        self.knock.iter().any(|k| std::ptr::eq(*k, s))
+    }
+    fn is_root_of(&self, ctx: &Ctx, v: &Verdict) -> bool {
+        v.cause == self.root.cause
+            && v.host == ctx.host_of(self.root)
+            && v.device == ctx.device_of(self.root)
+    }
+}
+
+/// What a completion error reports: the peer or the fabric under it failed.
+const COMPLETION: &[&str] = &[
+    "ib_retry_exceeded",
+    "ib_rnr_retry_exceeded",
+    "ib_remote_access",
+    "ib_remote_op",
+    "ib_completion_error",
+];
+
+/// Causes of a process's own that end it (its peers then see completion errors).
+const OWN: &[&str] = &[
+    "cuda_error",
+    "cuda_oom",
+    "system_error",
+    "shm_alloc_failed",
+    "duplicate_gpu",
+];
+
+/// Earlier in the same input (or in another input, whose order is unknown: the event
+/// still explains the errors of the job).
+fn earlier(a: &Sighting, b: &Sighting) -> bool {
+    a.file != b.file || a.line_no < b.line_no
+}
+
+fn explained<'a>(ctx: &Ctx, hard: &[&'a Sighting], warns: &[&'a Sighting]) -> Vec<Root<'a>> {
+    let mut roots: Vec<Root> = Vec::new();
+    let completions: Vec<&Sighting> = hard
+        .iter()
+        .copied()
+        .filter(|s| COMPLETION.contains(&s.cause))
+        .collect();
+    let taken = |roots: &Vec<Root>, c: &Sighting| roots.iter().any(|r| r.explains(c));
+    // A port or device event: every later completion error of the job follows from it.
+    for r in hard
+        .iter()
+        .copied()
+        .filter(|s| matches!(s.cause, "ib_port_error" | "ib_device_fatal" | "ib_async_error"))
+    {
+        let knock: Vec<&Sighting> = completions
+            .iter()
+            .copied()
+            .filter(|c| earlier(r, c) && !taken(&roots, c))
+            .collect();
+        if !knock.is_empty() {
+            roots.push(Root { root: r, promoted: None, knock });
+        }
+    }
+    // A GID table change on a host: its later completion or QP errors, and its peers'.
+    for g in warns.iter().copied().filter(|s| s.cause == "ib_gid_change") {
+        let host = ctx.host_of(g);
+        let knock: Vec<&Sighting> = hard
+            .iter()
+            .copied()
+            .filter(|c| COMPLETION.contains(&c.cause) || c.cause == "ib_modify_qp_failed")
+            .filter(|c| {
+                let peer = ctx.peer_of(c).and_then(|p| p.host);
+                host.is_some() && (ctx.host_of(c) == host || peer == host)
+            })
+            .filter(|c| earlier(g, c) && !taken(&roots, c))
+            .collect();
+        if !knock.is_empty() {
+            roots.push(Root { root: g, promoted: Some(g), knock });
+        }
+    }
+    // A peer that failed first for a reason of its own: the completion errors towards it.
+    for o in hard.iter().copied().filter(|s| OWN.contains(&s.cause)) {
+        let Some(host) = ctx.host_of(o) else { continue };
+        let knock: Vec<&Sighting> = completions
+            .iter()
+            .copied()
+            .filter(|c| ctx.peer_of(c).and_then(|p| p.host).as_deref() == Some(host.as_str()))
+            .filter(|c| earlier(o, c) && !taken(&roots, c))
+            .collect();
+        if !knock.is_empty() {
+            roots.push(Root { root: o, promoted: None, knock });
+        }
+    }
+    roots
 }
 
 fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {

@@ -143,6 +143,9 @@ fn verdict(v: &Verdict) -> String {
     }
     s.push_str(&text::wrap("       means: ", &v.meaning, 14));
     s.push_str(&text::wrap_remedy("       next: ", &v.next, 13));
+    for e in &v.explains {
+        s.push_str(&text::wrap("       explains: ", e, 17));
+    }
     if v.knock_ons > 0 {
         s.push_str(&format!(
             "       knock-on failures explained by this: {}\n",
@@ -152,7 +155,160 @@ fn verdict(v: &Verdict) -> String {
     s
 }
 
-pub fn table(r: &Report) -> String {
+/// Nothing to judge: the input had no NCCL line (exit 3, neither pass nor fault).
+pub fn unknown(r: &Report) -> bool {
+    r.verdicts.iter().any(|v| v.cause == "no_nccl_output")
+        && r.verdicts
+            .iter()
+            .all(|v| v.severity != crate::finding::Severity::Fail)
+}
+
+/// Who a verdict is about, in a few words: `h rank 4 mlx5_0` (a CUDA device says less
+/// than the rank).
+fn who(v: &Verdict) -> String {
+    let mut w = Vec::new();
+    if let Some(h) = &v.host {
+        w.push(h.clone());
+    }
+    if let Some(r) = v.rank {
+        w.push(format!("rank {r}"));
+    }
+    if let Some(d) = v.device.as_ref().filter(|d| !d.starts_with("cuda:")) {
+        w.push(d.clone());
+    }
+    if w.is_empty() { String::new() } else { format!(" on {}", w.join(" ")) }
+}
+
+/// `fabprobe nccl-log: FAIL  2 fail, 1 warn; worst: ib_retry_exceeded on host a rank 4`.
+fn headline(r: &Report) -> String {
+    use crate::finding::Severity;
+    let s = &r.summary;
+    if unknown(r) {
+        return text::wrap(
+            "fabprobe nccl-log: UNKNOWN  ",
+            &format!(
+                "no NCCL line in {} line(s) from {} input(s): nothing to judge; rerun the job with NCCL_DEBUG=INFO",
+                s.lines,
+                s.inputs.len()
+            ),
+            2,
+        );
+    }
+    let count = |sev: Severity| r.verdicts.iter().filter(|v| v.severity == sev).count();
+    let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
+    let worst = r
+        .verdicts
+        .iter()
+        .find(|v| v.severity == Severity::Fail)
+        .or_else(|| r.verdicts.iter().find(|v| v.severity == Severity::Warn));
+    match worst {
+        Some(v) => text::wrap(
+            &format!("fabprobe nccl-log: {}  ", v.severity.as_str().to_uppercase()),
+            &format!("{fail} fail, {warn} warn; worst: {}{}", v.cause, who(v)),
+            2,
+        ),
+        None => format!(
+            "fabprobe nccl-log: PASS  no failure in {} NCCL line(s) from {} host(s)\n",
+            s.nccl_lines,
+            s.hosts.len()
+        ),
+    }
+}
+
+/// Cells of the hosts table hold at most this many items, one a line, then `and N more`:
+/// a job of many interfaces must not make a column hundreds of characters wide.
+const CELL_ITEMS: usize = 4;
+
+fn cell(v: &[String]) -> Vec<String> {
+    if v.is_empty() {
+        return vec!["-".into()];
+    }
+    let mut out: Vec<String> = v.iter().take(CELL_ITEMS).cloned().collect();
+    if v.len() > CELL_ITEMS {
+        out.push(format!("and {} more", v.len() - CELL_ITEMS));
+    }
+    out
+}
+
+/// The hosts table: one row per item of the list cells; too wide for the terminal, one
+/// block per host with its lists wrapped at word boundaries (never a token cut in two).
+fn hosts(s: &crate::nccl_log::Summary) -> String {
+    let table = hosts_table(s);
+    match text::width() {
+        Some(w) if table.lines().any(|l| l.chars().count() > w) => hosts_blocks(s),
+        _ => table,
+    }
+}
+
+fn gdr_cells(h: &crate::nccl_log::HostSummary) -> Vec<String> {
+    h.gdr
+        .iter()
+        .map(|(k, on)| format!("{k}:{}", if *on { "on" } else { "off" }))
+        .collect()
+}
+
+fn hosts_blocks(s: &crate::nccl_log::Summary) -> String {
+    let mut out = String::new();
+    for h in &s.hosts {
+        out.push_str(&text::wrap(
+            "  ",
+            &format!(
+                "{}: ranks {}, {} process(es)",
+                h.host,
+                if h.ranks.is_empty() { "-".into() } else { ranks(&h.ranks) },
+                h.local_ranks
+            ),
+            4,
+        ));
+        let gdr = gdr_cells(h);
+        for (name, v) in [
+            ("bootstrap", &h.bootstrap),
+            ("sockets", &h.socket_interfaces),
+            ("hcas", &h.hcas),
+            ("gdr", &gdr),
+        ] {
+            if !v.is_empty() {
+                out.push_str(&text::wrap(&format!("    {name}: "), &cell(v).join(" "), 6));
+            }
+        }
+    }
+    out
+}
+
+fn hosts_table(s: &crate::nccl_log::Summary) -> String {
+    let mut rows: Vec<Vec<String>> = vec![
+        ["  HOST", "RANKS", "PROCS", "BOOTSTRAP", "SOCKETS", "HCAS", "GDR"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect(),
+    ];
+    for h in &s.hosts {
+        let gdr = gdr_cells(h);
+        let lists = [
+            cell(&h.bootstrap),
+            cell(&h.socket_interfaces),
+            cell(&h.hcas),
+            cell(&gdr),
+        ];
+        let n = lists.iter().map(Vec::len).max().unwrap_or(1);
+        for i in 0..n {
+            let mut row = if i == 0 {
+                vec![
+                    format!("  {}", h.host),
+                    if h.ranks.is_empty() { "-".into() } else { ranks(&h.ranks) },
+                    h.local_ranks.to_string(),
+                ]
+            } else {
+                vec![String::new(), String::new(), String::new()]
+            };
+            row.extend(lists.iter().map(|l| l.get(i).cloned().unwrap_or_default()));
+            rows.push(row);
+        }
+    }
+    crate::render::gids::columns_fit(&rows, None)
+}
+
+fn summary(r: &Report) -> String {
     let s = &r.summary;
     let mut out = String::new();
     out.push_str(&format!(
@@ -208,50 +364,32 @@ pub fn table(r: &Report) -> String {
             String::new()
         }
     ));
+    out
+}
+
+pub fn table(r: &Report) -> String {
+    let s = &r.summary;
+    let mut out = headline(r);
+    if !r.verdicts.is_empty() {
+        let mut list = String::from("\nVerdicts:\n");
+        for v in &r.verdicts {
+            list.push_str(&verdict(v));
+        }
+        // Quoted log lines within the width too.
+        out.push_str(&text::fit_prose(&list));
+    }
+    out.push('\n');
+    out.push_str(&text::fit_prose(&summary(r)));
     if !s.hosts.is_empty() {
         out.push_str("\nHosts:\n");
-        let mut rows = vec![
-            ["  HOST", "RANKS", "PROCS", "BOOTSTRAP", "SOCKETS", "HCAS", "GDR"]
-                .iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>(),
-        ];
-        for h in &s.hosts {
-            let gdr: Vec<String> = h
-                .gdr
-                .iter()
-                .map(|(k, on)| format!("{k}:{}", if *on { "on" } else { "off" }))
-                .collect();
-            rows.push(vec![
-                format!("  {}", h.host),
-                if h.ranks.is_empty() {
-                    "-".into()
-                } else {
-                    ranks(&h.ranks)
-                },
-                h.local_ranks.to_string(),
-                list(&h.bootstrap),
-                list(&h.socket_interfaces),
-                list(&h.hcas),
-                list(&gdr),
-            ]);
-        }
-        out.push_str(&crate::render::gids::columns(&rows));
-    }
-    if r.verdicts.is_empty() {
-        out.push_str("\nVerdicts: none (no failure in the log)\n");
-    } else {
-        out.push_str("\nVerdicts:\n");
-        for v in &r.verdicts {
-            out.push_str(&verdict(v));
-        }
+        out.push_str(&hosts(s));
     }
     if !s.unrecognised_samples.is_empty() {
-        out.push_str("\nNot understood (first lines):\n");
+        let mut tail = String::from("\nNot understood (first lines):\n");
         for l in &s.unrecognised_samples {
-            out.push_str(&format!("  {l}\n"));
+            tail.push_str(&format!("  {l}\n"));
         }
+        out.push_str(&text::fit_prose(&tail));
     }
-    // Summary lines and quoted log lines within the width too.
-    text::fit_prose(&out)
+    out
 }
