@@ -433,3 +433,25 @@ fn a_line_longer_than_the_line_buffer_is_streamed() {
     assert_eq!(comments.len(), 1, "{out}");
     assert!(comments[0].starts_with("# gpu2: not_utf8 report (stdin:3): not UTF-8 (invalid byte at offset "), "{out}");
 }
+
+/// Prometheus labels carry a fingerprint string as it is, not its JSON quotes.
+#[test]
+fn sweep_prom_labels_carry_no_json_quotes() {
+    let f = fixtures();
+    let mut input = Vec::new();
+    for i in 0..3 {
+        let mut v = named(&f.good, &format!("n{i}"));
+        if i == 2 {
+            v["data"]["fingerprint"]["kernel"] = "5.15.0-97-generic".into();
+        }
+        input.extend_from_slice(&serde_json::to_vec(&v).unwrap());
+        input.push(b'\n');
+    }
+    let (out, err, code) = run_bytes(&["--format", "prom", "sweep"], Some(&input));
+    assert_eq!(code, 1, "{err}");
+    let kernel = f.good["data"]["fingerprint"]["kernel"].as_str().unwrap();
+    let want = format!(
+        "fabprobe_sweep_outlier{{node=\"n2\",key=\"kernel\",value=\"5.15.0-97-generic\",majority=\"{kernel}\"}} 1\n"
+    );
+    assert!(out.contains(&want), "{out}");
+}

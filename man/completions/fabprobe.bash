@@ -141,7 +141,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__check)
-            opts="-v -h -V --policy --show-policy --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --policy --show-policy --interval --baseline --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +160,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

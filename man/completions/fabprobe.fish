@@ -53,6 +53,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l policy -d 'T
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy -d 'Print the named built-in policy\'s TOML (to copy and edit) and exit' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l interval -d 'Sample the port counters twice, SECONDS apart, so counter rates can be judged (live)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 'An earlier snapshot of the same host: counter rates from it to --root (or live)' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom check --output /var/lib/node_exporter/fabprobe.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
