@@ -851,7 +851,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__snapshot)
-            opts="-o -v -h -V --output --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-o -v -h -V --output --lldp-wait --force --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -187,6 +187,7 @@ prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exp
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l force -d 'Replace an existing FILE.tar.gz (a directory is never emptied)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
