@@ -183,11 +183,6 @@ impl Scan {
     }
 }
 
-#[cfg(test)]
-fn json_shape(b: &[u8]) -> Shape {
-    Scan::default().feed(b)
-}
-
 /// Labelled pieces of one task's line, joined: `srun -l` cuts a task's output line into
 /// 1024-byte pieces and labels each (measured with slurm-wlm 22.05.8), so a report arrives
 /// as `3: {...` then `3: ...}` lines, possibly interleaved with other tasks' pieces.
