@@ -462,7 +462,8 @@ fn prom_output() {
         out.contains("fabprobe_check_findings{policy=\"dgx-h100\",severity=\"fail\"} 14\n"),
         "{out}"
     );
-    assert!(out.contains("fabprobe_check_device_holders 1\n"));
+    assert!(out.contains("fabprobe_check_device_holders{policy=\"dgx-h100\"} 1\n"));
+    assert!(!out.contains("severity=\"pass\""), "no always-0 pass count: {out}");
 }
 
 #[test]

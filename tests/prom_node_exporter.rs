@@ -91,7 +91,7 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
-    let outputs: [(&str, Vec<&str>); 5] = [
+    let outputs: [(&str, Vec<&str>); 3] = [
         (
             "links",
             vec!["--root", "fixtures/ib-degraded", "--format", "prom", "links"],
@@ -103,22 +103,6 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         (
             "qos",
             vec!["--root", "fixtures/roce-bond-host", "--format", "prom", "qos"],
-        ),
-        (
-            "check",
-            vec![
-                "--root",
-                "fixtures/h100-sxm-8gpu-bad",
-                "--format",
-                "prom",
-                "check",
-                "--policy",
-                "dgx-h100",
-            ],
-        ),
-        (
-            "check-ib",
-            vec!["--root", "fixtures/ib-degraded", "--format", "prom", "check"],
         ),
     ];
     let mut want = BTreeSet::new();
@@ -135,6 +119,32 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         want.extend(fams);
         std::fs::write(dir.path().join(format!("{name}.prom")), text).unwrap();
     }
+    // The textfile pattern: one node, two policies, each written by `check --output`, which
+    // exits 0 once the file is written although the node fails (the verdict is inside).
+    for pol in ["dgx-h100", "default"] {
+        let file = dir.path().join(format!("check-{pol}.prom"));
+        let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "prom", "check"])
+            .args(["--policy", pol, "--output"])
+            .arg(&file)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty(), "--output writes the file, not stdout");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains(&format!("fabprobe_check_verdict{{policy=\"{pol}\"}} 2\n")),
+            "{text}"
+        );
+        want.extend(families(&text));
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
     // A free port on loopback: bound by the OS, released just before the exporter binds it.
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
@@ -166,6 +176,14 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         "{body}"
     );
     assert!(!log.contains("error gathering metrics"), "{log}");
+    assert!(!log.contains("collected before"), "{log}");
+    assert!(!body.contains("collected before"), "{body}");
+    for pol in ["dgx-h100", "default"] {
+        assert!(
+            body.contains(&format!("\nfabprobe_check_verdict{{policy=\"{pol}\"}} 2\n")),
+            "{body}"
+        );
+    }
     assert!(body.contains("\nnode_textfile_scrape_error 0\n"), "{body}\n{log}");
     // node_exporter's infiniband collector ran on the fixture beside ours.
     assert!(body.contains("\nnode_infiniband_info{"), "{body}");

@@ -167,3 +167,29 @@ fn recapture_of_every_fixture_replays_every_probe() {
         }
     }
 }
+
+/// An existing archive is never overwritten without --force, a non-empty directory never
+/// written into; both refused before anything is probed, with one plain message.
+#[test]
+fn snapshot_refuses_an_existing_archive_and_a_full_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let tgz = dir.path().join("snap.tar.gz");
+    std::fs::write(&tgz, b"keep me").unwrap();
+    let run = |out: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(["snapshot", "-o"])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let o = run(&tgz);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the file exists; --force replaces it"), "{err}");
+    assert_eq!(std::fs::read(&tgz).unwrap(), b"keep me");
+    let o = run(dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the directory is not empty; give a new or empty directory"), "{err}");
+    assert_eq!(err.matches("not empty").count(), 1, "{err}");
+}

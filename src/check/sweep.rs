@@ -7,103 +7,301 @@
 //! (interned), never the report itself, so memory grows with nodes x fingerprint keys only.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 
+use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Finding, Severity};
-use crate::render::SCHEMA_VERSION;
+use crate::finding::SCHEMA_VERSION;
 
+/// Every field optional and loosely typed, read in one pass: a report of another version
+/// or schema still says which, and its hostname, without a second parse (a report can be
+/// streamed from a 200 MB line, which cannot be read twice).
 #[derive(Deserialize)]
 struct RawReport {
-    schema: String,
-    schema_version: u32,
     #[serde(default)]
-    tool_version: Option<String>,
-    host: RawHost,
-    data: RawData,
+    schema: Option<Value>,
     #[serde(default)]
-    findings: Vec<RawFinding>,
-}
-
-/// Enough of any envelope to say which version wrote it.
-#[derive(Deserialize)]
-struct Header {
-    schema: Option<String>,
-    schema_version: Option<u32>,
-    tool_version: Option<String>,
+    schema_version: Option<Value>,
+    #[serde(default)]
+    tool_version: Option<Value>,
+    #[serde(default)]
+    host: Option<RawHost>,
+    #[serde(default)]
+    data: Option<RawData>,
+    #[serde(default)]
+    findings: Option<Kept>,
 }
 
 #[derive(Deserialize)]
 struct RawHost {
-    hostname: Option<String>,
+    #[serde(default)]
+    hostname: Option<Value>,
 }
 
 #[derive(Deserialize)]
 struct RawData {
-    verdict: Severity,
     #[serde(default)]
-    fingerprint: BTreeMap<String, Value>,
+    verdict: Option<Value>,
+    #[serde(default)]
+    fingerprint: Option<BTreeMap<String, Value>>,
 }
 
 #[derive(Deserialize)]
 struct RawFinding {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    severity: Option<Value>,
+    #[serde(default)]
+    subject: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+}
+
+/// One finding as the sweep keeps it: id, severity, subject, message.
+#[derive(Clone, Debug, PartialEq)]
+struct Kf {
     id: String,
     severity: Severity,
-    #[serde(default)]
     subject: String,
-    #[serde(default)]
     message: String,
 }
 
+/// The findings a sweep needs, kept while the array streams by: every fail, and the
+/// first finding of the highest severity (check ranks its findings worst first, so that
+/// is the report's worst cause). Pass findings are dropped as they are read.
+#[derive(Default)]
+struct Kept {
+    fails: Vec<Kf>,
+    worst: Option<Kf>,
+}
+
+fn str_of(v: &Option<Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+fn severity_of(v: &Option<Value>) -> Option<Severity> {
+    v.clone().and_then(|v| serde_json::from_value(v).ok())
+}
+
+impl<'de> Deserialize<'de> for Kept {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kept, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Kept;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of findings")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kept, A::Error> {
+                let mut k = Kept::default();
+                while let Some(f) = seq.next_element::<RawFinding>()? {
+                    let Some(sev) = severity_of(&f.severity) else {
+                        continue;
+                    };
+                    if sev == Severity::Pass {
+                        continue;
+                    }
+                    let kf = Kf {
+                        id: str_of(&f.id),
+                        severity: sev,
+                        subject: str_of(&f.subject),
+                        message: str_of(&f.message),
+                    };
+                    if k.worst.as_ref().is_none_or(|w| rank(w.severity) < rank(sev)) {
+                        k.worst = Some(kf.clone());
+                    }
+                    if sev == Severity::Fail {
+                        k.fails.push(kf);
+                    }
+                }
+                Ok(k)
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A report the sweep can use.
+struct Parsed {
+    hostname: Option<String>,
+    tool_version: Option<String>,
+    verdict: Severity,
+    fingerprint: BTreeMap<String, Value>,
+    kept: Kept,
+}
+
+/// Why a report is unusable, with the hostname it gave when it gave one.
+type Unusable = (Problem, String, Option<String>);
+
+/// A serde error to the problem it shows.
+fn classify(e: serde_json::Error) -> Unusable {
+    use serde_json::error::Category;
+    let p = match e.classify() {
+        Category::Eof => (Problem::Truncated, format!("report ends early ({e})")),
+        Category::Syntax => (Problem::NotJson, format!("not JSON ({e})")),
+        Category::Io => {
+            // The reader's own error, without serde's position.
+            let io = std::io::Error::from(e);
+            match io.kind() {
+                std::io::ErrorKind::InvalidData => (Problem::NotUtf8, io.to_string()),
+                _ => (Problem::CannotRead, format!("cannot read: {io}")),
+            }
+        }
+        Category::Data => (
+            Problem::NotACheckReport,
+            format!("not a fabprobe.check report ({e})"),
+        ),
+    };
+    (p.0, p.1, None)
+}
+
+/// The envelope read, checked: schema version first (another version's shape may differ
+/// anywhere), then schema, then the verdict.
+fn validate(r: RawReport) -> Result<Parsed, Unusable> {
+    let hostname = r
+        .host
+        .as_ref()
+        .map(|h| str_of(&h.hostname))
+        .filter(|h| !h.is_empty());
+    let tool_version = match &r.tool_version {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let bad = |p: Problem, d: String| Err((p, d, hostname.clone()));
+    match r.schema_version.as_ref().and_then(Value::as_u64) {
+        Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+        Some(v) => {
+            return bad(
+                Problem::OtherVersion,
+                format!(
+                    "schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
+                    tool_version.as_deref().unwrap_or("?")
+                ),
+            );
+        }
+        None => return bad(Problem::NotACheckReport, "no schema_version: not a fabprobe report".into()),
+    }
+    match r.schema.as_ref().and_then(Value::as_str) {
+        Some("fabprobe.check") => {}
+        Some(s) => return bad(Problem::NotACheckReport, format!("schema {s}, not fabprobe.check")),
+        None => return bad(Problem::NotACheckReport, "no schema: not a fabprobe report".into()),
+    }
+    let data = r.data.unwrap_or(RawData {
+        verdict: None,
+        fingerprint: None,
+    });
+    let Some(verdict) = severity_of(&data.verdict) else {
+        return bad(
+            Problem::NotACheckReport,
+            "fabprobe.check report without data.verdict pass|warn|fail".into(),
+        );
+    };
+    Ok(Parsed {
+        hostname,
+        tool_version,
+        verdict,
+        fingerprint: data.fingerprint.unwrap_or_default(),
+        kept: r.findings.unwrap_or_default(),
+    })
+}
+
 /// A report's text to its envelope, or why it is unusable.
-fn parse(text: &str) -> Result<RawReport, (Problem, String)> {
+fn parse(text: &str) -> Result<Parsed, Unusable> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
-        return Err((Problem::Missing, "empty report".into()));
+        return Err((Problem::Missing, "empty report".into(), None));
     }
-    let other_version = |v: u32, tool: Option<&str>| {
-        (
-            Problem::OtherVersion,
-            format!(
-                "schema_version {v} (fabprobe {}), this sweep reads {SCHEMA_VERSION}",
-                tool.unwrap_or("?")
-            ),
-        )
-    };
-    let r: RawReport = match serde_json::from_str(trimmed) {
-        Ok(r) => r,
-        Err(e) if e.is_eof() => return Err((Problem::Truncated, format!("report ends early ({e})"))),
-        Err(e) if e.is_syntax() => return Err((Problem::NotJson, format!("not JSON ({e})"))),
+    match serde_json::from_str::<RawReport>(trimmed) {
+        Ok(r) => validate(r),
         Err(e) => {
-            let h: Option<Header> = serde_json::from_str(trimmed).ok();
-            return Err(match h {
-                Some(Header {
-                    schema_version: Some(v),
-                    tool_version,
-                    ..
-                }) if v != SCHEMA_VERSION => other_version(v, tool_version.as_deref()),
-                Some(Header { schema: Some(s), .. }) if s != "fabprobe.check" => (
-                    Problem::NotACheckReport,
-                    format!("schema {s}, not fabprobe.check"),
-                ),
-                _ => (
-                    Problem::NotACheckReport,
-                    format!("not a fabprobe.check report ({e})"),
-                ),
-            });
+            let mut u = classify(e);
+            u.2 = sniff_hostname(trimmed);
+            Err(u)
         }
-    };
-    if r.schema_version != SCHEMA_VERSION {
-        return Err(other_version(r.schema_version, r.tool_version.as_deref()));
     }
-    if r.schema != "fabprobe.check" {
-        return Err((
-            Problem::NotACheckReport,
-            format!("schema {}, not fabprobe.check", r.schema),
-        ));
+}
+
+/// A report streamed from a reader (bytes checked as UTF-8 on the way).
+fn parse_reader(r: impl Read) -> Result<Parsed, Unusable> {
+    let mut r = Utf8Reader::new(r);
+    // serde_json reads a byte per call: a buffer keeps the checks off each byte.
+    let res = serde_json::from_reader::<_, RawReport>(std::io::BufReader::with_capacity(64 << 10, &mut r));
+    if r.seen == 0 {
+        return Err((Problem::Missing, "empty report".into(), None));
     }
-    Ok(r)
+    match res {
+        Ok(rep) => validate(rep),
+        Err(e) => {
+            let mut u = classify(e);
+            u.2 = sniff_hostname(&String::from_utf8_lossy(&r.head));
+            Err(u)
+        }
+    }
+}
+
+/// The hostname of a report that did not parse (cut short, stray bytes after it): the
+/// envelope writes `"host":{"hostname":"..."` near its start.
+fn sniff_hostname(text: &str) -> Option<String> {
+    let head = &text[..text.len().min(8192)];
+    let at = head.find("\"host\"")?;
+    let rest = &head[at..];
+    let h = rest.find("\"hostname\"")?;
+    let after = rest[h + "\"hostname\"".len()..].trim_start().strip_prefix(':')?;
+    let mut it = serde_json::Deserializer::from_str(after.trim_start()).into_iter::<String>();
+    it.next()?.ok().filter(|s| !s.is_empty())
+}
+
+/// Passes bytes through, failing with `InvalidData` at the first byte that is not UTF-8,
+/// and keeps the first 8 KiB for [`sniff_hostname`].
+struct Utf8Reader<R> {
+    inner: R,
+    /// Bytes of a character cut at the end of the last read.
+    carry: Vec<u8>,
+    seen: u64,
+    head: Vec<u8>,
+}
+
+impl<R: Read> Utf8Reader<R> {
+    fn new(inner: R) -> Self {
+        Utf8Reader {
+            inner,
+            carry: Vec::new(),
+            seen: 0,
+            head: Vec::new(),
+        }
+    }
+}
+
+impl<R: Read> Read for Utf8Reader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let at = self.seen;
+        self.seen += n as u64;
+        if self.head.len() < 8192 {
+            let take = n.min(8192 - self.head.len());
+            self.head.extend_from_slice(&buf[..take]);
+        }
+        let mut chunk = std::mem::take(&mut self.carry);
+        chunk.extend_from_slice(&buf[..n]);
+        if let Err(e) = std::str::from_utf8(&chunk) {
+            // An incomplete character at the end is fine unless the input ends there.
+            if e.error_len().is_some() || n == 0 {
+                let off = at + e.valid_up_to() as u64 - (chunk.len() - n) as u64;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("not UTF-8 (invalid byte at offset {off})"),
+                ));
+            }
+            self.carry = chunk[e.valid_up_to()..].to_vec();
+        }
+        Ok(n)
+    }
 }
 
 struct NodeRec {
@@ -114,11 +312,48 @@ struct NodeRec {
     sources: Vec<(String, Severity)>,
     counted: usize,
     verdict: Severity,
-    fails: Vec<(String, String, String)>,
+    /// The failing findings of every failing report for the node (each once).
+    fails: Vec<Kf>,
+    /// The counted report's worst cause.
+    worst: Option<Kf>,
     /// Interned value id per fingerprint key id.
     values: Vec<(u32, u32)>,
     /// Interned tool_version.
     version: u32,
+}
+
+/// What names the node a report came from, besides the report's own hostname.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hint<'a> {
+    None,
+    /// A pdsh/clush/srun prefix: the launcher ran the command on that host, so it wins
+    /// over the hostname the report gives (containers and images often say `localhost`).
+    Launcher(&'a str),
+    /// A file's name: a convention, not a fact; the report's hostname wins over it.
+    File(&'a str),
+}
+
+impl<'a> Hint<'a> {
+    /// A launcher prefix, or nothing: what the tests and benches pass.
+    pub fn launcher(l: Option<&'a str>) -> Hint<'a> {
+        l.map_or(Hint::None, Hint::Launcher)
+    }
+
+    /// The name it gives (a bare `srun -l` task number names no node).
+    fn name(self) -> Option<&'a str> {
+        match self {
+            Hint::None => None,
+            Hint::Launcher(l) | Hint::File(l) => host_label(Some(l)),
+        }
+    }
+}
+
+/// Hostnames every container or unconfigured image reports: they name no node.
+fn names_a_host(h: &str) -> bool {
+    !matches!(
+        h.to_ascii_lowercase().as_str(),
+        "" | "localhost" | "localhost.localdomain" | "(none)"
+    )
 }
 
 /// Fingerprint keys that say how the report was made, not what the node is.
@@ -220,9 +455,34 @@ pub struct SweepCounts {
     pub drain: usize,
 }
 
+/// One node as the sweep judged it (the `hosts[]` of the JSON).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostVerdict {
+    pub node: String,
+    /// pass|warn|fail from its report, or unknown when no usable report came.
+    pub verdict: &'static str,
+    /// The report's worst finding (the first of its highest severity); null on a pass
+    /// and when unknown.
+    pub worst: Option<WorstCause>,
+    /// Why the verdict is unknown (missing, truncated, ...); null otherwise.
+    pub problem: Option<Problem>,
+    /// Whether the node is on the drain list.
+    pub drain: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorstCause {
+    pub id: String,
+    pub severity: Severity,
+    pub subject: String,
+    pub message: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SweepReport {
     pub nodes: SweepCounts,
+    /// Every node by name, with its verdict and worst cause.
+    pub hosts: Vec<HostVerdict>,
     pub failures: Vec<CauseGroup>,
     pub outliers: Vec<Outlier>,
     /// Keys where no value is held by more than half of the compared nodes.
@@ -260,8 +520,12 @@ pub struct Sweeper {
     unreadable: Vec<Unreadable>,
     expected: Vec<String>,
     drain_outliers: bool,
-    /// (source, label, hostname) where the launcher's label names another host.
+    /// (source, label, hostname) where the launcher's label names another host (the
+    /// label wins), and where a file's name does (the hostname wins).
     relabelled: Vec<(String, String, String)>,
+    renamed_files: Vec<(String, String, String)>,
+    /// Notes the caller adds (inputs skipped).
+    extra_notes: Vec<String>,
 }
 
 fn intern(ids: &mut HashMap<String, u32>, canonical: String, mut store: impl FnMut()) -> u32 {
@@ -317,15 +581,36 @@ impl Sweeper {
     }
 
     /// One report as bytes: text that is not UTF-8 is listed as unreadable, not fatal.
+    /// `name_hint` is a launcher's prefix (see [`Hint::Launcher`]).
     pub fn add_bytes(&mut self, source: &str, name_hint: Option<&str>, bytes: &[u8]) {
+        self.add_bytes_hinted(source, Hint::launcher(name_hint), bytes);
+    }
+
+    pub fn add_bytes_hinted(&mut self, source: &str, hint: Hint, bytes: &[u8]) {
         match std::str::from_utf8(bytes) {
-            Ok(text) => self.add(source, name_hint, text),
-            Err(e) => self.unreadable.push(Unreadable {
-                node: host_label(name_hint).map(str::to_string),
-                source: source.to_string(),
-                problem: Problem::NotUtf8,
-                detail: format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()),
-            }),
+            Ok(text) => self.add_hinted(source, hint, text),
+            Err(e) => {
+                // The hostname of the valid part, if it got that far.
+                let host = sniff_hostname(std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""));
+                self.unusable(
+                    source,
+                    hint,
+                    (
+                        Problem::NotUtf8,
+                        format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()),
+                        host,
+                    ),
+                );
+            }
+        }
+    }
+
+    /// One report read from a stream (a line too long to hold, a large file), parsed as it
+    /// is read: memory holds what the sweep keeps, not the report.
+    pub fn add_reader(&mut self, source: &str, hint: Hint, r: impl Read) {
+        match parse_reader(r) {
+            Ok(p) => self.add_parsed(source, hint, p),
+            Err(u) => self.unusable(source, hint, u),
         }
     }
 
@@ -339,40 +624,71 @@ impl Sweeper {
         });
     }
 
-    /// One report. `source` names where it came from; `name_hint` is the node as the file
-    /// name or the launcher's prefix says (a bare task number names no node).
+    /// A note for the report (inputs skipped and why).
+    pub fn note(&mut self, note: String) {
+        self.extra_notes.push(note);
+    }
+
+    /// One report. `source` names where it came from; `name_hint` is the launcher's prefix
+    /// (a bare task number names no node).
     pub fn add(&mut self, source: &str, name_hint: Option<&str>, text: &str) {
-        let label = host_label(name_hint);
-        let r = match parse(text) {
-            Ok(r) => r,
-            Err((problem, detail)) => {
-                self.unreadable.push(Unreadable {
-                    node: label.map(str::to_string),
-                    source: source.to_string(),
-                    problem,
-                    detail,
-                });
-                return;
-            }
+        self.add_hinted(source, Hint::launcher(name_hint), text);
+    }
+
+    pub fn add_hinted(&mut self, source: &str, hint: Hint, text: &str) {
+        match parse(text) {
+            Ok(p) => self.add_parsed(source, hint, p),
+            Err(u) => self.unusable(source, hint, u),
+        }
+    }
+
+    /// An unusable report keeps the node its label, file name or readable hostname gives.
+    fn unusable(&mut self, source: &str, hint: Hint, (problem, detail, host): Unusable) {
+        let host = host.filter(|h| names_a_host(h));
+        let node = match hint {
+            Hint::Launcher(_) => hint.name().map(str::to_string).or(host),
+            _ => host.or(hint.name().map(str::to_string)),
         };
-        let name = match (r.host.hostname.as_deref().filter(|h| !h.is_empty()), label) {
-            (Some(h), Some(l)) if same_host(h, l) => l.to_string(),
+        self.unreadable.push(Unreadable {
+            node,
+            source: source.to_string(),
+            problem,
+            detail,
+        });
+    }
+
+    /// The node's name: a launcher's label wins over the hostname (and is noted when they
+    /// differ); the hostname wins over a file's name; `localhost` names no node.
+    fn node_name(&mut self, source: &str, hint: Hint, hostname: Option<String>) -> String {
+        let label = hint.name();
+        let host = hostname.filter(|h| names_a_host(h));
+        match (host, label) {
+            (Some(h), Some(l)) if same_host(&h, l) => l.to_string(),
             (Some(h), Some(l)) => {
-                self.relabelled
-                    .push((source.to_string(), l.to_string(), h.to_string()));
-                h.to_string()
+                let rec = (source.to_string(), l.to_string(), h.clone());
+                if matches!(hint, Hint::Launcher(_)) {
+                    self.relabelled.push(rec);
+                    l.to_string()
+                } else {
+                    self.renamed_files.push(rec);
+                    h
+                }
             }
-            (Some(h), None) => h.to_string(),
+            (Some(h), None) => h,
             (None, Some(l)) => l.to_string(),
             (None, None) => source.to_string(),
-        };
+        }
+    }
+
+    fn add_parsed(&mut self, source: &str, hint: Hint, r: Parsed) {
+        let name = self.node_name(source, hint, r.hostname);
         let version = {
-            let v = r.tool_version.clone().unwrap_or_else(|| "?".into());
+            let v = r.tool_version.unwrap_or_else(|| "?".into());
             let store = &mut self.versions;
             intern(&mut self.version_ids, v.clone(), || store.push(v.clone()))
         };
-        let mut values = Vec::with_capacity(r.data.fingerprint.len());
-        for (k, v) in r.data.fingerprint {
+        let mut values = Vec::with_capacity(r.fingerprint.len());
+        for (k, v) in r.fingerprint {
             let keys = &mut self.keys;
             let kid = intern(&mut self.key_ids, k.clone(), || keys.push(k.clone()));
             let canon = v.to_string();
@@ -380,13 +696,7 @@ impl Sweeper {
             let vid = intern(&mut self.value_ids, canon, || store.push(v.clone()));
             values.push((kid, vid));
         }
-        let fails = r
-            .findings
-            .into_iter()
-            .filter(|f| f.severity == Severity::Fail)
-            .map(|f| (f.id, f.subject, f.message))
-            .collect();
-        let verdict = r.data.verdict;
+        let (verdict, fails, worst) = (r.verdict, r.kept.fails, r.kept.worst);
         let short = short_name(&name).to_ascii_lowercase();
         let same = self.by_short.get(&short).and_then(|ids| {
             ids.iter()
@@ -394,13 +704,19 @@ impl Sweeper {
                 .find(|&i| same_host(&self.nodes[i].name, &name))
         });
         if let Some(i) = same {
-            // Two reports for one host: the worse one counts, both stay named.
+            // Two reports for one host: the worse one counts, both stay named, and every
+            // failing report's causes reach the drain reason.
             let n = &mut self.nodes[i];
             n.sources.push((source.to_string(), verdict));
+            for f in fails {
+                if !n.fails.iter().any(|g| g.id == f.id && g.subject == f.subject) {
+                    n.fails.push(f);
+                }
+            }
             if rank(verdict) > rank(n.verdict) {
                 n.counted = n.sources.len() - 1;
                 n.verdict = verdict;
-                n.fails = fails;
+                n.worst = worst;
                 n.values = values;
                 n.version = version;
             }
@@ -413,6 +729,7 @@ impl Sweeper {
             counted: 0,
             verdict,
             fails,
+            worst,
             values,
             version,
         });
@@ -446,6 +763,7 @@ impl Sweeper {
             .count();
         rep.nodes.unreadable = self.unreadable.len() - rep.nodes.missing;
         rep.node_states = self.node_states(&expected);
+        rep.hosts = self.hosts(&rep.bad_nodes);
         rep.unreadable = self.unreadable;
         rep
     }
@@ -473,6 +791,43 @@ impl Sweeper {
                 out.push(NodeState { node: name.to_string(), state: s });
             }
         }
+        out
+    }
+
+    /// Every node by name: those with a report, then those without a usable one (unknown).
+    fn hosts(&self, bad: &[BadNode]) -> Vec<HostVerdict> {
+        let drained: std::collections::HashSet<&str> = bad.iter().map(|b| b.node.as_str()).collect();
+        let mut out: Vec<HostVerdict> = self
+            .nodes
+            .iter()
+            .map(|n| HostVerdict {
+                node: n.name.clone(),
+                verdict: n.verdict.as_str(),
+                worst: n.worst.as_ref().map(|w| WorstCause {
+                    id: w.id.clone(),
+                    severity: w.severity,
+                    subject: w.subject.clone(),
+                    message: w.message.clone(),
+                }),
+                problem: None,
+                drain: drained.contains(n.name.as_str()),
+            })
+            .collect();
+        let known: std::collections::HashSet<String> = out.iter().map(|h| h.node.clone()).collect();
+        let mut unknown: BTreeMap<&str, Problem> = BTreeMap::new();
+        for u in &self.unreadable {
+            if let Some(n) = u.node.as_deref().filter(|n| !known.contains(*n)) {
+                unknown.entry(n).or_insert(u.problem);
+            }
+        }
+        out.extend(unknown.into_iter().map(|(n, p)| HostVerdict {
+            node: n.to_string(),
+            verdict: "unknown",
+            worst: None,
+            problem: Some(p),
+            drain: false,
+        }));
+        out.sort_by(|a, b| a.node.cmp(&b.node));
         out
     }
 
@@ -530,13 +885,16 @@ impl Sweeper {
                 Severity::Warn => counts.warned += 1,
                 Severity::Fail => counts.failed += 1,
             }
-            for (id, subject, msg) in &node.fails {
-                let e = causes.entry(id.as_str()).or_insert_with(|| (Vec::new(), ""));
+            if node.verdict != Severity::Fail {
+                continue;
+            }
+            for f in &node.fails {
+                let e = causes.entry(f.id.as_str()).or_insert_with(|| (Vec::new(), ""));
                 if e.0.last() != Some(&node.name.as_str()) {
                     e.0.push(&node.name);
                 }
                 if e.1.is_empty() {
-                    e.1 = if msg.is_empty() { subject } else { msg };
+                    e.1 = if f.message.is_empty() { &f.subject } else { &f.message };
                 }
             }
         }
@@ -660,10 +1018,10 @@ impl Sweeper {
             if node.verdict == Severity::Fail {
                 // One reason per failing id, in rank order: `id subject (+N more)`.
                 let mut by_id: Vec<(&str, &str, usize)> = Vec::new();
-                for (id, subject, _) in &node.fails {
-                    match by_id.iter_mut().find(|(x, _, _)| x == id) {
+                for f in &node.fails {
+                    match by_id.iter_mut().find(|(x, _, _)| *x == f.id) {
                         Some(e) => e.2 += 1,
-                        None => by_id.push((id, subject, 0)),
+                        None => by_id.push((&f.id, &f.subject, 0)),
                     }
                 }
                 reasons.extend(by_id.into_iter().map(|(id, subject, more)| match more {
@@ -719,6 +1077,32 @@ impl Sweeper {
         }
     }
 
+    /// Verdicts under different policies are not one standard: say so.
+    fn policy_note(&self, notes: &mut Vec<String>) {
+        let Some(&pk) = self.key_ids.get("policy") else {
+            return;
+        };
+        let mut per: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &self.nodes {
+            let name = match n.values.iter().find(|(k, _)| *k == pk) {
+                Some((_, v)) => match &self.values[*v as usize] {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                },
+                None => "?".into(),
+            };
+            *per.entry(name).or_default() += 1;
+        }
+        if per.len() > 1 {
+            let list: Vec<String> = per.iter().map(|(p, c)| format!("{p} ({c})")).collect();
+            notes.push(format!(
+                "reports made under {} policies: {}; their verdicts hold each node to a different rule set",
+                per.len(),
+                list.join(", ")
+            ));
+        }
+    }
+
     fn notes(&self, notes: &mut Vec<String>) {
         if self.versions.len() > 1 {
             let mut per: BTreeMap<&str, usize> = BTreeMap::new();
@@ -749,10 +1133,18 @@ impl Sweeper {
         }
         if let Some((src, label, host)) = self.relabelled.first() {
             notes.push(format!(
-                "{} reports' labels differ from their hostnames, named by hostname (e.g. {src}: label {label}, hostname {host})",
+                "{} reports' launcher labels differ from their hostnames, named by label (e.g. {src}: label {label}, hostname {host})",
                 self.relabelled.len()
             ));
         }
+        if let Some((src, _, host)) = self.renamed_files.first() {
+            notes.push(format!(
+                "{} reports' file names differ from their hostnames, named by hostname (e.g. {src}: hostname {host})",
+                self.renamed_files.len()
+            ));
+        }
+        self.policy_note(notes);
+        notes.extend(self.extra_notes.iter().cloned());
     }
 }
 
@@ -1055,7 +1447,8 @@ mod tests {
             r.notes,
             [
                 "reports from 2 tool versions: 0.1.0 (7), 0.2.0 (3)",
-                "not compared (only some tool versions emit them): nccl_version"
+                "not compared (only some tool versions emit them): nccl_version",
+                "reports made under 2 policies: default (7), dgx-h100 (3); their verdicts hold each node to a different rule set"
             ]
         );
     }
@@ -1154,9 +1547,9 @@ mod tests {
             .filter(|u| u.problem == Problem::Missing)
             .map(|u| u.node.as_deref().unwrap())
             .collect();
-        // gpu003's label names another host than its report: named by hostname, so gpu003
-        // sent nothing readable.
-        assert_eq!(missing, ["gpu003", "gpu005"]);
+        // gpu003's label names another host than its report: the launcher ran it on
+        // gpu003, so the label wins (and a note says so).
+        assert_eq!(missing, ["gpu005"]);
         assert!(
             r.unreadable
                 .iter()
@@ -1165,9 +1558,131 @@ mod tests {
         assert_eq!(
             r.notes,
             [
-                "1 reports' labels differ from their hostnames, named by hostname (e.g. stdin:3: label gpu003, hostname gpu099)"
+                "1 reports' launcher labels differ from their hostnames, named by label (e.g. stdin:3: label gpu003, hostname gpu099)"
             ]
         );
+    }
+
+    #[test]
+    fn launcher_labels_win_over_localhost_and_file_names_lose_to_hostnames() {
+        let mut s = Sweeper::new();
+        // Two containers that both say localhost: two nodes, and the failing one drains.
+        s.add("stdin:1", Some("gpu001"), &report("localhost", "pass", "k", 8, &[]));
+        s.add("stdin:2", Some("gpu002"), &report("localhost", "fail", "k", 8, &["links.port_down"]));
+        // A file's name is a convention: the hostname names the node.
+        s.add_hinted("r/latest.json", Hint::File("latest"), &report("gpu003", "pass", "k", 8, &[]));
+        // localhost with only a file name: the file name names it.
+        s.add_hinted("r/gpu004.json", Hint::File("gpu004"), &report("localhost", "pass", "k", 8, &[]));
+        let r = s.finish();
+        let hosts: Vec<(&str, &str)> = r.hosts.iter().map(|h| (h.node.as_str(), h.verdict)).collect();
+        assert_eq!(
+            hosts,
+            [("gpu001", "pass"), ("gpu002", "fail"), ("gpu003", "pass"), ("gpu004", "pass")]
+        );
+        assert_eq!(drained(&r), ["gpu002"]);
+        assert!(r.unreadable.is_empty(), "{:?}", r.unreadable);
+        assert_eq!(
+            r.notes,
+            ["1 reports' file names differ from their hostnames, named by hostname (e.g. r/latest.json: hostname gpu003)"]
+        );
+    }
+
+    #[test]
+    fn every_failing_report_of_a_host_reaches_its_drain_reason() {
+        let mut s = Sweeper::new();
+        s.add("a:1", Some("n1"), &report("n1", "fail", "k", 8, &["gpu.nvlink_lost"]));
+        s.add("b:1", Some("n1"), &report("n1", "fail", "k", 8, &["host.memlock", "gpu.nvlink_lost"]));
+        let r = s.finish();
+        assert_eq!(r.bad_nodes[0].reasons, ["gpu.nvlink_lost x", "host.memlock x"]);
+        assert_eq!(r.failures.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["gpu.nvlink_lost", "host.memlock"]);
+    }
+
+    #[test]
+    fn an_unusable_report_keeps_its_readable_hostname() {
+        let mut s = Sweeper::new();
+        let full = report("gpu002", "pass", "k", 8, &[]);
+        s.add("stdin:1", None, &full.replace("\"schema_version\":1", "\"schema_version\":2"));
+        s.add("stdin:2", None, &report("gpu001", "pass", "k", 8, &[]));
+        // Cut short after the hostname: still gpu003's report.
+        let cut = report("gpu003", "pass", "k", 8, &[]);
+        s.add("stdin:3", None, &cut[..cut.find("gpu003").unwrap() + 40]);
+        s.expect(&hostlist_names("gpu", 1..=4));
+        let r = s.finish();
+        let u: Vec<(Option<&str>, Problem)> = r.unreadable.iter().map(|u| (u.node.as_deref(), u.problem)).collect();
+        assert_eq!(
+            u,
+            [
+                (Some("gpu004"), Problem::Missing),
+                (Some("gpu003"), Problem::Truncated),
+                (Some("gpu002"), Problem::OtherVersion)
+            ]
+        );
+        let hosts: Vec<(&str, &str, Option<Problem>)> =
+            r.hosts.iter().map(|h| (h.node.as_str(), h.verdict, h.problem)).collect();
+        assert_eq!(
+            hosts,
+            [
+                ("gpu001", "pass", None),
+                ("gpu002", "unknown", Some(Problem::OtherVersion)),
+                ("gpu003", "unknown", Some(Problem::Truncated)),
+                ("gpu004", "unknown", Some(Problem::Missing))
+            ]
+        );
+    }
+
+    #[test]
+    fn hosts_carry_the_first_finding_of_the_highest_severity() {
+        let mut v: Value = serde_json::from_str(&report("n1", "warn", "k", 8, &[])).unwrap();
+        v["findings"] = serde_json::json!([
+            {"id": "a.pass", "severity": "pass", "subject": "s0", "message": "fine"},
+            {"id": "b.warn", "severity": "warn", "subject": "s1", "message": "first warn"},
+            {"id": "c.warn", "severity": "warn", "subject": "s2", "message": "second warn"},
+        ]);
+        let mut s = Sweeper::new();
+        s.add("x", None, &v.to_string());
+        v["host"]["hostname"] = "n2".into();
+        v["data"]["verdict"] = "fail".into();
+        v["findings"][2]["severity"] = "fail".into();
+        s.add("y", None, &v.to_string());
+        s.add("z", None, &report("n3", "pass", "k", 8, &[]));
+        let r = s.finish();
+        let w: Vec<(&str, Option<&str>, bool)> = r
+            .hosts
+            .iter()
+            .map(|h| (h.node.as_str(), h.worst.as_ref().map(|w| w.id.as_str()), h.drain))
+            .collect();
+        assert_eq!(w, [("n1", Some("b.warn"), false), ("n2", Some("c.warn"), true), ("n3", None, false)]);
+        assert_eq!(r.hosts[1].worst.as_ref().unwrap().severity, Severity::Fail);
+    }
+
+    #[test]
+    fn a_streamed_report_is_the_same_as_a_held_one() {
+        let text = report("n1", "fail", "k", 8, &["links.port_down"]);
+        let mut a = Sweeper::new();
+        a.add("x", None, &text);
+        let mut b = Sweeper::new();
+        // One byte per read: the UTF-8 check and the parse see every boundary.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let Some((&c, rest)) = self.0.split_first() else { return Ok(0) };
+                buf[0] = c;
+                self.0 = rest;
+                Ok(1)
+            }
+        }
+        let padded = text.replace("\"x\"", "\"x ✓ ü\"");
+        b.add_reader("x", Hint::None, Trickle(padded.as_bytes()));
+        let (ra, rb) = (a.finish(), b.finish());
+        assert_eq!(ra.bad_nodes[0].node, rb.bad_nodes[0].node);
+        assert_eq!(rb.bad_nodes[0].reasons, ["links.port_down x ✓ ü"]);
+        let mut c = Sweeper::new();
+        let mut bad = text.into_bytes();
+        bad.insert(30, 0xff);
+        c.add_reader("y", Hint::None, Trickle(&bad));
+        let rc = c.finish();
+        assert_eq!(rc.unreadable[0].problem, Problem::NotUtf8);
+        assert_eq!(rc.unreadable[0].detail, "not UTF-8 (invalid byte at offset 30)");
     }
 
     fn hostlist_names(prefix: &str, r: std::ops::RangeInclusive<u32>) -> Vec<String> {

@@ -32,6 +32,11 @@ pub struct CheckArgs {
     /// check instead of being noted in the verdict line, e.g. --require counters.max_per_hour.
     #[arg(long, value_name = "SECTION.KEY")]
     pub require: Vec<String>,
+    /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
+    /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
+    /// collectors: `fabprobe --format prom check --output /var/lib/node_exporter/fabprobe.prom`.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// The short sample a live check takes on its own when the policy has counter-rate rules
@@ -100,11 +105,17 @@ JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is 
   sample                        null | {kind, baseline, interval_s}: counter rates were judged
 
 PROMETHEUS (--format prom)
-  fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity},
-  fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_device_holders
+  fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity=fail|warn},
+  fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_device_holders{policy}
+  Every series carries the policy, so one file per policy can share a textfile directory.
+  A textfile cron job writes with --output, which replaces the file atomically and exits 0
+  once it is written (the verdict is in the metrics):
+    fabprobe --format prom check --policy dgx-h100 \\
+      --output /var/lib/prometheus/node-exporter/fabprobe-dgx-h100.prom
 
 EXIT STATUS
-  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot)
+  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot);
+  with --output, 0 once the file is written whatever the verdict
 
 ";
 
@@ -170,6 +181,12 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         Format::Prom => crate::render::check::check_prom(&report, &findings),
         _ => crate::render::check::check_table(&report, info.hostname.as_deref(), &findings),
     };
+    if let Some(path) = &a.output {
+        // Writing the metrics succeeded: a cron job's `&& mv` pattern must not break exactly
+        // when a fault is found. The verdict is in what was written.
+        super::out::write_atomic(path, &text)?;
+        return Ok(Outcome::Pass);
+    }
     emit(&text)?;
     Ok(Outcome::from_findings(&findings))
 }

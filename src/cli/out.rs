@@ -17,6 +17,32 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Write `text` to `path` so a reader sees the old file or the whole new one, never a part:
+/// a temporary file in the same directory (same filesystem), flushed, then renamed over it.
+/// Its name starts with a dot, which node_exporter's textfile collector ignores (it reads
+/// `*.prom` only).
+pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("--output {}: not a file name", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("writing --output {}", path.display()))
+    })
+}
+
 fn colour_wanted(no_color: Option<std::ffi::OsString>, term: Option<std::ffi::OsString>) -> bool {
     no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
 }

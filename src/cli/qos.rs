@@ -97,7 +97,7 @@ JSON DATA (fabprobe.qos)
 
 PROMETHEUS (--format prom)
   fabprobe_qos_pfc_enabled{device,priority}, fabprobe_qos_{rx,tx}_pause_frames_total,
-  fabprobe_qos_{rx,tx}_pause_duration_microseconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
+  fabprobe_qos_{rx,tx}_pause_duration_seconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
   fabprobe_qos_pause_storm_events_total{level}, fabprobe_qos_rdma_cc_counter_total{counter}.
 
 LLDP (--lldp)

@@ -17,6 +17,34 @@ pub struct SnapshotArgs {
     /// and keep the frames, for `qos --lldp` on the snapshot.
     #[arg(long, value_name = "SECONDS")]
     pub lldp_wait: Option<f64>,
+    /// Replace an existing FILE.tar.gz (a directory is never emptied).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Refused before anything is probed: an archive that exists (without --force) and a
+/// directory that is not empty.
+fn check_target(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(out) else {
+        return Ok(());
+    };
+    if meta.is_dir() {
+        let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !empty {
+            return Err(UsageError(format!(
+                "-o {}: the directory is not empty; give a new or empty directory (--force never empties one)",
+                out.display()
+            ))
+            .into());
+        }
+    } else if !force {
+        return Err(UsageError(format!(
+            "-o {}: the file exists; --force replaces it",
+            out.display()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 const SNAPSHOT_FORMAT: &str = "\
@@ -79,6 +107,7 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
         }
         None => None,
     };
+    check_target(&a.output, a.force)?;
     g.log(1, format!("capturing into {}", a.output.display()));
     // The job's environment (--env-from, --env-file) is what the snapshot records.
     let host = super::open_host(g)?.with_recording();
@@ -99,8 +128,17 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
             g.log(1, format!("  {}: {e}", p.display()));
         }
     }
-    for s in &summary.skipped {
-        eprintln!("fabprobe: skipped: {s}");
+    // One line, not one per file: -v lists them.
+    if !summary.skipped.is_empty() {
+        let first = &summary.skipped[0];
+        eprintln!(
+            "fabprobe: skipped {} paths (e.g. {first}){}",
+            summary.skipped.len(),
+            if g.verbose == 0 { "; -v lists them" } else { "" }
+        );
+        for s in &summary.skipped {
+            g.log(1, format!("  skipped: {s}"));
+        }
     }
     Ok(Outcome::Pass)
 }

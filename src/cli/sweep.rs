@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit};
 use crate::check::hostlist;
-use crate::check::sweep::Sweeper;
+use crate::check::sweep::{Hint, Sweeper};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
@@ -42,7 +42,8 @@ Collect the reports the way you already run things; no daemon, no server:
   srun -N2000 --ntasks-per-node=1 fabprobe check --policy dgx-h100 --format json > all.jsonl
   pdsh -w gpu[001-128] fabprobe check --format json | fabprobe sweep --expect 'gpu[001-128]'
   clush -w @gpu fabprobe check --format json | fabprobe sweep
-  fabprobe sweep reports/            (one <node>.json per node)
+  fabprobe sweep reports/            (one <node>.json per node; subdirectories are
+                                     skipped and named in NOTES)
 
 INPUT
   A file holding one pretty-printed report, or JSON lines (one report per line; check prints
@@ -51,11 +52,16 @@ INPUT
   or line that is empty, not UTF-8, truncated, not JSON, from another schema_version or not a
   fabprobe.check report is listed as such (with the node from its file name or prefix) and
   the sweep goes on.
-  Names: a report's hostname and its label (prefix, file name) are one host when they are
-  equal or one is the short name of the other (gpu001 / gpu001.cluster.local); the label's
-  spelling is kept, and --expect's spelling wins over both, so --expect 'gpu[001-128]'
-  matches FQDN reports. Two reports for one host: the worse verdict counts, both sources are
-  listed (duplicate).
+  A line of any length is read: one over 1 MiB is parsed as it streams by, not held.
+  Names: a launcher's label (pdsh/clush prefix) names the host the command ran on, so it
+  wins over the report's hostname (containers often say localhost; a note counts labels
+  unlike hostnames). A file's name is a convention: the report's hostname wins over it.
+  `localhost` names no host. A hostname and a label are one host when they are equal or
+  one is the short name of the other (gpu001 / gpu001.cluster.local); the label's spelling
+  is kept, and --expect's spelling wins over both, so --expect 'gpu[001-128]' matches FQDN
+  reports. An unusable report keeps the node its label, file name or readable hostname
+  gives. Two reports for one host: the worse verdict counts, both sources are listed
+  (duplicate), and the failing findings of every failing one reach the drain reason.
 
 WHAT IT SAYS
   FAILED, BY CAUSE       nodes whose verdict is fail, grouped by failing finding id
@@ -65,7 +71,8 @@ WHAT IT SAYS
                          the reports that did not fail share, with that majority value and
                          its node count; a missing key counts as null
   NO MAJORITY            keys where no value reaches more than half (no outliers named)
-  NOTES                  mixed tool versions, keys not compared, labels unlike hostnames
+  NOTES                  mixed tool versions, keys not compared, labels unlike hostnames,
+                         reports made under different policies, directory entries skipped
   DRAIN                  failed nodes, with every reason; outliers that passed are never
                          drained unless --drain-outliers. --drain prints one scontrol line each
                          (Reason=\"fabprobe: ...\", at most 200 characters, safe to paste in sh)
@@ -73,6 +80,10 @@ WHAT IT SAYS
 
 JSON DATA (schema fabprobe.sweep)
   nodes                  {reports, passed, warned, failed, outliers, unreadable, missing, drain}
+  hosts[]                {node, verdict (pass|warn|fail|unknown), worst: {id, severity,
+                          subject, message} (the report's first finding of its highest
+                          severity; null on pass or unknown), problem (why unknown, else
+                          null), drain}: every node, sorted by name
   failures[]             {id, node_count, nodes[], example}
   outliers[]             {node, key, value, majority_value, majority_nodes, nodes_compared,
                           node_failed}
@@ -115,8 +126,7 @@ fn split_prefix(line: &[u8], json_only: bool) -> (Option<&str>, &[u8]) {
     }
 }
 
-/// Whether `b` holds one whole JSON value, a value cut short, or something else. A byte
-/// scan (strings and escapes aware) instead of a parse: it runs on every labelled line.
+/// Whether the bytes so far hold one whole JSON object, one cut short, or something else.
 #[derive(Debug, PartialEq, Eq)]
 enum Shape {
     Whole,
@@ -124,39 +134,59 @@ enum Shape {
     Other,
 }
 
-fn json_shape(b: &[u8]) -> Shape {
-    let b = b.trim_ascii();
-    if !b.starts_with(b"{") {
-        return Shape::Other;
-    }
-    let (mut depth, mut in_str, mut esc) = (0i64, false, false);
-    for (i, &c) in b.iter().enumerate() {
-        if in_str {
-            match c {
-                _ if esc => esc = false,
-                b'\\' => esc = true,
-                b'"' => in_str = false,
-                _ => {}
+/// A byte scan (strings and escapes aware) instead of a parse, resumable: each labelled
+/// piece is scanned once, so joining a task's pieces is linear in its bytes.
+#[derive(Clone, Copy, Default)]
+struct Scan {
+    depth: i64,
+    in_str: bool,
+    esc: bool,
+    started: bool,
+    closed: bool,
+}
+
+impl Scan {
+    /// Scan `b` on from where the scan stopped.
+    fn feed(&mut self, b: &[u8]) -> Shape {
+        for &c in b {
+            if self.closed {
+                if !c.is_ascii_whitespace() {
+                    return Shape::Other;
+                }
+                continue;
             }
-            continue;
-        }
-        match c {
-            b'"' => in_str = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return if i + 1 == b.len() {
-                        Shape::Whole
-                    } else {
-                        Shape::Other
-                    };
+            if !self.started {
+                match c {
+                    b'{' => self.started = true,
+                    c if c.is_ascii_whitespace() => continue,
+                    _ => return Shape::Other,
                 }
             }
-            _ => {}
+            if self.in_str {
+                match c {
+                    _ if self.esc => self.esc = false,
+                    b'\\' => self.esc = true,
+                    b'"' => self.in_str = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match c {
+                b'"' => self.in_str = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    self.closed = self.depth == 0;
+                }
+                _ => {}
+            }
+        }
+        match (self.started, self.closed) {
+            (_, true) => Shape::Whole,
+            (true, false) => Shape::CutShort,
+            (false, _) => Shape::Other,
         }
     }
-    Shape::CutShort
 }
 
 /// Labelled pieces of one task's line, joined: `srun -l` cuts a task's output line into
@@ -164,87 +194,184 @@ fn json_shape(b: &[u8]) -> Shape {
 /// as `3: {...` then `3: ...}` lines, possibly interleaved with other tasks' pieces.
 #[derive(Default)]
 struct Pieces {
-    /// label -> (source of its first piece, the bytes so far), in order of first piece.
-    open: Vec<(String, String, Vec<u8>)>,
+    /// label -> the report being joined.
+    open: std::collections::HashMap<String, Open>,
+    seq: u64,
 }
 
+struct Open {
+    /// Source of its first piece, and when it started (to flush in order).
+    source: String,
+    seq: u64,
+    bytes: Vec<u8>,
+    scan: Scan,
+}
+
+/// A report to sweep: (source, label, bytes).
+type Done = (String, String, Vec<u8>);
+
 impl Pieces {
-    /// Add a labelled piece; returns a report to sweep when one is complete (or cannot be).
-    fn add(&mut self, source: String, label: &str, rest: &[u8]) -> Option<(String, String, Vec<u8>)> {
-        if let Some(i) = self.open.iter().position(|(l, _, _)| l == label) {
-            let mut joined = self.open[i].2.clone();
-            joined.extend_from_slice(rest);
-            return match json_shape(&joined) {
+    /// Add a labelled piece; `done` gets each report that is complete (or cannot be).
+    fn add(&mut self, source: String, label: &str, rest: &[u8], done: &mut impl FnMut(Done)) {
+        if let Some(o) = self.open.get_mut(label) {
+            let mut scan = o.scan;
+            match scan.feed(rest) {
                 Shape::CutShort => {
-                    self.open[i].2 = joined;
-                    None
+                    o.scan = scan;
+                    o.bytes.extend_from_slice(rest);
+                    return;
                 }
                 Shape::Whole => {
-                    let (l, s, _) = self.open.remove(i);
-                    Some((s, l, joined))
+                    let mut o = self.open.remove(label).expect("looked up above");
+                    o.bytes.extend_from_slice(rest);
+                    return done((o.source, label.to_string(), o.bytes));
                 }
                 // Not a continuation (a new report after one that was cut for good): the
                 // earlier piece goes on as it is, and this one starts over.
-                Shape::Other => {
-                    let earlier = self.open.remove(i);
-                    self.start(source, label, rest);
-                    Some((earlier.1, earlier.0, earlier.2))
-                }
+                Shape::Other => self.close(label, done),
+            }
+        }
+        let mut scan = Scan::default();
+        if scan.feed(rest) == Shape::CutShort {
+            self.seq += 1;
+            let o = Open {
+                source,
+                seq: self.seq,
+                bytes: rest.to_vec(),
+                scan,
             };
+            self.open.insert(label.to_string(), o);
+        } else {
+            done((source, label.to_string(), rest.to_vec()));
         }
-        if json_shape(rest) == Shape::CutShort {
-            self.start(source, label, rest);
-            return None;
-        }
-        Some((source, label.to_string(), rest.to_vec()))
     }
 
-    fn start(&mut self, source: String, label: &str, rest: &[u8]) {
-        self.open.push((label.to_string(), source, rest.to_vec()));
+    /// The label's open report goes on as it is.
+    fn close(&mut self, label: &str, done: &mut impl FnMut(Done)) {
+        if let Some(o) = self.open.remove(label) {
+            done((o.source, label.to_string(), o.bytes));
+        }
+    }
+
+    /// Reports whose end never came, in the order they started.
+    fn finish(self, done: &mut impl FnMut(Done)) {
+        let mut left: Vec<(String, Open)> = self.open.into_iter().collect();
+        left.sort_by_key(|(_, o)| o.seq);
+        for (label, o) in left {
+            done((o.source, label, o.bytes));
+        }
     }
 }
 
-/// JSON lines as bytes: a line that is not UTF-8 is listed, the rest goes on.
+/// Lines longer than this are not held: their report is parsed as it streams by.
+const LINE_HEAD: usize = 1 << 20;
+
+/// Reads a line into `buf`, at most `max` bytes of it. Returns None at the end of input,
+/// else whether the whole line was read (the newline is consumed, not kept).
+fn read_head(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Option<bool>> {
+    let mut any = false;
+    loop {
+        let avail = r.fill_buf()?;
+        if avail.is_empty() {
+            return Ok(any.then_some(true));
+        }
+        any = true;
+        let room = (max - buf.len()).min(avail.len());
+        if let Some(p) = avail[..room].iter().position(|&c| c == b'\n') {
+            buf.extend_from_slice(&avail[..p]);
+            r.consume(p + 1);
+            return Ok(Some(true));
+        }
+        buf.extend_from_slice(&avail[..room]);
+        r.consume(room);
+        if buf.len() == max {
+            return Ok(Some(false));
+        }
+    }
+}
+
+/// The rest of the current line as a reader: ends at the newline (consumed) or the input's end.
+struct LineRest<'a, R> {
+    r: &'a mut R,
+    done: bool,
+}
+
+impl<R: BufRead> std::io::Read for LineRest<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        let avail = self.r.fill_buf()?;
+        let n = avail.len().min(buf.len());
+        let (take, eol) = match avail[..n].iter().position(|&c| c == b'\n') {
+            Some(p) => (p, true),
+            None => (n, n == 0),
+        };
+        buf[..take].copy_from_slice(&avail[..take]);
+        self.r.consume(take + usize::from(eol && n > 0));
+        self.done = eol;
+        Ok(take)
+    }
+}
+
+/// JSON lines as bytes: a line that is not UTF-8 is listed, the rest goes on. A line too
+/// long to hold is streamed into the sweeper.
 fn add_lines(sw: &mut Sweeper, source: &str, mut reader: impl BufRead) -> anyhow::Result<()> {
     let mut line = Vec::new();
     let mut no = 0;
     let mut pieces = Pieces::default();
+    let done = |sw: &mut Sweeper, (src, label, bytes): Done| sw.add_bytes(&src, Some(&label), &bytes);
     loop {
         line.clear();
         no += 1;
-        if reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading {source}"))?
-            == 0
-        {
-            break;
+        let read = read_head(&mut reader, &mut line, LINE_HEAD).with_context(|| format!("reading {source}"))?;
+        let Some(whole) = read else { break };
+        if !whole {
+            add_long_line(sw, &format!("{source}:{no}"), &line, &mut reader, &mut pieces)?;
+            continue;
         }
-        let l = line.strip_suffix(b"\n").unwrap_or(&line);
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let l = line.strip_suffix(b"\r").unwrap_or(&line);
         if l.trim_ascii().is_empty() {
             continue;
         }
         match split_prefix(l, false) {
-            (Some(label), rest) => {
-                if let Some((src, label, bytes)) = pieces.add(format!("{source}:{no}"), label, rest) {
-                    sw.add_bytes(&src, Some(&label), &bytes);
-                }
-            }
+            (Some(label), rest) => pieces.add(format!("{source}:{no}"), label, rest, &mut |d| done(sw, d)),
             (None, rest) => sw.add_bytes(&format!("{source}:{no}"), None, rest),
         }
     }
     // Pieces whose end never came: listed as truncated by the sweeper.
-    for (label, src, bytes) in pieces.open {
-        sw.add_bytes(&src, Some(&label), &bytes);
-    }
+    pieces.finish(&mut |d| done(sw, d));
     Ok(())
 }
+
+/// A line of which `head` is the start: its report is parsed as the rest streams by.
+fn add_long_line(
+    sw: &mut Sweeper,
+    src: &str,
+    head: &[u8],
+    reader: &mut impl BufRead,
+    pieces: &mut Pieces,
+) -> anyhow::Result<()> {
+    let (label, rest) = split_prefix(head, false);
+    if let Some(l) = label {
+        pieces.close(l, &mut |(s, l, b)| sw.add_bytes(&s, Some(&l), &b));
+    }
+    let mut tail = LineRest { r: reader, done: false };
+    sw.add_reader(src, Hint::launcher(label), std::io::Read::chain(rest, &mut tail));
+    // What the parse left of the line (it stops at an error).
+    std::io::copy(&mut tail, &mut std::io::sink()).with_context(|| format!("reading {src}"))?;
+    Ok(())
+}
+
+/// Files larger than this are streamed, not read whole.
+const FILE_WHOLE: u64 = 16 << 20;
 
 fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {
     let shown = path.display().to_string();
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
+    let file = std::fs::File::open(path).and_then(|f| Ok((f.metadata()?.len(), f)));
+    let (len, file) = match file {
+        Ok(f) => f,
         // One unreadable file among many reports is listed; a file named on the command
         // line that cannot be read is a usage error (exit 2).
         Err(e) if in_dir => {
@@ -253,10 +380,22 @@ fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {shown}")),
     };
+    if len > FILE_WHOLE {
+        return add_large_file(sw, &shown, stem.as_deref(), file);
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::Read::read_to_end(&mut &file, &mut bytes) {
+        if in_dir {
+            sw.add_unreadable_file(&shown, stem.as_deref(), &format!("cannot read: {e}"));
+            return Ok(());
+        }
+        return Err(e).with_context(|| format!("cannot read {shown}"));
+    }
+    let file_hint = stem.as_deref().map_or(Hint::None, Hint::File);
     let first = bytes.split(|&c| c == b'\n').next().unwrap_or(&[]);
     // A pretty-printed report starts with a line holding `{` alone; anything else is lines.
     if first.trim_ascii() == b"{" || bytes.trim_ascii().is_empty() {
-        sw.add_bytes(&shown, stem.as_deref(), &bytes);
+        sw.add_bytes_hinted(&shown, file_hint, &bytes);
         return Ok(());
     }
     let lines: Vec<&[u8]> = bytes
@@ -264,11 +403,65 @@ fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {
         .filter(|l| !l.trim_ascii().is_empty())
         .collect();
     if lines.len() == 1 {
-        let (prefix, rest) = split_prefix(lines[0], true);
-        sw.add_bytes(&shown, prefix.or(stem.as_deref()), rest);
+        let hint = match split_prefix(lines[0], true) {
+            (Some(p), _) => Hint::Launcher(p),
+            (None, _) => file_hint,
+        };
+        let (_, rest) = split_prefix(lines[0], true);
+        sw.add_bytes_hinted(&shown, hint, rest);
         return Ok(());
     }
     add_lines(sw, &shown, std::io::BufReader::new(&bytes[..]))
+}
+
+/// A file too large to hold: one pretty-printed report streamed whole, else lines.
+fn add_large_file(sw: &mut Sweeper, shown: &str, stem: Option<&str>, file: std::fs::File) -> anyhow::Result<()> {
+    let mut r = std::io::BufReader::with_capacity(64 << 10, file);
+    let buf = r.fill_buf().with_context(|| format!("reading {shown}"))?;
+    let first = buf.split(|&c| c == b'\n').next().unwrap_or(&[]);
+    if first.len() < buf.len() && first.trim_ascii() == b"{" {
+        sw.add_reader(shown, stem.map_or(Hint::None, Hint::File), r);
+        return Ok(());
+    }
+    add_lines(sw, shown, r)
+}
+
+/// A directory's reports: the files directly in it. Subdirectories and other entries are
+/// skipped (an `old/` or `archive/` of earlier runs would count nodes twice) and named in a
+/// note; dot files (an editor's or a writer's temporary) are skipped silently.
+fn add_dir(g: &GlobalArgs, sw: &mut Sweeper, dir: &Path) -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let p = e.with_context(|| format!("cannot list {}", dir.display()))?.path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with('.') {
+            continue;
+        }
+        if p.is_file() {
+            files.push(p);
+        } else {
+            skipped.push(if p.is_dir() { format!("{name}/") } else { name });
+        }
+    }
+    files.sort();
+    skipped.sort();
+    g.log(1, format!("{}: {} files", dir.display(), files.len()));
+    if !skipped.is_empty() {
+        let shown: Vec<&str> = skipped.iter().take(5).map(String::as_str).collect();
+        let more = skipped.len().saturating_sub(5);
+        sw.note(format!(
+            "{}: skipped {} entries that are not files ({}{}): sweep reads the files directly in a directory; name a subdirectory to read it",
+            dir.display(),
+            skipped.len(),
+            shown.join(", "),
+            if more > 0 { format!(", +{more} more") } else { String::new() }
+        ));
+    }
+    for p in files {
+        add_file(sw, &p, true)?;
+    }
+    Ok(())
 }
 
 pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
@@ -299,22 +492,7 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     for input in a.inputs.iter().filter(|p| p.as_os_str() != "-") {
         let meta = std::fs::metadata(input).with_context(|| format!("cannot open {}", input.display()))?;
         if meta.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(input)
-                .with_context(|| format!("cannot list {}", input.display()))?
-                .filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.is_file()
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect();
-            entries.sort();
-            g.log(1, format!("{}: {} files", input.display(), entries.len()));
-            for p in entries {
-                add_file(&mut sw, &p, true)?;
-            }
+            add_dir(g, &mut sw, input)?;
         } else {
             add_file(&mut sw, input, false)?;
         }

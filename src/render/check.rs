@@ -146,14 +146,12 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
         Severity::Fail => 2,
     };
     let _ = writeln!(s, "fabprobe_check_verdict{{policy=\"{p}\"}} {v}");
+    // Warn and fail only: pass findings are not emitted one by one, so a pass count
+    // here would be a series that is always 0.
     s.push_str(
-        "# HELP fabprobe_check_findings Findings by severity.\n# TYPE fabprobe_check_findings gauge\n",
+        "# HELP fabprobe_check_findings Warn and fail findings by severity.\n# TYPE fabprobe_check_findings gauge\n",
     );
-    for (sev, n) in [
-        ("fail", r.counts.fail),
-        ("warn", r.counts.warn),
-        ("pass", r.counts.pass),
-    ] {
+    for (sev, n) in [("fail", r.counts.fail), ("warn", r.counts.warn)] {
         let _ = writeln!(
             s,
             "fabprobe_check_findings{{policy=\"{p}\",severity=\"{sev}\"}} {n}"
@@ -171,7 +169,13 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     }
     if let FactsState::Available(f) = &r.facts {
         s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
-        let _ = writeln!(s, "fabprobe_check_device_holders {}", f.device_holders.len());
+        // Labelled with the policy as every series is: two check files on one node (two
+        // policies) must not give node_exporter one series twice.
+        let _ = writeln!(
+            s,
+            "fabprobe_check_device_holders{{policy=\"{p}\"}} {}",
+            f.device_holders.len()
+        );
     }
     s
 }
@@ -282,6 +286,14 @@ fn short_list(v: &[String]) -> String {
     }
 }
 
+/// A fingerprint value as a label: a string as it is (no JSON quotes), anything else as JSON.
+fn label_value(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
 pub fn sweep_prom(r: &SweepReport) -> String {
     let mut s = String::new();
     let n = &r.nodes;
@@ -308,8 +320,8 @@ pub fn sweep_prom(r: &SweepReport) -> String {
             "fabprobe_sweep_outlier{{node=\"{}\",key=\"{}\",value=\"{}\",majority=\"{}\"}} 1",
             esc(&o.node),
             esc(&o.key),
-            esc(&o.value.to_string()),
-            esc(&o.majority_value.to_string())
+            esc(&label_value(&o.value)),
+            esc(&label_value(&o.majority_value))
         );
     }
     s

@@ -344,19 +344,26 @@ pub fn prom(r: &QosReport) -> String {
                         "PFC pause frames sent.",
                         &pc.tx_pause,
                     ),
+                ] {
+                    if let Some(v) = c.value {
+                        add(name, help, "counter", format!("{name}{{{l}}} {v}"));
+                    }
+                }
+                // The driver counts microseconds; Prometheus's unit is the second.
+                for (name, help, c) in [
                     (
-                        "fabprobe_qos_rx_pause_duration_microseconds_total",
-                        "Time the port was paused by the peer.",
+                        "fabprobe_qos_rx_pause_duration_seconds_total",
+                        "Time the port was paused by the peer (rx_prio<p>_pause_duration, microseconds / 1e6).",
                         &pc.rx_pause_duration_us,
                     ),
                     (
-                        "fabprobe_qos_tx_pause_duration_microseconds_total",
-                        "Time the port paused its peer.",
+                        "fabprobe_qos_tx_pause_duration_seconds_total",
+                        "Time the port paused its peer (tx_prio<p>_pause_duration, microseconds / 1e6).",
                         &pc.tx_pause_duration_us,
                     ),
                 ] {
                     if let Some(v) = c.value {
-                        add(name, help, "counter", format!("{name}{{{l}}} {v}"));
+                        add(name, help, "counter", format!("{name}{{{l}}} {}", v as f64 / 1e6));
                     }
                 }
             }
