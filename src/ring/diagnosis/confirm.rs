@@ -22,6 +22,10 @@ use serde_json::{Value, json};
 use crate::ring::diagnosis::localize::{Analysis, LinkStat, Policy, fmt_gbs};
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind, shown};
 
+/// New connections a slow link must be slow on to stand as the link: a healthy pair that
+/// lands on a slow path once in 30 connections does so twice more once in 900.
+pub const LINK_NEW_CONNECTIONS: usize = 2;
+
 /// A new connection must run this much faster than the first one's figure before the
 /// slowness is said to move with the connection (else the figures are too close to tell).
 const PATH_FRACTION: f64 = 0.75;
@@ -101,7 +105,9 @@ pub fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy:
         let first = cells.iter().map(|l| l.gbs).fold(f64::INFINITY, f64::min);
         match v.kind {
             _ if news.is_empty() => out.unconfirmed.push(unconfirmed(v, "not re-measured on a new connection")),
-            VerdictKind::SlowLink if news.iter().all(|&g| g < slow) => out.verdicts.push(confirmed(v, &news)),
+            VerdictKind::SlowLink if news.len() >= LINK_NEW_CONNECTIONS && news.iter().all(|&g| g < slow) => {
+                out.verdicts.push(confirmed(v, &news))
+            }
             VerdictKind::SlowLink if first < PATH_FRACTION * fastest && fastest >= slow => {
                 out.verdicts.push(slow_path(ranks, &v, first, &news))
             }

@@ -11,16 +11,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::ring::diagnosis::localize::{self, FabricSlow, Policy};
-use crate::ring::diagnosis::{confirm, plan, rates};
+use crate::ring::diagnosis::confirm::{self, LINK_NEW_CONNECTIONS};
+use crate::ring::diagnosis::{plan, rates};
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
 /// At most this many orders after the plan: one with new partners, then re-runs and new
 /// connections for the suspects (what the confirmation pass costs: this many orders' time).
 pub const MAX_CONFIRM: usize = 6;
 
-/// New connections measured per suspect link (two: a healthy link that lands on a slow
-/// path once in 30 connections does so twice more once in 900).
-const LINK_NEW_CONNECTIONS: usize = 2;
 
 /// The scan's options, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
