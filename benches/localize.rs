@@ -1,287 +1,210 @@
-//! Localization accuracy over randomized scenarios, and the false-positive rate on healthy
-//! runs: `cargo bench --bench localize` (release build; a few seconds).
+//! Localization on a simulated fabric with the noise real fabrics have, through the
+//! coordinator's real scan driver (plan, new partners, re-runs, new connections, judgment,
+//! confirmation): `cargo bench --features testkit --bench localize` (release; about a
+//! minute), `-- --quick` for the short run `.ci/run` makes (the same assertions on fewer
+//! runs).
 //!
-//! A scenario degrades one node's egress, one node's ingress, or one directed pair to 30%,
-//! 50% or 70% of the rate; every sample carries noise. A trial is right when the verdicts are
-//! exactly one, of the right kind, naming the right rank (or pair).
+//! Prints the false-verdict table (healthy runs, every noise model, 4, 5, 8 and 16 nodes,
+//! the minimum plan of 2 orders and a longer one), the detection table (one slow egress,
+//! ingress or link; two slow egresses; a downtrained port), and the confirmation's cost,
+//! and ASSERTS the targets: at most 1 false verdict per 1,000 healthy runs in every model;
+//! with a ±10% fixed spread, a 30% slower egress or ingress and a 50% slower link found
+//! (exactly, nothing else named) in at least 99% of runs at 8 nodes; two slow egresses
+//! named as such in at least 99% of runs.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
-use fabprobe::ring::diagnosis::localize::{Policy, judge, recheck_shifts, sim};
-use fabprobe::ring::diagnosis::plan as scan;
-use fabprobe::ring::model::{LinkSample, Rank, Verdict, VerdictKind};
+use fabprobe::ring::diagnosis::driver::{MAX_CONFIRM, ScanReport};
+use fabprobe::ring::diagnosis::localize::sim::Rng;
+use fabprobe::ring::diagnosis::simfabric::{Fault, Model, run};
+use fabprobe::ring::model::{Rank, Verdict, VerdictKind};
 
-/// One scan and its judgment; with `recheck`, the suspect orders are measured once more
-/// (as the ring does) and the run judged on all samples.
-fn trial(
-    n: usize,
-    orders: usize,
-    reps: usize,
-    noise: Noise,
-    recheck: bool,
-    rng: &mut sim::Rng,
-    fault: Option<(Fault, f64)>,
-) -> Vec<Verdict> {
-    let policy = Policy::default();
-    let ranks = sim::ranks(n);
-    let mut s = samples(n, orders, reps, noise, rng, fault);
-    let v = judge(&ranks, &s, &policy, None);
-    if !recheck || v.is_empty() {
-        return v;
-    }
-    let again: Vec<scan::Order> = recheck_shifts(&v, n)
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, k)| scan::order(n, k, (orders + i) as u32))
-        .collect();
-    s.extend(measure(&again, reps, noise, rng, fault));
-    judge(&ranks, &s, &policy, None)
+/// The healthy fabrics: every one must give (almost) no verdict.
+fn models() -> Vec<Model> {
+    let m = Model::new;
+    vec![
+        Model { jitter: 0.10, ..m("jitter ±10% per sample") },
+        Model { spread: 0.10, ..m("fixed spread ±10%") },
+        Model { spread: 0.20, ..m("fixed spread ±20%") },
+        Model { spread: 0.30, ..m("fixed spread ±30%") },
+        Model { spread: 0.10, node_slow: 0.10, ..m("±10% + nodes up to 10% slower") },
+        Model { spread: 0.10, half_paths: 0.03, ..m("±10% + 3% of flows at half speed") },
+        Model { spread: 0.10, starved: 1, ..m("±10% + 1 CPU-starved rank") },
+        Model { spread: 0.10, starved: 2, ..m("±10% + 2 CPU-starved ranks") },
+    ]
 }
 
-#[derive(Clone, Copy)]
-enum Noise {
-    /// Uniform ±x.
-    Uniform(f64),
-    /// Gaussian with this relative standard deviation.
-    Gauss(f64),
-    /// Uniform ±10%, and with probability p a sample runs at half speed (a hiccup).
-    Hiccup(f64),
+/// (nodes, plan orders): the minimum plans of 4 and 5 nodes, and a short and a longer plan.
+const SIZES: [(usize, usize); 8] = [(4, 2), (4, 3), (5, 2), (5, 4), (8, 2), (8, 7), (16, 2), (16, 5)];
+
+fn kinds(v: &[Verdict]) -> Vec<(VerdictKind, Option<Rank>, Option<Rank>)> {
+    let mut k: Vec<_> = v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect();
+    k.sort_by_key(|x| format!("{x:?}"));
+    k
 }
 
-impl Noise {
-    fn name(self) -> String {
-        match self {
-            Noise::Uniform(x) => format!("uniform ±{:.0}%", x * 100.0),
-            Noise::Gauss(x) => format!("gauss σ={:.0}%", x * 100.0),
-            Noise::Hiccup(p) => format!("±10% + {:.0}% hiccups at 50%", p * 100.0),
-        }
-    }
+/// A verdict on a healthy run is false, except a slow path where the model has slow paths
+/// (that is what it says).
+fn false_verdicts(m: &Model, r: &ScanReport) -> usize {
+    r.verdicts
+        .iter()
+        .filter(|v| !(v.kind == VerdictKind::SlowPath && m.half_paths > 0.0))
+        .count()
+}
 
-    fn factor(self, rng: &mut sim::Rng) -> f64 {
-        match self {
-            Noise::Uniform(x) => 1.0 + x * (2.0 * rng.unit() - 1.0),
-            Noise::Gauss(s) => {
-                let (u1, u2) = (rng.unit().max(1e-12), rng.unit());
-                (1.0 + s * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()).max(0.05)
+fn false_table(runs: usize) -> bool {
+    println!("\n# False verdicts on healthy runs: {runs} runs per cell; target <= 1 per 1,000");
+    println!("# cell: runs with a false verdict / with an unconfirmed suspect / with a slow_path verdict");
+    print!("{:<34}", "model \\ nodes x plan orders");
+    for (n, o) in SIZES {
+        print!(" {:>11}", format!("{n}x{o}"));
+    }
+    println!();
+    let mut ok = true;
+    for (mi, m) in models().iter().enumerate() {
+        print!("{:<34}", m.name);
+        for (n, o) in SIZES {
+            let mut rng = Rng(0x5eed_0000 ^ (mi as u64) << 40 ^ (n as u64) << 20 ^ o as u64);
+            let (mut fp, mut unconfirmed, mut paths) = (0, 0, 0);
+            for _ in 0..runs {
+                let r = run(n, o, m, &[], &BTreeMap::new(), &mut rng);
+                fp += usize::from(false_verdicts(m, &r) > 0);
+                if false_verdicts(m, &r) > 0 && std::env::var_os("FABPROBE_BENCH_DEBUG").is_some() {
+                    eprintln!("{} {n}x{o}: median {:?} {:?}", m.name, r.median_gbs, r.verdicts.iter().map(|v| &v.message).collect::<Vec<_>>());
+                }
+                unconfirmed += usize::from(!r.unconfirmed.is_empty());
+                paths += usize::from(r.verdicts.iter().any(|v| v.kind == VerdictKind::SlowPath));
             }
-            Noise::Hiccup(p) => {
-                let f = 1.0 + 0.1 * (2.0 * rng.unit() - 1.0);
-                if rng.unit() < p { f * 0.5 } else { f }
+            if fp * 1000 > runs.max(1000) {
+                ok = false;
+            }
+            print!(" {:>11}", format!("{fp}/{unconfirmed}/{paths}"));
+        }
+        println!();
+    }
+    ok
+}
+
+/// A trial is right when the verdicts are exactly `want`.
+fn detect(n: usize, o: usize, m: &Model, runs: usize, seed: u64, case: impl Fn(&mut Rng) -> (Vec<Fault>, Vec<(VerdictKind, Option<Rank>, Option<Rank>)>)) -> f64 {
+    let mut rng = Rng(seed);
+    let mut right = 0;
+    for _ in 0..runs {
+        let (faults, want) = case(&mut rng);
+        let r = run(n, o, m, &faults, &BTreeMap::new(), &mut rng);
+        right += usize::from(kinds(&r.verdicts) == want);
+        if kinds(&r.verdicts) != want && std::env::var_os("FABPROBE_BENCH_DEBUG").is_some() {
+            eprintln!("detect {n}x{o} want {want:?}: {:?} unconfirmed {:?}", r.verdicts.iter().map(|v| &v.message).collect::<Vec<_>>(), r.unconfirmed.iter().map(|v| &v.message).collect::<Vec<_>>());
+        }
+    }
+    100.0 * right as f64 / runs as f64
+}
+
+fn detection_table(runs: usize) -> bool {
+    println!("\n# Detection: % of {runs} runs whose verdicts are exactly the fault (right kind, right culprit, nothing else)");
+    println!("# targets (asserted): 8 nodes, 7 orders (the default plan), ±10% spread: >= 99% for each fault; two slow egresses at 0.3 >= 99%");
+    println!("{:<22} {:>6} {:>8} {:>14} {:>14} {:>12}", "spread", "nodes", "orders", "egress at 0.7", "ingress at 0.7", "link at 0.5");
+    let mut ok = true;
+    for spread in [0.10, 0.20, 0.30] {
+        let m = Model { spread, ..Model::new("") };
+        for (n, o) in [(8, 2), (8, 7), (4, 2), (16, 2)] {
+            let seed = (spread * 100.0) as u64 * 1000 + (n * 10 + o) as u64;
+            let egress = detect(n, o, &m, runs, seed, |rng| {
+                let r = rng.below(n) as Rank;
+                (vec![Fault::Egress(r, 0.7)], vec![(VerdictKind::SlowEgress, Some(r), None)])
+            });
+            let ingress = detect(n, o, &m, runs, seed + 1, |rng| {
+                let r = rng.below(n) as Rank;
+                (vec![Fault::Ingress(r, 0.7)], vec![(VerdictKind::SlowIngress, None, Some(r))])
+            });
+            // A pair the plan measures (its first two orders: shifts 1 and n-1).
+            let link = detect(n, o, &m, runs, seed + 2, |rng| {
+                let a = rng.below(n) as Rank;
+                let b = if rng.below(2) == 0 { (a + 1) % n as Rank } else { (a + n as Rank - 1) % n as Rank };
+                (vec![Fault::Link(a, b, 0.5)], vec![(VerdictKind::SlowLink, Some(a), Some(b))])
+            });
+            println!(
+                "{:<22} {n:>6} {o:>8} {egress:>13.1}% {ingress:>13.1}% {link:>11.1}%",
+                format!("fixed ±{:.0}%", spread * 100.0)
+            );
+            // The target: 8 nodes with the plan the default --scan-time runs (every order).
+            if spread <= 0.10 && (n, o) == (8, 7) && [egress, ingress, link].iter().any(|&p| p < 99.0) {
+                ok = false;
             }
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Fault {
-    Egress(Rank),
-    Ingress(Rank),
-    Link(Rank, Rank),
-}
-
-fn samples(
-    n: usize,
-    orders: usize,
-    reps: usize,
-    noise: Noise,
-    rng: &mut sim::Rng,
-    fault: Option<(Fault, f64)>,
-) -> Vec<LinkSample> {
-    measure(&scan::plan(n, orders), reps, noise, rng, fault)
-}
-
-fn measure(
-    plan: &[scan::Order],
-    reps: usize,
-    noise: Noise,
-    rng: &mut sim::Rng,
-    fault: Option<(Fault, f64)>,
-) -> Vec<LinkSample> {
-    let mut out = Vec::new();
-    for o in plan {
-        for _ in 0..reps {
-            for (from, to) in o.links() {
-                let hit = match fault {
-                    Some((Fault::Egress(r), _)) => from == r,
-                    Some((Fault::Ingress(r), _)) => to == r,
-                    Some((Fault::Link(a, b), _)) => (from, to) == (a, b),
-                    None => false,
-                };
-                let rate = if hit { fault.map_or(1.0, |(_, f)| f) } else { 1.0 } * 12.5;
-                let gbs = rate * noise.factor(rng);
-                let bytes = 256u64 << 20;
-                out.push(LinkSample {
-                    order: o.index,
-                    from_rank: from,
-                    to_rank: to,
-                    bytes,
-                    seconds: bytes as f64 / (gbs * 1e9),
-                    cpu_wait: None,
-                });
-            }
+    println!("\n# Two slow egresses at once (nodes 0 and 2), ±10% spread");
+    let m = Model { spread: 0.10, ..Model::new("") };
+    for (n, o) in [(4, 2), (5, 2), (8, 2), (8, 7)] {
+        let mut cells = Vec::new();
+        for level in [0.7, 0.3] {
+            let p = detect(n, o, &m, runs, 77 + n as u64, |_| {
+                (
+                    vec![Fault::Egress(0, level), Fault::Egress(2, level)],
+                    vec![(VerdictKind::SlowEgress, Some(0), None), (VerdictKind::SlowEgress, Some(2), None)],
+                )
+            });
+            // Asserted at 30% of the rate (the case); 70% of it is what the minimum
+            // plan's noise floor hides, shown.
+            ok &= level > 0.5 || p >= 99.0;
+            cells.push(format!("at {level}: {p:5.1}%"));
         }
+        println!("{n:>3} nodes, {o} orders: {}", cells.join("  "));
     }
-    out
+    ok
 }
 
-fn random_fault(n: usize, kind: usize, orders: usize, rng: &mut sim::Rng) -> Fault {
-    let a = rng.below(n) as Rank;
-    match kind {
-        0 => Fault::Egress(a),
-        1 => Fault::Ingress(a),
-        // A pair the plan measures: the sender's partner in a random order.
-        _ => {
-            let plan = scan::plan(n, orders);
-            let o = &plan[rng.below(plan.len())];
-            Fault::Link(a, o.next[a as usize])
+/// The namespace lab's case in the simulator: 6 ranks whose ports read 400 Mb/s, rank 2's
+/// 100 Mb/s and carrying that both ways.
+fn downtrained(runs: usize) -> bool {
+    let m = Model { spread: 0.10, ..Model::new("") };
+    let mut rates: BTreeMap<Rank, f64> = (0..6).map(|r| (r, 0.05)).collect();
+    rates.insert(2, 0.0125);
+    let mut rng = Rng(99);
+    let mut right = 0;
+    for _ in 0..runs {
+        let r = run(6, 2, &m, &[Fault::Egress(2, 0.25), Fault::Ingress(2, 0.25)], &rates, &mut rng);
+        let named = r.verdicts.iter().any(|v| v.kind == VerdictKind::PortDowntrained && v.from_rank == Some(2));
+        let innocent = r.verdicts.iter().any(|v| v.from_rank.is_some_and(|x| x != 2) || v.to_rank.is_some_and(|x| x != 2));
+        right += usize::from(named && !innocent);
+    }
+    let p = 100.0 * right as f64 / runs as f64;
+    println!("\n# Downtrained port (6 ranks, 2 orders, rank 2 at a quarter of its peers' rate): port_downtrained rank 2 and no other rank named in {p:.1}% of {runs} runs");
+    p >= 99.0
+}
+
+fn cost(runs: usize) {
+    println!("\n# Cost of the confirmation (orders after the plan, each as long as a plan order; at most {MAX_CONFIRM})");
+    let m = Model { spread: 0.10, ..Model::new("") };
+    for (name, faults) in [
+        ("healthy", vec![]),
+        ("slow egress", vec![Fault::Egress(3, 0.7)]),
+        ("slow link", vec![Fault::Link(1, 2, 0.5)]),
+    ] {
+        let mut rng = Rng(5);
+        let (mut total, mut max) = (0, 0);
+        for _ in 0..runs {
+            let r = run(8, 2, &m, &faults, &BTreeMap::new(), &mut rng);
+            let k = r.orders.iter().filter(|o| o.recheck).count();
+            total += k;
+            max = max.max(k);
         }
+        println!("8 nodes, 2 orders, {name:<12}: {:.2} orders on average, at most {max}", total as f64 / runs as f64);
     }
-}
-
-#[derive(Default)]
-struct Tally {
-    right: usize,
-    extra: usize,
-    wrong: usize,
-    missed: usize,
-    trials: usize,
 }
 
 fn main() {
-    let trials = 400;
-    let policy = Policy::default();
-    println!(
-        "# localization accuracy: {trials} random trials per cell; right = exactly one verdict, right kind and culprit"
-    );
-    println!("# columns: right% (missed% / wrong culprit or kind% / right but extra verdicts%)");
-    for (noise, reps, recheck) in [
-        (Noise::Uniform(0.10), 1, false),
-        (Noise::Uniform(0.10), 3, false),
-        (Noise::Gauss(0.10), 3, false),
-        (Noise::Hiccup(0.05), 3, false),
-        (Noise::Hiccup(0.05), 3, true),
-    ] {
-        let rc = if recheck { ", one re-check pass" } else { "" };
-        println!(
-            "\n## noise {}, {reps} sample(s) per link per order{rc}",
-            noise.name()
-        );
-        println!(
-            "{:>3} {:>7} {:>8} | {:>24} {:>24} {:>24}",
-            "n", "orders", "fault", "30% of rate", "50% of rate", "70% of rate"
-        );
-        for n in [4usize, 8, 16] {
-            for orders in [2usize, n - 1] {
-                for (kind, kname) in ["egress", "ingress", "link"].iter().enumerate() {
-                    let mut cells = Vec::new();
-                    for level in [0.3, 0.5, 0.7] {
-                        let mut rng = sim::Rng(
-                            0x9e37_79b9_7f4a_7c15
-                                ^ (n as u64 * 1000 + orders as u64 * 10 + kind as u64)
-                                ^ ((level * 10.0) as u64) << 32,
-                        );
-                        let mut t = Tally::default();
-                        for _ in 0..trials {
-                            let fault = random_fault(n, kind, orders, &mut rng);
-                            let v = trial(n, orders, reps, noise, recheck, &mut rng, Some((fault, level)));
-                            let hit = |x: &fabprobe::ring::model::Verdict| match fault {
-                                Fault::Egress(r) => {
-                                    x.kind == VerdictKind::SlowEgress && x.from_rank == Some(r)
-                                }
-                                Fault::Ingress(r) => {
-                                    x.kind == VerdictKind::SlowIngress && x.to_rank == Some(r)
-                                }
-                                Fault::Link(a, b) => {
-                                    x.kind == VerdictKind::SlowLink
-                                        && (x.from_rank, x.to_rank) == (Some(a), Some(b))
-                                }
-                            };
-                            t.trials += 1;
-                            match (v.iter().any(hit), v.len()) {
-                                (true, 1) => t.right += 1,
-                                (true, _) => t.extra += 1,
-                                (false, 0) => t.missed += 1,
-                                (false, _) => t.wrong += 1,
-                            }
-                        }
-                        let p = |x: usize| 100.0 * x as f64 / t.trials as f64;
-                        cells.push(format!(
-                            "{:5.1} ({:4.1}/{:4.1}/{:4.1})",
-                            p(t.right),
-                            p(t.missed),
-                            p(t.wrong),
-                            p(t.extra)
-                        ));
-                    }
-                    println!(
-                        "{n:>3} {orders:>7} {kname:>8} | {:>24} {:>24} {:>24}",
-                        cells[0], cells[1], cells[2]
-                    );
-                }
-            }
-        }
-    }
-
-    let healthy = 5000;
-    println!("\n# false positives on healthy runs: {healthy} runs per row (runs with any verdict)");
-    println!(
-        "{:>3} {:>7} {:>4} {:>30} {:>10} {:>10} {:>14}",
-        "n", "orders", "reps", "noise", "runs w/ FP", "verdicts", "after recheck"
-    );
-    for noise in [
-        Noise::Uniform(0.10),
-        Noise::Uniform(0.20),
-        Noise::Gauss(0.05),
-        Noise::Gauss(0.10),
-        Noise::Hiccup(0.05),
-    ] {
-        for n in [4usize, 8, 16] {
-            for (orders, reps) in [(2usize, 1usize), (n - 1, 1), (n - 1, 3)] {
-                let mut fp = [0usize; 2];
-                let mut verdicts = 0;
-                for recheck in [false, true] {
-                    let mut rng = sim::Rng(0x1234_5678 ^ n as u64 ^ ((orders * 100 + reps) as u64) << 20);
-                    for _ in 0..healthy {
-                        let v = trial(n, orders, reps, noise, recheck, &mut rng, None);
-                        fp[usize::from(recheck)] += usize::from(!v.is_empty());
-                        if !recheck {
-                            verdicts += v.len();
-                        }
-                    }
-                }
-                let pc = |x: usize| 100.0 * x as f64 / healthy as f64;
-                println!(
-                    "{n:>3} {orders:>7} {reps:>4} {:>30} {:>9.2}% {:>10} {:>13.2}%",
-                    noise.name(),
-                    pc(fp[0]),
-                    verdicts,
-                    pc(fp[1])
-                );
-            }
-        }
-    }
-
-    // Cost of one judgment (the coordinator runs it once per scan).
-    for n in [8usize, 16, 64] {
-        let mut rng = sim::Rng(7);
-        let s = samples(
-            n,
-            n - 1,
-            3,
-            Noise::Uniform(0.1),
-            &mut rng,
-            Some((Fault::Egress(1), 0.5)),
-        );
-        let ranks = sim::ranks(n);
-        let iters = if n > 16 { 20 } else { 200 };
-        let t0 = Instant::now();
-        for _ in 0..iters {
-            std::hint::black_box(judge(&ranks, &s, &policy, None));
-        }
-        println!(
-            "\n# judge() n={n}, {} samples: {:.2} ms per call",
-            s.len(),
-            t0.elapsed().as_secs_f64() * 1e3 / iters as f64
-        );
-    }
+    let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("FABPROBE_BENCH_QUICK").is_some();
+    let (runs, detect_runs) = if quick { (250, 200) } else { (1000, 1000) };
+    let t0 = Instant::now();
+    println!("# localize bench{}: simulated scans through the real driver, 3 samples per link and order", if quick { " (quick)" } else { "" });
+    let fp = false_table(runs);
+    let det = detection_table(detect_runs);
+    let down = downtrained(detect_runs / 4);
+    cost(200);
+    println!("\n# {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(fp, "a model gave more than 1 false verdict per 1,000 healthy runs (table above)");
+    assert!(det, "a detection target was missed (table above)");
+    assert!(down, "the downtrained port was not named alone");
 }

@@ -162,8 +162,19 @@ LINK SCAN AND VERDICTS
   median link and, where known, the line rate (an RDMA port's rate, else
   /sys/class/net/<if>/speed): a node whose outgoing (or incoming) links are all slow is a
   slow_egress (slow_ingress), a single slow link a slow_link, each beyond the run's noise
-  (the spread of the links and of each link's own samples); suspect links are measured
-  once more before they are named. However noisy the run, a node (of 4 or more) is also
+  (the spread of the links and of each link's own samples). Confirm before blame: after
+  the plan, a suspect is measured again, first with new partners (a shift the plan did not
+  run), then on new connections (new source ports, so a hashed path changes), with a link's
+  own order re-run; at most 6 orders more, each as long as a plan order (scan.confirm_s).
+  Slowness that follows the node is its egress or ingress, one that follows the pair on
+  every new connection is the link, one that moves with the connection is a slow_path
+  (ECMP or uplink congestion: switch-side next steps, not the cable); a suspect that does
+  not confirm is listed as UNCONFIRMED with its figures, not a verdict. A port whose active
+  rate is below the rate most of its peers on the ring report is port_downtrained, whether
+  or not the ring is slow, and every link is judged against that expected rate, never a
+  downtrained port's own. Every verdict says where to act: action drain (a node's egress or
+  ingress, its port down or downtrained), ticket (a link or path: cable, switch port), or
+  investigate. However noisy the run, a node (of 4 or more) is also
   named when every sample of its outgoing (incoming) links runs 4x below the slowest link
   among the other nodes; the message then says so. A slow figure that an end's wait for a CPU could
   explain (schedstat: had it run instead of waiting, gbs / (1 - wait share) reaches the
@@ -257,9 +268,11 @@ JSON DATA (fabprobe.ring)
   bootstrap_us, events[] {kind: joined|rejected|replaced|more_rejected, peer, ...}: at
   most 32 rejected listed, then more_rejected {count}; peer text escaped, error (null, or
   why the run ended early)
-  verdicts[] {kind: slow_link|slow_egress|slow_ingress|hang_link|rank_lost|rank_stalled|
-             rank_unreachable|coordinator_lost|coordinator_stalled|link_error|rail_missing, from_rank,
-             to_rank, from_host, to_host
+  verdicts[] {kind: slow_link|slow_egress|slow_ingress|slow_path|port_downtrained|hang_link|
+             rank_lost|rank_stalled|rank_unreachable|coordinator_lost|coordinator_stalled|
+             link_error|rail_missing,
+             action: drain|ticket|investigate (derived from kind; investigate for not_judged
+             and unconfirmed), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
@@ -268,6 +281,8 @@ JSON DATA (fabprobe.ring)
              unacked_ms, pid; cpu_wait_ms, cpu_window_ms (a starved rank); lag_ms, asked_ms,
              window_ms, on_cpu_ms, cpu_wait_ms, not_runnable_ms, silence_ms (coordinator_stalled);
              status, status_name, vendor_err, seen_by_rank, device, operation,
+             confirm_gbs (the new connections' figures), confirmed, first_connection_gbs;
+             active_rate_gbs, expected_rate_gbs, peers_at_expected, peers_with_rate, netdev,
              reports[];
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
@@ -283,7 +298,11 @@ JSON DATA (fabprobe.ring)
               wait for a CPU could explain: evidence not_judged \"cpu_bound\", gbs_if_idle =
               gbs / (1 - wait), null at a wait of 0.75 or more; unknown: not in verdicts[], and
               the exit status is that of the verdicts),
-              cleared_by_recheck[] (first-pass verdicts the re-check did not confirm)}, or null
+              unconfirmed[] (suspects new connections did not confirm: evidence unconfirmed
+              true, action investigate; not in verdicts[]), confirm_s (seconds of the orders
+              after the plan), cleared_by_recheck[] (first-pass verdicts the re-measurement did
+              not keep)}, or null; scan.links[].line_rate_gbs is the expected rate the link is
+              judged against, scan.line_rate_gbs each rank's active rate
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
              (errors, retransmissions, pauses, CNPs) that moved on each rank's data NIC
              (the RDMA ports whose netdev is its data interface, where RDMA devices exist),

@@ -139,6 +139,8 @@ fn verdicts(o: &mut String, r: &RingReport) {
     let wrapped = |s: String| s.trim_end_matches('\n').to_string();
     for v in &r.verdicts {
         line(wrapped(text::wrap("", &v.message, 2)));
+        // Drain the node or ticket the link: the first thing on call decides.
+        line(format!("  action: {}", v.action().as_str()));
         if let Some(n) = &v.next {
             line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
@@ -161,6 +163,10 @@ fn verdicts(o: &mut String, r: &RingReport) {
         if let Some(n) = &v.next {
             line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
+    }
+    // Suspects new connections did not confirm: figures, not verdicts.
+    for v in scans(r).flat_map(|s| &s.unconfirmed) {
+        line(wrapped(text::wrap("", &v.message, 2)));
     }
     if r.verdicts.is_empty() {
         line(wrapped(text::wrap("", &outcome(r, not_judged.len()), 2)));
@@ -682,6 +688,13 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32, width: 
     } else {
         scan_list(line, sc);
     }
+    let confirm = sc.orders.iter().filter(|o| o.recheck).count();
+    if confirm > 0 {
+        line(format!(
+            "# Confirmation: {confirm} order(s) after the plan (new partners, re-runs, new connections), {:.1} s",
+            sc.confirm_s
+        ));
+    }
     for c in &sc.cleared_by_recheck {
         line(format!("# cleared by the re-check (a transient): {c}"));
     }
@@ -944,6 +957,8 @@ mod tests {
                 .collect(),
             fabric_slow: None,
             not_judged: vec![],
+            unconfirmed: vec![],
+            confirm_s: 0.0,
             verdicts: vec![],
             cleared_by_recheck: vec![],
         }

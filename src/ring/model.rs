@@ -285,6 +285,45 @@ pub enum VerdictKind {
     /// first ([`crate::ring::rails::RailStop`]). The job's report turns it into the rail's
     /// `error`; it is never one of the report's verdicts.
     RailStopped,
+    /// A port whose active rate is below the rate its peers on the rail run (trained down:
+    /// fewer lanes or a lower speed), whatever the ring measured.
+    PortDowntrained,
+    /// Flows between two ranks slow on some connections and not on others: the slowness
+    /// moves with the connection (ECMP hashing, a congested uplink), a switch-side problem.
+    SlowPath,
+}
+
+/// Where to act on a verdict: take the node out of service, file a ticket for the link or
+/// path (cable, switch port), or look further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Drain,
+    Ticket,
+    Investigate,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Drain => "drain",
+            Action::Ticket => "ticket",
+            Action::Investigate => "investigate",
+        }
+    }
+}
+
+impl VerdictKind {
+    /// The action a verdict of this kind calls for: a node's own port or NIC is drained,
+    /// a link or path is ticketed, what names no hardware is investigated.
+    pub fn action(self) -> Action {
+        use VerdictKind::*;
+        match self {
+            SlowEgress | SlowIngress | PortDowntrained | RailMissing => Action::Drain,
+            SlowLink | SlowPath | LinkError | HangLink => Action::Ticket,
+            RankLost | RankStalled | RankUnreachable | CoordinatorLost | RailStopped => Action::Investigate,
+        }
+    }
 }
 
 /// A completion error on one directed data link, as the rank that polled it saw it.
@@ -315,8 +354,10 @@ impl LinkFault {
     }
 }
 
-/// A conclusion the user sees: human line first, figures as evidence.
+/// A conclusion the user sees: human line first, figures as evidence. Serialized with its
+/// `action` ([`Verdict::action`]), which is derived, never read back.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "VerdictOut")]
 pub struct Verdict {
     pub kind: VerdictKind,
     pub from_rank: Option<Rank>,
@@ -332,6 +373,52 @@ pub struct Verdict {
     /// a verdict on every rail of a node (its message says "all rails").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rail: Option<VerdictRail>,
+}
+
+impl Verdict {
+    /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
+    /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
+    /// connections did not confirm (`evidence.unconfirmed`) is only investigated.
+    pub fn action(&self) -> Action {
+        if self.evidence.contains_key("not_judged") || self.evidence.contains_key("unconfirmed") {
+            Action::Investigate
+        } else {
+            self.kind.action()
+        }
+    }
+}
+
+/// A verdict as JSON: its fields and the derived `action`.
+#[derive(Serialize)]
+struct VerdictOut {
+    kind: VerdictKind,
+    action: Action,
+    from_rank: Option<Rank>,
+    to_rank: Option<Rank>,
+    from_host: Option<String>,
+    to_host: Option<String>,
+    evidence: BTreeMap<String, serde_json::Value>,
+    message: String,
+    next: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rail: Option<VerdictRail>,
+}
+
+impl From<Verdict> for VerdictOut {
+    fn from(v: Verdict) -> Self {
+        VerdictOut {
+            action: v.action(),
+            kind: v.kind,
+            from_rank: v.from_rank,
+            to_rank: v.to_rank,
+            from_host: v.from_host,
+            to_host: v.to_host,
+            evidence: v.evidence,
+            message: v.message,
+            next: v.next,
+            rail: v.rail,
+        }
+    }
 }
 
 /// One port counter that moved during the run.

@@ -166,7 +166,7 @@ impl RingReport {
         let verdicts = self.verdicts.iter_mut().chain(
             self.scan
                 .iter_mut()
-                .flat_map(|s| s.not_judged.iter_mut().chain(s.verdicts.iter_mut())),
+                .flat_map(|s| s.not_judged.iter_mut().chain(s.unconfirmed.iter_mut()).chain(s.verdicts.iter_mut())),
         );
         for v in verdicts {
             (v.from_rank, v.to_rank) = (v.from_rank.map(node), v.to_rank.map(node));

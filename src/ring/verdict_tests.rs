@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::host::Host;
-use crate::ring::collective::scanstep::SCAN_TAG;
+use crate::ring::collective::scanstep::scan_tag;
 use crate::ring::collective::transport::inproc::{Faults, InprocNet};
 use crate::ring::collective::transport::{Fabric, LinkRequest};
 use crate::ring::diagnosis::driver::ScanOptions;
@@ -208,21 +208,24 @@ fn kinds(r: &RingReport) -> Vec<(VerdictKind, Option<u32>, Option<u32>)> {
         .collect()
 }
 
-/// Every scan link paced to `base` bytes/s, except as `slow(from, to)` says.
+/// Every scan link paced to `base` bytes/s, except as `slow(from, to)` says: on every
+/// connection of the pair (each scan order's index opens its own, see `scan_tag`).
 fn paced_scan(net: &InprocNet, n: u32, base: f64, slow: impl Fn(u32, u32) -> Option<f64>) {
     for from in 0..n {
         for k in 1..n {
             let to = (from + k) % n;
             let rate = slow(from, to).unwrap_or(base);
-            net.set_faults(
-                from,
-                to,
-                SCAN_TAG + k,
-                Faults {
-                    rate_bytes_per_s: Some(rate),
-                    ..Faults::default()
-                },
-            );
+            for index in 0..24 {
+                net.set_faults(
+                    from,
+                    to,
+                    scan_tag(index),
+                    Faults {
+                        rate_bytes_per_s: Some(rate),
+                        ..Faults::default()
+                    },
+                );
+            }
         }
     }
 }
@@ -493,11 +496,11 @@ fn black_holed_ring_link_is_a_hang_on_that_link() {
 fn black_holed_scan_link_is_a_hang_during_the_scan() {
     let net = InprocNet::new();
     paced_scan(&net, 4, BASE, |_, _| None);
-    // The natural order's link 1 -> 2 swallows everything after its third chunk.
+    // The natural order's (index 0) link 1 -> 2 swallows everything after its third chunk.
     net.set_faults(
         1,
         2,
-        SCAN_TAG + 1,
+        scan_tag(0),
         Faults {
             rate_bytes_per_s: Some(BASE),
             blackhole_after_writes: Some(3),

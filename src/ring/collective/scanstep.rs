@@ -14,6 +14,12 @@ use crate::ring::schedstat;
 /// Scan links use their own tags, apart from the ring's channels (0..64).
 pub const SCAN_TAG: u32 = 1 << 16;
 
+/// The tag of scan order `index`'s links: one per index, so each order's connections are
+/// told apart at the accepting end.
+pub fn scan_tag(index: u32) -> u32 {
+    SCAN_TAG + (index & 0xffff)
+}
+
 /// What a rank needs to open and run scan links.
 pub struct RankCtx<'a> {
     pub me: Rank,
@@ -29,10 +35,12 @@ pub struct RankCtx<'a> {
     pub measure_cpu: bool,
 }
 
-/// The scan links opened so far, by shift (kept for re-checks; closed at the end of the run).
+/// The scan links opened so far, by order index: a re-run of an order reuses its
+/// connections, a new index opens new ones (new source ports, so a hashed path changes:
+/// what confirms a suspect). Closed at the end of the run.
 #[derive(Default)]
 pub struct ScanLinks {
-    by_shift: BTreeMap<u32, LinkPair>,
+    by_index: BTreeMap<u32, LinkPair>,
 }
 
 /// Both scan links of one order on this rank: to `rank + shift`, from `rank - shift`.
@@ -66,8 +74,8 @@ pub fn run_order(
     progress.at(Phase::Scan, index);
     progress.touch();
     #[allow(clippy::map_entry)] // opening the links can fail: insert only on success
-    if !links.by_shift.contains_key(&k) {
-        let tag = SCAN_TAG + k;
+    if !links.by_index.contains_key(&index) {
+        let tag = scan_tag(index);
         let req = LinkRequest {
             me: ctx.me,
             token: ctx.token,
@@ -83,7 +91,7 @@ pub fn run_order(
         let mut open = fabric.open(&req).map_err(RingError::Transport)?;
         match (open.sends.pop(), open.recvs.pop()) {
             (Some(s), Some(r)) => {
-                links.by_shift.insert(k, (s, r));
+                links.by_index.insert(index, (s, r));
             }
             _ => {
                 return Err(RingError::Transport(TransportError::Setup {
@@ -94,7 +102,7 @@ pub fn run_order(
             }
         }
     }
-    let Some((send, recv)) = links.by_shift.get_mut(&k) else {
+    let Some((send, recv)) = links.by_index.get_mut(&index) else {
         return Ok(Vec::new());
     };
     // At least 8 chunks per sample: a sample times its chunks' arrivals, and a chunk that

@@ -1,7 +1,9 @@
 //! Turning what the ranks saw into verdicts: the link-scan plan ([`plan`]) and its
 //! coordinator-side driver ([`driver`]), slow-link localization ([`localize`]), hang and
 //! death verdicts ([`watchdog`]), RDMA completion errors ([`linkerror`]), and port-counter evidence from each rank's NIC
-//! ([`evidence`]).
+//! ([`evidence`]); port rates against the peers' ([`rates`]) and the confirmation of
+//! suspects on new connections ([`confirm`]).
+pub mod confirm;
 pub mod driver;
 pub mod evidence;
 pub mod linkerror;
@@ -9,4 +11,7 @@ pub mod localize;
 #[cfg(test)]
 pub mod pastes;
 pub mod plan;
+pub mod rates;
+#[cfg(any(test, feature = "testkit"))]
+pub mod simfabric;
 pub mod watchdog;
