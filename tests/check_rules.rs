@@ -653,7 +653,27 @@ fn judge(row: &Row, host: Host, policy: &Path, value: &str) -> (Outcome, Vec<Str
     let out = String::from_utf8_lossy(&o.stdout);
     let v: Value = serde_json::from_str(&out)
         .unwrap_or_else(|e| panic!("{}: {e}: {out} {}", row.rule, String::from_utf8_lossy(&o.stderr)));
-    outcome(v["findings"].as_array().unwrap(), row.rule)
+    outcome(&judged(&v), row.rule)
+}
+
+/// Every rule's word in a check report: its findings, the rules a merged finding lists
+/// under `evidence.also` (`id (subject): message`, same severity), and the keys it could
+/// not evaluate (`data.not_evaluated`, as `check.not_evaluated` entries).
+fn judged(v: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for f in v["findings"].as_array().unwrap() {
+        out.push(f.clone());
+        for a in f["evidence"]["also"].as_array().into_iter().flatten() {
+            let id = a.as_str().unwrap_or("").split(' ').next().unwrap_or("");
+            let mut g = f.clone();
+            g["id"] = Value::from(id);
+            out.push(g);
+        }
+    }
+    for n in v["data"]["not_evaluated"].as_array().into_iter().flatten() {
+        out.push(serde_json::json!({"id": "check.not_evaluated", "severity": "warn", "evidence": {"key": n["key"]}}));
+    }
+    out
 }
 
 /// (policy file, rule, section, value, row, which host, the host, the outcome it must give).

@@ -472,8 +472,9 @@ fn broken_device_does_not_hide_the_others() {
     assert!(code == 0 || code == 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["data"]["ports"][0]["nccl"]["index"], 3);
+    // mlx5_0 port 2's state is garbage: unknown (a warning), never a failed port.
     let (json, err, code) = run(&["--root", root, "--format", "json", "links"]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let names: Vec<&str> = v["data"]["devices"]
         .as_array()

@@ -111,6 +111,17 @@ pub struct DmaBuf {
     pub unknown: Vec<String>,
 }
 
+impl DmaBuf {
+    /// The one wording of the DMA-BUF state every command prints (`gdr`, `nccl-env`).
+    pub fn state_text(&self) -> String {
+        match self.path {
+            Known::Yes => "possible".to_string(),
+            Known::No => "not possible".to_string(),
+            Known::Unknown => format!("unknown ({} not known)", self.unknown.join(", ")),
+        }
+    }
+}
+
 /// A yes/no question that may have no answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -520,9 +520,11 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                 out.push(f);
             }
             for c in &p.counters {
-                // Without a second sample, a saturated counter is reported with the others
-                // by `errors_since_boot`.
-                if c.saturated && c.delta.is_some() && LINK_ERRORS.contains(&c.name.as_str()) {
+                // Without a second sample a saturated counter is reported with the others by
+                // `errors_since_boot`; one that grew says so in `errors_increasing`; here,
+                // one stuck at its maximum across the sample, whose growth cannot be seen.
+                let stuck = c.delta.as_ref().is_some_and(|d| d.lower_bound() == 0);
+                if c.saturated && stuck && LINK_ERRORS.contains(&c.name.as_str()) {
                     out.push(
                         Finding::new(
                             "links.counter_saturated",

@@ -354,11 +354,7 @@ fn kernel_support(peer: &gdr::PeerMemory, dmabuf: &gdr::DmaBuf) -> String {
     } else {
         "no peer-memory client".to_string()
     };
-    let dmabuf_s = if dmabuf.possible {
-        "DMA-BUF possible"
-    } else {
-        "DMA-BUF not possible"
-    };
+    let dmabuf_s = format!("DMA-BUF {}", dmabuf.state_text());
     format!("{peer_s}; {dmabuf_s}; ACS and IOMMU: see `fabprobe gdr`")
 }
 

@@ -83,11 +83,7 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
     let d = &r.dmabuf;
     s.push_str(&format!(
         "DMA-BUF: {}: kernel {} ({}), rdma-core {} ({}), NVIDIA driver {}\n",
-        match d.path {
-            crate::probe::gdr::Known::Yes => "possible".to_string(),
-            crate::probe::gdr::Known::No => "not possible".to_string(),
-            crate::probe::gdr::Known::Unknown => format!("unknown ({} not known)", d.unknown.join(", ")),
-        },
+        d.state_text(),
         d.kernel.as_deref().unwrap_or("unknown"),
         opt_bool(d.kernel_ok, ">= 5.12", "< 5.12"),
         d.rdma_core
@@ -203,6 +199,13 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         for n in &r.notes {
             s.push_str(&format!("  {n}\n"));
         }
+    }
+    if r.gpus.is_empty() && findings.iter().all(|f| f.severity == crate::finding::Severity::Pass) {
+        // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
+        return format!(
+            "fabprobe gdr: NOT EVALUATED  no GPU on this host: GPUDirect RDMA does not apply\n\n{}",
+            text::fit_prose(&s)
+        );
     }
     text::verdict_first("gdr", findings, s)
 }
