@@ -321,7 +321,9 @@ impl VerdictKind {
         match self {
             SlowEgress | SlowIngress | PortDowntrained | RailMissing => Action::Drain,
             SlowLink | SlowPath | LinkError | HangLink => Action::Ticket,
-            RankLost | RankStalled | RankUnreachable | CoordinatorLost | RailStopped => Action::Investigate,
+            RankLost | RankStalled | RankUnreachable | CoordinatorLost | CoordinatorStalled | RailStopped => {
+                Action::Investigate
+            }
         }
     }
 }
