@@ -46,6 +46,9 @@ _fabprobe() {
             fabprobe,qos)
                 cmd="fabprobe__subcmd__qos"
                 ;;
+            fabprobe,report)
+                cmd="fabprobe__subcmd__report"
+                ;;
             fabprobe,ring)
                 cmd="fabprobe__subcmd__ring"
                 ;;
@@ -88,6 +91,9 @@ _fabprobe() {
             fabprobe__subcmd__help,qos)
                 cmd="fabprobe__subcmd__help__subcmd__qos"
                 ;;
+            fabprobe__subcmd__help,report)
+                cmd="fabprobe__subcmd__help__subcmd__report"
+                ;;
             fabprobe__subcmd__help,ring)
                 cmd="fabprobe__subcmd__help__subcmd__ring"
                 ;;
@@ -107,7 +113,7 @@ _fabprobe() {
 
     case "${cmd}" in
         fabprobe)
-            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
+            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version check gdr gids links qos nccl-env nccl-log ring report snapshot sweep topo completions gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -141,7 +147,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__check)
-            opts="-v -h -V --policy --show-policy --interval --baseline --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --policy --show-policy --interval --baseline --require --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +166,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --require)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -335,7 +345,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help)
-            opts="check gdr gids links qos nccl-env nccl-log ring snapshot sweep topo completions gen-docs help"
+            opts="check gdr gids links qos nccl-env nccl-log ring report snapshot sweep topo completions gen-docs help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -475,6 +485,20 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__help__subcmd__qos)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        fabprobe__subcmd__help__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -704,8 +728,54 @@ _fabprobe() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        fabprobe__subcmd__report)
+            opts="-v -h -V --html --title --group-by --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --title)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group-by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json nccl-xml prom" -- "${cur}"))
+                    return 0
+                    ;;
+                --env-from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nccl-version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --join-timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --rails --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --join-timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --rails --html --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -823,6 +893,10 @@ _fabprobe() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -897,13 +971,17 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__sweep)
-            opts="-v -h -V --expect --drain --drain-outliers --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --expect --drain --drain-outliers --html --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --expect)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --html)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
