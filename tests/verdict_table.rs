@@ -1,0 +1,110 @@
+//! Every fixture under every shipped policy: the verdict and the worst cause `check` names
+//! (issue 29). A healthy node passes every policy that fits its hardware; a degraded one
+//! fails for its hardware fault first; a changed rule shows here as one row.
+
+use std::process::Command;
+
+/// (fixture, policy, verdict, worst id, worst subject); no worst on a pass.
+const TABLE: &[(&str, &str, &str, &str, &str)] = &[
+    ("cloud-vm-flat", "default", "warn", "topo.numa_node_unknown", "GPU0 0000:00:04.0, GPU1 0000:00:05.0, GPU2 0000:00:06.0, GPU3 0000:00:07.0, NIC0 (mlx5_0) 0000:00:08.0, NIC1 (mlx5_1) 0000:00:09.0"),
+    ("cloud-vm-flat", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("cloud-vm-flat", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("cloud-vm-flat", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("container-sparse-gids", "default", "warn", "gids.sparse_table", "mlx5_0/1, mlx5_1/1"),
+    ("container-sparse-gids", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("container-sparse-gids", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("container-sparse-gids", "roce-dcqcn", "fail", "policy.roce.mtu", "mlx5_0/1"),
+    ("cpu-only", "default", "warn", "host.facts_unavailable", "host"),
+    ("cpu-only", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("cpu-only", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("cpu-only", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("h100-gdr-broken", "default", "fail", "gdr.acs_redirect", "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7"),
+    ("h100-gdr-broken", "dgx-h100", "fail", "policy.gdr.ready", "GPU0-NIC0"),
+    ("h100-gdr-broken", "hdr-a100", "fail", "policy.ib.speed", "mlx5_0/1"),
+    ("h100-gdr-broken", "roce-dcqcn", "fail", "gdr.acs_redirect", "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7"),
+    ("h100-penny", "default", "warn", "gdr.acs_unknown", "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7"),
+    ("h100-penny", "dgx-h100", "warn", "gdr.acs_unknown", "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7"),
+    ("h100-penny", "hdr-a100", "fail", "policy.ib.speed", "mlx5_ib0/1"),
+    ("h100-penny", "roce-dcqcn", "warn", "gdr.acs_unknown", "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7"),
+    ("h100-sxm-8gpu-bad", "default", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:58:00.0"),
+    ("h100-sxm-8gpu-bad", "dgx-h100", "fail", "policy.gpu.nvlink_min", "GPU5"),
+    ("h100-sxm-8gpu-bad", "hdr-a100", "fail", "policy.ib.speed", "mlx5_0/1"),
+    ("h100-sxm-8gpu-bad", "roce-dcqcn", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:58:00.0"),
+    ("h100-sxm-8gpu", "default", "pass", "", ""),
+    ("h100-sxm-8gpu", "dgx-h100", "pass", "", ""),
+    ("h100-sxm-8gpu", "hdr-a100", "fail", "policy.ib.speed", "mlx5_0/1"),
+    ("h100-sxm-8gpu", "roce-dcqcn", "pass", "", ""),
+    ("ib-degraded-later", "default", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:5e:00.0"),
+    ("ib-degraded-later", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded-later", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded-later", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("ib-degraded", "default", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:5e:00.0"),
+    ("ib-degraded", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("old-kernel-nopma", "default", "fail", "links.rate_below_peers", "mlx4_0/2"),
+    ("old-kernel-nopma", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("old-kernel-nopma", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("old-kernel-nopma", "roce-dcqcn", "fail", "links.rate_below_peers", "mlx4_0/2"),
+    ("opa-hfi1", "default", "warn", "host.facts_unavailable", "host"),
+    ("opa-hfi1", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("opa-hfi1", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("opa-hfi1", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("pcie-2socket", "default", "fail", "topo.pcie_width_degraded", "GPU3 0000:b2:00.0"),
+    ("pcie-2socket", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("pcie-2socket", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("pcie-2socket", "roce-dcqcn", "fail", "topo.pcie_width_degraded", "GPU3 0000:b2:00.0"),
+    ("roce-bond-host", "default", "warn", "host.facts_unavailable", "host"),
+    ("roce-bond-host", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-bond-host", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-bond-host", "roce-dcqcn", "fail", "policy.roce.all_alike", "mlx5_bond_0/1"),
+    ("roce-pause-storm-later", "default", "fail", "qos.pause_storm", "ens1f0np0 (mlx5_0 port 1)"),
+    ("roce-pause-storm-later", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-pause-storm-later", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-pause-storm-later", "roce-dcqcn", "fail", "qos.pause_storm", "ens1f0np0 (mlx5_0 port 1)"),
+    ("roce-pause-storm", "default", "warn", "qos.pause_storm", "ens1f0np0 (mlx5_0 port 1)"),
+    ("roce-pause-storm", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-pause-storm", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-pause-storm", "roce-dcqcn", "warn", "qos.pause_storm", "ens1f0np0 (mlx5_0 port 1)"),
+    ("roce-qos-mismatch", "default", "fail", "qos.roce_priority_not_lossless", "ens1f0np0 (mlx5_0 port 1)"),
+    ("roce-qos-mismatch", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-qos-mismatch", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("roce-qos-mismatch", "roce-dcqcn", "fail", "policy.roce.pfc_priorities", "mlx5_0/1"),
+    ("rxe-vm", "default", "warn", "host.facts_unavailable", "host"),
+    ("rxe-vm", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("rxe-vm", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("rxe-vm", "roce-dcqcn", "warn", "host.facts_unavailable", "host"),
+];
+
+#[test]
+fn every_fixture_under_every_policy_has_its_verdict_and_worst_cause() {
+    let mut wrong = Vec::new();
+    for (fixture, policy, verdict, id, subject) in TABLE {
+        let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(["--root", &format!("fixtures/{fixture}"), "--format", "json", "check", "--policy", policy])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{fixture} {policy}: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let d = &v["data"];
+        let got = (
+            d["verdict"].as_str().unwrap_or("").to_string(),
+            d["worst"]["id"].as_str().unwrap_or("").to_string(),
+            d["worst"]["subject"].as_str().unwrap_or("").to_string(),
+        );
+        if got != (verdict.to_string(), id.to_string(), subject.to_string()) {
+            wrong.push(format!("{fixture} {policy}: {got:?}"));
+        }
+        // The exit status follows the verdict: 1 on a fail, 0 otherwise.
+        assert_eq!(o.status.code(), Some(if *verdict == "fail" { 1 } else { 0 }), "{fixture} {policy}");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Every fixture with a snapshot tree is in the table, under every shipped policy.
+    let fixtures = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("sys").is_dir())
+        .count();
+    assert_eq!(TABLE.len(), fixtures * 4);
+}
