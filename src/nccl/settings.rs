@@ -267,8 +267,19 @@ pub fn parse_status_uid(text: &str) -> Option<u32> {
 /// skipped). A line of another shape is an error naming its number.
 pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
+    // `env` prints an exported shell function (Lmod's `module`) as `BASH_FUNC_name%%=() {`
+    // and its body on the lines after it, up to a line `}`: no NCCL variable, skipped whole.
+    let mut in_function = false;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
+        if in_function {
+            in_function = raw != "}";
+            continue;
+        }
+        if line.starts_with("BASH_FUNC_") && line.split_once('=').is_some_and(|(_, v)| v.starts_with("()")) {
+            in_function = !line.ends_with('}');
+            continue;
+        }
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
@@ -294,6 +305,14 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_output_with_exported_functions_reads() {
+        let text = "NCCL_IB_HCA=mlx5_0\nBASH_FUNC_module%%=() {  local _mlshdbg='';\n eval \"$(/usr/bin/tclsh 'x' bash \"$@\")\"\n}\nBASH_FUNC_ml%%=() {  module ml \"$@\"\n}\nNCCL_DEBUG=INFO\nBASH_FUNC_one%%=() { :; }\nPATH=/bin\n";
+        let m = parse_env_file(text).unwrap();
+        let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["NCCL_DEBUG", "NCCL_IB_HCA", "PATH"]);
+    }
 
     fn lint(key: &str, value: &str) -> Option<(String, String, Vec<String>)> {
         misread(&ConfLine {

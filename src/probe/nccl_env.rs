@@ -677,6 +677,27 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
         }
     }
 
+    // NCCL_COMM_ID by name: NCCL resolves it on each node (getaddrinfo); fabprobe does not,
+    // so which interface the bootstrap takes is not judged here: say so.
+    if let Some(s) = r.settings.iter().find(|s| s.name == "NCCL_COMM_ID") {
+        let host_part = s.value.rsplit_once(':').map(|(h, _)| h).unwrap_or(&s.value);
+        let host_part = host_part.trim_start_matches('[').trim_end_matches(']');
+        if !host_part.is_empty() && host_part.parse::<std::net::IpAddr>().is_err() {
+            f.push(
+                Finding::new(
+                    "nccl_env.comm_id_by_name",
+                    Severity::Warn,
+                    "NCCL_COMM_ID",
+                    format!(
+                        "NCCL_COMM_ID={} names a host, not an address: NCCL resolves {host_part} on each node, fabprobe does not, so the bootstrap interface shown ignores it",
+                        s.value
+                    ),
+                )
+                .evidence("value", s.value.clone())
+                .fix(format!("check what it resolves to on every node (`getent ahosts {host_part}`), or set the address itself")),
+            );
+        }
+    }
     // Sockets.
     if r.sockets.unknown.is_none() {
         let comm_id = r

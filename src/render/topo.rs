@@ -66,7 +66,7 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
         }
     }
     if let Some(f) = &r.fabric {
-        o.push_str(&fabric(f));
+        o.push_str(&fabric(f, fit));
     }
     if !r.notes.is_empty() {
         o.push_str("\nNotes:\n");
@@ -80,7 +80,7 @@ pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<u
 
 /// The NVSwitch section: the switches and their driver, the Fabric Manager (process, systemd
 /// unit, version beside the driver's) and the GPUs' fabric state, grouped by state.
-fn fabric(f: &crate::probe::fabric::FabricReport) -> String {
+fn fabric(f: &crate::probe::fabric::FabricReport, fit: Option<usize>) -> String {
     use crate::probe::fabric::{FmProcess, FmService};
     let mut o = String::from("\nNVSwitch fabric:\n");
     if !f.nvswitches.is_empty() {
@@ -88,7 +88,7 @@ fn fabric(f: &crate::probe::fabric::FabricReport) -> String {
         drivers.dedup();
         let ids: Vec<&str> = f.nvswitches.iter().map(|s| s.pci_bus_id.as_str()).collect();
         let line = format!("NVSwitches: {} ({}), driver {}", ids.len(), ids.join(" "), drivers.join(", "));
-        o.push_str(&crate::render::text::wrap("  ", &line, 4));
+        o.push_str(&crate::render::text::wrap_to("  ", &line, 4, fit));
     }
     if let Some(fm) = &f.fabric_manager {
         let process = match &fm.process {
@@ -109,8 +109,8 @@ fn fabric(f: &crate::probe::fabric::FabricReport) -> String {
         });
         let driver = fm.driver_version.as_deref().unwrap_or("unknown");
         let unit = crate::probe::fabric::FM_UNIT;
-        o.push_str(&crate::render::text::wrap("  ", &format!("Fabric Manager: {process}; {unit} {service}"), 4));
-        o.push_str(&crate::render::text::wrap("  ", &format!("Fabric Manager version: {version}; driver {driver}"), 4));
+        o.push_str(&crate::render::text::wrap_to("  ", &format!("Fabric Manager: {process}; {unit} {service}"), 4, fit));
+        o.push_str(&crate::render::text::wrap_to("  ", &format!("Fabric Manager version: {version}; driver {driver}"), 4, fit));
     }
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
     for g in &f.gpus {
@@ -128,7 +128,7 @@ fn fabric(f: &crate::probe::fabric::FabricReport) -> String {
         }
     }
     for (k, v) in groups {
-        o.push_str(&crate::render::text::wrap("  ", &format!("GPU fabric state: {k}: {}", v.join(" ")), 4));
+        o.push_str(&crate::render::text::wrap_to("  ", &format!("GPU fabric state: {k}: {}", v.join(" ")), 4, fit));
     }
     o
 }
