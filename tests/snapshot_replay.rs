@@ -15,8 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
 /// Subcommands that do not read one host: everything else is a probe and is compared here,
 /// so a probe that lands later is covered without editing this file (and one that needs more
 /// than `--root R --format json <sub>` fails loudly until it is listed here with its reason).
-const NOT_PROBES: [&str; 8] = [
-    "ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "completions", "help",
+const NOT_PROBES: [&str; 9] = [
+    "report", "ring", "snapshot", "sweep", "nccl-log", "check", "gen-docs", "completions", "help",
 ];
 
 /// Every probe subcommand, from the clap definition.

@@ -297,7 +297,9 @@ fn srun_label_pieces_are_joined_into_reports() {
             } else {
                 named(&f.good, &format!("node{i}"))
             };
-            v["data"]["policy"]["description"] = "GPU node ✓ (ü)".repeat(60).into();
+            // Long runs of 3-byte characters: a 1024-byte boundary inside one lands
+            // mid-character two times in three, whatever the report's length.
+            v["data"]["policy"]["description"] = format!("GPU node {} (ü)", "✓".repeat(700)).into();
             serde_json::to_vec(&v).unwrap()
         })
         .collect();

@@ -51,7 +51,7 @@ FINDINGS
   nccl_env.out_of_range            NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside
                                    0-7 (fail); NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)
   nccl_env.ifname_ignored          NCCL_SOCKET_IFNAME of one character
-  nccl_env.comm_id_by_name         NCCL_COMM_ID names a host: NCCL resolves it, fabprobe does not
+  nccl_env.comm_id_by_name         NCCL_COMM_ID names a host: NCCL resolves it on each node
   nccl_env.no_socket_interface     nothing matches, or NCCL_COMM_ID is on no local subnet:
                                    bootstrap fails (fail)
   nccl_env.socket_interface_unusable  lo or a docker/virbr bridge (fail), a link-local

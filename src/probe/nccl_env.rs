@@ -689,7 +689,7 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
                     Severity::Warn,
                     "NCCL_COMM_ID",
                     format!(
-                        "NCCL_COMM_ID={} names a host, not an address: NCCL resolves {host_part} on each node, fabprobe does not, so the bootstrap interface shown ignores it",
+                        "NCCL_COMM_ID={} names a host, not an address: NCCL resolves {host_part} on each node and this report does not, so the bootstrap interface shown ignores it",
                         s.value
                     ),
                 )

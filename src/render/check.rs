@@ -29,16 +29,11 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "fabprobe check: {}  policy {} ({})  host {}{}",
+        "fabprobe check: {}  policy {} ({})  host {}",
         upper(r.verdict),
         r.policy.name,
         r.policy.source,
         hostname.unwrap_or("?"),
-        match (&r.worst, r.counts.not_evaluated) {
-            (Some(w), _) => format!("  worst: {} ({})", w.subject, w.id),
-            (None, 0) => String::new(),
-            (None, n) => format!("  {n} not evaluated"),
-        }
     );
     let _ = writeln!(s, "{}", crate::check::decide::summary(findings, &r.not_evaluated));
     if !r.not_used_by_nccl.is_empty() {

@@ -240,7 +240,7 @@ pub fn verdict(s: &Stall, me: Option<&RankInfo>, silence: Duration) -> Verdict {
             secs(silence)
         ),
         next: Some(format!(
-            "see {host}: what stopped or starved fabprobe there ({ps}, `dmesg | tail`, `top` for CPU hogs, a \
+            "see {host}: what stopped or starved rank 0 there ({ps}, `dmesg | tail`, `top` for CPU hogs, a \
              debugger, a cgroup freezer, the VM's host); then rerun"
         )),
     }
