@@ -426,13 +426,21 @@ pub fn run(
     let (findings, not_used_by_nccl) = match (&c.links, policy.all_ports) {
         (Some(l), false) => {
             let devices: Vec<String> = l.devices.iter().map(|d| d.name.clone()).collect();
-            let used = NcclUse::of(&c.nccl);
-            decide::split_not_used(findings, &devices, |d| used.uses(d, l))
+            // A device is used when NCCL's settings select any of its ports.
+            let ib_use = c.nccl.ib_use();
+            let uses = |dev: &str| {
+                l.devices
+                    .iter()
+                    .filter(|d| d.name == dev)
+                    .flat_map(|d| &d.ports)
+                    .any(|p| ib_use.selects(dev, p.port))
+            };
+            decide::split_not_used(findings, &devices, uses)
         }
         _ => (findings, Vec::new()),
     };
     let mut findings = decide::merge_causes(collapse(same_cause(findings)));
-    rank(&mut findings);
+    decide::rank(&mut findings);
     let counts = Counts {
         fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
         warn: findings.iter().filter(|f| f.severity == Severity::Warn).count(),
@@ -620,45 +628,7 @@ fn ignored(patterns: &[String], id: &str) -> bool {
     })
 }
 
-/// Fail before warn; hardware before configuration before host limits; policy verdicts
-/// before probe findings; then as found ([`decide::rank`]).
-pub fn rank(findings: &mut [Finding]) {
-    decide::rank(findings);
-}
 
-/// Which RDMA devices NCCL would use on this host: none under `NCCL_IB_DISABLE=1`, those
-/// `NCCL_IB_HCA` selects where it is set, every one otherwise.
-struct NcclUse {
-    disabled: bool,
-    hca: Option<crate::nccl::hca::HcaSpec>,
-}
-
-impl NcclUse {
-    fn of(n: &NcclSettings) -> NcclUse {
-        NcclUse {
-            disabled: crate::nccl::gid::nccl_param(n.value("NCCL_IB_DISABLE"), 0) == 1,
-            hca: n
-                .value("NCCL_IB_HCA")
-                .filter(|v| !v.is_empty())
-                .map(crate::nccl::hca::HcaSpec::parse),
-        }
-    }
-
-    /// A device is used when NCCL would use any of its ports.
-    fn uses(&self, dev: &str, l: &LinksReport) -> bool {
-        if self.disabled {
-            return false;
-        }
-        let Some(spec) = &self.hca else { return true };
-        let ports: Vec<u32> = l
-            .devices
-            .iter()
-            .filter(|d| d.name == dev)
-            .flat_map(|d| d.ports.iter().map(|p| p.port))
-            .collect();
-        ports.iter().any(|p| spec.selects(dev, *p))
-    }
-}
 
 fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
     let why = why.into();
@@ -1256,42 +1226,39 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         .filter(|(_, p)| p.link_layer.is_none())
         .map(|(d, p)| subject(d, p))
         .collect();
-    let could_be = |want: u64| ports.len() as u64 <= want && want <= (ports.len() + unlayered.len()) as u64;
-    for (k, want) in [("count", r.count), ("count_min", r.count_min)] {
-        let Some(n) = want else { continue };
-        let short = if k == "count" { ports.len() as u64 != n } else { (ports.len() as u64) < n };
-        if short && !unlayered.is_empty() && (could_be(n) || k == "count_min") {
-            out.push(not_evaluated(
-                &key(k),
-                format!("{} found, and the link_layer of {} could not be read", ports.len(), unlayered.join(", ")),
-            ));
+    let (known, maybe) = (ports.len() as u64, (ports.len() + unlayered.len()) as u64);
+    let unknown_count = |k: &str| {
+        not_evaluated(
+            &key(k),
+            format!("{known} found, and the link_layer of {} could not be read", unlayered.join(", ")),
+        )
+    };
+    if let Some(n) = r.count.filter(|n| *n != known) {
+        if (known..=maybe).contains(&n) {
+            out.push(unknown_count("count"));
+        } else {
+            out.push(
+                violation(&key("count"), format!("{layer} ports"), format!("{known} {layer} ports found, {n} expected"))
+                    .evidence("found", names.clone())
+                    .evidence("expected", n)
+                    .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -d 15b3:`, `mlxconfig -d DEV q LINK_TYPE_P1`, dmesg mlx5"),
+            );
         }
     }
-    let layer_unknown = !unlayered.is_empty();
-    if let Some(n) = r.count
-        && ports.len() as u64 != n
-        && !(layer_unknown && could_be(n))
-    {
-        out.push(
-            violation(&key("count"), format!("{layer} ports"), format!("{} {layer} ports found, {n} expected", ports.len()))
+    if let Some(n) = r.count_min.filter(|n| *n > known) {
+        if maybe >= n {
+            out.push(unknown_count("count_min"));
+        } else {
+            out.push(
+                violation(
+                    &key("count_min"),
+                    format!("{layer} ports"),
+                    format!("{known} {layer} ports found, at least {n} expected"),
+                )
                 .evidence("found", names.clone())
-                .evidence("expected", n)
-                .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -d 15b3:`, `mlxconfig -d DEV q LINK_TYPE_P1`, dmesg mlx5"),
-        );
-    }
-    if let Some(n) = r.count_min
-        && (ports.len() as u64) < n
-        && !layer_unknown
-    {
-        out.push(
-            violation(
-                &key("count_min"),
-                format!("{layer} ports"),
-                format!("{} {layer} ports found, at least {n} expected", ports.len()),
-            )
-            .evidence("found", names.clone())
-            .evidence("count_min", n),
-        );
+                .evidence("count_min", n),
+            );
+        }
     }
     for (d, p) in &ports {
         let s = subject(d, p);
@@ -2124,7 +2091,7 @@ mod tests {
             Finding::new("policy.ib.count", Severity::Fail, "c", ""),
             Finding::new("check.not_evaluated", Severity::Warn, "d", ""),
         ];
-        rank(&mut v);
+        decide::rank(&mut v);
         let ids: Vec<_> = v.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(
             ids,

@@ -219,6 +219,18 @@ impl NcclSettings {
         })
     }
 
+    /// Which RDMA ports the settings let NCCL use: none under `NCCL_IB_DISABLE=1`, those
+    /// `NCCL_IB_HCA` selects where it is set and not empty, every one otherwise.
+    pub fn ib_use(&self) -> IbUse {
+        IbUse {
+            disabled: nccl_param(self.value("NCCL_IB_DISABLE"), 0) == 1,
+            hca: self
+                .value("NCCL_IB_HCA")
+                .filter(|v| !v.is_empty())
+                .map(super::hca::HcaSpec::parse),
+        }
+    }
+
     /// `NCCL_NET_GDR_LEVEL` as set (the gdr probe parses the level).
     pub fn gdr_level(&self) -> Option<Sourced<String>> {
         let s = self.get("NCCL_NET_GDR_LEVEL")?;
@@ -230,6 +242,20 @@ impl NcclSettings {
 }
 
 /// `environment`, or `file:line`.
+/// What `NCCL_IB_DISABLE` and `NCCL_IB_HCA` leave NCCL to use ([`NcclSettings::ib_use`]).
+#[derive(Clone, Debug)]
+pub struct IbUse {
+    pub disabled: bool,
+    pub hca: Option<super::hca::HcaSpec>,
+}
+
+impl IbUse {
+    /// Whether NCCL's settings select this port (its state aside).
+    pub fn selects(&self, dev: &str, port: u32) -> bool {
+        !self.disabled && self.hca.as_ref().is_none_or(|s| s.selects(dev, port))
+    }
+}
+
 pub fn origin_text(s: &Setting) -> String {
     match &s.origin {
         Origin::Environment => "environment".into(),

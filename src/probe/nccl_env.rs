@@ -222,10 +222,9 @@ fn sockets(
 }
 
 fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
-    let get = |k: &str| nccl.value(k);
-    let disabled = crate::nccl::gid::nccl_param(get("NCCL_IB_DISABLE"), 0) == 1;
-    let hca = get("NCCL_IB_HCA").filter(|s| !s.is_empty()).map(str::to_string);
-    let spec = hca.as_deref().map(HcaSpec::parse);
+    let ib_use = nccl.ib_use();
+    let (disabled, spec) = (ib_use.disabled, ib_use.hca);
+    let hca = spec.as_ref().and(nccl.value("NCCL_IB_HCA")).map(str::to_string);
     let report = gids::probe(host, &nccl.gid_env());
     let ports = report
         .ports
@@ -246,8 +245,8 @@ fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
                     format!("link layer {}", p.link_layer.as_deref().unwrap_or("unknown")),
                 )
             } else {
-                match (&spec, &hca) {
-                    (Some(s), Some(_)) => {
+                match &spec {
+                    Some(s) => {
                         let used = s.selects(&p.device, p.port);
                         let why = match (used, s.matching_entry(&p.device, p.port)) {
                             (true, Some(e)) if !s.exact && e.name != p.device => {
@@ -260,7 +259,7 @@ fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
                         };
                         (used, why)
                     }
-                    _ => (true, "default: every active port".to_string()),
+                    None => (true, "default: every active port".to_string()),
                 }
             };
             let gid = p
