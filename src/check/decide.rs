@@ -112,11 +112,9 @@ pub fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
     let keys: Vec<Option<(&'static str, String)>> = findings.iter().map(cause_of).collect();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, k) in keys.iter().enumerate() {
-        let found = k.as_ref().and_then(|k| {
-            groups
-                .iter_mut()
-                .find(|g| keys[g[0]].as_ref() == Some(k))
-        });
+        let found = k
+            .as_ref()
+            .and_then(|k| groups.iter_mut().find(|g| keys[g[0]].as_ref() == Some(k)));
         match found {
             Some(g) => g.push(i),
             None => groups.push(vec![i]),
@@ -169,23 +167,51 @@ pub struct NotEvaluated {
     pub reason: String,
 }
 
-/// Take the `check.not_evaluated` findings out of the verdict. A key the policy requires
-/// (`[policy] require`, `--require`) that could not be judged fails instead.
+/// Probe findings that say a fact could not be read, and the key `check` lists them under
+/// as not evaluated (what `--require` names to make them fail).
+pub const UNKNOWN_FACTS: &[(&str, &str)] = &[
+    // A snapshot without fabprobe/facts.json: memlock and device holders unread.
+    ("host.facts_unavailable", "host"),
+    // Config space past 64 bytes needs root: ACS of the bridges NCCL's pairs cross unread.
+    ("gdr.acs_unknown", "gdr.acs"),
+    // No peer memory seen and a DMA-BUF prerequisite unread: GDR neither on nor off.
+    ("gdr.unknown", "gdr.ready"),
+];
+
+/// Take the `check.not_evaluated` findings (and the probes' [`UNKNOWN_FACTS`]) out of the
+/// verdict. A key the policy requires (`[policy] require`, `--require`) that could not be
+/// judged fails instead.
 pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
     let mut kept = Vec::new();
-    let mut notes: Vec<NotEvaluated> = Vec::new();
+    // Per key, its reasons in order, each once: one line per key, however many devices.
+    let mut by_key: Vec<(String, Vec<String>)> = Vec::new();
     for f in findings {
-        if f.id != "check.not_evaluated" {
+        let unknown = UNKNOWN_FACTS.iter().find(|(id, _)| *id == f.id);
+        if f.id != "check.not_evaluated" && unknown.is_none() {
             kept.push(f);
             continue;
         }
-        let key = f.subject.clone();
-        let reason = f
-            .evidence
-            .get("reason")
-            .and_then(|v| v.as_str())
-            .unwrap_or(&f.message)
-            .to_string();
+        let key = match unknown {
+            Some((_, key)) => key.to_string(),
+            None => f.subject.clone(),
+        };
+        let reason = match (f.evidence.get("reason").and_then(|v| v.as_str()), unknown) {
+            (Some(r), _) => r.to_string(),
+            (None, Some(_)) => format!("{} ({})", f.message, f.subject),
+            (None, None) => f.message.clone(),
+        };
+        match by_key.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, reasons)) if !reasons.contains(&reason) => reasons.push(reason),
+            Some(_) => {}
+            None => by_key.push((key, vec![reason])),
+        }
+    }
+    let mut notes = Vec::new();
+    for (key, reasons) in by_key {
+        let reason = match reasons.len() {
+            1 => reasons[0].clone(),
+            n => format!("{}; and {} more", reasons[0], n - 1),
+        };
         if require.iter().any(|r| r == &key) {
             kept.push(
                 Finding::new(
@@ -198,9 +224,7 @@ pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<F
                 .evidence("reason", reason.as_str()),
             );
         }
-        if !notes.iter().any(|n| n.key == key && n.reason == reason) {
-            notes.push(NotEvaluated { key, reason });
-        }
+        notes.push(NotEvaluated { key, reason });
     }
     (kept, notes)
 }
@@ -221,12 +245,12 @@ pub fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
         .filter(|t| !t.is_empty())
         .collect();
     // A pair (`GPU0-mlx5_10`) names both ends; a name with a dash of its own still matches whole.
-    let named = |d: &str| tokens.iter().any(|t| *t == d || t.split('-').any(|part| part == d));
-    devices
-        .iter()
-        .filter(|d| named(d))
-        .map(String::as_str)
-        .collect()
+    let named = |d: &str| {
+        tokens
+            .iter()
+            .any(|t| *t == d || t.split('-').any(|part| part == d))
+    };
+    devices.iter().filter(|d| named(d)).map(String::as_str).collect()
 }
 
 /// Split off the findings that name only RDMA devices NCCL would not use (`used` says
@@ -268,7 +292,11 @@ pub fn summary(findings: &[Finding], not_evaluated: &[NotEvaluated]) -> String {
             .iter()
             .map(|n| format!("{} ({})", n.key, n.reason))
             .collect();
-        s.push_str(&format!("; {} not evaluated: {}", not_evaluated.len(), what.join("; ")));
+        s.push_str(&format!(
+            "; {} not evaluated: {}",
+            not_evaluated.len(),
+            what.join("; ")
+        ));
     }
     s
 }
@@ -295,7 +323,11 @@ mod tests {
         assert_eq!(m.len(), 3, "{m:#?}");
         assert_eq!(m[0].id, "policy.ib.rate_min_gbps");
         assert_eq!(m[0].evidence["also"].as_array().unwrap().len(), 3);
-        assert_eq!(m[1].evidence.get("field").unwrap(), "fw_ver", "firmware is its own cause");
+        assert_eq!(
+            m[1].evidence.get("field").unwrap(),
+            "fw_ver",
+            "firmware is its own cause"
+        );
         assert_eq!(m[2].subject, "mlx5_7/1");
     }
 
@@ -309,7 +341,10 @@ mod tests {
         ];
         let m = merge_causes(v);
         let ids: Vec<&str> = m.iter().map(|f| f.id.as_str()).collect();
-        assert_eq!(ids, ["policy.host.memlock_unlimited", "policy.host.device_holders_max"]);
+        assert_eq!(
+            ids,
+            ["policy.host.memlock_unlimited", "policy.host.device_holders_max"]
+        );
     }
 
     #[test]
@@ -337,8 +372,13 @@ mod tests {
 
     #[test]
     fn not_evaluated_is_said_not_scored_unless_required() {
-        let ne = Finding::new("check.not_evaluated", Severity::Warn, "counters.max_per_hour", "x")
-            .evidence("reason", "counter rates need two samples");
+        let ne = Finding::new(
+            "check.not_evaluated",
+            Severity::Warn,
+            "counters.max_per_hour",
+            "x",
+        )
+        .evidence("reason", "counter rates need two samples");
         let (kept, notes) = split_not_evaluated(vec![ne.clone()], &[]);
         assert!(kept.is_empty());
         assert_eq!(notes[0].key, "counters.max_per_hour");
@@ -349,9 +389,15 @@ mod tests {
 
     #[test]
     fn findings_about_unused_devices_only_are_set_aside() {
-        let devs: Vec<String> = ["mlx5_0", "mlx5_8", "mlx5_9", "mlx5_10"].map(String::from).to_vec();
+        let devs: Vec<String> = ["mlx5_0", "mlx5_8", "mlx5_9", "mlx5_10"]
+            .map(String::from)
+            .to_vec();
         let v = vec![
-            f("qos.roce_priority_not_lossless", Severity::Warn, "eth0 (mlx5_8 port 1), eth1 (mlx5_9 port 1)"),
+            f(
+                "qos.roce_priority_not_lossless",
+                Severity::Warn,
+                "eth0 (mlx5_8 port 1), eth1 (mlx5_9 port 1)",
+            ),
             f("links.port_not_active", Severity::Fail, "mlx5_0/1"),
             f("host.memlock_limited", Severity::Warn, "host"),
             f("gdr.off_distance", Severity::Warn, "GPU0-mlx5_10"),
@@ -361,6 +407,9 @@ mod tests {
         assert_eq!(kept.len(), 2);
         assert_eq!(gone.len(), 2);
         assert_eq!(devices_named("NIC3 (mlx5_10) 0000:58:00.0", &devs), ["mlx5_10"]);
-        assert!(devices_named("mlx5_1/1", &devs).is_empty(), "mlx5_1 is not mlx5_10");
+        assert!(
+            devices_named("mlx5_1/1", &devs).is_empty(),
+            "mlx5_1 is not mlx5_10"
+        );
     }
 }

@@ -220,6 +220,7 @@ pub fn host_findings(state: &FactsState) -> Vec<Finding> {
                     "host",
                     format!("host facts unavailable: {reason}"),
                 )
+                .evidence("reason", reason.as_str())
                 .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
             );
             return out;
@@ -447,12 +448,15 @@ pub fn run(
         pass: findings.iter().filter(|f| f.severity == Severity::Pass).count(),
         not_evaluated: not_evaluated.len(),
     };
-    let worst = findings.iter().find(|f| f.severity > Severity::Pass).map(|f| Worst {
-        id: f.id.clone(),
-        subject: f.subject.clone(),
-        message: f.message.clone(),
-        class: decide::class_of(f),
-    });
+    let worst = findings
+        .iter()
+        .find(|f| f.severity > Severity::Pass)
+        .map(|f| Worst {
+            id: f.id.clone(),
+            subject: f.subject.clone(),
+            message: f.message.clone(),
+            class: decide::class_of(f),
+        });
     let report = CheckReport {
         worst,
         not_evaluated,
@@ -627,8 +631,6 @@ fn ignored(patterns: &[String], id: &str) -> bool {
         None => p == id,
     })
 }
-
-
 
 fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
     let why = why.into();
@@ -1016,7 +1018,13 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                 let cells: Vec<String> = l
                     .pairs
                     .iter()
-                    .map(|(p, c)| if p.is_empty() { c.clone() } else { format!("{p} {c}") })
+                    .map(|(p, c)| {
+                        if p.is_empty() {
+                            c.clone()
+                        } else {
+                            format!("{p} {c}")
+                        }
+                    })
                     .collect();
                 out.push(
                     violation(
@@ -1230,7 +1238,10 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     let unknown_count = |k: &str| {
         not_evaluated(
             &key(k),
-            format!("{known} found, and the link_layer of {} could not be read", unlayered.join(", ")),
+            format!(
+                "{known} found, and the link_layer of {} could not be read",
+                unlayered.join(", ")
+            ),
         )
     };
     if let Some(n) = r.count.filter(|n| *n != known) {
@@ -1264,7 +1275,10 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
         let s = subject(d, p);
         if !r.state.is_empty() && p.state.is_none() {
             // Unreadable (missing, EACCES) is unknown, never "not ACTIVE".
-            out.push(not_evaluated(&key("state"), format!("{s}: its state could not be read")));
+            out.push(not_evaluated(
+                &key("state"),
+                format!("{s}: its state could not be read"),
+            ));
         } else if !r.state.is_empty() {
             let st = p.state.as_ref().map(|x| x.name.as_str()).unwrap_or("unknown");
             if !r.state.iter().any(|x| x == st) {

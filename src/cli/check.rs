@@ -83,7 +83,9 @@ FINDINGS
                                       leftovers make the next job fail)
   host.device_holders_unknown   warn  some processes' open files could not be read (not root)
   host.memlock_limited          warn  RLIMIT_MEMLOCK is not unlimited
-  host.facts_unavailable        warn  a snapshot without fabprobe/facts.json
+  host.facts_unavailable        -     a snapshot without fabprobe/facts.json: not evaluated
+                                      (key host), as are gdr.acs_unknown (key gdr.acs) and
+                                      gdr.unknown (key gdr.ready) from the gdr probe
   topo.*, gids.*, links.*             every probe's own findings (fabprobe-topo(1), -gids, -links)
 
 JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is JSON lines)
@@ -167,8 +169,15 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         super::baseline::ensure_earlier_same_host(&base, b, &host)?;
         sampling.baseline = Some((base, b.display().to_string()));
     }
-    if host.is_live() && sampling.interval.is_none() && sampling.baseline.is_none() && !pol.counters_max_per_hour.is_empty() {
-        g.log(1, format!("the policy judges counter rates: sampling counters twice, {AUTO_SAMPLE_S} s apart"));
+    if host.is_live()
+        && sampling.interval.is_none()
+        && sampling.baseline.is_none()
+        && !pol.counters_max_per_hour.is_empty()
+    {
+        g.log(
+            1,
+            format!("the policy judges counter rates: sampling counters twice, {AUTO_SAMPLE_S} s apart"),
+        );
         sampling.interval = Some(Duration::from_secs_f64(AUTO_SAMPLE_S));
     }
     let mut pol = pol;

@@ -254,6 +254,41 @@ impl IbUse {
     pub fn selects(&self, dev: &str, port: u32) -> bool {
         !self.disabled && self.hca.as_ref().is_none_or(|s| s.selects(dev, port))
     }
+
+    /// Whether NCCL opens this port, and why in words: net_ib's init keeps ports that are
+    /// ACTIVE, of link layer InfiniBand or Ethernet, and selected by `NCCL_IB_HCA`. The one
+    /// decision `nccl-env`, `gdr` and `check` read (an unreadable state is not ACTIVE).
+    pub fn port_use(
+        &self,
+        dev: &str,
+        port: u32,
+        state: Option<&str>,
+        link_layer: Option<&str>,
+    ) -> (bool, String) {
+        if self.disabled {
+            return (false, "NCCL_IB_DISABLE=1".to_string());
+        }
+        if state != Some("ACTIVE") {
+            return (false, format!("port state {}", state.unwrap_or("unknown")));
+        }
+        if !matches!(link_layer, Some("InfiniBand" | "Ethernet")) {
+            return (false, format!("link layer {}", link_layer.unwrap_or("unknown")));
+        }
+        let Some(s) = &self.hca else {
+            return (true, "default: every active port".to_string());
+        };
+        let used = s.selects(dev, port);
+        let why = match (used, s.matching_entry(dev, port)) {
+            (true, Some(e)) if !s.exact && e.name != dev => {
+                format!("NCCL_IB_HCA prefix {} matches", e.name)
+            }
+            (true, _) if s.exclude => "not excluded by NCCL_IB_HCA".to_string(),
+            (true, _) => "listed in NCCL_IB_HCA".to_string(),
+            (false, _) if s.exclude => "excluded by NCCL_IB_HCA".to_string(),
+            (false, _) => "not in NCCL_IB_HCA".to_string(),
+        };
+        (used, why)
+    }
 }
 
 pub fn origin_text(s: &Setting) -> String {

@@ -38,6 +38,12 @@ pub struct GdrDevice {
     /// NVML's BAR1 size (GPUs, when NVML answered).
     pub bar1_total_bytes: Option<u64>,
     pub iommu_group: Option<IommuGroup>,
+    /// NICs: whether NCCL opens one of its ports (NCCL_IB_DISABLE, NCCL_IB_HCA, port
+    /// state and link layer: `nccl-env`'s rule), and why; `None` for GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_uses: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_use_rule: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -105,6 +111,9 @@ pub struct DmaBuf {
     pub nvidia_open_module: Option<bool>,
     /// All three known and met.
     pub possible: bool,
+    /// `NCCL_DMABUF_ENABLE` as NCCL reads it (default 1): 0 keeps NCCL off DMA-BUF
+    /// whatever the prerequisites (init.cc's dmaBufSupported).
+    pub nccl_dmabuf_enable: bool,
     /// `yes` (all three met), `no` (one known unmet), `unknown` (none unmet, one not known).
     pub path: Known,
     /// The prerequisites that could not be read, by name.
@@ -115,6 +124,7 @@ impl DmaBuf {
     /// The one wording of the DMA-BUF state every command prints (`gdr`, `nccl-env`).
     pub fn state_text(&self) -> String {
         match self.path {
+            _ if !self.nccl_dmabuf_enable => "off (NCCL_DMABUF_ENABLE=0)".to_string(),
             Known::Yes => "possible".to_string(),
             Known::No => "not possible".to_string(),
             Known::Unknown => format!("unknown ({} not known)", self.unknown.join(", ")),
@@ -284,8 +294,9 @@ pub fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
     }
 }
 
-/// DMA-BUF's prerequisites (also read by `nccl-env`).
-pub fn dmabuf(host: &Host) -> DmaBuf {
+/// DMA-BUF's prerequisites and `NCCL_DMABUF_ENABLE` (also read by `nccl-env`).
+pub fn dmabuf(host: &Host, nccl: &NcclSettings) -> DmaBuf {
+    let enable = crate::nccl::gid::nccl_param(nccl.value("NCCL_DMABUF_ENABLE"), 1) != 0;
     let kernel = host.meta().kernel.clone();
     let kernel_ok = kernel
         .as_deref()
@@ -309,8 +320,13 @@ pub fn dmabuf(host: &Host) -> DmaBuf {
     .map(|(n, _)| n.to_string())
     .collect();
     DmaBuf {
-        possible: kernel_ok == Some(true) && rdma_core_ok == Some(true) && open == Some(true),
-        path: Known::all(&[kernel_ok, rdma_core_ok, open]),
+        possible: enable && kernel_ok == Some(true) && rdma_core_ok == Some(true) && open == Some(true),
+        nccl_dmabuf_enable: enable,
+        path: if enable {
+            Known::all(&[kernel_ok, rdma_core_ok, open])
+        } else {
+            Known::No
+        },
         unknown,
         kernel,
         kernel_ok,
@@ -411,7 +427,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
     if !peer.modules_visible {
         notes.push("/sys/module is not visible (a snapshot without it): whether a peer-memory module is loaded is unknown".into());
     }
-    let dmabuf = dmabuf(host);
+    let dmabuf = dmabuf(host, nccl);
     let iommu = iommu(host);
     let nvml = host.nvml().facts();
     let gpus: Vec<GdrDevice> = t
@@ -428,23 +444,42 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
                     .and_then(|x| x.bar1_total_bytes)
             }),
             iommu_group: kernel::read_iommu_group(host, &g.pci_bus_id),
+            nccl_uses: None,
+            nccl_use_rule: None,
         })
         .collect();
+    let ib_use = nccl.ib_use();
     let nics: Vec<GdrDevice> = t
         .nics
         .iter()
-        .map(|n| GdrDevice {
-            label: n.label.clone(),
-            name: Some(n.ibdev.clone()),
-            pci_bus_id: n.pci.pci_bus_id.clone().unwrap_or_default(),
-            bar1_total_bytes: None,
-            iommu_group: n
-                .pci
-                .pci_bus_id
-                .as_deref()
-                .and_then(|b| kernel::read_iommu_group(host, b)),
+        .map(|n| {
+            let (uses, rule) = nic_use(host, &ib_use, &n.ibdev);
+            GdrDevice {
+                label: n.label.clone(),
+                name: Some(n.ibdev.clone()),
+                pci_bus_id: n.pci.pci_bus_id.clone().unwrap_or_default(),
+                bar1_total_bytes: None,
+                iommu_group: n
+                    .pci
+                    .pci_bus_id
+                    .as_deref()
+                    .and_then(|b| kernel::read_iommu_group(host, b)),
+                nccl_uses: Some(uses),
+                nccl_use_rule: Some(rule),
+            }
         })
         .collect();
+    let nccl_uses = |k: usize| nics.get(k).and_then(|n| n.nccl_uses) == Some(true);
+    if !t.nics.is_empty() && !(0..t.nics.len()).any(nccl_uses) {
+        let why = nics
+            .iter()
+            .filter_map(|n| Some(format!("{} {}", n.name.as_deref()?, n.nccl_use_rule.as_deref()?)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        notes.push(format!(
+            "NCCL opens none of this host's RDMA ports ({why}): it uses sockets, and GPUDirect RDMA does not apply"
+        ));
+    }
     // topo's notes already say why no GPU was found (sysfs and NVML).
     if t.nics.is_empty() {
         notes.push("no RDMA NIC found (/sys/class/infiniband is empty or absent)".into());
@@ -461,7 +496,13 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
                     .and_then(|c| PathType::from_name(c))
             })
             .collect();
-        let best = paths.iter().flatten().min().copied();
+        // NCCL's nearest among the NICs it opens (NCCL_IB_HCA and port state decide).
+        let best = paths
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| nccl_uses(*k))
+            .filter_map(|(_, p)| *p)
+            .min();
         for (k, n) in t.nics.iter().enumerate() {
             let path = paths[k];
             let between = match path {
@@ -488,7 +529,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
                 gpu: g.label.clone(),
                 nic: n.label.clone(),
                 path,
-                nccl_nearest: path.is_some() && path == best,
+                nccl_nearest: nccl_uses(k) && path.is_some() && path == best,
                 verdict,
                 bridges_between: between.into_iter().map(|(b, _)| b).collect(),
                 acs_redirect: redirect,
@@ -508,6 +549,24 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
         pairs,
         notes,
     }
+}
+
+/// Whether NCCL opens any port of RDMA device `dev` (the rule `nccl-env` prints per port),
+/// and the reason of its first port in words.
+fn nic_use(host: &Host, ib_use: &crate::nccl::settings::IbUse, dev: &str) -> (bool, String) {
+    let mut uses = Vec::new();
+    for port in crate::sysfs::infiniband::list_ports(host, dev) {
+        let a = crate::sysfs::infiniband::read_port(host, dev, port);
+        let state = a.state.as_ref().map(|s| s.name.as_str());
+        uses.push(ib_use.port_use(dev, port, state, a.link_layer.as_deref()));
+    }
+    let rule = uses
+        .iter()
+        .find(|(u, _)| *u)
+        .or(uses.first())
+        .map(|(_, r)| r.clone())
+        .unwrap_or_else(|| "no port listed".into());
+    (uses.iter().any(|(u, _)| *u), rule)
 }
 
 /// What NCCL reaches for one GPU-NIC pair, given whether its path is within
@@ -644,6 +703,11 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
                 "`modprobe nvidia-peermem` (it ships with the NVIDIA driver), or meet DMA-BUF's prerequisites (open kernel module, kernel >= 5.12, rdma-core >= 34)".to_string(),
             )
         };
+        let fix = if r.dmabuf.nccl_dmabuf_enable {
+            fix
+        } else {
+            format!("NCCL_DMABUF_ENABLE=0 keeps NCCL off DMA-BUF: unset it (`nccl-env` says where it is set) if the prerequisites are met; or {fix}")
+        };
         let mut f = Finding::new(
             "gdr.peermem_not_loaded",
             Severity::Fail,
@@ -679,7 +743,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             )
             .evidence("dmabuf_path", r.dmabuf.path.as_str())
             .evidence("dmabuf_unknown", r.dmabuf.unknown.join(", "))
-            .fix("run `fabprobe gdr` on the live host as root (it reads /proc/driver/nvidia/version, the kernel release and the libibverbs link)"),
+            .fix(unknown_fix(r)),
         );
     }
     // GDR off by distance for pairs NCCL would use.
@@ -749,11 +813,27 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
     out
 }
 
+/// What settles an unknown verdict: the NCCL version when that is what is missing, the
+/// live host when files are.
+fn unknown_fix(r: &GdrReport) -> String {
+    let files = !r.peer_memory.modules_visible || r.dmabuf.path == Known::Unknown;
+    let version = "name the NCCL version the job loads: `fabprobe gdr --nccl-version X.Y` (or run with the job's LD_LIBRARY_PATH, where its libnccl.so.2 is found)";
+    let live = "run `fabprobe gdr` on the live host (it reads /sys/module, /proc/driver/nvidia/version, the kernel release and the libibverbs link)";
+    match (r.peer_memory.depends_on_version, files) {
+        (true, false) => version.to_string(),
+        (true, true) => format!("{version}; and {live}"),
+        _ => live.to_string(),
+    }
+}
+
 /// Why a pair's verdict is unknown, in words (after "no peer-memory client seen").
 fn unknown_why(r: &GdrReport) -> String {
     let mut v = Vec::new();
     if !r.peer_memory.modules_visible {
         v.push("/sys/module is not visible".to_string());
+    }
+    if r.peer_memory.depends_on_version {
+        v.push("the NCCL version is unknown and versions read different peer-memory files here".to_string());
     }
     if r.dmabuf.path == Known::Unknown {
         v.push(format!(

@@ -146,14 +146,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
         ifname::Family::parse(get("NCCL_SOCKET_FAMILY").as_deref()),
     );
     let ib = ib_ports(host, nccl);
-    let gdr_level = nccl.gdr_level();
-    let gdr = gdr(
-        host,
-        gdr_level.as_ref().map(|s| (s.value.as_str(), s.from.as_str())),
-        get("NCCL_NET_GDR_C2C").as_deref(),
-        &ib,
-        &nccl.version,
-    );
+    let gdr = gdr(host, nccl);
     let net_plugin = net_plugin(host, get("NCCL_NET_PLUGIN").as_deref());
     let topo_file = match get("NCCL_TOPO_FILE").filter(|s| !s.is_empty()) {
         Some(p) => TopoFile {
@@ -223,45 +216,19 @@ fn sockets(
 
 fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
     let ib_use = nccl.ib_use();
-    let (disabled, spec) = (ib_use.disabled, ib_use.hca);
-    let hca = spec.as_ref().and(nccl.value("NCCL_IB_HCA")).map(str::to_string);
+    let disabled = ib_use.disabled;
+    let hca = ib_use
+        .hca
+        .as_ref()
+        .and(nccl.value("NCCL_IB_HCA"))
+        .map(str::to_string);
     let report = gids::probe(host, &nccl.gid_env());
     let ports = report
         .ports
         .iter()
         .map(|p| {
-            let active = p.state.as_deref() == Some("ACTIVE");
-            let ll_ok = matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet"));
-            let (used, rule) = if disabled {
-                (false, "NCCL_IB_DISABLE=1".to_string())
-            } else if !active {
-                (
-                    false,
-                    format!("port state {}", p.state.as_deref().unwrap_or("unknown")),
-                )
-            } else if !ll_ok {
-                (
-                    false,
-                    format!("link layer {}", p.link_layer.as_deref().unwrap_or("unknown")),
-                )
-            } else {
-                match &spec {
-                    Some(s) => {
-                        let used = s.selects(&p.device, p.port);
-                        let why = match (used, s.matching_entry(&p.device, p.port)) {
-                            (true, Some(e)) if !s.exact && e.name != p.device => {
-                                format!("NCCL_IB_HCA prefix {} matches", e.name)
-                            }
-                            (true, _) if s.exclude => "not excluded by NCCL_IB_HCA".to_string(),
-                            (true, _) => "listed in NCCL_IB_HCA".to_string(),
-                            (false, _) if s.exclude => "excluded by NCCL_IB_HCA".to_string(),
-                            (false, _) => "not in NCCL_IB_HCA".to_string(),
-                        };
-                        (used, why)
-                    }
-                    None => (true, "default: every active port".to_string()),
-                }
-            };
+            let (used, rule) =
+                ib_use.port_use(&p.device, p.port, p.state.as_deref(), p.link_layer.as_deref());
             let gid = p
                 .nccl
                 .index
@@ -289,49 +256,39 @@ fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
     }
 }
 
-fn gdr(host: &Host, level: Option<(&str, &str)>, c2c: Option<&str>, ib: &Ib, version: &NcclVersion) -> Gdr {
-    let (lvl, level_rule) = params::net_gdr_level(level, c2c);
-    let t = topo::probe(host);
-    let peer = gdr::peer_memory(host, version);
-    let dmabuf = gdr::dmabuf(host);
-    let ng = t.gpus.len();
-    let mut pairs = Vec::new();
-    let used: Vec<&str> = ib
-        .ports
+/// GDR per GPU and used HCA, from `fabprobe gdr`'s probe: one decision of path, level,
+/// NCCL_IB_HCA and kernel side for both commands.
+fn gdr(host: &Host, nccl: &NcclSettings) -> Gdr {
+    let r = gdr::probe(host, nccl);
+    let name = |label: &str, list: &[gdr::GdrDevice]| list.iter().find(|d| d.label == label).cloned();
+    let pairs = r
+        .pairs
         .iter()
-        .filter(|p| p.used)
-        .map(|p| p.device.as_str())
-        .collect();
-    for (gi, g) in t.gpus.iter().enumerate() {
-        for (ni, n) in t.nics.iter().enumerate() {
-            if !used.contains(&n.ibdev.as_str()) {
-                continue;
+        .filter_map(|p| {
+            let g = name(&p.gpu, &r.gpus)?;
+            let n = name(&p.nic, &r.nics)?;
+            if n.nccl_uses != Some(true) {
+                return None;
             }
-            let path = t
-                .nccl_matrix
-                .get(gi)
-                .and_then(|r| r.get(ng + ni))
-                .cloned()
-                .unwrap_or_else(|| "N/A".into());
-            let enabled = match (params::level_rank(&path), params::level_rank(lvl)) {
-                (Some(p), Some(l)) => p <= l,
-                _ => false,
-            };
-            pairs.push(GdrPair {
-                gpu: g.label.clone(),
-                gpu_pci_bus_id: g.pci_bus_id.clone(),
-                nic: n.ibdev.clone(),
-                path,
+            let enabled = p.path.is_some_and(|x| x <= r.nccl_net_gdr_level.level);
+            Some(GdrPair {
+                gpu: g.label,
+                gpu_pci_bus_id: g.pci_bus_id,
+                nic: n.name.unwrap_or(n.label),
+                path: p
+                    .path
+                    .map(|x| x.as_str().to_string())
+                    .unwrap_or_else(|| "N/A".into()),
                 enabled,
-                verdict: gdr::verdict(enabled, &peer, &dmabuf).as_str().into(),
-            });
-        }
-    }
+                verdict: p.verdict.map(|v| v.as_str()).unwrap_or("unknown").into(),
+            })
+        })
+        .collect();
     Gdr {
-        level: lvl.to_string(),
-        level_rule,
+        level: r.nccl_net_gdr_level.name.clone(),
+        level_rule: r.nccl_net_gdr_level.source.clone(),
         pairs,
-        kernel_support: kernel_support(&peer, &dmabuf),
+        kernel_support: kernel_support(&r.peer_memory, &r.dmabuf),
     }
 }
 

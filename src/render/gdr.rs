@@ -51,7 +51,7 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
     ));
     let p = &r.peer_memory;
     s.push_str(&format!(
-        "Peer memory: nvidia_peermem {}{}{}; nv_peer_mem {}; ib_core peer-memory API {}; NCCL >= 2.23 finds a client: {}\n",
+        "Peer memory: nvidia_peermem {}{}{}; nv_peer_mem {}; ib_core peer-memory API {}; NCCL finds a client: {} ({})\n",
         if p.nvidia_peermem_loaded { "loaded" } else { "not loaded" },
         p.nvidia_peermem_version
             .as_ref()
@@ -67,7 +67,13 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         } else {
             "absent (inbox ib_core)"
         },
-        yes(p.nccl_gdr_support)
+        if p.depends_on_version {
+            "depends on the NCCL version"
+        } else {
+            yes(p.nccl_gdr_support)
+        },
+        // "NCCL 2.21.5 rules" or "NCCL version unknown"; why is on the NCCL line of nccl-env.
+        p.nccl_rules.split(" (").next().unwrap_or_default()
     ));
     if let Some(m) = &p.nvidia_peermem_module_file {
         s.push_str(&format!("  module on disk, not loaded: {m}\n"));
@@ -116,7 +122,7 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         }
     ));
     if !r.gpus.is_empty() && !r.nics.is_empty() {
-        s.push_str("\nGPU x NIC: NCCL path type and GDR verdict (* = a nearest NIC, which NCCL uses; ! = ACS redirect between them; ? = ACS unknown)\n");
+        s.push_str("\nGPU x NIC: NCCL's path type (as `fabprobe topo --nccl`; nvidia-smi may name it otherwise) and GDR verdict (* = a nearest NIC NCCL opens, which NCCL uses; ! = ACS redirect between them; ? = ACS unknown)\n");
         let mut rows = vec![
             std::iter::once(String::new())
                 .chain(r.nics.iter().map(|n| n.label.clone()))
@@ -200,10 +206,22 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             s.push_str(&format!("  {n}\n"));
         }
     }
-    if r.gpus.is_empty() && findings.iter().all(|f| f.severity == crate::finding::Severity::Pass) {
+    if r.gpus.is_empty()
+        && findings
+            .iter()
+            .all(|f| f.severity == crate::finding::Severity::Pass)
+    {
         // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
         return format!(
             "fabprobe gdr: NOT EVALUATED  no GPU on this host: GPUDirect RDMA does not apply\n\n{}",
+            text::fit_prose(&s)
+        );
+    }
+    let unused = !r.nics.is_empty() && r.nics.iter().all(|n| n.nccl_uses == Some(false));
+    if !r.gpus.is_empty() && unused && findings.is_empty() {
+        // NCCL opens no RDMA port: nothing here was judged, which is not a pass either.
+        return format!(
+            "fabprobe gdr: NOT EVALUATED  NCCL opens none of this host's RDMA ports: GPUDirect RDMA does not apply\n\n{}",
             text::fit_prose(&s)
         );
     }

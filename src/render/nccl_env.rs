@@ -96,7 +96,7 @@ pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
     }
 
     out.push_str(&format!(
-        "\nGPUDirect RDMA (level {}: {}):\n",
+        "\nGPUDirect RDMA (level {}: {}; PATH is NCCL's path type, as `fabprobe topo --nccl`):\n",
         r.gdr.level, r.gdr.level_rule
     ));
     if r.gdr.pairs.is_empty() {
