@@ -46,8 +46,11 @@ pub struct Groups {
 }
 
 impl Groups {
-    /// Reads the mode from the arguments and says which one runs.
+    /// Reads the mode from the arguments and says which one runs. Answers as a test binary
+    /// with no test to run would (and exits) when `cargo test` passes `--list`, `--ignored`
+    /// or name filters that do not match `bench`.
     pub fn start(bench: &str) -> Groups {
+        not_selected(bench);
         let mode = Mode::from_args();
         let how = match mode {
             Mode::Quick => "quick mode (small sizes, the same assertions; `cargo bench` runs the full sizes)",
@@ -107,6 +110,31 @@ impl Groups {
         );
         let _ = std::io::stdout().flush();
         std::process::exit(i32::from(failed > 0));
+    }
+}
+
+/// Exits, as libtest does for a binary with nothing selected, where the arguments ask for a
+/// list, only ignored tests, or names `bench` does not contain: `cargo test some_test` and
+/// `cargo test -- --ignored` do not wait for the benches. A number is a bench's own size
+/// argument, never a filter.
+fn not_selected(bench: &str) {
+    const WITH_VALUE: [&str; 7] = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z", "--shuffle-seed"];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        println!("{bench}: bench");
+        std::process::exit(0);
+    }
+    let filters: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with('-') && (*i == 0 || !WITH_VALUE.contains(&args[i - 1].as_str())))
+        .filter(|(_, a)| a.parse::<f64>().is_err())
+        .map(|(_, a)| a)
+        .collect();
+    let ignored_only = args.iter().any(|a| a == "--ignored");
+    if ignored_only || (!filters.is_empty() && !filters.iter().any(|f| bench.contains(f.as_str()))) {
+        println!("test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out");
+        std::process::exit(0);
     }
 }
 
