@@ -140,7 +140,10 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let dgx = policy::load("dgx-h100").unwrap();
     let worst_ms = checks(&mut g, &root, &dgx);
-    g.speed_target("check --policy dgx-h100 on every fixture, median well under 50 ms", worst_ms < 50.0);
+    g.speed_target(
+        "check --policy dgx-h100 on every fixture, median well under 50 ms",
+        worst_ms < 50.0,
+    );
     let good = report(&root.join("h100-sxm-8gpu"), &dgx);
     let bad = report(&root.join("h100-sxm-8gpu-bad"), &dgx);
     let mut slowest = 0.0f64;
@@ -166,50 +169,88 @@ fn checks(g: &mut Groups, root: &Path, dgx: &policy::Policy) -> f64 {
         let dir = root.join(fx);
         let check = || {
             let host = Host::snapshot(&dir).unwrap();
-            let (r, f) = run::run(&host, &NcclSettings::build(&host, None), dgx, &Sampling::default());
+            let (r, f) = run::run(
+                &host,
+                &NcclSettings::build(&host, None),
+                dgx,
+                &Sampling::default(),
+            );
             (host, r, f)
         };
         let mut outs = Vec::new();
-        worst = worst.max(bench(&format!("check --policy dgx-h100, json   {fx}"), runs, || {
-            let (host, r, f) = check();
-            outs.push(Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line());
-        }));
+        worst = worst.max(bench(
+            &format!("check --policy dgx-h100, json   {fx}"),
+            runs,
+            || {
+                let (host, r, f) = check();
+                outs.push(Envelope::new("check", HostInfo::of(&host), &r, &f).to_json_line());
+            },
+        ));
         let mut tables = Vec::new();
-        worst = worst.max(bench(&format!("check --policy dgx-h100, table  {fx}"), runs, || {
-            let (_, r, f) = check();
-            tables.push(fabprobe::render::check::check_table(&r, None, &f));
-        }));
+        worst = worst.max(bench(
+            &format!("check --policy dgx-h100, table  {fx}"),
+            runs,
+            || {
+                let (_, r, f) = check();
+                tables.push(fabprobe::render::check::check_table(&r, None, &f));
+            },
+        ));
         // A run that reads or judges differently the second time is a defect, not noise.
         g.check(&format!("check {fx}: every run gives the same report"), || {
-            assert!(outs.windows(2).all(|w| w[0] == w[1]), "{fx}: json differs between runs");
-            assert!(tables.windows(2).all(|w| w[0] == w[1]), "{fx}: table differs between runs");
+            assert!(
+                outs.windows(2).all(|w| w[0] == w[1]),
+                "{fx}: json differs between runs"
+            );
+            assert!(
+                tables.windows(2).all(|w| w[0] == w[1]),
+                "{fx}: table differs between runs"
+            );
         });
         reports.push((fx, outs.swap_remove(0)));
     }
     let bin = env!("CARGO_BIN_EXE_fabprobe");
     let process = |fx: &str| {
         Command::new(bin)
-            .args(["--root", root.join(fx).to_str().unwrap(), "--format", "json", "check", "--policy", "dgx-h100"])
+            .args([
+                "--root",
+                root.join(fx).to_str().unwrap(),
+                "--format",
+                "json",
+                "check",
+                "--policy",
+                "dgx-h100",
+            ])
             .output()
             .unwrap()
     };
-    bench("process: fabprobe --root h100-penny check (json)", g.mode.pick(3, 30), || {
-        std::hint::black_box(process("h100-penny"));
-    });
-    g.check("fabprobe check (the process) says what check says in-process, exit status too", || {
-        let mut codes = Vec::new();
-        for (fx, inproc) in &reports {
-            let o = process(fx);
-            let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-            let want: serde_json::Value = serde_json::from_str(inproc).unwrap();
-            assert_eq!(got, want, "{fx}");
-            let fails = want["findings"].as_array().unwrap().iter().any(|f| f["severity"] == "fail");
-            assert_eq!(o.status.code(), Some(i32::from(fails)), "{fx}");
-            codes.push(i32::from(fails));
-        }
-        // The fixtures hold a failing node and a passing one: both exit statuses are seen.
-        assert!(codes.contains(&0) && codes.contains(&1), "{codes:?}");
-    });
+    bench(
+        "process: fabprobe --root h100-penny check (json)",
+        g.mode.pick(3, 30),
+        || {
+            std::hint::black_box(process("h100-penny"));
+        },
+    );
+    g.check(
+        "fabprobe check (the process) says what check says in-process, exit status too",
+        || {
+            let mut codes = Vec::new();
+            for (fx, inproc) in &reports {
+                let o = process(fx);
+                let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                let want: serde_json::Value = serde_json::from_str(inproc).unwrap();
+                assert_eq!(got, want, "{fx}");
+                let fails = want["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["severity"] == "fail");
+                assert_eq!(o.status.code(), Some(i32::from(fails)), "{fx}");
+                codes.push(i32::from(fails));
+            }
+            // The fixtures hold a failing node and a passing one: both exit statuses are seen.
+            assert!(codes.contains(&0) && codes.contains(&1), "{codes:?}");
+        },
+    );
     worst
 }
 
@@ -221,7 +262,11 @@ fn sweeps(g: &mut Groups, n: usize, good: &serde_json::Value, bad: &serde_json::
     let want = fleet(tmp.path(), n, good, bad);
     let r = sweep_dir(tmp.path());
     g.check(&format!("sweep of {n}: exactly the injected outliers"), || {
-        let mut got: Vec<(String, String)> = r.outliers.iter().map(|o| (o.node.clone(), o.key.clone())).collect();
+        let mut got: Vec<(String, String)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.clone(), o.key.clone()))
+            .collect();
         got.sort();
         assert_eq!(got, want, "the sweep must find exactly the injected outliers");
     });
@@ -239,27 +284,38 @@ fn sweeps(g: &mut Groups, n: usize, good: &serde_json::Value, bad: &serde_json::
         assert_eq!(unread, [("node0023", "truncated"), ("node0031", "not_json")]);
     });
     let runs = g.mode.pick(2, 10);
-    bench(&format!("sweep in-process, {n} reports ({} KiB each)", per / 1024), runs, || {
-        std::hint::black_box(sweep_dir(tmp.path()));
-    });
+    bench(
+        &format!("sweep in-process, {n} reports ({} KiB each)", per / 1024),
+        runs,
+        || {
+            std::hint::black_box(sweep_dir(tmp.path()));
+        },
+    );
     let d = tmp.path().to_str().unwrap().to_string();
     let expect = format!("node[0000-{:04}]", n - 1);
     let bin = env!("CARGO_BIN_EXE_fabprobe");
     let mut outs = Vec::new();
-    let ms = bench(&format!("process: fabprobe sweep DIR --expect ({n} reports)"), runs, || {
-        let o = Command::new(bin)
-            .args(["--format", "json", "sweep", &d, "--expect", &expect])
-            .output()
-            .unwrap();
-        outs.push(o);
-    });
-    g.check(&format!("fabprobe sweep of {n}: exit 1, one node missing"), || {
-        for o in &outs {
-            assert_eq!(o.status.code(), Some(1));
-            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-            assert_eq!(v["data"]["nodes"]["missing"], 1);
-        }
-    });
+    let ms = bench(
+        &format!("process: fabprobe sweep DIR --expect ({n} reports)"),
+        runs,
+        || {
+            let o = Command::new(bin)
+                .args(["--format", "json", "sweep", &d, "--expect", &expect])
+                .output()
+                .unwrap();
+            outs.push(o);
+        },
+    );
+    g.check(
+        &format!("fabprobe sweep of {n}: exit 1, one node missing"),
+        || {
+            for o in &outs {
+                assert_eq!(o.status.code(), Some(1));
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                assert_eq!(v["data"]["nodes"]["missing"], 1);
+            }
+        },
+    );
     println!(
         "{:<52} peak RSS of the sweep processes so far: {:.1} MiB",
         "",

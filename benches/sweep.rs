@@ -163,15 +163,25 @@ fn in_process(g: &mut Groups, input: &[u8], nodes: usize, want: &[String]) {
         cpu.push(cpu_now() - c);
         runs.push(r);
     }
-    g.check("sweep in-process drains exactly the injected failed nodes", || {
-        for r in &runs {
-            let got: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
-            assert_eq!(got, want, "the sweep must drain exactly the injected failed nodes");
-        }
-    });
+    g.check(
+        "sweep in-process drains exactly the injected failed nodes",
+        || {
+            for r in &runs {
+                let got: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
+                assert_eq!(
+                    got, want,
+                    "the sweep must drain exactly the injected failed nodes"
+                );
+            }
+        },
+    );
     g.check("sweep in-process counts every missing node", || {
         for r in &runs {
-            let missing = r.unreadable.iter().filter(|u| u.problem.as_str() == "missing").count();
+            let missing = r
+                .unreadable
+                .iter()
+                .filter(|u| u.problem.as_str() == "missing")
+                .count();
             assert_eq!(missing, (0..nodes).filter(|i| i % 4001 == 300).count());
         }
     });
@@ -212,13 +222,20 @@ fn process(g: &mut Groups, input: &[u8], nodes: usize, want: &[String]) -> f64 {
         times.push(t.elapsed());
         outs.push(o);
     }
-    g.check("fabprobe sweep --drain prints exactly the injected failed nodes", || {
-        for o in &outs {
-            assert_eq!(o.status.code(), Some(1));
-            let text = String::from_utf8_lossy(&o.stdout);
-            assert_eq!(drained(&text), want, "fabprobe sweep --drain must print exactly these nodes");
-        }
-    });
+    g.check(
+        "fabprobe sweep --drain prints exactly the injected failed nodes",
+        || {
+            for o in &outs {
+                assert_eq!(o.status.code(), Some(1));
+                let text = String::from_utf8_lossy(&o.stdout);
+                assert_eq!(
+                    drained(&text),
+                    want,
+                    "fabprobe sweep --drain must print exactly these nodes"
+                );
+            }
+        },
+    );
     times.sort();
     println!(
         "process: fabprobe sweep --drain < {nodes} lines: median {:.0} ms",

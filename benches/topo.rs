@@ -42,16 +42,24 @@ fn bench<T>(name: &str, n: usize, mut f: impl FnMut() -> T) -> (Vec<T>, f64) {
 
 /// The body of an insta snapshot file that tests/topo.rs keeps.
 fn approved(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(format!("topo__{name}.snap"));
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("topo__{name}.snap"));
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     // The header is the first "---" ... "---" block.
-    let body = text.splitn(3, "---\n").nth(2).unwrap_or_else(|| panic!("{}: no insta header", p.display()));
+    let body = text
+        .splitn(3, "---\n")
+        .nth(2)
+        .unwrap_or_else(|| panic!("{}: no insta header", p.display()));
     body.trim_end().to_string()
 }
 
 /// Every output equals the first one.
 fn same<T: PartialEq>(what: &str, outs: &[T]) {
-    assert!(outs.windows(2).all(|w| w[0] == w[1]), "{what}: a run gave a different output");
+    assert!(
+        outs.windows(2).all(|w| w[0] == w[1]),
+        "{what}: a run gave a different output"
+    );
 }
 
 fn topo_json(dir: &Path) -> serde_json::Value {
@@ -73,7 +81,10 @@ fn main() {
             recapture(&mut g, &root.join(fx), fx);
         }
     }
-    g.speed_target("topo table on the largest fixtures, median under 20 ms", slowest < 20.0);
+    g.speed_target(
+        "topo table on the largest fixtures, median under 20 ms",
+        slowest < 20.0,
+    );
     g.finish();
 }
 
@@ -102,15 +113,26 @@ fn fixture(g: &mut Groups, dir: &Path, fx: &str) -> f64 {
         let host = Host::snapshot(dir).unwrap();
         render::topo::nccl_xml(&topo::probe(&host))
     });
-    g.check(&format!("topo {fx}: every run gives the same report, table, json and xml"), || {
-        same("probe", &probed);
-        same("table", &tables);
-        same("json", &jsons);
-        same("nccl-xml", &xmls);
-    });
+    g.check(
+        &format!("topo {fx}: every run gives the same report, table, json and xml"),
+        || {
+            same("probe", &probed);
+            same("table", &tables);
+            same("json", &jsons);
+            same("nccl-xml", &xmls);
+        },
+    );
     g.check(&format!("topo {fx}: the output tests/topo.rs approved"), || {
-        assert_eq!(tables[0].trim_end(), approved(&format!("table_{fx}")), "{fx}: table");
-        assert_eq!(xmls[0].trim_end(), approved(&format!("nccl_xml_{fx}")), "{fx}: nccl-xml");
+        assert_eq!(
+            tables[0].trim_end(),
+            approved(&format!("table_{fx}")),
+            "{fx}: table"
+        );
+        assert_eq!(
+            xmls[0].trim_end(),
+            approved(&format!("nccl_xml_{fx}")),
+            "{fx}: nccl-xml"
+        );
         let v: serde_json::Value = serde_json::from_str(&jsons[0]).unwrap();
         let want: serde_json::Value = serde_json::from_str(&approved(&format!("report_{fx}"))).unwrap();
         assert_eq!(v["data"], want["data"], "{fx}: json data");
@@ -123,18 +145,25 @@ fn fixture(g: &mut Groups, dir: &Path, fx: &str) -> f64 {
 fn recapture(g: &mut Groups, dir: &Path, fx: &str) {
     let want = topo_json(dir);
     for (form, name, full_runs) in [("dir", "snap", 20), ("tar.gz", "snap.tar.gz", 10)] {
-        let (replayed, _) = bench(&format!("snapshot re-capture ({form}) {fx}"), g.mode.pick(1, full_runs), || {
-            let host = Host::snapshot(dir).unwrap().with_recording();
-            let out = tempfile::tempdir().unwrap();
-            let snap = out.path().join(name);
-            fabprobe::snapshot::capture(&host, dir, &snap).unwrap();
-            topo_json(&snap)
-        });
-        g.check(&format!("snapshot re-capture ({form}) {fx} replays to the same topo report"), || {
-            for got in &replayed {
-                assert_eq!(got["data"], want["data"], "{fx} {form}: data");
-                assert_eq!(got["findings"], want["findings"], "{fx} {form}: findings");
-            }
-        });
+        let (replayed, _) = bench(
+            &format!("snapshot re-capture ({form}) {fx}"),
+            g.mode.pick(1, full_runs),
+            || {
+                let host = Host::snapshot(dir).unwrap().with_recording();
+                let out = tempfile::tempdir().unwrap();
+                let snap = out.path().join(name);
+                fabprobe::snapshot::capture(&host, dir, &snap).unwrap();
+                topo_json(&snap)
+            },
+        );
+        g.check(
+            &format!("snapshot re-capture ({form}) {fx} replays to the same topo report"),
+            || {
+                for got in &replayed {
+                    assert_eq!(got["data"], want["data"], "{fx} {form}: data");
+                    assert_eq!(got["findings"], want["findings"], "{fx} {form}: findings");
+                }
+            },
+        );
     }
 }

@@ -144,11 +144,16 @@ fn every_skip_goes_through_lab_unavailable() {
             }
             let reads_env = l.contains("env::var") && (l.contains("FABPROBE_LAB") || l.contains("LAB_ENV"));
             if path != "tests/lab_rules.rs" && (reads_env || l.contains("lab_required(")) {
-                bad.push(format!("{path}:{n}: decides about FABPROBE_LAB itself: {}", l.trim()));
+                bad.push(format!(
+                    "{path}:{n}: decides about FABPROBE_LAB itself: {}",
+                    l.trim()
+                ));
             }
         }
         for n in early_returns_bypassing(src, &doors) {
-            bad.push(format!("{path}:{n}: a test returns early without lab_ready/lab_unavailable"));
+            bad.push(format!(
+                "{path}:{n}: a test returns early without lab_ready/lab_unavailable"
+            ));
         }
     }
     assert!(
@@ -162,7 +167,10 @@ fn every_skip_goes_through_lab_unavailable() {
 /// blanked (newlines kept, so byte offsets and lines stay): braces and words in text are not
 /// code.
 fn strip(src: &str) -> Vec<u8> {
-    let c: Vec<char> = src.chars().map(|ch| if ch.is_ascii() { ch } else { ' ' }).collect();
+    let c: Vec<char> = src
+        .chars()
+        .map(|ch| if ch.is_ascii() { ch } else { ' ' })
+        .collect();
     let mut out = Vec::with_capacity(c.len());
     let mut i = 0;
     while i < c.len() {
@@ -192,7 +200,11 @@ fn strip(src: &str) -> Vec<u8> {
             i += 1;
             continue;
         }
-        out.extend(c[start..i.min(c.len())].iter().map(|&ch| if ch == '\n' { b'\n' } else { b' ' }));
+        out.extend(
+            c[start..i.min(c.len())]
+                .iter()
+                .map(|&ch| if ch == '\n' { b'\n' } else { b' ' }),
+        );
     }
     out
 }
@@ -268,7 +280,10 @@ fn head_of(code: &[u8], open: usize) -> String {
             b'(' | b'[' | b'{' => depth -= 1,
             b';' if depth == 0 => break,
             b'}' if depth == 0 => {
-                if !String::from_utf8_lossy(&code[k..open]).trim_start().starts_with("else") {
+                if !String::from_utf8_lossy(&code[k..open])
+                    .trim_start()
+                    .starts_with("else")
+                {
                     break;
                 }
                 depth += 1;
@@ -285,7 +300,8 @@ fn head_of(code: &[u8], open: usize) -> String {
 fn calls_a_door(text: &str, doors: &[String]) -> bool {
     doors.iter().any(|d| {
         let call = format!("{d}(");
-        text.match_indices(&call).any(|(i, _)| i == 0 || !ident(text.as_bytes()[i - 1]))
+        text.match_indices(&call)
+            .any(|(i, _)| i == 0 || !ident(text.as_bytes()[i - 1]))
     })
 }
 
@@ -315,7 +331,13 @@ fn functions(code: &[u8]) -> Vec<Func> {
         let attrs = text[..i].rsplit(['}', ';', '{']).next().unwrap_or("");
         let owner = open_of(code, i).and_then(|o| {
             let h = head_of(code, o);
-            let ty = h.trim().strip_prefix("impl")?.rsplit(" for ").next()?.trim().to_string();
+            let ty = h
+                .trim()
+                .strip_prefix("impl")?
+                .rsplit(" for ")
+                .next()?
+                .trim()
+                .to_string();
             Some(ty.split('<').next().unwrap_or("").trim().to_string())
         });
         v.push(Func {
@@ -356,7 +378,11 @@ fn doors(sources: &[(String, String)]) -> Vec<String> {
 fn early_returns_bypassing(src: &str, doors: &[String]) -> Vec<usize> {
     let code = strip(src);
     let text = String::from_utf8_lossy(&code);
-    let tests: Vec<_> = functions(&code).into_iter().filter(|f| f.is_test).map(|f| f.body).collect();
+    let tests: Vec<_> = functions(&code)
+        .into_iter()
+        .filter(|f| f.is_test)
+        .map(|f| f.body)
+        .collect();
     let mut bad = Vec::new();
     for (i, _) in text.match_indices("return") {
         let after = text[i + 6..].trim_start();
@@ -424,7 +450,13 @@ fn early_return_detection() {
     assert_eq!(doors, ["lab_ready", "lab_unavailable", "python", "Lab::new"]);
     assert_eq!(early_returns_bypassing(src, &doors), [18, 40]);
     let stripped = strip(r##"a "b{" 'c' '\'' r#"{"# b"}" /* { */ é // {"##);
-    assert_eq!(String::from_utf8(stripped).unwrap(), format!("a {:4} {:3} {:4} {:6} {:4} {:7} {:1} {:4}", "", "", "", "", "", "", "", ""));
+    assert_eq!(
+        String::from_utf8(stripped).unwrap(),
+        format!(
+            "a {:4} {:3} {:4} {:6} {:4} {:7} {:1} {:4}",
+            "", "", "", "", "", "", "", ""
+        )
+    );
 }
 
 /// The milliseconds of a `sleep(Duration::from_millis(N))` or `from_secs(N)` on this line.

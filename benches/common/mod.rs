@@ -90,7 +90,9 @@ impl Groups {
         let load = load.map_or("?".to_string(), |l| format!("{l:.2}"));
         if self.mode == Mode::Full && idle {
             println!("target ({target}): {word} [load {load} on {cores} cores: asserted]");
-            self.check(&format!("target: {target}"), || assert!(met, "speed target missed: {target}"));
+            self.check(&format!("target: {target}"), || {
+                assert!(met, "speed target missed: {target}")
+            });
         } else {
             println!("target ({target}): {word} [not asserted: load {load} on {cores} cores is not idle]");
         }
@@ -118,7 +120,15 @@ impl Groups {
 /// `cargo test -- --ignored` do not wait for the benches. A number is a bench's own size
 /// argument, never a filter.
 fn not_selected(bench: &str) {
-    const WITH_VALUE: [&str; 7] = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z", "--shuffle-seed"];
+    const WITH_VALUE: [&str; 7] = [
+        "--test-threads",
+        "--skip",
+        "--format",
+        "--color",
+        "--logfile",
+        "-Z",
+        "--shuffle-seed",
+    ];
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
         println!("{bench}: bench");
@@ -140,7 +150,12 @@ fn not_selected(bench: &str) {
 
 /// The 1-minute load average, from /proc/loadavg.
 pub fn load_1min() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn cores() -> usize {

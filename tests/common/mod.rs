@@ -71,8 +71,11 @@ pub fn lab_ready(test: &str, needs: &[Need]) -> bool {
 /// An executable file named `program` in a PATH directory, /usr/sbin or /sbin.
 fn on_path(program: &str) -> bool {
     let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':').chain(["/usr/sbin", "/sbin"]).filter(|d| !d.is_empty()).any(|d| {
-        std::fs::metadata(Path::new(d).join(program))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    path.split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .filter(|d| !d.is_empty())
+        .any(|d| {
+            std::fs::metadata(Path::new(d).join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
