@@ -2,6 +2,8 @@
 //! and per policy, the verdicts a dgx-h100 certification must give, policy errors, the NHC
 //! drop-in and the Slurm health check program, and sweeps with injected outliers.
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -704,22 +706,13 @@ fn sweep_of_a_healthy_fleet_passes() {
     assert!(out.contains("fabprobe_sweep_nodes{state=\"pass\"} 5\n"), "{out}");
 }
 
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// LBNL NHC is not packaged in Debian, so the drop-in runs under NHC's documented calling
 /// convention: nhc sources scripts/*.nhc and runs the configured check function; `die CODE
 /// MSG` records the failure (nhc marks the node offline with MSG) and the check returns
 /// non-zero.
 #[test]
 fn nhc_drop_in_catches_a_bad_node() {
-    if !have("bash") {
-        eprintln!("skipped: no bash");
+    if !common::lab_ready("nhc_drop_in_catches_a_bad_node", &[common::Need::Program("bash", "bash")]) {
         return;
     }
     let harness = r#"
@@ -764,8 +757,12 @@ fn nhc_drop_in_catches_a_bad_node() {
 
 #[test]
 fn slurm_health_check_program_drains_a_bad_node() {
-    if !have("sh") || !have("awk") || !have("timeout") {
-        eprintln!("skipped: no sh/awk/timeout");
+    let needs = [
+        common::Need::Program("sh", "dash"),
+        common::Need::Program("awk", "mawk"),
+        common::Need::Program("timeout", "coreutils"),
+    ];
+    if !common::lab_ready("slurm_health_check_program_drains_a_bad_node", &needs) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

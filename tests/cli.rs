@@ -1,5 +1,7 @@
 //! The exit-status and error contracts every command shares (fabprobe(1) EXIT STATUS).
 
+mod common;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 
@@ -143,9 +145,7 @@ fn colour_on_a_terminal_only() {
     let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-sxm-8gpu-bad");
     let piped = std::process::Command::new(bin).args(["--root", fx, "check"]).output().unwrap();
     assert!(!piped.stdout.contains(&0x1b), "escape codes in piped output");
-    let have_script = std::process::Command::new("script").arg("--version").output().is_ok();
-    if !have_script {
-        assert!(std::env::var("FABPROBE_LAB").as_deref() != Ok("required"), "util-linux script missing");
+    if !common::lab_ready("colour_on_a_terminal_only", &[common::Need::Program("script", "bsdutils")]) {
         return;
     }
     let tty = |no_color: bool| {

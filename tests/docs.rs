@@ -1,6 +1,8 @@
 //! `man/` (pages and completions) must equal what the clap definition generates now.
 //! Regenerate with: cargo run -- gen-docs man
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -89,10 +91,7 @@ fn pages() -> Vec<(String, String)> {
 /// `man -l` renders every page without a groff warning (`-ww` turns on every warning class).
 #[test]
 fn man_pages_render_without_groff_warnings() {
-    let have_groff = Command::new("groff").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !have_groff {
-        assert!(std::env::var("FABPROBE_LAB").as_deref() != Ok("required"), "groff is not installed");
-        eprintln!("skipped: groff is not installed");
+    if !common::lab_ready("man_pages_render_without_groff_warnings", &[common::Need::Program("groff", "groff")]) {
         return;
     }
     for (name, _) in pages() {

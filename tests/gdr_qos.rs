@@ -2,6 +2,8 @@
 //! against fixtures, deltas between two snapshots, Prometheus, bad recorded replies, the
 //! snapshot round trip of ioctl/netlink answers, and the live host (no GPU, no RDMA).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -387,8 +389,11 @@ fn qos_lldp_replayed_from_a_snapshot() {
 /// veth pair, decoded live by `fabprobe qos --lldp`; and a silent peer said plainly.
 #[test]
 fn lab_qos_decodes_live_lldp_over_veth() {
-    if !nix::unistd::geteuid().is_root() || Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: needs root and iproute2");
+    let needs = [
+        common::Need::Root("network namespaces and a veth pair"),
+        common::Need::Program("ip", "iproute2"),
+    ];
+    if !common::lab_ready("lab_qos_decodes_live_lldp_over_veth", &needs) {
         return;
     }
     let id = std::process::id() % 100_000;

@@ -305,10 +305,7 @@ fn lab_is_torn_down_even_when_a_test_panics() {
     let Some(prefix) = prefix.into_inner().unwrap() else {
         // No lab was built: skipped (said loudly), or, under FABPROBE_LAB=required, the
         // panic caught above was the lab's refusal, and that is a failure.
-        assert!(
-            !lab::lab_required(),
-            "the lab could not be built (its reason is printed above)"
-        );
+        lab::lab_unavailable("lab_is_torn_down_even_when_a_test_panics", "the lab could not be built (its reason is printed above)");
         return;
     };
     assert!(r.is_err());

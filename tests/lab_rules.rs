@@ -3,7 +3,10 @@
 //!   loud SKIPPED line without it (this binary runs its own `Lab::new` as an unprivileged
 //!   user, as a child process, both ways);
 //! * `.ci/run` sets `FABPROBE_LAB=required`;
-//! * no test skips on its own terms: every SKIPPED goes through `lab_unavailable`;
+//! * no test skips on its own terms: every early `return` of a test follows a call of
+//!   `tests/common`'s `lab_ready`/`lab_unavailable` (directly or through a lab's constructor
+//!   that calls them), no test prints its own "skipped" line, and no test reads
+//!   `FABPROBE_LAB` to decide for itself;
 //! * no lab test waits with a fixed sleep where it can poll (polling intervals are short;
 //!   a sleep of half a second or more is a guess at readiness).
 
@@ -124,24 +127,335 @@ fn code_lines(src: &str) -> impl Iterator<Item = (usize, &str)> {
 
 #[test]
 fn every_skip_goes_through_lab_unavailable() {
+    let sources = test_sources();
+    let doors = doors(&sources);
     let mut bad = Vec::new();
-    for (path, src) in test_sources() {
+    for (path, src) in &sources {
         if path == "tests/common/mod.rs" {
             continue;
         }
-        for (n, l) in code_lines(&src) {
-            let prints = ["loud(", "eprintln!", "println!", "eprint!", "writeln!"]
+        for (n, l) in code_lines(src) {
+            let prints = ["loud(", "eprintln!", "println!", "eprint!", "print!", "writeln!"]
                 .iter()
                 .any(|m| l.contains(m));
-            if l.contains("SKIPPED") && prints {
-                bad.push(format!("{path}:{n}: {}", l.trim()));
+            // This file names skips in its own checks.
+            if l.to_lowercase().contains("skip") && prints && path != "tests/lab_rules.rs" {
+                bad.push(format!("{path}:{n}: prints its own skip: {}", l.trim()));
             }
+            let reads_env = l.contains("env::var") && (l.contains("FABPROBE_LAB") || l.contains("LAB_ENV"));
+            if path != "tests/lab_rules.rs" && (reads_env || l.contains("lab_required(")) {
+                bad.push(format!(
+                    "{path}:{n}: decides about FABPROBE_LAB itself: {}",
+                    l.trim()
+                ));
+            }
+        }
+        for n in early_returns_bypassing(src, &doors) {
+            bad.push(format!(
+                "{path}:{n}: a test returns early without lab_ready/lab_unavailable"
+            ));
         }
     }
     assert!(
         bad.is_empty(),
-        "skips that do not call tests/common::lab_unavailable (they would pass under FABPROBE_LAB=required):\n{}",
+        "skips that bypass tests/common::lab_ready/lab_unavailable (they would pass under FABPROBE_LAB=required):\n{}",
         bad.join("\n")
+    );
+}
+
+/// `src` with comments, the insides of string and char literals and any non-ASCII character
+/// blanked (newlines kept, so byte offsets and lines stay): braces and words in text are not
+/// code.
+fn strip(src: &str) -> Vec<u8> {
+    let c: Vec<char> = src
+        .chars()
+        .map(|ch| if ch.is_ascii() { ch } else { ' ' })
+        .collect();
+    let mut out = Vec::with_capacity(c.len());
+    let mut i = 0;
+    while i < c.len() {
+        let at = |k: usize| c.get(i + k).copied().unwrap_or('\0');
+        let start = i;
+        if at(0) == '/' && at(1) == '/' {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if at(0) == '/' && at(1) == '*' {
+            i += 2;
+            while i < c.len() && !(c[i - 1] == '*' && c[i] == '/') {
+                i += 1;
+            }
+            i += 1;
+        } else if let Some(end) = string_end(&c, i) {
+            i = end;
+        } else if at(0) == '\'' && (at(1) == '\\' || at(2) == '\'') {
+            // A char literal ('x', '\n', '\'', '\u{1b}'); a lifetime has no closing tick.
+            let mut j = i + 2 + usize::from(at(1) == '\\');
+            while j < c.len() && c[j] != '\'' {
+                j += 1;
+            }
+            i = j + 1;
+        } else {
+            out.push(c[i] as u8);
+            i += 1;
+            continue;
+        }
+        out.extend(
+            c[start..i.min(c.len())]
+                .iter()
+                .map(|&ch| if ch == '\n' { b'\n' } else { b' ' }),
+        );
+    }
+    out
+}
+
+/// The end of the string literal (`"..."`, `b"..."`, `r#"..."#`) starting at `i`, if one does.
+fn string_end(c: &[char], i: usize) -> Option<usize> {
+    let raw = c[i] == 'r' || (c[i] == 'b' && c.get(i + 1) == Some(&'r'));
+    let mut j = i + usize::from(c[i] == 'b') + usize::from(raw);
+    let mut hashes = 0;
+    while raw && c.get(j) == Some(&'#') {
+        hashes += 1;
+        j += 1;
+    }
+    if c.get(j) != Some(&'"') || (i > 0 && j > i && (c[i - 1].is_alphanumeric() || c[i - 1] == '_')) {
+        return None;
+    }
+    j += 1;
+    loop {
+        match c.get(j) {
+            None => return Some(c.len()),
+            Some('\\') if !raw => j += 2,
+            Some('"') if (0..hashes).all(|h| c.get(j + 1 + h) == Some(&'#')) => return Some(j + 1 + hashes),
+            _ => j += 1,
+        }
+    }
+}
+
+fn ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The position of the `}` that closes the `{` at `open`.
+fn close_of(code: &[u8], open: usize) -> usize {
+    let mut depth = 0;
+    for (k, &ch) in code.iter().enumerate().skip(open) {
+        match ch {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return k;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The `{` that opens the innermost block around `at`.
+fn open_of(code: &[u8], at: usize) -> Option<usize> {
+    let mut depth = 0;
+    for k in (0..at).rev() {
+        match code[k] {
+            b'}' => depth += 1,
+            b'{' if depth == 0 => return Some(k),
+            b'{' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The statement head before the block that opens at `open`: `if cond`, `let Some(x) =
+/// f(..) else`, `impl Type`; a `} else` head takes in the block before it.
+fn head_of(code: &[u8], open: usize) -> String {
+    let mut depth = 0i32;
+    let mut k = open;
+    while k > 0 {
+        match code[k - 1] {
+            b')' | b']' => depth += 1,
+            b'(' | b'[' | b'{' if depth == 0 => break,
+            b'(' | b'[' | b'{' => depth -= 1,
+            b';' if depth == 0 => break,
+            b'}' if depth == 0 => {
+                if !String::from_utf8_lossy(&code[k..open])
+                    .trim_start()
+                    .starts_with("else")
+                {
+                    break;
+                }
+                depth += 1;
+            }
+            b'}' => depth += 1,
+            _ => {}
+        }
+        k -= 1;
+    }
+    String::from_utf8_lossy(&code[k..open]).into_owned()
+}
+
+/// Whether `text` calls one of `doors` (`name(` or `Type::name(`, after a non-identifier).
+fn calls_a_door(text: &str, doors: &[String]) -> bool {
+    doors.iter().any(|d| {
+        let call = format!("{d}(");
+        text.match_indices(&call)
+            .any(|(i, _)| i == 0 || !ident(text.as_bytes()[i - 1]))
+    })
+}
+
+/// A function of a test source: its name as called (`Type::name` inside `impl Type`), its
+/// body's span in the stripped code, and whether it is a `#[test]`.
+struct Func {
+    name: String,
+    body: std::ops::Range<usize>,
+    is_test: bool,
+}
+
+fn functions(code: &[u8]) -> Vec<Func> {
+    let text = String::from_utf8_lossy(code);
+    let mut v = Vec::new();
+    for (i, _) in text.match_indices("fn ") {
+        let name: String = text[i + 3..].chars().take_while(|&c| ident(c as u8)).collect();
+        if (i > 0 && ident(code[i - 1])) || name.is_empty() {
+            continue;
+        }
+        let Some(open) = (i..code.len()).find(|&k| code[k] == b'{' || code[k] == b';') else {
+            continue;
+        };
+        if code[open] == b';' {
+            continue;
+        }
+        // The attributes since the item before.
+        let attrs = text[..i].rsplit(['}', ';', '{']).next().unwrap_or("");
+        let owner = open_of(code, i).and_then(|o| {
+            let h = head_of(code, o);
+            let ty = h
+                .trim()
+                .strip_prefix("impl")?
+                .rsplit(" for ")
+                .next()?
+                .trim()
+                .to_string();
+            Some(ty.split('<').next().unwrap_or("").trim().to_string())
+        });
+        v.push(Func {
+            name: owner.map_or(name.clone(), |t| format!("{t}::{name}")),
+            body: open..close_of(code, open),
+            is_test: attrs.contains("#[test]"),
+        });
+    }
+    v
+}
+
+/// The functions a test may return after: `tests/common`'s two, and every non-test function
+/// of the test sources that calls one of them (or such a function), by name.
+fn doors(sources: &[(String, String)]) -> Vec<String> {
+    let mut fns = Vec::new();
+    for (_, src) in sources {
+        let code = strip(src);
+        for f in functions(&code).into_iter().filter(|f| !f.is_test) {
+            fns.push((f.name, String::from_utf8_lossy(&code[f.body]).into_owned()));
+        }
+    }
+    let mut doors = vec!["lab_ready".to_string(), "lab_unavailable".to_string()];
+    loop {
+        let new: Vec<String> = fns
+            .iter()
+            .filter(|(n, body)| !doors.contains(n) && calls_a_door(body, &doors))
+            .map(|f| f.0.clone())
+            .collect();
+        if new.is_empty() {
+            return doors;
+        }
+        doors.extend(new);
+    }
+}
+
+/// The lines of the bare `return`s in `#[test]` functions of `src` that neither follow a
+/// door's call in their block nor sit in a block whose head calls one.
+fn early_returns_bypassing(src: &str, doors: &[String]) -> Vec<usize> {
+    let code = strip(src);
+    let text = String::from_utf8_lossy(&code);
+    let tests: Vec<_> = functions(&code)
+        .into_iter()
+        .filter(|f| f.is_test)
+        .map(|f| f.body)
+        .collect();
+    let mut bad = Vec::new();
+    for (i, _) in text.match_indices("return") {
+        let after = text[i + 6..].trim_start();
+        let bare = after.starts_with(';') || after.starts_with('}');
+        if (i > 0 && ident(code[i - 1])) || !bare || !tests.iter().any(|t| t.contains(&i)) {
+            continue;
+        }
+        let Some(open) = open_of(&code, i) else { continue };
+        let block = String::from_utf8_lossy(&code[open..i]);
+        if !calls_a_door(&head_of(&code, open), doors) && !calls_a_door(&block, doors) {
+            bad.push(text[..i].matches('\n').count() + 1);
+        }
+    }
+    bad
+}
+
+#[test]
+fn early_return_detection() {
+    let src = r#"
+        fn have(p: &str) -> bool { p == "x" }
+        fn python() -> bool {
+            if have("python3") { return true; }
+            common::lab_unavailable("t", "no python3");
+            false
+        }
+        impl Lab {
+            fn new(t: &str) -> Option<Lab> {
+                if !lab_ready(t, &[Need::Root("x")]) { return None; }
+                Some(Lab)
+            }
+        }
+        #[test]
+        fn ad_hoc() {
+            if !have("bash") {
+                eprintln!("skipped: no { bash");
+                return;
+            }
+        }
+        #[test]
+        #[ignore = "a { in an attribute"]
+        fn through_the_helpers() {
+            if !common::lab_ready("t", &[common::Need::Program("ip", "iproute2")]) {
+                return;
+            }
+            if !python() { return; }
+            let Some(lab) = Lab::new(
+                "t",
+            ) else {
+                return;
+            };
+            if lab.is_none() {
+                lab::lab_unavailable("t", "why");
+                return;
+            }
+        }
+        #[test]
+        fn ad_hoc_else() {
+            let Some(x) = Vec::new().pop() else { return };
+        }
+        fn not_a_test() {
+            if true { return; }
+        }
+    "#;
+    let doors = doors(&[("tests/x.rs".to_string(), src.to_string())]);
+    assert_eq!(doors, ["lab_ready", "lab_unavailable", "python", "Lab::new"]);
+    assert_eq!(early_returns_bypassing(src, &doors), [18, 40]);
+    let stripped = strip(r##"a "b{" 'c' '\'' r#"{"# b"}" /* { */ é // {"##);
+    assert_eq!(
+        String::from_utf8(stripped).unwrap(),
+        format!(
+            "a {:4} {:3} {:4} {:6} {:4} {:7} {:1} {:4}",
+            "", "", "", "", "", "", "", ""
+        )
     );
 }
 

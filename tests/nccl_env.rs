@@ -2,6 +2,8 @@
 //! fixture, and the known traps on fixture copies with a crafted environment, configuration
 //! files and interface list.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -702,8 +704,9 @@ fn nccl_conf_is_read_from_the_job_users_home() {
     let v = run(&["nccl-env", "--format", "json"]);
     let own = format!("{}/.nccl.conf", passwd_home(me).trim_end_matches('/'));
     assert_eq!(conf_paths(&v)[0], own, "{}", v["data"]["conf_files"]);
-    if me != 0 {
-        eprintln!("--env-from another user's process needs root: that half not run");
+    // The first half ran; the second needs a process of another user.
+    let why = common::Need::Root("--env-from another user's process: the second half of this test");
+    if !common::lab_ready("nccl_conf_is_read_from_the_job_users_home", &[why]) {
         return;
     }
     // A training process of user 65534 (nobody) whose HOME says otherwise.

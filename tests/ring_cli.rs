@@ -1,5 +1,7 @@
 //! `fabprobe ring` from the outside, without root: --local runs, usage errors, deadlines.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -367,8 +369,9 @@ fn host_has_rdma() -> bool {
 #[test]
 fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
     if host_has_rdma() {
-        eprintln!(
-            "this host has RDMA devices: the no-RDMA contract is not testable here (the VM lab tests rdma)"
+        common::lab_unavailable(
+            "rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp",
+            "this host has RDMA devices: the no-RDMA contract is not testable here (the VM lab tests rdma)",
         );
         return;
     }

@@ -4,11 +4,16 @@
 //! `FABPROBE_LAB=required`: then a missing lab (no root, no namespaces, no iproute2, no VM
 //! image...) fails the test with the reason. Without it (a developer's laptop) the test
 //! prints a loud SKIPPED line and returns. Every lab (the network-namespace lab in
-//! `tests/lab/`, the RDMA VM lab) calls [`lab_unavailable`] on the same terms.
+//! `tests/lab/`, the RDMA VM lab, the Slurm lab, Chromium, node_exporter...) decides here:
+//! [`lab_ready`] for what the machine must have (root, a program), [`lab_unavailable`] for a
+//! reason a lab found itself. A test that cannot run returns only after one of them
+//! (`tests/lab_rules.rs` checks every early return of every test).
 
 #![allow(dead_code)]
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 /// The environment variable `.ci/run` sets to `required`.
 pub const LAB_ENV: &str = "FABPROBE_LAB";
@@ -34,4 +39,43 @@ pub fn lab_unavailable(test: &str, reason: &str) {
     loud(&format!(
         "SKIPPED lab test {test}: {reason} (set {LAB_ENV}=required to make this a failure)"
     ));
+}
+
+/// What a test needs from this machine.
+pub enum Need<'a> {
+    /// Effective uid 0, and what for.
+    Root(&'a str),
+    /// A program on PATH (or in /usr/sbin, /sbin), and the Debian package that has it.
+    Program(&'a str, &'a str),
+}
+
+/// Whether this machine has all that `needs` lists for `test`. When one is missing, it goes to
+/// [`lab_unavailable`] (a failure under `FABPROBE_LAB=required`, a loud SKIPPED line
+/// otherwise) and the caller returns: `if !lab_ready(test, &[...]) { return; }`.
+pub fn lab_ready(test: &str, needs: &[Need]) -> bool {
+    for need in needs {
+        let missing = match need {
+            Need::Root(why) => (!nix::unistd::geteuid().is_root()).then(|| format!("needs root ({why})")),
+            Need::Program(p, pkg) => {
+                (!on_path(p)).then(|| format!("`{p}` is not installed (Debian package {pkg})"))
+            }
+        };
+        if let Some(reason) = missing {
+            lab_unavailable(test, &reason);
+            return false;
+        }
+    }
+    true
+}
+
+/// An executable file named `program` in a PATH directory, /usr/sbin or /sbin.
+fn on_path(program: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .filter(|d| !d.is_empty())
+        .any(|d| {
+            std::fs::metadata(Path::new(d).join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }

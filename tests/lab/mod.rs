@@ -14,7 +14,7 @@
 mod common;
 pub mod slurm;
 #[allow(unused_imports)] // each test binary uses its own part
-pub use common::{LAB_ENV, lab_required, lab_unavailable, loud};
+pub use common::{LAB_ENV, Need, lab_ready, lab_required, lab_unavailable, loud};
 
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -118,12 +118,11 @@ impl Lab {
     /// Build the lab, or None (after a loud SKIPPED line) where it cannot run; under
     /// `FABPROBE_LAB=required` a lab that cannot run fails the test instead.
     pub fn new(test: &str, opts: LabOpts) -> Option<Lab> {
-        if !nix::unistd::geteuid().is_root() {
-            lab_unavailable(test, "needs root (network namespaces, bridges, tc)");
-            return None;
-        }
-        if Command::new("ip").arg("-V").output().is_err() {
-            lab_unavailable(test, "iproute2 (`ip`) is not installed");
+        let needs = [
+            Need::Root("network namespaces, bridges, tc"),
+            Need::Program("ip", "iproute2"),
+        ];
+        if !lab_ready(test, &needs) {
             return None;
         }
         let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
