@@ -458,8 +458,10 @@ fn input_without_nccl_lines_says_so() {
     assert_eq!(r.verdicts.len(), 1);
     assert_eq!(
         (r.verdicts[0].cause.as_str(), r.verdicts[0].severity.as_str()),
-        ("no_nccl_output", "warn")
+        ("no_nccl_output", "unknown")
     );
+    // Unknown is no finding (nothing was judged), as check keeps not-evaluated keys out.
+    assert!(fabprobe::render::nccl_log::findings(&r).is_empty());
     assert!(r.verdicts[0].next.contains("NCCL_DEBUG=INFO"));
     // Unknown is its own exit status (3), not a pass: a file without NCCL lines, an empty
     // file, an empty directory, empty stdin.
@@ -487,6 +489,17 @@ fn input_without_nccl_lines_says_so() {
             "{args:?}: {t}"
         );
     }
+    // In JSON too: the verdict's severity is unknown, the envelope has no finding (nothing
+    // was judged, as check keeps not-evaluated keys out), and the exit status is 3.
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["nccl-log", "--format", "json", empty.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["data"]["verdicts"][0]["cause"], "no_nccl_output");
+    assert_eq!(j["data"]["verdicts"][0]["severity"], "unknown");
+    assert_eq!(j["findings"], serde_json::json!([]));
     // Unknown plus a fail is a fail.
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
         .args(["nccl-log", empty.to_str().unwrap(), "tests/data/nccl-logs/nccl-1814-roce-status12.log"])

@@ -28,8 +28,10 @@ fn the_threads_get_the_fabric_manager_cause() {
             ("cuda_system_not_ready", "fail", host),
             "{file}"
         );
+        // The host is filled in where the log names it, so the step pastes.
+        let on = host.unwrap_or("that host");
         assert!(
-            next.starts_with("on that host: systemctl status nvidia-fabricmanager"),
+            next.starts_with(&format!("on {on}: `systemctl status nvidia-fabricmanager`")),
             "{file}: {next}"
         );
     }

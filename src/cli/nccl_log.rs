@@ -57,26 +57,34 @@ VERDICTS
     shm_alloc_failed (/dev/shm)      duplicate_gpu                bootstrap_rank_mismatch
     ib_port_error                    ib_device_fatal              ib_async_error
     ib_gid_change (warn)             ib_verbs_unavailable (warn: sockets instead)
-    proxy_connection_failed          no_nccl_output (warn: nothing to judge)
+    proxy_connection_failed          no_nccl_output (unknown: nothing to judge)
     socket_iface_virtual (a Docker/Podman/libvirt/CNI bridge, veth or tap by those projects'
-      naming rules: fail across hosts; an overlay such as flannel.N or cni0: warn)
+      naming rules, or a kernel fallback tunnel such as ip6tnl0: fail across hosts; an
+      overlay such as flannel.N or cni0: warn)
     net_plugin_reg_mr_failed  net_plugin_provider_error  net_plugin_error (a net plugin's own
       WARN, e.g. NET/OFI; names the plugin and its version)
     net_plugin_fallback (warn: a plugin or transport failed before NCCL chose its network and
       NCCL moved on; its error trail is no failure)
     topology_file_error  topology_file_unreadable (warn; both name the NCCL_TOPO_FILE and who
-      set it, as the log says)
+      set it, as the log says)  graph_file_error (NCCL_GRAPH_FILE names GPUs or NICs the job
+      does not have)
     unclassified_failure (a WARN or an error trail `file.cc:NNN -> N` no rule explains; ranked
       after every classified cause)
   An earlier event that explains later completion errors (an IB async or port event, a GID
   table change, a peer's own failure) is the verdict; those errors are listed under it
-  (explains) and counted as knock-ons.
+  (explains) and counted as knock-ons. A loopback or virtual interface NCCL gave out explains
+  the socket connect failures: every one across hosts, on one host those whose address
+  names it (fe80::1%ip6tnl0).
   socket_connect_failed carries the errno (111 refused, 110 timed out, 113 no route);
   failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
   or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
   the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
   With no NCCL line in the input (an empty file, an empty directory, a log written without
-  NCCL_DEBUG) the verdict is no_nccl_output: rerun the job with NCCL_DEBUG=INFO.
+  NCCL_DEBUG) the verdict is no_nccl_output, severity unknown (no finding in the JSON
+  envelope, exit 3): rerun the job with NCCL_DEBUG=INFO.
+  Each next: step fills in the hosts, peer and files the log names, so it pastes: commands
+  are in backticks (on node-a and node-b: `fabprobe links`); what the log does not name is
+  said in words (on that host).
 
 OUTPUT
   The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the

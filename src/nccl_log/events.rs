@@ -279,7 +279,10 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     if m.starts_with("Could not open XML topology file") {
         return Some(fail("topology_file_unreadable"));
     }
-    if m.starts_with("NCCL_TOPO_FILE set") || m.starts_with("Loading topology file") {
+    if m.starts_with("NCCL_TOPO_FILE set")
+        || m.starts_with("NCCL_GRAPH_FILE set")
+        || m.starts_with("Loading topology file")
+    {
         return Some(Event::TopoFile(m.trim().to_string()));
     }
     // "comm 0x.. rank 3 nranks 16 cudaDev 3 ..." / "ncclCommInitRank comm ..." /
@@ -631,6 +634,15 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
     // plugins); the internal `NET/IB`, `NET/Socket` and plugin loading have rules of theirs.
     if let Some(c) = plugin_cause(m) {
         return Fixed(c);
+    }
+    // graph/search.cc importing NCCL_GRAPH_FILE: a graph written for other GPUs or NICs.
+    if has("XML Import Channel") {
+        return Fixed("graph_file_error");
+    }
+    // graph/xml.h reading a node the topology file left out (`Attribute arch of node cpu
+    // not found`): a static file written for another machine or NCCL version.
+    if has("Attribute ") && has(" of node ") && has("not found") {
+        return Fixed("topology_file_error");
     }
     // graph/xml.cc parsing NCCL_TOPO_FILE (or a topology dumped by another version).
     if has("XML Parse") || has("XML Mismatch") || has("XML Topology") || has("XML parser") || has("XML Import") {

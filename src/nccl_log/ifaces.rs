@@ -12,6 +12,11 @@
 //!   `cilium_host`, `cilium_net`, `cilium_vxlan`, `cilium_geneve` and endpoint veths `lxc` +
 //!   hex; Antrea's `antrea-gw0`; kube-router's `kube-bridge`; kube-proxy's IPVS dummy
 //!   `kube-ipvs0` (holds service addresses, never a node's).
+//! * The kernel: the fallback device each tunnel module creates in every network namespace
+//!   it is loaded in (`alloc_netdev` in net/ipv6/sit.c `sit0`, ip_gre.c `gre0`, `gretap0`,
+//!   `erspan0`, ip_vti.c `ip_vti0`, ip6_tunnel.c `ip6tnl0`, ip6_gre.c `ip6gre0`,
+//!   `ip6gretap0`, ip6_vti.c `ip6_vti0`; ipip.c's `tunl0` is Calico's IPIP device above):
+//!   no endpoints, at most a link-local address no other host can reach.
 
 /// What an interface of that name is, for a job across hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +52,8 @@ pub fn classify(name: &str) -> Option<(Kind, &'static str)> {
         "antrea-gw0" => (Overlay, "Antrea gateway"),
         "kube-bridge" => (Overlay, "kube-router bridge"),
         "kube-ipvs0" => (HostLocal, "kube-proxy IPVS dummy (service addresses)"),
+        "sit0" | "gre0" | "gretap0" | "erspan0" | "ip_vti0" | "ip6tnl0" | "ip6gre0" | "ip6gretap0"
+        | "ip6_vti0" => (HostLocal, "kernel fallback tunnel device"),
         _ if rest("br-").is_some_and(|h| hex(h, 12)) => (HostLocal, "Docker user-defined bridge"),
         _ if rest("veth").is_some_and(|h| hex(h, 7)) => (HostLocal, "Docker container veth"),
         _ if rest("vethwe-").is_some() => (Overlay, "Weave Net"),
@@ -82,6 +89,11 @@ mod tests {
             ("cali1234567890a", Some(Kind::HostLocal)),
             ("lxc0a1b2c3d4e5f", Some(Kind::HostLocal)),
             ("kube-ipvs0", Some(Kind::HostLocal)),
+            ("ip6tnl0", Some(Kind::HostLocal)),
+            ("sit0", Some(Kind::HostLocal)),
+            ("gre0", Some(Kind::HostLocal)),
+            ("ip6tnl1", None),
+            ("gre1", None),
             ("flannel.1", Some(Kind::Overlay)),
             ("cni0", Some(Kind::Overlay)),
             ("cilium_host", Some(Kind::Overlay)),

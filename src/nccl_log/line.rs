@@ -242,7 +242,11 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
     }
     let (host, pid) = host_pid(tok);
     // Placeholders (`<hostname>`, `XXXX`, markdown-emphasised `*server name*`) name no host.
-    let host = if host.starts_with('<') || host.contains('*') || host.bytes().all(|b| b == b'X' || b == b'x')
+    // So does a token of punctuation alone (`::16674:17023`, a host name cut away).
+    let host = if host.starts_with('<')
+        || host.contains('*')
+        || host.bytes().all(|b| b == b'X' || b == b'x')
+        || !host.bytes().any(|b| b.is_ascii_alphanumeric())
     {
         ""
     } else {

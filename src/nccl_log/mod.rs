@@ -756,10 +756,40 @@ pub struct Peer {
     pub rank: Option<u32>,
 }
 
+/// How a verdict weighs: a fail, a warning, or unknown: nothing could be judged
+/// (`no_nccl_output`), which is neither a pass nor a warning. An unknown verdict gives no
+/// envelope finding (as `check` keeps its not-evaluated keys out of its findings) and, alone,
+/// exit status 3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictSeverity {
+    Unknown,
+    Warn,
+    Fail,
+}
+
+impl VerdictSeverity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictSeverity::Unknown => "unknown",
+            VerdictSeverity::Warn => "warn",
+            VerdictSeverity::Fail => "fail",
+        }
+    }
+    /// The envelope finding's severity; none for unknown.
+    pub fn finding(self) -> Option<crate::finding::Severity> {
+        match self {
+            VerdictSeverity::Unknown => None,
+            VerdictSeverity::Warn => Some(crate::finding::Severity::Warn),
+            VerdictSeverity::Fail => Some(crate::finding::Severity::Fail),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     pub cause: String,
-    pub severity: crate::finding::Severity,
+    pub severity: VerdictSeverity,
     pub host: Option<String>,
     pub rank: Option<u32>,
     /// Other ranks with the same first failure (same cause, host, device and peer).

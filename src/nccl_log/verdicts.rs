@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
-use crate::finding::Severity;
+use super::VerdictSeverity as Severity;
 
 /// Root causes: a rank failed here first, for a reason of its own.
 const HARD: &[&str] = &[
@@ -46,6 +46,7 @@ const HARD: &[&str] = &[
     "net_plugin_provider_error",
     "net_plugin_error",
     "topology_file_error",
+    "graph_file_error",
 ];
 
 /// Warnings: the job can run, slower or at risk.
@@ -62,27 +63,27 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
     match cause {
         "ib_retry_exceeded" => (
             "status 12 (IBV_WC_RETRY_EXC_ERR): the remote NIC never acknowledged within timeout x retries. At start: the two NICs cannot reach each other (GID index, RoCE v1/v2, routing, cross-rail pair); later in a run: a lossy path (PFC/ECN, cable) or a dead peer",
-            "fabprobe links on both hosts (port state, symbol/link-down counters); fabprobe gids on both (same GID index and RoCE version); fabprobe ring between the two hosts",
+            "on {hosts}: `fabprobe links` (port state, symbol and link-down counters) and `fabprobe gids` (the same GID index and RoCE version on both); then `fabprobe ring` across {hosts}",
         ),
         "ib_rnr_retry_exceeded" => (
             "status 13 (IBV_WC_RNR_RETRY_EXC_ERR): the receiver had no receive posted for the retries; the peer process stalled or died",
-            "look at the peer rank's own log for its first error; fabprobe links on the peer host",
+            "the log of the rank on {peer} for its first error; on {peer}: `fabprobe links`",
         ),
         "ib_local_protection" => (
             "status 4 (IBV_WC_LOC_PROT_ERR): the NIC could not access the local buffer; with GPU buffers this is GPUDirect RDMA broken by PCIe ACS or IOMMU redirection (confirmed when NCCL_NET_GDR_LEVEL=LOC makes it work, slowly)",
-            "fabprobe gdr (ACS, IOMMU, peermem/DMA-BUF per GPU-NIC pair); fabprobe topo",
+            "on {host}: `fabprobe gdr` (ACS, IOMMU, peermem/DMA-BUF per GPU-NIC pair) and `fabprobe topo`",
         ),
         "ib_remote_access" => (
             "status 10 (IBV_WC_REM_ACCESS_ERR): the peer rejected the RDMA access (key or registration on the peer); often the peer's GDR or memory registration failed",
-            "the peer rank's log; fabprobe gdr on the peer host",
+            "the log of the rank on {peer}; on {peer}: `fabprobe gdr`",
         ),
         "ib_remote_op" => (
             "status 11 (IBV_WC_REM_OP_ERR): the peer could not complete the operation (its QP or memory in error)",
-            "the peer rank's log; fabprobe links on the peer host",
+            "the log of the rank on {peer}; on {peer}: `fabprobe links`",
         ),
         "ib_completion_error" => (
             "a work completion with an error status other than the usual ones; the vendor syndrome narrows it down",
-            "fabprobe links on both hosts; the vendor syndrome in the NIC vendor's documentation",
+            "on {hosts}: `fabprobe links`; look the vendor syndrome up in the NIC vendor's documentation",
         ),
         "ib_wr_flush" => (
             "status 5 (IBV_WC_WR_FLUSH_ERR): flushed work on a QP already in error; the first error is elsewhere (earlier, on the peer, or cut from this log)",
@@ -90,59 +91,63 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "ib_modify_qp_failed" => (
             "ibv_modify_qp failed while connecting (INIT->RTR/RTS): the address vector is unusable (wrong or link-local GID index, cross-rail pair on a rail-only fabric, no route)",
-            "fabprobe gids on both hosts; fabprobe nccl-env (GID index, NCCL_IB_HCA); try NCCL_CROSS_NIC=0 on rail-optimised fabrics",
+            "on {hosts}: `fabprobe gids` and `fabprobe nccl-env` (GID index, NCCL_IB_HCA); on a rail-optimised fabric try NCCL_CROSS_NIC=0",
         ),
         "gid_index_unusable" => (
             "the GID index in use cannot address the peer (EINVAL from ibv_modify_qp, or a link-local local GID): NCCL_IB_GID_INDEX forced to a wrong entry, or the automatic choice found no routable GID",
-            "fabprobe gids (which index NCCL picks); unset NCCL_IB_GID_INDEX or set it to the RoCE v2 IPv4 entry",
+            "on {host}: `fabprobe gids` (which index NCCL picks); unset NCCL_IB_GID_INDEX or set it to the RoCE v2 IPv4 entry",
         ),
         "ib_reg_mr_failed" => (
             "memory registration failed: usually the locked-memory limit (ulimit -l) is too small in the container or service, or GPU memory registration (peermem/DMA-BUF) is unavailable",
-            "ulimit -l (should be unlimited); fabprobe gdr",
+            "on {host}: `ulimit -l` in the job (should be unlimited) and `fabprobe gdr`",
         ),
         "ib_device_open_failed" => (
             "the RDMA device could not be opened: the container lacks /dev/infiniband, or the device is gone",
-            "fabprobe links; check the container's device mounts",
+            "on {host}: `fabprobe links`; check the container's device mounts (/dev/infiniband)",
         ),
         "ib_no_device" => (
             "NCCL found no RDMA device (or no libibverbs): inter-node traffic goes over TCP sockets",
-            "fabprobe links (are devices visible here?); fabprobe nccl-env",
+            "on {host}: `fabprobe links` (are RDMA devices visible here?) and `fabprobe nccl-env`",
         ),
         "net_socket_fallback" => (
             "ranks on different hosts connect over NET/Socket: TCP instead of RDMA, typically several times slower",
-            "fabprobe nccl-env on each host (NCCL_IB_DISABLE, NCCL_IB_HCA, devices visible)",
+            "on {all}: `fabprobe nccl-env` (NCCL_IB_DISABLE, NCCL_IB_HCA, devices visible)",
         ),
         "net_plugin_reg_mr_failed" => (
             "the network plugin could not register memory with its device: with GPU buffers, GPUDirect (peermem/DMA-BUF) or the provider's CUDA support is missing or mismatched; with host buffers, the locked-memory limit",
-            "`fabprobe gdr`; `ulimit -l` in the job (unlimited); the plugin's and the provider's versions against NCCL's (the plugin line above)",
+            "on {host}: `fabprobe gdr` and `ulimit -l` in the job (unlimited); compare the plugin's and the provider's versions with NCCL's (the plugin line above)",
         ),
         "net_plugin_provider_error" => (
             "the network plugin found no usable provider or protocol for its devices (libfabric provider missing, wrong FI_PROVIDER, or a device the provider does not support)",
-            "`fabprobe links` (are the devices there?); `fi_info -p efa` (or the provider named); check FI_PROVIDER and the plugin's version",
+            "on {host}: `fabprobe links` (are the devices there?) and `fi_info -p efa` (or the provider named); check FI_PROVIDER and the plugin's version",
         ),
         "net_plugin_error" => (
             "the network plugin reported an error of its own (device, endpoint, address vector or a failed request): the line names the call",
-            "`fabprobe links`; the plugin's issue tracker for the line's text, with the plugin version above",
+            "on {host}: `fabprobe links`; search the plugin's issue tracker for the line's text, with the plugin version above",
         ),
         "topology_file_error" => (
             "NCCL could not parse the topology XML it was told to load (NCCL_TOPO_FILE, or a file set in /etc/nccl.conf): a syntax error, a wrong version or a truncated file; NCCL init fails",
-            "check the file the log names (xmllint --noout FILE); regenerate it for this NCCL version (NCCL_TOPO_DUMP_FILE) or unset NCCL_TOPO_FILE",
+            "{xmllint}; regenerate it for this NCCL version (NCCL_TOPO_DUMP_FILE) or unset NCCL_TOPO_FILE",
+        ),
+        "graph_file_error" => (
+            "NCCL could not import the graph XML it was told to load (NCCL_GRAPH_FILE, often set by a VM image's /etc/nccl.conf): the graph names GPUs or NICs this job does not have (written for another GPU count or machine); NCCL init fails. A graph file is for experiments, not production",
+            "unset NCCL_GRAPH_FILE where it was set ({origin})",
         ),
         "topology_file_unreadable" => (
             "NCCL was told to load a topology XML (NCCL_TOPO_FILE) it could not open: it detects the topology itself instead, which on a VM can miss the real PCIe layout",
-            "check the path exists inside the container (ls -l the file the log names); fix or unset NCCL_TOPO_FILE",
+            "on {host}: {ls} inside the container; fix or unset NCCL_TOPO_FILE",
         ),
         "net_plugin_fallback" => (
             "a network plugin or transport failed while NCCL set up its networks, and NCCL recovered by moving on to the next one (src/plugin/net.cc): not a failure, but the network it then chose may not be the one intended",
-            "check the network NCCL chose (`Using network` in the log) is the intended one; `fabprobe nccl-env`",
+            "check that the network NCCL chose ('Using network' in the log) is the intended one; on {host}: `fabprobe nccl-env`",
         ),
         "socket_iface_loopback" => (
             "NCCL bootstrapped or connected over the loopback interface; other hosts cannot reach that address",
-            "on HOST: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share (`ip -br addr`)",
+            "on {host}: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share (`ip -br addr`)",
         ),
         "socket_iface_virtual" => (
             "NCCL bootstrapped or connected over a container, VM or CNI interface (a bridge, veth or tap end): its address is reachable from this host and its containers only",
-            "on HOST: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share, or exclude the virtual ones (NCCL_SOCKET_IFNAME=^docker,veth,virbr,cali,lxc,vnet)",
+            "on {host}: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share, or exclude the virtual ones (NCCL_SOCKET_IFNAME=^docker,veth,virbr,cali,lxc,vnet)",
         ),
         "socket_iface_overlay" => (
             "NCCL bootstrapped or connected over a Kubernetes overlay or pod gateway interface: other nodes reach it through encapsulation, slower than the host's own network",
@@ -150,23 +155,23 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "socket_no_interface" => (
             "no interface matched NCCL_SOCKET_IFNAME (or none was usable): NCCL cannot bootstrap",
-            "fabprobe nccl-env; ip -br addr",
+            "on {host}: `fabprobe nccl-env` and `ip -br addr`",
         ),
         "socket_connect_failed" => (
             "a TCP connection to a peer failed (refused, unreachable, timed out): firewall, wrong interface or address, or the peer not listening",
-            "fabprobe nccl-env on both hosts (socket interface); check the route and firewall between them",
+            "on {hosts}: `fabprobe nccl-env` (the socket interface); check the route and firewall between them",
         ),
         "remote_process_exited" => (
             "a peer closed or reset the connection: the remote process exited (crashed, was killed, or failed first); its own log holds the cause",
-            "the peer's log for its first error; dmesg on the peer host (OOM killer, Xid)",
+            "the log of the process on {peer} for its first error; on {peer}: `dmesg` (OOM killer, Xid)",
         ),
         "collective_timeout" => (
             "PyTorch's watchdog timed out on this collective: the ranks listed waited; the suspects (ranks of the communicator not timing out on it) never reached it or are stuck before it",
-            "the suspects' logs and stacks (py-spy dump); fabprobe ring across the suspects' hosts",
+            "the suspects' logs and stacks (py-spy dump); `fabprobe ring` across {suspects}",
         ),
         "gdr_disabled" => (
             "GPUDirect RDMA is off for this HCA: traffic bounces through host memory, often about 10x lower bandwidth",
-            "fabprobe gdr (peermem/DMA-BUF, ACS); fabprobe nccl-env (NCCL_NET_GDR_LEVEL against the path type)",
+            "on {host}: `fabprobe gdr` (peermem/DMA-BUF, ACS) and `fabprobe nccl-env` (NCCL_NET_GDR_LEVEL against the path type)",
         ),
         "version_mismatch" => (
             "ranks run different NCCL versions or configurations (messages of the wrong size between them)",
@@ -178,15 +183,15 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "cuda_system_not_ready" => (
             "CUDA error 802 (cudaErrorSystemNotReady, 'system not yet initialized'): CUDA would not start on this host. On an NVSwitch system (HGX/DGX) the Fabric Manager has not set up the NVLink fabric: it is stopped, failed, or not the driver's version",
-            "on that host: systemctl status nvidia-fabricmanager (start it; its version must equal the driver's, /var/log/fabricmanager.log says why it stopped); fabprobe topo shows the NVSwitches, the Fabric Manager and each GPU's fabric state",
+            "on {host}: `systemctl status nvidia-fabricmanager` (start it; its version must equal the driver's, /var/log/fabricmanager.log says why it stopped); `fabprobe topo` shows the NVSwitches, the Fabric Manager and each GPU's fabric state",
         ),
         "cuda_error" => (
             "a CUDA call failed inside NCCL (out of memory, initialization error, a lost GPU)",
-            "nvidia-smi; dmesg for Xid errors on that host",
+            "on {host}: `nvidia-smi`, and `dmesg` for Xid errors",
         ),
         "system_error" => (
             "a system or library call failed (socket, memory, verbs): the line says which",
-            "the line's call and errno; fabprobe links; fabprobe nccl-env",
+            "the line's call and errno; on {host}: `fabprobe links` and `fabprobe nccl-env`",
         ),
         "no_nccl_output" => (
             "the input has no NCCL line, so nothing can be judged (unknown, not a pass): NCCL_DEBUG was unset, or this is not the job's output",
@@ -194,15 +199,15 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "socket_connect_failed_refused" => (
             "a TCP connection to a peer was refused (errno 111): nothing listened on that address and port; the peer process had exited or not started, or the address is wrong (another interface, a stale MASTER_ADDR)",
-            "the peer's log for its first error; fabprobe nccl-env on both hosts (the socket interface and its address)",
+            "the log of the process on {peer} for its first error; on {hosts}: `fabprobe nccl-env` (the socket interface and its address)",
         ),
         "socket_connect_failed_timeout" => (
             "a TCP connection to a peer timed out (errno 110): packets to that address are dropped (firewall, security group, or an interface that only one host can reach)",
-            "fabprobe nccl-env on both hosts (NCCL_SOCKET_IFNAME); check the firewall between them for the address printed",
+            "on {hosts}: `fabprobe nccl-env` (NCCL_SOCKET_IFNAME); check the firewall between them for the address printed",
         ),
         "socket_connect_failed_noroute" => (
             "no route to the peer's address (errno 113/101): NCCL picked an interface or address the other host cannot reach",
-            "fabprobe nccl-env on both hosts; set NCCL_SOCKET_IFNAME to the interface both hosts share",
+            "on {hosts}: `fabprobe nccl-env`; set NCCL_SOCKET_IFNAME to the interface both hosts share",
         ),
         "unclassified_failure" => (
             "NCCL warned or returned an error that no rule here explains: the line is NCCL's own words, and the return code says the class (system error: a call into the OS or a library failed; internal error: NCCL's own check; invalid usage: the application or launcher; remote error: a peer)",
@@ -210,11 +215,11 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "cuda_oom" => (
             "CUDA ran out of GPU memory inside NCCL (its buffers, channels or proxy): the application holds nearly all of the GPU, or another process shares it",
-            "nvidia-smi (memory per process); lower the batch or leave headroom; NCCL_BUFFSIZE or fewer channels (NCCL_MAX_NCHANNELS) shrink NCCL's share",
+            "on {host}: `nvidia-smi` (memory per process); lower the batch or leave headroom; NCCL_BUFFSIZE or fewer channels (NCCL_MAX_NCHANNELS) shrink NCCL's share",
         ),
         "shm_alloc_failed" => (
             "NCCL could not create or extend its shared-memory segment in /dev/shm: in containers /dev/shm is often 64 MB, too small for NCCL's SHM transport",
-            "df -h /dev/shm inside the container; docker run --shm-size=16g (or --ipc=host), Kubernetes: an emptyDir with medium Memory on /dev/shm",
+            "on {host}: `df -h /dev/shm` inside the container; docker run --shm-size=16g (or --ipc=host); Kubernetes: an emptyDir with medium Memory on /dev/shm",
         ),
         "duplicate_gpu" => (
             "two ranks of one communicator use the same GPU (same host and bus id): the launcher started more ranks than GPUs, or every rank selects device 0",
@@ -226,27 +231,27 @@ pub fn explain(cause: &str) -> (&'static str, &'static str) {
         ),
         "ib_port_error" => (
             "the IB/RoCE port reported an asynchronous port error: the link went down under the job",
-            "fabprobe links on that host (port state, link-down counters); the switch port and the cable",
+            "on {host}: `fabprobe links` (port state, link-down counters); then the switch port and the cable",
         ),
         "ib_device_fatal" => (
             "the RDMA device reported a local catastrophic error: the NIC firmware or hardware failed and every QP on it is dead",
-            "dmesg on that host (mlx5 health, firmware syndrome); fabprobe links; reset or replace the NIC before rejoining the node",
+            "on {host}: `dmesg` (mlx5 health, firmware syndrome) and `fabprobe links`; reset or replace the NIC before the node rejoins",
         ),
         "ib_async_error" => (
             "the RDMA device reported an asynchronous error event (a QP, CQ or SRQ went into error)",
-            "dmesg on that host; fabprobe links",
+            "on {host}: `dmesg` and `fabprobe links`",
         ),
         "ib_gid_change" => (
             "the port's GID table changed while the job ran (an address added or removed on the netdev, often by a container runtime): a GID index chosen at start may now point elsewhere",
-            "fabprobe gids on that host; keep addresses on RDMA netdevs stable during jobs",
+            "on {host}: `fabprobe gids`; keep addresses on RDMA netdevs stable during jobs",
         ),
         "ib_verbs_unavailable" => (
             "libibverbs could not be loaded, so NCCL has no IB/RoCE transport and falls back to TCP sockets",
-            "install rdma-core/libibverbs in the container (ldconfig -p | grep libibverbs); fabprobe nccl-env",
+            "install rdma-core/libibverbs in the container (`ldconfig -p | grep libibverbs`); on {host}: `fabprobe nccl-env`",
         ),
         "proxy_connection_failed" => (
             "NCCL's proxy thread failed an operation for a peer (connect or setup); usually the consequence of a socket or transport failure the lines before it name",
-            "the WARN lines just before it on the same rank; fabprobe nccl-env on both hosts",
+            "the WARN lines just before it on the same rank; on {hosts}: `fabprobe nccl-env`",
         ),
         _ => ("", ""),
     }
@@ -269,7 +274,8 @@ impl Ctx<'_> {
     }
     fn host_of(&self, s: &Sighting) -> Option<String> {
         if s.proc_.host != 0 {
-            return Some(self.a.host_name(s.proc_.host).to_string());
+            let h = self.a.host_name(s.proc_.host);
+            return (!h.is_empty()).then(|| h.to_string());
         }
         self.rank_of(s).and_then(|r| self.rank_host.get(&r).cloned())
     }
@@ -413,7 +419,10 @@ pub(super) fn build(a: Analyzer) -> Report {
         let set = host_ranks.entry(name.clone()).or_default();
         if let Some(r) = p.rank {
             set.insert(r);
-            rank_host.entry(r).or_insert(name);
+            // A process with no host name (a header cut away) names no rank's host.
+            if !name.is_empty() {
+                rank_host.entry(r).or_insert(name);
+            }
         }
     }
     let ctx = Ctx {
@@ -591,6 +600,7 @@ pub(super) fn build(a: Analyzer) -> Report {
         ));
     }
     verdicts.extend(virtual_ifaces(&a, multi_host));
+    iface_explains(&mut verdicts);
     let socket_conns = a.transports.keys().any(|k| k == "NET/Socket");
     if multi_host && (socket_conns || a.networks.contains("Socket")) {
         verdicts.push(derived(
@@ -628,12 +638,13 @@ pub(super) fn build(a: Analyzer) -> Report {
     if verdicts.is_empty() && a.nccl_lines == 0 && a.versions.is_empty() {
         verdicts.push(derived(
             "no_nccl_output",
-            Severity::Warn,
+            Severity::Unknown,
             format!("no NCCL line in {} line(s) of input", a.lines),
         ));
     }
     for v in &mut verdicts {
         annotate(&a, v);
+        fill_next(&ctx, v);
     }
     rank_verdicts(&mut verdicts);
     let summary = summarise(&a, &ctx);
@@ -677,11 +688,44 @@ fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
             }
             v.host = Some(host.clone());
             v.device = Some(name.to_string());
-            v.next = v.next.replace("HOST", host);
             out.push(v);
         }
     }
     out
+}
+
+/// A host-local interface NCCL gave out explains the socket connect failures: across hosts
+/// (a fail) every one, since peers dial the address it advertised; on one host those whose
+/// address names it as its scope (`fe80::1%ip6tnl0<46681>`). The interface is the verdict
+/// (a fail), the connect failures are listed under it.
+fn iface_explains(verdicts: &mut Vec<Verdict>) {
+    let scope = |v: &Verdict| {
+        let addr = v.peer.as_ref()?.addr.as_deref()?;
+        let s = addr.split_once('%')?.1;
+        Some(s.split('<').next().unwrap_or(s).to_string())
+    };
+    let mut i = 0;
+    while i < verdicts.len() {
+        if verdicts[i].cause != "socket_connect_failed" {
+            i += 1;
+            continue;
+        }
+        let sc = scope(&verdicts[i]);
+        let root = verdicts.iter().position(|v| {
+            matches!(v.cause.as_str(), "socket_iface_loopback" | "socket_iface_virtual")
+                && (v.severity == Severity::Fail || (sc.is_some() && v.device == sc))
+        });
+        let Some(r) = root else {
+            i += 1;
+            continue;
+        };
+        let c = verdicts.remove(i);
+        let r = if r > i { r - 1 } else { r };
+        let v = &mut verdicts[r];
+        v.severity = Severity::Fail;
+        v.explains.push(format!("{}{}", c.cause, describe(&c)));
+        v.knock_ons += 1 + c.knock_ons;
+    }
 }
 
 /// What the whole log adds to a verdict: the plugin and its version for a plugin's own
@@ -701,10 +745,84 @@ fn annotate(a: &Analyzer, v: &mut Verdict) {
             v.meaning.push_str(&format!(" (plugin: {})", named.join(", ")));
         }
     }
-    if v.cause.starts_with("topology_file") && !a.topo_files.is_empty() {
+    if (v.cause.starts_with("topology_file") || v.cause == "graph_file_error") && !a.topo_files.is_empty() {
         let said: Vec<&str> = a.topo_files.iter().map(String::as_str).collect();
         v.meaning.push_str(&format!("; the log says: {}", said.join("; ")));
     }
+}
+
+/// At most this many hosts are named in one next step; more are counted.
+const MAX_NAMED_HOSTS: usize = 4;
+
+/// `a`, `a and b`, `a, b, c and 2 more`.
+fn host_list(hosts: &[&str]) -> String {
+    let named: Vec<&str> = hosts.iter().copied().take(MAX_NAMED_HOSTS).collect();
+    let more = hosts.len() - named.len();
+    match (named.as_slice(), more) {
+        ([], _) => String::new(),
+        ([one], 0) => one.to_string(),
+        (n, 0) => format!("{} and {}", n[..n.len() - 1].join(", "), n[n.len() - 1]),
+        (n, m) => format!("{} and {m} more", n.join(", ")),
+    }
+}
+
+/// The file a `NCCL_TOPO_FILE set ... to PATH` or `NCCL_GRAPH_FILE set ... to PATH` line
+/// names, for the variable asked.
+fn said_file<'a>(a: &'a Analyzer, var: &str) -> Option<&'a str> {
+    a.topo_files
+        .iter()
+        .filter(|l| l.starts_with(var) || (var == "NCCL_TOPO_FILE" && l.starts_with("Loading topology file")))
+        .find_map(|l| l.split_whitespace().last())
+        .map(|p| p.trim_end_matches('.'))
+        .filter(|p| p.contains('/'))
+}
+
+/// The next step with what the log knows put in, so it pastes: `{host}` the verdict's host,
+/// `{peer}` its peer's, `{hosts}` both, `{all}` the log's hosts, `{suspects}` the suspects'
+/// hosts, and the topology or graph file; what the log does not name stays a phrase
+/// ("that host"), never a placeholder.
+fn fill_next(ctx: &Ctx, v: &mut Verdict) {
+    let host = v.host.as_deref().filter(|h| !h.is_empty());
+    let peer = v.peer.as_ref().and_then(|p| p.host.as_deref());
+    let hosts = match (host, peer) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(b)) => format!("{a} and {b}"),
+        (Some(a), None) => format!("{a} and the peer's host"),
+        (None, Some(b)) => format!("{b} and the other host"),
+        (None, None) => "both hosts".into(),
+    };
+    let all: Vec<&str> = ctx.host_ranks.keys().map(String::as_str).filter(|h| !h.is_empty()).collect();
+    let all = if all.is_empty() { "each host".to_string() } else { host_list(&all) };
+    let mut sus: Vec<&str> = v
+        .suspects
+        .iter()
+        .filter_map(|r| ctx.rank_host.get(r).map(String::as_str))
+        .collect();
+    sus.dedup();
+    let suspects = if sus.is_empty() { "the suspects' hosts".to_string() } else { host_list(&sus) };
+    let topo = said_file(ctx.a, "NCCL_TOPO_FILE");
+    let xmllint = match topo {
+        Some(f) => format!("`xmllint --noout {f}`"),
+        None => "check the topology XML NCCL loaded with xmllint --noout".into(),
+    };
+    let ls = match topo {
+        Some(f) => format!("`ls -l {f}`"),
+        None => "check that the NCCL_TOPO_FILE path exists".into(),
+    };
+    let origin = match said_file(ctx.a, "NCCL_GRAPH_FILE") {
+        Some(f) => format!("{f}: the environment, /etc/nccl.conf or ~/.nccl.conf, all of which NCCL reports as set by environment"),
+        None => "the environment, /etc/nccl.conf or ~/.nccl.conf".into(),
+    };
+    v.next = v
+        .next
+        .replace("{hosts}", &hosts)
+        .replace("{host}", host.unwrap_or("that host"))
+        .replace("{peer}", peer.unwrap_or("the peer's host"))
+        .replace("{all}", &all)
+        .replace("{suspects}", &suspects)
+        .replace("{xmllint}", &xmllint)
+        .replace("{ls}", &ls)
+        .replace("{origin}", &origin);
 }
 
 /// Fail before warn; among fails, a cause no rule explains after every classified one

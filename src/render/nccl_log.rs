@@ -8,7 +8,9 @@ use crate::render::text;
 pub fn findings(r: &Report) -> Vec<Finding> {
     r.verdicts
         .iter()
-        .map(|v| {
+        .filter_map(|v| {
+            // Unknown is no finding: nothing was judged (exit 3 says so).
+            let severity = v.severity.finding()?;
             let subject = match (&v.host, v.rank) {
                 (Some(h), Some(k)) => format!("{h} rank {k}"),
                 (Some(h), None) => h.clone(),
@@ -17,7 +19,7 @@ pub fn findings(r: &Report) -> Vec<Finding> {
             };
             let mut f = Finding::new(
                 &format!("nccl_log.{}", v.cause),
-                v.severity,
+                severity,
                 subject,
                 v.meaning.clone(),
             )
@@ -26,7 +28,7 @@ pub fn findings(r: &Report) -> Vec<Finding> {
             if !v.file.is_empty() {
                 f = f.evidence("at", format!("{}:{}", v.file, v.line_no));
             }
-            f
+            Some(f)
         })
         .collect()
 }
@@ -157,10 +159,9 @@ fn verdict(v: &Verdict) -> String {
 
 /// Nothing to judge: the input had no NCCL line (exit 3, neither pass nor fault).
 pub fn unknown(r: &Report) -> bool {
-    r.verdicts.iter().any(|v| v.cause == "no_nccl_output")
-        && r.verdicts
-            .iter()
-            .all(|v| v.severity != crate::finding::Severity::Fail)
+    use crate::nccl_log::VerdictSeverity;
+    r.verdicts.iter().any(|v| v.severity == VerdictSeverity::Unknown)
+        && r.verdicts.iter().all(|v| v.severity != VerdictSeverity::Fail)
 }
 
 /// Who a verdict is about, in a few words: `h rank 4 mlx5_0` (a CUDA device says less
@@ -181,7 +182,7 @@ fn who(v: &Verdict) -> String {
 
 /// `fabprobe nccl-log: FAIL  2 fail, 1 warn; worst: ib_retry_exceeded on host a rank 4`.
 fn headline(r: &Report) -> String {
-    use crate::finding::Severity;
+    use crate::nccl_log::VerdictSeverity as Severity;
     let s = &r.summary;
     if unknown(r) {
         return text::wrap(
