@@ -1,6 +1,8 @@
 //! `man/` (pages and completions) must equal what the clap definition generates now.
 //! Regenerate with: cargo run -- gen-docs man
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -101,6 +103,72 @@ fn man_pages_render_without_groff_warnings() {
         assert!(out.status.success(), "{name}: groff failed");
         assert!(out.stderr.is_empty(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// What a reader at an 80-column terminal gets from `man`: every page renders without a
+/// warning from `man --warnings` (groff's "cannot adjust line" among them), no rendered
+/// line is wider than 80 columns, and the EXTRA section's tables are preformatted (`.nf`),
+/// so man keeps their columns instead of refilling them into one paragraph.
+#[test]
+fn man_pages_fit_80_columns_without_man_warnings() {
+    if !Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        common::lab_unavailable(
+            "man_pages_fit_80_columns_without_man_warnings",
+            "man (man-db) is not installed",
+        );
+        return;
+    }
+    let mut preformatted = 0;
+    for (name, text) in pages() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("man").join(&name);
+        let out = Command::new("man")
+            .args(["--warnings", "-l"])
+            .arg(&path)
+            .env("MANWIDTH", "80")
+            .env_remove("MAN_KEEP_FORMATTING")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: man failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            page.lines().count() > 20,
+            "{name}: man rendered {} lines",
+            page.lines().count()
+        );
+        let wide: Vec<&str> = page.lines().filter(|l| l.chars().count() > 80).collect();
+        assert!(
+            wide.is_empty(),
+            "{name}: {} lines over 80 columns:\n{}",
+            wide.len(),
+            wide.join("\n")
+        );
+        if let Some(extra) = text.split(".SH EXTRA\n").nth(1) {
+            let extra = extra.split("\n.SH ").next().unwrap();
+            let indented = extra.lines().any(|l| l.starts_with(' '));
+            assert!(
+                !indented || extra.contains("\n.nf\n"),
+                "{name}: indented EXTRA lines outside .nf"
+            );
+            preformatted += usize::from(extra.contains("\n.nf\n"));
+        }
+    }
+    assert!(
+        preformatted >= 10,
+        "only {preformatted} pages have preformatted EXTRA blocks"
+    );
 }
 
 /// Every page has EXAMPLES and EXIT STATUS, and a SYNOPSIS that names option values.
