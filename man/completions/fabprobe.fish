@@ -79,6 +79,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s v -l verbose -
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom gids --output /var/lib/node_exporter/fabprobe-gids.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -93,6 +94,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -108,6 +110,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l ifname -d 'Onl
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom qos --output /var/lib/node_exporter/fabprobe-qos.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -210,6 +213,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l expect -d 'The nodes that should have reported (a Slurm hostlist, e.g. gpu[001-128]); those without a report are listed as missing' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l html -d 'Also write the sweep as a self-contained HTML page: fleet map, node x cause grid, drain list (fabprobe-report(1))' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom sweep reports/ --output /var/lib/node_exporter/fleet.prom` (0 reports read is still an error, exit 2, and writes nothing)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
