@@ -242,6 +242,47 @@ fn split_words(s: &str) -> Vec<String> {
     out
 }
 
+/// The bash completion of `--policy` offers the shipped policy names and files, and that of
+/// `--device` the RDMA devices in /sys/class/infiniband: here a private mount namespace
+/// whose /sys/class holds a made-up infiniband directory (mlx5_0, mlx5_bond_0).
+#[test]
+fn bash_completes_policy_names_files_and_rdma_devices() {
+    let test = "bash_completes_policy_names_files_and_rdma_devices";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("man/completions/fabprobe.bash");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("dgx-mine.toml"), "").unwrap();
+    std::fs::create_dir_all(tmp.path().join("class/infiniband/mlx5_0")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("class/infiniband/mlx5_bond_0")).unwrap();
+    let complete = |words: &str, cur: &str, prev: &str| {
+        format!(
+            "COMP_WORDS=({words} '{cur}'); COMP_CWORD=${{#COMP_WORDS[@]}}; COMP_CWORD=$((COMP_CWORD-1)); \
+             _fabprobe fabprobe '{cur}' {prev}; echo \"${{COMPREPLY[*]}}\""
+        )
+    };
+    let body = format!(
+        "set -e; mount --bind {cls} /sys/class; source {script}; cd {dir}; {a}; {b}; {c}",
+        cls = tmp.path().join("class").display(),
+        script = script.display(),
+        dir = tmp.path().display(),
+        a = complete("fabprobe check --policy", "dgx", "--policy"),
+        b = complete("fabprobe check --show-policy", "", "--show-policy"),
+        c = complete("fabprobe gids --device", "mlx5_b", "--device"),
+    );
+    let out = match Command::new("unshare").args(["-m", "bash", "-c", &body]).output() {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            common::lab_unavailable(test, &format!("unshare -m failed: {}", String::from_utf8_lossy(&o.stderr)));
+            return;
+        }
+        Err(e) => {
+            common::lab_unavailable(test, &format!("no unshare: {e}"));
+            return;
+        }
+    };
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines, ["dgx-h100 dgx-mine.toml", "default dgx-h100 hdr-a100 roce-dcqcn", "mlx5_bond_0"]);
+}
+
 /// `fabprobe completions SHELL` prints what `man/completions/` holds.
 #[test]
 fn completions_subcommand_prints_the_packaged_files() {

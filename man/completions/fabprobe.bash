@@ -154,11 +154,11 @@ _fabprobe() {
             fi
             case "${prev}" in
                 --policy)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "default dgx-h100 hdr-a100 roce-dcqcn" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --show-policy)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "default dgx-h100 hdr-a100 roce-dcqcn" -- "${cur}"))
                     return 0
                     ;;
                 --interval)
@@ -314,7 +314,7 @@ _fabprobe() {
             fi
             case "${prev}" in
                 --device)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --output)
@@ -854,7 +854,7 @@ _fabprobe() {
                     return 0
                     ;;
                 --device)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --gid-index)

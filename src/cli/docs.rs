@@ -47,9 +47,7 @@ pub fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
         ShellArg::Zsh => Shell::Zsh,
         ShellArg::Fish => Shell::Fish,
     };
-    let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
-    super::emit(&String::from_utf8_lossy(&buf))?;
+    super::emit(&completion_script(shell)?)?;
     Ok(Outcome::Pass)
 }
 
@@ -65,13 +63,59 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
         let page = sub.clone().name(name.clone()).display_name(name.clone()).bin_name(name.clone());
         write_page(dir, &format!("{name}.1"), page, sub.get_name())?;
     }
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let mut c = super::command();
-        clap_complete::generate_to(shell, &mut c, "fabprobe", &comp_dir)
-            .with_context(|| format!("cannot write {shell} completions into {}", comp_dir.display()))?;
+    for (shell, file) in [(Shell::Bash, "fabprobe.bash"), (Shell::Zsh, "_fabprobe"), (Shell::Fish, "fabprobe.fish")] {
+        let path = comp_dir.join(file);
+        std::fs::write(&path, completion_script(shell)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
+
+/// clap_complete's script for `shell`, with values it cannot know from the clap definition:
+/// `--policy` offers the built-in policy names as well as files, `--show-policy` the names,
+/// and `--device` the RDMA devices in /sys/class/infiniband when completing.
+pub fn completion_script(shell: Shell) -> anyhow::Result<String> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
+    let script = String::from_utf8(buf).context("clap_complete wrote non-UTF-8")?;
+    let names = crate::check::policy::BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" ");
+    let case = |flag: &str, reply: &str| {
+        let from = format!("                {flag})\n                    COMPREPLY=($(compgen -f \"${{cur}}\"))\n");
+        (from, format!("                {flag})\n                    COMPREPLY=({reply})\n"))
+    };
+    let subs: Vec<(String, String)> = match shell {
+        Shell::Bash => vec![
+            case("--policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\") $(compgen -f -- \"${{cur}}\")")),
+            case("--show-policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\")")),
+            case("--device", "$(compgen -W \"$(ls /sys/class/infiniband 2>/dev/null)\" -- \"${cur}\")"),
+        ],
+        Shell::Zsh => vec![
+            (
+                ":NAME|FILE:_default'".into(),
+                format!(":NAME|FILE:_alternative \"policies:built-in policy:({names})\" \"files:policy file:_files\"'"),
+            ),
+            ("]:NAME:_default'".into(), format!("]:NAME:({names})'")),
+            (":DEV:_default'".into(), format!(":DEV:{ZSH_DEVICES}'")),
+            (":DEV[:PORT]:_default'".into(), format!(":DEV[:PORT]:{ZSH_DEVICES}'")),
+        ],
+        Shell::Fish => vec![
+            (" -l policy -d ".into(), format!(" -l policy -F -a \"{names}\" -d ")),
+            (" -l show-policy -d ".into(), format!(" -l show-policy -f -a \"{names}\" -d ")),
+            (" -l device -d ".into(), " -l device -f -a \"(ls /sys/class/infiniband 2>/dev/null)\" -d ".into()),
+        ],
+        _ => Vec::new(),
+    };
+    let mut script = script;
+    for (from, to) in subs {
+        // clap_complete's layout changed: fail generation rather than ship a script that
+        // silently lost these completions.
+        anyhow::ensure!(script.contains(&from), "{shell} completions: `{}` not found", from.trim());
+        script = script.replace(&from, &to);
+    }
+    Ok(script)
+}
+
+/// zsh: the names in /sys/class/infiniband (no colon in it: _arguments splits on them).
+const ZSH_DEVICES: &str = "{local -a d=(/sys/class/infiniband/*(N)); compadd -- ${d##*/}}";
 
 /// One page: clap_mangen's sections, with a SYNOPSIS that shows each option's value
 /// (`--root SNAPSHOT`, not `--root`) and this command's EXAMPLES and EXIT STATUS.
