@@ -102,6 +102,72 @@ fn man_pages_render_without_groff_warnings() {
     }
 }
 
+/// What a reader at an 80-column terminal gets from `man`: every page renders without a
+/// warning from `man --warnings` (groff's "cannot adjust line" among them), no rendered
+/// line is wider than 80 columns, and the EXTRA section's tables are preformatted (`.nf`),
+/// so man keeps their columns instead of refilling them into one paragraph.
+#[test]
+fn man_pages_fit_80_columns_without_man_warnings() {
+    if !Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        common::lab_unavailable(
+            "man_pages_fit_80_columns_without_man_warnings",
+            "man (man-db) is not installed",
+        );
+        return;
+    }
+    let mut preformatted = 0;
+    for (name, text) in pages() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("man").join(&name);
+        let out = Command::new("man")
+            .args(["--warnings", "-l"])
+            .arg(&path)
+            .env("MANWIDTH", "80")
+            .env_remove("MAN_KEEP_FORMATTING")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: man failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            page.lines().count() > 20,
+            "{name}: man rendered {} lines",
+            page.lines().count()
+        );
+        let wide: Vec<&str> = page.lines().filter(|l| l.chars().count() > 80).collect();
+        assert!(
+            wide.is_empty(),
+            "{name}: {} lines over 80 columns:\n{}",
+            wide.len(),
+            wide.join("\n")
+        );
+        if let Some(extra) = text.split(".SH EXTRA\n").nth(1) {
+            let extra = extra.split("\n.SH ").next().unwrap();
+            let indented = extra.lines().any(|l| l.starts_with(' '));
+            assert!(
+                !indented || extra.contains("\n.nf\n"),
+                "{name}: indented EXTRA lines outside .nf"
+            );
+            preformatted += usize::from(extra.contains("\n.nf\n"));
+        }
+    }
+    assert!(
+        preformatted >= 10,
+        "only {preformatted} pages have preformatted EXTRA blocks"
+    );
+}
+
 /// Every page has EXAMPLES and EXIT STATUS, and a SYNOPSIS that names option values.
 #[test]
 fn man_pages_have_examples_exit_status_and_real_synopsis() {
@@ -171,6 +237,47 @@ fn split_words(s: &str) -> Vec<String> {
         out.push(cur);
     }
     out
+}
+
+/// The bash completion of `--policy` offers the shipped policy names and files, and that of
+/// `--device` the RDMA devices in /sys/class/infiniband: here a private mount namespace
+/// whose /sys/class holds a made-up infiniband directory (mlx5_0, mlx5_bond_0).
+#[test]
+fn bash_completes_policy_names_files_and_rdma_devices() {
+    let test = "bash_completes_policy_names_files_and_rdma_devices";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("man/completions/fabprobe.bash");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("dgx-mine.toml"), "").unwrap();
+    std::fs::create_dir_all(tmp.path().join("class/infiniband/mlx5_0")).unwrap();
+    std::fs::create_dir_all(tmp.path().join("class/infiniband/mlx5_bond_0")).unwrap();
+    let complete = |words: &str, cur: &str, prev: &str| {
+        format!(
+            "COMP_WORDS=({words} '{cur}'); COMP_CWORD=${{#COMP_WORDS[@]}}; COMP_CWORD=$((COMP_CWORD-1)); \
+             _fabprobe fabprobe '{cur}' {prev}; echo \"${{COMPREPLY[*]}}\""
+        )
+    };
+    let body = format!(
+        "set -e; mount --bind {cls} /sys/class; source {script}; cd {dir}; {a}; {b}; {c}",
+        cls = tmp.path().join("class").display(),
+        script = script.display(),
+        dir = tmp.path().display(),
+        a = complete("fabprobe check --policy", "dgx", "--policy"),
+        b = complete("fabprobe check --show-policy", "", "--show-policy"),
+        c = complete("fabprobe gids --device", "mlx5_b", "--device"),
+    );
+    let out = match Command::new("unshare").args(["-m", "bash", "-c", &body]).output() {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            common::lab_unavailable(test, &format!("unshare -m failed: {}", String::from_utf8_lossy(&o.stderr)));
+            return;
+        }
+        Err(e) => {
+            common::lab_unavailable(test, &format!("no unshare: {e}"));
+            return;
+        }
+    };
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines, ["dgx-h100 dgx-mine.toml", "default dgx-h100 hdr-a100 roce-dcqcn", "mlx5_bond_0"]);
 }
 
 /// `fabprobe completions SHELL` prints what `man/completions/` holds.

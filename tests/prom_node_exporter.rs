@@ -107,7 +107,21 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
     ];
     let mut want = BTreeSet::new();
     for (name, args) in &outputs {
-        let text = fabprobe(args);
+        // Each probe's file as a textfile job writes it: --output, exit 0 although
+        // ib-degraded's links fail (the verdict is in the file).
+        let file = dir.path().join(format!("{name}.prom"));
+        let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(args)
+            .arg("--output")
+            .arg(&file)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty(), "{name}: --output writes the file, not stdout");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text, fabprobe(args), "{name}: the file differs from stdout");
+        assert!(text.contains(&format!("\nfabprobe_{name}_verdict ")), "{name}: no verdict\n{text}");
         let fams = families(&text);
         assert!(!fams.is_empty(), "{name}: no metric at all");
         for f in &fams {
@@ -117,8 +131,25 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
             );
         }
         want.extend(fams);
-        std::fs::write(dir.path().join(format!("{name}.prom")), text).unwrap();
     }
+    // A sweep of the failing node's check report, written the same way.
+    let reports = tempfile::tempdir().unwrap();
+    let report = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "json", "check", "--policy", "dgx-h100"]);
+    std::fs::write(reports.path().join("gpu01.json"), report).unwrap();
+    let sweep_file = dir.path().join("sweep.prom");
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--format", "prom", "sweep"])
+        .arg(reports.path())
+        .arg("--output")
+        .arg(&sweep_file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "sweep: {}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&sweep_file).unwrap();
+    assert!(text.contains("fabprobe_sweep_bad_node{"), "{text}");
+    // A family with no series (no outlier in one node) is not exposed by node_exporter.
+    let sampled = |f: &String| text.lines().any(|l| !l.starts_with('#') && l.starts_with(f.as_str()));
+    want.extend(families(&text).into_iter().filter(sampled));
     // The textfile pattern: one node, two policies, each written by `check --output`, which
     // exits 0 once the file is written although the node fails (the verdict is inside).
     for pol in ["dgx-h100", "default"] {
@@ -178,6 +209,7 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
     assert!(!log.contains("error gathering metrics"), "{log}");
     assert!(!log.contains("collected before"), "{log}");
     assert!(!body.contains("collected before"), "{body}");
+    assert!(body.contains("\nfabprobe_links_verdict 2\n"), "{body}");
     for pol in ["dgx-h100", "default"] {
         assert!(
             body.contains(&format!("\nfabprobe_check_verdict{{policy=\"{pol}\"}} 2\n")),

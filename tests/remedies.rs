@@ -262,11 +262,18 @@ fn every_fabprobe_subcommand_named_in_the_source_exists() {
     assert!(bad.is_empty(), "not subcommands ({subs:?}):\n{}", bad.join("\n"));
 }
 
-/// The README's sample verdict lines (`next: ...`) name real subcommands too.
+/// The README's and docs/*.md's sample verdict lines (`next: ...`) name real subcommands too.
 #[test]
 fn every_fabprobe_subcommand_in_the_readme_next_steps_exists() {
     let subs = subcommands();
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            readme.push_str(&std::fs::read_to_string(&p).unwrap());
+        }
+    }
     let next: Vec<&str> = readme
         .lines()
         .filter(|l| l.trim_start().starts_with("next:"))

@@ -154,11 +154,11 @@ _fabprobe() {
             fi
             case "${prev}" in
                 --policy)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "default dgx-h100 hdr-a100 roce-dcqcn" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --show-policy)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "default dgx-h100 hdr-a100 roce-dcqcn" -- "${cur}"))
                     return 0
                     ;;
                 --interval)
@@ -307,13 +307,17 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gids)
-            opts="-v -h -V --show-gids --device --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --show-gids --device --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --device)
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -569,7 +573,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__links)
-            opts="-v -h -V --interval --baseline --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --interval --baseline --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -580,6 +584,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -679,7 +687,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__qos)
-            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -698,6 +706,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --lldp-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -842,7 +854,7 @@ _fabprobe() {
                     return 0
                     ;;
                 --device)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --gid-index)
@@ -971,7 +983,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__sweep)
-            opts="-v -h -V --expect --drain --drain-outliers --html --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --expect --drain --drain-outliers --html --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -982,6 +994,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -50,8 +50,8 @@ complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "topo" -d 'The GPU
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "completions" -d 'Print shell completions for bash, zsh or fish'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "gen-docs" -d 'Write man pages and shell completions (for packaging; used by the tests)'
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l policy -d 'The policy: a built-in name (default, dgx-h100, hdr-a100, roce-dcqcn) or a TOML file' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy -d 'Print the named built-in policy\'s TOML (to copy and edit) and exit' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l policy -F -a "default dgx-h100 hdr-a100 roce-dcqcn" -d 'The policy: a built-in name (default, dgx-h100, hdr-a100, roce-dcqcn) or a TOML file' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l show-policy -f -a "default dgx-h100 hdr-a100 roce-dcqcn" -d 'Print the named built-in policy\'s TOML (to copy and edit) and exit' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l interval -d 'Sample the port counters twice, SECONDS apart, so counter rates can be judged (live)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 'An earlier snapshot of the same host: counter rates from it to --root (or live)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l require -d 'A policy key that must be evaluated (repeatable): one that could not be fails the check instead of being noted in the verdict line, e.g. --require counters.max_per_hour' -r
@@ -78,7 +78,8 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l nccl-version -
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -d 'Print version'
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -d 'Only this RDMA device (like `show_gids DEV`)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device (like `show_gids DEV`)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom gids --output /var/lib/node_exporter/fabprobe-gids.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -93,6 +94,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -108,6 +110,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l ifname -d 'Onl
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom qos --output /var/lib/node_exporter/fabprobe-qos.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -153,7 +156,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l transport -d 
 rdma\t'ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device, NCCL_IB_HCA, the data interface\'s port) and NCCL\'s GID index (--gid-index, NCCL_IB_GID_INDEX)'
 auto\t'rdma where every rank has a usable RDMA port, else tcp'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l ifname -d 'Data interface, NCCL_SOCKET_IFNAME syntax: prefixes, `^` excludes, `=` exact (default: $NCCL_SOCKET_IFNAME, else NCCL\'s own default order)' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l device -d 'RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default: NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'RDMA port for --transport rdma/auto, `mlx5_0` or `mlx5_0:1` (exact name; default: NCCL_IB_HCA rules, then the ACTIVE port whose netdev is the data interface)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l gid-index -d 'GID index for RoCE (default: NCCL_IB_GID_INDEX, else NCCL\'s automatic choice, as `fabprobe gids` shows it)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l timeout -d 'Deadline in seconds for every wait (bootstrap, link setup, each chunk)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l join-timeout -d 'How long ranks may take to join, in seconds (default max(60, --timeout)): launchers start the ranks of a big job seconds apart; a rank that has not joined by then is named as missing' -r
@@ -210,6 +213,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s h -l help
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l expect -d 'The nodes that should have reported (a Slurm hostlist, e.g. gpu[001-128]); those without a report are listed as missing' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l html -d 'Also write the sweep as a self-contained HTML page: fleet map, node x cause grid, drain list (fabprobe-report(1))' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom sweep reports/ --output /var/lib/node_exporter/fleet.prom` (0 reports read is still an error, exit 2, and writes nothing)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

@@ -47,9 +47,7 @@ pub fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
         ShellArg::Zsh => Shell::Zsh,
         ShellArg::Fish => Shell::Fish,
     };
-    let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
-    super::emit(&String::from_utf8_lossy(&buf))?;
+    super::emit(&completion_script(shell)?)?;
     Ok(Outcome::Pass)
 }
 
@@ -65,13 +63,59 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
         let page = sub.clone().name(name.clone()).display_name(name.clone()).bin_name(name.clone());
         write_page(dir, &format!("{name}.1"), page, sub.get_name())?;
     }
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let mut c = super::command();
-        clap_complete::generate_to(shell, &mut c, "fabprobe", &comp_dir)
-            .with_context(|| format!("cannot write {shell} completions into {}", comp_dir.display()))?;
+    for (shell, file) in [(Shell::Bash, "fabprobe.bash"), (Shell::Zsh, "_fabprobe"), (Shell::Fish, "fabprobe.fish")] {
+        let path = comp_dir.join(file);
+        std::fs::write(&path, completion_script(shell)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
+
+/// clap_complete's script for `shell`, with values it cannot know from the clap definition:
+/// `--policy` offers the built-in policy names as well as files, `--show-policy` the names,
+/// and `--device` the RDMA devices in /sys/class/infiniband when completing.
+pub fn completion_script(shell: Shell) -> anyhow::Result<String> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
+    let script = String::from_utf8(buf).context("clap_complete wrote non-UTF-8")?;
+    let names = crate::check::policy::BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" ");
+    let case = |flag: &str, reply: &str| {
+        let from = format!("                {flag})\n                    COMPREPLY=($(compgen -f \"${{cur}}\"))\n");
+        (from, format!("                {flag})\n                    COMPREPLY=({reply})\n"))
+    };
+    let subs: Vec<(String, String)> = match shell {
+        Shell::Bash => vec![
+            case("--policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\") $(compgen -f -- \"${{cur}}\")")),
+            case("--show-policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\")")),
+            case("--device", "$(compgen -W \"$(ls /sys/class/infiniband 2>/dev/null)\" -- \"${cur}\")"),
+        ],
+        Shell::Zsh => vec![
+            (
+                ":NAME|FILE:_default'".into(),
+                format!(":NAME|FILE:_alternative \"policies:built-in policy:({names})\" \"files:policy file:_files\"'"),
+            ),
+            ("]:NAME:_default'".into(), format!("]:NAME:({names})'")),
+            (":DEV:_default'".into(), format!(":DEV:{ZSH_DEVICES}'")),
+            (":DEV[:PORT]:_default'".into(), format!(":DEV[:PORT]:{ZSH_DEVICES}'")),
+        ],
+        Shell::Fish => vec![
+            (" -l policy -d ".into(), format!(" -l policy -F -a \"{names}\" -d ")),
+            (" -l show-policy -d ".into(), format!(" -l show-policy -f -a \"{names}\" -d ")),
+            (" -l device -d ".into(), " -l device -f -a \"(ls /sys/class/infiniband 2>/dev/null)\" -d ".into()),
+        ],
+        _ => Vec::new(),
+    };
+    let mut script = script;
+    for (from, to) in subs {
+        // clap_complete's layout changed: fail generation rather than ship a script that
+        // silently lost these completions.
+        anyhow::ensure!(script.contains(&from), "{shell} completions: `{}` not found", from.trim());
+        script = script.replace(&from, &to);
+    }
+    Ok(script)
+}
+
+/// zsh: the names in /sys/class/infiniband (no colon in it: _arguments splits on them).
+const ZSH_DEVICES: &str = "{local -a d=(/sys/class/infiniband/*(N)); compadd -- ${d##*/}}";
 
 /// One page: clap_mangen's sections, with a SYNOPSIS that shows each option's value
 /// (`--root SNAPSHOT`, not `--root`) and this command's EXAMPLES and EXIT STATUS.
@@ -91,8 +135,8 @@ fn write_page(dir: &Path, file: &str, cmd: clap::Command, key: &str) -> anyhow::
     }
     buf.write_all(examples_section(key).as_bytes())?;
     buf.write_all(exit_status_section(key).as_bytes())?;
-    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
-        man.render_extra_section(&mut buf)?;
+    if let Some(extra) = cmd.get_after_long_help().or(cmd.get_after_help()) {
+        buf.write_all(extra_section(&extra.to_string()).as_bytes())?;
     }
     man.render_version_section(&mut buf)?;
     let path = dir.join(file);
@@ -247,4 +291,341 @@ fn exit_status_section(key: &str) -> String {
     r.control("PP", []);
     r.text([roman("A closed stdout ("), italic("fabprobe topo | head"), roman(") is not an error.")]);
     r.to_roff()
+}
+
+/// Columns a preformatted line may take: man at MANWIDTH=80 indents the body by 7.
+const PRE_WIDTH: usize = 73;
+
+/// The command's after-help text as roff: an upper-case line is a subsection heading, a
+/// paragraph at column 0 is prose that man fills, and indented lines (tables, JSON shapes,
+/// command lines) are set preformatted, so man keeps their columns; a line wider than
+/// [`PRE_WIDTH`] is broken at a space and continued under its own description column.
+fn extra_section(text: &str) -> String {
+    let mut out = String::from(".SH EXTRA\n.ad l\n");
+    let (mut nf, mut gap, mut block) = (false, false, Vec::new());
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            gap = true;
+            continue;
+        }
+        let indented = line.starts_with(' ');
+        if gap || !indented {
+            flush(&mut out, &mut block);
+        }
+        if nf && !indented {
+            out.push_str(".fi\n");
+            nf = false;
+        }
+        if !indented && is_heading(line) {
+            out.push_str(&format!(".SS {}\n", quote_arg(&escape(line))));
+        } else if indented {
+            if gap && nf {
+                out.push('\n');
+            } else if gap {
+                out.push_str(".PP\n");
+            }
+            if !nf {
+                out.push_str(".nf\n");
+                nf = true;
+            }
+            block.push(line.to_string());
+        } else {
+            if gap {
+                out.push_str(".PP\n");
+            }
+            out.push_str(&escape_line(line));
+            out.push('\n');
+        }
+        gap = false;
+    }
+    flush(&mut out, &mut block);
+    if nf {
+        out.push_str(".fi\n");
+    }
+    out.push_str(".ad b\n");
+    out
+}
+
+/// `PROMETHEUS (--format prom)`, `NARROW TERMINALS`: no lower-case letter before any `(`.
+fn is_heading(line: &str) -> bool {
+    let head = line.split('(').next().unwrap_or("");
+    head.chars().filter(|c| c.is_alphabetic()).count() >= 3 && !head.chars().any(|c| c.is_lowercase())
+}
+
+/// roff's escapes for text: backslash, minus, and the apostrophe as groff's \(aq.
+fn escape(s: &str) -> String {
+    s.replace('\\', r"\e").replace('-', r"\-").replace('\'', r"\(aq")
+}
+
+/// A text line that starts with `.` or `'` would be read as a request: `\&` guards it.
+fn escape_line(s: &str) -> String {
+    let e = escape(s);
+    if e.starts_with('.') { format!(r"\&{e}") } else { e }
+}
+
+fn quote_arg(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', r"\(dq"))
+}
+
+/// Write a preformatted block's rows, laid out for [`PRE_WIDTH`], and empty it.
+fn flush(out: &mut String, block: &mut Vec<String>) {
+    for line in layout(block, PRE_WIDTH) {
+        out.push_str(&escape_line(&line));
+        out.push('\n');
+    }
+    block.clear();
+}
+
+/// The column after a line's last run of two or more spaces past its indent: where a table
+/// row's description starts (`host.memlock_limited   warn  RLIMIT_MEMLOCK is...`).
+fn description_column(line: &str) -> Option<usize> {
+    let indent = line.len() - line.trim_start().len();
+    let at = line[indent..].rfind("  ")? + indent;
+    Some(at + line[at..].len() - line[at..].trim_start().len())
+}
+
+/// Where line `i`'s description starts, if it is a table row: after its last run of two
+/// spaces, else where the next line's deeper indent meets a word of it
+/// (`verdicts[] {kind: ...` over `             rank_lost|...`); none when too little room.
+fn row_column(lines: &[String], i: usize, width: usize) -> Option<usize> {
+    let line = &lines[i];
+    let own = line.len() - line.trim_start().len();
+    let under = lines
+        .get(i + 1)
+        .map(|l| l.len() - l.trim_start().len())
+        .filter(|&n| n > own)
+        .filter(|&n| {
+            line.is_char_boundary(n) && line[..n].ends_with(' ') && line[n..].starts_with(|c: char| c != ' ')
+        });
+    description_column(line)
+        .or(under)
+        .filter(|c| c + 16 <= width && line.is_char_boundary(*c))
+}
+
+/// Preformatted lines fitted to `width` columns. A table row and the lines under its
+/// description column (or one to the right: JSON's `{` alignment) are one row, whose
+/// description is refilled under that column; any other line is broken at spaces.
+pub fn layout(lines: &[String], width: usize) -> Vec<String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < lines.len() {
+        let line = &lines[i];
+        let column = row_column(lines, i, width);
+        i += 1;
+        let Some(column) = column else {
+            // Prose lines at one indent are one paragraph, refilled when one is too wide.
+            let mut run = vec![line.as_str()];
+            while is_prose(line)
+                && i < lines.len()
+                && indent(&lines[i]) == indent(line)
+                && is_prose(&lines[i])
+                && row_column(lines, i, width).is_none()
+            {
+                run.push(&lines[i]);
+                i += 1;
+            }
+            if is_prose(line) && run.iter().any(|l| l.chars().count() > width) {
+                let words = run.iter().flat_map(|l| l.split_whitespace());
+                out.extend(fill(&line[..indent(line)], words, indent(line), width));
+            } else {
+                run.iter().for_each(|l| out.extend(break_preformatted(l, width)));
+            }
+            continue;
+        };
+        let mut words: Vec<&str> = line[column..].split_whitespace().collect();
+        let mut joined = false;
+        while i < lines.len() && (indent(&lines[i]) == column || indent(&lines[i]) == column + 1) {
+            words.extend(lines[i].split_whitespace());
+            joined = true;
+            i += 1;
+        }
+        if !joined && line.chars().count() <= width {
+            out.push(line.clone());
+            continue;
+        }
+        out.extend(fill(&line[..column], words, column, width));
+    }
+    out
+}
+
+/// `words` after `head`, filled to `width` columns, each further line starting at `column`.
+fn fill<'a>(
+    head: &str,
+    words: impl IntoIterator<Item = &'a str>,
+    column: usize,
+    width: usize,
+) -> Vec<String> {
+    let (mut out, mut cur) = (Vec::new(), head.to_string());
+    for word in words {
+        // A word wider than the room (`a|b|c` alternatives) breaks after a `|`, unspaced.
+        for (n, part) in split_after_bars(word, width.saturating_sub(column))
+            .into_iter()
+            .enumerate()
+        {
+            let has_words = cur.chars().count() > column;
+            let sep = usize::from(n == 0);
+            if has_words && cur.chars().count() + sep + part.chars().count() > width {
+                out.push(std::mem::take(&mut cur));
+                cur = " ".repeat(column);
+            } else if has_words && n == 0 {
+                cur.push(' ');
+            }
+            cur.push_str(part);
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// A line of running text (not a command, JSON or a list of names): it may be refilled.
+fn is_prose(line: &str) -> bool {
+    let t = line.trim_start();
+    !is_command(line)
+        && t.starts_with(|c: char| c.is_alphanumeric() || c == '(')
+        && !t.starts_with("fabprobe_")
+}
+
+/// A shell line broken across lines ends each piece but the last with ` \`, so it still
+/// pastes as one command.
+fn is_command(line: &str) -> bool {
+    let first = line.split_whitespace().next().unwrap_or("");
+    ["fabprobe", "srun", "sudo", "mpirun", "sbatch", "kubectl"].contains(&first)
+}
+
+/// `line` cut at spaces into pieces of at most `width` columns, each continuation two
+/// columns in from its indent (a command line's pieces end in ` \`).
+pub fn break_preformatted(line: &str, width: usize) -> Vec<String> {
+    if line.chars().count() <= width {
+        return vec![line.to_string()];
+    }
+    let indent = line.len() - line.trim_start().len();
+    let column = indent + 2;
+    let command = is_command(line);
+    let room = if command { width - 2 } else { width };
+    let (mut pieces, mut rest) = (Vec::new(), line.to_string());
+    while rest.chars().count() > room {
+        let lead = rest.len() - rest.trim_start().len();
+        // The last space within the width that leaves text on this piece; else the first
+        // space after a word too long for it.
+        let spaces: Vec<(usize, usize)> = rest
+            .char_indices()
+            .enumerate()
+            .filter(|(_, (b, ch))| *ch == ' ' && *b > lead)
+            .map(|(n, (b, _))| (n, b))
+            .collect();
+        let cut = spaces
+            .iter()
+            .rev()
+            .find(|(n, _)| *n <= room)
+            .or(spaces.iter().find(|(n, _)| *n > room));
+        let bar = rest
+            .char_indices()
+            .take(room)
+            .filter(|(b, c)| *c == '|' && *b > lead)
+            .last()
+            .map(|(b, _)| b + 1);
+        let Some(at) = cut.map(|c| c.1).filter(|&at| at <= room || bar.is_none()).or(bar) else {
+            break;
+        };
+        let (head, tail) = rest.split_at(at);
+        if head.trim().is_empty() || tail.trim().is_empty() {
+            break;
+        }
+        let end = if command { " \\" } else { "" };
+        pieces.push(format!("{}{end}", head.trim_end()));
+        rest = format!("{}{}", " ".repeat(column), tail.trim_start());
+    }
+    pieces.push(rest);
+    pieces
+}
+
+/// `word` in pieces of at most `room` columns, each cut after a `|` (the whole word when it
+/// fits or has no `|` to cut at).
+fn split_after_bars(word: &str, room: usize) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = word;
+    while rest.chars().count() > room {
+        let cut = rest
+            .char_indices()
+            .take(room)
+            .filter(|(_, c)| *c == '|')
+            .last()
+            .map(|(b, _)| b + 1);
+        let Some(at) = cut.filter(|&at| at < rest.len()) else {
+            break;
+        };
+        parts.push(&rest[..at]);
+        rest = &rest[at..];
+    }
+    parts.push(rest);
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &[&str]) -> Vec<String> {
+        s.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn a_wide_table_row_is_refilled_under_its_description_column() {
+        let row = lines(&[
+            "  host.memlock_limited   warn  RLIMIT_MEMLOCK is not unlimited, so the verbs memory registration of",
+            "                               a large buffer fails",
+            "  host.other             warn  short",
+        ]);
+        let out = layout(&row, 60);
+        assert_eq!(
+            out,
+            [
+                "  host.memlock_limited   warn  RLIMIT_MEMLOCK is not",
+                "                               unlimited, so the verbs",
+                "                               memory registration of a",
+                "                               large buffer fails",
+                "  host.other             warn  short",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_wide_command_line_continues_with_a_backslash() {
+        let out = layout(
+            &lines(&["  fabprobe --format prom check --policy dgx-h100 --output /var/lib/x.prom"]),
+            40,
+        );
+        assert_eq!(
+            out,
+            [
+                "  fabprobe --format prom check \\",
+                "    --policy dgx-h100 --output \\",
+                "    /var/lib/x.prom"
+            ]
+        );
+    }
+
+    #[test]
+    fn alternatives_wider_than_the_room_break_after_a_bar() {
+        let out = layout(
+            &lines(&["  kind   one_thing|another_thing|a_third_thing|the_last_one"]),
+            30,
+        );
+        assert!(out.iter().all(|l| l.chars().count() <= 30), "{out:?}");
+        assert_eq!(
+            out.concat().replace(' ', ""),
+            "kindone_thing|another_thing|a_third_thing|the_last_one"
+        );
+    }
+
+    #[test]
+    fn headings_prose_and_tables_become_ss_filled_text_and_nf() {
+        let roff = extra_section("Prose that man may fill.\n\nFINDINGS\n  a.b   warn  text\n");
+        assert!(
+            roff.contains(".SS \"FINDINGS\"\n.nf\n  a.b   warn  text\n.fi\n"),
+            "{roff}"
+        );
+        assert!(roff.contains("\nProse that man may fill.\n"), "{roff}");
+    }
 }

@@ -1,8 +1,10 @@
 //! `fabprobe gids`: every GID of every RDMA port and the index NCCL would pick.
 
+use std::path::PathBuf;
+
 use clap::Args;
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use super::{Format, GlobalArgs, Outcome, UsageError, open_host};
 use crate::probe::gids;
 use crate::render::{Envelope, HostInfo};
 
@@ -16,6 +18,11 @@ pub struct GidsArgs {
     /// Only this RDMA device (like `show_gids DEV`).
     #[arg(long, value_name = "DEV")]
     pub device: Option<String>,
+    /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
+    /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
+    /// collectors: `fabprobe --format prom gids --output /var/lib/node_exporter/fabprobe-gids.prom`.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 const GIDS_HELP: &str = "\
@@ -56,7 +63,10 @@ JSON DATA (fabprobe.gids)
 
 PROMETHEUS (--format prom)
   fabprobe_infiniband_gid_info{device,port,index,gid,ipv4,version,netdev} 1
-  fabprobe_infiniband_nccl_gid_index{device,port}";
+  fabprobe_infiniband_nccl_gid_index{device,port}
+  The verdict: fabprobe_gids_verdict 0|1|2, fabprobe_gids_findings{severity=fail|warn},
+  fabprobe_gids_finding{id,subject,severity} N (how many). A textfile cron job writes with
+  --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("gids", &[Format::Table, Format::Json, Format::Prom])?;
@@ -84,10 +94,9 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
     } else {
         match fmt {
             Format::Json => Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json(),
-            Format::Prom => crate::render::gids::prom(&report),
+            Format::Prom => crate::render::gids::prom(&report) + &super::out::findings_prom("gids", &findings),
             _ => crate::render::gids::table(&report, &findings),
         }
     };
-    emit(&text)?;
-    Ok(Outcome::from_findings(&findings))
+    super::out::deliver(&text, a.output.as_deref(), Outcome::from_findings(&findings))
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use super::{Format, GlobalArgs, Outcome, UsageError, open_host};
 use crate::host::Host;
 use crate::probe::links::{self, SampleInfo};
 use crate::render::{Envelope, HostInfo};
@@ -21,6 +21,11 @@ pub struct LinksArgs {
     /// live host); rates use the snapshots' captured_at times.
     #[arg(long, value_name = "SNAPSHOT")]
     pub baseline: Option<PathBuf>,
+    /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
+    /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
+    /// collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 const LINKS_HELP: &str = "\
@@ -82,7 +87,10 @@ PROMETHEUS (--format prom)
   fabprobe_infiniband_port_data_{received,transmitted}_bytes_total, ..._symbol_error_total,
   ..._link_downed_total, ..._port_transmit_wait_total, ...; other counters as
   fabprobe_infiniband_hw_counter_total{counter=...}; rates as
-  fabprobe_infiniband_counter_rate_per_second{counter=...}.";
+  fabprobe_infiniband_counter_rate_per_second{counter=...}.
+  The verdict: fabprobe_links_verdict 0|1|2, fabprobe_links_findings{severity=fail|warn},
+  fabprobe_links_finding{id,subject,severity} N (how many). A textfile cron job writes with
+  --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("links", &[Format::Table, Format::Json, Format::Prom])?;
@@ -135,9 +143,8 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
     }
     let text = match fmt {
         Format::Json => Envelope::new("links", HostInfo::of(&host), &report, &findings).to_json(),
-        Format::Prom => crate::render::links::prom(&report),
+        Format::Prom => crate::render::links::prom(&report) + &super::out::findings_prom("links", &findings),
         _ => crate::render::links::table(&report, &findings),
     };
-    emit(&text)?;
-    Ok(Outcome::from_findings(&findings))
+    super::out::deliver(&text, a.output.as_deref(), Outcome::from_findings(&findings))
 }

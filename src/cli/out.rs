@@ -5,6 +5,11 @@
 
 use std::io::{IsTerminal, Write};
 
+use std::fmt::Write as _;
+
+use super::Outcome;
+use crate::finding::{Finding, Severity};
+
 /// Write a rendered result to stdout.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut o = std::io::stdout().lock();
@@ -115,4 +120,56 @@ mod tests {
         assert!(!colour_wanted(s("1"), s("xterm")));
         assert!(!colour_wanted(None, s("dumb")));
     }
+}
+
+/// The result to stdout with `outcome`, or with `--output FILE` written atomically and
+/// Pass: the file was written, and a textfile job's `&& mv` must not break exactly when a
+/// fault is found (the verdict is in what was written).
+pub fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -> anyhow::Result<Outcome> {
+    match output {
+        Some(path) => {
+            write_atomic(path, text)?;
+            Ok(Outcome::Pass)
+        }
+        None => {
+            emit(text)?;
+            Ok(outcome)
+        }
+    }
+}
+
+/// A probe's verdict as metrics, so a file written with `--output` (exit 0) still says it:
+/// `fabprobe_CMD_verdict` 0 pass, 1 warn, 2 fail; `fabprobe_CMD_findings{severity}` for
+/// warn and fail; `fabprobe_CMD_finding{id,subject,severity} N`: how many of each.
+pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let count = |sev: Severity| findings.iter().filter(|f| f.severity == sev).count();
+    let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
+    let verdict = if fail > 0 { 2 } else { usize::from(warn > 0) };
+    let mut s = String::new();
+    let _ = writeln!(s, "# HELP fabprobe_{cmd}_verdict fabprobe {cmd}'s verdict: 0 pass, 1 warn, 2 fail.");
+    let _ = writeln!(s, "# TYPE fabprobe_{cmd}_verdict gauge\nfabprobe_{cmd}_verdict {verdict}");
+    let _ = writeln!(s, "# HELP fabprobe_{cmd}_findings Warn and fail findings by severity.");
+    let _ = writeln!(s, "# TYPE fabprobe_{cmd}_findings gauge");
+    let _ = writeln!(s, "fabprobe_{cmd}_findings{{severity=\"fail\"}} {fail}\nfabprobe_{cmd}_findings{{severity=\"warn\"}} {warn}");
+    // One series per (id, subject, severity), its value how many findings share it: two
+    // counters of one port rising are two findings, but one series name twice in a file
+    // makes node_exporter refuse it ("collected before with the same name and label values").
+    let mut series: Vec<(String, usize)> = Vec::new();
+    for f in findings.iter().filter(|f| f.severity != Severity::Pass) {
+        let (id, subject, sev) = (esc(&f.id), esc(&f.subject), f.severity.as_str());
+        let labels = format!("id=\"{id}\",subject=\"{subject}\",severity=\"{sev}\"");
+        match series.iter_mut().find(|(l, _)| *l == labels) {
+            Some((_, n)) => *n += 1,
+            None => series.push((labels, 1)),
+        }
+    }
+    if !series.is_empty() {
+        let _ = writeln!(s, "# HELP fabprobe_{cmd}_finding Warn and fail findings of one id, subject and severity.");
+        let _ = writeln!(s, "# TYPE fabprobe_{cmd}_finding gauge");
+    }
+    for (labels, n) in series {
+        let _ = writeln!(s, "fabprobe_{cmd}_finding{{{labels}}} {n}");
+    }
+    s
 }

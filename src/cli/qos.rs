@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit, open_host};
+use super::{Format, GlobalArgs, Outcome, UsageError, open_host};
 use crate::host::Host;
 use crate::nccl::settings::Sourced;
 use crate::probe::qos::{self, QosReport, Sample};
@@ -33,6 +33,11 @@ pub struct QosArgs {
     /// How long --lldp listens: a little over the usual 30 s LLDP interval.
     #[arg(long, value_name = "SECONDS", default_value_t = 31.0, requires = "lldp")]
     pub lldp_wait: f64,
+    /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
+    /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
+    /// collectors: `fabprobe --format prom qos --output /var/lib/node_exporter/fabprobe-qos.prom`.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 const QOS_HELP: &str = "\
@@ -99,6 +104,9 @@ PROMETHEUS (--format prom)
   fabprobe_qos_pfc_enabled{device,priority}, fabprobe_qos_{rx,tx}_pause_frames_total,
   fabprobe_qos_{rx,tx}_pause_duration_seconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
   fabprobe_qos_pause_storm_events_total{level}, fabprobe_qos_rdma_cc_counter_total{counter}.
+  The verdict: fabprobe_qos_verdict 0|1|2, fabprobe_qos_findings{severity=fail|warn},
+  fabprobe_qos_finding{id,subject,severity} N (how many). A textfile cron job writes with
+  --output FILE: replaced atomically, exit 0 once written.
 
 LLDP (--lldp)
   An AF_PACKET socket on each netdev joins 01:80:c2:00:00:0e and takes the first LLDP frame
@@ -183,9 +191,8 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
     let findings = qos::findings(&report);
     let text = match fmt {
         Format::Json => Envelope::new("qos", HostInfo::of(&host), &report, &findings).to_json(),
-        Format::Prom => crate::render::qos::prom(&report),
+        Format::Prom => crate::render::qos::prom(&report) + &super::out::findings_prom("qos", &findings),
         _ => crate::render::qos::table(&report, &findings),
     };
-    emit(&text)?;
-    Ok(Outcome::from_findings(&findings))
+    super::out::deliver(&text, a.output.as_deref(), Outcome::from_findings(&findings))
 }

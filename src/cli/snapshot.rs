@@ -53,7 +53,11 @@ SNAPSHOT FORMAT
   <root>/proc/..., with symlinks kept as relative symlinks, so a real /sys subtree copied in
   works unmodified. It holds exactly what the probes read (the PCI ancestry of every GPU and
   RDMA/NIC device, /sys/class/infiniband, the relevant /sys/class/net entries, NUMA node
-  files, the /proc and /sys/module files probes use), nothing more.
+  files, the /proc and /sys/module files probes use), nothing more. Of a library directory
+  (/usr/lib/x86_64-linux-gnu, an LD_LIBRARY_PATH entry) it keeps only the libraries the
+  probes look for by name (libnccl*, libibverbs*, librdmacm*, rdma-core's providers
+  lib*-rdmav*, libmlx4/5, libcuda*, libnvidia-ml*), as symlinks and empty files of that
+  name: the name is what the probes read (the NCCL version, rdma-core's version).
 
   Answers that are not files live in the side folder <root>/fabprobe/ (all optional; a
   directory holding only sys/ is a valid snapshot):

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 
-use super::{Format, GlobalArgs, Outcome, UsageError, emit};
+use super::{Format, GlobalArgs, Outcome, UsageError};
 use crate::check::hostlist;
 use crate::check::sweep::{Hint, Sweeper};
 use crate::render::{Envelope, HostInfo};
@@ -35,6 +35,12 @@ pub struct SweepArgs {
     /// drain list (fabprobe-report(1)).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
+    /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
+    /// collectors: `fabprobe --format prom sweep reports/ --output /var/lib/node_exporter/fleet.prom`
+    /// (0 reports read is still an error, exit 2, and writes nothing).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 const SWEEP_HELP: &str = "\
@@ -519,20 +525,20 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
             _ => crate::render::check::sweep_table(&report),
         }
     };
-    emit(&text)?;
-    if report.nodes.reports == 0 {
-        // Printed above what was (not) read; an empty sweep must not look like a clean fleet.
-        return Err(UsageError(format!(
-            "0 reports: the collection failed? ({} unreadable, {} missing)",
-            report.nodes.unreadable, report.nodes.missing
-        ))
-        .into());
+    let empty = report.nodes.reports == 0;
+    if a.output.is_none() || !empty {
+        let outcome = if report.has_fault() { Outcome::Fault } else { Outcome::Pass };
+        let outcome = super::out::deliver(&text, a.output.as_deref(), outcome)?;
+        if !empty {
+            return Ok(outcome);
+        }
     }
-    Ok(if report.has_fault() {
-        Outcome::Fault
-    } else {
-        Outcome::Pass
-    })
+    // Printed above what was (not) read; an empty sweep must not look like a clean fleet.
+    Err(UsageError(format!(
+        "0 reports: the collection failed? ({} unreadable, {} missing)",
+        report.nodes.unreadable, report.nodes.missing
+    ))
+    .into())
 }
 
 /// The envelope's host of a sweep: where it ran.

@@ -16,18 +16,19 @@ const MAX_LISTED_FILE_BYTES: u64 = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("cannot {op} {path}: {source}")]
+    // The OS error is said once, in this line: as a `#[source]` too, anyhow's chain
+    // repeated it ("directory is not empty: directory is not empty").
+    #[error("cannot {op} {path}: {err}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        err: io::Error,
     },
 }
 
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CaptureError {
     let path = path.to_path_buf();
-    move |source| CaptureError::Io { op, path, source }
+    move |err| CaptureError::Io { op, path, err }
 }
 
 /// What capture did, for the user.
@@ -196,6 +197,20 @@ impl Mirror<'_> {
         Ok(())
     }
 
+    /// A library the probes know by its name alone: an empty file of that name.
+    fn name_only(&mut self, canonical: &Path) -> Result<(), CaptureError> {
+        let d = self.dest_of(canonical);
+        if d.symlink_metadata().is_ok() {
+            return Ok(());
+        }
+        if let Some(parent) = canonical.parent() {
+            self.make_dir(parent)?;
+        }
+        std::fs::write(&d, b"").map_err(io_err("write", &d))?;
+        self.summary.files += 1;
+        Ok(())
+    }
+
     /// A read whose path could not even be looked at (EACCES on `~/.nccl.conf` under a
     /// 0700 home, for an unprivileged capture): the probe saw that failure, so the snapshot
     /// keeps it (an empty file and its errno), not an absence. A path that is really absent
@@ -258,7 +273,14 @@ impl Mirror<'_> {
                 let Ok(rd) = std::fs::read_dir(self.src_of(&c)) else {
                     return Ok(());
                 };
+                let library_dir = is_library_dir(p);
                 for entry in rd.flatten() {
+                    // A library directory is listed for the names the probes look for
+                    // (libnccl.so.2.X.Y, the libibverbs.so.1 link): the rest of the host's
+                    // libraries are no part of the capture, and those kept are kept by name.
+                    if library_dir && !is_probed_library(&entry.file_name().to_string_lossy()) {
+                        continue;
+                    }
                     let child = c.join(entry.file_name());
                     let Ok(m) = std::fs::symlink_metadata(entry.path()) else {
                         continue;
@@ -268,6 +290,8 @@ impl Mirror<'_> {
                         self.make_symlink(&child, &target)?;
                     } else if m.is_dir() {
                         self.make_dir(&child)?;
+                    } else if m.is_file() && library_dir {
+                        self.name_only(&child)?;
                     } else if m.is_file() {
                         self.copy_file(&child, Some(MAX_LISTED_FILE_BYTES))?;
                     }
@@ -276,6 +300,21 @@ impl Mirror<'_> {
         }
         Ok(())
     }
+}
+
+/// A directory of shared libraries (`/usr/lib/x86_64-linux-gnu`, `/opt/nccl/lib`, an
+/// LD_LIBRARY_PATH entry): outside the kernel's trees, with a `lib*` component.
+fn is_library_dir(p: &Path) -> bool {
+    let kernel = ["/sys", "/proc", "/dev"].iter().any(|k| p.starts_with(k));
+    !kernel && p.components().any(|c| c.as_os_str().to_string_lossy().starts_with("lib"))
+}
+
+/// The libraries the probes look for by name: NCCL and its net plugins, libibverbs,
+/// librdmacm and rdma-core's providers (`libmlx5-rdmav34.so`), CUDA and NVML.
+fn is_probed_library(name: &str) -> bool {
+    const PREFIXES: [&str; 8] =
+        ["libnccl", "libibverbs", "librdmacm", "libmlx4", "libmlx5", "libcuda", "libcudart", "libnvidia-ml"];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || name.contains("-rdmav")
 }
 
 fn rel(p: &Path) -> PathBuf {
@@ -382,7 +421,7 @@ fn write_json<T: Serialize + ?Sized>(path: &Path, v: &T) -> Result<(), CaptureEr
     let mut s = serde_json::to_string_pretty(v).map_err(|e| CaptureError::Io {
         op: "encode",
         path: path.to_path_buf(),
-        source: io::Error::other(e),
+        err: io::Error::other(e),
     })?;
     s.push('\n');
     std::fs::write(path, s).map_err(io_err("write", path))
@@ -451,7 +490,7 @@ pub fn capture(host: &Host, src_root: &Path, out: &Path) -> Result<CaptureSummar
             return Err(CaptureError::Io {
                 op: "write snapshot into",
                 path: out.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::AlreadyExists, "directory is not empty"),
+                err: io::Error::new(io::ErrorKind::AlreadyExists, "directory is not empty"),
             });
         }
         write_tree(host, src_root, out, skipped)
@@ -539,6 +578,72 @@ mod tests {
             t.read("/sys/class/infiniband/mlx5_0/ports/1/state").unwrap(),
             "4: ACTIVE\n"
         );
+    }
+
+    /// A fake root whose library directory holds NCCL, the verbs libraries and a provider
+    /// among unrelated libraries, small and large: the capture keeps the first by name
+    /// (the NCCL version is read back from the snapshot) and none of the others, and skips
+    /// nothing.
+    #[test]
+    fn a_library_directory_keeps_only_the_libraries_the_probes_name() {
+        let src = tempfile::tempdir().unwrap();
+        let lib = src.path().join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(lib.join("gtk-3.0")).unwrap();
+        std::fs::create_dir_all(src.path().join("sys/class/infiniband")).unwrap();
+        for (name, bytes) in [
+            ("libnccl.so.2.21.5", 300_000),
+            ("libibverbs.so.1.14.50.0", 90_000),
+            ("libmlx5-rdmav34.so", 1_000),
+            ("libgtk-3.so.0.2404.32", 300_000),
+            ("libz.so.1.3", 1_000),
+            ("ld.so.cache", 100),
+        ] {
+            std::fs::write(lib.join(name), vec![0u8; bytes]).unwrap();
+        }
+        symlink("libnccl.so.2.21.5", lib.join("libnccl.so.2")).unwrap();
+        symlink("libibverbs.so.1.14.50.0", lib.join("libibverbs.so.1")).unwrap();
+        symlink("libz.so.1.3", lib.join("libz.so.1")).unwrap();
+
+        let host = Host::snapshot(src.path()).unwrap().with_recording();
+        let _ = host.list_dir("/sys/class/infiniband");
+        let live = crate::nccl::version::NcclVersion::detect(&host, None);
+        assert_eq!(live.version.as_deref(), Some("2.21.5"));
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("snap");
+        let summary = write_tree(&host, src.path(), &dest, Vec::new()).unwrap();
+        assert_eq!(summary.skipped, Vec::<String>::new());
+
+        let mut kept: Vec<String> = std::fs::read_dir(dest.join("usr/lib/x86_64-linux-gnu"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                "libibverbs.so.1",
+                "libibverbs.so.1.14.50.0",
+                "libmlx5-rdmav34.so",
+                "libnccl.so.2",
+                "libnccl.so.2.21.5"
+            ]
+        );
+        let back = Host::snapshot(&dest).unwrap();
+        let replayed = crate::nccl::version::NcclVersion::detect(&back, None);
+        assert_eq!(replayed.version, live.version);
+        assert_eq!(replayed.source, "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5");
+    }
+
+    #[test]
+    fn a_non_empty_directory_is_refused_in_one_plain_line() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::write(out.path().join("x"), "").unwrap();
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("sys")).unwrap();
+        let host = Host::snapshot(src.path()).unwrap().with_recording();
+        let e = capture(&host, src.path(), out.path()).unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(chain.matches("directory is not empty").count(), 1, "{chain}");
     }
 
     #[test]
