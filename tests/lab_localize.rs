@@ -1,7 +1,8 @@
 //! Localization and hang verdicts with real `fabprobe ring` processes in the network lab
 //! (tests/lab/mod.rs): a slow egress (tbf), a slow pair (htb + u32 filter), a data link cut
 //! mid-run (iptables DROP on the data interface only), a rank killed (SIGKILL), a rank frozen
-//! (SIGSTOP), the coordinator killed. Each must give its verdict within --timeout plus the
+//! (SIGSTOP), the coordinator killed; a downtrained port, a path slow for some flows only,
+//! two slow nodes at once. Each must give its verdict within --timeout plus the
 //! grace, and every process must exit. Needs root; without it every test fails under
 //! `FABPROBE_LAB=required` (CI) and otherwise prints SKIPPED.
 
@@ -449,4 +450,208 @@ fn killed_coordinator_is_lost_on_every_other_rank() {
         );
     }
     assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
+}
+
+/// `fabprobe ring <args>` on `node`, whose process reads `mbps` as its data port's speed: a
+/// veth's speed is fixed at 10000 Mb/s in the kernel, so the lab bind-mounts a file over
+/// `/sys/class/net/eth1/speed` in the rank's own mount namespace (`ip netns exec` gives each
+/// process a private one: nothing else sees it). The traffic is shaped to match apart.
+fn spawn_ring_at_speed(lab: &Lab, node: usize, world: usize, token: &str, args: &[&str], speed: &std::path::Path) -> usize {
+    let a = lab.ring_args(node, world, token, args);
+    let script = format!(
+        "mount --bind {} /sys/class/net/eth1/speed && exec \"$0\" \"$@\"",
+        speed.display()
+    );
+    let mut w: Vec<&str> = vec!["-c", &script, lab::BIN];
+    w.extend(a.iter().map(String::as_str));
+    lab.spawn_program(node, "sh", &w)
+}
+
+/// The review's case: 6 ranks whose data ports read 400 Mb/s and carry 400 Mbit/s, rank 2's
+/// reading 100 Mb/s and carrying 100 Mbit/s both ways. Every link of rank 2 runs "fine for
+/// its own rate"; judged against its peers' rate it is `port_downtrained` (drain), and no
+/// other rank is named. Before, there was no verdict and exit 0.
+#[test]
+fn a_downtrained_port_is_named() {
+    let Some(lab) = Lab::new(
+        "downtrained",
+        LabOpts {
+            nodes: 6,
+            rate: Some("400mbit".into()),
+        },
+    ) else {
+        return;
+    };
+    lab.shape_egress(2, "100mbit");
+    // Its ingress: what the bridge sends into its data veth.
+    let outer = format!("{}2d", lab.prefix);
+    let o = std::process::Command::new("tc")
+        .args(["qdisc", "replace", "dev", &outer, "root", "tbf", "rate", "100mbit", "burst", "128kb", "latency", "100ms"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let (fast, slow) = (dir.path().join("400"), dir.path().join("100"));
+    std::fs::write(&fast, "400\n").unwrap();
+    std::fs::write(&slow, "100\n").unwrap();
+    let mut args = SCAN_ARGS;
+    args[2] = "1M";
+    let ids: Vec<usize> = (0..6)
+        .map(|r| spawn_ring_at_speed(&lab, r, 6, "downtrained", &args, if r == 2 { &slow } else { &fast }))
+        .collect();
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(90)).0)
+        .collect();
+    let o = &outs[0];
+    let j = json(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    // The ranks read what the lab set: 400 and 100 Mb/s, in 10^9 bytes/s.
+    let rates = &j["data"]["scan"]["line_rate_gbs"];
+    for r in 0..6 {
+        let want = if r == 2 { 0.0125 } else { 0.05 };
+        assert_eq!(rates[r.to_string()].as_f64(), Some(want), "{rates}");
+    }
+    let v = verdicts(o);
+    assert!(v.contains(&("port_downtrained".into(), Some(2), None)), "{}", text(&o.stdout));
+    for (kind, from, to) in &v {
+        assert!(from.unwrap_or(2) == 2 && to.unwrap_or(2) == 2, "{kind} names another rank: {}", text(&o.stdout));
+    }
+    let d = j["data"]["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["kind"] == "port_downtrained")
+        .unwrap();
+    assert_eq!(d["action"], "drain", "{d}");
+    assert_eq!(d["from_host"], "node-c", "{d}");
+    // Where to act, apart: node-c to drain (one entry, every verdict naming it), no ticket.
+    let drain = j["data"]["drain"].as_array().unwrap();
+    assert_eq!(drain.len(), 1, "{drain:?}");
+    assert_eq!((&drain[0]["host"], &drain[0]["ranks"]), (&serde_json::json!("node-c"), &serde_json::json!([2])), "{drain:?}");
+    assert!(drain[0]["kinds"].as_array().unwrap().contains(&serde_json::json!("port_downtrained")), "{drain:?}");
+    assert_eq!(j["data"]["ticket"], serde_json::json!([]));
+    assert_eq!(d["evidence"]["netdev"], "eth1", "{d}");
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("PORT DOWNTRAINED rank 2 (node-c, eth1): its port's active rate is 100 Mb/s, 5 of its 5 peers"),
+        "{d}"
+    );
+}
+
+/// A path slow for some flows only: node-b's first data connection to node-d lands on a
+/// slow path and later ones do not (iptables marks the first new connection between them,
+/// `statistic --mode nth`, and `CLASSIFY` sends that connection's packets through an htb
+/// 150 Mbit/s class; the rest leaves at 1 Gbit/s), as a hashed ECMP path or a congested
+/// uplink does. The scan finds the link slow, the re-run of its order keeps it slow (the same
+/// connections), new connections run fast: `slow_path` (ticket, switch-side next steps),
+/// never a slow link and never "the cable".
+#[test]
+fn a_path_slow_for_some_flows_is_a_slow_path() {
+    let Some(o) = scan_case("slow_path", |lab| {
+        let peer = lab.nodes[3].data_ip.clone();
+        let x = |a: &[&str]| {
+            let o = lab.exec(1, a[0], &a[1..]);
+            assert!(o.status.success(), "{a:?}: {}", text(&o.stderr));
+        };
+        x(&["tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "20"]);
+        x(&["tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb", "rate", "150mbit", "ceil", "150mbit"]);
+        x(&["tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb", "rate", "1gbit", "ceil", "1gbit"]);
+        // The first new TCP connection between the two, whichever end opens it.
+        let first = ["-m", "conntrack", "--ctstate", "NEW", "-m", "statistic", "--mode", "nth", "--every", "100000", "--packet", "0", "-j", "CONNMARK", "--set-mark", "1"];
+        let mut out = vec!["iptables", "-t", "mangle", "-A", "OUTPUT", "-p", "tcp", "-d", &peer];
+        out.extend(first);
+        x(&out);
+        let mut pre = vec!["iptables", "-t", "mangle", "-A", "PREROUTING", "-p", "tcp", "-s", &peer];
+        pre.extend(first);
+        x(&pre);
+        x(&["iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", "eth1", "-m", "connmark", "--mark", "1", "-j", "CLASSIFY", "--set-class", "1:10"]);
+    }) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(verdicts(&o), kinds(&[("slow_path", Some(1), Some(3))]), "{}", text(&o.stdout));
+    let j = json(&o.stdout);
+    let v = &j["data"]["verdicts"][0];
+    assert_eq!(v["action"], "ticket", "{v}");
+    // A ticket for the path between node-b and node-d; nothing to drain.
+    assert_eq!(j["data"]["drain"], serde_json::json!([]));
+    let t = &j["data"]["ticket"];
+    assert_eq!(t.as_array().map(Vec::len), Some(1), "{t}");
+    assert_eq!((&t[0]["kind"], &t[0]["from_host"], &t[0]["to_host"]), (&serde_json::json!("slow_path"), &serde_json::json!("node-b"), &serde_json::json!("node-d")), "{t}");
+    let (message, next) = (v["message"].as_str().unwrap(), v["next"].as_str().unwrap());
+    assert!(
+        message.starts_with("SLOW PATH rank 1 (node-b, eth1) -> rank 3 (node-d, eth1): flows from node-b to node-d are slow on some paths and not others"),
+        "{v}"
+    );
+    assert!(!message.contains("check the cable") && !next.contains("cable"), "{v}");
+    assert!(next.starts_with("on the switches between node-b and node-d"), "{v}");
+    // What it cost: the re-run and the new connections, in seconds, in the report.
+    let scan = &j["data"]["scan"];
+    assert!(scan["confirm_s"].as_f64().unwrap() > 0.0, "{scan}");
+    assert!(scan["orders"].as_array().unwrap().iter().filter(|o| o["recheck"] == true).count() >= 2, "{scan}");
+}
+
+/// `node`'s data egress at `rate` for its data, with its small packets (TCP's ACKs of
+/// what it receives) at the full 1 Gbit/s: a tbf queues those ACKs behind 100 ms of data,
+/// and two such nodes of four then slow half the other links too (the ACK path of what
+/// they receive), more than the median of 8 links survives.
+fn slow_data_egress(lab: &Lab, node: usize, rate: &str) {
+    let x = |a: &[&str]| {
+        let o = lab.exec(node, a[0], &a[1..]);
+        assert!(o.status.success(), "{a:?}: {}", text(&o.stderr));
+    };
+    x(&["tc", "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "20"]);
+    x(&["tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:10", "htb", "rate", "1gbit", "ceil", "1gbit"]);
+    x(&["tc", "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:20", "htb", "rate", rate, "ceil", rate]);
+    // IPv4 total length below 128 bytes.
+    x(&["iptables", "-t", "mangle", "-A", "POSTROUTING", "-o", "eth1", "-m", "length", "--length", "0:127", "-j", "CLASSIFY", "--set-class", "1:10"]);
+}
+
+/// Two slow nodes at once in the minimum plan of 4 nodes (2 orders, `--scan-time 0`):
+/// node-a's and node-c's data egress at 300 of 1000 Mbit/s. Their links reach only node-b and
+/// node-d, which then look like two slow receivers as much; the order with new partners tells
+/// them apart, and the verdicts are two slow egresses, nothing else (before: four slow links).
+#[test]
+fn two_slow_nodes_are_two_slow_egresses() {
+    let Some(lab) = Lab::new(
+        "two_slow",
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    for node in [0, 2] {
+        slow_data_egress(&lab, node, "300mbit");
+    }
+    let mut args = SCAN_ARGS;
+    args[4] = "0";
+    let ids = lab.spawn_ring(0..4, 4, "two_slow", &args);
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(60)).0)
+        .collect();
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stderr), text(&o.stdout));
+    assert_eq!(
+        verdicts(o),
+        kinds(&[("slow_egress", Some(0), None), ("slow_egress", Some(2), None)]),
+        "{}",
+        text(&o.stdout)
+    );
+    let j = json(&o.stdout);
+    // The plan was the minimum (shifts 1 and 3); shift 2 came after it, as a re-check.
+    let orders = j["data"]["scan"]["orders"].as_array().unwrap();
+    assert_eq!((orders[0]["shift"].as_u64(), orders[1]["shift"].as_u64()), (Some(1), Some(3)), "{orders:?}");
+    assert_eq!((orders[2]["shift"].as_u64(), &orders[2]["recheck"]), (Some(2), &serde_json::json!(true)), "{orders:?}");
+    for v in j["data"]["verdicts"].as_array().unwrap() {
+        assert_eq!(v["action"], "drain", "{v}");
+    }
+    let hosts: Vec<&str> = j["data"]["drain"].as_array().unwrap().iter().map(|d| d["host"].as_str().unwrap()).collect();
+    assert_eq!(hosts, ["node-a", "node-c"]);
+    assert_eq!(j["data"]["ticket"], serde_json::json!([]));
 }

@@ -20,7 +20,7 @@ use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
 use crate::ring::model::{RailPort, Rank, RankInfo};
 use crate::ring::rails::{self, RailRun, RailSel};
-use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
+use crate::ring::report::{DrainItem, LauncherInfo, ResultRow, RingReport, TicketItem, action_lists};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -290,6 +290,11 @@ JSON DATA (fabprobe.ring)
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
              absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
              empty on a healthy run
+  drain[]    {host, ranks[], kinds[], reason}: the nodes to take out of service, one per
+             host, from the verdicts whose action is drain (reason: the first one's message)
+  ticket[]   {kind, from_rank, to_rank, from_host, to_host, rail, message}: the links and
+             paths to file a ticket for (the cable, the switch port), one per verdict whose
+             action is ticket; neither list holds an investigate verdict
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
@@ -754,7 +759,7 @@ fn print_report(
     match fmt {
         Format::Json => {
             let host = crate::host::Host::live();
-            emit(&Envelope::new("ring", HostInfo::of(&host), r, &f).to_json())?;
+            emit(&Envelope::new("ring", HostInfo::of(&host), &RingData::of(r), &f).to_json())?;
         }
         _ => match rows.map(RowPrinter::shown).filter(|s| !s.is_empty()) {
             Some(shown) => emit(&render::ring::table_after_rows_in(r, &shown, layout()))?,
@@ -763,12 +768,30 @@ fn print_report(
     }
     if let Some(out) = HTML_OUT.get() {
         let host = crate::host::Host::live();
-        super::report::write_envelope(out, "ring", &Envelope::new("ring", HostInfo::of(&host), r, &f))?;
+        let data = RingData::of(r);
+        super::report::write_envelope(out, "ring", &Envelope::new("ring", HostInfo::of(&host), &data, &f))?;
     }
     if let Some(e) = &r.error {
         eprintln!("fabprobe: ring: {e}");
     }
     Ok(())
+}
+
+/// `data` of `fabprobe.ring`: the report, and where to act on its verdicts, derived from
+/// them and never read back: the nodes to drain and the links to ticket, apart.
+#[derive(serde::Serialize)]
+struct RingData<'a> {
+    #[serde(flatten)]
+    report: &'a RingReport,
+    drain: Vec<DrainItem>,
+    ticket: Vec<TicketItem>,
+}
+
+impl<'a> RingData<'a> {
+    fn of(report: &'a RingReport) -> Self {
+        let (drain, ticket) = action_lists(&report.verdicts);
+        RingData { report, drain, ticket }
+    }
 }
 
 /// `--html`: set once by `run`, read where rank 0 prints its report (every run mode ends

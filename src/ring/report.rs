@@ -9,7 +9,7 @@ use crate::ring::collective::allreduce;
 use crate::ring::coordinator::Event;
 use crate::ring::diagnosis::driver::ScanReport;
 use crate::ring::launcher::{Identity, Source};
-use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict};
+use crate::ring::model::{Action, CounterMove, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
 use crate::ring::options::Options;
 use crate::ring::wire::{self, RankResults, RowResult};
 
@@ -310,6 +310,132 @@ pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
         .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
         .collect();
     (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64)
+}
+
+/// A node to take out of service (`data.drain[]`): one entry per host, with every verdict
+/// that calls for it (a slow egress or ingress, a port down or downtrained, a missing rail).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DrainItem {
+    /// The node's hostname as its rank reported it; null where the verdict names none.
+    pub host: Option<String>,
+    pub ranks: Vec<Rank>,
+    pub kinds: Vec<VerdictKind>,
+    /// The first such verdict's message (what a drain reason field holds).
+    pub reason: String,
+}
+
+/// A link or path to file a ticket for (`data.ticket[]`): the cable or switch port between
+/// two nodes, one entry per verdict (slow_link, slow_path, link_error, hang_link).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TicketItem {
+    pub kind: VerdictKind,
+    pub from_rank: Option<Rank>,
+    pub to_rank: Option<Rank>,
+    pub from_host: Option<String>,
+    pub to_host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rail: Option<VerdictRail>,
+    pub message: String,
+}
+
+/// The drain list and the ticket list of `verdicts`, apart (verdicts whose action is
+/// `investigate` are in neither). A node's verdict names it as `from` (egress, port) or,
+/// for a slow ingress, as `to`.
+pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
+    let mut drain: Vec<DrainItem> = Vec::new();
+    let mut ticket = Vec::new();
+    for v in verdicts {
+        match v.action() {
+            Action::Drain => {
+                let (host, rank) = match v.kind {
+                    VerdictKind::SlowIngress => (v.to_host.clone(), v.to_rank),
+                    _ => (v.from_host.clone().or(v.to_host.clone()), v.from_rank.or(v.to_rank)),
+                };
+                let at = drain.iter().position(|d| d.host.is_some() && d.host == host);
+                let d = match at {
+                    Some(i) => &mut drain[i],
+                    None => {
+                        drain.push(DrainItem {
+                            host,
+                            ranks: Vec::new(),
+                            kinds: Vec::new(),
+                            reason: v.message.clone(),
+                        });
+                        drain.last_mut().expect("just pushed")
+                    }
+                };
+                if let Some(r) = rank.filter(|r| !d.ranks.contains(r)) {
+                    d.ranks.push(r);
+                }
+                if !d.kinds.contains(&v.kind) {
+                    d.kinds.push(v.kind);
+                }
+            }
+            Action::Ticket => ticket.push(TicketItem {
+                kind: v.kind,
+                from_rank: v.from_rank,
+                to_rank: v.to_rank,
+                from_host: v.from_host.clone(),
+                to_host: v.to_host.clone(),
+                rail: v.rail.clone(),
+                message: v.message.clone(),
+            }),
+            Action::Investigate => {}
+        }
+    }
+    (drain, ticket)
+}
+
+#[cfg(test)]
+mod action_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn v(kind: VerdictKind, from: Option<(Rank, &str)>, to: Option<(Rank, &str)>) -> Verdict {
+        Verdict {
+            kind,
+            from_rank: from.map(|f| f.0),
+            to_rank: to.map(|t| t.0),
+            from_host: from.map(|f| f.1.to_string()),
+            to_host: to.map(|t| t.1.to_string()),
+            evidence: BTreeMap::new(),
+            message: format!("{kind:?}"),
+            next: None,
+            rail: None,
+        }
+    }
+
+    /// A node named twice is one drain entry; a slow ingress drains the receiver; links and
+    /// paths are tickets; an unconfirmed suspect and a lost rank are in neither list.
+    #[test]
+    fn drain_and_ticket_apart() {
+        let mut unconfirmed = v(VerdictKind::SlowEgress, Some((1, "node-b")), None);
+        unconfirmed.evidence.insert("unconfirmed".into(), serde_json::json!(true));
+        let vs = [
+            v(VerdictKind::PortDowntrained, Some((2, "node-c")), None),
+            v(VerdictKind::SlowEgress, Some((2, "node-c")), None),
+            v(VerdictKind::SlowIngress, None, Some((3, "node-d"))),
+            v(VerdictKind::SlowLink, Some((0, "node-a")), Some((3, "node-d"))),
+            v(VerdictKind::SlowPath, Some((1, "node-b")), Some((0, "node-a"))),
+            v(VerdictKind::RankLost, Some((1, "node-b")), None),
+            unconfirmed,
+        ];
+        let (drain, ticket) = action_lists(&vs);
+        let d: Vec<(Option<&str>, &[Rank], &[VerdictKind])> =
+            drain.iter().map(|d| (d.host.as_deref(), &d.ranks[..], &d.kinds[..])).collect();
+        assert_eq!(
+            d,
+            [
+                (Some("node-c"), &[2][..], &[VerdictKind::PortDowntrained, VerdictKind::SlowEgress][..]),
+                (Some("node-d"), &[3][..], &[VerdictKind::SlowIngress][..]),
+            ]
+        );
+        assert_eq!(drain[0].reason, "PortDowntrained");
+        let t: Vec<(VerdictKind, Option<Rank>, Option<Rank>)> =
+            ticket.iter().map(|t| (t.kind, t.from_rank, t.to_rank)).collect();
+        assert_eq!(t, [(VerdictKind::SlowLink, Some(0), Some(3)), (VerdictKind::SlowPath, Some(1), Some(0))]);
+    }
 }
 
 #[cfg(test)]

@@ -253,7 +253,8 @@ impl Driver {
     fn next_stage(&mut self, ranks: &[RankInfo]) {
         let a = self.analyze(ranks);
         // A link not judged for a starved host is measured again too: the host may be idle.
-        let suspects: Vec<Verdict> = a.verdicts.iter().chain(&a.not_judged).cloned().collect();
+        // So are senders and receivers the orders run could not tell apart.
+        let suspects: Vec<Verdict> = a.verdicts.iter().chain(&a.not_judged).chain(&a.tied).cloned().collect();
         if self.stage == Stage::Plan {
             self.first_verdicts = a.verdicts.clone();
         }

@@ -100,7 +100,7 @@ pub fn plan(n: usize, max_orders: usize) -> Vec<Order> {
 }
 
 /// The order "shift by `shift`" for `n` ranks, numbered `index` (e.g. a re-check of a
-/// suspect link after the plan: see [`crate::ring::diagnosis::localize::recheck_shifts`]). None when the shift
+/// suspect after the plan: see [`crate::ring::diagnosis::driver`]). None when the shift
 /// is 0 mod n (a rank would send to itself) or n < 2.
 pub fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
     let k = shift as usize % n.max(1);
