@@ -327,6 +327,7 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             rings: None,
             nodes: Vec::new(),
             silent: Default::default(),
+            interrupt: None,
             silent_wait: Duration::ZERO,
         };
         handles.push(thread::spawn(move || {

@@ -775,8 +775,46 @@ fn print_report(
 /// there), so the flag need not travel through each mode's signature.
 static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
+/// How long a rank may take after SIGTERM/SIGINT before it exits on its own (2): well
+/// within Slurm's default `KillWait` (30 s), long enough for rank 0 to print its report.
+const INTERRUPT_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// SIGTERM (the scheduler) and SIGINT (Ctrl-C) are noted for the ring, not fatal: every
+/// rank stops its data plane and rank 0 prints what is known. Blocked here, before any
+/// thread starts (threads inherit the mask), and taken by one thread with sigwait; a second
+/// signal, or [`INTERRUPT_BACKSTOP`] after the first, ends the process.
+fn catch_interrupts(g: &GlobalArgs) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT] {
+        set.add(s);
+    }
+    if let Err(e) = set.thread_block() {
+        g.log(1, &format!("SIGTERM/SIGINT stay fatal: cannot block them: {e}"));
+        return;
+    }
+    std::thread::spawn(move || {
+        let Ok(first) = set.wait() else { return };
+        crate::ring::interrupt::process().note(first as i32);
+        eprintln!("fabprobe: ring: {first}: stopping; rank 0 reports what is known");
+        std::thread::spawn(move || {
+            std::thread::sleep(INTERRUPT_BACKSTOP);
+            eprintln!(
+                "fabprobe: ring: still running {} s after {first}; exiting",
+                INTERRUPT_BACKSTOP.as_secs()
+            );
+            std::process::exit(2);
+        });
+        if let Ok(again) = set.wait() {
+            eprintln!("fabprobe: ring: {again} again; exiting at once");
+            std::process::exit(128 + again as i32);
+        }
+    });
+}
+
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
+    catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(
             "`fabprobe ring` moves bytes between live hosts; --root cannot be used with it".into(),
