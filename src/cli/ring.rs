@@ -187,7 +187,11 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. If rank 0's own process
+  If rank 0 dies, every other rank exits with coordinator_lost. SIGTERM (Slurm tearing the
+  step down, scancel) or SIGINT on any rank stops every rank's data plane and rank 0 prints
+  its whole report at once, data.error saying 'interrupted by SIGTERM on rank N (host) at
+  size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; a
+  second signal, or 15 s after the first, ends the process. If rank 0's own process
   stops or starves (its event loop comes round half the silence deadline or more later than
   it asked; schedstat says whether it ran, waited for a CPU or was not runnable), every rank
   gets a fresh silence deadline from then, and a failure seen within it is
