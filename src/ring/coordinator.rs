@@ -595,16 +595,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     if (seen.len() as u32) < cfg.world {
         // Named as the job's nodes: no table entry of theirs says it.
         let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
-        let interrupted = cfg.interrupt.as_ref().and_then(|i| i.caught()).map(|signal| {
-            format!(
-                "interrupted by {signal} on rank 0 while {} of {} ranks had joined (missing rank{} {}); no rank is \
-                 judged",
-                seen.len(),
-                cfg.world,
-                if missing.len() == 1 { "" } else { "s" },
-                list(&missing.iter().map(|&r| cfg.node_of(r)).collect::<Vec<_>>())
-            )
-        });
+        let interrupted = interrupted_join(&cfg, seen.len(), &missing);
         rep.interrupted = interrupted.clone();
         let reason = interrupted.unwrap_or_else(|| BootstrapError::Missing {
             missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
@@ -660,6 +651,18 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep.stats.plane = run.plane.stats;
     rep.close_events();
     rep
+}
+
+/// Rank 0 was interrupted while `joined` ranks had joined: the reason every joined rank is
+/// told (the missing ones are named, not judged). None: not interrupted.
+fn interrupted_join(cfg: &CoordinatorConfig, joined: usize, missing: &[Rank]) -> Option<String> {
+    let signal = cfg.interrupt.as_ref()?.caught()?;
+    Some(format!(
+        "interrupted by {signal} on rank 0 while {joined} of {} ranks had joined (missing rank{} {}); no rank is judged",
+        cfg.world,
+        if missing.len() == 1 { "" } else { "s" },
+        list(&missing.iter().map(|&r| cfg.node_of(r)).collect::<Vec<_>>())
+    ))
 }
 
 /// When gathering ends, for a coordinator started at `start`: the join window, or, once
@@ -818,13 +821,23 @@ fn gather_one(
     let mut info = h.info;
     info.node = cfg.nodes.get(h.rank as usize).copied();
     seen.insert(h.rank, info);
-    // The rank waits on this window, not on its own start (it may have started long before).
+    tell_window(cfg, seen, (plane, start), h.rank);
+}
+
+/// Tell seated rank `r` when the join window closes: it waits on this clock, not on its
+/// own start (it may have started long before rank 0).
+fn tell_window(
+    cfg: &CoordinatorConfig,
+    seen: &BTreeMap<Rank, RankInfo>,
+    (plane, start): (&mut Plane, Instant),
+    r: Rank,
+) {
     let now = Instant::now();
     let left = gather_deadline(cfg, seen, start).saturating_duration_since(now);
     if let Ok(f) = frame(&Msg::Window {
         closes_in_ms: left.as_millis() as u64,
     }) {
-        let _ = plane.send(h.rank, f, now);
+        let _ = plane.send(r, f, now);
     }
 }
 
@@ -893,6 +906,8 @@ struct Serve<'a> {
     done_results: BTreeMap<Rank, RankResults>,
     /// Size -> the ranks that finished it so far (see `on_row`).
     pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>>,
+    /// The sizes every rank finished, in order (an interrupted run's report).
+    complete_rows: Vec<BTreeMap<Rank, RowResult>>,
     failing_since: Option<Instant>,
     first_failure: Option<String>,
     scan: Option<Box<dyn ScanDriver>>,
@@ -941,6 +956,7 @@ impl<'a> Serve<'a> {
             urgent: false,
             done_results: BTreeMap::new(),
             pending_rows: BTreeMap::new(),
+            complete_rows: Vec::new(),
             failing_since: None,
             first_failure: None,
             scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
@@ -1516,16 +1532,45 @@ impl<'a> Serve<'a> {
     }
 
     fn on_row(&mut self, r: Rank, row: RowResult) {
-        let Some(sink) = &self.cfg.on_row else { return };
         let size = row.size_bytes;
         if self.pending_rows.len() < MAX_PENDING_ROWS || self.pending_rows.contains_key(&size) {
             let at = self.pending_rows.entry(size).or_default();
             at.insert(r, row);
             if at.len() as u32 == self.cfg.world {
                 let all = self.pending_rows.remove(&size).unwrap_or_default();
-                sink(&self.ranks, all.into_values().collect());
+                if let Some(sink) = &self.cfg.on_row {
+                    sink(&self.ranks, all.values().cloned().collect());
+                }
+                // Kept (bounded) for an interrupted run's report: what finished before.
+                if self.complete_rows.len() < MAX_PENDING_ROWS {
+                    self.complete_rows.push(all);
+                }
             }
         }
+    }
+
+    /// An interrupted run's results: the sizes every rank finished (their rows came as each
+    /// size ended), where a rank's own results never came.
+    fn results_so_far(&mut self) {
+        let mut partial: BTreeMap<Rank, RankResults> = BTreeMap::new();
+        for row in std::mem::take(&mut self.complete_rows) {
+            for (r, x) in row {
+                if !self.done_results.contains_key(&r) {
+                    partial
+                        .entry(r)
+                        .or_insert_with(|| RankResults {
+                            rank: r,
+                            rows: vec![],
+                            links: vec![],
+                            link_size_bytes: 0,
+                            port_counters: vec![],
+                        })
+                        .rows
+                        .push(x);
+                }
+            }
+        }
+        self.done_results.extend(partial);
     }
 
     /// Rank `r`'s process was told to stop: the run ends now with what is known; its
@@ -1588,6 +1633,9 @@ impl<'a> Serve<'a> {
 
     /// The end: the final judgement, then done or abort to every rank, written out.
     fn finish(&mut self, rep: &mut CoordinatorReport) {
+        if rep.interrupted.is_some() {
+            self.results_so_far();
+        }
         rep.results = std::mem::take(&mut self.done_results).into_values().collect();
         rep.run_ms = self.run_ms();
         if let Some(judge) = &self.cfg.judge
@@ -2401,7 +2449,17 @@ mod tests {
             Some(crate::ring::run::watchdog_judge(Duration::from_secs(20))),
         );
         let t0 = Instant::now();
+        let rows_sent = Arc::new(std::sync::Barrier::new(3));
         let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            // One size finished on every rank before the signal: the report keeps it.
+            let row = RowResult {
+                size_bytes: 1024,
+                time_us: 10.0,
+                wrong: Some(0),
+                in_place: None,
+            };
+            s.send(&Msg::Row { rank: r, row }).unwrap();
+            rows_sent.wait();
             if r == 2 {
                 s.send(&Msg::Interrupted {
                     rank: 2,
@@ -2423,6 +2481,12 @@ mod tests {
         assert_eq!(rep.abort.as_deref(), Some(want));
         assert_eq!(rep.interrupted.as_deref(), Some(want));
         assert!(rep.verdicts.is_empty() && rep.lost.is_empty() && rep.closed.is_empty(), "{rep:?}");
+        let sizes: Vec<(Rank, Vec<u64>)> = rep
+            .results
+            .iter()
+            .map(|x| (x.rank, x.rows.iter().map(|r| r.size_bytes).collect()))
+            .collect();
+        assert_eq!(sizes, [(0, vec![1024]), (1, vec![1024]), (2, vec![1024])]);
     }
 
     /// Rank 0's own interrupt while ranks gather ends the join at once: the joined ranks are
