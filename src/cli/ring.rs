@@ -190,8 +190,8 @@ LINK SCAN AND VERDICTS
   If rank 0 dies, every other rank exits with coordinator_lost. SIGTERM (Slurm tearing the
   step down, scancel) or SIGINT on any rank stops every rank's data plane and rank 0 prints
   its whole report at once, data.error saying 'interrupted by SIGTERM on rank N (host) at
-  size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; a
-  second signal, or 15 s after the first, ends the process. If rank 0's own process
+  size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; exit 2
+  unless a verdict came first; a second signal, or 15 s after the first, ends the process. If rank 0's own process
   stops or starves (its event loop comes round half the silence deadline or more later than
   it asked; schedstat says whether it ran, waited for a CPU or was not runnable), every rank
   gets a fresh silence deadline from then, and a failure seen within it is
@@ -794,7 +794,7 @@ fn catch_interrupts(g: &GlobalArgs) {
         set.add(s);
     }
     if let Err(e) = set.thread_block() {
-        g.log(1, &format!("SIGTERM/SIGINT stay fatal: cannot block them: {e}"));
+        g.log(1, format!("SIGTERM/SIGINT stay fatal: cannot block them: {e}"));
         return;
     }
     std::thread::spawn(move || {
@@ -927,6 +927,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     outcome(g, fmt, r, rows.as_deref())
 }
 
+/// This process caught SIGTERM/SIGINT ([`catch_interrupts`]).
+fn interrupted() -> bool {
+    crate::ring::interrupt::process().caught().is_some()
+}
+
 fn outcome(
     g: &GlobalArgs,
     fmt: Format,
@@ -938,6 +943,10 @@ fn outcome(
             report: Some(rep), ..
         }) => {
             print_report(g, fmt, &rep, rows)?;
+            // Interrupted before any fault was found: not a pass, not a fault (exit 2).
+            if interrupted() && rep.verdicts.is_empty() && rep.wrong_total() == 0 {
+                return Err(anyhow::anyhow!(rep.error.clone().unwrap_or_else(|| "interrupted".into())));
+            }
             Ok(if rep.failed() {
                 Outcome::Fault
             } else {
@@ -959,7 +968,7 @@ fn outcome(
             }
             Ok(if failed { Outcome::Fault } else { Outcome::Pass })
         }
-        Err(e) if e.kind == Failure::CannotRun => Err(anyhow::anyhow!(e.message)),
+        Err(e) if e.kind == Failure::CannotRun || interrupted() => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
             eprintln!("fabprobe: ring: {}", e.message);
             Ok(Outcome::Fault)
