@@ -40,8 +40,40 @@ use fabprobe::ring::run::watchdog_judge;
 use fabprobe::ring::wire::{self, Hello, Msg, RowResult};
 
 const THREADS: usize = 8;
-/// `--timeout` (the CLI's default): the silence deadline is then 10 s.
-const TIMEOUT: Duration = Duration::from_secs(30);
+/// `--timeout` (the CLI's default): the silence deadline is then 10 s; 3 s in quick mode.
+static TIMEOUT_S: AtomicU64 = AtomicU64::new(30);
+fn timeout() -> Duration {
+    Duration::from_secs(TIMEOUT_S.load(Ordering::Relaxed))
+}
+/// Quick mode (`cargo test`, or `--quick`): a small world, the same correctness
+/// assertions; the speed targets are printed, asserted only by `cargo bench` (full mode).
+static QUICK: AtomicBool = AtomicBool::new(false);
+/// The ranks of quick mode (over 2 rails: the rails' path is exercised too).
+const QUICK_RANKS: u32 = 256;
+const QUICK_RAILS: u32 = 2;
+/// The issue's targets (full mode, on an idle machine).
+const JOIN_TARGET: Duration = Duration::from_secs(5);
+const ROUND_TARGET: Duration = Duration::from_secs(1);
+/// Assertion groups passed and failed (the libtest summary line at the end).
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// One assertion group's outcome, printed; a failure is counted (exit 1 at the end).
+fn check(ok: bool, what: &str) {
+    println!("{}: {what}", if ok { "ok" } else { "FAILED" });
+    if ok { &PASSED } else { &FAILED }.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The libtest summary line `.ci/run` sums; exit 1 when a group failed.
+fn summary() -> ! {
+    stop_hogs();
+    let (p, f) = (PASSED.load(Ordering::Relaxed), FAILED.load(Ordering::Relaxed));
+    println!(
+        "test result: {}. {p} passed; {f} failed; 0 ignored; 0 measured; 0 filtered out",
+        if f > 0 { "FAILED" } else { "ok" }
+    );
+    std::process::exit(if f > 0 { 1 } else { 0 })
+}
 /// `--join-timeout` (the CLI's default at `--timeout 30`).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 const STEADY: Duration = Duration::from_secs(5);
@@ -100,12 +132,36 @@ fn cpu_self() -> Duration {
 
 fn fail(code: i32, msg: &str) -> ! {
     eprintln!("coordinator bench: {msg}");
+    if std::env::var_os("FABPROBE_BENCH_CLIENT").is_none() {
+        stop_hogs();
+    }
+    if code == 1 && std::env::var_os("FABPROBE_BENCH_CLIENT").is_none() {
+        check(false, msg);
+        summary();
+    }
     std::process::exit(code)
 }
 
-/// `N [--rails R]`, after whatever cargo passes (`--bench`).
+/// `NODES [RAILS]` (NODES x RAILS ranks, NODES on each rail) or `N --rails R` (N ranks in
+/// all), after whatever cargo passes (`--bench`). Without `--bench` (`cargo test`), or with
+/// `--quick`: quick mode.
 fn args() -> (u32, u32) {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let client = std::env::var_os("FABPROBE_BENCH_CLIENT").is_some();
+    if !client && (!args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--quick")) {
+        QUICK.store(true, Ordering::Relaxed);
+        TIMEOUT_S.store(3, Ordering::Relaxed);
+        return (QUICK_RANKS, QUICK_RAILS);
+    }
+    let nums: Vec<u32> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if !args.iter().any(|a| a == "--rails")
+        && let [nodes, rails] = nums[..]
+    {
+        if nodes == 0 || rails == 0 {
+            fail(2, "NODES and RAILS must be at least 1");
+        }
+        return (nodes.saturating_mul(rails), rails);
+    }
     let rails = args
         .iter()
         .position(|a| a == "--rails")
@@ -136,7 +192,50 @@ fn args() -> (u32, u32) {
     (n, rails)
 }
 
+/// Two CPU hogs beside the coordinator (the issue's "also with two CPU hogs"): child
+/// processes that spin until this process ends them (or dies: they watch their parent).
+static HOGS: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+const HOG_COUNT: usize = 2;
+
+fn start_hogs() {
+    let mut g = HOGS.lock().unwrap();
+    for _ in 0..HOG_COUNT {
+        match Command::new(std::env::current_exe().unwrap())
+            .env("FABPROBE_BENCH_HOG", "1")
+            .stdout(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => g.push(c),
+            Err(e) => fail(2, &format!("cannot start a CPU hog: {e}")),
+        }
+    }
+}
+
+fn stop_hogs() {
+    for mut c in HOGS.lock().map(|mut g| std::mem::take(&mut *g)).unwrap_or_default() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A hog: spin, and end when the parent is gone.
+fn hog() {
+    let parent = nix::unistd::getppid();
+    let mut x: u64 = 1;
+    loop {
+        for _ in 0..10_000_000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        if nix::unistd::getppid() != parent {
+            return;
+        }
+    }
+}
+
 fn main() {
+    if std::env::var_os("FABPROBE_BENCH_HOG").is_some() {
+        return hog();
+    }
     let (n, rails) = args();
     if let Ok(addrs) = std::env::var("FABPROBE_BENCH_CLIENT") {
         let addrs: Vec<SocketAddr> = addrs
@@ -145,6 +244,7 @@ fn main() {
             .collect();
         return client(Sim::new(n, addrs));
     }
+    start_hogs();
     coordinator_side(n, rails);
 }
 
@@ -295,14 +395,14 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
         addrs.push(l.local_addr().unwrap());
         let sink_rows = rows.clone();
         let inner = if rails > 1 {
-            stopping_judge(watchdog_judge(TIMEOUT), rail, stop.clone())
+            stopping_judge(watchdog_judge(timeout()), rail, stop.clone())
         } else {
-            watchdog_judge(TIMEOUT)
+            watchdog_judge(timeout())
         };
         let cfg = CoordinatorConfig {
             world: per,
             token: "bench".into(),
-            timeout: TIMEOUT,
+            timeout: timeout(),
             join_timeout: JOIN_TIMEOUT,
             advertised: addrs[rail as usize].to_string(),
             params: "p".into(),
@@ -327,6 +427,7 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             rings: None,
             nodes: Vec::new(),
             silent: Default::default(),
+            interrupt: None,
             silent_wait: Duration::ZERO,
         };
         handles.push(thread::spawn(move || {
@@ -381,7 +482,7 @@ fn coordinator_side(n: u32, rails: u32) {
         } else {
             String::new()
         },
-        TIMEOUT.as_secs(),
+        timeout().as_secs(),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
@@ -404,6 +505,9 @@ fn coordinator_side(n: u32, rails: u32) {
     let join = go.duration_since(t_start);
     let (coord_cpu, sim_cpu) = (cpu_self() - cpu0, cpu_of(child.id()));
     println!("join to go: {:.2} s", join.as_secs_f64());
+    if !QUICK.load(Ordering::Relaxed) {
+        check(join < JOIN_TARGET, &format!("join to go within {JOIN_TARGET:?} (idle machine)"));
+    }
     println!(
         "  CPU while joining: coordinator{} {:.2} s, simulated ranks {:.2} s, of {:.2} s ({cores} cores x wall); \
          load {}",
@@ -444,7 +548,14 @@ fn coordinator_side(n: u32, rails: u32) {
             if rails > 1 { "s" } else { "" },
             ms(done.duration_since(t0))
         );
+        if !QUICK.load(Ordering::Relaxed) {
+            check(
+                done.duration_since(t0) < ROUND_TARGET,
+                &format!("progress round {k} within {ROUND_TARGET:?} (idle machine)"),
+            );
+        }
     }
+    check(true, &format!("{ROUNDS} progress rounds: every rank's row arrived, no verdict"));
     steady(n, &coords, &mut child);
     stall(coords, child, stdin, (stalled, stall_rail, stall_local), rails);
 }
@@ -453,7 +564,7 @@ fn coordinator_side(n: u32, rails: u32) {
 fn steady(n: u32, coords: &[thread::JoinHandle<Ended>], child: &mut Child) {
     thread::sleep(Duration::from_secs(1));
     let (c0, s0, t0) = (cpu_self(), cpu_of(child.id()), Instant::now());
-    thread::sleep(STEADY);
+    thread::sleep(if QUICK.load(Ordering::Relaxed) { STEADY / 5 } else { STEADY });
     let (c1, s1, wall) = (cpu_self(), cpu_of(child.id()), t0.elapsed());
     let beats = n as f64 * wall.as_secs_f64() / HEARTBEAT.as_secs_f64();
     let cpu = c1 - c0;
@@ -481,7 +592,7 @@ fn stall(
     let t_stall = Instant::now();
     tell(&mut stdin, "stall");
     let mine = stall_rail as usize;
-    let stall_deadline = t_stall + silence(TIMEOUT) + Duration::from_secs(30);
+    let stall_deadline = t_stall + silence(timeout()) + Duration::from_secs(30);
     while !coords[mine].is_finished() && Instant::now() < stall_deadline {
         // Another rail may stop only after the frozen rank's verdict.
         if JUDGED
@@ -507,8 +618,7 @@ fn stall(
     if running[mine] {
         fail(1, "the frozen rank was never named");
     }
-    let bound = silence(TIMEOUT) + Duration::from_secs(1);
-    let mut ok = true;
+    let bound = silence(timeout()) + Duration::from_secs(1);
     let mut slowest: Option<LoopStats> = None;
     for (k, c) in coords.into_iter().enumerate() {
         let still = running[k];
@@ -527,17 +637,19 @@ fn stall(
                 },
                 took.as_secs_f64(),
                 HEARTBEAT.as_secs_f64(),
-                silence(TIMEOUT).as_secs_f64(),
+                silence(timeout()).as_secs_f64(),
                 if took <= bound { "within" } else { "LATE" },
                 kinds
             );
             if let Some(v) = rep.verdicts.first() {
                 println!("  {}", v.message);
             }
-            ok &= right && took <= bound;
+            check(right, &format!("the frozen rank {stalled} named alone, rank_stalled"));
+            if !QUICK.load(Ordering::Relaxed) {
+                check(took <= bound, "the frozen rank named within the silence deadline + 1 s (idle machine)");
+            }
         } else if !still && !kinds.iter().all(|(k, _)| *k == VerdictKind::RailStopped) {
-            println!("FALSE VERDICT on rail {k} (healthy): {kinds:?}");
-            ok = false;
+            check(false, &format!("FALSE VERDICT on rail {k} (healthy): {kinds:?}"));
         }
         // The slowest join's counters (every rail's are alike; the slowest says most).
         if slowest.as_ref().is_none_or(|s| s.go < rep.stats.go) {
@@ -563,10 +675,7 @@ fn stall(
             st,
         );
     }
-    println!("result: {}", if ok { "PASS" } else { "FAIL" });
-    if !ok {
-        std::process::exit(1);
-    }
+    summary();
 }
 
 // ---------------------------------------------------------------- the simulated ranks

@@ -49,6 +49,7 @@ fn slurm_launches_ring_and_check_and_drains_only_the_failing_node() {
         }
     });
     ring_under_srun(&lab);
+    ring_report_survives_a_killed_task(&lab);
     sweep_drain_lines_run_by_scontrol(&lab);
     health_check_program_drains_the_failing_node(&lab);
 }
@@ -111,6 +112,68 @@ fn ring_under_srun(lab: &SlurmLab) {
             .all(|r| r["wrong"] == 0 && r["in_place"]["wrong"] == 0),
         "{d}"
     );
+}
+
+/// (d) The report survives the scheduler: one task of `srun -N4 fabprobe ring --format json`
+/// is killed mid-run (SIGKILL: the task is lost; SIGTERM: as `scancel` or Slurm tearing the
+/// step down), Slurm then sends SIGTERM to the others and SIGKILL after KillWait (30 s).
+/// Each time rank 0's JSON is whole, says why the run ended, and blames no other rank.
+fn ring_report_survives_a_killed_task(lab: &SlurmLab) {
+    use nix::sys::signal::{Signal, kill};
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    let bin = env!("CARGO_BIN_EXE_fabprobe");
+    for (task, sig) in [(2u32, Signal::SIGKILL), (0, Signal::SIGTERM), (3, Signal::SIGTERM)] {
+        let mut child = lab.client_spawn(&[
+            "timeout", "90", "srun", "-N4", bin, "-v", "ring", "--transport", "tcp", "-b", "1M", "-e", "64M", "-f",
+            "4", "-n", "40", "-w", "1", "--no-scan", "--timeout", "15", "--format", "json",
+        ]);
+        let err = Arc::new(Mutex::new(String::new()));
+        let reader = {
+            let (err, mut pipe) = (err.clone(), child.stderr.take().unwrap());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    err.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        };
+        // Once every rank has its table (the run is under way), the task is killed.
+        let pid = lab.wait_for("every rank's table", Duration::from_secs(60), |l| {
+            let e = err.lock().unwrap();
+            let all = (0..NODES).all(|r| e.contains(&format!("rank {r}: its part of the rank table")));
+            all.then(|| l.task_pid(bin, task)).flatten()
+        });
+        kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+        let t = std::time::Instant::now();
+        let o = child.wait_with_output().unwrap();
+        reader.join().unwrap();
+        let stderr = err.lock().unwrap().clone();
+        eprintln!("{sig} to task {task}: srun ended {:.1} s later", t.elapsed().as_secs_f64());
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{sig} to task {task}: rank 0's JSON ({e}):\n{}\n{stderr}", text(&o.stdout)));
+        let d = &v["data"];
+        let error = d["error"].as_str().unwrap_or_default();
+        let verdicts = d["verdicts"].as_array().unwrap();
+        if sig == Signal::SIGTERM {
+            // Interrupted: where, and nobody blamed.
+            assert!(
+                error.starts_with(&format!("interrupted by SIGTERM on rank {task} (host{task}) at ")),
+                "{sig} to task {task}: {d}\n{stderr}"
+            );
+            assert!(verdicts.is_empty(), "{sig} to task {task}: {d}");
+        } else {
+            // The killed task is the one named, if any rank is.
+            assert!(!error.is_empty() || !verdicts.is_empty(), "{sig} to task {task}: {d}");
+            for x in verdicts {
+                let names = |f: &str| x[f].as_u64() == Some(task as u64);
+                assert!(names("from_rank") || names("to_rank"), "{sig} to task {task}: {x}");
+            }
+        }
+    }
 }
 
 /// (b) `srun -N4 -l fabprobe check --format json | fabprobe sweep --expect 'node[0-3]'

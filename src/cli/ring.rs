@@ -187,7 +187,11 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. If rank 0's own process
+  If rank 0 dies, every other rank exits with coordinator_lost. SIGTERM (Slurm tearing the
+  step down, scancel) or SIGINT on any rank stops every rank's data plane and rank 0 prints
+  its whole report at once, data.error saying 'interrupted by SIGTERM on rank N (host) at
+  size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; exit 2
+  unless a verdict came first; a second signal, or 15 s after the first, ends the process. If rank 0's own process
   stops or starves (its event loop comes round half the silence deadline or more later than
   it asked; schedstat says whether it ran, waited for a CPU or was not runnable), every rank
   gets a fresh silence deadline from then, and a failure seen within it is
@@ -798,8 +802,46 @@ impl<'a> RingData<'a> {
 /// there), so the flag need not travel through each mode's signature.
 static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
+/// How long a rank may take after SIGTERM/SIGINT before it exits on its own (2): well
+/// within Slurm's default `KillWait` (30 s), long enough for rank 0 to print its report.
+const INTERRUPT_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// SIGTERM (the scheduler) and SIGINT (Ctrl-C) are noted for the ring, not fatal: every
+/// rank stops its data plane and rank 0 prints what is known. Blocked here, before any
+/// thread starts (threads inherit the mask), and taken by one thread with sigwait; a second
+/// signal, or [`INTERRUPT_BACKSTOP`] after the first, ends the process.
+fn catch_interrupts(g: &GlobalArgs) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT] {
+        set.add(s);
+    }
+    if let Err(e) = set.thread_block() {
+        g.log(1, format!("SIGTERM/SIGINT stay fatal: cannot block them: {e}"));
+        return;
+    }
+    std::thread::spawn(move || {
+        let Ok(first) = set.wait() else { return };
+        crate::ring::interrupt::process().note(first as i32);
+        eprintln!("fabprobe: ring: {first}: stopping; rank 0 reports what is known");
+        std::thread::spawn(move || {
+            std::thread::sleep(INTERRUPT_BACKSTOP);
+            eprintln!(
+                "fabprobe: ring: still running {} s after {first}; exiting",
+                INTERRUPT_BACKSTOP.as_secs()
+            );
+            std::process::exit(2);
+        });
+        if let Ok(again) = set.wait() {
+            eprintln!("fabprobe: ring: {again} again; exiting at once");
+            std::process::exit(128 + again as i32);
+        }
+    });
+}
+
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
+    catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(
             "`fabprobe ring` moves bytes between live hosts; --root cannot be used with it".into(),
@@ -908,6 +950,11 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     outcome(g, fmt, r, rows.as_deref())
 }
 
+/// This process caught SIGTERM/SIGINT ([`catch_interrupts`]).
+fn interrupted() -> bool {
+    crate::ring::interrupt::process().caught().is_some()
+}
+
 fn outcome(
     g: &GlobalArgs,
     fmt: Format,
@@ -919,6 +966,10 @@ fn outcome(
             report: Some(rep), ..
         }) => {
             print_report(g, fmt, &rep, rows)?;
+            // Interrupted before any fault was found: not a pass, not a fault (exit 2).
+            if interrupted() && rep.verdicts.is_empty() && rep.wrong_total() == 0 {
+                return Err(anyhow::anyhow!(rep.error.clone().unwrap_or_else(|| "interrupted".into())));
+            }
             Ok(if rep.failed() {
                 Outcome::Fault
             } else {
@@ -940,7 +991,7 @@ fn outcome(
             }
             Ok(if failed { Outcome::Fault } else { Outcome::Pass })
         }
-        Err(e) if e.kind == Failure::CannotRun => Err(anyhow::anyhow!(e.message)),
+        Err(e) if e.kind == Failure::CannotRun || interrupted() => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
             eprintln!("fabprobe: ring: {}", e.message);
             Ok(Outcome::Fault)

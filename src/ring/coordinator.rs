@@ -20,9 +20,11 @@ use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::diagnosis::evidence;
 use crate::ring::diagnosis::watchdog::local_work_allowance_ms;
 use crate::ring::gate::{self, BUSY, Incoming};
+use crate::ring::interrupt::Interrupt;
 use crate::ring::lag::{self, LagClock, Stall};
 use crate::ring::model::{
-    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, printable, shown,
+    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, VerdictKind, WaitReport, bounded_reason, printable,
+    shown,
 };
 use crate::ring::orders::{self, RingOrder};
 use crate::ring::rendezvous::{BootstrapError, FAILURE_GRACE, HEARTBEAT, list, silence};
@@ -131,6 +133,9 @@ pub struct CoordinatorConfig {
     /// coordinator's start (see [`gather_deadline`]), and the abort says they never declared.
     pub silent: BTreeSet<Rank>,
     pub silent_wait: Duration,
+    /// This process's SIGTERM/SIGINT ([`crate::ring::interrupt::process`]); None in tests
+    /// that do not interrupt.
+    pub interrupt: Option<Arc<Interrupt>>,
 }
 
 impl CoordinatorConfig {
@@ -228,6 +233,9 @@ pub struct CoordinatorReport {
     pub events: Vec<Event>,
     /// Why the run ended early, if it did.
     pub abort: Option<String>,
+    /// The run was interrupted (SIGTERM, SIGINT): where, in words (also in `abort` unless a
+    /// failure came first).
+    pub interrupted: Option<String>,
     /// The coordinator's own failure (its open-file or thread limit, a frame over its
     /// limit): the run could not be judged, and no rank is to blame.
     pub coordinator_error: Option<String>,
@@ -587,7 +595,9 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     if (seen.len() as u32) < cfg.world {
         // Named as the job's nodes: no table entry of theirs says it.
         let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
-        let reason = BootstrapError::Missing {
+        let interrupted = interrupted_join(&cfg, seen.len(), &missing);
+        rep.interrupted = interrupted.clone();
+        let reason = interrupted.unwrap_or_else(|| BootstrapError::Missing {
             missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
             silent: missing
                 .iter()
@@ -598,7 +608,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             coordinator: cfg.advertised.clone(),
             secs: cfg.join_timeout.as_secs(),
         }
-        .to_string();
+        .to_string());
         run.tell_all(
             &mut rep,
             &Msg::Abort {
@@ -606,7 +616,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             },
         );
         rep.abort = Some(reason);
-        if let Some(judge) = &cfg.judge {
+        if let Some(judge) = cfg.judge.as_ref().filter(|_| rep.interrupted.is_none()) {
             rep.verdicts = judge(&rep, 0, true);
         }
         stop.store(true, Ordering::Relaxed);
@@ -641,6 +651,18 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep.stats.plane = run.plane.stats;
     rep.close_events();
     rep
+}
+
+/// Rank 0 was interrupted while `joined` ranks had joined: the reason every joined rank is
+/// told (the missing ones are named, not judged). None: not interrupted.
+fn interrupted_join(cfg: &CoordinatorConfig, joined: usize, missing: &[Rank]) -> Option<String> {
+    let signal = cfg.interrupt.as_ref()?.caught()?;
+    Some(format!(
+        "interrupted by {signal} on rank 0 while {joined} of {} ranks had joined (missing rank{} {}); no rank is judged",
+        cfg.world,
+        if missing.len() == 1 { "" } else { "s" },
+        list(&missing.iter().map(|&r| cfg.node_of(r)).collect::<Vec<_>>())
+    ))
 }
 
 /// When gathering ends, for a coordinator started at `start`: the join window, or, once
@@ -679,7 +701,7 @@ fn gather(
     while (seen.len() as u32) < cfg.world {
         let now = Instant::now();
         let deadline = gather_deadline(cfg, &seen, start);
-        if now >= deadline {
+        if now >= deadline || cfg.interrupt.as_ref().is_some_and(|i| i.caught().is_some()) {
             break;
         }
         for h in plane.wait((deadline - now).min(Duration::from_millis(50))) {
@@ -694,7 +716,7 @@ fn gather(
             if let Some(b) = sndbuf {
                 let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
             }
-            gather_one(cfg, rep, (&mut seen, &mut checking), plane, (s, peer, hello));
+            gather_one(cfg, rep, (&mut seen, &mut checking), (plane, start), (s, peer, hello));
             rep.stats.hellos += 1;
         }
         rep.stats.hello_time += t.elapsed();
@@ -725,7 +747,7 @@ fn gather_one(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
     (seen, checking): (&mut BTreeMap<Rank, RankInfo>, &mut BTreeMap<Rank, Instant>),
-    plane: &mut Plane,
+    (plane, start): (&mut Plane, Instant),
     (s, peer, hello): Incoming,
 ) {
     let peer_s = peer.to_string();
@@ -799,6 +821,24 @@ fn gather_one(
     let mut info = h.info;
     info.node = cfg.nodes.get(h.rank as usize).copied();
     seen.insert(h.rank, info);
+    tell_window(cfg, seen, (plane, start), h.rank);
+}
+
+/// Tell seated rank `r` when the join window closes: it waits on this clock, not on its
+/// own start (it may have started long before rank 0).
+fn tell_window(
+    cfg: &CoordinatorConfig,
+    seen: &BTreeMap<Rank, RankInfo>,
+    (plane, start): (&mut Plane, Instant),
+    r: Rank,
+) {
+    let now = Instant::now();
+    let left = gather_deadline(cfg, seen, start).saturating_duration_since(now);
+    if let Ok(f) = frame(&Msg::Window {
+        closes_in_ms: left.as_millis() as u64,
+    }) {
+        let _ = plane.send(r, f, now);
+    }
 }
 
 /// Why the door turned a connection away, in plain words (its own refusals are not a
@@ -866,6 +906,8 @@ struct Serve<'a> {
     done_results: BTreeMap<Rank, RankResults>,
     /// Size -> the ranks that finished it so far (see `on_row`).
     pending_rows: BTreeMap<u64, BTreeMap<Rank, RowResult>>,
+    /// The sizes every rank finished, in order (an interrupted run's report).
+    complete_rows: Vec<BTreeMap<Rank, RowResult>>,
     failing_since: Option<Instant>,
     first_failure: Option<String>,
     scan: Option<Box<dyn ScanDriver>>,
@@ -876,7 +918,16 @@ struct Serve<'a> {
     /// After a stall of the loop while nothing had failed: until when the ranks have their
     /// fresh deadline (a failure seen before then is the stall's; see `after_stall`).
     stall: Option<(Stall, Instant)>,
+    /// Ranks that said they were interrupted: their closing is no failure.
+    interrupted: BTreeSet<Rank>,
+    /// When this process's own interrupt was first seen (its own rank says where it was
+    /// within [`OWN_INTERRUPT_WAIT`]).
+    own_interrupt: Option<Instant>,
 }
+
+/// How long rank 0's coordinator, interrupted itself, waits for a rank's word on where the
+/// run was before it ends the run without it.
+const OWN_INTERRUPT_WAIT: Duration = Duration::from_millis(300);
 
 impl<'a> Serve<'a> {
     fn new(
@@ -905,6 +956,7 @@ impl<'a> Serve<'a> {
             urgent: false,
             done_results: BTreeMap::new(),
             pending_rows: BTreeMap::new(),
+            complete_rows: Vec::new(),
             failing_since: None,
             first_failure: None,
             scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
@@ -914,6 +966,8 @@ impl<'a> Serve<'a> {
                 None => LagClock::new(lag::threshold(silence(cfg.timeout))),
             },
             stall: None,
+            interrupted: BTreeSet::new(),
+            own_interrupt: None,
         }
     }
 
@@ -1129,6 +1183,9 @@ impl<'a> Serve<'a> {
                 }
             }
             rep.stats.msg_time += t.elapsed();
+            if self.interrupt_ends(rep, Instant::now()) {
+                break;
+            }
             if self.plane.take_woken() {
                 drain_rejections(self.cfg, rx_late, rep, &self.plane);
             }
@@ -1250,7 +1307,7 @@ impl<'a> Serve<'a> {
         self.judge_ok_at = Instant::now() + 2 * d;
         self.next_backstop = Instant::now() + JUDGE_IDLE.max(10 * d);
         if !v.is_empty() {
-            self.first_failure = Some(v.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; "));
+            self.first_failure = Some(verdict_reason(&v));
             rep.verdicts = v;
             return true;
         }
@@ -1411,6 +1468,7 @@ impl<'a> Serve<'a> {
                 ..
             } => self.on_failed(rep, r, error, link_fault, port_counters),
             Msg::Row { row, .. } => self.on_row(r, row),
+            Msg::Interrupted { signal, at, .. } => self.on_interrupted(rep, r, &signal, &at),
             Msg::Results(mut res) => {
                 note_counters(rep, r, std::mem::take(&mut res.port_counters));
                 rep.finished_ms.insert(r, at_ms);
@@ -1474,19 +1532,90 @@ impl<'a> Serve<'a> {
     }
 
     fn on_row(&mut self, r: Rank, row: RowResult) {
-        let Some(sink) = &self.cfg.on_row else { return };
         let size = row.size_bytes;
         if self.pending_rows.len() < MAX_PENDING_ROWS || self.pending_rows.contains_key(&size) {
             let at = self.pending_rows.entry(size).or_default();
             at.insert(r, row);
             if at.len() as u32 == self.cfg.world {
                 let all = self.pending_rows.remove(&size).unwrap_or_default();
-                sink(&self.ranks, all.into_values().collect());
+                if let Some(sink) = &self.cfg.on_row {
+                    sink(&self.ranks, all.values().cloned().collect());
+                }
+                // Kept (bounded) for an interrupted run's report: what finished before.
+                if self.complete_rows.len() < MAX_PENDING_ROWS {
+                    self.complete_rows.push(all);
+                }
             }
         }
     }
 
+    /// An interrupted run's results: the sizes every rank finished (their rows came as each
+    /// size ended), where a rank's own results never came.
+    fn results_so_far(&mut self) {
+        let mut partial: BTreeMap<Rank, RankResults> = BTreeMap::new();
+        for row in std::mem::take(&mut self.complete_rows) {
+            for (r, x) in row {
+                if !self.done_results.contains_key(&r) {
+                    partial
+                        .entry(r)
+                        .or_insert_with(|| RankResults {
+                            rank: r,
+                            rows: vec![],
+                            links: vec![],
+                            link_size_bytes: 0,
+                            port_counters: vec![],
+                        })
+                        .rows
+                        .push(x);
+                }
+            }
+        }
+        self.done_results.extend(partial);
+    }
+
+    /// Rank `r`'s process was told to stop: the run ends now with what is known; its
+    /// closing that follows blames nobody.
+    fn on_interrupted(&mut self, rep: &mut CoordinatorReport, r: Rank, signal: &str, at: &str) {
+        self.interrupted.insert(r);
+        if rep.interrupted.is_none() {
+            let (host, n) = (self.host(r), self.shown(r));
+            let why = format!(
+                "interrupted by {} on rank {n} ({host}) at {}; the report holds what finished before",
+                printable(signal, 16),
+                printable(at, 200)
+            );
+            rep.interrupted = Some(why.clone());
+            self.first_failure.get_or_insert(why);
+        }
+    }
+
+    /// The run ends for an interrupt: a rank said so, or this process was told and its own
+    /// rank did not say where within [`OWN_INTERRUPT_WAIT`].
+    fn interrupt_ends(&mut self, rep: &mut CoordinatorReport, now: Instant) -> bool {
+        if rep.interrupted.is_some() {
+            return true;
+        }
+        let Some(signal) = self.cfg.interrupt.as_ref().and_then(|i| i.caught()) else {
+            return false;
+        };
+        let since = *self.own_interrupt.get_or_insert(now);
+        if now.duration_since(since) < OWN_INTERRUPT_WAIT {
+            return false;
+        }
+        let why = format!(
+            "interrupted by {signal} on rank 0 after {} ms of the run; the report holds what finished before",
+            self.run_ms()
+        );
+        rep.interrupted = Some(why.clone());
+        self.first_failure.get_or_insert(why);
+        true
+    }
+
     fn on_closed(&mut self, rep: &mut CoordinatorReport, r: Rank, err: WireError) {
+        if self.interrupted.contains(&r) {
+            self.quiet.forget(r);
+            return;
+        }
         let reset = !matches!(err, WireError::Closed);
         rep.closed.insert(r, (self.run_ms(), reset));
         let why = err.to_string();
@@ -1504,6 +1633,9 @@ impl<'a> Serve<'a> {
 
     /// The end: the final judgement, then done or abort to every rank, written out.
     fn finish(&mut self, rep: &mut CoordinatorReport) {
+        if rep.interrupted.is_some() {
+            self.results_so_far();
+        }
         rep.results = std::mem::take(&mut self.done_results).into_values().collect();
         rep.run_ms = self.run_ms();
         if let Some(judge) = &self.cfg.judge
@@ -1512,13 +1644,7 @@ impl<'a> Serve<'a> {
             rep.verdicts = judge(rep, rep.run_ms, true);
             // A failed run's cause, named at the end, replaces the first report's line.
             if self.first_failure.is_some() && !rep.verdicts.is_empty() {
-                self.first_failure = Some(
-                    rep.verdicts
-                        .iter()
-                        .map(|v| v.message.clone())
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
+                self.first_failure = Some(verdict_reason(&rep.verdicts));
             }
         }
         // The scan's verdicts join the watchdog's: every rank learns that the run failed.
@@ -1537,7 +1663,10 @@ impl<'a> Serve<'a> {
                     },
                 );
                 rep.abort = Some(reason);
-                self.collect_counters(rep);
+                // Interrupted: the scheduler's SIGKILL follows; the report comes first.
+                if rep.interrupted.is_none() {
+                    self.collect_counters(rep);
+                }
             }
             None => {
                 let failed = !rep.verdicts.is_empty()
@@ -1547,7 +1676,8 @@ impl<'a> Serve<'a> {
                         .any(|r| r.rows.iter().any(|row| row.wrong_total() > 0));
                 let done = Msg::Done {
                     failed,
-                    verdicts: rep.verdicts.clone(),
+                    verdicts: rep.verdicts.iter().take(SENT_VERDICTS).cloned().collect(),
+                    more_verdicts: rep.verdicts.len().saturating_sub(SENT_VERDICTS) as u64,
                 };
                 if let Err(e) = frame(&done) {
                     let reason = format!("coordinator: the end of the run cannot be sent: {e}");
@@ -1875,6 +2005,15 @@ const COUNTERS_GRACE: Duration = Duration::from_millis(1500);
 
 /// A rank's latest moved counters (each report covers the whole run so far), under the
 /// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.
+/// The verdicts' messages as one reason for every rank, bounded ([`bounded_reason`]).
+fn verdict_reason(v: &[Verdict]) -> String {
+    bounded_reason(&v.iter().map(|v| v.message.as_str()).collect::<Vec<_>>())
+}
+
+/// How many verdicts the end-of-run message carries to the ranks (each rank prints only
+/// their messages; rank 0's report has them all); the rest are counted.
+pub const SENT_VERDICTS: usize = 16;
+
 fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMove>) {
     if moved.is_empty() {
         return;
@@ -1955,6 +2094,17 @@ mod tests {
             nodes: Vec::new(),
             silent: BTreeSet::new(),
             silent_wait: Duration::ZERO,
+            interrupt: None,
+        }
+    }
+
+    /// The next message after the coordinator's word on its join window (a raw rank's read).
+    fn read_past_window(s: &mut TcpStream) -> Result<Msg, WireError> {
+        loop {
+            match wire::read_msg(s) {
+                Ok(Msg::Window { .. }) => continue,
+                other => return other,
+            }
         }
     }
 
@@ -2208,7 +2358,7 @@ mod tests {
             })
             .collect();
         for h in ranks {
-            assert_eq!(h.join().unwrap(), (false, vec![]));
+            assert_eq!(h.join().unwrap(), (false, vec![], 0));
         }
         let rep = coord.join().unwrap();
         assert!(rep.abort.is_none() && rep.verdicts.is_empty(), "{:?}", rep.abort);
@@ -2251,6 +2401,197 @@ mod tests {
 
     /// Issue 20: the short wait for a node that never declared its rails starts only once
     /// every declared rank joined; until then the join window holds for everyone.
+    /// A rank that connected long before rank 0's coordinator read its hello waits on rank
+    /// 0's join window, not on its own start: it is seated and runs although its own
+    /// `--join-timeout` (+ grace) ran out before the last rank came.
+    #[test]
+    fn a_rank_started_well_before_rank_0_joins() {
+        use crate::ring::rendezvous::{JOIN_GRACE, join_within};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t0 = Instant::now();
+        // Rank 0 of the job started first, with a 1 s window of its own: connected at once
+        // (the kernel queues it until the coordinator reads it).
+        let early = {
+            let addr = addr.clone();
+            thread::spawn(move || {
+                let s = join_within(&addr, hello(0, 2, "t"), Duration::from_secs(1), Duration::from_secs(5))
+                    .map_err(|e| e.to_string())?;
+                s.send(&Msg::Ready { rank: 0 }).map_err(|e| e.to_string())?;
+                s.wait_go(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+                s.send(&no_results(0)).map_err(|e| e.to_string())?;
+                s.wait_done(Duration::from_secs(10)).map_err(|e| e.to_string())
+            })
+        };
+        let mut cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
+        cfg.join_timeout = Duration::from_secs(20);
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        // The other rank comes only once the early rank's own clock has run out.
+        thread::sleep((t0 + Duration::from_secs(1) + JOIN_GRACE + Duration::from_millis(500)).saturating_duration_since(Instant::now()));
+        let s = join_within(&addr, hello(1, 2, "t"), Duration::from_secs(20), Duration::from_secs(5)).unwrap();
+        s.send(&Msg::Ready { rank: 1 }).unwrap();
+        s.wait_go(Duration::from_secs(10)).unwrap();
+        s.send(&no_results(1)).unwrap();
+        assert_eq!(s.wait_done(Duration::from_secs(10)).unwrap(), (false, vec![], 0));
+        assert_eq!(early.join().unwrap(), Ok((false, vec![], 0)));
+        let rep = coord.join().unwrap();
+        assert!(rep.abort.is_none(), "{:?}", rep.abort);
+    }
+
+    /// A rank that says it was interrupted (SIGTERM) ends the run at once with where it was,
+    /// and its closing blames nobody: no verdict, no lost rank; the other ranks are told.
+    #[test]
+    fn an_interrupted_rank_ends_the_run_at_once_and_blames_nobody() {
+        let cfg = test_cfg(
+            3,
+            Duration::from_secs(20),
+            String::new(),
+            Some(crate::ring::run::watchdog_judge(Duration::from_secs(20))),
+        );
+        let t0 = Instant::now();
+        let rows_sent = Arc::new(std::sync::Barrier::new(3));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            // One size finished on every rank before the signal: the report keeps it.
+            let row = RowResult {
+                size_bytes: 1024,
+                time_us: 10.0,
+                wrong: Some(0),
+                in_place: None,
+            };
+            s.send(&Msg::Row { rank: r, row }).unwrap();
+            rows_sent.wait();
+            if r == 2 {
+                s.send(&Msg::Interrupted {
+                    rank: 2,
+                    signal: "SIGTERM".into(),
+                    at: "size 1024 bytes (1 of the sweep), step 1 of round 3".into(),
+                })
+                .unwrap();
+                drop(s);
+                return String::new();
+            }
+            s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+        });
+        let want = "interrupted by SIGTERM on rank 2 (h2) at size 1024 bytes (1 of the sweep), step 1 of round 3; \
+                    the report holds what finished before";
+        assert_eq!(ranks, [want, want, ""]);
+        // Not the 20 s timeout nor a failure's grace.
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.abort.as_deref(), Some(want));
+        assert_eq!(rep.interrupted.as_deref(), Some(want));
+        assert!(rep.verdicts.is_empty() && rep.lost.is_empty() && rep.closed.is_empty(), "{rep:?}");
+        let sizes: Vec<(Rank, Vec<u64>)> = rep
+            .results
+            .iter()
+            .map(|x| (x.rank, x.rows.iter().map(|r| r.size_bytes).collect()))
+            .collect();
+        assert_eq!(sizes, [(0, vec![1024]), (1, vec![1024]), (2, vec![1024])]);
+    }
+
+    /// Rank 0's own interrupt while ranks gather ends the join at once: the joined ranks are
+    /// told, no rank is named missing by a verdict.
+    #[test]
+    fn an_interrupt_during_the_join_ends_it_without_a_verdict() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let interrupt = Arc::new(Interrupt::default());
+        let mut cfg = test_cfg(
+            3,
+            Duration::from_secs(5),
+            addr.clone(),
+            Some(crate::ring::run::watchdog_judge(Duration::from_secs(5))),
+        );
+        cfg.join_timeout = Duration::from_secs(30);
+        cfg.interrupt = Some(interrupt.clone());
+        let coord = thread::spawn(move || coordinate(l, cfg));
+        // Rank 1 by hand: once it is told its window it is seated; then the signal comes.
+        use std::io::Write;
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(&frame(&Msg::Hello(hello(1, 3, "t")))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Window { closes_in_ms }) if closes_in_ms > 20_000));
+        let t0 = Instant::now();
+        interrupt.note(15);
+        let e = match read_past_window(&mut c) {
+            Ok(Msg::Abort { reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let rep = coord.join().unwrap();
+        assert!(
+            e.starts_with("interrupted by SIGTERM on rank 0 while 1 of 3 ranks had joined (missing ranks 0, 2)"),
+            "{e}"
+        );
+        assert_eq!(rep.abort.as_deref(), Some(e.as_str()));
+        assert!(rep.verdicts.is_empty(), "{:?}", rep.verdicts);
+        // Not the 30 s join window.
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+
+    fn many_verdicts(n: usize) -> Vec<Verdict> {
+        (0..n)
+            .map(|r| Verdict {
+                rail: None,
+                kind: crate::ring::model::VerdictKind::RankLost,
+                from_rank: Some(r as u32),
+                to_rank: None,
+                from_host: None,
+                to_host: None,
+                evidence: BTreeMap::new(),
+                message: format!("rank {r} (node-with-a-long-name-{r:05}) sent nothing for 10 s (process stopped, or its host is gone)"),
+                next: None,
+            })
+            .collect()
+    }
+
+    /// A verdict on thousands of ranks still reaches every rank as a reason (bounded, "and
+    /// 11,996 more"), not a frame over the limit that is never sent (COORDINATOR LOST).
+    #[test]
+    fn thousands_of_verdicts_reach_every_rank_bounded() {
+        fn judge(rep: &CoordinatorReport, _now_ms: u64, _final: bool) -> Vec<Verdict> {
+            if rep.stuck.is_empty() { vec![] } else { many_verdicts(12_000) }
+        }
+        let cfg = test_cfg(2, Duration::from_secs(20), String::new(), Some(Arc::new(judge)));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            if r == 1 {
+                let w = crate::ring::collective::allreduce::Progress::default().report(1, 0);
+                s.send(&Msg::Stuck { wait: w, port_counters: vec![] }).unwrap();
+            }
+            s.wait_done(Duration::from_secs(10)).err().unwrap().to_string()
+        });
+        for why in ranks {
+            assert!(why.starts_with("rank 0 (node-with-a-long-name-00000) sent nothing"), "{why}");
+            assert!(why.ends_with("; and 11,996 more"), "{why}");
+            assert!(why.len() < crate::ring::model::REASON_CHARS + 40, "{}", why.len());
+        }
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 12_000);
+    }
+
+    /// The end-of-run message carries the first verdicts and counts the rest: it fits a
+    /// frame whatever their number, and each rank says how many more rank 0 holds.
+    #[test]
+    fn the_end_of_a_run_with_thousands_of_verdicts_is_sent_bounded() {
+        fn judge(_: &CoordinatorReport, _now_ms: u64, final_call: bool) -> Vec<Verdict> {
+            if final_call { many_verdicts(12_000) } else { vec![] }
+        }
+        let cfg = test_cfg(2, Duration::from_secs(20), String::new(), Some(Arc::new(judge)));
+        let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
+            s.send(&no_results(r)).unwrap();
+            s.wait_done(Duration::from_secs(10)).map_err(|e| e.to_string())
+        });
+        for got in ranks {
+            let (failed, v, more) = got.unwrap();
+            assert!(failed);
+            assert_eq!((v.len(), more), (SENT_VERDICTS, 12_000 - SENT_VERDICTS as u64));
+            let why = crate::ring::run::failed_why(&v, more);
+            assert!(why.ends_with("; and 11,984 more (rank 0's report lists them)"), "{why}");
+        }
+        let rep = coord.join().unwrap();
+        assert_eq!(rep.verdicts.len(), 12_000);
+        assert!(rep.coordinator_error.is_none(), "{:?}", rep.coordinator_error);
+    }
+
     #[test]
     fn gather_deadline_table() {
         let t0 = Instant::now();
@@ -2500,7 +2841,7 @@ mod tests {
                         break;
                     }
                 }
-                (_, Msg::Ping) => {}
+                (_, Msg::Ping | Msg::Window { .. }) => {}
                 (_, other) => panic!("{other:?}"),
             }
         }
@@ -2514,7 +2855,7 @@ mod tests {
         while !matches!(read_frame(&mut r).1, Msg::Done { .. }) {}
         for (i, h) in others.into_iter().enumerate() {
             // Each other rank's part: itself and rank 0.
-            assert_eq!(h.join().unwrap(), Ok((2, (false, vec![]))), "rank {}", i + 1);
+            assert_eq!(h.join().unwrap(), Ok((2, (false, vec![], 0))), "rank {}", i + 1);
         }
         let rep = coord.join().unwrap();
         assert!(
@@ -2548,7 +2889,7 @@ mod tests {
             s.send(&no_results(r)).unwrap();
             s.wait_done(Duration::from_secs(5)).unwrap()
         });
-        for (failed, verdicts) in ranks {
+        for (failed, verdicts, _) in ranks {
             assert!(failed);
             assert_eq!(verdicts.len(), 1);
             assert_eq!(verdicts[0].message, "judged 2 results");
@@ -2759,7 +3100,7 @@ mod tests {
             }))
             .map_err(|e| e.to_string())?;
             s.wait_done(Duration::from_secs(10))
-                .map(|(f, _)| f)
+                .map(|(f, _, _)| f)
                 .map_err(|e| e.to_string())
         })
     }
@@ -2875,7 +3216,7 @@ mod tests {
         let r0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
         assert_eq!(r0.table.len(), 2);
         c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Table { .. })));
+        assert!(matches!(read_past_window(&mut c), Ok(Msg::Table { .. })));
         drop((c, r0));
         let rep = coord.join().unwrap();
         let pc_known = rep
@@ -3023,7 +3364,7 @@ mod tests {
             let mut s: TcpStream = sock.into();
             s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            assert!(matches!(wire::read_msg(&mut s), Ok(Msg::Table { .. })));
+            assert!(matches!(read_past_window(&mut s), Ok(Msg::Table { .. })));
             s.write_all(&frame(&Msg::Ready { rank: r })).unwrap();
             let mut times = Vec::new();
             if !read {
@@ -3223,7 +3564,7 @@ mod tests {
             s.wait_done(Duration::from_secs(5)).unwrap()
         });
         for h in ranks {
-            assert_eq!(h, (false, vec![]));
+            assert_eq!(h, (false, vec![], 0));
         }
         let rep = coord.join().unwrap();
         let calls = CALLS.load(Ordering::Relaxed);
@@ -3306,7 +3647,7 @@ mod tests {
             s.send(&no_results(r)).unwrap();
             s.wait_done(Duration::from_secs(10)).unwrap()
         });
-        assert!(ranks.iter().all(|d| *d == (false, vec![])), "{ranks:?}");
+        assert!(ranks.iter().all(|d| *d == (false, vec![], 0)), "{ranks:?}");
         let rep = coord.join().unwrap();
         let at = |p: u64| rep.progress[&0].iter().find(|x| x.1 == p).map(|x| x.0);
         let (a, b) = (at(777).unwrap(), at(778).unwrap());
@@ -3351,7 +3692,7 @@ mod tests {
         let rep = coord.join().unwrap();
         assert!(STALLS.load(Ordering::Relaxed) >= 1, "the loop never stalled");
         for d in ranks {
-            assert_eq!(d, Ok((false, vec![])), "{:?}", rep.abort);
+            assert_eq!(d, Ok((false, vec![], 0)), "{:?}", rep.abort);
         }
         assert!(rep.verdicts.is_empty() && rep.lost.is_empty(), "{:?}", rep.abort);
         let own = rep.own_stall.as_ref().map(|s| s.lag);
@@ -3452,7 +3793,7 @@ mod tests {
         });
         let rep = coord.join().unwrap();
         for d in ranks {
-            assert_eq!(d, Ok((false, vec![])), "{:?}", rep.abort);
+            assert_eq!(d, Ok((false, vec![], 0)), "{:?}", rep.abort);
         }
         assert!(rep.own_stall.is_none() && rep.verdicts.is_empty(), "{rep:?}");
         assert!(rep.stats.lag_max >= Duration::from_millis(500), "{:?}", rep.stats);

@@ -2,6 +2,7 @@
 //! bottom up (each layer uses only those above it in this list):
 //!
 //! * [`model`]: shared types (ranks, verdicts, wait reports, counter moves), no deps;
+//! * [`interrupt`]: the scheduler's SIGTERM (or a Ctrl-C), noted by the CLI, no deps;
 //! * [`wire`]: the one framing, shared by the control plane and the data handshakes;
 //! * [`launcher`]: rank and world from flags or the launcher's environment;
 //! * [`diagnosis`]: scan plan and driver, localization, watchdog, counter evidence;
@@ -23,6 +24,7 @@ pub mod control;
 pub mod coordinator;
 pub mod diagnosis;
 pub mod gate;
+pub mod interrupt;
 pub mod lag;
 pub mod launcher;
 pub mod model;

@@ -512,9 +512,82 @@ pub fn printable(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// `4812` -> `4,812`: counts people read in a reason.
+pub fn thousands(n: usize) -> String {
+    let d = n.to_string();
+    let mut out = String::with_capacity(d.len() + d.len() / 3);
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// How many names a reason sent to the ranks lists before it counts the rest.
+pub const REASON_NAMES: usize = 16;
+
+/// How many verdict messages one reason joins before it counts the rest.
+pub const REASON_MESSAGES: usize = 4;
+
+/// The characters a reason sent to every rank keeps at most (far below the frame limit,
+/// whatever the number of ranks it concerns).
+pub const REASON_CHARS: usize = 4000;
+
+/// At most `shown` items, then the count of the rest: `0, 2, 3 and 4,812 more`. Pure.
+pub fn bounded_list<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
+    let head = items.iter().take(shown).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
+    match items.len().saturating_sub(shown) {
+        0 => head,
+        more => format!("{head} and {} more", thousands(more)),
+    }
+}
+
+/// Messages joined by `; `, at most [`REASON_MESSAGES`] of them and then the count of the
+/// rest, within [`REASON_CHARS`]: a reason sent to every rank fits one frame however many
+/// ranks failed. Pure.
+pub fn bounded_reason<S: AsRef<str>>(messages: &[S]) -> String {
+    let head = messages
+        .iter()
+        .take(REASON_MESSAGES)
+        .map(|m| m.as_ref())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let head = printable(&head, REASON_CHARS);
+    match messages.len().saturating_sub(REASON_MESSAGES) {
+        0 => head,
+        more => format!("{head}; and {} more", thousands(more)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_and_bounded_lists() {
+        for (n, want) in [(0, "0"), (999, "999"), (1000, "1,000"), (4812, "4,812"), (1234567, "1,234,567")] {
+            assert_eq!(thousands(n), want);
+        }
+        assert_eq!(bounded_list(&[0, 2, 3], 16), "0, 2, 3");
+        let many: Vec<u32> = (0..4828).collect();
+        let l = bounded_list(&many, 16);
+        assert!(l.starts_with("0, 1, 2,") && l.ends_with("14, 15 and 4,812 more"), "{l}");
+    }
+
+    #[test]
+    fn a_reason_from_any_number_of_messages_is_bounded() {
+        assert_eq!(bounded_reason(&["a", "b"]), "a; b");
+        let msgs: Vec<String> = (0..16_384).map(|r| format!("rank {r} (node{r}) sent nothing for 10 s")).collect();
+        let r = bounded_reason(&msgs);
+        assert!(r.ends_with("; and 16,380 more"), "{r}");
+        assert!(r.starts_with("rank 0 (node0) sent nothing"), "{r}");
+        let long: Vec<String> = (0..3).map(|_| "x".repeat(100_000)).collect();
+        assert!(bounded_reason(&long).chars().count() <= REASON_CHARS + 3);
+        let long: Vec<String> = (0..9).map(|_| "x".repeat(100_000)).collect();
+        assert!(bounded_reason(&long).ends_with("...; and 5 more"));
+    }
 
     #[test]
     fn netdev_of_labels() {

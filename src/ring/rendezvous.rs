@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::ring::diagnosis::watchdog;
 use crate::ring::gate;
-use crate::ring::model::{AbortFlag, Rank, RankInfo, Verdict, printable};
+use crate::ring::model::{AbortFlag, REASON_NAMES, Rank, RankInfo, Verdict, bounded_list, printable};
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
 /// How often ranks and the coordinator tell each other they are alive.
@@ -108,9 +108,9 @@ fn missing_text(missing: &[Rank], silent: &[Rank], world: u32, coordinator: &str
     m
 }
 
-/// `0, 2, 3, 5`.
+/// `0, 2, 3, 5`; past [`REASON_NAMES`] ranks, `... and 4,812 more` (it goes to every rank).
 pub(crate) fn list(ranks: &[Rank]) -> String {
-    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+    bounded_list(ranks, REASON_NAMES)
 }
 
 fn port_of(addr: &str) -> String {
@@ -283,7 +283,7 @@ fn join_once(
 ) -> Result<Session, BootstrapError> {
     // The coordinator's own deadline counts from rank 0's start; a little grace lets its
     // missing-rank message arrive before this rank gives up on its own.
-    let deadline = start + join_timeout + Duration::from_secs(3);
+    let mut deadline = start + join_timeout + JOIN_GRACE;
     let wire_err = |source| BootstrapError::Wire {
         peer: coordinator.to_string(),
         source,
@@ -349,6 +349,7 @@ fn join_once(
                     reason: printable(&reason, 400),
                 });
             }
+            Ok(Msg::Window { closes_in_ms }) => deadline = deadline.max(window_end(closes_in_ms)),
             Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
             Ok(_) => continue,
             Err(WireError::Closed) => {
@@ -361,6 +362,21 @@ fn join_once(
             Err(e) => return Err(wire_err(e)),
         }
     }
+}
+
+/// How long after the end of rank 0's join window a seated rank still waits for its table
+/// (or rank 0's missing-rank message, which names the cause) before giving up on its own.
+pub const JOIN_GRACE: Duration = Duration::from_secs(3);
+
+/// The longest join window a coordinator's word can set (its value came off the network).
+const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// When a seated rank stops waiting for its table, told that rank 0's window closes in
+/// `closes_in_ms`: one clock, rank 0's, whenever this rank started.
+pub fn window_end(closes_in_ms: u64) -> Instant {
+    let now = Instant::now();
+    let left = Duration::from_millis(closes_in_ms).min(MAX_WINDOW) + JOIN_GRACE;
+    now.checked_add(left).unwrap_or(now)
 }
 
 /// Add one frame of this rank's table to what arrived: at most `world` entries in all, each
@@ -538,7 +554,8 @@ impl Session {
 
     /// Wait for the end of the run: `Ok(failed)` or the abort reason. The coordinator
     /// answers within its own deadlines, so `timeout` only guards against a lost one.
-    pub fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>), BootstrapError> {
+    /// `Ok((failed, verdicts, more))`: `more` verdicts were counted, not sent.
+    pub fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>, u64), BootstrapError> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -548,7 +565,11 @@ impl Session {
                 .map_err(|_| BootstrapError::Aborted("control inbox poisoned".into()))?
                 .recv_timeout(left)
             {
-                Ok(Msg::Done { failed, verdicts }) => return Ok((failed, verdicts)),
+                Ok(Msg::Done {
+                    failed,
+                    verdicts,
+                    more_verdicts,
+                }) => return Ok((failed, verdicts, more_verdicts)),
                 Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(reason)),
                 Ok(_) => continue,
                 Err(_) => {

@@ -22,7 +22,7 @@ use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::launcher::Identity;
-use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable, shown};
+use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable, shown, thousands};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
@@ -112,7 +112,7 @@ pub struct RankOutcome {
 
 /// A failed run's reason as the coordinator's end-of-run message gives it to the other
 /// ranks: its verdicts, else wrong results. Bounded and printable (it came off the network).
-pub fn failed_why(verdicts: &[Verdict]) -> String {
+pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
     if verdicts.is_empty() {
         return "rank 0 reports wrong results (its report has the rows)".into();
     }
@@ -121,7 +121,14 @@ pub fn failed_why(verdicts: &[Verdict]) -> String {
         .map(|v| v.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    format!("rank 0's verdict: {}", printable(&all, 2000))
+    let all = printable(&all, 2000);
+    match more {
+        0 => format!("rank 0's verdict: {all}"),
+        n => format!(
+            "rank 0's verdict: {all}; and {} more (rank 0's report lists them)",
+            thousands(usize::try_from(n).unwrap_or(usize::MAX))
+        ),
+    }
 }
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
@@ -245,6 +252,7 @@ fn coordinator_config(
         nodes,
         silent,
         silent_wait: SILENT_WAIT,
+        interrupt: Some(crate::ring::interrupt::process()),
         scan: opts.scan.clone().map(|o| {
             let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
                 Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
@@ -429,12 +437,18 @@ fn rank_body(
     thread::scope(|sc| {
         sc.spawn(|| {
             let mut cpu = crate::ring::schedstat::Meter::default();
+            let interrupt = crate::ring::interrupt::process();
+            let mut told = false;
             while !stop.load(Ordering::Relaxed) {
                 let mut w = beat.report(id.rank, timeout.as_millis() as u64);
                 w.cpu = cpu.read();
                 let _ = session.send(&Msg::Heartbeat(w));
                 let until = Instant::now() + rendezvous::HEARTBEAT;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    if let Some(signal) = interrupt.caught().filter(|_| !told) {
+                        told = true;
+                        interrupted(id.rank, &session, &beat, signal);
+                    }
                     thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -446,6 +460,37 @@ fn rank_body(
         tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
+}
+
+/// This process was told to stop: rank 0 learns where this rank was (it ends the run and
+/// reports), and the data plane stops.
+fn interrupted(rank: Rank, session: &Session, beat: &Beat, signal: String) {
+    let at = position(beat, rank);
+    let _ = session.send(&Msg::Interrupted {
+        rank,
+        signal: signal.clone(),
+        at: at.clone(),
+    });
+    session.abort.raise(format!("interrupted by {signal} at {at}"));
+}
+
+/// Where this rank's run is, in words: `size 1048576 bytes (3 of the sweep), step 2 of round
+/// 5`, `scan order 4`, `link setup`.
+fn position(beat: &Beat, rank: Rank) -> String {
+    let live = &beat.live;
+    let w = beat.report(rank, u64::MAX);
+    match live.stage() {
+        LiveStatus::SCAN => format!("link scan order {}", live.scan_order.load(Ordering::Relaxed) + 1),
+        LiveStatus::SWEEP => format!(
+            "size {} bytes ({} of the sweep), step {} of round {}",
+            live.size_bytes.load(Ordering::Relaxed),
+            live.size_index.load(Ordering::Relaxed) + 1,
+            w.step,
+            w.round
+        ),
+        LiveStatus::DONE => "the end of the run".into(),
+        _ => "link setup".into(),
+    }
 }
 
 /// A rank's own error before its table arrived, naming it as rank `me` (the job's node
@@ -544,10 +589,10 @@ fn after_join(
                 .map_err(|e| fault(e.to_string()))?;
             // The coordinator answers once every rank reported, within its own deadlines.
             match session.wait_done(timeout * 2 + Duration::from_secs(5)) {
-                Ok((failed, verdicts)) => Ok(RankOutcome {
+                Ok((failed, verdicts, more)) => Ok(RankOutcome {
                     report: None,
                     failed,
-                    why: failed.then(|| failed_why(&verdicts)),
+                    why: failed.then(|| failed_why(&verdicts, more)),
                 }),
                 Err(e) => Err(fault(e.to_string())),
             }
@@ -566,6 +611,10 @@ fn after_join(
                     port_counters: moved(),
                 },
             };
+            if let Some(signal) = crate::ring::interrupt::process().caught() {
+                // The scheduler tears the job down: rank 0 reports, this rank just stops.
+                return Err(fault(format!("interrupted by {signal}: {e}")));
+            }
             let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
             if !matches!(e, RingError::Aborted(_)) && !already {
                 let _ = session.send(&msg);

@@ -17,7 +17,7 @@ pub const MAGIC: &[u8; 4] = b"FPR1";
 /// KiB; larger tables go in several frames.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -121,6 +121,11 @@ pub enum Msg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         shared_transport: Option<String>,
     },
+    /// The coordinator seated this rank: its join window closes in `closes_in_ms` (the
+    /// rank waits for its table on rank 0's clock, not on its own start).
+    Window {
+        closes_in_ms: u64,
+    },
     /// The coordinator refuses this connection (wrong token, duplicate rank...).
     Reject {
         reason: String,
@@ -168,7 +173,19 @@ pub enum Msg {
     /// The run ended; `failed` tells every rank which exit status to use.
     Done {
         failed: bool,
+        /// At most [`crate::ring::coordinator::SENT_VERDICTS`] of rank 0's verdicts.
         verdicts: Vec<Verdict>,
+        /// How many more verdicts rank 0's report holds.
+        #[serde(default)]
+        more_verdicts: u64,
+    },
+    /// This rank's process was told to stop (SIGTERM from the scheduler, Ctrl-C): it stopped
+    /// its data plane at `at` (`size 1048576 bytes, step 3 of round 7`); rank 0 ends the run
+    /// and reports what is known, naming no rank for it.
+    Interrupted {
+        rank: u32,
+        signal: String,
+        at: String,
     },
     /// The coordinator ends the run early; every rank exits with this message.
     Abort {
@@ -206,6 +223,7 @@ impl Msg {
         match self {
             Msg::Hello(_) => "hello",
             Msg::Table { .. } => "table",
+            Msg::Window { .. } => "window",
             Msg::Reject { .. } => "reject",
             Msg::Ready { .. } => "ready",
             Msg::Go => "go",
@@ -216,6 +234,7 @@ impl Msg {
             Msg::Counters { .. } => "counters",
             Msg::Row { .. } => "row",
             Msg::Done { .. } => "done",
+            Msg::Interrupted { .. } => "interrupted",
             Msg::Abort { .. } => "abort",
             Msg::Ping => "ping",
             Msg::ScanRun { .. } => "scan-run",
@@ -279,6 +298,7 @@ mod tests {
         let m = Msg::Done {
             failed: true,
             verdicts: vec![],
+            more_verdicts: 3,
         };
         let mut buf = Vec::new();
         write_msg(&mut buf, &m).unwrap();

@@ -360,6 +360,36 @@ impl SlurmLab {
         c.output().unwrap_or_else(|e| panic!("run {args:?}: {e}"))
     }
 
+    /// [`SlurmLab::client`], started and left running (stdout and stderr piped).
+    pub fn client_spawn(&self, args: &[&str]) -> Child {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns_name("c")])
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap_or_else(|e| panic!("run {args:?}: {e}"))
+    }
+
+    /// The pid of task `procid` of a step of this cluster running `exe` (srun passes the
+    /// environment on: its SLURM_CONF is this cluster's), if it runs now.
+    pub fn task_pid(&self, exe: &str, procid: u32) -> Option<i32> {
+        let conf = format!("SLURM_CONF={}", self.conf.display());
+        let task = format!("SLURM_PROCID={procid}");
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let path = std::fs::read_link(e.path().join("exe")).ok()?;
+            if path.to_str()? != exe {
+                return None;
+            }
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+            (vars.contains(&conf.as_bytes()) && vars.contains(&task.as_bytes())).then_some(pid)
+        })
+    }
+
     /// `sinfo -N`: each node and its state (`idle`, `drained`, ...).
     pub fn node_states(&self) -> Vec<(String, String)> {
         let o = self.client(&["sinfo", "-h", "-N", "-o", "%N %T"]);
