@@ -1252,7 +1252,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                 violation(&key("count"), format!("{layer} ports"), format!("{known} {layer} ports found, {n} expected"))
                     .evidence("found", names.clone())
                     .evidence("expected", n)
-                    .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -d 15b3:`, `mlxconfig -d DEV q LINK_TYPE_P1`, dmesg mlx5"),
+                    .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -D -d 15b3:` lists the Mellanox adapters, `for d in $(lspci -D -d 15b3: | cut -d' ' -f1); do mlxconfig -d $d q LINK_TYPE_P1; done` their link type, `dmesg | grep mlx5` their errors"),
             );
         }
     }
@@ -1286,7 +1286,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                     violation(&key("state"), &s, format!("{s} is {st}, expected {}", r.state.join(" or ")))
                         .evidence("state", st)
                         .evidence("phys_state", p.phys_state.as_ref().map(|x| x.name.clone()))
-                        .fix("check the cable and the switch port (ibstat, ibportstate); Polling means no link partner, INIT/ARMED means no subnet manager has configured it"),
+                        .fix(format!("check the cable and the switch port{}; Polling means no link partner, INIT/ARMED means no subnet manager has configured it", crate::probe::links::cable_tools(d, p))),
                 );
             }
         }
@@ -1298,7 +1298,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                     violation(&key("rate_min_gbps"), &s, format!("{s} runs at {}, below {min} Gb/s", rt.raw))
                         .evidence("rate", rt.raw.as_str())
                         .evidence("rate_min_gbps", min)
-                        .fix(format!("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings and `mlxlink -d {} -p {} -m -c`", d.name, p.port)),
+                        .fix(format!("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings{}", crate::probe::links::cable_tools(d, p))),
                 ),
                 _ => {}
             }
@@ -1317,7 +1317,7 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
                         format!("{s} is {w} wide, expected {}", r.width.join(" or ")),
                     )
                     .evidence("rate", rate.map(|x| x.raw.clone()))
-                    .fix(format!("a lane is down: reseat or replace the cable; `mlxlink -d {} -p {} -c` shows lane errors", d.name, p.port)),
+                    .fix(format!("a lane is down: reseat or replace the cable; lane errors{}", crate::probe::links::cable_tools(d, p))),
                 ),
                 _ => {}
             }
@@ -1476,7 +1476,7 @@ fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
                         .evidence("interval_s", secs)
                         .evidence("per_hour", per_hour)
                         .evidence("max_per_hour", *max)
-                        .fix(format!("errors on a live link: replace the cable or transceiver, check `mlxlink -d {} -p {} -c` (BER) and the switch side", d.name, port.port)),
+                        .fix(format!("errors on a live link: replace the cable or transceiver, and check the switch side{}", crate::probe::links::cable_tools(d, port))),
                     );
                 }
             }
@@ -1504,19 +1504,35 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                     .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
                 {
                     let s = format!("{}/{}", port.device, port.port);
-                    let entry = port
-                        .nccl
-                        .index
-                        .and_then(|i| port.entries.iter().find(|e| e.index == i));
-                    let ok = entry.is_some_and(|e| {
-                        let v2 = e.roce_version.as_deref() == Some("v2");
-                        match want.as_str() {
-                            "ipv4-v2" => v2 && e.ipv4.is_some(),
-                            "ipv6-v2" => v2 && e.ipv4.is_none() && !e.link_local,
-                            "v2" => v2,
-                            _ => true,
-                        }
-                    });
+                    let entry_at = |i: Option<u32>| i.and_then(|i| port.entries.iter().find(|e| e.index == i));
+                    let entry = entry_at(port.nccl.index);
+                    let fits = |e: Option<&crate::probe::gids::GidEntry>| {
+                        e.is_some_and(|e| {
+                            let v2 = e.roce_version.as_deref() == Some("v2");
+                            match want.as_str() {
+                                "ipv4-v2" => v2 && e.ipv4.is_some(),
+                                "ipv6-v2" => v2 && e.ipv4.is_none() && !e.link_local,
+                                "v2" => v2,
+                                _ => true,
+                            }
+                        })
+                    };
+                    let ok = fits(entry);
+                    // Unknown NCCL version and no NCCL_IB_GID_INDEX: 2.21+ picks the index
+                    // above, older NCCL index 0. Where the two answers differ, unknown.
+                    let forced = crate::nccl::gid::nccl_param(c.nccl.value("NCCL_IB_GID_INDEX"), -1) >= 0;
+                    if c.nccl.version.parsed.is_none() && !forced && ok != fits(entry_at(Some(0))) {
+                        out.push(not_evaluated(
+                            "roce.gid",
+                            format!(
+                                "{s}: NCCL 2.21+ would use index {} ({}), older NCCL index 0 ({}), and the NCCL version is unknown: give --nccl-version",
+                                port.nccl.index.map(|i| i.to_string()).unwrap_or_else(|| "none".into()),
+                                if ok { "fits" } else { "does not fit" },
+                                if ok { "does not fit" } else { "fits" }
+                            ),
+                        ));
+                        continue;
+                    }
                     if !ok {
                         let shown = entry
                             .map(|e| {

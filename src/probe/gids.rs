@@ -244,7 +244,10 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
                 )
                 .evidence("first_index", first.index)
                 .evidence("nccl_index", p.nccl.index)
-                .fix("use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573), or set NCCL_IB_GID_INDEX to the index NCCL picks here"),
+                .fix(match p.nccl.index {
+                    Some(i) => format!("use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573), or pin the index NCCL picks here: NCCL_IB_GID_INDEX={i}"),
+                    None => "use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573); NCCL picks no index here (see `fabprobe gids`)".to_string(),
+                }),
             );
         }
         if !roce || !active {

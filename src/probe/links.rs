@@ -306,8 +306,19 @@ fn delta_text(d: &Delta) -> String {
 }
 
 /// The commands that show a port's cable, transceiver and link, by what the port is:
-/// `ibstat` for InfiniBand, `ethtool` for a RoCE netdev, `mlxlink` (MFT) on mlx5.
-fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
+/// `ibstat` for InfiniBand, `ethtool` for a RoCE netdev, `mlxlink` (MFT) on mlx5; never a
+/// Mellanox tool for another vendor's port (an Omni-Path `hfi1`, `rxe`). `: a, b` or empty.
+pub fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
+    let cmds = cable_commands(d, p);
+    if cmds.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", cmds.join(", "))
+    }
+}
+
+/// [`cable_tools`]'s commands, each in backticks, for fix lines of their own.
+pub fn cable_commands(d: &LinkDevice, p: &LinkPort) -> Vec<String> {
     let mut cmds = Vec::new();
     match (p.link_layer.as_deref(), &p.netdev) {
         (Some("InfiniBand"), _) => cmds.push(format!("`ibstat {} {}`", d.name, p.port)),
@@ -320,11 +331,7 @@ fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
             d.name, p.port
         ));
     }
-    if cmds.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", cmds.join(", "))
-    }
+    cmds
 }
 
 /// Link error counters read once (no baseline, no interval) that are non-zero: what

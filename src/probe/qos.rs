@@ -865,6 +865,15 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
 }
 
 /// PFC and ECN on RoCE's known priority `rp`.
+/// `, or /sys/class/infiniband/DEV/tc/PORT/traffic_class` for the netdev's RDMA port (the
+/// MLNX_OFED per-port class file), named; nothing when the netdev has no RDMA port.
+fn tc_file(i: &QosIf) -> String {
+    match (&i.rdma_device, i.rdma_port) {
+        (Some(d), Some(p)) => format!(", or /sys/class/infiniband/{d}/tc/{p}/traffic_class"),
+        _ => String::new(),
+    }
+}
+
 fn roce_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], rp: u8, out: &mut Vec<Finding>) {
     if !pfc.contains(&rp) {
         let (sev, msg) = if pfc.is_empty() {
@@ -890,9 +899,10 @@ fn roce_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], rp: u8, out: &mut V
                 .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
                 .evidence("priority_source", i.roce.priority_source.clone())
                 .fix(format!(
-                    "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC / the tc/<port>/traffic_class file",
+                    "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC{2}",
                     i.ifname,
-                    pfc_arg(&[rp])
+                    pfc_arg(&[rp]),
+                    tc_file(i)
                 )),
         );
     }
@@ -980,7 +990,7 @@ fn unknown_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], out: &mut Vec<Fi
         )
         .evidence("pfc_enabled", list(pfc))
         .evidence("priority_source", why.clone())
-        .fix("set NCCL_IB_TC in the job's environment or /etc/nccl.conf (e.g. 106 = DSCP 26), or the device's tc/<port>/traffic_class"),
+        .fix(format!("set NCCL_IB_TC in the job's environment or /etc/nccl.conf (e.g. 106 = DSCP 26){}", tc_file(i))),
     );
     let Some(e) = &i.ecn else { return };
     let off: Vec<u8> = pfc
