@@ -471,9 +471,20 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
         .collect();
     let nccl_uses = |k: usize| nics.get(k).and_then(|n| n.nccl_uses) == Some(true);
     if !t.nics.is_empty() && !(0..t.nics.len()).any(nccl_uses) {
-        let why = nics
+        // Grouped by reason: "NCCL_IB_DISABLE=1: mlx5_0 mlx5_1", not one line per device.
+        let mut by_rule: Vec<(&str, Vec<&str>)> = Vec::new();
+        for n in &nics {
+            let (Some(name), Some(rule)) = (n.name.as_deref(), n.nccl_use_rule.as_deref()) else {
+                continue;
+            };
+            match by_rule.iter_mut().find(|(r, _)| *r == rule) {
+                Some((_, names)) => names.push(name),
+                None => by_rule.push((rule, vec![name])),
+            }
+        }
+        let why = by_rule
             .iter()
-            .filter_map(|n| Some(format!("{} {}", n.name.as_deref()?, n.nccl_use_rule.as_deref()?)))
+            .map(|(rule, names)| format!("{rule}: {}", names.join(" ")))
             .collect::<Vec<_>>()
             .join("; ");
         notes.push(format!(
