@@ -1520,8 +1520,7 @@ fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
                     let ok = fits(entry);
                     // Unknown NCCL version and no NCCL_IB_GID_INDEX: 2.21+ picks the index
                     // above, older NCCL index 0. Where the two answers differ, unknown.
-                    let forced = crate::nccl::gid::nccl_param(c.nccl.value("NCCL_IB_GID_INDEX"), -1) >= 0;
-                    if c.nccl.version.parsed.is_none() && !forced && ok != fits(entry_at(Some(0))) {
+                    if port.nccl.before_2_21_uses_0 && ok != fits(entry_at(Some(0))) {
                         out.push(not_evaluated(
                             "roce.gid",
                             format!(

