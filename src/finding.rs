@@ -79,3 +79,126 @@ pub fn worst(findings: &[Finding]) -> Severity {
         .max()
         .unwrap_or(Severity::Pass)
 }
+
+/// One rule of a probe: the finding ids it writes, the severities it gives and what it
+/// judges, beside the function that judges. A probe keeps its rules in one table that its
+/// `findings` (and so `check`), the man page's FINDINGS list and tests/rules.rs all read,
+/// so a rule is added in one place. `J` is the probe's own judge signature.
+pub struct Rule<J> {
+    /// Usually one id; a rule that repeats another probe's verdict names those ids.
+    pub ids: &'static [&'static str],
+    /// `warn`, `fail`, or `warn|fail` (the text says which when).
+    pub severity: &'static str,
+    /// One line for the man page: what breaks the rule.
+    pub about: &'static str,
+    pub judge: J,
+}
+
+/// A rule without its judge: what the man page and the tests read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleDoc {
+    pub ids: &'static [&'static str],
+    pub severity: &'static str,
+    pub about: &'static str,
+}
+
+/// The documentation of every rule in a table, in its order.
+pub fn docs<J>(rules: &[Rule<J>]) -> Vec<RuleDoc> {
+    rules
+        .iter()
+        .map(|r| RuleDoc {
+            ids: r.ids,
+            severity: r.severity,
+            about: r.about,
+        })
+        .collect()
+}
+
+/// The FINDINGS list of a man page and `--help`: `  id  severity  about`, the id column as
+/// wide as the table's longest id (at most 26, so the text keeps room in an 80-column man
+/// page), the text wrapped under its column within 96 columns. A rule with several ids
+/// lists each on its own line, the last beside its text; an id too long for the column
+/// stands on its own line.
+pub fn findings_section(docs: &[RuleDoc]) -> String {
+    const WIDTH: usize = 96;
+    const SEV: usize = 10;
+    let longest = docs
+        .iter()
+        .flat_map(|d| d.ids.iter())
+        .map(|i| i.len())
+        .max()
+        .unwrap_or(0);
+    let id_col = (longest + 1).min(26);
+    let text_col = 2 + id_col + SEV;
+    let mut out = String::from("FINDINGS\n");
+    for d in docs {
+        let (last, rest) = d.ids.split_last().unwrap_or((&"", &[]));
+        for id in rest {
+            out.push_str(&format!("  {id}\n"));
+        }
+        if last.len() < id_col {
+            out.push_str(&format!("  {last:<id_col$}{:<SEV$}", d.severity));
+        } else {
+            out.push_str(&format!(
+                "  {last}\n{:pad$}{:<SEV$}",
+                "",
+                d.severity,
+                pad = 2 + id_col
+            ));
+        }
+        let mut col = text_col;
+        let mut first = true;
+        for w in d.about.split_whitespace() {
+            if !first && col + 1 + w.len() > WIDTH {
+                out.push_str(&format!("\n{:text_col$}", ""));
+                col = text_col;
+                first = true;
+            }
+            if !first {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(w);
+            col += w.len();
+            first = false;
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_section_wraps_under_the_text_column() {
+        let docs = [
+            RuleDoc {
+                ids: &["a.short"],
+                severity: "warn",
+                about: "one two three",
+            },
+            RuleDoc {
+                ids: &["a.first_of_two", "a.second_of_two"],
+                severity: "warn|fail",
+                about: "word word word word word word word word word word word word word word word word word word word word",
+            },
+        ];
+        let s = findings_section(&docs);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "FINDINGS");
+        // The id column is the longest id plus one; the severity column 10.
+        assert_eq!(
+            lines[1],
+            format!("  {:<16}{:<10}one two three", "a.short", "warn")
+        );
+        assert_eq!(lines[2], "  a.first_of_two");
+        assert!(
+            lines[3].starts_with(&format!("  {:<16}warn|fail word", "a.second_of_two")),
+            "{s}"
+        );
+        assert!(lines.iter().all(|l| l.len() <= 96), "{s}");
+        assert!(lines[4].starts_with(&format!("{:28}word", "")), "{s}");
+    }
+}

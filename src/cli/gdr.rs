@@ -7,8 +7,14 @@ use crate::probe::gdr;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = GDR_HELP)]
+#[command(after_long_help = gdr_help())]
 pub struct GdrArgs {}
+
+/// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
+fn gdr_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(gdr::RULES));
+    format!("{GDR_HELP}{rules}\n{GDR_HELP_DATA}")
+}
 
 const GDR_HELP: &str = "\
 For every GPU x RDMA NIC pair: NCCL's path type (as `fabprobe topo --nccl`) against
@@ -28,22 +34,17 @@ the config space of every bridge below the last bridge a GPU and a NIC share (as
 64 bytes are readable: shown as unknown, never off). IOMMU: /sys/class/iommu, each device's
 iommu_group type, the kernel command line. BAR1: NVML.
 
-FINDINGS
-  gdr.acs_redirect         ReqRedir/CmpltRedir on a switch port between a GPU and a NIC
-                           (fail when NCCL would use the pair); fix: setpci ECAP_ACS+0x6.w
-  gdr.acs_unknown          ACS of the ports NCCL's pairs cross is not readable (non-root)
-  gdr.peermem_not_loaded   GDR off for pairs NCCL would use: no peer memory, no DMA-BUF
-  gdr.unknown              (warn) no peer memory seen and DMA-BUF cannot be told (a
-                           prerequisite unreadable): unknown, not off
-  gdr.off_distance         the nearest NIC is farther than NCCL_NET_GDR_LEVEL
-  gdr.iommu_translation    DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs
+";
 
+const GDR_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gdr)
   {\"gpus\"|\"nics\": [{\"label\", \"name\", \"pci_bus_id\", \"bar1_total_bytes\",
      \"iommu_group\": null | {\"group\", \"type\"}}],
    \"nccl_net_gdr_level\": {\"level\" (what it allows on PCIe: LOC..SYS), \"name\" (as NCCL names it: PXB, P2C...),
      \"source\" (default, NCCL_NET_GDR_C2C=N | set in <where>), \"raw\"},
    \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
+     \"nccl_rules\" (whose rules, and where the version came from), \"nccl_version\" (null:
+     unknown), \"depends_on_version\",
      \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
      \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},
    \"dmabuf\": {\"kernel\", \"kernel_ok\", \"rdma_core\", \"rdma_core_source\", \"rdma_core_ok\",

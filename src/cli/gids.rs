@@ -9,7 +9,7 @@ use crate::probe::gids;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = GIDS_HELP)]
+#[command(after_long_help = gids_help())]
 pub struct GidsArgs {
     /// Print exactly what the show_gids script prints (tabs, its lexical order, footer
     /// n_gids_found=N), for scripts that parse it.
@@ -23,6 +23,12 @@ pub struct GidsArgs {
     /// collectors: `fabprobe --format prom gids --output /var/lib/node_exporter/fabprobe-gids.prom`.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// The long help: prose, the FINDINGS list from the probe's rule table, the data formats.
+fn gids_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(gids::RULES));
+    format!("{GIDS_HELP}{rules}\n{GIDS_HELP_DATA}")
 }
 
 const GIDS_HELP: &str = "\
@@ -42,14 +48,9 @@ NARROW TERMINALS
   terminal, the full table. --show-gids prints show_gids' own bytes at any width, for scripts
   that parse show_gids; `fabprobe gids | cat` gives the full table on a terminal.
 
-FINDINGS
-  gids.no_roce_v2            a RoCE port without any RoCE v2 GID
-  gids.nccl_gid_unusable     NCCL's automatic choice is link-local or empty
-  gids.nccl_gid_index_bad    NCCL_IB_GID_INDEX points at an empty, link-local or v1 entry
-  gids.nccl_gid_error        NCCL would stop with an error (a types file missing)
-  gids.duplicate_ipv4        the same IPv4 address on two ports
-  gids.sparse_table          the first populated index is above 0 (container view)
+";
 
+const GIDS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gids)
   {\"rdma\": {\"devices_found\": bool, \"message\": str|null},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
@@ -94,7 +95,9 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
     } else {
         match fmt {
             Format::Json => Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json(),
-            Format::Prom => crate::render::gids::prom(&report) + &super::out::findings_prom("gids", &findings),
+            Format::Prom => {
+                crate::render::gids::prom(&report) + &super::out::findings_prom("gids", &findings)
+            }
             _ => crate::render::gids::table(&report, &findings),
         }
     };

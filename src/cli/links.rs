@@ -12,7 +12,7 @@ use crate::probe::links::{self, SampleInfo};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = LINKS_HELP)]
+#[command(after_long_help = links_help())]
 pub struct LinksArgs {
     /// Sample the counters twice, SECONDS apart, and report deltas and rates (live only).
     #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
@@ -26,6 +26,12 @@ pub struct LinksArgs {
     /// collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
+fn links_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(links::RULES));
+    format!("{LINKS_HELP}{rules}\n{LINKS_HELP_DATA}")
 }
 
 const LINKS_HELP: &str = "\
@@ -44,24 +50,9 @@ with the share of the port's rate (the kernel's rate attribute, a signalling rat
 such as QDR carry at most 80% of it as data); other counters in events per second. Pause time
 is not an RDMA port counter: `fabprobe qos --interval` shows it as a share of the interval.
 
-FINDINGS
-  links.port_not_active            state not ACTIVE or phys_state not LinkUp (Disabled: warn)
-  links.port_state_unknown         state or phys_state could not be read (warn: unknown, not down)
-  links.rate_below_peers           an ACTIVE port slower than the best port of the same HCA model
-  links.pcie_downtrained           the HCA's PCIe link below its maximum speed or width
-  links.errors_increasing          symbol_error, link_downed (fail), link_error_recovery,
-                                   port_rcv_errors, port_xmit_discards increased
-  links.retransmissions_increasing local_ack_timeout_err, packet_seq_err, out_of_sequence,
-                                   rnr_nak_retry_err, req_transport_retries_exceeded (fail) increased
-  links.congestion                 port_xmit_wait grew by more than 10% of port_xmit_data (words)
-  links.counter_saturated          a PMA error counter stuck at its maximum across a sample
-  links.errors_since_boot          link_downed, symbol_error, link_error_recovery, port_rcv_errors,
-                                   local_link_integrity_errors or excessive_buffer_overrun_errors
-                                   non-zero or saturated in a single read (warn: since boot, no
-                                   baseline; one finding per port)
-  links.verbs_mismatch             libibverbs and sysfs disagree about port 1 (live only)
-  links.verbs_missing_device       sysfs lists a device libibverbs does not (live only)
+";
 
+const LINKS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.links)
   {\"rdma\": {\"devices_found\", \"message\"},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},

@@ -7,8 +7,14 @@ use crate::probe::nccl_env;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = NCCL_ENV_HELP)]
+#[command(after_long_help = nccl_env_help())]
 pub struct NcclEnvArgs {}
+
+/// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
+fn nccl_env_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(nccl_env::RULES));
+    format!("{NCCL_ENV_HELP}{rules}\n{NCCL_ENV_HELP_DATA}")
+}
 
 const NCCL_ENV_HELP: &str = "\
 Applies NCCL's own rules to this host (or --root snapshot) and the job's NCCL_* environment
@@ -44,34 +50,9 @@ and 2.23). Each choice names the rule that made it:
 Socket interfaces need getifaddrs: live, or a snapshot's fabprobe/ifaddrs.json (written by
 `fabprobe snapshot`); an older snapshot says they are unknown.
 
-FINDINGS
-  nccl_env.unknown_name            an NCCL_* name NCCL does not read (nearest real name)
-  nccl_env.bad_value               a value NCCL misreads (no digits: read as 0, not the default;
-                                   trailing text, an unknown word or level)
-  nccl_env.out_of_range            NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside
-                                   0-7 (fail); NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)
-  nccl_env.ifname_ignored          NCCL_SOCKET_IFNAME of one character
-  nccl_env.comm_id_by_name         NCCL_COMM_ID names a host: NCCL resolves it on each node
-  nccl_env.no_socket_interface     nothing matches, or NCCL_COMM_ID is on no local subnet:
-                                   bootstrap fails (fail)
-  nccl_env.socket_interface_unusable  lo or a docker/virbr bridge (fail), a link-local
-                                   address (warn) picked for the bootstrap
-  nccl_env.hca_prefix_match        NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1
-  nccl_env.hca_matches_nothing     NCCL_IB_HCA selects no active port: sockets (fail)
-  nccl_env.ib_disabled             NCCL_IB_DISABLE=1 with active RDMA ports
-  nccl_env.p2p_disabled_nvlink     NCCL_P2P_DISABLE=1 on a host with NVLink
-  nccl_env.gdr_off                 a GPU whose every used HCA is beyond NCCL_NET_GDR_LEVEL
-  nccl_env.net_plugin_missing      NCCL_NET_PLUGIN names a library that is not found
-  nccl_env.topo_file_missing       NCCL_TOPO_FILE names a missing file
-  nccl_env.conf_file_unreadable    NCCL_CONF_FILE names a missing or unreadable file
-  nccl_env.conf_line_misread       a configuration line NCCL reads otherwise than it looks:
-                                   `NCCL_IB_HCA = mlx5_0` sets \"NCCL_IB_HCA \", `X=eth0 # c`
-                                   the value \"eth0 # c\", a DOS line end keeps \\r
-  gids.nccl_gid_index_bad, gids.nccl_gid_unusable, gids.nccl_gid_error
-                                   NCCL_IB_GID_INDEX (or the automatic choice) on a used
-                                   port points at an empty, link-local or RoCE v1 entry
-Exit 1 when a finding is fail.
+";
 
+const NCCL_ENV_HELP_DATA: &str = "\
 JSON DATA (fabprobe.nccl-env)
   {\"env_source\": \"shell\" | \"--env-from PID n\" | \"--env-file F\" | a snapshot's,
    \"nccl_version\": {\"version\" (null: unknown), \"source\", \"also_found\"},

@@ -13,7 +13,7 @@ use crate::probe::qos::{self, QosReport, Sample};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = QOS_HELP)]
+#[command(after_long_help = qos_help())]
 pub struct QosArgs {
     /// Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...).
     #[arg(long, value_name = "IF")]
@@ -40,6 +40,12 @@ pub struct QosArgs {
     pub output: Option<PathBuf>,
 }
 
+/// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
+fn qos_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(qos::RULES));
+    format!("{QOS_HELP}{rules}\n{QOS_HELP_DATA}")
+}
+
 const QOS_HELP: &str = "\
 For each RoCE netdev (the netdev of every Ethernet-link-layer RDMA port; --ifname for others):
 PFC, ETS, the APP table and DCBX from DCB netlink (RTM_GETDCB, DCB_CMD_IEEE_GET; a driver
@@ -56,21 +62,9 @@ function's, the parent of a virtual device, else the one its GIDs name (gid_attr
 bond stands for its members, each probed. When RoCE's priority is unknown, PFC and ECN are
 judged on every lossless priority and nothing fails on a guessed priority.
 
-FINDINGS
-  qos.roce_priority_not_lossless  RoCE's priority has no PFC (fail when PFC is on elsewhere,
-                                  warn when on nowhere: lossy RoCE)
-  qos.extra_lossless_priority     PFC on priorities RoCE does not use
-  qos.ecn_off_on_roce_priority    ECN reaction or notification point off for RoCE's priority
-  qos.roce_priority_unknown       (warn) RoCE's priority unknown while PFC is on somewhere
-  qos.ecn_off_on_lossless_priority  (priority unknown) ECN not on for a lossless priority
-  qos.global_pause_with_pfc       global pause counters present while PFC is on
-  qos.pfc_dcb_counters_disagree   DCB's pfc_en and the driver's counter set differ
-  qos.pause_storm                 tx_pause_storm_error_events (fail) / _warning_events (warn)
-                                  moved (in the sample, else since cleared)
-  qos.ecn_marks_without_cnps      ECN-marked packets arrived, no CNP was sent
-  qos.pause_time_high             a priority paused >= 25% of a sample (--interval/--baseline)
-  qos.switch_pfc_mismatch         (--lldp) the switch's PFC priorities differ from the host's
+";
 
+const QOS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.qos)
   {\"rdma\": {\"devices_found\", \"message\"},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},

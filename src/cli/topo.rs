@@ -10,7 +10,7 @@ use crate::probe::topo;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = TOPO_HELP)]
+#[command(after_long_help = topo_help())]
 pub struct TopoArgs {
     /// Print NCCL's path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches
     /// flattened, ports of one adapter merged) instead of nvidia-smi's. Table only: the JSON
@@ -21,6 +21,12 @@ pub struct TopoArgs {
     /// instead of the host; on cloud VMs that file is the truth.
     #[arg(long, value_name = "FILE")]
     pub nccl_xml: Option<PathBuf>,
+}
+
+/// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
+fn topo_help() -> String {
+    let rules = crate::finding::findings_section(&crate::finding::docs(topo::RULES));
+    format!("{TOPO_HELP}{rules}\n{TOPO_HELP_DATA}")
 }
 
 const TOPO_HELP: &str = "\
@@ -48,27 +54,9 @@ NARROW TERMINALS
   `fabprobe topo | diff - <(nvidia-smi topo -m)` compares like for like; on a terminal,
   `fabprobe topo | cat` prints those bytes. The verdict line goes to stderr either way.
 
-FINDINGS
-  topo.numa_node_unknown   warn  numa_node is -1 on a host with several (or unknown) NUMA
-                                 nodes
-  topo.pcie_width_degraded fail  link width below what device and upstream port support
-  topo.pcie_speed_degraded fail  a NIC's link speed below what device and upstream port
-                                 support
-                                 (idle GPUs lower their speed to save power: not a fault)
-  topo.gpu_nic_sys         warn  every RDMA NIC is SYS away from a GPU
-  topo.fabric_manager_not_running
-                           fail  NVSwitches and no nv-fabricmanager process: CUDA will
-                                 return 'system not yet initialized' (802)
-  topo.fabric_manager_version
-                           fail  the Fabric Manager's version is not the loaded driver's
-                                 (it refuses to start); the fix names the package
-  topo.gpu_fabric_not_ready
-                           fail  a GPU's NVML fabric state is not_started/in_progress, or
-                                 completed with an error status (NVML's words)
-  topo.fabric_not_evaluated
-                           warn  on an NVSwitch host: the process scan, the Fabric
-                                 Manager's or driver's version, or NVML could not be read
+";
 
+const TOPO_HELP_DATA: &str = "\
 NVSWITCH FABRIC
   Only on hosts with NVSwitches (PCI vendor 0x10de, class 0x068000) or GPUs whose NVML fabric
   state is not not_supported: the switches and their bound driver; the nv-fabricmanager

@@ -143,10 +143,16 @@ impl NcclVersion {
 
     /// One line for reports: `NCCL 2.21.5 (from ...)` or `NCCL version unknown (...)`.
     pub fn describe(&self) -> String {
-        match &self.version {
-            Some(v) => format!("NCCL {v} rules ({})", self.source),
-            None => format!("NCCL version unknown ({})", self.source),
-        }
+        format!("{} ({})", rules_label(self.version.as_deref()), self.source)
+    }
+}
+
+/// `NCCL 2.21.5 rules` or `NCCL version unknown`: whose rules a report applied, in one
+/// wording for every command.
+pub fn rules_label(version: Option<&str>) -> String {
+    match version {
+        Some(v) => format!("NCCL {v} rules"),
+        None => "NCCL version unknown".to_string(),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::Host;
 use crate::nccl::settings::NcclSettings;
 use crate::nccl::topo::{PathType, level_as_path_type};
@@ -77,8 +77,10 @@ pub struct PeerMemory {
     /// NCCL would find a peer-memory client, under the rules of [`Self::nccl_rules`]. With
     /// an unknown version: only when every version would.
     pub nccl_gdr_support: bool,
-    /// Which NCCL version's list of paths was applied.
+    /// Which NCCL version's list of paths was applied, and where the version came from.
     pub nccl_rules: String,
+    /// The NCCL version whose rules were applied; null when unknown.
+    pub nccl_version: Option<String>,
     /// The NCCL version is unknown and versions disagree here (e.g. only
     /// `/sys/module/nvidia_peermem/version`, which NCCL 2.22 and older do not read).
     pub depends_on_version: bool,
@@ -284,6 +286,7 @@ pub fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
         paths,
         nccl_gdr_support,
         nccl_rules: version.describe(),
+        nccl_version: version.version.clone(),
         depends_on_version,
         nvidia_peermem_loaded: loaded,
         nvidia_peermem_version: attr("/sys/module/nvidia_peermem/version"),
@@ -604,11 +607,72 @@ fn pair_names(v: &[&GdrPair]) -> String {
         .join(" ")
 }
 
+/// What a `gdr` rule reads: the report and the pairs NCCL would use (each GPU's nearest
+/// NIC among the ports NCCL opens).
+pub struct Gdr<'a> {
+    pub r: &'a GdrReport,
+    pub used: Vec<&'a GdrPair>,
+}
+
+/// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
+pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
+    Rule {
+        ids: &["gdr.acs_redirect"],
+        severity: "warn|fail",
+        about: "ReqRedir/CmpltRedir on a switch port between a GPU and a NIC (fail when NCCL \
+                would use the pair); fix: setpci ECAP_ACS+0x6.w",
+        judge: acs_redirect,
+    },
+    Rule {
+        ids: &["gdr.acs_unknown"],
+        severity: "warn",
+        about: "ACS of the ports NCCL's pairs cross is not readable (non-root)",
+        judge: acs_unknown,
+    },
+    Rule {
+        ids: &["gdr.peermem_not_loaded"],
+        severity: "fail",
+        about: "GDR off for pairs NCCL would use: no peer memory, no DMA-BUF",
+        judge: peermem_not_loaded,
+    },
+    Rule {
+        ids: &["gdr.unknown"],
+        severity: "warn",
+        about: "no peer memory seen and DMA-BUF cannot be told (a prerequisite unreadable, or \
+                the NCCL version unknown where versions differ): unknown, not off",
+        judge: gdr_unknown,
+    },
+    Rule {
+        ids: &["gdr.off_distance"],
+        severity: "warn",
+        about: "the nearest NIC is farther than NCCL_NET_GDR_LEVEL",
+        judge: off_distance,
+    },
+    Rule {
+        ids: &["gdr.iommu_translation"],
+        severity: "warn",
+        about: "DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs",
+        judge: iommu_translation,
+    },
+];
+
+/// Judge GPUDirect RDMA by [`RULES`].
 pub fn findings(r: &GdrReport) -> Vec<Finding> {
+    let x = Gdr {
+        r,
+        used: r.pairs.iter().filter(|p| p.nccl_nearest).collect(),
+    };
     let mut out = Vec::new();
-    let used: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.nccl_nearest).collect();
+    for rule in RULES {
+        (rule.judge)(&x, &mut out);
+    }
+    out
+}
+
+fn acs_redirect(x: &Gdr, out: &mut Vec<Finding>) {
+    let r = x.r;
     // ACS redirect on bridges between GPUs and their NICs: one finding, every bridge named.
-    let redirecting: Vec<(&BridgeAcs, u16, &str)> = r
+    let redirecting: Vec<(&BridgeAcs, u16, &str)> = x.r
         .bridges
         .iter()
         .filter_map(|b| match &b.acs {
@@ -668,8 +732,11 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             )),
         );
     }
+}
+
+fn acs_unknown(x: &Gdr, out: &mut Vec<Finding>) {
     // ACS not readable for bridges NCCL's pairs cross.
-    let unknown: Vec<&GdrPair> = used.iter().copied().filter(|p| p.acs_unknown).collect();
+    let unknown: Vec<&GdrPair> = x.used.iter().copied().filter(|p| p.acs_unknown).collect();
     if !unknown.is_empty() {
         out.push(
             Finding::new(
@@ -681,8 +748,12 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             .fix("run `sudo fabprobe gdr` (or capture the snapshot as root)"),
         );
     }
+}
+
+fn peermem_not_loaded(x: &Gdr, out: &mut Vec<Finding>) {
+    let r = x.r;
     let p = &r.peer_memory;
-    let off_peer: Vec<&GdrPair> = used
+    let off_peer: Vec<&GdrPair> = x.used
         .iter()
         .copied()
         .filter(|x| x.verdict == Some(Verdict::OffNoPeerMemory))
@@ -734,8 +805,12 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
         }
         out.push(f);
     }
+}
+
+fn gdr_unknown(x: &Gdr, out: &mut Vec<Finding>) {
+    let r = x.r;
     // No peer memory, and DMA-BUF cannot be told: unknown, not off.
-    let unknown_gdr: Vec<&GdrPair> = used
+    let unknown_gdr: Vec<&GdrPair> = x.used
         .iter()
         .copied()
         .filter(|x| x.verdict == Some(Verdict::Unknown))
@@ -757,8 +832,12 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             .fix(unknown_fix(r)),
         );
     }
+}
+
+fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
+    let r = x.r;
     // GDR off by distance for pairs NCCL would use.
-    let far: Vec<&GdrPair> = used
+    let far: Vec<&GdrPair> = x.used
         .iter()
         .copied()
         .filter(|x| x.verdict == Some(Verdict::OffDistance))
@@ -784,9 +863,13 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             )),
         );
     }
+}
+
+fn iommu_translation(x: &Gdr, out: &mut Vec<Finding>) {
+    let r = x.r;
     // IOMMU translating DMA on a pair within NCCL's GDR distance (whether peer memory is
     // there yet or not: fixing that next would run into this).
-    let gdr_used: Vec<&GdrPair> = used
+    let gdr_used: Vec<&GdrPair> = x.used
         .iter()
         .copied()
         .filter(|x| x.verdict.is_some_and(|v| v != Verdict::OffDistance))
@@ -821,7 +904,6 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
             .fix("boot with `iommu=pt` (Intel: `intel_iommu=on iommu=pt`): add it to GRUB_CMDLINE_LINUX in /etc/default/grub, `update-grub`, reboot"),
         );
     }
-    out
 }
 
 /// What settles an unknown verdict: the NCCL version when that is what is missing, the

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::{Attr, Host};
 use crate::nccl::gid::{self, GidChoice, GidEnv};
 use crate::sysfs::infiniband::{self as ib, Gid, GidSlot, GidType};
@@ -190,135 +190,224 @@ fn entry(s: &GidSlot, is_ib: bool, nccl: &GidChoice, perftest: &GidChoice) -> Op
     })
 }
 
-/// Judge the GID tables: the mistakes that make RoCE connections fail or pick the wrong path.
+/// How a `gids` rule judges: one port at a time (in port order, as the table prints them),
+/// or the whole report once after the ports.
+pub enum Judge {
+    Port(fn(&Port, &mut Vec<Finding>)),
+    Report(fn(&GidsReport, &mut Vec<Finding>)),
+}
+
+/// A port as the port rules see it.
+pub struct Port<'a> {
+    pub p: &'a GidPort,
+    /// `device/port`.
+    pub subject: String,
+    /// RoCE (an Ethernet link layer, not an iWARP RNIC, which has no RoCE GID types).
+    pub roce: bool,
+    /// NCCL_IB_GID_INDEX as NCCL reads it (-1: automatic).
+    pub forced: i64,
+}
+
+/// The GID mistakes that make RoCE connections fail or pick the wrong path, in the order a
+/// port's findings are listed.
+pub static RULES: &[Rule<Judge>] = &[
+    Rule {
+        ids: &["gids.no_roce_v2"],
+        severity: "warn",
+        about: "a RoCE port without any RoCE v2 GID",
+        judge: Judge::Port(no_roce_v2),
+    },
+    Rule {
+        ids: &["gids.sparse_table"],
+        severity: "warn",
+        about: "the first populated index is above 0 (container view)",
+        judge: Judge::Port(sparse_table),
+    },
+    Rule {
+        ids: &["gids.nccl_gid_index_bad", "gids.nccl_gid_unusable"],
+        severity: "warn|fail",
+        about: "NCCL_IB_GID_INDEX points at an empty, link-local (fail) or v1 (warn) entry; \
+                or NCCL's automatic choice is link-local or empty (fail)",
+        judge: Judge::Port(nccl_gid_bad),
+    },
+    Rule {
+        ids: &["gids.nccl_gid_error"],
+        severity: "fail",
+        about: "NCCL would stop with an error (a types file missing)",
+        judge: Judge::Port(nccl_gid_error),
+    },
+    Rule {
+        ids: &["gids.duplicate_ipv4"],
+        severity: "warn",
+        about: "the same IPv4 address on two ports",
+        judge: Judge::Report(duplicate_ipv4),
+    },
+];
+
+/// Judge the GID tables by [`RULES`].
 pub fn findings(r: &GidsReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let forced = gid::nccl_param(r.nccl_env.gid_index.as_deref(), -1);
-    let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &r.ports {
-        let subject = format!("{}/{}", p.device, p.port);
-        // iWARP RNICs have an Ethernet link layer but no RoCE GID types.
-        let roce = p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC");
-        let active = p.state.as_deref() == Some("ACTIVE");
-        for e in &p.entries {
-            if let Some(ip) = &e.ipv4 {
-                let v = by_ip.entry(ip.clone()).or_default();
-                if !v.contains(&subject) {
-                    v.push(subject.clone());
-                }
-            }
-        }
-        if roce && !p.entries.is_empty() && !p.entries.iter().any(|e| e.roce_version.as_deref() == Some("v2"))
-        {
-            out.push(
-                Finding::new(
-                    "gids.no_roce_v2",
-                    Severity::Warn,
-                    &subject,
-                    "RoCE port has no RoCE v2 GID: traffic cannot be routed across L3 and NCCL falls back to v1",
-                )
-                .evidence("populated_gids", p.entries.len() as u64)
-                .evidence(
-                    "types",
-                    p.entries
-                        .iter()
-                        .map(|e| e.gid_type.clone().unwrap_or_else(|| "unreadable".into()))
-                        .collect::<Vec<_>>(),
-                )
-                .fix("check that the netdev has an IP address and that RoCE v2 is enabled (rdma_cm default_roce_mode, cma_roce_mode)"),
-            );
-        }
-        if let Some(first) = p.entries.first()
-            && roce
-            && first.index > 0
-        {
-            out.push(
-                Finding::new(
-                    "gids.sparse_table",
-                    Severity::Warn,
-                    &subject,
-                    format!(
-                        "GID table is sparse: the first populated index is {} (container-style view); tools that assume index 0, or treat EINVAL on unmapped slots as an error, fail here",
-                        first.index
-                    ),
-                )
-                .evidence("first_index", first.index)
-                .evidence("nccl_index", p.nccl.index)
-                .fix(match p.nccl.index {
-                    Some(i) => format!("use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573), or pin the index NCCL picks here: NCCL_IB_GID_INDEX={i}"),
-                    None => "use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573); NCCL picks no index here (see `fabprobe gids`)".to_string(),
-                }),
-            );
-        }
-        if !roce || !active {
-            continue;
-        }
-        let chosen = p.nccl.index.and_then(|i| p.entries.iter().find(|e| e.index == i));
-        let what = match (p.nccl.index, chosen) {
-            (None, _) => None,
-            (Some(_), None) => Some(("empty", Severity::Fail)),
-            (Some(_), Some(e)) if e.link_local => Some(("link-local", Severity::Fail)),
-            (Some(_), Some(e)) if e.roce_version.as_deref() == Some("v1") && forced >= 0 => {
-                Some(("RoCE v1", Severity::Warn))
-            }
-            _ => None,
+        let port = Port {
+            p,
+            subject: format!("{}/{}", p.device, p.port),
+            roce: p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC"),
+            forced,
         };
-        if let (Some((kind, sev)), Some(idx)) = (what, p.nccl.index) {
-            let (id, msg, fix) = if forced >= 0 {
-                (
-                    "gids.nccl_gid_index_bad",
-                    format!("NCCL_IB_GID_INDEX={forced} points at a {kind} entry"),
-                    "unset NCCL_IB_GID_INDEX (NCCL >= 2.21 picks the first IPv4 RoCE v2 GID) or set it to that index",
-                )
-            } else {
-                (
-                    "gids.nccl_gid_unusable",
-                    format!(
-                        "the GID NCCL would pick (index {idx}) is {kind}: connections across subnets fail"
-                    ),
-                    "give the port's netdev an IPv4 address so a routable RoCE v2 GID appears",
-                )
-            };
-            let mut f = Finding::new(id, sev, &subject, msg)
-                .evidence("index", idx)
-                .evidence("reason", p.nccl.reason.clone())
-                .fix(fix);
-            if let Some(e) = chosen {
-                f = f.evidence("gid", e.gid.full());
-                if let Some(t) = &e.gid_type {
-                    f = f.evidence("type", t.clone());
-                }
+        for rule in RULES {
+            if let Judge::Port(j) = rule.judge {
+                j(&port, &mut out);
             }
-            out.push(f);
-        }
-        if p.nccl.index.is_none() {
-            out.push(
-                Finding::new(
-                    "gids.nccl_gid_error",
-                    Severity::Fail,
-                    &subject,
-                    format!("NCCL cannot choose a GID: {}", p.nccl.reason),
-                )
-                .evidence("reason", p.nccl.reason.clone()),
-            );
         }
     }
-    for (ip, subjects) in by_ip {
-        if subjects.len() > 1 {
-            out.push(
-                Finding::new(
-                    "gids.duplicate_ipv4",
-                    Severity::Warn,
-                    subjects.join(","),
-                    format!("IPv4 address {ip} appears on {} ports: traffic meant for one rail can leave on another", subjects.len()),
-                )
-                .evidence("ipv4", ip.clone())
-                .evidence("ports", subjects.clone())
-                .fix("give every RDMA port its own address (or its own subnet per rail)"),
-            );
+    for rule in RULES {
+        if let Judge::Report(j) = rule.judge {
+            j(r, &mut out);
         }
     }
     out
+}
+
+fn no_roce_v2(x: &Port, out: &mut Vec<Finding>) {
+    let p = x.p;
+    if !x.roce || p.entries.is_empty() || p.entries.iter().any(|e| e.roce_version.as_deref() == Some("v2")) {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "gids.no_roce_v2",
+            Severity::Warn,
+            &x.subject,
+            "RoCE port has no RoCE v2 GID: traffic cannot be routed across L3 and NCCL falls back to v1",
+        )
+        .evidence("populated_gids", p.entries.len() as u64)
+        .evidence(
+            "types",
+            p.entries
+                .iter()
+                .map(|e| e.gid_type.clone().unwrap_or_else(|| "unreadable".into()))
+                .collect::<Vec<_>>(),
+        )
+        .fix("check that the netdev has an IP address and that RoCE v2 is enabled (rdma_cm default_roce_mode, cma_roce_mode)"),
+    );
+}
+
+fn sparse_table(x: &Port, out: &mut Vec<Finding>) {
+    let p = x.p;
+    let Some(first) = p.entries.first().filter(|f| x.roce && f.index > 0) else {
+        return;
+    };
+    out.push(
+        Finding::new(
+            "gids.sparse_table",
+            Severity::Warn,
+            &x.subject,
+            format!(
+                "GID table is sparse: the first populated index is {} (container-style view); tools that assume index 0, or treat EINVAL on unmapped slots as an error, fail here",
+                first.index
+            ),
+        )
+        .evidence("first_index", first.index)
+        .evidence("nccl_index", p.nccl.index)
+        .fix(match p.nccl.index {
+            Some(i) => format!("use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573), or pin the index NCCL picks here: NCCL_IB_GID_INDEX={i}"),
+            None => "use an NCCL whose auto selection tolerates EINVAL on unmapped slots (NCCL issue #1573); NCCL picks no index here (see `fabprobe gids`)".to_string(),
+        }),
+    );
+}
+
+/// NCCL's GID is judged on active RoCE ports only: elsewhere NCCL opens nothing.
+fn judged(x: &Port) -> bool {
+    x.roce && x.p.state.as_deref() == Some("ACTIVE")
+}
+
+fn nccl_gid_bad(x: &Port, out: &mut Vec<Finding>) {
+    let (p, forced) = (x.p, x.forced);
+    if !judged(x) {
+        return;
+    }
+    let chosen = p.nccl.index.and_then(|i| p.entries.iter().find(|e| e.index == i));
+    let what = match (p.nccl.index, chosen) {
+        (None, _) => None,
+        (Some(_), None) => Some(("empty", Severity::Fail)),
+        (Some(_), Some(e)) if e.link_local => Some(("link-local", Severity::Fail)),
+        (Some(_), Some(e)) if e.roce_version.as_deref() == Some("v1") && forced >= 0 => {
+            Some(("RoCE v1", Severity::Warn))
+        }
+        _ => None,
+    };
+    let (Some((kind, sev)), Some(idx)) = (what, p.nccl.index) else {
+        return;
+    };
+    let (id, msg, fix) = if forced >= 0 {
+        (
+            "gids.nccl_gid_index_bad",
+            format!("NCCL_IB_GID_INDEX={forced} points at a {kind} entry"),
+            "unset NCCL_IB_GID_INDEX (NCCL >= 2.21 picks the first IPv4 RoCE v2 GID) or set it to that index",
+        )
+    } else {
+        (
+            "gids.nccl_gid_unusable",
+            format!("the GID NCCL would pick (index {idx}) is {kind}: connections across subnets fail"),
+            "give the port's netdev an IPv4 address so a routable RoCE v2 GID appears",
+        )
+    };
+    let mut f = Finding::new(id, sev, &x.subject, msg)
+        .evidence("index", idx)
+        .evidence("reason", p.nccl.reason.clone())
+        .fix(fix);
+    if let Some(e) = chosen {
+        f = f.evidence("gid", e.gid.full());
+        if let Some(t) = &e.gid_type {
+            f = f.evidence("type", t.clone());
+        }
+    }
+    out.push(f);
+}
+
+fn nccl_gid_error(x: &Port, out: &mut Vec<Finding>) {
+    if !judged(x) || x.p.nccl.index.is_some() {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "gids.nccl_gid_error",
+            Severity::Fail,
+            &x.subject,
+            format!("NCCL cannot choose a GID: {}", x.p.nccl.reason),
+        )
+        .evidence("reason", x.p.nccl.reason.clone()),
+    );
+}
+
+fn duplicate_ipv4(r: &GidsReport, out: &mut Vec<Finding>) {
+    let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in &r.ports {
+        let subject = format!("{}/{}", p.device, p.port);
+        for ip in p.entries.iter().filter_map(|e| e.ipv4.as_ref()) {
+            let v = by_ip.entry(ip.clone()).or_default();
+            if !v.contains(&subject) {
+                v.push(subject.clone());
+            }
+        }
+    }
+    for (ip, subjects) in by_ip.into_iter().filter(|(_, s)| s.len() > 1) {
+        out.push(
+            Finding::new(
+                "gids.duplicate_ipv4",
+                Severity::Warn,
+                subjects.join(","),
+                format!(
+                    "IPv4 address {ip} appears on {} ports: traffic meant for one rail can leave on another",
+                    subjects.len()
+                ),
+            )
+            .evidence("ipv4", ip.clone())
+            .evidence("ports", subjects.clone())
+            .fix("give every RDMA port its own address (or its own subnet per rail)"),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! rate, LIDs, device identity, the HCA's PCIe link, and every counter with its width;
 //! deltas between two samples (an interval, or a baseline snapshot) and the findings.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::Host;
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::infiniband::{
@@ -346,7 +348,11 @@ const SINCE_BOOT: &[&str] = &[
     "excessive_buffer_overrun_errors",
 ];
 
-fn errors_since_boot(d: &LinkDevice, p: &LinkPort, subject: &str) -> Option<Finding> {
+fn errors_since_boot(x: &Port, out: &mut Vec<Finding>) {
+    out.extend(since_boot(x.d, x.p, &x.subject));
+}
+
+fn since_boot(d: &LinkDevice, p: &LinkPort, subject: &str) -> Option<Finding> {
     let seen: Vec<&Counter> = p
         .counters
         .iter()
@@ -391,17 +397,107 @@ fn errors_since_boot(d: &LinkDevice, p: &LinkPort, subject: &str) -> Option<Find
     }))
 }
 
-pub fn findings(r: &LinksReport) -> Vec<Finding> {
-    let mut out = Vec::new();
-    // Peer rates: the best ACTIVE rate per (HCA model, link layer).
-    let model = |d: &LinkDevice| {
-        d.attrs
-            .hca_type
-            .clone()
-            .or_else(|| d.attrs.board_id.clone())
-            .unwrap_or_else(|| d.name.clone())
-    };
-    let mut best: std::collections::BTreeMap<(String, String), (f64, String)> = Default::default();
+/// How a `links` rule judges: each device (its PCIe link), each port of it, in the
+/// report's order, or the whole report once after them.
+pub enum Judge {
+    Device(fn(&LinkDevice, &mut Vec<Finding>)),
+    Port(fn(&Port, &mut Vec<Finding>)),
+    Report(fn(&LinksReport, &mut Vec<Finding>)),
+}
+
+/// A port as the port rules see it.
+pub struct Port<'a> {
+    pub d: &'a LinkDevice,
+    pub p: &'a LinkPort,
+    /// `device/port`.
+    pub subject: String,
+    /// The best ACTIVE rate among ports of this HCA model and link layer, and which port.
+    pub peer_best: Option<&'a (f64, String)>,
+    /// The HCA model the peers share (`hca_type`, else `board_id`, else the device name).
+    pub model: String,
+}
+
+/// What breaks a link, in the order one port's findings are listed.
+pub static RULES: &[Rule<Judge>] = &[
+    Rule {
+        ids: &["links.pcie_downtrained"],
+        severity: "fail",
+        about: "the HCA's PCIe link below its maximum speed or width",
+        judge: Judge::Device(pcie_downtrained),
+    },
+    Rule {
+        ids: &["links.port_state_unknown"],
+        severity: "warn",
+        about: "state or phys_state could not be read (unknown, not down)",
+        judge: Judge::Port(port_state_unknown),
+    },
+    Rule {
+        ids: &["links.port_not_active"],
+        severity: "warn|fail",
+        about: "state not ACTIVE or phys_state not LinkUp (Disabled: warn)",
+        judge: Judge::Port(port_not_active),
+    },
+    Rule {
+        ids: &["links.rate_below_peers"],
+        severity: "fail",
+        about: "an ACTIVE port slower than the best port of the same HCA model",
+        judge: Judge::Port(rate_below_peers),
+    },
+    Rule {
+        ids: &["links.errors_since_boot"],
+        severity: "warn",
+        about: "link_downed, symbol_error, link_error_recovery, port_rcv_errors, \
+                local_link_integrity_errors or excessive_buffer_overrun_errors non-zero or \
+                saturated in a single read (since boot, no baseline; one finding per port)",
+        judge: Judge::Port(errors_since_boot),
+    },
+    Rule {
+        ids: &["links.counter_saturated"],
+        severity: "warn",
+        about: "a PMA error counter stuck at its maximum across a sample",
+        judge: Judge::Port(counter_saturated),
+    },
+    Rule {
+        ids: &["links.errors_increasing", "links.retransmissions_increasing"],
+        severity: "warn|fail",
+        about: "in a sample: symbol_error, link_downed (fail), link_error_recovery, \
+                port_rcv_errors, port_xmit_discards increased; or local_ack_timeout_err, \
+                packet_seq_err, out_of_sequence, rnr_nak_retry_err, \
+                req_transport_retries_exceeded (fail) increased",
+        judge: Judge::Port(counters_increasing),
+    },
+    Rule {
+        ids: &["links.congestion"],
+        severity: "warn",
+        about: "port_xmit_wait grew by more than 10% of port_xmit_data (words)",
+        judge: Judge::Port(congestion),
+    },
+    Rule {
+        ids: &["links.verbs_missing_device"],
+        severity: "warn",
+        about: "sysfs lists a device libibverbs does not (live only)",
+        judge: Judge::Report(verbs_missing_device),
+    },
+    Rule {
+        ids: &["links.verbs_mismatch"],
+        severity: "warn",
+        about: "libibverbs and sysfs disagree about port 1 (live only)",
+        judge: Judge::Report(verbs_mismatch),
+    },
+];
+
+/// The HCA model ports are compared within.
+fn model(d: &LinkDevice) -> String {
+    d.attrs
+        .hca_type
+        .clone()
+        .or_else(|| d.attrs.board_id.clone())
+        .unwrap_or_else(|| d.name.clone())
+}
+
+/// The best ACTIVE rate per (HCA model, link layer), and the port that has it.
+fn best_rates(r: &LinksReport) -> BTreeMap<(String, String), (f64, String)> {
+    let mut best: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
     for d in &r.devices {
         for p in &d.ports {
             if p.state.as_ref().map(|s| s.name.as_str()) != Some("ACTIVE") {
@@ -416,270 +512,323 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
             }
         }
     }
+    best
+}
+
+/// Judge the links by [`RULES`].
+pub fn findings(r: &LinksReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let best = best_rates(r);
     for d in &r.devices {
-        if let Some(l) = &d.attrs.pci_link
-            && (l.width_degraded() || l.speed_degraded())
-        {
-            let sp = |s: &Option<crate::sysfs::pci::LinkSpeed>| {
-                s.as_ref()
-                    .map(|x| x.raw.clone())
-                    .unwrap_or_else(|| "unknown".into())
-            };
-            out.push(
-                Finding::new(
-                    "links.pcie_downtrained",
-                    Severity::Fail,
-                    &d.name,
-                    format!(
-                        "HCA's PCIe link is downtrained: {} x{} of {} x{}",
-                        sp(&l.current_speed),
-                        l.current_width.map(|w| w.to_string()).unwrap_or("?".into()),
-                        sp(&l.max_speed),
-                        l.max_width.map(|w| w.to_string()).unwrap_or("?".into())
-                    ),
-                )
-                .evidence("pci_bdf", d.attrs.pci_bdf.clone())
-                .evidence("current_link_speed", sp(&l.current_speed))
-                .evidence("current_link_width", l.current_width)
-                .evidence("max_link_speed", sp(&l.max_speed))
-                .evidence("max_link_width", l.max_width)
-                .fix(format!(
-                    "reseat the card or check the slot/riser (a downtrained NIC caps RDMA bandwidth); {}",
-                    crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
-                )),
-            );
+        for rule in RULES {
+            if let Judge::Device(j) = rule.judge {
+                j(d, &mut out);
+            }
         }
         for p in &d.ports {
-            let subject = format!("{}/{}", d.name, p.port);
-            let state = p.state.as_ref().map(|s| s.name.as_str());
-            let phys = p.phys_state.as_ref().map(|s| s.name.as_str());
-            if p.state.is_none() || p.phys_state.is_none() {
-                // Unreadable is unknown, not down: say what could not be read, blame nothing.
-                out.push(
-                    Finding::new(
-                        "links.port_state_unknown",
-                        Severity::Warn,
-                        &subject,
-                        format!(
-                            "port state could not be read ({} / {}): whether it carries traffic is unknown",
-                            p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("state unreadable".into()),
-                            p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("phys_state unreadable".into())
-                        ),
-                    )
-                    .fix(format!("read it as root: `cat /sys/class/infiniband/{}/ports/{}/state`, `ibstat {} {}`", d.name, p.port, d.name, p.port)),
-                );
-            } else if state != Some("ACTIVE") || phys != Some("LinkUp") {
-                let disabled = phys == Some("Disabled");
-                out.push(
-                    Finding::new(
-                        "links.port_not_active",
-                        if disabled { Severity::Warn } else { Severity::Fail },
-                        &subject,
-                        format!(
-                            "port is {} / {}",
-                            p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("unknown".into()),
-                            p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)).unwrap_or("unknown".into())
-                        ),
-                    )
-                    .evidence("state", p.state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
-                    .evidence("phys_state", p.phys_state.as_ref().map(|s| format!("{}: {}", s.id, s.name)))
-                    .fix(match phys {
-                        Some("Polling") => format!(
-                            "no link partner: check the cable, the transceiver and the switch port{}",
-                            cable_tools(d, p)
-                        ),
-                        Some("Disabled") => {
-                            "the port is administratively disabled; enable it if it should carry traffic".into()
-                        }
-                        _ if phys == Some("LinkUp") => format!(
-                            "link is up but the port is not ACTIVE: on InfiniBand check that a subnet manager is running (`sminfo -C {} -P {}`)",
-                            d.name, p.port
-                        ),
-                        _ => format!("check the cable, the transceiver and the switch port{}", cable_tools(d, p)),
-                    }),
-                );
-            } else if let Some(rate) = &p.rate {
-                let key = (model(d), p.link_layer.clone().unwrap_or_default());
-                if let Some((top, who)) = best.get(&key)
-                    && rate.gbps < *top
-                {
-                    out.push(
-                        Finding::new(
-                            "links.rate_below_peers",
-                            Severity::Fail,
-                            &subject,
-                            format!(
-                                "port runs at {} while the same HCA model reaches {}",
-                                rate.raw, who
-                            ),
-                        )
-                        .evidence("rate", rate.raw.clone())
-                        .evidence("peer", who.clone())
-                        .evidence("hca", key.0.clone())
-                        .fix(format!(
-                            "check the cable and transceiver generation and the switch port's speed setting{}",
-                            cable_tools(d, p)
-                        )),
-                    );
+            let model = model(d);
+            let port = Port {
+                d,
+                p,
+                subject: format!("{}/{}", d.name, p.port),
+                peer_best: best.get(&(model.clone(), p.link_layer.clone().unwrap_or_default())),
+                model,
+            };
+            for rule in RULES {
+                if let Judge::Port(j) = rule.judge {
+                    j(&port, &mut out);
                 }
-            }
-            if let Some(f) = errors_since_boot(d, p, &subject) {
-                out.push(f);
-            }
-            for c in &p.counters {
-                // Without a second sample a saturated counter is reported with the others by
-                // `errors_since_boot`; one that grew says so in `errors_increasing`; here,
-                // one stuck at its maximum across the sample, whose growth cannot be seen.
-                let stuck = c.delta.as_ref().is_some_and(|d| d.lower_bound() == 0);
-                if c.saturated && stuck && LINK_ERRORS.contains(&c.name.as_str()) {
-                    out.push(
-                        Finding::new(
-                            "links.counter_saturated",
-                            Severity::Warn,
-                            &subject,
-                            format!(
-                                "{} is stuck at its {}-bit maximum: increases can no longer be seen",
-                                c.name, c.width_bits
-                            ),
-                        )
-                        .evidence("counter", c.name.clone())
-                        .evidence("value", c.value)
-                        .fix(if p.link_layer.as_deref() == Some("InfiniBand") {
-                            format!(
-                                "clear the port counters (`perfquery -x -R -C {} -P {}`) and sample again",
-                                d.name, p.port
-                            )
-                        } else {
-                            "this counter cannot grow any more: compare later samples of the others, or reload the driver to clear it"
-                                .into()
-                        }),
-                    );
-                }
-                let Some(d) = &c.delta else { continue };
-                if d.lower_bound() == 0 || matches!(d, Delta::Reset { .. }) {
-                    continue;
-                }
-                let name = c.name.as_str();
-                let (id, sev, what) = if LINK_ERRORS.contains(&name) {
-                    (
-                        "links.errors_increasing",
-                        if name == "link_downed" {
-                            Severity::Fail
-                        } else {
-                            Severity::Warn
-                        },
-                        "physical link errors",
-                    )
-                } else if RETRANSMISSIONS.contains(&name) {
-                    (
-                        "links.retransmissions_increasing",
-                        if name == "req_transport_retries_exceeded" {
-                            Severity::Fail
-                        } else {
-                            Severity::Warn
-                        },
-                        "transport retransmissions/timeouts",
-                    )
-                } else {
-                    continue;
-                };
-                let mut f = Finding::new(
-                    id,
-                    sev,
-                    &subject,
-                    format!("{name} increased {} ({what})", delta_text(d)),
-                )
-                .evidence("counter", name)
-                .evidence("delta", delta_text(d))
-                .evidence("value", c.value);
-                if let Some(rate) = c.rate_per_s {
-                    f = f.evidence("per_s", (rate * 1000.0).round() / 1000.0);
-                }
-                out.push(f.fix(if id == "links.errors_increasing" {
-                    "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable".to_string()
-                } else if p.link_layer.as_deref() == Some("Ethernet") {
-                    // RoCE loses packets where PFC/ECN are off or mismatched: `qos` reads both.
-                    format!(
-                        "lossy path: check PFC/ECN configuration and the pause and ECN counters (`fabprobe qos --ifname {}`) and the link's error counters",
-                        p.netdev.as_deref().unwrap_or("<netdev>")
-                    )
-                } else {
-                    // InfiniBand is lossless by credits: PFC does not apply; look along the path.
-                    "retransmissions on a credit-based link: check the error counters of every port on the path (`fabprobe links` on the peer, `perfquery` on the switch ports) and congestion (port_xmit_wait)".to_string()
-                }));
-            }
-            if let (Some(w), Some(x)) = (p.counter("port_xmit_wait"), p.counter("port_xmit_data"))
-                && let (Some(dw), Some(dx)) = (
-                    w.delta.as_ref().map(Delta::lower_bound),
-                    x.delta.as_ref().map(Delta::lower_bound),
-                )
-                && dw > 0
-                && (dx == 0 || dw as f64 > XMIT_WAIT_RATIO * dx as f64)
-            {
-                let mut f = Finding::new(
-                    "links.congestion",
-                    Severity::Warn,
-                    &subject,
-                    format!(
-                        "port_xmit_wait grew by {dw} against {dx} words sent: the port often waits for credits (congestion or a slow receiver)"
-                    ),
-                )
-                .evidence("counter", "port_xmit_wait")
-                .evidence("delta", dw)
-                .evidence("port_xmit_data_delta_words", dx)
-                .evidence("threshold_ratio", XMIT_WAIT_RATIO);
-                if let Some(rate) = w.rate_per_s {
-                    f = f.evidence("per_s", rate.round());
-                }
-                out.push(f.fix(
-                    "look for a hot spot: the peer's port_rcv counters, switch congestion, PFC pause storms",
-                ));
             }
         }
     }
-    if let Some(v) = &r.verbs {
-        // Devices sysfs shows but libibverbs cannot use: no provider library (libmlx5...)
-        // or no /dev/infiniband in a container. Applications will see no HCA.
-        for d in &r.devices {
-            if !v.devices.iter().any(|vd| vd.name == d.name) {
-                out.push(
-                    Finding::new(
-                        "links.verbs_missing_device",
-                        Severity::Warn,
-                        &d.name,
-                        "sysfs lists this device but libibverbs does not: RDMA applications (NCCL, perftest) will not see it",
-                    )
-                    .evidence("ibv_get_device_list_error", v.error.clone())
-                    .evidence("verbs_devices", v.devices.iter().map(|x| x.name.clone()).collect::<Vec<_>>())
-                    .evidence("driver", d.attrs.driver.clone())
-                    .fix("install the provider library (rdma-core: libmlx5/libibverbs-providers), and in containers map /dev/infiniband"),
-                );
-            }
-        }
-        for vd in &v.devices {
-            let sysfs = r.devices.iter().find(|d| d.name == vd.name);
-            let sysfs_active = sysfs
-                .and_then(|d| d.ports.iter().find(|p| p.port == 1))
-                .and_then(|p| p.state.as_ref())
-                .map(|s| s.name == "ACTIVE" || s.name == "ARMED");
-            if sysfs.is_none()
-                || (vd.port1_active.is_some() && sysfs_active.is_some() && vd.port1_active != sysfs_active)
-            {
-                out.push(
-                    Finding::new(
-                        "links.verbs_mismatch",
-                        Severity::Warn,
-                        &vd.name,
-                        "libibverbs and sysfs disagree about this device's port 1",
-                    )
-                    .evidence("verbs_port1_active", vd.port1_active)
-                    .evidence("sysfs_port1_active", sysfs_active)
-                    .evidence("verbs_error", vd.error.clone()),
-                );
-            }
+    for rule in RULES {
+        if let Judge::Report(j) = rule.judge {
+            j(r, &mut out);
         }
     }
     out
+}
+
+fn pcie_downtrained(d: &LinkDevice, out: &mut Vec<Finding>) {
+    let Some(l) = d.attrs.pci_link.as_ref().filter(|l| l.width_degraded() || l.speed_degraded()) else {
+        return;
+    };
+    let sp = |s: &Option<crate::sysfs::pci::LinkSpeed>| {
+        s.as_ref()
+            .map(|x| x.raw.clone())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    out.push(
+        Finding::new(
+            "links.pcie_downtrained",
+            Severity::Fail,
+            &d.name,
+            format!(
+                "HCA's PCIe link is downtrained: {} x{} of {} x{}",
+                sp(&l.current_speed),
+                l.current_width.map(|w| w.to_string()).unwrap_or("?".into()),
+                sp(&l.max_speed),
+                l.max_width.map(|w| w.to_string()).unwrap_or("?".into())
+            ),
+        )
+        .evidence("pci_bdf", d.attrs.pci_bdf.clone())
+        .evidence("current_link_speed", sp(&l.current_speed))
+        .evidence("current_link_width", l.current_width)
+        .evidence("max_link_speed", sp(&l.max_speed))
+        .evidence("max_link_width", l.max_width)
+        .fix(format!(
+            "reseat the card or check the slot/riser (a downtrained NIC caps RDMA bandwidth); {}",
+            crate::probe::topo::lnk_compare(d.attrs.pci_bdf.as_deref().unwrap_or(""))
+        )),
+    );
+}
+
+/// `4: ACTIVE`, or what could not be read.
+fn num_name(n: Option<&NumName>, unread: &str) -> String {
+    n.map(|s| format!("{}: {}", s.id, s.name)).unwrap_or(unread.into())
+}
+
+fn port_state_unknown(x: &Port, out: &mut Vec<Finding>) {
+    let (d, p) = (x.d, x.p);
+    if p.state.is_some() && p.phys_state.is_some() {
+        return;
+    }
+    // Unreadable is unknown, not down: say what could not be read, blame nothing.
+    out.push(
+        Finding::new(
+            "links.port_state_unknown",
+            Severity::Warn,
+            &x.subject,
+            format!(
+                "port state could not be read ({} / {}): whether it carries traffic is unknown",
+                num_name(p.state.as_ref(), "state unreadable"),
+                num_name(p.phys_state.as_ref(), "phys_state unreadable")
+            ),
+        )
+        .fix(format!(
+            "read it as root: `cat /sys/class/infiniband/{}/ports/{}/state`, `ibstat {} {}`",
+            d.name, p.port, d.name, p.port
+        )),
+    );
+}
+
+fn port_not_active(x: &Port, out: &mut Vec<Finding>) {
+    let (d, p) = (x.d, x.p);
+    let (Some(state), Some(phys)) = (&p.state, &p.phys_state) else {
+        return;
+    };
+    let phys = phys.name.as_str();
+    if state.name == "ACTIVE" && phys == "LinkUp" {
+        return;
+    }
+    let disabled = phys == "Disabled";
+    out.push(
+        Finding::new(
+            "links.port_not_active",
+            if disabled { Severity::Warn } else { Severity::Fail },
+            &x.subject,
+            format!(
+                "port is {} / {}",
+                num_name(p.state.as_ref(), "unknown"),
+                num_name(p.phys_state.as_ref(), "unknown")
+            ),
+        )
+        .evidence("state", num_name(p.state.as_ref(), "unknown"))
+        .evidence("phys_state", num_name(p.phys_state.as_ref(), "unknown"))
+        .fix(match phys {
+            "Polling" => format!(
+                "no link partner: check the cable, the transceiver and the switch port{}",
+                cable_tools(d, p)
+            ),
+            "Disabled" => "the port is administratively disabled; enable it if it should carry traffic".into(),
+            "LinkUp" => format!(
+                "link is up but the port is not ACTIVE: on InfiniBand check that a subnet manager is running (`sminfo -C {} -P {}`)",
+                d.name, p.port
+            ),
+            _ => format!("check the cable, the transceiver and the switch port{}", cable_tools(d, p)),
+        }),
+    );
+}
+
+fn rate_below_peers(x: &Port, out: &mut Vec<Finding>) {
+    let (d, p) = (x.d, x.p);
+    let up = p.state.as_ref().is_some_and(|s| s.name == "ACTIVE")
+        && p.phys_state.as_ref().is_some_and(|s| s.name == "LinkUp");
+    let (Some(rate), Some((top, who))) = (&p.rate, x.peer_best) else {
+        return;
+    };
+    if !up || rate.gbps >= *top {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "links.rate_below_peers",
+            Severity::Fail,
+            &x.subject,
+            format!("port runs at {} while the same HCA model reaches {}", rate.raw, who),
+        )
+        .evidence("rate", rate.raw.clone())
+        .evidence("peer", who.clone())
+        .evidence("hca", x.model.clone())
+        .fix(format!(
+            "check the cable and transceiver generation and the switch port's speed setting{}",
+            cable_tools(d, p)
+        )),
+    );
+}
+
+fn counter_saturated(x: &Port, out: &mut Vec<Finding>) {
+    let (d, p) = (x.d, x.p);
+    for c in &p.counters {
+        // Without a second sample a saturated counter is reported with the others by
+        // `errors_since_boot`; one that grew says so in `errors_increasing`; here,
+        // one stuck at its maximum across the sample, whose growth cannot be seen.
+        let stuck = c.delta.as_ref().is_some_and(|d| d.lower_bound() == 0);
+        if !(c.saturated && stuck && LINK_ERRORS.contains(&c.name.as_str())) {
+            continue;
+        }
+        out.push(
+            Finding::new(
+                "links.counter_saturated",
+                Severity::Warn,
+                &x.subject,
+                format!(
+                    "{} is stuck at its {}-bit maximum: increases can no longer be seen",
+                    c.name, c.width_bits
+                ),
+            )
+            .evidence("counter", c.name.clone())
+            .evidence("value", c.value)
+            .fix(if p.link_layer.as_deref() == Some("InfiniBand") {
+                format!(
+                    "clear the port counters (`perfquery -x -R -C {} -P {}`) and sample again",
+                    d.name, p.port
+                )
+            } else {
+                "this counter cannot grow any more: compare later samples of the others, or reload the driver to clear it"
+                    .into()
+            }),
+        );
+    }
+}
+
+fn counters_increasing(x: &Port, out: &mut Vec<Finding>) {
+    let p = x.p;
+    for c in &p.counters {
+        let Some(d) = &c.delta else { continue };
+        if d.lower_bound() == 0 || matches!(d, Delta::Reset { .. }) {
+            continue;
+        }
+        let name = c.name.as_str();
+        let (id, sev, what) = if LINK_ERRORS.contains(&name) {
+            let sev = if name == "link_downed" { Severity::Fail } else { Severity::Warn };
+            ("links.errors_increasing", sev, "physical link errors")
+        } else if RETRANSMISSIONS.contains(&name) {
+            let sev = if name == "req_transport_retries_exceeded" {
+                Severity::Fail
+            } else {
+                Severity::Warn
+            };
+            ("links.retransmissions_increasing", sev, "transport retransmissions/timeouts")
+        } else {
+            continue;
+        };
+        let mut f = Finding::new(id, sev, &x.subject, format!("{name} increased {} ({what})", delta_text(d)))
+            .evidence("counter", name)
+            .evidence("delta", delta_text(d))
+            .evidence("value", c.value);
+        if let Some(rate) = c.rate_per_s {
+            f = f.evidence("per_s", (rate * 1000.0).round() / 1000.0);
+        }
+        out.push(f.fix(if id == "links.errors_increasing" {
+            "a marginal cable or transceiver: check ports on both ends (mlxlink), replace the cable".to_string()
+        } else if p.link_layer.as_deref() == Some("Ethernet") {
+            // RoCE loses packets where PFC/ECN are off or mismatched: `qos` reads both.
+            format!(
+                "lossy path: check PFC/ECN configuration and the pause and ECN counters (`fabprobe qos --ifname {}`) and the link's error counters",
+                p.netdev.as_deref().unwrap_or("<netdev>")
+            )
+        } else {
+            // InfiniBand is lossless by credits: PFC does not apply; look along the path.
+            "retransmissions on a credit-based link: check the error counters of every port on the path (`fabprobe links` on the peer, `perfquery` on the switch ports) and congestion (port_xmit_wait)".to_string()
+        }));
+    }
+}
+
+fn congestion(x: &Port, out: &mut Vec<Finding>) {
+    let p = x.p;
+    let (Some(w), Some(d)) = (p.counter("port_xmit_wait"), p.counter("port_xmit_data")) else {
+        return;
+    };
+    let (Some(dw), Some(dx)) = (
+        w.delta.as_ref().map(Delta::lower_bound),
+        d.delta.as_ref().map(Delta::lower_bound),
+    ) else {
+        return;
+    };
+    if dw == 0 || (dx != 0 && dw as f64 <= XMIT_WAIT_RATIO * dx as f64) {
+        return;
+    }
+    let mut f = Finding::new(
+        "links.congestion",
+        Severity::Warn,
+        &x.subject,
+        format!(
+            "port_xmit_wait grew by {dw} against {dx} words sent: the port often waits for credits (congestion or a slow receiver)"
+        ),
+    )
+    .evidence("counter", "port_xmit_wait")
+    .evidence("delta", dw)
+    .evidence("port_xmit_data_delta_words", dx)
+    .evidence("threshold_ratio", XMIT_WAIT_RATIO);
+    if let Some(rate) = w.rate_per_s {
+        f = f.evidence("per_s", rate.round());
+    }
+    out.push(f.fix("look for a hot spot: the peer's port_rcv counters, switch congestion, PFC pause storms"));
+}
+
+fn verbs_missing_device(r: &LinksReport, out: &mut Vec<Finding>) {
+    let Some(v) = &r.verbs else { return };
+    // Devices sysfs shows but libibverbs cannot use: no provider library (libmlx5...)
+    // or no /dev/infiniband in a container. Applications will see no HCA.
+    for d in r.devices.iter().filter(|d| !v.devices.iter().any(|vd| vd.name == d.name)) {
+        out.push(
+            Finding::new(
+                "links.verbs_missing_device",
+                Severity::Warn,
+                &d.name,
+                "sysfs lists this device but libibverbs does not: RDMA applications (NCCL, perftest) will not see it",
+            )
+            .evidence("ibv_get_device_list_error", v.error.clone())
+            .evidence("verbs_devices", v.devices.iter().map(|x| x.name.clone()).collect::<Vec<_>>())
+            .evidence("driver", d.attrs.driver.clone())
+            .fix("install the provider library (rdma-core: libmlx5/libibverbs-providers), and in containers map /dev/infiniband"),
+        );
+    }
+}
+
+fn verbs_mismatch(r: &LinksReport, out: &mut Vec<Finding>) {
+    let Some(v) = &r.verbs else { return };
+    for vd in &v.devices {
+        let sysfs = r.devices.iter().find(|d| d.name == vd.name);
+        let sysfs_active = sysfs
+            .and_then(|d| d.ports.iter().find(|p| p.port == 1))
+            .and_then(|p| p.state.as_ref())
+            .map(|s| s.name == "ACTIVE" || s.name == "ARMED");
+        if sysfs.is_none() || (vd.port1_active.is_some() && sysfs_active.is_some() && vd.port1_active != sysfs_active) {
+            out.push(
+                Finding::new(
+                    "links.verbs_mismatch",
+                    Severity::Warn,
+                    &vd.name,
+                    "libibverbs and sysfs disagree about this device's port 1",
+                )
+                .evidence("verbs_port1_active", vd.port1_active)
+                .evidence("sysfs_port1_active", sysfs_active)
+                .evidence("verbs_error", vd.error.clone()),
+            );
+        }
+    }
 }
 
 /// libibverbs' view (live only). `ENOSYS` from `ibv_get_device_list` is the normal answer

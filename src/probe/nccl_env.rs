@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::Host;
 use crate::nccl::conf::Setting;
 use crate::nccl::hca::HcaSpec;
@@ -434,9 +434,155 @@ const RANGES: &[(&str, i64, i64, Severity, &str)] = &[
 ];
 
 /// Judge the report: the lint of every value and the known traps.
+/// What an `nccl-env` rule reads: the host (for the topology a rule needs) and the report.
+pub struct Env<'a> {
+    pub host: &'a Host,
+    pub r: &'a NcclEnvReport,
+}
+
+/// How an `nccl-env` rule judges: each setting (run setting by setting, where the first
+/// setting rule stands in the table), or the whole report once.
+pub enum Judge {
+    Setting(fn(&Env, &Setting, &mut Vec<Finding>)),
+    Report(fn(&Env, &mut Vec<Finding>)),
+}
+
+/// What NCCL would read otherwise than meant, or what breaks its transport here, in the
+/// order the findings are listed.
+pub static RULES: &[Rule<Judge>] = &[
+    Rule {
+        ids: &["nccl_env.conf_file_unreadable"],
+        severity: "warn",
+        about: "NCCL_CONF_FILE names a missing or unreadable file",
+        judge: Judge::Report(conf_file_unreadable),
+    },
+    Rule {
+        ids: &["nccl_env.conf_line_misread"],
+        severity: "warn",
+        about: "a configuration line NCCL reads otherwise than it looks: `NCCL_IB_HCA = mlx5_0` \
+                sets \"NCCL_IB_HCA \", `X=eth0 # c` the value \"eth0 # c\", a DOS line end keeps \\r",
+        judge: Judge::Report(conf_line_misread),
+    },
+    Rule {
+        ids: &["nccl_env.unknown_name"],
+        severity: "warn",
+        about: "an NCCL_* name NCCL does not read (nearest real name)",
+        judge: Judge::Setting(unknown_name),
+    },
+    Rule {
+        ids: &["nccl_env.bad_value"],
+        severity: "warn",
+        about: "a value NCCL misreads (no digits: read as 0, not the default; trailing text, \
+                an unknown word or level)",
+        judge: Judge::Setting(bad_value),
+    },
+    Rule {
+        ids: &["nccl_env.out_of_range"],
+        severity: "warn|fail",
+        about: "NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside 0-7 (fail); \
+                NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)",
+        judge: Judge::Setting(out_of_range),
+    },
+    Rule {
+        ids: &["nccl_env.ifname_ignored"],
+        severity: "warn",
+        about: "NCCL_SOCKET_IFNAME of one character or empty",
+        judge: Judge::Setting(ifname_ignored),
+    },
+    Rule {
+        ids: &["nccl_env.comm_id_by_name"],
+        severity: "warn",
+        about: "NCCL_COMM_ID names a host: NCCL resolves it on each node",
+        judge: Judge::Report(comm_id_by_name),
+    },
+    Rule {
+        ids: &[
+            "nccl_env.no_socket_interface",
+            "nccl_env.socket_interface_unusable",
+        ],
+        severity: "warn|fail",
+        about: "no interface matches, or NCCL_COMM_ID is on no local subnet: bootstrap fails \
+                (fail); lo or a docker/virbr bridge (fail), a link-local address (warn) picked \
+                for the bootstrap",
+        judge: Judge::Report(socket_interface),
+    },
+    Rule {
+        ids: &["nccl_env.hca_prefix_match", "nccl_env.hca_matches_nothing"],
+        severity: "warn|fail",
+        about: "NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1 (warn); \
+                NCCL_IB_HCA selects no active port: NCCL falls back to sockets (fail)",
+        judge: Judge::Report(hcas),
+    },
+    Rule {
+        ids: &["nccl_env.ib_disabled"],
+        severity: "warn",
+        about: "NCCL_IB_DISABLE=1 with active RDMA ports",
+        judge: Judge::Report(ib_disabled),
+    },
+    Rule {
+        ids: &[
+            "gids.nccl_gid_index_bad",
+            "gids.nccl_gid_unusable",
+            "gids.nccl_gid_error",
+        ],
+        severity: "warn|fail",
+        about: "NCCL_IB_GID_INDEX (or the automatic choice) on a port NCCL uses points at an \
+                empty, link-local or RoCE v1 entry (`gids`' rules)",
+        judge: Judge::Report(gid_traps),
+    },
+    Rule {
+        ids: &["nccl_env.p2p_disabled_nvlink"],
+        severity: "warn",
+        about: "NCCL_P2P_DISABLE=1 on a host with NVLink",
+        judge: Judge::Report(p2p_disabled_nvlink),
+    },
+    Rule {
+        ids: &["nccl_env.gdr_off", "nccl_env.gdr_no_kernel_support"],
+        severity: "warn|fail",
+        about: "a GPU whose every used HCA is beyond NCCL_NET_GDR_LEVEL (warn); close enough \
+                but the kernel gives NCCL neither peer memory nor DMA-BUF (fail)",
+        judge: Judge::Report(gdr_by_topology),
+    },
+    Rule {
+        ids: &["nccl_env.net_plugin_missing"],
+        severity: "warn",
+        about: "NCCL_NET_PLUGIN names a library that is not found",
+        judge: Judge::Report(net_plugin_missing),
+    },
+    Rule {
+        ids: &["nccl_env.topo_file_missing"],
+        severity: "warn",
+        about: "NCCL_TOPO_FILE names a missing file",
+        judge: Judge::Report(topo_file_missing),
+    },
+];
+
+/// Judge the NCCL environment by [`RULES`].
 pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
+    let x = Env { host, r };
     let mut f = Vec::new();
-    let get = |k: &str| r.settings.iter().find(|s| s.name == k);
+    let mut settings_done = false;
+    for rule in RULES {
+        match rule.judge {
+            Judge::Report(j) => j(&x, &mut f),
+            Judge::Setting(_) if settings_done => {}
+            Judge::Setting(_) => {
+                settings_done = true;
+                for s in &r.settings {
+                    for rule in RULES {
+                        if let Judge::Setting(j) = rule.judge {
+                            j(&x, s, &mut f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    f
+}
+
+fn conf_file_unreadable(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     for c in &r.conf_files {
         if c.role == "NCCL_CONF_FILE" && c.state != "read" {
             f.push(
@@ -454,6 +600,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
     }
+}
+
+fn conf_line_misread(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     for l in &r.conf_lints {
         f.push(
             Finding::new(
@@ -479,160 +629,178 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             )),
         );
     }
-    for s in &r.settings {
-        let from = origin_text(s);
-        let Some(k) = params::lookup(&s.name) else {
-            // A name with blanks comes from a misread configuration line, reported above.
-            if params::is_foreign(&s.name) || s.name.contains(char::is_whitespace) {
-                continue;
-            }
-            let near = params::nearest(&s.name);
-            let mut x = Finding::new(
-                "nccl_env.unknown_name",
-                Severity::Warn,
-                &s.name,
-                match near {
-                    Some(n) => format!(
-                        "{} is not a variable NCCL reads (did you mean {n}?); it has no effect",
-                        s.name
+}
+
+fn unknown_name(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
+    // A name with blanks comes from a misread configuration line, reported apart.
+    if params::lookup(&s.name).is_some()
+        || params::is_foreign(&s.name)
+        || s.name.contains(char::is_whitespace)
+    {
+        return;
+    }
+    let from = origin_text(s);
+    let near = params::nearest(&s.name);
+    let mut x = Finding::new(
+        "nccl_env.unknown_name",
+        Severity::Warn,
+        &s.name,
+        match near {
+            Some(n) => format!(
+                "{} is not a variable NCCL reads (did you mean {n}?); it has no effect",
+                s.name
+            ),
+            None => format!("{} is not a variable NCCL reads; it has no effect", s.name),
+        },
+    )
+    .evidence("value", s.value.clone())
+    .evidence("from", from.clone());
+    if let Some(n) = near {
+        x = x.evidence("nearest", n).fix(format!("rename it to {n}"));
+    }
+    f.push(x);
+}
+
+fn bad_value(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
+    let from = origin_text(s);
+    let Some(k) = params::lookup(&s.name) else { return };
+    if k.is_int_param() {
+        let default = k.default;
+        match params::parse_int(&s.value) {
+            params::IntParse::NoDigits => f.push(
+                Finding::new(
+                    "nccl_env.bad_value",
+                    Severity::Warn,
+                    &s.name,
+                    format!(
+                        "{}={:?} is not a number: NCCL reads it as 0 (strtoll finds no digits and sets no error), not as its default ({default})",
+                        s.name, s.value
                     ),
-                    None => format!("{} is not a variable NCCL reads; it has no effect", s.name),
-                },
-            )
-            .evidence("value", s.value.clone())
-            .evidence("from", from.clone());
-            if let Some(n) = near {
-                x = x.evidence("nearest", n).fix(format!("rename it to {n}"));
-            }
-            f.push(x);
-            continue;
-        };
-        if k.is_int_param() {
-            let default = k.default;
-            match params::parse_int(&s.value) {
-                params::IntParse::NoDigits => f.push(
-                    Finding::new(
-                        "nccl_env.bad_value",
-                        Severity::Warn,
-                        &s.name,
-                        format!(
-                            "{}={:?} is not a number: NCCL reads it as 0 (strtoll finds no digits and sets no error), not as its default ({default})",
-                            s.name, s.value
-                        ),
-                    )
-                    .evidence("value", s.value.clone())
-                    .evidence("from", from.clone())
-                    .evidence("read_as", 0)
-                    .evidence("default", default)
-                    .fix(format!("set an integer, or unset {} for the default (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)", s.name)),
-                ),
-                params::IntParse::OutOfRange => f.push(
-                    Finding::new(
-                        "nccl_env.bad_value",
-                        Severity::Warn,
-                        &s.name,
-                        format!(
-                            "{}={:?} overflows a 64-bit integer: NCCL ignores it and uses its default ({default})",
-                            s.name, s.value
-                        ),
-                    )
-                    .evidence("value", s.value.clone())
-                    .evidence("from", from.clone())
-                    .evidence("default", default),
-                ),
-                params::IntParse::Trailing(v) => f.push(
-                    Finding::new(
-                        "nccl_env.bad_value",
-                        Severity::Warn,
-                        &s.name,
-                        format!(
-                            "{}={:?}: NCCL reads {v} and silently ignores the rest",
-                            s.name, s.value
-                        ),
-                    )
-                    .evidence("value", s.value.clone())
-                    .evidence("from", from.clone())
-                    .evidence("read_as", v),
-                ),
-                params::IntParse::Clean(_) => {}
-            }
+                )
+                .evidence("value", s.value.clone())
+                .evidence("from", from.clone())
+                .evidence("read_as", 0)
+                .evidence("default", default)
+                .fix(format!("set an integer, or unset {} for the default (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)", s.name)),
+            ),
+            params::IntParse::OutOfRange => f.push(
+                Finding::new(
+                    "nccl_env.bad_value",
+                    Severity::Warn,
+                    &s.name,
+                    format!(
+                        "{}={:?} overflows a 64-bit integer: NCCL ignores it and uses its default ({default})",
+                        s.name, s.value
+                    ),
+                )
+                .evidence("value", s.value.clone())
+                .evidence("from", from.clone())
+                .evidence("default", default),
+            ),
+            params::IntParse::Trailing(v) => f.push(
+                Finding::new(
+                    "nccl_env.bad_value",
+                    Severity::Warn,
+                    &s.name,
+                    format!(
+                        "{}={:?}: NCCL reads {v} and silently ignores the rest",
+                        s.name, s.value
+                    ),
+                )
+                .evidence("value", s.value.clone())
+                .evidence("from", from.clone())
+                .evidence("read_as", v),
+            ),
+            params::IntParse::Clean(_) => {}
         }
-        if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name) {
-            if !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value)) {
-                f.push(
-                    Finding::new(
-                        "nccl_env.bad_value",
-                        Severity::Warn,
-                        &s.name,
-                        format!(
-                            "{}={:?} is not one of {}: NCCL ignores it",
-                            s.name,
-                            s.value,
-                            words.join(", ")
-                        ),
-                    )
-                    .evidence("value", s.value.clone())
-                    .evidence("from", from.clone()),
-                );
-            }
-        }
-        if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
-            && params::parse_level(&s.value).is_none()
-        {
+    }
+    if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name) {
+        if !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value)) {
             f.push(
                 Finding::new(
                     "nccl_env.bad_value",
                     Severity::Warn,
                     &s.name,
                     format!(
-                        "{}={:?} is not a level NCCL reads ({} or a number; upper case): NCCL uses its default",
+                        "{}={:?} is not one of {}: NCCL ignores it",
                         s.name,
                         s.value,
-                        params::LEVELS.join(" ")
+                        words.join(", ")
                     ),
                 )
                 .evidence("value", s.value.clone())
                 .evidence("from", from.clone()),
             );
         }
-        if let Some((_, lo, hi, sev, why)) = RANGES.iter().find(|(n, ..)| *n == s.name) {
-            let read = match params::parse_int(&s.value) {
-                params::IntParse::Clean(v) | params::IntParse::Trailing(v) => Some(v),
-                params::IntParse::NoDigits => Some(0),
-                params::IntParse::OutOfRange => None,
-            };
-            if let Some(v) = read {
-                if v < *lo || v > *hi {
-                    f.push(
-                        Finding::new(
-                            "nccl_env.out_of_range",
-                            *sev,
-                            &s.name,
-                            format!("{}={v} is outside {lo}-{hi}: {why}", s.name),
-                        )
-                        .evidence("value", s.value.clone())
-                        .evidence("from", from.clone())
-                        .fix(format!(
-                            "use a value in {lo}-{hi} (NCCL's default is {})",
-                            k.default
-                        )),
-                    );
-                }
+    }
+    if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
+        && params::parse_level(&s.value).is_none()
+    {
+        f.push(
+            Finding::new(
+                "nccl_env.bad_value",
+                Severity::Warn,
+                &s.name,
+                format!(
+                    "{}={:?} is not a level NCCL reads ({} or a number; upper case): NCCL uses its default",
+                    s.name,
+                    s.value,
+                    params::LEVELS.join(" ")
+                ),
+            )
+            .evidence("value", s.value.clone())
+            .evidence("from", from.clone()),
+        );
+    }
+}
+
+fn out_of_range(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
+    let from = origin_text(s);
+    let Some(k) = params::lookup(&s.name) else { return };
+    if let Some((_, lo, hi, sev, why)) = RANGES.iter().find(|(n, ..)| *n == s.name) {
+        let read = match params::parse_int(&s.value) {
+            params::IntParse::Clean(v) | params::IntParse::Trailing(v) => Some(v),
+            params::IntParse::NoDigits => Some(0),
+            params::IntParse::OutOfRange => None,
+        };
+        if let Some(v) = read {
+            if v < *lo || v > *hi {
+                f.push(
+                    Finding::new(
+                        "nccl_env.out_of_range",
+                        *sev,
+                        &s.name,
+                        format!("{}={v} is outside {lo}-{hi}: {why}", s.name),
+                    )
+                    .evidence("value", s.value.clone())
+                    .evidence("from", from.clone())
+                    .fix(format!(
+                        "use a value in {lo}-{hi} (NCCL's default is {})",
+                        k.default
+                    )),
+                );
             }
         }
-        if s.name == "NCCL_SOCKET_IFNAME" && s.value.len() <= 1 {
-            f.push(
-                Finding::new(
-                    "nccl_env.ifname_ignored",
-                    Severity::Warn,
-                    &s.name,
-                    format!("NCCL_SOCKET_IFNAME={:?} is one character or empty: NCCL ignores it and uses its default order", s.value),
-                )
-                .evidence("from", from.clone()),
-            );
-        }
     }
+}
 
+fn ifname_ignored(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
+    let from = origin_text(s);
+    if s.name == "NCCL_SOCKET_IFNAME" && s.value.len() <= 1 {
+        f.push(
+            Finding::new(
+                "nccl_env.ifname_ignored",
+                Severity::Warn,
+                &s.name,
+                format!("NCCL_SOCKET_IFNAME={:?} is one character or empty: NCCL ignores it and uses its default order", s.value),
+            )
+            .evidence("from", from.clone()),
+        );
+    }
+}
+
+fn comm_id_by_name(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // NCCL_COMM_ID by name: NCCL resolves it on each node (getaddrinfo); fabprobe does not,
     // so which interface the bootstrap takes is not judged here: say so.
     if let Some(s) = r.settings.iter().find(|s| s.name == "NCCL_COMM_ID") {
@@ -654,6 +822,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
     }
+}
+
+fn socket_interface(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // Sockets.
     if r.sockets.unknown.is_none() {
         let comm_id = r
@@ -702,7 +874,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             }
         }
     }
+}
 
+fn hcas(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // HCAs.
     let devices: Vec<String> = {
         let mut d: Vec<String> = r.ib.ports.iter().map(|p| p.device.clone()).collect();
@@ -756,6 +931,16 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
     }
+}
+
+fn ib_disabled(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
+    let get = |k: &str| r.settings.iter().find(|s| s.name == k);
+    let active: Vec<&IbPort> =
+        r.ib.ports
+            .iter()
+            .filter(|p| p.state.as_deref() == Some("ACTIVE"))
+            .collect();
     if r.ib.disabled && !active.is_empty() {
         let s = get("NCCL_IB_DISABLE");
         f.push(
@@ -773,6 +958,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             .fix("unset NCCL_IB_DISABLE unless sockets are intended"),
         );
     }
+}
+
+fn gid_traps(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // GID traps, judged by the gids probe on the ports NCCL uses.
     for g in r.ib.gid_findings.iter().cloned() {
         let used =
@@ -788,7 +977,12 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             f.push(g);
         }
     }
+}
 
+fn p2p_disabled_nvlink(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
+    let get = |k: &str| r.settings.iter().find(|s| s.name == k);
+    let host = x.host;
     // NVLink and P2P.
     if let Some(s) = get("NCCL_P2P_DISABLE") {
         if crate::nccl::gid::nccl_param(Some(&s.value), 0) == 1 {
@@ -813,7 +1007,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             }
         }
     }
+}
 
+fn gdr_by_topology(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // GDR by topology: a GPU whose every used NIC is beyond the level. One finding for
     // all such GPUs, in the gdr probe's words and severity (one fact, one wording).
     let mut by_gpu: BTreeMap<&str, Vec<&GdrPair>> = BTreeMap::new();
@@ -885,7 +1082,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             .fix("run `fabprobe gdr` for why (nvidia_peermem not loaded, no MLNX_OFED/DOCA peer-memory API, proprietary NVIDIA module)"),
         );
     }
+}
 
+fn net_plugin_missing(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     // Plugin and topology file.
     if let Some(req) = &r.net_plugin.requested {
         if !r.net_plugin.tries.is_empty() && r.net_plugin.found.is_none() {
@@ -901,6 +1101,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             );
         }
     }
+}
+
+fn topo_file_missing(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
     if r.topo_file.from_env && !r.topo_file.exists {
         f.push(
             Finding::new(
@@ -915,7 +1119,6 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
             .fix("fix the path, or generate one with `fabprobe topo --format nccl-xml`"),
         );
     }
-    f
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::{Host, Reply};
 use crate::nccl::settings::Sourced;
 use crate::probe::gids::{RdmaPresence, presence};
@@ -666,205 +666,317 @@ pub fn backwards_notes(r: &QosReport) -> Vec<String> {
     out
 }
 
+/// An interface as the `qos` rules see it.
+pub struct If<'a> {
+    pub r: &'a QosReport,
+    pub i: &'a QosIf,
+    /// `eth2 (mlx5_2 port 1)`.
+    pub subj: String,
+    /// The priorities with PFC on: DCB's answer, else the driver's counter set when it keeps
+    /// one for every priority; None when neither tells.
+    pub pfc: Option<Vec<u8>>,
+}
+
+/// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
+pub static RULES: &[Rule<fn(&If, &mut Vec<Finding>)>] = &[
+    Rule {
+        ids: &["qos.switch_pfc_mismatch"],
+        severity: "fail",
+        about: "(--lldp) the switch's PFC priorities differ from the host's",
+        judge: switch_pfc_mismatch,
+    },
+    Rule {
+        ids: &["qos.roce_priority_not_lossless"],
+        severity: "warn|fail",
+        about: "RoCE's priority has no PFC (fail when PFC is on elsewhere, warn when on nowhere: \
+                lossy RoCE, also when RoCE's priority is unknown)",
+        judge: roce_priority_not_lossless,
+    },
+    Rule {
+        ids: &["qos.extra_lossless_priority"],
+        severity: "warn",
+        about: "PFC on priorities RoCE does not use",
+        judge: extra_lossless_priority,
+    },
+    Rule {
+        ids: &["qos.ecn_off_on_roce_priority"],
+        severity: "warn",
+        about: "ECN reaction or notification point off for RoCE's priority",
+        judge: ecn_off_on_roce_priority,
+    },
+    Rule {
+        ids: &["qos.roce_priority_unknown"],
+        severity: "warn",
+        about: "RoCE's priority unknown while PFC is on somewhere",
+        judge: roce_priority_unknown,
+    },
+    Rule {
+        ids: &["qos.ecn_off_on_lossless_priority"],
+        severity: "warn",
+        about: "(RoCE's priority unknown) ECN not on for a lossless priority",
+        judge: ecn_off_on_lossless_priority,
+    },
+    Rule {
+        ids: &["qos.global_pause_with_pfc"],
+        severity: "fail",
+        about: "global pause counters present while PFC is on",
+        judge: global_pause_with_pfc,
+    },
+    Rule {
+        ids: &["qos.pfc_dcb_counters_disagree"],
+        severity: "warn",
+        about: "DCB's pfc_en and the driver's counter set differ",
+        judge: pfc_dcb_counters_disagree,
+    },
+    Rule {
+        ids: &["qos.pause_storm"],
+        severity: "warn|fail",
+        about: "tx_pause_storm_error_events (fail) / _warning_events (warn) moved (in the sample, \
+                else since cleared)",
+        judge: pause_storm,
+    },
+    Rule {
+        ids: &["qos.pause_time_high"],
+        severity: "warn",
+        about: "a priority paused >= 25% of a sample (--interval/--baseline)",
+        judge: pause_time_high,
+    },
+    Rule {
+        ids: &["qos.ecn_marks_without_cnps"],
+        severity: "warn",
+        about: "ECN-marked packets arrived, no CNP was sent",
+        judge: ecn_marks_without_cnps,
+    },
+];
+
+/// Judge every interface by [`RULES`].
 pub fn findings(r: &QosReport) -> Vec<Finding> {
     let mut out = Vec::new();
     for i in &r.interfaces {
-        let subj = match (&i.rdma_device, i.rdma_port) {
-            (Some(d), Some(p)) => format!("{} ({d} port {p})", i.ifname),
-            _ => i.ifname.clone(),
+        let x = If {
+            r,
+            i,
+            subj: match (&i.rdma_device, i.rdma_port) {
+                (Some(d), Some(p)) => format!("{} ({d} port {p})", i.ifname),
+                _ => i.ifname.clone(),
+            },
+            pfc: i.dcb.pfc_enabled.clone().or_else(|| {
+                i.priorities
+                    .iter()
+                    .all(|p| p.pfc_counters.is_some())
+                    .then(|| i.ethtool.pfc_priorities_from_counters.clone())
+            }),
         };
-        let pfc: Option<Vec<u8>> = i.dcb.pfc_enabled.clone().or_else(|| {
-            i.priorities
-                .iter()
-                .all(|p| p.pfc_counters.is_some())
-                .then(|| i.ethtool.pfc_priorities_from_counters.clone())
-        });
-        let roce = i.roce.priority;
-        // The switch's PFC against the host's.
-        if let (Some(host_pfc), Some(sw)) = (&pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
-            if let Some(sp) = &sw.pfc {
-                let sw_prios = sp.priorities();
-                if &sw_prios != host_pfc {
-                    let who = format!(
-                        "switch {} {}",
-                        sw.system_name.as_deref().unwrap_or(&sw.source_mac),
-                        sw.port_id.as_deref().unwrap_or("?")
-                    );
-                    out.push(
-                        Finding::new(
-                            "qos.switch_pfc_mismatch",
-                            Severity::Fail,
-                            &subj,
-                            format!(
-                                "{who} enables PFC on priority {}, this host on priority {}",
-                                list(&sw_prios),
-                                list(host_pfc)
-                            ),
-                        )
-                        .evidence("switch_pfc", list(&sw_prios))
-                        .evidence("host_pfc", list(host_pfc))
-                        .evidence("switch_willing", sp.willing)
-                        .fix(format!(
-                            "agree on one lossless priority on both sides: to follow the switch, `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {2}` (iproute2); or change the switch port's PFC configuration",
-                            i.ifname,
-                            pfc_arg(&sw_prios),
-                            (0..8u8)
-                                .filter(|p| sw_prios.contains(p) || host_pfc.contains(p))
-                                .map(|p| format!("{p}:{}", if sw_prios.contains(&p) { "on" } else { "off" }))
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        )),
-                    );
-                }
-            }
-        }
-        match (&pfc, roce) {
-            (Some(pfc), Some(rp)) => roce_priority_findings(i, &subj, pfc, rp, &mut out),
-            (Some(pfc), None) => unknown_priority_findings(i, &subj, pfc, &mut out),
-            (None, Some(rp)) => ecn_on_roce_priority(i, &subj, rp, &mut out),
-            (None, None) => {}
-        }
-        // Global pause mixed with PFC.
-        let pfc_on = pfc.as_ref().is_some_and(|v| !v.is_empty());
-        if i.ethtool.global_pause_counters && pfc_on {
-            out.push(
-                Finding::new(
-                    "qos.global_pause_with_pfc",
-                    Severity::Fail,
-                    &subj,
-                    "global pause (802.3x) is on together with PFC: a global pause stops every priority, lossy ones too",
-                )
-                .evidence("pfc_enabled", list(pfc.as_deref().unwrap_or(&[])))
-                .fix(format!("`ethtool -A {} rx off tx off` (keep PFC only)", i.ifname)),
-            );
-        }
-        // PFC from DCB against the counter set.
-        if let Some(d) = &i.dcb.pfc_enabled {
-            let from_counters = &i.ethtool.pfc_priorities_from_counters;
-            if i.priorities.iter().all(|p| p.pfc_counters.is_some()) && d != from_counters {
-                out.push(
-                    Finding::new(
-                        "qos.pfc_dcb_counters_disagree",
-                        Severity::Warn,
-                        &subj,
-                        format!(
-                            "DCB says PFC is on for priority {} but the driver keeps pause counters for priority {}",
-                            list(d),
-                            list(from_counters)
-                        ),
-                    )
-                    .evidence("pfc_dcb", list(d))
-                    .evidence("pfc_counters", list(from_counters)),
-                );
-            }
-        }
-        // Pause storms.
-        let sampled = r.sample.is_some();
-        for (name, c, sev) in [
-            (
-                "tx_pause_storm_error_events",
-                &i.pause_storm.tx_pause_storm_error_events,
-                Severity::Fail,
-            ),
-            (
-                "tx_pause_storm_warning_events",
-                &i.pause_storm.tx_pause_storm_warning_events,
-                Severity::Warn,
-            ),
-        ] {
-            let Some(c) = c else { continue };
-            let Some(n) = c.moved().filter(|n| *n > 0) else {
-                continue;
-            };
-            let when = if sampled {
-                "during the sample"
-            } else {
-                "since the counters were cleared"
-            };
-            let mut f = Finding::new(
-                "qos.pause_storm",
-                sev,
-                &subj,
-                format!(
-                    "{name} = {n} {when}: the NIC kept sending pause frames because it could not drain its receive buffer (a stalled host or PCIe), and its storm guard {}",
-                    if sev == Severity::Fail { "stopped sending pauses" } else { "is close to stepping in" }
-                ),
-            )
-            .evidence(name, n)
-            .fix("find what stops the receiver draining: `ethtool -S {if} | grep -e pause -e discard -e out_of_buffer`, PCIe errors (`fabprobe links`), a hung process or host; the storm guard's timeout: `ethtool --get-tunable {if} pfc-prevention-tout`".replace("{if}", &i.ifname));
-            if let Some(v) = c.value {
-                f = f.evidence(&format!("{name}_total"), v);
-            }
-            out.push(f);
-            break;
-        }
-        // Pause time per second over a sample: the share of time the port was paused.
-        if let Some(secs) = r.sample.as_ref().and_then(|s| s.interval_s).filter(|s| *s > 0.0) {
-            for row in &i.priorities {
-                let Some(p) = &row.pause else { continue };
-                for (dir, c) in [("tx", &p.tx_pause_duration_us), ("rx", &p.rx_pause_duration_us)] {
-                    let Some(d) = c.delta else { continue };
-                    let share = d as f64 / (secs * 1e6);
-                    if share >= PAUSED_SHARE_WARN {
-                        let who = if dir == "tx" {
-                            "this port paused its link partner"
-                        } else {
-                            "the link partner paused this port"
-                        };
-                        out.push(
-                            Finding::new(
-                                "qos.pause_time_high",
-                                Severity::Warn,
-                                &subj,
-                                format!(
-                                    "{who} {:.0}% of the time on priority {} over {secs:.0} s",
-                                    share.min(1.0) * 100.0,
-                                    row.priority
-                                ),
-                            )
-                            .evidence(&format!("{dir}_prio{}_pause_duration_delta_us", row.priority), d)
-                            .evidence("interval_s", secs),
-                        );
-                    }
-                }
-            }
-        }
-        // CNPs should flow when ECN marks do.
-        let get = |n: &str| i.cnp.iter().find(|c| c.name == n).and_then(|c| c.count.moved());
-        if let (Some(marked), Some(sent)) = (get("np_ecn_marked_roce_packets"), get("np_cnp_sent"))
-            && marked > 0
-            && sent == 0
-        {
-            out.push(
-                Finding::new(
-                    "qos.ecn_marks_without_cnps",
-                    Severity::Warn,
-                    &subj,
-                    format!(
-                        "{marked} ECN-marked RoCE packets arrived and no CNP was sent: the notification point is off, so senders never slow down"
-                    ),
-                )
-                .evidence("np_ecn_marked_roce_packets", marked)
-                .evidence("np_cnp_sent", sent)
-                .fix(match i.roce.priority {
-                    Some(p) => format!(
-                        "enable the notification point for RoCE's priority {p}: `echo 1 > /sys/class/net/{}/ecn/roce_np/enable/{p}` (MLNX_OFED)",
-                        i.ifname
-                    ),
-                    // No guessed priority in a command that runs as printed.
-                    None => format!(
-                        "enable the notification point for RoCE's priority in /sys/class/net/{}/ecn/roce_np/enable/ (MLNX_OFED); \
-                         the priority is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
-                        i.ifname
-                    ),
-                }),
-            );
+        for rule in RULES {
+            (rule.judge)(&x, &mut out);
         }
     }
     out
 }
 
-/// PFC and ECN on RoCE's known priority `rp`.
+fn switch_pfc_mismatch(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // The switch's PFC against the host's.
+    if let (Some(host_pfc), Some(sw)) = (&x.pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
+        if let Some(sp) = &sw.pfc {
+            let sw_prios = sp.priorities();
+            if &sw_prios != host_pfc {
+                let who = format!(
+                    "switch {} {}",
+                    sw.system_name.as_deref().unwrap_or(&sw.source_mac),
+                    sw.port_id.as_deref().unwrap_or("?")
+                );
+                out.push(
+                    Finding::new(
+                        "qos.switch_pfc_mismatch",
+                        Severity::Fail,
+                        &x.subj,
+                        format!(
+                            "{who} enables PFC on priority {}, this host on priority {}",
+                            list(&sw_prios),
+                            list(host_pfc)
+                        ),
+                    )
+                    .evidence("switch_pfc", list(&sw_prios))
+                    .evidence("host_pfc", list(host_pfc))
+                    .evidence("switch_willing", sp.willing)
+                    .fix(format!(
+                        "agree on one lossless priority on both sides: to follow the switch, `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {2}` (iproute2); or change the switch port's PFC configuration",
+                        i.ifname,
+                        pfc_arg(&sw_prios),
+                        (0..8u8)
+                            .filter(|p| sw_prios.contains(p) || host_pfc.contains(p))
+                            .map(|p| format!("{p}:{}", if sw_prios.contains(&p) { "on" } else { "off" }))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )),
+                );
+            }
+        }
+    }
+}
+
+fn global_pause_with_pfc(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // Global pause mixed with PFC.
+    let pfc_on = x.pfc.as_ref().is_some_and(|v| !v.is_empty());
+    if i.ethtool.global_pause_counters && pfc_on {
+        out.push(
+            Finding::new(
+                "qos.global_pause_with_pfc",
+                Severity::Fail,
+                &x.subj,
+                "global pause (802.3x) is on together with PFC: a global pause stops every priority, lossy ones too",
+            )
+            .evidence("pfc_enabled", list(x.pfc.as_deref().unwrap_or(&[])))
+            .fix(format!("`ethtool -A {} rx off tx off` (keep PFC only)", i.ifname)),
+        );
+    }
+}
+
+fn pfc_dcb_counters_disagree(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // PFC from DCB against the counter set.
+    if let Some(d) = &i.dcb.pfc_enabled {
+        let from_counters = &i.ethtool.pfc_priorities_from_counters;
+        if i.priorities.iter().all(|p| p.pfc_counters.is_some()) && d != from_counters {
+            out.push(
+                Finding::new(
+                    "qos.pfc_dcb_counters_disagree",
+                    Severity::Warn,
+                    &x.subj,
+                    format!(
+                        "DCB says PFC is on for priority {} but the driver keeps pause counters for priority {}",
+                        list(d),
+                        list(from_counters)
+                    ),
+                )
+                .evidence("pfc_dcb", list(d))
+                .evidence("pfc_counters", list(from_counters)),
+            );
+        }
+    }
+}
+
+fn pause_storm(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // Pause storms.
+    let sampled = x.r.sample.is_some();
+    for (name, c, sev) in [
+        (
+            "tx_pause_storm_error_events",
+            &i.pause_storm.tx_pause_storm_error_events,
+            Severity::Fail,
+        ),
+        (
+            "tx_pause_storm_warning_events",
+            &i.pause_storm.tx_pause_storm_warning_events,
+            Severity::Warn,
+        ),
+    ] {
+        let Some(c) = c else { continue };
+        let Some(n) = c.moved().filter(|n| *n > 0) else {
+            continue;
+        };
+        let when = if sampled {
+            "during the sample"
+        } else {
+            "since the counters were cleared"
+        };
+        let mut f = Finding::new(
+            "qos.pause_storm",
+            sev,
+            &x.subj,
+            format!(
+                "{name} = {n} {when}: the NIC kept sending pause frames because it could not drain its receive buffer (a stalled host or PCIe), and its storm guard {}",
+                if sev == Severity::Fail { "stopped sending pauses" } else { "is close to stepping in" }
+            ),
+        )
+        .evidence(name, n)
+        .fix("find what stops the receiver draining: `ethtool -S {if} | grep -e pause -e discard -e out_of_buffer`, PCIe errors (`fabprobe links`), a hung process or host; the storm guard's timeout: `ethtool --get-tunable {if} pfc-prevention-tout`".replace("{if}", &i.ifname));
+        if let Some(v) = c.value {
+            f = f.evidence(&format!("{name}_total"), v);
+        }
+        out.push(f);
+        break;
+    }
+}
+
+fn pause_time_high(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // Pause time per second over a sample: the share of time the port was paused.
+    if let Some(secs) =
+        x.r.sample
+            .as_ref()
+            .and_then(|s| s.interval_s)
+            .filter(|s| *s > 0.0)
+    {
+        for row in &i.priorities {
+            let Some(p) = &row.pause else { continue };
+            for (dir, c) in [("tx", &p.tx_pause_duration_us), ("rx", &p.rx_pause_duration_us)] {
+                let Some(d) = c.delta else { continue };
+                let share = d as f64 / (secs * 1e6);
+                if share >= PAUSED_SHARE_WARN {
+                    let who = if dir == "tx" {
+                        "this port paused its link partner"
+                    } else {
+                        "the link partner paused this port"
+                    };
+                    out.push(
+                        Finding::new(
+                            "qos.pause_time_high",
+                            Severity::Warn,
+                            &x.subj,
+                            format!(
+                                "{who} {:.0}% of the time on priority {} over {secs:.0} s",
+                                share.min(1.0) * 100.0,
+                                row.priority
+                            ),
+                        )
+                        .evidence(&format!("{dir}_prio{}_pause_duration_delta_us", row.priority), d)
+                        .evidence("interval_s", secs),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn ecn_marks_without_cnps(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    // CNPs should flow when ECN marks do.
+    let get = |n: &str| i.cnp.iter().find(|c| c.name == n).and_then(|c| c.count.moved());
+    if let (Some(marked), Some(sent)) = (get("np_ecn_marked_roce_packets"), get("np_cnp_sent"))
+        && marked > 0
+        && sent == 0
+    {
+        out.push(
+            Finding::new(
+                "qos.ecn_marks_without_cnps",
+                Severity::Warn,
+                &x.subj,
+                format!(
+                    "{marked} ECN-marked RoCE packets arrived and no CNP was sent: the notification point is off, so senders never slow down"
+                ),
+            )
+            .evidence("np_ecn_marked_roce_packets", marked)
+            .evidence("np_cnp_sent", sent)
+            .fix(match i.roce.priority {
+                Some(p) => format!(
+                    "enable the notification point for RoCE's priority {p}: `echo 1 > /sys/class/net/{}/ecn/roce_np/enable/{p}` (MLNX_OFED)",
+                    i.ifname
+                ),
+                // No guessed priority in a command that runs as printed.
+                None => format!(
+                    "enable the notification point for RoCE's priority in /sys/class/net/{}/ecn/roce_np/enable/ (MLNX_OFED); \
+                     the priority is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
+                    i.ifname
+                ),
+            }),
+        );
+    }
+}
+
 /// `, or /sys/class/infiniband/DEV/tc/PORT/traffic_class` for the netdev's RDMA port (the
 /// MLNX_OFED per-port class file), named; nothing when the netdev has no RDMA port.
 fn tc_file(i: &QosIf) -> String {
@@ -874,115 +986,141 @@ fn tc_file(i: &QosIf) -> String {
     }
 }
 
-fn roce_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], rp: u8, out: &mut Vec<Finding>) {
-    if !pfc.contains(&rp) {
-        let (sev, msg) = if pfc.is_empty() {
-            (
-                Severity::Warn,
-                format!(
-                    "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
-                ),
-            )
-        } else {
-            (
-                Severity::Fail,
-                format!(
-                    "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
-                    list(pfc)
-                ),
-            )
-        };
-        out.push(
-            Finding::new("qos.roce_priority_not_lossless", sev, subj, msg)
-                .evidence("roce_priority", rp)
-                .evidence("pfc_enabled", list(pfc))
-                .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
-                .evidence("priority_source", i.roce.priority_source.clone())
-                .fix(format!(
-                    "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC{2}",
-                    i.ifname,
-                    pfc_arg(&[rp]),
-                    tc_file(i)
-                )),
-        );
-    }
-    // Lossless priorities that RoCE does not use.
-    let extra: Vec<u8> = pfc.iter().copied().filter(|p| *p != rp).collect();
-    if !extra.is_empty() && pfc.contains(&rp) {
-        out.push(
-            Finding::new(
-                "qos.extra_lossless_priority",
-                Severity::Warn,
-                subj,
-                format!(
-                    "PFC is also on for priority {} which RoCE does not use: other traffic there can pause the link",
-                    list(&extra)
-                ),
-            )
-            .evidence("pfc_enabled", list(pfc))
-            .evidence("roce_priority", rp)
-            .fix(format!("`mlnx_qos -i {} --pfc {}`", i.ifname, pfc_arg(&[rp]))),
-        );
-    }
-    ecn_on_roce_priority(i, subj, rp, out);
-}
-
-/// ECN on RoCE's priority: both the reaction point (senders slow down) and the
-/// notification point (receivers send CNPs) must be on for that priority itself.
-fn ecn_on_roce_priority(i: &QosIf, subj: &str, rp: u8, out: &mut Vec<Finding>) {
-    if let Some(e) = &i.ecn {
-        let rp_on = e.rp_enabled.contains(&rp);
-        let np_on = e.np_enabled.contains(&rp);
-        if !rp_on || !np_on {
+fn roce_priority_not_lossless(x: &If, out: &mut Vec<Finding>) {
+    let (i, subj) = (x.i, &x.subj);
+    let Some(pfc) = &x.pfc else { return };
+    let Some(rp) = i.roce.priority else {
+        // RoCE's priority unknown: PFC off everywhere is lossy whatever RoCE uses.
+        if pfc.is_empty() {
+            let why = i.roce.priority_source.clone();
             out.push(
                 Finding::new(
-                    "qos.ecn_off_on_roce_priority",
+                    "qos.roce_priority_not_lossless",
                     Severity::Warn,
                     subj,
-                    format!(
-                        "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
-                        if rp_on { "on" } else { "off" },
-                        if np_on { "on" } else { "off" }
-                    ),
+                    format!("PFC is off on every priority, so RoCE is lossy whichever priority it uses ({why})"),
                 )
-                .evidence("roce_rp_enabled", list(&e.rp_enabled))
-                .evidence("roce_np_enabled", list(&e.np_enabled))
+                .evidence("pfc_enabled", "none")
+                .evidence("priority_source", why.clone())
                 .fix(format!(
-                    "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/{rp}; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/{rp}",
+                    "turn PFC on for the priority RoCE uses, as on the switch (dcb pfc set dev {} prio-pfc P:on); \
+                     P is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
                     i.ifname
                 )),
             );
         }
+        return;
+    };
+    if pfc.contains(&rp) {
+        return;
     }
+    let (sev, msg) = if pfc.is_empty() {
+        (
+            Severity::Warn,
+            format!(
+                "RoCE traffic uses priority {rp} and PFC is off on every priority: lossy RoCE, congestion drops packets unless ECN/DCQCN reacts first"
+            ),
+        )
+    } else {
+        (
+            Severity::Fail,
+            format!(
+                "RoCE traffic uses priority {rp} but PFC is on for priority {} only: RoCE is not lossless and the lossless priority carries nothing",
+                list(pfc)
+            ),
+        )
+    };
+    out.push(
+        Finding::new("qos.roce_priority_not_lossless", sev, subj, msg)
+            .evidence("roce_priority", rp)
+            .evidence("pfc_enabled", list(pfc))
+            .evidence("traffic_class", i.roce.traffic_class.unwrap_or(0))
+            .evidence("priority_source", i.roce.priority_source.clone())
+            .fix(format!(
+                "make the host match the switch: `mlnx_qos -i {0} --pfc {1}` (MLNX_OFED) or `dcb pfc set dev {0} prio-pfc {rp}:on` (iproute2); or move RoCE to the lossless priority with NCCL_IB_TC{2}",
+                i.ifname,
+                pfc_arg(&[rp]),
+                tc_file(i)
+            )),
+    );
 }
 
-/// RoCE's priority is not known: judge what holds for any priority (PFC off everywhere is
-/// lossy whatever RoCE uses) and ECN on every lossless priority; never blame a guess.
-fn unknown_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], out: &mut Vec<Finding>) {
-    let why = i.roce.priority_source.clone();
-    if pfc.is_empty() {
-        out.push(
-            Finding::new(
-                "qos.roce_priority_not_lossless",
-                Severity::Warn,
-                subj,
-                format!("PFC is off on every priority, so RoCE is lossy whichever priority it uses ({why})"),
-            )
-            .evidence("pfc_enabled", "none")
-            .evidence("priority_source", why.clone())
-            .fix(format!(
-                "turn PFC on for the priority RoCE uses, as on the switch (dcb pfc set dev {} prio-pfc P:on); \
-                 P is unknown here (set NCCL_IB_TC or the port's tc/1/traffic_class to make it known)",
-                i.ifname
-            )),
-        );
+/// Lossless priorities that RoCE does not use.
+fn extra_lossless_priority(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    let (Some(pfc), Some(rp)) = (&x.pfc, i.roce.priority) else {
+        return;
+    };
+    let extra: Vec<u8> = pfc.iter().copied().filter(|p| *p != rp).collect();
+    if extra.is_empty() || !pfc.contains(&rp) {
         return;
     }
     out.push(
         Finding::new(
+            "qos.extra_lossless_priority",
+            Severity::Warn,
+            &x.subj,
+            format!(
+                "PFC is also on for priority {} which RoCE does not use: other traffic there can pause the link",
+                list(&extra)
+            ),
+        )
+        .evidence("pfc_enabled", list(pfc))
+        .evidence("roce_priority", rp)
+        .fix(format!("`mlnx_qos -i {} --pfc {}`", i.ifname, pfc_arg(&[rp]))),
+    );
+}
+
+/// ECN on RoCE's known priority: both the reaction point (senders slow down) and the
+/// notification point (receivers send CNPs) must be on for that priority itself.
+fn ecn_off_on_roce_priority(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    let (Some(e), Some(rp)) = (&i.ecn, i.roce.priority) else {
+        return;
+    };
+    let rp_on = e.rp_enabled.contains(&rp);
+    let np_on = e.np_enabled.contains(&rp);
+    if rp_on && np_on {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "qos.ecn_off_on_roce_priority",
+            Severity::Warn,
+            &x.subj,
+            format!(
+                "ECN/DCQCN is not on for RoCE's priority {rp} (reaction point {}, notification point {}): ECN marks do not slow the senders down",
+                if rp_on { "on" } else { "off" },
+                if np_on { "on" } else { "off" }
+            ),
+        )
+        .evidence("roce_rp_enabled", list(&e.rp_enabled))
+        .evidence("roce_np_enabled", list(&e.np_enabled))
+        .fix(format!(
+            "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/{rp}; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/{rp}",
+            i.ifname
+        )),
+    );
+}
+
+/// The lossless priorities while RoCE's own is unknown: judged without blaming a guess.
+fn unknown_priority_pfc<'a>(x: &'a If) -> Option<&'a [u8]> {
+    x.pfc
+        .as_deref()
+        .filter(|pfc| x.i.roce.priority.is_none() && !pfc.is_empty())
+}
+
+fn roce_priority_unknown(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    let Some(pfc) = unknown_priority_pfc(x) else {
+        return;
+    };
+    let why = i.roce.priority_source.clone();
+    out.push(
+        Finding::new(
             "qos.roce_priority_unknown",
             Severity::Warn,
-            subj,
+            &x.subj,
             format!(
                 "{why}: PFC is on for priority {}; whether RoCE uses it is not evaluated, ECN is judged on each lossless priority",
                 list(pfc)
@@ -992,30 +1130,38 @@ fn unknown_priority_findings(i: &QosIf, subj: &str, pfc: &[u8], out: &mut Vec<Fi
         .evidence("priority_source", why.clone())
         .fix(format!("set NCCL_IB_TC in the job's environment or /etc/nccl.conf (e.g. 106 = DSCP 26){}", tc_file(i))),
     );
-    let Some(e) = &i.ecn else { return };
+}
+
+fn ecn_off_on_lossless_priority(x: &If, out: &mut Vec<Finding>) {
+    let i = x.i;
+    let (Some(pfc), Some(e)) = (unknown_priority_pfc(x), &i.ecn) else {
+        return;
+    };
     let off: Vec<u8> = pfc
         .iter()
         .copied()
         .filter(|p| !e.rp_enabled.contains(p) || !e.np_enabled.contains(p))
         .collect();
-    if !off.is_empty() {
-        out.push(
-            Finding::new(
-                "qos.ecn_off_on_lossless_priority",
-                Severity::Warn,
-                subj,
-                format!(
-                    "ECN/DCQCN is not on (reaction and notification point) for lossless priority {}: if RoCE runs there, ECN marks do not slow the senders down",
-                    list(&off)
-                ),
-            )
-            .evidence("pfc_enabled", list(pfc))
-            .evidence("rp_enabled", list(&e.rp_enabled))
-            .evidence("np_enabled", list(&e.np_enabled))
-            .fix(format!(
-                "echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/<p>; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/<p> for each lossless priority",
-                i.ifname
-            )),
-        );
+    if off.is_empty() {
+        return;
     }
+    let prios = off.iter().map(u8::to_string).collect::<Vec<_>>().join(" ");
+    out.push(
+        Finding::new(
+            "qos.ecn_off_on_lossless_priority",
+            Severity::Warn,
+            &x.subj,
+            format!(
+                "ECN/DCQCN is not on (reaction and notification point) for lossless priority {}: if RoCE runs there, ECN marks do not slow the senders down",
+                list(&off)
+            ),
+        )
+        .evidence("pfc_enabled", list(pfc))
+        .evidence("rp_enabled", list(&e.rp_enabled))
+        .evidence("np_enabled", list(&e.np_enabled))
+        .fix(format!(
+            "for p in {prios}; do echo 1 > /sys/class/net/{0}/ecn/roce_rp/enable/$p; echo 1 > /sys/class/net/{0}/ecn/roce_np/enable/$p; done",
+            i.ifname
+        )),
+    );
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Rule, Severity};
 use crate::host::{Host, NvmlState, natural_cmp};
 use crate::nccl::topo::{self as ncclt, Attach};
 use crate::nccl::topo_xml::{NcclCpu, NcclGpu, NcclNet, NcclNvlink, NcclPci, NcclSystem};
@@ -699,9 +699,78 @@ pub fn lnk_compare(bdf: &str) -> String {
     }
 }
 
+/// How a `topo` rule judges: each device (GPUs, then NICs), or the whole report once after.
+pub enum Judge {
+    Device(fn(&Dev, &mut Vec<Finding>)),
+    Report(fn(&TopoReport, &mut Vec<Finding>)),
+}
+
+/// A GPU or NIC as the device rules see it.
+pub struct Dev<'a> {
+    /// `GPU0 0000:18:00.0`, `NIC0 (mlx5_0) 0000:17:00.0`.
+    pub subject: String,
+    pub bdf: String,
+    pub p: &'a PciPlace,
+    pub is_nic: bool,
+    /// The host's NUMA nodes (one node: a -1 says nothing).
+    pub numa_nodes: usize,
+}
+
 /// Findings a person should act on: unknown NUMA placement, PCIe links below what the slot
 /// allows (width anywhere; speed on NICs only, since idle GPUs lower their speed to save
-/// power), and GPUs whose nearest RDMA NIC is across the CPU interconnect.
+/// power), NVLinks below the host's majority, the NVSwitch fabric, and GPUs whose nearest
+/// RDMA NIC is across the CPU interconnect; in the order they are listed.
+pub static RULES: &[Rule<Judge>] = &[
+    Rule {
+        ids: &["topo.numa_node_unknown"],
+        severity: "warn",
+        about: "numa_node is -1 on a host with several (or unknown) NUMA nodes",
+        judge: Judge::Device(numa_node_unknown),
+    },
+    Rule {
+        ids: &["topo.pcie_width_degraded"],
+        severity: "fail",
+        about: "link width below what device and upstream port support",
+        judge: Judge::Device(pcie_width_degraded),
+    },
+    Rule {
+        ids: &["topo.pcie_speed_degraded"],
+        severity: "fail",
+        about: "a NIC's link speed below what device and upstream port support (idle GPUs \
+                lower their speed to save power: not a fault)",
+        judge: Judge::Device(pcie_speed_degraded),
+    },
+    Rule {
+        ids: &["topo.nvlink_below_majority"],
+        severity: "fail",
+        about: "a GPU with fewer NVLinks to its peers than most GPUs of the host have (one \
+                finding per GPU, not per pair)",
+        judge: Judge::Report(nvlink_below_majority),
+    },
+    Rule {
+        ids: &[
+            "topo.fabric_manager_not_running",
+            "topo.fabric_manager_version",
+            "topo.gpu_fabric_not_ready",
+            "topo.fabric_not_evaluated",
+        ],
+        severity: "warn|fail",
+        about: "NVSwitches and no nv-fabricmanager process: CUDA returns 'system not yet \
+                initialized' (802); the Fabric Manager's version is not the loaded driver's (it \
+                refuses to start; the fix names the package); a GPU's NVML fabric state is \
+                not_started/in_progress or completed with an error status; (warn) the process \
+                scan, a version or NVML could not be read on an NVSwitch host",
+        judge: Judge::Report(fabric),
+    },
+    Rule {
+        ids: &["topo.gpu_nic_sys"],
+        severity: "warn",
+        about: "every RDMA NIC is SYS away from a GPU",
+        judge: Judge::Report(gpu_nic_sys),
+    },
+];
+
+/// Judge the topology by [`RULES`].
 pub fn judge(r: &TopoReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let devices = r.gpus.iter().map(|g| (g.label.clone(), &g.pci, false)).chain(
@@ -711,83 +780,122 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
     );
     for (name, p, is_nic) in devices {
         let bdf = p.pci_bus_id.clone().unwrap_or_default();
-        let subject = format!("{name} {bdf}");
-        if p.numa_node == Some(-1) && r.numa_nodes.len() != 1 {
-            out.push(
-                Finding::new(
-                    "topo.numa_node_unknown",
-                    Severity::Warn,
-                    &subject,
-                    "numa_node is -1: the firmware publishes no NUMA proximity for this device, so NCCL \
-                     and nvidia-smi cannot tell which CPU socket it is near",
-                )
-                .evidence("numa_node", -1)
-                .evidence("sysfs_path", p.sysfs_path.clone())
-                .fix(
-                    "enable the firmware setting that publishes PCIe NUMA proximity (ACPI SRAT/_PXM); \
-                     on a VM, give NCCL the bare-metal topology file via NCCL_TOPO_FILE",
-                ),
-            );
-        }
-        let Some(link) = &p.link else { continue };
-        let allowed_width = match (link.max_width, p.upstream_max_width) {
-            (Some(d), Some(u)) => Some(d.min(u)),
-            (d, u) => d.or(u),
+        let x = Dev {
+            subject: format!("{name} {bdf}"),
+            bdf,
+            p,
+            is_nic,
+            numa_nodes: r.numa_nodes.len(),
         };
-        if let (Some(cur), Some(max)) = (link.current_width, allowed_width) {
-            if cur < max {
-                out.push(
-                    Finding::new(
-                        "topo.pcie_width_degraded",
-                        Severity::Fail,
-                        &subject,
-                        format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
-                    )
-                    .evidence("current_link_width", cur)
-                    .evidence("max_link_width", link.max_width)
-                    .evidence("upstream_max_link_width", p.upstream_max_width)
-                    .fix(format!(
-                        "reseat the card and its riser or cable; {}",
-                        lnk_compare(&bdf)
-                    )),
-                );
-            }
-        }
-        let allowed_speed = match (&link.max_speed, &p.upstream_max_speed) {
-            (Some(d), Some(u)) if u.gts < d.gts => Some(u),
-            (Some(d), _) => Some(d),
-            (None, u) => u.as_ref(),
-        };
-        if let (true, Some(cur), Some(max)) = (is_nic, &link.current_speed, allowed_speed) {
-            if cur.gts < max.gts {
-                out.push(
-                    Finding::new(
-                        "topo.pcie_speed_degraded",
-                        Severity::Fail,
-                        &subject,
-                        format!(
-                            "PCIe link trained at {}, below the {} that device and slot support",
-                            cur.raw, max.raw
-                        ),
-                    )
-                    .evidence("current_link_speed", cur.raw.clone())
-                    .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
-                    .evidence(
-                        "upstream_max_link_speed",
-                        p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
-                    )
-                    .fix(format!(
-                        "reseat the card; check BIOS PCIe speed settings and the riser; {}",
-                        lnk_compare(&bdf)
-                    )),
-                );
+        for rule in RULES {
+            if let Judge::Device(j) = rule.judge {
+                j(&x, &mut out);
             }
         }
     }
+    for rule in RULES {
+        if let Judge::Report(j) = rule.judge {
+            j(r, &mut out);
+        }
+    }
+    out
+}
+
+fn nvlink_below_majority(r: &TopoReport, out: &mut Vec<Finding>) {
     out.extend(nvlink_findings(r));
+}
+
+fn fabric(r: &TopoReport, out: &mut Vec<Finding>) {
     if let Some(f) = &r.fabric {
         out.extend(super::fabric::judge(f));
     }
+}
+
+fn numa_node_unknown(x: &Dev, out: &mut Vec<Finding>) {
+    let (p, subject) = (x.p, &x.subject);
+    if p.numa_node == Some(-1) && x.numa_nodes != 1 {
+        out.push(
+            Finding::new(
+                "topo.numa_node_unknown",
+                Severity::Warn,
+                subject,
+                "numa_node is -1: the firmware publishes no NUMA proximity for this device, so NCCL \
+                 and nvidia-smi cannot tell which CPU socket it is near",
+            )
+            .evidence("numa_node", -1)
+            .evidence("sysfs_path", p.sysfs_path.clone())
+            .fix(
+                "enable the firmware setting that publishes PCIe NUMA proximity (ACPI SRAT/_PXM); \
+                 on a VM, give NCCL the bare-metal topology file via NCCL_TOPO_FILE",
+            ),
+        );
+    }
+}
+
+fn pcie_width_degraded(x: &Dev, out: &mut Vec<Finding>) {
+    let (p, subject, bdf) = (x.p, &x.subject, &x.bdf);
+    let Some(link) = &p.link else { return };
+    let allowed_width = match (link.max_width, p.upstream_max_width) {
+        (Some(d), Some(u)) => Some(d.min(u)),
+        (d, u) => d.or(u),
+    };
+    if let (Some(cur), Some(max)) = (link.current_width, allowed_width) {
+        if cur < max {
+            out.push(
+                Finding::new(
+                    "topo.pcie_width_degraded",
+                    Severity::Fail,
+                    subject,
+                    format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
+                )
+                .evidence("current_link_width", cur)
+                .evidence("max_link_width", link.max_width)
+                .evidence("upstream_max_link_width", p.upstream_max_width)
+                .fix(format!(
+                    "reseat the card and its riser or cable; {}",
+                    lnk_compare(bdf)
+                )),
+            );
+        }
+    }
+}
+
+fn pcie_speed_degraded(x: &Dev, out: &mut Vec<Finding>) {
+    let (p, subject, bdf) = (x.p, &x.subject, &x.bdf);
+    let Some(link) = &p.link else { return };
+    let allowed_speed = match (&link.max_speed, &p.upstream_max_speed) {
+        (Some(d), Some(u)) if u.gts < d.gts => Some(u),
+        (Some(d), _) => Some(d),
+        (None, u) => u.as_ref(),
+    };
+    if let (true, Some(cur), Some(max)) = (x.is_nic, &link.current_speed, allowed_speed) {
+        if cur.gts < max.gts {
+            out.push(
+                Finding::new(
+                    "topo.pcie_speed_degraded",
+                    Severity::Fail,
+                    subject,
+                    format!(
+                        "PCIe link trained at {}, below the {} that device and slot support",
+                        cur.raw, max.raw
+                    ),
+                )
+                .evidence("current_link_speed", cur.raw.clone())
+                .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
+                .evidence(
+                    "upstream_max_link_speed",
+                    p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
+                )
+                .fix(format!(
+                    "reseat the card; check BIOS PCIe speed settings and the riser; {}",
+                    lnk_compare(bdf)
+                )),
+            );
+        }
+    }
+}
+
+fn gpu_nic_sys(r: &TopoReport, out: &mut Vec<Finding>) {
     let ng = r.gpus.len();
     if !r.nics.is_empty() {
         for (i, g) in r.gpus.iter().enumerate() {
@@ -808,7 +916,6 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
             }
         }
     }
-    out
 }
 
 // ---- NCCL topology XML ---------------------------------------------------------------

@@ -72,8 +72,8 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         } else {
             yes(p.nccl_gdr_support)
         },
-        // "NCCL 2.21.5 rules" or "NCCL version unknown"; why is on the NCCL line of nccl-env.
-        p.nccl_rules.split(" (").next().unwrap_or_default()
+        // Where the version came from is on the NCCL line of nccl-env.
+        crate::nccl::version::rules_label(p.nccl_version.as_deref())
     ));
     if let Some(m) = &p.nvidia_peermem_module_file {
         s.push_str(&format!("  module on disk, not loaded: {m}\n"));

@@ -1,0 +1,150 @@
+//! Rules a reader can find (issue 29): each probe's rules sit in one table (`RULES`) that
+//! its findings, `check`, the man page's FINDINGS list and this test read. Every finding
+//! any command writes on any fixture is a rule of its command's table (or, for `check`,
+//! of a probe's table or check's own documented list), no table names an id twice, and
+//! every id of a table is in its generated man page.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use fabprobe::finding::{RuleDoc, docs};
+use fabprobe::probe::{gdr, gids, links, nccl_env, qos, topo};
+
+fn tables() -> Vec<(&'static str, Vec<RuleDoc>)> {
+    vec![
+        ("gids", docs(gids::RULES)),
+        ("links", docs(links::RULES)),
+        ("gdr", docs(gdr::RULES)),
+        ("qos", docs(qos::RULES)),
+        ("nccl-env", docs(nccl_env::RULES)),
+        ("topo", docs(topo::RULES)),
+    ]
+}
+
+fn ids(d: &[RuleDoc]) -> BTreeSet<&'static str> {
+    d.iter().flat_map(|r| r.ids.iter().copied()).collect()
+}
+
+fn fixtures() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("fabprobe").is_dir() || e.path().join("sys").is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The finding ids of `fabprobe --root FIXTURE ARGS --format json`.
+fn finding_ids(fixture: &str, args: &[&str]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(fixture);
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .arg("--root")
+        .arg(&root)
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        (0..=1).contains(&code),
+        "{fixture} {args:?}: exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{fixture} {args:?}: not JSON: {e}"));
+    v["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{fixture} {args:?}: no findings array"))
+        .iter()
+        .map(|f| f["id"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn no_table_names_an_id_twice_and_every_id_is_in_its_man_page() {
+    for (cmd, d) in tables() {
+        let mut seen = BTreeSet::new();
+        for id in d.iter().flat_map(|r| r.ids.iter()) {
+            assert!(seen.insert(*id), "{cmd}: {id} is in two rules");
+        }
+        let page = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("man/fabprobe-{cmd}.1"));
+        let text = std::fs::read_to_string(&page).unwrap();
+        for id in &seen {
+            // roff escapes nothing in an id but may break a long line after a comma.
+            assert!(
+                text.contains(id),
+                "{}: {id} is missing (run `cargo run --release -- gen-docs man`)",
+                page.display()
+            );
+        }
+        for r in &d {
+            assert!(
+                matches!(r.severity, "warn" | "fail" | "warn|fail"),
+                "{cmd}: {:?} has severity {:?}",
+                r.ids,
+                r.severity
+            );
+        }
+    }
+}
+
+#[test]
+fn every_finding_on_every_fixture_is_a_rule_of_its_table() {
+    let tables = tables();
+    let all: BTreeSet<&str> = tables.iter().flat_map(|(_, d)| ids(d)).collect();
+    let check_page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("man/fabprobe-check.1")).unwrap();
+    let mut bad = Vec::new();
+    let mut fired = BTreeSet::new();
+    for f in fixtures() {
+        for (cmd, d) in &tables {
+            let known = ids(d);
+            for id in finding_ids(&f, &[cmd]) {
+                if !known.contains(id.as_str()) {
+                    bad.push(format!("{f} {cmd}: {id} is in no rule of {cmd}'s table"));
+                }
+                fired.insert(id);
+            }
+        }
+        for id in finding_ids(&f, &["check"]) {
+            let documented =
+                all.contains(id.as_str()) || id.starts_with("policy.") || check_page.contains(id.as_str());
+            if !documented {
+                bad.push(format!(
+                    "{f} check: {id} is in no probe's table nor check's FINDINGS"
+                ));
+            }
+        }
+    }
+    for (cmd, later, earlier) in [
+        ("links", "ib-degraded-later", "ib-degraded"),
+        ("qos", "roce-pause-storm-later", "roce-pause-storm"),
+    ] {
+        let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(earlier);
+        let known = ids(&tables.iter().find(|(c, _)| *c == cmd).unwrap().1);
+        for id in finding_ids(later, &[cmd, "--baseline", base.to_str().unwrap()]) {
+            if !known.contains(id.as_str()) {
+                bad.push(format!(
+                    "{later} {cmd} --baseline: {id} is in no rule of {cmd}'s table"
+                ));
+            }
+            fired.insert(id);
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The fixtures exercise the tables: most rules fire somewhere (a test that cannot fail
+    // would pass on fixtures that judge nothing).
+    assert!(
+        fired.len() >= 25,
+        "only {} distinct finding ids fired: {fired:?}",
+        fired.len()
+    );
+}
