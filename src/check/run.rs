@@ -1830,18 +1830,54 @@ pub fn global_pause_of(i: &QosIf) -> Option<bool> {
         .then_some(i.ethtool.global_pause_counters)
 }
 
-fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
-    let subject = match (&i.rdma_device, i.rdma_port) {
-        (Some(d), Some(p)) => format!("{d}/{p}"),
-        _ => i.ifname.clone(),
-    };
-    let ifn = &i.ifname;
-    let dcb_why = || {
+/// A RoCE netdev as the `[roce]` QoS rules see it.
+struct RoceIf<'a> {
+    i: &'a QosIf,
+    q: &'a super::policy::RoceRules,
+    /// The netdev's MTU, when read.
+    netdev_mtu: Option<u32>,
+    /// `mlx5_2/1`, else the netdev.
+    subject: String,
+}
+
+impl RoceIf<'_> {
+    fn dcb_why(&self) -> String {
         format!(
-            "{subject} ({ifn}): no DCB answer ({})",
-            i.dcb.error.as_deref().unwrap_or("none")
+            "{} ({}): no DCB answer ({})",
+            self.subject,
+            self.i.ifname,
+            self.i.dcb.error.as_deref().unwrap_or("none")
         )
+    }
+}
+
+/// `[roce]`'s QoS keys, judged on each RoCE netdev: each key its own rule, in this order.
+const ROCE_QOS_RULES: &[(&str, fn(&RoceIf, &mut Vec<Finding>))] = &[
+    ("mtu", roce_mtu),
+    ("pfc_priorities", roce_pfc_priorities),
+    ("ecn_priorities", roce_ecn_priorities),
+    ("trust", roce_trust),
+    ("global_pause", roce_global_pause),
+];
+
+fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
+    let x = RoceIf {
+        i,
+        q,
+        netdev_mtu,
+        subject: match (&i.rdma_device, i.rdma_port) {
+            (Some(d), Some(p)) => format!("{d}/{p}"),
+            _ => i.ifname.clone(),
+        },
     };
+    for (_, judge) in ROCE_QOS_RULES {
+        judge(&x, out);
+    }
+}
+
+fn roce_mtu(x: &RoceIf, out: &mut Vec<Finding>) {
+    let (q, subject, ifn) = (x.q, &x.subject, &x.i.ifname);
+    let netdev_mtu = x.netdev_mtu;
     if let Some(want) = q.mtu {
         match netdev_mtu {
             None => out.push(not_evaluated("roce.mtu", format!("{subject}: no mtu for {ifn}"))),
@@ -1851,7 +1887,7 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
                     out.push(
                         violation(
                             "roce.mtu",
-                            &subject,
+                            subject,
                             format!(
                                 "{ifn} MTU {m} gives a RoCE path MTU of {}, not {want}",
                                 got.map(|g| g.to_string()).unwrap_or("none".into())
@@ -1869,6 +1905,11 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             }
         }
     }
+}
+
+fn roce_pfc_priorities(x: &RoceIf, out: &mut Vec<Finding>) {
+    let (i, q, subject, ifn) = (x.i, x.q, &x.subject, &x.i.ifname);
+    let dcb_why = || x.dcb_why();
     if let Some(want) = &q.pfc_priorities {
         let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
         want.sort_unstable();
@@ -1877,7 +1918,7 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             Some(got) if got != want => out.push(
                 violation(
                     "roce.pfc_priorities",
-                    &subject,
+                    subject,
                     format!("PFC on {ifn} is on priority {}, not exactly {}", prio_list(&got), prio_list(&want)),
                 )
                 .evidence("netdev", ifn.as_str())
@@ -1892,6 +1933,10 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             Some(_) => {}
         }
     }
+}
+
+fn roce_ecn_priorities(x: &RoceIf, out: &mut Vec<Finding>) {
+    let (i, q, subject, ifn) = (x.i, x.q, &x.subject, &x.i.ifname);
     if let Some(want) = &q.ecn_priorities {
         let mut want: Vec<u8> = want.iter().map(|p| *p as u8).collect();
         want.sort_unstable();
@@ -1910,7 +1955,7 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
                 out.push(
                     violation(
                         "roce.ecn_priorities",
-                        &subject,
+                        subject,
                         format!(
                             "ECN/DCQCN on {ifn} is on priority {}, not exactly {}{}",
                             prio_list(&on),
@@ -1933,11 +1978,16 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             Some(_) => {}
         }
     }
+}
+
+fn roce_trust(x: &RoceIf, out: &mut Vec<Finding>) {
+    let (i, q, subject, ifn) = (x.i, x.q, &x.subject, &x.i.ifname);
+    let dcb_why = || x.dcb_why();
     if let Some(want) = &q.trust {
         match &i.dcb.trust {
             None => out.push(not_evaluated("roce.trust", dcb_why())),
             Some(got) if got != want => out.push(
-                violation("roce.trust", &subject, format!("{ifn} trusts {got}, not {want}"))
+                violation("roce.trust", subject, format!("{ifn} trusts {got}, not {want}"))
                     .evidence("netdev", ifn.as_str())
                     .evidence("trust", got.as_str())
                     .fix(format!("`mlnx_qos -i {ifn} --trust {want}`")),
@@ -1945,6 +1995,10 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             Some(_) => {}
         }
     }
+}
+
+fn roce_global_pause(x: &RoceIf, out: &mut Vec<Finding>) {
+    let (i, q, subject, ifn) = (x.i, x.q, &x.subject, &x.i.ifname);
     if let Some(allowed) = q.global_pause {
         match global_pause_of(i) {
             None => out.push(not_evaluated(
@@ -1957,7 +2011,7 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
             Some(true) if !allowed => out.push(
                 violation(
                     "roce.global_pause",
-                    &subject,
+                    subject,
                     format!("global (802.3x) pause is on for {ifn}"),
                 )
                 .evidence("netdev", ifn.as_str())
@@ -1967,6 +2021,7 @@ fn judge_qos_if(i: &QosIf, netdev_mtu: Option<u32>, q: &super::policy::RoceRules
         }
     }
 }
+
 
 /// FNV-1a, 64-bit: a stable hash for the topology signature (the same on every build).
 fn fnv1a(data: &[u8]) -> u64 {
@@ -2171,11 +2226,12 @@ mod tests {
             ("ib", PORT_RULES.iter().flat_map(|(k, _)| k.iter().copied()).collect()),
             (
                 "roce",
-                // `judge_roce` judges the RoCE-only keys, port by port and interface by interface.
+                // The QoS keys judged on each RoCE netdev, and `gid` (`judge_roce`).
                 PORT_RULES
                     .iter()
                     .flat_map(|(k, _)| k.iter().copied())
-                    .chain(["gid", "mtu", "pfc_priorities", "ecn_priorities", "trust", "global_pause"])
+                    .chain(ROCE_QOS_RULES.iter().map(|(k, _)| *k))
+                    .chain(["gid"])
                     .collect(),
             ),
         ];
