@@ -712,6 +712,7 @@ fn hello(sim: &Sim, g: u32) -> Msg {
         world: sim.per,
         token: "bench".into(),
         info: RankInfo {
+            neighbor: None,
             rails: Vec::new(),
             node: None,
             rank: r,

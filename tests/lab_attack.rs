@@ -50,6 +50,7 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
         world,
         token: token.into(),
         info: RankInfo {
+            neighbor: None,
             rails: Vec::new(),
             node: None,
             rank,

@@ -141,6 +141,11 @@ fn verdicts(o: &mut String, r: &RingReport) {
         line(wrapped(text::wrap("", &v.message, 2)));
         // Drain the node or ticket the link: the first thing on call decides.
         line(format!("  action: {}", v.action().as_str()));
+        // The switch port at each end LLDP named: what the ticket or the drain note quotes.
+        let ports = crate::ring::diagnosis::neighbor::texts(v);
+        if !ports.is_empty() {
+            line(wrapped(text::wrap("  switch port: ", &ports.join("; "), 4)));
+        }
         if let Some(n) = &v.next {
             line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
@@ -870,6 +875,7 @@ mod tests {
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
+                    neighbor: None,
                     rails: Vec::new(),
                     node: None,
                     capabilities: Vec::new(),

@@ -2126,6 +2126,7 @@ mod tests {
             world,
             token: token.into(),
             info: RankInfo {
+                neighbor: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

@@ -319,6 +319,7 @@ mod tests {
     #[test]
     fn the_verdict_names_rank_0_and_its_host_only() {
         let me = RankInfo {
+            neighbor: None,
             rails: Vec::new(),
             node: None,
             capabilities: Vec::new(),

@@ -37,6 +37,95 @@ pub struct RankInfo {
     /// hello). None: the ring's rank is the node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<Rank>,
+    /// The switch port at the other end of this rank's data port, where LLDP says it
+    /// (lldpd's table, or frames heard before joining); None: unknown, nothing invented.
+    /// From the hello: an entry that is not bounded, printable text reads as unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "Neighbor::lenient"
+    )]
+    pub neighbor: Option<Neighbor>,
+}
+
+/// The switch and port a rank's data port is cabled to, as LLDP names them
+/// (`data.ranks[].neighbor`, a verdict's `evidence.neighbor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbor {
+    /// LLDP System Name (`leaf-07`).
+    pub system_name: Option<String>,
+    /// LLDP Chassis ID (a MAC, most often).
+    pub chassis_id: Option<String>,
+    /// LLDP Port ID (`Ethernet1/12`, or a MAC on some switches).
+    pub port_id: Option<String>,
+    /// LLDP Port Description (`Eth1/12`, or what the switch's admin wrote).
+    pub port_description: Option<String>,
+    /// Where it was learned: `lldpd` (lldpcli's table) or `lldp` (a frame fabprobe heard).
+    pub source: String,
+}
+
+impl Neighbor {
+    /// Longest field kept from a peer's hello: LLDP's own strings stop at 255 bytes.
+    pub const MAX_CHARS: usize = 255;
+
+    /// The neighbour if every field is bounded, printable text and it names a switch and a
+    /// port; None otherwise (a hello's garbage is unknown, not a switch port).
+    pub fn checked(self) -> Option<Neighbor> {
+        let fields = [
+            &self.system_name,
+            &self.chassis_id,
+            &self.port_id,
+            &self.port_description,
+        ];
+        let ok = |s: &str| s.len() <= Self::MAX_CHARS && printable(s, Self::MAX_CHARS) == s;
+        let all_ok =
+            fields.iter().all(|f| f.as_deref().is_none_or(ok)) && ok(&self.source) && self.source.len() <= 16;
+        (all_ok && self.switch().is_some() && self.port().is_some()).then_some(self)
+    }
+
+    /// `deserialize_with` for [`RankInfo::neighbor`]: a malformed or unchecked entry is
+    /// None, never a refused hello (the neighbour is a hint, the rank still runs).
+    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Neighbor>, D::Error> {
+        let v = Option::<serde_json::Value>::deserialize(d)?;
+        Ok(v.and_then(|v| serde_json::from_value::<Neighbor>(v).ok())
+            .and_then(Neighbor::checked))
+    }
+
+    /// The switch's name: its System Name, else its Chassis ID.
+    pub fn switch(&self) -> Option<&str> {
+        nonempty(&self.system_name).or(nonempty(&self.chassis_id))
+    }
+
+    /// The switch's port: its Port ID, unless that is a MAC address and a description
+    /// exists (a MAC names no port a person can find on the switch).
+    pub fn port(&self) -> Option<&str> {
+        let id = nonempty(&self.port_id);
+        let descr = nonempty(&self.port_description);
+        match id {
+            Some(i) if looks_like_mac(i) => descr.or(Some(i)),
+            Some(i) => Some(i),
+            None => descr,
+        }
+    }
+
+    /// `leaf-07 Eth1/12`.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.switch().unwrap_or("?"), self.port().unwrap_or("?"))
+    }
+}
+
+/// The trimmed text of a field that says something.
+fn nonempty(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// `50:6b:4b:11:22:33` (or with dashes): six hex pairs.
+fn looks_like_mac(s: &str) -> bool {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// One rail slot of a node (`data.ranks[].rails[]`): rail k is the k-th port in NCCL's order

@@ -112,6 +112,7 @@ mod tests {
 
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
+            neighbor: None,
             rails: Vec::new(),
             node: None,
             rank: r,

@@ -555,6 +555,7 @@ fn declared_ranks(ranks: &mut Vec<RankInfo>, roster: &Roster) {
             Some(i) if i.rails.is_empty() => i.rails = d.slots.clone(),
             Some(_) => {}
             None => ranks.push(RankInfo {
+                neighbor: None,
                 rank: d.rank,
                 host: d.host.clone(),
                 address: String::new(),
@@ -695,6 +696,7 @@ mod tests {
     fn ranks(rail: u32, b1_up: bool) -> Vec<RankInfo> {
         (0..3)
             .map(|r| RankInfo {
+                neighbor: None,
                 rank: r,
                 host: format!("node-{}", (b'a' + r as u8) as char),
                 address: format!("198.19.{rail}.{}:4000", 10 + r),
@@ -1040,6 +1042,7 @@ mod tests {
         r.ranks = nodes
             .iter()
             .map(|&n| RankInfo {
+                neighbor: None,
                 rank: n,
                 host: format!("node-{}", (b'a' + n as u8) as char),
                 rails: slots(n),

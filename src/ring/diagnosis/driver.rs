@@ -416,6 +416,7 @@ mod tests {
     fn drive_n(n: Rank, budget_s: f64, slow: impl Fn(Rank, Rank, u32, bool, u32) -> bool) -> ScanReport {
         let ranks: Vec<RankInfo> = (0..n)
             .map(|r| RankInfo {
+                neighbor: None,
                 rails: Vec::new(),
                 node: None,
                 rank: r,

@@ -120,6 +120,7 @@ mod tests {
     fn ranks() -> Vec<RankInfo> {
         (0..3)
             .map(|r| RankInfo {
+                neighbor: None,
                 rails: Vec::new(),
                 node: None,
                 rank: r,

@@ -942,6 +942,7 @@ pub mod sim {
     pub fn ranks(n: usize) -> Vec<RankInfo> {
         (0..n)
             .map(|r| RankInfo {
+                neighbor: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

@@ -950,6 +950,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(r, f)| RankInfo {
+                neighbor: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),
