@@ -655,3 +655,59 @@ fn two_slow_nodes_are_two_slow_egresses() {
     assert_eq!(hosts, ["node-a", "node-c"]);
     assert_eq!(j["data"]["ticket"], serde_json::json!([]));
 }
+
+/// The slow pair of `slow_pair_is_named_alone`, with the switch at the other end known: the
+/// data bridge's ports to node-b and node-d send real LLDP frames (leaf-07 Ethernet1/2 and
+/// Ethernet1/4), each rank hears its own with `--lldp-wait` (a real capture), and the
+/// slow link's verdict and its ticket name both switch ports (the human line is
+/// `render::ring`'s `switch_ports_under_a_verdict`). node-c's
+/// port sends nothing: its neighbour stays unknown, nothing invented.
+#[test]
+fn a_slow_links_verdict_names_the_switch_ports_lldp_gave() {
+    let Some(lab) = Lab::new(
+        "slow_pair_lldp",
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    lab.shape_pair(1, 3, "300mbit", "1gbit");
+    let frame = |port: &str| {
+        fabprobe::sysfs::lldp::encode::frame([0x50, 0x6b, 0x4b, 0x11, 0x22, 0x33], "leaf-07", port, &[3], &[])
+    };
+    let senders: Vec<_> = [(0, "Ethernet1/1"), (1, "Ethernet1/2"), (3, "Ethernet1/4")]
+        .into_iter()
+        .map(|(node, port)| lab.send_lldp(node, frame(port)))
+        .collect();
+    let mut args = SCAN_ARGS.to_vec();
+    args.extend(["--lldp-wait", "3"]);
+    let ids = lab.spawn_ring(0..4, 4, "slow_pair_lldp", &args);
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(60)).0)
+        .collect();
+    for s in senders {
+        assert!(s.stop() > 0, "a switch port sent no LLDP frame");
+    }
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(verdicts(o), kinds(&[("slow_link", Some(1), Some(3))]), "{}", text(&o.stdout));
+    let j = json(&o.stdout);
+    let n = &j["data"]["verdicts"][0]["evidence"]["neighbor"];
+    for (end, host, port) in [("from", "node-b", "Ethernet1/2"), ("to", "node-d", "Ethernet1/4")] {
+        assert_eq!(n[end]["system_name"], "leaf-07", "{n}");
+        assert_eq!(n[end]["port_id"], port, "{n}");
+        assert_eq!(n[end]["chassis_id"], "50:6b:4b:11:22:33", "{n}");
+        assert_eq!(n[end]["source"], "lldp", "{n}");
+        assert_eq!(n[end]["text"], format!("{host} eth1 <-> leaf-07 {port}"), "{n}");
+    }
+    assert_eq!(
+        j["data"]["ticket"][0]["switch_ports"],
+        serde_json::json!(["node-b eth1 <-> leaf-07 Ethernet1/2", "node-d eth1 <-> leaf-07 Ethernet1/4"])
+    );
+    let ranks = j["data"]["ranks"].as_array().unwrap();
+    assert_eq!(ranks[0]["neighbor"]["port_id"], "Ethernet1/1");
+    assert!(ranks[2].get("neighbor").is_none(), "{}", ranks[2]);
+}

@@ -1003,6 +1003,26 @@ mod tests {
         insta::assert_snapshot!(t);
     }
 
+    /// Where LLDP named the switch port at an end, a line under the verdict quotes it
+    /// (`node-b eth1 <-> leaf-07 Eth1/12`); an end with none is not guessed.
+    #[test]
+    fn switch_ports_under_a_verdict() {
+        let mut r = report();
+        r.ranks[1].neighbor = Some(crate::ring::model::Neighbor {
+            system_name: Some("leaf-07".into()),
+            chassis_id: None,
+            port_id: Some("Eth1/12".into()),
+            port_description: None,
+            source: "lldpd".into(),
+        });
+        r.verdicts = vec![slow_link_verdict()];
+        crate::ring::diagnosis::neighbor::attach(&mut r.verdicts, &r.ranks);
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().take(3).collect();
+        assert_eq!(lines[1], "  action: ticket", "{t}");
+        assert_eq!(lines[2], "  switch port: node-b eth1 <-> leaf-07 Eth1/12", "{t}");
+    }
+
     /// Healthy: one line with the figures first, then the table; the matrix has every scanned
     /// link in its sender's row and receiver's column.
     #[test]
