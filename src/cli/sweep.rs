@@ -525,7 +525,7 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
             _ => crate::render::check::sweep_table(&report),
         }
     };
-    let empty = report.nodes.reports == 0;
+    let empty = report.reports_read() == 0;
     if a.output.is_none() || !empty {
         let outcome = if report.has_fault() { Outcome::Fault } else { Outcome::Pass };
         let outcome = super::out::deliver(&text, a.output.as_deref(), outcome)?;
