@@ -713,6 +713,7 @@ fn hello(sim: &Sim, g: u32) -> Msg {
         token: "bench".into(),
         info: RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

@@ -51,6 +51,7 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
         token: token.into(),
         info: RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank,

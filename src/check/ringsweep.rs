@@ -107,7 +107,11 @@ impl RingPart {
                     kind: text(&t.kind)?,
                     from: end(&t.from_host, &t.from_rank),
                     to: end(&t.to_host, &t.to_rank),
-                    rail: t.rail.as_ref().and_then(|r| r.get("index")).and_then(Value::as_u64),
+                    rail: t
+                        .rail
+                        .as_ref()
+                        .and_then(|r| r.get("index"))
+                        .and_then(Value::as_u64),
                     message: text(&t.message).unwrap_or_default(),
                     switch_ports: texts(&t.switch_ports),
                     sources: Vec::new(),
@@ -232,10 +236,7 @@ impl RingAcc {
         }
         for t in part.ticket {
             let same = |x: &RingTicket| {
-                x.kind == t.kind
-                    && x.rail == t.rail
-                    && same_end(&x.from, &t.from)
-                    && same_end(&x.to, &t.to)
+                x.kind == t.kind && x.rail == t.rail && same_end(&x.from, &t.from) && same_end(&x.to, &t.to)
             };
             match o.ticket.iter_mut().find(|x| same(x)) {
                 Some(x) => {
@@ -290,7 +291,14 @@ mod tests {
         let d = &v["data"];
         let drain = serde_json::from_value(d["drain"].clone()).unwrap_or_default();
         let ticket = serde_json::from_value(d["ticket"].clone()).unwrap_or_default();
-        RingPart::from_raw(Some("node-a".into()), d.get("world"), &d.get("error").cloned(), 0, drain, ticket)
+        RingPart::from_raw(
+            Some("node-a".into()),
+            d.get("world"),
+            &d.get("error").cloned(),
+            0,
+            drain,
+            ticket,
+        )
     }
 
     /// Two runs naming the same node and the same link are one drain entry and one ticket,
@@ -312,7 +320,10 @@ mod tests {
         let r = acc.finish().unwrap();
         assert_eq!(r.reports, 2);
         assert_eq!(r.runs[1].error.as_deref(), Some("interrupted by SIGTERM"));
-        assert_eq!((r.runs[0].drain, r.runs[0].ticket, r.runs[0].world), (1, 1, Some(4)));
+        assert_eq!(
+            (r.runs[0].drain, r.runs[0].ticket, r.runs[0].world),
+            (1, 1, Some(4))
+        );
         assert_eq!(r.drain.len(), 1, "{:#?}", r.drain);
         let d = &r.drain[0];
         assert_eq!(d.node, "node-c");
@@ -322,7 +333,10 @@ mod tests {
         assert_eq!(d.switch_ports, ["node-c eth1 <-> leaf-07 Ethernet1/3"]);
         assert_eq!(r.ticket.len(), 1, "{:#?}", r.ticket);
         let t = &r.ticket[0];
-        assert_eq!((t.from.host.as_deref(), t.to.host.as_deref()), (Some("node-b"), Some("node-d")));
+        assert_eq!(
+            (t.from.host.as_deref(), t.to.host.as_deref()),
+            (Some("node-b"), Some("node-d"))
+        );
         assert_eq!(t.sources, ["a.json", "b.json"]);
         assert_eq!(t.switch_ports, ["node-b eth1 <-> leaf-07 Ethernet1/2"]);
     }

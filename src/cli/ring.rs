@@ -380,6 +380,13 @@ fn switch_port(
     l.neighbor
 }
 
+/// What `netdev` could run at (ethtool's link modes, the NIC's PCIe link), said with -v.
+fn port_max(g: &GlobalArgs, host: &Host, netdev: &str) -> Option<crate::ring::model::PortMax> {
+    let (max, how) = crate::ring::diagnosis::portmax::learn(host, netdev);
+    g.log(1, format!("most {netdev} could run at: {how}"));
+    max
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -962,6 +969,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         neighbor,
+        port_max: port_max(g, &host, &dev),
         fabric,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
@@ -1244,6 +1252,7 @@ fn run_rails(
                 coordinator_listener: if p.rail == 0 { base.take() } else { None },
                 line_rate_gbs: rate.map(|r| r.0),
                 neighbor: neighbors.remove(&p.rail),
+                port_max: port_max(g, &host, &netdev),
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
                 live: if rail_runs.is_empty() { live.clone() } else { None },
@@ -1378,6 +1387,7 @@ fn run_local_rails(
                     },
                     line_rate_gbs: None,
                     neighbor: None,
+                    port_max: None,
                     fabric: None,
                     counters: None,
                     live: if rank == 0 && p.rail == 0 {
@@ -1465,6 +1475,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
                     neighbor: None,
+                    port_max: None,
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },

@@ -876,6 +876,7 @@ mod tests {
             ranks: (0..4)
                 .map(|r| RankInfo {
                     neighbor: None,
+                    port_max: None,
                     rails: Vec::new(),
                     node: None,
                     capabilities: Vec::new(),

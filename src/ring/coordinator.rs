@@ -2127,6 +2127,7 @@ mod tests {
             token: token.into(),
             info: RankInfo {
                 neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

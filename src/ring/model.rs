@@ -46,6 +46,90 @@ pub struct RankInfo {
         deserialize_with = "Neighbor::lenient"
     )]
     pub neighbor: Option<Neighbor>,
+    /// What this rank's data port could run at, where the kernel says it (the link modes
+    /// both ends advertise, the NIC's PCIe link): a port below it trained down, however its
+    /// peers run. From the hello: out-of-range figures read as unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "PortMax::lenient"
+    )]
+    pub port_max: Option<PortMax>,
+}
+
+/// The most a rank's data port could run at (`data.ranks[].port_max`). Integers, so that a
+/// rank's table entry compares exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMax {
+    /// The fastest link mode the port and its link partner both advertise, Mb/s (ethtool);
+    /// None: not reported (no autonegotiation, InfiniBand, a veth).
+    pub rate_mbps: Option<u64>,
+    /// That mode as ethtool names it (`400000baseCR4/Full`).
+    pub rate_mode: Option<String>,
+    /// The NIC's PCIe link, where sysfs gives all four figures.
+    pub pcie: Option<PcieLink>,
+}
+
+/// A PCIe link now and at most (`current_link_speed`/`_width`, `max_link_speed`/`_width`),
+/// speeds in MT/s (2500 .. 64000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcieLink {
+    pub speed_mts: u32,
+    pub width: u32,
+    pub max_speed_mts: u32,
+    pub max_width: u32,
+}
+
+impl PcieLink {
+    /// Below its maximum width or speed: trained down (a NIC's link does not power-save).
+    pub fn degraded(&self) -> bool {
+        self.width < self.max_width || self.speed_mts < self.max_speed_mts
+    }
+
+    /// `16 GT/s x8`, `2.5 GT/s x1`.
+    pub fn describe(mts: u32, width: u32) -> String {
+        let g = match mts % 1000 {
+            0 => format!("{}", mts / 1000),
+            r => format!("{}.{}", mts / 1000, r / 100),
+        };
+        format!("{g} GT/s x{width}")
+    }
+
+    pub fn now(&self) -> String {
+        PcieLink::describe(self.speed_mts, self.width)
+    }
+
+    pub fn max(&self) -> String {
+        PcieLink::describe(self.max_speed_mts, self.max_width)
+    }
+}
+
+impl PortMax {
+    /// The rate in 10^9 bytes/s, as the ring's rates are.
+    pub fn rate_gbs(&self) -> Option<f64> {
+        self.rate_mbps.map(|m| m as f64 / 8000.0)
+    }
+
+    /// Figures a kernel can give: a rate up to 10 Tb/s, PCIe up to 128 GT/s x32; a mode
+    /// name of plain characters. Anything else from a hello is unknown.
+    pub fn checked(mut self) -> Option<PortMax> {
+        self.rate_mbps = self.rate_mbps.filter(|m| (1..=10_000_000).contains(m));
+        self.rate_mode = self.rate_mode.filter(|m| {
+            m.len() <= 40 && m.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_-".contains(&b))
+        });
+        self.pcie = self.pcie.filter(|p| {
+            let mts = |g: u32| (1000..=128_000).contains(&g);
+            mts(p.speed_mts) && mts(p.max_speed_mts) && (1..=32).contains(&p.width) && (1..=32).contains(&p.max_width)
+        });
+        (self.rate_mbps.is_some() || self.pcie.is_some()).then_some(self)
+    }
+
+    /// `deserialize_with` for [`RankInfo::port_max`]: malformed or out of range is None.
+    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PortMax>, D::Error> {
+        let v = Option::<serde_json::Value>::deserialize(d)?;
+        Ok(v.and_then(|v| serde_json::from_value::<PortMax>(v).ok())
+            .and_then(PortMax::checked))
+    }
 }
 
 /// The switch and port a rank's data port is cabled to, as LLDP names them

@@ -113,6 +113,7 @@ mod tests {
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

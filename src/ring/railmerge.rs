@@ -556,6 +556,7 @@ fn declared_ranks(ranks: &mut Vec<RankInfo>, roster: &Roster) {
             Some(_) => {}
             None => ranks.push(RankInfo {
                 neighbor: None,
+                port_max: None,
                 rank: d.rank,
                 host: d.host.clone(),
                 address: String::new(),
@@ -697,6 +698,7 @@ mod tests {
         (0..3)
             .map(|r| RankInfo {
                 neighbor: None,
+                port_max: None,
                 rank: r,
                 host: format!("node-{}", (b'a' + r as u8) as char),
                 address: format!("198.19.{rail}.{}:4000", 10 + r),
@@ -1043,6 +1045,7 @@ mod tests {
             .iter()
             .map(|&n| RankInfo {
                 neighbor: None,
+                port_max: None,
                 rank: n,
                 host: format!("node-{}", (b'a' + n as u8) as char),
                 rails: slots(n),

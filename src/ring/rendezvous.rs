@@ -594,6 +594,7 @@ mod tests {
     fn info(rank: Rank) -> RankInfo {
         RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank,
@@ -624,6 +625,7 @@ mod tests {
     fn a_rail_rings_node_ranks_must_rise_with_its_ranks() {
         let at = |r: Rank, n: Rank| RankInfo {
             neighbor: None,
+            port_max: None,
             node: Some(n),
             ..info(r)
         };

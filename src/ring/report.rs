@@ -489,6 +489,7 @@ mod note_tests {
     fn rank(r: Rank, transport: &str) -> RankInfo {
         RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

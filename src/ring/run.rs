@@ -45,6 +45,9 @@ pub struct Setup {
     /// The switch port the data interface is cabled to, where LLDP said it (sent in the
     /// hello; see [`crate::ring::diagnosis::neighbor`]); None: unknown.
     pub neighbor: Option<crate::ring::model::Neighbor>,
+    /// What the data port could run at (see [`crate::ring::diagnosis::portmax`]), sent in
+    /// the hello; None: unknown.
+    pub port_max: Option<crate::ring::model::PortMax>,
     /// The data plane; None: TCP on `data_ip`. Tests pass an in-process fabric.
     pub fabric: Option<Box<dyn Fabric + Send>>,
     /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
@@ -204,7 +207,7 @@ pub fn run_rank(
             (&setup.identity, setup.rails.clone(), setup.node),
             &setup.host,
             fabric.as_ref(),
-            (setup.device.clone(), setup.neighbor.clone()),
+            (setup.device.clone(), setup.neighbor.clone(), setup.port_max.clone()),
             setup.line_rate_gbs,
             counters.as_ref(),
             live,
@@ -378,7 +381,11 @@ fn rank_body(
     (id, rails, node): (&Identity, Vec<crate::ring::model::RailPort>, Option<Rank>),
     host: &str,
     fabric: &dyn Fabric,
-    (device, neighbor): (Option<String>, Option<crate::ring::model::Neighbor>),
+    (device, neighbor, port_max): (
+        Option<String>,
+        Option<crate::ring::model::Neighbor>,
+        Option<crate::ring::model::PortMax>,
+    ),
     line_rate_gbs: Option<f64>,
     counters: Option<&Sampler>,
     live: Arc<LiveStatus>,
@@ -396,6 +403,7 @@ fn rank_body(
     };
     let info = RankInfo {
         neighbor,
+        port_max,
         rails,
         capabilities: vec![fabric.transport().into()],
         rank: id.rank,
@@ -1070,6 +1078,7 @@ mod tests {
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
             neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             capabilities: Vec::new(),

@@ -121,6 +121,7 @@ mod tests {
         (0..3)
             .map(|r| RankInfo {
                 neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 rank: r,

@@ -943,6 +943,7 @@ pub mod sim {
         (0..n)
             .map(|r| RankInfo {
                 neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

@@ -77,18 +77,28 @@ pub fn learn(host: &Host, ifname: &str, wait: Duration) -> Learned {
     }
 }
 
-/// `lldpcli -f json0 show neighbors ports IF`, within [`LLDPCLI_DEADLINE`]; its stdout
-/// (at most 256 KiB), or why there is none.
+/// `lldpcli -f json0 show neighbors ports IF`, within [`LLDPCLI_DEADLINE`].
 fn run_lldpcli(ifname: &str) -> Result<String, String> {
-    let mut child = Command::new("lldpcli")
-        .args(["-f", "json0", "show", "neighbors", "ports", ifname])
+    run_bounded(
+        "lldpcli",
+        &["-f", "json0", "show", "neighbors", "ports", ifname],
+        LLDPCLI_DEADLINE,
+    )
+    .map_err(|e| e.replace("lldpcli failed", "lldpcli failed (is lldpd running?)"))
+}
+
+/// Run `program args` with `deadline`: its stdout (at most 256 KiB), or why there is none
+/// (not installed, failed, did not answer in time: then it is killed).
+pub(crate) fn run_bounded(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
+    let mut child = Command::new(program)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "lldpcli is not installed".to_string(),
-            _ => format!("cannot run lldpcli: {e}"),
+            std::io::ErrorKind::NotFound => format!("{program} is not installed"),
+            _ => format!("cannot run {program}: {e}"),
         })?;
     let mut out = child.stdout.take();
     // Read on a thread: a child that fills the pipe would otherwise never exit.
@@ -103,21 +113,21 @@ fn run_lldpcli(ifname: &str) -> Result<String, String> {
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < LLDPCLI_DEADLINE => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
-                    "lldpcli did not answer within {} s",
-                    LLDPCLI_DEADLINE.as_secs()
+                    "{program} did not answer within {} s",
+                    deadline.as_secs_f64()
                 ));
             }
-            Err(e) => return Err(format!("waiting for lldpcli: {e}")),
+            Err(e) => return Err(format!("waiting for {program}: {e}")),
         }
     };
     let buf = reader.join().unwrap_or_default();
     if !status.success() {
-        return Err(format!("lldpcli failed ({status}): is lldpd running?"));
+        return Err(format!("{program} failed ({status})"));
     }
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }

@@ -951,6 +951,7 @@ mod tests {
             .enumerate()
             .map(|(r, f)| RankInfo {
                 neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),
