@@ -178,9 +178,17 @@ LINK SCAN AND VERDICTS
   not confirm is listed as UNCONFIRMED with its figures, not a verdict. A port whose active
   rate is below the rate most of its peers on the ring report is port_downtrained, whether
   or not the ring is slow, and every link is judged against that expected rate, never a
-  downtrained port's own. Every verdict says where to act: action drain (a node's egress or
+  downtrained port's own. A port is also port_downtrained when its active rate is below
+  the fastest link mode its port and the switch port both advertise (ethtool IF, read by
+  each rank before it joins, within 2 s), so a rail that trained down alike is named, or
+  when its NIC's PCIe link runs below its maximum width or speed (sysfs current_link_* vs
+  max_link_*): the message then names the PCIe link as the cause. Every verdict says where to act: action drain (a node's egress or
   ingress, its port down or downtrained), ticket (a link or path: cable, switch port), or
-  investigate. However noisy the run, a node (of 4 or more) is also
+  investigate. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
+  ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
+  leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
+  However noisy the run, a node (of 4 or more) is also
   named when every sample of its outgoing (incoming) links runs 4x below the slowest link
   among the other nodes; the message then says so. A slow figure that an end's wait for a CPU could
   explain (schedstat: had it run instead of waiting, gbs / (1 - wait share) reaches the
@@ -263,7 +271,14 @@ JSON DATA (fabprobe.ring)
   offered rdma), launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, join_timeout_s, slots,
              slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[], neighbor,
+             port_max}: neighbor (absent when unknown) {system_name, chassis_id, port_id,
+             port_description, source: lldpd|lldp}: the switch port the data port is
+             cabled to, from lldpd's table or an LLDP frame heard with --lldp-wait (with
+             --rails: the first rail's, like device); port_max (absent when unknown)
+             {rate_mbps, rate_mode (the fastest link mode both ends advertise, ethtool),
+             pcie {speed_mts, width, max_speed_mts, max_width} (the NIC's PCIe link now and
+             at most, sysfs)}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the
@@ -293,18 +308,27 @@ JSON DATA (fabprobe.ring)
              status, status_name, vendor_err, seen_by_rank, device, operation,
              confirm_gbs (the new connections' figures), confirmed, first_connection_gbs;
              active_rate_gbs, expected_rate_gbs, peers_at_expected, peers_with_rate, netdev,
-             reports[];
+             advertised_rate_gbs, advertised_mode, pcie_link, pcie_max, cause[] (port_rate,
+             pcie: what made a port_downtrained); reports[];
+             neighbor {from, to} (drain and ticket verdicts whose end's switch port is
+             known: {rank, host, port (the rank's own: eth1, mlx5_3 (eth3)), system_name,
+             chassis_id, port_id, port_description, source, text: \"node-b mlx5_3 (eth3) <->
+             leaf-07 Eth1/12\"}; an end not known is absent);
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next), rail (--rails only:
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
              absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
              empty on a healthy run
-  drain[]    {host, ranks[], kinds[], reason}: the nodes to take out of service, one per
-             host, from the verdicts whose action is drain (reason: the first one's message)
-  ticket[]   {kind, from_rank, to_rank, from_host, to_host, rail, message}: the links and
-             paths to file a ticket for (the cable, the switch port), one per verdict whose
-             action is ticket; neither list holds an investigate verdict
+  drain[]    {host, ranks[], kinds[], reason, switch_ports[]}: the nodes to take out of
+             service, one per host, from the verdicts whose action is drain (reason: the
+             first one's message)
+  ticket[]   {kind, from_rank, to_rank, from_host, to_host, rail, message, switch_ports[]}:
+             the links and paths to file a ticket for (the cable, the switch port), one per
+             verdict whose action is ticket; neither list holds an investigate verdict;
+             switch_ports[] (absent when none is known): the text of each end's
+             evidence.neighbor, from then to. fabprobe sweep merges these lists over many
+             ring reports
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
