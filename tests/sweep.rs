@@ -519,6 +519,21 @@ fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
     assert_eq!(v["data"]["ring"]["drain"][0]["node"], "node-c");
     assert_eq!(v["data"]["ring"]["ticket"][0]["to"]["host"], "node-d");
 
+    let (prom, _, _) = run_bytes(&["--format", "prom", "sweep", dir], None);
+    assert!(prom.contains("fabprobe_sweep_bad_node{node=\"node-c\"} 1"), "{prom}");
+    assert!(prom.contains("fabprobe_sweep_ticket{kind=\"slow_link\",from=\"node-b\",to=\"node-d\",rail=\"\"} 1"), "{prom}");
+
+    // The page: the drain list and the ticket, with the switch ports.
+    let page = tempfile::tempdir().unwrap();
+    let html = page.path().join("fleet.html");
+    let (_, err, code) = run_bytes(&["sweep", dir, "--html", html.to_str().unwrap()], None);
+    assert_eq!(code, 1, "{err}");
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(html.contains("Drain list (1)") && html.contains("ring slow_egress"), "{html}");
+    assert!(html.contains("Tickets (1)"), "{html}");
+    assert!(html.contains("slow_link node-b -&gt; node-d: SLOW LINK rank 1"), "{html}");
+    assert!(html.contains("(switch ports: node-b eth1 &lt;-&gt; leaf-07 Ethernet1/2; "), "{html}");
+
     // A healthy run alone: nothing to act on, exit 0.
     let (out, err, code) = run_bytes(&["sweep", &format!("{dir}/healthy.json")], None);
     assert_eq!(code, 0, "{err}\n{out}");

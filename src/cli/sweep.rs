@@ -124,7 +124,8 @@ JSON DATA (schema fabprobe.sweep)
 
 PROMETHEUS (--format prom)
   fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1 (the drain list),
-  fabprobe_sweep_outlier{node,key,value,majority} 1
+  fabprobe_sweep_outlier{node,key,value,majority} 1,
+  fabprobe_sweep_ticket{kind,from,to,rail} 1 (with ring reports: each link to ticket)
 
 EXIT STATUS
   0 every node passed and agrees with its peers, 1 a node to drain, a link to ticket, an

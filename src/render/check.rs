@@ -368,6 +368,22 @@ pub fn sweep_prom(r: &SweepReport) -> String {
             esc(&label_value(&o.majority_value))
         );
     }
+    if let Some(rr) = &r.ring {
+        s.push_str(
+            "# HELP fabprobe_sweep_ticket A link or path ring reports name to ticket (value 1).\n# TYPE fabprobe_sweep_ticket gauge\n",
+        );
+        for t in &rr.ticket {
+            let host = |e: &crate::check::ringsweep::TicketEnd| esc(e.host.as_deref().unwrap_or("?"));
+            let rail = t.rail.map(|k| k.to_string()).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "fabprobe_sweep_ticket{{kind=\"{}\",from=\"{}\",to=\"{}\",rail=\"{rail}\"}} 1",
+                esc(&t.kind),
+                host(&t.from),
+                host(&t.to)
+            );
+        }
+    }
     s
 }
 
