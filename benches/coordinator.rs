@@ -712,6 +712,8 @@ fn hello(sim: &Sim, g: u32) -> Msg {
         world: sim.per,
         token: "bench".into(),
         info: RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

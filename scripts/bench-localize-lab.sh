@@ -13,6 +13,10 @@
 #             link (iptables DROP on eth1), SIGKILL of a rank, SIGSTOP of a rank, SIGKILL of
 #             the coordinator; HANG_REPS runs each, --timeout $TIMEOUT
 #   scan8     the scan alone with 8 ranks at the default --scan-time/--scan-bytes: its time
+#   fixtures  rank 0's JSON of three real runs, for `sweep`'s tests (tests/data/ring-reports/):
+#             healthy, node-c's egress at 300 Mbit/s (drain), node-b -> node-d at 300 Mbit/s
+#             with the data bridge's ports to node-b and node-d sending LLDP (ticket, with
+#             the switch ports); 4 ranks, the scan alone
 #
 # Environment: BIN (default target/release/fabprobe, else target/debug/fabprobe), RATE
 # (default 1gbit), N (default 4), REPS (default 5), HANG_REPS (default 2), TIMEOUT (default 3),
@@ -233,12 +237,53 @@ print(f"  {len(s['orders'])} orders ({', '.join(o['name'] + (' re-check' if o['r
 PY
 }
 
+lldp_send() { # bridge-port system port seconds: an LLDP frame every 200 ms (what a switch sends)
+  python3 - "$@" <<'PY' &
+import socket, struct, sys, time
+dev, system, port, secs = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+src = bytes([0x50, 0x6b, 0x4b, 0x11, 0x22, 0x33])
+tlv = lambda t, v: struct.pack("!H", (t << 9) | len(v)) + v
+pdu = tlv(1, b"\x04" + src) + tlv(2, b"\x05" + port.encode()) + tlv(3, struct.pack("!H", 120)) \
+    + tlv(4, port.encode()) + tlv(5, system.encode()) + tlv(0, b"")
+frame = bytes([1, 0x80, 0xc2, 0, 0, 0x0e]) + src + struct.pack("!H", 0x88cc) + pdu
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((dev, 0))
+end = time.time() + secs
+while time.time() < end:
+    s.send(frame)
+    time.sleep(0.2)
+PY
+}
+
+fixtures() {
+  local dir=tests/data/ring-reports args="--scan --scan-bytes 4M --scan-time 2 --timeout 10"
+  mkdir -p "$dir"
+  reset_shaping
+  # shellcheck disable=SC2086
+  ring_start 4 fxh "$dir/healthy.json" $args; wait "${PIDS[@]}" || true
+  shape_egress 2 300mbit
+  # shellcheck disable=SC2086
+  ring_start 4 fxe "$dir/slow-egress-node-c.json" $args; wait "${PIDS[@]}" || true
+  reset_shaping
+  shape_pair 1 3 300mbit
+  lldp_send "${P}1d" leaf-07 Ethernet1/2 20; local s1=$!
+  lldp_send "${P}3d" leaf-07 Ethernet1/4 20; local s3=$!
+  # shellcheck disable=SC2086
+  ring_start 4 fxp "$dir/slow-pair-b-d-lldp.json" $args --lldp-wait 3; wait "${PIDS[@]}" || true
+  kill "$s1" "$s3" 2>/dev/null || true
+  rm -f "$dir"/*.err*
+  for f in healthy slow-egress-node-c slow-pair-b-d-lldp; do
+    echo "$f: $(verdicts_of "$dir/$f.json")"
+  done
+}
+
 lab_up
 case "$WHAT" in
+  fixtures) fixtures ;;
   healthy) bench_healthy ;;
   accuracy) bench_accuracy ;;
   hang) bench_hang ;;
   scan8) bench_scan8 ;;
   all) bench_healthy; bench_accuracy; bench_hang; bench_scan8 ;;
-  *) echo "usage: $0 [healthy|accuracy|hang|scan8|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [healthy|accuracy|hang|scan8|fixtures|all]" >&2; exit 2 ;;
 esac

@@ -50,6 +50,8 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
         world,
         token: token.into(),
         info: RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank,

@@ -655,3 +655,126 @@ fn two_slow_nodes_are_two_slow_egresses() {
     assert_eq!(hosts, ["node-a", "node-c"]);
     assert_eq!(j["data"]["ticket"], serde_json::json!([]));
 }
+
+/// The slow pair of `slow_pair_is_named_alone`, with the switch at the other end known: the
+/// data bridge's ports to node-b and node-d send real LLDP frames (leaf-07 Ethernet1/2 and
+/// Ethernet1/4), each rank hears its own with `--lldp-wait` (a real capture), and the
+/// slow link's verdict and its ticket name both switch ports (the human line is
+/// `render::ring`'s `switch_ports_under_a_verdict`). node-c's
+/// port sends nothing: its neighbour stays unknown, nothing invented.
+#[test]
+fn a_slow_links_verdict_names_the_switch_ports_lldp_gave() {
+    let Some(lab) = Lab::new(
+        "slow_pair_lldp",
+        LabOpts {
+            nodes: 4,
+            rate: Some("1gbit".into()),
+        },
+    ) else {
+        return;
+    };
+    lab.shape_pair(1, 3, "300mbit", "1gbit");
+    let frame = |port: &str| {
+        fabprobe::sysfs::lldp::encode::frame([0x50, 0x6b, 0x4b, 0x11, 0x22, 0x33], "leaf-07", port, &[3], &[])
+    };
+    let senders: Vec<_> = [(0, "Ethernet1/1"), (1, "Ethernet1/2"), (3, "Ethernet1/4")]
+        .into_iter()
+        .map(|(node, port)| lab.send_lldp(node, frame(port)))
+        .collect();
+    let mut args = SCAN_ARGS.to_vec();
+    args.extend(["--lldp-wait", "3"]);
+    let ids = lab.spawn_ring(0..4, 4, "slow_pair_lldp", &args);
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(60)).0)
+        .collect();
+    for s in senders {
+        assert!(s.stop() > 0, "a switch port sent no LLDP frame");
+    }
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(verdicts(o), kinds(&[("slow_link", Some(1), Some(3))]), "{}", text(&o.stdout));
+    let j = json(&o.stdout);
+    let n = &j["data"]["verdicts"][0]["evidence"]["neighbor"];
+    for (end, host, port) in [("from", "node-b", "Ethernet1/2"), ("to", "node-d", "Ethernet1/4")] {
+        assert_eq!(n[end]["system_name"], "leaf-07", "{n}");
+        assert_eq!(n[end]["port_id"], port, "{n}");
+        assert_eq!(n[end]["chassis_id"], "50:6b:4b:11:22:33", "{n}");
+        assert_eq!(n[end]["source"], "lldp", "{n}");
+        assert_eq!(n[end]["text"], format!("{host} eth1 <-> leaf-07 {port}"), "{n}");
+    }
+    assert_eq!(
+        j["data"]["ticket"][0]["switch_ports"],
+        serde_json::json!(["node-b eth1 <-> leaf-07 Ethernet1/2", "node-d eth1 <-> leaf-07 Ethernet1/4"])
+    );
+    let ranks = j["data"]["ranks"].as_array().unwrap();
+    assert_eq!(ranks[0]["neighbor"]["port_id"], "Ethernet1/1");
+    assert!(ranks[2].get("neighbor").is_none(), "{}", ranks[2]);
+}
+
+/// Every port of the rail trained down alike: 4 ranks whose data ports read 100 Mb/s and
+/// carry 100 Mbit/s, while `ethtool` says both ends advertise 1000baseT/Full (a veth reports
+/// no link modes, so the lab puts an `ethtool` that prints a real one's layout first on the
+/// ranks' PATH, as it bind-mounts the speed). No peer majority shows the fault; what both
+/// ends advertise does: each rank is `port_downtrained`, judged against 1 Gb/s, and
+/// nothing else is named.
+#[test]
+fn a_rail_trained_down_alike_is_named_by_what_both_ends_advertise() {
+    let Some(lab) = Lab::new(
+        "alike",
+        LabOpts {
+            nodes: 4,
+            rate: Some("100mbit".into()),
+        },
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let speed = dir.path().join("100");
+    std::fs::write(&speed, "100\n").unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let ethtool = bin.join("ethtool");
+    std::fs::write(
+        &ethtool,
+        "#!/bin/sh\ncat <<EOF\nSettings for $1:\n\tSupported ports: [ TP ]\n\tSupported link modes:   100baseT/Full\n\t                        1000baseT/Full\n\tSupports auto-negotiation: Yes\n\tAdvertised link modes:  100baseT/Full\n\t                        1000baseT/Full\n\tAdvertised auto-negotiation: Yes\n\tLink partner advertised link modes:  100baseT/Full\n\t                                     1000baseT/Full\n\tLink partner advertised auto-negotiation: Yes\n\tSpeed: 100Mb/s\n\tDuplex: Full\n\tLink detected: yes\nEOF\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&ethtool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut args = SCAN_ARGS;
+    args[2] = "1M";
+    let ids: Vec<usize> = (0..4)
+        .map(|r| {
+            let a = lab.ring_args(r, 4, "alike", &args);
+            let script = format!(
+                "mount --bind {} /sys/class/net/eth1/speed && PATH={}:$PATH exec \"$0\" \"$@\"",
+                speed.display(),
+                bin.display()
+            );
+            let mut w: Vec<&str> = vec!["-c", &script, lab::BIN];
+            w.extend(a.iter().map(String::as_str));
+            lab.spawn_program(r, "sh", &w)
+        })
+        .collect();
+    let outs: Vec<Output> = ids
+        .iter()
+        .map(|&id| lab.wait(id, Duration::from_secs(90)).0)
+        .collect();
+    let o = &outs[0];
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let want: Vec<_> = (0..4).map(|r| ("port_downtrained", Some(r), None)).collect();
+    assert_eq!(verdicts(o), kinds(&want), "{}", text(&o.stdout));
+    let j = json(&o.stdout);
+    for v in j["data"]["verdicts"].as_array().unwrap() {
+        assert_eq!(v["evidence"]["advertised_mode"], "1000baseT/Full", "{v}");
+        assert_eq!(v["evidence"]["expected_rate_gbs"], 0.125, "{v}");
+        assert!(
+            v["message"].as_str().unwrap().contains(
+                "its port's active rate is 100 Mb/s, though its port and the switch port both advertise 1 Gb/s"
+            ),
+            "{v}"
+        );
+    }
+    assert_eq!(j["data"]["ranks"][1]["port_max"]["rate_mbps"], 1000);
+    assert_eq!(j["data"]["drain"].as_array().unwrap().len(), 4);
+}

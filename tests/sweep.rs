@@ -457,3 +457,110 @@ fn sweep_prom_labels_carry_no_json_quotes() {
     );
     assert!(out.contains(&want), "{out}");
 }
+
+/// Ring reports from real lab runs (`scripts/bench-localize-lab.sh fixtures`: rank 0's JSON
+/// of a healthy scan, node-c's egress at 30%, node-b -> node-d at 30% with LLDP on the
+/// switch ports), given as a directory, as files and as JSON lines on stdin: the sweep says
+/// the node to drain and the link to ticket apart, with both ends and the switch ports.
+#[test]
+fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
+    let dir = "tests/data/ring-reports";
+    let (out, err, code) = run_bytes(&["--format", "json", "sweep", dir], None);
+    assert_eq!(code, 1, "{err}\n{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v["data"]["ring"];
+    assert_eq!(r["reports"], 3, "{r}");
+    let drain: Vec<&str> = r["drain"].as_array().unwrap().iter().map(|d| d["node"].as_str().unwrap()).collect();
+    assert_eq!(drain, ["node-c"]);
+    assert_eq!(r["drain"][0]["kinds"], serde_json::json!(["slow_egress"]));
+    assert!(
+        r["drain"][0]["reasons"][0].as_str().unwrap().starts_with("SLOW EGRESS rank 2 (node-c, eth1)"),
+        "{r}"
+    );
+    let t = r["ticket"].as_array().unwrap();
+    assert_eq!(t.len(), 1, "{r}");
+    assert_eq!(t[0]["kind"], "slow_link");
+    assert_eq!((t[0]["from"]["host"].as_str(), t[0]["to"]["host"].as_str()), (Some("node-b"), Some("node-d")));
+    assert_eq!(
+        t[0]["switch_ports"],
+        serde_json::json!(["node-b eth1 <-> leaf-07 Ethernet1/2", "node-d eth1 <-> leaf-07 Ethernet1/4"])
+    );
+    assert!(t[0]["sources"][0].as_str().unwrap().ends_with("slow-pair-b-d-lldp.json"), "{t:?}");
+    // The node is on the drain list (a link never is), and the ticket is a finding of its own.
+    let bad: Vec<&str> = v["data"]["bad_nodes"].as_array().unwrap().iter().map(|b| b["node"].as_str().unwrap()).collect();
+    assert_eq!(bad, ["node-c"]);
+    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "sweep.ticket"), "{v}");
+
+    // The table: both lists under their own headings.
+    let (table, _, code) = run_bytes(&["sweep", dir], None);
+    assert_eq!(code, 1);
+    let drain_at = table.find("RING: DRAIN").expect(&table);
+    let ticket_at = table.find("RING: TICKET").expect(&table);
+    assert!(drain_at < ticket_at, "{table}");
+    assert!(table[ticket_at..].contains("slow_link node-b -> node-d: SLOW LINK rank 1"), "{table}");
+    assert!(table[ticket_at..].contains("switch ports: node-b eth1 <-> leaf-07 Ethernet1/2"), "{table}");
+    assert!(!table[drain_at..ticket_at].contains("node-b"), "{table}");
+
+    // --drain: the node's scontrol line, the link as a comment.
+    let (lines, _, _) = run_bytes(&["sweep", "--drain", dir], None);
+    assert_eq!(drain_nodes(&lines), ["node-c"], "{lines}");
+    assert!(lines.contains("Reason=\"fabprobe: ring slow_egress\""), "{lines}");
+    assert!(lines.contains("# ticket slow_link node-b -> node-d [node-b eth1 <-> leaf-07 Ethernet1/2; "), "{lines}");
+
+    // JSON lines on stdin (each report on one line), with a launcher prefix: the same lists.
+    let mut lines = Vec::new();
+    for f in ["healthy", "slow-egress-node-c", "slow-pair-b-d-lldp"] {
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{dir}/{f}.json")).unwrap()).unwrap();
+        lines.extend(format!("node-a: {j}\n").into_bytes());
+    }
+    let (out, err, code) = run_bytes(&["--format", "json", "sweep"], Some(&lines));
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["data"]["ring"]["drain"][0]["node"], "node-c");
+    assert_eq!(v["data"]["ring"]["ticket"][0]["to"]["host"], "node-d");
+
+    let (prom, _, _) = run_bytes(&["--format", "prom", "sweep", dir], None);
+    assert!(prom.contains("fabprobe_sweep_bad_node{node=\"node-c\"} 1"), "{prom}");
+    assert!(prom.contains("fabprobe_sweep_ticket{kind=\"slow_link\",from=\"node-b\",to=\"node-d\",rail=\"\"} 1"), "{prom}");
+
+    // The page: the drain list and the ticket, with the switch ports.
+    let page = tempfile::tempdir().unwrap();
+    let html = page.path().join("fleet.html");
+    let (_, err, code) = run_bytes(&["sweep", dir, "--html", html.to_str().unwrap()], None);
+    assert_eq!(code, 1, "{err}");
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(html.contains("Drain list (1)") && html.contains("ring slow_egress"), "{html}");
+    assert!(html.contains("Tickets (1)"), "{html}");
+    assert!(html.contains("slow_link node-b -&gt; node-d: SLOW LINK rank 1"), "{html}");
+    assert!(html.contains("(switch ports: node-b eth1 &lt;-&gt; leaf-07 Ethernet1/2; "), "{html}");
+
+    // A healthy run alone: nothing to act on, exit 0.
+    let (out, err, code) = run_bytes(&["sweep", &format!("{dir}/healthy.json")], None);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("RING REPORTS: 1 run(s); 0 node(s) to drain, 0 link(s) or path(s) to ticket"), "{out}");
+}
+
+/// A ring report beside the nodes' check reports: a node both fail is one drain entry with
+/// both reasons.
+#[test]
+fn ring_and_check_reports_drain_a_node_once() {
+    let f = fixtures();
+    let ring = std::fs::read_to_string("tests/data/ring-reports/slow-egress-node-c.json").unwrap();
+    let ring: serde_json::Value = serde_json::from_str(&ring).unwrap();
+    let input = format!(
+        "{}\n{}\n{}\n",
+        named(&f.good, "node-a"),
+        named(&f.bad, "node-c"),
+        ring
+    );
+    let (out, err, code) = run_bytes(&["--format", "json", "sweep"], Some(input.as_bytes()));
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bad = v["data"]["bad_nodes"].as_array().unwrap();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0]["node"], "node-c");
+    let reasons: Vec<&str> = bad[0]["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert!(reasons.contains(&"ring slow_egress") && reasons.len() > 1, "{reasons:?}");
+    assert_eq!(v["data"]["nodes"]["reports"], 2);
+    assert_eq!(v["data"]["ring"]["reports"], 1);
+}

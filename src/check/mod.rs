@@ -4,6 +4,7 @@
 pub mod decide;
 pub mod hostlist;
 pub mod policy;
+pub mod ringsweep;
 pub mod run;
 pub mod sweep;
 

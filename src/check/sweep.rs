@@ -13,7 +13,7 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Finding, Severity};
+use super::{Finding, Severity, ringsweep};
 use crate::finding::SCHEMA_VERSION;
 
 /// Every field optional and loosely typed, read in one pass: a report of another version
@@ -41,12 +41,23 @@ struct RawHost {
     hostname: Option<Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 struct RawData {
     #[serde(default)]
     verdict: Option<Value>,
     #[serde(default)]
     fingerprint: Option<BTreeMap<String, Value>>,
+    /// A ring report's (`fabprobe.ring`): where to act, its size, why it ended early.
+    #[serde(default)]
+    drain: Option<Vec<ringsweep::RawDrain>>,
+    #[serde(default)]
+    ticket: Option<Vec<ringsweep::RawTicket>>,
+    #[serde(default)]
+    world: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    verdicts: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 #[derive(Deserialize)]
@@ -161,9 +172,15 @@ fn classify(e: serde_json::Error) -> Unusable {
     (p.0, p.1, None)
 }
 
+/// A usable report: a node's check, or a ring run's (rank 0's) report.
+enum Input {
+    Check(Parsed),
+    Ring(ringsweep::RingPart),
+}
+
 /// The envelope read, checked: schema version first (another version's shape may differ
 /// anywhere), then schema, then the verdict.
-fn validate(r: RawReport) -> Result<Parsed, Unusable> {
+fn validate(r: RawReport) -> Result<Input, Unusable> {
     let hostname = r
         .host
         .as_ref()
@@ -189,30 +206,43 @@ fn validate(r: RawReport) -> Result<Parsed, Unusable> {
     }
     match r.schema.as_ref().and_then(Value::as_str) {
         Some("fabprobe.check") => {}
-        Some(s) => return bad(Problem::NotACheckReport, format!("schema {s}, not fabprobe.check")),
+        Some("fabprobe.ring") => {
+            let d = r.data.unwrap_or_default();
+            return Ok(Input::Ring(ringsweep::RingPart::from_raw(
+                hostname,
+                d.world.as_ref(),
+                &d.error,
+                d.verdicts.map_or(0, |v| v.len()),
+                d.drain.unwrap_or_default(),
+                d.ticket.unwrap_or_default(),
+            )));
+        }
+        Some(s) => {
+            return bad(
+                Problem::NotACheckReport,
+                format!("schema {s}, not fabprobe.check or fabprobe.ring"),
+            );
+        }
         None => return bad(Problem::NotACheckReport, "no schema: not a fabprobe report".into()),
     }
-    let data = r.data.unwrap_or(RawData {
-        verdict: None,
-        fingerprint: None,
-    });
+    let data = r.data.unwrap_or_default();
     let Some(verdict) = severity_of(&data.verdict) else {
         return bad(
             Problem::NotACheckReport,
             "fabprobe.check report without data.verdict pass|warn|fail".into(),
         );
     };
-    Ok(Parsed {
+    Ok(Input::Check(Parsed {
         hostname,
         tool_version,
         verdict,
         fingerprint: data.fingerprint.unwrap_or_default(),
         kept: r.findings.unwrap_or_default(),
-    })
+    }))
 }
 
 /// A report's text to its envelope, or why it is unusable.
-fn parse(text: &str) -> Result<Parsed, Unusable> {
+fn parse(text: &str) -> Result<Input, Unusable> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err((Problem::Missing, "empty report".into(), None));
@@ -228,7 +258,7 @@ fn parse(text: &str) -> Result<Parsed, Unusable> {
 }
 
 /// A report streamed from a reader (bytes checked as UTF-8 on the way).
-fn parse_reader(r: impl Read) -> Result<Parsed, Unusable> {
+fn parse_reader(r: impl Read) -> Result<Input, Unusable> {
     let mut r = Utf8Reader::new(r);
     // serde_json reads a byte per call: a buffer keeps the checks off each byte.
     let res = serde_json::from_reader::<_, RawReport>(std::io::BufReader::with_capacity(64 << 10, &mut r));
@@ -496,6 +526,10 @@ pub struct SweepReport {
     /// Every node named, once, in `--expect` order and then in the order read: what a
     /// fleet map draws (`fabprobe report`).
     pub node_states: Vec<NodeState>,
+    /// What `fabprobe.ring` reports say, where any was read: the nodes to drain (also on
+    /// `bad_nodes`) and the links and paths to ticket, apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<ringsweep::RingSweep>,
 }
 
 /// A node's state in the sweep: `pass`, `warn`, `fail` (its report's verdict), or
@@ -526,6 +560,8 @@ pub struct Sweeper {
     renamed_files: Vec<(String, String, String)>,
     /// Notes the caller adds (inputs skipped).
     extra_notes: Vec<String>,
+    /// `fabprobe.ring` reports: their drain and ticket lists.
+    ring: ringsweep::RingAcc,
 }
 
 fn intern(ids: &mut HashMap<String, u32>, canonical: String, mut store: impl FnMut()) -> u32 {
@@ -609,7 +645,7 @@ impl Sweeper {
     /// is read: memory holds what the sweep keeps, not the report.
     pub fn add_reader(&mut self, source: &str, hint: Hint, r: impl Read) {
         match parse_reader(r) {
-            Ok(p) => self.add_parsed(source, hint, p),
+            Ok(p) => self.add_input(source, hint, p),
             Err(u) => self.unusable(source, hint, u),
         }
     }
@@ -637,7 +673,7 @@ impl Sweeper {
 
     pub fn add_hinted(&mut self, source: &str, hint: Hint, text: &str) {
         match parse(text) {
-            Ok(p) => self.add_parsed(source, hint, p),
+            Ok(p) => self.add_input(source, hint, p),
             Err(u) => self.unusable(source, hint, u),
         }
     }
@@ -677,6 +713,13 @@ impl Sweeper {
             (Some(h), None) => h,
             (None, Some(l)) => l.to_string(),
             (None, None) => source.to_string(),
+        }
+    }
+
+    fn add_input(&mut self, source: &str, hint: Hint, r: Input) {
+        match r {
+            Input::Check(p) => self.add_parsed(source, hint, p),
+            Input::Ring(p) => self.ring.add(source, p),
         }
     }
 
@@ -751,6 +794,10 @@ impl Sweeper {
         let outlier_reasons = self.compare(&mut rep);
         rep.nodes.outliers = outlier_reasons.len();
         rep.bad_nodes = self.drain_list(outlier_reasons);
+        rep.ring = std::mem::take(&mut self.ring).finish();
+        if let Some(r) = &rep.ring {
+            ring_drains(&mut rep.bad_nodes, r);
+        }
         rep.nodes.drain = rep.bad_nodes.len();
         self.list_duplicates();
         self.notes(&mut rep.notes);
@@ -1148,11 +1195,35 @@ impl Sweeper {
     }
 }
 
+/// The ring reports' nodes to drain join the drain list, a node already on it (its check
+/// failed) gaining the ring's reasons: `ring slow_egress`.
+fn ring_drains(bad: &mut Vec<BadNode>, r: &ringsweep::RingSweep) {
+    for d in &r.drain {
+        let reasons = d.kinds.iter().map(|k| format!("ring {k}"));
+        match bad.iter_mut().find(|b| same_host(&b.node, &d.node)) {
+            Some(b) => b.reasons.extend(reasons.filter(|x| !b.reasons.contains(x)).collect::<Vec<_>>()),
+            None => bad.push(BadNode {
+                node: d.node.clone(),
+                reasons: reasons.collect(),
+            }),
+        }
+    }
+    bad.sort_by(|a, b| a.node.cmp(&b.node));
+}
+
 impl SweepReport {
-    /// Whether anything needs a person: a node to drain, an outlier, a missing or
-    /// unreadable report.
+    /// Whether anything needs a person: a node to drain, a link to ticket, an outlier, a
+    /// missing or unreadable report.
     pub fn has_fault(&self) -> bool {
-        !self.bad_nodes.is_empty() || !self.outliers.is_empty() || !self.unreadable.is_empty()
+        !self.bad_nodes.is_empty()
+            || !self.outliers.is_empty()
+            || !self.unreadable.is_empty()
+            || self.ring.as_ref().is_some_and(|r| !r.ticket.is_empty())
+    }
+
+    /// Reports read: nodes' checks and ring runs.
+    pub fn reports_read(&self) -> usize {
+        self.nodes.reports + self.ring.as_ref().map_or(0, |r| r.reports)
     }
 
     /// `scontrol update ... State=DRAIN` lines for the drain list (never run by fabprobe),
@@ -1203,6 +1274,20 @@ impl SweepReport {
                 clean(&u.detail)
             ));
         }
+        // Links are ticketed, not drained: said as comments, with both ends.
+        for t in self.ring.iter().flat_map(|r| &r.ticket) {
+            let end = |e: &ringsweep::TicketEnd| clean(e.host.as_deref().unwrap_or("?"));
+            let ports = match t.switch_ports.is_empty() {
+                true => String::new(),
+                false => format!(" [{}]", clean(&t.switch_ports.join("; "))),
+            };
+            s.push_str(&format!(
+                "# ticket {} {} -> {}{ports}: not drained (a link or path, not a node)\n",
+                clean(&t.kind),
+                end(&t.from),
+                end(&t.to)
+            ));
+        }
         s
     }
 
@@ -1235,6 +1320,17 @@ impl SweepReport {
                     )
                 }),
         );
+        out.extend(self.ring.iter().flat_map(|r| &r.ticket).map(|t| {
+            let end = |e: &ringsweep::TicketEnd| e.host.clone().unwrap_or_else(|| "?".into());
+            Finding::new(
+                "sweep.ticket",
+                Severity::Fail,
+                format!("{} -> {}", end(&t.from), end(&t.to)),
+                format!("{}: {}", t.kind, t.message),
+            )
+            .evidence("switch_ports", t.switch_ports.clone())
+            .fix("file a ticket for the cable and switch ports between them (the message says what was measured)")
+        }));
         out.extend(self.unreadable.iter().map(|u| {
             Finding::new(
                 "sweep.unreadable",

@@ -2,7 +2,7 @@
 //! works out who this rank is (flags or launcher environment), picks the data interface
 //! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +16,7 @@ use crate::render;
 use crate::render::{Envelope, HostInfo};
 use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
-use crate::ring::diagnosis::evidence;
+use crate::ring::diagnosis::{evidence, neighbor};
 use crate::ring::launcher::{self, Flags, Identity, Source};
 use crate::ring::model::{RailPort, Rank, RankInfo};
 use crate::ring::rails::{self, RailRun, RailSel};
@@ -124,6 +124,12 @@ pub struct RingArgs {
     /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
     #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
     pub rails: Option<RailSel>,
+    /// Before joining, listen this long on each data netdev for the switch's LLDP when
+    /// lldpd's table (lldpcli) has no neighbour for it, so verdicts name the switch port at
+    /// the other end (`node-b eth1 <-> leaf-07 Eth1/12`); needs CAP_NET_RAW. The listen
+    /// ends at the first frame. 0: lldpd's table only.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_lldp_wait)]
+    pub lldp_wait: f64,
     /// Also write the report as a self-contained HTML page (rank 0 only): the verdicts, the
     /// scan matrix, busbw against size, the hops (fabprobe-report(1)).
     #[arg(long, value_name = "OUT.html")]
@@ -172,9 +178,17 @@ LINK SCAN AND VERDICTS
   not confirm is listed as UNCONFIRMED with its figures, not a verdict. A port whose active
   rate is below the rate most of its peers on the ring report is port_downtrained, whether
   or not the ring is slow, and every link is judged against that expected rate, never a
-  downtrained port's own. Every verdict says where to act: action drain (a node's egress or
+  downtrained port's own. A port is also port_downtrained when its active rate is below
+  the fastest link mode its port and the switch port both advertise (ethtool IF, read by
+  each rank before it joins, within 2 s), so a rail that trained down alike is named, or
+  when its NIC's PCIe link runs below its maximum width or speed (sysfs current_link_* vs
+  max_link_*): the message then names the PCIe link as the cause. Every verdict says where to act: action drain (a node's egress or
   ingress, its port down or downtrained), ticket (a link or path: cable, switch port), or
-  investigate. However noisy the run, a node (of 4 or more) is also
+  investigate. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
+  ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
+  leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
+  However noisy the run, a node (of 4 or more) is also
   named when every sample of its outgoing (incoming) links runs 4x below the slowest link
   among the other nodes; the message then says so. A slow figure that an end's wait for a CPU could
   explain (schedstat: had it run instead of waiting, gbs / (1 - wait share) reaches the
@@ -257,7 +271,14 @@ JSON DATA (fabprobe.ring)
   offered rdma), launcher {source, coordinator, coordinator_source, token_source},
   options {sizes[], iters, warmup, check, channels, timeout_s, join_timeout_s, slots,
              slot_bytes},
-  ranks[]    {rank, host, address, device, transport, pid, capabilities[]}
+  ranks[]    {rank, host, address, device, transport, pid, capabilities[], neighbor,
+             port_max}: neighbor (absent when unknown) {system_name, chassis_id, port_id,
+             port_description, source: lldpd|lldp}: the switch port the data port is
+             cabled to, from lldpd's table or an LLDP frame heard with --lldp-wait (with
+             --rails: the first rail's, like device); port_max (absent when unknown)
+             {rate_mbps, rate_mode (the fastest link mode both ends advertise, ethtool),
+             pcie {speed_mts, width, max_speed_mts, max_width} (the NIC's PCIe link now and
+             at most, sysfs)}
   results[]  {size_bytes, count, type, redop, root, time_us, algbw_gbs, busbw_gbs, wrong,
               in_place {time_us, algbw_gbs, busbw_gbs, wrong}}: the top-level time..wrong
              are the out-of-place half (input and output buffers distinct), in_place the
@@ -287,18 +308,27 @@ JSON DATA (fabprobe.ring)
              status, status_name, vendor_err, seen_by_rank, device, operation,
              confirm_gbs (the new connections' figures), confirmed, first_connection_gbs;
              active_rate_gbs, expected_rate_gbs, peers_at_expected, peers_with_rate, netdev,
-             reports[];
+             advertised_rate_gbs, advertised_mode, pcie_link, pcie_max, cause[] (port_rate,
+             pcie: what made a port_downtrained); reports[];
+             neighbor {from, to} (drain and ticket verdicts whose end's switch port is
+             known: {rank, host, port (the rank's own: eth1, mlx5_3 (eth3)), system_name,
+             chassis_id, port_id, port_description, source, text: \"node-b mlx5_3 (eth3) <->
+             leaf-07 Eth1/12\"}; an end not known is absent);
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next), rail (--rails only:
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
              absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
              empty on a healthy run
-  drain[]    {host, ranks[], kinds[], reason}: the nodes to take out of service, one per
-             host, from the verdicts whose action is drain (reason: the first one's message)
-  ticket[]   {kind, from_rank, to_rank, from_host, to_host, rail, message}: the links and
-             paths to file a ticket for (the cable, the switch port), one per verdict whose
-             action is ticket; neither list holds an investigate verdict
+  drain[]    {host, ranks[], kinds[], reason, switch_ports[]}: the nodes to take out of
+             service, one per host, from the verdicts whose action is drain (reason: the
+             first one's message)
+  ticket[]   {kind, from_rank, to_rank, from_host, to_host, rail, message, switch_ports[]}:
+             the links and paths to file a ticket for (the cable, the switch port), one per
+             verdict whose action is ticket; neither list holds an investigate verdict;
+             switch_ports[] (absent when none is known): the text of each end's
+             evidence.neighbor, from then to. fabprobe sweep merges these lists over many
+             ring reports
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
               to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
@@ -341,6 +371,44 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
         return Err(format!("{v} is not a time from 0 to 86400 seconds"));
     }
     Ok(v)
+}
+
+/// `--lldp-wait`: at most 120 s (a switch sends LLDP every 30 s by default; the ranks wait
+/// this long before joining).
+pub fn parse_lldp_wait(s: &str) -> Result<f64, String> {
+    let v = parse_seconds(s)?;
+    if v > 120.0 {
+        return Err(format!(
+            "{v} s: --lldp-wait is at most 120 s (switches send LLDP every 30 s by default)"
+        ));
+    }
+    Ok(v)
+}
+
+/// The switch port at the other end of `netdev` (lldpd's table, then `--lldp-wait` of
+/// listening), said with -v; None: unknown.
+fn switch_port(
+    g: &GlobalArgs,
+    host: &Host,
+    netdev: &str,
+    a: &RingArgs,
+) -> Option<crate::ring::model::Neighbor> {
+    let l = neighbor::learn(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
+    match &l.neighbor {
+        Some(n) => g.log(
+            1,
+            format!("switch port of {netdev}: {} ({})", n.describe(), l.how),
+        ),
+        None => g.log(1, format!("switch port of {netdev}: unknown: {}", l.how)),
+    }
+    l.neighbor
+}
+
+/// What `netdev` could run at (ethtool's link modes, the NIC's PCIe link), said with -v.
+fn port_max(g: &GlobalArgs, host: &Host, netdev: &str) -> Option<crate::ring::model::PortMax> {
+    let (max, how) = crate::ring::diagnosis::portmax::learn(host, netdev);
+    g.log(1, format!("most {netdev} could run at: {how}"));
+    max
 }
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -901,6 +969,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
+    let neighbor = switch_port(g, &host, &dev, &a);
     let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
     // Rank 0 fell back to tcp itself: its own reason is the one it can name.
     let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
@@ -923,6 +992,8 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         device: Some(label),
         coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
+        neighbor,
+        port_max: port_max(g, &host, &dev),
         fabric,
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
@@ -1127,6 +1198,19 @@ fn run_rails(
         }
     }
     let host = Host::live();
+    // Each rail's switch port before declaring, every rail at once (one --lldp-wait in all).
+    let mut neighbors: BTreeMap<u32, crate::ring::model::Neighbor> = std::thread::scope(|s| {
+        let asks: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                let (host, netdev) = (&host, r.0.netdev.clone().unwrap_or_else(|| r.0.device.clone()));
+                (r.0.rail, s.spawn(move || switch_port(g, host, &netdev, a)))
+            })
+            .collect();
+        asks.into_iter()
+            .filter_map(|(k, h)| Some((k, h.join().ok().flatten()?)))
+            .collect()
+    });
     let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
     // Every node declares its rails to rank 0 first: rail k's ring is the nodes that drive it.
@@ -1191,6 +1275,8 @@ fn run_rails(
                 device: Some(label),
                 coordinator_listener: if p.rail == 0 { base.take() } else { None },
                 line_rate_gbs: rate.map(|r| r.0),
+                neighbor: neighbors.remove(&p.rail),
+                port_max: port_max(g, &host, &netdev),
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
                 live: if rail_runs.is_empty() { live.clone() } else { None },
@@ -1324,6 +1410,8 @@ fn run_local_rails(
                         None
                     },
                     line_rate_gbs: None,
+                    neighbor: None,
+                    port_max: None,
                     fabric: None,
                     counters: None,
                     live: if rank == 0 && p.rail == 0 {
@@ -1410,6 +1498,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     device: Some(device.clone()),
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
                     line_rate_gbs: None,
+                    neighbor: None,
+                    port_max: None,
                     fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },

@@ -68,6 +68,12 @@ INPUT
   reports. An unusable report keeps the node its label, file name or readable hostname
   gives. Two reports for one host: the worse verdict counts, both sources are listed
   (duplicate), and the failing findings of every failing one reach the drain reason.
+  Ring reports: rank 0's `fabprobe ring --format json` (schema fabprobe.ring), in the same
+  files, directories and lines, and beside check reports:
+    fabprobe sweep ring-runs/            fabprobe sweep checks.jsonl ring-job42.json
+  Their data.drain[] and data.ticket[] are merged over every ring report: one drain entry
+  per node (every kind and reason), one ticket per link (kind, both ends, rail), naming the
+  reports that gave it.
 
 WHAT IT SAYS
   FAILED, BY CAUSE       nodes whose verdict is fail, grouped by failing finding id
@@ -79,10 +85,18 @@ WHAT IT SAYS
   NO MAJORITY            keys where no value reaches more than half (no outliers named)
   NOTES                  mixed tool versions, keys not compared, labels unlike hostnames,
                          reports made under different policies, directory entries skipped
-  DRAIN                  failed nodes, with every reason; outliers that passed are never
+  RING: DRAIN            from ring reports: nodes whose own port or NIC is at fault (a slow
+                         egress or ingress, a port down or downtrained), each with its kinds,
+                         reasons and the switch port at its end where LLDP named it
+  RING: TICKET           from ring reports: links and paths to ticket (slow_link, slow_path,
+                         link_error, hang_link) with both ends, the switch ports and the
+                         reports that named them; never drained
+  DRAIN                  failed nodes and ring reports' nodes to drain (reason `ring KIND`),
+                         with every reason; outliers that passed are never
                          drained unless --drain-outliers. --drain prints one scontrol line each
                          (Reason=\"fabprobe: ...\", at most 200 characters, safe to paste in sh)
-                         and # lines for outliers not drained and unusable reports
+                         and # lines for outliers not drained, unusable reports and ring
+                         tickets (`# ticket slow_link node-b -> node-d [switch ports]`)
 
 JSON DATA (schema fabprobe.sweep)
   nodes                  {reports, passed, warned, failed, outliers, unreadable, missing, drain}
@@ -98,16 +112,24 @@ JSON DATA (schema fabprobe.sweep)
                           cannot_read|other_version|not_a_check_report|duplicate), detail}
   bad_nodes[]            {node, reasons[]}: the drain list
   notes[]                strings
+  ring                   (only when ring reports were read) {reports, runs[] {source, host
+                          (rank 0's), world, verdicts, drain, ticket, error (why the run
+                          ended early, else null)}, drain[] {node, kinds[], reasons[],
+                          switch_ports[], sources[]}, ticket[] {kind, from {host, rank}, to
+                          {host, rank}, rail, message, switch_ports[], sources[]}}: ring
+                          drain nodes are on bad_nodes too (reason `ring KIND`); each ticket is
+                          a sweep.ticket finding
   node_states[]          {node, state (pass|warn|fail|missing|unreadable)}: every node named,
                          once, in --expect order then as read (what --html's fleet map draws)
 
 PROMETHEUS (--format prom)
   fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1 (the drain list),
-  fabprobe_sweep_outlier{node,key,value,majority} 1
+  fabprobe_sweep_outlier{node,key,value,majority} 1,
+  fabprobe_sweep_ticket{kind,from,to,rail} 1 (with ring reports: each link to ticket)
 
 EXIT STATUS
-  0 every node passed and agrees with its peers, 1 a node to drain, an outlier or a
-  missing/unreadable report, 2 could not run (an input that cannot be opened, or no
+  0 every node passed and agrees with its peers, 1 a node to drain, a link to ticket, an
+  outlier or a missing/unreadable report, 2 could not run (an input that cannot be opened, or no
   readable report at all: \"0 reports: the collection failed?\")";
 
 /// `node1: {...}` (pdsh, clush, srun -l) -> ("node1", "{...}"). In a file (`json_only`) a
@@ -525,7 +547,7 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
             _ => crate::render::check::sweep_table(&report),
         }
     };
-    let empty = report.nodes.reports == 0;
+    let empty = report.reports_read() == 0;
     if a.output.is_none() || !empty {
         let outcome = if report.has_fault() { Outcome::Fault } else { Outcome::Pass };
         let outcome = super::out::deliver(&text, a.output.as_deref(), outcome)?;

@@ -178,11 +178,18 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
 pub fn sweep_table(r: &SweepReport) -> String {
     let mut s = String::new();
     let n = &r.nodes;
-    let _ = writeln!(
+    let what = if r.ring.is_some() { "check reports" } else { "reports" };
+    let _ = write!(
         s,
-        "fabprobe sweep: {} reports: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing; {} to drain",
+        "fabprobe sweep: {} {what}: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing; {} to drain",
         n.reports, n.passed, n.warned, n.failed, n.outliers, n.unreadable, n.missing, n.drain
     );
+    match &r.ring {
+        Some(rr) => {
+            let _ = writeln!(s, "; {} ring reports, {} to ticket", rr.reports, rr.ticket.len());
+        }
+        None => s.push('\n'),
+    }
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
         // The examples in their column when each fits there on one line; else (a terminal
@@ -260,6 +267,9 @@ pub fn sweep_table(r: &SweepReport) -> String {
             s.push_str(&text::wrap("  ", n, 4));
         }
     }
+    if let Some(rr) = &r.ring {
+        ring_lists(&mut s, rr);
+    }
     if !r.bad_nodes.is_empty() {
         s.push_str("\nDRAIN\n");
         for b in &r.bad_nodes {
@@ -271,6 +281,45 @@ pub fn sweep_table(r: &SweepReport) -> String {
         }
     }
     text::fit_prose(&s)
+}
+
+/// The ring reports' lists, apart: nodes to drain (each kind and reason, the switch port at
+/// its end) and links to ticket (both ends, the switch ports, the reports that named it).
+fn ring_lists(s: &mut String, rr: &crate::check::ringsweep::RingSweep) {
+    let _ = writeln!(
+        s,
+        "\nRING REPORTS: {} run(s); {} node(s) to drain, {} link(s) or path(s) to ticket",
+        rr.reports,
+        rr.drain.len(),
+        rr.ticket.len()
+    );
+    for run in rr.runs.iter().filter(|r| r.error.is_some()) {
+        let why = run.error.as_deref().unwrap_or_default();
+        s.push_str(&text::wrap(&format!("  {}: ended early: ", run.source), why, 4));
+    }
+    if !rr.drain.is_empty() {
+        s.push_str("\nRING: DRAIN (the node's own port or NIC)\n");
+        for d in &rr.drain {
+            let said = format!("{}: {}", d.kinds.join(", "), d.reasons.join("; "));
+            s.push_str(&text::wrap(&format!("  {:<20} ", d.node), &said, 23));
+            if !d.switch_ports.is_empty() {
+                s.push_str(&text::wrap("    switch port: ", &d.switch_ports.join("; "), 6));
+            }
+        }
+    }
+    if !rr.ticket.is_empty() {
+        s.push_str("\nRING: TICKET (the cable or switch ports between two nodes)\n");
+        for t in &rr.ticket {
+            let end = |e: &crate::check::ringsweep::TicketEnd| e.host.clone().unwrap_or_else(|| "?".into());
+            let rail = t.rail.map(|k| format!(" rail {k}")).unwrap_or_default();
+            let head = format!("  {} {} -> {}{rail}: ", t.kind, end(&t.from), end(&t.to));
+            s.push_str(&text::wrap(&head, &t.message, 4));
+            if !t.switch_ports.is_empty() {
+                s.push_str(&text::wrap("    switch ports: ", &t.switch_ports.join("; "), 6));
+            }
+            s.push_str(&text::wrap("    named by: ", &t.sources.join(", "), 6));
+        }
+    }
 }
 
 fn short_list(v: &[String]) -> String {
@@ -318,6 +367,22 @@ pub fn sweep_prom(r: &SweepReport) -> String {
             esc(&label_value(&o.value)),
             esc(&label_value(&o.majority_value))
         );
+    }
+    if let Some(rr) = &r.ring {
+        s.push_str(
+            "# HELP fabprobe_sweep_ticket A link or path ring reports name to ticket (value 1).\n# TYPE fabprobe_sweep_ticket gauge\n",
+        );
+        for t in &rr.ticket {
+            let host = |e: &crate::check::ringsweep::TicketEnd| esc(e.host.as_deref().unwrap_or("?"));
+            let rail = t.rail.map(|k| k.to_string()).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "fabprobe_sweep_ticket{{kind=\"{}\",from=\"{}\",to=\"{}\",rail=\"{rail}\"}} 1",
+                esc(&t.kind),
+                host(&t.from),
+                host(&t.to)
+            );
+        }
     }
     s
 }

@@ -141,6 +141,11 @@ fn verdicts(o: &mut String, r: &RingReport) {
         line(wrapped(text::wrap("", &v.message, 2)));
         // Drain the node or ticket the link: the first thing on call decides.
         line(format!("  action: {}", v.action().as_str()));
+        // The switch port at each end LLDP named: what the ticket or the drain note quotes.
+        let ports = crate::ring::diagnosis::neighbor::texts(v);
+        if !ports.is_empty() {
+            line(wrapped(text::wrap("  switch port: ", &ports.join("; "), 4)));
+        }
         if let Some(n) = &v.next {
             line(wrapped(text::wrap_remedy("  next: ", n, 8)));
         }
@@ -870,6 +875,8 @@ mod tests {
             },
             ranks: (0..4)
                 .map(|r| RankInfo {
+                    neighbor: None,
+                    port_max: None,
                     rails: Vec::new(),
                     node: None,
                     capabilities: Vec::new(),
@@ -995,6 +1002,26 @@ mod tests {
             "{t}"
         );
         insta::assert_snapshot!(t);
+    }
+
+    /// Where LLDP named the switch port at an end, a line under the verdict quotes it
+    /// (`node-b eth1 <-> leaf-07 Eth1/12`); an end with none is not guessed.
+    #[test]
+    fn switch_ports_under_a_verdict() {
+        let mut r = report();
+        r.ranks[1].neighbor = Some(crate::ring::model::Neighbor {
+            system_name: Some("leaf-07".into()),
+            chassis_id: None,
+            port_id: Some("Eth1/12".into()),
+            port_description: None,
+            source: "lldpd".into(),
+        });
+        r.verdicts = vec![slow_link_verdict()];
+        crate::ring::diagnosis::neighbor::attach(&mut r.verdicts, &r.ranks);
+        let t = table(&r);
+        let lines: Vec<&str> = t.lines().take(3).collect();
+        assert_eq!(lines[1], "  action: ticket", "{t}");
+        assert_eq!(lines[2], "  switch port: node-b eth1 <-> leaf-07 Eth1/12", "{t}");
     }
 
     /// Healthy: one line with the figures first, then the table; the matrix has every scanned

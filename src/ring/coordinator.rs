@@ -2126,6 +2126,8 @@ mod tests {
             world,
             token: token.into(),
             info: RankInfo {
+                neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

@@ -319,6 +319,8 @@ mod tests {
     #[test]
     fn the_verdict_names_rank_0_and_its_host_only() {
         let me = RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             capabilities: Vec::new(),

@@ -37,6 +37,179 @@ pub struct RankInfo {
     /// hello). None: the ring's rank is the node's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<Rank>,
+    /// The switch port at the other end of this rank's data port, where LLDP says it
+    /// (lldpd's table, or frames heard before joining); None: unknown, nothing invented.
+    /// From the hello: an entry that is not bounded, printable text reads as unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "Neighbor::lenient"
+    )]
+    pub neighbor: Option<Neighbor>,
+    /// What this rank's data port could run at, where the kernel says it (the link modes
+    /// both ends advertise, the NIC's PCIe link): a port below it trained down, however its
+    /// peers run. From the hello: out-of-range figures read as unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "PortMax::lenient"
+    )]
+    pub port_max: Option<PortMax>,
+}
+
+/// The most a rank's data port could run at (`data.ranks[].port_max`). Integers, so that a
+/// rank's table entry compares exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMax {
+    /// The fastest link mode the port and its link partner both advertise, Mb/s (ethtool);
+    /// None: not reported (no autonegotiation, InfiniBand, a veth).
+    pub rate_mbps: Option<u64>,
+    /// That mode as ethtool names it (`400000baseCR4/Full`).
+    pub rate_mode: Option<String>,
+    /// The NIC's PCIe link, where sysfs gives all four figures.
+    pub pcie: Option<PcieLink>,
+}
+
+/// A PCIe link now and at most (`current_link_speed`/`_width`, `max_link_speed`/`_width`),
+/// speeds in MT/s (2500 .. 64000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcieLink {
+    pub speed_mts: u32,
+    pub width: u32,
+    pub max_speed_mts: u32,
+    pub max_width: u32,
+}
+
+impl PcieLink {
+    /// Below its maximum width or speed: trained down (a NIC's link does not power-save).
+    pub fn degraded(&self) -> bool {
+        self.width < self.max_width || self.speed_mts < self.max_speed_mts
+    }
+
+    /// `16 GT/s x8`, `2.5 GT/s x1`.
+    pub fn describe(mts: u32, width: u32) -> String {
+        let g = match mts % 1000 {
+            0 => format!("{}", mts / 1000),
+            r => format!("{}.{}", mts / 1000, r / 100),
+        };
+        format!("{g} GT/s x{width}")
+    }
+
+    pub fn now(&self) -> String {
+        PcieLink::describe(self.speed_mts, self.width)
+    }
+
+    pub fn max(&self) -> String {
+        PcieLink::describe(self.max_speed_mts, self.max_width)
+    }
+}
+
+impl PortMax {
+    /// The rate in 10^9 bytes/s, as the ring's rates are.
+    pub fn rate_gbs(&self) -> Option<f64> {
+        self.rate_mbps.map(|m| m as f64 / 8000.0)
+    }
+
+    /// Figures a kernel can give: a rate up to 10 Tb/s, PCIe up to 128 GT/s x32; a mode
+    /// name of plain characters. Anything else from a hello is unknown.
+    pub fn checked(mut self) -> Option<PortMax> {
+        self.rate_mbps = self.rate_mbps.filter(|m| (1..=10_000_000).contains(m));
+        self.rate_mode = self.rate_mode.filter(|m| {
+            m.len() <= 40 && m.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_-".contains(&b))
+        });
+        self.pcie = self.pcie.filter(|p| {
+            let mts = |g: u32| (1000..=128_000).contains(&g);
+            mts(p.speed_mts) && mts(p.max_speed_mts) && (1..=32).contains(&p.width) && (1..=32).contains(&p.max_width)
+        });
+        (self.rate_mbps.is_some() || self.pcie.is_some()).then_some(self)
+    }
+
+    /// `deserialize_with` for [`RankInfo::port_max`]: malformed or out of range is None.
+    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PortMax>, D::Error> {
+        let v = Option::<serde_json::Value>::deserialize(d)?;
+        Ok(v.and_then(|v| serde_json::from_value::<PortMax>(v).ok())
+            .and_then(PortMax::checked))
+    }
+}
+
+/// The switch and port a rank's data port is cabled to, as LLDP names them
+/// (`data.ranks[].neighbor`, a verdict's `evidence.neighbor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Neighbor {
+    /// LLDP System Name (`leaf-07`).
+    pub system_name: Option<String>,
+    /// LLDP Chassis ID (a MAC, most often).
+    pub chassis_id: Option<String>,
+    /// LLDP Port ID (`Ethernet1/12`, or a MAC on some switches).
+    pub port_id: Option<String>,
+    /// LLDP Port Description (`Eth1/12`, or what the switch's admin wrote).
+    pub port_description: Option<String>,
+    /// Where it was learned: `lldpd` (lldpcli's table) or `lldp` (a frame fabprobe heard).
+    pub source: String,
+}
+
+impl Neighbor {
+    /// Longest field kept from a peer's hello: LLDP's own strings stop at 255 bytes.
+    pub const MAX_CHARS: usize = 255;
+
+    /// The neighbour if every field is bounded, printable text and it names a switch and a
+    /// port; None otherwise (a hello's garbage is unknown, not a switch port).
+    pub fn checked(self) -> Option<Neighbor> {
+        let fields = [
+            &self.system_name,
+            &self.chassis_id,
+            &self.port_id,
+            &self.port_description,
+        ];
+        let ok = |s: &str| s.len() <= Self::MAX_CHARS && printable(s, Self::MAX_CHARS) == s;
+        let all_ok =
+            fields.iter().all(|f| f.as_deref().is_none_or(ok)) && ok(&self.source) && self.source.len() <= 16;
+        (all_ok && self.switch().is_some() && self.port().is_some()).then_some(self)
+    }
+
+    /// `deserialize_with` for [`RankInfo::neighbor`]: a malformed or unchecked entry is
+    /// None, never a refused hello (the neighbour is a hint, the rank still runs).
+    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Neighbor>, D::Error> {
+        let v = Option::<serde_json::Value>::deserialize(d)?;
+        Ok(v.and_then(|v| serde_json::from_value::<Neighbor>(v).ok())
+            .and_then(Neighbor::checked))
+    }
+
+    /// The switch's name: its System Name, else its Chassis ID.
+    pub fn switch(&self) -> Option<&str> {
+        nonempty(&self.system_name).or(nonempty(&self.chassis_id))
+    }
+
+    /// The switch's port: its Port ID, unless that is a MAC address and a description
+    /// exists (a MAC names no port a person can find on the switch).
+    pub fn port(&self) -> Option<&str> {
+        let id = nonempty(&self.port_id);
+        let descr = nonempty(&self.port_description);
+        match id {
+            Some(i) if looks_like_mac(i) => descr.or(Some(i)),
+            Some(i) => Some(i),
+            None => descr,
+        }
+    }
+
+    /// `leaf-07 Eth1/12`.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.switch().unwrap_or("?"), self.port().unwrap_or("?"))
+    }
+}
+
+/// The trimmed text of a field that says something.
+fn nonempty(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// `50:6b:4b:11:22:33` (or with dashes): six hex pairs.
+fn looks_like_mac(s: &str) -> bool {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// One rail slot of a node (`data.ranks[].rails[]`): rail k is the k-th port in NCCL's order

@@ -112,6 +112,8 @@ mod tests {
 
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

@@ -555,6 +555,8 @@ fn declared_ranks(ranks: &mut Vec<RankInfo>, roster: &Roster) {
             Some(i) if i.rails.is_empty() => i.rails = d.slots.clone(),
             Some(_) => {}
             None => ranks.push(RankInfo {
+                neighbor: None,
+                port_max: None,
                 rank: d.rank,
                 host: d.host.clone(),
                 address: String::new(),
@@ -695,6 +697,8 @@ mod tests {
     fn ranks(rail: u32, b1_up: bool) -> Vec<RankInfo> {
         (0..3)
             .map(|r| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rank: r,
                 host: format!("node-{}", (b'a' + r as u8) as char),
                 address: format!("198.19.{rail}.{}:4000", 10 + r),
@@ -1040,6 +1044,8 @@ mod tests {
         r.ranks = nodes
             .iter()
             .map(|&n| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rank: n,
                 host: format!("node-{}", (b'a' + n as u8) as char),
                 rails: slots(n),

@@ -593,6 +593,8 @@ mod tests {
 
     fn info(rank: Rank) -> RankInfo {
         RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank,
@@ -622,6 +624,8 @@ mod tests {
     #[test]
     fn a_rail_rings_node_ranks_must_rise_with_its_ranks() {
         let at = |r: Rank, n: Rank| RankInfo {
+            neighbor: None,
+            port_max: None,
             node: Some(n),
             ..info(r)
         };

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::ring::collective::allreduce;
 use crate::ring::coordinator::Event;
 use crate::ring::diagnosis::driver::ScanReport;
+use crate::ring::diagnosis::neighbor;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{Action, CounterMove, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
 use crate::ring::options::Options;
@@ -322,6 +323,10 @@ pub struct DrainItem {
     pub kinds: Vec<VerdictKind>,
     /// The first such verdict's message (what a drain reason field holds).
     pub reason: String,
+    /// The switch ports at the node's end where LLDP named them
+    /// (`node-c eth1 <-> leaf-03 Eth1/7`); absent when unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub switch_ports: Vec<String>,
 }
 
 /// A link or path to file a ticket for (`data.ticket[]`): the cable or switch port between
@@ -336,6 +341,10 @@ pub struct TicketItem {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rail: Option<VerdictRail>,
     pub message: String,
+    /// The switch port at each end where LLDP named it, from then to
+    /// (`node-b mlx5_3 (eth3) <-> leaf-07 Eth1/12`); absent when neither is known.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub switch_ports: Vec<String>,
 }
 
 /// The drain list and the ticket list of `verdicts`, apart (verdicts whose action is
@@ -360,6 +369,7 @@ pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
                             ranks: Vec::new(),
                             kinds: Vec::new(),
                             reason: v.message.clone(),
+                            switch_ports: Vec::new(),
                         });
                         drain.last_mut().expect("just pushed")
                     }
@@ -370,6 +380,11 @@ pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
                 if !d.kinds.contains(&v.kind) {
                     d.kinds.push(v.kind);
                 }
+                for t in neighbor::texts(v) {
+                    if !d.switch_ports.contains(&t) {
+                        d.switch_ports.push(t);
+                    }
+                }
             }
             Action::Ticket => ticket.push(TicketItem {
                 kind: v.kind,
@@ -379,6 +394,7 @@ pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
                 to_host: v.to_host.clone(),
                 rail: v.rail.clone(),
                 message: v.message.clone(),
+                switch_ports: neighbor::texts(v),
             }),
             Action::Investigate => {}
         }
@@ -435,6 +451,34 @@ mod action_tests {
         let t: Vec<(VerdictKind, Option<Rank>, Option<Rank>)> =
             ticket.iter().map(|t| (t.kind, t.from_rank, t.to_rank)).collect();
         assert_eq!(t, [(VerdictKind::SlowLink, Some(0), Some(3)), (VerdictKind::SlowPath, Some(1), Some(0))]);
+        assert!(ticket.iter().all(|t| t.switch_ports.is_empty()) && drain.iter().all(|d| d.switch_ports.is_empty()));
+    }
+
+    /// Where LLDP named the switch port, the ticket quotes both ends and the drain entry its
+    /// node's; in JSON only when known.
+    #[test]
+    fn tickets_and_drains_quote_the_switch_ports() {
+        let mut ranks = crate::ring::diagnosis::localize::sim::ranks(4);
+        for (r, port) in [(0, "Eth1/1"), (3, "Eth1/4")] {
+            ranks[r].neighbor = Some(crate::ring::model::Neighbor {
+                system_name: Some("leaf-07".into()),
+                chassis_id: None,
+                port_id: Some(port.into()),
+                port_description: None,
+                source: "lldpd".into(),
+            });
+        }
+        let mut vs = [
+            v(VerdictKind::SlowLink, Some((0, "node-a")), Some((3, "node-d"))),
+            v(VerdictKind::SlowEgress, Some((3, "node-d")), None),
+            v(VerdictKind::SlowLink, Some((1, "node-b")), Some((2, "node-c"))),
+        ];
+        neighbor::attach(&mut vs, &ranks);
+        let (drain, ticket) = action_lists(&vs);
+        assert_eq!(ticket[0].switch_ports, ["node-a eth1 <-> leaf-07 Eth1/1", "node-d eth1 <-> leaf-07 Eth1/4"]);
+        assert_eq!(drain[0].switch_ports, ["node-d eth1 <-> leaf-07 Eth1/4"]);
+        let j = serde_json::to_value(&ticket).unwrap();
+        assert!(j[1].get("switch_ports").is_none(), "{j}");
     }
 }
 
@@ -444,6 +488,8 @@ mod note_tests {
 
     fn rank(r: Rank, transport: &str) -> RankInfo {
         RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             rank: r,

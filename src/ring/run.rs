@@ -18,9 +18,9 @@ use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanReport, Step};
 use crate::ring::diagnosis::evidence::{self, Sampler};
-use crate::ring::diagnosis::linkerror;
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
+use crate::ring::diagnosis::{linkerror, neighbor};
 use crate::ring::launcher::Identity;
 use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable, shown, thousands};
 use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
@@ -42,6 +42,12 @@ pub struct Setup {
     /// Port rate of the data interface in 10^9 bytes/s, where known (the scan judges links
     /// against it).
     pub line_rate_gbs: Option<f64>,
+    /// The switch port the data interface is cabled to, where LLDP said it (sent in the
+    /// hello; see [`crate::ring::diagnosis::neighbor`]); None: unknown.
+    pub neighbor: Option<crate::ring::model::Neighbor>,
+    /// What the data port could run at (see [`crate::ring::diagnosis::portmax`]), sent in
+    /// the hello; None: unknown.
+    pub port_max: Option<crate::ring::model::PortMax>,
     /// The data plane; None: TCP on `data_ip`. Tests pass an in-process fabric.
     pub fabric: Option<Box<dyn Fabric + Send>>,
     /// This rank's data NIC port counters (sampled at the start, the end, and a stuck
@@ -201,7 +207,7 @@ pub fn run_rank(
             (&setup.identity, setup.rails.clone(), setup.node),
             &setup.host,
             fabric.as_ref(),
-            setup.device.clone(),
+            (setup.device.clone(), setup.neighbor.clone(), setup.port_max.clone()),
             setup.line_rate_gbs,
             counters.as_ref(),
             live,
@@ -307,6 +313,7 @@ fn job_outcome(
         }
     }
     evidence::attach(&mut verdicts, &crep.port_counters, &crep.ranks);
+    neighbor::attach(&mut verdicts, &crep.ranks);
     let mut report = RingReport {
         world: id.world,
         transport_note: crate::ring::report::transport_note(&crep.ranks, &transport),
@@ -374,7 +381,11 @@ fn rank_body(
     (id, rails, node): (&Identity, Vec<crate::ring::model::RailPort>, Option<Rank>),
     host: &str,
     fabric: &dyn Fabric,
-    device: Option<String>,
+    (device, neighbor, port_max): (
+        Option<String>,
+        Option<crate::ring::model::Neighbor>,
+        Option<crate::ring::model::PortMax>,
+    ),
     line_rate_gbs: Option<f64>,
     counters: Option<&Sampler>,
     live: Arc<LiveStatus>,
@@ -391,6 +402,8 @@ fn rank_body(
         message: m,
     };
     let info = RankInfo {
+        neighbor,
+        port_max,
         rails,
         capabilities: vec![fabric.transport().into()],
         rank: id.rank,
@@ -1064,6 +1077,8 @@ mod tests {
 
     fn info(rank: u32, host: &str) -> RankInfo {
         RankInfo {
+            neighbor: None,
+            port_max: None,
             rails: Vec::new(),
             node: None,
             capabilities: Vec::new(),

@@ -557,6 +557,66 @@ impl Lab {
     }
 }
 
+/// A switch port sending LLDP: `frame` out of the data bridge's port to one node every
+/// 200 ms (what a switch does every 30 s), until dropped. The bridge's ports live in this
+/// (the switch's) namespace, so the frame reaches only that node's `eth1`.
+pub struct LldpSender {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl LldpSender {
+    /// Frames sent so far, stopping the sender.
+    pub fn stop(mut self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map(|t| t.join().unwrap_or(0)).unwrap_or(0)
+    }
+}
+
+impl Drop for LldpSender {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Lab {
+    /// Send `frame` (an LLDPDU, `fabprobe::sysfs::lldp::encode::frame`) to `node`'s data
+    /// interface from its switch port on the data bridge, every 200 ms for at most 60 s.
+    pub fn send_lldp(&self, node: usize, frame: Vec<u8>) -> LldpSender {
+        use pnet::datalink::{self, Channel};
+        let port = format!("{}{node}d", self.prefix);
+        let iface = datalink::interfaces()
+            .into_iter()
+            .find(|i| i.name == port)
+            .unwrap_or_else(|| panic!("the bridge port {port} is missing"));
+        let Ok(Channel::Ethernet(mut tx, _rx)) = datalink::channel(&iface, datalink::Config::default()) else {
+            panic!("no AF_PACKET channel on {port}");
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut sent = 0;
+            for _ in 0..300 {
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Some(Ok(())) = tx.send_to(&frame, None) {
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            sent
+        });
+        LldpSender {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         if let Ok(mut c) = self.children.lock() {

@@ -29,6 +29,15 @@ struct Sweep {
     /// Links, cables or switch ports to ticket, where a sweep names them.
     #[serde(default)]
     tickets: Vec<Value>,
+    /// What ring reports said (`ring.ticket[]`: links and paths to ticket, both ends).
+    #[serde(default)]
+    ring: Option<RingLists>,
+}
+
+#[derive(Deserialize)]
+struct RingLists {
+    #[serde(default)]
+    ticket: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -134,9 +143,10 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
                 table.drain { thead { tr { th { "node" } th { "reasons" } } }
                     tbody { @for b in &s.bad_nodes { tr { td { (b.node) } td { (b.reasons.join("; ")) } } } } }
             }
-            @if !s.tickets.is_empty() {
-                h3 { "Tickets (" (s.tickets.len()) ")" }
-                ul.tickets { @for t in &s.tickets { li { (ticket_line(t)) } } }
+            @let tickets: Vec<&Value> = s.tickets.iter().chain(s.ring.iter().flat_map(|r| &r.ticket)).collect();
+            @if !tickets.is_empty() {
+                h3 { "Tickets (" (tickets.len()) ")" }
+                ul.tickets { @for t in &tickets { li { (ticket_line(t)) } } }
             }
             @if !s.unreadable.is_empty() {
                 h3 { "Missing and unreadable reports (" (s.unreadable.len()) ")" }
@@ -152,6 +162,26 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
 
 /// A ticket as the sweep wrote it: its fields `key: value`, whatever they are.
 fn ticket_line(t: &Value) -> String {
+    // A ring report's ticket: `slow_link node-b -> node-d: message (switch ports: ...)`.
+    if let (Some(kind), Some(from), Some(to)) = (t.get("kind"), t.get("from"), t.get("to")) {
+        let host = |e: &Value| e.get("host").and_then(Value::as_str).unwrap_or("?").to_string();
+        let ports: Vec<&str> = t
+            .get("switch_ports")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut line = format!(
+            "{} {} -> {}: {}",
+            kind.as_str().unwrap_or("?"),
+            host(from),
+            host(to),
+            t.get("message").and_then(Value::as_str).unwrap_or("")
+        );
+        if !ports.is_empty() {
+            line += &format!(" (switch ports: {})", ports.join("; "));
+        }
+        return line;
+    }
     match t {
         Value::Object(m) => m
             .iter()

@@ -298,7 +298,7 @@ impl Driver {
     }
 
     fn analyze(&self, ranks: &[RankInfo]) -> localize::Analysis {
-        let expected = rates::expected_rates(&self.line_rates);
+        let expected = rates::expected_rates(ranks, &self.line_rates);
         localize::analyze(ranks, &self.samples, &self.policy, |r| expected.get(&r).copied())
     }
 
@@ -416,6 +416,8 @@ mod tests {
     fn drive_n(n: Rank, budget_s: f64, slow: impl Fn(Rank, Rank, u32, bool, u32) -> bool) -> ScanReport {
         let ranks: Vec<RankInfo> = (0..n)
             .map(|r| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 rank: r,

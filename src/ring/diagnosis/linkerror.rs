@@ -120,6 +120,8 @@ mod tests {
     fn ranks() -> Vec<RankInfo> {
         (0..3)
             .map(|r| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 rank: r,

@@ -942,6 +942,8 @@ pub mod sim {
     pub fn ranks(n: usize) -> Vec<RankInfo> {
         (0..n)
             .map(|r| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),

@@ -1,16 +1,18 @@
 //! Turning what the ranks saw into verdicts: the link-scan plan ([`plan`]) and its
 //! coordinator-side driver ([`driver`]), slow-link localization ([`localize`]), hang and
 //! death verdicts ([`watchdog`]), RDMA completion errors ([`linkerror`]), and port-counter evidence from each rank's NIC
-//! ([`evidence`]); port rates against the peers' ([`rates`]) and the confirmation of
+//! ([`evidence`]), the switch port at the other end of it ([`neighbor`]); port rates against the peers' and the port's own maximum ([`rates`], [`portmax`]) and the confirmation of
 //! suspects on new connections ([`confirm`]).
 pub mod confirm;
 pub mod driver;
 pub mod evidence;
 pub mod linkerror;
 pub mod localize;
+pub mod neighbor;
 #[cfg(test)]
 pub mod pastes;
 pub mod plan;
+pub mod portmax;
 pub mod rates;
 #[cfg(any(test, feature = "testkit"))]
 pub mod simfabric;

@@ -950,6 +950,8 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(r, f)| RankInfo {
+                neighbor: None,
+                port_max: None,
                 rails: Vec::new(),
                 node: None,
                 capabilities: Vec::new(),
