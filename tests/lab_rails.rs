@@ -349,8 +349,8 @@ fn a_nodes_missing_rail_runs_on_the_other_nodes() {
 }
 
 /// Issue 20: `--rails all` on 3 nodes where node-c never starts (it never declares its rails)
-/// and node-b declares, then is frozen (a starved host) until 6.5 s after rail 1's
-/// coordinator started, within `--join-timeout` 10: rank 0's rails wait the whole join window
+/// and node-b declares, then is frozen (a starved host) until 6.5 s after the rails'
+/// coordinators started, within `--join-timeout` 10: rank 0's rails wait the whole join window
 /// for node-b (they did give up after 5 s for every node), seat it once it wakes, and the one
 /// node named missing is node-c, as a node that never declared its rails.
 #[test]
@@ -365,7 +365,8 @@ fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
     // Node-b's declaration is in: freeze it before its seats come (at the join window's end).
     lab.wait_read_from(0, 29517, &lab.nodes[1].mgmt_ip, Duration::from_secs(20));
     lab.signal(ids[1], Signal::SIGSTOP);
-    lab.wait_listening(0, 29518, Duration::from_secs(30));
+    // Rank 0's rails' coordinators start (behind its relay, on loopback).
+    lab.wait_loopback_listeners(0, 2, Duration::from_secs(30));
     let held = lab.runs_for(ids[0], Duration::from_millis(6500));
     lab.signal(ids[1], Signal::SIGCONT);
     let (o, _) = lab.wait(ids[0], Duration::from_secs(30));

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
-use crate::ring::railroster::Roster;
+use crate::ring::railplan::Roster;
 use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
 use crate::ring::run::{Failure, RankOutcome, RunError};
 
@@ -924,7 +924,7 @@ mod tests {
 
     #[test]
     fn with_a_roster_a_rail_runs_on_the_nodes_that_have_it_and_is_numbered_by_node() {
-        use crate::ring::railroster::{Declaration, Roster};
+        use crate::ring::railplan::{Declaration, Roster};
         // node-b's rail 1 is down: rail 1's ring was node-a (its rank 0) and node-c (its
         // rank 1), and it found node-c's rail 1 egress slow; its coordinator numbered its
         // report by node.
@@ -1011,9 +1011,9 @@ mod tests {
     }
 
     /// The roster of `n` nodes, each with the rail slots `slots(rank)` gives, and the rings
-    /// [`crate::ring::railroster::plan`] makes of them for `wanted`.
+    /// [`crate::ring::railplan::plan`] makes of them for `wanted`.
     fn roster_of(n: u32, slots: impl Fn(u32) -> Vec<RailPort>, wanted: Option<&[u32]>) -> Roster {
-        use crate::ring::railroster::{Declaration, plan};
+        use crate::ring::railplan::{Declaration, plan};
         let nodes: BTreeMap<Rank, Declaration> = (0..n)
             .map(|r| {
                 let d = Declaration {

@@ -1,0 +1,724 @@
+//! `--rails` across nodes: one control connection per node. Every node says hello once on
+//! the job's coordinator port, declaring its rail slots (the same hardened door as a ring's
+//! coordinator: [`coordinator::node_door`]); rank 0 plans every rail's ring from the
+//! declarations ([`railplan::plan`]) and answers each node with its seats. The connection
+//! then stays open for the whole run and carries every rail's control messages, each tagged
+//! with its rail ([`Msg::Rail`]): on rank 0 a relay (the [`Hub`]) hands each rail's frames to
+//! that rail's coordinator, and on the node a relay ([`NodeRelay`]) hands them to that rail's
+//! rank, both over loopback inside their own process, so each rail's coordinator and rank run
+//! unchanged. At the end rank 0 sends the job's verdict over every rail to every node
+//! ([`Msg::JobDone`]). Every wait has a deadline.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::ring::control::{Happening, Plane, frame, take_frames};
+use crate::ring::coordinator::{self, AckFn, CoordinatorConfig, Event, Limits, NodeDoor};
+use crate::ring::gate;
+use crate::ring::launcher::Identity;
+use crate::ring::model::{RailPort, Rank, RankInfo, printable};
+use crate::ring::options::Options;
+use crate::ring::railplan::{self, Declaration, Roster, Seat};
+use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, connect_until, window_end};
+use crate::ring::tcpinfo;
+use crate::ring::wire::{self, Hello, Msg, WireError};
+
+/// The node door's token: a rail's ring or a run without `--rails` is refused there.
+pub fn node_token(token: &str) -> String {
+    format!("{token}/rails")
+}
+
+/// The node door's configuration: the job's nodes, its token, rank 0's options and join
+/// window; no judge (each rail's coordinator judges its ring).
+pub fn door_config(id: &Identity, opts: &Options) -> CoordinatorConfig {
+    CoordinatorConfig {
+        world: id.world,
+        token: node_token(&id.token),
+        timeout: opts.timeout(),
+        join_timeout: opts.join_timeout(),
+        advertised: id.coordinator.clone(),
+        params: opts.canonical(),
+        judge: None,
+        scan: None,
+        on_row: None,
+        rings: None,
+        nodes: Vec::new(),
+        silent: Default::default(),
+        silent_wait: Duration::ZERO,
+        relay: None,
+        interrupt: Some(crate::ring::interrupt::process()),
+    }
+}
+
+/// A node's hello on the node door: its rank, and every rail slot it has (driven or not).
+pub fn node_hello(id: &Identity, host: String, slots: &[RailPort], opts: &Options) -> Hello {
+    Hello {
+        protocol: wire::PROTOCOL,
+        rank: id.rank,
+        world: id.world,
+        token: node_token(&id.token),
+        info: RankInfo {
+            rank: id.rank,
+            host,
+            address: String::new(),
+            device: None,
+            transport: String::new(),
+            pid: Some(std::process::id()),
+            capabilities: Vec::new(),
+            rails: slots.to_vec(),
+            node: None,
+        },
+        capabilities: Vec::new(),
+        params: opts.canonical(),
+    }
+}
+
+/// How long the hub writes what is queued once the job's verdict went out.
+const FINISH_DRAIN: Duration = Duration::from_secs(2);
+
+/// Rank 0's side once the nodes declared: the plan, and the connections to relay.
+pub struct Hub {
+    pub roster: Roster,
+    door: NodeDoor,
+    /// The lines of what the door saw (joins, refusals), for the log.
+    pub events: Vec<String>,
+}
+
+/// Rank 0: gather every node's declaration on `listener` (rank 0's own is `me`) until all
+/// `cfg.world` nodes declared or the join window ended, and plan the rails' rings.
+pub fn gather(
+    listener: TcpListener,
+    cfg: &CoordinatorConfig,
+    me: Declaration,
+    wanted: Option<&[u32]>,
+) -> Result<Hub, String> {
+    let info = RankInfo {
+        rank: me.rank,
+        host: me.host.clone(),
+        address: String::new(),
+        device: None,
+        transport: String::new(),
+        pid: Some(std::process::id()),
+        capabilities: Vec::new(),
+        rails: me.slots.clone(),
+        node: None,
+    };
+    let door = coordinator::node_door(listener, cfg, info, Limits::default())?;
+    let nodes: BTreeMap<Rank, Declaration> = door
+        .seen
+        .values()
+        .map(|i| {
+            let d = Declaration {
+                rank: i.rank,
+                host: i.host.clone(),
+                slots: i.rails.clone(),
+            };
+            (i.rank, d)
+        })
+        .collect();
+    let rings = railplan::plan(&nodes, cfg.world, wanted);
+    let silent = (0..cfg.world).filter(|r| !nodes.contains_key(r)).collect();
+    let events = door.rep.events.iter().map(Event::line).collect();
+    Ok(Hub {
+        roster: Roster {
+            world: cfg.world,
+            nodes,
+            rings,
+            silent,
+        },
+        door,
+        events,
+    })
+}
+
+/// What the running hub is told.
+enum Cmd {
+    /// The job's verdict: sent to every node, then the hub ends.
+    JobDone(Msg),
+}
+
+/// The running hub: its thread, and the way to end it.
+pub struct HubHandle {
+    cmd: Sender<Cmd>,
+    thread: Option<thread::JoinHandle<Vec<String>>>,
+    socks: Arc<Mutex<BTreeMap<Rank, TcpStream>>>,
+}
+
+impl Hub {
+    /// Seat every node that declared and relay its rails to each rail's coordinator at
+    /// `rails` (rail -> its loopback address), until [`HubHandle::finish`].
+    pub fn start(self, rails: BTreeMap<u32, SocketAddr>) -> HubHandle {
+        let Hub { roster, door, .. } = self;
+        let NodeDoor {
+            mut plane,
+            rx,
+            stop,
+            mut rep,
+            ..
+        } = door;
+        let n = roster.world;
+        let width = roster.rings.keys().max().map_or(1, |k| k + 1);
+        plane.grow(n.saturating_add(n.saturating_mul(width)));
+        let mut socks = BTreeMap::new();
+        let now = Instant::now();
+        for (&r, _) in roster.nodes.iter().filter(|(r, _)| **r != 0) {
+            if let Some(s) = plane.socket(r).and_then(|s| s.try_clone().ok()) {
+                socks.insert(r, s);
+            }
+            if let Ok(f) = frame(&Msg::Seats {
+                seats: roster.seats(r),
+            }) {
+                let _ = plane.send(r, f, now);
+            }
+        }
+        let socks = Arc::new(Mutex::new(socks));
+        let (cmd, cmd_rx) = mpsc::channel();
+        let mut mux = Mux {
+            plane,
+            n,
+            width,
+            rings: roster
+                .rings
+                .iter()
+                .filter_map(|(k, ring)| rails.get(k).map(|a| (*k, (ring.clone(), *a))))
+                .collect(),
+        };
+        let thread = thread::spawn(move || {
+            mux.run(&cmd_rx, &rx, &mut rep);
+            stop.store(true, Ordering::Relaxed);
+            rep.events.iter().map(Event::line).collect()
+        });
+        HubHandle {
+            cmd,
+            thread: Some(thread),
+            socks,
+        }
+    }
+}
+
+impl HubHandle {
+    /// TCP_INFO of the control connection of the node at ring rank `r` of a rail whose ring
+    /// is `ring` (node ranks in ring order): its rail's coordinator only sees loopback.
+    pub fn ack_fn(&self, ring: Vec<Rank>) -> AckFn {
+        let socks = self.socks.clone();
+        Arc::new(move |r| {
+            let node = *ring.get(r as usize)?;
+            let g = socks.lock().unwrap_or_else(|p| p.into_inner());
+            g.get(&node).and_then(tcpinfo::ack_state)
+        })
+    }
+
+    /// Send the job's verdict to every node, write it out (bounded), end the hub; returns
+    /// the lines of what its door refused meanwhile.
+    pub fn finish(mut self, failed: bool, why: Option<String>) -> Vec<String> {
+        let why = why.map(|w| printable(&w, 2000));
+        let _ = self.cmd.send(Cmd::JobDone(Msg::JobDone { failed, why }));
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for HubHandle {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = self.cmd.send(Cmd::JobDone(Msg::JobDone {
+                failed: true,
+                why: Some("rank 0 ended without a verdict".into()),
+            }));
+            let _ = t.join();
+        }
+    }
+}
+
+/// The hub's event loop: connection `i < n` is node i's; `n + i * width + k` is node i's
+/// rail k, relayed to that rail's coordinator over loopback.
+struct Mux {
+    plane: Plane,
+    n: u32,
+    width: u32,
+    /// Each relayed rail: its ring (node ranks) and its coordinator's loopback address.
+    rings: BTreeMap<u32, (Vec<Rank>, SocketAddr)>,
+}
+
+fn is_reset(e: &WireError) -> bool {
+    !matches!(e, WireError::Closed)
+}
+
+impl Mux {
+    fn relay(&self, node: Rank, rail: u32) -> Rank {
+        self.n + node * self.width + rail
+    }
+
+    fn run(
+        &mut self,
+        cmd: &Receiver<Cmd>,
+        late: &Receiver<gate::Incoming>,
+        rep: &mut coordinator::CoordinatorReport,
+    ) {
+        let ping = frame(&Msg::Ping).ok();
+        let mut next_ping = Instant::now();
+        let mut ending: Option<Instant> = None;
+        loop {
+            for h in self.plane.wait(Duration::from_millis(50)) {
+                match h {
+                    Happening::Msg(i, m, _) if i < self.n => self.from_node(i, m),
+                    Happening::Closed(i, e) if i < self.n => self.node_gone(i, is_reset(&e)),
+                    Happening::Msg(j, m, _) => self.from_rail(j, m),
+                    Happening::Closed(j, e) => self.rail_gone(j, is_reset(&e)),
+                }
+            }
+            if self.plane.take_woken() {
+                turn_away(late, rep);
+            }
+            let now = Instant::now();
+            // Each node hears from rank 0 while only other nodes' rails still run.
+            if let Some(p) = ping.as_ref().filter(|_| now >= next_ping) {
+                self.plane.ping_idle(p, 0..self.n, now, |_| true);
+                next_ping = now + HEARTBEAT;
+            }
+            let told = match cmd.try_recv() {
+                Ok(Cmd::JobDone(m)) => Some(Some(m)),
+                Err(mpsc::TryRecvError::Disconnected) => Some(None),
+                Err(mpsc::TryRecvError::Empty) => None,
+            };
+            if let Some(m) = told.filter(|_| ending.is_none()) {
+                ending = Some(now + FINISH_DRAIN);
+                if let Some(f) = m.and_then(|m| frame(&m).ok()) {
+                    for i in 1..self.n {
+                        let _ = self.plane.send(i, f.clone(), now);
+                    }
+                }
+            }
+            if ending.is_some_and(|t| now >= t || self.plane.queued() == 0) {
+                return;
+            }
+        }
+    }
+
+    /// A node's frame: one of its rails' messages to that rail's coordinator (a hello opens
+    /// a fresh relay connection), or the end of one of its rails' connections.
+    fn from_node(&mut self, i: Rank, m: Msg) {
+        let (rail, msg) = match m {
+            Msg::Rail { rail, msg } => (rail, msg),
+            Msg::RailClosed { rail, reset } => {
+                if self.rings.contains_key(&rail) {
+                    self.close_relay(self.relay(i, rail), reset);
+                }
+                return;
+            }
+            _ => return,
+        };
+        let Some((ring, addr)) = self.rings.get(&rail) else {
+            return self.tell_closed(i, rail, true);
+        };
+        if !ring.contains(&i) {
+            return self.tell_closed(i, rail, true);
+        }
+        let (addr, j) = (*addr, self.relay(i, rail));
+        if matches!(*msg, Msg::Hello(_)) {
+            self.plane.remove(j);
+            let added = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|s| {
+                let _ = s.set_nodelay(true);
+                self.plane.add(j, s)
+            });
+            if added.is_err() {
+                return self.tell_closed(i, rail, true);
+            }
+        }
+        let sent = frame(&msg).ok().map(|f| self.plane.send(j, f, Instant::now()));
+        if !matches!(sent, Some(Ok(()))) {
+            self.close_relay(j, true);
+        }
+    }
+
+    /// A rail coordinator's frame to node i, tagged with its rail.
+    fn from_rail(&mut self, j: Rank, m: Msg) {
+        let (i, rail) = self.split(j);
+        let sent = frame(&Msg::Rail {
+            rail,
+            msg: Box::new(m),
+        })
+        .ok()
+        .map(|f| self.plane.send(i, f, Instant::now()));
+        match sent {
+            Some(Ok(())) => {}
+            // Over its queue's limit: node i does not read; every rail of it ends.
+            Some(Err(_)) => self.node_gone(i, true),
+            None => self.close_relay(j, true),
+        }
+    }
+
+    fn split(&self, j: Rank) -> (Rank, u32) {
+        let x = j - self.n;
+        (x / self.width, x % self.width)
+    }
+
+    /// A rail's coordinator closed node i's connection: the node's rank of that rail is told.
+    fn rail_gone(&mut self, j: Rank, reset: bool) {
+        let (i, rail) = self.split(j);
+        self.tell_closed(i, rail, reset);
+    }
+
+    fn tell_closed(&mut self, i: Rank, rail: u32, reset: bool) {
+        if let Ok(f) = frame(&Msg::RailClosed { rail, reset }) {
+            let _ = self.plane.send(i, f, Instant::now());
+        }
+    }
+
+    /// Close relay connection `j` (`reset`: as a reset, as the node's own connection ended).
+    fn close_relay(&mut self, j: Rank, reset: bool) {
+        if reset && let Some(s) = self.plane.socket(j) {
+            let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+        }
+        self.plane.remove(j);
+    }
+
+    /// Node i's connection ended: each of its rails' coordinators sees the same end.
+    fn node_gone(&mut self, i: Rank, reset: bool) {
+        self.plane.remove(i);
+        let rails: Vec<u32> = self.rings.keys().copied().collect();
+        for k in rails {
+            self.close_relay(self.relay(i, k), reset);
+        }
+    }
+}
+
+/// Declarations read after the join window: told why, never closed unanswered.
+fn turn_away(late: &Receiver<gate::Incoming>, rep: &mut coordinator::CoordinatorReport) {
+    while let Ok((s, peer, hello)) = late.try_recv() {
+        let reason = match hello {
+            Ok(_) => LATE.to_string(),
+            Err(e) => coordinator::door_reason(e),
+        };
+        coordinator::refuse(rep, &s, &peer.to_string(), &reason);
+    }
+}
+
+/// Why a declaration read after rank 0's join window is not seated.
+pub const LATE: &str = "rank 0's join window (--join-timeout) ended before this node's rails declaration was \
+                        read; its rails are named missing on every rail's ring";
+
+// ------------------------------------------------------------------ a node's side
+
+/// Another node: declare this node's rails to rank 0 at `coordinator` (connecting again
+/// while rank 0 is not up or its door is busy, within the join window; once seated, waiting
+/// on rank 0's window) and return its seats and the connection, which stays open.
+pub fn declare(
+    coordinator: &str,
+    hello: Hello,
+    join_timeout: Duration,
+) -> Result<(Vec<Seat>, TcpStream), BootstrapError> {
+    let start = Instant::now();
+    let mut retries = 0;
+    loop {
+        match declare_once(coordinator, &hello, join_timeout, start) {
+            Err(BootstrapError::Rejected { reason, .. })
+                if reason.starts_with(gate::BUSY) && start.elapsed() < join_timeout =>
+            {
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e)
+                if rendezvous::lost_before_table(&e)
+                    && retries < rendezvous::MAX_JOIN_RETRIES
+                    && start.elapsed() < join_timeout =>
+            {
+                retries += 1;
+                thread::sleep(Duration::from_millis(100 * retries as u64));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn declare_once(
+    coordinator: &str,
+    hello: &Hello,
+    join_timeout: Duration,
+    start: Instant,
+) -> Result<(Vec<Seat>, TcpStream), BootstrapError> {
+    let wire_err = |source| BootstrapError::Wire {
+        peer: coordinator.to_string(),
+        source,
+    };
+    let s = connect_until(coordinator, start + join_timeout).map_err(|last| BootstrapError::Unreachable {
+        coordinator: coordinator.to_string(),
+        secs: join_timeout.as_secs(),
+        last,
+    })?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| wire_err(e.into()))?;
+    wire::write_msg(&mut &s, &Msg::Hello(hello.clone())).map_err(wire_err)?;
+    // Rank 0's window, once it says so; until then this node's own.
+    let mut deadline = start + join_timeout + rendezvous::JOIN_GRACE;
+    loop {
+        // Past the deadline, what already waits is still read (this process may have been
+        // stopped while its seats came).
+        let left = deadline.saturating_duration_since(Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .map_err(|e| wire_err(e.into()))?;
+        match wire::read_msg(&mut &s) {
+            Err(WireError::TimedOut) if Instant::now() >= deadline => {
+                return Err(BootstrapError::NoTable {
+                    coordinator: coordinator.to_string(),
+                    secs: join_timeout.as_secs(),
+                });
+            }
+            Ok(Msg::Seats { seats }) => {
+                return check_seats(&seats, hello.world)
+                    .map(|_| (seats, s))
+                    .map_err(|e| wire_err(WireError::Malformed(format!("the seats from rank 0: {e}"))));
+            }
+            Ok(Msg::Window { closes_in_ms }) => deadline = deadline.max(window_end(closes_in_ms)),
+            Ok(Msg::Reject { reason }) => {
+                return Err(BootstrapError::Rejected {
+                    coordinator: coordinator.to_string(),
+                    reason: printable(&reason, 400),
+                });
+            }
+            Ok(Msg::Abort { reason }) => return Err(BootstrapError::Aborted(printable(&reason, 2000))),
+            Ok(_) | Err(WireError::TimedOut) => continue,
+            Err(WireError::Closed) => {
+                return Err(BootstrapError::CoordinatorLost {
+                    coordinator: coordinator.to_string(),
+                    why: "closed before this node's seats came".into(),
+                });
+            }
+            Err(e) => return Err(wire_err(e)),
+        }
+    }
+}
+
+/// Seats as a node checks them: bounded, each rail once, each rank inside its ring, no ring
+/// larger than the job. Pure.
+pub fn check_seats(seats: &[Seat], world: u32) -> Result<(), String> {
+    let max = crate::ring::rails::MAX_RAILS as usize;
+    if seats.len() > max {
+        return Err(format!("{} seats, at most {max}", seats.len()));
+    }
+    for (i, s) in seats.iter().enumerate() {
+        if s.rail >= crate::ring::rails::MAX_RAILS || seats[..i].iter().any(|t| t.rail == s.rail) {
+            return Err(format!("rail {} is out of range or seated twice", s.rail));
+        }
+        if s.world > world || s.rank >= s.world {
+            return Err(format!(
+                "rail {}: rank {} of {} does not fit a job of {world} nodes",
+                s.rail, s.rank, s.world
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A node's relay: each of its rails' ranks joins that rail's coordinator through a loopback
+/// listener here, and their frames travel on the node's one connection, tagged.
+pub struct NodeRelay {
+    /// Each seated rail's loopback address (its rank joins there).
+    pub addrs: BTreeMap<u32, String>,
+    job: Receiver<(bool, Option<String>)>,
+    stop: Arc<AtomicBool>,
+    quiet: Duration,
+}
+
+type Locals = Arc<Mutex<BTreeMap<u32, TcpStream>>>;
+
+/// How long one blocking read or accept of the relay waits before it looks at `stop`.
+const SLICE: Duration = Duration::from_millis(100);
+
+impl NodeRelay {
+    /// Start relaying node connection `s` for `seats`. `quiet`: how long rank 0 may say
+    /// nothing (it pings every [`HEARTBEAT`]) before the relay gives it up.
+    pub fn start(s: TcpStream, seats: &[Seat], quiet: Duration) -> io::Result<NodeRelay> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let locals: Locals = Arc::default();
+        let writer = Arc::new(Mutex::new(s.try_clone()?));
+        s.set_write_timeout(Some(Duration::from_secs(5)))?;
+        let mut addrs = BTreeMap::new();
+        for seat in seats {
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            addrs.insert(seat.rail, l.local_addr()?.to_string());
+            let (stop, locals, writer, rail) = (stop.clone(), locals.clone(), writer.clone(), seat.rail);
+            thread::spawn(move || accept_rail(l, rail, &locals, &writer, &stop));
+        }
+        let (tx, job) = mpsc::channel();
+        {
+            let (stop, locals) = (stop.clone(), locals.clone());
+            thread::spawn(move || from_rank0(s, &locals, &tx, &stop, quiet));
+        }
+        Ok(NodeRelay {
+            addrs,
+            job,
+            stop,
+            quiet,
+        })
+    }
+
+    /// The job's verdict from rank 0 (failed, why), waiting at most `limit`, and no longer
+    /// than rank 0 stays connected and talking (the reader gives up after its silence,
+    /// `quiet`); None: rank 0 went away without one.
+    pub fn job_verdict(&self, limit: Duration) -> Option<(bool, Option<String>)> {
+        let r = self.job.recv_timeout(limit.max(self.quiet)).ok();
+        r.map(|(f, w)| (f, w.map(|w| printable(&w, 2000))))
+    }
+}
+
+impl Drop for NodeRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Rail `rail`'s loopback listener: each connection its rank opens (a retried join opens
+/// another) replaces the one before.
+fn accept_rail(
+    l: TcpListener,
+    rail: u32,
+    locals: &Locals,
+    writer: &Arc<Mutex<TcpStream>>,
+    stop: &AtomicBool,
+) {
+    if l.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((c, _)) = l.accept() else {
+            thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let (Ok(()), Ok(r)) = (c.set_nonblocking(false), c.try_clone()) else {
+            continue;
+        };
+        let _ = c.set_write_timeout(Some(Duration::from_secs(5)));
+        let old = locals.lock().unwrap_or_else(|p| p.into_inner()).insert(rail, c);
+        if let Some(o) = old {
+            let _ = o.shutdown(Shutdown::Both);
+        }
+        let (locals, writer) = (locals.clone(), writer.clone());
+        thread::spawn(move || from_rail_rank(r, rail, &locals, &writer));
+    }
+}
+
+/// Write one message to rank 0, tagged; false: the connection is gone.
+fn to_rank0(writer: &Mutex<TcpStream>, m: &Msg) -> bool {
+    let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+    wire::write_msg(&mut *w, m).is_ok()
+}
+
+/// Frames read off `s` into `buf` (with `s`'s read timeout): Ok(None) when none came in time.
+fn read_frames(s: &mut TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]) -> Result<Vec<Msg>, WireError> {
+    let mut msgs = Vec::new();
+    match s.read(chunk) {
+        Ok(0) => Err(WireError::Closed),
+        Ok(k) => {
+            buf.extend_from_slice(&chunk[..k]);
+            take_frames(buf, &mut msgs)?;
+            Ok(msgs)
+        }
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(msgs),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(msgs),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One rail rank's connection: its frames to rank 0, tagged; its end is told to rank 0.
+fn from_rail_rank(mut s: TcpStream, rail: u32, locals: &Locals, writer: &Mutex<TcpStream>) {
+    let _ = s.set_read_timeout(None);
+    let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 64 << 10]);
+    let reset = loop {
+        match read_frames(&mut s, &mut buf, &mut chunk) {
+            Ok(msgs) => {
+                for m in msgs {
+                    let tagged = Msg::Rail {
+                        rail,
+                        msg: Box::new(m),
+                    };
+                    if !to_rank0(writer, &tagged) {
+                        let _ = s.shutdown(Shutdown::Both);
+                        return;
+                    }
+                }
+            }
+            Err(e) => break is_reset(&e),
+        }
+    };
+    // Only the rail's current connection speaks for it (a replaced one ends quietly).
+    let mut g = locals.lock().unwrap_or_else(|p| p.into_inner());
+    let same = g
+        .get(&rail)
+        .and_then(|c| Some((c.peer_addr().ok()?, s.peer_addr().ok()?)))
+        .is_some_and(|(a, b)| a == b);
+    if same {
+        g.remove(&rail);
+        drop(g);
+        to_rank0(writer, &Msg::RailClosed { rail, reset });
+    }
+}
+
+/// Close a rail rank's connection as rank 0's side ended it.
+fn close_local(c: TcpStream, reset: bool) {
+    if reset {
+        let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
+        drop(c);
+    } else {
+        let _ = c.shutdown(Shutdown::Both);
+    }
+}
+
+/// Rank 0's frames: each rail's to its rank; the job's verdict to [`NodeRelay::job_verdict`].
+/// Ends when rank 0's connection ends or is silent `quiet` (every rail rank sees it end).
+fn from_rank0(
+    mut s: TcpStream,
+    locals: &Locals,
+    job: &Sender<(bool, Option<String>)>,
+    stop: &AtomicBool,
+    quiet: Duration,
+) {
+    let _ = s.set_read_timeout(Some(SLICE));
+    let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 64 << 10]);
+    let mut heard = Instant::now();
+    let reset = loop {
+        if stop.load(Ordering::Relaxed) {
+            break false;
+        }
+        let msgs = match read_frames(&mut s, &mut buf, &mut chunk) {
+            Ok(m) => m,
+            Err(e) => break is_reset(&e),
+        };
+        // Judged after a read: a process that was stopped reads what waited first.
+        if !msgs.is_empty() {
+            heard = Instant::now();
+        } else if heard.elapsed() > quiet {
+            break true;
+        }
+        for m in msgs {
+            match m {
+                Msg::Rail { rail, msg } => {
+                    let mut g = locals.lock().unwrap_or_else(|p| p.into_inner());
+                    let ok = g.get_mut(&rail).is_some_and(|c| wire::write_msg(c, &msg).is_ok());
+                    if !ok && let Some(c) = g.remove(&rail) {
+                        close_local(c, true);
+                    }
+                }
+                Msg::RailClosed { rail, reset } => {
+                    let c = locals.lock().unwrap_or_else(|p| p.into_inner()).remove(&rail);
+                    if let Some(c) = c {
+                        close_local(c, reset);
+                    }
+                }
+                Msg::JobDone { failed, why } => {
+                    let _ = job.send((failed, why));
+                }
+                _ => {}
+            }
+        }
+    };
+    let all = std::mem::take(&mut *locals.lock().unwrap_or_else(|p| p.into_inner()));
+    for (_, c) in all {
+        close_local(c, reset);
+    }
+}
