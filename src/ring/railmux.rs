@@ -722,3 +722,345 @@ fn from_rank0(
         close_local(c, reset);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::rendezvous::JOIN_GRACE;
+
+    fn slot(rail: u32) -> RailPort {
+        RailPort {
+            rail,
+            device: format!("eth{}", rail + 1),
+            port: None,
+            netdev: Some(format!("eth{}", rail + 1)),
+            state: Some("up".into()),
+            usable: true,
+            label: None,
+            address: None,
+        }
+    }
+
+    fn cfg(world: u32, join: Duration) -> CoordinatorConfig {
+        CoordinatorConfig {
+            world,
+            token: node_token("job"),
+            timeout: Duration::from_secs(5),
+            join_timeout: join,
+            advertised: "test".into(),
+            params: "p".into(),
+            judge: None,
+            scan: None,
+            on_row: None,
+            rings: None,
+            nodes: Vec::new(),
+            silent: Default::default(),
+            silent_wait: Duration::ZERO,
+            relay: None,
+            interrupt: None,
+        }
+    }
+
+    fn hello(rank: Rank, world: u32) -> Hello {
+        Hello {
+            protocol: wire::PROTOCOL,
+            rank,
+            world,
+            token: node_token("job"),
+            info: RankInfo {
+                rank,
+                host: format!("node-{rank}"),
+                address: String::new(),
+                device: None,
+                transport: String::new(),
+                pid: None,
+                capabilities: Vec::new(),
+                rails: vec![slot(0), slot(1)],
+                node: None,
+            },
+            capabilities: Vec::new(),
+            params: "p".into(),
+        }
+    }
+
+    fn me() -> Declaration {
+        Declaration {
+            rank: 0,
+            host: "node-0".into(),
+            slots: vec![slot(0), slot(1)],
+        }
+    }
+
+    /// Rank 0's door on a fresh port, gathering `world` nodes; the hub seats them (no rail
+    /// relayed) and ends once `release` says so.
+    fn rank0(world: u32, join: Duration) -> (String, thread::JoinHandle<(Roster, Vec<String>)>, Sender<()>) {
+        gate::raise_fd_limit();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let (release, wait) = mpsc::channel::<()>();
+        let h = thread::spawn(move || {
+            let hub = gather(l, &cfg(world, join), me(), None).unwrap();
+            let (roster, events) = (hub.roster.clone(), hub.events.clone());
+            let running = hub.start(BTreeMap::new());
+            let _ = wait.recv_timeout(Duration::from_secs(60));
+            running.finish(false, None);
+            (roster, events)
+        });
+        (addr, h, release)
+    }
+
+    fn declare_in(addr: &str, rank: Rank, world: u32, join: Duration) -> thread::JoinHandle<Result<Vec<Seat>, String>> {
+        let addr = addr.to_string();
+        thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                declare(&addr, hello(rank, world), join)
+                    .map(|(seats, _)| seats)
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap()
+    }
+
+    fn both(rank: Rank, world: u32) -> Vec<Seat> {
+        (0..2).map(|rail| Seat { rail, rank, world }).collect()
+    }
+
+    /// Issue 31: 300 connections dripping a byte every 3 s on rank 0's port while the nodes
+    /// declare their rails change nothing: every node is seated, none is named missing.
+    #[test]
+    fn a_slow_drip_during_a_rails_join_changes_nothing() {
+        let (addr, r0, release) = rank0(3, Duration::from_secs(30));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (connected, all_in) = mpsc::channel();
+        let drip = {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            thread::spawn(move || {
+                use std::io::Write;
+                let mut v: Vec<TcpStream> = (0..300).filter_map(|_| TcpStream::connect(&addr).ok()).collect();
+                let n = v.len();
+                let _ = connected.send(());
+                // A valid frame's start, one byte per round: never garbage, never complete.
+                let slow = b"FPR1\0\0\x01\0{\"type\":\"hello\",";
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    for c in &mut v {
+                        let _ = c.write(&slow[k % slow.len()..][..1]);
+                    }
+                    k += 1;
+                    for _ in 0..30 {
+                        if !stop.load(Ordering::Relaxed) {
+                            thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                }
+                n
+            })
+        };
+        all_in.recv_timeout(Duration::from_secs(20)).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        let nodes: Vec<_> = (1..3).map(|r| declare_in(&addr, r, 3, Duration::from_secs(30))).collect();
+        for (r, h) in (1..).zip(nodes) {
+            assert_eq!(h.join().unwrap(), Ok(both(r, 3)), "node {r}");
+        }
+        release.send(()).unwrap();
+        let (roster, events) = r0.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(drip.join().unwrap(), 300);
+        assert!(roster.silent.is_empty(), "{roster:?}");
+        assert_eq!(roster.rings[&1], vec![0, 1, 2]);
+        assert!(events.iter().any(|e| e.contains("rank 2 (node-2) joined")), "{events:?}");
+    }
+
+    /// Issue 31: 1,000 nodes declaring their rails at once are all seated within a 10 s
+    /// window (the roster's reader threads took 5 s for 199).
+    #[test]
+    fn a_thousand_nodes_declaring_rails_are_all_seated() {
+        let world = 1001;
+        let (addr, r0, release) = rank0(world, Duration::from_secs(10));
+        let nodes: Vec<_> = (1..world).map(|r| declare_in(&addr, r, world, Duration::from_secs(10))).collect();
+        for (r, h) in (1..).zip(nodes) {
+            assert_eq!(h.join().unwrap(), Ok(both(r, world)), "node {r}");
+        }
+        release.send(()).unwrap();
+        let (roster, _) = r0.join().unwrap();
+        assert!(roster.silent.is_empty(), "silent: {:?}", roster.silent);
+        assert_eq!(roster.nodes.len(), world as usize);
+    }
+
+    /// Issue 31: a node started well before rank 0 (its own join window long over by the time
+    /// the last node comes) keeps waiting on rank 0's window once connected, and is seated.
+    #[test]
+    fn a_node_started_well_before_rank_0_is_seated() {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let t0 = Instant::now();
+        let early = declare_in(&port.to_string(), 1, 3, Duration::from_secs(2));
+        // Rank 0 comes 1 s later, with a 30 s window.
+        thread::sleep(Duration::from_secs(1));
+        let l = crate::ring::rendezvous::listen(port).unwrap();
+        let (release, wait) = mpsc::channel::<()>();
+        let r0 = thread::spawn(move || {
+            let hub = gather(l, &cfg(3, Duration::from_secs(30)), me(), None).unwrap();
+            let roster = hub.roster.clone();
+            let running = hub.start(BTreeMap::new());
+            let _ = wait.recv_timeout(Duration::from_secs(60));
+            running.finish(false, None);
+            roster
+        });
+        // The last node comes once the early node's own clock (2 s and its grace) ran out.
+        thread::sleep((t0 + Duration::from_secs(2) + JOIN_GRACE + Duration::from_millis(500)).saturating_duration_since(Instant::now()));
+        let last = declare_in(&port.to_string(), 2, 3, Duration::from_secs(30));
+        assert_eq!(last.join().unwrap(), Ok(both(2, 3)));
+        assert_eq!(early.join().unwrap(), Ok(both(1, 3)));
+        release.send(()).unwrap();
+        assert!(r0.join().unwrap().silent.is_empty());
+    }
+
+    fn rail_cfg(rail: u32, relay: AckFn) -> CoordinatorConfig {
+        CoordinatorConfig {
+            token: format!("job/rail{rail}"),
+            relay: Some(relay),
+            ..cfg(2, Duration::from_secs(10))
+        }
+    }
+
+    /// A rail's rank: join through `addr`, ready, go, results, done.
+    fn rail_rank(addr: String, rail: u32, rank: Rank) -> thread::JoinHandle<Result<bool, String>> {
+        thread::spawn(move || {
+            let mut h = hello(rank, 2);
+            h.token = format!("job/rail{rail}");
+            h.info.rails.clear();
+            let s = rendezvous::join_within(&addr, h, Duration::from_secs(10), Duration::from_secs(5))
+                .map_err(|e| e.to_string())?;
+            s.send(&Msg::Ready { rank }).map_err(|e| e.to_string())?;
+            s.wait_go(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+            let res = crate::ring::wire::RankResults {
+                rank,
+                rows: vec![],
+                links: vec![],
+                link_size_bytes: 0,
+                port_counters: vec![],
+            };
+            s.send(&Msg::Results(res)).map_err(|e| e.to_string())?;
+            s.wait_done(Duration::from_secs(10)).map(|d| d.0).map_err(|e| e.to_string())
+        })
+    }
+
+    /// Two rails of two nodes: node 1's rails' hellos, go, results and done travel on its one
+    /// connection (through both relays) to each rail's unchanged coordinator, and the job's
+    /// verdict reaches node 1 at the end.
+    #[test]
+    fn every_rail_runs_on_the_nodes_one_connection() {
+        gate::raise_fd_limit();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let node = {
+            let addr = addr.clone();
+            thread::spawn(move || {
+                let (seats, s) = declare(&addr, hello(1, 2), Duration::from_secs(10)).unwrap();
+                let relay = NodeRelay::start(s, &seats, Duration::from_secs(5)).unwrap();
+                let ranks: Vec<_> = (0..2).map(|k| rail_rank(relay.addrs[&k].clone(), k, 1)).collect();
+                let done: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+                (done, relay.job_verdict(Duration::from_secs(20)))
+            })
+        };
+        let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
+        let coords: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addrs: BTreeMap<u32, SocketAddr> = (0..2).map(|k| (k, coords[k as usize].local_addr().unwrap())).collect();
+        let running = hub.start(addrs.clone());
+        let reports: Vec<_> = coords
+            .into_iter()
+            .zip(0..)
+            .map(|(c, k)| {
+                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
+                thread::spawn(move || coordinator::coordinate(c, cfg))
+            })
+            .collect();
+        let own: Vec<_> = (0..2).map(|k| rail_rank(addrs[&k].to_string(), k, 0)).collect();
+        for h in own {
+            assert_eq!(h.join().unwrap(), Ok(false));
+        }
+        for h in reports {
+            let rep = h.join().unwrap();
+            assert!(rep.abort.is_none(), "{:?}", rep.abort);
+            assert_eq!(rep.results.len(), 2);
+        }
+        running.finish(true, Some("rank 0's verdict: a stand-in".into()));
+        let (done, job) = node.join().unwrap();
+        assert_eq!(done, [Ok(false), Ok(false)]);
+        assert_eq!(job, Some((true, Some("rank 0's verdict: a stand-in".into()))));
+    }
+
+    /// Node 1's process dies mid-run (its one connection reset): each rail's coordinator sees
+    /// its connection end as a reset, as without the relay.
+    #[test]
+    fn a_nodes_reset_reaches_every_rails_coordinator() {
+        gate::raise_fd_limit();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let node = {
+            let addr = addr.clone();
+            thread::spawn(move || {
+                let (_, s) = declare(&addr, hello(1, 2), Duration::from_secs(10)).unwrap();
+                for k in 0..2 {
+                    let mut h = hello(1, 2);
+                    h.token = format!("job/rail{k}");
+                    h.info.rails.clear();
+                    let m = Msg::Rail {
+                        rail: k,
+                        msg: Box::new(Msg::Hello(h)),
+                    };
+                    wire::write_msg(&mut &s, &m).unwrap();
+                }
+                // Both tables came: then the process dies.
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut tables = 0;
+                while tables < 2 {
+                    if let Msg::Rail { msg, .. } = wire::read_msg(&mut &s).unwrap()
+                        && matches!(*msg, Msg::Table { .. })
+                    {
+                        tables += 1;
+                    }
+                }
+                socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+                drop(s);
+            })
+        };
+        let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
+        let coords: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addrs: BTreeMap<u32, SocketAddr> = (0..2).map(|k| (k, coords[k as usize].local_addr().unwrap())).collect();
+        let running = hub.start(addrs.clone());
+        let reports: Vec<_> = coords
+            .into_iter()
+            .zip(0..)
+            .map(|(c, k)| {
+                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
+                thread::spawn(move || coordinator::coordinate(c, cfg))
+            })
+            .collect();
+        let own: Vec<_> = (0..2).map(|k| rail_rank(addrs[&k].to_string(), k, 0)).collect();
+        node.join().unwrap();
+        for h in reports {
+            let rep = h.join().unwrap();
+            assert_eq!(rep.closed.get(&1).map(|c| c.1), Some(true), "{:?}", rep.closed);
+            assert!(rep.abort.is_some());
+        }
+        for h in own {
+            assert!(h.join().unwrap().is_err());
+        }
+        running.finish(true, None);
+    }
+
+    #[test]
+    fn seats_are_checked() {
+        assert!(check_seats(&both(1, 3), 3).is_ok());
+        for (seats, want) in [
+            (both(3, 3), "rank 3 of 3"),
+            (both(1, 4), "does not fit a job of 3"),
+            (vec![Seat { rail: 0, rank: 0, world: 2 }; 2], "seated twice"),
+            (vec![Seat { rail: 99, rank: 0, world: 2 }], "out of range"),
+        ] {
+            let e = check_seats(&seats, 3).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+}
