@@ -164,6 +164,12 @@ fn one_nodes_slow_rail_is_named_with_its_rail() {
         scan0.as_array().unwrap().iter().all(|l| l["slow"] == false),
         "{scan0}"
     );
+    // The job's verdict over both rails reached every node's exit status (issue 31).
+    for (r, o) in outs.iter().enumerate().skip(1) {
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {e}");
+        assert!(e.contains("rank 0's verdict: rail 1: SLOW EGRESS rank 2 (node-c, eth2)"), "rank {r}: {e}");
+    }
 }
 
 /// One node's rail 1 link goes down mid-run while rail 0's ring has far more to do (about
