@@ -121,7 +121,8 @@ pub struct RingArgs {
     /// at once): `all` (every RDMA port NCCL would use: --device lists them, e.g.
     /// `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface
     /// --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`).
-    /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
+    /// Default: one rail. Every node holds one control connection to rank 0 for all its
+    /// rails.
     #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
     pub rails: Option<RailSel>,
     /// Also write the report as a self-contained HTML page (rank 0 only): the verdicts, the
@@ -215,10 +216,12 @@ RAILS
   before): rail k is the k-th port in NCCL's order (--device in the order given, else the
   ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
   a port that is down keeps its slot, and so does a --device entry a node lacks (state
-  absent: that node's rail_missing). First every node declares its rail slots to rank 0
-  on the coordinator port; then rail k's ring is every node that drives rail k, all rails
-  at once, each with --channels channels and its own coordinator (hosted by rank 0, also
-  for a rail rank 0 lacks) on the coordinator port + k. Rows sum algbw and busbw over the
+  absent: that node's rail_missing). Every node declares its rail slots in its hello on
+  the coordinator port and keeps that one connection for the whole run; rail k's ring is
+  every node that drives rail k, all rails at once, each with --channels channels and its
+  own coordinator (hosted by rank 0, also for a rail rank 0 lacks), every rail's control
+  messages tagged with its rail on the node's one connection. Every node exits with the
+  job's verdict over all rails (a rail_missing fails rank 0 only). Rows sum algbw and busbw over the
   rails (time: the slowest rail); data.rails[] has each rail's rows and the nodes it ran
   on. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
   verdict on every rail of a node says all rails, and a node lacking a rail most nodes have

@@ -1,8 +1,9 @@
 //! `--rails`: every rail of a node in one run. Rail k is the k-th port in NCCL's order on
 //! every node (`--device` lists them, else the ports `NCCL_IB_HCA` allows; over tcp the
 //! interfaces `--ifname` matches), so rails are matched across nodes by order. Each rail is
-//! its own ring (rail k of node i sends to rail k of node i+1) with its own coordinator on
-//! the base port + k, so the data plane, the scan and the watchdog run per rail unchanged;
+//! its own ring (rail k of node i sends to rail k of node i+1) with its own coordinator
+//! (every rail's control messages on the node's one connection: [`crate::ring::railmux`]),
+//! so the data plane, the scan and the watchdog run per rail unchanged;
 //! [`crate::ring::railmerge`] turns the rails' reports into the job's. Pure except
 //! [`run_node`].
 
