@@ -123,6 +123,19 @@ pub fn gather(
         })
         .collect();
     let rings = railplan::plan(&nodes, cfg.world, wanted);
+    let need = files_needed(cfg.world, &rings);
+    let nofile = gate::raise_fd_limit();
+    if nofile < need {
+        door.stop.store(true, Ordering::Relaxed);
+        return Err(format!(
+            "coordinator: {} nodes on {} rails need {need} open files on rank 0 (each node's connection, \
+             and each rail's relayed connection at both ends), but its open-file limit (RLIMIT_NOFILE, \
+             raised to the hard limit) is {nofile}: raise the hard limit to at least {need} on rank 0's \
+             host (`ulimit -Hn {need}` as root before starting, LimitNOFILE={need} in a systemd unit)",
+            cfg.world,
+            rings.len()
+        ));
+    }
     let silent = (0..cfg.world).filter(|r| !nodes.contains_key(r)).collect();
     let events = door.rep.events.iter().map(Event::line).collect();
     Ok(Hub {
@@ -135,6 +148,18 @@ pub fn gather(
         door,
         events,
     })
+}
+
+/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection,
+/// and on each rail each node's relayed connection at both ends (the hub's and the rail
+/// coordinator's), with the coordinators' own room. Pure.
+pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
+    let rails: u64 = rings
+        .values()
+        .filter(|r| r.len() >= 2)
+        .map(|r| 2 * r.len() as u64 + 64)
+        .sum();
+    coordinator::files_needed(world) + rails
 }
 
 /// What the running hub is told.
@@ -1048,6 +1073,15 @@ mod tests {
             assert!(h.join().unwrap().is_err());
         }
         running.finish(true, None);
+    }
+
+    #[test]
+    fn open_files_for_16384_nodes_on_8_rails() {
+        let ring: Vec<Rank> = (0..16_384).collect();
+        let rings: BTreeMap<u32, Vec<Rank>> = (0..8).map(|k| (k, ring.clone())).collect();
+        assert_eq!(files_needed(16_384, &rings), 16_384 + 64 + 8 * (2 * 16_384 + 64));
+        // A rail one node drives runs no ring: nothing relayed.
+        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 4 + 64);
     }
 
     #[test]
