@@ -1381,7 +1381,14 @@ impl RailNode<'_> {
             self.opts,
             &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
         );
-        let job = relay.job_verdict(JOB_VERDICT_WAIT);
+        // Told to stop (the scheduler's SIGTERM, SIGKILL to follow): rank 0's word within
+        // a moment, or this node's own end.
+        let wait = if interrupted() {
+            std::time::Duration::from_secs(2)
+        } else {
+            JOB_VERDICT_WAIT
+        };
+        let job = relay.job_verdict(wait);
         match (r, job) {
             (Err(e), _) if e.kind == Failure::CannotRun => Err(e),
             // This node's own rails' end says what it saw; the job's verdict decides.

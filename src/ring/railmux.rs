@@ -547,7 +547,6 @@ pub struct NodeRelay {
     pub addrs: BTreeMap<u32, String>,
     job: Receiver<(bool, Option<String>)>,
     stop: Arc<AtomicBool>,
-    quiet: Duration,
 }
 
 type Locals = Arc<Mutex<BTreeMap<u32, TcpStream>>>;
@@ -575,19 +574,14 @@ impl NodeRelay {
             let (stop, locals) = (stop.clone(), locals.clone());
             thread::spawn(move || from_rank0(s, &locals, &tx, &stop, quiet));
         }
-        Ok(NodeRelay {
-            addrs,
-            job,
-            stop,
-            quiet,
-        })
+        Ok(NodeRelay { addrs, job, stop })
     }
 
     /// The job's verdict from rank 0 (failed, why), waiting at most `limit`, and no longer
     /// than rank 0 stays connected and talking (the reader gives up after its silence,
     /// `quiet`); None: rank 0 went away without one.
     pub fn job_verdict(&self, limit: Duration) -> Option<(bool, Option<String>)> {
-        let r = self.job.recv_timeout(limit.max(self.quiet)).ok();
+        let r = self.job.recv_timeout(limit).ok();
         r.map(|(f, w)| (f, w.map(|w| printable(&w, 2000))))
     }
 }
