@@ -1290,7 +1290,29 @@ impl RailNode<'_> {
             let at = place(x.0.rail, seat);
             rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
         }
-        // The coordinators of the rails rank 0 does not drive.
+        let hosted = self.hosted(&roster, &mut place);
+        let r = rails::run_node(
+            rail_runs,
+            hosted,
+            self.slots,
+            self.wanted,
+            Some(&roster),
+            self.opts,
+            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
+        );
+        let (failed, why) = job_verdict(&r);
+        for line in hub.finish(failed, why) {
+            self.g.log(0, line);
+        }
+        r
+    }
+
+    /// Rank 0: the coordinators of the rails it does not drive, hosted for the nodes that do.
+    fn hosted(
+        &self,
+        roster: &crate::ring::railplan::Roster,
+        place: &mut dyn FnMut(u32, rails::Seat) -> Place,
+    ) -> Vec<rails::Hosted> {
         let mut hosted = Vec::new();
         for (&k, nodes) in roster.rings.iter() {
             if nodes.len() < 2 || nodes.first() == Some(&0) {
@@ -1298,13 +1320,8 @@ impl RailNode<'_> {
             }
             let mut identity = rails::rail_identity(self.id, k);
             identity.world = nodes.len() as u32;
-            self.g.log(
-                1,
-                format!(
-                    "rail {k}: this node lacks it; hosting its coordinator for {} nodes",
-                    nodes.len()
-                ),
-            );
+            let n = nodes.len();
+            self.g.log(1, format!("rail {k}: this node lacks it; hosting its coordinator for {n} nodes"));
             let seat = rails::Seat {
                 rail: k,
                 rank: 0,
@@ -1320,20 +1337,7 @@ impl RailNode<'_> {
                 relay: at.relay,
             });
         }
-        let r = rails::run_node(
-            rail_runs,
-            hosted,
-            self.slots,
-            self.wanted,
-            Some(&roster),
-            self.opts,
-            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
-        );
-        let (failed, why) = job_verdict(&r);
-        for line in hub.finish(failed, why) {
-            self.g.log(0, line);
-        }
-        r
+        hosted
     }
 
     /// Another node: declare its rails on the one connection, run the rails it is seated on
