@@ -404,3 +404,30 @@ fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
     let eb = text(&ob.stderr);
     assert!(eb.contains("missing rank 2, which never declared"), "{eb}");
 }
+
+/// Issue 31: while two rails run on three nodes, each other node holds exactly one control
+/// connection to rank 0 (its hello declared both rails; both rails' messages travel on it),
+/// and rank 0 listens on no coordinator port + k for them.
+#[test]
+fn each_node_holds_one_control_connection_for_all_its_rails() {
+    let Some(lab) = lab2("rails_one_conn", 3, "200mbit") else {
+        return;
+    };
+    let t = TIMEOUT.to_string();
+    let ids = start(&lab, 3, "oneconn", &["--no-scan", "-b", "4M", "-e", "4M", "-n", "40", "--timeout", &t]);
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
+    let rank0 = &lab.nodes[0].mgmt_ip;
+    for node in 1..3 {
+        let o = lab.exec(node, "ss", &["-Htn", "state", "established", "dst", rank0.as_str()]);
+        let conns: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
+        assert_eq!(conns.len(), 1, "node {node}: {conns:?}");
+        assert!(conns[0].contains(&format!("{rank0}:29517")), "node {node}: {conns:?}");
+    }
+    // Nothing on the coordinator port + k any more.
+    let o = lab.exec(0, "ss", &["-Hltn", "sport = :29518"]);
+    assert_eq!(text(&o.stdout).trim(), "", "rank 0 listens on 29518");
+    let outs: Vec<Output> = ids.iter().map(|&id| lab.wait(id, Duration::from_secs(60)).0).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "rank {r}: {}", text(&o.stderr));
+    }
+}
