@@ -429,6 +429,7 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             silent: Default::default(),
             interrupt: None,
             silent_wait: Duration::ZERO,
+            relay: None,
         };
         handles.push(thread::spawn(move || {
             let rep = coordinator::coordinate(l, cfg);

@@ -164,6 +164,12 @@ fn one_nodes_slow_rail_is_named_with_its_rail() {
         scan0.as_array().unwrap().iter().all(|l| l["slow"] == false),
         "{scan0}"
     );
+    // The job's verdict over both rails reached every node's exit status (issue 31).
+    for (r, o) in outs.iter().enumerate().skip(1) {
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {e}");
+        assert!(e.contains("rank 0's verdict: rail 1: SLOW EGRESS rank 2 (node-c, eth2)"), "rank {r}: {e}");
+    }
 }
 
 /// One node's rail 1 link goes down mid-run while rail 0's ring has far more to do (about
@@ -349,8 +355,8 @@ fn a_nodes_missing_rail_runs_on_the_other_nodes() {
 }
 
 /// Issue 20: `--rails all` on 3 nodes where node-c never starts (it never declares its rails)
-/// and node-b declares, then is frozen (a starved host) until 6.5 s after rail 1's
-/// coordinator started, within `--join-timeout` 10: rank 0's rails wait the whole join window
+/// and node-b declares, then is frozen (a starved host) until 6.5 s after the rails'
+/// coordinators started, within `--join-timeout` 10: rank 0's rails wait the whole join window
 /// for node-b (they did give up after 5 s for every node), seat it once it wakes, and the one
 /// node named missing is node-c, as a node that never declared its rails.
 #[test]
@@ -365,7 +371,8 @@ fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
     // Node-b's declaration is in: freeze it before its seats come (at the join window's end).
     lab.wait_read_from(0, 29517, &lab.nodes[1].mgmt_ip, Duration::from_secs(20));
     lab.signal(ids[1], Signal::SIGSTOP);
-    lab.wait_listening(0, 29518, Duration::from_secs(30));
+    // Rank 0's rails' coordinators start (behind its relay, on loopback).
+    lab.wait_loopback_listeners(0, 2, Duration::from_secs(30));
     let held = lab.runs_for(ids[0], Duration::from_millis(6500));
     lab.signal(ids[1], Signal::SIGCONT);
     let (o, _) = lab.wait(ids[0], Duration::from_secs(30));
@@ -396,4 +403,31 @@ fn a_slow_declared_node_is_waited_for_and_only_the_silent_node_named() {
     }
     let eb = text(&ob.stderr);
     assert!(eb.contains("missing rank 2, which never declared"), "{eb}");
+}
+
+/// Issue 31: while two rails run on three nodes, each other node holds exactly one control
+/// connection to rank 0 (its hello declared both rails; both rails' messages travel on it),
+/// and rank 0 listens on no coordinator port + k for them.
+#[test]
+fn each_node_holds_one_control_connection_for_all_its_rails() {
+    let Some(lab) = lab2("rails_one_conn", 3, "200mbit") else {
+        return;
+    };
+    let t = TIMEOUT.to_string();
+    let ids = start(&lab, 3, "oneconn", &["--no-scan", "-b", "4M", "-e", "4M", "-n", "40", "--timeout", &t]);
+    lab.wait_data_flowing(0..3, Duration::from_secs(20));
+    let rank0 = &lab.nodes[0].mgmt_ip;
+    for node in 1..3 {
+        let o = lab.exec(node, "ss", &["-Htn", "state", "established", "dst", rank0.as_str()]);
+        let conns: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
+        assert_eq!(conns.len(), 1, "node {node}: {conns:?}");
+        assert!(conns[0].contains(&format!("{rank0}:29517")), "node {node}: {conns:?}");
+    }
+    // Nothing on the coordinator port + k any more.
+    let o = lab.exec(0, "ss", &["-Hltn", "sport = :29518"]);
+    assert_eq!(text(&o.stdout).trim(), "", "rank 0 listens on 29518");
+    let outs: Vec<Output> = ids.iter().map(|&id| lab.wait(id, Duration::from_secs(60)).0).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert_eq!(o.status.code(), Some(0), "rank {r}: {}", text(&o.stderr));
+    }
 }

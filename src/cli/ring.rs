@@ -121,7 +121,8 @@ pub struct RingArgs {
     /// at once): `all` (every RDMA port NCCL would use: --device lists them, e.g.
     /// `mlx5_0,mlx5_1`, else NCCL_IB_HCA rules; with --transport tcp every interface
     /// --ifname matches), N (the first N), or rail indices (`0,3`; one rail as `3,`).
-    /// Default: one rail. Rail k's coordinator listens on the coordinator port + k.
+    /// Default: one rail. Every node holds one control connection to rank 0 for all its
+    /// rails.
     #[arg(long, value_name = "all|N|LIST", value_parser = rails::parse_rails)]
     pub rails: Option<RailSel>,
     /// Before joining, listen this long on each data netdev for the switch's LLDP when
@@ -229,10 +230,12 @@ RAILS
   before): rail k is the k-th port in NCCL's order (--device in the order given, else the
   ports NCCL_IB_HCA allows, in device order; over tcp the k-th interface --ifname matches);
   a port that is down keeps its slot, and so does a --device entry a node lacks (state
-  absent: that node's rail_missing). First every node declares its rail slots to rank 0
-  on the coordinator port; then rail k's ring is every node that drives rail k, all rails
-  at once, each with --channels channels and its own coordinator (hosted by rank 0, also
-  for a rail rank 0 lacks) on the coordinator port + k. Rows sum algbw and busbw over the
+  absent: that node's rail_missing). Every node declares its rail slots in its hello on
+  the coordinator port and keeps that one connection for the whole run; rail k's ring is
+  every node that drives rail k, all rails at once, each with --channels channels and its
+  own coordinator (hosted by rank 0, also for a rail rank 0 lacks), every rail's control
+  messages tagged with its rail on the node's one connection. Every node exits with the
+  job's verdict over all rails (a rail_missing fails rank 0 only). Rows sum algbw and busbw over the
   rails (time: the slowest rail); data.rails[] has each rail's rows and the nodes it ran
   on. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
   verdict on every rail of a node says all rails, and a node lacking a rail most nodes have
@@ -1001,6 +1004,8 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         rails: Vec::new(),
         rail_stop: None,
         join_only: false,
+        join_via: None,
+        relay: None,
         silent: Default::default(),
         node: None,
         nodes: Vec::new(),
@@ -1175,7 +1180,8 @@ fn rail_setups(
     Ok((slots, runs))
 }
 
-/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring.
+/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring,
+/// all on the node's one control connection to rank 0 (see [`crate::ring::railmux`]).
 fn run_rails(
     g: &GlobalArgs,
     fmt: Format,
@@ -1199,7 +1205,7 @@ fn run_rails(
     }
     let host = Host::live();
     // Each rail's switch port before declaring, every rail at once (one --lldp-wait in all).
-    let mut neighbors: BTreeMap<u32, crate::ring::model::Neighbor> = std::thread::scope(|s| {
+    let neighbors: BTreeMap<u32, crate::ring::model::Neighbor> = std::thread::scope(|s| {
         let asks: Vec<_> = runs
             .iter()
             .map(|r| {
@@ -1212,121 +1218,318 @@ fn run_rails(
             .collect()
     });
     let (live, display) = progress::Display::start(fmt == Format::Table, opts);
-    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    // Every node declares its rails to rank 0 first: rail k's ring is the nodes that drive it.
-    let seating = match rails::seat(&id, &hostname(), &slots, wanted.as_deref(), opts) {
-        Ok(x) => x,
-        Err(e) => {
-            drop(display);
-            return outcome(g, fmt, Err(e), None);
+    let node = RailNode {
+        g,
+        id: &id,
+        slots: &slots,
+        wanted: wanted.as_deref(),
+        opts,
+        live,
+        host,
+        neighbors: std::sync::Mutex::new(neighbors),
+    };
+    let r = if id.rank == 0 {
+        node.rank0(runs)
+    } else {
+        node.other(runs)
+    };
+    drop(display);
+    outcome(g, fmt, r, None)
+}
+
+/// One of this node's rail runs: (slot, data address, fabric, what it runs on).
+type RailSetup = (RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String);
+
+/// Where one rail's rank sits and how it reaches its coordinator.
+struct Place {
+    seat: rails::Seat,
+    /// Rank 0: the rail's ring (node ranks), its silent ring ranks, its loopback listener and
+    /// the relay's TCP_INFO; another node: its relay's loopback address.
+    ring: (Vec<Rank>, BTreeSet<Rank>),
+    listener: Option<TcpListener>,
+    relay: Option<crate::ring::coordinator::AckFn>,
+    join_via: Option<String>,
+}
+
+/// This node's part of a `--rails` job.
+struct RailNode<'a> {
+    g: &'a GlobalArgs,
+    id: &'a Identity,
+    slots: &'a [RailPort],
+    wanted: Option<&'a [u32]>,
+    opts: &'a Options,
+    live: Option<Arc<crate::ring::model::LiveStatus>>,
+    host: Host,
+    /// Each rail's switch port (LLDP), learnt before declaring; taken by its rail's run.
+    neighbors: std::sync::Mutex<BTreeMap<u32, crate::ring::model::Neighbor>>,
+}
+
+/// How long another node waits for the job's verdict after its own rails ended (rank 0's
+/// other rails may still run; a silent or vanished rank 0 ends the wait much sooner).
+const JOB_VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl RailNode<'_> {
+    fn me(&self) -> crate::ring::railplan::Declaration {
+        crate::ring::railplan::Declaration {
+            rank: self.id.rank,
+            host: hostname(),
+            slots: self.slots.to_vec(),
         }
-    };
-    let (roster, mut base, refused) = match seating.roster {
-        Some((r, l, refused)) => (Some(r), l, refused),
-        None => (None, None, Vec::new()),
-    };
-    for why in &refused {
-        g.log(0, format!("rail roster: refused connection from {why}"));
     }
-    // Each rail's ring (node ranks) and its ring ranks whose nodes never declared: those are
-    // awaited a moment only, once the others joined (they had the whole join window).
-    let ring_of = |k: u32| -> (Vec<Rank>, BTreeSet<Rank>) {
-        let nodes = roster
-            .as_ref()
-            .and_then(|r| r.rings.get(&k).cloned())
-            .unwrap_or_default();
-        let silent = roster
-            .as_ref()
-            .map(|r| silent_ring_ranks(&nodes, &r.silent))
-            .unwrap_or_default();
-        (nodes, silent)
-    };
-    let mut rail_runs = Vec::new();
-    for (p, ip, fabric, label) in runs {
-        let Some(seat) = seating.seats.iter().find(|s| s.rail == p.rail) else {
-            g.log(
-                0,
-                format!(
-                    "{}: not run: its ring would have fewer than two nodes (rank 0's report says why)",
-                    p.describe()
-                ),
-            );
-            continue;
-        };
-        let mut identity = rails::rail_identity(&id, p.rail).map_err(UsageError)?;
-        (identity.rank, identity.world) = (seat.rank, seat.world);
+
+    /// One rail's run: its identity on the rail's ring and its setup.
+    fn rail_run(&self, (p, ip, fabric, label): RailSetup, at: Place, first: bool) -> RailRun {
+        let mut identity = rails::rail_identity(self.id, p.rail);
+        (identity.rank, identity.world) = (at.seat.rank, at.seat.world);
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
-        let rate = evidence::line_rate(&host, &netdev);
-        let (nodes, silent) = ring_of(p.rail);
-        g.log(
+        let rate = evidence::line_rate(&self.host, &netdev);
+        self.g.log(
             1,
             format!(
                 "{}: data {ip} device {label}; rank {} of this rail's {} nodes",
                 p.describe(),
-                seat.rank,
-                seat.world
+                at.seat.rank,
+                at.seat.world
             ),
         );
-        rail_runs.push(RailRun {
+        let (nodes, silent) = at.ring;
+        RailRun {
             setup: Setup {
                 identity,
                 host: hostname(),
                 data_ip: ip,
                 device: Some(label),
-                coordinator_listener: if p.rail == 0 { base.take() } else { None },
+                coordinator_listener: at.listener,
                 line_rate_gbs: rate.map(|r| r.0),
-                neighbor: neighbors.remove(&p.rail),
-                port_max: port_max(g, &host, &netdev),
+                neighbor: self.neighbors.lock().ok().and_then(|mut n| n.remove(&p.rail)),
+                port_max: port_max(self.g, &self.host, &netdev),
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
-                live: if rail_runs.is_empty() { live.clone() } else { None },
+                live: if first { self.live.clone() } else { None },
                 on_row: None,
                 rails: Vec::new(),
                 rail_stop: None,
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
-                join_only: seat.rank == 0 && id.rank != 0,
+                join_only: self.id.rank != 0,
+                join_via: at.join_via,
+                relay: at.relay,
                 // Rank 0's coordinator names the rail's ranks as the job's nodes.
                 nodes,
                 silent,
-                node: Some(id.rank),
+                node: Some(self.id.rank),
             },
             port: p,
-        });
-    }
-    // Rank 0: the coordinators of the rails it does not drive.
-    let mut hosted = Vec::new();
-    for (&k, nodes) in roster.iter().flat_map(|r| r.rings.iter()) {
-        if nodes.len() < 2 || nodes.first() == Some(&0) {
-            continue;
         }
-        let mut identity = rails::rail_identity(&id, k).map_err(UsageError)?;
-        identity.world = nodes.len() as u32;
-        g.log(
-            1,
+    }
+
+    fn not_seated(&self, p: &RailPort) {
+        self.g.log(
+            0,
             format!(
-                "rail {k}: this node lacks it; hosting its coordinator for {} nodes",
-                nodes.len()
+                "{}: not run: its ring would have fewer than two nodes (rank 0's report says why)",
+                p.describe()
             ),
         );
-        hosted.push(rails::Hosted {
-            rail: k,
-            identity,
-            listener: if k == 0 { base.take() } else { None },
-            nodes: nodes.clone(),
-            silent: ring_of(k).1,
-        });
     }
-    let r = rails::run_node(
-        rail_runs,
-        hosted,
-        &slots,
-        wanted.as_deref(),
-        roster.as_ref(),
-        opts,
-        &logf,
-    );
-    drop(display);
-    outcome(g, fmt, r, None)
+
+    /// Rank 0: seat every node, host every rail's coordinator behind the relay, run its own
+    /// rails, merge, and send the job's verdict to every node.
+    fn rank0(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
+        let cannot = |message: String| run::RunError {
+            kind: Failure::CannotRun,
+            message,
+        };
+        let l = crate::ring::rendezvous::bind(&self.id.coordinator).map_err(|e| cannot(e.to_string()))?;
+        let cfg = crate::ring::railmux::door_config(self.id, self.opts);
+        let hub = crate::ring::railmux::gather(l, &cfg, self.me(), self.wanted).map_err(cannot)?;
+        for line in &hub.events {
+            self.g.log(1, line);
+        }
+        let roster = hub.roster.clone();
+        let mut listeners = std::collections::BTreeMap::new();
+        let mut addrs = std::collections::BTreeMap::new();
+        for (&k, ring) in roster.rings.iter().filter(|(_, r)| r.len() >= 2) {
+            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| cannot(format!("rail {k}: {e}")))?;
+            addrs.insert(k, l.local_addr().map_err(|e| cannot(e.to_string()))?);
+            listeners.insert(k, (l, ring.clone()));
+        }
+        let hub = hub.start(addrs);
+        // Each rail's ring (node ranks) and its ring ranks whose nodes never declared: those
+        // are awaited a moment only, once the others joined (they had the whole join window).
+        let mut place = |k: u32, seat: rails::Seat| -> Place {
+            let (listener, nodes) = match listeners.remove(&k) {
+                Some((l, n)) => (Some(l), n),
+                None => (None, Vec::new()),
+            };
+            let silent = silent_ring_ranks(&nodes, &roster.silent);
+            Place {
+                seat,
+                relay: Some(hub.ack_fn(nodes.clone())),
+                ring: (nodes, silent),
+                listener,
+                join_via: None,
+            }
+        };
+        let seats = roster.seats(0);
+        let mut rail_runs = Vec::new();
+        for x in runs {
+            let Some(seat) = seats.iter().find(|s| s.rail == x.0.rail).copied() else {
+                self.not_seated(&x.0);
+                continue;
+            };
+            let at = place(x.0.rail, seat);
+            rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
+        }
+        let hosted = self.hosted(&roster, &mut place);
+        let r = rails::run_node(
+            rail_runs,
+            hosted,
+            self.slots,
+            self.wanted,
+            Some(&roster),
+            self.opts,
+            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
+        );
+        let (failed, why) = job_verdict(&r);
+        for line in hub.finish(failed, why) {
+            self.g.log(0, line);
+        }
+        r
+    }
+
+    /// Rank 0: the coordinators of the rails it does not drive, hosted for the nodes that do.
+    fn hosted(
+        &self,
+        roster: &crate::ring::railplan::Roster,
+        place: &mut dyn FnMut(u32, rails::Seat) -> Place,
+    ) -> Vec<rails::Hosted> {
+        let mut hosted = Vec::new();
+        for (&k, nodes) in roster.rings.iter() {
+            if nodes.len() < 2 || nodes.first() == Some(&0) {
+                continue;
+            }
+            let mut identity = rails::rail_identity(self.id, k);
+            identity.world = nodes.len() as u32;
+            let n = nodes.len();
+            self.g.log(1, format!("rail {k}: this node lacks it; hosting its coordinator for {n} nodes"));
+            let seat = rails::Seat {
+                rail: k,
+                rank: 0,
+                world: identity.world,
+            };
+            let at = place(k, seat);
+            hosted.push(rails::Hosted {
+                rail: k,
+                identity,
+                listener: at.listener,
+                nodes: at.ring.0,
+                silent: at.ring.1,
+                relay: at.relay,
+            });
+        }
+        hosted
+    }
+
+    /// Another node: declare its rails on the one connection, run the rails it is seated on
+    /// through it, and exit with the job's verdict.
+    fn other(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
+        use crate::ring::railmux;
+        let hello = railmux::node_hello(self.id, hostname(), self.slots, self.opts);
+        let (seats, s) =
+            railmux::declare(&self.id.coordinator, hello, self.opts.join_timeout()).map_err(|e| {
+                let message = run::own_bootstrap_error(self.id.rank, &e);
+                run::RunError {
+                    kind: match e {
+                        crate::ring::rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
+                        _ => Failure::Fault,
+                    },
+                    message,
+                }
+            })?;
+        let quiet = crate::ring::rendezvous::silence(self.opts.timeout());
+        let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| run::RunError {
+            kind: Failure::CannotRun,
+            message: format!("rails: cannot relay this node's rails: {e}"),
+        })?;
+        let mut rail_runs = Vec::new();
+        for x in runs {
+            let Some(seat) = seats.iter().find(|s| s.rail == x.0.rail).copied() else {
+                self.not_seated(&x.0);
+                continue;
+            };
+            let at = Place {
+                seat,
+                ring: Default::default(),
+                listener: None,
+                relay: None,
+                join_via: relay.addrs.get(&seat.rail).cloned(),
+            };
+            rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
+        }
+        let r = rails::run_node(
+            rail_runs,
+            Vec::new(),
+            self.slots,
+            self.wanted,
+            None,
+            self.opts,
+            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
+        );
+        // Told to stop (the scheduler's SIGTERM, SIGKILL to follow): rank 0's word within
+        // a moment, or this node's own end.
+        let wait = if interrupted() {
+            std::time::Duration::from_secs(2)
+        } else {
+            JOB_VERDICT_WAIT
+        };
+        let job = relay.job_verdict(wait);
+        match (r, job) {
+            (Err(e), _) if e.kind == Failure::CannotRun => Err(e),
+            // This node's own rails' end says what it saw; the job's verdict decides.
+            (Err(e), Some(j)) => {
+                self.g.log(0, format!("ring: {}", e.message));
+                Ok(RankOutcome {
+                    report: None,
+                    failed: j.0,
+                    why: j.1.filter(|_| j.0),
+                })
+            }
+            // The job's verdict over every rail decides this node's exit status.
+            (_, Some((failed, why))) => Ok(RankOutcome {
+                report: None,
+                failed,
+                why: why.filter(|_| failed),
+            }),
+            (r, None) => r,
+        }
+    }
+}
+
+/// The job's verdict for every node's exit status: failed, and why (bounded). Pure.
+fn job_verdict(r: &Result<RankOutcome, run::RunError>) -> (bool, Option<String>) {
+    match r {
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }) => {
+            // A missing rail is the node's configuration, named once in rank 0's report: the
+            // rings that ran passed, so it fails rank 0's process only.
+            let run: Vec<_> = rep
+                .verdicts
+                .iter()
+                .filter(|v| v.kind != crate::ring::model::VerdictKind::RailMissing)
+                .cloned()
+                .collect();
+            let failed = rep.error.is_some() || rep.wrong_total() > 0 || !run.is_empty();
+            let why = if !run.is_empty() {
+                Some(run::failed_why(&run, 0))
+            } else {
+                rep.error.clone().map(|e| format!("rank 0: {e}"))
+            };
+            (failed, why.filter(|_| failed))
+        }
+        Ok(o) => (o.failed, o.why.clone()),
+        Err(e) => (true, Some(format!("rank 0: {}", e.message))),
+    }
 }
 
 /// The ring ranks of a rail's ring (`nodes`, node ranks in ring order) whose nodes are in
@@ -1423,6 +1626,8 @@ fn run_local_rails(
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    join_via: None,
+                    relay: None,
                     silent: Default::default(),
                     node: None,
                     nodes: Vec::new(),
@@ -1511,6 +1716,8 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     rails: Vec::new(),
                     rail_stop: None,
                     join_only: false,
+                    join_via: None,
+                    relay: None,
                     silent: Default::default(),
                     node: None,
                     nodes: Vec::new(),

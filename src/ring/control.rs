@@ -292,6 +292,13 @@ impl Plane {
     }
 
     /// Ranks whose whole table went out since the last call, and when.
+    /// Room for connections numbered up to `world` (a relay adds its own after the nodes').
+    pub fn grow(&mut self, world: u32) {
+        if self.conns.len() < world as usize {
+            self.conns.resize_with(world as usize, || None);
+        }
+    }
+
     pub fn take_tables_done(&mut self) -> Vec<(Rank, Instant)> {
         std::mem::take(&mut self.tables_done)
     }

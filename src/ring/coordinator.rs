@@ -133,6 +133,10 @@ pub struct CoordinatorConfig {
     /// coordinator's start (see [`gather_deadline`]), and the abort says they never declared.
     pub silent: BTreeSet<Rank>,
     pub silent_wait: Duration,
+    /// With `--rails`: this coordinator's ranks reach it through rank 0's relay (one
+    /// loopback source for all, see [`crate::ring::railmux`]); TCP_INFO is read from the
+    /// node's own connection through this (by ring rank). None: ranks connect directly.
+    pub relay: Option<AckFn>,
     /// This process's SIGTERM/SIGINT ([`crate::ring::interrupt::process`]); None in tests
     /// that do not interrupt.
     pub interrupt: Option<Arc<Interrupt>>,
@@ -154,6 +158,9 @@ impl CoordinatorConfig {
         }
     }
 }
+
+/// See [`CoordinatorConfig::relay`].
+pub type AckFn = Arc<dyn Fn(Rank) -> Option<AckState> + Send + Sync>;
 
 /// See [`CoordinatorConfig::rings`].
 pub type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
@@ -475,7 +482,7 @@ pub fn check_fd_limit(world: u32, nofile: u64) -> Result<(), String> {
 
 /// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy
 /// refusals were told by the door already.
-fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
+pub(crate) fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
     if !reason.starts_with(BUSY) {
         gate::reject_now(s, &printable(reason, MAX_REASON_CHARS));
     }
@@ -581,6 +588,14 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             .min((nofile.saturating_sub(files_needed(cfg.world)) as usize).max(16)),
         ..limits.door
     };
+    // Relayed ranks all come from rank 0's own loopback: one source, not a flood.
+    let door = match cfg.relay {
+        Some(_) => gate::Limits {
+            max_per_source: door.max_pending,
+            ..door
+        },
+        None => door,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let gathering = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel::<Incoming>();
@@ -588,7 +603,14 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
         let (stop, gathering, wake) = (stop.clone(), gathering.clone(), plane.waker());
         thread::spawn(move || gate::run(listener, tx, Some(wake), stop, gathering, door));
     }
-    let seen = gather(&cfg, &mut rep, &mut plane, &rx, start, limits.sndbuf);
+    let seen = gather(
+        &cfg,
+        &mut rep,
+        (&mut plane, BTreeMap::new()),
+        &rx,
+        start,
+        limits.sndbuf,
+    );
     rep.ranks = seen.values().cloned().collect();
     rep.stats.joined = Some(start.elapsed());
     let mut run = Serve::new(&cfg, plane, &rep, limits, start);
@@ -653,6 +675,56 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep
 }
 
+/// `--rails`, rank 0: the job's one door, where every node's hello declares its rail slots
+/// (`info.rails`, checked like every hello). What it gathered, and the connections it holds
+/// (each node's one control connection for the whole run, see [`crate::ring::railmux`]).
+pub struct NodeDoor {
+    pub plane: Plane,
+    /// Hellos the door reads after the gathering (latecomers, to turn away).
+    pub rx: Receiver<Incoming>,
+    /// Ends the door's thread.
+    pub stop: Arc<AtomicBool>,
+    /// Every node seated, rank 0's own (`me`) included.
+    pub seen: BTreeMap<Rank, RankInfo>,
+    pub rep: CoordinatorReport,
+}
+
+/// Gather the nodes' hellos on `listener` (the same door, deadlines and claims as a ring's
+/// coordinator: [`gather`]) until every node of `cfg.world` declared or the join window
+/// ended. `me` is rank 0's own node, seated without a connection. An error is rank 0's own
+/// (its open-file limit, its event loop).
+pub fn node_door(
+    listener: TcpListener,
+    cfg: &CoordinatorConfig,
+    me: RankInfo,
+    limits: Limits,
+) -> Result<NodeDoor, String> {
+    let start = Instant::now();
+    let nofile = gate::raise_fd_limit();
+    check_fd_limit(cfg.world, nofile)?;
+    let mut plane =
+        Plane::new(cfg.world).map_err(|e| format!("coordinator: cannot start its event loop: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let gathering = Arc::new(AtomicBool::new(true));
+    let (tx, rx) = mpsc::channel::<Incoming>();
+    {
+        let (stop, gathering, wake, door) = (stop.clone(), gathering.clone(), plane.waker(), limits.door);
+        thread::spawn(move || gate::run(listener, tx, Some(wake), stop, gathering, door));
+    }
+    let mut rep = CoordinatorReport::default();
+    let seeded = BTreeMap::from([(me.rank, me)]);
+    let seen = gather(cfg, &mut rep, (&mut plane, seeded), &rx, start, limits.sndbuf);
+    gathering.store(false, Ordering::Relaxed);
+    rep.stats.joined = Some(start.elapsed());
+    Ok(NodeDoor {
+        plane,
+        rx,
+        stop,
+        seen,
+        rep,
+    })
+}
+
 /// Rank 0 was interrupted while `joined` ranks had joined: the reason every joined rank is
 /// told (the missing ones are named, not judged). None: not interrupted.
 fn interrupted_join(cfg: &CoordinatorConfig, joined: usize, missing: &[Rank]) -> Option<String> {
@@ -690,12 +762,11 @@ pub fn gather_deadline(cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankInfo>,
 fn gather(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
-    plane: &mut Plane,
+    (plane, mut seen): (&mut Plane, BTreeMap<Rank, RankInfo>),
     rx: &Receiver<Incoming>,
     start: Instant,
     sndbuf: Option<usize>,
 ) -> BTreeMap<Rank, RankInfo> {
-    let mut seen: BTreeMap<Rank, RankInfo> = BTreeMap::new();
     // Ranks whose holder is being checked because a second claim came: since when.
     let mut checking: BTreeMap<Rank, Instant> = BTreeMap::new();
     while (seen.len() as u32) < cfg.world {
@@ -723,7 +794,12 @@ fn gather(
         if seen.len() as u32 == cfg.world {
             // Before the table goes out: a rank whose connection already closed (restarted,
             // or a claim that went away) frees its slot and is waited for again.
-            let dead: Vec<Rank> = seen.keys().copied().filter(|&r| plane.is_dead(r)).collect();
+            // (A rank seated without a connection is the coordinator's own process.)
+            let dead: Vec<Rank> = seen
+                .keys()
+                .copied()
+                .filter(|&r| plane.has(r) && plane.is_dead(r))
+                .collect();
             for r in dead {
                 seen.remove(&r);
                 plane.remove(r);
@@ -758,6 +834,10 @@ fn gather_one(
     // Judged as if the slot were free: a claim of a taken slot with the right token is
     // either a restarted rank (its old connection is dead) or a second process.
     if let Err(reason) = validate(&h, cfg, &BTreeMap::new()) {
+        return refuse(rep, &s, &peer_s, &reason);
+    }
+    if seen.contains_key(&h.rank) && !rep.control_peers.contains_key(&h.rank) {
+        let reason = format!("{} is rank 0's own process", cfg.claimed(h.rank));
         return refuse(rep, &s, &peer_s, &reason);
     }
     match rep.control_peers.get(&h.rank).cloned() {
@@ -843,7 +923,7 @@ fn tell_window(
 
 /// Why the door turned a connection away, in plain words (its own refusals are not a
 /// malformed message).
-fn door_reason(e: WireError) -> String {
+pub(crate) fn door_reason(e: WireError) -> String {
     match e {
         WireError::Malformed(m) if m.starts_with(BUSY) || m.starts_with("no complete hello") => m,
         WireError::Closed => "closed before saying hello".into(),
@@ -1335,12 +1415,11 @@ impl<'a> Serve<'a> {
             });
             self.failing_since.get_or_insert(now);
         }
-        match self
-            .plane
-            .socket(r)
-            .and_then(tcpinfo::ack_state)
-            .and_then(|a| unacked_since(a, now_ms))
-        {
+        let ack = match &self.cfg.relay {
+            Some(of) => of(r),
+            None => self.plane.socket(r).and_then(tcpinfo::ack_state),
+        };
+        match ack.and_then(|a| unacked_since(a, now_ms)) {
             Some(since) => {
                 rep.unacked_since_ms.entry(r).or_insert(since);
             }
@@ -2094,6 +2173,7 @@ mod tests {
             nodes: Vec::new(),
             silent: BTreeSet::new(),
             silent_wait: Duration::ZERO,
+            relay: None,
             interrupt: None,
         }
     }

@@ -16,9 +16,9 @@
 //!   the per-rank scan step;
 //! * [`run`] and [`report`]: one rank's whole run, and the job's report;
 //! * [`schedstat`]: how long a rank's threads waited for a CPU (scan evidence);
-//! * [`rails`], [`railroster`] and [`railmerge`]: `--rails`, one ring per rail of the node
-//!   (each a [`run`]) among the nodes that drive that rail, and the job's report from the
-//!   rails' reports.
+//! * [`rails`], [`railplan`], [`railmux`] and [`railmerge`]: `--rails`, one ring per rail of
+//!   the node (each a [`run`]) among the nodes that drive that rail, every rail's control
+//!   messages on the node's one connection, and the job's report from the rails' reports.
 pub mod collective;
 pub mod control;
 pub mod coordinator;
@@ -31,7 +31,8 @@ pub mod model;
 pub mod options;
 pub mod orders;
 pub mod railmerge;
-pub mod railroster;
+pub mod railmux;
+pub mod railplan;
 pub mod rails;
 pub mod rendezvous;
 pub mod report;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
-use crate::ring::railroster::Roster;
+use crate::ring::railplan::Roster;
 use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
 use crate::ring::run::{Failure, RankOutcome, RunError};
 
@@ -670,7 +670,36 @@ fn all_rails(v: &Verdict, rails: &[(RailPort, RingReport)], full: &[u32]) -> Ver
     if !per.is_empty() {
         out.evidence.insert("rails_gbs".into(), json!(per));
     }
+    out.next = all_rails_next(v, rails);
     out
+}
+
+/// The next step of a verdict every rail gives: each rail's own (they name that rail's
+/// device or netdev), said once where they are the same. Pure.
+fn all_rails_next(v: &Verdict, rails: &[(RailPort, RingReport)]) -> Option<String> {
+    let mut steps: Vec<(u32, String)> = Vec::new();
+    for (p, r) in rails {
+        let same = r
+            .verdicts
+            .iter()
+            .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank));
+        if let Some(n) = same.and_then(|w| w.next.clone())
+            && !steps.iter().any(|(_, s)| *s == n)
+        {
+            steps.push((p.rail, n));
+        }
+    }
+    match steps.len() {
+        0 => v.next.clone(),
+        1 => steps.pop().map(|(_, n)| n),
+        _ => Some(
+            steps
+                .iter()
+                .map(|(k, n)| format!("rail {k}: {n}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -885,6 +914,28 @@ mod tests {
         assert_eq!(v.rail, None);
         assert_eq!(v.evidence["rails"], json!([0, 1]));
         assert_eq!(v.evidence["rails_gbs"], json!({"0": 0.02, "1": 0.03}));
+        // The same next step on every rail is said once.
+        assert_eq!(v.next.as_deref(), Some("on node-c: fabprobe links"));
+    }
+
+    /// Issue 31: an all-rails verdict's next step names every rail's netdev, not only the
+    /// lowest rail's.
+    #[test]
+    fn an_all_rails_verdicts_next_step_names_every_rails_netdev() {
+        let on = |rail: u32, dev: &str| {
+            let mut v = verdict(VerdictKind::SlowEgress, 2, dev, 0.02);
+            v.next = Some(format!("on node-c: `ethtool -S {dev}`"));
+            (slot(rail, &format!("mlx5_{rail}"), true), report(rail, true, vec![], vec![v]))
+        };
+        let all = job_report(vec![on(0, "eth1"), on(1, "eth2")], vec![], Some(&[0, 1]), None);
+        assert_eq!(all.verdicts.len(), 1, "{:?}", all.verdicts);
+        let v = &all.verdicts[0];
+        assert!(v.message.starts_with("all rails: "), "{}", v.message);
+        assert_eq!(
+            v.next.as_deref(),
+            Some("rail 0: on node-c: `ethtool -S eth1`; rail 1: on node-c: `ethtool -S eth2`")
+        );
+        crate::ring::diagnosis::pastes::assert_next_pastes(v);
     }
 
     #[test]
@@ -928,7 +979,7 @@ mod tests {
 
     #[test]
     fn with_a_roster_a_rail_runs_on_the_nodes_that_have_it_and_is_numbered_by_node() {
-        use crate::ring::railroster::{Declaration, Roster};
+        use crate::ring::railplan::{Declaration, Roster};
         // node-b's rail 1 is down: rail 1's ring was node-a (its rank 0) and node-c (its
         // rank 1), and it found node-c's rail 1 egress slow; its coordinator numbered its
         // report by node.
@@ -1015,9 +1066,9 @@ mod tests {
     }
 
     /// The roster of `n` nodes, each with the rail slots `slots(rank)` gives, and the rings
-    /// [`crate::ring::railroster::plan`] makes of them for `wanted`.
+    /// [`crate::ring::railplan::plan`] makes of them for `wanted`.
     fn roster_of(n: u32, slots: impl Fn(u32) -> Vec<RailPort>, wanted: Option<&[u32]>) -> Roster {
-        use crate::ring::railroster::{Declaration, plan};
+        use crate::ring::railplan::{Declaration, plan};
         let nodes: BTreeMap<Rank, Declaration> = (0..n)
             .map(|r| {
                 let d = Declaration {

@@ -1,8 +1,9 @@
 //! `--rails`: every rail of a node in one run. Rail k is the k-th port in NCCL's order on
 //! every node (`--device` lists them, else the ports `NCCL_IB_HCA` allows; over tcp the
 //! interfaces `--ifname` matches), so rails are matched across nodes by order. Each rail is
-//! its own ring (rail k of node i sends to rail k of node i+1) with its own coordinator on
-//! the base port + k, so the data plane, the scan and the watchdog run per rail unchanged;
+//! its own ring (rail k of node i sends to rail k of node i+1) with its own coordinator
+//! (every rail's control messages on the node's one connection: [`crate::ring::railmux`]),
+//! so the data plane, the scan and the watchdog run per rail unchanged;
 //! [`crate::ring::railmerge`] turns the rails' reports into the job's. Pure except
 //! [`run_node`].
 
@@ -15,12 +16,12 @@ use std::time::{Duration, Instant};
 use crate::nccl::hca::{HcaSpec, PortCandidate};
 use crate::nccl::ifname::{self, IfAddr, IfSpec};
 use crate::ring::coordinator::Judge;
-use crate::ring::launcher::{self, Identity};
+use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Verdict, VerdictKind, printable};
 use crate::ring::railmerge;
-use crate::ring::railroster::{self, Declaration, Roster, Seat};
-use crate::ring::rendezvous;
+use crate::ring::railplan::Roster;
 use crate::ring::run::{self, Failure, Options, RankOutcome, RunError, Setup};
+pub use crate::ring::wire::Seat;
 use crate::sysfs::infiniband::NumName;
 
 /// The most rails a node drives (NCCL's `MAXCHANNELS`/NIC limits are far above real nodes).
@@ -259,30 +260,15 @@ pub fn rdma_slots(
 /// The state of a `--device` entry that names no RDMA port of this node.
 pub const ABSENT: &str = "absent";
 
-/// The identity of this node on rail `rail`'s ring: the same rank and world, the
-/// coordinator's port + `rail`, and the token tagged with the rail (a rank of another rail,
-/// or of a run without `--rails`, is refused by the token check). Pure.
-pub fn rail_identity(id: &Identity, rail: u32) -> Result<Identity, String> {
-    let (host, port) = launcher::host_port(&id.coordinator, 0).map_err(|e| e.to_string())?;
-    let port = u16::try_from(u32::from(port) + rail)
-        .ok()
-        .filter(|_| port != 0 || rail == 0)
-        .ok_or_else(|| {
-            format!(
-                "rail {rail}'s coordinator port would be {port} + {rail}: out of range (--coordinator {})",
-                id.coordinator
-            )
-        })?;
-    let coordinator = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    Ok(Identity {
-        coordinator,
+/// The identity of this node on rail `rail`'s ring: the same rank, world and coordinator
+/// address (every rail's control messages travel on the node's one connection, see
+/// [`crate::ring::railmux`]), and the token tagged with the rail (a rank of another rail, or
+/// of a run without `--rails`, is refused by the token check). Pure.
+pub fn rail_identity(id: &Identity, rail: u32) -> Identity {
+    Identity {
         token: format!("{}/rail{rail}", id.token),
         ..id.clone()
-    })
+    }
 }
 
 /// The rails of one node end together: the first rail whose ring is judged failed (a hang,
@@ -364,58 +350,14 @@ pub struct Hosted {
     pub rail: u32,
     /// The rail's identity: its coordinator address and token, its ring's world.
     pub identity: Identity,
-    /// Already bound (rail 0's, the roster's port), else bound from `identity`.
+    /// Already bound (rank 0's loopback listener for the rail), else bound from `identity`.
     pub listener: Option<TcpListener>,
     /// The job's node rank of each of the ring's ranks (see [`run::Setup::nodes`]).
     pub nodes: Vec<crate::ring::model::Rank>,
     /// The ring ranks whose nodes never declared their rails (see [`run::Setup::silent`]).
     pub silent: std::collections::BTreeSet<crate::ring::model::Rank>,
-}
-
-/// What the roster exchange gave this node.
-pub struct Seating {
-    /// This node's place in each rail's ring it runs.
-    pub seats: Vec<Seat>,
-    /// Rank 0: who declared what, each rail's ring, and the base port's listener (rail 0's
-    /// coordinator takes it over); the refused connections, for the log.
-    pub roster: Option<(Roster, Option<TcpListener>, Vec<String>)>,
-}
-
-/// Before any rail's ring: declare this node's rail slots to rank 0 and learn its seats
-/// (rank 0: gather every node's, see [`railroster`]). `slots` as this node can drive them.
-pub fn seat(
-    id: &Identity,
-    host: &str,
-    slots: &[RailPort],
-    wanted: Option<&[u32]>,
-    opts: &Options,
-) -> Result<Seating, RunError> {
-    let me = Declaration {
-        rank: id.rank,
-        host: host.to_string(),
-        slots: slots.to_vec(),
-    };
-    let token = format!("{}/rails", id.token);
-    if id.rank != 0 {
-        let seats = railroster::declare(&id.coordinator, &token, me, id.world, opts.join_timeout()).map_err(
-            |message| RunError {
-                kind: Failure::Fault,
-                message,
-            },
-        )?;
-        return Ok(Seating { seats, roster: None });
-    }
-    let cannot = |message: String| RunError {
-        kind: Failure::CannotRun,
-        message,
-    };
-    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
-    let (roster, refused) =
-        railroster::gather(&l, &token, me, id.world, wanted, opts.join_timeout()).map_err(cannot)?;
-    Ok(Seating {
-        seats: roster.seats(0),
-        roster: Some((roster, Some(l), refused)),
-    })
+    /// The nodes reach it through rank 0's relay (see [`run::Setup::relay`]).
+    pub relay: Option<crate::ring::coordinator::AckFn>,
 }
 
 /// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring,
@@ -483,7 +425,7 @@ pub fn run_node(
                     &x.identity,
                     opts,
                     Some((rail, stop)),
-                    (x.nodes, x.silent),
+                    ((x.nodes, x.silent), x.relay),
                     &log,
                 )
             });
@@ -703,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn rail_identity_moves_the_port_and_tags_the_token() {
+    fn rail_identity_tags_the_token() {
         let id = Identity {
             rank: 3,
             world: 8,
@@ -713,22 +655,11 @@ mod tests {
             coordinator_source: "--coordinator".into(),
             token_source: "--token".into(),
         };
-        let r = rail_identity(&id, 2).unwrap();
+        let r = rail_identity(&id, 2);
         assert_eq!(
             (r.rank, r.world, r.coordinator.as_str(), r.token.as_str()),
-            (3, 8, "198.18.0.10:29519", "job42/rail2")
+            (3, 8, "198.18.0.10:29517", "job42/rail2")
         );
-        let v6 = Identity {
-            coordinator: "[fd00::1]:29517".into(),
-            ..id.clone()
-        };
-        assert_eq!(rail_identity(&v6, 1).unwrap().coordinator, "[fd00::1]:29518");
-        let top = Identity {
-            coordinator: "h:65535".into(),
-            ..id
-        };
-        assert!(rail_identity(&top, 1).unwrap_err().contains("out of range"));
-        assert_eq!(rail_identity(&top, 0).unwrap().coordinator, "h:65535");
     }
 
     #[test]

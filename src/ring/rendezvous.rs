@@ -178,7 +178,7 @@ pub struct Session {
     pub abort: Arc<AbortFlag>,
 }
 
-fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
+pub(crate) fn connect_until(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
     let mut last = String::from("not tried");
     loop {
         let now = Instant::now();

@@ -67,6 +67,12 @@ pub struct Setup {
     /// With `--rails`: this node is rank 0 of a rail's ring that another node's process
     /// (the job's rank 0, which lacks the rail) hosts the coordinator of: join it, host none.
     pub join_only: bool,
+    /// With `--rails`, another node: join this rail's coordinator through this address (the
+    /// node's relay onto its one control connection, see [`crate::ring::railmux`]).
+    pub join_via: Option<String>,
+    /// With `--rails`, rank 0: this rail's coordinator is reached through rank 0's relay
+    /// (see [`CoordinatorConfig::relay`]).
+    pub relay: Option<coordinator::AckFn>,
     /// With `--rails`, rank 0 of a rail's ring of some of the nodes: ring rank i is the
     /// job's node `nodes[i]` (see [`CoordinatorConfig::nodes`]); empty otherwise.
     pub nodes: Vec<crate::ring::model::Rank>,
@@ -163,13 +169,14 @@ pub fn run_rank(
                 id.world
             ),
         );
-        let cfg = coordinator_config(
+        let mut cfg = coordinator_config(
             id,
             opts,
             setup.rail_stop.clone(),
             setup.on_row.clone(),
             (setup.nodes.clone(), setup.silent.clone()),
         );
+        cfg.relay = setup.relay.clone();
         // Rank 0 joins through its own listener's address (the advertised name may not
         // resolve to this host from itself, or name port 0).
         let own = l.local_addr().ok().map(|a| {
@@ -188,6 +195,7 @@ pub fn run_rank(
     let join_addr = coordinator
         .as_ref()
         .and_then(|(_, own)| own.clone())
+        .or_else(|| setup.join_via.clone())
         .unwrap_or_else(|| id.coordinator.clone());
     let fabric: Result<Box<dyn Fabric + Send>, RunError> = match setup.fabric {
         Some(f) => Ok(f),
@@ -258,6 +266,7 @@ fn coordinator_config(
         nodes,
         silent,
         silent_wait: SILENT_WAIT,
+        relay: None,
         interrupt: Some(crate::ring::interrupt::process()),
         scan: opts.scan.clone().map(|o| {
             let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
@@ -348,7 +357,7 @@ pub fn host_only(
     id: &Identity,
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
-    nodes: (Vec<Rank>, BTreeSet<Rank>),
+    (nodes, relay): ((Vec<Rank>, BTreeSet<Rank>), Option<coordinator::AckFn>),
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let l = match listener {
@@ -366,7 +375,9 @@ pub fn host_only(
             id.world
         ),
     );
-    let crep = coordinator::coordinate(l, coordinator_config(id, opts, rail_stop, None, nodes));
+    let mut cfg = coordinator_config(id, opts, rail_stop, None, nodes);
+    cfg.relay = relay;
+    let crep = coordinator::coordinate(l, cfg);
     let transport = crep
         .ranks
         .first()

@@ -17,7 +17,7 @@ pub const MAGIC: &[u8; 4] = b"FPR1";
 /// KiB; larger tables go in several frames.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -215,6 +215,36 @@ pub enum Msg {
     },
     /// The scan is over: go on with the sweep (or report, with `--scan` alone).
     ScanEnd,
+    /// `--rails`: rank 0 seated this node (its hello declared its rail slots): its place in
+    /// each rail's ring (at most [`crate::ring::rails::MAX_RAILS`]).
+    Seats {
+        seats: Vec<Seat>,
+    },
+    /// `--rails`: one rail's control message on the node's one control connection (either
+    /// way). Never nested.
+    Rail {
+        rail: u32,
+        msg: Box<Msg>,
+    },
+    /// `--rails`: this rail's control connection ended on the other side (`reset`: not in
+    /// order, as a dying process's).
+    RailClosed {
+        rail: u32,
+        reset: bool,
+    },
+    /// `--rails`: the job's verdict over every rail, so each node exits with its status.
+    JobDone {
+        failed: bool,
+        why: Option<String>,
+    },
+}
+
+/// A node's place in one rail's ring: its rank there and the ring's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seat {
+    pub rail: u32,
+    pub rank: u32,
+    pub world: u32,
 }
 
 impl Msg {
@@ -240,6 +270,10 @@ impl Msg {
             Msg::ScanRun { .. } => "scan-run",
             Msg::ScanSamples { .. } => "scan-samples",
             Msg::ScanEnd => "scan-end",
+            Msg::Seats { .. } => "seats",
+            Msg::Rail { .. } => "rail",
+            Msg::RailClosed { .. } => "rail-closed",
+            Msg::JobDone { .. } => "job-done",
         }
     }
 }

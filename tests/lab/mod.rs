@@ -393,6 +393,24 @@ impl Lab {
         }
     }
 
+    /// Poll (every 50 ms, up to `limit`) until at least `count` TCP listeners on 127.0.0.1
+    /// exist in `node`'s namespace (rank 0's rail coordinators behind its relay).
+    pub fn wait_loopback_listeners(&self, node: usize, count: usize, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let o = self.ns_output(node, &["ss", "-Hltn", "src", "127.0.0.1"]);
+            if o.lines().filter(|l| !l.trim().is_empty()).count() >= count {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "fewer than {count} loopback listeners in {} after {limit:?}",
+                self.nodes[node].name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Poll (every 50 ms, up to `limit`) until every node in `nodes` has received bytes on
     /// an established TCP connection of its data address: the run is past the bootstrap and
     /// data flows into every rank, so a fault injected now lands mid-run. Replaces a fixed
