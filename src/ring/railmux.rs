@@ -835,7 +835,12 @@ mod tests {
         (addr, h, release)
     }
 
-    fn declare_in(addr: &str, rank: Rank, world: u32, join: Duration) -> thread::JoinHandle<Result<Vec<Seat>, String>> {
+    fn declare_in(
+        addr: &str,
+        rank: Rank,
+        world: u32,
+        join: Duration,
+    ) -> thread::JoinHandle<Result<Vec<Seat>, String>> {
         let addr = addr.to_string();
         thread::Builder::new()
             .stack_size(256 << 10)
@@ -884,7 +889,9 @@ mod tests {
         };
         all_in.recv_timeout(Duration::from_secs(20)).unwrap();
         thread::sleep(Duration::from_millis(500));
-        let nodes: Vec<_> = (1..3).map(|r| declare_in(&addr, r, 3, Duration::from_secs(30))).collect();
+        let nodes: Vec<_> = (1..3)
+            .map(|r| declare_in(&addr, r, 3, Duration::from_secs(30)))
+            .collect();
         for (r, h) in (1..).zip(nodes) {
             assert_eq!(h.join().unwrap(), Ok(both(r, 3)), "node {r}");
         }
@@ -894,7 +901,10 @@ mod tests {
         assert_eq!(drip.join().unwrap(), 300);
         assert!(roster.silent.is_empty(), "{roster:?}");
         assert_eq!(roster.rings[&1], vec![0, 1, 2]);
-        assert!(events.iter().any(|e| e.contains("rank 2 (node-2) joined")), "{events:?}");
+        assert!(
+            events.iter().any(|e| e.contains("rank 2 (node-2) joined")),
+            "{events:?}"
+        );
     }
 
     /// Issue 31: 1,000 nodes declaring their rails at once are all seated within a 10 s
@@ -903,7 +913,9 @@ mod tests {
     fn a_thousand_nodes_declaring_rails_are_all_seated() {
         let world = 1001;
         let (addr, r0, release) = rank0(world, Duration::from_secs(10));
-        let nodes: Vec<_> = (1..world).map(|r| declare_in(&addr, r, world, Duration::from_secs(10))).collect();
+        let nodes: Vec<_> = (1..world)
+            .map(|r| declare_in(&addr, r, world, Duration::from_secs(10)))
+            .collect();
         for (r, h) in (1..).zip(nodes) {
             assert_eq!(h.join().unwrap(), Ok(both(r, world)), "node {r}");
         }
@@ -933,7 +945,10 @@ mod tests {
             roster
         });
         // The last node comes once the early node's own clock (2 s and its grace) ran out.
-        thread::sleep((t0 + Duration::from_secs(2) + JOIN_GRACE + Duration::from_millis(500)).saturating_duration_since(Instant::now()));
+        thread::sleep(
+            (t0 + Duration::from_secs(2) + JOIN_GRACE + Duration::from_millis(500))
+                .saturating_duration_since(Instant::now()),
+        );
         let last = declare_in(&port.to_string(), 2, 3, Duration::from_secs(30));
         assert_eq!(last.join().unwrap(), Ok(both(2, 3)));
         assert_eq!(early.join().unwrap(), Ok(both(1, 3)));
@@ -967,7 +982,9 @@ mod tests {
                 port_counters: vec![],
             };
             s.send(&Msg::Results(res)).map_err(|e| e.to_string())?;
-            s.wait_done(Duration::from_secs(10)).map(|d| d.0).map_err(|e| e.to_string())
+            s.wait_done(Duration::from_secs(10))
+                .map(|d| d.0)
+                .map_err(|e| e.to_string())
         })
     }
 
@@ -990,8 +1007,12 @@ mod tests {
             })
         };
         let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
-        let coords: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-        let addrs: BTreeMap<u32, SocketAddr> = (0..2).map(|k| (k, coords[k as usize].local_addr().unwrap())).collect();
+        let coords: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
+            .map(|k| (k, coords[k as usize].local_addr().unwrap()))
+            .collect();
         let running = hub.start(addrs.clone());
         let reports: Vec<_> = coords
             .into_iter()
@@ -1047,13 +1068,19 @@ mod tests {
                         tables += 1;
                     }
                 }
-                socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+                socket2::SockRef::from(&s)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
                 drop(s);
             })
         };
         let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
-        let coords: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-        let addrs: BTreeMap<u32, SocketAddr> = (0..2).map(|k| (k, coords[k as usize].local_addr().unwrap())).collect();
+        let coords: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
+            .map(|k| (k, coords[k as usize].local_addr().unwrap()))
+            .collect();
         let running = hub.start(addrs.clone());
         let reports: Vec<_> = coords
             .into_iter()
@@ -1091,8 +1118,25 @@ mod tests {
         for (seats, want) in [
             (both(3, 3), "rank 3 of 3"),
             (both(1, 4), "does not fit a job of 3"),
-            (vec![Seat { rail: 0, rank: 0, world: 2 }; 2], "seated twice"),
-            (vec![Seat { rail: 99, rank: 0, world: 2 }], "out of range"),
+            (
+                vec![
+                    Seat {
+                        rail: 0,
+                        rank: 0,
+                        world: 2
+                    };
+                    2
+                ],
+                "seated twice",
+            ),
+            (
+                vec![Seat {
+                    rail: 99,
+                    rank: 0,
+                    world: 2,
+                }],
+                "out of range",
+            ),
         ] {
             let e = check_seats(&seats, 3).unwrap_err();
             assert!(e.contains(want), "{e}");
