@@ -1773,6 +1773,32 @@ impl<'a> Serve<'a> {
             }
         }
         self.drain_out(Instant::now() + Duration::from_secs(2));
+        self.close_gently(Instant::now() + Duration::from_secs(1));
+    }
+
+    /// Half-close every connection (a FIN after the last message) and read what the ranks
+    /// still send until each closes or `until`. Dropping a socket with unread heartbeats in
+    /// its buffer sends a reset, and a reset can discard the last message before the rank
+    /// read it: the rank would report COORDINATOR LOST after a run that ended well.
+    fn close_gently(&mut self, until: Instant) {
+        let mut open: BTreeSet<Rank> = (0..self.cfg.world).filter(|r| self.plane.has(*r)).collect();
+        for r in &open {
+            if let Some(s) = self.plane.socket(*r) {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        while !open.is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            for h in self.plane.wait(left.min(Duration::from_millis(50))) {
+                if let Happening::Closed(r, _) = h {
+                    open.remove(&r);
+                }
+            }
+            open.retain(|r| self.plane.has(*r) && !self.plane.is_dead(*r));
+        }
     }
 
     /// Write what is queued until every queue is empty or `until` (a rank that stopped
