@@ -12,7 +12,7 @@ pub struct GdrArgs {}
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn gdr_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(gdr::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(gdr::RULES));
     format!("{GDR_HELP}{rules}\n{GDR_HELP_DATA}")
 }
 

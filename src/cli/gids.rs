@@ -27,7 +27,7 @@ pub struct GidsArgs {
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the data formats.
 fn gids_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(gids::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(gids::RULES));
     format!("{GIDS_HELP}{rules}\n{GIDS_HELP_DATA}")
 }
 

@@ -30,7 +30,7 @@ pub struct LinksArgs {
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn links_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(links::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(links::RULES));
     format!("{LINKS_HELP}{rules}\n{LINKS_HELP_DATA}")
 }
 

@@ -12,7 +12,7 @@ pub struct NcclEnvArgs {}
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn nccl_env_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(nccl_env::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(nccl_env::RULES));
     format!("{NCCL_ENV_HELP}{rules}\n{NCCL_ENV_HELP_DATA}")
 }
 

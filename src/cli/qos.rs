@@ -42,7 +42,7 @@ pub struct QosArgs {
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn qos_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(qos::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(qos::RULES));
     format!("{QOS_HELP}{rules}\n{QOS_HELP_DATA}")
 }
 

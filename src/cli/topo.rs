@@ -25,7 +25,7 @@ pub struct TopoArgs {
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn topo_help() -> String {
-    let rules = crate::finding::findings_section(&crate::finding::docs(topo::RULES));
+    let rules = crate::render::text::findings_section(&crate::finding::docs(topo::RULES));
     format!("{TOPO_HELP}{rules}\n{TOPO_HELP_DATA}")
 }
 

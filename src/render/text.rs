@@ -157,6 +157,38 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
     wrap_to(lead, text, indent, width())
 }
 
+/// The FINDINGS list of a man page and `--help`, from a probe's rule table: `  id  severity
+/// about`, the id column as wide as the table's longest id (at most 26, so the text keeps
+/// room in an 80-column man page), the text wrapped under its column within 96 columns by
+/// [`wrap_to`]. A rule with several ids lists each on its own line, the last beside its
+/// text; an id too long for the column stands on its own line.
+pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
+    const WIDTH: usize = 96;
+    const SEV: usize = 10;
+    let longest = docs
+        .iter()
+        .flat_map(|d| d.ids.iter())
+        .map(|i| i.len())
+        .max()
+        .unwrap_or(0);
+    let id_col = (longest + 1).min(26);
+    let mut out = String::from("FINDINGS\n");
+    for d in docs {
+        let (last, rest) = d.ids.split_last().unwrap_or((&"", &[]));
+        for id in rest {
+            out.push_str(&format!("  {id}\n"));
+        }
+        let lead = if last.len() < id_col {
+            format!("  {last:<id_col$}{:<SEV$}", d.severity)
+        } else {
+            out.push_str(&format!("  {last}\n"));
+            format!("{:pad$}{:<SEV$}", "", d.severity, pad = 2 + id_col)
+        };
+        out.push_str(&wrap_to(&lead, d.about, 2 + id_col + SEV, Some(WIDTH)));
+    }
+    out
+}
+
 /// The tools a remedy that is one bare command starts with (`echo 1 > /sys/...; ...`).
 pub const COMMAND_WORDS: &[&str] = &[
     "cat",
@@ -288,6 +320,37 @@ pub fn verdict_first(command: &str, findings: &[Finding], body: String) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn findings_section_wraps_under_the_text_column() {
+        let docs = [
+            crate::finding::RuleDoc {
+                ids: &["a.short"],
+                severity: "warn",
+                about: "one two three",
+            },
+            crate::finding::RuleDoc {
+                ids: &["a.first_of_two", "a.second_of_two"],
+                severity: "warn|fail",
+                about: "word word word word word word word word word word word word word word word word word word word word",
+            },
+        ];
+        let s = findings_section(&docs);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "FINDINGS");
+        // The id column is the longest id plus one; the severity column 10.
+        assert_eq!(
+            lines[1],
+            format!("  {:<16}{:<10}one two three", "a.short", "warn")
+        );
+        assert_eq!(lines[2], "  a.first_of_two");
+        assert!(
+            lines[3].starts_with(&format!("  {:<16}warn|fail word", "a.second_of_two")),
+            "{s}"
+        );
+        assert!(lines.iter().all(|l| l.len() <= 96), "{s}");
+        assert!(lines[4].starts_with(&format!("{:28}word", "")), "{s}");
+    }
 
     #[test]
     fn verdict_line_names_the_worst_and_counts() {
