@@ -274,9 +274,11 @@ fn rank_0_without_a_rail_is_the_only_node_named() {
     assert_eq!(d["rails"][1]["nodes"], serde_json::json!([1, 2]), "{d}");
     assert!(d["rails"][1]["error"].is_null(), "{d}");
     assert_eq!(d["rails"][1]["results"][0]["wrong"], 0, "{d}");
-    // The other nodes ran every rail they have: nothing failed there.
+    // The job's verdict (rank 0's missing rail) reached every node's exit status (issue 30).
     for (r, o) in outs.iter().enumerate().skip(1) {
-        assert_eq!(o.status.code(), Some(0), "rank {r}: {}", text(&o.stderr));
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {e}");
+        assert!(e.contains("RAIL MISSING rank 0 (node-a)"), "rank {r}: {e}");
     }
 }
 
@@ -348,9 +350,12 @@ fn a_nodes_missing_rail_runs_on_the_other_nodes() {
         .map(|l| (l["from_rank"].as_u64().unwrap(), l["to_rank"].as_u64().unwrap()))
         .collect();
     assert_eq!(hops, [(0, 2), (2, 0)], "{d}");
-    // Node-b and node-c ran what they drive, and nothing failed there.
+    // Node-b and node-c ran what they drive; the job's verdict (node-b's missing rail)
+    // reached both their exit statuses (issue 30).
     for (r, o) in outs.iter().enumerate().skip(1) {
-        assert_eq!(o.status.code(), Some(0), "rank {r}: {}", text(&o.stderr));
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {e}");
+        assert!(e.contains("RAIL MISSING rank 1 (node-b)"), "rank {r}: {e}");
     }
 }
 

@@ -235,7 +235,7 @@ RAILS
   every node that drives rail k, all rails at once, each with --channels channels and its
   own coordinator (hosted by rank 0, also for a rail rank 0 lacks), every rail's control
   messages tagged with its rail on the node's one connection. Every node exits with the
-  job's verdict over all rails (a rail_missing fails rank 0 only). Rows sum algbw and busbw over the
+  job's verdict over all rails. Rows sum algbw and busbw over the
   rails (time: the slowest rail); data.rails[] has each rail's rows and the nodes it ran
   on. Verdicts name their rail (rail 1: SLOW EGRESS rank 2 (node-c, eth2) ...), the same
   verdict on every rail of a node says all rails, and a node lacking a rail most nodes have
@@ -1511,17 +1511,11 @@ fn job_verdict(r: &Result<RankOutcome, run::RunError>) -> (bool, Option<String>)
         Ok(RankOutcome {
             report: Some(rep), ..
         }) => {
-            // A missing rail is the node's configuration, named once in rank 0's report: the
-            // rings that ran passed, so it fails rank 0's process only.
-            let run: Vec<_> = rep
-                .verdicts
-                .iter()
-                .filter(|v| v.kind != crate::ring::model::VerdictKind::RailMissing)
-                .cloned()
-                .collect();
-            let failed = rep.error.is_some() || rep.wrong_total() > 0 || !run.is_empty();
-            let why = if !run.is_empty() {
-                Some(run::failed_why(&run, 0))
+            // Every verdict, a missing rail's too, is the job's: each node exits with it, so a
+            // launcher that reads any node's status sees the job failed.
+            let failed = rep.error.is_some() || rep.wrong_total() > 0 || !rep.verdicts.is_empty();
+            let why = if !rep.verdicts.is_empty() {
+                Some(run::failed_why(&rep.verdicts, 0))
             } else {
                 rep.error.clone().map(|e| format!("rank 0: {e}"))
             };
