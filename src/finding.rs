@@ -14,6 +14,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Pass,
+    /// The rule could not be evaluated (a fact unread: permissions, a snapshot without it):
+    /// said beside the verdict, never scored as a pass, a warn or a fail.
+    Unknown,
     Warn,
     Fail,
 }
@@ -22,6 +25,7 @@ impl Severity {
     pub fn as_str(self) -> &'static str {
         match self {
             Severity::Pass => "pass",
+            Severity::Unknown => "unknown",
             Severity::Warn => "warn",
             Severity::Fail => "fail",
         }
@@ -71,13 +75,34 @@ impl Finding {
     }
 }
 
-/// The worst severity among findings (`Pass` when there are none).
+/// The verdict of what was evaluated: the worst severity among findings, `Pass` when there
+/// are none or only `Unknown` ones (those are said beside the verdict, not scored).
 pub fn worst(findings: &[Finding]) -> Severity {
     findings
         .iter()
         .map(|f| f.severity)
+        .filter(|s| *s != Severity::Unknown)
         .max()
         .unwrap_or(Severity::Pass)
+}
+
+/// The key a not-evaluated finding is listed under (what `check --require` names to make it
+/// fail): the policy area the unread fact decides, else the finding's own id.
+pub fn not_evaluated_key(id: &str) -> &str {
+    const KEYS: &[(&str, &str)] = &[
+        // A snapshot without fabprobe/facts.json: memlock and device holders unread.
+        ("host.facts_unavailable", "host"),
+        // Config space past 64 bytes needs root: ACS of the bridges NCCL's pairs cross unread.
+        ("gdr.acs_unknown", "gdr.acs"),
+        // No peer memory seen and a DMA-BUF prerequisite unread: GDR neither on nor off.
+        ("gdr.unknown", "gdr.ready"),
+    ];
+    KEYS.iter().find(|(i, _)| *i == id).map_or(id, |(_, k)| k)
+}
+
+/// The findings that say a rule could not be evaluated, in the probe's order.
+pub fn not_evaluated(findings: &[Finding]) -> impl Iterator<Item = &Finding> {
+    findings.iter().filter(|f| f.severity == Severity::Unknown)
 }
 
 /// One rule of a probe: the finding ids it writes, the severities it gives and what it
@@ -87,7 +112,8 @@ pub fn worst(findings: &[Finding]) -> Severity {
 pub struct Rule<J> {
     /// Usually one id; a rule that repeats another probe's verdict names those ids.
     pub ids: &'static [&'static str],
-    /// `warn`, `fail`, or `warn|fail` (the text says which when).
+    /// `warn`, `fail`, `warn|fail` (the text says which when), or `unknown` for a rule that
+    /// says what could not be read.
     pub severity: &'static str,
     /// One line for the man page: what breaks the rule.
     pub about: &'static str,

@@ -192,6 +192,7 @@ fn one_fact_one_finding() {
     let fabric: Vec<_> = f.iter().filter(|f| f.id.contains("fabric")).collect();
     assert_eq!(fabric.len(), 1, "{f:?}");
     assert_eq!(fabric[0].id, "topo.fabric_not_evaluated");
+    assert_eq!(fabric[0].severity, fabprobe::finding::Severity::Unknown);
     assert_eq!(fabric[0].evidence["reasons"].as_array().unwrap().len(), 1);
     assert!(
         fabric[0]

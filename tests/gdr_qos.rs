@@ -143,7 +143,7 @@ fn acs_from_64_byte_config_is_unknown() {
     let (out, _, _) = run(&["--root", snap.to_str().unwrap(), "--format", "json", "gdr"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(
-        ids(&v).contains(&"warn:gdr.acs_unknown".to_string()),
+        ids(&v).contains(&"unknown:gdr.acs_unknown".to_string()),
         "{:?}",
         ids(&v)
     );

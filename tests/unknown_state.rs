@@ -78,7 +78,7 @@ fn qos_unknown_roce_priority_never_fails_a_node_with_lossless_priority_3() {
     assert_eq!(code, 0, "{:?}", ids(&v));
     assert!(!ids(&v).iter().any(|i| i.starts_with("fail:")), "{:?}", ids(&v));
     assert!(
-        ids(&v).contains(&"warn:qos.roce_priority_unknown".to_string()),
+        ids(&v).contains(&"unknown:qos.roce_priority_unknown".to_string()),
         "{:?}",
         ids(&v)
     );
@@ -235,7 +235,7 @@ fn gdr_unknown_dmabuf_prerequisite_is_unknown_not_no_path() {
     );
     let i = ids(&v);
     assert!(!i.contains(&"fail:gdr.peermem_not_loaded".to_string()), "{i:?}");
-    assert!(i.contains(&"warn:gdr.unknown".to_string()), "{i:?}");
+    assert!(i.contains(&"unknown:gdr.unknown".to_string()), "{i:?}");
     let pairs = v["data"]["pairs"].as_array().unwrap();
     assert!(
         pairs

@@ -167,38 +167,28 @@ pub struct NotEvaluated {
     pub reason: String,
 }
 
-/// Probe findings that say a fact could not be read, and the key `check` lists them under
-/// as not evaluated (what `--require` names to make them fail).
-pub const UNKNOWN_FACTS: &[(&str, &str)] = &[
-    // A snapshot without fabprobe/facts.json: memlock and device holders unread.
-    ("host.facts_unavailable", "host"),
-    // Config space past 64 bytes needs root: ACS of the bridges NCCL's pairs cross unread.
-    ("gdr.acs_unknown", "gdr.acs"),
-    // No peer memory seen and a DMA-BUF prerequisite unread: GDR neither on nor off.
-    ("gdr.unknown", "gdr.ready"),
-];
-
-/// Take the `check.not_evaluated` findings (and the probes' [`UNKNOWN_FACTS`]) out of the
-/// verdict. A key the policy requires (`[policy] require`, `--require`) that could not be
-/// judged fails instead.
+/// Take the not-evaluated findings (`check.not_evaluated`, the probes' `unknown` ones) out
+/// of the verdict, one note per key ([`crate::finding::not_evaluated_key`]). A key the policy
+/// requires (`[policy] require`, `--require`) that could not be judged fails instead.
 pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
     let mut kept = Vec::new();
     // Per key, its reasons in order, each once: one line per key, however many devices.
     let mut by_key: Vec<(String, Vec<String>)> = Vec::new();
     for f in findings {
-        let unknown = UNKNOWN_FACTS.iter().find(|(id, _)| *id == f.id);
-        if f.id != "check.not_evaluated" && unknown.is_none() {
+        if f.severity != Severity::Unknown {
             kept.push(f);
             continue;
         }
-        let key = match unknown {
-            Some((_, key)) => key.to_string(),
-            None => f.subject.clone(),
+        // check's own note names its key as subject; a probe's names the device it concerns.
+        let from_probe = f.id != "check.not_evaluated";
+        let key = match from_probe {
+            true => crate::finding::not_evaluated_key(&f.id).to_string(),
+            false => f.subject.clone(),
         };
-        let reason = match (f.evidence.get("reason").and_then(|v| v.as_str()), unknown) {
+        let reason = match (f.evidence.get("reason").and_then(|v| v.as_str()), from_probe) {
             (Some(r), _) => r.to_string(),
-            (None, Some(_)) => format!("{} ({})", f.message, f.subject),
-            (None, None) => f.message.clone(),
+            (None, true) => format!("{} ({})", f.message, f.subject),
+            (None, false) => f.message.clone(),
         };
         match by_key.iter_mut().find(|(k, _)| *k == key) {
             Some((_, reasons)) if !reasons.contains(&reason) => reasons.push(reason),
@@ -374,7 +364,7 @@ mod tests {
     fn not_evaluated_is_said_not_scored_unless_required() {
         let ne = Finding::new(
             "check.not_evaluated",
-            Severity::Warn,
+            Severity::Unknown,
             "counters.max_per_hour",
             "x",
         )
@@ -385,6 +375,18 @@ mod tests {
         let (kept, _) = split_not_evaluated(vec![ne], &["counters.max_per_hour".to_string()]);
         assert_eq!(kept[0].id, "check.required_not_evaluated");
         assert_eq!(kept[0].severity, Severity::Fail);
+    }
+
+    #[test]
+    fn a_probes_unknown_finding_is_listed_under_its_key_not_scored() {
+        let acs = Finding::new("gdr.acs_unknown", Severity::Unknown, "GPU0-NIC0", "ACS unread");
+        let state = Finding::new("links.port_state_unknown", Severity::Unknown, "mlx5_0/1", "unread");
+        let warn = Finding::new("links.x", Severity::Warn, "mlx5_1/1", "w");
+        let (kept, notes) = split_not_evaluated(vec![acs, state, warn.clone()], &[]);
+        assert_eq!(kept, [warn]);
+        let keys: Vec<&str> = notes.iter().map(|n| n.key.as_str()).collect();
+        assert_eq!(keys, ["gdr.acs", "links.port_state_unknown"]);
+        assert_eq!(notes[1].reason, "unread (mlx5_0/1)");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use super::decide;
 use super::policy::{PATH_ORDER, Policy, PortRules};
 use super::{Finding, Severity};
 use crate::host::facts::RLimit;
+use crate::finding::{Rule, RuleDoc};
+use crate::host::facts::HostFacts as Facts;
 use crate::host::{FactsState, Host};
 use crate::nccl::settings::NcclSettings;
 use crate::probe::gdr::{GdrReport, Verdict as GdrVerdict};
@@ -208,84 +210,151 @@ fn pid_list(holders: &[crate::host::facts::DeviceHolder]) -> String {
         .join(" ")
 }
 
+/// The host facts' own rules (beside the policy's `[host]` keys), in the order their findings are written.
+pub const FACT_RULES: &[Rule<fn(&Facts, &mut Vec<Finding>)>] = &[
+    Rule {
+        ids: &["host.device_holders"],
+        severity: "warn",
+        about: "processes hold GPU/RDMA device files (a crashed job's leftovers make the next \
+                job fail; the system's own GPU daemons are not holders)",
+        judge: device_holders,
+    },
+    Rule {
+        ids: &["host.device_holders_unknown"],
+        severity: "unknown",
+        about: "some processes' open files could not be read (not root): holders may be missing",
+        judge: device_holders_unknown,
+    },
+    Rule {
+        ids: &["host.memlock_limited"],
+        severity: "warn",
+        about: "RLIMIT_MEMLOCK (soft) is not unlimited",
+        judge: memlock_limited,
+    },
+];
+
+/// check's own findings beside the probes' and the host rules: what its man page lists.
+pub const CHECK_RULES: &[RuleDoc] = &[
+    RuleDoc {
+        ids: &["policy.<section>.<key>"],
+        severity: "fail",
+        about: "the node breaks that policy key (evidence names the values)",
+    },
+    RuleDoc {
+        ids: &["check.not_evaluated"],
+        severity: "unknown",
+        about: "a policy key that could not be judged: its data is missing or unreadable (RDMA \
+                devices not listable, no port with that counter, /proc entries unreadable for \
+                device_holders_max, ACS unreadable for gdr.ready), or there is nothing to judge \
+                (no InfiniBand/RoCE port, no GPU). Said in the verdict line and in \
+                data.not_evaluated [{key, reason}], never counted as a pass or a failure; so are \
+                the probes' unknown findings (gdr.acs_unknown under key gdr.acs, gdr.unknown \
+                under gdr.ready, the others under their own id)",
+    },
+    RuleDoc {
+        ids: &["check.required_not_evaluated"],
+        severity: "fail",
+        about: "a key named by [policy] require or --require could not be judged",
+    },
+    RuleDoc {
+        ids: &["host.facts_unavailable"],
+        severity: "unknown",
+        about: "a snapshot without fabprobe/facts.json: the host rules are not evaluated (key host)",
+    },
+];
+
+/// Every rule `check` writes itself: [`CHECK_RULES`] and [`FACT_RULES`].
+pub fn check_rule_docs() -> Vec<RuleDoc> {
+    let mut d = CHECK_RULES.to_vec();
+    d.extend(crate::finding::docs(FACT_RULES));
+    d
+}
+
 pub fn host_findings(state: &FactsState) -> Vec<Finding> {
     let mut out = Vec::new();
-    let f = match state {
-        FactsState::Available(f) => f,
-        FactsState::Unavailable { reason } => {
-            out.push(
-                Finding::new(
-                    "host.facts_unavailable",
-                    Severity::Warn,
-                    "host",
-                    format!("host facts unavailable: {reason}"),
-                )
-                .evidence("reason", reason.as_str())
-                .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
-            );
-            return out;
-        }
-    };
-    if !f.device_holders.is_empty() {
-        let list: Vec<Value> = f
-            .device_holders
-            .iter()
-            .map(|h| json!({"pid": h.pid, "comm": h.comm, "devices": h.devices}))
-            .collect();
-        let names: Vec<String> = f
-            .device_holders
-            .iter()
-            .map(|h| format!("{} ({})", h.pid, h.comm.as_deref().unwrap_or("?")))
-            .collect();
-        out.push(
+    match state {
+        FactsState::Available(f) => FACT_RULES.iter().for_each(|r| (r.judge)(f, &mut out)),
+        FactsState::Unavailable { reason } => out.push(
             Finding::new(
-                "host.device_holders",
-                Severity::Warn,
+                "host.facts_unavailable",
+                Severity::Unknown,
                 "host",
-                format!(
-                    "{} process(es) hold GPU or RDMA device files: {}",
-                    f.device_holders.len(),
-                    names.join(", ")
-                ),
+                format!("host facts unavailable: {reason}"),
             )
-            .evidence("holders", list)
-            .fix(format!(
-                "if no job should be running, these are a crashed job's leftovers: end them (`kill {}`) or reboot before the next job",
-                pid_list(&f.device_holders)
-            )),
-        );
-    }
-    if f.processes_unreadable > 0 {
-        out.push(
-            Finding::new(
-                "host.device_holders_unknown",
-                Severity::Warn,
-                "host",
-                format!(
-                    "{} processes' open files could not be read; device holders may be missing",
-                    f.processes_unreadable
-                ),
-            )
-            .evidence("processes_unreadable", f.processes_unreadable)
-            .fix("run fabprobe check as root to see every process"),
-        );
-    }
-    if let Some(m) = f.memlock
-        && m.soft != RLimit::Unlimited
-    {
-        out.push(
-            Finding::new(
-                "host.memlock_limited",
-                Severity::Warn,
-                "host",
-                format!("locked-memory limit is {}; RDMA memory registration of large buffers fails", m.soft.show()),
-            )
-            .evidence("memlock_soft", serde_json::to_value(m.soft).unwrap_or(Value::Null))
-            .evidence("memlock_hard", serde_json::to_value(m.hard).unwrap_or(Value::Null))
-            .fix("set `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for slurmd/containers (docker --ulimit memlock=-1)"),
-        );
+            .evidence("reason", reason.as_str())
+            .fix("capture snapshots with a fabprobe that records fabprobe/facts.json"),
+        ),
     }
     out
+}
+
+fn device_holders(f: &Facts, out: &mut Vec<Finding>) {
+    if f.device_holders.is_empty() {
+        return;
+    }
+    let list: Vec<Value> = f
+        .device_holders
+        .iter()
+        .map(|h| json!({"pid": h.pid, "comm": h.comm, "devices": h.devices}))
+        .collect();
+    let names: Vec<String> = f
+        .device_holders
+        .iter()
+        .map(|h| format!("{} ({})", h.pid, h.comm.as_deref().unwrap_or("?")))
+        .collect();
+    out.push(
+        Finding::new(
+            "host.device_holders",
+            Severity::Warn,
+            "host",
+            format!(
+                "{} process(es) hold GPU or RDMA device files: {}",
+                f.device_holders.len(),
+                names.join(", ")
+            ),
+        )
+        .evidence("holders", list)
+        .fix(format!(
+            "if no job should be running, these are a crashed job's leftovers: end them (`kill {}`) or reboot before the next job",
+            pid_list(&f.device_holders)
+        )),
+    );
+}
+
+fn device_holders_unknown(f: &Facts, out: &mut Vec<Finding>) {
+    if f.processes_unreadable == 0 {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "host.device_holders_unknown",
+            Severity::Unknown,
+            "host",
+            format!(
+                "{} processes' open files could not be read; device holders may be missing",
+                f.processes_unreadable
+            ),
+        )
+        .evidence("processes_unreadable", f.processes_unreadable)
+        .fix("run fabprobe check as root to see every process"),
+    );
+}
+
+fn memlock_limited(f: &Facts, out: &mut Vec<Finding>) {
+    let Some(m) = f.memlock.filter(|m| m.soft != RLimit::Unlimited) else {
+        return;
+    };
+    out.push(
+        Finding::new(
+            "host.memlock_limited",
+            Severity::Warn,
+            "host",
+            format!("locked-memory limit is {}; RDMA memory registration of large buffers fails", m.soft.show()),
+        )
+        .evidence("memlock_soft", serde_json::to_value(m.soft).unwrap_or(Value::Null))
+        .evidence("memlock_hard", serde_json::to_value(m.hard).unwrap_or(Value::Null))
+        .fix("set `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for slurmd/containers (docker --ulimit memlock=-1)"),
+    );
 }
 
 /// The `check` report (`data` of the `fabprobe.check` envelope).
@@ -636,7 +705,7 @@ fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
     let why = why.into();
     Finding::new(
         "check.not_evaluated",
-        Severity::Warn,
+        Severity::Unknown,
         key,
         format!("{key} not evaluated: {why}"),
     )
@@ -2393,7 +2462,7 @@ mod tests {
             Finding::new("links.x", Severity::Warn, "a", ""),
             Finding::new("links.y", Severity::Fail, "b", ""),
             Finding::new("policy.ib.count", Severity::Fail, "c", ""),
-            Finding::new("check.not_evaluated", Severity::Warn, "d", ""),
+            Finding::new("check.not_evaluated", Severity::Unknown, "d", ""),
         ];
         decide::rank(&mut v);
         let ids: Vec<_> = v.iter().map(|f| f.id.as_str()).collect();

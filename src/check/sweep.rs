@@ -226,7 +226,8 @@ fn validate(r: RawReport) -> Result<Input, Unusable> {
         None => return bad(Problem::NotACheckReport, "no schema: not a fabprobe report".into()),
     }
     let data = r.data.unwrap_or_default();
-    let Some(verdict) = severity_of(&data.verdict) else {
+    // A check's verdict is what it evaluated: `unknown` is never one (it is said beside it).
+    let Some(verdict) = severity_of(&data.verdict).filter(|s| *s != Severity::Unknown) else {
         return bad(
             Problem::NotACheckReport,
             "fabprobe.check report without data.verdict pass|warn|fail".into(),
@@ -599,7 +600,8 @@ fn host_label(label: Option<&str>) -> Option<&str> {
 
 fn rank(s: Severity) -> u8 {
     match s {
-        Severity::Pass => 0,
+        // Not evaluated is not scored: a node's worst finding is a warn or a fail.
+        Severity::Pass | Severity::Unknown => 0,
         Severity::Warn => 1,
         Severity::Fail => 2,
     }
@@ -928,7 +930,8 @@ impl Sweeper {
         let mut causes: BTreeMap<&str, (Vec<&str>, &str)> = BTreeMap::new();
         for node in &self.nodes {
             match node.verdict {
-                Severity::Pass => counts.passed += 1,
+                // A check's verdict is never `unknown` (refused on reading).
+                Severity::Pass | Severity::Unknown => counts.passed += 1,
                 Severity::Warn => counts.warned += 1,
                 Severity::Fail => counts.failed += 1,
             }

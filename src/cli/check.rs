@@ -68,25 +68,11 @@ EXAMPLES
   fabprobe check --show-policy dgx-h100 > mine.toml
   srun -N2000 --ntasks-per-node=1 fabprobe check --format json > all.jsonl; fabprobe sweep all.jsonl
 
-FINDINGS
-  policy.<section>.<key>        fail  the node breaks that policy key (evidence names the values)
-  (not evaluated)                     a policy key that could not be judged: its data is missing
-                                      or unreadable (RDMA devices not listable, no port with that
-                                      counter, /proc entries unreadable for device_holders_max,
-                                      ACS unreadable for gdr.ready), or there is nothing to judge
-                                      (no InfiniBand/RoCE port, no GPU). Not a finding: said in the
-                                      verdict line and in data.not_evaluated [{key, reason}];
-                                      never counted as a pass or a failure.
-  check.required_not_evaluated  fail  a key named by [policy] require or --require could not be
-                                      judged
-  host.device_holders           warn  processes hold GPU/RDMA device files (a crashed job's
-                                      leftovers make the next job fail)
-  host.device_holders_unknown   warn  some processes' open files could not be read (not root)
-  host.memlock_limited          warn  RLIMIT_MEMLOCK is not unlimited
-  host.facts_unavailable        -     a snapshot without fabprobe/facts.json: not evaluated
-                                      (key host), as are gdr.acs_unknown (key gdr.acs) and
-                                      gdr.unknown (key gdr.ready) from the gdr probe
-  topo.*, gids.*, links.*             every probe's own findings (fabprobe-topo(1), -gids, -links)
+";
+
+/// After check's own FINDINGS (generated from its rule tables).
+const CHECK_HELP_DATA: &str = "  Beside these, every probe's own findings: fabprobe-topo(1), -gids, -links, -gdr, -qos,
+  -nccl-env list them.
 
 JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is JSON lines)
   verdict                       pass | warn | fail
@@ -122,7 +108,8 @@ EXIT STATUS
 ";
 
 fn check_help() -> String {
-    format!("{CHECK_HELP}{}", policy::language_doc())
+    let rules = crate::render::text::findings_section(&run::check_rule_docs());
+    format!("{CHECK_HELP}{rules}{CHECK_HELP_DATA}{}", policy::language_doc())
 }
 
 pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {

@@ -65,7 +65,7 @@ JSON DATA (fabprobe.gids)
 PROMETHEUS (--format prom)
   fabprobe_infiniband_gid_info{device,port,index,gid,ipv4,version,netdev} 1
   fabprobe_infiniband_nccl_gid_index{device,port}
-  The verdict: fabprobe_gids_verdict 0|1|2, fabprobe_gids_findings{severity=fail|warn},
+  The verdict: fabprobe_gids_verdict 0|1|2, fabprobe_gids_findings{severity=fail|warn|unknown},
   fabprobe_gids_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
 

@@ -79,7 +79,7 @@ PROMETHEUS (--format prom)
   ..._link_downed_total, ..._port_transmit_wait_total, ...; other counters as
   fabprobe_infiniband_hw_counter_total{counter=...}; rates as
   fabprobe_infiniband_counter_rate_per_second{counter=...}.
-  The verdict: fabprobe_links_verdict 0|1|2, fabprobe_links_findings{severity=fail|warn},
+  The verdict: fabprobe_links_verdict 0|1|2, fabprobe_links_findings{severity=fail|warn|unknown},
   fabprobe_links_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
 

@@ -55,12 +55,16 @@ JSON OUTPUT
       \"tool_version\": \"0.1.0\",
       \"host\": {\"hostname\", \"kernel\", \"captured_at\" (RFC 3339 UTC), \"source\" (\"live\" or the snapshot path)},
       \"data\": { ... the command's report, documented in fabprobe-<command>(1) ... },
-      \"findings\": [{\"id\", \"severity\" (pass|warn|fail), \"subject\", \"message\", \"evidence\": {...}, \"fix\"}]
+      \"findings\": [{\"id\", \"severity\" (pass|warn|fail|unknown), \"subject\", \"message\", \"evidence\": {...}, \"fix\"}]
     }
   Field names carry their units (_bytes, _gbps, _gbs, _us, _ms). Absent facts are null, never 0.
+  Severity unknown: the rule could not be evaluated (a fact unread: permissions, a snapshot
+  without it). The verdict is that of what was evaluated; the text verdict line names what
+  was not (\"PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown
+  mlx5_0/1\"), and check lists it in data.not_evaluated. Unknown is never a pass or a fail.
 
 EXIT STATUS
-  0  pass (warnings allowed)
+  0  pass (warnings and not-evaluated rules allowed)
   1  a probe or check found a fault (a finding of severity fail)
   2  fabprobe itself could not run (bad usage, unreadable snapshot)
   3  unknown: nothing to judge (nccl-log given no NCCL line), neither pass nor fault

@@ -139,19 +139,22 @@ pub fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -
 }
 
 /// A probe's verdict as metrics, so a file written with `--output` (exit 0) still says it:
-/// `fabprobe_CMD_verdict` 0 pass, 1 warn, 2 fail; `fabprobe_CMD_findings{severity}` for
-/// warn and fail; `fabprobe_CMD_finding{id,subject,severity} N`: how many of each.
+/// `fabprobe_CMD_verdict` 0 pass, 1 warn, 2 fail (of what was evaluated);
+/// `fabprobe_CMD_findings{severity}` for warn, fail and unknown (not evaluated);
+/// `fabprobe_CMD_finding{id,subject,severity} N`: how many of each.
 pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
     let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     let count = |sev: Severity| findings.iter().filter(|f| f.severity == sev).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
+    let unknown = count(Severity::Unknown);
     let verdict = if fail > 0 { 2 } else { usize::from(warn > 0) };
     let mut s = String::new();
     let _ = writeln!(s, "# HELP fabprobe_{cmd}_verdict fabprobe {cmd}'s verdict: 0 pass, 1 warn, 2 fail.");
     let _ = writeln!(s, "# TYPE fabprobe_{cmd}_verdict gauge\nfabprobe_{cmd}_verdict {verdict}");
-    let _ = writeln!(s, "# HELP fabprobe_{cmd}_findings Warn and fail findings by severity.");
+    let _ = writeln!(s, "# HELP fabprobe_{cmd}_findings Warn, fail and unknown (not evaluated) findings by severity.");
     let _ = writeln!(s, "# TYPE fabprobe_{cmd}_findings gauge");
     let _ = writeln!(s, "fabprobe_{cmd}_findings{{severity=\"fail\"}} {fail}\nfabprobe_{cmd}_findings{{severity=\"warn\"}} {warn}");
+    let _ = writeln!(s, "fabprobe_{cmd}_findings{{severity=\"unknown\"}} {unknown}");
     // One series per (id, subject, severity), its value how many findings share it: two
     // counters of one port rising are two findings, but one series name twice in a file
     // makes node_exporter refuse it ("collected before with the same name and label values").
@@ -165,7 +168,7 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
         }
     }
     if !series.is_empty() {
-        let _ = writeln!(s, "# HELP fabprobe_{cmd}_finding Warn and fail findings of one id, subject and severity.");
+        let _ = writeln!(s, "# HELP fabprobe_{cmd}_finding Warn, fail and unknown findings of one id, subject and severity.");
         let _ = writeln!(s, "# TYPE fabprobe_{cmd}_finding gauge");
     }
     for (labels, n) in series {

@@ -98,7 +98,7 @@ PROMETHEUS (--format prom)
   fabprobe_qos_pfc_enabled{device,priority}, fabprobe_qos_{rx,tx}_pause_frames_total,
   fabprobe_qos_{rx,tx}_pause_duration_seconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
   fabprobe_qos_pause_storm_events_total{level}, fabprobe_qos_rdma_cc_counter_total{counter}.
-  The verdict: fabprobe_qos_verdict 0|1|2, fabprobe_qos_findings{severity=fail|warn},
+  The verdict: fabprobe_qos_verdict 0|1|2, fabprobe_qos_findings{severity=fail|warn|unknown},
   fabprobe_qos_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.
 

@@ -495,7 +495,7 @@ pub fn judge(r: &FabricReport) -> Vec<Finding> {
             out.push(
                 Finding::new(
                     "topo.fabric_not_evaluated",
-                    Severity::Warn,
+                    Severity::Unknown,
                     "Fabric Manager",
                     format!("not evaluated on this NVSwitch host: {}", why.join("; ")),
                 )

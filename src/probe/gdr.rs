@@ -625,7 +625,7 @@ pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
     },
     Rule {
         ids: &["gdr.acs_unknown"],
-        severity: "warn",
+        severity: "unknown",
         about: "ACS of the ports NCCL's pairs cross is not readable (non-root)",
         judge: acs_unknown,
     },
@@ -637,7 +637,7 @@ pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
     },
     Rule {
         ids: &["gdr.unknown"],
-        severity: "warn",
+        severity: "unknown",
         about: "no peer memory seen and DMA-BUF cannot be told (a prerequisite unreadable, or \
                 the NCCL version unknown where versions differ): unknown, not off",
         judge: gdr_unknown,
@@ -741,7 +741,7 @@ fn acs_unknown(x: &Gdr, out: &mut Vec<Finding>) {
         out.push(
             Finding::new(
                 "gdr.acs_unknown",
-                Severity::Warn,
+                Severity::Unknown,
                 pair_names(&unknown),
                 "ACS of the switch ports between these GPUs and NICs is unknown: their config space could not be read past 64 bytes (only root can), or the snapshot lacks it",
             )
@@ -819,7 +819,7 @@ fn gdr_unknown(x: &Gdr, out: &mut Vec<Finding>) {
         out.push(
             Finding::new(
                 "gdr.unknown",
-                Severity::Warn,
+                Severity::Unknown,
                 pair_names(&unknown_gdr),
                 format!(
                     "GPUDirect RDMA is unknown for {} pairs NCCL would use: no peer-memory client seen{}",

@@ -427,7 +427,7 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["links.port_state_unknown"],
-        severity: "warn",
+        severity: "unknown",
         about: "state or phys_state could not be read (unknown, not down)",
         judge: Judge::Port(port_state_unknown),
     },
@@ -597,7 +597,7 @@ fn port_state_unknown(x: &Port, out: &mut Vec<Finding>) {
     out.push(
         Finding::new(
             "links.port_state_unknown",
-            Severity::Warn,
+            Severity::Unknown,
             &x.subject,
             format!(
                 "port state could not be read ({} / {}): whether it carries traffic is unknown",

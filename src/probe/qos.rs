@@ -706,7 +706,7 @@ pub static RULES: &[Rule<fn(&If, &mut Vec<Finding>)>] = &[
     },
     Rule {
         ids: &["qos.roce_priority_unknown"],
-        severity: "warn",
+        severity: "unknown",
         about: "RoCE's priority unknown while PFC is on somewhere",
         judge: roce_priority_unknown,
     },
@@ -1119,7 +1119,7 @@ fn roce_priority_unknown(x: &If, out: &mut Vec<Finding>) {
     out.push(
         Finding::new(
             "qos.roce_priority_unknown",
-            Severity::Warn,
+            Severity::Unknown,
             &x.subj,
             format!(
                 "{why}: PFC is on for priority {}; whether RoCE uses it is not evaluated, ECN is judged on each lossless priority",

@@ -754,11 +754,11 @@ pub static RULES: &[Rule<Judge>] = &[
             "topo.gpu_fabric_not_ready",
             "topo.fabric_not_evaluated",
         ],
-        severity: "warn|fail",
+        severity: "warn|fail|unknown",
         about: "NVSwitches and no nv-fabricmanager process: CUDA returns 'system not yet \
                 initialized' (802); the Fabric Manager's version is not the loaded driver's (it \
                 refuses to start; the fix names the package); a GPU's NVML fabric state is \
-                not_started/in_progress or completed with an error status; (warn) the process \
+                not_started/in_progress or completed with an error status; (unknown) the process \
                 scan, a version or NVML could not be read on an NVSwitch host",
         judge: Judge::Report(fabric),
     },

@@ -11,6 +11,7 @@ use crate::render::text;
 fn upper(s: Severity) -> &'static str {
     match s {
         Severity::Pass => "PASS",
+        Severity::Unknown => "UNKNOWN",
         Severity::Warn => "WARN",
         Severity::Fail => "FAIL",
     }
@@ -136,7 +137,8 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     let p = esc(&r.policy.name);
     s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail.\n# TYPE fabprobe_check_verdict gauge\n");
     let v = match r.verdict {
-        Severity::Pass => 0,
+        // `unknown` is never a check's verdict (not evaluated is said beside it).
+        Severity::Pass | Severity::Unknown => 0,
         Severity::Warn => 1,
         Severity::Fail => 2,
     };

@@ -66,10 +66,19 @@ pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
     out
 }
 /// `fabprobe gids: WARN  0 fail, 2 warn; worst: mlx5_0:1: ...`: what the reader needs first.
+/// The verdict is what was evaluated; what was not is said after it, never scored
+/// (`PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown mlx5_0/1`).
 pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let worst = crate::finding::worst(findings);
+    let unread: Vec<String> = crate::finding::not_evaluated(findings)
+        .map(|f| format!("{} {}", f.id, f.subject))
+        .collect();
+    let unread = match unread.len() {
+        0 => String::new(),
+        n => format!("; {n} not evaluated: {}", unread.join("; ")),
+    };
     // The first finding of the worst severity, in the probe's own order.
     match findings
         .iter()
@@ -80,10 +89,15 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
                 "fabprobe {command}: {}  {fail} fail, {warn} warn; worst: ",
                 worst.as_str().to_uppercase(),
             ),
-            &format!("{}: {}", f.subject, f.message),
+            &format!("{}: {}{unread}", f.subject, f.message),
             2,
         ),
-        None => format!("fabprobe {command}: PASS  no fail or warn findings\n"),
+        None if unread.is_empty() => format!("fabprobe {command}: PASS  no fail or warn findings\n"),
+        None => wrap(
+            &format!("fabprobe {command}: PASS  no fail or warn findings"),
+            &unread,
+            2,
+        ),
     }
 }
 
@@ -164,7 +178,8 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
 /// text; an id too long for the column stands on its own line.
 pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
     const WIDTH: usize = 96;
-    const SEV: usize = 10;
+    // Wide enough for `warn|fail`; a table with a longer severity widens it for every row.
+    let sev = docs.iter().map(|d| d.severity.len() + 1).max().unwrap_or(0).max(10);
     let longest = docs
         .iter()
         .flat_map(|d| d.ids.iter())
@@ -179,12 +194,12 @@ pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
             out.push_str(&format!("  {id}\n"));
         }
         let lead = if last.len() < id_col {
-            format!("  {last:<id_col$}{:<SEV$}", d.severity)
+            format!("  {last:<id_col$}{:<sev$}", d.severity)
         } else {
             out.push_str(&format!("  {last}\n"));
-            format!("{:pad$}{:<SEV$}", "", d.severity, pad = 2 + id_col)
+            format!("{:pad$}{:<sev$}", "", d.severity, pad = 2 + id_col)
         };
-        out.push_str(&wrap_to(&lead, d.about, 2 + id_col + SEV, Some(WIDTH)));
+        out.push_str(&wrap_to(&lead, d.about, 2 + id_col + sev, Some(WIDTH)));
     }
     out
 }
@@ -373,6 +388,22 @@ mod tests {
         let fail_at = out.find("  FAIL mlx5_1:1").unwrap();
         let warn_at = out.find("  WARN mlx5_0:1").unwrap();
         assert!(fail_at < warn_at && out.ends_with("\nBODY\n"), "{out}");
+    }
+
+    #[test]
+    fn verdict_line_says_what_was_not_evaluated_and_does_not_score_it() {
+        let u = Finding::new("a.state_unknown", Severity::Unknown, "mlx5_0/1", "state unreadable");
+        let w = Finding::new("a.w", Severity::Warn, "mlx5_1/1", "a warning");
+        assert_eq!(
+            verdict_line("links", std::slice::from_ref(&u)),
+            "fabprobe links: PASS  no fail or warn findings; 1 not evaluated: a.state_unknown mlx5_0/1\n"
+        );
+        assert_eq!(
+            verdict_line("links", &[u.clone(), w]),
+            "fabprobe links: WARN  0 fail, 1 warn; worst: mlx5_1/1: a warning; 1 not evaluated: \
+             a.state_unknown mlx5_0/1\n"
+        );
+        assert_eq!(crate::finding::worst(&[u]), Severity::Pass);
     }
 
     /// Every line within the width except one holding a single unbreakable word; no word
