@@ -380,7 +380,12 @@ mod tests {
     #[test]
     fn a_probes_unknown_finding_is_listed_under_its_key_not_scored() {
         let acs = Finding::new("gdr.acs_unknown", Severity::Unknown, "GPU0-NIC0", "ACS unread");
-        let state = Finding::new("links.port_state_unknown", Severity::Unknown, "mlx5_0/1", "unread");
+        let state = Finding::new(
+            "links.port_state_unknown",
+            Severity::Unknown,
+            "mlx5_0/1",
+            "unread",
+        );
         let warn = Finding::new("links.x", Severity::Warn, "mlx5_1/1", "w");
         let (kept, notes) = split_not_evaluated(vec![acs, state, warn.clone()], &[]);
         assert_eq!(kept, [warn]);

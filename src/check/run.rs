@@ -786,63 +786,69 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
         return;
     }
     for x in used {
-        let subject = format!("{}-{}", x.gpu, x.nic);
-        let path = x.path.map(|p| p.as_str()).unwrap_or("?");
-        match x.verdict {
-            None => out.push(not_evaluated(
-                "gdr.ready",
-                format!("{subject}: the path between them is unknown"),
-            )),
-            Some(GdrVerdict::Unknown) => out.push(
-                not_evaluated(
-                    "gdr.ready",
-                    format!(
-                        "{subject}: no peer-memory client seen and DMA-BUF cannot be told (unknown: {})",
-                        if r.dmabuf.unknown.is_empty() {
-                            "/sys/module not visible".to_string()
-                        } else {
-                            r.dmabuf.unknown.join(", ")
-                        }
-                    ),
-                )
-                .evidence("dmabuf_path", r.dmabuf.path.as_str()),
-            ),
-            Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
-                let why = if v == GdrVerdict::OffDistance {
-                    format!(
-                        "the path {path} is farther than NCCL_NET_GDR_LEVEL={} ({})",
-                        r.nccl_net_gdr_level.name, r.nccl_net_gdr_level.source
-                    )
-                } else {
-                    "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
-                };
-                out.push(
-                    violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
-                        .evidence("verdict", v.as_str())
-                        .evidence("path", path)
-                        .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
-                        .evidence("dmabuf_possible", r.dmabuf.possible)
-                        .fix("see the gdr.* finding for this pair, or `fabprobe gdr`"),
-                );
-            }
-            Some(_) if x.acs_redirect => out.push(
-                violation(
-                    "gdr.ready",
-                    &subject,
-                    format!("ACS redirects peer-to-peer traffic between {subject} through the root complex"),
-                )
-                .evidence("bridges_between", x.bridges_between.join(" "))
-                .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
-            ),
-            // Unreadable ACS (non-root reads 64 bytes of config space): not a pass.
-            Some(_) if x.acs_unknown => out.push(not_evaluated(
+        gdr_pair(r, x, out);
+    }
+}
+
+/// `gdr.ready` for one GPU-NIC pair NCCL would use: off (distance, no peer memory) or
+/// redirected by ACS is a violation; unknown (path, peer memory, ACS unread) is not evaluated.
+fn gdr_pair(r: &GdrReport, x: &crate::probe::gdr::GdrPair, out: &mut Vec<Finding>) {
+    let subject = format!("{}-{}", x.gpu, x.nic);
+    let path = x.path.map(|p| p.as_str()).unwrap_or("?");
+    match x.verdict {
+        None => out.push(not_evaluated(
+            "gdr.ready",
+            format!("{subject}: the path between them is unknown"),
+        )),
+        Some(GdrVerdict::Unknown) => out.push(
+            not_evaluated(
                 "gdr.ready",
                 format!(
-                    "{subject}: ACS of the bridges between them could not be read (config space past 64 bytes needs root)"
+                    "{subject}: no peer-memory client seen and DMA-BUF cannot be told (unknown: {})",
+                    if r.dmabuf.unknown.is_empty() {
+                        "/sys/module not visible".to_string()
+                    } else {
+                        r.dmabuf.unknown.join(", ")
+                    }
                 ),
-            )),
-            Some(_) => {}
+            )
+            .evidence("dmabuf_path", r.dmabuf.path.as_str()),
+        ),
+        Some(v @ (GdrVerdict::OffDistance | GdrVerdict::OffNoPeerMemory)) => {
+            let why = if v == GdrVerdict::OffDistance {
+                format!(
+                    "the path {path} is farther than NCCL_NET_GDR_LEVEL={} ({})",
+                    r.nccl_net_gdr_level.name, r.nccl_net_gdr_level.source
+                )
+            } else {
+                "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
+            };
+            out.push(
+                violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
+                    .evidence("verdict", v.as_str())
+                    .evidence("path", path)
+                    .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
+                    .evidence("dmabuf_possible", r.dmabuf.possible)
+                    .fix("see the gdr.* finding for this pair, or `fabprobe gdr`"),
+            );
         }
+        Some(_) if x.acs_redirect => out.push(
+            violation(
+                "gdr.ready",
+                &subject,
+                format!("ACS redirects peer-to-peer traffic between {subject} through the root complex"),
+            )
+            .evidence("bridges_between", x.bridges_between.join(" "))
+            .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
+        ),
+        // Unreadable ACS (non-root reads 64 bytes of config space): not a pass.
+        Some(_) if x.acs_unknown => out.push(not_evaluated(
+            "gdr.ready",
+            format!(
+                "{subject}: ACS of the bridges between them could not be read (config space past 64 bytes needs root)"
+            ),
+        )),
+        Some(_) => {}
     }
 }
 
@@ -1745,75 +1751,79 @@ fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
 }
 
 fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
-    let q = &p.roce_qos;
-    if let Some(want) = &q.gid {
-        match &c.gids {
-            None => out.push(not_evaluated("roce.gid", "the gids probe did not run")),
-            Some(g)
-                if !g
-                    .ports
-                    .iter()
-                    .any(|p| p.link_layer.as_deref() == Some("Ethernet")) =>
-            {
-                out.push(not_evaluated("roce.gid", "no RoCE port to judge"))
-            }
-            Some(g) => {
-                for port in g
-                    .ports
-                    .iter()
-                    .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
-                {
-                    let s = format!("{}/{}", port.device, port.port);
-                    let entry_at = |i: Option<u32>| i.and_then(|i| port.entries.iter().find(|e| e.index == i));
-                    let entry = entry_at(port.nccl.index);
-                    let fits = |e: Option<&crate::probe::gids::GidEntry>| {
-                        e.is_some_and(|e| {
-                            let v2 = e.roce_version.as_deref() == Some("v2");
-                            match want.as_str() {
-                                "ipv4-v2" => v2 && e.ipv4.is_some(),
-                                "ipv6-v2" => v2 && e.ipv4.is_none() && !e.link_local,
-                                "v2" => v2,
-                                _ => true,
-                            }
-                        })
-                    };
-                    let ok = fits(entry);
-                    // Unknown NCCL version and no NCCL_IB_GID_INDEX: 2.21+ picks the index
-                    // above, older NCCL index 0. Where the two answers differ, unknown.
-                    if port.nccl.before_2_21_uses_0 && ok != fits(entry_at(Some(0))) {
-                        out.push(not_evaluated(
-                            "roce.gid",
-                            format!(
-                                "{s}: NCCL 2.21+ would use index {} ({}), older NCCL index 0 ({}), and the NCCL version is unknown: give --nccl-version",
-                                port.nccl.index.map(|i| i.to_string()).unwrap_or_else(|| "none".into()),
-                                if ok { "fits" } else { "does not fit" },
-                                if ok { "does not fit" } else { "fits" }
-                            ),
-                        ));
-                        continue;
-                    }
-                    if !ok {
-                        let shown = entry
-                            .map(|e| {
-                                format!(
-                                    "index {} {} {}",
-                                    e.index,
-                                    e.ipv4.clone().unwrap_or_else(|| e.gid.full()),
-                                    e.roce_version.clone().unwrap_or_default()
-                                )
-                            })
-                            .unwrap_or_else(|| "no GID".into());
-                        out.push(
-                            violation("roce.gid", &s, format!("NCCL would use {shown} on {s}, not an {want} GID"))
-                                .evidence("nccl_gid_index", port.nccl.index)
-                                .evidence("nccl_reason", port.nccl.reason.as_str())
-                                .fix("give the port's netdev an IPv4 address (RoCE v2 GIDs follow the addresses), or set NCCL_IB_GID_INDEX to the IPv4 v2 index `fabprobe gids` shows"),
-                        );
-                    }
-                }
-            }
-        }
+    if let Some(want) = &p.roce_qos.gid {
+        roce_gid(c, want, out);
     }
+    judge_roce_qos(c, &p.roce_qos, out);
+}
+
+/// `[roce] gid`: on every RoCE port, the GID NCCL would use is of the kind wanted.
+fn roce_gid(c: &Collected, want: &str, out: &mut Vec<Finding>) {
+    let Some(g) = &c.gids else {
+        return out.push(not_evaluated("roce.gid", "the gids probe did not run"));
+    };
+    let roce = |p: &&crate::probe::gids::GidPort| p.link_layer.as_deref() == Some("Ethernet");
+    if !g.ports.iter().any(|p| roce(&p)) {
+        return out.push(not_evaluated("roce.gid", "no RoCE port to judge"));
+    }
+    for port in g.ports.iter().filter(roce) {
+        roce_gid_port(port, want, out);
+    }
+}
+
+/// `[roce] gid` on one port; unknown where NCCL's version decides and is not known.
+fn roce_gid_port(port: &crate::probe::gids::GidPort, want: &str, out: &mut Vec<Finding>) {
+    let s = format!("{}/{}", port.device, port.port);
+    let entry_at = |i: Option<u32>| i.and_then(|i| port.entries.iter().find(|e| e.index == i));
+    let entry = entry_at(port.nccl.index);
+    let fits = |e: Option<&crate::probe::gids::GidEntry>| {
+        e.is_some_and(|e| {
+            let v2 = e.roce_version.as_deref() == Some("v2");
+            match want {
+                "ipv4-v2" => v2 && e.ipv4.is_some(),
+                "ipv6-v2" => v2 && e.ipv4.is_none() && !e.link_local,
+                "v2" => v2,
+                _ => true,
+            }
+        })
+    };
+    let ok = fits(entry);
+    // Unknown NCCL version and no NCCL_IB_GID_INDEX: 2.21+ picks the index
+    // above, older NCCL index 0. Where the two answers differ, unknown.
+    if port.nccl.before_2_21_uses_0 && ok != fits(entry_at(Some(0))) {
+        out.push(not_evaluated(
+            "roce.gid",
+            format!(
+                "{s}: NCCL 2.21+ would use index {} ({}), older NCCL index 0 ({}), and the NCCL version is unknown: give --nccl-version",
+                port.nccl.index.map(|i| i.to_string()).unwrap_or_else(|| "none".into()),
+                if ok { "fits" } else { "does not fit" },
+                if ok { "does not fit" } else { "fits" }
+            ),
+        ));
+        return;
+    }
+    if !ok {
+        let shown = entry
+            .map(|e| {
+                format!(
+                    "index {} {} {}",
+                    e.index,
+                    e.ipv4.clone().unwrap_or_else(|| e.gid.full()),
+                    e.roce_version.clone().unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| "no GID".into());
+        out.push(
+            violation("roce.gid", &s, format!("NCCL would use {shown} on {s}, not an {want} GID"))
+                .evidence("nccl_gid_index", port.nccl.index)
+                .evidence("nccl_reason", port.nccl.reason.as_str())
+                .fix("give the port's netdev an IPv4 address (RoCE v2 GIDs follow the addresses), or set NCCL_IB_GID_INDEX to the IPv4 v2 index `fabprobe gids` shows"),
+        );
+    }
+}
+
+/// `[roce]`'s QoS keys on every RoCE netdev, and the RoCE ports no netdev was found for.
+fn judge_roce_qos(c: &Collected, q: &super::policy::RoceRules, out: &mut Vec<Finding>) {
     let any_qos = q.mtu.is_some()
         || q.pfc_priorities.is_some()
         || q.ecn_priorities.is_some()
@@ -2147,133 +2157,158 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
     );
     m.insert("gpu_driver".into(), json!(c.driver_version));
     if let Some(t) = &c.topo {
-        m.insert("gpu_count".into(), json!(t.gpus.len()));
-        m.insert(
-            "gpu_models".into(),
-            multiset(t.gpus.iter().filter_map(|g| g.name.clone())),
-        );
-        m.insert("rdma_nic_count".into(), json!(t.nics.len()));
-        let nv = t
-            .matrix
-            .iter()
-            .flatten()
-            .filter_map(|c| c.strip_prefix("NV")?.parse::<u64>().ok())
-            .min();
-        m.insert("nvlink_min".into(), json!(nv));
-        let mut sig = Vec::new();
-        for (label, row) in t.labels.iter().zip(&t.matrix) {
-            // Labels without their numbers: GPU/NIC kinds and cells, not names.
-            sig.extend(label.trim_end_matches(|c: char| c.is_ascii_digit()).bytes());
-            for cell in row {
-                sig.push(b' ');
-                sig.extend(cell.bytes());
-            }
-            sig.push(b'\n');
-        }
-        m.insert("topo_signature".into(), json!(format!("{:016x}", fnv1a(&sig))));
+        fingerprint_topo(t, &mut m);
     }
     if let Some(l) = &c.links {
-        for (key, layer) in [("ib", "InfiniBand"), ("roce", "Ethernet")] {
-            let ports = ports_of(l, layer);
-            m.insert(format!("{key}_ports"), json!(ports.len()));
-            m.insert(
-                format!("{key}_rates"),
-                multiset(
-                    ports
-                        .iter()
-                        .map(|(_, p)| p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("unknown".into())),
-                ),
-            );
-        }
-        m.insert(
-            "hca_firmware".into(),
-            multiset(l.devices.iter().map(|d| {
-                format!(
-                    "{} {}",
-                    d.attrs.hca_type.as_deref().unwrap_or("?"),
-                    d.attrs.fw_ver.as_deref().unwrap_or("?")
-                )
-            })),
-        );
-        m.insert(
-            "hca_pcie".into(),
-            multiset(l.devices.iter().filter_map(|d| {
-                let k = d.attrs.pci_link.as_ref()?;
-                Some(format!(
-                    "{} x{}",
-                    k.current_speed.as_ref().map(|s| s.raw.as_str()).unwrap_or("?"),
-                    k.current_width.map(|w| w.to_string()).unwrap_or("?".into())
-                ))
-            })),
-        );
+        fingerprint_links(l, &mut m);
     }
     if let Some(r) = &c.gdr {
-        let pm = &r.peer_memory;
-        let client = if pm.nvidia_peermem_loaded {
-            "nvidia_peermem"
-        } else if pm.nv_peer_mem_loaded {
-            "nv_peer_mem"
-        } else if !pm.modules_visible {
-            "unknown"
-        } else {
-            "none"
-        };
-        m.insert("gdr_peer_memory".into(), json!(client));
-        m.insert(
-            "gdr_pairs".into(),
-            multiset(
-                r.pairs
-                    .iter()
-                    .filter(|x| x.nccl_nearest)
-                    .map(|x| x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()),
-            ),
-        );
+        fingerprint_gdr(r, &mut m);
     }
     if let Some(q) = &c.qos {
-        let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
-        let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
-        m.insert(
-            "pfc_priorities".into(),
-            multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))),
-        );
-        m.insert(
-            "ecn_priorities".into(),
-            multiset(roce.iter().map(|i| show(ecn_of(i).map(|(on, _)| prio_list(&on))))),
-        );
-        m.insert(
-            "roce_trust".into(),
-            multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))),
-        );
-        m.insert(
-            "global_pause".into(),
-            multiset(
-                roce.iter()
-                    .map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string()))),
-            ),
-        );
-        m.insert(
-            "roce_netdev_mtu".into(),
-            multiset(roce.iter().map(|i| {
-                show(
-                    c.netdev_mtu
-                        .get(&i.ifname)
-                        .copied()
-                        .flatten()
-                        .map(|m| m.to_string()),
-                )
-            })),
-        );
+        fingerprint_qos(q, c, &mut m);
     }
     if let Some(g) = &c.gids {
-        let picks: Vec<String> = g
-            .ports
-            .iter()
-            .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
-            .map(|p| p.nccl.index.map(|i| i.to_string()).unwrap_or("none".into()))
-            .collect();
-        m.insert("nccl_gid_index".into(), multiset(picks));
+        fingerprint_gids(g, &mut m);
     }
     m
+}
+
+/// GPUs, NICs, the fewest NVLinks and the matrix's shape (without device numbers).
+fn fingerprint_topo(t: &TopoReport, m: &mut BTreeMap<String, Value>) {
+    m.insert("gpu_count".into(), json!(t.gpus.len()));
+    m.insert(
+        "gpu_models".into(),
+        multiset(t.gpus.iter().filter_map(|g| g.name.clone())),
+    );
+    m.insert("rdma_nic_count".into(), json!(t.nics.len()));
+    let nv = t
+        .matrix
+        .iter()
+        .flatten()
+        .filter_map(|c| c.strip_prefix("NV")?.parse::<u64>().ok())
+        .min();
+    m.insert("nvlink_min".into(), json!(nv));
+    let mut sig = Vec::new();
+    for (label, row) in t.labels.iter().zip(&t.matrix) {
+        // Labels without their numbers: GPU/NIC kinds and cells, not names.
+        sig.extend(label.trim_end_matches(|c: char| c.is_ascii_digit()).bytes());
+        for cell in row {
+            sig.push(b' ');
+            sig.extend(cell.bytes());
+        }
+        sig.push(b'\n');
+    }
+    m.insert("topo_signature".into(), json!(format!("{:016x}", fnv1a(&sig))));
+}
+
+/// Port counts and rates per link layer, HCA firmware and PCIe links.
+fn fingerprint_links(l: &LinksReport, m: &mut BTreeMap<String, Value>) {
+    for (key, layer) in [("ib", "InfiniBand"), ("roce", "Ethernet")] {
+        let ports = ports_of(l, layer);
+        m.insert(format!("{key}_ports"), json!(ports.len()));
+        m.insert(
+            format!("{key}_rates"),
+            multiset(
+                ports
+                    .iter()
+                    .map(|(_, p)| p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("unknown".into())),
+            ),
+        );
+    }
+    m.insert(
+        "hca_firmware".into(),
+        multiset(l.devices.iter().map(|d| {
+            format!(
+                "{} {}",
+                d.attrs.hca_type.as_deref().unwrap_or("?"),
+                d.attrs.fw_ver.as_deref().unwrap_or("?")
+            )
+        })),
+    );
+    m.insert(
+        "hca_pcie".into(),
+        multiset(l.devices.iter().filter_map(|d| {
+            let k = d.attrs.pci_link.as_ref()?;
+            Some(format!(
+                "{} x{}",
+                k.current_speed.as_ref().map(|s| s.raw.as_str()).unwrap_or("?"),
+                k.current_width.map(|w| w.to_string()).unwrap_or("?".into())
+            ))
+        })),
+    );
+}
+
+/// The peer-memory client and the GDR verdicts of the pairs NCCL would use.
+fn fingerprint_gdr(r: &GdrReport, m: &mut BTreeMap<String, Value>) {
+    let pm = &r.peer_memory;
+    let client = if pm.nvidia_peermem_loaded {
+        "nvidia_peermem"
+    } else if pm.nv_peer_mem_loaded {
+        "nv_peer_mem"
+    } else if !pm.modules_visible {
+        "unknown"
+    } else {
+        "none"
+    };
+    m.insert("gdr_peer_memory".into(), json!(client));
+    m.insert(
+        "gdr_pairs".into(),
+        multiset(
+            r.pairs
+                .iter()
+                .filter(|x| x.nccl_nearest)
+                .map(|x| x.verdict.map(|v| v.as_str()).unwrap_or("unknown").to_string()),
+        ),
+    );
+}
+
+/// PFC, ECN, trust, global pause and MTU of the RoCE netdevs.
+fn fingerprint_qos(q: &QosReport, c: &Collected, m: &mut BTreeMap<String, Value>) {
+    let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
+    let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+    m.insert(
+        "pfc_priorities".into(),
+        multiset(roce.iter().map(|i| show(pfc_of(i).map(|v| prio_list(&v))))),
+    );
+    m.insert(
+        "ecn_priorities".into(),
+        multiset(roce.iter().map(|i| show(ecn_of(i).map(|(on, _)| prio_list(&on))))),
+    );
+    m.insert(
+        "roce_trust".into(),
+        multiset(roce.iter().map(|i| show(i.dcb.trust.clone()))),
+    );
+    m.insert(
+        "global_pause".into(),
+        multiset(
+            roce.iter()
+                .map(|i| show(global_pause_of(i).map(|g| if g { "on" } else { "off" }.to_string()))),
+        ),
+    );
+    m.insert(
+        "roce_netdev_mtu".into(),
+        multiset(roce.iter().map(|i| {
+            show(
+                c.netdev_mtu
+                    .get(&i.ifname)
+                    .copied()
+                    .flatten()
+                    .map(|m| m.to_string()),
+            )
+        })),
+    );
+}
+
+/// The GID index NCCL would use on each RoCE port.
+fn fingerprint_gids(g: &GidsReport, m: &mut BTreeMap<String, Value>) {
+    let picks: Vec<String> = g
+        .ports
+        .iter()
+        .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
+        .map(|p| p.nccl.index.map(|i| i.to_string()).unwrap_or("none".into()))
+        .collect();
+    m.insert("nccl_gid_index".into(), multiset(picks));
 }
 
 #[cfg(test)]

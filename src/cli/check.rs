@@ -71,7 +71,8 @@ EXAMPLES
 ";
 
 /// After check's own FINDINGS (generated from its rule tables).
-const CHECK_HELP_DATA: &str = "  Beside these, every probe's own findings: fabprobe-topo(1), -gids, -links, -gdr, -qos,
+const CHECK_HELP_DATA: &str =
+    "  Beside these, every probe's own findings: fabprobe-topo(1), -gids, -links, -gdr, -qos,
   -nccl-env list them.
 
 JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is JSON lines)

@@ -179,7 +179,12 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
 pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
     const WIDTH: usize = 96;
     // Wide enough for `warn|fail`; a table with a longer severity widens it for every row.
-    let sev = docs.iter().map(|d| d.severity.len() + 1).max().unwrap_or(0).max(10);
+    let sev = docs
+        .iter()
+        .map(|d| d.severity.len() + 1)
+        .max()
+        .unwrap_or(0)
+        .max(10);
     let longest = docs
         .iter()
         .flat_map(|d| d.ids.iter())
@@ -392,7 +397,12 @@ mod tests {
 
     #[test]
     fn verdict_line_says_what_was_not_evaluated_and_does_not_score_it() {
-        let u = Finding::new("a.state_unknown", Severity::Unknown, "mlx5_0/1", "state unreadable");
+        let u = Finding::new(
+            "a.state_unknown",
+            Severity::Unknown,
+            "mlx5_0/1",
+            "state unreadable",
+        );
         let w = Finding::new("a.w", Severity::Warn, "mlx5_1/1", "a warning");
         assert_eq!(
             verdict_line("links", std::slice::from_ref(&u)),
