@@ -432,8 +432,40 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
     }
     let dmabuf = dmabuf(host, nccl);
     let iommu = iommu(host);
+    let gpus = gdr_gpus(host, &t);
+    let nics = gdr_nics(host, &t, &nccl.ib_use());
+    let opened: Vec<bool> = nics.iter().map(|n| n.nccl_uses == Some(true)).collect();
+    if !t.nics.is_empty() && !opened.contains(&true) {
+        notes.push(none_opened(&nics));
+    }
+    // topo's notes already say why no GPU was found (sysfs and NVML).
+    if t.nics.is_empty() {
+        notes.push("no RDMA NIC found (/sys/class/infiniband is empty or absent)".into());
+    }
+    let ctx = PairCtx {
+        level: nccl_net_gdr_level.level,
+        peer: &peer,
+        dmabuf: &dmabuf,
+        opened: &opened,
+    };
+    let (pairs, bridges) = gdr_pairs(host, &t, &ctx);
+    GdrReport {
+        gpus,
+        nics,
+        nccl_net_gdr_level,
+        peer_memory: peer,
+        dmabuf,
+        iommu,
+        bridges,
+        pairs,
+        notes,
+    }
+}
+
+/// The GPUs as the gdr report lists them (BAR1 from NVML, the IOMMU group from sysfs).
+fn gdr_gpus(host: &Host, t: &topo::TopoReport) -> Vec<GdrDevice> {
     let nvml = host.nvml().facts();
-    let gpus: Vec<GdrDevice> = t
+    t
         .gpus
         .iter()
         .map(|g| GdrDevice {
@@ -450,13 +482,16 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
             nccl_uses: None,
             nccl_use_rule: None,
         })
-        .collect();
-    let ib_use = nccl.ib_use();
-    let nics: Vec<GdrDevice> = t
+        .collect()
+}
+
+/// The RDMA NICs, with whether NCCL opens them and why.
+fn gdr_nics(host: &Host, t: &topo::TopoReport, ib_use: &crate::nccl::settings::IbUse) -> Vec<GdrDevice> {
+    t
         .nics
         .iter()
         .map(|n| {
-            let (uses, rule) = nic_use(host, &ib_use, &n.ibdev);
+            let (uses, rule) = nic_use(host, ib_use, &n.ibdev);
             GdrDevice {
                 label: n.label.clone(),
                 name: Some(n.ibdev.clone()),
@@ -471,33 +506,44 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
                 nccl_use_rule: Some(rule),
             }
         })
-        .collect();
-    let nccl_uses = |k: usize| nics.get(k).and_then(|n| n.nccl_uses) == Some(true);
-    if !t.nics.is_empty() && !(0..t.nics.len()).any(nccl_uses) {
-        // Grouped by reason: "NCCL_IB_DISABLE=1: mlx5_0 mlx5_1", not one line per device.
-        let mut by_rule: Vec<(&str, Vec<&str>)> = Vec::new();
-        for n in &nics {
-            let (Some(name), Some(rule)) = (n.name.as_deref(), n.nccl_use_rule.as_deref()) else {
-                continue;
-            };
-            match by_rule.iter_mut().find(|(r, _)| *r == rule) {
-                Some((_, names)) => names.push(name),
-                None => by_rule.push((rule, vec![name])),
-            }
+        .collect()
+}
+
+/// The note for a host where NCCL opens no RDMA port, grouped by reason
+/// ("NCCL_IB_DISABLE=1: mlx5_0 mlx5_1", not one line per device).
+fn none_opened(nics: &[GdrDevice]) -> String {
+    let mut by_rule: Vec<(&str, Vec<&str>)> = Vec::new();
+    for n in nics {
+        let (Some(name), Some(rule)) = (n.name.as_deref(), n.nccl_use_rule.as_deref()) else {
+            continue;
+        };
+        match by_rule.iter_mut().find(|(r, _)| *r == rule) {
+            Some((_, names)) => names.push(name),
+            None => by_rule.push((rule, vec![name])),
         }
-        let why = by_rule
-            .iter()
-            .map(|(rule, names)| format!("{rule}: {}", names.join(" ")))
-            .collect::<Vec<_>>()
-            .join("; ");
-        notes.push(format!(
-            "NCCL opens none of this host's RDMA ports ({why}): it uses sockets, and GPUDirect RDMA does not apply"
-        ));
     }
-    // topo's notes already say why no GPU was found (sysfs and NVML).
-    if t.nics.is_empty() {
-        notes.push("no RDMA NIC found (/sys/class/infiniband is empty or absent)".into());
-    }
+    let why = by_rule
+        .iter()
+        .map(|(rule, names)| format!("{rule}: {}", names.join(" ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "NCCL opens none of this host's RDMA ports ({why}): it uses sockets, and GPUDirect RDMA does not apply"
+    )
+}
+
+/// What every pair's verdict reads: the GDR level, peer memory, DMA-BUF, the NICs NCCL opens.
+struct PairCtx<'a> {
+    level: PathType,
+    peer: &'a PeerMemory,
+    dmabuf: &'a DmaBuf,
+    opened: &'a [bool],
+}
+
+/// Every GPU-NIC pair: NCCL's path type, whether it is the GPU's nearest NIC that NCCL
+/// opens, the GDR verdict and ACS on the bridges between them (each bridge read once).
+fn gdr_pairs(host: &Host, t: &topo::TopoReport, x: &PairCtx) -> (Vec<GdrPair>, Vec<BridgeAcs>) {
+    let nccl_uses = |k: usize| x.opened.get(k) == Some(&true);
     let ng = t.gpus.len();
     let mut bridges: Vec<BridgeAcs> = Vec::new();
     let mut pairs = Vec::new();
@@ -538,7 +584,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
                     _ => {}
                 }
             }
-            let verdict = path.map(|p| verdict(p <= nccl_net_gdr_level.level, &peer, &dmabuf));
+            let verdict = path.map(|p| verdict(p <= x.level, x.peer, x.dmabuf));
             pairs.push(GdrPair {
                 gpu: g.label.clone(),
                 nic: n.label.clone(),
@@ -552,17 +598,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
         }
     }
     bridges.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
-    GdrReport {
-        gpus,
-        nics,
-        nccl_net_gdr_level,
-        peer_memory: peer,
-        dmabuf,
-        iommu,
-        bridges,
-        pairs,
-        notes,
-    }
+    (pairs, bridges)
 }
 
 /// Whether NCCL opens any port of RDMA device `dev` (the rule `nccl-env` prints per port),

@@ -39,6 +39,41 @@ fn gib(b: u64) -> String {
 
 pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
     let mut s = String::new();
+    peer_memory(r, &mut s);
+    dmabuf_and_iommu(r, &mut s);
+    pair_matrix(r, &mut s);
+    devices(r, &mut s);
+    bridges(r, &mut s);
+    if !r.notes.is_empty() {
+        s.push_str("\nNotes:\n");
+        for n in &r.notes {
+            s.push_str(&format!("  {n}\n"));
+        }
+    }
+    if r.gpus.is_empty()
+        && findings
+            .iter()
+            .all(|f| f.severity == crate::finding::Severity::Pass)
+    {
+        // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
+        return format!(
+            "fabprobe gdr: NOT EVALUATED  no GPU on this host: GPUDirect RDMA does not apply\n\n{}",
+            text::fit_prose(&s)
+        );
+    }
+    let unused = !r.nics.is_empty() && r.nics.iter().all(|n| n.nccl_uses == Some(false));
+    if !r.gpus.is_empty() && unused && findings.is_empty() {
+        // NCCL opens no RDMA port: nothing here was judged, which is not a pass either.
+        return format!(
+            "fabprobe gdr: NOT EVALUATED  NCCL opens none of this host's RDMA ports: GPUDirect RDMA does not apply\n\n{}",
+            text::fit_prose(&s)
+        );
+    }
+    text::verdict_first("gdr", findings, s)
+}
+
+/// NCCL_NET_GDR_LEVEL, the peer-memory modules and the files NCCL looks for.
+fn peer_memory(r: &GdrReport, s: &mut String) {
     let l = &r.nccl_net_gdr_level;
     s.push_str(&format!(
         "NCCL_NET_GDR_LEVEL: {} ({}{})\n",
@@ -86,6 +121,10 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             c.nccl_versions
         ));
     }
+}
+
+/// DMA-BUF's prerequisites and the IOMMU.
+fn dmabuf_and_iommu(r: &GdrReport, s: &mut String) {
     let d = &r.dmabuf;
     s.push_str(&format!(
         "DMA-BUF: {}: kernel {} ({}), rdma-core {} ({}), NVIDIA driver {}\n",
@@ -121,6 +160,10 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             )
         }
     ));
+}
+
+/// GPU x NIC: NCCL's path type and the GDR verdict of each pair.
+fn pair_matrix(r: &GdrReport, s: &mut String) {
     if !r.gpus.is_empty() && !r.nics.is_empty() {
         s.push_str("\nGPU x NIC: NCCL's path type (as `fabprobe topo --nccl`; nvidia-smi may name it otherwise) and GDR verdict (* = a nearest NIC NCCL opens, which NCCL uses; ! = ACS redirect between them; ? = ACS unknown)\n");
         let mut rows = vec![
@@ -158,6 +201,10 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         // Too wide, NIC columns in blocks led by the GPU: a cell (`PIX off-peer*!`) never breaks.
         s.push_str(&crate::render::gids::column_blocks(&rows));
     }
+}
+
+/// The GPUs and NICs: name, PCI address, BAR1, IOMMU group.
+fn devices(r: &GdrReport, s: &mut String) {
     if !r.gpus.is_empty() || !r.nics.is_empty() {
         s.push('\n');
         let mut rows = vec![vec![
@@ -181,6 +228,10 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
         }
         s.push_str(&columns(&rows));
     }
+}
+
+/// ACS on the switch ports between GPUs and NICs.
+fn bridges(r: &GdrReport, s: &mut String) {
     if !r.bridges.is_empty() {
         s.push_str("\nACS on the switch ports between GPUs and NICs:\n");
         let rows: Vec<Vec<String>> = r
@@ -200,30 +251,4 @@ pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
             .collect();
         s.push_str(&columns(&rows));
     }
-    if !r.notes.is_empty() {
-        s.push_str("\nNotes:\n");
-        for n in &r.notes {
-            s.push_str(&format!("  {n}\n"));
-        }
-    }
-    if r.gpus.is_empty()
-        && findings
-            .iter()
-            .all(|f| f.severity == crate::finding::Severity::Pass)
-    {
-        // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
-        return format!(
-            "fabprobe gdr: NOT EVALUATED  no GPU on this host: GPUDirect RDMA does not apply\n\n{}",
-            text::fit_prose(&s)
-        );
-    }
-    let unused = !r.nics.is_empty() && r.nics.iter().all(|n| n.nccl_uses == Some(false));
-    if !r.gpus.is_empty() && unused && findings.is_empty() {
-        // NCCL opens no RDMA port: nothing here was judged, which is not a pass either.
-        return format!(
-            "fabprobe gdr: NOT EVALUATED  NCCL opens none of this host's RDMA ports: GPUDirect RDMA does not apply\n\n{}",
-            text::fit_prose(&s)
-        );
-    }
-    text::verdict_first("gdr", findings, s)
 }
