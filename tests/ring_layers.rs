@@ -41,3 +41,151 @@ fn run_and_report_do_not_import_each_other() {
     // run.rs assembles the report from its parts; the cycle is what is refused.
     assert!(run.contains("ring::report"), "the test reads the wrong file");
 }
+
+/// The ring's rooms, bottom to top, as imports go: a module names only modules of its own
+/// room or of rooms below it (issue 31: one direction through the rooms). The flow of a run
+/// is the other way round (launch -> plan -> coordinator and data planes -> diagnosis ->
+/// report): each room is handed what the rooms above it decided, it does not reach up.
+const ROOMS: &[(&str, &[&str])] = &[
+    (
+        "lower",
+        &[
+            "model",
+            "wire",
+            "lag",
+            "schedstat",
+            "tcpinfo",
+            "gate",
+            "interrupt",
+            "control",
+        ],
+    ),
+    ("diagnosis (pure)", &["diagnosis"]),
+    (
+        "the launch's word and the job's plan",
+        &["launcher", "options", "orders", "railplan"],
+    ),
+    (
+        "the coordinator and the ranks' data planes",
+        &["coordinator", "collective", "rendezvous"],
+    ),
+    ("the job's report", &["report", "railmerge"]),
+    ("one rank's run, --rails", &["run", "rails", "railmux"]),
+    ("tests of whole worlds", &["verdict_tests", "judged_tests"]),
+];
+
+/// Names of a room above that a module still uses: files another branch rewrites now
+/// (`railmerge.rs` takes `run::Options` and `rails::RailStop`; `railplan.rs` links to
+/// `railmux` in its docs). Each entry is (module, module above it).
+const ABOVE_PENDING: &[(&str, &str)] = &[
+    ("railmerge", "run"),
+    ("railmerge", "rails"),
+    ("railplan", "railmux"),
+];
+
+/// Lines that name things: code and doc comments (a doc link is a name rustdoc resolves);
+/// plain `//` comments only explain.
+fn naming_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !t.starts_with("//") || t.starts_with("///") || t.starts_with("//!")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ring modules `text` names: `crate::ring::m`, `crate::ring::{m, ...}`, and `super::m`
+/// from a file `depth` modules below the ring's own (`super::super::m` at depth 1).
+fn named_modules(text: &str, depth: usize) -> std::collections::BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = std::collections::BTreeSet::new();
+    let up = format!("{}super::", "super::".repeat(depth));
+    for prefix in ["crate::ring::".to_string(), up] {
+        for (i, _) in text.match_indices(&prefix) {
+            // `super::super::x` also contains `super::x`: only the whole path counts.
+            let before = &text[..i];
+            if before.ends_with("::") {
+                continue;
+            }
+            let rest = &text[i + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                out.extend(group.split(',').map(|p| ident(p.trim())));
+            } else {
+                out.insert(ident(rest));
+            }
+        }
+    }
+    out.retain(|m| m != "super" && m != "self");
+    out
+}
+
+/// Every module of `src/ring` (a file or a directory) with the text of its files and
+/// each file's depth below `src/ring`.
+fn ring_modules() -> Vec<(String, Vec<(String, usize)>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ring");
+    let mut mods = Vec::new();
+    for e in fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().to_string();
+        if name == "mod" {
+            continue;
+        }
+        let mut files = Vec::new();
+        let mut stack = vec![(p.clone(), 0usize)];
+        while let Some((q, depth)) = stack.pop() {
+            if q.is_dir() {
+                for e in fs::read_dir(&q).unwrap() {
+                    stack.push((e.unwrap().path(), depth + 1));
+                }
+            } else if q.extension().is_some_and(|x| x == "rs") {
+                // `super::` of a directory's mod.rs is the ring itself, as in a file beside it.
+                let own = q.file_name().is_some_and(|f| f == "mod.rs") as usize;
+                let text = fs::read_to_string(&q).unwrap();
+                files.push((naming_lines(&text), depth.saturating_sub(own)));
+            }
+        }
+        mods.push((name, files));
+    }
+    mods
+}
+
+#[test]
+fn no_ring_room_names_one_above_it() {
+    let room_of = |m: &str| ROOMS.iter().position(|(_, ms)| ms.contains(&m));
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for (m, files) in ring_modules() {
+        let Some(mine) = room_of(&m) else {
+            bad.push(format!("src/ring/{m} is in no room: add it to ROOMS"));
+            continue;
+        };
+        seen += 1;
+        for (text, depth) in &files {
+            for n in named_modules(text, *depth) {
+                let Some(theirs) = room_of(&n) else { continue };
+                if theirs > mine && !ABOVE_PENDING.contains(&(m.as_str(), n.as_str())) {
+                    bad.push(format!("{m} ({}) names {n} ({})", ROOMS[mine].0, ROOMS[theirs].0));
+                }
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} ring modules found");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The reader of names finds what the rooms test relies on (a test that can fail).
+#[test]
+fn named_modules_reads_paths_groups_and_supers() {
+    let t = "use crate::ring::{model::Rank, wire};\nuse super::lag;\n/// [`crate::ring::rails::X`]\nsuper::super::run::f();";
+    let got: Vec<String> = named_modules(t, 0).into_iter().collect();
+    assert_eq!(got, ["lag", "model", "rails", "wire"]);
+    let got: Vec<String> = named_modules(t, 1).into_iter().collect();
+    assert_eq!(got, ["model", "rails", "run", "wire"]);
+    assert_eq!(naming_lines("// crate::ring::run\n/// a\nx"), "/// a\nx");
+}

@@ -25,6 +25,8 @@ pub mod coordinator;
 pub mod diagnosis;
 pub mod gate;
 pub mod interrupt;
+#[cfg(test)]
+mod judged_tests;
 pub mod lag;
 pub mod launcher;
 pub mod model;

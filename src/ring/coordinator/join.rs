@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::ring::control::{Happening, Plane, frame};
 use crate::ring::gate::{self, BUSY, Incoming};
-use crate::ring::model::{Rank, RankInfo, printable};
+use crate::ring::model::{Rank, RankInfo, check_rails, printable};
 use crate::ring::orders;
 use crate::ring::rendezvous::list;
 use crate::ring::wire::{self, Hello, Msg};
@@ -94,36 +94,6 @@ pub fn validate(h: &Hello, cfg: &CoordinatorConfig, seen: &BTreeMap<Rank, RankIn
     Ok(())
 }
 
-/// A hello's rail list (the table repeats it for every rank): at most
-/// [`rails::MAX_RAILS`](crate::ring::rails::MAX_RAILS) rails, each text field plain text of
-/// at most 255 bytes. Pure.
-pub fn check_rails(rails: &[crate::ring::model::RailPort]) -> Result<(), String> {
-    let max = crate::ring::rails::MAX_RAILS as usize;
-    if rails.len() > max {
-        return Err(format!("{} entries, at most {max} allowed", rails.len()));
-    }
-    for p in rails {
-        let fields = [
-            Some(p.device.as_str()),
-            p.netdev.as_deref(),
-            p.state.as_deref(),
-            p.label.as_deref(),
-            p.address.as_deref(),
-        ];
-        if fields
-            .into_iter()
-            .flatten()
-            .any(|v| v.len() > 255 || printable(v, 255) != v)
-        {
-            return Err(format!(
-                "rail {}: a field is not plain text of at most 255 bytes",
-                p.rail
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Most transports a hello may list, and the longest name: the table repeats them for
 /// every rank, so a peer must not grow it.
 pub const MAX_CAPABILITIES: usize = 8;
@@ -186,7 +156,7 @@ pub(super) fn keepalive(s: &TcpStream) {
 
 /// `--rails`, rank 0: the job's one door, where every node's hello declares its rail slots
 /// (`info.rails`, checked like every hello). What it gathered, and the connections it holds
-/// (each node's one control connection for the whole run, see [`crate::ring::railmux`]).
+/// (each node's one control connection for the whole run, every rail's messages on it).
 pub struct NodeDoor {
     pub plane: Plane,
     /// Hellos the door reads after the gathering (latecomers, to turn away).

@@ -210,10 +210,6 @@ pub(super) fn verdict_reason(v: &[Verdict]) -> String {
     bounded_reason(&v.iter().map(|v| v.message.as_str()).collect::<Vec<_>>())
 }
 
-/// How many verdicts the end-of-run message carries to the ranks (each rank prints only
-/// their messages; rank 0's report has them all); the rest are counted.
-pub const SENT_VERDICTS: usize = 16;
-
 /// A rank's latest moved counters (each report covers the whole run so far), under the
 /// connection's own rank and the table's host, at most `evidence::MAX_MOVES`.
 pub(super) fn note_counters(rep: &mut CoordinatorReport, r: Rank, mut moved: Vec<CounterMove>) {

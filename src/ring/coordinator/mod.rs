@@ -34,14 +34,16 @@ mod messages;
 mod reject;
 mod serve;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
+pub use crate::ring::model::check_rails;
+pub use crate::ring::wire::SENT_VERDICTS;
 pub use join::{
     HOLDER_CHECK, MAX_CAPABILITIES, MAX_CAPABILITY_CHARS, NodeDoor, check_capabilities, check_fd_limit,
-    check_rails, files_needed, gather_deadline, node_door, validate,
+    files_needed, gather_deadline, node_door, validate,
 };
 use join::{gather, interrupted_join};
-pub use judge::{SENT_VERDICTS, stuck_line};
+pub use judge::stuck_line;
 use reject::drain_rejections;
 pub(crate) use reject::{door_reason, refuse};
 use serve::Serve;
@@ -145,7 +147,7 @@ pub struct CoordinatorConfig {
     pub silent: BTreeSet<Rank>,
     pub silent_wait: Duration,
     /// With `--rails`: this coordinator's ranks reach it through rank 0's relay (one
-    /// loopback source for all, see [`crate::ring::railmux`]); TCP_INFO is read from the
+    /// loopback source for all: the node's one connection carries every rail); TCP_INFO is read from the
     /// node's own connection through this (by ring rank). None: ranks connect directly.
     pub relay: Option<AckFn>,
     /// This process's SIGTERM/SIGINT ([`crate::ring::interrupt::process`]); None in tests
