@@ -300,10 +300,8 @@ pub(super) fn gather(
 pub const HOLDER_CHECK: Duration = Duration::from_secs(3);
 
 /// One finished hello while ranks gather: join, replace a dead earlier connection of the
-/// same rank, or refuse (a second live claim names both source addresses). A claim of a
-/// rank whose holder looks alive first checks the holder (a ping, which a live rank ignores
-/// before its table and a vanished one answers with a reset) and is told "busy" meanwhile,
-/// so a rank whose own end was reset connects again instead of being refused.
+/// same rank, or refuse (a second live claim names both source addresses, see
+/// [`held_claim`]).
 pub(super) fn gather_one(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
@@ -327,32 +325,9 @@ pub(super) fn gather_one(
     }
     match rep.control_peers.get(&h.rank).cloned() {
         Some(old_peer) if plane.has(h.rank) && !plane.is_dead(h.rank) => {
-            let now = Instant::now();
-            let first = !checking.contains_key(&h.rank);
-            let since = *checking.entry(h.rank).or_insert(now);
-            if now.duration_since(since) < HOLDER_CHECK {
-                if first && let Ok(f) = frame(&Msg::Ping) {
-                    let _ = plane.send(h.rank, f, now);
-                }
-                let reason = format!(
-                    "{BUSY}{} is held by an earlier connection from {old_peer}; checking that it is alive",
-                    cfg.claimed(h.rank)
-                );
-                gate::reject_now(&s, &reason);
-                // Listed once: the claimant asks again every 100 ms while the check lasts.
-                if first {
-                    rep.reject(&peer_s, &reason);
-                }
-                return;
-            }
             let host = seen.get(&h.rank).map(|i| i.host.clone()).unwrap_or_default();
-            let who = cfg.claimed(h.rank);
-            let reason = format!(
-                "{who} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
-                 processes started as {who}, or a foreign process with this job's token)",
-                printable(&host, 64),
-            );
-            return refuse(rep, &s, &peer_s, &reason);
+            let held = (h.rank, old_peer.as_str(), host.as_str());
+            return held_claim(cfg, rep, (checking, plane), (&s, &peer_s), held);
         }
         Some(old_peer) => {
             checking.remove(&h.rank);
@@ -368,6 +343,57 @@ pub(super) fn gather_one(
             host: h.info.host.clone(),
         }),
     }
+    seat(cfg, rep, (seen, plane, start), (s, peer_s), h);
+}
+
+/// A claim of rank `r`, held by a connection from `old_peer` (on `host`) that looks alive.
+/// The holder is checked first (a ping, which a live rank ignores before its table and a
+/// vanished one answers with a reset) and the claimant told "busy" meanwhile, so a rank
+/// whose own end was reset connects again instead of being refused; after [`HOLDER_CHECK`]
+/// the second claim is refused, naming both addresses.
+fn held_claim(
+    cfg: &CoordinatorConfig,
+    rep: &mut CoordinatorReport,
+    (checking, plane): (&mut BTreeMap<Rank, Instant>, &mut Plane),
+    (s, peer_s): (&TcpStream, &str),
+    (r, old_peer, host): (Rank, &str, &str),
+) {
+    let now = Instant::now();
+    let first = !checking.contains_key(&r);
+    let since = *checking.entry(r).or_insert(now);
+    if now.duration_since(since) < HOLDER_CHECK {
+        if first && let Ok(f) = frame(&Msg::Ping) {
+            let _ = plane.send(r, f, now);
+        }
+        let reason = format!(
+            "{BUSY}{} is held by an earlier connection from {old_peer}; checking that it is alive",
+            cfg.claimed(r)
+        );
+        gate::reject_now(s, &reason);
+        // Listed once: the claimant asks again every 100 ms while the check lasts.
+        if first {
+            rep.reject(peer_s, &reason);
+        }
+        return;
+    }
+    let who = cfg.claimed(r);
+    let reason = format!(
+        "{who} is already taken by {old_peer} ({}); a second claim from {peer_s} is refused (two \
+         processes started as {who}, or a foreign process with this job's token)",
+        printable(host, 64),
+    );
+    refuse(rep, s, peer_s, &reason);
+}
+
+/// Seat the rank of hello `h` on connection `s`: the event loop holds it, and it is told
+/// when the join window closes.
+fn seat(
+    cfg: &CoordinatorConfig,
+    rep: &mut CoordinatorReport,
+    (seen, plane, start): (&mut BTreeMap<Rank, RankInfo>, &mut Plane, Instant),
+    (s, peer_s): (TcpStream, String),
+    h: Hello,
+) {
     keepalive(&s);
     if let Err(e) = plane.add(h.rank, s) {
         // The event loop's own limit (epoll's watches): the coordinator's, not the rank's.
@@ -407,6 +433,56 @@ pub(super) fn tell_window(
 }
 
 impl Serve<'_> {
+    /// Not every rank joined: every joined rank is told why (the missing ones are named as
+    /// the job's nodes: no table entry of theirs says it), and the judge has its final word
+    /// unless rank 0 was interrupted.
+    pub(super) fn join_failed(&mut self, rep: &mut CoordinatorReport, seen: &BTreeMap<Rank, RankInfo>) {
+        let cfg = self.cfg;
+        let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
+        let interrupted = interrupted_join(cfg, seen.len(), &missing);
+        rep.interrupted = interrupted.clone();
+        let reason = interrupted.unwrap_or_else(|| {
+            BootstrapError::Missing {
+                missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
+                silent: missing
+                    .iter()
+                    .filter(|r| cfg.silent.contains(r))
+                    .map(|&r| cfg.node_of(r))
+                    .collect(),
+                world: cfg.world,
+                coordinator: cfg.advertised.clone(),
+                secs: cfg.join_timeout.as_secs(),
+            }
+            .to_string()
+        });
+        self.tell_all(
+            rep,
+            &Msg::Abort {
+                reason: reason.clone(),
+            },
+        );
+        rep.abort = Some(reason);
+        if let Some(judge) = cfg.judge.as_ref().filter(|_| rep.interrupted.is_none()) {
+            rep.verdicts = judge(rep, 0, true);
+        }
+    }
+
+    /// The table cannot be sent (`e`): never dropped in silence; every rank is told, and no
+    /// rank is blamed.
+    pub(super) fn tables_failed(&mut self, rep: &mut CoordinatorReport, e: String) {
+        let reason = format!(
+            "coordinator: the rank table for {} ranks cannot be sent: {e}",
+            self.cfg.world
+        );
+        self.tell_all(
+            rep,
+            &Msg::Abort {
+                reason: reason.clone(),
+            },
+        );
+        own_error(rep, reason);
+    }
+
     /// Every rank its part of the table (itself and its peers in every ring, in bounded
     /// frames); the run clock starts now. An error is the coordinator's own.
     pub(super) fn send_tables(&mut self, rep: &mut CoordinatorReport) -> Result<(), String> {

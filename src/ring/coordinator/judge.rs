@@ -13,6 +13,50 @@ use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict, WaitReport, bound
 use crate::ring::rendezvous::silence;
 
 impl Serve<'_> {
+    /// Call the judge if it is due (a failure, the backstop, or the gate says it could name
+    /// something) and allowed (a slow call leaves the loop time to read). True: its
+    /// verdicts end the run.
+    pub(super) fn judge_if_due(
+        &mut self,
+        rep: &mut CoordinatorReport,
+        now: Instant,
+        heard: Instant,
+        urgent: bool,
+    ) -> bool {
+        // The judge reads silence on the run clock: only once every table is out.
+        let Some(judge) = self.cfg.judge.clone().filter(|_| self.tables_out) else {
+            return false;
+        };
+        let heard_ms = heard.saturating_duration_since(self.run_start).as_millis() as u64;
+        let failing = !rep.stuck.is_empty()
+            || !rep.failed.is_empty()
+            || !rep.lost.is_empty()
+            || !rep.closed.is_empty()
+            || !rep.unacked_since_ms.is_empty()
+            || !rep.link_faults.is_empty();
+        let due = urgent || failing || now >= self.next_backstop || self.gate.due(heard_ms);
+        if !due || !(urgent || now >= self.judge_ok_at) {
+            return false;
+        }
+        let t = Instant::now();
+        let v = judge(rep, heard_ms, false);
+        let d = t.elapsed();
+        rep.stats.judge_lag_max = rep.stats.judge_lag_max.max(now.saturating_duration_since(heard));
+        rep.stats.judge_calls += 1;
+        rep.stats.judge_time += d;
+        rep.stats.judge_max = rep.stats.judge_max.max(d);
+        // A slow call leaves the loop twice its time to read before the next (a slow pass must
+        // not leave heartbeats unread); the backstop costs at most a tenth of the loop.
+        self.judge_ok_at = Instant::now() + 2 * d;
+        self.next_backstop = Instant::now() + JUDGE_IDLE.max(10 * d);
+        if !v.is_empty() {
+            self.first_failure = Some(verdict_reason(&v));
+            rep.verdicts = v;
+            return true;
+        }
+        false
+    }
+
     /// The loop came back late by [`lag::threshold`] or more: the ranks may have given up on
     /// it meanwhile. If nothing had failed before, every rank gets a fresh silence deadline
     /// from now, and the judge waits for it; a failure seen before it ends is this stall's

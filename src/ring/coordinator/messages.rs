@@ -64,40 +64,10 @@ impl Serve<'_> {
         if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &mut m {
             w.rank = r;
         }
-        let claimed = match &m {
-            Msg::Ready { rank }
-            | Msg::Failed { rank, .. }
-            | Msg::ScanSamples { rank, .. }
-            | Msg::Results(RankResults { rank, .. })
-            | Msg::Row { rank, .. } => Some(*rank),
-            _ => None,
-        };
-        if let Some(c) = claimed.filter(|&c| c != r) {
-            let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
-            let why = format!(
-                "rank {}'s control connection sent a {} message for rank {c}; ignored",
-                self.shown(r),
-                m.kind()
-            );
-            rep.reject(&peer, &why);
+        if self.foreign_claim(rep, r, &m) {
             return;
         }
-        if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = &m {
-            rep.reports.insert(r, (at_ms, w.clone()));
-            self.gate.report(r, at_ms, w, matches!(m, Msg::Heartbeat(_)));
-        }
-        if let Msg::Heartbeat(w) = &m {
-            let keep_ms = self.cfg.timeout.as_millis() as u64 + 10_000;
-            let h = rep.progress.entry(r).or_default();
-            h.push((at_ms, w.progress));
-            let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
-            h.drain(..cut);
-        }
-        self.quiet.heard(r, at);
-        if !rep.unacked_since_ms.is_empty() {
-            rep.unacked_since_ms.remove(&r);
-        }
-        rep.last_heard_ms.insert(r, at_ms);
+        self.heard_from(rep, r, &m, at, at_ms);
         match m {
             Msg::Ready { .. } => self.on_ready(rep, r),
             Msg::ScanSamples {
@@ -144,6 +114,51 @@ impl Serve<'_> {
             }
             _ => {}
         }
+    }
+
+    /// A message on rank `r`'s connection that names another rank: recorded as refused, and
+    /// ignored.
+    fn foreign_claim(&self, rep: &mut CoordinatorReport, r: Rank, m: &Msg) -> bool {
+        let claimed = match m {
+            Msg::Ready { rank }
+            | Msg::Failed { rank, .. }
+            | Msg::ScanSamples { rank, .. }
+            | Msg::Results(RankResults { rank, .. })
+            | Msg::Row { rank, .. } => Some(*rank),
+            _ => None,
+        };
+        let Some(c) = claimed.filter(|&c| c != r) else {
+            return false;
+        };
+        let peer = rep.control_peers.get(&r).cloned().unwrap_or_default();
+        let why = format!(
+            "rank {}'s control connection sent a {} message for rank {c}; ignored",
+            self.shown(r),
+            m.kind()
+        );
+        rep.reject(&peer, &why);
+        true
+    }
+
+    /// Rank `r` was heard at `at` (`at_ms` on the run clock): its latest report and the
+    /// judge's gate, its progress history, its silence clock.
+    fn heard_from(&mut self, rep: &mut CoordinatorReport, r: Rank, m: &Msg, at: Instant, at_ms: u64) {
+        if let Msg::Heartbeat(w) | Msg::Stuck { wait: w, .. } = m {
+            rep.reports.insert(r, (at_ms, w.clone()));
+            self.gate.report(r, at_ms, w, matches!(m, Msg::Heartbeat(_)));
+        }
+        if let Msg::Heartbeat(w) = m {
+            let keep_ms = self.cfg.timeout.as_millis() as u64 + 10_000;
+            let h = rep.progress.entry(r).or_default();
+            h.push((at_ms, w.progress));
+            let cut = h.iter().take_while(|(t, _)| t + keep_ms < at_ms).count();
+            h.drain(..cut);
+        }
+        self.quiet.heard(r, at);
+        if !rep.unacked_since_ms.is_empty() {
+            rep.unacked_since_ms.remove(&r);
+        }
+        rep.last_heard_ms.insert(r, at_ms);
     }
 
     pub(super) fn on_ready(&mut self, rep: &mut CoordinatorReport, r: Rank) {

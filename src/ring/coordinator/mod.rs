@@ -25,7 +25,7 @@ use crate::ring::model::{
 use crate::ring::orders::RingOrder;
 use crate::ring::rendezvous::{BootstrapError, HEARTBEAT};
 pub use crate::ring::tcpinfo::AckState;
-use crate::ring::wire::{Msg, RankResults, RowResult};
+use crate::ring::wire::{RankResults, RowResult};
 
 mod finish;
 mod join;
@@ -38,11 +38,11 @@ pub(crate) mod tests;
 
 pub use crate::ring::model::check_rails;
 pub use crate::ring::wire::SENT_VERDICTS;
+use join::gather;
 pub use join::{
     HOLDER_CHECK, MAX_CAPABILITIES, MAX_CAPABILITY_CHARS, NodeDoor, check_capabilities, check_fd_limit,
     files_needed, gather_deadline, node_door, validate,
 };
-use join::{gather, interrupted_join};
 pub use judge::stuck_line;
 use reject::drain_rejections;
 pub(crate) use reject::{door_reason, refuse};
@@ -348,41 +348,12 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
 pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Limits) -> CoordinatorReport {
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
-    let own_error = |rep: &mut CoordinatorReport, e: String| {
-        rep.abort = Some(e.clone());
-        rep.coordinator_error = Some(e);
-    };
-    let nofile = gate::raise_fd_limit();
-    if let Err(e) = check_fd_limit(cfg.world, nofile) {
-        own_error(&mut rep, e);
-        return rep;
-    }
-    let plane = match limits.events {
-        Some(k) => Plane::with_events(cfg.world, k),
-        None => Plane::new(cfg.world),
-    };
-    let mut plane = match plane {
-        Ok(p) => p,
+    let (mut plane, door) = match open_loop(&cfg, &limits) {
+        Ok(x) => x,
         Err(e) => {
-            own_error(&mut rep, format!("coordinator: cannot start its event loop: {e}"));
+            own_error(&mut rep, e);
             return rep;
         }
-    };
-    // Leave room for one descriptor per rank; strangers get what is left, at most the cap.
-    let door = gate::Limits {
-        max_pending: limits
-            .door
-            .max_pending
-            .min((nofile.saturating_sub(files_needed(cfg.world)) as usize).max(16)),
-        ..limits.door
-    };
-    // Relayed ranks all come from rank 0's own loopback: one source, not a flood.
-    let door = match cfg.relay {
-        Some(_) => gate::Limits {
-            max_per_source: door.max_pending,
-            ..door
-        },
-        None => door,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let gathering = Arc::new(AtomicBool::new(true));
@@ -403,34 +374,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep.stats.joined = Some(start.elapsed());
     let mut run = Serve::new(&cfg, plane, &rep, limits, start);
     if (seen.len() as u32) < cfg.world {
-        // Named as the job's nodes: no table entry of theirs says it.
-        let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
-        let interrupted = interrupted_join(&cfg, seen.len(), &missing);
-        rep.interrupted = interrupted.clone();
-        let reason = interrupted.unwrap_or_else(|| {
-            BootstrapError::Missing {
-                missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
-                silent: missing
-                    .iter()
-                    .filter(|r| cfg.silent.contains(r))
-                    .map(|&r| cfg.node_of(r))
-                    .collect(),
-                world: cfg.world,
-                coordinator: cfg.advertised.clone(),
-                secs: cfg.join_timeout.as_secs(),
-            }
-            .to_string()
-        });
-        run.tell_all(
-            &mut rep,
-            &Msg::Abort {
-                reason: reason.clone(),
-            },
-        );
-        rep.abort = Some(reason);
-        if let Some(judge) = cfg.judge.as_ref().filter(|_| rep.interrupted.is_none()) {
-            rep.verdicts = judge(&rep, 0, true);
-        }
+        run.join_failed(&mut rep, &seen);
         stop.store(true, Ordering::Relaxed);
         drain_rejections(&cfg, &rx, &mut rep, &run.plane);
         run.drain_out(Instant::now() + Duration::from_secs(2));
@@ -439,18 +383,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
         return rep;
     }
     if let Err(e) = run.send_tables(&mut rep) {
-        // Never dropped in silence: every rank is told, and no rank is blamed.
-        let reason = format!(
-            "coordinator: the rank table for {} ranks cannot be sent: {e}",
-            cfg.world
-        );
-        run.tell_all(
-            &mut rep,
-            &Msg::Abort {
-                reason: reason.clone(),
-            },
-        );
-        own_error(&mut rep, reason);
+        run.tables_failed(&mut rep, e);
         stop.store(true, Ordering::Relaxed);
         run.drain_out(Instant::now() + Duration::from_secs(2));
         rep.close_events();
@@ -463,4 +396,40 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     rep.stats.plane = run.plane.stats;
     rep.close_events();
     rep
+}
+
+/// The coordinator's own failure (its open-file limit, its event loop, a frame over its
+/// limit): the run ends, and no rank is to blame.
+fn own_error(rep: &mut CoordinatorReport, e: String) {
+    rep.abort = Some(e.clone());
+    rep.coordinator_error = Some(e);
+}
+
+/// The event loop for `cfg.world` ranks, and the door's limits beside it. An error is the
+/// coordinator's own (its open-file limit, its event loop).
+fn open_loop(cfg: &CoordinatorConfig, limits: &Limits) -> Result<(Plane, gate::Limits), String> {
+    let nofile = gate::raise_fd_limit();
+    check_fd_limit(cfg.world, nofile)?;
+    let plane = match limits.events {
+        Some(k) => Plane::with_events(cfg.world, k),
+        None => Plane::new(cfg.world),
+    }
+    .map_err(|e| format!("coordinator: cannot start its event loop: {e}"))?;
+    // Leave room for one descriptor per rank; strangers get what is left, at most the cap.
+    let door = gate::Limits {
+        max_pending: limits
+            .door
+            .max_pending
+            .min((nofile.saturating_sub(files_needed(cfg.world)) as usize).max(16)),
+        ..limits.door
+    };
+    // Relayed ranks all come from rank 0's own loopback: one source, not a flood.
+    let door = match cfg.relay {
+        Some(_) => gate::Limits {
+            max_per_source: door.max_pending,
+            ..door
+        },
+        None => door,
+    };
+    Ok((plane, door))
 }

@@ -7,7 +7,7 @@ use std::sync::mpsc::Receiver;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::judge::{JudgeGate, rep_host, verdict_reason};
+use super::judge::{JudgeGate, rep_host};
 use super::*;
 use crate::ring::control::{Frame, Happening, Plane, PlaneStats, QueueError, frame};
 use crate::ring::gate::Incoming;
@@ -277,7 +277,6 @@ impl<'a> Serve<'a> {
 
     /// The run: until every rank's results arrived, a verdict, or a failure's grace ran out.
     pub(super) fn serve(&mut self, rep: &mut CoordinatorReport, rx_late: &Receiver<Incoming>) {
-        let world = self.cfg.world;
         let mut next_tick = Instant::now();
         // With a judge, the built-in rule waits longer: the judge names the cause first, and
         // the longest it needs is a frozen rank's silence (and its grace), not another timeout.
@@ -293,13 +292,7 @@ impl<'a> Serve<'a> {
             // The checks run at a bounded rate (and at once after a failure report), never
             // per message; each costs O(ranks near a deadline), the judge is gated (see tick).
             if now >= next_tick || self.urgent {
-                let urgent = std::mem::take(&mut self.urgent);
-                let ended = self.tick(rep, now, urgent);
-                let d = now.elapsed();
-                rep.stats.ticks += 1;
-                rep.stats.tick_time += d;
-                rep.stats.tick_max = rep.stats.tick_max.max(d);
-                if ended {
+                if self.timed_tick(rep, now) {
                     break;
                 }
                 next_tick = Instant::now() + JUDGE_EVERY;
@@ -308,43 +301,10 @@ impl<'a> Serve<'a> {
             if let Some(p) = &ping {
                 self.ping_slice(rep, p, Instant::now());
             }
-            if let Some(t) = self.failing_since {
-                // Without a judge, every rank's report ends it at once; with one, the judge
-                // names the cause (it may need its own grace), the built-in grace is the backstop.
-                if now.duration_since(t) >= grace
-                    || (self.cfg.judge.is_none()
-                        && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= world as usize)
-                {
-                    break;
-                }
-            }
-            if self.done_results.len() as u32 == world {
+            if self.failure_ends(rep, now, grace) || self.done_results.len() as u32 == self.cfg.world {
                 break;
             }
-            let t_wait = Instant::now();
-            let wait = next_tick
-                .min(self.next_ping(t_wait))
-                .saturating_duration_since(t_wait)
-                .min(JUDGE_EVERY);
-            self.lag.asked(wait);
-            let happened = self.plane.wait(wait);
-            if let Some(stall) = self.limits.loop_stall {
-                thread::sleep(stall(&happened));
-            }
-            // Before what was read is handled: a close read right after the loop's own stall
-            // is judged as the stall's (the process may have stopped inside the poll).
-            if let Some(s) = self.lag.turn(Instant::now()) {
-                self.after_stall(rep, s);
-            }
-            let t = Instant::now();
-            for h in happened {
-                match h {
-                    Happening::Msg(r, m, at) => self.on_msg(rep, r, m, at),
-                    Happening::Closed(r, err) => self.on_closed(rep, r, err),
-                }
-            }
-            rep.stats.msg_time += t.elapsed();
-            if self.interrupt_ends(rep, Instant::now()) {
+            if self.read_once(rep, next_tick) {
                 break;
             }
             if self.plane.take_woken() {
@@ -359,6 +319,58 @@ impl<'a> Serve<'a> {
         rep.stats.finish_time = t.elapsed();
     }
 
+    /// [`Serve::tick`], timed for [`LoopStats`]. True: the run ends.
+    fn timed_tick(&mut self, rep: &mut CoordinatorReport, now: Instant) -> bool {
+        let urgent = std::mem::take(&mut self.urgent);
+        let ended = self.tick(rep, now, urgent);
+        let d = now.elapsed();
+        rep.stats.ticks += 1;
+        rep.stats.tick_time += d;
+        rep.stats.tick_max = rep.stats.tick_max.max(d);
+        ended
+    }
+
+    /// A failure ends the run: without a judge, once every rank reported (or its grace ran
+    /// out); with one, the judge names the cause (it may need its own grace), and the
+    /// built-in grace is the backstop.
+    fn failure_ends(&self, rep: &CoordinatorReport, now: Instant, grace: Duration) -> bool {
+        let Some(t) = self.failing_since else {
+            return false;
+        };
+        now.duration_since(t) >= grace
+            || (self.cfg.judge.is_none()
+                && rep.stuck.len() + rep.failed.len() + rep.lost.len() >= self.cfg.world as usize)
+    }
+
+    /// One poll of the event loop (until the next tick or ping at most) and what it read,
+    /// handled. True: the run ends for an interrupt.
+    fn read_once(&mut self, rep: &mut CoordinatorReport, next_tick: Instant) -> bool {
+        let t_wait = Instant::now();
+        let wait = next_tick
+            .min(self.next_ping(t_wait))
+            .saturating_duration_since(t_wait)
+            .min(JUDGE_EVERY);
+        self.lag.asked(wait);
+        let happened = self.plane.wait(wait);
+        if let Some(stall) = self.limits.loop_stall {
+            thread::sleep(stall(&happened));
+        }
+        // Before what was read is handled: a close read right after the loop's own stall
+        // is judged as the stall's (the process may have stopped inside the poll).
+        if let Some(s) = self.lag.turn(Instant::now()) {
+            self.after_stall(rep, s);
+        }
+        let t = Instant::now();
+        for h in happened {
+            match h {
+                Happening::Msg(r, m, at) => self.on_msg(rep, r, m, at),
+                Happening::Closed(r, err) => self.on_closed(rep, r, err),
+            }
+        }
+        rep.stats.msg_time += t.elapsed();
+        self.interrupt_ends(rep, Instant::now())
+    }
+
     /// The bounded-rate pass: stuck queues, silence and TCP_INFO of the quiet ranks, the
     /// judge when it is due. True: the run ends.
     pub(super) fn tick(&mut self, rep: &mut CoordinatorReport, now: Instant, urgent: bool) -> bool {
@@ -368,7 +380,23 @@ impl<'a> Serve<'a> {
         // never reads as a rank's silence, and a frozen rank is named as soon as the loop
         // has caught up, however busy it stays (no pass is skipped for being behind).
         let heard = self.plane.caught_up().min(now);
-        let heard_ms = heard.saturating_duration_since(self.run_start).as_millis() as u64;
+        self.check_ranks(rep, now, now_ms, heard);
+        match self.stall_verdict(now) {
+            Some(Some(v)) => {
+                self.first_failure = Some(v.message.clone());
+                rep.verdicts = vec![v];
+                return true;
+            }
+            Some(None) => return false,
+            None => {}
+        }
+        self.judge_if_due(rep, now, heard, urgent)
+    }
+
+    /// The ranks' side of a tick: queues nobody reads, silence clocks (from each rank's
+    /// whole table out) and the quiet ranks as of `heard`; once every table is out, the run
+    /// clock of the judge starts.
+    fn check_ranks(&mut self, rep: &mut CoordinatorReport, now: Instant, now_ms: u64, heard: Instant) {
         let stall = self
             .limits
             .write_stall
@@ -402,46 +430,6 @@ impl<'a> Serve<'a> {
                 self.gate.arm(now_ms);
             }
         }
-        match self.stall_verdict(now) {
-            Some(Some(v)) => {
-                self.first_failure = Some(v.message.clone());
-                rep.verdicts = vec![v];
-                return true;
-            }
-            Some(None) => return false,
-            None => {}
-        }
-        // The judge reads silence on the run clock: only once every table is out.
-        let Some(judge) = self.cfg.judge.clone().filter(|_| self.tables_out) else {
-            return false;
-        };
-        let failing = !rep.stuck.is_empty()
-            || !rep.failed.is_empty()
-            || !rep.lost.is_empty()
-            || !rep.closed.is_empty()
-            || !rep.unacked_since_ms.is_empty()
-            || !rep.link_faults.is_empty();
-        let due = urgent || failing || now >= self.next_backstop || self.gate.due(heard_ms);
-        if !due || !(urgent || now >= self.judge_ok_at) {
-            return false;
-        }
-        let t = Instant::now();
-        let v = judge(rep, heard_ms, false);
-        let d = t.elapsed();
-        rep.stats.judge_lag_max = rep.stats.judge_lag_max.max(now.saturating_duration_since(heard));
-        rep.stats.judge_calls += 1;
-        rep.stats.judge_time += d;
-        rep.stats.judge_max = rep.stats.judge_max.max(d);
-        // A slow call leaves the loop twice its time to read before the next (a slow pass must
-        // not leave heartbeats unread); the backstop costs at most a tenth of the loop.
-        self.judge_ok_at = Instant::now() + 2 * d;
-        self.next_backstop = Instant::now() + JUDGE_IDLE.max(10 * d);
-        if !v.is_empty() {
-            self.first_failure = Some(verdict_reason(&v));
-            rep.verdicts = v;
-            return true;
-        }
-        false
     }
 
     /// Rank `r` has been silent `quiet` (at least [`PROBE_AFTER`], as of the plane's
