@@ -172,6 +172,28 @@ fn join(host: &str, port: u16) -> String {
     }
 }
 
+/// The coordinator under torchrun's variables: `MASTER_ADDR` and its port, and where it
+/// came from in words.
+fn torchrun_coordinator(env: &Env, a: &str, port: u16) -> (String, String) {
+    // Under torchrun its own agent store listens on MASTER_PORT; take the next port.
+    let base = num(env, "MASTER_PORT")
+        .ok()
+        .flatten()
+        .and_then(|p| u16::try_from(p).ok());
+    let under_torchrun = env.contains_key("TORCHELASTIC_RUN_ID");
+    let p = match base {
+        Some(p) if under_torchrun => p.saturating_add(1),
+        Some(p) => p,
+        None => port,
+    };
+    let why = if under_torchrun {
+        "MASTER_ADDR:MASTER_PORT+1"
+    } else {
+        "MASTER_ADDR:MASTER_PORT"
+    };
+    (join(a, p), why.to_string())
+}
+
 /// Resolve rank, world, coordinator and token. Flags win; then the first launcher whose
 /// variables are present, in the order FABPROBE_*, Slurm, Open MPI, PMI, torchrun.
 pub fn resolve(flags: &Flags, env: &Env) -> Result<Identity, LauncherError> {
@@ -204,25 +226,7 @@ pub fn resolve(flags: &Flags, env: &Env) -> Result<Identity, LauncherError> {
     } else if let (Some(r), Some(w)) = (num(env, "PMI_RANK")?, num(env, "PMI_SIZE")?) {
         (r, w, Source::Pmi, None)
     } else if let (Some(r), Some(w)) = (num(env, "RANK")?, num(env, "WORLD_SIZE")?) {
-        let coord = env.get("MASTER_ADDR").map(|a| {
-            // Under torchrun its own agent store listens on MASTER_PORT; take the next port.
-            let base = num(env, "MASTER_PORT")
-                .ok()
-                .flatten()
-                .and_then(|p| u16::try_from(p).ok());
-            let under_torchrun = env.contains_key("TORCHELASTIC_RUN_ID");
-            let p = match base {
-                Some(p) if under_torchrun => p.saturating_add(1),
-                Some(p) => p,
-                None => port,
-            };
-            let why = if under_torchrun {
-                "MASTER_ADDR:MASTER_PORT+1"
-            } else {
-                "MASTER_ADDR:MASTER_PORT"
-            };
-            (join(a, p), why.to_string())
-        });
+        let coord = env.get("MASTER_ADDR").map(|a| torchrun_coordinator(env, a, port));
         (r, w, Source::Torchrun, coord)
     } else {
         return Err(LauncherError::NoRank);

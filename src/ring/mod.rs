@@ -1,30 +1,32 @@
-//! The multi-node ring AllReduce probe. Never imports `cli` or `render`. Layout, from the
-//! bottom up (each layer uses only those above it in this list):
+//! The multi-node ring AllReduce probe. Never imports `cli` or `render`. Its rooms, from the
+//! bottom up: each module names only modules of its own room or of rooms below it (issue 31;
+//! `tests/ring_layers.rs` reads the sources and holds it so):
 //!
-//! * [`model`]: shared types (ranks, verdicts, wait reports, counter moves), no deps;
-//! * [`interrupt`]: the scheduler's SIGTERM (or a Ctrl-C), noted by the CLI, no deps;
-//! * [`wire`]: the one framing, shared by the control plane and the data handshakes;
-//! * [`launcher`]: rank and world from flags or the launcher's environment;
-//! * [`diagnosis`]: scan plan and driver, localization, watchdog, counter evidence;
-//! * [`rendezvous`]: bind, hello, join, cancellation (the rank's side of the control plane);
-//! * [`gate`]: the coordinator's door (accept, hello deadlines, flood eviction);
-//! * [`control`]: the coordinator's control connections on one event loop (bounded per-rank queues);
-//! * [`lag`]: the coordinator's own loop lag and CPU figures (a stall of rank 0 blames no rank);
-//! * [`coordinator`]: rank 0's serve loop; reaches diagnosis only through [`coordinator::Judge`]
-//!   and [`coordinator::ScanDriver`];
-//! * [`collective`]: transports (`tcp`, `rdma`, test-only `inproc`), progress, allreduce,
-//!   the per-rank scan step;
-//! * [`run`] and [`report`]: one rank's whole run, and the job's report;
-//! * [`schedstat`]: how long a rank's threads waited for a CPU (scan evidence);
-//! * [`rails`], [`railplan`], [`railmux`] and [`railmerge`]: `--rails`, one ring per rail of
-//!   the node (each a [`run`]) among the nodes that drive that rail, every rail's control
-//!   messages on the node's one connection, and the job's report from the rails' reports.
+//! * lower: [`model`] (shared types: ranks, verdicts, wait reports, rail slots), [`wire`] (the
+//!   one framing, shared by the control plane and the data handshakes), [`interrupt`] (the
+//!   scheduler's SIGTERM, or a Ctrl-C), [`gate`] (the coordinator's door: accept, hello
+//!   deadlines, flood eviction), [`control`] (the coordinator's control connections on one
+//!   event loop, bounded per-rank queues), [`lag`] (the coordinator's own loop lag: a stall of
+//!   rank 0 blames no rank), [`schedstat`] (how long threads waited for a CPU), [`tcpinfo`];
+//! * [`diagnosis`] (pure): scan plan and driver, localization, watchdog, counter evidence;
+//! * the launch's word and the job's plan: [`launcher`] (rank and world from flags or the
+//!   launcher's environment), [`options`], [`orders`] (rings and table parts), [`railplan`];
+//! * the coordinator and the ranks' data planes: [`coordinator`] (rank 0's serve loop; the
+//!   run's judge plugs in through [`coordinator::Judge`] and [`coordinator::ScanDriver`]),
+//!   [`rendezvous`] (bind, hello, join: the rank's side of the control plane), [`collective`]
+//!   (transports `tcp`, `rdma`, test-only `inproc`; progress, allreduce, the scan step);
+//! * the job's report: [`report`], [`railmerge`] (the job's report from the rails' reports);
+//! * one rank's whole run: [`run`], and `--rails`: [`rails`], [`railmux`] (one ring per rail
+//!   of the node among the nodes that drive that rail, every rail's control messages on the
+//!   node's one connection).
 pub mod collective;
 pub mod control;
 pub mod coordinator;
 pub mod diagnosis;
 pub mod gate;
 pub mod interrupt;
+#[cfg(test)]
+mod judged_tests;
 pub mod lag;
 pub mod launcher;
 pub mod model;

@@ -233,6 +233,38 @@ pub struct RailPort {
     pub address: Option<String>,
 }
 
+/// The most rails a node drives (NCCL's `MAXCHANNELS`/NIC limits are far above real nodes).
+pub const MAX_RAILS: u32 = 32;
+
+/// A hello's rail list (the table repeats it for every rank): at most [`MAX_RAILS`] rails,
+/// each text field plain text of at most 255 bytes. Pure.
+pub fn check_rails(rails: &[RailPort]) -> Result<(), String> {
+    let max = MAX_RAILS as usize;
+    if rails.len() > max {
+        return Err(format!("{} entries, at most {max} allowed", rails.len()));
+    }
+    for p in rails {
+        let fields = [
+            Some(p.device.as_str()),
+            p.netdev.as_deref(),
+            p.state.as_deref(),
+            p.label.as_deref(),
+            p.address.as_deref(),
+        ];
+        if fields
+            .into_iter()
+            .flatten()
+            .any(|v| v.len() > 255 || printable(v, 255) != v)
+        {
+            return Err(format!(
+                "rail {}: a field is not plain text of at most 255 bytes",
+                p.rail
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl RailPort {
     /// `rail 1 (mlx5_1:1, eth2)` / `rail 1 (eth2)`, for messages.
     pub fn describe(&self) -> String {
@@ -447,7 +479,8 @@ pub enum VerdictKind {
     RankUnreachable,
     CoordinatorLost,
     /// Rank 0's own process did not run (stopped, starved of CPU) past the ranks' silence
-    /// deadline: what the ranks reported after it is its consequence ([`crate::ring::lag`]).
+    /// deadline: what the ranks reported after it is its consequence (see the coordinator's
+    /// lag clock).
     CoordinatorStalled,
     /// A data link's queue pair completed a work request in error (RDMA): the status names
     /// the cause (12 retry exceeded, 13 RNR, 4 local protection, 10 remote access).
@@ -455,7 +488,7 @@ pub enum VerdictKind {
     /// With `--rails`: a node lacks a rail the others drive (its port down or absent).
     RailMissing,
     /// With `--rails`, internal: this rail's ring was stopped because another rail failed
-    /// first ([`crate::ring::rails::RailStop`]). The job's report turns it into the rail's
+    /// first (`--rails` stops the other rails' rings). The job's report turns it into the rail's
     /// `error`; it is never one of the report's verdicts.
     RailStopped,
     /// A port whose active rate is below the rate its peers on the rail run (trained down:

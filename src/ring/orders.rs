@@ -218,7 +218,7 @@ mod tests {
         use crate::ring::model::RailPort;
         let big = |r: Rank| {
             let mut i = info(r, 255);
-            i.rails = (0..crate::ring::rails::MAX_RAILS)
+            i.rails = (0..crate::ring::model::MAX_RAILS)
                 .map(|k| RailPort {
                     rail: k,
                     device: "d".repeat(255),
@@ -230,7 +230,7 @@ mod tests {
                     address: Some("a".repeat(255)),
                 })
                 .collect();
-            assert!(crate::ring::coordinator::check_rails(&i.rails).is_ok());
+            assert!(crate::ring::model::check_rails(&i.rails).is_ok());
             i
         };
         let ranks: Vec<RankInfo> = (0..256).map(big).collect();
@@ -246,7 +246,7 @@ mod tests {
         let extra = one.rails[0].clone();
         one.rails.push(extra);
         assert!(
-            crate::ring::coordinator::check_rails(&one.rails)
+            crate::ring::model::check_rails(&one.rails)
                 .unwrap_err()
                 .contains("at most 32")
         );

@@ -24,8 +24,7 @@ use crate::ring::run::{self, Failure, Options, RankOutcome, RunError, Setup};
 pub use crate::ring::wire::Seat;
 use crate::sysfs::infiniband::NumName;
 
-/// The most rails a node drives (NCCL's `MAXCHANNELS`/NIC limits are far above real nodes).
-pub const MAX_RAILS: u32 = 32;
+pub use crate::ring::model::MAX_RAILS;
 
 /// `--rails`.
 #[derive(Clone, Debug, PartialEq, Eq)]

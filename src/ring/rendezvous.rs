@@ -324,24 +324,12 @@ fn join_once(
                 if more {
                     continue;
                 }
-                let ranks = table;
-                let abort = Arc::new(AbortFlag::default());
-                let (tx, rx) = mpsc::channel();
-                let reader = s.try_clone().map_err(|e| wire_err(e.into()))?;
-                let me = ranks
+                let me = table
                     .iter()
                     .find(|i| i.rank == my_rank)
                     .cloned()
                     .unwrap_or_else(|| my_info.clone());
-                spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
-                return Ok(Session {
-                    table: ranks,
-                    shared_transport,
-                    coordinator: coordinator.to_string(),
-                    writer: Mutex::new(s),
-                    inbox: Mutex::new(rx),
-                    abort,
-                });
+                return session(s, coordinator, (table, shared_transport), me, timeout);
             }
             Ok(Msg::Reject { reason }) => {
                 return Err(BootstrapError::Rejected {
@@ -362,6 +350,32 @@ fn join_once(
             Err(e) => return Err(wire_err(e)),
         }
     }
+}
+
+/// The whole table arrived on `s`: the session, with its reader of the coordinator's
+/// messages (`me`: this rank as the table says it).
+fn session(
+    s: TcpStream,
+    coordinator: &str,
+    (table, shared_transport): (Vec<RankInfo>, Option<String>),
+    me: RankInfo,
+    timeout: Duration,
+) -> Result<Session, BootstrapError> {
+    let abort = Arc::new(AbortFlag::default());
+    let (tx, rx) = mpsc::channel();
+    let reader = s.try_clone().map_err(|e| BootstrapError::Wire {
+        peer: coordinator.to_string(),
+        source: e.into(),
+    })?;
+    spawn_reader(reader, coordinator.to_string(), me, timeout, tx, abort.clone());
+    Ok(Session {
+        table,
+        shared_transport,
+        coordinator: coordinator.to_string(),
+        writer: Mutex::new(s),
+        inbox: Mutex::new(rx),
+        abort,
+    })
 }
 
 /// How long after the end of rank 0's join window a seated rank still waits for its table

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::host::Host;
 use crate::ring::collective::scanstep::scan_tag;
-use crate::ring::collective::transport::inproc::{Faults, InprocNet};
+use crate::ring::collective::transport::inproc::{Faults, InprocNet, ONE_WORLD};
 use crate::ring::collective::transport::{Fabric, LinkRequest};
 use crate::ring::diagnosis::driver::ScanOptions;
 use crate::ring::diagnosis::evidence::Sampler;
@@ -133,11 +133,6 @@ fn world(
 ) -> (RingReport, Vec<Result<RankOutcome, RunError>>, Duration) {
     world_with(n, o, net, role, |_| None, None, &[])
 }
-
-/// One world at a time: each is 4-5 ranks of paced threads whose figures and deadlines are
-/// the assertions; two at once on a 2-core machine would measure each other. Other heavy
-/// ring tests (the 400-rank table) take it too.
-pub(crate) static ONE_WORLD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// [`world`], with each rank's port counters read by `counters(rank)`.
 fn world_with(

@@ -19,6 +19,10 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// Bumped when a message changes meaning; ranks of different versions refuse each other.
 pub const PROTOCOL: u32 = 6;
 
+/// How many verdicts the end-of-run message carries to the ranks (each rank prints only
+/// their messages; rank 0's report has them all); the rest are counted.
+pub const SENT_VERDICTS: usize = 16;
+
 #[derive(Debug, Error)]
 pub enum WireError {
     #[error("not a fabprobe peer (bad magic {0:02x?})")]
@@ -173,7 +177,7 @@ pub enum Msg {
     /// The run ended; `failed` tells every rank which exit status to use.
     Done {
         failed: bool,
-        /// At most [`crate::ring::coordinator::SENT_VERDICTS`] of rank 0's verdicts.
+        /// At most [`SENT_VERDICTS`] of rank 0's verdicts.
         verdicts: Vec<Verdict>,
         /// How many more verdicts rank 0's report holds.
         #[serde(default)]
@@ -216,7 +220,7 @@ pub enum Msg {
     /// The scan is over: go on with the sweep (or report, with `--scan` alone).
     ScanEnd,
     /// `--rails`: rank 0 seated this node (its hello declared its rail slots): its place in
-    /// each rail's ring (at most [`crate::ring::rails::MAX_RAILS`]).
+    /// each rail's ring (at most [`crate::ring::model::MAX_RAILS`]).
     Seats {
         seats: Vec<Seat>,
     },
@@ -352,7 +356,21 @@ mod tests {
             counter: "symbol_error".into(),
             delta: 4699,
         };
-        let wait = crate::ring::collective::allreduce::Progress::default().report(3, 0);
+        // A fresh rank's report, as its data plane writes it (the wire needs no data plane).
+        let wait = WaitReport {
+            rank: 3,
+            phase: crate::ring::model::Phase::from_ordinal(0),
+            round: 0,
+            step: 0,
+            channel: 0,
+            waiting_on: None,
+            waiting_to_receive: false,
+            bytes_received: 0,
+            bytes_sent: 0,
+            since_progress_ms: 0,
+            progress: 0,
+            cpu: None,
+        };
         let msgs = [
             Msg::Stuck {
                 wait: wait.clone(),

@@ -450,15 +450,49 @@ pub fn allreduce_channel(
     let total = output.len();
     while off < total {
         let len = block.min(total - off);
-        let seg = |j: usize| {
-            let s = segment(len, n, j % n);
-            off + s.start..off + s.end
-        };
-        let idx = |s: usize, plus: usize| (r + n * 2 + plus - s) % n;
-        // Reduce-scatter: step 0 sends our own segment; steps 1..n-1 add the received
-        // partial sum to ours; the result of the last step is fully reduced.
-        let g0 = seg(idx(0, 0));
-        ch.send(
+        let b = Block { n, r, off, len };
+        ch.reduce_scatter(&b, input, output)?;
+        ch.all_gather(&b, output)?;
+        off += len;
+        // A round is one block: steps restart at every block of every iteration. Until the
+        // next block's first send this rank is at the end of the block it finished (a
+        // non-data phase at the new round orders before that round's steps), never "ahead".
+        progress.round.fetch_add(1, Ordering::Relaxed);
+        progress.at(Phase::Between, 0);
+    }
+    progress.waiting(None, false);
+    Ok(())
+}
+
+/// One block of a channel's range: `len` elements from `off`, in `n` segments, on rank `r`.
+struct Block {
+    n: usize,
+    r: usize,
+    off: usize,
+    len: usize,
+}
+
+impl Block {
+    /// The elements of the segment this rank sends at step `s` of reduce-scatter
+    /// (`plus` 0) or of all-gather (`plus` 1: the segment it reduced, passed on).
+    fn at_step(&self, s: usize, plus: usize) -> Range<usize> {
+        let j = (self.r + self.n * 2 + plus - s) % self.n;
+        let s = segment(self.len, self.n, j % self.n);
+        self.off + s.start..self.off + s.end
+    }
+}
+
+impl Chan<'_> {
+    /// Reduce-scatter: step 0 sends our own segment; steps 1..n-1 add the received
+    /// partial sum to ours; the result of the last step is fully reduced.
+    fn reduce_scatter(
+        &mut self,
+        b: &Block,
+        input: Option<&[f32]>,
+        output: &mut [f32],
+    ) -> Result<(), RingError> {
+        let g0 = b.at_step(0, 0);
+        self.send(
             match input {
                 Some(i) => &i[g0],
                 None => &output[g0],
@@ -466,12 +500,12 @@ pub fn allreduce_channel(
             Phase::ReduceScatter,
             0,
         )?;
-        for s in 1..n {
-            let g = seg(idx(s, 0));
+        for s in 1..b.n {
+            let g = b.at_step(s, 0);
             {
                 let out = &mut output[g.clone()];
                 let inp = input.map(|i| &i[g.clone()]);
-                ch.recv(g.len(), Phase::ReduceScatter, s as u32, &mut |v| match inp {
+                self.recv(g.len(), Phase::ReduceScatter, s as u32, &mut |v| match inp {
                     Some(inp) => {
                         for ((o, a), b) in out.iter_mut().zip(inp).zip(v) {
                             *o = a + b;
@@ -484,33 +518,30 @@ pub fn allreduce_channel(
                     }
                 })?;
             }
-            if s < n - 1 {
-                ch.send(&output[g], Phase::ReduceScatter, s as u32)?;
+            if s < b.n - 1 {
+                self.send(&output[g], Phase::ReduceScatter, s as u32)?;
             }
         }
-        // All-gather: pass the reduced segments around.
-        ch.send(&output[seg(idx(0, 1))], Phase::AllGather, 0)?;
-        for s in 1..n {
-            let g = seg(idx(s, 1));
+        Ok(())
+    }
+
+    /// All-gather: pass the reduced segments around.
+    fn all_gather(&mut self, b: &Block, output: &mut [f32]) -> Result<(), RingError> {
+        self.send(&output[b.at_step(0, 1)], Phase::AllGather, 0)?;
+        for s in 1..b.n {
+            let g = b.at_step(s, 1);
             {
                 let out = &mut output[g.clone()];
-                ch.recv(g.len(), Phase::AllGather, s as u32, &mut |v| {
+                self.recv(g.len(), Phase::AllGather, s as u32, &mut |v| {
                     out.copy_from_slice(v)
                 })?;
             }
-            if s < n - 1 {
-                ch.send(&output[g], Phase::AllGather, s as u32)?;
+            if s < b.n - 1 {
+                self.send(&output[g], Phase::AllGather, s as u32)?;
             }
         }
-        off += len;
-        // A round is one block: steps restart at every block of every iteration. Until the
-        // next block's first send this rank is at the end of the block it finished (a
-        // non-data phase at the new round orders before that round's steps), never "ahead".
-        progress.round.fetch_add(1, Ordering::Relaxed);
-        progress.at(Phase::Between, 0);
+        Ok(())
     }
-    progress.waiting(None, false);
-    Ok(())
 }
 
 /// Segment size in elements for a message of `bytes` over `channels` rings of `world`
@@ -588,7 +619,6 @@ pub fn run_size(
 ) -> Result<SizeResult, RingError> {
     let count = (spec.bytes / 4) as usize;
     let channels = links.len();
-    let chunk = chunk_elems(spec.bytes, ring.world, channels as u32, slot_bytes);
     // Copying (or, for a size larger than the buffers, allocating and filling) waits on no
     // peer: say so, so the wait is not read as a data stall.
     for p in progress {
@@ -604,123 +634,18 @@ pub fn run_size(
     // One thread per channel for the whole size; they meet the timer at a barrier after
     // the warm-up and at another after the timed iterations, so the timed span covers
     // only timed iterations.
-    let barrier = Meet::new(channels + 1);
-    let end = Meet::new(channels + 1);
-    let stop = AtomicBool::new(false);
-    let err: Mutex<Option<RingError>> = Mutex::new(None);
-    let mut elapsed = 0.0;
-    let hop_bytes: u64 = std::thread::scope(|sc| {
-        let mut out_rest: &mut [f32] = output;
-        let mut taken = 0;
-        let mut handles = Vec::new();
-        for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
-            let rg = channel_range(count, channels, c);
-            let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
-            out_rest = rest;
-            taken = rg.end;
-            let fresh = &input[rg.clone()];
-            let inp = (!spec.in_place).then_some(fresh);
-            let (err, barrier, end, stop) = (&err, &barrier, &end, &stop);
-            handles.push(sc.spawn(move || {
-                let _guard = StopOnPanic(stop);
-                let mut at_barrier = None;
-                let mut hop = None;
-                let mut run = || -> Result<(), RingError> {
-                    for it in 0..spec.warmup + spec.iters {
-                        if let (0, Some(live)) = (c, &spec.live) {
-                            live.iteration.store(it, Ordering::Relaxed);
-                        }
-                        if it == spec.warmup {
-                            barrier.wait(stop);
-                            at_barrier = Some(l.recv.bytes_received());
-                        }
-                        allreduce_channel(ring, l, p, abort, stop, inp, mine, chunk)?;
-                    }
-                    if at_barrier.is_none() {
-                        barrier.wait(stop);
-                        at_barrier = Some(l.recv.bytes_received());
-                    }
-                    end.wait(stop);
-                    hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
-                    if spec.check && spec.in_place {
-                        mine.copy_from_slice(fresh);
-                        allreduce_channel(ring, l, p, abort, stop, None, mine, chunk)?;
-                    }
-                    Ok(())
-                };
-                // A panic in a channel is this rank's error report, not a hang of its siblings.
-                let res =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut run)).unwrap_or_else(|p| {
-                        Err(RingError::Panicked {
-                            channel: c as u32,
-                            what: panic_text(&*p),
-                        })
-                    });
-                // Stop the sibling channels now, before this thread waits at a barrier for
-                // them: a sibling blocked on its own wait would otherwise run to its timeout,
-                // and a peer's stuck report could reach the coordinator before this rank's
-                // real cause (and blame a link for a local error).
-                if res.is_err() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                // Every channel passes each barrier exactly once, also on failure.
-                if at_barrier.is_none() {
-                    barrier.wait(stop);
-                    at_barrier = Some(l.recv.bytes_received());
-                }
-                if hop.is_none() {
-                    end.wait(stop);
-                    hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
-                }
-                if let Err(e) = res {
-                    l.send.abandon();
-                    stop.store(true, Ordering::Relaxed);
-                    let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
-                    let keep = match &*g {
-                        None => true,
-                        // A panic is this rank's own bug: the truest cause there is.
-                        Some(_) if matches!(e, RingError::Panicked { .. }) => true,
-                        // A real cause beats the echo of an abort or of a sibling's stop.
-                        Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
-                        // A completion error names its cause; a sibling's timeout does not.
-                        Some(old) => {
-                            let cause = |x: &RingError| x.link_fault().is_some_and(|f| !f.is_flush());
-                            cause(&e) && !cause(old)
-                        }
-                    };
-                    if keep {
-                        *g = Some(match e {
-                            RingError::Stuck(mut w, t) => {
-                                w.channel = c as u32;
-                                RingError::Stuck(w, t)
-                            }
-                            other => other,
-                        });
-                    }
-                }
-                hop.unwrap_or(0)
-            }));
-        }
-        barrier.wait(&stop);
-        let t_timed = Instant::now();
-        end.wait(&stop);
-        elapsed = t_timed.elapsed().as_secs_f64();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|p| {
-                    // Unwound outside the guarded part: still this rank's error.
-                    let mut g = err.lock().unwrap_or_else(|x| x.into_inner());
-                    g.get_or_insert(RingError::Panicked {
-                        channel: u32::MAX,
-                        what: panic_text(&*p),
-                    });
-                    0
-                })
-            })
-            .sum()
-    });
-    if let Some(e) = err.into_inner().unwrap_or_else(|x| x.into_inner()) {
+    let size = SizeRun {
+        ring,
+        abort,
+        spec,
+        chunk: chunk_elems(spec.bytes, ring.world, channels as u32, slot_bytes),
+        barrier: Meet::new(channels + 1),
+        end: Meet::new(channels + 1),
+        stop: AtomicBool::new(false),
+        err: Mutex::new(None),
+    };
+    let (elapsed, hop_bytes) = size.all_channels(links, progress, input, output);
+    if let Some(e) = size.err.into_inner().unwrap_or_else(|x| x.into_inner()) {
         return Err(e);
     }
     let wrong = spec.check.then(|| {
@@ -744,6 +669,166 @@ pub fn run_size(
         hop_bytes,
         hop_seconds: elapsed,
     })
+}
+
+/// One size on every channel of this rank: the barriers the channels meet the timer at,
+/// and the truest error any of them ended with.
+struct SizeRun<'a> {
+    ring: Ring,
+    abort: &'a AbortFlag,
+    spec: &'a SizeSpec,
+    chunk: usize,
+    barrier: Meet,
+    end: Meet,
+    stop: AtomicBool,
+    err: Mutex<Option<RingError>>,
+}
+
+impl SizeRun<'_> {
+    /// Every channel on a thread of its own, with the timer between the two barriers: the
+    /// timed span in seconds, and the bytes received from the predecessor meanwhile.
+    fn all_channels(
+        &self,
+        links: &mut [ChannelLinks],
+        progress: &[Progress],
+        input: &[f32],
+        output: &mut [f32],
+    ) -> (f64, u64) {
+        let (count, channels) = (input.len(), links.len());
+        let mut elapsed = 0.0;
+        let hop_bytes = std::thread::scope(|sc| {
+            let mut out_rest: &mut [f32] = output;
+            let mut taken = 0;
+            let mut handles = Vec::new();
+            for (c, (l, p)) in links.iter_mut().zip(progress).enumerate() {
+                let rg = channel_range(count, channels, c);
+                let (mine, rest) = std::mem::take(&mut out_rest).split_at_mut(rg.end - taken);
+                out_rest = rest;
+                taken = rg.end;
+                let fresh = &input[rg];
+                handles.push(sc.spawn(move || self.channel(c, l, p, fresh, mine)));
+            }
+            self.barrier.wait(&self.stop);
+            let t_timed = Instant::now();
+            self.end.wait(&self.stop);
+            elapsed = t_timed.elapsed().as_secs_f64();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|p| {
+                        // Unwound outside the guarded part: still this rank's error.
+                        let mut g = self.err.lock().unwrap_or_else(|x| x.into_inner());
+                        g.get_or_insert(RingError::Panicked {
+                            channel: u32::MAX,
+                            what: panic_text(&*p),
+                        });
+                        0
+                    })
+                })
+                .sum()
+        });
+        (elapsed, hop_bytes)
+    }
+
+    /// Channel `c` on its part `mine` of the output (`fresh`: that part's input): the bytes
+    /// it received between the barriers. It passes each barrier exactly once, also on failure.
+    fn channel(&self, c: usize, l: &mut ChannelLinks, p: &Progress, fresh: &[f32], mine: &mut [f32]) -> u64 {
+        let _guard = StopOnPanic(&self.stop);
+        let mut at_barrier = None;
+        let mut hop = None;
+        // A panic in a channel is this rank's error report, not a hang of its siblings.
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.iterations(c, (&mut *l, p), (fresh, &mut *mine), (&mut at_barrier, &mut hop))
+        }))
+        .unwrap_or_else(|payload| {
+            Err(RingError::Panicked {
+                channel: c as u32,
+                what: panic_text(&*payload),
+            })
+        });
+        // Stop the sibling channels now, before this thread waits at a barrier for
+        // them: a sibling blocked on its own wait would otherwise run to its timeout,
+        // and a peer's stuck report could reach the coordinator before this rank's
+        // real cause (and blame a link for a local error).
+        if res.is_err() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        // Every channel passes each barrier exactly once, also on failure.
+        if at_barrier.is_none() {
+            self.barrier.wait(&self.stop);
+            at_barrier = Some(l.recv.bytes_received());
+        }
+        if hop.is_none() {
+            self.end.wait(&self.stop);
+            hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
+        }
+        if let Err(e) = res {
+            l.send.abandon();
+            self.stop.store(true, Ordering::Relaxed);
+            self.keep_error(c, e);
+        }
+        hop.unwrap_or(0)
+    }
+
+    /// Channel `c`'s iterations: warm-up, the timed ones between the barriers (noted in
+    /// `at_barrier` and `hop` as it passes them), and in place the check's one more.
+    fn iterations(
+        &self,
+        c: usize,
+        (l, p): (&mut ChannelLinks, &Progress),
+        (fresh, mine): (&[f32], &mut [f32]),
+        (at_barrier, hop): (&mut Option<u64>, &mut Option<u64>),
+    ) -> Result<(), RingError> {
+        let (spec, stop) = (self.spec, &self.stop);
+        let inp = (!spec.in_place).then_some(fresh);
+        for it in 0..spec.warmup + spec.iters {
+            if let (0, Some(live)) = (c, &spec.live) {
+                live.iteration.store(it, Ordering::Relaxed);
+            }
+            if it == spec.warmup {
+                self.barrier.wait(stop);
+                *at_barrier = Some(l.recv.bytes_received());
+            }
+            allreduce_channel(self.ring, l, p, self.abort, stop, inp, mine, self.chunk)?;
+        }
+        if at_barrier.is_none() {
+            self.barrier.wait(stop);
+            *at_barrier = Some(l.recv.bytes_received());
+        }
+        self.end.wait(stop);
+        *hop = Some(l.recv.bytes_received() - at_barrier.unwrap_or(0));
+        if spec.check && spec.in_place {
+            mine.copy_from_slice(fresh);
+            allreduce_channel(self.ring, l, p, self.abort, stop, None, mine, self.chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Keep channel `c`'s error `e` if it is the truest cause so far.
+    fn keep_error(&self, c: usize, e: RingError) {
+        let mut g = self.err.lock().unwrap_or_else(|x| x.into_inner());
+        let keep = match &*g {
+            None => true,
+            // A panic is this rank's own bug: the truest cause there is.
+            Some(_) if matches!(e, RingError::Panicked { .. }) => true,
+            // A real cause beats the echo of an abort or of a sibling's stop.
+            Some(RingError::Aborted(_)) => !matches!(e, RingError::Aborted(_)),
+            // A completion error names its cause; a sibling's timeout does not.
+            Some(old) => {
+                let cause = |x: &RingError| x.link_fault().is_some_and(|f| !f.is_flush());
+                cause(&e) && !cause(old)
+            }
+        };
+        if keep {
+            *g = Some(match e {
+                RingError::Stuck(mut w, t) => {
+                    w.channel = c as u32;
+                    RingError::Stuck(w, t)
+                }
+                other => other,
+            });
+        }
+    }
 }
 
 /// nccl-tests' bus bandwidth for AllReduce: algbw × 2(n−1)/n.

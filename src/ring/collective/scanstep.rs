@@ -73,35 +73,7 @@ pub fn run_order(
     let prev = (ctx.me + n - k) % n;
     progress.at(Phase::Scan, index);
     progress.touch();
-    #[allow(clippy::map_entry)] // opening the links can fail: insert only on success
-    if !links.by_index.contains_key(&index) {
-        let tag = scan_tag(index);
-        let req = LinkRequest {
-            me: ctx.me,
-            token: ctx.token,
-            table: ctx.table,
-            shared_transport: ctx.shared_transport,
-            sends: &[(next, tag)],
-            recvs: &[(prev, tag)],
-            slots: ctx.slots,
-            slot_bytes: ctx.slot_bytes,
-            deadline: Instant::now() + ctx.timeout,
-            timeout: ctx.timeout,
-        };
-        let mut open = fabric.open(&req).map_err(RingError::Transport)?;
-        match (open.sends.pop(), open.recvs.pop()) {
-            (Some(s), Some(r)) => {
-                links.by_index.insert(index, (s, r));
-            }
-            _ => {
-                return Err(RingError::Transport(TransportError::Setup {
-                    peer: format!("rank {next} / rank {prev}"),
-                    what: "opening scan links".into(),
-                    error: "the fabric returned no link".into(),
-                }));
-            }
-        }
-    }
+    open_links(ctx, fabric, links, index, next, prev)?;
     let Some((send, recv)) = links.by_index.get_mut(&index) else {
         return Ok(Vec::new());
     };
@@ -111,134 +83,23 @@ pub fn run_order(
         .clamp(4096, (ctx.slot_bytes as u64).max(4096))
         .min(bytes)
         .max(1);
-    let chunks = bytes.div_ceil(chunk).max(1);
-    let stop = AtomicBool::new(false);
-    let check = |stop: &AtomicBool| -> Result<(), RingError> {
-        if let Some(r) = abort.reason() {
-            return Err(RingError::Aborted(r));
-        }
-        if stop.load(Ordering::Relaxed) {
-            return Err(RingError::Aborted(
-                "the other direction of this scan order failed".into(),
-            ));
-        }
-        Ok(())
-    };
-    let stuck = |peer: Rank, receive: bool, e: TransportError| {
-        let mut w = progress.report(ctx.me, 0);
-        w.phase = Phase::Scan;
-        w.step = index;
-        w.waiting_on = Some(peer);
-        w.waiting_to_receive = receive;
-        // Reported at once: the other direction may hold this thread up to its own deadline.
-        on_stuck(&w);
-        RingError::Stuck(Box::new(w), e)
+    let order = Order {
+        ctx,
+        index,
+        bytes,
+        reps,
+        chunk,
+        chunks: bytes.div_ceil(chunk).max(1),
+        progress,
+        abort,
+        on_stuck,
+        stop: AtomicBool::new(false),
     };
     // The CPU this rank's threads waited for during the order: the process's threads that
     // live through it (this one, the transport's), plus the sender's own below.
     let cpu_before = ctx.measure_cpu.then(schedstat::threads);
     let t0 = Instant::now();
-    let (sent, got, sender_cpu) = std::thread::scope(|sc| {
-        let stop = &stop;
-        let sender = sc.spawn(move || {
-            let t0 = schedstat::this_thread();
-            let r = (move || -> Result<(), RingError> {
-                let buf = vec![0u8; chunk as usize];
-                let mut seq = 0u32;
-                for _ in 0..reps {
-                    for c in 0..chunks {
-                        let len = chunk.min(bytes - c * chunk) as usize;
-                        let deadline = Instant::now() + ctx.timeout;
-                        let slot = loop {
-                            check(stop)?;
-                            match send.acquire((Instant::now() + SLICE).min(deadline)) {
-                                Ok(s) => break s,
-                                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
-                                Err(e) if e.is_timeout() => return Err(stuck(next, false, e)),
-                                Err(e) => return Err(RingError::Transport(e)),
-                            }
-                        };
-                        match send.write_imm(slot, &buf[..len], seq) {
-                            Ok(()) => {}
-                            Err(e) if e.is_timeout() => return Err(stuck(next, false, e)),
-                            Err(e) => return Err(RingError::Transport(e)),
-                        }
-                        seq = seq.wrapping_add(1);
-                        progress.moved(0, len as u64);
-                    }
-                }
-                Ok(())
-            })();
-            (r, t0.and_then(|t0| schedstat::this_thread()?.since(t0)))
-        });
-        let mut receive = || -> Result<Vec<LinkSample>, RingError> {
-            progress.waiting(Some(prev), true);
-            let mut out = Vec::new();
-            let mut first: Option<(Instant, u64)> = None;
-            let mut mark = None;
-            let mut seq = 0u32;
-            for rep in 0..reps {
-                for _ in 0..chunks {
-                    let deadline = Instant::now() + ctx.timeout;
-                    let c = loop {
-                        check(stop)?;
-                        match recv.poll((Instant::now() + SLICE).min(deadline)) {
-                            Ok(c) => break c,
-                            Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
-                            Err(e) if e.is_timeout() => return Err(stuck(prev, true, e)),
-                            Err(e) => return Err(RingError::Transport(e)),
-                        }
-                    };
-                    let at = Instant::now();
-                    if c.imm != seq {
-                        return Err(RingError::Protocol {
-                            peer: recv.peer().to_string(),
-                            what: format!("scan chunk {} arrived where chunk {seq} was due", c.imm),
-                        });
-                    }
-                    seq = seq.wrapping_add(1);
-                    recv.consume(&c, &mut |_| {}).map_err(RingError::Transport)?;
-                    progress.moved(c.len as u64, 0);
-                    first.get_or_insert((at, c.len as u64));
-                    mark.get_or_insert(at);
-                }
-                // The first sample starts at its first chunk's arrival (the orders start a
-                // control message apart on different ranks), so that chunk is not counted.
-                let end = Instant::now();
-                let (start, counted) = match (rep, first) {
-                    (0, Some((t, len))) => (t, bytes.saturating_sub(len)),
-                    _ => (mark.unwrap_or(end), bytes),
-                };
-                let seconds = end.duration_since(start).as_secs_f64();
-                if counted > 0 && seconds > 0.0 {
-                    out.push(LinkSample {
-                        order: index,
-                        from_rank: prev,
-                        to_rank: ctx.me,
-                        bytes: counted,
-                        seconds,
-                        cpu_wait: None,
-                    });
-                }
-                mark = Some(end);
-            }
-            Ok(out)
-        };
-        let got = receive();
-        if got.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        let (sent, sender_cpu) = sender.join().unwrap_or_else(|_| {
-            (
-                Err(RingError::Aborted("the scan sender thread panicked".into())),
-                None,
-            )
-        });
-        if sent.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        (sent, got, sender_cpu)
-    });
+    let (sent, got, sender_cpu) = order.both_ways(send.as_mut(), recv.as_mut(), next, prev);
     progress.waiting(None, false);
     // Per thread, the most any one waited: summed over a rank's threads, many short waits
     // would read as one starved thread. The sender has exited: its own is separate.
@@ -253,12 +114,238 @@ pub fn run_order(
         }
         v
     });
-    // A real cause (a stuck wait, a closed link) beats the echo of the other side's stop.
+    first_cause(sent, got)
+}
+
+/// Open order `index`'s two links (to `next`, from `prev`) unless a run of it did already:
+/// a re-run reuses its connections.
+fn open_links(
+    ctx: &RankCtx,
+    fabric: &dyn Fabric,
+    links: &mut ScanLinks,
+    index: u32,
+    next: Rank,
+    prev: Rank,
+) -> Result<(), RingError> {
+    if links.by_index.contains_key(&index) {
+        return Ok(());
+    }
+    let tag = scan_tag(index);
+    let req = LinkRequest {
+        me: ctx.me,
+        token: ctx.token,
+        table: ctx.table,
+        shared_transport: ctx.shared_transport,
+        sends: &[(next, tag)],
+        recvs: &[(prev, tag)],
+        slots: ctx.slots,
+        slot_bytes: ctx.slot_bytes,
+        deadline: Instant::now() + ctx.timeout,
+        timeout: ctx.timeout,
+    };
+    // Opening the links can fail: inserted only on success.
+    let mut open = fabric.open(&req).map_err(RingError::Transport)?;
+    match (open.sends.pop(), open.recvs.pop()) {
+        (Some(s), Some(r)) => {
+            links.by_index.insert(index, (s, r));
+            Ok(())
+        }
+        _ => Err(RingError::Transport(TransportError::Setup {
+            peer: format!("rank {next} / rank {prev}"),
+            what: "opening scan links".into(),
+            error: "the fabric returned no link".into(),
+        })),
+    }
+}
+
+/// Both ends' errors, as one: a real cause (a stuck wait, a closed link) beats the echo of
+/// the other side's stop.
+fn first_cause(
+    sent: Result<(), RingError>,
+    got: Result<Vec<LinkSample>, RingError>,
+) -> Result<Vec<LinkSample>, RingError> {
     match (sent, got) {
         (Ok(()), Ok(v)) => Ok(v),
         (Err(e @ RingError::Stuck(..)), _) | (_, Err(e @ RingError::Stuck(..))) => Err(e),
         (_, Err(e)) if !matches!(e, RingError::Aborted(_)) => Err(e),
         (Err(e), _) => Err(e),
         (_, Err(e)) => Err(e),
+    }
+}
+
+/// One order's run on this rank: `reps` samples of `bytes` each, in `chunks` of `chunk`;
+/// `stop` tells each direction that the other one failed.
+struct Order<'a> {
+    ctx: &'a RankCtx<'a>,
+    index: u32,
+    bytes: u64,
+    reps: u32,
+    chunk: u64,
+    chunks: u64,
+    progress: &'a Progress,
+    abort: &'a AbortFlag,
+    on_stuck: &'a (dyn Fn(&WaitReport) + Sync),
+    stop: AtomicBool,
+}
+
+/// What the sender and the receiver of an order ended with, and the sender thread's CPU wait.
+type BothWays = (
+    Result<(), RingError>,
+    Result<Vec<LinkSample>, RingError>,
+    Option<schedstat::CpuTimes>,
+);
+
+impl Order<'_> {
+    /// Send to `next` on a thread of its own while this thread receives from `prev`; a
+    /// failure of either stops the other.
+    fn both_ways(
+        &self,
+        send: &mut dyn SendLink,
+        recv: &mut dyn RecvLink,
+        next: Rank,
+        prev: Rank,
+    ) -> BothWays {
+        std::thread::scope(|sc| {
+            let sender = sc.spawn(move || {
+                let t0 = schedstat::this_thread();
+                let r = self.send_all(send, next);
+                (r, t0.and_then(|t0| schedstat::this_thread()?.since(t0)))
+            });
+            let got = self.receive_all(recv, prev);
+            if got.is_err() {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            let (sent, sender_cpu) = sender.join().unwrap_or_else(|_| {
+                (
+                    Err(RingError::Aborted("the scan sender thread panicked".into())),
+                    None,
+                )
+            });
+            if sent.is_err() {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            (sent, got, sender_cpu)
+        })
+    }
+
+    /// The run was aborted, or the other direction failed.
+    fn check(&self) -> Result<(), RingError> {
+        if let Some(r) = self.abort.reason() {
+            return Err(RingError::Aborted(r));
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(RingError::Aborted(
+                "the other direction of this scan order failed".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A data wait on `peer` passed the deadline: reported at once (the other direction may
+    /// hold this thread up to its own deadline), and the error that ends this direction.
+    fn stuck(&self, peer: Rank, receive: bool, e: TransportError) -> RingError {
+        let mut w = self.progress.report(self.ctx.me, 0);
+        w.phase = Phase::Scan;
+        w.step = self.index;
+        w.waiting_on = Some(peer);
+        w.waiting_to_receive = receive;
+        (self.on_stuck)(&w);
+        RingError::Stuck(Box::new(w), e)
+    }
+
+    /// Every chunk of every sample to `next`.
+    fn send_all(&self, send: &mut dyn SendLink, next: Rank) -> Result<(), RingError> {
+        let (chunk, bytes) = (self.chunk, self.bytes);
+        let buf = vec![0u8; chunk as usize];
+        let mut seq = 0u32;
+        for _ in 0..self.reps {
+            for c in 0..self.chunks {
+                let len = chunk.min(bytes - c * chunk) as usize;
+                let deadline = Instant::now() + self.ctx.timeout;
+                let slot = loop {
+                    self.check()?;
+                    match send.acquire((Instant::now() + SLICE).min(deadline)) {
+                        Ok(s) => break s,
+                        Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                        Err(e) if e.is_timeout() => return Err(self.stuck(next, false, e)),
+                        Err(e) => return Err(RingError::Transport(e)),
+                    }
+                };
+                match send.write_imm(slot, &buf[..len], seq) {
+                    Ok(()) => {}
+                    Err(e) if e.is_timeout() => return Err(self.stuck(next, false, e)),
+                    Err(e) => return Err(RingError::Transport(e)),
+                }
+                seq = seq.wrapping_add(1);
+                self.progress.moved(0, len as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every chunk of every sample from `prev`, timed: one sample per rep.
+    fn receive_all(&self, recv: &mut dyn RecvLink, prev: Rank) -> Result<Vec<LinkSample>, RingError> {
+        self.progress.waiting(Some(prev), true);
+        let mut out = Vec::new();
+        let mut first: Option<(Instant, u64)> = None;
+        let mut mark = None;
+        let mut seq = 0u32;
+        for rep in 0..self.reps {
+            for _ in 0..self.chunks {
+                let at = self.receive_chunk(recv, prev, seq)?;
+                seq = seq.wrapping_add(1);
+                first.get_or_insert(at);
+                mark.get_or_insert(at.0);
+            }
+            // The first sample starts at its first chunk's arrival (the orders start a
+            // control message apart on different ranks), so that chunk is not counted.
+            let end = Instant::now();
+            let (start, counted) = match (rep, first) {
+                (0, Some((t, len))) => (t, self.bytes.saturating_sub(len)),
+                _ => (mark.unwrap_or(end), self.bytes),
+            };
+            let seconds = end.duration_since(start).as_secs_f64();
+            if counted > 0 && seconds > 0.0 {
+                out.push(LinkSample {
+                    order: self.index,
+                    from_rank: prev,
+                    to_rank: self.ctx.me,
+                    bytes: counted,
+                    seconds,
+                    cpu_wait: None,
+                });
+            }
+            mark = Some(end);
+        }
+        Ok(out)
+    }
+
+    /// Chunk `seq` from `prev`, consumed: when it arrived, and its length.
+    fn receive_chunk(
+        &self,
+        recv: &mut dyn RecvLink,
+        prev: Rank,
+        seq: u32,
+    ) -> Result<(Instant, u64), RingError> {
+        let deadline = Instant::now() + self.ctx.timeout;
+        let c = loop {
+            self.check()?;
+            match recv.poll((Instant::now() + SLICE).min(deadline)) {
+                Ok(c) => break c,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() => return Err(self.stuck(prev, true, e)),
+                Err(e) => return Err(RingError::Transport(e)),
+            }
+        };
+        let at = Instant::now();
+        if c.imm != seq {
+            return Err(RingError::Protocol {
+                peer: recv.peer().to_string(),
+                what: format!("scan chunk {} arrived where chunk {seq} was due", c.imm),
+            });
+        }
+        recv.consume(&c, &mut |_| {}).map_err(RingError::Transport)?;
+        self.progress.moved(c.len as u64, 0);
+        Ok((at, c.len as u64))
     }
 }

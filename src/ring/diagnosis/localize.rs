@@ -162,9 +162,57 @@ pub fn analyze(
     policy: &Policy,
     line_rate_gbs: impl Fn(Rank) -> Option<f64>,
 ) -> Analysis {
-    // Aggregate: garbage samples (no time, self-links, non-finite) are dropped, not zeroed.
-    // Each link is judged on its first connection (lowest order index, re-runs of it
-    // included); the others are new connections that confirm or clear it (`confirm`).
+    let (per_link, cpu) = first_connections(samples);
+    let mut links = link_stats(&per_link, &line_rate_gbs);
+    let all: Vec<f64> = links.iter().map(|l| l.gbs).collect();
+    let Some(reference) = upper_median(&all) else {
+        return Analysis {
+            median_gbs: None,
+            links,
+            verdicts: vec![],
+            not_judged: vec![],
+            tied: vec![],
+            fabric_slow: None,
+        };
+    };
+    let (fabric_slow, line_usable) = against_line_rate(&links, reference, policy);
+    let noise = link_spread(&links, reference).max(within_link_noise(&per_link, reference));
+    let grid = Grid::new(
+        &links,
+        &per_link,
+        policy,
+        &line_rate_gbs,
+        (reference, line_usable, noise),
+    );
+    let found = grid.weigh_cpu(grid.slow_cells(), &cpu);
+    // Which cells the verdicts blame: a node verdict says whether its other direction is
+    // slow too (so this must be known before the verdicts are written).
+    let blamed: Vec<bool> = (0..links.len())
+        .map(|i| {
+            found.isolated.contains(&i)
+                || found.rows.contains(&links[i].from_rank)
+                || found.cols.contains(&links[i].to_rank)
+        })
+        .collect();
+    let (verdicts, tied, not_judged) = grid.verdicts(ranks, &cpu, &found, &blamed);
+    for (l, b) in links.iter_mut().zip(blamed) {
+        l.slow = b;
+    }
+    Analysis {
+        median_gbs: Some(reference),
+        links,
+        verdicts,
+        not_judged,
+        tied,
+        fabric_slow,
+    }
+}
+
+/// Each link's samples on its first connection, and the ranks' waits for a CPU.
+/// Aggregate: garbage samples (no time, self-links, non-finite) are dropped, not zeroed.
+/// Each link is judged on its first connection (lowest order index, re-runs of it
+/// included); the others are new connections that confirm or clear it (`confirm`).
+fn first_connections(samples: &[LinkSample]) -> (BTreeMap<(Rank, Rank), Vec<f64>>, CpuWaits) {
     let valid = |s: &&LinkSample| s.from_rank != s.to_rank && s.seconds.is_finite() && s.seconds > 0.0;
     let mut first: BTreeMap<(Rank, Rank), u32> = BTreeMap::new();
     for s in samples.iter().filter(valid) {
@@ -183,7 +231,15 @@ pub fn analyze(
             .push(s.gbs());
         cpu.add(s);
     }
-    let mut links: Vec<LinkStat> = per_link
+    (per_link, cpu)
+}
+
+/// Every measured link's figure (the upper median of its samples) and line rate.
+fn link_stats(
+    per_link: &BTreeMap<(Rank, Rank), Vec<f64>>,
+    line_rate_gbs: &impl Fn(Rank) -> Option<f64>,
+) -> Vec<LinkStat> {
+    per_link
         .iter()
         .filter_map(|(&(from, to), v)| {
             Some(LinkStat {
@@ -198,325 +254,475 @@ pub fn analyze(
                 slow: false,
             })
         })
-        .collect();
-    let all: Vec<f64> = links.iter().map(|l| l.gbs).collect();
-    let Some(reference) = upper_median(&all) else {
-        return Analysis {
-            median_gbs: None,
-            links,
-            verdicts: vec![],
-            not_judged: vec![],
-            tied: vec![],
-            fabric_slow: None,
-        };
-    };
+        .collect()
+}
 
-    // The line rate judges single cells only when the run as a whole reaches it; otherwise
-    // every cell would be "slow" and the line rate says something about the whole fabric.
+/// The line rate judges single cells only when the run as a whole reaches it (true);
+/// otherwise every cell would be "slow" and the line rate says something about the whole
+/// fabric: the note that says so.
+fn against_line_rate(links: &[LinkStat], reference: f64, policy: &Policy) -> (Option<FabricSlow>, bool) {
     let rates: Vec<f64> = links.iter().filter_map(|l| l.line_rate_gbs).collect();
-    let mut fabric_slow = None;
-    let mut line_usable = false;
-    if let Some(rate) = median(&rates) {
-        if reference < policy.line_rate_fraction * rate {
-            fabric_slow = Some(FabricSlow {
-                median_gbs: reference,
-                line_rate_gbs: rate,
-                ratio: reference / rate,
-                message: format!(
-                    "SLOW FABRIC: the median link runs at {}, {} of the line rate {}; no single \
-                     node or link stands out",
-                    fmt_gbs(reference),
-                    pct(reference / rate),
-                    fmt_gbs(rate)
-                ),
-            });
-        } else {
-            line_usable = true;
-        }
+    let Some(rate) = median(&rates) else {
+        return (None, false);
+    };
+    if reference < policy.line_rate_fraction * rate {
+        let slow = FabricSlow {
+            median_gbs: reference,
+            line_rate_gbs: rate,
+            ratio: reference / rate,
+            message: format!(
+                "SLOW FABRIC: the median link runs at {}, {} of the line rate {}; no single \
+                 node or link stands out",
+                fmt_gbs(reference),
+                pct(reference / rate),
+                fmt_gbs(rate)
+            ),
+        };
+        (Some(slow), false)
+    } else {
+        (None, true)
     }
-    let noise = link_spread(&links, reference).max(within_link_noise(&per_link, reference));
-    let cell_fraction = policy.median_fraction.min(1.0 - policy.noise_sigmas * noise);
-    let mut low = Vec::with_capacity(links.len());
-    let mut strict = Vec::with_capacity(links.len());
-    for l in &links {
-        let line_ok = l.line_rate_gbs.map(|r| l.gbs >= policy.line_rate_fraction * r);
-        let below_line = line_usable && line_ok == Some(false);
-        // A link at its own (lower) line rate is explained by its hardware, not a fault.
-        let excused = line_ok == Some(true);
-        low.push((l.gbs < policy.median_fraction * reference && !excused) || below_line);
-        strict.push((l.gbs < cell_fraction * reference && !excused) || below_line);
+}
+
+/// The median of some cells' figures.
+fn med_of(cells: &[&LinkStat]) -> Option<f64> {
+    median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>())
+}
+
+/// What a link might have run at with the time its ends waited for a CPU (`wait`).
+fn if_idle(gbs: f64, wait: Option<f64>) -> Option<f64> {
+    wait.map(|w| idle_gbs(gbs, w))
+}
+
+/// The nodes and links found slow: after [`Grid::slow_cells`], the CPU's share is weighed
+/// ([`Grid::weigh_cpu`]) and the explained ones move to the `_nj` (not judged) lists.
+struct Found {
+    rows: BTreeSet<Rank>,
+    cols: BTreeSet<Rank>,
+    /// Senders and receivers that explain each other away: suspects, never verdicts.
+    tied_rows: Vec<Rank>,
+    tied_cols: Vec<Rank>,
+    /// Indices of links slow on their own (no slow node explains them).
+    isolated: Vec<usize>,
+    rows_nj: BTreeSet<Rank>,
+    cols_nj: BTreeSet<Rank>,
+    isolated_nj: Vec<usize>,
+}
+
+/// The scan's matrix `M[from][to]` against the reference: which cells are low, and the
+/// rules that find a node's row (egress) or column (ingress) slow.
+struct Grid<'a, F: Fn(Rank) -> Option<f64>> {
+    links: &'a [LinkStat],
+    per_link: &'a BTreeMap<(Rank, Rank), Vec<f64>>,
+    policy: &'a Policy,
+    line_rate: &'a F,
+    reference: f64,
+    line_usable: bool,
+    noise: f64,
+    /// The spread a node is judged against (the links no suspect node touches).
+    node_noise: f64,
+    /// The threshold of a single cell: tightened by the noise.
+    cell_fraction: f64,
+    idx: BTreeMap<(Rank, Rank), usize>,
+    /// Each link below `median_fraction` of the reference (or its line rate's share), and
+    /// below `cell_fraction`: excused when it runs at its own lower line rate.
+    low: Vec<bool>,
+    strict: Vec<bool>,
+    nodes: BTreeSet<Rank>,
+}
+
+impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
+    fn new(
+        links: &'a [LinkStat],
+        per_link: &'a BTreeMap<(Rank, Rank), Vec<f64>>,
+        policy: &'a Policy,
+        line_rate: &'a F,
+        (reference, line_usable, noise): (f64, bool, f64),
+    ) -> Self {
+        let cell_fraction = policy.median_fraction.min(1.0 - policy.noise_sigmas * noise);
+        let mut low = Vec::with_capacity(links.len());
+        let mut strict = Vec::with_capacity(links.len());
+        for l in links {
+            let line_ok = l.line_rate_gbs.map(|r| l.gbs >= policy.line_rate_fraction * r);
+            let below_line = line_usable && line_ok == Some(false);
+            // A link at its own (lower) line rate is explained by its hardware, not a fault.
+            let excused = line_ok == Some(true);
+            low.push((l.gbs < policy.median_fraction * reference && !excused) || below_line);
+            strict.push((l.gbs < cell_fraction * reference && !excused) || below_line);
+        }
+        let mut g = Grid {
+            links,
+            per_link,
+            policy,
+            line_rate,
+            reference,
+            line_usable,
+            noise,
+            node_noise: noise,
+            cell_fraction,
+            idx: links
+                .iter()
+                .enumerate()
+                .map(|(i, l)| ((l.from_rank, l.to_rank), i))
+                .collect(),
+            low,
+            strict,
+            nodes: links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect(),
+        };
+        g.node_noise = g.node_noise();
+        g
     }
 
-    let row = |r: Rank| links.iter().filter(move |l| l.from_rank == r).collect::<Vec<_>>();
-    let col = |r: Rank| links.iter().filter(move |l| l.to_rank == r).collect::<Vec<_>>();
-    let idx: BTreeMap<(Rank, Rank), usize> = links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ((l.from_rank, l.to_rank), i))
-        .collect();
-    let is_low = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| low[i]);
-    let nodes: BTreeSet<Rank> = links.iter().flat_map(|l| [l.from_rank, l.to_rank]).collect();
-    // A node's row (or column): at least two partners, two thirds of its cells low, and its
-    // median below `fraction(m)` of the reference (or its line rate's share).
-    let shaped_slow = |gbs: &[f64], low: usize, node: Rank, fraction: f64| {
-        let m = gbs.len();
-        let med = median(gbs).unwrap_or(f64::INFINITY);
-        let below_line =
-            line_usable && line_rate_gbs(node).is_some_and(|r| med < policy.line_rate_fraction * r);
-        m >= 2 && 3 * low >= 2 * m && (med < fraction * reference || below_line)
-    };
-    let loose = |cells: &[&LinkStat], node: Rank| {
-        let gbs: Vec<f64> = cells.iter().map(|l| l.gbs).collect();
-        let n_low = cells.iter().filter(|l| is_low(l)).count();
-        shaped_slow(&gbs, n_low, node, policy.median_fraction)
-    };
-    // The spread a node is judged against is read from the links no suspect node touches:
-    // a slow node's own links widened the spread of all (7 of 56 links at 8 nodes), and a
-    // 30% slower egress beside a fixed ±10% spread then hid in 1 run of 100.
-    let suspects: BTreeSet<Rank> =
-        nodes.iter().copied().filter(|&r| loose(&row(r), r) || loose(&col(r), r)).collect();
-    let node_noise = if suspects.is_empty() || links.len() < SPREAD_LINKS {
-        noise
-    } else {
-        let rest: Vec<LinkStat> = links
+    /// The spread a node is judged against is read from the links no suspect node touches:
+    /// a slow node's own links widened the spread of all (7 of 56 links at 8 nodes), and a
+    /// 30% slower egress beside a fixed ±10% spread then hid in 1 run of 100.
+    fn node_noise(&self) -> f64 {
+        let suspects: BTreeSet<Rank> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&r| self.loose(&self.row(r), r) || self.loose(&self.col(r), r))
+            .collect();
+        if suspects.is_empty() || self.links.len() < SPREAD_LINKS {
+            return self.noise;
+        }
+        let rest: Vec<LinkStat> = self
+            .links
             .iter()
             .filter(|l| !suspects.contains(&l.from_rank) && !suspects.contains(&l.to_rank))
             .cloned()
             .collect();
         if rest.len() >= SPREAD_LINKS {
-            link_spread(&rest, reference).max(within_link_noise(&per_link, reference))
+            link_spread(&rest, self.reference).max(within_link_noise(self.per_link, self.reference))
         } else {
-            noise
+            self.noise
         }
-    };
-    // The threshold of a median of m cells: tightened by the noise of such a median.
-    // A median of m >= 3 cells varies sqrt(pi/2) times as much as their mean would.
-    let node_fraction = |m: usize| {
+    }
+
+    fn row(&self, r: Rank) -> Vec<&'a LinkStat> {
+        self.links.iter().filter(|l| l.from_rank == r).collect()
+    }
+
+    fn col(&self, r: Rank) -> Vec<&'a LinkStat> {
+        self.links.iter().filter(|l| l.to_rank == r).collect()
+    }
+
+    fn is_low(&self, l: &LinkStat) -> bool {
+        self.idx
+            .get(&(l.from_rank, l.to_rank))
+            .is_some_and(|&i| self.low[i])
+    }
+
+    /// A node's row (or column): at least two partners, two thirds of its cells low, and its
+    /// median below `fraction` of the reference (or its line rate's share).
+    fn shaped_slow(&self, gbs: &[f64], low: usize, node: Rank, fraction: f64) -> bool {
+        let m = gbs.len();
+        let med = median(gbs).unwrap_or(f64::INFINITY);
+        let below_line = self.line_usable
+            && (self.line_rate)(node).is_some_and(|r| med < self.policy.line_rate_fraction * r);
+        m >= 2 && 3 * low >= 2 * m && (med < fraction * self.reference || below_line)
+    }
+
+    /// Slow by the plain `median_fraction` (no noise model): a suspect.
+    fn loose(&self, cells: &[&LinkStat], node: Rank) -> bool {
+        let gbs: Vec<f64> = cells.iter().map(|l| l.gbs).collect();
+        let n_low = cells.iter().filter(|l| self.is_low(l)).count();
+        self.shaped_slow(&gbs, n_low, node, self.policy.median_fraction)
+    }
+
+    /// The threshold of a median of m cells: tightened by the noise of such a median.
+    /// A median of m >= 3 cells varies sqrt(pi/2) times as much as their mean would.
+    fn node_fraction(&self, m: usize) -> f64 {
         let spread = if m >= 3 {
             (std::f64::consts::PI / 2.0).sqrt()
         } else {
             1.0
         };
-        policy
+        self.policy
             .median_fraction
-            .min(1.0 - policy.noise_sigmas * node_noise * spread / (m.max(1) as f64).sqrt())
-    };
-    let cells_slow = |gbs: &[f64], low: usize, node: Rank| shaped_slow(gbs, low, node, node_fraction(gbs.len()));
-    // The best single sample of any of these cells: a fault holds every sample down, while
-    // a host that was only sometimes descheduled has some fast ones.
-    let fastest_sample = |cells: &[&LinkStat]| {
+            .min(1.0 - self.policy.noise_sigmas * self.node_noise * spread / (m.max(1) as f64).sqrt())
+    }
+
+    fn cells_slow(&self, gbs: &[f64], low: usize, node: Rank) -> bool {
+        self.shaped_slow(gbs, low, node, self.node_fraction(gbs.len()))
+    }
+
+    /// The best single sample of any of these cells: a fault holds every sample down, while
+    /// a host that was only sometimes descheduled has some fast ones.
+    fn fastest_sample(&self, cells: &[&LinkStat]) -> f64 {
         cells
             .iter()
-            .filter_map(|l| per_link.get(&(l.from_rank, l.to_rank)))
+            .filter_map(|l| self.per_link.get(&(l.from_rank, l.to_rank)))
             .flatten()
             .fold(f64::NEG_INFINITY, |a, &b| a.max(b))
-    };
-    // Without the noise model (a noisy fabric spreads healthy links so widely that the
-    // tightened threshold falls below zero): every cell low and every one `SEPARATION` times
-    // below the slowest link among the other nodes. A link into or out of the node itself
-    // is no reference: its ACKs cross the slow side.
-    let others_min = |node: Rank| -> Option<f64> {
-        let o: Vec<f64> = links
+    }
+
+    /// Without the noise model (a noisy fabric spreads healthy links so widely that the
+    /// tightened threshold falls below zero): every cell low and every one `SEPARATION` times
+    /// below the slowest link among the other nodes. A link into or out of the node itself
+    /// is no reference: its ACKs cross the slow side.
+    fn others_min(&self, node: Rank) -> Option<f64> {
+        let o: Vec<f64> = self
+            .links
             .iter()
             .filter(|l| l.from_rank != node && l.to_rank != node)
             .map(|l| l.gbs)
             .collect();
         (o.len() >= 3).then(|| o.into_iter().fold(f64::INFINITY, f64::min))
-    };
-    // The cheap tests first: on a healthy run no node gets to the scan of every link.
-    let separated = |cells: &[&LinkStat], node: Rank| -> Option<f64> {
-        if cells.len() < 2 || !cells.iter().all(|l| is_low(l)) {
+    }
+
+    /// The separation rule: the slowest link among the other nodes, when it holds.
+    fn separated(&self, cells: &[&LinkStat], node: Rank) -> Option<f64> {
+        // The cheap tests first: on a healthy run no node gets to the scan of every link.
+        if cells.len() < 2 || !cells.iter().all(|l| self.is_low(l)) {
             return None;
         }
-        let o = others_min(node)?;
-        (fastest_sample(cells) * SEPARATION <= o).then_some(o)
-    };
-    // And so must it be without its worst cell: a node's egress limits every link out of it
-    // alike, while one shaped link beside a healthy one read just under the threshold (noise)
-    // is that link alone (the lab's slow_pair test once read it as SLOW EGRESS).
-    let by_noise = |cells: &[&LinkStat], node: Rank| {
+        let o = self.others_min(node)?;
+        (self.fastest_sample(cells) * SEPARATION <= o).then_some(o)
+    }
+
+    /// The noise rule, which must also hold without the node's worst cell: a node's egress
+    /// limits every link out of it alike, while one shaped link beside a healthy one read
+    /// just under the threshold (noise) is that link alone (the lab's slow_pair test once
+    /// read it as SLOW EGRESS).
+    fn by_noise(&self, cells: &[&LinkStat], node: Rank) -> bool {
         let mut sorted: Vec<&LinkStat> = cells.to_vec();
         sorted.sort_by(|a, b| a.gbs.total_cmp(&b.gbs));
         let gbs: Vec<f64> = sorted.iter().map(|l| l.gbs).collect();
-        let low: Vec<bool> = sorted.iter().map(|l| is_low(l)).collect();
+        let low: Vec<bool> = sorted.iter().map(|l| self.is_low(l)).collect();
         let n_low = low.iter().filter(|&&b| b).count();
         let rest_low = low.iter().skip(1).filter(|&&b| b).count();
-        cells_slow(&gbs, n_low, node)
+        self.cells_slow(&gbs, n_low, node)
             && match gbs.len() {
                 2 => low[1],
-                _ => cells_slow(&gbs[1..], rest_low, node),
+                _ => self.cells_slow(&gbs[1..], rest_low, node),
             }
-    };
-    let node_slow =
-        |cells: &[&LinkStat], node: Rank| by_noise(cells, node) || separated(cells, node).is_some();
-    let rows_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&row(r), r)).collect();
-    let cols_raw: BTreeSet<Rank> = nodes.iter().copied().filter(|&r| node_slow(&col(r), r)).collect();
-    // A row slow because every cell is in a slow column is the receivers' fault.
-    let rows: BTreeSet<Rank> = rows_raw
-        .iter()
-        .copied()
-        .filter(|&r| row(r).iter().any(|l| !cols_raw.contains(&l.to_rank)))
-        .collect();
-    let cols: BTreeSet<Rank> = cols_raw
-        .iter()
-        .copied()
-        .filter(|&r| col(r).iter().any(|l| !rows_raw.contains(&l.from_rank)))
-        .collect();
-    // Senders and receivers that explain each other away (two slow senders of four in the
-    // minimum plan send only to two receivers, which look slow too): neither is a verdict,
-    // both are suspects, so the driver measures them with new partners.
-    let tied_rows: Vec<Rank> = rows_raw
-        .difference(&rows)
-        .copied()
-        .filter(|&r| row(r).iter().any(|l| !cols.contains(&l.to_rank)))
-        .collect();
-    let tied_cols: Vec<Rank> = cols_raw
-        .difference(&cols)
-        .copied()
-        .filter(|&r| col(r).iter().any(|l| !rows.contains(&l.from_rank)))
-        .collect();
-    // Over TCP a node's slow egress delays the ACKs of what it receives (and a slow ingress
-    // those of what it sends): of a node slow both ways, the much slower side is the fault.
-    let med_of = |cells: &[&LinkStat]| median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>());
-    let both: Vec<Rank> = rows.intersection(&cols).copied().collect();
-    let (mut rows, mut cols) = (rows, cols);
-    for r in both {
-        if let (Some(out), Some(inn)) = (med_of(&row(r)), med_of(&col(r))) {
-            if out < REVERSE_FRACTION * inn {
-                cols.remove(&r);
-            } else if inn < REVERSE_FRACTION * out {
-                rows.remove(&r);
+    }
+
+    fn node_slow(&self, cells: &[&LinkStat], node: Rank) -> bool {
+        self.by_noise(cells, node) || self.separated(cells, node).is_some()
+    }
+
+    /// (egress?, node): the slowest link among the other nodes and the node's fastest
+    /// sample, where only the separation rule found the node slow.
+    fn by_separation(&self, egress: bool, r: Rank) -> Option<(f64, f64)> {
+        let cells = if egress { self.row(r) } else { self.col(r) };
+        self.separated(&cells, r)
+            .filter(|_| !self.by_noise(&cells, r))
+            .map(|o| (o, self.fastest_sample(&cells)))
+    }
+
+    /// The slow rows (egress), columns (ingress) and links, before the CPU's share is weighed.
+    fn slow_cells(&self) -> Found {
+        let nodes = || self.nodes.iter().copied();
+        let rows_raw: BTreeSet<Rank> = nodes().filter(|&r| self.node_slow(&self.row(r), r)).collect();
+        let cols_raw: BTreeSet<Rank> = nodes().filter(|&r| self.node_slow(&self.col(r), r)).collect();
+        // A row slow because every cell is in a slow column is the receivers' fault.
+        let rows: BTreeSet<Rank> = rows_raw
+            .iter()
+            .copied()
+            .filter(|&r| self.row(r).iter().any(|l| !cols_raw.contains(&l.to_rank)))
+            .collect();
+        let cols: BTreeSet<Rank> = cols_raw
+            .iter()
+            .copied()
+            .filter(|&r| self.col(r).iter().any(|l| !rows_raw.contains(&l.from_rank)))
+            .collect();
+        // Senders and receivers that explain each other away (two slow senders of four in the
+        // minimum plan send only to two receivers, which look slow too): neither is a verdict,
+        // both are suspects, so the driver measures them with new partners.
+        let tied_rows: Vec<Rank> = rows_raw
+            .difference(&rows)
+            .copied()
+            .filter(|&r| self.row(r).iter().any(|l| !cols.contains(&l.to_rank)))
+            .collect();
+        let tied_cols: Vec<Rank> = cols_raw
+            .difference(&cols)
+            .copied()
+            .filter(|&r| self.col(r).iter().any(|l| !rows.contains(&l.from_rank)))
+            .collect();
+        // Over TCP a node's slow egress delays the ACKs of what it receives (and a slow ingress
+        // those of what it sends): of a node slow both ways, the much slower side is the fault.
+        let both: Vec<Rank> = rows.intersection(&cols).copied().collect();
+        let (mut rows, mut cols) = (rows, cols);
+        for r in both {
+            if let (Some(out), Some(inn)) = (med_of(&self.row(r)), med_of(&self.col(r))) {
+                if out < REVERSE_FRACTION * inn {
+                    cols.remove(&r);
+                } else if inn < REVERSE_FRACTION * out {
+                    rows.remove(&r);
+                }
             }
         }
+        let isolated = self.isolated(&rows, &cols);
+        Found {
+            rows,
+            cols,
+            tied_rows,
+            tied_cols,
+            isolated,
+            rows_nj: BTreeSet::new(),
+            cols_nj: BTreeSet::new(),
+            isolated_nj: Vec::new(),
+        }
     }
-    let covered = |l: &LinkStat| rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
-    // Over TCP a link's ACKs travel the reverse path: a receiver whose egress is slow, or a
-    // sender whose ingress is, slows the link too; and the reverse of a slow pair slows when
-    // both directions run at once (the shift n/2 order). Such cells are explained, not blamed.
-    let ack_path = |l: &LinkStat| rows.contains(&l.to_rank) || cols.contains(&l.from_rank);
-    let candidates: Vec<usize> = (0..links.len())
-        .filter(|&i| strict[i] && !covered(&links[i]) && !ack_path(&links[i]))
-        .collect();
-    let isolated_idx: Vec<usize> = candidates
-        .iter()
-        .copied()
-        .filter(|&i| {
-            let l = &links[i];
-            !candidates.iter().any(|&j| {
-                let r = &links[j];
-                (r.from_rank, r.to_rank) == (l.to_rank, l.from_rank) && r.gbs < REVERSE_FRACTION * l.gbs
-            })
-        })
-        .collect();
 
-    // A slow figure that the ends' wait for a CPU could explain is not judged: with that
-    // time on a CPU the link might have run at gbs / (1 - wait), at or above its threshold.
-    let if_idle = |gbs: f64, wait: Option<f64>| wait.map(|w| idle_gbs(gbs, w));
-    let explained = |gbs: f64, wait: Option<f64>, fraction: f64, line: Option<f64>| {
+    /// The strictly low links that no slow row or column explains, nor the reverse path of
+    /// their ACKs, nor a slower reverse link.
+    fn isolated(&self, rows: &BTreeSet<Rank>, cols: &BTreeSet<Rank>) -> Vec<usize> {
+        let links = self.links;
+        let covered = |l: &LinkStat| rows.contains(&l.from_rank) || cols.contains(&l.to_rank);
+        // Over TCP a link's ACKs travel the reverse path: a receiver whose egress is slow, or a
+        // sender whose ingress is, slows the link too; and the reverse of a slow pair slows when
+        // both directions run at once (the shift n/2 order). Such cells are explained, not blamed.
+        let ack_path = |l: &LinkStat| rows.contains(&l.to_rank) || cols.contains(&l.from_rank);
+        let candidates: Vec<usize> = (0..links.len())
+            .filter(|&i| self.strict[i] && !covered(&links[i]) && !ack_path(&links[i]))
+            .collect();
+        candidates
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let l = &links[i];
+                !candidates.iter().any(|&j| {
+                    let r = &links[j];
+                    (r.from_rank, r.to_rank) == (l.to_rank, l.from_rank) && r.gbs < REVERSE_FRACTION * l.gbs
+                })
+            })
+            .collect()
+    }
+
+    /// A slow figure that the ends' wait for a CPU could explain is not judged: with that
+    /// time on a CPU the link might have run at gbs / (1 - wait), at or above its threshold.
+    fn explained(&self, gbs: f64, wait: Option<f64>, fraction: f64, line: Option<f64>) -> bool {
         if_idle(gbs, wait).is_some_and(|g| {
-            g >= fraction * reference
-                && !(line_usable && line.is_some_and(|r| g < policy.line_rate_fraction * r))
+            g >= fraction * self.reference
+                && !(self.line_usable && line.is_some_and(|r| g < self.policy.line_rate_fraction * r))
         })
-    };
-    // Explained when no rule that found the node slow still finds it so with the CPU time.
-    let node_explained = |r: Rank, cells: &[&LinkStat]| {
+    }
+
+    /// Explained when no rule that found the node slow still finds it so with the CPU time.
+    fn node_explained(&self, r: Rank, cells: &[&LinkStat], cpu: &CpuWaits) -> bool {
         let gbs = med_of(cells).unwrap_or(f64::INFINITY);
         let wait = cpu.of(r, cells);
-        let noise_stands =
-            by_noise(cells, r) && !explained(gbs, wait, node_fraction(cells.len()), line_rate_gbs(r));
-        let fastest = fastest_sample(cells);
-        let separation_stands =
-            separated(cells, r).is_some_and(|o| !if_idle(fastest, wait).is_some_and(|g| g * SEPARATION > o));
+        let noise_stands = self.by_noise(cells, r)
+            && !self.explained(gbs, wait, self.node_fraction(cells.len()), (self.line_rate)(r));
+        let fastest = self.fastest_sample(cells);
+        let separation_stands = self
+            .separated(cells, r)
+            .is_some_and(|o| !if_idle(fastest, wait).is_some_and(|g| g * SEPARATION > o));
         !(noise_stands || separation_stands)
-    };
-    let (rows, rows_nj): (BTreeSet<Rank>, BTreeSet<Rank>) =
-        rows.into_iter().partition(|&r| !node_explained(r, &row(r)));
-    let (cols, cols_nj): (BTreeSet<Rank>, BTreeSet<Rank>) =
-        cols.into_iter().partition(|&r| !node_explained(r, &col(r)));
-    let (isolated_idx, isolated_nj): (Vec<usize>, Vec<usize>) = isolated_idx.into_iter().partition(|&i| {
-        let l = &links[i];
-        let wait = [cpu.of(l.from_rank, &[l]), cpu.of(l.to_rank, &[l])]
-            .into_iter()
-            .flatten()
-            .reduce(f64::max);
-        !explained(l.gbs, wait, cell_fraction, l.line_rate_gbs)
-    });
+    }
 
-    // Which cells the verdicts blame: a node verdict says whether its other direction is
-    // slow too (so this must be known before the verdicts are written).
-    let blamed: Vec<bool> = (0..links.len())
-        .map(|i| {
-            isolated_idx.contains(&i)
-                || rows.contains(&links[i].from_rank)
-                || cols.contains(&links[i].to_rank)
-        })
-        .collect();
-    let is_slow = |l: &LinkStat| idx.get(&(l.from_rank, l.to_rank)).is_some_and(|&i| blamed[i]);
-    // The nodes only the separation rule found, with the slowest link among the others:
-    // their verdict says how they were judged.
-    let by_separation = |egress: bool, r: Rank| {
-        let cells = if egress { row(r) } else { col(r) };
-        separated(&cells, r)
-            .filter(|_| !by_noise(&cells, r))
-            .map(|o| (o, fastest_sample(&cells)))
-    };
-    let ctx = Ctx {
-        by_separation: &by_separation,
-        cpu: &cpu,
-        is_slow: &is_slow,
-        ranks,
-        reference,
-        policy,
-        line_rate: &line_rate_gbs,
-        line_usable,
-        noise,
-        node_noise,
-        cell_fraction,
-    };
-    let mut verdicts = Vec::new();
-    for &r in &rows {
-        verdicts.push(ctx.node_verdict(VerdictKind::SlowEgress, r, &row(r), &col(r)));
+    /// Move what the ranks' wait for a CPU explains to the not-judged lists.
+    fn weigh_cpu(&self, found: Found, cpu: &CpuWaits) -> Found {
+        let (rows, rows_nj): (BTreeSet<Rank>, BTreeSet<Rank>) = found
+            .rows
+            .into_iter()
+            .partition(|&r| !self.node_explained(r, &self.row(r), cpu));
+        let (cols, cols_nj): (BTreeSet<Rank>, BTreeSet<Rank>) = found
+            .cols
+            .into_iter()
+            .partition(|&r| !self.node_explained(r, &self.col(r), cpu));
+        let (isolated, isolated_nj): (Vec<usize>, Vec<usize>) = found.isolated.into_iter().partition(|&i| {
+            let l = &self.links[i];
+            let wait = [cpu.of(l.from_rank, &[l]), cpu.of(l.to_rank, &[l])]
+                .into_iter()
+                .flatten()
+                .reduce(f64::max);
+            !self.explained(l.gbs, wait, self.cell_fraction, l.line_rate_gbs)
+        });
+        Found {
+            rows,
+            cols,
+            isolated,
+            rows_nj,
+            cols_nj,
+            isolated_nj,
+            ..found
+        }
     }
-    for &r in &cols {
-        verdicts.push(ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r)));
+
+    /// The verdicts, the tied suspects and the not-judged would-be verdicts of what was
+    /// found; `blamed`: the cells the verdicts blame, by link index.
+    fn verdicts(
+        &self,
+        ranks: &[RankInfo],
+        cpu: &CpuWaits,
+        f: &Found,
+        blamed: &[bool],
+    ) -> (Vec<Verdict>, Vec<Verdict>, Vec<Verdict>) {
+        let is_slow = |l: &LinkStat| {
+            self.idx
+                .get(&(l.from_rank, l.to_rank))
+                .is_some_and(|&i| blamed[i])
+        };
+        let by_separation = |egress: bool, r: Rank| self.by_separation(egress, r);
+        let ctx = Ctx {
+            by_separation: &by_separation,
+            cpu,
+            is_slow: &is_slow,
+            ranks,
+            reference: self.reference,
+            policy: self.policy,
+            line_rate: self.line_rate,
+            line_usable: self.line_usable,
+            noise: self.noise,
+            node_noise: self.node_noise,
+            cell_fraction: self.cell_fraction,
+        };
+        let egress = |r: Rank| ctx.node_verdict(VerdictKind::SlowEgress, r, &self.row(r), &self.col(r));
+        let ingress = |r: Rank| ctx.node_verdict(VerdictKind::SlowIngress, r, &self.col(r), &self.row(r));
+        let link = |i: usize| {
+            let l = &self.links[i];
+            let ambiguous = self.row(l.from_rank).len() < 2 || self.col(l.to_rank).len() < 2;
+            ctx.link_verdict(l, ambiguous)
+        };
+        let mut verdicts: Vec<Verdict> = f.rows.iter().map(|&r| egress(r)).collect();
+        verdicts.extend(f.cols.iter().map(|&r| ingress(r)));
+        let tied: Vec<Verdict> = f
+            .tied_rows
+            .iter()
+            .map(|&r| egress(r))
+            .chain(f.tied_cols.iter().map(|&r| ingress(r)))
+            .collect();
+        let mut isolated = f.isolated.clone();
+        isolated.sort_by(|&a, &b| {
+            let (a, b) = (&self.links[a], &self.links[b]);
+            a.gbs
+                .total_cmp(&b.gbs)
+                .then((a.from_rank, a.to_rank).cmp(&(b.from_rank, b.to_rank)))
+        });
+        verdicts.extend(isolated.into_iter().map(link));
+        let not_judged = (f.rows_nj.iter().map(|&r| egress(r)))
+            .chain(f.cols_nj.iter().map(|&r| ingress(r)))
+            .chain(f.isolated_nj.iter().map(|&i| link(i)))
+            .map(|v| ctx.not_judged(v))
+            .collect();
+        (verdicts, tied, not_judged)
     }
-    let tied: Vec<Verdict> = tied_rows
-        .iter()
-        .map(|&r| ctx.node_verdict(VerdictKind::SlowEgress, r, &row(r), &col(r)))
-        .chain(tied_cols.iter().map(|&r| ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r))))
-        .collect();
-    let mut isolated: Vec<&LinkStat> = isolated_idx.iter().map(|&i| &links[i]).collect();
-    isolated.sort_by(|a, b| {
-        a.gbs
-            .total_cmp(&b.gbs)
-            .then((a.from_rank, a.to_rank).cmp(&(b.from_rank, b.to_rank)))
-    });
-    for l in isolated {
-        let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
-        verdicts.push(ctx.link_verdict(l, ambiguous));
-    }
-    let mut not_judged = Vec::new();
-    for &r in &rows_nj {
-        not_judged.push(ctx.not_judged(ctx.node_verdict(VerdictKind::SlowEgress, r, &row(r), &col(r))));
-    }
-    for &r in &cols_nj {
-        not_judged.push(ctx.not_judged(ctx.node_verdict(VerdictKind::SlowIngress, r, &col(r), &row(r))));
-    }
-    for &i in &isolated_nj {
-        let l = &links[i];
-        let ambiguous = row(l.from_rank).len() < 2 || col(l.to_rank).len() < 2;
-        not_judged.push(ctx.not_judged(ctx.link_verdict(l, ambiguous)));
-    }
-    for (l, b) in links.iter_mut().zip(blamed) {
-        l.slow = b;
-    }
-    Analysis {
-        median_gbs: Some(reference),
-        links,
-        verdicts,
-        not_judged,
-        tied,
-        fabric_slow,
+}
+
+/// What to check on the host of a node found slow on its egress (or ingress), on its data
+/// interface `dev` where known.
+fn node_next(egress: bool, host: &str, dev: Option<&str>) -> String {
+    match (egress, dev) {
+        (true, Some(dev)) => format!(
+            "on {host}: fabprobe links (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
+             (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
+        ),
+        (false, Some(dev)) => format!(
+            "on {host}: fabprobe links (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
+             `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
+        ),
+        (true, None) => format!(
+            "on {host}: fabprobe links (tx errors) and fabprobe qos (PFC, pauses received); on its data interface: \
+             ethtool (negotiated speed) and tc qdisc show (shaping)"
+        ),
+        (false, None) => format!(
+            "on {host}: fabprobe links (rx errors) and fabprobe qos (PFC, pauses sent, CNPs); on its data interface: \
+             ethtool -S (rx drops) and tc qdisc show"
+        ),
     }
 }
 
@@ -790,7 +996,34 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             self.host_or_rank(r),
             self.device(r),
         );
-        let separation = match (self.by_separation)(egress, r) {
+        let separation = self.separation(egress, r, &mut evidence);
+        let message = format!(
+            "SLOW {word} {}: its {} {dir} links, {prep} {} different partners, run at {}{separation}{other_text}",
+            self.label(r),
+            these.len(),
+            these.len(),
+            self.figures(gbs, line)
+        );
+        let next = node_next(egress, &host, dev.as_deref());
+        self.cpu_evidence(&[r], these, &mut evidence);
+        let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
+        Verdict {
+            rail: None,
+            kind,
+            from_rank,
+            to_rank,
+            from_host: from_rank.and_then(|r| self.host(r)),
+            to_host: to_rank.and_then(|r| self.host(r)),
+            evidence,
+            message,
+            next: Some(next),
+        }
+    }
+
+    /// `; its fastest sample ... below the slowest link among the other nodes`: when only
+    /// the separation rule found node `r` slow, how (also in `evidence`).
+    fn separation(&self, egress: bool, r: Rank, evidence: &mut BTreeMap<String, Value>) -> String {
+        match (self.by_separation)(egress, r) {
             Some((o, fastest)) => {
                 evidence.insert("others_slowest_gbs".into(), json!(round3(o)));
                 evidence.insert("fastest_sample_gbs".into(), json!(round3(fastest)));
@@ -805,44 +1038,6 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
                 )
             }
             None => String::new(),
-        };
-        let message = format!(
-            "SLOW {word} {}: its {} {dir} links, {prep} {} different partners, run at {}{separation}{other_text}",
-            self.label(r),
-            these.len(),
-            these.len(),
-            self.figures(gbs, line)
-        );
-        let next = match (egress, dev) {
-            (true, Some(dev)) => format!(
-                "on {host}: fabprobe links (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
-                 (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
-            ),
-            (false, Some(dev)) => format!(
-                "on {host}: fabprobe links (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
-                 `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
-            ),
-            (true, None) => format!(
-                "on {host}: fabprobe links (tx errors) and fabprobe qos (PFC, pauses received); on its data interface: \
-                 ethtool (negotiated speed) and tc qdisc show (shaping)"
-            ),
-            (false, None) => format!(
-                "on {host}: fabprobe links (rx errors) and fabprobe qos (PFC, pauses sent, CNPs); on its data interface: \
-                 ethtool -S (rx drops) and tc qdisc show"
-            ),
-        };
-        self.cpu_evidence(&[r], these, &mut evidence);
-        let (from_rank, to_rank) = if egress { (Some(r), None) } else { (None, Some(r)) };
-        Verdict {
-            rail: None,
-            kind,
-            from_rank,
-            to_rank,
-            from_host: from_rank.and_then(|r| self.host(r)),
-            to_host: to_rank.and_then(|r| self.host(r)),
-            evidence,
-            message,
-            next: Some(next),
         }
     }
 

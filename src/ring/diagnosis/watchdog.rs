@@ -204,96 +204,18 @@ impl<'a> Judge<'a> {
             }
             None => "; never heard from since the rank table was sent".into(),
         };
-        let lost_next = match pid {
-            Some(p) => format!(
-                "on {host}: is fabprobe (pid {p}) still running? `dmesg | tail` (OOM killer, hardware errors), \
-                 the launcher's log; if {host} is down, its console or BMC"
-            ),
-            None => format!(
-                "on {host}: is fabprobe still running? `dmesg | tail` (OOM killer, hardware errors), the \
-                 launcher's log; if {host} is down, its console or BMC"
-            ),
-        };
         let (kind, fault, what, next) = match w.control {
-            Control::Closed { at_ms, reset } => {
-                ev.insert("closed_ms_ago".into(), json!(self.now.saturating_sub(at_ms)));
-                ev.insert("reset".into(), json!(reset));
-                let how = if reset { "was reset" } else { "closed" };
-                (
-                    VerdictKind::RankLost,
-                    Fault::Lost,
-                    format!("its control connection {how} (the process exited or was killed)"),
-                    lost_next,
-                )
-            }
+            Control::Closed { at_ms, reset } => self.closed_fault(at_ms, reset, &mut ev, pid, &host),
             Control::Unacked { since_ms } if silent > self.s.silence_ms => {
-                let for_ms = self.now.saturating_sub(since_ms);
-                ev.insert("unacked_ms".into(), json!(for_ms));
-                ev.insert("silent_ms".into(), json!(silent));
-                // Not a stopped process: its kernel would still acknowledge. The host or
-                // the path to it is gone; `kill -CONT` would not help.
-                let ping = self
-                    .info(r)
-                    .map(|i| {
-                        i.address
-                            .rsplit_once(':')
-                            .map(|(a, _)| a)
-                            .unwrap_or(&i.address)
-                            .to_string()
-                    })
-                    .unwrap_or_else(|| host.clone());
-                (
-                    VerdictKind::RankUnreachable,
-                    Fault::Lost,
-                    format!(
-                        "its host has not acknowledged the control connection for {} and it has sent nothing for \
-                         {} (host powered off or crashed, or its network link cut; not a stopped process)",
-                        secs(for_ms),
-                        secs(silent)
-                    ),
-                    format!(
-                        "is {host} up? its power and console through its BMC (ipmitool chassis status against \
-                         the BMC's address; the console for a kernel panic); `ping {host}` and `ping {ping}` from the coordinator's host; \
-                         its link and switch port (`ip -s link` on {host}, the switch's port state)"
-                    ),
-                )
+                self.unreachable_fault(r, (since_ms, silent), &mut ev, &host)
             }
             Control::Open | Control::Unacked { .. } if silent > self.s.silence_ms => {
-                ev.insert("silent_ms".into(), json!(silent));
-                let next = match pid {
-                    Some(p) => format!(
-                        "on {host}: `ps -o pid,stat,wchan:20,cmd -p {p}` (stat T = stopped: `kill -CONT {p}`), \
-                         `cat /proc/{p}/stack`"
-                    ),
-                    None => {
-                        format!("on {host}: `ps -C fabprobe -o pid,stat,wchan:20,cmd` (stat T = stopped)")
-                    }
-                };
-                (
-                    VerdictKind::RankStalled,
-                    Fault::Stalled,
-                    format!(
-                        "its control connection is open but it has sent nothing for {} (process stopped, e.g. \
-                         SIGSTOP, or stuck)",
-                        secs(silent)
-                    ),
-                    next,
-                )
+                self.silent_fault(silent, &mut ev, pid, &host)
             }
             Control::Open | Control::Unacked { .. } if self.starved(r).is_some() => {
                 self.starved_fault(r, &mut ev, &host)?
             }
             Control::Open | Control::Unacked { .. } => self.no_progress(r, w, &mut ev, pid, &host)?,
-        };
-        let waiters: Vec<String> = self
-            .waiters
-            .get(&r)
-            .map(|v| v.iter().map(|&o| self.shown(o).to_string()).collect())
-            .unwrap_or_default();
-        let waiting = match waiters.len() {
-            0 => String::new(),
-            1 => format!("; rank {} waits on it", waiters[0]),
-            _ => format!("; ranks {} wait on it", waiters.join(", ")),
         };
         if let Some(p) = pid {
             ev.insert("pid".into(), json!(p));
@@ -303,7 +225,7 @@ impl<'a> Judge<'a> {
             _ if fault == Fault::Lost => "RANK LOST",
             _ => "RANK STALLED",
         };
-        let message = format!("{word} {}: {what}{seen}{waiting}", self.label(r));
+        let message = format!("{word} {}: {what}{seen}{}", self.label(r), self.waiting_on(r));
         Some((
             fault,
             Verdict {
@@ -318,6 +240,121 @@ impl<'a> Judge<'a> {
                 next: Some(next),
             },
         ))
+    }
+
+    /// `; ranks 2, 3 wait on it`: who waits on rank `r` (nothing when nobody does).
+    fn waiting_on(&self, r: Rank) -> String {
+        let waiters: Vec<String> = self
+            .waiters
+            .get(&r)
+            .map(|v| v.iter().map(|&o| self.shown(o).to_string()).collect())
+            .unwrap_or_default();
+        match waiters.len() {
+            0 => String::new(),
+            1 => format!("; rank {} waits on it", waiters[0]),
+            _ => format!("; ranks {} wait on it", waiters.join(", ")),
+        }
+    }
+
+    /// The rank's control connection closed at `at_ms` (a reset, or an orderly close).
+    fn closed_fault(
+        &self,
+        at_ms: u64,
+        reset: bool,
+        ev: &mut BTreeMap<String, Value>,
+        pid: Option<u32>,
+        host: &str,
+    ) -> (VerdictKind, Fault, String, String) {
+        ev.insert("closed_ms_ago".into(), json!(self.now.saturating_sub(at_ms)));
+        ev.insert("reset".into(), json!(reset));
+        let how = if reset { "was reset" } else { "closed" };
+        let next = match pid {
+            Some(p) => format!(
+                "on {host}: is fabprobe (pid {p}) still running? `dmesg | tail` (OOM killer, hardware errors), \
+                 the launcher's log; if {host} is down, its console or BMC"
+            ),
+            None => format!(
+                "on {host}: is fabprobe still running? `dmesg | tail` (OOM killer, hardware errors), the \
+                 launcher's log; if {host} is down, its console or BMC"
+            ),
+        };
+        (
+            VerdictKind::RankLost,
+            Fault::Lost,
+            format!("its control connection {how} (the process exited or was killed)"),
+            next,
+        )
+    }
+
+    /// Rank `r`'s host has not acknowledged its control connection since `since_ms`, and
+    /// the rank has been `silent` past the deadline.
+    fn unreachable_fault(
+        &self,
+        r: Rank,
+        (since_ms, silent): (u64, u64),
+        ev: &mut BTreeMap<String, Value>,
+        host: &str,
+    ) -> (VerdictKind, Fault, String, String) {
+        let for_ms = self.now.saturating_sub(since_ms);
+        ev.insert("unacked_ms".into(), json!(for_ms));
+        ev.insert("silent_ms".into(), json!(silent));
+        // Not a stopped process: its kernel would still acknowledge. The host or
+        // the path to it is gone; `kill -CONT` would not help.
+        let ping = self
+            .info(r)
+            .map(|i| {
+                i.address
+                    .rsplit_once(':')
+                    .map(|(a, _)| a)
+                    .unwrap_or(&i.address)
+                    .to_string()
+            })
+            .unwrap_or_else(|| host.to_string());
+        (
+            VerdictKind::RankUnreachable,
+            Fault::Lost,
+            format!(
+                "its host has not acknowledged the control connection for {} and it has sent nothing for \
+                 {} (host powered off or crashed, or its network link cut; not a stopped process)",
+                secs(for_ms),
+                secs(silent)
+            ),
+            format!(
+                "is {host} up? its power and console through its BMC (ipmitool chassis status against \
+                 the BMC's address; the console for a kernel panic); `ping {host}` and `ping {ping}` from the coordinator's host; \
+                 its link and switch port (`ip -s link` on {host}, the switch's port state)"
+            ),
+        )
+    }
+
+    /// The rank's control connection is open but it has been `silent` past the deadline.
+    fn silent_fault(
+        &self,
+        silent: u64,
+        ev: &mut BTreeMap<String, Value>,
+        pid: Option<u32>,
+        host: &str,
+    ) -> (VerdictKind, Fault, String, String) {
+        ev.insert("silent_ms".into(), json!(silent));
+        let next = match pid {
+            Some(p) => format!(
+                "on {host}: `ps -o pid,stat,wchan:20,cmd -p {p}` (stat T = stopped: `kill -CONT {p}`), \
+                 `cat /proc/{p}/stack`"
+            ),
+            None => {
+                format!("on {host}: `ps -C fabprobe -o pid,stat,wchan:20,cmd` (stat T = stopped)")
+            }
+        };
+        (
+            VerdictKind::RankStalled,
+            Fault::Stalled,
+            format!(
+                "its control connection is open but it has sent nothing for {} (process stopped, e.g. \
+                 SIGSTOP, or stuck)",
+                secs(silent)
+            ),
+            next,
+        )
     }
 
     /// Rank `r`'s latest heartbeat says it waited for a CPU at least half the time
@@ -434,34 +471,7 @@ impl<'a> Judge<'a> {
         ev.insert("bytes_received".into(), json!(r.bytes_received));
         ev.insert("conclusive".into(), json!(sent.is_some()));
         let (fh, th) = (self.host_or(p), self.host_or(r.rank));
-        let pn = self.shown(p);
-        let why = match &sent {
-            Some((how, prep)) => {
-                ev.insert("sender_phase".into(), json!(prep.phase.name()));
-                ev.insert("sender_step".into(), json!(prep.step));
-                ev.insert("sender_bytes_sent".into(), json!(prep.bytes_sent));
-                let (state, text) = match how {
-                    Sent::Blocked => (
-                        "blocked_sending",
-                        format!("rank {pn} sent it and is blocked sending more"),
-                    ),
-                    Sent::Ahead(ph, st) => (
-                        "ahead",
-                        format!("rank {pn} sent it and moved on to step {st} of {}", ph.name()),
-                    ),
-                    Sent::Bytes(s, got) => (
-                        "bytes_in_flight",
-                        format!("rank {pn} sent {s} bytes of this step, {got} arrived"),
-                    ),
-                };
-                ev.insert("sender_state".into(), json!(state));
-                text
-            }
-            None => {
-                ev.insert("sender_state".into(), json!("waiting"));
-                "no rank reports having sent data that did not arrive, and this is the longest wait".into()
-            }
-        };
+        let why = self.what_was_sent(p, sent.as_ref(), &mut ev);
         let message = format!(
             "HANG {} waits for data from {} since step {} of {}; {why}: suspect the link {fh} -> {th}",
             self.label(r.rank),
@@ -469,7 +479,56 @@ impl<'a> Judge<'a> {
             r.step,
             r.phase.name()
         );
-        let ping = self.info(r.rank).map(|i| {
+        Verdict {
+            rail: None,
+            kind: VerdictKind::HangLink,
+            from_rank: Some(p),
+            to_rank: Some(r.rank),
+            from_host: self.host(p),
+            to_host: self.host(r.rank),
+            evidence: ev,
+            message,
+            next: Some(self.hang_next(p, r.rank, (&fh, &th))),
+        }
+    }
+
+    /// What sender `p` says of the data its receiver waits for, in words (and in `ev`).
+    fn what_was_sent(
+        &self,
+        p: Rank,
+        sent: Option<&(Sent, &WaitReport)>,
+        ev: &mut BTreeMap<String, Value>,
+    ) -> String {
+        let pn = self.shown(p);
+        let Some((how, prep)) = sent else {
+            ev.insert("sender_state".into(), json!("waiting"));
+            return "no rank reports having sent data that did not arrive, and this is the longest wait"
+                .into();
+        };
+        ev.insert("sender_phase".into(), json!(prep.phase.name()));
+        ev.insert("sender_step".into(), json!(prep.step));
+        ev.insert("sender_bytes_sent".into(), json!(prep.bytes_sent));
+        let (state, text) = match how {
+            Sent::Blocked => (
+                "blocked_sending",
+                format!("rank {pn} sent it and is blocked sending more"),
+            ),
+            Sent::Ahead(ph, st) => (
+                "ahead",
+                format!("rank {pn} sent it and moved on to step {st} of {}", ph.name()),
+            ),
+            Sent::Bytes(s, got) => (
+                "bytes_in_flight",
+                format!("rank {pn} sent {s} bytes of this step, {got} arrived"),
+            ),
+        };
+        ev.insert("sender_state".into(), json!(state));
+        text
+    }
+
+    /// What to check on the link from `p` (on `fh`) to `to` (on `th`): a command to paste.
+    fn hang_next(&self, p: Rank, to: Rank, (fh, th): (&str, &str)) -> String {
+        let ping = self.info(to).map(|i| {
             i.address
                 .rsplit_once(':')
                 .map(|(a, _)| a)
@@ -482,11 +541,11 @@ impl<'a> Judge<'a> {
                 .map(|d| format!(" ({d})"))
                 .unwrap_or_default()
         };
-        let next = format!(
+        format!(
             "on {fh} and {th}: fabprobe links (port state, error counters); check the data path {fh}{} -> {th}{}: \
              firewall rules on the data interface, the switch port{}",
             dev(p),
-            dev(r.rank),
+            dev(to),
             ping.map(|a| {
                 // A command to paste: the net device, never an RDMA label.
                 let via = self
@@ -497,18 +556,7 @@ impl<'a> Judge<'a> {
                 format!(", `ping {via}{a}` from {fh}")
             })
             .unwrap_or_default()
-        );
-        Verdict {
-            rail: None,
-            kind: VerdictKind::HangLink,
-            from_rank: Some(p),
-            to_rank: Some(r.rank),
-            from_host: self.host(p),
-            to_host: self.host(r.rank),
-            evidence: ev,
-            message,
-            next: Some(next),
-        }
+        )
     }
 
     /// Only a blocked sender speaks: its receiver is alive but does not report waiting for it.

@@ -495,53 +495,22 @@ fn run<A: Admit>(
     st: &mut AcceptState<A>,
     w: &mut Waiting,
 ) -> Result<(), TransportError> {
-    let spec = st.spec;
     let mut events = Events::with_capacity(256);
     // Connections may be queued before the listener was registered.
     let mut listen_ready = true;
     let mut backoff_until: Option<Instant> = None;
     loop {
-        if let Some(e) = st.fatal.take() {
-            return Err(e);
-        }
         let now = Instant::now();
-        if st.complete() && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE)) {
-            return Ok(());
-        }
-        if now >= spec.deadline {
-            // Links from foreign addresses, once every link is in, are taken at the deadline.
-            if st.complete() {
-                return Ok(());
-            }
-            while let Some(p) = w.oldest() {
-                st.foreign
-                    .note(p.addr.ip(), "no whole handshake before the deadline".into());
-            }
-            return Err(st.missing_error());
-        }
-        while w.pending.values().next().is_some_and(|p| now >= p.until) {
-            if let Some(p) = w.oldest() {
-                st.foreign.note(
-                    p.addr.ip(),
-                    format!("no whole handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
-                );
-            }
+        if let Some(end) = ended(st, w, now) {
+            return end;
         }
         let backing_off = backoff_until.is_some_and(|t| now < t);
-        let mut wake = spec.deadline.min(now + Duration::from_millis(100));
-        if let Some(p) = w.pending.values().next() {
-            wake = wake.min(p.until);
-        }
-        if let Some(t) = backoff_until.filter(|_| backing_off) {
-            wake = wake.min(t);
-        }
-        if let Some(t) = st.filled_at {
-            wake = wake.min(t + UNVERIFIED_GRACE);
-        }
         let timeout = if listen_ready && !backing_off {
             Duration::ZERO
         } else {
-            wake.saturating_duration_since(now).max(Duration::from_millis(1))
+            next_wake(st, w, now, backoff_until.filter(|_| backing_off))
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1))
         };
         match w.poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
@@ -556,26 +525,83 @@ fn run<A: Admit>(
             }
         }
         for id in ready {
-            let Some(p) = w.pending.get_mut(&id) else {
-                continue;
-            };
-            match AcceptState::<A>::read(p) {
-                Said::Wait => {}
-                Said::Gone(why) => {
-                    if let Some(p) = w.remove(id) {
-                        st.foreign.note(p.addr.ip(), why);
-                    }
-                }
-                Said::Done(h) => {
-                    if let Some(p) = w.remove(id) {
-                        st.admit(p.stream, p.addr, h);
-                    }
-                }
-            }
+            read_one(st, w, id);
         }
         if listen_ready && backoff_until.is_none_or(|t| Instant::now() >= t) {
             backoff_until = None;
             listen_ready = accept_batch(listener, st, w, &mut backoff_until);
+        }
+    }
+}
+
+/// Whether the accept loop is over at `now`: a fault of the pair, every link in (and from
+/// its rank's address, or the grace passed), or the deadline. Handshakes past their own
+/// deadline are dropped, noted as foreign.
+fn ended<A: Admit>(
+    st: &mut AcceptState<A>,
+    w: &mut Waiting,
+    now: Instant,
+) -> Option<Result<(), TransportError>> {
+    if let Some(e) = st.fatal.take() {
+        return Some(Err(e));
+    }
+    if st.complete() && (st.verified() || st.filled_at.is_some_and(|t| now >= t + UNVERIFIED_GRACE)) {
+        return Some(Ok(()));
+    }
+    if now >= st.spec.deadline {
+        // Links from foreign addresses, once every link is in, are taken at the deadline.
+        if st.complete() {
+            return Some(Ok(()));
+        }
+        while let Some(p) = w.oldest() {
+            st.foreign
+                .note(p.addr.ip(), "no whole handshake before the deadline".into());
+        }
+        return Some(Err(st.missing_error()));
+    }
+    while w.pending.values().next().is_some_and(|p| now >= p.until) {
+        if let Some(p) = w.oldest() {
+            st.foreign.note(
+                p.addr.ip(),
+                format!("no whole handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
+            );
+        }
+    }
+    None
+}
+
+/// When the loop must look again: the deadline, the oldest handshake's, the end of the
+/// `backoff`, the end of the grace for links from other addresses; 100 ms away at most.
+fn next_wake<A: Admit>(st: &AcceptState<A>, w: &Waiting, now: Instant, backoff: Option<Instant>) -> Instant {
+    let mut wake = st.spec.deadline.min(now + Duration::from_millis(100));
+    if let Some(p) = w.pending.values().next() {
+        wake = wake.min(p.until);
+    }
+    if let Some(t) = backoff {
+        wake = wake.min(t);
+    }
+    if let Some(t) = st.filled_at {
+        wake = wake.min(t + UNVERIFIED_GRACE);
+    }
+    wake
+}
+
+/// Read what connection `id` sent: wait for more, drop it (noted as foreign), or admit it.
+fn read_one<A: Admit>(st: &mut AcceptState<A>, w: &mut Waiting, id: usize) {
+    let Some(p) = w.pending.get_mut(&id) else {
+        return;
+    };
+    match AcceptState::<A>::read(p) {
+        Said::Wait => {}
+        Said::Gone(why) => {
+            if let Some(p) = w.remove(id) {
+                st.foreign.note(p.addr.ip(), why);
+            }
+        }
+        Said::Done(h) => {
+            if let Some(p) = w.remove(id) {
+                st.admit(p.stream, p.addr, h);
+            }
         }
     }
 }

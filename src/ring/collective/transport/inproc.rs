@@ -12,6 +12,12 @@ use super::{
     words_as_bytes, words_as_bytes_mut,
 };
 
+/// One paced in-process world at a time: each is 4-5 ranks of paced threads whose figures
+/// and deadlines are the assertions; two at once on a 2-core machine would measure each
+/// other. Other heavy ring tests (the 400-rank table) take it too.
+#[cfg(test)]
+pub(crate) static ONE_WORLD: Mutex<()> = Mutex::new(());
+
 /// What goes wrong on one link.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Faults {

@@ -924,23 +924,9 @@ fn fresh_psn(qpn: u32) -> u32 {
     (t ^ qpn.wrapping_mul(2_654_435_761) ^ std::process::id()) & 0x00ff_ffff
 }
 
-/// Open the sending end: connect to the receiver's advertised address, exchange endpoints.
-#[allow(clippy::too_many_arguments)]
-pub fn connect(
-    port: &RdmaPort,
-    addr: &str,
-    peer: &str,
-    me: &str,
-    hello: (String, u32, u32, u32),
-    slots: usize,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<RdmaSend, TransportError> {
-    let _ = me;
-    let (token, from_rank, to_rank, channel) = hello;
-    let verr = |e: VerbsError| setup_err(peer, "setting up the RDMA link", e);
-    let (qp, cq, psn) = port.new_qp(slots).map_err(verr)?;
-    let credit = port.pd.register(8, true).map_err(verr)?;
+/// Connect to the receiver's address `addr` for the endpoint exchange, again until
+/// `deadline` (the receiver may not listen yet).
+fn dial(addr: &str, peer: &str, deadline: Instant) -> Result<TcpStream, TransportError> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
         .map_err(|e| setup_err(peer, &format!("resolving {addr}"), e))?
@@ -962,13 +948,33 @@ pub fn connect(
         }
         thread::sleep(Duration::from_millis(50));
     }
-    let mut s = stream.ok_or_else(|| {
+    stream.ok_or_else(|| {
         setup_err(
             peer,
             &format!("connecting to {addr} for the endpoint exchange"),
             last,
         )
-    })?;
+    })
+}
+
+/// Open the sending end: connect to the receiver's advertised address, exchange endpoints.
+#[allow(clippy::too_many_arguments)]
+pub fn connect(
+    port: &RdmaPort,
+    addr: &str,
+    peer: &str,
+    me: &str,
+    hello: (String, u32, u32, u32),
+    slots: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<RdmaSend, TransportError> {
+    let _ = me;
+    let (token, from_rank, to_rank, channel) = hello;
+    let verr = |e: VerbsError| setup_err(peer, "setting up the RDMA link", e);
+    let (qp, cq, psn) = port.new_qp(slots).map_err(verr)?;
+    let credit = port.pd.register(8, true).map_err(verr)?;
+    let mut s = dial(addr, peer, deadline)?;
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(10));
@@ -1238,7 +1244,6 @@ impl Fabric for RdmaFabric {
     }
     fn open(&self, req: &LinkRequest) -> Result<OpenLinks, TransportError> {
         let name = |r: u32| peer_name(req.table, r);
-        let me = name(req.me);
         let rank_ip = |r: u32| {
             req.table
                 .iter()
@@ -1259,33 +1264,7 @@ impl Fabric for RdmaFabric {
         };
         let (sends, accepted) = thread::scope(|sc| {
             let acc = sc.spawn(|| accept(&self.port, &self.listener, &spec));
-            let sends: Result<Vec<Box<dyn SendLink>>, TransportError> = req
-                .sends
-                .iter()
-                .map(|&(peer, tag)| {
-                    let info = req.table.iter().find(|i| i.rank == peer).ok_or_else(|| {
-                        setup_err(&name(peer), "finding the data address", "not in the table")
-                    })?;
-                    if info.transport != "rdma" {
-                        return Err(setup_err(
-                            &name(peer),
-                            "opening an RDMA link",
-                            format!("that rank runs the {} transport", info.transport),
-                        ));
-                    }
-                    connect(
-                        &self.port,
-                        &info.address,
-                        &name(peer),
-                        &me,
-                        (req.token.to_string(), req.me, peer, tag),
-                        req.slots,
-                        req.deadline,
-                        req.timeout,
-                    )
-                    .map(|s| Box::new(s) as Box<dyn SendLink>)
-                })
-                .collect();
+            let sends = self.send_links(req);
             (sends, acc.join())
         });
         let (got, rejected) = match accepted {
@@ -1294,31 +1273,75 @@ impl Fabric for RdmaFabric {
             Err(_) => return Err(setup_err("-", "accepting RDMA links", "panicked")),
         };
         let sends = sends?;
-        let mut got: Vec<Option<accept::Accepted<RdmaHello, RdmaRecv>>> = got.into_iter().map(Some).collect();
-        let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
-        for &(peer, tag) in req.recvs {
-            let accept::Accepted { link, .. } = got
-                .iter_mut()
-                .find(|a| {
-                    a.as_ref()
-                        .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
-                })
-                .and_then(Option::take)
-                .ok_or_else(|| {
-                    setup_err(
-                        &name(peer),
-                        "accepting",
-                        format!("link {tag} missing after accept"),
-                    )
-                })?;
-            recvs.push(Box::new(link));
-        }
+        let recvs = recv_links(req, got)?;
         Ok(OpenLinks {
             sends,
             recvs,
             rejected,
         })
     }
+}
+
+impl RdmaFabric {
+    /// Connect this rank's sending links of `req`: each peer must offer rdma.
+    fn send_links(&self, req: &LinkRequest) -> Result<Vec<Box<dyn SendLink>>, TransportError> {
+        let name = |r: u32| peer_name(req.table, r);
+        let me = name(req.me);
+        req.sends
+            .iter()
+            .map(|&(peer, tag)| {
+                let info =
+                    req.table.iter().find(|i| i.rank == peer).ok_or_else(|| {
+                        setup_err(&name(peer), "finding the data address", "not in the table")
+                    })?;
+                if info.transport != "rdma" {
+                    return Err(setup_err(
+                        &name(peer),
+                        "opening an RDMA link",
+                        format!("that rank runs the {} transport", info.transport),
+                    ));
+                }
+                connect(
+                    &self.port,
+                    &info.address,
+                    &name(peer),
+                    &me,
+                    (req.token.to_string(), req.me, peer, tag),
+                    req.slots,
+                    req.deadline,
+                    req.timeout,
+                )
+                .map(|s| Box::new(s) as Box<dyn SendLink>)
+            })
+            .collect()
+    }
+}
+
+/// The receiving links of `req`, in its order, from the links accepted (`got`).
+fn recv_links(
+    req: &LinkRequest,
+    got: Vec<accept::Accepted<RdmaHello, RdmaRecv>>,
+) -> Result<Vec<Box<dyn RecvLink>>, TransportError> {
+    let mut got: Vec<Option<accept::Accepted<RdmaHello, RdmaRecv>>> = got.into_iter().map(Some).collect();
+    let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
+    for &(peer, tag) in req.recvs {
+        let accept::Accepted { link, .. } = got
+            .iter_mut()
+            .find(|a| {
+                a.as_ref()
+                    .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
+            })
+            .and_then(Option::take)
+            .ok_or_else(|| {
+                setup_err(
+                    &peer_name(req.table, peer),
+                    "accepting",
+                    format!("link {tag} missing after accept"),
+                )
+            })?;
+        recvs.push(Box::new(link));
+    }
+    Ok(recvs)
 }
 
 /// `--transport auto`: one listening address for both transports; the rank offers rdma (its

@@ -729,30 +729,7 @@ impl Fabric for TcpFabric {
         };
         let (sends, accepted) = thread::scope(|sc| {
             let acc = sc.spawn(|| accept(&self.listener, &spec));
-            let sends: Result<Vec<Box<dyn SendLink>>, TransportError> = req
-                .sends
-                .iter()
-                .map(|&(peer, tag)| {
-                    let addr = req
-                        .table
-                        .iter()
-                        .find(|i| i.rank == peer)
-                        .map(|i| i.address.clone())
-                        .ok_or_else(|| TransportError::Setup {
-                            peer: name(peer),
-                            what: "finding the data address".into(),
-                            error: "not in the table".into(),
-                        })?;
-                    let hs = Handshake {
-                        token: req.token.to_string(),
-                        from_rank: req.me,
-                        to_rank: peer,
-                        channel: tag,
-                    };
-                    connect(&addr, &name(peer), &hs, req.deadline, req.timeout)
-                        .map(|s| Box::new(s) as Box<dyn SendLink>)
-                })
-                .collect();
+            let sends = send_links(req);
             (sends, acc.join())
         });
         let (got, rejected) = match accepted {
@@ -767,29 +744,63 @@ impl Fabric for TcpFabric {
             }
         };
         let sends = sends?;
-        let mut got: Vec<Option<Accepted>> = got.into_iter().map(Some).collect();
-        let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
-        for &(peer, tag) in req.recvs {
-            let a = got
-                .iter_mut()
-                .find(|a| {
-                    a.as_ref()
-                        .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
-                })
-                .and_then(Option::take)
-                .ok_or_else(|| TransportError::Setup {
-                    peer: name(peer),
-                    what: "accepting".into(),
-                    error: format!("link {tag} missing after accept"),
-                })?;
-            recvs.push(Box::new(a.link));
-        }
+        let recvs = recv_links(req, got)?;
         Ok(OpenLinks {
             sends,
             recvs,
             rejected,
         })
     }
+}
+
+/// Connect this rank's sending links of `req` (each to its peer's data address).
+fn send_links(req: &LinkRequest) -> Result<Vec<Box<dyn SendLink>>, TransportError> {
+    let name = |r: u32| peer_name(req.table, r);
+    req.sends
+        .iter()
+        .map(|&(peer, tag)| {
+            let addr = req
+                .table
+                .iter()
+                .find(|i| i.rank == peer)
+                .map(|i| i.address.clone())
+                .ok_or_else(|| TransportError::Setup {
+                    peer: name(peer),
+                    what: "finding the data address".into(),
+                    error: "not in the table".into(),
+                })?;
+            let hs = Handshake {
+                token: req.token.to_string(),
+                from_rank: req.me,
+                to_rank: peer,
+                channel: tag,
+            };
+            connect(&addr, &name(peer), &hs, req.deadline, req.timeout)
+                .map(|s| Box::new(s) as Box<dyn SendLink>)
+        })
+        .collect()
+}
+
+/// The receiving links of `req`, in its order, from the connections accepted (`got`).
+fn recv_links(req: &LinkRequest, got: Vec<Accepted>) -> Result<Vec<Box<dyn RecvLink>>, TransportError> {
+    let mut got: Vec<Option<Accepted>> = got.into_iter().map(Some).collect();
+    let mut recvs: Vec<Box<dyn RecvLink>> = Vec::new();
+    for &(peer, tag) in req.recvs {
+        let a = got
+            .iter_mut()
+            .find(|a| {
+                a.as_ref()
+                    .is_some_and(|a| a.handshake.from_rank == peer && a.handshake.channel == tag)
+            })
+            .and_then(Option::take)
+            .ok_or_else(|| TransportError::Setup {
+                peer: peer_name(req.table, peer),
+                what: "accepting".into(),
+                error: format!("link {tag} missing after accept"),
+            })?;
+        recvs.push(Box::new(a.link));
+    }
+    Ok(recvs)
 }
 
 /// Connect to `a` within `limit`, refusing a connection that reached itself: while nothing
