@@ -155,8 +155,9 @@ pub fn gather(
     })
 }
 
-/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection,
-/// and on each rail each node's relayed connection at both ends (the hub's and the rail
+/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection
+/// and its clone (the rails' coordinators read its TCP_INFO, [`HubHandle::ack_fn`]), and on
+/// each rail each node's relayed connection at both ends (the hub's and the rail
 /// coordinator's), with the coordinators' own room. Pure.
 pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
     let rails: u64 = rings
@@ -164,7 +165,7 @@ pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
         .filter(|r| r.len() >= 2)
         .map(|r| 2 * r.len() as u64 + 64)
         .sum();
-    coordinator::files_needed(world) + rails
+    coordinator::files_needed(world) + world as u64 + rails
 }
 
 /// What the running hub is told.
@@ -419,10 +420,7 @@ impl Mux {
         let (addr, j) = (*addr, self.relay(i, rail));
         if is_hello(&inner[8..]) {
             self.plane.remove(j);
-            let added = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|s| {
-                let _ = s.set_nodelay(true);
-                self.plane.add(j, s)
-            });
+            let added = relay_connect(addr, i).and_then(|s| self.plane.add(j, s));
             if added.is_err() {
                 return self.tell_closed(i, rail, true);
             }
@@ -477,6 +475,29 @@ impl Mux {
             self.close_relay(self.relay(i, k), reset);
         }
     }
+}
+
+/// Node `node`'s relay connection to a rail's coordinator at `addr`: from a loopback address
+/// of its own (127.2.x.y), so that the rail's door, which caps the hellos waiting per source
+/// address (128), applies that cap per node as it would without the relay, not to every
+/// node's relay at once (all from 127.0.0.1, as the hub opens them in a burst).
+fn relay_connect(addr: SocketAddr, node: Rank) -> io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if let std::net::IpAddr::V4(ip) = addr.ip()
+        && ip.is_loopback()
+    {
+        let src = std::net::Ipv4Addr::new(
+            127,
+            2 + ((node >> 16) & 0x3f) as u8,
+            (node >> 8) as u8,
+            node as u8,
+        );
+        s.bind(&SocketAddr::new(src.into(), 0).into())?;
+    }
+    s.connect_timeout(&addr.into(), Duration::from_secs(2))?;
+    let _ = s.set_tcp_nodelay(true);
+    Ok(s.into())
 }
 
 /// Declarations read after the join window: told why, never closed unanswered.
@@ -1195,9 +1216,12 @@ mod tests {
     fn open_files_for_16384_nodes_on_8_rails() {
         let ring: Vec<Rank> = (0..16_384).collect();
         let rings: BTreeMap<u32, Vec<Rank>> = (0..8).map(|k| (k, ring.clone())).collect();
-        assert_eq!(files_needed(16_384, &rings), 16_384 + 64 + 8 * (2 * 16_384 + 64));
+        assert_eq!(
+            files_needed(16_384, &rings),
+            2 * 16_384 + 64 + 8 * (2 * 16_384 + 64)
+        );
         // A rail one node drives runs no ring: nothing relayed.
-        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 4 + 64);
+        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 2 * 4 + 64);
     }
 
     #[test]
