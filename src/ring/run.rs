@@ -145,53 +145,16 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
 pub fn run_rank(
-    setup: Setup,
+    mut setup: Setup,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
-    let id = &setup.identity;
     let cannot = |m: String| RunError {
         kind: Failure::CannotRun,
         message: m,
     };
-
-    // Rank 0 hosts the coordinator on its own thread, for the whole run.
-    let coordinator = if id.rank == 0 && !setup.join_only {
-        let l = match setup.coordinator_listener {
-            Some(l) => l,
-            None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
-        };
-        log(
-            1,
-            &format!(
-                "coordinator listening on {} for {} ranks",
-                l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-                id.world
-            ),
-        );
-        let mut cfg = coordinator_config(
-            id,
-            opts,
-            setup.rail_stop.clone(),
-            setup.on_row.clone(),
-            (setup.nodes.clone(), setup.silent.clone()),
-        );
-        cfg.relay = setup.relay.clone();
-        // Rank 0 joins through its own listener's address (the advertised name may not
-        // resolve to this host from itself, or name port 0).
-        let own = l.local_addr().ok().map(|a| {
-            let ip = if a.ip().is_unspecified() {
-                IpAddr::from([127, 0, 0, 1])
-            } else {
-                a.ip()
-            };
-            SocketAddr::new(ip, a.port()).to_string()
-        });
-        Some((thread::spawn(move || coordinator::coordinate(l, cfg)), own))
-    } else {
-        None
-    };
-
+    let coordinator = start_coordinator(&mut setup, opts, log)?;
+    let id = &setup.identity;
     let join_addr = coordinator
         .as_ref()
         .and_then(|(_, own)| own.clone())
@@ -215,7 +178,11 @@ pub fn run_rank(
             (&setup.identity, setup.rails.clone(), setup.node),
             &setup.host,
             fabric.as_ref(),
-            (setup.device.clone(), setup.neighbor.clone(), setup.port_max.clone()),
+            (
+                setup.device.clone(),
+                setup.neighbor.clone(),
+                setup.port_max.clone(),
+            ),
             setup.line_rate_gbs,
             counters.as_ref(),
             live,
@@ -237,6 +204,60 @@ pub fn run_rank(
     let crep: CoordinatorReport = coord.join().unwrap_or_default();
     let local_err = result.as_ref().err().map(|e| e.message.clone());
     job_outcome(id, opts, crep, transport, local_err)
+}
+
+/// Rank 0's coordinator thread and the address rank 0 joins it through.
+type HostedCoordinator = (thread::JoinHandle<CoordinatorReport>, Option<String>);
+
+/// Rank 0 hosts the coordinator (unless it only joins) on its own thread, for the whole run.
+fn start_coordinator(
+    setup: &mut Setup,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<Option<HostedCoordinator>, RunError> {
+    let cannot = |m: String| RunError {
+        kind: Failure::CannotRun,
+        message: m,
+    };
+    if setup.identity.rank != 0 || setup.join_only {
+        return Ok(None);
+    }
+    let listener = setup.coordinator_listener.take();
+    let id = &setup.identity;
+    let l = match listener {
+        Some(l) => l,
+        None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
+    };
+    log(
+        1,
+        &format!(
+            "coordinator listening on {} for {} ranks",
+            l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            id.world
+        ),
+    );
+    let mut cfg = coordinator_config(
+        id,
+        opts,
+        setup.rail_stop.clone(),
+        setup.on_row.clone(),
+        (setup.nodes.clone(), setup.silent.clone()),
+    );
+    cfg.relay = setup.relay.clone();
+    // Rank 0 joins through its own listener's address (the advertised name may not
+    // resolve to this host from itself, or name port 0).
+    let own = l.local_addr().ok().map(|a| {
+        let ip = if a.ip().is_unspecified() {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            a.ip()
+        };
+        SocketAddr::new(ip, a.port()).to_string()
+    });
+    Ok(Some((
+        thread::spawn(move || coordinator::coordinate(l, cfg)),
+        own,
+    )))
 }
 
 /// Rank 0's coordinator configuration: the watchdog (stopping with the node's other rails
@@ -691,36 +712,11 @@ fn connected_run(
         timeout,
     };
     let (pred, succ) = (ring.pred(), ring.succ());
-    let mut links: Vec<ChannelLinks> = Vec::new();
-    if opts.sweep {
-        let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
-        let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
-        let req = LinkRequest {
-            me: id.rank,
-            token: &id.token,
-            table: &session.table,
-            shared_transport: session.shared_transport.as_deref(),
-            sends: &sends,
-            recvs: &recvs,
-            slots: opts.slots,
-            slot_bytes: opts.slot_bytes,
-            deadline: Instant::now() + timeout,
-            timeout,
-        };
-        let open = fabric.open(&req).map_err(RingError::Transport)?;
-        for r in &open.rejected {
-            log(
-                0,
-                &format!("rank {}: rejected {r}", shown(&session.table, id.rank)),
-            );
-        }
-        links = open
-            .sends
-            .into_iter()
-            .zip(open.recvs)
-            .map(|(send, recv)| ChannelLinks { send, recv })
-            .collect();
-    }
+    let mut links = if opts.sweep {
+        sweep_links(id, session, fabric, (pred, succ), opts, log)?
+    } else {
+        Vec::new()
+    };
     // The buffers of the largest size, allocated and filled before this rank says it is
     // ready: the go barrier absorbs the time, no peer waits on it during the sweep.
     let mut bufs = match opts.sizes.iter().max() {
@@ -782,6 +778,46 @@ fn connected_run(
         last.map(|r| r.bytes).unwrap_or(0),
         (links, scan_links),
     ))
+}
+
+/// The sweep's data links: `--channels` to the successor and from the predecessor (links
+/// the fabric refused are logged).
+fn sweep_links(
+    id: &Identity,
+    session: &Session,
+    fabric: &dyn Fabric,
+    (pred, succ): (Rank, Rank),
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<Vec<ChannelLinks>, RingError> {
+    let timeout = opts.timeout();
+    let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
+    let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
+    let req = LinkRequest {
+        me: id.rank,
+        token: &id.token,
+        table: &session.table,
+        shared_transport: session.shared_transport.as_deref(),
+        sends: &sends,
+        recvs: &recvs,
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        deadline: Instant::now() + timeout,
+        timeout,
+    };
+    let open = fabric.open(&req).map_err(RingError::Transport)?;
+    for r in &open.rejected {
+        log(
+            0,
+            &format!("rank {}: rejected {r}", shown(&session.table, id.rank)),
+        );
+    }
+    Ok(open
+        .sends
+        .into_iter()
+        .zip(open.recvs)
+        .map(|(send, recv)| ChannelLinks { send, recv })
+        .collect())
 }
 
 /// Run the scan orders the coordinator hands out until it says the scan is over.
