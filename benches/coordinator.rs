@@ -1,19 +1,23 @@
-//! The coordinator at scale: `cargo bench --bench coordinator -- N [--rails R]` (release;
-//! about a minute). N (else `FABPROBE_BENCH_RANKS`, default 4096) simulated ranks join one
-//! coordinator on loopback (with the real watchdog as its judge); with `--rails R`, R
-//! coordinators in this one process (as `ring --rails` runs them in rank 0's), N/R ranks
-//! each, every judge a rail's (`rails::stopping_judge`). The simulated ranks run in a child process
-//! (this same binary, `FABPROBE_BENCH_CLIENT` set) with its own open-file limit, so the
-//! coordinator's N descriptors and the clients' N fit a hard limit of 20,000 at 16,384 ranks;
-//! when they do not fit, the bench says what to set and exits 2, never hangs. Measured:
+//! The coordinator at scale: `cargo bench --bench coordinator -- NODES RAILS` (release;
+//! about a minute). With RAILS > 1 (or `NODES 1 --relay`) the rails' real path: every node
+//! declares its rails on one connection to rank 0's node door (`railmux::gather`), rank 0's
+//! hub relays each rail's tagged frames to that rail's coordinator (R coordinators of NODES
+//! ranks in this process, every judge a rail's, `rails::stopping_judge`), and node 0's rail
+//! ranks join their coordinators straight, as rank 0's own do. With RAILS = 1, NODES ranks
+//! join one coordinator on loopback (the real watchdog as its judge). `N --rails R`: R
+//! coordinators of N/R ranks side by side without the hub (the layout before the relay).
+//! The simulated ranks run in a child process (this same binary, `FABPROBE_BENCH_CLIENT`
+//! set) with its own open-file limit; rank 0's process needs one file per node and, through
+//! the hub, two per rail rank (`railmux::files_needed`); when they do not fit the hard
+//! limit, the bench says what to set and exits 2, never hangs. Measured:
 //! 1. join to go: from the coordinator's start until every rank has its table and its go;
 //! 2. full progress rounds: every rank reports a row for one size; the time until the
 //!    coordinator has them all (its row sink fires);
 //! 3. the coordinator's CPU while ranks heartbeat every 500 ms (this process only);
-//! 4. one rank stops sending (a frozen process, connection open): the verdict must be exactly
-//!    `rank_stalled` naming it, within the silence deadline + 1 s (with rails: on its rail;
-//!    the other rails may only stop for it, `rail_stopped`). Any other verdict, at any
-//!    point, exits 1.
+//! 4. one process freezes (connections open; through the hub a node, every rail of it): the
+//!    verdict must be exactly `rank_stalled` naming it, within the silence deadline + 1 s
+//!    (on a rail it is on; the other rails may only stop for it, `rail_stopped`). Any other
+//!    verdict, at any point, exits 1.
 //!
 //! Where the time goes: the coordinator's own counters ([`coordinator::LoopStats`]: join,
 //! table encoding, reads, message handling, ticks, judge calls, pings), the coordinator's
@@ -22,7 +26,7 @@
 //! simulated ranks' own timeline.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -33,7 +37,9 @@ use std::time::{Duration, Instant};
 use fabprobe::ring::control::take_frames;
 use fabprobe::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, LoopStats};
 use fabprobe::ring::gate;
-use fabprobe::ring::model::{Phase, RankInfo, VerdictKind, WaitReport};
+use fabprobe::ring::model::{Phase, RailPort, RankInfo, VerdictKind, WaitReport};
+use fabprobe::ring::railmux::{self, HubHandle};
+use fabprobe::ring::railplan::Declaration;
 use fabprobe::ring::rails::{self, RailStop, stopping_judge};
 use fabprobe::ring::rendezvous::{self, HEARTBEAT, silence};
 use fabprobe::ring::run::watchdog_judge;
@@ -48,10 +54,13 @@ fn timeout() -> Duration {
 /// Quick mode (`cargo test`, or `--quick`): a small world, the same correctness
 /// assertions; the speed targets are printed, asserted only by `cargo bench` (full mode).
 static QUICK: AtomicBool = AtomicBool::new(false);
-/// The ranks of quick mode (over 2 rails: the rails' path is exercised too).
-const QUICK_RANKS: u32 = 256;
+/// The nodes of quick mode, on 2 rails through rank 0's hub: the rails' real path.
+const QUICK_NODES: u32 = 128;
 const QUICK_RAILS: u32 = 2;
-/// The issue's targets (full mode, on an idle machine).
+/// The nodes go through rank 0's hub (`NODES RAILS` with RAILS > 1, or `--relay`): each
+/// declares its rails on one connection, the hub relays each rail to its coordinator.
+static RELAY: AtomicBool = AtomicBool::new(false);
+/// The issue's targets (full mode, with two CPU hogs beside the bench).
 const JOIN_TARGET: Duration = Duration::from_secs(5);
 const ROUND_TARGET: Duration = Duration::from_secs(1);
 /// Assertion groups passed and failed (the libtest summary line at the end).
@@ -151,15 +160,20 @@ fn args() -> (u32, u32) {
     if !client && (!args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--quick")) {
         QUICK.store(true, Ordering::Relaxed);
         TIMEOUT_S.store(3, Ordering::Relaxed);
-        return (QUICK_RANKS, QUICK_RAILS);
+        RELAY.store(true, Ordering::Relaxed);
+        return (QUICK_NODES * QUICK_RAILS, QUICK_RAILS);
     }
     let nums: Vec<u32> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if !args.iter().any(|a| a == "--rails")
         && let [nodes, rails] = nums[..]
     {
-        if nodes == 0 || rails == 0 {
-            fail(2, "NODES and RAILS must be at least 1");
+        if nodes < 4 || rails == 0 {
+            fail(2, "NODES must be at least 4 and RAILS at least 1");
         }
+        RELAY.store(
+            rails > 1 || args.iter().any(|a| a == "--relay"),
+            Ordering::Relaxed,
+        );
         return (nodes.saturating_mul(rails), rails);
     }
     let rails = args
@@ -212,7 +226,11 @@ fn start_hogs() {
 }
 
 fn stop_hogs() {
-    for mut c in HOGS.lock().map(|mut g| std::mem::take(&mut *g)).unwrap_or_default() {
+    for mut c in HOGS
+        .lock()
+        .map(|mut g| std::mem::take(&mut *g))
+        .unwrap_or_default()
+    {
         let _ = c.kill();
         let _ = c.wait();
     }
@@ -242,7 +260,10 @@ fn main() {
             .split(',')
             .map(|a| a.parse().unwrap_or_else(|_| fail(2, "bad client address")))
             .collect();
-        return client(Sim::new(n, addrs));
+        let relay = std::env::var("FABPROBE_BENCH_RELAY")
+            .ok()
+            .and_then(|r| r.parse().ok());
+        return client(Sim::new(n, addrs, relay));
     }
     start_hogs();
     coordinator_side(n, rails);
@@ -309,7 +330,12 @@ fn tell(stdin: &mut ChildStdin, line: &str) {
 
 /// CPU time of process `pid` so far (utime + stime from /proc), zero when unreadable.
 fn cpu_of(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    cpu_in(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time (utime + stime) in a `/proc/.../stat` file, zero when unreadable.
+fn cpu_in(path: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return Duration::ZERO;
     };
     // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
@@ -326,6 +352,27 @@ fn cpu_of(pid: u32) -> Duration {
         .unwrap_or(100)
         .max(1) as f64;
     Duration::from_secs_f64(f.iter().sum::<u64>() as f64 / tck)
+}
+
+/// This process's CPU by thread: the rails' coordinators (threads named `rail-coord`), and
+/// the rest (rank 0's hub through the relay, the door, this thread).
+fn cpu_split() -> (Duration, Duration) {
+    let (mut rails, mut rest) = (Duration::ZERO, Duration::ZERO);
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let dir = t.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let cpu = cpu_in(&dir.join("stat").to_string_lossy());
+        if comm.starts_with("rail-coord") {
+            rails += cpu;
+        } else {
+            rest += cpu;
+        }
+    }
+    (rails, rest)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -380,19 +427,26 @@ type Ended = (CoordinatorReport, Instant);
 /// Each rail's rows as its sink saw them: (rail, size, when).
 type Rows = Arc<Mutex<Vec<(u32, u64, Instant)>>>;
 
-/// R coordinators on loopback, each its own thread (as `ring --rails` runs them), N/R ranks
-/// each; the row sink of each notes (rail, size, when).
-fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<thread::JoinHandle<Ended>>) {
-    let per = n / rails;
+fn listen() -> TcpListener {
+    rendezvous::listen("127.0.0.1:0".parse().unwrap()).unwrap_or_else(|e| fail(2, &e.to_string()))
+}
+
+/// A coordinator on each listener of `ls` (rail k on `ls[k]`), each its own thread (as
+/// `ring --rails` runs them), `per` ranks each, behind `hub` when the nodes go through it;
+/// the row sink of each notes (rail, size, when).
+fn start_coordinators(
+    ls: Vec<TcpListener>,
+    per: u32,
+    rows: &Rows,
+    hub: Option<&HubHandle>,
+) -> Vec<thread::JoinHandle<Ended>> {
+    let rails = ls.len() as u32;
     let stop = Arc::new(RailStop::default());
     *ENDED.lock().unwrap() = vec![None; rails as usize];
     *STATS.lock().unwrap() = vec![None; rails as usize];
-    let mut addrs = Vec::new();
     let mut handles = Vec::new();
-    for rail in 0..rails {
-        let l =
-            rendezvous::listen("127.0.0.1:0".parse().unwrap()).unwrap_or_else(|e| fail(2, &e.to_string()));
-        addrs.push(l.local_addr().unwrap());
+    for (rail, l) in (0..).zip(ls) {
+        let addr = l.local_addr().unwrap();
         let sink_rows = rows.clone();
         let inner = if rails > 1 {
             stopping_judge(watchdog_judge(timeout()), rail, stop.clone())
@@ -404,7 +458,7 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             token: "bench".into(),
             timeout: timeout(),
             join_timeout: JOIN_TIMEOUT,
-            advertised: addrs[rail as usize].to_string(),
+            advertised: addr.to_string(),
             params: "p".into(),
             judge: Some(Arc::new(
                 move |rep: &CoordinatorReport, now_ms: u64, final_call: bool| {
@@ -429,21 +483,89 @@ fn start_coordinators(n: u32, rails: u32, rows: &Rows) -> (Vec<SocketAddr>, Vec<
             silent: Default::default(),
             interrupt: None,
             silent_wait: Duration::ZERO,
-            relay: None,
+            relay: hub.map(|h| h.ack_fn((0..per).collect())),
         };
-        handles.push(thread::spawn(move || {
-            let rep = coordinator::coordinate(l, cfg);
-            ENDED.lock().unwrap()[rail as usize] = Some(format!(
-                "{:?}; verdicts {:?}; {} connections rejected",
-                rep.abort,
-                rep.verdicts.iter().map(|v| &v.message).collect::<Vec<_>>(),
-                rep.rejected_listed as u64 + rep.rejected_unlisted
-            ));
-            STATS.lock().unwrap()[rail as usize] = Some(rep.stats.clone());
-            (rep, Instant::now())
-        }));
+        let named = thread::Builder::new().name(format!("rail-coord-{rail}"));
+        handles.push(
+            named
+                .spawn(move || {
+                    let rep = coordinator::coordinate(l, cfg);
+                    ENDED.lock().unwrap()[rail as usize] = Some(format!(
+                        "{:?}; verdicts {:?}; {} connections rejected",
+                        rep.abort,
+                        rep.verdicts.iter().map(|v| &v.message).collect::<Vec<_>>(),
+                        rep.rejected_listed as u64 + rep.rejected_unlisted
+                    ));
+                    STATS.lock().unwrap()[rail as usize] = Some(rep.stats.clone());
+                    (rep, Instant::now())
+                })
+                .unwrap_or_else(|e| fail(2, &format!("cannot start a coordinator: {e}"))),
+        );
     }
-    (addrs, handles)
+    handles
+}
+
+/// The simulated ranks' process: `n` rail ranks, reaching rank 0 at `addrs` (through the
+/// relay: the node door first, then each rail's coordinator).
+fn spawn_client(n: u32, addrs: &[SocketAddr], relay: Option<u32>) -> Child {
+    let list: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.arg(n.to_string()).env("FABPROBE_BENCH_CLIENT", list.join(","));
+    if let Some(r) = relay {
+        c.env("FABPROBE_BENCH_RELAY", r.to_string());
+    }
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| fail(2, &format!("cannot start the simulated ranks: {e}")))
+}
+
+/// Rank 0's door for `nodes` nodes (as `railmux::door_config` sets it up).
+fn door_cfg(nodes: u32) -> CoordinatorConfig {
+    CoordinatorConfig {
+        world: nodes,
+        token: railmux::node_token("bench"),
+        timeout: timeout(),
+        join_timeout: JOIN_TIMEOUT,
+        advertised: "bench".into(),
+        params: "p".into(),
+        judge: None,
+        scan: None,
+        on_row: None,
+        rings: None,
+        nodes: Vec::new(),
+        silent: Default::default(),
+        silent_wait: Duration::ZERO,
+        relay: None,
+        interrupt: None,
+    }
+}
+
+/// Through the relay: rank 0's node door gathers every node's declaration, the hub relays
+/// each rail to its coordinator, and node 0's rail ranks join their coordinators straight.
+fn start_relayed(nodes: u32, rails: u32, rows: &Rows) -> (Vec<thread::JoinHandle<Ended>>, Child, HubHandle) {
+    let door = listen();
+    let ls: Vec<TcpListener> = (0..rails).map(|_| listen()).collect();
+    let mut addrs = vec![door.local_addr().unwrap()];
+    addrs.extend(ls.iter().map(|l| l.local_addr().unwrap()));
+    let t0 = Instant::now();
+    let child = spawn_client(nodes * rails, &addrs, Some(rails));
+    let me = Declaration {
+        rank: 0,
+        host: "sim-0".into(),
+        slots: slots(rails),
+    };
+    let hub = railmux::gather(door, &door_cfg(nodes), me, None).unwrap_or_else(|e| fail(2, &e));
+    if !hub.roster.silent.is_empty() {
+        fail(1, &format!("nodes never declared: {:?}", hub.roster.silent));
+    }
+    println!(
+        "  every node declared its rails at {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let rails_at = (0..rails).zip(addrs[1..].iter().copied()).collect();
+    let hub = hub.start(rails_at);
+    (start_coordinators(ls, nodes, rows, Some(&hub)), child, hub)
 }
 
 /// Any coordinator that ended on a healthy world: a false verdict (exit 1).
@@ -466,22 +588,94 @@ fn false_verdict(coords: &[thread::JoinHandle<Ended>], child: &mut Child) {
     }
 }
 
+/// Who freezes: the rails it is on (through the relay, a node is on every rail) and its rank
+/// there, and how to name it.
+struct Frozen {
+    rails: Vec<u32>,
+    local: u32,
+    label: String,
+}
+
+/// The open files rank 0's process needs, checked against its limit (raised to the hard
+/// limit): the bench says what to set and exits 2 when they do not fit.
+fn fd_check(n: u32, rails: u32, relay: bool) -> u64 {
+    let nofile = gate::raise_fd_limit();
+    let nodes = n / rails;
+    let need = if relay {
+        let ring: Vec<u32> = (0..nodes).collect();
+        railmux::files_needed(nodes, &(0..rails).map(|k| (k, ring.clone())).collect())
+    } else {
+        coordinator::files_needed(n)
+    };
+    if nofile < need {
+        fail(
+            2,
+            &format!(
+                "rank 0 of {nodes} nodes on {rails} rails{} needs {need} open files, but its limit \
+                 (RLIMIT_NOFILE, raised to the hard limit) is {nofile}: raise the hard limit \
+                 (`ulimit -Hn {need}` as root with CAP_SYS_RESOURCE)",
+                if relay { " through the hub" } else { "" }
+            ),
+        );
+    }
+    nofile
+}
+
+/// Start rank 0's side and the simulated ranks; the process to measure, and who freezes.
+fn start(
+    n: u32,
+    rails: u32,
+    rows: &Rows,
+) -> (Vec<thread::JoinHandle<Ended>>, Child, Option<HubHandle>, Frozen) {
+    let per = n / rails;
+    if RELAY.load(Ordering::Relaxed) {
+        let node = per * 3 / 10;
+        let (coords, child, hub) = start_relayed(per, rails, rows);
+        let label = format!("node {node} (every rail's rank {node})");
+        return (
+            coords,
+            child,
+            Some(hub),
+            Frozen {
+                rails: (0..rails).collect(),
+                local: node,
+                label,
+            },
+        );
+    }
+    let stalled: u32 = n * 3 / 10;
+    let ls: Vec<TcpListener> = (0..rails).map(|_| listen()).collect();
+    let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+    let coords = start_coordinators(ls, per, rows, None);
+    let label = if rails > 1 {
+        format!("rank {stalled} (rail {}'s rank {})", stalled / per, stalled % per)
+    } else {
+        format!("rank {stalled}")
+    };
+    let frozen = Frozen {
+        rails: vec![stalled / per],
+        local: stalled % per,
+        label,
+    };
+    (coords, spawn_client(n, &addrs, None), None, frozen)
+}
+
 fn coordinator_side(n: u32, rails: u32) {
     let per = n / rails;
-    let stalled: u32 = n * 3 / 10;
-    let (stall_rail, stall_local) = (stalled / per, stalled % per);
-    let nofile = gate::raise_fd_limit();
-    if let Err(e) = coordinator::check_fd_limit(n, nofile) {
-        fail(2, &e);
-    }
+    let relay = RELAY.load(Ordering::Relaxed);
+    let nofile = fd_check(n, rails, relay);
     let cores = thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
     println!(
         "coordinator bench: {n} ranks{} ({THREADS} client threads in a child process), --timeout {} s, fd limit {nofile}, \
          {cores} cores, load {}",
-        if rails > 1 {
-            format!(" on {rails} rails ({rails} coordinators of {per} ranks in this process)")
-        } else {
-            String::new()
+        match (relay, rails) {
+            (true, _) => format!(
+                " = {per} nodes x {rails} rails through rank 0's hub (one connection per node; {rails} coordinators \
+                 of {per} ranks in this process)"
+            ),
+            (false, 1) => String::new(),
+            (false, _) =>
+                format!(" on {rails} rails ({rails} coordinators of {per} ranks in this process, no hub)"),
         },
         timeout().as_secs(),
         std::fs::read_to_string("/proc/loadavg")
@@ -491,15 +685,7 @@ fn coordinator_side(n: u32, rails: u32) {
     let rows: Rows = Arc::default();
     let cpu0 = cpu_self();
     let t_start = Instant::now();
-    let (addrs, coords) = start_coordinators(n, rails, &rows);
-    let list: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg(n.to_string())
-        .env("FABPROBE_BENCH_CLIENT", list.join(","))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| fail(2, &format!("cannot start the simulated ranks: {e}")));
+    let (coords, mut child, hub, frozen) = start(n, rails, &rows);
     let rx = lines(&mut child);
     let mut stdin = child.stdin.take().expect("piped");
     let go = expect(&rx, "go", &mut child);
@@ -507,7 +693,10 @@ fn coordinator_side(n: u32, rails: u32) {
     let (coord_cpu, sim_cpu) = (cpu_self() - cpu0, cpu_of(child.id()));
     println!("join to go: {:.2} s", join.as_secs_f64());
     if !QUICK.load(Ordering::Relaxed) {
-        check(join < JOIN_TARGET, &format!("join to go within {JOIN_TARGET:?} (idle machine)"));
+        check(
+            join < JOIN_TARGET,
+            &format!("join to go within {JOIN_TARGET:?} (two CPU hogs beside it)"),
+        );
     }
     println!(
         "  CPU while joining: coordinator{} {:.2} s, simulated ranks {:.2} s, of {:.2} s ({cores} cores x wall); \
@@ -521,10 +710,27 @@ fn coordinator_side(n: u32, rails: u32) {
             .trim()
     );
     false_verdict(&coords, &mut child);
-    // Full progress rounds: every rank reports a row of one size.
+    rounds(&rows, rails, &mut stdin, &coords, &mut child);
+    check(
+        true,
+        &format!("{ROUNDS} progress rounds: every rank's row arrived, no verdict"),
+    );
+    steady(n, &coords, &mut child);
+    stall(coords, child, stdin, &frozen, hub);
+}
+
+/// Full progress rounds: every rank reports a row of one size; each round must reach every
+/// rail's coordinator within the target.
+fn rounds(
+    rows: &Rows,
+    rails: u32,
+    stdin: &mut ChildStdin,
+    coords: &[thread::JoinHandle<Ended>],
+    child: &mut Child,
+) {
     for k in 1..=ROUNDS {
         let t0 = Instant::now();
-        tell(&mut stdin, &format!("row {k}"));
+        tell(stdin, &format!("row {k}"));
         let until = t0 + PHASE_DEADLINE;
         let done = loop {
             {
@@ -541,7 +747,7 @@ fn coordinator_side(n: u32, rails: u32) {
                     &format!("round {k}: not every rank's row arrived within {PHASE_DEADLINE:?}"),
                 );
             }
-            false_verdict(&coords, &mut child);
+            false_verdict(coords, child);
             thread::sleep(Duration::from_millis(2));
         };
         println!(
@@ -552,21 +758,22 @@ fn coordinator_side(n: u32, rails: u32) {
         if !QUICK.load(Ordering::Relaxed) {
             check(
                 done.duration_since(t0) < ROUND_TARGET,
-                &format!("progress round {k} within {ROUND_TARGET:?} (idle machine)"),
+                &format!("progress round {k} within {ROUND_TARGET:?} (two CPU hogs beside it)"),
             );
         }
     }
-    check(true, &format!("{ROUNDS} progress rounds: every rank's row arrived, no verdict"));
-    steady(n, &coords, &mut child);
-    stall(coords, child, stdin, (stalled, stall_rail, stall_local), rails);
 }
 
 /// Steady heartbeats: this process's CPU is the coordinators' (the ranks are the child).
 fn steady(n: u32, coords: &[thread::JoinHandle<Ended>], child: &mut Child) {
     thread::sleep(Duration::from_secs(1));
-    let (c0, s0, t0) = (cpu_self(), cpu_of(child.id()), Instant::now());
-    thread::sleep(if QUICK.load(Ordering::Relaxed) { STEADY / 5 } else { STEADY });
-    let (c1, s1, wall) = (cpu_self(), cpu_of(child.id()), t0.elapsed());
+    let (c0, s0, t0, split0) = (cpu_self(), cpu_of(child.id()), Instant::now(), cpu_split());
+    thread::sleep(if QUICK.load(Ordering::Relaxed) {
+        STEADY / 5
+    } else {
+        STEADY
+    });
+    let (c1, s1, wall, split1) = (cpu_self(), cpu_of(child.id()), t0.elapsed(), cpu_split());
     let beats = n as f64 * wall.as_secs_f64() / HEARTBEAT.as_secs_f64();
     let cpu = c1 - c0;
     println!(
@@ -578,23 +785,41 @@ fn steady(n: u32, coords: &[thread::JoinHandle<Ended>], child: &mut Child) {
         cpu.as_secs_f64() * 1e6 / beats.max(1.0),
         (s1 - s0).as_secs_f64()
     );
+    let (rails, rest) = (
+        split1.0.saturating_sub(split0.0),
+        split1.1.saturating_sub(split0.1),
+    );
+    println!(
+        "  of which the rails' coordinators {:.2} s ({:.0}% of one core), the rest of this process {:.2} s ({:.0}%){}",
+        rails.as_secs_f64(),
+        100.0 * rails.as_secs_f64() / wall.as_secs_f64(),
+        rest.as_secs_f64(),
+        100.0 * rest.as_secs_f64() / wall.as_secs_f64(),
+        if RELAY.load(Ordering::Relaxed) {
+            " (rank 0's hub)"
+        } else {
+            ""
+        }
+    );
     false_verdict(coords, child);
 }
 
-/// One rank freezes; its last heartbeat was at most one period before this. Its rail names
-/// it within the bound; the other rails stop for it (`rail_stopped`) or keep running.
+/// The frozen process stops; its last heartbeat was at most one period before this. A
+/// rail it is on names it within the bound (through the relay, every rail may name it);
+/// the other rails stop for it (`rail_stopped`) or keep running.
 fn stall(
     coords: Vec<thread::JoinHandle<Ended>>,
     mut child: Child,
     mut stdin: ChildStdin,
-    (stalled, stall_rail, stall_local): (u32, u32, u32),
-    rails: u32,
+    frozen: &Frozen,
+    hub: Option<HubHandle>,
 ) {
     let t_stall = Instant::now();
     tell(&mut stdin, "stall");
-    let mine = stall_rail as usize;
+    let named =
+        |coords: &[thread::JoinHandle<Ended>]| frozen.rails.iter().any(|&k| coords[k as usize].is_finished());
     let stall_deadline = t_stall + silence(timeout()) + Duration::from_secs(30);
-    while !coords[mine].is_finished() && Instant::now() < stall_deadline {
+    while !named(&coords) && Instant::now() < stall_deadline {
         // Another rail may stop only after the frozen rank's verdict.
         if JUDGED
             .lock()
@@ -616,97 +841,204 @@ fn stall(
     drop(stdin);
     let _ = child.kill();
     let _ = child.wait();
-    if running[mine] {
-        fail(1, "the frozen rank was never named");
+    drop(hub);
+    if !named(&coords) {
+        fail(1, &format!("the frozen {} was never named", frozen.label));
     }
+    judge_stall(coords, &running, frozen, t_stall);
+}
+
+/// Each rail's verdicts after the stall: the frozen rank named alone (`rank_stalled`) within
+/// the bound, no other rank named.
+fn judge_stall(coords: Vec<thread::JoinHandle<Ended>>, running: &[bool], frozen: &Frozen, t_stall: Instant) {
     let bound = silence(timeout()) + Duration::from_secs(1);
+    let rails = coords.len();
     let mut slowest: Option<LoopStats> = None;
+    let mut first: Option<(Duration, String)> = None;
+    let mut kinds_all = Vec::new();
     for (k, c) in coords.into_iter().enumerate() {
-        let still = running[k];
         let (rep, ended) = c.join().unwrap();
         let kinds: Vec<_> = rep.verdicts.iter().map(|v| (v.kind, v.from_rank)).collect();
-        if k == mine {
+        let right = kinds == vec![(VerdictKind::RankStalled, Some(frozen.local))];
+        if right && frozen.rails.contains(&(k as u32)) {
             let took = ended.duration_since(t_stall);
-            let right = kinds == vec![(VerdictKind::RankStalled, Some(stall_local))];
-            println!(
-                "stall: rank {stalled}{} named {:.2} s after it stopped (its last heartbeat up to {:.1} s earlier; \
-                 bound: silence {:.0} s + 1 s): {}; verdicts {:?}",
-                if rails > 1 {
-                    format!(" (rail {stall_rail}'s rank {stall_local})")
-                } else {
-                    String::new()
-                },
-                took.as_secs_f64(),
-                HEARTBEAT.as_secs_f64(),
-                silence(timeout()).as_secs_f64(),
-                if took <= bound { "within" } else { "LATE" },
-                kinds
-            );
-            if let Some(v) = rep.verdicts.first() {
-                println!("  {}", v.message);
+            if first.as_ref().is_none_or(|f| took < f.0) {
+                first = Some((took, rep.verdicts[0].message.clone()));
             }
-            check(right, &format!("the frozen rank {stalled} named alone, rank_stalled"));
-            if !QUICK.load(Ordering::Relaxed) {
-                check(took <= bound, "the frozen rank named within the silence deadline + 1 s (idle machine)");
-            }
-        } else if !still && !kinds.iter().all(|(k, _)| *k == VerdictKind::RailStopped) {
-            check(false, &format!("FALSE VERDICT on rail {k} (healthy): {kinds:?}"));
+        } else if !running[k] && !kinds.iter().all(|(k, _)| *k == VerdictKind::RailStopped) {
+            check(false, &format!("FALSE VERDICT on rail {k}: {kinds:?}"));
         }
+        kinds_all.push(kinds);
         // The slowest join's counters (every rail's are alike; the slowest says most).
         if slowest.as_ref().is_none_or(|s| s.go < rep.stats.go) {
             slowest = Some(rep.stats);
         }
     }
-    if let Some(log) = JUDGED.lock().unwrap().as_ref() {
-        println!(
-            "judge: longest call {:.0} ms; first verdict {:.2} s after the stall",
-            ms(log.max_call),
-            log.first_verdict
-                .map(|t| t.duration_since(t_stall).as_secs_f64())
-                .unwrap_or(f64::NAN),
+    // Named: the judge's verdict, when the coordinator tells every rank (its Abort). Its
+    // report is whole once it also closed (the close waits up to 1 s for each connection
+    // to close, and a frozen process never closes its own).
+    let (named, longest) = JUDGED
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map_or((None, Duration::ZERO), |l| {
+            (l.first_verdict.map(|t| t.duration_since(t_stall)), l.max_call)
+        });
+    let named = named.filter(|_| first.is_some());
+    println!(
+        "stall: {} named {} after it stopped, the rail's coordinator ended at {} (its last heartbeat up to {:.1} s \
+         earlier; bound: silence {:.0} s + 1 s): {}; verdicts by rail {:?}",
+        frozen.label,
+        at(named),
+        at(first.as_ref().map(|f| f.0)),
+        HEARTBEAT.as_secs_f64(),
+        silence(timeout()).as_secs_f64(),
+        if named.is_some_and(|t| t <= bound) {
+            "within"
+        } else {
+            "LATE"
+        },
+        kinds_all
+    );
+    if let Some((_, m)) = &first {
+        println!("  {m}");
+    }
+    check(
+        first.is_some(),
+        &format!("the frozen {} named alone, rank_stalled", frozen.label),
+    );
+    if !QUICK.load(Ordering::Relaxed) {
+        check(
+            named.is_some_and(|t| t <= bound),
+            "the frozen rank named within the silence deadline + 1 s (two CPU hogs beside it)",
         );
     }
+    println!("judge: longest call {:.0} ms", ms(longest));
     if let Some(st) = &slowest {
-        print_stats(
-            if rails > 1 {
-                "the slowest rail's coordinator"
-            } else {
-                "coordinator"
-            },
-            st,
-        );
+        let label = if rails > 1 {
+            "the slowest rail's coordinator"
+        } else {
+            "coordinator"
+        };
+        print_stats(label, st);
     }
     summary();
 }
 
 // ---------------------------------------------------------------- the simulated ranks
 
-/// The simulated world: N ranks over the rails' coordinators, rank g on rail g / (N/R) as
-/// that rail's rank g % (N/R).
+/// One connection of the simulated world: a rail's rank on its own connection (rank 0's own
+/// rail ranks, or every rank without the relay), or a node whose rails all travel on its one
+/// connection, tagged ([`Msg::Rail`]), through rank 0's hub.
+#[derive(Clone, Copy)]
+enum Ep {
+    Rank { rail: u32, local: u32 },
+    Node { node: u32 },
+}
+
+/// The simulated world. Without the relay: N ranks over the rails' coordinators, rank g on
+/// rail g / (N/R) as that rail's rank g % (N/R), connection g. Through the relay (`door`):
+/// N/R nodes on every rail; connections 0..R are node 0's rail ranks (each straight to its
+/// rail's coordinator, as rank 0's own are), connection R + v - 1 is node v's.
 #[derive(Clone)]
 struct Sim {
+    /// Rail ranks in all.
     n: u32,
+    /// Ranks on each rail.
     per: u32,
     addrs: Vec<SocketAddr>,
+    door: Option<SocketAddr>,
 }
 
 impl Sim {
-    fn new(n: u32, addrs: Vec<SocketAddr>) -> Sim {
-        let per = n / addrs.len().max(1) as u32;
-        Sim { n, per, addrs }
+    fn new(n: u32, addrs: Vec<SocketAddr>, relay: Option<u32>) -> Sim {
+        match relay {
+            Some(rails) => Sim {
+                n,
+                per: n / rails.max(1),
+                door: addrs.first().copied(),
+                addrs: addrs[1..].to_vec(),
+            },
+            None => Sim {
+                n,
+                per: n / addrs.len().max(1) as u32,
+                addrs,
+                door: None,
+            },
+        }
     }
 
-    fn addr(&self, g: u32) -> SocketAddr {
-        self.addrs[(g / self.per) as usize]
+    fn rails(&self) -> u32 {
+        self.addrs.len() as u32
     }
 
-    fn local(&self, g: u32) -> u32 {
-        g % self.per
+    /// Connections in all.
+    fn conns(&self) -> u32 {
+        match self.door {
+            Some(_) => self.rails() + self.per - 1,
+            None => self.n,
+        }
+    }
+
+    fn ep(&self, c: u32) -> Ep {
+        match self.door {
+            Some(_) if c < self.rails() => Ep::Rank { rail: c, local: 0 },
+            Some(_) => Ep::Node {
+                node: c - self.rails() + 1,
+            },
+            None => Ep::Rank {
+                rail: c / self.per,
+                local: c % self.per,
+            },
+        }
+    }
+
+    fn addr(&self, c: u32) -> SocketAddr {
+        match self.ep(c) {
+            Ep::Rank { rail, .. } => self.addrs[rail as usize],
+            Ep::Node { .. } => self.door.unwrap_or(self.addrs[0]),
+        }
+    }
+
+    /// Each rail rank this connection carries: (rail, its rank there).
+    fn ranks(&self, c: u32) -> Vec<(u32, u32)> {
+        match self.ep(c) {
+            Ep::Rank { rail, local } => vec![(rail, local)],
+            Ep::Node { node } => (0..self.rails()).map(|k| (k, node)).collect(),
+        }
+    }
+
+    /// A rail's message on connection `c`: tagged with its rail on a node's connection.
+    fn wrap(&self, c: u32, rail: u32, m: Msg) -> Vec<u8> {
+        match self.ep(c) {
+            Ep::Rank { .. } => frame(&m),
+            Ep::Node { .. } => frame(&Msg::Rail {
+                rail,
+                msg: Box::new(m),
+            }),
+        }
+    }
+
+    /// The first frame on connection `c`: a rail rank's hello, or a node's declaration.
+    fn first_hello(&self, c: u32) -> Vec<u8> {
+        match self.ep(c) {
+            Ep::Rank { local, .. } => frame(&hello(self, local)),
+            Ep::Node { node } => frame(&node_hello(self, node)),
+        }
+    }
+
+    /// The connections of a frozen process: global rank `stalled` without the relay, every
+    /// rail of node `stalled` through it.
+    fn frozen(&self, c: u32, stalled: u32) -> bool {
+        match self.ep(c) {
+            Ep::Node { node } => node == stalled,
+            Ep::Rank { rail, local } if self.door.is_some() => local == stalled && rail < self.rails(),
+            Ep::Rank { .. } => c == stalled,
+        }
     }
 }
 
-fn hello(sim: &Sim, g: u32) -> Msg {
-    let r = sim.local(g);
+fn hello(sim: &Sim, r: u32) -> Msg {
     Msg::Hello(Hello {
         protocol: wire::PROTOCOL,
         rank: r,
@@ -730,20 +1062,64 @@ fn hello(sim: &Sim, g: u32) -> Msg {
     })
 }
 
+/// Node `node`'s rail slots as it declares them: every rail driven.
+fn slots(rails: u32) -> Vec<RailPort> {
+    (0..rails)
+        .map(|k| RailPort {
+            rail: k,
+            device: format!("eth{k}"),
+            port: None,
+            netdev: Some(format!("eth{k}")),
+            state: Some("up".into()),
+            usable: true,
+            label: None,
+            address: None,
+        })
+        .collect()
+}
+
+/// A node's declaration on rank 0's node door.
+fn node_hello(sim: &Sim, node: u32) -> Msg {
+    Msg::Hello(Hello {
+        protocol: wire::PROTOCOL,
+        rank: node,
+        world: sim.per,
+        token: railmux::node_token("bench"),
+        info: RankInfo {
+            neighbor: None,
+            port_max: None,
+            rails: slots(sim.rails()),
+            node: None,
+            rank: node,
+            host: format!("sim-{node}"),
+            address: String::new(),
+            device: None,
+            transport: String::new(),
+            pid: Some(node),
+            capabilities: Vec::new(),
+        },
+        capabilities: Vec::new(),
+        params: "p".into(),
+    })
+}
+
 /// Connect and say hello; a busy refusal (the door's per-source cap: every simulated rank
 /// comes from 127.0.0.1) is retried as a real rank does.
 fn join_one(sim: &Sim, r: u32, deadline: Instant) -> TcpStream {
     let addr = sim.addr(r);
     loop {
         if Instant::now() > deadline {
-            fail(2, &format!("rank {r} could not join within {PHASE_DEADLINE:?}"));
+            fail(
+                2,
+                &format!("connection {r} could not join within {PHASE_DEADLINE:?}"),
+            );
         }
         let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
             thread::sleep(Duration::from_millis(20));
             continue;
         };
         let _ = s.set_nodelay(true);
-        if s.write_all(&frame(&hello(sim, r))).is_err() {
+        if s.write_all(&sim.first_hello(r)).is_err() {
             continue;
         }
         CONNECTED.fetch_add(1, Ordering::Relaxed);
@@ -756,16 +1132,16 @@ fn join_one(sim: &Sim, r: u32, deadline: Instant) -> TcpStream {
 /// one-second retransmit.
 const IN_FLIGHT: usize = 256;
 
-/// Connect every rank of `mine` and write its hello, many at once (nonblocking): one blocking
-/// connect after another waits a scheduler wake-up each, and 2,048 in a row took 40 s on
-/// this machine at load 13 (the simulated ranks, not the coordinator, were the limit). A
-/// connection refused or reset is started again, until `deadline`.
+/// Connect every connection of `mine` and write its hello, many at once (nonblocking): one
+/// blocking connect after another waits a scheduler wake-up each, and 2,048 in a row took
+/// 40 s on this machine at load 13 (the simulated ranks, not the coordinator, were the
+/// limit). A connection refused or reset is started again, until `deadline`.
 fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)> {
     use socket2::{Domain, Socket, Type};
     let start = |r: u32| -> (u32, Socket, Vec<u8>, usize) {
         let addr = sim.addr(r);
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)
-            .unwrap_or_else(|e| fail(2, &format!("rank {r}: socket: {e}")));
+            .unwrap_or_else(|e| fail(2, &format!("connection {r}: socket: {e}")));
         s.set_nonblocking(true).unwrap();
         let _ = s.set_tcp_nodelay(true);
         // In progress (EINPROGRESS) is the normal answer; a failure shows on the first write.
@@ -781,7 +1157,7 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
             let _ = s.bind(&SocketAddr::new(src.into(), 0).into());
         }
         let _ = s.connect(&addr.into());
-        (r, s, frame(&hello(sim, r)), 0)
+        (r, s, sim.first_hello(r), 0)
     };
     let mut todo: std::collections::VecDeque<u32> = mine.iter().copied().collect();
     let mut flying: Vec<(u32, Socket, Vec<u8>, usize)> = Vec::new();
@@ -791,7 +1167,7 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
             fail(
                 2,
                 &format!(
-                    "{} simulated ranks could not join within {PHASE_DEADLINE:?}",
+                    "{} simulated connections could not join within {PHASE_DEADLINE:?}",
                     todo.len() + flying.len()
                 ),
             );
@@ -816,7 +1192,7 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
             let (_, _, hello, off) = &flying[i];
             if *off == hello.len() {
                 let (r, s, _, _) = flying.swap_remove(i);
-                count(&CONNECTED, sim.n, &ALL_CONNECTED_MS);
+                count(&CONNECTED, sim.conns(), &ALL_CONNECTED_MS);
                 done.push((r, TcpStream::from(s)));
             } else {
                 i += 1;
@@ -841,18 +1217,19 @@ fn client(sim: Sim) {
         .args(["-n", "10", "-p", &nix::unistd::gettid().to_string()])
         .stdout(std::process::Stdio::null())
         .status();
-    let n = sim.n;
+    let conns = sim.conns();
     let nofile = gate::raise_fd_limit();
-    if nofile < n as u64 + 64 {
+    if nofile < conns as u64 + 64 {
         fail(
             2,
             &format!(
                 "the simulated ranks need {} open files, the limit is {nofile}: raise `ulimit -Hn`",
-                n as u64 + 64
+                conns as u64 + 64
             ),
         );
     }
-    let stalled: u32 = n * 3 / 10;
+    // Without the relay a global rank freezes; through it a node (every rail of it).
+    let stalled: u32 = sim.n * 3 / 10 / if sim.door.is_some() { sim.rails() } else { 1 };
     let go = Arc::new(Barrier::new(THREADS + 1));
     let row = Arc::new(AtomicU64::new(0));
     let stall = Arc::new(AtomicBool::new(false));
@@ -860,7 +1237,7 @@ fn client(sim: Sim) {
     for t in 0..THREADS {
         let (go, row, stall, sim) = (go.clone(), row.clone(), stall.clone(), sim.clone());
         thread::spawn(move || {
-            let mine: Vec<u32> = (0..n).filter(|r| *r as usize % THREADS == t).collect();
+            let mine: Vec<u32> = (0..conns).filter(|r| *r as usize % THREADS == t).collect();
             let mut conns = join_many(&sim, &mine, deadline);
             until_go(&mut conns, &sim, deadline);
             go.wait();
@@ -889,7 +1266,8 @@ fn client(sim: Sim) {
     joined.store(true, Ordering::Relaxed);
     println!("go");
     eprintln!(
-        "  simulated ranks (their clock): every rank connected at {:.2} s, had its table at {:.2} s, its go at {:.2} s",
+        "  simulated ranks (their clock): every connection made at {:.2} s, every rank had its table at {:.2} s, \
+         its go at {:.2} s",
         ALL_CONNECTED_MS.load(Ordering::Relaxed) as f64 / 1e3,
         ALL_TABLES_MS.load(Ordering::Relaxed) as f64 / 1e3,
         ALL_GO_MS.load(Ordering::Relaxed) as f64 / 1e3
@@ -905,19 +1283,127 @@ fn client(sim: Sim) {
     }
 }
 
+/// One connection's join: its input, its unsent output, its rails with a table (a bit
+/// each), its go count, and whether its node was seated.
+#[derive(Default, Clone)]
+struct Joining {
+    buf: Vec<u8>,
+    pend: Vec<u8>,
+    tables: u64,
+    gos: u32,
+    seated: bool,
+}
+
+/// What one connection's join does next.
+enum Next {
+    Stay,
+    /// Join again from the start (turned away as busy before its table).
+    Rejoin,
+}
+
+fn heartbeat(local: u32, phase: Phase, progress: u64) -> Msg {
+    Msg::Heartbeat(WaitReport {
+        rank: local,
+        phase,
+        round: progress,
+        step: 0,
+        channel: 0,
+        waiting_on: None,
+        waiting_to_receive: false,
+        bytes_received: 0,
+        bytes_sent: 0,
+        since_progress_ms: 0,
+        progress,
+        cpu: None,
+    })
+}
+
+/// One rail's message to rank (rail, local) of connection `r`, as a real rank answers it.
+fn on_rail_msg(
+    sim: &Sim,
+    (r, s): (u32, &mut TcpStream),
+    j: &mut Joining,
+    (rail, local): (u32, u32),
+    m: Msg,
+) -> Next {
+    match m {
+        Msg::Table { more: false, .. } => {
+            send_nb(s, &mut j.pend, &sim.wrap(r, rail, Msg::Ready { rank: local }));
+            j.tables |= 1 << rail;
+            count(&TABLES, sim.n, &ALL_TABLES_MS);
+        }
+        Msg::Go => {
+            j.gos += 1;
+            count(&GOS, sim.n, &ALL_GO_MS);
+        }
+        // A rail's door (behind the hub) was busy: its rank says hello again once the hub
+        // tells that the rail's connection ended (see `on_msg`).
+        Msg::Reject { reason } if reason.starts_with(gate::BUSY) && matches!(sim.ep(r), Ep::Node { .. }) => {}
+        Msg::Reject { reason } if reason.starts_with(gate::BUSY) => return Next::Rejoin,
+        Msg::Reject { reason } | Msg::Abort { reason } => {
+            fail(2, &format!("rail {rail}'s rank {local}: {reason}"))
+        }
+        _ => {}
+    }
+    Next::Stay
+}
+
+/// A message on connection `r` (a node's: seats, a rail's tagged message, a rail's end).
+fn on_msg(sim: &Sim, (r, s): (u32, &mut TcpStream), j: &mut Joining, m: Msg) -> Next {
+    let Ep::Node { node } = sim.ep(r) else {
+        let ranks = sim.ranks(r);
+        return on_rail_msg(sim, (r, s), j, ranks[0], m);
+    };
+    match m {
+        Msg::Seats { seats } => {
+            if seats.len() as u32 != sim.rails() || seats.iter().any(|x| x.rank != node) {
+                fail(2, &format!("node {node}: seats {seats:?}"));
+            }
+            j.seated = true;
+            for k in 0..sim.rails() {
+                send_nb(s, &mut j.pend, &sim.wrap(r, k, hello(sim, node)));
+            }
+        }
+        Msg::Rail { rail, msg } => return on_rail_msg(sim, (r, s), j, (rail, node), *msg),
+        // The hub could not reach the rail's door: hello again, as the rail's rank retries.
+        Msg::RailClosed { rail, .. } if j.tables & (1 << rail) == 0 => {
+            REJOINS.fetch_add(1, Ordering::Relaxed);
+            send_nb(s, &mut j.pend, &sim.wrap(r, rail, hello(sim, node)));
+        }
+        Msg::RailClosed { rail, .. } => fail(2, &format!("node {node}: rail {rail} closed")),
+        Msg::Reject { reason } if reason.starts_with(gate::BUSY) => return Next::Rejoin,
+        Msg::Reject { reason } | Msg::Abort { reason } => fail(2, &format!("node {node}: {reason}")),
+        _ => {}
+    }
+    Next::Stay
+}
+
+/// Read what connection `r` has; Err: it ended (why).
+fn read_in(s: &mut TcpStream, buf: &mut Vec<u8>, scratch: &mut [u8]) -> Result<(), String> {
+    loop {
+        match s.read(scratch) {
+            Ok(0) => return Err("the coordinator closed the connection".into()),
+            Ok(k) => buf.extend_from_slice(&scratch[..k]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// Like a real rank, each simulated one reads its table, says ready at once, and heartbeats
-/// from its table on until the go (all nonblocking: one thread serves many ranks).
+/// from its table on until the go (all nonblocking: one thread serves many connections).
 fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
     for (_, s) in conns.iter_mut() {
         s.set_nonblocking(true).unwrap();
     }
-    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
-    let mut pend: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
-    // 0: waiting for its table, 1: ready sent, 2: go.
-    let mut state = vec![0u8; conns.len()];
+    let mut js: Vec<Joining> = vec![Joining::default(); conns.len()];
     let mut scratch = vec![0u8; 1 << 16];
     let mut next_beat = Instant::now();
-    while state.iter().any(|&x| x < 2) {
+    while conns
+        .iter()
+        .zip(&js)
+        .any(|((r, _), j)| (j.gos as usize) < sim.ranks(*r).len())
+    {
         if Instant::now() > deadline {
             fail(
                 2,
@@ -928,76 +1414,43 @@ fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
         if beat_now {
             next_beat = Instant::now() + HEARTBEAT;
         }
-        for (i, (r, s)) in conns.iter_mut().enumerate() {
-            let mut ended = None;
-            loop {
-                match s.read(&mut scratch) {
-                    Ok(0) => ended = Some("the coordinator closed the connection".to_string()),
-                    Ok(k) => {
-                        bufs[i].extend_from_slice(&scratch[..k]);
-                        continue;
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) => ended = Some(e.to_string()),
-                }
-                break;
-            }
-            if let Some(why) = ended {
+        for ((r, s), j) in conns.iter_mut().zip(js.iter_mut()) {
+            let mut next = match read_in(s, &mut j.buf, &mut scratch) {
+                Ok(()) => Next::Stay,
                 // Before its table, the door may have turned it away (busy, its reason lost
                 // to a reset): join again, as `rendezvous::join` does on a busy refusal.
-                if state[i] > 0 {
-                    fail(2, &format!("rank {r}: {why}"));
+                Err(_) if j.tables == 0 && !j.seated => Next::Rejoin,
+                Err(why) => fail(2, &format!("connection {r}: {why}")),
+            };
+            let mut msgs = Vec::new();
+            if let Err(e) = take_frames(&mut j.buf, &mut msgs) {
+                fail(2, &format!("connection {r}: {e}"));
+            }
+            for m in msgs {
+                if matches!(next, Next::Rejoin) {
+                    break;
                 }
+                next = on_msg(sim, (*r, s), j, m);
+            }
+            if matches!(next, Next::Rejoin) {
                 REJOINS.fetch_add(1, Ordering::Relaxed);
                 *s = join_one(sim, *r, deadline);
                 s.set_nonblocking(true).unwrap();
-                bufs[i].clear();
-                pend[i].clear();
+                *j = Joining::default();
                 continue;
             }
-            let mut msgs = Vec::new();
-            if let Err(e) = take_frames(&mut bufs[i], &mut msgs) {
-                fail(2, &format!("rank {r}: {e}"));
-            }
-            for m in msgs {
-                match m {
-                    Msg::Table { more: false, .. } => {
-                        send_nb(s, &mut pend[i], &frame(&Msg::Ready { rank: sim.local(*r) }));
-                        state[i] = 1;
-                        count(&TABLES, sim.n, &ALL_TABLES_MS);
-                    }
-                    Msg::Go => {
-                        state[i] = 2;
-                        count(&GOS, sim.n, &ALL_GO_MS);
-                    }
-                    Msg::Reject { reason } if reason.starts_with(gate::BUSY) => {
-                        REJOINS.fetch_add(1, Ordering::Relaxed);
-                        *s = join_one(sim, *r, deadline);
-                        s.set_nonblocking(true).unwrap();
-                        bufs[i].clear();
-                        pend[i].clear();
-                        break;
-                    }
-                    Msg::Reject { reason } | Msg::Abort { reason } => fail(2, &format!("rank {r}: {reason}")),
-                    _ => {}
+            if beat_now {
+                for (rail, local) in sim
+                    .ranks(*r)
+                    .into_iter()
+                    .filter(|(k, _)| j.tables & (1 << k) != 0)
+                {
+                    send_nb(
+                        s,
+                        &mut j.pend,
+                        &sim.wrap(*r, rail, heartbeat(local, Phase::Bootstrap, 1)),
+                    );
                 }
-            }
-            if beat_now && state[i] >= 1 {
-                let w = WaitReport {
-                    rank: sim.local(*r),
-                    phase: Phase::Bootstrap,
-                    round: 0,
-                    step: 0,
-                    channel: 0,
-                    waiting_on: None,
-                    waiting_to_receive: false,
-                    bytes_received: 0,
-                    bytes_sent: 0,
-                    since_progress_ms: 0,
-                    progress: 1,
-                    cpu: None,
-                };
-                send_nb(s, &mut pend[i], &frame(&Msg::Heartbeat(w)));
             }
         }
         // A pass reads every socket; heartbeats are 500 ms apart, so 50 ms between passes
@@ -1024,37 +1477,23 @@ fn beat(conns: &mut [(u32, TcpStream)], sim: &Sim, stalled: u32, row: &AtomicU64
             next_beat = now + HEARTBEAT;
         }
         for (i, (r, s)) in conns.iter_mut().enumerate() {
-            if *r == stalled && stall.load(Ordering::Relaxed) {
+            if sim.frozen(*r, stalled) && stall.load(Ordering::Relaxed) {
                 continue;
             }
             let mut out = Vec::new();
-            if k > sent_row {
-                out.extend(frame(&Msg::Row {
-                    rank: sim.local(*r),
-                    row: RowResult {
+            for (rail, local) in sim.ranks(*r) {
+                if k > sent_row {
+                    let row = RowResult {
                         size_bytes: k,
                         time_us: 1.0,
                         wrong: Some(0),
                         in_place: None,
-                    },
-                }));
-            }
-            if beat_now {
-                let w = WaitReport {
-                    rank: sim.local(*r),
-                    phase: Phase::ReduceScatter,
-                    round: progress,
-                    step: 0,
-                    channel: 0,
-                    waiting_on: None,
-                    waiting_to_receive: false,
-                    bytes_received: 0,
-                    bytes_sent: 0,
-                    since_progress_ms: 0,
-                    progress,
-                    cpu: None,
-                };
-                out.extend(frame(&Msg::Heartbeat(w)));
+                    };
+                    out.extend(sim.wrap(*r, rail, Msg::Row { rank: local, row }));
+                }
+                if beat_now {
+                    out.extend(sim.wrap(*r, rail, heartbeat(local, Phase::ReduceScatter, progress)));
+                }
             }
             if !out.is_empty() {
                 send_nb(s, &mut pend[i], &out);

@@ -844,7 +844,11 @@ fn print_report(
     if let Some(out) = HTML_OUT.get() {
         let host = crate::host::Host::live();
         let data = RingData::of(r);
-        super::report::write_envelope(out, "ring", &Envelope::new("ring", HostInfo::of(&host), &data, &f))?;
+        super::report::write_envelope(
+            out,
+            "ring",
+            &Envelope::new("ring", HostInfo::of(&host), &data, &f),
+        )?;
     }
     if let Some(e) = &r.error {
         eprintln!("fabprobe: ring: {e}");
@@ -865,7 +869,11 @@ struct RingData<'a> {
 impl<'a> RingData<'a> {
     fn of(report: &'a RingReport) -> Self {
         let (drain, ticket) = action_lists(&report.verdicts);
-        RingData { report, drain, ticket }
+        RingData {
+            report,
+            drain,
+            ticket,
+        }
     }
 }
 
@@ -964,16 +972,29 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     if let Some(sel) = a.rails.clone().filter(|s| *s != RailSel::One) {
         return run_rails(g, fmt, &a, &sel, spec.as_deref(), &opts, id);
     }
+    run_one_rail(g, fmt, &a, (spec.as_deref(), &nccl), &opts, id)
+}
+
+/// A run without `--rails`: this process's one rank on the data interface NCCL would use.
+fn run_one_rail(
+    g: &GlobalArgs,
+    fmt: Format,
+    a: &RingArgs,
+    (spec, nccl): (Option<&str>, &crate::nccl::settings::NcclSettings),
+    opts: &Options,
+    id: Identity,
+) -> anyhow::Result<Outcome> {
+    let log = |s: &str| g.log(1, s);
     let family = ifname::Family::parse(nccl.value("NCCL_SOCKET_FAMILY"));
-    let (ip, dev) = data_interface(spec.as_deref(), nccl.value("NCCL_COMM_ID"), family, &log)?;
-    let (fabric, label, no_rdma) = data_fabric(g, &a, ip, &dev)?;
+    let (ip, dev) = data_interface(spec, nccl.value("NCCL_COMM_ID"), family, &log)?;
+    let (fabric, label, no_rdma) = data_fabric(g, a, ip, &dev)?;
     let host = Host::live();
     let rate = evidence::line_rate(&host, &dev);
     if let Some((gbs, from)) = &rate {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
-    let neighbor = switch_port(g, &host, &dev, &a);
-    let (live, display) = progress::Display::start(fmt == Format::Table, &opts);
+    let neighbor = switch_port(g, &host, &dev, a);
+    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     // Rank 0 fell back to tcp itself: its own reason is the one it can name.
     let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
         format!(
@@ -984,7 +1005,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let rows = RowPrinter::start(
         fmt,
         &id,
-        &opts,
+        opts,
         display.as_ref().map(progress::Display::bar),
         rank0_note.clone(),
     );
@@ -1012,7 +1033,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let mut r = run::run_rank(setup, &opts, &logf);
+    let mut r = run::run_rank(setup, opts, &logf);
     drop(display);
     if let (
         Ok(RankOutcome {
@@ -1044,7 +1065,9 @@ fn outcome(
             print_report(g, fmt, &rep, rows)?;
             // Interrupted before any fault was found: not a pass, not a fault (exit 2).
             if interrupted() && rep.verdicts.is_empty() && rep.wrong_total() == 0 {
-                return Err(anyhow::anyhow!(rep.error.clone().unwrap_or_else(|| "interrupted".into())));
+                return Err(anyhow::anyhow!(
+                    rep.error.clone().unwrap_or_else(|| "interrupted".into())
+                ));
             }
             Ok(if rep.failed() {
                 Outcome::Fault
@@ -1075,20 +1098,9 @@ fn outcome(
     }
 }
 
-/// This node's rail slots and, for each selected rail it drives, its setup (over tcp: the
-/// interface's address; over rdma: that port, its netdev's address).
-#[allow(clippy::type_complexity)]
-fn rail_setups(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    sel: &RailSel,
-    spec: Option<&str>,
-) -> anyhow::Result<(
-    Vec<RailPort>,
-    Vec<(RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String)>,
-)> {
-    let ifs = usable_interfaces()?;
-    let rdma = match a.transport {
+/// Over rdma (or `auto` with a usable port): this node's RDMA rail slots; None over tcp.
+fn rdma_rails(g: &GlobalArgs, a: &RingArgs) -> anyhow::Result<Option<Vec<RailPort>>> {
+    Ok(match a.transport {
         TransportArg::Tcp => None,
         _ => match rdma_candidates(g).map(|(c, hca)| {
             let slots = rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref());
@@ -1124,7 +1136,23 @@ fn rail_setups(
                 None
             }
         },
-    };
+    })
+}
+
+/// This node's rail slots and, for each selected rail it drives, its setup (over tcp: the
+/// interface's address; over rdma: that port, its netdev's address).
+#[allow(clippy::type_complexity)]
+fn rail_setups(
+    g: &GlobalArgs,
+    a: &RingArgs,
+    sel: &RailSel,
+    spec: Option<&str>,
+) -> anyhow::Result<(
+    Vec<RailPort>,
+    Vec<(RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String)>,
+)> {
+    let ifs = usable_interfaces()?;
+    let rdma = rdma_rails(g, a)?;
     let (slots, addrs): (Vec<RailPort>, Vec<Option<IpAddr>>) = match &rdma {
         Some(slots) => {
             // The rail's handshake listens on its own netdev's address, else the data interface's.
@@ -1349,7 +1377,9 @@ impl RailNode<'_> {
         let mut listeners = std::collections::BTreeMap::new();
         let mut addrs = std::collections::BTreeMap::new();
         for (&k, ring) in roster.rings.iter().filter(|(_, r)| r.len() >= 2) {
-            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| cannot(format!("rail {k}: {e}")))?;
+            // The hub opens a relay per node at once: a backlog for all of them.
+            let l = crate::ring::rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                .map_err(|e| cannot(format!("rail {k}: {e}")))?;
             addrs.insert(k, l.local_addr().map_err(|e| cannot(e.to_string()))?);
             listeners.insert(k, (l, ring.clone()));
         }
@@ -1411,7 +1441,10 @@ impl RailNode<'_> {
             let mut identity = rails::rail_identity(self.id, k);
             identity.world = nodes.len() as u32;
             let n = nodes.len();
-            self.g.log(1, format!("rail {k}: this node lacks it; hosting its coordinator for {n} nodes"));
+            self.g.log(
+                1,
+                format!("rail {k}: this node lacks it; hosting its coordinator for {n} nodes"),
+            );
             let seat = rails::Seat {
                 rail: k,
                 rank: 0,
@@ -1534,6 +1567,68 @@ fn silent_ring_ranks(nodes: &[Rank], silent: &[Rank]) -> BTreeSet<Rank> {
         .collect()
 }
 
+/// One rank's run of loopback rail `port` under `--local` (rank 0 hosts the rail's
+/// coordinator on `listener`).
+fn local_rail_run(
+    port: RailPort,
+    identity: Identity,
+    host: &str,
+    listener: Option<TcpListener>,
+    live: Option<Arc<crate::ring::model::LiveStatus>>,
+) -> RailRun {
+    RailRun {
+        port,
+        setup: Setup {
+            identity,
+            host: host.to_string(),
+            data_ip: IpAddr::from([127, 0, 0, 1]),
+            device: Some("lo".into()),
+            coordinator_listener: listener,
+            line_rate_gbs: None,
+            neighbor: None,
+            port_max: None,
+            fabric: None,
+            counters: None,
+            live,
+            on_row: None,
+            rails: Vec::new(),
+            rail_stop: None,
+            join_only: false,
+            join_via: None,
+            relay: None,
+            silent: Default::default(),
+            node: None,
+            nodes: Vec::new(),
+        },
+    }
+}
+
+/// `--local --rails N`: N loopback rail slots, and each rail's coordinator listener and
+/// address.
+#[allow(clippy::type_complexity)]
+fn local_rails(count: u32) -> std::io::Result<(Vec<RailPort>, Vec<Option<TcpListener>>, Vec<String>)> {
+    let slots: Vec<RailPort> = (0..count)
+        .map(|k| RailPort {
+            rail: k,
+            device: "lo".into(),
+            port: None,
+            netdev: Some("lo".into()),
+            state: Some("up".into()),
+            usable: true,
+            label: None,
+            address: None,
+        })
+        .collect();
+    let mut listeners = Vec::new();
+    let mut coords = Vec::new();
+    for _ in 0..count {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        coords.push(l.local_addr()?.to_string());
+        listeners.push(Some(l));
+    }
+    Ok((slots, listeners, coords))
+}
+
 /// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
 /// every rank is one ring, on its own coordinator).
 fn run_local_rails(
@@ -1555,26 +1650,7 @@ fn run_local_rails(
             .into());
         }
     };
-    let data_ip = IpAddr::from([127, 0, 0, 1]);
-    let slots: Vec<RailPort> = (0..count)
-        .map(|k| RailPort {
-            rail: k,
-            device: "lo".into(),
-            port: None,
-            netdev: Some("lo".into()),
-            state: Some("up".into()),
-            usable: true,
-            label: None,
-            address: None,
-        })
-        .collect();
-    let mut listeners: Vec<Option<TcpListener>> = Vec::new();
-    let mut coords = Vec::new();
-    for _ in 0..count {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        coords.push(l.local_addr()?.to_string());
-        listeners.push(Some(l));
-    }
+    let (slots, mut listeners, coords) = local_rails(count)?;
     let (live, display) = progress::Display::start(fmt == Format::Table, opts);
     let token = a
         .token
@@ -1586,46 +1662,20 @@ fn run_local_rails(
     for rank in 0..n {
         let runs = slots
             .iter()
-            .map(|p| RailRun {
-                port: p.clone(),
-                setup: Setup {
-                    identity: Identity {
-                        rank,
-                        world: n,
-                        coordinator: coords[p.rail as usize].clone(),
-                        token: format!("{token}/rail{}", p.rail),
-                        source: Source::Local,
-                        coordinator_source: "--local".into(),
-                        token_source: if a.token.is_some() { "--token" } else { "--local" }.into(),
-                    },
-                    host: host.clone(),
-                    data_ip,
-                    device: Some("lo".into()),
-                    coordinator_listener: if rank == 0 {
-                        listeners[p.rail as usize].take()
-                    } else {
-                        None
-                    },
-                    line_rate_gbs: None,
-                    neighbor: None,
-                    port_max: None,
-                    fabric: None,
-                    counters: None,
-                    live: if rank == 0 && p.rail == 0 {
-                        live.clone()
-                    } else {
-                        None
-                    },
-                    on_row: None,
-                    rails: Vec::new(),
-                    rail_stop: None,
-                    join_only: false,
-                    join_via: None,
-                    relay: None,
-                    silent: Default::default(),
-                    node: None,
-                    nodes: Vec::new(),
-                },
+            .map(|p| {
+                let k = p.rail as usize;
+                let identity = Identity {
+                    rank,
+                    world: n,
+                    coordinator: coords[k].clone(),
+                    token: format!("{token}/rail{}", p.rail),
+                    source: Source::Local,
+                    coordinator_source: "--local".into(),
+                    token_source: if a.token.is_some() { "--token" } else { "--local" }.into(),
+                };
+                let listener = if rank == 0 { listeners[k].take() } else { None };
+                let live = live.clone().filter(|_| rank == 0 && p.rail == 0);
+                local_rail_run(p.clone(), identity, &host, listener, live)
             })
             .collect();
         per_rank.push(runs);

@@ -88,7 +88,7 @@ impl Conn {
     /// time their last bytes were read (a heartbeat is stamped when it arrives, not when the
     /// loop gets to it). An error ends the connection: closed, reset, garbage, or a frame
     /// over the limit.
-    fn read(&mut self, chunk: &mut [u8], msgs: &mut Vec<(Msg, Instant)>) -> Result<(), WireError> {
+    fn read<M: Unit>(&mut self, chunk: &mut [u8], msgs: &mut Vec<(M, Instant)>) -> Result<(), WireError> {
         let mut budget = READ_BUDGET;
         self.more_to_read = false;
         let mut got = Vec::new();
@@ -99,14 +99,14 @@ impl Conn {
             }
             match self.s.read(chunk) {
                 Ok(0) => {
-                    take_frames(&mut self.rbuf, &mut got)?;
+                    M::cut(&mut self.rbuf, &mut got)?;
                     msgs.extend(got.drain(..).map(|m| (m, Instant::now())));
                     return Err(WireError::Closed);
                 }
                 Ok(k) => {
                     budget = budget.saturating_sub(k);
                     self.rbuf.extend_from_slice(&chunk[..k]);
-                    take_frames(&mut self.rbuf, &mut got)?;
+                    M::cut(&mut self.rbuf, &mut got)?;
                     if !got.is_empty() {
                         let at = Instant::now();
                         msgs.extend(got.drain(..).map(|m| (m, at)));
@@ -170,8 +170,30 @@ impl Conn {
     }
 }
 
-/// Cut complete frames off the front of `buf`. Pure.
+/// Cut complete frames off the front of `buf`, decoded. Pure.
 pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireError> {
+    cut_frames(buf, |f| {
+        msgs.push(wire::decode(&f[8..])?);
+        Ok(())
+    })
+}
+
+/// Cut complete frames off the front of `buf` as they are (header and body), for a relay
+/// that forwards them by their header without parsing the body. Pure.
+pub fn take_raw_frames(buf: &mut Vec<u8>, frames: &mut Vec<Frame>) -> Result<(), WireError> {
+    cut_frames(buf, |f| {
+        frames.push(f.into());
+        Ok(())
+    })
+}
+
+/// Hand each complete frame at the front of `buf` (header and body) to `each`, then drop
+/// them from `buf`; garbage is an error after at most 4 bytes, a length over the limit
+/// before its body is waited for.
+fn cut_frames(
+    buf: &mut Vec<u8>,
+    mut each: impl FnMut(&[u8]) -> Result<(), WireError>,
+) -> Result<(), WireError> {
     let mut at = 0;
     loop {
         let rest = &buf[at..];
@@ -191,19 +213,37 @@ pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireErr
         if rest.len() < 8 + len {
             break;
         }
-        msgs.push(wire::decode(&rest[8..8 + len])?);
+        each(&rest[..8 + len])?;
         at += 8 + len;
     }
     buf.drain(..at);
     Ok(())
 }
 
-/// What the event loop saw.
+/// What [`Plane`] cuts off a connection's input: decoded messages (a coordinator) or whole
+/// frames as they came (a relay, [`Plane::wait_frames`]).
+pub trait Unit: Sized {
+    fn cut(buf: &mut Vec<u8>, out: &mut Vec<Self>) -> Result<(), WireError>;
+}
+
+impl Unit for Msg {
+    fn cut(buf: &mut Vec<u8>, out: &mut Vec<Msg>) -> Result<(), WireError> {
+        take_frames(buf, out)
+    }
+}
+
+impl Unit for Frame {
+    fn cut(buf: &mut Vec<u8>, out: &mut Vec<Frame>) -> Result<(), WireError> {
+        take_raw_frames(buf, out)
+    }
+}
+
+/// What the event loop saw: messages (`M` = [`Msg`]) or, for a relay, whole frames.
 // One per message read and handled at once: boxing every message would cost more than the size.
 #[allow(clippy::large_enum_variant)]
-pub enum Happening {
+pub enum Happening<M = Msg> {
     /// A message, and when its bytes were read.
-    Msg(Rank, Msg, Instant),
+    Msg(Rank, M, Instant),
     /// The connection ended (closed, reset, garbage, a frame over the limit).
     Closed(Rank, WireError),
 }
@@ -517,6 +557,16 @@ impl Plane {
     /// Wait up to `timeout` for input and room to write; returns the messages read and the
     /// connections that ended, in arrival order per connection.
     pub fn wait(&mut self, timeout: Duration) -> Vec<Happening> {
+        self.wait_as(timeout)
+    }
+
+    /// [`Plane::wait`] handing out whole frames, unparsed (a relay forwards them by their
+    /// header; see `railmux`).
+    pub fn wait_frames(&mut self, timeout: Duration) -> Vec<Happening<Frame>> {
+        self.wait_as(timeout)
+    }
+
+    fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
         let mut readable = std::mem::take(&mut self.again);
         let mut writable = std::mem::take(&mut self.again_write);
         let timeout = if readable.is_empty() && writable.is_empty() {
@@ -547,7 +597,7 @@ impl Plane {
     }
 
     /// Write what each connection in `writable` takes now; the connections that ended.
-    fn flush_ready(&mut self, mut writable: Vec<usize>, now: Instant) -> Vec<Happening> {
+    fn flush_ready<M>(&mut self, mut writable: Vec<usize>, now: Instant) -> Vec<Happening<M>> {
         writable.sort_unstable();
         writable.dedup();
         let mut out = Vec::new();
@@ -566,7 +616,7 @@ impl Plane {
 
     /// Read each connection in `readable` (up to its budget): its messages, stamped when
     /// read, and its end go to `out`.
-    fn read_ready(&mut self, mut readable: Vec<usize>, out: &mut Vec<Happening>) {
+    fn read_ready<M: Unit>(&mut self, mut readable: Vec<usize>, out: &mut Vec<Happening<M>>) {
         readable.sort_unstable();
         readable.dedup();
         let mut chunk = vec![0u8; 64 << 10];

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::ring::model::{RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
+use crate::ring::model::{CounterMove, RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
 use crate::ring::railplan::Roster;
-use crate::ring::report::{InPlaceRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
+use crate::ring::report::{InPlaceRow, LinkRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
 use crate::ring::run::{Failure, RankOutcome, RunError};
 
 /// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
@@ -90,21 +90,8 @@ pub fn job_report(
     roster: Option<&Roster>,
 ) -> RingReport {
     rails.sort_by_key(|(p, _)| p.rail);
-    let ring_of = |k: u32, r: &RingReport| -> Vec<Rank> {
-        match roster.and_then(|x| x.rings.get(&k)) {
-            Some(nodes) => nodes.clone(),
-            None => r.ranks.iter().map(|i| i.rank).collect(),
-        }
-    };
-    let rings: BTreeMap<u32, Vec<Rank>> = rails.iter().map(|(p, r)| (p.rail, ring_of(p.rail, r))).collect();
-    // A rail stopped because another failed first: its marker is the rail's error, never a
-    // verdict (the verdicts name the rail that failed).
-    for (_, r) in rails.iter_mut() {
-        if let Some(m) = r.verdicts.iter().find(|v| v.kind == VerdictKind::RailStopped) {
-            r.error = Some(m.message.clone());
-        }
-        r.verdicts.retain(|v| v.kind != VerdictKind::RailStopped);
-    }
+    let rings = rail_rings(&rails, roster);
+    stopped_as_errors(&mut rails);
     let mut ranks = merge_ranks(&rails);
     if let Some(x) = roster {
         declared_ranks(&mut ranks, x);
@@ -139,55 +126,15 @@ pub fn job_report(
     }
     let mut verdicts = missing;
     verdicts.extend(rail_verdicts(&rails, &ranks, &full));
-    // A rail's ring that could not start because a node lacks it: the rail_missing verdict
-    // is its cause; a rail only a few nodes have is no ring of this job; any other early end
-    // is the rail's own, named with its rail.
-    let mut errs: Vec<String> = Vec::new();
-    for (p, r) in rails.iter_mut() {
-        if extra.contains(&p.rail) {
-            continue;
-        }
-        // Without a roster a lacking rail's ring waited for the node without it: that
-        // early end is the rail_missing verdict's; with one, the ring ran without it.
-        if let Some(e) = r
-            .error
-            .as_ref()
-            .filter(|_| roster.is_some() || !lacking.contains(&p.rail))
-        {
-            // A stopped rail's line names its rail already.
-            if e.starts_with(&format!("rail {} ", p.rail)) {
-                errs.push(e.clone());
-            } else {
-                errs.push(format!("rail {}: {e}", p.rail));
-            }
-        }
-    }
-    for (p, e) in &errors {
-        errs.push(format!("rail {}: {}", p.rail, e.message));
-    }
+    let errs = rail_errors(&rails, &errors, &extra, &lacking, roster.is_some());
     let summed: Vec<&RingReport> = rails
         .iter()
         .filter(|(p, r)| !r.results.is_empty() && !extra.contains(&p.rail))
         .map(|(_, r)| r)
         .collect();
     let results = sum_rows(&summed);
-    let mut links: Vec<_> = rails
-        .iter()
-        .flat_map(|(p, r)| {
-            r.links.iter().cloned().map(move |mut l| {
-                l.rail = Some(p.rail);
-                l
-            })
-        })
-        .collect();
-    links.sort_by_key(|l| (l.rail, l.from_rank));
+    let (links, port_counters) = links_and_counters(&rails);
     let base = &rails[0].1;
-    let mut port_counters = Vec::new();
-    for m in rails.iter().flat_map(|(_, r)| r.port_counters.iter()) {
-        if !port_counters.contains(m) {
-            port_counters.push(m.clone());
-        }
-    }
     RingReport {
         world,
         transport: base.transport.clone(),
@@ -204,60 +151,157 @@ pub fn job_report(
         verdicts,
         error: (!errs.is_empty()).then(|| errs.join("; ")),
         port_counters,
-        rails: rails
-            .iter()
-            .map(|(p, r)| {
-                // A rail few nodes have that ran anyway (no roster): not the job's, said so.
-                let extra = extra.contains(&p.rail);
-                RailReport {
-                    rail: p.rail,
-                    nodes: rings[&p.rail].clone(),
-                    transport: r.transport.clone(),
-                    results: if extra { Vec::new() } else { r.results.clone() },
-                    avg_busbw_gbs: if extra { None } else { r.avg_busbw_gbs },
-                    scan: r.scan.clone().filter(|_| !extra),
-                    error: r.error.clone().filter(|_| !extra),
-                    not_tested: extra.then(|| extra_note(&ranks, p.rail, world)),
-                }
-            })
-            .chain(errors.iter().map(|(p, e)| {
-                RailReport {
-                    rail: p.rail,
-                    nodes: roster
-                        .and_then(|x| x.rings.get(&p.rail).cloned())
-                        .unwrap_or_default(),
-                    transport: String::new(),
-                    results: Vec::new(),
-                    avg_busbw_gbs: None,
-                    scan: None,
-                    error: Some(e.message.clone()),
-                    not_tested: None,
-                }
-            }))
-            // A rail most nodes have that rank 0 ran no ring for (rank 0 lacks it).
-            .chain(expected.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
-                rail: k,
-                nodes: roster.and_then(|x| x.rings.get(&k).cloned()).unwrap_or_default(),
-                transport: String::new(),
-                results: Vec::new(),
-                avg_busbw_gbs: None,
-                scan: None,
-                error: Some(not_run_note(&ranks, k, roster)),
-                not_tested: None,
-            }))
-            // A rail fewer than half the nodes have ran nowhere: said, with who has it.
-            .chain(extra.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
-                rail: k,
-                nodes: have_rail(&ranks, k).iter().map(|i| i.rank).collect(),
-                transport: String::new(),
-                results: Vec::new(),
-                avg_busbw_gbs: None,
-                scan: None,
-                error: None,
-                not_tested: Some(extra_note(&ranks, k, world)),
-            }))
-            .collect(),
+        rails: rail_reports(
+            &rails,
+            &errors,
+            &rings,
+            (&expected, &extra, &ran),
+            &ranks,
+            roster,
+            world,
+        ),
     }
+}
+
+/// Each rail's ring (node ranks): the roster's, else its report's ranks. Pure.
+fn rail_rings(rails: &[(RailPort, RingReport)], roster: Option<&Roster>) -> BTreeMap<u32, Vec<Rank>> {
+    let ring_of = |k: u32, r: &RingReport| -> Vec<Rank> {
+        match roster.and_then(|x| x.rings.get(&k)) {
+            Some(nodes) => nodes.clone(),
+            None => r.ranks.iter().map(|i| i.rank).collect(),
+        }
+    };
+    rails.iter().map(|(p, r)| (p.rail, ring_of(p.rail, r))).collect()
+}
+
+/// A rail stopped because another failed first: its marker is the rail's error, never a
+/// verdict (the verdicts name the rail that failed).
+fn stopped_as_errors(rails: &mut [(RailPort, RingReport)]) {
+    for (_, r) in rails.iter_mut() {
+        if let Some(m) = r.verdicts.iter().find(|v| v.kind == VerdictKind::RailStopped) {
+            r.error = Some(m.message.clone());
+        }
+        r.verdicts.retain(|v| v.kind != VerdictKind::RailStopped);
+    }
+}
+
+/// Each rail's early end, named with its rail. A rail's ring that could not start because a
+/// node lacks it: the rail_missing verdict is its cause; a rail only a few nodes have is no
+/// ring of this job; any other early end is the rail's own. Pure.
+fn rail_errors(
+    rails: &[(RailPort, RingReport)],
+    errors: &[(RailPort, RunError)],
+    extra: &[u32],
+    lacking: &[u32],
+    roster: bool,
+) -> Vec<String> {
+    let mut errs: Vec<String> = Vec::new();
+    for (p, r) in rails {
+        if extra.contains(&p.rail) {
+            continue;
+        }
+        // Without a roster a lacking rail's ring waited for the node without it: that
+        // early end is the rail_missing verdict's; with one, the ring ran without it.
+        if let Some(e) = r.error.as_ref().filter(|_| roster || !lacking.contains(&p.rail)) {
+            // A stopped rail's line names its rail already.
+            if e.starts_with(&format!("rail {} ", p.rail)) {
+                errs.push(e.clone());
+            } else {
+                errs.push(format!("rail {}: {e}", p.rail));
+            }
+        }
+    }
+    for (p, e) in errors {
+        errs.push(format!("rail {}: {}", p.rail, e.message));
+    }
+    errs
+}
+
+/// Every rail's links (tagged with their rail) and its moved counters, each once. Pure.
+fn links_and_counters(rails: &[(RailPort, RingReport)]) -> (Vec<LinkRow>, Vec<CounterMove>) {
+    let mut links: Vec<_> = rails
+        .iter()
+        .flat_map(|(p, r)| {
+            r.links.iter().cloned().map(move |mut l| {
+                l.rail = Some(p.rail);
+                l
+            })
+        })
+        .collect();
+    links.sort_by_key(|l| (l.rail, l.from_rank));
+    let mut port_counters = Vec::new();
+    for m in rails.iter().flat_map(|(_, r)| r.port_counters.iter()) {
+        if !port_counters.contains(m) {
+            port_counters.push(m.clone());
+        }
+    }
+    (links, port_counters)
+}
+
+/// The job's per-rail lines: each rail that ran, each rail rank 0 could not run, each rail
+/// most nodes have that rank 0 ran no ring for, and each rail few nodes have. Pure.
+fn rail_reports(
+    rails: &[(RailPort, RingReport)],
+    errors: &[(RailPort, RunError)],
+    rings: &BTreeMap<u32, Vec<Rank>>,
+    (expected, extra, ran): (&[u32], &[u32], &[u32]),
+    ranks: &[RankInfo],
+    roster: Option<&Roster>,
+    world: u32,
+) -> Vec<RailReport> {
+    rails
+        .iter()
+        .map(|(p, r)| {
+            // A rail few nodes have that ran anyway (no roster): not the job's, said so.
+            let extra = extra.contains(&p.rail);
+            RailReport {
+                rail: p.rail,
+                nodes: rings[&p.rail].clone(),
+                transport: r.transport.clone(),
+                results: if extra { Vec::new() } else { r.results.clone() },
+                avg_busbw_gbs: if extra { None } else { r.avg_busbw_gbs },
+                scan: r.scan.clone().filter(|_| !extra),
+                error: r.error.clone().filter(|_| !extra),
+                not_tested: extra.then(|| extra_note(ranks, p.rail, world)),
+            }
+        })
+        .chain(errors.iter().map(|(p, e)| {
+            RailReport {
+                rail: p.rail,
+                nodes: roster
+                    .and_then(|x| x.rings.get(&p.rail).cloned())
+                    .unwrap_or_default(),
+                transport: String::new(),
+                results: Vec::new(),
+                avg_busbw_gbs: None,
+                scan: None,
+                error: Some(e.message.clone()),
+                not_tested: None,
+            }
+        }))
+        // A rail most nodes have that rank 0 ran no ring for (rank 0 lacks it).
+        .chain(expected.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
+            rail: k,
+            nodes: roster.and_then(|x| x.rings.get(&k).cloned()).unwrap_or_default(),
+            transport: String::new(),
+            results: Vec::new(),
+            avg_busbw_gbs: None,
+            scan: None,
+            error: Some(not_run_note(ranks, k, roster)),
+            not_tested: None,
+        }))
+        // A rail fewer than half the nodes have ran nowhere: said, with who has it.
+        .chain(extra.iter().filter(|k| !ran.contains(k)).map(|&k| RailReport {
+            rail: k,
+            nodes: have_rail(ranks, k).iter().map(|i| i.rank).collect(),
+            transport: String::new(),
+            results: Vec::new(),
+            avg_busbw_gbs: None,
+            scan: None,
+            error: None,
+            not_tested: Some(extra_note(ranks, k, world)),
+        }))
+        .collect()
 }
 
 /// The rails every node is expected to drive, and the rails only a few nodes have (`all`
@@ -399,6 +443,47 @@ fn sum_rows(rails: &[&RingReport]) -> Vec<ResultRow> {
         .collect()
 }
 
+/// Why node `i` misses rail `k` (its slot there, if any), and what to run on it. Pure.
+fn why_missing(i: &RankInfo, k: u32, slot: Option<&RailPort>) -> (String, String) {
+    match slot {
+        Some(s) if s.state.as_deref() == Some(crate::ring::rails::ABSENT) => (
+            format!(
+                "its rail {k} port {} is absent (--device names no such RDMA port there)",
+                port_name(s)
+            ),
+            format!(
+                "on {}: fabprobe links (which RDMA ports it has); `ls /sys/class/infiniband`; `dmesg | grep -i -e mlx -e infiniband` (a device that failed or vanished)",
+                i.host
+            ),
+        ),
+        Some(s) => (
+            format!(
+                "its rail {k} port {} is {}",
+                port_name(s),
+                s.state.as_deref().unwrap_or("in an unknown state")
+            ),
+            match (s.port, s.netdev.as_deref()) {
+                (Some(_), n) => format!(
+                    "on {}: fabprobe links (state, phys state and errors of {}){}",
+                    i.host,
+                    port_name(s),
+                    n.map(|n| format!("; ip link show {n}")).unwrap_or_default()
+                ),
+                (None, _) => {
+                    format!("on {}: ip link show {}; ethtool {}", i.host, s.device, s.device)
+                }
+            },
+        ),
+        None => (
+            format!("it has no rail {k} ({} rail slot(s))", i.rails.len()),
+            format!(
+                "on {}: fabprobe links (which RDMA ports and interfaces it has)",
+                i.host
+            ),
+        ),
+    }
+}
+
 /// `rail_missing` for every node that lacks (or cannot drive) a rail the job expects. With
 /// the rails' rings (`rings`, across nodes), the verdict names the nodes rail k ran on
 /// without this one; without them (every node a rank of every rail's ring), the nodes the
@@ -415,82 +500,14 @@ fn missing_verdicts(
             if slot.is_some_and(|s| s.usable) {
                 continue;
             }
-            let (what, next) = match slot {
-                Some(s) if s.state.as_deref() == Some(crate::ring::rails::ABSENT) => (
-                    format!(
-                        "its rail {k} port {} is absent (--device names no such RDMA port there)",
-                        port_name(s)
-                    ),
-                    format!(
-                        "on {}: fabprobe links (which RDMA ports it has); `ls /sys/class/infiniband`; `dmesg | grep -i -e mlx -e infiniband` (a device that failed or vanished)",
-                        i.host
-                    ),
-                ),
-                Some(s) => (
-                    format!(
-                        "its rail {k} port {} is {}",
-                        port_name(s),
-                        s.state.as_deref().unwrap_or("in an unknown state")
-                    ),
-                    match (s.port, s.netdev.as_deref()) {
-                        (Some(_), n) => format!(
-                            "on {}: fabprobe links (state, phys state and errors of {}){}",
-                            i.host,
-                            port_name(s),
-                            n.map(|n| format!("; ip link show {n}")).unwrap_or_default()
-                        ),
-                        (None, _) => {
-                            format!("on {}: ip link show {}; ethtool {}", i.host, s.device, s.device)
-                        }
-                    },
-                ),
-                None => (
-                    format!("it has no rail {k} ({} rail slot(s))", i.rails.len()),
-                    format!(
-                        "on {}: fabprobe links (which RDMA ports and interfaces it has)",
-                        i.host
-                    ),
-                ),
-            };
+            let (what, next) = why_missing(i, k, slot);
             let have: Vec<&RankInfo> = ranks
                 .iter()
                 .filter(|o| o.rails.iter().any(|s| s.rail == k && s.usable))
                 .collect();
             let mut evidence = BTreeMap::new();
-            let named = |v: &[&RankInfo]| {
-                v.iter()
-                    .map(|o| format!("rank {} ({})", o.rank, o.host))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let not_run = if let Some(ring) = rings.map(|m| m.get(&k).cloned().unwrap_or_default()) {
-                let on: Vec<&RankInfo> = ring
-                    .iter()
-                    .filter_map(|r| ranks.iter().find(|o| o.rank == *r))
-                    .collect();
-                evidence.insert(
-                    "ran_on_ranks".into(),
-                    json!(if on.len() >= 2 { ring } else { Vec::new() }),
-                );
-                match on.len() {
-                    0 => format!("no node drives rail {k}"),
-                    1 => format!(
-                        "rail {k} did not run: a ring needs two nodes and only {} drives it",
-                        named(&on)
-                    ),
-                    _ => format!("rail {k} ran without it on {}", named(&on)),
-                }
-            } else if have.is_empty() {
-                format!("no node drives rail {k}")
-            } else {
-                format!(
-                    "rail {k}'s ring needs every node, so it did not run on {} either",
-                    have.iter()
-                        .map(|o| format!("rank {} ({})", o.rank, o.host))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
+            let ring = rings.map(|m| m.get(&k).cloned().unwrap_or_default());
+            let not_run = not_run_on(ranks, k, ring, &have, &mut evidence);
             if rings.is_none() {
                 evidence.insert(
                     "not_run_on_ranks".into(),
@@ -524,6 +541,49 @@ fn missing_verdicts(
         }
     }
     out
+}
+
+/// Where rail `k` ran without a node that misses it: on its ring (`ring`, across nodes;
+/// noted in `evidence`), or, without rings, nowhere (every node is a rank of its ring). Pure
+/// but for `evidence`.
+fn not_run_on(
+    ranks: &[RankInfo],
+    k: u32,
+    ring: Option<Vec<Rank>>,
+    have: &[&RankInfo],
+    evidence: &mut BTreeMap<String, serde_json::Value>,
+) -> String {
+    let named = |v: &[&RankInfo]| {
+        v.iter()
+            .map(|o| format!("rank {} ({})", o.rank, o.host))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(ring) = ring {
+        let on: Vec<&RankInfo> = ring
+            .iter()
+            .filter_map(|r| ranks.iter().find(|o| o.rank == *r))
+            .collect();
+        evidence.insert(
+            "ran_on_ranks".into(),
+            json!(if on.len() >= 2 { ring } else { Vec::new() }),
+        );
+        match on.len() {
+            0 => format!("no node drives rail {k}"),
+            1 => format!(
+                "rail {k} did not run: a ring needs two nodes and only {} drives it",
+                named(&on)
+            ),
+            _ => format!("rail {k} ran without it on {}", named(&on)),
+        }
+    } else if have.is_empty() {
+        format!("no node drives rail {k}")
+    } else {
+        format!(
+            "rail {k}'s ring needs every node, so it did not run on {} either",
+            named(have)
+        )
+    }
 }
 
 /// Why rail `k`, which the job expects, has no ring of its own here.
@@ -925,7 +985,10 @@ mod tests {
         let on = |rail: u32, dev: &str| {
             let mut v = verdict(VerdictKind::SlowEgress, 2, dev, 0.02);
             v.next = Some(format!("on node-c: `ethtool -S {dev}`"));
-            (slot(rail, &format!("mlx5_{rail}"), true), report(rail, true, vec![], vec![v]))
+            (
+                slot(rail, &format!("mlx5_{rail}"), true),
+                report(rail, true, vec![], vec![v]),
+            )
         };
         let all = job_report(vec![on(0, "eth1"), on(1, "eth2")], vec![], Some(&[0, 1]), None);
         assert_eq!(all.verdicts.len(), 1, "{:?}", all.verdicts);

@@ -18,14 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::ring::control::{Happening, Plane, frame, take_frames};
+use crate::ring::control::{Frame, Happening, Plane, frame, take_frames};
 use crate::ring::coordinator::{self, AckFn, CoordinatorConfig, Event, Limits, NodeDoor};
 use crate::ring::gate;
 use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank, RankInfo, printable};
 use crate::ring::options::Options;
 use crate::ring::railplan::{self, Declaration, Roster, Seat};
-use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, connect_until, window_end};
+use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
 use crate::ring::tcpinfo;
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
@@ -155,8 +155,9 @@ pub fn gather(
     })
 }
 
-/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection,
-/// and on each rail each node's relayed connection at both ends (the hub's and the rail
+/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection
+/// and its clone (the rails' coordinators read its TCP_INFO, [`HubHandle::ack_fn`]), and on
+/// each rail each node's relayed connection at both ends (the hub's and the rail
 /// coordinator's), with the coordinators' own room. Pure.
 pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
     let rails: u64 = rings
@@ -164,7 +165,7 @@ pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
         .filter(|r| r.len() >= 2)
         .map(|r| 2 * r.len() as u64 + 64)
         .sum();
-    coordinator::files_needed(world) + rails
+    coordinator::files_needed(world) + world as u64 + rails
 }
 
 /// What the running hub is told.
@@ -279,6 +280,61 @@ fn is_reset(e: &WireError) -> bool {
     !matches!(e, WireError::Closed)
 }
 
+/// How this crate encodes [`Msg::Rail`] (serde writes the tag, then the fields in order):
+/// `{"type":"rail","rail":K,"msg":BODY}`, BODY the message's own encoding.
+const RAIL_HEAD: &[u8] = br#"{"type":"rail","rail":"#;
+const MSG_KEY: &[u8] = br#","msg":"#;
+
+/// Frame `f` (header and body) read as a [`Msg::Rail`] in this crate's encoding, without
+/// parsing its message: the rail and the message's body. None: anything else. Pure.
+pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
+    let rest = f.get(8..)?.strip_prefix(RAIL_HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    // JSON has no leading zeros; ten digits may pass u32.
+    if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let body = rest[digits..].strip_prefix(MSG_KEY)?.strip_suffix(b"}")?;
+    Some((rail, body))
+}
+
+/// A frame holding `body` as it is. Pure.
+fn framed(body: &[u8]) -> Frame {
+    let mut f = Vec::with_capacity(8 + body.len());
+    f.extend_from_slice(wire::MAGIC);
+    // `body` came out of a frame, so its length fits.
+    f.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+    f.extend_from_slice(body);
+    f.into()
+}
+
+/// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`
+/// (the same bytes [`frame`] writes), without parsing it; None over the frame limit. Pure.
+pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
+    let body = f.get(8..)?;
+    let tag = rail.to_string();
+    let len = RAIL_HEAD.len() + tag.len() + MSG_KEY.len() + body.len() + 1;
+    if len > wire::MAX_FRAME {
+        return None;
+    }
+    let mut b = Vec::with_capacity(8 + len);
+    b.extend_from_slice(wire::MAGIC);
+    b.extend_from_slice(&u32::try_from(len).ok()?.to_be_bytes());
+    for part in [RAIL_HEAD, tag.as_bytes(), MSG_KEY, body, b"}"] {
+        b.extend_from_slice(part);
+    }
+    Some(b.into())
+}
+
+/// Whether a message's body is a hello (read by its tag when this crate encoded it). Pure.
+fn is_hello(body: &[u8]) -> bool {
+    match body.strip_prefix(br#"{"type":""#) {
+        Some(rest) => rest.starts_with(br#"hello""#),
+        None => matches!(wire::decode(body), Ok(Msg::Hello(_))),
+    }
+}
+
 impl Mux {
     fn relay(&self, node: Rank, rail: u32) -> Rank {
         self.n + node * self.width + rail
@@ -294,11 +350,11 @@ impl Mux {
         let mut next_ping = Instant::now();
         let mut ending: Option<Instant> = None;
         loop {
-            for h in self.plane.wait(Duration::from_millis(50)) {
+            for h in self.plane.wait_frames(Duration::from_millis(50)) {
                 match h {
-                    Happening::Msg(i, m, _) if i < self.n => self.from_node(i, m),
+                    Happening::Msg(i, f, _) if i < self.n => self.from_node(i, &f),
                     Happening::Closed(i, e) if i < self.n => self.node_gone(i, is_reset(&e)),
-                    Happening::Msg(j, m, _) => self.from_rail(j, m),
+                    Happening::Msg(j, f, _) => self.from_rail(j, &f),
                     Happening::Closed(j, e) => self.rail_gone(j, is_reset(&e)),
                 }
             }
@@ -330,19 +386,31 @@ impl Mux {
         }
     }
 
-    /// A node's frame: one of its rails' messages to that rail's coordinator (a hello opens
-    /// a fresh relay connection), or the end of one of its rails' connections.
-    fn from_node(&mut self, i: Rank, m: Msg) {
-        let (rail, msg) = match m {
-            Msg::Rail { rail, msg } => (rail, msg),
-            Msg::RailClosed { rail, reset } => {
+    /// A node's frame: one of its rails' messages to that rail's coordinator, forwarded by
+    /// its tag without parsing the message (a hello opens a fresh relay connection), or the
+    /// end of one of its rails' connections. A frame this crate did not encode is decoded.
+    fn from_node(&mut self, i: Rank, f: &[u8]) {
+        if let Some((rail, body)) = rail_body(f) {
+            return self.to_rail(i, rail, framed(body));
+        }
+        match wire::decode(&f[8..]) {
+            Ok(Msg::Rail { rail, msg }) => match frame(&msg) {
+                Ok(inner) => self.to_rail(i, rail, inner),
+                Err(_) => self.tell_closed(i, rail, true),
+            },
+            Ok(Msg::RailClosed { rail, reset }) => {
                 if self.rings.contains_key(&rail) {
                     self.close_relay(self.relay(i, rail), reset);
                 }
-                return;
             }
-            _ => return,
-        };
+            Ok(_) => {}
+            // Garbage ends the node's connection, as the door's reader would.
+            Err(_) => self.node_gone(i, true),
+        }
+    }
+
+    /// Node i's frame `inner` for its rail `rail`'s coordinator.
+    fn to_rail(&mut self, i: Rank, rail: u32, inner: Frame) {
         let Some((ring, addr)) = self.rings.get(&rail) else {
             return self.tell_closed(i, rail, true);
         };
@@ -350,31 +418,22 @@ impl Mux {
             return self.tell_closed(i, rail, true);
         }
         let (addr, j) = (*addr, self.relay(i, rail));
-        if matches!(*msg, Msg::Hello(_)) {
+        if is_hello(&inner[8..]) {
             self.plane.remove(j);
-            let added = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).and_then(|s| {
-                let _ = s.set_nodelay(true);
-                self.plane.add(j, s)
-            });
+            let added = relay_connect(addr, i).and_then(|s| self.plane.add(j, s));
             if added.is_err() {
                 return self.tell_closed(i, rail, true);
             }
         }
-        let sent = frame(&msg).ok().map(|f| self.plane.send(j, f, Instant::now()));
-        if !matches!(sent, Some(Ok(()))) {
+        if self.plane.send(j, inner, Instant::now()).is_err() {
             self.close_relay(j, true);
         }
     }
 
-    /// A rail coordinator's frame to node i, tagged with its rail.
-    fn from_rail(&mut self, j: Rank, m: Msg) {
+    /// A rail coordinator's frame to node i, tagged with its rail (its bytes unparsed).
+    fn from_rail(&mut self, j: Rank, f: &[u8]) {
         let (i, rail) = self.split(j);
-        let sent = frame(&Msg::Rail {
-            rail,
-            msg: Box::new(m),
-        })
-        .ok()
-        .map(|f| self.plane.send(i, f, Instant::now()));
+        let sent = tag_frame(rail, f).map(|f| self.plane.send(i, f, Instant::now()));
         match sent {
             Some(Ok(())) => {}
             // Over its queue's limit: node i does not read; every rail of it ends.
@@ -416,6 +475,29 @@ impl Mux {
             self.close_relay(self.relay(i, k), reset);
         }
     }
+}
+
+/// Node `node`'s relay connection to a rail's coordinator at `addr`: from a loopback address
+/// of its own (127.2.x.y), so that the rail's door, which caps the hellos waiting per source
+/// address (128), applies that cap per node as it would without the relay, not to every
+/// node's relay at once (all from 127.0.0.1, as the hub opens them in a burst).
+fn relay_connect(addr: SocketAddr, node: Rank) -> io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if let std::net::IpAddr::V4(ip) = addr.ip()
+        && ip.is_loopback()
+    {
+        let src = std::net::Ipv4Addr::new(
+            127,
+            2 + ((node >> 16) & 0x3f) as u8,
+            (node >> 8) as u8,
+            node as u8,
+        );
+        s.bind(&SocketAddr::new(src.into(), 0).into())?;
+    }
+    s.connect_timeout(&addr.into(), Duration::from_secs(2))?;
+    let _ = s.set_tcp_nodelay(true);
+    Ok(s.into())
 }
 
 /// Declarations read after the join window: told why, never closed unanswered.
@@ -475,15 +557,7 @@ fn declare_once(
         peer: coordinator.to_string(),
         source,
     };
-    let s = connect_until(coordinator, start + join_timeout).map_err(|last| BootstrapError::Unreachable {
-        coordinator: coordinator.to_string(),
-        secs: join_timeout.as_secs(),
-        last,
-    })?;
-    let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| wire_err(e.into()))?;
-    wire::write_msg(&mut &s, &Msg::Hello(hello.clone())).map_err(wire_err)?;
+    let s = rendezvous::connect_hello(coordinator, hello, (join_timeout, Duration::from_secs(5)), start)?;
     // Rank 0's window, once it says so; until then this node's own.
     let mut deadline = start + join_timeout + rendezvous::JOIN_GRACE;
     loop {
@@ -988,6 +1062,32 @@ mod tests {
         })
     }
 
+    type Reports = Vec<thread::JoinHandle<coordinator::CoordinatorReport>>;
+    type OwnRanks = Vec<thread::JoinHandle<Result<bool, String>>>;
+
+    /// Rank 0 of two nodes on two rails: its door on `l` gathers node 1, the hub relays to
+    /// each rail's unchanged coordinator, and rank 0's own rank of each rail joins there.
+    fn hub_and_two_rails(l: TcpListener) -> (HubHandle, Reports, OwnRanks) {
+        let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
+        let coords: Vec<TcpListener> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
+            .map(|k| (k, coords[k as usize].local_addr().unwrap()))
+            .collect();
+        let running = hub.start(addrs.clone());
+        let reports = coords
+            .into_iter()
+            .zip(0..)
+            .map(|(c, k)| {
+                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
+                thread::spawn(move || coordinator::coordinate(c, cfg))
+            })
+            .collect();
+        let own = (0..2).map(|k| rail_rank(addrs[&k].to_string(), k, 0)).collect();
+        (running, reports, own)
+    }
+
     /// Two rails of two nodes: node 1's rails' hellos, go, results and done travel on its one
     /// connection (through both relays) to each rail's unchanged coordinator, and the job's
     /// verdict reaches node 1 at the end.
@@ -1006,23 +1106,7 @@ mod tests {
                 (done, relay.job_verdict(Duration::from_secs(20)))
             })
         };
-        let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
-        let coords: Vec<TcpListener> = (0..2)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
-            .map(|k| (k, coords[k as usize].local_addr().unwrap()))
-            .collect();
-        let running = hub.start(addrs.clone());
-        let reports: Vec<_> = coords
-            .into_iter()
-            .zip(0..)
-            .map(|(c, k)| {
-                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
-                thread::spawn(move || coordinator::coordinate(c, cfg))
-            })
-            .collect();
-        let own: Vec<_> = (0..2).map(|k| rail_rank(addrs[&k].to_string(), k, 0)).collect();
+        let (running, reports, own) = hub_and_two_rails(l);
         for h in own {
             assert_eq!(h.join().unwrap(), Ok(false));
         }
@@ -1074,23 +1158,7 @@ mod tests {
                 drop(s);
             })
         };
-        let hub = gather(l, &cfg(2, Duration::from_secs(10)), me(), None).unwrap();
-        let coords: Vec<TcpListener> = (0..2)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
-            .map(|k| (k, coords[k as usize].local_addr().unwrap()))
-            .collect();
-        let running = hub.start(addrs.clone());
-        let reports: Vec<_> = coords
-            .into_iter()
-            .zip(0..)
-            .map(|(c, k)| {
-                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
-                thread::spawn(move || coordinator::coordinate(c, cfg))
-            })
-            .collect();
-        let own: Vec<_> = (0..2).map(|k| rail_rank(addrs[&k].to_string(), k, 0)).collect();
+        let (running, reports, own) = hub_and_two_rails(l);
         node.join().unwrap();
         for h in reports {
             let rep = h.join().unwrap();
@@ -1103,13 +1171,57 @@ mod tests {
         running.finish(true, None);
     }
 
+    /// The hub forwards by the tag: what it cuts out of a node's rail frame is the message's
+    /// own frame, and what it wraps is byte for byte the frame of `Msg::Rail` (the wire is
+    /// unchanged); anything else is left to the full decoder.
+    #[test]
+    fn rail_frames_are_forwarded_by_their_tag() {
+        let inner = [Msg::Ping, Msg::Hello(hello(3, 4)), Msg::Ready { rank: 7 }];
+        for (rail, m) in [0u32, 7, 123_456].into_iter().zip(inner) {
+            let own = frame(&m).unwrap();
+            let tagged = frame(&Msg::Rail {
+                rail,
+                msg: Box::new(m.clone()),
+            })
+            .unwrap();
+            assert_eq!(tag_frame(rail, &own).as_deref(), Some(&tagged[..]), "{m:?}");
+            let (k, body) = rail_body(&tagged).unwrap();
+            assert_eq!((k, &framed(body)[..]), (rail, &own[..]));
+            assert_eq!(is_hello(body), matches!(m, Msg::Hello(_)));
+        }
+        let closed = frame(&Msg::RailClosed { rail: 1, reset: true }).unwrap();
+        assert_eq!(rail_body(&closed), None);
+        for odd in [
+            &br#"{"type":"rail","rail":01,"msg":{"type":"ping"}}"#[..],
+            br#"{"type":"rail","rail":99999999999,"msg":{"type":"ping"}}"#,
+            br#"{"type":"rail","msg":{"type":"ping"},"rail":1}"#,
+        ] {
+            assert_eq!(rail_body(&framed(odd)), None, "{}", String::from_utf8_lossy(odd));
+        }
+        // A body cut short is forwarded as it is: the rail's coordinator refuses it as
+        // malformed and ends that rail's connection only.
+        let cut = br#"{"type":"rail","rail":1,"msg":{"type":"ping"}"#;
+        let cut = framed(cut);
+        let (_, body) = rail_body(&cut).unwrap();
+        assert!(wire::decode(body).is_err());
+        // A hello in another encoding (spaces) is still a hello.
+        let spaced = serde_json::to_string_pretty(&Msg::Hello(hello(1, 2))).unwrap();
+        assert!(is_hello(spaced.as_bytes()));
+        // Over the frame limit once tagged: not forwarded.
+        let big = framed(&vec![b' '; wire::MAX_FRAME - 5]);
+        assert!(tag_frame(1, &big).is_none());
+    }
+
     #[test]
     fn open_files_for_16384_nodes_on_8_rails() {
         let ring: Vec<Rank> = (0..16_384).collect();
         let rings: BTreeMap<u32, Vec<Rank>> = (0..8).map(|k| (k, ring.clone())).collect();
-        assert_eq!(files_needed(16_384, &rings), 16_384 + 64 + 8 * (2 * 16_384 + 64));
+        assert_eq!(
+            files_needed(16_384, &rings),
+            2 * 16_384 + 64 + 8 * (2 * 16_384 + 64)
+        );
         // A rail one node drives runs no ring: nothing relayed.
-        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 4 + 64);
+        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 2 * 4 + 64);
     }
 
     #[test]

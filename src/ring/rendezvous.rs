@@ -275,6 +275,31 @@ pub fn join_within(
     }
 }
 
+/// The join's first steps, for a ring's rank and a `--rails` node alike: connect to
+/// `coordinator` (again while it is not up, until `start + join_timeout`), no Nagle, writes
+/// bounded by `write_timeout`, and say `hello`.
+pub fn connect_hello(
+    coordinator: &str,
+    hello: &Hello,
+    (join_timeout, write_timeout): (Duration, Duration),
+    start: Instant,
+) -> Result<TcpStream, BootstrapError> {
+    let wire_err = |source| BootstrapError::Wire {
+        peer: coordinator.to_string(),
+        source,
+    };
+    let s = connect_until(coordinator, start + join_timeout).map_err(|last| BootstrapError::Unreachable {
+        coordinator: coordinator.to_string(),
+        secs: join_timeout.as_secs(),
+        last,
+    })?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(write_timeout))
+        .map_err(|e| wire_err(e.into()))?;
+    wire::write_msg(&mut &s, &Msg::Hello(hello.clone())).map_err(wire_err)?;
+    Ok(s)
+}
+
 fn join_once(
     coordinator: &str,
     hello: Hello,
@@ -288,18 +313,9 @@ fn join_once(
         peer: coordinator.to_string(),
         source,
     };
-    let s = connect_until(coordinator, start + join_timeout).map_err(|last| BootstrapError::Unreachable {
-        coordinator: coordinator.to_string(),
-        secs: join_timeout.as_secs(),
-        last,
-    })?;
-    let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| wire_err(e.into()))?;
+    let s = connect_hello(coordinator, &hello, (join_timeout, timeout), start)?;
     let (my_rank, my_info, world) = (hello.rank, hello.info.clone(), hello.world);
     let mut table: Vec<RankInfo> = Vec::new();
-    let mut w = &s;
-    wire::write_msg(&mut w, &Msg::Hello(hello)).map_err(wire_err)?;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

@@ -145,53 +145,16 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
 pub fn run_rank(
-    setup: Setup,
+    mut setup: Setup,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
-    let id = &setup.identity;
     let cannot = |m: String| RunError {
         kind: Failure::CannotRun,
         message: m,
     };
-
-    // Rank 0 hosts the coordinator on its own thread, for the whole run.
-    let coordinator = if id.rank == 0 && !setup.join_only {
-        let l = match setup.coordinator_listener {
-            Some(l) => l,
-            None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
-        };
-        log(
-            1,
-            &format!(
-                "coordinator listening on {} for {} ranks",
-                l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-                id.world
-            ),
-        );
-        let mut cfg = coordinator_config(
-            id,
-            opts,
-            setup.rail_stop.clone(),
-            setup.on_row.clone(),
-            (setup.nodes.clone(), setup.silent.clone()),
-        );
-        cfg.relay = setup.relay.clone();
-        // Rank 0 joins through its own listener's address (the advertised name may not
-        // resolve to this host from itself, or name port 0).
-        let own = l.local_addr().ok().map(|a| {
-            let ip = if a.ip().is_unspecified() {
-                IpAddr::from([127, 0, 0, 1])
-            } else {
-                a.ip()
-            };
-            SocketAddr::new(ip, a.port()).to_string()
-        });
-        Some((thread::spawn(move || coordinator::coordinate(l, cfg)), own))
-    } else {
-        None
-    };
-
+    let coordinator = start_coordinator(&mut setup, opts, log)?;
+    let id = &setup.identity;
     let join_addr = coordinator
         .as_ref()
         .and_then(|(_, own)| own.clone())
@@ -215,7 +178,11 @@ pub fn run_rank(
             (&setup.identity, setup.rails.clone(), setup.node),
             &setup.host,
             fabric.as_ref(),
-            (setup.device.clone(), setup.neighbor.clone(), setup.port_max.clone()),
+            (
+                setup.device.clone(),
+                setup.neighbor.clone(),
+                setup.port_max.clone(),
+            ),
             setup.line_rate_gbs,
             counters.as_ref(),
             live,
@@ -237,6 +204,60 @@ pub fn run_rank(
     let crep: CoordinatorReport = coord.join().unwrap_or_default();
     let local_err = result.as_ref().err().map(|e| e.message.clone());
     job_outcome(id, opts, crep, transport, local_err)
+}
+
+/// Rank 0's coordinator thread and the address rank 0 joins it through.
+type HostedCoordinator = (thread::JoinHandle<CoordinatorReport>, Option<String>);
+
+/// Rank 0 hosts the coordinator (unless it only joins) on its own thread, for the whole run.
+fn start_coordinator(
+    setup: &mut Setup,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<Option<HostedCoordinator>, RunError> {
+    let cannot = |m: String| RunError {
+        kind: Failure::CannotRun,
+        message: m,
+    };
+    if setup.identity.rank != 0 || setup.join_only {
+        return Ok(None);
+    }
+    let listener = setup.coordinator_listener.take();
+    let id = &setup.identity;
+    let l = match listener {
+        Some(l) => l,
+        None => rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?,
+    };
+    log(
+        1,
+        &format!(
+            "coordinator listening on {} for {} ranks",
+            l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            id.world
+        ),
+    );
+    let mut cfg = coordinator_config(
+        id,
+        opts,
+        setup.rail_stop.clone(),
+        setup.on_row.clone(),
+        (setup.nodes.clone(), setup.silent.clone()),
+    );
+    cfg.relay = setup.relay.clone();
+    // Rank 0 joins through its own listener's address (the advertised name may not
+    // resolve to this host from itself, or name port 0).
+    let own = l.local_addr().ok().map(|a| {
+        let ip = if a.ip().is_unspecified() {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            a.ip()
+        };
+        SocketAddr::new(ip, a.port()).to_string()
+    });
+    Ok(Some((
+        thread::spawn(move || coordinator::coordinate(l, cfg)),
+        own,
+    )))
 }
 
 /// Rank 0's coordinator configuration: the watchdog (stopping with the node's other rails
@@ -412,28 +433,7 @@ fn rank_body(
         kind: Failure::CannotRun,
         message: m,
     };
-    let info = RankInfo {
-        neighbor,
-        port_max,
-        rails,
-        capabilities: vec![fabric.transport().into()],
-        rank: id.rank,
-        host: host.to_string(),
-        address: fabric.address(),
-        device: device.clone(),
-        transport: fabric.transport().into(),
-        pid: Some(std::process::id()),
-        node: None,
-    };
-    let hello = Hello {
-        protocol: wire::PROTOCOL,
-        rank: id.rank,
-        world: id.world,
-        token: id.token.clone(),
-        info,
-        capabilities: vec![fabric.transport().into()],
-        params: opts.canonical(),
-    };
+    let hello = rank_hello(id, (rails, host), fabric, (device, neighbor, port_max), opts);
     let t0 = Instant::now();
     // Before its table, this rank names itself as the job's node (a rail's ring rank is not
     // the rank the operator launched).
@@ -459,24 +459,7 @@ fn rank_body(
     // Heartbeats from the table to the end of the run (also while a failed rank waits for
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
     thread::scope(|sc| {
-        sc.spawn(|| {
-            let mut cpu = crate::ring::schedstat::Meter::default();
-            let interrupt = crate::ring::interrupt::process();
-            let mut told = false;
-            while !stop.load(Ordering::Relaxed) {
-                let mut w = beat.report(id.rank, timeout.as_millis() as u64);
-                w.cpu = cpu.read();
-                let _ = session.send(&Msg::Heartbeat(w));
-                let until = Instant::now() + rendezvous::HEARTBEAT;
-                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                    if let Some(signal) = interrupt.caught().filter(|_| !told) {
-                        told = true;
-                        interrupted(id.rank, &session, &beat, signal);
-                    }
-                    thread::sleep(Duration::from_millis(20));
-                }
-            }
-        });
+        sc.spawn(|| heartbeats(id.rank, &session, &beat, &stop, timeout));
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
         // The data links are closed now; let their receivers take the last bytes (bounded
@@ -484,6 +467,63 @@ fn rank_body(
         tcp::wait_closed(Instant::now() + tcp::CLOSE_LINGER);
         r
     })
+}
+
+/// This rank's hello: who it is, where its data links listen, its rails and switch port.
+fn rank_hello(
+    id: &Identity,
+    (rails, host): (Vec<crate::ring::model::RailPort>, &str),
+    fabric: &dyn Fabric,
+    (device, neighbor, port_max): (
+        Option<String>,
+        Option<crate::ring::model::Neighbor>,
+        Option<crate::ring::model::PortMax>,
+    ),
+    opts: &Options,
+) -> Hello {
+    let info = RankInfo {
+        neighbor,
+        port_max,
+        rails,
+        capabilities: vec![fabric.transport().into()],
+        rank: id.rank,
+        host: host.to_string(),
+        address: fabric.address(),
+        device,
+        transport: fabric.transport().into(),
+        pid: Some(std::process::id()),
+        node: None,
+    };
+    Hello {
+        protocol: wire::PROTOCOL,
+        rank: id.rank,
+        world: id.world,
+        token: id.token.clone(),
+        info,
+        capabilities: vec![fabric.transport().into()],
+        params: opts.canonical(),
+    }
+}
+
+/// A heartbeat every [`rendezvous::HEARTBEAT`] until `stop`, and rank 0 told at once when
+/// this process is interrupted.
+fn heartbeats(rank: Rank, session: &Arc<Session>, beat: &Beat, stop: &AtomicBool, timeout: Duration) {
+    let mut cpu = crate::ring::schedstat::Meter::default();
+    let interrupt = crate::ring::interrupt::process();
+    let mut told = false;
+    while !stop.load(Ordering::Relaxed) {
+        let mut w = beat.report(rank, timeout.as_millis() as u64);
+        w.cpu = cpu.read();
+        let _ = session.send(&Msg::Heartbeat(w));
+        let until = Instant::now() + rendezvous::HEARTBEAT;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            if let Some(signal) = interrupt.caught().filter(|_| !told) {
+                told = true;
+                interrupted(rank, session, beat, signal);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// This process was told to stop: rank 0 learns where this rank was (it ends the run and
@@ -621,45 +661,56 @@ fn after_join(
                 Err(e) => Err(fault(e.to_string())),
             }
         }
-        Err(e) => {
-            // Tell the coordinator what went wrong here, then take its word for the cause.
-            let msg = match &e {
-                RingError::Stuck(w, _) => Msg::Stuck {
-                    wait: (**w).clone(),
-                    port_counters: moved(),
-                },
-                other => Msg::Failed {
-                    rank: id.rank,
-                    error: other.to_string(),
-                    link_fault: other.link_fault().cloned(),
-                    port_counters: moved(),
-                },
-            };
-            if let Some(signal) = crate::ring::interrupt::process().caught() {
-                // The scheduler tears the job down: rank 0 reports, this rank just stops.
-                return Err(fault(format!("interrupted by {signal}: {e}")));
-            }
-            let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
-            if !matches!(e, RingError::Aborted(_)) && !already {
-                let _ = session.send(&msg);
-            }
-
-            // The coordinator names the cause within the silence deadline and its grace.
-            let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
-            let why = match session.wait_done(wait) {
-                Err(BootstrapError::Aborted(reason)) => {
-                    // The verdict may name this rank: its NIC's counters, as they are now
-                    // (a NIC still retrying has counted more since any stuck report).
-                    let _ = session.send(&Msg::Counters {
-                        port_counters: moved(),
-                    });
-                    reason
-                }
-                _ => e.to_string(),
-            };
-            Err(fault(why))
-        }
+        Err(e) => Err(after_failure(id, session, e, &reported, moved, timeout)),
     }
+}
+
+/// This rank failed (`e`): tell the coordinator what went wrong here (once), then take its
+/// word for the cause, within the silence deadline and its grace.
+fn after_failure(
+    id: &Identity,
+    session: &Session,
+    e: RingError,
+    reported: &AtomicBool,
+    moved: Moved,
+    timeout: Duration,
+) -> RunError {
+    // Tell the coordinator what went wrong here, then take its word for the cause.
+    let msg = match &e {
+        RingError::Stuck(w, _) => Msg::Stuck {
+            wait: (**w).clone(),
+            port_counters: moved(),
+        },
+        other => Msg::Failed {
+            rank: id.rank,
+            error: other.to_string(),
+            link_fault: other.link_fault().cloned(),
+            port_counters: moved(),
+        },
+    };
+    if let Some(signal) = crate::ring::interrupt::process().caught() {
+        // The scheduler tears the job down: rank 0 reports, this rank just stops.
+        return fault(format!("interrupted by {signal}: {e}"));
+    }
+    let already = matches!(e, RingError::Stuck(..)) && reported.load(Ordering::Relaxed);
+    if !matches!(e, RingError::Aborted(_)) && !already {
+        let _ = session.send(&msg);
+    }
+
+    // The coordinator names the cause within the silence deadline and its grace.
+    let wait = rendezvous::silence(timeout) + rendezvous::FAILURE_GRACE + Duration::from_secs(2);
+    let why = match session.wait_done(wait) {
+        Err(BootstrapError::Aborted(reason)) => {
+            // The verdict may name this rank: its NIC's counters, as they are now
+            // (a NIC still retrying has counted more since any stuck report).
+            let _ = session.send(&Msg::Counters {
+                port_counters: moved(),
+            });
+            reason
+        }
+        _ => e.to_string(),
+    };
+    fault(why)
 }
 
 /// Rows, the hop sample, its size, and the data links themselves: they stay open until the
@@ -691,36 +742,11 @@ fn connected_run(
         timeout,
     };
     let (pred, succ) = (ring.pred(), ring.succ());
-    let mut links: Vec<ChannelLinks> = Vec::new();
-    if opts.sweep {
-        let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
-        let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
-        let req = LinkRequest {
-            me: id.rank,
-            token: &id.token,
-            table: &session.table,
-            shared_transport: session.shared_transport.as_deref(),
-            sends: &sends,
-            recvs: &recvs,
-            slots: opts.slots,
-            slot_bytes: opts.slot_bytes,
-            deadline: Instant::now() + timeout,
-            timeout,
-        };
-        let open = fabric.open(&req).map_err(RingError::Transport)?;
-        for r in &open.rejected {
-            log(
-                0,
-                &format!("rank {}: rejected {r}", shown(&session.table, id.rank)),
-            );
-        }
-        links = open
-            .sends
-            .into_iter()
-            .zip(open.recvs)
-            .map(|(send, recv)| ChannelLinks { send, recv })
-            .collect();
-    }
+    let mut links = if opts.sweep {
+        sweep_links(id, session, fabric, (pred, succ), opts, log)?
+    } else {
+        Vec::new()
+    };
     // The buffers of the largest size, allocated and filled before this rank says it is
     // ready: the go barrier absorbs the time, no peer waits on it during the sweep.
     let mut bufs = match opts.sizes.iter().max() {
@@ -765,23 +791,66 @@ fn connected_run(
         log,
     )?;
     beat.live.set_stage(LiveStatus::DONE);
-    let samples = last
-        .iter()
-        .map(|r| LinkSample {
-            order: 0,
-            from_rank: pred,
-            to_rank: id.rank,
-            bytes: r.hop_bytes,
-            seconds: r.hop_seconds,
-            cpu_wait: None,
-        })
-        .collect();
+    // The hop into this rank during the timed iterations of the last size.
+    let samples = last.iter().map(|r| hop_sample(pred, id.rank, r)).collect();
     Ok((
         rows,
         samples,
         last.map(|r| r.bytes).unwrap_or(0),
         (links, scan_links),
     ))
+}
+
+/// The hop `from` -> `to` as this receiver measured it in size result `r`. Pure.
+fn hop_sample(from: Rank, to: Rank, r: &allreduce::SizeResult) -> LinkSample {
+    LinkSample {
+        order: 0,
+        from_rank: from,
+        to_rank: to,
+        bytes: r.hop_bytes,
+        seconds: r.hop_seconds,
+        cpu_wait: None,
+    }
+}
+
+/// The sweep's data links: `--channels` to the successor and from the predecessor (links
+/// the fabric refused are logged).
+fn sweep_links(
+    id: &Identity,
+    session: &Session,
+    fabric: &dyn Fabric,
+    (pred, succ): (Rank, Rank),
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<Vec<ChannelLinks>, RingError> {
+    let timeout = opts.timeout();
+    let sends: Vec<LinkKey> = (0..opts.channels).map(|c| (succ, c)).collect();
+    let recvs: Vec<LinkKey> = (0..opts.channels).map(|c| (pred, c)).collect();
+    let req = LinkRequest {
+        me: id.rank,
+        token: &id.token,
+        table: &session.table,
+        shared_transport: session.shared_transport.as_deref(),
+        sends: &sends,
+        recvs: &recvs,
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        deadline: Instant::now() + timeout,
+        timeout,
+    };
+    let open = fabric.open(&req).map_err(RingError::Transport)?;
+    for r in &open.rejected {
+        log(
+            0,
+            &format!("rank {}: rejected {r}", shown(&session.table, id.rank)),
+        );
+    }
+    Ok(open
+        .sends
+        .into_iter()
+        .zip(open.recvs)
+        .map(|(send, recv)| ChannelLinks { send, recv })
+        .collect())
 }
 
 /// Run the scan orders the coordinator hands out until it says the scan is over.
@@ -837,45 +906,65 @@ fn scan_loop(
                 peers,
             } => {
                 merge_peers(&mut table, peers, id.world);
-                let ctx = RankCtx {
-                    me: id.rank,
-                    world: id.world,
-                    token: &id.token,
-                    table: &table,
-                    shared_transport: session.shared_transport.as_deref(),
-                    slots: opts.slots,
-                    slot_bytes: opts.slot_bytes,
-                    timeout,
-                    measure_cpu: id.source != crate::ring::launcher::Source::Local,
-                };
-                beat.live.scan_order.store(index, Ordering::Relaxed);
-                let samples = scanstep::run_order(
-                    &ctx,
-                    fabric,
-                    scan_links,
-                    index,
-                    shift,
-                    bytes,
-                    reps,
-                    &beat.scan,
-                    &session.abort,
-                    &on_stuck,
-                )?;
-                session
-                    .send(&Msg::ScanSamples {
-                        rank: id.rank,
-                        index,
-                        samples,
-                        line_rate_gbs,
-                    })
-                    .map_err(|e| RingError::Aborted(e.to_string()))?;
-                beat.scan.tick();
+                let run = (index, shift, bytes, reps);
+                let at = (&table[..], &mut *scan_links);
+                scan_order(id, session, fabric, line_rate_gbs, beat, at, opts, &on_stuck, run)?;
                 idle_since = Instant::now();
             }
             Msg::ScanEnd => return Ok(()),
             _ => {}
         }
     }
+}
+
+/// One scan order: run it (sending `reps` x `bytes` to rank + `shift`) and send its samples.
+#[allow(clippy::too_many_arguments)]
+fn scan_order(
+    id: &Identity,
+    session: &Session,
+    fabric: &dyn Fabric,
+    line_rate_gbs: Option<f64>,
+    beat: &Beat,
+    (table, scan_links): (&[RankInfo], &mut ScanLinks),
+    opts: &Options,
+    on_stuck: &(dyn Fn(&WaitReport) + Sync),
+    (index, shift, bytes, reps): (u32, u32, u64, u32),
+) -> Result<(), RingError> {
+    let timeout = opts.timeout();
+    let ctx = RankCtx {
+        me: id.rank,
+        world: id.world,
+        token: &id.token,
+        table,
+        shared_transport: session.shared_transport.as_deref(),
+        slots: opts.slots,
+        slot_bytes: opts.slot_bytes,
+        timeout,
+        measure_cpu: id.source != crate::ring::launcher::Source::Local,
+    };
+    beat.live.scan_order.store(index, Ordering::Relaxed);
+    let samples = scanstep::run_order(
+        &ctx,
+        fabric,
+        scan_links,
+        index,
+        shift,
+        bytes,
+        reps,
+        &beat.scan,
+        &session.abort,
+        on_stuck,
+    )?;
+    session
+        .send(&Msg::ScanSamples {
+            rank: id.rank,
+            index,
+            samples,
+            line_rate_gbs,
+        })
+        .map_err(|e| RingError::Aborted(e.to_string()))?;
+    beat.scan.tick();
+    Ok(())
 }
 
 /// Add a scan order's peers to this rank's table (ranks of the world it does not hold yet;
