@@ -11,8 +11,8 @@ use serde_json::json;
 
 use crate::ring::model::{CounterMove, RailPort, Rank, RankInfo, Verdict, VerdictKind, VerdictRail};
 use crate::ring::railplan::Roster;
+use crate::ring::report::{Failure, RankOutcome, RunError};
 use crate::ring::report::{InPlaceRow, LinkRow, RailReport, ResultRow, RingReport, avg_busbw, sum_wrong};
-use crate::ring::run::{Failure, RankOutcome, RunError};
 
 /// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
 /// `wanted`: the rails this run asks for by index (None: `all`, the rails most nodes have).
@@ -446,7 +446,7 @@ fn sum_rows(rails: &[&RingReport]) -> Vec<ResultRow> {
 /// Why node `i` misses rail `k` (its slot there, if any), and what to run on it. Pure.
 fn why_missing(i: &RankInfo, k: u32, slot: Option<&RailPort>) -> (String, String) {
     match slot {
-        Some(s) if s.state.as_deref() == Some(crate::ring::rails::ABSENT) => (
+        Some(s) if s.state.as_deref() == Some(crate::ring::railplan::ABSENT) => (
             format!(
                 "its rail {k} port {} is absent (--device names no such RDMA port there)",
                 port_name(s)
@@ -766,8 +766,8 @@ fn all_rails_next(v: &Verdict, rails: &[(RailPort, RingReport)]) -> Option<Strin
 mod tests {
     use super::*;
     use crate::ring::launcher::Source;
+    use crate::ring::options::Options;
     use crate::ring::report::LauncherInfo;
-    use crate::ring::run::Options;
 
     fn slot(rail: u32, dev: &str, usable: bool) -> RailPort {
         RailPort {
@@ -1188,7 +1188,7 @@ mod tests {
                 1 => vec![port("mlx5_0")],
                 _ => vec![port("mlx5_0"), port("mlx5_7")],
             };
-            crate::ring::rails::rdma_slots(&have, Some("mlx5_0,mlx5_7"), None)
+            crate::ring::railplan::rdma_slots(&have, Some("mlx5_0,mlx5_7"), None)
         };
         let roster = roster_of(3, slots, None);
         assert_eq!(

@@ -1,5 +1,5 @@
 //! `--rails` across nodes, the plan: every node declares its rail slots in its hello on the
-//! job's one coordinator port (see [`crate::ring::railmux`]), and rank 0 forms each rail's
+//! job's one coordinator port (the node door and its relay), and rank 0 forms each rail's
 //! ring from the declarations. Rail k's ring is formed by the nodes that drive rail k, in
 //! node order (renumbered 0..m: the coordinator and the data plane see an ordinary ring of
 //! m ranks), so one node without rail k leaves rail k untested only on itself. Pure.
@@ -8,8 +8,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ring::model::{RailPort, Rank};
+use std::net::IpAddr;
+
+use crate::nccl::hca::{HcaSpec, PortCandidate};
+use crate::nccl::ifname::{self, IfAddr, IfSpec};
+use crate::ring::model::{MAX_RAILS, RailPort, Rank, printable};
 pub use crate::ring::wire::Seat;
+use crate::sysfs::infiniband::NumName;
 
 /// What one node declares: its rank and host, and every rail slot it has (driven or not).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +98,241 @@ pub fn plan(
         })
         .collect()
 }
+
+// ---- the rail slots of one node, and the selection --rails makes of them ----
+
+/// `--rails`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RailSel {
+    /// Today's single-rail run (the default).
+    One,
+    /// Every rail slot of the node.
+    All,
+    /// The first N slots.
+    Count(u32),
+    /// These rail indices (`0,3`; a single one as `3,`).
+    List(Vec<u32>),
+}
+
+/// `all`, `N` (1..=32) or a comma-separated list of rail indices. Pure.
+pub fn parse_rails(s: &str) -> Result<RailSel, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(RailSel::All);
+    }
+    let index = |x: &str| -> Result<u32, String> {
+        x.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n < MAX_RAILS)
+            .ok_or_else(|| {
+                format!(
+                    "--rails {s:?}: `{x}` is not a rail index from 0 to {}",
+                    MAX_RAILS - 1
+                )
+            })
+    };
+    if t.contains(',') {
+        let mut v = Vec::new();
+        for x in t.split(',').filter(|x| !x.trim().is_empty()) {
+            let i = index(x)?;
+            if v.contains(&i) {
+                return Err(format!("--rails {s:?}: rail {i} is listed twice"));
+            }
+            v.push(i);
+        }
+        if v.is_empty() {
+            return Err(format!("--rails {s:?} lists no rail"));
+        }
+        v.sort_unstable();
+        return Ok(RailSel::List(v));
+    }
+    match t.parse::<u32>() {
+        Ok(1) => Ok(RailSel::One),
+        Ok(n) if (2..=MAX_RAILS).contains(&n) => Ok(RailSel::Count(n)),
+        _ => Err(format!(
+            "--rails {s:?}: expected `all`, a number of rails from 1 to {MAX_RAILS}, or rail indices such as `0,2`"
+        )),
+    }
+}
+
+/// The rail slots `sel` asks for among a node's slots (in rail order). Slots it names that
+/// the node lacks are simply absent here: rank 0 names them (`rail_missing`). Pure.
+pub fn select(slots: &[RailPort], sel: &RailSel) -> Vec<RailPort> {
+    slots
+        .iter()
+        .filter(|p| match sel {
+            RailSel::One => p.rail == 0,
+            RailSel::All => true,
+            RailSel::Count(n) => p.rail < *n,
+            RailSel::List(ix) => ix.contains(&p.rail),
+        })
+        .cloned()
+        .collect()
+}
+
+/// The rail indices this run wants, where the selection says (None: `all`, every slot the
+/// node has). Pure.
+pub fn wanted(sel: &RailSel) -> Option<Vec<u32>> {
+    match sel {
+        RailSel::One => Some(vec![0]),
+        RailSel::All => None,
+        RailSel::Count(n) => Some((0..*n).collect()),
+        RailSel::List(ix) => Some(ix.clone()),
+    }
+}
+
+/// Over tcp: rail k is the k-th interface `spec` matches (NCCL_SOCKET_IFNAME syntax), in the
+/// host's order, running or not (a stopped interface keeps its place: its rail is missing,
+/// the next one is not shifted onto it); with no spec, the interfaces NCCL's default order
+/// picks. Returns each slot with its address (the first one per name). Pure.
+pub fn tcp_slots(ifs: &[IfAddr], spec: Option<&str>) -> Vec<(RailPort, IpAddr)> {
+    let names: Vec<&IfAddr> = match spec.and_then(IfSpec::parse) {
+        Some(s) => {
+            let mut seen: Vec<&str> = Vec::new();
+            ifs.iter()
+                .filter(|i| !(i.addr.is_ipv6() && i.addr.is_loopback()) && s.matches(&i.name))
+                .filter(|i| {
+                    let new = !seen.contains(&i.name.as_str());
+                    seen.push(&i.name);
+                    new
+                })
+                .collect()
+        }
+        None => {
+            let chosen = ifname::select(ifs, None, None, None);
+            chosen
+                .iter()
+                .filter_map(|c| {
+                    ifs.iter()
+                        .find(|i| i.name == c.iface.name && i.addr == c.iface.addr)
+                })
+                .collect()
+        }
+    };
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(k, i)| {
+            (
+                RailPort {
+                    rail: k as u32,
+                    device: i.name.clone(),
+                    port: None,
+                    netdev: Some(i.name.clone()),
+                    state: Some(if i.running { "up" } else { "down" }.into()),
+                    usable: i.running,
+                    label: None,
+                    address: None,
+                },
+                i.addr,
+            )
+        })
+        .collect()
+}
+
+/// A port's state as the links probe read it: `ACTIVE`, or for any other state the
+/// physical state too (`DOWN (phys Disabled)`, `INIT (phys LinkUp)`), so a rail_missing
+/// verdict says what the port really is. Pure.
+pub fn link_state(state: Option<&NumName>, phys: Option<&NumName>) -> Option<String> {
+    let s = state?.name.clone();
+    Some(match phys {
+        Some(p) if s != "ACTIVE" => format!("{s} (phys {})", p.name),
+        _ => s,
+    })
+}
+
+/// `mlx5_10` after `mlx5_9`: the name's trailing number compares as a number.
+fn natural_key(name: &str) -> (&str, u64) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (stem, num) = name.split_at(name.len() - digits);
+    (stem, num.parse().unwrap_or(0))
+}
+
+/// Over RDMA: rail k is the k-th port NCCL would use: `--device` (`mlx5_0,mlx5_1:1`, exact
+/// names, in the order given), else the ports `NCCL_IB_HCA` allows in device order. Every
+/// port keeps its slot whatever its state; an ACTIVE InfiniBand/Ethernet port is usable.
+/// A `--device` entry that names no port of this node keeps its slot too, as state
+/// `absent` (one slot, whatever ports it has elsewhere): this node lacks that rail, the
+/// others still run it, and the job's report names it (`rail_missing`). Pure.
+pub fn rdma_slots(
+    ports: &[PortCandidate],
+    device_flag: Option<&str>,
+    hca_env: Option<&str>,
+) -> Vec<RailPort> {
+    let mut sorted: Vec<&PortCandidate> = ports.iter().collect();
+    sorted.sort_by(|a, b| (natural_key(&a.device), a.port).cmp(&(natural_key(&b.device), b.port)));
+    // A port, or a `--device` entry that matches none here.
+    let chosen: Vec<Result<&PortCandidate, &str>> = match device_flag {
+        Some(list) => {
+            let mut out: Vec<Result<&PortCandidate, &str>> = Vec::new();
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let spec = HcaSpec::parse(&format!("={entry}"));
+                let hits: Vec<&PortCandidate> = sorted
+                    .iter()
+                    .copied()
+                    .filter(|p| spec.selects(&p.device, p.port))
+                    .collect();
+                if hits.is_empty() {
+                    out.push(Err(entry));
+                }
+                for h in hits {
+                    if !out.contains(&Ok(h)) {
+                        out.push(Ok(h));
+                    }
+                }
+            }
+            out
+        }
+        None => {
+            let spec = hca_env
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(HcaSpec::parse);
+            sorted
+                .into_iter()
+                .filter(|p| spec.as_ref().is_none_or(|s| s.selects(&p.device, p.port)))
+                .map(Ok)
+                .collect()
+        }
+    };
+    chosen
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| match c {
+            Ok(p) => RailPort {
+                rail: k as u32,
+                device: p.device.clone(),
+                port: Some(p.port),
+                netdev: p.netdevs.first().cloned(),
+                state: p.state.clone(),
+                usable: p.state.as_deref() == Some("ACTIVE")
+                    && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet")),
+                label: None,
+                address: None,
+            },
+            Err(entry) => {
+                let (device, port) = match entry.rsplit_once(':') {
+                    Some((d, p)) => (d, p.parse().ok()),
+                    None => (entry, None),
+                };
+                RailPort {
+                    rail: k as u32,
+                    device: printable(device, 64),
+                    port,
+                    netdev: None,
+                    state: Some(ABSENT.into()),
+                    usable: false,
+                    label: None,
+                    address: None,
+                }
+            }
+        })
+        .collect()
+}
+
+/// The state of a `--device` entry that names no RDMA port of this node.
+pub const ABSENT: &str = "absent";
 
 #[cfg(test)]
 mod tests {

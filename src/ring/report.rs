@@ -402,6 +402,36 @@ pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
     (drain, ticket)
 }
 
+// ---- what one rank's run ends with ----
+
+/// Outcome kinds for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The cluster has a fault (a rank missing, a link dead, a hang, wrong results): exit 1.
+    Fault,
+    /// fabprobe itself could not run here (cannot bind, bad address): exit 2.
+    CannotRun,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct RunError {
+    pub kind: Failure,
+    pub message: String,
+}
+
+/// What one rank's run produced.
+pub struct RankOutcome {
+    /// Rank 0 only.
+    pub report: Option<RingReport>,
+    /// The coordinator said the run failed (wrong results or a verdict).
+    pub failed: bool,
+    /// Not rank 0: why the coordinator failed the run, for this rank's stderr (its exit 1
+    /// must not come without a reason).
+    pub why: Option<String>,
+}
+
 #[cfg(test)]
 mod action_tests {
     use std::collections::BTreeMap;

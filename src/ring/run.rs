@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::ring::collective::allreduce::{self, Buffers, ChannelLinks, Progress, Ring, RingError, SizeSpec};
 use crate::ring::collective::scanstep::{self, RankCtx, ScanLinks};
 use crate::ring::collective::transport::tcp::{self, TcpFabric};
@@ -29,6 +27,8 @@ use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_bu
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
 
 pub use crate::ring::options::Options;
+// What a rank's run ends with is the report's vocabulary (railmerge reads it too).
+pub use crate::ring::report::{Failure, RankOutcome, RunError};
 
 /// Where this rank is and how it reaches the others.
 pub struct Setup {
@@ -87,39 +87,11 @@ pub struct Setup {
 /// See [`Setup::on_row`].
 pub type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
 
-/// Outcome kinds for the exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Failure {
-    /// The cluster has a fault (a rank missing, a link dead, a hang, wrong results): exit 1.
-    Fault,
-    /// fabprobe itself could not run here (cannot bind, bad address): exit 2.
-    CannotRun,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct RunError {
-    pub kind: Failure,
-    pub message: String,
-}
-
 fn fault(message: impl Into<String>) -> RunError {
     RunError {
         kind: Failure::Fault,
         message: message.into(),
     }
-}
-
-/// What one rank's run produced.
-pub struct RankOutcome {
-    /// Rank 0 only.
-    pub report: Option<RingReport>,
-    /// The coordinator said the run failed (wrong results or a verdict).
-    pub failed: bool,
-    /// Not rank 0: why the coordinator failed the run, for this rank's stderr (its exit 1
-    /// must not come without a reason).
-    pub why: Option<String>,
 }
 
 /// A failed run's reason as the coordinator's end-of-run message gives it to the other
