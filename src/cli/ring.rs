@@ -321,7 +321,9 @@ JSON DATA (fabprobe.ring)
              NICs of the ranks it names), as applicable},
              message (the human line), next (the command to run next), rail (--rails only:
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
-             absent for a verdict on all rails, whose evidence has rails[] and rails_gbs)};
+             absent for a verdict on all rails, whose evidence has rails[], rails_gbs and,
+             where the rails' switch ports are known, rails_neighbor {rail: neighbor} in place
+             of neighbor)};
              empty on a healthy run
   drain[]    {host, ranks[], kinds[], reason, switch_ports[]}: the nodes to take out of
              service, one per host, from the verdicts whose action is drain (reason: the
@@ -330,7 +332,7 @@ JSON DATA (fabprobe.ring)
              the links and paths to file a ticket for (the cable, the switch port), one per
              verdict whose action is ticket; neither list holds an investigate verdict;
              switch_ports[] (absent when none is known): the text of each end's
-             evidence.neighbor, from then to. fabprobe sweep merges these lists over many
+             evidence.neighbor, from then to (every rail's, for a verdict on all rails). fabprobe sweep merges these lists over many
              ring reports
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
               line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,

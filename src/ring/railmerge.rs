@@ -730,6 +730,22 @@ fn all_rails(v: &Verdict, rails: &[(RailPort, RingReport)], full: &[u32]) -> Ver
     if !per.is_empty() {
         out.evidence.insert("rails_gbs".into(), json!(per));
     }
+    // Each rail's switch ports, not the lowest rail's alone: every rail's cable and port is
+    // a suspect of a verdict every rail gives.
+    let nbr: BTreeMap<String, serde_json::Value> = rails
+        .iter()
+        .filter_map(|(p, r)| {
+            let same = r
+                .verdicts
+                .iter()
+                .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank))?;
+            Some((p.rail.to_string(), same.evidence.get("neighbor")?.clone()))
+        })
+        .collect();
+    if nbr.len() > 1 {
+        out.evidence.remove("neighbor");
+        out.evidence.insert("rails_neighbor".into(), json!(nbr));
+    }
     out.next = all_rails_next(v, rails);
     out
 }
@@ -999,6 +1015,36 @@ mod tests {
             Some("rail 0: on node-c: `ethtool -S eth1`; rail 1: on node-c: `ethtool -S eth2`")
         );
         crate::ring::diagnosis::pastes::assert_next_pastes(v);
+    }
+
+    /// Issue 30: an all-rails verdict names every rail's switch port (LLDP), not only the
+    /// lowest rail's.
+    #[test]
+    fn an_all_rails_verdict_names_every_rails_switch_port() {
+        let on = |rail: u32, dev: &str, port: &str| {
+            let mut v = verdict(VerdictKind::SlowEgress, 2, dev, 0.02);
+            let text = format!("node-c {dev} <-> leaf-07 {port}");
+            v.evidence.insert("neighbor".into(), json!({"from": {"rank": 2, "text": text}}));
+            (
+                slot(rail, &format!("mlx5_{rail}"), true),
+                report(rail, true, vec![], vec![v]),
+            )
+        };
+        let all = job_report(
+            vec![on(0, "eth1", "Eth1/1"), on(1, "eth2", "Eth1/2")],
+            vec![],
+            Some(&[0, 1]),
+            None,
+        );
+        let v = &all.verdicts[0];
+        assert!(v.message.starts_with("all rails: "), "{}", v.message);
+        assert!(v.evidence.get("neighbor").is_none(), "{:?}", v.evidence);
+        assert_eq!(
+            crate::ring::diagnosis::neighbor::texts(v),
+            ["node-c eth1 <-> leaf-07 Eth1/1", "node-c eth2 <-> leaf-07 Eth1/2"]
+        );
+        let (drain, _) = crate::ring::report::action_lists(&all.verdicts);
+        assert_eq!(drain[0].switch_ports.len(), 2, "{drain:?}");
     }
 
     #[test]

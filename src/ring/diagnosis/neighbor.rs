@@ -251,15 +251,27 @@ pub fn attach(verdicts: &mut [Verdict], ranks: &[RankInfo]) {
     }
 }
 
-/// The `text` of each end in a verdict's `evidence.neighbor`, from then to. Pure.
+/// The `text` of each end in a verdict's `evidence.neighbor`, from then to; for a verdict
+/// every rail gives, each rail's (`evidence.rails_neighbor`, in rail order), each once. Pure.
 pub fn texts(v: &Verdict) -> Vec<String> {
-    let Some(n) = v.evidence.get("neighbor") else {
-        return Vec::new();
+    let ends = |n: &serde_json::Value| -> Vec<String> {
+        ["from", "to"]
+            .iter()
+            .filter_map(|e| n.get(e)?.get("text")?.as_str().map(str::to_string))
+            .collect()
     };
-    ["from", "to"]
-        .iter()
-        .filter_map(|e| n.get(e)?.get("text")?.as_str().map(str::to_string))
-        .collect()
+    let mut out: Vec<String> = v.evidence.get("neighbor").map(ends).unwrap_or_default();
+    if let Some(serde_json::Value::Object(per)) = v.evidence.get("rails_neighbor") {
+        let mut rails: Vec<(u64, &serde_json::Value)> =
+            per.iter().map(|(k, n)| (k.parse().unwrap_or(u64::MAX), n)).collect();
+        rails.sort_by_key(|(k, _)| *k);
+        for t in rails.into_iter().flat_map(|(_, n)| ends(n)) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
