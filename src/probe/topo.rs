@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::{Host, NvmlState, natural_cmp};
 use crate::nccl::topo::{self as ncclt, Attach};
 use crate::nccl::topo_xml::{NcclCpu, NcclGpu, NcclNet, NcclNvlink, NcclPci, NcclSystem};
@@ -787,18 +787,24 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
             is_nic,
             numa_nodes: r.numa_nodes.len(),
         };
-        for rule in RULES {
-            if let Judge::Device(j) = rule.judge {
-                j(&x, &mut out);
-            }
-        }
+        judge_each(RULES, device_judge, &x, &mut out);
     }
-    for rule in RULES {
-        if let Judge::Report(j) = rule.judge {
-            j(r, &mut out);
-        }
-    }
+    judge_each(RULES, report_judge, r, &mut out);
     out
+}
+
+fn device_judge(j: &Judge) -> Option<fn(&Dev, &mut Vec<Finding>)> {
+    match j {
+        Judge::Device(j) => Some(*j),
+        _ => None,
+    }
+}
+
+fn report_judge(j: &Judge) -> Option<fn(&TopoReport, &mut Vec<Finding>)> {
+    match j {
+        Judge::Report(j) => Some(*j),
+        _ => None,
+    }
 }
 
 fn nvlink_below_majority(r: &TopoReport, out: &mut Vec<Finding>) {
