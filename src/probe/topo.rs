@@ -535,9 +535,25 @@ pub fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
 
 /// Labels and both matrices, filled from the devices.
 fn finish(r: &mut TopoReport) {
+    let (direct, to_switch) = nvlink_counts(r);
+    note_uncounted_nvlinks(r);
+    let nv = nv_matrix(&direct, &to_switch);
+    let (smi, nccl) = path_matrices(r, &nv, &direct);
+    r.labels = r
+        .gpus
+        .iter()
+        .map(|g| g.label.clone())
+        .chain(r.nics.iter().map(|n| n.label.clone()))
+        .collect();
+    r.matrix = smi;
+    r.nccl_matrix = nccl;
+    note_missing_devices(r);
+}
+
+/// NVLink counts per GPU: direct GPU-GPU links (`direct[i][j]`), and links into NVSwitches.
+fn nvlink_counts(r: &TopoReport) -> (Vec<Vec<u32>>, Vec<u32>) {
     let ng = r.gpus.len();
     let gpu_ids: Vec<&str> = r.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
-    // NVLink counts: direct GPU-GPU links, and links into NVSwitches.
     let mut direct = vec![vec![0u32; ng]; ng];
     let mut to_switch = vec![0u32; ng];
     for (i, g) in r.gpus.iter().enumerate() {
@@ -553,7 +569,13 @@ fn finish(r: &mut TopoReport) {
             }
         }
     }
-    // Links the matrix leaves out, said out loud.
+    (direct, to_switch)
+}
+
+/// Links the matrix leaves out, said out loud.
+fn note_uncounted_nvlinks(r: &mut TopoReport) {
+    let gpu_ids: Vec<&str> = r.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
+    let mut notes = Vec::new();
     for g in &r.gpus {
         for p in &g.nvlinks {
             let far = p.target_pci_bus_id.as_deref();
@@ -561,18 +583,18 @@ fn finish(r: &mut TopoReport) {
             let n = p.count;
             let s = if n == 1 { "" } else { "s" };
             match (p.target_kind.as_str(), far) {
-                ("gpu", Some(t)) if !visible => r.notes.push(format!(
+                ("gpu", Some(t)) if !visible => notes.push(format!(
                     "{}: {n} NVLink{s} lead to GPU {t}, which this report does not list (hidden from \
                      this process, e.g. by NVIDIA_VISIBLE_DEVICES or a container): not counted in NV#",
                     g.label
                 )),
-                ("unknown", Some(t)) => r.notes.push(format!(
+                ("unknown", Some(t)) => notes.push(format!(
                     "{}: {n} NVLink{s} lead to {t}, and nothing read says what it is (not a GPU \
                      listed here, no NVML remote device type or tclass, no PCI class in sysfs): \
                      not counted in NV#",
                     g.label
                 )),
-                ("unknown", None) => r.notes.push(format!(
+                ("unknown", None) => notes.push(format!(
                     "{}: {n} active NVLink{s} whose far end NVML could not name: not counted in NV#",
                     g.label
                 )),
@@ -580,6 +602,12 @@ fn finish(r: &mut TopoReport) {
             }
         }
     }
+    r.notes.extend(notes);
+}
+
+/// The NV# of each GPU pair: its direct links, plus the links both have into NVSwitches.
+fn nv_matrix(direct: &[Vec<u32>], to_switch: &[u32]) -> Vec<Vec<u32>> {
+    let ng = to_switch.len();
     let mut nv = vec![vec![0u32; ng]; ng];
     for i in 0..ng {
         for j in 0..ng {
@@ -592,12 +620,11 @@ fn finish(r: &mut TopoReport) {
             nv[i][j] = d + s;
         }
     }
-    let places: Vec<(Option<Attach>, bool)> = r
-        .gpus
-        .iter()
-        .map(|g| (attach(&g.pci), false))
-        .chain(r.nics.iter().map(|n| (attach(&n.pci), true)))
-        .collect();
+    nv
+}
+
+/// Broadcom PCIe switches fused over the switch tree, as NCCL flattens them.
+fn bcm_fused(r: &TopoReport) -> HashMap<String, String> {
     // Broadcom flattening over the switch tree.
     let parents: HashMap<String, String> = r
         .switches
@@ -615,7 +642,19 @@ fn finish(r: &mut TopoReport) {
             ))
         })
         .collect();
-    let fused = ncclt::bcm_flatten(&parents, &idents);
+    ncclt::bcm_flatten(&parents, &idents)
+}
+
+/// nvidia-smi's and NCCL's matrices over GPUs then NICs.
+fn path_matrices(r: &TopoReport, nv: &[Vec<u32>], direct: &[Vec<u32>]) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let ng = r.gpus.len();
+    let places: Vec<(Option<Attach>, bool)> = r
+        .gpus
+        .iter()
+        .map(|g| (attach(&g.pci), false))
+        .chain(r.nics.iter().map(|n| (attach(&n.pci), true)))
+        .collect();
+    let fused = bcm_fused(r);
     let n = places.len();
     let mut smi = vec![vec![String::new(); n]; n];
     let mut nccl = vec![vec![String::new(); n]; n];
@@ -635,7 +674,7 @@ fn finish(r: &mut TopoReport) {
                     "N/A".into()
                 };
                 nccl[i][j] = gpus
-                    .then(|| ncclt::nvlink_path(i, j, &nv, &direct))
+                    .then(|| ncclt::nvlink_path(i, j, nv, direct))
                     .flatten()
                     .map(|p| p.as_str().to_string())
                     .unwrap_or_else(|| "N/A".into());
@@ -648,7 +687,7 @@ fn finish(r: &mut TopoReport) {
                 smi_pci_level(a, b).to_string()
             };
             let nvl = if gpus {
-                ncclt::nvlink_path(i, j, &nv, &direct)
+                ncclt::nvlink_path(i, j, nv, direct)
             } else {
                 None
             };
@@ -658,14 +697,11 @@ fn finish(r: &mut TopoReport) {
                 .to_string();
         }
     }
-    r.labels = r
-        .gpus
-        .iter()
-        .map(|g| g.label.clone())
-        .chain(r.nics.iter().map(|n| n.label.clone()))
-        .collect();
-    r.matrix = smi;
-    r.nccl_matrix = nccl;
+    (smi, nccl)
+}
+
+/// What the report lacks (GPUs, NVLink facts, RDMA devices), said as notes.
+fn note_missing_devices(r: &mut TopoReport) {
     if r.gpus.is_empty() {
         r.notes.push(format!(
             "no NVIDIA GPU found (no PCI function with vendor 0x10de and a VGA or 3D controller class){}",
