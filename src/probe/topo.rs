@@ -970,8 +970,33 @@ fn hex4(v: Option<u32>) -> Option<String> {
 pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
     let switch_of: HashMap<&str, &TopoSwitch> =
         r.switches.iter().map(|s| (s.pci_bus_id.as_str(), s)).collect();
-    let gpu_class: HashMap<&str, String> = r
-        .gpus
+    let gpu_class = gpu_classes(r);
+    let mut cpus: BTreeMap<i32, NcclCpu> = BTreeMap::new();
+    for g in &r.gpus {
+        let mut l = pci_leaf(g.pci_bus_id.clone(), &g.pci, "0x030200");
+        // Without NVML the compute capability is unknown; NCCL requires `sm` on a <gpu>,
+        // so leave the element out and let NCCL fill it, as Azure's files do.
+        l.gpu = g.sm.map(|sm| nccl_gpu(g, sm, &gpu_class));
+        let path = switch_nodes(&switch_of, &g.pci);
+        insert(
+            &mut cpu_of(&mut cpus, r, g.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+    add_nics(r, &switch_of, &mut cpus);
+    let mut sys = NcclSystem {
+        cpus: cpus.into_values().collect(),
+    };
+    for c in &mut sys.cpus {
+        sort_by_busid(&mut c.pcis);
+    }
+    sys
+}
+
+/// Each GPU's PCI class as NCCL writes it, by bus id: the `tclass` of NVLinks to it.
+fn gpu_classes(r: &TopoReport) -> HashMap<&str, String> {
+    r.gpus
         .iter()
         .map(|g| {
             (
@@ -983,67 +1008,140 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
                     .unwrap_or_else(|| "0x030200".into()),
             )
         })
-        .collect();
-    let mut cpus: BTreeMap<i32, NcclCpu> = BTreeMap::new();
-    // Insert a device under its CPU, creating switch nodes on the way.
-    fn insert(list: &mut Vec<NcclPci>, path: &[NcclPci], leaf: NcclPci) {
-        match path.split_first() {
-            None => match list.iter_mut().find(|p| p.busid == leaf.busid) {
-                // Functions of one NIC are one NCCL node: merge their nets.
-                Some(existing) => existing.nets.extend(leaf.nets),
-                None => list.push(leaf),
-            },
-            Some((sw, rest)) => {
-                let pos = match list.iter().position(|p| p.busid == sw.busid) {
-                    Some(p) => p,
-                    None => {
-                        list.push(sw.clone());
-                        list.len() - 1
-                    }
-                };
-                insert(&mut list[pos].children, rest, leaf);
-            }
+        .collect()
+}
+
+/// A GPU's `<gpu>` element: its index, compute capability and NVLinks.
+fn nccl_gpu(g: &TopoGpu, sm: u32, gpu_class: &HashMap<&str, String>) -> NcclGpu {
+    NcclGpu {
+        dev: Some(g.index),
+        sm: Some(sm),
+        nvlinks: g
+            .nvlinks
+            .iter()
+            .filter_map(|p| {
+                Some(NcclNvlink {
+                    target: p.target_pci_bus_id.clone()?,
+                    count: p.count,
+                    // An unknown far end gets no tclass: NCCL then reads the
+                    // class from the host's sysfs itself, as for its own dumps.
+                    tclass: match p.target_kind.as_str() {
+                        "gpu" => Some(
+                            gpu_class
+                                .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
+                                .cloned()
+                                .unwrap_or_else(|| "0x030200".into()),
+                        ),
+                        "nvswitch" => Some(NVSWITCH_CLASS.into()),
+                        "cpu" => Some(NVLINK_CPU_CLASS.into()),
+                        _ => None,
+                    },
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The NICs under their CPUs. NCCL's IB plugin forces the function to 0, merging the
+/// ports of one adapter.
+fn add_nics(r: &TopoReport, switch_of: &HashMap<&str, &TopoSwitch>, cpus: &mut BTreeMap<i32, NcclCpu>) {
+    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
+    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
+    for (k, n) in r.nics.iter().enumerate() {
+        let Some(bdf) = &n.pci.pci_bus_id else {
+            continue;
+        };
+        let busid = ncclt::slot_of(bdf)
+            .map(|s| format!("{s}.0"))
+            .unwrap_or(bdf.clone());
+        let (real_port, guid) = merged
+            .entry(busid.clone())
+            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
+        let first = n.ports.first();
+        let mut l = pci_leaf(busid.clone(), &n.pci, "0x020000");
+        l.nets.push(NcclNet {
+            name: n.ibdev.clone(),
+            dev: Some(k as u32),
+            speed: first.and_then(|p| p.rate_mbps),
+            port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
+            guid: guid.clone(),
+        });
+        *real_port += 1;
+        let path = switch_nodes(switch_of, &n.pci);
+        insert(
+            &mut cpu_of(cpus, r, n.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+}
+
+/// Insert a device under its CPU, creating switch nodes on the way.
+fn insert(list: &mut Vec<NcclPci>, path: &[NcclPci], leaf: NcclPci) {
+    match path.split_first() {
+        None => match list.iter_mut().find(|p| p.busid == leaf.busid) {
+            // Functions of one NIC are one NCCL node: merge their nets.
+            Some(existing) => existing.nets.extend(leaf.nets),
+            None => list.push(leaf),
+        },
+        Some((sw, rest)) => {
+            let pos = match list.iter().position(|p| p.busid == sw.busid) {
+                Some(p) => p,
+                None => {
+                    list.push(sw.clone());
+                    list.len() - 1
+                }
+            };
+            insert(&mut list[pos].children, rest, leaf);
         }
     }
-    fn cpu_of<'c>(cpus: &'c mut BTreeMap<i32, NcclCpu>, r: &TopoReport, numa: i32) -> &'c mut NcclCpu {
-        cpus.entry(numa).or_insert_with(|| NcclCpu {
-            numaid: numa,
-            affinity: r
-                .numa_nodes
-                .iter()
-                .find(|n| n.id == numa)
-                .and_then(|n| n.cpumap.clone()),
-            arch: r.cpu.arch.clone(),
-            vendor: r.cpu.vendor.clone(),
-            familyid: r.cpu.family_id,
-            modelid: r.cpu.model_id,
-            ..Default::default()
-        })
-    }
-    let sw_nodes = |p: &PciPlace| -> Vec<NcclPci> {
-        p.nccl_switches
+}
+
+/// The `<cpu>` of a NUMA node, made on first use from the host's CPU facts.
+fn cpu_of<'c>(cpus: &'c mut BTreeMap<i32, NcclCpu>, r: &TopoReport, numa: i32) -> &'c mut NcclCpu {
+    cpus.entry(numa).or_insert_with(|| NcclCpu {
+        numaid: numa,
+        affinity: r
+            .numa_nodes
             .iter()
-            .map(|b| {
-                let s = switch_of.get(b.as_str());
-                NcclPci {
-                    busid: b.clone(),
-                    class: Some(
-                        s.and_then(|s| s.ident.class)
-                            .map(|c| format!("0x{c:06x}"))
-                            .unwrap_or_else(|| "0x060400".into()),
-                    ),
-                    vendor: hex4(s.and_then(|s| s.ident.vendor)),
-                    device: hex4(s.and_then(|s| s.ident.device)),
-                    subsystem_vendor: hex4(s.and_then(|s| s.ident.subsystem_vendor)),
-                    subsystem_device: hex4(s.and_then(|s| s.ident.subsystem_device)),
-                    link_speed: s.and_then(|s| s.nccl_link_speed.clone()),
-                    link_width: s.and_then(|s| s.nccl_link_width),
-                    ..Default::default()
-                }
-            })
-            .collect()
-    };
-    let leaf = |busid: String, p: &PciPlace, default_class: &str| NcclPci {
+            .find(|n| n.id == numa)
+            .and_then(|n| n.cpumap.clone()),
+        arch: r.cpu.arch.clone(),
+        vendor: r.cpu.vendor.clone(),
+        familyid: r.cpu.family_id,
+        modelid: r.cpu.model_id,
+        ..Default::default()
+    })
+}
+
+/// The PCIe switches NCCL sees above a device, as `<pci>` nodes, top first.
+fn switch_nodes(switch_of: &HashMap<&str, &TopoSwitch>, p: &PciPlace) -> Vec<NcclPci> {
+    p.nccl_switches
+        .iter()
+        .map(|b| {
+            let s = switch_of.get(b.as_str());
+            NcclPci {
+                busid: b.clone(),
+                class: Some(
+                    s.and_then(|s| s.ident.class)
+                        .map(|c| format!("0x{c:06x}"))
+                        .unwrap_or_else(|| "0x060400".into()),
+                ),
+                vendor: hex4(s.and_then(|s| s.ident.vendor)),
+                device: hex4(s.and_then(|s| s.ident.device)),
+                subsystem_vendor: hex4(s.and_then(|s| s.ident.subsystem_vendor)),
+                subsystem_device: hex4(s.and_then(|s| s.ident.subsystem_device)),
+                link_speed: s.and_then(|s| s.nccl_link_speed.clone()),
+                link_width: s.and_then(|s| s.nccl_link_width),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// A device's own `<pci>` node; `default_class` when its class was not read.
+fn pci_leaf(busid: String, p: &PciPlace, default_class: &str) -> NcclPci {
+    NcclPci {
         busid,
         class: Some(
             p.ident
@@ -1058,90 +1156,15 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
         link_speed: p.nccl_link_speed.clone(),
         link_width: p.nccl_link_width,
         ..Default::default()
-    };
-    for g in &r.gpus {
-        let mut l = leaf(g.pci_bus_id.clone(), &g.pci, "0x030200");
-        // Without NVML the compute capability is unknown; NCCL requires `sm` on a <gpu>,
-        // so leave the element out and let NCCL fill it, as Azure's files do.
-        if let Some(sm) = g.sm {
-            l.gpu = Some(NcclGpu {
-                dev: Some(g.index),
-                sm: Some(sm),
-                nvlinks: g
-                    .nvlinks
-                    .iter()
-                    .filter_map(|p| {
-                        Some(NcclNvlink {
-                            target: p.target_pci_bus_id.clone()?,
-                            count: p.count,
-                            // An unknown far end gets no tclass: NCCL then reads the
-                            // class from the host's sysfs itself, as for its own dumps.
-                            tclass: match p.target_kind.as_str() {
-                                "gpu" => Some(
-                                    gpu_class
-                                        .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
-                                        .cloned()
-                                        .unwrap_or_else(|| "0x030200".into()),
-                                ),
-                                "nvswitch" => Some(NVSWITCH_CLASS.into()),
-                                "cpu" => Some(NVLINK_CPU_CLASS.into()),
-                                _ => None,
-                            },
-                        })
-                    })
-                    .collect(),
-            });
-        }
-        let path = sw_nodes(&g.pci);
-        insert(
-            &mut cpu_of(&mut cpus, r, g.pci.numa_node.unwrap_or(-1)).pcis,
-            &path,
-            l,
-        );
     }
-    // NCCL's IB plugin forces the function to 0, merging the ports of one adapter.
-    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
-    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
-    for (k, n) in r.nics.iter().enumerate() {
-        let Some(bdf) = &n.pci.pci_bus_id else {
-            continue;
-        };
-        let busid = ncclt::slot_of(bdf)
-            .map(|s| format!("{s}.0"))
-            .unwrap_or(bdf.clone());
-        let (real_port, guid) = merged
-            .entry(busid.clone())
-            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
-        let first = n.ports.first();
-        let mut l = leaf(busid.clone(), &n.pci, "0x020000");
-        l.nets.push(NcclNet {
-            name: n.ibdev.clone(),
-            dev: Some(k as u32),
-            speed: first.and_then(|p| p.rate_mbps),
-            port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
-            guid: guid.clone(),
-        });
-        *real_port += 1;
-        let path = sw_nodes(&n.pci);
-        insert(
-            &mut cpu_of(&mut cpus, r, n.pci.numa_node.unwrap_or(-1)).pcis,
-            &path,
-            l,
-        );
+}
+
+/// Every level in bus-id order, as NCCL's own dumps list them.
+fn sort_by_busid(list: &mut [NcclPci]) {
+    list.sort_by(|a, b| a.busid.cmp(&b.busid));
+    for p in list {
+        sort_by_busid(&mut p.children);
     }
-    fn sort(list: &mut [NcclPci]) {
-        list.sort_by(|a, b| a.busid.cmp(&b.busid));
-        for p in list {
-            sort(&mut p.children);
-        }
-    }
-    let mut sys = NcclSystem {
-        cpus: cpus.into_values().collect(),
-    };
-    for c in &mut sys.cpus {
-        sort(&mut c.pcis);
-    }
-    sys
 }
 
 /// Build the report from an NCCL topology file's tree (`--nccl-xml FILE`).
