@@ -1169,161 +1169,36 @@ fn sort_by_busid(list: &mut [NcclPci]) {
 
 /// Build the report from an NCCL topology file's tree (`--nccl-xml FILE`).
 pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
-    let mut gpus: Vec<TopoGpu> = Vec::new();
-    let mut nics: Vec<TopoNic> = Vec::new();
-    let mut switches: Vec<TopoSwitch> = Vec::new();
-    let mut numa_nodes = Vec::new();
-    let hexv = |v: &Option<String>| v.as_deref().and_then(pci::parse_hex_id);
-    let ident = |p: &NcclPci| PciIdent {
-        class: p.class_num(),
-        vendor: hexv(&p.vendor),
-        device: hexv(&p.device),
-        subsystem_vendor: hexv(&p.subsystem_vendor),
-        subsystem_device: hexv(&p.subsystem_device),
-    };
-    struct Walk<'a> {
-        gpus: &'a mut Vec<(NcclPci, PciPlace)>,
-        nics: &'a mut Vec<(NcclNet, PciPlace)>,
-        switches: &'a mut Vec<(NcclPci, Option<String>)>,
-    }
-    fn walk(w: &mut Walk, p: &NcclPci, above: &mut Vec<String>, base: &PciPlace) {
-        let place = PciPlace {
-            pci_bus_id: Some(p.busid.clone()),
-            nccl_switches: above.clone(),
-            nccl_link_speed: p.link_speed.clone(),
-            nccl_link_width: p.link_width,
-            ..base.clone()
-        };
-        if p.is_gpu() {
-            w.gpus.push((p.clone(), place));
-        } else if p.is_nic() {
-            if p.nets.is_empty() {
-                // Azure's files carry bare <pci> NICs: name them by bus id.
-                w.nics.push((
-                    NcclNet {
-                        name: p.busid.clone(),
-                        ..Default::default()
-                    },
-                    place,
-                ));
-            } else {
-                for n in &p.nets {
-                    w.nics.push((n.clone(), place.clone()));
-                }
-            }
-        } else if !p.children.is_empty() {
-            w.switches.push((p.clone(), above.last().cloned()));
-            above.push(p.busid.clone());
-            for c in &p.children {
-                walk(w, c, above, base);
-            }
-            above.pop();
-        }
-    }
     let mut raw_gpus = Vec::new();
     let mut raw_nics = Vec::new();
     let mut raw_sw = Vec::new();
-    let mut cpu = CpuFacts::default();
-    for c in &sys.cpus {
-        let cpulist = c.affinity.as_deref().and_then(node::cpumap_to_cpulist);
-        if !numa_nodes.iter().any(|n: &NumaNode| n.id == c.numaid) && c.numaid >= 0 {
-            numa_nodes.push(NumaNode {
-                id: c.numaid,
-                cpulist: cpulist.clone(),
-                cpumap: c.affinity.clone(),
-            });
-        }
-        if cpu.arch.is_none() {
-            cpu = CpuFacts {
-                arch: c.arch.clone(),
-                vendor: c.vendor.clone(),
-                family_id: c.familyid,
-                model_id: c.modelid,
-            };
-        }
-        let base = PciPlace {
-            numa_node: Some(c.numaid),
-            local_cpulist: cpulist,
-            ..Default::default()
-        };
-        let mut w = Walk {
-            gpus: &mut raw_gpus,
-            nics: &mut raw_nics,
-            switches: &mut raw_sw,
-        };
-        for p in &c.pcis {
-            walk(&mut w, p, &mut Vec::new(), &base);
-        }
-        for n in &c.nets {
-            raw_nics.push((n.clone(), base.clone()));
-        }
-    }
-    for (p, parent) in raw_sw {
-        switches.push(TopoSwitch {
+    let mut w = Walk {
+        gpus: &mut raw_gpus,
+        nics: &mut raw_nics,
+        switches: &mut raw_sw,
+    };
+    let (numa_nodes, cpu) = walk_cpus(sys, &mut w);
+    let switches: Vec<TopoSwitch> = raw_sw
+        .into_iter()
+        .map(|(p, parent)| TopoSwitch {
             pci_bus_id: p.busid.clone(),
             parent,
-            ident: ident(&p),
+            ident: xml_ident(&p),
             nccl_link_speed: p.link_speed.clone(),
             nccl_link_width: p.link_width,
-        });
-    }
+        })
+        .collect();
     raw_gpus.sort_by(|a, b| {
         let dev = |g: &NcclPci| g.gpu.as_ref().and_then(|g| g.dev);
         (dev(&a.0).is_none(), dev(&a.0), &a.0.busid).cmp(&(dev(&b.0).is_none(), dev(&b.0), &b.0.busid))
     });
     let gpu_ids: Vec<String> = raw_gpus.iter().map(|(p, _)| p.busid.clone()).collect();
-    for (i, (p, place)) in raw_gpus.into_iter().enumerate() {
-        let g = p.gpu.clone().unwrap_or_default();
-        let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for l in &g.nvlinks {
-            let kind = match l.tclass.as_deref() {
-                _ if gpu_ids.contains(&l.target) => "gpu",
-                Some(c) => kind_of_class(c),
-                // NCCL would read the class from the host's sysfs; a file alone cannot say.
-                None => "unknown",
-            };
-            *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
-        }
-        gpus.push(TopoGpu {
-            label: format!("GPU{i}"),
-            index: g.dev.unwrap_or(i as u32),
-            pci_bus_id: p.busid.clone(),
-            name: None,
-            sm: g.sm,
-            gpu_numa_id: None,
-            nvlinks: by
-                .into_iter()
-                .map(|((t, k), count)| NvlinkPeer {
-                    target_pci_bus_id: Some(t),
-                    target_kind: k,
-                    count,
-                })
-                .collect(),
-            pci: PciPlace {
-                ident: ident(&p),
-                ..place
-            },
-        });
-    }
-    for (n, place) in raw_nics {
-        nics.push(TopoNic {
-            label: String::new(),
-            ibdev: n.name.clone(),
-            node_guid: None,
-            ports: n
-                .speed
-                .map(|s| {
-                    vec![NicPort {
-                        port: n.port.unwrap_or(1),
-                        link_layer: None,
-                        rate: None,
-                        rate_mbps: Some(s),
-                    }]
-                })
-                .unwrap_or_default(),
-            pci: place,
-        });
-    }
+    let gpus: Vec<TopoGpu> = raw_gpus
+        .into_iter()
+        .enumerate()
+        .map(|(i, (p, place))| xml_gpu(i, p, place, &gpu_ids))
+        .collect();
+    let mut nics: Vec<TopoNic> = raw_nics.into_iter().map(|(n, place)| xml_nic(n, place)).collect();
     nics.sort_by(nic_order);
     for (i, n) in nics.iter_mut().enumerate() {
         n.label = format!("NIC{i}");
@@ -1353,6 +1228,153 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
     r
 }
 
+/// A `<pci>` element's identity, its hex ids parsed.
+fn xml_ident(p: &NcclPci) -> PciIdent {
+    let hexv = |v: &Option<String>| v.as_deref().and_then(pci::parse_hex_id);
+    PciIdent {
+        class: p.class_num(),
+        vendor: hexv(&p.vendor),
+        device: hexv(&p.device),
+        subsystem_vendor: hexv(&p.subsystem_vendor),
+        subsystem_device: hexv(&p.subsystem_device),
+    }
+}
+
+/// The GPUs, NICs and switches found under the file's CPUs, in the file's order.
+struct Walk<'a> {
+    gpus: &'a mut Vec<(NcclPci, PciPlace)>,
+    nics: &'a mut Vec<(NcclNet, PciPlace)>,
+    switches: &'a mut Vec<(NcclPci, Option<String>)>,
+}
+
+/// One `<pci>` and what is below it; `above` holds the switches passed on the way down.
+fn walk(w: &mut Walk, p: &NcclPci, above: &mut Vec<String>, base: &PciPlace) {
+    let place = PciPlace {
+        pci_bus_id: Some(p.busid.clone()),
+        nccl_switches: above.clone(),
+        nccl_link_speed: p.link_speed.clone(),
+        nccl_link_width: p.link_width,
+        ..base.clone()
+    };
+    if p.is_gpu() {
+        w.gpus.push((p.clone(), place));
+    } else if p.is_nic() {
+        if p.nets.is_empty() {
+            // Azure's files carry bare <pci> NICs: name them by bus id.
+            w.nics.push((
+                NcclNet {
+                    name: p.busid.clone(),
+                    ..Default::default()
+                },
+                place,
+            ));
+        } else {
+            for n in &p.nets {
+                w.nics.push((n.clone(), place.clone()));
+            }
+        }
+    } else if !p.children.is_empty() {
+        w.switches.push((p.clone(), above.last().cloned()));
+        above.push(p.busid.clone());
+        for c in &p.children {
+            walk(w, c, above, base);
+        }
+        above.pop();
+    }
+}
+
+/// Walk every `<cpu>`: its NUMA node, the CPU facts (from the first that has them), and
+/// the devices under it.
+fn walk_cpus(sys: &NcclSystem, w: &mut Walk) -> (Vec<NumaNode>, CpuFacts) {
+    let mut numa_nodes = Vec::new();
+    let mut cpu = CpuFacts::default();
+for c in &sys.cpus {
+    let cpulist = c.affinity.as_deref().and_then(node::cpumap_to_cpulist);
+    if !numa_nodes.iter().any(|n: &NumaNode| n.id == c.numaid) && c.numaid >= 0 {
+        numa_nodes.push(NumaNode {
+            id: c.numaid,
+            cpulist: cpulist.clone(),
+            cpumap: c.affinity.clone(),
+        });
+    }
+    if cpu.arch.is_none() {
+        cpu = CpuFacts {
+            arch: c.arch.clone(),
+            vendor: c.vendor.clone(),
+            family_id: c.familyid,
+            model_id: c.modelid,
+        };
+    }
+    let base = PciPlace {
+        numa_node: Some(c.numaid),
+        local_cpulist: cpulist,
+        ..Default::default()
+    };
+    for p in &c.pcis {
+        walk(w, p, &mut Vec::new(), &base);
+    }
+    for n in &c.nets {
+        w.nics.push((n.clone(), base.clone()));
+    }
+}
+    (numa_nodes, cpu)
+}
+
+/// The `i`th GPU (in NCCL's device order) of the file, its NVLinks summed by far end.
+fn xml_gpu(i: usize, p: NcclPci, place: PciPlace, gpu_ids: &[String]) -> TopoGpu {
+    let g = p.gpu.clone().unwrap_or_default();
+    let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for l in &g.nvlinks {
+        let kind = match l.tclass.as_deref() {
+            _ if gpu_ids.contains(&l.target) => "gpu",
+            Some(c) => kind_of_class(c),
+            // NCCL would read the class from the host's sysfs; a file alone cannot say.
+            None => "unknown",
+        };
+        *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
+    }
+    TopoGpu {
+        label: format!("GPU{i}"),
+        index: g.dev.unwrap_or(i as u32),
+        pci_bus_id: p.busid.clone(),
+        name: None,
+        sm: g.sm,
+        gpu_numa_id: None,
+        nvlinks: by
+            .into_iter()
+            .map(|((t, k), count)| NvlinkPeer {
+                target_pci_bus_id: Some(t),
+                target_kind: k,
+                count,
+            })
+            .collect(),
+        pci: PciPlace {
+            ident: xml_ident(&p),
+            ..place
+        },
+    }
+}
+
+/// A NIC of the file: its name, and a port when the file gives its speed.
+fn xml_nic(n: NcclNet, place: PciPlace) -> TopoNic {
+    TopoNic {
+        label: String::new(),
+        ibdev: n.name.clone(),
+        node_guid: None,
+        ports: n
+            .speed
+            .map(|s| {
+                vec![NicPort {
+                    port: n.port.unwrap_or(1),
+                    link_layer: None,
+                    rate: None,
+                    rate_mbps: Some(s),
+                }]
+            })
+            .unwrap_or_default(),
+        pci: place,
+    }
+}
 
 /// One GPU's NVLink pairs below a bar, as [`nvlink_by_gpu`] attributes them.
 #[derive(Clone, Debug, PartialEq)]
