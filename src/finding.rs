@@ -139,3 +139,19 @@ pub fn docs<J>(rules: &[Rule<J>]) -> Vec<RuleDoc> {
         })
         .collect()
 }
+
+/// Runs, in table order, every rule whose judge `pick` selects for this kind of item (a
+/// port, a device, a setting, the whole report) on `item`. Each probe's `findings` then
+/// says only which items it walks, and the order of findings stays the table's.
+pub fn judge_each<J, T: ?Sized, F: Fn(&T, &mut Vec<Finding>)>(
+    rules: &[Rule<J>],
+    pick: impl Fn(&J) -> Option<F>,
+    item: &T,
+    out: &mut Vec<Finding>,
+) {
+    for rule in rules {
+        if let Some(j) = pick(&rule.judge) {
+            j(item, out);
+        }
+    }
+}

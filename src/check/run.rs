@@ -460,26 +460,8 @@ pub fn run(
         nccl: nccl.clone(),
         ..Collected::default()
     };
-    // One sleep for every counter (links and qos), not one per probe.
-    if let (Some(d), None) = (sampling.interval, &sampling.baseline) {
-        let l = links::probe(host);
-        if l.rdma.devices_found {
-            let q = qos::probe(host, nccl.ib_tc().as_ref());
-            let at = std::time::Instant::now();
-            std::thread::sleep(d);
-            c.first = Some(FirstSample { links: l, qos: q, at });
-        }
-    }
-    let mut probe_findings = Vec::new();
-    let mut probes = Vec::new();
-    for p in PROBES {
-        let f = (p.run)(host, sampling, &mut c);
-        probes.push(ProbeRun {
-            name: p.name.into(),
-            findings: f.len(),
-        });
-        probe_findings.extend(f);
-    }
+    c.first = first_sample(host, nccl, sampling);
+    let (probes, probe_findings) = run_probes(host, sampling, &mut c);
     let mut findings = judge(&c, policy);
     if policy.probe_findings {
         findings.extend(probe_findings);
@@ -493,39 +475,11 @@ pub fn run(
     }
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
     let (findings, not_evaluated) = decide::split_not_evaluated(findings, &policy.require);
-    let (findings, not_used_by_nccl) = match (&c.links, policy.all_ports) {
-        (Some(l), false) => {
-            let devices: Vec<String> = l.devices.iter().map(|d| d.name.clone()).collect();
-            // A device is used when NCCL's settings select any of its ports.
-            let ib_use = c.nccl.ib_use();
-            let uses = |dev: &str| {
-                l.devices
-                    .iter()
-                    .filter(|d| d.name == dev)
-                    .flat_map(|d| &d.ports)
-                    .any(|p| ib_use.selects(dev, p.port))
-            };
-            decide::split_not_used(findings, &devices, uses)
-        }
-        _ => (findings, Vec::new()),
-    };
+    let (findings, not_used_by_nccl) = split_not_used_by_nccl(findings, &c, policy);
     let mut findings = decide::merge_causes(collapse(same_cause(findings)));
     decide::rank(&mut findings);
-    let counts = Counts {
-        fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
-        warn: findings.iter().filter(|f| f.severity == Severity::Warn).count(),
-        pass: findings.iter().filter(|f| f.severity == Severity::Pass).count(),
-        not_evaluated: not_evaluated.len(),
-    };
-    let worst = findings
-        .iter()
-        .find(|f| f.severity > Severity::Pass)
-        .map(|f| Worst {
-            id: f.id.clone(),
-            subject: f.subject.clone(),
-            message: f.message.clone(),
-            class: decide::class_of(f),
-        });
+    let counts = counts_of(&findings, not_evaluated.len());
+    let worst = worst_of(&findings);
     let report = CheckReport {
         worst,
         not_evaluated,
@@ -546,6 +500,85 @@ pub fn run(
         }),
     };
     (report, findings)
+}
+
+/// The first counter sample of a live rate rule: one sleep for every counter (links and
+/// qos), not one per probe; none with a baseline given or no RDMA device.
+fn first_sample(host: &Host, nccl: &NcclSettings, sampling: &Sampling) -> Option<FirstSample> {
+    let d = match (sampling.interval, &sampling.baseline) {
+        (Some(d), None) => d,
+        _ => return None,
+    };
+    let l = links::probe(host);
+    if !l.rdma.devices_found {
+        return None;
+    }
+    let q = qos::probe(host, nccl.ib_tc().as_ref());
+    let at = std::time::Instant::now();
+    std::thread::sleep(d);
+    Some(FirstSample { links: l, qos: q, at })
+}
+
+/// Every probe in [`PROBES`] order: what each raised, and all their findings.
+fn run_probes(host: &Host, sampling: &Sampling, c: &mut Collected) -> (Vec<ProbeRun>, Vec<Finding>) {
+    let mut probe_findings = Vec::new();
+    let mut probes = Vec::new();
+    for p in PROBES {
+        let f = (p.run)(host, sampling, c);
+        probes.push(ProbeRun {
+            name: p.name.into(),
+            findings: f.len(),
+        });
+        probe_findings.extend(f);
+    }
+    (probes, probe_findings)
+}
+
+/// Findings about RDMA devices NCCL does not use here, set apart (unless the policy judges
+/// all ports).
+fn split_not_used_by_nccl(
+    findings: Vec<Finding>,
+    c: &Collected,
+    policy: &Policy,
+) -> (Vec<Finding>, Vec<decide::NotUsed>) {
+    match (&c.links, policy.all_ports) {
+        (Some(l), false) => {
+            let devices: Vec<String> = l.devices.iter().map(|d| d.name.clone()).collect();
+            // A device is used when NCCL's settings select any of its ports.
+            let ib_use = c.nccl.ib_use();
+            let uses = |dev: &str| {
+                l.devices
+                    .iter()
+                    .filter(|d| d.name == dev)
+                    .flat_map(|d| &d.ports)
+                    .any(|p| ib_use.selects(dev, p.port))
+            };
+            decide::split_not_used(findings, &devices, uses)
+        }
+        _ => (findings, Vec::new()),
+    }
+}
+
+fn counts_of(findings: &[Finding], not_evaluated: usize) -> Counts {
+    Counts {
+        fail: findings.iter().filter(|f| f.severity == Severity::Fail).count(),
+        warn: findings.iter().filter(|f| f.severity == Severity::Warn).count(),
+        pass: findings.iter().filter(|f| f.severity == Severity::Pass).count(),
+        not_evaluated,
+    }
+}
+
+/// The worst finding (they are ranked), named for the drain reason.
+fn worst_of(findings: &[Finding]) -> Option<Worst> {
+    findings
+        .iter()
+        .find(|f| f.severity > Severity::Pass)
+        .map(|f| Worst {
+            id: f.id.clone(),
+            subject: f.subject.clone(),
+            message: f.message.clone(),
+            class: decide::class_of(f),
+        })
 }
 
 /// One cause, one finding: a NIC's narrow PCIe link is seen by topo (the slot) and by links

@@ -178,21 +178,7 @@ pub fn choose_port(
             && matches!(p.link_layer.as_deref(), Some("InfiniBand") | Some("Ethernet"))
     });
     if usable.is_empty() {
-        let states: Vec<String> = before
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}:{} {}",
-                    p.device,
-                    p.port,
-                    p.state.as_deref().unwrap_or("state unknown")
-                )
-            })
-            .collect();
-        return Err(format!(
-            "no ACTIVE RDMA port ({}); hint: `fabprobe links` shows why a port is down",
-            states.join(", ")
-        ));
+        return Err(no_active_port(&before));
     }
     usable.sort_by(|a, b| (a.device.as_str(), a.port).cmp(&(b.device.as_str(), b.port)));
     let on_data = data_netdev.and_then(|n| usable.iter().find(|p| p.netdevs.iter().any(|d| d == n)));
@@ -223,6 +209,25 @@ pub fn choose_port(
         gid_index,
         why: format!("{why}; GID index {gid_index} from {gwhy}"),
     })
+}
+
+/// The error when none of the allowed ports is ACTIVE: each one with its state.
+fn no_active_port(allowed: &[&PortCandidate]) -> String {
+    let states: Vec<String> = allowed
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:{} {}",
+                p.device,
+                p.port,
+                p.state.as_deref().unwrap_or("state unknown")
+            )
+        })
+        .collect();
+    format!(
+        "no ACTIVE RDMA port ({}); hint: `fabprobe links` shows why a port is down",
+        states.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::Host;
 use crate::nccl::settings::NcclSettings;
 use crate::nccl::topo::{PathType, level_as_path_type};
@@ -699,9 +699,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
         used: r.pairs.iter().filter(|p| p.nccl_nearest).collect(),
     };
     let mut out = Vec::new();
-    for rule in RULES {
-        (rule.judge)(&x, &mut out);
-    }
+    judge_each(RULES, |j| Some(*j), &x, &mut out);
     out
 }
 

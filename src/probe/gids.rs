@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::{Attr, Host};
 use crate::nccl::gid::{self, GidChoice, GidEnv};
 use crate::sysfs::infiniband::{self as ib, Gid, GidSlot, GidType};
@@ -255,18 +255,24 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
             roce: p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC"),
             forced,
         };
-        for rule in RULES {
-            if let Judge::Port(j) = rule.judge {
-                j(&port, &mut out);
-            }
-        }
+        judge_each(RULES, port_judge, &port, &mut out);
     }
-    for rule in RULES {
-        if let Judge::Report(j) = rule.judge {
-            j(r, &mut out);
-        }
-    }
+    judge_each(RULES, report_judge, r, &mut out);
     out
+}
+
+fn port_judge(j: &Judge) -> Option<fn(&Port, &mut Vec<Finding>)> {
+    match j {
+        Judge::Port(j) => Some(*j),
+        _ => None,
+    }
+}
+
+fn report_judge(j: &Judge) -> Option<fn(&GidsReport, &mut Vec<Finding>)> {
+    match j {
+        Judge::Report(j) => Some(*j),
+        _ => None,
+    }
 }
 
 fn no_roce_v2(x: &Port, out: &mut Vec<Finding>) {

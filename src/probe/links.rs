@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::Host;
 use crate::probe::gids::{RdmaPresence, presence};
 use crate::sysfs::infiniband::{
@@ -520,11 +520,7 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let best = best_rates(r);
     for d in &r.devices {
-        for rule in RULES {
-            if let Judge::Device(j) = rule.judge {
-                j(d, &mut out);
-            }
-        }
+        judge_each(RULES, device_judge, d, &mut out);
         for p in &d.ports {
             let model = model(d);
             let port = Port {
@@ -534,19 +530,32 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
                 peer_best: best.get(&(model.clone(), p.link_layer.clone().unwrap_or_default())),
                 model,
             };
-            for rule in RULES {
-                if let Judge::Port(j) = rule.judge {
-                    j(&port, &mut out);
-                }
-            }
+            judge_each(RULES, port_judge, &port, &mut out);
         }
     }
-    for rule in RULES {
-        if let Judge::Report(j) = rule.judge {
-            j(r, &mut out);
-        }
-    }
+    judge_each(RULES, report_judge, r, &mut out);
     out
+}
+
+fn device_judge(j: &Judge) -> Option<fn(&LinkDevice, &mut Vec<Finding>)> {
+    match j {
+        Judge::Device(j) => Some(*j),
+        _ => None,
+    }
+}
+
+fn port_judge(j: &Judge) -> Option<fn(&Port, &mut Vec<Finding>)> {
+    match j {
+        Judge::Port(j) => Some(*j),
+        _ => None,
+    }
+}
+
+fn report_judge(j: &Judge) -> Option<fn(&LinksReport, &mut Vec<Finding>)> {
+    match j {
+        Judge::Report(j) => Some(*j),
+        _ => None,
+    }
 }
 
 fn pcie_downtrained(d: &LinkDevice, out: &mut Vec<Finding>) {

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::Host;
 use crate::nccl::conf::Setting;
 use crate::nccl::hca::HcaSpec;
@@ -561,24 +561,31 @@ pub static RULES: &[Rule<Judge>] = &[
 pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     let x = Env { host, r };
     let mut f = Vec::new();
-    let mut settings_done = false;
-    for rule in RULES {
-        match rule.judge {
-            Judge::Report(j) => j(&x, &mut f),
-            Judge::Setting(_) if settings_done => {}
-            Judge::Setting(_) => {
-                settings_done = true;
-                for s in &r.settings {
-                    for rule in RULES {
-                        if let Judge::Setting(j) = rule.judge {
-                            j(&x, s, &mut f);
-                        }
-                    }
-                }
-            }
-        }
+    // The settings are judged where the table's first setting rule stands: the rules above
+    // it (the conf files) come first, the whole-host ones after.
+    let first_setting = RULES
+        .iter()
+        .position(|r| matches!(r.judge, Judge::Setting(_)))
+        .unwrap_or(RULES.len());
+    let (before, after) = RULES.split_at(first_setting);
+    judge_each(before, report_judge, &x, &mut f);
+    let env = &x;
+    let setting_judge = |j: &Judge| match *j {
+        Judge::Setting(j) => Some(move |s: &Setting, f: &mut Vec<Finding>| j(env, s, f)),
+        Judge::Report(_) => None,
+    };
+    for s in &r.settings {
+        judge_each(RULES, setting_judge, s, &mut f);
     }
+    judge_each(after, report_judge, &x, &mut f);
     f
+}
+
+fn report_judge(j: &Judge) -> Option<fn(&Env, &mut Vec<Finding>)> {
+    match j {
+        Judge::Report(j) => Some(*j),
+        Judge::Setting(_) => None,
+    }
 }
 
 fn conf_file_unreadable(x: &Env, f: &mut Vec<Finding>) {
@@ -662,53 +669,37 @@ fn unknown_name(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
 }
 
 fn bad_value(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
-    let from = origin_text(s);
     let Some(k) = params::lookup(&s.name) else { return };
     if k.is_int_param() {
         let default = k.default;
         match params::parse_int(&s.value) {
             params::IntParse::NoDigits => f.push(
-                Finding::new(
-                    "nccl_env.bad_value",
-                    Severity::Warn,
-                    &s.name,
+                bad_value_finding(
+                    s,
                     format!(
                         "{}={:?} is not a number: NCCL reads it as 0 (strtoll finds no digits and sets no error), not as its default ({default})",
                         s.name, s.value
                     ),
                 )
-                .evidence("value", s.value.clone())
-                .evidence("from", from.clone())
                 .evidence("read_as", 0)
                 .evidence("default", default)
                 .fix(format!("set an integer, or unset {} for the default (NCCL parses it with strtoll: decimal, 0x hex, 0 octal)", s.name)),
             ),
             params::IntParse::OutOfRange => f.push(
-                Finding::new(
-                    "nccl_env.bad_value",
-                    Severity::Warn,
-                    &s.name,
+                bad_value_finding(
+                    s,
                     format!(
                         "{}={:?} overflows a 64-bit integer: NCCL ignores it and uses its default ({default})",
                         s.name, s.value
                     ),
                 )
-                .evidence("value", s.value.clone())
-                .evidence("from", from.clone())
                 .evidence("default", default),
             ),
             params::IntParse::Trailing(v) => f.push(
-                Finding::new(
-                    "nccl_env.bad_value",
-                    Severity::Warn,
-                    &s.name,
-                    format!(
-                        "{}={:?}: NCCL reads {v} and silently ignores the rest",
-                        s.name, s.value
-                    ),
+                bad_value_finding(
+                    s,
+                    format!("{}={:?}: NCCL reads {v} and silently ignores the rest", s.name, s.value),
                 )
-                .evidence("value", s.value.clone())
-                .evidence("from", from.clone())
                 .evidence("read_as", v),
             ),
             params::IntParse::Clean(_) => {}
@@ -716,42 +707,38 @@ fn bad_value(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
     }
     if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name) {
         if !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value)) {
-            f.push(
-                Finding::new(
-                    "nccl_env.bad_value",
-                    Severity::Warn,
-                    &s.name,
-                    format!(
-                        "{}={:?} is not one of {}: NCCL ignores it",
-                        s.name,
-                        s.value,
-                        words.join(", ")
-                    ),
-                )
-                .evidence("value", s.value.clone())
-                .evidence("from", from.clone()),
-            );
+            f.push(bad_value_finding(
+                s,
+                format!(
+                    "{}={:?} is not one of {}: NCCL ignores it",
+                    s.name,
+                    s.value,
+                    words.join(", ")
+                ),
+            ));
         }
     }
     if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
         && params::parse_level(&s.value).is_none()
     {
-        f.push(
-            Finding::new(
-                "nccl_env.bad_value",
-                Severity::Warn,
-                &s.name,
-                format!(
-                    "{}={:?} is not a level NCCL reads ({} or a number; upper case): NCCL uses its default",
-                    s.name,
-                    s.value,
-                    params::LEVELS.join(" ")
-                ),
-            )
-            .evidence("value", s.value.clone())
-            .evidence("from", from.clone()),
-        );
+        f.push(bad_value_finding(
+            s,
+            format!(
+                "{}={:?} is not a level NCCL reads ({} or a number; upper case): NCCL uses its default",
+                s.name,
+                s.value,
+                params::LEVELS.join(" ")
+            ),
+        ));
     }
+}
+
+/// A `nccl_env.bad_value` warning on one setting, with the value and where it came from;
+/// each way of misreading adds what NCCL reads instead.
+fn bad_value_finding(s: &Setting, message: String) -> Finding {
+    Finding::new("nccl_env.bad_value", Severity::Warn, &s.name, message)
+        .evidence("value", s.value.clone())
+        .evidence("from", origin_text(s))
 }
 
 fn out_of_range(_: &Env, s: &Setting, f: &mut Vec<Finding>) {

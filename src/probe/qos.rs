@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::{Host, Reply};
 use crate::nccl::settings::Sourced;
 use crate::probe::gids::{RdmaPresence, presence};
@@ -767,9 +767,7 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
                     .then(|| i.ethtool.pfc_priorities_from_counters.clone())
             }),
         };
-        for rule in RULES {
-            (rule.judge)(&x, &mut out);
-        }
+        judge_each(RULES, |j| Some(*j), &x, &mut out);
     }
     out
 }

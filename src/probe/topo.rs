@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::finding::{Finding, Rule, Severity};
+use crate::finding::{Finding, Rule, Severity, judge_each};
 use crate::host::{Host, NvmlState, natural_cmp};
 use crate::nccl::topo::{self as ncclt, Attach};
 use crate::nccl::topo_xml::{NcclCpu, NcclGpu, NcclNet, NcclNvlink, NcclPci, NcclSystem};
@@ -535,9 +535,25 @@ pub fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
 
 /// Labels and both matrices, filled from the devices.
 fn finish(r: &mut TopoReport) {
+    let (direct, to_switch) = nvlink_counts(r);
+    note_uncounted_nvlinks(r);
+    let nv = nv_matrix(&direct, &to_switch);
+    let (smi, nccl) = path_matrices(r, &nv, &direct);
+    r.labels = r
+        .gpus
+        .iter()
+        .map(|g| g.label.clone())
+        .chain(r.nics.iter().map(|n| n.label.clone()))
+        .collect();
+    r.matrix = smi;
+    r.nccl_matrix = nccl;
+    note_missing_devices(r);
+}
+
+/// NVLink counts per GPU: direct GPU-GPU links (`direct[i][j]`), and links into NVSwitches.
+fn nvlink_counts(r: &TopoReport) -> (Vec<Vec<u32>>, Vec<u32>) {
     let ng = r.gpus.len();
     let gpu_ids: Vec<&str> = r.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
-    // NVLink counts: direct GPU-GPU links, and links into NVSwitches.
     let mut direct = vec![vec![0u32; ng]; ng];
     let mut to_switch = vec![0u32; ng];
     for (i, g) in r.gpus.iter().enumerate() {
@@ -553,7 +569,13 @@ fn finish(r: &mut TopoReport) {
             }
         }
     }
-    // Links the matrix leaves out, said out loud.
+    (direct, to_switch)
+}
+
+/// Links the matrix leaves out, said out loud.
+fn note_uncounted_nvlinks(r: &mut TopoReport) {
+    let gpu_ids: Vec<&str> = r.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
+    let mut notes = Vec::new();
     for g in &r.gpus {
         for p in &g.nvlinks {
             let far = p.target_pci_bus_id.as_deref();
@@ -561,18 +583,18 @@ fn finish(r: &mut TopoReport) {
             let n = p.count;
             let s = if n == 1 { "" } else { "s" };
             match (p.target_kind.as_str(), far) {
-                ("gpu", Some(t)) if !visible => r.notes.push(format!(
+                ("gpu", Some(t)) if !visible => notes.push(format!(
                     "{}: {n} NVLink{s} lead to GPU {t}, which this report does not list (hidden from \
                      this process, e.g. by NVIDIA_VISIBLE_DEVICES or a container): not counted in NV#",
                     g.label
                 )),
-                ("unknown", Some(t)) => r.notes.push(format!(
+                ("unknown", Some(t)) => notes.push(format!(
                     "{}: {n} NVLink{s} lead to {t}, and nothing read says what it is (not a GPU \
                      listed here, no NVML remote device type or tclass, no PCI class in sysfs): \
                      not counted in NV#",
                     g.label
                 )),
-                ("unknown", None) => r.notes.push(format!(
+                ("unknown", None) => notes.push(format!(
                     "{}: {n} active NVLink{s} whose far end NVML could not name: not counted in NV#",
                     g.label
                 )),
@@ -580,6 +602,12 @@ fn finish(r: &mut TopoReport) {
             }
         }
     }
+    r.notes.extend(notes);
+}
+
+/// The NV# of each GPU pair: its direct links, plus the links both have into NVSwitches.
+fn nv_matrix(direct: &[Vec<u32>], to_switch: &[u32]) -> Vec<Vec<u32>> {
+    let ng = to_switch.len();
     let mut nv = vec![vec![0u32; ng]; ng];
     for i in 0..ng {
         for j in 0..ng {
@@ -592,12 +620,11 @@ fn finish(r: &mut TopoReport) {
             nv[i][j] = d + s;
         }
     }
-    let places: Vec<(Option<Attach>, bool)> = r
-        .gpus
-        .iter()
-        .map(|g| (attach(&g.pci), false))
-        .chain(r.nics.iter().map(|n| (attach(&n.pci), true)))
-        .collect();
+    nv
+}
+
+/// Broadcom PCIe switches fused over the switch tree, as NCCL flattens them.
+fn bcm_fused(r: &TopoReport) -> HashMap<String, String> {
     // Broadcom flattening over the switch tree.
     let parents: HashMap<String, String> = r
         .switches
@@ -615,7 +642,19 @@ fn finish(r: &mut TopoReport) {
             ))
         })
         .collect();
-    let fused = ncclt::bcm_flatten(&parents, &idents);
+    ncclt::bcm_flatten(&parents, &idents)
+}
+
+/// nvidia-smi's and NCCL's matrices over GPUs then NICs.
+fn path_matrices(r: &TopoReport, nv: &[Vec<u32>], direct: &[Vec<u32>]) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    let ng = r.gpus.len();
+    let places: Vec<(Option<Attach>, bool)> = r
+        .gpus
+        .iter()
+        .map(|g| (attach(&g.pci), false))
+        .chain(r.nics.iter().map(|n| (attach(&n.pci), true)))
+        .collect();
+    let fused = bcm_fused(r);
     let n = places.len();
     let mut smi = vec![vec![String::new(); n]; n];
     let mut nccl = vec![vec![String::new(); n]; n];
@@ -635,7 +674,7 @@ fn finish(r: &mut TopoReport) {
                     "N/A".into()
                 };
                 nccl[i][j] = gpus
-                    .then(|| ncclt::nvlink_path(i, j, &nv, &direct))
+                    .then(|| ncclt::nvlink_path(i, j, nv, direct))
                     .flatten()
                     .map(|p| p.as_str().to_string())
                     .unwrap_or_else(|| "N/A".into());
@@ -648,7 +687,7 @@ fn finish(r: &mut TopoReport) {
                 smi_pci_level(a, b).to_string()
             };
             let nvl = if gpus {
-                ncclt::nvlink_path(i, j, &nv, &direct)
+                ncclt::nvlink_path(i, j, nv, direct)
             } else {
                 None
             };
@@ -658,14 +697,11 @@ fn finish(r: &mut TopoReport) {
                 .to_string();
         }
     }
-    r.labels = r
-        .gpus
-        .iter()
-        .map(|g| g.label.clone())
-        .chain(r.nics.iter().map(|n| n.label.clone()))
-        .collect();
-    r.matrix = smi;
-    r.nccl_matrix = nccl;
+    (smi, nccl)
+}
+
+/// What the report lacks (GPUs, NVLink facts, RDMA devices), said as notes.
+fn note_missing_devices(r: &mut TopoReport) {
     if r.gpus.is_empty() {
         r.notes.push(format!(
             "no NVIDIA GPU found (no PCI function with vendor 0x10de and a VGA or 3D controller class){}",
@@ -787,18 +823,24 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
             is_nic,
             numa_nodes: r.numa_nodes.len(),
         };
-        for rule in RULES {
-            if let Judge::Device(j) = rule.judge {
-                j(&x, &mut out);
-            }
-        }
+        judge_each(RULES, device_judge, &x, &mut out);
     }
-    for rule in RULES {
-        if let Judge::Report(j) = rule.judge {
-            j(r, &mut out);
-        }
-    }
+    judge_each(RULES, report_judge, r, &mut out);
     out
+}
+
+fn device_judge(j: &Judge) -> Option<fn(&Dev, &mut Vec<Finding>)> {
+    match j {
+        Judge::Device(j) => Some(*j),
+        _ => None,
+    }
+}
+
+fn report_judge(j: &Judge) -> Option<fn(&TopoReport, &mut Vec<Finding>)> {
+    match j {
+        Judge::Report(j) => Some(*j),
+        _ => None,
+    }
 }
 
 fn nvlink_below_majority(r: &TopoReport, out: &mut Vec<Finding>) {
@@ -928,8 +970,33 @@ fn hex4(v: Option<u32>) -> Option<String> {
 pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
     let switch_of: HashMap<&str, &TopoSwitch> =
         r.switches.iter().map(|s| (s.pci_bus_id.as_str(), s)).collect();
-    let gpu_class: HashMap<&str, String> = r
-        .gpus
+    let gpu_class = gpu_classes(r);
+    let mut cpus: BTreeMap<i32, NcclCpu> = BTreeMap::new();
+    for g in &r.gpus {
+        let mut l = pci_leaf(g.pci_bus_id.clone(), &g.pci, "0x030200");
+        // Without NVML the compute capability is unknown; NCCL requires `sm` on a <gpu>,
+        // so leave the element out and let NCCL fill it, as Azure's files do.
+        l.gpu = g.sm.map(|sm| nccl_gpu(g, sm, &gpu_class));
+        let path = switch_nodes(&switch_of, &g.pci);
+        insert(
+            &mut cpu_of(&mut cpus, r, g.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+    add_nics(r, &switch_of, &mut cpus);
+    let mut sys = NcclSystem {
+        cpus: cpus.into_values().collect(),
+    };
+    for c in &mut sys.cpus {
+        sort_by_busid(&mut c.pcis);
+    }
+    sys
+}
+
+/// Each GPU's PCI class as NCCL writes it, by bus id: the `tclass` of NVLinks to it.
+fn gpu_classes(r: &TopoReport) -> HashMap<&str, String> {
+    r.gpus
         .iter()
         .map(|g| {
             (
@@ -941,67 +1008,140 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
                     .unwrap_or_else(|| "0x030200".into()),
             )
         })
-        .collect();
-    let mut cpus: BTreeMap<i32, NcclCpu> = BTreeMap::new();
-    // Insert a device under its CPU, creating switch nodes on the way.
-    fn insert(list: &mut Vec<NcclPci>, path: &[NcclPci], leaf: NcclPci) {
-        match path.split_first() {
-            None => match list.iter_mut().find(|p| p.busid == leaf.busid) {
-                // Functions of one NIC are one NCCL node: merge their nets.
-                Some(existing) => existing.nets.extend(leaf.nets),
-                None => list.push(leaf),
-            },
-            Some((sw, rest)) => {
-                let pos = match list.iter().position(|p| p.busid == sw.busid) {
-                    Some(p) => p,
-                    None => {
-                        list.push(sw.clone());
-                        list.len() - 1
-                    }
-                };
-                insert(&mut list[pos].children, rest, leaf);
-            }
+        .collect()
+}
+
+/// A GPU's `<gpu>` element: its index, compute capability and NVLinks.
+fn nccl_gpu(g: &TopoGpu, sm: u32, gpu_class: &HashMap<&str, String>) -> NcclGpu {
+    NcclGpu {
+        dev: Some(g.index),
+        sm: Some(sm),
+        nvlinks: g
+            .nvlinks
+            .iter()
+            .filter_map(|p| {
+                Some(NcclNvlink {
+                    target: p.target_pci_bus_id.clone()?,
+                    count: p.count,
+                    // An unknown far end gets no tclass: NCCL then reads the
+                    // class from the host's sysfs itself, as for its own dumps.
+                    tclass: match p.target_kind.as_str() {
+                        "gpu" => Some(
+                            gpu_class
+                                .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
+                                .cloned()
+                                .unwrap_or_else(|| "0x030200".into()),
+                        ),
+                        "nvswitch" => Some(NVSWITCH_CLASS.into()),
+                        "cpu" => Some(NVLINK_CPU_CLASS.into()),
+                        _ => None,
+                    },
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The NICs under their CPUs. NCCL's IB plugin forces the function to 0, merging the
+/// ports of one adapter.
+fn add_nics(r: &TopoReport, switch_of: &HashMap<&str, &TopoSwitch>, cpus: &mut BTreeMap<i32, NcclCpu>) {
+    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
+    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
+    for (k, n) in r.nics.iter().enumerate() {
+        let Some(bdf) = &n.pci.pci_bus_id else {
+            continue;
+        };
+        let busid = ncclt::slot_of(bdf)
+            .map(|s| format!("{s}.0"))
+            .unwrap_or(bdf.clone());
+        let (real_port, guid) = merged
+            .entry(busid.clone())
+            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
+        let first = n.ports.first();
+        let mut l = pci_leaf(busid.clone(), &n.pci, "0x020000");
+        l.nets.push(NcclNet {
+            name: n.ibdev.clone(),
+            dev: Some(k as u32),
+            speed: first.and_then(|p| p.rate_mbps),
+            port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
+            guid: guid.clone(),
+        });
+        *real_port += 1;
+        let path = switch_nodes(switch_of, &n.pci);
+        insert(
+            &mut cpu_of(cpus, r, n.pci.numa_node.unwrap_or(-1)).pcis,
+            &path,
+            l,
+        );
+    }
+}
+
+/// Insert a device under its CPU, creating switch nodes on the way.
+fn insert(list: &mut Vec<NcclPci>, path: &[NcclPci], leaf: NcclPci) {
+    match path.split_first() {
+        None => match list.iter_mut().find(|p| p.busid == leaf.busid) {
+            // Functions of one NIC are one NCCL node: merge their nets.
+            Some(existing) => existing.nets.extend(leaf.nets),
+            None => list.push(leaf),
+        },
+        Some((sw, rest)) => {
+            let pos = match list.iter().position(|p| p.busid == sw.busid) {
+                Some(p) => p,
+                None => {
+                    list.push(sw.clone());
+                    list.len() - 1
+                }
+            };
+            insert(&mut list[pos].children, rest, leaf);
         }
     }
-    fn cpu_of<'c>(cpus: &'c mut BTreeMap<i32, NcclCpu>, r: &TopoReport, numa: i32) -> &'c mut NcclCpu {
-        cpus.entry(numa).or_insert_with(|| NcclCpu {
-            numaid: numa,
-            affinity: r
-                .numa_nodes
-                .iter()
-                .find(|n| n.id == numa)
-                .and_then(|n| n.cpumap.clone()),
-            arch: r.cpu.arch.clone(),
-            vendor: r.cpu.vendor.clone(),
-            familyid: r.cpu.family_id,
-            modelid: r.cpu.model_id,
-            ..Default::default()
-        })
-    }
-    let sw_nodes = |p: &PciPlace| -> Vec<NcclPci> {
-        p.nccl_switches
+}
+
+/// The `<cpu>` of a NUMA node, made on first use from the host's CPU facts.
+fn cpu_of<'c>(cpus: &'c mut BTreeMap<i32, NcclCpu>, r: &TopoReport, numa: i32) -> &'c mut NcclCpu {
+    cpus.entry(numa).or_insert_with(|| NcclCpu {
+        numaid: numa,
+        affinity: r
+            .numa_nodes
             .iter()
-            .map(|b| {
-                let s = switch_of.get(b.as_str());
-                NcclPci {
-                    busid: b.clone(),
-                    class: Some(
-                        s.and_then(|s| s.ident.class)
-                            .map(|c| format!("0x{c:06x}"))
-                            .unwrap_or_else(|| "0x060400".into()),
-                    ),
-                    vendor: hex4(s.and_then(|s| s.ident.vendor)),
-                    device: hex4(s.and_then(|s| s.ident.device)),
-                    subsystem_vendor: hex4(s.and_then(|s| s.ident.subsystem_vendor)),
-                    subsystem_device: hex4(s.and_then(|s| s.ident.subsystem_device)),
-                    link_speed: s.and_then(|s| s.nccl_link_speed.clone()),
-                    link_width: s.and_then(|s| s.nccl_link_width),
-                    ..Default::default()
-                }
-            })
-            .collect()
-    };
-    let leaf = |busid: String, p: &PciPlace, default_class: &str| NcclPci {
+            .find(|n| n.id == numa)
+            .and_then(|n| n.cpumap.clone()),
+        arch: r.cpu.arch.clone(),
+        vendor: r.cpu.vendor.clone(),
+        familyid: r.cpu.family_id,
+        modelid: r.cpu.model_id,
+        ..Default::default()
+    })
+}
+
+/// The PCIe switches NCCL sees above a device, as `<pci>` nodes, top first.
+fn switch_nodes(switch_of: &HashMap<&str, &TopoSwitch>, p: &PciPlace) -> Vec<NcclPci> {
+    p.nccl_switches
+        .iter()
+        .map(|b| {
+            let s = switch_of.get(b.as_str());
+            NcclPci {
+                busid: b.clone(),
+                class: Some(
+                    s.and_then(|s| s.ident.class)
+                        .map(|c| format!("0x{c:06x}"))
+                        .unwrap_or_else(|| "0x060400".into()),
+                ),
+                vendor: hex4(s.and_then(|s| s.ident.vendor)),
+                device: hex4(s.and_then(|s| s.ident.device)),
+                subsystem_vendor: hex4(s.and_then(|s| s.ident.subsystem_vendor)),
+                subsystem_device: hex4(s.and_then(|s| s.ident.subsystem_device)),
+                link_speed: s.and_then(|s| s.nccl_link_speed.clone()),
+                link_width: s.and_then(|s| s.nccl_link_width),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// A device's own `<pci>` node; `default_class` when its class was not read.
+fn pci_leaf(busid: String, p: &PciPlace, default_class: &str) -> NcclPci {
+    NcclPci {
         busid,
         class: Some(
             p.ident
@@ -1016,249 +1156,49 @@ pub fn to_nccl_system(r: &TopoReport) -> NcclSystem {
         link_speed: p.nccl_link_speed.clone(),
         link_width: p.nccl_link_width,
         ..Default::default()
-    };
-    for g in &r.gpus {
-        let mut l = leaf(g.pci_bus_id.clone(), &g.pci, "0x030200");
-        // Without NVML the compute capability is unknown; NCCL requires `sm` on a <gpu>,
-        // so leave the element out and let NCCL fill it, as Azure's files do.
-        if let Some(sm) = g.sm {
-            l.gpu = Some(NcclGpu {
-                dev: Some(g.index),
-                sm: Some(sm),
-                nvlinks: g
-                    .nvlinks
-                    .iter()
-                    .filter_map(|p| {
-                        Some(NcclNvlink {
-                            target: p.target_pci_bus_id.clone()?,
-                            count: p.count,
-                            // An unknown far end gets no tclass: NCCL then reads the
-                            // class from the host's sysfs itself, as for its own dumps.
-                            tclass: match p.target_kind.as_str() {
-                                "gpu" => Some(
-                                    gpu_class
-                                        .get(p.target_pci_bus_id.as_deref().unwrap_or(""))
-                                        .cloned()
-                                        .unwrap_or_else(|| "0x030200".into()),
-                                ),
-                                "nvswitch" => Some(NVSWITCH_CLASS.into()),
-                                "cpu" => Some(NVLINK_CPU_CLASS.into()),
-                                _ => None,
-                            },
-                        })
-                    })
-                    .collect(),
-            });
-        }
-        let path = sw_nodes(&g.pci);
-        insert(
-            &mut cpu_of(&mut cpus, r, g.pci.numa_node.unwrap_or(-1)).pcis,
-            &path,
-            l,
-        );
     }
-    // NCCL's IB plugin forces the function to 0, merging the ports of one adapter.
-    // (ports merged so far, the first port's GUID: NCCL reports the merged device's).
-    let mut merged: HashMap<String, (u32, Option<String>)> = HashMap::new();
-    for (k, n) in r.nics.iter().enumerate() {
-        let Some(bdf) = &n.pci.pci_bus_id else {
-            continue;
-        };
-        let busid = ncclt::slot_of(bdf)
-            .map(|s| format!("{s}.0"))
-            .unwrap_or(bdf.clone());
-        let (real_port, guid) = merged
-            .entry(busid.clone())
-            .or_insert_with(|| (0, n.node_guid.as_deref().and_then(nccl_guid)));
-        let first = n.ports.first();
-        let mut l = leaf(busid.clone(), &n.pci, "0x020000");
-        l.nets.push(NcclNet {
-            name: n.ibdev.clone(),
-            dev: Some(k as u32),
-            speed: first.and_then(|p| p.rate_mbps),
-            port: Some(first.map(|p| p.port).unwrap_or(1) + *real_port),
-            guid: guid.clone(),
-        });
-        *real_port += 1;
-        let path = sw_nodes(&n.pci);
-        insert(
-            &mut cpu_of(&mut cpus, r, n.pci.numa_node.unwrap_or(-1)).pcis,
-            &path,
-            l,
-        );
+}
+
+/// Every level in bus-id order, as NCCL's own dumps list them.
+fn sort_by_busid(list: &mut [NcclPci]) {
+    list.sort_by(|a, b| a.busid.cmp(&b.busid));
+    for p in list {
+        sort_by_busid(&mut p.children);
     }
-    fn sort(list: &mut [NcclPci]) {
-        list.sort_by(|a, b| a.busid.cmp(&b.busid));
-        for p in list {
-            sort(&mut p.children);
-        }
-    }
-    let mut sys = NcclSystem {
-        cpus: cpus.into_values().collect(),
-    };
-    for c in &mut sys.cpus {
-        sort(&mut c.pcis);
-    }
-    sys
 }
 
 /// Build the report from an NCCL topology file's tree (`--nccl-xml FILE`).
 pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
-    let mut gpus: Vec<TopoGpu> = Vec::new();
-    let mut nics: Vec<TopoNic> = Vec::new();
-    let mut switches: Vec<TopoSwitch> = Vec::new();
-    let mut numa_nodes = Vec::new();
-    let hexv = |v: &Option<String>| v.as_deref().and_then(pci::parse_hex_id);
-    let ident = |p: &NcclPci| PciIdent {
-        class: p.class_num(),
-        vendor: hexv(&p.vendor),
-        device: hexv(&p.device),
-        subsystem_vendor: hexv(&p.subsystem_vendor),
-        subsystem_device: hexv(&p.subsystem_device),
-    };
-    struct Walk<'a> {
-        gpus: &'a mut Vec<(NcclPci, PciPlace)>,
-        nics: &'a mut Vec<(NcclNet, PciPlace)>,
-        switches: &'a mut Vec<(NcclPci, Option<String>)>,
-    }
-    fn walk(w: &mut Walk, p: &NcclPci, above: &mut Vec<String>, base: &PciPlace) {
-        let place = PciPlace {
-            pci_bus_id: Some(p.busid.clone()),
-            nccl_switches: above.clone(),
-            nccl_link_speed: p.link_speed.clone(),
-            nccl_link_width: p.link_width,
-            ..base.clone()
-        };
-        if p.is_gpu() {
-            w.gpus.push((p.clone(), place));
-        } else if p.is_nic() {
-            if p.nets.is_empty() {
-                // Azure's files carry bare <pci> NICs: name them by bus id.
-                w.nics.push((
-                    NcclNet {
-                        name: p.busid.clone(),
-                        ..Default::default()
-                    },
-                    place,
-                ));
-            } else {
-                for n in &p.nets {
-                    w.nics.push((n.clone(), place.clone()));
-                }
-            }
-        } else if !p.children.is_empty() {
-            w.switches.push((p.clone(), above.last().cloned()));
-            above.push(p.busid.clone());
-            for c in &p.children {
-                walk(w, c, above, base);
-            }
-            above.pop();
-        }
-    }
     let mut raw_gpus = Vec::new();
     let mut raw_nics = Vec::new();
     let mut raw_sw = Vec::new();
-    let mut cpu = CpuFacts::default();
-    for c in &sys.cpus {
-        let cpulist = c.affinity.as_deref().and_then(node::cpumap_to_cpulist);
-        if !numa_nodes.iter().any(|n: &NumaNode| n.id == c.numaid) && c.numaid >= 0 {
-            numa_nodes.push(NumaNode {
-                id: c.numaid,
-                cpulist: cpulist.clone(),
-                cpumap: c.affinity.clone(),
-            });
-        }
-        if cpu.arch.is_none() {
-            cpu = CpuFacts {
-                arch: c.arch.clone(),
-                vendor: c.vendor.clone(),
-                family_id: c.familyid,
-                model_id: c.modelid,
-            };
-        }
-        let base = PciPlace {
-            numa_node: Some(c.numaid),
-            local_cpulist: cpulist,
-            ..Default::default()
-        };
-        let mut w = Walk {
-            gpus: &mut raw_gpus,
-            nics: &mut raw_nics,
-            switches: &mut raw_sw,
-        };
-        for p in &c.pcis {
-            walk(&mut w, p, &mut Vec::new(), &base);
-        }
-        for n in &c.nets {
-            raw_nics.push((n.clone(), base.clone()));
-        }
-    }
-    for (p, parent) in raw_sw {
-        switches.push(TopoSwitch {
+    let mut w = Walk {
+        gpus: &mut raw_gpus,
+        nics: &mut raw_nics,
+        switches: &mut raw_sw,
+    };
+    let (numa_nodes, cpu) = walk_cpus(sys, &mut w);
+    let switches: Vec<TopoSwitch> = raw_sw
+        .into_iter()
+        .map(|(p, parent)| TopoSwitch {
             pci_bus_id: p.busid.clone(),
             parent,
-            ident: ident(&p),
+            ident: xml_ident(&p),
             nccl_link_speed: p.link_speed.clone(),
             nccl_link_width: p.link_width,
-        });
-    }
+        })
+        .collect();
     raw_gpus.sort_by(|a, b| {
         let dev = |g: &NcclPci| g.gpu.as_ref().and_then(|g| g.dev);
         (dev(&a.0).is_none(), dev(&a.0), &a.0.busid).cmp(&(dev(&b.0).is_none(), dev(&b.0), &b.0.busid))
     });
     let gpu_ids: Vec<String> = raw_gpus.iter().map(|(p, _)| p.busid.clone()).collect();
-    for (i, (p, place)) in raw_gpus.into_iter().enumerate() {
-        let g = p.gpu.clone().unwrap_or_default();
-        let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
-        for l in &g.nvlinks {
-            let kind = match l.tclass.as_deref() {
-                _ if gpu_ids.contains(&l.target) => "gpu",
-                Some(c) => kind_of_class(c),
-                // NCCL would read the class from the host's sysfs; a file alone cannot say.
-                None => "unknown",
-            };
-            *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
-        }
-        gpus.push(TopoGpu {
-            label: format!("GPU{i}"),
-            index: g.dev.unwrap_or(i as u32),
-            pci_bus_id: p.busid.clone(),
-            name: None,
-            sm: g.sm,
-            gpu_numa_id: None,
-            nvlinks: by
-                .into_iter()
-                .map(|((t, k), count)| NvlinkPeer {
-                    target_pci_bus_id: Some(t),
-                    target_kind: k,
-                    count,
-                })
-                .collect(),
-            pci: PciPlace {
-                ident: ident(&p),
-                ..place
-            },
-        });
-    }
-    for (n, place) in raw_nics {
-        nics.push(TopoNic {
-            label: String::new(),
-            ibdev: n.name.clone(),
-            node_guid: None,
-            ports: n
-                .speed
-                .map(|s| {
-                    vec![NicPort {
-                        port: n.port.unwrap_or(1),
-                        link_layer: None,
-                        rate: None,
-                        rate_mbps: Some(s),
-                    }]
-                })
-                .unwrap_or_default(),
-            pci: place,
-        });
-    }
+    let gpus: Vec<TopoGpu> = raw_gpus
+        .into_iter()
+        .enumerate()
+        .map(|(i, (p, place))| xml_gpu(i, p, place, &gpu_ids))
+        .collect();
+    let mut nics: Vec<TopoNic> = raw_nics.into_iter().map(|(n, place)| xml_nic(n, place)).collect();
     nics.sort_by(nic_order);
     for (i, n) in nics.iter_mut().enumerate() {
         n.label = format!("NIC{i}");
@@ -1288,6 +1228,153 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
     r
 }
 
+/// A `<pci>` element's identity, its hex ids parsed.
+fn xml_ident(p: &NcclPci) -> PciIdent {
+    let hexv = |v: &Option<String>| v.as_deref().and_then(pci::parse_hex_id);
+    PciIdent {
+        class: p.class_num(),
+        vendor: hexv(&p.vendor),
+        device: hexv(&p.device),
+        subsystem_vendor: hexv(&p.subsystem_vendor),
+        subsystem_device: hexv(&p.subsystem_device),
+    }
+}
+
+/// The GPUs, NICs and switches found under the file's CPUs, in the file's order.
+struct Walk<'a> {
+    gpus: &'a mut Vec<(NcclPci, PciPlace)>,
+    nics: &'a mut Vec<(NcclNet, PciPlace)>,
+    switches: &'a mut Vec<(NcclPci, Option<String>)>,
+}
+
+/// One `<pci>` and what is below it; `above` holds the switches passed on the way down.
+fn walk(w: &mut Walk, p: &NcclPci, above: &mut Vec<String>, base: &PciPlace) {
+    let place = PciPlace {
+        pci_bus_id: Some(p.busid.clone()),
+        nccl_switches: above.clone(),
+        nccl_link_speed: p.link_speed.clone(),
+        nccl_link_width: p.link_width,
+        ..base.clone()
+    };
+    if p.is_gpu() {
+        w.gpus.push((p.clone(), place));
+    } else if p.is_nic() {
+        if p.nets.is_empty() {
+            // Azure's files carry bare <pci> NICs: name them by bus id.
+            w.nics.push((
+                NcclNet {
+                    name: p.busid.clone(),
+                    ..Default::default()
+                },
+                place,
+            ));
+        } else {
+            for n in &p.nets {
+                w.nics.push((n.clone(), place.clone()));
+            }
+        }
+    } else if !p.children.is_empty() {
+        w.switches.push((p.clone(), above.last().cloned()));
+        above.push(p.busid.clone());
+        for c in &p.children {
+            walk(w, c, above, base);
+        }
+        above.pop();
+    }
+}
+
+/// Walk every `<cpu>`: its NUMA node, the CPU facts (from the first that has them), and
+/// the devices under it.
+fn walk_cpus(sys: &NcclSystem, w: &mut Walk) -> (Vec<NumaNode>, CpuFacts) {
+    let mut numa_nodes = Vec::new();
+    let mut cpu = CpuFacts::default();
+for c in &sys.cpus {
+    let cpulist = c.affinity.as_deref().and_then(node::cpumap_to_cpulist);
+    if !numa_nodes.iter().any(|n: &NumaNode| n.id == c.numaid) && c.numaid >= 0 {
+        numa_nodes.push(NumaNode {
+            id: c.numaid,
+            cpulist: cpulist.clone(),
+            cpumap: c.affinity.clone(),
+        });
+    }
+    if cpu.arch.is_none() {
+        cpu = CpuFacts {
+            arch: c.arch.clone(),
+            vendor: c.vendor.clone(),
+            family_id: c.familyid,
+            model_id: c.modelid,
+        };
+    }
+    let base = PciPlace {
+        numa_node: Some(c.numaid),
+        local_cpulist: cpulist,
+        ..Default::default()
+    };
+    for p in &c.pcis {
+        walk(w, p, &mut Vec::new(), &base);
+    }
+    for n in &c.nets {
+        w.nics.push((n.clone(), base.clone()));
+    }
+}
+    (numa_nodes, cpu)
+}
+
+/// The `i`th GPU (in NCCL's device order) of the file, its NVLinks summed by far end.
+fn xml_gpu(i: usize, p: NcclPci, place: PciPlace, gpu_ids: &[String]) -> TopoGpu {
+    let g = p.gpu.clone().unwrap_or_default();
+    let mut by: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for l in &g.nvlinks {
+        let kind = match l.tclass.as_deref() {
+            _ if gpu_ids.contains(&l.target) => "gpu",
+            Some(c) => kind_of_class(c),
+            // NCCL would read the class from the host's sysfs; a file alone cannot say.
+            None => "unknown",
+        };
+        *by.entry((l.target.clone(), kind.to_string())).or_default() += l.count;
+    }
+    TopoGpu {
+        label: format!("GPU{i}"),
+        index: g.dev.unwrap_or(i as u32),
+        pci_bus_id: p.busid.clone(),
+        name: None,
+        sm: g.sm,
+        gpu_numa_id: None,
+        nvlinks: by
+            .into_iter()
+            .map(|((t, k), count)| NvlinkPeer {
+                target_pci_bus_id: Some(t),
+                target_kind: k,
+                count,
+            })
+            .collect(),
+        pci: PciPlace {
+            ident: xml_ident(&p),
+            ..place
+        },
+    }
+}
+
+/// A NIC of the file: its name, and a port when the file gives its speed.
+fn xml_nic(n: NcclNet, place: PciPlace) -> TopoNic {
+    TopoNic {
+        label: String::new(),
+        ibdev: n.name.clone(),
+        node_guid: None,
+        ports: n
+            .speed
+            .map(|s| {
+                vec![NicPort {
+                    port: n.port.unwrap_or(1),
+                    link_layer: None,
+                    rate: None,
+                    rate_mbps: Some(s),
+                }]
+            })
+            .unwrap_or_default(),
+        pci: place,
+    }
+}
 
 /// One GPU's NVLink pairs below a bar, as [`nvlink_by_gpu`] attributes them.
 #[derive(Clone, Debug, PartialEq)]

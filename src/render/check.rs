@@ -27,6 +27,27 @@ fn dur(s: u64) -> String {
 }
 
 pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
+    let s = check_header(r, hostname, findings);
+    // The header's lines wrap too (a long CPU model, many device holders).
+    // The first line, the verdict, stays whole for the scripts that read it.
+    let mut s: String = s
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                format!("{l}\n")
+            } else {
+                text::wrap("", l, 2)
+            }
+        })
+        .collect();
+    finding_lines(&mut s, findings);
+    s
+}
+
+/// The header's lines before wrapping: verdict, summary, ports not judged, host facts,
+/// probes, what was seen, and the sample the rates come from.
+fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -49,7 +70,25 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
             what.join("; ")
         );
     }
-    match &r.facts {
+    host_facts_lines(&mut s, &r.facts);
+    let ran: Vec<&str> = r.probes.iter().map(|p| p.name.as_str()).collect();
+    let _ = writeln!(s, "probes: {}", ran.join(" "));
+    let _ = writeln!(s, "saw: {}", saw_line(&r.saw));
+    if let Some(smp) = &r.sample {
+        let _ = writeln!(
+            s,
+            "counter rates over {} s ({} {})",
+            smp.interval_s.map(|x| format!("{x:.1}")).unwrap_or("?".into()),
+            smp.kind,
+            smp.baseline
+        );
+    }
+    s
+}
+
+/// The host's facts in two lines (system, then memlock and device holders), or why not.
+fn host_facts_lines(s: &mut String, facts: &FactsState) {
+    match facts {
         FactsState::Available(f) => {
             let _ = writeln!(
                 s,
@@ -85,31 +124,10 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
             let _ = writeln!(s, "host facts: unavailable ({reason})");
         }
     }
-    let ran: Vec<&str> = r.probes.iter().map(|p| p.name.as_str()).collect();
-    let _ = writeln!(s, "probes: {}", ran.join(" "));
-    let _ = writeln!(s, "saw: {}", saw_line(&r.saw));
-    if let Some(smp) = &r.sample {
-        let _ = writeln!(
-            s,
-            "counter rates over {} s ({} {})",
-            smp.interval_s.map(|x| format!("{x:.1}")).unwrap_or("?".into()),
-            smp.kind,
-            smp.baseline
-        );
-    }
-    // The header's lines wrap too (a long CPU model, many device holders).
-    // The first line, the verdict, stays whole for the scripts that read it.
-    let mut s: String = s
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            if i == 0 {
-                format!("{l}\n")
-            } else {
-                text::wrap("", l, 2)
-            }
-        })
-        .collect();
+}
+
+/// Each finding: severity, id and subject, then its message, evidence and fix indented.
+fn finding_lines(s: &mut String, findings: &[Finding]) {
     if findings.is_empty() {
         s.push_str("\nno findings\n");
     }
@@ -125,7 +143,6 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
             s.push_str(&text::wrap_remedy("      fix: ", fix, 11));
         }
     }
-    s
 }
 
 fn esc(v: &str) -> String {
@@ -192,6 +209,40 @@ pub fn sweep_table(r: &SweepReport) -> String {
         }
         None => s.push('\n'),
     }
+    failures_section(&mut s, r);
+    outliers_section(&mut s, r);
+    if !r.no_majority.is_empty() {
+        s.push_str("\nNO MAJORITY\n");
+        for sp in &r.no_majority {
+            let v: Vec<String> = sp.values.iter().map(|(v, c)| format!("{v}: {c}")).collect();
+            s.push_str(&text::wrap(&format!("  {:<16} ", sp.key), &v.join(", "), 19));
+        }
+    }
+    unreadable_section(&mut s, r);
+    if !r.notes.is_empty() {
+        s.push_str("\nNOTES\n");
+        for n in &r.notes {
+            s.push_str(&text::wrap("  ", n, 4));
+        }
+    }
+    if let Some(rr) = &r.ring {
+        ring_lists(&mut s, rr);
+    }
+    if !r.bad_nodes.is_empty() {
+        s.push_str("\nDRAIN\n");
+        for b in &r.bad_nodes {
+            s.push_str(&text::wrap(
+                &format!("  {:<20} ", b.node),
+                &b.reasons.join("; "),
+                23,
+            ));
+        }
+    }
+    text::fit_prose(&s)
+}
+
+/// FAILED, BY CAUSE: each cause, how many nodes and which, and an example.
+fn failures_section(s: &mut String, r: &SweepReport) {
     if !r.failures.is_empty() {
         s.push_str("\nFAILED, BY CAUSE\n");
         // The examples in their column when each fits there on one line; else (a terminal
@@ -222,6 +273,10 @@ pub fn sweep_table(r: &SweepReport) -> String {
             s.push_str(&text::wrap(&eg_lead, &g.example, eg_lead.len()));
         }
     }
+}
+
+/// DIFFERENT FROM THEIR PEERS: each node's value beside the majority's.
+fn outliers_section(s: &mut String, r: &SweepReport) {
     if !r.outliers.is_empty() {
         s.push_str("\nDIFFERENT FROM THEIR PEERS\n");
         let narrow = text::width().is_some_and(|w| w < 80);
@@ -242,13 +297,10 @@ pub fn sweep_table(r: &SweepReport) -> String {
             });
         }
     }
-    if !r.no_majority.is_empty() {
-        s.push_str("\nNO MAJORITY\n");
-        for sp in &r.no_majority {
-            let v: Vec<String> = sp.values.iter().map(|(v, c)| format!("{v}: {c}")).collect();
-            s.push_str(&text::wrap(&format!("  {:<16} ", sp.key), &v.join(", "), 19));
-        }
-    }
+}
+
+/// MISSING OR UNREADABLE REPORTS: each node, the problem, and the report it came from.
+fn unreadable_section(s: &mut String, r: &SweepReport) {
     if !r.unreadable.is_empty() {
         s.push_str("\nMISSING OR UNREADABLE REPORTS\n");
         // Narrower than twice the detail's column, node and problem lead the line instead.
@@ -263,26 +315,6 @@ pub fn sweep_table(r: &SweepReport) -> String {
             });
         }
     }
-    if !r.notes.is_empty() {
-        s.push_str("\nNOTES\n");
-        for n in &r.notes {
-            s.push_str(&text::wrap("  ", n, 4));
-        }
-    }
-    if let Some(rr) = &r.ring {
-        ring_lists(&mut s, rr);
-    }
-    if !r.bad_nodes.is_empty() {
-        s.push_str("\nDRAIN\n");
-        for b in &r.bad_nodes {
-            s.push_str(&text::wrap(
-                &format!("  {:<20} ", b.node),
-                &b.reasons.join("; "),
-                23,
-            ));
-        }
-    }
-    text::fit_prose(&s)
 }
 
 /// The ring reports' lists, apart: nodes to drain (each kind and reason, the switch port at
