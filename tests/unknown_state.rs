@@ -280,3 +280,16 @@ fn gdr_ready_with_unreadable_acs_is_not_evaluated() {
     assert!(!ne.is_empty(), "{:?}", ids(&v));
     assert!(ne[0]["reason"].as_str().unwrap().contains("ACS"), "{}", ne[0]);
 }
+
+/// What `check` could not evaluate reaches the metrics as its own series (one per key), not
+/// as a warn or a fail: h100-penny as non-root reads no ACS and sees no peer-memory client.
+#[test]
+fn check_prom_names_each_key_not_evaluated() {
+    let (out, err, code) = run(&["--root", "fixtures/h100-penny", "--format", "prom", "check"]);
+    assert_eq!(code, 0, "{err}");
+    for key in ["gdr.acs", "gdr.ready"] {
+        let line = format!("fabprobe_check_not_evaluated{{policy=\"default\",key=\"{key}\"}} 1");
+        assert!(out.lines().any(|l| l == line), "{line} missing in\n{out}");
+    }
+    assert!(out.contains("fabprobe_check_verdict{policy=\"default\"} 0"), "{out}");
+}

@@ -95,7 +95,8 @@ JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is 
 
 PROMETHEUS (--format prom)
   fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity=fail|warn},
-  fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_device_holders{policy}
+  fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_not_evaluated{policy,key}
+  1 (one per key that could not be evaluated), fabprobe_check_device_holders{policy}
   Every series carries the policy, so one file per policy can share a textfile directory.
   A textfile cron job writes with --output, which replaces the file atomically and exits 0
   once it is written (the verdict is in the metrics):

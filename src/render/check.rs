@@ -181,6 +181,13 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
             f.severity.as_str()
         );
     }
+    // Not evaluated is said, not scored: one series per key, so an alert can ask for it.
+    if !r.not_evaluated.is_empty() {
+        s.push_str("# HELP fabprobe_check_not_evaluated A policy key that could not be evaluated (value 1).\n# TYPE fabprobe_check_not_evaluated gauge\n");
+    }
+    for n in &r.not_evaluated {
+        let _ = writeln!(s, "fabprobe_check_not_evaluated{{policy=\"{p}\",key=\"{}\"}} 1", esc(&n.key));
+    }
     if let FactsState::Available(f) = &r.facts {
         s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
         // Labelled with the policy as every series is: two check files on one node (two
