@@ -717,31 +717,18 @@ fn all_rails(v: &Verdict, rails: &[(RailPort, RingReport)], full: &[u32]) -> Ver
     out.message = format!("all rails: {msg}");
     out.rail = None;
     out.evidence.insert("rails".into(), json!(full));
-    let per: BTreeMap<String, serde_json::Value> = rails
-        .iter()
-        .filter_map(|(p, r)| {
-            let same = r
-                .verdicts
-                .iter()
-                .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank))?;
-            Some((p.rail.to_string(), same.evidence.get("gbs")?.clone()))
-        })
-        .collect();
+    // Each rail's figure, and each rail's switch ports (not the lowest rail's alone: every
+    // rail's cable and port is a suspect of a verdict every rail gives).
+    let per_rail = |key: &str| -> BTreeMap<String, serde_json::Value> {
+        same_on_each_rail(v, rails)
+            .filter_map(|(k, w)| Some((k.to_string(), w.evidence.get(key)?.clone())))
+            .collect()
+    };
+    let per = per_rail("gbs");
     if !per.is_empty() {
         out.evidence.insert("rails_gbs".into(), json!(per));
     }
-    // Each rail's switch ports, not the lowest rail's alone: every rail's cable and port is
-    // a suspect of a verdict every rail gives.
-    let nbr: BTreeMap<String, serde_json::Value> = rails
-        .iter()
-        .filter_map(|(p, r)| {
-            let same = r
-                .verdicts
-                .iter()
-                .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank))?;
-            Some((p.rail.to_string(), same.evidence.get("neighbor")?.clone()))
-        })
-        .collect();
+    let nbr = per_rail("neighbor");
     if nbr.len() > 1 {
         out.evidence.remove("neighbor");
         out.evidence.insert("rails_neighbor".into(), json!(nbr));
@@ -750,19 +737,29 @@ fn all_rails(v: &Verdict, rails: &[(RailPort, RingReport)], full: &[u32]) -> Ver
     out
 }
 
+/// Each rail's verdict of the same kind between the same ranks as `v`, with its rail.
+fn same_on_each_rail<'a>(
+    v: &'a Verdict,
+    rails: &'a [(RailPort, RingReport)],
+) -> impl Iterator<Item = (u32, &'a Verdict)> + 'a {
+    rails.iter().filter_map(move |(p, r)| {
+        let same = r
+            .verdicts
+            .iter()
+            .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank))?;
+        Some((p.rail, same))
+    })
+}
+
 /// The next step of a verdict every rail gives: each rail's own (they name that rail's
 /// device or netdev), said once where they are the same. Pure.
 fn all_rails_next(v: &Verdict, rails: &[(RailPort, RingReport)]) -> Option<String> {
     let mut steps: Vec<(u32, String)> = Vec::new();
-    for (p, r) in rails {
-        let same = r
-            .verdicts
-            .iter()
-            .find(|w| (w.kind, w.from_rank, w.to_rank) == (v.kind, v.from_rank, v.to_rank));
-        if let Some(n) = same.and_then(|w| w.next.clone())
+    for (k, w) in same_on_each_rail(v, rails) {
+        if let Some(n) = w.next.clone()
             && !steps.iter().any(|(_, s)| *s == n)
         {
-            steps.push((p.rail, n));
+            steps.push((k, n));
         }
     }
     match steps.len() {
@@ -1024,7 +1021,8 @@ mod tests {
         let on = |rail: u32, dev: &str, port: &str| {
             let mut v = verdict(VerdictKind::SlowEgress, 2, dev, 0.02);
             let text = format!("node-c {dev} <-> leaf-07 {port}");
-            v.evidence.insert("neighbor".into(), json!({"from": {"rank": 2, "text": text}}));
+            v.evidence
+                .insert("neighbor".into(), json!({"from": {"rank": 2, "text": text}}));
             (
                 slot(rail, &format!("mlx5_{rail}"), true),
                 report(rail, true, vec![], vec![v]),

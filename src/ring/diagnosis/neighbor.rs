@@ -262,8 +262,10 @@ pub fn texts(v: &Verdict) -> Vec<String> {
     };
     let mut out: Vec<String> = v.evidence.get("neighbor").map(ends).unwrap_or_default();
     if let Some(serde_json::Value::Object(per)) = v.evidence.get("rails_neighbor") {
-        let mut rails: Vec<(u64, &serde_json::Value)> =
-            per.iter().map(|(k, n)| (k.parse().unwrap_or(u64::MAX), n)).collect();
+        let mut rails: Vec<(u64, &serde_json::Value)> = per
+            .iter()
+            .map(|(k, n)| (k.parse().unwrap_or(u64::MAX), n))
+            .collect();
         rails.sort_by_key(|(k, _)| *k);
         for t in rails.into_iter().flat_map(|(_, n)| ends(n)) {
             if !out.contains(&t) {
