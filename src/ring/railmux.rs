@@ -301,12 +301,9 @@ pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
 
 /// A frame holding `body` as it is. Pure.
 fn framed(body: &[u8]) -> Frame {
-    let mut f = Vec::with_capacity(8 + body.len());
-    f.extend_from_slice(wire::MAGIC);
-    // `body` came out of a frame, so its length fits.
-    f.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
-    f.extend_from_slice(body);
-    f.into()
+    // `body` came out of a larger frame, so it fits; were it not, an empty frame is garbage
+    // to the rail's coordinator, which ends that connection.
+    wire::frame_of(&[body]).unwrap_or_default().into()
 }
 
 /// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`
@@ -314,16 +311,7 @@ fn framed(body: &[u8]) -> Frame {
 pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
     let body = f.get(8..)?;
     let tag = rail.to_string();
-    let len = RAIL_HEAD.len() + tag.len() + MSG_KEY.len() + body.len() + 1;
-    if len > wire::MAX_FRAME {
-        return None;
-    }
-    let mut b = Vec::with_capacity(8 + len);
-    b.extend_from_slice(wire::MAGIC);
-    b.extend_from_slice(&u32::try_from(len).ok()?.to_be_bytes());
-    for part in [RAIL_HEAD, tag.as_bytes(), MSG_KEY, body, b"}"] {
-        b.extend_from_slice(part);
-    }
+    let b = wire::frame_of(&[RAIL_HEAD, tag.as_bytes(), MSG_KEY, body, b"}"]).ok()?;
     Some(b.into())
 }
 

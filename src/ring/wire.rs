@@ -282,17 +282,30 @@ impl Msg {
     }
 }
 
+/// One frame whose body is `parts` as they are, one after the other (a relay frames bytes
+/// it did not parse); over [`MAX_FRAME`] is an error.
+pub fn frame_of(parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut frame = Vec::with_capacity(len + 8);
+    frame.extend_from_slice(MAGIC);
+    frame.extend_from_slice(
+        &u32::try_from(len)
+            .map_err(|_| WireError::TooLarge(len))?
+            .to_be_bytes(),
+    );
+    for p in parts {
+        frame.extend_from_slice(p);
+    }
+    Ok(frame)
+}
+
 /// Write one frame.
 pub fn write_msg(w: &mut impl Write, msg: &Msg) -> Result<(), WireError> {
     let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
-    if body.len() > MAX_FRAME {
-        return Err(WireError::TooLarge(body.len()));
-    }
-    let mut frame = Vec::with_capacity(body.len() + 8);
-    frame.extend_from_slice(MAGIC);
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(body.len()))?;
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
+    let frame = frame_of(&[&body])?;
     w.write_all(&frame)?;
     w.flush()?;
     Ok(())
