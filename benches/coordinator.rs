@@ -483,7 +483,7 @@ fn start_coordinators(
             silent: Default::default(),
             interrupt: None,
             silent_wait: Duration::ZERO,
-            relay: hub.map(|h| h.ack_fn((0..per).collect())),
+            relay: hub.and_then(|h| h.link(rail)),
         };
         let named = thread::Builder::new().name(format!("rail-coord-{rail}"));
         handles.push(
@@ -563,8 +563,7 @@ fn start_relayed(nodes: u32, rails: u32, rows: &Rows) -> (Vec<thread::JoinHandle
         "  every node declared its rails at {:.2} s",
         t0.elapsed().as_secs_f64()
     );
-    let rails_at = (0..rails).zip(addrs[1..].iter().copied()).collect();
-    let hub = hub.start(rails_at);
+    let hub = hub.start();
     (start_coordinators(ls, nodes, rows, Some(&hub)), child, hub)
 }
 

@@ -1277,7 +1277,7 @@ struct Place {
     /// the relay's TCP_INFO; another node: its relay's loopback address.
     ring: (Vec<Rank>, BTreeSet<Rank>),
     listener: Option<TcpListener>,
-    relay: Option<crate::ring::coordinator::AckFn>,
+    relay: Option<crate::ring::coordinator::RailLink>,
     join_via: Option<String>,
 }
 
@@ -1376,16 +1376,15 @@ impl RailNode<'_> {
             self.g.log(1, line);
         }
         let roster = hub.roster.clone();
+        // Each rail's coordinator listens on loopback for rank 0's own rank of the rail only;
+        // the other nodes' ranks reach it through the hub.
         let mut listeners = std::collections::BTreeMap::new();
-        let mut addrs = std::collections::BTreeMap::new();
         for (&k, ring) in roster.rings.iter().filter(|(_, r)| r.len() >= 2) {
-            // The hub opens a relay per node at once: a backlog for all of them.
-            let l = crate::ring::rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+            let l = crate::ring::rendezvous::bind("127.0.0.1:0")
                 .map_err(|e| cannot(format!("rail {k}: {e}")))?;
-            addrs.insert(k, l.local_addr().map_err(|e| cannot(e.to_string()))?);
             listeners.insert(k, (l, ring.clone()));
         }
-        let hub = hub.start(addrs);
+        let hub = hub.start();
         // Each rail's ring (node ranks) and its ring ranks whose nodes never declared: those
         // are awaited a moment only, once the others joined (they had the whole join window).
         let mut place = |k: u32, seat: rails::Seat| -> Place {
@@ -1396,7 +1395,7 @@ impl RailNode<'_> {
             let silent = silent_ring_ranks(&nodes, &roster.silent);
             Place {
                 seat,
-                relay: Some(hub.ack_fn(nodes.clone())),
+                relay: hub.link(k),
                 ring: (nodes, silent),
                 listener,
                 join_via: None,

@@ -1,7 +1,9 @@
 //! The coordinator's control connections on one event loop (`mio`, no thread per rank): each
 //! rank's socket is read as frames arrive and written as it drains, from a bounded queue of
 //! its own, so a rank that stops reading delays nobody else and is named when its queue
-//! stays stuck past the deadline (see [`Plane::stuck`]).
+//! stays stuck past the deadline (see [`Plane::stuck`]). With `--rails`, rank 0's rail
+//! coordinators also hold *relayed* connections: a node's rail rank, reached through the hub
+//! in the same process ([`crate::ring::relay`]), with no socket of its own.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::io::{self, Read, Write};
@@ -14,6 +16,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::ring::model::Rank;
+use crate::ring::relay::{Epoch, In, Out, RailLink, tag_frame};
 use crate::ring::wire::{self, MAGIC, MAX_FRAME, Msg, WireError};
 
 /// One encoded frame; a broadcast shares one copy among every rank's queue.
@@ -50,9 +53,19 @@ pub enum QueueError {
     Gone,
 }
 
+/// A connection's far end: its own socket, or a node's rail rank relayed by the hub.
+enum Link {
+    Tcp(Arc<TcpStream>),
+    Relayed { node: Rank, epoch: Epoch },
+}
+
+/// A mark on a queued frame: when its last byte is written, (rail, ring rank, generation) is
+/// reported (the hub says when a relayed rank's table went out).
+pub type Mark = (u32, Rank, Epoch);
+
 /// One rank's control connection: partial input, and the frames not yet written.
 pub struct Conn {
-    s: TcpStream,
+    s: Link,
     rbuf: Vec<u8>,
     out: VecDeque<Frame>,
     /// Bytes of the head frame already written.
@@ -66,12 +79,21 @@ pub struct Conn {
     pub table_done: Option<Instant>,
     /// Input left unread when the read budget ran out: read again without waiting.
     more_to_read: bool,
+    /// Bytes ever queued and ever written, and the marked frames' ends among them.
+    pushed: u64,
+    written: u64,
+    marks: VecDeque<(u64, Mark)>,
+    marks_done: Vec<(Mark, Instant)>,
 }
 
 impl Conn {
     fn new(s: TcpStream) -> io::Result<Conn> {
         s.set_nonblocking(true)?;
-        Ok(Conn {
+        Ok(Conn::on(Link::Tcp(Arc::new(s))))
+    }
+
+    fn on(s: Link) -> Conn {
+        Conn {
             s,
             rbuf: Vec::new(),
             out: VecDeque::new(),
@@ -81,7 +103,18 @@ impl Conn {
             table_frames_left: 0,
             table_done: None,
             more_to_read: false,
-        })
+            pushed: 0,
+            written: 0,
+            marks: VecDeque::new(),
+            marks_done: Vec::new(),
+        }
+    }
+
+    fn tcp(&self) -> Option<&TcpStream> {
+        match &self.s {
+            Link::Tcp(s) => Some(s),
+            Link::Relayed { .. } => None,
+        }
     }
 
     /// Read what the socket has (up to the budget); complete frames go to `msgs` with the
@@ -92,12 +125,15 @@ impl Conn {
         let mut budget = READ_BUDGET;
         self.more_to_read = false;
         let mut got = Vec::new();
+        let Link::Tcp(s) = &self.s else {
+            return Ok(());
+        };
         loop {
             if budget == 0 {
                 self.more_to_read = true;
                 break;
             }
-            match self.s.read(chunk) {
+            match (&**s).read(chunk) {
                 Ok(0) => {
                     M::cut(&mut self.rbuf, &mut got)?;
                     msgs.extend(got.drain(..).map(|m| (m, Instant::now())));
@@ -131,6 +167,7 @@ impl Conn {
             self.stuck_since = Some(now);
         }
         self.out_bytes += f.len();
+        self.pushed += f.len() as u64;
         self.out.push_back(f);
         Ok(())
     }
@@ -139,12 +176,21 @@ impl Conn {
     /// now. An error means the connection is gone.
     fn flush(&mut self, now: Instant) -> io::Result<bool> {
         let mut table_now = false;
+        let Link::Tcp(s) = &self.s else {
+            return Ok(false);
+        };
         while let Some(head) = self.out.front() {
-            match self.s.write(&head[self.head_off..]) {
+            match (&**s).write(&head[self.head_off..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(k) => {
                     self.head_off += k;
                     self.out_bytes -= k;
+                    self.written += k as u64;
+                    while self.marks.front().is_some_and(|m| m.0 <= self.written) {
+                        if let Some((_, m)) = self.marks.pop_front() {
+                            self.marks_done.push((m, now));
+                        }
+                    }
                     self.stuck_since = Some(now);
                     if self.head_off == head.len() {
                         self.out.pop_front();
@@ -224,11 +270,16 @@ fn cut_frames(
 /// frames as they came (a relay, [`Plane::wait_frames`]).
 pub trait Unit: Sized {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Self>) -> Result<(), WireError>;
+    /// One message's body as a relay handed it over (no frame header).
+    fn from_body(body: &[u8]) -> Result<Self, WireError>;
 }
 
 impl Unit for Msg {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Msg>) -> Result<(), WireError> {
         take_frames(buf, out)
+    }
+    fn from_body(body: &[u8]) -> Result<Msg, WireError> {
+        wire::decode(body)
     }
 }
 
@@ -236,6 +287,20 @@ impl Unit for Frame {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Frame>) -> Result<(), WireError> {
         take_raw_frames(buf, out)
     }
+    fn from_body(body: &[u8]) -> Result<Frame, WireError> {
+        Ok(wire::frame_of(&[body])?.into())
+    }
+}
+
+/// A relayed rank's hello, read by the hub (see [`Plane::take_hellos`]).
+#[derive(Debug)]
+pub struct RelayedHello {
+    /// The ring rank of the node it came from (the only rank it may claim).
+    pub r: Rank,
+    pub epoch: Epoch,
+    /// The node's control connection.
+    pub peer: String,
+    pub hello: Result<wire::Hello, WireError>,
 }
 
 /// What the event loop saw: messages (`M` = [`Msg`]) or, for a relay, whole frames.
@@ -269,6 +334,18 @@ pub struct Plane {
     pub stats: PlaneStats,
     /// Every byte that reached a connection before this was read (see [`Plane::caught_up`]).
     caught_up: Instant,
+    /// With `--rails` on rank 0: the rail whose relayed connections this plane holds.
+    relay: Option<RailLink>,
+    /// Relayed frames and closes not yet handed to the hub.
+    relay_out: Vec<Out>,
+    /// The last frame tagged for the hub and its tagged copy (a broadcast is tagged once).
+    tag_cache: Option<(Frame, Frame)>,
+    hellos: Vec<RelayedHello>,
+    relay_stuck: Vec<(Rank, usize, Duration)>,
+    /// Relayed connections that ended here (a frame the tag took over the limit).
+    relay_lost: Vec<(Rank, WireError)>,
+    /// Marked frames written: (connection, mark, when) (see [`Plane::take_marks`]).
+    marks_done: Vec<(Rank, Mark, Instant)>,
 }
 
 /// The event loop's own time: blocked in `poll` (idle), and reading/writing sockets.
@@ -306,16 +383,25 @@ impl Plane {
             tables_done: Vec::new(),
             stats: PlaneStats::default(),
             caught_up: Instant::now(),
+            relay: None,
+            relay_out: Vec::new(),
+            tag_cache: None,
+            hellos: Vec::new(),
+            relay_stuck: Vec::new(),
+            relay_lost: Vec::new(),
+            marks_done: Vec::new(),
         })
     }
 
     /// After a push or a flush of connection `i`: track its backlog, and a table that just
     /// went out. An error closes nothing here (the next read sees it).
     fn after_io(&mut self, i: usize, flushed: io::Result<bool>, now: Instant) -> io::Result<()> {
-        let Some(c) = self.conns.get(i).and_then(Option::as_ref) else {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             self.backlog.remove(&i);
             return Ok(());
         };
+        self.marks_done
+            .extend(c.marks_done.drain(..).map(|(m, at)| (i as Rank, m, at)));
         if c.out.is_empty() {
             self.backlog.remove(&i);
         } else {
@@ -357,23 +443,55 @@ impl Plane {
     pub fn add(&mut self, r: Rank, s: TcpStream) -> io::Result<()> {
         self.remove(r);
         let c = Conn::new(s)?;
-        self.poll.registry().register(
-            &mut SourceFd(&c.s.as_raw_fd()),
-            Token(r as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        if let Some(s) = c.tcp() {
+            self.poll.registry().register(
+                &mut SourceFd(&s.as_raw_fd()),
+                Token(r as usize),
+                Interest::READABLE | Interest::WRITABLE,
+            )?;
+        }
         if let Some(slot) = self.conns.get_mut(r as usize) {
             *slot = Some(c);
         }
         Ok(())
     }
 
-    /// Drop rank `r`'s connection (closes it).
+    /// Drop rank `r`'s connection (closes it; a relayed one as a reset).
     pub fn remove(&mut self, r: Rank) {
+        self.end(r, Some(true));
+    }
+
+    /// End rank `r`'s connection here; a relayed one is closed by the hub when `tell` says
+    /// how (reset or not), after what was handed to it (None: the hub closed it).
+    fn end(&mut self, r: Rank, tell: Option<bool>) {
         if let Some(c) = self.conns.get_mut(r as usize).and_then(Option::take) {
-            let _ = self.poll.registry().deregister(&mut SourceFd(&c.s.as_raw_fd()));
+            match c.s {
+                Link::Tcp(s) => {
+                    let _ = self.poll.registry().deregister(&mut SourceFd(&s.as_raw_fd()));
+                }
+                Link::Relayed { node, epoch } => {
+                    if let (Some(reset), Some(l)) = (tell, &self.relay) {
+                        let rail = l.rail;
+                        self.relay_out.push(Out::Close { node, rail, epoch, reset });
+                        self.publish();
+                    }
+                }
+            }
         }
         self.backlog.remove(&(r as usize));
+    }
+
+    /// After the last message: a FIN on rank `r`'s socket (its input is still read until it
+    /// closes); a relayed connection is closed by the hub after what was handed to it, and
+    /// is gone here at once.
+    pub fn half_close(&mut self, r: Rank) {
+        match self.conn(r).map(|c| &c.s) {
+            Some(Link::Tcp(s)) => {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            Some(Link::Relayed { .. }) => self.end(r, Some(false)),
+            None => {}
+        }
     }
 
     pub fn has(&self, r: Rank) -> bool {
@@ -384,16 +502,26 @@ impl Plane {
         self.conns.get(r as usize).and_then(Option::as_ref)
     }
 
-    /// The socket of rank `r` (TCP_INFO, peek).
+    /// The socket of rank `r` (TCP_INFO, peek); None for a relayed connection.
     pub fn socket(&self, r: Rank) -> Option<&TcpStream> {
-        self.conn(r).map(|c| &c.s)
+        self.conn(r).and_then(Conn::tcp)
     }
 
-    /// Has rank `r`'s connection closed or failed (EOF or an error)? Never blocks.
+    /// Rank `r`'s socket, shared (the hub lends each node's to the rails' coordinators).
+    pub fn shared_socket(&self, r: Rank) -> Option<Arc<TcpStream>> {
+        match &self.conn(r)?.s {
+            Link::Tcp(s) => Some(s.clone()),
+            Link::Relayed { .. } => None,
+        }
+    }
+
+    /// Has rank `r`'s connection closed or failed (EOF or an error)? Never blocks. A relayed
+    /// connection's end comes from the hub ([`Happening::Closed`]).
     pub fn is_dead(&self, r: Rank) -> bool {
         let Some(c) = self.conn(r) else { return true };
+        let Link::Tcp(s) = &c.s else { return false };
         let mut b = [0u8; 1];
-        match c.s.peek(&mut b) {
+        match s.peek(&mut b) {
             Ok(0) => true,
             Ok(_) => false,
             Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
@@ -406,10 +534,182 @@ impl Plane {
             return Err(QueueError::Gone);
         };
         c.push(f, now)?;
-        // A write error shows up as the connection's end on the next read.
-        let flushed = c.flush(now);
-        let _ = self.after_io(r as usize, flushed, now);
+        self.flush_conn(r as usize, now);
+        self.publish();
         Ok(())
+    }
+
+    /// Queue `f` for rank `r` without writing yet ([`Plane::flush_backlog`] writes), with an
+    /// optional mark reported once its last byte is written ([`Plane::take_marks`]).
+    pub fn queue(&mut self, r: Rank, f: Frame, mark: Option<Mark>, now: Instant) -> Result<(), QueueError> {
+        let Some(c) = self.conns.get_mut(r as usize).and_then(Option::as_mut) else {
+            return Err(QueueError::Gone);
+        };
+        c.push(f, now)?;
+        if let Some(m) = mark {
+            c.marks.push_back((c.pushed, m));
+        }
+        self.backlog.insert(r as usize);
+        Ok(())
+    }
+
+    /// Write what every connection with queued bytes takes now (after [`Plane::queue`]).
+    pub fn flush_backlog(&mut self, now: Instant) {
+        let due: Vec<usize> = self.backlog.iter().copied().collect();
+        for i in due {
+            self.flush_conn(i, now);
+        }
+    }
+
+    /// Marked frames written since the last call: (connection, mark, when).
+    pub fn take_marks(&mut self) -> Vec<(Rank, Mark, Instant)> {
+        std::mem::take(&mut self.marks_done)
+    }
+
+    /// Write what connection `i` takes now (a relayed one: hand it to the hub). A write error
+    /// shows up as the connection's end on the next read.
+    fn flush_conn(&mut self, i: usize, now: Instant) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Link::Relayed { .. } = c.s {
+            self.hand_over(i);
+            self.backlog.remove(&i);
+            return;
+        }
+        let flushed = c.flush(now);
+        let _ = self.after_io(i, flushed, now);
+    }
+
+    /// Serve relayed connections of `link`'s rail ([`crate::ring::relay`]): what the hub
+    /// hands over is read by [`Plane::wait`], and it wakes this plane.
+    pub fn relay_through(&mut self, link: RailLink) {
+        link.inbox.set_waker(self.waker.clone());
+        self.relay = Some(link);
+    }
+
+    /// Hold ring rank `r`'s relayed connection, generation `epoch` (replacing an earlier one).
+    pub fn add_relayed(&mut self, r: Rank, epoch: Epoch) -> io::Result<()> {
+        let node = self.relay.as_ref().and_then(|l| l.node(r));
+        let node = node.ok_or_else(|| io::Error::other(format!("ring rank {r} has no relayed node")))?;
+        self.remove(r);
+        if let Some(slot) = self.conns.get_mut(r as usize) {
+            *slot = Some(Conn::on(Link::Relayed { node, epoch }));
+        }
+        Ok(())
+    }
+
+    /// Relayed hellos read since the last call, in order (the join seats or refuses them).
+    pub fn take_hellos(&mut self) -> Vec<RelayedHello> {
+        std::mem::take(&mut self.hellos)
+    }
+
+    /// Tell ring rank `r`'s relayed connection `epoch` why it is turned away, and close it (best effort).
+    pub fn refuse_relayed(&mut self, r: Rank, epoch: Epoch, reason: &str) {
+        let Some(l) = &self.relay else { return };
+        let (rail, Some(node)) = (l.rail, l.node(r)) else {
+            return;
+        };
+        let reject = Msg::Reject {
+            reason: reason.into(),
+        };
+        if let Some(f) = frame(&reject).ok().and_then(|f| tag_frame(rail, &f)) {
+            self.relay_out.push(Out::Frame {
+                node,
+                frame: f,
+                table: None,
+            });
+        }
+        let reset = false;
+        self.relay_out.push(Out::Close { node, rail, epoch, reset });
+        self.publish();
+    }
+
+    /// Relayed connection `i`'s queued frames, tagged with the rail, go to the hub; the last
+    /// frame of its table is marked (the hub says when it went out: [`In::TableOut`]). A frame
+    /// the tag takes over the limit ends the connection.
+    fn hand_over(&mut self, i: usize) {
+        let (Some(link), Some(Some(c))) = (self.relay.as_ref(), self.conns.get_mut(i)) else {
+            return;
+        };
+        let Link::Relayed { node, epoch } = c.s else { return };
+        let mut lost = None;
+        while let Some(f) = c.out.pop_front() {
+            c.out_bytes -= f.len();
+            let last_of_table = c.table_frames_left == 1;
+            c.table_frames_left = c.table_frames_left.saturating_sub(1);
+            let tagged = match &self.tag_cache {
+                Some((src, t)) if Arc::ptr_eq(src, &f) => Some(t.clone()),
+                _ => tag_frame(link.rail, &f),
+            };
+            let Some(t) = tagged else {
+                lost = Some(WireError::TooLarge(f.len()));
+                break;
+            };
+            self.tag_cache = Some((f, t.clone()));
+            let table = last_of_table.then_some((link.rail, i as Rank, epoch));
+            self.relay_out.push(Out::Frame { node, frame: t, table });
+        }
+        c.stuck_since = None;
+        if let Some(e) = lost {
+            self.relay_lost.push((i as Rank, e));
+            self.end(i as Rank, Some(true));
+        }
+    }
+
+    /// Hand what waits for the hub over (one lock per call, not per frame).
+    fn publish(&mut self) {
+        if let Some(l) = &self.relay {
+            l.hub.out.push_all(&mut self.relay_out);
+        }
+    }
+
+    /// Whether ring rank `r` holds generation `epoch` of its relayed connection.
+    fn holds(&self, r: Rank, epoch: Epoch) -> bool {
+        matches!(self.conn(r).map(|c| &c.s), Some(Link::Relayed { epoch: g, .. }) if *g == epoch)
+    }
+
+    /// What the hub handed over, in order: messages and ends to `out`, hellos kept for
+    /// [`Plane::take_hellos`], tables out, nodes that do not read. The loop has caught up no
+    /// further than the hub.
+    fn take_inbox<M: Unit>(&mut self, out: &mut Vec<Happening<M>>) {
+        out.extend(self.relay_lost.drain(..).map(|(r, e)| Happening::Closed(r, e)));
+        let Some(link) = self.relay.clone() else { return };
+        let hub_caught_up = link.hub.caught_up();
+        for item in link.inbox.take() {
+            match item {
+                In::Hello { r, epoch, peer, hello } => self.hellos.push(RelayedHello { r, epoch, peer, hello }),
+                In::Msg { r, epoch, body, at } if self.holds(r, epoch) => match M::from_body(&body) {
+                    Ok(m) => {
+                        self.stats.msgs += 1;
+                        out.push(Happening::Msg(r, m, at));
+                    }
+                    Err(e) => {
+                        out.push(Happening::Closed(r, e));
+                        self.end(r, Some(true));
+                    }
+                },
+                In::Closed { r, epoch, err } if self.holds(r, epoch) => {
+                    out.push(Happening::Closed(r, err));
+                    self.end(r, None);
+                }
+                In::TableOut { r, epoch, at } if self.holds(r, epoch) => {
+                    if let Some(Some(c)) = self.conns.get_mut(r as usize) {
+                        c.table_done = Some(at);
+                    }
+                    self.tables_done.push((r, at));
+                }
+                In::Stuck {
+                    r,
+                    epoch,
+                    queued,
+                    waited,
+                } if self.holds(r, epoch) => self.relay_stuck.push((r, queued, waited)),
+                // Of an earlier connection, or of a rank not seated.
+                _ => {}
+            }
+        }
+        self.caught_up = self.caught_up.min(hub_caught_up);
     }
 
     /// Queue rank `r`'s table (one or more frames); its silence clock starts once the last
@@ -430,8 +730,8 @@ impl Plane {
         for f in frames {
             c.push(f, now)?;
         }
-        let flushed = c.flush(now);
-        let _ = self.after_io(r as usize, flushed, now);
+        self.flush_conn(r as usize, now);
+        self.publish();
         Ok(())
     }
 
@@ -452,11 +752,11 @@ impl Plane {
             }
             let Some(c) = self.conns[i].as_mut() else { continue };
             if c.out.is_empty() && c.push(f.clone(), now).is_ok() {
-                let flushed = c.flush(now);
-                let _ = self.after_io(i, flushed, now);
+                self.flush_conn(i, now);
                 sent += 1;
             }
         }
+        self.publish();
         sent
     }
 
@@ -476,8 +776,10 @@ impl Plane {
 
     /// Ranks whose queued bytes have waited at least `deadline` with no byte taken: with the
     /// bytes still queued and how long.
-    pub fn stuck(&self, now: Instant, deadline: Duration) -> Vec<(Rank, usize, Duration)> {
-        self.backlog
+    /// A relayed rank is stuck when the hub says its node is (the hub's own deadline).
+    pub fn stuck(&mut self, now: Instant, deadline: Duration) -> Vec<(Rank, usize, Duration)> {
+        let mut v: Vec<_> = self
+            .backlog
             .iter()
             .filter_map(|&r| {
                 let c = self.conns.get(r)?.as_ref()?;
@@ -485,7 +787,9 @@ impl Plane {
                 let d = now.saturating_duration_since(since);
                 (d >= deadline && c.out_bytes > 0).then_some((r as Rank, c.out_bytes, d))
             })
-            .collect()
+            .collect();
+        v.append(&mut self.relay_stuck);
+        v
     }
 
     /// Every byte that reached a connection before this instant has been read and handed
@@ -567,9 +871,11 @@ impl Plane {
     }
 
     fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
+        self.publish();
         let mut readable = std::mem::take(&mut self.again);
         let mut writable = std::mem::take(&mut self.again_write);
-        let timeout = if readable.is_empty() && writable.is_empty() {
+        let relayed = !self.relay_lost.is_empty() || self.relay.as_ref().is_some_and(|l| !l.inbox.is_empty());
+        let timeout = if readable.is_empty() && writable.is_empty() && !relayed {
             timeout
         } else {
             Duration::ZERO
@@ -592,6 +898,7 @@ impl Plane {
             self.again.append(&mut r);
             self.again_write.append(&mut w);
         }
+        self.take_inbox(&mut out);
         self.stats.io += t1.elapsed();
         out
     }

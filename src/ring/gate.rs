@@ -93,7 +93,7 @@ fn progress(buf: &[u8], max_body: usize) -> Option<Result<Msg, WireError>> {
     Some(wire::decode(&buf[8..8 + len]))
 }
 
-fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
+pub fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
     match m? {
         Msg::Hello(h) => Ok(h),
         other => Err(WireError::Malformed(format!(

@@ -3,30 +3,31 @@
 //! coordinator: [`coordinator::node_door`]); rank 0 plans every rail's ring from the
 //! declarations ([`railplan::plan`]) and answers each node with its seats. The connection
 //! then stays open for the whole run and carries every rail's control messages, each tagged
-//! with its rail ([`Msg::Rail`]): on rank 0 a relay (the [`Hub`]) hands each rail's frames to
-//! that rail's coordinator, and on the node a relay ([`NodeRelay`]) hands them to that rail's
-//! rank, both over loopback inside their own process, so each rail's coordinator and rank run
-//! unchanged. At the end rank 0 sends the job's verdict over every rail to every node
+//! with its rail ([`Msg::Rail`]): on rank 0 the [`Hub`] hands each rail's messages to that
+//! rail's coordinator in the same process, with no socket between them (a node's rail rank
+//! is a relayed connection of the coordinator's event loop: [`crate::ring::relay`]); on the
+//! node a relay ([`NodeRelay`]) hands them to that rail's rank over loopback. At the end rank 0 sends the job's verdict over every rail to every node
 //! ([`Msg::JobDone`]). Every wait has a deadline.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::ring::control::{Frame, Happening, Plane, frame, take_frames};
-use crate::ring::coordinator::{self, AckFn, CoordinatorConfig, Event, Limits, NodeDoor};
+use crate::ring::control::{Happening, Plane, QueueError, frame, take_frames};
+use crate::ring::coordinator::{self, CoordinatorConfig, Event, Limits, NodeDoor};
 use crate::ring::gate;
 use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank, RankInfo, printable};
 use crate::ring::options::Options;
 use crate::ring::railplan::{self, Declaration, Roster, Seat};
+use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, rail_body};
+pub use crate::ring::relay::tag_frame;
 use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
-use crate::ring::tcpinfo;
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
 /// The node door's token: a rail's ring or a run without `--rails` is refused there.
@@ -89,6 +90,8 @@ const FINISH_DRAIN: Duration = Duration::from_secs(2);
 pub struct Hub {
     pub roster: Roster,
     door: NodeDoor,
+    /// How long a node's queued messages may wait untaken (see `Mux::stall`).
+    stall: Duration,
     /// The lines of what the door saw (joins, refusals), for the log.
     pub events: Vec<String>,
 }
@@ -134,7 +137,7 @@ pub fn gather(
         door.stop.store(true, Ordering::Relaxed);
         return Err(format!(
             "coordinator: {} nodes on {} rails need {need} open files on rank 0 (each node's connection, \
-             and each rail's relayed connection at both ends), but its open-file limit (RLIMIT_NOFILE, \
+             and each rail's coordinator), but its open-file limit (RLIMIT_NOFILE, \
              raised to the hard limit) is {nofile}: raise the hard limit to at least {need} on rank 0's \
              host (`ulimit -Hn {need}` as root before starting, LimitNOFILE={need} in a systemd unit)",
             cfg.world,
@@ -151,21 +154,18 @@ pub fn gather(
             silent,
         },
         door,
+        stall: rendezvous::silence(cfg.timeout),
         events,
     })
 }
 
-/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's connection
-/// and its clone (the rails' coordinators read its TCP_INFO, [`HubHandle::ack_fn`]), and on
-/// each rail each node's relayed connection at both ends (the hub's and the rail
-/// coordinator's), with the coordinators' own room. Pure.
+/// Open files rank 0 needs for `world` nodes and these rails' rings: each node's one
+/// connection (its rails' coordinators reach it through the hub in this process, no socket
+/// between them), and each rail coordinator's own room (its listener for rank 0's own rank of
+/// the rail, its event loop). Pure.
 pub fn files_needed(world: u32, rings: &BTreeMap<u32, Vec<Rank>>) -> u64 {
-    let rails: u64 = rings
-        .values()
-        .filter(|r| r.len() >= 2)
-        .map(|r| 2 * r.len() as u64 + 64)
-        .sum();
-    coordinator::files_needed(world) + world as u64 + rails
+    let rails = rings.values().filter(|r| r.len() >= 2).count() as u64;
+    coordinator::files_needed(world) + 16 * rails
 }
 
 /// What the running hub is told.
@@ -174,18 +174,20 @@ enum Cmd {
     JobDone(Msg),
 }
 
-/// The running hub: its thread, and the way to end it.
+/// The running hub: its thread, the way to end it, and each rail's end.
 pub struct HubHandle {
     cmd: Sender<Cmd>,
     thread: Option<thread::JoinHandle<Vec<String>>>,
-    socks: Arc<Mutex<BTreeMap<Rank, TcpStream>>>,
+    links: BTreeMap<u32, RailLink>,
 }
 
 impl Hub {
-    /// Seat every node that declared and relay its rails to each rail's coordinator at
-    /// `rails` (rail -> its loopback address), until [`HubHandle::finish`].
-    pub fn start(self, rails: BTreeMap<u32, SocketAddr>) -> HubHandle {
-        let Hub { roster, door, .. } = self;
+    /// Seat every node that declared and relay each rail's ring (of two nodes or more) to its
+    /// coordinator, which takes its end with [`HubHandle::link`], until [`HubHandle::finish`].
+    pub fn start(self) -> HubHandle {
+        let Hub {
+            roster, door, stall, ..
+        } = self;
         let NodeDoor {
             mut plane,
             rx,
@@ -193,14 +195,12 @@ impl Hub {
             mut rep,
             ..
         } = door;
-        let n = roster.world;
-        let width = roster.rings.keys().max().map_or(1, |k| k + 1);
-        plane.grow(n.saturating_add(n.saturating_mul(width)));
-        let mut socks = BTreeMap::new();
+        let shared = Arc::new(relay::Hub::default());
+        shared.out.set_waker(plane.waker());
         let now = Instant::now();
         for (&r, _) in roster.nodes.iter().filter(|(r, _)| **r != 0) {
-            if let Some(s) = plane.socket(r).and_then(|s| s.try_clone().ok()) {
-                socks.insert(r, s);
+            if let Some(s) = plane.shared_socket(r) {
+                lock(&shared.socks).insert(r, s);
             }
             if let Ok(f) = frame(&Msg::Seats {
                 seats: roster.seats(r),
@@ -208,18 +208,29 @@ impl Hub {
                 let _ = plane.send(r, f, now);
             }
         }
-        let socks = Arc::new(Mutex::new(socks));
-        let (cmd, cmd_rx) = mpsc::channel();
+        let links: BTreeMap<u32, RailLink> = roster
+            .rings
+            .iter()
+            .filter(|(_, ring)| ring.len() >= 2)
+            .map(|(&rail, ring)| {
+                let link = RailLink {
+                    rail,
+                    ring: Arc::new(ring.clone()),
+                    inbox: Arc::default(),
+                    hub: shared.clone(),
+                };
+                (rail, link)
+            })
+            .collect();
         let mut mux = Mux {
+            n: roster.world,
+            rails: links.values().map(|l| (l.rail, RailEnd::new(l, roster.world))).collect(),
+            peers: rep.control_peers.clone(),
             plane,
-            n,
-            width,
-            rings: roster
-                .rings
-                .iter()
-                .filter_map(|(k, ring)| rails.get(k).map(|a| (*k, (ring.clone(), *a))))
-                .collect(),
+            shared,
+            stall,
         };
+        let (cmd, cmd_rx) = mpsc::channel();
         let thread = thread::spawn(move || {
             mux.run(&cmd_rx, &rx, &mut rep);
             stop.store(true, Ordering::Relaxed);
@@ -228,21 +239,20 @@ impl Hub {
         HubHandle {
             cmd,
             thread: Some(thread),
-            socks,
+            links,
         }
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl HubHandle {
-    /// TCP_INFO of the control connection of the node at ring rank `r` of a rail whose ring
-    /// is `ring` (node ranks in ring order): its rail's coordinator only sees loopback.
-    pub fn ack_fn(&self, ring: Vec<Rank>) -> AckFn {
-        let socks = self.socks.clone();
-        Arc::new(move |r| {
-            let node = *ring.get(r as usize)?;
-            let g = socks.lock().unwrap_or_else(|p| p.into_inner());
-            g.get(&node).and_then(tcpinfo::ack_state)
-        })
+    /// Rail `rail`'s end of the hub, for its coordinator ([`CoordinatorConfig::relay`]);
+    /// None: no ring of two nodes on that rail.
+    pub fn link(&self, rail: u32) -> Option<RailLink> {
+        self.links.get(&rail).cloned()
     }
 
     /// Send the job's verdict to every node, write it out (bounded), end the hub; returns
@@ -266,68 +276,73 @@ impl Drop for HubHandle {
     }
 }
 
-/// The hub's event loop: connection `i < n` is node i's; `n + i * width + k` is node i's
-/// rail k, relayed to that rail's coordinator over loopback.
+/// The hub's side of one rail: its coordinator's inbox, each node's place on the rail's
+/// ring, and each place's current relayed connection.
+struct RailEnd {
+    inbox: Arc<Inbox>,
+    /// The ring rank of node i (`NONE`: not on this rail's ring).
+    place: Vec<Rank>,
+    /// The generation of each ring rank's relayed connection (0: it never said hello).
+    epochs: Vec<Epoch>,
+    /// What this turn of the loop hands the coordinator, at once.
+    batch: Vec<In>,
+}
+
+const NONE: Rank = Rank::MAX;
+
+impl RailEnd {
+    fn new(l: &RailLink, world: u32) -> RailEnd {
+        let mut place = vec![NONE; world as usize];
+        for (r, &node) in l.ring.iter().enumerate() {
+            if let Some(p) = place.get_mut(node as usize) {
+                *p = r as Rank;
+            }
+        }
+        RailEnd {
+            inbox: l.inbox.clone(),
+            place,
+            epochs: vec![0; l.ring.len()],
+            batch: Vec::new(),
+        }
+    }
+
+    /// Node i's ring rank and its current relayed connection (None: not on this ring, or
+    /// it never said hello).
+    fn open(&self, i: Rank) -> Option<(Rank, Epoch)> {
+        let r = *self.place.get(i as usize).filter(|&&r| r != NONE)?;
+        let epoch = *self.epochs.get(r as usize).filter(|&&g| g != 0)?;
+        Some((r, epoch))
+    }
+}
+
+/// The hub's event loop: connection i is node i's; each rail's coordinator runs in its own
+/// thread and is reached through its [`RailEnd`].
 struct Mux {
     plane: Plane,
     n: u32,
-    width: u32,
-    /// Each relayed rail: its ring (node ranks) and its coordinator's loopback address.
-    rings: BTreeMap<u32, (Vec<Rank>, SocketAddr)>,
+    rails: BTreeMap<u32, RailEnd>,
+    /// Each node's control connection, as the door saw it (named in its rails' events).
+    peers: BTreeMap<Rank, String>,
+    shared: Arc<relay::Hub>,
+    /// How long a node's queued messages may wait with no byte taken before its rails'
+    /// coordinators are told it does not read (theirs, `silence(timeout)`).
+    stall: Duration,
 }
 
 fn is_reset(e: &WireError) -> bool {
     !matches!(e, WireError::Closed)
 }
 
-/// How this crate encodes [`Msg::Rail`] (serde writes the tag, then the fields in order):
-/// `{"type":"rail","rail":K,"msg":BODY}`, BODY the message's own encoding.
-const RAIL_HEAD: &[u8] = br#"{"type":"rail","rail":"#;
-const MSG_KEY: &[u8] = br#","msg":"#;
-
-/// Frame `f` (header and body) read as a [`Msg::Rail`] in this crate's encoding, without
-/// parsing its message: the rail and the message's body. None: anything else. Pure.
-pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
-    let rest = f.get(8..)?.strip_prefix(RAIL_HEAD)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    // JSON has no leading zeros; ten digits may pass u32.
-    if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
-        return None;
-    }
-    let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    let body = rest[digits..].strip_prefix(MSG_KEY)?.strip_suffix(b"}")?;
-    Some((rail, body))
-}
-
-/// A frame holding `body` as it is. Pure.
-fn framed(body: &[u8]) -> Frame {
-    // `body` came out of a larger frame, so it fits; were it not, an empty frame is garbage
-    // to the rail's coordinator, which ends that connection.
-    wire::frame_of(&[body]).unwrap_or_default().into()
-}
-
-/// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`
-/// (the same bytes [`frame`] writes), without parsing it; None over the frame limit. Pure.
-pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
-    let body = f.get(8..)?;
-    let tag = rail.to_string();
-    let b = wire::frame_of(&[RAIL_HEAD, tag.as_bytes(), MSG_KEY, body, b"}"]).ok()?;
-    Some(b.into())
-}
-
-/// Whether a message's body is a hello (read by its tag when this crate encoded it). Pure.
-fn is_hello(body: &[u8]) -> bool {
-    match body.strip_prefix(br#"{"type":""#) {
-        Some(rest) => rest.starts_with(br#"hello""#),
-        None => matches!(wire::decode(body), Ok(Msg::Hello(_))),
+/// How a relayed connection's end reads to its coordinator: a close, or a reset.
+fn end_of(reset: bool) -> WireError {
+    if reset {
+        WireError::Io(io::ErrorKind::ConnectionReset.into())
+    } else {
+        WireError::Closed
     }
 }
 
 impl Mux {
-    fn relay(&self, node: Rank, rail: u32) -> Rank {
-        self.n + node * self.width + rail
-    }
-
     fn run(
         &mut self,
         cmd: &Receiver<Cmd>,
@@ -340,21 +355,27 @@ impl Mux {
         loop {
             for h in self.plane.wait_frames(Duration::from_millis(50)) {
                 match h {
-                    Happening::Msg(i, f, _) if i < self.n => self.from_node(i, &f),
-                    Happening::Closed(i, e) if i < self.n => self.node_gone(i, is_reset(&e)),
-                    Happening::Msg(j, f, _) => self.from_rail(j, &f),
-                    Happening::Closed(j, e) => self.rail_gone(j, is_reset(&e)),
+                    Happening::Msg(i, f, at) => self.from_node(i, &f, at),
+                    Happening::Closed(i, e) => self.node_gone(i, is_reset(&e)),
                 }
             }
+            // Said once what was read is in the inboxes (see `relay::Hub::caught_up`).
+            let caught_up = self.plane.caught_up();
+            self.hand_over();
+            self.shared.set_caught_up(caught_up);
             if self.plane.take_woken() {
                 turn_away(late, rep);
             }
             let now = Instant::now();
+            self.from_rails(now);
+            self.plane.flush_backlog(now);
+            self.after_writes(now);
             // Each node hears from rank 0 while only other nodes' rails still run.
             if let Some(p) = ping.as_ref().filter(|_| now >= next_ping) {
                 self.plane.ping_idle(p, 0..self.n, now, |_| true);
                 next_ping = now + HEARTBEAT;
             }
+            self.hand_over();
             let told = match cmd.try_recv() {
                 Ok(Cmd::JobDone(m)) => Some(Some(m)),
                 Err(mpsc::TryRecvError::Disconnected) => Some(None),
@@ -369,26 +390,41 @@ impl Mux {
                 }
             }
             if ending.is_some_and(|t| now >= t || self.plane.queued() == 0) {
+                lock(&self.shared.socks).clear();
                 return;
             }
         }
     }
 
-    /// A node's frame: one of its rails' messages to that rail's coordinator, forwarded by
-    /// its tag without parsing the message (a hello opens a fresh relay connection), or the
-    /// end of one of its rails' connections. A frame this crate did not encode is decoded.
-    fn from_node(&mut self, i: Rank, f: &[u8]) {
+    /// Each rail's batch to its coordinator (one lock and at most one wake-up per rail).
+    fn hand_over(&mut self) {
+        for end in self.rails.values_mut() {
+            end.inbox.push_all(&mut end.batch);
+        }
+    }
+
+    /// A node's frame: one of its rails' messages, handed to that rail's coordinator by its
+    /// tag without parsing the message (a hello is decoded: it opens a new relayed
+    /// connection), or the end of one of its rails' connections. A frame this crate did not
+    /// encode is decoded.
+    fn from_node(&mut self, i: Rank, f: &[u8], at: Instant) {
         if let Some((rail, body)) = rail_body(f) {
-            return self.to_rail(i, rail, framed(body));
+            return self.to_rail(i, rail, body, at);
         }
         match wire::decode(&f[8..]) {
             Ok(Msg::Rail { rail, msg }) => match frame(&msg) {
-                Ok(inner) => self.to_rail(i, rail, inner),
+                Ok(inner) => self.to_rail(i, rail, &inner[8..], at),
                 Err(_) => self.tell_closed(i, rail, true),
             },
             Ok(Msg::RailClosed { rail, reset }) => {
-                if self.rings.contains_key(&rail) {
-                    self.close_relay(self.relay(i, rail), reset);
+                if let Some(end) = self.rails.get_mut(&rail)
+                    && let Some((r, epoch)) = end.open(i)
+                {
+                    end.batch.push(In::Closed {
+                        r,
+                        epoch,
+                        err: end_of(reset),
+                    });
                 }
             }
             Ok(_) => {}
@@ -397,48 +433,88 @@ impl Mux {
         }
     }
 
-    /// Node i's frame `inner` for its rail `rail`'s coordinator.
-    fn to_rail(&mut self, i: Rank, rail: u32, inner: Frame) {
-        let Some((ring, addr)) = self.rings.get(&rail) else {
+    /// Node i's message `body` for its rail `rail`'s coordinator.
+    fn to_rail(&mut self, i: Rank, rail: u32, body: &[u8], at: Instant) {
+        let Some(end) = self.rails.get_mut(&rail) else {
             return self.tell_closed(i, rail, true);
         };
-        if !ring.contains(&i) {
+        let Some(r) = end.place.get(i as usize).copied().filter(|&r| r != NONE) else {
             return self.tell_closed(i, rail, true);
+        };
+        if is_hello(body) {
+            // A hello opens a new connection: the rank's earlier one (if any) ended.
+            let old = end.epochs[r as usize];
+            if old != 0 {
+                let err = WireError::Closed;
+                end.batch.push(In::Closed { r, epoch: old, err });
+            }
+            let epoch = old.wrapping_add(1).max(1);
+            end.epochs[r as usize] = epoch;
+            let hello = if body.len() > gate::Limits::default().max_hello_bytes {
+                Err(WireError::TooLarge(body.len()))
+            } else {
+                gate::as_hello(wire::decode(body))
+            };
+            let peer = self.peers.get(&i).cloned().unwrap_or_else(|| format!("node {i}"));
+            end.batch.push(In::Hello { r, epoch, peer, hello });
+            return;
         }
-        let (addr, j) = (*addr, self.relay(i, rail));
-        if is_hello(&inner[8..]) {
-            self.plane.remove(j);
-            let added = relay_connect(addr, i).and_then(|s| self.plane.add(j, s));
-            if added.is_err() {
-                return self.tell_closed(i, rail, true);
+        // Before its hello there is no connection to speak on.
+        if let Some(epoch) = end.epochs.get(r as usize).copied().filter(|&g| g != 0) {
+            let body = body.to_vec();
+            end.batch.push(In::Msg { r, epoch, body, at });
+        }
+    }
+
+    /// What the rails' coordinators handed over: frames queued for their nodes (written
+    /// together, [`Plane::flush_backlog`]), and relayed connections they ended, told to the
+    /// node (unless a newer connection of that rail rank said hello since).
+    fn from_rails(&mut self, now: Instant) {
+        for item in self.shared.out.take() {
+            match item {
+                Out::Frame { node, frame, table } => match self.plane.queue(node, frame, table, now) {
+                    Ok(()) | Err(QueueError::Gone) => {}
+                    Err(QueueError::Full { queued, .. }) => self.not_reading(node, queued, Duration::ZERO),
+                },
+                Out::Close {
+                    node,
+                    rail,
+                    epoch,
+                    reset,
+                } => {
+                    let current = self.rails.get(&rail).and_then(|e| e.open(node));
+                    if current.is_some_and(|(_, g)| g == epoch)
+                        && let Ok(f) = frame(&Msg::RailClosed { rail, reset })
+                    {
+                        let _ = self.plane.queue(node, f, None, now);
+                    }
+                }
             }
         }
-        if self.plane.send(j, inner, Instant::now()).is_err() {
-            self.close_relay(j, true);
+    }
+
+    /// After the writes: tables that went out, and nodes that take nothing.
+    fn after_writes(&mut self, now: Instant) {
+        for (_, (rail, r, epoch), at) in self.plane.take_marks() {
+            if let Some(end) = self.rails.get_mut(&rail) {
+                end.batch.push(In::TableOut { r, epoch, at });
+            }
+        }
+        for (node, queued, waited) in self.plane.stuck(now, self.stall) {
+            self.not_reading(node, queued, waited);
         }
     }
 
-    /// A rail coordinator's frame to node i, tagged with its rail (its bytes unparsed).
-    fn from_rail(&mut self, j: Rank, f: &[u8]) {
-        let (i, rail) = self.split(j);
-        let sent = tag_frame(rail, f).map(|f| self.plane.send(i, f, Instant::now()));
-        match sent {
-            Some(Ok(())) => {}
-            // Over its queue's limit: node i does not read; every rail of it ends.
-            Some(Err(_)) => self.node_gone(i, true),
-            None => self.close_relay(j, true),
+    /// Node i takes none of its control messages: each of its rails' coordinators is told
+    /// (each names its rank as not reading), and its connection is closed.
+    fn not_reading(&mut self, i: Rank, queued: usize, waited: Duration) {
+        for end in self.rails.values_mut() {
+            if let Some((r, epoch)) = end.open(i) {
+                end.batch.push(In::Stuck { r, epoch, queued, waited });
+            }
         }
-    }
-
-    fn split(&self, j: Rank) -> (Rank, u32) {
-        let x = j - self.n;
-        (x / self.width, x % self.width)
-    }
-
-    /// A rail's coordinator closed node i's connection: the node's rank of that rail is told.
-    fn rail_gone(&mut self, j: Rank, reset: bool) {
-        let (i, rail) = self.split(j);
-        self.tell_closed(i, rail, reset);
+        self.plane.remove(i);
+        lock(&self.shared.socks).remove(&i);
     }
 
     fn tell_closed(&mut self, i: Rank, rail: u32, reset: bool) {
@@ -447,45 +523,16 @@ impl Mux {
         }
     }
 
-    /// Close relay connection `j` (`reset`: as a reset, as the node's own connection ended).
-    fn close_relay(&mut self, j: Rank, reset: bool) {
-        if reset && let Some(s) = self.plane.socket(j) {
-            let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
-        }
-        self.plane.remove(j);
-    }
-
     /// Node i's connection ended: each of its rails' coordinators sees the same end.
     fn node_gone(&mut self, i: Rank, reset: bool) {
         self.plane.remove(i);
-        let rails: Vec<u32> = self.rings.keys().copied().collect();
-        for k in rails {
-            self.close_relay(self.relay(i, k), reset);
+        lock(&self.shared.socks).remove(&i);
+        for end in self.rails.values_mut() {
+            if let Some((r, epoch)) = end.open(i) {
+                end.batch.push(In::Closed { r, epoch, err: end_of(reset) });
+            }
         }
     }
-}
-
-/// Node `node`'s relay connection to a rail's coordinator at `addr`: from a loopback address
-/// of its own (127.2.x.y), so that the rail's door, which caps the hellos waiting per source
-/// address (128), applies that cap per node as it would without the relay, not to every
-/// node's relay at once (all from 127.0.0.1, as the hub opens them in a burst).
-fn relay_connect(addr: SocketAddr, node: Rank) -> io::Result<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    if let std::net::IpAddr::V4(ip) = addr.ip()
-        && ip.is_loopback()
-    {
-        let src = std::net::Ipv4Addr::new(
-            127,
-            2 + ((node >> 16) & 0x3f) as u8,
-            (node >> 8) as u8,
-            node as u8,
-        );
-        s.bind(&SocketAddr::new(src.into(), 0).into())?;
-    }
-    s.connect_timeout(&addr.into(), Duration::from_secs(2))?;
-    let _ = s.set_tcp_nodelay(true);
-    Ok(s.into())
 }
 
 /// Declarations read after the join window: told why, never closed unanswered.
@@ -495,7 +542,7 @@ fn turn_away(late: &Receiver<gate::Incoming>, rep: &mut coordinator::Coordinator
             Ok(_) => LATE.to_string(),
             Err(e) => coordinator::door_reason(e),
         };
-        coordinator::refuse(rep, &s, &peer.to_string(), &reason);
+        coordinator::refuse_tcp(rep, &s, &peer.to_string(), &reason);
     }
 }
 
@@ -813,6 +860,7 @@ fn from_rank0(
 mod tests {
     use super::*;
     use crate::ring::rendezvous::JOIN_GRACE;
+    use crate::ring::relay::framed;
 
     fn slot(rail: u32) -> RailPort {
         RailPort {
@@ -889,7 +937,7 @@ mod tests {
         let h = thread::spawn(move || {
             let hub = gather(l, &cfg(world, join), me(), None).unwrap();
             let (roster, events) = (hub.roster.clone(), hub.events.clone());
-            let running = hub.start(BTreeMap::new());
+            let running = hub.start();
             let _ = wait.recv_timeout(Duration::from_secs(60));
             running.finish(false, None);
             (roster, events)
@@ -1001,7 +1049,7 @@ mod tests {
         let r0 = thread::spawn(move || {
             let hub = gather(l, &cfg(3, Duration::from_secs(30)), me(), None).unwrap();
             let roster = hub.roster.clone();
-            let running = hub.start(BTreeMap::new());
+            let running = hub.start();
             let _ = wait.recv_timeout(Duration::from_secs(60));
             running.finish(false, None);
             roster
@@ -1018,7 +1066,7 @@ mod tests {
         assert!(r0.join().unwrap().silent.is_empty());
     }
 
-    fn rail_cfg(rail: u32, relay: AckFn) -> CoordinatorConfig {
+    fn rail_cfg(rail: u32, relay: RailLink) -> CoordinatorConfig {
         CoordinatorConfig {
             token: format!("job/rail{rail}"),
             relay: Some(relay),
@@ -1060,15 +1108,15 @@ mod tests {
         let coords: Vec<TcpListener> = (0..2)
             .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
-        let addrs: BTreeMap<u32, SocketAddr> = (0..2)
+        let addrs: BTreeMap<u32, std::net::SocketAddr> = (0..2)
             .map(|k| (k, coords[k as usize].local_addr().unwrap()))
             .collect();
-        let running = hub.start(addrs.clone());
+        let running = hub.start();
         let reports = coords
             .into_iter()
             .zip(0..)
             .map(|(c, k)| {
-                let cfg = rail_cfg(k, running.ack_fn(vec![0, 1]));
+                let cfg = rail_cfg(k, running.link(k).unwrap());
                 thread::spawn(move || coordinator::coordinate(c, cfg))
             })
             .collect();
@@ -1204,12 +1252,11 @@ mod tests {
     fn open_files_for_16384_nodes_on_8_rails() {
         let ring: Vec<Rank> = (0..16_384).collect();
         let rings: BTreeMap<u32, Vec<Rank>> = (0..8).map(|k| (k, ring.clone())).collect();
-        assert_eq!(
-            files_needed(16_384, &rings),
-            2 * 16_384 + 64 + 8 * (2 * 16_384 + 64)
-        );
-        // A rail one node drives runs no ring: nothing relayed.
-        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 2 * 4 + 64);
+        // One per node whatever the rails (issue 31: 16,384 x 8 fits a limit of 20,000).
+        assert_eq!(files_needed(16_384, &rings), 16_384 + 64 + 8 * 16);
+        assert!(files_needed(16_384, &rings) < 20_000);
+        // A rail one node drives runs no ring: no coordinator.
+        assert_eq!(files_needed(4, &BTreeMap::from([(0, vec![0])])), 4 + 64);
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub struct Hosted {
     /// The ring ranks whose nodes never declared their rails (see [`run::Setup::silent`]).
     pub silent: std::collections::BTreeSet<crate::ring::model::Rank>,
     /// The nodes reach it through rank 0's relay (see [`run::Setup::relay`]).
-    pub relay: Option<crate::ring::coordinator::AckFn>,
+    pub relay: Option<crate::ring::coordinator::RailLink>,
 }
 
 /// Run every rail of this node at once (a thread per rail, each one rank of its rail's ring,

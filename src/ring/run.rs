@@ -72,7 +72,7 @@ pub struct Setup {
     pub join_via: Option<String>,
     /// With `--rails`, rank 0: this rail's coordinator is reached through rank 0's relay
     /// (see [`CoordinatorConfig::relay`]).
-    pub relay: Option<coordinator::AckFn>,
+    pub relay: Option<coordinator::RailLink>,
     /// With `--rails`, rank 0 of a rail's ring of some of the nodes: ring rank i is the
     /// job's node `nodes[i]` (see [`CoordinatorConfig::nodes`]); empty otherwise.
     pub nodes: Vec<crate::ring::model::Rank>,
@@ -350,7 +350,7 @@ pub fn host_only(
     id: &Identity,
     opts: &Options,
     rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
-    (nodes, relay): ((Vec<Rank>, BTreeSet<Rank>), Option<coordinator::AckFn>),
+    (nodes, relay): ((Vec<Rank>, BTreeSet<Rank>), Option<coordinator::RailLink>),
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
     let l = match listener {

@@ -87,9 +87,7 @@ impl Serve<'_> {
     pub(super) fn close_gently(&mut self, until: Instant) {
         let mut open: BTreeSet<Rank> = (0..self.cfg.world).filter(|r| self.plane.has(*r)).collect();
         for r in &open {
-            if let Some(s) = self.plane.socket(*r) {
-                let _ = s.shutdown(std::net::Shutdown::Write);
-            }
+            self.plane.half_close(*r);
         }
         while !open.is_empty() {
             let left = until.saturating_duration_since(Instant::now());

@@ -10,8 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::ring::control::{Happening, Plane, frame};
+use crate::ring::control::{Happening, Plane, RelayedHello, frame};
 use crate::ring::gate::{self, BUSY, Incoming};
+use crate::ring::relay::Epoch;
+use super::reject::refuse;
 use crate::ring::model::{Rank, RankInfo, check_rails, printable};
 use crate::ring::orders;
 use crate::ring::rendezvous::list;
@@ -262,17 +264,16 @@ pub(super) fn gather(
         }
         plane.take_woken();
         let t = Instant::now();
+        let mut knocks: Vec<(Knock, String, _)> = Vec::new();
         while let Ok((s, peer, hello)) = rx.try_recv() {
             if let Some(b) = sndbuf {
                 let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
             }
-            gather_one(
-                cfg,
-                rep,
-                (&mut seen, &mut checking),
-                (plane, start),
-                (s, peer, hello),
-            );
+            knocks.push((Knock::Tcp(s), peer.to_string(), hello));
+        }
+        knocks.extend(plane.take_hellos().into_iter().map(Knock::relayed));
+        for knock in knocks {
+            gather_one(cfg, rep, (&mut seen, &mut checking), (plane, start), knock);
             rep.stats.hellos += 1;
         }
         rep.stats.hello_time += t.elapsed();
@@ -299,6 +300,27 @@ pub(super) fn gather(
 /// that rebooted) answers the check with a reset within a round trip.
 pub const HOLDER_CHECK: Duration = Duration::from_secs(3);
 
+/// A finished hello at the door: on a connection of its own, or a node's rail rank relayed
+/// by the hub (ring rank `r`, the only one it may claim; see [`crate::ring::relay`]).
+pub(crate) enum Knock {
+    Tcp(TcpStream),
+    Relayed { r: Rank, epoch: Epoch },
+}
+
+impl Knock {
+    pub(crate) fn relayed(h: RelayedHello) -> (Knock, String, Result<Hello, wire::WireError>) {
+        (Knock::Relayed { r: h.r, epoch: h.epoch }, h.peer, h.hello)
+    }
+
+    /// Tell it why it is turned away (best effort, never blocks) and close it.
+    pub(crate) fn reject(&self, plane: &mut Plane, reason: &str) {
+        match self {
+            Knock::Tcp(s) => gate::reject_now(s, reason),
+            Knock::Relayed { r, epoch } => plane.refuse_relayed(*r, *epoch, reason),
+        }
+    }
+}
+
 /// One finished hello while ranks gather: join, replace a dead earlier connection of the
 /// same rank, or refuse (a second live claim names both source addresses, see
 /// [`held_claim`]).
@@ -307,21 +329,30 @@ pub(super) fn gather_one(
     rep: &mut CoordinatorReport,
     (seen, checking): (&mut BTreeMap<Rank, RankInfo>, &mut BTreeMap<Rank, Instant>),
     (plane, start): (&mut Plane, Instant),
-    (s, peer, hello): Incoming,
+    (s, peer_s, hello): (Knock, String, Result<Hello, wire::WireError>),
 ) {
-    let peer_s = peer.to_string();
     let h = match hello {
         Ok(h) => h,
-        Err(e) => return refuse(rep, &s, &peer_s, &door_reason(e)),
+        Err(e) => return refuse(rep, plane, &s, &peer_s, &door_reason(e)),
     };
     // Judged as if the slot were free: a claim of a taken slot with the right token is
     // either a restarted rank (its old connection is dead) or a second process.
     if let Err(reason) = validate(&h, cfg, &BTreeMap::new()) {
-        return refuse(rep, &s, &peer_s, &reason);
+        return refuse(rep, plane, &s, &peer_s, &reason);
     }
     if seen.contains_key(&h.rank) && !rep.control_peers.contains_key(&h.rank) {
         let reason = format!("{} is rank 0's own process", cfg.claimed(h.rank));
-        return refuse(rep, &s, &peer_s, &reason);
+        return refuse(rep, plane, &s, &peer_s, &reason);
+    }
+    if let Knock::Relayed { r, .. } = s
+        && r != h.rank
+    {
+        let reason = format!(
+            "{} claims ring rank {} of this rail; its node's place on the rail's ring is {r}",
+            cfg.claimed(r),
+            h.rank
+        );
+        return refuse(rep, plane, &s, &peer_s, &reason);
     }
     match rep.control_peers.get(&h.rank).cloned() {
         Some(old_peer) if plane.has(h.rank) && !plane.is_dead(h.rank) => {
@@ -355,7 +386,7 @@ fn held_claim(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
     (checking, plane): (&mut BTreeMap<Rank, Instant>, &mut Plane),
-    (s, peer_s): (&TcpStream, &str),
+    (s, peer_s): (&Knock, &str),
     (r, old_peer, host): (Rank, &str, &str),
 ) {
     let now = Instant::now();
@@ -369,7 +400,7 @@ fn held_claim(
             "{BUSY}{} is held by an earlier connection from {old_peer}; checking that it is alive",
             cfg.claimed(r)
         );
-        gate::reject_now(s, &reason);
+        s.reject(plane, &reason);
         // Listed once: the claimant asks again every 100 ms while the check lasts.
         if first {
             rep.reject(peer_s, &reason);
@@ -382,7 +413,7 @@ fn held_claim(
          processes started as {who}, or a foreign process with this job's token)",
         printable(host, 64),
     );
-    refuse(rep, s, peer_s, &reason);
+    refuse(rep, plane, s, peer_s, &reason);
 }
 
 /// Seat the rank of hello `h` on connection `s`: the event loop holds it, and it is told
@@ -391,11 +422,17 @@ fn seat(
     cfg: &CoordinatorConfig,
     rep: &mut CoordinatorReport,
     (seen, plane, start): (&mut BTreeMap<Rank, RankInfo>, &mut Plane, Instant),
-    (s, peer_s): (TcpStream, String),
+    (s, peer_s): (Knock, String),
     h: Hello,
 ) {
-    keepalive(&s);
-    if let Err(e) = plane.add(h.rank, s) {
+    let added = match s {
+        Knock::Tcp(s) => {
+            keepalive(&s);
+            plane.add(h.rank, s)
+        }
+        Knock::Relayed { r, epoch } => plane.add_relayed(r, epoch),
+    };
+    if let Err(e) = added {
         // The event loop's own limit (epoll's watches): the coordinator's, not the rank's.
         rep.reject(
             &peer_s,

@@ -23,6 +23,7 @@ use crate::ring::model::{
     CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport, printable,
 };
 use crate::ring::orders::RingOrder;
+pub use crate::ring::relay::RailLink;
 use crate::ring::rendezvous::{BootstrapError, HEARTBEAT};
 pub use crate::ring::tcpinfo::AckState;
 use crate::ring::wire::{RankResults, RowResult};
@@ -45,7 +46,7 @@ pub use join::{
 };
 pub use judge::stuck_line;
 use reject::drain_rejections;
-pub(crate) use reject::{door_reason, refuse};
+pub(crate) use reject::{door_reason, refuse_tcp};
 use serve::Serve;
 pub use serve::{LoopStats, unacked_since};
 
@@ -146,10 +147,10 @@ pub struct CoordinatorConfig {
     /// coordinator's start (see [`gather_deadline`]), and the abort says they never declared.
     pub silent: BTreeSet<Rank>,
     pub silent_wait: Duration,
-    /// With `--rails`: this coordinator's ranks reach it through rank 0's relay (one
-    /// loopback source for all: the node's one connection carries every rail); TCP_INFO is read from the
-    /// node's own connection through this (by ring rank). None: ranks connect directly.
-    pub relay: Option<AckFn>,
+    /// With `--rails` on rank 0: the other nodes' ranks of this rail reach this coordinator
+    /// through the hub, which holds each node's one connection ([`crate::ring::relay`]);
+    /// TCP_INFO is read from the node's own connection. None: ranks connect directly.
+    pub relay: Option<RailLink>,
     /// This process's SIGTERM/SIGINT ([`crate::ring::interrupt::process`]); None in tests
     /// that do not interrupt.
     pub interrupt: Option<Arc<Interrupt>>,
@@ -171,9 +172,6 @@ impl CoordinatorConfig {
         }
     }
 }
-
-/// See [`CoordinatorConfig::relay`].
-pub type AckFn = Arc<dyn Fn(Rank) -> Option<AckState> + Send + Sync>;
 
 /// See [`CoordinatorConfig::rings`].
 pub type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
@@ -355,6 +353,9 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
             return rep;
         }
     };
+    if let Some(link) = &cfg.relay {
+        plane.relay_through(link.clone());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let gathering = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel::<Incoming>();
@@ -376,7 +377,7 @@ pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Li
     if (seen.len() as u32) < cfg.world {
         run.join_failed(&mut rep, &seen);
         stop.store(true, Ordering::Relaxed);
-        drain_rejections(&cfg, &rx, &mut rep, &run.plane);
+        drain_rejections(&cfg, &rx, &mut rep, &mut run.plane);
         run.drain_out(Instant::now() + Duration::from_secs(2));
         rep.stats.plane = run.plane.stats;
         rep.close_events();
@@ -422,14 +423,6 @@ fn open_loop(cfg: &CoordinatorConfig, limits: &Limits) -> Result<(Plane, gate::L
             .max_pending
             .min((nofile.saturating_sub(files_needed(cfg.world)) as usize).max(16)),
         ..limits.door
-    };
-    // Relayed ranks all come from rank 0's own loopback: one source, not a flood.
-    let door = match cfg.relay {
-        Some(_) => gate::Limits {
-            max_per_source: door.max_pending,
-            ..door
-        },
-        None => door,
     };
     Ok((plane, door))
 }

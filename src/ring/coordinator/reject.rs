@@ -3,6 +3,7 @@
 use std::net::TcpStream;
 use std::sync::mpsc::Receiver;
 
+use super::join::Knock;
 use super::*;
 use crate::ring::control::Plane;
 use crate::ring::gate::{self, BUSY, Incoming};
@@ -11,7 +12,15 @@ use crate::ring::wire::WireError;
 
 /// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy
 /// refusals were told by the door already.
-pub(crate) fn refuse(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
+pub(crate) fn refuse(rep: &mut CoordinatorReport, plane: &mut Plane, s: &Knock, peer: &str, reason: &str) {
+    if !reason.starts_with(BUSY) {
+        s.reject(plane, &printable(reason, MAX_REASON_CHARS));
+    }
+    rep.reject(peer, reason);
+}
+
+/// [`refuse`] for a connection of its own (rank 0's door for nodes, which relays nothing).
+pub(crate) fn refuse_tcp(rep: &mut CoordinatorReport, s: &TcpStream, peer: &str, reason: &str) {
     if !reason.starts_with(BUSY) {
         gate::reject_now(s, &printable(reason, MAX_REASON_CHARS));
     }
@@ -34,9 +43,14 @@ pub(super) fn drain_rejections(
     cfg: &CoordinatorConfig,
     rx: &Receiver<Incoming>,
     rep: &mut CoordinatorReport,
-    plane: &Plane,
+    plane: &mut Plane,
 ) {
+    let mut knocks: Vec<(Knock, String, _)> = Vec::new();
     while let Ok((s, peer, hello)) = rx.try_recv() {
+        knocks.push((Knock::Tcp(s), peer.to_string(), hello));
+    }
+    knocks.extend(plane.take_hellos().into_iter().map(Knock::relayed));
+    for (s, peer, hello) in knocks {
         let reason = match hello {
             Ok(h) => match rep.control_peers.get(&h.rank) {
                 Some(holder) if plane.has(h.rank) => {
@@ -50,6 +64,6 @@ pub(super) fn drain_rejections(
             },
             Err(e) => door_reason(e),
         };
-        refuse(rep, &s, &peer.to_string(), &reason);
+        refuse(rep, plane, &s, &peer, &reason);
     }
 }

@@ -308,7 +308,7 @@ impl<'a> Serve<'a> {
                 break;
             }
             if self.plane.take_woken() {
-                drain_rejections(self.cfg, rx_late, rep, &self.plane);
+                drain_rejections(self.cfg, rx_late, rep, &mut self.plane);
             }
             let busy = now.elapsed().saturating_sub(self.plane.stats.idle - idle_before);
             rep.stats.busy_max = rep.stats.busy_max.max(busy);
@@ -453,9 +453,11 @@ impl<'a> Serve<'a> {
             });
             self.failing_since.get_or_insert(now);
         }
-        let ack = match &self.cfg.relay {
-            Some(of) => of(r),
-            None => self.plane.socket(r).and_then(tcpinfo::ack_state),
+        // A relayed rank's own connection is its node's, held by the hub.
+        let ack = match (self.plane.socket(r), &self.cfg.relay) {
+            (Some(s), _) => tcpinfo::ack_state(s),
+            (None, Some(link)) => link.ack_state(r),
+            (None, None) => None,
         };
         match ack.and_then(|a| unacked_since(a, now_ms)) {
             Some(since) => {
