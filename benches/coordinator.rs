@@ -41,7 +41,7 @@ use fabprobe::ring::model::{Phase, RailPort, RankInfo, VerdictKind, WaitReport};
 use fabprobe::ring::railmux::{self, HubHandle};
 use fabprobe::ring::railplan::Declaration;
 use fabprobe::ring::rails::{self, RailStop, stopping_judge};
-use fabprobe::ring::rendezvous::{self, HEARTBEAT, silence};
+use fabprobe::ring::rendezvous::{self, silence};
 use fabprobe::ring::run::watchdog_judge;
 use fabprobe::ring::wire::{self, Hello, Msg, RowResult};
 
@@ -50,6 +50,14 @@ const THREADS: usize = 8;
 static TIMEOUT_S: AtomicU64 = AtomicU64::new(30);
 fn timeout() -> Duration {
     Duration::from_secs(TIMEOUT_S.load(Ordering::Relaxed))
+}
+
+/// The ranks of this run, every rail's (set once, by the coordinator's process).
+static RANKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// How often each of `ranks` simulated ranks heartbeats (as a real rank of that job does).
+fn beat_every(ranks: u32) -> Duration {
+    rendezvous::heartbeat_every(ranks as u64, timeout())
 }
 /// Quick mode (`cargo test`, or `--quick`): a small world, the same correctness
 /// assertions; the speed targets are printed, asserted only by `cargo bench` (full mode).
@@ -660,6 +668,7 @@ fn start(
 }
 
 fn coordinator_side(n: u32, rails: u32) {
+    RANKS.store(n, Ordering::Relaxed);
     let per = n / rails;
     let relay = RELAY.load(Ordering::Relaxed);
     let nofile = fd_check(n, rails, relay);
@@ -773,7 +782,7 @@ fn steady(n: u32, coords: &[thread::JoinHandle<Ended>], child: &mut Child) {
         STEADY
     });
     let (c1, s1, wall, split1) = (cpu_self(), cpu_of(child.id()), t0.elapsed(), cpu_split());
-    let beats = n as f64 * wall.as_secs_f64() / HEARTBEAT.as_secs_f64();
+    let beats = n as f64 * wall.as_secs_f64() / beat_every(n).as_secs_f64();
     let cpu = c1 - c0;
     println!(
         "steady: ~{beats:.0} heartbeats in {:.1} s; coordinator CPU {:.2} s = {:.0}% of one core, {:.1} us per heartbeat \
@@ -890,7 +899,7 @@ fn judge_stall(coords: Vec<thread::JoinHandle<Ended>>, running: &[bool], frozen:
         frozen.label,
         at(named),
         at(first.as_ref().map(|f| f.0)),
-        HEARTBEAT.as_secs_f64(),
+        beat_every(RANKS.load(Ordering::Relaxed)).as_secs_f64(),
         silence(timeout()).as_secs_f64(),
         if named.is_some_and(|t| t <= bound) {
             "within"
@@ -1411,7 +1420,7 @@ fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
         }
         let beat_now = Instant::now() >= next_beat;
         if beat_now {
-            next_beat = Instant::now() + HEARTBEAT;
+            next_beat = Instant::now() + beat_every(sim.n);
         }
         for ((r, s), j) in conns.iter_mut().zip(js.iter_mut()) {
             let mut next = match read_in(s, &mut j.buf, &mut scratch) {
@@ -1473,7 +1482,7 @@ fn beat(conns: &mut [(u32, TcpStream)], sim: &Sim, stalled: u32, row: &AtomicU64
         let beat_now = now >= next_beat;
         if beat_now {
             progress += 1;
-            next_beat = now + HEARTBEAT;
+            next_beat = now + beat_every(sim.n);
         }
         for (i, (r, s)) in conns.iter_mut().enumerate() {
             if sim.frozen(*r, stalled) && stall.load(Ordering::Relaxed) {

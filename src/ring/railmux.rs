@@ -215,6 +215,7 @@ impl Hub {
             .map(|(&rail, ring)| {
                 let link = RailLink {
                     rail,
+                    rails: roster.rings.values().filter(|r| r.len() >= 2).count() as u32,
                     ring: Arc::new(ring.clone()),
                     inbox: Arc::default(),
                     hub: shared.clone(),

@@ -170,6 +170,8 @@ impl Hub {
 #[derive(Clone)]
 pub struct RailLink {
     pub rail: u32,
+    /// How many rails the hub relays (the job's ranks are about the ring's times these).
+    pub rails: u32,
     /// The rail's ring: ring rank i is node `ring[i]`.
     pub ring: Arc<Vec<Rank>>,
     pub inbox: Arc<Inbox>,

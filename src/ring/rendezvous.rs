@@ -30,6 +30,19 @@ pub fn silence(timeout: Duration) -> Duration {
     timeout.clamp(Duration::from_secs(3), Duration::from_secs(10))
 }
 
+/// Ranks in a job (every rail's together) up to which each heartbeats every [`HEARTBEAT`].
+pub const HEARTBEAT_RANKS: u64 = 16_384;
+
+/// How often each rank of a job of `ranks` ranks in all heartbeats: every [`HEARTBEAT`] up
+/// to [`HEARTBEAT_RANKS`], then less often in proportion (rank 0 reads every heartbeat of
+/// every rail: 131,072 ranks at 2 a second were more than its loops could read on 2 cores),
+/// never less often than 4 times in the silence deadline, so a frozen rank is named as soon.
+/// Both sides compute it: the rank to send, rank 0 to know when a rank is quiet. Pure.
+pub fn heartbeat_every(ranks: u64, timeout: Duration) -> Duration {
+    let scaled = HEARTBEAT.mul_f64((ranks as f64 / HEARTBEAT_RANKS as f64).max(1.0));
+    scaled.min(silence(timeout) / 4).max(HEARTBEAT)
+}
+
 #[derive(Debug, Error)]
 pub enum BootstrapError {
     #[error("{}", missing_text(missing, silent, *world, coordinator, *secs))]

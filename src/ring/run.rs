@@ -405,6 +405,9 @@ fn rank_body(
         kind: Failure::CannotRun,
         message: m,
     };
+    // Every rail's rank of a node heartbeats: the job's ranks are the ring's times the rails.
+    let driven = rails.iter().filter(|p| p.usable).count().max(1) as u64;
+    let every = rendezvous::heartbeat_every(id.world as u64 * driven, timeout);
     let hello = rank_hello(id, (rails, host), fabric, (device, neighbor, port_max), opts);
     let t0 = Instant::now();
     // Before its table, this rank names itself as the job's node (a rail's ring rank is not
@@ -431,7 +434,7 @@ fn rank_body(
     // Heartbeats from the table to the end of the run (also while a failed rank waits for
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
     thread::scope(|sc| {
-        sc.spawn(|| heartbeats(id.rank, &session, &beat, &stop, timeout));
+        sc.spawn(|| heartbeats(id.rank, &session, &beat, &stop, (timeout, every)));
         let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
         // The data links are closed now; let their receivers take the last bytes (bounded
@@ -477,9 +480,9 @@ fn rank_hello(
     }
 }
 
-/// A heartbeat every [`rendezvous::HEARTBEAT`] until `stop`, and rank 0 told at once when
+/// A heartbeat every `every` ([`rendezvous::heartbeat_every`]) until `stop`, and rank 0 told at once when
 /// this process is interrupted.
-fn heartbeats(rank: Rank, session: &Arc<Session>, beat: &Beat, stop: &AtomicBool, timeout: Duration) {
+fn heartbeats(rank: Rank, session: &Arc<Session>, beat: &Beat, stop: &AtomicBool, (timeout, every): (Duration, Duration)) {
     let mut cpu = crate::ring::schedstat::Meter::default();
     let interrupt = crate::ring::interrupt::process();
     let mut told = false;
@@ -487,7 +490,7 @@ fn heartbeats(rank: Rank, session: &Arc<Session>, beat: &Beat, stop: &AtomicBool
         let mut w = beat.report(rank, timeout.as_millis() as u64);
         w.cpu = cpu.read();
         let _ = session.send(&Msg::Heartbeat(w));
-        let until = Instant::now() + rendezvous::HEARTBEAT;
+        let until = Instant::now() + every;
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             if let Some(signal) = interrupt.caught().filter(|_| !told) {
                 told = true;

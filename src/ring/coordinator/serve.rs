@@ -18,6 +18,15 @@ use crate::ring::tcpinfo;
 pub use crate::ring::tcpinfo::AckState;
 use crate::ring::wire::{Msg, RankResults, RowResult};
 
+/// When a rank counts as quiet (its TCP_INFO read, pinged every cycle): [`PROBE_AFTER`], or
+/// two of its heartbeats where a large job heartbeats less often
+/// ([`crate::ring::rendezvous::heartbeat_every`]).
+pub(super) fn probe_after(cfg: &CoordinatorConfig) -> Duration {
+    let rails = cfg.relay.as_ref().map_or(1, |l| l.rails.max(1)) as u64;
+    let every = crate::ring::rendezvous::heartbeat_every(cfg.world as u64 * rails, cfg.timeout);
+    PROBE_AFTER.max(2 * every)
+}
+
 /// Pings go out in slices at least this far apart (see `Serve::ping_slice`).
 pub(super) const PING_SLICE: Duration = Duration::from_millis(10);
 /// A rank silent this long has its control socket's TCP_INFO read (is its host answering?).
@@ -134,7 +143,7 @@ impl<'a> Serve<'a> {
             limits,
             run_start: now,
             started,
-            quiet: Quiet::new(cfg.world, PROBE_AFTER),
+            quiet: Quiet::new(cfg.world, probe_after(cfg)),
             gate: JudgeGate::new(cfg.world, cfg.timeout),
             judge_ok_at: now,
             next_backstop: now,
