@@ -58,6 +58,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "gate",
             "interrupt",
             "control",
+            "relay",
         ],
     ),
     ("diagnosis (pure)", &["diagnosis"]),

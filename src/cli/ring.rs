@@ -1380,7 +1380,7 @@ impl RailNode<'_> {
         // the other nodes' ranks reach it through the hub.
         let mut listeners = std::collections::BTreeMap::new();
         for (&k, ring) in roster.rings.iter().filter(|(_, r)| r.len() >= 2) {
-            let l = crate::ring::rendezvous::bind("127.0.0.1:0")
+            let l = crate::ring::rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
                 .map_err(|e| cannot(format!("rail {k}: {e}")))?;
             listeners.insert(k, (l, ring.clone()));
         }
