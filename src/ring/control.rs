@@ -179,31 +179,21 @@ impl Conn {
         let Link::Tcp(s) = &self.s else {
             return Ok(false);
         };
-        while let Some(head) = self.out.front() {
-            match (&**s).write(&head[self.head_off..]) {
+        let s = s.clone();
+        while !self.out.is_empty() {
+            // Up to WRITE_SLICES frames in one call: the hub queues a node's frames of every
+            // rail (tables, pings) and a write per frame cost more than the bytes.
+            let mut slices = [io::IoSlice::new(&[]); WRITE_SLICES];
+            let mut n = 0;
+            for (j, f) in self.out.iter().take(WRITE_SLICES).enumerate() {
+                slices[j] = io::IoSlice::new(if j == 0 { &f[self.head_off..] } else { f });
+                n = j + 1;
+            }
+            let empty = slices[..n].iter().all(|b| b.is_empty());
+            match (&*s).write_vectored(&slices[..n]) {
+                Ok(0) if empty => table_now |= self.advance(0, now),
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(k) => {
-                    self.head_off += k;
-                    self.out_bytes -= k;
-                    self.written += k as u64;
-                    while self.marks.front().is_some_and(|m| m.0 <= self.written) {
-                        if let Some((_, m)) = self.marks.pop_front() {
-                            self.marks_done.push((m, now));
-                        }
-                    }
-                    self.stuck_since = Some(now);
-                    if self.head_off == head.len() {
-                        self.out.pop_front();
-                        self.head_off = 0;
-                        if self.table_frames_left > 0 {
-                            self.table_frames_left -= 1;
-                            if self.table_frames_left == 0 {
-                                self.table_done = Some(now);
-                                table_now = true;
-                            }
-                        }
-                    }
-                }
+                Ok(k) => table_now |= self.advance(k, now),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -214,7 +204,42 @@ impl Conn {
         }
         Ok(table_now)
     }
+
+    /// `k` more bytes were written: the frames they finish leave the queue, marks and the
+    /// table's end are noted. True when the last frame of the table went out just now.
+    fn advance(&mut self, mut k: usize, now: Instant) -> bool {
+        let mut table_now = false;
+        self.out_bytes -= k;
+        self.written += k as u64;
+        self.stuck_since = Some(now);
+        while self.marks.front().is_some_and(|m| m.0 <= self.written) {
+            if let Some((_, m)) = self.marks.pop_front() {
+                self.marks_done.push((m, now));
+            }
+        }
+        while let Some(head) = self.out.front() {
+            let left = head.len() - self.head_off;
+            if k < left {
+                self.head_off += k;
+                break;
+            }
+            k -= left;
+            self.out.pop_front();
+            self.head_off = 0;
+            if self.table_frames_left > 0 {
+                self.table_frames_left -= 1;
+                if self.table_frames_left == 0 {
+                    self.table_done = Some(now);
+                    table_now = true;
+                }
+            }
+        }
+        table_now
+    }
 }
+
+/// Frames one write hands the kernel at most.
+const WRITE_SLICES: usize = 64;
 
 /// Cut complete frames off the front of `buf`, decoded. Pure.
 pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireError> {
@@ -236,7 +261,7 @@ pub fn take_raw_frames(buf: &mut Vec<u8>, frames: &mut Vec<Frame>) -> Result<(),
 /// Hand each complete frame at the front of `buf` (header and body) to `each`, then drop
 /// them from `buf`; garbage is an error after at most 4 bytes, a length over the limit
 /// before its body is waited for.
-fn cut_frames(
+pub(crate) fn cut_frames(
     buf: &mut Vec<u8>,
     mut each: impl FnMut(&[u8]) -> Result<(), WireError>,
 ) -> Result<(), WireError> {
@@ -267,7 +292,7 @@ fn cut_frames(
 }
 
 /// What [`Plane`] cuts off a connection's input: decoded messages (a coordinator) or whole
-/// frames as they came (a relay, [`Plane::wait_frames`]).
+/// frames as they came (a relay, [`Plane::wait_as`]).
 pub trait Unit: Sized {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Self>) -> Result<(), WireError>;
     /// One message's body as a relay handed it over (no frame header).
@@ -678,7 +703,10 @@ impl Plane {
         let hub_caught_up = link.hub.caught_up();
         for item in link.inbox.take() {
             match item {
-                In::Hello { r, epoch, peer, hello } => self.hellos.push(RelayedHello { r, epoch, peer, hello }),
+                In::Hello { r, epoch, peer, body } => {
+                    let hello = crate::ring::gate::hello_of(&body);
+                    self.hellos.push(RelayedHello { r, epoch, peer, hello });
+                }
                 In::Msg { r, epoch, body, at } if self.holds(r, epoch) => match M::from_body(&body) {
                     Ok(m) => {
                         self.stats.msgs += 1;
@@ -864,13 +892,9 @@ impl Plane {
         self.wait_as(timeout)
     }
 
-    /// [`Plane::wait`] handing out whole frames, unparsed (a relay forwards them by their
-    /// header; see `railmux`).
-    pub fn wait_frames(&mut self, timeout: Duration) -> Vec<Happening<Frame>> {
-        self.wait_as(timeout)
-    }
-
-    fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
+    /// [`Plane::wait`] handing out each frame as `M` cuts it (a relay forwards frames by
+    /// their header, unparsed; see `railmux`).
+    pub fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
         self.publish();
         let mut readable = std::mem::take(&mut self.again);
         let mut writable = std::mem::take(&mut self.again_write);

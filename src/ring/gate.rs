@@ -93,7 +93,15 @@ fn progress(buf: &[u8], max_body: usize) -> Option<Result<Msg, WireError>> {
     Some(wire::decode(&buf[8..8 + len]))
 }
 
-pub fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
+/// A hello's body as a relay handed it over: bounded as the door bounds it, decoded. Pure.
+pub fn hello_of(body: &[u8]) -> Result<Hello, WireError> {
+    if body.len() > Limits::default().max_hello_bytes {
+        return Err(WireError::TooLarge(body.len()));
+    }
+    as_hello(wire::decode(body))
+}
+
+fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
     match m? {
         Msg::Hello(h) => Ok(h),
         other => Err(WireError::Malformed(format!(

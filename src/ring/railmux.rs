@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::ring::control::{Happening, Plane, QueueError, frame, take_frames};
+use crate::ring::control::{self, Happening, Plane, QueueError, frame, take_frames};
 use crate::ring::coordinator::{self, CoordinatorConfig, Event, Limits, NodeDoor};
 use crate::ring::gate;
 use crate::ring::launcher::Identity;
@@ -330,6 +330,28 @@ struct Mux {
     stall: Duration,
 }
 
+/// What the hub cuts off a node's connection: a rail's message in this crate's encoding, as
+/// its rail and body (one copy, never parsed here), or any other frame whole.
+enum NodeUnit {
+    Tagged(u32, Vec<u8>),
+    Other(Vec<u8>),
+}
+
+impl control::Unit for NodeUnit {
+    fn cut(buf: &mut Vec<u8>, out: &mut Vec<NodeUnit>) -> Result<(), WireError> {
+        control::cut_frames(buf, |f| {
+            out.push(match rail_body(f) {
+                Some((rail, body)) => NodeUnit::Tagged(rail, body.to_vec()),
+                None => NodeUnit::Other(f.to_vec()),
+            });
+            Ok(())
+        })
+    }
+    fn from_body(body: &[u8]) -> Result<NodeUnit, WireError> {
+        Ok(NodeUnit::Other(wire::frame_of(&[body])?))
+    }
+}
+
 fn is_reset(e: &WireError) -> bool {
     !matches!(e, WireError::Closed)
 }
@@ -354,9 +376,10 @@ impl Mux {
         let mut next_ping = Instant::now();
         let mut ending: Option<Instant> = None;
         loop {
-            for h in self.plane.wait_frames(Duration::from_millis(50)) {
+            for h in self.plane.wait_as::<NodeUnit>(Duration::from_millis(50)) {
                 match h {
-                    Happening::Msg(i, f, at) => self.from_node(i, &f, at),
+                    Happening::Msg(i, NodeUnit::Tagged(rail, body), at) => self.to_rail(i, rail, body, at),
+                    Happening::Msg(i, NodeUnit::Other(f), at) => self.from_node(i, &f, at),
                     Happening::Closed(i, e) => self.node_gone(i, is_reset(&e)),
                 }
             }
@@ -371,10 +394,11 @@ impl Mux {
             self.from_rails(now);
             self.plane.flush_backlog(now);
             self.after_writes(now);
-            // Each node hears from rank 0 while only other nodes' rails still run.
+            // Each node hears from rank 0 while only other nodes' rails still run: well within
+            // the silence its relay allows, not per heartbeat (16,384 writes each time).
             if let Some(p) = ping.as_ref().filter(|_| now >= next_ping) {
                 self.plane.ping_idle(p, 0..self.n, now, |_| true);
-                next_ping = now + HEARTBEAT;
+                next_ping = now + (self.stall / 4).max(HEARTBEAT);
             }
             self.hand_over();
             let told = match cmd.try_recv() {
@@ -404,17 +428,13 @@ impl Mux {
         }
     }
 
-    /// A node's frame: one of its rails' messages, handed to that rail's coordinator by its
-    /// tag without parsing the message (a hello is decoded: it opens a new relayed
-    /// connection), or the end of one of its rails' connections. A frame this crate did not
-    /// encode is decoded.
+    /// A node's frame that is not a rail's message in this crate's encoding (those are
+    /// handed over by their tag, unparsed: [`NodeUnit`]): decoded, one of its rails' messages
+    /// in another encoding, or the end of one of its rails' connections.
     fn from_node(&mut self, i: Rank, f: &[u8], at: Instant) {
-        if let Some((rail, body)) = rail_body(f) {
-            return self.to_rail(i, rail, body, at);
-        }
         match wire::decode(&f[8..]) {
             Ok(Msg::Rail { rail, msg }) => match frame(&msg) {
-                Ok(inner) => self.to_rail(i, rail, &inner[8..], at),
+                Ok(inner) => self.to_rail(i, rail, inner[8..].to_vec(), at),
                 Err(_) => self.tell_closed(i, rail, true),
             },
             Ok(Msg::RailClosed { rail, reset }) => {
@@ -434,15 +454,16 @@ impl Mux {
         }
     }
 
-    /// Node i's message `body` for its rail `rail`'s coordinator.
-    fn to_rail(&mut self, i: Rank, rail: u32, body: &[u8], at: Instant) {
+    /// Node i's message `body` for its rail `rail`'s coordinator (a hello opens a new relayed
+    /// connection).
+    fn to_rail(&mut self, i: Rank, rail: u32, body: Vec<u8>, at: Instant) {
         let Some(end) = self.rails.get_mut(&rail) else {
             return self.tell_closed(i, rail, true);
         };
         let Some(r) = end.place.get(i as usize).copied().filter(|&r| r != NONE) else {
             return self.tell_closed(i, rail, true);
         };
-        if is_hello(body) {
+        if is_hello(&body) {
             // A hello opens a new connection: the rank's earlier one (if any) ended.
             let old = end.epochs[r as usize];
             if old != 0 {
@@ -451,18 +472,12 @@ impl Mux {
             }
             let epoch = old.wrapping_add(1).max(1);
             end.epochs[r as usize] = epoch;
-            let hello = if body.len() > gate::Limits::default().max_hello_bytes {
-                Err(WireError::TooLarge(body.len()))
-            } else {
-                gate::as_hello(wire::decode(body))
-            };
             let peer = self.peers.get(&i).cloned().unwrap_or_else(|| format!("node {i}"));
-            end.batch.push(In::Hello { r, epoch, peer, hello });
+            end.batch.push(In::Hello { r, epoch, peer, body });
             return;
         }
         // Before its hello there is no connection to speak on.
         if let Some(epoch) = end.epochs.get(r as usize).copied().filter(|&g| g != 0) {
-            let body = body.to_vec();
             end.batch.push(In::Msg { r, epoch, body, at });
         }
     }

@@ -18,7 +18,7 @@ use mio::Waker;
 use crate::ring::control::Frame;
 use crate::ring::model::Rank;
 use crate::ring::tcpinfo::{self, AckState};
-use crate::ring::wire::{self, Hello, Msg, WireError};
+use crate::ring::wire::{self, Msg, WireError};
 
 /// A relayed connection's generation: each hello a node's rail rank sends opens a new one, so
 /// that what was said of an earlier connection (its close) never reaches a newer one.
@@ -28,13 +28,14 @@ pub type Epoch = u32;
 /// rail's ring), `epoch` the connection it concerns.
 #[derive(Debug)]
 pub enum In {
-    /// A rail rank's hello (the first message of a relayed connection), decoded by the hub;
-    /// `peer` is the node's control connection, as the door's events name it.
+    /// A rail rank's hello (the first message of a relayed connection), its body undecoded
+    /// (the coordinator's thread decodes it, not the hub's); `peer` is the node's control
+    /// connection, as the door's events name it.
     Hello {
         r: Rank,
         epoch: Epoch,
         peer: String,
-        hello: Result<Hello, WireError>,
+        body: Vec<u8>,
     },
     /// Any later message's body (the frame's payload, undecoded), and when the hub read it.
     Msg { r: Rank, epoch: Epoch, body: Vec<u8>, at: Instant },
