@@ -382,6 +382,23 @@ pub struct PlaneStats {
     pub msgs: u64,
 }
 
+/// A plane that ends closes its relayed connections as dropping a socket closes it: the hub
+/// tells each node's rail rank, after what was handed over (an abort, the end).
+impl Drop for Plane {
+    fn drop(&mut self) {
+        let Some(rail) = self.relay.as_ref().map(|l| l.rail) else {
+            return;
+        };
+        for c in self.conns.iter().flatten() {
+            if let Link::Relayed { node, epoch } = c.s {
+                let reset = false;
+                self.relay_out.push(Out::Close { node, rail, epoch, reset });
+            }
+        }
+        self.publish();
+    }
+}
+
 impl Plane {
     pub fn new(world: u32) -> io::Result<Plane> {
         // Room for every connection and the waker: one wait reports every ready connection
@@ -1057,4 +1074,83 @@ mod tests {
         assert_eq!(stuck.iter().map(|s| s.0).collect::<Vec<_>>(), vec![1]);
         assert!(stuck[0].1 > 0);
     }
+
+    /// Issue 31: a rail coordinator's plane serving relayed connections. A hello goes to the
+    /// join; only the current connection's messages count (an earlier one's, and its end, are
+    /// dropped); its end, its table's end and a node that does not read are as the hub says;
+    /// what it sends reaches the hub tagged with the rail, the table's last frame marked; a
+    /// connection it drops, or that is left when it ends, is closed after what it sent.
+    #[test]
+    fn relayed_connections_follow_the_hub() {
+        use crate::ring::relay::{Hub, RailLink};
+        let hub = Arc::new(Hub::default());
+        let link = RailLink {
+            rail: 3,
+            rails: 4,
+            ring: Arc::new(vec![0, 5, 9]),
+            inbox: Arc::default(),
+            hub: hub.clone(),
+        };
+        let mut plane = Plane::new(3).unwrap();
+        plane.relay_through(link.clone());
+        let body = |m: &Msg| frame(m).unwrap()[8..].to_vec();
+        let at = Instant::now();
+        let ready = || body(&Msg::Ready { rank: 1 });
+        let peer = "198.18.0.5:40312".to_string();
+        link.inbox.push_all(&mut vec![
+            In::Hello { r: 1, epoch: 1, peer, body: body(&Msg::Ping) },
+            In::Msg { r: 1, epoch: 1, body: ready(), at },
+        ]);
+        assert!(plane.wait(Duration::from_millis(200)).is_empty(), "nothing before its seat");
+        let hellos = plane.take_hellos();
+        assert_eq!(hellos.len(), 1);
+        let h = &hellos[0];
+        assert_eq!((h.r, h.epoch, h.peer.as_str()), (1, 1, "198.18.0.5:40312"));
+        assert!(h.hello.as_ref().is_err_and(|e| e.to_string().contains("expected hello")));
+        plane.add_relayed(1, 2).unwrap();
+        link.inbox.push_all(&mut vec![
+            In::Msg { r: 1, epoch: 1, body: ready(), at },
+            In::Msg { r: 1, epoch: 2, body: ready(), at },
+            In::Closed { r: 1, epoch: 1, err: WireError::Closed },
+        ]);
+        let got = plane.wait(Duration::from_millis(200));
+        assert!(matches!(got.as_slice(), [Happening::Msg(1, Msg::Ready { rank: 1 }, _)]));
+        assert!(plane.has(1));
+        // The table, tagged with rail 3 for node 5, its last frame marked; out when the hub says.
+        let table = vec![frame(&Msg::Go).unwrap(), frame(&Msg::Ping).unwrap()];
+        plane.send_table(1, table.clone(), at).unwrap();
+        let out = hub.out.take();
+        assert_eq!(out.len(), 2, "{out:?}");
+        for (o, (f, mark)) in out.iter().zip(table.iter().zip([None, Some((3, 1, 2))])) {
+            let Out::Frame { node: 5, frame, table } = o else { panic!("{o:?}") };
+            assert_eq!((&frame[..], *table), (&tag_frame(3, f).unwrap()[..], mark));
+        }
+        assert_eq!(plane.table_done(1), None);
+        let waited = Duration::from_secs(4);
+        link.inbox.push_all(&mut vec![
+            In::TableOut { r: 1, epoch: 2, at },
+            In::Stuck { r: 1, epoch: 2, queued: 10, waited },
+        ]);
+        assert!(plane.wait(Duration::from_millis(200)).is_empty());
+        assert_eq!((plane.take_tables_done(), plane.table_done(1)), (vec![(1, at)], Some(at)));
+        assert_eq!(plane.stuck(Instant::now(), Duration::from_secs(3)), vec![(1, 10, waited)]);
+        // Its end as the hub says (a reset): nothing is told back.
+        let reset = WireError::Io(io::ErrorKind::ConnectionReset.into());
+        link.inbox.push(In::Closed { r: 1, epoch: 2, err: reset });
+        let got = plane.wait(Duration::from_millis(200));
+        assert!(matches!(got.as_slice(), [Happening::Closed(1, WireError::Io(_))]));
+        assert!(!plane.has(1) && hub.out.take().is_empty());
+        // Dropped here: closed as a reset; left when the plane ends: closed after its frames.
+        plane.add_relayed(2, 7).unwrap();
+        plane.remove(2);
+        plane.add_relayed(1, 3).unwrap();
+        plane.send(1, frame(&Msg::Ping).unwrap(), at).unwrap();
+        drop(plane);
+        let ends: Vec<String> = hub.out.take().iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(ends.len(), 3, "{ends:?}");
+        assert!(ends[0].contains("Close { node: 9, rail: 3, epoch: 7, reset: true }"), "{ends:?}");
+        assert!(ends[1].starts_with("Frame { node: 5"), "{ends:?}");
+        assert!(ends[2].contains("Close { node: 5, rail: 3, epoch: 3, reset: false }"), "{ends:?}");
+    }
+
 }
