@@ -1212,17 +1212,28 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
     done
 }
 
+/// The nice value at which eight threads weigh about as much as `busy` threads at nice 0
+/// (each step of nice is a factor of 1.25 in the kernel's weights), 0 to 9.
+fn client_nice(busy: u32) -> i32 {
+    let n = (8.0 / busy.max(1) as f64).ln() / 1.25f64.ln();
+    n.round().clamp(0.0, 9.0) as i32
+}
+
 fn client(sim: Sim) {
     CHILD_START.get_or_init(Instant::now);
     // The simulated ranks yield to the coordinator: on a cluster each rank has its own node,
     // here their eight threads (and the loopback TCP work they cause) took most of the
     // coordinator's share of the cores (at 16,384 ranks, load 14: ranks 7.4 s of CPU,
-    // coordinator 1.75 s, its loop passes seconds long). Nice 10: eight threads weigh about
-    // as much as the coordinator's one (at 19 they starved, and read their tables 6 s late).
+    // coordinator 1.75 s, its loop passes seconds long). Their eight threads weigh about as
+    // much as rank 0's busy threads: nice 9 against one coordinator (at 19 they starved, and
+    // read their tables 6 s late); through the hub, its thread and one per rail (at nice 10
+    // against 9 threads, 16,384 x 8 ranks read their tables 3.6 s after rank 0 wrote them).
     // Threads spawned below inherit it.
+    let busy = sim.rails() + u32::from(sim.door.is_some());
+    let nice = client_nice(busy).to_string();
     // renice of this thread's id (Linux keeps nice per thread); nix has no setpriority.
     let _ = std::process::Command::new("renice")
-        .args(["-n", "10", "-p", &nix::unistd::gettid().to_string()])
+        .args(["-n", &nice, "-p", &nix::unistd::gettid().to_string()])
         .stdout(std::process::Stdio::null())
         .status();
     let conns = sim.conns();
