@@ -1372,8 +1372,10 @@ impl RailNode<'_> {
         let l = crate::ring::rendezvous::bind(&self.id.coordinator).map_err(|e| cannot(e.to_string()))?;
         let cfg = crate::ring::railmux::door_config(self.id, self.opts);
         let hub = crate::ring::railmux::gather(l, &cfg, self.me(), self.wanted).map_err(cannot)?;
-        for line in &hub.events {
-            self.g.log(1, line);
+        // Joins with -v; what the door turned away always.
+        for e in &hub.events {
+            let joined = matches!(e, crate::ring::coordinator::Event::Joined { .. });
+            self.g.log(if joined { 1 } else { 0 }, e.line());
         }
         let roster = hub.roster.clone();
         // Each rail's coordinator listens on loopback for rank 0's own rank of the rail only;
@@ -1422,8 +1424,8 @@ impl RailNode<'_> {
             &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
         );
         let (failed, why) = job_verdict(&r);
-        for line in hub.finish(failed, why) {
-            self.g.log(0, line);
+        for e in hub.finish(failed, why) {
+            self.g.log(0, e.line());
         }
         r
     }

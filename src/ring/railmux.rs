@@ -93,7 +93,7 @@ pub struct Hub {
     /// How long a node's queued messages may wait untaken (see `Mux::stall`).
     stall: Duration,
     /// The lines of what the door saw (joins, refusals), for the log.
-    pub events: Vec<String>,
+    pub events: Vec<Event>,
 }
 
 /// Rank 0: gather every node's declaration on `listener` (rank 0's own is `me`) until all
@@ -145,7 +145,7 @@ pub fn gather(
         ));
     }
     let silent = (0..cfg.world).filter(|r| !nodes.contains_key(r)).collect();
-    let events = door.rep.events.iter().map(Event::line).collect();
+    let events = door.rep.events.clone();
     Ok(Hub {
         roster: Roster {
             world: cfg.world,
@@ -177,7 +177,7 @@ enum Cmd {
 /// The running hub: its thread, the way to end it, and each rail's end.
 pub struct HubHandle {
     cmd: Sender<Cmd>,
-    thread: Option<thread::JoinHandle<Vec<String>>>,
+    thread: Option<thread::JoinHandle<Vec<Event>>>,
     links: BTreeMap<u32, RailLink>,
 }
 
@@ -232,10 +232,14 @@ impl Hub {
             stall,
         };
         let (cmd, cmd_rx) = mpsc::channel();
+        let gathered = rep.events.len();
         let thread = thread::spawn(move || {
             mux.run(&cmd_rx, &rx, &mut rep);
             stop.store(true, Ordering::Relaxed);
-            rep.events.iter().map(Event::line).collect()
+            // What the door saw after the gathering (latecomers turned away), and the count
+            // of refusals not listed.
+            rep.close_events();
+            rep.events.split_off(gathered)
         });
         HubHandle {
             cmd,
@@ -257,8 +261,8 @@ impl HubHandle {
     }
 
     /// Send the job's verdict to every node, write it out (bounded), end the hub; returns
-    /// the lines of what its door refused meanwhile.
-    pub fn finish(mut self, failed: bool, why: Option<String>) -> Vec<String> {
+    /// what its door refused meanwhile.
+    pub fn finish(mut self, failed: bool, why: Option<String>) -> Vec<Event> {
         let why = why.map(|w| printable(&w, 2000));
         let _ = self.cmd.send(Cmd::JobDone(Msg::JobDone { failed, why }));
         self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
@@ -952,7 +956,7 @@ mod tests {
         let (release, wait) = mpsc::channel::<()>();
         let h = thread::spawn(move || {
             let hub = gather(l, &cfg(world, join), me(), None).unwrap();
-            let (roster, events) = (hub.roster.clone(), hub.events.clone());
+            let (roster, events) = (hub.roster.clone(), hub.events.iter().map(Event::line).collect::<Vec<_>>());
             let running = hub.start();
             let _ = wait.recv_timeout(Duration::from_secs(60));
             running.finish(false, None);

@@ -82,6 +82,27 @@ pub enum BootstrapError {
     Wire { peer: String, source: WireError },
 }
 
+impl BootstrapError {
+    /// The same error naming the coordinator as `coordinator` (the address the operator
+    /// gave), where the rank reached it through another (a node's relay, rank 0's own
+    /// listener).
+    pub fn naming(self, coordinator: &str) -> BootstrapError {
+        let c = coordinator.to_string();
+        match self {
+            BootstrapError::Unreachable { secs, last, .. } => BootstrapError::Unreachable {
+                coordinator: c,
+                secs,
+                last,
+            },
+            BootstrapError::Rejected { reason, .. } => BootstrapError::Rejected { coordinator: c, reason },
+            BootstrapError::NoTable { secs, .. } => BootstrapError::NoTable { coordinator: c, secs },
+            BootstrapError::CoordinatorLost { why, .. } => BootstrapError::CoordinatorLost { coordinator: c, why },
+            BootstrapError::Wire { source, .. } => BootstrapError::Wire { peer: c, source },
+            e => e,
+        }
+    }
+}
+
 /// [`BootstrapError::Missing`]'s text: a rail's ring whose only missing ranks are nodes
 /// that never declared their rails says so (the node is missing, not the rail).
 fn missing_text(missing: &[Rank], silent: &[Rank], world: u32, coordinator: &str, secs: u64) -> String {
@@ -256,10 +277,21 @@ pub fn join_within(
     join_timeout: Duration,
     timeout: Duration,
 ) -> Result<Session, BootstrapError> {
+    join_through(coordinator, coordinator, hello, (join_timeout, timeout))
+}
+
+/// [`join_within`] through `addr` (a node's relay, rank 0's own listener), the coordinator
+/// named as `coordinator` (the address the operator gave) in every message.
+pub fn join_through(
+    addr: &str,
+    coordinator: &str,
+    hello: Hello,
+    (join_timeout, timeout): (Duration, Duration),
+) -> Result<Session, BootstrapError> {
     let start = Instant::now();
     let mut retries = 0;
     loop {
-        match join_once(coordinator, hello.clone(), (join_timeout, timeout), start) {
+        match join_once((addr, coordinator), hello.clone(), (join_timeout, timeout), start) {
             // A transient refusal (the coordinator's door was full): connect again.
             Err(BootstrapError::Rejected { reason, .. })
                 if reason.starts_with(gate::BUSY) && start.elapsed() < join_timeout =>
@@ -314,7 +346,7 @@ pub fn connect_hello(
 }
 
 fn join_once(
-    coordinator: &str,
+    (addr, coordinator): (&str, &str),
     hello: Hello,
     (join_timeout, timeout): (Duration, Duration),
     start: Instant,
@@ -326,7 +358,7 @@ fn join_once(
         peer: coordinator.to_string(),
         source,
     };
-    let s = connect_hello(coordinator, &hello, (join_timeout, timeout), start)?;
+    let s = connect_hello(addr, &hello, (join_timeout, timeout), start).map_err(|e| e.naming(coordinator))?;
     let (my_rank, my_info, world) = (hello.rank, hello.info.clone(), hello.world);
     let mut table: Vec<RankInfo> = Vec::new();
     loop {

@@ -413,7 +413,8 @@ fn rank_body(
     // Before its table, this rank names itself as the job's node (a rail's ring rank is not
     // the rank the operator launched).
     let me = node.unwrap_or(id.rank);
-    let session = rendezvous::join_within(join_addr, hello, opts.join_timeout(), timeout)
+    // Named as the operator gave it, whichever address this rank joined through.
+    let session = rendezvous::join_through(join_addr, &id.coordinator, hello, (opts.join_timeout(), timeout))
         .map_err(|e| (own_bootstrap_error(me, &e), e))
         .map_err(|(m, e)| match e {
             // Refused for its own options (token, world, sweep): a usage problem here.
@@ -542,8 +543,10 @@ pub fn own_bootstrap_error(me: Rank, e: &BootstrapError) -> String {
 }
 
 /// How long a rail's coordinator awaits a node that never declared its rails, once every
-/// other rank joined (see [`CoordinatorConfig::silent`]).
-pub const SILENT_WAIT: Duration = Duration::from_secs(5);
+/// other rank joined (see [`CoordinatorConfig::silent`]): not at all, since rank 0's one door
+/// turns such a node away when it comes later (`railmux::LATE`), and it had the door's whole
+/// join window.
+pub const SILENT_WAIT: Duration = Duration::ZERO;
 
 /// Which progress the heartbeats report.
 const MODE_SETUP: u8 = 0;

@@ -286,7 +286,7 @@ impl CoordinatorReport {
     }
 
     /// The count of unlisted rejections as the last event (once, at the end).
-    fn close_events(&mut self) {
+    pub fn close_events(&mut self) {
         if self.rejected_unlisted > 0 {
             self.events.push(Event::MoreRejected {
                 count: self.rejected_unlisted,
