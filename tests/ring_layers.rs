@@ -68,10 +68,11 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
     (
         "the coordinator and the ranks' data planes",
-        &["coordinator", "collective", "rendezvous"],
+        &["coordinator", "collective", "rendezvous", "railstop"],
     ),
     ("the job's report", &["report", "railmerge"]),
-    ("one rank's run, --rails", &["run", "rails", "railmux"]),
+    ("one rank's run", &["run"]),
+    ("--rails across nodes", &["rails", "railmux"]),
     ("tests of whole worlds", &["verdict_tests", "judged_tests"]),
 ];
 

@@ -392,7 +392,12 @@ impl Drop for Plane {
         for c in self.conns.iter().flatten() {
             if let Link::Relayed { node, epoch } = c.s {
                 let reset = false;
-                self.relay_out.push(Out::Close { node, rail, epoch, reset });
+                self.relay_out.push(Out::Close {
+                    node,
+                    rail,
+                    epoch,
+                    reset,
+                });
             }
         }
         self.publish();
@@ -514,7 +519,12 @@ impl Plane {
                 Link::Relayed { node, epoch } => {
                     if let (Some(reset), Some(l)) = (tell, &self.relay) {
                         let rail = l.rail;
-                        self.relay_out.push(Out::Close { node, rail, epoch, reset });
+                        self.relay_out.push(Out::Close {
+                            node,
+                            rail,
+                            epoch,
+                            reset,
+                        });
                         self.publish();
                     }
                 }
@@ -663,7 +673,12 @@ impl Plane {
             });
         }
         let reset = false;
-        self.relay_out.push(Out::Close { node, rail, epoch, reset });
+        self.relay_out.push(Out::Close {
+            node,
+            rail,
+            epoch,
+            reset,
+        });
         self.publish();
     }
 
@@ -674,7 +689,9 @@ impl Plane {
         let (Some(link), Some(Some(c))) = (self.relay.as_ref(), self.conns.get_mut(i)) else {
             return;
         };
-        let Link::Relayed { node, epoch } = c.s else { return };
+        let Link::Relayed { node, epoch } = c.s else {
+            return;
+        };
         let mut lost = None;
         while let Some(f) = c.out.pop_front() {
             c.out_bytes -= f.len();
@@ -690,7 +707,11 @@ impl Plane {
             };
             self.tag_cache = Some((f, t.clone()));
             let table = last_of_table.then_some((link.rail, i as Rank, epoch));
-            self.relay_out.push(Out::Frame { node, frame: t, table });
+            self.relay_out.push(Out::Frame {
+                node,
+                frame: t,
+                table,
+            });
         }
         c.stuck_since = None;
         if let Some(e) = lost {
@@ -722,7 +743,12 @@ impl Plane {
             match item {
                 In::Hello { r, epoch, peer, body } => {
                     let hello = crate::ring::gate::hello_of(&body);
-                    self.hellos.push(RelayedHello { r, epoch, peer, hello });
+                    self.hellos.push(RelayedHello {
+                        r,
+                        epoch,
+                        peer,
+                        hello,
+                    });
                 }
                 In::Msg { r, epoch, body, at } if self.holds(r, epoch) => match M::from_body(&body) {
                     Ok(m) => {
@@ -1098,23 +1124,57 @@ mod tests {
         let ready = || body(&Msg::Ready { rank: 1 });
         let peer = "198.18.0.5:40312".to_string();
         link.inbox.push_all(&mut vec![
-            In::Hello { r: 1, epoch: 1, peer, body: body(&Msg::Ping) },
-            In::Msg { r: 1, epoch: 1, body: ready(), at },
+            In::Hello {
+                r: 1,
+                epoch: 1,
+                peer,
+                body: body(&Msg::Ping),
+            },
+            In::Msg {
+                r: 1,
+                epoch: 1,
+                body: ready(),
+                at,
+            },
         ]);
-        assert!(plane.wait(Duration::from_millis(200)).is_empty(), "nothing before its seat");
+        assert!(
+            plane.wait(Duration::from_millis(200)).is_empty(),
+            "nothing before its seat"
+        );
         let hellos = plane.take_hellos();
         assert_eq!(hellos.len(), 1);
         let h = &hellos[0];
         assert_eq!((h.r, h.epoch, h.peer.as_str()), (1, 1, "198.18.0.5:40312"));
-        assert!(h.hello.as_ref().is_err_and(|e| e.to_string().contains("expected hello")));
+        assert!(
+            h.hello
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("expected hello"))
+        );
         plane.add_relayed(1, 2).unwrap();
         link.inbox.push_all(&mut vec![
-            In::Msg { r: 1, epoch: 1, body: ready(), at },
-            In::Msg { r: 1, epoch: 2, body: ready(), at },
-            In::Closed { r: 1, epoch: 1, err: WireError::Closed },
+            In::Msg {
+                r: 1,
+                epoch: 1,
+                body: ready(),
+                at,
+            },
+            In::Msg {
+                r: 1,
+                epoch: 2,
+                body: ready(),
+                at,
+            },
+            In::Closed {
+                r: 1,
+                epoch: 1,
+                err: WireError::Closed,
+            },
         ]);
         let got = plane.wait(Duration::from_millis(200));
-        assert!(matches!(got.as_slice(), [Happening::Msg(1, Msg::Ready { rank: 1 }, _)]));
+        assert!(matches!(
+            got.as_slice(),
+            [Happening::Msg(1, Msg::Ready { rank: 1 }, _)]
+        ));
         assert!(plane.has(1));
         // The table, tagged with rail 3 for node 5, its last frame marked; out when the hub says.
         let table = vec![frame(&Msg::Go).unwrap(), frame(&Msg::Ping).unwrap()];
@@ -1122,21 +1182,43 @@ mod tests {
         let out = hub.out.take();
         assert_eq!(out.len(), 2, "{out:?}");
         for (o, (f, mark)) in out.iter().zip(table.iter().zip([None, Some((3, 1, 2))])) {
-            let Out::Frame { node: 5, frame, table } = o else { panic!("{o:?}") };
+            let Out::Frame {
+                node: 5,
+                frame,
+                table,
+            } = o
+            else {
+                panic!("{o:?}")
+            };
             assert_eq!((&frame[..], *table), (&tag_frame(3, f).unwrap()[..], mark));
         }
         assert_eq!(plane.table_done(1), None);
         let waited = Duration::from_secs(4);
         link.inbox.push_all(&mut vec![
             In::TableOut { r: 1, epoch: 2, at },
-            In::Stuck { r: 1, epoch: 2, queued: 10, waited },
+            In::Stuck {
+                r: 1,
+                epoch: 2,
+                queued: 10,
+                waited,
+            },
         ]);
         assert!(plane.wait(Duration::from_millis(200)).is_empty());
-        assert_eq!((plane.take_tables_done(), plane.table_done(1)), (vec![(1, at)], Some(at)));
-        assert_eq!(plane.stuck(Instant::now(), Duration::from_secs(3)), vec![(1, 10, waited)]);
+        assert_eq!(
+            (plane.take_tables_done(), plane.table_done(1)),
+            (vec![(1, at)], Some(at))
+        );
+        assert_eq!(
+            plane.stuck(Instant::now(), Duration::from_secs(3)),
+            vec![(1, 10, waited)]
+        );
         // Its end as the hub says (a reset): nothing is told back.
         let reset = WireError::Io(io::ErrorKind::ConnectionReset.into());
-        link.inbox.push(In::Closed { r: 1, epoch: 2, err: reset });
+        link.inbox.push(In::Closed {
+            r: 1,
+            epoch: 2,
+            err: reset,
+        });
         let got = plane.wait(Duration::from_millis(200));
         assert!(matches!(got.as_slice(), [Happening::Closed(1, WireError::Io(_))]));
         assert!(!plane.has(1) && hub.out.take().is_empty());
@@ -1148,9 +1230,14 @@ mod tests {
         drop(plane);
         let ends: Vec<String> = hub.out.take().iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(ends.len(), 3, "{ends:?}");
-        assert!(ends[0].contains("Close { node: 9, rail: 3, epoch: 7, reset: true }"), "{ends:?}");
+        assert!(
+            ends[0].contains("Close { node: 9, rail: 3, epoch: 7, reset: true }"),
+            "{ends:?}"
+        );
         assert!(ends[1].starts_with("Frame { node: 5"), "{ends:?}");
-        assert!(ends[2].contains("Close { node: 5, rail: 3, epoch: 3, reset: false }"), "{ends:?}");
+        assert!(
+            ends[2].contains("Close { node: 5, rail: 3, epoch: 3, reset: false }"),
+            "{ends:?}"
+        );
     }
-
 }

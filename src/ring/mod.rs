@@ -35,6 +35,7 @@ pub mod orders;
 pub mod railmerge;
 pub mod railmux;
 pub mod railplan;
+pub mod railstop;
 pub mod relay;
 pub mod rails;
 pub mod rendezvous;

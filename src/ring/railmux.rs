@@ -25,8 +25,8 @@ use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank, RankInfo, printable};
 use crate::ring::options::Options;
 use crate::ring::railplan::{self, Declaration, Roster, Seat};
-use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, rail_body};
 pub use crate::ring::relay::tag_frame;
+use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, rail_body};
 use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
@@ -225,7 +225,10 @@ impl Hub {
             .collect();
         let mut mux = Mux {
             n: roster.world,
-            rails: links.values().map(|l| (l.rail, RailEnd::new(l, roster.world))).collect(),
+            rails: links
+                .values()
+                .map(|l| (l.rail, RailEnd::new(l, roster.world)))
+                .collect(),
             peers: rep.control_peers.clone(),
             plane,
             shared,
@@ -530,7 +533,12 @@ impl Mux {
     fn not_reading(&mut self, i: Rank, queued: usize, waited: Duration) {
         for end in self.rails.values_mut() {
             if let Some((r, epoch)) = end.open(i) {
-                end.batch.push(In::Stuck { r, epoch, queued, waited });
+                end.batch.push(In::Stuck {
+                    r,
+                    epoch,
+                    queued,
+                    waited,
+                });
             }
         }
         self.plane.remove(i);
@@ -549,7 +557,11 @@ impl Mux {
         lock(&self.shared.socks).remove(&i);
         for end in self.rails.values_mut() {
             if let Some((r, epoch)) = end.open(i) {
-                end.batch.push(In::Closed { r, epoch, err: end_of(reset) });
+                end.batch.push(In::Closed {
+                    r,
+                    epoch,
+                    err: end_of(reset),
+                });
             }
         }
     }
@@ -656,12 +668,12 @@ fn declare_once(
 /// Seats as a node checks them: bounded, each rail once, each rank inside its ring, no ring
 /// larger than the job. Pure.
 pub fn check_seats(seats: &[Seat], world: u32) -> Result<(), String> {
-    let max = crate::ring::rails::MAX_RAILS as usize;
+    let max = crate::ring::model::MAX_RAILS as usize;
     if seats.len() > max {
         return Err(format!("{} seats, at most {max}", seats.len()));
     }
     for (i, s) in seats.iter().enumerate() {
-        if s.rail >= crate::ring::rails::MAX_RAILS || seats[..i].iter().any(|t| t.rail == s.rail) {
+        if s.rail >= crate::ring::model::MAX_RAILS || seats[..i].iter().any(|t| t.rail == s.rail) {
             return Err(format!("rail {} is out of range or seated twice", s.rail));
         }
         if s.world > world || s.rank >= s.world {
@@ -879,8 +891,8 @@ fn from_rank0(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::rendezvous::JOIN_GRACE;
     use crate::ring::relay::framed;
+    use crate::ring::rendezvous::JOIN_GRACE;
 
     fn slot(rail: u32) -> RailPort {
         RailPort {
@@ -956,7 +968,10 @@ mod tests {
         let (release, wait) = mpsc::channel::<()>();
         let h = thread::spawn(move || {
             let hub = gather(l, &cfg(world, join), me(), None).unwrap();
-            let (roster, events) = (hub.roster.clone(), hub.events.iter().map(Event::line).collect::<Vec<_>>());
+            let (roster, events) = (
+                hub.roster.clone(),
+                hub.events.iter().map(Event::line).collect::<Vec<_>>(),
+            );
             let running = hub.start();
             let _ = wait.recv_timeout(Duration::from_secs(60));
             running.finish(false, None);

@@ -38,7 +38,12 @@ pub enum In {
         body: Vec<u8>,
     },
     /// Any later message's body (the frame's payload, undecoded), and when the hub read it.
-    Msg { r: Rank, epoch: Epoch, body: Vec<u8>, at: Instant },
+    Msg {
+        r: Rank,
+        epoch: Epoch,
+        body: Vec<u8>,
+        at: Instant,
+    },
     /// The connection ended: the node said its rank's connection closed or reset, or the
     /// node's own connection ended.
     Closed { r: Rank, epoch: Epoch, err: WireError },

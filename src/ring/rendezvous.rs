@@ -94,9 +94,14 @@ impl BootstrapError {
                 secs,
                 last,
             },
-            BootstrapError::Rejected { reason, .. } => BootstrapError::Rejected { coordinator: c, reason },
+            BootstrapError::Rejected { reason, .. } => BootstrapError::Rejected {
+                coordinator: c,
+                reason,
+            },
             BootstrapError::NoTable { secs, .. } => BootstrapError::NoTable { coordinator: c, secs },
-            BootstrapError::CoordinatorLost { why, .. } => BootstrapError::CoordinatorLost { coordinator: c, why },
+            BootstrapError::CoordinatorLost { why, .. } => {
+                BootstrapError::CoordinatorLost { coordinator: c, why }
+            }
             BootstrapError::Wire { source, .. } => BootstrapError::Wire { peer: c, source },
             e => e,
         }

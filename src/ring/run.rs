@@ -58,17 +58,17 @@ pub struct Setup {
     /// Rank 0 only: shown each size's row (and the rank table) when every rank finished
     /// that size, before the report; None: rows only in the report.
     pub on_row: Option<ShowRow>,
-    /// With `--rails`: every rail slot of this node, announced in the hello (see
-    /// [`crate::ring::rails`]); empty otherwise.
+    /// With `--rails`: every rail slot of this node, announced in the hello; empty
+    /// otherwise.
     pub rails: Vec<crate::ring::model::RailPort>,
     /// With `--rails`, rank 0: this rail's index and the node's shared stop, so a failed
-    /// rail ends the other rails' rings too (see [`crate::ring::rails::RailStop`]).
-    pub rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    /// rail ends the other rails' rings too (see [`crate::ring::railstop::RailStop`]).
+    pub rail_stop: Option<(u32, Arc<crate::ring::railstop::RailStop>)>,
     /// With `--rails`: this node is rank 0 of a rail's ring that another node's process
     /// (the job's rank 0, which lacks the rail) hosts the coordinator of: join it, host none.
     pub join_only: bool,
     /// With `--rails`, another node: join this rail's coordinator through this address (the
-    /// node's relay onto its one control connection, see [`crate::ring::railmux`]).
+    /// node's relay onto its one control connection).
     pub join_via: Option<String>,
     /// With `--rails`, rank 0: this rail's coordinator is reached through rank 0's relay
     /// (see [`CoordinatorConfig::relay`]).
@@ -237,7 +237,7 @@ fn start_coordinator(
 fn coordinator_config(
     id: &Identity,
     opts: &Options,
-    rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    rail_stop: Option<(u32, Arc<crate::ring::railstop::RailStop>)>,
     on_row: Option<ShowRow>,
     (nodes, silent): (Vec<Rank>, BTreeSet<Rank>),
 ) -> CoordinatorConfig {
@@ -251,7 +251,7 @@ fn coordinator_config(
         params: opts.canonical(),
         // The watchdog, live; the scan's verdicts join at the end (see below).
         judge: Some(match rail_stop {
-            Some((rail, stop)) => crate::ring::rails::stopping_judge(watchdog_judge(timeout), rail, stop),
+            Some((rail, stop)) => crate::ring::railstop::stopping_judge(watchdog_judge(timeout), rail, stop),
             None => watchdog_judge(timeout),
         }),
         // The natural ring (the sweep's `Ring`); rails plug their rings in here.
@@ -349,7 +349,7 @@ pub fn host_only(
     listener: Option<TcpListener>,
     id: &Identity,
     opts: &Options,
-    rail_stop: Option<(u32, Arc<crate::ring::rails::RailStop>)>,
+    rail_stop: Option<(u32, Arc<crate::ring::railstop::RailStop>)>,
     (nodes, relay): ((Vec<Rank>, BTreeSet<Rank>), Option<coordinator::RailLink>),
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
@@ -483,7 +483,13 @@ fn rank_hello(
 
 /// A heartbeat every `every` ([`rendezvous::heartbeat_every`]) until `stop`, and rank 0 told at once when
 /// this process is interrupted.
-fn heartbeats(rank: Rank, session: &Arc<Session>, beat: &Beat, stop: &AtomicBool, (timeout, every): (Duration, Duration)) {
+fn heartbeats(
+    rank: Rank,
+    session: &Arc<Session>,
+    beat: &Beat,
+    stop: &AtomicBool,
+    (timeout, every): (Duration, Duration),
+) {
     let mut cpu = crate::ring::schedstat::Meter::default();
     let interrupt = crate::ring::interrupt::process();
     let mut told = false;

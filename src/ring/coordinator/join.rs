@@ -9,13 +9,13 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::reject::refuse;
 use super::*;
 use crate::ring::control::{Happening, Plane, RelayedHello, frame};
 use crate::ring::gate::{self, BUSY, Incoming};
-use crate::ring::relay::Epoch;
-use super::reject::refuse;
 use crate::ring::model::{Rank, RankInfo, check_rails, printable};
 use crate::ring::orders;
+use crate::ring::relay::Epoch;
 use crate::ring::rendezvous::list;
 use crate::ring::wire::{self, Hello, Msg};
 
@@ -309,7 +309,14 @@ pub(crate) enum Knock {
 
 impl Knock {
     pub(crate) fn relayed(h: RelayedHello) -> (Knock, String, Result<Hello, wire::WireError>) {
-        (Knock::Relayed { r: h.r, epoch: h.epoch }, h.peer, h.hello)
+        (
+            Knock::Relayed {
+                r: h.r,
+                epoch: h.epoch,
+            },
+            h.peer,
+            h.hello,
+        )
     }
 
     /// Tell it why it is turned away (best effort, never blocks) and close it.
