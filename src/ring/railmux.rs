@@ -1324,4 +1324,73 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
     }
+
+    /// Issue 31: a node whose control connection takes nothing (its queue stuck past the
+    /// hub's deadline) is told to each of its rails' coordinators as a node that does not
+    /// read (each names its rank so, not as a reset), and its connection is closed; a close
+    /// a coordinator sends for an earlier relayed connection of the node's rail rank is not
+    /// passed on.
+    #[test]
+    fn a_node_that_stops_reading_is_told_to_its_rails_as_such() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let node = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        node.set_recv_buffer_size(4096).unwrap();
+        node.connect(&l.local_addr().unwrap().into()).unwrap();
+        let node: TcpStream = node.into();
+        let (s, _) = l.accept().unwrap();
+        socket2::SockRef::from(&s).set_send_buffer_size(4096).unwrap();
+        let shared = Arc::new(relay::Hub::default());
+        let link = RailLink {
+            rail: 2,
+            rails: 1,
+            ring: Arc::new(vec![0, 1]),
+            inbox: Arc::default(),
+            hub: shared.clone(),
+        };
+        let mut plane = Plane::new(2).unwrap();
+        plane.add(1, s).unwrap();
+        lock(&shared.socks).insert(1, plane.shared_socket(1).unwrap());
+        let mut mux = Mux {
+            plane,
+            n: 2,
+            rails: BTreeMap::from([(2, RailEnd::new(&link, 2))]),
+            peers: BTreeMap::new(),
+            shared: shared.clone(),
+            stall: Duration::from_millis(300),
+        };
+        // Node 1's rail rank said hello twice: its relayed connection is epoch 2.
+        mux.rails.get_mut(&2).unwrap().epochs[1] = 2;
+        // A close for epoch 1 (its earlier connection) is dropped; nothing is written.
+        shared.out.push(Out::Close {
+            node: 1,
+            rail: 2,
+            epoch: 1,
+            reset: true,
+        });
+        mux.from_rails(Instant::now());
+        assert_eq!(mux.plane.queued(), 0);
+        // 1 MiB for a node that reads nothing: most of it stays queued, and past the
+        // deadline the node is named to its rail, with what waited, and let go.
+        let big: crate::ring::control::Frame = wire::frame_of(&[&vec![b' '; 1 << 20]]).unwrap().into();
+        shared.out.push(Out::Frame {
+            node: 1,
+            frame: big,
+            table: None,
+        });
+        mux.from_rails(Instant::now());
+        mux.plane.flush_backlog(Instant::now());
+        assert!(mux.plane.queued() > 0);
+        thread::sleep(Duration::from_millis(400));
+        mux.after_writes(Instant::now());
+        mux.hand_over();
+        let told = link.inbox.take();
+        assert!(
+            matches!(told.as_slice(), [In::Stuck { r: 1, epoch: 2, queued, waited }]
+                if *queued > 0 && *waited >= Duration::from_millis(300)),
+            "{told:?}"
+        );
+        assert!(!mux.plane.has(1));
+        assert!(lock(&shared.socks).is_empty());
+        drop(node);
+    }
 }
