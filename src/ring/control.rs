@@ -386,19 +386,14 @@ pub struct PlaneStats {
 /// tells each node's rail rank, after what was handed over (an abort, the end).
 impl Drop for Plane {
     fn drop(&mut self) {
-        let Some(rail) = self.relay.as_ref().map(|l| l.rail) else {
-            return;
-        };
-        for c in self.conns.iter().flatten() {
-            if let Link::Relayed { node, epoch } = c.s {
-                let reset = false;
-                self.relay_out.push(Out::Close {
-                    node,
-                    rail,
-                    epoch,
-                    reset,
-                });
-            }
+        let held: Vec<(Rank, Epoch)> = (self.conns.iter().flatten())
+            .filter_map(|c| match c.s {
+                Link::Relayed { node, epoch } => Some((node, epoch)),
+                Link::Tcp(_) => None,
+            })
+            .collect();
+        for (node, epoch) in held {
+            self.tell_close(node, epoch, false);
         }
         self.publish();
     }
@@ -517,14 +512,8 @@ impl Plane {
                     let _ = self.poll.registry().deregister(&mut SourceFd(&s.as_raw_fd()));
                 }
                 Link::Relayed { node, epoch } => {
-                    if let (Some(reset), Some(l)) = (tell, &self.relay) {
-                        let rail = l.rail;
-                        self.relay_out.push(Out::Close {
-                            node,
-                            rail,
-                            epoch,
-                            reset,
-                        });
+                    if let Some(reset) = tell {
+                        self.tell_close(node, epoch, reset);
                         self.publish();
                     }
                 }
@@ -672,14 +661,21 @@ impl Plane {
                 table: None,
             });
         }
-        let reset = false;
-        self.relay_out.push(Out::Close {
-            node,
-            rail,
-            epoch,
-            reset,
-        });
+        self.tell_close(node, epoch, false);
         self.publish();
+    }
+
+    /// The hub is to close node `node`'s relayed connection `epoch` after what was handed to
+    /// it (`reset`: as a dropped connection with unread data).
+    fn tell_close(&mut self, node: Rank, epoch: Epoch, reset: bool) {
+        if let Some(rail) = self.relay.as_ref().map(|l| l.rail) {
+            self.relay_out.push(Out::Close {
+                node,
+                rail,
+                epoch,
+                reset,
+            });
+        }
     }
 
     /// Relayed connection `i`'s queued frames, tagged with the rail, go to the hub; the last
