@@ -1012,11 +1012,6 @@ fn run_one_rail(
         rank0_note.clone(),
     );
     let setup = Setup {
-        identity: id,
-        host: hostname(),
-        data_ip: ip,
-        device: Some(label),
-        coordinator_listener: None,
         line_rate_gbs: rate.map(|r| r.0),
         neighbor,
         port_max: port_max(g, &host, &dev),
@@ -1024,14 +1019,7 @@ fn run_one_rail(
         counters: Some(evidence::Sampler::live(&dev)),
         live: live.clone(),
         on_row: rows.as_ref().map(RowPrinter::sink),
-        rails: Vec::new(),
-        rail_stop: None,
-        join_only: false,
-        join_via: None,
-        relay: None,
-        silent: Default::default(),
-        node: None,
-        nodes: Vec::new(),
+        ..Setup::new(id, hostname(), ip, Some(label))
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
@@ -1325,10 +1313,6 @@ impl RailNode<'_> {
         let (nodes, silent) = at.ring;
         RailRun {
             setup: Setup {
-                identity,
-                host: hostname(),
-                data_ip: ip,
-                device: Some(label),
                 coordinator_listener: at.listener,
                 line_rate_gbs: rate.map(|r| r.0),
                 neighbor: self.neighbors.lock().ok().and_then(|mut n| n.remove(&p.rail)),
@@ -1336,9 +1320,6 @@ impl RailNode<'_> {
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
                 live: if first { self.live.clone() } else { None },
-                on_row: None,
-                rails: Vec::new(),
-                rail_stop: None,
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
                 join_only: self.id.rank != 0,
                 join_via: at.join_via,
@@ -1347,6 +1328,7 @@ impl RailNode<'_> {
                 nodes,
                 silent,
                 node: Some(self.id.rank),
+                ..Setup::new(identity, hostname(), ip, Some(label))
             },
             port: p,
         }
@@ -1582,26 +1564,14 @@ fn local_rail_run(
     RailRun {
         port,
         setup: Setup {
-            identity,
-            host: host.to_string(),
-            data_ip: IpAddr::from([127, 0, 0, 1]),
-            device: Some("lo".into()),
             coordinator_listener: listener,
-            line_rate_gbs: None,
-            neighbor: None,
-            port_max: None,
-            fabric: None,
-            counters: None,
             live,
-            on_row: None,
-            rails: Vec::new(),
-            rail_stop: None,
-            join_only: false,
-            join_via: None,
-            relay: None,
-            silent: Default::default(),
-            node: None,
-            nodes: Vec::new(),
+            ..Setup::new(
+                identity,
+                host.to_string(),
+                IpAddr::from([127, 0, 0, 1]),
+                Some("lo".into()),
+            )
         },
     }
 }
@@ -1744,15 +1714,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 let setup = Setup {
-                    identity: local_id(rank),
-                    host: host.clone(),
-                    data_ip,
-                    device: Some(device.clone()),
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
-                    line_rate_gbs: None,
-                    neighbor: None,
-                    port_max: None,
-                    fabric: None,
                     counters: Some(evidence::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },
                     on_row: if rank == 0 {
@@ -1760,14 +1722,7 @@ fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) 
                     } else {
                         None
                     },
-                    rails: Vec::new(),
-                    rail_stop: None,
-                    join_only: false,
-                    join_via: None,
-                    relay: None,
-                    silent: Default::default(),
-                    node: None,
-                    nodes: Vec::new(),
+                    ..Setup::new(local_id(rank), host.clone(), data_ip, Some(device.clone()))
                 };
                 sc.spawn(move || {
                     let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);

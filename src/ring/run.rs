@@ -84,6 +84,36 @@ pub struct Setup {
     pub node: Option<Rank>,
 }
 
+impl Setup {
+    /// A rank that is `identity` on `host`, its data on `data_ip` (`device`), and nothing
+    /// else given: tcp, no counters, no rows shown, no rails, hosting the coordinator when it
+    /// is rank 0 (on the coordinator's own address).
+    pub fn new(identity: Identity, host: String, data_ip: IpAddr, device: Option<String>) -> Setup {
+        Setup {
+            identity,
+            host,
+            data_ip,
+            device,
+            coordinator_listener: None,
+            line_rate_gbs: None,
+            neighbor: None,
+            port_max: None,
+            fabric: None,
+            counters: None,
+            live: None,
+            on_row: None,
+            rails: Vec::new(),
+            rail_stop: None,
+            join_only: false,
+            join_via: None,
+            relay: None,
+            nodes: Vec::new(),
+            silent: BTreeSet::new(),
+            node: None,
+        }
+    }
+}
+
 /// See [`Setup::on_row`].
 pub type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
 

@@ -161,26 +161,17 @@ fn world_with(
                         return None;
                     }
                     let setup = Setup {
-                        rails: Vec::new(),
-                        rail_stop: None,
-                        join_only: false,
-                        join_via: None,
-                        relay: None,
-                        silent: Default::default(),
-                        node: None,
                         nodes: if r == 0 { nodes.to_vec() } else { Vec::new() },
-                        identity: ident(r, n, &addr),
-                        host: host(r),
-                        data_ip: IpAddr::from([127, 0, 0, 1]),
-                        device: Some("eth1".into()),
                         coordinator_listener: l,
-                        line_rate_gbs: None,
-                        neighbor: None,
-                        port_max: None,
                         fabric: Some(Box::new(net.fabric(r))),
                         counters,
-                        live: None,
                         on_row: show,
+                        ..Setup::new(
+                            ident(r, n, &addr),
+                            host(r),
+                            IpAddr::from([127, 0, 0, 1]),
+                            Some("eth1".into()),
+                        )
                     };
                     Some(run::run_rank(setup, o, &|_, _| {}))
                 })
@@ -592,26 +583,13 @@ fn a_lost_coordinator_ends_the_rank_with_that_verdict() {
         drop(s);
     });
     let setup = Setup {
-        rails: Vec::new(),
-        rail_stop: None,
-        join_only: false,
-        join_via: None,
-        relay: None,
-        silent: Default::default(),
-        node: None,
-        nodes: Vec::new(),
-        identity: ident(1, 2, &addr),
-        host: host(1),
-        data_ip: IpAddr::from([127, 0, 0, 1]),
-        device: Some("eth1".into()),
-        coordinator_listener: None,
-        line_rate_gbs: None,
-        neighbor: None,
-        port_max: None,
         fabric: Some(Box::new(net.fabric(1))),
-        counters: None,
-        live: None,
-        on_row: None,
+        ..Setup::new(
+            ident(1, 2, &addr),
+            host(1),
+            IpAddr::from([127, 0, 0, 1]),
+            Some("eth1".into()),
+        )
     };
     let t0 = Instant::now();
     let e = run::run_rank(setup, &o, &|_, _| {})
@@ -639,26 +617,16 @@ fn a_rail_ranks_errors_before_its_table_name_its_node_rank() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let setup = |rank: u32, node: Option<u32>, fabric, listener, addr: &str| Setup {
-        rails: Vec::new(),
-        rail_stop: None,
-        join_only: false,
-        join_via: None,
-        relay: None,
-        silent: Default::default(),
         node,
         nodes: if rank == 0 { vec![0, 2, 3, 5] } else { Vec::new() },
-        identity: ident(rank, 4, addr),
-        host: host(rank),
-        data_ip: IpAddr::from([127, 0, 0, 1]),
-        device: Some("eth1".into()),
         coordinator_listener: listener,
-        line_rate_gbs: None,
-        neighbor: None,
-        port_max: None,
         fabric: Some(fabric),
-        counters: None,
-        live: None,
-        on_row: None,
+        ..Setup::new(
+            ident(rank, 4, addr),
+            host(rank),
+            IpAddr::from([127, 0, 0, 1]),
+            Some("eth1".into()),
+        )
     };
     let r0 = setup(
         0,
