@@ -645,7 +645,8 @@ impl Plane {
         std::mem::take(&mut self.hellos)
     }
 
-    /// Tell ring rank `r`'s relayed connection `epoch` why it is turned away, and close it (best effort).
+    /// Tell ring rank `r`'s relayed connection `epoch` why it is turned away, and close it
+    /// (best effort).
     pub fn refuse_relayed(&mut self, r: Rank, epoch: Epoch, reason: &str) {
         let Some(l) = &self.relay else { return };
         let (rail, Some(node)) = (l.rail, l.node(r)) else {

@@ -6,8 +6,9 @@
 //! with its rail ([`Msg::Rail`]): on rank 0 the [`Hub`] hands each rail's messages to that
 //! rail's coordinator in the same process, with no socket between them (a node's rail rank
 //! is a relayed connection of the coordinator's event loop: [`crate::ring::relay`]); on the
-//! node a relay ([`NodeRelay`]) hands them to that rail's rank over loopback. At the end rank 0 sends the job's verdict over every rail to every node
-//! ([`Msg::JobDone`]). Every wait has a deadline.
+//! node a relay ([`NodeRelay`]) hands them to that rail's rank over loopback. At the end
+//! rank 0 sends the job's verdict over every rail to every node ([`Msg::JobDone`]). Every
+//! wait has a deadline.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};

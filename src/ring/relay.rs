@@ -227,7 +227,8 @@ pub fn framed(body: &[u8]) -> Frame {
 }
 
 /// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`
-/// (the same bytes [`crate::ring::control::frame`] writes), without parsing it; None over the frame limit. Pure.
+/// (the same bytes [`crate::ring::control::frame`] writes), without parsing it; None over the
+/// frame limit. Pure.
 pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
     let body = f.get(8..)?;
     let tag = rail.to_string();
