@@ -249,15 +249,6 @@ pub fn take_frames(buf: &mut Vec<u8>, msgs: &mut Vec<Msg>) -> Result<(), WireErr
     })
 }
 
-/// Cut complete frames off the front of `buf` as they are (header and body), for a relay
-/// that forwards them by their header without parsing the body. Pure.
-pub fn take_raw_frames(buf: &mut Vec<u8>, frames: &mut Vec<Frame>) -> Result<(), WireError> {
-    cut_frames(buf, |f| {
-        frames.push(f.into());
-        Ok(())
-    })
-}
-
 /// Hand each complete frame at the front of `buf` (header and body) to `each`, then drop
 /// them from `buf`; garbage is an error after at most 4 bytes, a length over the limit
 /// before its body is waited for.
@@ -291,8 +282,8 @@ pub(crate) fn cut_frames(
     Ok(())
 }
 
-/// What [`Plane`] cuts off a connection's input: decoded messages (a coordinator) or whole
-/// frames as they came (a relay, [`Plane::wait_as`]).
+/// What [`Plane`] cuts off a connection's input: decoded messages (a coordinator), or what a
+/// relay forwards unparsed (the hub's, [`Plane::wait_as`]).
 pub trait Unit: Sized {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Self>) -> Result<(), WireError>;
     /// One message's body as a relay handed it over (no frame header).
@@ -305,15 +296,6 @@ impl Unit for Msg {
     }
     fn from_body(body: &[u8]) -> Result<Msg, WireError> {
         wire::decode(body)
-    }
-}
-
-impl Unit for Frame {
-    fn cut(buf: &mut Vec<u8>, out: &mut Vec<Frame>) -> Result<(), WireError> {
-        take_raw_frames(buf, out)
-    }
-    fn from_body(body: &[u8]) -> Result<Frame, WireError> {
-        Ok(wire::frame_of(&[body])?.into())
     }
 }
 
@@ -460,13 +442,6 @@ impl Plane {
     }
 
     /// Ranks whose whole table went out since the last call, and when.
-    /// Room for connections numbered up to `world` (a relay adds its own after the nodes').
-    pub fn grow(&mut self, world: u32) {
-        if self.conns.len() < world as usize {
-            self.conns.resize_with(world as usize, || None);
-        }
-    }
-
     pub fn take_tables_done(&mut self) -> Vec<(Rank, Instant)> {
         std::mem::take(&mut self.tables_done)
     }

@@ -27,7 +27,7 @@ use crate::ring::model::{RailPort, Rank, RankInfo, printable};
 use crate::ring::options::Options;
 use crate::ring::railplan::{self, Declaration, Roster, Seat};
 pub use crate::ring::relay::tag_frame;
-use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, rail_body};
+use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, lock, rail_body};
 use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
@@ -209,14 +209,17 @@ impl Hub {
                 let _ = plane.send(r, f, now);
             }
         }
-        let links: BTreeMap<u32, RailLink> = roster
-            .rings
-            .iter()
+        let rings: Vec<(u32, &Vec<Rank>)> = (roster.rings.iter())
             .filter(|(_, ring)| ring.len() >= 2)
-            .map(|(&rail, ring)| {
+            .map(|(&k, ring)| (k, ring))
+            .collect();
+        let rails = rings.len() as u32;
+        let links: BTreeMap<u32, RailLink> = rings
+            .into_iter()
+            .map(|(rail, ring)| {
                 let link = RailLink {
                     rail,
-                    rails: roster.rings.values().filter(|r| r.len() >= 2).count() as u32,
+                    rails,
                     ring: Arc::new(ring.clone()),
                     inbox: Arc::default(),
                     hub: shared.clone(),
@@ -251,10 +254,6 @@ impl Hub {
             links,
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl HubHandle {
@@ -892,7 +891,11 @@ fn from_rank0(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::relay::framed;
+
+    /// A frame holding `body` as it is.
+    fn framed(body: &[u8]) -> Vec<u8> {
+        wire::frame_of(&[body]).unwrap()
+    }
     use crate::ring::rendezvous::JOIN_GRACE;
 
     fn slot(rail: u32) -> RailPort {

@@ -96,7 +96,7 @@ impl<T> Default for Queue<T> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -217,13 +217,6 @@ pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
     let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
     let body = rest[digits..].strip_prefix(MSG_KEY)?.strip_suffix(b"}")?;
     Some((rail, body))
-}
-
-/// A frame holding `body` as it is. Pure.
-pub fn framed(body: &[u8]) -> Frame {
-    // `body` came out of a larger frame, so it fits; were it not, an empty frame is garbage
-    // to the rail's coordinator, which ends that connection.
-    wire::frame_of(&[body]).unwrap_or_default().into()
 }
 
 /// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`

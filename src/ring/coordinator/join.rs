@@ -264,15 +264,7 @@ pub(super) fn gather(
         }
         plane.take_woken();
         let t = Instant::now();
-        let mut knocks: Vec<(Knock, String, _)> = Vec::new();
-        while let Ok((s, peer, hello)) = rx.try_recv() {
-            if let Some(b) = sndbuf {
-                let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
-            }
-            knocks.push((Knock::Tcp(s), peer.to_string(), hello));
-        }
-        knocks.extend(plane.take_hellos().into_iter().map(Knock::relayed));
-        for knock in knocks {
+        for knock in knocks(rx, plane, sndbuf) {
             gather_one(cfg, rep, (&mut seen, &mut checking), (plane, start), knock);
             rep.stats.hellos += 1;
         }
@@ -307,8 +299,25 @@ pub(crate) enum Knock {
     Relayed { r: Rank, epoch: Epoch },
 }
 
+/// A finished hello, where it came from, and what it said.
+pub(crate) type Knocked = (Knock, String, Result<Hello, wire::WireError>);
+
+/// Every hello finished since the last call: the door's (their send buffer set to `sndbuf`
+/// when given), then the hub's relayed ones.
+pub(crate) fn knocks(rx: &Receiver<Incoming>, plane: &mut Plane, sndbuf: Option<usize>) -> Vec<Knocked> {
+    let mut v = Vec::new();
+    while let Ok((s, peer, hello)) = rx.try_recv() {
+        if let Some(b) = sndbuf {
+            let _ = socket2::SockRef::from(&s).set_send_buffer_size(b);
+        }
+        v.push((Knock::Tcp(s), peer.to_string(), hello));
+    }
+    v.extend(plane.take_hellos().into_iter().map(Knock::relayed));
+    v
+}
+
 impl Knock {
-    pub(crate) fn relayed(h: RelayedHello) -> (Knock, String, Result<Hello, wire::WireError>) {
+    fn relayed(h: RelayedHello) -> Knocked {
         (
             Knock::Relayed {
                 r: h.r,
@@ -336,7 +345,7 @@ pub(super) fn gather_one(
     rep: &mut CoordinatorReport,
     (seen, checking): (&mut BTreeMap<Rank, RankInfo>, &mut BTreeMap<Rank, Instant>),
     (plane, start): (&mut Plane, Instant),
-    (s, peer_s, hello): (Knock, String, Result<Hello, wire::WireError>),
+    (s, peer_s, hello): Knocked,
 ) {
     let h = match hello {
         Ok(h) => h,

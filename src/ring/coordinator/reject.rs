@@ -3,7 +3,7 @@
 use std::net::TcpStream;
 use std::sync::mpsc::Receiver;
 
-use super::join::Knock;
+use super::join::{Knock, knocks};
 use super::*;
 use crate::ring::control::Plane;
 use crate::ring::gate::{self, BUSY, Incoming};
@@ -45,12 +45,7 @@ pub(super) fn drain_rejections(
     rep: &mut CoordinatorReport,
     plane: &mut Plane,
 ) {
-    let mut knocks: Vec<(Knock, String, _)> = Vec::new();
-    while let Ok((s, peer, hello)) = rx.try_recv() {
-        knocks.push((Knock::Tcp(s), peer.to_string(), hello));
-    }
-    knocks.extend(plane.take_hellos().into_iter().map(Knock::relayed));
-    for (s, peer, hello) in knocks {
+    for (s, peer, hello) in knocks(rx, plane, None) {
         let reason = match hello {
             Ok(h) => match rep.control_peers.get(&h.rank) {
                 Some(holder) if plane.has(h.rank) => {
