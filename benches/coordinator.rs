@@ -1334,6 +1334,7 @@ fn heartbeat(local: u32, phase: Phase, progress: u64) -> Msg {
         since_progress_ms: 0,
         progress,
         cpu: None,
+        positions: Vec::new(),
     })
 }
 

@@ -144,6 +144,7 @@ fn attack_garbage(lab: &Lab, from: usize, target: SocketAddr) -> Vec<Vec<u8>> {
             since_progress_ms: 999_999,
             progress: 0,
             cpu: None,
+            positions: Vec::new(),
         })),
     ];
     let replies = Arc::new(Mutex::new(Vec::new()));

@@ -183,7 +183,7 @@ proptest! {
         let w = WaitReport {
             rank, phase: Phase::from_ordinal(phase), round, step, channel, waiting_on: on,
             waiting_to_receive: on.is_some(), bytes_received: recv, bytes_sent: sent,
-            since_progress_ms: since, progress, cpu: None,
+            since_progress_ms: since, progress, cpu: None, positions: Vec::new(),
         };
         for m in [Msg::Heartbeat(w.clone()), Msg::Stuck { wait: w, port_counters: Vec::new() }] {
             let body = serde_json::to_vec(&m).unwrap();

@@ -448,6 +448,42 @@ pub struct WaitReport {
     /// link. None: not measured (no schedstat, a stuck report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuWait>,
+    /// Every channel's position, in channel order, from a rank that runs more than one: the
+    /// fields above show one channel (the longest waiting), and a receiver that waits on
+    /// another channel is judged against where this rank stands on that one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<Position>,
+}
+
+impl WaitReport {
+    /// Where this rank stands on `channel`: its own fields for the channel it shows, else
+    /// its `positions` entry (None when it did not send one).
+    pub fn position_on(&self, channel: u32) -> Option<Position> {
+        if channel == self.channel {
+            return Some(Position {
+                round: self.round,
+                phase: self.phase,
+                step: self.step,
+            });
+        }
+        self.positions.get(channel as usize).copied()
+    }
+}
+
+/// Where one channel of a rank stands: two ranks' positions on the same channel compare as
+/// (round, phase, step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub round: u64,
+    pub phase: Phase,
+    pub step: u32,
+}
+
+impl Position {
+    /// The order key: a later (round, phase, step) has sent everything of an earlier one.
+    pub fn key(&self) -> (u64, u32, u32) {
+        (self.round, self.phase.ordinal(), self.step)
+    }
 }
 
 /// Of `window_ms` of wall time, `wait_ms` runnable but waiting for a CPU (the most-waiting

@@ -21,7 +21,7 @@ use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::diagnosis::{linkerror, neighbor};
 use crate::ring::launcher::Identity;
 use crate::ring::model::{CounterMove, LiveStatus, Verdict, printable, shown, thousands};
-use crate::ring::model::{LinkSample, Phase, Rank, RankInfo, WaitReport};
+use crate::ring::model::{LinkSample, Phase, Position, Rank, RankInfo, WaitReport};
 use crate::ring::rendezvous::{self, BootstrapError, Session};
 use crate::ring::report::{LauncherInfo, ResultRow, RingReport, aggregate, avg_busbw};
 use crate::ring::wire::{self, Hello, Msg, RankResults, RowResult};
@@ -624,6 +624,14 @@ impl Beat {
         }
         w
     }
+    /// Every channel's position while the sweep runs (empty before it, and for one channel).
+    fn positions(&self) -> Vec<Position> {
+        if self.mode.load(Ordering::Relaxed) == MODE_SWEEP {
+            allreduce::positions(&self.chans)
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// The moved counters of this rank's data NIC since the start of the run.
@@ -675,7 +683,10 @@ fn after_join(
                 Err(e) => Err(fault(e.to_string())),
             }
         }
-        Err(e) => Err(after_failure(id, session, e, &reported, moved, timeout)),
+        Err(e) => {
+            let positions = beat.positions();
+            Err(after_failure(id, session, e, &reported, (moved, positions), timeout))
+        }
     }
 }
 
@@ -686,13 +697,18 @@ fn after_failure(
     session: &Session,
     e: RingError,
     reported: &AtomicBool,
-    moved: Moved,
+    (moved, positions): (Moved, Vec<Position>),
     timeout: Duration,
 ) -> RunError {
     // Tell the coordinator what went wrong here, then take its word for the cause.
     let msg = match &e {
         RingError::Stuck(w, _) => Msg::Stuck {
-            wait: (**w).clone(),
+            // With every channel's position: the judge compares a sender on its
+            // receiver's channel, which need not be the one that failed here.
+            wait: WaitReport {
+                positions,
+                ..(**w).clone()
+            },
             port_counters: moved(),
         },
         other => Msg::Failed {

@@ -383,6 +383,7 @@ mod tests {
             since_progress_ms: 0,
             progress: 0,
             cpu: None,
+            positions: Vec::new(),
         };
         let msgs = [
             Msg::Stuck {

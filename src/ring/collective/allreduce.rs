@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::ring::collective::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
 use crate::ring::model::AbortFlag;
-use crate::ring::model::{Phase, Rank, WaitReport};
+use crate::ring::model::{Phase, Position, Rank, WaitReport};
 
 /// How long one poll slice lasts before the abort flag is looked at again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -177,6 +177,14 @@ impl Progress {
     pub fn touch(&self) {
         self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
     }
+    /// Where this channel stands now.
+    pub fn position(&self) -> Position {
+        Position {
+            round: self.round.load(Ordering::Relaxed),
+            phase: Phase::from_ordinal(self.phase.load(Ordering::Relaxed)),
+            step: self.step.load(Ordering::Relaxed),
+        }
+    }
     pub fn report(&self, rank: Rank, channel: u32) -> WaitReport {
         let w = self.waiting_on.load(Ordering::Relaxed);
         WaitReport {
@@ -194,6 +202,7 @@ impl Progress {
                 .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),
             progress: self.progress.load(Ordering::Relaxed),
             cpu: None,
+            positions: Vec::new(),
         }
     }
 }
@@ -213,7 +222,17 @@ pub fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
         .max_by_key(|r| r.since_progress_ms)
         .unwrap_or_else(|| Progress::default().report(rank, 0));
     r.progress = total;
+    r.positions = positions(progress);
     r
+}
+
+/// Every channel's position, for a report of one of them; empty for one channel (the
+/// report's own fields say it all).
+pub fn positions(progress: &[Progress]) -> Vec<Position> {
+    if progress.len() < 2 {
+        return Vec::new();
+    }
+    progress.iter().map(Progress::position).collect()
 }
 
 /// Where this rank sits in the ring.

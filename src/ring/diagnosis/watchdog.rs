@@ -32,16 +32,20 @@
 //! receiver's wait report arrives (`--timeout` after its last progress) if the sender's
 //! heartbeat already shows it ahead, else at most `grace_ms` later.
 //!
-//! Positions compare as (round, phase, step) on the same channel only (`round` counts the
-//! channel's completed blocks, so a rank that wrapped into the next block or iteration is not
-//! taken for one behind a sender still in the previous one, nor the reverse). Byte
-//! counts compare only at the same round, phase, step and channel.
+//! Positions compare as (round, phase, step) on the same channel only: a report shows its
+//! longest-waiting channel, and a rank with several sends every channel's position, so a
+//! sender is placed on its receiver's channel. `round` counts the channel's completed
+//! blocks, so a rank that wrapped into the next block or iteration is not taken for one
+//! behind a sender still in the previous one, nor the reverse. Byte counts compare only at
+//! the same round, phase, step and channel.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
 use crate::ring::model::{CpuWait, Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
+#[cfg(test)]
+use crate::ring::model::Position;
 
 /// The coordinator's view of one control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,12 +449,13 @@ impl<'a> Judge<'a> {
         if p.waiting_on == Some(r.rank) && !p.waiting_to_receive {
             return Some(Sent::Blocked);
         }
-        // Positions compare only on the same channel: each report shows one channel, and
-        // channels run independently (one can be a step ahead of another on the same rank).
-        if p.channel == r.channel
-            && (p.round, p.phase.ordinal(), p.step) > (r.round, r.phase.ordinal(), r.step)
+        // Positions compare only on the same channel: channels run independently (one can
+        // be a step ahead of another on the same rank). Each report shows one channel, and
+        // a rank with several also sends where it stands on the others.
+        if let Some(at) = p.position_on(r.channel)
+            && at.key() > (r.round, r.phase.ordinal(), r.step)
         {
-            return Some(Sent::Ahead(p.phase, p.step));
+            return Some(Sent::Ahead(at.phase, at.step));
         }
         // Byte counts are per step and per channel: comparable only at the same place.
         if (p.round, p.phase, p.step, p.channel) == (r.round, r.phase, r.step, r.channel)
@@ -513,10 +518,15 @@ impl<'a> Judge<'a> {
                 "blocked_sending",
                 format!("rank {pn} sent it and is blocked sending more"),
             ),
-            Sent::Ahead(ph, st) => (
-                "ahead",
-                format!("rank {pn} sent it and moved on to step {st} of {}", ph.name()),
-            ),
+            Sent::Ahead(ph, st) => {
+                // Where the sender stands on the receiver's channel (its report may show another).
+                ev.insert("sender_phase".into(), json!(ph.name()));
+                ev.insert("sender_step".into(), json!(st));
+                (
+                    "ahead",
+                    format!("rank {pn} sent it and moved on to step {st} of {}", ph.name()),
+                )
+            }
             Sent::Bytes(s, got) => (
                 "bytes_in_flight",
                 format!("rank {pn} sent {s} bytes of this step, {got} arrived"),
@@ -753,6 +763,7 @@ mod tests {
             since_progress_ms: if on.is_some() { T } else { 0 },
             progress: 100 + step as u64,
             cpu: None,
+            positions: Vec::new(),
         }
     }
 
@@ -980,6 +991,55 @@ mod tests {
             "no rank reports having sent data that did not arrive, and this is the longest wait: suspect the \
              link node-c -> node-d"
         ), "{}", v[0].message);
+    }
+
+    /// Two ranks, two channels, the link 0 -> 1 dead (its ACKs too, as RoCE dropped one way):
+    /// rank 0 got rank 1's data and moved on, rank 1 got nothing. Each heartbeat shows its
+    /// longest-waiting channel, and here they differ (a CI run: 0 on channel 0, 1 on 1).
+    fn two_channels(rank0_positions: Vec<Position>) -> WatchState {
+        let mut r0 = st(0, AllGather, 1, Some((1, RECV)), 0, 0);
+        r0.since_progress_ms = T + 900;
+        r0.positions = rank0_positions;
+        let mut r1 = st(1, ReduceScatter, 0, Some((0, RECV)), 0, 0);
+        r1.channel = 1;
+        r1.positions = vec![pos(ReduceScatter, 0), pos(ReduceScatter, 0)];
+        state(2, vec![watch(0, OPEN, NOW - 500, r0), watch(1, OPEN, NOW - 500, r1)])
+    }
+
+    fn pos(phase: Phase, step: u32) -> Position {
+        Position { round: 0, phase, step }
+    }
+
+    #[test]
+    fn a_sender_is_judged_on_its_receivers_channel() {
+        let s = two_channels(vec![pos(AllGather, 1), pos(AllGather, 0)]);
+        let v = judge(&s, NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(0), Some(1))]);
+        assert_eq!(v[0].evidence["conclusive"], json!(true));
+        assert_eq!(v[0].evidence["channel"], json!(1));
+        assert_eq!(v[0].evidence["sender_phase"], json!("all-gather"));
+        assert_eq!(v[0].evidence["sender_step"], json!(0));
+        assert!(
+            v[0].message.ends_with(
+                "rank 0 sent it and moved on to step 0 of all-gather: suspect the link node-a -> node-b"
+            ),
+            "{}",
+            v[0].message
+        );
+    }
+
+    #[test]
+    fn a_sender_behind_on_the_receivers_channel_proves_nothing() {
+        // Rank 0 ahead on its own channel but not on rank 1's: no proof either way, so the
+        // longest wait is named after the grace, marked inconclusive.
+        let s = two_channels(vec![pos(AllGather, 1), pos(ReduceScatter, 0)]);
+        assert_eq!(judge(&s, NOW), vec![]);
+        let v = judge(&s, NOW + 1_000);
+        assert_eq!(kinds(&v), vec![(VerdictKind::HangLink, Some(1), Some(0))]);
+        assert_eq!(v[0].evidence["conclusive"], json!(false));
+        // A sender that sent no other channel's position (an older rank) is no proof either.
+        let v = judge(&two_channels(Vec::new()), NOW + 1_000);
+        assert_eq!(v[0].evidence["conclusive"], json!(false));
     }
 
     #[test]
