@@ -71,9 +71,13 @@ pub fn run_order(
     }
     let next = (ctx.me + k) % n;
     let prev = (ctx.me + n - k) % n;
-    progress.at(Phase::Scan, index);
+    // Opening the links is link setup, with its own deadline and failure report: the
+    // watchdog must not read a cut link's slow open as a stalled rank.
+    progress.at(Phase::Connect, index);
     progress.touch();
     open_links(ctx, fabric, links, index, next, prev)?;
+    progress.at(Phase::Scan, index);
+    progress.touch();
     let Some((send, recv)) = links.by_index.get_mut(&index) else {
         return Ok(Vec::new());
     };

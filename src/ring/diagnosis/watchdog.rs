@@ -95,10 +95,15 @@ pub fn local_work_allowance_ms(timeout_ms: u64) -> u64 {
 }
 
 fn is_data_phase(p: Phase) -> bool {
-    matches!(
-        p,
-        Phase::Connect | Phase::Scan | Phase::ReduceScatter | Phase::AllGather
-    )
+    matches!(p, Phase::Scan | Phase::ReduceScatter | Phase::AllGather)
+}
+
+/// How long a rank may stay opening its data links (`connect`) without progress: the open
+/// has its own deadline (`--timeout`) and the rank then reports the link it could not open,
+/// so the watchdog names it only past twice that and the grace (a cut link during a scan
+/// order's setup is that link's failure, never a stalled rank).
+fn link_setup_allowance_ms(timeout_ms: u64, grace_ms: u64) -> u64 {
+    timeout_ms.saturating_mul(2).saturating_add(grace_ms)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -408,8 +413,11 @@ impl<'a> Judge<'a> {
             return None;
         }
         let local = rep.phase.is_local_work();
+        let setup = rep.phase == Phase::Connect;
         let allowed = if local {
             local_work_allowance_ms(self.s.timeout_ms)
+        } else if setup {
+            link_setup_allowance_ms(self.s.timeout_ms, self.s.grace_ms)
         } else if is_data_phase(rep.phase) {
             self.s.timeout_ms + self.s.grace_ms
         } else {
@@ -432,6 +440,13 @@ impl<'a> Judge<'a> {
                 "alive (heartbeats arrive) but its local work ({}: buffers, result check or the step between \
                  sizes, no data wait) has not finished in {} (allowed {}; memory pressure or swapping?)",
                 rep.phase.name(),
+                secs(still),
+                secs(allowed)
+            )
+        } else if setup {
+            format!(
+                "alive (heartbeats arrive) but opening its data links has not finished in {} (allowed {}; \
+                 the open's own deadline passed without a report of the link it could not open)",
                 secs(still),
                 secs(allowed)
             )
@@ -1150,7 +1165,7 @@ mod tests {
             let mut s = ring6(|r| (OPEN, NOW - 100, st(r, phase, 1, None, 0, 0)));
             let w = &mut s.watch[3];
             // Heartbeats every second; the counter last moved `still` ms ago.
-            w.progress = (0..60).map(|i| (NOW - 60_000 + i * 1000, 7)).collect();
+            w.progress = (0..70).map(|i| (NOW - 70_000 + i * 1000, 7)).collect();
             w.progress.retain(|&(at, _)| at + still > NOW);
             w.progress.insert(0, (NOW - still - 1_000, 6));
             s
@@ -1166,6 +1181,17 @@ mod tests {
         );
         // Waiting for results is not a stall.
         assert_eq!(judge(&mk(T + 2_000, Phase::Results), NOW), vec![]);
+        // Opening data links (a scan order's) past the timeout and its grace is the open's
+        // own failure to report, not a stall; past twice the timeout and the grace it is one.
+        assert_eq!(judge(&mk(T + 2_000, Phase::Connect), NOW), vec![]);
+        let v = judge(&mk(2 * T + 2_000, Phase::Connect), NOW);
+        assert_eq!(kinds(&v), vec![(VerdictKind::RankStalled, Some(3), None)]);
+        assert!(
+            v[0].message
+                .contains("but opening its data links has not finished in 61.0 s (allowed 61.0 s;"),
+            "{}",
+            v[0].message
+        );
     }
 
     #[test]
