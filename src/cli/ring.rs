@@ -1023,7 +1023,17 @@ fn run_one_rail(
     };
     // Level 0 (refused data links) is always shown; 1 is progress, with -v.
     let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let mut r = run::run_rank(setup, opts, &logf);
+    let slot = RailPort {
+        rail: 0,
+        device: dev.clone(),
+        port: None,
+        netdev: Some(dev.clone()),
+        state: None,
+        usable: true,
+        label: None,
+        address: None,
+    };
+    let mut r = one_rail_through_hub(g, setup, slot, opts, &logf);
     drop(display);
     if let (
         Ok(RankOutcome {
@@ -1035,6 +1045,87 @@ fn run_one_rail(
         rep.transport_note = Some(note);
     }
     outcome(g, fmt, r, rows.as_deref())
+}
+
+/// A run without `--rails` is the case R = 1 of `--rails`: this node's one control
+/// connection declares its one rail on rank 0's door, and the ring's coordinator serves it
+/// through rank 0's hub ([`crate::ring::railmux`]); the ring is every node, in rank order.
+fn one_rail_through_hub(
+    g: &GlobalArgs,
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
+    use crate::ring::coordinator::Event;
+    use crate::ring::{railmux, rendezvous};
+    let id = setup.identity.clone();
+    let cannot = |message: String| run::RunError {
+        kind: Failure::CannotRun,
+        message,
+    };
+    if id.rank != 0 {
+        let hello = railmux::node_hello(&id, hostname(), std::slice::from_ref(&slot), opts);
+        let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout()).map_err(|e| run::RunError {
+            kind: match e {
+                rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
+                _ => Failure::Fault,
+            },
+            message: run::own_bootstrap_error(id.rank, &e),
+        })?;
+        let quiet = rendezvous::silence(opts.timeout());
+        let relay = railmux::NodeRelay::start(s, &seats, quiet)
+            .map_err(|e| cannot(format!("rank {}: cannot relay its control connection: {e}", id.rank)))?;
+        let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
+            return Err(cannot(format!("rank {}: rank 0 gave it no place on the ring", id.rank)));
+        };
+        (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
+        setup.join_only = true;
+        setup.join_via = relay.addrs.get(&0).cloned();
+        return run::run_rank(setup, opts, log);
+    }
+    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
+    let cfg = railmux::door_config(&id, opts);
+    let me = crate::ring::railplan::Declaration {
+        rank: 0,
+        host: hostname(),
+        slots: vec![slot],
+    };
+    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot)?;
+    // The door is the coordinator's port: what it turned away is the report's (its joins
+    // are the coordinator's too, through the hub).
+    let mut door: Vec<Event> = hub
+        .events
+        .iter()
+        .filter(|e| !matches!(e, Event::Joined { .. }))
+        .cloned()
+        .collect();
+    let ring = hub.roster.rings.get(&0).cloned().unwrap_or_default();
+    setup.silent = silent_ring_ranks(&ring, &hub.roster.silent);
+    // The coordinator listens on loopback for rank 0's own rank; the others come through
+    // the hub.
+    let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map_err(|e| cannot(e.to_string()))?;
+    let hub = hub.start();
+    setup.coordinator_listener = Some(own);
+    setup.relay = hub.link(0);
+    let mut r = run::run_rank(setup, opts, log);
+    let (failed, why) = job_verdict(&r);
+    door.extend(hub.finish(failed, why));
+    match &mut r {
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }) => {
+            door.append(&mut rep.events);
+            rep.events = door;
+        }
+        _ => {
+            for e in door {
+                g.log(0, e.line());
+            }
+        }
+    }
+    r
 }
 
 /// This process caught SIGTERM/SIGINT ([`catch_interrupts`]).

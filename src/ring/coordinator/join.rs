@@ -494,12 +494,14 @@ impl Serve<'_> {
         let missing: Vec<Rank> = (0..cfg.world).filter(|r| !seen.contains_key(r)).collect();
         let interrupted = interrupted_join(cfg, seen.len(), &missing);
         rep.interrupted = interrupted.clone();
+        // A run of one rail has no rails to speak of: its silent nodes never reached rank 0.
+        let one_rail = cfg.relay.as_ref().is_some_and(|l| l.rails <= 1);
         let reason = interrupted.unwrap_or_else(|| {
             BootstrapError::Missing {
                 missing: missing.iter().map(|&r| cfg.node_of(r)).collect(),
                 silent: missing
                     .iter()
-                    .filter(|r| cfg.silent.contains(r))
+                    .filter(|r| cfg.silent.contains(r) && !one_rail)
                     .map(|&r| cfg.node_of(r))
                     .collect(),
                 world: cfg.world,
