@@ -408,7 +408,8 @@ fn cut_data_link_ends_every_rank_within_the_deadline() {
     let d = json(&outs[0].0.stdout)["data"].clone();
     let e = d["error"].as_str().unwrap_or_default().to_string();
     // The watchdog's verdict names the hang (tests/lab_localize.rs checks which link).
-    assert!(e.starts_with("HANG "), "{e}");
+    let errs: Vec<String> = outs.iter().map(|(o, _)| text(&o.stderr)).collect();
+    assert!(e.starts_with("HANG "), "{e}\n{}", errs.join("\n----\n"));
 }
 
 #[test]

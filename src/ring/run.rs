@@ -912,10 +912,27 @@ fn scan_loop(
     let backstop = timeout * 10 + Duration::from_secs(10);
     let mut idle_since = Instant::now();
     loop {
-        let msg = match session.recv(Duration::from_millis(200)) {
-            Ok(Some(m)) => m,
-            Ok(None) => {
-                // Waiting on the coordinator by design: not a stuck rank.
+        let msg = session
+            .recv(Duration::from_millis(200))
+            .map_err(|e| RingError::Aborted(e.to_string()))?;
+        match msg {
+            Some(Msg::ScanRun {
+                index,
+                shift,
+                bytes,
+                reps,
+                peers,
+            }) => {
+                merge_peers(&mut table, peers, id.world);
+                let run = (index, shift, bytes, reps);
+                let at = (&table[..], &mut *scan_links);
+                scan_order(id, session, fabric, line_rate_gbs, beat, at, opts, &on_stuck, run)?;
+                idle_since = Instant::now();
+            }
+            Some(Msg::ScanEnd) => return Ok(()),
+            _ => {
+                // Waiting on the coordinator by design, also while its pings arrive: not
+                // a stuck rank (the watchdog reads an unmoved counter as one).
                 beat.scan.tick();
                 if idle_since.elapsed() > backstop {
                     return Err(RingError::Aborted(format!(
@@ -923,26 +940,7 @@ fn scan_loop(
                         backstop.as_secs()
                     )));
                 }
-                continue;
             }
-            Err(e) => return Err(RingError::Aborted(e.to_string())),
-        };
-        match msg {
-            Msg::ScanRun {
-                index,
-                shift,
-                bytes,
-                reps,
-                peers,
-            } => {
-                merge_peers(&mut table, peers, id.world);
-                let run = (index, shift, bytes, reps);
-                let at = (&table[..], &mut *scan_links);
-                scan_order(id, session, fabric, line_rate_gbs, beat, at, opts, &on_stuck, run)?;
-                idle_since = Instant::now();
-            }
-            Msg::ScanEnd => return Ok(()),
-            _ => {}
         }
     }
 }

@@ -151,9 +151,11 @@ impl Progress {
             self.bytes_received.store(0, Ordering::Relaxed);
             self.bytes_sent.store(0, Ordering::Relaxed);
         }
-        // Entering or leaving local work is progress: the time spent in it must not count
-        // against the data phase that follows (nor the reverse).
-        if old_phase != code && (phase.is_local_work() || Phase::from_ordinal(old_phase).is_local_work()) {
+        // Entering or leaving local work or link setup is progress: the time spent in it
+        // (judged by its own allowance) must not count against the data phase that follows,
+        // nor the reverse.
+        let own_clock = |p: Phase| p.is_local_work() || p == Phase::Connect;
+        if old_phase != code && (own_clock(phase) || own_clock(Phase::from_ordinal(old_phase))) {
             self.progress.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -1247,6 +1249,27 @@ mod tests {
         fn bytes_sent(&self) -> u64 {
             0
         }
+    }
+
+    #[test]
+    fn leaving_link_setup_or_local_work_moves_the_counter() {
+        // The watchdog reads an unmoved counter: a data phase after a slow link setup must
+        // not inherit the setup's time (a false RANK STALLED in lab_ring's cut data link).
+        let p = Progress::default();
+        let count = |p: &Progress| p.report(0, 0).progress;
+        p.at(Phase::Scan, 0);
+        let c = count(&p);
+        p.at(Phase::Connect, 1);
+        assert_eq!(count(&p), c + 1);
+        p.at(Phase::Scan, 1);
+        assert_eq!(count(&p), c + 2);
+        p.at(Phase::Scan, 2);
+        assert_eq!(count(&p), c + 2, "a step is not progress by itself");
+        p.at(Phase::Check, 0);
+        p.at(Phase::ReduceScatter, 0);
+        assert_eq!(count(&p), c + 4);
+        let pos = p.position();
+        assert_eq!((pos.phase, pos.step, pos.round), (Phase::ReduceScatter, 0, 0));
     }
 
     #[test]

@@ -104,7 +104,6 @@ pub fn run_order(
     let cpu_before = ctx.measure_cpu.then(schedstat::threads);
     let t0 = Instant::now();
     let (sent, got, sender_cpu) = order.both_ways(send.as_mut(), recv.as_mut(), next, prev);
-    progress.waiting(None, false);
     // Per thread, the most any one waited: summed over a rank's threads, many short waits
     // would read as one starved thread. The sender has exited: its own is separate.
     let cpu_wait = cpu_before.and_then(|b| {
@@ -118,7 +117,15 @@ pub fn run_order(
         }
         v
     });
-    first_cause(sent, got)
+    let out = first_cause(sent, got);
+    // A stuck order's heartbeats go on naming the wait its stuck report named, as a stuck
+    // channel's do: a rank that reported a wait and then read as waiting on nobody would be
+    // judged stalled, its stuck report overwritten.
+    match &out {
+        Err(RingError::Stuck(w, _)) => progress.waiting(w.waiting_on, w.waiting_to_receive),
+        _ => progress.waiting(None, false),
+    }
+    out
 }
 
 /// Open order `index`'s two links (to `next`, from `prev`) unless a run of it did already:
