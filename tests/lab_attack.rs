@@ -67,6 +67,23 @@ fn hello(rank: u32, world: u32, token: &str, params: &str) -> Hello {
     }
 }
 
+/// What a node says on rank 0's door (a run without `--rails` declares its one rail
+/// there, with the door's token).
+fn node_claim(rank: u32, token: &str, params: &str) -> Hello {
+    let mut h = hello(rank, 4, &fabprobe::ring::railmux::node_token(token), params);
+    h.info.rails = vec![fabprobe::ring::model::RailPort {
+        rail: 0,
+        device: "eth1".into(),
+        port: None,
+        netdev: Some("eth1".into()),
+        state: None,
+        usable: true,
+        label: None,
+        address: None,
+    }];
+    h
+}
+
 /// Connect from inside `node`'s namespace (a socket of that node).
 fn connect_from(lab: &Lab, node: usize, target: SocketAddr, n: usize) -> Vec<TcpStream> {
     lab.in_netns(node, move || {
@@ -185,7 +202,7 @@ fn attack_fake_rank(lab: &Lab, from: usize, target: SocketAddr, rank: u32, token
     lab.in_netns(from, move || {
         let ask = |params: &str| -> Option<String> {
             let mut c = TcpStream::connect_timeout(&target, Duration::from_secs(2)).ok()?;
-            c.write_all(&frame(&Msg::Hello(hello(rank, 4, &token, params))))
+            c.write_all(&frame(&Msg::Hello(node_claim(rank, &token, params))))
                 .ok()?;
             c.set_read_timeout(Some(Duration::from_secs(7))).ok()?;
             match wire::read_msg(&mut c) {

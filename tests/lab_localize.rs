@@ -136,16 +136,23 @@ fn a_cpu_starved_rank_is_not_judged() {
             let a = lab.ring_args(r, 4, "cpu_starved", &args);
             let a: Vec<&str> = a.iter().map(String::as_str).collect();
             if r == 2 {
-                let w: Vec<&str> = ["-i", "0", "taskset", "-c", "0", lab::BIN]
-                    .into_iter()
-                    .chain(a)
-                    .collect();
-                lab.spawn_program(r, "chrt", &w)
+                let w: Vec<&str> = ["-c", "0", lab::BIN].into_iter().chain(a).collect();
+                lab.spawn_program(r, "taskset", &w)
             } else {
                 lab.spawn(r, &a)
             }
         })
         .collect();
+    // Starved once it said hello: SCHED_IDLE beside the busy loop from its start, it took
+    // 45-100 s (0.3% of a core) to reach rank 0 at all, past the join window. Every thread
+    // of it now, and the ones it starts inherit the policy.
+    lab.wait_read_from(0, 29517, &lab.nodes[2].mgmt_ip.clone(), Duration::from_secs(30));
+    let pid = lab.pid(ids[2]).to_string();
+    let st = std::process::Command::new("chrt")
+        .args(["-i", "-a", "-p", "0", &pid])
+        .status()
+        .expect("chrt");
+    assert!(st.success(), "chrt -i -a -p 0 {pid}: {st}");
     // The starved rank crawls: its scan orders (and their re-check) take seconds each.
     let outs: Vec<Output> = ids
         .iter()

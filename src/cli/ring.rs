@@ -1064,8 +1064,10 @@ fn one_rail_through_hub(
         kind: Failure::CannotRun,
         message,
     };
+    // Listening for data links while the others join, as a rank always did.
+    run::bind_data(&mut setup)?;
     if id.rank != 0 {
-        let hello = railmux::node_hello(&id, hostname(), std::slice::from_ref(&slot), opts);
+        let hello = railmux::node_hello(&id, hostname(), std::slice::from_ref(&slot), (opts, &RailSel::One));
         let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout()).map_err(|e| run::RunError {
             kind: match e {
                 rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
@@ -1085,7 +1087,7 @@ fn one_rail_through_hub(
         return run::run_rank(setup, opts, log);
     }
     let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
-    let cfg = railmux::door_config(&id, opts);
+    let cfg = railmux::door_config(&id, opts, &RailSel::One);
     let me = crate::ring::railplan::Declaration {
         rank: 0,
         host: hostname(),
@@ -1331,6 +1333,7 @@ fn run_rails(
         g,
         id: &id,
         slots: &slots,
+        sel,
         wanted: wanted.as_deref(),
         opts,
         live,
@@ -1365,6 +1368,8 @@ struct RailNode<'a> {
     g: &'a GlobalArgs,
     id: &'a Identity,
     slots: &'a [RailPort],
+    /// `--rails` as given: every node's must be rank 0's.
+    sel: &'a RailSel,
     wanted: Option<&'a [u32]>,
     opts: &'a Options,
     live: Option<Arc<crate::ring::model::LiveStatus>>,
@@ -1443,7 +1448,7 @@ impl RailNode<'_> {
             message,
         };
         let l = crate::ring::rendezvous::bind(&self.id.coordinator).map_err(|e| cannot(e.to_string()))?;
-        let cfg = crate::ring::railmux::door_config(self.id, self.opts);
+        let cfg = crate::ring::railmux::door_config(self.id, self.opts, self.sel);
         let hub = crate::ring::railmux::gather(l, &cfg, self.me(), self.wanted).map_err(cannot)?;
         // Joins with -v; what the door turned away always.
         for e in &hub.events {
@@ -1543,7 +1548,7 @@ impl RailNode<'_> {
     /// through it, and exit with the job's verdict.
     fn other(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
         use crate::ring::railmux;
-        let hello = railmux::node_hello(self.id, hostname(), self.slots, self.opts);
+        let hello = railmux::node_hello(self.id, hostname(), self.slots, (self.opts, self.sel));
         let (seats, s) =
             railmux::declare(&self.id.coordinator, hello, self.opts.join_timeout()).map_err(|e| {
                 let message = run::own_bootstrap_error(self.id.rank, &e);

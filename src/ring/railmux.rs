@@ -25,7 +25,7 @@ use crate::ring::gate;
 use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank, RankInfo, printable};
 use crate::ring::options::Options;
-use crate::ring::railplan::{self, Declaration, Roster, Seat};
+use crate::ring::railplan::{self, Declaration, RailSel, Roster, Seat};
 pub use crate::ring::relay::tag_frame;
 use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, lock, rail_body};
 use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
@@ -36,16 +36,21 @@ pub fn node_token(token: &str) -> String {
     format!("{token}/rails")
 }
 
-/// The node door's configuration: the job's nodes, its token, rank 0's options and join
-/// window; no judge (each rail's coordinator judges its ring).
-pub fn door_config(id: &Identity, opts: &Options) -> CoordinatorConfig {
+/// The options a node's hello carries on the door: the run's, and its `--rails`.
+fn door_params(opts: &Options, sel: &RailSel) -> String {
+    format!("{} rails={}", opts.canonical(), sel.canonical())
+}
+
+/// The node door's configuration: the job's nodes, its token, rank 0's options (with its
+/// `--rails`) and join window; no judge (each rail's coordinator judges its ring).
+pub fn door_config(id: &Identity, opts: &Options, sel: &RailSel) -> CoordinatorConfig {
     CoordinatorConfig {
         world: id.world,
         token: node_token(&id.token),
         timeout: opts.timeout(),
         join_timeout: opts.join_timeout(),
         advertised: id.coordinator.clone(),
-        params: opts.canonical(),
+        params: door_params(opts, sel),
         judge: None,
         scan: None,
         on_row: None,
@@ -59,7 +64,7 @@ pub fn door_config(id: &Identity, opts: &Options) -> CoordinatorConfig {
 }
 
 /// A node's hello on the node door: its rank, and every rail slot it has (driven or not).
-pub fn node_hello(id: &Identity, host: String, slots: &[RailPort], opts: &Options) -> Hello {
+pub fn node_hello(id: &Identity, host: String, slots: &[RailPort], (opts, sel): (&Options, &RailSel)) -> Hello {
     Hello {
         protocol: wire::PROTOCOL,
         rank: id.rank,
@@ -80,7 +85,7 @@ pub fn node_hello(id: &Identity, host: String, slots: &[RailPort], opts: &Option
             port_max: None,
         },
         capabilities: Vec::new(),
-        params: opts.canonical(),
+        params: door_params(opts, sel),
     }
 }
 

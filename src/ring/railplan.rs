@@ -114,6 +114,23 @@ pub enum RailSel {
     List(Vec<u32>),
 }
 
+impl RailSel {
+    /// As `--rails` spells it (`1` for a run without it): part of the options every node
+    /// must share, so a node of another mode is refused at the door naming both.
+    pub fn canonical(&self) -> String {
+        match self {
+            RailSel::One => "1".into(),
+            RailSel::All => "all".into(),
+            RailSel::Count(n) => n.to_string(),
+            RailSel::List(v) => {
+                let s: Vec<String> = v.iter().map(u32::to_string).collect();
+                // A single index keeps its comma (`3,`), as the flag takes it.
+                if v.len() == 1 { format!("{},", s[0]) } else { s.join(",") }
+            }
+        }
+    }
+}
+
 /// `all`, `N` (1..=32) or a comma-separated list of rail indices. Pure.
 pub fn parse_rails(s: &str) -> Result<RailSel, String> {
     let t = s.trim();

@@ -145,6 +145,20 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
     }
 }
 
+/// Listen for data links now (TCP on `data_ip`, unless a fabric was given): a node that
+/// declares on rank 0's door listens while the others join, and one that cannot listen
+/// says so before it takes a seat.
+pub fn bind_data(setup: &mut Setup) -> Result<(), RunError> {
+    if setup.fabric.is_none() {
+        let f = TcpFabric::bind(setup.data_ip).map_err(|e| RunError {
+            kind: Failure::CannotRun,
+            message: format!("cannot listen for data links on {}: {e}", setup.data_ip),
+        })?;
+        setup.fabric = Some(Box::new(f));
+    }
+    Ok(())
+}
+
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
 pub fn run_rank(
     mut setup: Setup,
@@ -156,18 +170,16 @@ pub fn run_rank(
         message: m,
     };
     let coordinator = start_coordinator(&mut setup, opts, log)?;
+    let fabric = match bind_data(&mut setup) {
+        Ok(()) => setup.fabric.take().ok_or_else(|| cannot("no data plane".into())),
+        Err(e) => Err(e),
+    };
     let id = &setup.identity;
     let join_addr = coordinator
         .as_ref()
         .and_then(|(_, own)| own.clone())
         .or_else(|| setup.join_via.clone())
         .unwrap_or_else(|| id.coordinator.clone());
-    let fabric: Result<Box<dyn Fabric + Send>, RunError> = match setup.fabric {
-        Some(f) => Ok(f),
-        None => TcpFabric::bind(setup.data_ip)
-            .map(|f| Box::new(f) as Box<dyn Fabric + Send>)
-            .map_err(|e| cannot(format!("cannot listen for data links on {}: {e}", setup.data_ip))),
-    };
     let counters = setup.counters;
     let live = setup.live.clone().unwrap_or_default();
     let result = fabric.as_ref().map_err(|e| RunError {
