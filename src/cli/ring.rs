@@ -1067,19 +1067,32 @@ fn one_rail_through_hub(
     // Listening for data links while the others join, as a rank always did.
     run::bind_data(&mut setup)?;
     if id.rank != 0 {
-        let hello = railmux::node_hello(&id, hostname(), std::slice::from_ref(&slot), (opts, &RailSel::One));
-        let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout()).map_err(|e| run::RunError {
-            kind: match e {
-                rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
-                _ => Failure::Fault,
-            },
-            message: run::own_bootstrap_error(id.rank, &e),
-        })?;
+        let hello = railmux::node_hello(
+            &id,
+            hostname(),
+            std::slice::from_ref(&slot),
+            (opts, &RailSel::One),
+        );
+        let (seats, s) =
+            railmux::declare(&id.coordinator, hello, opts.join_timeout()).map_err(|e| run::RunError {
+                kind: match e {
+                    rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
+                    _ => Failure::Fault,
+                },
+                message: run::own_bootstrap_error(id.rank, &e),
+            })?;
         let quiet = rendezvous::silence(opts.timeout());
-        let relay = railmux::NodeRelay::start(s, &seats, quiet)
-            .map_err(|e| cannot(format!("rank {}: cannot relay its control connection: {e}", id.rank)))?;
+        let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
+            cannot(format!(
+                "rank {}: cannot relay its control connection: {e}",
+                id.rank
+            ))
+        })?;
         let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
-            return Err(cannot(format!("rank {}: rank 0 gave it no place on the ring", id.rank)));
+            return Err(cannot(format!(
+                "rank {}: rank 0 gave it no place on the ring",
+                id.rank
+            )));
         };
         (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
         setup.join_only = true;

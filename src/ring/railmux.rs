@@ -64,7 +64,12 @@ pub fn door_config(id: &Identity, opts: &Options, sel: &RailSel) -> CoordinatorC
 }
 
 /// A node's hello on the node door: its rank, and every rail slot it has (driven or not).
-pub fn node_hello(id: &Identity, host: String, slots: &[RailPort], (opts, sel): (&Options, &RailSel)) -> Hello {
+pub fn node_hello(
+    id: &Identity,
+    host: String,
+    slots: &[RailPort],
+    (opts, sel): (&Options, &RailSel),
+) -> Hello {
     Hello {
         protocol: wire::PROTOCOL,
         rank: id.rank,
@@ -914,6 +919,50 @@ mod tests {
             label: None,
             address: None,
         }
+    }
+
+    /// A node of the other mode (`--rails all` against a run without `--rails`, or the
+    /// reverse) is refused at the door naming both option strings: the token cannot tell.
+    #[test]
+    fn a_node_of_the_other_rails_mode_is_refused_naming_both() {
+        let id = |rank| Identity {
+            rank,
+            world: 2,
+            coordinator: "198.18.0.10:29517".into(),
+            token: "job".into(),
+            source: crate::ring::launcher::Source::Flags,
+            coordinator_source: "--coordinator".into(),
+            token_source: "--token".into(),
+        };
+        let opts = Options {
+            sizes: vec![1 << 20],
+            iters: 5,
+            warmup: 1,
+            check: 1,
+            channels: 2,
+            timeout_secs: 30,
+            join_timeout_secs: 60,
+            slots: 4,
+            slot_bytes: 1 << 20,
+            scan: None,
+            sweep: true,
+        };
+        let seen = BTreeMap::new();
+        for (rank0, node) in [(RailSel::One, RailSel::All), (RailSel::All, RailSel::One)] {
+            let door = door_config(&id(0), &opts, &rank0);
+            let h = node_hello(&id(1), "node-b".into(), &[slot(0)], (&opts, &node));
+            let e = crate::ring::coordinator::validate(&h, &door, &seen).unwrap_err();
+            let (a, b) = (node.canonical(), rank0.canonical());
+            assert!(
+                e.contains(&format!(" rails={a}], rank 0 with [")) && e.ends_with(&format!(" rails={b}]")),
+                "{e}"
+            );
+            let same = node_hello(&id(1), "node-b".into(), &[slot(0)], (&opts, &rank0));
+            assert_eq!(crate::ring::coordinator::validate(&same, &door, &seen), Ok(()));
+        }
+        assert_eq!(RailSel::List(vec![3]).canonical(), "3,");
+        assert_eq!(RailSel::List(vec![0, 3]).canonical(), "0,3");
+        assert_eq!(RailSel::Count(4).canonical(), "4");
     }
 
     fn cfg(world: u32, join: Duration) -> CoordinatorConfig {

@@ -125,7 +125,11 @@ impl RailSel {
             RailSel::List(v) => {
                 let s: Vec<String> = v.iter().map(u32::to_string).collect();
                 // A single index keeps its comma (`3,`), as the flag takes it.
-                if v.len() == 1 { format!("{},", s[0]) } else { s.join(",") }
+                if v.len() == 1 {
+                    format!("{},", s[0])
+                } else {
+                    s.join(",")
+                }
             }
         }
     }

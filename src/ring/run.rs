@@ -697,7 +697,14 @@ fn after_join(
         }
         Err(e) => {
             let positions = beat.positions();
-            Err(after_failure(id, session, e, &reported, (moved, positions), timeout))
+            Err(after_failure(
+                id,
+                session,
+                e,
+                &reported,
+                (moved, positions),
+                timeout,
+            ))
         }
     }
 }
