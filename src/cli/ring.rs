@@ -1073,14 +1073,8 @@ fn one_rail_through_hub(
             std::slice::from_ref(&slot),
             (opts, &RailSel::One),
         );
-        let (seats, s) =
-            railmux::declare(&id.coordinator, hello, opts.join_timeout()).map_err(|e| run::RunError {
-                kind: match e {
-                    rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
-                    _ => Failure::Fault,
-                },
-                message: run::own_bootstrap_error(id.rank, &e),
-            })?;
+        let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
+            .map_err(|e| declare_failed(id.rank, e))?;
         let quiet = rendezvous::silence(opts.timeout());
         let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
             cannot(format!(
@@ -1141,6 +1135,18 @@ fn one_rail_through_hub(
         }
     }
     r
+}
+
+/// Node `rank`'s declaration on rank 0's door failed: refused is this node's to mend (exit
+/// 2), anything else a fault of the job.
+fn declare_failed(rank: Rank, e: crate::ring::rendezvous::BootstrapError) -> run::RunError {
+    run::RunError {
+        kind: match e {
+            crate::ring::rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
+            _ => Failure::Fault,
+        },
+        message: run::own_bootstrap_error(rank, &e),
+    }
 }
 
 /// This process caught SIGTERM/SIGINT ([`catch_interrupts`]).
@@ -1562,17 +1568,8 @@ impl RailNode<'_> {
     fn other(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
         use crate::ring::railmux;
         let hello = railmux::node_hello(self.id, hostname(), self.slots, (self.opts, self.sel));
-        let (seats, s) =
-            railmux::declare(&self.id.coordinator, hello, self.opts.join_timeout()).map_err(|e| {
-                let message = run::own_bootstrap_error(self.id.rank, &e);
-                run::RunError {
-                    kind: match e {
-                        crate::ring::rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
-                        _ => Failure::Fault,
-                    },
-                    message,
-                }
-            })?;
+        let (seats, s) = railmux::declare(&self.id.coordinator, hello, self.opts.join_timeout())
+            .map_err(|e| declare_failed(self.id.rank, e))?;
         let quiet = crate::ring::rendezvous::silence(self.opts.timeout());
         let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| run::RunError {
             kind: Failure::CannotRun,

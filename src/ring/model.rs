@@ -460,13 +460,18 @@ impl WaitReport {
     /// its `positions` entry (None when it did not send one).
     pub fn position_on(&self, channel: u32) -> Option<Position> {
         if channel == self.channel {
-            return Some(Position {
-                round: self.round,
-                phase: self.phase,
-                step: self.step,
-            });
+            return Some(self.position());
         }
         self.positions.get(channel as usize).copied()
+    }
+
+    /// Where this rank stands on the channel it shows.
+    pub fn position(&self) -> Position {
+        Position {
+            round: self.round,
+            phase: self.phase,
+            step: self.step,
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use crate::ring::relay::{self, Epoch, In, Inbox, Out, RailLink, is_hello, lock, 
 use crate::ring::rendezvous::{self, BootstrapError, HEARTBEAT, window_end};
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
-/// The node door's token: a rail's ring or a run without `--rails` is refused there.
+/// The node door's token: a rank's own hello (a rail's ring, `--local`) is refused there.
 pub fn node_token(token: &str) -> String {
     format!("{token}/rails")
 }

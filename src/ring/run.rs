@@ -149,14 +149,24 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
 /// declares on rank 0's door listens while the others join, and one that cannot listen
 /// says so before it takes a seat.
 pub fn bind_data(setup: &mut Setup) -> Result<(), RunError> {
-    if setup.fabric.is_none() {
-        let f = TcpFabric::bind(setup.data_ip).map_err(|e| RunError {
-            kind: Failure::CannotRun,
-            message: format!("cannot listen for data links on {}: {e}", setup.data_ip),
-        })?;
-        setup.fabric = Some(Box::new(f));
-    }
+    setup.fabric = Some(data_plane(setup.fabric.take(), setup.data_ip)?);
     Ok(())
+}
+
+/// The fabric given, or TCP listening on `data_ip`.
+fn data_plane(
+    given: Option<Box<dyn Fabric + Send>>,
+    data_ip: IpAddr,
+) -> Result<Box<dyn Fabric + Send>, RunError> {
+    match given {
+        Some(f) => Ok(f),
+        None => TcpFabric::bind(data_ip)
+            .map(|f| Box::new(f) as Box<dyn Fabric + Send>)
+            .map_err(|e| RunError {
+                kind: Failure::CannotRun,
+                message: format!("cannot listen for data links on {data_ip}: {e}"),
+            }),
+    }
 }
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
@@ -165,15 +175,8 @@ pub fn run_rank(
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, RunError> {
-    let cannot = |m: String| RunError {
-        kind: Failure::CannotRun,
-        message: m,
-    };
     let coordinator = start_coordinator(&mut setup, opts, log)?;
-    let fabric = match bind_data(&mut setup) {
-        Ok(()) => setup.fabric.take().ok_or_else(|| cannot("no data plane".into())),
-        Err(e) => Err(e),
-    };
+    let fabric = data_plane(setup.fabric.take(), setup.data_ip);
     let id = &setup.identity;
     let join_addr = coordinator
         .as_ref()

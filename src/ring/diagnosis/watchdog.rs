@@ -468,7 +468,7 @@ impl<'a> Judge<'a> {
         // be a step ahead of another on the same rank). Each report shows one channel, and
         // a rank with several also sends where it stands on the others.
         if let Some(at) = p.position_on(r.channel)
-            && at.key() > (r.round, r.phase.ordinal(), r.step)
+            && at.key() > r.position().key()
         {
             return Some(Sent::Ahead(at.phase, at.step));
         }
