@@ -99,12 +99,20 @@ fn join_window_is_its_own_deadline() {
 /// and its closing blames nobody: no verdict, no lost rank; the other ranks are told.
 #[test]
 fn an_interrupted_rank_ends_the_run_at_once_and_blames_nobody() {
-    let cfg = test_cfg(
+    let mut cfg = test_cfg(
         3,
         Duration::from_secs(20),
         String::new(),
         Some(run::watchdog_judge(Duration::from_secs(20))),
     );
+    // The signal comes once the coordinator holds every rank's row: sent is not read (the
+    // rows travel on three connections, the signal on one of them; CI read it first once).
+    let (row_read, row_done) = std::sync::mpsc::channel::<()>();
+    let row_read = std::sync::Mutex::new(row_read);
+    cfg.on_row = Some(Arc::new(move |_: &[_], _: Vec<RowResult>| {
+        let _ = row_read.lock().map(|t| t.send(()));
+    }));
+    let row_done = std::sync::Mutex::new(row_done);
     let t0 = Instant::now();
     let rows_sent = Arc::new(std::sync::Barrier::new(3));
     let (ranks, coord) = run_ranks(cfg, Limits::default(), move |r, s| {
@@ -118,6 +126,8 @@ fn an_interrupted_rank_ends_the_run_at_once_and_blames_nobody() {
         s.send(&Msg::Row { rank: r, row }).unwrap();
         rows_sent.wait();
         if r == 2 {
+            let done = row_done.lock().map(|d| d.recv_timeout(Duration::from_secs(4)));
+            assert!(matches!(done, Ok(Ok(()))), "the coordinator never held every row");
             s.send(&Msg::Interrupted {
                 rank: 2,
                 signal: "SIGTERM".into(),
