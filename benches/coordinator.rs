@@ -109,6 +109,8 @@ static CONNECTED: AtomicU64 = AtomicU64::new(0);
 static TABLES: AtomicU64 = AtomicU64::new(0);
 static GOS: AtomicU64 = AtomicU64::new(0);
 static REJOINS: AtomicU64 = AtomicU64::new(0);
+/// Connection attempts given up unanswered (a SYN dropped at rank 0's full accept queue).
+static RESYNS: AtomicU64 = AtomicU64::new(0);
 /// When (ms after the child's start) the last rank connected, had its table, had its go.
 static ALL_CONNECTED_MS: AtomicU64 = AtomicU64::new(0);
 static ALL_TABLES_MS: AtomicU64 = AtomicU64::new(0);
@@ -1135,9 +1137,11 @@ fn join_one(sim: &Sim, r: u32, deadline: Instant) -> TcpStream {
     }
 }
 
-/// Connections one client thread has in flight at once (connecting, hello not yet written):
-/// all threads together stay under the listen backlog, so no SYN is dropped into a
-/// one-second retransmit.
+/// Connections one client thread has in flight at once (connecting, hello not yet written).
+/// This does not bound rank 0's accept queue (a connection leaves it when its hello is
+/// written, before rank 0 accepts it): the first instant's flood fills the queue and SYNs
+/// are dropped, as when thousands of real nodes start at once; an attempt unanswered is
+/// started again as a real node's (`rendezvous::connect_attempt`).
 const IN_FLIGHT: usize = 256;
 
 /// Connect every connection of `mine` and write its hello, many at once (nonblocking): one
@@ -1146,7 +1150,16 @@ const IN_FLIGHT: usize = 256;
 /// limit). A connection refused or reset is started again, until `deadline`.
 fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)> {
     use socket2::{Domain, Socket, Type};
-    let start = |r: u32| -> (u32, Socket, Vec<u8>, usize) {
+    // Connection r's attempt k: its socket, its hello and how much of it went, since when.
+    struct Flying {
+        r: u32,
+        s: Socket,
+        hello: Vec<u8>,
+        off: usize,
+        since: Instant,
+        k: u32,
+    }
+    let start = |r: u32, k: u32| -> Flying {
         let addr = sim.addr(r);
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)
             .unwrap_or_else(|e| fail(2, &format!("connection {r}: socket: {e}")));
@@ -1165,10 +1178,17 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
             let _ = s.bind(&SocketAddr::new(src.into(), 0).into());
         }
         let _ = s.connect(&addr.into());
-        (r, s, sim.first_hello(r), 0)
+        Flying {
+            r,
+            s,
+            hello: sim.first_hello(r),
+            off: 0,
+            since: Instant::now(),
+            k,
+        }
     };
     let mut todo: std::collections::VecDeque<u32> = mine.iter().copied().collect();
-    let mut flying: Vec<(u32, Socket, Vec<u8>, usize)> = Vec::new();
+    let mut flying: Vec<Flying> = Vec::new();
     let mut done = Vec::with_capacity(mine.len());
     while !todo.is_empty() || !flying.is_empty() {
         if Instant::now() > deadline {
@@ -1183,25 +1203,33 @@ fn join_many(sim: &Sim, mine: &[u32], deadline: Instant) -> Vec<(u32, TcpStream)
         while flying.len() < IN_FLIGHT
             && let Some(r) = todo.pop_front()
         {
-            flying.push(start(r));
+            flying.push(start(r, 0));
         }
         let mut i = 0;
         while i < flying.len() {
-            let (r, s, hello, off) = &mut flying[i];
-            match s.send(&hello[*off..]) {
-                Ok(k) => *off += k,
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOTCONN) => {}
+            let f = &mut flying[i];
+            match f.s.send(&f.hello[f.off..]) {
+                Ok(k) => f.off += k,
+                // Still connecting: past its attempt's time, its SYN was dropped (rank 0's
+                // accept queue was full); a new attempt, as a real node's `connect_until`.
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOTCONN) => {
+                    if f.since.elapsed() >= rendezvous::connect_attempt(f.k) {
+                        RESYNS.fetch_add(1, Ordering::Relaxed);
+                        let (r, k) = (f.r, f.k + 1);
+                        flying[i] = start(r, k);
+                    }
+                }
                 Err(_) => {
                     REJOINS.fetch_add(1, Ordering::Relaxed);
-                    let r = *r;
-                    flying[i] = start(r);
+                    let (r, k) = (f.r, f.k);
+                    flying[i] = start(r, k);
                 }
             }
-            let (_, _, hello, off) = &flying[i];
-            if *off == hello.len() {
-                let (r, s, _, _) = flying.swap_remove(i);
+            let f = &flying[i];
+            if f.off == f.hello.len() {
+                let f = flying.swap_remove(i);
                 count(&CONNECTED, sim.conns(), &ALL_CONNECTED_MS);
-                done.push((r, TcpStream::from(s)));
+                done.push((f.r, TcpStream::from(f.s)));
             } else {
                 i += 1;
             }
@@ -1271,12 +1299,14 @@ fn client(sim: Sim) {
             while !joined.load(Ordering::Relaxed) {
                 thread::sleep(Duration::from_secs(1));
                 eprintln!(
-                    "  simulated ranks at {:.1} s: {} connections made, {} tables, {} go, {} reconnects",
+                    "  simulated ranks at {:.1} s: {} connections made, {} tables, {} go, {} reconnects, \
+                     {} attempts unanswered",
                     t0.elapsed().as_secs_f64(),
                     CONNECTED.load(Ordering::Relaxed),
                     TABLES.load(Ordering::Relaxed),
                     GOS.load(Ordering::Relaxed),
-                    REJOINS.load(Ordering::Relaxed)
+                    REJOINS.load(Ordering::Relaxed),
+                    RESYNS.load(Ordering::Relaxed)
                 );
             }
         });
@@ -1339,16 +1369,10 @@ fn heartbeat(local: u32, phase: Phase, progress: u64) -> Msg {
 }
 
 /// One rail's message to rank (rail, local) of connection `r`, as a real rank answers it.
-fn on_rail_msg(
-    sim: &Sim,
-    (r, s): (u32, &mut TcpStream),
-    j: &mut Joining,
-    (rail, local): (u32, u32),
-    m: Msg,
-) -> Next {
+fn on_rail_msg(sim: &Sim, r: u32, j: &mut Joining, (rail, local): (u32, u32), m: Msg) -> Next {
     match m {
         Msg::Table { more: false, .. } => {
-            send_nb(s, &mut j.pend, &sim.wrap(r, rail, Msg::Ready { rank: local }));
+            j.pend.extend(sim.wrap(r, rail, Msg::Ready { rank: local }));
             j.tables |= 1 << rail;
             count(&TABLES, sim.n, &ALL_TABLES_MS);
         }
@@ -1369,10 +1393,10 @@ fn on_rail_msg(
 }
 
 /// A message on connection `r` (a node's: seats, a rail's tagged message, a rail's end).
-fn on_msg(sim: &Sim, (r, s): (u32, &mut TcpStream), j: &mut Joining, m: Msg) -> Next {
+fn on_msg(sim: &Sim, r: u32, j: &mut Joining, m: Msg) -> Next {
     let Ep::Node { node } = sim.ep(r) else {
         let ranks = sim.ranks(r);
-        return on_rail_msg(sim, (r, s), j, ranks[0], m);
+        return on_rail_msg(sim, r, j, ranks[0], m);
     };
     match m {
         Msg::Seats { seats } => {
@@ -1381,14 +1405,14 @@ fn on_msg(sim: &Sim, (r, s): (u32, &mut TcpStream), j: &mut Joining, m: Msg) -> 
             }
             j.seated = true;
             for k in 0..sim.rails() {
-                send_nb(s, &mut j.pend, &sim.wrap(r, k, hello(sim, node)));
+                j.pend.extend(sim.wrap(r, k, hello(sim, node)));
             }
         }
-        Msg::Rail { rail, msg } => return on_rail_msg(sim, (r, s), j, (rail, node), *msg),
+        Msg::Rail { rail, msg } => return on_rail_msg(sim, r, j, (rail, node), *msg),
         // The hub could not reach the rail's door: hello again, as the rail's rank retries.
         Msg::RailClosed { rail, .. } if j.tables & (1 << rail) == 0 => {
             REJOINS.fetch_add(1, Ordering::Relaxed);
-            send_nb(s, &mut j.pend, &sim.wrap(r, rail, hello(sim, node)));
+            j.pend.extend(sim.wrap(r, rail, hello(sim, node)));
         }
         Msg::RailClosed { rail, .. } => fail(2, &format!("node {node}: rail {rail} closed")),
         Msg::Reject { reason } if reason.starts_with(gate::BUSY) => return Next::Rejoin,
@@ -1412,72 +1436,91 @@ fn read_in(s: &mut TcpStream, buf: &mut Vec<u8>, scratch: &mut [u8]) -> Result<(
 
 /// Like a real rank, each simulated one reads its table, says ready at once, and heartbeats
 /// from its table on until the go (all nonblocking: one thread serves many connections).
+/// Only the connections with something to read are read (epoll): reading every one of 2,048
+/// sockets each pass, nearly all empty while rank 0 gathers, was a fifth of the bench's CPU
+/// at 16,384 x 8 (perf), taken from the coordinator beside it. What a connection's messages
+/// answer is written once, after all of them.
 fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
-    for (_, s) in conns.iter_mut() {
+    use mio::unix::SourceFd;
+    use mio::{Events, Interest, Poll, Token};
+    use std::os::fd::AsRawFd;
+    let mut poll = Poll::new().unwrap_or_else(|e| fail(2, &format!("epoll: {e}")));
+    let watch = |poll: &Poll, i: usize, s: &TcpStream| {
         s.set_nonblocking(true).unwrap();
+        let _ = poll.registry().register(
+            &mut SourceFd(&s.as_raw_fd()),
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        );
+    };
+    for (i, (_, s)) in conns.iter().enumerate() {
+        watch(&poll, i, s);
     }
+    let mut events = Events::with_capacity(4096);
     let mut js: Vec<Joining> = vec![Joining::default(); conns.len()];
     let mut scratch = vec![0u8; 1 << 16];
-    let mut next_beat = Instant::now();
-    while conns
-        .iter()
-        .zip(&js)
-        .any(|((r, _), j)| (j.gos as usize) < sim.ranks(*r).len())
-    {
-        if Instant::now() > deadline {
+    let mut next_beat = Instant::now() + beat_every(sim.n);
+    let mut left = conns.iter().map(|(r, _)| sim.ranks(*r).len()).sum::<usize>();
+    while left > 0 {
+        let now = Instant::now();
+        if now > deadline {
             fail(
                 2,
                 &format!("not every simulated rank had its go within {PHASE_DEADLINE:?}"),
             );
         }
-        let beat_now = Instant::now() >= next_beat;
-        if beat_now {
-            next_beat = Instant::now() + beat_every(sim.n);
-        }
-        for ((r, s), j) in conns.iter_mut().zip(js.iter_mut()) {
-            let mut next = match read_in(s, &mut j.buf, &mut scratch) {
-                Ok(()) => Next::Stay,
-                // Before its table, the door may have turned it away (busy, its reason lost
-                // to a reset): join again, as `rendezvous::join` does on a busy refusal.
-                Err(_) if j.tables == 0 && !j.seated => Next::Rejoin,
-                Err(why) => fail(2, &format!("connection {r}: {why}")),
-            };
-            let mut msgs = Vec::new();
-            if let Err(e) = take_frames(&mut j.buf, &mut msgs) {
-                fail(2, &format!("connection {r}: {e}"));
-            }
-            for m in msgs {
-                if matches!(next, Next::Rejoin) {
-                    break;
-                }
-                next = on_msg(sim, (*r, s), j, m);
-            }
-            if matches!(next, Next::Rejoin) {
+        let _ = poll.poll(&mut events, Some(next_beat.saturating_duration_since(now)));
+        let ready: Vec<usize> = events.iter().map(|e| e.token().0).collect();
+        for i in ready {
+            let ((r, s), j) = (&mut conns[i], &mut js[i]);
+            let gos = j.gos;
+            if let Next::Rejoin = take_in(sim, (*r, s), j, &mut scratch) {
                 REJOINS.fetch_add(1, Ordering::Relaxed);
                 *s = join_one(sim, *r, deadline);
-                s.set_nonblocking(true).unwrap();
+                watch(&poll, i, s);
                 *j = Joining::default();
-                continue;
             }
-            if beat_now {
+            left -= (j.gos.saturating_sub(gos)) as usize;
+            send_nb(s, &mut j.pend, &[]);
+        }
+        if Instant::now() >= next_beat {
+            next_beat = Instant::now() + beat_every(sim.n);
+            for ((r, s), j) in conns.iter_mut().zip(js.iter_mut()) {
                 for (rail, local) in sim
                     .ranks(*r)
                     .into_iter()
                     .filter(|(k, _)| j.tables & (1 << k) != 0)
                 {
-                    send_nb(
-                        s,
-                        &mut j.pend,
-                        &sim.wrap(*r, rail, heartbeat(local, Phase::Bootstrap, 1)),
-                    );
+                    j.pend
+                        .extend(sim.wrap(*r, rail, heartbeat(local, Phase::Bootstrap, 1)));
                 }
+                send_nb(s, &mut j.pend, &[]);
             }
         }
-        // A pass reads every socket; heartbeats are 500 ms apart, so 50 ms between passes
-        // loses nothing and spares the coordinator's CPU a million empty reads a second (the
-        // eight client threads otherwise took 84% of the bench's CPU at 16,384 ranks, perf).
-        thread::sleep(Duration::from_millis(50));
+        // Bursts come together: a short pause lets one pass take a burst whole.
+        thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Read what connection `r` has and answer its messages (into `j.pend`); Rejoin: before its
+/// table, the door may have turned it away (busy, its reason lost to a reset): join again,
+/// as `rendezvous::join` does on a busy refusal.
+fn take_in(sim: &Sim, (r, s): (u32, &mut TcpStream), j: &mut Joining, scratch: &mut [u8]) -> Next {
+    let next = match read_in(s, &mut j.buf, scratch) {
+        Ok(()) => Next::Stay,
+        Err(_) if j.tables == 0 && !j.seated => Next::Rejoin,
+        Err(why) => fail(2, &format!("connection {r}: {why}")),
+    };
+    let mut msgs = Vec::new();
+    if let Err(e) = take_frames(&mut j.buf, &mut msgs) {
+        fail(2, &format!("connection {r}: {e}"));
+    }
+    for m in msgs {
+        if let Next::Rejoin = on_msg(sim, r, j, m) {
+            return Next::Rejoin;
+        }
+    }
+    next
 }
 
 /// Heartbeat every rank every 500 ms as a working rank does, send each new row once, and

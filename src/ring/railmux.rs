@@ -209,13 +209,13 @@ impl Hub {
         let shared = Arc::new(relay::Hub::default());
         shared.out.set_waker(plane.waker());
         let now = Instant::now();
+        let mut seats = railplan::all_seats(&roster.rings, roster.world);
         for (&r, _) in roster.nodes.iter().filter(|(r, _)| **r != 0) {
             if let Some(s) = plane.shared_socket(r) {
                 lock(&shared.socks).insert(r, s);
             }
-            if let Ok(f) = frame(&Msg::Seats {
-                seats: roster.seats(r),
-            }) {
+            let seats = seats.get_mut(r as usize).map(std::mem::take).unwrap_or_default();
+            if let Ok(f) = frame(&Msg::Seats { seats }) {
                 let _ = plane.send(r, f, now);
             }
         }

@@ -1053,7 +1053,7 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
 
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
-pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState {
+pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState<'_> {
     let watch = rep
         .ranks
         .iter()
@@ -1105,7 +1105,7 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
         .collect();
     let silence_ms = rendezvous::silence(Duration::from_millis(timeout_ms)).as_millis() as u64;
     WatchState {
-        ranks: rep.ranks.clone(),
+        ranks: (&rep.ranks[..]).into(),
         watch,
         timeout_ms,
         silence_ms,

@@ -39,6 +39,7 @@
 //! behind a sender still in the previous one, nor the reverse. Byte counts compare only at
 //! the same round, phase, step and channel.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
@@ -73,8 +74,10 @@ pub struct RankWatch {
 
 /// Everything [`judge`] looks at.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WatchState {
-    pub ranks: Vec<RankInfo>,
+pub struct WatchState<'r> {
+    /// The ranks' infos, borrowed from the coordinator's report: copying 16,384 of them
+    /// for every judgment took most of a judge call.
+    pub ranks: Cow<'r, [RankInfo]>,
     pub watch: Vec<RankWatch>,
     /// The data-link wait deadline (`--timeout`).
     pub timeout_ms: u64,
@@ -120,7 +123,7 @@ enum Sent {
 }
 
 struct Judge<'a> {
-    s: &'a WatchState,
+    s: &'a WatchState<'a>,
     now: u64,
     /// Rank -> index into `s.ranks` and `s.watch`, and who waits on whom: lookups in
     /// O(log n), so one judgment is O(n log n) at 4,096 ranks, not O(n^2).
@@ -130,7 +133,7 @@ struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    fn new(s: &'a WatchState, now: u64) -> Judge<'a> {
+    fn new(s: &'a WatchState<'a>, now: u64) -> Judge<'a> {
         let mut waiters: BTreeMap<Rank, Vec<Rank>> = BTreeMap::new();
         for w in &s.watch {
             if let Some(p) = w.last.as_ref().and_then(|(_, rep)| rep.waiting_on) {
@@ -623,7 +626,7 @@ impl<'a> Judge<'a> {
 }
 
 /// The verdicts for the run as the coordinator sees it at `now_ms`.
-pub fn judge(state: &WatchState, now_ms: u64) -> Vec<Verdict> {
+pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
     let j = Judge::new(state, now_ms);
     let mut faulty: BTreeMap<Rank, Fault> = BTreeMap::new();
     let mut lost = Vec::new();
@@ -792,9 +795,9 @@ mod tests {
         }
     }
 
-    fn state(n: usize, watch: Vec<RankWatch>) -> WatchState {
+    fn state(n: usize, watch: Vec<RankWatch>) -> WatchState<'static> {
         WatchState {
-            ranks: ranks(n),
+            ranks: ranks(n).into(),
             watch,
             timeout_ms: T,
             silence_ms: 5_000,
@@ -804,7 +807,7 @@ mod tests {
     }
 
     /// Six ranks in a ring; `f(rank)` gives each one's control state and status.
-    fn ring6(f: impl Fn(Rank) -> (Control, u64, WaitReport)) -> WatchState {
+    fn ring6(f: impl Fn(Rank) -> (Control, u64, WaitReport)) -> WatchState<'static> {
         state(
             6,
             (0..6)
@@ -832,7 +835,7 @@ mod tests {
     /// The link 4 -> 5 cut at step 2 of reduce-scatter: 5 waits on 4; downstream ranks wait
     /// on their predecessors one step further each (each is ahead of the one it waits on, so
     /// none of those waits is conclusive); rank 4 as `sender` says.
-    fn cut(sender: WaitReport) -> WatchState {
+    fn cut(sender: WaitReport) -> WatchState<'static> {
         ring6(|r| {
             let s = match r {
                 5 => st(5, ReduceScatter, 2, Some((4, RECV)), 0, 1 << 20),
@@ -1011,7 +1014,7 @@ mod tests {
     /// Two ranks, two channels, the link 0 -> 1 dead (its ACKs too, as RoCE dropped one way):
     /// rank 0 got rank 1's data and moved on, rank 1 got nothing. Each heartbeat shows its
     /// longest-waiting channel, and here they differ (a CI run: 0 on channel 0, 1 on 1).
-    fn two_channels(rank0_positions: Vec<Position>) -> WatchState {
+    fn two_channels(rank0_positions: Vec<Position>) -> WatchState<'static> {
         let mut r0 = st(0, AllGather, 1, Some((1, RECV)), 0, 0);
         r0.since_progress_ms = T + 900;
         r0.positions = rank0_positions;
@@ -1251,7 +1254,7 @@ mod tests {
     #[test]
     fn a_hang_over_rdma_pings_through_the_netdev() {
         let mut s = cut(st(4, ReduceScatter, 3, Some((5, SEND)), 1 << 20, 3 << 20));
-        for r in &mut s.ranks {
+        for r in s.ranks.to_mut() {
             r.device = Some(format!("rxe0:1 gid 1 (eth{})", r.rank));
         }
         let v = judge(&s, NOW);
@@ -1299,7 +1302,7 @@ mod tests {
 
     /// The first tick (100 ms apart) at which `judge` answers, for a run whose state at
     /// time t is `at(t)`: the time to verdict by construction.
-    fn first_verdict(at: impl Fn(u64) -> WatchState, until: u64) -> Option<(u64, Vec<Verdict>)> {
+    fn first_verdict(at: impl Fn(u64) -> WatchState<'static>, until: u64) -> Option<(u64, Vec<Verdict>)> {
         (0..=until / 100).map(|i| i * 100).find_map(|t| {
             let v = judge(&at(t), t);
             (!v.is_empty()).then_some((t, v))
