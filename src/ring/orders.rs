@@ -3,11 +3,16 @@
 //! a node drives several), and, with each scan order, the two ranks of that order. The bytes
 //! the coordinator writes grow with the world (O(rings) entries per rank), not with its square.
 //!
-//! API: [`sweep_rings`]`(world)`, [`peers`]`(world, rings)`, [`part`], [`table_frames`]. Pure.
+//! API: [`sweep_rings`]`(world)`, [`peers`]`(world, rings)`, [`part`], [`encode_entries`] (each
+//! entry encoded once), [`table_frames`] (a part's frames spliced from them). Pure.
 
-use crate::ring::control::{Frame, frame};
+use crate::ring::control::Frame;
+#[cfg(test)]
+use crate::ring::control::frame;
 use crate::ring::model::{Rank, RankInfo};
-use crate::ring::wire::{MAX_FRAME, Msg};
+#[cfg(test)]
+use crate::ring::wire::Msg;
+use crate::ring::wire::{self, MAX_FRAME};
 
 /// One ring: `next[i]` is the rank that rank `i` sends to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,14 +56,25 @@ pub fn scan_peers(r: Rank, world: u32, shift: u32) -> [Rank; 2] {
     [(r + k) % n, (r + n - k) % n]
 }
 
-/// Rank `r`'s part of the table: its own entry and its peers', in rank order. `ranks` is
-/// the whole table in rank order (entry i is rank i).
-pub fn part(r: Rank, peers: &[Rank], ranks: &[RankInfo]) -> Vec<RankInfo> {
+/// Rank `r`'s part of the table: itself and its peers, in rank order, those of the `world`
+/// only (entry i of the table is rank i).
+pub fn part(r: Rank, peers: &[Rank], world: usize) -> Vec<Rank> {
     let mut want: Vec<Rank> = peers.iter().copied().chain([r]).collect();
     want.sort_unstable();
     want.dedup();
-    want.iter()
-        .filter_map(|&p| ranks.get(p as usize).cloned())
+    want.retain(|&p| (p as usize) < world);
+    want
+}
+
+/// Every rank's table entry as it is encoded, once: an entry goes to about three ranks per
+/// ring, and encoding it for each of them (twice: to size the frame, then in it) was most of
+/// building 16,384 tables.
+pub fn encode_entries(ranks: &[RankInfo]) -> Result<Vec<Vec<u8>>, String> {
+    ranks
+        .iter()
+        .map(|i| {
+            serde_json::to_vec(i).map_err(|e| format!("rank {}'s table entry cannot be encoded: {e}", i.rank))
+        })
         .collect()
 }
 
@@ -67,32 +83,55 @@ pub fn part(r: Rank, peers: &[Rank], ranks: &[RankInfo]) -> Vec<RankInfo> {
 /// bytes, the capabilities, 32 rails).
 pub const TABLE_FRAME_BYTES: usize = MAX_FRAME / 2;
 
-/// Rank `r`'s part of the table as frames of at most [`TABLE_FRAME_BYTES`] of entries each,
-/// the last with `more: false`. An error names the frame limit (never dropped in silence).
-pub fn table_frames(part: Vec<RankInfo>, shared_transport: Option<&str>) -> Result<Vec<Frame>, String> {
-    let mut chunks: Vec<Vec<RankInfo>> = vec![Vec::new()];
-    let mut bytes = 0;
-    for i in part {
-        // The entry as it is encoded (escapes included), and a comma.
-        let n = serde_json::to_vec(&i).map(|v| v.len() + 1).unwrap_or(MAX_FRAME);
-        if bytes + n > TABLE_FRAME_BYTES && chunks.last().is_some_and(|c| !c.is_empty()) {
-            chunks.push(Vec::new());
-            bytes = 0;
+/// A rank's part of the table, its entries encoded ([`encode_entries`]), as frames of at
+/// most [`TABLE_FRAME_BYTES`] of entries each, the last with `more: false`: the bytes
+/// `frame(&Msg::Table { .. })` writes, spliced from the entries. An error names the frame
+/// limit (never dropped in silence).
+pub fn table_frames(part: &[&[u8]], shared_transport: Option<&str>) -> Result<Vec<Frame>, String> {
+    let mut chunks: Vec<&[&[u8]]> = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (i, e) in part.iter().enumerate() {
+        // The entry and a comma.
+        let n = e.len() + 1;
+        if bytes + n > TABLE_FRAME_BYTES && i > from {
+            chunks.push(&part[from..i]);
+            (from, bytes) = (i, 0);
         }
         bytes += n;
-        if let Some(c) = chunks.last_mut() {
-            c.push(i);
-        }
     }
+    chunks.push(&part[from..]);
+    let shared = match shared_transport {
+        Some(t) => {
+            let t = serde_json::to_vec(t).map_err(|e| format!("its table message cannot be encoded: {e}"))?;
+            [&br#","shared_transport":"#[..], &t].concat()
+        }
+        None => Vec::new(),
+    };
     let n = chunks.len();
     chunks
         .into_iter()
         .enumerate()
-        .map(|(i, ranks)| {
-            frame(&Msg::Table {
-                ranks,
-                more: i + 1 < n,
-                shared_transport: shared_transport.map(str::to_string),
+        .map(|(k, entries)| {
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * entries.len() + 4);
+            parts.push(br#"{"type":"table","ranks":["#);
+            for (j, e) in entries.iter().enumerate() {
+                if j > 0 {
+                    parts.push(b",");
+                }
+                parts.push(e);
+            }
+            parts.push(if k + 1 < n {
+                br#"],"more":true"#
+            } else {
+                br#"],"more":false"#
+            });
+            parts.push(&shared);
+            parts.push(b"}");
+            wire::frame_of(&parts).map(Frame::from).map_err(|e| match e {
+                wire::WireError::TooLarge(n) => format!(
+                    "its table message is {n} bytes, over the control frame limit of {MAX_FRAME} bytes"
+                ),
+                e => format!("its table message cannot be encoded: {e}"),
             })
         })
         .collect()
@@ -108,7 +147,13 @@ pub fn shared_transport(ranks: &[RankInfo]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::wire;
+
+    /// `part`'s frames from `ranks` (the whole table, in rank order).
+    fn frames_of(part_ranks: &[Rank], ranks: &[RankInfo], shared: Option<&str>) -> Vec<Frame> {
+        let entries = encode_entries(ranks).unwrap();
+        let part: Vec<&[u8]> = part_ranks.iter().map(|&p| &entries[p as usize][..]).collect();
+        table_frames(&part, shared).unwrap()
+    }
 
     fn info(r: Rank, host_len: usize) -> RankInfo {
         RankInfo {
@@ -132,7 +177,7 @@ mod tests {
         let mut total = 0;
         let mut largest = 0;
         for r in 0..world {
-            for f in table_frames(part(r, &peers[r as usize], &ranks), Some("tcp")).unwrap() {
+            for f in frames_of(&part(r, &peers[r as usize], ranks.len()), &ranks, Some("tcp")) {
                 total += f.len();
                 largest = largest.max(f.len());
             }
@@ -193,7 +238,8 @@ mod tests {
     #[test]
     fn a_large_part_is_split_into_bounded_frames() {
         let ranks: Vec<RankInfo> = (0..4000).map(|r| info(r, 255)).collect();
-        let frames = table_frames(ranks.clone(), None).unwrap();
+        let all: Vec<Rank> = (0..4000).collect();
+        let frames = frames_of(&all, &ranks, None);
         assert!(frames.len() >= 3, "{}", frames.len());
         let last = frames.len() - 1;
         let mut got = Vec::new();
@@ -208,7 +254,7 @@ mod tests {
             }
         }
         assert_eq!(got, ranks);
-        assert_eq!(table_frames(Vec::new(), None).unwrap().len(), 1);
+        assert_eq!(table_frames(&[], None).unwrap().len(), 1);
     }
 
     /// Entries as large as validation allows (32 rails of 255-byte fields, ~40 KB each) still
@@ -234,7 +280,8 @@ mod tests {
             i
         };
         let ranks: Vec<RankInfo> = (0..256).map(big).collect();
-        let frames = table_frames(ranks, None).unwrap();
+        let all: Vec<Rank> = (0..256).collect();
+        let frames = frames_of(&all, &ranks, None);
         assert!(frames.len() > 8, "{}", frames.len());
         assert!(
             frames.iter().all(|f| f.len() <= MAX_FRAME),
@@ -250,6 +297,42 @@ mod tests {
                 .unwrap_err()
                 .contains("at most 32")
         );
+    }
+
+    /// The spliced frames are byte for byte what serde writes for the same message, cut or not.
+    #[test]
+    fn table_frames_are_the_bytes_serde_writes() {
+        let mut ranks: Vec<RankInfo> = (0..3000).map(|r| info(r, 200)).collect();
+        ranks[1].host = "quote\" back\\ tab\t \u{e9}".into();
+        for (part_ranks, shared) in [
+            (vec![0, 1, 2], Some("tcp")),
+            (vec![1], None),
+            (vec![], Some("rdma \"x\"")),
+            ((0..3000).collect::<Vec<Rank>>(), Some("tcp")),
+        ] {
+            let frames = frames_of(&part_ranks, &ranks, shared);
+            let mut got = Vec::new();
+            for (i, f) in frames.iter().enumerate() {
+                let m = wire::read_msg(&mut &f[..]).unwrap();
+                assert_eq!(&frame(&m).unwrap()[..], &f[..], "frame {i}");
+                match m {
+                    Msg::Table {
+                        ranks,
+                        more,
+                        shared_transport,
+                    } => {
+                        assert_eq!(
+                            (more, shared_transport.as_deref()),
+                            (i + 1 < frames.len(), shared)
+                        );
+                        got.extend(ranks.into_iter().map(|x| x.rank));
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(got, part_ranks);
+        }
+        assert_eq!(part(2, &[7, 1, 1, 9], 8), vec![1, 2, 7]);
     }
 
     #[test]

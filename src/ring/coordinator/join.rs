@@ -548,10 +548,13 @@ impl Serve<'_> {
         };
         let peers = orders::peers(world, &rings);
         let shared = orders::shared_transport(&self.ranks).map(str::to_string);
+        let entries = orders::encode_entries(&self.ranks)?;
         let mut frames = Vec::with_capacity(world as usize);
         for (r, p) in peers.iter().enumerate() {
-            let part = orders::part(r as Rank, p, &self.ranks);
-            frames.push(orders::table_frames(part, shared.as_deref())?);
+            let part: Vec<&[u8]> = (orders::part(r as Rank, p, entries.len()).iter())
+                .map(|&q| &entries[q as usize][..])
+                .collect();
+            frames.push(orders::table_frames(&part, shared.as_deref())?);
         }
         rep.stats.tables_built = Some(self.started.elapsed());
         rep.stats.table_bytes = frames.iter().flatten().map(|f| f.len() as u64).sum();
