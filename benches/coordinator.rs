@@ -1,11 +1,12 @@
 //! The coordinator at scale: `cargo bench --bench coordinator -- NODES RAILS` (release;
-//! about a minute). With RAILS > 1 (or `NODES 1 --relay`) the rails' real path: every node
-//! declares its rails on one connection to rank 0's node door (`railmux::gather`), rank 0's
-//! hub relays each rail's tagged frames to that rail's coordinator (R coordinators of NODES
+//! about a minute). `fabprobe ring`'s path, with one rail or several: every node declares
+//! its rails on one connection to rank 0's node door (`railmux::gather`), rank 0's hub
+//! relays each rail's tagged frames to that rail's coordinator (R coordinators of NODES
 //! ranks in this process, every judge a rail's, `rails::stopping_judge`), and node 0's rail
-//! ranks join their coordinators straight, as rank 0's own do. With RAILS = 1, NODES ranks
-//! join one coordinator on loopback (the real watchdog as its judge). `N --rails R`: R
-//! coordinators of N/R ranks side by side without the hub (the layout before the relay).
+//! ranks join their coordinators straight, as rank 0's own do. `NODES 1 --direct`: NODES
+//! ranks join one coordinator on loopback, no door or hub (`--local N`'s path, the real
+//! watchdog as its judge). `N --rails R`: R coordinators of N/R ranks side by side without
+//! the hub (the layout before the relay).
 //! The simulated ranks run in a child process (this same binary, `FABPROBE_BENCH_CLIENT`
 //! set) with its own open-file limit; rank 0's process needs one file per node and, through
 //! the hub, two per rail rank (`railmux::files_needed`); when they do not fit the hard
@@ -65,7 +66,7 @@ static QUICK: AtomicBool = AtomicBool::new(false);
 /// The nodes of quick mode, on 2 rails through rank 0's hub: the rails' real path.
 const QUICK_NODES: u32 = 128;
 const QUICK_RAILS: u32 = 2;
-/// The nodes go through rank 0's hub (`NODES RAILS` with RAILS > 1, or `--relay`): each
+/// The nodes go through rank 0's hub (`NODES RAILS`, unless `--direct`): each
 /// declares its rails on one connection, the hub relays each rail to its coordinator.
 static RELAY: AtomicBool = AtomicBool::new(false);
 /// The targets (full mode, with two CPU hogs beside the bench).
@@ -180,10 +181,7 @@ fn args() -> (u32, u32) {
         if nodes < 4 || rails == 0 {
             fail(2, "NODES must be at least 4 and RAILS at least 1");
         }
-        RELAY.store(
-            rails > 1 || args.iter().any(|a| a == "--relay"),
-            Ordering::Relaxed,
-        );
+        RELAY.store(!args.iter().any(|a| a == "--direct"), Ordering::Relaxed);
         return (nodes.saturating_mul(rails), rails);
     }
     let rails = args
@@ -1286,9 +1284,9 @@ fn client(sim: Sim) {
         thread::spawn(move || {
             let mine: Vec<u32> = (0..conns).filter(|r| *r as usize % THREADS == t).collect();
             let mut conns = join_many(&sim, &mine, deadline);
-            until_go(&mut conns, &sim, deadline);
+            let next_beat = until_go(&mut conns, &sim, deadline);
             go.wait();
-            beat(&mut conns, &sim, stalled, &row, &stall);
+            beat(&mut conns, &sim, (stalled, &row, &stall), next_beat);
         });
     }
     let t0 = Instant::now();
@@ -1440,7 +1438,7 @@ fn read_in(s: &mut TcpStream, buf: &mut Vec<u8>, scratch: &mut [u8]) -> Result<(
 /// sockets each pass, nearly all empty while rank 0 gathers, was a fifth of the bench's CPU
 /// at 16,384 x 8 (perf), taken from the coordinator beside it. What a connection's messages
 /// answer is written once, after all of them.
-fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
+fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) -> Instant {
     use mio::unix::SourceFd;
     use mio::{Events, Interest, Poll, Token};
     use std::os::fd::AsRawFd;
@@ -1500,6 +1498,7 @@ fn until_go(conns: &mut [(u32, TcpStream)], sim: &Sim, deadline: Instant) {
         // Bursts come together: a short pause lets one pass take a burst whole.
         thread::sleep(Duration::from_millis(5));
     }
+    next_beat
 }
 
 /// Read what connection `r` has and answer its messages (into `j.pend`); Rejoin: before its
@@ -1525,19 +1524,29 @@ fn take_in(sim: &Sim, (r, s): (u32, &mut TcpStream), j: &mut Joining, scratch: &
 
 /// Heartbeat every rank every 500 ms as a working rank does, send each new row once, and
 /// drain what the coordinator sends (pings) so no buffer fills.
-fn beat(conns: &mut [(u32, TcpStream)], sim: &Sim, stalled: u32, row: &AtomicU64, stall: &AtomicBool) {
+fn beat(
+    conns: &mut [(u32, TcpStream)],
+    sim: &Sim,
+    (stalled, row, stall): (u32, &AtomicU64, &AtomicBool),
+    mut next_beat: Instant,
+) {
     let mut progress = 1u64;
     let mut sent_row = 0u64;
     let mut scratch = vec![0u8; 1 << 16];
     let mut pend: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
-    let mut next_beat = Instant::now();
     loop {
         let now = Instant::now();
         let k = row.load(Ordering::Relaxed);
+        // The heartbeats go on as they went since the tables (a real rank's heartbeat thread
+        // does not start again at the go); a new row goes out within a pass (20 ms).
         let beat_now = now >= next_beat;
         if beat_now {
             progress += 1;
             next_beat = now + beat_every(sim.n);
+        }
+        if k == sent_row && !beat_now {
+            thread::sleep(Duration::from_millis(20));
+            continue;
         }
         for (i, (r, s)) in conns.iter_mut().enumerate() {
             if sim.frozen(*r, stalled) && stall.load(Ordering::Relaxed) {
@@ -1571,8 +1580,7 @@ fn beat(conns: &mut [(u32, TcpStream)], sim: &Sim, stalled: u32, row: &AtomicU64
             }
         }
         sent_row = k;
-        // As in `until_go`; a round's rows wait up to this much more at the ranks.
-        thread::sleep(Duration::from_millis(100));
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
