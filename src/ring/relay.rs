@@ -200,23 +200,10 @@ impl RailLink {
 
 // ------------------------------------------------------------- the rail tag
 
-/// How this crate encodes [`Msg::Rail`] (serde writes the tag, then the fields in order):
-/// `{"type":"rail","rail":K,"msg":BODY}`, BODY the message's own encoding.
-const RAIL_HEAD: &[u8] = br#"{"type":"rail","rail":"#;
-const MSG_KEY: &[u8] = br#","msg":"#;
-
 /// Frame `f` (header and body) read as a [`Msg::Rail`] in this crate's encoding, without
 /// parsing its message: the rail and the message's body. None: anything else. Pure.
 pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
-    let rest = f.get(8..)?.strip_prefix(RAIL_HEAD)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    // JSON has no leading zeros; ten digits may pass u32.
-    if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
-        return None;
-    }
-    let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    let body = rest[digits..].strip_prefix(MSG_KEY)?.strip_suffix(b"}")?;
-    Some((rail, body))
+    wire::rail_parts(f.get(8..)?)
 }
 
 /// Frame `f` (a rail coordinator's message, encoded) as the frame of `Msg::Rail { rail, msg }`
@@ -225,7 +212,7 @@ pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
 pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
     let body = f.get(8..)?;
     let tag = rail.to_string();
-    let b = wire::frame_of(&[RAIL_HEAD, tag.as_bytes(), MSG_KEY, body, b"}"]).ok()?;
+    let b = wire::frame_of(&[wire::RAIL_HEAD, tag.as_bytes(), wire::MSG_KEY, body, b"}"]).ok()?;
     Some(b.into())
 }
 

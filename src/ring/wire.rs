@@ -336,6 +336,25 @@ pub fn decode(body: &[u8]) -> Result<Msg, WireError> {
     serde_json::from_slice(body).map_err(|e| WireError::Malformed(e.to_string()))
 }
 
+/// How this crate encodes [`Msg::Rail`] (serde writes the tag, then the fields in order):
+/// `{"type":"rail","rail":K,"msg":BODY}`, BODY the message's own encoding.
+pub(crate) const RAIL_HEAD: &[u8] = br#"{"type":"rail","rail":"#;
+pub(crate) const MSG_KEY: &[u8] = br#","msg":"#;
+
+/// A message body read as a [`Msg::Rail`] in this crate's encoding, without parsing its
+/// message: the rail and the message's body. None: anything else. Pure.
+pub fn rail_parts(body: &[u8]) -> Option<(u32, &[u8])> {
+    let rest = body.strip_prefix(RAIL_HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    // JSON has no leading zeros; ten digits may pass u32.
+    if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let inner = rest[digits..].strip_prefix(MSG_KEY)?.strip_suffix(b"}")?;
+    Some((rail, inner))
+}
+
 /// The messages that come by the hundred thousand (hellos, tables, readies, heartbeats, rows,
 /// a rail's message) decoded straight into their variant when the body starts with its tag,
 /// as this crate writes it: serde reads an internally tagged enum into a generic tree first
@@ -385,15 +404,9 @@ fn decode_direct(body: &[u8]) -> Option<Msg> {
         }
         b"go" if body == br#"{"type":"go"}"# => Msg::Go,
         b"ping" if body == br#"{"type":"ping"}"# => Msg::Ping,
-        // `{"type":"rail","rail":K,"msg":BODY}`: BODY decoded by itself; never nested.
+        // Its message decoded by itself; never nested.
         b"rail" => {
-            let rest = body.strip_prefix(br#"{"type":"rail","rail":"#)?;
-            let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-            if digits == 0 || digits > 10 || (digits > 1 && rest[0] == b'0') {
-                return None;
-            }
-            let rail = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-            let inner = rest[digits..].strip_prefix(br#","msg":"#)?.strip_suffix(b"}")?;
+            let (rail, inner) = rail_parts(body)?;
             match decode_direct(inner)? {
                 Msg::Rail { .. } => return None,
                 msg => Msg::Rail {
