@@ -457,10 +457,26 @@ mod tests {
             capabilities: vec!["tcp".into()],
             params: "p".into(),
         });
-        let beat = Msg::Heartbeat(crate::ring::collective::allreduce::Progress::default().report(1, 0));
-        let mut stuck_beat = crate::ring::collective::allreduce::Progress::default().report(2, 0);
+        let report = |rank| WaitReport {
+            rank,
+            phase: Phase::ReduceScatter,
+            round: 3,
+            step: 1,
+            channel: 0,
+            waiting_on: None,
+            waiting_to_receive: false,
+            bytes_received: 0,
+            bytes_sent: 4096,
+            since_progress_ms: 12,
+            progress: 9,
+            cpu: None,
+            positions: Vec::new(),
+        };
+        let beat = Msg::Heartbeat(report(1));
+        let mut stuck_beat = report(2);
         stuck_beat.phase = Phase::AllGather;
         stuck_beat.waiting_on = Some(1);
+        stuck_beat.waiting_to_receive = true;
         let row = RowResult {
             size_bytes: 8,
             time_us: 1.5,
