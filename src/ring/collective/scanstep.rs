@@ -360,3 +360,95 @@ impl Order<'_> {
         Ok((at, c.len as u64))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::collective::transport::inproc::{Faults, InprocNet};
+    use std::sync::Mutex;
+
+    const INDEX: u32 = 3;
+
+    /// Order `INDEX` (shift 1) on a two-rank in-process network, each rank in its own thread:
+    /// each rank's result, what it reported stuck, and its heartbeat after the order.
+    fn two_ranks(net: &InprocNet) -> Vec<(Result<Vec<LinkSample>, RingError>, Vec<WaitReport>, WaitReport)> {
+        std::thread::scope(|sc| {
+            let runs: Vec<_> = (0..2u32)
+                .map(|me| {
+                    let fabric = net.fabric(me);
+                    sc.spawn(move || {
+                        let ctx = RankCtx {
+                            me,
+                            world: 2,
+                            token: "t",
+                            table: &[],
+                            shared_transport: None,
+                            slots: 4,
+                            slot_bytes: 4096,
+                            // Long enough that a loaded machine never makes a healthy wait late.
+                            timeout: Duration::from_secs(2),
+                            measure_cpu: false,
+                        };
+                        let (progress, abort) = (Progress::default(), AbortFlag::default());
+                        let stuck = Mutex::new(Vec::new());
+                        let on_stuck = |w: &WaitReport| stuck.lock().unwrap().push(w.clone());
+                        let mut links = ScanLinks::default();
+                        let got = run_order(
+                            &ctx,
+                            &fabric,
+                            &mut links,
+                            INDEX,
+                            1,
+                            64 << 10,
+                            2,
+                            &progress,
+                            &abort,
+                            &on_stuck,
+                        );
+                        (got, stuck.into_inner().unwrap(), progress.report(me, 0))
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn a_healthy_order_samples_the_link_into_each_rank_and_waits_on_nobody() {
+        for (me, (got, stuck, beat)) in two_ranks(&InprocNet::new()).into_iter().enumerate() {
+            let samples = got.unwrap_or_else(|e| panic!("rank {me}: {e}"));
+            assert_eq!(samples.len(), 2, "rank {me}: one sample per rep");
+            assert!(stuck.is_empty(), "rank {me}: {stuck:?}");
+            assert_eq!((beat.phase, beat.waiting_on), (Phase::Scan, None), "rank {me}");
+        }
+    }
+
+    /// The link 0 -> 1 cut without an error (`iptables -j DROP`): rank 1 reports its wait on
+    /// rank 0 at its deadline, and its heartbeats after the order go on naming that wait (a
+    /// heartbeat of "waiting on nobody" would overwrite the stuck report, and the watchdog
+    /// would judge rank 1 stalled instead of the link).
+    #[test]
+    fn a_stuck_orders_heartbeats_keep_naming_its_wait() {
+        let net = InprocNet::new();
+        net.set_faults(
+            0,
+            1,
+            scan_tag(INDEX),
+            Faults {
+                blackhole_after_writes: Some(0),
+                ..Faults::default()
+            },
+        );
+        let runs = two_ranks(&net);
+        let (got, stuck, beat) = &runs[1];
+        assert!(
+            matches!(got, Err(RingError::Stuck(..))),
+            "{:?}",
+            got.as_ref().err()
+        );
+        let w = stuck.first().expect("rank 1 reported its wait");
+        assert_eq!((w.waiting_on, w.waiting_to_receive), (Some(0), true));
+        assert_eq!((beat.waiting_on, beat.waiting_to_receive), (Some(0), true));
+        assert_eq!(beat.phase, Phase::Scan);
+    }
+}
