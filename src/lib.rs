@@ -2,6 +2,9 @@
 //!
 //! Data flows one way: [`host::Host`] (live or snapshot) → [`probe`] → typed report →
 //! [`check`] → [`render`]. Only [`cli`] prints or exits.
+//!
+//! The rooms, lowest first; a room names only rooms before it (tests/layering.rs holds it):
+//! text < finding < host < sysfs < verbs < nccl < probe < snapshot < nccl_log < ring < check < render < cli
 
 // Hand-written unsafe only in the few modules that allow it, each header saying why no
 // well-kept crate covers it: verbs, transport/rdma, ring/tcpinfo (TCP_INFO),
@@ -20,6 +23,7 @@ pub mod render;
 pub mod ring;
 pub mod snapshot;
 pub mod sysfs;
+pub mod text;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 pub mod verbs;

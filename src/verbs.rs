@@ -553,9 +553,6 @@ impl Wc {
     pub fn ok(&self) -> bool {
         self.status == 0
     }
-    pub fn is_recv(&self) -> bool {
-        self.opcode & ffi::ibv_wc_opcode::IBV_WC_RECV != 0
-    }
 }
 
 /// `IBV_WC_WR_FLUSH_ERR`: a work request flushed because its queue pair is in error.
@@ -724,15 +721,6 @@ impl Qp {
                 | m::IBV_QP_MAX_QP_RD_ATOMIC)
                 .0,
         )
-    }
-
-    /// Move to ERR: outstanding work requests flush, so a peer blocked on us sees it.
-    pub fn to_error(&self) {
-        let mut a = ffi::ibv_qp_attr {
-            qp_state: ffi::ibv_qp_state::IBV_QPS_ERR,
-            ..Default::default()
-        };
-        let _ = self.modify("ERR", &mut a, ffi::ibv_qp_attr_mask::IBV_QP_STATE.0);
     }
 
     /// Post a receive with no buffer (RDMA Write with immediate consumes one, its bytes go to

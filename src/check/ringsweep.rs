@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::sweep::same_host;
-use crate::ring::model::printable;
+use crate::text::printable;
 
 /// Longest text kept from a report's field (a report is data from disk or the network).
 const MAX_TEXT: usize = 1000;

@@ -143,7 +143,6 @@ pub fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -
 /// `fabprobe_CMD_findings{severity}` for warn, fail and unknown (not evaluated);
 /// `fabprobe_CMD_finding{id,subject,severity} N`: how many of each.
 pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
-    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     let count = |sev: Severity| findings.iter().filter(|f| f.severity == sev).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let unknown = count(Severity::Unknown);
@@ -160,7 +159,7 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
     // makes node_exporter refuse it ("collected before with the same name and label values").
     let mut series: Vec<(String, usize)> = Vec::new();
     for f in findings.iter().filter(|f| f.severity != Severity::Pass) {
-        let (id, subject, sev) = (esc(&f.id), esc(&f.subject), f.severity.as_str());
+        let (id, subject, sev) = (crate::render::prom_label(&f.id), crate::render::prom_label(&f.subject), f.severity.as_str());
         let labels = format!("id=\"{id}\",subject=\"{subject}\",severity=\"{sev}\"");
         match series.iter_mut().find(|(l, _)| *l == labels) {
             Some((_, n)) => *n += 1,

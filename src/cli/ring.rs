@@ -16,7 +16,7 @@ use crate::render;
 use crate::render::{Envelope, HostInfo};
 use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
-use crate::ring::diagnosis::{evidence, neighbor};
+use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::{self, Flags, Identity, Source};
 use crate::ring::model::{RailPort, Rank, RankInfo};
 use crate::ring::rails::{self, RailRun, RailSel};
@@ -398,7 +398,7 @@ fn switch_port(
     netdev: &str,
     a: &RingArgs,
 ) -> Option<crate::ring::model::Neighbor> {
-    let l = neighbor::learn(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
+    let l = crate::ring::portfacts::learn_neighbor(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
     match &l.neighbor {
         Some(n) => g.log(
             1,
@@ -411,7 +411,7 @@ fn switch_port(
 
 /// What `netdev` could run at (ethtool's link modes, the NIC's PCIe link), said with -v.
 fn port_max(g: &GlobalArgs, host: &Host, netdev: &str) -> Option<crate::ring::model::PortMax> {
-    let (max, how) = crate::ring::diagnosis::portmax::learn(host, netdev);
+    let (max, how) = crate::ring::portfacts::learn_port_max(host, netdev);
     g.log(1, format!("most {netdev} could run at: {how}"));
     max
 }
@@ -829,7 +829,7 @@ fn print_report(
         ) || g.verbose > 0
         {
             // Parts of the line came from strangers on the port: never print their raw bytes.
-            eprintln!("fabprobe: {}", crate::ring::model::printable(&e.line(), 1000));
+            eprintln!("fabprobe: {}", crate::text::printable(&e.line(), 1000));
         }
     }
     let f = findings(r);

@@ -8,6 +8,7 @@
 //! A read that failed when the snapshot was captured (EINVAL on an empty GID slot, EACCES
 //! as non-root) is replayed as that same failure, never as "file missing".
 
+pub mod command;
 pub mod fabricmanager;
 pub mod facts;
 pub mod ifaddrs;
@@ -39,24 +40,6 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// biggest file probes read (`/proc/cpuinfo` of a few hundred CPUs) under 1 MiB; anything
 /// larger is not what it claims to be, and is refused instead of read into memory.
 pub const MAX_READ_BYTES: u64 = 16 << 20;
-
-/// Text from outside (an archive's entry name, a parser's message quoting the input) made
-/// safe to print: control characters escaped (`\u{1b}`), at most `max` characters kept.
-pub fn printable(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i == max {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 /// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
 /// `FileTooLarge`, found after reading `limit + 1` bytes at most.
@@ -465,11 +448,6 @@ impl Host {
     /// capture time (lets a re-capture keep the failure).
     pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
         self.read_errors.get(canonical.as_os_str()).map(String::as_str)
-    }
-
-    /// The on-disk prefix that stands for `/` (for messages and capture only).
-    pub fn root_dir(&self) -> &Path {
-        &self.root
     }
 
     /// The on-disk location of a host-absolute path, without resolving symlinks.

@@ -155,7 +155,7 @@ fn load_json<T: serde::de::DeserializeOwned>(
         .map_err(|e| HostError::Snapshot {
             path: shown.to_path_buf(),
             // serde quotes the offending value: printed escaped.
-            msg: format!("{SIDE_DIR}/{name}: {}", super::printable(&e.to_string(), 300)),
+            msg: format!("{SIDE_DIR}/{name}: {}", crate::text::printable(&e.to_string(), 300)),
         })
 }
 

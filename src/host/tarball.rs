@@ -73,14 +73,14 @@ fn archive_err(msg: impl Into<String>) -> Refused {
 /// An entry name as it may be printed: lossy UTF-8, control characters escaped, so a
 /// hostile name cannot drive the terminal.
 fn shown(bytes: &[u8]) -> String {
-    super::printable(&String::from_utf8_lossy(bytes), 200)
+    crate::text::printable(&String::from_utf8_lossy(bytes), 200)
 }
 
 /// The tar reader's messages may quote header bytes: printed escaped.
 fn unreadable(e: io::Error) -> Refused {
     archive_err(format!(
         "not a readable .tar.gz snapshot: {}",
-        super::printable(&e.to_string(), 300)
+        crate::text::printable(&e.to_string(), 300)
     ))
 }
 

@@ -26,10 +26,6 @@ impl Known {
     pub fn is_int_param(&self) -> bool {
         self.kind.split(',').any(|k| k == "NCCL_PARAM")
     }
-    /// Only ever seen as a quoted string in log text: maybe not a variable at all.
-    pub fn literal_only(&self) -> bool {
-        self.kind == "string-literal"
-    }
 }
 
 /// Every known variable, in the list's (alphabetical) order.

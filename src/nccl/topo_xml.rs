@@ -135,7 +135,7 @@ impl Ctx<'_> {
             path: self.path.to_path_buf(),
             line,
             // Messages quote the file's names and values: printed escaped.
-            msg: crate::host::printable(&msg.into(), 400),
+            msg: crate::text::printable(&msg.into(), 400),
         }
     }
     fn attr<'e>(&self, e: &'e Elem, key: &str) -> Option<&'e str> {

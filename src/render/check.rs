@@ -145,13 +145,10 @@ fn finding_lines(s: &mut String, findings: &[Finding]) {
     }
 }
 
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
 
 pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     let mut s = String::new();
-    let p = esc(&r.policy.name);
+    let p = super::prom_label(&r.policy.name);
     s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail.\n# TYPE fabprobe_check_verdict gauge\n");
     let v = match r.verdict {
         // `unknown` is never a check's verdict (not evaluated is said beside it).
@@ -176,8 +173,8 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
         let _ = writeln!(
             s,
             "fabprobe_check_finding{{policy=\"{p}\",id=\"{}\",subject=\"{}\",severity=\"{}\"}} 1",
-            esc(&f.id),
-            esc(&f.subject),
+            super::prom_label(&f.id),
+            super::prom_label(&f.subject),
             f.severity.as_str()
         );
     }
@@ -186,7 +183,7 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
         s.push_str("# HELP fabprobe_check_not_evaluated A policy key that could not be evaluated (value 1).\n# TYPE fabprobe_check_not_evaluated gauge\n");
     }
     for n in &r.not_evaluated {
-        let _ = writeln!(s, "fabprobe_check_not_evaluated{{policy=\"{p}\",key=\"{}\"}} 1", esc(&n.key));
+        let _ = writeln!(s, "fabprobe_check_not_evaluated{{policy=\"{p}\",key=\"{}\"}} 1", super::prom_label(&n.key));
     }
     if let FactsState::Available(f) = &r.facts {
         s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
@@ -396,17 +393,17 @@ pub fn sweep_prom(r: &SweepReport) -> String {
     }
     s.push_str("# HELP fabprobe_sweep_bad_node A node on the drain list (value 1).\n# TYPE fabprobe_sweep_bad_node gauge\n");
     for b in &r.bad_nodes {
-        let _ = writeln!(s, "fabprobe_sweep_bad_node{{node=\"{}\"}} 1", esc(&b.node));
+        let _ = writeln!(s, "fabprobe_sweep_bad_node{{node=\"{}\"}} 1", super::prom_label(&b.node));
     }
     s.push_str("# HELP fabprobe_sweep_outlier A node unlike the majority on a key (value 1).\n# TYPE fabprobe_sweep_outlier gauge\n");
     for o in &r.outliers {
         let _ = writeln!(
             s,
             "fabprobe_sweep_outlier{{node=\"{}\",key=\"{}\",value=\"{}\",majority=\"{}\"}} 1",
-            esc(&o.node),
-            esc(&o.key),
-            esc(&label_value(&o.value)),
-            esc(&label_value(&o.majority_value))
+            super::prom_label(&o.node),
+            super::prom_label(&o.key),
+            super::prom_label(&label_value(&o.value)),
+            super::prom_label(&label_value(&o.majority_value))
         );
     }
     if let Some(rr) = &r.ring {
@@ -414,12 +411,12 @@ pub fn sweep_prom(r: &SweepReport) -> String {
             "# HELP fabprobe_sweep_ticket A link or path ring reports name to ticket (value 1).\n# TYPE fabprobe_sweep_ticket gauge\n",
         );
         for t in &rr.ticket {
-            let host = |e: &crate::check::ringsweep::TicketEnd| esc(e.host.as_deref().unwrap_or("?"));
+            let host = |e: &crate::check::ringsweep::TicketEnd| super::prom_label(e.host.as_deref().unwrap_or("?"));
             let rail = t.rail.map(|k| k.to_string()).unwrap_or_default();
             let _ = writeln!(
                 s,
                 "fabprobe_sweep_ticket{{kind=\"{}\",from=\"{}\",to=\"{}\",rail=\"{rail}\"}} 1",
-                esc(&t.kind),
+                super::prom_label(&t.kind),
                 host(&t.from),
                 host(&t.to)
             );

@@ -277,9 +277,6 @@ pub fn show_gids(r: &GidsReport) -> String {
     out
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
 
 /// Prometheus text: one info series per GID and the index NCCL would pick per port.
 pub fn prom(r: &GidsReport) -> String {
@@ -290,13 +287,13 @@ pub fn prom(r: &GidsReport) -> String {
         for e in &p.entries {
             out.push_str(&format!(
                 "fabprobe_infiniband_gid_info{{device=\"{}\",port=\"{}\",index=\"{}\",gid=\"{}\",ipv4=\"{}\",version=\"{}\",netdev=\"{}\"}} 1\n",
-                esc(&p.device),
+                super::prom_label(&p.device),
                 p.port,
                 e.index,
                 e.gid.full(),
                 e.ipv4.as_deref().unwrap_or(""),
                 e.roce_version.as_deref().unwrap_or(""),
-                esc(e.netdev.as_deref().unwrap_or(""))
+                super::prom_label(e.netdev.as_deref().unwrap_or(""))
             ));
         }
     }
@@ -307,7 +304,7 @@ pub fn prom(r: &GidsReport) -> String {
     for p in &r.ports {
         out.push_str(&format!(
             "fabprobe_infiniband_nccl_gid_index{{device=\"{}\",port=\"{}\"}} {}\n",
-            esc(&p.device),
+            super::prom_label(&p.device),
             p.port,
             p.nccl.index.map(i64::from).unwrap_or(-1)
         ));

@@ -284,9 +284,6 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
     text::verdict_first("links", findings, out)
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
 
 /// The name suffixes node_exporter's infiniband collector gives the PMA counters (bytes
 /// for data); fabprobe prefixes them `fabprobe_infiniband_`.
@@ -337,14 +334,14 @@ pub fn prom(r: &LinksReport) -> String {
             "gauge",
             format!(
                 "fabprobe_infiniband_info{{board_id=\"{}\",device=\"{}\",firmware_version=\"{}\",hca_type=\"{}\"}} 1",
-                esc(a.board_id.as_deref().unwrap_or("")),
-                esc(&d.name),
-                esc(a.fw_ver.as_deref().unwrap_or("")),
-                esc(a.hca_type.as_deref().unwrap_or(""))
+                super::prom_label(a.board_id.as_deref().unwrap_or("")),
+                super::prom_label(&d.name),
+                super::prom_label(a.fw_ver.as_deref().unwrap_or("")),
+                super::prom_label(a.hca_type.as_deref().unwrap_or(""))
             ),
         );
         for p in &d.ports {
-            let l = format!("device=\"{}\",port=\"{}\"", esc(&d.name), p.port);
+            let l = format!("device=\"{}\",port=\"{}\"", super::prom_label(&d.name), p.port);
             if let Some(s) = &p.state {
                 add(
                     "fabprobe_infiniband_state_id".into(),
@@ -390,7 +387,7 @@ pub fn prom(r: &LinksReport) -> String {
                         "counter",
                         format!(
                             "fabprobe_infiniband_hw_counter_total{{{l},counter=\"{}\"}} {v}",
-                            esc(&c.name)
+                            super::prom_label(&c.name)
                         ),
                     ),
                 }
@@ -401,7 +398,7 @@ pub fn prom(r: &LinksReport) -> String {
                         "gauge",
                         format!(
                             "fabprobe_infiniband_counter_rate_per_second{{{l},counter=\"{}\"}} {rate}",
-                            esc(&c.name)
+                            super::prom_label(&c.name)
                         ),
                     );
                 }

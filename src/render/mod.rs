@@ -18,6 +18,12 @@ use serde::Serialize;
 use crate::finding::Finding;
 use crate::host::{Host, Source};
 
+/// A Prometheus label value in the text exposition format: backslash, double quote and
+/// newline escaped, as the format's spec requires.
+pub fn prom_label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// The envelope's version lives below the judgement layer (`sweep` reads it too).
 pub use crate::finding::SCHEMA_VERSION;
 

@@ -309,9 +309,6 @@ pub fn table(r: &QosReport, findings: &[Finding]) -> String {
     text::verdict_first("qos", findings, s)
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
 
 /// Prometheus text exposition: pause counters, storm events, CNP/ECN counters, PFC state.
 pub fn prom(r: &QosReport) -> String {
@@ -321,7 +318,7 @@ pub fn prom(r: &QosReport) -> String {
         m.entry(name).or_insert((help, kind, Vec::new())).2.push(line);
     };
     for i in &r.interfaces {
-        let dev = format!("device=\"{}\"", esc(&i.ifname));
+        let dev = format!("device=\"{}\"", super::prom_label(&i.ifname));
         for p in &i.priorities {
             let l = format!("{dev},priority=\"{}\"", p.priority);
             if let Some(on) = p.pfc_dcb.or(p.pfc_counters) {
@@ -397,7 +394,7 @@ pub fn prom(r: &QosReport) -> String {
                     "counter",
                     format!(
                         "fabprobe_qos_rdma_cc_counter_total{{{dev},counter=\"{}\"}} {v}",
-                        esc(&c.name)
+                        super::prom_label(&c.name)
                     ),
                 );
             }

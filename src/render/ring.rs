@@ -918,6 +918,31 @@ mod tests {
         }
     }
 
+    /// A rail no ring ran on is said in the outcome line and in its own line, and the rail
+    /// count is the job's rails (words compared whole: a narrow terminal wraps the lines).
+    #[test]
+    fn a_rail_not_tested_is_said_never_counted() {
+        use crate::ring::report::RailReport;
+        let mut r = report();
+        r.options.sweep = true;
+        let rail = |rail: u32, not_tested: Option<&str>| RailReport {
+            rail,
+            nodes: if not_tested.is_some() { vec![3] } else { vec![0, 1, 2, 3] },
+            transport: "tcp".into(),
+            results: Vec::new(),
+            avg_busbw_gbs: None,
+            scan: None,
+            error: None,
+            not_tested: not_tested.map(str::to_string),
+        };
+        let why = "rail 2 not tested: only 1 of 4 nodes has it (rank 3 (node-d)), fewer than half";
+        r.rails = vec![rail(0, None), rail(1, None), rail(2, Some(why))];
+        let text = table(&r).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains("; NOT TESTED: rail 2 not tested: only"), "{text}");
+        assert!(text.contains("4 ranks x 2 rails"), "{text}");
+        assert!(text.contains("# rail 2: rail 2 not tested"), "{text}");
+    }
+
     #[test]
     fn whole_table() {
         insta::assert_snapshot!(table(&report()));

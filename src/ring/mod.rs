@@ -32,6 +32,7 @@ pub mod launcher;
 pub mod model;
 pub mod options;
 pub mod orders;
+pub mod portfacts;
 pub mod railmerge;
 pub mod railmux;
 pub mod railplan;

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use crate::text::printable;
+
 pub type Rank = u32;
 
 /// One rank as the bootstrap table lists it.
@@ -697,9 +699,6 @@ impl AbortFlag {
         }
         self.set.store(true, Ordering::SeqCst);
     }
-    pub fn is_set(&self) -> bool {
-        self.set.load(Ordering::Relaxed)
-    }
     pub fn reason(&self) -> Option<String> {
         self.reason.lock().ok().and_then(|r| r.clone())
     }
@@ -734,29 +733,6 @@ impl LiveStatus {
     pub fn stage(&self) -> u8 {
         self.stage.load(Ordering::Relaxed)
     }
-}
-
-/// Text that came from a peer (a rejected hello's parse error, a host name), made safe to
-/// print: control characters and terminal escapes (C0, DEL, C1) become `\xNN`/`\u{NNNN}`,
-/// and at most `max_chars` characters are kept (then `...`). Idempotent on its own output.
-pub fn printable(s: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max_chars + 8));
-    for (n, c) in s.chars().enumerate() {
-        if n >= max_chars {
-            out.push_str("...");
-            break;
-        }
-        match c {
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            // Bidirectional overrides and zero-width marks can disguise a line on a terminal.
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}' => {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `4812` -> `4,812`: counts people read in a reason.
@@ -849,24 +825,6 @@ mod tests {
             ("a-very-long-interface-name", None),
         ] {
             assert_eq!(netdev_of(label), want, "{label}");
-        }
-    }
-
-    #[test]
-    fn printable_escapes_controls_and_truncates() {
-        let cases = [
-            ("plain text", 80, "plain text"),
-            ("\x1b[31mred\x1b[0m", 80, "\\x1b[31mred\\x1b[0m"),
-            ("a\r\nb\u{7f}", 80, "a\\x0d\\x0ab\\x7f"),
-            ("c1 \u{9b}2J", 80, "c1 \\u{009b}2J"),
-            ("rtl \u{202e}gpj", 80, "rtl \\u{202e}gpj"),
-            ("0123456789", 4, "0123..."),
-            ("ünïcödé", 80, "ünïcödé"),
-        ];
-        for (input, max, want) in cases {
-            let got = printable(input, max);
-            assert_eq!(got, want, "{input:?}");
-            assert_eq!(printable(&got, usize::MAX), got, "not idempotent on {input:?}");
         }
     }
 }

@@ -1321,13 +1321,8 @@ mod tests {
                 "{why}"
             );
             assert!(why.ends_with("fabprobe links on node-a, node-b, node-c"), "{why}");
-            // The outcome line says it; the rail count is the job's rails.
-            // (Words compared whole: a narrow terminal wraps the lines.)
-            let text = crate::render::ring::table(&r);
-            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            assert!(text.contains("; NOT TESTED: rail 2 not tested: only"), "{text}");
-            assert!(text.contains(&format!("{n} ranks x 2 rails")), "{text}");
-            assert!(text.contains("# rail 2: rail 2 not tested"), "{text}");
+            // The job's rails are the two it ran (render::ring's tests hold the words).
+            assert_eq!(r.rails.iter().filter(|x| x.not_tested.is_none()).count(), 2, "{n}");
         }
         // Two of four have it: a rail of the job, run between them, the others named.
         let slots = |r: u32| if r >= 2 { three(r) } else { two(r) };

@@ -23,7 +23,8 @@ use crate::ring::control::{self, Happening, Plane, QueueError, frame, take_frame
 use crate::ring::coordinator::{self, CoordinatorConfig, Event, Limits, NodeDoor};
 use crate::ring::gate;
 use crate::ring::launcher::Identity;
-use crate::ring::model::{RailPort, Rank, RankInfo, printable};
+use crate::ring::model::{RailPort, Rank, RankInfo};
+use crate::text::printable;
 use crate::ring::options::Options;
 use crate::ring::railplan::{self, Declaration, RailSel, Roster, Seat};
 pub use crate::ring::relay::tag_frame;

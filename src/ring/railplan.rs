@@ -12,7 +12,8 @@ use std::net::IpAddr;
 
 use crate::nccl::hca::{HcaSpec, PortCandidate};
 use crate::nccl::ifname::{self, IfAddr, IfSpec};
-use crate::ring::model::{MAX_RAILS, RailPort, Rank, printable};
+use crate::ring::model::{MAX_RAILS, RailPort, Rank};
+use crate::text::printable;
 pub use crate::ring::wire::Seat;
 use crate::sysfs::infiniband::NumName;
 

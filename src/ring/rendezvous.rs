@@ -13,7 +13,8 @@ use thiserror::Error;
 
 use crate::ring::diagnosis::watchdog;
 use crate::ring::gate;
-use crate::ring::model::{AbortFlag, REASON_NAMES, Rank, RankInfo, Verdict, bounded_list, printable};
+use crate::ring::model::{AbortFlag, REASON_NAMES, Rank, RankInfo, Verdict, bounded_list};
+use crate::text::printable;
 use crate::ring::wire::{self, Hello, Msg, WireError};
 
 /// How often ranks and the coordinator tell each other they are alive.

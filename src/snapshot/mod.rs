@@ -439,24 +439,9 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
     Ok(())
 }
 
-/// Capture the live host: run every probe with recording on, then write `out`
-/// (`*.tar.gz` / `*.tgz` → a tarball, anything else → a directory).
-pub fn capture_live(out: &Path) -> Result<CaptureSummary, CaptureError> {
-    capture_live_with(out, None)
-}
-
-/// `capture_live`, first listening `lldp_wait` for the switch's LLDP on every RoCE netdev
-/// (the frames land in `fabprobe/lldp.json`).
-pub fn capture_live_with(
-    out: &Path,
-    lldp_wait: Option<std::time::Duration>,
-) -> Result<CaptureSummary, CaptureError> {
-    let host = Host::live().with_recording();
-    capture_host_with(host, out, lldp_wait)
-}
-
 /// Capture `host` (live, with recording on, and maybe the job's environment from
-/// `--env-from`/`--env-file`), first listening `lldp_wait` for LLDP as `capture_live_with`.
+/// `--env-from`/`--env-file`), first listening `lldp_wait` for the switch's LLDP on every RoCE netdev (the frames
+/// land in `fabprobe/lldp.json`).
 pub fn capture_host_with(
     host: Host,
     out: &Path,

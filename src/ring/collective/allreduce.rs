@@ -139,9 +139,6 @@ impl Progress {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
-    pub fn set_phase(&self, p: Phase) {
-        self.phase.store(Phase::ordinal(p), Ordering::Relaxed);
-    }
     pub(crate) fn at(&self, phase: Phase, step: u32) {
         let code = Phase::ordinal(phase);
         let old_phase = self.phase.swap(code, Ordering::Relaxed);

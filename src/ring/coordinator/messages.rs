@@ -8,7 +8,8 @@ use super::serve::OWN_INTERRUPT_WAIT;
 use super::*;
 use crate::ring::control::frame;
 use crate::ring::diagnosis::driver::Step;
-use crate::ring::model::{CounterMove, LinkFault, Rank, printable};
+use crate::ring::model::{CounterMove, LinkFault, Rank};
+use crate::text::printable;
 use crate::ring::orders::{self};
 use crate::ring::wire::{Msg, RankResults, RowResult, WireError};
 

@@ -20,8 +20,9 @@ use crate::ring::gate::{self, Incoming};
 use crate::ring::interrupt::Interrupt;
 use crate::ring::lag::{self, Stall};
 use crate::ring::model::{
-    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport, printable,
+    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport,
 };
+use crate::text::printable;
 use crate::ring::orders::RingOrder;
 pub use crate::ring::relay::RailLink;
 use crate::ring::rendezvous::{BootstrapError, HEARTBEAT};

@@ -7,7 +7,7 @@ use super::join::{Knock, knocks};
 use super::*;
 use crate::ring::control::Plane;
 use crate::ring::gate::{self, BUSY, Incoming};
-use crate::ring::model::printable;
+use crate::text::printable;
 use crate::ring::wire::WireError;
 
 /// Turn a connection away: tell it why (best effort, never blocks) and record it. Busy

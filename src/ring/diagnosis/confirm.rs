@@ -100,7 +100,7 @@ pub fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy:
             .flat_map(|l| new_figures(&conns, l.from_rank, l.to_rank))
             .collect();
         let mut v = v.clone();
-        v.evidence.insert("confirm_gbs".into(), json!(news.iter().map(|&g| round3(g)).collect::<Vec<_>>()));
+        v.evidence.insert("confirm_gbs".into(), json!(news.iter().map(|&g| crate::text::round3(g)).collect::<Vec<_>>()));
         let fastest = news.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let first = cells.iter().map(|l| l.gbs).fold(f64::INFINITY, f64::min);
         match v.kind {
@@ -169,7 +169,7 @@ fn slow_path(ranks: &[RankInfo], link: &Verdict, first: f64, news: &[f64]) -> Ve
     };
     let mut evidence: BTreeMap<String, Value> = link.evidence.clone();
     evidence.remove("threshold_gbs");
-    evidence.insert("first_connection_gbs".into(), json!(round3(first)));
+    evidence.insert("first_connection_gbs".into(), json!(crate::text::round3(first)));
     let message = format!(
         "SLOW PATH {} -> {}: flows from {} to {} are slow on some paths and not others: {} on the first \
          connection, {} on new ones (ECMP or uplink congestion, a switch-side problem; not the cable)",
@@ -205,13 +205,10 @@ fn slow_path(ranks: &[RankInfo], link: &Verdict, first: f64, news: &[f64]) -> Ve
 }
 
 fn median(v: &[f64]) -> f64 {
-    crate::ring::diagnosis::localize::median(v).unwrap_or(f64::INFINITY)
+    crate::text::median(v).unwrap_or(f64::INFINITY)
 }
 
 fn list(v: &[f64]) -> String {
     v.iter().map(|&g| fmt_gbs(g)).collect::<Vec<_>>().join(", ")
 }
 
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}

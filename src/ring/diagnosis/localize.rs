@@ -132,21 +132,6 @@ pub fn judge(
     analyze(ranks, samples, policy, |_| line_rate_gbs).verdicts
 }
 
-/// Median; for an even count the mean of the two middle values. None when empty.
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
-}
-
 /// Upper median: the middle value, the higher one for an even count. The reference for
 /// "slow": with two links (n = 2) the plain median would be pulled halfway to the slow one.
 fn upper_median(values: &[f64]) -> Option<f64> {
@@ -262,7 +247,7 @@ fn link_stats(
 /// fabric: the note that says so.
 fn against_line_rate(links: &[LinkStat], reference: f64, policy: &Policy) -> (Option<FabricSlow>, bool) {
     let rates: Vec<f64> = links.iter().filter_map(|l| l.line_rate_gbs).collect();
-    let Some(rate) = median(&rates) else {
+    let Some(rate) = crate::text::median(&rates) else {
         return (None, false);
     };
     if reference < policy.line_rate_fraction * rate {
@@ -286,7 +271,7 @@ fn against_line_rate(links: &[LinkStat], reference: f64, policy: &Policy) -> (Op
 
 /// The median of some cells' figures.
 fn med_of(cells: &[&LinkStat]) -> Option<f64> {
-    median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>())
+    crate::text::median(&cells.iter().map(|l| l.gbs).collect::<Vec<_>>())
 }
 
 /// What a link might have run at with the time its ends waited for a CPU (`wait`).
@@ -417,7 +402,7 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
     /// median below `fraction` of the reference (or its line rate's share).
     fn shaped_slow(&self, gbs: &[f64], low: usize, node: Rank, fraction: f64) -> bool {
         let m = gbs.len();
-        let med = median(gbs).unwrap_or(f64::INFINITY);
+        let med = crate::text::median(gbs).unwrap_or(f64::INFINITY);
         let below_line = self.line_usable
             && (self.line_rate)(node).is_some_and(|r| med < self.policy.line_rate_fraction * r);
         m >= 2 && 3 * low >= 2 * m && (med < fraction * self.reference || below_line)
@@ -746,9 +731,9 @@ fn link_spread(links: &[LinkStat], reference: f64) -> f64 {
         return rms.max(SMALL_PLAN_SPREAD);
     }
     let all: Vec<f64> = links.iter().map(|l| l.gbs).collect();
-    let m = median(&all).unwrap_or(reference);
+    let m = crate::text::median(&all).unwrap_or(reference);
     let dev: Vec<f64> = all.iter().map(|g| (g - m).abs()).collect();
-    1.4826 * median(&dev).unwrap_or(0.0) / reference * (1.0 + 1.0 / (all.len() as f64).sqrt())
+    1.4826 * crate::text::median(&dev).unwrap_or(0.0) / reference * (1.0 + 1.0 / (all.len() as f64).sqrt())
 }
 
 /// Below this many links the run's spread is not read from them but assumed (see
@@ -770,7 +755,7 @@ fn within_link_noise(per_link: &BTreeMap<(Rank, Rank), Vec<f64>>, reference: f64
         .flat_map(|v| v.windows(2).map(|w| (w[0] - w[1]).abs()))
         .collect();
     let counts: Vec<f64> = per_link.values().map(|v| v.len() as f64).collect();
-    let (Some(d), Some(k)) = (median(&diffs), median(&counts)) else {
+    let (Some(d), Some(k)) = (crate::text::median(&diffs), crate::text::median(&counts)) else {
         return 0.0;
     };
     let shrink = match k {
@@ -875,7 +860,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     fn cpu_evidence(&self, ranks: &[Rank], links: &[&LinkStat], evidence: &mut BTreeMap<String, Value>) {
         for &r in ranks {
             if let Some(w) = self.cpu.of(r, links) {
-                evidence.insert(format!("cpu_wait_rank_{}", self.shown(r)), json!(round3(w)));
+                evidence.insert(format!("cpu_wait_rank_{}", self.shown(r)), json!(crate::text::round3(w)));
             }
         }
     }
@@ -901,7 +886,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         // null where the rank barely ran: no figure is claimed for it.
         v.evidence.insert(
             "gbs_if_idle".into(),
-            json!(idle.is_finite().then(|| round3(idle))),
+            json!(idle.is_finite().then(|| crate::text::round3(idle))),
         );
         let could = if idle.is_finite() {
             format!(" (up to {} with a CPU)", fmt_gbs(idle))
@@ -943,14 +928,14 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
 
     fn base_evidence(&self, gbs: f64, samples: usize, line: Option<f64>) -> BTreeMap<String, Value> {
         let mut e = BTreeMap::new();
-        e.insert("gbs".into(), json!(round3(gbs)));
-        e.insert("median_gbs".into(), json!(round3(self.reference)));
-        e.insert("ratio".into(), json!(round3(gbs / self.reference)));
+        e.insert("gbs".into(), json!(crate::text::round3(gbs)));
+        e.insert("median_gbs".into(), json!(crate::text::round3(self.reference)));
+        e.insert("ratio".into(), json!(crate::text::round3(gbs / self.reference)));
         e.insert("samples".into(), json!(samples));
         e.insert("median_fraction".into(), json!(self.policy.median_fraction));
-        e.insert("noise".into(), json!(round3(self.noise)));
+        e.insert("noise".into(), json!(crate::text::round3(self.noise)));
         if let Some(rate) = line {
-            e.insert("line_rate_gbs".into(), json!(round3(rate)));
+            e.insert("line_rate_gbs".into(), json!(crate::text::round3(rate)));
             e.insert("line_rate_fraction".into(), json!(self.policy.line_rate_fraction));
         }
         e
@@ -959,21 +944,21 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     /// Egress (`these` = the node's outgoing links, `others` = incoming) or ingress.
     fn node_verdict(&self, kind: VerdictKind, r: Rank, these: &[&LinkStat], others: &[&LinkStat]) -> Verdict {
         let egress = kind == VerdictKind::SlowEgress;
-        let gbs = median(&these.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(0.0);
+        let gbs = crate::text::median(&these.iter().map(|l| l.gbs).collect::<Vec<_>>()).unwrap_or(0.0);
         let samples = these.iter().map(|l| l.samples).sum();
         let line = (self.line_rate)(r);
         let mut evidence = self.base_evidence(gbs, samples, line);
-        evidence.insert("noise".into(), json!(round3(self.node_noise)));
+        evidence.insert("noise".into(), json!(crate::text::round3(self.node_noise)));
         evidence.insert("partners".into(), json!(these.len()));
         let per_link: BTreeMap<String, Value> = these
             .iter()
             .map(|l| {
                 let link = format!("{}->{}", self.shown(l.from_rank), self.shown(l.to_rank));
-                (link, json!(round3(l.gbs)))
+                (link, json!(crate::text::round3(l.gbs)))
             })
             .collect();
         evidence.insert("links_gbs".into(), json!(per_link));
-        let other = median(&others.iter().map(|l| l.gbs).collect::<Vec<_>>());
+        let other = crate::text::median(&others.iter().map(|l| l.gbs).collect::<Vec<_>>());
         let (dir, other_dir, prep) = if egress {
             ("outgoing", "incoming", "to")
         } else {
@@ -981,7 +966,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         };
         let other_text = match other {
             Some(o) => {
-                evidence.insert(format!("{other_dir}_gbs"), json!(round3(o)));
+                evidence.insert(format!("{other_dir}_gbs"), json!(crate::text::round3(o)));
                 let healthy = others.iter().all(|l| !(self.is_slow)(l));
                 format!(
                     "; its {other_dir} links run at {}{}",
@@ -1025,8 +1010,8 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     fn separation(&self, egress: bool, r: Rank, evidence: &mut BTreeMap<String, Value>) -> String {
         match (self.by_separation)(egress, r) {
             Some((o, fastest)) => {
-                evidence.insert("others_slowest_gbs".into(), json!(round3(o)));
-                evidence.insert("fastest_sample_gbs".into(), json!(round3(fastest)));
+                evidence.insert("others_slowest_gbs".into(), json!(crate::text::round3(o)));
+                evidence.insert("fastest_sample_gbs".into(), json!(crate::text::round3(fastest)));
                 let times = match o / fastest {
                     x if x.is_finite() => format!("{:.0}x", x.floor()),
                     _ => "far".into(),
@@ -1045,7 +1030,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         let mut evidence = self.base_evidence(l.gbs, l.samples, l.line_rate_gbs);
         evidence.insert(
             "threshold_gbs".into(),
-            json!(round3(self.cell_fraction * self.reference)),
+            json!(crate::text::round3(self.cell_fraction * self.reference)),
         );
         let mut message = format!(
             "SLOW LINK {} -> {}: {}",
@@ -1085,10 +1070,6 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             next: Some(next),
         }
     }
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 /// `3.6 GB/s`, `0.45 GB/s`, `23 GB/s`; below 0.1 GB/s in MB/s (`52 MB/s`, `4.2 MB/s`),
@@ -2022,11 +2003,11 @@ mod tests {
 
     #[test]
     fn median_and_format() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(crate::text::median(&[]), None);
+        assert_eq!(crate::text::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(crate::text::median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(upper_median(&[1.0, 3.6]), Some(3.6));
-        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
+        assert_eq!(crate::text::median(&[f64::NAN, 1.0]), Some(1.0));
         assert_eq!(fmt_gbs(1.1), "1.1 GB/s");
         assert_eq!(fmt_gbs(0.456), "0.46 GB/s");
         assert_eq!(fmt_gbs(46.2), "46 GB/s");

@@ -4,133 +4,15 @@
 //! LLDP frame heard on the netdev (the way `qos --lldp` listens); carried in the rank's hello
 //! ([`RankInfo::neighbor`]) and attached by rank 0 to the verdicts that name the rank.
 //!
-//! API: [`learn`]`(&host, ifname, wait)` (I/O, bounded in time); pure: [`from_lldpcli`],
-//! [`from_frame`], [`attach`], [`end_text`].
+//! Pure: [`from_lldpcli`], [`from_frame`], [`attach`], [`end_text`]; the rank learns its
+//! neighbour through the host in [`crate::ring::portfacts`].
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::host::{Host, Reply};
 use crate::ring::model::{Action, Neighbor, RankInfo, Verdict, VerdictKind};
-use crate::sysfs::lldp::{self, Lldpdu};
-
-/// How long lldpcli may take to answer (it asks a local daemon over a Unix socket).
-pub const LLDPCLI_DEADLINE: Duration = Duration::from_secs(2);
-
-/// What a rank learned about its switch port, and how (for `-v`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Learned {
-    pub neighbor: Option<Neighbor>,
-    /// `from lldpd's table`, `no LLDP frame within 5 s`, `lldpcli is not installed`...
-    pub how: String,
-}
-
-/// The neighbour of `ifname`: lldpd's table first (no waiting), then, when `wait` is not
-/// zero, the first LLDP frame heard on it within `wait` (needs CAP_NET_RAW).
-pub fn learn(host: &Host, ifname: &str, wait: Duration) -> Learned {
-    let table = match run_lldpcli(ifname) {
-        Ok(text) => match from_lldpcli(&text, ifname) {
-            Some(n) => {
-                return Learned {
-                    neighbor: Some(n),
-                    how: "from lldpd's table (lldpcli)".into(),
-                };
-            }
-            None => "lldpd's table has no neighbour on it".to_string(),
-        },
-        Err(e) => e,
-    };
-    if wait.is_zero() {
-        return Learned {
-            neighbor: None,
-            how: format!("{table}; not listening for LLDP (--lldp-wait 0)"),
-        };
-    }
-    let heard = match host.lldp_frames(ifname, wait) {
-        Reply::Ok(frames) => frames
-            .iter()
-            .find_map(|f| lldp::parse_frame(f).ok().and_then(|d| from_frame(&d))),
-        Reply::Error(e) => {
-            return Learned {
-                neighbor: None,
-                how: format!("{table}; cannot listen for LLDP: {e} (needs CAP_NET_RAW)"),
-            };
-        }
-        Reply::NotCaptured => None,
-    };
-    match heard {
-        Some(n) => Learned {
-            neighbor: Some(n),
-            how: "from an LLDP frame heard on it".into(),
-        },
-        None => Learned {
-            neighbor: None,
-            how: format!(
-                "{table}; no LLDP frame naming a switch port within {:.1} s",
-                wait.as_secs_f64()
-            ),
-        },
-    }
-}
-
-/// `lldpcli -f json0 show neighbors ports IF`, within [`LLDPCLI_DEADLINE`].
-fn run_lldpcli(ifname: &str) -> Result<String, String> {
-    run_bounded(
-        "lldpcli",
-        &["-f", "json0", "show", "neighbors", "ports", ifname],
-        LLDPCLI_DEADLINE,
-    )
-    .map_err(|e| e.replace("lldpcli failed", "lldpcli failed (is lldpd running?)"))
-}
-
-/// Run `program args` with `deadline`: its stdout (at most 256 KiB), or why there is none
-/// (not installed, failed, did not answer in time: then it is killed).
-pub(crate) fn run_bounded(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("{program} is not installed"),
-            _ => format!("cannot run {program}: {e}"),
-        })?;
-    let mut out = child.stdout.take();
-    // Read on a thread: a child that fills the pipe would otherwise never exit.
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.take(256 << 10).read_to_end(&mut buf);
-        }
-        buf
-    });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{program} did not answer within {} s",
-                    deadline.as_secs_f64()
-                ));
-            }
-            Err(e) => return Err(format!("waiting for {program}: {e}")),
-        }
-    };
-    let buf = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!("{program} failed ({status})"));
-    }
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
+use crate::sysfs::lldp::Lldpdu;
 
 /// `[{"value": "x"}]` (json0's shape for every leaf) or a plain string: the text.
 fn leaf(v: Option<&Value>) -> Option<String> {
@@ -279,6 +161,7 @@ pub fn texts(v: &Verdict) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs::lldp;
     use crate::ring::diagnosis::localize::sim::ranks;
 
     const JSON0: &str = r#"{"lldp": [{"interface": [{"name": "eth3", "via": "LLDP", "rid": "1",

@@ -6,51 +6,11 @@
 //! InfiniBand ports say no supported width or speed in sysfs (only MADs do): for them only
 //! the PCIe link and the peers' rates count.
 //!
-//! API: [`learn`]`(&host, netdev)` (I/O, bounded in time); pure: [`parse_ethtool`],
-//! [`mode_mbps`], [`pcie_link`].
+//! Pure: [`parse_ethtool`], [`mode_mbps`], [`pcie_link`]; the rank reads its port through
+//! the host in [`crate::ring::portfacts`].
 
-use std::time::Duration;
-
-use crate::host::Host;
-use crate::ring::diagnosis::neighbor::run_bounded;
-use crate::ring::model::{PcieLink, PortMax};
-use crate::sysfs::pci::{self, PciLink};
-
-/// How long `ethtool IF` may take (it asks the driver, which can sleep on firmware).
-pub const ETHTOOL_DEADLINE: Duration = Duration::from_secs(2);
-
-/// What the port could run at, and how it was learned (for `-v`). None: nothing known.
-pub fn learn(host: &Host, netdev: &str) -> (Option<PortMax>, String) {
-    let (mode, how) = match run_bounded("ethtool", &[netdev], ETHTOOL_DEADLINE) {
-        Ok(text) => match parse_ethtool(&text) {
-            Some((mbps, m)) => (
-                Some((mbps, m.clone())),
-                format!("ethtool: {m} advertised by both ends"),
-            ),
-            None => (
-                None,
-                "ethtool reports no link mode both ends advertise".to_string(),
-            ),
-        },
-        Err(e) => (None, e),
-    };
-    let pcie = host
-        .realpath(format!("/sys/class/net/{netdev}/device"))
-        .ok()
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(pci::is_bdf))
-        .and_then(|p| pcie_link(&pci::read_link(host, &p.to_string_lossy())));
-    let how = match &pcie {
-        Some(p) => format!("{how}; PCIe {} of {}", p.now(), p.max()),
-        None => format!("{how}; no PCIe link figures"),
-    };
-    let max = PortMax {
-        rate_mbps: mode.as_ref().map(|(mbps, _)| *mbps),
-        rate_mode: mode.map(|(_, m)| m),
-        pcie,
-    }
-    .checked();
-    (max, how)
-}
+use crate::ring::model::PcieLink;
+use crate::sysfs::pci::PciLink;
 
 /// The four figures of a PCIe link, where sysfs gave all of them. Pure.
 pub fn pcie_link(l: &PciLink) -> Option<PcieLink> {
@@ -106,6 +66,7 @@ pub fn parse_ethtool(text: &str) -> Option<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs::pci;
 
     /// `ethtool` of a ConnectX-7 port up at 200 Gb/s whose partner advertises 400 Gb/s
     /// (a cable that trained two of four lanes down, say).

@@ -174,15 +174,15 @@ fn verdict(ranks: &[RankInfo], r: Rank, w: Why) -> Verdict {
     };
     let mut evidence = BTreeMap::new();
     if let (Some(own), Some(expected)) = (w.own, w.expected()) {
-        evidence.insert("active_rate_gbs".into(), json!(round3(own)));
-        evidence.insert("expected_rate_gbs".into(), json!(round3(expected)));
+        evidence.insert("active_rate_gbs".into(), json!(crate::text::round3(own)));
+        evidence.insert("expected_rate_gbs".into(), json!(crate::text::round3(expected)));
     }
     if let Some((_, agree, peers)) = w.peers {
         evidence.insert("peers_at_expected".into(), json!(agree));
         evidence.insert("peers_with_rate".into(), json!(peers));
     }
     if let Some((m, mode)) = &w.max {
-        evidence.insert("advertised_rate_gbs".into(), json!(round3(*m)));
+        evidence.insert("advertised_rate_gbs".into(), json!(crate::text::round3(*m)));
         evidence.insert("advertised_mode".into(), json!(mode));
     }
     if let Some(p) = w.pcie {
@@ -244,10 +244,6 @@ fn next_step(host: &str, netdev: Option<&str>, w: &Why) -> String {
         ));
     }
     format!("on {host}: {}", steps.join("; then "))
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]

@@ -132,16 +132,6 @@ pub(crate) fn read_frame_by<T: DeserializeOwned>(s: &mut TcpStream, deadline: In
     }
 }
 
-/// Text that came from a peer, fit for a log line: control characters (terminal escapes)
-/// escaped, at most `max` characters.
-pub fn printable(s: &str, max: usize) -> String {
-    let mut out: String = s.chars().take(max).flat_map(char::escape_default).collect();
-    if s.chars().count() > max {
-        out.push_str("...");
-    }
-    out
-}
-
 fn io_err(peer: &str, dir: &'static str, e: io::Error) -> TransportError {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => TransportError::Timeout {
@@ -215,7 +205,7 @@ pub fn connect(
     if !reply.ok {
         return Err(setup(
             "the receiver refused the link",
-            printable(&reply.reason, 200),
+            crate::text::printable(&reply.reason, 200),
         ));
     }
     // The receiver's figures size this side's credits: a lie must not allocate gigabytes
