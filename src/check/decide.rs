@@ -85,13 +85,24 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
     let key = id.rsplit('.').next().unwrap_or("");
     let field = f.evidence.get("field").and_then(|v| v.as_str());
     let counter = f.evidence.get("counter").and_then(|v| v.as_str());
+    // A card's PCIe link: its width and speed, whichever function or port reports it.
+    if matches!(id, "topo.pcie_width_degraded" | "topo.pcie_speed_degraded") {
+        let bdf = f.subject.rsplit(' ').next()?;
+        return Some(("pcie_link", bdf.rsplit_once('.').map_or(bdf, |(d, _)| d).to_string()));
+    }
+    if id.starts_with("policy.") && matches!(key, "pcie_gen_min" | "pcie_width_min") {
+        let dev = f.subject.split_once('/').map_or(f.subject.as_str(), |(d, _)| d);
+        return Some(("pcie_link", dev.to_string()));
+    }
+    // One port's physical link: a rate below what it should reach and errors on it are
+    // the same cable or transceiver.
     let topic = match id {
         "links.rate_below_peers" => "port_speed",
         "links.port_not_active" => "port_state",
         "host.memlock_limited" => "memlock",
         "host.device_holders" => "holders",
         "topo.nvlink_below_majority" => "nvlink",
-        "links.errors_since_boot" | "links.errors_increasing" | "links.counter_saturated" => "link_errors",
+        "links.errors_since_boot" | "links.errors_increasing" | "links.counter_saturated" => "port_speed",
         // The qos probe and the [roce] keys judge the same DCB settings of one port.
         "qos.roce_priority_not_lossless" => "pfc",
         "qos.ecn_off_on_roce_priority" | "qos.ecn_marks_without_cnps" => "ecn",
@@ -109,7 +120,7 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
             "global_pause" => "global_pause",
             // A physical-link error counter's rate is the cable the probe sees erring.
             "max_per_hour" if counter.is_some_and(|c| crate::probe::links::LINK_ERRORS.contains(&c)) => {
-                "link_errors"
+                "port_speed"
             }
             _ => return None,
         },
@@ -243,6 +254,13 @@ const EXPLAINS: &[Explains] = &[
         symptoms: &["*.nic_path_max", "gdr.off_distance", "policy.gdr.ready{verdict=off_distance}"],
         via: Via::Node,
     },
+    // A port on another HCA model than its peers runs that model's firmware family and
+    // reaches that model's rate.
+    Explains {
+        cause: &["*.all_alike{field=hca_type}"],
+        symptoms: &["*.all_alike{field=fw_ver}", "*.all_alike{field=rate}"],
+        via: Via::SamePort,
+    },
     // A GPU of another model than the policy's has that model's NVLinks.
     Explains {
         cause: &["policy.gpu.model"],
@@ -355,6 +373,10 @@ fn same_fact(f: &Finding) -> Option<(String, String)> {
     let mut m = f.message.replace(&f.subject, "{}");
     if let Some((dev, _)) = f.subject.split_once('/') {
         m = m.replace(dev, "{}");
+    }
+    // A port's rule may name its netdev instead (`net1 MTU 1500 ...`).
+    if let Some(n) = f.evidence.get("netdev").and_then(|v| v.as_str()).filter(|n| !n.is_empty()) {
+        m = m.replace(n, "{}");
     }
     if m == f.message {
         return None;
