@@ -20,7 +20,11 @@ fn policies() -> Vec<String> {
         .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(str::to_string))
         .collect();
     v.sort();
-    assert_eq!(v, ["default", "dgx-h100", "hdr-a100", "roce-dcqcn"], "a new policy needs its causes declared");
+    assert_eq!(
+        v,
+        ["default", "dgx-h100", "hdr-a100", "roce-dcqcn"],
+        "a new policy needs its causes declared"
+    );
     v
 }
 
@@ -62,7 +66,11 @@ fn check(fixture: &str, baseline: &Option<String>, policy: &str) -> serde_json::
         .output()
         .unwrap();
     let code = o.status.code();
-    assert!(matches!(code, Some(0 | 1)), "{fixture} {policy}: exit {code:?}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "{fixture} {policy}: exit {code:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -75,8 +83,13 @@ fn truth() -> Truth {
 
 /// The declared causes of a case under a policy, each `id subject`.
 fn declared(t: &Truth, case: &str, policy: &str) -> Vec<String> {
-    let entry = t.get(case).unwrap_or_else(|| panic!("fixtures/CAUSES.toml has no [{case}]"));
-    assert!(entry.get("made").and_then(|m| m.as_str()).is_some(), "[{case}] says how it was made");
+    let entry = t
+        .get(case)
+        .unwrap_or_else(|| panic!("fixtures/CAUSES.toml has no [{case}]"));
+    assert!(
+        entry.get("made").and_then(|m| m.as_str()).is_some(),
+        "[{case}] says how it was made"
+    );
     let list = entry
         .get(policy)
         .unwrap_or_else(|| panic!("fixtures/CAUSES.toml [{case}] declares nothing for {policy}"));
@@ -115,13 +128,21 @@ fn every_fixture_fails_once_per_declared_cause_under_every_policy() {
             let want = declared(&t, &case, &p);
             let got = fails(&v);
             if got != want {
-                wrong.push(format!("{case} {p}: {} fails for {} causes\n  got  {got:?}\n  want {want:?}", got.len(), want.len()));
+                wrong.push(format!(
+                    "{case} {p}: {} fails for {} causes\n  got  {got:?}\n  want {want:?}",
+                    got.len(),
+                    want.len()
+                ));
             }
             assert_eq!(v["data"]["counts"]["fail"], got.len(), "{case} {p}");
             // The worst (the drain reason) is a declared cause whenever something failed.
             let w = &v["data"]["worst"];
             if !want.is_empty() {
-                let named = format!("{} {}", w["id"].as_str().unwrap_or(""), w["subject"].as_str().unwrap_or(""));
+                let named = format!(
+                    "{} {}",
+                    w["id"].as_str().unwrap_or(""),
+                    w["subject"].as_str().unwrap_or("")
+                );
                 if !want.contains(&named) {
                     wrong.push(format!("{case} {p}: worst {named:?} is not a declared cause"));
                 }
@@ -150,9 +171,20 @@ fn the_drop_ins_drain_for_the_worst_cause() {
     let tmp = tempfile::tempdir().unwrap();
     let fake = tmp.path().join("scontrol");
     let log = tmp.path().join("scontrol.log");
-    std::fs::write(&fake, format!("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {}\n", log.display())).unwrap();
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", tmp.path().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        tmp.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let t = truth();
     let mut wrong = Vec::new();
     for (fixture, baseline) in cases().into_iter().filter(|(_, b)| b.is_none()) {
@@ -178,7 +210,9 @@ fn the_drop_ins_drain_for_the_worst_cause() {
             let said = format!("fabprobe {p}: {cause}").replace('"', "'");
             let said: String = said.chars().take(200).collect();
             if !reason.starts_with(&said) || !declared(&t, &fixture, &p).contains(&cause) {
-                wrong.push(format!("{fixture} {p}: drained for {reason:?}, the worst cause is {cause:?}"));
+                wrong.push(format!(
+                    "{fixture} {p}: drained for {reason:?}, the worst cause is {cause:?}"
+                ));
             }
         }
     }

@@ -88,7 +88,10 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
     // A card's PCIe link: its width and speed, whichever function or port reports it.
     if matches!(id, "topo.pcie_width_degraded" | "topo.pcie_speed_degraded") {
         let bdf = f.subject.rsplit(' ').next()?;
-        return Some(("pcie_link", bdf.rsplit_once('.').map_or(bdf, |(d, _)| d).to_string()));
+        return Some((
+            "pcie_link",
+            bdf.rsplit_once('.').map_or(bdf, |(d, _)| d).to_string(),
+        ));
     }
     if id.starts_with("policy.") && matches!(key, "pcie_gen_min" | "pcie_width_min") {
         let dev = f.subject.split_once('/').map_or(f.subject.as_str(), |(d, _)| d);
@@ -251,7 +254,11 @@ const EXPLAINS: &[Explains] = &[
     // by distance follow from it.
     Explains {
         cause: &["*.nic_per_gpu"],
-        symptoms: &["*.nic_path_max", "gdr.off_distance", "policy.gdr.ready{verdict=off_distance}"],
+        symptoms: &[
+            "*.nic_path_max",
+            "gdr.off_distance",
+            "policy.gdr.ready{verdict=off_distance}",
+        ],
         via: Via::Node,
     },
     // A port on another HCA model than its peers runs that model's firmware family and
@@ -290,7 +297,10 @@ fn is_rule(f: &Finding, rule: &str) -> bool {
 fn gpus_named(subject: &str) -> Vec<&str> {
     subject
         .split(|c: char| c.is_whitespace() || c == '-' || c == ',')
-        .filter(|t| t.strip_prefix("GPU").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|t| {
+            t.strip_prefix("GPU")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
         .collect()
 }
 
@@ -299,7 +309,10 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
         Via::SamePort => port_of(&cause.subject).is_some_and(|p| port_of(&symptom.subject) == Some(p)),
         Via::PairNamed => {
             let pairs: Vec<&str> = symptom.subject.split_whitespace().collect();
-            !pairs.is_empty() && pairs.iter().all(|p| cause.subject.split_whitespace().any(|c| c == *p))
+            !pairs.is_empty()
+                && pairs
+                    .iter()
+                    .all(|p| cause.subject.split_whitespace().any(|c| c == *p))
         }
         Via::SameGpu => {
             let g = gpus_named(&cause.subject);
@@ -307,7 +320,10 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
         }
         Via::NearerNic => {
             let dev = port_of(&cause.subject).and_then(|p| p.split_once('/').map(|(d, _)| d.to_string()));
-            let nearer = symptom.evidence.get("nearer_nics_not_opened").and_then(|v| v.as_str());
+            let nearer = symptom
+                .evidence
+                .get("nearer_nics_not_opened")
+                .and_then(|v| v.as_str());
             dev.zip(nearer)
                 .is_some_and(|(d, n)| n.split_whitespace().any(|x| x == d))
         }
@@ -323,9 +339,7 @@ fn explainer(findings: &[Finding], i: usize) -> Option<usize> {
         .filter(|e| e.symptoms.iter().any(|r| is_rule(s, r)))
         .find_map(|e| {
             (0..findings.len()).find(|&j| {
-                j != i
-                    && e.cause.iter().any(|r| is_rule(&findings[j], r))
-                    && related(e.via, &findings[j], s)
+                j != i && e.cause.iter().any(|r| is_rule(&findings[j], r)) && related(e.via, &findings[j], s)
             })
         })
 }
@@ -375,7 +389,12 @@ fn same_fact(f: &Finding) -> Option<(String, String)> {
         m = m.replace(dev, "{}");
     }
     // A port's rule may name its netdev instead (`net1 MTU 1500 ...`).
-    if let Some(n) = f.evidence.get("netdev").and_then(|v| v.as_str()).filter(|n| !n.is_empty()) {
+    if let Some(n) = f
+        .evidence
+        .get("netdev")
+        .and_then(|v| v.as_str())
+        .filter(|n| !n.is_empty())
+    {
         m = m.replace(n, "{}");
     }
     if m == f.message {
