@@ -130,13 +130,6 @@ fn policy_whole_reports() {
     }
 }
 
-fn gdr_fails(pairs: &str) -> Vec<(String, String)> {
-    (0..8)
-        .map(|i| ("policy.gdr.ready".to_string(), format!("GPU{i}-NIC{i}")))
-        .chain([("gdr.peermem_not_loaded".to_string(), pairs.to_string())])
-        .collect()
-}
-
 /// The h100 fixtures against dgx-h100: the healthy one passes every key; the others fail
 /// exactly on what was built into them (see their PROVENANCE.md).
 #[test]
@@ -185,17 +178,25 @@ fn dgx_h100_verdicts_are_true() {
         "{}",
         gdr_ne[0]
     );
-    // gdr-broken: peer memory cannot load, the proprietary module (no DMA-BUF), ACS redirect.
+    // gdr-broken: peer memory cannot load, the proprietary module (no DMA-BUF), ACS redirect,
+    // the IOMMU translating: three causes, one finding each; the eight pairs gdr.ready fails
+    // for want of peer memory are listed under the peer-memory cause, not counted.
     let (v, code) = check_json("h100-gdr-broken", "dgx-h100");
     assert_eq!(code, 1);
-    let mut want = gdr_fails(all8);
-    want.insert(8, ("gdr.acs_redirect".into(), all8.into()));
+    let want: Vec<(String, String)> = ["gdr.acs_redirect", "gdr.peermem_not_loaded", "gdr.iommu_translation"]
+        .iter()
+        .map(|id| (id.to_string(), all8.to_string()))
+        .collect();
     assert_eq!(fails(&v), want);
-    let ev = &v["findings"][0]["evidence"];
-    assert_eq!(
-        (ev["verdict"].as_str(), ev["nvidia_peermem_loaded"].as_bool()),
-        (Some("off_no_peer_memory"), Some(false))
-    );
+    let peer = &v["findings"][1];
+    let also: Vec<&str> = peer["evidence"]["also"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(also.len(), 8, "{also:?}");
+    assert!(also.iter().all(|a| a.starts_with("policy.gdr.ready (GPU")), "{also:?}");
     let (v, code) = check_json("h100-sxm-8gpu-bad", "dgx-h100");
     assert_eq!(code, 1);
     let mut got = fails(&v);
@@ -362,14 +363,18 @@ fn counter_rates_need_two_samples_and_are_judged_with_a_baseline() {
             )
         })
         .collect();
+    // One cable, one finding: mlx5_2's symbol_error rate and the probe's rising counters
+    // are listed under its link_downed rate.
     assert_eq!(
         rates,
         [
             ("mlx5_2/1".to_string(), "link_downed".to_string()),
-            ("mlx5_2/1".into(), "symbol_error".into()),
             ("mlx5_3/1".into(), "symbol_error".into())
         ]
     );
+    let cable = v["findings"].as_array().unwrap().iter().find(|f| f["subject"] == "mlx5_2/1").unwrap();
+    let also = cable["evidence"]["also"].to_string();
+    assert!(also.contains("policy.counters.max_per_hour (mlx5_2/1): mlx5_2/1 symbol_error"), "{also}");
     assert_eq!(v["data"]["sample"]["kind"], "baseline");
 }
 
@@ -620,10 +625,12 @@ fn sweep_finds_exactly_the_injected_faults() {
         .iter()
         .map(|f| (f["id"].as_str().unwrap(), f["nodes"].clone()))
         .collect();
+    // node0050's GPUDirect pairs are symptoms of its peer-memory cause (issue 42).
     assert!(
-        by_cause.contains(&("policy.gdr.ready", serde_json::json!(["node0050"]))),
+        by_cause.contains(&("gdr.peermem_not_loaded", serde_json::json!(["node0050"]))),
         "{by_cause:?}"
     );
+    assert!(!by_cause.iter().any(|(id, _)| *id == "policy.gdr.ready"), "{by_cause:?}");
     // One cable at HDR is one cause, rate_min_gbps, listing speed, all_alike and the
     // probe's rate_below_peers.
     assert!(

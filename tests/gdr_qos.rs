@@ -101,7 +101,7 @@ fn gdr_verdicts_and_findings() {
         [
             "fail:gdr.acs_redirect",
             "fail:gdr.peermem_not_loaded",
-            "warn:gdr.iommu_translation"
+            "fail:gdr.iommu_translation"
         ]
     );
     assert_eq!(v["data"]["dmabuf"]["possible"], false);

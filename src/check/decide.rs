@@ -84,13 +84,32 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
     let id = f.id.as_str();
     let key = id.rsplit('.').next().unwrap_or("");
     let field = f.evidence.get("field").and_then(|v| v.as_str());
+    let counter = f.evidence.get("counter").and_then(|v| v.as_str());
+    // A card's PCIe link: its width and speed, whichever function or port reports it.
+    if matches!(id, "topo.pcie_width_degraded" | "topo.pcie_speed_degraded") {
+        let bdf = f.subject.rsplit(' ').next()?;
+        return Some((
+            "pcie_link",
+            bdf.rsplit_once('.').map_or(bdf, |(d, _)| d).to_string(),
+        ));
+    }
+    if id.starts_with("policy.") && matches!(key, "pcie_gen_min" | "pcie_width_min") {
+        let dev = f.subject.split_once('/').map_or(f.subject.as_str(), |(d, _)| d);
+        return Some(("pcie_link", dev.to_string()));
+    }
+    // One port's physical link: a rate below what it should reach and errors on it are
+    // the same cable or transceiver.
     let topic = match id {
         "links.rate_below_peers" => "port_speed",
         "links.port_not_active" => "port_state",
         "host.memlock_limited" => "memlock",
         "host.device_holders" => "holders",
         "topo.nvlink_below_majority" => "nvlink",
-        "links.errors_since_boot" | "links.errors_increasing" | "links.counter_saturated" => "link_errors",
+        "links.errors_since_boot" | "links.errors_increasing" | "links.counter_saturated" => "port_speed",
+        // The qos probe and the [roce] keys judge the same DCB settings of one port.
+        "qos.roce_priority_not_lossless" => "pfc",
+        "qos.ecn_off_on_roce_priority" | "qos.ecn_marks_without_cnps" => "ecn",
+        "qos.global_pause_with_pfc" => "global_pause",
         _ if !id.starts_with("policy.") => return None,
         _ => match key {
             "rate_min_gbps" | "speed" | "width" => "port_speed",
@@ -99,10 +118,318 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
             "memlock_unlimited" | "memlock_min_bytes" => "memlock",
             "device_holders_max" => "holders",
             "nvlink_min" => "nvlink",
+            "pfc_priorities" => "pfc",
+            "ecn_priorities" => "ecn",
+            "global_pause" => "global_pause",
+            // A physical-link error counter's rate is the cable the probe sees erring.
+            "max_per_hour" if counter.is_some_and(|c| crate::probe::links::LINK_ERRORS.contains(&c)) => {
+                "port_speed"
+            }
             _ => return None,
         },
     };
-    Some((topic, f.subject.clone()))
+    Some((topic, port_of(&f.subject).unwrap_or_else(|| f.subject.clone())))
+}
+
+/// The one port a subject names, spelled `dev/port`: `mlx5_0/1` as it is, the qos probe's
+/// `ens1f0np0 (mlx5_0 port 1)` as `mlx5_0/1`. `None` for any other subject.
+pub fn port_of(subject: &str) -> Option<String> {
+    let plain = |d: &str| !d.is_empty() && !d.contains(|c: char| c.is_whitespace() || c == ',');
+    if let Some((d, p)) = subject.split_once('/')
+        && plain(d)
+        && p.parse::<u32>().is_ok()
+    {
+        return Some(subject.to_string());
+    }
+    let inner = subject.split_once(" (")?.1.strip_suffix(')')?;
+    let (dev, port) = inner.split_once(" port ")?;
+    (plain(dev) && port.parse::<u32>().is_ok()).then(|| format!("{dev}/{port}"))
+}
+
+/// What a finding folded into another is listed as, under `also`: itself, then what it
+/// had folded in already.
+fn also_lines(f: &Finding) -> Vec<String> {
+    let mut v = vec![format!("{} ({}): {}", f.id, f.subject, f.message)];
+    if let Some(a) = f.evidence.get("also").and_then(|a| a.as_array()) {
+        v.extend(a.iter().filter_map(|x| x.as_str()).map(str::to_string));
+    }
+    v
+}
+
+/// Fold `symptoms` into `cause`: listed under its `also`, its fix kept (a symptom's fix
+/// is the cause's), its severity the worst of them (the policy fails what follows from it).
+fn fold(cause: &mut Finding, symptoms: Vec<Finding>) {
+    if symptoms.is_empty() {
+        return;
+    }
+    let mut also: Vec<String> = cause
+        .evidence
+        .get("also")
+        .and_then(|a| a.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str()).map(str::to_string).collect())
+        .unwrap_or_default();
+    for s in symptoms {
+        cause.severity = cause.severity.max(s.severity);
+        if cause.fix.is_none() {
+            cause.fix = s.fix.clone();
+        }
+        also.extend(also_lines(&s));
+    }
+    cause.evidence.insert("also".into(), json!(also));
+}
+
+/// How a symptom's subject relates to its cause's (both on one node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// The same port, however each spells it ([`port_of`]).
+    SamePort,
+    /// The symptom's pair (`GPU0-NIC0`) is among the pairs the cause names.
+    PairNamed,
+    /// The symptom's subject names the cause's GPU (`GPU5`, `GPU5-GPU2`).
+    SameGpu,
+    /// A GPUDirect pair NCCL took because the GPU's nearer NIC, the cause's port's device,
+    /// is not opened (the symptom's `nearer_nics_not_opened` names it).
+    NearerNic,
+    /// Any finding of the kind on the node.
+    Node,
+}
+
+/// "A finding of rule `cause` explains the findings of rules `symptoms` on subjects related
+/// by `via`". A rule is a finding id, `*.key` for that key under any policy section, and an
+/// optional `{evidence=value}` the finding must carry. Written once, for every command.
+struct Explains {
+    cause: &'static [&'static str],
+    symptoms: &'static [&'static str],
+    via: Via,
+}
+
+/// What follows from what, on one node.
+const EXPLAINS: &[Explains] = &[
+    // A port that is down: its rate, speed and width are meaningless, its error counters
+    // counted it going down (link_downed), and NCCL skips it (ncclIbInit opens ACTIVE ports
+    // only), so its GPU's traffic takes a farther NIC and GPUDirect RDMA turns off by distance.
+    Explains {
+        cause: &["links.port_not_active", "*.state"],
+        symptoms: &[
+            "*.rate_min_gbps",
+            "*.speed",
+            "*.width",
+            "*.all_alike{field=rate}",
+            "links.rate_below_peers",
+            "links.errors_since_boot",
+            "links.errors_increasing",
+            "links.counter_saturated",
+            "*.max_per_hour",
+        ],
+        via: Via::SamePort,
+    },
+    Explains {
+        cause: &["links.port_not_active", "*.state"],
+        symptoms: &["gdr.off_distance", "policy.gdr.ready{verdict=off_distance}"],
+        via: Via::NearerNic,
+    },
+    // A missing peer-memory module, ACS redirect, a translating IOMMU, a NIC beyond the GDR
+    // level: each pair `gdr.ready` fails for it is the gdr probe's one finding.
+    Explains {
+        cause: &["gdr.peermem_not_loaded"],
+        symptoms: &["policy.gdr.ready{verdict=off_no_peer_memory}"],
+        via: Via::PairNamed,
+    },
+    Explains {
+        cause: &["gdr.acs_redirect"],
+        symptoms: &["policy.gdr.ready{verdict=acs_redirect}"],
+        via: Via::PairNamed,
+    },
+    Explains {
+        cause: &["gdr.iommu_translation"],
+        symptoms: &["policy.gdr.ready{verdict=iommu_translation}"],
+        via: Via::PairNamed,
+    },
+    Explains {
+        cause: &["gdr.off_distance"],
+        symptoms: &["policy.gdr.ready{verdict=off_distance}"],
+        via: Via::PairNamed,
+    },
+    // No NIC near the GPUs (where the cards sit): every GPU's far NIC and GPUDirect RDMA off
+    // by distance follow from it.
+    Explains {
+        cause: &["*.nic_per_gpu"],
+        symptoms: &[
+            "*.nic_path_max",
+            "gdr.off_distance",
+            "policy.gdr.ready{verdict=off_distance}",
+        ],
+        via: Via::Node,
+    },
+    // A port on another HCA model than its peers runs that model's firmware family and
+    // reaches that model's rate.
+    Explains {
+        cause: &["*.all_alike{field=hca_type}"],
+        symptoms: &["*.all_alike{field=fw_ver}", "*.all_alike{field=rate}"],
+        via: Via::SamePort,
+    },
+    // A GPU of another model than the policy's has that model's NVLinks.
+    Explains {
+        cause: &["policy.gpu.model"],
+        symptoms: &["policy.gpu.nvlink_min"],
+        via: Via::SameGpu,
+    },
+];
+
+/// Whether `f` is a finding of `rule` (`id`, `*.key`, optionally `{evidence=value}`).
+fn is_rule(f: &Finding, rule: &str) -> bool {
+    let (id, cond) = match rule.split_once('{') {
+        Some((id, c)) => (id, c.strip_suffix('}')),
+        None => (rule, None),
+    };
+    let id_ok = match id.strip_prefix("*.") {
+        Some(key) => f.id.starts_with("policy.") && f.id.rsplit('.').next() == Some(key),
+        None => f.id == id,
+    };
+    let cond_ok = cond.is_none_or(|c| {
+        let (k, v) = c.split_once('=').unwrap_or((c, ""));
+        f.evidence.get(k).and_then(|x| x.as_str()) == Some(v)
+    });
+    id_ok && cond_ok
+}
+
+/// The GPU labels a subject names (`GPU5`, both of `GPU0-GPU1`).
+fn gpus_named(subject: &str) -> Vec<&str> {
+    subject
+        .split(|c: char| c.is_whitespace() || c == '-' || c == ',')
+        .filter(|t| {
+            t.strip_prefix("GPU")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect()
+}
+
+fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
+    match via {
+        Via::SamePort => port_of(&cause.subject).is_some_and(|p| port_of(&symptom.subject) == Some(p)),
+        Via::PairNamed => {
+            let pairs: Vec<&str> = symptom.subject.split_whitespace().collect();
+            !pairs.is_empty()
+                && pairs
+                    .iter()
+                    .all(|p| cause.subject.split_whitespace().any(|c| c == *p))
+        }
+        Via::SameGpu => {
+            let g = gpus_named(&cause.subject);
+            g.len() == 1 && gpus_named(&symptom.subject).contains(&g[0])
+        }
+        Via::NearerNic => {
+            let dev = port_of(&cause.subject).and_then(|p| p.split_once('/').map(|(d, _)| d.to_string()));
+            let nearer = symptom
+                .evidence
+                .get("nearer_nics_not_opened")
+                .and_then(|v| v.as_str());
+            dev.zip(nearer)
+                .is_some_and(|(d, n)| n.split_whitespace().any(|x| x == d))
+        }
+        Via::Node => true,
+    }
+}
+
+/// The finding that explains `findings[i]`, by [`EXPLAINS`]; not itself.
+fn explainer(findings: &[Finding], i: usize) -> Option<usize> {
+    let s = &findings[i];
+    EXPLAINS
+        .iter()
+        .filter(|e| e.symptoms.iter().any(|r| is_rule(s, r)))
+        .find_map(|e| {
+            (0..findings.len()).find(|&j| {
+                j != i && e.cause.iter().any(|r| is_rule(&findings[j], r)) && related(e.via, &findings[j], s)
+            })
+        })
+}
+
+/// Symptoms under their causes: each finding another explains ([`EXPLAINS`], followed to
+/// the root cause) is folded into that cause. Order of the causes is kept.
+pub fn explain(findings: Vec<Finding>) -> Vec<Finding> {
+    let parent: Vec<Option<usize>> = (0..findings.len()).map(|i| explainer(&findings, i)).collect();
+    let root = |mut i: usize| {
+        // A chain is at most as long as the findings; a cycle keeps the last one reached.
+        for _ in 0..findings.len() {
+            match parent[i] {
+                Some(p) if p != i => i = p,
+                _ => break,
+            }
+        }
+        i
+    };
+    let roots: Vec<usize> = (0..findings.len()).map(root).collect();
+    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
+    let mut under: Vec<Vec<Finding>> = vec![Vec::new(); slots.len()];
+    for (i, r) in roots.iter().enumerate() {
+        if *r != i {
+            let s = slots[i].take().expect("each symptom taken once");
+            under[*r].push(s);
+        }
+    }
+    let mut out = Vec::new();
+    for (mut slot, symptoms) in slots.into_iter().zip(under) {
+        if let Some(mut cause) = slot.take() {
+            fold(&mut cause, symptoms);
+            out.push(cause);
+        }
+    }
+    out
+}
+
+/// The words of a failing finding with its own device blanked out, with the field it
+/// compares: alike devices failing one rule alike read the same. `None` for other findings
+/// and for messages that do not name their subject (one of a kind already).
+fn same_fact(f: &Finding) -> Option<(String, String)> {
+    if f.severity != Severity::Fail {
+        return None;
+    }
+    let mut m = f.message.replace(&f.subject, "{}");
+    if let Some((dev, _)) = f.subject.split_once('/') {
+        m = m.replace(dev, "{}");
+    }
+    // A port's rule may name its netdev instead (`net1 MTU 1500 ...`).
+    if let Some(n) = f
+        .evidence
+        .get("netdev")
+        .and_then(|v| v.as_str())
+        .filter(|n| !n.is_empty())
+    {
+        m = m.replace(n, "{}");
+    }
+    if m == f.message {
+        return None;
+    }
+    let field = f.evidence.get("field").and_then(|v| v.as_str()).unwrap_or("");
+    Some((f.id.clone(), format!("{m}\u{0}{field}")))
+}
+
+/// One fact about alike devices is one cause: fails of one rule that read the same once
+/// each device is blanked out (eight GPUs that are A100s where the policy says H100, eight
+/// ports at NDR where it says HDR, two functions of one card at 8 GT/s) become the first
+/// of them, the others listed under its `also`.
+pub fn merge_same_fact(findings: Vec<Finding>) -> Vec<Finding> {
+    let keys: Vec<Option<(String, String)>> = findings.iter().map(same_fact).collect();
+    let mut out: Vec<(Finding, Vec<Finding>, Option<(String, String)>)> = Vec::new();
+    for (f, k) in findings.into_iter().zip(keys) {
+        match out.iter_mut().find(|(_, _, o)| k.is_some() && *o == k) {
+            Some((_, same, _)) => same.push(f),
+            None => out.push((f, Vec::new(), k)),
+        }
+    }
+    out.into_iter()
+        .map(|(mut f, same, _)| {
+            fold(&mut f, same);
+            f
+        })
+        .collect()
+}
+
+/// One cause, one finding, on one node: the same cause seen by several rules merged
+/// ([`merge_causes`]), symptoms folded into their causes ([`explain`]), one fact about
+/// alike devices once ([`merge_same_fact`]). What `check` counts, ranks and drains for.
+pub fn causes(findings: Vec<Finding>) -> Vec<Finding> {
+    merge_same_fact(explain(merge_causes(findings)))
 }
 
 /// One cause, one finding: findings about the same device and the same cause become the

@@ -476,7 +476,7 @@ pub fn run(
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
     let (findings, not_evaluated) = decide::split_not_evaluated(findings, &policy.require);
     let (findings, not_used_by_nccl) = split_not_used_by_nccl(findings, &c, policy);
-    let mut findings = decide::merge_causes(collapse(same_cause(findings)));
+    let mut findings = decide::causes(collapse(same_cause(findings)));
     decide::rank(&mut findings);
     let counts = counts_of(&findings, not_evaluated.len());
     let worst = worst_of(&findings);
@@ -856,24 +856,42 @@ fn gdr_pair(r: &GdrReport, x: &crate::probe::gdr::GdrPair, out: &mut Vec<Finding
             } else {
                 "no peer-memory client (nvidia-peermem) and no DMA-BUF path".to_string()
             };
-            out.push(
-                violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
-                    .evidence("verdict", v.as_str())
-                    .evidence("path", path)
-                    .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
-                    .evidence("dmabuf_possible", r.dmabuf.possible)
-                    .fix("see the gdr.* finding for this pair, or `fabprobe gdr`"),
-            );
+            let nearer = crate::probe::gdr::nearer_nics_not_opened(r, x);
+            let f = violation("gdr.ready", &subject, format!("GPUDirect RDMA is off for {subject}: {why}"))
+                .evidence("verdict", v.as_str())
+                .evidence("path", path)
+                .evidence("nvidia_peermem_loaded", r.peer_memory.nvidia_peermem_loaded)
+                .evidence("dmabuf_possible", r.dmabuf.possible)
+                .fix("see the gdr.* finding for this pair, or `fabprobe gdr`");
+            out.push(match nearer.is_empty() {
+                true => f,
+                false => f.evidence("nearer_nics_not_opened", nearer.join(" ")),
+            });
         }
+        // Both detours through the root complex fail alike (`gdr::detour_severity`).
         Some(_) if x.acs_redirect => out.push(
             violation(
                 "gdr.ready",
                 &subject,
                 format!("ACS redirects peer-to-peer traffic between {subject} through the root complex"),
             )
+            .evidence("verdict", "acs_redirect")
             .evidence("bridges_between", x.bridges_between.join(" "))
             .fix("turn ACS redirect off on the bridges between them (`setpci`, or the BIOS), see `fabprobe gdr`"),
         ),
+        Some(_) if crate::probe::gdr::translated_type(r, x).is_some() => {
+            let t = crate::probe::gdr::translated_type(r, x).unwrap_or_default();
+            out.push(
+                violation(
+                    "gdr.ready",
+                    &subject,
+                    format!("the IOMMU translates the DMA of {subject} (group type {t}): GPUDirect traffic goes through the root complex"),
+                )
+                .evidence("verdict", "iommu_translation")
+                .evidence("iommu_group_type", t)
+                .fix("boot with `iommu=pt`, see `fabprobe gdr`"),
+            )
+        }
         // Unreadable ACS (non-root reads 64 bytes of config space): not a pass.
         Some(_) if x.acs_unknown => out.push(not_evaluated(
             "gdr.ready",

@@ -643,6 +643,47 @@ fn pair_names(v: &[&GdrPair]) -> String {
         .join(" ")
 }
 
+/// Settings that send a pair's GPUDirect traffic up through the root complex instead of
+/// across the switch between GPU and NIC, judged alike: a fail where NCCL would use the
+/// pair, a warning elsewhere. The class, from NVIDIA's GPUDirect RDMA guide (CUDA docs,
+/// "Design Considerations": GPUDirect RDMA needs physical addresses to look the same to
+/// every PCIe device, so an IOMMU must be off or in pass-through, anything but a 1:1
+/// translation breaks it) and NCCL's troubleshooting guide ("PCI Access Control Services":
+/// ACS redirects all P2P to the root complex, hangs or slows GPUDirect; disable it):
+/// * ACS request/completion redirect on a bridge between GPU and NIC (`gdr.acs_redirect`);
+/// * the IOMMU translating the DMA of either end: group type DMA, DMA-FQ or DMA-SQ
+///   (`gdr.iommu_translation`; `iommu=pt` gives `identity`).
+pub fn detour_severity(used_by_nccl: bool) -> Severity {
+    if used_by_nccl { Severity::Fail } else { Severity::Warn }
+}
+
+/// The DMA-translating IOMMU group type of either end of a pair (the GPU's first), if any.
+pub fn translated_type(r: &GdrReport, pair: &GdrPair) -> Option<String> {
+    let of = |label: &str, list: &[GdrDevice]| {
+        list.iter()
+            .find(|d| d.label == label)
+            .and_then(|d| d.iommu_group.as_ref())
+            .and_then(|g| g.r#type.clone())
+            .filter(|t| kernel::is_translated(t))
+    };
+    of(&pair.gpu, &r.gpus).or_else(|| of(&pair.nic, &r.nics))
+}
+
+/// The NICs nearer to a pair's GPU than the pair's own NIC that NCCL does not open (a
+/// port down, or left out by NCCL_IB_HCA): why NCCL took the farther one. RDMA names.
+pub fn nearer_nics_not_opened(r: &GdrReport, pair: &GdrPair) -> Vec<String> {
+    let Some(path) = pair.path else {
+        return Vec::new();
+    };
+    r.pairs
+        .iter()
+        .filter(|p| p.gpu == pair.gpu && p.path.is_some_and(|q| q < path))
+        .filter_map(|p| r.nics.iter().find(|n| n.label == p.nic))
+        .filter(|n| n.nccl_uses == Some(false))
+        .filter_map(|n| n.name.clone())
+        .collect()
+}
+
 /// What a `gdr` rule reads: the report and the pairs NCCL would use (each GPU's nearest
 /// NIC among the ports NCCL opens).
 pub struct Gdr<'a> {
@@ -686,8 +727,9 @@ pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
     },
     Rule {
         ids: &["gdr.iommu_translation"],
-        severity: "warn",
-        about: "DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs",
+        severity: "warn|fail",
+        about: "DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs (fail when \
+                NCCL would use the pair, as ACS redirect: both send GDR through the root complex)",
         judge: iommu_translation,
     },
 ];
@@ -750,7 +792,7 @@ fn acs_redirect(x: &Gdr, out: &mut Vec<Finding>) {
         out.push(
             Finding::new(
                 "gdr.acs_redirect",
-                if used_here { Severity::Fail } else { Severity::Warn },
+                detour_severity(used_here),
                 pair_names(&affected),
                 format!(
                     "ACS request/completion redirect is on for {} PCIe switch port(s) between these GPUs and NICs: peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
@@ -878,8 +920,7 @@ fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
         .collect();
     if !far.is_empty() {
         let worst = far.iter().filter_map(|x| x.path).max().unwrap_or(PathType::Sys);
-        out.push(
-            Finding::new(
+        let f = Finding::new(
                 "gdr.off_distance",
                 Severity::Warn,
                 pair_names(&far),
@@ -890,47 +931,47 @@ fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
                     r.nccl_net_gdr_level.source
                 ),
             )
-            .evidence("path", worst.as_str())
-            .fix(format!(
+            .evidence("path", worst.as_str());
+        let mut nearer: Vec<String> = far.iter().flat_map(|p| nearer_nics_not_opened(r, p)).collect();
+        nearer.sort();
+        nearer.dedup();
+        // A nearer NIC NCCL does not open is why it took this one: that is the fix, not the level.
+        let f = match nearer.is_empty() {
+            true => f.fix(format!(
                 "a NIC under the same PCIe switch as each GPU gives GDR; to force it over this path set NCCL_NET_GDR_LEVEL={} (measure: it can be slower than staging)",
                 worst.as_str()
             )),
-        );
+            false => f
+                .evidence("nearer_nics_not_opened", nearer.join(" "))
+                .fix(format!(
+                    "NCCL does not open the nearer NIC(s) {} (a port not ACTIVE, or left out of NCCL_IB_HCA): bring the port up (`fabprobe links`) or name it in NCCL_IB_HCA",
+                    nearer.join(", ")
+                )),
+        };
+        out.push(f);
     }
 }
 
 fn iommu_translation(x: &Gdr, out: &mut Vec<Finding>) {
     let r = x.r;
     // IOMMU translating DMA on a pair within NCCL's GDR distance (whether peer memory is
-    // there yet or not: fixing that next would run into this).
-    let gdr_used: Vec<&GdrPair> = x.used
+    // there yet or not: fixing that next would run into this), judged as ACS redirect is.
+    let tr: Vec<&GdrPair> = r
+        .pairs
         .iter()
-        .copied()
-        .filter(|x| x.verdict.is_some_and(|v| v != Verdict::OffDistance))
+        .filter(|p| p.verdict.is_some_and(|v| v != Verdict::OffDistance))
+        .filter(|p| translated_type(r, p).is_some())
         .collect();
-    let translated = |label: &str, list: &[GdrDevice]| {
-        list.iter()
-            .find(|d| d.label == label)
-            .and_then(|d| d.iommu_group.as_ref())
-            .and_then(|g| g.r#type.clone())
-            .filter(|t| kernel::is_translated(t))
-    };
-    let tr: Vec<&GdrPair> = gdr_used
-        .iter()
-        .copied()
-        .filter(|x| translated(&x.gpu, &r.gpus).is_some() || translated(&x.nic, &r.nics).is_some())
-        .collect();
-    if !tr.is_empty() {
-        let t = translated(&tr[0].gpu, &r.gpus)
-            .or_else(|| translated(&tr[0].nic, &r.nics))
-            .unwrap_or_default();
+    if let Some(first) = tr.first() {
+        let t = translated_type(r, first).unwrap_or_default();
+        let used_here = tr.iter().any(|p| p.nccl_nearest);
         out.push(
             Finding::new(
                 "gdr.iommu_translation",
-                Severity::Warn,
+                detour_severity(used_here),
                 pair_names(&tr),
                 format!(
-                    "the IOMMU translates DMA (group type {t}) for the GPUs and NICs of these pairs: GPUDirect transfers go through the IOMMU, costing bandwidth or failing"
+                    "the IOMMU translates DMA (group type {t}) for the GPUs and NICs of these pairs: GPUDirect traffic goes through the root complex's IOMMU, which GPUDirect RDMA does not support (slow, or failing)"
                 ),
             )
             .evidence("iommu_group_type", t)

@@ -273,7 +273,7 @@ pub fn seconds_between(earlier: Option<&str>, later: Option<&str>) -> Option<f64
 }
 
 /// Physical-link error counters (PMA): any increase is a finding; `link_downed` is a fault.
-const LINK_ERRORS: &[&str] = &[
+pub const LINK_ERRORS: &[&str] = &[
     "symbol_error",
     "link_downed",
     "link_error_recovery",

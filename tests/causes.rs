@@ -1,0 +1,220 @@
+//! One cause, one finding, on every fixture (issue 42): `fixtures/CAUSES.toml` declares,
+//! from how each fixture was made, the causes each shipped policy must fail for. For every
+//! fixture x every shipped policy (and the `--baseline` pairs): the fail findings are
+//! exactly those causes (one each, no symptom counted), the worst is one of them, and the
+//! Slurm drop-in drains for it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The shipped policies: every `checks/*.toml` (the builtins are those files).
+fn policies() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("checks"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(str::to_string))
+        .collect();
+    v.sort();
+    assert_eq!(
+        v,
+        ["default", "dgx-h100", "hdr-a100", "roce-dcqcn"],
+        "a new policy needs its causes declared"
+    );
+    v
+}
+
+/// Every snapshot tree under fixtures/, and the before/after pairs a baseline compares.
+fn cases() -> Vec<(String, Option<String>)> {
+    let mut v: Vec<(String, Option<String>)> = std::fs::read_dir(Path::new(ROOT).join("fixtures"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("sys").is_dir())
+        .map(|e| (e.file_name().to_str().unwrap().to_string(), None))
+        .collect();
+    // A `-later` tree was sampled after its sibling: the pair is a counter-rate case.
+    let later: Vec<(String, Option<String>)> = v
+        .iter()
+        .filter_map(|(f, _)| Some((f.clone(), Some(f.strip_suffix("-later")?.to_string()))))
+        .collect();
+    v.extend(later);
+    v.sort();
+    v
+}
+
+fn key(fixture: &str, baseline: &Option<String>) -> String {
+    match baseline {
+        Some(b) => format!("{fixture}+{b}"),
+        None => fixture.to_string(),
+    }
+}
+
+fn check(fixture: &str, baseline: &Option<String>, policy: &str) -> serde_json::Value {
+    let root = format!("fixtures/{fixture}");
+    let mut args = vec!["--root", &root, "--format", "json", "check", "--policy", policy];
+    let b = baseline.as_ref().map(|b| format!("fixtures/{b}"));
+    if let Some(b) = &b {
+        args.extend(["--baseline", b.as_str()]);
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(&args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    let code = o.status.code();
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "{fixture} {policy}: exit {code:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+type Truth = BTreeMap<String, BTreeMap<String, toml::Value>>;
+
+fn truth() -> Truth {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("fixtures/CAUSES.toml")).unwrap();
+    toml::from_str(&text).unwrap()
+}
+
+/// The declared causes of a case under a policy, each `id subject`.
+fn declared(t: &Truth, case: &str, policy: &str) -> Vec<String> {
+    let entry = t
+        .get(case)
+        .unwrap_or_else(|| panic!("fixtures/CAUSES.toml has no [{case}]"));
+    assert!(
+        entry.get("made").and_then(|m| m.as_str()).is_some(),
+        "[{case}] says how it was made"
+    );
+    let list = entry
+        .get(policy)
+        .unwrap_or_else(|| panic!("fixtures/CAUSES.toml [{case}] declares nothing for {policy}"));
+    let mut v: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+fn fails(v: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "fail")
+        .map(|f| format!("{} {}", f["id"].as_str().unwrap(), f["subject"].as_str().unwrap()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_fixture_fails_once_per_declared_cause_under_every_policy() {
+    let t = truth();
+    let mut wrong = Vec::new();
+    let mut n = 0;
+    for (fixture, baseline) in cases() {
+        let case = key(&fixture, &baseline);
+        for p in policies() {
+            n += 1;
+            let v = check(&fixture, &baseline, &p);
+            let want = declared(&t, &case, &p);
+            let got = fails(&v);
+            if got != want {
+                wrong.push(format!(
+                    "{case} {p}: {} fails for {} causes\n  got  {got:?}\n  want {want:?}",
+                    got.len(),
+                    want.len()
+                ));
+            }
+            assert_eq!(v["data"]["counts"]["fail"], got.len(), "{case} {p}");
+            // The worst (the drain reason) is a declared cause whenever something failed.
+            let w = &v["data"]["worst"];
+            if !want.is_empty() {
+                let named = format!(
+                    "{} {}",
+                    w["id"].as_str().unwrap_or(""),
+                    w["subject"].as_str().unwrap_or("")
+                );
+                if !want.contains(&named) {
+                    wrong.push(format!("{case} {p}: worst {named:?} is not a declared cause"));
+                }
+            }
+        }
+    }
+    assert!(n >= 15 * 4 + 2 * 4, "{n} cases");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Nothing declared for a case that no longer exists.
+    let known: Vec<String> = cases().iter().map(|(f, b)| key(f, b)).collect();
+    let stale: Vec<&String> = t.keys().filter(|k| !known.contains(k)).collect();
+    assert!(stale.is_empty(), "{stale:?}");
+}
+
+/// The Slurm health check program drains for the worst cause, on every failing case.
+#[test]
+fn the_drop_ins_drain_for_the_worst_cause() {
+    let needs = [
+        common::Need::Program("sh", "dash"),
+        common::Need::Program("awk", "mawk"),
+        common::Need::Program("timeout", "coreutils"),
+    ];
+    if !common::lab_ready("the_drop_ins_drain_for_the_worst_cause", &needs) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("scontrol");
+    let log = tmp.path().join("scontrol.log");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        tmp.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let t = truth();
+    let mut wrong = Vec::new();
+    for (fixture, baseline) in cases().into_iter().filter(|(_, b)| b.is_none()) {
+        for p in policies() {
+            if declared(&t, &fixture, &p).is_empty() {
+                continue;
+            }
+            let _ = std::fs::remove_file(&log);
+            let st = Command::new("checks/slurm/fabprobe-healthcheck")
+                .current_dir(ROOT)
+                .env("PATH", &path)
+                .env("FABPROBE", env!("CARGO_BIN_EXE_fabprobe"))
+                .env("FABPROBE_ARGS", format!("--root fixtures/{fixture}"))
+                .env("FABPROBE_POLICY", &p)
+                .env("FABPROBE_NODENAME", "n1")
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let args = std::fs::read_to_string(&log).unwrap_or_default();
+            let reason = args.lines().find_map(|l| l.strip_prefix("Reason=")).unwrap_or("");
+            let w = check(&fixture, &baseline, &p)["data"]["worst"].clone();
+            let cause = format!("{} {}", w["id"].as_str().unwrap(), w["subject"].as_str().unwrap());
+            let said = format!("fabprobe {p}: {cause}").replace('"', "'");
+            let said: String = said.chars().take(200).collect();
+            if !reason.starts_with(&said) || !declared(&t, &fixture, &p).contains(&cause) {
+                wrong.push(format!(
+                    "{fixture} {p}: drained for {reason:?}, the worst cause is {cause:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
