@@ -9,7 +9,7 @@ use crate::nccl_log::Analyzer;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = NCCL_LOG_HELP)]
+#[command(after_long_help = help())]
 pub struct NcclLogArgs {
     /// Log files, a directory of them (read in name order, not recursively), or `-` for
     /// stdin. Files may be one per rank or one combined job log.
@@ -17,6 +17,7 @@ pub struct NcclLogArgs {
     pub inputs: Vec<PathBuf>,
 }
 
+/// The help before the cause list (generated from the registry, `nccl_log::causes`).
 const NCCL_LOG_HELP: &str = "\
 Reads NCCL_DEBUG=WARN, INFO or TRACE output as people have it: one file per rank, one
 combined job log, or stdin; lines pasted without NCCL's header or with it anonymised
@@ -43,33 +44,16 @@ VERDICTS
   connections and collective timeouts are knock-ons of a hard failure (counted in the first
   verdict's knock_ons); timeouts on one sequence number are one event whose suspects are the
   communicator's ranks missing from it; one cause on one host, device and peer is one
-  verdict listing its ranks. Cause ids:
-    ib_retry_exceeded (status 12)    ib_rnr_retry_exceeded (13)   ib_local_protection (4)
-    ib_remote_access (10)            ib_remote_op (11)            ib_completion_error (other)
-    ib_wr_flush (5, only when nothing else explains it)
-    ib_modify_qp_failed              gid_index_unusable           ib_reg_mr_failed
-    ib_device_open_failed            ib_no_device (warn)          net_socket_fallback (warn)
-    socket_iface_loopback (fail across hosts, warn on one)        socket_no_interface
-    socket_connect_failed            remote_process_exited        collective_timeout
-    gdr_disabled (warn)              version_mismatch             collective_mismatch
-    cuda_error                       cuda_oom                     system_error
-    cuda_system_not_ready (CUDA 802: the host's Fabric Manager)
-    shm_alloc_failed (/dev/shm)      duplicate_gpu                bootstrap_rank_mismatch
-    ib_port_error                    ib_device_fatal              ib_async_error
-    ib_gid_change (warn)             ib_verbs_unavailable (warn: sockets instead)
-    proxy_connection_failed          no_nccl_output (unknown: nothing to judge)
-    socket_iface_virtual (a Docker/Podman/libvirt/CNI bridge, veth or tap by those projects'
-      naming rules, or a kernel fallback tunnel such as ip6tnl0: fail across hosts; an
-      overlay such as flannel.N or cni0: warn)
-    net_plugin_reg_mr_failed  net_plugin_provider_error  net_plugin_error (a net plugin's own
-      WARN, e.g. NET/OFI; names the plugin and its version)
-    net_plugin_fallback (warn: a plugin or transport failed before NCCL chose its network and
-      NCCL moved on; its error trail is no failure)
-    topology_file_error  topology_file_unreadable (warn; both name the NCCL_TOPO_FILE and who
-      set it, as the log says)  graph_file_error (NCCL_GRAPH_FILE names GPUs or NICs the job
-      does not have)
-    unclassified_failure (a WARN or an error trail `file.cc:NNN -> N` no rule explains; ranked
-      after every classified cause)
+  verdict listing its ranks. A cause is read wherever the log says it: NCCL's WARN and
+  INFO lines, the pre-2.4 forms, PyTorch's (and vLLM's, DeepSpeed's) `Last error:` text and
+  NCCL's words on a bare line; a `Last error:` text and the WARN it quotes are one verdict.
+  A return code alone (`unhandled system error`, `ncclInternalError`) or a WARN no rule
+  knows is generic: a named cause anywhere in the log outranks it. Causes, in the order the
+  WARN rules test them (id, severity (class): what it is):
+";
+
+/// The help after the generated cause list.
+const NCCL_LOG_HELP_TAIL: &str = "\
   An earlier event that explains later completion errors (an IB async or port event, a GID
   table change, a peer's own failure) is the verdict; those errors are listed under it
   (explains) and counted as knock-ons. A loopback or virtual interface NCCL gave out explains
@@ -109,6 +93,15 @@ JSON DATA (fabprobe.nccl-log)
      \"suspects\", \"knock_ons\", \"explains\", \"nccl_result\", \"errno\"}]}
   seq, op, suspects, explains, nccl_result and errno are left out when absent.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
+
+/// The long help: its prose, each cause of the registry as `id (severity, class): what it
+/// is` in the registry's order, and the rest.
+fn help() -> String {
+    format!(
+        "{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}",
+        crate::nccl_log::causes::help_list()
+    )
+}
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
     Hinted {

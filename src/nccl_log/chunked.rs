@@ -190,6 +190,54 @@ pub(super) fn read<R: Read>(a: &mut Analyzer, name: &str, r: R, opts: &ReadOptio
     parallel(a, name, ch, first, opts.threads)
 }
 
+/// A worker thread: analyses the chunks it is given, in input order, until the work
+/// channel closes, sending each chunk's state back.
+fn worker(
+    name: &str,
+    work_rx: &Mutex<mpsc::Receiver<(u64, Chunk)>>,
+    done_tx: mpsc::Sender<Done>,
+    full: &AtomicBool,
+) {
+    // Kept from chunk to chunk of this worker: host ids, the headers read (with those ids)
+    // and the failures it has seen. A worker gets its chunks in input order, so a failure
+    // it saw in an earlier chunk is a repeat in any later one, and is dropped there before
+    // its text is copied (a log of thousands of processes repeats each one's failures in
+    // every chunk).
+    let mut memory = Analyzer::new();
+    loop {
+        let job = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let Ok((seq, c)) = job else { break };
+        let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            analyse_chunk(&mut memory, name, &c, full.load(Ordering::Acquire))
+        }))
+        .ok();
+        if done_tx.send((seq, part, c)).is_err() {
+            break;
+        }
+    }
+}
+
+/// One chunk's state, read with what the worker remembers of its earlier chunks.
+fn analyse_chunk(memory: &mut Analyzer, name: &str, c: &Chunk, after_full: bool) -> Analyzer {
+    let mut p = Analyzer::new();
+    p.after_full = after_full;
+    p.host_names = std::mem::take(&mut memory.host_names);
+    p.host_ids = std::mem::take(&mut memory.host_ids);
+    p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
+    p.headers = std::mem::take(&mut memory.headers);
+    p.feed_chunk(name, c.data(), c.skipped);
+    memory.host_names = p.host_names.clone();
+    memory.host_ids = std::mem::take(&mut p.host_ids);
+    memory.headers = std::mem::take(&mut p.headers);
+    memory.seen_sightings = std::mem::take(&mut p.seen_sightings);
+    // Forgetting only costs speed (the merge drops repeats too): memory stays bounded on a
+    // log of ever-new failures.
+    if memory.seen_sightings.len() > 2 * super::MAX_EVENTS {
+        memory.seen_sightings.clear();
+    }
+    p
+}
+
 /// A worker's answer: the chunk's number, its state (`None`: the analysis panicked) and the
 /// buffer to reuse.
 type Done = (u64, Option<Analyzer>, Chunk);
@@ -214,43 +262,8 @@ fn parallel<R: Read>(
     std::thread::scope(|sc| {
         for _ in 0..threads {
             let done_tx = done_tx.clone();
-            let work_rx = &work_rx;
-            let full = &full;
-            sc.spawn(move || {
-                // Kept from chunk to chunk of this worker: host ids, the headers read (with
-                // those ids) and the failures it has seen. A worker gets its chunks in input order, so a failure it saw in an
-                // earlier chunk is a repeat in any later one, and is dropped there before
-                // its text is copied (a log of thousands of processes repeats each one's
-                // failures in every chunk).
-                let mut memory = Analyzer::new();
-                loop {
-                    let job = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok((seq, c)) = job else { break };
-                    let part = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let mut p = Analyzer::new();
-                        p.after_full = full.load(Ordering::Acquire);
-                        p.host_names = std::mem::take(&mut memory.host_names);
-                        p.host_ids = std::mem::take(&mut memory.host_ids);
-                        p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
-                        p.headers = std::mem::take(&mut memory.headers);
-                        p.feed_chunk(name, c.data(), c.skipped);
-                        memory.host_names = p.host_names.clone();
-                        memory.host_ids = std::mem::take(&mut p.host_ids);
-                        memory.headers = std::mem::take(&mut p.headers);
-                        memory.seen_sightings = std::mem::take(&mut p.seen_sightings);
-                        // Forgetting only costs speed (the merge drops repeats too): memory
-                        // stays bounded on a log of ever-new failures.
-                        if memory.seen_sightings.len() > 2 * super::MAX_EVENTS {
-                            memory.seen_sightings.clear();
-                        }
-                        p
-                    }))
-                    .ok();
-                    if done_tx.send((seq, part, c)).is_err() {
-                        break;
-                    }
-                }
-            });
+            let (work_rx, full) = (&work_rx, &full);
+            sc.spawn(move || worker(name, work_rx, done_tx, full));
         }
         drop(done_tx);
         let mut m = Merger {

@@ -11,6 +11,7 @@
 //! * PyTorch ProcessGroupNCCL: `[Rank N] Watchdog caught collective operation timeout:
 //!   WorkNCCL(SeqNum=S, OpType=OP, ..., Timeout(ms)=T) ran for M milliseconds ...`.
 
+use super::causes::{self, Cause, Read, Seen};
 use super::line::Level;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,6 +217,101 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         }
         return Some(Event::Known);
     }
+    if let Some(ev) = net_setup(m) {
+        return Some(ev);
+    }
+    if let Some(ev) = layout(m, first) {
+        return Some(ev);
+    }
+    if let Some(ev) = gdr(m) {
+        return Some(ev);
+    }
+    if CHATTER.iter().any(|c| m.starts_with(c)) {
+        return Some(Event::Known);
+    }
+    None
+}
+
+/// Setup chatter NCCL prints at INFO that carries nothing the summary uses.
+const CHATTER: &[&str] = &[
+    "cudaDriverVersion",
+    "NCCL_",
+    "Setting affinity",
+    "Connected all",
+    "P2P Chunksize",
+    "threadThresholds",
+    "Using non-device net plugin",
+    "Tree ",
+    "NVLS",
+    "Allocated",
+    "Comm config",
+    "DMA-BUF",
+    "Launch mode",
+    "CC ",
+    "MNNVL",
+    "Assigned ",
+    "GPU/",
+    "CPU/",
+    "NET/",
+    "=== System",
+    "Pattern ",
+    "New proxy",
+    "Mem Realloc",
+    "ncclPollProxyResponse",
+    "resp.opId",
+    "sendConnect",
+    "recvConnect",
+    "proxyProgressAsync",
+    "Received and initiated",
+    "CUDA Dev",
+    "+ ",
+    "Enabled NCCL Func",
+    "ENV/Plugin",
+    "TUNER/Plugin",
+    "PROFILER/Plugin",
+    "Failed to initialize NET plugin",
+    "NCCL git version",
+    "AllReduce:",
+    "Broadcast:",
+    "AllGather:",
+    "ReduceScatter:",
+    "Reduce:",
+    "Send:",
+    "Recv:",
+    "Bootstrap",
+    "Symmetric",
+    "RAS",
+    "NVLink",
+    "[Service thread]",
+    "Connection closed by localRank",
+    "Init COMPLETE",
+    "ncclCommFinalize",
+    "comm ",
+    "Initialized",
+    "Using ",
+    "Channel",
+    "Ring",
+    "Trees",
+    "Dev ",
+    "Could not",
+    "Topology",
+    "Loaded",
+    "GIN",
+    "Proxy",
+    "Device",
+    "Nvls",
+    "Memory",
+];
+
+/// The strip of the first of `prefixes` that `m` starts with.
+fn strip_any<'a>(m: &'a str, prefixes: &[&str]) -> Option<&'a str> {
+    prefixes.iter().find_map(|p| m.strip_prefix(p))
+}
+
+/// The networks an INFO line says NCCL set up: interfaces, HCAs, the plugin and its
+/// loading, the network chosen.
+fn net_setup(m: &str) -> Option<Event> {
+    let strip = |prefixes: &[&str]| strip_any(m, prefixes);
     // libibverbs missing (misc/ibvwrap.cc `wrap_ibv_symbols`, INFO from 2.8 on): the IB
     // transport is off and NCCL falls back to sockets.
     if m.starts_with("Failed to open libibverbs") {
@@ -225,7 +321,6 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     if let Some(r) = m.strip_prefix("NET : Using interface") {
         return Some(Event::Bootstrap(iface_list(r)));
     }
-    let strip = |prefixes: &[&str]| prefixes.iter().find_map(|p| m.strip_prefix(p));
     if let Some(r) = strip(&["Bootstrap : Using", "Bootstrap: Using"]) {
         return Some(Event::Bootstrap(iface_list(r)));
     }
@@ -255,6 +350,9 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         return Some(Event::Network(r.trim().to_string()));
     }
     if m.starts_with("NET/Plugin") || m.starts_with("Plugin Path") || m.starts_with("P2P plugin") {
+        if plugin_load_failed(m) {
+            return Some(fail("net_plugin_load_failed"));
+        }
         if let Some(r) = after(m, "Loaded net plugin ") {
             return Some(Event::Plugin(r.trim().to_string()));
         }
@@ -274,6 +372,12 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
     if let Some(r) = after(m, "NET/OFI Using ").or_else(|| after(m, "NET/OFI Initializing ")) {
         return Some(Event::Plugin(r.trim().to_string()));
     }
+    None
+}
+
+/// What an INFO line says of the topology and the job's layout: the topology file,
+/// communicators, rings, trees and channels.
+fn layout(m: &str, first: &str) -> Option<Event> {
     // The topology file NCCL was told to load, and who told it (the environment or
     // /etc/nccl.conf), or that it could not open it.
     if m.starts_with("Could not open XML topology file") {
@@ -321,6 +425,12 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
         }
         return Some(Event::Known);
     }
+    None
+}
+
+/// GPUDirect RDMA on or off for an HCA.
+fn gdr(m: &str) -> Option<Event> {
+    let strip = |prefixes: &[&str]| strip_any(m, prefixes);
     if let Some(r) = strip(&[
         "NET/IB : GPU Direct RDMA ",
         "NET/IB: GPU Direct RDMA ",
@@ -344,79 +454,6 @@ pub fn classify(level: Level, msg: &str) -> Option<Event> {
             let hca = format!("HCA {}", num_after(m, "/ HCA ").unwrap_or(-1));
             return Some(Event::Gdr { hca, enabled });
         }
-        return Some(Event::Known);
-    }
-    // Setup chatter NCCL prints at INFO that carries nothing the summary uses.
-    const CHATTER: &[&str] = &[
-        "cudaDriverVersion",
-        "NCCL_",
-        "Setting affinity",
-        "Connected all",
-        "P2P Chunksize",
-        "threadThresholds",
-        "Using non-device net plugin",
-        "Tree ",
-        "NVLS",
-        "Allocated",
-        "Comm config",
-        "DMA-BUF",
-        "Launch mode",
-        "CC ",
-        "MNNVL",
-        "Assigned ",
-        "GPU/",
-        "CPU/",
-        "NET/",
-        "=== System",
-        "Pattern ",
-        "New proxy",
-        "Mem Realloc",
-        "ncclPollProxyResponse",
-        "resp.opId",
-        "sendConnect",
-        "recvConnect",
-        "proxyProgressAsync",
-        "Received and initiated",
-        "CUDA Dev",
-        "+ ",
-        "Enabled NCCL Func",
-        "ENV/Plugin",
-        "TUNER/Plugin",
-        "PROFILER/Plugin",
-        "Failed to initialize NET plugin",
-        "NCCL git version",
-        "AllReduce:",
-        "Broadcast:",
-        "AllGather:",
-        "ReduceScatter:",
-        "Reduce:",
-        "Send:",
-        "Recv:",
-        "Bootstrap",
-        "Symmetric",
-        "RAS",
-        "NVLink",
-        "[Service thread]",
-        "Connection closed by localRank",
-        "Init COMPLETE",
-        "ncclCommFinalize",
-        "comm ",
-        "Initialized",
-        "Using ",
-        "Channel",
-        "Ring",
-        "Trees",
-        "Dev ",
-        "Could not",
-        "Topology",
-        "Loaded",
-        "GIN",
-        "Proxy",
-        "Device",
-        "Nvls",
-        "Memory",
-    ];
-    if CHATTER.iter().any(|c| m.starts_with(c)) {
         return Some(Event::Known);
     }
     None
@@ -570,30 +607,40 @@ fn async_event(m: &str) -> Event {
     })
 }
 
-/// A WARN message: the cause it names, or `None` when no rule knows it.
-fn warn(m: &str) -> Option<Event> {
-    match warn_rule(m) {
-        WarnRule::Unknown => None,
-        r => Some(r.event(m)),
-    }
-}
-
-/// The rule a WARN message falls under: the one ordered chain of tests, before any field is
-/// taken out of the message (a repeat is dropped on this alone, see [`WarnRule::cause`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The rule a WARN message falls under: the registry entry whose texts it matches first
+/// (before any field is taken out of the message: a repeat is dropped on this alone, see
+/// [`WarnRule::cause`]).
+#[derive(Clone, Copy)]
 pub enum WarnRule {
-    Completion,
-    Async,
-    ModifyQp,
-    /// A cause with no fields.
-    Fixed(&'static str),
-    DuplicateGpu,
-    Closed,
-    Connect,
-    Proxy,
+    /// The entry matched; a family's reading (completion status, async event, QP state)
+    /// picks its member from the message.
+    Cause(&'static Cause),
+    /// Plugin loading chatter NCCL prints as a WARN: understood, no failure.
     Known,
     /// No rule: `unclassified_failure`.
     Unknown,
+}
+
+impl PartialEq for WarnRule {
+    fn eq(&self, o: &WarnRule) -> bool {
+        match (self, o) {
+            (WarnRule::Cause(a), WarnRule::Cause(b)) => a.id == b.id,
+            (WarnRule::Known, WarnRule::Known) | (WarnRule::Unknown, WarnRule::Unknown) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for WarnRule {}
+
+impl std::fmt::Debug for WarnRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WarnRule::Cause(c) => write!(f, "Cause({})", c.id),
+            WarnRule::Known => f.write_str("Known"),
+            WarnRule::Unknown => f.write_str("Unknown"),
+        }
+    }
 }
 
 pub fn warn_rule(m: &str) -> WarnRule {
@@ -607,7 +654,8 @@ pub fn warn_rule_plain(m: &str) -> WarnRule {
     rule_of(m, |k| has(m, k))
 }
 
-/// The cause of a network plugin's own WARN: `NET/<name>` other than the internal ones.
+/// The cause of a network plugin's own WARN: `NET/<name>` other than the internal ones,
+/// by its words in any case (the registry's texts for the `net_plugin_*` entries).
 fn plugin_cause(m: &str) -> Option<&'static str> {
     let rest = m.strip_prefix("NET/").or_else(|| m.strip_prefix("CollNet"))?;
     let name = rest.split([' ', ':']).next().unwrap_or("");
@@ -615,138 +663,55 @@ fn plugin_cause(m: &str) -> Option<&'static str> {
         return None;
     }
     let l = m.to_ascii_lowercase();
-    Some(if l.contains("register memory") || l.contains("mr_reg") || l.contains("memory registration") {
-        "net_plugin_reg_mr_failed"
-    } else if l.contains("provider") || l.contains("fi_getinfo") || l.contains("protocol") {
-        "net_plugin_provider_error"
-    } else {
-        "net_plugin_error"
-    })
+    let id = |c: &Cause| matches!(c.seen, Seen::Texts(sets) if sets.iter().any(|set| set.len() > 1 && set[1..].iter().all(|k| l.contains(&k.to_ascii_lowercase()))));
+    let named = causes::CAUSES
+        .iter()
+        .filter(|c| c.read == Read::Plugin)
+        .find(|c| id(c));
+    Some(named.map_or("net_plugin_error", |c| c.id))
 }
 
-/// The chain, given the keyword test `has`.
+/// A net plugin that is there but did not load: the loader's line (src/plugin/net.cc
+/// `NET/Plugin: Plugin load returned %d : %s : when loading %s`, 2.21; src/net.cc `NET/Plugin :
+/// Plugin load (%s) returned %d : %s`, 2.12-2.18; src/plugin/plugin_open.cc `%s/Plugin: %s:
+/// %s`, 2.23+) with a dlerror of the `net_plugin_load_failed` texts. The plugin's own file
+/// not found (`libnccl-net.so: cannot open shared object file`, ENOENT) is no plugin at all.
+fn plugin_load_failed(m: &str) -> bool {
+    if !causes::of("net_plugin_load_failed").matches(&|k| has(m, k)) {
+        return false;
+    }
+    match find(m, ": cannot open shared object file") {
+        // The file dlopen could not open: the plugin itself (absent), or a library it needs.
+        Some(i) => {
+            let file = m[..i].rsplit([' ', ':', '/', '=']).next().unwrap_or("");
+            !file.starts_with("libnccl-net")
+        }
+        None => true,
+    }
+}
+
+/// The registry's WARN rules in order, given the keyword test `has`.
 fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
-    use WarnRule::*;
-    if has("Got completion") {
-        return Completion;
-    }
-    // A network plugin's own WARN (aws-ofi-nccl `NET/OFI`, UCX, other net and CollNet
-    // plugins); the internal `NET/IB`, `NET/Socket` and plugin loading have rules of theirs.
-    if let Some(c) = plugin_cause(m) {
-        return Fixed(c);
-    }
-    // graph/search.cc importing NCCL_GRAPH_FILE: a graph written for other GPUs or NICs.
-    if has("XML Import Channel") {
-        return Fixed("graph_file_error");
-    }
-    // graph/xml.h reading a node the topology file left out (`Attribute arch of node cpu
-    // not found`): a static file written for another machine or NCCL version.
-    if has("Attribute ") && has(" of node ") && has("not found") {
-        return Fixed("topology_file_error");
-    }
-    // graph/xml.cc parsing NCCL_TOPO_FILE (or a topology dumped by another version).
-    if has("XML Parse") || has("XML Mismatch") || has("XML Topology") || has("XML parser") || has("XML Import") {
-        return Fixed("topology_file_error");
-    }
-    if has("async event") || has("async fatal event") {
-        return Async;
-    }
-    if has("ibv_modify_qp") {
-        return ModifyQp;
-    }
-    if has("ibv_reg_mr") || has("ibv_reg_dmabuf_mr") {
-        return Fixed("ib_reg_mr_failed");
-    }
-    if has("ibv_open_device") || has("Unable to open device") {
-        return Fixed("ib_device_open_failed");
-    }
-    if m.starts_with("Failed to open libibverbs") {
-        return Fixed("ib_verbs_unavailable");
-    }
-    if has("Call to ibv_") || has("ibv_") && has("failed") {
-        return Fixed("system_error");
-    }
-    let lower_cuda = has("Cuda failure") || has("CUDA failure") || has("cuda failure");
-    // CUDACHECK (include/checks.h): `Cuda failure %d '%s'` (`'%s'` alone before 2.19).
-    if (lower_cuda || has("cudaMalloc") || has("cuMem")) && has("out of memory") {
-        return Fixed("cuda_oom");
-    }
-    // cudaErrorSystemNotReady (802): an NVSwitch system whose Fabric Manager has not set up
-    // the NVLink fabric (`Cuda failure 802 'system not yet initialized'`).
-    if has("system not yet initialized") {
-        return Fixed("cuda_system_not_ready");
-    }
-    if lower_cuda {
-        return Fixed("cuda_error");
-    }
-    // misc/shmutils.cc `ncclShmOpen`: `Error: failed to extend %s to %ld bytes`, `failed to
-    // create shared memory file`; 2.4-2.11 include/shm.h `shmOpen`: `Error while creating
-    // shared memory segment %s (size %d)`; transport/net.cc `netCreateShm`.
-    // 2.4-2.7 include/shm.h `shmOpen`: `Call to posix_fallocate failed : %s` first.
-    if has("shared memory") || has("/dev/shm") || has("shm_open") || has("posix_fallocate") {
-        return Fixed("shm_alloc_failed");
-    }
-    // init.cc `initTransportsRank`: `Duplicate GPU detected : rank %d and rank %d both on
-    // CUDA device %lx` (returns ncclInvalidUsage).
-    if has("Duplicate GPU detected") {
-        return DuplicateGpu;
-    }
-    // bootstrap.cc `bootstrapRoot`: `Bootstrap Root : mismatch in rank count from procs
-    // %d : %d`, `rank %d of %d ranks has already checked in`.
-    if has("mismatch in rank count") || has("has already checked in") {
-        return Fixed("bootstrap_rank_mismatch");
-    }
-    if has("no socket interface found")
-        || has("no usable interface")
-        || has("No usable listening interface")
-        || has("no interface found")
-        // misc/socket.cc `ncclSocketInit` given no address (NCCL_SOCKET_IFNAME matched none).
-        || has("nor AF_INET6")
-        // 2.3 include/socket.h `createListenSocket` on an address of a family the kernel
-        // lacks: nccl#210, where the maintainers found no IP interface on the machine.
-        || has("Socket creation failed") && has("Address family not supported")
-    {
-        return Fixed("socket_no_interface");
-    }
-    if has("Connection closed by remote peer")
-        || has("Connection reset by peer")
-        || has("Broken pipe")
-        || has("remote process exited")
-    {
-        return Closed;
-    }
-    // The socket-connect family (misc/socket.cc `socketPollConnect`/`socketConnect`, 2.19+:
-    // `socketPollConnect: Connect to %s returned %d(%s) errno %d(%s)`, `exceeded timeouts
-    // (%d)`, `exceeded retries (%d)`; later `connect to %s returned %s, exceeded error retry
-    // count after %d attempts`; 2.4-2.8 include/socket.h `connectAddress`: `Call to connect
-    // timeout : %s`, `Call to connect returned %s, retrying`, `Connect to %s failed : %s`).
-    if has("PollConnect")
-        || has("Call to connect")
-        || has("exceeded retries")
-        || has("connect() failed")
-        || ((has("Connect to") || has("connect to")) && (has("failed") || has("returned")))
-    {
-        return Connect;
-    }
-    // proxy.cc `proxyServiceInitOp`/`ncclProxyService`: `[Proxy Service %d] Failed to
-    // execute operation %s from rank %d, retcode %d`; `[Service thread] Error encountered
-    // progressing operation=%s, res=%d, closing connection`; `Proxy Call to rank %d failed`.
-    if has("Proxy Service") || has("[Service thread]") || has("Proxy Call") || has("ncclProxyConnect") {
-        return Proxy;
-    }
-    if has("Message truncated") || has("Mismatched NCCL version") || has("version mismatch") {
-        return Fixed("version_mismatch");
-    }
-    if has("collective mismatch") || has("Mismatched collective") {
-        return Fixed("collective_mismatch");
-    }
-    if has("Could not open XML topology file") {
-        return Fixed("topology_file_unreadable");
+    let mut plugin_tried = false;
+    for c in causes::CAUSES.iter().filter(|c| c.warn_rule()) {
+        if c.read == Read::Plugin {
+            // A plugin's WARN is told by its prefix, not a keyword: tested once, where the
+            // first plugin entry stands.
+            if !std::mem::replace(&mut plugin_tried, true) {
+                if let Some(id) = plugin_cause(m) {
+                    return WarnRule::Cause(causes::of(id));
+                }
+            }
+            continue;
+        }
+        if c.matches(&has) {
+            return WarnRule::Cause(c);
+        }
     }
     if has("NET/Plugin") {
-        return Known;
+        return WarnRule::Known;
     }
-    Unknown
+    WarnRule::Unknown
 }
 
 impl WarnRule {
@@ -754,66 +719,76 @@ impl WarnRule {
     /// no rank and no sequence number (so cause, process and launcher label are its repeat
     /// key); `None` when only the whole reading tells (or there is no failure).
     pub fn cause(self, m: &str) -> Option<&'static str> {
-        match self {
-            WarnRule::Completion => Some(completion_cause(completion_status(m))),
-            WarnRule::Fixed(c) => Some(c),
-            WarnRule::Closed => Some("remote_process_exited"),
-            WarnRule::Connect => Some("socket_connect_failed"),
-            WarnRule::Proxy => Some("proxy_connection_failed"),
-            WarnRule::Unknown => Some("unclassified_failure"),
-            WarnRule::Async | WarnRule::ModifyQp | WarnRule::DuplicateGpu | WarnRule::Known => None,
+        let c = match self {
+            WarnRule::Cause(c) => c,
+            WarnRule::Unknown => return Some("unclassified_failure"),
+            WarnRule::Known => return None,
+        };
+        match c.read {
+            Read::Completion => Some(completion_cause(completion_status(m))),
+            Read::Async | Read::ModifyQp | Read::DuplicateGpu => None,
+            _ => Some(c.id),
         }
     }
 
     /// The event the message gives under this rule (an unknown WARN is still a failure).
     pub fn event(self, m: &str) -> Event {
-        match self {
-            WarnRule::Completion => completion(m),
-            WarnRule::Async => async_event(m),
-            WarnRule::ModifyQp => modify_qp(m),
-            WarnRule::Fixed(c) => fail(c),
-            WarnRule::DuplicateGpu => Event::Failure(Failure {
-                cause: "duplicate_gpu",
+        let c = match self {
+            WarnRule::Cause(c) => c,
+            WarnRule::Known => return Event::Known,
+            WarnRule::Unknown => return fail("unclassified_failure"),
+        };
+        match c.read {
+            Read::Completion => completion(m),
+            Read::Async => async_event(m),
+            Read::ModifyQp => modify_qp(m),
+            Read::DuplicateGpu => Event::Failure(Failure {
+                cause: c.id,
                 rank: num_after(m, "rank ").map(|r| r as u32),
                 result: Some(5),
                 ..Failure::default()
             }),
-            WarnRule::Closed => {
-                let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
-                    .iter()
-                    .find_map(|k| word_after(m, k, &[]))
-                    .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
-                Event::Failure(Failure {
-                    cause: "remote_process_exited",
-                    peer: peer.map(str::to_string),
-                    ..Failure::default()
-                })
-            }
-            WarnRule::Connect => {
-                let peer = word_after(m, "Connect to ", &[','])
-                    .or_else(|| word_after(m, "connect to ", &[',']))
-                    .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'))
-                    .map(str::to_string);
-                Event::Failure(Failure {
-                    cause: "socket_connect_failed",
-                    peer,
-                    errno: socket_errno(m),
-                    result: has(m, "exceeded").then_some(6),
-                    ..Failure::default()
-                })
-            }
-            WarnRule::Proxy => {
+            Read::Closed => closed(c.id, m),
+            Read::Connect => connect(c.id, m),
+            Read::Proxy => {
                 let code = num_after(m, "retcode ").or_else(|| num_after(m, "res="));
                 Event::Failure(Failure {
-                    cause: "proxy_connection_failed",
+                    cause: c.id,
                     result: code.and_then(|c| u8::try_from(c).ok()),
                     ..Failure::default()
                 })
             }
-            WarnRule::Known => Event::Known,
-            WarnRule::Unknown => fail("unclassified_failure"),
+            _ => fail(c.id),
         }
     }
+}
+
+/// A closed or reset connection: the peer it names, when it names an address.
+fn closed(cause: &'static str, m: &str) -> Event {
+    let peer = ["remote peer ", "send to ", "recv from ", " from ", " to "]
+        .iter()
+        .find_map(|k| word_after(m, k, &[]))
+        .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'));
+    Event::Failure(Failure {
+        cause,
+        peer: peer.map(str::to_string),
+        ..Failure::default()
+    })
+}
+
+/// A failed socket connect: the peer, the errno, and ncclRemoteError once retries ran out.
+fn connect(cause: &'static str, m: &str) -> Event {
+    let peer = word_after(m, "Connect to ", &[','])
+        .or_else(|| word_after(m, "connect to ", &[',']))
+        .filter(|p| p.contains('<') || p.contains('.') || p.contains(':'))
+        .map(str::to_string);
+    Event::Failure(Failure {
+        cause,
+        peer,
+        errno: socket_errno(m),
+        result: has(m, "exceeded").then_some(6),
+        ..Failure::default()
+    })
 }
 
 /// A message and the byte pairs in it (a 1,024-bit Bloom filter), so that the dozens of
@@ -947,53 +922,106 @@ pub fn classify_plain(s: &str) -> Option<Event> {
             enqueued: e.max(0) as u64,
         });
     }
-    // NCCL's own WARN text repeated by PyTorch after "Last error:" (no NCCL marker).
-    const OWN: &[&str] = &[
-        "Duplicate GPU detected",
-        "Error while creating shared memory segment",
-        "Error while attaching to shared memory segment",
-        "mismatch in rank count",
-        "PollConnect",
-        "nor AF_INET6",
+    if let Some(ev) = bare_connection(s) {
+        return Some(ev);
+    }
+    if let Some(ev) = quoted(s) {
+        return Some(ev);
+    }
+    return_code(s)
+}
+
+/// A connection line pasted without NCCL's header (`Channel 00/0 : 0[0] -> 1[0] [send] via
+/// NET/IB/0/GDRDMA`, behind a launcher prefix or none): the connection all the same.
+fn bare_connection(s: &str) -> Option<Event> {
+    let i = find(s, "Channel ").or_else(|| find(s, "Ring "))?;
+    if !has(&s[i..], " via ") || !has(&s[i..], "->") {
+        return None;
+    }
+    match channel_line(s[i..].trim_end()) {
+        Some(ev @ Event::Connection(_)) => Some(ev),
+        _ => None,
+    }
+}
+
+/// NCCL's own words on a line without its header: PyTorch's (and the frameworks') `Last
+/// error:` text (`ncclGetLastError`, NCCL 2.19+: the last WARN's message, after the
+/// exception or on the next line, often behind `[rankN]:`), or a bare NCCL message. Read by
+/// the registry's WARN rules; a phrase any program prints (a closed connection, `Connect to
+/// ... failed` without NCCL's socket function) counts only after `Last error:`.
+fn quoted(s: &str) -> Option<Event> {
+    let (text, stated) = match find(s, "Last error:") {
+        Some(i) => (s[i + 11..].trim(), true),
+        None => (strip_prefix_tags(s), false),
+    };
+    if text.is_empty() || text.starts_with("Unknown NCCL Error") {
+        return None;
+    }
+    let rule = warn_rule(text);
+    let WarnRule::Cause(c) = rule else {
+        return None;
+    };
+    // NCCL's socket and network functions name themselves first (`socketProgressOpt:`,
+    // `socketStartConnect:`, `NET/IB :`); 2.0-2.3 said `Call to connect`.
+    let nccl_words = match c.read {
+        Read::Closed | Read::Connect => {
+            ["socket", "ncclSocket", "NET/", "Net :"]
+                .iter()
+                .any(|p| text.starts_with(p))
+                || has(text, "PollConnect")
+                || has(text, "Call to connect")
+        }
+        _ => true,
+    };
+    if !stated && !nccl_words {
+        return None;
+    }
+    match rule.event(text) {
+        Event::Failure(mut f) => {
+            f.rank = f.rank.or_else(|| pytorch_rank(s));
+            Some(Event::Failure(f))
+        }
+        other => Some(other),
+    }
+}
+
+/// The line without the launcher's and logger's leading tags (`[rank3]:`, `[default0]:`,
+/// `[E ProcessGroupNCCL.cpp:1]`).
+fn strip_prefix_tags(s: &str) -> &str {
+    let mut t = s.trim_start();
+    while t.starts_with('[') {
+        let Some(end) = t.find(']') else { break };
+        t = t[end + 1..].trim_start_matches(':').trim_start();
+    }
+    t
+}
+
+/// PyTorch's exception for an NCCL return code (`NCCL error in: ..., unhandled system
+/// error`, `ncclSystemError: System call ...`): the class the registry's `codes` name.
+fn return_code(s: &str) -> Option<Event> {
+    const NCCL: &[&str] = &[
+        "ProcessGroupNCCL",
+        "NCCL failure",
+        "ncclSystemError",
+        "ncclRemoteError",
+        "ncclUnhandledCudaError",
+        "ncclInternalError",
+        "ncclInvalidUsage",
+        "ncclInvalidArgument",
+        "NCCL error",
     ];
-    if OWN.iter().any(|o| has(s, o)) {
-        return warn(s);
+    if !NCCL.iter().any(|k| has(s, k)) {
+        return None;
     }
-    if has(s, "ProcessGroupNCCL")
-        || has(s, "NCCL failure")
-        || has(s, "ncclSystemError")
-        || has(s, "ncclRemoteError")
-        || has(s, "ncclUnhandledCudaError")
-        || has(s, "ncclInternalError")
-        || has(s, "ncclInvalidUsage")
-        || has(s, "ncclInvalidArgument")
-        || has(s, "NCCL error")
-    {
-        let rank = pytorch_rank(s);
-        // PyTorch prints the ncclResult_t by its name or ncclGetErrorString's text.
-        let (cause, result) = if has(s, "unhandled system error") || has(s, "ncclSystemError") {
-            ("system_error", 2)
-        } else if has(s, "ncclRemoteError") || has(s, "remote process exit") {
-            ("remote_process_exited", 6)
-        } else if has(s, "unhandled cuda error") || has(s, "ncclUnhandledCudaError") {
-            ("cuda_error", 1)
-        } else if has(s, "internal error") || has(s, "ncclInternalError") {
-            ("unclassified_failure", 3)
-        } else if has(s, "invalid usage") || has(s, "ncclInvalidUsage") {
-            ("unclassified_failure", 5)
-        } else if has(s, "invalid argument") || has(s, "ncclInvalidArgument") {
-            ("unclassified_failure", 4)
-        } else {
-            return Some(Event::Known);
-        };
-        return Some(Event::Failure(Failure {
-            cause,
-            rank,
-            result: Some(result),
-            ..Failure::default()
-        }));
-    }
-    None
+    let Some((c, result)) = causes::code_in(s, has) else {
+        return Some(Event::Known);
+    };
+    Some(Event::Failure(Failure {
+        cause: c.id,
+        rank: pytorch_rank(s),
+        result: Some(result),
+        ..Failure::default()
+    }))
 }
 
 #[cfg(test)]
@@ -1009,8 +1037,14 @@ mod tests {
 
     #[test]
     fn cuda_802_in_every_wording() {
-        assert_eq!(warn_rule("Cuda failure 802 'system not yet initialized'"), WarnRule::Fixed("cuda_system_not_ready"));
-        assert_eq!(warn_rule("Cuda failure 'system not yet initialized'"), WarnRule::Fixed("cuda_system_not_ready"));
+        assert_eq!(
+            warn_rule("Cuda failure 802 'system not yet initialized'").cause(""),
+            Some("cuda_system_not_ready")
+        );
+        assert_eq!(
+            warn_rule("Cuda failure 'system not yet initialized'").cause(""),
+            Some("cuda_system_not_ready")
+        );
         for s in [
             "RuntimeError: CUDA error: system not yet initialized",
             "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized (Triggered internally at  ../c10/cuda/CUDAFunctions.cpp:112.)",
@@ -1018,12 +1052,24 @@ mod tests {
             "test: Test CUDA failure common.cu:941 'system not yet initialized'",
         ] {
             assert!(
-                matches!(classify_plain(s), Some(Event::Failure(Failure { cause: "cuda_system_not_ready", .. }))),
+                matches!(
+                    classify_plain(s),
+                    Some(Event::Failure(Failure {
+                        cause: "cuda_system_not_ready",
+                        ..
+                    }))
+                ),
                 "{s}"
             );
         }
-        assert_eq!(plain_host("test: Test CUDA failure common.cu:941 'system not yet initialized'"), Some("test"));
-        assert_eq!(plain_host("RuntimeError: CUDA error: system not yet initialized"), None);
+        assert_eq!(
+            plain_host("test: Test CUDA failure common.cu:941 'system not yet initialized'"),
+            Some("test")
+        );
+        assert_eq!(
+            plain_host("RuntimeError: CUDA error: system not yet initialized"),
+            None
+        );
     }
 
     #[test]
@@ -1237,5 +1283,148 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    fn cause_of(e: Option<Event>) -> Option<&'static str> {
+        match e {
+            Some(Event::Failure(f)) => Some(f.cause),
+            _ => None,
+        }
+    }
+
+    /// PyTorch's `getNcclErrorDetailStr` (torch/csrc/distributed/c10d/NCCLUtils.cpp):
+    /// `interpret + "\nLast error:\n" + ncclGetLastError(NULL)`, where NCCL's last error is
+    /// the last WARN's message as formatted (src/debug.cc:268, `vsnprintf(ncclLastError,
+    /// ..., fmt, vcopy)`): the text after `Last error:` is a WARN message without its header.
+    #[test]
+    fn last_error_text_is_read_as_the_warn_it_quotes() {
+        for (line, cause) in [
+            // misc/socket.cc `socketStartConnect: Connect to %s failed : %s`
+            (
+                "[rank1]: socketStartConnect: Connect to 10.0.0.2<35000> failed : Software caused connection abort",
+                "socket_connect_failed",
+            ),
+            // transport/net_ib.cc `NET/IB : Got completion from peer %s with status=%d ...`
+            (
+                "[rank0]: NET/IB : Got completion from peer 10.0.0.2<4000> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 hca mlx5_0",
+                "ib_retry_exceeded",
+            ),
+            // misc/ibvwrap.cc `Call to ibv_reg_mr failed with error %s`
+            (
+                "Call to ibv_reg_mr failed with error Cannot allocate memory",
+                "ib_reg_mr_failed",
+            ),
+            // include/checks.h CUDACHECK `Cuda failure %d '%s'`
+            ("[default3]:Cuda failure 2 'out of memory'", "cuda_oom"),
+            // A closed connection counts after `Last error:` on the same line only.
+            (
+                "Last error: socketProgress: Connection closed by remote peer node2<53422>",
+                "remote_process_exited",
+            ),
+            // misc/socket.cc `socketProgressOpt: Call to recv from %s failed : %s`
+            (
+                "socketProgressOpt: Call to recv from 10.0.0.2<33759> failed : Connection reset by peer",
+                "remote_process_exited",
+            ),
+        ] {
+            assert_eq!(cause_of(classify_plain(line)), Some(cause), "{line}");
+        }
+        // Words any program prints, with no `Last error:` before them, are no NCCL failure.
+        for line in [
+            "worker: Connection reset by peer",
+            "redis: Connect to cache failed",
+            "[rank0]: Last error:",
+            "[rank0]: Last error: Unknown NCCL Error",
+        ] {
+            assert_eq!(cause_of(classify_plain(line)), None, "{line}");
+        }
+        // The return code alone is generic (the registry's codes).
+        let f = classify_plain(
+            "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+        );
+        assert!(
+            matches!(
+                f,
+                Some(Event::Failure(Failure {
+                    cause: "system_error",
+                    result: Some(2),
+                    rank: None,
+                    ..
+                }))
+            ),
+            "{f:?}"
+        );
+    }
+
+    /// NCCL's WARNs that a feature needs a newer CUDA driver, runtime or NCCL:
+    /// src/include/alloc.h:418 `CUMEM not supported prior to CUDA 11.3`, :134 `CUMEM Host is
+    /// not supported prior to CUDA 12.2`, src/enqueue.cc:2820 `One-sided RMA requires CUDA
+    /// driver 12.5 or later (found %d.%d).`, src/misc/strongstream.cc:91 `NCCL cannot be
+    /// captured in a graph if either it wasn't built with CUDA runtime >= 11.3 or ...`,
+    /// src/dev_runtime.cc:1428 `NCCL library is too old. ...`, and CUDACHECK's text for
+    /// cudaErrorInsufficientDriver (35).
+    #[test]
+    fn requirement_warns_are_version_requirement() {
+        for m in [
+            "CUMEM not supported prior to CUDA 11.3",
+            "CUMEM Host is not supported prior to CUDA 12.2",
+            "One-sided RMA requires CUDA driver 12.5 or later (found 12.4).",
+            "NCCL cannot be captured in a graph if either it wasn't built with CUDA runtime >= 11.3 or if the installed CUDA driver < R465.",
+            "NCCL library is too old. This application was compiled with NCCL version 2.29.2, but is running with NCCL 2.27.3",
+            "Cuda failure 35 'CUDA driver version is insufficient for CUDA runtime version'",
+        ] {
+            assert_eq!(warn_rule(m).cause(m), Some("version_requirement"), "{m}");
+        }
+    }
+
+    /// The net plugin loader: src/net.cc (2.12-2.18) `NET/Plugin : Plugin load (%s) returned
+    /// %d : %s`, src/plugin/net.cc (2.19-2.22) `NET/Plugin: Plugin load returned %d : %s when
+    /// loading %s`, src/plugin/plugin_open.cc:100 (2.23+) `%s/Plugin: %s: %s` with dlerror.
+    /// A plugin there but unloadable is a finding; the plugin's own file missing (ENOENT,
+    /// plugin_open.cc `tryOpenLib`) and `No plugin found` are not.
+    #[test]
+    fn a_plugin_that_fails_to_load_is_seen_and_an_absent_one_is_not() {
+        for m in [
+            "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : /usr/lib/libnccl-net.so: undefined symbol: ncclNetPlugin_v6",
+            "NET/Plugin: Plugin load returned 0 : /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by /opt/aws-ofi-nccl/lib/libnccl-net.so) when loading libnccl-net.so",
+            "NET/Plugin: libnccl-net.so: libfabric.so.1: cannot open shared object file: No such file or directory",
+        ] {
+            assert_eq!(
+                cause_of(classify(Level::Info, m)),
+                Some("net_plugin_load_failed"),
+                "{m}"
+            );
+        }
+        for m in [
+            "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
+            "NET/Plugin : No plugin found, using internal implementation",
+            "NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.",
+            "NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+        ] {
+            assert_eq!(cause_of(classify(Level::Info, m)), None, "{m}");
+        }
+    }
+
+    /// Connection lines pasted without NCCL's header (src/transport/net.cc:324 `Channel
+    /// %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s`, :377 the same `[receive]`).
+    #[test]
+    fn connection_lines_without_a_header_are_read() {
+        for (l, via) in [
+            (
+                "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA",
+                "NET/IB/0/GDRDMA",
+            ),
+            (
+                "[rank1]: Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0",
+                "NET/IB/0",
+            ),
+            ("  Channel 01/1 : 2[2] -> 3[3] via P2P/IPC/read", "P2P/IPC/read"),
+        ] {
+            match classify_plain(l) {
+                Some(Event::Connection(t)) => assert_eq!(t.via, via, "{l}"),
+                other => panic!("{l}: {other:?}"),
+            }
+        }
+        assert_eq!(classify_plain("Channel 5 of the TV -> news"), None);
     }
 }

@@ -43,75 +43,81 @@ fn ip(h: usize) -> String {
 /// Write a job of `hosts` x `gpus` ranks; `filler_lines` extra steady-state INFO lines are
 /// interleaved before the failure (the benchmark's bulk). Lines of different ranks are
 /// shuffled within each phase, as a combined log of many writers is.
-pub fn job(
-    out: &mut impl Write,
-    hosts: usize,
+/// The job's ranks: `gpus` per host, `world` in all, and each rank's NCCL header.
+struct Ranks {
     gpus: usize,
-    scenario: Scenario,
-    filler_lines: u64,
-    seed: u64,
-) -> std::io::Result<()> {
-    let world = hosts * gpus;
-    let mut rng = Rng(seed | 1);
-    let pid = |r: usize| 10_000 + r as u32;
-    let hdr = |r: usize, tid_off: u32| {
+    world: usize,
+}
+
+impl Ranks {
+    /// `srun -l`'s label, then NCCL's `host:pid:tid [dev]` for rank `r`.
+    fn hdr(&self, r: usize, tid_off: u32) -> String {
+        let pid = 10_000 + r as u32;
         format!(
             "{}: {}:{}:{} [{}]",
             r,
-            host(r / gpus),
-            pid(r),
-            pid(r) + tid_off,
-            r % gpus
+            host(r / self.gpus),
+            pid,
+            pid + tid_off,
+            r % self.gpus
         )
-    };
-    let mut phase: Vec<String> = Vec::new();
-    let flush = |phase: &mut Vec<String>, rng: &mut Rng, out: &mut dyn Write| -> std::io::Result<()> {
-        // Fisher-Yates: interleave the ranks' lines.
-        for i in (1..phase.len()).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
-            phase.swap(i, j);
-        }
-        for l in phase.drain(..) {
-            out.write_all(l.as_bytes())?;
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    };
-    writeln!(out, "0: NCCL version 2.21.5+cuda12.4")?;
+    }
+}
+
+/// Write the phase's lines, the ranks' interleaved (Fisher-Yates), and empty it.
+fn flush(phase: &mut Vec<String>, rng: &mut Rng, out: &mut dyn Write) -> std::io::Result<()> {
+    for i in (1..phase.len()).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        phase.swap(i, j);
+    }
+    for l in phase.drain(..) {
+        out.write_all(l.as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Each rank's setup: bootstrap, plugin, HCAs, network, communicator.
+fn setup(k: &Ranks, phase: &mut Vec<String>) {
+    let (gpus, world) = (k.gpus, k.world);
     for r in 0..world {
         let h = r / gpus;
         phase.push(format!(
             "{} NCCL INFO Bootstrap : Using eth0:{}<0>",
-            hdr(r, 0),
+            k.hdr(r, 0),
             ip(h)
         ));
         phase.push(format!(
             "{} NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
-            hdr(r, 0)
+            k.hdr(r, 0)
         ));
         let hcas: Vec<String> = (0..gpus).map(|i| format!("[{i}]mlx5_{i}:1/RoCE")).collect();
         phase.push(format!(
             "{} NCCL INFO NET/IB : Using {} [RO]; OOB eth0:{}<0>",
-            hdr(r, 7),
+            k.hdr(r, 7),
             hcas.join(" "),
             ip(h)
         ));
-        phase.push(format!("{} NCCL INFO Using network IB", hdr(r, 7)));
+        phase.push(format!("{} NCCL INFO Using network IB", k.hdr(r, 7)));
         phase.push(format!(
             "{} NCCL INFO comm 0x55d9607ee240 rank {r} nranks {world} cudaDev {} nvmlDev {} busId {:x}000 commId 0x2f24707b1170cb7f - Init START",
-            hdr(r, 7),
+            k.hdr(r, 7),
             r % gpus,
             r % gpus,
             0x1b + (r % gpus) * 0x20
         ));
     }
-    flush(&mut phase, &mut rng, out)?;
+}
+
+/// The ring, trees, each rank's connections and the channel line.
+fn rings(k: &Ranks, phase: &mut Vec<String>) {
+    let (gpus, world) = (k.gpus, k.world);
     for r in 0..world {
         let next = (r + 1) % world;
         if r == 0 {
             phase.push(format!(
                 "{} NCCL INFO Channel 00/02 :    {}",
-                hdr(r, 7),
+                k.hdr(r, 7),
                 (0..world.min(64))
                     .map(|x| x.to_string())
                     .collect::<Vec<_>>()
@@ -120,7 +126,7 @@ pub fn job(
         }
         phase.push(format!(
             "{} NCCL INFO Trees [0] -1/-1/-1->{r}->{} [1] -1/-1/-1->{r}->{}",
-            hdr(r, 7),
+            k.hdr(r, 7),
             next,
             next
         ));
@@ -128,7 +134,7 @@ pub fn job(
             let line = if next / gpus != r / gpus {
                 format!(
                     "{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] [send] via NET/IB/{}/GDRDMA",
-                    hdr(r, 7),
+                    k.hdr(r, 7),
                     r % gpus,
                     next % gpus,
                     r % gpus
@@ -136,31 +142,30 @@ pub fn job(
             } else {
                 format!(
                     "{} NCCL INFO Channel {ch:02}/0 : {r}[{}] -> {next}[{}] via P2P/IPC/read",
-                    hdr(r, 7),
+                    k.hdr(r, 7),
                     r % gpus,
                     next % gpus
                 )
             };
             phase.push(line);
         }
-        phase.push(format!("{} NCCL INFO comm 0x55d9607ee240 rank {r} nranks {world} cudaDev {} nvmlDev {} busId {:x}000 commId 0x2f24707b1170cb7f - Init COMPLETE", hdr(r, 7), r % gpus, r % gpus, 0x1b + (r % gpus) * 0x20));
+        phase.push(format!("{} NCCL INFO comm 0x55d9607ee240 rank {r} nranks {world} cudaDev {} nvmlDev {} busId {:x}000 commId 0x2f24707b1170cb7f - Init COMPLETE", k.hdr(r, 7), r % gpus, r % gpus, 0x1b + (r % gpus) * 0x20));
     }
     phase.push(format!(
         "{} NCCL INFO 2 coll channels, 2 nvls channels, 2 p2p channels, 2 p2p channels per peer",
-        hdr(0, 7)
+        k.hdr(0, 7)
     ));
-    flush(&mut phase, &mut rng, out)?;
-    // Steady state: what NCCL_DEBUG=INFO keeps printing (traces of collectives with
-    // NCCL_DEBUG_SUBSYS=COLL), written directly to keep the generator fast.
-    for i in 0..filler_lines {
-        let r = (rng.next() % world as u64) as usize;
-        writeln!(
-            out,
-            "{} NCCL INFO AllReduce: opCount {:x} sendbuff 0x7f1a2c000000 recvbuff 0x7f1a2c000000 count 262144 datatype 7 op 0 root 0 comm 0x55d9607ee240 [nranks={world}] stream 0x55d960a1b2c0",
-            hdr(r, 7),
-            i / world as u64
-        )?;
-    }
+}
+
+/// The scenario's failure lines, flushed as the phases of a real failure are.
+fn failure(
+    k: &Ranks,
+    scenario: Scenario,
+    phase: &mut Vec<String>,
+    rng: &mut Rng,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let (gpus, world) = (k.gpus, k.world);
     match scenario {
         Scenario::Healthy => {}
         Scenario::RetryExceeded {
@@ -172,17 +177,17 @@ pub fn job(
             let peer = peer_host * gpus + hca;
             phase.push(format!(
                 "{} transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer {}<41237> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:{} remoteGids::ffff:{} hca mlx5_{hca}",
-                hdr(r, 9),
+                k.hdr(r, 9),
                 ip(peer_host),
                 ip(bad),
                 ip(peer_host)
             ));
-            phase.push(format!("{} NCCL INFO transport/net.cc:1302 -> 6", hdr(r, 9)));
+            phase.push(format!("{} NCCL INFO transport/net.cc:1302 -> 6", k.hdr(r, 9)));
             for o in 0..world {
                 if o != r {
                     phase.push(format!(
                         "{} transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer {}<41237> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:{} remoteGids::ffff:{} hca mlx5_{}",
-                        hdr(o, 9),
+                        k.hdr(o, 9),
                         ip(bad),
                         ip(o / gpus),
                         ip(bad),
@@ -191,7 +196,7 @@ pub fn job(
                 }
             }
             let _ = peer;
-            flush(&mut phase, &mut rng, out)?;
+            flush(phase, rng, out)?;
             for o in 0..world {
                 phase.push(format!(
                     "[rank{o}]:[E1130 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank {o}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4242, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600031 milliseconds before timing out."
@@ -209,6 +214,41 @@ pub fn job(
             }
         }
     }
+    Ok(())
+}
+
+pub fn job(
+    out: &mut impl Write,
+    hosts: usize,
+    gpus: usize,
+    scenario: Scenario,
+    filler_lines: u64,
+    seed: u64,
+) -> std::io::Result<()> {
+    let k = Ranks {
+        gpus,
+        world: hosts * gpus,
+    };
+    let world = k.world;
+    let mut rng = Rng(seed | 1);
+    let mut phase: Vec<String> = Vec::new();
+    writeln!(out, "0: NCCL version 2.21.5+cuda12.4")?;
+    setup(&k, &mut phase);
+    flush(&mut phase, &mut rng, out)?;
+    rings(&k, &mut phase);
+    flush(&mut phase, &mut rng, out)?;
+    // Steady state: what NCCL_DEBUG=INFO keeps printing (traces of collectives with
+    // NCCL_DEBUG_SUBSYS=COLL), written directly to keep the generator fast.
+    for i in 0..filler_lines {
+        let r = (rng.next() % world as u64) as usize;
+        writeln!(
+            out,
+            "{} NCCL INFO AllReduce: opCount {:x} sendbuff 0x7f1a2c000000 recvbuff 0x7f1a2c000000 count 262144 datatype 7 op 0 root 0 comm 0x55d9607ee240 [nranks={world}] stream 0x55d960a1b2c0",
+            k.hdr(r, 7),
+            i / world as u64
+        )?;
+    }
+    failure(&k, scenario, &mut phase, &mut rng, out)?;
     flush(&mut phase, &mut rng, out)?;
     Ok(())
 }

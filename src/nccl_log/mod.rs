@@ -9,6 +9,7 @@
 //! messages, by NCCL version). Knock-on rules (from the maintainers' diagnoses in public threads: status 5 flushes after a
 //! first error; collective timeouts grouped by sequence number).
 
+pub mod causes;
 pub mod chunked;
 pub mod events;
 #[cfg(test)]

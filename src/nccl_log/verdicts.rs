@@ -13,248 +13,56 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
 use super::VerdictSeverity as Severity;
+use super::causes::{self, Rank, Read, Scope};
+use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
 
-/// Root causes: a rank failed here first, for a reason of its own.
-const HARD: &[&str] = &[
-    "ib_retry_exceeded",
-    "ib_rnr_retry_exceeded",
-    "ib_local_protection",
-    "ib_remote_access",
-    "ib_remote_op",
-    "ib_completion_error",
-    "ib_modify_qp_failed",
-    "gid_index_unusable",
-    "ib_reg_mr_failed",
-    "ib_device_open_failed",
-    "cuda_error",
-    "cuda_system_not_ready",
-    "version_mismatch",
-    "collective_mismatch",
-    "system_error",
-    "socket_no_interface",
-    "socket_connect_failed",
-    "cuda_oom",
-    "shm_alloc_failed",
-    "duplicate_gpu",
-    "bootstrap_rank_mismatch",
-    "ib_port_error",
-    "ib_device_fatal",
-    "ib_async_error",
-    "net_plugin_reg_mr_failed",
-    "net_plugin_provider_error",
-    "net_plugin_error",
-    "topology_file_error",
-    "graph_file_error",
-];
+/// A fail of its own (the registry's root causes, and the generic return codes), as opposed
+/// to a warning, a knock-on, a WARN no rule knows (a tier of its own) or what the whole log
+/// gives.
+fn hard(cause: &str) -> bool {
+    let c = causes::of(cause);
+    c.severity == crate::finding::Severity::Fail
+        && matches!(c.rank, Rank::Root | Rank::Generic)
+        && !matches!(c.read, Read::Derived | Read::Unmatched)
+}
 
-/// Warnings: the job can run, slower or at risk.
-const WARNS: &[&str] = &[
-    "gdr_disabled",
-    "ib_no_device",
-    "ib_verbs_unavailable",
-    "ib_gid_change",
-    "topology_file_unreadable",
-];
+/// A warning sighting (the registry's `Rank::Warning` causes read from a line).
+fn warning(cause: &str) -> bool {
+    causes::get(cause).is_some_and(|c| c.rank == Rank::Warning)
+}
 
-/// What a cause means and what to run next, for a person.
-pub fn explain(cause: &str) -> (&'static str, &'static str) {
-    match cause {
-        "ib_retry_exceeded" => (
-            "status 12 (IBV_WC_RETRY_EXC_ERR): the remote NIC never acknowledged within timeout x retries. At start: the two NICs cannot reach each other (GID index, RoCE v1/v2, routing, cross-rail pair); later in a run: a lossy path (PFC/ECN, cable) or a dead peer",
-            "on {hosts}: `fabprobe links` (port state, symbol and link-down counters) and `fabprobe gids` (the same GID index and RoCE version on both); then `fabprobe ring` across {hosts}",
-        ),
-        "ib_rnr_retry_exceeded" => (
-            "status 13 (IBV_WC_RNR_RETRY_EXC_ERR): the receiver had no receive posted for the retries; the peer process stalled or died",
-            "the log of the rank on {peer} for its first error; on {peer}: `fabprobe links`",
-        ),
-        "ib_local_protection" => (
-            "status 4 (IBV_WC_LOC_PROT_ERR): the NIC could not access the local buffer; with GPU buffers this is GPUDirect RDMA broken by PCIe ACS or IOMMU redirection (confirmed when NCCL_NET_GDR_LEVEL=LOC makes it work, slowly)",
-            "on {host}: `fabprobe gdr` (ACS, IOMMU, peermem/DMA-BUF per GPU-NIC pair) and `fabprobe topo`",
-        ),
-        "ib_remote_access" => (
-            "status 10 (IBV_WC_REM_ACCESS_ERR): the peer rejected the RDMA access (key or registration on the peer); often the peer's GDR or memory registration failed",
-            "the log of the rank on {peer}; on {peer}: `fabprobe gdr`",
-        ),
-        "ib_remote_op" => (
-            "status 11 (IBV_WC_REM_OP_ERR): the peer could not complete the operation (its QP or memory in error)",
-            "the log of the rank on {peer}; on {peer}: `fabprobe links`",
-        ),
-        "ib_completion_error" => (
-            "a work completion with an error status other than the usual ones; the vendor syndrome narrows it down",
-            "on {hosts}: `fabprobe links`; look the vendor syndrome up in the NIC vendor's documentation",
-        ),
-        "ib_wr_flush" => (
-            "status 5 (IBV_WC_WR_FLUSH_ERR): flushed work on a QP already in error; the first error is elsewhere (earlier, on the peer, or cut from this log)",
-            "collect the logs of every rank (the peer's first error is the cause)",
-        ),
-        "ib_modify_qp_failed" => (
-            "ibv_modify_qp failed while connecting (INIT->RTR/RTS): the address vector is unusable (wrong or link-local GID index, cross-rail pair on a rail-only fabric, no route)",
-            "on {hosts}: `fabprobe gids` and `fabprobe nccl-env` (GID index, NCCL_IB_HCA); on a rail-optimised fabric try NCCL_CROSS_NIC=0",
-        ),
-        "gid_index_unusable" => (
-            "the GID index in use cannot address the peer (EINVAL from ibv_modify_qp, or a link-local local GID): NCCL_IB_GID_INDEX forced to a wrong entry, or the automatic choice found no routable GID",
-            "on {host}: `fabprobe gids` (which index NCCL picks); unset NCCL_IB_GID_INDEX or set it to the RoCE v2 IPv4 entry",
-        ),
-        "ib_reg_mr_failed" => (
-            "memory registration failed: usually the locked-memory limit (ulimit -l) is too small in the container or service, or GPU memory registration (peermem/DMA-BUF) is unavailable",
-            "on {host}: `ulimit -l` in the job (should be unlimited) and `fabprobe gdr`",
-        ),
-        "ib_device_open_failed" => (
-            "the RDMA device could not be opened: the container lacks /dev/infiniband, or the device is gone",
-            "on {host}: `fabprobe links`; check the container's device mounts (/dev/infiniband)",
-        ),
-        "ib_no_device" => (
-            "NCCL found no RDMA device (or no libibverbs): inter-node traffic goes over TCP sockets",
-            "on {host}: `fabprobe links` (are RDMA devices visible here?) and `fabprobe nccl-env`",
-        ),
-        "net_socket_fallback" => (
-            "ranks on different hosts connect over NET/Socket: TCP instead of RDMA, typically several times slower",
-            "on {all}: `fabprobe nccl-env` (NCCL_IB_DISABLE, NCCL_IB_HCA, devices visible)",
-        ),
-        "net_plugin_reg_mr_failed" => (
-            "the network plugin could not register memory with its device: with GPU buffers, GPUDirect (peermem/DMA-BUF) or the provider's CUDA support is missing or mismatched; with host buffers, the locked-memory limit",
-            "on {host}: `fabprobe gdr` and `ulimit -l` in the job (unlimited); compare the plugin's and the provider's versions with NCCL's (the plugin line above)",
-        ),
-        "net_plugin_provider_error" => (
-            "the network plugin found no usable provider or protocol for its devices (libfabric provider missing, wrong FI_PROVIDER, or a device the provider does not support)",
-            "on {host}: `fabprobe links` (are the devices there?) and `fi_info -p efa` (or the provider named); check FI_PROVIDER and the plugin's version",
-        ),
-        "net_plugin_error" => (
-            "the network plugin reported an error of its own (device, endpoint, address vector or a failed request): the line names the call",
-            "on {host}: `fabprobe links`; search the plugin's issue tracker for the line's text, with the plugin version above",
-        ),
-        "topology_file_error" => (
-            "NCCL could not parse the topology XML it was told to load (NCCL_TOPO_FILE, or a file set in /etc/nccl.conf): a syntax error, a wrong version or a truncated file; NCCL init fails",
-            "{xmllint}; regenerate it for this NCCL version (NCCL_TOPO_DUMP_FILE) or unset NCCL_TOPO_FILE",
-        ),
-        "graph_file_error" => (
-            "NCCL could not import the graph XML it was told to load (NCCL_GRAPH_FILE, often set by a VM image's /etc/nccl.conf): the graph names GPUs or NICs this job does not have (written for another GPU count or machine); NCCL init fails. A graph file is for experiments, not production",
-            "unset NCCL_GRAPH_FILE where it was set ({origin})",
-        ),
-        "topology_file_unreadable" => (
-            "NCCL was told to load a topology XML (NCCL_TOPO_FILE) it could not open: it detects the topology itself instead, which on a VM can miss the real PCIe layout",
-            "on {host}: {ls} inside the container; fix or unset NCCL_TOPO_FILE",
-        ),
-        "net_plugin_fallback" => (
-            "a network plugin or transport failed while NCCL set up its networks, and NCCL recovered by moving on to the next one (src/plugin/net.cc): not a failure, but the network it then chose may not be the one intended",
-            "check that the network NCCL chose ('Using network' in the log) is the intended one; on {host}: `fabprobe nccl-env`",
-        ),
-        "socket_iface_loopback" => (
-            "NCCL bootstrapped or connected over the loopback interface; other hosts cannot reach that address",
-            "on {host}: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share (`ip -br addr`)",
-        ),
-        "socket_iface_virtual" => (
-            "NCCL bootstrapped or connected over a container, VM or CNI interface (a bridge, veth or tap end): its address is reachable from this host and its containers only",
-            "on {host}: `fabprobe nccl-env` (the interface NCCL picks); set NCCL_SOCKET_IFNAME to the interface the hosts share, or exclude the virtual ones (NCCL_SOCKET_IFNAME=^docker,veth,virbr,cali,lxc,vnet)",
-        ),
-        "socket_iface_overlay" => (
-            "NCCL bootstrapped or connected over a Kubernetes overlay or pod gateway interface: other nodes reach it through encapsulation, slower than the host's own network",
-            "",
-        ),
-        "socket_no_interface" => (
-            "no interface matched NCCL_SOCKET_IFNAME (or none was usable): NCCL cannot bootstrap",
-            "on {host}: `fabprobe nccl-env` and `ip -br addr`",
-        ),
-        "socket_connect_failed" => (
-            "a TCP connection to a peer failed (refused, unreachable, timed out): firewall, wrong interface or address, or the peer not listening",
-            "on {hosts}: `fabprobe nccl-env` (the socket interface); check the route and firewall between them",
-        ),
-        "remote_process_exited" => (
-            "a peer closed or reset the connection: the remote process exited (crashed, was killed, or failed first); its own log holds the cause",
-            "the log of the process on {peer} for its first error; on {peer}: `dmesg` (OOM killer, Xid)",
-        ),
-        "collective_timeout" => (
-            "PyTorch's watchdog timed out on this collective: the ranks listed waited; the suspects (ranks of the communicator not timing out on it) never reached it or are stuck before it",
-            "the suspects' logs and stacks (py-spy dump); `fabprobe ring` across {suspects}",
-        ),
-        "gdr_disabled" => (
-            "GPUDirect RDMA is off for this HCA: traffic bounces through host memory, often about 10x lower bandwidth",
-            "on {host}: `fabprobe gdr` (peermem/DMA-BUF, ACS) and `fabprobe nccl-env` (NCCL_NET_GDR_LEVEL against the path type)",
-        ),
-        "version_mismatch" => (
-            "ranks run different NCCL versions or configurations (messages of the wrong size between them)",
-            "check the NCCL library each rank loads (the NCCL version lines per host); align the containers",
-        ),
-        "collective_mismatch" => (
-            "ranks called different collectives or sizes at the same point: an application bug or a configuration difference",
-            "compare the ranks' NCCL_* environment and the code path; NCCL_DEBUG_SUBSYS=COLL",
-        ),
-        "cuda_system_not_ready" => (
-            "CUDA error 802 (cudaErrorSystemNotReady, 'system not yet initialized'): CUDA would not start on this host. On an NVSwitch system (HGX/DGX) the Fabric Manager has not set up the NVLink fabric: it is stopped, failed, or not the driver's version",
-            "on {host}: `systemctl status nvidia-fabricmanager` (start it; its version must equal the driver's, /var/log/fabricmanager.log says why it stopped); `fabprobe topo` shows the NVSwitches, the Fabric Manager and each GPU's fabric state",
-        ),
-        "cuda_error" => (
-            "a CUDA call failed inside NCCL (out of memory, initialization error, a lost GPU)",
-            "on {host}: `nvidia-smi`, and `dmesg` for Xid errors",
-        ),
-        "system_error" => (
-            "a system or library call failed (socket, memory, verbs): the line says which",
-            "the line's call and errno; on {host}: `fabprobe links` and `fabprobe nccl-env`",
-        ),
-        "no_nccl_output" => (
-            "the input has no NCCL line, so nothing can be judged (unknown, not a pass): NCCL_DEBUG was unset, or this is not the job's output",
-            "rerun the job with NCCL_DEBUG=INFO (NCCL_DEBUG=WARN prints failures only) and pass its stdout and stderr (2>&1)",
-        ),
-        "socket_connect_failed_refused" => (
-            "a TCP connection to a peer was refused (errno 111): nothing listened on that address and port; the peer process had exited or not started, or the address is wrong (another interface, a stale MASTER_ADDR)",
-            "the log of the process on {peer} for its first error; on {hosts}: `fabprobe nccl-env` (the socket interface and its address)",
-        ),
-        "socket_connect_failed_timeout" => (
-            "a TCP connection to a peer timed out (errno 110): packets to that address are dropped (firewall, security group, or an interface that only one host can reach)",
-            "on {hosts}: `fabprobe nccl-env` (NCCL_SOCKET_IFNAME); check the firewall between them for the address printed",
-        ),
-        "socket_connect_failed_noroute" => (
-            "no route to the peer's address (errno 113/101): NCCL picked an interface or address the other host cannot reach",
-            "on {hosts}: `fabprobe nccl-env`; set NCCL_SOCKET_IFNAME to the interface both hosts share",
-        ),
-        "unclassified_failure" => (
-            "NCCL warned or returned an error that no rule here explains: the line is NCCL's own words, and the return code says the class (system error: a call into the OS or a library failed; internal error: NCCL's own check; invalid usage: the application or launcher; remote error: a peer)",
-            "read the line and the WARN lines before it; search NCCL's issues for its text; rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET for the context",
-        ),
-        "cuda_oom" => (
-            "CUDA ran out of GPU memory inside NCCL (its buffers, channels or proxy): the application holds nearly all of the GPU, or another process shares it",
-            "on {host}: `nvidia-smi` (memory per process); lower the batch or leave headroom; NCCL_BUFFSIZE or fewer channels (NCCL_MAX_NCHANNELS) shrink NCCL's share",
-        ),
-        "shm_alloc_failed" => (
-            "NCCL could not create or extend its shared-memory segment in /dev/shm: in containers /dev/shm is often 64 MB, too small for NCCL's SHM transport",
-            "on {host}: `df -h /dev/shm` inside the container; docker run --shm-size=16g (or --ipc=host); Kubernetes: an emptyDir with medium Memory on /dev/shm",
-        ),
-        "duplicate_gpu" => (
-            "two ranks of one communicator use the same GPU (same host and bus id): the launcher started more ranks than GPUs, or every rank selects device 0",
-            "set the device per local rank (torch.cuda.set_device(local_rank)); check CUDA_VISIBLE_DEVICES and the ranks per node",
-        ),
-        "bootstrap_rank_mismatch" => (
-            "the bootstrap root got ranks that disagree on the communicator's size (or two processes claimed one rank): processes of two jobs or two launches share one NCCL unique id or MASTER_PORT",
-            "check the world size every launcher passes (--nnodes, --nproc_per_node, WORLD_SIZE) and that no stale process of an earlier run is still alive on any node",
-        ),
-        "ib_port_error" => (
-            "the IB/RoCE port reported an asynchronous port error: the link went down under the job",
-            "on {host}: `fabprobe links` (port state, link-down counters); then the switch port and the cable",
-        ),
-        "ib_device_fatal" => (
-            "the RDMA device reported a local catastrophic error: the NIC firmware or hardware failed and every QP on it is dead",
-            "on {host}: `dmesg` (mlx5 health, firmware syndrome) and `fabprobe links`; reset or replace the NIC before the node rejoins",
-        ),
-        "ib_async_error" => (
-            "the RDMA device reported an asynchronous error event (a QP, CQ or SRQ went into error)",
-            "on {host}: `dmesg` and `fabprobe links`",
-        ),
-        "ib_gid_change" => (
-            "the port's GID table changed while the job ran (an address added or removed on the netdev, often by a container runtime): a GID index chosen at start may now point elsewhere",
-            "on {host}: `fabprobe gids`; keep addresses on RDMA netdevs stable during jobs",
-        ),
-        "ib_verbs_unavailable" => (
-            "libibverbs could not be loaded, so NCCL has no IB/RoCE transport and falls back to TCP sockets",
-            "install rdma-core/libibverbs in the container (`ldconfig -p | grep libibverbs`); on {host}: `fabprobe nccl-env`",
-        ),
-        "proxy_connection_failed" => (
-            "NCCL's proxy thread failed an operation for a peer (connect or setup); usually the consequence of a socket or transport failure the lines before it name",
-            "the WARN lines just before it on the same rank; on {hosts}: `fabprobe nccl-env`",
-        ),
-        _ => ("", ""),
-    }
+/// A cause said only by a return code (PyTorch's `unhandled system error`,
+/// `ncclSystemError`, `remote process exited`: the registry's `codes`, on a line without
+/// NCCL's header), or a WARN no rule knows: any named cause of the log outranks it.
+fn generic(s: &Sighting) -> bool {
+    let c = causes::of(s.cause);
+    s.cause == "unclassified_failure"
+        || (quoted(s) && s.result.is_some() && c.codes.iter().any(|(w, _)| s.line.contains(w)))
+}
+
+/// The quoted sightings (see [`quoted`]) whose cause a WARN of the same rank (or of no
+/// known rank) already gives, taken out: one failure, one verdict; and how many.
+fn drop_quotes<'a>(ctx: &Ctx, firsts: Vec<&'a Sighting>) -> (Vec<&'a Sighting>, u64) {
+    let said: Vec<(&str, Option<u32>)> = firsts
+        .iter()
+        .filter(|s| !quoted(s))
+        .map(|s| (s.cause, ctx.rank_of(s)))
+        .collect();
+    let same = |s: &Sighting| {
+        let r = ctx.rank_of(s);
+        said.iter()
+            .any(|(c, q)| *c == s.cause && (r.is_none() || q.is_none() || *q == r))
+    };
+    let (dropped, kept): (Vec<&Sighting>, Vec<&Sighting>) =
+        firsts.into_iter().partition(|s| quoted(s) && same(s));
+    (kept, dropped.len() as u64)
+}
+
+/// A cause read from a line without NCCL's header (PyTorch's `Last error:` text, a bare
+/// NCCL message): the same failure as the WARN it quotes when the log has that WARN.
+fn quoted(s: &Sighting) -> bool {
+    s.proc_.host == 0 && s.proc_.pid.is_none()
 }
 
 fn peer_ip(addr: &str) -> &str {
@@ -305,7 +113,7 @@ impl Ctx<'_> {
 /// A verdict derived from the whole log rather than from one line: no file, line, rank or
 /// GID of its own; `explain(cause)` gives its meaning and next step.
 fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
-    let (meaning, next) = explain(cause);
+    let (meaning, next) = causes::explain(cause, None);
     Verdict {
         cause: cause.into(),
         severity,
@@ -335,12 +143,13 @@ fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
 
 fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
     // The socket family's meaning depends on the errno it printed.
-    let (meaning, next) = match (s.cause, s.errno) {
-        ("socket_connect_failed", Some(111)) => explain("socket_connect_failed_refused"),
-        ("socket_connect_failed", Some(110)) => explain("socket_connect_failed_timeout"),
-        ("socket_connect_failed", Some(101 | 113)) => explain("socket_connect_failed_noroute"),
-        _ => explain(s.cause),
+    let variant = match s.errno {
+        Some(111) => Some("refused"),
+        Some(110) => Some("timeout"),
+        Some(101 | 113) => Some("noroute"),
+        _ => None,
     };
+    let (meaning, next) = causes::explain(s.cause, variant);
     Verdict {
         cause: s.cause.to_string(),
         severity,
@@ -407,7 +216,8 @@ fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
     out
 }
 
-pub(super) fn build(a: Analyzer) -> Report {
+/// Each rank's host and each host's ranks, from the processes the log names.
+fn context(a: &Analyzer) -> Ctx<'_> {
     let mut host_ranks: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     let mut rank_host = BTreeMap::new();
     // In key order (hosts by first appearance): a rank that several jobs' hosts claim maps
@@ -425,168 +235,168 @@ pub(super) fn build(a: Analyzer) -> Report {
             }
         }
     }
-    let ctx = Ctx {
-        a: &a,
+    Ctx {
+        a,
         host_ranks,
         rank_host,
-    };
-    let hosts: Vec<&String> = ctx.host_ranks.keys().filter(|h| !h.is_empty()).collect();
-    let multi_host = hosts.len() > 1;
+    }
+}
 
-    // What NCCL recovered from (plugin and transport init before it chose a network) is
-    // set apart: its trails are no failure, a plugin's own WARN a fallback warning.
-    let (fallbacks, trails) = recovered(&a);
+/// The sightings sorted: each process's first failure, the warnings, the timeouts, and
+/// how many later failures the firsts stand for.
+struct Sorted<'a> {
+    firsts: Vec<Sighting>,
+    warns: Vec<&'a Sighting>,
+    timeouts: Vec<&'a Sighting>,
+    knock: u64,
+}
 
-    // First failure per process; later ones are knock-ons of it.
+/// First failure per process; later ones are its knock-ons, except that a cause NCCL
+/// states replaces a generic one of the same process (PyTorch prints the class,
+/// `ncclSystemError`, before NCCL's own `Last error:` text).
+fn sort_sightings<'a>(a: &'a Analyzer, fallbacks: &'a [Sighting]) -> Sorted<'a> {
+    use std::collections::btree_map::Entry;
     let mut first: BTreeMap<(super::ProcKey, Option<u32>), Sighting> = BTreeMap::new();
-    let mut knock = 0u64;
-    let mut warns: Vec<&Sighting> = fallbacks.iter().collect();
-    let mut timeouts: Vec<&Sighting> = Vec::new();
+    let mut out = Sorted {
+        firsts: Vec::new(),
+        warns: fallbacks.iter().collect(),
+        timeouts: Vec::new(),
+        knock: 0,
+    };
     for s in &a.sightings {
-        if s.cause == super::TRAIL || recovered_warn(&a, s) {
+        if s.cause == super::TRAIL || recovered_warn(a, s) {
             continue;
         }
-        match s.cause {
-            c if WARNS.contains(&c) => warns.push(s),
-            "collective_timeout" => timeouts.push(s),
-            _ => {
-                let key = (
-                    s.proc_.clone(),
-                    if s.proc_.host == 0 { s.rank_hint } else { None },
-                );
-                match first.entry(key) {
-                    // PyTorch prints the class (`ncclInternalError`) before NCCL's own
-                    // "Last error:" text: the named cause replaces the unclassified one.
-                    std::collections::btree_map::Entry::Occupied(mut o)
-                        if o.get().cause == "unclassified_failure" && HARD.contains(&s.cause) =>
-                    {
-                        let mut named = s.clone();
-                        named.result = named.result.or(o.get().result);
-                        o.insert(named);
-                        knock += 1;
-                    }
-                    std::collections::btree_map::Entry::Occupied(_) => knock += 1,
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(s.clone());
-                    }
-                }
+        if warning(s.cause) {
+            out.warns.push(s);
+            continue;
+        }
+        if s.cause == "collective_timeout" {
+            out.timeouts.push(s);
+            continue;
+        }
+        let key = (
+            s.proc_.clone(),
+            if s.proc_.host == 0 { s.rank_hint } else { None },
+        );
+        match first.entry(key) {
+            Entry::Occupied(mut o) if generic(o.get()) && hard(s.cause) && !generic(s) => {
+                let mut named = s.clone();
+                named.result = named.result.or(o.get().result);
+                o.insert(named);
+                out.knock += 1;
+            }
+            Entry::Occupied(_) => out.knock += 1,
+            Entry::Vacant(v) => {
+                v.insert(s.clone());
             }
         }
     }
-    let firsts: Vec<&Sighting> = {
-        let mut v: Vec<&Sighting> = first.values().collect();
-        v.sort_by(|x, y| (x.file.as_str(), x.line_no).cmp(&(y.file.as_str(), y.line_no)));
-        v
+    out.firsts = first.into_values().collect();
+    out.firsts
+        .sort_by(|x, y| (x.file.as_str(), x.line_no).cmp(&(y.file.as_str(), y.line_no)));
+    out
+}
+
+/// The fail verdicts of the first failures: root causes with what they explain, else the
+/// tiers in order (a WARN no rule knows, a proxy failure, a flush, a closed connection);
+/// the lower tiers are knock-ons when a higher one is there. Also the knock-ons counted.
+fn failure_verdicts<'a>(
+    ctx: &Ctx,
+    firsts: &[&'a Sighting],
+    warns: &mut Vec<&'a Sighting>,
+) -> (Vec<Verdict>, u64) {
+    let mut knock_ons = 0;
+    let hard: Vec<&Sighting> = firsts.iter().copied().filter(|s| hard(s.cause)).collect();
+    // A return code names no cause: with a named one in the log, it is a knock-on.
+    let (hard, codes): (Vec<&Sighting>, Vec<&Sighting>) = if hard.iter().any(|s| !generic(s)) {
+        hard.into_iter().partition(|s| !generic(s))
+    } else {
+        (hard, Vec::new())
     };
-    let hard: Vec<&Sighting> = firsts
-        .iter()
-        .copied()
-        .filter(|s| HARD.contains(&s.cause))
-        .collect();
+    knock_ons += codes.len() as u64;
     // Root cause over symptom: completion errors an earlier event explains are its
     // knock-ons, listed under it.
-    let roots = explained(&ctx, &hard, &warns);
+    let roots = explained(ctx, &hard, warns);
     let promoted: Vec<&Sighting> = roots.iter().filter_map(|r| r.promoted).collect();
     warns.retain(|w| !promoted.iter().any(|p| std::ptr::eq(*p, *w)));
     let hard: Vec<&Sighting> = promoted
         .iter()
         .copied()
-        .chain(hard.iter().copied().filter(|s| !roots.iter().any(|r| r.explains(s))))
+        .chain(
+            hard.iter()
+                .copied()
+                .filter(|s| !roots.iter().any(|r| r.explains(s))),
+        )
         .collect();
-    let flush: Vec<&Sighting> = firsts
-        .iter()
-        .copied()
-        .filter(|s| s.cause == "ib_wr_flush")
-        .collect();
-    let exited: Vec<&Sighting> = firsts
-        .iter()
-        .copied()
-        .filter(|s| s.cause == "remote_process_exited")
-        .collect();
-
-    let unclassified: Vec<&Sighting> = firsts
-        .iter()
-        .copied()
-        .filter(|s| s.cause == "unclassified_failure")
-        .collect();
-    let proxy: Vec<&Sighting> = firsts
-        .iter()
-        .copied()
-        .filter(|s| s.cause == "proxy_connection_failed")
-        .collect();
-
-    // Tiers: a named cause explains an unknown WARN, which explains a proxy failure, a
-    // flush, a closed connection and a timeout, in that order.
-    let mut verdicts = grouped(&ctx, &hard, Severity::Fail);
-    let mut knock_ons = knock;
+    let mut verdicts = grouped(ctx, &hard, Severity::Fail);
     for r in &roots {
-        let Some(v) = verdicts.iter_mut().find(|v| r.is_root_of(&ctx, v)) else {
+        let Some(v) = verdicts.iter_mut().find(|v| r.is_root_of(ctx, v)) else {
             continue;
         };
         for e in &r.knock {
-            let w = verdict(&ctx, e, Severity::Fail);
+            let w = verdict(ctx, e, Severity::Fail);
             v.explains.push(format!("{}{}", w.cause, describe(&w)));
         }
         knock_ons += r.knock.len() as u64;
     }
-    for tier in [&unclassified, &proxy, &flush] {
+    let tier = |c: &str| -> Vec<&Sighting> { firsts.iter().copied().filter(|s| s.cause == c).collect() };
+    for c in [
+        "unclassified_failure",
+        "proxy_connection_failed",
+        "ib_wr_flush",
+        "remote_process_exited",
+    ] {
+        let list = tier(c);
         if verdicts.is_empty() {
-            verdicts.extend(grouped(&ctx, tier, Severity::Fail));
+            verdicts.extend(grouped(ctx, &list, Severity::Fail));
         } else {
-            knock_ons += tier.len() as u64;
+            knock_ons += list.len() as u64;
         }
     }
-    if verdicts.is_empty() {
-        verdicts.extend(grouped(&ctx, &exited, Severity::Fail));
-    } else {
-        knock_ons += exited.len() as u64;
-    }
+    (verdicts, knock_ons)
+}
 
-    // Collective timeouts: one event per (sequence number, op).
+/// Collective timeouts: one event per (sequence number, op), whose suspects are the
+/// communicator's ranks missing from it.
+fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<Verdict> {
+    let a = ctx.a;
     let mut by_seq: BTreeMap<(Option<u64>, Option<String>), Vec<&Sighting>> = BTreeMap::new();
-    for t in &timeouts {
+    for t in timeouts {
         by_seq.entry((t.seq, t.op.clone())).or_default().push(t);
     }
-    if verdicts.is_empty() {
-        for ((_, _), list) in by_seq {
-            let mut v = verdict(&ctx, list[0], Severity::Fail);
-            let ranks: BTreeSet<u32> = list.iter().filter_map(|s| ctx.rank_of(s)).collect();
-            v.rank = ranks.iter().next().copied();
-            v.ranks = ranks.iter().skip(1).copied().collect();
-            // The communicator's size when the log has it; else the gaps below the highest
-            // rank that timed out (ranks above it cannot be told from absent ones).
-            let world = a.world.or_else(|| ranks.iter().next_back().map(|m| m + 1));
-            // A rank known to have reached a later sequence number passed this one.
-            let passed = |r: &u32| match (a.progress.get(r), v.seq) {
-                (Some(p), Some(q)) => *p >= q,
-                _ => false,
-            };
-            if let Some(w) = world {
-                if (ranks.len() as u32) < w {
-                    v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
-                }
+    let mut out = Vec::new();
+    for list in by_seq.into_values() {
+        let mut v = verdict(ctx, list[0], Severity::Fail);
+        let ranks: BTreeSet<u32> = list.iter().filter_map(|s| ctx.rank_of(s)).collect();
+        v.rank = ranks.iter().next().copied();
+        v.ranks = ranks.iter().skip(1).copied().collect();
+        // The communicator's size when the log has it; else the gaps below the highest
+        // rank that timed out (ranks above it cannot be told from absent ones).
+        let world = a.world.or_else(|| ranks.iter().next_back().map(|m| m + 1));
+        // A rank known to have reached a later sequence number passed this one.
+        let passed = |r: &u32| match (a.progress.get(r), v.seq) {
+            (Some(p), Some(q)) => *p >= q,
+            _ => false,
+        };
+        if let Some(w) = world {
+            if (ranks.len() as u32) < w {
+                v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
             }
-            if a.world.is_none() && !v.suspects.is_empty() {
-                v.meaning.push_str(" (the log has no communicator size: suspects are the gaps below the highest rank listed)");
-            }
-            verdicts.push(v);
         }
-    } else {
-        knock_ons += timeouts.len() as u64;
-    }
-    // An error trail with no failure line at all (NCCL_DEBUG=WARN cut, or a WARN lost).
-    if verdicts.is_empty() {
-        if let Some(t) = trails.first() {
-            let mut t = (*t).clone();
-            t.cause = "unclassified_failure";
-            verdicts.push(verdict(&ctx, &t, Severity::Fail));
+        if a.world.is_none() && !v.suspects.is_empty() {
+            v.meaning.push_str(
+                " (the log has no communicator size: suspects are the gaps below the highest rank listed)",
+            );
         }
+        out.push(v);
     }
-    if let Some(v) = verdicts.first_mut() {
-        v.knock_ons = knock_ons;
-    }
+    out
+}
 
-    // Derived from the summary.
+/// What the whole log gives: NCCL versions that differ, loopback and virtual interfaces
+/// (and the connect failures they explain), sockets across hosts, GDR on one side only.
+fn log_verdicts(a: &Analyzer, multi_host: bool, verdicts: &mut Vec<Verdict>) {
     if a.versions.len() > 1 {
         let desc: Vec<String> = a
             .versions
@@ -599,8 +409,8 @@ pub(super) fn build(a: Analyzer) -> Report {
             format!("NCCL versions differ: {}", desc.join("; ")),
         ));
     }
-    verdicts.extend(virtual_ifaces(&a, multi_host));
-    iface_explains(&mut verdicts);
+    verdicts.extend(virtual_ifaces(a, multi_host));
+    iface_explains(verdicts);
     let socket_conns = a.transports.keys().any(|k| k == "NET/Socket");
     if multi_host && (socket_conns || a.networks.contains("Socket")) {
         verdicts.push(derived(
@@ -613,27 +423,65 @@ pub(super) fn build(a: Analyzer) -> Report {
             ),
         ));
     }
-    // Warnings, one per host and cause (and HCA for GDR), with the ranks of each group
-    // gathered in one pass (a pass per group is quadratic on a log of many hosts).
+    verdicts.extend(gdr_one_direction(a));
+}
+
+/// Warnings, one per host and cause (and HCA for GDR), with the ranks of each group
+/// gathered in one pass (a pass per group is quadratic on a log of many hosts).
+fn warning_verdicts(ctx: &Ctx, warns: &[&Sighting]) -> Vec<Verdict> {
     type WarnGroup<'a> = (&'a str, Option<String>, Option<String>);
     let mut same: BTreeMap<WarnGroup, BTreeSet<u32>> = BTreeMap::new();
-    for o in warns.iter() {
+    for o in warns {
         let ranks = same.entry((o.cause, ctx.host_of(o), o.hca.clone())).or_default();
         ranks.extend(ctx.rank_of(o));
     }
     let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
     for s in warns {
         let key = (s.cause, ctx.host_of(s), s.hca.clone());
         if !seen.insert(key.clone()) {
             continue;
         }
-        let mut v = verdict(&ctx, s, Severity::Warn);
+        let mut v = verdict(ctx, s, Severity::Warn);
         let same = same.get(&key).cloned().unwrap_or_default();
         v.rank = same.iter().next().copied().or(v.rank);
         v.ranks = same.iter().skip(1).copied().collect();
-        verdicts.push(v);
+        out.push(v);
     }
+    out
+}
 
+pub(super) fn build(a: Analyzer) -> Report {
+    let ctx = context(&a);
+    let multi_host = ctx.host_ranks.keys().filter(|h| !h.is_empty()).count() > 1;
+    // What NCCL recovered from (plugin and transport init before it chose a network) is
+    // set apart: its trails are no failure, a plugin's own WARN a fallback warning.
+    let (fallbacks, trails) = recovered(&a);
+    let Sorted {
+        firsts,
+        mut warns,
+        timeouts,
+        knock,
+    } = sort_sightings(&a, &fallbacks);
+    let (firsts, same) = drop_quotes(&ctx, firsts.iter().collect());
+    let (mut verdicts, knock_ons) = failure_verdicts(&ctx, &firsts, &mut warns);
+    let mut knock_ons = knock + same + knock_ons;
+    if verdicts.is_empty() {
+        verdicts.extend(timeout_verdicts(&ctx, &timeouts));
+    } else {
+        knock_ons += timeouts.len() as u64;
+    }
+    // An error trail with no failure line at all (NCCL_DEBUG=WARN cut, or a WARN lost).
+    if let (true, Some(t)) = (verdicts.is_empty(), trails.first()) {
+        let mut t = (*t).clone();
+        t.cause = "unclassified_failure";
+        verdicts.push(verdict(&ctx, &t, Severity::Fail));
+    }
+    if let Some(v) = verdicts.first_mut() {
+        v.knock_ons = knock_ons;
+    }
+    log_verdicts(&a, multi_host, &mut verdicts);
+    verdicts.extend(warning_verdicts(&ctx, &warns));
     // Nothing NCCL printed: unknown, not "no failure" (issue 21).
     if verdicts.is_empty() && a.nccl_lines == 0 && a.versions.is_empty() {
         verdicts.push(derived(
@@ -649,6 +497,31 @@ pub(super) fn build(a: Analyzer) -> Report {
     rank_verdicts(&mut verdicts);
     let summary = summarise(&a, &ctx);
     Report { summary, verdicts }
+}
+
+/// Connections of one rank pair over the network that disagree on GPUDirect RDMA (the
+/// sender's `[send] via NET/IB/0/GDRDMA`, the receiver's `[receive] via NET/IB/0`): one
+/// warning for the log, naming the first such pair and counting the rest.
+fn gdr_one_direction(a: &Analyzer) -> Vec<Verdict> {
+    let mut pairs: BTreeMap<(u32, u32), (Option<&str>, Option<&str>)> = BTreeMap::new();
+    for (src, dst, via) in a.connections.keys().filter(|k| k.2.starts_with("NET/")) {
+        let e = pairs.entry((*src, *dst)).or_default();
+        if via.contains("GDRDMA") {
+            e.0.get_or_insert(via);
+        } else {
+            e.1.get_or_insert(via);
+        }
+    }
+    let mixed: Vec<_> = pairs.iter().filter_map(|(p, v)| Some((p, v.0?, v.1?))).collect();
+    let Some(((src, dst), on, off)) = mixed.first() else {
+        return Vec::new();
+    };
+    let more = match mixed.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more rank pair(s))"),
+    };
+    let line = format!("rank {src} -> rank {dst}: via {on} on one side, via {off} on the other{more}");
+    vec![derived("gdr_one_direction", Severity::Warn, line)]
 }
 
 /// Loopback and virtual interfaces (container, VM and CNI bridges, veths, overlays) NCCL
@@ -667,7 +540,10 @@ fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
                     None => continue,
                 }
             };
-            if out.iter().any(|v| v.host.as_deref() == Some(host) && v.device.as_deref() == Some(name)) {
+            if out
+                .iter()
+                .any(|v| v.host.as_deref() == Some(host) && v.device.as_deref() == Some(name))
+            {
                 continue;
             }
             // One host: a single-node job works over them; across hosts a host-local
@@ -684,7 +560,9 @@ fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
             };
             let mut v = derived(cause, severity, line);
             if cause == "socket_iface_virtual" && kind == Kind::Overlay {
-                v.meaning = explain("socket_iface_overlay").0.to_string();
+                let (m, n) = causes::explain(cause, Some("overlay"));
+                v.meaning = m.to_string();
+                v.next = n.to_string();
             }
             v.host = Some(host.clone());
             v.device = Some(name.to_string());
@@ -706,13 +584,12 @@ fn iface_explains(verdicts: &mut Vec<Verdict>) {
     };
     let mut i = 0;
     while i < verdicts.len() {
-        if verdicts[i].cause != "socket_connect_failed" {
-            i += 1;
-            continue;
-        }
+        let cause = verdicts[i].cause.clone();
         let sc = scope(&verdicts[i]);
         let root = verdicts.iter().position(|v| {
-            matches!(v.cause.as_str(), "socket_iface_loopback" | "socket_iface_virtual")
+            let e = causes::of(&v.cause).explains;
+            e.scope == Scope::Iface
+                && e.causes.contains(&cause.as_str())
                 && (v.severity == Severity::Fail || (sc.is_some() && v.device == sc))
         });
         let Some(r) = root else {
@@ -747,7 +624,8 @@ fn annotate(a: &Analyzer, v: &mut Verdict) {
     }
     if (v.cause.starts_with("topology_file") || v.cause == "graph_file_error") && !a.topo_files.is_empty() {
         let said: Vec<&str> = a.topo_files.iter().map(String::as_str).collect();
-        v.meaning.push_str(&format!("; the log says: {}", said.join("; ")));
+        v.meaning
+            .push_str(&format!("; the log says: {}", said.join("; ")));
     }
 }
 
@@ -791,15 +669,28 @@ fn fill_next(ctx: &Ctx, v: &mut Verdict) {
         (None, Some(b)) => format!("{b} and the other host"),
         (None, None) => "both hosts".into(),
     };
-    let all: Vec<&str> = ctx.host_ranks.keys().map(String::as_str).filter(|h| !h.is_empty()).collect();
-    let all = if all.is_empty() { "each host".to_string() } else { host_list(&all) };
+    let all: Vec<&str> = ctx
+        .host_ranks
+        .keys()
+        .map(String::as_str)
+        .filter(|h| !h.is_empty())
+        .collect();
+    let all = if all.is_empty() {
+        "each host".to_string()
+    } else {
+        host_list(&all)
+    };
     let mut sus: Vec<&str> = v
         .suspects
         .iter()
         .filter_map(|r| ctx.rank_host.get(r).map(String::as_str))
         .collect();
     sus.dedup();
-    let suspects = if sus.is_empty() { "the suspects' hosts".to_string() } else { host_list(&sus) };
+    let suspects = if sus.is_empty() {
+        "the suspects' hosts".to_string()
+    } else {
+        host_list(&sus)
+    };
     let topo = said_file(ctx.a, "NCCL_TOPO_FILE");
     let xmllint = match topo {
         Some(f) => format!("`xmllint --noout {f}`"),
@@ -810,7 +701,9 @@ fn fill_next(ctx: &Ctx, v: &mut Verdict) {
         None => "check that the NCCL_TOPO_FILE path exists".into(),
     };
     let origin = match said_file(ctx.a, "NCCL_GRAPH_FILE") {
-        Some(f) => format!("{f}: the environment, /etc/nccl.conf or ~/.nccl.conf, all of which NCCL reports as set by environment"),
+        Some(f) => format!(
+            "{f}: the environment, /etc/nccl.conf or ~/.nccl.conf, all of which NCCL reports as set by environment"
+        ),
         None => "the environment, /etc/nccl.conf or ~/.nccl.conf".into(),
     };
     v.next = v
@@ -829,7 +722,9 @@ fn fill_next(ctx: &Ctx, v: &mut Verdict) {
 /// (it never outranks a named cause), carrying its knock-on count to the new first.
 fn rank_verdicts(verdicts: &mut [Verdict]) {
     let key = |v: &Verdict| (std::cmp::Reverse(v.severity), v.cause == "unclassified_failure");
-    let before = verdicts.first().map(|v| (v.cause.clone(), v.line_no, v.file.clone()));
+    let before = verdicts
+        .first()
+        .map(|v| (v.cause.clone(), v.line_no, v.file.clone()));
     verdicts.sort_by_key(key);
     let moved = verdicts
         .first()
@@ -861,7 +756,11 @@ fn describe(v: &Verdict) -> String {
     if let Some(s) = v.status {
         w.push(format!("status {s}"));
     }
-    if w.is_empty() { String::new() } else { format!(" on {}", w.join(" ")) }
+    if w.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", w.join(" "))
+    }
 }
 
 /// A sighting before its process chose a network (`Using network X`), from plugin or
@@ -876,7 +775,7 @@ fn before_network(a: &Analyzer, s: &Sighting) -> bool {
 
 /// A WARN from a network plugin's or transport's init that NCCL recovered from.
 fn recovered_warn(a: &Analyzer, s: &Sighting) -> bool {
-    (s.cause.starts_with("net_plugin") || s.cause == "unclassified_failure")
+    ((s.cause.starts_with("net_plugin") && hard(s.cause)) || s.cause == "unclassified_failure")
         && plugin_of(&s.line).is_some()
         && before_network(a, s)
 }
@@ -919,29 +818,9 @@ impl Root<'_> {
         self.knock.iter().any(|k| std::ptr::eq(*k, s))
     }
     fn is_root_of(&self, ctx: &Ctx, v: &Verdict) -> bool {
-        v.cause == self.root.cause
-            && v.host == ctx.host_of(self.root)
-            && v.device == ctx.device_of(self.root)
+        v.cause == self.root.cause && v.host == ctx.host_of(self.root) && v.device == ctx.device_of(self.root)
     }
 }
-
-/// What a completion error reports: the peer or the fabric under it failed.
-const COMPLETION: &[&str] = &[
-    "ib_retry_exceeded",
-    "ib_rnr_retry_exceeded",
-    "ib_remote_access",
-    "ib_remote_op",
-    "ib_completion_error",
-];
-
-/// Causes of a process's own that end it (its peers then see completion errors).
-const OWN: &[&str] = &[
-    "cuda_error",
-    "cuda_oom",
-    "system_error",
-    "shm_alloc_failed",
-    "duplicate_gpu",
-];
 
 /// Earlier in the same input (or in another input, whose order is unknown: the event
 /// still explains the errors of the job).
@@ -949,63 +828,52 @@ fn earlier(a: &Sighting, b: &Sighting) -> bool {
     a.file != b.file || a.line_no < b.line_no
 }
 
+/// The earlier events that explain later failures, by the registry's `explains`: in the
+/// order of scopes below (a port or device event under the fabric first, then a GID table
+/// change on a host, then a process that failed first for a reason of its own), each
+/// failure explained once.
 fn explained<'a>(ctx: &Ctx, hard: &[&'a Sighting], warns: &[&'a Sighting]) -> Vec<Root<'a>> {
     let mut roots: Vec<Root> = Vec::new();
-    let completions: Vec<&Sighting> = hard
-        .iter()
-        .copied()
-        .filter(|s| COMPLETION.contains(&s.cause))
-        .collect();
-    let taken = |roots: &Vec<Root>, c: &Sighting| roots.iter().any(|r| r.explains(c));
-    // A port or device event: every later completion error of the job follows from it.
-    for r in hard
-        .iter()
-        .copied()
-        .filter(|s| matches!(s.cause, "ib_port_error" | "ib_device_fatal" | "ib_async_error"))
-    {
-        let knock: Vec<&Sighting> = completions
-            .iter()
-            .copied()
-            .filter(|c| earlier(r, c) && !taken(&roots, c))
-            .collect();
-        if !knock.is_empty() {
-            roots.push(Root { root: r, promoted: None, knock });
-        }
-    }
-    // A GID table change on a host: its later completion or QP errors, and its peers'.
-    for g in warns.iter().copied().filter(|s| s.cause == "ib_gid_change") {
-        let host = ctx.host_of(g);
-        let knock: Vec<&Sighting> = hard
-            .iter()
-            .copied()
-            .filter(|c| COMPLETION.contains(&c.cause) || c.cause == "ib_modify_qp_failed")
-            .filter(|c| {
-                let peer = ctx.peer_of(c).and_then(|p| p.host);
-                host.is_some() && (ctx.host_of(c) == host || peer == host)
-            })
-            .filter(|c| earlier(g, c) && !taken(&roots, c))
-            .collect();
-        if !knock.is_empty() {
-            roots.push(Root { root: g, promoted: Some(g), knock });
-        }
-    }
-    // A peer that failed first for a reason of its own: the completion errors towards it.
-    for o in hard.iter().copied().filter(|s| OWN.contains(&s.cause)) {
-        let Some(host) = ctx.host_of(o) else { continue };
-        let knock: Vec<&Sighting> = completions
-            .iter()
-            .copied()
-            .filter(|c| ctx.peer_of(c).and_then(|p| p.host).as_deref() == Some(host.as_str()))
-            .filter(|c| earlier(o, c) && !taken(&roots, c))
-            .collect();
-        if !knock.is_empty() {
-            roots.push(Root { root: o, promoted: None, knock });
+    for scope in [Scope::Job, Scope::HostOrPeer, Scope::PeerIsHost] {
+        let candidates = hard.iter().chain(warns.iter()).copied().filter(|s| {
+            let e = causes::of(s.cause).explains;
+            e.scope == scope && !e.causes.is_empty()
+        });
+        for r in candidates {
+            let knock: Vec<&Sighting> = hard
+                .iter()
+                .copied()
+                .filter(|c| causes::of(r.cause).explains.causes.contains(&c.cause))
+                .filter(|c| in_scope(ctx, scope, r, c))
+                .filter(|c| earlier(r, c) && !roots.iter().any(|x| x.explains(c)))
+                .collect();
+            if !knock.is_empty() {
+                let promoted = warning(r.cause).then_some(r);
+                roots.push(Root {
+                    root: r,
+                    promoted,
+                    knock,
+                });
+            }
         }
     }
     roots
 }
 
-fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
+/// `c` is where `scope` lets root `r` explain it.
+fn in_scope(ctx: &Ctx, scope: Scope, r: &Sighting, c: &Sighting) -> bool {
+    let host = ctx.host_of(r);
+    let peer = || ctx.peer_of(c).and_then(|p| p.host);
+    match scope {
+        Scope::Job => true,
+        Scope::HostOrPeer => host.is_some() && (ctx.host_of(c) == host || peer() == host),
+        Scope::PeerIsHost => host.is_some() && peer() == host,
+        Scope::Iface => false,
+    }
+}
+
+/// A summary line per host the log names: its ranks, interfaces, HCAs and GDR.
+fn host_summaries(a: &Analyzer, ctx: &Ctx) -> Vec<HostSummary> {
     let mut hosts: Vec<HostSummary> = Vec::new();
     let names: BTreeSet<&String> = ctx
         .host_ranks
@@ -1053,6 +921,11 @@ fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
                 .collect(),
         });
     }
+    hosts
+}
+
+fn summarise(a: &Analyzer, ctx: &Ctx) -> Summary {
+    let hosts = host_summaries(a, ctx);
     Summary {
         inputs: a.inputs.clone(),
         bytes: a.bytes,

@@ -1,0 +1,385 @@
+//! The cause registry (`src/nccl_log/causes.rs`, issue 44): every entry complete, every
+//! cause id used anywhere (the verdicts of every corpus log, the code, the tests' assertions,
+//! docs/probes.md) has an entry, the generated cause table in docs/probes.md is current, and
+//! no function of `src/nccl_log` needs scrolling.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use fabprobe::finding::Severity;
+use fabprobe::nccl_log::Analyzer;
+use fabprobe::nccl_log::causes::{self, CAUSES, Read, Seen};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn is_id(w: &str) -> bool {
+    w.contains('_')
+        && w.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && w.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+#[test]
+fn every_entry_has_every_part() {
+    let mut ids = BTreeSet::new();
+    for c in CAUSES {
+        assert!(is_id(c.id), "{}: not an id", c.id);
+        assert!(ids.insert(c.id), "{}: two entries", c.id);
+        for (part, text) in [("about", c.about), ("meaning", c.meaning), ("next", c.next)] {
+            assert!(text.trim().len() > 10, "{}: no {part}", c.id);
+        }
+        assert!(c.severity != Severity::Pass, "{}: a cause is never a pass", c.id);
+        match c.seen {
+            Seen::Texts(sets) => {
+                assert!(!sets.is_empty() && c.read != Read::Derived, "{}: no text", c.id);
+                for set in sets {
+                    assert!(
+                        !set.is_empty() && set.iter().all(|k| !k.trim().is_empty()),
+                        "{}: an empty text",
+                        c.id
+                    );
+                }
+            }
+            Seen::Derived(what) => assert!(
+                c.read == Read::Derived && what.len() > 10,
+                "{}: derived from what",
+                c.id
+            ),
+        }
+        for k in c.explains.causes {
+            assert!(
+                causes::get(k).is_some(),
+                "{}: explains {k}, which has no entry",
+                c.id
+            );
+        }
+        // A fabprobe command in `next` is in backticks, so it pastes (every corpus verdict's
+        // filled-in step is parsed by tests/nccl_log_threads.rs).
+        let bare = c.next.split('`').step_by(2).any(|t| t.contains("fabprobe "));
+        assert!(
+            !bare,
+            "{}: a fabprobe command outside backticks: {}",
+            c.id, c.next
+        );
+    }
+    for (id, variant, m, n) in causes::VARIANTS {
+        assert!(
+            causes::get(id).is_some() && !variant.is_empty() && !m.is_empty() && !n.is_empty(),
+            "{id}/{variant}"
+        );
+    }
+}
+
+/// The cause ids of every report of every corpus log.
+fn corpus_causes() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in fs::read_dir(root().join("tests/data/nccl-logs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let mut a = Analyzer::new();
+        a.read(&p.display().to_string(), fs::File::open(&p).unwrap())
+            .unwrap();
+        out.extend(a.finish().verdicts.into_iter().map(|v| v.cause));
+    }
+    out
+}
+
+/// String literals in `text` that follow one of `marks` (`cause: "`, `plain("`).
+fn literals_after<'a>(text: &'a str, marks: &[&str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for m in marks {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(m) {
+            let at = from + i + m.len();
+            from = at;
+            let end = text[at..].find('"').map_or(at, |e| at + e);
+            out.push(&text[at..end]);
+        }
+    }
+    out.into_iter().filter(|w| is_id(w)).collect()
+}
+
+#[test]
+fn every_cause_id_used_anywhere_has_an_entry() {
+    let mut missing = Vec::new();
+    for c in corpus_causes() {
+        if causes::get(&c).is_none() {
+            missing.push(format!("a corpus verdict: {c}"));
+        }
+    }
+    // Where the code and the tests name a cause.
+    let code_marks = [
+        "cause: \"",
+        "cause == \"",
+        "cause != \"",
+        "fail(\"",
+        "derived(\"",
+        "of(\"",
+        "get(\"",
+        "explain(\"",
+    ];
+    let test_marks = ["plain(\"", "s(\"", "cause: \"", "cause == \"", "fail(\""];
+    let mut files: Vec<(String, &[&str])> = Vec::new();
+    for e in fs::read_dir(root().join("src/nccl_log")).unwrap() {
+        files.push((e.unwrap().path().display().to_string(), &code_marks));
+    }
+    for e in fs::read_dir(root().join("tests")).unwrap() {
+        let p = e.unwrap().path().display().to_string();
+        if p.contains("nccl_log") && p.ends_with(".rs") {
+            files.push((p, &test_marks));
+        }
+    }
+    let fields = [
+        "nccl_result",
+        "error_trail",
+        "vendor_err",
+        "local_gid",
+        "remote_gid",
+        "knock_ons",
+    ];
+    for (f, marks) in files {
+        let text = fs::read_to_string(&f).unwrap();
+        for w in literals_after(&text, marks) {
+            if causes::get(w).is_none() && !fields.contains(&w) && !w.starts_with("ncc") {
+                missing.push(format!("{f}: {w}"));
+            }
+        }
+    }
+    // docs/probes.md's nccl-log section names causes in backticks.
+    let doc = fs::read_to_string(root().join("docs/probes.md")).unwrap();
+    let from = doc
+        .find("## `fabprobe nccl-env` and `fabprobe nccl-log`")
+        .unwrap();
+    let section = &doc[from..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    // The generated table (checked whole below) quotes the texts NCCL prints, not ids.
+    let section = match (section.find(BEGIN), section.find(END)) {
+        (Some(a), Some(b)) if a < b => format!("{}{}", &section[..a], &section[b..]),
+        _ => section.to_string(),
+    };
+    let json_fields = [
+        "nccl_result",
+        "vendor_err",
+        "local_gid",
+        "remote_gid",
+        "knock_ons",
+        "nccl_lines",
+        "line_no",
+        "socket_interfaces",
+        "ring_sample",
+        "world_size",
+        "nccl_versions",
+        "full_path",
+        "unrecognised_lines",
+    ];
+    // Not causes: kernel and driver names the section cites; test names (five or more
+    // words) and device names (digits) are not ids either.
+    let others = ["nv_mem_nc", "sched_autogroup_enabled"];
+    let cause_shaped =
+        |w: &&str| is_id(w) && w.matches('_').count() < 5 && !w.contains(|c: char| c.is_ascii_digit());
+    for w in section.split('`').skip(1).step_by(2).filter(cause_shaped) {
+        if causes::get(w).is_none()
+            && !json_fields.contains(&w)
+            && !others.contains(&w)
+            && !w.starts_with("nccl_")
+        {
+            missing.push(format!("docs/probes.md: {w}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cause ids without a registry entry:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The man page (generated from `--help`, itself from the registry) lists every cause.
+#[test]
+fn the_man_page_lists_every_cause() {
+    let man = fs::read_to_string(root().join("man/fabprobe-nccl-log.1")).unwrap();
+    for c in CAUSES {
+        assert!(
+            man.contains(&c.id.replace('_', "\\_")) || man.contains(c.id),
+            "man page lacks {}",
+            c.id
+        );
+    }
+}
+
+const BEGIN: &str = "<!-- nccl-log causes: generated from src/nccl_log/causes.rs -->\n";
+const END: &str = "<!-- end of nccl-log causes -->";
+
+/// docs/probes.md's cause table is the registry's (FABPROBE_UPDATE_DOCS=1 rewrites it).
+#[test]
+fn the_doc_cause_table_is_current() {
+    let path = root().join("docs/probes.md");
+    let doc = fs::read_to_string(&path).unwrap();
+    let a = doc.find(BEGIN).expect("docs/probes.md: no cause table marker") + BEGIN.len();
+    let b = a + doc[a..].find(END).expect("docs/probes.md: no end marker");
+    let want = causes::doc_table();
+    if std::env::var_os("FABPROBE_UPDATE_DOCS").is_some() {
+        fs::write(&path, format!("{}{want}{}", &doc[..a], &doc[b..])).unwrap();
+        return;
+    }
+    assert!(
+        doc[a..b] == want,
+        "docs/probes.md's cause table is stale; run: FABPROBE_UPDATE_DOCS=1 cargo test --test nccl_log_registry"
+    );
+}
+
+/// The longest a function of `src/nccl_log` may be (its signature to its closing brace).
+const MAX_FN_LINES: usize = 80;
+
+/// Files whose long functions are not split yet: `mod.rs` (`Analyzer::apply`, 173 lines) is
+/// edited in parallel by the flight-recorder work (issue 43) and is split after it lands.
+const LONG_FNS_PENDING: &[&str] = &["src/nccl_log/mod.rs"];
+
+/// `text` with comments, strings and char literals blanked (newlines kept), so that braces
+/// count only as code.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let blank =
+        |out: &mut Vec<u8>, s: &[u8]| out.extend(s.iter().map(|&c| if c == b'\n' { c } else { b' ' }));
+    while i < b.len() {
+        let rest = &b[i..];
+        let prev_ident = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        let end = if rest.starts_with(b"//") {
+            i + rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
+        } else if rest.starts_with(b"/*") {
+            i + 2
+                + rest[2..]
+                    .windows(2)
+                    .position(|w| w == b"*/")
+                    .map_or(rest.len() - 2, |p| p + 2)
+        } else if !prev_ident
+            && (rest.starts_with(b"r\"") || rest.starts_with(b"r#") || rest.starts_with(b"br"))
+        {
+            let start = if rest[0] == b'b' { 2 } else { 1 };
+            let hashes = rest[start..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(start + hashes) != Some(&b'"') {
+                i + 1
+            } else {
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                let body = start + hashes + 1;
+                i + body
+                    + rest[body..]
+                        .windows(close.len())
+                        .position(|w| w == close)
+                        .map_or(rest.len() - body, |p| p + close.len())
+            }
+        } else if rest[0] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            i + (j + 1).min(rest.len())
+        } else if rest[0] == b'\'' {
+            // A char literal ('x', '\n', '\'', 'é'), not a lifetime ('a).
+            let len = match rest.get(1) {
+                Some(b'\\') => rest.iter().skip(3).position(|&c| c == b'\'').map(|p| p + 4),
+                Some(&c) if c >= 0x80 => rest
+                    .iter()
+                    .skip(1)
+                    .take(5)
+                    .position(|&c| c == b'\'')
+                    .map(|p| p + 2),
+                Some(_) if rest.get(2) == Some(&b'\'') => Some(3),
+                _ => None,
+            };
+            len.map_or(i + 1, |n| i + n)
+        } else {
+            i + 1
+        };
+        if end == i + 1 {
+            out.push(b[i]);
+        } else {
+            blank(&mut out, &b[i..end]);
+        }
+        i = end;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Each `fn` with a body in `text` before its `#[cfg(test)]` module: (name, first line,
+/// lines), brace-matched on the code alone.
+fn fn_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(text);
+    let tests_at = code.find("#[cfg(test)]\nmod ").unwrap_or(code.len());
+    let b = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = code[from..tests_at].find("fn ") {
+        let at = from + p;
+        from = at + 3;
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // The body's brace: the first `{` outside the signature's brackets; a `;` first is a
+        // declaration without a body.
+        let (mut depth, mut k) = (0i32, at + 3);
+        while k < b.len() {
+            match b[k] {
+                b'(' | b'[' | b'<' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'>' if b[k - 1] != b'-' => depth -= 1,
+                b';' if depth <= 0 => break,
+                b'{' if depth <= 0 => break,
+                _ => {}
+            }
+            k += 1;
+        }
+        if k >= b.len() || b[k] != b'{' {
+            continue;
+        }
+        let mut braces = 0;
+        let mut end = k;
+        for (j, &c) in b.iter().enumerate().skip(k) {
+            braces += (c == b'{') as i32 - (c == b'}') as i32;
+            if braces == 0 {
+                end = j;
+                break;
+            }
+        }
+        let first = line_of(at);
+        out.push((name, first, line_of(end) - first + 1));
+    }
+    out
+}
+
+#[test]
+fn no_nccl_log_function_needs_scrolling() {
+    let mut long = Vec::new();
+    let mut fns = 0;
+    for e in fs::read_dir(root().join("src/nccl_log")).unwrap() {
+        let p = e.unwrap().path();
+        let rel = p.strip_prefix(root()).unwrap().display().to_string();
+        if rel.ends_with("_tests.rs")
+            || p.extension().is_none_or(|x| x != "rs")
+            || LONG_FNS_PENDING.contains(&rel.as_str())
+        {
+            continue;
+        }
+        for (name, line, n) in fn_lengths(&fs::read_to_string(&p).unwrap()) {
+            fns += 1;
+            if n > MAX_FN_LINES {
+                long.push(format!("{rel}:{line} {name}: {n} lines"));
+            }
+        }
+    }
+    assert!(fns > 60, "only {fns} functions found");
+    assert!(long.is_empty(), "over {MAX_FN_LINES} lines:\n{}", long.join("\n"));
+}
