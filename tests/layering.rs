@@ -299,4 +299,7 @@ fn fn_lengths_match_braces_in_code_only() {
         fnlen::fn_lengths(t),
         [("a".to_string(), 1, 5), ("b".to_string(), 6, 6)]
     );
+    // A test-only file declared above the code does not end the code.
+    let t = "#[cfg(test)]\nmod helpers;\nfn long() {\n    x();\n}\n";
+    assert_eq!(fnlen::fn_lengths(t), [("long".to_string(), 3, 3)]);
 }

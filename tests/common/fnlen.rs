@@ -75,7 +75,12 @@ pub fn code_only(text: &str) -> String {
 /// lines), brace-matched on the code alone.
 pub fn fn_lengths(text: &str) -> Vec<(String, usize, usize)> {
     let code = code_only(text);
-    let tests_at = code.find("#[cfg(test)]\nmod ").unwrap_or(code.len());
+    // The inline test module (`mod tests {`), not a test-only file declared `mod x;` above.
+    let tests_at = code
+        .match_indices("#[cfg(test)]\nmod ")
+        .map(|(i, _)| i)
+        .find(|&i| code[i..].lines().nth(1).is_some_and(|l| l.trim_end().ends_with('{')))
+        .unwrap_or(code.len());
     let b = code.as_bytes();
     let line_of = |at: usize| code[..at].matches('\n').count() + 1;
     let mut out = Vec::new();
