@@ -1,11 +1,12 @@
 //! `fabprobe nccl-log FILE... | DIR | -`: summary and root-cause verdicts from NCCL logs.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
 
 use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit};
-use crate::nccl_log::Analyzer;
+use crate::nccl_log::{Analyzer, flight};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
@@ -124,10 +125,11 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
     }
     let mut an = Analyzer::new();
+    // Flight-recorder dumps among the inputs, told apart by their first bytes (issue 43).
+    let mut job = flight::Job::new();
     for p in &a.inputs {
         if p.as_os_str() == "-" {
-            an.read("-", std::io::stdin().lock())
-                .map_err(|e| cannot("read", p, e))?;
+            read_input(&mut an, &mut job, "-", std::io::stdin().lock()).map_err(|e| cannot("read", p, e))?;
             continue;
         }
         let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
@@ -141,17 +143,16 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                an.read(&f.display().to_string(), fh)
-                    .map_err(|e| cannot("read", &f, e))?;
+                read_input(&mut an, &mut job, &f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
             }
         } else {
             g.log(1, format!("reading {}", p.display()));
             let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
-            an.read(&p.display().to_string(), fh)
-                .map_err(|e| cannot("read", p, e))?;
+            read_input(&mut an, &mut job, &p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
         }
     }
-    let report = an.finish();
+    let mut report = an.finish();
+    let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
     let findings = crate::render::nccl_log::findings(&report);
     let text = match fmt {
         Format::Json => {
@@ -161,9 +162,16 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 captured_at: None,
                 source: report.summary.inputs.join(","),
             };
-            Envelope::new("nccl-log", host, &report, &findings).to_json()
+            let data = flight::JobReport { log: &report, flight_recorder: fr.as_ref() };
+            Envelope::new("nccl-log", host, &data, &findings).to_json()
         }
-        _ => crate::render::nccl_log::table(&report),
+        _ => {
+            let mut t = crate::render::nccl_log::table(&report);
+            if let Some(fr) = &fr {
+                t.push_str(&crate::render::nccl_log_flight::section(fr));
+            }
+            t
+        }
     };
     emit(&text)?;
     // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
@@ -172,4 +180,21 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Unknown);
     }
     Ok(Outcome::from_findings(&findings))
+}
+
+/// One input: a flight-recorder dump (by its first bytes) goes to the job's dumps, anything
+/// else to the log reader. A dump that cannot be decoded is named and skipped (the error is
+/// kept in the job), never fatal to the rest.
+fn read_input<R: std::io::Read>(an: &mut Analyzer, job: &mut flight::Job, name: &str, mut r: R) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(4096);
+    (&mut r).take(4096).read_to_end(&mut head)?;
+    match flight::sniff(&head) {
+        Some(kind) => {
+            r.read_to_end(&mut head)?;
+            // The job keeps the error (job.unreadable): it is reported, not fatal.
+            let _ = job.add(name, kind, &head);
+            Ok(())
+        }
+        None => an.read(name, std::io::Cursor::new(head).chain(r)),
+    }
 }
