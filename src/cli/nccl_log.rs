@@ -13,7 +13,8 @@ use crate::render::{Envelope, HostInfo};
 #[command(after_long_help = NCCL_LOG_HELP)]
 pub struct NcclLogArgs {
     /// Log files, a directory of them (read in name order, not recursively), or `-` for
-    /// stdin. Files may be one per rank or one combined job log.
+    /// stdin. Files may be one per rank or one combined job log, and PyTorch
+    /// flight-recorder dumps (told apart by their content).
     #[arg(required = true, value_name = "FILE|DIR|-")]
     pub inputs: Vec<PathBuf>,
 }
@@ -32,6 +33,34 @@ cut into chunks of whole lines that every core reads in parallel, merged in inpu
 the answer one pass gives, in bounded memory (lines longer than 64 KiB are cut). A line no
 rule understands is counted, never fatal.
 --root does not apply.
+
+FLIGHT RECORDER
+  PyTorch's flight-recorder dumps (TORCH_FR_BUFFER_SIZE; one per rank, written on a watchdog
+  timeout or on demand: pickle, or JSON from _dump_fr_trace_json) are read among the inputs,
+  a job's directory holding logs and dumps included: a dump is recognised by its content (a
+  pickle's protocol 2-5 header, or a JSON object with the recorder's keys), never by its
+  name; its rank is the number its name ends with, as PyTorch's writer names it
+  (nccl_trace_rank_N). Dump versions 1.x and 2.x (2.2 in torch 2.4 to 2.10 and later), NCCL
+  and Gloo. A dump that cannot be decoded is named with the field (not judged, never taken
+  for a dead rank); the rest is read. Per process group (name and members, from pg_config,
+  else the world for the default group, else the ranks whose dumps hold it), each verdict
+  blames exactly the ranks the records show, with the sequence number, each rank's call and
+  the ranks waiting (knock-ons, not causes):
+    fr_collective_mismatch   at one sequence number the ranks called different collectives
+                             (op, sizes or dtype): the ranks outside the largest agreeing
+                             set; a rank that left no dump after it is a knock-on
+    fr_p2p_mismatch          a pending send/recv whose peer is not pending the matching op
+                             and is not busy elsewhere
+    fr_rank_not_entered      members behind the sequence number the others wait in, with
+                             where they were last seen
+    fr_rank_no_dump          members with no dump while the others wait (died or killed);
+                             what the NCCL log says of them is joined
+    fr_all_entered_none_completed  every member entered, none completed, on a backend that
+                             tracks completion (NCCL; Gloo does not): the fabric or NCCL; next
+                             is `fabprobe ring` across exactly their hosts
+    fr_buffer_wrapped        (unknown) a rank's buffer wrapped before the wait: not judged
+  The dumps' verdicts come first; the log's collective timeouts become their knock-ons; the
+  log's rank -> host map names every rank's host.
 
 SUMMARY
   NCCL versions per host, hosts, ranks and local ranks, ring and tree channels, NCCL's
@@ -109,6 +138,16 @@ JSON DATA (fabprobe.nccl-log)
      \"vendor_err\", \"file\", \"line_no\", \"line\", \"meaning\", \"next\", \"seq\", \"op\",
      \"suspects\", \"knock_ons\", \"explains\", \"nccl_result\", \"errno\"}]}
   seq, op, suspects, explains, nccl_result and errno are left out when absent.
+  With flight-recorder dumps among the inputs, also
+  \"flight_recorder\": {\"dumps\": [{\"rank\", \"file\", \"format\", \"version\",
+     \"entries\", \"wrapped\", \"tracks_completion\", \"last\": call}],
+   \"groups\": [{\"name\", \"desc\", \"ranks\", \"members_from\"}],
+   \"verdicts\": [{\"cause\", \"severity\", \"ranks\", \"group\", \"group_desc\",
+     \"members\", \"seq\", \"op\", \"calls\": [{\"ranks\", \"count\", \"call\",
+     \"state\"}], \"waiting\", \"knock_ons\", \"log_says\", \"hosts\": {rank: host},
+     \"meaning\", \"next\", \"file\"}], \"notes\"}
+  where a call is {\"group\", \"seq\", \"p2p\", \"op\", \"input_sizes\",
+  \"input_dtypes\", \"output_sizes\", \"output_dtypes\", \"state\"}.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
@@ -143,7 +182,8 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                read_input(&mut an, &mut job, &f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
+                read_input(&mut an, &mut job, &f.display().to_string(), fh)
+                    .map_err(|e| cannot("read", &f, e))?;
             }
         } else {
             g.log(1, format!("reading {}", p.display()));
@@ -162,7 +202,10 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 captured_at: None,
                 source: report.summary.inputs.join(","),
             };
-            let data = flight::JobReport { log: &report, flight_recorder: fr.as_ref() };
+            let data = flight::JobReport {
+                log: &report,
+                flight_recorder: fr.as_ref(),
+            };
             Envelope::new("nccl-log", host, &data, &findings).to_json()
         }
         _ => {
@@ -185,7 +228,12 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
 /// One input: a flight-recorder dump (by its first bytes) goes to the job's dumps, anything
 /// else to the log reader. A dump that cannot be decoded is named and skipped (the error is
 /// kept in the job), never fatal to the rest.
-fn read_input<R: std::io::Read>(an: &mut Analyzer, job: &mut flight::Job, name: &str, mut r: R) -> std::io::Result<()> {
+fn read_input<R: std::io::Read>(
+    an: &mut Analyzer,
+    job: &mut flight::Job,
+    name: &str,
+    mut r: R,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(4096);
     (&mut r).take(4096).read_to_end(&mut head)?;
     match flight::sniff(&head) {

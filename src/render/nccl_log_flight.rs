@@ -8,25 +8,42 @@ pub fn section(fr: &FlightReport) -> String {
     let mut s = String::from("\nFLIGHT RECORDER\n");
     let mut versions: std::collections::BTreeMap<(&str, &str), Vec<u32>> = Default::default();
     for d in &fr.dumps {
-        versions.entry((d.version.as_str(), d.format)).or_default().push(d.rank);
+        versions
+            .entry((d.version.as_str(), d.format))
+            .or_default()
+            .push(d.rank);
     }
     for ((v, f), ranks) in &versions {
         s.push_str(&format!("  dumps: rank {} (version {v}, {f})\n", span(ranks)));
     }
     let wrapped: Vec<u32> = fr.dumps.iter().filter(|d| d.wrapped).map(|d| d.rank).collect();
     if !wrapped.is_empty() {
-        s.push_str(&format!("  buffer wrapped (older entries dropped): rank {}\n", span(&wrapped)));
+        s.push_str(&format!(
+            "  buffer wrapped (older entries dropped): rank {}\n",
+            span(&wrapped)
+        ));
     }
     for v in &fr.verdicts {
         s.push_str(&verdict(v));
     }
     if fr.verdicts.is_empty() {
-        s.push_str("  no verdict: every group's members reached the same sequence number with the same calls\n");
+        s.push_str(
+            "  no verdict: every group's members reached the same sequence number with the same calls\n",
+        );
     }
     s.push_str("  process groups:\n");
     for g in &fr.groups {
-        let desc = if g.desc.is_empty() { String::new() } else { format!(" ({})", g.desc) };
-        s.push_str(&format!("    {}{desc}: rank {} (members from {})\n", g.name, span(&g.ranks), g.members_from));
+        let desc = if g.desc.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", g.desc)
+        };
+        s.push_str(&format!(
+            "    {}{desc}: rank {} (members from {})\n",
+            g.name,
+            span(&g.ranks),
+            g.members_from
+        ));
     }
     for n in &fr.notes {
         s.push_str(&text::wrap("  note: ", n, 8));
@@ -36,7 +53,11 @@ pub fn section(fr: &FlightReport) -> String {
 
 fn verdict(v: &FlightVerdict) -> String {
     let mut s = format!("  {} {}", v.severity.as_str().to_uppercase(), v.cause);
-    let desc = if v.group_desc.is_empty() { String::new() } else { format!(" ({})", v.group_desc) };
+    let desc = if v.group_desc.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", v.group_desc)
+    };
     s.push_str(&format!(": group {}{desc} [{}]", v.group, span(&v.members)));
     if let Some(q) = v.seq {
         s.push_str(&format!(" seq {q}"));
@@ -46,8 +67,16 @@ fn verdict(v: &FlightVerdict) -> String {
     }
     s.push('\n');
     for c in &v.calls {
-        let more = if c.count as usize > c.ranks.len() { format!(" (and {} more)", c.count as usize - c.ranks.len()) } else { String::new() };
-        s.push_str(&text::wrap(&format!("    rank {}{more}: ", span(&c.ranks)), &format!("{} [{}]", c.call, c.state.as_str()), 6));
+        let more = if c.count as usize > c.ranks.len() {
+            format!(" (and {} more)", c.count as usize - c.ranks.len())
+        } else {
+            String::new()
+        };
+        s.push_str(&text::wrap(
+            &format!("    rank {}{more}: ", span(&c.ranks)),
+            &format!("{} [{}]", c.call, c.state.as_str()),
+            6,
+        ));
     }
     if !v.waiting.is_empty() {
         s.push_str(&format!("    waiting (knock-on): rank {}\n", span(&v.waiting)));

@@ -72,7 +72,12 @@ pub fn judge(job: &Job, hosts: &BTreeMap<u32, String>) -> FlightReport {
     }
     verdicts.sort_by_key(|v| (std::cmp::Reverse(v.severity), rank_of(v.cause)));
     let mut notes = Vec::new();
-    let untracked: Vec<u32> = job.dumps().values().filter(|d| !d.tracks_completion).map(|d| d.rank).collect();
+    let untracked: Vec<u32> = job
+        .dumps()
+        .values()
+        .filter(|d| !d.tracks_completion)
+        .map(|d| d.rank)
+        .collect();
     if !untracked.is_empty() {
         notes.push(format!(
             "rank {}: no entry moved past scheduled (Gloo's recorder does not track completion): whether the last collective completed is not judged",
@@ -83,7 +88,9 @@ pub fn judge(job: &Job, hosts: &BTreeMap<u32, String>) -> FlightReport {
         notes.push(format!("not judged: {e}"));
     }
     for f in &job.duplicates {
-        notes.push(format!("{f}: a second dump of a rank already read (the first is used)"));
+        notes.push(format!(
+            "{f}: a second dump of a rank already read (the first is used)"
+        ));
     }
     FlightReport {
         dumps: job.dumps().values().cloned().collect(),
@@ -118,7 +125,12 @@ struct Standing<'a> {
 }
 
 fn standing<'a>(job: &'a Job, g: &Group) -> Standing<'a> {
-    let mut s = Standing { seen: vec![], lost: vec![], never: vec![], missing: vec![] };
+    let mut s = Standing {
+        seen: vec![],
+        lost: vec![],
+        never: vec![],
+        missing: vec![],
+    };
     for &r in &g.ranks {
         match job.dumps().get(&r) {
             None if job.unreadable.contains_key(&r) => {}
@@ -172,16 +184,41 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
     let top_call = at_top.first().map(|(_, c)| (*c).clone());
     let stuck = !top_completed && (!behind.is_empty() || !st.never.is_empty() || !st.missing.is_empty());
     if stuck && (!behind.is_empty() || !st.never.is_empty()) {
-        out.push(not_entered(job, g, &behind, &st.never, &waiting, top_call.as_ref(), base("fr_rank_not_entered", VerdictSeverity::Fail)));
+        out.push(not_entered(
+            job,
+            g,
+            &behind,
+            &st.never,
+            &waiting,
+            top_call.as_ref(),
+            base("fr_rank_not_entered", VerdictSeverity::Fail),
+        ));
     }
     if stuck && !st.missing.is_empty() {
-        out.push(no_dump(&st.missing, &waiting, top_call.as_ref(), job, base("fr_rank_no_dump", VerdictSeverity::Fail)));
+        out.push(no_dump(
+            &st.missing,
+            &waiting,
+            top_call.as_ref(),
+            job,
+            base("fr_rank_no_dump", VerdictSeverity::Fail),
+        ));
     }
     if !st.lost.is_empty() && !top_completed {
-        out.push(wrapped(job, &st.lost, &waiting, top_call.as_ref(), base("fr_buffer_wrapped", VerdictSeverity::Unknown)));
+        out.push(wrapped(
+            job,
+            &st.lost,
+            &waiting,
+            top_call.as_ref(),
+            base("fr_buffer_wrapped", VerdictSeverity::Unknown),
+        ));
     }
     if out.is_empty() && st.lost.is_empty() && !st.seen.is_empty() {
-        if let Some(v) = none_completed(job, &at_top, g, base("fr_all_entered_none_completed", VerdictSeverity::Fail)) {
+        if let Some(v) = none_completed(
+            job,
+            &at_top,
+            g,
+            base("fr_all_entered_none_completed", VerdictSeverity::Fail),
+        ) {
             out.push(v);
         }
     }
@@ -196,23 +233,38 @@ fn mismatch(job: &Job, g: &Group, st: &Standing, mut v: FlightVerdict) -> Option
     let (first, rest) = calls.split_first()?;
     // A tie has no majority to measure against: every side is named.
     let tie = rest.first().is_some_and(|c| c.1 == first.1);
-    let blamed: Vec<&(Call, u32, Vec<u32>)> = if tie { calls.iter().collect() } else { rest.iter().collect() };
+    let blamed: Vec<&(Call, u32, Vec<u32>)> = if tie {
+        calls.iter().collect()
+    } else {
+        rest.iter().collect()
+    };
     v.ranks = sorted_flat(blamed.iter().map(|c| &c.2));
     v.seq = Some(seq);
     v.op = Some(first.0.describe());
     v.calls = calls
         .iter()
-        .map(|(c, n, r)| RankCall { ranks: r.clone(), count: *n, call: c.describe(), state: c.state })
+        .map(|(c, n, r)| RankCall {
+            ranks: r.clone(),
+            count: *n,
+            call: c.describe(),
+            state: c.state,
+        })
         .collect();
     v.waiting = if tie { vec![] } else { first.2.clone() };
     for r in &st.missing {
-        v.knock_ons.push(format!("rank {r} left no dump (it likely crashed on the mismatched data, or was killed)"));
+        v.knock_ons.push(format!(
+            "rank {r} left no dump (it likely crashed on the mismatched data, or was killed)"
+        ));
     }
     let what = differ(&first.0, &rest.first()?.0);
     v.meaning = format!(
         "at sequence number {seq} of process group {} the ranks called different collectives ({what}){}: the application issued them in a different order or shape on these ranks; the job hangs or fails there, not in the fabric",
         label(g),
-        if more > 0 { format!("; {more} more distinct calls not kept") } else { String::new() },
+        if more > 0 {
+            format!("; {more} more distinct calls not kept")
+        } else {
+            String::new()
+        },
     );
     v.next = format!(
         "fix the application: find where rank {} issues `{}` at this point (a rank-dependent branch, an uneven last batch, a dtype cast); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch check each collective",
@@ -252,7 +304,12 @@ fn not_entered(
     }
     for r in never {
         if let Some(c) = job.dumps().get(r).and_then(|d| d.last.as_ref()) {
-            v.calls.push(RankCall { ranks: vec![*r], count: 1, call: format!("{} in group {} seq {}", c.describe(), c.group, c.seq), state: c.state });
+            v.calls.push(RankCall {
+                ranks: vec![*r],
+                count: 1,
+                call: format!("{} in group {} seq {}", c.describe(), c.group, c.seq),
+                state: c.state,
+            });
         }
     }
     let op = top.map_or("it".to_string(), |c| format!("`{}`", c.describe()));
@@ -277,13 +334,30 @@ fn last_seen(job: &Job, r: u32, in_group: &Call) -> RankCall {
     let mut call = format!("seq {} {}", in_group.seq, in_group.describe());
     if let Some(last) = job.dumps().get(&r).and_then(|d| d.last.as_ref()) {
         if last.group != in_group.group {
-            call.push_str(&format!("; newest of all: group {} seq {} {} ({})", last.group, last.seq, last.describe(), last.state.as_str()));
+            call.push_str(&format!(
+                "; newest of all: group {} seq {} {} ({})",
+                last.group,
+                last.seq,
+                last.describe(),
+                last.state.as_str()
+            ));
         }
     }
-    RankCall { ranks: vec![r], count: 1, call, state: in_group.state }
+    RankCall {
+        ranks: vec![r],
+        count: 1,
+        call,
+        state: in_group.state,
+    }
 }
 
-fn no_dump(missing: &[u32], waiting: &[u32], top: Option<&Call>, job: &Job, mut v: FlightVerdict) -> FlightVerdict {
+fn no_dump(
+    missing: &[u32],
+    waiting: &[u32],
+    top: Option<&Call>,
+    job: &Job,
+    mut v: FlightVerdict,
+) -> FlightVerdict {
     v.ranks = missing.to_vec();
     v.seq = top.map(|c| c.seq);
     v.op = top.map(Call::describe);
@@ -293,7 +367,11 @@ fn no_dump(missing: &[u32], waiting: &[u32], top: Option<&Call>, job: &Job, mut 
         span(missing),
         span(waiting),
         v.seq.map_or("?".into(), |s| s.to_string()),
-        if v.group_desc.is_empty() { v.group.clone() } else { format!("{} ({})", v.group, v.group_desc) },
+        if v.group_desc.is_empty() {
+            v.group.clone()
+        } else {
+            format!("{} ({})", v.group, v.group_desc)
+        },
     );
     v.next = format!(
         "on the host of rank {}: why the process ended (dmesg for the OOM killer, the scheduler's log, the rank's stderr); collect its dump if one exists",
@@ -303,14 +381,25 @@ fn no_dump(missing: &[u32], waiting: &[u32], top: Option<&Call>, job: &Job, mut 
     v
 }
 
-fn wrapped(job: &Job, lost: &[u32], waiting: &[u32], top: Option<&Call>, mut v: FlightVerdict) -> FlightVerdict {
+fn wrapped(
+    job: &Job,
+    lost: &[u32],
+    waiting: &[u32],
+    top: Option<&Call>,
+    mut v: FlightVerdict,
+) -> FlightVerdict {
     v.ranks = vec![];
     v.seq = top.map(|c| c.seq);
     v.op = top.map(Call::describe);
     v.waiting = waiting.to_vec();
     for r in lost {
         if let Some(o) = job.dumps().get(r).and_then(|d| d.oldest()) {
-            v.calls.push(RankCall { ranks: vec![*r], count: 1, call: format!("oldest kept: group {} seq {} {}", o.group, o.seq, o.describe()), state: o.state });
+            v.calls.push(RankCall {
+                ranks: vec![*r],
+                count: 1,
+                call: format!("oldest kept: group {} seq {} {}", o.group, o.seq, o.describe()),
+                state: o.state,
+            });
         }
     }
     v.meaning = format!(
@@ -326,8 +415,15 @@ fn wrapped(job: &Job, lost: &[u32], waiting: &[u32], top: Option<&Call>, mut v: 
 
 /// Every member entered the same collective and none completed it, on ranks whose records
 /// track completion: the application did its part; the fabric or NCCL did not.
-fn none_completed(job: &Job, at_top: &[(u32, &Call)], g: &Group, mut v: FlightVerdict) -> Option<FlightVerdict> {
-    let tracked = at_top.iter().all(|(r, _)| job.dumps().get(r).is_some_and(|d| d.tracks_completion));
+fn none_completed(
+    job: &Job,
+    at_top: &[(u32, &Call)],
+    g: &Group,
+    mut v: FlightVerdict,
+) -> Option<FlightVerdict> {
+    let tracked = at_top
+        .iter()
+        .all(|(r, _)| job.dumps().get(r).is_some_and(|d| d.tracks_completion));
     let open = at_top.iter().all(|(_, c)| c.state != State::Completed);
     if !tracked || !open || at_top.len() != g.ranks.len() {
         return None;
@@ -338,7 +434,12 @@ fn none_completed(job: &Job, at_top: &[(u32, &Call)], g: &Group, mut v: FlightVe
     v.op = Some(c.describe());
     v.calls = at_top
         .iter()
-        .map(|(r, c)| RankCall { ranks: vec![*r], count: 1, call: c.describe(), state: c.state })
+        .map(|(r, c)| RankCall {
+            ranks: vec![*r],
+            count: 1,
+            call: c.describe(),
+            state: c.state,
+        })
         .collect();
     v.meaning = format!(
         "every member of process group {} entered sequence number {} with the same call and none completed it: not the application; the fabric or NCCL under it did not deliver",
@@ -369,7 +470,9 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
         .collect();
     let matched = |r: u32, c: &Call, peer: Option<u32>| -> bool {
         let Some(p) = peer else { return true };
-        pending.get(&p).is_some_and(|(pc, _, pp)| *pp == Some(r) && pc.kind() != c.kind())
+        pending
+            .get(&p)
+            .is_some_and(|(pc, _, pp)| *pp == Some(r) && pc.kind() != c.kind())
     };
     let unmatched: Vec<(u32, &Call, Option<u32>)> = pending
         .iter()
@@ -379,19 +482,34 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
     if unmatched.is_empty() {
         return None;
     }
-    let busy_elsewhere = |r: u32, peer: Option<u32>| peer.is_some_and(|p| pending.get(&p).is_some_and(|(_, _, pp)| *pp != Some(r)));
-    let mut blamed: Vec<u32> = unmatched.iter().filter(|(r, _, p)| !busy_elsewhere(*r, *p)).map(|u| u.0).collect();
+    let busy_elsewhere = |r: u32, peer: Option<u32>| {
+        peer.is_some_and(|p| pending.get(&p).is_some_and(|(_, _, pp)| *pp != Some(r)))
+    };
+    let mut blamed: Vec<u32> = unmatched
+        .iter()
+        .filter(|(r, _, p)| !busy_elsewhere(*r, *p))
+        .map(|u| u.0)
+        .collect();
     if blamed.is_empty() {
         blamed = unmatched.iter().map(|u| u.0).collect();
     }
-    v.waiting = unmatched.iter().map(|u| u.0).filter(|r| !blamed.contains(r)).collect();
+    v.waiting = unmatched
+        .iter()
+        .map(|u| u.0)
+        .filter(|r| !blamed.contains(r))
+        .collect();
     v.ranks = blamed;
     v.calls = unmatched
         .iter()
         .map(|(r, c, p)| RankCall {
             ranks: vec![*r],
             count: 1,
-            call: format!("p2p seq {} {} (global peer {})", c.seq, c.op, p.map_or("?".into(), |p| p.to_string())),
+            call: format!(
+                "p2p seq {} {} (global peer {})",
+                c.seq,
+                c.op,
+                p.map_or("?".into(), |p| p.to_string())
+            ),
             state: c.state,
         })
         .collect();
@@ -400,7 +518,10 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
         label(g),
         span(&v.ranks)
     );
-    v.next = format!("fix the application's send/recv pairing on rank {} (each send needs the peer's recv at the same point)", span(&v.ranks));
+    v.next = format!(
+        "fix the application's send/recv pairing on rank {} (each send needs the peer's recv at the same point)",
+        span(&v.ranks)
+    );
     v.file = cite(job, &v.ranks);
     Some(v)
 }
@@ -408,7 +529,9 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
 /// Hosts of the ranks named, and the next step of the fabric verdict (it needs them).
 fn finish(mut v: FlightVerdict, _job: &Job, hosts: &BTreeMap<u32, String>) -> FlightVerdict {
     let named = v.ranks.iter().chain(&v.waiting).chain(&v.members);
-    v.hosts = named.filter_map(|r| hosts.get(r).map(|h| (*r, h.clone()))).collect();
+    v.hosts = named
+        .filter_map(|r| hosts.get(r).map(|h| (*r, h.clone())))
+        .collect();
     if v.cause == "fr_all_entered_none_completed" {
         v.next = ring_step(&v.ranks, hosts);
     }
@@ -417,7 +540,10 @@ fn finish(mut v: FlightVerdict, _job: &Job, hosts: &BTreeMap<u32, String>) -> Fl
 
 /// `fabprobe ring` across exactly the hosts of these ranks, pasteable when the logs name them.
 fn ring_step(ranks: &[u32], hosts: &BTreeMap<u32, String>) -> String {
-    let mut hs: Vec<&str> = ranks.iter().filter_map(|r| hosts.get(r).map(String::as_str)).collect();
+    let mut hs: Vec<&str> = ranks
+        .iter()
+        .filter_map(|r| hosts.get(r).map(String::as_str))
+        .collect();
     hs.sort_unstable();
     hs.dedup();
     let unnamed: Vec<u32> = ranks.iter().copied().filter(|r| !hosts.contains_key(r)).collect();
@@ -434,18 +560,33 @@ fn ring_step(ranks: &[u32], hosts: &BTreeMap<u32, String>) -> String {
         hs[0]
     );
     if !unnamed.is_empty() {
-        s.push_str(&format!("; the logs do not name the host of rank {}: add it", span(&unnamed)));
+        s.push_str(&format!(
+            "; the logs do not name the host of rank {}: add it",
+            span(&unnamed)
+        ));
     }
     s
 }
 
 fn label(g: &Group) -> String {
-    let members = if g.ranks.len() <= 16 { format!("[{}]", span(&g.ranks)) } else { format!("{} ranks", g.ranks.len()) };
-    if g.desc.is_empty() { format!("{} {members}", g.name) } else { format!("{} ({}) {members}", g.name, g.desc) }
+    let members = if g.ranks.len() <= 16 {
+        format!("[{}]", span(&g.ranks))
+    } else {
+        format!("{} ranks", g.ranks.len())
+    };
+    if g.desc.is_empty() {
+        format!("{} {members}", g.name)
+    } else {
+        format!("{} ({}) {members}", g.name, g.desc)
+    }
 }
 
 fn cite(job: &Job, ranks: &[u32]) -> String {
-    ranks.iter().find_map(|r| job.dumps().get(r)).map(|d| d.file.clone()).unwrap_or_default()
+    ranks
+        .iter()
+        .find_map(|r| job.dumps().get(r))
+        .map(|d| d.file.clone())
+        .unwrap_or_default()
 }
 
 fn sorted_flat<'a, I: Iterator<Item = &'a Vec<u32>>>(it: I) -> Vec<u32> {
@@ -467,7 +608,11 @@ pub fn span(v: &[u32]) -> String {
         while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
             j += 1;
         }
-        out.push(if j > i { format!("{}-{}", v[i], v[j]) } else { v[i].to_string() });
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
         i = j + 1;
     }
     if out.is_empty() { "-".into() } else { out.join(",") }

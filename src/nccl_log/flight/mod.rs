@@ -83,7 +83,11 @@ impl Call {
             s.push_str(&self.input_dtypes.join(","));
         }
         if self.output_sizes != self.input_sizes || self.output_dtypes != self.input_dtypes {
-            s.push_str(&format!(" -> {:?} {}", self.output_sizes, self.output_dtypes.join(",")));
+            s.push_str(&format!(
+                " -> {:?} {}",
+                self.output_sizes,
+                self.output_dtypes.join(",")
+            ));
         }
         s
     }
@@ -99,7 +103,10 @@ impl Call {
     fn signature(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.kind().hash(&mut h);
-        let uneven = matches!(self.kind(), "all_to_all" | "all_to_all_single" | "alltoall" | "alltoall_base" | "gather" | "scatter");
+        let uneven = matches!(
+            self.kind(),
+            "all_to_all" | "all_to_all_single" | "alltoall" | "alltoall_base" | "gather" | "scatter"
+        );
         if !uneven {
             self.input_sizes.hash(&mut h);
             self.output_sizes.hash(&mut h);
@@ -253,49 +260,65 @@ impl Job {
         };
         for (name, g) in raw.pg_config {
             let ranks = g.ranks.unwrap_or_default();
-            self.config.entry(name).or_insert((g.desc.unwrap_or_default(), ranks));
+            self.config
+                .entry(name)
+                .or_insert((g.desc.unwrap_or_default(), ranks));
         }
-        for e in raw.entries {
-            let Some(c) = call(e, &mut self.descs) else { continue };
-            self.note(rank, &mut d, c);
+        let calls: Vec<Call> = raw
+            .entries
+            .into_iter()
+            .filter_map(|e| call(e, &mut self.descs))
+            .collect();
+        for c in calls.iter().filter(|c| !c.p2p) {
+            self.note_seq(rank, c);
         }
+        // Only the few calls kept are cloned: the newest per group (collective and P2P),
+        // the newest and the oldest of all.
+        let newer = |a: &Call, b: &Call| a.record_id >= b.record_id;
+        let mut last: BTreeMap<(&str, bool), &Call> = BTreeMap::new();
+        for c in &calls {
+            let slot = last.entry((c.group.as_str(), c.p2p)).or_insert(c);
+            if newer(c, *slot) {
+                *slot = c;
+            }
+            d.tracks_completion |= matches!(c.state, State::Started | State::Completed);
+        }
+        for ((group, p2p), c) in last {
+            let g = d.groups.entry(group.to_string()).or_default();
+            *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(c.clone());
+        }
+        d.last = calls
+            .iter()
+            .reduce(|a, b| if newer(b, a) { b } else { a })
+            .cloned();
+        d.oldest = calls
+            .iter()
+            .reduce(|a, b| if b.record_id < a.record_id { b } else { a })
+            .cloned();
         // record_id counts every entry the rank recorded: an oldest kept above 0 means the
         // ring dropped the ones before it.
         d.wrapped = d.oldest.as_ref().is_some_and(|o| o.record_id > 0);
         self.dumps.insert(rank, d);
     }
 
-    fn note(&mut self, rank: u32, d: &mut RankDump, c: Call) {
-        d.tracks_completion |= matches!(c.state, State::Started | State::Completed);
-        if d.oldest.as_ref().is_none_or(|o| c.record_id < o.record_id) {
-            d.oldest = Some(c.clone());
-        }
-        if !c.p2p {
-            let sig = c.signature();
-            let s = self.seqs.entry((c.group.clone(), c.seq)).or_default();
-            if let Some(x) = s.calls.iter_mut().find(|x| x.sig == sig) {
-                x.count += 1;
-                if x.ranks.len() < RANK_SAMPLE {
-                    x.ranks.push(rank);
-                }
-            } else if s.calls.len() < MAX_CALLS_PER_SEQ {
-                s.calls.push(SeqCall {
-                    sig,
-                    call: c.clone(),
-                    count: 1,
-                    ranks: vec![rank],
-                });
-            } else {
-                s.more += 1;
+    /// A collective's call at its (group, sequence number), beside the other ranks' calls.
+    fn note_seq(&mut self, rank: u32, c: &Call) {
+        let sig = c.signature();
+        let s = self.seqs.entry((c.group.clone(), c.seq)).or_default();
+        if let Some(x) = s.calls.iter_mut().find(|x| x.sig == sig) {
+            x.count += 1;
+            if x.ranks.len() < RANK_SAMPLE {
+                x.ranks.push(rank);
             }
-        }
-        let g = d.groups.entry(c.group.clone()).or_default();
-        let slot = if c.p2p { &mut g.last_p2p } else { &mut g.last };
-        if slot.as_ref().is_none_or(|o| c.record_id >= o.record_id) {
-            *slot = Some(c.clone());
-        }
-        if d.last.as_ref().is_none_or(|o| c.record_id >= o.record_id) {
-            d.last = Some(c);
+        } else if s.calls.len() < MAX_CALLS_PER_SEQ {
+            s.calls.push(SeqCall {
+                sig,
+                call: c.clone(),
+                count: 1,
+                ranks: vec![rank],
+            });
+        } else {
+            s.more += 1;
         }
     }
 
@@ -351,8 +374,11 @@ impl Job {
             }
         }
         let (seq, s) = found?;
-        let mut calls: Vec<(Call, u32, Vec<u32>)> =
-            s.calls.iter().map(|c| (c.call.clone(), c.count, sorted(c.ranks.clone()))).collect();
+        let mut calls: Vec<(Call, u32, Vec<u32>)> = s
+            .calls
+            .iter()
+            .map(|c| (c.call.clone(), c.count, sorted(c.ranks.clone())))
+            .collect();
         calls.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
         Some((seq, calls, s.more))
     }
@@ -430,7 +456,10 @@ pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
     let mut fr = judge::judge(job, &hosts);
     // The dumps were judged: "no NCCL output" is no longer the whole answer.
     report.verdicts.retain(|v| v.cause != "no_nccl_output");
-    let caused = fr.verdicts.iter().position(|v| v.severity == super::VerdictSeverity::Fail && !v.ranks.is_empty());
+    let caused = fr
+        .verdicts
+        .iter()
+        .position(|v| v.severity == super::VerdictSeverity::Fail && !v.ranks.is_empty());
     let mut absorbed = Vec::new();
     if let Some(i) = caused {
         report.verdicts.retain(|v| {
@@ -481,10 +510,17 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
     let rank = v.ranks.first().copied();
     let mut explains: Vec<String> = v.knock_ons.clone();
     if !v.waiting.is_empty() {
-        explains.insert(0, format!("rank {} waited (timed out) on it", judge::span(&v.waiting)));
+        explains.insert(
+            0,
+            format!("rank {} waited (timed out) on it", judge::span(&v.waiting)),
+        );
     }
     explains.extend(v.log_says.iter().cloned());
-    let calls: Vec<String> = v.calls.iter().map(|c| format!("rank {}: {}", judge::span(&c.ranks), c.call)).collect();
+    let calls: Vec<String> = v
+        .calls
+        .iter()
+        .map(|c| format!("rank {}: {}", judge::span(&c.ranks), c.call))
+        .collect();
     super::Verdict {
         cause: v.cause.to_string(),
         severity: v.severity,
@@ -499,7 +535,16 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
         vendor_err: None,
         file: v.file.clone(),
         line_no: 0,
-        line: format!("process group {}{}: {}", v.group, if v.group_desc.is_empty() { String::new() } else { format!(" ({})", v.group_desc) }, calls.join("; ")),
+        line: format!(
+            "process group {}{}: {}",
+            v.group,
+            if v.group_desc.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", v.group_desc)
+            },
+            calls.join("; ")
+        ),
         meaning: v.meaning.clone(),
         next: v.next.clone(),
         seq: v.seq,

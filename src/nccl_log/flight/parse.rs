@@ -138,7 +138,11 @@ pub struct RawStatus {
 pub fn decode(file: &str, kind: Kind, bytes: &[u8]) -> Result<RawDump, DumpError> {
     let field = |path: String, why: String| DumpError::Field {
         file: file.to_string(),
-        field: if path.is_empty() || path == "." { "(top level)".into() } else { path },
+        field: if path.is_empty() || path == "." {
+            "(top level)".into()
+        } else {
+            path
+        },
         why,
     };
     let dump: RawDump = match kind {
@@ -185,7 +189,9 @@ pub fn rank_from_name(file: &str) -> Result<u32, DumpError> {
     let digits = stem.len() - stem.trim_end_matches(|c: char| c.is_ascii_digit()).len();
     stem[stem.len() - digits..]
         .parse()
-        .map_err(|_| DumpError::NoRank { file: file.to_string() })
+        .map_err(|_| DumpError::NoRank {
+            file: file.to_string(),
+        })
 }
 
 /// An integer written as a number, a string of one (JSON `pg_status`), None or null.
@@ -200,7 +206,9 @@ fn int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
             Ok(Some(v))
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            i64::try_from(v).map(Some).map_err(|_| E::custom(format!("{v} is out of range")))
+            i64::try_from(v)
+                .map(Some)
+                .map_err(|_| E::custom(format!("{v} is out of range")))
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
             if v.fract() == 0.0 && v.abs() < 9.0e15 {
@@ -210,7 +218,10 @@ fn int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
             }
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            v.trim().parse().map(Some).map_err(|_| E::custom(format!("{v:?} is not an integer")))
+            v.trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| E::custom(format!("{v:?} is not an integer")))
         }
         fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
             Ok(None)
@@ -269,7 +280,10 @@ pub fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
         .split(',')
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .map(|t| t.parse::<u32>().map_err(|_| format!("{t:?} in {s:?} is not a rank")))
+        .map(|t| {
+            t.parse::<u32>()
+                .map_err(|_| format!("{t:?} in {s:?} is not a rank"))
+        })
         .collect()
 }
 
@@ -281,7 +295,10 @@ mod tests {
     fn sniffs_by_content() {
         let cases: &[(&[u8], Option<Kind>)] = &[
             (b"\x80\x02}q\x00", Some(Kind::Pickle)),
-            (b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94", Some(Kind::Pickle)),
+            (
+                b"\x80\x05\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94",
+                Some(Kind::Pickle),
+            ),
             (b"\x80\x01}", None),
             (b"{\"version\":\"2.10\",\"entries\":[]}", Some(Kind::Json)),
             (b"  {\"pg_config\":{},\"version\":\"2.4\"}", Some(Kind::Json)),
@@ -300,7 +317,14 @@ mod tests {
         assert_eq!(parse_ranks("[]").unwrap(), Vec::<u32>::new());
         assert!(parse_ranks("0, 1").is_err());
         assert!(parse_ranks("[0, x]").is_err());
-        for (v, ok) in [("2.10", true), ("2.2", true), ("1.5", true), ("3.0", false), ("2", false), ("", false)] {
+        for (v, ok) in [
+            ("2.10", true),
+            ("2.2", true),
+            ("1.5", true),
+            ("3.0", false),
+            ("2", false),
+            ("", false),
+        ] {
             assert_eq!(known_version(v), ok, "{v}");
         }
         for (f, r) in [
@@ -317,7 +341,10 @@ mod tests {
     fn bad_field_is_named() {
         let j = br#"{"version":"2.10","entries":[{"collective_seq_id":"x"}]}"#;
         let e = decode("r0", Kind::Json, j).unwrap_err().to_string();
-        assert!(e.contains("r0") && e.contains("entries[0].collective_seq_id"), "{e}");
+        assert!(
+            e.contains("r0") && e.contains("entries[0].collective_seq_id"),
+            "{e}"
+        );
         let e = decode("r1", Kind::Json, br#"{"version":"9.1","entries":[]}"#).unwrap_err();
         assert!(e.to_string().contains("9.1"), "{e}");
         let e = decode("r2", Kind::Json, br#"{"entries":[]}"#).unwrap_err();
@@ -329,6 +356,9 @@ mod tests {
         let j = br#"{"version":"2.10","pg_status":{"0":{"last_enqueued_collective":"4","last_completed_collective":3}}}"#;
         let d = decode("r0", Kind::Json, j).unwrap();
         let s = &d.pg_status["0"];
-        assert_eq!((s.last_enqueued_collective, s.last_completed_collective), (Some(4), Some(3)));
+        assert_eq!(
+            (s.last_enqueued_collective, s.last_completed_collective),
+            (Some(4), Some(3))
+        );
     }
 }
