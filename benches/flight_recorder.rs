@@ -1,6 +1,6 @@
 //! Benchmark: a job's flight-recorder dumps read and judged (`nccl-log`'s flight::Job):
 //! 4,096 ranks x 2,000 entries per dump in full mode (`cargo bench --bench
-//! flight_recorder`), 256 x 500 in quick mode (`cargo test`). Every rank's dump is the
+//! flight_recorder`), 64 x 200 in quick mode (`cargo test`). Every rank's dump is the
 //! same generated one (pickle, protocol 3 by serde-pickle; JSON for the JSON figure) except
 //! rank 17's, which stops one collective short: the verdict must blame rank 17 alone.
 //! Dumps are generated once and fed one at a time, as the CLI reads files; the time is the
@@ -76,7 +76,7 @@ fn read(ranks: u32, kind: Kind, normal: &[u8], short: &[u8]) -> Run {
 
 fn main() {
     let mut g = common::Groups::start("flight_recorder");
-    let (ranks, entries) = g.mode.pick((256u32, 500usize), (4096, 2000));
+    let (ranks, entries) = g.mode.pick((64u32, 200usize), (4096, 2000));
     // The world's members come from the default group: every rank up to the largest seen.
     let normal_v = dump(entries, false);
     let short_v = dump(entries, true);
