@@ -1,18 +1,20 @@
 //! `fabprobe nccl-log FILE... | DIR | -`: summary and root-cause verdicts from NCCL logs.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
 
 use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit};
-use crate::nccl_log::Analyzer;
+use crate::nccl_log::{Analyzer, flight};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = help())]
 pub struct NcclLogArgs {
     /// Log files, a directory of them (read in name order, not recursively), or `-` for
-    /// stdin. Files may be one per rank or one combined job log.
+    /// stdin. Files may be one per rank or one combined job log, and PyTorch
+    /// flight-recorder dumps (told apart by their content).
     #[arg(required = true, value_name = "FILE|DIR|-")]
     pub inputs: Vec<PathBuf>,
 }
@@ -32,6 +34,34 @@ cut into chunks of whole lines that every core reads in parallel, merged in inpu
 the answer one pass gives, in bounded memory (lines longer than 64 KiB are cut). A line no
 rule understands is counted, never fatal.
 --root does not apply.
+
+FLIGHT RECORDER
+  PyTorch's flight-recorder dumps (TORCH_FR_BUFFER_SIZE; one per rank, written on a watchdog
+  timeout or on demand: pickle, or JSON from _dump_fr_trace_json) are read among the inputs,
+  a job's directory holding logs and dumps included: a dump is recognised by its content (a
+  pickle's protocol 2-5 header, or a JSON object with the recorder's keys), never by its
+  name; its rank is the number its name ends with, as PyTorch's writer names it
+  (nccl_trace_rank_N). Dump versions 1.x and 2.x (2.2 in torch 2.4 to 2.10 and later), NCCL
+  and Gloo. A dump that cannot be decoded is named with the field (not judged, never taken
+  for a dead rank); the rest is read. Per process group (name and members, from pg_config,
+  else the world for the default group, else the ranks whose dumps hold it), each verdict
+  blames exactly the ranks the records show, with the sequence number, each rank's call and
+  the ranks waiting (knock-ons, not causes):
+    fr_collective_mismatch   at one sequence number the ranks called different collectives
+                             (op, sizes or dtype): the ranks outside the largest agreeing
+                             set; a rank that left no dump after it is a knock-on
+    fr_p2p_mismatch          a pending send/recv whose peer is not pending the matching op
+                             and is not busy elsewhere
+    fr_rank_not_entered      members behind the sequence number the others wait in, with
+                             where they were last seen
+    fr_rank_no_dump          members with no dump while the others wait (died or killed);
+                             what the NCCL log says of them is joined
+    fr_all_entered_none_completed  every member entered, none completed, on a backend that
+                             tracks completion (NCCL; Gloo does not): the fabric or NCCL; next
+                             is `fabprobe ring` across exactly their hosts
+    fr_buffer_wrapped        (unknown) a rank's buffer wrapped before the wait: not judged
+  The dumps' verdicts come first; the log's collective timeouts become their knock-ons; the
+  log's rank -> host map names every rank's host.
 
 SUMMARY
   NCCL versions per host, hosts, ranks and local ranks, ring and tree channels, NCCL's
@@ -92,6 +122,16 @@ JSON DATA (fabprobe.nccl-log)
      \"vendor_err\", \"file\", \"line_no\", \"line\", \"meaning\", \"next\", \"seq\", \"op\",
      \"suspects\", \"knock_ons\", \"explains\", \"nccl_result\", \"errno\"}]}
   seq, op, suspects, explains, nccl_result and errno are left out when absent.
+  With flight-recorder dumps among the inputs, also
+  \"flight_recorder\": {\"dumps\": [{\"rank\", \"file\", \"format\", \"version\",
+     \"entries\", \"wrapped\", \"tracks_completion\", \"last\": call}],
+   \"groups\": [{\"name\", \"desc\", \"ranks\", \"members_from\"}],
+   \"verdicts\": [{\"cause\", \"severity\", \"ranks\", \"group\", \"group_desc\",
+     \"members\", \"seq\", \"op\", \"calls\": [{\"ranks\", \"count\", \"call\",
+     \"state\"}], \"waiting\", \"knock_ons\", \"log_says\", \"hosts\": {rank: host},
+     \"meaning\", \"next\", \"file\"}], \"notes\"}
+  where a call is {\"group\", \"seq\", \"p2p\", \"op\", \"input_sizes\",
+  \"input_dtypes\", \"output_sizes\", \"output_dtypes\", \"state\"}.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 /// The long help: its prose, each cause of the registry as `id (severity, class): what it
@@ -117,10 +157,11 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
     }
     let mut an = Analyzer::new();
+    // Flight-recorder dumps among the inputs, told apart by their first bytes (issue 43).
+    let mut job = flight::Job::new();
     for p in &a.inputs {
         if p.as_os_str() == "-" {
-            an.read("-", std::io::stdin().lock())
-                .map_err(|e| cannot("read", p, e))?;
+            read_input(&mut an, &mut job, "-", std::io::stdin().lock()).map_err(|e| cannot("read", p, e))?;
             continue;
         }
         let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
@@ -134,17 +175,17 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                an.read(&f.display().to_string(), fh)
+                read_input(&mut an, &mut job, &f.display().to_string(), fh)
                     .map_err(|e| cannot("read", &f, e))?;
             }
         } else {
             g.log(1, format!("reading {}", p.display()));
             let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
-            an.read(&p.display().to_string(), fh)
-                .map_err(|e| cannot("read", p, e))?;
+            read_input(&mut an, &mut job, &p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
         }
     }
-    let report = an.finish();
+    let mut report = an.finish();
+    let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
     let findings = crate::render::nccl_log::findings(&report);
     let text = match fmt {
         Format::Json => {
@@ -154,9 +195,19 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 captured_at: None,
                 source: report.summary.inputs.join(","),
             };
-            Envelope::new("nccl-log", host, &report, &findings).to_json()
+            let data = flight::JobReport {
+                log: &report,
+                flight_recorder: fr.as_ref(),
+            };
+            Envelope::new("nccl-log", host, &data, &findings).to_json()
         }
-        _ => crate::render::nccl_log::table(&report),
+        _ => {
+            let mut t = crate::render::nccl_log::table(&report);
+            if let Some(fr) = &fr {
+                t.push_str(&crate::render::nccl_log_flight::section(fr));
+            }
+            t
+        }
     };
     emit(&text)?;
     // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
@@ -165,4 +216,26 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Unknown);
     }
     Ok(Outcome::from_findings(&findings))
+}
+
+/// One input: a flight-recorder dump (by its first bytes) goes to the job's dumps, anything
+/// else to the log reader. A dump that cannot be decoded is named and skipped (the error is
+/// kept in the job), never fatal to the rest.
+fn read_input<R: std::io::Read>(
+    an: &mut Analyzer,
+    job: &mut flight::Job,
+    name: &str,
+    mut r: R,
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(4096);
+    (&mut r).take(4096).read_to_end(&mut head)?;
+    match flight::sniff(&head) {
+        Some(kind) => {
+            r.read_to_end(&mut head)?;
+            // The job keeps the error (job.unreadable): it is reported, not fatal.
+            let _ = job.add(name, kind, &head);
+            Ok(())
+        }
+        None => an.read(name, std::io::Cursor::new(head).chain(r)),
+    }
 }

@@ -18,6 +18,8 @@ pub mod generate;
 pub mod ifaces;
 pub mod line;
 mod merge;
+// PyTorch flight-recorder dumps read beside the logs (issue 43).
+pub mod flight;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasherDefault;

@@ -8,6 +8,7 @@ pub mod html;
 pub mod links;
 pub mod nccl_env;
 pub mod nccl_log;
+pub mod nccl_log_flight;
 pub mod qos;
 pub mod ring;
 pub mod text;

@@ -1,0 +1,127 @@
+//! Benchmark: a job's flight-recorder dumps read and judged (`nccl-log`'s flight::Job):
+//! 4,096 ranks x 2,000 entries per dump in full mode (`cargo bench --bench
+//! flight_recorder`), 64 x 200 in quick mode (`cargo test`). Every rank's dump is the
+//! same generated one (pickle, protocol 3 by serde-pickle; JSON for the JSON figure) except
+//! rank 17's, which stops one collective short: the verdict must blame rank 17 alone.
+//! Dumps are generated once and fed one at a time, as the CLI reads files; the time is the
+//! decode, the digest and the judgment. Peak heap (allocation-counter) over the whole read
+//! must stay bounded: the digest keeps per rank its last calls and per sequence number the
+//! distinct calls with a capped sample of ranks, never the entries.
+
+mod common;
+
+use std::time::Instant;
+
+use fabprobe::nccl_log::flight::{Job, Kind, judge::judge};
+use serde_json::{Value, json};
+
+const CULPRIT: u32 = 17;
+
+fn dump(entries: usize, short: bool) -> Value {
+    let n = if short { entries - 1 } else { entries };
+    let es: Vec<Value> = (0..n)
+        .map(|i| {
+            let open = i + 1 == entries;
+            let state = if open { "scheduled" } else { "completed" };
+            json!({
+                "record_id": i, "pg_id": 0, "process_group": ["0", "default_pg"],
+                "collective_seq_id": i + 1, "p2p_seq_id": 0, "op_id": i + 1,
+                "profiling_name": "nccl:all_reduce", "time_created_ns": 1_780_000_000_000_000_000u64 + i as u64,
+                "input_sizes": [[262144]], "input_dtypes": ["BFloat16"],
+                "output_sizes": [[262144]], "output_dtypes": ["BFloat16"],
+                "state": state,
+                "time_discovered_started_ns": null, "time_discovered_completed_ns": null,
+                "retired": !open, "timeout_ms": 600000, "is_p2p": false,
+                "thread_id": "140000000000000", "thread_name": "pt_main_thread",
+            })
+        })
+        .collect();
+    json!({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[]"}},
+           "pg_status": {"0": {"last_enqueued_collective": n, "last_started_collective": -1, "last_completed_collective": n - 1}},
+           "comm_lib_version": "2.27.5", "entries": es})
+}
+
+struct Run {
+    secs: f64,
+    peak_bytes: u64,
+    bytes_read: u64,
+    verdict: (String, Vec<u32>),
+}
+
+fn read(ranks: u32, kind: Kind, normal: &[u8], short: &[u8]) -> Run {
+    let t = Instant::now();
+    let mut out = None;
+    let mut bytes_read = 0;
+    let info = allocation_counter::measure(|| {
+        let mut job = Job::new();
+        for r in 0..ranks {
+            let b = if r == CULPRIT { short } else { normal };
+            bytes_read += b.len() as u64;
+            job.add(&format!("dumps/nccl_trace_rank_{r}"), kind, b)
+                .expect("generated dump reads");
+        }
+        let rep = judge(&job, &Default::default());
+        out = rep
+            .verdicts
+            .first()
+            .map(|v| (v.cause.to_string(), v.ranks.clone()));
+    });
+    Run {
+        secs: t.elapsed().as_secs_f64(),
+        peak_bytes: info.bytes_max,
+        bytes_read,
+        verdict: out.unwrap_or_default(),
+    }
+}
+
+fn main() {
+    let mut g = common::Groups::start("flight_recorder");
+    let (ranks, entries) = g.mode.pick((64u32, 200usize), (4096, 2000));
+    // The world's members come from the default group: every rank up to the largest seen.
+    let normal_v = dump(entries, false);
+    let short_v = dump(entries, true);
+    let pk = |v: &Value| serde_pickle::to_vec(v, serde_pickle::SerOptions::new()).unwrap();
+    let (np, sp) = (pk(&normal_v), pk(&short_v));
+    let (nj, sj) = (
+        serde_json::to_vec(&normal_v).unwrap(),
+        serde_json::to_vec(&short_v).unwrap(),
+    );
+    drop((normal_v, short_v));
+    println!(
+        "{ranks} ranks x {entries} entries; one dump: pickle {} KiB, JSON {} KiB",
+        np.len() / 1024,
+        nj.len() / 1024
+    );
+    for (name, kind, n, s) in [("pickle", Kind::Pickle, &np, &sp), ("json", Kind::Json, &nj, &sj)] {
+        let r = read(ranks, kind, n, s);
+        println!(
+            "{name}: {:.2} s for {:.0} MB ({:.0} MB/s, {:.1} us per entry), peak heap {:.1} MiB (one dump {:.1} MiB)",
+            r.secs,
+            r.bytes_read as f64 / 1e6,
+            r.bytes_read as f64 / 1e6 / r.secs,
+            r.secs * 1e6 / (ranks as f64 * entries as f64),
+            r.peak_bytes as f64 / 1048576.0,
+            n.len() as f64 / 1048576.0,
+        );
+        g.check(
+            &format!("{name}: the verdict blames rank {CULPRIT} alone"),
+            || {
+                assert_eq!(r.verdict, ("fr_rank_not_entered".to_string(), vec![CULPRIT]));
+            },
+        );
+        // Bounded: the digest per rank is a few calls, per sequence number a capped sample;
+        // the dumps' bytes (ranks x one dump) are never held at once.
+        let bound = 64 * 1048576 + 8 * (ranks as u64) * 1024 + 40 * (n.len() as u64);
+        g.check(
+            &format!("{name}: peak heap bounded ({} MiB)", bound / 1048576),
+            || {
+                assert!(r.peak_bytes < bound, "peak {} bytes", r.peak_bytes);
+            },
+        );
+        g.speed_target(
+            &format!("{name}: {ranks} x {entries} read in under 10 s"),
+            r.secs < 10.0,
+        );
+    }
+    g.finish()
+}

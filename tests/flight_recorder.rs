@@ -1,0 +1,295 @@
+//! `nccl-log` on PyTorch flight-recorder dumps (issue 43): whole reports (table and JSON)
+//! of every scenario in tests/data/flight-recorder (real Gloo dumps from torch 2.15.0, and
+//! NCCL-format dumps built from PyTorch's format definition with their NCCL logs), the
+//! culprit each must name, pickle and JSON agreeing, logs and dumps of one job naming the
+//! same culprit alone and together, and bad dumps named without costing the rest.
+
+use std::path::Path;
+use std::process::Command;
+
+const DATA: &str = "tests/data/flight-recorder";
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> (i32, serde_json::Value) {
+    let mut a = vec!["--format", "json", "nccl-log"];
+    a.extend(args);
+    let (code, out) = run(&a);
+    (
+        code,
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+    )
+}
+
+/// (scenario dir, the cause that must come first, the ranks it blames, exit status).
+const GLOO: &[(&str, Option<&str>, &[u32], i32)] = &[
+    ("healthy", None, &[], 0),
+    ("skip", Some("fr_rank_not_entered"), &[2], 1),
+    ("dies", Some("fr_rank_no_dump"), &[3], 1),
+    ("mismatch_op", Some("fr_collective_mismatch"), &[1], 1),
+    ("mismatch_size", Some("fr_collective_mismatch"), &[1], 1),
+    ("mismatch_dtype", Some("fr_collective_mismatch"), &[3], 1),
+    ("subgroup", Some("fr_rank_not_entered"), &[3], 1),
+    // Gloo 2.15 records no send/recv: the dumps hold only the all_reduces, all complete.
+    ("p2p", None, &[], 0),
+    ("wrapped", Some("fr_buffer_wrapped"), &[], 3),
+];
+
+fn blamed(v: &serde_json::Value) -> Vec<u32> {
+    v["flight_recorder"]["verdicts"][0]["ranks"]
+        .as_array()
+        .map(|a| a.iter().map(|r| r.as_u64().unwrap() as u32).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn gloo_scenarios_name_their_culprit_in_pickle_and_json() {
+    for (s, cause, ranks, code) in GLOO {
+        let mut reports = Vec::new();
+        for kind in ["pickle", "json"] {
+            let dir = format!("{DATA}/{s}/{kind}");
+            let (c, v) = json(&[&dir]);
+            assert_eq!(c, *code, "{s} {kind}");
+            let d = &v["data"];
+            let first = d["flight_recorder"]["verdicts"][0]["cause"].as_str();
+            assert_eq!(first, *cause, "{s} {kind}");
+            assert_eq!(blamed(d), *ranks, "{s} {kind}");
+            // Root cause first in the joined list too.
+            if let Some(cause) = cause {
+                assert_eq!(d["verdicts"][0]["cause"], *cause, "{s} {kind}");
+            }
+            // The same verdicts from either format (the files cited differ).
+            let mut fr = d["flight_recorder"]["verdicts"].clone();
+            for v in fr.as_array_mut().unwrap() {
+                v["file"] = serde_json::Value::Null;
+            }
+            reports.push(fr);
+        }
+        assert_eq!(reports[0], reports[1], "{s}: pickle and JSON disagree");
+    }
+}
+
+#[test]
+fn gloo_whole_reports() {
+    for (s, ..) in GLOO {
+        for kind in ["pickle", "json"] {
+            let dir = format!("{DATA}/{s}/{kind}");
+            let (_, table) = run(&["nccl-log", &dir]);
+            insta::assert_snapshot!(format!("fr_gloo_{s}_{kind}_table"), table);
+            let (_, v) = json(&[&dir]);
+            insta::assert_json_snapshot!(format!("fr_gloo_{s}_{kind}_json"), v["data"]);
+        }
+    }
+}
+
+/// NCCL-format jobs: (job, cause, ranks) with dumps and log together.
+const NCCL: &[(&str, Option<&str>, &[u32])] = &[
+    ("fabric", Some("fr_all_entered_none_completed"), &[0, 1, 2, 3]),
+    ("healthy", None, &[]),
+    ("skip", Some("fr_rank_not_entered"), &[1]),
+    ("dead", Some("fr_rank_no_dump"), &[3]),
+    ("p2p", Some("fr_p2p_mismatch"), &[2]),
+];
+
+#[test]
+fn nccl_jobs_whole_reports_with_their_logs() {
+    for (job, cause, ranks) in NCCL {
+        for kind in ["pickle", "json"] {
+            let dir = format!("{DATA}/nccl/{job}/{kind}");
+            let log = format!("{DATA}/nccl/{job}/nccl.log");
+            let (_, v) = json(&[&dir, &log]);
+            let d = &v["data"];
+            assert_eq!(
+                d["flight_recorder"]["verdicts"][0]["cause"].as_str(),
+                *cause,
+                "{job} {kind}"
+            );
+            assert_eq!(blamed(d), *ranks, "{job} {kind}");
+            let (_, table) = run(&["nccl-log", &dir, &log]);
+            insta::assert_snapshot!(format!("fr_nccl_{job}_{kind}_table"), table);
+            insta::assert_json_snapshot!(format!("fr_nccl_{job}_{kind}_json"), d);
+        }
+    }
+}
+
+#[test]
+fn logs_and_dumps_of_one_job_name_the_same_culprit() {
+    // skip: the log's timeouts leave rank 1 as the suspect; the dumps say rank 1 never
+    // entered; together one verdict blames rank 1 on its host, the timeouts under it.
+    let log = format!("{DATA}/nccl/skip/nccl.log");
+    let dumps = format!("{DATA}/nccl/skip/pickle");
+    let (_, alone) = json(&[&log]);
+    assert_eq!(alone["data"]["verdicts"][0]["cause"], "collective_timeout");
+    assert_eq!(alone["data"]["verdicts"][0]["suspects"], serde_json::json!([1]));
+    let (_, fr) = json(&[&dumps]);
+    assert_eq!(blamed(&fr["data"]), vec![1]);
+    // Either order of inputs, logs first or dumps first.
+    for args in [[&log, &dumps], [&dumps, &log]] {
+        let (code, both) = json(&[args[0].as_str(), args[1].as_str()]);
+        assert_eq!(code, 1);
+        let v = &both["data"]["verdicts"];
+        assert_eq!(v[0]["cause"], "fr_rank_not_entered");
+        assert_eq!(v[0]["rank"], 1);
+        assert_eq!(v[0]["host"], "node-a");
+        assert_eq!(
+            v.as_array().unwrap().len(),
+            1,
+            "the timeouts are knock-ons: {v:#}"
+        );
+        assert!(
+            v[0]["explains"].to_string().contains("collective_timeout"),
+            "{v:#}"
+        );
+    }
+    // dead: the log says rank 3 ran out of GPU memory; the dumps, that it left none.
+    let (_, both) = json(&[
+        &format!("{DATA}/nccl/dead/json"),
+        &format!("{DATA}/nccl/dead/nccl.log"),
+    ]);
+    let v = &both["data"]["flight_recorder"]["verdicts"][0];
+    assert_eq!(v["cause"], "fr_rank_no_dump");
+    assert_eq!(v["hosts"]["3"], "node-b");
+    assert!(
+        v["log_says"].to_string().contains("cuda_oom on node-b rank 3"),
+        "{v:#}"
+    );
+    // fabric: the next step is a ring across exactly the job's two hosts.
+    let (_, both) = json(&[
+        &format!("{DATA}/nccl/fabric/pickle"),
+        &format!("{DATA}/nccl/fabric/nccl.log"),
+    ]);
+    let next = both["data"]["verdicts"][0]["next"].as_str().unwrap().to_string();
+    assert!(
+        next.contains("-np 2 -H node-a,node-b ") && next.contains("fabprobe ring"),
+        "{next}"
+    );
+}
+
+#[test]
+fn a_job_directory_holding_logs_and_dumps_is_read_by_content() {
+    // One directory, names that say nothing: the dumps are told apart by their bytes.
+    let tmp = tempfile::tempdir().unwrap();
+    for r in 0..4 {
+        std::fs::copy(
+            format!("{DATA}/nccl/skip/pickle/nccl_trace_rank_{r}"),
+            tmp.path().join(format!("out_{r}")),
+        )
+        .unwrap();
+    }
+    std::fs::copy(format!("{DATA}/nccl/skip/nccl.log"), tmp.path().join("stdout_99")).unwrap();
+    let (code, v) = json(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(v["data"]["verdicts"][0]["cause"], "fr_rank_not_entered");
+    assert_eq!(v["data"]["verdicts"][0]["rank"], 1);
+    assert_eq!(
+        v["data"]["summary"]["inputs"].as_array().unwrap().len(),
+        1,
+        "the log alone is a log input"
+    );
+}
+
+#[test]
+fn a_bad_dump_is_named_and_costs_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    for r in [0, 2, 3] {
+        std::fs::copy(
+            format!("{DATA}/skip/pickle/nccl_trace_rank_{r}"),
+            tmp.path().join(format!("nccl_trace_rank_{r}")),
+        )
+        .unwrap();
+    }
+    // Rank 1's pickle cut short; rank 2's (the culprit's) JSON with a bad field.
+    let p = std::fs::read(format!("{DATA}/skip/pickle/nccl_trace_rank_1")).unwrap();
+    std::fs::write(tmp.path().join("nccl_trace_rank_1"), &p[..p.len() / 2]).unwrap();
+    let (code, v) = json(&[tmp.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let d = &v["data"];
+    assert_eq!(
+        d["flight_recorder"]["verdicts"][0]["cause"],
+        "fr_rank_not_entered"
+    );
+    assert_eq!(
+        blamed(d),
+        vec![2],
+        "rank 1's unreadable dump is not taken for a dead rank"
+    );
+    let notes = d["flight_recorder"]["notes"].to_string();
+    assert!(
+        notes.contains("nccl_trace_rank_1") && notes.contains("not judged"),
+        "{notes}"
+    );
+
+    let j = tmp.path().join("bad_5.json");
+    std::fs::write(
+        &j,
+        br#"{"version":"2.10","entries":[{"collective_seq_id":[1],"process_group":["0","default_pg"]}]}"#,
+    )
+    .unwrap();
+    let (_, v) = json(&[j.to_str().unwrap()]);
+    let notes = v["data"]["flight_recorder"]["notes"].to_string();
+    assert!(
+        notes.contains("bad_5.json") && notes.contains("entries[0].collective_seq_id"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn inputs_in_any_order_give_one_report() {
+    // The digest keeps per (group, seq) the calls in arrival order: the verdict must not
+    // depend on it. 20 orders of the mismatch_dtype dumps (rank 2 missing) and NCCL p2p's.
+    use fabprobe::nccl_log::flight::{Job, judge::judge, sniff};
+    for dir in [
+        format!("{DATA}/mismatch_dtype/pickle"),
+        format!("{DATA}/nccl/p2p/json"),
+    ] {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let mut reference = None;
+        let mut seed = 0x9e37_79b9_u64;
+        for _ in 0..20 {
+            for i in (1..files.len()).rev() {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                files.swap(i, (seed >> 33) as usize % (i + 1));
+            }
+            let mut job = Job::new();
+            for f in &files {
+                let b = std::fs::read(f).unwrap();
+                job.add(&f.display().to_string(), sniff(&b).unwrap(), &b).unwrap();
+            }
+            let r = judge(&job, &Default::default());
+            let got: Vec<_> = r
+                .verdicts
+                .iter()
+                .map(|v| {
+                    (
+                        v.cause,
+                        v.ranks.clone(),
+                        v.seq,
+                        v.calls.clone(),
+                        v.waiting.clone(),
+                    )
+                })
+                .collect();
+            match &reference {
+                None => reference = Some(got),
+                Some(want) => assert_eq!(&got, want, "{dir}"),
+            }
+        }
+    }
+    assert!(Path::new(DATA).join("TORCH_VERSION").exists());
+}
