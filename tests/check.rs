@@ -492,7 +492,8 @@ fn prom_output() {
 #[test]
 fn live_check_runs_and_snapshot_captures_the_facts() {
     let (out, err, code) = run(&["--format", "json", "check"]);
-    assert!(code == 0 || code == 1, "{err}");
+    // 3: this machine has no GPU and no RDMA device, nothing to judge (never a pass).
+    assert!(code == 0 || code == 1 || code == 3, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["data"]["facts"]["state"], "available");
     assert!(v["data"]["facts"]["cpu_count"].as_u64().unwrap() > 0);
