@@ -105,7 +105,7 @@ PROMETHEUS (--format prom)
 
 EXIT STATUS
   0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot,
-  a --require key fabprobe does not know), 3 not evaluated: no GPU and no RDMA device showed
+  an unknown --require key), 3 not evaluated: no GPU and no RDMA device showed
   up (a driver not loaded?) and nothing failed; with --output, 0 once the file is written
   whatever the verdict
 

@@ -282,7 +282,7 @@ fn exit_status_section(key: &str) -> String {
     for (code, what) in [
         ("0", "pass (warnings allowed)"),
         ("1", exit_fault(key)),
-        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot, a name (--ifname, --device, --require) the host or fabprobe does not know"),
+        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot, a name (--ifname, --device, --require) that is not known here"),
         ("3", "not evaluated: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command; check: no GPU and no RDMA device), never a pass"),
     ] {
         r.control("TP", []);
