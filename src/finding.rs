@@ -100,6 +100,25 @@ pub fn not_evaluated_key(id: &str) -> &str {
     KEYS.iter().find(|(i, _)| *i == id).map_or(id, |(_, k)| k)
 }
 
+/// A probe that saw nothing it judges (no RDMA device, no GPU, no RoCE netdev: a driver
+/// that did not load) says so with an `unknown` finding `<probe>.nothing_to_judge`: its
+/// verdict is NOT EVALUATED (exit 3), never a pass.
+pub fn nothing_to_judge(probe: &str, subject: &str, why: impl Into<String>) -> Finding {
+    Finding::new(
+        &format!("{probe}.nothing_to_judge"),
+        Severity::Unknown,
+        subject,
+        why,
+    )
+}
+
+/// The finding that says a probe judged nothing, if there is one.
+pub fn nothing_judged(findings: &[Finding]) -> Option<&Finding> {
+    findings
+        .iter()
+        .find(|f| f.severity == Severity::Unknown && f.id.ends_with(".nothing_to_judge"))
+}
+
 /// The findings that say a rule could not be evaluated, in the probe's order.
 pub fn not_evaluated(findings: &[Finding]) -> impl Iterator<Item = &Finding> {
     findings.iter().filter(|f| f.severity == Severity::Unknown)

@@ -92,7 +92,7 @@ fn default_policy_whole_reports() {
     for f in FIXTURES {
         let root = format!("fixtures/{f}");
         let (table, err, code) = run(&["--root", &root, "check"]);
-        assert!(code == 0 || code == 1, "{f}: exit {code}: {err}");
+        assert!(code == 0 || code == 1 || code == 3, "{f}: exit {code}: {err}");
         insta::assert_snapshot!(
             format!("check_table__default__{f}"),
             format!("exit {code}\n{table}")
@@ -497,7 +497,8 @@ fn prom_output() {
 #[test]
 fn live_check_runs_and_snapshot_captures_the_facts() {
     let (out, err, code) = run(&["--format", "json", "check"]);
-    assert!(code == 0 || code == 1, "{err}");
+    // 3: this machine has no GPU and no RDMA device, nothing to judge (never a pass).
+    assert!(code == 0 || code == 1 || code == 3, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["data"]["facts"]["state"], "available");
     assert!(v["data"]["facts"]["cpu_count"].as_u64().unwrap() > 0);

@@ -14,7 +14,8 @@ const TABLE: &[(&str, &str, &str, &str, &str)] = &[
     ("container-sparse-gids", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
     ("container-sparse-gids", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
     ("container-sparse-gids", "roce-dcqcn", "fail", "policy.roce.mtu", "mlx5_0/1"),
-    ("cpu-only", "default", "pass", "", ""),
+    // No GPU and no RDMA device showed up: nothing was judged, never a pass.
+    ("cpu-only", "default", "unknown", "", ""),
     ("cpu-only", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
     ("cpu-only", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
     ("cpu-only", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
@@ -39,6 +40,10 @@ const TABLE: &[(&str, &str, &str, &str, &str)] = &[
     ("ib-degraded-later", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
     ("ib-degraded-later", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
     ("ib-degraded-later", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
+    ("ib-degraded-rebooted", "default", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:5e:00.0"),
+    ("ib-degraded-rebooted", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded-rebooted", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
+    ("ib-degraded-rebooted", "roce-dcqcn", "fail", "policy.roce.count_min", "Ethernet ports"),
     ("ib-degraded", "default", "fail", "topo.pcie_width_degraded", "NIC3 (mlx5_3) 0000:5e:00.0"),
     ("ib-degraded", "dgx-h100", "fail", "policy.gpu.count", "GPUs"),
     ("ib-degraded", "hdr-a100", "fail", "policy.gpu.count", "GPUs"),
@@ -97,8 +102,13 @@ fn every_fixture_under_every_policy_has_its_verdict_and_worst_cause() {
         if got != (verdict.to_string(), id.to_string(), subject.to_string()) {
             wrong.push(format!("{fixture} {policy}: {got:?}"));
         }
-        // The exit status follows the verdict: 1 on a fail, 0 otherwise.
-        assert_eq!(o.status.code(), Some(if *verdict == "fail" { 1 } else { 0 }), "{fixture} {policy}");
+        // The exit status follows the verdict: 1 on a fail, 3 when nothing was judged, else 0.
+        let want = match *verdict {
+            "fail" => 1,
+            "unknown" => 3,
+            _ => 0,
+        };
+        assert_eq!(o.status.code(), Some(want), "{fixture} {policy}");
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // Every fixture with a snapshot tree is in the table, under every shipped policy.

@@ -529,7 +529,11 @@ pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<F
             1 => reasons[0].clone(),
             n => format!("{}; and {} more", reasons[0], n - 1),
         };
-        if require.iter().any(|r| r == &key) {
+        // A required key covers its parts: `host` its keys, `counters.max_per_hour` each counter's.
+        if require.iter().any(|r| {
+            key.strip_prefix(r.as_str())
+                .is_some_and(|t| t.is_empty() || t.starts_with('.'))
+        }) {
             kept.push(
                 Finding::new(
                     "check.required_not_evaluated",

@@ -485,6 +485,54 @@ impl At<'_> {
     }
 }
 
+/// Every key `require` (`[policy] require`, `--require`) can name: a policy key
+/// (`counters.max_per_hour`) or its section (`host`), and each probe rule that says what it
+/// could not read (`links.port_state_unknown`) or the area it is noted under (`gdr.acs`).
+/// A key beyond a policy key (`counters.max_per_hour.symbol_error`) names one part of it.
+pub fn require_keys() -> Vec<String> {
+    use crate::finding::{RuleDoc, docs, not_evaluated_key};
+    use crate::probe::{gdr, gids, links, nccl_env, qos, topo};
+    let mut v: Vec<String> = keys().map(|k| format!("{}.{}", k.section, k.key)).collect();
+    v.extend(SECTIONS.iter().map(|s| s.to_string()));
+    let tables: [Vec<RuleDoc>; 6] = [
+        docs(gids::RULES),
+        docs(links::RULES),
+        docs(gdr::RULES),
+        docs(qos::RULES),
+        docs(nccl_env::RULES),
+        docs(topo::RULES),
+    ];
+    for r in tables.iter().flatten().filter(|r| r.severity.contains("unknown")) {
+        for id in r.ids {
+            v.push(id.to_string());
+            v.push(not_evaluated_key(id).to_string());
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// A `require` key fabprobe knows, or why not (naming it, with the nearest known key):
+/// a typo must not turn the requirement off without a word.
+pub fn check_require(key: &str) -> Result<(), String> {
+    let known = require_keys();
+    let covered = |k: &str| known.iter().any(|x| x == k);
+    // `counters.max_per_hour.symbol_error`: a part of a policy key that takes a table.
+    let part_of_table = key.rsplit_once('.').is_some_and(|(head, tail)| {
+        !tail.is_empty()
+            && keys()
+                .any(|k| format!("{}.{}", k.section, k.key) == head && matches!(k.kind, Kind::CounterRates))
+    });
+    if covered(key) || part_of_table {
+        return Ok(());
+    }
+    Err(format!(
+        "unknown require key `{key}`{}; keys: policy keys (`man fabprobe-check`, POLICY FILES), their sections, or a probe rule that can be not evaluated",
+        did_you_mean(nearest(key, known.iter().map(String::as_str)))
+    ))
+}
+
 /// The nearest of `candidates` to `word` (Damerau-Levenshtein), when it is near enough.
 pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     // Ties go to a candidate with the same letters (`PBX` is `PXB` swapped, not `PIX`), then
@@ -798,6 +846,11 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
     if p.gpu.nic_per_gpu == Some(true) && p.gpu.count == Some(0) {
         let off = find_key_offset(text, "nic_per_gpu");
         return Err(at.err(off, "gpu.nic_per_gpu", "impossible with gpu.count = 0"));
+    }
+    for r in &p.require {
+        if let Err(msg) = check_require(r) {
+            return Err(at.err(find_key_offset(text, "require"), "policy.require", msg));
+        }
     }
     Ok(p)
 }

@@ -114,22 +114,10 @@ fn run_links(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let mut r = links::probe(h);
     if let Some((base, name)) = &s.baseline {
         let before = links::probe(base);
-        let interval_s = links::seconds_between(
-            base.meta().captured_at.as_deref(),
-            h.meta().captured_at.as_deref(),
-        );
-        let info = SampleInfo {
-            kind: "baseline".into(),
-            baseline: name.clone(),
-            interval_s,
-        };
+        let info = SampleInfo::baseline(base, h, name.clone());
         links::apply_deltas(&mut r, &before, info);
     } else if let Some(first) = &c.first {
-        let info = SampleInfo {
-            kind: "interval".into(),
-            baseline: "live".into(),
-            interval_s: Some(first.at.elapsed().as_secs_f64()),
-        };
+        let info = SampleInfo::interval(first.at.elapsed().as_secs_f64());
         links::apply_deltas(&mut r, &first.links, info);
     }
     let f = links::findings(&r);
@@ -149,22 +137,10 @@ fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
     let mut r = qos::probe(h, tc.as_ref());
     if let Some((base, name)) = &s.baseline {
         let before = qos::probe(base, tc.as_ref());
-        let interval_s = links::seconds_between(
-            base.meta().captured_at.as_deref(),
-            h.meta().captured_at.as_deref(),
-        );
-        let sample = qos::Sample {
-            kind: "baseline".into(),
-            baseline: name.clone(),
-            interval_s,
-        };
+        let sample = qos::Sample::baseline(base, h, name.clone());
         qos::apply_deltas(&mut r, &before, sample);
     } else if let Some(first) = &c.first {
-        let sample = qos::Sample {
-            kind: "interval".into(),
-            baseline: "live".into(),
-            interval_s: Some(first.at.elapsed().as_secs_f64()),
-        };
+        let sample = qos::Sample::interval(first.at.elapsed().as_secs_f64());
         qos::apply_deltas(&mut r, &first.qos, sample);
     }
     for i in &r.interfaces {
@@ -418,6 +394,19 @@ impl Saw {
     }
 }
 
+/// The check's verdict: its worst finding, except that a host where no GPU and no RDMA
+/// device showed up (a driver that did not load) is not evaluated, never a pass: only a
+/// fail still says more than that.
+fn verdict_of(findings: &[Finding], saw: &Saw) -> Severity {
+    let worst = super::worst(findings);
+    let nothing = saw.gpus == Some(0) && saw.rdma_devices == Some(0);
+    if nothing && worst != Severity::Fail {
+        Severity::Unknown
+    } else {
+        worst
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct PolicyRef {
     pub name: String,
@@ -484,7 +473,7 @@ pub fn run(
         worst,
         not_evaluated,
         not_used_by_nccl,
-        verdict: super::worst(&findings),
+        verdict: verdict_of(&findings, &Saw::of(&c)),
         policy: PolicyRef {
             name: policy.name.clone(),
             source: policy.source.clone(),
@@ -1749,6 +1738,13 @@ fn port_all_alike(x: &Ports, out: &mut Vec<Finding>) {
 
 fn judge_counters(l: &LinksReport, p: &Policy, out: &mut Vec<Finding>) {
     if p.counters_max_per_hour.is_empty() {
+        return;
+    }
+    if let Some(why) = l.sample.as_ref().and_then(|s| s.counters_reset.as_ref()) {
+        out.push(not_evaluated(
+            "counters.max_per_hour",
+            format!("the counters were reset: {why}; a rate needs two samples of one boot"),
+        ));
         return;
     }
     let Some(secs) = l.sample.as_ref().and_then(|s| s.interval_s).filter(|s| *s > 0.0) else {

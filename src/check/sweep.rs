@@ -226,8 +226,14 @@ fn validate(r: RawReport) -> Result<Input, Unusable> {
         None => return bad(Problem::NotACheckReport, "no schema: not a fabprobe report".into()),
     }
     let data = r.data.unwrap_or_default();
-    // A check's verdict is what it evaluated: `unknown` is never one (it is said beside it).
-    let Some(verdict) = severity_of(&data.verdict).filter(|s| *s != Severity::Unknown) else {
+    // `unknown`: the node saw no GPU and no RDMA device; it is listed apart, never healthy.
+    if severity_of(&data.verdict) == Some(Severity::Unknown) {
+        return bad(
+            Problem::NothingJudged,
+            "its check judged nothing: no GPU and no RDMA device showed up (a driver not loaded?)".into(),
+        );
+    }
+    let Some(verdict) = severity_of(&data.verdict) else {
         return bad(
             Problem::NotACheckReport,
             "fabprobe.check report without data.verdict pass|warn|fail".into(),
@@ -409,6 +415,9 @@ pub enum Problem {
     NotACheckReport,
     /// More than one report for a node (the worse one counts).
     Duplicate,
+    /// A check that saw no GPU and no RDMA device (verdict `unknown`): neither healthy nor
+    /// failed.
+    NothingJudged,
 }
 
 impl Problem {
@@ -422,6 +431,7 @@ impl Problem {
             Problem::OtherVersion => "other_version",
             Problem::NotACheckReport => "not_a_check_report",
             Problem::Duplicate => "duplicate",
+            Problem::NothingJudged => "nothing_judged",
         }
     }
 }

@@ -104,8 +104,10 @@ PROMETHEUS (--format prom)
       --output /var/lib/prometheus/node-exporter/fabprobe-dgx-h100.prom
 
 EXIT STATUS
-  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot);
-  with --output, 0 once the file is written whatever the verdict
+  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot,
+  an unknown --require key), 3 not evaluated: no GPU and no RDMA device showed
+  up (a driver not loaded?) and nothing failed; with --output, 0 once the file is written
+  whatever the verdict
 
 ";
 
@@ -134,6 +136,9 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         }),
         other => anyhow::Error::new(other),
     })?;
+    for r in &a.require {
+        policy::check_require(r).map_err(|m| UsageError(format!("--require {r}: {m}")))?;
+    }
     g.log(1, format!("policy {} ({})", pol.name, pol.source));
     let host = open_host(g)?;
     let mut sampling = Sampling::default();
@@ -186,5 +191,9 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Pass);
     }
     emit(&text)?;
-    Ok(Outcome::from_findings(&findings))
+    Ok(match report.verdict {
+        crate::finding::Severity::Fail => Outcome::Fault,
+        crate::finding::Severity::Unknown => Outcome::Unknown,
+        _ => Outcome::Pass,
+    })
 }

@@ -282,14 +282,19 @@ fn exit_status_section(key: &str) -> String {
     for (code, what) in [
         ("0", "pass (warnings allowed)"),
         ("1", exit_fault(key)),
-        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot"),
+        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot, a name (--ifname, --device, --require) that is not known here"),
+        ("3", "not evaluated: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command; check: no GPU and no RDMA device), never a pass"),
     ] {
         r.control("TP", []);
         r.text([bold(code)]);
         r.text([roman(what)]);
     }
     r.control("PP", []);
-    r.text([roman("A closed stdout ("), italic("fabprobe topo | head"), roman(") is not an error.")]);
+    r.text([
+        roman("A closed stdout or stderr ("),
+        italic("fabprobe topo 2>&1 | head"),
+        roman(") is not an error."),
+    ]);
     r.to_roff()
 }
 

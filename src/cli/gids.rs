@@ -78,6 +78,13 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     let host = open_host(g)?;
+    super::check_names(
+        &host,
+        "--device",
+        a.device.as_slice(),
+        "/sys/class/infiniband",
+        "RDMA device",
+    )?;
     let nccl = super::nccl_settings(g, &host);
     let mut report = gids::probe(&host, &nccl.gid_env());
     if let Some(dev) = &a.device {
@@ -96,7 +103,19 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
         match fmt {
             Format::Json => Envelope::new("gids", HostInfo::of(&host), &report, &findings).to_json(),
             Format::Prom => {
-                crate::render::gids::prom(&report) + &super::out::findings_prom("gids", &findings)
+                let known = report.rdma.unreadable.is_none();
+                let mut devs: Vec<&str> = report.ports.iter().map(|p| p.device.as_str()).collect();
+                devs.dedup();
+                crate::render::gids::prom(&report)
+                    + &super::out::findings_prom("gids", &findings)
+                    + &crate::render::devices_prom(
+                        "gids",
+                        "",
+                        &[
+                            ("rdma", known.then_some(devs.len())),
+                            ("rdma_port", known.then_some(report.ports.len())),
+                        ],
+                    )
             }
             _ => crate::render::gids::table(&report, &findings),
         }

@@ -105,11 +105,7 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
             g.log(1, format!("sampling again in {secs} s"));
             std::thread::sleep(Duration::from_secs_f64(secs));
             let mut second = links::probe(&host);
-            let info = SampleInfo {
-                kind: "interval".into(),
-                baseline: "live".into(),
-                interval_s: Some(t0.elapsed().as_secs_f64()),
-            };
+            let info = SampleInfo::interval(t0.elapsed().as_secs_f64());
             links::apply_deltas(&mut second, &report, info);
             report = second;
         }
@@ -117,15 +113,7 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
         let base_host = Host::snapshot(b)?;
         super::baseline::ensure_earlier_same_host(&base_host, b, &host)?;
         let before = links::probe(&base_host);
-        let interval_s = links::seconds_between(
-            base_host.meta().captured_at.as_deref(),
-            host.meta().captured_at.as_deref(),
-        );
-        let info = SampleInfo {
-            kind: "baseline".into(),
-            baseline: b.display().to_string(),
-            interval_s,
-        };
+        let info = SampleInfo::baseline(&base_host, &host, b.display().to_string());
         links::apply_deltas(&mut report, &before, info);
     }
     let findings = links::findings(&report);
@@ -134,7 +122,20 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
     }
     let text = match fmt {
         Format::Json => Envelope::new("links", HostInfo::of(&host), &report, &findings).to_json(),
-        Format::Prom => crate::render::links::prom(&report) + &super::out::findings_prom("links", &findings),
+        Format::Prom => {
+            let known = report.rdma.unreadable.is_none();
+            let ports = report.devices.iter().map(|d| d.ports.len()).sum();
+            crate::render::links::prom(&report)
+                + &super::out::findings_prom("links", &findings)
+                + &crate::render::devices_prom(
+                    "links",
+                    "",
+                    &[
+                        ("rdma", known.then_some(report.devices.len())),
+                        ("rdma_port", known.then_some(ports)),
+                    ],
+                )
+        }
         _ => crate::render::links::table(&report, &findings),
     };
     super::out::deliver(&text, a.output.as_deref(), Outcome::from_findings(&findings))

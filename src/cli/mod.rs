@@ -2,6 +2,15 @@
 //! Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe
 //! itself could not run. A closed stdout (`| head`) is not an error.
 
+/// `eprintln!` that never panics: a closed stderr (`2>&1 | head`) is not an error either,
+/// and `eprintln!` would panic (exit 101) on the write that fails.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod baseline;
 mod check;
 mod docs;
@@ -35,7 +44,7 @@ pub use out::emit;
 node's fabric (PCIe/NVLink topology, RDMA ports, GIDs) and reports it the way nvidia-smi, \
 show_gids and ibstat do, with findings a person can act on.\n\n\
 Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe could not run, \
-3 nothing to judge (nccl-log: no NCCL line).",
+3 nothing to judge (no GPU, RDMA device or RoCE netdev; nccl-log: no NCCL line).",
     propagate_version = true,
     after_long_help = JSON_ENVELOPE
 )]
@@ -67,8 +76,9 @@ EXIT STATUS
   0  pass (warnings and not-evaluated rules allowed)
   1  a probe or check found a fault (a finding of severity fail)
   2  fabprobe itself could not run (bad usage, unreadable snapshot)
-  3  unknown: nothing to judge (nccl-log given no NCCL line), neither pass nor fault
-  A closed stdout (fabprobe topo | head) is not an error.";
+  3  unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command;
+     nccl-log given no NCCL line), neither pass nor fault
+  A closed stdout or stderr (fabprobe topo 2>&1 | head) is not an error.";
 
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
@@ -144,7 +154,7 @@ impl GlobalArgs {
     /// Log a progress line to stderr when `-v` was given.
     pub fn log(&self, level: u8, msg: impl AsRef<str>) {
         if self.verbose >= level {
-            eprintln!("fabprobe: {}", msg.as_ref());
+            say!("fabprobe: {}", msg.as_ref());
         }
     }
 }
@@ -205,9 +215,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A fail is a fault; else a probe that saw nothing to judge is unknown (exit 3),
+    /// never a pass.
     pub fn from_findings(findings: &[crate::finding::Finding]) -> Outcome {
         if crate::finding::worst(findings) == crate::finding::Severity::Fail {
             Outcome::Fault
+        } else if crate::finding::nothing_judged(findings).is_some() {
+            Outcome::Unknown
         } else {
             Outcome::Pass
         }
@@ -246,9 +260,9 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Unknown) => ExitCode::from(3),
         Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("fabprobe: error: {}", lower_first(&format!("{e:#}")));
+            say!("fabprobe: error: {}", lower_first(&format!("{e:#}")));
             if let Some(h) = e.chain().find_map(|c| c.downcast_ref::<Hinted>()) {
-                eprintln!("hint: {}", h.hint);
+                say!("hint: {}", h.hint);
             }
             ExitCode::from(2)
         }
@@ -288,6 +302,35 @@ pub fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<
 /// Stdout's terminal width (comfy-table asks the terminal); None when stdout is not one.
 fn tty_width() -> Option<usize> {
     comfy_table::Table::new().width().map(usize::from).filter(|w| *w > 0)
+}
+
+/// Refuse a name the user gave (`--ifname eth9`, `--device mlx5_9`) that the host's `dir`
+/// does not list, naming it and the nearest listed one: a typo must not turn a probe off
+/// without a word. A directory that cannot be read is left to the probe to say.
+fn check_names(
+    host: &crate::host::Host,
+    flag: &str,
+    names: &[String],
+    dir: &str,
+    what: &str,
+) -> Result<(), UsageError> {
+    let Ok(listed) = host.list_dir(dir) else {
+        return Ok(());
+    };
+    let listed = listed.unwrap_or_default();
+    for n in names.iter().filter(|n| !listed.contains(n)) {
+        let near = crate::check::policy::nearest(n, listed.iter().map(String::as_str));
+        let have = if listed.is_empty() {
+            "nothing".to_string()
+        } else {
+            listed.join(", ")
+        };
+        return Err(UsageError(format!(
+            "{flag} {n}: no {what} named {n} on this host ({dir} lists {have}){}",
+            near.map(|x| format!("; did you mean `{x}`?")).unwrap_or_default()
+        )));
+    }
+    Ok(())
 }
 
 /// Messages are printed lowercase-first, as the house style says.

@@ -146,9 +146,16 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
     let count = |sev: Severity| findings.iter().filter(|f| f.severity == sev).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let unknown = count(Severity::Unknown);
-    let verdict = if fail > 0 { 2 } else { usize::from(warn > 0) };
+    let verdict = match (fail, crate::finding::nothing_judged(findings)) {
+        (0, Some(_)) => 3,
+        (0, None) => usize::from(warn > 0),
+        _ => 2,
+    };
     let mut s = String::new();
-    let _ = writeln!(s, "# HELP fabprobe_{cmd}_verdict fabprobe {cmd}'s verdict: 0 pass, 1 warn, 2 fail.");
+    let _ = writeln!(
+        s,
+        "# HELP fabprobe_{cmd}_verdict fabprobe {cmd}'s verdict: 0 pass, 1 warn, 2 fail, 3 not evaluated (nothing to judge)."
+    );
     let _ = writeln!(s, "# TYPE fabprobe_{cmd}_verdict gauge\nfabprobe_{cmd}_verdict {verdict}");
     let _ = writeln!(s, "# HELP fabprobe_{cmd}_findings Warn, fail and unknown (not evaluated) findings by severity.");
     let _ = writeln!(s, "# TYPE fabprobe_{cmd}_findings gauge");

@@ -121,6 +121,7 @@ fn sample(host: &Host, a: &QosArgs, tc: Option<&Sourced<u32>>) -> QosReport {
 pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("qos", &[Format::Table, Format::Json, Format::Prom])?;
     let host = open_host(g)?;
+    super::check_names(&host, "--ifname", &a.ifname, "/sys/class/net", "netdev")?;
     let tc = super::nccl_settings(g, &host).ib_tc();
     let mut report = sample(&host, &a, tc.as_ref());
     if let Some(secs) = a.interval {
@@ -141,33 +142,17 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
             g.log(1, format!("sampling again in {secs} s"));
             std::thread::sleep(Duration::from_secs_f64(secs));
             let mut second = sample(&host, &a, tc.as_ref());
-            qos::apply_deltas(
-                &mut second,
-                &report,
-                Sample {
-                    kind: "interval".into(),
-                    baseline: "live".into(),
-                    interval_s: Some(t0.elapsed().as_secs_f64()),
-                },
-            );
+            qos::apply_deltas(&mut second, &report, Sample::interval(t0.elapsed().as_secs_f64()));
             report = second;
         }
     } else if let Some(b) = &a.baseline {
         let base = Host::snapshot(b)?;
         super::baseline::ensure_earlier_same_host(&base, b, &host)?;
         let before = sample(&base, &a, tc.as_ref());
-        let interval_s = crate::probe::links::seconds_between(
-            base.meta().captured_at.as_deref(),
-            host.meta().captured_at.as_deref(),
-        );
         qos::apply_deltas(
             &mut report,
             &before,
-            Sample {
-                kind: "baseline".into(),
-                baseline: b.display().to_string(),
-                interval_s,
-            },
+            Sample::baseline(&base, &host, b.display().to_string()),
         );
     }
     if a.lldp {
@@ -185,7 +170,16 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
     let findings = qos::findings(&report);
     let text = match fmt {
         Format::Json => Envelope::new("qos", HostInfo::of(&host), &report, &findings).to_json(),
-        Format::Prom => crate::render::qos::prom(&report) + &super::out::findings_prom("qos", &findings),
+        Format::Prom => {
+            let known = report
+                .rdma
+                .unreadable
+                .is_none()
+                .then_some(report.interfaces.len());
+            crate::render::qos::prom(&report)
+                + &super::out::findings_prom("qos", &findings)
+                + &crate::render::devices_prom("qos", "", &[("roce_netdev", known)])
+        }
         _ => crate::render::qos::table(&report, &findings),
     };
     super::out::deliver(&text, a.output.as_deref(), Outcome::from_findings(&findings))

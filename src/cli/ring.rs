@@ -829,7 +829,7 @@ fn print_report(
         ) || g.verbose > 0
         {
             // Parts of the line came from strangers on the port: never print their raw bytes.
-            eprintln!("fabprobe: {}", crate::text::printable(&e.line(), 1000));
+            say!("fabprobe: {}", crate::text::printable(&e.line(), 1000));
         }
     }
     let f = findings(r);
@@ -853,7 +853,7 @@ fn print_report(
         )?;
     }
     if let Some(e) = &r.error {
-        eprintln!("fabprobe: ring: {e}");
+        say!("fabprobe: ring: {e}");
     }
     Ok(())
 }
@@ -904,17 +904,17 @@ fn catch_interrupts(g: &GlobalArgs) {
     std::thread::spawn(move || {
         let Ok(first) = set.wait() else { return };
         crate::ring::interrupt::process().note(first as i32);
-        eprintln!("fabprobe: ring: {first}: stopping; rank 0 reports what is known");
+        say!("fabprobe: ring: {first}: stopping; rank 0 reports what is known");
         std::thread::spawn(move || {
             std::thread::sleep(INTERRUPT_BACKSTOP);
-            eprintln!(
+            say!(
                 "fabprobe: ring: still running {} s after {first}; exiting",
                 INTERRUPT_BACKSTOP.as_secs()
             );
             std::process::exit(2);
         });
         if let Ok(again) = set.wait() {
-            eprintln!("fabprobe: ring: {again} again; exiting at once");
+            say!("fabprobe: ring: {again} again; exiting at once");
             std::process::exit(128 + again as i32);
         }
     });
@@ -1184,7 +1184,7 @@ fn outcome(
         }) => {
             // Rank 0 prints the report; this rank says why it exits 1.
             if failed {
-                eprintln!(
+                say!(
                     "fabprobe: ring: the run failed: {}",
                     why.as_deref()
                         .unwrap_or("rank 0 says so (its report has the cause)")
@@ -1194,7 +1194,7 @@ fn outcome(
         }
         Err(e) if e.kind == Failure::CannotRun || interrupted() => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
-            eprintln!("fabprobe: ring: {}", e.message);
+            say!("fabprobe: ring: {}", e.message);
             Ok(Outcome::Fault)
         }
     }

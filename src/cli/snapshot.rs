@@ -116,7 +116,7 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
     // The job's environment (--env-from, --env-file) is what the snapshot records.
     let host = super::open_host(g)?.with_recording();
     let summary = crate::snapshot::capture_host_with(host, &a.output, lldp_wait)?;
-    eprintln!(
+    say!(
         "fabprobe: wrote {} ({} files, {} symlinks, {} directories)",
         a.output.display(),
         summary.files,
@@ -124,7 +124,7 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
         summary.directories
     );
     if !summary.failed_reads.is_empty() {
-        eprintln!(
+        say!(
             "fabprobe: {} reads failed and are recorded as such (see fabprobe/read-errors.json)",
             summary.failed_reads.len()
         );
@@ -135,7 +135,7 @@ pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
     // One line, not one per file: -v lists them.
     if !summary.skipped.is_empty() {
         let first = &summary.skipped[0];
-        eprintln!(
+        say!(
             "fabprobe: skipped {} paths (e.g. {first}){}",
             summary.skipped.len(),
             if g.verbose == 0 { "; -v lists them" } else { "" }

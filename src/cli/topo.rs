@@ -111,7 +111,7 @@ JSON DATA (schema fabprobe.topo)
 
 EXIT STATUS
   0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file or
-  snapshot)";
+  snapshot), 3 not evaluated: no GPU and no RDMA device showed up";
 
 pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("topo", &[Format::Table, Format::Json, Format::NcclXml])?;
@@ -148,7 +148,14 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
         Format::NcclXml => crate::render::topo::nccl_xml(&report),
         _ => {
             // stdout stays nvidia-smi's layout for scripts that parse it; the verdict goes to stderr.
-            eprint!("{}", crate::render::text::verdict_line("topo", &findings));
+            {
+                use std::io::Write as _;
+                let _ = write!(
+                    std::io::stderr().lock(),
+                    "{}",
+                    crate::render::text::verdict_line("topo", &findings)
+                );
+            }
             // Split to the terminal's width only on a terminal: piped, the bytes stay nvidia-smi's.
             use std::io::IsTerminal;
             let fit = crate::render::text::width().filter(|_| std::io::stdout().is_terminal());

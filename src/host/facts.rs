@@ -62,14 +62,43 @@ pub struct HostFacts {
     pub daemons_scanned: bool,
 }
 
-/// The system's GPU daemons by executable name, and what each is for. Their comm is the
-/// name cut to 15 bytes (`nv-fabricmanage`), as the kernel keeps it.
+/// The system's daemons that hold GPU or RDMA device files by design, by executable name,
+/// and what each is for: every long-running program the packages below install (their
+/// command-line tools, `nvidia-smi`, `dcgmi`, ..., come and go and are not listed). Their
+/// comm is the name cut to 15 bytes (`nv-fabricmanage`), as the kernel keeps it.
+///
+/// Sources (the packages' file lists):
+/// * the NVIDIA driver: NVIDIA/yum-packaging-nvidia-driver `nvidia-driver.spec` (`%files
+///   cuda`: nvidia-cuda-mps-control, nvidia-cuda-mps-server), NVIDIA/yum-packaging-nvidia-
+///   persistenced (nvidia-persistenced), NVIDIA/debian-packaging-nvidia-driver
+///   `debian/nvidia-powerd.install.in` (nvidia-powerd); the vGPU guest driver's licensing
+///   daemon nvidia-gridd (NVIDIA Virtual GPU Software Licensing User Guide);
+/// * the NVSwitch and NVLink packages of the driver branch: nvidia-fabricmanager
+///   (nv-fabricmanager), nvidia-imex (nvidia-imex), nvlsm (nvlsm);
+/// * DCGM: NVIDIA/DCGM (nv-hostengine, and nvvs, the diagnostics it runs on the GPUs),
+///   NVIDIA/dcgm-exporter (dcgm-exporter, which embeds a host engine by default);
+/// * Kubernetes and containers: NVIDIA/k8s-device-plugin (nvidia-device-plugin,
+///   gpu-feature-discovery), NVIDIA/mig-parted (nvidia-mig-manager), NVIDIA/libnvidia-
+///   container (nvidia-container-cli, run by the runtime hook at every container start);
+/// * rdma-core: `ibacm` (the InfiniBand address and route cache opens every verbs device;
+///   rdma-core's other daemons, rdma-ndd, iwpmd and srp_daemon, use netlink or umad only).
 pub const GPU_DAEMONS: &[(&str, &str)] = &[
     ("nvidia-persistenced", "keeps the GPUs initialised (persistence mode)"),
+    ("nvidia-cuda-mps-control", "CUDA MPS control daemon"),
+    ("nvidia-cuda-mps-server", "CUDA MPS server: runs the MPS clients' work on the GPU"),
+    ("nvidia-powerd", "NVIDIA Dynamic Boost power daemon"),
+    ("nvidia-gridd", "NVIDIA vGPU licensing daemon"),
     ("nv-fabricmanager", "NVIDIA Fabric Manager: sets up the NVSwitch fabric"),
-    ("nv-hostengine", "DCGM host engine"),
     ("nvidia-imex", "NVIDIA IMEX: memory export across the NVLink domain"),
     ("nvlsm", "NVLink Subnet Manager"),
+    ("nv-hostengine", "DCGM host engine"),
+    ("nvvs", "DCGM diagnostics (NVIDIA Validation Suite), run by the host engine"),
+    ("dcgm-exporter", "DCGM's Prometheus exporter (embeds a host engine)"),
+    ("nvidia-device-plugin", "Kubernetes NVIDIA device plugin"),
+    ("gpu-feature-discovery", "Kubernetes GPU feature discovery (node labels)"),
+    ("nvidia-mig-manager", "Kubernetes MIG manager (mig-parted)"),
+    ("nvidia-container-cli", "libnvidia-container: sets up a container's GPUs at its start"),
+    ("ibacm", "rdma-core's InfiniBand address and route cache"),
 ];
 
 /// A running system GPU daemon.

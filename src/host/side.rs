@@ -53,6 +53,13 @@ pub struct HostMeta {
     /// What capture could not read, one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// `/proc/sys/kernel/random/boot_id`: new at every boot, so two samples with different
+    /// ones straddle a reboot (every counter restarted); absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// `/proc/uptime`'s first field when captured: seconds since boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_s: Option<f64>,
 }
 
 impl HostMeta {
@@ -68,8 +75,57 @@ impl HostMeta {
             env_source: Some("shell".into()),
             nccl_home: None,
             skipped: Vec::new(),
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
+            uptime_s: std::fs::read_to_string("/proc/uptime")
+                .ok()
+                .and_then(|s| parse_uptime(&s)),
         }
     }
+}
+
+/// `/proc/uptime` (`"350735.47 234388.90\n"`: up and idle seconds) -> the first.
+pub fn parse_uptime(s: &str) -> Option<f64> {
+    s.split_whitespace()
+        .next()?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// Why the counters of `after` cannot be compared with those of `before` (the same host
+/// sampled twice, `interval_s` apart): a reboot between them restarted every counter, so
+/// a drop is not a wrap and a rise is not what happened in the interval. None when
+/// nothing says so (an older snapshot without boot id or uptime is given the benefit).
+pub fn counters_reset_between(
+    before: &HostMeta,
+    after: &HostMeta,
+    interval_s: Option<f64>,
+) -> Option<String> {
+    if let (Some(b), Some(a)) = (&before.boot_id, &after.boot_id)
+        && b != a
+    {
+        return Some(format!(
+            "the host rebooted between the samples (boot id {b} -> {a})"
+        ));
+    }
+    if let (Some(b), Some(a)) = (before.uptime_s, after.uptime_s)
+        && a < b
+    {
+        return Some(format!(
+            "the host rebooted between the samples (up {b:.0} s at the first, {a:.0} s at the second)"
+        ));
+    }
+    if let (Some(a), Some(i)) = (after.uptime_s, interval_s)
+        && a < i
+    {
+        return Some(format!(
+            "the host had been up {a:.0} s at the second sample, less than the {i:.0} s between the samples: it rebooted"
+        ));
+    }
+    None
 }
 
 /// Environment variables a probe may read, and so the only ones a snapshot keeps. Never a
@@ -263,6 +319,52 @@ pub(super) fn tarball_root(dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uptime_parses_the_first_field() {
+        for (raw, want) in [
+            ("350735.47 234388.90\n", Some(350735.47)),
+            ("12.00 3.00", Some(12.0)),
+            ("", None),
+            ("x 1", None),
+            ("-4 1", None),
+        ] {
+            assert_eq!(parse_uptime(raw), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn reset_between_samples_from_boot_id_or_uptime() {
+        let m = |boot: Option<&str>, up: Option<f64>| HostMeta {
+            boot_id: boot.map(str::to_string),
+            uptime_s: up,
+            ..HostMeta::default()
+        };
+        let cases = [
+            // (before, after, interval, reset?)
+            (
+                m(Some("a"), Some(100.0)),
+                m(Some("a"), Some(130.0)),
+                Some(30.0),
+                false,
+            ),
+            (
+                m(Some("a"), Some(100.0)),
+                m(Some("b"), Some(130.0)),
+                Some(30.0),
+                true,
+            ),
+            (m(None, Some(100.0)), m(None, Some(20.0)), Some(30.0), true),
+            (m(None, None), m(None, Some(20.0)), Some(30.0), true),
+            (m(None, None), m(None, Some(40.0)), Some(30.0), false),
+            (m(None, None), m(None, None), Some(30.0), false),
+            (m(Some("a"), None), m(None, None), None, false),
+            (m(None, Some(5000.0)), m(None, Some(4000.0)), None, true),
+        ];
+        for (i, (b, a, iv, want)) in cases.iter().enumerate() {
+            assert_eq!(counters_reset_between(b, a, *iv).is_some(), *want, "case {i}");
+        }
+    }
 
     #[test]
     fn env_filter_keeps_only_probe_variables() {

@@ -694,6 +694,13 @@ pub struct Gdr<'a> {
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
 pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
     Rule {
+        ids: &["gdr.nothing_to_judge"],
+        severity: "unknown",
+        about: "no GPU, or no RDMA device, showed up: no GPU-NIC pair to judge, NOT EVALUATED \
+                (exit 3)",
+        judge: gdr_nothing,
+    },
+    Rule {
         ids: &["gdr.acs_redirect"],
         severity: "warn|fail",
         about: "ReqRedir/CmpltRedir on a switch port between a GPU and a NIC (fail when NCCL \
@@ -733,6 +740,19 @@ pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
         judge: iommu_translation,
     },
 ];
+
+fn gdr_nothing(x: &Gdr, out: &mut Vec<Finding>) {
+    let why = match (x.r.gpus.is_empty(), x.r.nics.is_empty()) {
+        (true, _) => "no GPU on this host: GPUDirect RDMA does not apply",
+        (false, true) => "no RDMA device on this host: GPUDirect RDMA does not apply",
+        _ => return,
+    };
+    out.push(crate::finding::nothing_to_judge(
+        "gdr",
+        "host",
+        format!("nothing to judge: {why}"),
+    ));
+}
 
 /// Judge GPUDirect RDMA by [`RULES`].
 pub fn findings(r: &GdrReport) -> Vec<Finding> {

@@ -237,12 +237,30 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Port(nccl_gid_error),
     },
     Rule {
+        ids: &["gids.nothing_to_judge"],
+        severity: "unknown",
+        about: "no RDMA port showed up (no InfiniBand support, no driver loaded): nothing was \
+                judged, NOT EVALUATED (exit 3)",
+        judge: Judge::Report(gids_nothing),
+    },
+    Rule {
         ids: &["gids.duplicate_ipv4"],
         severity: "warn",
         about: "the same IPv4 address on two ports",
         judge: Judge::Report(duplicate_ipv4),
     },
 ];
+
+fn gids_nothing(r: &GidsReport, out: &mut Vec<Finding>) {
+    if r.ports.is_empty() && r.rdma.unreadable.is_none() {
+        let why = r.rdma.message.clone().unwrap_or_else(|| "no RDMA ports".into());
+        out.push(crate::finding::nothing_to_judge(
+            "gids",
+            "host",
+            format!("nothing to judge: {why}"),
+        ));
+    }
+}
 
 /// Judge the GID tables by [`RULES`].
 pub fn findings(r: &GidsReport) -> Vec<Finding> {

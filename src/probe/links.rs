@@ -32,6 +32,41 @@ pub struct SampleInfo {
     /// Seconds between the samples, when known (for a baseline: the snapshots'
     /// `captured_at` difference).
     pub interval_s: Option<f64>,
+    /// Why the two samples' counters cannot be compared (a reboot between them): then no
+    /// delta is taken and the counters are read as one sample, never as a wrap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters_reset: Option<String>,
+}
+
+impl SampleInfo {
+    /// Whether the counters carry deltas (no reboot between the samples).
+    pub fn has_deltas(&self) -> bool {
+        self.counters_reset.is_none()
+    }
+
+    /// A second live read `secs` after the first: one boot, so a reset can only show as
+    /// counters that fell (per device, [`device_reset`]).
+    pub fn interval(secs: f64) -> SampleInfo {
+        SampleInfo {
+            kind: "interval".into(),
+            baseline: "live".into(),
+            interval_s: Some(secs),
+            counters_reset: None,
+        }
+    }
+
+    /// `host` against an earlier snapshot of it, `base` (shown as `name`): the interval
+    /// from their capture times, a reboot between them from their boot ids and uptimes.
+    pub fn baseline(base: &Host, host: &Host, name: String) -> SampleInfo {
+        let (bm, hm) = (base.meta(), host.meta());
+        let interval_s = seconds_between(bm.captured_at.as_deref(), hm.captured_at.as_deref());
+        SampleInfo {
+            kind: "baseline".into(),
+            baseline: name,
+            interval_s,
+            counters_reset: crate::host::side::counters_reset_between(bm, hm, interval_s),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -58,6 +93,10 @@ pub struct LinkDevice {
     pub ports: Vec<LinkPort>,
     /// `<dev>/hw_counters/` (device-level driver counters: hfi1, mlx5 switchdev).
     pub device_counters: Vec<Counter>,
+    /// A counter of this device fell between the samples where no wrap can explain it
+    /// (a driver reload or a reset restarted them): no delta was taken for any of them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub counters_reset: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -223,46 +262,89 @@ fn probe_device(host: &Host, name: &str) -> LinkDevice {
             .into_iter()
             .map(counter)
             .collect(),
+        counters_reset: false,
         attrs,
         ports,
     }
 }
 
 /// Fill `after`'s counters with deltas from `before` (same device, port, directory and
-/// name). `interval_s` gives rates.
+/// name). `interval_s` gives rates. After a reboot (`info.counters_reset`) no delta is
+/// taken anywhere, and a device whose counters fell where no wrap explains it gets none.
 pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleInfo) {
     let interval = info.interval_s.filter(|s| *s > 0.0);
-    let fill = |c: &mut Counter, prev: Option<&Counter>| {
-        let (Some(b), Some(a)) = (prev.and_then(|p| p.value), c.value) else {
-            return;
-        };
-        let d = ib::counter_delta(b, a, c.spec);
-        let bpu = c.spec.bytes_per_unit.map(u64::from);
-        c.delta_bytes = d.exact().zip(bpu).map(|(v, b)| v.saturating_mul(b));
-        c.rate_per_s = match (d.exact(), interval) {
-            (Some(v), Some(s)) => Some(v as f64 * bpu.unwrap_or(1) as f64 / s),
-            _ => None,
-        };
-        c.rate_gbs = c.rate_per_s.filter(|_| bpu.is_some()).map(|r| r / 1e9);
-        c.delta = Some(d);
-    };
+    let rebooted = info.counters_reset.is_some();
+    after.sample = Some(info);
+    if rebooted {
+        return;
+    }
     for dev in &mut after.devices {
-        let bdev = before.devices.iter().find(|d| d.name == dev.name);
+        let Some(bdev) = before.devices.iter().find(|d| d.name == dev.name) else {
+            continue;
+        };
+        if device_reset(bdev, dev) {
+            dev.counters_reset = true;
+            continue;
+        }
         for c in &mut dev.device_counters {
-            let prev = bdev.and_then(|d| d.device_counters.iter().find(|p| p.name == c.name));
-            fill(c, prev);
+            let prev = bdev.device_counters.iter().find(|p| p.name == c.name);
+            fill_delta(c, prev, interval);
         }
         for port in &mut dev.ports {
-            let bport = bdev.and_then(|d| d.ports.iter().find(|p| p.port == port.port));
+            let bport = bdev.ports.iter().find(|p| p.port == port.port);
             let line_gbps = port.rate.as_ref().map(|r| r.gbps).filter(|g| *g > 0.0);
             for c in &mut port.counters {
                 let prev = bport.and_then(|p| p.counters.iter().find(|x| x.name == c.name && x.dir == c.dir));
-                fill(c, prev);
+                fill_delta(c, prev, interval);
                 c.line_rate_pct = c.rate_gbs.zip(line_gbps).map(|(r, g)| r * 8.0 / g * 100.0);
             }
         }
     }
-    after.sample = Some(info);
+}
+
+fn fill_delta(c: &mut Counter, prev: Option<&Counter>, interval: Option<f64>) {
+    let (Some(b), Some(a)) = (prev.and_then(|p| p.value), c.value) else {
+        return;
+    };
+    let d = ib::counter_delta(b, a, c.spec);
+    let bpu = c.spec.bytes_per_unit.map(u64::from);
+    c.delta_bytes = d.exact().zip(bpu).map(|(v, b)| v.saturating_mul(b));
+    c.rate_per_s = match (d.exact(), interval) {
+        (Some(v), Some(s)) => Some(v as f64 * bpu.unwrap_or(1) as f64 / s),
+        _ => None,
+    };
+    c.rate_gbs = c.rate_per_s.filter(|_| bpu.is_some()).map(|r| r / 1e9);
+    c.delta = Some(d);
+}
+
+/// Whether a device's counters restarted between two samples: one fell that cannot have
+/// wrapped in between (a 64-bit counter, or a saturating one). A 32-bit counter that fell
+/// alone is a wrap; counters restarted by a driver reload or a reset fall together.
+pub fn device_reset(before: &LinkDevice, after: &LinkDevice) -> bool {
+    let fell = |b: &Counter, a: &Counter| match (b.value, a.value) {
+        (Some(bv), Some(av)) => {
+            av < bv && (a.spec.overflow == Overflow::Saturates || a.spec.width_bits >= 64)
+        }
+        _ => false,
+    };
+    let dev = after.device_counters.iter().any(|a| {
+        before
+            .device_counters
+            .iter()
+            .find(|b| b.name == a.name)
+            .is_some_and(|b| fell(b, a))
+    });
+    dev || after.ports.iter().any(|p| {
+        let Some(bp) = before.ports.iter().find(|x| x.port == p.port) else {
+            return false;
+        };
+        p.counters.iter().any(|a| {
+            bp.counters
+                .iter()
+                .find(|b| b.name == a.name && b.dir == a.dir)
+                .is_some_and(|b| fell(b, a))
+        })
+    })
 }
 
 /// Seconds between two RFC 3339 timestamps (`captured_at` of two snapshots).
@@ -450,6 +532,21 @@ pub static RULES: &[Rule<Judge>] = &[
                 local_link_integrity_errors or excessive_buffer_overrun_errors non-zero or \
                 saturated in a single read (since boot, no baseline; one finding per port)",
         judge: Judge::Port(errors_since_boot),
+    },
+    Rule {
+        ids: &["links.nothing_to_judge"],
+        severity: "unknown",
+        about: "no RDMA device showed up (no InfiniBand support, no driver loaded, an empty \
+                /sys/class/infiniband): nothing was judged, NOT EVALUATED (exit 3)",
+        judge: Judge::Report(links_nothing),
+    },
+    Rule {
+        ids: &["links.counters_reset"],
+        severity: "unknown",
+        about: "the counters restarted between the two samples (a reboot: another boot id, \
+                or less uptime than the interval; a driver reload: a counter that cannot \
+                wrap fell): no delta, never a wrap",
+        judge: Judge::Report(counters_reset),
     },
     Rule {
         ids: &["links.counter_saturated"],
@@ -686,6 +783,53 @@ fn rate_below_peers(x: &Port, out: &mut Vec<Finding>) {
     );
 }
 
+fn links_nothing(r: &LinksReport, out: &mut Vec<Finding>) {
+    if r.devices.is_empty() && r.rdma.unreadable.is_none() {
+        let why = r.rdma.message.clone().unwrap_or_else(|| "no RDMA devices".into());
+        out.push(crate::finding::nothing_to_judge(
+            "links",
+            "host",
+            format!("nothing to judge: {why}"),
+        ));
+    }
+}
+
+fn counters_reset(r: &LinksReport, out: &mut Vec<Finding>) {
+    let Some(sample) = &r.sample else { return };
+    let again = match sample.kind.as_str() {
+        "interval" => "sample again: `fabprobe links --interval 10`".to_string(),
+        _ => "take a new baseline now (`fabprobe snapshot`) and compare a later snapshot with it".to_string(),
+    };
+    if let Some(why) = &sample.counters_reset {
+        out.push(
+            Finding::new(
+                "links.counters_reset",
+                Severity::Unknown,
+                "counters",
+                format!("not evaluated: the counters were reset: {why}; no deltas, the counters are read as one sample"),
+            )
+            .evidence("baseline", sample.baseline.clone())
+            .fix(again.clone()),
+        );
+        return;
+    }
+    for d in r.devices.iter().filter(|d| d.counters_reset) {
+        out.push(
+            Finding::new(
+                "links.counters_reset",
+                Severity::Unknown,
+                &d.name,
+                format!(
+                    "not evaluated: {}'s counters were reset between the samples (one fell that cannot wrap: a driver reload or a counter reset); no deltas for it",
+                    d.name
+                ),
+            )
+            .evidence("baseline", sample.baseline.clone())
+            .fix(again.clone()),
+        );
+    }
+}
+
 fn counter_saturated(x: &Port, out: &mut Vec<Finding>) {
     let (d, p) = (x.d, x.p);
     for c in &p.counters {
@@ -770,8 +914,14 @@ fn congestion(x: &Port, out: &mut Vec<Finding>) {
         return;
     };
     let (Some(dw), Some(dx)) = (
-        w.delta.as_ref().map(Delta::lower_bound),
-        d.delta.as_ref().map(Delta::lower_bound),
+        w.delta
+            .as_ref()
+            .filter(|x| !matches!(x, Delta::Reset { .. }))
+            .map(Delta::lower_bound),
+        d.delta
+            .as_ref()
+            .filter(|x| !matches!(x, Delta::Reset { .. }))
+            .map(Delta::lower_bound),
     ) else {
         return;
     };
@@ -930,6 +1080,7 @@ mod tests {
             kind: "baseline".into(),
             baseline: "x".into(),
             interval_s: Some(10.0),
+            counters_reset: None,
         };
         apply_deltas(&mut after, &before, info.clone());
         for d in &after.devices {
@@ -958,6 +1109,90 @@ mod tests {
                 .iter()
                 .all(|c| c.delta.is_none())
         );
+    }
+}
+
+#[cfg(test)]
+mod reset_tests {
+    use super::*;
+
+    fn fixture(name: &str) -> LinksReport {
+        probe(&Host::snapshot(format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+    }
+
+    fn set(r: &mut LinksReport, dev: &str, name: &str, v: u64) {
+        let d = r.devices.iter_mut().find(|d| d.name == dev).unwrap();
+        let c = d.ports[0].counters.iter_mut().find(|c| c.name == name).unwrap();
+        c.value = Some(v);
+    }
+
+    /// A 32-bit counter that fell alone wrapped; a 64-bit or saturating one that fell
+    /// restarted its whole device (no delta there, an unknown finding), and the other
+    /// devices keep theirs.
+    #[test]
+    fn a_fall_no_wrap_explains_resets_the_device_only() {
+        let before = fixture("ib-degraded");
+        for (counter, v, reset) in [
+            ("rx_write_requests", 7, false), // mlx5 q-counter, 32 bits: a roll-over
+            ("port_xmit_wait", 5, true),     // PMA counters saturate: never roll over
+            ("port_xmit_data", 1000, true),  // 64-bit: cannot roll over in 30 s
+            ("port_rcv_packets", 10, true),  // 64-bit
+        ] {
+            let mut after = fixture("ib-degraded-later");
+            set(&mut after, "mlx5_0", counter, v);
+            apply_deltas(&mut after, &before, SampleInfo::interval(30.0));
+            let d0 = &after.devices[0];
+            assert_eq!(d0.counters_reset, reset, "{counter}");
+            if reset {
+                assert!(
+                    d0.ports[0]
+                        .counters
+                        .iter()
+                        .all(|c| c.delta.is_none() && c.rate_per_s.is_none())
+                );
+            }
+            // mlx5_2's errors still count: one device's reset says nothing of another's.
+            let f = findings(&after);
+            assert!(
+                f.iter()
+                    .any(|f| f.id == "links.errors_increasing" && f.subject.starts_with("mlx5_2"))
+            );
+            assert_eq!(
+                f.iter().filter(|f| f.id == "links.counters_reset").count(),
+                usize::from(reset),
+                "{counter}"
+            );
+        }
+    }
+
+    /// After a reboot no counter has a delta, whatever it did: none is a wrap or a rate.
+    #[test]
+    fn a_reboot_takes_no_delta_anywhere() {
+        let before = fixture("ib-degraded");
+        let mut after = fixture("ib-degraded-later");
+        let info = SampleInfo {
+            counters_reset: Some("the host rebooted".into()),
+            ..SampleInfo::interval(30.0)
+        };
+        apply_deltas(&mut after, &before, info);
+        for d in &after.devices {
+            for c in d.ports.iter().flat_map(|p| &p.counters).chain(&d.device_counters) {
+                assert!(
+                    c.delta.is_none() && c.rate_per_s.is_none(),
+                    "{} {}",
+                    d.name,
+                    c.name
+                );
+            }
+        }
+        let f = findings(&after);
+        assert!(
+            f.iter()
+                .all(|f| !f.id.contains("increasing") && f.id != "links.congestion")
+        );
+        let reset: Vec<&Finding> = f.iter().filter(|f| f.id == "links.counters_reset").collect();
+        assert_eq!(reset.len(), 1);
+        assert_eq!(reset[0].severity, Severity::Unknown);
     }
 }
 

@@ -26,13 +26,9 @@ pub struct QosReport {
     pub notes: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Sample {
-    /// `interval` (two live reads) or `baseline` (an earlier snapshot).
-    pub kind: String,
-    pub baseline: String,
-    pub interval_s: Option<f64>,
-}
+/// Where the first sample came from: one type with `links`, so a reboot between the
+/// samples is told the same way in both.
+pub use crate::probe::links::SampleInfo as Sample;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QosIf {
@@ -581,8 +577,14 @@ fn delta_pause(p: &mut PauseCounters, b: Option<&PauseCounters>, s: Option<f64>)
 }
 
 /// Fill `after`'s counters with deltas and rates from `before` (same netdev).
+/// After a reboot between them (`sample.counters_reset`) no delta is taken: the counters
+/// are read as one sample.
 pub fn apply_deltas(after: &mut QosReport, before: &QosReport, sample: Sample) {
     let s = sample.interval_s;
+    if sample.counters_reset.is_some() {
+        after.sample = Some(sample);
+        return;
+    }
     for i in &mut after.interfaces {
         let Some(b) = before.interfaces.iter().find(|x| x.ifname == i.ifname) else {
             continue;
@@ -680,6 +682,20 @@ pub struct If<'a> {
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
 pub static RULES: &[Rule<fn(&If, &mut Vec<Finding>)>] = &[
     Rule {
+        ids: &["qos.nothing_to_judge"],
+        severity: "unknown",
+        about: "no RoCE netdev showed up (no RDMA device, or InfiniBand ports only) and none \
+                named with --ifname: nothing was judged, NOT EVALUATED (exit 3)",
+        judge: qos_nothing,
+    },
+    Rule {
+        ids: &["qos.counters_reset"],
+        severity: "unknown",
+        about: "(--interval/--baseline) the host rebooted between the samples: no deltas, \
+                the counters are read as one sample",
+        judge: counters_reset,
+    },
+    Rule {
         ids: &["qos.switch_pfc_mismatch"],
         severity: "fail",
         about: "(--lldp) the switch's PFC priorities differ from the host's",
@@ -769,7 +785,36 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
         };
         judge_each(RULES, |j| Some(*j), &x, &mut out);
     }
+    if r.interfaces.is_empty() && r.rdma.unreadable.is_none() {
+        let why = match &r.rdma.message {
+            Some(m) => m.clone(),
+            None => "no RoCE netdev: the RDMA ports are not Ethernet".into(),
+        };
+        out.push(crate::finding::nothing_to_judge(
+            "qos",
+            "host",
+            format!("nothing to judge: {why}"),
+        ));
+    }
     out
+}
+
+/// Said by [`findings`] itself when there is no interface: then no [`If`] is judged.
+fn qos_nothing(_: &If, _: &mut Vec<Finding>) {}
+
+fn counters_reset(x: &If, out: &mut Vec<Finding>) {
+    let Some(smp) = &x.r.sample else { return };
+    let Some(why) = &smp.counters_reset else { return };
+    out.push(
+        Finding::new(
+            "qos.counters_reset",
+            Severity::Unknown,
+            &x.subj,
+            format!("not evaluated: the counters were reset: {why}; no deltas, the counters are read as one sample"),
+        )
+        .evidence("baseline", smp.baseline.clone())
+        .fix("take a new baseline now (`fabprobe snapshot`) and compare a later snapshot with it"),
+    );
 }
 
 fn switch_pfc_mismatch(x: &If, out: &mut Vec<Finding>) {
@@ -859,7 +904,7 @@ fn pfc_dcb_counters_disagree(x: &If, out: &mut Vec<Finding>) {
 fn pause_storm(x: &If, out: &mut Vec<Finding>) {
     let i = x.i;
     // Pause storms.
-    let sampled = x.r.sample.is_some();
+    let sampled = x.r.sample.as_ref().is_some_and(|s| s.has_deltas());
     for (name, c, sev) in [
         (
             "tx_pause_storm_error_events",
@@ -906,6 +951,7 @@ fn pause_time_high(x: &If, out: &mut Vec<Finding>) {
     if let Some(secs) =
         x.r.sample
             .as_ref()
+            .filter(|s| s.has_deltas())
             .and_then(|s| s.interval_s)
             .filter(|s| *s > 0.0)
     {

@@ -758,6 +758,13 @@ pub struct Dev<'a> {
 /// RDMA NIC is across the CPU interconnect; in the order they are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["topo.nothing_to_judge"],
+        severity: "unknown",
+        about: "neither an NVIDIA GPU nor an RDMA device showed up (drivers not loaded?): \
+                nothing was judged, NOT EVALUATED (exit 3)",
+        judge: Judge::Report(topo_nothing),
+    },
+    Rule {
         ids: &["topo.numa_node_unknown"],
         severity: "warn",
         about: "numa_node is -1 on a host with several (or unknown) NUMA nodes",
@@ -805,6 +812,16 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(gpu_nic_sys),
     },
 ];
+
+fn topo_nothing(r: &TopoReport, out: &mut Vec<Finding>) {
+    if r.gpus.is_empty() && r.nics.is_empty() {
+        out.push(crate::finding::nothing_to_judge(
+            "topo",
+            "host",
+            "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?)",
+        ));
+    }
+}
 
 /// Judge the topology by [`RULES`].
 pub fn judge(r: &TopoReport) -> Vec<Finding> {

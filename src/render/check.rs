@@ -11,7 +11,7 @@ use crate::render::text;
 fn upper(s: Severity) -> &'static str {
     match s {
         Severity::Pass => "PASS",
-        Severity::Unknown => "UNKNOWN",
+        Severity::Unknown => "NOT EVALUATED",
         Severity::Warn => "WARN",
         Severity::Fail => "FAIL",
     }
@@ -149,12 +149,12 @@ fn finding_lines(s: &mut String, findings: &[Finding]) {
 pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     let mut s = String::new();
     let p = super::prom_label(&r.policy.name);
-    s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail.\n# TYPE fabprobe_check_verdict gauge\n");
+    s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail, 3 not evaluated (no GPU and no RDMA device seen).\n# TYPE fabprobe_check_verdict gauge\n");
     let v = match r.verdict {
-        // `unknown` is never a check's verdict (not evaluated is said beside it).
-        Severity::Pass | Severity::Unknown => 0,
+        Severity::Pass => 0,
         Severity::Warn => 1,
         Severity::Fail => 2,
+        Severity::Unknown => 3,
     };
     let _ = writeln!(s, "fabprobe_check_verdict{{policy=\"{p}\"}} {v}");
     // Warn and fail only: pass findings are not emitted one by one, so a pass count
@@ -185,6 +185,19 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     for n in &r.not_evaluated {
         let _ = writeln!(s, "fabprobe_check_not_evaluated{{policy=\"{p}\",key=\"{}\"}} 1", super::prom_label(&n.key));
     }
+    let w = &r.saw;
+    let seen = [
+        ("gpu", w.gpus),
+        ("rdma", w.rdma_devices),
+        ("rdma_port", w.rdma_ports),
+        ("rdma_port_active", w.rdma_ports_active),
+        ("roce_netdev", w.roce_netdevs),
+    ];
+    s.push_str(&crate::render::devices_prom(
+        "check",
+        &format!("policy=\"{p}\","),
+        &seen,
+    ));
     if let FactsState::Available(f) = &r.facts {
         s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
         // Labelled with the policy as every series is: two check files on one node (two

@@ -126,7 +126,8 @@ fn columns_plain(rows: &[Vec<String>]) -> String {
 
 pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
-        return format!("{m}\n");
+        // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
+        return format!("{}{m}\n", crate::render::text::verdict_line("gids", findings));
     }
     let mut out = table_rows(r, text::width());
     out.push('\n');

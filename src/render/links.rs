@@ -193,19 +193,26 @@ fn indented(text: &str, pad: &str) -> String {
 
 pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
-        return format!("{m}\n");
+        // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
+        return format!("{}{m}\n", crate::render::text::verdict_line("links", findings));
     }
-    let sampled = r.sample.is_some();
+    let sampled = r.sample.as_ref().is_some_and(|s| s.has_deltas());
     let mut out = String::new();
     if let Some(s) = &r.sample {
-        out.push_str(&format!(
-            "deltas against {} ({}), interval {}\n\n",
-            s.baseline,
-            s.kind,
-            s.interval_s
-                .map(|x| format!("{x:.1} s"))
-                .unwrap_or_else(|| "unknown: no rates".into())
-        ));
+        match &s.counters_reset {
+            Some(why) => out.push_str(&format!(
+                "no deltas against {} ({}): the counters were reset: {why}\n\n",
+                s.baseline, s.kind
+            )),
+            None => out.push_str(&format!(
+                "deltas against {} ({}), interval {}\n\n",
+                s.baseline,
+                s.kind,
+                s.interval_s
+                    .map(|x| format!("{x:.1} s"))
+                    .unwrap_or_else(|| "unknown: no rates".into())
+            )),
+        }
     }
     for d in &r.devices {
         out.push_str(&device_header(d));

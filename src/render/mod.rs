@@ -90,3 +90,21 @@ impl<'a, T: Serialize> Envelope<'a, T> {
         s
     }
 }
+
+/// `fabprobe_<cmd>_devices{kind}`: how many devices of each kind a command saw, so an alert
+/// can tell "nothing wrong" from "nothing there" (a driver that did not load reads 0, never
+/// a pass). `labels` goes before `kind` (`policy="p",`); an unknown count (the listing
+/// could not be read) is left out rather than written as 0.
+pub fn devices_prom(cmd: &str, labels: &str, counts: &[(&str, Option<usize>)]) -> String {
+    let mut s = format!(
+        "# HELP fabprobe_{cmd}_devices Devices fabprobe {cmd} saw, by kind (0: none showed up).\n# TYPE fabprobe_{cmd}_devices gauge\n"
+    );
+    for (kind, n) in counts {
+        if let Some(n) = n {
+            s.push_str(&format!(
+                "fabprobe_{cmd}_devices{{{labels}kind=\"{kind}\"}} {n}\n"
+            ));
+        }
+    }
+    s
+}

@@ -277,7 +277,9 @@ fn one(i: &QosIf, sampled: bool) -> String {
 
 pub fn table(r: &QosReport, findings: &[Finding]) -> String {
     let mut s = String::new();
-    if let Some(smp) = &r.sample {
+    if let Some(why) = r.sample.as_ref().and_then(|smp| smp.counters_reset.as_ref()) {
+        s.push_str(&format!("No deltas: the counters were reset: {why}\n\n"));
+    } else if let Some(smp) = &r.sample {
         s.push_str(&format!(
             "Deltas from {} ({}{})\n\n",
             smp.baseline,
@@ -293,7 +295,7 @@ pub fn table(r: &QosReport, findings: &[Finding]) -> String {
             None => s.push_str("no RoCE netdev to report\n"),
         }
     }
-    let sampled = r.sample.is_some();
+    let sampled = r.sample.as_ref().is_some_and(|s| s.has_deltas());
     for (k, i) in r.interfaces.iter().enumerate() {
         if k > 0 {
             s.push('\n');

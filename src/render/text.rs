@@ -79,6 +79,11 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
         0 => String::new(),
         n => format!("; {n} not evaluated: {}", unread.join("; ")),
     };
+    if worst == Severity::Pass
+        && let Some(n) = crate::finding::nothing_judged(findings)
+    {
+        return wrap(&format!("fabprobe {command}: NOT EVALUATED  "), &n.message, 2);
+    }
     // The first finding of the worst severity, in the probe's own order.
     match findings
         .iter()

@@ -73,9 +73,8 @@ pub fn moved(
         &mut a,
         before,
         SampleInfo {
-            kind: "interval".into(),
-            baseline: "live".into(),
             interval_s: None,
+            ..SampleInfo::interval(0.0)
         },
     );
     let mut out = Vec::new();
