@@ -174,3 +174,63 @@ pub fn judge_each<J, T: ?Sized, F: Fn(&T, &mut Vec<Finding>)>(
         }
     }
 }
+
+/// One spelling for each kind of subject and unit, in every command, table, JSON and metric
+/// label (issue 42): a port is `mlx5_3/1` (device, `/`, port number, as sysfs nests it), a
+/// device its kernel name (`mlx5_3`), a GPU its NVML label (`GPU2`), a GPU-NIC pair
+/// `GPU2-NIC3`; a link rate `400 Gb/s (4X NDR)` (the kernel's `Gb/sec` string stays in the
+/// evidence, verbatim); a count agrees with its noun (`1 process`, `2 processes`).
+pub mod spell {
+    use std::fmt::Display;
+
+    /// `mlx5_3/1`.
+    pub fn port(device: &str, port: impl Display) -> String {
+        format!("{device}/{port}")
+    }
+
+    /// `400 Gb/s`, `2.5 Gb/s`: a link rate in bits, the unit `Gb/s` whatever source said it.
+    pub fn gbps(v: f64) -> String {
+        format!("{} Gb/s", trim_float(v))
+    }
+
+    /// `400 Gb/s (4X NDR)`, `10 Gb/s (4X)`: a parsed port rate with its lanes and speed.
+    pub fn rate(gbps_v: f64, lanes: Option<u32>, speed: Option<&str>) -> String {
+        let width = lanes.map(|l| format!("{l}X"));
+        match (width, speed) {
+            (Some(w), Some(s)) => format!("{} ({w} {s})", gbps(gbps_v)),
+            (Some(w), None) => format!("{} ({w})", gbps(gbps_v)),
+            (None, Some(s)) => format!("{} ({s})", gbps(gbps_v)),
+            (None, None) => gbps(gbps_v),
+        }
+    }
+
+    /// `1 process`, `3 processes`: `n` with the noun's singular or plural.
+    pub fn count(n: usize, one: &str, many: &str) -> String {
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+
+    fn trim_float(v: f64) -> String {
+        if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            let s = format!("{v:.3}");
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn spellings() {
+            assert_eq!(port("mlx5_3", 1), "mlx5_3/1");
+            assert_eq!(gbps(400.0), "400 Gb/s");
+            assert_eq!(gbps(2.5), "2.5 Gb/s");
+            assert_eq!(rate(200.0, Some(4), Some("HDR")), "200 Gb/s (4X HDR)");
+            assert_eq!(rate(10.0, Some(4), None), "10 Gb/s (4X)");
+            assert_eq!(count(1, "process", "processes"), "1 process");
+            assert_eq!(count(0, "node", "nodes"), "0 nodes");
+        }
+    }
+}

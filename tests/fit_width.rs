@@ -221,6 +221,18 @@ fn sweep_table_at_80_and_60_columns() {
         "roce-bond-host",
         "roce-qos-mismatch",
     ]));
+    // Two more nodes of cloud-vm-flat's kind, one on another kernel: an outlier within its
+    // kind (nodes of other kinds are never compared with it).
+    let vm: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("cloud-vm-flat.json")).unwrap()).unwrap();
+    for (name, kernel) in [("cloud-vm-b", None), ("cloud-vm-c", Some("5.15.0-97-generic"))] {
+        let mut v = vm.clone();
+        v["host"]["hostname"] = name.into();
+        if let Some(k) = kernel {
+            v["data"]["fingerprint"]["kernel"] = k.into();
+        }
+        std::fs::write(dir.path().join(format!("{name}.json")), v.to_string()).unwrap();
+    }
     let d = dir.path().to_str().unwrap();
     for width in [80, 60] {
         let out = run(&["sweep", d], width, None).replace(d, "[DIR]");

@@ -308,8 +308,14 @@ fn gdr_level_gates_by_path_type() {
         .collect();
     // One finding for the eight GPUs, as `fabprobe gdr` words it.
     assert_eq!(off.len(), 1);
-    assert_eq!(off[0]["subject"], "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7");
-    assert_eq!(off[0]["evidence"]["nearest_path"].as_array().map(Vec::len), Some(8));
+    assert_eq!(
+        off[0]["subject"],
+        "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7"
+    );
+    assert_eq!(
+        off[0]["evidence"]["nearest_path"].as_array().map(Vec::len),
+        Some(8)
+    );
     let dflt = whole(Path::new("fixtures/h100-sxm-8gpu"));
     assert!(
         dflt["data"]["gdr"]["pairs"]
@@ -433,7 +439,11 @@ fn etc_nccl_conf_gives_the_verdicts_of_the_environment() {
             "{policy}: {}",
             unread(&n)
         );
-        assert!(!unread(&f).contains("roce_priority_unknown"), "{policy}: {}", unread(&f));
+        assert!(
+            !unread(&f).contains("roce_priority_unknown"),
+            "{policy}: {}",
+            unread(&f)
+        );
         assert_eq!(code_f, 0, "{policy}");
     }
     let (_, gf) = cli_json(from_file.path(), &["gdr"]);
@@ -819,4 +829,165 @@ fn net_plugin_is_a_list_tried_in_nccls_order() {
     // `ucx` as given comes before libnccl-net-ucx.so.
     assert_eq!(p["found"], "/opt/plugins/ucx", "{p}");
     assert!(!ids(&v).iter().any(|g| g.0 == "nccl_env.net_plugin_missing"));
+}
+
+/// nvidia-smi's cell as NCCL ranks paths (NODE, within one socket, is NCCL's PHB), for the
+/// oracle below: a second reading of the topology, from `topo`'s matrix, not `gdr`'s paths.
+fn path_rank(cell: &str) -> Option<u8> {
+    Some(match cell {
+        "PIX" => 0,
+        "PXB" => 1,
+        "PHB" | "NODE" => 2,
+        "SYS" => 3,
+        _ => return None,
+    })
+}
+
+/// The GPUs an `NCCL_IB_HCA` value strands, read from `topo`'s matrix, the ports' states
+/// and `HcaSpec` (what NCCL's init selects): the best path left is longer than the best path
+/// to any NIC NCCL could open. None selected at all is another finding's.
+fn stranded_by(host: &Host, hca: &str) -> Vec<String> {
+    use fabprobe::nccl::hca::HcaSpec;
+    let t = fabprobe::probe::topo::probe(host);
+    let v = NcclSettings::from_env(&[], fabprobe::nccl::version::NcclVersion::unknown("test"));
+    let ports = fabprobe::probe::gids::probe(host, &v.gid_env()).ports;
+    let spec = HcaSpec::parse(hca);
+    let open = |dev: &str, sel: bool| {
+        ports.iter().any(|p| {
+            p.device == dev
+                && p.state.as_deref() == Some("ACTIVE")
+                && matches!(p.link_layer.as_deref(), Some("InfiniBand" | "Ethernet"))
+                && (!sel || spec.selects(dev, p.port))
+        })
+    };
+    if !t.nics.iter().any(|n| open(&n.ibdev, true)) {
+        return Vec::new();
+    }
+    let col = |label: &str| t.labels.iter().position(|l| l == label);
+    let mut out = Vec::new();
+    for g in &t.gpus {
+        let Some(row) = col(&g.label) else { continue };
+        let best = |sel: bool| {
+            t.nics
+                .iter()
+                .filter(|n| open(&n.ibdev, sel))
+                .filter_map(|n| path_rank(&t.matrix[row][col(&n.label)?]))
+                .min()
+        };
+        if let Some(all) = best(false)
+            && best(true).is_none_or(|left| left > all)
+        {
+            out.push(g.label.clone());
+        }
+    }
+    out
+}
+
+/// `NCCL_IB_HCA` against the topology, on every fixture with GPUs and NICs and a set of lists
+/// made from its devices (exact `=`, `^` exclusion, prefixes, port suffixes, one device, all
+/// but one): the GPUs `nccl_env.hca_strands_gpus` names are exactly those the oracle finds,
+/// and a GPU it names is not also `nccl_env.gdr_off` (one cause, one finding).
+#[test]
+fn hca_lists_that_strand_gpus_name_them() {
+    let mut cases = 0;
+    let mut stranding = 0;
+    for fx in std::fs::read_dir("fixtures").unwrap() {
+        let fx = fx.unwrap().path();
+        if !fx.join("sys").exists() {
+            continue;
+        }
+        let host = Host::snapshot(&fx).unwrap();
+        let t = fabprobe::probe::topo::probe(&host);
+        if t.gpus.is_empty() || t.nics.is_empty() {
+            continue;
+        }
+        let devs: Vec<String> = t.nics.iter().map(|n| n.ibdev.clone()).collect();
+        let half = devs.len().div_ceil(2);
+        let mut lists = vec![
+            format!("={}", devs[..half].join(",")),
+            format!("^={}", devs[half..].join(",")),
+            format!(
+                "={}",
+                devs.iter()
+                    .map(|d| format!("{d}:1"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            format!(
+                "={}",
+                devs[..half]
+                    .iter()
+                    .map(|d| format!("{d}:1"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            devs.iter()
+                .map(|d| d.trim_end_matches(|c: char| c.is_ascii_digit()).to_string())
+                .next()
+                .unwrap(),
+            devs[0].clone(),
+            format!("{}:2", devs[0]),
+        ];
+        for d in &devs {
+            lists.push(format!("={d}"));
+            lists.push(format!("^={d}"));
+        }
+        for hca in &lists {
+            let mut h = Host::snapshot(&fx).unwrap();
+            h = h.with_job_env([("NCCL_IB_HCA".to_string(), hca.clone())].into(), "test".into());
+            let r = nccl_env::probe(&h, &NcclSettings::build(&h, None));
+            let f = nccl_env::findings(&h, &r);
+            let want = stranded_by(&h, hca);
+            let got: Vec<String> = f
+                .iter()
+                .filter(|x| x.id == "nccl_env.hca_strands_gpus")
+                .flat_map(|x| x.subject.split(", ").map(str::to_string).collect::<Vec<_>>())
+                .collect();
+            assert_eq!(got, want, "{} NCCL_IB_HCA={hca}", fx.display());
+            let off: Vec<&str> = f
+                .iter()
+                .filter(|x| x.id == "nccl_env.gdr_off")
+                .flat_map(|x| x.subject.split(", "))
+                .collect();
+            assert!(
+                want.iter().all(|g| !off.contains(&g.as_str())),
+                "{} {hca}: {off:?}",
+                fx.display()
+            );
+            cases += 1;
+            stranding += usize::from(!want.is_empty());
+        }
+    }
+    assert!(
+        cases > 40 && stranding > 5,
+        "{cases} cases, {stranding} strand GPUs"
+    );
+}
+
+/// The same judgement through the CLI: `nccl-env --env-file` and `check --env-file` name
+/// the stranded GPUs of the H100 node when NCCL_IB_HCA keeps only the first socket's NICs.
+#[test]
+fn env_file_hca_that_strands_gpus_is_a_finding_in_both_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("job.env");
+    std::fs::write(&env, "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3\n").unwrap();
+    let root = Path::new("fixtures/h100-sxm-8gpu");
+    let host = Host::snapshot(root).unwrap();
+    let h = host.with_job_env(
+        [("NCCL_IB_HCA".into(), "=mlx5_0,mlx5_1,mlx5_2,mlx5_3".into())].into(),
+        "t".into(),
+    );
+    let want = stranded_by(&h, "=mlx5_0,mlx5_1,mlx5_2,mlx5_3").join(", ");
+    assert!(!want.is_empty());
+    for cmd in ["nccl-env", "check"] {
+        let (_, v) = cli_json(root, &["--env-file", env.to_str().unwrap(), cmd]);
+        let f = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "nccl_env.hca_strands_gpus")
+            .unwrap_or_else(|| panic!("{cmd}: {v}"));
+        assert_eq!(f["subject"], want.as_str(), "{cmd}");
+        assert!(f["fix"].as_str().unwrap().contains("NCCL_IB_HCA=="), "{f}");
+    }
 }

@@ -197,7 +197,6 @@ fn a_healthy_majority_fleet_drains_exactly_the_failed_nodes() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|o| o["node_failed"] == false)
         .map(|o| o["key"].as_str().unwrap())
         .collect();
     assert_eq!(keys, ["kernel", "kernel"]);
@@ -400,9 +399,18 @@ fn a_directory_names_the_subdirectories_it_skips() {
     let want = format!(
         "{d}: skipped 1 entries that are not files (old/): sweep reads the files directly in a directory; name a subdirectory to read it"
     );
-    assert!(v["data"]["notes"].as_array().unwrap().contains(&want.clone().into()), "{json}");
+    assert!(
+        v["data"]["notes"]
+            .as_array()
+            .unwrap()
+            .contains(&want.clone().into()),
+        "{json}"
+    );
     let (out, _, _) = run_bytes(&["sweep", d], None);
-    assert!(out.contains("skipped 1 entries that are not files (old/)"), "{out}");
+    assert!(
+        out.contains("skipped 1 entries that are not files (old/)"),
+        "{out}"
+    );
 }
 
 /// A report on a line longer than the sweep holds (here 3 MiB of padding) is parsed as it
@@ -433,7 +441,10 @@ fn a_line_longer_than_the_line_buffer_is_streamed() {
     assert_eq!(drain_nodes(&out), ["gpu1"], "{out}");
     let comments: Vec<&str> = out.lines().filter(|l| l.starts_with('#')).collect();
     assert_eq!(comments.len(), 1, "{out}");
-    assert!(comments[0].starts_with("# gpu2: not_utf8 report (stdin:3): not UTF-8 (invalid byte at offset "), "{out}");
+    assert!(
+        comments[0].starts_with("# gpu2: not_utf8 report (stdin:3): not UTF-8 (invalid byte at offset "),
+        "{out}"
+    );
 }
 
 /// Prometheus labels carry a fingerprint string as it is, not its JSON quotes.
@@ -470,26 +481,58 @@ fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let r = &v["data"]["ring"];
     assert_eq!(r["reports"], 3, "{r}");
-    let drain: Vec<&str> = r["drain"].as_array().unwrap().iter().map(|d| d["node"].as_str().unwrap()).collect();
+    let drain: Vec<&str> = r["drain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["node"].as_str().unwrap())
+        .collect();
     assert_eq!(drain, ["node-c"]);
     assert_eq!(r["drain"][0]["kinds"], serde_json::json!(["slow_egress"]));
     assert!(
-        r["drain"][0]["reasons"][0].as_str().unwrap().starts_with("SLOW EGRESS rank 2 (node-c, eth1)"),
+        r["drain"][0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("SLOW EGRESS rank 2 (node-c, eth1)"),
         "{r}"
     );
     let t = r["ticket"].as_array().unwrap();
     assert_eq!(t.len(), 1, "{r}");
     assert_eq!(t[0]["kind"], "slow_link");
-    assert_eq!((t[0]["from"]["host"].as_str(), t[0]["to"]["host"].as_str()), (Some("node-b"), Some("node-d")));
+    assert_eq!(
+        (t[0]["from"]["host"].as_str(), t[0]["to"]["host"].as_str()),
+        (Some("node-b"), Some("node-d"))
+    );
     assert_eq!(
         t[0]["switch_ports"],
-        serde_json::json!(["node-b eth1 <-> leaf-07 Ethernet1/2", "node-d eth1 <-> leaf-07 Ethernet1/4"])
+        serde_json::json!([
+            "node-b eth1 <-> leaf-07 Ethernet1/2",
+            "node-d eth1 <-> leaf-07 Ethernet1/4"
+        ])
     );
-    assert!(t[0]["sources"][0].as_str().unwrap().ends_with("slow-pair-b-d-lldp.json"), "{t:?}");
+    assert!(
+        t[0]["sources"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("slow-pair-b-d-lldp.json"),
+        "{t:?}"
+    );
     // The node is on the drain list (a link never is), and the ticket is a finding of its own.
-    let bad: Vec<&str> = v["data"]["bad_nodes"].as_array().unwrap().iter().map(|b| b["node"].as_str().unwrap()).collect();
+    let bad: Vec<&str> = v["data"]["bad_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["node"].as_str().unwrap())
+        .collect();
     assert_eq!(bad, ["node-c"]);
-    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "sweep.ticket"), "{v}");
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "sweep.ticket"),
+        "{v}"
+    );
 
     // The table: both lists under their own headings.
     let (table, _, code) = run_bytes(&["sweep", dir], None);
@@ -497,20 +540,30 @@ fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
     let drain_at = table.find("RING: DRAIN").expect(&table);
     let ticket_at = table.find("RING: TICKET").expect(&table);
     assert!(drain_at < ticket_at, "{table}");
-    assert!(table[ticket_at..].contains("slow_link node-b -> node-d: SLOW LINK rank 1"), "{table}");
-    assert!(table[ticket_at..].contains("switch ports: node-b eth1 <-> leaf-07 Ethernet1/2"), "{table}");
+    assert!(
+        table[ticket_at..].contains("slow_link node-b -> node-d: SLOW LINK rank 1"),
+        "{table}"
+    );
+    assert!(
+        table[ticket_at..].contains("switch ports: node-b eth1 <-> leaf-07 Ethernet1/2"),
+        "{table}"
+    );
     assert!(!table[drain_at..ticket_at].contains("node-b"), "{table}");
 
     // --drain: the node's scontrol line, the link as a comment.
     let (lines, _, _) = run_bytes(&["sweep", "--drain", dir], None);
     assert_eq!(drain_nodes(&lines), ["node-c"], "{lines}");
     assert!(lines.contains("Reason=\"fabprobe: ring slow_egress\""), "{lines}");
-    assert!(lines.contains("# ticket slow_link node-b -> node-d [node-b eth1 <-> leaf-07 Ethernet1/2; "), "{lines}");
+    assert!(
+        lines.contains("# ticket slow_link node-b -> node-d [node-b eth1 <-> leaf-07 Ethernet1/2; "),
+        "{lines}"
+    );
 
     // JSON lines on stdin (each report on one line), with a launcher prefix: the same lists.
     let mut lines = Vec::new();
     for f in ["healthy", "slow-egress-node-c", "slow-pair-b-d-lldp"] {
-        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{dir}/{f}.json")).unwrap()).unwrap();
+        let j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(format!("{dir}/{f}.json")).unwrap()).unwrap();
         lines.extend(format!("node-a: {j}\n").into_bytes());
     }
     let (out, err, code) = run_bytes(&["--format", "json", "sweep"], Some(&lines));
@@ -520,8 +573,14 @@ fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
     assert_eq!(v["data"]["ring"]["ticket"][0]["to"]["host"], "node-d");
 
     let (prom, _, _) = run_bytes(&["--format", "prom", "sweep", dir], None);
-    assert!(prom.contains("fabprobe_sweep_bad_node{node=\"node-c\"} 1"), "{prom}");
-    assert!(prom.contains("fabprobe_sweep_ticket{kind=\"slow_link\",from=\"node-b\",to=\"node-d\",rail=\"\"} 1"), "{prom}");
+    assert!(
+        prom.contains("fabprobe_sweep_bad_node{node=\"node-c\"} 1"),
+        "{prom}"
+    );
+    assert!(
+        prom.contains("fabprobe_sweep_ticket{kind=\"slow_link\",from=\"node-b\",to=\"node-d\",rail=\"\"} 1"),
+        "{prom}"
+    );
 
     // The page: the drain list and the ticket, with the switch ports.
     let page = tempfile::tempdir().unwrap();
@@ -529,15 +588,27 @@ fn ring_reports_give_the_drain_list_and_the_ticket_list_apart() {
     let (_, err, code) = run_bytes(&["sweep", dir, "--html", html.to_str().unwrap()], None);
     assert_eq!(code, 1, "{err}");
     let html = std::fs::read_to_string(html).unwrap();
-    assert!(html.contains("Drain list (1)") && html.contains("ring slow_egress"), "{html}");
+    assert!(
+        html.contains("Drain list (1)") && html.contains("ring slow_egress"),
+        "{html}"
+    );
     assert!(html.contains("Tickets (1)"), "{html}");
-    assert!(html.contains("slow_link node-b -&gt; node-d: SLOW LINK rank 1"), "{html}");
-    assert!(html.contains("(switch ports: node-b eth1 &lt;-&gt; leaf-07 Ethernet1/2; "), "{html}");
+    assert!(
+        html.contains("slow_link node-b -&gt; node-d: SLOW LINK rank 1"),
+        "{html}"
+    );
+    assert!(
+        html.contains("(switch ports: node-b eth1 &lt;-&gt; leaf-07 Ethernet1/2; "),
+        "{html}"
+    );
 
     // A healthy run alone: nothing to act on, exit 0.
     let (out, err, code) = run_bytes(&["sweep", &format!("{dir}/healthy.json")], None);
     assert_eq!(code, 0, "{err}\n{out}");
-    assert!(out.contains("RING REPORTS: 1 run(s); 0 node(s) to drain, 0 link(s) or path(s) to ticket"), "{out}");
+    assert!(
+        out.contains("RING REPORTS: 1 run; 0 nodes to drain, 0 links or paths to ticket"),
+        "{out}"
+    );
 }
 
 /// A ring report beside the nodes' check reports: a node both fail is one drain entry with
@@ -559,8 +630,238 @@ fn ring_and_check_reports_drain_a_node_once() {
     let bad = v["data"]["bad_nodes"].as_array().unwrap();
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert_eq!(bad[0]["node"], "node-c");
-    let reasons: Vec<&str> = bad[0]["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
-    assert!(reasons.contains(&"ring slow_egress") && reasons.len() > 1, "{reasons:?}");
+    let reasons: Vec<&str> = bad[0]["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.contains(&"ring slow_egress") && reasons.len() > 1,
+        "{reasons:?}"
+    );
     assert_eq!(v["data"]["nodes"]["reports"], 2);
     assert_eq!(v["data"]["ring"]["reports"], 1);
+}
+
+/// splitmix64: a seeded sequence for the generated fleets (no dependency, same on every run).
+struct Seq(u64);
+
+impl Seq {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49eb_133a_b8e1);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Every fixture's `check` report under the default policy (the `-later` ones are second
+/// samples, not nodes), as (fixture, report).
+fn every_fixture_report() -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name == "gen" || name.ends_with("-later") {
+            continue;
+        }
+        let (out_, err, code) = run_bytes(
+            &["--root", &format!("fixtures/{name}"), "--format", "json", "check"],
+            None,
+        );
+        assert!(code == 0 || code == 1, "{name}: {err}");
+        out.push((name, serde_json::from_str(&out_).unwrap()));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn fp_kind(v: &serde_json::Value) -> String {
+    let f = &v["data"]["fingerprint"];
+    fabprobe::check::sweep::kind_of(
+        &f["gpu_models"],
+        &f["hca_firmware"],
+        &f["ib_ports"],
+        &f["roce_ports"],
+    )
+}
+
+/// One generated fleet: the reports, and the (node, key) outliers it must give (the two
+/// real differences injected into healthy nodes), the nodes whose report failed, and the
+/// healthy nodes that only carry jitter.
+struct Fleet {
+    reports: Vec<(String, serde_json::Value)>,
+    want_outliers: Vec<(String, String)>,
+    failed: Vec<String>,
+    healthy: Vec<String>,
+}
+
+/// A fleet built from the fixtures: a majority of H100 nodes (`h100-sxm-8gpu`), a few nodes
+/// of each other hardware kind that passes (one fixture per kind), a few copies of each
+/// failing fixture, and on every node the MemTotal jitter identical nodes have (firmware
+/// and kernel reservations: up to 0.3%, so the rounded memory_gib moves by a few GiB).
+/// Injected into healthy H100 nodes: another kernel, and 64 GiB missing (a DIMM).
+fn fleet(seed: u64, all: &[(String, serde_json::Value)]) -> Fleet {
+    let mut r = Seq(seed);
+    let major = &all.iter().find(|(n, _)| n == "h100-sxm-8gpu").unwrap().1;
+    let major_kind = fp_kind(major);
+    let mut kinds_seen = vec![major_kind.clone()];
+    let mut pool: Vec<(&serde_json::Value, usize, bool)> = vec![(major, 40 + r.below(60) as usize, false)];
+    for (_, v) in all {
+        let failed = v["data"]["verdict"] == "fail";
+        let k = fp_kind(v);
+        if failed {
+            pool.push((v, r.below(4) as usize, true));
+        } else if !kinds_seen.contains(&k) {
+            // Passing fixtures of another kind; one of a kind already present would be a
+            // configuration difference within that kind (a true outlier), not jitter.
+            kinds_seen.push(k);
+            pool.push((v, r.below(4) as usize, false));
+        }
+    }
+    let mut nodes: Vec<(serde_json::Value, bool, bool)> = Vec::new();
+    for (v, n, failed) in pool {
+        for _ in 0..n {
+            nodes.push(((*v).clone(), failed, std::ptr::eq(v, major)));
+        }
+    }
+    // Shuffle (Fisher-Yates), then name.
+    for i in (1..nodes.len()).rev() {
+        nodes.swap(i, r.below(i as u64 + 1) as usize);
+    }
+    let mut f = Fleet {
+        reports: Vec::new(),
+        want_outliers: Vec::new(),
+        failed: Vec::new(),
+        healthy: Vec::new(),
+    };
+    let majors: Vec<usize> = (0..nodes.len()).filter(|&i| nodes[i].2).collect();
+    let kernel_at = majors[r.below(majors.len() as u64) as usize];
+    let dimm_at = loop {
+        let i = majors[r.below(majors.len() as u64) as usize];
+        if i != kernel_at {
+            break i;
+        }
+    };
+    for (i, (mut v, failed, _)) in nodes.into_iter().enumerate() {
+        let name = format!("gpu{i:04}");
+        v["host"]["hostname"] = name.clone().into();
+        let fp = &mut v["data"]["fingerprint"];
+        if let Some(m) = fp["memory_gib"].as_f64() {
+            let jitter = (r.below(601) as f64 - 300.0) / 1e5;
+            let mut m = (m * (1.0 + jitter)).round();
+            if i == dimm_at {
+                m -= 64.0;
+            }
+            fp["memory_gib"] = (m as u64).into();
+        }
+        if i == kernel_at {
+            fp["kernel"] = "5.15.0-97-generic".into();
+            f.want_outliers.push((name.clone(), "kernel".into()));
+        } else if i == dimm_at {
+            f.want_outliers.push((name.clone(), "memory_gib".into()));
+        } else if failed {
+            f.failed.push(name.clone());
+            if r.below(2) == 0 {
+                // A failed node that also differs: listed once, under its failure.
+                fp["kernel"] = "6.8.0-31-generic".into();
+            }
+        } else {
+            f.healthy.push(name.clone());
+        }
+        f.reports.push((name, v));
+    }
+    f.want_outliers.sort();
+    f.failed.sort();
+    f
+}
+
+/// Fleet noise, swept over 20 seeds: nodes of several hardware kinds, healthy nodes with the
+/// numeric jitter identical nodes have, failed nodes (some of them also differing): no
+/// healthy node is an outlier, no failed node is listed twice, and the two real
+/// differences injected into healthy nodes are found. `FABPROBE_FLEET_DUMP=DIR` writes each
+/// fleet as JSON lines (to measure another build's sweep on the same fleets).
+#[test]
+fn fleet_noise_calls_no_healthy_node_an_outlier() {
+    let all = every_fixture_report();
+    assert!(all.iter().filter(|(_, v)| v["data"]["verdict"] == "fail").count() >= 3);
+    let dump = std::env::var_os("FABPROBE_FLEET_DUMP");
+    let mut kinds_max = 0;
+    for seed in 0..20 {
+        let f = fleet(seed, &all);
+        let mut sw = fabprobe::check::sweep::Sweeper::new();
+        for (n, v) in &f.reports {
+            sw.add(&format!("{n}.json"), Some(n), &v.to_string());
+        }
+        let r = sw.finish();
+        let got: Vec<(String, String)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.clone(), o.key.clone()))
+            .collect();
+        assert_eq!(got, f.want_outliers, "seed {seed}: {:#?}", r.outliers);
+        let drained: Vec<&str> = r.bad_nodes.iter().map(|b| b.node.as_str()).collect();
+        assert_eq!(drained, f.failed, "seed {seed}");
+        assert_eq!(r.nodes.reports, f.reports.len());
+        assert!(f.healthy.len() > 40, "seed {seed}");
+        kinds_max = kinds_max.max(
+            r.notes
+                .iter()
+                .find_map(|n| n.split(" hardware kinds").next()?.parse::<usize>().ok())
+                .unwrap_or(1),
+        );
+        if let Some(d) = &dump {
+            let lines: String = f.reports.iter().map(|(_, v)| format!("{v}\n")).collect();
+            std::fs::write(
+                std::path::Path::new(d).join(format!("seed{seed:02}.jsonl")),
+                lines,
+            )
+            .unwrap();
+            let meta =
+                serde_json::json!({"healthy": f.healthy, "failed": f.failed, "injected": f.want_outliers});
+            std::fs::write(
+                std::path::Path::new(d).join(format!("seed{seed:02}.json")),
+                meta.to_string(),
+            )
+            .unwrap();
+        }
+    }
+    assert!(kinds_max >= 4, "the fleets mix hardware kinds ({kinds_max})");
+}
+
+/// `sweep --policy FILE` reads `[sweep] tolerance`: a fleet whose memory differs by 3%
+/// agrees under "5%", and a bad table is exit 2 naming the key.
+#[test]
+fn sweep_policy_sets_the_tolerances() {
+    let f = fixtures();
+    let mut input = Vec::new();
+    for i in 0..6 {
+        let mut v = named(&f.good, &format!("n{i}"));
+        if i == 4 {
+            v["data"]["fingerprint"]["memory_gib"] = 1956.into();
+        }
+        input.extend_from_slice(format!("{v}\n").as_bytes());
+    }
+    let (out, err, code) = run_bytes(&["--format", "json", "sweep"], Some(&input));
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["data"]["outliers"][0]["node"], "n4");
+    assert_eq!(v["data"]["outliers"][0]["tolerance"], "±1%");
+    let dir = tempfile::tempdir().unwrap();
+    let pol = dir.path().join("fleet.toml");
+    std::fs::write(&pol, "[sweep]\ntolerance = { memory_gib = \"5%\" }\n").unwrap();
+    let (out, err, code) = run_bytes(&["sweep", "--policy", pol.to_str().unwrap()], Some(&input));
+    assert_eq!(code, 0, "{err}\n{out}");
+    std::fs::write(&pol, "[sweep]\ntolerance = { memory_gb = 2 }\n").unwrap();
+    let (_, err, code) = run_bytes(&["sweep", "--policy", pol.to_str().unwrap()], Some(&input));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("sweep.tolerance.memory_gb") && err.contains("memory_gib"),
+        "{err}"
+    );
 }

@@ -987,7 +987,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__sweep)
-            opts="-v -h -V --expect --drain --drain-outliers --html --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --expect --drain --drain-outliers --html --policy --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -999,6 +999,10 @@ _fabprobe() {
                     ;;
                 --html)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
+                    COMPREPLY=($(compgen -W "default dgx-h100 hdr-a100 roce-dcqcn" -- "${cur}") $(compgen -f -- "${cur}"))
                     return 0
                     ;;
                 --output)

@@ -10,6 +10,8 @@ use std::path::Path;
 use serde::Serialize;
 use toml::de::{DeTable, DeValue};
 
+use super::sweep::{NUMERIC_KEYS, Tolerance};
+
 /// The policies shipped with the binary: `--policy NAME`.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../../checks/default.toml")),
@@ -48,6 +50,8 @@ pub enum Kind {
     },
     /// A table of counter name = maximum increase per hour.
     CounterRates,
+    /// A table of numeric fingerprint key = tolerance (`sweep`).
+    Tolerances,
 }
 
 impl Kind {
@@ -66,6 +70,9 @@ impl Kind {
             Kind::StrList(v) => format!("a list of \"{}\"", v.join("\", \"")),
             Kind::IntList { min, max } => format!("a list of integers from {min} to {max}"),
             Kind::CounterRates => "a table: counter name = maximum increase per hour".into(),
+            Kind::Tolerances => {
+                "a table: fingerprint key = a number (in the key's unit) or \"N%\" (of the median)".into()
+            }
         }
     }
 }
@@ -309,6 +316,15 @@ const OTHER_KEYS: &[KeySpec] = &[
         doc: "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing",
     },
     KeySpec {
+        section: "sweep",
+        key: "tolerance",
+        kind: Kind::Tolerances,
+        doc: "for `fabprobe sweep --policy`: how far a numeric fingerprint value may be from \
+              the median of its hardware kind and still agree, e.g. { memory_gib = \"2%\", \
+              cpu_count = 0 }; keys: cpu_count, gpu_count, ib_ports, memory_gib, nvlink_min, \
+              rdma_nic_count, roce_ports; default memory_gib = \"1%\", every other exact",
+    },
+    KeySpec {
         section: "counters",
         key: "max_per_hour",
         kind: Kind::CounterRates,
@@ -318,7 +334,7 @@ const OTHER_KEYS: &[KeySpec] = &[
 ];
 
 /// Sections in the order the man page lists them.
-pub const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters"];
+pub const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters", "sweep"];
 
 /// Every key of the language.
 pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
@@ -378,6 +394,9 @@ pub struct Policy {
     pub roce_qos: RoceRules,
     pub gdr_ready: Option<bool>,
     pub counters_max_per_hour: BTreeMap<String, f64>,
+    /// `[sweep] tolerance`: read by `sweep --policy`, not by `check`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sweep_tolerance: BTreeMap<String, Tolerance>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -567,6 +586,7 @@ enum Val {
     StrList(Vec<String>),
     IntList(Vec<i64>),
     Counters(BTreeMap<String, f64>),
+    Tolerances(BTreeMap<String, Tolerance>),
 }
 
 fn type_name(v: &DeValue) -> &'static str {
@@ -728,6 +748,7 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             }
             Ok(Val::IntList(out))
         }
+        Kind::Tolerances => tolerances(at, offset, path, v).map(Val::Tolerances),
         Kind::CounterRates => {
             let DeValue::Table(t) = v else { return Err(wrong()) };
             let names = counter_names();
@@ -767,6 +788,64 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             Ok(Val::Counters(out))
         }
     }
+}
+
+/// `[sweep] tolerance = { memory_gib = "2%", cpu_count = 0 }`: each key a numeric
+/// fingerprint key, each value a number of 0 or more or `"N%"` with N from 0 to 100.
+fn tolerances(
+    at: &At,
+    offset: usize,
+    path: &str,
+    v: &DeValue,
+) -> Result<BTreeMap<String, Tolerance>, PolicyError> {
+    let DeValue::Table(t) = v else {
+        return Err(at.err(
+            offset,
+            path,
+            format!("expected {}, found {}", Kind::Tolerances.describe(), type_name(v)),
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (k, val) in t.iter() {
+        let name = k.get_ref().as_ref();
+        let kpath = format!("{path}.{name}");
+        if !NUMERIC_KEYS.contains(&name) {
+            return Err(at.err(
+                k.span().start,
+                &kpath,
+                format!(
+                    "not a numeric fingerprint key{}; they are: {}",
+                    did_you_mean(nearest(name, NUMERIC_KEYS.iter().copied())),
+                    NUMERIC_KEYS.join(", ")
+                ),
+            ));
+        }
+        let off = val.span().start;
+        let tol = match val.get_ref() {
+            DeValue::String(s) => Tolerance::parse_percent(s).ok_or_else(|| {
+                at.err(
+                    off,
+                    &kpath,
+                    format!("impossible value \"{s}\": expected \"N%\" with N from 0 to 100"),
+                )
+            })?,
+            other => {
+                let n = as_num(other).ok_or_else(|| {
+                    at.err(
+                        off,
+                        &kpath,
+                        format!("expected a number or \"N%\", found {}", type_name(other)),
+                    )
+                })?;
+                if !(n >= 0.0 && n.is_finite()) {
+                    return Err(at.err(off, &kpath, format!("impossible value {n}: expected 0 or more")));
+                }
+                Tolerance::Abs(n)
+            }
+        };
+        out.insert(name.to_string(), tol);
+    }
+    Ok(out)
 }
 
 /// Parse a policy. `file` is what errors name (a path, or `checks/<name>.toml` for a
@@ -910,6 +989,11 @@ fn assign(p: &mut Policy, section: &str, key: &str, v: Val) {
         ("roce", "trust") => p.roce_qos.trust = s(&v),
         ("roce", "global_pause") => p.roce_qos.global_pause = b(&v),
         ("gdr", "ready") => p.gdr_ready = b(&v),
+        ("sweep", "tolerance") => {
+            if let Val::Tolerances(t) = v {
+                p.sweep_tolerance = t;
+            }
+        }
         ("counters", "max_per_hour") => {
             if let Val::Counters(c) = v {
                 p.counters_max_per_hour = c;

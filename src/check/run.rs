@@ -307,8 +307,8 @@ fn device_holders_unknown(f: &Facts, out: &mut Vec<Finding>) {
             Severity::Unknown,
             "host",
             format!(
-                "{} processes' open files could not be read; device holders may be missing",
-                f.processes_unreadable
+                "the open files of {} could not be read; device holders may be missing",
+                crate::finding::spell::count(f.processes_unreadable as usize, "process", "processes")
             ),
         )
         .evidence("processes_unreadable", f.processes_unreadable)
@@ -983,8 +983,8 @@ fn host_device_holders_max(x: &HostFacts, out: &mut Vec<Finding>) {
         out.push(not_evaluated(
             "host.device_holders_max",
             format!(
-                "the open files of {} processes could not be read (not root): device holders among them are unknown",
-                f.processes_unreadable
+                "the open files of {} could not be read (not root): device holders among them are unknown",
+                crate::finding::spell::count(f.processes_unreadable as usize, "process", "processes")
             ),
         ));
     }
@@ -1007,7 +1007,10 @@ fn host_device_holders_max(x: &HostFacts, out: &mut Vec<Finding>) {
             violation(
                 "host.device_holders_max",
                 "host",
-                format!("{} processes hold GPU/RDMA device files, at most {max} allowed", f.device_holders.len()),
+                format!(
+                    "{} GPU/RDMA device files, at most {max} allowed",
+                    crate::finding::spell::count(f.device_holders.len(), "process holds", "processes hold")
+                ),
             )
             .evidence("holders", pids)
             .fix(format!(
@@ -1126,7 +1129,11 @@ fn gpu_count(x: &Gpus, out: &mut Vec<Finding>) {
     {
         let ids: Vec<&str> = t.gpus.iter().map(|g| g.pci_bus_id.as_str()).collect();
         out.push(
-            violation("gpu.count", "GPUs", format!("{} GPUs found, {n} expected", t.gpus.len()))
+            violation(
+            "gpu.count",
+            "GPUs",
+            format!("{} found, {n} expected", crate::finding::spell::count(t.gpus.len(), "GPU", "GPUs")),
+        )
                 .evidence("found", t.gpus.len())
                 .evidence("expected", n)
                 .evidence("pci_bus_ids", ids)
@@ -1406,7 +1413,7 @@ fn pcie_minimum(key: &str, attr: &str, min: u64, d: &LinkDevice, s: &str) -> Opt
 }
 
 fn subject(d: &LinkDevice, p: &LinkPort) -> String {
-    format!("{}/{}", d.name, p.port)
+    crate::finding::spell::port(&d.name, p.port)
 }
 
 /// One field `all_alike` compares, read from a port and its device.
@@ -1521,7 +1528,7 @@ fn port_count(x: &Ports, out: &mut Vec<Finding>) {
             out.push(unknown_count("count"));
         } else {
             out.push(
-                violation(&key("count"), format!("{layer} ports"), format!("{known} {layer} ports found, {n} expected"))
+                violation(&key("count"), format!("{layer} ports"), format!("{} found, {n} expected", crate::finding::spell::count(known as usize, &format!("{layer} port"), &format!("{layer} ports"))))
                     .evidence("found", names.clone())
                     .evidence("expected", n)
                     .fix("an HCA is missing, disabled or in the wrong link-layer mode: `lspci -D -d 15b3:` lists the Mellanox adapters, `for d in $(lspci -D -d 15b3: | cut -d' ' -f1); do mlxconfig -d $d q LINK_TYPE_P1; done` their link type, `dmesg | grep mlx5` their errors"),
@@ -1536,7 +1543,10 @@ fn port_count(x: &Ports, out: &mut Vec<Finding>) {
                 violation(
                     &key("count_min"),
                     format!("{layer} ports"),
-                    format!("{known} {layer} ports found, at least {n} expected"),
+                    format!(
+                        "{} found, at least {n} expected",
+                        crate::finding::spell::count(known as usize, &format!("{layer} port"), &format!("{layer} ports"))
+                    ),
                 )
                 .evidence("found", names.clone())
                 .evidence("count_min", n),
@@ -1575,7 +1585,11 @@ fn port_rate_min_gbps(x: &Ports, d: &LinkDevice, p: &LinkPort, out: &mut Vec<Fin
         match rate {
             None => out.push(not_evaluated(&x.key("rate_min_gbps"), format!("{s}: no rate attribute"))),
             Some(rt) if rt.gbps < min => out.push(
-                violation(&x.key("rate_min_gbps"), &s, format!("{s} runs at {}, below {min} Gb/s", rt.raw))
+                violation(&x.key("rate_min_gbps"), &s, format!(
+                    "{s} runs at {}, below {}",
+                    crate::finding::spell::rate(rt.gbps, rt.lanes, rt.speed.as_deref()),
+                    crate::finding::spell::gbps(min)
+                ))
                     .evidence("rate", rt.raw.as_str())
                     .evidence("rate_min_gbps", min)
                     .fix(format!("the link trained down: reseat or replace the cable/transceiver, check the switch port speed settings{}", crate::probe::links::cable_tools(d, p))),
@@ -1718,11 +1732,12 @@ fn port_all_alike(x: &Ports, out: &mut Vec<Finding>) {
                         violation(
                             &key("all_alike"),
                             &s,
+                            // Shown in the one rendered unit; the evidence keeps the kernel's words.
                             format!(
                                 "{s} {field} is {}, unlike {n} of {} ports ({})",
-                                v.as_deref().unwrap_or("unknown"),
+                                v.as_deref().unwrap_or("unknown").replace(" Gb/sec", " Gb/s"),
                                 ports.len(),
-                                maj.as_deref().unwrap_or("unknown")
+                                maj.as_deref().unwrap_or("unknown").replace(" Gb/sec", " Gb/s")
                             ),
                         )
                         .evidence("field", field)
@@ -1820,7 +1835,7 @@ fn roce_gid(c: &Collected, want: &str, out: &mut Vec<Finding>) {
 
 /// `[roce] gid` on one port; unknown where NCCL's version decides and is not known.
 fn roce_gid_port(port: &crate::probe::gids::GidPort, want: &str, out: &mut Vec<Finding>) {
-    let s = format!("{}/{}", port.device, port.port);
+    let s = crate::finding::spell::port(&port.device, port.port);
     let entry_at = |i: Option<u32>| i.and_then(|i| port.entries.iter().find(|e| e.index == i));
     let entry = entry_at(port.nccl.index);
     let fits = |e: Option<&crate::probe::gids::GidEntry>| {
@@ -2497,14 +2512,14 @@ mod tests {
             finding("qos.x", Severity::Warn, subj, "PFC off").fix(format!("`dcb pfc show dev {dev}`"))
         };
         let fs = vec![
-            w("eth0 (mlx5_8 port 1)", "eth0"),
+            w("eth0 (mlx5_8/1)", "eth0"),
             finding("qos.x", Severity::Fail, "eth2", "PFC off"),
-            w("eth1 (mlx5_9 port 1)", "eth1"),
+            w("eth1 (mlx5_9/1)", "eth1"),
             finding("qos.x", Severity::Warn, "eth3", "other"),
         ];
         let out = collapse(fs);
         assert_eq!(out.len(), 3, "{out:#?}");
-        assert_eq!(out[0].subject, "eth0 (mlx5_8 port 1), eth1 (mlx5_9 port 1)");
+        assert_eq!(out[0].subject, "eth0 (mlx5_8/1), eth1 (mlx5_9/1)");
         assert_eq!(
             out[0].fix.as_deref(),
             Some("`dcb pfc show dev eth0`; likewise for eth1")

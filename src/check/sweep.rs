@@ -13,7 +13,8 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Finding, Severity, ringsweep};
+use super::{ringsweep, Finding, Severity};
+use crate::finding::spell::count as plural;
 use crate::finding::SCHEMA_VERSION;
 
 /// Every field optional and loosely typed, read in one pass: a report of another version
@@ -202,7 +203,12 @@ fn validate(r: RawReport) -> Result<Input, Unusable> {
                 ),
             );
         }
-        None => return bad(Problem::NotACheckReport, "no schema_version: not a fabprobe report".into()),
+        None => {
+            return bad(
+                Problem::NotACheckReport,
+                "no schema_version: not a fabprobe report".into(),
+            )
+        }
     }
     match r.schema.as_ref().and_then(Value::as_str) {
         Some("fabprobe.check") => {}
@@ -223,7 +229,12 @@ fn validate(r: RawReport) -> Result<Input, Unusable> {
                 format!("schema {s}, not fabprobe.check or fabprobe.ring"),
             );
         }
-        None => return bad(Problem::NotACheckReport, "no schema: not a fabprobe report".into()),
+        None => {
+            return bad(
+                Problem::NotACheckReport,
+                "no schema: not a fabprobe report".into(),
+            )
+        }
     }
     let data = r.data.unwrap_or_default();
     // `unknown`: the node saw no GPU and no RDMA device; it is listed apart, never healthy.
@@ -396,6 +407,114 @@ fn names_a_host(h: &str) -> bool {
 /// Fingerprint keys that say how the report was made, not what the node is.
 const NOT_COMPARED: &[&str] = &["tool_version", "policy"];
 
+/// The numeric fingerprint keys `check` writes (`check::run::fingerprint`): what a
+/// `[sweep] tolerance` table may name.
+pub const NUMERIC_KEYS: &[&str] = &[
+    "cpu_count",
+    "gpu_count",
+    "ib_ports",
+    "memory_gib",
+    "nvlink_min",
+    "rdma_nic_count",
+    "roce_ports",
+];
+
+/// How far a numeric fingerprint value may be from the median of its hardware kind and
+/// still agree with it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Tolerance {
+    /// In the key's own unit (`memory_gib = 4`).
+    Abs(f64),
+    /// A fraction of the median (`"1%"` is 0.01).
+    Rel(f64),
+}
+
+/// What identical nodes differ by without a fault. MemTotal moves with the firmware's and
+/// the kernel's reservations (crashkernel, ACPI tables): hundreds of MiB, so identical
+/// nodes straddle a whole GiB; a missing DIMM is 2% or more of any GPU node's memory.
+/// Counts (CPUs, GPUs, NICs, ports, NVLinks) are exact: a lost device is a difference.
+pub const DEFAULT_TOLERANCES: &[(&str, Tolerance)] = &[("memory_gib", Tolerance::Rel(0.01))];
+
+impl Tolerance {
+    /// A policy's value: a number (absolute, 0 or more) or `"N%"` (0 to 100).
+    pub fn parse_percent(s: &str) -> Option<Tolerance> {
+        let n: f64 = s.trim().strip_suffix('%')?.trim().parse().ok()?;
+        (n.is_finite() && (0.0..=100.0).contains(&n)).then_some(Tolerance::Rel(n / 100.0))
+    }
+
+    fn allows(self, median: f64, v: f64) -> bool {
+        let d = (v - median).abs();
+        // A hair of slack: 2016 * 0.01 must admit 20.16 exactly.
+        match self {
+            Tolerance::Abs(a) => d <= a + 1e-9,
+            Tolerance::Rel(r) => d <= r * median.abs() + 1e-9,
+        }
+    }
+
+    /// `±1%`, `±2`.
+    pub fn show(self) -> String {
+        match self {
+            Tolerance::Abs(a) => format!("±{a}"),
+            Tolerance::Rel(r) => format!("±{}%", (r * 1e4).round() / 1e2),
+        }
+    }
+}
+
+/// Fingerprint keys that name a node's hardware kind: nodes are compared only with nodes of
+/// their kind. The port counts are a kind (a 4-NIC and an 8-NIC node are two SKUs, not one
+/// misconfigured), and are not compared within it.
+const KIND_KEYS: [&str; 4] = ["gpu_models", "hca_firmware", "ib_ports", "roce_ports"];
+const KIND_ONLY: &[&str] = &["ib_ports", "roce_ports"];
+
+/// `"8x NVIDIA H100 80GB HBM3, 1x X"` -> the distinct items without their counts, and with
+/// `fw` the last word (a firmware version) cut too: `"2x MT4125 22.39.2048"` -> `MT4125`.
+fn models(v: &Value, fw: bool) -> Vec<String> {
+    let Value::String(s) = v else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = s
+        .split(", ")
+        .map(|item| {
+            let item = match item.split_once("x ") {
+                Some((n, rest)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => rest,
+                _ => item,
+            };
+            let item = if fw {
+                item.rsplit_once(' ').map_or(item, |(m, _)| m)
+            } else {
+                item
+            };
+            item.to_string()
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A node's hardware kind from the values of [`KIND_KEYS`]: `NVIDIA H100 80GB HBM3 |
+/// MT4125, MT4129 | 8 IB + 2 RoCE ports`. Nothing else of the report is read: the
+/// fingerprints name the kinds themselves.
+pub fn kind_of(gpu_models: &Value, hca_firmware: &Value, ib_ports: &Value, roce_ports: &Value) -> String {
+    let gpus = models(gpu_models, false);
+    let hcas = models(hca_firmware, true);
+    let list = |v: Vec<String>, none: &str| {
+        if v.is_empty() {
+            none.to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let n = |v: &Value| v.as_u64().map_or("?".to_string(), |n| n.to_string());
+    format!(
+        "{} | {} | {} IB + {} RoCE ports",
+        list(gpus, "no GPU"),
+        list(hcas, "no HCA"),
+        n(ib_ports),
+        n(roce_ports)
+    )
+}
+
 /// Why a report could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -456,23 +575,31 @@ pub struct CauseGroup {
     pub example: String,
 }
 
+/// A node that did not fail but differs from the majority of its hardware kind on a key.
+/// A failed node is never one: it is listed once, under its failure.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Outlier {
     pub node: String,
     pub key: String,
     pub value: Value,
+    /// The majority's value; for a key with a tolerance, the median of its kind.
     pub majority_value: Value,
+    /// How far a value may be from `majority_value` and still agree (`±1%`, `±2`); null
+    /// when values must be equal.
+    pub tolerance: Option<String>,
     pub majority_nodes: usize,
-    /// Reports the majority was taken over: those that did not fail and whose fabprobe
-    /// version emits the key.
+    /// Reports the majority was taken over: every report of the node's hardware kind
+    /// (failed ones too) whose fabprobe version emits the key.
     pub nodes_compared: usize,
-    /// Whether the node's own report failed (then it is drained for that, not for this).
-    pub node_failed: bool,
+    /// The hardware kind the node was compared within ([`kind_of`]).
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Split {
     pub key: String,
+    /// The hardware kind whose nodes split.
+    pub kind: String,
     /// Each value with how many nodes share it, most common first.
     pub values: Vec<(Value, usize)>,
 }
@@ -573,7 +700,22 @@ pub struct Sweeper {
     extra_notes: Vec<String>,
     /// `fabprobe.ring` reports: their drain and ticket lists.
     ring: ringsweep::RingAcc,
+    /// A policy's `[sweep] tolerance`, over [`DEFAULT_TOLERANCES`].
+    tolerances: BTreeMap<String, Tolerance>,
+    /// What the comparison found to say (kinds, majorities held by failed nodes).
+    compare_notes: Vec<String>,
 }
+
+/// One fingerprint key compared within one hardware kind.
+struct KeyGroup<'a> {
+    key: usize,
+    kind: &'a str,
+    members: &'a [usize],
+}
+
+/// A class of values in one [`KeyGroup`]: a value id, or [`WITHIN`] (within the tolerance
+/// of the kind's median).
+const WITHIN: u32 = u32::MAX;
 
 fn intern(ids: &mut HashMap<String, u32>, canonical: String, mut store: impl FnMut()) -> u32 {
     let next = ids.len() as u32;
@@ -620,6 +762,26 @@ fn rank(s: Severity) -> u8 {
 impl Sweeper {
     pub fn new() -> Sweeper {
         Sweeper::default()
+    }
+
+    /// A policy's `[sweep] tolerance` table: each key's tolerance replaces the default
+    /// (`Abs(0.0)` makes a key exact).
+    pub fn tolerances(&mut self, t: &BTreeMap<String, Tolerance>) {
+        self.tolerances.extend(t.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+
+    /// A key's tolerance; None when its values must be equal (a policy's 0 says so too).
+    fn tolerance_of(&self, key: &str) -> Option<Tolerance> {
+        self.tolerances
+            .get(key)
+            .copied()
+            .or_else(|| {
+                DEFAULT_TOLERANCES
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, t)| *t)
+            })
+            .filter(|t| !matches!(t, Tolerance::Abs(a) | Tolerance::Rel(a) if *a == 0.0))
     }
 
     /// `--drain-outliers`: put nodes that passed but differ from their peers on the drain
@@ -835,7 +997,11 @@ impl Sweeper {
         }
         for u in &self.unreadable {
             if let Some(n) = &u.node {
-                let s = if u.problem == Problem::Missing { "missing" } else { "unreadable" };
+                let s = if u.problem == Problem::Missing {
+                    "missing"
+                } else {
+                    "unreadable"
+                };
                 state.entry(n).or_insert(s);
             }
         }
@@ -847,7 +1013,10 @@ impl Sweeper {
         let mut out = Vec::with_capacity(state.len());
         for name in names {
             if let Some(s) = state.remove(name) {
-                out.push(NodeState { node: name.to_string(), state: s });
+                out.push(NodeState {
+                    node: name.to_string(),
+                    state: s,
+                });
             }
         }
         out
@@ -954,7 +1123,11 @@ impl Sweeper {
                     e.0.push(&node.name);
                 }
                 if e.1.is_empty() {
-                    e.1 = if f.message.is_empty() { &f.subject } else { &f.message };
+                    e.1 = if f.message.is_empty() {
+                        &f.subject
+                    } else {
+                        &f.message
+                    };
                 }
             }
         }
@@ -996,8 +1169,10 @@ impl Sweeper {
             .collect()
     }
 
-    /// Per hardware/configuration key, the value more than half of the reports that did not
-    /// fail share; every node unlike it is an outlier. Returns each outlier node's reasons.
+    /// Per hardware kind and hardware/configuration key, the value more than half of the
+    /// kind's reports share (failed ones too: a node that failed on a port still says
+    /// which kernel it runs); every node that did not fail and is unlike it is an outlier.
+    /// Returns each outlier node's reasons.
     fn compare(&mut self, rep: &mut SweepReport) -> BTreeMap<usize, Vec<String>> {
         let null_id = {
             let store = &mut self.values;
@@ -1005,7 +1180,10 @@ impl Sweeper {
         };
         let nk = self.keys.len();
         let all_versions = self.emitted_by_all_versions();
-        let compared_key = |k: usize| all_versions[k] && !NOT_COMPARED.contains(&self.keys[k].as_str());
+        let compared_key = |k: usize| {
+            let name = self.keys[k].as_str();
+            all_versions[k] && !NOT_COMPARED.contains(&name) && !KIND_ONLY.contains(&name)
+        };
         // A key a node lacks (its version emits it) counts as null: absent is a difference.
         let rows: Vec<Vec<u32>> = self
             .nodes
@@ -1018,59 +1196,206 @@ impl Sweeper {
                 row
             })
             .collect();
+        let (labels, groups) = self.kinds(&rows, null_id);
         let mut key_order: Vec<usize> = (0..nk).filter(|&k| compared_key(k)).collect();
         key_order.sort_by(|a, b| self.keys[*a].cmp(&self.keys[*b]));
         let mut reasons: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for k in key_order {
-            let mut counts: HashMap<u32, usize> = HashMap::new();
-            for (node, row) in self.nodes.iter().zip(&rows) {
-                if node.verdict != Severity::Fail {
-                    *counts.entry(row[k]).or_default() += 1;
-                }
-            }
-            let compared: usize = counts.values().sum();
-            let Some((&maj, &maj_n)) = counts.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) else {
-                continue;
-            };
-            if maj_n * 2 <= compared {
-                let mut values: Vec<(Value, usize)> = counts
-                    .iter()
-                    .map(|(v, c)| (self.values[*v as usize].clone(), *c))
-                    .collect();
-                values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.to_string().cmp(&b.0.to_string())));
-                rep.no_majority.push(Split {
-                    key: self.keys[k].clone(),
-                    values,
-                });
-                continue;
-            }
-            for (i, (node, row)) in self.nodes.iter().zip(&rows).enumerate() {
-                if row[k] == maj {
+            for (kind, members) in &groups {
+                if members.len() < 2 {
                     continue;
                 }
-                let o = Outlier {
-                    node: node.name.clone(),
-                    key: self.keys[k].clone(),
-                    value: self.values[row[k] as usize].clone(),
-                    majority_value: self.values[maj as usize].clone(),
-                    majority_nodes: maj_n,
-                    nodes_compared: compared,
-                    node_failed: node.verdict == Severity::Fail,
+                let g = KeyGroup {
+                    key: k,
+                    kind: &labels[*kind],
+                    members,
                 };
-                reasons.entry(i).or_default().push(format!(
-                    "{} {} (majority {}: {maj_n} nodes)",
-                    o.key, o.value, o.majority_value
-                ));
-                rep.outliers.push(o);
+                self.compare_key(&g, &rows, rep, &mut reasons);
             }
         }
+        self.kind_notes(&labels, &groups);
         rep.outliers
             .sort_by(|a, b| a.node.cmp(&b.node).then(a.key.cmp(&b.key)));
         reasons
     }
 
-    /// Failed nodes (their failing ids first, then how they differ), and outliers that
-    /// passed only when `--drain-outliers` asks for them.
+    /// Each node's hardware kind ([`kind_of`]): the labels, and the nodes of each kind in
+    /// the order read (kinds in order of first appearance).
+    fn kinds(&self, rows: &[Vec<u32>], null_id: u32) -> (Vec<String>, Vec<(usize, Vec<usize>)>) {
+        let ids: Vec<Option<u32>> = KIND_KEYS.iter().map(|k| self.key_ids.get(*k).copied()).collect();
+        let mut by_values: HashMap<[u32; 4], usize> = HashMap::new();
+        let mut labels: Vec<String> = Vec::new();
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let mut at = [null_id; 4];
+            for (slot, id) in at.iter_mut().zip(&ids) {
+                if let Some(k) = id {
+                    *slot = row[*k as usize];
+                }
+            }
+            let v = |j: usize| &self.values[at[j] as usize];
+            let g = *by_values.entry(at).or_insert_with(|| {
+                let label = kind_of(v(0), v(1), v(2), v(3));
+                // Two value sets can name one kind (8x and 7x of one GPU model).
+                let kind = labels.iter().position(|l| *l == label).unwrap_or_else(|| {
+                    labels.push(label);
+                    labels.len() - 1
+                });
+                match groups.iter().position(|(k, _)| *k == kind) {
+                    Some(p) => p,
+                    None => {
+                        groups.push((kind, Vec::new()));
+                        groups.len() - 1
+                    }
+                }
+            });
+            groups[g].1.push(i);
+        }
+        (labels, groups)
+    }
+
+    /// One key within one kind: the majority (or the median and its tolerance), and the
+    /// nodes that did not fail and are unlike it.
+    fn compare_key(
+        &mut self,
+        g: &KeyGroup,
+        rows: &[Vec<u32>],
+        rep: &mut SweepReport,
+        reasons: &mut BTreeMap<usize, Vec<String>>,
+    ) {
+        let key = self.keys[g.key].clone();
+        let tol = self.tolerance_of(&key);
+        let median = tol.and_then(|_| self.median(g, rows));
+        let class = |i: usize| {
+            let v = rows[i][g.key];
+            match (tol, median, self.values[v as usize].as_f64()) {
+                (Some(t), Some(m), Some(x)) if t.allows(m, x) => WITHIN,
+                _ => v,
+            }
+        };
+        // Every report of the kind counts toward the majority; those that did not fail
+        // are also counted apart (a majority they contradict blames none of them).
+        let mut counts: HashMap<u32, (usize, usize)> = HashMap::new();
+        for &i in g.members {
+            let e = counts.entry(class(i)).or_default();
+            e.0 += 1;
+            if self.nodes[i].verdict != Severity::Fail {
+                e.1 += 1;
+            }
+        }
+        let compared = g.members.len();
+        let Some((&maj, &(maj_n, maj_ok))) = counts
+            .iter()
+            .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.0.cmp(a.0)))
+        else {
+            return;
+        };
+        let show = |c: u32| match (c, median) {
+            (WITHIN, Some(m)) => number(m),
+            _ => self.values[c as usize].clone(),
+        };
+        if maj_n * 2 <= compared {
+            let mut values: Vec<(Value, usize)> = counts.iter().map(|(v, c)| (show(*v), c.0)).collect();
+            values.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.to_string().cmp(&b.0.to_string())));
+            rep.no_majority.push(Split {
+                key,
+                kind: g.kind.to_string(),
+                values,
+            });
+            return;
+        }
+        let mut spared = 0;
+        for &i in g.members {
+            let c = class(i);
+            let node = &self.nodes[i];
+            if c == maj || node.verdict == Severity::Fail {
+                continue;
+            }
+            if counts[&c].1 > maj_ok {
+                // More nodes that did not fail hold this value than the majority's.
+                spared += 1;
+                continue;
+            }
+            let o = Outlier {
+                node: node.name.clone(),
+                key: key.clone(),
+                value: self.values[rows[i][g.key] as usize].clone(),
+                majority_value: show(maj),
+                tolerance: (maj == WITHIN).then(|| tol.map(Tolerance::show)).flatten(),
+                majority_nodes: maj_n,
+                nodes_compared: compared,
+                kind: g.kind.to_string(),
+            };
+            reasons.entry(i).or_default().push(format!(
+                "{} {} (majority {}{}: {})",
+                o.key,
+                o.value,
+                o.majority_value,
+                o.tolerance
+                    .as_deref()
+                    .map(|t| format!(" {t}"))
+                    .unwrap_or_default(),
+                plural(maj_n, "node", "nodes")
+            ));
+            rep.outliers.push(o);
+        }
+        if spared > 0 {
+            self.compare_notes.push(format!(
+                "{key}: the majority value {} ({maj_n} of {}) is held mostly by failed nodes; {} that did not fail but differ from it {} not called outliers",
+                show(maj),
+                plural(compared, "node", "nodes"),
+                plural(spared, "node", "nodes"),
+                if spared == 1 { "is" } else { "are" }
+            ));
+        }
+    }
+
+    /// The median of a key's numeric values within a group (None when none is a number).
+    fn median(&self, g: &KeyGroup, rows: &[Vec<u32>]) -> Option<f64> {
+        let mut v: Vec<f64> = g
+            .members
+            .iter()
+            .filter_map(|&i| self.values[rows[i][g.key] as usize].as_f64())
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
+
+    /// More than one hardware kind: which, and the kinds with one node (compared with no
+    /// peer, so whatever it lost cannot show as a difference).
+    fn kind_notes(&mut self, labels: &[String], groups: &[(usize, Vec<usize>)]) {
+        if groups.len() < 2 {
+            return;
+        }
+        let list: Vec<String> = groups
+            .iter()
+            .map(|(k, m)| format!("{} ({})", labels[*k], m.len()))
+            .collect();
+        self.compare_notes.push(format!(
+            "{} hardware kinds, each compared only within itself: {}",
+            groups.len(),
+            list.join("; ")
+        ));
+        let alone: Vec<String> = groups
+            .iter()
+            .filter(|(_, m)| m.len() == 1)
+            .map(|(k, m)| format!("{} ({})", self.nodes[m[0]].name, labels[*k]))
+            .collect();
+        if !alone.is_empty() {
+            self.compare_notes.push(format!(
+                "{} the only one of {} hardware kind, compared with no peer: {}",
+                plural(alone.len(), "node is", "nodes are"),
+                if alone.len() == 1 { "its" } else { "their" },
+                alone.join("; ")
+            ));
+        }
+    }
+
+    /// Failed nodes (their failing ids), and outliers (never failed ones) only when
+    /// `--drain-outliers` asks for them.
     fn drain_list(&self, mut outlier_reasons: BTreeMap<usize, Vec<String>>) -> Vec<BadNode> {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
@@ -1193,18 +1518,44 @@ impl Sweeper {
         }
         if let Some((src, label, host)) = self.relabelled.first() {
             notes.push(format!(
-                "{} reports' launcher labels differ from their hostnames, named by label (e.g. {src}: label {label}, hostname {host})",
-                self.relabelled.len()
+                "{} from the hostname, named by label (e.g. {src}: label {label}, hostname {host})",
+                plural(
+                    self.relabelled.len(),
+                    "report's launcher label differs",
+                    "reports' launcher labels differ"
+                )
             ));
         }
         if let Some((src, _, host)) = self.renamed_files.first() {
             notes.push(format!(
-                "{} reports' file names differ from their hostnames, named by hostname (e.g. {src}: hostname {host})",
-                self.renamed_files.len()
+                "{} from the hostname, named by hostname (e.g. {src}: hostname {host})",
+                plural(
+                    self.renamed_files.len(),
+                    "report's file name differs",
+                    "reports' file names differ"
+                )
             ));
         }
         self.policy_note(notes);
+        notes.extend(self.compare_notes.iter().cloned());
         notes.extend(self.extra_notes.iter().cloned());
+    }
+}
+
+/// ` ±1%` after a majority value with a tolerance, else nothing.
+pub fn tol_text(o: &Outlier) -> String {
+    o.tolerance
+        .as_deref()
+        .map(|t| format!(" {t}"))
+        .unwrap_or_default()
+}
+
+/// A median as JSON: a whole number as an integer (`2016`, not `2016.0`).
+fn number(m: f64) -> Value {
+    if m.fract() == 0.0 && m.abs() < 9.0e15 {
+        Value::from(m as i64)
+    } else {
+        Value::from(m)
     }
 }
 
@@ -1214,7 +1565,9 @@ fn ring_drains(bad: &mut Vec<BadNode>, r: &ringsweep::RingSweep) {
     for d in &r.drain {
         let reasons = d.kinds.iter().map(|k| format!("ring {k}"));
         match bad.iter_mut().find(|b| same_host(&b.node, &d.node)) {
-            Some(b) => b.reasons.extend(reasons.filter(|x| !b.reasons.contains(x)).collect::<Vec<_>>()),
+            Some(b) => b
+                .reasons
+                .extend(reasons.filter(|x| !b.reasons.contains(x)).collect::<Vec<_>>()),
             None => bad.push(BadNode {
                 node: d.node.clone(),
                 reasons: reasons.collect(),
@@ -1270,7 +1623,15 @@ impl SweepReport {
                 .outliers
                 .iter()
                 .filter(|x| x.node == o.node)
-                .map(|x| format!("{} {} (majority {})", x.key, x.value, x.majority_value))
+                .map(|x| {
+                    format!(
+                        "{} {} (majority {}{})",
+                        x.key,
+                        x.value,
+                        x.majority_value,
+                        tol_text(x)
+                    )
+                })
                 .collect();
             s.push_str(&format!(
                 "# {}: passed but differs from its peers, not drained (--drain-outliers drains it): {}\n",
@@ -1327,8 +1688,13 @@ impl SweepReport {
                         Severity::Warn,
                         &o.node,
                         format!(
-                            "{} {} (majority {}: {} of {} nodes)",
-                            o.key, o.value, o.majority_value, o.majority_nodes, o.nodes_compared
+                            "{} {} (majority {}{}: {} of {} nodes of its kind)",
+                            o.key,
+                            o.value,
+                            o.majority_value,
+                            tol_text(o),
+                            o.majority_nodes,
+                            o.nodes_compared
                         ),
                     )
                 }),
@@ -1449,10 +1815,10 @@ mod tests {
             .map(|o| (o.node.as_str(), o.key.as_str()))
             .collect();
         assert_eq!(outl, [("n3", "kernel"), ("n7", "gpu_count")]);
-        // The majority is taken over the 9 reports that did not fail.
+        // The majority is taken over every report, the failed n5's too.
         assert_eq!(
             (r.outliers[0].majority_nodes, r.outliers[0].nodes_compared),
-            (8, 9)
+            (9, 10)
         );
         assert_eq!(r.failures.len(), 1);
         assert_eq!(r.failures[0].nodes, ["n5"]);
@@ -1512,9 +1878,11 @@ mod tests {
 
     #[test]
     fn a_failing_majority_does_not_make_the_healthy_nodes_outliers() {
-        // 6 nodes fail on a bad kernel, 4 pass on the good one: the majority is the good
-        // one's (taken over the reports that did not fail), and nothing healthy is drained.
+        // 6 nodes fail on a bad kernel, 4 pass on the good one: the majority (over every
+        // report) is the bad kernel, which no passing node holds: nothing healthy is an
+        // outlier, the failed nodes are listed once (under their failure), and a note says why.
         let mut s = Sweeper::new();
+        s.drain_outliers(true);
         for i in 0..10 {
             let (v, k, f): (&str, &str, &[&str]) = if i < 6 {
                 ("fail", "6.8.0-bad", &["policy.host.kernel"])
@@ -1525,13 +1893,161 @@ mod tests {
         }
         let r = s.finish();
         assert_eq!(drained(&r), ["n0", "n1", "n2", "n3", "n4", "n5"]);
-        assert!(
-            r.outliers
-                .iter()
-                .all(|o| o.node_failed && o.majority_value == "6.8.0-45")
+        assert!(r.outliers.is_empty(), "{:?}", r.outliers);
+        assert_eq!(r.bad_nodes[0].reasons, ["policy.host.kernel x"]);
+        assert_eq!(
+            r.notes,
+            ["kernel: the majority value \"6.8.0-bad\" (6 of 10 nodes) is held mostly by failed nodes; 4 nodes that did not fail but differ from it are not called outliers"]
         );
-        assert_eq!(r.outliers.len(), 6);
-        assert!(r.bad_nodes[0].reasons[0].starts_with("policy.host.kernel"));
+    }
+
+    #[test]
+    fn a_failed_node_is_never_also_an_outlier() {
+        // n9 fails on a port and runs another kernel: listed once, under its failure.
+        let mut s = Sweeper::new();
+        for i in 0..10 {
+            let (v, k, f): (&str, &str, &[&str]) = if i == 9 {
+                ("fail", "6.8.0-40", &["links.port_down"])
+            } else {
+                ("pass", "6.8.0-45", &[])
+            };
+            s.add("stdin", None, &report(&format!("n{i}"), v, k, 8, f));
+        }
+        let r = s.finish();
+        assert!(r.outliers.is_empty(), "{:?}", r.outliers);
+        assert_eq!(r.nodes.outliers, 0);
+        assert_eq!(r.bad_nodes[0].reasons, ["links.port_down x"]);
+    }
+
+    /// A report with these fingerprint values (the keys of one H100 node's).
+    fn hw_report(host: &str, gpus: &str, hcas: &str, ib: u64, mem: Value) -> String {
+        serde_json::json!({
+            "schema": "fabprobe.check", "schema_version": 1, "tool_version": "0.1.0",
+            "host": {"hostname": host},
+            "data": {"verdict": "pass", "fingerprint": {"tool_version": "0.1.0", "policy": "default",
+                "kernel": "k", "gpu_models": gpus, "hca_firmware": hcas, "ib_ports": ib,
+                "roce_ports": 0, "memory_gib": mem}},
+            "findings": [],
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn nodes_are_compared_within_their_hardware_kind() {
+        let mut s = Sweeper::new();
+        // 6 H100 nodes with 8 IB ports, 3 A100 nodes with 4: two kinds, no outlier; one
+        // H100 node that lost a GPU is one within its kind.
+        for i in 0..6 {
+            let g = if i == 2 { "7x H100" } else { "8x H100" };
+            s.add(
+                "x",
+                None,
+                &hw_report(&format!("h{i}"), g, "8x MT4129 28.39.2048", 8, 2016.into()),
+            );
+        }
+        for i in 0..3 {
+            s.add(
+                "x",
+                None,
+                &hw_report(
+                    &format!("a{i}"),
+                    "8x A100",
+                    "4x MT4123 20.31.1014",
+                    4,
+                    1008.into(),
+                ),
+            );
+        }
+        // An H100 node with 4 ports: a kind of its own (a SKU), not a misconfiguration.
+        s.add(
+            "x",
+            None,
+            &hw_report("h9", "8x H100", "4x MT4129 28.39.2048", 4, 2016.into()),
+        );
+        let r = s.finish();
+        let o: Vec<(&str, &str, &str)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.as_str(), o.key.as_str(), o.kind.as_str()))
+            .collect();
+        assert_eq!(o, [("h2", "gpu_models", "H100 | MT4129 | 8 IB + 0 RoCE ports")]);
+        assert_eq!(
+            (r.outliers[0].majority_nodes, r.outliers[0].nodes_compared),
+            (5, 6)
+        );
+        assert_eq!(
+            r.notes,
+            [
+                "3 hardware kinds, each compared only within itself: H100 | MT4129 | 8 IB + 0 RoCE ports (6); A100 | MT4123 | 4 IB + 0 RoCE ports (3); H100 | MT4129 | 4 IB + 0 RoCE ports (1)",
+                "1 node is the only one of its hardware kind, compared with no peer: h9 (H100 | MT4129 | 4 IB + 0 RoCE ports)"
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_agree_within_their_tolerance() {
+        let fleet = |s: &mut Sweeper| {
+            for (i, m) in [2016, 2015, 2016, 2017, 2016, 1952, 2016].iter().enumerate() {
+                s.add(
+                    "x",
+                    None,
+                    &hw_report(&format!("n{i}"), "8x H100", "8x MT4129 1", 8, (*m).into()),
+                );
+            }
+        };
+        // Default: memory_gib within 1% of the median (2016): 2015 and 2017 agree, a node
+        // short of a 64 GiB DIMM does not.
+        let mut s = Sweeper::new();
+        fleet(&mut s);
+        let r = s.finish();
+        let o: Vec<(&str, &Value, Option<&str>)> = r
+            .outliers
+            .iter()
+            .map(|o| (o.node.as_str(), &o.value, o.tolerance.as_deref()))
+            .collect();
+        assert_eq!(o, [("n5", &Value::from(1952), Some("±1%"))]);
+        assert_eq!(
+            (&r.outliers[0].majority_value, r.outliers[0].majority_nodes),
+            (&Value::from(2016), 6)
+        );
+        assert!(
+            r.drain_lines().contains("memory_gib 1952 (majority 2016 ±1%)"),
+            "{}",
+            r.drain_lines()
+        );
+        // A policy makes it exact, or wider.
+        let mut s = Sweeper::new();
+        s.tolerances(&BTreeMap::from([("memory_gib".to_string(), Tolerance::Abs(0.0))]));
+        fleet(&mut s);
+        let r = s.finish();
+        let o: Vec<&str> = r.outliers.iter().map(|o| o.node.as_str()).collect();
+        assert_eq!(o, ["n1", "n3", "n5"]);
+        assert_eq!(r.outliers[0].tolerance, None);
+        let mut s = Sweeper::new();
+        s.tolerances(&BTreeMap::from([(
+            "memory_gib".to_string(),
+            Tolerance::Rel(0.05),
+        )]));
+        fleet(&mut s);
+        assert!(s.finish().outliers.is_empty());
+    }
+
+    #[test]
+    fn kinds_from_fingerprint_values() {
+        let k = kind_of(
+            &"8x NVIDIA H100 80GB HBM3".into(),
+            &"2x MT4125 22.39.2048, 8x MT4129 28.39.2048".into(),
+            &8.into(),
+            &2.into(),
+        );
+        assert_eq!(k, "NVIDIA H100 80GB HBM3 | MT4125, MT4129 | 8 IB + 2 RoCE ports");
+        assert_eq!(
+            kind_of(&Value::Null, &Value::Null, &Value::Null, &0.into()),
+            "no GPU | no HCA | ? IB + 0 RoCE ports"
+        );
+        assert_eq!(Tolerance::parse_percent("2.5%"), Some(Tolerance::Rel(0.025)));
+        assert_eq!(Tolerance::parse_percent("101%"), None);
+        assert_eq!(Tolerance::parse_percent("2"), None);
     }
 
     #[test]
@@ -1659,15 +2175,14 @@ mod tests {
         // gpu003's label names another host than its report: the launcher ran it on
         // gpu003, so the label wins (and a note says so).
         assert_eq!(missing, ["gpu005"]);
-        assert!(
-            r.unreadable
-                .iter()
-                .any(|u| u.node.as_deref() == Some("gpu004") && u.problem == Problem::NotJson)
-        );
+        assert!(r
+            .unreadable
+            .iter()
+            .any(|u| u.node.as_deref() == Some("gpu004") && u.problem == Problem::NotJson));
         assert_eq!(
             r.notes,
             [
-                "1 reports' launcher labels differ from their hostnames, named by label (e.g. stdin:3: label gpu003, hostname gpu099)"
+                "1 report's launcher label differs from the hostname, named by label (e.g. stdin:3: label gpu003, hostname gpu099)"
             ]
         );
     }
@@ -1676,48 +2191,88 @@ mod tests {
     fn launcher_labels_win_over_localhost_and_file_names_lose_to_hostnames() {
         let mut s = Sweeper::new();
         // Two containers that both say localhost: two nodes, and the failing one drains.
-        s.add("stdin:1", Some("gpu001"), &report("localhost", "pass", "k", 8, &[]));
-        s.add("stdin:2", Some("gpu002"), &report("localhost", "fail", "k", 8, &["links.port_down"]));
+        s.add(
+            "stdin:1",
+            Some("gpu001"),
+            &report("localhost", "pass", "k", 8, &[]),
+        );
+        s.add(
+            "stdin:2",
+            Some("gpu002"),
+            &report("localhost", "fail", "k", 8, &["links.port_down"]),
+        );
         // A file's name is a convention: the hostname names the node.
-        s.add_hinted("r/latest.json", Hint::File("latest"), &report("gpu003", "pass", "k", 8, &[]));
+        s.add_hinted(
+            "r/latest.json",
+            Hint::File("latest"),
+            &report("gpu003", "pass", "k", 8, &[]),
+        );
         // localhost with only a file name: the file name names it.
-        s.add_hinted("r/gpu004.json", Hint::File("gpu004"), &report("localhost", "pass", "k", 8, &[]));
+        s.add_hinted(
+            "r/gpu004.json",
+            Hint::File("gpu004"),
+            &report("localhost", "pass", "k", 8, &[]),
+        );
         let r = s.finish();
         let hosts: Vec<(&str, &str)> = r.hosts.iter().map(|h| (h.node.as_str(), h.verdict)).collect();
         assert_eq!(
             hosts,
-            [("gpu001", "pass"), ("gpu002", "fail"), ("gpu003", "pass"), ("gpu004", "pass")]
+            [
+                ("gpu001", "pass"),
+                ("gpu002", "fail"),
+                ("gpu003", "pass"),
+                ("gpu004", "pass")
+            ]
         );
         assert_eq!(drained(&r), ["gpu002"]);
         assert!(r.unreadable.is_empty(), "{:?}", r.unreadable);
         assert_eq!(
             r.notes,
-            ["1 reports' file names differ from their hostnames, named by hostname (e.g. r/latest.json: hostname gpu003)"]
+            ["1 report's file name differs from the hostname, named by hostname (e.g. r/latest.json: hostname gpu003)"]
         );
     }
 
     #[test]
     fn every_failing_report_of_a_host_reaches_its_drain_reason() {
         let mut s = Sweeper::new();
-        s.add("a:1", Some("n1"), &report("n1", "fail", "k", 8, &["gpu.nvlink_lost"]));
-        s.add("b:1", Some("n1"), &report("n1", "fail", "k", 8, &["host.memlock", "gpu.nvlink_lost"]));
+        s.add(
+            "a:1",
+            Some("n1"),
+            &report("n1", "fail", "k", 8, &["gpu.nvlink_lost"]),
+        );
+        s.add(
+            "b:1",
+            Some("n1"),
+            &report("n1", "fail", "k", 8, &["host.memlock", "gpu.nvlink_lost"]),
+        );
         let r = s.finish();
         assert_eq!(r.bad_nodes[0].reasons, ["gpu.nvlink_lost x", "host.memlock x"]);
-        assert_eq!(r.failures.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["gpu.nvlink_lost", "host.memlock"]);
+        assert_eq!(
+            r.failures.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+            ["gpu.nvlink_lost", "host.memlock"]
+        );
     }
 
     #[test]
     fn an_unusable_report_keeps_its_readable_hostname() {
         let mut s = Sweeper::new();
         let full = report("gpu002", "pass", "k", 8, &[]);
-        s.add("stdin:1", None, &full.replace("\"schema_version\":1", "\"schema_version\":2"));
+        s.add(
+            "stdin:1",
+            None,
+            &full.replace("\"schema_version\":1", "\"schema_version\":2"),
+        );
         s.add("stdin:2", None, &report("gpu001", "pass", "k", 8, &[]));
         // Cut short after the hostname: still gpu003's report.
         let cut = report("gpu003", "pass", "k", 8, &[]);
         s.add("stdin:3", None, &cut[..cut.find("gpu003").unwrap() + 40]);
         s.expect(&hostlist_names("gpu", 1..=4));
         let r = s.finish();
-        let u: Vec<(Option<&str>, Problem)> = r.unreadable.iter().map(|u| (u.node.as_deref(), u.problem)).collect();
+        let u: Vec<(Option<&str>, Problem)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.node.as_deref(), u.problem))
+            .collect();
         assert_eq!(
             u,
             [
@@ -1726,8 +2281,11 @@ mod tests {
                 (Some("gpu002"), Problem::OtherVersion)
             ]
         );
-        let hosts: Vec<(&str, &str, Option<Problem>)> =
-            r.hosts.iter().map(|h| (h.node.as_str(), h.verdict, h.problem)).collect();
+        let hosts: Vec<(&str, &str, Option<Problem>)> = r
+            .hosts
+            .iter()
+            .map(|h| (h.node.as_str(), h.verdict, h.problem))
+            .collect();
         assert_eq!(
             hosts,
             [
@@ -1760,7 +2318,14 @@ mod tests {
             .iter()
             .map(|h| (h.node.as_str(), h.worst.as_ref().map(|w| w.id.as_str()), h.drain))
             .collect();
-        assert_eq!(w, [("n1", Some("b.warn"), false), ("n2", Some("c.warn"), true), ("n3", None, false)]);
+        assert_eq!(
+            w,
+            [
+                ("n1", Some("b.warn"), false),
+                ("n2", Some("c.warn"), true),
+                ("n3", None, false)
+            ]
+        );
         assert_eq!(r.hosts[1].worst.as_ref().unwrap().severity, Severity::Fail);
     }
 
@@ -1774,7 +2339,9 @@ mod tests {
         struct Trickle<'a>(&'a [u8]);
         impl Read for Trickle<'_> {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let Some((&c, rest)) = self.0.split_first() else { return Ok(0) };
+                let Some((&c, rest)) = self.0.split_first() else {
+                    return Ok(0);
+                };
                 buf[0] = c;
                 self.0 = rest;
                 Ok(1)

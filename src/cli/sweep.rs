@@ -35,6 +35,11 @@ pub struct SweepArgs {
     /// drain list (fabprobe-report(1)).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    /// The policy whose `[sweep] tolerance` table says how far numeric fingerprint values
+    /// may differ between nodes of one kind (a built-in name or a TOML file; without it the
+    /// defaults: memory_gib within 1% of its kind's median, every other value exact).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub policy: Option<String>,
     /// Write the result to FILE atomically (a temporary file in FILE's directory, renamed
     /// over it) and exit 0 once it is written: the verdict is in the file. For textfile
     /// collectors: `fabprobe --format prom sweep reports/ --output /var/lib/node_exporter/fleet.prom`
@@ -79,12 +84,22 @@ WHAT IT SAYS
   FAILED, BY CAUSE       nodes whose verdict is fail, grouped by failing finding id
   DIFFERENT FROM PEERS   for every hardware/configuration fingerprint key (fabprobe-check(1);
                          not tool_version or policy, not keys only some tool versions
-                         report): nodes whose value differs from the value more than half of
-                         the reports that did not fail share, with that majority value and
-                         its node count; a missing key counts as null
-  NO MAJORITY            keys where no value reaches more than half (no outliers named)
+                         report): nodes that did not fail whose value differs from the value
+                         more than half of the reports of their hardware kind share (every
+                         report counts, failed ones too), with that majority value and its
+                         node count; a missing key counts as null. A failed node is listed
+                         once, under FAILED. A value held by more nodes that did not fail
+                         than the majority's is never an outlier (a note says so).
+                         Hardware kind: the GPU models, the HCA models and the IB and RoCE
+                         port counts, read from the fingerprints; nodes of one kind are never
+                         compared with another's, and a kind's only node is named in NOTES.
+                         Numbers: memory_gib agrees within 1% of its kind's median, every
+                         other value must be equal; --policy's [sweep] tolerance changes that
+  NO MAJORITY            keys where no value reaches more than half of a kind (no outliers
+                         named)
   NOTES                  mixed tool versions, keys not compared, labels unlike hostnames,
-                         reports made under different policies, directory entries skipped
+                         reports made under different policies, hardware kinds, majorities
+                         held by failed nodes, directory entries skipped
   RING: DRAIN            from ring reports: nodes whose own port or NIC is at fault (a slow
                          egress or ingress, a port down or downtrained), each with its kinds,
                          reasons and the switch port at its end where LLDP named it
@@ -105,9 +120,10 @@ JSON DATA (schema fabprobe.sweep)
                           severity; null on pass or unknown), problem (why unknown, else
                           null), drain}: every node, sorted by name
   failures[]             {id, node_count, nodes[], example}
-  outliers[]             {node, key, value, majority_value, majority_nodes, nodes_compared,
-                          node_failed}
-  no_majority[]          {key, values: [[value, nodes], ...]}
+  outliers[]             {node, key, value, majority_value (a tolerance key's: the median),
+                          tolerance (\"±1%\", or null when exact), majority_nodes,
+                          nodes_compared (reports of its kind), kind}: nodes that did not fail
+  no_majority[]          {key, kind, values: [[value, nodes], ...]}
   unreadable[]           {node, source, problem (missing|truncated|not_json|not_utf8|
                           cannot_read|other_version|not_a_check_report|duplicate), detail}
   bad_nodes[]            {node, reasons[]}: the drain list
@@ -352,7 +368,8 @@ fn add_lines(sw: &mut Sweeper, source: &str, mut reader: impl BufRead) -> anyhow
     loop {
         line.clear();
         no += 1;
-        let read = read_head(&mut reader, &mut line, LINE_HEAD).with_context(|| format!("reading {source}"))?;
+        let read =
+            read_head(&mut reader, &mut line, LINE_HEAD).with_context(|| format!("reading {source}"))?;
         let Some(whole) = read else { break };
         if !whole {
             add_long_line(sw, &format!("{source}:{no}"), &line, &mut reader, &mut pieces)?;
@@ -384,7 +401,10 @@ fn add_long_line(
     if let Some(l) = label {
         pieces.close(l, &mut |(s, l, b)| sw.add_bytes(&s, Some(&l), &b));
     }
-    let mut tail = LineRest { r: reader, done: false };
+    let mut tail = LineRest {
+        r: reader,
+        done: false,
+    };
     sw.add_reader(src, Hint::launcher(label), std::io::Read::chain(rest, &mut tail));
     // What the parse left of the line (it stops at an error).
     std::io::copy(&mut tail, &mut std::io::sink()).with_context(|| format!("reading {src}"))?;
@@ -443,7 +463,12 @@ fn add_file(sw: &mut Sweeper, path: &Path, in_dir: bool) -> anyhow::Result<()> {
 }
 
 /// A file too large to hold: one pretty-printed report streamed whole, else lines.
-fn add_large_file(sw: &mut Sweeper, shown: &str, stem: Option<&str>, file: std::fs::File) -> anyhow::Result<()> {
+fn add_large_file(
+    sw: &mut Sweeper,
+    shown: &str,
+    stem: Option<&str>,
+    file: std::fs::File,
+) -> anyhow::Result<()> {
     let mut r = std::io::BufReader::with_capacity(64 << 10, file);
     let buf = r.fill_buf().with_context(|| format!("reading {shown}"))?;
     let first = buf.split(|&c| c == b'\n').next().unwrap_or(&[]);
@@ -461,8 +486,13 @@ fn add_dir(g: &GlobalArgs, sw: &mut Sweeper, dir: &Path) -> anyhow::Result<()> {
     let mut files = Vec::new();
     let mut skipped = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let p = e.with_context(|| format!("cannot list {}", dir.display()))?.path();
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let p = e
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .path();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name.starts_with('.') {
             continue;
         }
@@ -513,6 +543,16 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     }
     let mut sw = Sweeper::new();
     sw.drain_outliers(a.drain_outliers);
+    if let Some(p) = &a.policy {
+        let pol = crate::check::policy::load(p).map_err(|e| match e {
+            crate::check::policy::LoadError::Invalid(pe) => anyhow::Error::new(super::Hinted {
+                msg: format!("policy {pe}"),
+                hint: "every key is listed in `man fabprobe-check` (POLICY FILES)".into(),
+            }),
+            other => anyhow::Error::new(UsageError(format!("--policy: {other}"))),
+        })?;
+        sw.tolerances(&pol.sweep_tolerance);
+    }
     let stdin_only = a.inputs.is_empty() || a.inputs.iter().all(|p| p.as_os_str() == "-");
     if stdin_only {
         add_lines(&mut sw, "stdin", std::io::stdin().lock())?;
@@ -549,7 +589,11 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     };
     let empty = report.reports_read() == 0;
     if a.output.is_none() || !empty {
-        let outcome = if report.has_fault() { Outcome::Fault } else { Outcome::Pass };
+        let outcome = if report.has_fault() {
+            Outcome::Fault
+        } else {
+            Outcome::Pass
+        };
         let outcome = super::out::deliver(&text, a.output.as_deref(), outcome)?;
         if !empty {
             return Ok(outcome);

@@ -815,8 +815,8 @@ fn acs_redirect(x: &Gdr, out: &mut Vec<Finding>) {
                 detour_severity(used_here),
                 pair_names(&affected),
                 format!(
-                    "ACS request/completion redirect is on for {} PCIe switch port(s) between these GPUs and NICs: peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
-                    redirecting.len()
+                    "ACS request/completion redirect is on for {} between these GPUs and NICs: peer-to-peer traffic goes up to the root complex (slow, or IBV_WC_LOC_PROT_ERR)",
+                    crate::finding::spell::count(redirecting.len(), "PCIe switch port", "PCIe switch ports")
                 ),
             )
             .evidence("bridges", bridges.join(" "))

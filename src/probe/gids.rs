@@ -269,7 +269,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
     for p in &r.ports {
         let port = Port {
             p,
-            subject: format!("{}/{}", p.device, p.port),
+            subject: crate::finding::spell::port(&p.device, p.port),
             roce: p.link_layer.as_deref() == Some("Ethernet") && p.node_type.as_deref() != Some("RNIC"),
             forced,
         };
@@ -408,7 +408,7 @@ fn nccl_gid_error(x: &Port, out: &mut Vec<Finding>) {
 fn duplicate_ipv4(r: &GidsReport, out: &mut Vec<Finding>) {
     let mut by_ip: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &r.ports {
-        let subject = format!("{}/{}", p.device, p.port);
+        let subject = crate::finding::spell::port(&p.device, p.port);
         for ip in p.entries.iter().filter_map(|e| e.ipv4.as_ref()) {
             let v = by_ip.entry(ip.clone()).or_default();
             if !v.contains(&subject) {

@@ -604,7 +604,8 @@ fn best_rates(r: &LinksReport) -> BTreeMap<(String, String), (f64, String)> {
                 let key = (model(d), p.link_layer.clone().unwrap_or_default());
                 let e = best.entry(key).or_insert((0.0, String::new()));
                 if rate.gbps > e.0 {
-                    *e = (rate.gbps, format!("{}/{} {}", d.name, p.port, rate.raw));
+                    let shown = crate::finding::spell::rate(rate.gbps, rate.lanes, rate.speed.as_deref());
+                    *e = (rate.gbps, format!("{} {shown}", crate::finding::spell::port(&d.name, p.port)));
                 }
             }
         }
@@ -623,7 +624,7 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
             let port = Port {
                 d,
                 p,
-                subject: format!("{}/{}", d.name, p.port),
+                subject: crate::finding::spell::port(&d.name, p.port),
                 peer_best: best.get(&(model.clone(), p.link_layer.clone().unwrap_or_default())),
                 model,
             };
@@ -771,7 +772,11 @@ fn rate_below_peers(x: &Port, out: &mut Vec<Finding>) {
             "links.rate_below_peers",
             Severity::Fail,
             &x.subject,
-            format!("port runs at {} while the same HCA model reaches {}", rate.raw, who),
+            format!(
+                "port runs at {} while the same HCA model reaches {}",
+                crate::finding::spell::rate(rate.gbps, rate.lanes, rate.speed.as_deref()),
+                who
+            ),
         )
         .evidence("rate", rate.raw.clone())
         .evidence("peer", who.clone())

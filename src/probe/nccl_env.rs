@@ -12,13 +12,15 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Rule, Severity, judge_each};
+use crate::finding::spell::count as plural;
+use crate::finding::{judge_each, Finding, Rule, Severity};
 use crate::host::Host;
 use crate::nccl::conf::Setting;
 use crate::nccl::hca::HcaSpec;
+use crate::nccl::settings::{origin_text, NcclSettings};
 pub use crate::nccl::settings::{ConfFile, ConfLint};
-use crate::nccl::settings::{NcclSettings, origin_text};
-use crate::nccl::version::{LIB_DIRS, NcclVersion};
+use crate::nccl::topo::PathType;
+use crate::nccl::version::{NcclVersion, LIB_DIRS};
 use crate::nccl::{ifname, params};
 use crate::probe::{gdr, gids, topo};
 
@@ -102,6 +104,24 @@ pub struct Gdr {
     pub pairs: Vec<GdrPair>,
     /// The kernel side (peermem, DMA-BUF, ACS) is not judged here.
     pub kernel_support: String,
+    /// GPUs whose nearest NIC (of those NCCL could open) `NCCL_IB_HCA` leaves out; the
+    /// rule `nccl_env.hca_strands_gpus` reads them.
+    #[serde(skip)]
+    pub stranded: Vec<Stranded>,
+}
+
+/// A GPU that `NCCL_IB_HCA` keeps from its nearest NIC: NCCL picks each GPU's NICs by the
+/// shortest path type (`ncclTopoGetLocalNet`), so it takes the best of those left.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stranded {
+    pub gpu: String,
+    /// The nearest NICs NCCL could open without `NCCL_IB_HCA`, and their path.
+    pub nearest: Vec<String>,
+    pub nearest_path: PathType,
+    /// The nearest of the NICs it selects (None: none it selects is reachable).
+    pub left: Option<(String, PathType)>,
+    /// Whether the path left is within NCCL_NET_GDR_LEVEL (GDR stays on over it).
+    pub gdr_on: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -146,7 +166,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
         ifname::Family::parse(get("NCCL_SOCKET_FAMILY").as_deref()),
     );
     let ib = ib_ports(host, nccl);
-    let gdr = gdr(host, nccl);
+    let gdr = gdr(host, nccl, &ib);
     let net_plugin = net_plugin(host, get("NCCL_NET_PLUGIN").as_deref());
     let topo_file = match get("NCCL_TOPO_FILE").filter(|s| !s.is_empty()) {
         Some(p) => TopoFile {
@@ -258,8 +278,9 @@ fn ib_ports(host: &Host, nccl: &NcclSettings) -> Ib {
 
 /// GDR per GPU and used HCA, from `fabprobe gdr`'s probe: one decision of path, level,
 /// NCCL_IB_HCA and kernel side for both commands.
-fn gdr(host: &Host, nccl: &NcclSettings) -> Gdr {
+fn gdr(host: &Host, nccl: &NcclSettings, ib: &Ib) -> Gdr {
     let r = gdr::probe(host, nccl);
+    let stranded = stranded(&r, ib);
     let name = |label: &str, list: &[gdr::GdrDevice]| list.iter().find(|d| d.label == label).cloned();
     let pairs = r
         .pairs
@@ -289,7 +310,59 @@ fn gdr(host: &Host, nccl: &NcclSettings) -> Gdr {
         level_rule: r.nccl_net_gdr_level.source.clone(),
         pairs,
         kernel_support: kernel_support(&r.peer_memory, &r.dmabuf),
+        stranded,
     }
+}
+
+/// The GPUs `NCCL_IB_HCA` keeps from their nearest NIC. A NIC NCCL could open is one with
+/// an ACTIVE port of an InfiniBand or Ethernet link layer (net_ib's init without the list);
+/// the list only takes NICs away, so a GPU is stranded when the best path left is longer.
+fn stranded(r: &gdr::GdrReport, ib: &Ib) -> Vec<Stranded> {
+    // A list that selects nothing is `hca_matches_nothing`'s cause, not this one's.
+    if ib.disabled || ib.hca.is_none() || !ib.ports.iter().any(|p| p.used) {
+        return Vec::new();
+    }
+    let openable = |name: &str| {
+        ib.ports.iter().any(|p| {
+            p.device == name
+                && p.state.as_deref() == Some("ACTIVE")
+                && matches!(p.link_layer.as_deref(), Some("InfiniBand" | "Ethernet"))
+        })
+    };
+    let nic = |label: &str| r.nics.iter().find(|n| n.label == label);
+    let mut out = Vec::new();
+    for g in &r.gpus {
+        // (NIC name, path, selected) for every NIC NCCL could open, with a known path.
+        let reach: Vec<(&str, PathType, bool)> = r
+            .pairs
+            .iter()
+            .filter(|p| p.gpu == g.label)
+            .filter_map(|p| {
+                let n = nic(&p.nic)?;
+                let name = n.name.as_deref()?;
+                openable(name).then_some((name, p.path?, n.nccl_uses == Some(true)))
+            })
+            .collect();
+        let Some(best) = reach.iter().map(|x| x.1).min() else {
+            continue;
+        };
+        let left = reach.iter().filter(|x| x.2).min_by_key(|x| x.1);
+        if left.is_some_and(|l| l.1 <= best) {
+            continue;
+        }
+        out.push(Stranded {
+            gpu: g.label.clone(),
+            nearest: reach
+                .iter()
+                .filter(|x| x.1 == best)
+                .map(|x| x.0.to_string())
+                .collect(),
+            nearest_path: best,
+            left: left.map(|l| (l.0.to_string(), l.1)),
+            gdr_on: left.is_some_and(|l| l.1 <= r.nccl_net_gdr_level.level),
+        });
+    }
+    out
 }
 
 /// One line on the kernel side of GDR, as `fabprobe gdr` reads it (ACS and IOMMU, which
@@ -512,6 +585,14 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1 (warn); \
                 NCCL_IB_HCA selects no active port: NCCL falls back to sockets (fail)",
         judge: Judge::Report(hcas),
+    },
+    Rule {
+        ids: &["nccl_env.hca_strands_gpus"],
+        severity: "warn|fail",
+        about: "NCCL_IB_HCA leaves GPUs without their nearest NIC (NCCL picks each GPU's NICs by \
+                path type): their traffic takes a longer path; fail when it crosses the CPU \
+                interconnect (SYS) and no NVLink peer can relay it (PXN), else warn",
+        judge: Judge::Report(hca_strands_gpus),
     },
     Rule {
         ids: &["nccl_env.ib_disabled"],
@@ -911,13 +992,82 @@ fn hcas(x: &Env, f: &mut Vec<Finding>) {
                     "active_ports",
                     active
                         .iter()
-                        .map(|p| format!("{}:{}", p.device, p.port))
+                        .map(|p| crate::finding::spell::port(&p.device, p.port))
                         .collect::<Vec<_>>(),
                 )
                 .fix("name the active devices (`fabprobe links`), e.g. NCCL_IB_HCA==mlx5_0,mlx5_1"),
             );
         }
     }
+}
+
+/// One finding for every GPU `NCCL_IB_HCA` strands (one cause: the list), naming each GPU,
+/// the NIC it loses and the one it is left with.
+fn hca_strands_gpus(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
+    let st = &r.gdr.stranded;
+    let (Some(raw), false) = (&r.ib.hca, st.is_empty()) else {
+        return;
+    };
+    // With NVLink, NCCL can relay a GPU's traffic through a peer's NIC (PXN).
+    let nvlink = topo::probe(x.host)
+        .gpus
+        .iter()
+        .any(|g| g.nvlinks.iter().any(|l| l.count > 0));
+    let crosses_sys = st
+        .iter()
+        .any(|s| s.left.as_ref().is_none_or(|l| l.1 == PathType::Sys));
+    let sev = if crosses_sys && !nvlink {
+        Severity::Fail
+    } else {
+        Severity::Warn
+    };
+    let gpus: Vec<&str> = st.iter().map(|s| s.gpu.as_str()).collect();
+    let each: Vec<String> = st
+        .iter()
+        .map(|s| {
+            let left = match &s.left {
+                Some((n, p)) => format!("{n} {}{}", p.as_str(), if s.gdr_on { "" } else { " without GDR" }),
+                None => "no NIC".into(),
+            };
+            format!(
+                "{}: {} {} -> {left}",
+                s.gpu,
+                s.nearest.join("/"),
+                s.nearest_path.as_str()
+            )
+        })
+        .collect();
+    let relay = if nvlink {
+        "; NCCL may relay it over NVLink through a peer GPU's NIC (PXN), sharing that NIC"
+    } else {
+        ""
+    };
+    let mut keep: Vec<String> =
+        r.ib.ports
+            .iter()
+            .filter(|p| p.used)
+            .map(|p| p.device.clone())
+            .collect();
+    keep.extend(st.iter().flat_map(|s| s.nearest.iter().cloned()));
+    keep.sort();
+    keep.dedup();
+    f.push(
+        Finding::new(
+            "nccl_env.hca_strands_gpus",
+            sev,
+            gpus.join(", "),
+            format!(
+                "NCCL_IB_HCA={raw} leaves {} without {} nearest NIC: {} network traffic takes a longer path{relay}",
+                plural(gpus.len(), "GPU", "GPUs"),
+                if gpus.len() == 1 { "its" } else { "their" },
+                if gpus.len() == 1 { "its" } else { "their" },
+            ),
+        )
+        .evidence("from", r.settings.iter().find(|s| s.name == "NCCL_IB_HCA").map(origin_text).unwrap_or_default())
+        .evidence("nearest_to_left", each)
+        .fix(format!("select each GPU's nearest NIC too, e.g. NCCL_IB_HCA=={}", keep.join(","))),
+    );
 }
 
 fn ib_disabled(x: &Env, f: &mut Vec<Finding>) {
@@ -936,12 +1086,18 @@ fn ib_disabled(x: &Env, f: &mut Vec<Finding>) {
                 Severity::Warn,
                 "NCCL_IB_DISABLE",
                 format!(
-                    "NCCL_IB_DISABLE=1 with {} active RDMA port(s): NCCL uses TCP sockets, typically several times slower",
-                    active.len()
+                    "NCCL_IB_DISABLE=1 with {}: NCCL uses TCP sockets, typically several times slower",
+                    crate::finding::spell::count(active.len(), "active RDMA port", "active RDMA ports")
                 ),
             )
             .evidence("from", s.map(origin_text).unwrap_or_default())
-            .evidence("active_ports", active.iter().map(|p| format!("{}:{}", p.device, p.port)).collect::<Vec<_>>())
+            .evidence(
+                "active_ports",
+                active
+                    .iter()
+                    .map(|p| crate::finding::spell::port(&p.device, p.port))
+                    .collect::<Vec<_>>(),
+            )
             .fix("unset NCCL_IB_DISABLE unless sockets are intended"),
         );
     }
@@ -954,7 +1110,7 @@ fn gid_traps(x: &Env, f: &mut Vec<Finding>) {
         let used =
             r.ib.ports
                 .iter()
-                .any(|p| p.used && g.subject == format!("{}/{}", p.device, p.port));
+                .any(|p| p.used && g.subject == crate::finding::spell::port(&p.device, p.port));
         if used
             && matches!(
                 g.id.as_str(),
@@ -1001,7 +1157,9 @@ fn gdr_by_topology(x: &Env, f: &mut Vec<Finding>) {
     // GDR by topology: a GPU whose every used NIC is beyond the level. One finding for
     // all such GPUs, in the gdr probe's words and severity (one fact, one wording).
     let mut by_gpu: BTreeMap<&str, Vec<&GdrPair>> = BTreeMap::new();
-    for p in &r.gdr.pairs {
+    // A GPU NCCL_IB_HCA strands is that finding's: its GDR state is said there.
+    let stranded = |g: &str| r.gdr.stranded.iter().any(|s| s.gpu == g);
+    for p in r.gdr.pairs.iter().filter(|p| !stranded(&p.gpu)) {
         by_gpu.entry(p.gpu.as_str()).or_default().push(p);
     }
     let mut far: Vec<(&str, String)> = Vec::new();

@@ -672,7 +672,7 @@ pub fn backwards_notes(r: &QosReport) -> Vec<String> {
 pub struct If<'a> {
     pub r: &'a QosReport,
     pub i: &'a QosIf,
-    /// `eth2 (mlx5_2 port 1)`.
+    /// `eth2 (mlx5_2/1)`: the netdev, and its port as every command spells a port.
     pub subj: String,
     /// The priorities with PFC on: DCB's answer, else the driver's counter set when it keeps
     /// one for every priority; None when neither tells.
@@ -773,7 +773,7 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             r,
             i,
             subj: match (&i.rdma_device, i.rdma_port) {
-                (Some(d), Some(p)) => format!("{} ({d} port {p})", i.ifname),
+                (Some(d), Some(p)) => format!("{} ({})", i.ifname, crate::finding::spell::port(d, p)),
                 _ => i.ifname.clone(),
             },
             pfc: i.dcb.pfc_enabled.clone().or_else(|| {

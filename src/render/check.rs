@@ -214,7 +214,11 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
 pub fn sweep_table(r: &SweepReport) -> String {
     let mut s = String::new();
     let n = &r.nodes;
-    let what = if r.ring.is_some() { "check reports" } else { "reports" };
+    let what = if r.ring.is_some() {
+        "check reports"
+    } else {
+        "reports"
+    };
     let _ = write!(
         s,
         "fabprobe sweep: {} {what}: {} pass, {} warn, {} fail; {} outliers; {} unreadable; {} missing; {} to drain",
@@ -232,7 +236,11 @@ pub fn sweep_table(r: &SweepReport) -> String {
         s.push_str("\nNO MAJORITY\n");
         for sp in &r.no_majority {
             let v: Vec<String> = sp.values.iter().map(|(v, c)| format!("{v}: {c}")).collect();
-            s.push_str(&text::wrap(&format!("  {:<16} ", sp.key), &v.join(", "), 19));
+            s.push_str(&text::wrap(
+                &format!("  {:<16} ", sp.key),
+                &format!("{}  [{}]", v.join(", "), sp.kind),
+                19,
+            ));
         }
     }
     unreadable_section(&mut s, r);
@@ -299,12 +307,12 @@ fn outliers_section(s: &mut String, r: &SweepReport) {
         let narrow = text::width().is_some_and(|w| w < 80);
         for o in &r.outliers {
             let said = format!(
-                "{}  (majority {}: {} of {} nodes){}",
+                "{}  (majority {}{}: {} of {} nodes of its kind)",
                 o.value,
                 o.majority_value,
+                crate::check::sweep::tol_text(o),
                 o.majority_nodes,
                 o.nodes_compared,
-                if o.node_failed { "  [failed]" } else { "" }
             );
             // Narrow, the value's column would be a ribbon: node and key lead the line.
             s.push_str(&if narrow {
@@ -339,10 +347,10 @@ fn unreadable_section(s: &mut String, r: &SweepReport) {
 fn ring_lists(s: &mut String, rr: &crate::check::ringsweep::RingSweep) {
     let _ = writeln!(
         s,
-        "\nRING REPORTS: {} run(s); {} node(s) to drain, {} link(s) or path(s) to ticket",
-        rr.reports,
-        rr.drain.len(),
-        rr.ticket.len()
+        "\nRING REPORTS: {}; {} to drain, {} to ticket",
+        crate::finding::spell::count(rr.reports, "run", "runs"),
+        crate::finding::spell::count(rr.drain.len(), "node", "nodes"),
+        crate::finding::spell::count(rr.ticket.len(), "link or path", "links or paths")
     );
     for run in rr.runs.iter().filter(|r| r.error.is_some()) {
         let why = run.error.as_deref().unwrap_or_default();
@@ -441,12 +449,17 @@ pub fn sweep_prom(r: &SweepReport) -> String {
 /// `8 GPUs, 10 RDMA devices (8 of 10 ports active), 2 RoCE netdevs`; `?` where unknown.
 fn saw_line(w: &crate::check::run::Saw) -> String {
     let n = |v: Option<usize>| v.map(|x| x.to_string()).unwrap_or("?".into());
+    // A count with its noun; `?` (unknown) takes the plural.
+    let c = |v: Option<usize>, one: &str, many: &str| match v {
+        Some(x) => crate::finding::spell::count(x, one, many),
+        None => format!("? {many}"),
+    };
     format!(
-        "{} GPUs, {} RDMA devices ({} of {} ports active), {} RoCE netdevs",
-        n(w.gpus),
-        n(w.rdma_devices),
+        "{}, {} ({} of {} active), {}",
+        c(w.gpus, "GPU", "GPUs"),
+        c(w.rdma_devices, "RDMA device", "RDMA devices"),
         n(w.rdma_ports_active),
-        n(w.rdma_ports),
-        n(w.roce_netdevs)
+        c(w.rdma_ports, "port", "ports"),
+        c(w.roce_netdevs, "RoCE netdev", "RoCE netdevs")
     )
 }

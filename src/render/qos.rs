@@ -50,7 +50,7 @@ fn list(v: &[u8]) -> String {
 fn one(i: &QosIf, sampled: bool) -> String {
     let mut s = i.ifname.clone();
     if let (Some(d), Some(p)) = (&i.rdma_device, i.rdma_port) {
-        s.push_str(&format!(" ({d} port {p})"));
+        s.push_str(&format!(" ({})", crate::finding::spell::port(d, p)));
     }
     s.push('\n');
     let d = &i.dcb;

@@ -1,0 +1,221 @@
+//! One fact, one spelling (issue 42): every command on every fixture, as a table, JSON and
+//! (where it has one) Prometheus text. A port is `mlx5_3/1` everywhere (never `mlx5_3:1` or
+//! `mlx5_3 port 1`), a finding `check` repeats keeps its probe's subject, a metric's
+//! `subject` label is a finding's subject, rendered rates say `Gb/s` (the kernel's
+//! `Gb/sec` string stays verbatim in the data), and counts agree with their nouns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+const PROBES: &[&str] = &["topo", "gids", "links", "gdr", "qos", "nccl-env"];
+const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
+
+fn run(args: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap_or(-1);
+    assert!(
+        (0..=3).contains(&code) && code != 2,
+        "{args:?}: exit {code}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fixtures() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "gen")
+        .collect();
+    v.sort();
+    v
+}
+
+fn rdma_devices(fx: &str) -> Vec<String> {
+    let dir = format!(
+        "{}/fixtures/{fx}/sys/class/infiniband",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A subject's atoms: `check` joins the subjects of one cause with ", ".
+fn atoms(s: &str) -> Vec<String> {
+    s.split(", ").map(str::to_string).collect()
+}
+
+/// Ports spelled another way than `dev/N`, outside an `NCCL_IB_HCA` value (NCCL's own
+/// syntax, `dev:port`, which a person pastes back).
+fn other_port_spellings(text: &str, devs: &[String]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for line in text.lines() {
+        for d in devs {
+            for sep in [":", " port "] {
+                let pat = format!("{d}{sep}");
+                let mut at = 0;
+                while let Some(i) = line[at..].find(&pat) {
+                    let start = at + i;
+                    let after = &line[start + pat.len()..];
+                    let before = &line[..start];
+                    let in_hca = before
+                        .rfind("NCCL_IB_HCA")
+                        .is_some_and(|h| !before[h..].contains(' '));
+                    let ends_name = !line[start + d.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                        && !before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+                    if ends_name && after.starts_with(|c: char| c.is_ascii_digit()) && !in_hca {
+                        bad.push(line.trim().chars().take(160).collect());
+                    }
+                    at = start + pat.len();
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// `1 nodes`, `port(s)`: a count that disagrees with its noun, or a hedge instead of one.
+fn bad_plurals(text: &str) -> Vec<String> {
+    const NOUNS: &[&str] = &[
+        "processes",
+        "nodes",
+        "ports",
+        "GPUs",
+        "reports",
+        "devices",
+        "NICs",
+        "pairs",
+        "runs",
+        "links",
+        "netdevs",
+        "entries",
+        "files",
+        "rules",
+        "findings",
+    ];
+    let mut bad = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split(|c: char| c.is_whitespace() || c == '"').collect();
+        for w in words.windows(2) {
+            let n = w[1].trim_end_matches([',', ';', ':', '.', ')']);
+            if w[0] == "1" && NOUNS.contains(&n) {
+                bad.push(line.trim().chars().take(160).collect());
+            }
+        }
+        if line.contains("(s) ") || line.contains("(s)\"") || line.contains("(s);") || line.contains("(s),") {
+            bad.push(line.trim().chars().take(160).collect());
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_command_spells_each_subject_one_way() {
+    let mut problems: Vec<String> = Vec::new();
+    let mut outputs = 0;
+    let mut compared = 0;
+    for fx in fixtures() {
+        let root = format!("fixtures/{fx}");
+        let devs = rdma_devices(&fx);
+        let mut texts: Vec<(String, String)> = Vec::new();
+        // Each probe's subjects by finding id.
+        let mut probe_subjects: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for cmd in PROBES {
+            let json = run(&["--root", &root, "--format", "json", cmd]);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            for f in v["findings"].as_array().into_iter().flatten() {
+                let id = f["id"].as_str().unwrap().to_string();
+                probe_subjects
+                    .entry(id)
+                    .or_default()
+                    .extend(atoms(f["subject"].as_str().unwrap()));
+                if let Some(m) = f["message"].as_str().filter(|m| m.contains("Gb/sec")) {
+                    problems.push(format!("{fx} {cmd}: a message renders the kernel's unit: {m}"));
+                }
+            }
+            texts.push((format!("{cmd} json"), json));
+            texts.push((format!("{cmd} table"), run(&["--root", &root, cmd])));
+        }
+        for pol in POLICIES {
+            let json = run(&["--root", &root, "--format", "json", "check", "--policy", pol]);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let findings = v["findings"].as_array().cloned().unwrap_or_default();
+            let subjects: BTreeSet<&str> = findings.iter().filter_map(|f| f["subject"].as_str()).collect();
+            for f in &findings {
+                let id = f["id"].as_str().unwrap();
+                if let Some(m) = f["message"].as_str().filter(|m| m.contains("Gb/sec")) {
+                    problems.push(format!(
+                        "{fx} check {pol}: a message renders the kernel's unit: {m}"
+                    ));
+                }
+                // A probe's finding, repeated by check: each subject as the probe spelled it.
+                if let Some(seen) = probe_subjects.get(id) {
+                    for a in atoms(f["subject"].as_str().unwrap()) {
+                        compared += 1;
+                        if !seen.contains(&a) {
+                            problems.push(format!(
+                                "{fx} check {pol}: {id} subject {a:?}, the probe says {seen:?}"
+                            ));
+                        }
+                    }
+                }
+            }
+            let prom = run(&["--root", &root, "--format", "prom", "check", "--policy", pol]);
+            for l in prom.lines().filter(|l| l.contains("subject=\"")) {
+                let s = l.split("subject=\"").nth(1).unwrap().split('"').next().unwrap();
+                if !subjects.contains(s) {
+                    problems.push(format!(
+                        "{fx} check {pol} prom: subject label {s:?} is no finding's subject"
+                    ));
+                }
+            }
+            texts.push((format!("check {pol} json"), json));
+            texts.push((format!("check {pol} prom"), prom));
+            texts.push((
+                format!("check {pol} table"),
+                run(&["--root", &root, "check", "--policy", pol]),
+            ));
+        }
+        for (what, t) in &texts {
+            outputs += 1;
+            for b in other_port_spellings(t, &devs) {
+                problems.push(format!("{fx} {what}: a port spelled another way: {b}"));
+            }
+            for b in bad_plurals(t) {
+                problems.push(format!("{fx} {what}: a count unlike its noun: {b}"));
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    assert!(
+        outputs > 300 && compared > 100,
+        "{outputs} outputs, {compared} subjects compared"
+    );
+}
+
+#[test]
+fn the_detectors_find_what_they_look_for() {
+    let devs = vec!["mlx5_1".to_string()];
+    assert_eq!(other_port_spellings("x mlx5_1:1 y", &devs).len(), 1);
+    assert_eq!(other_port_spellings("eth0 (mlx5_1 port 1)", &devs).len(), 1);
+    assert!(other_port_spellings("mlx5_1/1 and mlx5_10:1 and NCCL_IB_HCA=mlx5_1:1", &devs).is_empty());
+    assert_eq!(bad_plurals("\"1 processes hold\"").len(), 1);
+    assert_eq!(bad_plurals("2 run(s); x").len(), 1);
+    assert!(bad_plurals("1 process; 2 nodes; 11 nodes").is_empty());
+}
