@@ -4,6 +4,7 @@
 
 mod baseline;
 mod check;
+mod delivery;
 mod docs;
 mod gdr;
 mod gids;
