@@ -281,3 +281,150 @@ fn health_check_program_drains_the_failing_node(lab: &SlurmLab) {
         .collect();
     assert_eq!(states, want);
 }
+
+/// How many runs of each kind `ring_report_is_whole_whenever_a_task_dies` makes: CI's
+/// default keeps the lab short; `FABPROBE_SLURM_KILLS=20,10` is the proof run by hand.
+fn kill_runs() -> (usize, usize) {
+    let v = std::env::var("FABPROBE_SLURM_KILLS").unwrap_or_default();
+    let mut it = v.split(',').map(|s| s.trim().parse::<usize>().ok());
+    match (it.next().flatten(), it.next().flatten()) {
+        (Some(k), Some(t)) => (k, t),
+        _ => (4, 3),
+    }
+}
+
+/// The issue-45 run: `srun -N4 fabprobe ring -b 64M -e 64M -n 200 --no-scan --timeout 5
+/// --format json`, one task killed at a varying moment 1.5-4 s after srun started (SIGKILL
+/// to tasks 1-3: the task is lost; SIGTERM to any task: the scheduler's word). Rank 0's JSON
+/// on srun's stdout, and the file it writes with `--output`, parse whole every time and name
+/// what happened; no other rank is blamed.
+#[test]
+fn ring_report_is_whole_whenever_a_task_dies() {
+    use nix::sys::signal::Signal;
+    let Some(lab) = SlurmLab::new("slurm_ring_kills", "h100-sxm-8gpu") else {
+        return;
+    };
+    let (kills, terms) = kill_runs();
+    let mut runs: Vec<(u32, Signal, f64, bool)> = Vec::new();
+    for i in 0..kills {
+        let delay = 1.5 + (i as f64 * 0.61) % 2.5;
+        runs.push((1 + (i as u32 % 3), Signal::SIGKILL, delay, i % 2 == 1));
+    }
+    for i in 0..terms {
+        let delay = 1.5 + (i as f64 * 0.77) % 2.5;
+        runs.push((i as u32 % 4, Signal::SIGTERM, delay, i % 2 == 1));
+    }
+    // Every run is made and told, then the failures (one lucky run proves nothing).
+    let mut failed = Vec::new();
+    for (n, &(task, sig, delay, to_file)) in runs.iter().enumerate() {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            one_killed_run(&lab, n, task, sig, delay, to_file)
+        }));
+        match r {
+            Ok(what) => {
+                eprintln!("run {n}: {sig} to task {task} at {delay:.2} s (--output: {to_file}): {what}")
+            }
+            Err(_) => failed.push(n),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "runs {failed:?} of {} failed (their panics above)",
+        runs.len()
+    );
+}
+
+/// One run of [`ring_report_is_whole_whenever_a_task_dies`]: what rank 0's report said.
+fn one_killed_run(
+    lab: &SlurmLab,
+    n: usize,
+    task: u32,
+    sig: nix::sys::signal::Signal,
+    delay: f64,
+    to_file: bool,
+) -> String {
+    use nix::sys::signal::{Signal, kill};
+    let bin = env!("CARGO_BIN_EXE_fabprobe");
+    let out = lab.path(&format!("ring-{n}.json"));
+    let out_s = out.to_string_lossy().into_owned();
+    let mut args = vec![
+        "timeout",
+        "90",
+        "srun",
+        "-N4",
+        "--ntasks-per-node=1",
+        bin,
+        "ring",
+        "--transport",
+        "tcp",
+        "-b",
+        "64M",
+        "-e",
+        "64M",
+        "-n",
+        "200",
+        "--no-scan",
+        "--timeout",
+        "5",
+        "--format",
+        "json",
+    ];
+    if to_file {
+        args.extend(["--output", &out_s]);
+    }
+    let t0 = std::time::Instant::now();
+    let child = lab.client_spawn(&args);
+    let pid = lab.wait_for("the task to kill", Duration::from_secs(30), |l| {
+        l.task_pid(bin, task)
+    });
+    let wait = Duration::from_secs_f64(delay).saturating_sub(t0.elapsed());
+    std::thread::sleep(wait);
+    let _ = kill(nix::unistd::Pid::from_raw(pid), sig);
+    let o = child.wait_with_output().unwrap();
+    let stderr = text(&o.stderr);
+    let raw = if to_file {
+        assert!(
+            o.stdout.is_empty(),
+            "run {n}: --output and stdout too: {}",
+            text(&o.stdout)
+        );
+        std::fs::read(&out)
+            .unwrap_or_else(|e| panic!("run {n}: {sig} to task {task}: no {out_s} ({e})\n{stderr}"))
+    } else {
+        o.stdout.clone()
+    };
+    let v: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_else(|e| {
+        panic!(
+            "run {n}: {sig} to task {task} at {delay:.2} s: rank 0's JSON ({e}, {} bytes):\n{}\n{stderr}",
+            raw.len(),
+            text(&raw)
+        )
+    });
+    let d = &v["data"];
+    let error = d["error"].as_str().unwrap_or_default().to_string();
+    let verdicts = d["verdicts"].as_array().cloned().unwrap_or_default();
+    if sig == Signal::SIGTERM {
+        assert!(
+            error.contains(&format!("SIGTERM on rank {task} ")),
+            "run {n}: {sig} to task {task}: {d}\n{stderr}"
+        );
+        assert!(verdicts.is_empty(), "run {n}: {sig} to task {task}: {d}");
+    } else {
+        assert!(
+            !verdicts.is_empty() || !error.is_empty(),
+            "run {n}: {sig} to task {task}: {d}"
+        );
+        for x in &verdicts {
+            let names = |f: &str| x[f].as_u64() == Some(task as u64);
+            assert!(
+                names("from_rank") || names("to_rank"),
+                "run {n}: {sig} to task {task}: {x}"
+            );
+        }
+    }
+    let first = verdicts
+        .first()
+        .and_then(|x| x["kind"].as_str())
+        .unwrap_or("none");
+    format!("{} bytes, verdict {first}, error {error:?}", raw.len())
+}

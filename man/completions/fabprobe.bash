@@ -787,7 +787,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__ring)
-            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --join-timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --rails --lldp-wait --html --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-b -e -f -n -w -c -v -h -V --minbytes --maxbytes --stepfactor --iters --warmup_iters --check --channels --transport --ifname --device --gid-index --timeout --join-timeout --token --rank --world --coordinator --scan --no-scan --scan-time --scan-bytes --scan-reps --local --rails --lldp-wait --html --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -910,6 +910,10 @@ _fabprobe() {
                     return 0
                     ;;
                 --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -13,6 +13,7 @@ macro_rules! say {
 
 mod baseline;
 mod check;
+mod delivery;
 mod docs;
 mod gdr;
 mod gids;

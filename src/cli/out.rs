@@ -13,7 +13,7 @@ use crate::finding::{Finding, Severity};
 /// Write a rendered result to stdout.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut o = std::io::stdout().lock();
-    if o.is_terminal() && colour_wanted(std::env::var_os("NO_COLOR"), std::env::var_os("TERM")) {
+    if o.is_terminal() && colour_wanted_here() {
         o.write_all(colourize(text).as_bytes())?;
     } else {
         o.write_all(text.as_bytes())?;
@@ -46,6 +46,11 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         anyhow::Error::new(e).context(format!("writing --output {}", path.display()))
     })
+}
+
+/// Whether this process's environment allows colour (`NO_COLOR`, `TERM=dumb`).
+pub(super) fn colour_wanted_here() -> bool {
+    colour_wanted(std::env::var_os("NO_COLOR"), std::env::var_os("TERM"))
 }
 
 fn colour_wanted(no_color: Option<std::ffi::OsString>, term: Option<std::ffi::OsString>) -> bool {

@@ -135,6 +135,12 @@ pub struct RingArgs {
     /// scan matrix, busbw against size, the hops (fabprobe-report(1)).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<std::path::PathBuf>,
+    /// Write rank 0's report (table or JSON) to FILE instead of stdout, atomically: a
+    /// temporary file in FILE's directory, fsynced, renamed over it, so a reader sees the
+    /// old file or the whole report, also when a rank dies or a signal ends the run. The
+    /// exit status stays the verdict's. Other ranks write nothing.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
     /// The global --root, hidden here: a snapshot has no peers to move bytes to. Its value
     /// reaches GlobalArgs (same id), where `run` refuses it by name.
     #[arg(long = "root", value_name = "SNAPSHOT", hide = true)]
@@ -833,16 +839,18 @@ fn print_report(
         }
     }
     let f = findings(r);
-    match fmt {
+    // The whole report in one buffer, written by one writer (super::delivery).
+    let text = match fmt {
         Format::Json => {
             let host = crate::host::Host::live();
-            emit(&Envelope::new("ring", HostInfo::of(&host), &RingData::of(r), &f).to_json())?;
+            Envelope::new("ring", HostInfo::of(&host), &RingData::of(r), &f).to_json()
         }
         _ => match rows.map(RowPrinter::shown).filter(|s| !s.is_empty()) {
-            Some(shown) => emit(&render::ring::table_after_rows_in(r, &shown, layout()))?,
-            None => emit(&render::ring::table_in(r, layout()))?,
+            Some(shown) => render::ring::table_after_rows_in(r, &shown, layout()),
+            None => render::ring::table_in(r, layout()),
         },
-    }
+    };
+    super::delivery::deliver(&text, REPORT_OUT.get().map(|p| p.as_path()))?;
     if let Some(out) = HTML_OUT.get() {
         let host = crate::host::Host::live();
         let data = RingData::of(r);
@@ -883,46 +891,12 @@ impl<'a> RingData<'a> {
 /// there), so the flag need not travel through each mode's signature.
 static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-/// How long a rank may take after SIGTERM/SIGINT before it exits on its own (2): well
-/// within Slurm's default `KillWait` (30 s), long enough for rank 0 to print its report.
-const INTERRUPT_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// SIGTERM (the scheduler) and SIGINT (Ctrl-C) are noted for the ring, not fatal: every
-/// rank stops its data plane and rank 0 prints what is known. Blocked here, before any
-/// thread starts (threads inherit the mask), and taken by one thread with sigwait; a second
-/// signal, or [`INTERRUPT_BACKSTOP`] after the first, ends the process.
-fn catch_interrupts(g: &GlobalArgs) {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT] {
-        set.add(s);
-    }
-    if let Err(e) = set.thread_block() {
-        g.log(1, format!("SIGTERM/SIGINT stay fatal: cannot block them: {e}"));
-        return;
-    }
-    std::thread::spawn(move || {
-        let Ok(first) = set.wait() else { return };
-        crate::ring::interrupt::process().note(first as i32);
-        say!("fabprobe: ring: {first}: stopping; rank 0 reports what is known");
-        std::thread::spawn(move || {
-            std::thread::sleep(INTERRUPT_BACKSTOP);
-            say!(
-                "fabprobe: ring: still running {} s after {first}; exiting",
-                INTERRUPT_BACKSTOP.as_secs()
-            );
-            std::process::exit(2);
-        });
-        if let Ok(again) = set.wait() {
-            say!("fabprobe: ring: {again} again; exiting at once");
-            std::process::exit(128 + again as i32);
-        }
-    });
-}
+/// `--output`: set once by `run`, like [`HTML_OUT`].
+static REPORT_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
-    catch_interrupts(g);
+    super::delivery::catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(
             "`fabprobe ring` moves bytes between live hosts; --root cannot be used with it".into(),
@@ -934,6 +908,10 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         // Refused now, not after the run: a page that cannot be written loses nothing yet.
         super::report::check_writable(out)?;
         let _ = HTML_OUT.set(out.clone());
+    }
+    if let Some(out) = &a.output {
+        super::report::check_writable(out)?;
+        let _ = REPORT_OUT.set(out.clone());
     }
     let log = |s: &str| g.log(1, s);
     if let Some(n) = a.local {
