@@ -9,7 +9,7 @@ use crate::nccl_log::Analyzer;
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
-#[command(after_long_help = NCCL_LOG_HELP)]
+#[command(after_long_help = nccl_log_help())]
 pub struct NcclLogArgs {
     /// Log files, a directory of them (read in name order, not recursively), or `-` for
     /// stdin. Files may be one per rank or one combined job log.
@@ -79,9 +79,10 @@ VERDICTS
   failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
   or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
   the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
-  With no NCCL line in the input (an empty file, an empty directory, a log written without
-  NCCL_DEBUG) the verdict is no_nccl_output, severity unknown (no finding in the JSON
-  envelope, exit 3): rerun the job with NCCL_DEBUG=INFO.
+  With no NCCL line in the input (an empty file, a log written without NCCL_DEBUG) the
+  verdict is no_nccl_output, severity unknown (no finding in the JSON envelope, exit 3):
+  rerun the job with NCCL_DEBUG=INFO. A directory with no file in it is a mistake in the
+  command (exit 2), as it is for sweep.
   Each next: step fills in the hosts, peer and files the log names, so it pastes: commands
   are in backticks (on node-a and node-b: `fabprobe links`); what the log does not name is
   said in words (on that host).
@@ -90,10 +91,6 @@ OUTPUT
   The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the
   verdicts, fail before warn, then the summary and the hosts table (at most 4 interfaces or
   HCAs per cell, then \"and N more\"; JSON has them all), then lines not understood.
-
-EXIT STATUS
-  0 no fail verdict (warnings allowed), 1 a fail verdict, 2 could not run (unreadable
-  input), 3 unknown: no NCCL line to judge (no_nccl_output), neither a pass nor a fault.
 
 JSON DATA (fabprobe.nccl-log)
   {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
@@ -109,6 +106,10 @@ JSON DATA (fabprobe.nccl-log)
      \"suspects\", \"knock_ons\", \"explains\", \"nccl_result\", \"errno\"}]}
   seq, op, suspects, explains, nccl_result and errno are left out when absent.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
+
+fn nccl_log_help() -> String {
+    format!("{NCCL_LOG_HELP}\n{}", super::exit_status_text("nccl-log"))
+}
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
     Hinted {
@@ -138,6 +139,15 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 .filter(|f| f.is_file())
                 .collect();
             files.sort();
+            // No file at all is a mistake in the command, not a log with nothing to judge:
+            // exit 2 as sweep does for the same directory (3 is for input read and empty).
+            if files.is_empty() {
+                return Err(cannot(
+                    "read logs from",
+                    p,
+                    std::io::Error::other("the directory holds no files"),
+                ));
+            }
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;

@@ -9,6 +9,7 @@ pub mod links;
 pub mod nccl_env;
 pub mod nccl_log;
 pub mod qos;
+pub mod remedy;
 pub mod ring;
 pub mod text;
 pub mod topo;
