@@ -52,6 +52,13 @@ shot "$out/ring.html" "$out/ring.png" 1000 1050
 "$bin" check --root fixtures/h100-sxm-8gpu-bad --format json >"$tmp/check.json" || true
 (cd "$tmp" && "$bin" report topo.json check.json --html "$out/topo.html")
 shot "$out/topo.html" "$out/topo.png" 1000 1000
+# What each picture was made from: tests/html_report.rs makes the pages again from today's
+# binary and fails when a hash differs (a stale picture). WIDTHS="700 1600" also shoots each
+# page at those widths (the test's readability check), as NAME-WIDTH.png.
+(cd "$out" && sha256sum ring.html sweep.html topo.html >pages.sha256)
+for w in ${WIDTHS:-}; do
+  for p in ring sweep topo; do shot "$out/$p.html" "$out/$p-$w.png" "$w" 1000; done
+done
 rm -f "$out"/*.html
 ls -l "$out"/*.png
 

@@ -199,13 +199,71 @@ fn example_lines(page: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every EXAMPLES line runs as printed: the fabprobe part parses with the clap definition
-/// (the launcher before it and a pipe around it are other programs).
+/// The commands of a page's EXAMPLES as `man` shows them at 80 columns: the lines under
+/// each description (indented deeper), a piece ending ` \` joined with the next. Two
+/// examples never share a line, so each is one command here.
+fn rendered_examples(name: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("man").join(name);
+    let out = Command::new("man")
+        .arg("-l")
+        .arg(&path)
+        .env("MANWIDTH", "80")
+        .env_remove("MAN_KEEP_FORMATTING")
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&out.stdout).into_owned();
+    let body: Vec<&str> = page
+        .lines()
+        .skip_while(|l| *l != "EXAMPLES")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .collect();
+    let mut cmds = Vec::new();
+    let mut cur = String::new();
+    for l in body {
+        // Descriptions sit at column 7, commands at 14 (and their continuations deeper).
+        if !l.starts_with(&" ".repeat(14)) {
+            continue;
+        }
+        let piece = l.trim();
+        match piece.strip_suffix(" \\") {
+            Some(head) => {
+                cur.push_str(head);
+                cur.push(' ');
+            }
+            None => {
+                cur.push_str(piece);
+                cmds.push(std::mem::take(&mut cur));
+            }
+        }
+    }
+    assert!(cur.is_empty(), "{name}: an example ends in a continuation");
+    cmds
+}
+
+/// Every EXAMPLES command runs as `man` prints it: the roff's own lines and the rendered
+/// page's give the same commands (none merged, none cut), and the fabprobe part parses with
+/// the clap definition (the launcher before it and a pipe around it are other programs).
 #[test]
 fn every_example_parses_with_the_clap_definition() {
+    let man = Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success());
     let mut seen = 0;
     for (name, text) in pages() {
-        for line in example_lines(&text) {
+        let lines = if man {
+            let rendered = rendered_examples(&name);
+            let wanted: Vec<&str> = fabprobe::cli::docs::examples(
+                name.trim_end_matches(".1").strip_prefix("fabprobe-").unwrap_or("fabprobe"),
+            )
+            .iter()
+            .map(|(_, l)| *l)
+            .collect();
+            assert_eq!(rendered, wanted, "{name}: man shows other EXAMPLES lines");
+            rendered
+        } else {
+            common::lab_unavailable("every_example_parses_with_the_clap_definition", "man (man-db) is not installed");
+            example_lines(&text)
+        };
+        for line in lines {
             for part in line.split(" | ").map(|p| p.split(" > ").next().unwrap()) {
                 let Some(at) = part.find("fabprobe ") else { continue };
                 let words: Vec<String> = split_words(&part[at..]);

@@ -371,7 +371,9 @@ fn a_sweep_of_fixture_checks_renders_every_node() {
         .map(|n| l.dom.find(&format!("data-node=\"{n}\"")).unwrap())
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
-    assert!(l.dom.contains("<th title=") && l.dom.contains("topo.pcie_width_degraded"));
+    assert!(l.dom.contains("<th title=") && l.dom.contains("data-id=\"topo.pcie_width_degraded\""));
+    // Grid headers wrap only after a `.` or `_`, never inside a word.
+    assert!(l.dom.contains("topo.<wbr>pcie_<wbr>width_<wbr>degraded"), "no break points in the headers");
     assert!(l.dom.contains("Drain list"), "no drain list");
 }
 
@@ -478,4 +480,32 @@ fn lab_ring_with_a_slow_egress_outlines_its_row() {
     assert!(l.dom.contains("class=\"busbw\""), "no busbw chart");
     let measured = j["data"]["scan"]["links"].as_array().unwrap().len();
     assert_eq!(l.dom.matches("class=\"cell").count(), measured, "a cell per measured link");
+}
+
+/// The README's pictures (docs/img) are today's: the pages they were shot from, made again
+/// by scripts/html-pictures.sh with this binary, hash as docs/img/pages.sha256 says (a
+/// stale picture fails here; rerun the script). Each page is also shot at 700 and 1600 px
+/// wide, and every shot is a real picture (a PNG, not a blank page's few bytes).
+#[test]
+fn docs_pictures_are_made_from_todays_pages() {
+    if chromium("docs_pictures_are_made_from_todays_pages").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new("scripts/html-pictures.sh")
+        .arg(dir.path())
+        .env("FABPROBE", env!("CARGO_BIN_EXE_fabprobe"))
+        .env("WIDTHS", "700 1600")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let made = std::fs::read_to_string(dir.path().join("pages.sha256")).unwrap();
+    let kept = std::fs::read_to_string("docs/img/pages.sha256").unwrap_or_default();
+    assert_eq!(made, kept, "docs/img is stale: run scripts/html-pictures.sh and commit docs/img");
+    for page in ["ring", "sweep", "topo"] {
+        for suffix in ["", "-700", "-1600"] {
+            let png = std::fs::read(dir.path().join(format!("{page}{suffix}.png"))).unwrap();
+            assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "{page}{suffix}.png: {} bytes", png.len());
+        }
+    }
 }

@@ -469,10 +469,15 @@ fn input_without_nccl_lines_says_so() {
     std::fs::create_dir_all(dir.join("none")).unwrap();
     std::fs::write(dir.join("empty.log"), "").unwrap();
     let (empty, none) = (dir.join("empty.log"), dir.join("none"));
+    // A directory with no file is a mistake in the command (exit 2, as sweep), not a log.
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["nccl-log", none.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
     for args in [
         vec!["nccl-log", "Cargo.toml"],
         vec!["nccl-log", empty.to_str().unwrap()],
-        vec!["nccl-log", none.to_str().unwrap()],
         vec!["nccl-log", "-"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))

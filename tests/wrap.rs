@@ -91,6 +91,11 @@ fn findings_wrap_at_80_and_60_and_commands_stay_whole() {
                 }
                 // Over the width only for one unbreakable word, alone or after its label.
                 let label_and_word = words(l) == 2 && l.split_whitespace().next().unwrap().ends_with(':');
+                // A command piece too long for the line: one shell word and its ` \`.
+                let continued = l.trim_end().ends_with(" \\") && words(l.trim_end().trim_end_matches(" \\")) == 1;
+                if continued {
+                    continue;
+                }
                 assert!(
                     l.chars().count() <= width || words(l) == 1 || label_and_word,
                     "{args:?} at {width}: {} columns: {l:?}\n{narrow}",

@@ -573,7 +573,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__links)
-            opts="-v -h -V --interval --baseline --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --interval --device --baseline --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -581,6 +581,10 @@ _fabprobe() {
             case "${prev}" in
                 --interval)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --baseline)

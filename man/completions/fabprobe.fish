@@ -93,6 +93,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F

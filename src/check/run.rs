@@ -329,7 +329,7 @@ fn memlock_limited(f: &Facts, out: &mut Vec<Finding>) {
         )
         .evidence("memlock_soft", serde_json::to_value(m.soft).unwrap_or(Value::Null))
         .evidence("memlock_hard", serde_json::to_value(m.hard).unwrap_or(Value::Null))
-        .fix("set `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for slurmd/containers (docker --ulimit memlock=-1)"),
+        .fix("add to /etc/security/limits.conf: `* - memlock unlimited`; for slurmd, LimitMEMLOCK=infinity in its systemd unit; for containers, docker run --ulimit memlock=-1"),
     );
 }
 
@@ -943,7 +943,7 @@ fn host_memlock_unlimited(x: &HostFacts, out: &mut Vec<Finding>) {
             Some(s) => out.push(
                 violation("host.memlock_unlimited", "host", format!("locked-memory limit is {}, not unlimited", s.show()))
                     .evidence("memlock_soft", serde_json::to_value(s).unwrap_or(Value::Null))
-                    .fix("set `* - memlock unlimited` in /etc/security/limits.conf and LimitMEMLOCK=infinity in slurmd's unit; restart slurmd"),
+                    .fix("add to /etc/security/limits.conf: `* - memlock unlimited`; set LimitMEMLOCK=infinity in slurmd's systemd unit, then `systemctl restart slurmd`"),
             ),
         }
     }
@@ -2076,6 +2076,26 @@ fn roce_pfc_priorities(x: &RoceIf, out: &mut Vec<Finding>) {
     }
 }
 
+/// Commands that leave ECN on exactly the `want` priorities of `ifn` (reaction and
+/// notification point both), the others off: one loop per value written.
+fn ecn_fix(ifn: &str, want: &[u8]) -> String {
+    let (on, off): (Vec<u8>, Vec<u8>) = (0..8u8).partition(|p| want.contains(p));
+    let set = |v: u8, ps: &[u8]| {
+        let ps: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+        format!(
+            "for p in {}; do echo {v} > /sys/class/net/{ifn}/ecn/roce_rp/enable/$p; \
+             echo {v} > /sys/class/net/{ifn}/ecn/roce_np/enable/$p; done",
+            ps.join(" ")
+        )
+    };
+    let cmds: Vec<String> = [(1, on), (0, off)]
+        .into_iter()
+        .filter(|(_, ps)| !ps.is_empty())
+        .map(|(v, ps)| format!("`{}`", set(v, &ps)))
+        .collect();
+    format!("as root (MLNX_OFED): {}", cmds.join(" "))
+}
+
 fn roce_ecn_priorities(x: &RoceIf, out: &mut Vec<Finding>) {
     let (i, q, subject, ifn) = (x.i, x.q, &x.subject, &x.i.ifname);
     if let Some(want) = &q.ecn_priorities {
@@ -2111,9 +2131,7 @@ fn roce_ecn_priorities(x: &RoceIf, out: &mut Vec<Finding>) {
                     .evidence("netdev", ifn.as_str())
                     .evidence("roce_rp_enabled", prio_list(e.map(|e| e.rp_enabled.as_slice()).unwrap_or(&[])))
                     .evidence("roce_np_enabled", prio_list(e.map(|e| e.np_enabled.as_slice()).unwrap_or(&[])))
-                    .fix(format!(
-                        "for each priority P: echo 1 (on) or 0 (off) > /sys/class/net/{ifn}/ecn/roce_rp/enable/P and .../roce_np/enable/P"
-                    )),
+                    .fix(ecn_fix(ifn, &want)),
                 );
             }
             Some(_) => {}

@@ -103,17 +103,15 @@ PROMETHEUS (--format prom)
     fabprobe --format prom check --policy dgx-h100 \\
       --output /var/lib/prometheus/node-exporter/fabprobe-dgx-h100.prom
 
-EXIT STATUS
-  0 pass (warnings allowed), 1 a fail finding, 2 could not run (bad policy, bad snapshot,
-  an unknown --require key), 3 not evaluated: no GPU and no RDMA device showed
-  up (a driver not loaded?) and nothing failed; with --output, 0 once the file is written
-  whatever the verdict
-
 ";
 
 fn check_help() -> String {
     let rules = crate::render::text::findings_section(&run::check_rule_docs());
-    format!("{CHECK_HELP}{rules}{CHECK_HELP_DATA}{}", policy::language_doc())
+    format!(
+        "{CHECK_HELP}{}\n{rules}{CHECK_HELP_DATA}{}",
+        super::exit_status_text("check"),
+        policy::language_doc()
+    )
 }
 
 pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {

@@ -136,11 +136,26 @@ fn write_page(dir: &Path, file: &str, cmd: clap::Command, key: &str) -> anyhow::
     buf.write_all(examples_section(key).as_bytes())?;
     buf.write_all(exit_status_section(key).as_bytes())?;
     if let Some(extra) = cmd.get_after_long_help().or(cmd.get_after_help()) {
-        buf.write_all(extra_section(&extra.to_string()).as_bytes())?;
+        buf.write_all(extra_section(&without_exit_status(&extra.to_string())).as_bytes())?;
     }
     man.render_version_section(&mut buf)?;
     let path = dir.join(file);
     std::fs::write(&path, buf).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The help text without its EXIT STATUS block: the page has that section of its own, from
+/// the same table.
+fn without_exit_status(text: &str) -> String {
+    let Some(at) = text.find("EXIT STATUS\n") else {
+        return text.to_string();
+    };
+    // The block is its indented lines; what follows (a blank line, a heading) stays.
+    let rest: Vec<&str> = text[at + "EXIT STATUS\n".len()..]
+        .lines()
+        .skip_while(|l| l.starts_with(' '))
+        .skip_while(|l| l.is_empty())
+        .collect();
+    format!("{}{}", &text[..at], rest.join("\n"))
 }
 
 /// `name [-b|--minbytes SIZE] [--scan] [-v|--verbose]... FILE...`: every visible argument
@@ -253,38 +268,30 @@ pub fn examples(key: &str) -> &'static [(&'static str, &'static str)] {
     }
 }
 
-/// The exit codes; the same on every page, with what counts as a fault for this command.
-fn exit_fault(key: &str) -> &'static str {
-    match key {
-        "check" => "a policy rule failed",
-        "sweep" => "a node failed, is an outlier, or an expected node sent no report",
-        "ring" => "a verdict: a slow or dead link, a hung or lost rank, wrong results",
-        "nccl-log" => "the log shows a failure",
-        "snapshot" | "completions" | "report" => "not used",
-        _ => "a finding of severity fail",
-    }
-}
-
 fn examples_section(key: &str) -> String {
     let mut r = Roff::new();
     r.control("SH", ["EXAMPLES"]);
     for (what, line) in examples(key) {
         r.control("TP", []);
         r.text([roman(*what)]);
-        r.text([bold(*line)]);
+        // Unfilled, so man never joins two examples into one line; a command wider than
+        // the body is broken between shell words with ` \`, so it still pastes.
+        r.control("nf", []);
+        for piece in crate::render::remedy::command_lines(line, 0, Some(EXAMPLE_WIDTH)) {
+            r.text([bold(piece)]);
+        }
+        r.control("fi", []);
     }
     r.to_roff()
 }
 
+/// Columns an example line may take: man at MANWIDTH=80 indents a `.TP` body by 14.
+const EXAMPLE_WIDTH: usize = 66;
+
 fn exit_status_section(key: &str) -> String {
     let mut r = Roff::new();
     r.control("SH", ["EXIT STATUS"]);
-    for (code, what) in [
-        ("0", "pass (warnings allowed)"),
-        ("1", exit_fault(key)),
-        ("2", "fabprobe itself could not run: bad usage, unreadable input, no snapshot, a name (--ifname, --device, --require) that is not known here"),
-        ("3", "not evaluated: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command; check: no GPU and no RDMA device), never a pass"),
-    ] {
+    for (code, what) in super::exit_statuses(key) {
         r.control("TP", []);
         r.text([bold(code)]);
         r.text([roman(what)]);
@@ -495,7 +502,9 @@ fn is_prose(line: &str) -> bool {
 /// pastes as one command.
 fn is_command(line: &str) -> bool {
     let first = line.split_whitespace().next().unwrap_or("");
-    ["fabprobe", "srun", "sudo", "mpirun", "sbatch", "kubectl"].contains(&first)
+    ["fabprobe", "srun", "sudo", "mpirun", "sbatch", "kubectl", "pdsh", "clush", "ssh", "for", "torchrun"]
+        .contains(&first)
+        || line.contains(" | ")
 }
 
 /// `line` cut at spaces into pieces of at most `width` columns, each continuation two
@@ -505,8 +514,12 @@ pub fn break_preformatted(line: &str, width: usize) -> Vec<String> {
         return vec![line.to_string()];
     }
     let indent = line.len() - line.trim_start().len();
+    if is_command(line) {
+        // Between shell words only (never inside a quoted pattern), each piece ending ` \`.
+        return crate::render::remedy::command_lines(line.trim_start(), indent, Some(width));
+    }
     let column = indent + 2;
-    let command = is_command(line);
+    let command = false;
     let room = if command { width - 2 } else { width };
     let (mut pieces, mut rest) = (Vec::new(), line.to_string());
     while rest.chars().count() > room {

@@ -88,10 +88,8 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
     let nccl = super::nccl_settings(g, &host);
     let mut report = gids::probe(&host, &nccl.gid_env());
     if let Some(dev) = &a.device {
-        report.ports.retain(|p| &p.device == dev);
-        if report.rdma.devices_found && report.ports.is_empty() {
-            return Err(UsageError(format!("no RDMA device named {dev}")).into());
-        }
+        let found = report.rdma.devices_found;
+        super::only_device(&mut report.ports, dev, |p| p.device.as_str(), found)?;
     }
     let findings = gids::findings(&report);
     if let Some(m) = &report.rdma.message {

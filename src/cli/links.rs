@@ -17,6 +17,9 @@ pub struct LinksArgs {
     /// Sample the counters twice, SECONDS apart, and report deltas and rates (live only).
     #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
     pub interval: Option<f64>,
+    /// Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<String>,
     /// An earlier snapshot of the same host: report deltas from it to --root (or to the
     /// live host); rates use the snapshots' captured_at times.
     #[arg(long, value_name = "SNAPSHOT")]
@@ -115,6 +118,13 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
         let before = links::probe(&base_host);
         let info = SampleInfo::baseline(&base_host, &host, b.display().to_string());
         links::apply_deltas(&mut report, &before, info);
+    }
+    if let Some(dev) = &a.device {
+        let found = report.rdma.devices_found;
+        super::only_device(&mut report.devices, dev, |d| d.name.as_str(), found)?;
+        if let Some(v) = report.verbs.as_mut() {
+            v.devices.retain(|d| &d.name == dev);
+        }
     }
     let findings = links::findings(&report);
     if let Some(m) = &report.rdma.message {

@@ -14,7 +14,7 @@ macro_rules! say {
 mod baseline;
 mod check;
 mod delivery;
-mod docs;
+pub mod docs;
 mod gdr;
 mod gids;
 mod links;
@@ -44,10 +44,9 @@ pub use out::emit;
     long_about = "fabprobe reads what the kernel, the NICs and the GPU driver expose about one \
 node's fabric (PCIe/NVLink topology, RDMA ports, GIDs) and reports it the way nvidia-smi, \
 show_gids and ibstat do, with findings a person can act on.\n\n\
-Exit status: 0 pass (warnings allowed), 1 a probe or check found a fault, 2 fabprobe could not run, \
-3 nothing to judge (no GPU, RDMA device or RoCE netdev; nccl-log: no NCCL line).",
+Exit status: 0 pass, 1 fail, 2 could not run, 3 unknown: nothing judged (EXIT STATUS below).",
     propagate_version = true,
-    after_long_help = JSON_ENVELOPE
+    after_long_help = root_help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -72,16 +71,75 @@ JSON OUTPUT
   without it). The verdict is that of what was evaluated; the text verdict line names what
   was not (\"PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown
   mlx5_0/1\"), and check lists it in data.not_evaluated. Unknown is never a pass or a fail.
+";
 
-EXIT STATUS
-  0  pass (warnings and not-evaluated rules allowed)
-  1  a probe or check found a fault (a finding of severity fail)
-  2  fabprobe itself could not run (bad usage, unreadable snapshot)
-  3  unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command;
-     nccl-log given no NCCL line), neither pass nor fault
-  A closed stdout or stderr (fabprobe topo 2>&1 | head) is not an error.";
+/// `--device DEV` of a command that lists RDMA devices: keep the items of that device; a name
+/// the host has none of is bad usage naming the devices it has (not an empty, passing report).
+pub fn only_device<T>(
+    items: &mut Vec<T>,
+    dev: &str,
+    name: impl Fn(&T) -> &str,
+    devices_found: bool,
+) -> Result<(), UsageError> {
+    let mut known: Vec<String> = items.iter().map(|i| name(i).to_string()).collect();
+    known.dedup();
+    items.retain(|i| name(i) == dev);
+    if devices_found && items.is_empty() {
+        return Err(UsageError(format!(
+            "--device {dev}: no RDMA device of that name here (devices: {})",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        )));
+    }
+    Ok(())
+}
+
+fn root_help() -> String {
+    format!("{JSON_ENVELOPE}\n{}", exit_status_text("fabprobe"))
+}
+
+/// The one exit-status table: every man page's EXIT STATUS, the root's and `check`'s and
+/// `nccl-log`'s `--help`, and the README are this, with what `1` means for the command.
+pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
+    let fault = match key {
+        "check" => "fail: a policy rule failed",
+        "sweep" => "fail: a node failed, is an outlier, or an expected node sent no report",
+        "ring" => "fail: a verdict (a slow or dead link, a hung or lost rank, wrong results)",
+        "nccl-log" => "fail: the log shows a failure",
+        "snapshot" | "completions" | "report" | "gen-docs" => "not used",
+        _ => "fail: a probe or check found a fault (a finding of severity fail)",
+    };
+    let unknown = match key {
+        "nccl-log" => "unknown: nothing judged (no NCCL line in the input), neither a pass nor a fault",
+        "check" => "unknown: no GPU and no RDMA device showed up (a driver not loaded?) and nothing failed, never a pass",
+        "fabprobe" => "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command; nccl-log given no NCCL line), neither a pass nor a fault",
+        "topo" | "gids" | "links" | "gdr" | "qos" => "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command), never a pass",
+        _ => "unknown: nothing judged (not returned by this command: what it could not evaluate is said beside its verdict)",
+    };
+    let pass = match key {
+        "check" => "pass (warnings and not-evaluated rules allowed); with --output, the file is written",
+        _ => "pass (warnings and not-evaluated rules allowed)",
+    };
+    [
+        ("0", pass.to_string()),
+        ("1", fault.to_string()),
+        ("2", "could not run: bad usage, unreadable input (a missing file, an empty directory, a bad policy or snapshot), a name (--ifname, --device, --require) that is not known here".to_string()),
+        ("3", unknown.to_string()),
+    ]
+}
+
+/// [`exit_statuses`] as a help section: `EXIT STATUS` then `  0  pass ...` lines.
+pub fn exit_status_text(key: &str) -> String {
+    let mut s = String::from("EXIT STATUS\n");
+    for (code, what) in exit_statuses(key) {
+        s.push_str(&crate::render::text::wrap_to(&format!("  {code}  "), &what, 5, Some(92)));
+    }
+    s.push_str("  A closed stdout or stderr (fabprobe topo 2>&1 | head) is not an error.\n");
+    s
+}
 
 #[derive(Debug, Clone, Args)]
+// Listed apart in every command's --help, so `ring --help` shows ring's own options first.
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// Read a captured snapshot (directory or .tar.gz) instead of the live host.
     #[arg(long, global = true, value_name = "SNAPSHOT")]
@@ -261,13 +319,30 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Unknown) => ExitCode::from(3),
         Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            say!("fabprobe: error: {}", lower_first(&format!("{e:#}")));
+            say!("fabprobe: error: {}", lower_first(&error_text(&e)));
             if let Some(h) = e.chain().find_map(|c| c.downcast_ref::<Hinted>()) {
                 say!("hint: {}", h.hint);
             }
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes joined by `: `, each said once: an error whose own text already
+/// ends with its cause's (`cannot read policy x: No such file...` over the io::Error) does not
+/// repeat it.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if out.is_empty() {
+            out = c;
+        } else if !out.ends_with(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {

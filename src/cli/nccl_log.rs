@@ -93,9 +93,10 @@ const NCCL_LOG_HELP_TAIL: &str = "\
   failures carry NCCL's return code as nccl_result (`ncclSystemError (2)`, from the line
   or the process's error trail). PyTorch's global rank is the launcher's [rankN] label, not
   the group rank in [PG ID ... Rank N]; a rank seen past a sequence number is no suspect.
-  With no NCCL line in the input (an empty file, an empty directory, a log written without
-  NCCL_DEBUG) the verdict is no_nccl_output, severity unknown (no finding in the JSON
-  envelope, exit 3): rerun the job with NCCL_DEBUG=INFO.
+  With no NCCL line in the input (an empty file, a log written without NCCL_DEBUG) the
+  verdict is no_nccl_output, severity unknown (no finding in the JSON envelope, exit 3):
+  rerun the job with NCCL_DEBUG=INFO. A directory with no file in it is a mistake in the
+  command (exit 2), as it is for sweep.
   Each next: step fills in the hosts, peer and files the log names, so it pastes: commands
   are in backticks (on node-a and node-b: `fabprobe links`); what the log does not name is
   said in words (on that host).
@@ -104,10 +105,6 @@ OUTPUT
   The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the
   verdicts, fail before warn, then the summary and the hosts table (at most 4 interfaces or
   HCAs per cell, then \"and N more\"; JSON has them all), then lines not understood.
-
-EXIT STATUS
-  0 no fail verdict (warnings allowed), 1 a fail verdict, 2 could not run (unreadable
-  input), 3 unknown: no NCCL line to judge (no_nccl_output), neither a pass nor a fault.
 
 JSON DATA (fabprobe.nccl-log)
   {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
@@ -135,11 +132,12 @@ JSON DATA (fabprobe.nccl-log)
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 /// The long help: its prose, each cause of the registry as `id (severity, class): what it
-/// is` in the registry's order, and the rest.
+/// is` in the registry's order, the rest, and the one exit-status table.
 fn help() -> String {
     format!(
-        "{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}",
-        crate::nccl_log::causes::help_list()
+        "{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}\n\n{}",
+        crate::nccl_log::causes::help_list(),
+        super::exit_status_text("nccl-log")
     )
 }
 
@@ -172,6 +170,15 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 .filter(|f| f.is_file())
                 .collect();
             files.sort();
+            // No file at all is a mistake in the command, not a log with nothing to judge:
+            // exit 2 as sweep does for the same directory (3 is for input read and empty).
+            if files.is_empty() {
+                return Err(cannot(
+                    "read logs from",
+                    p,
+                    std::io::Error::other("the directory holds no files"),
+                ));
+            }
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;

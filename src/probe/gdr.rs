@@ -784,27 +784,16 @@ fn acs_redirect(x: &Gdr, out: &mut Vec<Finding>) {
     if !redirecting.is_empty() {
         let affected: Vec<&GdrPair> = r.pairs.iter().filter(|p| p.acs_redirect).collect();
         let used_here = affected.iter().any(|p| p.nccl_nearest);
-        // One setpci loop per distinct cleared control word.
-        let mut groups: std::collections::BTreeMap<u16, Vec<&str>> = Default::default();
-        for (b, ctrl, _) in &redirecting {
-            groups
-                .entry(ctrl & !pcicfg::ACS_REDIRECT)
-                .or_default()
-                .push(b.pci_bus_id.as_str());
-        }
-        let cmds: Vec<String> = groups
-            .iter()
-            .map(|(v, bs)| {
-                if bs.len() == 1 {
-                    format!("setpci -s {} ECAP_ACS+0x6.w=0x{v:04x}", bs[0])
-                } else {
-                    format!(
-                        "for b in {}; do setpci -s $b ECAP_ACS+0x6.w=0x{v:04x}; done",
-                        bs.join(" ")
-                    )
-                }
-            })
-            .collect();
+        // Only the two redirect bits change (setpci's `value:mask`), so one command serves
+        // every bridge whatever else its control word holds; many bridges are found on the
+        // host by class (PCI bridge, 0604) rather than pasted as a list of addresses.
+        let write = format!("setpci -s $b ECAP_ACS+0x6.w=0:{:x}", pcicfg::ACS_REDIRECT);
+        let ids: Vec<&str> = redirecting.iter().map(|(b, _, _)| b.pci_bus_id.as_str()).collect();
+        let cmds: Vec<String> = vec![match ids.len() {
+            1 => write.replace("$b", ids[0]),
+            2..=4 => format!("for b in {}; do {write}; done", ids.join(" ")),
+            _ => format!("for b in $(lspci -Dd ::0604 | cut -d' ' -f1); do {write}; done"),
+        }];
         let bridges: Vec<&str> = redirecting
             .iter()
             .map(|(b, _, _)| b.pci_bus_id.as_str())
@@ -823,8 +812,9 @@ fn acs_redirect(x: &Gdr, out: &mut Vec<Finding>) {
             .evidence("acs_ctl", redirecting[0].2.to_string())
             .evidence("acs_ctl_hex", format!("0x{:04x}", redirecting[0].1))
             .fix(format!(
-                "as root: `{}` (clears ReqRedir/CmpltRedir; it resets at reboot: disable ACS in the BIOS, or run it from a boot-time unit; Linux sets ACS on switch ports when the IOMMU is on)",
-                cmds.join("; ")
+                "as root: `{}` (clears ReqRedir/CmpltRedir{}; it resets at reboot: disable ACS in the BIOS, or run it from a boot-time unit; Linux sets ACS on switch ports when the IOMMU is on)",
+                cmds.join("; "),
+                if ids.len() > 4 { " on every PCIe bridge, the ones listed in bridges among them" } else { "" }
             )),
         );
     }

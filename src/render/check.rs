@@ -57,7 +57,11 @@ fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -
         r.policy.source,
         hostname.unwrap_or("?"),
     );
-    let _ = writeln!(s, "{}", crate::check::decide::summary(findings, &r.not_evaluated));
+    // The cause first; what could not be judged on a line of its own, one entry per fact.
+    let _ = writeln!(s, "{}", crate::check::decide::summary(findings, &[]));
+    if !r.not_evaluated.is_empty() {
+        let _ = writeln!(s, "{}", not_evaluated_line(&r.not_evaluated));
+    }
     if !r.not_used_by_nccl.is_empty() {
         let what: Vec<String> = r
             .not_used_by_nccl
@@ -84,6 +88,39 @@ fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -
         );
     }
     s
+}
+
+/// `14 not evaluated: 0 GPUs found (4 keys: gpu.model, ...); no InfiniBand ports to judge
+/// (7 keys: ib.state, ...); host: the snapshot has no fabprobe/facts.json`: keys that follow
+/// from one missing fact are one entry naming the fact, in the order they first appear.
+pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) -> String {
+    // (the fact, the first key's own reason, the keys)
+    let mut facts: Vec<(String, &str, Vec<&str>)> = Vec::new();
+    for n in not_evaluated {
+        let fact = missing_fact(&n.reason);
+        match facts.iter_mut().find(|(f, _, _)| *f == fact) {
+            Some((_, _, keys)) => keys.push(&n.key),
+            None => facts.push((fact, &n.reason, vec![&n.key])),
+        }
+    }
+    let parts: Vec<String> = facts
+        .iter()
+        .map(|(fact, reason, keys)| match keys.as_slice() {
+            [one] => format!("{one}: {reason}"),
+            many => format!("{fact} ({} keys: {})", many.len(), many.join(", ")),
+        })
+        .collect();
+    format!("{} not evaluated: {}", not_evaluated.len(), parts.join("; "))
+}
+
+/// The fact a reason rests on: `no GPU pair to judge (0 GPUs found); and 1 more` and
+/// `no GPU to judge (0 GPUs found)` both rest on `0 GPUs found`; another reason is its own.
+fn missing_fact(reason: &str) -> String {
+    let first = reason.split("; and ").next().unwrap_or(reason);
+    match (first.starts_with("no "), first.rfind('('), first.ends_with(')')) {
+        (true, Some(at), true) => first[at + 1..first.len() - 1].to_string(),
+        _ => first.to_string(),
+    }
 }
 
 /// The host's facts in two lines (system, then memlock and device holders), or why not.
@@ -135,10 +172,7 @@ fn finding_lines(s: &mut String, findings: &[Finding]) {
         let head = format!("\n{}  {}  ", upper(f.severity), f.id);
         s.push_str(&text::wrap(&head, &f.subject, 6));
         s.push_str(&text::wrap("      ", &f.message, 6));
-        if !f.evidence.is_empty() {
-            let ev: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            s.push_str(&text::wrap("      evidence: ", &ev.join(" "), 16));
-        }
+        s.push_str(&text::evidence_to("      evidence: ", &f.evidence, text::width()));
         if let Some(fix) = &f.fix {
             s.push_str(&text::wrap_remedy("      fix: ", fix, 11));
         }

@@ -10,6 +10,7 @@ pub mod nccl_env;
 pub mod nccl_log;
 pub mod nccl_log_flight;
 pub mod qos;
+pub mod remedy;
 pub mod ring;
 pub mod text;
 pub mod topo;

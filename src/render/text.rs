@@ -48,23 +48,80 @@ pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
         let head = format!("  {:<4} ", f.severity.as_str().to_uppercase());
         let said = format!("{}: {}", f.subject, f.message);
         out.push_str(&wrap_to(&head, &said, 7, width));
-        if !f.evidence.is_empty() {
-            let ev: Vec<String> = f
-                .evidence
-                .iter()
-                .map(|(k, v)| match v {
-                    serde_json::Value::String(s) => format!("{k}={s}"),
-                    other => format!("{k}={other}"),
-                })
-                .collect();
-            out.push_str(&wrap_to("       evidence: ", &ev.join(", "), 17, width));
-        }
+        out.push_str(&evidence_to("       evidence: ", &f.evidence, width));
         if let Some(fix) = &f.fix {
             out.push_str(&wrap_remedy_to("       fix: ", fix, 12, width));
         }
     }
     out
 }
+/// A finding's evidence as `key: value` lines a person reads, the first beside `lead`, the
+/// rest under it; JSON values flattened (`memlock_soft: 8388608 bytes`, a list one item
+/// after another with `; `), never printed as JSON. Empty evidence: nothing.
+pub fn evidence_to(
+    lead: &str,
+    evidence: &std::collections::BTreeMap<String, serde_json::Value>,
+    width: Option<usize>,
+) -> String {
+    let col = lead.chars().count();
+    let mut out = String::new();
+    for (n, (k, v)) in evidence_pairs(evidence).into_iter().enumerate() {
+        let head = if n == 0 {
+            format!("{lead}{k}: ")
+        } else {
+            format!("{:col$}{k}: ", "")
+        };
+        out.push_str(&wrap_to(&head, &v, col + 2, width));
+    }
+    out
+}
+
+/// The evidence as (key, value) text pairs: nested objects give dotted keys, `{"bytes": n}`
+/// reads `n bytes`, a list its items joined by `; ` (an item may hold commas itself).
+pub fn evidence_pairs(
+    evidence: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Vec<(String, String)> {
+    fn flat(key: String, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        use serde_json::Value;
+        match v {
+            Value::Object(m) if m.len() == 1 && m.contains_key("bytes") => {
+                out.push((key, format!("{} bytes", scalar(&m["bytes"]))))
+            }
+            Value::Object(m) if !m.is_empty() => {
+                for (k, x) in m {
+                    flat(format!("{key}.{k}"), x, out);
+                }
+            }
+            Value::Object(_) => out.push((key, "none".into())),
+            Value::Array(a) if a.is_empty() => out.push((key, "none".into())),
+            Value::Array(a) => {
+                let items: Vec<String> = a.iter().map(scalar).collect();
+                out.push((key, items.join("; ")));
+            }
+            other => out.push((key, scalar(other))),
+        }
+    }
+    fn scalar(v: &serde_json::Value) -> String {
+        use serde_json::Value;
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Null => "unknown".into(),
+            Value::Array(a) => a.iter().map(scalar).collect::<Vec<_>>().join(" "),
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, x)| format!("{k} {}", scalar(x)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.to_string(),
+        }
+    }
+    let mut out = Vec::new();
+    for (k, v) in evidence {
+        flat(k.clone(), v, &mut out);
+    }
+    out
+}
+
 /// `fabprobe gids: WARN  0 fail, 2 warn; worst: mlx5_0:1: ...`: what the reader needs first.
 /// The verdict is what was evaluated; what was not is said after it, never scored
 /// (`PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown mlx5_0/1`).
@@ -72,10 +129,20 @@ pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let worst = crate::finding::worst(findings);
-    let unread: Vec<String> = crate::finding::not_evaluated(findings)
-        .map(|f| format!("{} {}", f.id, f.subject))
+    // One entry per rule: the subjects one rule could not judge follow from one fact.
+    let mut by_id: Vec<(&str, Vec<&str>)> = Vec::new();
+    for f in crate::finding::not_evaluated(findings) {
+        match by_id.iter_mut().find(|(id, _)| *id == f.id) {
+            Some((_, subjects)) => subjects.push(&f.subject),
+            None => by_id.push((&f.id, vec![&f.subject])),
+        }
+    }
+    let n: usize = by_id.iter().map(|(_, s)| s.len()).sum();
+    let unread: Vec<String> = by_id
+        .iter()
+        .map(|(id, subjects)| format!("{id} {}", subjects.join(", ")))
         .collect();
-    let unread = match unread.len() {
+    let unread = match n {
         0 => String::new(),
         n => format!("; {n} not evaluated: {}", unread.join("; ")),
     };
@@ -244,7 +311,7 @@ pub const COMMAND_WORDS: &[&str] = &[
 /// Whether a remedy is one bare command rather than prose with backticked commands: every
 /// `;`-separated part starts with a tool, and no `, ` (a list in prose: "fabprobe gdr (ACS,
 /// IOMMU); fabprobe topo" or "fabprobe links on both hosts; the vendor's syndrome" read).
-fn bare_command(text: &str) -> bool {
+pub fn bare_command(text: &str) -> bool {
     let starts_with_tool = |part: &str| COMMAND_WORDS.contains(&part.split_whitespace().next().unwrap_or(""));
     !text.contains('`')
         && !text.contains('\n')
@@ -317,10 +384,7 @@ pub fn fit_prose_to(text: &str, width: Option<usize>) -> String {
 /// (a command that does not fit what is left of a line starts the next one, whole), and a
 /// remedy that is one bare command stays on its line, unwrapped.
 pub fn wrap_remedy_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
-    if bare_command(text) {
-        return format!("{lead}{text}\n");
-    }
-    wrap_to(lead, text, indent, width)
+    crate::render::remedy::lay_out(lead, text, indent, width)
 }
 
 /// [`wrap_remedy_to`] at the width tables fit.
@@ -465,22 +529,19 @@ mod tests {
 
     #[test]
     fn a_command_in_a_remedy_pastes_whole() {
-        let cmd = "`ethtool -S ens1f0np0 | grep -e pause -e discard -e out_of_buffer`,";
+        let cmd = "ethtool -S ens1f0np0 | grep -e pause -e discard -e out_of_buffer";
         for width in [80, 60] {
             let out = wrap_remedy_to("       fix: ", FIX, 12, Some(width));
-            fits(&out, FIX, "       fix: ", 12, width);
-            // The command is on one line, whole, and that line starts with it.
-            let l = out.lines().find(|l| l.contains("`ethtool")).unwrap();
-            assert!(l.trim_start().starts_with(cmd), "{width}:\n{out}");
+            // The command on a line of its own, whole, without its backticks.
+            assert!(out.lines().any(|l| l.trim_start() == cmd), "{width}:\n{out}");
+            assert!(!out.contains('`'), "{out}");
+            assert!(out.lines().all(|l| l.chars().count() <= width), "{width}:\n{out}");
         }
-        // Wider than the line: on its own line all the same, past the width.
-        let out = wrap_remedy_to("  next: ", "run `a b c d e f g h` now", 8, Some(16));
-        assert_eq!(out, "  next: run\n        `a b c d e f g h`\n        now\n");
-        // A remedy that is one bare command is never broken.
+        // A remedy that is bare commands: one a line, each whole.
         let bare = "echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3; echo 1 > /sys/class/net/ens1f0np0/ecn/roce_np/enable/3";
         assert_eq!(
-            wrap_remedy_to("  fix: ", bare, 7, Some(60)),
-            format!("  fix: {bare}\n")
+            wrap_remedy_to("  fix: ", bare, 7, Some(70)),
+            "  fix: echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3\n       echo 1 > /sys/class/net/ens1f0np0/ecn/roce_np/enable/3\n"
         );
         // Prose that starts like no tool wraps.
         assert!(wrap_remedy_to("  fix: ", PROSE, 7, Some(60)).lines().count() > 1);
@@ -500,15 +561,19 @@ mod tests {
         assert!(whole.lines().any(|l| l.len() > 60), "{whole}");
         assert!(narrow.lines().count() > whole.lines().count(), "{narrow}");
         for l in narrow.lines() {
+            let body = l.trim_start().trim_end_matches(" \\");
             assert!(
-                l.chars().count() <= 60 || words(l.trim_start()).len() == 1,
+                l.chars().count() <= 60 || words(body).len() <= 2,
                 "{l:?}\n{narrow}"
             );
         }
         assert!(
-            narrow.contains("\n            `ethtool -S ens1f0np0 | grep"),
+            narrow.contains("\n              ethtool -S ens1f0np0 | grep"),
             "{narrow}"
         );
+        // Evidence as `key: value` lines, never JSON.
+        assert!(narrow.contains("       evidence: delta: +25\n"), "{narrow}");
+        assert!(narrow.contains("\n                 path: /sys/"), "{narrow}");
     }
 
     #[test]
@@ -522,7 +587,7 @@ mod tests {
         let keep = [
             "GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPXB\tNODE\tNODE\tNODE\tSYS\tSYS\n",
             "  1     4: ACTIVE  5: LinkUp   400 Gb/sec (4X NDR)  InfiniBand  0x21  0x1  ibp12s0\n",
-            "       fix: echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3; echo 1 > /sys/class/net/x\n",
+            "       fix: echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3 /sys/class/net/x\n",
             "scontrol update NodeName=gpu-1 State=DRAIN Reason=\"fabprobe: links.port_not_active mlx5_1/1\"\n",
         ];
         for l in keep {
@@ -593,5 +658,29 @@ mod tests {
         }
         assert_eq!(rate_cell(0.037), "37.000 MB/s");
         assert_eq!(rate_cell(1.5), "1.500 GB/s");
+    }
+}
+
+#[cfg(test)]
+mod evidence_tests {
+    use super::*;
+
+    #[test]
+    fn evidence_reads_as_key_value_lines_not_json() {
+        let f = Finding::new("a", Severity::Warn, "x", "m")
+            .evidence("memlock_soft", serde_json::json!({"bytes": 8388608}))
+            .evidence("also", serde_json::json!(["topo.a (GPU5): b, c", "d"]))
+            .evidence("n", 3);
+        let pairs = evidence_pairs(&f.evidence);
+        assert_eq!(
+            pairs,
+            vec![
+                ("also".to_string(), "topo.a (GPU5): b, c; d".to_string()),
+                ("memlock_soft".to_string(), "8388608 bytes".to_string()),
+                ("n".to_string(), "3".to_string()),
+            ]
+        );
+        let out = evidence_to("  evidence: ", &f.evidence, None);
+        assert!(!out.contains('{') && !out.contains('[') && !out.contains('='), "{out}");
     }
 }

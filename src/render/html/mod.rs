@@ -153,6 +153,16 @@ pub fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
 fn default_title(envs: &[Envelope]) -> String {
     let mut kinds: Vec<&str> = envs.iter().map(|e| e.schema.trim_start_matches("fabprobe.")).collect();
     kinds.dedup();
+    // A sweep's host is the machine that ran it, not the fleet it judged: name the fleet.
+    if let [e] = envs {
+        if e.schema == "fabprobe.sweep" {
+            let n = e.data.get("nodes").and_then(|n| n.get("reports")).and_then(|r| r.as_u64());
+            return match n {
+                Some(n) => format!("fabprobe sweep: a fleet of {n} reports"),
+                None => "fabprobe sweep".to_string(),
+            };
+        }
+    }
     let mut hosts: Vec<&str> = envs.iter().filter_map(|e| e.hostname).collect();
     hosts.sort_unstable();
     hosts.dedup();
@@ -226,9 +236,28 @@ fn findings_table(findings: &[&Finding]) -> Markup {
                         td { (f.subject) }
                         td {
                             (f.message)
-                            @if let Some(fix) = &f.fix { div.fix { "fix: " (fix) } }
+                            @if let Some(fix) = &f.fix { (remedy("fix", fix)) }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// A fix or next step: its prose as text, each command a block of its own that copies
+/// as it is (no backticks), inline references in `code`, file lines named as such.
+pub(crate) fn remedy(word: &str, text: &str) -> Markup {
+    use crate::render::remedy::{parts, Part};
+    html! {
+        div.fix {
+            (word) ": "
+            @for p in parts(text) {
+                @match p {
+                    Part::Prose(t) => { (t) " " }
+                    Part::Inline(c) => { code { (c) } }
+                    Part::Command(c) => { pre.cmd { code { (c) } } }
+                    Part::FileLine(c) => { pre.cmd.file { code { (c) } } }
                 }
             }
         }
@@ -262,16 +291,21 @@ code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, mo
 section { border-top: 2px solid var(--line); margin-top: 18px; }
 .verdicts { background: var(--panel); border-left: 5px solid var(--pass); padding: 8px 12px; margin: 10px 0; }
 .verdicts.fail { border-left-color: var(--fail); } .verdicts.unknown { border-left-color: var(--unknown); }
+.verdicts.warn { border-left-color: var(--warn); } .verdicts p.unread { color: var(--muted); }
 .verdicts p { margin: 4px 0; font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px;
   white-space: pre-wrap; overflow-wrap: anywhere; }
-.verdicts p.next { margin-left: 2em; color: var(--muted); }
+.verdicts p.next, .verdicts div.next { margin-left: 2em; color: var(--muted); }
 table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; text-align: left; vertical-align: top; }
 th { background: var(--panel); } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .fix { color: var(--muted); margin-top: 3px; }
+pre.cmd { margin: 3px 0 3px 1.5em; padding: 2px 6px; background: var(--panel); color: var(--fg);
+  white-space: pre-wrap; overflow-wrap: anywhere; border-left: 3px solid var(--line); }
+pre.cmd.file { border-left-style: dashed; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 3px; font-weight: 600; font-size: 12px; color: #fff; }
 .badge.fail { background: var(--fail); } .badge.warn { background: var(--warn); }
-.badge.pass { background: var(--pass); } .badge.unknown, .badge.missing { background: var(--unknown); }
+.badge.pass { background: var(--pass); } .badge.unknown { background: var(--unknown); }
+.badge.missing { background: var(--missing); }
 tr.slow td { font-weight: 600; } td.warn { background: color-mix(in srgb, var(--warn) 25%, transparent); }
 td.hit { text-align: center; }
 svg { display: block; max-width: 100%; height: auto; margin: 6px 0; }
@@ -289,7 +323,8 @@ svg .median { stroke: var(--warn); stroke-width: 1.5; stroke-dasharray: 2 3; }
 svg .pass { fill: var(--pass); } svg .warn { fill: var(--warn); } svg .fail { fill: var(--fail); }
 svg rect.node.warn { fill: var(--warnmap); } svg rect.node.outlier { fill: var(--warn); }
 svg .missing { fill: var(--missing); } svg .unreadable { fill: var(--unknown); } svg .outlier { fill: var(--warn); }
-.scroll { overflow-x: auto; } th code { white-space: normal; overflow-wrap: anywhere; }
+.scroll { overflow-x: auto; } th code { white-space: normal; overflow-wrap: normal; word-break: keep-all; }
+table.grid th { min-width: 5.5em; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; margin: 4px 0; }
 .legend span::before { content: ""; display: inline-block; width: 11px; height: 11px; margin-right: 4px;
   vertical-align: -1px; background: var(--c); border: 1px solid var(--line); }

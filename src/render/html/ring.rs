@@ -51,6 +51,12 @@ struct RankRow {
 #[derive(Deserialize)]
 struct Row {
     size_bytes: u64,
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    time_us: Option<f64>,
+    #[serde(default)]
+    algbw_gbs: Option<f64>,
     busbw_gbs: f64,
     wrong: Option<u64>,
     in_place: Option<Half>,
@@ -58,6 +64,10 @@ struct Row {
 
 #[derive(Deserialize)]
 struct Half {
+    #[serde(default)]
+    time_us: Option<f64>,
+    #[serde(default)]
+    algbw_gbs: Option<f64>,
     busbw_gbs: f64,
     wrong: Option<u64>,
 }
@@ -150,6 +160,7 @@ pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
             @if !r.results.is_empty() {
                 h3 { "Bus bandwidth against size" @if !r.rails.is_empty() { " (all rails summed)" } }
                 (busbw_chart(&r.results, single_rate, r.scan.as_ref().and_then(|s| s.median_gbs)))
+                (results_table(&r.results))
             }
             @for rail in &r.rails {
                 h3 { "Rail " (rail.rail) }
@@ -158,6 +169,7 @@ pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
                 @if let Some(s) = &rail.scan { (heatmap(&r, s, Some(rail.rail))) }
                 @if !rail.results.is_empty() {
                     (busbw_chart(&rail.results, rail.scan.as_ref().and_then(line_rate), rail.scan.as_ref().and_then(|s| s.median_gbs)))
+                    (results_table(&rail.results))
                 }
             }
             @if !r.links.is_empty() {
@@ -166,6 +178,36 @@ pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
             }
         }
     })
+}
+
+/// The table nccl-tests prints, the one its users read first: size, count, then time
+/// (us), algbw and busbw (GB/s) and #wrong, out of place and in place.
+fn results_table(rows: &[Row]) -> Markup {
+    let num = |x: Option<f64>, d: usize| x.map(|v| format!("{v:.d$}")).unwrap_or_else(|| "N/A".into());
+    let wrong = |w: Option<u64>| w.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into());
+    html! {
+        div.scroll { table.results {
+            thead {
+                tr { th rowspan="2" { "size (B)" } th rowspan="2" { "count (elements)" }
+                    th colspan="4" { "out-of-place" } th colspan="4" { "in-place" } }
+                tr { @for _ in 0..2 { th { "time (us)" } th { "algbw (GB/s)" } th { "busbw (GB/s)" } th { "#wrong" } } }
+            }
+            tbody { @for r in rows {
+                tr {
+                    td.num { (r.size_bytes) } td.num { (r.count.map(|c| c.to_string()).unwrap_or_else(|| "N/A".into())) }
+                    td.num { (num(r.time_us, 1)) } td.num { (num(r.algbw_gbs, 2)) } td.num { (num(Some(r.busbw_gbs), 2)) }
+                    td.num { (wrong(r.wrong)) }
+                    @match &r.in_place {
+                        Some(h) => {
+                            td.num { (num(h.time_us, 1)) } td.num { (num(h.algbw_gbs, 2)) }
+                            td.num { (num(Some(h.busbw_gbs), 2)) } td.num { (wrong(h.wrong)) }
+                        }
+                        None => { @for _ in 0..4 { td.num { "N/A" } } }
+                    }
+                }
+            } }
+        } }
+    }
 }
 
 fn wrong_total(r: &Ring) -> u64 {
@@ -197,7 +239,7 @@ fn verdict_lines(r: &Ring) -> Markup {
     html! {
         @for v in &r.verdicts {
             p.verdict { (v.message) }
-            @if let Some(n) = &v.next { p.next { "next: " (n) } }
+            @if let Some(n) = &v.next { div.next { (super::remedy("next", n)) } }
             @if let Some(c) = v.evidence.get("port_counters").and_then(Value::as_object) {
                 @let moved: Vec<String> = c.iter().map(|(k, d)| format!("{k} +{d}")).collect();
                 p.next { "port counters that moved: " (moved.join(", ")) }
@@ -206,7 +248,7 @@ fn verdict_lines(r: &Ring) -> Markup {
         @if let Some(f) = r.scan.as_ref().and_then(|s| s.fabric_slow.as_ref()) { p.verdict { (f.message) } }
         @for v in &not_judged {
             p.verdict { (v.message) }
-            @if let Some(n) = &v.next { p.next { "next: " (n) } }
+            @if let Some(n) = &v.next { div.next { (super::remedy("next", n)) } }
         }
         @if r.verdicts.is_empty() { p.verdict { (outcome(r, not_judged.len())) } }
     }
@@ -429,7 +471,7 @@ fn cell_rect(r: &Ring, g: &Grid, l: &ScanLink, median: Option<f64>, marks: &[Mar
         @if g.cell >= 30.0 {
             @if let Some(f) = frac {
                 text.small x=(g.x(l.to_rank) + g.cell / 2.0) y=(g.y(l.from_rank) + g.cell / 2.0 + 3.0) text-anchor="middle" {
-                    (format!("{:.0}", f * 100.0))
+                    (format!("{:.0}%", f * 100.0))
                 }
             }
         }
@@ -531,6 +573,10 @@ fn busbw_chart(rows: &[Row], line: Option<f64>, median: Option<f64>) -> Markup {
 
 fn hops(r: &Ring) -> Markup {
     let slowest = r.links.iter().map(|l| l.gbs).fold(f64::INFINITY, f64::min);
+    let fastest = r.links.iter().map(|l| l.gbs).fold(0.0, f64::max);
+    // Bold the slowest hop only when it stands out (5% under the fastest): among equals
+    // there is no slowest to point at.
+    let marked = slowest < 0.95 * fastest;
     let rails = r.links.iter().any(|l| l.rail.is_some());
     let end = |rank: u32, host: &str, dev: &Option<String>| match dev {
         Some(d) => format!("{rank} {host} {d}"),
@@ -540,11 +586,11 @@ fn hops(r: &Ring) -> Markup {
         table.hops {
             thead { tr {
                 @if rails { th { "rail" } }
-                th { "from" } th { "to" } th { "channels" } th { "size" } th { "GB/s" }
+                th { "from" } th { "to" } th { "channels" } th { "size" } th { "rate" }
             } }
             tbody {
                 @for l in &r.links {
-                    tr class=[(l.gbs == slowest).then_some("slow")] {
+                    tr class=[(marked && l.gbs == slowest).then_some("slow")] {
                         @if rails { td.num { (l.rail.map(|x| x.to_string()).unwrap_or_default()) } }
                         td { (end(l.from_rank, &l.from_host, &l.from_device)) }
                         td { (end(l.to_rank, &l.to_host, &l.to_device)) }

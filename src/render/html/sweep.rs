@@ -102,6 +102,21 @@ struct Column {
     example: String,
 }
 
+/// A finding id that may wrap only after a `.` or `_` (`gdr.acs_` / `redirect`), never
+/// inside a word.
+fn breakable(id: &str) -> Markup {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (i, c) in id.char_indices() {
+        if c == '.' || c == '_' {
+            pieces.push(&id[start..=i]);
+            start = i + 1;
+        }
+    }
+    pieces.push(&id[start..]);
+    html! { @for p in &pieces { (p) wbr; } }
+}
+
 pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlError> {
     let s: Sweep = e.view("data", e.data)?;
     let (cols, cells) = grid(&s);
@@ -124,7 +139,7 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
             @if !bad.is_empty() {
                 h3 { "Nodes x causes (" (bad.len()) " of " (order.len()) " nodes; the others have none)" }
                 div.scroll { table.grid {
-                    thead { tr { th { "node" } @for c in &cols { th title=(c.example) { code { (c.title) } } } } }
+                    thead { tr { th { "node" } @for c in &cols { th title=(c.example) data-id=(c.title) { code { (breakable(&c.title)) } } } } }
                     tbody {
                         @for node in &bad {
                             tr {

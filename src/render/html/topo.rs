@@ -212,14 +212,26 @@ fn tree(ctx: &Ctx, name: &str, node: &Node, depth: usize) -> Markup {
     }
 }
 
-fn link_text(l: &Link) -> String {
+/// `PCIe Gen5 x16 (max Gen5 x16)`; a field not read is `unknown` (never `?`); a GPU below
+/// its maximum speed says that an idle GPU's link trains down (Gen1 at idle is not a fault).
+fn link_text(l: &Link, gpu: bool) -> String {
     let generation = |s: &Option<Speed>| match s {
         Some(Speed { generation: Some(g), .. }) => format!("Gen{g}"),
         Some(Speed { gts: Some(t), .. }) => format!("{t} GT/s"),
-        _ => "?".into(),
+        _ => "speed unknown".into(),
     };
-    let w = |x: Option<u32>| x.map(|w| format!("x{w}")).unwrap_or_else(|| "x?".into());
-    format!("PCIe {} {} (max {} {})", generation(&l.current_speed), w(l.current_width), generation(&l.max_speed), w(l.max_width))
+    let w = |x: Option<u32>| x.map(|w| format!("x{w}")).unwrap_or_else(|| "width unknown".into());
+    let gen_of = |s: &Option<Speed>| s.as_ref().and_then(|s| s.generation);
+    let idle = gpu
+        && matches!((gen_of(&l.current_speed), gen_of(&l.max_speed)), (Some(c), Some(m)) if c < m);
+    format!(
+        "PCIe {} {} (max {} {}){}",
+        generation(&l.current_speed),
+        w(l.current_width),
+        generation(&l.max_speed),
+        w(l.max_width),
+        if idle { "; an idle GPU's link trains down to save power" } else { "" }
+    )
 }
 
 fn device(ctx: &Ctx, d: &Dev) -> Markup {
@@ -229,6 +241,10 @@ fn device(ctx: &Ctx, d: &Dev) -> Markup {
         .copied()
         .filter(|f| d.names().iter().any(|n| names(&f.subject, n)))
         .collect();
+    // One badge per finding id on a device, however many reports repeat it.
+    let mut mine = mine;
+    let mut seen = std::collections::BTreeSet::new();
+    mine.retain(|f| seen.insert((f.id.as_str(), f.severity.as_str())));
     let worst = ["fail", "warn"].into_iter().find(|s| mine.iter().any(|f| f.severity == *s));
     let (kind, label) = match d {
         Dev::Gpu(g) => ("gpu", g.label.as_str()),
@@ -252,7 +268,7 @@ fn device(ctx: &Ctx, d: &Dev) -> Markup {
                     }
                 }
             }
-            @if let Some(l) = d.pci().and_then(|p| p.link.as_ref()) { br; span.muted { (link_text(l)) } }
+            @if let Some(l) = d.pci().and_then(|p| p.link.as_ref()) { br; span.muted { (link_text(l, matches!(d, Dev::Gpu(_)))) } }
             @for f in &mine {
                 @let (class, word) = severity_word(&f.severity);
                 div.finding title=(f.message) { span class={"badge " (class)} { (word) } " " (f.id) }
