@@ -19,7 +19,7 @@ pub enum Part {
 /// line after prose that ends with a path and a colon; a remedy that is one bare command
 /// (every `;`-separated part starts with a tool) is that command, split into its commands.
 pub fn parts(text: &str) -> Vec<Part> {
-    if super::text::bare_command(text) {
+    if bare_command(text) {
         return commands(text).into_iter().map(Part::Command).collect();
     }
     let mut out = Vec::new();
@@ -64,6 +64,23 @@ fn file_label(before: &str) -> bool {
         .strip_suffix(':')
         .and_then(|b| b.split_whitespace().last())
         .is_some_and(|w| w.starts_with('/'))
+}
+
+/// Whether a remedy is one bare command rather than prose with backticked commands: every
+/// command of it (a loop is one) starts with a tool or is a whole `for`/`while`/`until`
+/// loop, and no `, ` (a list in prose: "fabprobe gdr (ACS, IOMMU); fabprobe topo" reads).
+pub fn bare_command(text: &str) -> bool {
+    let tool = |c: &str| {
+        let w: Vec<&str> = shell_words(c);
+        match w.first().copied().unwrap_or("") {
+            "for" | "while" | "until" => w.iter().any(|x| *x == "do") && w.last().is_some_and(|x| *x == "done"),
+            first => super::text::COMMAND_WORDS.contains(&first),
+        }
+    };
+    !text.contains('`')
+        && !text.contains('\n')
+        && !text.contains(", ")
+        && commands(text).iter().all(|c| c.trim().is_empty() || tool(c))
 }
 
 /// The commands of a bare remedy: split at `;` between commands, never inside quotes or a

@@ -308,19 +308,6 @@ pub const COMMAND_WORDS: &[&str] = &[
     "unset",
 ];
 
-/// Whether a remedy is one bare command rather than prose with backticked commands: every
-/// `;`-separated part starts with a tool, and no `, ` (a list in prose: "fabprobe gdr (ACS,
-/// IOMMU); fabprobe topo" or "fabprobe links on both hosts; the vendor's syndrome" read).
-pub fn bare_command(text: &str) -> bool {
-    let starts_with_tool = |part: &str| COMMAND_WORDS.contains(&part.split_whitespace().next().unwrap_or(""));
-    !text.contains('`')
-        && !text.contains('\n')
-        && !text.contains(", ")
-        && text
-            .split(';')
-            .all(|p| p.trim().is_empty() || starts_with_tool(p))
-}
-
 /// Every line of a rendered report within the width ([`width`]), by [`fit_prose_to`].
 pub fn fit_prose(text: &str) -> String {
     fit_prose_to(text, width())
@@ -532,8 +519,11 @@ mod tests {
         let cmd = "ethtool -S ens1f0np0 | grep -e pause -e discard -e out_of_buffer";
         for width in [80, 60] {
             let out = wrap_remedy_to("       fix: ", FIX, 12, Some(width));
-            // The command on a line of its own, whole, without its backticks.
-            assert!(out.lines().any(|l| l.trim_start() == cmd), "{width}:\n{out}");
+            // The command on a line of its own (continued with ` \` where it is wider than the
+            // width, never broken inside a word), whole, without its backticks.
+            let joined = out.replace(" \\\n", " ");
+            let whole = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ") == cmd;
+            assert!(joined.lines().any(whole), "{width}:\n{out}");
             assert!(!out.contains('`'), "{out}");
             assert!(out.lines().all(|l| l.chars().count() <= width), "{width}:\n{out}");
         }
@@ -627,6 +617,9 @@ mod tests {
 
     #[test]
     fn prose_next_steps_wrap_and_commands_do_not() {
+        use crate::render::remedy::bare_command;
+        assert!(bare_command("for p in 3 4; do echo 1 > /a/$p; done; echo 1 > /b/3"));
+        assert!(!bare_command("for each priority P: echo 1 (on) or 0 (off) > /a/P"));
         assert!(bare_command("echo 1 > /sys/a/3; echo 1 > /sys/b/3"));
         assert!(bare_command("ethtool -A ens1f0np0 rx off tx off"));
         assert!(!bare_command(
