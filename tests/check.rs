@@ -67,7 +67,8 @@ fn check_json(fixture: &str, policy: &str) -> (serde_json::Value, i32) {
         "--policy",
         policy,
     ]);
-    assert!(code == 0 || code == 1, "{fixture} {policy}: exit {code}: {err}");
+    // 3: nothing to judge (cpu-only: no GPU and no RDMA device), never a pass.
+    assert!(matches!(code, 0 | 1 | 3), "{fixture} {policy}: exit {code}: {err}");
     assert_eq!(out.lines().count(), 1, "check's JSON is one line");
     (serde_json::from_str(&out).unwrap(), code)
 }
@@ -622,7 +623,7 @@ fn sweep_finds_exactly_the_injected_faults() {
     let (drain, _, _) = run(&["sweep", d, "--drain", "--drain-outliers"]);
     let lines: Vec<&str> = drain.lines().filter(|l| l.starts_with("scontrol")).collect();
     assert_eq!(lines.len(), 4);
-    assert!(lines[0].starts_with("scontrol update NodeName=node0005 State=DRAIN Reason=\"fabprobe: kernel '5.15.0-97-generic' (majority '5.15.0-105-generic': 54 nodes)\""), "{drain}");
+    assert!(lines[0].starts_with("scontrol update NodeName=node0005 State=DRAIN Reason=\"fabprobe: kernel '5.15.0-97-generic' (majority '5.15.0-105-generic': 56 nodes)\""), "{drain}");
     assert!(lines.iter().all(|l| l.len() < 280));
 
     // The same reports as pdsh would print them, on stdin.

@@ -62,8 +62,9 @@ fn qos_whole_reports() {
             ("roce-qos-mismatch", 1),
             ("roce-pause-storm", 0),
             ("roce-pause-storm-later", 1),
-            // InfiniBand only, and no RDMA device: no RoCE netdev to judge, exit 3.
-            ("h100-sxm-8gpu", 3),
+            // Its two RoCE ports (mlx5_8, mlx5_9) are judged: PFC off is a warning.
+            ("h100-sxm-8gpu", 0),
+            // No RDMA device: no RoCE netdev to judge, exit 3.
             ("cpu-only", 3),
         ],
     );
@@ -323,9 +324,10 @@ fn live_host_runs_cleanly() {
     assert_eq!(v["data"]["interfaces"][0]["dcb"]["error"], "EOPNOTSUPP");
     let (_, _, code) = run(&["qos", "--ifname", "lo", "--interval", "0.2"]);
     assert_eq!(code, 0);
-    let (out, _, code) = run(&["qos", "--ifname", "no-such-if0", "--format", "json"]);
-    assert_eq!(code, 0);
-    assert!(out.contains("no such netdev"), "{out}");
+    // A netdev the host does not have is a mistake in the command, named (issue 42).
+    let (_, err, code) = run(&["qos", "--ifname", "no-such-if0", "--format", "json"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--ifname no-such-if0: no netdev named no-such-if0"), "{err}");
     let (_, err, code) = run(&["--root", "fixtures/roce-bond-host", "qos", "--interval", "1"]);
     assert_eq!(code, 2);
     assert!(err.contains("--baseline"), "{err}");

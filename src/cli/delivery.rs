@@ -44,8 +44,17 @@ pub fn deliver(text: &str, output: Option<&std::path::Path>) -> anyhow::Result<(
         text.to_string()
     };
     write_whole(locked.as_fd(), text.as_bytes())?;
-    drain(locked.as_fd(), DRAIN_LIMIT);
+    // Only srun drops what its tasks wrote; any other reader (a shell pipe, a test harness
+    // that reads after the exit) keeps the bytes, and rank 0 ends at once.
+    if relayed_by_srun() {
+        drain(locked.as_fd(), DRAIN_LIMIT);
+    }
     Ok(())
+}
+
+/// A task of an srun step: slurmstepd reads our stdout and srun may stop forwarding it.
+fn relayed_by_srun() -> bool {
+    std::env::var_os("SLURM_STEP_ID").is_some()
 }
 
 /// `buf` whole to `fd`: a write that took part of it is followed by one for the rest; one

@@ -49,14 +49,17 @@ pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]
 /// probes, what was seen, and the sample the rates come from.
 fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "fabprobe check: {}  policy {} ({})  host {}",
+    let head = format!(
+        "fabprobe check: {}  policy {} ({})",
         upper(r.verdict),
         r.policy.name,
-        r.policy.source,
-        hostname.unwrap_or("?"),
+        r.policy.source
     );
+    let host = format!("host {}", hostname.unwrap_or("?"));
+    // The line reads as a table row (cells two spaces apart) and is not wrapped later: a
+    // header wider than the terminal puts the host on a line of its own.
+    let wide = super::text::width().is_some_and(|w| head.chars().count() + 2 + host.chars().count() > w);
+    let _ = writeln!(s, "{head}{}{host}", if wide { "\n  " } else { "  " });
     // The cause first; what could not be judged on a line of its own, one entry per fact.
     let _ = writeln!(s, "{}", crate::check::decide::summary(findings, &[]));
     if !r.not_evaluated.is_empty() {
