@@ -46,6 +46,24 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// Ranks as runs, sorted: `[7, 0, 1, 2, 3]` -> `0-3,7`; `-` for none.
+pub fn rank_runs(v: &[u32]) -> String {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", v[i], v[j]) } else { v[i].to_string() });
+        i = j + 1;
+    }
+    if out.is_empty() { "-".into() } else { out.join(",") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +83,13 @@ mod tests {
         assert_eq!(median(&[f64::NAN]), None);
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, f64::INFINITY, 3.0]), Some(2.5));
+    }
+
+    #[test]
+    fn rank_runs_sort_and_join_runs() {
+        assert_eq!(rank_runs(&[7, 0, 1, 2, 3, 3]), "0-3,7");
+        assert_eq!(rank_runs(&[5]), "5");
+        assert_eq!(rank_runs(&[]), "-");
     }
 
     #[test]

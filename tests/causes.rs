@@ -174,22 +174,8 @@ fn the_drop_ins_drain_for_the_worst_cause() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let fake = tmp.path().join("scontrol");
-    let log = tmp.path().join("scontrol.log");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {}\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!(
-        "{}:{}",
-        tmp.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    // Removed before each run: each run's drain line alone.
+    let (log, path) = common::fake_scontrol(tmp.path());
     let t = truth();
     let mut wrong = Vec::new();
     for (fixture, baseline) in cases().into_iter().filter(|(_, b)| b.is_none()) {

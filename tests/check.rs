@@ -748,23 +748,7 @@ fn slurm_health_check_program_drains_a_bad_node() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("scontrol.log");
-    // A stand-in scontrol that records its arguments, one per line.
-    let fake = tmp.path().join("scontrol");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n",
-            log.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!(
-        "{}:{}",
-        tmp.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let (log, path) = common::fake_scontrol(tmp.path());
     let go = |root: &str, policy: &str| {
         let st = Command::new("checks/slurm/fabprobe-healthcheck")
             .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -37,25 +37,6 @@ fn list(v: &[String]) -> String {
     if v.is_empty() { "-".into() } else { v.join(" ") }
 }
 
-fn ranks(v: &[u32]) -> String {
-    // Runs as ranges: 0-7,9.
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i {
-            format!("{}-{}", v[i], v[j])
-        } else {
-            v[i].to_string()
-        });
-        i = j + 1;
-    }
-    out.join(",")
-}
-
 /// A log line as printed: control characters escaped, so a terminal shows them as text.
 fn esc(l: &str) -> String {
     if !l.chars().any(char::is_control) {
@@ -82,7 +63,7 @@ fn verdict(v: &Verdict) -> String {
         let mut all = vec![r];
         all.extend(&v.ranks);
         all.sort_unstable();
-        who.push(format!("rank {}", ranks(&all)));
+        who.push(format!("rank {}", crate::text::rank_runs(&all)));
     }
     if let Some(d) = &v.device {
         who.push(format!("device {d}"));
@@ -129,7 +110,7 @@ fn verdict(v: &Verdict) -> String {
     if !v.suspects.is_empty() {
         s.push_str(&format!(
             "       suspects (never reached it): rank {}\n",
-            ranks(&v.suspects)
+            crate::text::rank_runs(&v.suspects)
         ));
     }
     if let Some(r) = &v.nccl_result {
@@ -256,7 +237,7 @@ fn hosts_blocks(s: &crate::nccl_log::Summary) -> String {
             &format!(
                 "{}: ranks {}, {} process(es)",
                 h.host,
-                if h.ranks.is_empty() { "-".into() } else { ranks(&h.ranks) },
+                crate::text::rank_runs(&h.ranks),
                 h.local_ranks
             ),
             4,
@@ -296,7 +277,7 @@ fn hosts_table(s: &crate::nccl_log::Summary) -> String {
             let mut row = if i == 0 {
                 vec![
                     format!("  {}", h.host),
-                    if h.ranks.is_empty() { "-".into() } else { ranks(&h.ranks) },
+                    crate::text::rank_runs(&h.ranks),
                     h.local_ranks.to_string(),
                 ]
             } else {

@@ -1,7 +1,8 @@
 //! `nccl-log`'s flight-recorder section: the dumps read, each verdict's calls per rank and
 //! the ranks that waited, then the process groups (after the joined verdict list).
 
-use crate::nccl_log::flight::judge::{FlightReport, FlightVerdict, span};
+use crate::nccl_log::flight::judge::{FlightReport, FlightVerdict};
+use crate::text::rank_runs;
 use crate::render::text;
 
 pub fn section(fr: &FlightReport) -> String {
@@ -14,13 +15,13 @@ pub fn section(fr: &FlightReport) -> String {
             .push(d.rank);
     }
     for ((v, f), ranks) in &versions {
-        s.push_str(&format!("  dumps: rank {} (version {v}, {f})\n", span(ranks)));
+        s.push_str(&format!("  dumps: rank {} (version {v}, {f})\n", rank_runs(ranks)));
     }
     let wrapped: Vec<u32> = fr.dumps.iter().filter(|d| d.wrapped).map(|d| d.rank).collect();
     if !wrapped.is_empty() {
         s.push_str(&format!(
             "  buffer wrapped (older entries dropped): rank {}\n",
-            span(&wrapped)
+            rank_runs(&wrapped)
         ));
     }
     for v in &fr.verdicts {
@@ -41,7 +42,7 @@ pub fn section(fr: &FlightReport) -> String {
         s.push_str(&format!(
             "    {}{desc}: rank {} (members from {})\n",
             g.name,
-            span(&g.ranks),
+            rank_runs(&g.ranks),
             g.members_from
         ));
     }
@@ -58,12 +59,12 @@ fn verdict(v: &FlightVerdict) -> String {
     } else {
         format!(" ({})", v.group_desc)
     };
-    s.push_str(&format!(": group {}{desc} [{}]", v.group, span(&v.members)));
+    s.push_str(&format!(": group {}{desc} [{}]", v.group, rank_runs(&v.members)));
     if let Some(q) = v.seq {
         s.push_str(&format!(" seq {q}"));
     }
     if !v.ranks.is_empty() {
-        s.push_str(&format!(", blames rank {}", span(&v.ranks)));
+        s.push_str(&format!(", blames rank {}", rank_runs(&v.ranks)));
     }
     s.push('\n');
     for c in &v.calls {
@@ -73,13 +74,13 @@ fn verdict(v: &FlightVerdict) -> String {
             String::new()
         };
         s.push_str(&text::wrap(
-            &format!("    rank {}{more}: ", span(&c.ranks)),
+            &format!("    rank {}{more}: ", rank_runs(&c.ranks)),
             &format!("{} [{}]", c.call, c.state.as_str()),
             6,
         ));
     }
     if !v.waiting.is_empty() {
-        s.push_str(&format!("    waiting (knock-on): rank {}\n", span(&v.waiting)));
+        s.push_str(&format!("    waiting (knock-on): rank {}\n", rank_runs(&v.waiting)));
     }
     for k in v.knock_ons.iter().chain(&v.log_says) {
         s.push_str(&text::wrap("    ", k, 6));

@@ -250,23 +250,8 @@ pub fn lay_out(lead: &str, text: &str, indent: usize, width: Option<usize>) -> S
 /// spaces and all) is never broken.
 fn wrap_words(head: &str, words: &[String], indent: usize, width: Option<usize>) -> String {
     let pad = " ".repeat(indent);
-    let mut out = String::new();
-    let mut line = head.to_string();
-    let mut empty = true;
-    for w in words {
-        let too_wide = width.is_some_and(|max| line.chars().count() + 1 + w.chars().count() > max);
-        if !empty && too_wide {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            line = pad.clone();
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(w);
-        empty = false;
-    }
+    let (mut out, mut line) = (String::new(), head.to_string());
+    super::text::fill(&mut out, &mut line, &pad, words.iter().map(String::as_str), width);
     out.push_str(line.trim_end());
     out.push('\n');
     out

@@ -217,25 +217,37 @@ pub fn wrap_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> S
             out.push('\n');
             line = pad.clone();
         }
-        let mut empty = true;
-        for w in words(para) {
-            let (used, len) = (line.chars().count(), w.chars().count());
-            if !empty && used + 1 + len > width {
-                out.push_str(line.trim_end());
-                out.push('\n');
-                line = pad.clone();
-                empty = true;
-            }
-            if !empty {
-                line.push(' ');
-            }
-            line.push_str(w);
-            empty = false;
-        }
+        fill(&mut out, &mut line, &pad, words(para), Some(width));
     }
     out.push_str(line.trim_end());
     out.push('\n');
     out
+}
+
+/// `words` appended to `line` (the first without a space); whenever the next word would pass
+/// `width`, the line goes to `out` and the next begins with `pad`. A word is never broken.
+pub fn fill<'a>(
+    out: &mut String,
+    line: &mut String,
+    pad: &str,
+    words: impl IntoIterator<Item = &'a str>,
+    width: Option<usize>,
+) {
+    let mut empty = true;
+    for w in words {
+        let too_wide = width.is_some_and(|max| line.chars().count() + 1 + w.chars().count() > max);
+        if !empty && too_wide {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            *line = pad.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(w);
+        empty = false;
+    }
 }
 
 /// [`wrap_to`] at the width tables fit ([`width`]).

@@ -79,3 +79,17 @@ fn on_path(program: &str) -> bool {
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
 }
+
+/// A stand-in `scontrol` in `dir` that records its arguments, one per line, in
+/// `dir/scontrol.log` (appended to), and a PATH that finds it before the real one: the
+/// drop-ins' drain line read without a Slurm controller.
+#[allow(dead_code)]
+pub fn fake_scontrol(dir: &Path) -> (std::path::PathBuf, String) {
+    let log = dir.join("scontrol.log");
+    let fake = dir.join("scontrol");
+    let script = format!("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n", log.display());
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    (log, path)
+}

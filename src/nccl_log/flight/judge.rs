@@ -6,6 +6,7 @@
 //! (the fabric or NCCL, not the application). The ranks that waited, and ranks that died
 //! after a mismatch, are listed under the cause, never blamed.
 
+use crate::text::rank_runs;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -81,7 +82,7 @@ pub fn judge(job: &Job, hosts: &BTreeMap<u32, String>) -> FlightReport {
     if !untracked.is_empty() {
         notes.push(format!(
             "rank {}: no entry moved past scheduled (Gloo's recorder does not track completion): whether the last collective completed is not judged",
-            span(&untracked)
+            rank_runs(&untracked)
         ));
     }
     for e in job.unreadable.values().chain(&job.unreadable_files) {
@@ -268,7 +269,7 @@ fn mismatch(job: &Job, g: &Group, st: &Standing, mut v: FlightVerdict) -> Option
     );
     v.next = format!(
         "fix the application: find where rank {} issues `{}` at this point (a rank-dependent branch, an uneven last batch, a dtype cast); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch check each collective",
-        span(&v.ranks),
+        rank_runs(&v.ranks),
         rest.first()?.0.describe(),
     );
     v.file = cite(job, &v.ranks);
@@ -315,14 +316,14 @@ fn not_entered(
     let op = top.map_or("it".to_string(), |c| format!("`{}`", c.describe()));
     v.meaning = format!(
         "rank {} never entered sequence number {} of process group {} ({op}), which rank {} entered and wait in; it was last seen in the call listed: the application on that rank stalled or took another path, not the fabric",
-        span(&v.ranks),
+        rank_runs(&v.ranks),
         v.seq.map_or("?".into(), |s| s.to_string()),
         label(g),
-        span(waiting),
+        rank_runs(waiting),
     );
     v.next = format!(
         "on rank {}: its stack (py-spy dump --pid PID, or the dump's frames with TORCH_FR stack traces on) and its log around the last call; the waiting ranks are knock-ons",
-        span(&v.ranks)
+        rank_runs(&v.ranks)
     );
     v.file = cite(job, &v.ranks);
     v
@@ -364,8 +365,8 @@ fn no_dump(
     v.waiting = waiting.to_vec();
     v.meaning = format!(
         "rank {} left no dump among the inputs while rank {} wait in sequence number {} of process group {}: it died or was killed (a dump is written by a live process), or its dump was not collected",
-        span(missing),
-        span(waiting),
+        rank_runs(missing),
+        rank_runs(waiting),
         v.seq.map_or("?".into(), |s| s.to_string()),
         if v.group_desc.is_empty() {
             v.group.clone()
@@ -375,7 +376,7 @@ fn no_dump(
     );
     v.next = format!(
         "on the host of rank {}: why the process ended (dmesg for the OOM killer, the scheduler's log, the rank's stderr); collect its dump if one exists",
-        span(missing)
+        rank_runs(missing)
     );
     v.file = cite(job, waiting);
     v
@@ -404,7 +405,7 @@ fn wrapped(
     }
     v.meaning = format!(
         "the buffers of rank {} wrapped: their oldest records are newer than this group's calls, so whether they entered sequence number {} of process group {} is not in the records (not judged)",
-        span(lost),
+        rank_runs(lost),
         v.seq.map_or("?".into(), |s| s.to_string()),
         v.group,
     );
@@ -516,11 +517,11 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
     v.meaning = format!(
         "P2P ops in process group {} have no matching op at the other end: rank {} waits on a peer that is not sending (receiving) to it; the pipeline's send/recv order differs between ranks",
         label(g),
-        span(&v.ranks)
+        rank_runs(&v.ranks)
     );
     v.next = format!(
         "fix the application's send/recv pairing on rank {} (each send needs the peer's recv at the same point)",
-        span(&v.ranks)
+        rank_runs(&v.ranks)
     );
     v.file = cite(job, &v.ranks);
     Some(v)
@@ -550,7 +551,7 @@ fn ring_step(ranks: &[u32], hosts: &BTreeMap<u32, String>) -> String {
     if hs.is_empty() {
         return format!(
             "`fabprobe ring` across the hosts of rank {} (one process per host; the dumps do not name hosts: pass the job's NCCL logs too)",
-            span(ranks)
+            rank_runs(ranks)
         );
     }
     let mut s = format!(
@@ -562,7 +563,7 @@ fn ring_step(ranks: &[u32], hosts: &BTreeMap<u32, String>) -> String {
     if !unnamed.is_empty() {
         s.push_str(&format!(
             "; the logs do not name the host of rank {}: add it",
-            span(&unnamed)
+            rank_runs(&unnamed)
         ));
     }
     s
@@ -570,7 +571,7 @@ fn ring_step(ranks: &[u32], hosts: &BTreeMap<u32, String>) -> String {
 
 fn label(g: &Group) -> String {
     let members = if g.ranks.len() <= 16 {
-        format!("[{}]", span(&g.ranks))
+        format!("[{}]", rank_runs(&g.ranks))
     } else {
         format!("{} ranks", g.ranks.len())
     };
@@ -596,24 +597,3 @@ fn sorted_flat<'a, I: Iterator<Item = &'a Vec<u32>>>(it: I) -> Vec<u32> {
     v
 }
 
-/// Ranks as runs: `0-3,7`.
-pub fn span(v: &[u32]) -> String {
-    let mut v = v.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i {
-            format!("{}-{}", v[i], v[j])
-        } else {
-            v[i].to_string()
-        });
-        i = j + 1;
-    }
-    if out.is_empty() { "-".into() } else { out.join(",") }
-}

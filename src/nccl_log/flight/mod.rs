@@ -494,7 +494,7 @@ fn log_words(v: &super::Verdict) -> String {
     if let Some(r) = v.rank {
         let mut all = vec![r];
         all.extend(&v.ranks);
-        s.push_str(&format!(" rank {}", judge::span(&all)));
+        s.push_str(&format!(" rank {}", crate::text::rank_runs(&all)));
     }
     if let Some(q) = v.seq {
         s.push_str(&format!(" seq {q}"));
@@ -512,14 +512,14 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
     if !v.waiting.is_empty() {
         explains.insert(
             0,
-            format!("rank {} waited (timed out) on it", judge::span(&v.waiting)),
+            format!("rank {} waited (timed out) on it", crate::text::rank_runs(&v.waiting)),
         );
     }
     explains.extend(v.log_says.iter().cloned());
     let calls: Vec<String> = v
         .calls
         .iter()
-        .map(|c| format!("rank {}: {}", judge::span(&c.ranks), c.call))
+        .map(|c| format!("rank {}: {}", crate::text::rank_runs(&c.ranks), c.call))
         .collect();
     super::Verdict {
         cause: v.cause.to_string(),
