@@ -85,17 +85,8 @@ fn fleet(dir: &Path, n: usize, good: &serde_json::Value, bad: &serde_json::Value
             v["data"]["fingerprint"]["gpu_driver"] = "535.183.01".into();
             want.push((name.clone(), "gpu_driver".to_string()));
         }
-        if i == 17 {
-            for k in [
-                "hca_pcie",
-                "ib_rates",
-                "memlock_soft",
-                "nvlink_min",
-                "topo_signature",
-            ] {
-                want.push((name.clone(), k.to_string()));
-            }
-        }
+        // node0017 failed: it is listed once, under its failures, never also as an outlier
+        // (issue 42), though its fingerprint differs in five keys.
         let mut text = serde_json::to_string(&v).unwrap();
         if i == 23 {
             text.truncate(text.len() / 3);

@@ -41,7 +41,17 @@ for r in 1 2; do
 done
 rm "$tmp/reports/r2n20.json"
 head -c 300 "$tmp/reports/r2n05.json" >"$tmp/reports/r2n05.json.cut" && mv "$tmp/reports/r2n05.json.cut" "$tmp/reports/r2n05.json"
-"$bin" sweep "$tmp/reports" --expect 'r1n[01-24],r2n[01-24]' --format json >"$tmp/sweep.json" || true
+# Relative paths: the cut report is named by its path, the same in every run.
+(cd "$tmp" && "$bin" sweep reports --expect 'r1n[01-24],r2n[01-24]' --format json >sweep.json) || true
+# The sweep's own envelope says when and where it ran: pinned, so the page (and its hash)
+# is the same on every machine and second.
+python3 - "$tmp/sweep.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+d["host"].update(hostname="ops-1", kernel="6.8.0", captured_at="2026-12-06T00:00:00Z")
+json.dump(d, open(p, "w"))
+PY
 (cd "$tmp" && "$bin" report sweep.json --group-by '^(r\d+)n' --title 'fabprobe sweep: racks r1, r2' --html "$out/sweep.html")
 shot "$out/sweep.html" "$out/sweep.png" 1000 900
 

@@ -125,8 +125,20 @@ fn every_cause_id_used_anywhere_has_an_entry() {
     ];
     let test_marks = ["plain(\"", "s(\"", "cause: \"", "cause == \"", "fail(\""];
     let mut files: Vec<(String, &[&str])> = Vec::new();
-    for e in fs::read_dir(root().join("src/nccl_log")).unwrap() {
-        files.push((e.unwrap().path().display().to_string(), &code_marks));
+    let mut dirs = vec![root().join("src/nccl_log")];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            // The flight recorder's verdicts (fr_*) are the dumps' own, documented in
+            // docs/flight-recorder.md; they are not entries of the log's registry yet.
+            if p.is_dir() && p.file_name().is_some_and(|n| n == "flight") {
+                continue;
+            } else if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push((p.display().to_string(), &code_marks));
+            }
+        }
     }
     for e in fs::read_dir(root().join("tests")).unwrap() {
         let p = e.unwrap().path().display().to_string();

@@ -402,12 +402,17 @@ fn live_run_reports_what_the_kernel_lists() {
         assert_eq!(v["host"]["source"], "live");
         match message {
             Some(m) => {
-                assert_eq!(code, 0, "{cmd}: {err}");
-                assert_eq!(out, format!("{m}\n"));
-                assert_eq!(jcode, 0);
+                // Nothing to judge: NOT EVALUATED and exit 3, never a pass (issue 42).
+                assert_eq!(code, 3, "{cmd}: {err}");
+                assert_eq!(
+                    out,
+                    format!("fabprobe {cmd}: NOT EVALUATED  nothing to judge: {m}\n{m}\n")
+                );
+                assert_eq!(jcode, 3);
                 assert_eq!(v["data"]["rdma"]["devices_found"], false);
                 assert_eq!(v["data"]["rdma"]["message"], m);
-                assert_eq!(v["findings"].as_array().unwrap().len(), 0);
+                let ids: Vec<&str> = v["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap()).collect();
+                assert_eq!(ids, [format!("{cmd}.nothing_to_judge")]);
             }
             None => {
                 // Devices: a report (pass or a fault found), never "could not run".
@@ -441,11 +446,11 @@ fn live_run_reports_what_the_kernel_lists() {
         // --interval does not wait when there is nothing to sample.
         let t0 = std::time::Instant::now();
         let (out, _, code) = run(&["links", "--interval", "30"]);
-        assert_eq!(code, 0);
-        assert!(out.starts_with("no RDMA devices"));
+        assert_eq!(code, 3, "nothing to judge");
+        assert!(out.contains("\nno RDMA devices"), "{out}");
         assert!(t0.elapsed() < std::time::Duration::from_secs(30));
         let (out, _, code) = run(&["gids", "--show-gids"]);
-        assert_eq!(code, 0);
+        assert_eq!(code, 3, "nothing to judge");
         assert!(out.ends_with("n_gids_found=0\n"));
     }
 }

@@ -28,8 +28,10 @@ fn run(args: &[&str]) -> String {
 fn fixtures() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures"))
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "gen")
+        .map(|e| e.unwrap().path())
+        // Snapshot trees only (not gen/ nor CAUSES.toml).
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     v.sort();
     v

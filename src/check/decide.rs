@@ -141,8 +141,10 @@ pub fn port_of(subject: &str) -> Option<String> {
     {
         return Some(subject.to_string());
     }
+    // `ens1f0np0 (mlx5_0/1)`, the one spelling (finding::spell::port), or the older
+    // `ens1f0np0 (mlx5_0 port 1)` of saved reports.
     let inner = subject.split_once(" (")?.1.strip_suffix(')')?;
-    let (dev, port) = inner.split_once(" port ")?;
+    let (dev, port) = inner.split_once(" port ").or_else(|| inner.split_once('/'))?;
     (plain(dev) && port.parse::<u32>().is_ok()).then(|| format!("{dev}/{port}"))
 }
 

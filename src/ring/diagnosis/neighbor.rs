@@ -5,7 +5,7 @@
 //! ([`RankInfo::neighbor`]) and attached by rank 0 to the verdicts that name the rank.
 //!
 //! Pure: [`from_lldpcli`], [`from_frame`], [`attach`], [`end_text`]; the rank learns its
-//! neighbour through the host in [`crate::ring::portfacts`].
+//! neighbour through the host in the ring's `portfacts` module.
 
 use std::collections::BTreeMap;
 

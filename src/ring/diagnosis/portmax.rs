@@ -7,7 +7,7 @@
 //! the PCIe link and the peers' rates count.
 //!
 //! Pure: [`parse_ethtool`], [`mode_mbps`], [`pcie_link`]; the rank reads its port through
-//! the host in [`crate::ring::portfacts`].
+//! the host in the ring's `portfacts` module.
 
 use crate::ring::model::PcieLink;
 use crate::sysfs::pci::PciLink;
