@@ -75,7 +75,8 @@ const CHECK_HELP_DATA: &str =
     "  Beside these, every probe's own findings: fabprobe-topo(1), -gids, -links, -gdr, -qos,
   -nccl-env list them.
 
-JSON DATA (schema fabprobe.check; printed on ONE line, so many nodes' output is JSON lines)
+JSON DATA (fabprobe.check)
+  Printed on ONE line, so many nodes' output is JSON lines.
   verdict                       pass | warn | fail
   policy                        {name, source (builtin:NAME or the file), description}
   counts                        {fail, warn, pass}
@@ -107,11 +108,7 @@ PROMETHEUS (--format prom)
 
 fn check_help() -> String {
     let rules = crate::render::text::findings_section(&run::check_rule_docs());
-    format!(
-        "{CHECK_HELP}{}\n{rules}{CHECK_HELP_DATA}{}",
-        super::exit_status_text("check"),
-        policy::language_doc()
-    )
+    format!("{CHECK_HELP}{rules}{CHECK_HELP_DATA}{}", policy::language_doc())
 }
 
 pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {

@@ -360,10 +360,7 @@ fn extra_section(text: &str) -> String {
 }
 
 /// `PROMETHEUS (--format prom)`, `NARROW TERMINALS`: no lower-case letter before any `(`.
-fn is_heading(line: &str) -> bool {
-    let head = line.split('(').next().unwrap_or("");
-    head.chars().filter(|c| c.is_alphabetic()).count() >= 3 && !head.chars().any(|c| c.is_lowercase())
-}
+use crate::render::text::is_heading;
 
 /// roff's escapes for text: backslash, minus, and the apostrophe as groff's \(aq.
 fn escape(s: &str) -> String {

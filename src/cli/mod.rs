@@ -69,8 +69,8 @@ JSON OUTPUT
   Field names carry their units (_bytes, _gbps, _gbs, _us, _ms). Absent facts are null, never 0.
   Severity unknown: the rule could not be evaluated (a fact unread: permissions, a snapshot
   without it). The verdict is that of what was evaluated; the text verdict line names what
-  was not (\"PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown
-  mlx5_0/1\"), and check lists it in data.not_evaluated. Unknown is never a pass or a fail.
+  was not (PASS, then \"1 not evaluated: links.port_state_unknown mlx5_0/1\"), and check
+  lists it in data.not_evaluated. Unknown is never a pass or a fail.
 ";
 
 /// `--device DEV` of a command that lists RDMA devices: keep the items of that device; a name
@@ -94,7 +94,7 @@ pub fn only_device<T>(
 }
 
 fn root_help() -> String {
-    format!("{JSON_ENVELOPE}\n{}", exit_status_text("fabprobe"))
+    JSON_ENVELOPE.to_string()
 }
 
 /// The one exit-status table: every man page's EXIT STATUS, the root's and `check`'s and
@@ -131,7 +131,7 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
 pub fn exit_status_text(key: &str) -> String {
     let mut s = String::from("EXIT STATUS\n");
     for (code, what) in exit_statuses(key) {
-        s.push_str(&crate::render::text::wrap_to(&format!("  {code}  "), &what, 5, Some(92)));
+        s.push_str(&crate::render::text::wrap_to(&format!("  {code}  "), &what, 5, Some(crate::render::text::HELP_WIDTH)));
     }
     s.push_str("  A closed stdout or stderr (fabprobe topo 2>&1 | head) is not an error.\n");
     s
@@ -221,7 +221,8 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Every local probe and the host facts judged against a policy (checks/*.toml): one
-    /// ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run.
+    /// ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run,
+    /// 3 nothing to judge.
     Check(check::CheckArgs),
     /// GPUDirect RDMA readiness per GPU x RDMA NIC pair: path type vs NCCL_NET_GDR_LEVEL,
     /// peer memory, DMA-BUF, ACS on the bridges between them, IOMMU, BAR1.
@@ -300,12 +301,31 @@ pub struct Hinted {
     pub hint: String,
 }
 
+/// The command line as parsed and documented: every long help fitted to
+/// [`HELP_WIDTH`](crate::render::text::HELP_WIDTH) columns, whatever width it was written at.
 pub fn command() -> clap::Command {
-    Cli::command()
+    fit_helps(Cli::command())
+}
+
+/// Every command's long help, with the one exit-status table ([`exit_status_text`]) at its
+/// end, fitted.
+fn fit_helps(mut cmd: clap::Command) -> clap::Command {
+    use crate::render::text::{fit_help, HELP_WIDTH};
+    let key = cmd.get_name().to_string();
+    let own = cmd.get_after_long_help().map(|h| h.to_string()).unwrap_or_default();
+    let sep = if own.is_empty() || own.ends_with("\n\n") { "" } else if own.ends_with('\n') { "\n" } else { "\n\n" };
+    let help = format!("{own}{sep}{}", exit_status_text(&key));
+    cmd = cmd.after_long_help(fit_help(&help, HELP_WIDTH));
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for n in names {
+        cmd = cmd.mut_subcommand(n, fit_helps);
+    }
+    cmd
 }
 
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    use clap::FromArgMatches;
+    let cli = match command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -523,6 +543,36 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every long help as shipped: within the width, nothing lost (the printing characters
+    /// are the text's, plus the ` \` of a broken command), and fitting it again changes
+    /// nothing.
+    #[test]
+    fn every_long_help_fits_and_keeps_its_text() {
+        use crate::render::text::{fit_help, HELP_WIDTH};
+        let raw = Cli::command();
+        let fitted = command();
+        let mut pairs = vec![(raw.clone(), fitted.clone())];
+        for r in raw.get_subcommands() {
+            let f = fitted.find_subcommand(r.get_name()).unwrap().clone();
+            pairs.push((r.clone(), f));
+        }
+        let printing = |t: &str| t.replace(" \\\n", "").chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        let exit_tables = |t: &str| t.matches("EXIT STATUS\n").count();
+        let mut seen = 0;
+        for (r, f) in pairs {
+            let r = r.get_after_long_help().map(|h| h.to_string()).unwrap_or_default();
+            let f = f.get_after_long_help().map(|h| h.to_string()).unwrap_or_default();
+            seen += 1;
+            for l in f.lines() {
+                assert!(l.chars().count() <= HELP_WIDTH, "{} columns: {l}", l.chars().count());
+            }
+            assert!(printing(&f).contains(&printing(&r)), "text lost from: {r}");
+            assert_eq!(fit_help(&f, HELP_WIDTH), f);
+            assert_eq!((exit_tables(&r), exit_tables(&f)), (0, 1), "one exit-status table, the shared one: {f}");
+        }
+        assert!(seen >= 13, "{seen} long helps");
     }
 
     #[test]

@@ -132,13 +132,9 @@ JSON DATA (fabprobe.nccl-log)
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 /// The long help: its prose, each cause of the registry as `id (severity, class): what it
-/// is` in the registry's order, the rest, and the one exit-status table.
+/// is` in the registry's order, the rest (the exit-status table follows, as on every page).
 fn help() -> String {
-    format!(
-        "{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}\n\n{}",
-        crate::nccl_log::causes::help_list(),
-        super::exit_status_text("nccl-log")
-    )
+    format!("{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}\n", crate::nccl_log::causes::help_list())
 }
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {

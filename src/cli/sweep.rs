@@ -142,11 +142,7 @@ PROMETHEUS (--format prom)
   fabprobe_sweep_nodes{state}, fabprobe_sweep_bad_node{node} 1 (the drain list),
   fabprobe_sweep_outlier{node,key,value,majority} 1,
   fabprobe_sweep_ticket{kind,from,to,rail} 1 (with ring reports: each link to ticket)
-
-EXIT STATUS
-  0 every node passed and agrees with its peers, 1 a node to drain, a link to ticket, an
-  outlier or a missing/unreadable report, 2 could not run (an input that cannot be opened, or no
-  readable report at all: \"0 reports: the collection failed?\")";
+";
 
 /// `node1: {...}` (pdsh, clush, srun -l) -> ("node1", "{...}"). In a file (`json_only`) a
 /// prefix counts only before a report, so `srun: error: ...` keeps the file's node name; on

@@ -109,9 +109,7 @@ JSON DATA (schema fabprobe.topo)
                                      in_progress | completed; null: unknown), status
                                      (nvmlReturn_t), status_text (nvmlErrorString), note}}
 
-EXIT STATUS
-  0 no fault (warnings allowed), 1 a fail finding, 2 could not run (bad NCCL file or
-  snapshot), 3 not evaluated: no GPU and no RDMA device showed up";
+";
 
 pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("topo", &[Format::Table, Format::Json, Format::NcclXml])?;

@@ -257,18 +257,19 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
 
 /// The FINDINGS list of a man page and `--help`, from a probe's rule table: `  id  severity
 /// about`, the id column as wide as the table's longest id (at most 26, so the text keeps
-/// room in an 80-column man page), the text wrapped under its column within 96 columns by
-/// [`wrap_to`]. A rule with several ids lists each on its own line, the last beside its
+/// room in an 80-column man page), the text wrapped under its column within [`HELP_WIDTH`]
+/// by [`wrap_to`]. A rule with several ids lists each on its own line, the last beside its
 /// text; an id too long for the column stands on its own line.
 pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
-    const WIDTH: usize = 96;
+    const WIDTH: usize = HELP_WIDTH;
     // Wide enough for `warn|fail`; a table with a longer severity widens it for every row.
+    // Two spaces after the widest (`warn|fail  `): a cell boundary, as between the others.
     let sev = docs
         .iter()
-        .map(|d| d.severity.len() + 1)
+        .map(|d| d.severity.len() + 2)
         .max()
         .unwrap_or(0)
-        .max(10);
+        .max(11);
     let longest = docs
         .iter()
         .flat_map(|d| d.ids.iter())
@@ -405,9 +406,241 @@ pub fn verdict_first(command: &str, findings: &[Finding], body: String) -> Strin
     out
 }
 
+/// The width of the long help and the man pages' EXTRA sections: 80 columns less a margin,
+/// so neither clap (which re-wraps wider lines mid-phrase) nor man (`.nf` blocks are not
+/// filled) breaks a line.
+pub const HELP_WIDTH: usize = 78;
+
+/// A help heading: `FINDINGS`, `JSON DATA (fabprobe.links)`, `EXIT STATUS`.
+/// A line that merely starts with a name in capitals (`NCCL_IB_HCA (default ...), and`) is not.
+pub fn is_heading(line: &str) -> bool {
+    let head = line.split('(').next().unwrap_or("");
+    head.chars().filter(|c| c.is_alphabetic()).count() >= 3
+        && !head.chars().any(|c| c.is_lowercase())
+        && !line.starts_with(' ')
+        && (!line.contains('(') || line.trim_end().ends_with(')'))
+}
+
+/// Long help within `width` columns, whatever width it was written at. Prose is refilled:
+/// unindented lines, one paragraph per run; lines at indent 1-2 ([`is_prose`]: words, no
+/// cells), one paragraph while the next line goes on (lowercase, or the line before ends
+/// mid-sentence). A table row and the lines under its last cell are one cell, refilled under
+/// that column when too wide. Anything else too wide (a JSON shape, a command) continues two
+/// columns in. Headings, blank lines and what fits are kept. Idempotent; it never drops or
+/// adds a printing character.
+pub fn fit_help(text: &str, width: usize) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let indent_of = |l: &str| l.len() - l.trim_start().len();
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        let indent = indent_of(l);
+        let start = i;
+        i += 1;
+        if l.is_empty() || is_heading(l) {
+            out.push_str(l);
+            out.push('\n');
+            continue;
+        }
+        if is_command(&l[indent..]) {
+            out.push_str(&crate::render::remedy::command_lines(&l[indent..], indent, Some(width)).join("\n"));
+            out.push('\n');
+            continue;
+        }
+        let hanging = lines.get(i).is_some_and(|n| !n.trim().is_empty() && indent_of(n) > indent);
+        if indent == 0 || (indent <= 2 && is_prose(&l[indent..]) && !hanging) {
+            while i < lines.len()
+                && indent_of(lines[i]) == indent
+                && !lines[i].is_empty()
+                && !is_heading(lines[i])
+                && !is_command(lines[i].trim_start())
+            {
+                let (prev, next) = (lines[i - 1].trim_end(), lines[i].trim_start());
+                let goes_on = next.starts_with(|c: char| c.is_lowercase() || "(`-".contains(c))
+                    || !prev.ends_with(['.', ':', '?', '!']);
+                if indent > 0 && !(is_prose(next) && goes_on) {
+                    break;
+                }
+                i += 1;
+            }
+            let para: Vec<&str> = lines[start..i].iter().map(|l| l.trim_start()).collect();
+            let pad = &l[..indent];
+            let mut line = pad.to_string();
+            fill(&mut out, &mut line, pad, help_words(&para.join(" "), width - indent), Some(width));
+            out.push_str(line.trim_end());
+            out.push('\n');
+            continue;
+        }
+        // A row: the lines under its last cell (or, with no cells, under the deeper indent
+        // of the line after it) go on in it.
+        let next_indent = lines.get(i).map(|n| indent_of(n)).filter(|n| *n > indent);
+        if let Some(c) = last_cell(l).or(next_indent) {
+            while i < lines.len()
+                && indent_of(lines[i]) == c
+                && !lines[i].trim().contains("  ")
+                && !is_command(lines[i].trim_start())
+            {
+                i += 1;
+            }
+        }
+        if lines[start..i].iter().all(|l| l.chars().count() <= width) {
+            for l in &lines[start..i] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        } else {
+            let more: Vec<&str> = lines[start + 1..i].iter().map(|l| l.trim()).collect();
+            let joined = if more.is_empty() { l.to_string() } else { format!("{l} {}", more.join(" ")) };
+            out.push_str(&fit_row(&joined, width));
+        }
+    }
+    out
+}
+
+/// Prose, not a table row, a data shape or a name on its own: words, no run of two spaces
+/// between cells, not opening with JSON's punctuation.
+fn is_prose(body: &str) -> bool {
+    let body = body.trim_end();
+    body.contains(' ') && !body.contains("  ") && !body.starts_with(['"', '{', '[', '}', ']', '|'])
+}
+
+/// A shell command on a line of its own (an example), never joined with the lines around
+/// it: it starts with a tool, a launcher, `fabprobe <command>|-flag`, or `VAR=value`.
+fn is_command(body: &str) -> bool {
+    const LAUNCHERS: &[&str] = &[
+        "srun", "sbatch", "salloc", "mpirun", "torchrun", "pdsh", "clush", "ssh", "python3", "man", "env",
+        "nvidia-smi", "show_gids", "ib_write_bw", "ibv_devinfo", "journalctl", "systemctl", "cp", "ls",
+    ];
+    const COMMANDS: &[&str] = &[
+        "topo", "gids", "links", "gdr", "qos", "nccl-env", "nccl-log", "ring", "report", "snapshot", "sweep",
+        "check", "completions", "gen-docs",
+    ];
+    if body.trim_end().contains("  ") {
+        return false; // an example beside what it does: a table row
+    }
+    let mut w = body.split_whitespace();
+    let (first, second) = (w.next().unwrap_or(""), w.next().unwrap_or(""));
+    match first {
+        "fabprobe" => second.starts_with('-') || COMMANDS.contains(&second),
+        "for" | "while" => body.contains("; do"),
+        _ => {
+            (COMMAND_WORDS.contains(&first) && first != "fabprobe")
+                || LAUNCHERS.contains(&first)
+                || first.split_once('=').is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()))
+        }
+    }
+}
+
+/// Where a table row's last cell starts (after its last run of two spaces), if it has cells.
+fn last_cell(l: &str) -> Option<usize> {
+    let indent = l.len() - l.trim_start().len();
+    let body = &l[indent..];
+    body.rfind("  ").map(|g| indent + g + (body[g..].len() - body[g..].trim_start().len()))
+}
+
+/// One help line within `width`: see [`fit_help`].
+fn fit_row(l: &str, width: usize) -> String {
+    if l.chars().count() <= width {
+        return format!("{l}\n");
+    }
+    let indent = l.len() - l.trim_start().len();
+    // Under the last cell when that leaves the text room (20 columns), else two columns in.
+    // The cells before the last keep their spacing either way.
+    let (lead, rest, hang) = match last_cell(l) {
+        Some(c) if c + 20 <= width && l.is_char_boundary(c) => (&l[..c], &l[c..], c),
+        Some(c) if c + 8 <= width && l.is_char_boundary(c) => (&l[..c], &l[c..], (indent + 2).min(width / 2)),
+        _ => (&l[..indent], &l[indent..], (indent + 2).min(width / 2)),
+    };
+    let mut out = String::new();
+    let mut line = lead.to_string();
+    let pad = " ".repeat(hang);
+    fill(&mut out, &mut line, &pad, help_words(rest, width.saturating_sub(hang)), Some(width));
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// The words of help text ([`words`]: a backticked command is one word), each piece within
+/// `room` columns: a longer word is split at its spaces, then after `|` or `,`.
+fn help_words(text: &str, room: usize) -> Vec<&str> {
+    let room = room.max(8);
+    let mut out = Vec::new();
+    for w in words(text) {
+        if w.chars().count() <= room {
+            out.push(w);
+            continue;
+        }
+        for part in w.split_whitespace() {
+            let mut rest = part;
+            while rest.chars().count() > room {
+                let cut = rest
+                    .char_indices()
+                    .take_while(|(i, _)| *i < room)
+                    .filter(|(_, c)| *c == '|' || *c == ',')
+                    .map(|(i, _)| i + 1)
+                    .last();
+                let Some(cut) = cut else { break };
+                out.push(&rest[..cut]);
+                rest = &rest[cut..];
+            }
+            out.push(rest);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How long help is fitted, case by case (width 40 to keep the cases short).
+    #[test]
+    fn fit_help_cases() {
+        let cases: [(&str, &str); 9] = [
+            // Unindented prose: one paragraph per run, refilled.
+            (
+                "One two three four five six seven eight\nnine ten.\n",
+                "One two three four five six seven eight\nnine ten.\n",
+            ),
+            ("Alpha beta\ngamma delta epsilon zeta eta theta iota\n", "Alpha beta gamma delta epsilon zeta eta\ntheta iota\n"),
+            // A capitalised name opening a sentence is no heading; a heading is kept.
+            ("FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n", "FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n"),
+            // A row and the line under its last cell: one cell, refilled under its column.
+            (
+                "  a.b   warn  one two three four five\n              six seven\n",
+                "  a.b   warn  one two three four five\n              six seven\n",
+            ),
+            (
+                "  a.b   warn  one two three four five six seven\n              eight\n",
+                "  a.b   warn  one two three four five\n              six seven eight\n",
+            ),
+            // Commands are never joined; a long one breaks between words with ` \\`.
+            (
+                "  fabprobe topo --root a\n  fabprobe check --policy dgx-h100 --root b\n",
+                "  fabprobe topo --root a\n  fabprobe check --policy dgx-h100 \\\n    --root b\n",
+            ),
+            // An example beside what it does is a row: the text goes on under its column.
+            (
+                "  fabprobe topo     this host, laid out as nvidia-smi\n",
+                concat!("  fabprobe topo     this host, laid out\n", "                    as nvidia-smi\n"),
+            ),
+            (
+                "  fabprobe topo          this host, laid out\n",
+                "  fabprobe topo          this host, laid\n    out\n",
+            ),
+            // Indented prose: one paragraph while the next line goes on.
+            (
+                "  Rank and world come from x, else\n  Slurm or PMI. Then a new line.\n  Names: here.\n",
+                "  Rank and world come from x, else Slurm\n  or PMI. Then a new line.\n  Names: here.\n",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = fit_help(text, 40);
+            assert_eq!(got, want, "{text:?}");
+            assert_eq!(fit_help(&got, 40), got, "not idempotent: {text:?}");
+        }
+    }
 
     #[test]
     fn findings_section_wraps_under_the_text_column() {
