@@ -165,7 +165,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l coordinator -d 'Rank 0\'s host and port (rank 0 listens there)' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 'Time budget of the link scan in seconds (at least two ring orders run whatever it says, so that a node can be told from a link)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 'Time budget of the whole link scan in seconds, confirmation included: an order starts only when it fits. The minimum runs whatever it says: two ring orders (so that a node can be told from a link) and, when there are suspects, 4 orders that confirm them. Links it leaves unmeasured are listed (scan.unmeasured)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-bytes -d 'Bytes each scan sample moves over a link' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-reps -d 'Samples per link per scan order' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
