@@ -209,3 +209,101 @@ fn the_drop_ins_drain_for_the_worst_cause() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+fn topo(fixture: &str) -> serde_json::Value {
+    let root = format!("fixtures/{fixture}");
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--root", &root, "--format", "json", "topo"])
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0 | 1 | 3)),
+        "{fixture} topo: {:?}",
+        o.status
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `id (subject)`, as a cause lists what it explains under `also`.
+fn named(f: &serde_json::Value) -> String {
+    format!(
+        "{} ({})",
+        f["id"].as_str().unwrap(),
+        f["subject"].as_str().unwrap()
+    )
+}
+
+/// `topo` and `check` name the same worst cause for one report: of check's findings that
+/// carry a topo finding (as the cause, or under its `also`), the first in check's ranking
+/// at topo's worst severity is topo's worst, on every fixture under every policy.
+#[test]
+fn topo_and_check_name_the_same_worst_cause() {
+    let mut wrong = Vec::new();
+    let mut n = 0;
+    for (fixture, _) in cases().into_iter().filter(|(_, b)| b.is_none()) {
+        let t = topo(&fixture);
+        let sev = |f: &serde_json::Value| f["severity"].as_str().unwrap_or("").to_string();
+        let tf = t["findings"].as_array().unwrap();
+        let Some(worst) = ["fail", "warn"]
+            .iter()
+            .find_map(|s| tf.iter().find(|f| sev(f) == *s))
+        else {
+            continue;
+        };
+        let topo_worst = named(worst);
+        for p in policies() {
+            let v = check(&fixture, &None, &p);
+            // What a check finding carries: itself, what it folded in (`also`) and the
+            // probe finding it stands for (`same_cause`), each `id (subject)`; a warning
+            // check lists once for several subjects (`a, b`) is each of them.
+            let carried = |f: &serde_json::Value| -> Vec<String> {
+                let id = f["id"].as_str().unwrap_or("");
+                let mut v: Vec<String> = f["subject"]
+                    .as_str()
+                    .unwrap_or("")
+                    .split(", ")
+                    .map(|s| format!("{id} ({s})"))
+                    .collect();
+                for x in f["evidence"]["also"].as_array().into_iter().flatten() {
+                    let x = x.as_str().unwrap_or("");
+                    v.push(
+                        x.split_once("): ")
+                            .map_or(x.to_string(), |(a, _)| format!("{a})")),
+                    );
+                }
+                // `id subject; id subject`.
+                for one in f["evidence"]["same_cause"].as_str().unwrap_or("").split("; ") {
+                    if let Some((i, s)) = one.split_once(' ') {
+                        v.push(format!("{i} ({s})"));
+                    }
+                }
+                v
+            };
+            let carries = |f: &serde_json::Value| carried(f).iter().any(|c| c.starts_with("topo."));
+            // Findings about devices NCCL would not use are set aside by check, not judged.
+            let set_aside: Vec<String> = v["data"]["not_used_by_nccl"]
+                .as_array()
+                .map(|a| a.iter().map(named).collect())
+                .unwrap_or_default();
+            if set_aside.contains(&topo_worst) {
+                continue;
+            }
+            n += 1;
+            let first = v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| carries(f) && sev(f) == sev(worst));
+            let agrees = first.is_some_and(|f| carried(f).contains(&topo_worst));
+            if !agrees {
+                wrong.push(format!(
+                    "{fixture} {p}: topo's worst is {topo_worst}, check's first topo cause {:?}",
+                    first.map(named)
+                ));
+            }
+        }
+    }
+    assert!(n >= 20, "{n} cases compared");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

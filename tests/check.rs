@@ -241,7 +241,7 @@ fn dgx_h100_verdicts_are_true() {
         .unwrap();
     assert_eq!(
         x8["evidence"]["same_cause"],
-        "policy.ib.all_alike mlx5_3/1; topo.pcie_width_degraded NIC3 (mlx5_3) 0000:58:00.0; \
+        "policy.ib.all_alike mlx5_3/1; topo.pcie_width_degraded mlx5_3; \
          links.pcie_downtrained mlx5_3",
         "{x8}"
     );

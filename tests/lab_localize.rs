@@ -57,6 +57,11 @@ const SCAN_ARGS: [&str; 9] = [
 
 /// The scan alone over 4 nodes whose data egress is shaped to 1 Gbit/s, with `fault` applied.
 fn scan_case(name: &str, fault: impl Fn(&Lab)) -> Option<Output> {
+    scan_case_with(name, &SCAN_ARGS, fault)
+}
+
+/// [`scan_case`] with other arguments.
+fn scan_case_with(name: &str, args: &[&str], fault: impl Fn(&Lab)) -> Option<Output> {
     let lab = Lab::new(
         name,
         LabOpts {
@@ -65,7 +70,7 @@ fn scan_case(name: &str, fault: impl Fn(&Lab)) -> Option<Output> {
         },
     )?;
     fault(&lab);
-    let ids = lab.spawn_ring(0..4, 4, name, &SCAN_ARGS);
+    let ids = lab.spawn_ring(0..4, 4, name, args);
     let outs: Vec<Output> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(40)).0)
@@ -217,6 +222,43 @@ fn scan_line_rate_is_each_ranks_sysfs_speed() {
         j["data"]["scan"]
     );
     assert!(verdicts(&o).is_empty(), "{}", text(&o.stdout));
+    // The healthy control of the scan's coverage: every link measured, said so, nothing
+    // confirmed (+0.0 s, never -0.0).
+    let scan = &j["data"]["scan"];
+    assert_eq!((scan["links_total"].as_u64(), &scan["unmeasured"]), (Some(12), &serde_json::json!([])), "{scan}");
+    assert_eq!(scan["confirm_s"].to_string(), "0.0", "{scan}");
+}
+
+/// Issue 45: a slow link in the first order (node-a -> node-b at 60 of 1000 Mbit/s, 1.6 s
+/// for its 12 MB) stretched that order, the plan was sized from it (4 s / 1.6 s: the
+/// minimum, shifts 1 and 3) and a real slow link of shift 2 (node-b -> node-d, 300 Mbit/s)
+/// was never measured: the report named only the first. Sized from the order's typical
+/// time, all 12 links are measured and the second is named too, a verdict or, where
+/// `--scan-time` cut its confirmation, an unconfirmed suspect said as such; never a pass.
+#[test]
+fn a_slow_link_in_the_first_order_does_not_hide_another() {
+    let mut args = SCAN_ARGS;
+    args[4] = "4";
+    let Some(o) = scan_case_with("first_order_slow", &args, |lab| {
+        lab.shape_pair(0, 1, "60mbit", "1gbit");
+        lab.shape_pair(1, 3, "300mbit", "1gbit");
+    }) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let j = json(&o.stdout);
+    let scan = &j["data"]["scan"];
+    assert_eq!((scan["links_total"].as_u64(), &scan["unmeasured"]), (Some(12), &serde_json::json!([])), "{scan}");
+    let named: Vec<(Option<u64>, Option<u64>)> = j["data"]["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(scan["unconfirmed"].as_array().unwrap())
+        .map(|v| (v["from_rank"].as_u64(), v["to_rank"].as_u64()))
+        .collect();
+    assert!(named.contains(&(Some(0), Some(1))) && named.contains(&(Some(1), Some(3))), "{named:?}\n{}", text(&o.stdout));
+    // No innocent named.
+    assert!(named.iter().all(|l| [(Some(0), Some(1)), (Some(1), Some(3))].contains(l)), "{named:?}");
 }
 
 #[test]

@@ -705,8 +705,9 @@ fn nccl_conf_is_read_from_the_job_users_home() {
             .env("HOME", tmp.path())
             .output()
             .unwrap();
+        // 3: this machine may have no GPU and no RDMA port (nothing to judge).
         assert!(
-            o.status.code().is_some_and(|c| c < 2),
+            o.status.code().is_some_and(|c| c < 2 || c == 3),
             "{}",
             String::from_utf8_lossy(&o.stderr)
         );
@@ -990,4 +991,69 @@ fn env_file_hca_that_strands_gpus_is_a_finding_in_both_commands() {
         assert_eq!(f["subject"], want.as_str(), "{cmd}");
         assert!(f["fix"].as_str().unwrap().contains("NCCL_IB_HCA=="), "{f}");
     }
+}
+
+/// Nothing to judge is NOT EVALUATED (exit 3), on every fixture where neither a GPU nor an
+/// RDMA port shows up, and never elsewhere; the metrics carry the counts the verdict rests
+/// on (`fabprobe_nccl_env_devices{kind}`), the GPUs as `topo` counts them and the ports as
+/// the JSON lists them.
+#[test]
+fn nothing_to_judge_is_not_evaluated_and_the_metrics_count_devices() {
+    let mut fixtures: Vec<String> = std::fs::read_dir("fixtures")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    fixtures.sort();
+    let mut nothing = 0;
+    for fx in &fixtures {
+        let root = format!("fixtures/{fx}");
+        let run = |args: &[&str]| {
+            let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+                .args(["--root", root.as_str()])
+                .args(args)
+                .output()
+                .unwrap();
+            (o.status.code().unwrap(), String::from_utf8(o.stdout).unwrap())
+        };
+        let (code, json) = run(&["--format", "json", "nccl-env"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let ports = v["data"]["ib"]["ports"].as_array().unwrap().len();
+        let (_, topo) = run(&["--format", "json", "topo"]);
+        let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
+        let gpus = t["data"]["gpus"].as_array().unwrap().len();
+        let empty = gpus == 0 && ports == 0;
+        nothing += usize::from(empty);
+        let said = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "nccl_env.nothing_to_judge" && f["severity"] == "unknown");
+        assert_eq!(said, empty, "{fx}: {gpus} GPUs, {ports} ports");
+        if empty {
+            assert_eq!(code, 3, "{fx}: nothing to judge is exit 3");
+        } else {
+            assert_ne!(code, 3, "{fx}");
+        }
+        let (pcode, prom) = run(&["--format", "prom", "nccl-env"]);
+        assert_eq!(pcode, code, "{fx}: prom's exit is the verdict's");
+        for (kind, n) in [("gpu", gpus), ("rdma_port", ports)] {
+            let line = format!("fabprobe_nccl_env_devices{{kind=\"{kind}\"}} {n}");
+            assert!(prom.lines().any(|l| l == line), "{fx}: no {line:?} in\n{prom}");
+        }
+        let verdict = if empty { "3" } else { "" };
+        assert!(
+            !empty
+                || prom
+                    .lines()
+                    .any(|l| l == format!("fabprobe_nccl_env_verdict {verdict}")),
+            "{fx}: {prom}"
+        );
+    }
+    assert!(
+        nothing >= 1 && nothing < fixtures.len(),
+        "{nothing} of {}",
+        fixtures.len()
+    );
 }

@@ -8,8 +8,8 @@ use std::fs;
 use std::path::Path;
 
 use fabprobe::finding::Severity;
+use fabprobe::nccl_log::causes::{self, Read, Seen, CAUSES};
 use fabprobe::nccl_log::Analyzer;
-use fabprobe::nccl_log::causes::{self, CAUSES, Read, Seen};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -122,6 +122,8 @@ fn every_cause_id_used_anywhere_has_an_entry() {
         "of(\"",
         "get(\"",
         "explain(\"",
+        // The flight recorder's verdicts (flight/judge.rs) start from `base("fr_...", ...)`.
+        "base(\"",
     ];
     let test_marks = ["plain(\"", "s(\"", "cause: \"", "cause == \"", "fail(\""];
     let mut files: Vec<(String, &[&str])> = Vec::new();
@@ -129,11 +131,7 @@ fn every_cause_id_used_anywhere_has_an_entry() {
     while let Some(d) = dirs.pop() {
         for e in fs::read_dir(d).unwrap() {
             let p = e.unwrap().path();
-            // The flight recorder's verdicts (fr_*) are the dumps' own, documented in
-            // docs/flight-recorder.md; they are not entries of the log's registry yet.
-            if p.is_dir() && p.file_name().is_some_and(|n| n == "flight") {
-                continue;
-            } else if p.is_dir() {
+            if p.is_dir() {
                 dirs.push(p);
             } else {
                 files.push((p.display().to_string(), &code_marks));

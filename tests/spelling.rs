@@ -8,6 +8,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 const PROBES: &[&str] = &["topo", "gids", "links", "gdr", "qos", "nccl-env"];
+/// The probes that write Prometheus text.
+const PROM_PROBES: &[&str] = &["gids", "links", "qos", "nccl-env"];
+
+/// A subject that names one device twice: a matrix label beside the kernel's name or the
+/// PCI address (`NIC3 (mlx5_3) 0000:58:00.0`, `GPU3 0000:b2:00.0`). A device is its one
+/// name (`mlx5_3`, `GPU3`); one known by its address alone (a GPU NVML lost) is the address.
+fn two_names(atom: &str) -> bool {
+    let re = regex::Regex::new(r"\b(NIC|GPU)\d+ (\(|[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])").unwrap();
+    re.is_match(atom)
+}
 const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
 
 fn run(args: &[&str]) -> String {
@@ -134,8 +144,15 @@ fn every_command_spells_each_subject_one_way() {
         for cmd in PROBES {
             let json = run(&["--root", &root, "--format", "json", cmd]);
             let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let mut own: BTreeSet<String> = BTreeSet::new();
             for f in v["findings"].as_array().into_iter().flatten() {
                 let id = f["id"].as_str().unwrap().to_string();
+                own.insert(f["subject"].as_str().unwrap().to_string());
+                for a in atoms(f["subject"].as_str().unwrap()) {
+                    if two_names(&a) {
+                        problems.push(format!("{fx} {cmd}: {id} names a device twice: {a:?}"));
+                    }
+                }
                 probe_subjects
                     .entry(id)
                     .or_default()
@@ -143,6 +160,19 @@ fn every_command_spells_each_subject_one_way() {
                 if let Some(m) = f["message"].as_str().filter(|m| m.contains("Gb/sec")) {
                     problems.push(format!("{fx} {cmd}: a message renders the kernel's unit: {m}"));
                 }
+            }
+            if PROM_PROBES.contains(cmd) {
+                let prom = run(&["--root", &root, "--format", "prom", cmd]);
+                for l in prom.lines().filter(|l| l.contains("subject=\"")) {
+                    let s = l.split("subject=\"").nth(1).unwrap().split('"').next().unwrap();
+                    compared += 1;
+                    if !own.contains(s) {
+                        problems.push(format!(
+                            "{fx} {cmd} prom: subject label {s:?} is no finding's subject"
+                        ));
+                    }
+                }
+                texts.push((format!("{cmd} prom"), prom));
             }
             texts.push((format!("{cmd} json"), json));
             texts.push((format!("{cmd} table"), run(&["--root", &root, cmd])));
@@ -154,6 +184,11 @@ fn every_command_spells_each_subject_one_way() {
             let subjects: BTreeSet<&str> = findings.iter().filter_map(|f| f["subject"].as_str()).collect();
             for f in &findings {
                 let id = f["id"].as_str().unwrap();
+                for a in atoms(f["subject"].as_str().unwrap()) {
+                    if two_names(&a) {
+                        problems.push(format!("{fx} check {pol}: {id} names a device twice: {a:?}"));
+                    }
+                }
                 if let Some(m) = f["message"].as_str().filter(|m| m.contains("Gb/sec")) {
                     problems.push(format!(
                         "{fx} check {pol}: a message renders the kernel's unit: {m}"
@@ -217,6 +252,10 @@ fn the_detectors_find_what_they_look_for() {
     assert_eq!(other_port_spellings("x mlx5_1:1 y", &devs).len(), 1);
     assert_eq!(other_port_spellings("eth0 (mlx5_1 port 1)", &devs).len(), 1);
     assert!(other_port_spellings("mlx5_1/1 and mlx5_10:1 and NCCL_IB_HCA=mlx5_1:1", &devs).is_empty());
+    assert!(two_names("NIC3 (mlx5_3) 0000:58:00.0"));
+    assert!(two_names("GPU3 0000:b2:00.0"));
+    assert!(!two_names("mlx5_3") && !two_names("GPU3") && !two_names("0000:5b:00.0"));
+    assert!(!two_names("GPU0-NIC0 GPU1-NIC1") && !two_names("ens1f0np0 (mlx5_0/1)"));
     assert_eq!(bad_plurals("\"1 processes hold\"").len(), 1);
     assert_eq!(bad_plurals("2 run(s); x").len(), 1);
     assert!(bad_plurals("1 process; 2 nodes; 11 nodes").is_empty());

@@ -276,7 +276,7 @@ fn faults_exit_1_and_bad_xml_exits_2_naming_file_and_attribute() {
     let (code, out, _) = fabprobe(&["--root", "fixtures/pcie-2socket", "topo"]);
     assert_eq!(code, 1);
     assert!(
-        out.contains("FAIL GPU3 0000:b2:00.0: PCIe link runs at x8"),
+        out.contains("FAIL GPU3: PCIe link runs at x8"),
         "{out}"
     );
     let dir = tempfile::tempdir().unwrap();

@@ -25,10 +25,10 @@ function __fish_fabprobe_using_subcommand
 end
 
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_needs_command" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_needs_command" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -57,10 +57,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l baseline -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l require -d 'A policy key that must be evaluated (repeatable): one that could not be fails the check instead of being noted in the verdict line, e.g. --require counters.max_per_hour' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom check --output /var/lib/node_exporter/fabprobe.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -68,10 +68,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s v -l verbose
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -81,10 +81,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -s V -l version -
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device (like `show_gids DEV`)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom gids --output /var/lib/node_exporter/fabprobe-gids.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -97,10 +97,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l device -f -a
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -113,10 +113,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'A
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom qos --output /var/lib/node_exporter/fabprobe-qos.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -125,10 +125,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s v -l verbose -
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -136,10 +136,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s v -l verb
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -165,7 +165,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l token -d 'Job
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l rank -d 'This rank (default: from the launcher\'s environment)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l world -d 'Number of ranks' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l coordinator -d 'Rank 0\'s host and port (rank 0 listens there)' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 'Time budget of the link scan in seconds (at least two ring orders run whatever it says, so that a node can be told from a link)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-time -d 'Time budget of the whole link scan in seconds, confirmation included: an order starts only when it fits. The minimum runs whatever it says: two ring orders (so that a node can be told from a link) and, when there are suspects, 4 orders that confirm them. Links it leaves unmeasured are listed (scan.unmeasured)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-bytes -d 'Bytes each scan sample moves over a link' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l scan-reps -d 'Samples per link per scan order' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l local -d 'Run N ranks on this host (threads of this process) over loopback, or over the interface --ifname names: a self-test' -r
@@ -174,10 +174,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l lldp-wait -d 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l html -d 'Also write the report as a self-contained HTML page (rank 0 only): the verdicts, the scan matrix, busbw against size, the hops (fabprobe-report(1))' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l output -d 'Write rank 0\'s report (table or JSON) to FILE instead of stdout, atomically: a temporary file in FILE\'s directory, fsynced, renamed over it, so a reader sees the old file or the whole report, also when a rank dies or a signal ends the run. The exit status stays the verdict\'s. Other ranks write nothing' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l root -d 'The global --root, hidden here: a snapshot has no peers to move bytes to. Its value reaches GlobalArgs (same id), where `run` refuses it by name' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand ring" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -190,10 +190,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l html -d 'Wh
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l title -d 'The page\'s title (default: the reports\' kinds and host)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l group-by -d 'Group a sweep\'s fleet map by a hostname pattern (a regular expression; its first capture group, else the whole match, names the group), e.g. \'^(r\\d+)n\' for racks. Default: rows of 40 nodes in the sweep\'s order (--expect\'s)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -203,10 +203,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand report" -s V -l versio
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -s o -l output -d 'Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an (empty or new) directory' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l lldp-wait -d 'Also listen this many seconds for the switch\'s LLDP on every RoCE netdev (needs root) and keep the frames, for `qos --lldp` on the snapshot' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand snapshot" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -219,10 +219,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l html -d 'Als
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l policy -F -a "default dgx-h100 hdr-a100 roce-dcqcn" -d 'The policy whose `[sweep] tolerance` table says how far numeric fingerprint values may differ between nodes of one kind (a built-in name or a TOML file; without it the defaults: memory_gib within 1% of its kind\'s median, every other value exact)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom sweep reports/ --output /var/lib/node_exporter/fleet.prom` (0 reports read is still an error, exit 2, and writes nothing)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -233,10 +233,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-xml -d 'Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) instead of the host; on cloud VMs that file is the truth' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -245,10 +245,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r
@@ -256,10 +256,10 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s v -l v
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
 nccl-xml\t'NCCL topology XML (topo only), usable as NCCL_TOPO_FILE'
-prom\t'Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter\'s textfile collector'"
+prom\t'Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter\'s textfile collector'"
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-from -d 'Judge NCCL\'s settings in the environment of a running process (a training rank): /proc/PID/environ, readable as root or as the process\'s user. Default: this shell\'s' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l env-file -d 'Judge NCCL\'s settings in a job\'s environment: a file of KEY=VALUE lines (a job script\'s exports, `srun --export` lists), instead of this shell\'s' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gen-docs" -l nccl-version -d 'Apply this NCCL version\'s rules (X.Y or X.Y.Z) instead of the libnccl.so.2.X.Y found on the job\'s library path' -r

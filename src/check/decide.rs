@@ -63,6 +63,7 @@ pub fn class_of(f: &Finding) -> Class {
         "topo.pcie_width_degraded",
         "topo.pcie_speed_degraded",
         "topo.nvlink_below_majority",
+        "topo.gpu_not_in_nvml",
         "links.pcie_downtrained",
         "links.port_not_active",
         "links.rate_below_peers",
@@ -87,7 +88,7 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
     let counter = f.evidence.get("counter").and_then(|v| v.as_str());
     // A card's PCIe link: its width and speed, whichever function or port reports it.
     if matches!(id, "topo.pcie_width_degraded" | "topo.pcie_speed_degraded") {
-        let bdf = f.subject.rsplit(' ').next()?;
+        let bdf = topo_bdf(f)?;
         return Some((
             "pcie_link",
             bdf.rsplit_once('.').map_or(bdf, |(d, _)| d).to_string(),
@@ -129,6 +130,15 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
         },
     };
     Some((topic, port_of(&f.subject).unwrap_or_else(|| f.subject.clone())))
+}
+
+/// The PCI address a topo device finding is about: its `pci_bdf`, or the last word of the
+/// subject in reports saved before subjects were the device's name alone.
+pub fn topo_bdf(f: &Finding) -> Option<&str> {
+    match f.evidence.get("pci_bdf").and_then(|v| v.as_str()) {
+        Some(b) => Some(b),
+        None => f.subject.rsplit(' ').next().filter(|b| b.contains(':')),
+    }
 }
 
 /// The one port a subject names, spelled `dev/port`: `mlx5_0/1` as it is, the qos probe's
@@ -269,6 +279,12 @@ const EXPLAINS: &[Explains] = &[
         cause: &["*.all_alike{field=hca_type}"],
         symptoms: &["*.all_alike{field=fw_ver}", "*.all_alike{field=rate}"],
         via: Via::SamePort,
+    },
+    // A GPU NVML lost (fallen off the bus) is one GPU short of the count the policy wants.
+    Explains {
+        cause: &["topo.gpu_not_in_nvml"],
+        symptoms: &["policy.gpu.count"],
+        via: Via::Node,
     },
     // A GPU of another model than the policy's has that model's NVLinks.
     Explains {
@@ -476,14 +492,63 @@ pub fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
     out
 }
 
-/// Fail before warn before pass; hardware before configuration before host limits; policy
-/// verdicts before probe findings (they are what the node is certified against); then as
-/// found.
+/// How soon a rule's hardware fault should be acted on, lowest first: a GPU gone, then
+/// NVLinks lost (every collective on the node slows), a port down, a PCIe link narrowed,
+/// then the rest (a port's rate, its errors, ...).
+fn urgency_of(id: &str) -> u8 {
+    let key = id.rsplit('.').next().unwrap_or("");
+    match id {
+        "topo.gpu_not_in_nvml" | "policy.gpu.count" => 0,
+        "topo.nvlink_below_majority" => 1,
+        "links.port_not_active" => 2,
+        "topo.pcie_width_degraded" | "topo.pcie_speed_degraded" | "links.pcie_downtrained" => 3,
+        _ if !id.starts_with("policy.") => 4,
+        _ => match key {
+            "nvlink_min" => 1,
+            "state" | "count" | "count_min" => 2,
+            "pcie_width_min" | "pcie_gen_min" => 3,
+            _ => 4,
+        },
+    }
+}
+
+/// A finding's urgency: the most urgent of its own rule and the rules folded into it
+/// (`also`, `same_cause`), so a cause ranks the same whichever rule leads it, in `check`
+/// and in the probe that saw it.
+fn urgency(f: &Finding) -> u8 {
+    let folded = f
+        .evidence
+        .get("also")
+        .and_then(|a| a.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str())
+        // `same_cause` is `id subject; id subject`.
+        .chain(
+            f.evidence
+                .get("same_cause")
+                .and_then(|v| v.as_str())
+                .into_iter()
+                .flat_map(|s| s.split("; ")),
+        )
+        .map(|x| x.split([' ', ':']).next().unwrap_or(""));
+    std::iter::once(f.id.as_str())
+        .chain(folded)
+        .map(urgency_of)
+        .min()
+        .unwrap_or(4)
+}
+
+/// Fail before warn before pass; hardware before configuration before host limits; within
+/// a class the most urgent fault first ([`urgency`]); policy verdicts before probe findings
+/// (they are what the node is certified against); then as found. `topo` ranks its findings
+/// with it too, so both name the same worst cause.
 pub fn rank(findings: &mut [Finding]) {
     findings.sort_by_key(|f| {
         (
             std::cmp::Reverse(f.severity),
             class_of(f),
+            urgency(f),
             !f.id.starts_with("policy."),
         )
     });

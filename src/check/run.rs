@@ -582,7 +582,7 @@ fn same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
                 "topo.pcie_width_degraded" | "topo.pcie_speed_degraded"
             )
         })
-        .filter_map(|(i, f)| f.subject.rsplit(' ').next().map(|b| (i, b.to_string())))
+        .filter_map(|(i, f)| decide::topo_bdf(f).map(|b| (i, b.to_string())))
         .collect();
     let mut drop = Vec::new();
     for (j, f) in findings.iter().enumerate() {
@@ -617,7 +617,7 @@ fn policy_same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
     let bdf_of = |f: &Finding| -> Option<String> {
         match f.id.as_str() {
             "topo.pcie_width_degraded" | "topo.pcie_speed_degraded" => {
-                f.subject.rsplit(' ').next().map(str::to_string)
+                decide::topo_bdf(f).map(str::to_string)
             }
             _ => f
                 .evidence

@@ -145,7 +145,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "SNAPSHOT")]
     pub root: Option<PathBuf>,
     /// Output format: table and json (every command), nccl-xml (topo), prom (check, gids,
-    /// links, qos, sweep); a command refuses the others by name.
+    /// links, qos, nccl-env, sweep); a command refuses the others by name.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Log progress to stderr (repeat for more).
@@ -179,7 +179,7 @@ pub enum Format {
     Json,
     /// NCCL topology XML (topo only), usable as NCCL_TOPO_FILE.
     NcclXml,
-    /// Prometheus text exposition (check, gids, links, qos, sweep), for node_exporter's
+    /// Prometheus text exposition (check, gids, links, qos, nccl-env, sweep), for node_exporter's
     /// textfile collector.
     Prom,
 }

@@ -72,13 +72,23 @@ JSON DATA (fabprobe.nccl-env)
    \"topo_file\": {\"path\", \"from_env\", \"exists\"}}";
 
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-env", &[Format::Table, Format::Json])?;
+    let fmt = g.require_format("nccl-env", &[Format::Table, Format::Json, Format::Prom])?;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let report = nccl_env::probe(&host, &nccl);
     let findings = nccl_env::findings(&host, &report);
     let text = match fmt {
         Format::Json => Envelope::new("nccl-env", HostInfo::of(&host), &report, &findings).to_json(),
+        // The verdict and its findings, and the devices the settings were judged against.
+        Format::Prom => {
+            let gpus = nccl_env::gpu_count(&host);
+            super::out::findings_prom("nccl_env", &findings)
+                + &crate::render::devices_prom(
+                    "nccl_env",
+                    "",
+                    &[("gpu", Some(gpus)), ("rdma_port", Some(report.ib.ports.len()))],
+                )
+        }
         _ => crate::render::nccl_env::table(&report, &findings),
     };
     emit(&text)?;

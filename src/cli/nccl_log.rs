@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit};
-use crate::nccl_log::{Analyzer, flight};
+use super::{emit, Format, GlobalArgs, Hinted, Outcome, UsageError};
+use crate::nccl_log::{flight, Analyzer};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
@@ -153,9 +153,14 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     let mut an = Analyzer::new();
     // Flight-recorder dumps among the inputs, told apart by their first bytes (issue 43).
     let mut job = flight::Job::new();
+    // Dumps, decoded after the logs on several threads (merged in this order).
+    let mut dumps: Vec<(Dump, flight::Kind)> = Vec::new();
     for p in &a.inputs {
         if p.as_os_str() == "-" {
-            read_input(&mut an, &mut job, "-", std::io::stdin().lock()).map_err(|e| cannot("read", p, e))?;
+            let mut dumped = None;
+            read_input(&mut an, &mut dumped, "-", std::io::stdin().lock())
+                .map_err(|e| cannot("read", p, e))?;
+            dumps.extend(dumped.map(|(k, b)| (Dump::Stdin(b), k)));
             continue;
         }
         let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
@@ -178,15 +183,26 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
             for f in files {
                 g.log(1, format!("reading {}", f.display()));
                 let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                read_input(&mut an, &mut job, &f.display().to_string(), fh)
-                    .map_err(|e| cannot("read", &f, e))?;
+                let kind =
+                    read_log(&mut an, &f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
+                dumps.extend(kind.map(|k| (Dump::File(f), k)));
             }
         } else {
             g.log(1, format!("reading {}", p.display()));
             let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
-            read_input(&mut an, &mut job, &p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
+            let kind = read_log(&mut an, &p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
+            dumps.extend(kind.map(|k| (Dump::File(p.clone()), k)));
         }
     }
+    flight::read_all(&mut job, dumps.len(), flight::digest::threads(), |i| {
+        Ok::<_, anyhow::Error>(match &dumps[i] {
+            (Dump::Stdin(bytes), kind) => flight::digest::digest("-", *kind, bytes),
+            (Dump::File(f), kind) => {
+                let bytes = std::fs::read(f).map_err(|e| cannot("read", f, e))?;
+                flight::digest::digest(&f.display().to_string(), *kind, &bytes)
+            }
+        })
+    })?;
     let mut report = an.finish();
     let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
     let findings = crate::render::nccl_log::findings(&report);
@@ -221,12 +237,17 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::from_findings(&findings))
 }
 
-/// One input: a flight-recorder dump (by its first bytes) goes to the job's dumps, anything
-/// else to the log reader. A dump that cannot be decoded is named and skipped (the error is
-/// kept in the job), never fatal to the rest.
+/// A flight-recorder dump among the inputs, read whole when its turn comes (stdin's at once).
+enum Dump {
+    File(PathBuf),
+    Stdin(Vec<u8>),
+}
+
+/// Standard input: a flight-recorder dump (by its first bytes) is left in `dumped` with its
+/// bytes, anything else goes to the log reader.
 fn read_input<R: std::io::Read>(
     an: &mut Analyzer,
-    job: &mut flight::Job,
+    dumped: &mut Option<(flight::Kind, Vec<u8>)>,
     name: &str,
     mut r: R,
 ) -> std::io::Result<()> {
@@ -235,10 +256,26 @@ fn read_input<R: std::io::Read>(
     match flight::sniff(&head) {
         Some(kind) => {
             r.read_to_end(&mut head)?;
-            // The job keeps the error (job.unreadable): it is reported, not fatal.
-            let _ = job.add(name, kind, &head);
+            *dumped = Some((kind, head));
             Ok(())
         }
         None => an.read(name, std::io::Cursor::new(head).chain(r)),
+    }
+}
+
+/// A file: a log is read now; a flight-recorder dump (by its first bytes) is only
+/// recognised, its kind returned for [`flight::read_all`] to decode later. A dump that
+/// cannot be decoded is named and skipped there (the error is kept in the job), never
+/// fatal to the rest.
+fn read_log<R: std::io::Read>(
+    an: &mut Analyzer,
+    name: &str,
+    mut r: R,
+) -> std::io::Result<Option<flight::Kind>> {
+    let mut head = Vec::with_capacity(4096);
+    (&mut r).take(4096).read_to_end(&mut head)?;
+    match flight::sniff(&head) {
+        Some(kind) => Ok(Some(kind)),
+        None => an.read(name, std::io::Cursor::new(head).chain(r)).map(|()| None),
     }
 }

@@ -109,7 +109,7 @@ fn style(l: Layout, o: &Options) -> ProgressStyle {
     let template = match l {
         Layout::Plain => "{msg}, {elapsed} elapsed".to_string(),
         Layout::Scan => format!(
-            "{{msg}}, {{elapsed}} elapsed (budget {:.0}s after the first order)",
+            "{{msg}}, {{elapsed}} elapsed (scan budget {:.0}s)",
             o.scan.as_ref().map(|x| x.budget_s).unwrap_or(0.0)
         ),
         Layout::Estimated => {
@@ -312,7 +312,7 @@ mod tests {
         let s = snap(LiveStatus::SWEEP);
         for (lay, tail) in [
             (Layout::Plain, "elapsed"),
-            (Layout::Scan, "elapsed (budget 0s after the first order)"),
+            (Layout::Scan, "elapsed (scan budget 0s)"),
             (Layout::Estimated, "B/s reduced"),
         ] {
             let screen = Screen::default();

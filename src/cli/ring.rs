@@ -102,8 +102,10 @@ pub struct RingArgs {
     /// --scan).
     #[arg(long)]
     pub no_scan: bool,
-    /// Time budget of the link scan in seconds (at least two ring orders run whatever it
-    /// says, so that a node can be told from a link).
+    /// Time budget of the whole link scan in seconds, confirmation included: an order starts
+    /// only when it fits. The minimum runs whatever it says: two ring orders (so that a node
+    /// can be told from a link) and, when there are suspects, 4 orders that confirm them.
+    /// Links it leaves unmeasured are listed (scan.unmeasured).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub scan_time: f64,
     /// Bytes each scan sample moves over a link.
@@ -178,7 +180,16 @@ LINK SCAN AND VERDICTS
   (the spread of the links and of each link's own samples). Confirm before blame: after
   the plan, a suspect is measured again, first with new partners (a shift the plan did not
   run), then on new connections (new source ports, so a hashed path changes), with a link's
-  own order re-run; at most 6 orders more, each as long as a plan order (scan.confirm_s).
+  own order re-run; the suspects that re-run reproduced get the new connections first, each
+  suspect's whole; at most 8 orders more (scan.confirm_s). The plan is sized by a plan
+  order's typical time (its wall time less its slowest link's excess over the median link,
+  the median over the orders run: one slow link or one rank's hiccup does not cut it), and
+  --scan-time bounds the whole scan: an order (plan or confirmation) starts only when the
+  time so far plus what it is expected to take fits, past the minimum (two plan orders, 4
+  of confirmation). Links the scan did not measure are listed beside the verdict (NOT
+  MEASURED, with why: the budget ended the plan, or no sample arrived) and a healthy line
+  says how many of the links it covers (`28 of 30 links measured`); confirmation orders the
+  budget left out are said too (NOT CONFIRMED).
   Slowness that follows the node is its egress or ingress, one that follows the pair on
   every new connection is the link, one that moves with the connection is a slow_path
   (ECMP or uplink congestion: switch-side next steps, not the cable); a suspect that does
@@ -351,7 +362,13 @@ JSON DATA (fabprobe.ring)
               unconfirmed[] (suspects new connections did not confirm: evidence unconfirmed
               true, action investigate; not in verdicts[]), confirm_s (seconds of the orders
               after the plan), cleared_by_recheck[] (first-pass verdicts the re-measurement did
-              not keep)}, or null; scan.links[].line_rate_gbs is the expected rate the link is
+              not keep), typical_order_s (what a plan order takes less its slowest link's
+              excess, the median over the plan: what sized the plan; null before any order),
+              links_total (the world's directed links, n(n-1)), unmeasured[] {from_rank,
+              to_rank, from_host, to_host, reason: budget (--scan-time ended the plan before
+              its order) | no_samples (its order ran, its receiver reported no sample)} (no
+              verdict on them, either way), confirm_cut_orders (confirmation orders the budget
+              left out: the suspects they would have measured stay unconfirmed)}, or null; scan.links[].line_rate_gbs is the expected rate the link is
               judged against, scan.line_rate_gbs each rank's active rate
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
              (errors, retransmissions, pauses, CNPs) that moved on each rank's data NIC
@@ -404,7 +421,8 @@ fn switch_port(
     netdev: &str,
     a: &RingArgs,
 ) -> Option<crate::ring::model::Neighbor> {
-    let l = crate::ring::portfacts::learn_neighbor(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
+    let l =
+        crate::ring::portfacts::learn_neighbor(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
     match &l.neighbor {
         Some(n) => g.log(
             1,

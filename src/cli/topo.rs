@@ -140,7 +140,10 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
             (r, HostInfo::of(&host))
         }
     };
-    let findings = topo::judge(&report);
+    // The one cause model `check` uses: one finding per cause, ranked as `check` ranks them,
+    // so both name the same worst cause for one report.
+    let mut findings = crate::check::decide::causes(topo::judge(&report));
+    crate::check::decide::rank(&mut findings);
     let text = match fmt {
         Format::Json => Envelope::new("topo", host_info, &report, &findings).to_json(),
         Format::NcclXml => crate::render::topo::nccl_xml(&report),

@@ -831,6 +831,38 @@ pub struct Verdict {
     pub errno: Option<i64>,
 }
 
+impl Verdict {
+    /// A verdict of this cause and severity, every other field empty: callers fill what
+    /// they know (`Verdict { rank, line, ..Verdict::new(cause, severity) }`).
+    pub fn new(cause: &str, severity: VerdictSeverity) -> Verdict {
+        Verdict {
+            cause: cause.to_string(),
+            severity,
+            host: None,
+            rank: None,
+            ranks: Vec::new(),
+            device: None,
+            peer: None,
+            local_gid: None,
+            remote_gid: None,
+            status: None,
+            vendor_err: None,
+            file: String::new(),
+            line_no: 0,
+            line: String::new(),
+            meaning: String::new(),
+            next: String::new(),
+            seq: None,
+            op: None,
+            suspects: Vec::new(),
+            knock_ons: 0,
+            explains: Vec::new(),
+            nccl_result: None,
+            errno: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Report {
     pub summary: Summary,

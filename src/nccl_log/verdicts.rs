@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::VerdictSeverity as Severity;
 use super::causes::{self, Rank, Read, Scope};
+use super::VerdictSeverity as Severity;
 use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
 
 /// A fail of its own (the registry's root causes, and the generic return codes), as opposed
@@ -115,29 +115,10 @@ impl Ctx<'_> {
 fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
     let (meaning, next) = causes::explain(cause, None);
     Verdict {
-        cause: cause.into(),
-        severity,
-        host: None,
-        rank: None,
-        ranks: Vec::new(),
-        device: None,
-        peer: None,
-        local_gid: None,
-        remote_gid: None,
-        status: None,
-        vendor_err: None,
-        file: String::new(),
-        line_no: 0,
         line,
         meaning: meaning.into(),
         next: next.into(),
-        seq: None,
-        op: None,
-        suspects: Vec::new(),
-        knock_ons: 0,
-        explains: Vec::new(),
-        nccl_result: None,
-        errno: None,
+        ..Verdict::new(cause, severity)
     }
 }
 
@@ -151,11 +132,8 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
     };
     let (meaning, next) = causes::explain(s.cause, variant);
     Verdict {
-        cause: s.cause.to_string(),
-        severity,
         host: ctx.host_of(s),
         rank: ctx.rank_of(s),
-        ranks: Vec::new(),
         device: ctx.device_of(s),
         peer: ctx.peer_of(s),
         local_gid: s.local_gid.clone(),
@@ -169,9 +147,6 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
         next: next.to_string(),
         seq: s.seq,
         op: s.op.clone(),
-        suspects: Vec::new(),
-        knock_ons: 0,
-        explains: Vec::new(),
         nccl_result: s
             .result
             .or_else(|| {
@@ -185,6 +160,7 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
                 None => format!("code {c}"),
             }),
         errno: s.errno,
+        ..Verdict::new(s.cause, severity)
     }
 }
 
@@ -527,7 +503,7 @@ fn gdr_one_direction(a: &Analyzer) -> Vec<Verdict> {
 /// Loopback and virtual interfaces (container, VM and CNI bridges, veths, overlays) NCCL
 /// bootstrapped or connected over: one verdict per host and interface.
 fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
-    use super::ifaces::{Kind, classify};
+    use super::ifaces::{classify, Kind};
     let mut out: Vec<Verdict> = Vec::new();
     for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
         for i in ifs {

@@ -325,7 +325,7 @@ fn gpu_findings(r: &FabricReport, out: &mut Vec<Finding>) {
     for (k, v) in groups {
         let labels: Vec<&str> = v.iter().map(|g| g.label.as_str()).collect();
         let subject = match v.as_slice() {
-            [one] => format!("{} {}", one.label, one.pci_bus_id),
+            [one] => one.label.clone(),
             _ => labels.join(","),
         };
         let state = k.state.as_deref().unwrap_or("");

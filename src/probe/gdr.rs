@@ -954,7 +954,8 @@ fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
             false => f
                 .evidence("nearer_nics_not_opened", nearer.join(" "))
                 .fix(format!(
-                    "NCCL does not open the nearer NIC(s) {} (a port not ACTIVE, or left out of NCCL_IB_HCA): bring the port up (`fabprobe links`) or name it in NCCL_IB_HCA",
+                    "NCCL does not open the nearer {} {} (a port not ACTIVE, or left out of NCCL_IB_HCA): bring the port up (`fabprobe links`) or name it in NCCL_IB_HCA",
+                    if nearer.len() == 1 { "NIC" } else { "NICs" },
                     nearer.join(", ")
                 )),
         };

@@ -524,6 +524,13 @@ pub enum Judge {
 /// order the findings are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["nccl_env.nothing_to_judge"],
+        severity: "unknown",
+        about: "neither an NVIDIA GPU nor an RDMA port showed up (drivers not loaded?): the \
+                NCCL settings had nothing to be judged against, NOT EVALUATED (exit 3)",
+        judge: Judge::Report(nccl_env_nothing),
+    },
+    Rule {
         ids: &["nccl_env.conf_file_unreadable"],
         severity: "warn",
         about: "NCCL_CONF_FILE names a missing or unreadable file",
@@ -666,6 +673,21 @@ fn report_judge(j: &Judge) -> Option<fn(&Env, &mut Vec<Finding>)> {
     match j {
         Judge::Report(j) => Some(*j),
         Judge::Setting(_) => None,
+    }
+}
+
+/// The GPUs NCCL would see here (NVML's, else the PCI tree's), as `topo` counts them.
+pub fn gpu_count(host: &Host) -> usize {
+    topo::probe(host).gpus.len()
+}
+
+fn nccl_env_nothing(x: &Env, f: &mut Vec<Finding>) {
+    if x.r.ib.ports.is_empty() && gpu_count(x.host) == 0 {
+        f.push(crate::finding::nothing_to_judge(
+            "nccl_env",
+            "host",
+            "nothing to judge: no NVIDIA GPU and no RDMA port showed up (is a driver not loaded?)",
+        ));
     }
 }
 

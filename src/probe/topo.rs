@@ -46,6 +46,18 @@ pub struct TopoReport {
     /// NVSwitches whose GPUs report no fabric (and from an NCCL topology file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<super::fabric::FabricReport>,
+    /// NVIDIA GPUs the PCI tree shows and NVML does not list (fallen off the bus, or the
+    /// driver lost them): named by their bus ID, left out of `gpus` and the matrices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_not_in_nvml: Vec<GpuNotInNvml>,
+}
+
+/// A GPU seen in the PCI tree only: what sysfs still says of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuNotInNvml {
+    pub pci_bus_id: String,
+    /// `current_link_speed` as the kernel prints it (`Unknown` when LnkSta reads all ones).
+    pub current_link_speed: Option<String>,
 }
 
 /// Where a device sits in the PCI tree, and its PCI facts.
@@ -414,6 +426,10 @@ pub fn probe(host: &Host) -> TopoReport {
             Some(reason.clone()),
         ),
     };
+    let gpus_not_in_nvml = match &nvml_gpus {
+        Some(_) => gpus_missing_from(host, &gpu_list),
+        None => Vec::new(),
+    };
     let mut gpus = Vec::new();
     for (i, bdf) in gpu_list.iter().enumerate() {
         let ng = nvml_gpus.as_ref().and_then(|v| v.get(i));
@@ -422,7 +438,8 @@ pub fn probe(host: &Host) -> TopoReport {
             notes.push(format!("GPU {bdf}: {e}; its cells are N/A"));
         }
         gpus.push(TopoGpu {
-            label: format!("GPU{i}"),
+            // NVML's own index: a GPU NVML lost leaves a gap, the others keep their names.
+            label: format!("GPU{}", ng.map(|g| g.index).unwrap_or(i as u32)),
             index: ng.map(|g| g.index).unwrap_or(i as u32),
             pci_bus_id: bdf.clone(),
             name: ng.and_then(|g| g.name.clone()),
@@ -437,7 +454,10 @@ pub fn probe(host: &Host) -> TopoReport {
     }
     let nics = read_nics(host, &mut notes);
     let switches = read_switches(host, &gpus, &nics);
-    let gpu_ids: Vec<(String, String)> = gpus.iter().map(|g| (g.label.clone(), g.pci_bus_id.clone())).collect();
+    let gpu_ids: Vec<(String, String)> = gpus
+        .iter()
+        .map(|g| (g.label.clone(), g.pci_bus_id.clone()))
+        .collect();
     let fabric = super::fabric::probe(host, &gpu_ids);
     let mut r = TopoReport {
         source: if nvml_gpus.is_some() {
@@ -458,9 +478,28 @@ pub fn probe(host: &Host) -> TopoReport {
         nccl_matrix: Vec::new(),
         notes,
         fabric,
+        gpus_not_in_nvml,
     };
     finish(&mut r);
     r
+}
+
+/// The NVIDIA GPUs in the PCI tree that are not among NVML's (`listed`), with their link
+/// speed as sysfs reads it.
+fn gpus_missing_from(host: &Host, listed: &[String]) -> Vec<GpuNotInNvml> {
+    // Not being able to list the PCI tree is said by the sysfs fallback, not here.
+    let mut ignored = Vec::new();
+    find_gpus_in_sysfs(host, &mut ignored)
+        .into_iter()
+        .filter(|b| !listed.contains(b))
+        .map(|bdf| GpuNotInNvml {
+            current_link_speed: host
+                .attr(format!("/sys/bus/pci/devices/{bdf}/current_link_speed"))
+                .value()
+                .map(|v| v.trim().to_string()),
+            pci_bus_id: bdf,
+        })
+        .collect()
 }
 
 /// Identity and link of every switch node above the devices.
@@ -743,7 +782,7 @@ pub enum Judge {
 
 /// A GPU or NIC as the device rules see it.
 pub struct Dev<'a> {
-    /// `GPU0 0000:18:00.0`, `NIC0 (mlx5_0) 0000:17:00.0`.
+    /// `GPU0`, `mlx5_0` (the PCI address is the finding's `pci_bdf`).
     pub subject: String,
     pub bdf: String,
     pub p: &'a PciPlace,
@@ -769,6 +808,13 @@ pub static RULES: &[Rule<Judge>] = &[
         severity: "warn",
         about: "numa_node is -1 on a host with several (or unknown) NUMA nodes",
         judge: Judge::Device(numa_node_unknown),
+    },
+    Rule {
+        ids: &["topo.gpu_not_in_nvml"],
+        severity: "fail",
+        about: "an NVIDIA GPU in the PCI tree that NVML does not list (fallen off the bus, \
+                Xid 79, or lost by the driver), named by its PCI bus ID",
+        judge: Judge::Report(gpu_not_in_nvml),
     },
     Rule {
         ids: &["topo.pcie_width_degraded"],
@@ -823,24 +869,58 @@ fn topo_nothing(r: &TopoReport, out: &mut Vec<Finding>) {
     }
 }
 
+fn gpu_not_in_nvml(r: &TopoReport, out: &mut Vec<Finding>) {
+    for g in &r.gpus_not_in_nvml {
+        // LnkSta reads all ones from a device that left the bus: the kernel prints Unknown.
+        let gone = g.current_link_speed.as_deref() == Some("Unknown");
+        let why = match gone {
+            true => "its PCIe link speed reads Unknown (config space reads all ones): it fell off the bus",
+            false => "the driver does not list it",
+        };
+        out.push(
+            Finding::new(
+                "topo.gpu_not_in_nvml",
+                Severity::Fail,
+                &g.pci_bus_id,
+                format!(
+                    "the NVIDIA GPU at {} is in the PCI tree but NVML does not list it: {why}; NCCL and CUDA cannot use it",
+                    g.pci_bus_id
+                ),
+            )
+            .evidence("pci_bus_id", g.pci_bus_id.as_str())
+            .evidence("current_link_speed", g.current_link_speed.as_deref().unwrap_or("unreadable"))
+            .fix(format!(
+                "look for Xid 79/74 in `dmesg | grep -i xid` and ask `nvidia-smi -q -i {}`; a GPU that fell off the bus needs a reboot (a reseat or RMA if it recurs)",
+                g.pci_bus_id
+            )),
+        );
+    }
+}
+
 /// Judge the topology by [`RULES`].
 pub fn judge(r: &TopoReport) -> Vec<Finding> {
     let mut out = Vec::new();
-    let devices = r.gpus.iter().map(|g| (g.label.clone(), &g.pci, false)).chain(
-        r.nics
-            .iter()
-            .map(|n| (format!("{} ({})", n.label, n.ibdev), &n.pci, true)),
-    );
+    // The one spelling of a device (finding::spell): a GPU by its label (NVML's index), a
+    // NIC by its kernel name; the PCI address goes in the evidence.
+    let devices = r
+        .gpus
+        .iter()
+        .map(|g| (g.label.clone(), &g.pci, false))
+        .chain(r.nics.iter().map(|n| (n.ibdev.clone(), &n.pci, true)));
     for (name, p, is_nic) in devices {
         let bdf = p.pci_bus_id.clone().unwrap_or_default();
         let x = Dev {
-            subject: format!("{name} {bdf}"),
-            bdf,
+            subject: name,
+            bdf: bdf.clone(),
             p,
             is_nic,
             numa_nodes: r.numa_nodes.len(),
         };
+        let from = out.len();
         judge_each(RULES, device_judge, &x, &mut out);
+        for f in out[from..].iter_mut().filter(|_| !bdf.is_empty()) {
+            f.evidence.insert("pci_bdf".into(), bdf.clone().into());
+        }
     }
     judge_each(RULES, report_judge, r, &mut out);
     out
@@ -965,11 +1045,12 @@ fn gpu_nic_sys(r: &TopoReport, out: &mut Vec<Finding>) {
                     Finding::new(
                         "topo.gpu_nic_sys",
                         Severity::Warn,
-                        format!("{} {}", g.label, g.pci_bus_id),
+                        &g.label,
                         "every RDMA NIC is across the CPU interconnect (SYS): GPUDirect RDMA is off by \
                          default (NCCL_NET_GDR_LEVEL=PXB) and traffic crosses sockets",
                     )
                     .evidence("nearest_nic_path", "SYS")
+                    .evidence("pci_bdf", g.pci_bus_id.as_str())
                     .fix("place a NIC under the same CPU socket as this GPU, or check numa_node of GPU and NICs"),
                 );
             }
@@ -1240,6 +1321,7 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
                 .into(),
         ],
         fabric: None,
+        gpus_not_in_nvml: Vec::new(),
     };
     finish(&mut r);
     r

@@ -173,6 +173,10 @@ fn verdicts(o: &mut String, r: &RingReport) {
     for v in scans(r).flat_map(|s| &s.unconfirmed) {
         line(wrapped(text::wrap("", &v.message, 2)));
     }
+    // What the scan did not measure has no verdict either way: said beside the verdict.
+    for s in coverage_lines(r) {
+        line(wrapped(text::wrap("", &s, 2)));
+    }
     if r.verdicts.is_empty() {
         line(wrapped(text::wrap("", &outcome(r, not_judged.len()), 2)));
     }
@@ -242,6 +246,16 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
             text::rate(g)
         ));
     }
+    // A pass covers only the links measured: how many of how many, always.
+    let (measured, total) = scans.iter().fold((0, 0), |(m, t), s| {
+        (
+            m + s.links_total.saturating_sub(s.unmeasured.len()),
+            t + s.links_total,
+        )
+    });
+    if total > 0 {
+        parts.push(format!("{measured} of {total} links measured"));
+    }
     let said = match not_judged {
         0 => format!("no slow link, no hang: {}", parts.join(", ")),
         n => format!(
@@ -256,6 +270,60 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
         false => format!("{said}; NOT TESTED: {}", untested.join("; ")),
     }
 }
+
+/// The links each scan did not measure, grouped by why, and the confirmation the budget
+/// left out: one line each (none when the scan measured every link and confirmed all).
+fn coverage_lines(r: &RingReport) -> Vec<String> {
+    let single = r.scan.iter().map(|s| (None, s));
+    let rails = r
+        .rails
+        .iter()
+        .filter_map(|x| x.scan.as_ref().map(|s| (Some(x.rail), s)));
+    let mut out = Vec::new();
+    for (rail, sc) in single.chain(rails) {
+        let on = rail.map(|k| format!(" on rail {k}")).unwrap_or_default();
+        for (reason, why) in [
+            (
+                "budget",
+                format!("--scan-time {} s ended the plan before their orders", sc.budget_s),
+            ),
+            (
+                "no_samples",
+                "their order ran but the receiver reported no sample of them".to_string(),
+            ),
+        ] {
+            let links: Vec<String> = sc
+                .unmeasured
+                .iter()
+                .filter(|u| u.reason == reason)
+                .map(|u| format!("{} -> {}", rank_label(r, u.from_rank), rank_label(r, u.to_rank)))
+                .collect();
+            if links.is_empty() {
+                continue;
+            }
+            let more = match links.len().saturating_sub(UNMEASURED_SHOWN) {
+                0 => String::new(),
+                k => format!(" and {k} more (scan.unmeasured)"),
+            };
+            out.push(format!(
+                "NOT MEASURED{on}: {} of {} links, no verdict on them ({why}): {}{more}",
+                links.len(),
+                sc.links_total,
+                links[..links.len().min(UNMEASURED_SHOWN)].join(", ")
+            ));
+        }
+        if sc.confirm_cut_orders > 0 {
+            out.push(format!(
+                "NOT CONFIRMED{on}: --scan-time {} s left out {} confirmation order(s); the suspects they would have measured are UNCONFIRMED",
+                sc.budget_s, sc.confirm_cut_orders
+            ));
+        }
+    }
+    out
+}
+
+/// Unmeasured links named in the text report per reason; JSON has them all.
+const UNMEASURED_SHOWN: usize = 6;
 
 /// The run's scans: the single-rail one and each rail's.
 fn scans(r: &RingReport) -> impl Iterator<Item = &ScanReport> {
@@ -672,13 +740,15 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32, width: 
         .map(|o| format!("{}{}", o.name, if o.recheck { " (re-check)" } else { "" }))
         .collect();
     line(format!(
-        "# Link scan: {} order(s) [{}], {} x {} B per link and order, {:.1} s; median link {}",
+        "# Link scan: {} order(s) [{}], {} x {} B per link and order, {:.1} s; median link {}; {} of {} links measured",
         sc.orders.len(),
         names.join(", "),
         sc.reps,
         sc.bytes,
         sc.seconds,
-        sc.median_gbs.map(text::rate).unwrap_or_else(|| "N/A".into())
+        sc.median_gbs.map(text::rate).unwrap_or_else(|| "N/A".into()),
+        sc.links_total.saturating_sub(sc.unmeasured.len()),
+        sc.links_total
     ));
     if !sc.line_rate_gbs.is_empty() {
         let rates: Vec<String> = sc
@@ -927,7 +997,11 @@ mod tests {
         r.options.sweep = true;
         let rail = |rail: u32, not_tested: Option<&str>| RailReport {
             rail,
-            nodes: if not_tested.is_some() { vec![3] } else { vec![0, 1, 2, 3] },
+            nodes: if not_tested.is_some() {
+                vec![3]
+            } else {
+                vec![0, 1, 2, 3]
+            },
             transport: "tcp".into(),
             results: Vec::new(),
             avg_busbw_gbs: None,
@@ -951,7 +1025,7 @@ mod tests {
     /// A scan of 4 ranks in two orders (shift 1 and 2): 8 of the 12 directed links, the
     /// link `slow` (if any) at 30% of the others and marked as a verdict names it.
     fn scan(slow: Option<(u32, u32)>) -> crate::ring::diagnosis::driver::ScanReport {
-        use crate::ring::diagnosis::driver::{OrderRun, ScanLink, ScanReport};
+        use crate::ring::diagnosis::driver::{OrderRun, ScanLink, ScanReport, Unmeasured};
         let link = |f: u32, t: u32| {
             let is_slow = slow == Some((f, t));
             ScanLink {
@@ -991,6 +1065,19 @@ mod tests {
             not_judged: vec![],
             unconfirmed: vec![],
             confirm_s: 0.0,
+            typical_order_s: Some(0.4),
+            links_total: 12,
+            // Shift 3's links: the budget ended the plan before it.
+            unmeasured: (0..4)
+                .map(|f| Unmeasured {
+                    from_rank: f,
+                    to_rank: (f + 3) % 4,
+                    from_host: format!("node-{}", (b'a' + f as u8) as char),
+                    to_host: format!("node-{}", (b'a' + ((f + 3) % 4) as u8) as char),
+                    reason: "budget",
+                })
+                .collect(),
+            confirm_cut_orders: 0,
             verdicts: vec![],
             cleared_by_recheck: vec![],
         }
@@ -1056,13 +1143,28 @@ mod tests {
         let mut r = report();
         r.scan = Some(scan(None));
         let t = table(&r);
-        let first = t.lines().next().unwrap();
+        let lines: Vec<&str> = t.lines().take(2).collect();
+        // The links the budget left out first, then a pass that says what it covers.
         assert_eq!(
-            first,
-            "no slow link, no hang: 4 ranks over tcp, 2 size(s), avg busbw 0.12 GB/s, scan median link 0.12 GB/s, \
-             slowest link rank 3 (node-d) -> rank 0 (node-a) 0.12 GB/s",
+            lines,
+            [
+                "NOT MEASURED: 4 of 12 links, no verdict on them (--scan-time 3 s ended the plan before their \
+                 orders): rank 0 (node-a) -> rank 3 (node-d), rank 1 (node-b) -> rank 0 (node-a), rank 2 (node-c) \
+                 -> rank 1 (node-b), rank 3 (node-d) -> rank 2 (node-c)",
+                "no slow link, no hang: 4 ranks over tcp, 2 size(s), avg busbw 0.12 GB/s, scan median link 0.12 \
+                 GB/s, slowest link rank 3 (node-d) -> rank 0 (node-a) 0.12 GB/s, 8 of 12 links measured"
+            ],
             "{t}"
         );
+        // Every link measured: no NOT MEASURED line, and the pass says 12 of 12.
+        let mut all = scan(None);
+        all.unmeasured.clear();
+        r.scan = Some(all);
+        let t = table(&r);
+        assert!(t.lines().next().unwrap().ends_with(", 12 of 12 links measured"), "{t}");
+        assert!(!t.contains("NOT MEASURED"), "{t}");
+        r.scan = Some(scan(None));
+        let t = table(&r);
         let row = t
             .lines()
             .find(|l| l.starts_with("   2 node-c"))
@@ -1100,8 +1202,10 @@ mod tests {
             lines[1].starts_with("  next: see what else runs on node-d"),
             "{t}"
         );
+        assert!(lines[2].starts_with("NOT MEASURED: 4 of 12 links"), "{t}");
+        let last = t.lines().nth(3).unwrap();
         assert!(
-            lines[2].starts_with("no hang; 1 slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: 4 ranks"),
+            last.starts_with("no hang; 1 slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: 4 ranks"),
             "{t}"
         );
         assert!(!t.contains("no slow link"), "{t}");

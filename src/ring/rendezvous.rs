@@ -14,8 +14,8 @@ use thiserror::Error;
 use crate::ring::diagnosis::watchdog;
 use crate::ring::gate;
 use crate::ring::model::{AbortFlag, REASON_NAMES, Rank, RankInfo, Verdict, bounded_list};
-use crate::text::printable;
 use crate::ring::wire::{self, Hello, Msg, WireError};
+use crate::text::printable;
 
 /// How often ranks and the coordinator tell each other they are alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -501,6 +501,10 @@ pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32
     Ok(())
 }
 
+/// How far past its timeout a read of the control connection must come back before this
+/// rank counts itself as not having run (a loaded host's scheduling delay stays below it).
+const OWN_LATE: Duration = Duration::from_secs(1);
+
 /// Reads what the coordinator sends during the run; raises the abort flag when it says so,
 /// and with the `coordinator_lost` verdict when its connection closes or goes silent (it
 /// pings every [`HEARTBEAT`]) for [`silence`].
@@ -517,8 +521,16 @@ fn spawn_reader(
     let start = Instant::now();
     thread::spawn(move || {
         let mut last_heard = Instant::now();
+        // The last read that came back past its timeout by OWN_LATE or more (this process did
+        // not run meanwhile): when, and by how much.
+        let mut own_late: Option<(Instant, Duration)> = None;
         loop {
+            let asked = Instant::now();
             let got = wire::read_msg(&mut s);
+            let late = asked.elapsed().saturating_sub(quiet);
+            if late >= OWN_LATE {
+                own_late = Some((Instant::now(), late));
+            }
             if got.is_ok() {
                 last_heard = Instant::now();
             }
@@ -552,13 +564,19 @@ fn spawn_reader(
                             reset: true,
                         },
                     };
-                    let v = watchdog::coordinator_lost(
+                    // A close or silence found within one silence deadline of this rank's
+                    // own stall is what the coordinator did about that stall.
+                    let stalled = own_late
+                        .filter(|(at, _)| at.elapsed() <= quiet)
+                        .map(|(_, late)| late.as_millis() as u64);
+                    let v = watchdog::coordinator_lost_or_own_stall(
                         &me,
                         &coordinator,
                         control,
                         ms(last_heard),
                         now,
                         quiet.as_millis() as u64 - 1,
+                        stalled,
                     );
                     let msg = match v {
                         Some(v) => verdict_line(&v),

@@ -8,6 +8,7 @@
 //! read (per group its last collective and P2P op; per sequence number the distinct calls,
 //! with a capped sample of the ranks that made each).
 
+pub mod digest;
 pub mod judge;
 pub mod parse;
 
@@ -16,8 +17,9 @@ use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
 
-pub use parse::{DumpError, Kind, sniff};
-use parse::{RawDump, RawEntry};
+pub use digest::{read_all, Digest};
+use parse::RawEntry;
+pub use parse::{sniff, DumpError, Kind};
 
 /// Ranks kept per distinct call at one sequence number (the count is always whole).
 const RANK_SAMPLE: usize = 64;
@@ -27,7 +29,7 @@ const MAX_CALLS_PER_SEQ: usize = 16;
 /// An entry's state as the recorder kept it. Gloo's recorder leaves every entry
 /// `scheduled` (it does not track completion), so completion is judged only for a rank
 /// whose dump shows the state moving ([`RankDump::tracks_completion`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Scheduled,
@@ -198,7 +200,7 @@ struct SeqCall {
     ranks: Vec<u32>,
 }
 
-/// The job's dumps, read one at a time.
+/// The job's dumps, merged one at a time in input order (decoded on any thread).
 #[derive(Default)]
 pub struct Job {
     dumps: BTreeMap<u32, RankDump>,
@@ -206,7 +208,8 @@ pub struct Job {
     config: BTreeMap<String, (String, Vec<u32>)>,
     /// Group name -> description, from the entries.
     descs: BTreeMap<String, String>,
-    seqs: HashMap<(String, u64), SeqCalls>,
+    /// Group -> sequence number -> the distinct calls made there.
+    seqs: HashMap<String, HashMap<u64, SeqCalls>>,
     /// Files that held a second dump for a rank already read.
     pub duplicates: Vec<String>,
     /// Ranks whose dump could not be read, with the error: not judged, never taken for dead.
@@ -228,83 +231,55 @@ impl Job {
     /// Read one dump (the bytes of a file [`sniff`] recognised). A bad dump is an error
     /// naming the file and field, and leaves the job as it was.
     pub fn add(&mut self, file: &str, kind: Kind, bytes: &[u8]) -> Result<(), DumpError> {
-        let rank = parse::rank_from_name(file).inspect_err(|e| self.unreadable_files.push(e.to_string()))?;
-        let raw = match parse::decode(file, kind, bytes) {
-            Ok(raw) => raw,
-            Err(e) => {
+        self.merge(digest::digest(file, kind, bytes))
+    }
+
+    /// Take in one dump's [`Digest`] (dumps merged in the order they were given). A dump
+    /// that could not be read is kept as such (named in the report, never taken for dead).
+    pub fn merge(&mut self, d: Digest) -> Result<(), DumpError> {
+        let b = match d {
+            Digest::NoRank(e) => {
+                self.unreadable_files.push(e.to_string());
+                return Err(e);
+            }
+            Digest::Unreadable(rank, e) => {
                 self.unreadable.entry(rank).or_insert_with(|| e.to_string());
                 return Err(e);
             }
+            Digest::Read(b) => *b,
         };
+        let rank = b.dump.rank;
         if self.dumps.contains_key(&rank) {
             // The same rank's pickle and JSON (or two dumps): the first read is kept.
-            self.duplicates.push(file.to_string());
+            self.duplicates.push(b.dump.file);
             return Ok(());
         }
-        let format = match kind {
-            Kind::Pickle => "pickle",
-            Kind::Json => "json",
-        };
-        self.digest(rank, file, format, raw);
+        for (name, desc, ranks) in b.config {
+            self.config.entry(name).or_insert((desc, ranks));
+        }
+        for (group, desc) in b.descs {
+            self.descs.entry(group).or_insert(desc);
+        }
+        // Merging is the one serial step: each distinct call's signature is taken once.
+        let sigs: Vec<u64> = b.calls.iter().map(Call::signature).collect();
+        for (seq, i) in b.seqs {
+            if let (Some(c), Some(&sig)) = (b.calls.get(i as usize), sigs.get(i as usize)) {
+                self.note_seq(rank, c, sig, seq);
+            }
+        }
+        self.dumps.insert(rank, b.dump);
         Ok(())
     }
 
-    fn digest(&mut self, rank: u32, file: &str, format: &'static str, raw: RawDump) {
-        let mut d = RankDump {
-            rank,
-            file: file.to_string(),
-            format,
-            version: raw.version.unwrap_or_default(),
-            entries: raw.entries.len(),
-            ..RankDump::default()
-        };
-        for (name, g) in raw.pg_config {
-            let ranks = g.ranks.unwrap_or_default();
-            self.config
-                .entry(name)
-                .or_insert((g.desc.unwrap_or_default(), ranks));
-        }
-        let calls: Vec<Call> = raw
-            .entries
-            .into_iter()
-            .filter_map(|e| call(e, &mut self.descs))
-            .collect();
-        for c in calls.iter().filter(|c| !c.p2p) {
-            self.note_seq(rank, c);
-        }
-        // Only the few calls kept are cloned: the newest per group (collective and P2P),
-        // the newest and the oldest of all.
-        let newer = |a: &Call, b: &Call| a.record_id >= b.record_id;
-        let mut last: BTreeMap<(&str, bool), &Call> = BTreeMap::new();
-        for c in &calls {
-            let slot = last.entry((c.group.as_str(), c.p2p)).or_insert(c);
-            if newer(c, *slot) {
-                *slot = c;
-            }
-            d.tracks_completion |= matches!(c.state, State::Started | State::Completed);
-        }
-        for ((group, p2p), c) in last {
-            let g = d.groups.entry(group.to_string()).or_default();
-            *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(c.clone());
-        }
-        d.last = calls
-            .iter()
-            .reduce(|a, b| if newer(b, a) { b } else { a })
-            .cloned();
-        d.oldest = calls
-            .iter()
-            .reduce(|a, b| if b.record_id < a.record_id { b } else { a })
-            .cloned();
-        // record_id counts every entry the rank recorded: an oldest kept above 0 means the
-        // ring dropped the ones before it.
-        d.wrapped = d.oldest.as_ref().is_some_and(|o| o.record_id > 0);
-        self.dumps.insert(rank, d);
-    }
-
     /// A collective's call at its (group, sequence number), beside the other ranks' calls.
-    fn note_seq(&mut self, rank: u32, c: &Call) {
-        let sig = c.signature();
-        let s = self.seqs.entry((c.group.clone(), c.seq)).or_default();
+    fn note_seq(&mut self, rank: u32, c: &Call, sig: u64, seq: u64) {
+        if !self.seqs.contains_key(&c.group) {
+            self.seqs.insert(c.group.clone(), HashMap::new());
+        }
+        let Some(by_seq) = self.seqs.get_mut(&c.group) else {
+            return;
+        };
+        let s = by_seq.entry(seq).or_default();
         if let Some(x) = s.calls.iter_mut().find(|x| x.sig == sig) {
             x.count += 1;
             if x.ranks.len() < RANK_SAMPLE {
@@ -313,7 +288,7 @@ impl Job {
         } else if s.calls.len() < MAX_CALLS_PER_SEQ {
             s.calls.push(SeqCall {
                 sig,
-                call: c.clone(),
+                call: Call { seq, ..c.clone() },
                 count: 1,
                 ranks: vec![rank],
             });
@@ -368,8 +343,8 @@ impl Job {
     /// and the ranks that made it (largest group first).
     fn first_disagreement(&self, group: &str) -> Option<(u64, Vec<(Call, u32, Vec<u32>)>, u32)> {
         let mut found: Option<(u64, &SeqCalls)> = None;
-        for ((g, seq), s) in &self.seqs {
-            if g == group && (s.calls.len() > 1 || s.more > 0) && found.is_none_or(|(f, _)| *seq < f) {
+        for (seq, s) in self.seqs.get(group).into_iter().flatten() {
+            if (s.calls.len() > 1 || s.more > 0) && found.is_none_or(|(f, _)| *seq < f) {
                 found = Some((*seq, s));
             }
         }
@@ -398,7 +373,10 @@ fn call(e: RawEntry, descs: &mut BTreeMap<String, String>) -> Option<Call> {
         None => e.pg_id?.to_string(),
     };
     let desc = pg.next().unwrap_or_default();
-    descs.entry(group.clone()).or_insert(desc);
+    // Looked up before inserting: the name is cloned once per group, not per entry.
+    if !descs.contains_key(&group) {
+        descs.insert(group.clone(), desc);
+    }
     let op = e.profiling_name.unwrap_or_default();
     let p2p = e.is_p2p.unwrap_or_else(|| {
         let k = op.split_once(':').map_or(op.as_str(), |(_, n)| n);
@@ -512,7 +490,10 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
     if !v.waiting.is_empty() {
         explains.insert(
             0,
-            format!("rank {} waited (timed out) on it", crate::text::rank_runs(&v.waiting)),
+            format!(
+                "rank {} waited (timed out) on it",
+                crate::text::rank_runs(&v.waiting)
+            ),
         );
     }
     explains.extend(v.log_says.iter().cloned());
@@ -522,19 +503,10 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
         .map(|c| format!("rank {}: {}", crate::text::rank_runs(&c.ranks), c.call))
         .collect();
     super::Verdict {
-        cause: v.cause.to_string(),
-        severity: v.severity,
         host: rank.and_then(|r| v.hosts.get(&r).cloned()),
         rank,
         ranks: v.ranks.iter().skip(1).copied().collect(),
-        device: None,
-        peer: None,
-        local_gid: None,
-        remote_gid: None,
-        status: None,
-        vendor_err: None,
         file: v.file.clone(),
-        line_no: 0,
         line: format!(
             "process group {}{}: {}",
             v.group,
@@ -549,10 +521,8 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
         next: v.next.clone(),
         seq: v.seq,
         op: v.op.clone(),
-        suspects: vec![],
         knock_ons: (v.waiting.len() + v.knock_ons.len()) as u64,
         explains,
-        nccl_result: None,
-        errno: None,
+        ..super::Verdict::new(v.cause, v.severity)
     }
 }

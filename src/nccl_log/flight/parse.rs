@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::Deserialize;
 
 /// Why a dump could not be read: the file and, where the decoder knows it, the field.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,9 @@ pub struct RawStatus {
     pub last_completed_collective: Option<i64>,
 }
 
-/// Decode a dump's bytes; an error names the file and the field path.
+/// Decode a dump's bytes; an error names the file and the field path. The bytes are decoded
+/// untracked (tracking every field's path costs more than the decoding); only a dump that
+/// fails is decoded again with tracking, to name the field.
 pub fn decode(file: &str, kind: Kind, bytes: &[u8]) -> Result<RawDump, DumpError> {
     let field = |path: String, why: String| DumpError::Field {
         file: file.to_string(),
@@ -145,18 +147,25 @@ pub fn decode(file: &str, kind: Kind, bytes: &[u8]) -> Result<RawDump, DumpError
         },
         why,
     };
-    let dump: RawDump = match kind {
-        Kind::Json => {
-            let mut de = serde_json::Deserializer::from_slice(bytes);
-            serde_path_to_error::deserialize(&mut de)
-                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
-        }
-        Kind::Pickle => {
-            let opts = serde_pickle::DeOptions::new().replace_unresolved_globals();
-            let mut de = serde_pickle::Deserializer::new(bytes, opts);
-            serde_path_to_error::deserialize(&mut de)
-                .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
-        }
+    let opts = || serde_pickle::DeOptions::new().replace_unresolved_globals();
+    let fast = match kind {
+        Kind::Json => RawDump::deserialize(&mut serde_json::Deserializer::from_slice(bytes)).ok(),
+        Kind::Pickle => RawDump::deserialize(&mut serde_pickle::Deserializer::new(bytes, opts())).ok(),
+    };
+    let dump: RawDump = match fast {
+        Some(d) => d,
+        None => match kind {
+            Kind::Json => {
+                let mut de = serde_json::Deserializer::from_slice(bytes);
+                serde_path_to_error::deserialize(&mut de)
+                    .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+            }
+            Kind::Pickle => {
+                let mut de = serde_pickle::Deserializer::new(bytes, opts());
+                serde_path_to_error::deserialize(&mut de)
+                    .map_err(|e| field(e.path().to_string(), e.inner().to_string()))?
+            }
+        },
     };
     match dump.version.as_deref() {
         None => Err(field("version".into(), "missing".into())),

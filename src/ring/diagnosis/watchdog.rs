@@ -44,9 +44,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use crate::ring::model::{CpuWait, Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
 #[cfg(test)]
 use crate::ring::model::Position;
+use crate::ring::model::{CpuWait, Phase, Rank, RankInfo, Verdict, VerdictKind, WaitReport};
 
 /// The coordinator's view of one control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -716,6 +716,23 @@ pub fn coordinator_lost(
     now_ms: u64,
     silence_ms: u64,
 ) -> Option<Verdict> {
+    coordinator_lost_or_own_stall(me, coordinator, control, last_heard_ms, now_ms, silence_ms, None)
+}
+
+/// [`coordinator_lost`], unless this rank was the one not running: `own_late_ms` is how much
+/// later than its timeout the reader's last read came back (a blocking read with a timeout
+/// returns late only when its process did not run: stopped, frozen, starved). Then the
+/// close or silence it found is the coordinator giving up on this rank, and the verdict is
+/// this rank's own stall (issue 45: a stalled rank's stderr said COORDINATOR LOST).
+pub fn coordinator_lost_or_own_stall(
+    me: &RankInfo,
+    coordinator: &str,
+    control: Control,
+    last_heard_ms: u64,
+    now_ms: u64,
+    silence_ms: u64,
+    own_late_ms: Option<u64>,
+) -> Option<Verdict> {
     let silent = now_ms.saturating_sub(last_heard_ms);
     let mut ev: BTreeMap<String, Value> = BTreeMap::new();
     ev.insert("coordinator".into(), json!(coordinator));
@@ -736,6 +753,9 @@ pub fn coordinator_lost(
         }
         _ => return None,
     };
+    if let Some(late) = own_late_ms {
+        return Some(own_stall(me, coordinator, &what, late, ev));
+    }
     Some(Verdict {
         rail: None,
         kind: VerdictKind::CoordinatorLost,
@@ -754,6 +774,40 @@ pub fn coordinator_lost(
              unreachable; then rerun"
         )),
     })
+}
+
+/// This rank's own stall, as it can know it: its reader came back `late_ms` past its
+/// timeout, then found `what` (the coordinator's close or silence).
+fn own_stall(
+    me: &RankInfo,
+    coordinator: &str,
+    what: &str,
+    late_ms: u64,
+    mut ev: BTreeMap<String, Value>,
+) -> Verdict {
+    ev.insert("own_late_ms".into(), json!(late_ms));
+    Verdict {
+        rail: None,
+        kind: VerdictKind::RankStalled,
+        from_rank: Some(me.rank),
+        to_rank: None,
+        from_host: Some(me.host.clone()),
+        to_host: None,
+        evidence: ev,
+        message: format!(
+            "RANK STALLED rank {} ({}), this rank: its process did not run for at least {} (its read of the \
+             control connection came back that much past its timeout: stopped, frozen or starved), and then {what}: \
+             the coordinator gave up on this rank, it was not lost; exiting",
+            me.shown(),
+            me.host,
+            secs(late_ms)
+        ),
+        next: Some(format!(
+            "find what stopped or starved this process on {} (a debugger, SIGSTOP, a frozen cgroup, \
+             /proc/pressure/cpu, dmesg); rank 0's output on the coordinator's host ({coordinator}) has the run's verdict",
+            me.host
+        )),
+    }
 }
 
 /// `31.0 s`.
@@ -988,7 +1042,17 @@ mod tests {
             wait_ms: 900,
             window_ms: 1000,
         });
-        let healthy = ring6(|r| (OPEN, NOW - 300, if r == 4 { sender.clone() } else { st(r, AllGather, 3, None, 0, 0) }));
+        let healthy = ring6(|r| {
+            (
+                OPEN,
+                NOW - 300,
+                if r == 4 {
+                    sender.clone()
+                } else {
+                    st(r, AllGather, 3, None, 0, 0)
+                },
+            )
+        });
         assert_eq!(judge(&healthy, NOW), vec![]);
     }
 
@@ -1034,11 +1098,18 @@ mod tests {
         let mut r1 = st(1, ReduceScatter, 0, Some((0, RECV)), 0, 0);
         r1.channel = 1;
         r1.positions = vec![pos(ReduceScatter, 0), pos(ReduceScatter, 0)];
-        state(2, vec![watch(0, OPEN, NOW - 500, r0), watch(1, OPEN, NOW - 500, r1)])
+        state(
+            2,
+            vec![watch(0, OPEN, NOW - 500, r0), watch(1, OPEN, NOW - 500, r1)],
+        )
     }
 
     fn pos(phase: Phase, step: u32) -> Position {
-        Position { round: 0, phase, step }
+        Position {
+            round: 0,
+            phase,
+            step,
+        }
     }
 
     #[test]
@@ -1401,5 +1472,37 @@ mod tests {
             "COORDINATOR LOST rank 3 (node-d): the coordinator 198.18.0.1:29500 has sent nothing for 9.0 s; exiting"
         );
         assert_eq!(v.evidence["silent_ms"], json!(9_000));
+    }
+
+    /// The same close and silence seen by a rank whose own read came back 4.2 s late: its
+    /// own stall, never COORDINATOR LOST; a healthy connection is still no verdict.
+    #[test]
+    fn a_rank_that_did_not_run_names_its_own_stall() {
+        let me = &ranks(4)[3];
+        let a = "198.18.0.1:29500";
+        let closed = Control::Closed {
+            at_ms: 9_500,
+            reset: false,
+        };
+        assert_eq!(
+            coordinator_lost_or_own_stall(me, a, OPEN, 9_000, 10_000, 5_000, Some(4_200)),
+            None
+        );
+        for (control, last) in [(closed, 9_000), (OPEN, 1_000)] {
+            let v = coordinator_lost_or_own_stall(me, a, control, last, 10_000, 5_000, Some(4_200)).unwrap();
+            assert_eq!(
+                (v.kind, v.from_rank, v.to_rank),
+                (VerdictKind::RankStalled, Some(3), None)
+            );
+            assert!(!v.message.contains("COORDINATOR LOST"), "{}", v.message);
+            assert!(
+                v.message.starts_with(
+                    "RANK STALLED rank 3 (node-d), this rank: its process did not run for at least 4.2 s"
+                ),
+                "{}",
+                v.message
+            );
+            assert_eq!(v.evidence["own_late_ms"], json!(4_200));
+        }
     }
 }
