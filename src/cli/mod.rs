@@ -87,7 +87,11 @@ pub fn only_device<T>(
     if devices_found && items.is_empty() {
         return Err(UsageError(format!(
             "--device {dev}: no RDMA device of that name here (devices: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
         )));
     }
     Ok(())
@@ -110,10 +114,18 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
     };
     let unknown = match key {
         "nccl-log" => "unknown: nothing judged (no NCCL line in the input), neither a pass nor a fault",
-        "check" => "unknown: no GPU and no RDMA device showed up (a driver not loaded?) and nothing failed, never a pass",
-        "fabprobe" => "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command; nccl-log given no NCCL line), neither a pass nor a fault",
-        "topo" | "gids" | "links" | "gdr" | "qos" => "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command), never a pass",
-        _ => "unknown: nothing judged (not returned by this command: what it could not evaluate is said beside its verdict)",
+        "check" => {
+            "unknown: no GPU and no RDMA device showed up (a driver not loaded?) and nothing failed, never a pass"
+        }
+        "fabprobe" => {
+            "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command; nccl-log given no NCCL line), neither a pass nor a fault"
+        }
+        "topo" | "gids" | "links" | "gdr" | "qos" => {
+            "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command), never a pass"
+        }
+        _ => {
+            "unknown: nothing judged (not returned by this command: what it could not evaluate is said beside its verdict)"
+        }
     };
     let pass = match key {
         "check" => "pass (warnings and not-evaluated rules allowed); with --output, the file is written",
@@ -131,7 +143,12 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
 pub fn exit_status_text(key: &str) -> String {
     let mut s = String::from("EXIT STATUS\n");
     for (code, what) in exit_statuses(key) {
-        s.push_str(&crate::render::text::wrap_to(&format!("  {code}  "), &what, 5, Some(crate::render::text::HELP_WIDTH)));
+        s.push_str(&crate::render::text::wrap_to(
+            &format!("  {code}  "),
+            &what,
+            5,
+            Some(crate::render::text::HELP_WIDTH),
+        ));
     }
     s.push_str("  A closed stdout or stderr (fabprobe topo 2>&1 | head) is not an error.\n");
     s
@@ -310,10 +327,19 @@ pub fn command() -> clap::Command {
 /// Every command's long help, with the one exit-status table ([`exit_status_text`]) at its
 /// end, fitted.
 fn fit_helps(mut cmd: clap::Command) -> clap::Command {
-    use crate::render::text::{fit_help, HELP_WIDTH};
+    use crate::render::text::{HELP_WIDTH, fit_help};
     let key = cmd.get_name().to_string();
-    let own = cmd.get_after_long_help().map(|h| h.to_string()).unwrap_or_default();
-    let sep = if own.is_empty() || own.ends_with("\n\n") { "" } else if own.ends_with('\n') { "\n" } else { "\n\n" };
+    let own = cmd
+        .get_after_long_help()
+        .map(|h| h.to_string())
+        .unwrap_or_default();
+    let sep = if own.is_empty() || own.ends_with("\n\n") {
+        ""
+    } else if own.ends_with('\n') {
+        "\n"
+    } else {
+        "\n\n"
+    };
     let help = format!("{own}{sep}{}", exit_status_text(&key));
     cmd = cmd.after_long_help(fit_help(&help, HELP_WIDTH));
     let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
@@ -325,7 +351,10 @@ fn fit_helps(mut cmd: clap::Command) -> clap::Command {
 
 pub fn main() -> ExitCode {
     use clap::FromArgMatches;
-    let cli = match command().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -389,7 +418,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
 /// The width tables fit: `COLUMNS` when it is a number, else stdout's terminal; None (as
 /// wide as the content) for a pipe or a file, so scripts see whole lines.
 pub fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<usize> {
-    match columns.and_then(|c| c.trim().parse::<usize>().ok()).filter(|w| *w > 0) {
+    match columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|w| *w > 0)
+    {
         Some(w) => Some(w.max(40)),
         None => tty(),
     }
@@ -397,7 +429,10 @@ pub fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<
 
 /// Stdout's terminal width (comfy-table asks the terminal); None when stdout is not one.
 fn tty_width() -> Option<usize> {
-    comfy_table::Table::new().width().map(usize::from).filter(|w| *w > 0)
+    comfy_table::Table::new()
+        .width()
+        .map(usize::from)
+        .filter(|w| *w > 0)
 }
 
 /// Refuse a name the user gave (`--ifname eth9`, `--device mlx5_9`) that the host's `dir`
@@ -550,7 +585,7 @@ mod tests {
     /// nothing.
     #[test]
     fn every_long_help_fits_and_keeps_its_text() {
-        use crate::render::text::{fit_help, HELP_WIDTH};
+        use crate::render::text::{HELP_WIDTH, fit_help};
         let raw = Cli::command();
         let fitted = command();
         let mut pairs = vec![(raw.clone(), fitted.clone())];
@@ -558,7 +593,12 @@ mod tests {
             let f = fitted.find_subcommand(r.get_name()).unwrap().clone();
             pairs.push((r.clone(), f));
         }
-        let printing = |t: &str| t.replace(" \\\n", "").chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        let printing = |t: &str| {
+            t.replace(" \\\n", "")
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect::<String>()
+        };
         let exit_tables = |t: &str| t.matches("EXIT STATUS\n").count();
         let mut seen = 0;
         for (r, f) in pairs {
@@ -566,11 +606,19 @@ mod tests {
             let f = f.get_after_long_help().map(|h| h.to_string()).unwrap_or_default();
             seen += 1;
             for l in f.lines() {
-                assert!(l.chars().count() <= HELP_WIDTH, "{} columns: {l}", l.chars().count());
+                assert!(
+                    l.chars().count() <= HELP_WIDTH,
+                    "{} columns: {l}",
+                    l.chars().count()
+                );
             }
             assert!(printing(&f).contains(&printing(&r)), "text lost from: {r}");
             assert_eq!(fit_help(&f, HELP_WIDTH), f);
-            assert_eq!((exit_tables(&r), exit_tables(&f)), (0, 1), "one exit-status table, the shared one: {f}");
+            assert_eq!(
+                (exit_tables(&r), exit_tables(&f)),
+                (0, 1),
+                "one exit-status table, the shared one: {f}"
+            );
         }
         assert!(seen >= 13, "{seen} long helps");
     }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{emit, Format, GlobalArgs, Hinted, Outcome, UsageError};
-use crate::nccl_log::{flight, Analyzer};
+use super::{Format, GlobalArgs, Hinted, Outcome, UsageError, emit};
+use crate::nccl_log::{Analyzer, flight};
 use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
@@ -134,7 +134,10 @@ JSON DATA (fabprobe.nccl-log)
 /// The long help: its prose, each cause of the registry as `id (severity, class): what it
 /// is` in the registry's order, the rest (the exit-status table follows, as on every page).
 fn help() -> String {
-    format!("{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}\n", crate::nccl_log::causes::help_list())
+    format!(
+        "{NCCL_LOG_HELP}{}{NCCL_LOG_HELP_TAIL}\n",
+        crate::nccl_log::causes::help_list()
+    )
 }
 
 fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {

@@ -448,7 +448,9 @@ pub fn fit_help(text: &str, width: usize) -> String {
             out.push('\n');
             continue;
         }
-        let hanging = lines.get(i).is_some_and(|n| !n.trim().is_empty() && indent_of(n) > indent);
+        let hanging = lines
+            .get(i)
+            .is_some_and(|n| !n.trim().is_empty() && indent_of(n) > indent);
         if indent == 0 || (indent <= 2 && is_prose(&l[indent..]) && !hanging) {
             while i < lines.len()
                 && indent_of(lines[i]) == indent
@@ -467,7 +469,13 @@ pub fn fit_help(text: &str, width: usize) -> String {
             let para: Vec<&str> = lines[start..i].iter().map(|l| l.trim_start()).collect();
             let pad = &l[..indent];
             let mut line = pad.to_string();
-            fill(&mut out, &mut line, pad, help_words(&para.join(" "), width - indent), Some(width));
+            fill(
+                &mut out,
+                &mut line,
+                pad,
+                help_words(&para.join(" "), width - indent),
+                Some(width),
+            );
             out.push_str(line.trim_end());
             out.push('\n');
             continue;
@@ -491,7 +499,11 @@ pub fn fit_help(text: &str, width: usize) -> String {
             }
         } else {
             let more: Vec<&str> = lines[start + 1..i].iter().map(|l| l.trim()).collect();
-            let joined = if more.is_empty() { l.to_string() } else { format!("{l} {}", more.join(" ")) };
+            let joined = if more.is_empty() {
+                l.to_string()
+            } else {
+                format!("{l} {}", more.join(" "))
+            };
             out.push_str(&fit_row(&joined, width));
         }
     }
@@ -509,12 +521,41 @@ fn is_prose(body: &str) -> bool {
 /// it: it starts with a tool, a launcher, `fabprobe <command>|-flag`, or `VAR=value`.
 fn is_command(body: &str) -> bool {
     const LAUNCHERS: &[&str] = &[
-        "srun", "sbatch", "salloc", "mpirun", "torchrun", "pdsh", "clush", "ssh", "python3", "man", "env",
-        "nvidia-smi", "show_gids", "ib_write_bw", "ibv_devinfo", "journalctl", "systemctl", "cp", "ls",
+        "srun",
+        "sbatch",
+        "salloc",
+        "mpirun",
+        "torchrun",
+        "pdsh",
+        "clush",
+        "ssh",
+        "python3",
+        "man",
+        "env",
+        "nvidia-smi",
+        "show_gids",
+        "ib_write_bw",
+        "ibv_devinfo",
+        "journalctl",
+        "systemctl",
+        "cp",
+        "ls",
     ];
     const COMMANDS: &[&str] = &[
-        "topo", "gids", "links", "gdr", "qos", "nccl-env", "nccl-log", "ring", "report", "snapshot", "sweep",
-        "check", "completions", "gen-docs",
+        "topo",
+        "gids",
+        "links",
+        "gdr",
+        "qos",
+        "nccl-env",
+        "nccl-log",
+        "ring",
+        "report",
+        "snapshot",
+        "sweep",
+        "check",
+        "completions",
+        "gen-docs",
     ];
     if body.trim_end().contains("  ") {
         return false; // an example beside what it does: a table row
@@ -527,7 +568,11 @@ fn is_command(body: &str) -> bool {
         _ => {
             (COMMAND_WORDS.contains(&first) && first != "fabprobe")
                 || LAUNCHERS.contains(&first)
-                || first.split_once('=').is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()))
+                || first.split_once('=').is_some_and(|(k, _)| {
+                    !k.is_empty()
+                        && k.chars()
+                            .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+                })
         }
     }
 }
@@ -536,7 +581,8 @@ fn is_command(body: &str) -> bool {
 fn last_cell(l: &str) -> Option<usize> {
     let indent = l.len() - l.trim_start().len();
     let body = &l[indent..];
-    body.rfind("  ").map(|g| indent + g + (body[g..].len() - body[g..].trim_start().len()))
+    body.rfind("  ")
+        .map(|g| indent + g + (body[g..].len() - body[g..].trim_start().len()))
 }
 
 /// One help line within `width`: see [`fit_help`].
@@ -555,7 +601,13 @@ fn fit_row(l: &str, width: usize) -> String {
     let mut out = String::new();
     let mut line = lead.to_string();
     let pad = " ".repeat(hang);
-    fill(&mut out, &mut line, &pad, help_words(rest, width.saturating_sub(hang)), Some(width));
+    fill(
+        &mut out,
+        &mut line,
+        &pad,
+        help_words(rest, width.saturating_sub(hang)),
+        Some(width),
+    );
     out.push_str(line.trim_end());
     out.push('\n');
     out
@@ -603,9 +655,15 @@ mod tests {
                 "One two three four five six seven eight\nnine ten.\n",
                 "One two three four five six seven eight\nnine ten.\n",
             ),
-            ("Alpha beta\ngamma delta epsilon zeta eta theta iota\n", "Alpha beta gamma delta epsilon zeta eta\ntheta iota\n"),
+            (
+                "Alpha beta\ngamma delta epsilon zeta eta theta iota\n",
+                "Alpha beta gamma delta epsilon zeta eta\ntheta iota\n",
+            ),
             // A capitalised name opening a sentence is no heading; a heading is kept.
-            ("FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n", "FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n"),
+            (
+                "FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n",
+                "FINDINGS\nNCCL_NET_GDR_LEVEL (default PXB), and\nmore.\n",
+            ),
             // A row and the line under its last cell: one cell, refilled under its column.
             (
                 "  a.b   warn  one two three four five\n              six seven\n",
@@ -623,7 +681,10 @@ mod tests {
             // An example beside what it does is a row: the text goes on under its column.
             (
                 "  fabprobe topo     this host, laid out as nvidia-smi\n",
-                concat!("  fabprobe topo     this host, laid out\n", "                    as nvidia-smi\n"),
+                concat!(
+                    "  fabprobe topo     this host, laid out\n",
+                    "                    as nvidia-smi\n"
+                ),
             ),
             (
                 "  fabprobe topo          this host, laid out\n",
@@ -863,8 +924,12 @@ mod tests {
     #[test]
     fn prose_next_steps_wrap_and_commands_do_not() {
         use crate::render::remedy::bare_command;
-        assert!(bare_command("for p in 3 4; do echo 1 > /a/$p; done; echo 1 > /b/3"));
-        assert!(!bare_command("for each priority P: echo 1 (on) or 0 (off) > /a/P"));
+        assert!(bare_command(
+            "for p in 3 4; do echo 1 > /a/$p; done; echo 1 > /b/3"
+        ));
+        assert!(!bare_command(
+            "for each priority P: echo 1 (on) or 0 (off) > /a/P"
+        ));
         assert!(bare_command("echo 1 > /sys/a/3; echo 1 > /sys/b/3"));
         assert!(bare_command("ethtool -A ens1f0np0 rx off tx off"));
         assert!(!bare_command(
@@ -919,6 +984,9 @@ mod evidence_tests {
             ]
         );
         let out = evidence_to("  evidence: ", &f.evidence, None);
-        assert!(!out.contains('{') && !out.contains('[') && !out.contains('='), "{out}");
+        assert!(
+            !out.contains('{') && !out.contains('[') && !out.contains('='),
+            "{out}"
+        );
     }
 }
