@@ -203,3 +203,38 @@ fn tables_fit_columns_and_pipes_keep_full_width() {
         );
     }
 }
+
+/// The exit-status table says, for each command, what every status it returns means: each
+/// probe command on every fixture returns a status its own table documents (a 3 from a
+/// command whose table says it never returns 3 is the table drifting from the code).
+#[test]
+fn every_status_a_command_returns_is_in_its_table() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("sys").is_dir())
+        .map(|e| e.path())
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 20, "{} fixtures", fixtures.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for f in &fixtures {
+        for cmd in ["topo", "gids", "links", "gdr", "qos", "nccl-env", "check"] {
+            let (code, _, err) = fabprobe(&["--root", f.to_str().unwrap(), cmd]);
+            assert!((0..=3).contains(&code), "{cmd} on {}: exit {code}: {err}", f.display());
+            let table = fabprobe::cli::exit_statuses(cmd);
+            let what = &table[code as usize].1;
+            assert!(
+                !what.contains("not returned") && !what.contains("not used"),
+                "{cmd} on {} exits {code}, which its table says it never does: {what}",
+                f.display()
+            );
+            seen.insert((cmd, code));
+        }
+    }
+    // The sweep saw the statuses that matter: a pass, a fail and a nothing-to-judge.
+    for code in [0, 1, 3] {
+        assert!(seen.iter().any(|(_, c)| *c == code), "no command exited {code}: {seen:?}");
+    }
+}

@@ -101,13 +101,13 @@ fn root_help() -> String {
     JSON_ENVELOPE.to_string()
 }
 
-/// The one exit-status table: every man page's EXIT STATUS, the root's and `check`'s and
-/// `nccl-log`'s `--help`, and the README are this, with what `1` means for the command.
+/// The one exit-status table: every man page's EXIT STATUS, every command's `--help` and the
+/// README are this, with what each status means for the command.
 pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
     let fault = match key {
         "check" => "fail: a policy rule failed",
         "sweep" => "fail: a node failed, is an outlier, or an expected node sent no report",
-        "ring" => "fail: a verdict (a slow or dead link, a hung or lost rank, wrong results)",
+        "ring" => "fail: a verdict (a slow or dead link, a hung or lost rank), wrong results or a rank missing; the reason is printed, and the partial results",
         "nccl-log" => "fail: the log shows a failure",
         "snapshot" | "completions" | "report" | "gen-docs" => "not used",
         _ => "fail: a probe or check found a fault (a finding of severity fail)",
@@ -120,7 +120,7 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
         "fabprobe" => {
             "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command; nccl-log given no NCCL line), neither a pass nor a fault"
         }
-        "topo" | "gids" | "links" | "gdr" | "qos" => {
+        "topo" | "gids" | "links" | "gdr" | "qos" | "nccl-env" => {
             "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command), never a pass"
         }
         _ => {
@@ -129,6 +129,7 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
     };
     let pass = match key {
         "check" => "pass (warnings and not-evaluated rules allowed); with --output, the file is written",
+        "ring" => "pass: exact results, every rank finished, no verdict (what was not measured is said beside it)",
         _ => "pass (warnings and not-evaluated rules allowed)",
     };
     [

@@ -277,11 +277,9 @@ OUTPUT
   line closes the output instead. --format json: one fabprobe.ring envelope at the end
   (below). Other formats are refused, and so is --root: the ring moves bytes between live
   hosts.
-  Rank 0 prints the report; other ranks print only errors (stderr). Exit status: 0 the
-  results are exact, every rank finished and there is no verdict; 1 a verdict, wrong
-  results, a rank missing, a dead or hung link (the reason is printed, partial results
-  too); 2 fabprobe could not run here (bad options, no matching interface, or refused by
-  the coordinator: another job's token, a different --world, sweep or scan). What was not
+  Rank 0 prints the report; other ranks print only errors (stderr). The exit status is
+  the table's below (2 also when the coordinator refused the rank: another job's token, a
+  different --world, sweep or scan). What was not
   measured leaves the status as it is and is said on the outcome line instead, never as a
   pass: NOT JUDGED (a CPU-bound host) and NOT TESTED (a rail too few nodes have); scripts
   that must know read data.scan.not_judged[] and data.rails[].not_tested.
@@ -352,24 +350,24 @@ JSON DATA (fabprobe.ring)
              evidence.neighbor, from then to (every rail's, for a verdict on all rails). fabprobe sweep merges these lists over many
              ring reports
   scan       {bytes, reps, budget_s, seconds, orders[] {index, shift, name, recheck, seconds},
-              line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
-              to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
-              line_rate_gbs, ratio, message}: the whole fabric below its line rate),
-              not_judged[] (would-be slow_link/slow_egress/slow_ingress verdicts that an end's
-              wait for a CPU could explain: evidence not_judged \"cpu_bound\", gbs_if_idle =
-              gbs / (1 - wait), null at a wait of 0.75 or more; unknown: not in verdicts[], and
-              the exit status is that of the verdicts),
-              unconfirmed[] (suspects new connections did not confirm: evidence unconfirmed
-              true, action investigate; not in verdicts[]), confirm_s (seconds of the orders
-              after the plan), cleared_by_recheck[] (first-pass verdicts the re-measurement did
-              not keep), typical_order_s (what a plan order takes less its slowest link's
-              excess, the median over the plan: what sized the plan; null before any order),
-              links_total (the world's directed links, n(n-1)), unmeasured[] {from_rank,
-              to_rank, from_host, to_host, reason: budget (--scan-time ended the plan before
-              its order) | no_samples (its order ran, its receiver reported no sample)} (no
-              verdict on them, either way), confirm_cut_orders (confirmation orders the budget
-              left out: the suspects they would have measured stay unconfirmed)}, or null; scan.links[].line_rate_gbs is the expected rate the link is
-              judged against, scan.line_rate_gbs each rank's active rate
+             line_rate_gbs {rank: gbs}, median_gbs, links[] {from_rank, to_rank, from_host,
+             to_host, gbs, samples, line_rate_gbs, slow}, fabric_slow (null, or {median_gbs,
+             line_rate_gbs, ratio, message}: the whole fabric below its line rate),
+             not_judged[] (would-be slow_link/slow_egress/slow_ingress verdicts that an end's
+             wait for a CPU could explain: evidence not_judged \"cpu_bound\", gbs_if_idle =
+             gbs / (1 - wait), null at a wait of 0.75 or more; unknown: not in verdicts[], and
+             the exit status is that of the verdicts),
+             unconfirmed[] (suspects new connections did not confirm: evidence unconfirmed
+             true, action investigate; not in verdicts[]), confirm_s (seconds of the orders
+             after the plan), cleared_by_recheck[] (first-pass verdicts the re-measurement did
+             not keep), typical_order_s (what a plan order takes less its slowest link's
+             excess, the median over the plan: what sized the plan; null before any order),
+             links_total (the world's directed links, n(n-1)), unmeasured[] {from_rank,
+             to_rank, from_host, to_host, reason: budget (--scan-time ended the plan before
+             its order) | no_samples (its order ran, its receiver reported no sample)} (no
+             verdict on them, either way), confirm_cut_orders (confirmation orders the budget
+             left out: the suspects they would have measured stay unconfirmed)}, or null; scan.links[].line_rate_gbs is the expected rate the link is
+             judged against, scan.line_rate_gbs each rank's active rate
   port_counters[] {rank, host, device, port, netdev, counter, delta}: RDMA port counters
              (errors, retransmissions, pauses, CNPs) that moved on each rank's data NIC
              (the RDMA ports whose netdev is its data interface, where RDMA devices exist),
