@@ -210,6 +210,24 @@ fn every_command_gives_each_shared_fact_one_state() {
                     in_check.insert((s(&f["id"]).to_string(), s(&f["subject"]).to_string()));
                 }
             }
+            // Findings check folded under their cause (evidence.also: a down port explains its
+            // GPU's GDR pairs) still count as seen: "id (subject): message".
+            for f in check["findings"].as_array().into_iter().flatten() {
+                for a in f["evidence"]["also"].as_array().into_iter().flatten() {
+                    if let Some((id, subject)) = s(a).split_once(" (").and_then(|(id, rest)| {
+                        let mut depth = 1;
+                        let end = rest.char_indices().find(|(_, c)| {
+                            depth += match c { '(' => 1, ')' => -1, _ => 0 };
+                            depth == 0
+                        })?;
+                        Some((id, &rest[..end.0]))
+                    }) {
+                        if id.starts_with("gdr.") {
+                            in_check.insert((id.to_string(), subject.to_string()));
+                        }
+                    }
+                }
+            }
             // What gdr could not read, check lists as not evaluated, under its key.
             let mut in_gdr = ids(gdr);
             let keys: BTreeSet<&str> = check["data"]["not_evaluated"]

@@ -58,26 +58,14 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
     let mut cmd = super::command();
     cmd.build();
     write_page(dir, "fabprobe.1", cmd.clone(), "fabprobe")?;
-    for sub in cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-    {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
         let name = format!("fabprobe-{}", sub.get_name());
-        let page = sub
-            .clone()
-            .name(name.clone())
-            .display_name(name.clone())
-            .bin_name(name.clone());
+        let page = sub.clone().name(name.clone()).display_name(name.clone()).bin_name(name.clone());
         write_page(dir, &format!("{name}.1"), page, sub.get_name())?;
     }
-    for (shell, file) in [
-        (Shell::Bash, "fabprobe.bash"),
-        (Shell::Zsh, "_fabprobe"),
-        (Shell::Fish, "fabprobe.fish"),
-    ] {
+    for (shell, file) in [(Shell::Bash, "fabprobe.bash"), (Shell::Zsh, "_fabprobe"), (Shell::Fish, "fabprobe.fish")] {
         let path = comp_dir.join(file);
-        std::fs::write(&path, completion_script(shell)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, completion_script(shell)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
@@ -89,61 +77,30 @@ pub fn completion_script(shell: Shell) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
     let script = String::from_utf8(buf).context("clap_complete wrote non-UTF-8")?;
-    let names = crate::check::policy::BUILTIN
-        .iter()
-        .map(|(n, _)| *n)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let names = crate::check::policy::BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" ");
     let case = |flag: &str, reply: &str| {
-        let from =
-            format!("                {flag})\n                    COMPREPLY=($(compgen -f \"${{cur}}\"))\n");
-        (
-            from,
-            format!("                {flag})\n                    COMPREPLY=({reply})\n"),
-        )
+        let from = format!("                {flag})\n                    COMPREPLY=($(compgen -f \"${{cur}}\"))\n");
+        (from, format!("                {flag})\n                    COMPREPLY=({reply})\n"))
     };
     let subs: Vec<(String, String)> = match shell {
         Shell::Bash => vec![
-            case(
-                "--policy",
-                &format!("$(compgen -W \"{names}\" -- \"${{cur}}\") $(compgen -f -- \"${{cur}}\")"),
-            ),
-            case(
-                "--show-policy",
-                &format!("$(compgen -W \"{names}\" -- \"${{cur}}\")"),
-            ),
-            case(
-                "--device",
-                "$(compgen -W \"$(ls /sys/class/infiniband 2>/dev/null)\" -- \"${cur}\")",
-            ),
+            case("--policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\") $(compgen -f -- \"${{cur}}\")")),
+            case("--show-policy", &format!("$(compgen -W \"{names}\" -- \"${{cur}}\")")),
+            case("--device", "$(compgen -W \"$(ls /sys/class/infiniband 2>/dev/null)\" -- \"${cur}\")"),
         ],
         Shell::Zsh => vec![
             (
                 ":NAME|FILE:_default'".into(),
-                format!(
-                    ":NAME|FILE:_alternative \"policies:built-in policy:({names})\" \"files:policy file:_files\"'"
-                ),
+                format!(":NAME|FILE:_alternative \"policies:built-in policy:({names})\" \"files:policy file:_files\"'"),
             ),
             ("]:NAME:_default'".into(), format!("]:NAME:({names})'")),
             (":DEV:_default'".into(), format!(":DEV:{ZSH_DEVICES}'")),
-            (
-                ":DEV[:PORT]:_default'".into(),
-                format!(":DEV[:PORT]:{ZSH_DEVICES}'"),
-            ),
+            (":DEV[:PORT]:_default'".into(), format!(":DEV[:PORT]:{ZSH_DEVICES}'")),
         ],
         Shell::Fish => vec![
-            (
-                " -l policy -d ".into(),
-                format!(" -l policy -F -a \"{names}\" -d "),
-            ),
-            (
-                " -l show-policy -d ".into(),
-                format!(" -l show-policy -f -a \"{names}\" -d "),
-            ),
-            (
-                " -l device -d ".into(),
-                " -l device -f -a \"(ls /sys/class/infiniband 2>/dev/null)\" -d ".into(),
-            ),
+            (" -l policy -d ".into(), format!(" -l policy -F -a \"{names}\" -d ")),
+            (" -l show-policy -d ".into(), format!(" -l show-policy -f -a \"{names}\" -d ")),
+            (" -l device -d ".into(), " -l device -f -a \"(ls /sys/class/infiniband 2>/dev/null)\" -d ".into()),
         ],
         _ => Vec::new(),
     };
@@ -151,11 +108,7 @@ pub fn completion_script(shell: Shell) -> anyhow::Result<String> {
     for (from, to) in subs {
         // clap_complete's layout changed: fail generation rather than ship a script that
         // silently lost these completions.
-        anyhow::ensure!(
-            script.contains(&from),
-            "{shell} completions: `{}` not found",
-            from.trim()
-        );
+        anyhow::ensure!(script.contains(&from), "{shell} completions: `{}` not found", from.trim());
         script = script.replace(&from, &to);
     }
     Ok(script)
@@ -210,10 +163,7 @@ fn without_exit_status(text: &str) -> String {
 pub fn synopsis(cmd: &clap::Command) -> String {
     let name = cmd.get_bin_name().unwrap_or_else(|| cmd.get_name()).to_string();
     let mut parts = vec![name];
-    for a in cmd
-        .get_arguments()
-        .filter(|a| !a.is_hide_set() && !a.is_positional())
-    {
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set() && !a.is_positional()) {
         let flag = match (a.get_short(), a.get_long()) {
             (Some(s), Some(l)) => format!("-{s}|--{l}"),
             (Some(s), None) => format!("-{s}"),
@@ -226,24 +176,13 @@ pub fn synopsis(cmd: &clap::Command) -> String {
             None if takes_value => format!(" {}", a.get_id().as_str().to_uppercase()),
             _ => String::new(),
         };
-        let repeat = if matches!(a.get_action(), clap::ArgAction::Count) {
-            "..."
-        } else {
-            ""
-        };
+        let repeat = if matches!(a.get_action(), clap::ArgAction::Count) { "..." } else { "" };
         let (l, r) = if a.is_required_set() { ("", "") } else { ("[", "]") };
         parts.push(format!("{l}{flag}{value}{r}{repeat}"));
     }
     for a in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
-        let v = a
-            .get_value_names()
-            .map(|v| v.join(" "))
-            .unwrap_or_else(|| a.get_id().as_str().to_uppercase());
-        let many = if a.get_num_args().is_some_and(|n| n.max_values() > 1) {
-            "..."
-        } else {
-            ""
-        };
+        let v = a.get_value_names().map(|v| v.join(" ")).unwrap_or_else(|| a.get_id().as_str().to_uppercase());
+        let many = if a.get_num_args().is_some_and(|n| n.max_values() > 1) { "..." } else { "" };
         let (l, r) = if a.is_required_set() { ("", "") } else { ("[", "]") };
         parts.push(format!("{l}{v}{r}{many}"));
     }
@@ -258,171 +197,72 @@ pub fn synopsis(cmd: &clap::Command) -> String {
 pub fn examples(key: &str) -> &'static [(&'static str, &'static str)] {
     match key {
         "fabprobe" => &[
-            (
-                "Pre-flight a node against the DGX H100 policy (exit 1 when a check fails)",
-                "fabprobe check --policy dgx-h100",
-            ),
-            (
-                "The GPU/NIC matrix, as nvidia-smi topo -m prints it",
-                "fabprobe topo",
-            ),
-            (
-                "A two-node ring over RDMA under Slurm",
-                "srun -N2 --ntasks-per-node=1 fabprobe ring --transport rdma -b 8M -e 1G",
-            ),
-            (
-                "Triage a hung job from every rank's NCCL_DEBUG=INFO log",
-                "fabprobe nccl-log logs/",
-            ),
+            ("Pre-flight a node against the DGX H100 policy (exit 1 when a check fails)", "fabprobe check --policy dgx-h100"),
+            ("The GPU/NIC matrix, as nvidia-smi topo -m prints it", "fabprobe topo"),
+            ("A two-node ring over RDMA under Slurm", "srun -N2 --ntasks-per-node=1 fabprobe ring --transport rdma -b 8M -e 1G"),
+            ("Triage a hung job from every rank's NCCL_DEBUG=INFO log", "fabprobe nccl-log logs/"),
         ],
         "check" => &[
             ("Judge this node against the default policy", "fabprobe check"),
-            (
-                "Judge a captured node against the DGX H100 policy, as JSON for sweep",
-                "fabprobe check --root node17.tar.gz --policy dgx-h100 --format json",
-            ),
-            (
-                "Counter rates over 10 seconds as well as the static checks",
-                "fabprobe check --interval 10",
-            ),
-            (
-                "Print a shipped policy, to copy and edit",
-                "fabprobe check --show-policy dgx-h100",
-            ),
+            ("Judge a captured node against the DGX H100 policy, as JSON for sweep", "fabprobe check --root node17.tar.gz --policy dgx-h100 --format json"),
+            ("Counter rates over 10 seconds as well as the static checks", "fabprobe check --interval 10"),
+            ("Print a shipped policy, to copy and edit", "fabprobe check --show-policy dgx-h100"),
         ],
         "gdr" => &[
             ("GPUDirect RDMA readiness of every GPU x NIC pair", "fabprobe gdr"),
-            (
-                "The same from a snapshot, as JSON",
-                "fabprobe gdr --root node17.tar.gz --format json",
-            ),
+            ("The same from a snapshot, as JSON", "fabprobe gdr --root node17.tar.gz --format json"),
         ],
         "gids" => &[
-            (
-                "Every populated GID and the index NCCL and perftest would pick",
-                "fabprobe gids",
-            ),
-            (
-                "show_gids' own layout, for one device",
-                "fabprobe gids --show-gids --device mlx5_0",
-            ),
+            ("Every populated GID and the index NCCL and perftest would pick", "fabprobe gids"),
+            ("show_gids' own layout, for one device", "fabprobe gids --show-gids --device mlx5_0"),
         ],
         "links" => &[
-            (
-                "Port state, rate and error counters, like ibstat",
-                "fabprobe links",
-            ),
+            ("Port state, rate and error counters, like ibstat", "fabprobe links"),
             ("Counter deltas over 5 seconds", "fabprobe links --interval 5"),
-            (
-                "What changed since a snapshot taken earlier",
-                "fabprobe links --baseline before.tar.gz",
-            ),
+            ("What changed since a snapshot taken earlier", "fabprobe links --baseline before.tar.gz"),
         ],
         "qos" => &[
             ("PFC, ECN and trust on every RoCE netdev", "fabprobe qos"),
-            (
-                "Pause and CNP rates on one netdev over 10 seconds",
-                "fabprobe qos --ifname eth2 --interval 10",
-            ),
-            (
-                "Also listen for the switch's LLDP DCBX advertisement",
-                "fabprobe qos --lldp --lldp-wait 31",
-            ),
+            ("Pause and CNP rates on one netdev over 10 seconds", "fabprobe qos --ifname eth2 --interval 10"),
+            ("Also listen for the switch's LLDP DCBX advertisement", "fabprobe qos --lldp --lldp-wait 31"),
         ],
         "nccl-env" => &[
-            (
-                "What NCCL would choose here, and a lint of every NCCL_* setting",
-                "fabprobe nccl-env",
-            ),
-            (
-                "The same for a captured host, as JSON",
-                "fabprobe nccl-env --root node17.tar.gz --format json",
-            ),
+            ("What NCCL would choose here, and a lint of every NCCL_* setting", "fabprobe nccl-env"),
+            ("The same for a captured host, as JSON", "fabprobe nccl-env --root node17.tar.gz --format json"),
         ],
         "nccl-log" => &[
-            (
-                "Verdicts from every rank's log in a directory",
-                "fabprobe nccl-log logs/",
-            ),
+            ("Verdicts from every rank's log in a directory", "fabprobe nccl-log logs/"),
             ("From a pipe", "kubectl logs job/train | fabprobe nccl-log -"),
         ],
         "ring" => &[
-            (
-                "Four nodes under Slurm, one rank per node, 8 MiB to 1 GiB",
-                "srun -N4 --ntasks-per-node=1 fabprobe ring -b 8M -e 1G -f 2",
-            ),
-            (
-                "Over TCP on a named interface",
-                "srun -N4 --ntasks-per-node=1 fabprobe ring --transport tcp --ifname eth1",
-            ),
-            (
-                "A self-test: four ranks in this process over loopback",
-                "fabprobe ring --local 4",
-            ),
-            (
-                "The link scan alone, also drawn as an HTML page (rank 0 writes it)",
-                "srun -N8 --ntasks-per-node=1 fabprobe ring --scan --html ring.html",
-            ),
-            (
-                "Without a launcher: rank 1 of 2, rank 0 on node-a",
-                "fabprobe ring --rank 1 --world 2 --coordinator node-a:29517",
-            ),
+            ("Four nodes under Slurm, one rank per node, 8 MiB to 1 GiB", "srun -N4 --ntasks-per-node=1 fabprobe ring -b 8M -e 1G -f 2"),
+            ("Over TCP on a named interface", "srun -N4 --ntasks-per-node=1 fabprobe ring --transport tcp --ifname eth1"),
+            ("A self-test: four ranks in this process over loopback", "fabprobe ring --local 4"),
+            ("The link scan alone, also drawn as an HTML page (rank 0 writes it)", "srun -N8 --ntasks-per-node=1 fabprobe ring --scan --html ring.html"),
+            ("Without a launcher: rank 1 of 2, rank 0 on node-a", "fabprobe ring --rank 1 --world 2 --coordinator node-a:29517"),
         ],
         "snapshot" => &[
-            (
-                "Capture what the probes read on this node",
-                "fabprobe snapshot -o node17.tar.gz",
-            ),
+            ("Capture what the probes read on this node", "fabprobe snapshot -o node17.tar.gz"),
             ("Then analyse it anywhere", "fabprobe check --root node17.tar.gz"),
         ],
         "sweep" => &[
-            (
-                "Every node's check under Slurm, merged, with drain lines for failed nodes",
-                "srun -N128 -l fabprobe check --format json | fabprobe sweep --expect 'gpu[001-128]' --drain",
-            ),
+            ("Every node's check under Slurm, merged, with drain lines for failed nodes", "srun -N128 -l fabprobe check --format json | fabprobe sweep --expect 'gpu[001-128]' --drain"),
             ("From reports collected as files", "fabprobe sweep reports/"),
-            (
-                "Also as a page: fleet map, node x cause grid, drain list",
-                "fabprobe sweep reports/ --expect 'gpu[001-128]' --html fleet.html",
-            ),
+            ("Also as a page: fleet map, node x cause grid, drain list", "fabprobe sweep reports/ --expect 'gpu[001-128]' --html fleet.html"),
         ],
         "report" => &[
-            (
-                "A saved ring run as a page: verdicts, scan heatmap, busbw against size",
-                "fabprobe report ring.json --html ring.html",
-            ),
-            (
-                "A node's topology tree with its check findings marked",
-                "fabprobe report topo.json check.json --html node17.html",
-            ),
-            (
-                "A saved sweep, its fleet map grouped by rack",
-                "fabprobe report sweep.json --group-by '^(r[0-9]+)n' --html fleet.html",
-            ),
+            ("A saved ring run as a page: verdicts, scan heatmap, busbw against size", "fabprobe report ring.json --html ring.html"),
+            ("A node's topology tree with its check findings marked", "fabprobe report topo.json check.json --html node17.html"),
+            ("A saved sweep, its fleet map grouped by rack", "fabprobe report sweep.json --group-by '^(r[0-9]+)n' --html fleet.html"),
         ],
         "topo" => &[
-            (
-                "The matrix nvidia-smi topo -m prints, from sysfs and NVML",
-                "fabprobe topo",
-            ),
-            (
-                "NCCL's view: path types between GPUs and NICs",
-                "fabprobe topo --nccl",
-            ),
-            (
-                "Write NCCL topology XML for NCCL_TOPO_FILE",
-                "fabprobe topo --format nccl-xml",
-            ),
+            ("The matrix nvidia-smi topo -m prints, from sysfs and NVML", "fabprobe topo"),
+            ("NCCL's view: path types between GPUs and NICs", "fabprobe topo --nccl"),
+            ("Write NCCL topology XML for NCCL_TOPO_FILE", "fabprobe topo --format nccl-xml"),
         ],
         "completions" => &[
-            (
-                "Install bash completions",
-                "fabprobe completions bash > /etc/bash_completion.d/fabprobe",
-            ),
-            (
-                "zsh, into a directory on $fpath",
-                "fabprobe completions zsh > ~/.zfunc/_fabprobe",
-            ),
+            ("Install bash completions", "fabprobe completions bash > /etc/bash_completion.d/fabprobe"),
+            ("zsh, into a directory on $fpath", "fabprobe completions zsh > ~/.zfunc/_fabprobe"),
         ],
         _ => &[],
     }
@@ -659,10 +499,8 @@ fn is_prose(line: &str) -> bool {
 /// pastes as one command.
 fn is_command(line: &str) -> bool {
     let first = line.split_whitespace().next().unwrap_or("");
-    [
-        "fabprobe", "srun", "sudo", "mpirun", "sbatch", "kubectl", "pdsh", "clush", "ssh", "for", "torchrun",
-    ]
-    .contains(&first)
+    ["fabprobe", "srun", "sudo", "mpirun", "sbatch", "kubectl", "pdsh", "clush", "ssh", "for", "torchrun"]
+        .contains(&first)
         || line.contains(" | ")
 }
 

@@ -70,10 +70,7 @@ pub(super) fn colourize(text: &str) -> String {
         };
         let word = ["FAIL", "WARN"].into_iter().find(|w| {
             word_and_rest.starts_with(w)
-                && word_and_rest[w.len()..]
-                    .chars()
-                    .next()
-                    .is_none_or(|c| c.is_whitespace() || c == ':')
+                && word_and_rest[w.len()..].chars().next().is_none_or(|c| c.is_whitespace() || c == ':')
         });
         match word {
             Some(w) => {
@@ -105,15 +102,9 @@ mod tests {
     #[test]
     fn colours_only_leading_verdict_words() {
         let cases = [
-            (
-                "FAIL  policy.x  host\n",
-                "\x1b[1;31mFAIL\x1b[0m  policy.x  host\n",
-            ),
+            ("FAIL  policy.x  host\n", "\x1b[1;31mFAIL\x1b[0m  policy.x  host\n"),
             ("  WARN gids: x\n", "  \x1b[33mWARN\x1b[0m gids: x\n"),
-            (
-                "fabprobe check: FAIL  policy p\n",
-                "fabprobe check: \x1b[1;31mFAIL\x1b[0m  policy p\n",
-            ),
+            ("fabprobe check: FAIL  policy p\n", "fabprobe check: \x1b[1;31mFAIL\x1b[0m  policy p\n"),
             ("FAILED to read\n", "FAILED to read\n"),
             ("  \"severity\": \"fail\",\n", "  \"severity\": \"fail\",\n"),
             ("GPU0\t X \tNV18\n", "GPU0\t X \tNV18\n"),
@@ -170,30 +161,17 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
         s,
         "# HELP fabprobe_{cmd}_verdict fabprobe {cmd}'s verdict: 0 pass, 1 warn, 2 fail, 3 not evaluated (nothing to judge)."
     );
-    let _ = writeln!(
-        s,
-        "# TYPE fabprobe_{cmd}_verdict gauge\nfabprobe_{cmd}_verdict {verdict}"
-    );
-    let _ = writeln!(
-        s,
-        "# HELP fabprobe_{cmd}_findings Warn, fail and unknown (not evaluated) findings by severity."
-    );
+    let _ = writeln!(s, "# TYPE fabprobe_{cmd}_verdict gauge\nfabprobe_{cmd}_verdict {verdict}");
+    let _ = writeln!(s, "# HELP fabprobe_{cmd}_findings Warn, fail and unknown (not evaluated) findings by severity.");
     let _ = writeln!(s, "# TYPE fabprobe_{cmd}_findings gauge");
-    let _ = writeln!(
-        s,
-        "fabprobe_{cmd}_findings{{severity=\"fail\"}} {fail}\nfabprobe_{cmd}_findings{{severity=\"warn\"}} {warn}"
-    );
+    let _ = writeln!(s, "fabprobe_{cmd}_findings{{severity=\"fail\"}} {fail}\nfabprobe_{cmd}_findings{{severity=\"warn\"}} {warn}");
     let _ = writeln!(s, "fabprobe_{cmd}_findings{{severity=\"unknown\"}} {unknown}");
     // One series per (id, subject, severity), its value how many findings share it: two
     // counters of one port rising are two findings, but one series name twice in a file
     // makes node_exporter refuse it ("collected before with the same name and label values").
     let mut series: Vec<(String, usize)> = Vec::new();
     for f in findings.iter().filter(|f| f.severity != Severity::Pass) {
-        let (id, subject, sev) = (
-            crate::render::prom_label(&f.id),
-            crate::render::prom_label(&f.subject),
-            f.severity.as_str(),
-        );
+        let (id, subject, sev) = (crate::render::prom_label(&f.id), crate::render::prom_label(&f.subject), f.severity.as_str());
         let labels = format!("id=\"{id}\",subject=\"{subject}\",severity=\"{sev}\"");
         match series.iter_mut().find(|(l, _)| *l == labels) {
             Some((_, n)) => *n += 1,
@@ -201,10 +179,7 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
         }
     }
     if !series.is_empty() {
-        let _ = writeln!(
-            s,
-            "# HELP fabprobe_{cmd}_finding Warn, fail and unknown findings of one id, subject and severity."
-        );
+        let _ = writeln!(s, "# HELP fabprobe_{cmd}_finding Warn, fail and unknown findings of one id, subject and severity.");
         let _ = writeln!(s, "# TYPE fabprobe_{cmd}_finding gauge");
     }
     for (labels, n) in series {

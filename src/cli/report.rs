@@ -65,14 +65,10 @@ THE PAGE
 
 pub fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
-        return Err(UsageError(
-            "`fabprobe report` reads saved reports, not a host; --root does not apply".into(),
-        )
-        .into());
+        return Err(UsageError("`fabprobe report` reads saved reports, not a host; --root does not apply".into()).into());
     }
-    g.require_format("report", &[super::Format::Table]).map_err(|_| {
-        UsageError("`fabprobe report` writes HTML (--html OUT.html); --format does not apply".into())
-    })?;
+    g.require_format("report", &[super::Format::Table])
+        .map_err(|_| UsageError("`fabprobe report` writes HTML (--html OUT.html); --format does not apply".into()))?;
     let group = a
         .group_by
         .as_deref()
@@ -83,15 +79,9 @@ pub fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
     for p in &a.inputs {
         inputs.extend(read(p)?);
     }
-    let opts = Options {
-        title: a.title,
-        group,
-    };
+    let opts = Options { title: a.title, group };
     write(&a.html, &inputs, &opts)?;
-    g.log(
-        1,
-        format!("wrote {} ({} reports)", a.html.display(), inputs.len()),
-    );
+    g.log(1, format!("wrote {} ({} reports)", a.html.display(), inputs.len()));
     Ok(Outcome::Pass)
 }
 
@@ -102,11 +92,7 @@ fn read(p: &Path) -> anyhow::Result<Vec<Input>> {
     let values = serde_json::Deserializer::from_slice(&bytes)
         .into_iter::<serde_json::Value>()
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            UsageError(format!(
-                "{name}: not JSON ({e}); give a report saved with --format json"
-            ))
-        })?;
+        .map_err(|e| UsageError(format!("{name}: not JSON ({e}); give a report saved with --format json")))?;
     if values.is_empty() {
         return Err(UsageError(format!("{name}: empty; give a report saved with --format json")).into());
     }
@@ -115,11 +101,7 @@ fn read(p: &Path) -> anyhow::Result<Vec<Input>> {
         .into_iter()
         .enumerate()
         .map(|(i, envelope)| Input {
-            name: if many {
-                format!("{name}:{}", i + 1)
-            } else {
-                name.clone()
-            },
+            name: if many { format!("{name}:{}", i + 1) } else { name.clone() },
             envelope,
         })
         .collect())
@@ -137,34 +119,17 @@ fn write(out: &Path, inputs: &[Input], opts: &Options) -> anyhow::Result<()> {
 /// JSON), drawn as the page `fabprobe report` draws from that JSON.
 pub fn write_envelope<T: Serialize>(out: &Path, name: &str, env: &Envelope<T>) -> anyhow::Result<()> {
     let envelope = serde_json::to_value(env).context("the report as JSON")?;
-    write(
-        out,
-        &[Input {
-            name: name.to_string(),
-            envelope,
-        }],
-        &Options::default(),
-    )
+    write(out, &[Input { name: name.to_string(), envelope }], &Options::default())
 }
 
 /// Refuse an `--html` path whose folder does not exist before a long run, not after it.
 pub fn check_writable(out: &Path) -> anyhow::Result<()> {
     if out.as_os_str() == "-" {
-        return Err(
-            UsageError("--html -: the report goes to stdout already; give a file name".into()).into(),
-        );
+        return Err(UsageError("--html -: the report goes to stdout already; give a file name".into()).into());
     }
-    let dir = out
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        return Err(UsageError(format!(
-            "--html {}: {} is not a directory",
-            out.display(),
-            dir.display()
-        ))
-        .into());
+        return Err(UsageError(format!("--html {}: {} is not a directory", out.display(), dir.display())).into());
     }
     Ok(())
 }

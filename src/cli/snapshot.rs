@@ -29,9 +29,7 @@ fn check_target(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
         return Ok(());
     };
     if meta.is_dir() {
-        let empty = std::fs::read_dir(out)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false);
+        let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none()).unwrap_or(false);
         if !empty {
             return Err(UsageError(format!(
                 "-o {}: the directory is not empty; give a new or empty directory (--force never empties one)",

@@ -452,30 +452,11 @@ pub fn fit_help(text: &str, width: usize) -> String {
             .get(i)
             .is_some_and(|n| !n.trim().is_empty() && indent_of(n) > indent);
         if indent == 0 || (indent <= 2 && is_prose(&l[indent..]) && !hanging) {
-            while i < lines.len()
-                && indent_of(lines[i]) == indent
-                && !lines[i].is_empty()
-                && !is_heading(lines[i])
-                && !is_command(lines[i].trim_start())
-            {
-                let (prev, next) = (lines[i - 1].trim_end(), lines[i].trim_start());
-                let goes_on = next.starts_with(|c: char| c.is_lowercase() || "(`-".contains(c))
-                    || !prev.ends_with(['.', ':', '?', '!']);
-                if indent > 0 && !(is_prose(next) && goes_on) {
-                    break;
-                }
-                i += 1;
-            }
+            i = paragraph_end(&lines, start, indent);
             let para: Vec<&str> = lines[start..i].iter().map(|l| l.trim_start()).collect();
             let pad = &l[..indent];
             let mut line = pad.to_string();
-            fill(
-                &mut out,
-                &mut line,
-                pad,
-                help_words(&para.join(" "), width - indent),
-                Some(width),
-            );
+            fill(&mut out, &mut line, pad, help_words(&para.join(" "), width - indent), Some(width));
             out.push_str(line.trim_end());
             out.push('\n');
             continue;
@@ -508,6 +489,29 @@ pub fn fit_help(text: &str, width: usize) -> String {
         }
     }
     out
+}
+
+/// Where the paragraph that starts at `lines[start]` (at `indent`) ends: unindented prose runs
+/// to a blank line, a heading or a command; indented prose while the next line goes on
+/// (lowercase, or the line before ends mid-sentence).
+fn paragraph_end(lines: &[&str], start: usize, indent: usize) -> usize {
+    let indent_of = |l: &str| l.len() - l.trim_start().len();
+    let mut i = start + 1;
+    while i < lines.len()
+        && indent_of(lines[i]) == indent
+        && !lines[i].is_empty()
+        && !is_heading(lines[i])
+        && !is_command(lines[i].trim_start())
+    {
+        let (prev, next) = (lines[i - 1].trim_end(), lines[i].trim_start());
+        let goes_on = next.starts_with(|c: char| c.is_lowercase() || "(`-".contains(c))
+            || !prev.ends_with(['.', ':', '?', '!']);
+        if indent > 0 && !(is_prose(next) && goes_on) {
+            break;
+        }
+        i += 1;
+    }
+    i
 }
 
 /// Prose, not a table row, a data shape or a name on its own: words, no run of two spaces
@@ -675,8 +679,8 @@ mod tests {
             ),
             // Commands are never joined; a long one breaks between words with ` \\`.
             (
-                "  fabprobe topo --root a\n  fabprobe check --policy dgx-h100 --root b\n",
-                "  fabprobe topo --root a\n  fabprobe check --policy dgx-h100 \\\n    --root b\n",
+                "  fabprobe topo --root a\n  fabprobe topo --format json --root bbbbbbb\n",
+                "  fabprobe topo --root a\n  fabprobe topo --format json --root \\\n    bbbbbbb\n",
             ),
             // An example beside what it does is a row: the text goes on under its column.
             (
@@ -720,18 +724,19 @@ mod tests {
         let s = findings_section(&docs);
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "FINDINGS");
-        // The id column is the longest id plus one; the severity column 10.
+        // The id column is the longest id plus one; the severity column 11 (two spaces after
+        // `warn|fail`, a cell boundary for the help's fitting).
         assert_eq!(
             lines[1],
-            format!("  {:<16}{:<10}one two three", "a.short", "warn")
+            format!("  {:<16}{:<11}one two three", "a.short", "warn")
         );
         assert_eq!(lines[2], "  a.first_of_two");
         assert!(
-            lines[3].starts_with(&format!("  {:<16}warn|fail word", "a.second_of_two")),
+            lines[3].starts_with(&format!("  {:<16}warn|fail  word", "a.second_of_two")),
             "{s}"
         );
-        assert!(lines.iter().all(|l| l.len() <= 96), "{s}");
-        assert!(lines[4].starts_with(&format!("{:28}word", "")), "{s}");
+        assert!(lines.iter().all(|l| l.len() <= HELP_WIDTH), "{s}");
+        assert!(lines[4].starts_with(&format!("{:29}word", "")), "{s}");
     }
 
     #[test]

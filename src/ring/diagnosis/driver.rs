@@ -595,6 +595,11 @@ mod tests {
     use super::*;
     use crate::ring::model::VerdictKind;
 
+    /// One link's sample of the first order: `seconds` for one byte.
+    fn sample_of_order_0(from: Rank, to: Rank, seconds: f64) -> LinkSample {
+        LinkSample { order: 0, from_rank: from, to_rank: to, bytes: 1, seconds, cpu_wait: None }
+    }
+
     const BASE: f64 = 100e6;
 
     /// Drive a 5-rank scan with synthetic samples: `slow(from, to, index, first_time_this_shift, rep)`
@@ -695,14 +700,7 @@ mod tests {
     /// judgment names it, the re-check clears it, and the report says so.
     #[test]
     fn one_slow_link_or_hiccup_does_not_size_the_plan() {
-        let s = |from: Rank, to: Rank, seconds: f64| LinkSample {
-            order: 0,
-            from_rank: from,
-            to_rank: to,
-            bytes: 1,
-            seconds,
-            cpu_wait: None,
-        };
+        let s = sample_of_order_0;
         let ms = |m: u64| Duration::from_millis(m);
         // (links' seconds, order wall time, expected typical time)
         let cases: [(Vec<LinkSample>, u64, u64); 5] = [
@@ -986,14 +984,7 @@ mod tests {
 
     #[test]
     fn unmeasured_links_table() {
-        let s = |from: Rank, to: Rank, seconds: f64| LinkSample {
-            order: 0,
-            from_rank: from,
-            to_rank: to,
-            bytes: 1,
-            seconds,
-            cpu_wait: None,
-        };
+        let s = sample_of_order_0;
         let run = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
         // (n, samples, shifts run, expected)
         let cases: Vec<(usize, Vec<LinkSample>, BTreeSet<u32>, Vec<(Rank, Rank, &str)>)> = vec![
