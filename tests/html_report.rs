@@ -117,7 +117,9 @@ fn listen() -> (u16, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for c in l.incoming() {
             let Ok(mut c) = c else { break };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            // Long enough for a loaded machine: a browser's first bytes that come after it
+            // would read as an empty connection, a `? (0 bytes)` request in no page's name.
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
             let mut buf = vec![0u8; 4096];
             let n = c.read(&mut buf).unwrap_or(0);
             let got = &buf[..n];
@@ -132,7 +134,7 @@ fn hosts_seen(port: u16, seen: &Mutex<Vec<String>>) -> Vec<String> {
     let mut w = TcpStream::connect(("127.0.0.1", port)).unwrap();
     w.write_all(WAKE.as_bytes()).unwrap();
     drop(w);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let v = seen.lock().unwrap().clone();
         if v.iter().any(|h| h == WAKE) {
