@@ -528,8 +528,11 @@ fn rows_print_as_each_size_completes() {
             "64K",
             "-e",
             "64M",
+            // Enough iterations that the last size runs for a second or more after the first
+            // row: a test thread descheduled for a moment on a loaded machine (3 iterations
+            // left a window of a few hundred ms) must not find the run already over.
             "-n",
-            "3",
+            "30",
             "-w",
             "1",
             "--no-scan",
