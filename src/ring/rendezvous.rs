@@ -506,7 +506,7 @@ pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32
 const OWN_LATE: Duration = Duration::from_secs(1);
 
 /// Reads what the coordinator sends during the run; raises the abort flag when it says so,
-/// and with the `coordinator_lost` verdict when its connection closes or goes silent (it
+/// and with the coordinator_lost verdict when its connection closes or goes silent (it
 /// pings every [`HEARTBEAT`]) for [`silence`].
 fn spawn_reader(
     mut s: TcpStream,

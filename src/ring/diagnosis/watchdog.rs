@@ -7,7 +7,7 @@
 //! * [`judge`]`(&WatchState, now_ms) -> Vec<Verdict>`: `rank_lost`, `rank_unreachable`,
 //!   `rank_stalled`, `hang_link`; empty while nothing is wrong or the picture is not settled yet (call it
 //!   again on every report and timer tick; end the run on the first non-empty answer).
-//! * [`coordinator_lost`]: the other ranks' side, when their control connection to the
+//! * [`coordinator_lost_or_own_stall`]: the other ranks' side, when their control connection to the
 //!   coordinator closes or falls silent.
 //!
 //! Method. A rank is *lost* when its control connection closed or was reset (dead process);
@@ -707,21 +707,10 @@ pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
 }
 
 /// A non-coordinator rank's verdict on its control connection to the coordinator: closed, or
-/// silent past `silence_ms` since `last_heard_ms`. None while it is healthy.
-pub fn coordinator_lost(
-    me: &RankInfo,
-    coordinator: &str,
-    control: Control,
-    last_heard_ms: u64,
-    now_ms: u64,
-    silence_ms: u64,
-) -> Option<Verdict> {
-    coordinator_lost_or_own_stall(me, coordinator, control, last_heard_ms, now_ms, silence_ms, None)
-}
-
-/// [`coordinator_lost`], unless this rank was the one not running: `own_late_ms` is how much
-/// later than its timeout the reader's last read came back (a blocking read with a timeout
-/// returns late only when its process did not run: stopped, frozen, starved). Then the
+/// silent past `silence_ms` since `last_heard_ms`; None while it is healthy. Unless this
+/// rank was the one not running: `own_late_ms` is how much later than its timeout the
+/// reader's last read came back (a blocking read with a timeout returns late only when its
+/// process did not run: stopped, frozen, starved). Then the
 /// close or silence it found is the coordinator giving up on this rank, and the verdict is
 /// this rank's own stall (issue 45: a stalled rank's stderr said COORDINATOR LOST).
 pub fn coordinator_lost_or_own_stall(
@@ -1448,8 +1437,8 @@ mod tests {
     fn coordinator() {
         let me = &ranks(4)[3];
         let a = "198.18.0.1:29500";
-        assert_eq!(coordinator_lost(me, a, OPEN, 9_000, 10_000, 5_000), None);
-        let v = coordinator_lost(
+        assert_eq!(coordinator_lost_or_own_stall(me, a, OPEN, 9_000, 10_000, 5_000, None), None);
+        let v = coordinator_lost_or_own_stall(
             me,
             a,
             Control::Closed {
@@ -1459,6 +1448,7 @@ mod tests {
             9_000,
             10_000,
             5_000,
+            None,
         )
         .unwrap();
         assert_eq!(v.kind, VerdictKind::CoordinatorLost);
@@ -1466,7 +1456,7 @@ mod tests {
             v.message,
             "COORDINATOR LOST rank 3 (node-d): the control connection to the coordinator 198.18.0.1:29500 closed; exiting"
         );
-        let v = coordinator_lost(me, a, OPEN, 1_000, 10_000, 5_000).unwrap();
+        let v = coordinator_lost_or_own_stall(me, a, OPEN, 1_000, 10_000, 5_000, None).unwrap();
         assert_eq!(
             v.message,
             "COORDINATOR LOST rank 3 (node-d): the coordinator 198.18.0.1:29500 has sent nothing for 9.0 s; exiting"
