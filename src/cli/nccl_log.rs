@@ -156,47 +156,7 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     let mut an = Analyzer::new();
     // Flight-recorder dumps among the inputs, told apart by their first bytes (issue 43).
     let mut job = flight::Job::new();
-    // Dumps, decoded after the logs on several threads (merged in this order).
-    let mut dumps: Vec<(Dump, flight::Kind)> = Vec::new();
-    for p in &a.inputs {
-        if p.as_os_str() == "-" {
-            let mut dumped = None;
-            read_input(&mut an, &mut dumped, "-", std::io::stdin().lock())
-                .map_err(|e| cannot("read", p, e))?;
-            dumps.extend(dumped.map(|(k, b)| (Dump::Stdin(b), k)));
-            continue;
-        }
-        let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
-        if meta.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| cannot("list", p, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.is_file())
-                .collect();
-            files.sort();
-            // No file at all is a mistake in the command, not a log with nothing to judge:
-            // exit 2 as sweep does for the same directory (3 is for input read and empty).
-            if files.is_empty() {
-                return Err(cannot(
-                    "read logs from",
-                    p,
-                    std::io::Error::other("the directory holds no files"),
-                ));
-            }
-            for f in files {
-                g.log(1, format!("reading {}", f.display()));
-                let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
-                let kind =
-                    read_log(&mut an, &f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
-                dumps.extend(kind.map(|k| (Dump::File(f), k)));
-            }
-        } else {
-            g.log(1, format!("reading {}", p.display()));
-            let fh = std::fs::File::open(p).map_err(|e| cannot("open", p, e))?;
-            let kind = read_log(&mut an, &p.display().to_string(), fh).map_err(|e| cannot("read", p, e))?;
-            dumps.extend(kind.map(|k| (Dump::File(p.clone()), k)));
-        }
-    }
+    let dumps = read_inputs(g, &a.inputs, &mut an)?;
     flight::read_all(&mut job, dumps.len(), flight::digest::threads(), |i| {
         Ok::<_, anyhow::Error>(match &dumps[i] {
             (Dump::Stdin(bytes), kind) => flight::digest::digest("-", *kind, bytes),
@@ -209,7 +169,74 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     let mut report = an.finish();
     let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
     let findings = crate::render::nccl_log::findings(&report);
-    let text = match fmt {
+    emit(&render(fmt, &report, fr.as_ref(), &findings))?;
+    // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
+    // not say clean about a log without NCCL_DEBUG.
+    if crate::render::nccl_log::unknown(&report) {
+        return Ok(Outcome::Unknown);
+    }
+    Ok(Outcome::from_findings(&findings))
+}
+
+/// Feed every log among `inputs` (files, directories, `-`) to the analyzer; the dumps
+/// among them come back, decoded after the logs on several threads (merged in this order).
+fn read_inputs(
+    g: &GlobalArgs,
+    inputs: &[PathBuf],
+    an: &mut Analyzer,
+) -> anyhow::Result<Vec<(Dump, flight::Kind)>> {
+    let mut dumps = Vec::new();
+    for p in inputs {
+        if p.as_os_str() == "-" {
+            let mut dumped = None;
+            read_input(an, &mut dumped, "-", std::io::stdin().lock()).map_err(|e| cannot("read", p, e))?;
+            dumps.extend(dumped.map(|(k, b)| (Dump::Stdin(b), k)));
+            continue;
+        }
+        let meta = std::fs::metadata(p).map_err(|e| cannot("open", p, e))?;
+        let files = if meta.is_dir() {
+            files_in(p)?
+        } else {
+            vec![p.clone()]
+        };
+        for f in files {
+            g.log(1, format!("reading {}", f.display()));
+            let fh = std::fs::File::open(&f).map_err(|e| cannot("open", &f, e))?;
+            let kind = read_log(an, &f.display().to_string(), fh).map_err(|e| cannot("read", &f, e))?;
+            dumps.extend(kind.map(|k| (Dump::File(f), k)));
+        }
+    }
+    Ok(dumps)
+}
+
+/// The files of directory `p`, sorted; none is an error.
+fn files_in(p: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+        .map_err(|e| cannot("list", p, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|f| f.is_file())
+        .collect();
+    files.sort();
+    // No file at all is a mistake in the command, not a log with nothing to judge:
+    // exit 2 as sweep does for the same directory (3 is for input read and empty).
+    if files.is_empty() {
+        return Err(cannot(
+            "read logs from",
+            p,
+            std::io::Error::other("the directory holds no files"),
+        ));
+    }
+    Ok(files)
+}
+
+/// The job's report in `fmt`: the logs' verdicts, then the flight recorder's.
+fn render(
+    fmt: Format,
+    report: &crate::nccl_log::Report,
+    fr: Option<&flight::judge::FlightReport>,
+    findings: &[crate::finding::Finding],
+) -> String {
+    match fmt {
         Format::Json => {
             let host = HostInfo {
                 hostname: None,
@@ -218,26 +245,19 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
                 source: report.summary.inputs.join(","),
             };
             let data = flight::JobReport {
-                log: &report,
-                flight_recorder: fr.as_ref(),
+                log: report,
+                flight_recorder: fr,
             };
-            Envelope::new("nccl-log", host, &data, &findings).to_json()
+            Envelope::new("nccl-log", host, &data, findings).to_json()
         }
         _ => {
-            let mut t = crate::render::nccl_log::table(&report);
-            if let Some(fr) = &fr {
+            let mut t = crate::render::nccl_log::table(report);
+            if let Some(fr) = fr {
                 t.push_str(&crate::render::nccl_log_flight::section(fr));
             }
             t
         }
-    };
-    emit(&text)?;
-    // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
-    // not say clean about a log without NCCL_DEBUG.
-    if crate::render::nccl_log::unknown(&report) {
-        return Ok(Outcome::Unknown);
     }
-    Ok(Outcome::from_findings(&findings))
 }
 
 /// A flight-recorder dump among the inputs, read whole when its turn comes (stdin's at once).

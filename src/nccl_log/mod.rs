@@ -43,6 +43,17 @@ const MAX_UNRECOGNISED_SAMPLES: usize = 5;
 const MAX_LINE_TEXT: usize = 400;
 const MAX_HEADERS: usize = 1 << 16;
 
+/// Where an event was read: the file and line, the process it came from, its launcher
+/// label and CUDA device.
+struct Site<'a> {
+    file: &'a str,
+    line_no: u64,
+    s: &'a str,
+    key: &'a ProcKey,
+    dev: Option<i32>,
+    label: Option<u32>,
+}
+
 /// Who printed a line: a process (host and pid), and what the log says about its rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct ProcKey {
@@ -352,7 +363,17 @@ impl Analyzer {
                         pid: None,
                         label,
                     };
-                    self.apply(file, line_no, s, &key, None, label, ev);
+                    self.apply(
+                        &Site {
+                            file,
+                            line_no,
+                            s,
+                            key: &key,
+                            dev: None,
+                            label,
+                        },
+                        ev,
+                    );
                 }
                 None => {
                     if s.contains("NCCL") {
@@ -427,7 +448,17 @@ impl Analyzer {
                 } else {
                     self.recognised += 1;
                 }
-                self.apply(file, line_no, s, &key, dev, label, ev);
+                self.apply(
+                    &Site {
+                        file,
+                        line_no,
+                        s,
+                        key: &key,
+                        dev,
+                        label,
+                    },
+                    ev,
+                );
             }
             None => self.note_unrecognised(s),
         }
@@ -448,56 +479,34 @@ impl Analyzer {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn apply(
-        &mut self,
-        file: &str,
-        line_no: u64,
-        s: &str,
-        key: &ProcKey,
-        dev: Option<i32>,
-        label: Option<u32>,
-        ev: Event,
-    ) {
-        let host = || self.host_name(key.host).to_string();
+    /// One event of the line `at` names: the tables it feeds, the sightings it makes.
+    fn apply(&mut self, at: &Site<'_>, ev: Event) {
         match ev {
             Event::Known => {}
             Event::Version(v) => {
-                let h = if key.host == 0 {
-                    label
+                let h = if at.key.host == 0 {
+                    at.label
                         .map(|l| format!("rank label {l}"))
-                        .unwrap_or_else(|| file.to_string())
+                        .unwrap_or_else(|| at.file.to_string())
                 } else {
-                    host()
+                    self.host_name(at.key.host).to_string()
                 };
                 self.versions.entry(v).or_default().insert(h);
             }
             Event::Bootstrap(ifs) => {
-                let host = host();
+                let host = self.host_name(at.key.host).to_string();
                 for i in &ifs {
-                    if let Some(ip) = i.split(':').nth(1).and_then(|a| a.split('<').next()) {
-                        self.host_ips
-                            .entry(ip.to_string())
-                            .or_insert_with(|| host.clone());
-                    }
+                    self.note_host_ip(Some(i.as_str()), &host);
                 }
                 self.bootstrap.entry(host).or_default().extend(ifs);
             }
             Event::SocketIfs(ifs) => {
-                let host = host();
+                let host = self.host_name(at.key.host).to_string();
                 self.socket_ifs.entry(host).or_default().extend(ifs);
             }
             Event::IbUsing { hcas, oob } => {
-                let host = host();
-                if let Some(ip) = oob
-                    .as_deref()
-                    .and_then(|o| o.split(':').nth(1))
-                    .and_then(|a| a.split('<').next())
-                {
-                    self.host_ips
-                        .entry(ip.to_string())
-                        .or_insert_with(|| host.clone());
-                }
+                let host = self.host_name(at.key.host).to_string();
+                self.note_host_ip(oob.as_deref(), &host);
                 self.hcas.entry(host).or_default().extend(hcas);
             }
             Event::Plugin(p) => {
@@ -509,9 +518,9 @@ impl Analyzer {
                 }
             }
             Event::Network(n) => {
-                if let Some(p) = self.procs.get_mut(key) {
+                if let Some(p) = self.procs.get_mut(at.key) {
                     p.network = Some(n.clone());
-                    p.net_at.get_or_insert(line_no);
+                    p.net_at.get_or_insert(at.line_no);
                 }
                 self.networks.insert(n);
             }
@@ -520,22 +529,7 @@ impl Analyzer {
                 nranks,
                 local_rank,
                 cuda_dev: _,
-            } => {
-                let p = self.procs.entry(key.clone()).or_default();
-                // A process can join several communicators: the widest one is the job's.
-                if p.nranks.is_none_or(|n| nranks.is_some_and(|m| m > n)) || p.rank.is_none() {
-                    p.rank = Some(rank);
-                    if nranks.is_some() {
-                        p.nranks = nranks;
-                    }
-                }
-                if local_rank.is_some() {
-                    p.local_rank = local_rank;
-                }
-                if let Some(n) = nranks {
-                    self.world = Some(self.world.map_or(n, |w| w.max(n)));
-                }
-            }
+            } => self.note_comm(at.key, rank, nranks, local_rank),
             Event::Ring { channel, order } => {
                 self.rings.insert(channel);
                 if self.ring_sample.is_none() {
@@ -552,103 +546,133 @@ impl Analyzer {
                 self.connection_lines += 1;
                 self.add_connection((src, dst, via), 1);
             }
-            Event::Gdr { hca, enabled } => {
-                let host = host();
-                let e = self.gdr.entry((host.clone(), hca.clone())).or_insert(enabled);
-                *e = *e && enabled;
-                if !enabled {
-                    self.sight(Sighting {
-                        cause: "gdr_disabled",
-                        hca: Some(hca),
-                        ..self.base(file, line_no, s, key, dev, label)
-                    });
-                }
-            }
-            Event::Failure(f) => {
-                // The launcher's label is the global rank; a rank in the text only counts
-                // without one (PyTorch's `[PG ID 1 ... Rank 0]` is a group rank).
-                let rank_hint = label.or(f.rank);
-                if let (Some(r), Some(q)) = (rank_hint, f.seq) {
-                    let e = self.progress.entry(r).or_insert(q);
-                    *e = (*e).max(q);
-                }
-                // A repeat is dropped before its text is copied: failure-dense logs are
-                // mostly repeats.
-                let hca = (f.cause == "gdr_disabled").then(|| f.hca.clone()).flatten();
-                if self.sightings_full()
-                    || self
-                        .seen_sightings
-                        .contains(&(f.cause, key.clone(), rank_hint, f.seq, hca))
-                {
-                    return;
-                }
-                let mut sg = self.base(file, line_no, s, key, dev, label);
-                sg.cause = f.cause;
-                sg.hca = f.hca;
-                sg.peer_addr = f.peer;
-                sg.local_gid = f.local_gid;
-                sg.remote_gid = f.remote_gid;
-                sg.status = f.status;
-                sg.vendor_err = f.vendor_err;
-                sg.seq = f.seq;
-                sg.op = f.op;
-                sg.result = f.result;
-                sg.errno = f.errno;
-                sg.rank_hint = rank_hint;
-                self.sight(sg);
-            }
+            Event::Gdr { hca, enabled } => self.note_gdr(at, hca, enabled),
+            Event::Failure(f) => self.note_failure(at, f),
             Event::Progress { rank, enqueued } => {
-                if let Some(r) = label.or(rank) {
+                if let Some(r) = at.label.or(rank) {
                     let e = self.progress.entry(r).or_insert(enqueued);
                     *e = (*e).max(enqueued);
                 }
             }
-            Event::Trail(code) => {
-                // 0 is success and 7 (ncclInProgress) is the non-blocking API's normal answer.
-                if code == 0 || code == 7 {
-                    return;
-                }
-                let first = match self.procs.get_mut(key) {
-                    Some(p) => p.trail.replace(p.trail.unwrap_or(code)).is_none(),
-                    None => true,
-                };
-                // Each process's first trail: the ones NCCL recovered from (before it chose
-                // a network) are told apart when the whole log is read.
-                if first {
-                    let mut sg = self.base(file, line_no, s, key, dev, label);
-                    sg.cause = TRAIL;
-                    sg.result = Some(code);
-                    self.sight(sg);
-                }
-            }
+            Event::Trail(code) => self.note_trail(at, code),
         }
     }
 
-    fn base(
-        &self,
-        file: &str,
-        line_no: u64,
-        s: &str,
-        key: &ProcKey,
-        dev: Option<i32>,
-        label: Option<u32>,
-    ) -> Sighting {
+    /// The host an interface or OOB address (`ib0:10.0.0.1<0>`) belongs to, first seen wins.
+    fn note_host_ip(&mut self, iface: Option<&str>, host: &str) {
+        if let Some(ip) = iface
+            .and_then(|o| o.split(':').nth(1))
+            .and_then(|a| a.split('<').next())
+        {
+            self.host_ips
+                .entry(ip.to_string())
+                .or_insert_with(|| host.to_string());
+        }
+    }
+
+    /// A communicator the process joined: its rank in the widest one is its job rank.
+    fn note_comm(&mut self, key: &ProcKey, rank: u32, nranks: Option<u32>, local_rank: Option<u32>) {
+        let p = self.procs.entry(key.clone()).or_default();
+        if p.nranks.is_none_or(|n| nranks.is_some_and(|m| m > n)) || p.rank.is_none() {
+            p.rank = Some(rank);
+            if nranks.is_some() {
+                p.nranks = nranks;
+            }
+        }
+        if local_rank.is_some() {
+            p.local_rank = local_rank;
+        }
+        if let Some(n) = nranks {
+            self.world = Some(self.world.map_or(n, |w| w.max(n)));
+        }
+    }
+
+    /// GPUDirect on or off for an HCA of the host; off is a sighting.
+    fn note_gdr(&mut self, at: &Site<'_>, hca: String, enabled: bool) {
+        let host = self.host_name(at.key.host).to_string();
+        let e = self.gdr.entry((host, hca.clone())).or_insert(enabled);
+        *e = *e && enabled;
+        if !enabled {
+            self.sight(Sighting {
+                cause: "gdr_disabled",
+                hca: Some(hca),
+                ..self.base(at)
+            });
+        }
+    }
+
+    /// A failure: the rank's progress, and a sighting unless it repeats one kept.
+    fn note_failure(&mut self, at: &Site<'_>, f: events::Failure) {
+        // The launcher's label is the global rank; a rank in the text only counts
+        // without one (PyTorch's `[PG ID 1 ... Rank 0]` is a group rank).
+        let rank_hint = at.label.or(f.rank);
+        if let (Some(r), Some(q)) = (rank_hint, f.seq) {
+            let e = self.progress.entry(r).or_insert(q);
+            *e = (*e).max(q);
+        }
+        // A repeat is dropped before its text is copied: failure-dense logs are
+        // mostly repeats.
+        let hca = (f.cause == "gdr_disabled").then(|| f.hca.clone()).flatten();
+        if self.sightings_full()
+            || self
+                .seen_sightings
+                .contains(&(f.cause, at.key.clone(), rank_hint, f.seq, hca))
+        {
+            return;
+        }
+        let mut sg = self.base(at);
+        sg.cause = f.cause;
+        sg.hca = f.hca;
+        sg.peer_addr = f.peer;
+        sg.local_gid = f.local_gid;
+        sg.remote_gid = f.remote_gid;
+        sg.status = f.status;
+        sg.vendor_err = f.vendor_err;
+        sg.seq = f.seq;
+        sg.op = f.op;
+        sg.result = f.result;
+        sg.errno = f.errno;
+        sg.rank_hint = rank_hint;
+        self.sight(sg);
+    }
+
+    /// A non-zero return code in NCCL's trail: the process's first one is a sighting.
+    fn note_trail(&mut self, at: &Site<'_>, code: u8) {
+        // 0 is success and 7 (ncclInProgress) is the non-blocking API's normal answer.
+        if code == 0 || code == 7 {
+            return;
+        }
+        let first = match self.procs.get_mut(at.key) {
+            Some(p) => p.trail.replace(p.trail.unwrap_or(code)).is_none(),
+            None => true,
+        };
+        // Each process's first trail: the ones NCCL recovered from (before it chose
+        // a network) are told apart when the whole log is read.
+        if first {
+            let mut sg = self.base(at);
+            sg.cause = TRAIL;
+            sg.result = Some(code);
+            self.sight(sg);
+        }
+    }
+
+    fn base(&self, at: &Site<'_>) -> Sighting {
         Sighting {
             cause: "",
-            proc_: key.clone(),
-            dev,
+            proc_: at.key.clone(),
+            dev: at.dev,
             hca: None,
             peer_addr: None,
             local_gid: None,
             remote_gid: None,
             status: None,
             vendor_err: None,
-            file: file.to_string(),
-            line_no,
-            line: clip(s),
+            file: at.file.to_string(),
+            line_no: at.line_no,
+            line: clip(at.s),
             seq: None,
             op: None,
-            rank_hint: label,
+            rank_hint: at.label,
             result: None,
             errno: None,
         }

@@ -53,71 +53,18 @@ fn esc(l: &str) -> String {
         .collect()
 }
 
+/// One verdict: its head line (severity, cause, who), the facts the line gave, the line
+/// itself, then what it means and what to do.
 fn verdict(v: &Verdict) -> String {
-    let mut s = format!("  {:<4} {}", v.severity.as_str().to_uppercase(), v.cause);
-    let mut who = Vec::new();
-    if let Some(h) = &v.host {
-        who.push(format!("host {h}"));
-    }
-    if let Some(r) = v.rank {
-        let mut all = vec![r];
-        all.extend(&v.ranks);
-        all.sort_unstable();
-        who.push(format!("rank {}", crate::text::rank_runs(&all)));
-    }
-    if let Some(d) = &v.device {
-        who.push(format!("device {d}"));
-    }
-    // A line pasted without NCCL's header names no host or rank: say so.
-    if !v.file.is_empty() && v.host.is_none() && v.rank.is_none() {
-        who.push("host and rank unknown (no NCCL header on the line)".into());
-    }
-    if !who.is_empty() {
-        s = text::wrap(&format!("{s}: "), &who.join(", "), 7);
+    let head = format!("  {:<4} {}", v.severity.as_str().to_uppercase(), v.cause);
+    let who = who_long(v);
+    let mut s = if who.is_empty() {
+        format!("{head}\n")
     } else {
-        s.push('\n');
-    }
-    if let Some(p) = &v.peer {
-        let mut parts = Vec::new();
-        if let Some(a) = &p.addr {
-            parts.push(a.clone());
-        }
-        if let Some(h) = &p.host {
-            parts.push(format!("host {h}"));
-        }
-        if let Some(r) = p.rank {
-            parts.push(format!("rank {r}"));
-        }
-        s.push_str(&format!("       peer: {}\n", parts.join(", ")));
-    }
-    if v.local_gid.is_some() || v.remote_gid.is_some() {
-        s.push_str(&format!(
-            "       gid: local {} remote {}\n",
-            v.local_gid.as_deref().unwrap_or("?"),
-            v.remote_gid.as_deref().unwrap_or("?")
-        ));
-    }
-    if v.status.is_some() || v.vendor_err.is_some() {
-        s.push_str(&format!(
-            "       status {} vendor err {}\n",
-            v.status.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
-            v.vendor_err.map(|x| x.to_string()).unwrap_or_else(|| "?".into())
-        ));
-    }
-    if let (Some(seq), Some(op)) = (v.seq, &v.op) {
-        s.push_str(&format!("       collective: SeqNum {seq} {op}\n"));
-    }
-    if !v.suspects.is_empty() {
-        s.push_str(&format!(
-            "       suspects (never reached it): rank {}\n",
-            crate::text::rank_runs(&v.suspects)
-        ));
-    }
-    if let Some(r) = &v.nccl_result {
-        s.push_str(&format!("       NCCL returned {r}\n"));
-    }
-    if let Some(e) = v.errno {
-        s.push_str(&format!("       errno {e}\n"));
+        text::wrap(&format!("{head}: "), &who.join(", "), 7)
+    };
+    for fact in facts(v) {
+        s.push_str(&format!("       {fact}\n"));
     }
     if v.file.is_empty() {
         s.push_str(&format!("       {}\n", esc(&v.line)));
@@ -136,6 +83,78 @@ fn verdict(v: &Verdict) -> String {
         ));
     }
     s
+}
+
+/// Who a verdict's head line names: host, ranks, device (or that the line named none).
+fn who_long(v: &Verdict) -> Vec<String> {
+    let mut who = Vec::new();
+    if let Some(h) = &v.host {
+        who.push(format!("host {h}"));
+    }
+    if let Some(r) = v.rank {
+        let mut all = vec![r];
+        all.extend(&v.ranks);
+        all.sort_unstable();
+        who.push(format!("rank {}", crate::text::rank_runs(&all)));
+    }
+    if let Some(d) = &v.device {
+        who.push(format!("device {d}"));
+    }
+    // A line pasted without NCCL's header names no host or rank: say so.
+    if !v.file.is_empty() && v.host.is_none() && v.rank.is_none() {
+        who.push("host and rank unknown (no NCCL header on the line)".into());
+    }
+    who
+}
+
+/// The facts a verdict's line gave, one per line: peer, GIDs, status, collective,
+/// suspects, NCCL's result and errno.
+fn facts(v: &Verdict) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(p) = &v.peer {
+        let mut parts = Vec::new();
+        if let Some(a) = &p.addr {
+            parts.push(a.clone());
+        }
+        if let Some(h) = &p.host {
+            parts.push(format!("host {h}"));
+        }
+        if let Some(r) = p.rank {
+            parts.push(format!("rank {r}"));
+        }
+        out.push(format!("peer: {}", parts.join(", ")));
+    }
+    if v.local_gid.is_some() || v.remote_gid.is_some() {
+        out.push(format!(
+            "gid: local {} remote {}",
+            v.local_gid.as_deref().unwrap_or("?"),
+            v.remote_gid.as_deref().unwrap_or("?")
+        ));
+    }
+    if v.status.is_some() || v.vendor_err.is_some() {
+        let or_q = |x: Option<i64>| x.map(|x| x.to_string()).unwrap_or_else(|| "?".into());
+        out.push(format!(
+            "status {} vendor err {}",
+            or_q(v.status),
+            or_q(v.vendor_err)
+        ));
+    }
+    if let (Some(seq), Some(op)) = (v.seq, &v.op) {
+        out.push(format!("collective: SeqNum {seq} {op}"));
+    }
+    if !v.suspects.is_empty() {
+        out.push(format!(
+            "suspects (never reached it): rank {}",
+            crate::text::rank_runs(&v.suspects)
+        ));
+    }
+    if let Some(r) = &v.nccl_result {
+        out.push(format!("NCCL returned {r}"));
+    }
+    if let Some(e) = v.errno {
+        out.push(format!("errno {e}"));
+    }
+    out
 }
 
 /// Nothing to judge: the input had no NCCL line (exit 3, neither pass nor fault).
@@ -158,7 +177,11 @@ fn who(v: &Verdict) -> String {
     if let Some(d) = v.device.as_ref().filter(|d| !d.starts_with("cuda:")) {
         w.push(d.clone());
     }
-    if w.is_empty() { String::new() } else { format!(" on {}", w.join(" ")) }
+    if w.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", w.join(" "))
+    }
 }
 
 /// `fabprobe nccl-log: FAIL  2 fail, 1 warn; worst: ib_retry_exceeded on host a rank 4`.
