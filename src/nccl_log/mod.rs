@@ -29,6 +29,8 @@ pub use chunked::ReadOptions;
 
 use serde::Serialize;
 
+use crate::finding::Severity;
+
 use events::{Event, Transport};
 
 /// The sighting of a process's first error trail (`file.cc:NNN -> N`), before judging.
@@ -783,40 +785,12 @@ pub struct Peer {
     pub rank: Option<u32>,
 }
 
-/// How a verdict weighs: a fail, a warning, or unknown: nothing could be judged
-/// (`no_nccl_output`), which is neither a pass nor a warning. An unknown verdict gives no
-/// envelope finding (as `check` keeps its not-evaluated keys out of its findings) and, alone,
-/// exit status 3.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictSeverity {
-    Unknown,
-    Warn,
-    Fail,
-}
-
-impl VerdictSeverity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictSeverity::Unknown => "unknown",
-            VerdictSeverity::Warn => "warn",
-            VerdictSeverity::Fail => "fail",
-        }
-    }
-    /// The envelope finding's severity; none for unknown.
-    pub fn finding(self) -> Option<crate::finding::Severity> {
-        match self {
-            VerdictSeverity::Unknown => None,
-            VerdictSeverity::Warn => Some(crate::finding::Severity::Warn),
-            VerdictSeverity::Fail => Some(crate::finding::Severity::Fail),
-        }
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     pub cause: String,
-    pub severity: VerdictSeverity,
+    /// Fail, warn, or unknown: nothing could be judged (`no_nccl_output`), neither a pass
+    /// nor a warning; an unknown verdict gives no envelope finding and, alone, exit 3.
+    pub severity: Severity,
     pub host: Option<String>,
     pub rank: Option<u32>,
     /// Other ranks with the same first failure (same cause, host, device and peer).
@@ -858,7 +832,7 @@ pub struct Verdict {
 impl Verdict {
     /// A verdict of this cause and severity, every other field empty: callers fill what
     /// they know (`Verdict { rank, line, ..Verdict::new(cause, severity) }`).
-    pub fn new(cause: &str, severity: VerdictSeverity) -> Verdict {
+    pub fn new(cause: &str, severity: Severity) -> Verdict {
         Verdict {
             cause: cause.to_string(),
             severity,

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::causes::{self, Rank, Read, Scope};
-use super::VerdictSeverity as Severity;
+use crate::finding::Severity;
 use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
 
 /// A fail of its own (the registry's root causes, and the generic return codes), as opposed

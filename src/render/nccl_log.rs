@@ -10,7 +10,10 @@ pub fn findings(r: &Report) -> Vec<Finding> {
         .iter()
         .filter_map(|v| {
             // Unknown is no finding: nothing was judged (exit 3 says so).
-            let severity = v.severity.finding()?;
+            let severity = v.severity;
+            if severity == crate::finding::Severity::Unknown {
+                return None;
+            }
             let subject = match (&v.host, v.rank) {
                 (Some(h), Some(k)) => format!("{h} rank {k}"),
                 (Some(h), None) => h.clone(),
@@ -159,9 +162,9 @@ fn facts(v: &Verdict) -> Vec<String> {
 
 /// Nothing to judge: the input had no NCCL line (exit 3, neither pass nor fault).
 pub fn unknown(r: &Report) -> bool {
-    use crate::nccl_log::VerdictSeverity;
-    r.verdicts.iter().any(|v| v.severity == VerdictSeverity::Unknown)
-        && r.verdicts.iter().all(|v| v.severity != VerdictSeverity::Fail)
+    use crate::finding::Severity;
+    r.verdicts.iter().any(|v| v.severity == Severity::Unknown)
+        && r.verdicts.iter().all(|v| v.severity != Severity::Fail)
 }
 
 /// Who a verdict is about, in a few words: `h rank 4 mlx5_0` (a CUDA device says less
@@ -186,7 +189,7 @@ fn who(v: &Verdict) -> String {
 
 /// `fabprobe nccl-log: FAIL  2 fail, 1 warn; worst: ib_retry_exceeded on host a rank 4`.
 fn headline(r: &Report) -> String {
-    use crate::nccl_log::VerdictSeverity as Severity;
+    use crate::finding::Severity;
     let s = &r.summary;
     if unknown(r) {
         return text::wrap(

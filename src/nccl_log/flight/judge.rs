@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Call, Group, Job, RankDump, State};
-use crate::nccl_log::VerdictSeverity;
+use crate::finding::Severity;
 
 /// One rank's call, as a verdict cites it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -27,7 +27,7 @@ pub struct RankCall {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FlightVerdict {
     pub cause: &'static str,
-    pub severity: VerdictSeverity,
+    pub severity: Severity,
     /// The ranks the records blame (global ranks).
     pub ranks: Vec<u32>,
     pub group: String,
@@ -166,11 +166,11 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
         next: String::new(),
         file: String::new(),
     };
-    if let Some(v) = mismatch(job, g, &st, base("fr_collective_mismatch", VerdictSeverity::Fail)) {
+    if let Some(v) = mismatch(job, g, &st, base("fr_collective_mismatch", Severity::Fail)) {
         return vec![finish(v, job, hosts)];
     }
     let mut out = Vec::new();
-    if let Some(v) = p2p_mismatch(job, g, base("fr_p2p_mismatch", VerdictSeverity::Fail)) {
+    if let Some(v) = p2p_mismatch(job, g, base("fr_p2p_mismatch", Severity::Fail)) {
         out.push(v);
     }
     let Some(top) = st.seen.iter().map(|(_, c)| c.seq).max() else {
@@ -192,7 +192,7 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
             &st.never,
             &waiting,
             top_call.as_ref(),
-            base("fr_rank_not_entered", VerdictSeverity::Fail),
+            base("fr_rank_not_entered", Severity::Fail),
         ));
     }
     if stuck && !st.missing.is_empty() {
@@ -201,7 +201,7 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
             &waiting,
             top_call.as_ref(),
             job,
-            base("fr_rank_no_dump", VerdictSeverity::Fail),
+            base("fr_rank_no_dump", Severity::Fail),
         ));
     }
     if !st.lost.is_empty() && !top_completed {
@@ -210,7 +210,7 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
             &st.lost,
             &waiting,
             top_call.as_ref(),
-            base("fr_buffer_wrapped", VerdictSeverity::Unknown),
+            base("fr_buffer_wrapped", Severity::Unknown),
         ));
     }
     if out.is_empty() && st.lost.is_empty() && !st.seen.is_empty() {
@@ -218,7 +218,7 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
             job,
             &at_top,
             g,
-            base("fr_all_entered_none_completed", VerdictSeverity::Fail),
+            base("fr_all_entered_none_completed", Severity::Fail),
         ) {
             out.push(v);
         }

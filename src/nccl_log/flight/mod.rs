@@ -437,7 +437,7 @@ pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
     let caused = fr
         .verdicts
         .iter()
-        .position(|v| v.severity == super::VerdictSeverity::Fail && !v.ranks.is_empty());
+        .position(|v| v.severity == crate::finding::Severity::Fail && !v.ranks.is_empty());
     let mut absorbed = Vec::new();
     if let Some(i) = caused {
         report.verdicts.retain(|v| {
