@@ -37,7 +37,7 @@ pub struct Finding {
     /// Stable identifier for scripts, e.g. `topo.numa_node_unknown`.
     pub id: String,
     pub severity: Severity,
-    /// What the finding is about: a device, a port, a pair (`GPU0-NIC3`).
+    /// What the finding is about: a device, a port, a pair (`GPU0-mlx5_3`).
     pub subject: String,
     /// One human line.
     pub message: String,
@@ -112,6 +112,12 @@ pub fn nothing_to_judge(probe: &str, subject: &str, why: impl Into<String>) -> F
     )
 }
 
+/// The one wording of a host where neither an NVIDIA GPU nor an RDMA device shows up:
+/// every probe with nothing to judge for that one fact says it so, and `check` lists the
+/// keys it leaves unjudged on one line.
+pub const NO_GPU_NO_RDMA: &str =
+    "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?)";
+
 /// The finding that says a probe judged nothing, if there is one.
 pub fn nothing_judged(findings: &[Finding]) -> Option<&Finding> {
     findings
@@ -178,7 +184,7 @@ pub fn judge_each<J, T: ?Sized, F: Fn(&T, &mut Vec<Finding>)>(
 /// One spelling for each kind of subject and unit, in every command, table, JSON and metric
 /// label (issue 42): a port is `mlx5_3/1` (device, `/`, port number, as sysfs nests it), a
 /// device its kernel name (`mlx5_3`), a GPU its NVML label (`GPU2`), a GPU-NIC pair
-/// `GPU2-NIC3`; a link rate `400 Gb/s (4X NDR)` (the kernel's `Gb/sec` string stays in the
+/// `GPU2-mlx5_3` (never a matrix position such as `NIC3`); a link rate `400 Gb/s (4X NDR)` (the kernel's `Gb/sec` string stays in the
 /// evidence, verbatim); a count agrees with its noun (`1 process`, `2 processes`).
 pub mod spell {
     use std::fmt::Display;

@@ -157,7 +157,7 @@ fn dgx_h100_verdicts_are_true() {
         .map(|x| x["subject"].as_str().unwrap())
         .collect();
     assert_eq!(unused, ["eth0 (mlx5_8/1)", "eth1 (mlx5_9/1)"]);
-    let all8 = "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7";
+    let all8 = "GPU0-mlx5_0 GPU1-mlx5_1 GPU2-mlx5_2 GPU3-mlx5_3 GPU4-mlx5_4 GPU5-mlx5_5 GPU6-mlx5_6 GPU7-mlx5_7";
     // penny: its snapshot has /sys/module without nvidia_peermem and inbox ib_core, but
     // neither the NVIDIA module type nor rdma-core's version: DMA-BUF, and so GDR, is
     // unknown there (not_evaluated), never "no DMA-BUF path" (issue 17).
@@ -173,7 +173,7 @@ fn dgx_h100_verdicts_are_true() {
         .collect();
     // One line per key: the first pair's reason, and the count of the others.
     assert_eq!(gdr_ne.len(), 1, "{gdr_ne:?}");
-    assert!(gdr_ne[0].starts_with("GPU0-NIC0: ") && gdr_ne[0].ends_with("; and 8 more"), "{}", gdr_ne[0]);
+    assert!(gdr_ne[0].starts_with("GPU0-mlx5_ib0: ") && gdr_ne[0].ends_with("; and 8 more"), "{}", gdr_ne[0]);
     assert!(
         gdr_ne[0].contains("rdma-core, nvidia open module"),
         "{}",

@@ -297,24 +297,29 @@ fn gdr_level_gates_by_path_type() {
         &[],
     );
     let (code, v) = run_json(t.path());
-    assert_eq!(code, 0, "gdr_off is a warning");
+    assert_eq!(code, 0, "a warning");
     assert_eq!(v["data"]["gdr"]["level"], "LOC");
     assert_eq!(v["data"]["gdr"]["level_rule"], "set to 0 in environment");
     let off: Vec<_> = v["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["id"] == "nccl_env.gdr_off")
+        .filter(|f| f["id"] == "nccl_env.gdr_level_strands_gpus")
         .collect();
-    // One finding for the eight GPUs, as `fabprobe gdr` words it.
+    // One finding for the eight GPUs, naming the setting that strands them (their PIX NIC
+    // is within NCCL's default level), not `gdr_off` (a NIC too far by the topology).
     assert_eq!(off.len(), 1);
     assert_eq!(
         off[0]["subject"],
         "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7"
     );
     assert_eq!(
-        off[0]["evidence"]["nearest_path"].as_array().map(Vec::len),
+        off[0]["evidence"]["nearest_nic"].as_array().map(Vec::len),
         Some(8)
+    );
+    assert!(
+        !v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "nccl_env.gdr_off"),
+        "{v}"
     );
     let dflt = whole(Path::new("fixtures/h100-sxm-8gpu"));
     assert!(
@@ -1055,5 +1060,168 @@ fn nothing_to_judge_is_not_evaluated_and_the_metrics_count_devices() {
         nothing >= 1 && nothing < fixtures.len(),
         "{nothing} of {}",
         fixtures.len()
+    );
+}
+
+/// NCCL's level order for the oracle below (`graph/paths.cc`): LOC, PIX, PXB, PHB, SYS and
+/// the legacy integers 0-4; NCCL_NET_GDR_LEVEL's default (P2C) reaches what PXB does on PCI.
+fn level_rank(v: &str) -> usize {
+    match v {
+        "LOC" | "0" => 0,
+        "PIX" | "1" => 1,
+        "PXB" | "P2C" | "2" => 2,
+        "PHB" | "3" => 3,
+        "SYS" | "4" => 4,
+        other => panic!("{other}"),
+    }
+}
+
+/// Each GPU's nearest NIC among those NCCL opens (an ACTIVE InfiniBand or Ethernet port,
+/// no NCCL_IB_HCA), as a rank of `level_rank`, read from `topo`'s NCCL matrix and the
+/// gids probe's port states: a second reading beside nccl-env's own.
+fn nearest_ranks(host: &Host) -> Vec<(String, usize)> {
+    let t = fabprobe::probe::topo::probe(host);
+    let v = NcclSettings::from_env(&[], fabprobe::nccl::version::NcclVersion::unknown("test"));
+    let ports = fabprobe::probe::gids::probe(host, &v.gid_env()).ports;
+    let open = |dev: &str| {
+        ports.iter().any(|p| {
+            p.device == dev
+                && p.state.as_deref() == Some("ACTIVE")
+                && matches!(p.link_layer.as_deref(), Some("InfiniBand" | "Ethernet"))
+        })
+    };
+    let col = |label: &str| t.labels.iter().position(|l| l == label);
+    let mut out = Vec::new();
+    for g in &t.gpus {
+        let Some(row) = col(&g.label) else { continue };
+        let best = t
+            .nics
+            .iter()
+            .filter(|n| open(&n.ibdev))
+            .filter_map(|n| {
+                let c = t.nccl_matrix[row][col(&n.label)?].as_str();
+                matches!(c, "PIX" | "PXB" | "PHB" | "SYS").then(|| level_rank(c))
+            })
+            .min();
+        if let Some(b) = best {
+            out.push((g.label.clone(), b));
+        }
+    }
+    out
+}
+
+/// NCCL's GDR settings against the topology, on every fixture with GPUs and NICs x every
+/// level NCCL_NET_GDR_LEVEL takes (names and legacy integers), NCCL_NET_GDR_READ 0 and 1,
+/// NCCL_NET Socket (any case) and IB: the GPUs each `nccl_env.*_strands_gpus` finding names
+/// are exactly those the setting keeps from GPUDirect RDMA to their nearest NIC where the
+/// default gives it; a GPU the level strands is not also `nccl_env.gdr_off`.
+#[test]
+fn gdr_settings_that_strand_gpus_name_them() {
+    let settings: Vec<(&str, &str, &str)> = ["LOC", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4"]
+        .iter()
+        .map(|l| ("NCCL_NET_GDR_LEVEL", *l, "nccl_env.gdr_level_strands_gpus"))
+        .chain([
+            ("NCCL_NET_GDR_READ", "0", "nccl_env.gdr_read_strands_gpus"),
+            ("NCCL_NET_GDR_READ", "1", "nccl_env.gdr_read_strands_gpus"),
+            ("NCCL_NET", "Socket", "nccl_env.net_strands_gpus"),
+            ("NCCL_NET", "socket", "nccl_env.net_strands_gpus"),
+            ("NCCL_NET", "IB", "nccl_env.net_strands_gpus"),
+        ])
+        .collect();
+    let (mut cases, mut stranding) = (0, 0);
+    for fx in std::fs::read_dir("fixtures").unwrap() {
+        let fx = fx.unwrap().path();
+        if !fx.join("sys").exists() {
+            continue;
+        }
+        let host = Host::snapshot(&fx).unwrap();
+        let t = fabprobe::probe::topo::probe(&host);
+        if t.gpus.is_empty() || t.nics.is_empty() {
+            continue;
+        }
+        let near = nearest_ranks(&host);
+        let reads_by_default = |gpu: &str| {
+            let g = t.gpus.iter().find(|g| g.label == gpu).unwrap();
+            g.sm.is_some_and(|sm| sm >= 80)
+                || t.gpus.len() == 1
+                || g.nvlinks.iter().any(|l| l.count > 0 && matches!(l.target_kind.as_str(), "gpu" | "nvswitch"))
+        };
+        for (name, value, id) in &settings {
+            let h = Host::snapshot(&fx)
+                .unwrap()
+                .with_job_env([(name.to_string(), value.to_string())].into(), "test".into());
+            let r = nccl_env::probe(&h, &NcclSettings::build(&h, None));
+            let f = nccl_env::findings(&h, &r);
+            let want: Vec<String> = near
+                .iter()
+                .filter(|(g, b)| {
+                    *b <= 2
+                        && match *name {
+                            "NCCL_NET_GDR_LEVEL" => *b > level_rank(value),
+                            "NCCL_NET_GDR_READ" => *value == "0" && reads_by_default(g),
+                            _ => value.eq_ignore_ascii_case("Socket"),
+                        }
+                })
+                .map(|(g, _)| g.clone())
+                .collect();
+            let named = |id: &str| -> Vec<String> {
+                f.iter()
+                    .filter(|x| x.id == id)
+                    .flat_map(|x| x.subject.split(", ").map(str::to_string).collect::<Vec<_>>())
+                    .collect()
+            };
+            let ctx = format!("{} {name}={value}", fx.display());
+            assert_eq!(named(id), want, "{ctx}");
+            if let Some(x) = f.iter().find(|x| x.id == *id) {
+                assert_eq!(x.severity, fabprobe::finding::Severity::Warn, "{ctx}");
+                assert!(x.message.starts_with(&format!("{name}={value} ")), "{ctx}: {}", x.message);
+                assert!(x.fix.as_deref().is_some_and(|s| s.contains(name)), "{ctx}");
+            }
+            let off = named("nccl_env.gdr_off");
+            assert!(want.iter().all(|g| !off.contains(g)), "{ctx}: {off:?}");
+            cases += 1;
+            stranding += usize::from(!want.is_empty());
+        }
+    }
+    assert!(cases >= 60 && stranding >= 15, "{cases} cases, {stranding} strand GPUs");
+}
+
+/// Through the CLI: `check --env-file` with NCCL_NET_GDR_LEVEL=LOC on the healthy H100 node
+/// under dgx-h100 adds one cause to what the same file without it gives: the setting,
+/// naming the eight GPUs; the pairs `gdr` and the policy's `gdr.ready` find off by distance
+/// are its symptoms (`evidence.also`), not causes.
+#[test]
+fn env_file_gdr_level_is_one_cause_in_check() {
+    let root = Path::new("fixtures/h100-sxm-8gpu");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = |name: &str, text: &str| {
+        let env = dir.path().join(name);
+        std::fs::write(&env, text).unwrap();
+        let (code, v) = cli_json(root, &["--env-file", env.to_str().unwrap(), "check", "--policy", "dgx-h100"]);
+        let found: Vec<serde_json::Value> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| matches!(f["severity"].as_str(), Some("fail" | "warn")))
+            .cloned()
+            .collect();
+        (code, found)
+    };
+    let (_, before) = bad("plain.env", "NCCL_DEBUG=WARN\n");
+    let (code, after) = bad("loc.env", "NCCL_DEBUG=WARN\nNCCL_NET_GDR_LEVEL=LOC\n");
+    let new: Vec<&serde_json::Value> = after.iter().filter(|f| !before.contains(f)).collect();
+    assert_eq!(new.len(), 1, "{new:#?}");
+    assert_eq!(after.len(), before.len() + 1, "{after:#?}");
+    assert_eq!(new[0]["id"], "nccl_env.gdr_level_strands_gpus");
+    assert_eq!(new[0]["subject"], "GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7");
+    let also = new[0]["evidence"]["also"].to_string();
+    assert!(also.contains("gdr.off_distance") && also.contains("policy.gdr.ready"), "{also}");
+    assert!(also.contains("GPU0-mlx5_0"), "{also}");
+    assert_eq!(code, 1, "the policy wants GDR ready: a fail");
+    let env = dir.path().join("loc.env");
+    let (_, v) = cli_json(root, &["--env-file", env.to_str().unwrap(), "nccl-env"]);
+    assert!(
+        v["findings"].as_array().unwrap().iter().any(|f| f["id"] == "nccl_env.gdr_level_strands_gpus"),
+        "{v}"
     );
 }

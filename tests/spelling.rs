@@ -18,6 +18,31 @@ fn two_names(atom: &str) -> bool {
     let re = regex::Regex::new(r"\b(NIC|GPU)\d+ (\(|[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])").unwrap();
     re.is_match(atom)
 }
+/// A NIC named by its matrix position (`NIC3`, `GPU0-NIC0`): the position shifts when a
+/// device is left out of the matrix; a NIC is its RDMA device name (`mlx5_3`, `GPU0-mlx5_0`).
+fn positional_nic(atom: &str) -> bool {
+    let re = regex::Regex::new(r"\bNIC\d+\b").unwrap();
+    re.is_match(atom)
+}
+
+/// A copy of `h100-sxm-8gpu` where one source misses a device: `mlx5_0` is in
+/// /sys/class/infiniband but its `device` link is gone, so the PCI tree cannot place it and
+/// `topo` leaves it out of the matrix (every NIC after it moves one column left).
+fn one_device_unplaced() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-sxm-8gpu/.");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(src)
+        .arg(t.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let dev = t.path().join("sys/class/infiniband/mlx5_0/device");
+    std::fs::remove_file(&dev).unwrap_or_else(|e| panic!("{}: {e}", dev.display()));
+    t
+}
+
 const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
 
 fn run(args: &[&str]) -> String {
@@ -47,11 +72,10 @@ fn fixtures() -> Vec<String> {
     v
 }
 
-fn rdma_devices(fx: &str) -> Vec<String> {
-    let dir = format!(
-        "{}/fixtures/{fx}/sys/class/infiniband",
-        env!("CARGO_MANIFEST_DIR")
-    );
+fn rdma_devices(root: &str) -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(root)
+        .join("sys/class/infiniband");
     std::fs::read_dir(dir)
         .map(|d| {
             d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -135,9 +159,17 @@ fn every_command_spells_each_subject_one_way() {
     let mut problems: Vec<String> = Vec::new();
     let mut outputs = 0;
     let mut compared = 0;
-    for fx in fixtures() {
-        let root = format!("fixtures/{fx}");
-        let devs = rdma_devices(&fx);
+    let unplaced = one_device_unplaced();
+    let mut roots: Vec<(String, String)> = fixtures()
+        .into_iter()
+        .map(|fx| (fx.clone(), format!("fixtures/{fx}")))
+        .collect();
+    roots.push((
+        "h100-sxm-8gpu (mlx5_0 unplaced)".into(),
+        unplaced.path().display().to_string(),
+    ));
+    for (fx, root) in roots {
+        let devs = rdma_devices(&root);
         let mut texts: Vec<(String, String)> = Vec::new();
         // Each probe's subjects by finding id.
         let mut probe_subjects: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -151,6 +183,9 @@ fn every_command_spells_each_subject_one_way() {
                 for a in atoms(f["subject"].as_str().unwrap()) {
                     if two_names(&a) {
                         problems.push(format!("{fx} {cmd}: {id} names a device twice: {a:?}"));
+                    }
+                    if positional_nic(&a) {
+                        problems.push(format!("{fx} {cmd}: {id} names a NIC by position: {a:?}"));
                     }
                 }
                 probe_subjects
@@ -187,6 +222,9 @@ fn every_command_spells_each_subject_one_way() {
                 for a in atoms(f["subject"].as_str().unwrap()) {
                     if two_names(&a) {
                         problems.push(format!("{fx} check {pol}: {id} names a device twice: {a:?}"));
+                    }
+                    if positional_nic(&a) {
+                        problems.push(format!("{fx} check {pol}: {id} names a NIC by position: {a:?}"));
                     }
                 }
                 if let Some(m) = f["message"].as_str().filter(|m| m.contains("Gb/sec")) {
@@ -256,7 +294,66 @@ fn the_detectors_find_what_they_look_for() {
     assert!(two_names("GPU3 0000:b2:00.0"));
     assert!(!two_names("mlx5_3") && !two_names("GPU3") && !two_names("0000:5b:00.0"));
     assert!(!two_names("GPU0-NIC0 GPU1-NIC1") && !two_names("ens1f0np0 (mlx5_0/1)"));
+    assert!(positional_nic("GPU0-NIC0") && positional_nic("NIC3"));
+    assert!(!positional_nic("GPU0-mlx5_0") && !positional_nic("mlx5_3/1") && !positional_nic("NIC"));
     assert_eq!(bad_plurals("\"1 processes hold\"").len(), 1);
     assert_eq!(bad_plurals("2 run(s); x").len(), 1);
     assert!(bad_plurals("1 process; 2 nodes; 11 nodes").is_empty());
+}
+
+/// A device one source misses (mlx5_0 in /sys/class/infiniband, not placed in the PCI tree)
+/// shifts the matrix's NIC columns, never a name: each GPU's pair with the NIC under its own
+/// switch is still `GPUk-mlx5_k` in gdr's data and findings, and in `check`'s, while the
+/// column label of that NIC has moved (`NIC{k-1}`); topo says which device it left out.
+#[test]
+fn a_device_one_source_misses_is_named_not_shifted() {
+    let t = one_device_unplaced();
+    let root = t.path().display().to_string();
+    let gdr: serde_json::Value =
+        serde_json::from_str(&run(&["--root", &root, "--format", "json", "gdr"])).unwrap();
+    let pairs = gdr["data"]["pairs"].as_array().unwrap();
+    for k in 1..8 {
+        let gpu = format!("GPU{k}");
+        let p = pairs
+            .iter()
+            .find(|p| p["gpu"] == gpu.as_str() && p["nccl_nearest"] == true)
+            .unwrap_or_else(|| panic!("{gpu} has no nearest pair"));
+        assert_eq!(p["subject"], format!("GPU{k}-mlx5_{k}").as_str(), "{p}");
+        assert_eq!(
+            p["nic"],
+            format!("NIC{}", k - 1).as_str(),
+            "the columns shifted: {p}"
+        );
+    }
+    // GPU0 lost its own NIC: its finding names the NIC it is left with, by name.
+    let subjects: Vec<&str> = gdr["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["subject"].as_str())
+        .collect();
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s.split(' ').any(|p| p.starts_with("GPU0-mlx5_"))),
+        "{subjects:?}"
+    );
+    assert!(
+        subjects
+            .iter()
+            .all(|s| !positional_nic(s) && !s.contains("mlx5_0")),
+        "{subjects:?}"
+    );
+    let topo: serde_json::Value =
+        serde_json::from_str(&run(&["--root", &root, "--format", "json", "topo"])).unwrap();
+    let notes = topo["data"]["notes"].to_string();
+    assert!(notes.contains("RDMA device mlx5_0"), "{notes}");
+    let check: serde_json::Value = serde_json::from_str(&run(&[
+        "--root", &root, "--format", "json", "check", "--policy", "dgx-h100",
+    ]))
+    .unwrap();
+    for f in check["findings"].as_array().unwrap() {
+        let s = f["subject"].as_str().unwrap();
+        assert!(!positional_nic(s), "{f}");
+    }
 }

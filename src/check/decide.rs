@@ -195,10 +195,13 @@ fn fold(cause: &mut Finding, symptoms: Vec<Finding>) {
 enum Via {
     /// The same port, however each spells it ([`port_of`]).
     SamePort,
-    /// The symptom's pair (`GPU0-NIC0`) is among the pairs the cause names.
+    /// The symptom's pair (`GPU0-mlx5_0`) is among the pairs the cause names.
     PairNamed,
     /// The symptom's subject names the cause's GPU (`GPU5`, `GPU5-GPU2`).
     SameGpu,
+    /// Every GPU the symptom names (`GPU0-mlx5_0 GPU1-mlx5_1`) is among the cause's
+    /// (`GPU0, GPU1, GPU2`).
+    GpusNamed,
     /// A GPUDirect pair NCCL took because the GPU's nearer NIC, the cause's port's device,
     /// is not opened (the symptom's `nearer_nics_not_opened` names it).
     NearerNic,
@@ -261,6 +264,13 @@ const EXPLAINS: &[Explains] = &[
         cause: &["gdr.off_distance"],
         symptoms: &["policy.gdr.ready{verdict=off_distance}"],
         via: Via::PairNamed,
+    },
+    // NCCL_NET_GDR_LEVEL set below the path to GPUs' nearest NIC (nccl-env's finding, from
+    // the job's settings): the pairs it leaves off by distance follow from the setting.
+    Explains {
+        cause: &["nccl_env.gdr_level_strands_gpus"],
+        symptoms: &["gdr.off_distance", "policy.gdr.ready{verdict=off_distance}"],
+        via: Via::GpusNamed,
     },
     // No NIC near the GPUs (where the cards sit): every GPU's far NIC and GPUDirect RDMA off
     // by distance follow from it.
@@ -335,6 +345,10 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
         Via::SameGpu => {
             let g = gpus_named(&cause.subject);
             g.len() == 1 && gpus_named(&symptom.subject).contains(&g[0])
+        }
+        Via::GpusNamed => {
+            let (c, s) = (gpus_named(&cause.subject), gpus_named(&symptom.subject));
+            !s.is_empty() && s.iter().all(|g| c.contains(g))
         }
         Via::NearerNic => {
             let dev = port_of(&cause.subject).and_then(|p| p.split_once('/').map(|(d, _)| d.to_string()));
@@ -697,6 +711,21 @@ mod tests {
         Finding::new(id, sev, subject, format!("{id} on {subject}"))
     }
 
+    /// NCCL_NET_GDR_LEVEL below the nearest NIC's path explains the pairs it turns off, and
+    /// only those: a pair of a GPU the setting does not strand is off for another reason.
+    #[test]
+    fn a_gdr_level_setting_explains_the_pairs_it_turns_off() {
+        let cause = f("nccl_env.gdr_level_strands_gpus", Severity::Warn, "GPU0, GPU1");
+        let off = f("gdr.off_distance", Severity::Warn, "GPU0-mlx5_0 GPU1-mlx5_1");
+        let ready = f("policy.gdr.ready", Severity::Fail, "GPU1-mlx5_1").evidence("verdict", "off_distance");
+        let out = explain(vec![off, cause.clone(), ready]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].id, cause.id);
+        assert_eq!(out[0].severity, Severity::Fail);
+        let other = f("gdr.off_distance", Severity::Warn, "GPU0-mlx5_0 GPU5-mlx5_5");
+        assert_eq!(explain(vec![cause, other]).len(), 2);
+    }
+
     #[test]
     fn one_cable_is_one_finding_that_lists_every_rule() {
         let v = vec![
@@ -777,7 +806,7 @@ mod tests {
 
     #[test]
     fn a_probes_unknown_finding_is_listed_under_its_key_not_scored() {
-        let acs = Finding::new("gdr.acs_unknown", Severity::Unknown, "GPU0-NIC0", "ACS unread");
+        let acs = Finding::new("gdr.acs_unknown", Severity::Unknown, "GPU0-mlx5_0", "ACS unread");
         let state = Finding::new(
             "links.port_state_unknown",
             Severity::Unknown,

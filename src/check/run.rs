@@ -781,14 +781,12 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
     let used: Vec<_> = r.pairs.iter().filter(|x| x.nccl_nearest).collect();
     if r.gpus.is_empty() || r.nics.is_empty() {
         // No GPU or no RDMA NIC seen: nothing to judge (gpu.count / ib.count judge absence).
-        out.push(not_evaluated(
-            "gdr.ready",
-            format!(
-                "no GPU-NIC pair to judge ({} GPUs, {} RDMA NICs found)",
-                r.gpus.len(),
-                r.nics.len()
-            ),
-        ));
+        // Worded by the one missing fact, as the [gpu] keys word it (one line in `check`).
+        let fact = match r.gpus.len() {
+            0 => "0 GPUs found".to_string(),
+            _ => format!("{} GPUs, 0 RDMA NICs found", r.gpus.len()),
+        };
+        out.push(not_evaluated("gdr.ready", format!("no GPU-NIC pair to judge ({fact})")));
         return;
     }
     if used.is_empty() {
@@ -815,7 +813,7 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
 /// `gdr.ready` for one GPU-NIC pair NCCL would use: off (distance, no peer memory) or
 /// redirected by ACS is a violation; unknown (path, peer memory, ACS unread) is not evaluated.
 fn gdr_pair(r: &GdrReport, x: &crate::probe::gdr::GdrPair, out: &mut Vec<Finding>) {
-    let subject = format!("{}-{}", x.gpu, x.nic);
+    let subject = x.subject.clone();
     let path = x.path.map(|p| p.as_str()).unwrap_or("?");
     match x.verdict {
         None => out.push(not_evaluated(

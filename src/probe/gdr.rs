@@ -209,8 +209,14 @@ impl Verdict {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GdrPair {
+    /// The GPU's label (`GPU0`, NVML's index) and the NIC's matrix label (`NIC0`): the
+    /// row and column of the matrix.
     pub gpu: String,
     pub nic: String,
+    /// The pair as every finding and command spells it: the GPU's label and the NIC's
+    /// RDMA device name (`GPU0-mlx5_0`), never the NIC's matrix position, which shifts
+    /// when a device is left out of the matrix.
+    pub subject: String,
     /// NCCL's path type; `None` when a place is unknown.
     pub path: Option<PathType>,
     /// One of the GPU's nearest NICs: a pair NCCL would use.
@@ -588,6 +594,7 @@ fn gdr_pairs(host: &Host, t: &topo::TopoReport, x: &PairCtx) -> (Vec<GdrPair>, V
             pairs.push(GdrPair {
                 gpu: g.label.clone(),
                 nic: n.label.clone(),
+                subject: pair_subject(&g.label, &n.ibdev),
                 path,
                 nccl_nearest: nccl_uses(k) && path.is_some() && path == best,
                 verdict,
@@ -636,9 +643,15 @@ pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> Verdic
     }
 }
 
+/// `GPU0-mlx5_0`: a GPU-NIC pair, the GPU by NVML's label and the NIC by its RDMA device
+/// name (`finding::spell`'s one spelling of each end).
+pub fn pair_subject(gpu: &str, rdma_device: &str) -> String {
+    format!("{gpu}-{rdma_device}")
+}
+
 fn pair_names(v: &[&GdrPair]) -> String {
     v.iter()
-        .map(|p| format!("{}-{}", p.gpu, p.nic))
+        .map(|p| p.subject.as_str())
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -743,15 +756,13 @@ pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
 
 fn gdr_nothing(x: &Gdr, out: &mut Vec<Finding>) {
     let why = match (x.r.gpus.is_empty(), x.r.nics.is_empty()) {
-        (true, _) => "no GPU on this host: GPUDirect RDMA does not apply",
-        (false, true) => "no RDMA device on this host: GPUDirect RDMA does not apply",
+        // Neither: the one fact every probe words alike (check lists it once).
+        (true, true) => crate::finding::NO_GPU_NO_RDMA.to_string(),
+        (true, false) => "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply".into(),
+        (false, true) => "nothing to judge: no RDMA device on this host: GPUDirect RDMA does not apply".into(),
         _ => return,
     };
-    out.push(crate::finding::nothing_to_judge(
-        "gdr",
-        "host",
-        format!("nothing to judge: {why}"),
-    ));
+    out.push(crate::finding::nothing_to_judge("gdr", "host", why));
 }
 
 /// Judge GPUDirect RDMA by [`RULES`].

@@ -279,7 +279,7 @@ pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleI
         return;
     }
     for dev in &mut after.devices {
-        let Some(bdev) = before.devices.iter().find(|d| d.name == dev.name) else {
+        let Some(bdev) = before.devices.iter().find(|d| same_device(d, dev)) else {
             continue;
         };
         if device_reset(bdev, dev) {
@@ -299,6 +299,25 @@ pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleI
                 c.line_rate_pct = c.rate_gbs.zip(line_gbps).map(|(r, g)| r * 8.0 / g * 100.0);
             }
         }
+    }
+}
+
+/// Whether two samples' devices are one device, by its stable identity: the node GUID
+/// when both have one, else the PCI function, else the name. A driver reload can give
+/// `mlx5_0` another card's name; its counters are compared with its own.
+pub fn same_device(a: &LinkDevice, b: &LinkDevice) -> bool {
+    let guid = |d: &LinkDevice| {
+        d.attrs
+            .node_guid
+            .clone()
+            .filter(|g| !g.trim_start_matches(['0', ':']).is_empty())
+    };
+    match (guid(a), guid(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => match (&a.attrs.pci_bdf, &b.attrs.pci_bdf) {
+            (Some(x), Some(y)) => x == y,
+            _ => a.name == b.name,
+        },
     }
 }
 
@@ -1168,6 +1187,39 @@ mod reset_tests {
                 "{counter}"
             );
         }
+    }
+
+    /// A driver reload that renamed the devices (mlx5_0 and mlx5_2 swapped names): each
+    /// device's counters are compared with its own earlier ones, found by node GUID, never
+    /// with those of the device that had its name before.
+    #[test]
+    fn renamed_devices_are_compared_by_node_guid() {
+        let before = fixture("ib-degraded");
+        let mut after = fixture("ib-degraded-later");
+        let (i0, i2) = (
+            after.devices.iter().position(|d| d.name == "mlx5_0").unwrap(),
+            after.devices.iter().position(|d| d.name == "mlx5_2").unwrap(),
+        );
+        let mut plain = after.clone();
+        apply_deltas(&mut plain, &before, SampleInfo::interval(30.0));
+        after.devices[i0].name = "mlx5_2".into();
+        after.devices[i2].name = "mlx5_0".into();
+        apply_deltas(&mut after, &before, SampleInfo::interval(30.0));
+        assert_ne!(after.devices[i0].attrs.node_guid, before.devices[i2].attrs.node_guid);
+        for (i, d) in after.devices.iter().enumerate() {
+            assert!(!d.counters_reset, "{}", d.name);
+            for (p, q) in d.ports.iter().zip(&plain.devices[i].ports) {
+                for (c, e) in p.counters.iter().zip(&q.counters) {
+                    assert_eq!(c.delta, e.delta, "{} {}", d.name, c.name);
+                }
+            }
+        }
+        // The renamed device's errors are still its own (mlx5_2's, now called mlx5_0).
+        assert!(
+            findings(&after)
+                .iter()
+                .any(|f| f.id == "links.errors_increasing" && f.subject.starts_with("mlx5_0"))
+        );
     }
 
     /// After a reboot no counter has a delta, whatever it did: none is a wrap or a rate.

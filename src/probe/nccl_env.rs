@@ -108,6 +108,30 @@ pub struct Gdr {
     /// rule `nccl_env.hca_strands_gpus` reads them.
     #[serde(skip)]
     pub stranded: Vec<Stranded>,
+    /// Settings that keep GPUs from GPUDirect RDMA to the nearest NIC NCCL opens for them
+    /// ([`GdrStrand`]); the `nccl_env.*_strands_gpus` GDR rules read them.
+    #[serde(skip)]
+    pub setting_strands: Vec<GdrStrand>,
+    /// NCCL_NET_GDR_LEVEL's default here (`P2C`, or `PXB` with NCCL_NET_GDR_C2C=0).
+    #[serde(skip)]
+    pub default_level: &'static str,
+}
+
+/// A setting that keeps GPUs from GPUDirect RDMA to their nearest NIC where the topology
+/// and NCCL's defaults give it (`graph/paths.cc` ncclTopoCheckGdr, `init.cc` ncclNetInit):
+/// * `NCCL_NET_GDR_LEVEL` below the path to the nearest NIC, which the default reaches;
+/// * `NCCL_NET_GDR_READ=0`: no GPUDirect for sends (reads of GPU memory by the NIC), which
+///   NCCL's default (-2) gives GPUs of compute capability 8.0 or newer, GPUs with an NVLink
+///   peer, and a lone GPU;
+/// * `NCCL_NET=Socket` (names match without case): the socket transport, no RDMA at all.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GdrStrand {
+    /// The rule's finding id.
+    pub id: &'static str,
+    /// The variable.
+    pub name: &'static str,
+    /// Each GPU it strands: its label, its nearest NIC NCCL opens (RDMA name), the path.
+    pub gpus: Vec<(String, String, PathType)>,
 }
 
 /// A GPU that `NCCL_IB_HCA` keeps from its nearest NIC: NCCL picks each GPU's NICs by the
@@ -305,13 +329,75 @@ fn gdr(host: &Host, nccl: &NcclSettings, ib: &Ib) -> Gdr {
             })
         })
         .collect();
+    let (default_level, _) = params::net_gdr_level(None, nccl.value("NCCL_NET_GDR_C2C"));
     Gdr {
         level: r.nccl_net_gdr_level.name.clone(),
         level_rule: r.nccl_net_gdr_level.source.clone(),
         pairs,
         kernel_support: kernel_support(&r.peer_memory, &r.dmabuf),
         stranded,
+        setting_strands: setting_strands(host, nccl, &r, default_level),
+        default_level,
     }
+}
+
+/// Each GPU's nearest NIC among those NCCL opens (RDMA name) and the path to it: the pair
+/// NCCL would use. GPUs with no such NIC are left out.
+fn nearest_opened(r: &gdr::GdrReport) -> Vec<(String, String, PathType)> {
+    let opened = |label: &str| r.nics.iter().find(|n| n.label == label && n.nccl_uses == Some(true));
+    r.gpus
+        .iter()
+        .filter_map(|g| {
+            let (nic, path) = r
+                .pairs
+                .iter()
+                .filter(|p| p.gpu == g.label)
+                .filter_map(|p| Some((opened(&p.nic)?, p.path?)))
+                .min_by_key(|(_, path)| *path)?;
+            Some((g.label.clone(), nic.name.clone().unwrap_or_default(), path))
+        })
+        .collect()
+}
+
+/// The GDR settings of [`GdrStrand`] that strand GPUs here, each with the GPUs it strands.
+fn setting_strands(host: &Host, nccl: &NcclSettings, r: &gdr::GdrReport, default_level: &str) -> Vec<GdrStrand> {
+    let near = nearest_opened(r);
+    let level = r.nccl_net_gdr_level.level;
+    let dflt = crate::nccl::topo::level_as_path_type(default_level).unwrap_or(PathType::Pxb);
+    let mut out = Vec::new();
+    let mut push = |id, name, gpus: Vec<(String, String, PathType)>| {
+        if !gpus.is_empty() {
+            out.push(GdrStrand { id, name, gpus });
+        }
+    };
+    let within = |x: &&(String, String, PathType)| x.2 <= level;
+    // With the socket transport no RDMA port is used: the level and reads do not apply.
+    if nccl.value("NCCL_NET").is_some_and(|v| v.eq_ignore_ascii_case("Socket")) {
+        push("nccl_env.net_strands_gpus", "NCCL_NET", near.iter().filter(within).cloned().collect());
+        return out;
+    }
+    if nccl.gdr_level().is_some() {
+        let cut: Vec<_> = near.iter().filter(|x| x.2 <= dflt && x.2 > level).cloned().collect();
+        push("nccl_env.gdr_level_strands_gpus", "NCCL_NET_GDR_LEVEL", cut);
+    }
+    let read = nccl.value("NCCL_NET_GDR_READ");
+    if read.is_some() && crate::nccl::gid::nccl_param(read, -2) == 0 {
+        let t = topo::probe(host);
+        let reads_by_default = |label: &str| {
+            let Some(g) = t.gpus.iter().find(|g| g.label == label) else {
+                return false;
+            };
+            let nvl_peer = g
+                .nvlinks
+                .iter()
+                .any(|l| l.count > 0 && matches!(l.target_kind.as_str(), "gpu" | "nvswitch"));
+            // An unknown compute capability without an NVLink peer: not claimed.
+            g.sm.is_some_and(|sm| sm >= 80) || nvl_peer || t.gpus.len() == 1
+        };
+        let cut: Vec<_> = near.iter().filter(within).filter(|x| reads_by_default(&x.0)).cloned().collect();
+        push("nccl_env.gdr_read_strands_gpus", "NCCL_NET_GDR_READ", cut);
+    }
+    out
 }
 
 /// The GPUs `NCCL_IB_HCA` keeps from their nearest NIC. A NIC NCCL could open is one with
@@ -602,6 +688,19 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(hca_strands_gpus),
     },
     Rule {
+        ids: &[
+            "nccl_env.gdr_level_strands_gpus",
+            "nccl_env.gdr_read_strands_gpus",
+            "nccl_env.net_strands_gpus",
+        ],
+        severity: "warn",
+        about: "a setting keeps GPUs from GPUDirect RDMA to their nearest NIC, which the topology \
+                and NCCL's defaults give: NCCL_NET_GDR_LEVEL below that path, NCCL_NET_GDR_READ=0 \
+                (sends of GPUs NCCL reads directly by default: compute capability 8.0 or newer, \
+                an NVLink peer), NCCL_NET=Socket (no RDMA at all); names the GPUs",
+        judge: Judge::Report(gdr_settings_strand_gpus),
+    },
+    Rule {
         ids: &["nccl_env.ib_disabled"],
         severity: "warn",
         about: "NCCL_IB_DISABLE=1 with active RDMA ports",
@@ -686,7 +785,7 @@ fn nccl_env_nothing(x: &Env, f: &mut Vec<Finding>) {
         f.push(crate::finding::nothing_to_judge(
             "nccl_env",
             "host",
-            "nothing to judge: no NVIDIA GPU and no RDMA port showed up (is a driver not loaded?)",
+            crate::finding::NO_GPU_NO_RDMA,
         ));
     }
 }
@@ -1092,6 +1191,67 @@ fn hca_strands_gpus(x: &Env, f: &mut Vec<Finding>) {
     );
 }
 
+/// One finding per GDR setting that strands GPUs ([`GdrStrand`]), naming them, their
+/// nearest NIC and where the setting comes from.
+fn gdr_settings_strand_gpus(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
+    for s in &r.gdr.setting_strands {
+        let Some(set) = r.settings.iter().find(|v| v.name == s.name) else {
+            continue;
+        };
+        let gpus: Vec<&str> = s.gpus.iter().map(|g| g.0.as_str()).collect();
+        let (what, fix) = strand_words(s, &r.gdr);
+        f.push(
+            Finding::new(
+                s.id,
+                Severity::Warn,
+                gpus.join(", "),
+                format!("{}={} {what}", s.name, set.value),
+            )
+            .evidence("from", origin_text(set))
+            .evidence(
+                "nearest_nic",
+                s.gpus
+                    .iter()
+                    .map(|(g, n, p)| format!("{g}: {n} {}", p.as_str()))
+                    .collect::<Vec<_>>(),
+            )
+            .fix(fix),
+        );
+    }
+}
+
+/// What a stranding GDR setting does to its GPUs, and the fix, in words.
+fn strand_words(s: &GdrStrand, g: &Gdr) -> (String, String) {
+    let n = s.gpus.len();
+    let (gpus, its) = (plural(n, "GPU", "GPUs"), if n == 1 { "its" } else { "their" });
+    let worst = s.gpus.iter().map(|x| x.2).max().unwrap_or(PathType::Sys).as_str();
+    match s.name {
+        "NCCL_NET_GDR_LEVEL" => (
+            format!(
+                "leaves {gpus} without GPUDirect RDMA to {its} nearest NIC ({worst} or nearer, within NCCL's default level {}): NCCL stages {its} network traffic through host memory",
+                g.default_level
+            ),
+            format!(
+                "unset NCCL_NET_GDR_LEVEL (NCCL's default, {}, covers these paths), or set it to {worst}",
+                g.default_level
+            ),
+        ),
+        "NCCL_NET_GDR_READ" => (
+            format!(
+                "turns GPUDirect RDMA off for the sends of {gpus}: the NIC no longer reads {its} memory directly, sends are staged through host memory (receives keep GPUDirect RDMA)"
+            ),
+            "unset NCCL_NET_GDR_READ: by default NCCL sends straight from the memory of these GPUs (compute capability 8.0 or newer, or an NVLink peer)".to_string(),
+        ),
+        _ => (
+            format!(
+                "makes NCCL use its TCP socket transport: {gpus} lose RDMA and GPUDirect RDMA to {its} nearest NIC"
+            ),
+            "unset NCCL_NET (NCCL takes its IB transport when an RDMA port is active), or set NCCL_NET=IB".to_string(),
+        ),
+    }
+}
+
 fn ib_disabled(x: &Env, f: &mut Vec<Finding>) {
     let r = x.r;
     let get = |k: &str| r.settings.iter().find(|s| s.name == k);
@@ -1174,13 +1334,22 @@ fn p2p_disabled_nvlink(x: &Env, f: &mut Vec<Finding>) {
     }
 }
 
+/// Whether NCCL_IB_HCA or NCCL_NET_GDR_LEVEL strands GPU `g`: its GDR state is that
+/// finding's, said there (one cause, one finding).
+fn stranded_by_a_setting(g: &Gdr, gpu: &str) -> bool {
+    g.stranded.iter().any(|s| s.gpu == gpu)
+        || g.setting_strands
+            .iter()
+            .filter(|s| s.name == "NCCL_NET_GDR_LEVEL")
+            .any(|s| s.gpus.iter().any(|x| x.0 == gpu))
+}
+
 fn gdr_by_topology(x: &Env, f: &mut Vec<Finding>) {
     let r = x.r;
     // GDR by topology: a GPU whose every used NIC is beyond the level. One finding for
     // all such GPUs, in the gdr probe's words and severity (one fact, one wording).
     let mut by_gpu: BTreeMap<&str, Vec<&GdrPair>> = BTreeMap::new();
-    // A GPU NCCL_IB_HCA strands is that finding's: its GDR state is said there.
-    let stranded = |g: &str| r.gdr.stranded.iter().any(|s| s.gpu == g);
+    let stranded = |g: &str| stranded_by_a_setting(&r.gdr, g);
     for p in r.gdr.pairs.iter().filter(|p| !stranded(&p.gpu)) {
         by_gpu.entry(p.gpu.as_str()).or_default().push(p);
     }

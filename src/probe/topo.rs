@@ -861,11 +861,7 @@ pub static RULES: &[Rule<Judge>] = &[
 
 fn topo_nothing(r: &TopoReport, out: &mut Vec<Finding>) {
     if r.gpus.is_empty() && r.nics.is_empty() {
-        out.push(crate::finding::nothing_to_judge(
-            "topo",
-            "host",
-            "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?)",
-        ));
+        out.push(crate::finding::nothing_to_judge("topo", "host", crate::finding::NO_GPU_NO_RDMA));
     }
 }
 

@@ -911,12 +911,12 @@ mod tests {
 
     #[test]
     fn a_long_subject_wraps_with_its_message() {
-        let pairs = "GPU0-NIC0 GPU1-NIC1 GPU2-NIC2 GPU3-NIC3 GPU4-NIC4 GPU5-NIC5 GPU6-NIC6 GPU7-NIC7";
+        let pairs = "GPU0-mlx5_0 GPU1-mlx5_1 GPU2-mlx5_2 GPU3-mlx5_3 GPU4-mlx5_4 GPU5-mlx5_5 GPU6-mlx5_6 GPU7-mlx5_7";
         let f = Finding::new("gdr.x", Severity::Warn, pairs, "the path is SYS");
         let out = findings_to(std::slice::from_ref(&f), Some(80));
         assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
         assert!(
-            out.contains("  WARN GPU0-NIC0") && out.contains("GPU7-NIC7: the path"),
+            out.contains("  WARN GPU0-mlx5_0") && out.contains("GPU7-mlx5_7: the path"),
             "{out}"
         );
         // Unwrapped, the same line as before.
