@@ -244,12 +244,8 @@ const LONG_FNS_PENDING: &[&str] = &[
     "src/host/tarball.rs walk",
     "src/nccl/gid.rs nccl_gid_index",
     "src/probe/qos.rs probe_if",
-    "src/render/links.rs table",
-    "src/render/links.rs prom",
     "src/render/nccl_env.rs table",
     "src/render/nccl_log.rs verdict",
-    "src/render/qos.rs one",
-    "src/render/qos.rs prom",
     "src/render/ring.rs tail",
     "src/sysfs/lldp.rs parse_frame",
     // This round's merges (issue 46: to split next).
