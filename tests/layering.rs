@@ -241,13 +241,10 @@ const LONG_FNS_PENDING: &[&str] = &[
     "src/nccl_log/mod.rs apply",
     "src/check/policy.rs check_value",
     "src/cli/ring.rs one_rail_through_hub",
-    "src/host/tarball.rs walk",
     "src/nccl/gid.rs nccl_gid_index",
     "src/probe/qos.rs probe_if",
-    "src/render/nccl_env.rs table",
     "src/render/nccl_log.rs verdict",
     "src/render/ring.rs tail",
-    "src/sysfs/lldp.rs parse_frame",
     // This round's merges (issue 46: to split next).
     "src/cli/nccl_log.rs run",
     "src/probe/topo.rs probe",
