@@ -234,8 +234,6 @@ const MAX_FN_LINES: usize = 80;
 /// Functions over the limit that are not split yet, as `file fn`. The list only shrinks:
 /// an entry that is no longer long fails too, so a split is recorded here when it lands.
 const LONG_FNS_PENDING: &[&str] = &[
-    "src/cli/check.rs run",
-    "src/cli/sweep.rs run",
     "src/nccl_log/mod.rs apply",
     "src/cli/ring.rs one_rail_through_hub",
     "src/nccl/gid.rs nccl_gid_index",
