@@ -236,13 +236,10 @@ const MAX_FN_LINES: usize = 80;
 const LONG_FNS_PENDING: &[&str] = &[
     "src/nccl_log/mod.rs apply",
     "src/cli/ring.rs one_rail_through_hub",
-    "src/nccl/gid.rs nccl_gid_index",
-    "src/probe/qos.rs probe_if",
     "src/render/nccl_log.rs verdict",
     "src/render/ring.rs tail",
     // This round's merges (issue 46: to split next).
     "src/cli/nccl_log.rs run",
-    "src/probe/topo.rs probe",
     "src/render/ring.rs outcome",
     "src/ring/rendezvous.rs spawn_reader",
 ];
