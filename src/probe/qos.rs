@@ -702,8 +702,11 @@ pub struct If<'a> {
     pub pfc: Option<Vec<u8>>,
 }
 
+/// A rule's judge: one interface's findings, added to the list.
+pub type IfJudge = fn(&If, &mut Vec<Finding>);
+
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
-pub static RULES: &[Rule<fn(&If, &mut Vec<Finding>)>] = &[
+pub static RULES: &[Rule<IfJudge>] = &[
     Rule {
         ids: &["qos.nothing_to_judge"],
         severity: "unknown",
