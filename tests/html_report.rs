@@ -36,8 +36,7 @@ fn parse_errors(html: &str) -> Vec<String> {
         tree_builder: html5ever::tree_builder::TreeBuilderOpts { exact_errors: true, ..Default::default() },
     };
     let dom = html5ever::parse_document(markup5ever_rcdom::RcDom::default(), opts).one(html);
-    let errors = dom.errors.borrow().iter().map(|e| e.to_string()).collect();
-    errors
+    dom.errors.borrow().iter().map(|e| e.to_string()).collect()
 }
 
 /// What a page must never hold: a script, or anything that names a resource to fetch.

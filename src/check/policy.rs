@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use toml::de::{DeTable, DeValue};
+use toml::de::{DeArray, DeTable, DeValue};
 
 use super::sweep::{NUMERIC_KEYS, Tolerance};
 
@@ -617,49 +617,31 @@ fn as_num(v: &DeValue) -> Option<f64> {
 }
 
 fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> Result<Val, PolicyError> {
-    let wrong = || {
-        at.err(
-            offset,
-            path,
-            format!("expected {}, found {}", kind.describe(), type_name(v)),
-        )
-    };
-    let out_of_range = |shown: String| {
-        at.err(
-            offset,
-            path,
-            format!("impossible value {shown}: expected {}", kind.describe()),
-        )
-    };
+    let wrong = || wrong_type(at, offset, path, kind, v);
     match kind {
         Kind::Bool => match v {
             DeValue::Boolean(b) => Ok(Val::Bool(*b)),
             _ => Err(wrong()),
         },
-        Kind::Int { min, max } => {
+        Kind::Int { .. } | Kind::IntOneOf(_) => {
             let DeValue::Integer(_) = v else {
                 return Err(wrong());
             };
-            let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
-            if i < min || i > max {
-                return Err(out_of_range(i.to_string()));
-            }
-            Ok(Val::Int(i))
-        }
-        Kind::IntOneOf(allowed) => {
-            let DeValue::Integer(_) = v else {
-                return Err(wrong());
+            let i = as_int(v).ok_or_else(|| impossible(at, offset, path, kind, "(too large)".into()))?;
+            let fits = match kind {
+                Kind::Int { min, max } => i >= min && i <= max,
+                Kind::IntOneOf(allowed) => allowed.contains(&i),
+                _ => unreachable!("matched above"),
             };
-            let i = as_int(v).ok_or_else(|| out_of_range("(too large)".into()))?;
-            if !allowed.contains(&i) {
-                return Err(out_of_range(i.to_string()));
+            if !fits {
+                return Err(impossible(at, offset, path, kind, i.to_string()));
             }
             Ok(Val::Int(i))
         }
         Kind::Num { min, max } => {
             let n = as_num(v).ok_or_else(wrong)?;
             if !(n >= min && n <= max) {
-                return Err(out_of_range(n.to_string()));
+                return Err(impossible(at, offset, path, kind, n.to_string()));
             }
             Ok(Val::Num(n))
         }
@@ -667,127 +649,169 @@ fn check_value(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> R
             let DeValue::String(s) = v else {
                 return Err(wrong());
             };
-            if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
-                return Err(at.err(
-                    offset,
-                    path,
-                    format!(
-                        "impossible value \"{s}\": expected {}{}",
-                        kind.describe(),
-                        did_you_mean(nearest(s, allowed.iter().copied()))
-                    ),
-                ));
-            }
+            one_of(at, offset, path, kind, allowed, s)?;
             Ok(Val::Str(s.to_string()))
         }
-        Kind::StrList(allowed) => {
-            let DeValue::Array(a) = v else { return Err(wrong()) };
-            let mut out = Vec::new();
-            for item in a.iter() {
-                let off = item.span().start;
-                let DeValue::String(s) = item.get_ref() else {
-                    return Err(at.err(
-                        off,
-                        path,
-                        format!(
-                            "expected {}, found a list holding {}",
-                            kind.describe(),
-                            type_name(item.get_ref())
-                        ),
-                    ));
-                };
-                if !allowed.is_empty() && !allowed.contains(&s.as_ref()) {
-                    return Err(at.err(
-                        off,
-                        path,
-                        format!(
-                            "impossible value \"{s}\": expected {}{}",
-                            kind.describe(),
-                            did_you_mean(nearest(s, allowed.iter().copied()))
-                        ),
-                    ));
-                }
-                out.push(s.to_string());
-            }
-            if out.is_empty() {
-                return Err(at.err(
-                    offset,
-                    path,
-                    "an empty list allows nothing; leave the key out to check nothing",
-                ));
-            }
-            Ok(Val::StrList(out))
-        }
+        Kind::StrList(allowed) => str_list(at, offset, path, kind, allowed, v).map(Val::StrList),
         Kind::IntList { min, max } => {
             let DeValue::Array(a) = v else { return Err(wrong()) };
-            let mut out = Vec::new();
-            for item in a.iter() {
-                let off = item.span().start;
-                let Some(i) = as_int(item.get_ref()) else {
-                    return Err(at.err(
-                        off,
-                        path,
-                        format!(
-                            "expected {}, found a list holding {}",
-                            kind.describe(),
-                            type_name(item.get_ref())
-                        ),
-                    ));
-                };
-                if i < min || i > max {
-                    return Err(at.err(
-                        off,
-                        path,
-                        format!("impossible value {i}: expected {}", kind.describe()),
-                    ));
-                }
-                if out.contains(&i) {
-                    return Err(at.err(off, path, format!("{i} is listed twice")));
-                }
-                out.push(i);
-            }
-            Ok(Val::IntList(out))
+            int_list(at, path, kind, (min, max), a).map(Val::IntList)
         }
         Kind::Tolerances => tolerances(at, offset, path, v).map(Val::Tolerances),
         Kind::CounterRates => {
             let DeValue::Table(t) = v else { return Err(wrong()) };
-            let names = counter_names();
-            let mut out = BTreeMap::new();
-            for (k, val) in t.iter() {
-                let name = k.get_ref().as_ref();
-                let kpath = format!("{path}.{name}");
-                if !names.contains(&name) {
-                    return Err(at.err(
-                        k.span().start,
-                        &kpath,
-                        format!(
-                            "unknown counter{}",
-                            did_you_mean(nearest(name, names.iter().copied()))
-                        ),
-                    ));
-                }
-                let n = as_num(val.get_ref()).ok_or_else(|| {
-                    at.err(
-                        val.span().start,
-                        &kpath,
-                        format!(
-                            "expected a number (increase per hour), found {}",
-                            type_name(val.get_ref())
-                        ),
-                    )
-                })?;
-                if !(n >= 0.0 && n.is_finite()) {
-                    return Err(at.err(
-                        val.span().start,
-                        &kpath,
-                        format!("impossible value {n}: expected a number of 0 or more"),
-                    ));
-                }
-                out.insert(name.to_string(), n);
-            }
-            Ok(Val::Counters(out))
+            counter_rates(at, path, t).map(Val::Counters)
         }
     }
+}
+
+/// `expected <kind>, found <what v is>`.
+fn wrong_type(at: &At, offset: usize, path: &str, kind: Kind, v: &DeValue) -> PolicyError {
+    at.err(
+        offset,
+        path,
+        format!("expected {}, found {}", kind.describe(), type_name(v)),
+    )
+}
+
+/// `impossible value <shown>: expected <kind>`.
+fn impossible(at: &At, offset: usize, path: &str, kind: Kind, shown: String) -> PolicyError {
+    at.err(
+        offset,
+        path,
+        format!("impossible value {shown}: expected {}", kind.describe()),
+    )
+}
+
+/// A string that must be one of `allowed` (any string when it is empty), with the nearest
+/// allowed one suggested.
+fn one_of(
+    at: &At,
+    offset: usize,
+    path: &str,
+    kind: Kind,
+    allowed: &[&str],
+    s: &str,
+) -> Result<(), PolicyError> {
+    if allowed.is_empty() || allowed.contains(&s) {
+        return Ok(());
+    }
+    Err(at.err(
+        offset,
+        path,
+        format!(
+            "impossible value \"{s}\": expected {}{}",
+            kind.describe(),
+            did_you_mean(nearest(s, allowed.iter().copied()))
+        ),
+    ))
+}
+
+/// `expected <kind>, found a list holding <what item is>`.
+fn wrong_item(at: &At, path: &str, kind: Kind, item: &toml::Spanned<DeValue>) -> PolicyError {
+    at.err(
+        item.span().start,
+        path,
+        format!(
+            "expected {}, found a list holding {}",
+            kind.describe(),
+            type_name(item.get_ref())
+        ),
+    )
+}
+
+/// A non-empty list of strings, each one of `allowed` when that is not empty.
+fn str_list(
+    at: &At,
+    offset: usize,
+    path: &str,
+    kind: Kind,
+    allowed: &[&str],
+    v: &DeValue,
+) -> Result<Vec<String>, PolicyError> {
+    let DeValue::Array(a) = v else {
+        return Err(wrong_type(at, offset, path, kind, v));
+    };
+    let mut out = Vec::new();
+    for item in a.iter() {
+        let DeValue::String(s) = item.get_ref() else {
+            return Err(wrong_item(at, path, kind, item));
+        };
+        one_of(at, item.span().start, path, kind, allowed, s)?;
+        out.push(s.to_string());
+    }
+    if out.is_empty() {
+        return Err(at.err(
+            offset,
+            path,
+            "an empty list allows nothing; leave the key out to check nothing",
+        ));
+    }
+    Ok(out)
+}
+
+/// A list of integers, each in `min..=max` and listed once.
+fn int_list(
+    at: &At,
+    path: &str,
+    kind: Kind,
+    (min, max): (i64, i64),
+    a: &DeArray,
+) -> Result<Vec<i64>, PolicyError> {
+    let mut out = Vec::new();
+    for item in a.iter() {
+        let off = item.span().start;
+        let Some(i) = as_int(item.get_ref()) else {
+            return Err(wrong_item(at, path, kind, item));
+        };
+        if i < min || i > max {
+            return Err(impossible(at, off, path, kind, i.to_string()));
+        }
+        if out.contains(&i) {
+            return Err(at.err(off, path, format!("{i} is listed twice")));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+/// A table of known counter name = increase per hour, each 0 or more.
+fn counter_rates(at: &At, path: &str, t: &DeTable) -> Result<BTreeMap<String, f64>, PolicyError> {
+    let names = counter_names();
+    let mut out = BTreeMap::new();
+    for (k, val) in t.iter() {
+        let name = k.get_ref().as_ref();
+        let kpath = format!("{path}.{name}");
+        if !names.contains(&name) {
+            return Err(at.err(
+                k.span().start,
+                &kpath,
+                format!(
+                    "unknown counter{}",
+                    did_you_mean(nearest(name, names.iter().copied()))
+                ),
+            ));
+        }
+        let n = as_num(val.get_ref()).ok_or_else(|| {
+            at.err(
+                val.span().start,
+                &kpath,
+                format!(
+                    "expected a number (increase per hour), found {}",
+                    type_name(val.get_ref())
+                ),
+            )
+        })?;
+        if !(n >= 0.0 && n.is_finite()) {
+            return Err(at.err(
+                val.span().start,
+                &kpath,
+                format!("impossible value {n}: expected a number of 0 or more"),
+            ));
+        }
+        out.insert(name.to_string(), n);
+    }
+    Ok(out)
 }
 
 /// `[sweep] tolerance = { memory_gib = "2%", cpu_count = 0 }`: each key a numeric
@@ -864,52 +888,73 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
     };
     for (sect, sval) in doc.get_ref().iter() {
         let sname = sect.get_ref().as_ref();
-        let soff = sect.span().start;
-        if !SECTIONS.contains(&sname) {
-            // A key written at the top level instead of under its section.
-            let home = keys().find(|k| k.key == sname).map(|k| k.section);
-            let msg = match home {
-                Some(h) => format!("`{sname}` belongs under [{h}]"),
-                None => format!(
-                    "unknown section{}",
-                    did_you_mean(nearest(sname, SECTIONS.iter().copied()))
-                ),
-            };
-            return Err(at.err(soff, sname, msg));
-        }
-        let DeValue::Table(t) = sval.get_ref() else {
-            return Err(at.err(
-                soff,
-                sname,
-                format!("expected a table [{sname}], found {}", type_name(sval.get_ref())),
-            ));
-        };
+        let t = section_table(&at, sname, sect.span().start, sval.get_ref())?;
         for (k, v) in t.iter() {
             let kname = k.get_ref().as_ref();
             let path = format!("{sname}.{kname}");
-            let koff = k.span().start;
             let Some(spec) = keys().find(|s| s.section == sname && s.key == kname) else {
-                let near = nearest(kname, keys().filter(|s| s.section == sname).map(|s| s.key));
-                let elsewhere = keys().find(|s| s.key == kname).map(|s| s.section);
-                // A key that exists as written in another section was put in the wrong one.
-                let msg = match (elsewhere, near) {
-                    (Some(h), _) => format!("unknown key in [{sname}]; `{kname}` belongs under [{h}]"),
-                    (None, Some(n)) => format!("unknown key; did you mean `{n}`?"),
-                    (None, None) => format!(
-                        "unknown key; [{sname}] takes: {}",
-                        keys()
-                            .filter(|s| s.section == sname)
-                            .map(|s| s.key)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                };
-                return Err(at.err(koff, &path, msg));
+                return Err(at.err(k.span().start, &path, unknown_key(sname, kname)));
             };
             let val = check_value(&at, v.span().start, &path, spec.kind, v.get_ref())?;
             assign(&mut p, sname, kname, val);
         }
     }
+    check_together(&at, &p)?;
+    Ok(p)
+}
+
+/// A top-level entry as a section's table: a known section, and a table.
+fn section_table<'v, 'i>(
+    at: &At,
+    sname: &str,
+    soff: usize,
+    sval: &'v DeValue<'i>,
+) -> Result<&'v DeTable<'i>, PolicyError> {
+    if !SECTIONS.contains(&sname) {
+        // A key written at the top level instead of under its section.
+        let home = keys().find(|k| k.key == sname).map(|k| k.section);
+        let msg = match home {
+            Some(h) => format!("`{sname}` belongs under [{h}]"),
+            None => format!(
+                "unknown section{}",
+                did_you_mean(nearest(sname, SECTIONS.iter().copied()))
+            ),
+        };
+        return Err(at.err(soff, sname, msg));
+    }
+    let DeValue::Table(t) = sval else {
+        return Err(at.err(
+            soff,
+            sname,
+            format!("expected a table [{sname}], found {}", type_name(sval)),
+        ));
+    };
+    Ok(t)
+}
+
+/// Why `kname` is no key of [`sname`]: the section it belongs in, the nearest key, or the
+/// keys the section takes.
+fn unknown_key(sname: &str, kname: &str) -> String {
+    let near = nearest(kname, keys().filter(|s| s.section == sname).map(|s| s.key));
+    let elsewhere = keys().find(|s| s.key == kname).map(|s| s.section);
+    // A key that exists as written in another section was put in the wrong one.
+    match (elsewhere, near) {
+        (Some(h), _) => format!("unknown key in [{sname}]; `{kname}` belongs under [{h}]"),
+        (None, Some(n)) => format!("unknown key; did you mean `{n}`?"),
+        (None, None) => format!(
+            "unknown key; [{sname}] takes: {}",
+            keys()
+                .filter(|s| s.section == sname)
+                .map(|s| s.key)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Keys that are each possible but impossible together, and `require` entries.
+fn check_together(at: &At, p: &Policy) -> Result<(), PolicyError> {
+    let text = at.text;
     for (sect, rules) in [("ib", &p.ib), ("roce", &p.roce)] {
         if let (Some(c), Some(m)) = (rules.count, rules.count_min)
             && c < m
@@ -931,7 +976,7 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
             return Err(at.err(find_key_offset(text, "require"), "policy.require", msg));
         }
     }
-    Ok(p)
+    Ok(())
 }
 
 fn find_key_offset(text: &str, key: &str) -> usize {

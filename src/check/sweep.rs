@@ -595,6 +595,23 @@ pub struct Outlier {
     pub kind: String,
 }
 
+impl Outlier {
+    /// Why the node is drained for this key: `key value (majority m ±t: n nodes)`.
+    fn reason(&self) -> String {
+        format!(
+            "{} {} (majority {}{}: {})",
+            self.key,
+            self.value,
+            self.majority_value,
+            self.tolerance
+                .as_deref()
+                .map(|t| format!(" {t}"))
+                .unwrap_or_default(),
+            plural(self.majority_nodes, "node", "nodes")
+        )
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Split {
     pub key: String,
@@ -1273,16 +1290,7 @@ impl Sweeper {
                 _ => v,
             }
         };
-        // Every report of the kind counts toward the majority; those that did not fail
-        // are also counted apart (a majority they contradict blames none of them).
-        let mut counts: HashMap<u32, (usize, usize)> = HashMap::new();
-        for &i in g.members {
-            let e = counts.entry(class(i)).or_default();
-            e.0 += 1;
-            if self.nodes[i].verdict != Severity::Fail {
-                e.1 += 1;
-            }
-        }
+        let counts = self.tally(g, &class);
         let compared = g.members.len();
         let Some((&maj, &(maj_n, maj_ok))) = counts
             .iter()
@@ -1326,17 +1334,7 @@ impl Sweeper {
                 nodes_compared: compared,
                 kind: g.kind.to_string(),
             };
-            reasons.entry(i).or_default().push(format!(
-                "{} {} (majority {}{}: {})",
-                o.key,
-                o.value,
-                o.majority_value,
-                o.tolerance
-                    .as_deref()
-                    .map(|t| format!(" {t}"))
-                    .unwrap_or_default(),
-                plural(maj_n, "node", "nodes")
-            ));
+            reasons.entry(i).or_default().push(o.reason());
             rep.outliers.push(o);
         }
         if spared > 0 {
@@ -1348,6 +1346,20 @@ impl Sweeper {
                 if spared == 1 { "is" } else { "are" }
             ));
         }
+    }
+
+    /// Each class's count over every report of the kind, and apart, the count of those
+    /// that did not fail (a majority they contradict blames none of them).
+    fn tally(&self, g: &KeyGroup, class: &dyn Fn(usize) -> u32) -> HashMap<u32, (usize, usize)> {
+        let mut counts: HashMap<u32, (usize, usize)> = HashMap::new();
+        for &i in g.members {
+            let e = counts.entry(class(i)).or_default();
+            e.0 += 1;
+            if self.nodes[i].verdict != Severity::Fail {
+                e.1 += 1;
+            }
+        }
+        counts
     }
 
     /// The median of a key's numeric values within a group (None when none is a number).

@@ -136,39 +136,7 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
     }
     g.log(1, format!("policy {} ({})", pol.name, pol.source));
     let host = open_host(g)?;
-    let mut sampling = Sampling::default();
-    if let Some(secs) = a.interval {
-        if !host.is_live() {
-            return Err(UsageError(
-                "--interval samples the live host twice; with --root use --baseline EARLIER_SNAPSHOT".into(),
-            )
-            .into());
-        }
-        if !(secs > 0.0 && secs <= 86_400.0) {
-            return Err(UsageError(format!(
-                "--interval {secs}: give a number of seconds between 0 and 86400"
-            ))
-            .into());
-        }
-        g.log(1, format!("sampling counters twice, {secs} s apart"));
-        sampling.interval = Some(Duration::from_secs_f64(secs));
-    }
-    if let Some(b) = &a.baseline {
-        let base = Host::snapshot(b).with_context(|| format!("reading --baseline {}", b.display()))?;
-        super::baseline::ensure_earlier_same_host(&base, b, &host)?;
-        sampling.baseline = Some((base, b.display().to_string()));
-    }
-    if host.is_live()
-        && sampling.interval.is_none()
-        && sampling.baseline.is_none()
-        && !pol.counters_max_per_hour.is_empty()
-    {
-        g.log(
-            1,
-            format!("the policy judges counter rates: sampling counters twice, {AUTO_SAMPLE_S} s apart"),
-        );
-        sampling.interval = Some(Duration::from_secs_f64(AUTO_SAMPLE_S));
-    }
+    let sampling = sampling_of(g, &a, &host, &pol)?;
     let mut pol = pol;
     pol.require.extend(a.require.iter().cloned());
     let nccl = super::nccl_settings(g, &host);
@@ -191,4 +159,43 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         crate::finding::Severity::Unknown => Outcome::Unknown,
         _ => Outcome::Pass,
     })
+}
+
+/// How the counters are sampled: `--interval` (live only), `--baseline`, or on a live host
+/// whose policy judges counter rates, twice [`AUTO_SAMPLE_S`] apart.
+fn sampling_of(g: &GlobalArgs, a: &CheckArgs, host: &Host, pol: &policy::Policy) -> anyhow::Result<Sampling> {
+    let mut sampling = Sampling::default();
+    if let Some(secs) = a.interval {
+        if !host.is_live() {
+            return Err(UsageError(
+                "--interval samples the live host twice; with --root use --baseline EARLIER_SNAPSHOT".into(),
+            )
+            .into());
+        }
+        if !(secs > 0.0 && secs <= 86_400.0) {
+            return Err(UsageError(format!(
+                "--interval {secs}: give a number of seconds between 0 and 86400"
+            ))
+            .into());
+        }
+        g.log(1, format!("sampling counters twice, {secs} s apart"));
+        sampling.interval = Some(Duration::from_secs_f64(secs));
+    }
+    if let Some(b) = &a.baseline {
+        let base = Host::snapshot(b).with_context(|| format!("reading --baseline {}", b.display()))?;
+        super::baseline::ensure_earlier_same_host(&base, b, host)?;
+        sampling.baseline = Some((base, b.display().to_string()));
+    }
+    if host.is_live()
+        && sampling.interval.is_none()
+        && sampling.baseline.is_none()
+        && !pol.counters_max_per_hour.is_empty()
+    {
+        g.log(
+            1,
+            format!("the policy judges counter rates: sampling counters twice, {AUTO_SAMPLE_S} s apart"),
+        );
+        sampling.interval = Some(Duration::from_secs_f64(AUTO_SAMPLE_S));
+    }
+    Ok(sampling)
 }

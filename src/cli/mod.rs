@@ -450,7 +450,8 @@ fn check_names(
         return Ok(());
     };
     let listed = listed.unwrap_or_default();
-    for n in names.iter().filter(|n| !listed.contains(n)) {
+    // The first name the host lacks is the error.
+    if let Some(n) = names.iter().find(|n| !listed.contains(n)) {
         let near = crate::check::policy::nearest(n, listed.iter().map(String::as_str));
         let have = if listed.is_empty() {
             "nothing".to_string()

@@ -95,38 +95,6 @@ pub(super) fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn colours_only_leading_verdict_words() {
-        let cases = [
-            ("FAIL  policy.x  host\n", "\x1b[1;31mFAIL\x1b[0m  policy.x  host\n"),
-            ("  WARN gids: x\n", "  \x1b[33mWARN\x1b[0m gids: x\n"),
-            ("fabprobe check: FAIL  policy p\n", "fabprobe check: \x1b[1;31mFAIL\x1b[0m  policy p\n"),
-            ("FAILED to read\n", "FAILED to read\n"),
-            ("  \"severity\": \"fail\",\n", "  \"severity\": \"fail\",\n"),
-            ("GPU0\t X \tNV18\n", "GPU0\t X \tNV18\n"),
-            ("no newline WARN", "no newline WARN"),
-            ("WARN", "\x1b[33mWARN\x1b[0m"),
-        ];
-        for (i, o) in cases {
-            assert_eq!(colourize(i), o, "{i:?}");
-        }
-    }
-
-    #[test]
-    fn no_color_and_dumb_terminals_get_none() {
-        use std::ffi::OsString;
-        let s = |v: &str| Some(OsString::from(v));
-        assert!(colour_wanted(None, s("xterm-256color")));
-        assert!(colour_wanted(s(""), None), "an empty NO_COLOR does not count");
-        assert!(!colour_wanted(s("1"), s("xterm")));
-        assert!(!colour_wanted(None, s("dumb")));
-    }
-}
-
 /// The result to stdout with `outcome`, or with `--output FILE` written atomically and
 /// Pass: the file was written, and a textfile job's `&& mv` must not break exactly when a
 /// fault is found (the verdict is in what was written).
@@ -186,4 +154,36 @@ pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
         let _ = writeln!(s, "fabprobe_{cmd}_finding{{{labels}}} {n}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_leading_verdict_words() {
+        let cases = [
+            ("FAIL  policy.x  host\n", "\x1b[1;31mFAIL\x1b[0m  policy.x  host\n"),
+            ("  WARN gids: x\n", "  \x1b[33mWARN\x1b[0m gids: x\n"),
+            ("fabprobe check: FAIL  policy p\n", "fabprobe check: \x1b[1;31mFAIL\x1b[0m  policy p\n"),
+            ("FAILED to read\n", "FAILED to read\n"),
+            ("  \"severity\": \"fail\",\n", "  \"severity\": \"fail\",\n"),
+            ("GPU0\t X \tNV18\n", "GPU0\t X \tNV18\n"),
+            ("no newline WARN", "no newline WARN"),
+            ("WARN", "\x1b[33mWARN\x1b[0m"),
+        ];
+        for (i, o) in cases {
+            assert_eq!(colourize(i), o, "{i:?}");
+        }
+    }
+
+    #[test]
+    fn no_color_and_dumb_terminals_get_none() {
+        use std::ffi::OsString;
+        let s = |v: &str| Some(OsString::from(v));
+        assert!(colour_wanted(None, s("xterm-256color")));
+        assert!(colour_wanted(s(""), None), "an empty NO_COLOR does not count");
+        assert!(!colour_wanted(s("1"), s("xterm")));
+        assert!(!colour_wanted(None, s("dumb")));
+    }
 }

@@ -537,30 +537,8 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
     if let Some(out) = &a.html {
         super::report::check_writable(out)?;
     }
-    let mut sw = Sweeper::new();
-    sw.drain_outliers(a.drain_outliers);
-    if let Some(p) = &a.policy {
-        let pol = crate::check::policy::load(p).map_err(|e| match e {
-            crate::check::policy::LoadError::Invalid(pe) => anyhow::Error::new(super::Hinted {
-                msg: format!("policy {pe}"),
-                hint: "every key is listed in `man fabprobe-check` (POLICY FILES)".into(),
-            }),
-            other => anyhow::Error::new(UsageError(format!("--policy: {other}"))),
-        })?;
-        sw.tolerances(&pol.sweep_tolerance);
-    }
-    let stdin_only = a.inputs.is_empty() || a.inputs.iter().all(|p| p.as_os_str() == "-");
-    if stdin_only {
-        add_lines(&mut sw, "stdin", std::io::stdin().lock())?;
-    }
-    for input in a.inputs.iter().filter(|p| p.as_os_str() != "-") {
-        let meta = std::fs::metadata(input).with_context(|| format!("cannot open {}", input.display()))?;
-        if meta.is_dir() {
-            add_dir(g, &mut sw, input)?;
-        } else {
-            add_file(&mut sw, input, false)?;
-        }
-    }
+    let mut sw = sweeper(&a)?;
+    read_inputs(g, &mut sw, &a.inputs)?;
     if !expected.is_empty() {
         sw.expect(&expected);
     }
@@ -601,6 +579,41 @@ pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
         report.nodes.unreadable, report.nodes.missing
     ))
     .into())
+}
+
+/// The sweeper as the flags set it: outliers drained or not, and the policy's tolerances.
+fn sweeper(a: &SweepArgs) -> anyhow::Result<Sweeper> {
+    let mut sw = Sweeper::new();
+    sw.drain_outliers(a.drain_outliers);
+    if let Some(p) = &a.policy {
+        let pol = crate::check::policy::load(p).map_err(|e| match e {
+            crate::check::policy::LoadError::Invalid(pe) => anyhow::Error::new(super::Hinted {
+                msg: format!("policy {pe}"),
+                hint: "every key is listed in `man fabprobe-check` (POLICY FILES)".into(),
+            }),
+            other => anyhow::Error::new(UsageError(format!("--policy: {other}"))),
+        })?;
+        sw.tolerances(&pol.sweep_tolerance);
+    }
+    Ok(sw)
+}
+
+/// Every input into the sweeper: stdin when none (or only `-`) is named, then each file
+/// and directory.
+fn read_inputs(g: &GlobalArgs, sw: &mut Sweeper, inputs: &[PathBuf]) -> anyhow::Result<()> {
+    let stdin_only = inputs.is_empty() || inputs.iter().all(|p| p.as_os_str() == "-");
+    if stdin_only {
+        add_lines(sw, "stdin", std::io::stdin().lock())?;
+    }
+    for input in inputs.iter().filter(|p| p.as_os_str() != "-") {
+        let meta = std::fs::metadata(input).with_context(|| format!("cannot open {}", input.display()))?;
+        if meta.is_dir() {
+            add_dir(g, sw, input)?;
+        } else {
+            add_file(sw, input, false)?;
+        }
+    }
+    Ok(())
 }
 
 /// The envelope's host of a sweep: where it ran.

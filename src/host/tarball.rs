@@ -157,14 +157,16 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
     let mut ar = tar::Archive::new(reader);
     // Raw: extension headers come to us, so their size is checked before they are read.
     let entries = ar.entries().map_err(unreadable)?.raw(true);
-    let mut done = Unpacked::default();
-    let mut long_name: Option<Vec<u8>> = None;
-    let mut long_link: Option<Vec<u8>> = None;
-    let mut pax: Option<Vec<u8>> = None;
+    let mut w = Walk {
+        dest,
+        lim,
+        done: Unpacked::default(),
+        pending: Pending::default(),
+    };
     for entry in entries {
         let mut entry = entry.map_err(unreadable)?;
-        done.entries += 1;
-        if done.entries > lim.max_entries {
+        w.done.entries += 1;
+        if w.done.entries > lim.max_entries {
             return Err(archive_err(format!(
                 "more than {} entries; a snapshot holds a few thousand (refused as a possible archive bomb)",
                 lim.max_entries
@@ -175,206 +177,317 @@ fn walk<R: Read>(reader: R, dest: Option<&Path>, lim: &Limits) -> Result<Unpacke
         let size = h.entry_size().map_err(unreadable)?;
         let header_name = h.path_bytes().into_owned();
         let header_link = h.link_name_bytes().map(|l| l.into_owned());
-
         if kind.is_gnu_longname()
             || kind.is_gnu_longlink()
             || kind.is_pax_local_extensions()
             || kind.is_pax_global_extensions()
         {
-            if size > lim.max_ext_bytes {
-                return Err(Refused {
-                    entry: Some(shown(long_name.as_deref().unwrap_or(&header_name))),
-                    msg: format!(
-                        "an extension header (long name or pax) of {size} bytes, more than {}",
-                        lim.max_ext_bytes
-                    ),
-                });
-            }
-            done.bytes += size;
-            if done.bytes > lim.max_total_bytes {
-                return Err(too_big(lim));
-            }
-            let data = read_ext(&mut entry, size)?;
-            let slot = if kind.is_gnu_longname() {
-                &mut long_name
-            } else if kind.is_gnu_longlink() {
-                &mut long_link
-            } else if kind.is_pax_local_extensions() {
-                &mut pax
-            } else {
-                // Global pax records describe the archive, not a file: nothing we use.
-                continue;
-            };
-            if slot.is_some() {
-                return Err(archive_err(
-                    "two extension headers of one kind for the same entry",
-                ));
-            }
-            *slot = Some(data);
+            w.extension(&mut entry, kind, size, &header_name)?;
             continue;
         }
+        let (name, link) = w.pending.names_of(header_name, header_link, size)?;
+        w.place(&mut entry, kind, size, &name, link)?;
+    }
+    let p = &w.pending;
+    if p.long_name.is_some() || p.long_link.is_some() || p.pax.is_some() {
+        return Err(archive_err(
+            "the archive ends after an extension header, without its entry",
+        ));
+    }
+    Ok(w.done)
+}
 
-        // The name and link target, with the extension headers that came before.
-        let mut name = long_name.take().unwrap_or(header_name);
-        while name.last() == Some(&0) {
-            name.pop();
+/// One pass's state: where it writes (nowhere on the checking pass), what it has counted,
+/// and the extension headers waiting for their entry.
+struct Walk<'a> {
+    dest: Option<&'a Path>,
+    lim: &'a Limits,
+    done: Unpacked,
+    pending: Pending,
+}
+
+/// Extension headers read, waiting for the entry they describe.
+#[derive(Default)]
+struct Pending {
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+    pax: Option<Vec<u8>>,
+}
+
+/// A refusal of the entry printed as `who`.
+fn refused(who: &str, msg: String) -> Refused {
+    Refused {
+        entry: Some(who.to_string()),
+        msg,
+    }
+}
+
+fn io_refused(who: &str, op: &str, e: io::Error) -> Refused {
+    refused(who, format!("cannot {op}: {e}"))
+}
+
+fn create_parent(on_disk: &Path, who: &str) -> Result<(), Refused> {
+    if let Some(parent) = on_disk.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_refused(who, "create its directory", e))?;
+    }
+    Ok(())
+}
+
+fn is_link(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+impl Walk<'_> {
+    /// A long name, long link or pax header: capped, read whole and kept for the next
+    /// entry (a global pax header is read and dropped: it describes the archive).
+    fn extension<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        kind: tar::EntryType,
+        size: u64,
+        header_name: &[u8],
+    ) -> Result<(), Refused> {
+        let lim = self.lim;
+        if size > lim.max_ext_bytes {
+            return Err(Refused {
+                entry: Some(shown(self.pending.long_name.as_deref().unwrap_or(header_name))),
+                msg: format!(
+                    "an extension header (long name or pax) of {size} bytes, more than {}",
+                    lim.max_ext_bytes
+                ),
+            });
         }
-        let mut link = long_link.take().or(header_link);
-        if let Some(l) = link.as_mut() {
-            while l.last() == Some(&0) {
-                l.pop();
-            }
+        self.done.bytes += size;
+        if self.done.bytes > lim.max_total_bytes {
+            return Err(too_big(lim));
         }
-        if let Some(records) = pax.take() {
-            for r in tar::PaxExtensions::new(&records) {
-                let r = r.map_err(|e| Refused {
-                    entry: Some(shown(&name)),
-                    msg: format!("unreadable pax header: {e}"),
-                })?;
-                let key = r.key_bytes();
-                if key.starts_with(b"GNU.sparse.") {
-                    return Err(Refused {
-                        entry: Some(shown(&name)),
-                        msg: "a GNU sparse file; a snapshot holds no sparse files".into(),
-                    });
-                }
-                match key {
-                    b"path" => name = r.value_bytes().to_vec(),
-                    b"linkpath" => link = Some(r.value_bytes().to_vec()),
-                    // The header's size frames the stream here; a pax size that differs
-                    // would make this reader and others see different archives.
-                    b"size" if r.value().ok().and_then(|v| v.parse::<u64>().ok()) != Some(size) => {
-                        return Err(Refused {
-                            entry: Some(shown(&name)),
-                            msg: format!(
-                                "the pax size {:?} differs from the header's {size} bytes",
-                                shown(r.value_bytes())
-                            ),
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let who = shown(&name);
-        let refuse = |msg: String| Refused {
-            entry: Some(who.clone()),
-            msg,
+        let data = read_ext(entry, size)?;
+        let slot = if kind.is_gnu_longname() {
+            &mut self.pending.long_name
+        } else if kind.is_gnu_longlink() {
+            &mut self.pending.long_link
+        } else if kind.is_pax_local_extensions() {
+            &mut self.pending.pax
+        } else {
+            // Global pax records describe the archive, not a file: nothing we use.
+            return Ok(());
         };
-        if name.len() > MAX_NAME_BYTES {
-            return Err(refuse(format!(
-                "a name of {} bytes, longer than any path ({MAX_NAME_BYTES})",
-                name.len()
-            )));
+        if slot.is_some() {
+            return Err(archive_err(
+                "two extension headers of one kind for the same entry",
+            ));
         }
-        let rel = clean_path(&name).map_err(refuse)?;
-        let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+        *slot = Some(data);
+        Ok(())
+    }
+
+    /// One entry checked and, on the writing pass, written: a directory, a regular file or
+    /// a symbolic link that stays inside; anything else is refused.
+    fn place<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        kind: tar::EntryType,
+        size: u64,
+        name: &[u8],
+        link: Option<Vec<u8>>,
+    ) -> Result<(), Refused> {
+        let who = shown(name);
+        if name.len() > MAX_NAME_BYTES {
+            return Err(refused(
+                &who,
+                format!(
+                    "a name of {} bytes, longer than any path ({MAX_NAME_BYTES})",
+                    name.len()
+                ),
+            ));
+        }
+        let rel = clean_path(name).map_err(|m| refused(&who, m))?;
         // Nothing is written through a link this archive made (checked on disk, so no list
         // of links grows with the archive).
-        if let Some(dest) = dest {
+        if let Some(dest) = self.dest {
             let under = rel
                 .ancestors()
                 .skip(1)
                 .filter(|a| !a.as_os_str().is_empty())
                 .find(|a| is_link(&dest.join(a)));
             if let Some(l) = under {
-                return Err(refuse(format!(
-                    "lies under the symbolic link \"{}\"; snapshot entries are never placed under a link",
-                    shown(l.as_os_str().as_bytes())
-                )));
+                return Err(refused(
+                    &who,
+                    format!(
+                        "lies under the symbolic link \"{}\"; snapshot entries are never placed under a link",
+                        shown(l.as_os_str().as_bytes())
+                    ),
+                ));
             }
         }
-        let on_disk = dest.map(|d| d.join(&rel));
-        let io_refuse = |op: &str, e: io::Error| Refused {
-            entry: Some(who.clone()),
-            msg: format!("cannot {op}: {e}"),
-        };
-
+        let on_disk = self.dest.map(|d| d.join(&rel));
         if kind.is_dir() {
             if let Some(on_disk) = &on_disk {
                 if is_link(on_disk) {
-                    return Err(refuse("a directory where a symbolic link already is".into()));
+                    return Err(refused(
+                        &who,
+                        "a directory where a symbolic link already is".into(),
+                    ));
                 }
-                std::fs::create_dir_all(on_disk).map_err(|e| io_refuse("create the directory", e))?;
+                std::fs::create_dir_all(on_disk).map_err(|e| io_refused(&who, "create the directory", e))?;
             }
+            Ok(())
         } else if kind.is_file() || kind.is_contiguous() {
-            if size > lim.max_file_bytes {
-                return Err(refuse(format!(
-                    "a file of {size} bytes, more than any file fabprobe reads ({} bytes)",
-                    lim.max_file_bytes
-                )));
-            }
-            done.bytes += size;
-            if done.bytes > lim.max_total_bytes {
-                return Err(too_big(lim));
-            }
-            if rel.as_os_str().is_empty() {
-                return Err(refuse("a file with an empty name".into()));
-            }
-            let copied = match &on_disk {
-                None => io::copy(&mut (&mut entry).take(size), &mut io::sink()).map_err(unreadable)?,
-                Some(on_disk) => {
-                    if let Some(parent) = on_disk.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
-                    }
-                    // create_new: never through an existing link, never over an earlier entry.
-                    let mut f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(on_disk)
-                        .map_err(|e| io_refuse("create the file", e))?;
-                    io::copy(&mut (&mut entry).take(size), &mut f).map_err(unreadable)?
-                }
-            };
-            if copied != size {
-                return Err(refuse(format!(
-                    "the archive ends inside this file ({copied} of {size} bytes)"
-                )));
-            }
+            self.file(entry, size, &rel, on_disk.as_deref(), &who)
         } else if kind.is_symlink() {
-            let target = link.unwrap_or_default();
-            if target.is_empty() || target.contains(&0) {
-                return Err(refuse("a symbolic link without a usable target".into()));
-            }
-            let t = Path::new(OsStr::from_bytes(&target));
-            if !link_stays_inside(&rel, t) {
-                return Err(refuse(format!(
-                    "a symbolic link to \"{}\", which leaves the snapshot (links in a snapshot are relative and stay inside it)",
-                    shown(&target)
-                )));
-            }
-            if rel.as_os_str().is_empty() {
-                return Err(refuse("a symbolic link with an empty name".into()));
-            }
-            if let Some(on_disk) = &on_disk {
-                if let Some(parent) = on_disk.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io_refuse("create its directory", e))?;
-                }
-                std::os::unix::fs::symlink(t, on_disk).map_err(|e| io_refuse("create the link", e))?;
-            }
+            symlink(&rel, link, on_disk.as_deref(), &who)
         } else {
-            let what = if kind.is_hard_link() {
-                "a hard link"
-            } else if kind.is_character_special() || kind.is_block_special() {
-                "a device file"
-            } else if kind.is_fifo() {
-                "a FIFO"
-            } else if kind.is_gnu_sparse() {
-                "a GNU sparse file"
-            } else {
-                "an entry of an unknown type"
-            };
-            return Err(refuse(format!(
-                "{what}; a snapshot holds only directories, regular files and symbolic links"
-            )));
+            Err(refused(
+                &who,
+                format!(
+                    "{}; a snapshot holds only directories, regular files and symbolic links",
+                    other_kind(kind)
+                ),
+            ))
         }
     }
-    if long_name.is_some() || long_link.is_some() || pax.is_some() {
-        return Err(archive_err(
-            "the archive ends after an extension header, without its entry",
+
+    /// A regular file: within the caps, then copied (or, checking, read and dropped).
+    fn file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        size: u64,
+        rel: &Path,
+        on_disk: Option<&Path>,
+        who: &str,
+    ) -> Result<(), Refused> {
+        let lim = self.lim;
+        if size > lim.max_file_bytes {
+            return Err(refused(
+                who,
+                format!(
+                    "a file of {size} bytes, more than any file fabprobe reads ({} bytes)",
+                    lim.max_file_bytes
+                ),
+            ));
+        }
+        self.done.bytes += size;
+        if self.done.bytes > lim.max_total_bytes {
+            return Err(too_big(lim));
+        }
+        if rel.as_os_str().is_empty() {
+            return Err(refused(who, "a file with an empty name".into()));
+        }
+        let copied = match on_disk {
+            None => io::copy(&mut entry.take(size), &mut io::sink()).map_err(unreadable)?,
+            Some(on_disk) => {
+                create_parent(on_disk, who)?;
+                // create_new: never through an existing link, never over an earlier entry.
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(on_disk)
+                    .map_err(|e| io_refused(who, "create the file", e))?;
+                io::copy(&mut entry.take(size), &mut f).map_err(unreadable)?
+            }
+        };
+        if copied != size {
+            return Err(refused(
+                who,
+                format!("the archive ends inside this file ({copied} of {size} bytes)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Pending {
+    /// The entry's name and link target, with the extension headers that came before it
+    /// (trailing NULs dropped); a pax header that names a sparse file or another size is
+    /// refused.
+    fn names_of(
+        &mut self,
+        header_name: Vec<u8>,
+        header_link: Option<Vec<u8>>,
+        size: u64,
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>), Refused> {
+        let mut name = self.long_name.take().unwrap_or(header_name);
+        while name.last() == Some(&0) {
+            name.pop();
+        }
+        let mut link = self.long_link.take().or(header_link);
+        if let Some(l) = link.as_mut() {
+            while l.last() == Some(&0) {
+                l.pop();
+            }
+        }
+        let Some(records) = self.pax.take() else {
+            return Ok((name, link));
+        };
+        for r in tar::PaxExtensions::new(&records) {
+            let r = r.map_err(|e| refused(&shown(&name), format!("unreadable pax header: {e}")))?;
+            let key = r.key_bytes();
+            if key.starts_with(b"GNU.sparse.") {
+                return Err(refused(
+                    &shown(&name),
+                    "a GNU sparse file; a snapshot holds no sparse files".into(),
+                ));
+            }
+            match key {
+                b"path" => name = r.value_bytes().to_vec(),
+                b"linkpath" => link = Some(r.value_bytes().to_vec()),
+                // The header's size frames the stream here; a pax size that differs
+                // would make this reader and others see different archives.
+                b"size" if r.value().ok().and_then(|v| v.parse::<u64>().ok()) != Some(size) => {
+                    return Err(refused(
+                        &shown(&name),
+                        format!(
+                            "the pax size {:?} differs from the header's {size} bytes",
+                            shown(r.value_bytes())
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok((name, link))
+    }
+}
+
+/// A symbolic link: a usable target that stays inside the snapshot, then made.
+fn symlink(rel: &Path, link: Option<Vec<u8>>, on_disk: Option<&Path>, who: &str) -> Result<(), Refused> {
+    let target = link.unwrap_or_default();
+    if target.is_empty() || target.contains(&0) {
+        return Err(refused(who, "a symbolic link without a usable target".into()));
+    }
+    let t = Path::new(OsStr::from_bytes(&target));
+    if !link_stays_inside(rel, t) {
+        return Err(refused(
+            who,
+            format!(
+                "a symbolic link to \"{}\", which leaves the snapshot (links in a snapshot are relative and stay inside it)",
+                shown(&target)
+            ),
         ));
     }
-    Ok(done)
+    if rel.as_os_str().is_empty() {
+        return Err(refused(who, "a symbolic link with an empty name".into()));
+    }
+    if let Some(on_disk) = on_disk {
+        create_parent(on_disk, who)?;
+        std::os::unix::fs::symlink(t, on_disk).map_err(|e| io_refused(who, "create the link", e))?;
+    }
+    Ok(())
+}
+
+/// What an entry of a type a snapshot never holds is, in words.
+fn other_kind(kind: tar::EntryType) -> &'static str {
+    if kind.is_hard_link() {
+        "a hard link"
+    } else if kind.is_character_special() || kind.is_block_special() {
+        "a device file"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_gnu_sparse() {
+        "a GNU sparse file"
+    } else {
+        "an entry of an unknown type"
+    }
 }
 
 fn too_big(lim: &Limits) -> Refused {

@@ -186,28 +186,8 @@ fn nccl_version(slot: Option<&GidSlot>) -> Result<Option<u8>, String> {
 /// position = index (missing slots read as zero GIDs, as `ibv_query_gid` would).
 pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv) -> GidChoice {
     let tbl_len = table.iter().map(|s| s.index + 1).max().unwrap_or(0);
-    let slot = |i: u32| table.iter().find(|s| s.index == i);
-    let gid = |i: u32| slot(i).and_then(|s| s.gid).unwrap_or(Gid([0; 16]));
-
     if link_layer == Some("InfiniBand") {
-        let flid_idx = nccl_param(env.routable_flid_gid_index.as_deref(), 1);
-        if flid_idx >= 0 && (flid_idx as u64) < u64::from(tbl_len) {
-            let f = gid(flid_idx as u32).flid();
-            if f != 0 {
-                return GidChoice {
-                    index: Some(flid_idx as u32),
-                    reason: format!(
-                        "InfiniBand: GID {flid_idx} (NCCL_IB_ROUTABLE_FLID_GID_INDEX) carries a routable FLID 0x{f:04x}"
-                    ),
-                    ..GidChoice::default()
-                };
-            }
-        }
-        return GidChoice {
-            index: Some(0),
-            reason: format!("InfiniBand: no routable FLID at index {flid_idx}, so index 0"),
-            ..GidChoice::default()
-        };
+        return infiniband_choice(table, tbl_len, env);
     }
 
     let forced = nccl_param(env.gid_index.as_deref(), -1);
@@ -229,7 +209,45 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
             ..GidChoice::default()
         };
     }
+    auto_choice(table, tbl_len, env)
+}
 
+fn slot_at(table: &[GidSlot], i: u32) -> Option<&GidSlot> {
+    table.iter().find(|s| s.index == i)
+}
+
+/// The GID at index `i`; a missing slot or an unreadable GID reads as zeros.
+fn gid_at(table: &[GidSlot], i: u32) -> Gid {
+    slot_at(table, i).and_then(|s| s.gid).unwrap_or(Gid([0; 16]))
+}
+
+/// InfiniBand: the GID at NCCL_IB_ROUTABLE_FLID_GID_INDEX (default 1) when it carries a
+/// routable FLID, else index 0.
+fn infiniband_choice(table: &[GidSlot], tbl_len: u32, env: &GidEnv) -> GidChoice {
+    let flid_idx = nccl_param(env.routable_flid_gid_index.as_deref(), 1);
+    if flid_idx >= 0 && (flid_idx as u64) < u64::from(tbl_len) {
+        let f = gid_at(table, flid_idx as u32).flid();
+        if f != 0 {
+            return GidChoice {
+                index: Some(flid_idx as u32),
+                reason: format!(
+                    "InfiniBand: GID {flid_idx} (NCCL_IB_ROUTABLE_FLID_GID_INDEX) carries a routable FLID 0x{f:04x}"
+                ),
+                ..GidChoice::default()
+            };
+        }
+    }
+    GidChoice {
+        index: Some(0),
+        reason: format!("InfiniBand: no routable FLID at index {flid_idx}, so index 0"),
+        ..GidChoice::default()
+    }
+}
+
+/// NCCL 2.21+'s automatic choice on RoCE: walk the table from index 1, moving to the first
+/// GID of the wanted family (within NCCL_IB_ADDR_RANGE), then to the first valid one of the
+/// wanted RoCE version. An unreadable GID type where NCCL reads it stops NCCL: no index.
+fn auto_choice(table: &[GidSlot], tbl_len: u32, env: &GidEnv) -> GidChoice {
     let af = match env.addr_family.as_deref() {
         Some("AF_INET6") => Family::Inet6,
         _ => Family::Inet,
@@ -243,7 +261,7 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
     let mut idx = 0u32;
     let mut why = String::from("no candidate beat index 0");
     for cand in 1..tbl_len {
-        let (cur, c) = (gid(idx), gid(cand));
+        let (cur, c) = (gid_at(table, idx), gid_at(table, cand));
         let (cur_fam, cand_fam) = (gid_family(&cur), gid_family(&c));
         let in_subnet = subnet_ok(range.as_ref(), af, &c);
         if cand_fam != cur_fam && cand_fam == af && in_subnet {
@@ -254,25 +272,9 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
         if cand_fam != af || !valid_gid(&c) || !in_subnet {
             continue;
         }
-        let cur_ver = match nccl_version(slot(idx)) {
-            Ok(v) => v,
-            Err(e) => {
-                return GidChoice {
-                    index: None,
-                    reason: format!("NCCL stops with an error at index {idx}: {e}"),
-                    ..GidChoice::default()
-                };
-            }
-        };
-        let cand_ver = match nccl_version(slot(cand)) {
-            Ok(v) => v,
-            Err(e) => {
-                return GidChoice {
-                    index: None,
-                    reason: format!("NCCL stops with an error at index {cand}: {e}"),
-                    ..GidChoice::default()
-                };
-            }
+        let (cur_ver, cand_ver) = match (version_at(table, idx), version_at(table, cand)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return e,
         };
         if (cur_ver != cand_ver || !valid_gid(&cur)) && cand_ver.map(i64::from) == Some(want_ver) {
             idx = cand;
@@ -297,6 +299,15 @@ pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv)
         reason,
         before_2_21_uses_0: env.auto_default.is_none(),
     }
+}
+
+/// The RoCE version NCCL reads at index `i`, or the choice NCCL's error makes (none).
+fn version_at(table: &[GidSlot], i: u32) -> Result<Option<u8>, GidChoice> {
+    nccl_version(slot_at(table, i)).map_err(|e| GidChoice {
+        index: None,
+        reason: format!("NCCL stops with an error at index {i}: {e}"),
+        ..GidChoice::default()
+    })
 }
 
 /// perftest's default on Ethernet without `-x`: score every populated GID, preferring the
@@ -401,11 +412,19 @@ mod tests {
         assert_eq!(nccl_param(Some("0"), -1), 0);
         assert_eq!(nccl_param(Some("-1"), 5), -1);
         assert_eq!(nccl_param(Some("3abc"), -1), 3);
-        assert_eq!(nccl_param(Some("abc"), -1), 0, "no digits is 0, as strtoll returns it without errno");
+        assert_eq!(
+            nccl_param(Some("abc"), -1),
+            0,
+            "no digits is 0, as strtoll returns it without errno"
+        );
         assert_eq!(nccl_param(Some("auto"), -1), 0);
         assert_eq!(nccl_param(Some("0x"), 7), 0);
         assert_eq!(nccl_param(Some("0xg"), 7), 0);
-        assert_eq!(nccl_param(Some("99999999999999999999"), 7), 7, "ERANGE: the default");
+        assert_eq!(
+            nccl_param(Some("99999999999999999999"), 7),
+            7,
+            "ERANGE: the default"
+        );
         assert_eq!(nccl_param(Some("-9223372036854775808"), 7), i64::MIN);
         assert_eq!(nccl_param(Some("9223372036854775808"), 7), 7);
         assert_eq!(nccl_param(Some("09"), 7), 0, "octal stops at 9");

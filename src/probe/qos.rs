@@ -358,6 +358,60 @@ fn dcb_view(host: &Host, ifname: &str) -> (DcbView, Option<DcbIeee>) {
     (v, parsed)
 }
 
+/// The pause, ECN-marked and pause storm counters of one netdev's ethtool statistics, by
+/// priority where the name has one.
+#[derive(Default)]
+struct EthtoolCounters {
+    prio_pause: [Option<PauseCounters>; 8],
+    global: Option<PauseCounters>,
+    marked: [Option<Count>; 8],
+    storm: StormCounters,
+}
+
+impl EthtoolCounters {
+    fn of(list: &[(String, u64)]) -> EthtoolCounters {
+        let mut e = EthtoolCounters::default();
+        for (name, v) in list {
+            if let Some(PauseName::Pause { prio, tx, kind }) = netqos::parse_pause_name(name) {
+                let slot = match prio {
+                    Some(p) => e.prio_pause[p as usize].get_or_insert_with(PauseCounters::default),
+                    None => e.global.get_or_insert_with(PauseCounters::default),
+                };
+                let c = Count::of(Some(*v));
+                match (tx, kind) {
+                    (false, PauseKind::Frames) => slot.rx_pause = c,
+                    (false, PauseKind::DurationUs) => slot.rx_pause_duration_us = c,
+                    (true, PauseKind::Frames) => slot.tx_pause = c,
+                    (true, PauseKind::DurationUs) => slot.tx_pause_duration_us = c,
+                    (_, PauseKind::Transition) => slot.rx_pause_transition = c,
+                }
+            } else if let Some(p) = netqos::parse_marked_name(name) {
+                e.marked[p as usize] = Some(Count::of(Some(*v)));
+            } else if name == "tx_pause_storm_warning_events" {
+                e.storm.tx_pause_storm_warning_events = Some(Count::of(Some(*v)));
+            } else if name == "tx_pause_storm_error_events" {
+                e.storm.tx_pause_storm_error_events = Some(Count::of(Some(*v)));
+            }
+        }
+        e
+    }
+}
+
+/// The RoCE congestion-control hw_counters the port has (an absent one is left out).
+fn cnp_counters(host: &Host, dev: &str, port: u32) -> Vec<NamedCount> {
+    CNP_COUNTERS
+        .iter()
+        .filter_map(|n| {
+            let a = host.attr(format!("{}/hw_counters/{n}", ib::port_dir(dev, port)));
+            let v = a.value()?.trim().parse::<u64>().ok();
+            Some(NamedCount {
+                name: n.to_string(),
+                count: Count::of(v),
+            })
+        })
+        .collect()
+}
+
 fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&Sourced<u32>>) -> QosIf {
     let (dcb, parsed) = dcb_view(host, ifname);
     let stats = host.ethtool_stats(ifname);
@@ -365,32 +419,12 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&So
         Reply::Ok(v) => v,
         _ => &[],
     };
-    let mut prio_pause: [Option<PauseCounters>; 8] = Default::default();
-    let mut global: Option<PauseCounters> = None;
-    let mut marked: [Option<Count>; 8] = Default::default();
-    let mut storm = StormCounters::default();
-    for (name, v) in list {
-        if let Some(PauseName::Pause { prio, tx, kind }) = netqos::parse_pause_name(name) {
-            let slot = match prio {
-                Some(p) => prio_pause[p as usize].get_or_insert_with(PauseCounters::default),
-                None => global.get_or_insert_with(PauseCounters::default),
-            };
-            let c = Count::of(Some(*v));
-            match (tx, kind) {
-                (false, PauseKind::Frames) => slot.rx_pause = c,
-                (false, PauseKind::DurationUs) => slot.rx_pause_duration_us = c,
-                (true, PauseKind::Frames) => slot.tx_pause = c,
-                (true, PauseKind::DurationUs) => slot.tx_pause_duration_us = c,
-                (_, PauseKind::Transition) => slot.rx_pause_transition = c,
-            }
-        } else if let Some(p) = netqos::parse_marked_name(name) {
-            marked[p as usize] = Some(Count::of(Some(*v)));
-        } else if name == "tx_pause_storm_warning_events" {
-            storm.tx_pause_storm_warning_events = Some(Count::of(Some(*v)));
-        } else if name == "tx_pause_storm_error_events" {
-            storm.tx_pause_storm_error_events = Some(Count::of(Some(*v)));
-        }
-    }
+    let EthtoolCounters {
+        prio_pause,
+        global,
+        marked,
+        storm,
+    } = EthtoolCounters::of(list);
     let stats_ok = matches!(stats, Reply::Ok(_));
     let pfc_from_counters: Vec<u8> = (0..8u8).filter(|p| prio_pause[*p as usize].is_some()).collect();
     let ethtool = EthtoolView {
@@ -421,20 +455,9 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&So
             rx_marked: marked[p as usize].clone(),
         })
         .collect();
-    let cnp = match rdma {
-        Some((dev, port)) => CNP_COUNTERS
-            .iter()
-            .filter_map(|n| {
-                let a = host.attr(format!("{}/hw_counters/{n}", ib::port_dir(dev, port)));
-                let v = a.value()?.trim().parse::<u64>().ok();
-                Some(NamedCount {
-                    name: n.to_string(),
-                    count: Count::of(v),
-                })
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    let cnp = rdma
+        .map(|(dev, port)| cnp_counters(host, dev, port))
+        .unwrap_or_default();
     QosIf {
         ifname: ifname.to_string(),
         rdma_device: rdma.map(|(d, _)| d.to_string()),
@@ -679,8 +702,11 @@ pub struct If<'a> {
     pub pfc: Option<Vec<u8>>,
 }
 
+/// A rule's judge: one interface's findings, added to the list.
+pub type IfJudge = fn(&If, &mut Vec<Finding>);
+
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
-pub static RULES: &[Rule<fn(&If, &mut Vec<Finding>)>] = &[
+pub static RULES: &[Rule<IfJudge>] = &[
     Rule {
         ids: &["qos.nothing_to_judge"],
         severity: "unknown",

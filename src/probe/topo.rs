@@ -402,56 +402,12 @@ fn nvml_peers(host: &Host, g: &crate::host::NvmlGpu, gpu_bus_ids: &[String]) -> 
 /// Read the host: GPUs (NVML, else sysfs), RDMA NICs, their places, and both matrices.
 pub fn probe(host: &Host) -> TopoReport {
     let mut notes = Vec::new();
-    let (gpu_list, nvml_gpus, nvlink_available, nvlink_reason) = match host.nvml() {
-        NvmlState::Available(f) if !f.gpus.is_empty() => {
-            let mut g = f.gpus.clone();
-            g.sort_by_key(|g| g.index);
-            (
-                g.iter().map(|g| g.pci_bus_id.clone()).collect::<Vec<_>>(),
-                Some(g),
-                true,
-                None,
-            )
-        }
-        NvmlState::Available(_) => (
-            find_gpus_in_sysfs(host, &mut notes),
-            None,
-            false,
-            Some("NVML reports no GPU".to_string()),
-        ),
-        NvmlState::Unavailable { reason } => (
-            find_gpus_in_sysfs(host, &mut notes),
-            None,
-            false,
-            Some(reason.clone()),
-        ),
-    };
-    let gpus_not_in_nvml = match &nvml_gpus {
-        Some(_) => gpus_missing_from(host, &gpu_list),
+    let found = GpusFound::of(host, &mut notes);
+    let gpus_not_in_nvml = match &found.nvml {
+        Some(_) => gpus_missing_from(host, &found.bus_ids),
         None => Vec::new(),
     };
-    let mut gpus = Vec::new();
-    for (i, bdf) in gpu_list.iter().enumerate() {
-        let ng = nvml_gpus.as_ref().and_then(|v| v.get(i));
-        let place = read_place(host, &format!("/sys/bus/pci/devices/{bdf}"));
-        if let Some(e) = &place.error {
-            notes.push(format!("GPU {bdf}: {e}; its cells are N/A"));
-        }
-        gpus.push(TopoGpu {
-            // NVML's own index: a GPU NVML lost leaves a gap, the others keep their names.
-            label: format!("GPU{}", ng.map(|g| g.index).unwrap_or(i as u32)),
-            index: ng.map(|g| g.index).unwrap_or(i as u32),
-            pci_bus_id: bdf.clone(),
-            name: ng.and_then(|g| g.name.clone()),
-            sm: ng.and_then(|g| Some((g.cuda_cc_major? * 10 + g.cuda_cc_minor?) as u32)),
-            gpu_numa_id: ng.and_then(|g| g.numa_node_id),
-            nvlinks: ng.map(|g| nvml_peers(host, g, &gpu_list)).unwrap_or_default(),
-            pci: PciPlace {
-                pci_bus_id: Some(bdf.clone()),
-                ..place
-            },
-        });
-    }
+    let gpus = read_gpus(host, &found, &mut notes);
     let nics = read_nics(host, &mut notes);
     let switches = read_switches(host, &gpus, &nics);
     let gpu_ids: Vec<(String, String)> = gpus
@@ -460,14 +416,14 @@ pub fn probe(host: &Host) -> TopoReport {
         .collect();
     let fabric = super::fabric::probe(host, &gpu_ids);
     let mut r = TopoReport {
-        source: if nvml_gpus.is_some() {
+        source: if found.nvml.is_some() {
             "sysfs+nvml"
         } else {
             "sysfs"
         }
         .to_string(),
-        nvlink_available,
-        nvlink_unavailable_reason: nvlink_reason,
+        nvlink_available: found.nvlink_available,
+        nvlink_unavailable_reason: found.nvlink_reason,
         gpus,
         nics,
         switches,
@@ -482,6 +438,69 @@ pub fn probe(host: &Host) -> TopoReport {
     };
     finish(&mut r);
     r
+}
+
+/// The GPUs and who listed them: NVML (sorted by its index, NVLink readable), else the
+/// PCI tree, with why NVLink is not.
+struct GpusFound {
+    bus_ids: Vec<String>,
+    nvml: Option<Vec<crate::host::NvmlGpu>>,
+    nvlink_available: bool,
+    nvlink_reason: Option<String>,
+}
+
+impl GpusFound {
+    fn of(host: &Host, notes: &mut Vec<String>) -> GpusFound {
+        let from_sysfs = |notes: &mut Vec<String>, why: String| GpusFound {
+            bus_ids: find_gpus_in_sysfs(host, notes),
+            nvml: None,
+            nvlink_available: false,
+            nvlink_reason: Some(why),
+        };
+        match host.nvml() {
+            NvmlState::Available(f) if !f.gpus.is_empty() => {
+                let mut g = f.gpus.clone();
+                g.sort_by_key(|g| g.index);
+                GpusFound {
+                    bus_ids: g.iter().map(|g| g.pci_bus_id.clone()).collect::<Vec<_>>(),
+                    nvml: Some(g),
+                    nvlink_available: true,
+                    nvlink_reason: None,
+                }
+            }
+            NvmlState::Available(_) => from_sysfs(notes, "NVML reports no GPU".to_string()),
+            NvmlState::Unavailable { reason } => from_sysfs(notes, reason.clone()),
+        }
+    }
+}
+
+/// Each GPU's place in the PCI tree, with what NVML says of it where it listed it.
+fn read_gpus(host: &Host, found: &GpusFound, notes: &mut Vec<String>) -> Vec<TopoGpu> {
+    let mut gpus = Vec::new();
+    for (i, bdf) in found.bus_ids.iter().enumerate() {
+        let ng = found.nvml.as_ref().and_then(|v| v.get(i));
+        let place = read_place(host, &format!("/sys/bus/pci/devices/{bdf}"));
+        if let Some(e) = &place.error {
+            notes.push(format!("GPU {bdf}: {e}; its cells are N/A"));
+        }
+        gpus.push(TopoGpu {
+            // NVML's own index: a GPU NVML lost leaves a gap, the others keep their names.
+            label: format!("GPU{}", ng.map(|g| g.index).unwrap_or(i as u32)),
+            index: ng.map(|g| g.index).unwrap_or(i as u32),
+            pci_bus_id: bdf.clone(),
+            name: ng.and_then(|g| g.name.clone()),
+            sm: ng.and_then(|g| Some((g.cuda_cc_major? * 10 + g.cuda_cc_minor?) as u32)),
+            gpu_numa_id: ng.and_then(|g| g.numa_node_id),
+            nvlinks: ng
+                .map(|g| nvml_peers(host, g, &found.bus_ids))
+                .unwrap_or_default(),
+            pci: PciPlace {
+                pci_bus_id: Some(bdf.clone()),
+                ..place
+            },
+        });
+    }
+    gpus
 }
 
 /// The NVIDIA GPUs in the PCI tree that are not among NVML's (`listed`), with their link

@@ -4,8 +4,8 @@
 //! and the same names with other HELP in the textfile directory break the whole scrape.
 
 use crate::finding::Finding;
-use crate::probe::links::{Counter, LinkDevice, LinksReport};
-use crate::render::text;
+use crate::probe::links::{Counter, LinkDevice, LinkPort, LinksReport};
+use crate::render::{PromFamilies, prom_label, text};
 use crate::sysfs::infiniband::{CounterDir, Delta};
 
 fn opt<T: ToString>(v: &Option<T>) -> String {
@@ -197,91 +197,9 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
         return format!("{}{m}\n", crate::render::text::verdict_line("links", findings));
     }
     let sampled = r.sample.as_ref().is_some_and(|s| s.has_deltas());
-    let mut out = String::new();
-    if let Some(s) = &r.sample {
-        match &s.counters_reset {
-            Some(why) => out.push_str(&format!(
-                "no deltas against {} ({}): the counters were reset: {why}\n\n",
-                s.baseline, s.kind
-            )),
-            None => out.push_str(&format!(
-                "deltas against {} ({}), interval {}\n\n",
-                s.baseline,
-                s.kind,
-                s.interval_s
-                    .map(|x| format!("{x:.1} s"))
-                    .unwrap_or_else(|| "unknown: no rates".into())
-            )),
-        }
-    }
+    let mut out = sample_header(r);
     for d in &r.devices {
-        out.push_str(&device_header(d));
-        let mut rows = vec![
-            [
-                "PORT",
-                "STATE",
-                "PHYS_STATE",
-                "RATE",
-                "LINK",
-                "LID",
-                "SM_LID",
-                "NETDEV",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>(),
-        ];
-        for p in &d.ports {
-            rows.push(vec![
-                p.port.to_string(),
-                p.state
-                    .as_ref()
-                    .map(|s| format!("{}: {}", s.id, s.name))
-                    .unwrap_or("-".into()),
-                p.phys_state
-                    .as_ref()
-                    .map(|s| format!("{}: {}", s.id, s.name))
-                    .unwrap_or("-".into()),
-                p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("-".into()),
-                opt(&p.link_layer),
-                p.lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
-                p.sm_lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
-                {
-                    let others: Vec<&str> = p
-                        .gid_netdevs
-                        .iter()
-                        .filter(|n| Some(*n) != p.netdev.as_ref())
-                        .map(String::as_str)
-                        .collect();
-                    if others.is_empty() {
-                        opt(&p.netdev)
-                    } else {
-                        format!("{} (GIDs also on {})", opt(&p.netdev), others.join(","))
-                    }
-                },
-            ]);
-        }
-        // Within the width with the two columns of indent; too wide, in blocks of whole
-        // columns each led by PORT (a rate or a state never breaks mid-word).
-        let fit = text::width().map(|w| w.saturating_sub(2));
-        out.push_str(&indented(
-            &crate::render::gids::column_blocks_fit(&rows, fit),
-            "  ",
-        ));
-        for p in &d.ports {
-            if !p.counters.is_empty() {
-                out.push_str(&format!(
-                    "  port {} counters (width: s = saturates, w = wraps):\n",
-                    p.port
-                ));
-                out.push_str(&counters_block(&p.counters, sampled));
-            }
-        }
-        if !d.device_counters.is_empty() {
-            out.push_str("  device counters:\n");
-            out.push_str(&counters_block(&d.device_counters, sampled));
-        }
-        out.push('\n');
+        out.push_str(&device_block(d, sampled));
     }
     if let Some(v) = &r.verbs
         && let Some(e) = &v.error
@@ -291,6 +209,103 @@ pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
     text::verdict_first("links", findings, out)
 }
 
+/// What the deltas are against, or why there are none; empty without a sample.
+fn sample_header(r: &LinksReport) -> String {
+    let Some(s) = &r.sample else {
+        return String::new();
+    };
+    match &s.counters_reset {
+        Some(why) => format!(
+            "no deltas against {} ({}): the counters were reset: {why}\n\n",
+            s.baseline, s.kind
+        ),
+        None => format!(
+            "deltas against {} ({}), interval {}\n\n",
+            s.baseline,
+            s.kind,
+            s.interval_s
+                .map(|x| format!("{x:.1} s"))
+                .unwrap_or_else(|| "unknown: no rates".into())
+        ),
+    }
+}
+
+/// One device: its header, the port table, then each port's counters and the device's.
+fn device_block(d: &LinkDevice, sampled: bool) -> String {
+    let mut out = device_header(d);
+    let mut rows = vec![
+        [
+            "PORT",
+            "STATE",
+            "PHYS_STATE",
+            "RATE",
+            "LINK",
+            "LID",
+            "SM_LID",
+            "NETDEV",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>(),
+    ];
+    rows.extend(d.ports.iter().map(port_row));
+    // Within the width with the two columns of indent; too wide, in blocks of whole
+    // columns each led by PORT (a rate or a state never breaks mid-word).
+    let fit = text::width().map(|w| w.saturating_sub(2));
+    out.push_str(&indented(
+        &crate::render::gids::column_blocks_fit(&rows, fit),
+        "  ",
+    ));
+    for p in &d.ports {
+        if !p.counters.is_empty() {
+            out.push_str(&format!(
+                "  port {} counters (width: s = saturates, w = wraps):\n",
+                p.port
+            ));
+            out.push_str(&counters_block(&p.counters, sampled));
+        }
+    }
+    if !d.device_counters.is_empty() {
+        out.push_str("  device counters:\n");
+        out.push_str(&counters_block(&d.device_counters, sampled));
+    }
+    out.push('\n');
+    out
+}
+
+fn port_row(p: &LinkPort) -> Vec<String> {
+    vec![
+        p.port.to_string(),
+        p.state
+            .as_ref()
+            .map(|s| format!("{}: {}", s.id, s.name))
+            .unwrap_or("-".into()),
+        p.phys_state
+            .as_ref()
+            .map(|s| format!("{}: {}", s.id, s.name))
+            .unwrap_or("-".into()),
+        p.rate.as_ref().map(|r| r.raw.clone()).unwrap_or("-".into()),
+        opt(&p.link_layer),
+        p.lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
+        p.sm_lid.map(|l| format!("0x{l:x}")).unwrap_or("-".into()),
+        netdev_cell(p),
+    ]
+}
+
+/// The port's netdev, and the other netdevs its GIDs sit on (a bond's slaves, VLANs).
+fn netdev_cell(p: &LinkPort) -> String {
+    let others: Vec<&str> = p
+        .gid_netdevs
+        .iter()
+        .filter(|n| Some(*n) != p.netdev.as_ref())
+        .map(String::as_str)
+        .collect();
+    if others.is_empty() {
+        opt(&p.netdev)
+    } else {
+        format!("{} (GIDs also on {})", opt(&p.netdev), others.join(","))
+    }
+}
 
 /// The name suffixes node_exporter's infiniband collector gives the PMA counters (bytes
 /// for data); fabprobe prefixes them `fabprobe_infiniband_`.
@@ -324,101 +339,96 @@ fn node_exporter_name(name: &str) -> Option<&'static str> {
 /// Prometheus text exposition for a textfile collector. Unavailable counters are left out
 /// (never exported as 0).
 pub fn prom(r: &LinksReport) -> String {
-    use std::collections::BTreeMap;
-    // metric -> (help, type, lines)
-    let mut m: BTreeMap<String, (String, &str, Vec<String>)> = BTreeMap::new();
-    let mut add = |name: String, help: &str, kind: &'static str, line: String| {
-        m.entry(name)
-            .or_insert_with(|| (help.to_string(), kind, Vec::new()))
-            .2
-            .push(line);
-    };
+    let mut m = PromFamilies::default();
     for d in &r.devices {
         let a = &d.attrs;
-        add(
-            "fabprobe_infiniband_info".into(),
+        m.add(
+            "fabprobe_infiniband_info",
             "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.",
             "gauge",
             format!(
                 "fabprobe_infiniband_info{{board_id=\"{}\",device=\"{}\",firmware_version=\"{}\",hca_type=\"{}\"}} 1",
-                super::prom_label(a.board_id.as_deref().unwrap_or("")),
-                super::prom_label(&d.name),
-                super::prom_label(a.fw_ver.as_deref().unwrap_or("")),
-                super::prom_label(a.hca_type.as_deref().unwrap_or(""))
+                prom_label(a.board_id.as_deref().unwrap_or("")),
+                prom_label(&d.name),
+                prom_label(a.fw_ver.as_deref().unwrap_or("")),
+                prom_label(a.hca_type.as_deref().unwrap_or(""))
             ),
         );
         for p in &d.ports {
-            let l = format!("device=\"{}\",port=\"{}\"", super::prom_label(&d.name), p.port);
-            if let Some(s) = &p.state {
-                add(
-                    "fabprobe_infiniband_state_id".into(),
-                    "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
-                    "gauge",
-                    format!("fabprobe_infiniband_state_id{{{l}}} {}", s.id),
-                );
-            }
-            if let Some(s) = &p.phys_state {
-                add(
-                    "fabprobe_infiniband_physical_state_id".into(),
-                    "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)",
-                    "gauge",
-                    format!("fabprobe_infiniband_physical_state_id{{{l}}} {}", s.id),
-                );
-            }
-            if let Some(rate) = &p.rate {
-                add(
-                    "fabprobe_infiniband_rate_bytes_per_second".into(),
-                    "Maximum signal transfer rate",
-                    "gauge",
-                    format!(
-                        "fabprobe_infiniband_rate_bytes_per_second{{{l}}} {}",
-                        (rate.gbps * 1e9 / 8.0) as u64
-                    ),
-                );
-            }
+            let l = format!("device=\"{}\",port=\"{}\"", prom_label(&d.name), p.port);
+            port_prom(&mut m, &l, p);
             for c in &p.counters {
-                let Some(v) = c.value else { continue };
-                match (c.dir, node_exporter_name(&c.name)) {
-                    (CounterDir::Counters, Some(n)) => {
-                        let v = v.saturating_mul(c.spec.bytes_per_unit.map(u64::from).unwrap_or(1));
-                        add(
-                            format!("fabprobe_infiniband_{n}"),
-                            &format!("Infiniband counter {}", c.name),
-                            "counter",
-                            format!("fabprobe_infiniband_{n}{{{l}}} {v}"),
-                        );
-                    }
-                    _ => add(
-                        "fabprobe_infiniband_hw_counter_total".into(),
-                        "A counter of ports/<n>/counters or hw_counters without a node_exporter-style name.",
-                        "counter",
-                        format!(
-                            "fabprobe_infiniband_hw_counter_total{{{l},counter=\"{}\"}} {v}",
-                            super::prom_label(&c.name)
-                        ),
-                    ),
-                }
-                if let Some(rate) = c.rate_per_s {
-                    add(
-                        "fabprobe_infiniband_counter_rate_per_second".into(),
-                        "Counter increase per second over the sampling interval (bytes/s for data counters).",
-                        "gauge",
-                        format!(
-                            "fabprobe_infiniband_counter_rate_per_second{{{l},counter=\"{}\"}} {rate}",
-                            super::prom_label(&c.name)
-                        ),
-                    );
-                }
+                counter_prom(&mut m, &l, c);
             }
         }
     }
-    let mut out = String::new();
-    for (name, (help, kind, lines)) in m {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for l in lines {
-            out.push_str(&l);
-            out.push('\n');
-        }
+    m.text()
+}
+
+/// A port's state, physical state and rate, each where it was read.
+fn port_prom(m: &mut PromFamilies, l: &str, p: &LinkPort) {
+    if let Some(s) = &p.state {
+        m.add(
+            "fabprobe_infiniband_state_id",
+            "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
+            "gauge",
+            format!("fabprobe_infiniband_state_id{{{l}}} {}", s.id),
+        );
     }
-    out
+    if let Some(s) = &p.phys_state {
+        m.add(
+            "fabprobe_infiniband_physical_state_id",
+            "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)",
+            "gauge",
+            format!("fabprobe_infiniband_physical_state_id{{{l}}} {}", s.id),
+        );
+    }
+    if let Some(rate) = &p.rate {
+        m.add(
+            "fabprobe_infiniband_rate_bytes_per_second",
+            "Maximum signal transfer rate",
+            "gauge",
+            format!(
+                "fabprobe_infiniband_rate_bytes_per_second{{{l}}} {}",
+                (rate.gbps * 1e9 / 8.0) as u64
+            ),
+        );
+    }
+}
+
+/// One counter under its node_exporter name (bytes for data) or as a `hw_counter`, and its
+/// rate over the sample; an unavailable counter is left out.
+fn counter_prom(m: &mut PromFamilies, l: &str, c: &Counter) {
+    let Some(v) = c.value else { return };
+    match (c.dir, node_exporter_name(&c.name)) {
+        (CounterDir::Counters, Some(n)) => {
+            let v = v.saturating_mul(c.spec.bytes_per_unit.map(u64::from).unwrap_or(1));
+            m.add(
+                &format!("fabprobe_infiniband_{n}"),
+                &format!("Infiniband counter {}", c.name),
+                "counter",
+                format!("fabprobe_infiniband_{n}{{{l}}} {v}"),
+            );
+        }
+        _ => m.add(
+            "fabprobe_infiniband_hw_counter_total",
+            "A counter of ports/<n>/counters or hw_counters without a node_exporter-style name.",
+            "counter",
+            format!(
+                "fabprobe_infiniband_hw_counter_total{{{l},counter=\"{}\"}} {v}",
+                prom_label(&c.name)
+            ),
+        ),
+    }
+    if let Some(rate) = c.rate_per_s {
+        m.add(
+            "fabprobe_infiniband_counter_rate_per_second",
+            "Counter increase per second over the sampling interval (bytes/s for data counters).",
+            "gauge",
+            format!(
+                "fabprobe_infiniband_counter_rate_per_second{{{l},counter=\"{}\"}} {rate}",
+                prom_label(&c.name)
+            ),
+        );
+    }
 }

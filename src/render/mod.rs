@@ -26,6 +26,35 @@ pub fn prom_label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// Prometheus metric families in the text exposition format: each family's `# HELP` and
+/// `# TYPE` once, above its samples, families sorted by name. The first help given for a
+/// name is kept.
+#[derive(Default)]
+pub struct PromFamilies(std::collections::BTreeMap<String, (String, &'static str, Vec<String>)>);
+
+impl PromFamilies {
+    /// One sample line (`name{labels} value`) of the family `name`.
+    pub fn add(&mut self, name: &str, help: &str, kind: &'static str, line: String) {
+        self.0
+            .entry(name.to_string())
+            .or_insert_with(|| (help.to_string(), kind, Vec::new()))
+            .2
+            .push(line);
+    }
+
+    pub fn text(self) -> String {
+        let mut out = String::new();
+        for (name, (help, kind, lines)) in self.0 {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for l in lines {
+                out.push_str(&l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
 /// The envelope's version lives below the judgement layer (`sweep` reads it too).
 pub use crate::finding::SCHEMA_VERSION;
 

@@ -3,9 +3,11 @@
 //! exposition of the counters.
 
 use crate::finding::Finding;
-use crate::probe::qos::{Count, QosIf, QosReport};
+use crate::probe::qos::{
+    Count, DcbView, EthtoolView, PauseCounters, PrioRow, QosIf, QosReport, RoceClass, SwitchView,
+};
 use crate::render::gids::column_blocks;
-use crate::render::text;
+use crate::render::{PromFamilies, prom_label, text};
 use crate::sysfs::dcb::tsa_name;
 
 fn b(v: Option<bool>) -> String {
@@ -53,58 +55,8 @@ fn one(i: &QosIf, sampled: bool) -> String {
         s.push_str(&format!(" ({})", crate::finding::spell::port(d, p)));
     }
     s.push('\n');
-    let d = &i.dcb;
-    match &d.error {
-        Some(e) if e == "EOPNOTSUPP" => {
-            s.push_str("  DCB: not supported by this driver (DCB netlink: EOPNOTSUPP)\n")
-        }
-        Some(e) if e == "not_captured" => s.push_str("  DCB: not captured in this snapshot\n"),
-        Some(e) => s.push_str(&format!("  DCB: netlink error {e}\n")),
-        None => {
-            s.push_str(&format!(
-                "  DCB: DCBX {}, trust {}, PFC on priority {}{}\n",
-                d.dcbx_mode.as_deref().unwrap_or("unknown"),
-                d.trust.as_deref().unwrap_or("?"),
-                d.pfc_enabled
-                    .as_deref()
-                    .map(list)
-                    .unwrap_or_else(|| "? (no PFC attribute)".into()),
-                d.pfc_delay.map(|x| format!(", delay {x}")).unwrap_or_default()
-            ));
-            if let Some(buf) = &d.buffer {
-                s.push_str(&format!(
-                    "  Receive buffers (bytes): {}; total {}; prio2buffer {}\n",
-                    buf.buffer_size_bytes
-                        .iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    buf.total_size_bytes,
-                    buf.prio2buffer
-                        .iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ));
-            }
-            for n in &d.notes {
-                s.push_str(&format!("  DCB reply: {n}\n"));
-            }
-        }
-    }
-    match &i.ethtool.error {
-        Some(e) => s.push_str(&format!("  ethtool statistics: {e}\n")),
-        None => s.push_str(&format!(
-            "  ethtool statistics: {} counters; pause counters for priority {}; global pause counters {}\n",
-            i.ethtool.counters_total,
-            list(&i.ethtool.pfc_priorities_from_counters),
-            if i.ethtool.global_pause_counters {
-                "present (global pause on)"
-            } else {
-                "absent"
-            }
-        )),
-    }
+    s.push_str(&dcb_lines(&i.dcb));
+    s.push_str(&ethtool_line(&i.ethtool));
     match (&i.ecn, &i.ecn_unknown_reason) {
         (Some(e), _) => s.push_str(&format!(
             "  ECN: reaction point on priority {}, notification point on priority {}; cnp_dscp {}, cnp_802p_prio {}\n",
@@ -116,21 +68,105 @@ fn one(i: &QosIf, sampled: bool) -> String {
         (None, Some(r)) => s.push_str(&format!("  ECN: {r}\n")),
         _ => {}
     }
-    let r = &i.roce;
     if i.rdma_device.is_some() {
+        s.push_str(&roce_line(&i.roce));
+    }
+    // Without DCB and without a driver that keeps per-priority counters there is nothing
+    // per priority to show.
+    if i.dcb.error.is_none() || i.priorities.iter().any(|p| p.pfc_counters.is_some()) {
+        // Counters and names stay whole: a narrow terminal gets blocks of columns.
+        s.push_str(&column_blocks(&priority_rows(i, sampled)));
+    }
+    s.push_str(&pause_lines(i, sampled));
+    if let Some(sw) = &i.switch {
+        s.push_str(&switch_lines(sw));
+    }
+    if !i.cnp.is_empty() {
         s.push_str(&format!(
-            "  RoCE traffic class {} ({}), dscp {}: priority {} ({})\n",
-            r.traffic_class
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "?".into()),
-            r.traffic_class_source,
-            r.dscp.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-            r.priority
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "unknown".into()),
-            r.priority_source
+            "  {}\n",
+            i.cnp
+                .iter()
+                .map(|c| format!("{} {}", c.name, count(&c.count, sampled)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
+    s
+}
+
+fn joined(v: &[impl ToString]) -> String {
+    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// The DCB state (DCBX, trust, PFC, receive buffers), or why it could not be read.
+fn dcb_lines(d: &DcbView) -> String {
+    match &d.error {
+        Some(e) if e == "EOPNOTSUPP" => {
+            "  DCB: not supported by this driver (DCB netlink: EOPNOTSUPP)\n".into()
+        }
+        Some(e) if e == "not_captured" => "  DCB: not captured in this snapshot\n".into(),
+        Some(e) => format!("  DCB: netlink error {e}\n"),
+        None => {
+            let mut s = format!(
+                "  DCB: DCBX {}, trust {}, PFC on priority {}{}\n",
+                d.dcbx_mode.as_deref().unwrap_or("unknown"),
+                d.trust.as_deref().unwrap_or("?"),
+                d.pfc_enabled
+                    .as_deref()
+                    .map(list)
+                    .unwrap_or_else(|| "? (no PFC attribute)".into()),
+                d.pfc_delay.map(|x| format!(", delay {x}")).unwrap_or_default()
+            );
+            if let Some(buf) = &d.buffer {
+                s.push_str(&format!(
+                    "  Receive buffers (bytes): {}; total {}; prio2buffer {}\n",
+                    joined(&buf.buffer_size_bytes),
+                    buf.total_size_bytes,
+                    joined(&buf.prio2buffer)
+                ));
+            }
+            for n in &d.notes {
+                s.push_str(&format!("  DCB reply: {n}\n"));
+            }
+            s
+        }
+    }
+}
+
+fn ethtool_line(e: &EthtoolView) -> String {
+    match &e.error {
+        Some(err) => format!("  ethtool statistics: {err}\n"),
+        None => format!(
+            "  ethtool statistics: {} counters; pause counters for priority {}; global pause counters {}\n",
+            e.counters_total,
+            list(&e.pfc_priorities_from_counters),
+            if e.global_pause_counters {
+                "present (global pause on)"
+            } else {
+                "absent"
+            }
+        ),
+    }
+}
+
+/// The RoCE traffic's class and priority, with where each was read.
+fn roce_line(r: &RoceClass) -> String {
+    format!(
+        "  RoCE traffic class {} ({}), dscp {}: priority {} ({})\n",
+        r.traffic_class
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "?".into()),
+        r.traffic_class_source,
+        r.dscp.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+        r.priority
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "unknown".into()),
+        r.priority_source
+    )
+}
+
+/// The per-priority table: header, then one row per priority.
+fn priority_rows(i: &QosIf, sampled: bool) -> Vec<Vec<String>> {
     let mut rows = vec![
         [
             "  PRIO",
@@ -152,19 +188,19 @@ fn one(i: &QosIf, sampled: bool) -> String {
         .collect::<Vec<_>>(),
     ];
     for p in &i.priorities {
-        let pc = |f: &dyn Fn(&crate::probe::qos::PauseCounters) -> &Count| {
+        let pc = |f: &dyn Fn(&PauseCounters) -> &Count| {
             p.pause
                 .as_ref()
                 .map(|x| count(f(x), sampled))
                 .unwrap_or_else(|| "-".into())
         };
-        let pd = |f: &dyn Fn(&crate::probe::qos::PauseCounters) -> &Count| {
+        let pd = |f: &dyn Fn(&PauseCounters) -> &Count| {
             p.pause
                 .as_ref()
                 .map(|x| paused(f(x), sampled))
                 .unwrap_or_else(|| "-".into())
         };
-        let tsa = match (&d.ets, p.ets_tc) {
+        let tsa = match (&i.dcb.ets, p.ets_tc) {
             (Some(e), Some(tc)) => tsa_name(e.tc_tsa[(tc & 7) as usize]).to_string(),
             _ => "-".into(),
         };
@@ -181,18 +217,21 @@ fn one(i: &QosIf, sampled: bool) -> String {
             pd(&|x| &x.rx_pause_duration_us),
             pc(&|x| &x.tx_pause),
             pd(&|x| &x.tx_pause_duration_us),
-            p.rx_marked
-                .as_ref()
-                .map(|c| count(c, sampled))
-                .unwrap_or_else(|| "-".into()),
+            optional_count(&p.rx_marked, sampled),
         ]);
     }
-    // Without DCB and without a driver that keeps per-priority counters there is nothing
-    // per priority to show.
-    if i.dcb.error.is_none() || i.priorities.iter().any(|p| p.pfc_counters.is_some()) {
-        // Counters and names stay whole: a narrow terminal gets blocks of columns.
-        s.push_str(&column_blocks(&rows));
-    }
+    rows
+}
+
+fn optional_count(c: &Option<Count>, sampled: bool) -> String {
+    c.as_ref()
+        .map(|c| count(c, sampled))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Global (802.3x) pause counters and pause storm events, where the driver has them.
+fn pause_lines(i: &QosIf, sampled: bool) -> String {
+    let mut s = String::new();
     if let Some(g) = &i.global_pause {
         s.push_str(&format!(
             "  global pause: rx {} ({} us), tx {} ({} us)\n",
@@ -206,73 +245,53 @@ fn one(i: &QosIf, sampled: bool) -> String {
     if st.tx_pause_storm_warning_events.is_some() || st.tx_pause_storm_error_events.is_some() {
         s.push_str(&format!(
             "  pause storm events: warning {}, error {}\n",
-            st.tx_pause_storm_warning_events
-                .as_ref()
-                .map(|c| count(c, sampled))
-                .unwrap_or_else(|| "-".into()),
-            st.tx_pause_storm_error_events
-                .as_ref()
-                .map(|c| count(c, sampled))
-                .unwrap_or_else(|| "-".into())
-        ));
-    }
-    if let Some(sw) = &i.switch {
-        match (&sw.lldp, &sw.error, &sw.none_reason) {
-            (Some(l), _, _) => {
-                s.push_str(&format!(
-                    "  switch (LLDP): {} port {} ({}), chassis {}",
-                    l.system_name.as_deref().unwrap_or("?"),
-                    l.port_id.as_deref().unwrap_or("?"),
-                    l.port_description.as_deref().unwrap_or("-"),
-                    l.chassis_id.as_deref().unwrap_or("?")
-                ));
-                if let Some(p) = &l.pfc {
-                    s.push_str(&format!(
-                        "; PFC on priority {}{}",
-                        list(&p.priorities()),
-                        if p.willing { " (willing)" } else { "" }
-                    ));
-                }
-                if let Some(e) = &l.ets {
-                    s.push_str(&format!(
-                        "; ETS prio->tc {}",
-                        e.prio_tc
-                            .iter()
-                            .map(|x| x.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ));
-                }
-                let dscp: Vec<String> = l
-                    .app
-                    .iter()
-                    .filter(|a| a.selector == 5)
-                    .map(|a| format!("{}->{}", a.protocol, a.priority))
-                    .collect();
-                if !dscp.is_empty() {
-                    s.push_str(&format!("; APP dscp {}", dscp.join(" ")));
-                }
-                s.push('\n');
-                for n in &l.notes {
-                    s.push_str(&format!("  LLDP: {n}\n"));
-                }
-            }
-            (None, _, Some(r)) => s.push_str(&format!("  switch (LLDP): {r}\n")),
-            (None, Some(e), None) => s.push_str(&format!("  switch (LLDP): {e}\n")),
-            _ => {}
-        }
-    }
-    if !i.cnp.is_empty() {
-        s.push_str(&format!(
-            "  {}\n",
-            i.cnp
-                .iter()
-                .map(|c| format!("{} {}", c.name, count(&c.count, sampled)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            optional_count(&st.tx_pause_storm_warning_events, sampled),
+            optional_count(&st.tx_pause_storm_error_events, sampled)
         ));
     }
     s
+}
+
+/// What the switch port says over LLDP (PFC, ETS, DSCP APP entries), or why nothing.
+fn switch_lines(sw: &SwitchView) -> String {
+    match (&sw.lldp, &sw.error, &sw.none_reason) {
+        (Some(l), _, _) => {
+            let mut s = format!(
+                "  switch (LLDP): {} port {} ({}), chassis {}",
+                l.system_name.as_deref().unwrap_or("?"),
+                l.port_id.as_deref().unwrap_or("?"),
+                l.port_description.as_deref().unwrap_or("-"),
+                l.chassis_id.as_deref().unwrap_or("?")
+            );
+            if let Some(p) = &l.pfc {
+                s.push_str(&format!(
+                    "; PFC on priority {}{}",
+                    list(&p.priorities()),
+                    if p.willing { " (willing)" } else { "" }
+                ));
+            }
+            if let Some(e) = &l.ets {
+                s.push_str(&format!("; ETS prio->tc {}", joined(&e.prio_tc)));
+            }
+            let dscp: Vec<String> = l
+                .app
+                .iter()
+                .filter(|a| a.selector == 5)
+                .map(|a| format!("{}->{}", a.protocol, a.priority))
+                .collect();
+            if !dscp.is_empty() {
+                s.push_str(&format!("; APP dscp {}", dscp.join(" ")));
+            }
+            s.push('\n');
+            for n in &l.notes {
+                s.push_str(&format!("  LLDP: {n}\n"));
+            }
+            s
+        }
+        (None, _, Some(r)) => format!("  switch (LLDP): {r}\n"),
+        (None, Some(e), None) => format!("  switch (LLDP): {e}\n"),
+        _ => String::new(),
+    }
 }
 
 pub fn table(r: &QosReport, findings: &[Finding]) -> String {
@@ -311,76 +330,20 @@ pub fn table(r: &QosReport, findings: &[Finding]) -> String {
     text::verdict_first("qos", findings, s)
 }
 
-
 /// Prometheus text exposition: pause counters, storm events, CNP/ECN counters, PFC state.
 pub fn prom(r: &QosReport) -> String {
-    use std::collections::BTreeMap;
-    let mut m: BTreeMap<&str, (&str, &str, Vec<String>)> = BTreeMap::new();
-    let mut add = |name: &'static str, help: &'static str, kind: &'static str, line: String| {
-        m.entry(name).or_insert((help, kind, Vec::new())).2.push(line);
-    };
+    let mut m = PromFamilies::default();
     for i in &r.interfaces {
-        let dev = format!("device=\"{}\"", super::prom_label(&i.ifname));
+        let dev = format!("device=\"{}\"", prom_label(&i.ifname));
         for p in &i.priorities {
-            let l = format!("{dev},priority=\"{}\"", p.priority);
-            if let Some(on) = p.pfc_dcb.or(p.pfc_counters) {
-                add(
-                    "fabprobe_qos_pfc_enabled",
-                    "PFC enabled on the priority (DCB netlink, else the driver's counter set).",
-                    "gauge",
-                    format!("fabprobe_qos_pfc_enabled{{{l}}} {}", u8::from(on)),
-                );
-            }
-            if let Some(pc) = &p.pause {
-                for (name, help, c) in [
-                    (
-                        "fabprobe_qos_rx_pause_frames_total",
-                        "PFC pause frames received.",
-                        &pc.rx_pause,
-                    ),
-                    (
-                        "fabprobe_qos_tx_pause_frames_total",
-                        "PFC pause frames sent.",
-                        &pc.tx_pause,
-                    ),
-                ] {
-                    if let Some(v) = c.value {
-                        add(name, help, "counter", format!("{name}{{{l}}} {v}"));
-                    }
-                }
-                // The driver counts microseconds; Prometheus's unit is the second.
-                for (name, help, c) in [
-                    (
-                        "fabprobe_qos_rx_pause_duration_seconds_total",
-                        "Time the port was paused by the peer (rx_prio<p>_pause_duration, microseconds / 1e6).",
-                        &pc.rx_pause_duration_us,
-                    ),
-                    (
-                        "fabprobe_qos_tx_pause_duration_seconds_total",
-                        "Time the port paused its peer (tx_prio<p>_pause_duration, microseconds / 1e6).",
-                        &pc.tx_pause_duration_us,
-                    ),
-                ] {
-                    if let Some(v) = c.value {
-                        add(name, help, "counter", format!("{name}{{{l}}} {}", v as f64 / 1e6));
-                    }
-                }
-            }
-            if let Some(v) = p.rx_marked.as_ref().and_then(|c| c.value) {
-                add(
-                    "fabprobe_qos_rx_ecn_marked_packets_total",
-                    "ECN-marked packets received on the priority (rx_prio<p>_marked).",
-                    "counter",
-                    format!("fabprobe_qos_rx_ecn_marked_packets_total{{{l}}} {v}"),
-                );
-            }
+            priority_prom(&mut m, &format!("{dev},priority=\"{}\"", p.priority), p);
         }
         for (kind, c) in [
             ("warning", &i.pause_storm.tx_pause_storm_warning_events),
             ("error", &i.pause_storm.tx_pause_storm_error_events),
         ] {
             if let Some(v) = c.as_ref().and_then(|c| c.value) {
-                add(
+                m.add(
                     "fabprobe_qos_pause_storm_events_total",
                     "tx_pause_storm_{warning,error}_events of the driver.",
                     "counter",
@@ -390,25 +353,72 @@ pub fn prom(r: &QosReport) -> String {
         }
         for c in &i.cnp {
             if let Some(v) = c.count.value {
-                add(
+                m.add(
                     "fabprobe_qos_rdma_cc_counter_total",
                     "RoCE congestion-control hw_counters (np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled, rp_cnp_ignored).",
                     "counter",
                     format!(
                         "fabprobe_qos_rdma_cc_counter_total{{{dev},counter=\"{}\"}} {v}",
-                        super::prom_label(&c.name)
+                        prom_label(&c.name)
                     ),
                 );
             }
         }
     }
-    let mut s = String::new();
-    for (name, (help, kind, lines)) in m {
-        s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-        for l in lines {
-            s.push_str(&l);
-            s.push('\n');
+    m.text()
+}
+
+/// One priority's PFC state, pause frames and durations, and ECN-marked packets.
+fn priority_prom(m: &mut PromFamilies, l: &str, p: &PrioRow) {
+    if let Some(on) = p.pfc_dcb.or(p.pfc_counters) {
+        m.add(
+            "fabprobe_qos_pfc_enabled",
+            "PFC enabled on the priority (DCB netlink, else the driver's counter set).",
+            "gauge",
+            format!("fabprobe_qos_pfc_enabled{{{l}}} {}", u8::from(on)),
+        );
+    }
+    if let Some(pc) = &p.pause {
+        for (name, help, c) in [
+            (
+                "fabprobe_qos_rx_pause_frames_total",
+                "PFC pause frames received.",
+                &pc.rx_pause,
+            ),
+            (
+                "fabprobe_qos_tx_pause_frames_total",
+                "PFC pause frames sent.",
+                &pc.tx_pause,
+            ),
+        ] {
+            if let Some(v) = c.value {
+                m.add(name, help, "counter", format!("{name}{{{l}}} {v}"));
+            }
+        }
+        // The driver counts microseconds; Prometheus's unit is the second.
+        for (name, help, c) in [
+            (
+                "fabprobe_qos_rx_pause_duration_seconds_total",
+                "Time the port was paused by the peer (rx_prio<p>_pause_duration, microseconds / 1e6).",
+                &pc.rx_pause_duration_us,
+            ),
+            (
+                "fabprobe_qos_tx_pause_duration_seconds_total",
+                "Time the port paused its peer (tx_prio<p>_pause_duration, microseconds / 1e6).",
+                &pc.tx_pause_duration_us,
+            ),
+        ] {
+            if let Some(v) = c.value {
+                m.add(name, help, "counter", format!("{name}{{{l}}} {}", v as f64 / 1e6));
+            }
         }
     }
-    s
+    if let Some(v) = p.rx_marked.as_ref().and_then(|c| c.value) {
+        m.add(
+            "fabprobe_qos_rx_ecn_marked_packets_total",
+            "ECN-marked packets received on the priority (rx_prio<p>_marked).",
+            "counter",
+            format!("fabprobe_qos_rx_ecn_marked_packets_total{{{l}}} {v}"),
+        );
+    }
 }

@@ -73,7 +73,7 @@ pub fn bare_command(text: &str) -> bool {
     let tool = |c: &str| {
         let w: Vec<&str> = shell_words(c);
         match w.first().copied().unwrap_or("") {
-            "for" | "while" | "until" => w.iter().any(|x| *x == "do") && w.last().is_some_and(|x| *x == "done"),
+            "for" | "while" | "until" => w.contains(&"do") && w.last().is_some_and(|x| *x == "done"),
             first => super::text::COMMAND_WORDS.contains(&first),
         }
     };

@@ -100,24 +100,7 @@ fn ets(v: &[u8], with_flags: bool) -> Option<LldpEts> {
 
 /// Parse one Ethernet frame carrying an LLDPDU (an 802.1Q tag is allowed).
 pub fn parse_frame(f: &[u8]) -> Result<Lldpdu, String> {
-    if f.len() < 14 {
-        return Err(format!(
-            "frame of {} bytes is shorter than an Ethernet header",
-            f.len()
-        ));
-    }
-    let mut off = 12;
-    let mut ethertype = u16::from_be_bytes([f[12], f[13]]);
-    if ethertype == 0x8100 {
-        if f.len() < 18 {
-            return Err("VLAN-tagged frame shorter than its tag".into());
-        }
-        ethertype = u16::from_be_bytes([f[16], f[17]]);
-        off = 16;
-    }
-    if ethertype != ETH_P_LLDP {
-        return Err(format!("ethertype 0x{ethertype:04x} is not LLDP (0x88cc)"));
-    }
+    let off = lldp_offset(f)?;
     let mut d = Lldpdu {
         source_mac: mac(&f[6..12]),
         ..Default::default()
@@ -147,60 +130,86 @@ pub fn parse_frame(f: &[u8]) -> Result<Lldpdu, String> {
             3 if len >= 2 => d.ttl_s = Some(u16::from_be_bytes([v[0], v[1]])),
             4 => d.port_description = Some(text(v)),
             5 => d.system_name = Some(text(v)),
-            127 if len >= 4 && v[..3] == OUI_8021 => {
-                let (sub, rest) = (v[3], &v[4..]);
-                let short = |name: &str, want: usize, d: &mut Lldpdu| {
-                    d.notes.push(format!(
-                        "802.1Qaz {name} TLV of {} bytes, needs {want}",
-                        rest.len()
-                    ))
-                };
-                match sub {
-                    9 => match ets(rest, true) {
-                        Some(e) => d.ets = Some(e),
-                        None => short("ETS configuration", 21, &mut d),
-                    },
-                    10 => match ets(rest, false) {
-                        Some(e) => d.ets_recommendation = Some(e),
-                        None => short("ETS recommendation", 21, &mut d),
-                    },
-                    11 => {
-                        if rest.len() >= 2 {
-                            d.pfc = Some(LldpPfc {
-                                willing: rest[0] & 0x80 != 0,
-                                mbc: rest[0] & 0x40 != 0,
-                                pfc_cap: rest[0] & 0x0f,
-                                pfc_enable: rest[1],
-                            });
-                        } else {
-                            short("PFC configuration", 2, &mut d);
-                        }
-                    }
-                    12 => {
-                        // 1 reserved byte, then 3-byte entries.
-                        let entries = rest.get(1..).unwrap_or(&[]);
-                        if entries.len() % 3 != 0 {
-                            d.notes.push(format!(
-                                "802.1Qaz application priority TLV: {} entry bytes, not a multiple of 3",
-                                entries.len()
-                            ));
-                        }
-                        for e in entries.chunks_exact(3) {
-                            d.app.push(LldpApp {
-                                priority: e[0] >> 5,
-                                selector: e[0] & 0x07,
-                                protocol: u16::from_be_bytes([e[1], e[2]]),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            127 if len >= 4 && v[..3] == OUI_8021 => dot1qaz_tlv(&mut d, v[3], &v[4..]),
             _ => {}
         }
         b = &b[2 + len..];
     }
     Ok(d)
+}
+
+/// Where the ethertype sits (12, or 16 after an 802.1Q tag), once it is checked to be LLDP.
+fn lldp_offset(f: &[u8]) -> Result<usize, String> {
+    if f.len() < 14 {
+        return Err(format!(
+            "frame of {} bytes is shorter than an Ethernet header",
+            f.len()
+        ));
+    }
+    let mut off = 12;
+    let mut ethertype = u16::from_be_bytes([f[12], f[13]]);
+    if ethertype == 0x8100 {
+        if f.len() < 18 {
+            return Err("VLAN-tagged frame shorter than its tag".into());
+        }
+        ethertype = u16::from_be_bytes([f[16], f[17]]);
+        off = 16;
+    }
+    if ethertype != ETH_P_LLDP {
+        return Err(format!("ethertype 0x{ethertype:04x} is not LLDP (0x88cc)"));
+    }
+    Ok(off)
+}
+
+/// An 802.1Qaz organizational TLV (`sub` its subtype, `rest` after it): ETS, PFC or the
+/// application priority table; one too short becomes a note, the others are skipped.
+fn dot1qaz_tlv(d: &mut Lldpdu, sub: u8, rest: &[u8]) {
+    let short = |name: &str, want: usize, d: &mut Lldpdu| {
+        d.notes.push(format!(
+            "802.1Qaz {name} TLV of {} bytes, needs {want}",
+            rest.len()
+        ))
+    };
+    match sub {
+        9 => match ets(rest, true) {
+            Some(e) => d.ets = Some(e),
+            None => short("ETS configuration", 21, d),
+        },
+        10 => match ets(rest, false) {
+            Some(e) => d.ets_recommendation = Some(e),
+            None => short("ETS recommendation", 21, d),
+        },
+        11 => {
+            if rest.len() >= 2 {
+                d.pfc = Some(LldpPfc {
+                    willing: rest[0] & 0x80 != 0,
+                    mbc: rest[0] & 0x40 != 0,
+                    pfc_cap: rest[0] & 0x0f,
+                    pfc_enable: rest[1],
+                });
+            } else {
+                short("PFC configuration", 2, d);
+            }
+        }
+        12 => {
+            // 1 reserved byte, then 3-byte entries.
+            let entries = rest.get(1..).unwrap_or(&[]);
+            if entries.len() % 3 != 0 {
+                d.notes.push(format!(
+                    "802.1Qaz application priority TLV: {} entry bytes, not a multiple of 3",
+                    entries.len()
+                ));
+            }
+            for e in entries.chunks_exact(3) {
+                d.app.push(LldpApp {
+                    priority: e[0] >> 5,
+                    selector: e[0] & 0x07,
+                    protocol: u16::from_be_bytes([e[1], e[2]]),
+                });
+            }
+        }
+        _ => {}
+    }
 }
 
 impl LldpPfc {

@@ -250,7 +250,7 @@ fn node_order(s: &Sweep, cells: &HashMap<String, Vec<usize>>) -> Vec<String> {
         return s.node_states.iter().map(|x| x.node.clone()).collect();
     }
     let mut v: Vec<String> = cells.keys().cloned().collect();
-    v.sort_by(|a, b| natural(a).cmp(&natural(b)));
+    v.sort_by_key(|a| natural(a));
     v
 }
 
@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn names_sort_with_numbers_as_numbers() {
         let mut v = vec!["gpu10", "gpu9", "gpu100", "cpu2", "gpu09a"];
-        v.sort_by(|a, b| natural(a).cmp(&natural(b)));
+        v.sort_by_key(|a| natural(a));
         assert_eq!(v, ["cpu2", "gpu9", "gpu09a", "gpu10", "gpu100"]);
     }
 
