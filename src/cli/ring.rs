@@ -202,7 +202,13 @@ LINK SCAN AND VERDICTS
   when its NIC's PCIe link runs below its maximum width or speed (sysfs current_link_* vs
   max_link_*): the message then names the PCIe link as the cause. Every verdict says where to act: action drain (a node's egress or
   ingress, its port down or downtrained), ticket (a link or path: cable, switch port), or
-  investigate. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  investigate. Each rank reads its data port's byte counters around every scan order
+  (sysfs statistics/tx_bytes and rx_bytes of the netdev; an RDMA port's port_xmit_data and
+  port_rcv_data, 4-byte words) beside the bytes the probe moved there: a slow verdict
+  whose port carried more than 10% and more than 8 MB beyond the probe's own traffic
+  (another job, a backup) says CONTENTION with those figures and is investigate, never
+  drain (exit 1 as every verdict); counters that could not be read are said as unknown
+  on the verdict, never taken as clean. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
   with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
   ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
   leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
@@ -314,8 +320,8 @@ JSON DATA (fabprobe.ring)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|slow_path|port_downtrained|hang_link|
              rank_lost|rank_stalled|rank_unreachable|coordinator_lost|coordinator_stalled|
              link_error|rail_missing,
-             action: drain|ticket|investigate (derived from kind; investigate for not_judged
-             and unconfirmed), from_rank, to_rank, from_host, to_host
+             action: drain|ticket|investigate (derived from kind; investigate for not_judged,
+             unconfirmed and contention), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
@@ -333,7 +339,14 @@ JSON DATA (fabprobe.ring)
              chassis_id, port_id, port_description, source, text: \"node-b mlx5_3 (eth3) <->
              leaf-07 Eth1/12\"}; an end not known is absent);
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
-             NICs of the ranks it names), as applicable},
+             NICs of the ranks it names); port_traffic[] (slow_egress: the sender's tx,
+             slow_ingress: the receiver's rx, slow_link and slow_path: both) {rank,
+             direction: tx|rx, counter (the sysfs file or RDMA counter read), probe_mb (the
+             probe's own bytes there over the scan's orders, 10^6 bytes), port_mb, other_mb
+             (what the port's counter moved, and the part that was not the probe's), or
+             unknown (why: absent, unreadable, reset, saturated, not reported) in place of
+             port_mb and other_mb}; contention (true: other_mb is more than 10% of probe_mb
+             and more than 8 MB), as applicable},
              message (the human line), next (the command to run next), rail (--rails only:
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
              absent for a verdict on all rails, whose evidence has rails[], rails_gbs and,
