@@ -139,6 +139,30 @@ impl Totals {
         }
     }
 
+    /// `rank`'s port one way as its counter saw it: the probe's bytes of every rank on the
+    /// same host and device (`--local`, several ranks per node), whose traffic the same
+    /// counter counts; unknown where one of them sent no reading.
+    pub fn port(&self, rank: Rank, way: &'static str, ranks: &[RankInfo]) -> Sum {
+        let mut s = self.get(rank, way);
+        let me = ranks.iter().find(|i| i.rank == rank);
+        let sharing = ranks
+            .iter()
+            .filter(|i| i.rank != rank && me.is_some_and(|m| m.host == i.host && m.device == i.device));
+        for i in sharing {
+            let other = self.get(i.rank, way);
+            s.probe_bytes = s.probe_bytes.saturating_add(other.probe_bytes);
+            if other.port_bytes.is_none() && s.unknown.is_none() {
+                s.port_bytes = None;
+                s.unknown = Some(format!(
+                    "rank {} shares the port and {}",
+                    i.rank,
+                    other.unknown.unwrap_or_default()
+                ));
+            }
+        }
+        s
+    }
+
     /// `rank`'s port one way; unknown where the rank sent no reading.
     pub fn get(&self, rank: Rank, way: &'static str) -> Sum {
         self.0.get(&(rank, way)).cloned().unwrap_or_else(|| Sum {
@@ -172,7 +196,10 @@ pub fn annotate(verdicts: &mut [Verdict], totals: &Totals, ranks: &[RankInfo]) {
         if ends.is_empty() {
             continue;
         }
-        let sums: Vec<(Rank, &str, Sum)> = ends.iter().map(|&(r, w)| (r, w, totals.get(r, w))).collect();
+        let sums: Vec<(Rank, &str, Sum)> = ends
+            .iter()
+            .map(|&(r, w)| (r, w, totals.port(r, w, ranks)))
+            .collect();
         let figures: Vec<serde_json::Value> = sums.iter().map(|(r, w, s)| figure(*r, w, s)).collect();
         v.evidence.insert("port_traffic".into(), json!(figures));
         let contended: Vec<&(Rank, &str, Sum)> = sums.iter().filter(|(_, _, s)| s.contended()).collect();
@@ -436,6 +463,40 @@ mod tests {
         assert!(!v[2].evidence.contains_key("contention"), "{:?}", v[2].evidence);
         assert_eq!(v[2].evidence["port_traffic"].as_array().unwrap().len(), 2);
         assert!(!v[4].evidence.contains_key("port_traffic"));
+    }
+
+    /// `--local` or several ranks on one node: one counter counts every rank's traffic on
+    /// the port, and all of it is the probe's.
+    #[test]
+    fn ranks_that_share_a_port_share_its_counter() {
+        let mut ranks = ranks();
+        for i in &mut ranks {
+            i.host = "one".into();
+        }
+        let mut t = Totals::default();
+        for r in 0..4 {
+            t.add(r, &traffic(Some(400_000_000), 100_000_000));
+        }
+        let mut v = vec![verdict(VerdictKind::SlowEgress, Some(2), None)];
+        annotate(&mut v, &t, &ranks);
+        assert_eq!(
+            v[0].evidence["port_traffic"][0]["other_mb"],
+            json!(0.0),
+            "{:?}",
+            v[0].evidence
+        );
+        assert_eq!(v[0].action(), crate::ring::model::Action::Drain);
+        // One of them silent: the counter cannot be told apart.
+        let mut t = Totals::default();
+        for r in 0..3 {
+            t.add(r, &traffic(Some(400_000_000), 100_000_000));
+        }
+        let mut v = vec![verdict(VerdictKind::SlowEgress, Some(2), None)];
+        annotate(&mut v, &t, &ranks);
+        assert_eq!(
+            v[0].evidence["port_traffic"][0]["unknown"],
+            "rank 3 shares the port and the rank sent no port counter reading"
+        );
     }
 
     #[test]
