@@ -222,6 +222,8 @@ fn a_competing_flow_is_contention_to_investigate_not_a_node_to_drain() {
         );
     }
     assert!(named, "{}", text(&o.stdout));
+    // What the run said, for the record (--nocapture).
+    eprintln!("{}\n  next: {}", verdicts[0]["message"], verdicts[0]["next"]);
     // Nothing to drain.
     assert_eq!(j["data"]["drain"], serde_json::json!([]), "{}", j["data"]);
 }

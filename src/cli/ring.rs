@@ -225,7 +225,11 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. SIGTERM (Slurm tearing the
+  If rank 0 dies, every other rank exits with coordinator_lost. A rank whose own process
+  did not run (stopped, frozen, starved: a clock thread of its process woke a second or
+  more late, half the silence deadline or more) just before it found the coordinator
+  gone or silent says on its stderr RANK STALLED rank N (host), this rank: the
+  coordinator gave up on it, it was not lost. SIGTERM (Slurm tearing the
   step down, scancel) or SIGINT on any rank stops every rank's data plane and rank 0 prints
   its whole report at once, data.error saying 'interrupted by SIGTERM on rank N (host) at
   size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; exit 2
