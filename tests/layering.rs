@@ -240,7 +240,6 @@ const LONG_FNS_PENDING: &[&str] = &[
     "src/cli/sweep.rs run",
     "src/nccl_log/mod.rs apply",
     "src/check/policy.rs check_value",
-    "src/cli/ring.rs one_rail_through_hub",
     "src/host/tarball.rs walk",
     "src/nccl/gid.rs nccl_gid_index",
     "src/probe/qos.rs probe_if",
@@ -250,13 +249,10 @@ const LONG_FNS_PENDING: &[&str] = &[
     "src/render/nccl_log.rs verdict",
     "src/render/qos.rs one",
     "src/render/qos.rs prom",
-    "src/render/ring.rs tail",
     "src/sysfs/lldp.rs parse_frame",
     // This round's merges (issue 46: to split next).
     "src/cli/nccl_log.rs run",
     "src/probe/topo.rs probe",
-    "src/render/ring.rs outcome",
-    "src/ring/rendezvous.rs spawn_reader",
 ];
 
 #[test]

@@ -1068,50 +1068,78 @@ fn one_rail_through_hub(
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, run::RunError> {
+    // Listening for data links while the others join, as a rank always did.
+    run::bind_data(&mut setup)?;
+    if setup.identity.rank != 0 {
+        return node_through_relay(setup, slot, opts, log);
+    }
+    rank0_hosts_the_hub(g, setup, slot, opts, log)
+}
+
+fn cannot_run(message: String) -> run::RunError {
+    run::RunError {
+        kind: Failure::CannotRun,
+        message,
+    }
+}
+
+/// Another node: declare its rail on rank 0's door, relay its control connection, and run
+/// its rank through the relay at the seat rank 0 gave it.
+fn node_through_relay(
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
+    use crate::ring::{railmux, rendezvous};
+    let id = setup.identity.clone();
+    let hello = railmux::node_hello(
+        &id,
+        hostname(),
+        std::slice::from_ref(&slot),
+        (opts, &RailSel::One),
+    );
+    let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
+        .map_err(|e| declare_failed(id.rank, e))?;
+    let quiet = rendezvous::silence(opts.timeout());
+    let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
+        cannot_run(format!(
+            "rank {}: cannot relay its control connection: {e}",
+            id.rank
+        ))
+    })?;
+    let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
+        return Err(cannot_run(format!(
+            "rank {}: rank 0 gave it no place on the ring",
+            id.rank
+        )));
+    };
+    (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
+    setup.join_only = true;
+    setup.join_via = relay.addrs.get(&0).cloned();
+    run::run_rank(setup, opts, log)
+}
+
+/// Rank 0: gather every node at the door, host the ring's coordinator behind the hub (its
+/// own rank on loopback), and put what the door turned away into the report's events.
+fn rank0_hosts_the_hub(
+    g: &GlobalArgs,
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
     use crate::ring::coordinator::Event;
     use crate::ring::{railmux, rendezvous};
     let id = setup.identity.clone();
-    let cannot = |message: String| run::RunError {
-        kind: Failure::CannotRun,
-        message,
-    };
-    // Listening for data links while the others join, as a rank always did.
-    run::bind_data(&mut setup)?;
-    if id.rank != 0 {
-        let hello = railmux::node_hello(
-            &id,
-            hostname(),
-            std::slice::from_ref(&slot),
-            (opts, &RailSel::One),
-        );
-        let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
-            .map_err(|e| declare_failed(id.rank, e))?;
-        let quiet = rendezvous::silence(opts.timeout());
-        let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
-            cannot(format!(
-                "rank {}: cannot relay its control connection: {e}",
-                id.rank
-            ))
-        })?;
-        let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
-            return Err(cannot(format!(
-                "rank {}: rank 0 gave it no place on the ring",
-                id.rank
-            )));
-        };
-        (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
-        setup.join_only = true;
-        setup.join_via = relay.addrs.get(&0).cloned();
-        return run::run_rank(setup, opts, log);
-    }
-    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
+    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot_run(e.to_string()))?;
     let cfg = railmux::door_config(&id, opts, &RailSel::One);
     let me = crate::ring::railplan::Declaration {
         rank: 0,
         host: hostname(),
         slots: vec![slot],
     };
-    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot)?;
+    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot_run)?;
     // The door is the coordinator's port: what it turned away is the report's (its joins
     // are the coordinator's too, through the hub).
     let mut door: Vec<Event> = hub
@@ -1125,7 +1153,7 @@ fn one_rail_through_hub(
     // The coordinator listens on loopback for rank 0's own rank; the others come through
     // the hub.
     let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| cannot(e.to_string()))?;
+        .map_err(|e| cannot_run(e.to_string()))?;
     let hub = hub.start();
     setup.coordinator_listener = Some(own);
     setup.relay = hub.link(0);
