@@ -814,7 +814,8 @@ mod tests {
         assert_eq!(c.stalled(OWN_LATE, Duration::from_secs(3)), None);
         let later = now + Duration::from_secs(2) + TICK;
         c.tick(later);
-        let gap = Duration::from_secs(2) - Duration::from_millis(300);
+        // From the last wakeup (now + 400 ms) to `later`, less the tick itself.
+        let gap = Duration::from_millis(1600);
         assert_eq!(c.state.lock().unwrap().1, Some((later, gap)));
         assert_eq!(c.stalled(Duration::from_secs(5), Duration::from_secs(3)), None);
         // Ended `later` (in the future of now here): within any window.
