@@ -106,6 +106,13 @@ fn slow_egress_of_one_node_is_named() {
             .starts_with("SLOW EGRESS rank 2 (node-c, eth1): its 3 outgoing links"),
         "{v}"
     );
+    // The control of lab_ring_contention.rs: a shaped port that carried only the probe's
+    // traffic is the node's own, drained; its counters were read, not assumed.
+    assert_eq!((v["action"].as_str(), v["evidence"].get("contention")), (Some("drain"), None), "{v}");
+    let t = &v["evidence"]["port_traffic"][0];
+    assert_eq!(t["counter"], "/sys/class/net/eth1/statistics/tx_bytes", "{v}");
+    let (other, probe) = (t["other_mb"].as_f64().unwrap(), t["probe_mb"].as_f64().unwrap());
+    assert!(probe > 0.0 && other < 0.1 * probe, "{t}");
     // The per-link table: every directed link measured, the slow ones marked.
     let links = j["data"]["scan"]["links"].as_array().unwrap();
     assert_eq!(links.len(), 12);

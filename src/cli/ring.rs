@@ -202,7 +202,13 @@ LINK SCAN AND VERDICTS
   when its NIC's PCIe link runs below its maximum width or speed (sysfs current_link_* vs
   max_link_*): the message then names the PCIe link as the cause. Every verdict says where to act: action drain (a node's egress or
   ingress, its port down or downtrained), ticket (a link or path: cable, switch port), or
-  investigate. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  investigate. Each rank reads its data port's byte counters around every scan order
+  (sysfs statistics/tx_bytes and rx_bytes of the netdev; an RDMA port's port_xmit_data and
+  port_rcv_data, 4-byte words) beside the bytes the probe moved there: a slow verdict
+  whose port carried more than 10% and more than 8 MB beyond the probe's own traffic
+  (another job, a backup) says CONTENTION with those figures and is investigate, never
+  drain (exit 1 as every verdict); counters that could not be read are said as unknown
+  on the verdict, never taken as clean. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
   with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
   ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
   leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
@@ -219,7 +225,11 @@ LINK SCAN AND VERDICTS
   (connection open, nothing sent for max(3, min(--timeout, 10)) s: SIGSTOP, a stuck
   process), rank_unreachable (as silent, and its host no longer acknowledges the control
   connection, TCP_INFO: powered off, crashed or cut off; check its power, BMC and link).
-  If rank 0 dies, every other rank exits with coordinator_lost. SIGTERM (Slurm tearing the
+  If rank 0 dies, every other rank exits with coordinator_lost. A rank whose own process
+  did not run (stopped, frozen, starved: a clock thread of its process woke a second or
+  more late, half the silence deadline or more) just before it found the coordinator
+  gone or silent says on its stderr RANK STALLED rank N (host), this rank: the
+  coordinator gave up on it, it was not lost. SIGTERM (Slurm tearing the
   step down, scancel) or SIGINT on any rank stops every rank's data plane and rank 0 prints
   its whole report at once, data.error saying 'interrupted by SIGTERM on rank N (host) at
   size S bytes (i of the sweep), step K of round R'; no interrupted rank is blamed; exit 2
@@ -314,8 +324,8 @@ JSON DATA (fabprobe.ring)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|slow_path|port_downtrained|hang_link|
              rank_lost|rank_stalled|rank_unreachable|coordinator_lost|coordinator_stalled|
              link_error|rail_missing,
-             action: drain|ticket|investigate (derived from kind; investigate for not_judged
-             and unconfirmed), from_rank, to_rank, from_host, to_host
+             action: drain|ticket|investigate (derived from kind; investigate for not_judged,
+             unconfirmed and contention), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
              median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
@@ -333,7 +343,14 @@ JSON DATA (fabprobe.ring)
              chassis_id, port_id, port_description, source, text: \"node-b mlx5_3 (eth3) <->
              leaf-07 Eth1/12\"}; an end not known is absent);
              port_counters {\"rank R dev port P counter\": delta} (the moved counters of the
-             NICs of the ranks it names), as applicable},
+             NICs of the ranks it names); port_traffic[] (slow_egress: the sender's tx,
+             slow_ingress: the receiver's rx, slow_link and slow_path: both) {rank,
+             direction: tx|rx, counter (the sysfs file or RDMA counter read), probe_mb (the
+             probe's own bytes there over the scan's orders, 10^6 bytes), port_mb, other_mb
+             (what the port's counter moved, and the part that was not the probe's), or
+             unknown (why: absent, unreadable, reset, saturated, not reported) in place of
+             port_mb and other_mb}; contention (true: other_mb is more than 10% of probe_mb
+             and more than 8 MB), as applicable},
              message (the human line), next (the command to run next), rail (--rails only:
              {index, from, to}: the rail and the port at each end, as in ranks[].rails[];
              absent for a verdict on all rails, whose evidence has rails[], rails_gbs and,
@@ -1051,50 +1068,78 @@ fn one_rail_through_hub(
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
 ) -> Result<RankOutcome, run::RunError> {
+    // Listening for data links while the others join, as a rank always did.
+    run::bind_data(&mut setup)?;
+    if setup.identity.rank != 0 {
+        return node_through_relay(setup, slot, opts, log);
+    }
+    rank0_hosts_the_hub(g, setup, slot, opts, log)
+}
+
+fn cannot_run(message: String) -> run::RunError {
+    run::RunError {
+        kind: Failure::CannotRun,
+        message,
+    }
+}
+
+/// Another node: declare its rail on rank 0's door, relay its control connection, and run
+/// its rank through the relay at the seat rank 0 gave it.
+fn node_through_relay(
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
+    use crate::ring::{railmux, rendezvous};
+    let id = setup.identity.clone();
+    let hello = railmux::node_hello(
+        &id,
+        hostname(),
+        std::slice::from_ref(&slot),
+        (opts, &RailSel::One),
+    );
+    let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
+        .map_err(|e| declare_failed(id.rank, e))?;
+    let quiet = rendezvous::silence(opts.timeout());
+    let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
+        cannot_run(format!(
+            "rank {}: cannot relay its control connection: {e}",
+            id.rank
+        ))
+    })?;
+    let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
+        return Err(cannot_run(format!(
+            "rank {}: rank 0 gave it no place on the ring",
+            id.rank
+        )));
+    };
+    (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
+    setup.join_only = true;
+    setup.join_via = relay.addrs.get(&0).cloned();
+    run::run_rank(setup, opts, log)
+}
+
+/// Rank 0: gather every node at the door, host the ring's coordinator behind the hub (its
+/// own rank on loopback), and put what the door turned away into the report's events.
+fn rank0_hosts_the_hub(
+    g: &GlobalArgs,
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
     use crate::ring::coordinator::Event;
     use crate::ring::{railmux, rendezvous};
     let id = setup.identity.clone();
-    let cannot = |message: String| run::RunError {
-        kind: Failure::CannotRun,
-        message,
-    };
-    // Listening for data links while the others join, as a rank always did.
-    run::bind_data(&mut setup)?;
-    if id.rank != 0 {
-        let hello = railmux::node_hello(
-            &id,
-            hostname(),
-            std::slice::from_ref(&slot),
-            (opts, &RailSel::One),
-        );
-        let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
-            .map_err(|e| declare_failed(id.rank, e))?;
-        let quiet = rendezvous::silence(opts.timeout());
-        let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
-            cannot(format!(
-                "rank {}: cannot relay its control connection: {e}",
-                id.rank
-            ))
-        })?;
-        let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
-            return Err(cannot(format!(
-                "rank {}: rank 0 gave it no place on the ring",
-                id.rank
-            )));
-        };
-        (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
-        setup.join_only = true;
-        setup.join_via = relay.addrs.get(&0).cloned();
-        return run::run_rank(setup, opts, log);
-    }
-    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot(e.to_string()))?;
+    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot_run(e.to_string()))?;
     let cfg = railmux::door_config(&id, opts, &RailSel::One);
     let me = crate::ring::railplan::Declaration {
         rank: 0,
         host: hostname(),
         slots: vec![slot],
     };
-    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot)?;
+    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot_run)?;
     // The door is the coordinator's port: what it turned away is the report's (its joins
     // are the coordinator's too, through the hub).
     let mut door: Vec<Event> = hub
@@ -1108,7 +1153,7 @@ fn one_rail_through_hub(
     // The coordinator listens on loopback for rank 0's own rank; the others come through
     // the hub.
     let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| cannot(e.to_string()))?;
+        .map_err(|e| cannot_run(e.to_string()))?;
     let hub = hub.start();
     setup.coordinator_listener = Some(own);
     setup.relay = hub.link(0);

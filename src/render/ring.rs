@@ -186,9 +186,31 @@ fn verdicts(o: &mut String, r: &RingReport) {
 /// The one line when no verdict names a culprit: the run's figures when it was healthy,
 /// else what went wrong without one (an early end, wrong results).
 fn outcome(r: &RingReport, not_judged: usize) -> String {
+    if let Some(early) = ended_early(r) {
+        return early;
+    }
+    let parts = healthy_parts(r);
+    let said = match not_judged {
+        0 => format!("no slow link, no hang: {}", parts.join(", ")),
+        n => format!(
+            "no hang; {n} slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: {}",
+            parts.join(", ")
+        ),
+    };
+    // A rail no ring ran on is unknown, never part of the pass.
+    let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
+    match untested.is_empty() {
+        true => said,
+        false => format!("{said}; NOT TESTED: {}", untested.join("; ")),
+    }
+}
+
+/// The outcome of a run that did not end as a pass: an error, wrong results, a rail that
+/// ended early. None: it ran through.
+fn ended_early(r: &RingReport) -> Option<String> {
     let wrong = r.wrong_total();
     if let Some(e) = &r.error {
-        return format!("RUN ENDED EARLY with no verdict: {e}");
+        return Some(format!("RUN ENDED EARLY with no verdict: {e}"));
     }
     if wrong > 0 {
         let sizes: Vec<String> = r
@@ -197,19 +219,22 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
             .filter(|x| x.wrong.unwrap_or(0) + x.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0) > 0)
             .map(|x| format!("{} B", x.size_bytes))
             .collect();
-        return format!(
+        return Some(format!(
             "WRONG RESULTS: {wrong} element(s) differ from the expected sum at {}: the data was corrupted on the way",
             sizes.join(", ")
-        );
+        ));
     }
     let rail_errors: Vec<String> = r
         .rails
         .iter()
         .filter_map(|x| x.error.as_ref().map(|e| format!("rail {}: {e}", x.rail)))
         .collect();
-    if !rail_errors.is_empty() {
-        return format!("RAIL ENDED EARLY: {}", rail_errors.join("; "));
-    }
+    (!rail_errors.is_empty()).then(|| format!("RAIL ENDED EARLY: {}", rail_errors.join("; ")))
+}
+
+/// What a pass says it covered: ranks and rails, sizes and busbw, the scan's median and
+/// slowest link, how many links it measured.
+fn healthy_parts(r: &RingReport) -> Vec<String> {
     let mut parts = vec![match r.rails.iter().filter(|x| x.not_tested.is_none()).count() {
         0 => format!("{} ranks over {}", r.world, r.transport),
         n => format!("{} ranks x {n} rails over {}", r.world, r.transport),
@@ -256,19 +281,7 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
     if total > 0 {
         parts.push(format!("{measured} of {total} links measured"));
     }
-    let said = match not_judged {
-        0 => format!("no slow link, no hang: {}", parts.join(", ")),
-        n => format!(
-            "no hang; {n} slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: {}",
-            parts.join(", ")
-        ),
-    };
-    // A rail no ring ran on is unknown, never part of the pass.
-    let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
-    match untested.is_empty() {
-        true => said,
-        false => format!("{said}; NOT TESTED: {}", untested.join("; ")),
-    }
+    parts
 }
 
 /// The links each scan did not measure, grouped by why, and the confirmation the budget
@@ -597,62 +610,11 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) 
         o.push('\n');
     };
     if r.options.sweep {
-        let bad_rows = r
-            .results
-            .iter()
-            .filter(|x| x.wrong.unwrap_or(0) + x.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0) > 0)
-            .count();
-        line(format!(
-            "# Out of bounds values : {bad_rows} {}",
-            if bad_rows == 0 { "OK" } else { "FAILED" }
-        ));
-        line(format!(
-            "# Avg bus bandwidth    : {}",
-            r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
-        ));
-        line("#".into());
+        sweep_totals(&mut line, r);
     }
     rails_busbw(&mut line, r);
     if !r.links.is_empty() {
-        let size = r.links[0].size_bytes;
-        line(format!(
-            "# Per-link bandwidth (each ring hop, measured at its receiver over {} channel(s), at {size} B):",
-            r.links[0].channel_count
-        ));
-        let end = |l: &crate::ring::report::LinkRow, from: bool| {
-            let rail = l.rail.map(|k| format!("rail {k} ")).unwrap_or_default();
-            let (rank, host, dev) = if from {
-                (l.from_rank, &l.from_host, &l.from_device)
-            } else {
-                (l.to_rank, &l.to_host, &l.to_device)
-            };
-            match dev {
-                Some(d) => format!("{rail}rank {rank} ({host}, {d})"),
-                None => format!("{rail}rank {rank} ({host})"),
-            }
-        };
-        // 32 columns a side as always, or on a terminal only as wide as the names.
-        let side = match width {
-            Some(_) => r
-                .links
-                .iter()
-                .flat_map(|l| [end(l, true), end(l, false)])
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-                .max(4),
-            None => 32,
-        };
-        line(format!("#  {:<side$}  {:<side$}  {:>11}", "from", "to", "rate"));
-        for l in &r.links {
-            line(format!(
-                "   {:<side$}  {:<side$}  {:>11}",
-                end(l, true),
-                end(l, false),
-                text::rate_cell(l.gbs)
-            ));
-        }
-        line("#".into());
+        per_link(&mut line, r, width);
     }
     if let Some(sc) = &r.scan {
         scan_table(&mut line, sc, r.world, width);
@@ -666,20 +628,7 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) 
         scan_table(&mut line, sc, r.world, width);
     }
     if !r.port_counters.is_empty() {
-        line("# Port counters that moved during the run (this rank's data NIC):".into());
-        for m in &r.port_counters {
-            line(format!(
-                "#  rank {} ({}) {} port {}{}: {} +{}",
-                m.rank,
-                m.host,
-                m.device,
-                m.port,
-                m.netdev.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
-                m.counter,
-                m.delta
-            ));
-        }
-        line("#".into());
+        port_counters(&mut line, r);
     }
     if let Some(e) = &r.error {
         let said: Vec<&str> = r.verdicts.iter().map(|v| v.message.as_str()).collect();
@@ -691,6 +640,85 @@ fn tail(o: &mut String, r: &RingReport, verdict_at: &str, width: Option<usize>) 
             line(format!("# ERROR: the run ended early: {e}"));
         }
     }
+}
+
+/// nccl-tests' closing lines of a sweep: rows out of bounds, average bus bandwidth.
+fn sweep_totals(line: &mut dyn FnMut(String), r: &RingReport) {
+    let bad_rows = r
+        .results
+        .iter()
+        .filter(|x| x.wrong.unwrap_or(0) + x.in_place.as_ref().and_then(|h| h.wrong).unwrap_or(0) > 0)
+        .count();
+    line(format!(
+        "# Out of bounds values : {bad_rows} {}",
+        if bad_rows == 0 { "OK" } else { "FAILED" }
+    ));
+    line(format!(
+        "# Avg bus bandwidth    : {}",
+        r.avg_busbw_gbs.map(|b| fit(b, 6)).unwrap_or_else(|| "N/A".into())
+    ));
+    line("#".into());
+}
+
+/// Each ring hop's rate at the largest size, measured at its receiver.
+fn per_link(line: &mut dyn FnMut(String), r: &RingReport, width: Option<usize>) {
+    let size = r.links[0].size_bytes;
+    line(format!(
+        "# Per-link bandwidth (each ring hop, measured at its receiver over {} channel(s), at {size} B):",
+        r.links[0].channel_count
+    ));
+    let end = |l: &crate::ring::report::LinkRow, from: bool| {
+        let rail = l.rail.map(|k| format!("rail {k} ")).unwrap_or_default();
+        let (rank, host, dev) = if from {
+            (l.from_rank, &l.from_host, &l.from_device)
+        } else {
+            (l.to_rank, &l.to_host, &l.to_device)
+        };
+        match dev {
+            Some(d) => format!("{rail}rank {rank} ({host}, {d})"),
+            None => format!("{rail}rank {rank} ({host})"),
+        }
+    };
+    // 32 columns a side as always, or on a terminal only as wide as the names.
+    let side = match width {
+        Some(_) => r
+            .links
+            .iter()
+            .flat_map(|l| [end(l, true), end(l, false)])
+            .map(|s| s.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(4),
+        None => 32,
+    };
+    line(format!("#  {:<side$}  {:<side$}  {:>11}", "from", "to", "rate"));
+    for l in &r.links {
+        line(format!(
+            "   {:<side$}  {:<side$}  {:>11}",
+            end(l, true),
+            end(l, false),
+            text::rate_cell(l.gbs)
+        ));
+    }
+    line("#".into());
+}
+
+/// The port counters that moved during the run, as each rank reported them.
+fn port_counters(line: &mut dyn FnMut(String), r: &RingReport) {
+    line("# Port counters that moved during the run (this rank's data NIC):".into());
+    for m in &r.port_counters {
+        line(format!(
+            "#  rank {} ({}) {} port {}{}: {} +{}",
+            m.rank,
+            m.host,
+            m.device,
+            m.port,
+            m.netdev.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+            m.counter,
+            m.delta
+        ));
+    }
+    line("#".into());
 }
 
 /// `--rails`: each rail's own bus bandwidth (the rows sum them).

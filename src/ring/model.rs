@@ -341,6 +341,29 @@ pub struct LinkSample {
     pub cpu_wait: Option<f64>,
 }
 
+/// What one direction of a rank's data port carried over one scan order: the port's byte
+/// counter's move beside the probe's own bytes that way (issue 45: traffic that is not the
+/// probe's on a port is contention, not a broken port).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMove {
+    /// The counter read: `/sys/class/net/eth1/statistics/tx_bytes`, `mlx5_0 port 1
+    /// port_xmit_data`.
+    pub counter: String,
+    /// The counter's move over the order in bytes; None: unknown, `unknown` says why.
+    pub port_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+    /// The probe's own payload bytes that way in the order.
+    pub probe_bytes: u64,
+}
+
+/// A rank's data port over one scan order, both ways (see [`PortMove`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortTraffic {
+    pub tx: PortMove,
+    pub rx: PortMove,
+}
+
 impl LinkSample {
     /// 10^9 bytes per second, as nccl-tests reports.
     pub fn gbs(&self) -> f64 {
@@ -629,9 +652,11 @@ pub struct Verdict {
 impl Verdict {
     /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
     /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
-    /// connections did not confirm (`evidence.unconfirmed`) is only investigated.
+    /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
+    /// that was not the probe's (`evidence.contention`) is only investigated.
     pub fn action(&self) -> Action {
-        if self.evidence.contains_key("not_judged") || self.evidence.contains_key("unconfirmed") {
+        let soft = ["not_judged", "unconfirmed", "contention"];
+        if soft.iter().any(|k| self.evidence.contains_key(*k)) {
             Action::Investigate
         } else {
             self.kind.action()

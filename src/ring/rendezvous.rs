@@ -505,9 +505,71 @@ pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32
 /// rank counts itself as not having run (a loaded host's scheduling delay stays below it).
 const OWN_LATE: Duration = Duration::from_secs(1);
 
+/// How often the [`RunClock`] wakes.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Whether this process ran: a thread (one per process) that wakes every [`TICK`] and keeps
+/// the longest gap between two wakeups that ended lately. A read of the control connection
+/// that returns data is never late against its timeout however long the process was
+/// stopped (issue 45: a rank stopped for about the silence deadline, as long as the
+/// coordinator takes to give up on it, came back 0.5-1.5 s past a 3 s timeout and said
+/// COORDINATOR LOST); the clock's gap is the stop itself.
+struct RunClock {
+    /// The last wakeup, and the latest gap of [`OWN_LATE`] or more (when it ended, how long).
+    state: Mutex<(Instant, Option<(Instant, Duration)>)>,
+}
+
+static RUN_CLOCK: std::sync::OnceLock<RunClock> = std::sync::OnceLock::new();
+
+impl RunClock {
+    /// The process's clock, its thread started on first use (it lives as the process does).
+    fn get() -> &'static RunClock {
+        let mut started = false;
+        let c = RUN_CLOCK.get_or_init(|| {
+            started = true;
+            RunClock {
+                state: Mutex::new((Instant::now(), None)),
+            }
+        });
+        if started {
+            thread::spawn(move || {
+                loop {
+                    thread::sleep(TICK);
+                    c.tick(Instant::now());
+                }
+            });
+        }
+        c
+    }
+
+    fn tick(&self, now: Instant) {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let gap = now.saturating_duration_since(g.0).saturating_sub(TICK);
+        if gap >= OWN_LATE {
+            g.1 = Some((now, gap));
+        }
+        g.0 = now;
+    }
+
+    /// How long this process did not run, where that was at least `least` and ended within
+    /// `within` of now or still goes on (the clock has not run since the stop: this thread
+    /// ran first after it).
+    fn stalled(&self, least: Duration, within: Duration) -> Option<Duration> {
+        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let still = g.0.elapsed().saturating_sub(TICK);
+        let ended = g.1.filter(|(at, _)| at.elapsed() <= within).map(|(_, gap)| gap);
+        [Some(still), ended]
+            .into_iter()
+            .flatten()
+            .filter(|g| *g >= least)
+            .max()
+    }
+}
+
 /// Reads what the coordinator sends during the run; raises the abort flag when it says so,
 /// and with the coordinator_lost verdict when its connection closes or goes silent (it
-/// pings every [`HEARTBEAT`]) for [`silence`].
+/// pings every [`HEARTBEAT`]) for [`silence`], or this rank's own stall when this process
+/// did not run just before.
 fn spawn_reader(
     mut s: TcpStream,
     coordinator: String,
@@ -518,81 +580,107 @@ fn spawn_reader(
 ) {
     let quiet = silence(timeout);
     let _ = s.set_read_timeout(Some(quiet));
-    let start = Instant::now();
+    let clock = RunClock::get();
     thread::spawn(move || {
-        let mut last_heard = Instant::now();
-        // The last read that came back past its timeout by OWN_LATE or more (this process did
-        // not run meanwhile): when, and by how much.
-        let mut own_late: Option<(Instant, Duration)> = None;
-        loop {
-            let asked = Instant::now();
-            let got = wire::read_msg(&mut s);
-            let late = asked.elapsed().saturating_sub(quiet);
-            if late >= OWN_LATE {
-                own_late = Some((Instant::now(), late));
-            }
-            if got.is_ok() {
-                last_heard = Instant::now();
-            }
-            match got {
-                Ok(Msg::Ping) => {}
-                Ok(Msg::Abort { reason }) => {
-                    abort.raise(reason.clone());
-                    let _ = tx.send(Msg::Abort { reason });
-                    return;
-                }
-                Ok(m @ Msg::Done { .. }) => {
-                    let _ = tx.send(m);
-                    return;
-                }
-                Ok(m) => {
-                    if tx.send(m).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let ms = |t: Instant| t.duration_since(start).as_millis() as u64;
-                    let now = ms(Instant::now());
-                    let control = match e {
-                        WireError::TimedOut => watchdog::Control::Open,
-                        WireError::Closed => watchdog::Control::Closed {
-                            at_ms: now,
-                            reset: false,
-                        },
-                        _ => watchdog::Control::Closed {
-                            at_ms: now,
-                            reset: true,
-                        },
-                    };
-                    // A close or silence found within one silence deadline of this rank's
-                    // own stall is what the coordinator did about that stall.
-                    let stalled = own_late
-                        .filter(|(at, _)| at.elapsed() <= quiet)
-                        .map(|(_, late)| late.as_millis() as u64);
-                    let v = watchdog::coordinator_lost_or_own_stall(
-                        &me,
-                        &coordinator,
-                        control,
-                        ms(last_heard),
-                        now,
-                        quiet.as_millis() as u64 - 1,
-                        stalled,
-                    );
-                    let msg = match v {
-                        Some(v) => verdict_line(&v),
-                        None => BootstrapError::CoordinatorLost {
-                            coordinator: coordinator.clone(),
-                            why: e.to_string(),
-                        }
-                        .to_string(),
-                    };
-                    abort.raise(msg.clone());
-                    let _ = tx.send(Msg::Abort { reason: msg });
-                    return;
-                }
-            }
+        let lost = Lost {
+            coordinator,
+            me,
+            quiet,
+            start: Instant::now(),
+            clock,
+        };
+        let reason = read_until_the_end(&mut s, &lost, &tx);
+        if let Some(reason) = reason {
+            abort.raise(reason.clone());
+            let _ = tx.send(Msg::Abort { reason });
         }
     });
+}
+
+/// What the reader needs to judge the end of its connection.
+struct Lost {
+    coordinator: String,
+    me: RankInfo,
+    quiet: Duration,
+    start: Instant,
+    clock: &'static RunClock,
+}
+
+/// Forward the coordinator's messages to `tx` until it ends the run (Done, Abort: handed on)
+/// or the connection ends: then the abort's reason (the coordinator's, or [`Lost::verdict`]);
+/// None when the run ended in order or this rank's own end stopped listening.
+fn read_until_the_end(s: &mut TcpStream, lost: &Lost, tx: &Sender<Msg>) -> Option<String> {
+    let mut last_heard = Instant::now();
+    // The last read that came back past its timeout by OWN_LATE or more (this process did
+    // not run meanwhile): when, and by how much.
+    let mut own_late: Option<(Instant, Duration)> = None;
+    loop {
+        let asked = Instant::now();
+        let got = wire::read_msg(s);
+        let late = asked.elapsed().saturating_sub(lost.quiet);
+        if late >= OWN_LATE {
+            own_late = Some((Instant::now(), late));
+        }
+        match got {
+            Ok(Msg::Ping) => {}
+            Ok(Msg::Abort { reason }) => return Some(reason),
+            Ok(m @ Msg::Done { .. }) => {
+                let _ = tx.send(m);
+                return None;
+            }
+            Ok(m) => {
+                if tx.send(m).is_err() {
+                    return None;
+                }
+            }
+            Err(e) => return Some(lost.verdict(e, last_heard, own_late)),
+        }
+        last_heard = Instant::now();
+    }
+}
+
+impl Lost {
+    /// The line for a connection that ended with `e`: COORDINATOR LOST, or this rank's own
+    /// stall when a read came back late or the run clock says this process did not run
+    /// (for half the silence deadline or more: the coordinator gives up on a rank only
+    /// after its silence deadline) within one silence deadline before.
+    fn verdict(&self, e: WireError, last_heard: Instant, own_late: Option<(Instant, Duration)>) -> String {
+        let ms = |t: Instant| t.duration_since(self.start).as_millis() as u64;
+        let now = ms(Instant::now());
+        let control = match e {
+            WireError::TimedOut => watchdog::Control::Open,
+            WireError::Closed => watchdog::Control::Closed {
+                at_ms: now,
+                reset: false,
+            },
+            _ => watchdog::Control::Closed {
+                at_ms: now,
+                reset: true,
+            },
+        };
+        let late = own_late
+            .filter(|(at, _)| at.elapsed() <= self.quiet)
+            .map(|(_, late)| late);
+        let stopped = self.clock.stalled(OWN_LATE.max(self.quiet / 2), self.quiet);
+        let stalled = late.max(stopped).map(|d| d.as_millis() as u64);
+        let v = watchdog::coordinator_lost_or_own_stall(
+            &self.me,
+            &self.coordinator,
+            control,
+            ms(last_heard),
+            now,
+            self.quiet.as_millis() as u64 - 1,
+            stalled,
+        );
+        match v {
+            Some(v) => verdict_line(&v),
+            None => BootstrapError::CoordinatorLost {
+                coordinator: self.coordinator.clone(),
+                why: e.to_string(),
+            }
+            .to_string(),
+        }
+    }
 }
 
 /// A verdict as one line for a rank's stderr: the message, then what to run next.
@@ -704,6 +792,35 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A clock that has not run for 3 s (this thread ran first after a stop), or that ran
+    /// again after a 2 s gap: the process did not run that long; a gap below `least` or
+    /// ended before `within` is no stall.
+    #[test]
+    fn the_run_clock_says_how_long_the_process_did_not_run() {
+        let now = Instant::now();
+        let still = RunClock {
+            state: Mutex::new((now - Duration::from_secs(3), None)),
+        };
+        let s = still.stalled(OWN_LATE, Duration::from_secs(3)).unwrap();
+        assert!(
+            s >= Duration::from_millis(2800) && s < Duration::from_secs(4),
+            "{s:?}"
+        );
+        let c = RunClock {
+            state: Mutex::new((now, None)),
+        };
+        c.tick(now + TICK + Duration::from_millis(300));
+        assert_eq!(c.stalled(OWN_LATE, Duration::from_secs(3)), None);
+        let later = now + Duration::from_secs(2) + TICK;
+        c.tick(later);
+        // From the last wakeup (now + 400 ms) to `later`, less the tick itself.
+        let gap = Duration::from_millis(1600);
+        assert_eq!(c.state.lock().unwrap().1, Some((later, gap)));
+        assert_eq!(c.stalled(Duration::from_secs(5), Duration::from_secs(3)), None);
+        // Ended `later` (in the future of now here): within any window.
+        assert_eq!(c.stalled(OWN_LATE, Duration::from_secs(3)), Some(gap));
+    }
 
     #[test]
     fn a_connection_attempt_waits_250_ms_then_doubles_to_2_s() {

@@ -16,6 +16,7 @@ use crate::ring::collective::transport::{Fabric, LinkKey, LinkRequest};
 use crate::ring::coordinator::{self, CoordinatorConfig, CoordinatorReport, ScanDriver};
 use crate::ring::diagnosis::driver::{Driver, ScanReport, Step};
 use crate::ring::diagnosis::evidence::{self, Sampler};
+use crate::ring::diagnosis::traffic::{self, PortReading};
 use crate::ring::diagnosis::localize::Policy;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::diagnosis::{linkerror, neighbor};
@@ -482,7 +483,12 @@ fn rank_body(
     // the coordinator's word): the watchdog tells a silent rank from a waiting one by them.
     thread::scope(|sc| {
         sc.spawn(|| heartbeats(id.rank, &session, &beat, &stop, (timeout, every)));
-        let r = after_join(id, &session, fabric, line_rate_gbs, &moved, &beat, opts, log);
+        let bytes = || counters.map_or_else(|| PortReading::unknown("not sampled"), Sampler::bytes);
+        let port = Port {
+            line_rate_gbs,
+            bytes: &bytes,
+        };
+        let r = after_join(id, &session, fabric, port, &moved, &beat, opts, log);
         stop.store(true, Ordering::Relaxed);
         // The data links are closed now; let their receivers take the last bytes (bounded
         // in all, however many links) before this process may exit.
@@ -653,12 +659,20 @@ impl Beat {
 /// The moved counters of this rank's data NIC since the start of the run.
 type Moved<'a> = &'a (dyn Fn() -> Vec<CounterMove> + Sync);
 
+/// This rank's data port as its scan samples carry it: its rate where known, and its byte
+/// counters now (read around each scan order: traffic that was not the probe's).
+#[derive(Clone, Copy)]
+struct Port<'a> {
+    line_rate_gbs: Option<f64>,
+    bytes: &'a (dyn Fn() -> PortReading + Sync),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn after_join(
     id: &Identity,
     session: &Arc<Session>,
     fabric: &dyn Fabric,
-    line_rate_gbs: Option<f64>,
+    port: Port,
     moved: Moved,
     beat: &Beat,
     opts: &Options,
@@ -670,7 +684,7 @@ fn after_join(
         id,
         session,
         fabric,
-        line_rate_gbs,
+        port,
         moved,
         beat,
         &reported,
@@ -781,7 +795,7 @@ fn connected_run(
     id: &Identity,
     session: &Arc<Session>,
     fabric: &dyn Fabric,
-    line_rate_gbs: Option<f64>,
+    port: Port,
     moved: Moved,
     beat: &Beat,
     reported: &AtomicBool,
@@ -821,7 +835,7 @@ fn connected_run(
             id,
             session,
             fabric,
-            line_rate_gbs,
+            port,
             moved,
             beat,
             reported,
@@ -912,7 +926,7 @@ fn scan_loop(
     id: &Identity,
     session: &Arc<Session>,
     fabric: &dyn Fabric,
-    line_rate_gbs: Option<f64>,
+    port: Port,
     moved: Moved,
     beat: &Beat,
     reported: &AtomicBool,
@@ -949,7 +963,7 @@ fn scan_loop(
                 merge_peers(&mut table, peers, id.world);
                 let run = (index, shift, bytes, reps);
                 let at = (&table[..], &mut *scan_links);
-                scan_order(id, session, fabric, line_rate_gbs, beat, at, opts, &on_stuck, run)?;
+                scan_order(id, session, fabric, port, beat, at, opts, &on_stuck, run)?;
                 idle_since = Instant::now();
             }
             Some(Msg::ScanEnd) => return Ok(()),
@@ -974,7 +988,7 @@ fn scan_order(
     id: &Identity,
     session: &Session,
     fabric: &dyn Fabric,
-    line_rate_gbs: Option<f64>,
+    port: Port,
     beat: &Beat,
     (table, scan_links): (&[RankInfo], &mut ScanLinks),
     opts: &Options,
@@ -994,6 +1008,7 @@ fn scan_order(
         measure_cpu: id.source != crate::ring::launcher::Source::Local,
     };
     beat.live.scan_order.store(index, Ordering::Relaxed);
+    let before = (port.bytes)();
     let samples = scanstep::run_order(
         &ctx,
         fabric,
@@ -1006,12 +1021,18 @@ fn scan_order(
         &session.abort,
         on_stuck,
     )?;
+    // What the probe moved through the port: reps x bytes out when the order ran, its
+    // samples' bytes in.
+    let sent = if samples.is_empty() { 0 } else { bytes.saturating_mul(reps as u64) };
+    let got = samples.iter().map(|s| s.bytes).sum();
+    let traffic = traffic::order_traffic(&before, &(port.bytes)(), (sent, got));
     session
         .send(&Msg::ScanSamples {
             rank: id.rank,
             index,
             samples,
-            line_rate_gbs,
+            line_rate_gbs: port.line_rate_gbs,
+            traffic: Some(traffic),
         })
         .map_err(|e| RingError::Aborted(e.to_string()))?;
     beat.scan.tick();
@@ -1214,6 +1235,9 @@ impl ScanDriver for Driver {
         now: Instant,
     ) -> Step {
         Driver::on_samples(self, rank, index, samples, line_rate_gbs, ranks, now)
+    }
+    fn on_traffic(&mut self, rank: Rank, index: u32, traffic: crate::ring::model::PortTraffic) {
+        Driver::on_traffic(self, rank, index, &traffic)
     }
     fn report(&self, ranks: &[RankInfo]) -> ScanReport {
         Driver::report(self, ranks)

@@ -209,13 +209,17 @@ pub enum Msg {
         #[serde(default)]
         peers: Vec<RankInfo>,
     },
-    /// One rank's samples of one scan order (the links into it, measured here), and the
-    /// port rate of its data interface where known.
+    /// One rank's samples of one scan order (the links into it, measured here), the port
+    /// rate of its data interface where known, and what its port carried in the order.
     ScanSamples {
         rank: u32,
         index: u32,
         samples: Vec<LinkSample>,
         line_rate_gbs: Option<f64>,
+        /// This rank's data port's byte counters over the order beside the probe's own
+        /// bytes; None from a rank that predates the field.
+        #[serde(default)]
+        traffic: Option<crate::ring::model::PortTraffic>,
     },
     /// The scan is over: go on with the sweep (or report, with `--scan` alone).
     ScanEnd,

@@ -9,9 +9,9 @@ use super::*;
 use crate::ring::control::frame;
 use crate::ring::diagnosis::driver::Step;
 use crate::ring::model::{CounterMove, LinkFault, Rank};
-use crate::text::printable;
 use crate::ring::orders::{self};
 use crate::ring::wire::{Msg, RankResults, RowResult, WireError};
+use crate::text::printable;
 
 /// Sizes whose rows are still waiting for some rank; more are not kept (a rank sends one
 /// row per size, and runs have tens of sizes).
@@ -76,8 +76,12 @@ impl Serve<'_> {
                 index,
                 samples,
                 line_rate_gbs,
+                traffic,
             } => {
                 if let Some(d) = self.scan.as_mut() {
+                    if let Some(t) = traffic {
+                        d.on_traffic(r, index, t);
+                    }
                     let s = d.on_samples(r, index, samples, line_rate_gbs, &self.ranks, Instant::now());
                     self.scan_step(rep, s);
                 }

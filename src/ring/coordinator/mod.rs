@@ -19,15 +19,13 @@ use crate::ring::diagnosis::driver::{ScanReport, Step};
 use crate::ring::gate::{self, Incoming};
 use crate::ring::interrupt::Interrupt;
 use crate::ring::lag::{self, Stall};
-use crate::ring::model::{
-    CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport,
-};
-use crate::text::printable;
+use crate::ring::model::{CounterMove, LinkFault, LinkSample, Rank, RankInfo, Verdict, WaitReport};
 use crate::ring::orders::RingOrder;
 pub use crate::ring::relay::RailLink;
 use crate::ring::rendezvous::{BootstrapError, HEARTBEAT};
 pub use crate::ring::tcpinfo::AckState;
 use crate::ring::wire::{RankResults, RowResult};
+use crate::text::printable;
 
 mod finish;
 mod join;
@@ -195,6 +193,9 @@ pub trait ScanDriver: Send {
         ranks: &[RankInfo],
         now: Instant,
     ) -> Step;
+    /// What `rank`'s data port carried in order `index` (before its samples of it); a
+    /// driver that does not judge contention ignores it.
+    fn on_traffic(&mut self, _rank: Rank, _index: u32, _traffic: crate::ring::model::PortTraffic) {}
     fn report(&self, ranks: &[RankInfo]) -> ScanReport;
 }
 

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::ring::diagnosis::confirm::{self, LINK_NEW_CONNECTIONS};
 use crate::ring::diagnosis::localize::{self, FabricSlow, Policy};
-use crate::ring::diagnosis::{plan, rates};
-use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::diagnosis::{plan, rates, traffic};
+use crate::ring::model::{LinkSample, PortTraffic, Rank, RankInfo, Verdict, VerdictKind};
 
 /// At most this many orders after the plan: one with new partners, then re-runs and new
 /// connections for the suspects (what the confirmation pass costs: this many orders' time).
@@ -170,6 +170,8 @@ pub struct Driver {
     pub orders: Vec<OrderRun>,
     pub samples: Vec<LinkSample>,
     pub line_rates: BTreeMap<Rank, f64>,
+    /// Every rank's data port over the orders it ran: its bytes beside the probe's.
+    pub traffic: traffic::Totals,
 }
 
 impl Driver {
@@ -193,6 +195,7 @@ impl Driver {
             orders: Vec::new(),
             samples: Vec::new(),
             line_rates: BTreeMap::new(),
+            traffic: traffic::Totals::default(),
         }
     }
 
@@ -398,12 +401,31 @@ impl Driver {
         localize::analyze(ranks, &self.samples, &self.policy, |r| expected.get(&r).copied())
     }
 
+    /// What `rank`'s data port carried in the current order, once per rank and order
+    /// (before its samples of it: those end its part of the order).
+    pub fn on_traffic(&mut self, rank: Rank, index: u32, t: &PortTraffic) {
+        if self.current.is_some_and(|c| c.0 == index) && self.pending.contains(&rank) {
+            self.traffic.add(rank, t);
+        }
+    }
+
+    /// The last judgment: its analysis, the confirmation's verdicts and suspects, and the
+    /// verdicts in all (downtrained ports first), each slow one said with what its ports
+    /// carried ([`traffic::annotate`]).
+    fn judged(&self, ranks: &[RankInfo]) -> (localize::Analysis, confirm::Confirmed, Vec<Verdict>) {
+        let mut a = self.analyze(ranks);
+        let mut c = confirm::confirm(ranks, &a, &self.samples, &self.policy);
+        let mut verdicts = rates::downtrained(ranks, &self.line_rates);
+        verdicts.append(&mut c.verdicts);
+        for v in [&mut verdicts, &mut c.unconfirmed, &mut a.not_judged] {
+            traffic::annotate(v, &self.traffic, ranks);
+        }
+        (a, c, verdicts)
+    }
+
     /// The scan's figures and verdicts.
     pub fn report(&self, ranks: &[RankInfo]) -> ScanReport {
-        let a = self.analyze(ranks);
-        let c = confirm::confirm(ranks, &a, &self.samples, &self.policy);
-        let mut verdicts = rates::downtrained(ranks, &self.line_rates);
-        verdicts.extend(c.verdicts);
+        let (a, c, verdicts) = self.judged(ranks);
         let host = |r: Rank| {
             ranks
                 .iter()
@@ -597,7 +619,14 @@ mod tests {
 
     /// One link's sample of the first order: `seconds` for one byte.
     fn sample_of_order_0(from: Rank, to: Rank, seconds: f64) -> LinkSample {
-        LinkSample { order: 0, from_rank: from, to_rank: to, bytes: 1, seconds, cpu_wait: None }
+        LinkSample {
+            order: 0,
+            from_rank: from,
+            to_rank: to,
+            bytes: 1,
+            seconds,
+            cpu_wait: None,
+        }
     }
 
     const BASE: f64 = 100e6;

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::host::Host;
+use crate::host::{Attr, Host};
 use crate::probe::links::{self, LinksReport, SampleInfo};
+use crate::ring::diagnosis::traffic::{ByteCount, PortReading, parse_bytes};
 use crate::ring::model::CounterMove;
 use crate::sysfs::infiniband as ib;
 use crate::sysfs::net;
@@ -187,6 +188,74 @@ impl Sampler {
         };
         cap(moved(&before, &after, None, rank, host))
     }
+}
+
+impl Sampler {
+    /// The data port's byte counters now, both ways (see [`port_bytes`]); fixture hosts are
+    /// peeked, not advanced (their sequence is the run's start, end and stuck reports).
+    pub fn bytes(&self) -> PortReading {
+        let before = self.before.lock().ok().and_then(|b| b.clone());
+        let read = |h: &Host| port_bytes(h, before.as_ref(), self.ifname.as_deref());
+        match &self.source {
+            Source::Live(h) => read(h.get_or_init(Host::live)),
+            Source::Hosts(hosts, next) => hosts
+                .get(next.load(Ordering::Relaxed))
+                .or(hosts.last())
+                .map_or_else(|| PortReading::unknown("no host to read"), read),
+        }
+    }
+}
+
+/// Byte counters of the port `ifname` names, both ways: an RDMA port's `port_xmit_data` /
+/// `port_rcv_data` (4-byte words: the probe's `value_bytes` is x4) where `ports` (this
+/// rank's RDMA ports, [`Sampler::start`]) has them, since RDMA traffic bypasses the
+/// netdev's counters; else `/sys/class/net/<if>/statistics/{tx,rx}_bytes`.
+pub fn port_bytes(host: &Host, ports: Option<&LinksReport>, ifname: Option<&str>) -> PortReading {
+    let rdma = ports.map(|p| links::reread_counters(host, p));
+    let way = |rdma_name: &str, stat: &str| {
+        rdma.as_ref()
+            .and_then(|r| rdma_count(r, rdma_name))
+            .unwrap_or_else(|| netdev_count(host, ifname, stat))
+    };
+    PortReading {
+        tx: way("port_xmit_data", "tx_bytes"),
+        rx: way("port_rcv_data", "rx_bytes"),
+    }
+}
+
+/// The first port's data counter `name`, in bytes; None where no port has it.
+fn rdma_count(r: &LinksReport, name: &str) -> Option<ByteCount> {
+    let (d, p, c) = r
+        .devices
+        .iter()
+        .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+        .find_map(|(d, p)| p.counters.iter().find(|c| c.name == name).map(|c| (d, p, c)))?;
+    let bytes = match (c.value_bytes, &c.unavailable) {
+        _ if c.saturated => Err(format!("{name} saturated at its {}-bit maximum", c.width_bits)),
+        (Some(b), _) => Ok(b),
+        (None, why) => Err(why.clone().unwrap_or_else(|| "unreadable".into())),
+    };
+    Some(ByteCount {
+        counter: format!("{} port {} {name}", d.name, p.port),
+        bytes,
+    })
+}
+
+/// `/sys/class/net/<ifname>/statistics/<stat>` in bytes, or why not.
+fn netdev_count(host: &Host, ifname: Option<&str>, stat: &str) -> ByteCount {
+    let Some(i) = ifname.filter(|i| !i.is_empty() && !i.contains('/')) else {
+        return ByteCount {
+            counter: stat.to_string(),
+            bytes: Err("no data interface known".into()),
+        };
+    };
+    let path = format!("/sys/class/net/{i}/statistics/{stat}");
+    let bytes = match host.attr(&path) {
+        Attr::Value(v) => parse_bytes(&v).ok_or_else(|| format!("unreadable value {v:?}")),
+        Attr::Absent => Err("absent".into()),
+        Attr::Failed(e) => Err(format!("read failed ({e})")),
+    };
+    ByteCount { counter: path, bytes }
 }
 
 /// The sample cut down to the ports whose netdev (or a GID's netdev) is `ifname`; all of

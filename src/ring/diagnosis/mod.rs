@@ -2,7 +2,8 @@
 //! coordinator-side driver ([`driver`]), slow-link localization ([`localize`]), hang and
 //! death verdicts ([`watchdog`]), RDMA completion errors ([`linkerror`]), and port-counter evidence from each rank's NIC
 //! ([`evidence`]), the switch port at the other end of it ([`neighbor`]); port rates against the peers' and the port's own maximum ([`rates`], [`portmax`]) and the confirmation of
-//! suspects on new connections ([`confirm`]).
+//! suspects on new connections ([`confirm`]); traffic on a port that was not the probe's
+//! ([`traffic`]).
 pub mod confirm;
 pub mod driver;
 pub mod evidence;
@@ -16,4 +17,5 @@ pub mod portmax;
 pub mod rates;
 #[cfg(any(test, feature = "testkit"))]
 pub mod simfabric;
+pub mod traffic;
 pub mod watchdog;

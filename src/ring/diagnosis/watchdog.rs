@@ -708,9 +708,9 @@ pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
 
 /// A non-coordinator rank's verdict on its control connection to the coordinator: closed, or
 /// silent past `silence_ms` since `last_heard_ms`; None while it is healthy. Unless this
-/// rank was the one not running: `own_late_ms` is how much later than its timeout the
-/// reader's last read came back (a blocking read with a timeout returns late only when its
-/// process did not run: stopped, frozen, starved). Then the
+/// rank was the one not running: `own_late_ms` is how long its process did not run just
+/// before (the reader's read came back that much past its timeout, or the process's clock
+/// thread woke that much late: stopped, frozen, starved). Then the
 /// close or silence it found is the coordinator giving up on this rank, and the verdict is
 /// this rank's own stall (issue 45: a stalled rank's stderr said COORDINATOR LOST).
 pub fn coordinator_lost_or_own_stall(
@@ -784,9 +784,10 @@ fn own_stall(
         to_host: None,
         evidence: ev,
         message: format!(
-            "RANK STALLED rank {} ({}), this rank: its process did not run for at least {} (its read of the \
-             control connection came back that much past its timeout: stopped, frozen or starved), and then {what}: \
-             the coordinator gave up on this rank, it was not lost; exiting",
+            "RANK STALLED rank {} ({}), this rank: its process did not run for at least {} (its clock thread \
+             woke that much late, or its read of the control connection came back that much past its timeout: \
+             stopped, frozen or starved), and then {what}: the coordinator gave up on this rank, it was not lost; \
+             exiting",
             me.shown(),
             me.host,
             secs(late_ms)
