@@ -634,3 +634,57 @@ fn docs_pictures_are_made_from_todays_pages() {
         }
     }
 }
+
+/// Every saved NCCL log of tests/data/nccl-logs, each `nccl-log --format json` one section
+/// of one page: each section's verdict line is the text report's, the root cause is the
+/// first verdict drawn, and no next step keeps a backtick.
+#[test]
+fn nccl_logs_render_with_the_root_cause_first() {
+    let Some(c) = chromium("nccl_logs_render_with_the_root_cause_first") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir("tests/data/nccl-logs")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    assert!(logs.len() >= 30, "{} logs", logs.len());
+    let (mut inputs, mut said) = (Vec::new(), Vec::new());
+    for (i, log) in logs.iter().enumerate() {
+        let l = log.to_str().unwrap();
+        let o = fabprobe(&["--format", "json", "nccl-log", l]);
+        assert!(matches!(o.status.code(), Some(0 | 1 | 3)), "{l}: {}", text(&o.stderr));
+        inputs.push(write(dir.path(), &format!("{i:03}.json"), &o.stdout).to_str().unwrap().to_string());
+        let t = fabprobe(&["nccl-log", l]);
+        let first = text(&t.stdout).split("\n\n").next().unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+        said.push(first);
+    }
+    let out = dir.path().join("nccl-log.html");
+    let mut args = vec!["report"];
+    args.extend(inputs.iter().map(String::as_str));
+    args.extend(["--html", out.to_str().unwrap()]);
+    let o = fabprobe(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let l = c.check_page(&out);
+    let sections: Vec<&str> = l.dom.split("<section class=\"nccl-log\"").skip(1).collect();
+    assert_eq!(sections.len(), logs.len());
+    let mut roots = 0;
+    for ((s, want), log) in sections.iter().zip(&said).zip(&logs) {
+        let at = s.find("<p class=\"verdict\">").unwrap() + "<p class=\"verdict\">".len();
+        let got = &s[at..at + s[at..].find("</p>").unwrap()];
+        let got = got.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(got, escaped(want), "{}", log.display());
+        // The line's worst cause is the first verdict drawn, titled the root cause.
+        if let Some(w) = want.split("worst: ").nth(1) {
+            let cause = w.split_whitespace().next().unwrap();
+            let h3 = &s[s.find("<h3>").unwrap()..];
+            assert!(h3.starts_with(&format!("<h3>Root cause: {cause}</h3>")), "{}: {}", log.display(), &h3[..80.min(h3.len())]);
+            roots += 1;
+        }
+        let fixes: Vec<&str> = s.split("<div class=\"fix\">").skip(1).map(|f| &f[..f.find("</div>").unwrap()]).collect();
+        assert!(fixes.iter().all(|f| !f.contains('`')), "{}: a next step keeps a backtick", log.display());
+    }
+    assert!(roots * 2 > logs.len(), "{roots} of {} logs have a worst cause", logs.len());
+}
