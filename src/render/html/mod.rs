@@ -347,7 +347,7 @@ table.grid th { min-width: 5.5em; }
 .dev.fail { outline: 3px solid var(--fail); } .dev.warn { outline: 3px solid var(--warn); }
 .dev b { font-size: 13px; } .dev .finding { color: var(--fail); font-weight: 600; }
 .dev.warn .finding { color: var(--warn); }
-table.hosts td, table.facts td { overflow-wrap: anywhere; } .nccl-verdict { margin: 4px 0 14px; }
+table.hosts td, table.facts td { overflow-wrap: anywhere; } table.hosts td:first-child { white-space: nowrap; } .nccl-verdict { margin: 4px 0 14px; }
 @media (max-width: 820px) {
   body { padding: 8px 10px 30px; } table { font-size: 12px; } th, td { padding: 2px 4px; }
   table.grid th { min-width: 0; } table.grid th[data-id] { writing-mode: sideways-lr; vertical-align: bottom; }
