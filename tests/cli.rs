@@ -238,3 +238,126 @@ fn every_status_a_command_returns_is_in_its_table() {
         assert!(seen.iter().any(|(_, c)| *c == code), "no command exited {code}: {seen:?}");
     }
 }
+
+/// Whether `subject` names `name` whole (`mlx5_1` in `mlx5_1/1` and `GPU0-mlx5_1`, not in
+/// `mlx5_10/1`).
+fn names_word(subject: &str, name: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    subject
+        .match_indices(name)
+        .any(|(at, _)| !word(subject[..at].chars().next_back()) && !word(subject[at + name.len()..].chars().next()))
+}
+
+/// The RDMA devices a command's JSON report lists, as `--device` names them.
+fn devices_listed(cmd: &str, data: &serde_json::Value) -> Vec<String> {
+    let (list, key) = match cmd {
+        "gids" => ("ports", "device"),
+        "links" => ("devices", "name"),
+        "gdr" => ("nics", "name"),
+        "topo" => ("nics", "ibdev"),
+        _ => ("interfaces", "rdma_device"),
+    };
+    let mut v: Vec<String> =
+        data[list].as_array().unwrap().iter().filter_map(|x| x[key].as_str().map(str::to_string)).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// `--device DEV` on every command that lists RDMA devices, every fixture, every device it
+/// has: the report keeps only DEV (topo: every GPU and DEV's row and column; gdr: the pairs
+/// with DEV), every finding of the whole host about DEV stays (judged on the whole host: a
+/// rate below its peers' is not lost by leaving the peers out) and none about another
+/// device is shown; a name the host lacks is exit 2 naming it and the devices there are.
+#[test]
+fn device_keeps_only_that_device_on_every_command() {
+    let fixtures: Vec<String> = std::fs::read_dir("fixtures")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    let mut views = 0;
+    for cmd in ["gids", "links", "gdr", "topo", "qos"] {
+        for f in &fixtures {
+            let (code, out, err) = fabprobe(&["--root", f, "--format", "json", cmd]);
+            assert!(matches!(code, 0 | 1 | 3), "{cmd} {f}: {err}");
+            let whole: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let devs = devices_listed(cmd, &whole["data"]);
+            for d in &devs {
+                let (code, out, err) = fabprobe(&["--root", f, "--format", "json", cmd, "--device", d]);
+                assert!(matches!(code, 0 | 1 | 3), "{cmd} {f} --device {d}: {err}");
+                let view: serde_json::Value = serde_json::from_str(&out).unwrap();
+                assert_eq!(devices_listed(cmd, &view["data"]), [d.clone()], "{cmd} {f} --device {d}");
+                assert_device_findings(cmd, &whole, &view, d, &devs);
+                views += 1;
+            }
+            // No device of that name is never a pass: exit 2 naming the devices there are (a
+            // host with none: 2, or 3 where the RDMA class itself could not be read).
+            let (code, _, err) = fabprobe(&["--root", f, cmd, "--device", "mlx5_99"]);
+            assert!(code == 2 || devs.is_empty() && code == 3, "{cmd} {f} --device mlx5_99: exit {code} {err}");
+            if code == 2 {
+                assert!(err.contains("mlx5_99"), "{cmd} {f}: {err}");
+                assert!(devs.iter().all(|d| err.contains(d.as_str())), "{cmd} {f}: {err} does not list {devs:?}");
+            }
+        }
+    }
+    assert!(views > 60, "{views} device views");
+}
+
+/// What `--device d` keeps of the whole host's findings, and the shape of topo's and gdr's cut.
+fn assert_device_findings(cmd: &str, whole: &serde_json::Value, view: &serde_json::Value, d: &str, devs: &[String]) {
+    let key = |f: &serde_json::Value| format!("{} {}", f["id"].as_str().unwrap(), f["subject"].as_str().unwrap());
+    let seen: Vec<String> = view["findings"].as_array().unwrap().iter().map(key).collect();
+    let others: Vec<&String> = devs.iter().filter(|o| *o != d).collect();
+    let nic = |data: &serde_json::Value, name: &str| {
+        let nics = data["nics"].as_array().unwrap();
+        let n = nics.iter().find(|n| n["name"] == name || n["ibdev"] == name).unwrap();
+        n["label"].as_str().unwrap().to_string()
+    };
+    match cmd {
+        // Pairs are judged one by one: the view's findings name only DEV's pairs, and a
+        // finding of the whole host on one of them is in the view under its id.
+        "gdr" => {
+            let label = nic(&whole["data"], d);
+            for p in view["data"]["pairs"].as_array().unwrap() {
+                assert_eq!(p["nic"], label.as_str(), "gdr --device {d}: pair {p}");
+            }
+            for f in whole["findings"].as_array().unwrap() {
+                let s = f["subject"].as_str().unwrap();
+                if names_word(s, &label) || names_word(s, d) {
+                    let id = f["id"].as_str().unwrap();
+                    assert!(seen.iter().any(|s| s.starts_with(&format!("{id} "))), "gdr --device {d} lost {}", key(f));
+                }
+            }
+        }
+        _ => {
+            for f in whole["findings"].as_array().unwrap() {
+                let s = f["subject"].as_str().unwrap();
+                let about_d = names_word(s, d);
+                let about_other = others.iter().any(|o| names_word(s, o));
+                assert_eq!(seen.contains(&key(f)), about_d || !about_other, "{cmd} --device {d}: {}", key(f));
+            }
+            assert!(seen.len() <= whole["findings"].as_array().unwrap().len());
+        }
+    }
+    if cmd == "topo" {
+        let (gpus, labels) = (view["data"]["gpus"].as_array().unwrap().len(), view["data"]["labels"].as_array().unwrap());
+        assert_eq!(gpus, whole["data"]["gpus"].as_array().unwrap().len(), "topo --device keeps every GPU");
+        assert_eq!(labels.len(), gpus + 1, "topo --device {d}: labels {labels:?}");
+        assert_eq!(labels[gpus].as_str().unwrap(), nic(&whole["data"], d), "topo --device keeps the NIC's label");
+        let m = view["data"]["matrix"].as_array().unwrap();
+        assert!(m.len() == gpus + 1 && m.iter().all(|r| r.as_array().unwrap().len() == gpus + 1), "topo matrix {m:?}");
+    }
+}
+
+/// The case that made `--device` judge the whole host first: the bad H100's mlx5_6 runs
+/// below its peers; shown alone it is still a FAIL (it was a silent pass, exit 0).
+#[test]
+fn links_device_keeps_a_rate_below_peers() {
+    let (code, out, err) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "links", "--device", "mlx5_6"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("FAIL mlx5_6/1: port runs at 200 Gb/s") && out.contains("same HCA model reaches"), "{out}{err}");
+    let (code, out, err) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "links", "--device", "mlx5_5"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

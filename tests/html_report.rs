@@ -145,9 +145,9 @@ fn hosts_seen(port: u16, seen: &Mutex<Vec<String>>) -> Vec<String> {
 }
 
 impl Chromium {
-    /// Chromium on `page` with `args` (`--dump-dom`, `--screenshot=...`), killed after a
-    /// minute; its stdout and stderr.
-    fn run(&self, page: &Path, port: u16, args: &[&str]) -> Output {
+    /// Chromium on `page` in a window `width` px wide with `args` (`--dump-dom`,
+    /// `--screenshot=...`), killed after 90 s; its stdout and stderr.
+    fn run(&self, page: &Path, port: u16, width: u32, args: &[&str]) -> Output {
         let profile = tempfile::tempdir().unwrap();
         let mut c = Command::new(self.bin);
         c.args([
@@ -160,8 +160,8 @@ impl Chromium {
             "--disable-sync",
             "--enable-logging=stderr",
             "--v=0",
-            "--window-size=1280,1000",
         ])
+        .arg(format!("--window-size={width},1000"))
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg(format!("--host-resolver-rules=MAP * 127.0.0.1:{port}"))
         .args(args)
@@ -196,8 +196,24 @@ impl Chromium {
     }
 
     fn load(&self, page: &Path) -> Loaded {
+        self.shoot(page, 1280, None).0
+    }
+
+    /// One Chromium run of `page` at `width` px: the DOM it built, what it logged and asked
+    /// for, and with `dark` given a screenshot's pixels, light or dark.
+    fn shoot(&self, page: &Path, width: u32, dark: Option<bool>) -> (Loaded, Picture) {
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("shot.png");
         let (port, seen) = listen();
-        let o = self.run(page, port, &["--dump-dom"]);
+        let shot = format!("--screenshot={}", png.display());
+        let mut args = vec!["--dump-dom"];
+        if let Some(dark) = dark {
+            args.push(shot.as_str());
+            if dark {
+                args.push("--force-dark-mode");
+            }
+        }
+        let o = self.run(page, port, width, &args);
         assert!(o.status.success(), "chromium: {}", text(&o.stderr));
         let console = text(&o.stderr)
             .lines()
@@ -209,22 +225,62 @@ impl Chromium {
             .filter(|h| !BROWSER_OWN.iter().any(|d| h.as_str() == *d || h.ends_with(&format!(".{d}"))))
             .cloned()
             .collect();
-        Loaded { dom: text(&o.stdout), console, hosts }
+        let loaded = Loaded { dom: text(&o.stdout), console, hosts };
+        let picture = match dark {
+            Some(dark) => {
+                assert!(png.exists(), "chromium wrote no screenshot: {}", text(&o.stderr));
+                keep_shot(page, width, dark, &png);
+                Picture::read(&png)
+            }
+            None => Picture::default(),
+        };
+        (loaded, picture)
     }
 
-    /// A screenshot's pixels (RGBA rows), light or dark.
-    fn screenshot(&self, page: &Path, dark: bool) -> (u32, u32, Vec<u8>) {
+    /// Everything a page must pass, at 700 and 1,600 px wide, light and dark: a clean load,
+    /// nothing wider than the window or hidden behind a scroll bar, not blank, darker in
+    /// dark mode. One Chromium run per shot gives its DOM, its console and its pixels; the
+    /// DOM returned is the 700 px light one's.
+    fn check_page(&self, page: &Path) -> Loaded {
+        let html = std::fs::read_to_string(page).unwrap();
+        assert_self_contained(&html);
         let dir = tempfile::tempdir().unwrap();
-        let png = dir.path().join("shot.png");
-        let (port, _) = listen();
-        let shot = format!("--screenshot={}", png.display());
-        let mut args = vec![shot.as_str()];
-        if dark {
-            args.push("--force-dark-mode");
+        let name = page.file_name().unwrap().to_str().unwrap();
+        let measured = write(dir.path(), name, measuring(&html).as_bytes());
+        let mut first = None;
+        for width in WIDTHS {
+            let (l, light) = self.shoot(&measured, width, Some(false));
+            let (d, dark) = self.shoot(&measured, width, Some(true));
+            for x in [&l, &d] {
+                assert!(x.console.is_empty(), "{width} px: console messages: {:?}", x.console);
+                assert!(x.hosts.is_empty(), "{width} px: requests left the page: {:?}", x.hosts);
+                assert_fits(&x.dom, width, page);
+            }
+            let (w, h) = (light.width, light.height);
+            assert_eq!(w, width, "the screenshot is not as wide as the window");
+            let differ = light.rgba.chunks(4).filter(|p| *p != &light.rgba[..4]).count();
+            assert!(differ * 50 > (w * h) as usize, "{width} px: screenshot is (nearly) blank: {differ} of {} pixels differ", w * h);
+            assert!(dark.luma() * 2 < light.luma(), "{width} px: dark mode is not dark");
+            first.get_or_insert(l);
         }
-        let o = self.run(page, port, &args);
-        assert!(o.status.success() && png.exists(), "chromium screenshot: {}", text(&o.stderr));
-        let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+        first.unwrap()
+    }
+}
+
+/// The widths every page is read at: half a laptop's screen and a wide monitor.
+const WIDTHS: [u32; 2] = [700, 1600];
+
+/// A screenshot's pixels as RGBA rows.
+#[derive(Default)]
+struct Picture {
+    width: u32,
+    height: u32,
+    rgba: Vec<u8>,
+}
+
+impl Picture {
+    fn read(file: &Path) -> Picture {
+        let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(file).unwrap()));
         let mut r = dec.read_info().unwrap();
         let mut buf = vec![0; r.output_buffer_size().unwrap()];
         let info = r.next_frame(&mut buf).unwrap();
@@ -233,25 +289,69 @@ impl Chromium {
             png::ColorType::Rgb => buf[..info.buffer_size()].chunks(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect(),
             other => panic!("screenshot colour type {other:?}"),
         };
-        (info.width, info.height, rgba)
+        Picture { width: info.width, height: info.height, rgba }
     }
 
-    /// Everything a page must pass: clean load, not blank, darker in dark mode.
-    fn check_page(&self, page: &Path) -> Loaded {
-        let html = std::fs::read_to_string(page).unwrap();
-        assert_self_contained(&html);
-        let l = self.load(page);
-        assert!(l.console.is_empty(), "console messages: {:?}", l.console);
-        assert!(l.hosts.is_empty(), "requests left the page: {:?}", l.hosts);
-        let (w, h, light) = self.screenshot(page, false);
-        let (_, _, dark) = self.screenshot(page, true);
-        let background = &light[..4];
-        let differ = light.chunks(4).filter(|p| p != &background).count();
-        assert!(differ * 50 > (w * h) as usize, "screenshot is (nearly) blank: {differ} of {} pixels differ", w * h);
-        let luma = |px: &[u8]| px.chunks(4).map(|p| u64::from(p[0]) + u64::from(p[1]) + u64::from(p[2])).sum::<u64>();
-        assert!(luma(&dark) * 2 < luma(&light), "dark mode is not dark");
-        l
+    fn luma(&self) -> u64 {
+        self.rgba.chunks(4).map(|p| u64::from(p[0]) + u64::from(p[1]) + u64::from(p[2])).sum()
     }
+}
+
+/// With `FABPROBE_HTML_SHOTS=DIR`, each screenshot is kept as `DIR/<page>-<width>-<light|dark>.png`.
+fn keep_shot(page: &Path, width: u32, dark: bool, png: &Path) {
+    if let Ok(dir) = std::env::var("FABPROBE_HTML_SHOTS") {
+        let stem = page.file_stem().unwrap().to_str().unwrap();
+        let mode = if dark { "dark" } else { "light" };
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(png, Path::new(&dir).join(format!("{stem}-{width}-{mode}.png"))).unwrap();
+    }
+}
+
+/// The attribute the measuring script writes on `<html>`: what sticks out of the window.
+const OVERFLOW_ATTR: &str = "data-fabprobe-overflow";
+
+/// The script the test adds: the window's width, the document's, and every element that
+/// reaches past the window or scrolls (or clips) its content sideways, written into
+/// `OVERFLOW_ATTR`. It removes itself, so the DOM is the page's own plus that attribute.
+const MEASURE: &str = r#"<script>
+(function () {
+  var root = document.documentElement, win = root.clientWidth, bad = [];
+  var name = function (e) { return e.tagName.toLowerCase() + (e.getAttribute('class') ? '.' + e.getAttribute('class').replace(/ /g, '.') : ''); };
+  document.querySelectorAll('body *').forEach(function (e) {
+    var right = Math.round(e.getBoundingClientRect().right), ox = getComputedStyle(e).overflowX;
+    if (right > win + 1) bad.push(name(e) + ' reaches ' + right + ' px');
+    if (ox !== 'visible' && e.scrollWidth > e.clientWidth + 1) bad.push(name(e) + ' scrolls ' + e.scrollWidth + ' px in ' + e.clientWidth);
+  });
+  root.setAttribute('OVERFLOW', 'window ' + win + ' px, document ' + root.scrollWidth + ' px' + (bad.length ? '; ' + bad.slice(0, 12).join('; ') : ''));
+  document.currentScript.remove();
+})();
+</script>"#;
+
+/// The page with `MEASURE` at the end of its body; its policy still refuses every fetch and
+/// lets that one inline script run.
+fn measuring(html: &str) -> String {
+    let csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+    assert!(html.contains(csp), "the page's Content-Security-Policy is not {csp:?}");
+    html.replace(csp, &format!("{csp}; script-src 'unsafe-inline'"))
+        .replace("</body>", &format!("{}</body>", MEASURE.replace("OVERFLOW", OVERFLOW_ATTR)))
+}
+
+/// What the measuring script wrote into the DOM of a page shot at `width`.
+fn measured(dom: &str, width: u32) -> &str {
+    let key = format!("{OVERFLOW_ATTR}=\"");
+    let at = dom.find(&key).unwrap_or_else(|| panic!("{width} px: the measuring script did not run"));
+    let rest = &dom[at + key.len()..];
+    &rest[..rest.find('"').unwrap()]
+}
+
+/// The measurement of a page at `width`: the document no wider than the window, and no
+/// element past it or scrolling sideways.
+fn assert_fits(dom: &str, width: u32, page: &Path) {
+    let said = measured(dom, width);
+    let n: Vec<u32> = said.split([' ', ';', ',']).filter_map(|w| w.parse().ok()).take(2).collect();
+    let (win, doc) = (n[0], n[1]);
+    assert!(win + 40 > width && win <= width, "a {width} px window measured {win} px");
+    assert!(doc <= win && !said.contains(';'), "{} at {width} px does not fit: {said}", page.display());
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -287,6 +387,20 @@ fn the_checks_see_a_console_message_and_a_request() {
     assert!(l.hosts.is_empty(), "{:?}", l.hosts);
     assert!(l.console.iter().any(|m| m.contains("Content Security Policy")), "{:?}", l.console);
     assert!(!parse_errors("<!DOCTYPE html><p><div></p>").is_empty(), "html5ever reports errors");
+    // The width check: at 700 px a block wider than the window and a table scrolled inside
+    // its box are both seen; at 1,600 px the same page fits.
+    let csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+    let wide = format!(
+        "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\"><title>t</title>\
+         </head><body><pre style=\"width:900px\">x</pre><div style=\"overflow-x:auto\"><table style=\"width:1200px\">\
+         <tr><td>y</td></tr></table></div></body></html>"
+    );
+    let wide = write(dir.path(), "wide.html", measuring(&wide).as_bytes());
+    let narrow = c.shoot(&wide, 700, None).0;
+    let said = measured(&narrow.dom, 700);
+    assert!(said.contains("; pre reaches") && said.contains("div scrolls"), "{said}");
+    let broad = c.shoot(&wide, 1600, None).0;
+    assert!(!measured(&broad.dom, 1600).contains(';'), "{}", measured(&broad.dom, 1600));
 }
 
 /// Topo and check of every fixture on one page; the bad H100's findings on their devices.
@@ -311,6 +425,14 @@ fn every_fixtures_topo_and_check_render() {
             assert!(matches!(o.status.code(), Some(0 | 1 | 3)), "{cmd} {name}: {}", text(&o.stderr));
             let p = write(dir.path(), &format!("{name}-{cmd}.json"), &o.stdout);
             inputs.push(p.to_str().unwrap().to_string());
+            // The bad H100 once more under a host name of its own: a topo with no check
+            // merged into it, and a check with no topo beside it (every page kind).
+            if name == "h100-sxm-8gpu-bad" {
+                let mut j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                j["host"]["hostname"] = format!("{cmd}-alone").into();
+                let p = write(dir.path(), &format!("{name}-{cmd}-alone.json"), j.to_string().as_bytes());
+                inputs.push(p.to_str().unwrap().to_string());
+            }
         }
     }
     let out = dir.path().join("fixtures.html");
@@ -321,8 +443,9 @@ fn every_fixtures_topo_and_check_render() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let l = c.check_page(&out);
     // Each section the browser built, and the bad H100's findings on the devices they name.
-    assert_eq!(l.dom.matches("<section class=\"topo\"").count(), fixtures.len());
-    assert_eq!(l.dom.matches("<section class=\"check\"").count(), fixtures.len());
+    assert!(l.dom.contains("<title>fabprobe topo, check</title>"), "each kind once in the title");
+    assert_eq!(l.dom.matches("<section class=\"topo\"").count(), fixtures.len() + 1);
+    assert_eq!(l.dom.matches("<section class=\"check\"").count(), fixtures.len() + 1);
     let dev = |label: &str| {
         let bad = l.dom.find("Topology: gpu-h100-018").expect("the bad H100's section");
         let at = l.dom[bad..].find(&format!("data-label=\"{label}\"")).unwrap() + bad;
@@ -405,7 +528,7 @@ fn a_saved_slow_egress_ring_outlines_the_row() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("ring.html");
+    let out = dir.path().join("ring-slow-egress.html");
     let input = "tests/data/html/ring-slow-egress.json";
     let o = fabprobe(&["report", input, "--html", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -459,7 +582,7 @@ fn lab_ring_with_a_slow_egress_outlines_its_row() {
     };
     lab.shape_egress(2, "300mbit");
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("ring.html");
+    let out = dir.path().join("ring-lab.html");
     let args = [
         "--scan-bytes", "4M", "--scan-time", "2", "--timeout", "10", "-b", "1M", "-e", "4M", "-n", "2",
         "--format", "json", "--html", out.to_str().unwrap(),
@@ -509,4 +632,58 @@ fn docs_pictures_are_made_from_todays_pages() {
             assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "{page}{suffix}.png: {} bytes", png.len());
         }
     }
+}
+
+/// Every saved NCCL log of tests/data/nccl-logs, each `nccl-log --format json` one section
+/// of one page: each section's verdict line is the text report's, the root cause is the
+/// first verdict drawn, and no next step keeps a backtick.
+#[test]
+fn nccl_logs_render_with_the_root_cause_first() {
+    let Some(c) = chromium("nccl_logs_render_with_the_root_cause_first") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir("tests/data/nccl-logs")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    assert!(logs.len() >= 30, "{} logs", logs.len());
+    let (mut inputs, mut said) = (Vec::new(), Vec::new());
+    for (i, log) in logs.iter().enumerate() {
+        let l = log.to_str().unwrap();
+        let o = fabprobe(&["--format", "json", "nccl-log", l]);
+        assert!(matches!(o.status.code(), Some(0 | 1 | 3)), "{l}: {}", text(&o.stderr));
+        inputs.push(write(dir.path(), &format!("{i:03}.json"), &o.stdout).to_str().unwrap().to_string());
+        let t = fabprobe(&["nccl-log", l]);
+        let first = text(&t.stdout).split("\n\n").next().unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+        said.push(first);
+    }
+    let out = dir.path().join("nccl-log.html");
+    let mut args = vec!["report"];
+    args.extend(inputs.iter().map(String::as_str));
+    args.extend(["--html", out.to_str().unwrap()]);
+    let o = fabprobe(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let l = c.check_page(&out);
+    let sections: Vec<&str> = l.dom.split("<section class=\"nccl-log\"").skip(1).collect();
+    assert_eq!(sections.len(), logs.len());
+    let mut roots = 0;
+    for ((s, want), log) in sections.iter().zip(&said).zip(&logs) {
+        let at = s.find("<p class=\"verdict\">").unwrap() + "<p class=\"verdict\">".len();
+        let got = &s[at..at + s[at..].find("</p>").unwrap()];
+        let got = got.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(got, escaped(want), "{}", log.display());
+        // The line's worst cause is the first verdict drawn, titled the root cause.
+        if let Some(w) = want.split("worst: ").nth(1) {
+            let cause = w.split_whitespace().next().unwrap();
+            let h3 = &s[s.find("<h3>").unwrap()..];
+            assert!(h3.starts_with(&format!("<h3>Root cause: {cause}</h3>")), "{}: {}", log.display(), &h3[..80.min(h3.len())]);
+            roots += 1;
+        }
+        let fixes: Vec<&str> = s.split("<div class=\"fix\">").skip(1).map(|f| &f[..f.find("</div>").unwrap()]).collect();
+        assert!(fixes.iter().all(|f| !f.contains('`')), "{}: a next step keeps a backtick", log.display());
+    }
+    assert!(roots * 2 > logs.len(), "{roots} of {} logs have a worst cause", logs.len());
 }

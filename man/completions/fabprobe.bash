@@ -239,12 +239,16 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__gdr)
-            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --device --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --device)
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -691,7 +695,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__qos)
-            opts="-v -h -V --ifname --interval --baseline --lldp --lldp-wait --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --ifname --device --interval --baseline --lldp --lldp-wait --output --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -699,6 +703,10 @@ _fabprobe() {
             case "${prev}" in
                 --ifname)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --interval)
@@ -1045,7 +1053,7 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__topo)
-            opts="-v -h -V --nccl --nccl-xml --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --nccl --nccl-xml --device --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1053,6 +1061,10 @@ _fabprobe() {
             case "${prev}" in
                 --nccl-xml)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -W "$(ls /sys/class/infiniband 2>/dev/null)" -- "${cur}"))
                     return 0
                     ;;
                 --root)

@@ -67,6 +67,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -l nccl-version
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand check" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only the pairs whose NIC is this RDMA device (as `gids --device`), e.g. `--device mlx5_0`: every GPU against that NIC' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gdr" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'
@@ -93,7 +94,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s v -l verbose 
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand gids" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l interval -d 'Sample the counters twice, SECONDS apart, and report deltas and rates (live only)' -r
-complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`; its ports are still judged against the whole host\'s (a rate below its peers\')' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l baseline -d 'An earlier snapshot of the same host: report deltas from it to --root (or to the live host); rates use the snapshots\' captured_at times' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l output -d 'Write the result to FILE atomically (a temporary file in FILE\'s directory, renamed over it) and exit 0 once it is written: the verdict is in the file. For textfile collectors: `fabprobe --format prom links --output /var/lib/node_exporter/fabprobe-links.prom`' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
@@ -108,6 +109,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s v -l verbose
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand links" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l ifname -d 'Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...)' -r
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only the netdev of this RDMA device (as `gids --device`), e.g. `--device mlx5_0`' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l interval -d 'Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s (live only)' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l baseline -d 'An earlier snapshot of the same host: deltas from it to --root (or the live host)' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand qos" -l lldp-wait -d 'How long --lldp listens: a little over the usual 30 s LLDP interval' -r
@@ -232,6 +234,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s v -l verbose
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand sweep" -s V -l version -d 'Print version'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l nccl-xml -d 'Read the topology from an NCCL topology file (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE) instead of the host; on cloud VMs that file is the truth' -r -F
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l device -f -a "(ls /sys/class/infiniband 2>/dev/null)" -d 'Only this RDMA device among the NICs (as `gids --device`), e.g. `--device mlx5_0`: every GPU, and that NIC\'s row and column under the label the whole host gives it' -r
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand topo" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

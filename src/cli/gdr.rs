@@ -8,7 +8,12 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = gdr_help())]
-pub struct GdrArgs {}
+pub struct GdrArgs {
+    /// Only the pairs whose NIC is this RDMA device (as `gids --device`), e.g.
+    /// `--device mlx5_0`: every GPU against that NIC.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<String>,
+}
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn gdr_help() -> String {
@@ -61,11 +66,24 @@ NOT CHECKED
   NCCL's own ibv_reg_dmabuf_mr(fd=-1) probe and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (need
   verbs and CUDA at run time); NCCL_IB_HCA filtering of the NIC list.";
 
-pub fn run(g: &GlobalArgs, _a: GdrArgs) -> anyhow::Result<Outcome> {
+pub fn run(g: &GlobalArgs, a: GdrArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("gdr", &[Format::Table, Format::Json])?;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
-    let report = gdr::probe(&host, &nccl);
+    let mut report = gdr::probe(&host, &nccl);
+    // Every gdr rule judges pairs one by one (NCCL's nearest NIC is marked by the probe):
+    // judged after the cut, a finding lists the kept NIC's pairs only.
+    if let Some(dev) = &a.device {
+        let name = |n: &gdr::GdrDevice| n.name.clone().unwrap_or_else(|| n.label.clone());
+        let mut names: Vec<String> = report.nics.iter().map(name).collect();
+        super::only_device(&mut names, dev, String::as_str, true)?;
+        report.nics.retain(|n| name(n) == *dev);
+        let labels: Vec<&str> = report.nics.iter().map(|n| n.label.as_str()).collect();
+        report.pairs.retain(|p| labels.contains(&p.nic.as_str()));
+        // The switch ports shown are those between the GPUs and this NIC.
+        let between: Vec<&String> = report.pairs.iter().flat_map(|p| &p.bridges_between).collect();
+        report.bridges.retain(|b| between.contains(&&b.pci_bus_id));
+    }
     let findings = gdr::findings(&report);
     let text = match fmt {
         Format::Json => Envelope::new("gdr", HostInfo::of(&host), &report, &findings).to_json(),

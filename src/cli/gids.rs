@@ -87,11 +87,11 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
     )?;
     let nccl = super::nccl_settings(g, &host);
     let mut report = gids::probe(&host, &nccl.gid_env());
+    let mut findings = gids::findings(&report);
     if let Some(dev) = &a.device {
         let found = report.rdma.devices_found;
-        super::only_device(&mut report.ports, dev, |p| p.device.as_str(), found)?;
+        findings = super::device_view(&mut report.ports, dev, |p| p.device.as_str(), found, findings)?;
     }
-    let findings = gids::findings(&report);
     if let Some(m) = &report.rdma.message {
         g.log(1, m);
     }

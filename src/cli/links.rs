@@ -17,7 +17,8 @@ pub struct LinksArgs {
     /// Sample the counters twice, SECONDS apart, and report deltas and rates (live only).
     #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
     pub interval: Option<f64>,
-    /// Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`.
+    /// Only this RDMA device (as `gids --device`), e.g. `--device mlx5_0`; its ports are
+    /// still judged against the whole host's (a rate below its peers').
     #[arg(long, value_name = "DEV")]
     pub device: Option<String>,
     /// An earlier snapshot of the same host: report deltas from it to --root (or to the
@@ -119,14 +120,14 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
         let info = SampleInfo::baseline(&base_host, &host, b.display().to_string());
         links::apply_deltas(&mut report, &before, info);
     }
+    let mut findings = links::findings(&report);
     if let Some(dev) = &a.device {
         let found = report.rdma.devices_found;
-        super::only_device(&mut report.devices, dev, |d| d.name.as_str(), found)?;
+        findings = super::device_view(&mut report.devices, dev, |d| d.name.as_str(), found, findings)?;
         if let Some(v) = report.verbs.as_mut() {
             v.devices.retain(|d| &d.name == dev);
         }
     }
-    let findings = links::findings(&report);
     if let Some(m) = &report.rdma.message {
         g.log(1, m);
     }

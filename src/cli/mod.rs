@@ -97,6 +97,46 @@ pub fn only_device<T>(
     Ok(())
 }
 
+/// The findings a `--device` view shows, judged first on the whole host (a port's rate
+/// against its peers needs the peers: judged on the kept device alone it would pass): those
+/// naming a kept name, and those naming none of the dropped ones (a GPU's, the host's).
+pub fn findings_kept(
+    findings: Vec<crate::finding::Finding>,
+    kept: &[&str],
+    dropped: &[&str],
+) -> Vec<crate::finding::Finding> {
+    let about = |f: &crate::finding::Finding, names: &[&str]| names.iter().any(|n| names_word(&f.subject, n));
+    findings
+        .into_iter()
+        .filter(|f| about(f, kept) || !about(f, dropped))
+        .collect()
+}
+
+/// Whether `subject` names `name` whole: `mlx5_1` is in `mlx5_1/1`, `GPU0-mlx5_1` and
+/// `eth1 (mlx5_1 port 1)`, not in `mlx5_10/1`.
+fn names_word(subject: &str, name: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    !name.is_empty()
+        && subject.match_indices(name).any(|(at, _)| {
+            !word(subject[..at].chars().next_back()) && !word(subject[at + name.len()..].chars().next())
+        })
+}
+
+/// `--device DEV` on a report judged whole: its `items` of DEV (as [`only_device`]) and the
+/// findings that view shows (as [`findings_kept`]).
+pub fn device_view<T>(
+    items: &mut Vec<T>,
+    dev: &str,
+    name: impl Fn(&T) -> &str,
+    devices_found: bool,
+    findings: Vec<crate::finding::Finding>,
+) -> Result<Vec<crate::finding::Finding>, UsageError> {
+    let all: Vec<String> = items.iter().map(|i| name(i).to_string()).collect();
+    only_device(items, dev, &name, devices_found)?;
+    let dropped: Vec<&str> = all.iter().map(String::as_str).filter(|n| *n != dev).collect();
+    Ok(findings_kept(findings, &[dev], &dropped))
+}
+
 fn root_help() -> String {
     JSON_ENVELOPE.to_string()
 }
@@ -560,6 +600,24 @@ pub fn nccl_settings(g: &GlobalArgs, host: &crate::host::Host) -> crate::nccl::s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subject_names_a_device_whole() {
+        for (subject, name, yes) in [
+            ("mlx5_1/1", "mlx5_1", true),
+            ("mlx5_10/1", "mlx5_1", false),
+            ("GPU0-mlx5_1", "mlx5_1", true),
+            ("GPU0-mlx5_10 GPU1-mlx5_1", "mlx5_1", true),
+            ("eth1 (mlx5_1/1)", "eth1", true),
+            ("eth10 (mlx5_1/1)", "eth1", false),
+            ("mlx5_bond_0", "mlx5_bond_0", true),
+            ("rxe-a/1", "rxe-a", true),
+            ("GPU5", "mlx5_1", false),
+            ("host", "", false),
+        ] {
+            assert_eq!(names_word(subject, name), yes, "{subject:?} names {name:?}");
+        }
+    }
 
     #[test]
     fn table_width_from_columns_else_the_terminal() {

@@ -18,6 +18,9 @@ pub struct QosArgs {
     /// Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...).
     #[arg(long, value_name = "IF")]
     pub ifname: Vec<String>,
+    /// Only the netdev of this RDMA device (as `gids --device`), e.g. `--device mlx5_0`.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<String>,
     /// Sample the counters twice, SECONDS apart: pauses/s, pause time per second, CNPs/s
     /// (live only).
     #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
@@ -110,6 +113,11 @@ LLDP (--lldp)
   or the NIC's firmware LLDP agent consumes it). `fabprobe snapshot` does not listen; frames
   recorded in a snapshot's fabprobe/lldp.json are replayed.";
 
+/// The RDMA device a netdev belongs to; a netdev of none (`--ifname veth0`) by its own name.
+fn device_of(i: &qos::QosIf) -> &str {
+    i.rdma_device.as_deref().unwrap_or(&i.ifname)
+}
+
 fn sample(host: &Host, a: &QosArgs, tc: Option<&Sourced<u32>>) -> QosReport {
     if a.ifname.is_empty() {
         qos::probe(host, tc)
@@ -167,7 +175,11 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
         qos::add_lldp(&host, &mut report, Duration::from_secs_f64(a.lldp_wait));
     }
     report.notes.extend(qos::backwards_notes(&report));
-    let findings = qos::findings(&report);
+    let mut findings = qos::findings(&report);
+    if let Some(dev) = &a.device {
+        let found = report.rdma.devices_found;
+        findings = super::device_view(&mut report.interfaces, dev, device_of, found, findings)?;
+    }
     let text = match fmt {
         Format::Json => Envelope::new("qos", HostInfo::of(&host), &report, &findings).to_json(),
         Format::Prom => {

@@ -1,4 +1,4 @@
-//! `fabprobe report`: saved `--format json` reports of ring, sweep, check and topo drawn as
+//! `fabprobe report`: saved `--format json` reports of ring, sweep, check, topo and nccl-log drawn as
 //! one self-contained HTML page; also what `ring --html` and `sweep --html` write.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use crate::render::html::{self, Input, Options};
 #[derive(Debug, Args)]
 #[command(after_long_help = REPORT_HELP)]
 pub struct ReportArgs {
-    /// Saved reports (`fabprobe ring|sweep|check|topo --format json > FILE.json`); a file
+    /// Saved reports (`fabprobe ring|sweep|check|topo|nccl-log --format json > FILE.json`); a file
     /// may hold several (JSON lines).
     #[arg(value_name = "FILE.json", required = true)]
     pub inputs: Vec<PathBuf>,
@@ -37,6 +37,7 @@ const REPORT_HELP: &str = "\
   fabprobe report topo.json check.json --html node.html
   fabprobe sweep --expect 'gpu[001-128]' --format json all.jsonl > sweep.json
   fabprobe report sweep.json --group-by '^(r\\d+)n' --html fleet.html
+  fabprobe nccl-log --format json logs/ > job.json; fabprobe report job.json --html job.html
 
 WHAT IT DRAWS
   ring   the verdicts first, in the text report's words; the link scan's sender x receiver
@@ -55,6 +56,10 @@ WHAT IT DRAWS
          GPU pair; findings marked on the devices they name, also those of a check report
          of the same host given alongside.
   check  the verdict line and the ranked findings with their fixes.
+  nccl-log  the verdict line as the text prints it; the root cause first (the verdict the
+         line names), each verdict's host, rank, device, peer, GIDs, status and the log
+         line it rests on, what it means and the next steps (commands as blocks, no
+         backticks); then the flight recorder's verdicts; the ranks and hosts table.
 
 THE PAGE
   One file: no script, no font or image fetched (its Content-Security-Policy forbids any

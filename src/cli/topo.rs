@@ -21,6 +21,10 @@ pub struct TopoArgs {
     /// instead of the host; on cloud VMs that file is the truth.
     #[arg(long, value_name = "FILE")]
     pub nccl_xml: Option<PathBuf>,
+    /// Only this RDMA device among the NICs (as `gids --device`), e.g. `--device mlx5_0`:
+    /// every GPU, and that NIC's row and column under the label the whole host gives it.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<String>,
 }
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
@@ -111,9 +115,38 @@ JSON DATA (schema fabprobe.topo)
 
 ";
 
+/// `--device DEV`: the GPUs and that NIC, judged on the whole host first (a NIC's PCIe width
+/// against its peers'). The GPUs stay because the question is which GPUs sit near DEV; the
+/// NIC keeps its label (NIC3 stays NIC3), so the view reads as a cut of the full matrix.
+fn only_nic(
+    r: &mut topo::TopoReport,
+    dev: &str,
+    findings: Vec<crate::finding::Finding>,
+) -> Result<Vec<crate::finding::Finding>, UsageError> {
+    // A finding may name a NIC by its device (`mlx5_3`) or its label (`NIC3`).
+    let names = |n: &topo::TopoNic| [n.ibdev.clone(), n.label.clone()];
+    let kept: Vec<String> = r.nics.iter().filter(|n| n.ibdev == dev).flat_map(names).collect();
+    let dropped: Vec<String> = r.nics.iter().filter(|n| n.ibdev != dev).flat_map(names).collect();
+    super::only_device(&mut r.nics, dev, |n| n.ibdev.as_str(), true)?;
+    let (k, d): (Vec<&str>, Vec<&str>) = (kept.iter().map(|s| s.as_str()).collect(), dropped.iter().map(|s| s.as_str()).collect());
+    let findings = super::findings_kept(findings, &k, &d);
+    let keep: Vec<bool> = r.labels.iter().map(|l| !dropped.contains(l)).collect();
+    let on = |i: usize| keep.get(i).copied().unwrap_or(true);
+    for m in [&mut r.matrix, &mut r.nccl_matrix] {
+        *m = std::mem::take(m)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| on(*i))
+            .map(|(_, row)| row.into_iter().enumerate().filter(|(j, _)| on(*j)).map(|(_, c)| c).collect())
+            .collect();
+    }
+    r.labels = std::mem::take(&mut r.labels).into_iter().enumerate().filter(|(i, _)| on(*i)).map(|(_, l)| l).collect();
+    Ok(findings)
+}
+
 pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("topo", &[Format::Table, Format::Json, Format::NcclXml])?;
-    let (report, host_info) = match &a.nccl_xml {
+    let (mut report, host_info) = match &a.nccl_xml {
         Some(file) => {
             if g.root.is_some() {
                 return Err(UsageError(
@@ -144,6 +177,9 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
     // so both name the same worst cause for one report.
     let mut findings = crate::check::decide::causes(topo::judge(&report));
     crate::check::decide::rank(&mut findings);
+    if let Some(dev) = &a.device {
+        findings = only_nic(&mut report, dev, findings)?;
+    }
     let text = match fmt {
         Format::Json => Envelope::new("topo", host_info, &report, &findings).to_json(),
         Format::NcclXml => crate::render::topo::nccl_xml(&report),

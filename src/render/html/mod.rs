@@ -1,5 +1,5 @@
 //! One self-contained HTML page from saved `--format json` envelopes of `ring`, `sweep`,
-//! `check` and `topo`: the pictures an on-call engineer reads faster than the text (the
+//! `check`, `topo` and `nccl-log`: the pictures an on-call engineer reads faster than the text (the
 //! scan matrix, busbw against size, the fleet grid, the PCIe/NVLink tree).
 //!
 //! The page needs nothing outside itself: no script, no font, no image file, and a
@@ -13,6 +13,7 @@
 //! probes' types), so `report` reads any file `--format json` wrote with this schema version.
 
 mod check;
+mod nccl_log;
 mod ring;
 mod svg;
 mod sweep;
@@ -35,7 +36,7 @@ pub enum HtmlError {
     #[error("{file}: not a fabprobe report (no \"schema\" string at the top)")]
     NoSchema { file: String },
     #[error(
-        "{file}: schema {schema} is not one `report` draws (fabprobe.ring, fabprobe.sweep, fabprobe.check, fabprobe.topo)"
+        "{file}: schema {schema} is not one `report` draws (fabprobe.ring, fabprobe.sweep, fabprobe.check, fabprobe.topo, fabprobe.nccl-log)"
     )]
     Unsupported { file: String, schema: String },
     #[error("{file}: schema_version {found}, this fabprobe reads {SCHEMA_VERSION}")]
@@ -129,6 +130,7 @@ pub fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
             "fabprobe.ring" => ring::section(e)?,
             "fabprobe.sweep" => sweep::section(e, &sweep::Grouping(opts.group.as_ref()))?,
             "fabprobe.check" => check::section(e)?,
+            "fabprobe.nccl-log" => nccl_log::section(e)?,
             "fabprobe.topo" => {
                 let same_host: Vec<&Finding> = envs
                     .iter()
@@ -151,8 +153,13 @@ pub fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
 
 /// `fabprobe ring, topo: node-a` from the schemas and hosts of the inputs.
 fn default_title(envs: &[Envelope]) -> String {
-    let mut kinds: Vec<&str> = envs.iter().map(|e| e.schema.trim_start_matches("fabprobe.")).collect();
-    kinds.dedup();
+    // Each kind once, in the order given (`topo, check`, not `topo, check, topo, check`).
+    let mut kinds: Vec<&str> = Vec::new();
+    for k in envs.iter().map(|e| e.schema.trim_start_matches("fabprobe.")) {
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
     // A sweep's host is the machine that ran it, not the fleet it judged: name the fleet.
     if let [e] = envs {
         if e.schema == "fabprobe.sweep" {
@@ -266,6 +273,8 @@ pub(crate) fn remedy(word: &str, text: &str) -> Markup {
 
 /// Light by default, dark when the reader's system asks, light again on paper. Data colours
 /// (the heatmap's scale, verdict states) are the same in both; ink and lines follow `--fg`.
+/// Below 820 px tables tighten and the sweep grid's cause headers stand on their side, so
+/// a 700 px window shows every column without a scroll bar (tests/html_report.rs measures).
 const STYLE: &str = r#"
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #c8ccd0;
   --panel: #f4f5f7; --fail: #c62828; --warn: #b36200; --pass: #2e7d32; --unknown: #6b6f76;
@@ -338,4 +347,9 @@ table.grid th { min-width: 5.5em; }
 .dev.fail { outline: 3px solid var(--fail); } .dev.warn { outline: 3px solid var(--warn); }
 .dev b { font-size: 13px; } .dev .finding { color: var(--fail); font-weight: 600; }
 .dev.warn .finding { color: var(--warn); }
+table.hosts td, table.facts td { overflow-wrap: anywhere; } table.hosts td:first-child { white-space: nowrap; } .nccl-verdict { margin: 4px 0 14px; }
+@media (max-width: 820px) {
+  body { padding: 8px 10px 30px; } table { font-size: 12px; } th, td { padding: 2px 4px; }
+  table.grid th { min-width: 0; } table.grid th[data-id] { writing-mode: sideways-lr; vertical-align: bottom; }
+}
 "#;

@@ -123,7 +123,12 @@ pub(super) fn section(e: &Envelope, group: &Grouping) -> Result<Markup, HtmlErro
     let order = node_order(&s, &cells);
     let state = states(&s);
     let n = &s.nodes;
-    let class = if n.failed + n.outliers + n.unreadable + n.missing + n.drain > 0 { "fail" } else { "pass" };
+    // The bar's colour is the worst state on the page, as the fleet map colours it.
+    let class = match () {
+        _ if n.failed + n.outliers + n.unreadable + n.missing + n.drain > 0 => "fail",
+        _ if n.warned > 0 => "warn",
+        _ => "pass",
+    };
     let bad: Vec<&String> = order.iter().filter(|x| cells.contains_key(*x)).collect();
     Ok(html! {
         section.sweep {
