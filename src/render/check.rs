@@ -93,14 +93,33 @@ fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -
     s
 }
 
-/// `14 not evaluated: 0 GPUs found (4 keys: gpu.model, ...); no InfiniBand ports to judge
-/// (7 keys: ib.state, ...); host: the snapshot has no fabprobe/facts.json`: keys that follow
-/// from one missing fact are one entry naming the fact, in the order they first appear.
+/// `14 not evaluated: 0 GPUs found (4 keys: gpu.model, ...); no InfiniBand ports (7 keys:
+/// ib.state, ...); host: the snapshot has no fabprobe/facts.json`: keys that follow from one
+/// missing fact are one entry naming the fact, in the order they first appear, and a fact
+/// that follows from a wider one missing too is folded into it (no RDMA device at all
+/// leaves no RoCE netdev and no InfiniBand port to judge).
 pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) -> String {
+    let missing: Vec<Option<Missing>> = not_evaluated.iter().map(|n| Missing::of(&n.reason)).collect();
+    // Each key's fact: the widest missing fact that covers its own.
+    let widest = |m: Missing| {
+        missing
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|w| w.covers(m))
+            .max_by_key(|w| w.width())
+            .unwrap_or(m)
+    };
     // (the fact, the first key's own reason, the keys)
     let mut facts: Vec<(String, &str, Vec<&str>)> = Vec::new();
-    for n in not_evaluated {
-        let fact = missing_fact(&n.reason);
+    for (n, m) in not_evaluated.iter().zip(&missing) {
+        let fact = match m {
+            Some(m) => {
+                let w = widest(*m);
+                fact_text(w, not_evaluated.iter().zip(&missing).filter(|(_, o)| **o == Some(w)).map(|(n, _)| n.reason.as_str()))
+            }
+            None => n.reason.split("; and ").next().unwrap_or(&n.reason).to_string(),
+        };
         match facts.iter_mut().find(|(f, _, _)| *f == fact) {
             Some((_, _, keys)) => keys.push(&n.key),
             None => facts.push((fact, &n.reason, vec![&n.key])),
@@ -116,14 +135,74 @@ pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) 
     format!("{} not evaluated: {}", not_evaluated.len(), parts.join("; "))
 }
 
-/// The fact a reason rests on: `no GPU pair to judge (0 GPUs found); and 1 more` and
-/// `no GPU to judge (0 GPUs found)` both rest on `0 GPUs found`; another reason is its own.
-fn missing_fact(reason: &str) -> String {
-    let first = reason.split("; and ").next().unwrap_or(reason);
-    match (first.starts_with("no "), first.rfind('('), first.ends_with(')')) {
-        (true, Some(at), true) => first[at + 1..first.len() - 1].to_string(),
-        _ => first.to_string(),
+/// A fact whose absence leaves keys unjudged, as the probes' and rules' reasons say it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    /// No GPU and no RDMA device at all: a driver not loaded.
+    Everything,
+    Rdma,
+    Gpu,
+    Roce,
+    InfiniBand,
+}
+
+impl Missing {
+    fn of(reason: &str) -> Option<Missing> {
+        let r = reason.split("; and ").next().unwrap_or(reason);
+        let no = |s: &str| r.starts_with(s) || r.contains(&format!(": {s}")) || r.contains(&format!("({s}"));
+        if r.contains("no NVIDIA GPU and no RDMA device") {
+            Some(Missing::Everything)
+        } else if no("no RDMA devices") {
+            Some(Missing::Rdma)
+        } else if r.contains("(0 GPUs found)") || no("no GPU on this host") {
+            Some(Missing::Gpu)
+        } else if no("no RoCE netdev") || no("no RoCE port") || no("no Ethernet ports") {
+            Some(Missing::Roce)
+        } else if no("no InfiniBand ports") {
+            Some(Missing::InfiniBand)
+        } else {
+            None
+        }
     }
+
+    /// Whether this fact missing leaves `other` missing too.
+    fn covers(self, other: Missing) -> bool {
+        self == other
+            || self == Missing::Everything
+            || (self == Missing::Rdma && matches!(other, Missing::Roce | Missing::InfiniBand))
+    }
+
+    fn width(self) -> u8 {
+        match self {
+            Missing::Everything => 2,
+            Missing::Rdma => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// The words for a missing fact, from the reasons that rest on it (the most specific one:
+/// `no RoCE netdev: the RDMA ports are not Ethernet` over `no RoCE netdev`).
+fn fact_text<'a>(m: Missing, reasons: impl Iterator<Item = &'a str>) -> String {
+    let said = |r: &str, from: &str| -> Option<String> {
+        let at = r.find(from)?;
+        let tail = &r[at..];
+        // Up to the parenthesis that closes the reason's own, or the subject `(host)`.
+        let end = tail.find(')').map_or(tail.len(), |i| if tail[..i].contains('(') { i + 1 } else { i });
+        let t = tail[..end].trim_end();
+        Some(t.strip_suffix(" (host").unwrap_or(t).trim_end_matches(" (host)").to_string())
+    };
+    let from = match m {
+        Missing::Everything => "no NVIDIA GPU and no RDMA device",
+        Missing::Rdma => "no RDMA devices",
+        Missing::Gpu => return "0 GPUs found".into(),
+        Missing::Roce => "no RoCE netdev",
+        Missing::InfiniBand => return "no InfiniBand ports".into(),
+    };
+    reasons
+        .filter_map(|r| said(r, from))
+        .max_by_key(String::len)
+        .unwrap_or_else(|| from.to_string())
 }
 
 /// The host's facts in two lines (system, then memlock and device holders), or why not.
@@ -499,4 +578,72 @@ fn saw_line(w: &crate::check::run::Saw) -> String {
         c(w.rdma_ports, "port", "ports"),
         c(w.roce_netdevs, "RoCE netdev", "RoCE netdevs")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_evaluated_line;
+    use crate::check::decide::NotEvaluated;
+
+    fn line(notes: &[(&str, &str)]) -> String {
+        let n: Vec<NotEvaluated> = notes
+            .iter()
+            .map(|(k, r)| NotEvaluated {
+                key: k.to_string(),
+                reason: r.to_string(),
+            })
+            .collect();
+        not_evaluated_line(&n)
+    }
+
+    /// Keys resting on one missing fact are one entry; a narrower fact folds into a wider
+    /// one missing too; a reason of its own stays as it is.
+    #[test]
+    fn one_entry_per_missing_fact() {
+        let none = "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?) (host)";
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[
+                    ("gpu.model", "no GPU to judge (0 GPUs found)"),
+                    ("gdr.ready", "no GPU-NIC pair to judge (0 GPUs found)"),
+                    ("gdr.nothing_to_judge", "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply (host)"),
+                ],
+                "3 not evaluated: 0 GPUs found (3 keys: gpu.model, gdr.ready, gdr.nothing_to_judge)",
+            ),
+            (
+                &[
+                    ("roce.state", "no Ethernet ports to judge"),
+                    ("roce.gid", "no RoCE port to judge"),
+                    ("roce.mtu", "no RoCE netdev to judge (no RoCE netdev)"),
+                    ("qos.nothing_to_judge", "nothing to judge: no RoCE netdev: the RDMA ports are not Ethernet (host)"),
+                ],
+                "4 not evaluated: no RoCE netdev: the RDMA ports are not Ethernet (4 keys: roce.state, roce.gid, roce.mtu, qos.nothing_to_judge)",
+            ),
+            (
+                &[
+                    ("ib.state", "no InfiniBand ports to judge"),
+                    ("roce.mtu", "no RoCE netdev to judge (no RDMA devices: the kernel has no InfiniBand support)"),
+                    ("gids.nothing_to_judge", "nothing to judge: no RDMA devices: the kernel has no InfiniBand support (host)"),
+                ],
+                "3 not evaluated: no RDMA devices: the kernel has no InfiniBand support (3 keys: ib.state, roce.mtu, gids.nothing_to_judge)",
+            ),
+            (
+                &[
+                    ("gpu.model", "no GPU to judge (0 GPUs found)"),
+                    ("ib.state", "no InfiniBand ports to judge"),
+                    ("counters.max_per_hour", "counter rates need two samples"),
+                    ("topo.nothing_to_judge", none),
+                    ("gids.nothing_to_judge", "nothing to judge: no RDMA devices: the kernel has no InfiniBand support (host)"),
+                ],
+                "5 not evaluated: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?) (4 keys: gpu.model, ib.state, topo.nothing_to_judge, gids.nothing_to_judge); counters.max_per_hour: counter rates need two samples",
+            ),
+            (
+                &[("ib.state", "no InfiniBand ports to judge"), ("gpu.model", "no GPU to judge (0 GPUs found)")],
+                "2 not evaluated: ib.state: no InfiniBand ports to judge; gpu.model: no GPU to judge (0 GPUs found)",
+            ),
+        ];
+        for (notes, want) in cases {
+            assert_eq!(line(notes), *want);
+        }
+    }
 }
