@@ -512,45 +512,42 @@ fn the_table_carries_each_ranks_capabilities() {
     }
 }
 
-/// Rows print as each size completes (as nccl-tests does): the first size's row is on stdout
-/// while the last, 1,024 times larger, is still running; the whole table at the end is the
-/// header, every row once in order, then the summary.
+/// Rows print as each size completes (as nccl-tests does) when a person watches a terminal:
+/// the first size's row is on the terminal while the last, 1,024 times larger, is still
+/// running; the whole table at the end is the header, every row once in order, then the
+/// summary. The terminal is a real pseudo-terminal (util-linux `script`): to a pipe the
+/// report comes whole at the end, by design, so a piped child only ever passed this test
+/// when it had not exited yet.
 #[test]
 fn rows_print_as_each_size_completes() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args([
-            "ring",
-            "--local",
-            "2",
-            "-b",
-            "64K",
-            "-e",
-            "64M",
-            // Enough iterations that the last size runs for a second or more after the first
-            // row: a test thread descheduled for a moment on a loaded machine (3 iterations
-            // left a window of a few hundred ms) must not find the run already over.
-            "-n",
-            "30",
-            "-w",
-            "1",
-            "--no-scan",
-        ])
+    let bin = env!("CARGO_BIN_EXE_fabprobe");
+    // Enough iterations that the last size runs for seconds after the first row.
+    let cmd = format!("{bin} ring --local 2 -b 64K -e 64M -n 30 -w 1 --no-scan 2>/dev/null");
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
         .env_clear()
+        .env("TERM", "dumb")
+        .env("COLUMNS", "200")
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .expect("util-linux script");
     let mut out = BufReader::new(child.stdout.take().unwrap());
+    let row = |l: &str, size: &str| {
+        let l = l.rsplit('\r').find(|p| !p.trim().is_empty()).unwrap_or("");
+        l.split_whitespace().next() == Some(size) && l.contains("float")
+    };
     let mut lines = Vec::new();
     loop {
         let mut l = String::new();
         assert!(
             out.read_line(&mut l).unwrap() > 0,
-            "stdout ended before a row: {lines:?}"
+            "the terminal closed before a row: {lines:?}"
         );
-        let first_row = l.trim_start().starts_with("65536 ");
+        let first_row = row(&l, "65536");
         lines.push(l);
         if first_row {
             break;
@@ -564,8 +561,8 @@ fn rows_print_as_each_size_completes() {
     let all: String = lines.concat() + &rest;
     let sizes: Vec<u64> = all
         .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .filter(|l| (16..=26).any(|p| row(l, &(1u64 << p).to_string())))
+        .filter_map(|l| l.rsplit('\r').find(|p| !p.trim().is_empty())?.split_whitespace().next()?.parse().ok())
         .collect();
     assert_eq!(sizes, (16..=26).map(|p| 1u64 << p).collect::<Vec<_>>(), "{all}");
     assert_eq!(all.matches("# Using devices").count(), 1, "{all}");
