@@ -604,6 +604,10 @@ fn lab_ring_with_a_slow_egress_outlines_its_row() {
     assert!(l.dom.contains("class=\"busbw\""), "no busbw chart");
     let measured = j["data"]["scan"]["links"].as_array().unwrap().len();
     assert_eq!(l.dom.matches("class=\"cell").count(), measured, "a cell per measured link");
+    // The coverage the text and JSON give is on the page too.
+    let total = j["data"]["scan"]["links_total"].as_u64().unwrap();
+    let said = format!("<p class=\"coverage\">{measured} of {total} links measured");
+    assert!(l.dom.contains(&said), "{said}\n{}", l.dom);
 }
 
 /// The README's pictures (docs/img) are today's: the pages they were shot from, made again

@@ -98,6 +98,17 @@ struct Scan {
     not_judged: Vec<Verdict>,
     #[serde(default)]
     cleared_by_recheck: Vec<String>,
+    /// Directed links of the world; absent in reports from before the scan said it.
+    links_total: Option<usize>,
+    #[serde(default)]
+    unmeasured: Vec<Unmeasured>,
+}
+
+#[derive(Deserialize)]
+struct Unmeasured {
+    from_rank: u32,
+    to_rank: u32,
+    reason: String,
 }
 
 #[derive(Deserialize)]
@@ -383,6 +394,36 @@ impl Grid {
     }
 }
 
+/// `10 of 12 links measured; not measured: 1→3, 3→1 (the --scan-time budget ended the plan
+/// first)`, as the text report says it; none for a report without the count.
+fn coverage(s: &Scan) -> Option<String> {
+    let total = s.links_total?;
+    let mut line = format!("{} of {total} links measured", s.links.len());
+    let mut reasons: Vec<&str> = s.unmeasured.iter().map(|u| u.reason.as_str()).collect();
+    reasons.dedup();
+    let parts: Vec<String> = reasons
+        .iter()
+        .map(|why| {
+            let links: Vec<String> = s
+                .unmeasured
+                .iter()
+                .filter(|u| u.reason == *why)
+                .map(|u| format!("{}\u{2192}{}", u.from_rank, u.to_rank))
+                .collect();
+            let said = match *why {
+                "budget" => "the --scan-time budget ended the plan first",
+                "no_samples" => "their order ran, but the receiver reported no sample",
+                other => other,
+            };
+            format!("{} ({said})", links.join(", "))
+        })
+        .collect();
+    if !parts.is_empty() {
+        line.push_str(&format!("; not measured: {}", parts.join("; ")));
+    }
+    Some(line)
+}
+
 fn heatmap(r: &Ring, s: &Scan, rail: Option<u32>) -> Markup {
     let n = r.world.max(s.links.iter().map(|l| l.from_rank.max(l.to_rank) + 1).max().unwrap_or(0));
     let cell = (560.0 / f64::from(n.max(1))).clamp(5.0, 40.0);
@@ -397,6 +438,7 @@ fn heatmap(r: &Ring, s: &Scan, rail: Option<u32>) -> Markup {
             @if let Some(m) = median { " (" (rate(m)) ")" }
             "; red is slow, green as expected, grey not measured. Outlined: a verdict's cells; dashed: not judged."
         }
+        @if let Some(c) = coverage(s) { p.coverage { (c) } }
         svg.heatmap xmlns="http://www.w3.org/2000/svg" width=(w) height=(h) viewBox={"0 0 " (w) " " (h)}
             role="img" aria-label="link scan matrix" {
             text x=(g.left) y="14" { "receiver →" }
@@ -626,6 +668,26 @@ mod tests {
             next: None,
             rail: None,
         }
+    }
+
+    #[test]
+    fn coverage_says_what_was_not_measured_and_why() {
+        let scan = |j: &str| serde_json::from_str::<Scan>(j).unwrap();
+        let link = r#"{"from_rank":0,"to_rank":1,"gbs":1.0,"samples":3,"line_rate_gbs":null}"#;
+        assert_eq!(coverage(&scan(&format!(r#"{{"median_gbs":1.0,"links":[{link}],"fabric_slow":null}}"#))), None);
+        assert_eq!(
+            coverage(&scan(&format!(
+                r#"{{"median_gbs":1.0,"links":[{link}],"fabric_slow":null,"links_total":2,"unmeasured":[]}}"#
+            ))),
+            Some("1 of 2 links measured".into())
+        );
+        let two = r#"[{"from_rank":1,"to_rank":0,"reason":"budget"},{"from_rank":2,"to_rank":0,"reason":"budget"},{"from_rank":0,"to_rank":2,"reason":"no_samples"}]"#;
+        assert_eq!(
+            coverage(&scan(&format!(
+                r#"{{"median_gbs":1.0,"links":[{link}],"fabric_slow":null,"links_total":4,"unmeasured":{two}}}"#
+            ))),
+            Some("1 of 4 links measured; not measured: 1\u{2192}0, 2\u{2192}0 (the --scan-time budget ended the plan first); 0\u{2192}2 (their order ran, but the receiver reported no sample)".into())
+        );
     }
 
     #[test]
