@@ -4,7 +4,7 @@
 #          to 300 of 1000 Mbit/s; tests/html_report.rs captures it)
 #   sweep  `check` of the fixtures under made-up names in two racks, one node missing and
 #          one report cut short, grouped by rack
-#   topo   the 8-GPU H100 fixture with faults, with its `check` findings marked
+#   topo   the 8-GPU H100 fixture with faults: its `check` findings, then the tree with them marked
 # Usage: scripts/html-pictures.sh [OUT_DIR]   (default docs/img; needs chromium)
 # With SWEEP_NODES=N it also writes sweep-N.html for N nodes and prints its size.
 set -euo pipefail
@@ -56,11 +56,12 @@ PY
 shot "$out/sweep.html" "$out/sweep.png" 1000 900
 
 "$bin" report tests/data/html/ring-slow-egress.json --html "$out/ring.html"
-shot "$out/ring.html" "$out/ring.png" 1000 1050
+shot "$out/ring.html" "$out/ring.png" 1000 1380
 
 "$bin" topo --root fixtures/h100-sxm-8gpu-bad --format json >"$tmp/topo.json" || true
 "$bin" check --root fixtures/h100-sxm-8gpu-bad --format json >"$tmp/check.json" || true
-(cd "$tmp" && "$bin" report topo.json check.json --html "$out/topo.html")
+# The check first: the picture opens on the findings, the tree they sit in follows.
+(cd "$tmp" && "$bin" report check.json topo.json --html "$out/topo.html")
 shot "$out/topo.html" "$out/topo.png" 1000 1000
 # What each picture was made from: tests/html_report.rs makes the pages again from today's
 # binary and fails when a hash differs (a stale picture). WIDTHS="700 1600" also shoots each

@@ -248,7 +248,7 @@ LINK SCAN AND VERDICTS
   NCCL_IB_RETRY_CNT can be minutes): then the verdict is hang_link.
   Verdict lines come first, each with the command to run next:
     SLOW LINK rank 3 (node-d, eth1) -> rank 4 (node-e, eth1): 40 MB/s, 30% of the median 0.12 GB/s
-      next: on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); ...
+      next: on node-d and node-e: `fabprobe links` (port errors, retransmissions, PFC pauses); ...
     HANG rank 2 (node-c) waits for data from rank 1 (node-b) since step 2 of all-gather; rank 1
     sent it and moved on to step 2 of reduce-scatter: suspect the link node-b -> node-c
 

@@ -189,7 +189,13 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
     if let Some(early) = ended_early(r) {
         return early;
     }
-    let parts = healthy_parts(r);
+    let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
+    healthy_line(&healthy_parts(r), not_judged, &untested)
+}
+
+/// The healthy run's sentence from its figures (`parts`), the slow figures not judged and
+/// the rails not tested; the text report and the HTML page say it alike.
+pub(crate) fn healthy_line(parts: &[String], not_judged: usize, untested: &[&str]) -> String {
     let said = match not_judged {
         0 => format!("no slow link, no hang: {}", parts.join(", ")),
         n => format!(
@@ -198,7 +204,6 @@ fn outcome(r: &RingReport, not_judged: usize) -> String {
         ),
     };
     // A rail no ring ran on is unknown, never part of the pass.
-    let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
     match untested.is_empty() {
         true => said,
         false => format!("{said}; NOT TESTED: {}", untested.join("; ")),

@@ -452,7 +452,7 @@ fn why_missing(i: &RankInfo, k: u32, slot: Option<&RailPort>) -> (String, String
                 port_name(s)
             ),
             format!(
-                "on {}: fabprobe links (which RDMA ports it has); `ls /sys/class/infiniband`; `dmesg | grep -i -e mlx -e infiniband` (a device that failed or vanished)",
+                "on {}: `fabprobe links` (which RDMA ports it has); `ls /sys/class/infiniband`; `dmesg | grep -i -e mlx -e infiniband` (a device that failed or vanished)",
                 i.host
             ),
         ),
@@ -464,7 +464,7 @@ fn why_missing(i: &RankInfo, k: u32, slot: Option<&RailPort>) -> (String, String
             ),
             match (s.port, s.netdev.as_deref()) {
                 (Some(_), n) => format!(
-                    "on {}: fabprobe links (state, phys state and errors of {}){}",
+                    "on {}: `fabprobe links` (state, phys state and errors of {}){}",
                     i.host,
                     port_name(s),
                     n.map(|n| format!("; ip link show {n}")).unwrap_or_default()
@@ -477,7 +477,7 @@ fn why_missing(i: &RankInfo, k: u32, slot: Option<&RailPort>) -> (String, String
         None => (
             format!("it has no rail {k} ({} rail slot(s))", i.rails.len()),
             format!(
-                "on {}: fabprobe links (which RDMA ports and interfaces it has)",
+                "on {}: `fabprobe links` (which RDMA ports and interfaces it has)",
                 i.host
             ),
         ),
@@ -846,7 +846,7 @@ mod tests {
             message: format!(
                 "SLOW EGRESS rank {from} ({host}, {dev}): its 2 outgoing links run at {gbs} GB/s"
             ),
-            next: Some(format!("on {host}: fabprobe links")),
+            next: Some(format!("on {host}: `fabprobe links`")),
             rail: None,
         }
     }
@@ -988,7 +988,7 @@ mod tests {
         assert_eq!(v.evidence["rails"], json!([0, 1]));
         assert_eq!(v.evidence["rails_gbs"], json!({"0": 0.02, "1": 0.03}));
         // The same next step on every rail is said once.
-        assert_eq!(v.next.as_deref(), Some("on node-c: fabprobe links"));
+        assert_eq!(v.next.as_deref(), Some("on node-c: `fabprobe links`"));
     }
 
     /// Issue 31: an all-rails verdict's next step names every rail's netdev, not only the
@@ -1265,7 +1265,7 @@ mod tests {
             v.next
                 .as_deref()
                 .unwrap()
-                .starts_with("on node-b: fabprobe links")
+                .starts_with("on node-b: `fabprobe links`")
         );
         crate::ring::diagnosis::pastes::assert_next_pastes(v);
         assert_eq!(r.results[0].busbw_gbs, 2.0);

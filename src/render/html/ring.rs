@@ -308,18 +308,8 @@ fn outcome(r: &Ring, not_judged: usize) -> String {
     if let Some((f, t, g)) = slowest {
         parts.push(format!("slowest link {} -> {} {}", rank_label(r, f), rank_label(r, t), rate(g)));
     }
-    let said = match not_judged {
-        0 => format!("no slow link, no hang: {}", parts.join(", ")),
-        n => format!(
-            "no hang; {n} slow figure(s) not judged (CPU-bound hosts, above), so no verdict on those links: {}",
-            parts.join(", ")
-        ),
-    };
     let untested: Vec<&str> = r.rails.iter().filter_map(|x| x.not_tested.as_deref()).collect();
-    match untested.is_empty() {
-        true => said,
-        false => format!("{said}; NOT TESTED: {}", untested.join("; ")),
-    }
+    crate::render::ring::healthy_line(&parts, not_judged, &untested)
 }
 
 /// What a verdict outlines on the matrix.

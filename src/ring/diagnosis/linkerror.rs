@@ -29,7 +29,7 @@ fn host(ranks: &[RankInfo], r: Rank) -> Option<String> {
 fn next(status: u32, fh: &str, th: &str) -> String {
     match status {
         12 => format!(
-            "on {fh} and {th}: fabprobe links (port state; retry and sequence error counters) and fabprobe gids \
+            "on {fh} and {th}: `fabprobe links` (port state; retry and sequence error counters) and `fabprobe gids` \
              (both ends on the same RoCE version and a routable GID index); check the path between them \
              (cable, switch port, PFC/ECN); NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT only delay this error"
         ),
@@ -43,7 +43,7 @@ fn next(status: u32, fh: &str, th: &str) -> String {
         10 => format!(
             "on {th}: the rkey or address {fh} wrote to is not valid for remote write (a bug, or memory freed)"
         ),
-        _ => format!("on {fh} and {th}: fabprobe links (port state and error counters)"),
+        _ => format!("on {fh} and {th}: `fabprobe links` (port state and error counters)"),
     }
 }
 

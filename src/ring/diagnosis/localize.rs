@@ -693,19 +693,19 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
 fn node_next(egress: bool, host: &str, dev: Option<&str>) -> String {
     match (egress, dev) {
         (true, Some(dev)) => format!(
-            "on {host}: fabprobe links (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
+            "on {host}: `fabprobe links` (tx errors), `fabprobe qos --ifname {dev}` (PFC, pauses received), `ethtool {dev}` \
              (negotiated speed), `tc qdisc show dev {dev}` (shaping)"
         ),
         (false, Some(dev)) => format!(
-            "on {host}: fabprobe links (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
+            "on {host}: `fabprobe links` (rx errors), `fabprobe qos --ifname {dev}` (PFC, pauses sent, CNPs), \
              `ethtool -S {dev}` (rx drops), `tc qdisc show dev {dev}`"
         ),
         (true, None) => format!(
-            "on {host}: fabprobe links (tx errors) and fabprobe qos (PFC, pauses received); on its data interface: \
+            "on {host}: `fabprobe links` (tx errors) and `fabprobe qos` (PFC, pauses received); on its data interface: \
              ethtool (negotiated speed) and tc qdisc show (shaping)"
         ),
         (false, None) => format!(
-            "on {host}: fabprobe links (rx errors) and fabprobe qos (PFC, pauses sent, CNPs); on its data interface: \
+            "on {host}: `fabprobe links` (rx errors) and `fabprobe qos` (PFC, pauses sent, CNPs); on its data interface: \
              ethtool -S (rx drops) and tc qdisc show"
         ),
     }
@@ -1052,7 +1052,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             None => host.to_string(),
         };
         let next = format!(
-            "on {a} and {b}: fabprobe links (port errors, retransmissions, PFC pauses); then check the \
+            "on {a} and {b}: `fabprobe links` (port errors, retransmissions, PFC pauses); then check the \
              switch ports and cables between {} and {}",
             on(&a, l.from_rank),
             on(&b, l.to_rank)
@@ -1253,7 +1253,7 @@ mod tests {
                       3.6 GB/s"
                 .into(),
             next: Some(
-                "on node-d and node-e: fabprobe links (port errors, retransmissions, PFC pauses); then check \
+                "on node-d and node-e: `fabprobe links` (port errors, retransmissions, PFC pauses); then check \
                  the switch ports and cables between node-d (eth1) and node-e (eth1)"
                     .into(),
             ),
@@ -1609,7 +1609,7 @@ mod tests {
             v.next
                 .as_deref()
                 .unwrap()
-                .starts_with("on node-c: fabprobe links (tx errors), `fabprobe qos --ifname ")
+                .starts_with("on node-c: `fabprobe links` (tx errors), `fabprobe qos --ifname ")
         );
     }
 

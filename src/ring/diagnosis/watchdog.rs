@@ -583,7 +583,7 @@ impl<'a> Judge<'a> {
                 .unwrap_or_default()
         };
         format!(
-            "on {fh} and {th}: fabprobe links (port state, error counters); check the data path {fh}{} -> {th}{}: \
+            "on {fh} and {th}: `fabprobe links` (port state, error counters); check the data path {fh}{} -> {th}{}: \
              firewall rules on the data interface, the switch port{}",
             dev(p),
             dev(to),
@@ -957,7 +957,7 @@ mod tests {
                           rank 4 sent it and is blocked sending more: suspect the link node-e -> node-f"
                     .into(),
                 next: Some(
-                    "on node-e and node-f: fabprobe links (port state, error counters); check the data path \
+                    "on node-e and node-f: `fabprobe links` (port state, error counters); check the data path \
                      node-e (eth1) -> node-f (eth1): firewall rules on the data interface, the switch port, \
                      `ping -I eth1 198.18.1.6` from node-e"
                         .into()
