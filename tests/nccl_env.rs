@@ -24,6 +24,24 @@ const FIXTURES: &[&str] = &[
     "roce-bond-host",
 ];
 
+/// Every fixture with GPUs and RDMA NICs: its path, host and topology.
+fn gpu_nic_fixtures() -> Vec<(std::path::PathBuf, Host, fabprobe::probe::topo::TopoReport)> {
+    let mut out = Vec::new();
+    for fx in std::fs::read_dir("fixtures").unwrap() {
+        let fx = fx.unwrap().path();
+        if !fx.join("sys").exists() {
+            continue;
+        }
+        let host = Host::snapshot(&fx).unwrap();
+        let t = fabprobe::probe::topo::probe(&host);
+        if !t.gpus.is_empty() && !t.nics.is_empty() {
+            out.push((fx, host, t));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
 fn whole(root: &Path) -> serde_json::Value {
     let host = Host::snapshot(root).unwrap();
     let r = nccl_env::probe(&host, &NcclSettings::build(&host, None));
@@ -897,16 +915,7 @@ fn stranded_by(host: &Host, hca: &str) -> Vec<String> {
 fn hca_lists_that_strand_gpus_name_them() {
     let mut cases = 0;
     let mut stranding = 0;
-    for fx in std::fs::read_dir("fixtures").unwrap() {
-        let fx = fx.unwrap().path();
-        if !fx.join("sys").exists() {
-            continue;
-        }
-        let host = Host::snapshot(&fx).unwrap();
-        let t = fabprobe::probe::topo::probe(&host);
-        if t.gpus.is_empty() || t.nics.is_empty() {
-            continue;
-        }
+    for (fx, _, t) in gpu_nic_fixtures() {
         let devs: Vec<String> = t.nics.iter().map(|n| n.ibdev.clone()).collect();
         let half = devs.len().div_ceil(2);
         let mut lists = vec![
@@ -1129,16 +1138,7 @@ fn gdr_settings_that_strand_gpus_name_them() {
         ])
         .collect();
     let (mut cases, mut stranding) = (0, 0);
-    for fx in std::fs::read_dir("fixtures").unwrap() {
-        let fx = fx.unwrap().path();
-        if !fx.join("sys").exists() {
-            continue;
-        }
-        let host = Host::snapshot(&fx).unwrap();
-        let t = fabprobe::probe::topo::probe(&host);
-        if t.gpus.is_empty() || t.nics.is_empty() {
-            continue;
-        }
+    for (fx, host, t) in gpu_nic_fixtures() {
         let near = nearest_ranks(&host);
         let reads_by_default = |gpu: &str| {
             let g = t.gpus.iter().find(|g| g.label == gpu).unwrap();

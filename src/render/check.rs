@@ -185,12 +185,11 @@ impl Missing {
 /// `no RoCE netdev: the RDMA ports are not Ethernet` over `no RoCE netdev`).
 fn fact_text<'a>(m: Missing, reasons: impl Iterator<Item = &'a str>) -> String {
     let said = |r: &str, from: &str| -> Option<String> {
-        let at = r.find(from)?;
-        let tail = &r[at..];
-        // Up to the parenthesis that closes the reason's own, or the subject `(host)`.
+        let tail = &r[r.find(from)?..];
+        // Up to the parenthesis around the fact (`no RoCE netdev to judge (no RDMA devices:
+        // ...)`), keeping one the fact opens itself; the finding's subject `(host)` goes.
         let end = tail.find(')').map_or(tail.len(), |i| if tail[..i].contains('(') { i + 1 } else { i });
-        let t = tail[..end].trim_end();
-        Some(t.strip_suffix(" (host").unwrap_or(t).trim_end_matches(" (host)").to_string())
+        Some(tail[..end].trim_end_matches(" (host)").to_string())
     };
     let from = match m {
         Missing::Everything => "no NVIDIA GPU and no RDMA device",
