@@ -355,10 +355,10 @@ fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<Verdict> {
             (Some(p), Some(q)) => *p >= q,
             _ => false,
         };
-        if let Some(w) = world {
-            if (ranks.len() as u32) < w {
-                v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
-            }
+        if let Some(w) = world
+            && (ranks.len() as u32) < w
+        {
+            v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
         }
         if a.world.is_none() && !v.suspects.is_empty() {
             v.meaning.push_str(

@@ -457,7 +457,7 @@ pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
             }
         }
     }
-    let mut joined: Vec<super::Verdict> = fr.verdicts.iter().map(|v| as_verdict(v)).collect();
+    let mut joined: Vec<super::Verdict> = fr.verdicts.iter().map(as_verdict).collect();
     joined.append(&mut report.verdicts);
     report.verdicts = joined;
     fr
