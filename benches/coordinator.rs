@@ -205,7 +205,7 @@ fn args() -> (u32, u32) {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(4096);
-    if n == 0 || n % rails != 0 {
+    if n == 0 || !n.is_multiple_of(rails) {
         fail(
             2,
             &format!("{n} ranks do not split into {rails} rails of equal size"),
