@@ -1016,7 +1016,13 @@ mod tests {
         let s = sample_of_order_0;
         let run = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
         // (n, samples, shifts run, expected)
-        let cases: Vec<(usize, Vec<LinkSample>, BTreeSet<u32>, Vec<(Rank, Rank, &str)>)> = vec![
+        type Case = (
+            usize,
+            Vec<LinkSample>,
+            BTreeSet<u32>,
+            Vec<(Rank, Rank, &'static str)>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 3,
                 (0..3)
