@@ -205,7 +205,7 @@ fn args() -> (u32, u32) {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(4096);
-    if n == 0 || n % rails != 0 {
+    if n == 0 || !n.is_multiple_of(rails) {
         fail(
             2,
             &format!("{n} ranks do not split into {rails} rails of equal size"),
@@ -1047,7 +1047,7 @@ impl Sim {
 }
 
 fn hello(sim: &Sim, r: u32) -> Msg {
-    Msg::Hello(Hello {
+    Msg::Hello(Box::new(Hello {
         protocol: wire::PROTOCOL,
         rank: r,
         world: sim.per,
@@ -1067,7 +1067,7 @@ fn hello(sim: &Sim, r: u32) -> Msg {
         },
         capabilities: vec!["tcp".into()],
         params: "p".into(),
-    })
+    }))
 }
 
 /// Node `node`'s rail slots as it declares them: every rail driven.
@@ -1088,7 +1088,7 @@ fn slots(rails: u32) -> Vec<RailPort> {
 
 /// A node's declaration on rank 0's node door.
 fn node_hello(sim: &Sim, node: u32) -> Msg {
-    Msg::Hello(Hello {
+    Msg::Hello(Box::new(Hello {
         protocol: wire::PROTOCOL,
         rank: node,
         world: sim.per,
@@ -1108,7 +1108,7 @@ fn node_hello(sim: &Sim, node: u32) -> Msg {
         },
         capabilities: Vec::new(),
         params: "p".into(),
-    })
+    }))
 }
 
 /// Connect and say hello; a busy refusal (the door's per-source cap: every simulated rank

@@ -197,10 +197,10 @@ fn links_stay_inside(dir: &Path) -> Result<(), String> {
             let p = e.path();
             let m = std::fs::symlink_metadata(&p).unwrap();
             if m.file_type().is_symlink() {
-                if let Ok(real) = std::fs::canonicalize(&p) {
-                    if !real.starts_with(&root) {
-                        return Err(format!("{} -> {}", p.display(), real.display()));
-                    }
+                if let Ok(real) = std::fs::canonicalize(&p)
+                    && !real.starts_with(&root)
+                {
+                    return Err(format!("{} -> {}", p.display(), real.display()));
                 }
             } else if m.is_dir() {
                 todo.push(p);

@@ -20,11 +20,11 @@ fn files(exts: &[&str]) -> Vec<(String, String)> {
             }
             if p.is_dir() {
                 walk(&p, exts, out);
-            } else if p.extension().is_some_and(|x| exts.iter().any(|e| x == *e)) {
-                if let Ok(s) = std::fs::read_to_string(&p) {
-                    let rel = p.strip_prefix(ROOT).unwrap().display().to_string();
-                    out.push((rel, s));
-                }
+            } else if p.extension().is_some_and(|x| exts.iter().any(|e| x == *e))
+                && let Ok(s) = std::fs::read_to_string(&p)
+            {
+                let rel = p.strip_prefix(ROOT).unwrap().display().to_string();
+                out.push((rel, s));
             }
         }
     }

@@ -448,10 +448,10 @@ fn cells_stay_whole_at_80_and_60_columns() {
                 .flatten()
                 .flat_map(|d| d["ports"].as_array().into_iter().flatten())
             {
-                if let Some(rate) = p["rate"]["raw"].as_str() {
-                    if !out.lines().any(|l| l.contains(rate)) {
-                        bad.push(format!("{f} links at {width}: {rate:?} broken"));
-                    }
+                if let Some(rate) = p["rate"]["raw"].as_str()
+                    && !out.lines().any(|l| l.contains(rate))
+                {
+                    bad.push(format!("{f} links at {width}: {rate:?} broken"));
                 }
             }
             // The GPU x NIC matrix: every word at this width is one of the wide matrix's
@@ -477,10 +477,10 @@ fn cells_stay_whole_at_80_and_60_columns() {
             }
             let out = run(&["--root", &f, "nccl-env"], width, None);
             for p in env["ib"]["ports"].as_array().into_iter().flatten() {
-                if let (Some(true), Some(gid)) = (p["used"].as_bool(), p["gid"].as_str()) {
-                    if !word(&out, gid) {
-                        bad.push(format!("{f} nccl-env at {width}: {gid} broken"));
-                    }
+                if let (Some(true), Some(gid)) = (p["used"].as_bool(), p["gid"].as_str())
+                    && !word(&out, gid)
+                {
+                    bad.push(format!("{f} nccl-env at {width}: {gid} broken"));
                 }
             }
         }

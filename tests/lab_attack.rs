@@ -183,7 +183,7 @@ fn attack_garbage(lab: &Lab, from: usize, target: SocketAddr) -> Vec<Vec<u8>> {
 
 /// A hello captured from another job (wrong token), replayed; carries escapes in its options.
 fn attack_replayed_hello(lab: &Lab, from: usize, target: SocketAddr, rank: u32) -> Option<String> {
-    let f = frame(&Msg::Hello(hello(rank, 4, "another-job", EVIL)));
+    let f = frame(&Msg::Hello(Box::new(hello(rank, 4, "another-job", EVIL))));
     lab.in_netns(from, move || {
         let mut c = TcpStream::connect_timeout(&target, Duration::from_secs(2)).ok()?;
         c.write_all(&f).ok()?;
@@ -202,7 +202,7 @@ fn attack_fake_rank(lab: &Lab, from: usize, target: SocketAddr, rank: u32, token
     lab.in_netns(from, move || {
         let ask = |params: &str| -> Option<String> {
             let mut c = TcpStream::connect_timeout(&target, Duration::from_secs(2)).ok()?;
-            c.write_all(&frame(&Msg::Hello(node_claim(rank, &token, params))))
+            c.write_all(&frame(&Msg::Hello(Box::new(node_claim(rank, &token, params)))))
                 .ok()?;
             c.set_read_timeout(Some(Duration::from_secs(7))).ok()?;
             match wire::read_msg(&mut c) {

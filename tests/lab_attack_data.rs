@@ -33,10 +33,10 @@ fn data_port(lab: &Lab, node: usize, by: Instant) -> u16 {
     loop {
         let o = lab.exec(node, "ss", &["-Hltn"]);
         for line in text(&o.stdout).lines() {
-            if let Some(local) = line.split_whitespace().nth(3) {
-                if let Some(p) = local.strip_prefix(&format!("{ip}:")) {
-                    return p.parse().unwrap();
-                }
+            if let Some(local) = line.split_whitespace().nth(3)
+                && let Some(p) = local.strip_prefix(&format!("{ip}:"))
+            {
+                return p.parse().unwrap();
             }
         }
         assert!(Instant::now() < by, "node {node} never listened on {ip}");

@@ -221,10 +221,9 @@ fn every_command_gives_each_shared_fact_one_state() {
                             depth == 0
                         })?;
                         Some((id, &rest[..end.0]))
-                    }) {
-                        if id.starts_with("gdr.") {
-                            in_check.insert((id.to_string(), subject.to_string()));
-                        }
+                    }) && id.starts_with("gdr.")
+                    {
+                        in_check.insert((id.to_string(), subject.to_string()));
                     }
                 }
             }

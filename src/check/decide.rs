@@ -409,10 +409,13 @@ pub fn explain(findings: Vec<Finding>) -> Vec<Finding> {
     out
 }
 
+/// A failing finding's words with its own device blanked out, and the field it compares.
+type FactKey = (String, String);
+
 /// The words of a failing finding with its own device blanked out, with the field it
 /// compares: alike devices failing one rule alike read the same. `None` for other findings
 /// and for messages that do not name their subject (one of a kind already).
-fn same_fact(f: &Finding) -> Option<(String, String)> {
+fn same_fact(f: &Finding) -> Option<FactKey> {
     if f.severity != Severity::Fail {
         return None;
     }
@@ -441,8 +444,8 @@ fn same_fact(f: &Finding) -> Option<(String, String)> {
 /// ports at NDR where it says HDR, two functions of one card at 8 GT/s) become the first
 /// of them, the others listed under its `also`.
 pub fn merge_same_fact(findings: Vec<Finding>) -> Vec<Finding> {
-    let keys: Vec<Option<(String, String)>> = findings.iter().map(same_fact).collect();
-    let mut out: Vec<(Finding, Vec<Finding>, Option<(String, String)>)> = Vec::new();
+    let keys: Vec<Option<FactKey>> = findings.iter().map(same_fact).collect();
+    let mut out: Vec<(Finding, Vec<Finding>, Option<FactKey>)> = Vec::new();
     for (f, k) in findings.into_iter().zip(keys) {
         match out.iter_mut().find(|(_, _, o)| k.is_some() && *o == k) {
             Some((_, same, _)) => same.push(f),

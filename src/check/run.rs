@@ -186,8 +186,11 @@ fn pid_list(holders: &[crate::host::facts::DeviceHolder]) -> String {
         .join(" ")
 }
 
+/// A host-facts rule's judge.
+pub type FactJudge = fn(&Facts, &mut Vec<Finding>);
+
 /// The host facts' own rules (beside the policy's `[host]` keys), in the order their findings are written.
-pub const FACT_RULES: &[Rule<fn(&Facts, &mut Vec<Finding>)>] = &[
+pub const FACT_RULES: &[Rule<FactJudge>] = &[
     Rule {
         ids: &["host.device_holders"],
         severity: "warn",
@@ -896,8 +899,11 @@ struct HostFacts<'a> {
     r: &'a super::policy::HostRules,
 }
 
+/// A `[host]` key's judge.
+type HostJudge = fn(&HostFacts<'_>, &mut Vec<Finding>);
+
 /// `[host]`: each key its own rule, in this order.
-const HOST_RULES: &[(&[&str], fn(&HostFacts, &mut Vec<Finding>))] = &[
+const HOST_RULES: &[(&[&str], HostJudge)] = &[
     (&["memlock_unlimited"], host_memlock_unlimited),
     (&["memlock_min_bytes"], host_memlock_min_bytes),
     (&["device_holders_max"], host_device_holders_max),
@@ -1081,8 +1087,11 @@ struct Gpus<'a> {
     r: &'a super::policy::GpuRules,
 }
 
+/// A `[gpu]` key's judge.
+type GpuJudge = fn(&Gpus<'_>, &mut Vec<Finding>);
+
 /// `[gpu]`: each key its own rule, in this order.
-const GPU_RULES: &[(&str, fn(&Gpus, &mut Vec<Finding>))] = &[
+const GPU_RULES: &[(&str, GpuJudge)] = &[
     ("count", gpu_count),
     ("model", gpu_model),
     ("driver", gpu_driver),
@@ -1990,8 +1999,11 @@ impl RoceIf<'_> {
     }
 }
 
+/// A `[roce]` QoS key's judge, on one RoCE netdev.
+type RoceQosJudge = fn(&RoceIf<'_>, &mut Vec<Finding>);
+
 /// `[roce]`'s QoS keys, judged on each RoCE netdev: each key its own rule, in this order.
-const ROCE_QOS_RULES: &[(&str, fn(&RoceIf, &mut Vec<Finding>))] = &[
+const ROCE_QOS_RULES: &[(&str, RoceQosJudge)] = &[
     ("mtu", roce_mtu),
     ("pfc_priorities", roce_pfc_priorities),
     ("ecn_priorities", roce_ecn_priorities),

@@ -44,7 +44,7 @@ impl Snapshot {
 fn human_bytes(b: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (u, s) in UNITS {
-        if b >= u && b % u == 0 {
+        if b >= u && b.is_multiple_of(u) {
             return format!("{}{s}", b / u);
         }
     }

@@ -742,10 +742,10 @@ fn findings(r: &RingReport) -> Vec<Finding> {
         }
         f.push(x);
     }
-    if let Some(e) = &r.error {
-        if r.verdicts.is_empty() {
-            f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
-        }
+    if let Some(e) = &r.error
+        && r.verdicts.is_empty()
+    {
+        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
     }
     f
 }

@@ -312,10 +312,10 @@ impl Host {
     }
 
     fn record(&self, a: Access) {
-        if let Some(r) = &self.recorder {
-            if let Ok(mut g) = r.lock() {
-                g.push(a);
-            }
+        if let Some(r) = &self.recorder
+            && let Ok(mut g) = r.lock()
+        {
+            g.push(a);
         }
     }
 

@@ -50,7 +50,7 @@ pub fn to_hex(b: &[u8]) -> String {
 /// Hex back to bytes; `None` on an odd length or a non-hex digit.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -227,10 +227,10 @@ pub(super) fn load(root: &Path, shown: &Path) -> Result<Loaded, HostError> {
         reason: "the snapshot has no fabprobe/facts.json".into(),
     });
     // Older facts list the system's GPU daemons among the holders: never read them as jobs.
-    if let FactsState::Available(f) = &mut facts {
-        if !f.daemons_scanned {
-            f.separate_daemons();
-        }
+    if let FactsState::Available(f) = &mut facts
+        && !f.daemons_scanned
+    {
+        f.separate_daemons();
     }
     let net = NetAnswers {
         ethtool: load_json(root, "ethtool.json", shown)?.unwrap_or_default(),

@@ -247,13 +247,13 @@ pub fn select(
     if !ib.is_empty() {
         return ib;
     }
-    if let Some(id) = comm_id {
-        if let Some(i) = match_subnet(ifs, id) {
-            return vec![Choice {
-                iface: i.clone(),
-                rule: format!("default: same subnet as NCCL_COMM_ID {id}"),
-            }];
-        }
+    if let Some(id) = comm_id
+        && let Some(i) = match_subnet(ifs, id)
+    {
+        return vec![Choice {
+            iface: i.clone(),
+            rule: format!("default: same subnet as NCCL_COMM_ID {id}"),
+        }];
     }
     for (s, rule) in [
         ("^docker,lo,virbr", "default: ^docker,lo,virbr"),

@@ -697,10 +697,10 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
         if c.read == Read::Plugin {
             // A plugin's WARN is told by its prefix, not a keyword: tested once, where the
             // first plugin entry stands.
-            if !std::mem::replace(&mut plugin_tried, true) {
-                if let Some(id) = plugin_cause(m) {
-                    return WarnRule::Cause(causes::of(id));
-                }
+            if !std::mem::replace(&mut plugin_tried, true)
+                && let Some(id) = plugin_cause(m)
+            {
+                return WarnRule::Cause(causes::of(id));
             }
             continue;
         }

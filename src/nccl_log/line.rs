@@ -70,10 +70,11 @@ pub fn prefix_rank(prefix: &str) -> Option<u32> {
     }
     // srun -l: "3: " (a label of digits only, the whole prefix or its last field).
     let last = p.rsplit(' ').next().unwrap_or(p);
-    if let Some(d) = last.strip_suffix(':') {
-        if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) {
-            return d.parse().ok();
-        }
+    if let Some(d) = last.strip_suffix(':')
+        && !d.is_empty()
+        && d.bytes().all(|b| b.is_ascii_digit())
+    {
+        return d.parse().ok();
     }
     None
 }

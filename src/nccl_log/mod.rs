@@ -329,13 +329,13 @@ impl Analyzer {
             line::Marks::One(at, _) if !self.full_path => HeaderKey::new(&s.as_bytes()[..at]),
             _ => None,
         };
-        if let (Some(k), line::Marks::One(at, level)) = (&key, marks) {
-            if let Some(h) = self.headers.get_mut(k) {
-                let copy = h.clone();
-                h.seen = self.epoch;
-                let h = copy;
-                return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
-            }
+        if let (Some(k), line::Marks::One(at, level)) = (&key, marks)
+            && let Some(h) = self.headers.get_mut(k)
+        {
+            let copy = h.clone();
+            h.seen = self.epoch;
+            let h = copy;
+            return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
         }
         let recs = match line::scan_marks(s, marks) {
             line::Records::One(prefix, rec) => {
@@ -428,15 +428,15 @@ impl Analyzer {
             let rule = events::warn_rule(m);
             // A repeat of a failure already kept (or one past the cap) is counted and
             // dropped before its fields are taken out: failure-dense logs are mostly repeats.
-            if let Some(cause) = rule.cause(m).filter(|_| !self.full_path) {
-                if self.repeat(cause, &key, label) {
-                    if cause == "unclassified_failure" {
-                        self.note_unrecognised(s);
-                    } else {
-                        self.recognised += 1;
-                    }
-                    return;
+            if let Some(cause) = rule.cause(m).filter(|_| !self.full_path)
+                && self.repeat(cause, &key, label)
+            {
+                if cause == "unclassified_failure" {
+                    self.note_unrecognised(s);
+                } else {
+                    self.recognised += 1;
                 }
+                return;
             }
             Some(rule.event(m))
         } else {

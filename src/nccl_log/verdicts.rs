@@ -355,10 +355,10 @@ fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<Verdict> {
             (Some(p), Some(q)) => *p >= q,
             _ => false,
         };
-        if let Some(w) = world {
-            if (ranks.len() as u32) < w {
-                v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
-            }
+        if let Some(w) = world
+            && (ranks.len() as u32) < w
+        {
+            v.suspects = (0..w).filter(|r| !ranks.contains(r) && !passed(r)).collect();
         }
         if a.world.is_none() && !v.suspects.is_empty() {
             v.meaning.push_str(
@@ -479,16 +479,25 @@ pub(super) fn build(a: Analyzer) -> Report {
 /// sender's `[send] via NET/IB/0/GDRDMA`, the receiver's `[receive] via NET/IB/0`): one
 /// warning for the log, naming the first such pair and counting the rest.
 fn gdr_one_direction(a: &Analyzer) -> Vec<Verdict> {
-    let mut pairs: BTreeMap<(u32, u32), (Option<&str>, Option<&str>)> = BTreeMap::new();
+    /// The first connection of a pair seen with GPUDirect RDMA, and the first without.
+    #[derive(Default)]
+    struct Vias<'a> {
+        gdr: Option<&'a str>,
+        plain: Option<&'a str>,
+    }
+    let mut pairs: BTreeMap<(u32, u32), Vias> = BTreeMap::new();
     for (src, dst, via) in a.connections.keys().filter(|k| k.2.starts_with("NET/")) {
         let e = pairs.entry((*src, *dst)).or_default();
         if via.contains("GDRDMA") {
-            e.0.get_or_insert(via);
+            e.gdr.get_or_insert(via);
         } else {
-            e.1.get_or_insert(via);
+            e.plain.get_or_insert(via);
         }
     }
-    let mixed: Vec<_> = pairs.iter().filter_map(|(p, v)| Some((p, v.0?, v.1?))).collect();
+    let mixed: Vec<_> = pairs
+        .iter()
+        .filter_map(|(p, v)| Some((p, v.gdr?, v.plain?)))
+        .collect();
     let Some(((src, dst), on, off)) = mixed.first() else {
         return Vec::new();
     };

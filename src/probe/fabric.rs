@@ -369,10 +369,11 @@ fn fm_findings(r: &FabricReport, fm: &FabricManager, out: &mut Vec<Finding>) -> 
         .filter(|g| not_ready(g))
         .map(|g| g.label.as_str())
         .collect();
-    if let (Some(f), Some(d)) = (&fm.version, &fm.driver_version) {
-        if f != d {
-            let also = if running { "" } else { "; it is not running" };
-            out.push(
+    if let (Some(f), Some(d)) = (&fm.version, &fm.driver_version)
+        && f != d
+    {
+        let also = if running { "" } else { "; it is not running" };
+        out.push(
                 Finding::new(
                     "topo.fabric_manager_version",
                     Severity::Fail,
@@ -393,8 +394,7 @@ fn fm_findings(r: &FabricReport, fm: &FabricManager, out: &mut Vec<Finding>) -> 
                     install_fm(d)
                 )),
             );
-            return true;
-        }
+        return true;
     }
     if !matches!(fm.process, FmProcess::NotRunning) {
         return false;

@@ -704,8 +704,11 @@ pub struct Gdr<'a> {
     pub used: Vec<&'a GdrPair>,
 }
 
+/// A GPUDirect RDMA rule's judge.
+pub type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
+
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
-pub static RULES: &[Rule<fn(&Gdr, &mut Vec<Finding>)>] = &[
+pub static RULES: &[Rule<GdrJudge>] = &[
     Rule {
         ids: &["gdr.nothing_to_judge"],
         severity: "unknown",

@@ -907,18 +907,18 @@ fn bad_value(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
             params::IntParse::Clean(_) => {}
         }
     }
-    if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name) {
-        if !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value)) {
-            f.push(bad_value_finding(
-                s,
-                format!(
-                    "{}={:?} is not one of {}: NCCL ignores it",
-                    s.name,
-                    s.value,
-                    words.join(", ")
-                ),
-            ));
-        }
+    if let Some((_, words)) = ENUMS.iter().find(|(n, _)| *n == s.name)
+        && !words.iter().any(|w| w.eq_ignore_ascii_case(&s.value))
+    {
+        f.push(bad_value_finding(
+            s,
+            format!(
+                "{}={:?} is not one of {}: NCCL ignores it",
+                s.name,
+                s.value,
+                words.join(", ")
+            ),
+        ));
     }
     if matches!(s.name.as_str(), "NCCL_NET_GDR_LEVEL" | "NCCL_P2P_LEVEL")
         && params::parse_level(&s.value).is_none()
@@ -952,23 +952,23 @@ fn out_of_range(_: &Env, s: &Setting, f: &mut Vec<Finding>) {
             params::IntParse::NoDigits => Some(0),
             params::IntParse::OutOfRange => None,
         };
-        if let Some(v) = read {
-            if v < *lo || v > *hi {
-                f.push(
-                    Finding::new(
-                        "nccl_env.out_of_range",
-                        *sev,
-                        &s.name,
-                        format!("{}={v} is outside {lo}-{hi}: {why}", s.name),
-                    )
-                    .evidence("value", s.value.clone())
-                    .evidence("from", from.clone())
-                    .fix(format!(
-                        "use a value in {lo}-{hi} (NCCL's default is {})",
-                        k.default
-                    )),
-                );
-            }
+        if let Some(v) = read
+            && (v < *lo || v > *hi)
+        {
+            f.push(
+                Finding::new(
+                    "nccl_env.out_of_range",
+                    *sev,
+                    &s.name,
+                    format!("{}={v} is outside {lo}-{hi}: {why}", s.name),
+                )
+                .evidence("value", s.value.clone())
+                .evidence("from", from.clone())
+                .fix(format!(
+                    "use a value in {lo}-{hi} (NCCL's default is {})",
+                    k.default
+                )),
+            );
         }
     }
 }
@@ -1309,16 +1309,17 @@ fn p2p_disabled_nvlink(x: &Env, f: &mut Vec<Finding>) {
     let get = |k: &str| r.settings.iter().find(|s| s.name == k);
     let host = x.host;
     // NVLink and P2P.
-    if let Some(s) = get("NCCL_P2P_DISABLE") {
-        if crate::nccl::gid::nccl_param(Some(&s.value), 0) == 1 {
-            let t = topo::probe(host);
-            let nvl = t
-                .gpus
-                .iter()
-                .filter(|g| g.nvlinks.iter().any(|l| l.count > 0))
-                .count();
-            if nvl > 0 {
-                f.push(
+    if let Some(s) = get("NCCL_P2P_DISABLE")
+        && crate::nccl::gid::nccl_param(Some(&s.value), 0) == 1
+    {
+        let t = topo::probe(host);
+        let nvl = t
+            .gpus
+            .iter()
+            .filter(|g| g.nvlinks.iter().any(|l| l.count > 0))
+            .count();
+        if nvl > 0 {
+            f.push(
                     Finding::new(
                         "nccl_env.p2p_disabled_nvlink",
                         Severity::Warn,
@@ -1329,7 +1330,6 @@ fn p2p_disabled_nvlink(x: &Env, f: &mut Vec<Finding>) {
                     .evidence("gpus_with_nvlink", nvl)
                     .fix("unset NCCL_P2P_DISABLE (use NCCL_P2P_LEVEL to limit P2P by path instead)"),
                 );
-            }
         }
     }
 }
@@ -1423,9 +1423,11 @@ fn gdr_by_topology(x: &Env, f: &mut Vec<Finding>) {
 fn net_plugin_missing(x: &Env, f: &mut Vec<Finding>) {
     let r = x.r;
     // Plugin and topology file.
-    if let Some(req) = &r.net_plugin.requested {
-        if !r.net_plugin.tries.is_empty() && r.net_plugin.found.is_none() {
-            f.push(
+    if let Some(req) = &r.net_plugin.requested
+        && !r.net_plugin.tries.is_empty()
+        && r.net_plugin.found.is_none()
+    {
+        f.push(
                 Finding::new(
                     "nccl_env.net_plugin_missing",
                     Severity::Warn,
@@ -1435,7 +1437,6 @@ fn net_plugin_missing(x: &Env, f: &mut Vec<Finding>) {
                 .evidence("tries", r.net_plugin.tries.clone())
                 .fix("add the plugin's directory to LD_LIBRARY_PATH"),
             );
-        }
     }
 }
 

@@ -846,16 +846,17 @@ fn counters_reset(x: &If, out: &mut Vec<Finding>) {
 fn switch_pfc_mismatch(x: &If, out: &mut Vec<Finding>) {
     let i = x.i;
     // The switch's PFC against the host's.
-    if let (Some(host_pfc), Some(sw)) = (&x.pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref())) {
-        if let Some(sp) = &sw.pfc {
-            let sw_prios = sp.priorities();
-            if &sw_prios != host_pfc {
-                let who = format!(
-                    "switch {} {}",
-                    sw.system_name.as_deref().unwrap_or(&sw.source_mac),
-                    sw.port_id.as_deref().unwrap_or("?")
-                );
-                out.push(
+    if let (Some(host_pfc), Some(sw)) = (&x.pfc, i.switch.as_ref().and_then(|s| s.lldp.as_ref()))
+        && let Some(sp) = &sw.pfc
+    {
+        let sw_prios = sp.priorities();
+        if &sw_prios != host_pfc {
+            let who = format!(
+                "switch {} {}",
+                sw.system_name.as_deref().unwrap_or(&sw.source_mac),
+                sw.port_id.as_deref().unwrap_or("?")
+            );
+            out.push(
                     Finding::new(
                         "qos.switch_pfc_mismatch",
                         Severity::Fail,
@@ -880,7 +881,6 @@ fn switch_pfc_mismatch(x: &If, out: &mut Vec<Finding>) {
                             .join(" ")
                     )),
                 );
-            }
         }
     }
 }

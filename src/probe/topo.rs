@@ -576,10 +576,10 @@ pub fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
     if a.numa != b.numa {
         return "SYS";
     }
-    if let (Some(ra), Some(rb)) = (&a.root, &b.root) {
-        if ra != rb {
-            return "NODE";
-        }
+    if let (Some(ra), Some(rb)) = (&a.root, &b.root)
+        && ra != rb
+    {
+        return "NODE";
     }
     if a.slot.is_some() && a.slot == b.slot {
         return "PIX";
@@ -993,24 +993,24 @@ fn pcie_width_degraded(x: &Dev, out: &mut Vec<Finding>) {
         (Some(d), Some(u)) => Some(d.min(u)),
         (d, u) => d.or(u),
     };
-    if let (Some(cur), Some(max)) = (link.current_width, allowed_width) {
-        if cur < max {
-            out.push(
-                Finding::new(
-                    "topo.pcie_width_degraded",
-                    Severity::Fail,
-                    subject,
-                    format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
-                )
-                .evidence("current_link_width", cur)
-                .evidence("max_link_width", link.max_width)
-                .evidence("upstream_max_link_width", p.upstream_max_width)
-                .fix(format!(
-                    "reseat the card and its riser or cable; {}",
-                    lnk_compare(bdf)
-                )),
-            );
-        }
+    if let (Some(cur), Some(max)) = (link.current_width, allowed_width)
+        && cur < max
+    {
+        out.push(
+            Finding::new(
+                "topo.pcie_width_degraded",
+                Severity::Fail,
+                subject,
+                format!("PCIe link runs at x{cur}, below the x{max} that device and slot support"),
+            )
+            .evidence("current_link_width", cur)
+            .evidence("max_link_width", link.max_width)
+            .evidence("upstream_max_link_width", p.upstream_max_width)
+            .fix(format!(
+                "reseat the card and its riser or cable; {}",
+                lnk_compare(bdf)
+            )),
+        );
     }
 }
 
@@ -1022,30 +1022,30 @@ fn pcie_speed_degraded(x: &Dev, out: &mut Vec<Finding>) {
         (Some(d), _) => Some(d),
         (None, u) => u.as_ref(),
     };
-    if let (true, Some(cur), Some(max)) = (x.is_nic, &link.current_speed, allowed_speed) {
-        if cur.gts < max.gts {
-            out.push(
-                Finding::new(
-                    "topo.pcie_speed_degraded",
-                    Severity::Fail,
-                    subject,
-                    format!(
-                        "PCIe link trained at {}, below the {} that device and slot support",
-                        cur.raw, max.raw
-                    ),
-                )
-                .evidence("current_link_speed", cur.raw.clone())
-                .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
-                .evidence(
-                    "upstream_max_link_speed",
-                    p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
-                )
-                .fix(format!(
-                    "reseat the card; check BIOS PCIe speed settings and the riser; {}",
-                    lnk_compare(bdf)
-                )),
-            );
-        }
+    if let (true, Some(cur), Some(max)) = (x.is_nic, &link.current_speed, allowed_speed)
+        && cur.gts < max.gts
+    {
+        out.push(
+            Finding::new(
+                "topo.pcie_speed_degraded",
+                Severity::Fail,
+                subject,
+                format!(
+                    "PCIe link trained at {}, below the {} that device and slot support",
+                    cur.raw, max.raw
+                ),
+            )
+            .evidence("current_link_speed", cur.raw.clone())
+            .evidence("max_link_speed", link.max_speed.as_ref().map(|s| s.raw.clone()))
+            .evidence(
+                "upstream_max_link_speed",
+                p.upstream_max_speed.as_ref().map(|s| s.raw.clone()),
+            )
+            .fix(format!(
+                "reseat the card; check BIOS PCIe speed settings and the riser; {}",
+                lnk_compare(bdf)
+            )),
+        );
     }
 }
 

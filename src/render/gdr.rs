@@ -30,7 +30,7 @@ fn short(v: Verdict) -> &'static str {
 }
 
 fn gib(b: u64) -> String {
-    if b % (1 << 30) == 0 {
+    if b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
     } else {
         format!("{} MiB", b >> 20)

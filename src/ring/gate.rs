@@ -103,7 +103,7 @@ pub fn hello_of(body: &[u8]) -> Result<Hello, WireError> {
 
 fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
     match m? {
-        Msg::Hello(h) => Ok(h),
+        Msg::Hello(h) => Ok(*h),
         other => Err(WireError::Malformed(format!(
             "expected hello, got {}",
             other.kind()

@@ -178,7 +178,8 @@ fn an_interrupt_during_the_join_ends_it_without_a_verdict() {
     // Rank 1 by hand: once it is told its window it is seated; then the signal comes.
     use std::io::Write;
     let mut c = TcpStream::connect(&addr).unwrap();
-    c.write_all(&frame(&Msg::Hello(hello(1, 3, "t")))).unwrap();
+    c.write_all(&frame(&Msg::Hello(Box::new(hello(1, 3, "t")))))
+        .unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert!(matches!(wire::read_msg(&mut c), Ok(Msg::Window { closes_in_ms }) if closes_in_ms > 20_000));
     let t0 = Instant::now();

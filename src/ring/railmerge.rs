@@ -1036,7 +1036,7 @@ mod tests {
         );
         let v = &all.verdicts[0];
         assert!(v.message.starts_with("all rails: "), "{}", v.message);
-        assert!(v.evidence.get("neighbor").is_none(), "{:?}", v.evidence);
+        assert!(!v.evidence.contains_key("neighbor"), "{:?}", v.evidence);
         assert_eq!(
             crate::ring::diagnosis::neighbor::texts(v),
             ["node-c eth1 <-> leaf-07 Eth1/1", "node-c eth2 <-> leaf-07 Eth1/2"]

@@ -396,8 +396,10 @@ impl Mux {
         loop {
             for h in self.plane.wait_as::<NodeUnit>(Duration::from_millis(50)) {
                 match h {
-                    Happening::Msg(i, NodeUnit::Tagged(rail, body), at) => self.to_rail(i, rail, body, at),
-                    Happening::Msg(i, NodeUnit::Other(f), at) => self.from_node(i, &f, at),
+                    Happening::Msg(i, NodeUnit::Tagged(rail, body), at) => {
+                        self.relay_to_rail(i, rail, body, at)
+                    }
+                    Happening::Msg(i, NodeUnit::Other(f), at) => self.node_frame(i, &f, at),
                     Happening::Closed(i, e) => self.node_gone(i, is_reset(&e)),
                 }
             }
@@ -409,7 +411,7 @@ impl Mux {
                 turn_away(late, rep);
             }
             let now = Instant::now();
-            self.from_rails(now);
+            self.take_from_rails(now);
             self.plane.flush_backlog(now);
             self.after_writes(now);
             // Each node hears from rank 0 while only other nodes' rails still run: well within
@@ -449,10 +451,10 @@ impl Mux {
     /// A node's frame that is not a rail's message in this crate's encoding (those are
     /// handed over by their tag, unparsed: [`NodeUnit`]): decoded, one of its rails' messages
     /// in another encoding, or the end of one of its rails' connections.
-    fn from_node(&mut self, i: Rank, f: &[u8], at: Instant) {
+    fn node_frame(&mut self, i: Rank, f: &[u8], at: Instant) {
         match wire::decode(&f[8..]) {
             Ok(Msg::Rail { rail, msg }) => match frame(&msg) {
-                Ok(inner) => self.to_rail(i, rail, inner[8..].to_vec(), at),
+                Ok(inner) => self.relay_to_rail(i, rail, inner[8..].to_vec(), at),
                 Err(_) => self.tell_closed(i, rail, true),
             },
             Ok(Msg::RailClosed { rail, reset }) => {
@@ -474,7 +476,7 @@ impl Mux {
 
     /// Node i's message `body` for its rail `rail`'s coordinator (a hello opens a new relayed
     /// connection).
-    fn to_rail(&mut self, i: Rank, rail: u32, body: Vec<u8>, at: Instant) {
+    fn relay_to_rail(&mut self, i: Rank, rail: u32, body: Vec<u8>, at: Instant) {
         let Some(end) = self.rails.get_mut(&rail) else {
             return self.tell_closed(i, rail, true);
         };
@@ -503,7 +505,7 @@ impl Mux {
     /// What the rails' coordinators handed over: frames queued for their nodes (written
     /// together, [`Plane::flush_backlog`]), and relayed connections they ended, told to the
     /// node (unless a newer connection of that rail rank said hello since).
-    fn from_rails(&mut self, now: Instant) {
+    fn take_from_rails(&mut self, now: Instant) {
         for item in self.shared.out.take() {
             match item {
                 Out::Frame { node, frame, table } => match self.plane.queue(node, frame, table, now) {
@@ -1018,9 +1020,12 @@ mod tests {
         }
     }
 
+    /// The hub's thread: the roster it seated and the events it logged.
+    type Hub = thread::JoinHandle<(Roster, Vec<String>)>;
+
     /// Rank 0's door on a fresh port, gathering `world` nodes; the hub seats them (no rail
     /// relayed) and ends once `release` says so.
-    fn rank0(world: u32, join: Duration) -> (String, thread::JoinHandle<(Roster, Vec<String>)>, Sender<()>) {
+    fn rank0(world: u32, join: Duration) -> (String, Hub, Sender<()>) {
         gate::raise_fd_limit();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -1268,7 +1273,7 @@ mod tests {
                     h.info.rails.clear();
                     let m = Msg::Rail {
                         rail: k,
-                        msg: Box::new(Msg::Hello(h)),
+                        msg: Box::new(Msg::Hello(Box::new(h))),
                     };
                     wire::write_msg(&mut &s, &m).unwrap();
                 }
@@ -1306,7 +1311,11 @@ mod tests {
     /// unchanged); anything else is left to the full decoder.
     #[test]
     fn rail_frames_are_forwarded_by_their_tag() {
-        let inner = [Msg::Ping, Msg::Hello(hello(3, 4)), Msg::Ready { rank: 7 }];
+        let inner = [
+            Msg::Ping,
+            Msg::Hello(Box::new(hello(3, 4))),
+            Msg::Ready { rank: 7 },
+        ];
         for (rail, m) in [0u32, 7, 123_456].into_iter().zip(inner) {
             let own = frame(&m).unwrap();
             let tagged = frame(&Msg::Rail {
@@ -1335,7 +1344,7 @@ mod tests {
         let (_, body) = rail_body(&cut).unwrap();
         assert!(wire::decode(body).is_err());
         // A hello in another encoding (spaces) is still a hello.
-        let spaced = serde_json::to_string_pretty(&Msg::Hello(hello(1, 2))).unwrap();
+        let spaced = serde_json::to_string_pretty(&Msg::Hello(Box::new(hello(1, 2)))).unwrap();
         assert!(is_hello(spaced.as_bytes()));
         // Over the frame limit once tagged: not forwarded.
         let big = framed(&vec![b' '; wire::MAX_FRAME - 5]);
@@ -1426,7 +1435,7 @@ mod tests {
             epoch: 1,
             reset: true,
         });
-        mux.from_rails(Instant::now());
+        mux.take_from_rails(Instant::now());
         assert_eq!(mux.plane.queued(), 0);
         // 1 MiB for a node that reads nothing: most of it stays queued, and past the
         // deadline the node is named to its rail, with what waited, and let go.
@@ -1436,7 +1445,7 @@ mod tests {
             frame: big,
             table: None,
         });
-        mux.from_rails(Instant::now());
+        mux.take_from_rails(Instant::now());
         mux.plane.flush_backlog(Instant::now());
         assert!(mux.plane.queued() > 0);
         thread::sleep(Duration::from_millis(400));

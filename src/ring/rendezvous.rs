@@ -362,7 +362,7 @@ pub fn connect_hello(
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(write_timeout))
         .map_err(|e| wire_err(e.into()))?;
-    wire::write_msg(&mut &s, &Msg::Hello(hello.clone())).map_err(wire_err)?;
+    wire::write_msg(&mut &s, &Msg::Hello(Box::new(hello.clone()))).map_err(wire_err)?;
     Ok(s)
 }
 

@@ -113,7 +113,9 @@ pub struct RankResults {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Msg {
-    Hello(Hello),
+    /// Boxed: the largest message (its rank info, token and params), sent once per connection,
+    /// so the heartbeats and samples that fill the queues stay small.
+    Hello(Box<Hello>),
     /// Every rank arrived: this rank's part of the table (its own entry and its peers' in
     /// each ring, in rank order), in frames of bounded size; `more`: another part follows.
     Table {
@@ -452,7 +454,7 @@ mod tests {
             pid: Some(7),
             capabilities: vec!["tcp".into()],
         };
-        let hello = Msg::Hello(Hello {
+        let hello = Msg::Hello(Box::new(Hello {
             protocol: PROTOCOL,
             rank: 2,
             world: 4,
@@ -460,7 +462,7 @@ mod tests {
             info: info.clone(),
             capabilities: vec!["tcp".into()],
             params: "p".into(),
-        });
+        }));
         let report = |rank| WaitReport {
             rank,
             phase: Phase::ReduceScatter,

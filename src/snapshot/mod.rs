@@ -165,14 +165,14 @@ impl Mirror<'_> {
             return Ok(());
         }
         let s = self.src_of(canonical);
-        if let Some(limit) = limit {
-            if std::fs::metadata(&s).map(|m| m.len() > limit).unwrap_or(false) {
-                self.summary.skipped.push(format!(
-                    "{}: larger than {limit} bytes, not copied",
-                    canonical.display()
-                ));
-                return Ok(());
-            }
+        if let Some(limit) = limit
+            && std::fs::metadata(&s).map(|m| m.len() > limit).unwrap_or(false)
+        {
+            self.summary.skipped.push(format!(
+                "{}: larger than {limit} bytes, not copied",
+                canonical.display()
+            ));
+            return Ok(());
         }
         match crate::host::read_capped(&s, crate::host::MAX_READ_BYTES) {
             Ok(bytes) => std::fs::write(&d, bytes).map_err(io_err("write", &d))?,

@@ -213,15 +213,17 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
             base("fr_buffer_wrapped", Severity::Unknown),
         ));
     }
-    if out.is_empty() && st.lost.is_empty() && !st.seen.is_empty() {
-        if let Some(v) = none_completed(
+    if out.is_empty()
+        && st.lost.is_empty()
+        && !st.seen.is_empty()
+        && let Some(v) = none_completed(
             job,
             &at_top,
             g,
             base("fr_all_entered_none_completed", Severity::Fail),
-        ) {
-            out.push(v);
-        }
+        )
+    {
+        out.push(v);
     }
     out.into_iter().map(|v| finish(v, job, hosts)).collect()
 }
@@ -333,16 +335,16 @@ fn not_entered(
 /// when that is elsewhere (the group it is busy in).
 fn last_seen(job: &Job, r: u32, in_group: &Call) -> RankCall {
     let mut call = format!("seq {} {}", in_group.seq, in_group.describe());
-    if let Some(last) = job.dumps().get(&r).and_then(|d| d.last.as_ref()) {
-        if last.group != in_group.group {
-            call.push_str(&format!(
-                "; newest of all: group {} seq {} {} ({})",
-                last.group,
-                last.seq,
-                last.describe(),
-                last.state.as_str()
-            ));
-        }
+    if let Some(last) = job.dumps().get(&r).and_then(|d| d.last.as_ref())
+        && last.group != in_group.group
+    {
+        call.push_str(&format!(
+            "; newest of all: group {} seq {} {} ({})",
+            last.group,
+            last.seq,
+            last.describe(),
+            last.state.as_str()
+        ));
     }
     RankCall {
         ranks: vec![r],

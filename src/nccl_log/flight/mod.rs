@@ -341,7 +341,7 @@ impl Job {
 
     /// The lowest sequence number of a group where the ranks' calls differ, with each call
     /// and the ranks that made it (largest group first).
-    fn first_disagreement(&self, group: &str) -> Option<(u64, Vec<(Call, u32, Vec<u32>)>, u32)> {
+    fn first_disagreement(&self, group: &str) -> Option<(u64, Vec<CallRanks>, u32)> {
         let mut found: Option<(u64, &SeqCalls)> = None;
         for (seq, s) in self.seqs.get(group).into_iter().flatten() {
             if (s.calls.len() > 1 || s.more > 0) && found.is_none_or(|(f, _)| *seq < f) {
@@ -349,7 +349,7 @@ impl Job {
             }
         }
         let (seq, s) = found?;
-        let mut calls: Vec<(Call, u32, Vec<u32>)> = s
+        let mut calls: Vec<CallRanks> = s
             .calls
             .iter()
             .map(|c| (c.call.clone(), c.count, sorted(c.ranks.clone())))
@@ -358,6 +358,9 @@ impl Job {
         Some((seq, calls, s.more))
     }
 }
+
+/// A call, how many ranks made it, and those ranks (up to [`RANK_SAMPLE`], sorted).
+type CallRanks = (Call, u32, Vec<u32>);
 
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
@@ -457,7 +460,7 @@ pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
             }
         }
     }
-    let mut joined: Vec<super::Verdict> = fr.verdicts.iter().map(|v| as_verdict(v)).collect();
+    let mut joined: Vec<super::Verdict> = fr.verdicts.iter().map(as_verdict).collect();
     joined.append(&mut report.verdicts);
     report.verdicts = joined;
     fr

@@ -161,14 +161,14 @@ fn default_title(envs: &[Envelope]) -> String {
         }
     }
     // A sweep's host is the machine that ran it, not the fleet it judged: name the fleet.
-    if let [e] = envs {
-        if e.schema == "fabprobe.sweep" {
-            let n = e.data.get("nodes").and_then(|n| n.get("reports")).and_then(|r| r.as_u64());
-            return match n {
-                Some(n) => format!("fabprobe sweep: a fleet of {n} reports"),
-                None => "fabprobe sweep".to_string(),
-            };
-        }
+    if let [e] = envs
+        && e.schema == "fabprobe.sweep"
+    {
+        let n = e.data.get("nodes").and_then(|n| n.get("reports")).and_then(|r| r.as_u64());
+        return match n {
+            Some(n) => format!("fabprobe sweep: a fleet of {n} reports"),
+            None => "fabprobe sweep".to_string(),
+        };
     }
     let mut hosts: Vec<&str> = envs.iter().filter_map(|e| e.hostname).collect();
     hosts.sort_unstable();

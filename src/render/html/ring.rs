@@ -470,7 +470,7 @@ fn axis_labels(r: &Ring, g: &Grid, i: u32) -> Markup {
     let every = (g.n / 16).max(1);
     let host = r.ranks.iter().find(|x| x.rank == i).map(|x| x.host.as_str());
     html! {
-        @if i % every == 0 {
+        @if i.is_multiple_of(every) {
             text.small x=(g.x(i) + g.cell / 2.0) y=(g.top - 4.0) text-anchor="middle" { (i) }
             text.small x=(g.left - 4.0) y=(g.y(i) + g.cell / 2.0 + 3.0) text-anchor="end" {
                 (i) @if g.n <= 32 { @if let Some(h) = host { " " (h) } }

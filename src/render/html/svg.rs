@@ -20,7 +20,7 @@ pub fn ticks(max: f64, want: usize) -> Vec<f64> {
 pub fn size_label(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (u, s) in UNITS {
-        if bytes >= u && bytes % u == 0 {
+        if bytes >= u && bytes.is_multiple_of(u) {
             return format!("{}{s}", bytes / u);
         }
     }

@@ -369,9 +369,12 @@ mod tests {
 
     const INDEX: u32 = 3;
 
+    /// One rank's order: its result, what it reported stuck, and its heartbeat after it.
+    type RankRun = (Result<Vec<LinkSample>, RingError>, Vec<WaitReport>, WaitReport);
+
     /// Order `INDEX` (shift 1) on a two-rank in-process network, each rank in its own thread:
     /// each rank's result, what it reported stuck, and its heartbeat after the order.
-    fn two_ranks(net: &InprocNet) -> Vec<(Result<Vec<LinkSample>, RingError>, Vec<WaitReport>, WaitReport)> {
+    fn two_ranks(net: &InprocNet) -> Vec<RankRun> {
         std::thread::scope(|sc| {
             let runs: Vec<_> = (0..2u32)
                 .map(|me| {

@@ -207,7 +207,7 @@ impl<'a> Serve<'a> {
                 .unwrap_or_else(|| silence(self.cfg.timeout) / 4);
             let k = (talking.as_nanos() / every.as_nanos()).max(1) as u64;
             let (cycle, quiet) = (self.ping_cycles, &self.quiet.quiet);
-            let want = |r: Rank| (cycle + r as u64) % k == 0 || quiet.contains(&r);
+            let want = |r: Rank| (cycle + r as u64).is_multiple_of(k) || quiet.contains(&r);
             rep.stats.pings += self.plane.ping_idle(ping, self.ping_from..upto, now, want);
             rep.stats.ping_time += t.elapsed();
             self.ping_from = upto;

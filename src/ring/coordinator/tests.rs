@@ -511,10 +511,12 @@ fn claim_refusals_on_a_partial_rail_name_the_node_rank() {
     cfg.nodes = vec![0, 2, 3, 5];
     let coord = thread::spawn(move || coordinate(l, cfg));
     let mut a = TcpStream::connect(&addr).unwrap();
-    a.write_all(&frame(&Msg::Hello(hello(3, 4, "t")))).unwrap();
+    a.write_all(&frame(&Msg::Hello(Box::new(hello(3, 4, "t")))))
+        .unwrap();
     thread::sleep(Duration::from_millis(300));
     let mut b = TcpStream::connect(&addr).unwrap();
-    b.write_all(&frame(&Msg::Hello(hello(3, 4, "t")))).unwrap();
+    b.write_all(&frame(&Msg::Hello(Box::new(hello(3, 4, "t")))))
+        .unwrap();
     b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let reason = match wire::read_msg(&mut b) {
         Ok(Msg::Reject { reason }) => reason,
@@ -599,7 +601,7 @@ fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
     let s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut w = &s;
-    wire::write_msg(&mut w, &Msg::Hello(big_hello(0))).unwrap();
+    wire::write_msg(&mut w, &Msg::Hello(Box::new(big_hello(0)))).unwrap();
     let mut r = &s;
     let mut frames = Vec::new();
     let mut table = Vec::new();
@@ -958,13 +960,15 @@ fn a_duplicate_claim_names_both_addresses_or_replaces_a_dead_holder() {
     let cfg = test_cfg(2, Duration::from_secs(5), addr.clone(), None);
     let coord = thread::spawn(move || coordinate(l, cfg));
     let mut a = TcpStream::connect(&addr).unwrap();
-    a.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+    a.write_all(&frame(&Msg::Hello(Box::new(hello(1, 2, "t")))))
+        .unwrap();
     thread::sleep(Duration::from_millis(300));
     // The second claim is told "busy" while the holder is checked (it is alive: it
     // answers nothing but its kernel acknowledges), then refused for good.
     let claim = || {
         let mut b = TcpStream::connect(&addr).unwrap();
-        b.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+        b.write_all(&frame(&Msg::Hello(Box::new(hello(1, 2, "t")))))
+            .unwrap();
         b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         match wire::read_msg(&mut b) {
             Ok(Msg::Reject { reason }) => (b, reason),
@@ -992,7 +996,8 @@ fn a_duplicate_claim_names_both_addresses_or_replaces_a_dead_holder() {
     drop(a);
     thread::sleep(Duration::from_millis(200));
     let mut c = TcpStream::connect(&addr).unwrap();
-    c.write_all(&frame(&Msg::Hello(hello(1, 2, "t")))).unwrap();
+    c.write_all(&frame(&Msg::Hello(Box::new(hello(1, 2, "t")))))
+        .unwrap();
     thread::sleep(Duration::from_millis(300));
     let r0 = join(&addr, hello(0, 2, "t"), Duration::from_secs(5)).unwrap();
     assert_eq!(r0.table.len(), 2);
@@ -1024,7 +1029,7 @@ fn rejections_are_capped_and_never_carry_raw_peer_bytes() {
     let coord = thread::spawn(move || coordinate(l, cfg));
     let mut evil = hello(1, 2, "t");
     evil.params = "\x1b[2J\x1b]0;owned\x07\u{9b}31m".repeat(1000);
-    let f = frame(&Msg::Hello(evil));
+    let f = frame(&Msg::Hello(Box::new(evil)));
     let n = MAX_REJECTED_EVENTS + 8;
     for _ in 0..n {
         let mut c = TcpStream::connect(&addr).unwrap();
@@ -1143,7 +1148,8 @@ pub(crate) fn raw_rank(
         sock.connect(&addr.parse::<std::net::SocketAddr>().unwrap().into())
             .unwrap();
         let mut s: TcpStream = sock.into();
-        s.write_all(&frame(&Msg::Hello(hello(r, world, "t")))).unwrap();
+        s.write_all(&frame(&Msg::Hello(Box::new(hello(r, world, "t")))))
+            .unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         assert!(matches!(read_past_window(&mut s), Ok(Msg::Table { .. })));
         s.write_all(&frame(&Msg::Ready { rank: r })).unwrap();

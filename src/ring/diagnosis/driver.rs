@@ -527,10 +527,10 @@ fn typical_order_time(took: Duration, samples: &[LinkSample], index: u32) -> Dur
 fn rerun_orders(suspects: &[Verdict], n: usize, first: &BTreeMap<u32, u32>) -> Vec<(u32, Option<u32>)> {
     let mut out: Vec<(u32, Option<u32>)> = Vec::new();
     for s in suspects.iter().filter_map(|v| link_shift(v, n)) {
-        if let Some(&i) = first.get(&s) {
-            if !out.contains(&(s, Some(i))) {
-                out.push((s, Some(i)));
-            }
+        if let Some(&i) = first.get(&s)
+            && !out.contains(&(s, Some(i)))
+        {
+            out.push((s, Some(i)));
         }
     }
     out
@@ -555,7 +555,7 @@ fn new_connection_orders(suspects: &[Verdict], n: usize) -> Vec<u32> {
     let n32 = n as u32;
     let mut want: Vec<(u32, usize)> = Vec::new();
     let add = |s: u32, k: usize, want: &mut Vec<(u32, usize)>| {
-        if n32 == 0 || s % n32 == 0 {
+        if n32 == 0 || s.is_multiple_of(n32) {
             return;
         }
         match want.iter_mut().find(|(x, _)| *x == s) {
@@ -1016,7 +1016,13 @@ mod tests {
         let s = sample_of_order_0;
         let run = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
         // (n, samples, shifts run, expected)
-        let cases: Vec<(usize, Vec<LinkSample>, BTreeSet<u32>, Vec<(Rank, Rank, &str)>)> = vec![
+        type Case = (
+            usize,
+            Vec<LinkSample>,
+            BTreeSet<u32>,
+            Vec<(Rank, Rank, &'static str)>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 3,
                 (0..3)

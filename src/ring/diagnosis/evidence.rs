@@ -25,10 +25,10 @@ pub fn line_rate(host: &Host, ifname: &str) -> Option<(f64, String)> {
             let on_gids = ib::read_gid_table(host, &dev, p)
                 .iter()
                 .any(|g| g.ndev.value().map(str::trim) == Some(ifname));
-            if netdev.as_deref() == Some(ifname) || on_gids {
-                if let Some(r) = ib::read_port(host, &dev, p).rate.filter(|r| r.gbps > 0.0) {
-                    return Some((r.gbps / 8.0, format!("rdma {dev} port {p}")));
-                }
+            if (netdev.as_deref() == Some(ifname) || on_gids)
+                && let Some(r) = ib::read_port(host, &dev, p).rate.filter(|r| r.gbps > 0.0)
+            {
+                return Some((r.gbps / 8.0, format!("rdma {dev} port {p}")));
             }
         }
     }

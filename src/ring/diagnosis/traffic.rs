@@ -311,7 +311,9 @@ mod tests {
 
     #[test]
     fn a_move_is_known_only_when_both_reads_are_and_the_counter_went_forward() {
-        let cases: [(Result<u64, &str>, Result<u64, &str>, Option<u64>, Option<&str>); 5] = [
+        // (the read before, the read after, the bytes moved, why unknown)
+        type Read = Result<u64, &'static str>;
+        let cases: [(Read, Read, Option<u64>, Option<&str>); 5] = [
             (Ok(100), Ok(350), Some(250), None),
             (Ok(100), Ok(100), Some(0), None),
             (

@@ -136,10 +136,10 @@ impl<'a> Judge<'a> {
     fn new(s: &'a WatchState<'a>, now: u64) -> Judge<'a> {
         let mut waiters: BTreeMap<Rank, Vec<Rank>> = BTreeMap::new();
         for w in &s.watch {
-            if let Some(p) = w.last.as_ref().and_then(|(_, rep)| rep.waiting_on) {
-                if p != w.rank {
-                    waiters.entry(p).or_default().push(w.rank);
-                }
+            if let Some(p) = w.last.as_ref().and_then(|(_, rep)| rep.waiting_on)
+                && p != w.rank
+            {
+                waiters.entry(p).or_default().push(w.rank);
             }
         }
         Judge {

@@ -617,13 +617,13 @@ fn accept_batch<A: Admit>(
         match listener.accept() {
             Ok((s, addr)) => {
                 let _ = s.set_nonblocking(true);
-                if w.pending.len() >= MAX_PENDING {
-                    if let Some(old) = w.oldest() {
-                        st.foreign.note(
-                            old.addr.ip(),
-                            format!("dropped: more than {MAX_PENDING} connections waiting to say hello"),
-                        );
-                    }
+                if w.pending.len() >= MAX_PENDING
+                    && let Some(old) = w.oldest()
+                {
+                    st.foreign.note(
+                        old.addr.ip(),
+                        format!("dropped: more than {MAX_PENDING} connections waiting to say hello"),
+                    );
                 }
                 let p = Pending {
                     stream: s,
@@ -646,11 +646,11 @@ fn accept_batch<A: Admit>(
                 st.accept_error.get_or_insert_with(|| e.to_string());
                 // Out of file descriptors: free one from the connection that has waited
                 // longest for its hello, and pause before the next try.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                    if let Some(old) = w.oldest() {
-                        st.foreign
-                            .note(old.addr.ip(), "dropped to free a file descriptor".into());
-                    }
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                    && let Some(old) = w.oldest()
+                {
+                    st.foreign
+                        .note(old.addr.ip(), "dropped to free a file descriptor".into());
                 }
                 *backoff_until = Some(Instant::now() + ACCEPT_BACKOFF);
                 return true;

@@ -245,7 +245,7 @@ fn check_layout(r: &RdmaReply, asked_slots: usize) -> Result<Layout, String> {
     if !(4..=MAX_SLOT_BYTES).contains(&r.slot_bytes) {
         return Err(format!("{}: want 4..={MAX_SLOT_BYTES} bytes a slot", offer()));
     }
-    if r.stride < r.slot_bytes || r.stride % 8 != 0 || r.stride > MAX_SLOT_BYTES + 8 {
+    if r.stride < r.slot_bytes || !r.stride.is_multiple_of(8) || r.stride > MAX_SLOT_BYTES + 8 {
         return Err(format!(
             "{}: the stride must be a multiple of 8 from the slot size to {}",
             offer(),
