@@ -79,19 +79,31 @@ JSON DATA (fabprobe.check)
   Printed on ONE line, so many nodes' output is JSON lines.
   verdict                       pass | warn | fail
   policy                        {name, source (builtin:NAME or the file), description}
-  counts                        {fail, warn, pass}
+  counts                        {fail, warn, pass, not_evaluated}
+  worst                         null | {id, subject, message, class}: the cause the verdict
+                                line names (a hardware cause before a configuration one)
+  saw                           {gpus, rdma_devices, rdma_ports, rdma_ports_active,
+                                roce_netdevs}: what the probes found to judge
+  not_evaluated[]               {key, reason}: a policy key with nothing to judge
+  not_used_by_nccl[]            {id, subject, severity}: findings on devices NCCL_IB_HCA
+                                leaves out, kept apart from the verdict
   probes[]                      {name, ran (false: not in this build), findings}
   facts                         {state: available, kernel, os, cpu_model, cpu_count,
                                  memory_total_bytes, uptime_s, load_avg [1m,5m,15m],
                                  memlock {soft, hard} (\"unlimited\" | {bytes}),
-                                 device_holders [{pid, comm, devices}], processes_unreadable}
+                                 device_holders [{pid, comm, devices}], processes_unreadable,
+                                 system_daemons [{pid, daemon, identified_by (exe|comm),
+                                   exe, comm, devices}]: holders known to hold the devices
+                                   by design, daemons_scanned}
                                 | {state: unavailable, reason}
   fingerprint                   what fabprobe sweep compares across nodes: tool_version, policy,
                                 kernel, os, cpu_model, cpu_count, memory_gib, memlock_soft,
                                 gpu_driver, gpu_count, gpu_models, nvlink_min, rdma_nic_count,
                                 topo_signature (FNV-1a of the nvidia-smi matrix), ib_ports,
                                 ib_rates, roce_ports, roce_rates, hca_firmware, hca_pcie,
-                                nccl_gid_index (multisets read \"8x 400 Gb/sec (4X NDR)\")
+                                nccl_gid_index, roce_netdev_mtu, roce_trust, pfc_priorities,
+                                ecn_priorities, global_pause, gdr_pairs, gdr_peer_memory
+                                (multisets read \"8x 400 Gb/sec (4X NDR)\")
   sample                        null | {kind, baseline, interval_s}: counter rates were judged
 
 PROMETHEUS (--format prom)

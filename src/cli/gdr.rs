@@ -44,7 +44,8 @@ iommu_group type, the kernel command line. BAR1: NVML.
 const GDR_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gdr)
   {\"gpus\"|\"nics\": [{\"label\", \"name\", \"pci_bus_id\", \"bar1_total_bytes\",
-     \"iommu_group\": null | {\"group\", \"type\"}}],
+     \"iommu_group\": null | {\"group\", \"type\"}; a NIC also \"nccl_uses\" (bool: NCCL_IB_HCA
+     keeps it) and \"nccl_use_rule\" (why)}],
    \"nccl_net_gdr_level\": {\"level\" (what it allows on PCIe: LOC..SYS), \"name\" (as NCCL names it: PXB, P2C...),
      \"source\" (default, NCCL_NET_GDR_C2C=N | set in <where>), \"raw\"},
    \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
@@ -53,12 +54,12 @@ JSON DATA (fabprobe.gdr)
      \"nvidia_peermem_loaded\", \"nvidia_peermem_version\", \"peerdirect_support\",
      \"nv_peer_mem_loaded\", \"peer_memory_api\", \"nvidia_peermem_module_file\"},
    \"dmabuf\": {\"kernel\", \"kernel_ok\", \"rdma_core\", \"rdma_core_source\", \"rdma_core_ok\",
-     \"nvidia_driver\", \"nvidia_open_module\", \"possible\", \"path\" (yes|no|unknown), \"unknown\"},
+     \"nvidia_driver\", \"nvidia_open_module\", \"possible\", \"nccl_dmabuf_enable\", \"path\" (yes|no|unknown), \"unknown\"},
    \"iommu\": {\"units\", \"cmdline_flags\", \"cmdline_passthrough\"},
    \"bridges\": [{\"pci_bus_id\", \"acs\": {\"state\": \"present\", \"cap\", \"ctrl\", \"ctrl_text\",
      \"redirect\"} | {\"state\": \"absent\"} | {\"state\": \"unknown\", \"bytes_read\", \"reason\"} |
      {\"state\": \"unreadable\", \"error\"}}],
-   \"pairs\": [{\"gpu\", \"nic\", \"path\", \"nccl_nearest\", \"verdict\" (on|dmabuf_possible|
+   \"pairs\": [{\"subject\" (GPU0-mlx5_0), \"gpu\", \"nic\", \"path\", \"nccl_nearest\", \"verdict\" (on|dmabuf_possible|
      off_distance|off_no_peer_memory|unknown), \"bridges_between\", \"acs_redirect\", \"acs_unknown\"}],
    \"notes\"}
 

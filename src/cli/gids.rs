@@ -54,7 +54,9 @@ const GIDS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gids)
   {\"rdma\": {\"devices_found\": bool, \"message\": str|null},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
-                \"routable_flid_gid_index\"} (null when unset),
+                \"routable_flid_gid_index\" (null when unset), \"auto_default\" (NCCL picks the
+                index itself when NCCL_IB_GID_INDEX is unset: 2.21+; null: version unknown),
+                \"nccl_version\" (whose rule that is)},
    \"ports\": [{\"device\", \"port\", \"link_layer\", \"node_type\", \"state\", \"gid_tbl_len\",
               \"entries\": [{\"index\", \"gid\" (kernel full form), \"ipv4\", \"roce_version\"
                            (v1|v2|IB|null), \"gid_type\" (types file as read), \"netdev\",

@@ -63,7 +63,8 @@ JSON DATA (fabprobe.links)
    \"verbs\": null | {\"error\" (e.g. ENOSYS), \"devices\": [{\"name\", \"port1_active\", \"error\"}]},
    \"devices\": [{\"name\", \"node_type\": {\"id\",\"name\"}, \"node_guid\", \"sys_image_guid\",
      \"fw_ver\", \"board_id\", \"hca_type\", \"hw_rev\", \"pci_bdf\", \"driver\",
-     \"pci_link\": {\"current_speed\", \"current_width\", \"max_speed\", \"max_width\"},
+     \"pci_link\": {\"current_speed\", \"current_width\", \"max_speed\", \"max_width\"} (a speed
+       is {\"raw\", \"gts\", \"generation\"}),
      \"pci_netdevs\", \"device_counters\": [counter],
      \"ports\": [{\"port\", \"state\": {\"id\",\"name\"}, \"phys_state\": {\"id\",\"name\"},
        \"rate\": {\"raw\", \"gbps\", \"lanes\", \"speed\" (as printed), \"speed_name\" (SDR when unsuffixed)}, \"link_layer\", \"lid\", \"sm_lid\", \"netdev\", \"gid_netdevs\",

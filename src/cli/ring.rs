@@ -327,7 +327,10 @@ JSON DATA (fabprobe.ring)
              action: drain|ticket|investigate (derived from kind; investigate for not_judged,
              unconfirmed and contention), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,
-             median_gbs, ratio, samples, line_rate_gbs, links_gbs, noise, threshold_gbs,
+             median_gbs, ratio, samples, line_rate_gbs, links_gbs {\"from->to\": gbs}, noise,
+             threshold_gbs, median_fraction and line_rate_fraction (the thresholds' fractions
+             it was judged by), partners and incoming_gbs or outgoing_gbs (a slow egress or
+             ingress: how many links it has that way, the median of the other way),
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
              was runnable but waited for a CPU, from schedstat; not with --local); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,

@@ -100,6 +100,8 @@ JSON DATA (schema fabprobe.topo)
                              nccl_link_speed, nccl_link_width}
   numa_nodes[]              {id, cpulist, cpumap}
   cpu                       {arch, vendor, family_id, model_id} (from /proc/cpuinfo)
+  gpus_not_in_nvml[]        {pci_bus_id, current_link_speed (as the kernel prints it)}:
+                             NVIDIA GPUs on the PCI bus that NVML does not list
   notes[]                   what the report could not see
   fabric                    absent without NVSwitches and fabric-reporting GPUs, else
                             {nvswitches[] {pci_bus_id, device_id, driver},

@@ -1,0 +1,207 @@
+//! Every field a command writes under `data` in its JSON report is named in the JSON DATA
+//! section of its `--help` (and so of its man page), issue 46. The sections are read from the
+//! help the binary prints; the fields from real reports: every probe and `check` on every
+//! fixture (and a baseline pair), `sweep` of those checks, `nccl-log` on the log corpus and
+//! the flight-recorder dumps, `ring` run in-process and the recorded lab reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
+
+/// Objects whose keys are data (kernel file names, versions, hosts, ranks, links), each
+/// documented as such in its section (`{version: [host]}`, `{"from->to": gbs}`).
+const MAPS: &[(&str, &str)] = &[
+    ("qos", "rp_params"),
+    ("qos", "np_params"),
+    ("nccl-log", "nccl_versions"),
+    ("nccl-log", "transports"),
+    ("nccl-log", "gdr"),
+    ("nccl-log", "hosts"),
+    ("ring", "line_rate_gbs"),
+    ("ring", "links_gbs"),
+    ("ring", "port_counters"),
+];
+
+fn run(args: &[&str]) -> Vec<u8> {
+    let o = Command::new(BIN).args(args).current_dir(ROOT).output().unwrap();
+    o.stdout
+}
+
+/// The words of `cmd`'s JSON DATA section: from its heading to the next heading (a line at
+/// the margin whose first word is capitals).
+fn documented(cmd: &str) -> BTreeSet<String> {
+    let help = String::from_utf8(run(&[cmd, "--help"])).unwrap();
+    let start = help.find("JSON DATA").unwrap_or_else(|| panic!("{cmd} --help has no JSON DATA"));
+    let mut section = String::new();
+    for (i, line) in help[start..].lines().enumerate() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        let heading = !line.starts_with(' ')
+            && first.len() >= 3
+            && first.chars().all(|c| c.is_ascii_uppercase());
+        if i > 0 && heading {
+            break;
+        }
+        section.push_str(line);
+        section.push('\n');
+    }
+    section
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every key under `v`, with the first path it was seen at.
+fn keys(cmd: &str, v: &Value, path: &str, out: &mut BTreeMap<String, String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.entry(k.clone()).or_insert_with(|| path.to_string());
+                // A map's values are still walked when they are objects of named fields.
+                let map = MAPS.contains(&(cmd, k.as_str()));
+                if !map || !x.as_object().is_some_and(|o| o.values().all(|v| !v.is_object())) {
+                    keys(cmd, x, &format!("{path}.{k}"), out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| keys(cmd, x, &format!("{path}[]"), out)),
+        _ => {}
+    }
+}
+
+fn data_keys(cmd: &str, reports: &[Vec<u8>]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut parsed = 0;
+    for r in reports {
+        // check prints one line per report; sweep and the probes one document.
+        for doc in serde_json::Deserializer::from_slice(r).into_iter::<Value>() {
+            let doc = doc.unwrap_or_else(|e| panic!("{cmd}: not JSON: {e}"));
+            if doc["schema"].as_str().is_some_and(|s| s.ends_with(cmd)) {
+                parsed += 1;
+                keys(cmd, &doc["data"], "", &mut out);
+            }
+        }
+    }
+    assert!(parsed > 0, "{cmd}: no report of its schema read");
+    out
+}
+
+/// `key` is a word of the section, or a key with a number at its end (`cpu_wait_rank_3`)
+/// is documented with a letter there (`cpu_wait_rank_R`).
+fn named(words: &BTreeSet<String>, key: &str) -> bool {
+    if words.contains(key) {
+        return true;
+    }
+    let stem = key.trim_end_matches(|c: char| c.is_ascii_digit());
+    stem.len() < key.len() && stem.ends_with('_') && ["R", "N"].iter().any(|l| words.contains(&format!("{stem}{l}")))
+}
+
+fn undocumented(cmd: &str, reports: &[Vec<u8>]) -> Vec<String> {
+    let words = documented(cmd);
+    data_keys(cmd, reports)
+        .into_iter()
+        .filter(|(k, _)| !named(&words, k))
+        .map(|(k, p)| format!("{cmd}: `{k}` (at data{p})"))
+        .collect()
+}
+
+fn fixtures() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("fixtures"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("sys").is_dir())
+        .map(|p| p.display().to_string())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 10, "{v:?}");
+    v
+}
+
+fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn section_and_key_reading() {
+    let words = documented("gids");
+    assert!(words.contains("ports") && words.contains("gid_tbl_len"), "{words:?}");
+    assert!(!words.contains("PROMETHEUS") && !words.contains("fabprobe_infiniband_gid_info"));
+    let mut out = BTreeMap::new();
+    keys("qos", &serde_json::json!({"a": [{"b": 1}], "rp_params": {"rpg_gd": 1}}), "", &mut out);
+    assert_eq!(out.keys().collect::<Vec<_>>(), ["a", "b", "rp_params"]);
+    assert!(named(&words, "gid_tbl_len") && !named(&words, "gid_tbl_len_2"));
+    let ring = documented("ring");
+    assert!(named(&ring, "cpu_wait_rank_3"), "a key with a rank in it is documented as _R");
+}
+
+#[test]
+fn probes_and_check_document_every_field_they_write() {
+    let later = format!("{ROOT}/fixtures/ib-degraded-later");
+    let before = format!("{ROOT}/fixtures/ib-degraded");
+    let mut bad = Vec::new();
+    for cmd in ["topo", "gids", "links", "gdr", "qos", "nccl-env", "check"] {
+        let mut reports: Vec<Vec<u8>> = fixtures()
+            .iter()
+            .map(|f| run(&["--root", f, "--format", "json", cmd]))
+            .collect();
+        if matches!(cmd, "links" | "check" | "qos") {
+            reports.push(run(&["--root", &later, "--format", "json", cmd, "--baseline", &before]));
+        }
+        bad.extend(undocumented(cmd, &reports));
+    }
+    assert!(bad.is_empty(), "fields written but not in --help's JSON DATA:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn sweep_documents_every_field_it_writes() {
+    let dir = std::env::temp_dir().join(format!("fabprobe-json-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, f) in fixtures().iter().enumerate() {
+        std::fs::write(dir.join(format!("n{i}.json")), run(&["--root", f, "--format", "json", "check"])).unwrap();
+    }
+    let d = dir.display().to_string();
+    let reports = vec![run(&["--format", "json", "sweep", &d])];
+    std::fs::remove_dir_all(&dir).ok();
+    let bad = undocumented("sweep", &reports);
+    assert!(bad.is_empty(), "fields written but not in --help's JSON DATA:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn nccl_log_documents_every_field_it_writes() {
+    let mut reports: Vec<Vec<u8>> = files("tests/data/nccl-logs", "log")
+        .iter()
+        .map(|p| run(&["--format", "json", "nccl-log", &p.display().to_string()]))
+        .collect();
+    for e in std::fs::read_dir(Path::new(ROOT).join("tests/data/flight-recorder")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            reports.push(run(&["--format", "json", "nccl-log", &p.display().to_string()]));
+        }
+    }
+    assert!(reports.len() >= 60, "{}", reports.len());
+    let bad = undocumented("nccl-log", &reports);
+    assert!(bad.is_empty(), "fields written but not in --help's JSON DATA:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn ring_documents_every_field_it_writes() {
+    let mut reports = vec![run(&["--format", "json", "ring", "--local", "4", "-b", "1M", "-e", "1M", "-n", "2", "--scan"])];
+    for dir in ["tests/data/ring-reports", "tests/data/html"] {
+        for p in files(dir, "json") {
+            reports.push(std::fs::read(p).unwrap());
+        }
+    }
+    let bad = undocumented("ring", &reports);
+    assert!(bad.is_empty(), "fields written but not in --help's JSON DATA:\n{}", bad.join("\n"));
+}
