@@ -216,7 +216,10 @@ LINK SCAN AND VERDICTS
   the links, each silence and what the orders lost waiting: evidence.stalls, lost_s), one
   stalled link names the link, links with no common rank name none; the next step is a
   full-size ping that may not be fragmented (`ping -M do -s` the interface's MTU less 28),
-  which fails on that fault where a plain ping passes. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  which fails on that fault where a plain ping passes. Each rank reads its data netdev's
+  carrier counters (sysfs carrier_changes, carrier_up_count, carrier_down_count) at the
+  start and the end of the run: a port whose carrier changed is port_flapped (investigate,
+  evidence.carrier_changes), said beside whatever else the run measured. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
   with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
   ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
   leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
@@ -331,7 +334,7 @@ JSON DATA (fabprobe.ring)
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|slow_path|port_downtrained|hang_link|
              rank_lost|rank_stalled|rank_unreachable|coordinator_lost|coordinator_stalled|
-             link_error|rail_missing|connection_stall,
+             link_error|rail_missing|connection_stall|port_flapped,
              action: drain|ticket|investigate (derived from kind; investigate for not_judged,
              unconfirmed and contention), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,

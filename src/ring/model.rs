@@ -571,6 +571,9 @@ pub enum VerdictKind {
     /// Connections of the scan went silent for seconds, then ran at their rate (an MTU
     /// black hole that TCP's MTU probing steps around, a hiccup): what the wait cost.
     ConnectionStall,
+    /// A rank's data port lost its carrier and got it back during the run (its carrier
+    /// counters moved): a hiccup of the link to the switch, whatever else was measured.
+    PortFlapped,
 }
 
 /// Where to act on a verdict: take the node out of service, file a ticket for the link or
@@ -602,7 +605,7 @@ impl VerdictKind {
             SlowEgress | SlowIngress | PortDowntrained | RailMissing => Action::Drain,
             SlowLink | SlowPath | LinkError | HangLink => Action::Ticket,
             RankLost | RankStalled | RankUnreachable | CoordinatorLost | CoordinatorStalled | RailStopped
-            | ConnectionStall => Action::Investigate,
+            | ConnectionStall | PortFlapped => Action::Investigate,
         }
     }
 }
