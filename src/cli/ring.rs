@@ -208,7 +208,18 @@ LINK SCAN AND VERDICTS
   whose port carried more than 10% and more than 8 MB beyond the probe's own traffic
   (another job, a backup) says CONTENTION with those figures and is investigate, never
   drain (exit 1 as every verdict); counters that could not be read are said as unknown
-  on the verdict, never taken as clean. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  on the verdict, never taken as clean. The receiver of each scan link times its wait for
+  every chunk, the first from the order's start: a silence of 1 s or more and 10 times the
+  link's other gaps is a stall (a new connection through an MTU black hole while TCP's MTU
+  probing is on loses its first big segments for seconds, then runs at its rate; a hiccup).
+  Stalled links that all go through one rank name it (connection_stall, investigate, with
+  the links, each silence and what the orders lost waiting: evidence.stalls, lost_s), one
+  stalled link names the link, links with no common rank name none; the next step is a
+  full-size ping that may not be fragmented (`ping -M do -s` the interface's MTU less 28),
+  which fails on that fault where a plain ping passes. Each rank reads its data netdev's
+  carrier counters (sysfs carrier_changes, carrier_up_count, carrier_down_count) at the
+  start and the end of the run: a port whose carrier changed is port_flapped (investigate,
+  evidence.carrier_changes), said beside whatever else the run measured. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
   with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
   ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
   leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
@@ -323,7 +334,7 @@ JSON DATA (fabprobe.ring)
   why the run ended early)
   verdicts[] {kind: slow_link|slow_egress|slow_ingress|slow_path|port_downtrained|hang_link|
              rank_lost|rank_stalled|rank_unreachable|coordinator_lost|coordinator_stalled|
-             link_error|rail_missing,
+             link_error|rail_missing|connection_stall|port_flapped,
              action: drain|ticket|investigate (derived from kind; investigate for not_judged,
              unconfirmed and contention), from_rank, to_rank, from_host, to_host
              (null where not applicable: a slow egress names only its sender), evidence {gbs,

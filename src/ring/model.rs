@@ -339,6 +339,11 @@ pub struct LinkSample {
     /// its own sample of the same order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_wait: Option<f64>,
+    /// On an order's first sample only: the longest the link was silent in that order
+    /// (before its first chunk or between two), when it was a stall (seconds, and far
+    /// longer than its other gaps: [`crate::ring::diagnosis::stall::silence`]); None: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence_s: Option<f64>,
 }
 
 /// What one direction of a rank's data port carried over one scan order: the port's byte
@@ -563,6 +568,12 @@ pub enum VerdictKind {
     /// Flows between two ranks slow on some connections and not on others: the slowness
     /// moves with the connection (ECMP hashing, a congested uplink), a switch-side problem.
     SlowPath,
+    /// Connections of the scan went silent for seconds, then ran at their rate (an MTU
+    /// black hole that TCP's MTU probing steps around, a hiccup): what the wait cost.
+    ConnectionStall,
+    /// A rank's data port lost its carrier and got it back during the run (its carrier
+    /// counters moved): a hiccup of the link to the switch, whatever else was measured.
+    PortFlapped,
 }
 
 /// Where to act on a verdict: take the node out of service, file a ticket for the link or
@@ -593,9 +604,8 @@ impl VerdictKind {
         match self {
             SlowEgress | SlowIngress | PortDowntrained | RailMissing => Action::Drain,
             SlowLink | SlowPath | LinkError | HangLink => Action::Ticket,
-            RankLost | RankStalled | RankUnreachable | CoordinatorLost | CoordinatorStalled | RailStopped => {
-                Action::Investigate
-            }
+            RankLost | RankStalled | RankUnreachable | CoordinatorLost | CoordinatorStalled | RailStopped
+            | ConnectionStall | PortFlapped => Action::Investigate,
         }
     }
 }

@@ -877,6 +877,7 @@ fn hop_sample(from: Rank, to: Rank, r: &allreduce::SizeResult) -> LinkSample {
         bytes: r.hop_bytes,
         seconds: r.hop_seconds,
         cpu_wait: None,
+        silence_s: None,
     }
 }
 
@@ -1296,6 +1297,7 @@ mod tests {
                     bytes: 2_000_000,
                     seconds: 0.5,
                     cpu_wait: None,
+                    silence_s: None,
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],
@@ -1318,6 +1320,7 @@ mod tests {
                     bytes: 1_000_000,
                     seconds: 0.5,
                     cpu_wait: None,
+                    silence_s: None,
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],

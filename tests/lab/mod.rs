@@ -326,6 +326,40 @@ impl Lab {
         }
     }
 
+    /// The MTU of `node`'s data port on the switch (the bridge's side of its veth): frames
+    /// bigger than it are dropped there, both ways, with no ICMP (an MTU black hole).
+    pub fn switch_port_mtu(&self, node: usize, mtu: u32) {
+        must(&[
+            "ip",
+            "link",
+            "set",
+            &format!("{}{node}d", self.prefix),
+            "mtu",
+            &mtu.to_string(),
+        ]);
+    }
+
+    /// `node`'s data port flaps: its switch side (the bridge's end of its veth) goes down
+    /// for `down`, then up (the node's `eth1` loses its carrier and gets it back).
+    pub fn switch_port_flap(&self, node: usize, down: Duration) {
+        let port = format!("{}{node}d", self.prefix);
+        must(&["ip", "link", "set", &port, "down"]);
+        std::thread::sleep(down);
+        must(&["ip", "link", "set", &port, "up"]);
+    }
+
+    /// `node`'s data interface hands one frame per packet to its veth (`gso_max_segs 1`): a
+    /// veth passes a GSO super-packet over a bridge port whatever that port's MTU, where a
+    /// real NIC puts MTU-sized frames on the wire (a switch port's MTU drops them).
+    pub fn one_frame_per_packet(&self, node: usize) {
+        self.in_ns(node, &["ip", "link", "set", "eth1", "gso_max_segs", "1"]);
+    }
+
+    /// `sysctl -w key=value` in `node`'s network namespace (a per-namespace sysctl).
+    pub fn sysctl(&self, node: usize, key: &str, value: &str) {
+        self.in_ns(node, &["sysctl", "-qw", &format!("{key}={value}")]);
+    }
+
     /// `ip link set <dev> down` inside `node`: that interface's link is gone.
     pub fn link_down(&self, node: usize, dev: &str) {
         self.in_ns(node, &["ip", "link", "set", dev, "down"]);

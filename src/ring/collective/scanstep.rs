@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::ring::collective::allreduce::{Progress, RingError};
 use crate::ring::collective::transport::{Fabric, LinkRequest, RecvLink, SendLink, TransportError};
+use crate::ring::diagnosis::stall;
 use crate::ring::model::{AbortFlag, LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::schedstat;
 
@@ -301,9 +302,14 @@ impl Order<'_> {
         let mut first: Option<(Instant, u64)> = None;
         let mut mark = None;
         let mut seq = 0u32;
+        // The waits for each chunk, the first from now: a stall before the first chunk
+        // (a new connection in an MTU black hole) is in no sample's time.
+        let (mut gaps, mut last) = (Vec::new(), Instant::now());
         for rep in 0..self.reps {
             for _ in 0..self.chunks {
                 let at = self.receive_chunk(recv, prev, seq)?;
+                gaps.push(at.0.saturating_duration_since(last).as_secs_f64());
+                last = at.0;
                 seq = seq.wrapping_add(1);
                 first.get_or_insert(at);
                 mark.get_or_insert(at.0);
@@ -324,9 +330,13 @@ impl Order<'_> {
                     bytes: counted,
                     seconds,
                     cpu_wait: None,
+                    silence_s: None,
                 });
             }
             mark = Some(end);
+        }
+        if let Some(first) = out.first_mut() {
+            first.silence_s = stall::silence(&gaps);
         }
         Ok(out)
     }

@@ -37,6 +37,9 @@ impl Serve<'_> {
                 rep.verdicts.push(v);
             }
         }
+        // A port that flapped is said beside whatever else was measured (issue 45).
+        rep.verdicts
+            .extend(crate::ring::diagnosis::flap::verdicts(&rep.port_counters, &rep.ranks));
         match self.first_failure.take() {
             Some(reason) => {
                 self.tell_all(

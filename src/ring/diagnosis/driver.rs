@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::ring::diagnosis::confirm::{self, LINK_NEW_CONNECTIONS};
 use crate::ring::diagnosis::localize::{self, FabricSlow, Policy};
-use crate::ring::diagnosis::{plan, rates, traffic};
+use crate::ring::diagnosis::{plan, rates, stall, traffic};
 use crate::ring::model::{LinkSample, PortTraffic, Rank, RankInfo, Verdict, VerdictKind};
 
 /// At most this many orders after the plan: one with new partners, then re-runs and new
@@ -417,6 +417,7 @@ impl Driver {
         let mut c = confirm::confirm(ranks, &a, &self.samples, &self.policy);
         let mut verdicts = rates::downtrained(ranks, &self.line_rates);
         verdicts.append(&mut c.verdicts);
+        verdicts.extend(stall::verdicts(&self.samples, &self.orders, ranks));
         for v in [&mut verdicts, &mut c.unconfirmed, &mut a.not_judged] {
             traffic::annotate(v, &self.traffic, ranks);
         }
@@ -512,6 +513,14 @@ fn typical_order_time(took: Duration, samples: &[LinkSample], index: u32) -> Dur
         *per_link.entry((s.from_rank, s.to_rank)).or_insert(0.0) += s.seconds;
     }
     let mut t: Vec<f64> = per_link.into_values().collect();
+    // A stalled connection's silence is not the order's pace either (the samples start at
+    // its first chunk): without it, a black hole on one rank shrinks the plan.
+    let silent = samples
+        .iter()
+        .filter(|s| s.order == index)
+        .filter_map(|s| s.silence_s.filter(|x| x.is_finite() && *x > 0.0))
+        .fold(0.0, f64::max);
+    let took = took.saturating_sub(Duration::try_from_secs_f64(silent).unwrap_or_default());
     if t.is_empty() {
         return took;
     }
@@ -626,6 +635,7 @@ mod tests {
             bytes: 1,
             seconds,
             cpu_wait: None,
+            silence_s: None,
         }
     }
 
@@ -708,6 +718,7 @@ mod tests {
                             bytes,
                             seconds: bytes as f64 / rate * jitter + stall(index, from, to, rep),
                             cpu_wait: None,
+                            silence_s: None,
                         }
                     })
                     .collect();

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::host::{Attr, Host};
 use crate::probe::links::{self, LinksReport, SampleInfo};
+use crate::ring::diagnosis::flap::{self, Carrier};
 use crate::ring::diagnosis::traffic::{ByteCount, PortReading, parse_bytes};
+use crate::ring::portfacts::carrier;
 use crate::ring::model::CounterMove;
 use crate::sysfs::infiniband as ib;
 use crate::sysfs::net;
@@ -137,6 +139,8 @@ pub struct Sampler {
     source: Source,
     ifname: Option<String>,
     before: Mutex<Option<LinksReport>>,
+    /// The data netdev's carrier counters at the start (a port that flapped, [`flap`]).
+    carrier: Mutex<Option<Carrier>>,
 }
 
 impl Sampler {
@@ -156,6 +160,7 @@ impl Sampler {
             source,
             ifname: ifname.map(String::from),
             before: Mutex::new(None),
+            carrier: Mutex::new(None),
         }
     }
 
@@ -172,9 +177,13 @@ impl Sampler {
     /// Take the baseline sample: this rank's ports only.
     pub fn start(&self) {
         let ifname = self.ifname.as_deref();
-        let r = self.with_host(|h| ours(links::probe_sysfs(h), ifname));
+        let r = self.with_host(|h| (ours(links::probe_sysfs(h), ifname), ifname.map(|i| carrier(h, i))));
+        let (ports, c) = r.map_or((None, None), |(p, c)| (Some(p), c));
         if let Ok(mut b) = self.before.lock() {
-            *b = r;
+            *b = ports;
+        }
+        if let Ok(mut b) = self.carrier.lock() {
+            *b = c;
         }
     }
 
@@ -183,10 +192,19 @@ impl Sampler {
         let Some(before) = self.before.lock().ok().and_then(|b| b.clone()) else {
             return Vec::new();
         };
-        let Some(after) = self.with_host(|h| links::reread_counters(h, &before)) else {
+        let ifname = self.ifname.as_deref();
+        let Some((after, now)) =
+            self.with_host(|h| (links::reread_counters(h, &before), ifname.map(|i| carrier(h, i))))
+        else {
             return Vec::new();
         };
-        cap(moved(&before, &after, None, rank, host))
+        let mut out = cap(moved(&before, &after, None, rank, host));
+        let start = self.carrier.lock().ok().and_then(|c| *c);
+        if let (Some(i), Some(a), Some(b)) = (ifname, start, now) {
+            // Never capped away: a flap is a verdict of its own.
+            out.extend(flap::moves(&a, &b, i, rank, host));
+        }
+        out
     }
 }
 

@@ -1185,6 +1185,7 @@ pub mod sim {
                         bytes,
                         seconds: bytes as f64 / (gbs * 1e9),
                         cpu_wait: None,
+                        silence_s: None,
                     });
                 }
             }
@@ -1889,6 +1890,7 @@ mod tests {
             bytes,
             seconds,
             cpu_wait: None,
+            silence_s: None,
         };
         s.push(bad(0, 0, 1, 1.0));
         s.push(bad(0, 1, 1, 0.0));
@@ -1983,6 +1985,7 @@ mod tests {
                     bytes: 1 << 26,
                     seconds: (1u64 << 26) as f64 / (gbs * 1e9),
                     cpu_wait: None,
+                    silence_s: None,
                 });
             }
         }

@@ -3,10 +3,12 @@
 //! death verdicts ([`watchdog`]), RDMA completion errors ([`linkerror`]), and port-counter evidence from each rank's NIC
 //! ([`evidence`]), the switch port at the other end of it ([`neighbor`]); port rates against the peers' and the port's own maximum ([`rates`], [`portmax`]) and the confirmation of
 //! suspects on new connections ([`confirm`]); traffic on a port that was not the probe's
-//! ([`traffic`]).
+//! ([`traffic`]); connections that went silent for seconds, then ran ([`stall`]); a data port
+//! that flapped during the run ([`flap`]).
 pub mod confirm;
 pub mod driver;
 pub mod evidence;
+pub mod flap;
 pub mod linkerror;
 pub mod localize;
 pub mod neighbor;
@@ -17,5 +19,6 @@ pub mod portmax;
 pub mod rates;
 #[cfg(any(test, feature = "testkit"))]
 pub mod simfabric;
+pub mod stall;
 pub mod traffic;
 pub mod watchdog;

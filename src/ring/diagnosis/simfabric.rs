@@ -121,6 +121,7 @@ impl World {
             bytes: o.bytes,
             seconds: o.bytes as f64 / (rate * 1e9),
             cpu_wait,
+            silence_s: None,
         }
     }
 }

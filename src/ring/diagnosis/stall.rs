@@ -1,0 +1,394 @@
+//! Stalls inside the scan's connections (issue 45): a link silent for seconds, then running
+//! at its rate, as an MTU black hole looks under TCP's MTU probing (each new connection
+//! loses its first big segments until the kernel falls back to small ones) or a hiccup of
+//! one end. The receiver measures the silence ([`silence`]); the coordinator names what the
+//! stalled links have in common and what the wait cost the scan ([`verdicts`]). Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use crate::ring::diagnosis::driver::OrderRun;
+use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+
+/// A silence shorter than this is no stall: a control message apart, a scheduler slice.
+pub const MIN_SILENCE_S: f64 = 1.0;
+
+/// A stall is this many times the link's typical gap between chunks or more: a link slow
+/// all along has long gaps everywhere, and that is its rate, not a stall.
+pub const OVER_TYPICAL_GAP: f64 = 10.0;
+
+/// The stall among one order's gaps on one link (seconds: the receiver's wait for the
+/// first chunk, then between chunks), or None. At least three gaps: with fewer, a stall
+/// and a slow link look alike.
+pub fn silence(gaps: &[f64]) -> Option<f64> {
+    if gaps.len() < 3 || gaps.iter().any(|g| !g.is_finite() || *g < 0.0) {
+        return None;
+    }
+    let mut g = gaps.to_vec();
+    g.sort_by(f64::total_cmp);
+    let longest = g.pop()?;
+    let typical = g[g.len() / 2];
+    (longest >= MIN_SILENCE_S && longest >= OVER_TYPICAL_GAP * typical).then_some(longest)
+}
+
+/// One stalled link in one order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stall {
+    from: Rank,
+    to: Rank,
+    order: u32,
+    seconds: f64,
+}
+
+/// The stall verdicts of a scan: one naming the rank every stalled link goes through (two
+/// links or more), else one naming the link (only one stalled), else one naming no rank
+/// (never an innocent: links with no common end). Action investigate, always.
+pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo]) -> Vec<Verdict> {
+    let stalls: Vec<Stall> = samples
+        .iter()
+        .filter_map(|s| {
+            s.silence_s
+                .filter(|x| x.is_finite() && *x >= MIN_SILENCE_S)
+                .map(|seconds| Stall {
+                    from: s.from_rank,
+                    to: s.to_rank,
+                    order: s.order,
+                    seconds,
+                })
+        })
+        .collect();
+    if stalls.is_empty() {
+        return Vec::new();
+    }
+    let mut common: BTreeSet<Rank> = [stalls[0].from, stalls[0].to].into();
+    for s in &stalls {
+        common.retain(|r| *r == s.from || *r == s.to);
+    }
+    let links: BTreeSet<(Rank, Rank)> = stalls.iter().map(|s| (s.from, s.to)).collect();
+    let mut v = match (links.len(), common.first()) {
+        (1, _) => link_verdict(&stalls, ranks),
+        (_, Some(&r)) if common.len() == 1 => rank_verdict(r, &stalls, samples, ranks),
+        _ => unattributed(&stalls, ranks),
+    };
+    v.evidence.extend(cost(&stalls, orders));
+    vec![v]
+}
+
+/// What the stalls cost: each order waits for its slowest link, so an order lost its
+/// longest silence; summed over the orders, beside the orders' time.
+fn cost(stalls: &[Stall], orders: &[OrderRun]) -> BTreeMap<String, serde_json::Value> {
+    let mut per_order: BTreeMap<u32, f64> = BTreeMap::new();
+    for s in stalls {
+        let e = per_order.entry(s.order).or_insert(0.0);
+        *e = e.max(s.seconds);
+    }
+    let lost: f64 = per_order.values().fold(0.0, |a, b| a + b);
+    let scan: f64 = orders.iter().map(|o| o.seconds).fold(0.0, |a, b| a + b);
+    let list: Vec<_> = stalls
+        .iter()
+        .map(|s| json!({"from_rank": s.from, "to_rank": s.to, "order": s.order, "silence_s": round(s.seconds)}))
+        .collect();
+    let longest = stalls.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    BTreeMap::from([
+        ("stalls".to_string(), json!(list)),
+        ("stall_s".to_string(), json!(round(longest))),
+        ("lost_s".to_string(), json!(round(lost))),
+        ("orders_stalled".to_string(), json!(per_order.len())),
+        ("scan_orders_s".to_string(), json!(round(scan))),
+    ])
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn info(ranks: &[RankInfo], r: Rank) -> Option<&RankInfo> {
+    ranks.iter().find(|i| i.rank == r)
+}
+
+fn host(ranks: &[RankInfo], r: Rank) -> String {
+    info(ranks, r)
+        .map(|i| i.host.clone())
+        .unwrap_or_else(|| format!("rank {r}"))
+}
+
+/// `rank 2 (node-c)` as people are told it.
+fn who(ranks: &[RankInfo], r: Rank) -> String {
+    format!(
+        "rank {} ({})",
+        crate::ring::model::shown(ranks, r),
+        host(ranks, r)
+    )
+}
+
+/// `0.9-1.2 s` or `3.0 s`.
+fn span(stalls: &[Stall]) -> String {
+    let lo = stalls.iter().map(|s| s.seconds).fold(f64::INFINITY, f64::min);
+    let hi = stalls.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let (lo, hi) = (format!("{lo:.1}"), format!("{hi:.1}"));
+    if lo == hi {
+        format!("{hi} s")
+    } else {
+        format!("{lo}-{hi} s")
+    }
+}
+
+/// `1 -> 2 3.0 s, 2 -> 3 2.9 s`.
+fn listed(stalls: &[Stall], ranks: &[RankInfo]) -> String {
+    let shown = |r| crate::ring::model::shown(ranks, r);
+    stalls
+        .iter()
+        .map(|s| format!("{} -> {} {:.1} s", shown(s.from), shown(s.to), s.seconds))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn verdict(
+    kind_of: (Option<Rank>, Option<Rank>),
+    ranks: &[RankInfo],
+    message: String,
+    next: String,
+) -> Verdict {
+    let (from, to) = kind_of;
+    Verdict {
+        kind: VerdictKind::ConnectionStall,
+        from_rank: from,
+        to_rank: to,
+        from_host: from.map(|r| host(ranks, r)),
+        to_host: to.map(|r| host(ranks, r)),
+        evidence: BTreeMap::new(),
+        message,
+        next: Some(next),
+        rail: None,
+    }
+}
+
+/// Every stalled link goes through rank `r`: its port or its host, to investigate.
+fn rank_verdict(r: Rank, stalls: &[Stall], samples: &[LinkSample], ranks: &[RankInfo]) -> Verdict {
+    let through: BTreeSet<(Rank, Rank)> = samples
+        .iter()
+        .filter(|s| s.from_rank == r || s.to_rank == r)
+        .map(|s| (s.from_rank, s.to_rank))
+        .collect();
+    let stalled: BTreeSet<(Rank, Rank)> = stalls.iter().map(|s| (s.from, s.to)).collect();
+    let dev = info(ranks, r).and_then(|i| i.device.clone());
+    let at = match &dev {
+        Some(d) => format!("{}, {d}", host(ranks, r)),
+        None => host(ranks, r),
+    };
+    let message = format!(
+        "CONNECTION STALLS at rank {} ({at}): {} of the {} links measured through it went silent for {} \
+         before they ran at their rates ({}); no link without it stalled. A path that drops big frames \
+         (an MTU below the hosts' while TCP's MTU probing is on) or a hiccup of this node looks so",
+        crate::ring::model::shown(ranks, r),
+        stalled.len(),
+        through.len(),
+        span(stalls),
+        listed(stalls, ranks),
+    );
+    let peer = stalls
+        .iter()
+        .map(|s| if s.from == r { s.to } else { s.from })
+        .next()
+        .unwrap_or(r);
+    let mut v = verdict((Some(r), None), ranks, message, mtu_next(r, peer, ranks));
+    v.evidence.insert("rank".into(), json!(r));
+    v
+}
+
+/// One link stalled, nothing else: its two ends, to investigate.
+fn link_verdict(stalls: &[Stall], ranks: &[RankInfo]) -> Verdict {
+    let (from, to) = (stalls[0].from, stalls[0].to);
+    let message = format!(
+        "CONNECTION STALL on the link {} -> {}: silent for {} before it ran at its rate; no other link stalled",
+        who(ranks, from),
+        who(ranks, to),
+        span(stalls),
+    );
+    verdict((Some(from), Some(to)), ranks, message, mtu_next(from, to, ranks))
+}
+
+/// Stalled links with no one rank common to them: no rank is named.
+fn unattributed(stalls: &[Stall], ranks: &[RankInfo]) -> Verdict {
+    let hosts: BTreeSet<String> = stalls
+        .iter()
+        .flat_map(|s| [host(ranks, s.from), host(ranks, s.to)])
+        .collect();
+    let message = format!(
+        "CONNECTION STALLS on {} links with no one rank common to them: silent for {} before they ran at \
+         their rates ({})",
+        stalls
+            .iter()
+            .map(|s| (s.from, s.to))
+            .collect::<BTreeSet<_>>()
+            .len(),
+        span(stalls),
+        listed(stalls, ranks),
+    );
+    let next = format!(
+        "on {}: `fabprobe links` (carrier changes, errors) and a full-size ping that may not be fragmented \
+         from each stalled link's sender to its receiver",
+        hosts.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    verdict((None, None), ranks, message, next)
+}
+
+/// A full-size frame that may not be fragmented, from `r` to `peer`: the test of an MTU
+/// black hole (a plain ping's frames are small and pass), then the 1500-byte size that
+/// tells a lower MTU on the path from loss. Without a netdev: the port's own facts.
+fn mtu_next(r: Rank, peer: Rank, ranks: &[RankInfo]) -> String {
+    let on = host(ranks, r);
+    let dev = info(ranks, r).and_then(|i| i.netdev().map(str::to_string));
+    let ip = info(ranks, peer).map(|i| {
+        i.address
+            .rsplit_once(':')
+            .map(|(a, _)| a)
+            .unwrap_or(&i.address)
+            .trim_matches(|c| c == '[' || c == ']')
+            .to_string()
+    });
+    match (dev, ip) {
+        (Some(d), Some(ip)) => format!(
+            "on {on}: a frame of the interface's full MTU that may not be fragmented, to {} \
+             (a plain ping passes on an MTU black hole): `ping -M do -s $(( $(cat /sys/class/net/{d}/mtu) - 28 )) -c 3 {ip}`; \
+             if it fails and `ping -M do -s 1472 -c 3 {ip}` passes, a hop between them has an MTU below {d}'s \
+             (the switch ports' MTU); `fabprobe links` (carrier changes, errors)",
+            who(ranks, peer)
+        ),
+        _ => format!(
+            "on {on}: `fabprobe links` (port state, carrier changes, errors) and the path MTU to {}",
+            who(ranks, peer)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::diagnosis::localize::sim::ranks;
+    use crate::ring::diagnosis::pastes::assert_next_pastes;
+
+    #[test]
+    fn a_silence_is_a_stall_only_when_long_and_far_past_the_links_pace() {
+        for (gaps, want) in [
+            // The black hole: 3 s before the first chunk, then 4 ms apart.
+            (&[3.1, 0.004, 0.004, 0.005, 0.004][..], Some(3.1)),
+            // A stall in the middle of the transfer.
+            (&[0.01, 0.004, 2.0, 0.004, 0.004][..], Some(2.0)),
+            // A slow link: every gap long, none a stall.
+            (&[1.5, 1.4, 1.6, 1.5, 1.5][..], None),
+            // Short: a control message apart.
+            (&[0.3, 0.004, 0.004, 0.004][..], None),
+            // Long, but the link's pace is slow too (10x rule).
+            (&[1.2, 0.2, 0.2, 0.2][..], None),
+            // Too few gaps to tell a stall from a slow link.
+            (&[3.0, 0.004][..], None),
+            (&[][..], None),
+            (&[f64::NAN, 0.004, 0.004, 3.0][..], None),
+        ] {
+            assert_eq!(silence(gaps), want, "{gaps:?}");
+        }
+    }
+
+    fn s(order: u32, from: Rank, to: Rank, silence_s: Option<f64>) -> LinkSample {
+        LinkSample {
+            order,
+            from_rank: from,
+            to_rank: to,
+            bytes: 4 << 20,
+            seconds: 0.03,
+            cpu_wait: None,
+            silence_s,
+        }
+    }
+
+    fn orders() -> Vec<OrderRun> {
+        [(0, 1, "natural", 3.3), (1, 3, "reversed", 3.2)]
+            .into_iter()
+            .map(|(index, shift, name, seconds)| OrderRun {
+                index,
+                shift,
+                name: name.into(),
+                recheck: false,
+                seconds,
+            })
+            .collect()
+    }
+
+    /// Orders natural and reversed of 4 ranks; `stalled` links had a silence of 3 s.
+    fn scan(stalled: &[(Rank, Rank)]) -> Vec<LinkSample> {
+        let mut out = Vec::new();
+        for (order, shift) in [(0u32, 1u32), (1, 3)] {
+            for from in 0..4 {
+                let to = (from + shift) % 4;
+                let x = stalled.contains(&(from, to)).then_some(3.0);
+                out.push(s(order, from, to, x));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_stalled_link_through_one_rank_names_that_rank_to_investigate() {
+        let r = ranks(4);
+        let v = verdicts(&scan(&[(1, 2), (2, 3), (3, 2), (2, 1)]), &orders(), &r);
+        assert_eq!(v.len(), 1, "{v:?}");
+        let v = &v[0];
+        assert_eq!(
+            (v.kind, v.from_rank, v.to_rank),
+            (VerdictKind::ConnectionStall, Some(2), None)
+        );
+        assert_eq!(v.action(), crate::ring::model::Action::Investigate);
+        assert!(
+            v.message.starts_with("CONNECTION STALLS at rank 2 (")
+                && v.message
+                    .contains("4 of the 4 links measured through it went silent for 3.0 s"),
+            "{}",
+            v.message
+        );
+        // Two orders each lost 3 s.
+        assert_eq!(v.evidence["lost_s"], json!(6.0));
+        assert_eq!(v.evidence["orders_stalled"], json!(2));
+        assert_eq!(v.evidence["scan_orders_s"], json!(6.5));
+        let next = v.next.as_deref().unwrap();
+        let cmds = assert_next_pastes(v);
+        assert!(
+            cmds.iter()
+                .any(|c| c.starts_with("ping -M do -s $(( $(cat /sys/class/net/")),
+            "{next}"
+        );
+        assert!(
+            cmds.iter().any(|c| c.starts_with("ping -M do -s 1472 -c 3 ")),
+            "{next}"
+        );
+    }
+
+    #[test]
+    fn one_stalled_link_names_the_link_and_no_common_end_names_no_rank() {
+        let r = ranks(4);
+        let v = verdicts(&scan(&[(1, 2)]), &orders(), &r);
+        assert_eq!((v[0].from_rank, v[0].to_rank), (Some(1), Some(2)), "{v:?}");
+        assert!(
+            v[0].message.starts_with("CONNECTION STALL on the link rank 1 ("),
+            "{}",
+            v[0].message
+        );
+        assert_next_pastes(&v[0]);
+        // 0 -> 1 and 2 -> 3 share no rank: nobody is blamed.
+        let v = verdicts(&scan(&[(0, 1), (2, 3)]), &orders(), &r);
+        assert_eq!((v[0].from_rank, v[0].to_rank), (None, None), "{v:?}");
+        assert_eq!(v[0].action(), crate::ring::model::Action::Investigate);
+        assert_next_pastes(&v[0]);
+        // Nothing stalled: no verdict.
+        assert!(verdicts(&scan(&[]), &orders(), &r).is_empty());
+    }
+
+    #[test]
+    fn a_short_silence_reported_by_a_peer_is_no_stall() {
+        let mut x = scan(&[]);
+        x[0].silence_s = Some(0.5);
+        x[1].silence_s = Some(f64::NAN);
+        assert!(verdicts(&x, &orders(), &ranks(4)).is_empty());
+    }
+}
