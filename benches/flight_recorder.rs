@@ -8,14 +8,15 @@
 //! judgment. Peak heap (allocation-counter) over the whole read must stay bounded: the
 //! digest keeps per rank its last calls and per sequence number the distinct calls with a
 //! capped sample of ranks, never the entries; a few dumps are decoded at once. Peak RSS
-//! (VmHWM, reset before each run) is printed beside it.
+//! (VmHWM, reset before each run) is printed beside it. `FLIGHT_RECORDER_SIZE=256x2000`
+//! runs other sizes (for profiling).
 
 mod common;
 
 use std::time::Instant;
 
-use fabprobe::nccl_log::flight::{digest, judge::judge, read_all, Job, Kind};
-use serde_json::{json, Value};
+use fabprobe::nccl_log::flight::{Job, Kind, digest, judge::judge, read_all};
+use serde_json::{Value, json};
 
 const CULPRIT: u32 = 17;
 
@@ -89,9 +90,17 @@ fn read(ranks: u32, kind: Kind, normal: &[u8], short: &[u8], threads: usize) -> 
     }
 }
 
+/// `FLIGHT_RECORDER_SIZE=RANKSxENTRIES` (e.g. `256x2000`) instead of the mode's sizes, for
+/// profiling a size between the two.
+fn size() -> Option<(u32, usize)> {
+    let v = std::env::var("FLIGHT_RECORDER_SIZE").ok()?;
+    let (r, e) = v.split_once('x')?;
+    Some((r.parse().ok()?, e.parse().ok()?))
+}
+
 fn main() {
     let mut g = common::Groups::start("flight_recorder");
-    let (ranks, entries) = g.mode.pick((64u32, 200usize), (4096, 2000));
+    let (ranks, entries) = size().unwrap_or(g.mode.pick((64u32, 200usize), (4096, 2000)));
     // The world's members come from the default group: every rank up to the largest seen.
     let normal_v = dump(entries, false);
     let short_v = dump(entries, true);

@@ -293,3 +293,80 @@ fn inputs_in_any_order_give_one_report() {
     }
     assert!(Path::new(DATA).join("TORCH_VERSION").exists());
 }
+
+/// `nccl-log INPUTS --html OUT.html` writes the page `report` draws from `nccl-log --format
+/// json INPUTS`, byte for byte but the header's source, for every job here (each Gloo scenario and NCCL job, pickle
+/// and JSON, with its log where it has one) and every saved NCCL log; stdout and the exit
+/// status are what they are without --html, and nothing but the page is left in its folder
+/// (it is written to a temporary file there and renamed).
+#[test]
+fn nccl_log_html_is_the_page_report_draws() {
+    let mut jobs: Vec<Vec<String>> = Vec::new();
+    for kind in ["pickle", "json"] {
+        for (s, ..) in GLOO {
+            jobs.push(vec![format!("{DATA}/{s}/{kind}")]);
+        }
+        for (job, ..) in NCCL {
+            let log = format!("{DATA}/nccl/{job}/nccl.log");
+            jobs.push(vec![format!("{DATA}/nccl/{job}/{kind}"), log]);
+        }
+    }
+    let mut logs: Vec<String> = std::fs::read_dir("tests/data/nccl-logs")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    logs.sort();
+    assert!(logs.len() >= 30, "{} logs", logs.len());
+    jobs.extend(logs.into_iter().map(|l| vec![l]));
+    for inputs in &jobs {
+        let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (saved, page) = (dir.path().join("job.json"), dir.path().join("job.html"));
+        let mut a = vec!["--format", "json", "nccl-log"];
+        a.extend(&ins);
+        let (code, plain) = run(&a);
+        std::fs::write(&saved, &plain).unwrap();
+        a.extend(["--html", page.to_str().unwrap()]);
+        assert_eq!(
+            run(&a),
+            (code, plain),
+            "{inputs:?}: --html changed stdout or the exit status"
+        );
+        let drawn = dir.path().join("report.html");
+        let (rc, _) = run(&[
+            "report",
+            saved.to_str().unwrap(),
+            "--html",
+            drawn.to_str().unwrap(),
+        ]);
+        assert_eq!(rc, 0, "{inputs:?}");
+        // The one difference: the header's provenance names the command, not a saved file
+        // (as ring's and sweep's pages do).
+        let got = std::fs::read_to_string(&page).unwrap();
+        let from = |f: &str| format!("From <code>{f}</code>");
+        let want = std::fs::read_to_string(&drawn).unwrap();
+        assert_eq!(
+            want.matches(&from(saved.to_str().unwrap())).count(),
+            1,
+            "{inputs:?}"
+        );
+        let want = want.replace(&from(saved.to_str().unwrap()), &from("nccl-log"));
+        assert!(got == want, "{inputs:?}: nccl-log --html and report differ");
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["job.html", "job.json", "report.html"], "{inputs:?}");
+    }
+    // A folder that does not exist is refused before anything is read (exit 2).
+    let (code, out) = run(&[
+        "nccl-log",
+        &format!("{DATA}/skip/json"),
+        "--html",
+        "/nonexistent/x.html",
+    ]);
+    assert_eq!((code, out.as_str()), (2, ""));
+}

@@ -661,12 +661,16 @@ _fabprobe() {
             return 0
             ;;
         fabprobe__subcmd__nccl__subcmd__log)
-            opts="-v -h -V --root --format --verbose --env-from --env-file --nccl-version --help --version"
+            opts="-v -h -V --html --root --format --verbose --env-from --env-file --nccl-version --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

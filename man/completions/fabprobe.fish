@@ -137,6 +137,7 @@ complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -l nccl-vers
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s v -l verbose -d 'Log progress to stderr (repeat for more)'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-env" -s V -l version -d 'Print version'
+complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l html -d 'Also draw the report as a self-contained HTML page in OUT.html (replaced atomically), the page `fabprobe report` draws from this run\'s --format json' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l root -d 'Read a captured snapshot (directory or .tar.gz) instead of the live host' -r -F
 complete -c fabprobe -n "__fish_fabprobe_using_subcommand nccl-log" -l format -d 'Output format: table and json (every command), nccl-xml (topo), prom (check, gids, links, qos, nccl-env, sweep); a command refuses the others by name' -r -f -a "table\t'Human-readable table (the default)'
 json\t'The versioned JSON envelope documented in fabprobe(1)'

@@ -17,6 +17,10 @@ pub struct NcclLogArgs {
     /// flight-recorder dumps (told apart by their content).
     #[arg(required = true, value_name = "FILE|DIR|-")]
     pub inputs: Vec<PathBuf>,
+    /// Also draw the report as a self-contained HTML page in OUT.html (replaced atomically),
+    /// the page `fabprobe report` draws from this run's --format json.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
 }
 
 /// The help before the cause list (generated from the registry, `nccl_log::causes`).
@@ -105,6 +109,10 @@ OUTPUT
   The headline first (fabprobe nccl-log: FAIL|WARN|PASS|UNKNOWN ...; worst: ...), then the
   verdicts, fail before warn, then the summary and the hosts table (at most 4 interfaces or
   HCAs per cell, then \"and N more\"; JSON has them all), then lines not understood.
+  --html OUT.html also draws the job's report as the self-contained page `fabprobe report`
+  draws from this --format json (the root cause first, then the flight recorder's
+  verdicts; its header names nccl-log as the source), replaced atomically; stdout and the
+  exit status are as without it.
 
 JSON DATA (fabprobe.nccl-log)
   {\"summary\": {\"inputs\", \"bytes\", \"lines\", \"nccl_lines\", \"unrecognised_lines\",
@@ -153,6 +161,10 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
         return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
     }
+    if let Some(out) = &a.html {
+        // Refused now, not after every log and dump was read.
+        super::report::check_writable(out)?;
+    }
     let mut an = Analyzer::new();
     // Flight-recorder dumps among the inputs, told apart by their first bytes (issue 43).
     let mut job = flight::Job::new();
@@ -169,6 +181,13 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     let mut report = an.finish();
     let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
     let findings = crate::render::nccl_log::findings(&report);
+    if let Some(out) = &a.html {
+        let data = flight::JobReport {
+            log: &report,
+            flight_recorder: fr.as_ref(),
+        };
+        super::report::write_envelope(out, "nccl-log", &envelope(&report, &data, &findings))?;
+    }
     emit(&render(fmt, &report, fr.as_ref(), &findings))?;
     // Nothing to judge is its own answer (exit 3), so `nccl-log logs/ && echo clean` does
     // not say clean about a log without NCCL_DEBUG.
@@ -238,17 +257,11 @@ fn render(
 ) -> String {
     match fmt {
         Format::Json => {
-            let host = HostInfo {
-                hostname: None,
-                kernel: None,
-                captured_at: None,
-                source: report.summary.inputs.join(","),
-            };
             let data = flight::JobReport {
                 log: report,
                 flight_recorder: fr,
             };
-            Envelope::new("nccl-log", host, &data, findings).to_json()
+            envelope(report, &data, findings).to_json()
         }
         _ => {
             let mut t = crate::render::nccl_log::table(report);
@@ -258,6 +271,21 @@ fn render(
             t
         }
     }
+}
+
+/// The JSON envelope of the job's report (`--format json`, and what `--html` draws).
+fn envelope<'a>(
+    report: &crate::nccl_log::Report,
+    data: &'a flight::JobReport<'a>,
+    findings: &'a [crate::finding::Finding],
+) -> Envelope<'a, flight::JobReport<'a>> {
+    let host = HostInfo {
+        hostname: None,
+        kernel: None,
+        captured_at: None,
+        source: report.summary.inputs.join(","),
+    };
+    Envelope::new("nccl-log", host, data, findings)
 }
 
 /// A flight-recorder dump among the inputs, read whole when its turn comes (stdin's at once).

@@ -27,6 +27,11 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 /// Its name starts with a dot, which node_exporter's textfile collector ignores (it reads
 /// `*.prom` only).
 pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    write_atomic_as("--output", path, text)
+}
+
+/// [`write_atomic`] for the option `flag` (named in its errors).
+pub fn write_atomic_as(flag: &str, path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     use anyhow::Context;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -34,7 +39,7 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     };
     let name = path
         .file_name()
-        .with_context(|| format!("--output {}: not a file name", path.display()))?;
+        .with_context(|| format!("{flag} {}: not a file name", path.display()))?;
     let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
@@ -44,7 +49,7 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("writing --output {}", path.display()))
+        anyhow::Error::new(e).context(format!("writing {flag} {}", path.display()))
     })
 }
 

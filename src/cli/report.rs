@@ -1,5 +1,6 @@
 //! `fabprobe report`: saved `--format json` reports of ring, sweep, check, topo and nccl-log drawn as
-//! one self-contained HTML page; also what `ring --html` and `sweep --html` write.
+//! one self-contained HTML page; also what `ring --html`, `sweep --html` and `nccl-log --html`
+//! write.
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,7 @@ const REPORT_HELP: &str = "\
   fabprobe sweep --expect 'gpu[001-128]' --format json all.jsonl > sweep.json
   fabprobe report sweep.json --group-by '^(r\\d+)n' --html fleet.html
   fabprobe nccl-log --format json logs/ > job.json; fabprobe report job.json --html job.html
+  fabprobe nccl-log logs/ --html job.html     (the same page, in one step)
 
 WHAT IT DRAWS
   ring   the verdicts first, in the text report's words; the link scan's sender x receiver
@@ -117,7 +119,8 @@ fn write(out: &Path, inputs: &[Input], opts: &Options) -> anyhow::Result<()> {
     if out.as_os_str() == "-" {
         return emit(&page);
     }
-    std::fs::write(out, page).with_context(|| format!("cannot write the page to {}", out.display()))
+    // Atomically, as --output is: a reader (a browser, a ticket upload) never gets half a page.
+    super::out::write_atomic_as("--html", out, &page)
 }
 
 /// `ring --html`, `sweep --html`: the report this run printed (or would have printed as

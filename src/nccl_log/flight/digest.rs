@@ -2,13 +2,13 @@
 //! decoded in parallel ([`read_all`]) and merged in input order: the job is the same as from
 //! reading the dumps one by one, and memory holds a few dumps at a time, never the job's.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::fold::Seen;
 use super::parse::{self, DumpError, Kind, RawDump};
-use super::{Call, RankDump, State};
+use super::{Call, RankDump};
 
 /// One dump, decoded and digested (or why not), ready for [`super::Job::merge`].
 pub enum Digest {
@@ -26,7 +26,7 @@ pub struct Body {
     pub(super) config: Vec<(String, String, Vec<u32>)>,
     /// Group name -> the first description its entries gave.
     pub(super) descs: BTreeMap<String, String>,
-    /// The distinct collective calls (a dump repeats a few shapes thousands of times).
+    /// The distinct calls (a dump repeats a few shapes thousands of times).
     pub(super) calls: Vec<Call>,
     /// Each collective entry in order: (sequence number, index into `calls`).
     pub(super) seqs: Vec<(u64, u32)>,
@@ -45,6 +45,7 @@ pub fn digest(file: &str, kind: Kind, bytes: &[u8]) -> Digest {
 }
 
 fn body(rank: u32, file: &str, kind: Kind, raw: RawDump) -> Body {
+    let e = raw.entries;
     let mut d = RankDump {
         rank,
         file: file.to_string(),
@@ -53,7 +54,8 @@ fn body(rank: u32, file: &str, kind: Kind, raw: RawDump) -> Body {
             Kind::Json => "json",
         },
         version: raw.version.unwrap_or_default(),
-        entries: raw.entries.len(),
+        entries: e.count,
+        tracks_completion: e.tracks_completion,
         ..RankDump::default()
     };
     let config = raw
@@ -61,90 +63,32 @@ fn body(rank: u32, file: &str, kind: Kind, raw: RawDump) -> Body {
         .into_iter()
         .map(|(name, g)| (name, g.desc.unwrap_or_default(), g.ranks.unwrap_or_default()))
         .collect();
+    let calls = e.calls();
+    let at = |s: Seen| Call {
+        seq: s.seq,
+        record_id: s.record_id,
+        ..calls[s.shape as usize].clone()
+    };
+    for (&(group, p2p), &s) in &e.last_by {
+        let g = d.groups.entry(e.groups[group as usize].0.clone()).or_default();
+        *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(at(s));
+    }
+    d.last = e.last.map(at);
+    d.oldest = e.oldest.map(at);
+    // record_id counts every entry the rank recorded: an oldest kept above 0 means the
+    // ring dropped the ones before it.
+    d.wrapped = d.oldest.as_ref().is_some_and(|o| o.record_id > 0);
     let mut descs = BTreeMap::new();
-    let calls: Vec<Call> = raw
-        .entries
-        .into_iter()
-        .filter_map(|e| super::call(e, &mut descs))
-        .collect();
-    summarize(&mut d, &calls);
-    let (calls, seqs) = intern(calls);
+    for (name, desc) in e.groups {
+        descs.entry(name).or_insert(desc);
+    }
     Body {
         dump: d,
         config,
         descs,
         calls,
-        seqs,
+        seqs: e.seqs,
     }
-}
-
-/// The rank's digest: the newest call per group (collective and P2P), the newest and the
-/// oldest of all, whether completion is tracked and whether the buffer wrapped.
-fn summarize(d: &mut RankDump, calls: &[Call]) {
-    let newer = |a: &Call, b: &Call| a.record_id >= b.record_id;
-    let mut last: BTreeMap<(&str, bool), &Call> = BTreeMap::new();
-    for c in calls {
-        let slot = last.entry((c.group.as_str(), c.p2p)).or_insert(c);
-        if newer(c, slot) {
-            *slot = c;
-        }
-        d.tracks_completion |= matches!(c.state, State::Started | State::Completed);
-    }
-    for ((group, p2p), c) in last {
-        let g = d.groups.entry(group.to_string()).or_default();
-        *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(c.clone());
-    }
-    d.last = calls
-        .iter()
-        .reduce(|a, b| if newer(b, a) { b } else { a })
-        .cloned();
-    d.oldest = calls
-        .iter()
-        .reduce(|a, b| if b.record_id < a.record_id { b } else { a })
-        .cloned();
-    // record_id counts every entry the rank recorded: an oldest kept above 0 means the
-    // ring dropped the ones before it.
-    d.wrapped = d.oldest.as_ref().is_some_and(|o| o.record_id > 0);
-}
-
-/// The collectives as distinct calls (all but the sequence number and record id) and, per
-/// entry, its sequence number and call.
-fn intern(calls: Vec<Call>) -> (Vec<Call>, Vec<(u64, u32)>) {
-    let mut distinct: Vec<Call> = Vec::new();
-    let mut index: HashMap<u64, Vec<u32>> = HashMap::new();
-    let mut seqs = Vec::with_capacity(calls.len());
-    for c in calls.into_iter().filter(|c| !c.p2p) {
-        let slot = index.entry(shape_hash(&c)).or_default();
-        let i = match slot.iter().find(|&&i| same_shape(&distinct[i as usize], &c)) {
-            Some(&i) => i,
-            None => {
-                let i = distinct.len() as u32;
-                slot.push(i);
-                distinct.push(c.clone());
-                i
-            }
-        };
-        seqs.push((c.seq, i));
-    }
-    (distinct, seqs)
-}
-
-fn shape_hash(c: &Call) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&c.group, &c.op, &c.input_sizes, &c.input_dtypes).hash(&mut h);
-    (&c.output_sizes, &c.output_dtypes, c.state).hash(&mut h);
-    h.finish()
-}
-
-fn same_shape(a: &Call, b: &Call) -> bool {
-    a.group == b.group
-        && a.p2p == b.p2p
-        && a.op == b.op
-        && a.input_sizes == b.input_sizes
-        && a.input_dtypes == b.input_dtypes
-        && a.output_sizes == b.output_sizes
-        && a.output_dtypes == b.output_dtypes
-        && a.state == b.state
 }
 
 /// Dumps held at once per thread: enough to keep the threads busy, few enough to bound

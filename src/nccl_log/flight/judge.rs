@@ -598,4 +598,3 @@ fn sorted_flat<'a, I: Iterator<Item = &'a Vec<u32>>>(it: I) -> Vec<u32> {
     v.dedup();
     v
 }
-

@@ -9,6 +9,7 @@
 //! with a capped sample of the ranks that made each).
 
 pub mod digest;
+mod fold;
 pub mod judge;
 pub mod parse;
 
@@ -17,9 +18,8 @@ use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
 
-pub use digest::{read_all, Digest};
-use parse::RawEntry;
-pub use parse::{sniff, DumpError, Kind};
+pub use digest::{Digest, read_all};
+pub use parse::{DumpError, Kind, sniff};
 
 /// Ranks kept per distinct call at one sequence number (the count is always whole).
 const RANK_SAMPLE: usize = 64;
@@ -365,43 +365,6 @@ type CallRanks = (Call, u32, Vec<u32>);
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v
-}
-
-/// An entry as a [`Call`]; None for one without a group or sequence number (nothing to
-/// line up across ranks).
-fn call(e: RawEntry, descs: &mut BTreeMap<String, String>) -> Option<Call> {
-    let mut pg = e.process_group.unwrap_or_default().into_iter();
-    let group = match pg.next() {
-        Some(n) => n,
-        None => e.pg_id?.to_string(),
-    };
-    let desc = pg.next().unwrap_or_default();
-    // Looked up before inserting: the name is cloned once per group, not per entry.
-    if !descs.contains_key(&group) {
-        descs.insert(group.clone(), desc);
-    }
-    let op = e.profiling_name.unwrap_or_default();
-    let p2p = e.is_p2p.unwrap_or_else(|| {
-        let k = op.split_once(':').map_or(op.as_str(), |(_, n)| n);
-        k.starts_with("send") || k.starts_with("recv")
-    });
-    let seq = if p2p {
-        e.p2p_seq_id.or(e.seq_id)?
-    } else {
-        e.collective_seq_id.or(e.seq_id)?
-    };
-    Some(Call {
-        group,
-        seq: u64::try_from(seq).ok()?,
-        p2p,
-        op,
-        input_sizes: e.input_sizes.unwrap_or_default(),
-        input_dtypes: e.input_dtypes.unwrap_or_default(),
-        output_sizes: e.output_sizes.unwrap_or_default(),
-        output_dtypes: e.output_dtypes.unwrap_or_default(),
-        state: State::parse(e.state.as_deref()),
-        record_id: e.record_id.unwrap_or(0),
-    })
 }
 
 /// The job's report: the NCCL logs' and the dumps' verdicts in one list (root cause first),

@@ -4,11 +4,13 @@
 //! in each form (`pg_status` numbers or strings, `ranks` a string or a list, `seq_id`
 //! before `collective_seq_id`, `time_discovered_*` None or 0).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 /// Why a dump could not be read: the file and, where the decoder knows it, the field.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +65,9 @@ pub fn sniff(head: &[u8]) -> Option<Kind> {
 pub struct RawDump {
     #[serde(default, deserialize_with = "text")]
     pub version: Option<String>,
+    /// Folded as they are decoded: the few distinct calls and per entry its sequence number.
     #[serde(default)]
-    pub entries: Vec<RawEntry>,
+    pub entries: super::fold::Entries,
     #[serde(default)]
     pub pg_config: BTreeMap<String, RawGroup>,
     #[serde(default)]
@@ -76,15 +79,17 @@ pub struct RawDump {
     pub nccl_comm_state: Option<IgnoredAny>,
 }
 
+/// One entry as decoded, its text borrowed from the dump's bytes where the decoder can
+/// (JSON without escapes): entries are folded one at a time ([`super::fold`]), never kept.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawEntry {
+pub struct RawEntry<'a> {
     #[serde(default, deserialize_with = "int")]
     pub record_id: Option<i64>,
     #[serde(default, deserialize_with = "int")]
     pub pg_id: Option<i64>,
     /// `(name, desc)`: a tuple in a pickle, a list in JSON.
-    #[serde(default)]
-    pub process_group: Option<Vec<String>>,
+    #[serde(default, borrow)]
+    pub process_group: Pg<'a>,
     #[serde(default, deserialize_with = "int")]
     pub collective_seq_id: Option<i64>,
     /// Before collective and P2P sequence numbers were split (dump versions 1.x-2.0).
@@ -94,22 +99,167 @@ pub struct RawEntry {
     pub p2p_seq_id: Option<i64>,
     #[serde(default)]
     pub is_p2p: Option<bool>,
-    #[serde(default, deserialize_with = "text")]
-    pub profiling_name: Option<String>,
+    #[serde(default, borrow)]
+    pub profiling_name: Str<'a>,
     #[serde(default)]
-    pub input_sizes: Option<Vec<Vec<i64>>>,
+    pub input_sizes: Sizes,
+    #[serde(default, borrow)]
+    pub input_dtypes: Option<Vec<Str<'a>>>,
     #[serde(default)]
-    pub input_dtypes: Option<Vec<String>>,
-    #[serde(default)]
-    pub output_sizes: Option<Vec<Vec<i64>>>,
-    #[serde(default)]
-    pub output_dtypes: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "text")]
-    pub state: Option<String>,
-    #[serde(default, deserialize_with = "int")]
-    pub time_created_ns: Option<i64>,
-    #[serde(default, deserialize_with = "int")]
-    pub timeout_ms: Option<i64>,
+    pub output_sizes: Sizes,
+    #[serde(default, borrow)]
+    pub output_dtypes: Option<Vec<Str<'a>>>,
+    #[serde(default, borrow)]
+    pub state: Str<'a>,
+}
+
+/// A string as the decoder hands it: borrowed where it can be, else owned; None or null
+/// is `Str(None)`.
+#[derive(Debug, Default)]
+pub struct Str<'a>(pub Option<Cow<'a, str>>);
+
+impl Str<'_> {
+    pub fn get(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Str<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Some(Cow::Owned(v))))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Str(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Str(None))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// An entry's `process_group`: its name and description (the first two items).
+#[derive(Debug, Default)]
+pub struct Pg<'a> {
+    pub name: Str<'a>,
+    pub desc: Str<'a>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Pg<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Pg<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Pg<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                let name = s.next_element::<Str<'a>>()?.unwrap_or_default();
+                let desc = s.next_element::<Str<'a>>()?.unwrap_or_default();
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Pg { name, desc })
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Pg::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Pg::default())
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A list of tensor shapes (`[[4, 8], [2]]`) flattened into one allocation: per tensor its
+/// number of dimensions, then the dimensions. None, null and `[]` are all empty.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
+pub struct Sizes(pub Vec<i64>);
+
+impl Sizes {
+    /// Back to one list per tensor.
+    pub fn nested(&self) -> Vec<Vec<i64>> {
+        let mut out = Vec::new();
+        let mut rest = self.0.as_slice();
+        while let Some((&n, tail)) = rest.split_first() {
+            let n = (n.max(0) as usize).min(tail.len());
+            out.push(tail[..n].to_vec());
+            rest = &tail[n..];
+        }
+        out
+    }
+}
+
+impl<'de> Deserialize<'de> for Sizes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Sizes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while s.next_element_seed(Dims(&mut out))?.is_some() {}
+                Ok(Sizes(out))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Sizes::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Sizes::default())
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(V)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One tensor's dimensions, appended to the flat list after their count.
+struct Dims<'v>(&'v mut Vec<i64>);
+
+impl<'de> DeserializeSeed<'de> for Dims<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Dims<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+        let at = self.0.len();
+        self.0.push(0);
+        while let Some(x) = s.next_element::<i64>()? {
+            self.0.push(x);
+        }
+        self.0[at] = (self.0.len() - at - 1) as i64;
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -369,5 +519,40 @@ mod tests {
             (s.last_enqueued_collective, s.last_completed_collective),
             (Some(4), Some(3))
         );
+    }
+
+    #[test]
+    fn sizes_flatten_and_come_back() {
+        for j in ["[]", "[[]]", "[[4]]", "[[4, 8], [], [2, 3, 5]]", "null"] {
+            let s: Sizes = serde_json::from_str(j).unwrap();
+            let want: Option<Vec<Vec<i64>>> = serde_json::from_str(j).unwrap();
+            assert_eq!(s.nested(), want.unwrap_or_default(), "{j}");
+        }
+        assert!(serde_json::from_str::<Sizes>("[[1, \"x\"]]").is_err());
+    }
+
+    /// Text borrowed (plain) or owned (escaped) is the same call: one distinct call, every
+    /// entry's sequence number kept, the newest and oldest by record id.
+    #[test]
+    fn entries_fold_borrowed_and_escaped_text_alike() {
+        let e = |rid: u32, op: &str| {
+            format!(
+                r#"{{"record_id":{rid},"process_group":["0","default_pg"],"collective_seq_id":{},"profiling_name":"{op}","input_sizes":[[4]],"input_dtypes":["Float"],"state":"completed"}}"#,
+                rid + 1
+            )
+        };
+        let j = format!(
+            r#"{{"version":"2.10","entries":[{},{},{}]}}"#,
+            e(5, "nccl:all_reduce"),
+            e(6, r"nccl:all\u005freduce"),
+            e(7, "nccl:all_reduce")
+        );
+        let d = decode("r0", Kind::Json, j.as_bytes()).unwrap();
+        let f = &d.entries;
+        assert_eq!((f.count, f.calls().len()), (3, 1));
+        assert_eq!(f.seqs, vec![(6, 0), (7, 0), (8, 0)]);
+        assert_eq!((f.last.unwrap().record_id, f.oldest.unwrap().record_id), (7, 5));
+        assert_eq!(f.calls()[0].op, "nccl:all_reduce");
+        assert!(f.tracks_completion);
     }
 }
