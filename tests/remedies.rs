@@ -560,3 +560,84 @@ fn every_command_in_a_fix_parses_and_has_no_placeholder() {
         "{commands:#?}"
     );
 }
+
+/// The source text of each `.fix(...)` call's arguments: from the open paren to its match,
+/// parens inside string literals not counted.
+fn fix_calls(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in src.match_indices(".fix(") {
+        let start = i + ".fix(".len();
+        let (mut depth, mut in_str, mut esc) = (1usize, false, false);
+        let mut end = src.len();
+        for (j, c) in src[start..].char_indices() {
+            match (in_str, esc, c) {
+                (true, true, _) => esc = false,
+                (true, false, '\\') => esc = true,
+                (true, false, '"') => in_str = false,
+                (true, false, _) => {}
+                (false, _, '"') => in_str = true,
+                (false, _, '(') => depth += 1,
+                (false, _, ')') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = start + j;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(src[start..end].to_string());
+    }
+    out
+}
+
+/// `fabprobe <sub>` outside backticks in `lit`, for every subcommand in `subs`.
+fn unquoted_commands(lit: &str, subs: &BTreeSet<String>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (k, _) in lit.match_indices("fabprobe ") {
+        let word: String = lit[k + "fabprobe ".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+            .collect();
+        if subs.contains(&word) && lit[..k].matches('`').count() % 2 == 0 {
+            bad.push(format!("fabprobe {word}"));
+        }
+    }
+    bad
+}
+
+#[test]
+fn unquoted_command_detection() {
+    let subs: BTreeSet<String> = ["check", "sweep"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(unquoted_commands("drain it (fabprobe sweep --drain)", &subs), ["fabprobe sweep"]);
+    assert!(unquoted_commands("run `sudo fabprobe check` again", &subs).is_empty());
+    assert!(unquoted_commands("not a fabprobe report", &subs).is_empty());
+    let calls = fix_calls(r#"x.fix(format!("a (b) `c`", d(e))).y(); z.fix("run fabprobe check")"#);
+    assert_eq!(calls, [r#"format!("a (b) `c`", d(e))"#, r#""run fabprobe check""#]);
+}
+
+/// A `fabprobe <sub>` in a fix is a command a person pastes: it stands in backticks, so the
+/// text sets it apart and the HTML page draws it as a command block (issue 47). Every
+/// `.fix(...)` in the source, whichever command gives it.
+#[test]
+fn every_fabprobe_command_in_a_fix_is_backticked() {
+    let subs = subcommands();
+    let mut files = Vec::new();
+    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    files.sort();
+    let (mut calls, mut bad) = (0, Vec::new());
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        for call in fix_calls(&src) {
+            calls += 1;
+            for lit in string_literals(&call) {
+                for c in unquoted_commands(&lit, &subs) {
+                    bad.push(format!("{}: `{c}` without backticks in \"{lit}\"", f.display()));
+                }
+            }
+        }
+    }
+    assert!(calls >= 80, "only {calls} .fix( calls found: is the scan broken?");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

@@ -315,7 +315,7 @@ fn device_holders_unknown(f: &Facts, out: &mut Vec<Finding>) {
             ),
         )
         .evidence("processes_unreadable", f.processes_unreadable)
-        .fix("run fabprobe check as root to see every process"),
+        .fix("run `sudo fabprobe check` to see every process"),
     );
 }
 

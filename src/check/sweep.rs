@@ -1685,7 +1685,7 @@ impl SweepReport {
             .iter()
             .map(|b| {
                 Finding::new("sweep.bad_node", Severity::Fail, &b.node, b.reasons.join("; "))
-                    .fix("drain it (fabprobe sweep --drain), then run fabprobe check on it")
+                    .fix("drain it (`fabprobe sweep --drain`), then run `fabprobe check` on it")
             })
             .collect();
         let drained: std::collections::HashSet<&str> =

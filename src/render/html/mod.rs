@@ -278,11 +278,12 @@ pub(crate) fn remedy(word: &str, text: &str) -> Markup {
 const STYLE: &str = r#"
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1f21; --muted: #5f6368; --line: #c8ccd0;
   --panel: #f4f5f7; --fail: #c62828; --warn: #b36200; --pass: #2e7d32; --unknown: #6b6f76;
-  --missing: #8e24aa; --outline: #111111; --empty: #e3e5e8; --warnmap: #e8c547; }
+  --missing: #8e24aa; --outlier: #00838f; --outline: #111111; --empty: #e3e5e8;
+  --data1: #1e88e5; --data2: #8d6e63; }
 @media (prefers-color-scheme: dark) {
   :root { --bg: #16181b; --fg: #e4e6e8; --muted: #a2a7ad; --line: #41464d; --panel: #202328;
     --fail: #ef5350; --warn: #ffa726; --pass: #66bb6a; --unknown: #9aa0a6; --missing: #ce93d8;
-    --outline: #ffffff; --empty: #2a2e34; --warnmap: #b39b3a; }
+    --outlier: #4dd0e1; --outline: #ffffff; --empty: #2a2e34; --data1: #64b5f6; --data2: #bcaaa4; }
 }
 @media print {
   :root { --bg: #ffffff; --fg: #000000; --muted: #444444; --line: #999999; --panel: #ffffff;
@@ -298,8 +299,8 @@ header { padding-bottom: 2px; }
 code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12.5px; }
 .muted { color: var(--muted); }
 section { border-top: 2px solid var(--line); margin-top: 18px; }
-.verdicts { background: var(--panel); border-left: 5px solid var(--pass); padding: 8px 12px; margin: 10px 0; }
-.verdicts.fail { border-left-color: var(--fail); } .verdicts.unknown { border-left-color: var(--unknown); }
+.verdicts { background: var(--panel); border-left: 5px solid var(--line); padding: 8px 12px; margin: 10px 0; }
+.verdicts.pass { border-left-color: var(--pass); } .verdicts.fail { border-left-color: var(--fail); } .verdicts.unknown { border-left-color: var(--unknown); }
 .verdicts.warn { border-left-color: var(--warn); } .verdicts p.unread { color: var(--muted); }
 .verdicts p { margin: 4px 0; font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px;
   white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -314,8 +315,8 @@ pre.cmd.file { border-left-style: dashed; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 3px; font-weight: 600; font-size: 12px; color: #fff; }
 .badge.fail { background: var(--fail); } .badge.warn { background: var(--warn); }
 .badge.pass { background: var(--pass); } .badge.unknown { background: var(--unknown); }
-.badge.missing { background: var(--missing); }
-tr.slow td { font-weight: 600; } td.warn { background: color-mix(in srgb, var(--warn) 25%, transparent); }
+.badge.missing { background: var(--missing); } .badge.outlier { background: var(--outlier); }
+tr.slow td { font-weight: 600; } td.outlier { background: color-mix(in srgb, var(--outlier) 25%, transparent); }
 td.hit { text-align: center; }
 svg { display: block; max-width: 100%; height: auto; margin: 6px 0; }
 svg text { fill: var(--fg); font: 11px system-ui, sans-serif; }
@@ -325,13 +326,13 @@ svg .grid { stroke: var(--line); stroke-width: 1; fill: none; }
 svg .empty { fill: var(--empty); }
 svg .outline { fill: none; stroke: var(--outline); stroke-width: 3; }
 svg .outline.not-judged { stroke-dasharray: 6 4; stroke-width: 2; }
-svg .series { fill: none; stroke-width: 2.2; } svg .oop { stroke: #1e88e5; } svg .ip { stroke: #43a047; stroke-dasharray: 5 3; }
-svg .dot.oop { fill: #1e88e5; } svg .dot.ip { fill: #43a047; }
-svg .rate { stroke: var(--fail); stroke-width: 1.5; stroke-dasharray: 8 4; }
-svg .median { stroke: var(--warn); stroke-width: 1.5; stroke-dasharray: 2 3; }
+svg .series { fill: none; stroke-width: 2.2; } svg .oop { stroke: var(--data1); } svg .ip { stroke: var(--data2); stroke-dasharray: 5 3; }
+svg .dot.oop { fill: var(--data1); } svg .dot.ip { fill: var(--data2); }
+svg .rate { stroke: var(--fg); stroke-width: 1.5; stroke-dasharray: 8 4; }
+svg .median { stroke: var(--muted); stroke-width: 1.5; stroke-dasharray: 2 3; }
 svg .pass { fill: var(--pass); } svg .warn { fill: var(--warn); } svg .fail { fill: var(--fail); }
-svg rect.node.warn { fill: var(--warnmap); } svg rect.node.outlier { fill: var(--warn); }
-svg .missing { fill: var(--missing); } svg .unreadable { fill: var(--unknown); } svg .outlier { fill: var(--warn); }
+svg .missing { fill: var(--missing); } svg .unreadable { fill: var(--unknown); } svg .outlier { fill: var(--outlier); }
+svg rect.cell.unknown { fill: var(--unknown); }
 .scroll { overflow-x: auto; } th code { white-space: normal; overflow-wrap: normal; word-break: keep-all; }
 table.grid th { min-width: 5.5em; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; margin: 4px 0; }
@@ -343,13 +344,97 @@ table.grid th { min-width: 5.5em; }
 .box.numa { background: var(--panel); } .box.numa > .title { color: var(--fg); font-size: 13px; }
 .kids { display: flex; flex-wrap: wrap; gap: 6px; align-items: flex-start; }
 .dev { border: 2px solid var(--line); border-radius: 4px; padding: 3px 6px; min-width: 120px; font-size: 12px; }
-.dev.gpu { border-color: #1e88e5; } .dev.nic { border-color: #43a047; }
+.dev.gpu { border-color: var(--data1); } .dev.nic { border-color: var(--data2); }
 .dev.fail { outline: 3px solid var(--fail); } .dev.warn { outline: 3px solid var(--warn); }
-.dev b { font-size: 13px; } .dev .finding { color: var(--fail); font-weight: 600; }
-.dev.warn .finding { color: var(--warn); }
+.dev b { font-size: 13px; } .dev .finding { font-weight: 600; }
 table.hosts td, table.facts td { overflow-wrap: anywhere; } table.hosts td:first-child { white-space: nowrap; } .nccl-verdict { margin: 4px 0 14px; }
 @media (max-width: 820px) {
   body { padding: 8px 10px 30px; } table { font-size: 12px; } th, td { padding: 2px 4px; }
   table.grid th { min-width: 0; } table.grid th[data-id] { writing-mode: sideways-lr; vertical-align: bottom; }
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::STYLE;
+
+    /// The states a page colours, each with the class words that mark it.
+    const STATES: &[(&str, &[&str])] = &[
+        ("fail", &["fail"]),
+        ("warn", &["warn"]),
+        ("pass", &["pass"]),
+        ("unknown", &["unknown", "unreadable"]),
+        ("missing", &["missing"]),
+        ("outlier", &["outlier"]),
+    ];
+
+    /// Every `selector { declarations }` of the stylesheet outside `:root` (where the
+    /// colours are defined) and outside the `@media` wrappers' own braces.
+    fn rules() -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut rest = STYLE;
+        while let Some(open) = rest.find('{') {
+            let head = rest[..open].trim();
+            let head = head.rsplit('}').next().unwrap_or(head).trim();
+            if head.starts_with('@') {
+                rest = &rest[open + 1..];
+                continue;
+            }
+            let close = rest[open..].find('}').map(|i| open + i).unwrap_or(rest.len());
+            if !head.starts_with(":root") {
+                out.push((head.to_string(), rest[open + 1..close].to_string()));
+            }
+            rest = &rest[(close + 1).min(rest.len())..];
+        }
+        out
+    }
+
+    // One colour per state on every page (issue 47): a state's colour is used only by
+    // rules for that state, and a state's rule uses no other state's colour.
+    #[test]
+    fn each_state_colour_belongs_to_its_state_only() {
+        let rules = rules();
+        assert!(rules.len() > 40, "the stylesheet parse found only {} rules", rules.len());
+        for (selector, decls) in &rules {
+            for (state, words) in STATES {
+                let marked = words.iter().any(|w| selector.contains(&format!(".{w}")));
+                let uses = decls.contains(&format!("var(--{state})"));
+                assert!(!uses || marked, "`{selector}` uses --{state} without that state's class");
+                if marked {
+                    for (other, _) in STATES.iter().filter(|(o, _)| o != state) {
+                        assert!(
+                            !decls.contains(&format!("var(--{other})")),
+                            "`{selector}` marks {state} but uses --{other}"
+                        );
+                    }
+                }
+            }
+            // Colours come from the named variables; the badge's white text is the one literal.
+            let literal = decls.replace("color: #fff;", "");
+            assert!(!literal.contains('#') && !literal.contains("hsl("), "`{selector}` has a literal colour: {decls}");
+        }
+    }
+
+    // The legends say what each colour means: a state's colour is named by that state.
+    #[test]
+    fn legends_name_the_state_of_each_state_colour() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/render/html");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).expect("src/render/html") {
+            let path = entry.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("source");
+            for (i, _) in text.match_indices("style=\"--c:") {
+                let span = &text[i..text[i..].find('}').map(|j| i + j).unwrap_or(text.len())];
+                assert!(!span.contains("--c:#"), "{}: a legend with a literal colour: {span}", path.display());
+                for (state, words) in STATES {
+                    if span.contains(&format!("var(--{state})")) {
+                        seen += 1;
+                        let label = span.to_lowercase();
+                        assert!(words.iter().any(|w| label.contains(w)), "{}: --{state} labelled otherwise: {span}", path.display());
+                    }
+                }
+            }
+        }
+        assert!(seen >= 8, "only {seen} state legends found");
+    }
+}

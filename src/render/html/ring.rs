@@ -481,16 +481,22 @@ fn axis_labels(r: &Ring, g: &Grid, i: u32) -> Markup {
 
 fn cell_rect(r: &Ring, g: &Grid, l: &ScanLink, median: Option<f64>, marks: &[Mark]) -> Markup {
     let frac = median.filter(|m| *m > 0.0).map(|m| l.gbs / m);
-    let fill = frac.map(fraction_colour).unwrap_or_else(|| "hsl(210,10%,55%)".into());
+    // Not measured against a median is the unknown state, in its one colour (CSS).
+    let fill = frac.map(fraction_colour);
     let tags: Vec<&str> = marks
         .iter()
         .filter(|m| covers(m.shape, l.from_rank, l.to_rank))
         .map(|m| m.tag.as_str())
         .collect();
-    let class = if l.slow { "cell slow" } else { "cell" };
+    let class = match (l.slow, fill.is_some()) {
+        (true, true) => "cell slow",
+        (false, true) => "cell",
+        (true, false) => "cell slow unknown",
+        (false, false) => "cell unknown",
+    };
     html! {
         rect class=(class) x=(g.x(l.to_rank)) y=(g.y(l.from_rank)) width=(g.cell - 1.0) height=(g.cell - 1.0)
-            fill=(fill) data-from=(l.from_rank) data-to=(l.to_rank) data-gbs=(l.gbs)
+            fill=[fill] data-from=(l.from_rank) data-to=(l.to_rank) data-gbs=(l.gbs)
             data-verdicts=[(!tags.is_empty()).then(|| tags.join(" "))] {
             title {
                 (rank_label(r, l.from_rank)) " → " (rank_label(r, l.to_rank)) ": " (rate(l.gbs))
@@ -595,10 +601,10 @@ fn busbw_chart(rows: &[Row], line: Option<f64>, median: Option<f64>) -> Markup {
             }
         }
         p.legend {
-            span style="--c:#1e88e5" { "out of place" } span style="--c:#43a047" { "in place" }
-            @if line.is_some() { span style="--c:var(--fail)" { "line rate (slowest port)" } }
+            span style="--c:var(--data1)" { "out of place" } span style="--c:var(--data2)" { "in place" }
+            @if line.is_some() { span style="--c:var(--fg)" { "line rate (slowest port)" } }
             @else { span style="--c:var(--empty)" { "line rate unknown (no port rate read)" } }
-            @if median.is_some() { span style="--c:var(--warn)" { "scan median link" } }
+            @if median.is_some() { span style="--c:var(--muted)" { "scan median link" } }
         }
     }
 }

@@ -228,7 +228,7 @@ fn grid(s: &Sweep) -> (Vec<Column>, HashMap<String, Vec<usize>>) {
         let i = *keys.entry(&o.key).or_insert_with(|| {
             cols.push(Column {
                 title: format!("≠ {}", o.key),
-                class: "warn",
+                class: "outlier",
                 example: format!("{} has {}; the majority {}", o.node, o.value, o.majority_value),
             });
             cols.len() - 1
@@ -308,8 +308,8 @@ fn states(s: &Sweep) -> HashMap<String, String> {
 fn legend() -> Markup {
     html! {
         p.legend {
-            span style="--c:var(--pass)" { "pass" } span style="--c:var(--warnmap)" { "warn" }
-            span style="--c:var(--warn)" { "outlier (unlike its peers)" }
+            span style="--c:var(--pass)" { "pass" } span style="--c:var(--warn)" { "warn" }
+            span style="--c:var(--outlier)" { "outlier (unlike its peers)" }
             span style="--c:var(--fail)" { "fail" } span style="--c:var(--missing)" { "missing (no report)" }
             span style="--c:var(--unknown)" { "unreadable report" }
         }

@@ -149,7 +149,7 @@ pub(super) fn section(e: &Envelope, check_findings: &[&Finding]) -> Result<Marku
         section.topo {
             h2 { "Topology" @if let Some(h) = e.hostname { ": " (h) } }
             p.legend {
-                span style="--c:#1e88e5" { "GPU" } span style="--c:#43a047" { "RDMA NIC" }
+                span style="--c:var(--data1)" { "GPU" } span style="--c:var(--data2)" { "RDMA NIC" }
                 span style="--c:var(--fail)" { "device with a failing finding" } span style="--c:var(--warn)" { "with a warning" }
             }
             div.tree {
