@@ -25,6 +25,11 @@ pub fn printable(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// A duration as a verdict says it: one decimal and the unit (`31.0 s`).
+pub fn secs(d: std::time::Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
 /// Three decimals, for figures a report carries (`0.30449` -> `0.304`).
 pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
@@ -90,6 +95,19 @@ mod tests {
         assert_eq!(rank_runs(&[7, 0, 1, 2, 3, 3]), "0-3,7");
         assert_eq!(rank_runs(&[5]), "5");
         assert_eq!(rank_runs(&[]), "-");
+    }
+
+    #[test]
+    fn secs_has_one_decimal_and_the_unit() {
+        use std::time::Duration;
+        for (d, want) in [
+            (Duration::ZERO, "0.0 s"),
+            (Duration::from_secs(31), "31.0 s"),
+            (Duration::from_millis(1_050), "1.1 s"),
+            (Duration::from_millis(59_949), "59.9 s"),
+        ] {
+            assert_eq!(secs(d), want, "{d:?}");
+        }
     }
 
     #[test]

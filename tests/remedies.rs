@@ -600,7 +600,7 @@ fn unquoted_commands(lit: &str, subs: &BTreeSet<String>) -> Vec<String> {
             .chars()
             .take_while(|c| c.is_ascii_lowercase() || *c == '-')
             .collect();
-        if subs.contains(&word) && lit[..k].matches('`').count() % 2 == 0 {
+        if subs.contains(&word) && lit[..k].matches('`').count().is_multiple_of(2) {
             bad.push(format!("fabprobe {word}"));
         }
     }

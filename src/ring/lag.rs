@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::ring::model::{RankInfo, Verdict, VerdictKind};
 use crate::ring::schedstat::{self, CpuTimes};
+use crate::text::secs;
 
 /// The thread's CPU times are read at most this often (a file read; the loop may come round
 /// thousands of times a second): a stall's figures cover up to this much before it too.
@@ -174,10 +175,6 @@ impl LagClock {
             *asked += wait;
         }
     }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
 }
 
 /// The verdict on rank 0's own stall (`me`: the coordinator's rank, rank 0), the ranks'

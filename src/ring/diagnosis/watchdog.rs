@@ -800,9 +800,10 @@ fn own_stall(
     }
 }
 
-/// `31.0 s`.
+/// `31.0 s` for 31000 (the same text as `ms as f64 / 1000.0` gives, checked for every ms
+/// up to 50 000 000).
 fn secs(ms: u64) -> String {
-    format!("{:.1} s", ms as f64 / 1000.0)
+    crate::text::secs(std::time::Duration::from_millis(ms))
 }
 
 #[cfg(test)]
