@@ -47,6 +47,66 @@ pub struct Finding {
     /// What a person should try.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// An `unknown` finding with nothing to judge: the fact whose absence left it so, which
+    /// `check` folds its not-evaluated keys by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<MissingFact>,
+}
+
+/// A fact whose absence leaves rules with nothing to judge. Typed where the reason is
+/// written, so `check` folds the keys that follow from one fact by it, whatever the words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingFact {
+    /// Neither an NVIDIA GPU nor an RDMA device: a driver not loaded.
+    GpuAndRdma,
+    /// No RDMA device at all (no InfiniBand support in the kernel, an empty class).
+    RdmaDevice,
+    /// No GPU.
+    Gpu,
+    /// No RoCE netdev: no Ethernet RDMA port.
+    RoceNetdev,
+    /// No InfiniBand port.
+    InfinibandPort,
+}
+
+impl MissingFact {
+    /// Every fact, widest first.
+    pub const ALL: [MissingFact; 5] = [
+        MissingFact::GpuAndRdma,
+        MissingFact::RdmaDevice,
+        MissingFact::Gpu,
+        MissingFact::RoceNetdev,
+        MissingFact::InfinibandPort,
+    ];
+
+    /// Whether this fact missing leaves `other` missing too (no RDMA device at all leaves
+    /// no RoCE netdev and no InfiniBand port).
+    pub fn covers(self, other: MissingFact) -> bool {
+        use MissingFact::*;
+        self == other
+            || self == GpuAndRdma
+            || (self == RdmaDevice && matches!(other, RoceNetdev | InfinibandPort))
+    }
+
+    /// How many other facts this one covers: the widest names a fold.
+    pub fn width(self) -> usize {
+        MissingFact::ALL
+            .iter()
+            .filter(|o| **o != self && self.covers(**o))
+            .count()
+    }
+
+    /// The fact in words, as the reasons that rest on it begin it.
+    pub fn words(self) -> &'static str {
+        match self {
+            MissingFact::GpuAndRdma => "no NVIDIA GPU and no RDMA device",
+            MissingFact::RdmaDevice => "no RDMA devices",
+            MissingFact::Gpu => "0 GPUs found",
+            MissingFact::RoceNetdev => "no RoCE netdev",
+            MissingFact::InfinibandPort => "no InfiniBand ports",
+        }
+    }
 }
 
 impl Finding {
@@ -63,6 +123,7 @@ impl Finding {
             message: message.into(),
             evidence: BTreeMap::new(),
             fix: None,
+            missing: None,
         }
     }
     pub fn evidence(mut self, key: &str, value: impl Into<serde_json::Value>) -> Finding {
@@ -71,6 +132,11 @@ impl Finding {
     }
     pub fn fix(mut self, fix: impl Into<String>) -> Finding {
         self.fix = Some(fix.into());
+        self
+    }
+    /// The fact whose absence left nothing to judge (an `unknown` finding's).
+    pub fn missing(mut self, fact: impl Into<Option<MissingFact>>) -> Finding {
+        self.missing = fact.into();
         self
     }
 }
@@ -102,14 +168,21 @@ pub fn not_evaluated_key(id: &str) -> &str {
 
 /// A probe that saw nothing it judges (no RDMA device, no GPU, no RoCE netdev: a driver
 /// that did not load) says so with an `unknown` finding `<probe>.nothing_to_judge`: its
-/// verdict is NOT EVALUATED (exit 3), never a pass.
-pub fn nothing_to_judge(probe: &str, subject: &str, why: impl Into<String>) -> Finding {
+/// verdict is NOT EVALUATED (exit 3), never a pass. `fact` is the missing fact it rests on
+/// (`None` only for a reason of its own, not one of [`MissingFact`]).
+pub fn nothing_to_judge(
+    probe: &str,
+    subject: &str,
+    fact: Option<MissingFact>,
+    why: impl Into<String>,
+) -> Finding {
     Finding::new(
         &format!("{probe}.nothing_to_judge"),
         Severity::Unknown,
         subject,
         why,
     )
+    .missing(fact)
 }
 
 /// The one wording of a host where neither an NVIDIA GPU nor an RDMA device shows up:

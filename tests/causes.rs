@@ -307,3 +307,69 @@ fn topo_and_check_name_the_same_worst_cause() {
     assert!(n >= 20, "{n} cases compared");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Whether a not-evaluated entry says there was nothing to judge (a probe's
+/// `*.nothing_to_judge`, a rule's `... to judge`, or a reason naming a fact that is absent):
+/// the words the producers use today, read here only to find the entries that must carry
+/// the typed fact `check` folds by.
+fn says_nothing_to_judge(key: &str, reason: &str) -> bool {
+    let first = reason.split("; and ").next().unwrap_or(reason);
+    const ABSENT: &[&str] = &[
+        "no NVIDIA GPU and no RDMA device",
+        "no RDMA device",
+        "0 GPUs found",
+        "no GPU on this host",
+        "no RoCE netdev",
+        "no RoCE port",
+        "no Ethernet ports",
+        "no InfiniBand ports",
+    ];
+    key.ends_with(".nothing_to_judge")
+        || first.contains(" to judge")
+        || ABSENT.iter().any(|a| first.contains(a))
+}
+
+/// The reasons of the nothing-to-judge kind that rest on no missing fact: a single GPU (a
+/// pair rule's), RDMA devices without ports.
+fn of_its_own(reason: &str) -> bool {
+    reason.contains("(1 GPUs found)") || reason.starts_with("nothing to judge: no RDMA ports")
+}
+
+/// Every not-evaluated entry of the nothing-to-judge kind, on every fixture x every shipped
+/// policy (and the baseline pairs), carries the typed missing fact the verdict line folds
+/// by: a producer that words a reason without it fails here, not silently in the renderer.
+#[test]
+fn every_nothing_to_judge_entry_names_its_missing_fact() {
+    const FACTS: [&str; 5] = [
+        "gpu_and_rdma",
+        "rdma_device",
+        "gpu",
+        "roce_netdev",
+        "infiniband_port",
+    ];
+    let mut wrong = Vec::new();
+    let mut seen = BTreeMap::<String, usize>::new();
+    for (fixture, baseline) in cases() {
+        for p in policies() {
+            let v = check(&fixture, &baseline, &p);
+            for n in v["data"]["not_evaluated"].as_array().unwrap() {
+                let (k, r) = (n["key"].as_str().unwrap(), n["reason"].as_str().unwrap());
+                let fact = n.get("missing").expect("every entry has the field (null: none)");
+                if let Some(f) = fact.as_str() {
+                    assert!(FACTS.contains(&f), "{fixture} {p} {k}: unknown fact {f}");
+                    *seen.entry(f.to_string()).or_default() += 1;
+                } else if says_nothing_to_judge(k, r) && !of_its_own(r) {
+                    wrong.push(format!("{} {p} {k}: {r}", key(&fixture, &baseline)));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "nothing to judge without the typed fact:\n{}",
+        wrong.join("\n")
+    );
+    // The sweep reaches every fact (else a producer of it is untested here).
+    let reached: Vec<&str> = seen.keys().map(String::as_str).collect();
+    assert_eq!(reached.len(), FACTS.len(), "facts reached: {seen:?}");
+}

@@ -1225,3 +1225,46 @@ fn env_file_gdr_level_is_one_cause_in_check() {
         "{v}"
     );
 }
+
+/// `gdr.off_distance`'s fix follows where the level came from: a level set by hand below
+/// NCCL's default that would cover the path is undone (`unset NCCL_NET_GDR_LEVEL`, as
+/// nccl-env's own finding says it), from the job's environment file or its environment;
+/// a level set by hand that the default would not cover either is raised, naming where it
+/// was set; NCCL's own default is never told to be unset.
+#[test]
+fn gdr_off_distance_fix_undoes_a_level_set_by_hand() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/h100-sxm-8gpu");
+    let fix_of = |v: &serde_json::Value, id: &str| -> Option<String> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .map(|f| f["fix"].as_str().unwrap_or("").to_string())
+    };
+    let job = tempfile::NamedTempFile::new().unwrap();
+    let jf = job.path().to_str().unwrap();
+    for (set, unset) in [("LOC", true), ("0", true)] {
+        std::fs::write(job.path(), format!("NCCL_NET_GDR_LEVEL={set}\n")).unwrap();
+        let (_, g) = cli_json(&root, &["--env-file", jf, "gdr"]);
+        let (_, lint) = cli_json(&root, &["--env-file", jf, "nccl-env"]);
+        let gfix = fix_of(&g, "gdr.off_distance").unwrap_or_else(|| panic!("{set}: no gdr.off_distance: {g}"));
+        let lfix = fix_of(&lint, "nccl_env.gdr_level_strands_gpus").expect("nccl-env names the setting");
+        assert_eq!(gfix.starts_with("unset NCCL_NET_GDR_LEVEL"), unset, "{set}: {gfix}");
+        assert!(lfix.starts_with("unset NCCL_NET_GDR_LEVEL"), "{lfix}");
+        assert!(gfix.contains(&format!("set to {set} in ")), "names where it was set: {gfix}");
+    }
+    // Set by hand below a path the default does not cover either: raised, not unset.
+    let two = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-2socket");
+    std::fs::write(job.path(), "NCCL_NET_GDR_LEVEL=PIX\n").unwrap();
+    let (_, g) = cli_json(&two, &["--env-file", jf, "gdr"]);
+    let gfix = fix_of(&g, "gdr.off_distance").expect("off by distance");
+    assert!(!gfix.starts_with("unset") && gfix.contains("set NCCL_NET_GDR_LEVEL=SYS") && gfix.contains("now set to PIX in "), "{gfix}");
+    // NCCL's default: a far NIC is not a setting to unset.
+    let (_, g) = cli_json(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-2socket"),
+        &["gdr"],
+    );
+    let gfix = fix_of(&g, "gdr.off_distance").expect("pcie-2socket's GPUs are far from their NICs");
+    assert!(!gfix.contains("unset"), "{gfix}");
+}

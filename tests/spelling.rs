@@ -43,6 +43,52 @@ fn one_device_unplaced() -> tempfile::TempDir {
     t
 }
 
+/// A copy of `h100-sxm-8gpu` whose frontend RoCE port has no netdev: `eth0` (mlx5_8/1) was
+/// moved into a container's network namespace, so the host's sysfs has neither
+/// /sys/class/net/eth0, nor the PCI function's net/eth0, nor the port's GID netdev names.
+fn roce_port_without_netdev() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/h100-sxm-8gpu/.");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(src)
+        .arg(t.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let rm = |p: &str, dir: bool| {
+        let path = t.path().join(p);
+        let r = if dir {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        r.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    };
+    rm("sys/class/net/eth0", false);
+    rm("sys/bus/pci/devices/0000:e9:00.0/net/eth0", true);
+    rm("sys/class/infiniband/mlx5_8/ports/1/gid_attrs/ndevs", true);
+    t
+}
+
+/// qos's note on a RoCE port without a netdev spells the port `mlx5_8/1`, as every command does.
+#[test]
+fn a_roce_port_without_a_netdev_is_spelled_as_every_port() {
+    let t = roce_port_without_netdev();
+    let root = t.path().display().to_string();
+    let devs = rdma_devices(&root);
+    let json = run(&["--root", &root, "--format", "json", "qos"]);
+    let table = run(&["--root", &root, "qos"]);
+    assert!(
+        json.contains("mlx5_8/1: RoCE port without a netdev"),
+        "the note is not said: {json}"
+    );
+    for text in [&json, &table] {
+        let bad = other_port_spellings(text, &devs);
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+}
+
 const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
 
 fn run(args: &[&str]) -> String {
@@ -167,6 +213,11 @@ fn every_command_spells_each_subject_one_way() {
     roots.push((
         "h100-sxm-8gpu (mlx5_0 unplaced)".into(),
         unplaced.path().display().to_string(),
+    ));
+    let no_netdev = roce_port_without_netdev();
+    roots.push((
+        "h100-sxm-8gpu (mlx5_8/1 without a netdev)".into(),
+        no_netdev.path().display().to_string(),
     ));
     for (fx, root) in roots {
         let devs = rdma_devices(&root);

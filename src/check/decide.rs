@@ -64,6 +64,7 @@ pub fn class_of(f: &Finding) -> Class {
         "topo.pcie_speed_degraded",
         "topo.nvlink_below_majority",
         "topo.gpu_not_in_nvml",
+        "topo.nic_not_in_rdma",
         "links.pcie_downtrained",
         "links.port_not_active",
         "links.rate_below_peers",
@@ -271,6 +272,23 @@ const EXPLAINS: &[Explains] = &[
         cause: &["nccl_env.gdr_level_strands_gpus"],
         symptoms: &["gdr.off_distance", "policy.gdr.ready{verdict=off_distance}"],
         via: Via::GpusNamed,
+    },
+    // A NIC the RDMA stack does not list (mlx5_ib not loaded, a driver that did not bind):
+    // the node is a NIC short of the policy's count, and its GPUs' traffic takes a farther
+    // NIC, GPUDirect RDMA off by distance (NCCL sees only what /sys/class/infiniband lists).
+    Explains {
+        cause: &["topo.nic_not_in_rdma"],
+        symptoms: &[
+            "policy.ib.count",
+            "policy.ib.count_min",
+            "policy.roce.count",
+            "policy.roce.count_min",
+            "*.nic_per_gpu",
+            "*.nic_path_max",
+            "gdr.off_distance",
+            "policy.gdr.ready{verdict=off_distance}",
+        ],
+        via: Via::Node,
     },
     // No NIC near the GPUs (where the cards sit): every GPU's far NIC and GPUDirect RDMA off
     // by distance follow from it.
@@ -517,7 +535,7 @@ fn urgency_of(id: &str) -> u8 {
     match id {
         "topo.gpu_not_in_nvml" | "policy.gpu.count" => 0,
         "topo.nvlink_below_majority" => 1,
-        "links.port_not_active" => 2,
+        "links.port_not_active" | "topo.nic_not_in_rdma" => 2,
         "topo.pcie_width_degraded" | "topo.pcie_speed_degraded" | "links.pcie_downtrained" => 3,
         _ if !id.starts_with("policy.") => 4,
         _ => match key {
@@ -576,6 +594,9 @@ pub fn rank(findings: &mut [Finding]) {
 pub struct NotEvaluated {
     pub key: String,
     pub reason: String,
+    /// The missing fact the key rests on (its first reason's), `null` for a reason of its
+    /// own: keys that share one are one entry in the verdict line.
+    pub missing: Option<crate::finding::MissingFact>,
 }
 
 /// Take the not-evaluated findings (`check.not_evaluated`, the probes' `unknown` ones) out
@@ -584,7 +605,7 @@ pub struct NotEvaluated {
 pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
     let mut kept = Vec::new();
     // Per key, its reasons in order, each once: one line per key, however many devices.
-    let mut by_key: Vec<(String, Vec<String>)> = Vec::new();
+    let mut by_key: Vec<(String, Vec<String>, Option<crate::finding::MissingFact>)> = Vec::new();
     for f in findings {
         if f.severity != Severity::Unknown {
             kept.push(f);
@@ -601,14 +622,14 @@ pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<F
             (None, true) => format!("{} ({})", f.message, f.subject),
             (None, false) => f.message.clone(),
         };
-        match by_key.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, reasons)) if !reasons.contains(&reason) => reasons.push(reason),
+        match by_key.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, reasons, _)) if !reasons.contains(&reason) => reasons.push(reason),
             Some(_) => {}
-            None => by_key.push((key, vec![reason])),
+            None => by_key.push((key, vec![reason], f.missing)),
         }
     }
     let mut notes = Vec::new();
-    for (key, reasons) in by_key {
+    for (key, reasons, missing) in by_key {
         let reason = match reasons.len() {
             1 => reasons[0].clone(),
             n => format!("{}; and {} more", reasons[0], n - 1),
@@ -629,7 +650,7 @@ pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<F
                 .evidence("reason", reason.as_str()),
             );
         }
-        notes.push(NotEvaluated { key, reason });
+        notes.push(NotEvaluated { key, reason, missing });
     }
     (kept, notes)
 }

@@ -13,7 +13,7 @@ use super::decide;
 use super::policy::{PATH_ORDER, Policy, PortRules};
 use super::{Finding, Severity};
 use crate::host::facts::RLimit;
-use crate::finding::{Rule, RuleDoc};
+use crate::finding::{MissingFact, Rule, RuleDoc};
 use crate::host::facts::HostFacts as Facts;
 use crate::host::{FactsState, Host};
 use crate::nccl::settings::NcclSettings;
@@ -226,7 +226,7 @@ pub const CHECK_RULES: &[RuleDoc] = &[
                 devices not listable, no port with that counter, /proc entries unreadable for \
                 device_holders_max, ACS unreadable for gdr.ready), or there is nothing to judge \
                 (no InfiniBand/RoCE port, no GPU). Said in the verdict line and in \
-                data.not_evaluated [{key, reason}], never counted as a pass or a failure; so are \
+                data.not_evaluated [{key, reason, missing}], never counted as a pass or a failure; so are \
                 the probes' unknown findings (gdr.acs_unknown under key gdr.acs, gdr.unknown \
                 under gdr.ready, the others under their own id)",
     },
@@ -738,6 +738,11 @@ fn not_evaluated(key: &str, why: impl Into<String>) -> Finding {
     .evidence("reason", why)
 }
 
+/// A key with nothing to judge, typed by the missing fact it rests on (`check` folds by it).
+fn nothing_here(key: &str, fact: Option<MissingFact>, why: impl Into<String>) -> Finding {
+    not_evaluated(key, why).missing(fact)
+}
+
 fn violation(key: &str, subject: impl Into<String>, msg: impl Into<String>) -> Finding {
     Finding::new(&format!("policy.{key}"), Severity::Fail, subject, msg)
 }
@@ -785,11 +790,11 @@ fn judge_gdr(c: &Collected, want: bool, out: &mut Vec<Finding>) {
     if r.gpus.is_empty() || r.nics.is_empty() {
         // No GPU or no RDMA NIC seen: nothing to judge (gpu.count / ib.count judge absence).
         // Worded by the one missing fact, as the [gpu] keys word it (one line in `check`).
-        let fact = match r.gpus.len() {
-            0 => "0 GPUs found".to_string(),
-            _ => format!("{} GPUs, 0 RDMA NICs found", r.gpus.len()),
+        let (missing, fact) = match r.gpus.len() {
+            0 => (MissingFact::Gpu, "0 GPUs found".to_string()),
+            _ => (MissingFact::RdmaDevice, format!("{} GPUs, 0 RDMA NICs found", r.gpus.len())),
         };
-        out.push(not_evaluated("gdr.ready", format!("no GPU-NIC pair to judge ({fact})")));
+        out.push(nothing_here("gdr.ready", Some(missing), format!("no GPU-NIC pair to judge ({fact})")));
         return;
     }
     if used.is_empty() {
@@ -1116,7 +1121,9 @@ fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
 
 /// A `[gpu]` key with nothing to judge: `no GPU`, `no GPU pair`.
 fn nothing_to_judge(t: &TopoReport, key: &str, what: &str) -> Finding {
-    not_evaluated(key, format!("{what} to judge ({} GPUs found)", t.gpus.len()))
+    // One GPU and no pair is a reason of its own, not a missing fact.
+    let fact = t.gpus.is_empty().then_some(MissingFact::Gpu);
+    nothing_here(key, fact, format!("{what} to judge ({} GPUs found)", t.gpus.len()))
 }
 
 fn gpu_count(x: &Gpus, out: &mut Vec<Finding>) {
@@ -1485,7 +1492,11 @@ fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mu
     }
     if x.ports.is_empty() {
         for k in r.set_keys().into_iter().filter(|k| !k.starts_with("count")) {
-            out.push(not_evaluated(&key(k), format!("no {layer} ports to judge")));
+            let fact = match layer {
+                "InfiniBand" => MissingFact::InfinibandPort,
+                _ => MissingFact::RoceNetdev,
+            };
+            out.push(nothing_here(&key(k), Some(fact), format!("no {layer} ports to judge")));
         }
     }
     let mut ports_done = false;
@@ -1833,7 +1844,7 @@ fn roce_gid(c: &Collected, want: &str, out: &mut Vec<Finding>) {
     };
     let roce = |p: &&crate::probe::gids::GidPort| p.link_layer.as_deref() == Some("Ethernet");
     if !g.ports.iter().any(|p| roce(&p)) {
-        return out.push(not_evaluated("roce.gid", "no RoCE port to judge"));
+        return out.push(nothing_here("roce.gid", Some(MissingFact::RoceNetdev), "no RoCE port to judge"));
     }
     for port in g.ports.iter().filter(roce) {
         roce_gid_port(port, want, out);
@@ -1915,8 +1926,14 @@ fn judge_roce_qos(c: &Collected, q: &super::policy::RoceRules, out: &mut Vec<Fin
             ("roce.global_pause", q.global_pause.is_some()),
         ] {
             if set {
+                // Devices unlistable is unknown, not a missing fact.
+                let fact = match (&r.rdma.message, &r.rdma.unreadable) {
+                    (_, Some(_)) => None,
+                    (Some(_), None) => Some(MissingFact::RdmaDevice),
+                    (None, None) => Some(MissingFact::RoceNetdev),
+                };
                 let why = r.rdma.message.clone().unwrap_or_else(|| "no RoCE netdev".into());
-                out.push(not_evaluated(k, format!("no RoCE netdev to judge ({why})")));
+                out.push(nothing_here(k, fact, format!("no RoCE netdev to judge ({why})")));
             }
         }
     }

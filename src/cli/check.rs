@@ -105,6 +105,10 @@ JSON DATA (fabprobe.check)
                                 ecn_priorities, global_pause, gdr_pairs, gdr_peer_memory
                                 (multisets read \"8x 400 Gb/sec (4X NDR)\")
   sample                        null | {kind, baseline, interval_s}: counter rates were judged
+  not_evaluated[]               {key, reason, missing}: a key that could not be judged;
+                                missing is the fact it rests on (gpu_and_rdma, rdma_device,
+                                gpu, roce_netdev, infiniband_port) or null for a reason of
+                                its own; keys on one fact are one entry in the verdict line
 
 PROMETHEUS (--format prom)
   fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity=fail|warn},

@@ -47,7 +47,8 @@ JSON DATA (fabprobe.gdr)
      \"iommu_group\": null | {\"group\", \"type\"}; a NIC also \"nccl_uses\" (bool: NCCL_IB_HCA
      keeps it) and \"nccl_use_rule\" (why)}],
    \"nccl_net_gdr_level\": {\"level\" (what it allows on PCIe: LOC..SYS), \"name\" (as NCCL names it: PXB, P2C...),
-     \"source\" (default, NCCL_NET_GDR_C2C=N | set in <where>), \"raw\"},
+     \"source\" (default, NCCL_NET_GDR_C2C=N | set in <where>), \"raw\",
+     \"default_name\" (NCCL's own default, present only when the level was set)},
    \"peer_memory\": {\"modules_visible\", \"paths\": [{\"path\", \"exists\", \"nccl_versions\"}], \"nccl_gdr_support\",
      \"nccl_rules\" (whose rules, and where the version came from), \"nccl_version\" (null:
      unknown), \"depends_on_version\",

@@ -64,13 +64,15 @@ JSON OUTPUT
       \"tool_version\": \"0.1.0\",
       \"host\": {\"hostname\", \"kernel\", \"captured_at\" (RFC 3339 UTC), \"source\" (\"live\" or the snapshot path)},
       \"data\": { ... the command's report, documented in fabprobe-<command>(1) ... },
-      \"findings\": [{\"id\", \"severity\" (pass|warn|fail|unknown), \"subject\", \"message\", \"evidence\": {...}, \"fix\"}]
+      \"findings\": [{\"id\", \"severity\" (pass|warn|fail|unknown), \"subject\", \"message\", \"evidence\": {...}, \"fix\", \"missing\"}]
     }
   Field names carry their units (_bytes, _gbps, _gbs, _us, _ms). Absent facts are null, never 0.
   Severity unknown: the rule could not be evaluated (a fact unread: permissions, a snapshot
   without it). The verdict is that of what was evaluated; the text verdict line names what
   was not (PASS, then \"1 not evaluated: links.port_state_unknown mlx5_0/1\"), and check
-  lists it in data.not_evaluated. Unknown is never a pass or a fail.
+  lists it in data.not_evaluated. Unknown is never a pass or a fail. A rule with nothing to
+  judge names the fact that is missing: \"missing\" (gpu_and_rdma, rdma_device, gpu,
+  roce_netdev, infiniband_port), present only then.
 ";
 
 /// `--device DEV` of a command that lists RDMA devices: keep the items of that device; a name

@@ -57,6 +57,10 @@ pub struct GdrLevel {
     pub source: String,
     /// The variable's raw value when set.
     pub raw: Option<String>,
+    /// NCCL's own default level (`P2C`, `PXB`), when the level was set by hand: what
+    /// unsetting it gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_name: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -380,10 +384,12 @@ fn gdr_level(nccl: &NcclSettings, notes: &mut Vec<String>) -> GdrLevel {
             s.value, s.from
         ));
     }
+    let (default, _) = crate::nccl::params::net_gdr_level(None, nccl.value("NCCL_NET_GDR_C2C"));
     GdrLevel {
         level: level_as_path_type(name).unwrap_or(PathType::Pxb),
         name: name.to_string(),
         source,
+        default_name: set.as_ref().map(|_| default.to_string()),
         raw: set.map(|s| s.value),
     }
 }
@@ -758,14 +764,21 @@ pub static RULES: &[Rule<GdrJudge>] = &[
 ];
 
 fn gdr_nothing(x: &Gdr, out: &mut Vec<Finding>) {
-    let why = match (x.r.gpus.is_empty(), x.r.nics.is_empty()) {
+    use crate::finding::MissingFact;
+    let (fact, why) = match (x.r.gpus.is_empty(), x.r.nics.is_empty()) {
         // Neither: the one fact every probe words alike (check lists it once).
-        (true, true) => crate::finding::NO_GPU_NO_RDMA.to_string(),
-        (true, false) => "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply".into(),
-        (false, true) => "nothing to judge: no RDMA device on this host: GPUDirect RDMA does not apply".into(),
+        (true, true) => (MissingFact::GpuAndRdma, crate::finding::NO_GPU_NO_RDMA.to_string()),
+        (true, false) => (
+            MissingFact::Gpu,
+            "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply".into(),
+        ),
+        (false, true) => (
+            MissingFact::RdmaDevice,
+            "nothing to judge: no RDMA device on this host: GPUDirect RDMA does not apply".into(),
+        ),
         _ => return,
     };
-    out.push(crate::finding::nothing_to_judge("gdr", "host", why));
+    out.push(crate::finding::nothing_to_judge("gdr", "host", Some(fact), why));
 }
 
 /// Judge GPUDirect RDMA by [`RULES`].
@@ -934,6 +947,32 @@ fn gdr_unknown(x: &Gdr, out: &mut Vec<Finding>) {
     }
 }
 
+/// The fix for pairs off by distance with no nearer NIC left out: a level set by hand below
+/// NCCL's default that would cover the path is undone (as `nccl-env` says it); else the
+/// level that forces GDR over the path.
+fn off_distance_fix(l: &GdrLevel, worst: PathType) -> String {
+    let default_covers = l
+        .default_name
+        .as_deref()
+        .and_then(level_as_path_type)
+        .filter(|d| *d >= worst);
+    match (default_covers, &l.default_name) {
+        (Some(_), Some(d)) => format!(
+            "unset NCCL_NET_GDR_LEVEL ({}; NCCL's default, {d}, covers these paths), or set it to {}",
+            l.source,
+            worst.as_str()
+        ),
+        _ => format!(
+            "a NIC under the same PCIe switch as each GPU gives GDR; to force it over this path set NCCL_NET_GDR_LEVEL={} (measure: it can be slower than staging){}",
+            worst.as_str(),
+            match &l.raw {
+                Some(_) => format!(" (now {})", l.source),
+                None => String::new(),
+            }
+        ),
+    }
+}
+
 fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
     let r = x.r;
     // GDR off by distance for pairs NCCL would use.
@@ -961,10 +1000,7 @@ fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
         nearer.dedup();
         // A nearer NIC NCCL does not open is why it took this one: that is the fix, not the level.
         let f = match nearer.is_empty() {
-            true => f.fix(format!(
-                "a NIC under the same PCIe switch as each GPU gives GDR; to force it over this path set NCCL_NET_GDR_LEVEL={} (measure: it can be slower than staging)",
-                worst.as_str()
-            )),
+            true => f.fix(off_distance_fix(&r.nccl_net_gdr_level, worst)),
             false => f
                 .evidence("nearer_nics_not_opened", nearer.join(" "))
                 .fix(format!(

@@ -253,10 +253,17 @@ pub static RULES: &[Rule<Judge>] = &[
 
 fn gids_nothing(r: &GidsReport, out: &mut Vec<Finding>) {
     if r.ports.is_empty() && r.rdma.unreadable.is_none() {
+        // No device at all, or (devices without ports) a reason of its own.
+        let fact = r
+            .rdma
+            .message
+            .is_some()
+            .then_some(crate::finding::MissingFact::RdmaDevice);
         let why = r.rdma.message.clone().unwrap_or_else(|| "no RDMA ports".into());
         out.push(crate::finding::nothing_to_judge(
             "gids",
             "host",
+            fact,
             format!("nothing to judge: {why}"),
         ));
     }

@@ -813,6 +813,7 @@ fn links_nothing(r: &LinksReport, out: &mut Vec<Finding>) {
         out.push(crate::finding::nothing_to_judge(
             "links",
             "host",
+            Some(crate::finding::MissingFact::RdmaDevice),
             format!("nothing to judge: {why}"),
         ));
     }

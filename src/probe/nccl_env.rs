@@ -785,6 +785,7 @@ fn nccl_env_nothing(x: &Env, f: &mut Vec<Finding>) {
         f.push(crate::finding::nothing_to_judge(
             "nccl_env",
             "host",
+            Some(crate::finding::MissingFact::GpuAndRdma),
             crate::finding::NO_GPU_NO_RDMA,
         ));
     }

@@ -259,7 +259,7 @@ pub fn probe(host: &Host, tc: Option<&Sourced<u32>>) -> QosReport {
             let members = port_netdevs(host, dev, p, ports.len(), &attrs.pci_netdevs);
             if members.is_empty() {
                 notes.push(format!(
-                    "{dev} port {p}: RoCE port without a netdev (none under the PCI device, no parent, no gid_attrs/ndevs entry)"
+                    "{dev}/{p}: RoCE port without a netdev (none under the PCI device, no parent, no gid_attrs/ndevs entry)"
                 ));
             }
             for (k, n) in members.iter().enumerate() {
@@ -812,13 +812,17 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
         judge_each(RULES, |j| Some(*j), &x, &mut out);
     }
     if r.interfaces.is_empty() && r.rdma.unreadable.is_none() {
-        let why = match &r.rdma.message {
-            Some(m) => m.clone(),
-            None => "no RoCE netdev: the RDMA ports are not Ethernet".into(),
+        let (fact, why) = match &r.rdma.message {
+            Some(m) => (crate::finding::MissingFact::RdmaDevice, m.clone()),
+            None => (
+                crate::finding::MissingFact::RoceNetdev,
+                "no RoCE netdev: the RDMA ports are not Ethernet".into(),
+            ),
         };
         out.push(crate::finding::nothing_to_judge(
             "qos",
             "host",
+            Some(fact),
             format!("nothing to judge: {why}"),
         ));
     }

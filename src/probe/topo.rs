@@ -50,6 +50,25 @@ pub struct TopoReport {
     /// driver lost them): named by their bus ID, left out of `gpus` and the matrices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus_not_in_nvml: Vec<GpuNotInNvml>,
+    /// RDMA NICs the PCI tree shows and `/sys/class/infiniband` does not list (mlx5_ib not
+    /// loaded, or the driver did not bind or register it): named by their bus ID, left out
+    /// of `nics` and the matrices; their labels are kept, so the others' do not shift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics_not_in_rdma: Vec<NicNotInRdma>,
+}
+
+/// A NIC seen in the PCI tree only: what sysfs says of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NicNotInRdma {
+    /// The label it would have had (`NIC7`): the other NICs keep theirs.
+    pub label: String,
+    pub pci_bus_id: String,
+    /// `15b3:1021`, as lspci -n prints it.
+    pub vendor_device: String,
+    /// The PCI driver bound to it (`mlx5_core`), None when none is.
+    pub driver: Option<String>,
+    /// Its netdevs (`/sys/bus/pci/devices/<bdf>/net`), when the driver made any.
+    pub netdevs: Vec<String>,
 }
 
 /// A GPU seen in the PCI tree only: what sysfs still says of it.
@@ -408,7 +427,8 @@ pub fn probe(host: &Host) -> TopoReport {
         None => Vec::new(),
     };
     let gpus = read_gpus(host, &found, &mut notes);
-    let nics = read_nics(host, &mut notes);
+    let mut nics = read_nics(host, &mut notes);
+    let nics_not_in_rdma = nics_missing_from(host, &mut nics);
     let switches = read_switches(host, &gpus, &nics);
     let gpu_ids: Vec<(String, String)> = gpus
         .iter()
@@ -435,6 +455,7 @@ pub fn probe(host: &Host) -> TopoReport {
         notes,
         fabric,
         gpus_not_in_nvml,
+        nics_not_in_rdma,
     };
     finish(&mut r);
     r
@@ -519,6 +540,87 @@ fn gpus_missing_from(host: &Host, listed: &[String]) -> Vec<GpuNotInNvml> {
             pci_bus_id: bdf,
         })
         .collect()
+}
+
+/// Whether a PCI function is an RDMA NIC by its IDs: an InfiniBand controller (class
+/// 0x0207), or a Mellanox/NVIDIA Ethernet function (0x0200, vendor 0x15b3: every mlx5
+/// Ethernet function registers an RDMA device when mlx5_ib is loaded).
+fn is_rdma_nic(class: u32, vendor: u32) -> bool {
+    class >> 8 == 0x0207 || (class >> 8 == 0x0200 && vendor == 0x15b3)
+}
+
+/// The RDMA NICs of the PCI tree that `/sys/class/infiniband` does not list, labelled in
+/// the order every NIC would have had (the listed `nics` relabelled around them). Nothing
+/// when the class directory could not be listed (then what is missing is unknown), nor
+/// for virtual functions or functions handed to vfio-pci (a VM's, not this host's).
+fn nics_missing_from(host: &Host, nics: &mut [TopoNic]) -> Vec<NicNotInRdma> {
+    let base = "/sys/bus/pci/devices";
+    if host.list_dir("/sys/class/infiniband").is_err() {
+        return Vec::new();
+    }
+    let Ok(Some(names)) = host.list_dir(base) else { return Vec::new() };
+    let listed: Vec<&str> = nics.iter().filter_map(|n| n.pci.pci_bus_id.as_deref()).collect();
+    let id = |bdf: &str, a: &str| host.attr(format!("{base}/{bdf}/{a}")).value().and_then(pci::parse_hex_id);
+    let mut missing: Vec<NicNotInRdma> = Vec::new();
+    // A function with an infiniband/ entry registered (its class link may be what is broken).
+    let registered = |bdf: &str| {
+        host.list_dir(format!("{base}/{bdf}/infiniband"))
+            .ok()
+            .flatten()
+            .is_some_and(|v| !v.is_empty())
+    };
+    // A RoCE LAG registers one device (`mlx5_bond_0`) on its first function: the card's
+    // other functions are in it, not missing.
+    let slot = |bdf: &str| bdf.rsplit_once('.').map_or(bdf.to_string(), |(s, _)| s.to_string());
+    let bonded: Vec<String> = nics
+        .iter()
+        .filter(|n| n.ibdev.contains("bond"))
+        .filter_map(|n| n.pci.pci_bus_id.as_deref().map(slot))
+        .collect();
+    for bdf in names.iter().filter(|n| {
+        pci::is_bdf(n) && !listed.contains(&n.as_str()) && !registered(n) && !bonded.contains(&slot(n))
+    }) {
+        let (Some(class), Some(vendor)) = (id(bdf, "class"), id(bdf, "vendor")) else { continue };
+        let driver = host
+            .read_link(format!("{base}/{bdf}/driver"))
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let handed_off = host.exists(format!("{base}/{bdf}/physfn")) || driver.as_deref() == Some("vfio-pci");
+        if !is_rdma_nic(class, vendor) || handed_off {
+            continue;
+        }
+        let mut netdevs = host.list_dir(format!("{base}/{bdf}/net")).ok().flatten().unwrap_or_default();
+        netdevs.sort();
+        missing.push(NicNotInRdma {
+            label: String::new(),
+            pci_bus_id: bdf.clone(),
+            vendor_device: format!("{vendor:04x}:{:04x}", id(bdf, "device").unwrap_or(0)),
+            driver,
+            netdevs,
+        });
+    }
+    missing.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+    relabel_around(nics, &mut missing);
+    missing
+}
+
+/// Labels in the order of every NIC, listed or not ([`nic_order`]: bonds last, then by bus
+/// ID): a NIC RDMA does not list keeps its place, and the ones after it keep theirs.
+fn relabel_around(nics: &mut [TopoNic], missing: &mut [NicNotInRdma]) {
+    // (bond, bus ID, which): the missing ones are PCI functions, never bonds.
+    let mut all: Vec<(bool, String, Result<usize, usize>)> = nics
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.ibdev.contains("bond"), n.pci.pci_bus_id.clone().unwrap_or_default(), Ok(i)))
+        .chain(missing.iter().enumerate().map(|(i, m)| (false, m.pci_bus_id.clone(), Err(i))))
+        .collect();
+    // Stable: listed NICs of one bus ID (a bond's ports) keep nic_order among themselves.
+    all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (k, (_, _, which)) in all.into_iter().enumerate() {
+        match which {
+            Ok(i) => nics[i].label = format!("NIC{k}"),
+            Err(i) => missing[i].label = format!("NIC{k}"),
+        }
+    }
 }
 
 /// Identity and link of every switch node above the devices.
@@ -836,6 +938,14 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(gpu_not_in_nvml),
     },
     Rule {
+        ids: &["topo.nic_not_in_rdma"],
+        severity: "fail",
+        about: "an RDMA NIC (InfiniBand controller, or Mellanox Ethernet function) in the PCI \
+                tree that /sys/class/infiniband does not list (mlx5_ib not loaded, the driver \
+                did not bind or register it), named by its PCI bus ID",
+        judge: Judge::Report(nic_not_in_rdma),
+    },
+    Rule {
         ids: &["topo.pcie_width_degraded"],
         severity: "fail",
         about: "link width below what device and upstream port support",
@@ -880,7 +990,58 @@ pub static RULES: &[Rule<Judge>] = &[
 
 fn topo_nothing(r: &TopoReport, out: &mut Vec<Finding>) {
     if r.gpus.is_empty() && r.nics.is_empty() {
-        out.push(crate::finding::nothing_to_judge("topo", "host", crate::finding::NO_GPU_NO_RDMA));
+        out.push(crate::finding::nothing_to_judge(
+            "topo",
+            "host",
+            Some(crate::finding::MissingFact::GpuAndRdma),
+            crate::finding::NO_GPU_NO_RDMA,
+        ));
+    }
+}
+
+fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
+    for n in &r.nics_not_in_rdma {
+        let netdev = match n.netdevs.as_slice() {
+            [] => String::new(),
+            v => format!(", netdev {}", v.join(" ")),
+        };
+        let (why, fix) = match n.driver.as_deref() {
+            Some("mlx5_core") => (
+                "mlx5_core drives it but it registered no RDMA device (mlx5_ib not loaded, or its probe failed)".to_string(),
+                format!(
+                    "`modprobe mlx5_ib` (and list it in /etc/modules-load.d/ so it loads at boot); if it is loaded, read why this function failed: `dmesg | grep -i {}`",
+                    n.pci_bus_id
+                ),
+            ),
+            Some(d) => (
+                format!("its driver {d} registered no RDMA device"),
+                format!("load the RDMA module for {d} and read `dmesg | grep -i {}`", n.pci_bus_id),
+            ),
+            None => (
+                "no driver is bound to it".to_string(),
+                format!(
+                    "check the driver: `lspci -k -s {}` and `dmesg | grep -i {}` (mlx5_core loaded? firmware error?); reload it with `modprobe mlx5_core`",
+                    n.pci_bus_id, n.pci_bus_id
+                ),
+            ),
+        };
+        out.push(
+            Finding::new(
+                "topo.nic_not_in_rdma",
+                Severity::Fail,
+                &n.pci_bus_id,
+                format!(
+                    "the NIC at {} ({} {}{netdev}) is in the PCI tree but /sys/class/infiniband does not list it: {why}; NCCL cannot use it, and its GPUs' traffic takes a farther NIC",
+                    n.pci_bus_id, n.label, n.vendor_device
+                ),
+            )
+            .evidence("pci_bus_id", n.pci_bus_id.as_str())
+            .evidence("label", n.label.as_str())
+            .evidence("vendor_device", n.vendor_device.as_str())
+            .evidence("driver", n.driver.as_deref().unwrap_or("none"))
+            .evidence("netdevs", n.netdevs.join(" "))
+            .fix(fix),
+        );
     }
 }
 
@@ -1337,6 +1498,7 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
         ],
         fabric: None,
         gpus_not_in_nvml: Vec::new(),
+        nics_not_in_rdma: Vec::new(),
     };
     finish(&mut r);
     r

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::check::run::CheckReport;
 use crate::check::sweep::SweepReport;
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, MissingFact, Severity};
 use crate::host::FactsState;
 use crate::render::text;
 
@@ -99,24 +99,24 @@ fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -
 /// that follows from a wider one missing too is folded into it (no RDMA device at all
 /// leaves no RoCE netdev and no InfiniBand port to judge).
 pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) -> String {
-    let missing: Vec<Option<Missing>> = not_evaluated.iter().map(|n| Missing::of(&n.reason)).collect();
-    // Each key's fact: the widest missing fact that covers its own.
-    let widest = |m: Missing| {
-        missing
+    // Each key's fact: the widest missing fact that covers its own (typed where the reason
+    // was written: the words do not decide the grouping).
+    let widest = |m: MissingFact| {
+        not_evaluated
             .iter()
-            .flatten()
-            .copied()
+            .filter_map(|n| n.missing)
             .filter(|w| w.covers(m))
             .max_by_key(|w| w.width())
             .unwrap_or(m)
     };
     // (the fact, the first key's own reason, the keys)
     let mut facts: Vec<(String, &str, Vec<&str>)> = Vec::new();
-    for (n, m) in not_evaluated.iter().zip(&missing) {
-        let fact = match m {
+    for n in not_evaluated {
+        let fact = match n.missing {
             Some(m) => {
-                let w = widest(*m);
-                fact_text(w, not_evaluated.iter().zip(&missing).filter(|(_, o)| **o == Some(w)).map(|(n, _)| n.reason.as_str()))
+                let w = widest(m);
+                let resting = not_evaluated.iter().filter(|o| o.missing == Some(w));
+                fact_text(w, resting.map(|o| o.reason.as_str()))
             }
             None => n.reason.split("; and ").next().unwrap_or(&n.reason).to_string(),
         };
@@ -135,55 +135,9 @@ pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) 
     format!("{} not evaluated: {}", not_evaluated.len(), parts.join("; "))
 }
 
-/// A fact whose absence leaves keys unjudged, as the probes' and rules' reasons say it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Missing {
-    /// No GPU and no RDMA device at all: a driver not loaded.
-    Everything,
-    Rdma,
-    Gpu,
-    Roce,
-    InfiniBand,
-}
-
-impl Missing {
-    fn of(reason: &str) -> Option<Missing> {
-        let r = reason.split("; and ").next().unwrap_or(reason);
-        let no = |s: &str| r.starts_with(s) || r.contains(&format!(": {s}")) || r.contains(&format!("({s}"));
-        if r.contains("no NVIDIA GPU and no RDMA device") {
-            Some(Missing::Everything)
-        } else if no("no RDMA devices") {
-            Some(Missing::Rdma)
-        } else if r.contains("(0 GPUs found)") || no("no GPU on this host") {
-            Some(Missing::Gpu)
-        } else if no("no RoCE netdev") || no("no RoCE port") || no("no Ethernet ports") {
-            Some(Missing::Roce)
-        } else if no("no InfiniBand ports") {
-            Some(Missing::InfiniBand)
-        } else {
-            None
-        }
-    }
-
-    /// Whether this fact missing leaves `other` missing too.
-    fn covers(self, other: Missing) -> bool {
-        self == other
-            || self == Missing::Everything
-            || (self == Missing::Rdma && matches!(other, Missing::Roce | Missing::InfiniBand))
-    }
-
-    fn width(self) -> u8 {
-        match self {
-            Missing::Everything => 2,
-            Missing::Rdma => 1,
-            _ => 0,
-        }
-    }
-}
-
-/// The words for a missing fact, from the reasons that rest on it (the most specific one:
-/// `no RoCE netdev: the RDMA ports are not Ethernet` over `no RoCE netdev`).
-fn fact_text<'a>(m: Missing, reasons: impl Iterator<Item = &'a str>) -> String {
+/// The words for a missing fact: the most specific a reason resting on it says (`no RoCE
+/// netdev: the RDMA ports are not Ethernet` over `no RoCE netdev`), else the fact's own.
+fn fact_text<'a>(m: MissingFact, reasons: impl Iterator<Item = &'a str>) -> String {
     let said = |r: &str, from: &str| -> Option<String> {
         let tail = &r[r.find(from)?..];
         // Up to the parenthesis around the fact (`no RoCE netdev to judge (no RDMA devices:
@@ -191,17 +145,14 @@ fn fact_text<'a>(m: Missing, reasons: impl Iterator<Item = &'a str>) -> String {
         let end = tail.find(')').map_or(tail.len(), |i| if tail[..i].contains('(') { i + 1 } else { i });
         Some(tail[..end].trim_end_matches(" (host)").to_string())
     };
-    let from = match m {
-        Missing::Everything => "no NVIDIA GPU and no RDMA device",
-        Missing::Rdma => "no RDMA devices",
-        Missing::Gpu => return "0 GPUs found".into(),
-        Missing::Roce => "no RoCE netdev",
-        Missing::InfiniBand => return "no InfiniBand ports".into(),
-    };
-    reasons
-        .filter_map(|r| said(r, from))
-        .max_by_key(String::len)
-        .unwrap_or_else(|| from.to_string())
+    match m {
+        // Counted facts: their reasons say the count, not the words.
+        MissingFact::Gpu | MissingFact::InfinibandPort => m.words().to_string(),
+        _ => reasons
+            .filter_map(|r| said(r, m.words()))
+            .max_by_key(String::len)
+            .unwrap_or_else(|| m.words().to_string()),
+    }
 }
 
 /// The host's facts in two lines (system, then memlock and device holders), or why not.
@@ -583,13 +534,17 @@ fn saw_line(w: &crate::check::run::Saw) -> String {
 mod tests {
     use super::not_evaluated_line;
     use crate::check::decide::NotEvaluated;
+    use crate::finding::MissingFact::{self, *};
 
-    fn line(notes: &[(&str, &str)]) -> String {
+    type Note<'a> = (&'a str, &'a str, Option<MissingFact>);
+
+    fn line(notes: &[Note]) -> String {
         let n: Vec<NotEvaluated> = notes
             .iter()
-            .map(|(k, r)| NotEvaluated {
+            .map(|(k, r, m)| NotEvaluated {
                 key: k.to_string(),
                 reason: r.to_string(),
+                missing: *m,
             })
             .collect();
         not_evaluated_line(&n)
@@ -600,45 +555,71 @@ mod tests {
     #[test]
     fn one_entry_per_missing_fact() {
         let none = "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?) (host)";
-        let cases: &[(&[(&str, &str)], &str)] = &[
+        let no_ib = "nothing to judge: no RDMA devices: the kernel has no InfiniBand support (host)";
+        let cases: &[(&[Note], &str)] = &[
             (
                 &[
-                    ("gpu.model", "no GPU to judge (0 GPUs found)"),
-                    ("gdr.ready", "no GPU-NIC pair to judge (0 GPUs found)"),
-                    ("gdr.nothing_to_judge", "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply (host)"),
+                    ("gpu.model", "no GPU to judge (0 GPUs found)", Some(Gpu)),
+                    ("gdr.ready", "no GPU-NIC pair to judge (0 GPUs found)", Some(Gpu)),
+                    ("gdr.nothing_to_judge", "nothing to judge: no GPU on this host: GPUDirect RDMA does not apply (host)", Some(Gpu)),
                 ],
                 "3 not evaluated: 0 GPUs found (3 keys: gpu.model, gdr.ready, gdr.nothing_to_judge)",
             ),
             (
                 &[
-                    ("roce.state", "no Ethernet ports to judge"),
-                    ("roce.gid", "no RoCE port to judge"),
-                    ("roce.mtu", "no RoCE netdev to judge (no RoCE netdev)"),
-                    ("qos.nothing_to_judge", "nothing to judge: no RoCE netdev: the RDMA ports are not Ethernet (host)"),
+                    ("roce.state", "no Ethernet ports to judge", Some(RoceNetdev)),
+                    ("roce.gid", "no RoCE port to judge", Some(RoceNetdev)),
+                    ("roce.mtu", "no RoCE netdev to judge (no RoCE netdev)", Some(RoceNetdev)),
+                    ("qos.nothing_to_judge", "nothing to judge: no RoCE netdev: the RDMA ports are not Ethernet (host)", Some(RoceNetdev)),
                 ],
                 "4 not evaluated: no RoCE netdev: the RDMA ports are not Ethernet (4 keys: roce.state, roce.gid, roce.mtu, qos.nothing_to_judge)",
             ),
             (
                 &[
-                    ("ib.state", "no InfiniBand ports to judge"),
-                    ("roce.mtu", "no RoCE netdev to judge (no RDMA devices: the kernel has no InfiniBand support)"),
-                    ("gids.nothing_to_judge", "nothing to judge: no RDMA devices: the kernel has no InfiniBand support (host)"),
+                    ("ib.state", "no InfiniBand ports to judge", Some(InfinibandPort)),
+                    ("roce.mtu", "no RoCE netdev to judge (no RDMA devices: the kernel has no InfiniBand support)", Some(RdmaDevice)),
+                    ("gids.nothing_to_judge", no_ib, Some(RdmaDevice)),
                 ],
                 "3 not evaluated: no RDMA devices: the kernel has no InfiniBand support (3 keys: ib.state, roce.mtu, gids.nothing_to_judge)",
             ),
             (
                 &[
-                    ("gpu.model", "no GPU to judge (0 GPUs found)"),
-                    ("ib.state", "no InfiniBand ports to judge"),
-                    ("counters.max_per_hour", "counter rates need two samples"),
-                    ("topo.nothing_to_judge", none),
-                    ("gids.nothing_to_judge", "nothing to judge: no RDMA devices: the kernel has no InfiniBand support (host)"),
+                    ("gpu.model", "no GPU to judge (0 GPUs found)", Some(Gpu)),
+                    ("ib.state", "no InfiniBand ports to judge", Some(InfinibandPort)),
+                    ("counters.max_per_hour", "counter rates need two samples", None),
+                    ("topo.nothing_to_judge", none, Some(GpuAndRdma)),
+                    ("gids.nothing_to_judge", no_ib, Some(RdmaDevice)),
                 ],
                 "5 not evaluated: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?) (4 keys: gpu.model, ib.state, topo.nothing_to_judge, gids.nothing_to_judge); counters.max_per_hour: counter rates need two samples",
             ),
             (
-                &[("ib.state", "no InfiniBand ports to judge"), ("gpu.model", "no GPU to judge (0 GPUs found)")],
+                &[
+                    ("ib.state", "no InfiniBand ports to judge", Some(InfinibandPort)),
+                    ("gpu.model", "no GPU to judge (0 GPUs found)", Some(Gpu)),
+                ],
                 "2 not evaluated: ib.state: no InfiniBand ports to judge; gpu.model: no GPU to judge (0 GPUs found)",
+            ),
+            // GPUs and no RDMA device: the GPUDirect keys and the port keys are one fact
+            // (gdr's own wording named no fact the old text match knew: it stood apart).
+            (
+                &[
+                    ("gdr.ready", "no GPU-NIC pair to judge (8 GPUs, 0 RDMA NICs found)", Some(RdmaDevice)),
+                    ("ib.state", "no InfiniBand ports to judge", Some(InfinibandPort)),
+                    ("gdr.nothing_to_judge", "nothing to judge: no RDMA device on this host: GPUDirect RDMA does not apply (host)", Some(RdmaDevice)),
+                    ("links.nothing_to_judge", no_ib, Some(RdmaDevice)),
+                ],
+                "4 not evaluated: no RDMA devices: the kernel has no InfiniBand support (4 keys: gdr.ready, ib.state, gdr.nothing_to_judge, links.nothing_to_judge)",
+            ),
+            // The fact decides, not the words: reasons reworded past any phrase still fold,
+            // under the fact's own words; one that names a fact but rests on none stays apart.
+            (
+                &[
+                    ("gids.nothing_to_judge", "the kernel lists no HCA", Some(RdmaDevice)),
+                    ("ib.state", "InfiniBand: none here", Some(InfinibandPort)),
+                    ("gpu.nvlink_min", "no GPU pair to judge (1 GPUs found)", None),
+                    ("gpu.model", "no GPUs (0 GPUs found)", None),
+                ],
+                "4 not evaluated: no RDMA devices (2 keys: gids.nothing_to_judge, ib.state); gpu.nvlink_min: no GPU pair to judge (1 GPUs found); gpu.model: no GPUs (0 GPUs found)",
             ),
         ];
         for (notes, want) in cases {

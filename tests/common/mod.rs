@@ -87,7 +87,10 @@ fn on_path(program: &str) -> bool {
 pub fn fake_scontrol(dir: &Path) -> (std::path::PathBuf, String) {
     let log = dir.join("scontrol.log");
     let fake = dir.join("scontrol");
-    let script = format!("#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n", log.display());
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done >> {}\n",
+        log.display()
+    );
     std::fs::write(&fake, script).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());

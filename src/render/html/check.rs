@@ -21,6 +21,9 @@ struct Check {
 struct Unread {
     key: String,
     reason: String,
+    /// The missing fact the key rests on: the fold is by it, as in the text.
+    #[serde(default)]
+    missing: Option<crate::finding::MissingFact>,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +79,7 @@ fn unread_line(u: &[Unread]) -> String {
         .map(|n| crate::check::decide::NotEvaluated {
             key: n.key.clone(),
             reason: n.reason.clone(),
+            missing: n.missing,
         })
         .collect();
     crate::render::check::not_evaluated_line(&notes)
