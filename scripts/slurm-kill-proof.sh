@@ -4,7 +4,7 @@
 # moment 1.5-4 s after srun started, KILLS runs with SIGKILL (tasks 1-3) and TERMS with SIGTERM
 # (tasks 0-3), every second run with `--output FILE`: rank 0's JSON must parse every time and
 # name what happened (tests/lab_slurm.rs ring_report_is_whole_whenever_a_task_dies).
-# Needs root, slurm-wlm and munge (/work/shared/reference/slurm-lab.md); the lab builds and
+# Needs root, slurm-wlm and munge (.ci/run installs them); the lab builds and
 # tears down its own slurmctld, slurmds and namespaces.
 #
 #   scripts/slurm-kill-proof.sh [KILLS] [TERMS]     (default 40 20: 20+10 to stdout, 20+10 to a file)
