@@ -209,12 +209,13 @@ LINK SCAN AND VERDICTS
   (another job, a backup) says CONTENTION with those figures and is investigate, never
   drain (exit 1 as every verdict); counters that could not be read are said as unknown
   on the verdict, never taken as clean. The receiver of each scan link times its wait for
-  every chunk, the first from the order's start: a silence of 1 s or more and 10 times the
+  every chunk, the first from the order's start: a silence of 3 s or more and 10 times the
   link's other gaps is a stall (a new connection through an MTU black hole while TCP's MTU
   probing is on loses its first big segments for seconds, then runs at its rate; a hiccup).
   Stalled links that all go through one rank name it (connection_stall, investigate, with
   the links, each silence and what the orders lost waiting: evidence.stalls, lost_s), one
-  stalled link names the link, links with no common rank name none; the next step is a
+  stalled link names the link, links with no common rank name none; beside a rank starved
+  of CPU (not judged: cpu_bound) the stalls are not judged either; the next step is a
   full-size ping that may not be fragmented (`ping -M do -s` the interface's MTU less 28),
   which fails on that fault where a plain ping passes. Each rank reads its data netdev's
   carrier counters (sysfs carrier_changes, carrier_up_count, carrier_down_count) at the

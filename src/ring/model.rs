@@ -341,7 +341,7 @@ pub struct LinkSample {
     pub cpu_wait: Option<f64>,
     /// On an order's first sample only: the longest the link was silent in that order
     /// (before its first chunk or between two), when it was a stall (seconds, and far
-    /// longer than its other gaps: [`crate::ring::diagnosis::stall::silence`]); None: none.
+    /// longer than its other gaps, by the scan's stall rule); None: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence_s: Option<f64>,
 }

@@ -7,30 +7,10 @@ use std::time::Duration;
 
 use crate::host::command::run_bounded;
 use crate::host::{Host, Reply};
-use crate::ring::diagnosis::flap::Carrier;
 use crate::ring::diagnosis::neighbor::{from_frame, from_lldpcli};
 use crate::ring::diagnosis::portmax::{parse_ethtool, pcie_link};
 use crate::ring::model::{Neighbor, PortMax};
 use crate::sysfs::{lldp, pci};
-
-/// `ifname`'s carrier counters now (`/sys/class/net/<if>/carrier_changes`, and from Linux
-/// 4.16 `carrier_up_count` and `carrier_down_count`, each `"%u\n"`); None: absent or not a
-/// number.
-pub fn carrier(host: &Host, ifname: &str) -> Carrier {
-    if ifname.is_empty() || ifname.contains('/') {
-        return Carrier::default();
-    }
-    let read = |f: &str| {
-        host.attr(format!("/sys/class/net/{ifname}/{f}"))
-            .value()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    Carrier {
-        changes: read("carrier_changes"),
-        up: read("carrier_up_count"),
-        down: read("carrier_down_count"),
-    }
-}
 
 /// How long lldpcli may take to answer (it asks a local daemon over a Unix socket).
 pub const LLDPCLI_DEADLINE: Duration = Duration::from_secs(2);

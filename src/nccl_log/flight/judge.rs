@@ -146,9 +146,9 @@ fn standing<'a>(job: &'a Job, g: &Group) -> Standing<'a> {
     s
 }
 
-fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<FlightVerdict> {
-    let st = standing(job, g);
-    let base = |cause, severity| FlightVerdict {
+/// A verdict of `cause` on group `g` with nothing found yet.
+fn blank(g: &Group, cause: &'static str, severity: Severity) -> FlightVerdict {
+    FlightVerdict {
         cause,
         severity,
         ranks: vec![],
@@ -165,7 +165,12 @@ fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<Fligh
         meaning: String::new(),
         next: String::new(),
         file: String::new(),
-    };
+    }
+}
+
+fn judge_group(job: &Job, g: &Group, hosts: &BTreeMap<u32, String>) -> Vec<FlightVerdict> {
+    let st = standing(job, g);
+    let base = |cause, severity| blank(g, cause, severity);
     if let Some(v) = mismatch(job, g, &st, base("fr_collective_mismatch", Severity::Fail)) {
         return vec![finish(v, job, hosts)];
     }

@@ -417,7 +417,17 @@ impl Driver {
         let mut c = confirm::confirm(ranks, &a, &self.samples, &self.policy);
         let mut verdicts = rates::downtrained(ranks, &self.line_rates);
         verdicts.append(&mut c.verdicts);
-        verdicts.extend(stall::verdicts(&self.samples, &self.orders, ranks));
+        // A rank starved of CPU holds up every order it is in, so the run's silences say
+        // nothing of the fabric: they are said beside the slow links it explains, not judged.
+        let stalls = stall::verdicts(&self.samples, &self.orders, ranks);
+        if a.not_judged.iter().any(|v| v.evidence.get("not_judged") == Some(&serde_json::json!("cpu_bound"))) {
+            for mut v in stalls {
+                v.evidence.insert("not_judged".into(), serde_json::json!("cpu_bound"));
+                a.not_judged.push(v);
+            }
+        } else {
+            verdicts.extend(stalls);
+        }
         for v in [&mut verdicts, &mut c.unconfirmed, &mut a.not_judged] {
             traffic::annotate(v, &self.traffic, ranks);
         }

@@ -11,7 +11,6 @@ use crate::host::{Attr, Host};
 use crate::probe::links::{self, LinksReport, SampleInfo};
 use crate::ring::diagnosis::flap::{self, Carrier};
 use crate::ring::diagnosis::traffic::{ByteCount, PortReading, parse_bytes};
-use crate::ring::portfacts::carrier;
 use crate::ring::model::CounterMove;
 use crate::sysfs::infiniband as ib;
 use crate::sysfs::net;
@@ -317,6 +316,26 @@ pub fn attach(
             v.evidence
                 .insert("port_counters".into(), serde_json::Value::Object(o));
         }
+    }
+}
+
+
+/// `ifname`'s carrier counters now (`/sys/class/net/<if>/carrier_changes`, and from Linux
+/// 4.16 `carrier_up_count` and `carrier_down_count`, each `"%u\n"`); None: absent or not a
+/// number.
+pub fn carrier(host: &Host, ifname: &str) -> Carrier {
+    if ifname.is_empty() || ifname.contains('/') {
+        return Carrier::default();
+    }
+    let read = |f: &str| {
+        host.attr(format!("/sys/class/net/{ifname}/{f}"))
+            .value()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Carrier {
+        changes: read("carrier_changes"),
+        up: read("carrier_up_count"),
+        down: read("carrier_down_count"),
     }
 }
 
