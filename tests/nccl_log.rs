@@ -440,9 +440,9 @@ fn an_unknown_warn_is_a_failure_with_its_return_code() {
     assert_eq!(v.nccl_result.as_deref(), Some("ncclInvalidUsage (5)"));
     assert_eq!(v.host.as_deref(), Some("h1"));
     assert!(v.line.contains("Brand new failure text"));
-    // Escaped when printed, verbatim in JSON.
+    // Escaped when printed (as every printed line is: text::printable), verbatim in JSON.
     let t = fabprobe::render::nccl_log::table(&r);
-    assert!(t.contains("\\u{7}Brand new failure text"), "{t}");
+    assert!(t.contains("\\x07Brand new failure text"), "{t}");
 
     // A trail alone (the WARN line was lost) is a failure too; no WARN, no trail: none.
     let r = one("h1:10:11 [0] NCCL INFO transport/net.cc:1298 -> 2\n");

@@ -40,22 +40,6 @@ fn list(v: &[String]) -> String {
     if v.is_empty() { "-".into() } else { v.join(" ") }
 }
 
-/// A log line as printed: control characters escaped, so a terminal shows them as text.
-fn esc(l: &str) -> String {
-    if !l.chars().any(char::is_control) {
-        return l.to_string();
-    }
-    l.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 /// One verdict: its head line (severity, cause, who), the facts the line gave, the line
 /// itself, then what it means and what to do.
 fn verdict(v: &Verdict) -> String {
@@ -70,9 +54,17 @@ fn verdict(v: &Verdict) -> String {
         s.push_str(&format!("       {fact}\n"));
     }
     if v.file.is_empty() {
-        s.push_str(&format!("       {}\n", esc(&v.line)));
+        s.push_str(&format!(
+            "       {}\n",
+            crate::text::printable(&v.line, usize::MAX)
+        ));
     } else {
-        s.push_str(&format!("       {}:{}: {}\n", v.file, v.line_no, esc(&v.line)));
+        s.push_str(&format!(
+            "       {}:{}: {}\n",
+            v.file,
+            v.line_no,
+            crate::text::printable(&v.line, usize::MAX)
+        ));
     }
     s.push_str(&text::wrap("       means: ", &v.meaning, 14));
     s.push_str(&text::wrap_remedy("       next: ", &v.next, 13));
