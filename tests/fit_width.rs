@@ -12,6 +12,8 @@
 //! * `command`: a remedy that is one bare command (`fix: echo 1 > /sys/...; echo 1 > ...`)
 //!   or a Slurm drain line (`scontrol update ... Reason="..."`): pasted whole into a shell.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -86,13 +88,7 @@ fn too_wide(what: &str, out: &str, width: usize) -> Vec<String> {
 }
 
 fn fixtures() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("fixtures"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("sys").is_dir())
-        .map(|p| format!("fixtures/{}", p.file_name().unwrap().to_str().unwrap()))
-        .collect();
-    v.sort();
+    let v: Vec<String> = common::fixture_names().iter().map(|f| format!("fixtures/{f}")).collect();
     assert!(v.len() >= 15, "{v:?}");
     v
 }

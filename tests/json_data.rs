@@ -4,6 +4,8 @@
 //! fixture (and a baseline pair), `sweep` of those checks, `nccl-log` on the log corpus and
 //! the flight-recorder dumps, `ring` run in-process and the recorded lab reports.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -111,13 +113,10 @@ fn undocumented(cmd: &str, reports: &[Vec<u8>]) -> Vec<String> {
 }
 
 fn fixtures() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("fixtures"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("sys").is_dir())
-        .map(|p| p.display().to_string())
+    let v: Vec<String> = common::fixture_names()
+        .iter()
+        .map(|f| Path::new(ROOT).join("fixtures").join(f).display().to_string())
         .collect();
-    v.sort();
     assert!(v.len() >= 10, "{v:?}");
     v
 }

@@ -3,6 +3,8 @@
 //! definition, so the test keeps working as subcommands land (a remedy may name
 //! `fabprobe qos --ifname` once `qos` takes it, not before).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -315,14 +317,7 @@ fn probes() -> Vec<String> {
 
 /// Every fixture snapshot (a directory with `sys/`), sorted.
 fn fixture_dirs(root: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("sys").is_dir())
-        .map(|p| p.display().to_string())
-        .collect();
-    v.sort();
-    v
+    common::fixture_names().iter().map(|f| root.join(f).display().to_string()).collect()
 }
 
 fn findings_fixes(args: &[&str]) -> Vec<String> {

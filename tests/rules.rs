@@ -4,6 +4,8 @@
 //! of a probe's table or check's own documented list), no table names an id twice, and
 //! every id of a table is in its generated man page.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -27,15 +29,7 @@ fn ids(d: &[RuleDoc]) -> BTreeSet<&'static str> {
 }
 
 fn fixtures() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("fabprobe").is_dir() || e.path().join("sys").is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
+    common::fixture_names()
 }
 
 /// The finding ids of `fabprobe --root FIXTURE ARGS --format json`.

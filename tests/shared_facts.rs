@@ -5,6 +5,8 @@
 //! NCCL uses, the DMA-BUF and peer-memory states, a host without GPUs, and `check`'s gdr
 //! findings against `gdr`'s own.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
@@ -20,14 +22,7 @@ const SETTINGS: &[&[&str]] = &[
 ];
 
 fn fixtures() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("fabprobe").is_dir() || e.path().join("sys").is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
+    common::fixture_names()
 }
 
 /// `fabprobe --root FIXTURE --env-file ENV CMD --format json ARGS`: the envelope, and the

@@ -96,3 +96,17 @@ pub fn fake_scontrol(dir: &Path) -> (std::path::PathBuf, String) {
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
     (log, path)
 }
+
+/// Every fixture snapshot: the directories under `fixtures/` that hold a `sys/` tree, by
+/// name, sorted (`fixtures/gen` holds the generator, not a snapshot).
+pub fn fixture_names() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut v: Vec<String> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("read {}: {e}", root.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("sys").is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
