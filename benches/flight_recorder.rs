@@ -1,7 +1,8 @@
 //! Benchmark: a job's flight-recorder dumps read and judged (`nccl-log`'s flight::Job):
 //! 4,096 ranks x 2,000 entries per dump in full mode (`cargo bench --bench
 //! flight_recorder`), 64 x 200 in quick mode (`cargo test`). Every rank's dump is the
-//! same generated one (pickle, protocol 3 by serde-pickle; JSON for the JSON figure) except
+//! same generated one (pickle laid out as PyTorch's C++ pickler writes a dump, see
+//! [`torch_pickle`]; JSON for the JSON figure) except
 //! rank 17's, which stops one collective short: the verdict must blame rank 17 alone.
 //! Dumps are generated once and read as the CLI reads files (`flight::read_all` on the
 //! machine's cores, merged in rank order); the time is the decode, the digest and the
@@ -9,7 +10,8 @@
 //! digest keeps per rank its last calls and per sequence number the distinct calls with a
 //! capped sample of ranks, never the entries; a few dumps are decoded at once. Peak RSS
 //! (VmHWM, reset before each run) is printed beside it. `FLIGHT_RECORDER_SIZE=256x2000`
-//! runs other sizes (for profiling).
+//! runs other sizes (for profiling); `FLIGHT_RECORDER_KEEP=FILE` writes one rank's pickle
+//! there.
 
 mod common;
 
@@ -42,6 +44,114 @@ fn dump(entries: usize, short: bool) -> Value {
     json!({"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[]"}},
            "pg_status": {"0": {"last_enqueued_collective": n, "last_started_collective": -1, "last_completed_collective": n - 1}},
            "comm_lib_version": "2.27.5", "entries": es})
+}
+
+/// A dump pickled as PyTorch writes one (`torch::jit::pickle_save`, as the committed Gloo
+/// dumps in tests/data/flight-recorder show under `pickletools`): protocol 2, each distinct
+/// string written once (BINUNICODE + BINPUT) and named again by its memo index (BINGET),
+/// `process_group` a 2-tuple, the smallest integer opcode that holds the value. About 200
+/// bytes an entry, where serde-pickle's writer (no memo) takes about 500.
+fn torch_pickle(v: &Value) -> Vec<u8> {
+    let mut w = TorchPickler::default();
+    w.out.extend_from_slice(&[0x80, 2]);
+    w.value(v, false);
+    w.out.push(b'.');
+    w.out
+}
+
+#[derive(Default)]
+struct TorchPickler {
+    out: Vec<u8>,
+    memo: std::collections::HashMap<String, u32>,
+}
+
+impl TorchPickler {
+    fn value(&mut self, v: &Value, tuple: bool) {
+        match v {
+            Value::Null => self.out.push(b'N'),
+            Value::Bool(b) => self.out.push(if *b { 0x88 } else { 0x89 }),
+            Value::Number(n) => self.int(
+                n.as_i64()
+                    .map(i128::from)
+                    .or(n.as_u64().map(i128::from))
+                    .expect("an integer"),
+            ),
+            Value::String(s) => self.string(s),
+            Value::Array(a) if tuple && a.len() == 2 => {
+                self.value(&a[0], false);
+                self.value(&a[1], false);
+                self.out.push(0x86); // TUPLE2
+            }
+            Value::Array(a) => {
+                self.out.push(b']');
+                if !a.is_empty() {
+                    self.out.push(b'(');
+                    a.iter().for_each(|x| self.value(x, false));
+                    self.out.push(b'e');
+                }
+            }
+            Value::Object(m) => {
+                self.out.push(b'}');
+                if !m.is_empty() {
+                    self.out.push(b'(');
+                    for (k, x) in m {
+                        self.string(k);
+                        self.value(x, k == "process_group");
+                    }
+                    self.out.push(b'u');
+                }
+            }
+        }
+    }
+
+    fn string(&mut self, s: &str) {
+        if let Some(&i) = self.memo.get(s) {
+            match u8::try_from(i) {
+                Ok(i) => self.out.extend_from_slice(&[b'h', i]),
+                Err(_) => {
+                    self.out.push(b'j');
+                    self.out.extend_from_slice(&i.to_le_bytes());
+                }
+            }
+            return;
+        }
+        self.out.push(b'X');
+        self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        let i = self.memo.len() as u32;
+        self.memo.insert(s.to_string(), i);
+        match u8::try_from(i) {
+            Ok(i) => self.out.extend_from_slice(&[b'q', i]),
+            Err(_) => {
+                self.out.push(b'r');
+                self.out.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+    }
+
+    fn int(&mut self, n: i128) {
+        if let Ok(b) = u8::try_from(n) {
+            self.out.extend_from_slice(&[b'K', b]);
+        } else if let Ok(h) = u16::try_from(n) {
+            self.out.push(b'M');
+            self.out.extend_from_slice(&h.to_le_bytes());
+        } else if let Ok(i) = i32::try_from(n) {
+            self.out.push(b'J');
+            self.out.extend_from_slice(&i.to_le_bytes());
+        } else {
+            // LONG1: little-endian two's complement, as few bytes as keep the sign.
+            let b = n.to_le_bytes();
+            let mut len = 16;
+            while len > 1
+                && ((b[len - 1] == 0 && b[len - 2] & 0x80 == 0)
+                    || (b[len - 1] == 0xff && b[len - 2] & 0x80 != 0))
+            {
+                len -= 1;
+            }
+            self.out.extend_from_slice(&[0x8a, len as u8]);
+            self.out.extend_from_slice(&b[..len]);
+        }
+    }
 }
 
 struct Run {
@@ -104,13 +214,25 @@ fn main() {
     // The world's members come from the default group: every rank up to the largest seen.
     let normal_v = dump(entries, false);
     let short_v = dump(entries, true);
-    let pk = |v: &Value| serde_pickle::to_vec(v, serde_pickle::SerOptions::new()).unwrap();
-    let (np, sp) = (pk(&normal_v), pk(&short_v));
+    let (np, sp) = (torch_pickle(&normal_v), torch_pickle(&short_v));
+    // The writer's output is a pickle every reader takes, and the same dump.
+    let back: Value =
+        serde_pickle::from_slice(&np, serde_pickle::DeOptions::new()).expect("the bench's pickle decodes");
+    assert_eq!(
+        back["entries"][0]["process_group"],
+        normal_v["entries"][0]["process_group"]
+    );
+    assert_eq!(back["entries"].as_array().map(Vec::len), Some(entries));
     let (nj, sj) = (
         serde_json::to_vec(&normal_v).unwrap(),
         serde_json::to_vec(&short_v).unwrap(),
     );
     drop((normal_v, short_v));
+    // FLIGHT_RECORDER_KEEP=FILE keeps one rank's pickle, to compare with a real dump under
+    // `python3 -m pickletools`.
+    if let Ok(f) = std::env::var("FLIGHT_RECORDER_KEEP") {
+        std::fs::write(&f, &np).unwrap_or_else(|e| panic!("write {f}: {e}"));
+    }
     let threads = digest::threads();
     println!(
         "{ranks} ranks x {entries} entries; one dump: pickle {} KiB, JSON {} KiB; {threads} threads",
