@@ -705,7 +705,7 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         },
         None => Ranks::Job {
             id: identity(g, &a)?,
-            env: job_env(g)?,
+            env: Box::new(job_env(g)?),
         },
     };
     let launch = Launch {

@@ -75,7 +75,7 @@ pub struct JobEnv {
 pub enum Ranks {
     /// One rank of a job across hosts: who it is (from the flags, else the launcher's
     /// environment: [`crate::ring::launcher::resolve`]) and the job's environment.
-    Job { id: Identity, env: JobEnv },
+    Job { id: Identity, env: Box<JobEnv> },
     /// `--local N`: N ranks as threads of this process over loopback; `token` is `--token`.
     Local { count: u32, token: Option<String> },
 }
@@ -143,7 +143,7 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
             let cx = Ctx {
                 net: &net,
                 watch,
-                job: Some(&env),
+                job: Some(&*env),
             };
             run_job(&cx, id, &rails, &opts)
         }
