@@ -73,6 +73,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("the job's report", &["report", "railmerge"]),
     ("one rank's run", &["run"]),
     ("--rails across nodes", &["rails", "railmux"]),
+    ("the entry the CLI calls", &["launch"]),
     ("tests of whole worlds", &["verdict_tests", "judged_tests"]),
 ];
 
@@ -185,4 +186,28 @@ fn named_modules_reads_paths_groups_and_supers() {
     let got: Vec<String> = named_modules(t, 1).into_iter().collect();
     assert_eq!(got, ["model", "rails", "run", "wire"]);
     assert_eq!(naming_lines("// crate::ring::run\n/// a\nx"), "/// a\nx");
+}
+
+/// Nothing below the CLI prints or exits (issue 46): the ring's entry hands lines, the live
+/// status and rows to the CLI's `launch::Watch` and returns the outcome; the CLI prints and
+/// picks the exit status.
+#[test]
+fn the_ring_neither_prints_nor_exits() {
+    let mut seen = 0;
+    let mut bad = Vec::new();
+    for (m, files) in ring_modules() {
+        for (text, _) in &files {
+            seen += 1;
+            for word in [
+                "println!", "eprintln!", "print!(", "eprint!(", "process::exit", "stdout()",
+                "stderr()",
+            ] {
+                if text.contains(word) {
+                    bad.push(format!("src/ring/{m} uses {word}"));
+                }
+            }
+        }
+    }
+    assert!(seen >= 40, "only {seen} ring files found");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -2,26 +2,21 @@
 //! works out who this rank is (flags or launcher environment), picks the data interface
 //! with NCCL_SOCKET_IFNAME rules, runs the rank, and (rank 0) prints the report.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
 use clap::{Args, ValueEnum};
 
 use super::{Format, GlobalArgs, Outcome, UsageError, emit, progress};
-use crate::finding::{Finding, Severity};
 use crate::host::Host;
-use crate::nccl::ifname;
 use crate::render;
 use crate::render::{Envelope, HostInfo};
-use crate::ring::collective::transport::Fabric;
 use crate::ring::diagnosis::driver::ScanOptions;
-use crate::ring::diagnosis::evidence;
-use crate::ring::launcher::{self, Flags, Identity, Source};
-use crate::ring::model::{RailPort, Rank, RankInfo};
-use crate::ring::rails::{self, RailRun, RailSel};
+use crate::ring::launch::{self, JobEnv, Launch, LaunchError, Net, Ranks, Transport, Watch};
+use crate::ring::launcher::{self, Flags, Identity};
+use crate::ring::model::{LiveStatus, RankInfo};
+use crate::ring::rails::{self, RailSel};
 use crate::ring::report::{DrainItem, LauncherInfo, ResultRow, RingReport, TicketItem, action_lists};
-use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
+use crate::ring::run::{self, Failure, Options, RankOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
@@ -443,33 +438,6 @@ pub fn parse_lldp_wait(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// The switch port at the other end of `netdev` (lldpd's table, then `--lldp-wait` of
-/// listening), said with -v; None: unknown.
-fn switch_port(
-    g: &GlobalArgs,
-    host: &Host,
-    netdev: &str,
-    a: &RingArgs,
-) -> Option<crate::ring::model::Neighbor> {
-    let l =
-        crate::ring::portfacts::learn_neighbor(host, netdev, std::time::Duration::from_secs_f64(a.lldp_wait));
-    match &l.neighbor {
-        Some(n) => g.log(
-            1,
-            format!("switch port of {netdev}: {} ({})", n.describe(), l.how),
-        ),
-        None => g.log(1, format!("switch port of {netdev}: unknown: {}", l.how)),
-    }
-    l.neighbor
-}
-
-/// What `netdev` could run at (ethtool's link modes, the NIC's PCIe link), said with -v.
-fn port_max(g: &GlobalArgs, host: &Host, netdev: &str) -> Option<crate::ring::model::PortMax> {
-    let (max, how) = crate::ring::portfacts::learn_port_max(host, netdev);
-    g.log(1, format!("most {netdev} could run at: {how}"));
-    max
-}
-
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
@@ -525,244 +493,6 @@ fn options(a: &RingArgs) -> anyhow::Result<Options> {
         }),
         sweep: !a.scan,
     })
-}
-
-fn hostname() -> String {
-    hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// The host's addresses a data plane can use (link-local IPv6 needs a scope id the peers
-/// cannot know).
-fn usable_interfaces() -> anyhow::Result<Vec<ifname::IfAddr>> {
-    Ok(ifname::list_interfaces()?
-        .into_iter()
-        .filter(|i| !matches!(i.addr, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80))
-        .collect())
-}
-
-/// The data interface and address, by NCCL_SOCKET_IFNAME rules; `comm_id` is the job's
-/// `NCCL_COMM_ID` (from the settings model, like the interface spec).
-fn data_interface(
-    spec: Option<&str>,
-    comm_id: Option<&str>,
-    family: Option<ifname::Family>,
-    log: &dyn Fn(&str),
-) -> anyhow::Result<(IpAddr, String)> {
-    let ifs = usable_interfaces()?;
-    let comm_id = comm_id.and_then(|v| ifname::parse_comm_id(v, &ifs));
-    let choices = ifname::select(&ifs, spec, comm_id, family);
-    let Some(c) = choices.first() else {
-        let have: Vec<String> = ifs.iter().map(|i| format!("{} {}", i.name, i.addr)).collect();
-        return Err(UsageError(format!(
-            "no data interface matches {}; this host has: {}",
-            spec.unwrap_or("NCCL's default order"),
-            have.join(", ")
-        ))
-        .into());
-    };
-    log(&format!(
-        "data interface {} {} ({})",
-        c.iface.name, c.iface.addr, c.rule
-    ));
-    Ok((c.iface.addr, c.iface.name.clone()))
-}
-
-/// The data plane for --transport: None is TCP on the data interface. Returns the device
-/// label for the report (`eth0`, or `rxe0:1 gid 1 (eth0)` on RDMA) and, where `auto` fell
-/// back to tcp on this rank, why.
-#[allow(clippy::type_complexity)]
-fn data_fabric(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    ip: IpAddr,
-    netdev: &str,
-) -> anyhow::Result<(Option<Box<dyn Fabric + Send>>, String, Option<String>)> {
-    if a.transport == TransportArg::Tcp {
-        return Ok((None, netdev.to_string(), None));
-    }
-    match rdma_fabric(g, a, ip, netdev, a.device.as_deref()) {
-        Ok((f, label, why)) => {
-            g.log(
-                1,
-                format!("transport {}: rdma on {label}: {why}", a.transport.name()),
-            );
-            Ok((Some(f), label, None))
-        }
-        Err(why) if a.transport == TransportArg::Auto => {
-            g.log(1, format!("transport auto: tcp ({why})"));
-            // The device stays the interface (verdicts name it in commands to run); rank 0's
-            // header note says why, and names the other ranks that offered no rdma.
-            Ok((None, netdev.to_string(), Some(why)))
-        }
-        Err(why) => Err(anyhow::anyhow!("--transport rdma cannot run here: {why}")),
-    }
-}
-
-impl TransportArg {
-    fn name(self) -> &'static str {
-        match self {
-            TransportArg::Tcp => "tcp",
-            TransportArg::Rdma => "rdma",
-            TransportArg::Auto => "auto",
-        }
-    }
-}
-
-/// The live host with the job's environment (`--env-from`, `--env-file`) and NCCL's settings
-/// as the job has them: the RDMA port choice and QP attributes read the same model as the
-/// data interface, never fabprobe's own shell alone.
-#[cfg(feature = "rdma")]
-fn job_nccl(g: &GlobalArgs) -> Result<(Host, crate::nccl::settings::NcclSettings), String> {
-    let host = super::with_job_env(g, Host::live()).map_err(|e| e.to_string())?;
-    let nccl = super::nccl_settings(g, &host);
-    Ok((host, nccl))
-}
-
-/// The RDMA ports as the port choice sees them, and `NCCL_IB_HCA` from the job's settings.
-#[cfg(feature = "rdma")]
-fn rdma_candidates(g: &GlobalArgs) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
-    use crate::nccl::hca::PortCandidate;
-    use crate::probe::gids;
-    // libibverbs first: ENOSYS (no RDMA in this kernel) and "no provider" show up here.
-    let names = crate::verbs::device_names().map_err(|e| e.to_string())?;
-    if names.is_empty() {
-        return Err("libibverbs lists no RDMA devices (hint: `fabprobe links` says what sysfs has)".into());
-    }
-    // The rank runs in the job's environment: NCCL's variables and files, as NCCL reads them.
-    let (host, nccl) = job_nccl(g)?;
-    let rep = gids::probe(&host, &nccl.gid_env());
-    // Every port the links probe sees, in its real state (state and phys state, as
-    // `fabprobe links` shows them); the GID table adds its netdevs and NCCL's GID index.
-    let links = crate::probe::links::probe_sysfs(&host);
-    let cands: Vec<PortCandidate> = links
-        .devices
-        .iter()
-        .filter(|d| names.contains(&d.name))
-        .flat_map(|d| d.ports.iter().map(move |lp| (d, lp)))
-        .map(|(d, lp)| {
-            let g = rep.ports.iter().find(|p| p.device == d.name && p.port == lp.port);
-            let mut netdevs: Vec<String> = g
-                .map(|p| p.entries.iter().filter_map(|e| e.netdev.clone()).collect())
-                .unwrap_or_default();
-            netdevs.dedup();
-            if netdevs.is_empty() {
-                netdevs.extend(lp.netdev.clone());
-            }
-            PortCandidate {
-                device: d.name.clone(),
-                port: lp.port,
-                state: rails::link_state(lp.state.as_ref(), lp.phys_state.as_ref()),
-                link_layer: lp
-                    .link_layer
-                    .clone()
-                    .or_else(|| g.and_then(|p| p.link_layer.clone())),
-                netdevs,
-                gid_index: g.and_then(|p| p.nccl.index),
-                gid_reason: g
-                    .map(|p| p.nccl.reason.clone())
-                    .unwrap_or_else(|| "no GID table for this port".into()),
-            }
-        })
-        .collect();
-    Ok((cands, nccl.value("NCCL_IB_HCA").map(str::to_string)))
-}
-
-#[cfg(not(feature = "rdma"))]
-fn rdma_candidates(
-    _g: &GlobalArgs,
-) -> Result<(Vec<crate::nccl::hca::PortCandidate>, Option<String>), String> {
-    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
-}
-
-/// The RDMA fabric on the port `device` names (`--device`, or one rail's `dev:port`), else
-/// the one NCCL's rules pick for `netdev`.
-#[cfg(feature = "rdma")]
-#[allow(clippy::type_complexity)]
-fn rdma_fabric(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    ip: IpAddr,
-    netdev: &str,
-    device: Option<&str>,
-) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
-    use crate::nccl::hca;
-    use crate::ring::collective::transport::rdma::{AutoFabric, RdmaFabric, RdmaPort, RdmaSettings};
-    let (cands, hca_env) = rdma_candidates(g)?;
-    let c = hca::choose_port(&cands, device, hca_env.as_deref(), Some(netdev), a.gid_index)?;
-    let (port, gid) = (
-        u8::try_from(c.port).map_err(|_| format!("port {} is out of range", c.port))?,
-        u8::try_from(c.gid_index).map_err(|_| format!("GID index {} is out of range", c.gid_index))?,
-    );
-    let (_, nccl) = job_nccl(g)?;
-    let settings = RdmaSettings::with_nccl_env(&c.device, port, gid, |k| nccl.value(k).map(str::to_string));
-    let p = RdmaPort::open(settings).map_err(|e| e.to_string())?;
-    let label = format!("{} ({netdev})", p.label());
-    let f = RdmaFabric::bind(ip, p).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
-    let f: Box<dyn Fabric + Send> = if a.transport == TransportArg::Auto {
-        Box::new(AutoFabric::new(f).map_err(|e| e.to_string())?)
-    } else {
-        Box::new(f)
-    };
-    Ok((f, label, c.why))
-}
-
-#[cfg(not(feature = "rdma"))]
-#[allow(clippy::type_complexity)]
-fn rdma_fabric(
-    _g: &GlobalArgs,
-    _a: &RingArgs,
-    _ip: IpAddr,
-    _netdev: &str,
-    _device: Option<&str>,
-) -> Result<(Box<dyn Fabric + Send>, String, String), String> {
-    Err("this fabprobe was built without the `rdma` feature (libibverbs)".into())
-}
-
-fn findings(r: &RingReport) -> Vec<Finding> {
-    let mut f = Vec::new();
-    let wrong = r.wrong_total();
-    if wrong > 0 {
-        f.push(
-            Finding::new(
-                "ring.wrong_results",
-                Severity::Fail,
-                "allreduce",
-                format!("{wrong} elements differ from the exact sum"),
-            )
-            .evidence("wrong", wrong),
-        );
-    }
-    for v in &r.verdicts {
-        let subject = match (v.from_rank, v.to_rank) {
-            (Some(a), Some(b)) => format!("rank {a} -> rank {b}"),
-            (Some(a), None) | (None, Some(a)) => format!("rank {a}"),
-            (None, None) => "ring".into(),
-        };
-        let mut x = Finding::new(
-            &format!(
-                "ring.{}",
-                serde_json::to_value(v.kind)
-                    .ok()
-                    .and_then(|k| k.as_str().map(String::from))
-                    .unwrap_or_default()
-            ),
-            Severity::Fail,
-            subject,
-            v.message.clone(),
-        );
-        if let Some(n) = &v.next {
-            x = x.fix(n.clone());
-        }
-        f.push(x);
-    }
-    if let Some(e) = &r.error
-        && r.verdicts.is_empty()
-    {
-        f.push(Finding::new("ring.aborted", Severity::Fail, "ring", e.clone()));
-    }
-    f
 }
 
 /// Rows as each size completes (nccl-tests prints them so): rank 0's coordinator hands
@@ -886,7 +616,7 @@ fn print_report(
             say!("fabprobe: {}", crate::text::printable(&e.line(), 1000));
         }
     }
-    let f = findings(r);
+    let f = launch::findings(r);
     // The whole report in one buffer, written by one writer (super::delivery).
     let text = match fmt {
         Format::Json => {
@@ -961,20 +691,52 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         super::report::check_writable(out)?;
         let _ = REPORT_OUT.set(out.clone());
     }
-    let log = |s: &str| g.log(1, s);
-    if let Some(n) = a.local {
-        if a.transport == TransportArg::Rdma {
+    let ranks = match a.local {
+        Some(_) if a.transport == TransportArg::Rdma => {
             return Err(UsageError(
                 "--local runs its ranks over tcp; --transport rdma needs one rank per host (--rank/--world or a launcher)"
                     .into(),
             )
             .into());
         }
-        return match a.rails.clone().unwrap_or(RailSel::One) {
-            RailSel::One => run_local(g, fmt, n, &opts, &a),
-            sel => run_local_rails(g, fmt, n, &sel, &opts, &a),
-        };
-    }
+        Some(count) => Ranks::Local {
+            count,
+            token: a.token.clone(),
+        },
+        None => Ranks::Job {
+            id: identity(g, &a)?,
+            env: Box::new(job_env(g)?),
+        },
+    };
+    let launch = Launch {
+        opts,
+        net: Net {
+            transport: a.transport.into(),
+            ifname: a.ifname.clone(),
+            device: a.device.clone(),
+            gid_index: a.gid_index,
+            lldp_wait_s: a.lldp_wait,
+        },
+        rails: a.rails.clone().unwrap_or(RailSel::One),
+        ranks,
+    };
+    let watch = Watcher {
+        g,
+        fmt,
+        display: Mutex::new(None),
+        rows: Mutex::new(None),
+    };
+    let r = launch::run(launch, &watch).map_err(|e| match e {
+        LaunchError::Usage(m) => UsageError(m).into(),
+        e => anyhow::Error::from(e),
+    })?;
+    watch.ended();
+    let rows = watch.rows.lock().ok().and_then(|mut r| r.take());
+    outcome(g, fmt, r, rows.as_deref())
+}
+
+/// Who this rank is: the flags, else the launcher's environment (said with -v).
+fn identity(g: &GlobalArgs, a: &RingArgs) -> anyhow::Result<Identity> {
     let flags = Flags {
         rank: a.rank,
         world: a.world,
@@ -982,230 +744,81 @@ pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
         token: a.token.clone(),
     };
     let id = launcher::resolve(&flags, &launcher::process_env()).map_err(|e| UsageError(e.to_string()))?;
-    log(&format!(
-        "rank {} of {} from {}; coordinator {} ({}); token from {}",
-        id.rank,
-        id.world,
-        id.source.name(),
-        id.coordinator,
-        id.coordinator_source,
-        id.token_source
-    ));
-    // NCCL's variables as the job has them: environment, --env-from/--env-file, conf files.
-    let nccl = super::nccl_settings(g, &super::with_job_env(g, Host::live())?);
-    let spec = a
-        .ifname
-        .clone()
-        .or_else(|| nccl.value("NCCL_SOCKET_IFNAME").map(str::to_string));
-    if let Some(sel) = a.rails.clone().filter(|s| *s != RailSel::One) {
-        return run_rails(g, fmt, &a, &sel, spec.as_deref(), &opts, id);
-    }
-    run_one_rail(g, fmt, &a, (spec.as_deref(), &nccl), &opts, id)
-}
-
-/// A run without `--rails`: this process's one rank on the data interface NCCL would use.
-fn run_one_rail(
-    g: &GlobalArgs,
-    fmt: Format,
-    a: &RingArgs,
-    (spec, nccl): (Option<&str>, &crate::nccl::settings::NcclSettings),
-    opts: &Options,
-    id: Identity,
-) -> anyhow::Result<Outcome> {
-    let log = |s: &str| g.log(1, s);
-    let family = ifname::Family::parse(nccl.value("NCCL_SOCKET_FAMILY"));
-    let (ip, dev) = data_interface(spec, nccl.value("NCCL_COMM_ID"), family, &log)?;
-    let (fabric, label, no_rdma) = data_fabric(g, a, ip, &dev)?;
-    let host = Host::live();
-    let rate = evidence::line_rate(&host, &dev);
-    if let Some((gbs, from)) = &rate {
-        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
-    }
-    let neighbor = switch_port(g, &host, &dev, a);
-    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
-    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
-    let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
+    g.log(
+        1,
         format!(
-            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}",
-            hostname()
-        )
-    });
-    let rows = RowPrinter::start(
-        fmt,
-        &id,
-        opts,
-        display.as_ref().map(progress::Display::bar),
-        rank0_note.clone(),
+            "rank {} of {} from {}; coordinator {} ({}); token from {}",
+            id.rank,
+            id.world,
+            id.source.name(),
+            id.coordinator,
+            id.coordinator_source,
+            id.token_source
+        ),
     );
-    let setup = Setup {
-        line_rate_gbs: rate.map(|r| r.0),
-        neighbor,
-        port_max: port_max(g, &host, &dev),
-        fabric,
-        counters: Some(evidence::Sampler::live(&dev)),
-        live: live.clone(),
-        on_row: rows.as_ref().map(RowPrinter::sink),
-        ..Setup::new(id, hostname(), ip, Some(label))
-    };
-    // Level 0 (refused data links) is always shown; 1 is progress, with -v.
-    let logf = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 1 }, s);
-    let slot = RailPort {
-        rail: 0,
-        device: dev.clone(),
-        port: None,
-        netdev: Some(dev.clone()),
-        state: None,
-        usable: true,
-        label: None,
-        address: None,
-    };
-    let mut r = one_rail_through_hub(g, setup, slot, opts, &logf);
-    drop(display);
-    if let (
-        Ok(RankOutcome {
-            report: Some(rep), ..
-        }),
-        Some(note),
-    ) = (&mut r, rank0_note)
-    {
-        rep.transport_note = Some(note);
-    }
-    outcome(g, fmt, r, rows.as_deref())
+    Ok(id)
 }
 
-/// A run without `--rails` is the case R = 1 of `--rails`: this node's one control
-/// connection declares its one rail on rank 0's door, and the ring's coordinator serves it
-/// through rank 0's hub ([`crate::ring::railmux`]); the ring is every node, in rank order.
-fn one_rail_through_hub(
-    g: &GlobalArgs,
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> Result<RankOutcome, run::RunError> {
-    // Listening for data links while the others join, as a rank always did.
-    run::bind_data(&mut setup)?;
-    if setup.identity.rank != 0 {
-        return node_through_relay(setup, slot, opts, log);
-    }
-    rank0_hosts_the_hub(g, setup, slot, opts, log)
+/// NCCL's variables as the job has them (environment, --env-from/--env-file, conf files),
+/// on the live host with the job's environment: the data interface, the RDMA port choice and
+/// the QP attributes all read this one model, never fabprobe's own shell alone.
+fn job_env(g: &GlobalArgs) -> anyhow::Result<JobEnv> {
+    let host = super::with_job_env(g, Host::live())?;
+    let nccl = super::nccl_settings(g, &host);
+    Ok(JobEnv { host, nccl })
 }
 
-fn cannot_run(message: String) -> run::RunError {
-    run::RunError {
-        kind: Failure::CannotRun,
-        message,
-    }
-}
-
-/// Another node: declare its rail on rank 0's door, relay its control connection, and run
-/// its rank through the relay at the seat rank 0 gave it.
-fn node_through_relay(
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> Result<RankOutcome, run::RunError> {
-    use crate::ring::{railmux, rendezvous};
-    let id = setup.identity.clone();
-    let hello = railmux::node_hello(
-        &id,
-        hostname(),
-        std::slice::from_ref(&slot),
-        (opts, &RailSel::One),
-    );
-    let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
-        .map_err(|e| declare_failed(id.rank, e))?;
-    let quiet = rendezvous::silence(opts.timeout());
-    let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
-        cannot_run(format!(
-            "rank {}: cannot relay its control connection: {e}",
-            id.rank
-        ))
-    })?;
-    let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
-        return Err(cannot_run(format!(
-            "rank {}: rank 0 gave it no place on the ring",
-            id.rank
-        )));
-    };
-    (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
-    setup.join_only = true;
-    setup.join_via = relay.addrs.get(&0).cloned();
-    run::run_rank(setup, opts, log)
-}
-
-/// Rank 0: gather every node at the door, host the ring's coordinator behind the hub (its
-/// own rank on loopback), and put what the door turned away into the report's events.
-fn rank0_hosts_the_hub(
-    g: &GlobalArgs,
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> Result<RankOutcome, run::RunError> {
-    use crate::ring::coordinator::Event;
-    use crate::ring::{railmux, rendezvous};
-    let id = setup.identity.clone();
-    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot_run(e.to_string()))?;
-    let cfg = railmux::door_config(&id, opts, &RailSel::One);
-    let me = crate::ring::railplan::Declaration {
-        rank: 0,
-        host: hostname(),
-        slots: vec![slot],
-    };
-    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot_run)?;
-    // The door is the coordinator's port: what it turned away is the report's (its joins
-    // are the coordinator's too, through the hub).
-    let mut door: Vec<Event> = hub
-        .events
-        .iter()
-        .filter(|e| !matches!(e, Event::Joined { .. }))
-        .cloned()
-        .collect();
-    let ring = hub.roster.rings.get(&0).cloned().unwrap_or_default();
-    setup.silent = silent_ring_ranks(&ring, &hub.roster.silent);
-    // The coordinator listens on loopback for rank 0's own rank; the others come through
-    // the hub.
-    let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| cannot_run(e.to_string()))?;
-    let hub = hub.start();
-    setup.coordinator_listener = Some(own);
-    setup.relay = hub.link(0);
-    let mut r = run::run_rank(setup, opts, log);
-    let (failed, why) = job_verdict(&r);
-    door.extend(hub.finish(failed, why));
-    match &mut r {
-        Ok(RankOutcome {
-            report: Some(rep), ..
-        }) => {
-            door.append(&mut rep.events);
-            rep.events = door;
-        }
-        _ => {
-            for e in door {
-                g.log(0, e.line());
-            }
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Transport {
+        match t {
+            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Rdma => Transport::Rdma,
+            TransportArg::Auto => Transport::Auto,
         }
     }
-    r
 }
 
-/// Node `rank`'s declaration on rank 0's door failed: refused is this node's to mend (exit
-/// 2), anything else a fault of the job.
-fn declare_failed(rank: Rank, e: crate::ring::rendezvous::BootstrapError) -> run::RunError {
-    run::RunError {
-        kind: match e {
-            crate::ring::rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
-            _ => Failure::Fault,
-        },
-        message: run::own_bootstrap_error(rank, &e),
+/// The CLI's side of a run: -v lines on stderr, the progress line (a terminal only) and
+/// rank 0's rows as each size completes (see [`RowPrinter`]).
+struct Watcher<'a> {
+    g: &'a GlobalArgs,
+    fmt: Format,
+    display: Mutex<Option<progress::Display>>,
+    rows: Mutex<Option<Arc<RowPrinter>>>,
+}
+
+impl Watch for Watcher<'_> {
+    fn log(&self, level: u8, line: &str) {
+        self.g.log(level, line);
     }
-}
 
-/// This process caught SIGTERM/SIGINT ([`catch_interrupts`]).
-fn interrupted() -> bool {
-    crate::ring::interrupt::process().caught().is_some()
+    fn live(&self, opts: &Options) -> Option<Arc<LiveStatus>> {
+        let (live, display) = progress::Display::start(self.fmt == Format::Table, opts);
+        if let Ok(mut d) = self.display.lock() {
+            *d = display;
+        }
+        live
+    }
+
+    fn rows(&self, id: &Identity, opts: &Options, note: Option<String>) -> Option<run::ShowRow> {
+        let bar = self
+            .display
+            .lock()
+            .ok()
+            .and_then(|d| d.as_ref().map(progress::Display::bar));
+        let rows = RowPrinter::start(self.fmt, id, opts, bar, note)?;
+        if let Ok(mut r) = self.rows.lock() {
+            *r = Some(rows.clone());
+        }
+        Some(RowPrinter::sink(&rows))
+    }
+
+    fn ended(&self) {
+        // Dropping the display stops and clears the progress line.
+        if let Ok(mut d) = self.display.lock() {
+            d.take();
+        }
+    }
 }
 
 fn outcome(
@@ -1220,7 +833,7 @@ fn outcome(
         }) => {
             print_report(g, fmt, &rep, rows)?;
             // Interrupted before any fault was found: not a pass, not a fault (exit 2).
-            if interrupted() && rep.verdicts.is_empty() && rep.wrong_total() == 0 {
+            if launch::interrupted() && rep.verdicts.is_empty() && rep.wrong_total() == 0 {
                 return Err(anyhow::anyhow!(
                     rep.error.clone().unwrap_or_else(|| "interrupted".into())
                 ));
@@ -1246,687 +859,12 @@ fn outcome(
             }
             Ok(if failed { Outcome::Fault } else { Outcome::Pass })
         }
-        Err(e) if e.kind == Failure::CannotRun || interrupted() => Err(anyhow::anyhow!(e.message)),
+        Err(e) if e.kind == Failure::CannotRun || launch::interrupted() => Err(anyhow::anyhow!(e.message)),
         Err(e) => {
             say!("fabprobe: ring: {}", e.message);
             Ok(Outcome::Fault)
         }
     }
-}
-
-/// Over rdma (or `auto` with a usable port): this node's RDMA rail slots; None over tcp.
-fn rdma_rails(g: &GlobalArgs, a: &RingArgs) -> anyhow::Result<Option<Vec<RailPort>>> {
-    Ok(match a.transport {
-        TransportArg::Tcp => None,
-        _ => match rdma_candidates(g).map(|(c, hca)| {
-            let slots = rails::rdma_slots(&c, a.device.as_deref(), hca.as_deref());
-            // A `--device` entry this node lacks is its missing rail, not its error.
-            for p in slots.iter().filter(|p| p.state.as_deref() == Some(rails::ABSENT)) {
-                let have: Vec<String> = c.iter().map(|x| format!("{}:{}", x.device, x.port)).collect();
-                g.log(
-                    0,
-                    format!(
-                        "{}: --device names no RDMA port of this node ({}): this rail is missing here",
-                        p.describe(),
-                        if have.is_empty() {
-                            "none".into()
-                        } else {
-                            have.join(", ")
-                        }
-                    ),
-                );
-            }
-            slots
-        }) {
-            Ok(slots) if slots.iter().any(|p| p.usable) => Some(slots),
-            Ok(_) if a.transport == TransportArg::Rdma => {
-                return Err(anyhow::anyhow!(
-                    "--transport rdma --rails: no ACTIVE RDMA port here"
-                ));
-            }
-            Err(why) if a.transport == TransportArg::Rdma => {
-                return Err(anyhow::anyhow!("--transport rdma cannot run here: {why}"));
-            }
-            Ok(_) | Err(_) => {
-                g.log(1, "transport auto: tcp rails (no usable RDMA port)");
-                None
-            }
-        },
-    })
-}
-
-/// This node's rail slots and, for each selected rail it drives, its setup (over tcp: the
-/// interface's address; over rdma: that port, its netdev's address).
-#[allow(clippy::type_complexity)]
-fn rail_setups(
-    g: &GlobalArgs,
-    a: &RingArgs,
-    sel: &RailSel,
-    spec: Option<&str>,
-) -> anyhow::Result<(
-    Vec<RailPort>,
-    Vec<(RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String)>,
-)> {
-    let ifs = usable_interfaces()?;
-    let rdma = rdma_rails(g, a)?;
-    let (slots, addrs): (Vec<RailPort>, Vec<Option<IpAddr>>) = match &rdma {
-        Some(slots) => {
-            // The rail's handshake listens on its own netdev's address, else the data interface's.
-            let fallback = data_interface(spec, None, None, &|s| g.log(1, s))
-                .ok()
-                .map(|x| x.0);
-            let addr = |p: &RailPort| {
-                p.netdev
-                    .as_deref()
-                    .and_then(|n| ifs.iter().find(|i| i.name == n && i.addr.is_ipv4()))
-                    .map(|i| i.addr)
-                    .or(fallback)
-            };
-            (slots.clone(), slots.iter().map(addr).collect())
-        }
-        None => rails::tcp_slots(&ifs, spec)
-            .into_iter()
-            .map(|(p, ip)| (p, Some(ip)))
-            .unzip(),
-    };
-    if slots.is_empty() {
-        return Err(UsageError(format!(
-            "--rails: no rail here ({}); hint: --ifname or --device lists them",
-            if rdma.is_some() {
-                "no RDMA port"
-            } else {
-                "no interface matches"
-            }
-        ))
-        .into());
-    }
-    let mut runs = Vec::new();
-    for p in rails::select(&slots, sel).into_iter().filter(|p| p.usable) {
-        let idx = slots.iter().position(|s| s.rail == p.rail).unwrap_or(0);
-        let Some(ip) = addrs[idx] else {
-            g.log(
-                0,
-                format!("{}: no IPv4 address to run on; it will be missing", p.describe()),
-            );
-            continue;
-        };
-        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
-        if rdma.is_some() {
-            let dev = format!("{}:{}", p.device, p.port.unwrap_or(1));
-            let (f, label, why) = rdma_fabric(g, a, ip, &netdev, Some(&dev))
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.describe()))?;
-            g.log(1, format!("{}: rdma on {label}: {why}", p.describe()));
-            runs.push((p, ip, Some(f), label));
-        } else {
-            runs.push((p, ip, None, netdev));
-        }
-    }
-    Ok((slots, runs))
-}
-
-/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring,
-/// all on the node's one control connection to rank 0 (see [`crate::ring::railmux`]).
-fn run_rails(
-    g: &GlobalArgs,
-    fmt: Format,
-    a: &RingArgs,
-    sel: &RailSel,
-    spec: Option<&str>,
-    opts: &Options,
-    id: Identity,
-) -> anyhow::Result<Outcome> {
-    let (mut slots, runs) = rail_setups(g, a, sel, spec)?;
-    // By index where the flag names them; for `all`, the rails most nodes have (rank 0's own
-    // may be the odd ones).
-    let wanted = rails::wanted(sel);
-    // A selected rail this node cannot run after all (no address) is declared as not driven,
-    // so its ring forms without this node instead of waiting for it.
-    for s in slots.iter_mut() {
-        let selected = rails::select(std::slice::from_ref(s), sel).len() == 1;
-        if selected && !runs.iter().any(|r| r.0.rail == s.rail) {
-            s.usable = false;
-        }
-    }
-    let host = Host::live();
-    // Each rail's switch port before declaring, every rail at once (one --lldp-wait in all).
-    let neighbors: BTreeMap<u32, crate::ring::model::Neighbor> = std::thread::scope(|s| {
-        let asks: Vec<_> = runs
-            .iter()
-            .map(|r| {
-                let (host, netdev) = (&host, r.0.netdev.clone().unwrap_or_else(|| r.0.device.clone()));
-                (r.0.rail, s.spawn(move || switch_port(g, host, &netdev, a)))
-            })
-            .collect();
-        asks.into_iter()
-            .filter_map(|(k, h)| Some((k, h.join().ok().flatten()?)))
-            .collect()
-    });
-    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
-    let node = RailNode {
-        g,
-        id: &id,
-        slots: &slots,
-        sel,
-        wanted: wanted.as_deref(),
-        opts,
-        live,
-        host,
-        neighbors: std::sync::Mutex::new(neighbors),
-    };
-    let r = if id.rank == 0 {
-        node.rank0(runs)
-    } else {
-        node.other(runs)
-    };
-    drop(display);
-    outcome(g, fmt, r, None)
-}
-
-/// One of this node's rail runs: (slot, data address, fabric, what it runs on).
-type RailSetup = (RailPort, IpAddr, Option<Box<dyn Fabric + Send>>, String);
-
-/// Where one rail's rank sits and how it reaches its coordinator.
-struct Place {
-    seat: rails::Seat,
-    /// Rank 0: the rail's ring (node ranks), its silent ring ranks, its loopback listener and
-    /// the relay's TCP_INFO; another node: its relay's loopback address.
-    ring: (Vec<Rank>, BTreeSet<Rank>),
-    listener: Option<TcpListener>,
-    relay: Option<crate::ring::coordinator::RailLink>,
-    join_via: Option<String>,
-}
-
-/// This node's part of a `--rails` job.
-struct RailNode<'a> {
-    g: &'a GlobalArgs,
-    id: &'a Identity,
-    slots: &'a [RailPort],
-    /// `--rails` as given: every node's must be rank 0's.
-    sel: &'a RailSel,
-    wanted: Option<&'a [u32]>,
-    opts: &'a Options,
-    live: Option<Arc<crate::ring::model::LiveStatus>>,
-    host: Host,
-    /// Each rail's switch port (LLDP), learnt before declaring; taken by its rail's run.
-    neighbors: std::sync::Mutex<BTreeMap<u32, crate::ring::model::Neighbor>>,
-}
-
-/// How long another node waits for the job's verdict after its own rails ended (rank 0's
-/// other rails may still run; a silent or vanished rank 0 ends the wait much sooner).
-const JOB_VERDICT_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
-
-impl RailNode<'_> {
-    fn me(&self) -> crate::ring::railplan::Declaration {
-        crate::ring::railplan::Declaration {
-            rank: self.id.rank,
-            host: hostname(),
-            slots: self.slots.to_vec(),
-        }
-    }
-
-    /// One rail's run: its identity on the rail's ring and its setup.
-    fn rail_run(&self, (p, ip, fabric, label): RailSetup, at: Place, first: bool) -> RailRun {
-        let mut identity = rails::rail_identity(self.id, p.rail);
-        (identity.rank, identity.world) = (at.seat.rank, at.seat.world);
-        let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
-        let rate = evidence::line_rate(&self.host, &netdev);
-        self.g.log(
-            1,
-            format!(
-                "{}: data {ip} device {label}; rank {} of this rail's {} nodes",
-                p.describe(),
-                at.seat.rank,
-                at.seat.world
-            ),
-        );
-        let (nodes, silent) = at.ring;
-        RailRun {
-            setup: Setup {
-                coordinator_listener: at.listener,
-                line_rate_gbs: rate.map(|r| r.0),
-                neighbor: self.neighbors.lock().ok().and_then(|mut n| n.remove(&p.rail)),
-                port_max: port_max(self.g, &self.host, &netdev),
-                fabric,
-                counters: Some(evidence::Sampler::live(&netdev)),
-                live: if first { self.live.clone() } else { None },
-                // The job's rank 0 hosts every rail's coordinator, also one it lacks.
-                join_only: self.id.rank != 0,
-                join_via: at.join_via,
-                relay: at.relay,
-                // Rank 0's coordinator names the rail's ranks as the job's nodes.
-                nodes,
-                silent,
-                node: Some(self.id.rank),
-                ..Setup::new(identity, hostname(), ip, Some(label))
-            },
-            port: p,
-        }
-    }
-
-    fn not_seated(&self, p: &RailPort) {
-        self.g.log(
-            0,
-            format!(
-                "{}: not run: its ring would have fewer than two nodes (rank 0's report says why)",
-                p.describe()
-            ),
-        );
-    }
-
-    /// Rank 0: seat every node, host every rail's coordinator behind the relay, run its own
-    /// rails, merge, and send the job's verdict to every node.
-    fn rank0(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
-        let cannot = |message: String| run::RunError {
-            kind: Failure::CannotRun,
-            message,
-        };
-        let l = crate::ring::rendezvous::bind(&self.id.coordinator).map_err(|e| cannot(e.to_string()))?;
-        let cfg = crate::ring::railmux::door_config(self.id, self.opts, self.sel);
-        let hub = crate::ring::railmux::gather(l, &cfg, self.me(), self.wanted).map_err(cannot)?;
-        // Joins with -v; what the door turned away always.
-        for e in &hub.events {
-            let joined = matches!(e, crate::ring::coordinator::Event::Joined { .. });
-            self.g.log(if joined { 1 } else { 0 }, e.line());
-        }
-        let roster = hub.roster.clone();
-        // Each rail's coordinator listens on loopback for rank 0's own rank of the rail only;
-        // the other nodes' ranks reach it through the hub.
-        let mut listeners = std::collections::BTreeMap::new();
-        for (&k, ring) in roster.rings.iter().filter(|(_, r)| r.len() >= 2) {
-            let l = crate::ring::rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-                .map_err(|e| cannot(format!("rail {k}: {e}")))?;
-            listeners.insert(k, (l, ring.clone()));
-        }
-        let hub = hub.start();
-        // Each rail's ring (node ranks) and its ring ranks whose nodes never declared: those
-        // are awaited a moment only, once the others joined (they had the whole join window).
-        let mut place = |k: u32, seat: rails::Seat| -> Place {
-            let (listener, nodes) = match listeners.remove(&k) {
-                Some((l, n)) => (Some(l), n),
-                None => (None, Vec::new()),
-            };
-            let silent = silent_ring_ranks(&nodes, &roster.silent);
-            Place {
-                seat,
-                relay: hub.link(k),
-                ring: (nodes, silent),
-                listener,
-                join_via: None,
-            }
-        };
-        let seats = roster.seats(0);
-        let mut rail_runs = Vec::new();
-        for x in runs {
-            let Some(seat) = seats.iter().find(|s| s.rail == x.0.rail).copied() else {
-                self.not_seated(&x.0);
-                continue;
-            };
-            let at = place(x.0.rail, seat);
-            rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
-        }
-        let hosted = self.hosted(&roster, &mut place);
-        let r = rails::run_node(
-            rail_runs,
-            hosted,
-            self.slots,
-            self.wanted,
-            Some(&roster),
-            self.opts,
-            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
-        );
-        let (failed, why) = job_verdict(&r);
-        for e in hub.finish(failed, why) {
-            self.g.log(0, e.line());
-        }
-        r
-    }
-
-    /// Rank 0: the coordinators of the rails it does not drive, hosted for the nodes that do.
-    fn hosted(
-        &self,
-        roster: &crate::ring::railplan::Roster,
-        place: &mut dyn FnMut(u32, rails::Seat) -> Place,
-    ) -> Vec<rails::Hosted> {
-        let mut hosted = Vec::new();
-        for (&k, nodes) in roster.rings.iter() {
-            if nodes.len() < 2 || nodes.first() == Some(&0) {
-                continue;
-            }
-            let mut identity = rails::rail_identity(self.id, k);
-            identity.world = nodes.len() as u32;
-            let n = nodes.len();
-            self.g.log(
-                1,
-                format!("rail {k}: this node lacks it; hosting its coordinator for {n} nodes"),
-            );
-            let seat = rails::Seat {
-                rail: k,
-                rank: 0,
-                world: identity.world,
-            };
-            let at = place(k, seat);
-            hosted.push(rails::Hosted {
-                rail: k,
-                identity,
-                listener: at.listener,
-                nodes: at.ring.0,
-                silent: at.ring.1,
-                relay: at.relay,
-            });
-        }
-        hosted
-    }
-
-    /// Another node: declare its rails on the one connection, run the rails it is seated on
-    /// through it, and exit with the job's verdict.
-    fn other(&self, runs: Vec<RailSetup>) -> Result<RankOutcome, run::RunError> {
-        use crate::ring::railmux;
-        let hello = railmux::node_hello(self.id, hostname(), self.slots, (self.opts, self.sel));
-        let (seats, s) = railmux::declare(&self.id.coordinator, hello, self.opts.join_timeout())
-            .map_err(|e| declare_failed(self.id.rank, e))?;
-        let quiet = crate::ring::rendezvous::silence(self.opts.timeout());
-        let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| run::RunError {
-            kind: Failure::CannotRun,
-            message: format!("rails: cannot relay this node's rails: {e}"),
-        })?;
-        let mut rail_runs = Vec::new();
-        for x in runs {
-            let Some(seat) = seats.iter().find(|s| s.rail == x.0.rail).copied() else {
-                self.not_seated(&x.0);
-                continue;
-            };
-            let at = Place {
-                seat,
-                ring: Default::default(),
-                listener: None,
-                relay: None,
-                join_via: relay.addrs.get(&seat.rail).cloned(),
-            };
-            rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
-        }
-        let r = rails::run_node(
-            rail_runs,
-            Vec::new(),
-            self.slots,
-            self.wanted,
-            None,
-            self.opts,
-            &|level, s| self.g.log(if level == 0 { 0 } else { 1 }, s),
-        );
-        // Told to stop (the scheduler's SIGTERM, SIGKILL to follow): rank 0's word within
-        // a moment, or this node's own end.
-        let wait = if interrupted() {
-            std::time::Duration::from_secs(2)
-        } else {
-            JOB_VERDICT_WAIT
-        };
-        let job = relay.job_verdict(wait);
-        match (r, job) {
-            (Err(e), _) if e.kind == Failure::CannotRun => Err(e),
-            // This node's own rails' end says what it saw; the job's verdict decides.
-            (Err(e), Some(j)) => {
-                self.g.log(0, format!("ring: {}", e.message));
-                Ok(RankOutcome {
-                    report: None,
-                    failed: j.0,
-                    why: j.1.filter(|_| j.0),
-                })
-            }
-            // The job's verdict over every rail decides this node's exit status.
-            (_, Some((failed, why))) => Ok(RankOutcome {
-                report: None,
-                failed,
-                why: why.filter(|_| failed),
-            }),
-            (r, None) => r,
-        }
-    }
-}
-
-/// The job's verdict for every node's exit status: failed, and why (bounded). Pure.
-fn job_verdict(r: &Result<RankOutcome, run::RunError>) -> (bool, Option<String>) {
-    match r {
-        Ok(RankOutcome {
-            report: Some(rep), ..
-        }) => {
-            // Every verdict, a missing rail's too, is the job's: each node exits with it, so a
-            // launcher that reads any node's status sees the job failed.
-            let failed = rep.error.is_some() || rep.wrong_total() > 0 || !rep.verdicts.is_empty();
-            let why = if !rep.verdicts.is_empty() {
-                Some(run::failed_why(&rep.verdicts, 0))
-            } else {
-                rep.error.clone().map(|e| format!("rank 0: {e}"))
-            };
-            (failed, why.filter(|_| failed))
-        }
-        Ok(o) => (o.failed, o.why.clone()),
-        Err(e) => (true, Some(format!("rank 0: {}", e.message))),
-    }
-}
-
-/// The ring ranks of a rail's ring (`nodes`, node ranks in ring order) whose nodes are in
-/// `silent` (never declared their rails). Pure.
-fn silent_ring_ranks(nodes: &[Rank], silent: &[Rank]) -> BTreeSet<Rank> {
-    (0..nodes.len() as Rank)
-        .filter(|&i| silent.contains(&nodes[i as usize]))
-        .collect()
-}
-
-/// One rank's run of loopback rail `port` under `--local` (rank 0 hosts the rail's
-/// coordinator on `listener`).
-fn local_rail_run(
-    port: RailPort,
-    identity: Identity,
-    host: &str,
-    listener: Option<TcpListener>,
-    live: Option<Arc<crate::ring::model::LiveStatus>>,
-) -> RailRun {
-    RailRun {
-        port,
-        setup: Setup {
-            coordinator_listener: listener,
-            live,
-            ..Setup::new(
-                identity,
-                host.to_string(),
-                IpAddr::from([127, 0, 0, 1]),
-                Some("lo".into()),
-            )
-        },
-    }
-}
-
-/// `--local --rails N`: N loopback rail slots, and each rail's coordinator listener and
-/// address.
-#[allow(clippy::type_complexity)]
-fn local_rails(count: u32) -> std::io::Result<(Vec<RailPort>, Vec<Option<TcpListener>>, Vec<String>)> {
-    let slots: Vec<RailPort> = (0..count)
-        .map(|k| RailPort {
-            rail: k,
-            device: "lo".into(),
-            port: None,
-            netdev: Some("lo".into()),
-            state: Some("up".into()),
-            usable: true,
-            label: None,
-            address: None,
-        })
-        .collect();
-    let mut listeners = Vec::new();
-    let mut coords = Vec::new();
-    for _ in 0..count {
-        let l = TcpListener::bind("127.0.0.1:0")?;
-        coords.push(l.local_addr()?.to_string());
-        listeners.push(Some(l));
-    }
-    Ok((slots, listeners, coords))
-}
-
-/// `--local N --rails R`: N ranks as threads, each driving R rails over loopback (rail k of
-/// every rank is one ring, on its own coordinator).
-fn run_local_rails(
-    g: &GlobalArgs,
-    fmt: Format,
-    n: u32,
-    sel: &RailSel,
-    opts: &Options,
-    a: &RingArgs,
-) -> anyhow::Result<Outcome> {
-    let count = match sel {
-        RailSel::Count(r) => *r,
-        RailSel::One => 1,
-        _ => {
-            return Err(UsageError(
-                "--local runs a number of rails over loopback: --rails N (all and lists need real ports)"
-                    .into(),
-            )
-            .into());
-        }
-    };
-    let (slots, mut listeners, coords) = local_rails(count)?;
-    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
-    let token = a
-        .token
-        .clone()
-        .unwrap_or_else(|| format!("local-{}", std::process::id()));
-    let host = hostname();
-    let wanted: Vec<u32> = (0..count).collect();
-    let mut per_rank: Vec<Vec<RailRun>> = Vec::new();
-    for rank in 0..n {
-        let runs = slots
-            .iter()
-            .map(|p| {
-                let k = p.rail as usize;
-                let identity = Identity {
-                    rank,
-                    world: n,
-                    coordinator: coords[k].clone(),
-                    token: format!("{token}/rail{}", p.rail),
-                    source: Source::Local,
-                    coordinator_source: "--local".into(),
-                    token_source: if a.token.is_some() { "--token" } else { "--local" }.into(),
-                };
-                let listener = if rank == 0 { listeners[k].take() } else { None };
-                let live = live.clone().filter(|_| rank == 0 && p.rail == 0);
-                local_rail_run(p.clone(), identity, &host, listener, live)
-            })
-            .collect();
-        per_rank.push(runs);
-    }
-    let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = per_rank
-            .into_iter()
-            .map(|runs| {
-                let (slots, wanted) = (&slots, &wanted);
-                sc.spawn(move || {
-                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
-                    rails::run_node(runs, Vec::new(), slots, Some(wanted), None, opts, &log)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
-            .collect()
-    });
-    drop(display);
-    let first = first_rank(g, results);
-    outcome(g, fmt, first, None)
-}
-
-/// N ranks as threads of this process over loopback.
-fn run_local(g: &GlobalArgs, fmt: Format, n: u32, opts: &Options, a: &RingArgs) -> anyhow::Result<Outcome> {
-    // Loopback unless --ifname names another local interface to run the ring over.
-    let (data_ip, device) = match &a.ifname {
-        Some(spec) => data_interface(Some(spec), None, None, &|s| g.log(1, s))?,
-        None => (IpAddr::from([127, 0, 0, 1]), "lo".to_string()),
-    };
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let coord = listener.local_addr()?.to_string();
-    let (live, display) = progress::Display::start(fmt == Format::Table, opts);
-    let token = a
-        .token
-        .clone()
-        .unwrap_or_else(|| format!("local-{}", std::process::id()));
-    let host = hostname();
-    let local_id = |rank: u32| Identity {
-        rank,
-        world: n,
-        coordinator: coord.clone(),
-        token: token.clone(),
-        source: Source::Local,
-        coordinator_source: "--local".into(),
-        token_source: if a.token.is_some() {
-            "--token".into()
-        } else {
-            "--local".into()
-        },
-    };
-    let rows = RowPrinter::start(
-        fmt,
-        &local_id(0),
-        opts,
-        display.as_ref().map(progress::Display::bar),
-        None,
-    );
-    let mut listener = Some(listener);
-    let results: Vec<Result<RankOutcome, run::RunError>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let setup = Setup {
-                    coordinator_listener: if rank == 0 { listener.take() } else { None },
-                    counters: Some(evidence::Sampler::live(&device)),
-                    live: if rank == 0 { live.clone() } else { None },
-                    on_row: if rank == 0 {
-                        rows.as_ref().map(RowPrinter::sink)
-                    } else {
-                        None
-                    },
-                    ..Setup::new(local_id(rank), host.clone(), data_ip, Some(device.clone()))
-                };
-                sc.spawn(move || {
-                    let log = |level: u8, s: &str| g.log(if level == 0 { 0 } else { 2 }, s);
-                    run::run_rank(setup, opts, &log)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
-            .collect()
-    });
-    drop(display);
-    let first = first_rank(g, results);
-    outcome(g, fmt, first, rows.as_deref())
-}
-
-/// A rank thread of an in-process run that panicked, as that rank's error.
-fn rank_thread_panicked() -> run::RunError {
-    run::RunError {
-        kind: Failure::Fault,
-        message: "a rank thread panicked".into(),
-    }
-}
-
-/// Rank 0's result of an in-process run (the one reported); the other ranks' errors are
-/// logged.
-fn first_rank(
-    g: &GlobalArgs,
-    results: Vec<Result<RankOutcome, run::RunError>>,
-) -> Result<RankOutcome, run::RunError> {
-    let mut it = results.into_iter();
-    let first = it.next().unwrap_or_else(|| {
-        Err(run::RunError {
-            kind: Failure::CannotRun,
-            message: "no ranks".into(),
-        })
-    });
-    for (i, r) in it.enumerate() {
-        if let Err(e) = r {
-            g.log(1, format!("rank {}: {}", i + 1, e.message));
-        }
-    }
-    first
 }
 
 #[cfg(test)]
@@ -1980,7 +918,7 @@ mod tests {
             env_file: Some(f),
             nccl_version: None,
         };
-        let (_, nccl) = job_nccl(&g).unwrap();
+        let nccl = job_env(&g).unwrap().nccl;
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(nccl.value("NCCL_IB_HCA"), Some("=mlx5_7:1"));
         assert_eq!(nccl.value("NCCL_IB_TC"), Some("106"));

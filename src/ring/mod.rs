@@ -18,7 +18,10 @@
 //! * the job's report: [`report`], [`railmerge`] (the job's report from the rails' reports);
 //! * one rank's whole run: [`run`], and `--rails`: [`rails`], [`railmux`] (one ring per rail
 //!   of the node among the nodes that drive that rail, every rail's control messages on the
-//!   node's one connection).
+//!   node's one connection);
+//! * the entry the CLI calls: [`launch`] (one run as the CLI's flags ask for it, one rail,
+//!   `--rails` or `--local`: data interface and fabric, rank 0's door; it prints nothing
+//!   and never exits, the CLI's [`launch::Watch`] takes its lines and rows).
 pub mod collective;
 pub mod control;
 pub mod coordinator;
@@ -28,6 +31,7 @@ pub mod interrupt;
 #[cfg(test)]
 mod judged_tests;
 pub mod lag;
+pub mod launch;
 pub mod launcher;
 pub mod model;
 pub mod options;
@@ -36,9 +40,9 @@ pub mod portfacts;
 pub mod railmerge;
 pub mod railmux;
 pub mod railplan;
+pub mod rails;
 pub mod railstop;
 pub mod relay;
-pub mod rails;
 pub mod rendezvous;
 pub mod report;
 pub mod run;

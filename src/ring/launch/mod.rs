@@ -1,0 +1,414 @@
+//! The ring's one entry below the CLI (issue 46): [`run`] takes what the CLI decided from
+//! its flags ([`Launch`]) and returns this process's outcome, for every shape of run: one
+//! rank of a job across hosts, one rail or `--rails` ([`railnode`]), or `--local` ranks as
+//! threads of this process ([`local`]). Given who this rank is (the CLI reads the flags
+//! and the launcher's environment), it picks the data interface by NCCL_SOCKET_IFNAME
+//! rules and the data plane ([`fabric`]: tcp, or the RDMA port NCCL would use), hosts rank
+//! 0's door, and hands the run to [`crate::ring::run`] / [`crate::ring::rails`]. It prints nothing and
+//! never exits: progress lines, the live status and rows as they complete go through the
+//! CLI's [`Watch`]; the report comes back in the outcome, and [`findings`] turns its
+//! verdicts into findings. The top room of the ring: it names every room below it.
+
+mod fabric;
+mod findings;
+mod local;
+mod railnode;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::host::Host;
+use crate::nccl::ifname;
+use crate::nccl::settings::NcclSettings;
+use crate::ring::diagnosis::evidence;
+use crate::ring::launcher::Identity;
+use crate::ring::model::{LiveStatus, RailPort, Rank};
+use crate::ring::rails::RailSel;
+use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
+
+pub use findings::findings;
+
+/// `--transport`: the data plane a rank asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// TCP sockets on the data interface.
+    Tcp,
+    /// ibverbs RC QPs on the port NCCL would use.
+    Rdma,
+    /// rdma where every rank has a usable RDMA port, else tcp.
+    Auto,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+            Transport::Auto => "auto",
+        }
+    }
+}
+
+/// Where the data plane runs: the flags that choose interface, port and transport.
+#[derive(Debug, Clone)]
+pub struct Net {
+    pub transport: Transport,
+    /// `--ifname` (NCCL_SOCKET_IFNAME syntax); None: the job's NCCL_SOCKET_IFNAME, else
+    /// NCCL's default order (under `--local`: loopback).
+    pub ifname: Option<String>,
+    /// `--device` (`mlx5_0`, `mlx5_0:1`, or one per rail).
+    pub device: Option<String>,
+    /// `--gid-index`.
+    pub gid_index: Option<u32>,
+    /// `--lldp-wait`: how long to listen for the switch's LLDP before joining.
+    pub lldp_wait_s: f64,
+}
+
+/// The job's environment as NCCL sees it: the live host with `--env-from`/`--env-file`
+/// applied, and NCCL's settings read from it (the CLI builds both, once).
+pub struct JobEnv {
+    pub host: Host,
+    pub nccl: NcclSettings,
+}
+
+/// Which ranks this process runs.
+pub enum Ranks {
+    /// One rank of a job across hosts: who it is (from the flags, else the launcher's
+    /// environment: [`crate::ring::launcher::resolve`]) and the job's environment.
+    Job { id: Identity, env: Box<JobEnv> },
+    /// `--local N`: N ranks as threads of this process over loopback; `token` is `--token`.
+    Local { count: u32, token: Option<String> },
+}
+
+/// One run as the CLI asked for it.
+pub struct Launch {
+    pub opts: Options,
+    pub net: Net,
+    /// `--rails` (`RailSel::One` without it).
+    pub rails: RailSel,
+    pub ranks: Ranks,
+}
+
+/// The CLI's side of a run: where progress lines, the live status and streamed rows go.
+/// Called from the ranks' threads.
+pub trait Watch: Sync {
+    /// A line for stderr: level 0 always, 1 with -v, 2 with -vv.
+    fn log(&self, level: u8, line: &str);
+    /// The run starts: the live status a progress line follows (None: no progress line).
+    fn live(&self, opts: &Options) -> Option<Arc<LiveStatus>>;
+    /// Rank 0's sink for the table's rows as each size completes (None: the report carries
+    /// them at the end); `note` says why `--transport auto` runs tcp on rank 0.
+    fn rows(&self, id: &Identity, opts: &Options, note: Option<String>) -> Option<run::ShowRow>;
+    /// The ranks are done: the progress line stops.
+    fn ended(&self);
+}
+
+/// What kept the run from starting (before any rank ran).
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The flags, or this host's interfaces and ports, leave nothing to run on.
+    #[error("{0}")]
+    Usage(String),
+    /// The data plane the flags ask for cannot run here.
+    #[error("{0}")]
+    Cannot(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// This process's outcome: rank 0's report, another rank's word, or why its rank failed.
+pub type RankResult = Result<RankOutcome, run::RunError>;
+
+/// Run this process's part of the ring the CLI asked for.
+pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError> {
+    let Launch {
+        opts,
+        net,
+        rails,
+        ranks,
+    } = launch;
+    match ranks {
+        Ranks::Local { count, token } => {
+            let cx = Ctx {
+                net: &net,
+                watch,
+                job: None,
+            };
+            match rails {
+                RailSel::One => local::run_local(&cx, count, &opts, token.as_deref()),
+                sel => local::run_local_rails(&cx, count, &sel, &opts, token.as_deref()),
+            }
+        }
+        Ranks::Job { id, env } => {
+            let cx = Ctx {
+                net: &net,
+                watch,
+                job: Some(&*env),
+            };
+            run_job(&cx, id, &rails, &opts)
+        }
+    }
+}
+
+/// One rank of a job across hosts: its one rail, or its rails.
+fn run_job(cx: &Ctx, id: Identity, rails: &RailSel, opts: &Options) -> Result<RankResult, LaunchError> {
+    let nccl = cx.nccl();
+    let spec = cx.net.ifname.clone().or_else(|| {
+        nccl.and_then(|n| n.value("NCCL_SOCKET_IFNAME"))
+            .map(str::to_string)
+    });
+    if *rails != RailSel::One {
+        return railnode::run_rails(cx, rails, spec.as_deref(), opts, id);
+    }
+    run_one_rail(cx, spec.as_deref(), opts, id)
+}
+
+/// What every step of a launch reads: the flags for the data plane, the CLI's watch, and
+/// the job's environment (None under `--local`).
+struct Ctx<'a> {
+    net: &'a Net,
+    watch: &'a dyn Watch,
+    job: Option<&'a JobEnv>,
+}
+
+impl Ctx<'_> {
+    fn log(&self, level: u8, msg: impl AsRef<str>) {
+        self.watch.log(level, msg.as_ref());
+    }
+
+    fn nccl(&self) -> Option<&NcclSettings> {
+        self.job.map(|j| &j.nccl)
+    }
+}
+
+fn hostname() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A run without `--rails`: this process's one rank on the data interface NCCL would use.
+fn run_one_rail(
+    cx: &Ctx,
+    spec: Option<&str>,
+    opts: &Options,
+    id: Identity,
+) -> Result<RankResult, LaunchError> {
+    let log = |s: &str| cx.log(1, s);
+    let value = |k: &str| cx.nccl().and_then(|n| n.value(k));
+    let family = ifname::Family::parse(value("NCCL_SOCKET_FAMILY"));
+    let (ip, dev) = fabric::data_interface(spec, value("NCCL_COMM_ID"), family, &log)?;
+    let (fabric, label, no_rdma) = fabric::data_fabric(cx, ip, &dev)?;
+    let host = Host::live();
+    let rate = evidence::line_rate(&host, &dev);
+    if let Some((gbs, from)) = &rate {
+        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
+    }
+    let neighbor = fabric::switch_port(cx, &host, &dev);
+    let live = cx.watch.live(opts);
+    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
+    let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
+        format!(
+            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}",
+            hostname()
+        )
+    });
+    let on_row = cx.watch.rows(&id, opts, rank0_note.clone());
+    let setup = Setup {
+        line_rate_gbs: rate.map(|r| r.0),
+        neighbor,
+        port_max: fabric::port_max(cx, &host, &dev),
+        fabric,
+        counters: Some(evidence::Sampler::live(&dev)),
+        live,
+        on_row,
+        ..Setup::new(id, hostname(), ip, Some(label))
+    };
+    // Level 0 (refused data links) is always shown; 1 is progress, with -v.
+    let logf = |level: u8, s: &str| cx.log(if level == 0 { 0 } else { 1 }, s);
+    let slot = RailPort {
+        rail: 0,
+        device: dev.clone(),
+        port: None,
+        netdev: Some(dev.clone()),
+        state: None,
+        usable: true,
+        label: None,
+        address: None,
+    };
+    let mut r = one_rail_through_hub(cx, setup, slot, opts, &logf);
+    cx.watch.ended();
+    if let (
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }),
+        Some(note),
+    ) = (&mut r, rank0_note)
+    {
+        rep.transport_note = Some(note);
+    }
+    Ok(r)
+}
+
+/// A run without `--rails` is the case R = 1 of `--rails`: this node's one control
+/// connection declares its one rail on rank 0's door, and the ring's coordinator serves it
+/// through rank 0's hub ([`crate::ring::railmux`]); the ring is every node, in rank order.
+fn one_rail_through_hub(
+    cx: &Ctx,
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> RankResult {
+    // Listening for data links while the others join, as a rank always did.
+    run::bind_data(&mut setup)?;
+    if setup.identity.rank != 0 {
+        return node_through_relay(setup, slot, opts, log);
+    }
+    rank0_hosts_the_hub(cx, setup, slot, opts, log)
+}
+
+fn cannot_run(message: String) -> run::RunError {
+    run::RunError {
+        kind: Failure::CannotRun,
+        message,
+    }
+}
+/// Another node: declare its rail on rank 0's door, relay its control connection, and run
+/// its rank through the relay at the seat rank 0 gave it.
+fn node_through_relay(
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
+    use crate::ring::{railmux, rendezvous};
+    let id = setup.identity.clone();
+    let hello = railmux::node_hello(
+        &id,
+        hostname(),
+        std::slice::from_ref(&slot),
+        (opts, &RailSel::One),
+    );
+    let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
+        .map_err(|e| declare_failed(id.rank, e))?;
+    let quiet = rendezvous::silence(opts.timeout());
+    let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
+        cannot_run(format!(
+            "rank {}: cannot relay its control connection: {e}",
+            id.rank
+        ))
+    })?;
+    let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
+        return Err(cannot_run(format!(
+            "rank {}: rank 0 gave it no place on the ring",
+            id.rank
+        )));
+    };
+    (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
+    setup.join_only = true;
+    setup.join_via = relay.addrs.get(&0).cloned();
+    run::run_rank(setup, opts, log)
+}
+
+/// Rank 0: gather every node at the door, host the ring's coordinator behind the hub (its
+/// own rank on loopback), and put what the door turned away into the report's events.
+fn rank0_hosts_the_hub(
+    cx: &Ctx,
+    mut setup: Setup,
+    slot: RailPort,
+    opts: &Options,
+    log: &(dyn Fn(u8, &str) + Sync),
+) -> Result<RankOutcome, run::RunError> {
+    use crate::ring::coordinator::Event;
+    use crate::ring::{railmux, rendezvous};
+    let id = setup.identity.clone();
+    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot_run(e.to_string()))?;
+    let cfg = railmux::door_config(&id, opts, &RailSel::One);
+    let me = crate::ring::railplan::Declaration {
+        rank: 0,
+        host: hostname(),
+        slots: vec![slot],
+    };
+    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot_run)?;
+    // The door is the coordinator's port: what it turned away is the report's (its joins
+    // are the coordinator's too, through the hub).
+    let mut door: Vec<Event> = hub
+        .events
+        .iter()
+        .filter(|e| !matches!(e, Event::Joined { .. }))
+        .cloned()
+        .collect();
+    let ring = hub.roster.rings.get(&0).cloned().unwrap_or_default();
+    setup.silent = silent_ring_ranks(&ring, &hub.roster.silent);
+    // The coordinator listens on loopback for rank 0's own rank; the others come through
+    // the hub.
+    let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .map_err(|e| cannot_run(e.to_string()))?;
+    let hub = hub.start();
+    setup.coordinator_listener = Some(own);
+    setup.relay = hub.link(0);
+    let mut r = run::run_rank(setup, opts, log);
+    let (failed, why) = job_verdict(&r);
+    door.extend(hub.finish(failed, why));
+    match &mut r {
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }) => {
+            door.append(&mut rep.events);
+            rep.events = door;
+        }
+        _ => {
+            for e in door {
+                cx.log(0, e.line());
+            }
+        }
+    }
+    r
+}
+
+/// Node `rank`'s declaration on rank 0's door failed: refused is this node's to mend (exit
+/// 2), anything else a fault of the job.
+fn declare_failed(rank: Rank, e: crate::ring::rendezvous::BootstrapError) -> run::RunError {
+    run::RunError {
+        kind: match e {
+            crate::ring::rendezvous::BootstrapError::Rejected { .. } => Failure::CannotRun,
+            _ => Failure::Fault,
+        },
+        message: run::own_bootstrap_error(rank, &e),
+    }
+}
+
+/// This process caught SIGTERM/SIGINT (the CLI catches them).
+pub fn interrupted() -> bool {
+    crate::ring::interrupt::process().caught().is_some()
+}
+
+/// The job's verdict for every node's exit status: failed, and why (bounded). Pure.
+fn job_verdict(r: &Result<RankOutcome, run::RunError>) -> (bool, Option<String>) {
+    match r {
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }) => {
+            // Every verdict, a missing rail's too, is the job's: each node exits with it, so a
+            // launcher that reads any node's status sees the job failed.
+            let failed = rep.error.is_some() || rep.wrong_total() > 0 || !rep.verdicts.is_empty();
+            let why = if !rep.verdicts.is_empty() {
+                Some(run::failed_why(&rep.verdicts, 0))
+            } else {
+                rep.error.clone().map(|e| format!("rank 0: {e}"))
+            };
+            (failed, why.filter(|_| failed))
+        }
+        Ok(o) => (o.failed, o.why.clone()),
+        Err(e) => (true, Some(format!("rank 0: {}", e.message))),
+    }
+}
+
+/// The ring ranks of a rail's ring (`nodes`, node ranks in ring order) whose nodes are in
+/// `silent` (never declared their rails). Pure.
+fn silent_ring_ranks(nodes: &[Rank], silent: &[Rank]) -> BTreeSet<Rank> {
+    (0..nodes.len() as Rank)
+        .filter(|&i| silent.contains(&nodes[i as usize]))
+        .collect()
+}
