@@ -11,17 +11,13 @@ mod lab;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, text};
+use lab::{Lab, LabOpts, json, text};
 use nix::sys::signal::Signal;
 
 /// --timeout of the hang cases, and the bound on the whole run after the fault: the data
 /// timeout, the silence deadline (at least 3 s), the watchdog's grace, process start-up.
 const TIMEOUT: u64 = 3;
 const GRACE: Duration = Duration::from_secs(4);
-
-fn json(out: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
-}
 
 fn verdicts(o: &Output) -> Vec<(String, Option<u64>, Option<u64>)> {
     json(&o.stdout)["data"]["verdicts"]
@@ -70,15 +66,7 @@ fn scan_case_with(name: &str, args: &[&str], fault: impl Fn(&Lab)) -> Option<Out
         },
     )?;
     fault(&lab);
-    let ids = lab.spawn_ring(0..4, 4, name, args);
-    let outs: Vec<Output> = ids
-        .iter()
-        .map(|&id| lab.wait(id, Duration::from_secs(40)).0)
-        .collect();
-    for (r, o) in outs.iter().enumerate().skip(1) {
-        assert!(o.stdout.is_empty(), "rank {r} printed: {}", text(&o.stdout));
-    }
-    Some(outs.into_iter().next().unwrap())
+    Some(lab.ring_report(name, args, Duration::from_secs(40)))
 }
 
 #[test]

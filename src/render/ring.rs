@@ -713,12 +713,10 @@ fn port_counters(line: &mut dyn FnMut(String), r: &RingReport) {
     line("# Port counters that moved during the run (this rank's data NIC):".into());
     for m in &r.port_counters {
         line(format!(
-            "#  rank {} ({}) {} port {}{}: {} +{}",
+            "#  rank {} ({}) {}: {} +{}",
             m.rank,
             m.host,
-            m.device,
-            m.port,
-            m.netdev.as_ref().map(|n| format!(" ({n})")).unwrap_or_default(),
+            m.port_label(),
             m.counter,
             m.delta
         ));
@@ -1023,6 +1021,33 @@ mod tests {
 
     /// A rail no ring ran on is said in the outcome line and in its own line, and the rail
     /// count is the job's rails (words compared whole: a narrow terminal wraps the lines).
+    /// A carrier change is the netdev's own counter: `eth1`, as every report names a
+    /// port, never `eth1 port 0`; an RDMA port keeps its number and netdev.
+    #[test]
+    fn a_carrier_change_names_the_netdev_as_every_port_is_named() {
+        let mut r = report();
+        let mv = |device: &str, port: u32, counter: &str| crate::ring::model::CounterMove {
+            rank: 2,
+            host: "node-c".into(),
+            device: device.into(),
+            port,
+            netdev: Some("eth1".into()),
+            counter: counter.into(),
+            delta: 2,
+        };
+        r.port_counters = vec![mv("eth1", 0, "carrier_changes"), mv("mlx5_0", 1, "symbol_error")];
+        let text = table(&r);
+        assert!(
+            text.contains("#  rank 2 (node-c) eth1: carrier_changes +2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("#  rank 2 (node-c) mlx5_0 port 1 (eth1): symbol_error +2\n"),
+            "{text}"
+        );
+        assert!(!text.contains("port 0"), "{text}");
+    }
+
     #[test]
     fn a_rail_not_tested_is_said_never_counted() {
         use crate::ring::report::RailReport;
@@ -1113,6 +1138,7 @@ mod tests {
             confirm_cut_orders: 0,
             verdicts: vec![],
             cleared_by_recheck: vec![],
+            cpu_bound: Default::default(),
         }
     }
 
@@ -1194,7 +1220,10 @@ mod tests {
         all.unmeasured.clear();
         r.scan = Some(all);
         let t = table(&r);
-        assert!(t.lines().next().unwrap().ends_with(", 12 of 12 links measured"), "{t}");
+        assert!(
+            t.lines().next().unwrap().ends_with(", 12 of 12 links measured"),
+            "{t}"
+        );
         assert!(!t.contains("NOT MEASURED"), "{t}");
         r.scan = Some(scan(None));
         let t = table(&r);

@@ -346,6 +346,21 @@ pub struct LinkSample {
     pub silence_s: Option<f64>,
 }
 
+/// One sweep channel's long waits at one rank, by chunk: the chunks a channel's link carried
+/// are counted from the sweep's start, the same count at its two ends (each chunk is checked
+/// in order). A receiver's wait that its sender's own wait for the chunk before and its time
+/// to send this one do not explain is the link's own (`diagnosis::stall::sweep_silences`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChunkWaits {
+    /// This rank's waits to receive chunk k from its predecessor: (k, seconds).
+    pub recv_wait: Vec<(u64, f64)>,
+    /// This rank's time from receiving chunk k - 1 to handing chunk k to its successor (its
+    /// own work, a barrier, the successor's flow control): (k, seconds).
+    pub send_delay: Vec<(u64, f64)>,
+    /// Every wait and delay not listed was shorter than this (seconds).
+    pub floor_s: f64,
+}
+
 /// What one direction of a rank's data port carried over one scan order: the port's byte
 /// counter's move beside the probe's own bytes that way (issue 45: traffic that is not the
 /// probe's on a port is contention, not a broken port).
@@ -718,6 +733,25 @@ pub struct CounterMove {
     pub counter: String,
     /// At least this much (exact unless the counter saturated or was cleared).
     pub delta: u64,
+}
+
+impl CounterMove {
+    /// The port as every report names it: `mlx5_0 port 1`; a netdev's own counter (the
+    /// carrier's, port 0 by convention) is the netdev alone: `eth1`, never `eth1 port 0`.
+    pub fn port_name(&self) -> String {
+        match &self.netdev {
+            Some(n) if self.port == 0 && *n == self.device => n.clone(),
+            _ => format!("{} port {}", self.device, self.port),
+        }
+    }
+
+    /// [`Self::port_name`] with the netdev of an RDMA port: `mlx5_0 port 1 (eth1)`, `eth1`.
+    pub fn port_label(&self) -> String {
+        match &self.netdev {
+            Some(n) if self.port_name() != *n => format!("{} ({n})", self.port_name()),
+            _ => self.port_name(),
+        }
+    }
 }
 
 /// Set when the run must end: the coordinator said so, or it is gone.

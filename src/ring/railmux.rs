@@ -1189,6 +1189,7 @@ mod tests {
                 links: vec![],
                 link_size_bytes: 0,
                 port_counters: vec![],
+                chunk_waits: vec![],
             };
             s.send(&Msg::Results(res)).map_err(|e| e.to_string())?;
             s.wait_done(Duration::from_secs(10))

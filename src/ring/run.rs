@@ -326,6 +326,7 @@ fn coordinator_config(
                         links: vec![],
                         link_size_bytes: 0,
                         port_counters: vec![],
+                        chunk_waits: vec![],
                     })
                     .collect();
                 if let Some(row) = aggregate(world, ranks, &results, channels).0.first() {
@@ -701,6 +702,7 @@ fn after_join(
                     links,
                     link_size_bytes,
                     port_counters: moved(),
+                    chunk_waits: _open_links.0.iter().map(|l| l.trace.waits()).collect(),
                 }))
                 .map_err(|e| fault(e.to_string()))?;
             // The coordinator answers once every rank reported, within its own deadlines.
@@ -917,7 +919,11 @@ fn sweep_links(
         .sends
         .into_iter()
         .zip(open.recvs)
-        .map(|(send, recv)| ChannelLinks { send, recv })
+        .map(|(send, recv)| ChannelLinks {
+            send,
+            recv,
+            trace: Default::default(),
+        })
         .collect())
 }
 
@@ -1301,6 +1307,7 @@ mod tests {
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],
+                chunk_waits: vec![],
             },
             RankResults {
                 rank: 1,
@@ -1324,6 +1331,7 @@ mod tests {
                 }],
                 link_size_bytes: 1 << 20,
                 port_counters: vec![],
+                chunk_waits: vec![],
             },
         ];
         let (rows, links) = aggregate(2, &ranks, &res, 1);

@@ -108,6 +108,10 @@ pub struct RankResults {
     /// `nic::MAX_MOVES`); absent from older ranks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub port_counters: Vec<CounterMove>,
+    /// Each sweep channel's long waits on this rank (stalls inside connections, issue 45);
+    /// absent from older ranks and runs without a sweep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_waits: Vec<crate::ring::model::ChunkWaits>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -597,6 +601,7 @@ mod tests {
                 links: vec![],
                 link_size_bytes: 0,
                 port_counters: vec![moved],
+                chunk_waits: vec![],
             }),
         ];
         for m in msgs {
@@ -641,6 +646,7 @@ mod tests {
             links: vec![],
             link_size_bytes: 0,
             port_counters: vec![],
+            chunk_waits: vec![],
         });
         let mut buf = Vec::new();
         write_msg(&mut buf, &m).unwrap();

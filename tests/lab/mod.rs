@@ -587,6 +587,31 @@ impl Lab {
             .collect()
     }
 
+    /// `fabprobe ring` on every node (rank r on node r) with `extra`, each waited for up
+    /// to `limit`: rank 0's output (the report); the other ranks print nothing on stdout.
+    pub fn ring_report(&self, token: &str, extra: &[&str], limit: Duration) -> Output {
+        self.ring_report_with(token, extra, limit, |_| {})
+    }
+
+    /// [`Lab::ring_report`] with `during` done once the ranks are started (a fault that
+    /// must land mid-run).
+    pub fn ring_report_with(
+        &self,
+        token: &str,
+        extra: &[&str],
+        limit: Duration,
+        during: impl FnOnce(&Lab),
+    ) -> Output {
+        let n = self.nodes.len();
+        let ids = self.spawn_ring(0..n, n, token, extra);
+        during(self);
+        let outs: Vec<Output> = ids.iter().map(|&id| self.wait(id, limit).0).collect();
+        for (r, o) in outs.iter().enumerate().skip(1) {
+            assert!(o.stdout.is_empty(), "rank {r} printed: {}", text(&o.stdout));
+        }
+        outs.into_iter().next().expect("a lab has a node")
+    }
+
     pub fn ring_args(&self, rank: usize, world: usize, token: &str, extra: &[&str]) -> Vec<String> {
         let mut a: Vec<String> = [
             "ring",
@@ -644,7 +669,8 @@ impl Lab {
             .into_iter()
             .find(|i| i.name == port)
             .unwrap_or_else(|| panic!("the bridge port {port} is missing"));
-        let Ok(Channel::Ethernet(mut tx, _rx)) = datalink::channel(&iface, datalink::Config::default()) else {
+        let Ok(Channel::Ethernet(mut tx, _rx)) = datalink::channel(&iface, datalink::Config::default())
+        else {
             panic!("no AF_PACKET channel on {port}");
         };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -690,4 +716,19 @@ impl Drop for Lab {
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// A JSON report, or a panic that shows what came instead.
+pub fn json(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", text(out)))
+}
+
+/// How many times a repeated lab case runs: `FABPROBE_LAB_RUNS` when set (a proof run by
+/// hand, 10 or 20), else `default` (what CI runs).
+pub fn runs(default: usize) -> usize {
+    std::env::var("FABPROBE_LAB_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
 }

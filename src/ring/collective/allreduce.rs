@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::ring::collective::transport::{RecvLink, SendLink, TransportError, bytes_f32, f32_bytes};
 use crate::ring::model::AbortFlag;
-use crate::ring::model::{Phase, Position, Rank, WaitReport};
+use crate::ring::model::{ChunkWaits, Phase, Position, Rank, WaitReport};
 
 /// How long one poll slice lasts before the abort flag is looked at again.
 const SLICE: Duration = Duration::from_millis(50);
@@ -95,10 +95,74 @@ impl RingError {
     }
 }
 
-/// One channel's ring links: to the successor and from the predecessor.
+/// One channel's ring links: to the successor and from the predecessor, and their long
+/// waits over the sweep.
 pub struct ChannelLinks {
     pub send: Box<dyn SendLink>,
     pub recv: Box<dyn RecvLink>,
+    pub trace: ChunkTrace,
+}
+
+/// Waits and delays shorter than this are not kept: far below a stall (3 s), and a bound on
+/// what an unlisted one can explain of a receiver's wait.
+const TRACE_FLOOR_S: f64 = 0.25;
+/// At most this many waits (and delays) are kept per channel, the longest.
+const TRACE_KEEP: usize = 256;
+
+/// One channel's chunks counted over the whole sweep (sizes, halves, iterations), and its
+/// long waits to receive and delays to send by chunk ([`ChunkWaits`]): the coordinator
+/// tells a link's own stall from the wait its sender passed on.
+#[derive(Debug, Default)]
+pub struct ChunkTrace {
+    received: u64,
+    sent: u64,
+    last_received: Option<Instant>,
+    waits: ChunkWaits,
+}
+
+impl ChunkTrace {
+    /// Chunk `self.received` arrived after a wait of `wait` (seconds), at `at`.
+    fn on_received(&mut self, wait: f64, at: Instant) {
+        let k = self.received;
+        self.received += 1;
+        self.last_received = Some(at);
+        let w = &mut self.waits;
+        keep(&mut w.recv_wait, &mut w.floor_s, (k, wait));
+    }
+
+    /// Chunk `self.sent` was handed to the transport at `at`: its delay counts from the
+    /// chunk before's arrival (the first chunk waits on nothing received).
+    fn on_sent(&mut self, at: Instant) {
+        let k = self.sent;
+        self.sent += 1;
+        if let Some(prev) = self.last_received {
+            let d = at.saturating_duration_since(prev).as_secs_f64();
+            let w = &mut self.waits;
+            keep(&mut w.send_delay, &mut w.floor_s, (k, d));
+        }
+    }
+
+    /// What the coordinator is sent.
+    pub fn waits(&self) -> ChunkWaits {
+        ChunkWaits {
+            floor_s: self.waits.floor_s.max(TRACE_FLOOR_S),
+            ..self.waits.clone()
+        }
+    }
+}
+
+/// Keep `x` in `list` when it reaches the floor; past [`TRACE_KEEP`] the shortest goes and
+/// the floor rises to it (what is not listed stays below the floor).
+fn keep(list: &mut Vec<(u64, f64)>, floor: &mut f64, x: (u64, f64)) {
+    if !(x.1 >= TRACE_FLOOR_S.max(*floor)) {
+        return;
+    }
+    list.push(x);
+    if list.len() > TRACE_KEEP
+        && let Some(i) = (0..list.len()).min_by(|&a, &b| list[a].1.total_cmp(&list[b].1))
+    {
+        *floor = floor.max(list.remove(i).1);
+    }
 }
 
 /// What one channel is doing, for heartbeats and stuck reports. Lock-free to update.
@@ -365,6 +429,7 @@ impl Chan<'_> {
             Err(e) if e.is_timeout() => return Err(self.stuck(e)),
             Err(e) => return Err(RingError::Transport(e)),
         }
+        self.links.trace.on_sent(Instant::now());
         self.sent_seq = self.sent_seq.wrapping_add(1);
         self.progress.moved(0, bytes.len() as u64);
         Ok(())
@@ -380,7 +445,8 @@ impl Chan<'_> {
     ) -> Result<(), RingError> {
         self.progress.at(phase, step);
         self.progress.waiting(Some(self.ring.pred()), true);
-        let deadline = Instant::now() + self.ring.timeout;
+        let began = Instant::now();
+        let deadline = began + self.ring.timeout;
         let c = loop {
             self.check_abort()?;
             let slice = (Instant::now() + SLICE).min(deadline);
@@ -404,6 +470,10 @@ impl Chan<'_> {
                 Err(e) => return Err(RingError::Transport(e)),
             }
         };
+        let at = Instant::now();
+        self.links
+            .trace
+            .on_received(at.duration_since(began).as_secs_f64(), at);
         let peer = self.links.recv.peer().to_string();
         if c.imm != self.recv_seq || c.len != want * 4 {
             return Err(RingError::Protocol {
@@ -903,6 +973,7 @@ mod tests {
                     .map(|(s, r)| ChannelLinks {
                         send: s.unwrap(),
                         recv: r.unwrap(),
+                        trace: ChunkTrace::default(),
                     })
                     .collect()
             })
@@ -1202,7 +1273,15 @@ mod tests {
                         in_place: false,
                         live: None,
                     };
-                    let res = run_size(ring, &mut l, &progress, &abort, &spec, 1024, &mut Buffers::default());
+                    let res = run_size(
+                        ring,
+                        &mut l,
+                        &progress,
+                        &abort,
+                        &spec,
+                        1024,
+                        &mut Buffers::default(),
+                    );
                     let _ = tx.send((r, res.map(|_| ()).map_err(|e| e.to_string())));
                 });
             }

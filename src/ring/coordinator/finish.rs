@@ -1,13 +1,14 @@
 //! The end of the run: the final judgement, done or abort to every rank, written out, and
 //! the counters of the ranks a verdict names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::judge::{note_counters, verdict_reason};
 use super::*;
 use crate::ring::control::{Happening, frame};
-use crate::ring::model::{Rank, Verdict, VerdictKind};
+use crate::ring::diagnosis::{flap, localize, stall};
+use crate::ring::model::{ChunkWaits, LinkSample, Rank, Verdict, VerdictKind};
 use crate::ring::wire::Msg;
 
 /// How long the coordinator waits for the counters of the ranks a verdict names.
@@ -37,9 +38,12 @@ impl Serve<'_> {
                 rep.verdicts.push(v);
             }
         }
-        // A port that flapped is said beside whatever else was measured (issue 45).
-        rep.verdicts
-            .extend(crate::ring::diagnosis::flap::verdicts(&rep.port_counters, &rep.ranks));
+        self.sweep_stalls(rep);
+        // A port that flapped is said beside whatever else was measured (issue 45); the
+        // connections it stalled are its own.
+        let mut flaps = flap::verdicts(&rep.port_counters, &rep.ranks);
+        flap::absorb_stalls(&mut flaps, &mut rep.verdicts);
+        rep.verdicts.extend(flaps);
         match self.first_failure.take() {
             Some(reason) => {
                 self.tell_all(
@@ -81,6 +85,35 @@ impl Serve<'_> {
         }
         self.drain_out(Instant::now() + Duration::from_secs(2));
         self.close_gently(Instant::now() + Duration::from_secs(1));
+    }
+
+    /// Stalls inside the sweep's connections (issue 45), when the scan named none (its new
+    /// connections met the same fault first); beside a rank the scan found starved of CPU
+    /// they are set aside with the scan's slow figures.
+    fn sweep_stalls(&self, rep: &mut CoordinatorReport) {
+        let in_scan = rep
+            .scan
+            .iter()
+            .flat_map(|s| s.verdicts.iter().chain(&s.not_judged))
+            .any(|v| v.kind == VerdictKind::ConnectionStall);
+        if in_scan {
+            return;
+        }
+        let hops: Vec<LinkSample> = rep.results.iter().flat_map(|r| r.links.clone()).collect();
+        let waits: BTreeMap<Rank, Vec<ChunkWaits>> = rep
+            .results
+            .iter()
+            .map(|r| (r.rank, r.chunk_waits.clone()))
+            .collect();
+        let stalls = stall::sweep_verdicts(self.cfg.world, &hops, &waits, &rep.ranks);
+        match rep.scan.as_mut() {
+            Some(s) if !s.cpu_bound.is_empty() => s.not_judged.extend(
+                stalls
+                    .into_iter()
+                    .map(|v| localize::set_aside(v, &s.cpu_bound, &rep.ranks)),
+            ),
+            _ => rep.verdicts.extend(stalls),
+        }
     }
 
     /// Half-close every connection (a FIN after the last message) and read what the ranks

@@ -251,6 +251,7 @@ impl Serve<'_> {
                             links: vec![],
                             link_size_bytes: 0,
                             port_counters: vec![],
+                            chunk_waits: vec![],
                         })
                         .rows
                         .push(x);

@@ -62,6 +62,7 @@ pub(crate) fn no_results(rank: u32) -> Msg {
         links: vec![],
         link_size_bytes: 0,
         port_counters: vec![],
+        chunk_waits: vec![],
     })
 }
 
@@ -880,6 +881,7 @@ pub(crate) fn full_rank(addr: &str, r: u32, world: u32) -> thread::JoinHandle<Re
             links: vec![],
             link_size_bytes: 0,
             port_counters: vec![],
+            chunk_waits: vec![],
         }))
         .map_err(|e| e.to_string())?;
         s.wait_done(Duration::from_secs(10))

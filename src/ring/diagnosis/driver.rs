@@ -112,6 +112,10 @@ pub struct ScanReport {
     pub verdicts: Vec<Verdict>,
     /// Verdicts of the first judgment that the re-measurement did not keep.
     pub cleared_by_recheck: Vec<String>,
+    /// The ranks whose wait for a CPU set aside what the scan measured
+    /// ([`localize::Analysis::cpu_bound`]): the sweep's stalls beside them are set aside too.
+    #[serde(skip)]
+    pub cpu_bound: BTreeMap<Rank, f64>,
 }
 
 /// One scan order for every rank: send `reps` x `bytes` to rank + `shift`, receive from
@@ -420,13 +424,14 @@ impl Driver {
         // A rank starved of CPU holds up every order it is in, so the run's silences say
         // nothing of the fabric: they are said beside the slow links it explains, not judged.
         let stalls = stall::verdicts(&self.samples, &self.orders, ranks);
-        if a.not_judged.iter().any(|v| v.evidence.get("not_judged") == Some(&serde_json::json!("cpu_bound"))) {
-            for mut v in stalls {
-                v.evidence.insert("not_judged".into(), serde_json::json!("cpu_bound"));
-                a.not_judged.push(v);
-            }
-        } else {
+        if a.cpu_bound.is_empty() {
             verdicts.extend(stalls);
+        } else {
+            a.not_judged.extend(
+                stalls
+                    .into_iter()
+                    .map(|v| localize::set_aside(v, &a.cpu_bound, ranks)),
+            );
         }
         for v in [&mut verdicts, &mut c.unconfirmed, &mut a.not_judged] {
             traffic::annotate(v, &self.traffic, ranks);
@@ -475,6 +480,7 @@ impl Driver {
                 })
                 .collect(),
             fabric_slow: a.fabric_slow,
+            cpu_bound: a.cpu_bound,
             not_judged: a.not_judged,
             unconfirmed: c.unconfirmed,
             // A fold from +0.0: an empty f64 sum is -0.0, printed as `-0.0` when nothing was confirmed.

@@ -290,7 +290,8 @@ fn ours(mut r: LinksReport, ifname: Option<&str>) -> LinksReport {
 
 /// Each rank's latest report of moved counters, as evidence on every verdict that names the
 /// rank (`from_rank` or `to_rank`), under `evidence.port_counters`
-/// (`"rank R <device> port P <counter>": delta`, R as `ranks` names it). Pure.
+/// (`"rank R <device> port P <counter>": delta`, `"rank R <netdev> <counter>"` for a
+/// netdev's own counter, R as `ranks` names it). Pure.
 pub fn attach(
     verdicts: &mut [crate::ring::model::Verdict],
     moved: &BTreeMap<u32, Vec<CounterMove>>,
@@ -302,10 +303,9 @@ pub fn attach(
             for m in moved.get(&r).into_iter().flatten() {
                 o.insert(
                     format!(
-                        "rank {} {} port {} {}",
+                        "rank {} {} {}",
                         crate::ring::model::shown(ranks, m.rank),
-                        m.device,
-                        m.port,
+                        m.port_name(),
                         m.counter
                     ),
                     serde_json::json!(m.delta),
@@ -318,7 +318,6 @@ pub fn attach(
         }
     }
 }
-
 
 /// `ifname`'s carrier counters now (`/sys/class/net/<if>/carrier_changes`, and from Linux
 /// 4.16 `carrier_up_count` and `carrier_down_count`, each `"%u\n"`); None: absent or not a

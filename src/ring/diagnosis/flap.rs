@@ -98,6 +98,54 @@ pub fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankI
     out
 }
 
+/// The stall verdicts (`connection_stall`) each of whose stalled links has an end whose
+/// port flapped: a link that went down stalls its connections, and that is the flap's, not
+/// a path's MTU. Each leaves `verdicts` for the flap of its first link's end: its stalls join
+/// the flap's evidence (`stalls`) and its message (no ping advice).
+pub fn absorb_stalls(flaps: &mut [Verdict], verdicts: &mut Vec<Verdict>) {
+    let flapped: Vec<Rank> = flaps.iter().filter_map(|f| f.from_rank).collect();
+    if flapped.is_empty() {
+        return;
+    }
+    let ends = |s: &serde_json::Value| -> Option<(Rank, Rank)> {
+        Some((s["from_rank"].as_u64()? as Rank, s["to_rank"].as_u64()? as Rank))
+    };
+    verdicts.retain(|v| {
+        let stalls = match (v.kind, v.evidence.get("stalls").and_then(|s| s.as_array())) {
+            (VerdictKind::ConnectionStall, Some(s)) if !s.is_empty() => s,
+            _ => return true,
+        };
+        let links: Option<Vec<(Rank, Rank)>> = stalls.iter().map(ends).collect();
+        let Some(links) = links.filter(|l| l.iter().all(|(a, b)| flapped.contains(a) || flapped.contains(b)))
+        else {
+            return true;
+        };
+        let (a, b) = links[0];
+        let Some(f) = flaps
+            .iter_mut()
+            .find(|f| f.from_rank == Some(a) || f.from_rank == Some(b))
+        else {
+            return true;
+        };
+        let said: Vec<String> = stalls
+            .iter()
+            .filter_map(|s| {
+                let (a, b) = ends(s)?;
+                Some(format!("{a} -> {b} {:.1} s", s["silence_s"].as_f64()?))
+            })
+            .collect();
+        f.message.push_str(&format!(
+            "; connections across it stalled meanwhile ({}): the flap's, not a path's MTU",
+            said.join(", ")
+        ));
+        let list = f.evidence.entry("stalls".to_string()).or_insert(json!([]));
+        if let Some(l) = list.as_array_mut() {
+            l.extend(stalls.iter().cloned());
+        }
+        false
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +154,60 @@ mod tests {
 
     fn c(changes: Option<u64>, up: Option<u64>, down: Option<u64>) -> Carrier {
         Carrier { changes, up, down }
+    }
+
+    #[test]
+    fn a_stall_across_a_flapped_port_is_the_flaps() {
+        let r = ranks(4);
+        let moved = BTreeMap::from([(
+            2,
+            moves(
+                &c(Some(1), None, None),
+                &c(Some(3), None, None),
+                "eth1",
+                2,
+                "node-c",
+            ),
+        )]);
+        let mut flaps = verdicts(&moved, &r);
+        let base = flaps[0].clone();
+        let stall = |links: &[(Rank, Rank)]| Verdict {
+            kind: VerdictKind::ConnectionStall,
+            evidence: BTreeMap::from([(
+                "stalls".to_string(),
+                json!(
+                    links
+                        .iter()
+                        .map(|(a, b)| json!({"from_rank": a, "to_rank": b, "order": 0, "silence_s": 3.5}))
+                        .collect::<Vec<_>>()
+                ),
+            )]),
+            ..base.clone()
+        };
+        let other = Verdict {
+            kind: VerdictKind::SlowLink,
+            ..base.clone()
+        };
+        let mut v = vec![stall(&[(1, 2), (2, 3)]), stall(&[(0, 1)]), other.clone()];
+        let lone = stall(&[(1, 2)]);
+        absorb_stalls(&mut flaps, &mut v);
+        // The stall through rank 2 is the flap's; the one on 0 -> 1 and the slow link stay.
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v[0].evidence["stalls"][0]["from_rank"], json!(0));
+        assert_eq!(v[1], other);
+        assert!(
+            flaps[0]
+                .message
+                .ends_with("; connections across it stalled meanwhile (1 -> 2 3.5 s, 2 -> 3 3.5 s): the flap's, not a path's MTU"),
+            "{}",
+            flaps[0].message
+        );
+        assert_eq!(flaps[0].evidence["stalls"].as_array().unwrap().len(), 2);
+        assert!(!flaps[0].next.as_deref().unwrap().contains("ping"));
+        // No flap: nothing moves.
+        let mut v = vec![lone];
+        absorb_stalls(&mut [], &mut v);
+        assert_eq!(v.len(), 1);
     }
 
     #[test]

@@ -120,7 +120,42 @@ pub struct Analysis {
     /// which): suspects to measure with new partners, never verdicts.
     pub tied: Vec<Verdict>,
     pub fabric_slow: Option<FabricSlow>,
+    /// The ranks whose wait for a CPU explained a would-be verdict (each `not_judged` one
+    /// names its own): the one decision that sets aside what the run measured beside them
+    /// ([`set_aside`]).
+    #[serde(skip)]
+    pub cpu_bound: BTreeMap<Rank, f64>,
 }
+
+/// A would-be verdict measured in a run where `cpu_bound` ranks waited for a CPU (rank:
+/// share of the time), said as not judged (`evidence.not_judged: cpu_bound`): a starved
+/// rank holds up every order it is in, and in the lab stalled a link that did not touch
+/// it. Localize's slow figures and the scan's and the sweep's stalls alike.
+pub fn set_aside(mut v: Verdict, cpu_bound: &BTreeMap<Rank, f64>, ranks: &[RankInfo]) -> Verdict {
+    v.evidence.insert("not_judged".into(), json!("cpu_bound"));
+    if !v.message.starts_with(NOT_JUDGED) {
+        let who: Vec<String> = cpu_bound
+            .iter()
+            .map(|(&r, &w)| {
+                let host = ranks
+                    .iter()
+                    .find(|i| i.rank == r)
+                    .map(|i| i.host.as_str())
+                    .unwrap_or("?");
+                format!("rank {} ({host}) {}", shown(ranks, r), pct(w))
+            })
+            .collect();
+        v.message = format!(
+            "{NOT_JUDGED}{}; but {} waited for a CPU in this run: the host may be the limit, not the network",
+            v.message,
+            who.join(", ")
+        );
+    }
+    v
+}
+
+/// How a not-judged would-be verdict's message begins.
+const NOT_JUDGED: &str = "NOT JUDGED (CPU-bound host): ";
 
 /// The verdicts for a scan. `line_rate_gbs`: the port rate of every rank, where known.
 pub fn judge(
@@ -158,6 +193,7 @@ pub fn analyze(
             not_judged: vec![],
             tied: vec![],
             fabric_slow: None,
+            cpu_bound: BTreeMap::new(),
         };
     };
     let (fabric_slow, line_usable) = against_line_rate(&links, reference, policy);
@@ -179,7 +215,7 @@ pub fn analyze(
                 || found.cols.contains(&links[i].to_rank)
         })
         .collect();
-    let (verdicts, tied, not_judged) = grid.verdicts(ranks, &cpu, &found, &blamed);
+    let (verdicts, tied, (not_judged, cpu_bound)) = grid.verdicts(ranks, &cpu, &found, &blamed);
     for (l, b) in links.iter_mut().zip(blamed) {
         l.slow = b;
     }
@@ -190,6 +226,7 @@ pub fn analyze(
         not_judged,
         tied,
         fabric_slow,
+        cpu_bound,
     }
 }
 
@@ -636,7 +673,7 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
         cpu: &CpuWaits,
         f: &Found,
         blamed: &[bool],
-    ) -> (Vec<Verdict>, Vec<Verdict>, Vec<Verdict>) {
+    ) -> (Vec<Verdict>, Vec<Verdict>, (Vec<Verdict>, BTreeMap<Rank, f64>)) {
         let is_slow = |l: &LinkStat| {
             self.idx
                 .get(&(l.from_rank, l.to_rank))
@@ -679,12 +716,18 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
                 .then((a.from_rank, a.to_rank).cmp(&(b.from_rank, b.to_rank)))
         });
         verdicts.extend(isolated.into_iter().map(link));
+        let mut cpu_bound = BTreeMap::new();
         let not_judged = (f.rows_nj.iter().map(|&r| egress(r)))
             .chain(f.cols_nj.iter().map(|&r| ingress(r)))
             .chain(f.isolated_nj.iter().map(|&i| link(i)))
-            .map(|v| ctx.not_judged(v))
+            .map(|v| {
+                let (v, r, w) = ctx.not_judged(v);
+                let e = cpu_bound.entry(r).or_insert(w);
+                *e = e.max(w);
+                v
+            })
             .collect();
-        (verdicts, tied, not_judged)
+        (verdicts, tied, (not_judged, cpu_bound))
     }
 }
 
@@ -726,7 +769,11 @@ fn link_spread(links: &[LinkStat], reference: f64) -> f64 {
     if links.len() < SPREAD_LINKS {
         // What the links above the median show can still widen it (the TCG VM lab's healthy
         // links spread 4x): their root mean square distance above it.
-        let above: Vec<f64> = links.iter().map(|l| l.gbs - reference).filter(|&d| d >= 0.0).collect();
+        let above: Vec<f64> = links
+            .iter()
+            .map(|l| l.gbs - reference)
+            .filter(|&d| d >= 0.0)
+            .collect();
         let rms = (above.iter().map(|d| d * d).sum::<f64>() / above.len().max(1) as f64).sqrt() / reference;
         return rms.max(SMALL_PLAN_SPREAD);
     }
@@ -860,14 +907,17 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
     fn cpu_evidence(&self, ranks: &[Rank], links: &[&LinkStat], evidence: &mut BTreeMap<String, Value>) {
         for &r in ranks {
             if let Some(w) = self.cpu.of(r, links) {
-                evidence.insert(format!("cpu_wait_rank_{}", self.shown(r)), json!(crate::text::round3(w)));
+                evidence.insert(
+                    format!("cpu_wait_rank_{}", self.shown(r)),
+                    json!(crate::text::round3(w)),
+                );
             }
         }
     }
 
     /// A would-be verdict whose shortfall the ends' CPU wait explains, said as not judged:
     /// what was measured, who waited, what an idle host might have reached, and what to do.
-    fn not_judged(&self, mut v: Verdict) -> Verdict {
+    fn not_judged(&self, mut v: Verdict) -> (Verdict, Rank, f64) {
         let ends: Vec<Rank> = v.from_rank.into_iter().chain(v.to_rank).collect();
         let (r, w) = ends
             .iter()
@@ -882,7 +932,6 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             .unwrap_or((ends.first().copied().unwrap_or(0), 0.0));
         let gbs = v.evidence.get("gbs").and_then(Value::as_f64).unwrap_or(0.0);
         let idle = idle_gbs(gbs, w);
-        v.evidence.insert("not_judged".into(), json!("cpu_bound"));
         // null where the rank barely ran: no figure is claimed for it.
         v.evidence.insert(
             "gbs_if_idle".into(),
@@ -894,7 +943,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
             String::new()
         };
         v.message = format!(
-            "NOT JUDGED (CPU-bound host): {}; but {} waited for a CPU {} of the time, enough to explain it\
+            "{NOT_JUDGED}{}; but {} waited for a CPU {} of the time, enough to explain it\
              {could}: the host may be the limit, not the network",
             v.message,
             self.label(r),
@@ -909,7 +958,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
                 "see what else runs on {host} (top; /proc/pressure/cpu) and scan again when it is idle"
             ),
         });
-        v
+        (set_aside(v, &BTreeMap::from([(r, w)]), self.ranks), r, w)
     }
 
     /// `1.1 GB/s, 31% of the median 3.6 GB/s[, 9% of the line rate 12.5 GB/s]`.
@@ -2000,7 +2049,11 @@ mod tests {
                 .into_iter()
                 .filter(|x| x.to_rank == (x.from_rank + 3) % 8),
         );
-        assert!(s.iter().filter(|x| x.to_rank == (x.from_rank + 3) % 8).all(|x| x.order == 2));
+        assert!(
+            s.iter()
+                .filter(|x| x.to_rank == (x.from_rank + 3) % 8)
+                .all(|x| x.order == 2)
+        );
         assert_eq!(kinds(&judge(&ranks(n), &s, &p, None)), kinds(&v));
     }
 

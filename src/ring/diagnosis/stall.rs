@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use crate::ring::diagnosis::driver::OrderRun;
-use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::model::{ChunkWaits, LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
 /// A silence shorter than this is no stall: a control message apart, a scheduler slice.
 pub const MIN_SILENCE_S: f64 = 3.0;
@@ -30,6 +30,61 @@ pub fn silence(gaps: &[f64]) -> Option<f64> {
     let longest = g.pop()?;
     let typical = g[g.len() / 2];
     (longest >= MIN_SILENCE_S && longest >= OVER_TYPICAL_GAP * typical).then_some(longest)
+}
+
+/// The stalls of the AllReduce sweep's ring hops `pred -> rank`, from every rank's
+/// [`ChunkWaits`] (one per channel): a ring passes every wait on (a rank sends chunk k only
+/// after chunk k - 1 arrived), so a receiver's wait is the link's own only for the part that
+/// its sender's wait for chunk k - 1 and its delay to send chunk k do not explain. What the
+/// sender did not list counts as its floor, so each figure is a lower bound. The longest
+/// per hop, where it is a stall ([`MIN_SILENCE_S`]); hops an end did not report are absent.
+pub fn sweep_silences(world: u32, waits: &BTreeMap<Rank, Vec<ChunkWaits>>) -> BTreeMap<(Rank, Rank), f64> {
+    let mut out = BTreeMap::new();
+    if world < 2 {
+        return out;
+    }
+    for (&to, channels) in waits {
+        let from = (to + world - 1) % world;
+        let Some(sender) = waits.get(&from) else {
+            continue;
+        };
+        for (mine, theirs) in channels.iter().zip(sender) {
+            let find =
+                |list: &[(u64, f64)], k: u64| list.iter().find(|x| x.0 == k).map_or(theirs.floor_s, |x| x.1);
+            for &(k, wait) in mine.recv_wait.iter().filter(|x| x.1 >= MIN_SILENCE_S) {
+                // The first chunk waits on nothing the sender received (the run's go).
+                let before = match k {
+                    0 => 0.0,
+                    _ => find(&theirs.recv_wait, k - 1),
+                };
+                let own = wait - before - find(&theirs.send_delay, k);
+                if own.is_finite() && own >= MIN_SILENCE_S {
+                    let e = out.entry((from, to)).or_insert(0.0f64);
+                    *e = e.max(own);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The sweep's stall verdicts ([`verdicts`] of the hops, `order` 0, with the silences of
+/// [`sweep_silences`]): what they cost is the longest, the ring waits for it.
+pub fn sweep_verdicts(
+    world: u32,
+    hops: &[LinkSample],
+    waits: &BTreeMap<Rank, Vec<ChunkWaits>>,
+    ranks: &[RankInfo],
+) -> Vec<Verdict> {
+    let silences = sweep_silences(world, waits);
+    let hops: Vec<LinkSample> = hops
+        .iter()
+        .map(|h| LinkSample {
+            silence_s: silences.get(&(h.from_rank, h.to_rank)).copied(),
+            ..h.clone()
+        })
+        .collect();
+    verdicts(&hops, &[], ranks)
 }
 
 /// One stalled link in one order.
@@ -90,13 +145,17 @@ fn cost(stalls: &[Stall], orders: &[OrderRun]) -> BTreeMap<String, serde_json::V
         .map(|s| json!({"from_rank": s.from, "to_rank": s.to, "order": s.order, "silence_s": round(s.seconds)}))
         .collect();
     let longest = stalls.iter().map(|s| s.seconds).fold(0.0, f64::max);
-    BTreeMap::from([
+    let mut out = BTreeMap::from([
         ("stalls".to_string(), json!(list)),
         ("stall_s".to_string(), json!(round(longest))),
         ("lost_s".to_string(), json!(round(lost))),
-        ("orders_stalled".to_string(), json!(per_order.len())),
-        ("scan_orders_s".to_string(), json!(round(scan))),
-    ])
+    ]);
+    // The sweep has no orders: its one ring lost the longest silence.
+    if !orders.is_empty() {
+        out.insert("orders_stalled".to_string(), json!(per_order.len()));
+        out.insert("scan_orders_s".to_string(), json!(round(scan)));
+    }
+    out
 }
 
 fn round(x: f64) -> f64 {
@@ -385,6 +444,78 @@ mod tests {
         assert_next_pastes(&v[0]);
         // Nothing stalled: no verdict.
         assert!(verdicts(&scan(&[]), &orders(), &r).is_empty());
+    }
+
+    /// One channel's waits: `recv` (chunk, s), `send` (chunk, s), floor 0.25 s.
+    fn cw(recv: &[(u64, f64)], send: &[(u64, f64)]) -> Vec<ChunkWaits> {
+        vec![ChunkWaits {
+            recv_wait: recv.to_vec(),
+            send_delay: send.to_vec(),
+            floor_s: 0.25,
+        }]
+    }
+
+    /// The black hole at rank 2 in the sweep: its two links stall 6 s on their first chunk,
+    /// and the ring passes the wait on: rank 0 waits as long for chunk 1 (rank 3 sends it
+    /// once chunk 0 arrived), rank 1 for chunk 2.
+    fn black_hole() -> BTreeMap<Rank, Vec<ChunkWaits>> {
+        BTreeMap::from([
+            (0, cw(&[(1, 6.0)], &[])),
+            (1, cw(&[(2, 6.1)], &[])),
+            (2, cw(&[(0, 6.2)], &[])),
+            (3, cw(&[(0, 6.0)], &[])),
+        ])
+    }
+
+    #[test]
+    fn a_sweep_wait_passed_on_by_the_ring_is_not_the_links_own() {
+        let got = sweep_silences(4, &black_hole());
+        // 1 -> 2 and 2 -> 3 stalled; 3 -> 0 and 0 -> 1 waited on them (6.0 - 6.0 - 0.25).
+        // The senders' delays were not listed: up to the floor, 0.25 s, is theirs.
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [(1, 2), (2, 3)]);
+        assert!(
+            (got[&(1, 2)] - 5.95).abs() < 1e-9 && (got[&(2, 3)] - 5.75).abs() < 1e-9,
+            "{got:?}"
+        );
+        // A sender's own delay to send the chunk (a barrier, its flow control) explains it.
+        let w = BTreeMap::from([(0, cw(&[], &[(4, 5.0)])), (1, cw(&[(4, 5.1)], &[]))]);
+        assert!(sweep_silences(2, &w).is_empty());
+        // Not listed at the sender: at most its floor, so 3.2 s is a stall of 2.95 s or
+        // more: none; 3.3 s is.
+        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.2)], &[]))]);
+        assert!(sweep_silences(2, &w).is_empty());
+        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.3)], &[]))]);
+        assert_eq!(sweep_silences(2, &w).len(), 1);
+        // A sender that did not report: no figure for its hop.
+        let w = BTreeMap::from([(1, cw(&[(0, 9.0)], &[]))]);
+        assert!(sweep_silences(2, &w).is_empty());
+    }
+
+    #[test]
+    fn the_sweeps_stalls_name_the_rank_they_share() {
+        let r = ranks(4);
+        let hops: Vec<LinkSample> = (0..4).map(|to| s(0, (to + 3) % 4, to, None)).collect();
+        let v = sweep_verdicts(4, &hops, &black_hole(), &r);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(
+            (v[0].kind, v[0].from_rank, v[0].to_rank),
+            (VerdictKind::ConnectionStall, Some(2), None)
+        );
+        assert!(
+            v[0].message
+                .contains("2 of the 2 links measured through it went silent for 5.8-6.0 s"),
+            "{}",
+            v[0].message
+        );
+        // One ring: it lost the longest; no scan orders to speak of.
+        assert_eq!(v[0].evidence["lost_s"], json!(5.95));
+        assert!(
+            !v[0].evidence.contains_key("scan_orders_s"),
+            "{:?}",
+            v[0].evidence
+        );
+        assert_next_pastes(&v[0]);
+        assert!(sweep_verdicts(4, &hops, &BTreeMap::new(), &r).is_empty());
     }
 
     #[test]
