@@ -2,7 +2,7 @@
 
 use super::{not_evaluated, nothing_here, rank_of_cell, violation};
 use crate::check::Finding;
-use crate::check::policy::Policy;
+use crate::check::policy::{JudgedBy, Policy, set_keys};
 use crate::check::run::Collected;
 use crate::finding::MissingFact;
 use crate::probe::topo;
@@ -31,7 +31,7 @@ pub(super) const GPU_RULES: &[(&str, GpuJudge)] = &[
 pub(crate) fn judge_gpu(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     let r = &p.gpu;
     let Some(t) = &c.topo else {
-        if *r != Default::default() {
+        if !set_keys(p, "gpu", JudgedBy::Gpu).is_empty() {
             out.push(not_evaluated("gpu", "the topo probe did not run"));
         }
         return;

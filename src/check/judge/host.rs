@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::{not_evaluated, violation};
 use crate::check::Finding;
 use crate::check::facts::pid_list;
-use crate::check::policy::Policy;
+use crate::check::policy::{JudgedBy, Policy, set_keys};
 use crate::check::run::Collected;
 use crate::host::FactsState;
 use crate::host::facts::RLimit;
@@ -31,13 +31,7 @@ pub(super) const HOST_RULES: &[(&[&str], HostJudge)] = &[
 
 pub(crate) fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     let r = &p.host;
-    let any = r.memlock_unlimited.is_some()
-        || r.memlock_min_bytes.is_some()
-        || r.device_holders_max.is_some()
-        || !r.kernel.is_empty()
-        || r.memory_min_gib.is_some()
-        || r.cpu_count_min.is_some();
-    if !any {
+    if set_keys(p, "host", JudgedBy::Host).is_empty() {
         return;
     }
     let Some(FactsState::Available(f)) = &c.facts else {

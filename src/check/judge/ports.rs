@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{not_evaluated, nothing_here, violation};
 use crate::check::Finding;
-use crate::check::policy::{Policy, PortRules};
+use crate::check::policy::{JudgedBy, Policy, PortRules, set_keys};
 use crate::finding::MissingFact;
 use crate::probe::links::{LinkDevice, LinkPort, LinksReport};
 
@@ -112,8 +112,16 @@ pub(super) const PORT_RULES: &[(&[&str], PortJudge)] = &[
     (&["all_alike"], PortJudge::Layer(port_all_alike)),
 ];
 
-pub(crate) fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRules, out: &mut Vec<Finding>) {
-    if r.is_empty() {
+pub(crate) fn judge_ports(
+    l: &LinksReport,
+    p: &Policy,
+    sect: &str,
+    layer: &str,
+    r: &PortRules,
+    out: &mut Vec<Finding>,
+) {
+    let set = set_keys(p, sect, JudgedBy::Ports);
+    if set.is_empty() {
         return;
     }
     let x = Ports {
@@ -126,7 +134,7 @@ pub(crate) fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRule
     let key = |k: &str| x.key(k);
     if let Some(e) = &l.rdma.unreadable {
         // Whether there are ports at all is unknown: every rule, counts too.
-        for k in r.set_keys() {
+        for k in set {
             out.push(not_evaluated(
                 &key(k),
                 format!("the RDMA devices could not be listed: {e}"),
@@ -135,7 +143,7 @@ pub(crate) fn judge_ports(l: &LinksReport, sect: &str, layer: &str, r: &PortRule
         return;
     }
     if x.ports.is_empty() {
-        for k in r.set_keys().into_iter().filter(|k| !k.starts_with("count")) {
+        for k in set.iter().filter(|k| !k.starts_with("count")) {
             let fact = match layer {
                 "InfiniBand" => MissingFact::InfinibandPort,
                 _ => MissingFact::RoceNetdev,

@@ -3,7 +3,7 @@
 use super::ports::{ports_of, subject};
 use super::{not_evaluated, nothing_here, violation};
 use crate::check::Finding;
-use crate::check::policy::Policy;
+use crate::check::policy::{JudgedBy, Policy, set_keys};
 use crate::check::run::Collected;
 use crate::finding::MissingFact;
 use crate::probe::qos::QosIf;
@@ -13,7 +13,7 @@ pub(crate) fn judge_roce(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
     if let Some(want) = &p.roce_qos.gid {
         roce_gid(c, want, out);
     }
-    judge_roce_qos(c, &p.roce_qos, out);
+    judge_roce_qos(c, p, out);
 }
 
 /// `[roce] gid`: on every RoCE port, the GID NCCL would use is of the kind wanted.
@@ -86,13 +86,9 @@ fn roce_gid_port(port: &crate::probe::gids::GidPort, want: &str, out: &mut Vec<F
 }
 
 /// `[roce]`'s QoS keys on every RoCE netdev, and the RoCE ports no netdev was found for.
-fn judge_roce_qos(c: &Collected, q: &crate::check::policy::RoceRules, out: &mut Vec<Finding>) {
-    let any_qos = q.mtu.is_some()
-        || q.pfc_priorities.is_some()
-        || q.ecn_priorities.is_some()
-        || q.trust.is_some()
-        || q.global_pause.is_some();
-    if !any_qos {
+fn judge_roce_qos(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
+    let (q, set) = (&p.roce_qos, set_keys(p, "roce", JudgedBy::RoceQos));
+    if set.is_empty() {
         return;
     }
     let Some(r) = &c.qos else {
@@ -101,23 +97,19 @@ fn judge_roce_qos(c: &Collected, q: &crate::check::policy::RoceRules, out: &mut 
     };
     let roce_ifs: Vec<&QosIf> = r.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
     if roce_ifs.is_empty() {
-        for (k, set) in [
-            ("roce.mtu", q.mtu.is_some()),
-            ("roce.pfc_priorities", q.pfc_priorities.is_some()),
-            ("roce.ecn_priorities", q.ecn_priorities.is_some()),
-            ("roce.trust", q.trust.is_some()),
-            ("roce.global_pause", q.global_pause.is_some()),
-        ] {
-            if set {
-                // Devices unlistable is unknown, not a missing fact.
-                let fact = match (&r.rdma.message, &r.rdma.unreadable) {
-                    (_, Some(_)) => None,
-                    (Some(_), None) => Some(MissingFact::RdmaDevice),
-                    (None, None) => Some(MissingFact::RoceNetdev),
-                };
-                let why = r.rdma.message.clone().unwrap_or_else(|| "no RoCE netdev".into());
-                out.push(nothing_here(k, fact, format!("no RoCE netdev to judge ({why})")));
-            }
+        for k in &set {
+            // Devices unlistable is unknown, not a missing fact.
+            let fact = match (&r.rdma.message, &r.rdma.unreadable) {
+                (_, Some(_)) => None,
+                (Some(_), None) => Some(MissingFact::RdmaDevice),
+                (None, None) => Some(MissingFact::RoceNetdev),
+            };
+            let why = r.rdma.message.clone().unwrap_or_else(|| "no RoCE netdev".into());
+            out.push(nothing_here(
+                &format!("roce.{k}"),
+                fact,
+                format!("no RoCE netdev to judge ({why})"),
+            ));
         }
     }
     for i in roce_ifs {
