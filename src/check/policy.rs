@@ -142,19 +142,89 @@ const STATES: &[&str] = &["DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
 macro_rules! port_keys {
     ($s:literal, $f:ident) => {
         [
-            key!($s, "count", Kind::Int { min: 0, max: 64 }, Ports, $f.count, "exactly this many ports"),
-            key!($s, "count_min", Kind::Int { min: 0, max: 64 }, Ports, $f.count_min, "at least this many ports"),
-            key!($s, "state", Kind::StrList(STATES), Ports, $f.state, "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]"),
-            key!($s, "rate_min_gbps", Kind::Num {
+            key!(
+                $s,
+                "count",
+                Kind::Int { min: 0, max: 64 },
+                Ports,
+                $f.count,
+                "exactly this many ports"
+            ),
+            key!(
+                $s,
+                "count_min",
+                Kind::Int { min: 0, max: 64 },
+                Ports,
+                $f.count_min,
+                "at least this many ports"
+            ),
+            key!(
+                $s,
+                "state",
+                Kind::StrList(STATES),
+                Ports,
+                $f.state,
+                "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]"
+            ),
+            key!(
+                $s,
+                "rate_min_gbps",
+                Kind::Num {
                     min: 1.0,
                     max: 2400.0,
-                }, Ports, $f.rate_min_gbps, "minimum port rate in Gb/s (sysfs rate)"),
-            key!($s, "width", Kind::StrList(WIDTHS), Ports, $f.width, "allowed link widths, e.g. [\"4X\"]"),
-            key!($s, "speed", Kind::StrList(SPEEDS), Ports, $f.speed, "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)"),
-            key!($s, "pcie_gen_min", Kind::Int { min: 1, max: 6 }, Ports, $f.pcie_gen_min, "minimum PCIe generation the HCA's link trained at (current_link_speed)"),
-            key!($s, "pcie_width_min", Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]), Ports, $f.pcie_width_min, "minimum PCIe width the HCA's link trained at (current_link_width)"),
-            key!($s, "fw_ver", Kind::StrList(&[]), Ports, $f.fw_ver, "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")"),
-            key!($s, "all_alike", Kind::Bool, Ports, $f.all_alike, "every port has the same rate, HCA model, firmware and PCIe link"),
+                },
+                Ports,
+                $f.rate_min_gbps,
+                "minimum port rate in Gb/s (sysfs rate)"
+            ),
+            key!(
+                $s,
+                "width",
+                Kind::StrList(WIDTHS),
+                Ports,
+                $f.width,
+                "allowed link widths, e.g. [\"4X\"]"
+            ),
+            key!(
+                $s,
+                "speed",
+                Kind::StrList(SPEEDS),
+                Ports,
+                $f.speed,
+                "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)"
+            ),
+            key!(
+                $s,
+                "pcie_gen_min",
+                Kind::Int { min: 1, max: 6 },
+                Ports,
+                $f.pcie_gen_min,
+                "minimum PCIe generation the HCA's link trained at (current_link_speed)"
+            ),
+            key!(
+                $s,
+                "pcie_width_min",
+                Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
+                Ports,
+                $f.pcie_width_min,
+                "minimum PCIe width the HCA's link trained at (current_link_width)"
+            ),
+            key!(
+                $s,
+                "fw_ver",
+                Kind::StrList(&[]),
+                Ports,
+                $f.fw_ver,
+                "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")"
+            ),
+            key!(
+                $s,
+                "all_alike",
+                Kind::Bool,
+                Ports,
+                $f.all_alike,
+                "every port has the same rate, HCA model, firmware and PCIe link"
+            ),
         ]
     };
 }
@@ -163,40 +233,229 @@ const IB_KEYS: [KeySpec; 10] = port_keys!("ib", ib);
 const ROCE_KEYS: [KeySpec; 10] = port_keys!("roce", roce);
 
 const OTHER_KEYS: &[KeySpec] = &[
-    key!("policy", "name", Kind::Str(&[]), Setting, name, "the policy's name, shown in reports (default: the file name)"),
-    key!("policy", "description", Kind::Str(&[]), Setting, description, "one line saying what kind of node this is"),
-    key!("policy", "probe_findings", Kind::Bool, Setting, probe_findings, "include every probe's own findings (default true)"),
-    key!("policy", "ignore", Kind::StrList(&[]), Setting, ignore, "finding ids to leave out; \"links.*\" leaves out a whole probe"),
-    key!("policy", "all_ports", Kind::Bool, Setting, all_ports, "judge every RDMA port and RoCE netdev, also those NCCL would not use here (NCCL_IB_HCA, NCCL_IB_DISABLE); default false: those are listed as not used by NCCL"),
-    key!("policy", "require", Kind::StrList(&[]), Setting, require, "policy keys (e.g. \"counters.max_per_hour\") that must be evaluated: one that could not be is a failure, not a note in the verdict line"),
-    key!("host", "memlock_unlimited", Kind::Bool, Host, host.memlock_unlimited, "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited"),
-    key!("host", "memlock_min_bytes", Kind::Int {
+    key!(
+        "policy",
+        "name",
+        Kind::Str(&[]),
+        Setting,
+        name,
+        "the policy's name, shown in reports (default: the file name)"
+    ),
+    key!(
+        "policy",
+        "description",
+        Kind::Str(&[]),
+        Setting,
+        description,
+        "one line saying what kind of node this is"
+    ),
+    key!(
+        "policy",
+        "probe_findings",
+        Kind::Bool,
+        Setting,
+        probe_findings,
+        "include every probe's own findings (default true)"
+    ),
+    key!(
+        "policy",
+        "ignore",
+        Kind::StrList(&[]),
+        Setting,
+        ignore,
+        "finding ids to leave out; \"links.*\" leaves out a whole probe"
+    ),
+    key!(
+        "policy",
+        "all_ports",
+        Kind::Bool,
+        Setting,
+        all_ports,
+        "judge every RDMA port and RoCE netdev, also those NCCL would not use here (NCCL_IB_HCA, NCCL_IB_DISABLE); default false: those are listed as not used by NCCL"
+    ),
+    key!(
+        "policy",
+        "require",
+        Kind::StrList(&[]),
+        Setting,
+        require,
+        "policy keys (e.g. \"counters.max_per_hour\") that must be evaluated: one that could not be is a failure, not a note in the verdict line"
+    ),
+    key!(
+        "host",
+        "memlock_unlimited",
+        Kind::Bool,
+        Host,
+        host.memlock_unlimited,
+        "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited"
+    ),
+    key!(
+        "host",
+        "memlock_min_bytes",
+        Kind::Int {
             min: 0,
             max: i64::MAX,
-        }, Host, host.memlock_min_bytes, "the soft locked-memory limit must be at least this"),
-    key!("host", "device_holders_max", Kind::Int { min: 0, max: 100_000 }, Host, host.device_holders_max, "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)"),
-    key!("host", "kernel", Kind::StrList(&[]), Host, host.kernel, "allowed kernels (prefixes of uname -r)"),
-    key!("host", "memory_min_gib", Kind::Int { min: 1, max: 1 << 20 }, Host, host.memory_min_gib, "minimum memory in GiB"),
-    key!("host", "cpu_count_min", Kind::Int { min: 1, max: 1 << 16 }, Host, host.cpu_count_min, "minimum logical CPUs"),
-    key!("gpu", "count", Kind::Int { min: 0, max: 64 }, Gpu, gpu.count, "exactly this many NVIDIA GPUs"),
-    key!("gpu", "model", Kind::Str(&[]), Gpu, gpu.model, "every GPU's NVML name contains this, e.g. \"H100\""),
-    key!("gpu", "driver", Kind::StrList(&[]), Gpu, gpu.driver, "allowed driver versions (prefixes of NVML's driver version)"),
-    key!("gpu", "nvlink_min", Kind::Int { min: 1, max: 18 }, Gpu, gpu.nvlink_min, "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)"),
-    key!("gpu", "nic_path_max", Kind::Str(PATH_ORDER), Gpu, gpu.nic_path_max, "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)"),
-    key!("gpu", "nic_per_gpu", Kind::Bool, Gpu, gpu.nic_per_gpu, "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)"),
-    key!("roce", "gid", Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]), RoceGid, roce_qos.gid, "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any"),
-    key!("roce", "mtu", Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]), RoceQos, roce_qos.mtu, "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)"),
-    key!("roce", "pfc_priorities", Kind::IntList { min: 0, max: 7 }, RoceQos, roce_qos.pfc_priorities, "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)"),
-    key!("roce", "ecn_priorities", Kind::IntList { min: 0, max: 7 }, RoceQos, roce_qos.ecn_priorities, "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)"),
-    key!("roce", "trust", Kind::Str(&["pcp", "dscp"]), RoceQos, roce_qos.trust, "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)"),
-    key!("roce", "global_pause", Kind::Bool, RoceQos, roce_qos.global_pause, "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)"),
-    key!("gdr", "ready", Kind::Bool, Gdr, gdr_ready, "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing"),
-    key!("sweep", "tolerance", Kind::Tolerances, Sweep, sweep_tolerance, "for `fabprobe sweep --policy`: how far a numeric fingerprint value may be from \
+        },
+        Host,
+        host.memlock_min_bytes,
+        "the soft locked-memory limit must be at least this"
+    ),
+    key!(
+        "host",
+        "device_holders_max",
+        Kind::Int { min: 0, max: 100_000 },
+        Host,
+        host.device_holders_max,
+        "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)"
+    ),
+    key!(
+        "host",
+        "kernel",
+        Kind::StrList(&[]),
+        Host,
+        host.kernel,
+        "allowed kernels (prefixes of uname -r)"
+    ),
+    key!(
+        "host",
+        "memory_min_gib",
+        Kind::Int { min: 1, max: 1 << 20 },
+        Host,
+        host.memory_min_gib,
+        "minimum memory in GiB"
+    ),
+    key!(
+        "host",
+        "cpu_count_min",
+        Kind::Int { min: 1, max: 1 << 16 },
+        Host,
+        host.cpu_count_min,
+        "minimum logical CPUs"
+    ),
+    key!(
+        "gpu",
+        "count",
+        Kind::Int { min: 0, max: 64 },
+        Gpu,
+        gpu.count,
+        "exactly this many NVIDIA GPUs"
+    ),
+    key!(
+        "gpu",
+        "model",
+        Kind::Str(&[]),
+        Gpu,
+        gpu.model,
+        "every GPU's NVML name contains this, e.g. \"H100\""
+    ),
+    key!(
+        "gpu",
+        "driver",
+        Kind::StrList(&[]),
+        Gpu,
+        gpu.driver,
+        "allowed driver versions (prefixes of NVML's driver version)"
+    ),
+    key!(
+        "gpu",
+        "nvlink_min",
+        Kind::Int { min: 1, max: 18 },
+        Gpu,
+        gpu.nvlink_min,
+        "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)"
+    ),
+    key!(
+        "gpu",
+        "nic_path_max",
+        Kind::Str(PATH_ORDER),
+        Gpu,
+        gpu.nic_path_max,
+        "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)"
+    ),
+    key!(
+        "gpu",
+        "nic_per_gpu",
+        Kind::Bool,
+        Gpu,
+        gpu.nic_per_gpu,
+        "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)"
+    ),
+    key!(
+        "roce",
+        "gid",
+        Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
+        RoceGid,
+        roce_qos.gid,
+        "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any"
+    ),
+    key!(
+        "roce",
+        "mtu",
+        Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
+        RoceQos,
+        roce_qos.mtu,
+        "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)"
+    ),
+    key!(
+        "roce",
+        "pfc_priorities",
+        Kind::IntList { min: 0, max: 7 },
+        RoceQos,
+        roce_qos.pfc_priorities,
+        "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)"
+    ),
+    key!(
+        "roce",
+        "ecn_priorities",
+        Kind::IntList { min: 0, max: 7 },
+        RoceQos,
+        roce_qos.ecn_priorities,
+        "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)"
+    ),
+    key!(
+        "roce",
+        "trust",
+        Kind::Str(&["pcp", "dscp"]),
+        RoceQos,
+        roce_qos.trust,
+        "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)"
+    ),
+    key!(
+        "roce",
+        "global_pause",
+        Kind::Bool,
+        RoceQos,
+        roce_qos.global_pause,
+        "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)"
+    ),
+    key!(
+        "gdr",
+        "ready",
+        Kind::Bool,
+        Gdr,
+        gdr_ready,
+        "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing"
+    ),
+    key!(
+        "sweep",
+        "tolerance",
+        Kind::Tolerances,
+        Sweep,
+        sweep_tolerance,
+        "for `fabprobe sweep --policy`: how far a numeric fingerprint value may be from \
               the median of its hardware kind and still agree, e.g. { memory_gib = \"2%\", \
               cpu_count = 0 }; keys: cpu_count, gpu_count, ib_ports, memory_gib, nvlink_min, \
-              rdma_nic_count, roce_ports; default memory_gib = \"1%\", every other exact"),
-    key!("counters", "max_per_hour", Kind::CounterRates, Counters, counters_max_per_hour, "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
-              needs two samples (--interval or --baseline)"),
+              rdma_nic_count, roce_ports; default memory_gib = \"1%\", every other exact"
+    ),
+    key!(
+        "counters",
+        "max_per_hour",
+        Kind::CounterRates,
+        Counters,
+        counters_max_per_hour,
+        "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
+              needs two samples (--interval or --baseline)"
+    ),
 ];
 
 /// Sections in the order the man page lists them.
