@@ -1,7 +1,7 @@
 //! Policies: what a kind of node must look like, as TOML files in `checks/` (shipped inside
 //! the binary) or any file a person writes. Read strictly: an unknown key, a wrong type or an
 //! impossible value is an error naming the file, the line and the key, with the nearest valid
-//! key suggested. [`KEYS`] is the whole language; the man page's POLICY FILES section is
+//! key suggested. [`keys`] is the whole language; the man page's POLICY FILES section is
 //! generated from it.
 
 use std::collections::BTreeMap;
@@ -77,11 +77,62 @@ impl Kind {
     }
 }
 
+/// Which judge of `check::judge` evaluates a key, or why `check` does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JudgedBy {
+    /// How `check` runs (its name, what it leaves out or requires): no rule of its own.
+    Setting,
+    /// `judge::host`, on the host facts.
+    Host,
+    /// `judge::gpu`, on the topo report.
+    Gpu,
+    /// `judge::ports`, on the links report's ports of the section's link layer.
+    Ports,
+    /// `judge::roce`'s GID rule, on the gids report.
+    RoceGid,
+    /// `judge::roce`'s QoS rules, on each RoCE netdev of the qos report.
+    RoceQos,
+    /// `judge::ports`' counter rates, on the links report's two samples.
+    Counters,
+    /// `judge::gdr`, on the gdr report.
+    Gdr,
+    /// Read by `sweep --policy`, never by `check`.
+    Sweep,
+}
+
+/// One key of the language: everything about it is here, made by [`key!`].
 pub struct KeySpec {
     pub section: &'static str,
     pub key: &'static str,
     pub kind: Kind,
     pub doc: &'static str,
+    /// The judge that evaluates the key.
+    pub judged_by: JudgedBy,
+    /// Stores a value of `kind` in the key's field of the policy.
+    set: fn(&mut Policy, Val),
+    /// Whether the policy sets the key (what the judges list as not evaluated).
+    pub is_set: fn(&Policy) -> bool,
+}
+
+/// One key: section, name, kind, judge, the field of [`Policy`] it sets (`host.kernel`), doc.
+/// The field's type says how a value is stored ([`FromVal`]) and when it is set ([`IsSet`]):
+/// a key without a field, or a field of the wrong type, does not compile.
+macro_rules! key {
+    ($section:expr, $key:literal, $kind:expr, $judge:ident, $($field:ident).+, $doc:expr $(,)?) => {
+        KeySpec {
+            section: $section,
+            key: $key,
+            kind: $kind,
+            doc: $doc,
+            judged_by: JudgedBy::$judge,
+            set: |p: &mut Policy, v: Val| {
+                if let Some(x) = FromVal::from_val(v) {
+                    p.$($field).+ = x;
+                }
+            },
+            is_set: |p: &Policy| IsSet::is_set(&p.$($field).+),
+        }
+    };
 }
 
 const WIDTHS: &[&str] = &["1X", "2X", "4X", "8X", "12X"];
@@ -89,248 +140,322 @@ const SPEEDS: &[&str] = &["SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "ND
 const STATES: &[&str] = &["DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
 
 macro_rules! port_keys {
-    ($s:literal) => {
+    ($s:literal, $f:ident) => {
         [
-            KeySpec {
-                section: $s,
-                key: "count",
-                kind: Kind::Int { min: 0, max: 64 },
-                doc: "exactly this many ports",
-            },
-            KeySpec {
-                section: $s,
-                key: "count_min",
-                kind: Kind::Int { min: 0, max: 64 },
-                doc: "at least this many ports",
-            },
-            KeySpec {
-                section: $s,
-                key: "state",
-                kind: Kind::StrList(STATES),
-                doc: "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]",
-            },
-            KeySpec {
-                section: $s,
-                key: "rate_min_gbps",
-                kind: Kind::Num {
+            key!(
+                $s,
+                "count",
+                Kind::Int { min: 0, max: 64 },
+                Ports,
+                $f.count,
+                "exactly this many ports"
+            ),
+            key!(
+                $s,
+                "count_min",
+                Kind::Int { min: 0, max: 64 },
+                Ports,
+                $f.count_min,
+                "at least this many ports"
+            ),
+            key!(
+                $s,
+                "state",
+                Kind::StrList(STATES),
+                Ports,
+                $f.state,
+                "allowed port states (sysfs state names), e.g. [\"ACTIVE\"]"
+            ),
+            key!(
+                $s,
+                "rate_min_gbps",
+                Kind::Num {
                     min: 1.0,
                     max: 2400.0,
                 },
-                doc: "minimum port rate in Gb/s (sysfs rate)",
-            },
-            KeySpec {
-                section: $s,
-                key: "width",
-                kind: Kind::StrList(WIDTHS),
-                doc: "allowed link widths, e.g. [\"4X\"]",
-            },
-            KeySpec {
-                section: $s,
-                key: "speed",
-                kind: Kind::StrList(SPEEDS),
-                doc: "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)",
-            },
-            KeySpec {
-                section: $s,
-                key: "pcie_gen_min",
-                kind: Kind::Int { min: 1, max: 6 },
-                doc: "minimum PCIe generation the HCA's link trained at (current_link_speed)",
-            },
-            KeySpec {
-                section: $s,
-                key: "pcie_width_min",
-                kind: Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
-                doc: "minimum PCIe width the HCA's link trained at (current_link_width)",
-            },
-            KeySpec {
-                section: $s,
-                key: "fw_ver",
-                kind: Kind::StrList(&[]),
-                doc: "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")",
-            },
-            KeySpec {
-                section: $s,
-                key: "all_alike",
-                kind: Kind::Bool,
-                doc: "every port has the same rate, HCA model, firmware and PCIe link",
-            },
+                Ports,
+                $f.rate_min_gbps,
+                "minimum port rate in Gb/s (sysfs rate)"
+            ),
+            key!(
+                $s,
+                "width",
+                Kind::StrList(WIDTHS),
+                Ports,
+                $f.width,
+                "allowed link widths, e.g. [\"4X\"]"
+            ),
+            key!(
+                $s,
+                "speed",
+                Kind::StrList(SPEEDS),
+                Ports,
+                $f.speed,
+                "allowed lane speeds, e.g. [\"NDR\"] (an unsuffixed old-kernel rate is SDR)"
+            ),
+            key!(
+                $s,
+                "pcie_gen_min",
+                Kind::Int { min: 1, max: 6 },
+                Ports,
+                $f.pcie_gen_min,
+                "minimum PCIe generation the HCA's link trained at (current_link_speed)"
+            ),
+            key!(
+                $s,
+                "pcie_width_min",
+                Kind::IntOneOf(&[1, 2, 4, 8, 16, 32]),
+                Ports,
+                $f.pcie_width_min,
+                "minimum PCIe width the HCA's link trained at (current_link_width)"
+            ),
+            key!(
+                $s,
+                "fw_ver",
+                Kind::StrList(&[]),
+                Ports,
+                $f.fw_ver,
+                "allowed firmware versions (prefixes of fw_ver, e.g. \"28.39.\")"
+            ),
+            key!(
+                $s,
+                "all_alike",
+                Kind::Bool,
+                Ports,
+                $f.all_alike,
+                "every port has the same rate, HCA model, firmware and PCIe link"
+            ),
         ]
     };
 }
 
-const IB_KEYS: [KeySpec; 10] = port_keys!("ib");
-const ROCE_KEYS: [KeySpec; 10] = port_keys!("roce");
+const IB_KEYS: [KeySpec; 10] = port_keys!("ib", ib);
+const ROCE_KEYS: [KeySpec; 10] = port_keys!("roce", roce);
 
 const OTHER_KEYS: &[KeySpec] = &[
-    KeySpec {
-        section: "policy",
-        key: "name",
-        kind: Kind::Str(&[]),
-        doc: "the policy's name, shown in reports (default: the file name)",
-    },
-    KeySpec {
-        section: "policy",
-        key: "description",
-        kind: Kind::Str(&[]),
-        doc: "one line saying what kind of node this is",
-    },
-    KeySpec {
-        section: "policy",
-        key: "probe_findings",
-        kind: Kind::Bool,
-        doc: "include every probe's own findings (default true)",
-    },
-    KeySpec {
-        section: "policy",
-        key: "ignore",
-        kind: Kind::StrList(&[]),
-        doc: "finding ids to leave out; \"links.*\" leaves out a whole probe",
-    },
-    KeySpec {
-        section: "policy",
-        key: "all_ports",
-        kind: Kind::Bool,
-        doc: "judge every RDMA port and RoCE netdev, also those NCCL would not use here (NCCL_IB_HCA, NCCL_IB_DISABLE); default false: those are listed as not used by NCCL",
-    },
-    KeySpec {
-        section: "policy",
-        key: "require",
-        kind: Kind::StrList(&[]),
-        doc: "policy keys (e.g. \"counters.max_per_hour\") that must be evaluated: one that could not be is a failure, not a note in the verdict line",
-    },
-    KeySpec {
-        section: "host",
-        key: "memlock_unlimited",
-        kind: Kind::Bool,
-        doc: "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited",
-    },
-    KeySpec {
-        section: "host",
-        key: "memlock_min_bytes",
-        kind: Kind::Int {
+    key!(
+        "policy",
+        "name",
+        Kind::Str(&[]),
+        Setting,
+        name,
+        "the policy's name, shown in reports (default: the file name)"
+    ),
+    key!(
+        "policy",
+        "description",
+        Kind::Str(&[]),
+        Setting,
+        description,
+        "one line saying what kind of node this is"
+    ),
+    key!(
+        "policy",
+        "probe_findings",
+        Kind::Bool,
+        Setting,
+        probe_findings,
+        "include every probe's own findings (default true)"
+    ),
+    key!(
+        "policy",
+        "ignore",
+        Kind::StrList(&[]),
+        Setting,
+        ignore,
+        "finding ids to leave out; \"links.*\" leaves out a whole probe"
+    ),
+    key!(
+        "policy",
+        "all_ports",
+        Kind::Bool,
+        Setting,
+        all_ports,
+        "judge every RDMA port and RoCE netdev, also those NCCL would not use here (NCCL_IB_HCA, NCCL_IB_DISABLE); default false: those are listed as not used by NCCL"
+    ),
+    key!(
+        "policy",
+        "require",
+        Kind::StrList(&[]),
+        Setting,
+        require,
+        "policy keys (e.g. \"counters.max_per_hour\") that must be evaluated: one that could not be is a failure, not a note in the verdict line"
+    ),
+    key!(
+        "host",
+        "memlock_unlimited",
+        Kind::Bool,
+        Host,
+        host.memlock_unlimited,
+        "the locked-memory limit (RLIMIT_MEMLOCK, soft) must be unlimited"
+    ),
+    key!(
+        "host",
+        "memlock_min_bytes",
+        Kind::Int {
             min: 0,
             max: i64::MAX,
         },
-        doc: "the soft locked-memory limit must be at least this",
-    },
-    KeySpec {
-        section: "host",
-        key: "device_holders_max",
-        kind: Kind::Int { min: 0, max: 100_000 },
-        doc: "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)",
-    },
-    KeySpec {
-        section: "host",
-        key: "kernel",
-        kind: Kind::StrList(&[]),
-        doc: "allowed kernels (prefixes of uname -r)",
-    },
-    KeySpec {
-        section: "host",
-        key: "memory_min_gib",
-        kind: Kind::Int { min: 1, max: 1 << 20 },
-        doc: "minimum memory in GiB",
-    },
-    KeySpec {
-        section: "host",
-        key: "cpu_count_min",
-        kind: Kind::Int { min: 1, max: 1 << 16 },
-        doc: "minimum logical CPUs",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "count",
-        kind: Kind::Int { min: 0, max: 64 },
-        doc: "exactly this many NVIDIA GPUs",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "model",
-        kind: Kind::Str(&[]),
-        doc: "every GPU's NVML name contains this, e.g. \"H100\"",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "driver",
-        kind: Kind::StrList(&[]),
-        doc: "allowed driver versions (prefixes of NVML's driver version)",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "nvlink_min",
-        kind: Kind::Int { min: 1, max: 18 },
-        doc: "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "nic_path_max",
-        kind: Kind::Str(PATH_ORDER),
-        doc: "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)",
-    },
-    KeySpec {
-        section: "gpu",
-        key: "nic_per_gpu",
-        kind: Kind::Bool,
-        doc: "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)",
-    },
-    KeySpec {
-        section: "roce",
-        key: "gid",
-        kind: Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
-        doc: "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any",
-    },
-    KeySpec {
-        section: "roce",
-        key: "mtu",
-        kind: Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
-        doc: "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)",
-    },
-    KeySpec {
-        section: "roce",
-        key: "pfc_priorities",
-        kind: Kind::IntList { min: 0, max: 7 },
-        doc: "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)",
-    },
-    KeySpec {
-        section: "roce",
-        key: "ecn_priorities",
-        kind: Kind::IntList { min: 0, max: 7 },
-        doc: "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)",
-    },
-    KeySpec {
-        section: "roce",
-        key: "trust",
-        kind: Kind::Str(&["pcp", "dscp"]),
-        doc: "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)",
-    },
-    KeySpec {
-        section: "roce",
-        key: "global_pause",
-        kind: Kind::Bool,
-        doc: "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)",
-    },
-    KeySpec {
-        section: "gdr",
-        key: "ready",
-        kind: Kind::Bool,
-        doc: "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing",
-    },
-    KeySpec {
-        section: "sweep",
-        key: "tolerance",
-        kind: Kind::Tolerances,
-        doc: "for `fabprobe sweep --policy`: how far a numeric fingerprint value may be from \
+        Host,
+        host.memlock_min_bytes,
+        "the soft locked-memory limit must be at least this"
+    ),
+    key!(
+        "host",
+        "device_holders_max",
+        Kind::Int { min: 0, max: 100_000 },
+        Host,
+        host.device_holders_max,
+        "at most this many processes may hold /dev/nvidia* or /dev/infiniband/uverbs* open (0 before a job)"
+    ),
+    key!(
+        "host",
+        "kernel",
+        Kind::StrList(&[]),
+        Host,
+        host.kernel,
+        "allowed kernels (prefixes of uname -r)"
+    ),
+    key!(
+        "host",
+        "memory_min_gib",
+        Kind::Int { min: 1, max: 1 << 20 },
+        Host,
+        host.memory_min_gib,
+        "minimum memory in GiB"
+    ),
+    key!(
+        "host",
+        "cpu_count_min",
+        Kind::Int { min: 1, max: 1 << 16 },
+        Host,
+        host.cpu_count_min,
+        "minimum logical CPUs"
+    ),
+    key!(
+        "gpu",
+        "count",
+        Kind::Int { min: 0, max: 64 },
+        Gpu,
+        gpu.count,
+        "exactly this many NVIDIA GPUs"
+    ),
+    key!(
+        "gpu",
+        "model",
+        Kind::Str(&[]),
+        Gpu,
+        gpu.model,
+        "every GPU's NVML name contains this, e.g. \"H100\""
+    ),
+    key!(
+        "gpu",
+        "driver",
+        Kind::StrList(&[]),
+        Gpu,
+        gpu.driver,
+        "allowed driver versions (prefixes of NVML's driver version)"
+    ),
+    key!(
+        "gpu",
+        "nvlink_min",
+        Kind::Int { min: 1, max: 18 },
+        Gpu,
+        gpu.nvlink_min,
+        "every GPU pair is at least NV<this> (bonded NVLinks, direct or through NVSwitch)"
+    ),
+    key!(
+        "gpu",
+        "nic_path_max",
+        Kind::Str(PATH_ORDER),
+        Gpu,
+        gpu.nic_path_max,
+        "every GPU has an RDMA NIC at this nvidia-smi path type or nearer (PIX < PXB < PHB < NODE < SYS)"
+    ),
+    key!(
+        "gpu",
+        "nic_per_gpu",
+        Kind::Bool,
+        Gpu,
+        gpu.nic_per_gpu,
+        "each GPU gets a NIC of its own within nic_path_max (a one-to-one matching)"
+    ),
+    key!(
+        "roce",
+        "gid",
+        Kind::Str(&["ipv4-v2", "ipv6-v2", "v2", "any"]),
+        RoceGid,
+        roce_qos.gid,
+        "the GID NCCL picks on every RoCE port: IPv4 RoCE v2, IPv6 RoCE v2, any v2, any"
+    ),
+    key!(
+        "roce",
+        "mtu",
+        Kind::IntOneOf(&[256, 512, 1024, 2048, 4096]),
+        RoceQos,
+        roce_qos.mtu,
+        "the RoCE path MTU every port must reach: the largest IB MTU that fits the netdev MTU less 96 bytes of RoCE v2 headers (the kernel's iboe_get_mtu, mlx5's active_mtu)"
+    ),
+    key!(
+        "roce",
+        "pfc_priorities",
+        Kind::IntList { min: 0, max: 7 },
+        RoceQos,
+        roce_qos.pfc_priorities,
+        "PFC enabled on exactly these priorities (DCB pfc_en, else the priorities with pause counters)"
+    ),
+    key!(
+        "roce",
+        "ecn_priorities",
+        Kind::IntList { min: 0, max: 7 },
+        RoceQos,
+        roce_qos.ecn_priorities,
+        "ECN (DCQCN) on exactly these priorities: reaction and notification point both enabled (ecn/roce_rp, ecn/roce_np; MLNX_OFED sysfs)"
+    ),
+    key!(
+        "roce",
+        "trust",
+        Kind::Str(&["pcp", "dscp"]),
+        RoceQos,
+        roce_qos.trust,
+        "the trust mode (dscp when the DCB APP table maps DSCP values, else pcp)"
+    ),
+    key!(
+        "roce",
+        "global_pause",
+        Kind::Bool,
+        RoceQos,
+        roce_qos.global_pause,
+        "whether global (802.3x) pause may be on (on: the driver keeps global pause counters)"
+    ),
+    key!(
+        "gdr",
+        "ready",
+        Kind::Bool,
+        Gdr,
+        gdr_ready,
+        "GPUDirect RDMA on for every pair NCCL would use (each GPU and its nearest NICs): peer memory or DMA-BUF, within NCCL_NET_GDR_LEVEL, no ACS redirect between them; false checks nothing"
+    ),
+    key!(
+        "sweep",
+        "tolerance",
+        Kind::Tolerances,
+        Sweep,
+        sweep_tolerance,
+        "for `fabprobe sweep --policy`: how far a numeric fingerprint value may be from \
               the median of its hardware kind and still agree, e.g. { memory_gib = \"2%\", \
               cpu_count = 0 }; keys: cpu_count, gpu_count, ib_ports, memory_gib, nvlink_min, \
-              rdma_nic_count, roce_ports; default memory_gib = \"1%\", every other exact",
-    },
-    KeySpec {
-        section: "counters",
-        key: "max_per_hour",
-        kind: Kind::CounterRates,
-        doc: "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
-              needs two samples (--interval or --baseline)",
-    },
+              rdma_nic_count, roce_ports; default memory_gib = \"1%\", every other exact"
+    ),
+    key!(
+        "counters",
+        "max_per_hour",
+        Kind::CounterRates,
+        Counters,
+        counters_max_per_hour,
+        "per port: counter = maximum increase per hour, e.g. { symbol_error = 10 }; \
+              needs two samples (--interval or --baseline)"
+    ),
 ];
 
 /// Sections in the order the man page lists them.
@@ -345,6 +470,14 @@ pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
             .chain(OTHER_KEYS.iter())
             .filter(move |k| k.section == *s)
     })
+}
+
+/// The keys of `section` judged by `judge` that `p` sets, in the language's order.
+pub fn set_keys(p: &Policy, section: &str, judge: JudgedBy) -> Vec<&'static str> {
+    keys()
+        .filter(|k| k.section == section && k.judged_by == judge && (k.is_set)(p))
+        .map(|k| k.key)
+        .collect()
 }
 
 /// Counter names `counters.max_per_hour` accepts: the IB PMA set and the hw counters
@@ -431,31 +564,6 @@ pub struct PortRules {
     pub pcie_width_min: Option<u64>,
     pub fw_ver: Vec<String>,
     pub all_alike: Option<bool>,
-}
-
-impl PortRules {
-    pub fn is_empty(&self) -> bool {
-        *self == PortRules::default()
-    }
-
-    /// The keys this section sets, as the policy file names them.
-    pub fn set_keys(&self) -> Vec<&'static str> {
-        [
-            ("count", self.count.is_some()),
-            ("count_min", self.count_min.is_some()),
-            ("state", !self.state.is_empty()),
-            ("rate_min_gbps", self.rate_min_gbps.is_some()),
-            ("width", !self.width.is_empty()),
-            ("speed", !self.speed.is_empty()),
-            ("pcie_gen_min", self.pcie_gen_min.is_some()),
-            ("pcie_width_min", self.pcie_width_min.is_some()),
-            ("fw_ver", !self.fw_ver.is_empty()),
-            ("all_alike", self.all_alike.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect()
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -587,6 +695,91 @@ enum Val {
     IntList(Vec<i64>),
     Counters(BTreeMap<String, f64>),
     Tolerances(BTreeMap<String, Tolerance>),
+}
+
+/// A field of [`Policy`] a key's value is stored in: `None` for a value of another kind
+/// (never, after `check_value`; the key sweep's test would see the key change nothing).
+trait FromVal: Sized {
+    fn from_val(v: Val) -> Option<Self>;
+}
+
+macro_rules! from_val {
+    ($t:ty, $variant:ident) => {
+        impl FromVal for $t {
+            fn from_val(v: Val) -> Option<Self> {
+                match v {
+                    Val::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+from_val!(bool, Bool);
+from_val!(f64, Num);
+from_val!(String, Str);
+from_val!(Vec<String>, StrList);
+from_val!(BTreeMap<String, f64>, Counters);
+from_val!(BTreeMap<String, Tolerance>, Tolerances);
+
+impl FromVal for u64 {
+    fn from_val(v: Val) -> Option<Self> {
+        match v {
+            Val::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl FromVal for Vec<u64> {
+    fn from_val(v: Val) -> Option<Self> {
+        match v {
+            Val::IntList(l) => l.into_iter().map(|i| u64::try_from(i).ok()).collect(),
+            _ => None,
+        }
+    }
+}
+
+impl<T: FromVal> FromVal for Option<T> {
+    fn from_val(v: Val) -> Option<Self> {
+        T::from_val(v).map(Some)
+    }
+}
+
+/// Whether a policy's field holds a rule: a value, a non-empty list or table, `true`.
+trait IsSet {
+    fn is_set(&self) -> bool;
+}
+
+impl<T> IsSet for Option<T> {
+    fn is_set(&self) -> bool {
+        self.is_some()
+    }
+}
+
+impl<T> IsSet for Vec<T> {
+    fn is_set(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl<V> IsSet for BTreeMap<String, V> {
+    fn is_set(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl IsSet for String {
+    fn is_set(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl IsSet for bool {
+    fn is_set(&self) -> bool {
+        *self
+    }
 }
 
 fn type_name(v: &DeValue) -> &'static str {
@@ -896,7 +1089,7 @@ pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result
                 return Err(at.err(k.span().start, &path, unknown_key(sname, kname)));
             };
             let val = check_value(&at, v.span().start, &path, spec.kind, v.get_ref())?;
-            assign(&mut p, sname, kname, val);
+            (spec.set)(&mut p, val);
         }
     }
     check_together(&at, &p)?;
@@ -983,87 +1176,6 @@ fn find_key_offset(text: &str, key: &str) -> usize {
     text.find(&format!("\n{key}")).map(|i| i + 1).unwrap_or(0)
 }
 
-fn assign(p: &mut Policy, section: &str, key: &str, v: Val) {
-    let u = |v: &Val| match v {
-        Val::Int(i) => Some(*i as u64),
-        _ => None,
-    };
-    let b = |v: &Val| match v {
-        Val::Bool(b) => Some(*b),
-        _ => None,
-    };
-    let s = |v: &Val| match v {
-        Val::Str(s) => Some(s.clone()),
-        _ => None,
-    };
-    let sl = |v: &Val| match v {
-        Val::StrList(l) => l.clone(),
-        _ => Vec::new(),
-    };
-    let n = |v: &Val| match v {
-        Val::Num(n) => Some(*n),
-        _ => None,
-    };
-    let il = |v: &Val| match v {
-        Val::IntList(l) => Some(l.iter().map(|i| *i as u64).collect()),
-        _ => None,
-    };
-    match (section, key) {
-        ("policy", "name") => p.name = s(&v).unwrap_or_default(),
-        ("policy", "description") => p.description = s(&v),
-        ("policy", "probe_findings") => p.probe_findings = b(&v).unwrap_or(true),
-        ("policy", "ignore") => p.ignore = sl(&v),
-        ("policy", "all_ports") => p.all_ports = b(&v).unwrap_or(false),
-        ("policy", "require") => p.require = sl(&v),
-        ("host", "memlock_unlimited") => p.host.memlock_unlimited = b(&v),
-        ("host", "memlock_min_bytes") => p.host.memlock_min_bytes = u(&v),
-        ("host", "device_holders_max") => p.host.device_holders_max = u(&v),
-        ("host", "kernel") => p.host.kernel = sl(&v),
-        ("host", "memory_min_gib") => p.host.memory_min_gib = u(&v),
-        ("host", "cpu_count_min") => p.host.cpu_count_min = u(&v),
-        ("gpu", "count") => p.gpu.count = u(&v),
-        ("gpu", "model") => p.gpu.model = s(&v),
-        ("gpu", "driver") => p.gpu.driver = sl(&v),
-        ("gpu", "nvlink_min") => p.gpu.nvlink_min = u(&v),
-        ("gpu", "nic_path_max") => p.gpu.nic_path_max = s(&v),
-        ("gpu", "nic_per_gpu") => p.gpu.nic_per_gpu = b(&v),
-        ("roce", "gid") => p.roce_qos.gid = s(&v),
-        ("roce", "mtu") => p.roce_qos.mtu = u(&v),
-        ("roce", "pfc_priorities") => p.roce_qos.pfc_priorities = il(&v),
-        ("roce", "ecn_priorities") => p.roce_qos.ecn_priorities = il(&v),
-        ("roce", "trust") => p.roce_qos.trust = s(&v),
-        ("roce", "global_pause") => p.roce_qos.global_pause = b(&v),
-        ("gdr", "ready") => p.gdr_ready = b(&v),
-        ("sweep", "tolerance") => {
-            if let Val::Tolerances(t) = v {
-                p.sweep_tolerance = t;
-            }
-        }
-        ("counters", "max_per_hour") => {
-            if let Val::Counters(c) = v {
-                p.counters_max_per_hour = c;
-            }
-        }
-        ("ib" | "roce", _) => {
-            let r = if section == "ib" { &mut p.ib } else { &mut p.roce };
-            match key {
-                "count" => r.count = u(&v),
-                "count_min" => r.count_min = u(&v),
-                "state" => r.state = sl(&v),
-                "rate_min_gbps" => r.rate_min_gbps = n(&v),
-                "width" => r.width = sl(&v),
-                "speed" => r.speed = sl(&v),
-                "pcie_gen_min" => r.pcie_gen_min = u(&v),
-                "pcie_width_min" => r.pcie_width_min = u(&v),
-                "fw_ver" => r.fw_ver = sl(&v),
-                "all_alike" => r.all_alike = b(&v),
-                _ => {}
-            }
-        }
-        _ => {}
-    }
-}
-
 /// How `--policy` was resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -1116,7 +1228,7 @@ pub fn load(arg: &str) -> Result<Policy, LoadError> {
     Ok(parse(&text, arg, &stem, arg)?)
 }
 
-/// The POLICY FILES section of the man page, generated from [`KEYS`].
+/// The POLICY FILES section of the man page, generated from [`keys`].
 pub fn language_doc() -> String {
     let mut s = String::from("POLICY FILES\n");
     let intro = format!(

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::check::run::CheckReport;
+use crate::check::assemble::CheckReport;
 use crate::check::sweep::SweepReport;
 use crate::finding::{Finding, MissingFact, Severity};
 use crate::host::FactsState;
@@ -513,7 +513,7 @@ pub fn sweep_prom(r: &SweepReport) -> String {
 }
 
 /// `8 GPUs, 10 RDMA devices (8 of 10 ports active), 2 RoCE netdevs`; `?` where unknown.
-fn saw_line(w: &crate::check::run::Saw) -> String {
+fn saw_line(w: &crate::check::assemble::Saw) -> String {
     let n = |v: Option<usize>| v.map(|x| x.to_string()).unwrap_or("?".into());
     // A count with its noun; `?` (unknown) takes the plural.
     let c = |v: Option<usize>, one: &str, many: &str| match v {
