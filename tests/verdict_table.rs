@@ -44,6 +44,12 @@ const TABLE: &[(&str, &str, &str, &str, &str)] = &[
     ("h100-nic-unregistered", "dgx-h100", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
     ("h100-nic-unregistered", "hdr-a100", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
     ("h100-nic-unregistered", "roce-dcqcn", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
+    // The missing NIC beside GPU7 and mlx5_0's port down beside GPU0: two causes, each with
+    // its own GPU's GDR pairs (issue 42); the policy's port state leads where it judges one.
+    ("h100-nic-unregistered-port-down", "default", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
+    ("h100-nic-unregistered-port-down", "dgx-h100", "fail", "policy.ib.state", "mlx5_0/1"),
+    ("h100-nic-unregistered-port-down", "hdr-a100", "fail", "policy.ib.state", "mlx5_0/1"),
+    ("h100-nic-unregistered-port-down", "roce-dcqcn", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
     ("h100-penny", "default", "pass", "", ""),
     ("h100-penny", "dgx-h100", "pass", "", ""),
     ("h100-penny", "hdr-a100", "fail", "policy.ib.speed", "mlx5_ib0/1"),

@@ -121,7 +121,7 @@ pub struct ProbeRun {
 /// Findings about RDMA devices NCCL does not use here, set apart (unless the policy judges
 /// all ports).
 pub(crate) fn split_not_used_by_nccl(
-    findings: Vec<Finding>,
+    mut findings: Vec<Finding>,
     c: &Collected,
     policy: &Policy,
 ) -> (Vec<Finding>, Vec<decide::NotUsed>) {
@@ -137,6 +137,15 @@ pub(crate) fn split_not_used_by_nccl(
                     .flat_map(|d| &d.ports)
                     .any(|p| ib_use.selects(dev, p.port))
             };
+            // What the settings select only under a name ib_core moved (a NIC missing before it).
+            let selected_as = |dev: &str, name: &str| {
+                l.devices
+                    .iter()
+                    .filter(|d| d.name == dev)
+                    .flat_map(|d| &d.ports)
+                    .any(|p| ib_use.selects(name, p.port))
+            };
+            decide::mark_moved_names(&mut findings, &devices, selected_as);
             decide::split_not_used(findings, &devices, uses)
         }
         _ => (findings, Vec::new()),
@@ -271,21 +280,27 @@ fn policy_same_cause(mut findings: Vec<Finding>) -> Vec<Finding> {
         .collect()
 }
 
-/// Repeated warnings of one kind with one message (one per netdev, per port) collapse into
-/// one finding that lists the subjects. A fix that differs only by the device's name is
-/// given once, "likewise" for the others; any other fix is kept too. Pure.
+/// Repeated warnings of one kind with one message and the same facts named in evidence (one
+/// per netdev, per port) collapse into one finding that lists the subjects. A fix that
+/// differs only by the device's name is given once, "likewise" for the others; any other
+/// fix is kept too. Pure.
 pub(crate) fn collapse(findings: Vec<Finding>) -> Vec<Finding> {
-    let mut out: Vec<(Finding, Vec<String>)> = Vec::new();
+    // Each kept finding, the subjects said likewise, and the evidence keys it came with.
+    let mut out: Vec<(Finding, Vec<String>, Vec<String>)> = Vec::new();
     let first_word = |s: &str| s.split_whitespace().next().unwrap_or("").to_string();
     for f in findings {
-        let same = out.iter_mut().find(|(o, _)| {
+        let keys: Vec<String> = f.evidence.keys().cloned().collect();
+        let same = out.iter_mut().find(|(o, _, k)| {
             o.severity == Severity::Warn
                 && f.severity == Severity::Warn
                 && o.id == f.id
                 && o.message == f.message
+                // Other facts are another reason (pairs NCCL took past a nearer NIC it does
+                // not open, apart from those the GDR level alone turns off).
+                && *k == keys
         });
-        let Some((o, likewise)) = same else {
-            out.push((f, Vec::new()));
+        let Some((o, likewise, _)) = same else {
+            out.push((f, Vec::new(), keys));
             continue;
         };
         let (name, first) = (first_word(&f.subject), first_word(&o.subject));
@@ -302,7 +317,7 @@ pub(crate) fn collapse(findings: Vec<Finding>) -> Vec<Finding> {
         }
     }
     out.into_iter()
-        .map(|(mut f, likewise)| {
+        .map(|(mut f, likewise, _)| {
             if let (Some(x), false) = (&mut f.fix, likewise.is_empty()) {
                 *x = format!("{x}; likewise for {}", likewise.join(", "));
             }

@@ -206,6 +206,15 @@ enum Via {
     /// A GPUDirect pair NCCL took because the GPU's nearer NIC, the cause's port's device,
     /// is not opened (the symptom's `nearer_nics_not_opened` names it).
     NearerNic,
+    /// Every GPU the symptom names is among the cause's `gpus` evidence (the GPUs beside
+    /// a NIC RDMA does not list).
+    GpusBeside,
+    /// The GPUs without a NIC of their own (the symptom's `gpus` less `matched`) are no
+    /// more than the cause's `gpus`.
+    NoMoreShort,
+    /// The device the symptom's `selected_by_moved_name` names is among the cause's
+    /// `names_moved` (`mlx5_7=0000:e9:00.0`).
+    MovedName,
     /// Any finding of the kind on the node.
     Node,
 }
@@ -274,7 +283,8 @@ const EXPLAINS: &[Explains] = &[
         via: Via::GpusNamed,
     },
     // A NIC the RDMA stack does not list (mlx5_ib not loaded, a driver that did not bind):
-    // the node is a NIC short of the policy's count, and its GPUs' traffic takes a farther
+    // the node is a NIC short of the policy's count; the GPUs beside it (on its PCIe
+    // switch), and only those, have no NIC of their own and their traffic takes a farther
     // NIC, GPUDirect RDMA off by distance (NCCL sees only what /sys/class/infiniband lists).
     Explains {
         cause: &["topo.nic_not_in_rdma"],
@@ -283,12 +293,29 @@ const EXPLAINS: &[Explains] = &[
             "policy.ib.count_min",
             "policy.roce.count",
             "policy.roce.count_min",
-            "*.nic_per_gpu",
+        ],
+        via: Via::Node,
+    },
+    Explains {
+        cause: &["topo.nic_not_in_rdma"],
+        symptoms: &["*.nic_per_gpu"],
+        via: Via::NoMoreShort,
+    },
+    Explains {
+        cause: &["topo.nic_not_in_rdma"],
+        symptoms: &[
             "*.nic_path_max",
             "gdr.off_distance",
             "policy.gdr.ready{verdict=off_distance}",
         ],
-        via: Via::Node,
+        via: Via::GpusBeside,
+    },
+    // ib_core named the devices after it one lower: what NCCL's settings select only under
+    // a name that moved (the frontend port now called mlx5_7) is judged because of it.
+    Explains {
+        cause: &["topo.nic_not_in_rdma"],
+        symptoms: &["*{selected_by_moved_name}"],
+        via: Via::MovedName,
     },
     // No NIC near the GPUs (where the cards sit): every GPU's far NIC and GPUDirect RDMA off
     // by distance follow from it.
@@ -322,7 +349,8 @@ const EXPLAINS: &[Explains] = &[
     },
 ];
 
-/// Whether `f` is a finding of `rule` (`id`, `*.key`, optionally `{evidence=value}`).
+/// Whether `f` is a finding of `rule` (`id`, `*.key`, `*` any, optionally `{evidence=value}`
+/// or `{evidence}`, which it must carry).
 fn is_rule(f: &Finding, rule: &str) -> bool {
     let (id, cond) = match rule.split_once('{') {
         Some((id, c)) => (id, c.strip_suffix('}')),
@@ -330,11 +358,11 @@ fn is_rule(f: &Finding, rule: &str) -> bool {
     };
     let id_ok = match id.strip_prefix("*.") {
         Some(key) => f.id.starts_with("policy.") && f.id.rsplit('.').next() == Some(key),
-        None => f.id == id,
+        None => id == "*" || f.id == id,
     };
-    let cond_ok = cond.is_none_or(|c| {
-        let (k, v) = c.split_once('=').unwrap_or((c, ""));
-        f.evidence.get(k).and_then(|x| x.as_str()) == Some(v)
+    let cond_ok = cond.is_none_or(|c| match c.split_once('=') {
+        Some((k, v)) => f.evidence.get(k).and_then(|x| x.as_str()) == Some(v),
+        None => f.evidence.contains_key(c),
     });
     id_ok && cond_ok
 }
@@ -377,7 +405,89 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
             dev.zip(nearer)
                 .is_some_and(|(d, n)| n.split_whitespace().any(|x| x == d))
         }
+        Via::GpusBeside => {
+            let beside = words(cause, "gpus");
+            let s = gpus_named(&symptom.subject);
+            !s.is_empty() && s.iter().all(|g| beside.contains(g))
+        }
+        Via::NoMoreShort => {
+            let n = |f: &Finding, k: &str| f.evidence.get(k).and_then(|v| v.as_u64());
+            let short = n(symptom, "gpus")
+                .zip(n(symptom, "matched"))
+                .map(|(g, m)| g.saturating_sub(m));
+            short.is_some_and(|s| s as usize <= words(cause, "gpus").len())
+        }
+        Via::MovedName => {
+            let dev = symptom
+                .evidence
+                .get("selected_by_moved_name")
+                .and_then(|v| v.as_str())
+                .and_then(|v| v.split_whitespace().next());
+            let moved = words(cause, "names_moved");
+            dev.is_some_and(|d| {
+                moved
+                    .iter()
+                    .any(|m| m.split_once('=').is_some_and(|(n, _)| n == d))
+            })
+        }
         Via::Node => true,
+    }
+}
+
+/// The words of a finding's string evidence `key` (none when absent).
+fn words<'a>(f: &'a Finding, key: &str) -> Vec<&'a str> {
+    f.evidence
+        .get(key)
+        .and_then(|v| v.as_str())
+        .map(|v| v.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// Mark the findings NCCL's settings judge only because ib_core moved a name past a NIC
+/// that did not register (`topo.nic_not_in_rdma`'s `was_to_be`, `mlx5_7>mlx5_8`): every RDMA device they
+/// name is selected under its name now and would not be under the one it was to have
+/// (`selected_as(device, name)`: the settings select that device's ports called `name`).
+/// They get `selected_by_moved_name` (`mlx5_7 (0000:e9:00.0, was to be mlx5_8)`).
+pub fn mark_moved_names(
+    findings: &mut [Finding],
+    devices: &[String],
+    selected_as: impl Fn(&str, &str) -> bool,
+) {
+    let moved: Vec<(String, String)> = findings
+        .iter()
+        .filter(|f| f.id == "topo.nic_not_in_rdma")
+        .filter_map(|f| f.evidence.get("was_to_be").and_then(|v| v.as_str()))
+        .flat_map(|v| v.split_whitespace())
+        .filter_map(|m| {
+            m.split_once('>')
+                .map(|(now, was)| (now.to_string(), was.to_string()))
+        })
+        .collect();
+    if moved.is_empty() {
+        return;
+    }
+    let only_by_move = |d: &str| {
+        moved
+            .iter()
+            .find(|(now, _)| now == d)
+            .is_some_and(|(now, was)| selected_as(d, now) && !selected_as(d, was))
+    };
+    for f in findings.iter_mut().filter(|f| f.id != "topo.nic_not_in_rdma") {
+        let named = devices_named(&f.subject, devices);
+        if named.is_empty() || !named.iter().all(|d| only_by_move(d)) {
+            continue;
+        }
+        let was: Vec<String> = named
+            .iter()
+            .filter_map(|d| {
+                moved
+                    .iter()
+                    .find(|(n, _)| n == d)
+                    .map(|(n, w)| format!("{n} (was to be {w})"))
+            })
+            .collect();
+        f.evidence
+            .insert("selected_by_moved_name".into(), json!(was.join(", ")));
     }
 }
 

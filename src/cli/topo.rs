@@ -103,8 +103,9 @@ JSON DATA (schema fabprobe.topo)
   gpus_not_in_nvml[]        {pci_bus_id, current_link_speed (as the kernel prints it)}:
                              NVIDIA GPUs on the PCI bus that NVML does not list
   nics_not_in_rdma[]        {label (the one it would have had), pci_bus_id, vendor_device
-                             (15b3:1021), driver, netdevs[]}: RDMA-capable NICs on the PCI
-                             bus that /sys/class/infiniband does not list
+                             (15b3:1021), driver, netdevs[], gpus_beside[] (on its PCIe
+                             switch; absent: none)}: RDMA-capable NICs on the PCI bus that
+                             /sys/class/infiniband does not list
   notes[]                   what the report could not see
   fabric                    absent without NVSwitches and fabric-reporting GPUs, else
                             {nvswitches[] {pci_bus_id, device_id, driver},

@@ -975,41 +975,49 @@ fn off_distance_fix(l: &GdrLevel, worst: PathType) -> String {
 
 fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
     let r = x.r;
-    // GDR off by distance for pairs NCCL would use.
-    let far: Vec<&GdrPair> = x.used
+    // GDR off by distance for pairs NCCL would use, one finding per reason: pairs NCCL took
+    // because it does not open a nearer NIC apart from those the level alone turns off.
+    let far: Vec<&GdrPair> = x
+        .used
         .iter()
         .copied()
         .filter(|x| x.verdict == Some(Verdict::OffDistance))
         .collect();
-    if !far.is_empty() {
-        let worst = far.iter().filter_map(|x| x.path).max().unwrap_or(PathType::Sys);
-        let f = Finding::new(
-                "gdr.off_distance",
-                Severity::Warn,
-                pair_names(&far),
-                format!(
-                    "the nearest NIC of these GPUs is {} away, farther than NCCL_NET_GDR_LEVEL={} ({}): NCCL stages network traffic through host memory",
-                    worst.as_str(),
-                    r.nccl_net_gdr_level.name,
-                    r.nccl_net_gdr_level.source
-                ),
-            )
-            .evidence("path", worst.as_str());
-        let mut nearer: Vec<String> = far.iter().flat_map(|p| nearer_nics_not_opened(r, p)).collect();
+    let (passed_over, alone): (Vec<&GdrPair>, Vec<&GdrPair>) = far
+        .into_iter()
+        .partition(|p| !nearer_nics_not_opened(r, p).is_empty());
+    for group in [passed_over, alone].iter().filter(|g| !g.is_empty()) {
+        let mut nearer: Vec<String> = group.iter().flat_map(|p| nearer_nics_not_opened(r, p)).collect();
         nearer.sort();
         nearer.dedup();
-        // A nearer NIC NCCL does not open is why it took this one: that is the fix, not the level.
-        let f = match nearer.is_empty() {
-            true => f.fix(off_distance_fix(&r.nccl_net_gdr_level, worst)),
-            false => f
-                .evidence("nearer_nics_not_opened", nearer.join(" "))
-                .fix(format!(
-                    "NCCL does not open the nearer {} {} (a port not ACTIVE, or left out of NCCL_IB_HCA): bring the port up (`fabprobe links`) or name it in NCCL_IB_HCA",
-                    if nearer.len() == 1 { "NIC" } else { "NICs" },
-                    nearer.join(", ")
-                )),
-        };
-        out.push(f);
+        out.push(off_distance_finding(r, group, &nearer));
+    }
+}
+
+/// One `gdr.off_distance` finding over `far`, the pairs whose nearer NICs `nearer` NCCL
+/// does not open (none: the level is what turns them off).
+fn off_distance_finding(r: &GdrReport, far: &[&GdrPair], nearer: &[String]) -> Finding {
+    let worst = far.iter().filter_map(|x| x.path).max().unwrap_or(PathType::Sys);
+    let f = Finding::new(
+        "gdr.off_distance",
+        Severity::Warn,
+        pair_names(far),
+        format!(
+            "the nearest NIC of these GPUs is {} away, farther than NCCL_NET_GDR_LEVEL={} ({}): NCCL stages network traffic through host memory",
+            worst.as_str(),
+            r.nccl_net_gdr_level.name,
+            r.nccl_net_gdr_level.source
+        ),
+    )
+    .evidence("path", worst.as_str());
+    // A nearer NIC NCCL does not open is why it took this one: that is the fix, not the level.
+    match nearer.is_empty() {
+        true => f.fix(off_distance_fix(&r.nccl_net_gdr_level, worst)),
+        false => f.evidence("nearer_nics_not_opened", nearer.join(" ")).fix(format!(
+            "NCCL does not open the nearer {} {} (a port not ACTIVE, or left out of NCCL_IB_HCA): bring the port up (`fabprobe links`) or name it in NCCL_IB_HCA",
+            if nearer.len() == 1 { "NIC" } else { "NICs" },
+            nearer.join(", ")
+        )),
     }
 }
 

@@ -69,6 +69,9 @@ pub struct NicNotInRdma {
     pub driver: Option<String>,
     /// Its netdevs (`/sys/bus/pci/devices/<bdf>/net`), when the driver made any.
     pub netdevs: Vec<String>,
+    /// The GPUs that share a PCIe switch with it (PIX/PXB): the ones whose NIC it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_beside: Vec<String>,
 }
 
 /// A GPU seen in the PCI tree only: what sysfs still says of it.
@@ -428,7 +431,8 @@ pub fn probe(host: &Host) -> TopoReport {
     };
     let gpus = read_gpus(host, &found, &mut notes);
     let mut nics = read_nics(host, &mut notes);
-    let nics_not_in_rdma = nics_missing_from(host, &mut nics);
+    let mut nics_not_in_rdma = nics_missing_from(host, &mut nics);
+    gpus_beside(host, &gpus, &mut nics_not_in_rdma);
     let switches = read_switches(host, &gpus, &nics);
     let gpu_ids: Vec<(String, String)> = gpus
         .iter()
@@ -596,11 +600,66 @@ fn nics_missing_from(host: &Host, nics: &mut [TopoNic]) -> Vec<NicNotInRdma> {
             vendor_device: format!("{vendor:04x}:{:04x}", id(bdf, "device").unwrap_or(0)),
             driver,
             netdevs,
+            gpus_beside: Vec::new(),
         });
     }
     missing.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
     relabel_around(nics, &mut missing);
     missing
+}
+
+/// Each missing NIC's GPUs: those on its PCIe switch (PIX/PXB), as its place in the tree says.
+fn gpus_beside(host: &Host, gpus: &[TopoGpu], missing: &mut [NicNotInRdma]) {
+    for m in missing {
+        let place = read_place(host, &format!("/sys/bus/pci/devices/{}", m.pci_bus_id));
+        let Some(at) = attach(&place) else { continue };
+        m.gpus_beside = gpus
+            .iter()
+            .filter(|g| attach(&g.pci).is_some_and(|a| matches!(smi_pci_level(&a, &at), "PIX" | "PXB")))
+            .map(|g| g.label.clone())
+            .collect();
+    }
+}
+
+/// The names ib_core moved past the NICs that did not register: `(name now, the name it
+/// would have had, its PCI bus ID)`, for the devices after `missing` in bus order. ib_core
+/// gives each device it registers the lowest free index of its driver's pattern
+/// (drivers/infiniband/core/device.c: alloc_name, ida_alloc), in probe (bus) order, and
+/// mlx5_ib's pattern is `mlx5_%d`; other drivers' names are not guessed.
+pub fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
+    let mlx5 = |m: &NicNotInRdma| m.driver.as_deref() == Some("mlx5_core");
+    if !mlx5(missing) {
+        return Vec::new();
+    }
+    let index = |n: &str| n.strip_prefix("mlx5_").and_then(|i| i.parse::<usize>().ok());
+    let mut v = Vec::new();
+    for n in &r.nics {
+        let (Some(i), Some(bdf)) = (index(&n.ibdev), n.pci.pci_bus_id.as_deref()) else { continue };
+        if bdf <= missing.pci_bus_id.as_str() {
+            continue;
+        }
+        let before = r.nics_not_in_rdma.iter().filter(|m| mlx5(m) && m.pci_bus_id.as_str() < bdf).count();
+        v.push((n.ibdev.clone(), format!("mlx5_{}", i + before), bdf.to_string()));
+    }
+    v.sort_by(|a, b| a.2.cmp(&b.2));
+    v
+}
+
+/// What a missing NIC's finding says of the names that moved past it ([`names_moved`]):
+/// the words of its message, its `names_moved` evidence (`mlx5_7=0000:e9:00.0 ...`) and
+/// its `was_to_be` (`mlx5_7>mlx5_8 ...`).
+fn moved_names_said(r: &TopoReport, n: &NicNotInRdma) -> (String, String, String) {
+    let moved = names_moved(r, n);
+    let Some(first) = moved.first() else { return (String::new(), String::new(), String::new()) };
+    let said: Vec<String> = moved.iter().map(|(now, was, bdf)| format!("{now} is now {bdf} (was to be {was})")).collect();
+    let words = format!(
+        "; ib_core gave the devices after it the names one lower: {}, so a setting that names {} (NCCL_IB_HCA, a policy's rails) selects another NIC",
+        said.join(", "),
+        first.0
+    );
+    let ev: Vec<String> = moved.iter().map(|(now, _, bdf)| format!("{now}={bdf}")).collect();
+    let was: Vec<String> = moved.iter().map(|(now, was, _)| format!("{now}>{was}")).collect();
+    (words, ev.join(" "), was.join(" "))
 }
 
 /// Labels in the order of every NIC, listed or not ([`nic_order`]: bonds last, then by bus
@@ -1025,16 +1084,24 @@ fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
                 ),
             ),
         };
+        let gpus = match n.gpus_beside.as_slice() {
+            [] => "its GPUs'".to_string(),
+            v => format!("{}'s", v.join(", ")),
+        };
+        let (moved_words, moved_ev, was_to_be) = moved_names_said(r, n);
         out.push(
             Finding::new(
                 "topo.nic_not_in_rdma",
                 Severity::Fail,
                 &n.pci_bus_id,
                 format!(
-                    "the NIC at {} ({} {}{netdev}) is in the PCI tree but /sys/class/infiniband does not list it: {why}; NCCL cannot use it, and its GPUs' traffic takes a farther NIC",
+                    "the NIC at {} ({} {}{netdev}) is in the PCI tree but /sys/class/infiniband does not list it: {why}; NCCL cannot use it, and {gpus} traffic takes a farther NIC{moved_words}",
                     n.pci_bus_id, n.label, n.vendor_device
                 ),
             )
+            .evidence("gpus", n.gpus_beside.join(" "))
+            .evidence("names_moved", moved_ev)
+            .evidence("was_to_be", was_to_be)
             .evidence("pci_bus_id", n.pci_bus_id.as_str())
             .evidence("label", n.label.as_str())
             .evidence("vendor_device", n.vendor_device.as_str())
