@@ -860,6 +860,57 @@ mod tests {
         assert_eq!(explain(vec![cause, other]).len(), 2);
     }
 
+    /// A NIC RDMA does not list explains what follows for the GPUs beside it, and only
+    /// those: a far GPU's pair and a shortfall of more GPUs than it had stay causes.
+    #[test]
+    fn a_missing_nic_explains_its_own_gpus_only() {
+        let nic = f("topo.nic_not_in_rdma", Severity::Fail, "0000:d5:00.0").evidence("gpus", "GPU7");
+        let near = f("gdr.off_distance", Severity::Warn, "GPU7-mlx5_4 GPU7-mlx5_5");
+        let far = f("policy.gdr.ready", Severity::Fail, "GPU0-mlx5_1").evidence("verdict", "off_distance");
+        let short = |m: u64| {
+            f("policy.gpu.nic_per_gpu", Severity::Fail, "GPUs")
+                .evidence("gpus", 8u64)
+                .evidence("matched", m)
+        };
+        let out = explain(vec![nic.clone(), near, far.clone(), short(7)]);
+        let ids: Vec<&str> = out.iter().map(|f| f.subject.as_str()).collect();
+        assert_eq!(ids, ["0000:d5:00.0", "GPU0-mlx5_1"], "{out:#?}");
+        assert_eq!(out[0].evidence["also"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            explain(vec![nic, short(6)]).len(),
+            2,
+            "two GPUs short, one NIC missing"
+        );
+    }
+
+    /// What NCCL's settings select only under a name ib_core moved past a missing NIC is
+    /// judged because of it; the same finding under settings that select it by either name
+    /// (every port) is its own.
+    #[test]
+    fn what_a_moved_name_selects_is_under_the_missing_nic() {
+        let devs: Vec<String> = (0..9).map(|i| format!("mlx5_{i}")).collect();
+        let nic = f("topo.nic_not_in_rdma", Severity::Fail, "0000:d5:00.0")
+            .evidence("names_moved", "mlx5_7=0000:e9:00.0 mlx5_8=0000:e9:00.1")
+            .evidence("was_to_be", "mlx5_7>mlx5_8 mlx5_8>mlx5_9");
+        let trust = f("policy.roce.trust", Severity::Fail, "mlx5_7/1");
+        let other = f("policy.roce.trust", Severity::Fail, "mlx5_6/1");
+        let hca =
+            |_: &str, name: &str| name.strip_prefix("mlx5_").and_then(|i| i.parse::<u32>().ok()) < Some(8);
+        let mut v = vec![nic.clone(), trust.clone(), other.clone()];
+        mark_moved_names(&mut v, &devs, hca);
+        assert_eq!(
+            v[1].evidence["selected_by_moved_name"],
+            "mlx5_7 (was to be mlx5_8)"
+        );
+        assert!(!v[2].evidence.contains_key("selected_by_moved_name"));
+        let out = explain(v);
+        assert_eq!(out.len(), 2, "{out:#?}");
+        assert_eq!(out[0].evidence["also"].as_array().unwrap().len(), 1);
+        let mut all = vec![nic, trust, other];
+        mark_moved_names(&mut all, &devs, |_, _| true);
+        assert_eq!(explain(all).len(), 3);
+    }
+
     #[test]
     fn one_cable_is_one_finding_that_lists_every_rule() {
         let v = vec![
