@@ -480,11 +480,12 @@ mod tests {
         // A sender's own delay to send the chunk (a barrier, its flow control) explains it.
         let w = BTreeMap::from([(0, cw(&[], &[(4, 5.0)])), (1, cw(&[(4, 5.1)], &[]))]);
         assert!(sweep_silences(2, &w).is_empty());
-        // Not listed at the sender: at most its floor, so 3.2 s is a stall of 2.95 s or
-        // more: none; 3.3 s is.
-        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.2)], &[]))]);
+        // Not listed at the sender: up to its floor for each of the two (its wait for the
+        // chunk before, its delay to send this one), so 3.45 s is a stall of 2.95 s or
+        // more: none; 3.55 s is.
+        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.45)], &[]))]);
         assert!(sweep_silences(2, &w).is_empty());
-        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.3)], &[]))]);
+        let w = BTreeMap::from([(0, cw(&[], &[])), (1, cw(&[(4, 3.55)], &[]))]);
         assert_eq!(sweep_silences(2, &w).len(), 1);
         // A sender that did not report: no figure for its hop.
         let w = BTreeMap::from([(1, cw(&[(0, 9.0)], &[]))]);
