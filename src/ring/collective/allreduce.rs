@@ -154,7 +154,7 @@ impl ChunkTrace {
 /// Keep `x` in `list` when it reaches the floor; past [`TRACE_KEEP`] the shortest goes and
 /// the floor rises to it (what is not listed stays below the floor).
 fn keep(list: &mut Vec<(u64, f64)>, floor: &mut f64, x: (u64, f64)) {
-    if !(x.1 >= TRACE_FLOOR_S.max(*floor)) {
+    if x.1.is_nan() || x.1 < TRACE_FLOOR_S.max(*floor) {
         return;
     }
     list.push(x);

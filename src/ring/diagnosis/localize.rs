@@ -127,6 +127,9 @@ pub struct Analysis {
     pub cpu_bound: BTreeMap<Rank, f64>,
 }
 
+/// The would-be verdicts set aside as CPU-bound, and each starved rank's CPU wait share.
+type NotJudged = (Vec<Verdict>, BTreeMap<Rank, f64>);
+
 /// A would-be verdict measured in a run where `cpu_bound` ranks waited for a CPU (rank:
 /// share of the time), said as not judged (`evidence.not_judged: cpu_bound`): a starved
 /// rank holds up every order it is in, and in the lab stalled a link that did not touch
@@ -673,7 +676,7 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
         cpu: &CpuWaits,
         f: &Found,
         blamed: &[bool],
-    ) -> (Vec<Verdict>, Vec<Verdict>, (Vec<Verdict>, BTreeMap<Rank, f64>)) {
+    ) -> (Vec<Verdict>, Vec<Verdict>, NotJudged) {
         let is_slow = |l: &LinkStat| {
             self.idx
                 .get(&(l.from_rank, l.to_rank))
