@@ -80,7 +80,7 @@ pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, V
         fingerprint_gdr(r, &mut m);
     }
     if let Some(q) = &c.qos {
-        fingerprint_qos(q, c, &mut m);
+        fingerprint_qos(q, &mut m);
     }
     if let Some(g) = &c.gids {
         fingerprint_gids(g, &mut m);
@@ -178,7 +178,7 @@ fn fingerprint_gdr(r: &GdrReport, m: &mut BTreeMap<String, Value>) {
 }
 
 /// PFC, ECN, trust, global pause and MTU of the RoCE netdevs.
-fn fingerprint_qos(q: &QosReport, c: &Collected, m: &mut BTreeMap<String, Value>) {
+fn fingerprint_qos(q: &QosReport, m: &mut BTreeMap<String, Value>) {
     let roce: Vec<&QosIf> = q.interfaces.iter().filter(|i| i.rdma_device.is_some()).collect();
     let show = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
     m.insert(
@@ -202,15 +202,7 @@ fn fingerprint_qos(q: &QosReport, c: &Collected, m: &mut BTreeMap<String, Value>
     );
     m.insert(
         "roce_netdev_mtu".into(),
-        multiset(roce.iter().map(|i| {
-            show(
-                c.netdev_mtu
-                    .get(&i.ifname)
-                    .copied()
-                    .flatten()
-                    .map(|m| m.to_string()),
-            )
-        })),
+        multiset(roce.iter().map(|i| show(i.netdev_mtu.map(|m| m.to_string())))),
     );
 }
 

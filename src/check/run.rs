@@ -5,7 +5,6 @@
 //!
 //! Adding a probe is one line in [`PROBES`] (plus the field it fills in [`Collected`]).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::check::Finding;
@@ -27,7 +26,6 @@ use crate::probe::links::{LinksReport, SampleInfo};
 use crate::probe::qos::QosReport;
 use crate::probe::topo::TopoReport;
 use crate::probe::{gdr, gids, links, qos, topo};
-use crate::sysfs::net as netfs;
 
 /// How the links probe gets its second sample (for counter rates).
 #[derive(Default)]
@@ -49,8 +47,6 @@ pub struct Collected {
     pub links: Option<LinksReport>,
     pub gdr: Option<GdrReport>,
     pub qos: Option<QosReport>,
-    /// The netdev MTU of each RoCE interface the qos probe found, by ifname.
-    pub netdev_mtu: BTreeMap<String, Option<u32>>,
     pub facts: Option<FactsState>,
     pub driver_version: Option<String>,
     /// With `--interval`: the first sample of the counters, taken before the one sleep.
@@ -146,10 +142,6 @@ fn run_qos(h: &Host, s: &Sampling, c: &mut Collected) -> Vec<Finding> {
     } else if let Some(first) = &c.first {
         let sample = qos::Sample::interval(first.at.elapsed().as_secs_f64());
         qos::apply_deltas(&mut r, &first.qos, sample);
-    }
-    for i in &r.interfaces {
-        c.netdev_mtu
-            .insert(i.ifname.clone(), netfs::read_mtu(h, &i.ifname));
     }
     let f = qos::findings(&r);
     c.qos = Some(r);

@@ -51,6 +51,10 @@ pub struct QosIf {
     pub cnp: Vec<NamedCount>,
     /// What the switch port says over LLDP (only with `--lldp`).
     pub switch: Option<SwitchView>,
+    /// The netdev's MTU (`/sys/class/net/<if>/mtu`), read here so that `check` judges
+    /// `roce.mtu` from the report and never reads the host; not in qos's JSON.
+    #[serde(skip)]
+    pub netdev_mtu: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -472,6 +476,7 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&So
         pause_storm: storm,
         cnp,
         switch: None,
+        netdev_mtu: crate::sysfs::net::read_mtu(host, ifname),
     }
 }
 

@@ -113,7 +113,7 @@ fn judge_roce_qos(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         }
     }
     for i in roce_ifs {
-        judge_qos_if(i, c.netdev_mtu.get(&i.ifname).copied().flatten(), q, out);
+        judge_qos_if(i, i.netdev_mtu, q, out);
     }
     // A RoCE port the qos probe could not follow to a netdev is not a pass.
     if let Some(l) = &c.links {
