@@ -141,6 +141,15 @@ impl Finding {
     }
 }
 
+/// A command's report whose verdicts become the envelope's findings: the one way a command
+/// that judges in verdicts of its own (`nccl-log`'s report, `ring`'s report) turns them into
+/// findings, implemented beside each verdict type. The probes and `check` make findings
+/// directly, through their rule tables.
+pub trait ToFindings {
+    /// The findings, in the report's order.
+    fn findings(&self) -> Vec<Finding>;
+}
+
 /// The verdict of what was evaluated: the worst severity among findings, `Pass` when there
 /// are none or only `Unknown` ones (those are said beside the verdict, not scored).
 pub fn worst(findings: &[Finding]) -> Severity {

@@ -461,7 +461,7 @@ fn input_without_nccl_lines_says_so() {
         ("no_nccl_output", "unknown")
     );
     // Unknown is no finding (nothing was judged), as check keeps not-evaluated keys out.
-    assert!(fabprobe::render::nccl_log::findings(&r).is_empty());
+    assert!(fabprobe::finding::ToFindings::findings(&r).is_empty());
     assert!(r.verdicts[0].next.contains("NCCL_DEBUG=INFO"));
     // Unknown is its own exit status (3), not a pass: a file without NCCL lines, an empty
     // file, an empty directory, empty stdin.

@@ -180,7 +180,7 @@ pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
     })?;
     let mut report = an.finish();
     let fr = (!job.is_empty()).then(|| flight::join(&mut report, &job));
-    let findings = crate::render::nccl_log::findings(&report);
+    let findings = crate::finding::ToFindings::findings(&report);
     if let Some(out) = &a.html {
         let data = flight::JobReport {
             log: &report,

@@ -616,7 +616,7 @@ fn print_report(
             say!("fabprobe: {}", crate::text::printable(&e.line(), 1000));
         }
     }
-    let f = launch::findings(r);
+    let f = crate::finding::ToFindings::findings(r);
     // The whole report in one buffer, written by one writer (super::delivery).
     let text = match fmt {
         Format::Json => {

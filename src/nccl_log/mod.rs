@@ -14,6 +14,7 @@ pub mod chunked;
 pub mod events;
 #[cfg(test)]
 mod fast_path_tests;
+mod findings;
 pub mod generate;
 pub mod ifaces;
 pub mod line;

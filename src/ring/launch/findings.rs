@@ -2,11 +2,17 @@
 //! kind as `ring.<kind>`, its subject the link or rank it names, its next step as the fix),
 //! and an aborted run that reached no verdict. Pure.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, Severity, ToFindings};
 use crate::ring::report::RingReport;
 
+impl ToFindings for RingReport {
+    fn findings(&self) -> Vec<Finding> {
+        findings(self)
+    }
+}
+
 /// The findings of `r`, in the report's order.
-pub fn findings(r: &RingReport) -> Vec<Finding> {
+fn findings(r: &RingReport) -> Vec<Finding> {
     let mut f = Vec::new();
     let wrong = r.wrong_total();
     if wrong > 0 {

@@ -26,8 +26,6 @@ use crate::ring::model::{LiveStatus, RailPort, Rank};
 use crate::ring::rails::RailSel;
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
-pub use findings::findings;
-
 /// `--transport`: the data plane a rank asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
