@@ -101,12 +101,7 @@ pub(super) fn run_local_rails(
                     token: format!("{token}/rail{}", p.rail),
                     source: Source::Local,
                     coordinator_source: "--local".into(),
-                    token_source: if given_token.is_some() {
-                        "--token"
-                    } else {
-                        "--local"
-                    }
-                    .into(),
+                    token_source: token_source(given_token),
                 };
                 let listener = if rank == 0 { listeners[k].take() } else { None };
                 let live = live.clone().filter(|_| rank == 0 && p.rail == 0);
@@ -121,15 +116,11 @@ pub(super) fn run_local_rails(
             .map(|runs| {
                 let (slots, wanted) = (&slots, &wanted);
                 sc.spawn(move || {
-                    let log = |level: u8, s: &str| cx.log(if level == 0 { 0 } else { 2 }, s);
-                    rails::run_node(runs, Vec::new(), slots, Some(wanted), None, opts, &log)
+                    rails::run_node(runs, Vec::new(), slots, Some(wanted), None, opts, &rank_log(cx))
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
-            .collect()
+        joined(handles)
     });
     cx.watch.ended();
     Ok(first_rank(cx, results))
@@ -161,11 +152,7 @@ pub(super) fn run_local(
         token: token.clone(),
         source: Source::Local,
         coordinator_source: "--local".into(),
-        token_source: if given_token.is_some() {
-            "--token".into()
-        } else {
-            "--local".into()
-        },
+        token_source: token_source(given_token),
     };
     let rows = cx.watch.rows(&local_id(0), opts, None);
     let mut listener = Some(listener);
@@ -179,19 +166,36 @@ pub(super) fn run_local(
                     on_row: rows.clone().filter(|_| rank == 0),
                     ..Setup::new(local_id(rank), host.clone(), data_ip, Some(device.clone()))
                 };
-                sc.spawn(move || {
-                    let log = |level: u8, s: &str| cx.log(if level == 0 { 0 } else { 2 }, s);
-                    run::run_rank(setup, opts, &log)
-                })
+                sc.spawn(move || run::run_rank(setup, opts, &rank_log(cx)))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
-            .collect()
+        joined(handles)
     });
     cx.watch.ended();
     Ok(first_rank(cx, results))
+}
+
+/// Where the token came from, as the report says it.
+fn token_source(given_token: Option<&str>) -> String {
+    if given_token.is_some() {
+        "--token"
+    } else {
+        "--local"
+    }
+    .into()
+}
+
+/// A rank thread's log: its own lines at the run's level 0, the rest only with -vv.
+fn rank_log<'c>(cx: &'c Ctx<'_>) -> impl Fn(u8, &str) + Sync + 'c {
+    |level: u8, s: &str| cx.log(if level == 0 { 0 } else { 2 }, s)
+}
+
+/// Every rank thread's result, in rank order; a thread that panicked is its rank's error.
+fn joined(handles: Vec<std::thread::ScopedJoinHandle<'_, RankResult>>) -> Vec<RankResult> {
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err(rank_thread_panicked())))
+        .collect()
 }
 
 /// A rank thread of an in-process run that panicked, as that rank's error.
