@@ -268,3 +268,42 @@ proptest! {
         prop_assert!(read(&log, false, 3) == full, "three threads:\n{log}");
     }
 }
+
+/// What may stand between a header's `[dev]` and the marker: source locations (NCCL's
+/// `file.cc:line`, a plugin's `function:line`) that the header cache's key leaves out, and
+/// tokens that only look like one, which it keeps.
+const SOURCES: &[&str] = &[
+    "",
+    " transport/net_ib.cc:1697",
+    " misc/socket.cc:49",
+    " register_mr_buffers:544",
+    "  init.cc:12 ",
+    " [misc/socket.cc:586]",
+    " x.cc:12]",
+    " func:line",
+    " plain",
+    " a.b",
+    " :",
+    " [2] net.cc:3",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// One process's lines from several source locations share one cached header; the
+    /// reading is the one that parses every line.
+    #[test]
+    fn headers_from_different_source_lines_read_as_parsed(
+        lines in proptest::collection::vec((0usize..4, 0usize..SOURCES.len(), 0usize..3, any::<bool>()), 1..60),
+    ) {
+        let mut log = String::new();
+        for (p, src, level, label) in &lines {
+            let prefix = if *label { format!("{p}: ") } else { String::new() };
+            let (lv, msg) = [("INFO", "comm 0x1 rank 3 nranks 8 cudaDev 3"), ("WARN", "Call to ibv_reg_mr failed"), ("INFO", "transport/net.cc:1302 -> 6")][*level];
+            log.push_str(&format!("{prefix}host{p}:{}:{} [{}]{} NCCL {lv} {msg}\n", 100 + p, 200 + p, p % 2, SOURCES[*src]));
+        }
+        let full = read(&log, true, 1);
+        prop_assert!(read(&log, false, 1) == full, "one thread:\n{log}");
+        prop_assert!(read(&log, false, 3) == full, "three threads:\n{log}");
+    }
+}

@@ -200,15 +200,17 @@ fn func_line(w: &str) -> bool {
     })
 }
 
-/// The header before the level marker at `at`; `msg` is what follows the marker.
-fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option<(Nccl<'a>, usize)> {
-    // Byte loops throughout (every delimiter is ASCII): this runs on every line, on a few
-    // dozen bytes, where std's pattern searchers or memchr's dispatch cost more than the
-    // search.
-    let rpos = |h: &str, f: fn(u8) -> bool| h.bytes().rposition(f);
+/// The bytes before the marker at `at` that a header is read from, and the optional
+/// `file.cc:123` just before the marker, which the header's host, pid, device and launcher
+/// prefix do not depend on: the header is a function of the first part alone (the header
+/// cache's key, so a process's lines from different source lines share one entry).
+pub fn split_src(s: &str, at: usize) -> (&str, Option<&str>) {
     let head = s[..at].trim_end();
-    // Optional "file.cc:123" just before the marker.
-    let (head, src) = match rpos(head, |b| b == b' ').map(|i| (&head[..i], &head[i + 1..])) {
+    match head
+        .bytes()
+        .rposition(|b| b == b' ')
+        .map(|i| (&head[..i], &head[i + 1..]))
+    {
         Some((h, last))
             if !last.starts_with('[')
                 && last.as_bytes().contains(&b':')
@@ -218,7 +220,16 @@ fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option
             (h.trim_end(), Some(last))
         }
         _ => (head, None),
-    };
+    }
+}
+
+/// The header before the level marker at `at`; `msg` is what follows the marker.
+fn parse_header<'a>(s: &'a str, at: usize, level: Level, msg: &'a str) -> Option<(Nccl<'a>, usize)> {
+    // Byte loops throughout (every delimiter is ASCII): this runs on every line, on a few
+    // dozen bytes, where std's pattern searchers or memchr's dispatch cost more than the
+    // search.
+    let rpos = |h: &str, f: fn(u8) -> bool| h.bytes().rposition(f);
+    let (head, src) = split_src(s, at);
     // "[dev]"
     let head = head.strip_suffix(']')?;
     let open = rpos(head, |b| b == b'[')?;

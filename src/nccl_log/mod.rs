@@ -140,9 +140,10 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
-/// A line's header as [`Analyzer::feed`] uses it, kept per header bytes (everything before
-/// the line's one NCCL marker, which is all the header's parse reads): a log repeats a few
-/// thousand headers millions of times.
+/// A line's header as [`Analyzer::feed`] uses it, kept per header bytes (what is before
+/// the line's one NCCL marker, less the source location, [`line::split_src`]: all the
+/// header's parse reads): a log repeats a few thousand headers millions of times, each
+/// process's from a few source lines.
 #[derive(Clone, Debug)]
 struct Header {
     key: ProcKey,
@@ -327,14 +328,17 @@ impl Analyzer {
         let s = clean.as_deref().unwrap_or(s).trim_end_matches('\r');
         let marks = line::marks(s);
         let key = match marks {
-            line::Marks::One(at, _) if !self.full_path => HeaderKey::new(&s.as_bytes()[..at]),
+            line::Marks::One(at, _) if !self.full_path => HeaderKey::new(line::split_src(s, at).0.as_bytes()),
             _ => None,
         };
         if let (Some(k), line::Marks::One(at, level)) = (&key, marks)
             && let Some(h) = self.headers.get_mut(k)
         {
             let copy = h.clone();
-            h.seen = self.epoch;
+            // Written once per state, not per line: a clean cache line is cheaper to evict.
+            if h.seen != self.epoch {
+                h.seen = self.epoch;
+            }
             let h = copy;
             return self.feed_message(file, line_no, s, h, level, line::message_at(s, at, level));
         }
