@@ -5,7 +5,7 @@
 //! skipped and only counted, so no chunk grows with a line. At most `2 x threads` chunks
 //! are in flight, so memory does not grow with the input.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
@@ -225,7 +225,11 @@ fn analyse_chunk(memory: &mut Analyzer, name: &str, c: &Chunk, after_full: bool)
     p.host_ids = std::mem::take(&mut memory.host_ids);
     p.seen_sightings = std::mem::take(&mut memory.seen_sightings);
     p.headers = std::mem::take(&mut memory.headers);
+    // Sized for the processes of the worker's last chunk: a chunk meets most of a log's
+    // processes again, and growing the table from empty rehashed it a dozen times a chunk.
+    p.procs = std::mem::take(&mut memory.procs);
     p.feed_chunk(name, c.data(), c.skipped);
+    memory.procs = HashMap::with_capacity_and_hasher(p.procs.len(), Default::default());
     memory.host_names = p.host_names.clone();
     memory.host_ids = std::mem::take(&mut p.host_ids);
     memory.headers = std::mem::take(&mut p.headers);

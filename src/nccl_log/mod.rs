@@ -654,8 +654,9 @@ impl Analyzer {
             None => true,
         };
         // Each process's first trail: the ones NCCL recovered from (before it chose
-        // a network) are told apart when the whole log is read.
-        if first {
+        // a network) are told apart when the whole log is read. Past the cap it would not
+        // be kept: not built (a chunk's fresh state sees each process's first again).
+        if first && !self.sightings_full() {
             let mut sg = self.base(at);
             sg.cause = TRAIL;
             sg.result = Some(code);
