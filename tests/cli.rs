@@ -220,7 +220,7 @@ fn every_status_a_command_returns_is_in_its_table() {
     assert!(fixtures.len() >= 20, "{} fixtures", fixtures.len());
     let mut seen = std::collections::BTreeSet::new();
     for f in &fixtures {
-        for cmd in ["topo", "gids", "links", "gdr", "qos", "nccl-env", "check"] {
+        for cmd in common::host_commands() {
             let (code, _, err) = fabprobe(&["--root", f.to_str().unwrap(), cmd]);
             assert!((0..=3).contains(&code), "{cmd} on {}: exit {code}: {err}", f.display());
             let table = fabprobe::cli::exit_statuses(cmd);
@@ -364,4 +364,32 @@ fn links_device_keeps_a_rate_below_peers() {
     assert!(out.contains("FAIL mlx5_6/1: port runs at 200 Gb/s") && out.contains("same HCA model reaches"), "{out}{err}");
     let (code, out, err) = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "links", "--device", "mlx5_5"]);
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The CLI's catalogue of its commands (`fabprobe::cli::COMMANDS`) is its clap definition:
+/// a new subcommand without an entry fails here, and with one every test that runs "every
+/// command" (closed pipes, JSON DATA, exit codes, spellings, 80 columns) runs it. The
+/// `--format` help names the commands that render each format, as the catalogue says.
+#[test]
+fn the_command_catalogue_is_every_subcommand_and_format_help_agrees() {
+    use clap::ValueEnum;
+    use fabprobe::cli::{COMMANDS, Format};
+    let mut clap: Vec<String> = fabprobe::cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    let mut table: Vec<String> = COMMANDS.iter().map(|c| c.name.to_string()).collect();
+    clap.sort();
+    table.sort();
+    assert_eq!(clap, table, "clap's subcommands against fabprobe::cli::COMMANDS");
+    for f in [Format::Prom, Format::NcclXml] {
+        let help = f.to_possible_value().unwrap().get_help().unwrap().to_string();
+        for c in COMMANDS {
+            let listed = help.contains(&format!("{},", c.name))
+                || help.contains(&format!("{})", c.name))
+                || help.contains(&format!("({} ", c.name));
+            assert_eq!(listed, c.formats.contains(&f), "{} in --format {}'s help: {help}", c.name, f.name());
+        }
+    }
 }

@@ -5,6 +5,8 @@
 //! one after it). Every command, in each of its formats, on fixtures with faults (exit 1
 //! when read whole) and without devices.
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -24,16 +26,8 @@ fn s(v: &[&str]) -> Vec<String> {
 fn probe_commands(fx: &str) -> Vec<Vec<String>> {
     let root = fixture(fx);
     let mut out = Vec::new();
-    for (cmd, formats) in [
-        ("topo", &["table", "json", "nccl-xml"][..]),
-        ("gids", &["table", "json", "prom"]),
-        ("links", &["table", "json", "prom"]),
-        ("gdr", &["table", "json"]),
-        ("qos", &["table", "json", "prom"]),
-        ("nccl-env", &["table", "json"]),
-        ("check", &["table", "json", "prom"]),
-    ] {
-        for f in formats {
+    for cmd in common::host_commands() {
+        for f in common::formats(cmd) {
             // -v: the command logs to stderr too, which the second case closes as well.
             out.push(s(&["-v", "--root", &root, "--format", f, cmd]));
         }

@@ -136,7 +136,7 @@ fn assert_none(bad: Vec<String>) {
 fn every_fixture_report_fits_80_columns() {
     let mut bad = Vec::new();
     for f in fixtures() {
-        for cmd in ["check", "gids", "links", "gdr", "qos", "nccl-env"] {
+        for cmd in common::host_commands().into_iter().filter(|c| *c != "topo") {
             let out = run(&["--root", &f, cmd], 80, None);
             bad.extend(too_wide(&format!("{f} {cmd}"), &out, 80));
         }

@@ -2,6 +2,8 @@
 //! node (issue 21): `--root` that is not a snapshot, a `--baseline` of another host or from
 //! after the report.
 
+mod common;
+
 use std::process::Command;
 
 fn run(args: &[&str]) -> (String, String, i32) {
@@ -21,19 +23,11 @@ fn run(args: &[&str]) -> (String, String, i32) {
 fn root_without_sys_is_not_a_snapshot_for_every_command() {
     let tmp = tempfile::tempdir().unwrap();
     let empty = tmp.path().to_str().unwrap();
-    let commands: &[&[&str]] = &[
-        &["topo"],
-        &["gids"],
-        &["links"],
-        &["gdr"],
-        &["qos"],
-        &["nccl-env"],
-        &["check"],
-    ];
+    let commands: Vec<[&str; 1]> = common::host_commands().into_iter().map(|c| [c]).collect();
     // Every command that takes --root (snapshot, ring, sweep, nccl-log refuse it), on an
     // empty directory and on the fixtures directory (one level too high).
     for root in [empty, "fixtures"] {
-        for c in commands {
+        for c in &commands {
             let mut args = vec!["--root", root];
             args.extend_from_slice(c);
             let (stdout, err, code) = run(&args);

@@ -149,7 +149,7 @@ fn probes_and_check_document_every_field_they_write() {
     let later = format!("{ROOT}/fixtures/ib-degraded-later");
     let before = format!("{ROOT}/fixtures/ib-degraded");
     let mut bad = Vec::new();
-    for cmd in ["topo", "gids", "links", "gdr", "qos", "nccl-env", "check"] {
+    for cmd in common::host_commands() {
         let mut reports: Vec<Vec<u8>> = fixtures()
             .iter()
             .map(|f| run(&["--root", f, "--format", "json", cmd]))
@@ -203,4 +203,43 @@ fn ring_documents_every_field_it_writes() {
     }
     let bad = undocumented("ring", &reports);
     assert!(bad.is_empty(), "fields written but not in --help's JSON DATA:\n{}", bad.join("\n"));
+}
+
+/// Every evidence key the ring's code can write (`insert("key".into(), ...)` anywhere under
+/// `src/ring`, outside test code) is named in `ring`'s JSON DATA, whether or not a run or a
+/// recorded report here happened to produce the verdict that writes it (a hang, a lost rank,
+/// a link error need a lab or a fault).
+#[test]
+fn ring_documents_every_evidence_key_its_code_writes() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut srcs = Vec::new();
+    walk(&Path::new(ROOT).join("src/ring"), &mut srcs);
+    srcs.sort();
+    let words = documented("ring");
+    let key = regex::Regex::new(r#"\binsert\(\s*"([a-z][a-z0-9_]*)"\.into\(\)"#).unwrap();
+    let mut bad = BTreeSet::new();
+    for p in srcs {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        // Unit tests sit at the end of a file, after `#[cfg(test)]`.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for c in key.captures_iter(code) {
+            if !named(&words, &c[1]) {
+                bad.insert(format!("ring: `{}` ({})", &c[1], p.strip_prefix(ROOT).unwrap().display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "evidence keys written but not in ring --help's JSON DATA:\n{}", bad.into_iter().collect::<Vec<_>>().join("\n"));
 }

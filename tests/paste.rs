@@ -4,6 +4,8 @@
 //! the last ending ` \`), and no fix line shows a backtick; a line to add to a file is said
 //! to be one (`add to /etc/...:`), not shown as a command.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -12,7 +14,6 @@ use fabprobe::render::remedy::{Part, parts, shell_words};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
-const PROBES: &[&str] = &["gdr", "qos", "links", "gids", "nccl-env", "topo"];
 
 fn names(dir: &str, ext: Option<&str>) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join(dir))
@@ -48,7 +49,7 @@ fn runs() -> Vec<(String, Vec<String>, String)> {
             .iter()
             .map(|p| vec!["check".to_string(), "--policy".to_string(), p.clone()])
             .collect();
-        cmds.extend(PROBES.iter().map(|p| vec![p.to_string()]));
+        cmds.extend(common::probes().iter().map(|p| vec![p.to_string()]));
         for cmd in cmds {
             let mut args = vec!["--root", fx.as_str()];
             args.extend(cmd.iter().map(String::as_str));

@@ -4,12 +4,11 @@
 //! `subject` label is a finding's subject, rendered rates say `Gb/s` (the kernel's
 //! `Gb/sec` string stays verbatim in the data), and counts agree with their nouns.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-const PROBES: &[&str] = &["topo", "gids", "links", "gdr", "qos", "nccl-env"];
-/// The probes that write Prometheus text.
-const PROM_PROBES: &[&str] = &["gids", "links", "qos", "nccl-env"];
 
 /// A subject that names one device twice: a matrix label beside the kernel's name or the
 /// PCI address (`NIC3 (mlx5_3) 0000:58:00.0`, `GPU3 0000:b2:00.0`). A device is its one
@@ -224,7 +223,7 @@ fn every_command_spells_each_subject_one_way() {
         let mut texts: Vec<(String, String)> = Vec::new();
         // Each probe's subjects by finding id.
         let mut probe_subjects: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for cmd in PROBES {
+        for cmd in common::probes() {
             let json = run(&["--root", &root, "--format", "json", cmd]);
             let v: serde_json::Value = serde_json::from_str(&json).unwrap();
             let mut own: BTreeSet<String> = BTreeSet::new();
@@ -247,7 +246,7 @@ fn every_command_spells_each_subject_one_way() {
                     problems.push(format!("{fx} {cmd}: a message renders the kernel's unit: {m}"));
                 }
             }
-            if PROM_PROBES.contains(cmd) {
+            if common::formats(cmd).contains(&"prom") {
                 let prom = run(&["--root", &root, "--format", "prom", cmd]);
                 for l in prom.lines().filter(|l| l.contains("subject=\"")) {
                     let s = l.split("subject=\"").nth(1).unwrap().split('"').next().unwrap();

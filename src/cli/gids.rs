@@ -72,7 +72,7 @@ PROMETHEUS (--format prom)
   --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("gids", &[Format::Table, Format::Json, Format::Prom])?;
+    let fmt = g.require_format("gids")?;
     if a.show_gids && fmt != Format::Table {
         return Err(UsageError(
             "--show-gids prints show_gids' own text; it cannot be combined with --format".into(),

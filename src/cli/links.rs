@@ -89,7 +89,7 @@ PROMETHEUS (--format prom)
   --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("links", &[Format::Table, Format::Json, Format::Prom])?;
+    let fmt = g.require_format("links")?;
     let host = open_host(g)?;
     let mut report = links::probe(&host);
     if let Some(secs) = a.interval {

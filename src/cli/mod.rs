@@ -162,7 +162,7 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
         "fabprobe" => {
             "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev for the command; nccl-log given no NCCL line), neither a pass nor a fault"
         }
-        "topo" | "gids" | "links" | "gdr" | "qos" | "nccl-env" => {
+        k if command_info(k).is_some_and(|c| c.input == Input::Host) => {
             "unknown: nothing to judge (no GPU, RDMA device or RoCE netdev showed up for the command), never a pass"
         }
         _ => {
@@ -255,9 +255,59 @@ impl Format {
     }
 }
 
+/// What a command reads: the tests that must run every command of a kind (every host probe
+/// on every fixture, every command on a closed pipe) take their lists from [`COMMANDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// One host's sysfs, live or a snapshot (`--root`): the probes and `check`.
+    Host,
+    /// Saved reports or NCCL logs, files or stdin.
+    Files,
+    /// Other ranks over the network.
+    Network,
+    /// Nothing to judge: docs, completions, a capture.
+    Tooling,
+}
+
+/// One subcommand: its name, what it reads and the formats it renders.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandInfo {
+    pub name: &'static str,
+    pub input: Input,
+    pub formats: &'static [Format],
+}
+
+const TJP: &[Format] = &[Format::Table, Format::Json, Format::Prom];
+const TJ: &[Format] = &[Format::Table, Format::Json];
+
+/// Every subcommand, in `--help`'s order; a test holds it equal to the clap definition, so a
+/// new command is entered here, and with that every test that runs "every command" runs it.
+pub const COMMANDS: &[CommandInfo] = &[
+    CommandInfo { name: "check", input: Input::Host, formats: TJP },
+    CommandInfo { name: "gdr", input: Input::Host, formats: TJ },
+    CommandInfo { name: "gids", input: Input::Host, formats: TJP },
+    CommandInfo { name: "links", input: Input::Host, formats: TJP },
+    CommandInfo { name: "qos", input: Input::Host, formats: TJP },
+    CommandInfo { name: "nccl-env", input: Input::Host, formats: TJP },
+    CommandInfo { name: "nccl-log", input: Input::Files, formats: TJ },
+    CommandInfo { name: "ring", input: Input::Network, formats: TJ },
+    CommandInfo { name: "report", input: Input::Files, formats: &[Format::Table] },
+    CommandInfo { name: "snapshot", input: Input::Tooling, formats: &[Format::Table] },
+    CommandInfo { name: "sweep", input: Input::Files, formats: TJP },
+    CommandInfo { name: "topo", input: Input::Host, formats: &[Format::Table, Format::Json, Format::NcclXml] },
+    CommandInfo { name: "completions", input: Input::Tooling, formats: &[Format::Table] },
+    CommandInfo { name: "gen-docs", input: Input::Tooling, formats: &[Format::Table] },
+];
+
+/// The entry of `name` in [`COMMANDS`].
+pub fn command_info(name: &str) -> Option<&'static CommandInfo> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
 impl GlobalArgs {
-    /// Refuse a format the command does not render, naming the ones it does.
-    pub fn require_format(&self, command: &str, allowed: &[Format]) -> anyhow::Result<Format> {
+    /// Refuse a format the command does not render ([`COMMANDS`]), naming the ones it does.
+    pub fn require_format(&self, command: &str) -> anyhow::Result<Format> {
+        let allowed = command_info(command).map_or(&[Format::Table][..], |c| c.formats);
         if allowed.contains(&self.format) {
             return Ok(self.format);
         }

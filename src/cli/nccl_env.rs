@@ -72,7 +72,7 @@ JSON DATA (fabprobe.nccl-env)
    \"topo_file\": {\"path\", \"from_env\", \"exists\"}}";
 
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-env", &[Format::Table, Format::Json, Format::Prom])?;
+    let fmt = g.require_format("nccl-env")?;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let report = nccl_env::probe(&host, &nccl);

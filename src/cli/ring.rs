@@ -338,6 +338,11 @@ JSON DATA (fabprobe.ring)
              threshold_gbs, median_fraction and line_rate_fraction (the thresholds' fractions
              it was judged by), partners and incoming_gbs or outgoing_gbs (a slow egress or
              ingress: how many links it has that way, the median of the other way),
+             others_slowest_gbs and fastest_sample_gbs (a slow egress or ingress told by
+             separation: the other nodes' slowest link, the node's own fastest sample),
+             ambiguous (true: too few scan orders to tell the link from its ends),
+             not_run_on_ranks (a rail_missing whose rail needs every node: the ranks that
+             have the rail, where it did not run either),
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
              was runnable but waited for a CPU, from schedstat; not with --local); phase,
              step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
@@ -673,7 +678,7 @@ static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::
 static REPORT_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("ring", &[Format::Table, Format::Json])?;
+    let fmt = g.require_format("ring")?;
     super::delivery::catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(

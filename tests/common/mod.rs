@@ -110,3 +110,23 @@ pub fn fixture_names() -> Vec<String> {
     v.sort();
     v
 }
+
+/// The commands that read one host (`--root`: the probes and `check`), from the CLI's own
+/// catalogue (`fabprobe::cli::COMMANDS`), so a new one is run by every test that runs them
+/// all.
+pub fn host_commands() -> Vec<&'static str> {
+    use fabprobe::cli::{COMMANDS, Input};
+    COMMANDS.iter().filter(|c| c.input == Input::Host).map(|c| c.name).collect()
+}
+
+/// The host probes: [`host_commands`] without `check`.
+pub fn probes() -> Vec<&'static str> {
+    host_commands().into_iter().filter(|c| *c != "check").collect()
+}
+
+/// The `--format` names `command` renders.
+pub fn formats(command: &str) -> Vec<&'static str> {
+    fabprobe::cli::command_info(command)
+        .map(|c| c.formats.iter().map(|f| f.name()).collect())
+        .unwrap_or_default()
+}
