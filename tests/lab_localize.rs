@@ -11,7 +11,7 @@ mod lab;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, json, text};
+use lab::{Lab, LabOpts, json, runs, text};
 use nix::sys::signal::Signal;
 
 /// --timeout of the hang cases, and the bound on the whole run after the fault: the data
@@ -118,22 +118,58 @@ fn slow_egress_of_one_node_is_named() {
 /// for its load.
 #[test]
 fn a_cpu_starved_rank_is_not_judged() {
-    let Some(lab) = Lab::new(
-        "cpu_starved",
+    for run in 0..runs(1) {
+        let mut args = SCAN_ARGS.to_vec();
+        // 1 MiB per sample: the starved rank moves a few MB/s.
+        args[2] = "1M";
+        let Some(o) = starved_run("cpu_starved", &args) else {
+            return;
+        };
+        let j = json(&o.stdout);
+        assert!(verdicts(&o).is_empty(), "run {run}: {}", text(&o.stdout));
+        assert_eq!(o.status.code(), Some(0), "run {run}: {}", text(&o.stderr));
+        let nj = j["data"]["scan"]["not_judged"].as_array().unwrap();
+        not_judged_for_rank_2(run, nj, &j["data"]["scan"]);
+    }
+}
+
+/// Every not-judged would-be verdict is set aside as CPU-bound and says so; one at least
+/// names rank 2 and its wait. Another rank's slow figure, or a stall, may be set aside
+/// beside it on a loaded machine (the starved rank's hog shares a core with whatever else
+/// runs there, and a stall is set aside whatever link it is on): unknown, never a verdict,
+/// and each names the ranks that waited for a CPU.
+fn not_judged_for_rank_2(run: usize, nj: &[serde_json::Value], all: &serde_json::Value) {
+    assert!(!nj.is_empty(), "run {run}: {all}");
+    for v in nj {
+        assert_eq!(v["evidence"]["not_judged"], "cpu_bound", "run {run}: {v}");
+        let m = v["message"].as_str().unwrap();
+        assert!(m.starts_with("NOT JUDGED (CPU-bound host): "), "run {run}: {v}");
+        assert!(m.contains("waited for a CPU"), "run {run}: {v}");
+    }
+    assert!(
+        nj.iter().any(|v| (v["from_rank"] == 2 || v["to_rank"] == 2)
+            && (v["evidence"]["cpu_wait_rank_2"].as_f64().is_some()
+                || v["message"].as_str().unwrap().contains("rank 2 (node-c)"))),
+        "run {run}: no not-judged figure names rank 2: {all}"
+    );
+}
+
+/// `fabprobe ring` with `args` over 4 nodes, rank 2 starved of CPU: pinned with a CPU hog
+/// to one core as SCHED_IDLE (a niced rank still gets a CPU on each wakeup; SCHED_IDLE
+/// does not), so its links are slow because it waits for a CPU, not for the network.
+/// Rank 0's output.
+fn starved_run(name: &str, args: &[&str]) -> Option<Output> {
+    let lab = Lab::new(
+        name,
         LabOpts {
             nodes: 4,
             rate: Some("1gbit".into()),
         },
-    ) else {
-        return;
-    };
+    )?;
     lab.spawn_program(2, "taskset", &["-c", "0", "sh", "-c", "while :; do :; done"]);
     let ids: Vec<usize> = (0..4)
         .map(|r| {
-            // 1 MiB per sample: the starved rank moves a few MB/s.
-            let mut args = SCAN_ARGS;
-            args[2] = "1M";
-            let a = lab.ring_args(r, 4, "cpu_starved", &args);
+            let a = lab.ring_args(r, 4, name, args);
             let a: Vec<&str> = a.iter().map(String::as_str).collect();
             if r == 2 {
                 let w: Vec<&str> = ["-c", "0", lab::BIN].into_iter().chain(a).collect();
@@ -154,27 +190,49 @@ fn a_cpu_starved_rank_is_not_judged() {
         .expect("chrt");
     assert!(st.success(), "chrt -i -a -p 0 {pid}: {st}");
     // The starved rank crawls: its scan orders (and their re-check) take seconds each.
-    let outs: Vec<Output> = ids
+    let mut outs: Vec<Output> = ids
         .iter()
         .map(|&id| lab.wait(id, Duration::from_secs(120)).0)
         .collect();
-    let o = &outs[0];
-    let j = json(&o.stdout);
-    assert!(verdicts(o).is_empty(), "{}", text(&o.stdout));
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let nj = j["data"]["scan"]["not_judged"].as_array().unwrap();
-    assert!(!nj.is_empty(), "{}", j["data"]["scan"]);
-    for v in nj {
-        assert_eq!(v["evidence"]["not_judged"], "cpu_bound", "{v}");
-        assert!(v["from_rank"] == 2 || v["to_rank"] == 2, "{v}");
-        assert!(v["evidence"]["cpu_wait_rank_2"].as_f64().is_some(), "{v}");
-        assert!(
-            v["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("NOT JUDGED (CPU-bound host): "),
-            "{v}"
-        );
+    Some(outs.swap_remove(0))
+}
+
+/// Issue 45, `--no-scan`: the sweep alone (4 MiB, 10 iterations: 40 s with rank 2
+/// starved as above). Its links' waits are its host's: no verdict names a link or a rank
+/// for them (exit 0), and whatever the sweep measured as a stall is listed as not judged
+/// (`data.not_judged`), naming rank 2's wait for a CPU from its heartbeats. The not-judged
+/// path itself is proven by `stall`'s unit tests: no run here has made a stall yet.
+#[test]
+fn a_cpu_starved_rank_in_the_sweep_is_not_judged() {
+    for run in 0..runs(1) {
+        let args = [
+            "--no-scan",
+            "-b",
+            "4M",
+            "-e",
+            "4M",
+            "-n",
+            "10",
+            "-w",
+            "1",
+            "--timeout",
+            "60",
+            "--format",
+            "json",
+        ];
+        let Some(o) = starved_run("cpu_starved_sweep", &args) else {
+            return;
+        };
+        let j = json(&o.stdout);
+        assert!(verdicts(&o).is_empty(), "run {run}: {}\n{}", text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "run {run}: {}", text(&o.stderr));
+        // A stall the starvation made (none in the runs so far: the ring's subtraction of
+        // each sender's own waits already gives the starved rank's wait back to it) is set
+        // aside, never judged.
+        if let Some(nj) = j["data"]["not_judged"].as_array() {
+            not_judged_for_rank_2(run, nj, &j["data"]);
+        }
+        assert!(j["data"]["scan"].is_null(), "run {run}");
     }
 }
 

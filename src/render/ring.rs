@@ -162,7 +162,11 @@ fn verdicts(o: &mut String, r: &RingReport) {
         line(wrapped(text::wrap("", &f.message, 2)));
     }
     // Unknown, not healthy: said after any verdict and instead of "no slow link".
-    let not_judged: Vec<&Verdict> = scans(r).flat_map(|s| &s.not_judged).collect();
+    let not_judged: Vec<&Verdict> = r
+        .not_judged
+        .iter()
+        .chain(scans(r).flat_map(|s| &s.not_judged))
+        .collect();
     for v in &not_judged {
         line(wrapped(text::wrap("", &v.message, 2)));
         if let Some(n) = &v.next {
@@ -1014,6 +1018,7 @@ mod tests {
             }],
             scan: None,
             verdicts: vec![],
+            not_judged: vec![],
             error: None,
             port_counters: vec![],
         }
@@ -1139,6 +1144,7 @@ mod tests {
             verdicts: vec![],
             cleared_by_recheck: vec![],
             cpu_bound: Default::default(),
+            stalls: vec![],
         }
     }
 

@@ -149,6 +149,7 @@ pub fn job_report(
         events: rails.iter().flat_map(|(_, r)| r.events.iter().cloned()).collect(),
         scan: None,
         verdicts,
+        not_judged: rails.iter().flat_map(|(_, r)| r.not_judged.iter().cloned()).collect(),
         error: (!errs.is_empty()).then(|| errs.join("; ")),
         port_counters,
         rails: rail_reports(
@@ -883,6 +884,7 @@ mod tests {
             events: vec![],
             scan: None,
             verdicts,
+            not_judged: vec![],
             error: None,
             port_counters: vec![],
             rails: vec![],

@@ -101,6 +101,10 @@ pub struct RingReport {
     pub scan: Option<ScanReport>,
     /// What the watchdog and the scan concluded; empty on a healthy run.
     pub verdicts: Vec<Verdict>,
+    /// Would-be verdicts of the sweep that a host starved of CPU could explain, in a run
+    /// without a scan (with one they are the scan's `not_judged`): unknown, not verdicts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<Verdict>,
     /// Why the run ended early (partial results above), or null.
     pub error: Option<String>,
     /// RDMA port counters (errors, retransmissions, pauses, CNPs) that moved during the run
@@ -164,7 +168,7 @@ impl RingReport {
         for l in &mut self.links {
             (l.from_rank, l.to_rank) = (node(l.from_rank), node(l.to_rank));
         }
-        let verdicts = self.verdicts.iter_mut().chain(
+        let verdicts = self.verdicts.iter_mut().chain(self.not_judged.iter_mut()).chain(
             self.scan
                 .iter_mut()
                 .flat_map(|s| s.not_judged.iter_mut().chain(s.unconfirmed.iter_mut()).chain(s.verdicts.iter_mut())),

@@ -378,6 +378,7 @@ fn job_outcome(
         events: crep.events,
         scan: crep.scan,
         verdicts,
+        not_judged: crep.not_judged,
         error,
         port_counters: crep.port_counters.into_values().flatten().collect(),
         rails: Vec::new(),
@@ -1401,6 +1402,7 @@ mod tests {
             events: vec![],
             scan: None,
             verdicts: vec![],
+            not_judged: vec![],
             error,
             port_counters: vec![],
         };

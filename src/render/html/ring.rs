@@ -28,6 +28,9 @@ struct Ring {
     #[serde(default)]
     links: Vec<Hop>,
     scan: Option<Scan>,
+    /// The sweep's not-judged stalls in a run without a scan.
+    #[serde(default)]
+    not_judged: Vec<Verdict>,
     #[serde(default)]
     verdicts: Vec<Verdict>,
     error: Option<String>,
@@ -157,7 +160,7 @@ struct Rail {
 pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
     let r: Ring = e.view("data", e.data)?;
     let failed = !r.verdicts.is_empty() || r.error.is_some() || wrong_total(&r) > 0;
-    let unknown = scans(&r).any(|s| !s.not_judged.is_empty()) || r.rails.iter().any(|x| x.not_tested.is_some());
+    let unknown = !all_not_judged(&r).is_empty() || r.rails.iter().any(|x| x.not_tested.is_some());
     let class = if failed { "fail" } else if unknown { "unknown" } else { "pass" };
     let single_rate = r.scan.as_ref().and_then(line_rate);
     Ok(html! {
@@ -228,6 +231,11 @@ fn wrong_total(r: &Ring) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
+/// Every not-judged would-be verdict: the scans' and the sweep's without a scan.
+fn all_not_judged(r: &Ring) -> Vec<&Verdict> {
+    r.not_judged.iter().chain(scans(r).flat_map(|s| &s.not_judged)).collect()
+}
+
 fn scans(r: &Ring) -> impl Iterator<Item = &Scan> {
     r.scan.iter().chain(r.rails.iter().filter_map(|x| x.scan.as_ref()))
 }
@@ -246,7 +254,7 @@ fn rank_label(r: &Ring, rank: u32) -> String {
 
 /// The lines the text report leads with, in its words (render::ring's `verdicts`).
 fn verdict_lines(r: &Ring) -> Markup {
-    let not_judged: Vec<&Verdict> = scans(r).flat_map(|s| &s.not_judged).collect();
+    let not_judged = all_not_judged(r);
     html! {
         @for v in &r.verdicts {
             p.verdict { (v.message) }

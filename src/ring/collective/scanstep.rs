@@ -3,7 +3,7 @@
 //! coordinator's side (which order runs next) is `diagnosis::driver`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::ring::collective::allreduce::{Progress, RingError};
@@ -99,6 +99,7 @@ pub fn run_order(
         abort,
         on_stuck,
         stop: AtomicBool::new(false),
+        first_stuck: AtomicU8::new(NOT_STUCK),
     };
     // The CPU this rank's threads waited for during the order: the process's threads that
     // live through it (this one, the transport's), plus the sender's own below.
@@ -118,7 +119,11 @@ pub fn run_order(
         }
         v
     });
-    let out = first_cause(sent, got);
+    let out = first_cause(
+        sent,
+        got,
+        order.first_stuck.load(Ordering::Relaxed) == STUCK_SENDING,
+    );
     // A stuck order's heartbeats go on naming the wait its stuck report named, as a stuck
     // channel's do: a rank that reported a wait and then read as waiting on nobody would be
     // judged stalled, its stuck report overwritten.
@@ -171,14 +176,17 @@ fn open_links(
 }
 
 /// Both ends' errors, as one: a real cause (a stuck wait, a closed link) beats the echo of
-/// the other side's stop.
+/// the other side's stop; of two stuck waits, the one reported first (`sender_first`), which
+/// the heartbeats then go on naming.
 fn first_cause(
     sent: Result<(), RingError>,
     got: Result<Vec<LinkSample>, RingError>,
+    sender_first: bool,
 ) -> Result<Vec<LinkSample>, RingError> {
     match (sent, got) {
         (Ok(()), Ok(v)) => Ok(v),
-        (Err(e @ RingError::Stuck(..)), _) | (_, Err(e @ RingError::Stuck(..))) => Err(e),
+        (Err(e @ RingError::Stuck(..)), Err(RingError::Stuck(..))) if sender_first => Err(e),
+        (_, Err(e @ RingError::Stuck(..))) | (Err(e @ RingError::Stuck(..)), _) => Err(e),
         (_, Err(e)) if !matches!(e, RingError::Aborted(_)) => Err(e),
         (Err(e), _) => Err(e),
         (_, Err(e)) => Err(e),
@@ -198,7 +206,15 @@ struct Order<'a> {
     abort: &'a AbortFlag,
     on_stuck: &'a (dyn Fn(&WaitReport) + Sync),
     stop: AtomicBool,
+    /// Which direction passed its deadline first ([`STUCK_SENDING`], [`STUCK_RECEIVING`]):
+    /// only it reports, so the coordinator reads one wait from this rank, the one its
+    /// heartbeats go on naming.
+    first_stuck: AtomicU8,
 }
+
+const NOT_STUCK: u8 = 0;
+const STUCK_SENDING: u8 = 1;
+const STUCK_RECEIVING: u8 = 2;
 
 /// What the sender and the receiver of an order ended with, and the sender thread's CPU wait.
 type BothWays = (
@@ -261,7 +277,14 @@ impl Order<'_> {
         w.step = self.index;
         w.waiting_on = Some(peer);
         w.waiting_to_receive = receive;
-        (self.on_stuck)(&w);
+        let dir = if receive { STUCK_RECEIVING } else { STUCK_SENDING };
+        let first = self
+            .first_stuck
+            .compare_exchange(NOT_STUCK, dir, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if first {
+            (self.on_stuck)(&w);
+        }
         RingError::Stuck(Box::new(w), e)
     }
 
@@ -384,7 +407,14 @@ mod tests {
 
     /// Order `INDEX` (shift 1) on a two-rank in-process network, each rank in its own thread:
     /// each rank's result, what it reported stuck, and its heartbeat after the order.
+    /// Each rank's links stay open until both ranks are done (a rank that closed its
+    /// links would end its peer's wait with a closed link, not its deadline), and a sender
+    /// has a slot for every chunk of the order (2 x 16), so no send waits on its receiver:
+    /// however late the load schedules either rank's threads, the only wait that can pass a
+    /// deadline is a receive the fault starves.
     fn two_ranks(net: &InprocNet) -> Vec<RankRun> {
+        let both_done = std::sync::Barrier::new(2);
+        let both_done = &both_done;
         std::thread::scope(|sc| {
             let runs: Vec<_> = (0..2u32)
                 .map(|me| {
@@ -396,7 +426,7 @@ mod tests {
                             token: "t",
                             table: &[],
                             shared_transport: None,
-                            slots: 4,
+                            slots: 32,
                             slot_bytes: 4096,
                             // Long enough that a loaded machine never makes a healthy wait late.
                             timeout: Duration::from_secs(2),
@@ -418,7 +448,10 @@ mod tests {
                             &abort,
                             &on_stuck,
                         );
-                        (got, stuck.into_inner().unwrap(), progress.report(me, 0))
+                        let beat = progress.report(me, 0);
+                        both_done.wait();
+                        drop(links);
+                        (got, stuck.into_inner().unwrap(), beat)
                     })
                 })
                 .collect();
@@ -459,9 +492,47 @@ mod tests {
             "{:?}",
             got.as_ref().err()
         );
-        let w = stuck.first().expect("rank 1 reported its wait");
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        let w = &stuck[0];
         assert_eq!((w.waiting_on, w.waiting_to_receive), (Some(0), true));
         assert_eq!((beat.waiting_on, beat.waiting_to_receive), (Some(0), true));
         assert_eq!(beat.phase, Phase::Scan);
+        // Rank 0 sent into the black hole without waiting and received all of rank 1's.
+        assert!(
+            runs[0].0.is_ok() && runs[0].1.is_empty(),
+            "{:?}",
+            runs[0].0.as_ref().err()
+        );
+    }
+
+    /// Both directions of a rank stuck: the one that passed its deadline first is the
+    /// order's cause, the wait its stuck report named and its heartbeats go on naming.
+    #[test]
+    fn of_two_stuck_waits_the_first_reported_is_the_cause() {
+        let stuck = |receive: bool| {
+            let mut w = Progress::default().report(1, 0);
+            (w.waiting_on, w.waiting_to_receive) = (Some(0), receive);
+            let e = TransportError::Timeout {
+                peer: "rank 0".into(),
+                dir: if receive { "from" } else { "to" },
+            };
+            RingError::Stuck(Box::new(w), e)
+        };
+        for sender_first in [true, false] {
+            match first_cause(Err(stuck(false)), Err(stuck(true)), sender_first) {
+                Err(RingError::Stuck(w, _)) => assert_eq!(w.waiting_to_receive, !sender_first),
+                other => panic!("{:?}", other.err()),
+            }
+        }
+        // One stuck, the other stopped for it: the stuck one, whichever it is.
+        let aborted = || RingError::Aborted("the other direction of this scan order failed".into());
+        for sender_first in [true, false] {
+            assert!(
+                matches!(first_cause(Err(aborted()), Err(stuck(true)), sender_first), Err(RingError::Stuck(w, _)) if w.waiting_to_receive)
+            );
+            assert!(
+                matches!(first_cause(Err(stuck(false)), Err(aborted()), sender_first), Err(RingError::Stuck(w, _)) if !w.waiting_to_receive)
+            );
+        }
     }
 }

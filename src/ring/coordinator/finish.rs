@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use super::judge::{note_counters, verdict_reason};
 use super::*;
 use crate::ring::control::{Happening, frame};
-use crate::ring::diagnosis::{flap, localize, stall};
+use crate::ring::diagnosis::stall::{self, Stall};
+use crate::ring::diagnosis::{flap, localize};
 use crate::ring::model::{ChunkWaits, LinkSample, Rank, Verdict, VerdictKind};
 use crate::ring::wire::Msg;
 
@@ -38,12 +39,7 @@ impl Serve<'_> {
                 rep.verdicts.push(v);
             }
         }
-        self.sweep_stalls(rep);
-        // A port that flapped is said beside whatever else was measured (issue 45); the
-        // connections it stalled are its own.
-        let mut flaps = flap::verdicts(&rep.port_counters, &rep.ranks);
-        flap::absorb_stalls(&mut flaps, &mut rep.verdicts);
-        rep.verdicts.extend(flaps);
+        self.weigh_at_end(rep);
         match self.first_failure.take() {
             Some(reason) => {
                 self.tell_all(
@@ -87,33 +83,61 @@ impl Serve<'_> {
         self.close_gently(Instant::now() + Duration::from_secs(1));
     }
 
-    /// Stalls inside the sweep's connections (issue 45), when the scan named none (its new
-    /// connections met the same fault first); beside a rank the scan found starved of CPU
-    /// they are set aside with the scan's slow figures.
-    fn sweep_stalls(&self, rep: &mut CoordinatorReport) {
-        let in_scan = rep
-            .scan
-            .iter()
-            .flat_map(|s| s.verdicts.iter().chain(&s.not_judged))
-            .any(|v| v.kind == VerdictKind::ConnectionStall);
-        if in_scan {
-            return;
+    /// The verdicts weighed at the end (issue 45), each beside the typed stalls it was built
+    /// from: the sweep's stalls joined to the scan's ([`stall::merge_sweep`]), then a port
+    /// that flapped said beside whatever else was measured, taking what its flap explains
+    /// ([`flap::absorb`]). The scan's own list keeps only what stayed (the report adds
+    /// back any scan verdict it lacks).
+    fn weigh_at_end(&self, rep: &mut CoordinatorReport) {
+        let scan_stalls = rep.scan.as_ref().map(|s| s.stalls.clone()).unwrap_or_default();
+        let mut weighed: Vec<(Verdict, Vec<Stall>)> = std::mem::take(&mut rep.verdicts)
+            .into_iter()
+            .map(|v| {
+                let links = match v.kind {
+                    VerdictKind::ConnectionStall => scan_stalls.clone(),
+                    _ => Vec::new(),
+                };
+                (v, links)
+            })
+            .collect();
+        if let Some(sweep) = self.sweep_stall(rep) {
+            stall::merge_sweep(&mut weighed, sweep, &rep.ranks);
         }
+        let mut flaps = flap::verdicts(&rep.port_counters, &rep.ranks);
+        rep.verdicts = flap::absorb(&mut flaps, weighed, &rep.ranks);
+        rep.verdicts.extend(flaps);
+        if let Some(s) = rep.scan.as_mut() {
+            s.verdicts.retain(|v| rep.verdicts.contains(v));
+        }
+    }
+
+    /// The sweep's stall verdict, with the stalls it was built from, to be judged; where a
+    /// starved host could explain its silences (the scan's CPU-bound ranks, or a rank's
+    /// heartbeats that waited for a CPU for as long: [`stall::cpu_explains`]), it is set
+    /// aside as not judged instead (beside the scan's, or the run's own list without one).
+    fn sweep_stall(&self, rep: &mut CoordinatorReport) -> Option<(Verdict, Vec<Stall>)> {
         let hops: Vec<LinkSample> = rep.results.iter().flat_map(|r| r.links.clone()).collect();
         let waits: BTreeMap<Rank, Vec<ChunkWaits>> = rep
             .results
             .iter()
             .map(|r| (r.rank, r.chunk_waits.clone()))
             .collect();
-        let stalls = stall::sweep_verdicts(self.cfg.world, &hops, &waits, &rep.ranks);
-        match rep.scan.as_mut() {
-            Some(s) if !s.cpu_bound.is_empty() => s.not_judged.extend(
-                stalls
-                    .into_iter()
-                    .map(|v| localize::set_aside(v, &s.cpu_bound, &rep.ranks)),
-            ),
-            _ => rep.verdicts.extend(stalls),
+        let hops = stall::sweep_hops(self.cfg.world, &hops, &waits);
+        let stalls = stall::stalls(&hops);
+        let scan_bound = rep.scan.as_ref().map(|s| s.cpu_bound.clone()).unwrap_or_default();
+        let (judged, explained, starved) = match scan_bound.is_empty() {
+            true => stall::cpu_split(&stalls, &rep.sweep_cpu),
+            false => (Vec::new(), stalls, scan_bound),
+        };
+        if let Some(v) = stall::of_stalls(&explained, &hops, &[], &rep.ranks).pop() {
+            let v = localize::set_aside(v, &starved, &rep.ranks);
+            match rep.scan.as_mut() {
+                Some(s) => s.not_judged.push(v),
+                None => rep.not_judged.push(v),
+            }
         }
+        let v = stall::of_stalls(&judged, &hops, &[], &rep.ranks).pop()?;
+        Some((v, judged))
     }
 
     /// Half-close every connection (a FIN after the last message) and read what the ranks

@@ -8,7 +8,7 @@ use super::serve::OWN_INTERRUPT_WAIT;
 use super::*;
 use crate::ring::control::frame;
 use crate::ring::diagnosis::driver::Step;
-use crate::ring::model::{CounterMove, LinkFault, Rank};
+use crate::ring::model::{CounterMove, LinkFault, Phase, Rank};
 use crate::ring::orders::{self};
 use crate::ring::wire::{Msg, RankResults, RowResult, WireError};
 use crate::text::printable;
@@ -87,6 +87,14 @@ impl Serve<'_> {
                 }
             }
             Msg::Heartbeat(w) => {
+                // The sweep's phases: the scan and link setup have their own figures.
+                let sweep = matches!(
+                    w.phase,
+                    Phase::Prepare | Phase::Between | Phase::Check | Phase::ReduceScatter | Phase::AllGather
+                );
+                if let Some(c) = w.cpu.filter(|_| sweep) {
+                    rep.sweep_cpu.entry(r).or_default().add(c);
+                }
                 if let Some(prev) = rep.last_heartbeat.insert(r, w) {
                     rep.previous_heartbeat.insert(r, prev);
                 }

@@ -268,6 +268,12 @@ pub struct CoordinatorReport {
     pub rejected_listed: usize,
     pub rejected_unlisted: u64,
     pub stats: LoopStats,
+    /// Each rank's longest stretch of sweep heartbeats spent waiting for a CPU (issue 45):
+    /// what a starved host can explain of the sweep's stalls without a scan.
+    pub sweep_cpu: BTreeMap<Rank, crate::ring::diagnosis::stall::Starved>,
+    /// Would-be verdicts of the sweep that a starved host could explain, in a run with no
+    /// scan to list them (`data.not_judged`): unknown, not verdicts.
+    pub not_judged: Vec<Verdict>,
     /// The longest stall of the coordinator's own loop, past [`lag::threshold`] of the
     /// silence deadline (its process stopped or starved), if there was one.
     pub own_stall: Option<Stall>,

@@ -116,6 +116,10 @@ pub struct ScanReport {
     /// ([`localize::Analysis::cpu_bound`]): the sweep's stalls beside them are set aside too.
     #[serde(skip)]
     pub cpu_bound: BTreeMap<Rank, f64>,
+    /// The stalled links its stall verdict (in `verdicts` or `not_judged`) was built from:
+    /// the run's end weighs them against a port flap and the sweep's stalls, typed.
+    #[serde(skip)]
+    pub stalls: Vec<stall::Stall>,
 }
 
 /// One scan order for every rank: send `reps` x `bytes` to rank + `shift`, receive from
@@ -481,6 +485,7 @@ impl Driver {
                 .collect(),
             fabric_slow: a.fabric_slow,
             cpu_bound: a.cpu_bound,
+            stalls: stall::stalls(&self.samples),
             not_judged: a.not_judged,
             unconfirmed: c.unconfirmed,
             // A fold from +0.0: an empty f64 sum is -0.0, printed as `-0.0` when nothing was confirmed.

@@ -3,10 +3,11 @@
 //! the link to the switch, beside whatever else the run measured. Pure: the counters are
 //! read through the host by `evidence::carrier`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use crate::ring::diagnosis::stall::Stall;
 use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict, VerdictKind};
 
 /// A netdev's carrier counters (`carrier_changes`; `carrier_up_count` and
@@ -98,52 +99,120 @@ pub fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankI
     out
 }
 
-/// The stall verdicts (`connection_stall`) each of whose stalled links has an end whose
-/// port flapped: a link that went down stalls its connections, and that is the flap's, not
-/// a path's MTU. Each leaves `verdicts` for the flap of its first link's end: its stalls join
-/// the flap's evidence (`stalls`) and its message (no ping advice).
-pub fn absorb_stalls(flaps: &mut [Verdict], verdicts: &mut Vec<Verdict>) {
-    let flapped: Vec<Rank> = flaps.iter().filter_map(|f| f.from_rank).collect();
-    if flapped.is_empty() {
-        return;
-    }
-    let ends = |s: &serde_json::Value| -> Option<(Rank, Rank)> {
-        Some((s["from_rank"].as_u64()? as Rank, s["to_rank"].as_u64()? as Rank))
-    };
-    verdicts.retain(|v| {
-        let stalls = match (v.kind, v.evidence.get("stalls").and_then(|s| s.as_array())) {
-            (VerdictKind::ConnectionStall, Some(s)) if !s.is_empty() => s,
-            _ => return true,
-        };
-        let links: Option<Vec<(Rank, Rank)>> = stalls.iter().map(ends).collect();
-        let Some(links) = links.filter(|l| l.iter().all(|(a, b)| flapped.contains(a) || flapped.contains(b)))
-        else {
-            return true;
-        };
-        let (a, b) = links[0];
-        let Some(f) = flaps
-            .iter_mut()
-            .find(|f| f.from_rank == Some(a) || f.from_rank == Some(b))
-        else {
-            return true;
-        };
-        let said: Vec<String> = stalls
-            .iter()
-            .filter_map(|s| {
-                let (a, b) = ends(s)?;
-                Some(format!("{a} -> {b} {:.1} s", s["silence_s"].as_f64()?))
-            })
-            .collect();
-        f.message.push_str(&format!(
-            "; connections across it stalled meanwhile ({}): the flap's, not a path's MTU",
-            said.join(", ")
-        ));
-        let list = f.evidence.entry("stalls".to_string()).or_insert(json!([]));
-        if let Some(l) = list.as_array_mut() {
-            l.extend(stalls.iter().cloned());
+/// The rank whose port flap explains verdict `v`, or None; `stalls`: the typed stalled
+/// links a CONNECTION STALL verdict was built from (empty for every other kind). A flap
+/// takes only what was measured across its port and what a link that went down and came
+/// back makes of a measurement (issue 45: a hiccup reported as what it was). Each kind is
+/// decided here, without a catch-all: a new kind must be weighed.
+pub fn explained_by(v: &Verdict, stalls: &[Stall], flapped: &BTreeSet<Rank>) -> Option<Rank> {
+    use VerdictKind::*;
+    let on = |r: Option<Rank>| r.filter(|r| flapped.contains(r));
+    match v.kind {
+        // Slow while its carrier was down or the link retrained; a path slow on one
+        // connection and not on the next is what a flap during one of them looks like.
+        SlowLink | SlowPath => on(v.from_rank).or(on(v.to_rank)),
+        // A node's every link out (in) is slow through its own port only: another rank's
+        // flap slows one of them, never all.
+        SlowEgress => on(v.from_rank),
+        SlowIngress => on(v.to_rank),
+        // Every stalled link touches a flapped port: its connections waited for the link.
+        ConnectionStall if !stalls.is_empty() => {
+            let ends = |s: &Stall| on(Some(s.from)).or(on(Some(s.to)));
+            stalls
+                .iter()
+                .map(ends)
+                .collect::<Option<Vec<Rank>>>()?
+                .first()
+                .copied()
         }
-        false
-    });
+        // A stall verdict without its links is not weighed.
+        ConnectionStall => None,
+        // A hang outlasted the deadline and a completion error ended the run: what happened,
+        // said beside the flap that may have caused it. A rank lost, stalled or unreachable,
+        // the coordinator's own trouble: the control network and the processes, not the
+        // data port. A rail missing, a port trained down: the port's state, read as it was.
+        HangLink | LinkError | RankLost | RankStalled | RankUnreachable | CoordinatorLost
+        | CoordinatorStalled | RailMissing | RailStopped | PortDowntrained | PortFlapped => None,
+    }
+}
+
+/// What a taken verdict is called in its flap's message.
+fn label(v: &Verdict, stalls: &[Stall], ranks: &[RankInfo]) -> String {
+    let r = |x: Option<Rank>| {
+        x.map_or_else(
+            || "?".to_string(),
+            |x| crate::ring::model::shown(ranks, x).to_string(),
+        )
+    };
+    match v.kind {
+        VerdictKind::ConnectionStall => format!(
+            "connections across it stalled meanwhile ({}): the flap's, not a path's MTU",
+            stalls
+                .iter()
+                .map(|s| s.said(ranks))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        VerdictKind::SlowEgress => format!(
+            "the slow egress of rank {} measured meanwhile is the flap's",
+            r(v.from_rank)
+        ),
+        VerdictKind::SlowIngress => format!(
+            "the slow ingress of rank {} measured meanwhile is the flap's",
+            r(v.to_rank)
+        ),
+        VerdictKind::SlowPath => format!(
+            "the slow path {} -> {} measured meanwhile is the flap's",
+            r(v.from_rank),
+            r(v.to_rank)
+        ),
+        _ => format!(
+            "the slow link {} -> {} measured meanwhile is the flap's",
+            r(v.from_rank),
+            r(v.to_rank)
+        ),
+    }
+}
+
+/// The verdicts that stay once each flap took what it explains ([`explained_by`]); `weighed`:
+/// each verdict beside the typed stalls it was built from. A taken verdict joins its flap's
+/// message and evidence (`stalls` for the stalled links, `explains` for the others: kind,
+/// ranks, the message it would have had), never a verdict of its own: no MTU ping, no drain
+/// or ticket for a hiccup.
+pub fn absorb(
+    flaps: &mut [Verdict],
+    weighed: Vec<(Verdict, Vec<Stall>)>,
+    ranks: &[RankInfo],
+) -> Vec<Verdict> {
+    let flapped: BTreeSet<Rank> = flaps.iter().filter_map(|f| f.from_rank).collect();
+    let mut kept = Vec::new();
+    for (v, stalls) in weighed {
+        let flap = explained_by(&v, &stalls, &flapped)
+            .and_then(|r| flaps.iter_mut().find(|f| f.from_rank == Some(r)));
+        let Some(f) = flap else {
+            kept.push(v);
+            continue;
+        };
+        f.message.push_str(&format!("; {}", label(&v, &stalls, ranks)));
+        let (key, add) = match v.kind {
+            VerdictKind::ConnectionStall => ("stalls", stalls.iter().map(Stall::json).collect()),
+            _ => (
+                "explains",
+                vec![
+                    json!({"kind": v.kind, "from_rank": v.from_rank, "to_rank": v.to_rank, "message": v.message}),
+                ],
+            ),
+        };
+        if let Some(list) = f
+            .evidence
+            .entry(key.to_string())
+            .or_insert(json!([]))
+            .as_array_mut()
+        {
+            list.extend(add);
+        }
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -156,9 +225,8 @@ mod tests {
         Carrier { changes, up, down }
     }
 
-    #[test]
-    fn a_stall_across_a_flapped_port_is_the_flaps() {
-        let r = ranks(4);
+    /// Rank 2's port flapped (carrier 1 -> 3).
+    fn flapped_rank_2(r: &[RankInfo]) -> Vec<Verdict> {
         let moved = BTreeMap::from([(
             2,
             moves(
@@ -169,45 +237,140 @@ mod tests {
                 "node-c",
             ),
         )]);
-        let mut flaps = verdicts(&moved, &r);
-        let base = flaps[0].clone();
-        let stall = |links: &[(Rank, Rank)]| Verdict {
-            kind: VerdictKind::ConnectionStall,
-            evidence: BTreeMap::from([(
-                "stalls".to_string(),
-                json!(
-                    links
-                        .iter()
-                        .map(|(a, b)| json!({"from_rank": a, "to_rank": b, "order": 0, "silence_s": 3.5}))
-                        .collect::<Vec<_>>()
-                ),
-            )]),
-            ..base.clone()
-        };
-        let other = Verdict {
-            kind: VerdictKind::SlowLink,
-            ..base.clone()
-        };
-        let mut v = vec![stall(&[(1, 2), (2, 3)]), stall(&[(0, 1)]), other.clone()];
-        let lone = stall(&[(1, 2)]);
-        absorb_stalls(&mut flaps, &mut v);
-        // The stall through rank 2 is the flap's; the one on 0 -> 1 and the slow link stay.
-        assert_eq!(v.len(), 2, "{v:?}");
-        assert_eq!(v[0].evidence["stalls"][0]["from_rank"], json!(0));
-        assert_eq!(v[1], other);
-        assert!(
-            flaps[0]
-                .message
-                .ends_with("; connections across it stalled meanwhile (1 -> 2 3.5 s, 2 -> 3 3.5 s): the flap's, not a path's MTU"),
-            "{}",
-            flaps[0].message
+        verdicts(&moved, r)
+    }
+
+    fn st(from: Rank, to: Rank) -> Stall {
+        Stall {
+            from,
+            to,
+            order: 0,
+            seconds: 3.5,
+        }
+    }
+
+    /// A verdict of `kind` naming `from` -> `to`.
+    fn v(kind: VerdictKind, from: Option<Rank>, to: Option<Rank>) -> Verdict {
+        Verdict {
+            kind,
+            from_rank: from,
+            to_rank: to,
+            from_host: None,
+            to_host: None,
+            evidence: BTreeMap::new(),
+            message: format!("{kind:?} {from:?} -> {to:?}"),
+            next: None,
+            rail: None,
+        }
+    }
+
+    /// Every kind the diagnosis can give, with rank 2's port flapped: taken by the flap
+    /// where it was measured across rank 2's port, kept where it names rank 2 for anything
+    /// else, and kept, each, when the same verdict names only ranks whose ports held
+    /// (the control: rank 2's flap on an unrelated rank).
+    #[test]
+    fn a_flap_takes_what_was_measured_across_its_port_and_nothing_else() {
+        use VerdictKind::*;
+        let r = ranks(4);
+        let none: &[Stall] = &[];
+        let through_2: &[Stall] = &[st(1, 2), st(2, 3)];
+        let on_unrelated: &[Stall] = &[st(0, 1)];
+        let partly: &[Stall] = &[st(1, 2), st(0, 1)];
+        // (verdict, its stalls, taken by rank 2's flap)
+        let table: Vec<(Verdict, &[Stall], bool)> = vec![
+            (v(SlowLink, Some(1), Some(2)), none, true),
+            (v(SlowLink, Some(2), Some(3)), none, true),
+            (v(SlowLink, Some(0), Some(1)), none, false),
+            (v(SlowPath, Some(2), Some(0)), none, true),
+            (v(SlowPath, Some(3), Some(0)), none, false),
+            (v(SlowEgress, Some(2), None), none, true),
+            (v(SlowEgress, Some(1), None), none, false),
+            (v(SlowIngress, None, Some(2)), none, true),
+            (v(SlowIngress, None, Some(3)), none, false),
+            (v(ConnectionStall, Some(2), None), through_2, true),
+            (v(ConnectionStall, Some(1), Some(2)), &through_2[..1], true),
+            (v(ConnectionStall, Some(0), Some(1)), on_unrelated, false),
+            (v(ConnectionStall, None, None), partly, false),
+            // A stall verdict whose links are not known is not weighed.
+            (v(ConnectionStall, Some(2), None), none, false),
+            (v(HangLink, Some(1), Some(2)), none, false),
+            (v(HangLink, Some(0), Some(1)), none, false),
+            (v(LinkError, Some(2), Some(3)), none, false),
+            (v(RankLost, Some(2), None), none, false),
+            (v(RankStalled, Some(2), None), none, false),
+            (v(RankUnreachable, Some(2), None), none, false),
+            (v(CoordinatorLost, Some(2), None), none, false),
+            (v(CoordinatorStalled, Some(0), None), none, false),
+            (v(RailMissing, Some(2), None), none, false),
+            (v(RailStopped, Some(2), None), none, false),
+            (v(PortDowntrained, Some(2), None), none, false),
+            (v(PortFlapped, Some(2), None), none, false),
+        ];
+        for (verdict, stalls, taken) in table {
+            let mut flaps = flapped_rank_2(&r);
+            let before = flaps[0].clone();
+            let kept = absorb(&mut flaps, vec![(verdict.clone(), stalls.to_vec())], &r);
+            assert_eq!(kept.is_empty(), taken, "{verdict:?} {stalls:?}");
+            assert_eq!(flaps[0] != before, taken, "{verdict:?}: {}", flaps[0].message);
+            if !taken {
+                assert_eq!(kept, [verdict.clone()]);
+            }
+            // The control: the flap on rank 0, whose port no verdict here was measured
+            // across except those naming rank 0 for it.
+            let mut elsewhere = flapped_rank_2(&r);
+            elsewhere[0].from_rank = Some(0);
+            let kept = absorb(&mut elsewhere, vec![(verdict.clone(), stalls.to_vec())], &r);
+            let names_0 = [verdict.from_rank, verdict.to_rank].contains(&Some(0))
+                || stalls.iter().any(|s| s.from == 0 || s.to == 0);
+            if !names_0 {
+                assert_eq!(kept, [verdict.clone()], "rank 0's flap took {verdict:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_a_flap_takes_is_said_under_it() {
+        let r = ranks(4);
+        let mut flaps = flapped_rank_2(&r);
+        let stall = v(VerdictKind::ConnectionStall, Some(2), None);
+        let slow = v(VerdictKind::SlowEgress, Some(2), None);
+        let other = v(VerdictKind::SlowLink, Some(0), Some(1));
+        let kept = absorb(
+            &mut flaps,
+            vec![
+                (stall, vec![st(1, 2), st(2, 3)]),
+                (v(VerdictKind::ConnectionStall, Some(0), Some(1)), vec![st(0, 1)]),
+                (slow.clone(), vec![]),
+                (other.clone(), vec![]),
+            ],
+            &r,
         );
-        assert_eq!(flaps[0].evidence["stalls"].as_array().unwrap().len(), 2);
-        assert!(!flaps[0].next.as_deref().unwrap().contains("ping"));
-        // No flap: nothing moves.
-        let mut v = vec![lone];
-        absorb_stalls(&mut [], &mut v);
-        assert_eq!(v.len(), 1);
+        // The stall on 0 -> 1 and the slow link 0 -> 1 stay.
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert_eq!(kept[1], other);
+        let f = &flaps[0];
+        assert!(
+            f.message.ends_with(
+                "; connections across it stalled meanwhile (1 -> 2 3.5 s, 2 -> 3 3.5 s): the flap's, not a path's MTU; \
+                 the slow egress of rank 2 measured meanwhile is the flap's"
+            ),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.evidence["stalls"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            f.evidence["stalls"][0],
+            json!({"from_rank": 1, "to_rank": 2, "order": 0, "silence_s": 3.5})
+        );
+        assert_eq!(
+            f.evidence["explains"],
+            json!([{"kind": "slow_egress", "from_rank": 2, "to_rank": null, "message": slow.message}])
+        );
+        assert!(!f.next.as_deref().unwrap().contains("ping"));
+        assert_eq!(f.action(), crate::ring::model::Action::Investigate);
+        // No flap: nothing is taken.
+        let kept = absorb(&mut [], vec![(other.clone(), vec![])], &r);
+        assert_eq!(kept, [other]);
     }
 
     #[test]

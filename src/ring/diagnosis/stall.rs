@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use crate::ring::diagnosis::driver::OrderRun;
-use crate::ring::model::{ChunkWaits, LinkSample, Rank, RankInfo, Verdict, VerdictKind};
+use crate::ring::model::{ChunkWaits, CpuWait, LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
 /// A silence shorter than this is no stall: a control message apart, a scheduler slice.
 pub const MIN_SILENCE_S: f64 = 3.0;
@@ -76,31 +76,112 @@ pub fn sweep_verdicts(
     waits: &BTreeMap<Rank, Vec<ChunkWaits>>,
     ranks: &[RankInfo],
 ) -> Vec<Verdict> {
+    verdicts(&sweep_hops(world, hops, waits), &[], ranks)
+}
+
+/// The sweep's ring hops, each with its own silence ([`sweep_silences`]) where it stalled.
+pub fn sweep_hops(
+    world: u32,
+    hops: &[LinkSample],
+    waits: &BTreeMap<Rank, Vec<ChunkWaits>>,
+) -> Vec<LinkSample> {
     let silences = sweep_silences(world, waits);
-    let hops: Vec<LinkSample> = hops
-        .iter()
+    hops.iter()
         .map(|h| LinkSample {
             silence_s: silences.get(&(h.from_rank, h.to_rank)).copied(),
             ..h.clone()
         })
+        .collect()
+}
+
+/// A rank's longest stretch of successive heartbeat windows during the sweep in which it
+/// waited for a CPU at least half the time ([`CpuWait::starved`]): the most of a sweep
+/// stall its host can explain. A silence of seconds needs a thread kept off a CPU for
+/// seconds; load that costs each window a little cannot make one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Starved {
+    /// The current stretch and the longest: (ms waited, ms of windows).
+    run: (u64, u64),
+    longest: (u64, u64),
+}
+
+impl Starved {
+    /// One heartbeat's window, in arrival order.
+    pub fn add(&mut self, c: CpuWait) {
+        if !c.starved() {
+            self.run = (0, 0);
+            return;
+        }
+        self.run = (
+            self.run.0.saturating_add(c.wait_ms),
+            self.run.1.saturating_add(c.window_ms),
+        );
+        if self.run.0 > self.longest.0 {
+            self.longest = self.run;
+        }
+    }
+
+    /// Seconds waited in the longest stretch.
+    pub fn wait_s(&self) -> f64 {
+        self.longest.0 as f64 / 1000.0
+    }
+
+    /// The share of the longest stretch spent waiting.
+    fn share(&self) -> f64 {
+        match self.longest.1 {
+            0 => 0.0,
+            w => (self.longest.0 as f64 / w as f64).min(1.0),
+        }
+    }
+}
+
+/// The stalls a starved host could explain, apart from the rest, and the ranks whose
+/// stretches explain them (rank: share of its stretch spent waiting). A stall is explained
+/// when what is left of it once the longest stretch of any rank is taken out is no stall
+/// ([`MIN_SILENCE_S`]): any rank, as the scan's rule, since a starved rank holds up the ring
+/// beyond its own links. The rest are judged.
+pub fn cpu_split(
+    stalls: &[Stall],
+    starved: &BTreeMap<Rank, Starved>,
+) -> (Vec<Stall>, Vec<Stall>, BTreeMap<Rank, f64>) {
+    let most = starved.values().map(Starved::wait_s).fold(0.0, f64::max);
+    let (explained, judged): (Vec<Stall>, Vec<Stall>) = stalls
+        .iter()
+        .partition(|s| most > 0.0 && s.seconds - most < MIN_SILENCE_S);
+    let least = explained.iter().map(|s| s.seconds).fold(f64::INFINITY, f64::min);
+    let who = starved
+        .iter()
+        .filter(|(_, w)| w.wait_s() > 0.0 && least - w.wait_s() < MIN_SILENCE_S)
+        .map(|(&r, w)| (r, w.share()))
         .collect();
-    verdicts(&hops, &[], ranks)
+    (judged, explained, who)
 }
 
-/// One stalled link in one order.
+/// One stalled link in one order (the sweep's: order 0): what a stall verdict is built
+/// from, and what the run's end weighs against a port flap and a starved host.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Stall {
-    from: Rank,
-    to: Rank,
-    order: u32,
-    seconds: f64,
+pub struct Stall {
+    pub from: Rank,
+    pub to: Rank,
+    pub order: u32,
+    pub seconds: f64,
 }
 
-/// The stall verdicts of a scan: one naming the rank every stalled link goes through (two
-/// links or more), else one naming the link (only one stalled), else one naming no rank
-/// (never an innocent: links with no common end). Action investigate, always.
-pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo]) -> Vec<Verdict> {
-    let stalls: Vec<Stall> = samples
+impl Stall {
+    /// Its entry in a verdict's `evidence.stalls`.
+    pub fn json(&self) -> serde_json::Value {
+        json!({"from_rank": self.from, "to_rank": self.to, "order": self.order, "silence_s": round(self.seconds)})
+    }
+
+    /// `1 -> 2 3.5 s`, ranks as people are told them.
+    pub fn said(&self, ranks: &[RankInfo]) -> String {
+        listed(std::slice::from_ref(self), ranks)
+    }
+}
+
+/// The stalled links among `samples` (a silence of [`MIN_SILENCE_S`] or more).
+pub fn stalls(samples: &[LinkSample]) -> Vec<Stall> {
+    samples
         .iter()
         .filter_map(|s| {
             s.silence_s
@@ -112,22 +193,80 @@ pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo])
                     seconds,
                 })
         })
-        .collect();
+        .collect()
+}
+
+/// The stall verdicts of a scan: one naming the rank every stalled link goes through (two
+/// links or more), else one naming the link (only one stalled), else one naming no rank
+/// (never an innocent: links with no common end). Action investigate, always.
+pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo]) -> Vec<Verdict> {
+    of_stalls(&stalls(samples), samples, orders, ranks)
+}
+
+/// [`verdicts`] of these typed stalls; `samples`: every link measured (a rank verdict
+/// says how many of the links through it stalled).
+pub fn of_stalls(
+    stalls: &[Stall],
+    samples: &[LinkSample],
+    orders: &[OrderRun],
+    ranks: &[RankInfo],
+) -> Vec<Verdict> {
     if stalls.is_empty() {
         return Vec::new();
     }
     let mut common: BTreeSet<Rank> = [stalls[0].from, stalls[0].to].into();
-    for s in &stalls {
+    for s in stalls {
         common.retain(|r| *r == s.from || *r == s.to);
     }
     let links: BTreeSet<(Rank, Rank)> = stalls.iter().map(|s| (s.from, s.to)).collect();
     let mut v = match (links.len(), common.first()) {
-        (1, _) => link_verdict(&stalls, ranks),
-        (_, Some(&r)) if common.len() == 1 => rank_verdict(r, &stalls, samples, ranks),
-        _ => unattributed(&stalls, ranks),
+        (1, _) => link_verdict(stalls, ranks),
+        (_, Some(&r)) if common.len() == 1 => rank_verdict(r, stalls, samples, ranks),
+        _ => unattributed(stalls, ranks),
     };
-    v.evidence.extend(cost(&stalls, orders));
+    v.evidence.extend(cost(stalls, orders));
     vec![v]
+}
+
+/// Whether stall verdict `v` names what each of `stalls` went through: its rank (every
+/// link touches it), its link, or, naming no rank, a list of links that holds them.
+fn covers(v: &Verdict, own: &[Stall], stalls: &[Stall]) -> bool {
+    stalls.iter().all(|s| match (v.from_rank, v.to_rank) {
+        (Some(r), None) => s.from == r || s.to == r,
+        (Some(a), Some(b)) => (s.from, s.to) == (a, b),
+        _ => own.iter().any(|o| (o.from, o.to) == (s.from, s.to)),
+    })
+}
+
+/// The sweep's stall verdict beside the scan's (`weighed`: the run's verdicts, each with
+/// the typed stalls it was built from): where one of them names what the other's stalls
+/// went through, one verdict, the wider, saying the other's stalls too; else both (issue
+/// 45: two faults are two verdicts, one fault one).
+pub fn merge_sweep(
+    weighed: &mut Vec<(Verdict, Vec<Stall>)>,
+    sweep: (Verdict, Vec<Stall>),
+    ranks: &[RankInfo],
+) {
+    let same = weighed.iter().position(|(v, own)| {
+        v.kind == VerdictKind::ConnectionStall
+            && (covers(v, own, &sweep.1) || covers(&sweep.0, &sweep.1, own))
+    });
+    let Some(i) = same else {
+        weighed.push(sweep);
+        return;
+    };
+    let scan = weighed.remove(i);
+    let (mut wide, narrow, whose) = if covers(&scan.0, &scan.1, &sweep.1) {
+        (scan, sweep, "sweep's")
+    } else {
+        (sweep, scan, "scan's")
+    };
+    wide.0.message.push_str(&format!(
+        "; the {whose} connections stalled there too ({})",
+        listed(&narrow.1, ranks)
+    ));
+    wide.1.extend(narrow.1);
+    weighed.insert(i, wide);
 }
 
 /// What the stalls cost: each order waits for its slowest link, so an order lost its
@@ -140,10 +279,7 @@ fn cost(stalls: &[Stall], orders: &[OrderRun]) -> BTreeMap<String, serde_json::V
     }
     let lost: f64 = per_order.values().fold(0.0, |a, b| a + b);
     let scan: f64 = orders.iter().map(|o| o.seconds).fold(0.0, |a, b| a + b);
-    let list: Vec<_> = stalls
-        .iter()
-        .map(|s| json!({"from_rank": s.from, "to_rank": s.to, "order": s.order, "silence_s": round(s.seconds)}))
-        .collect();
+    let list: Vec<_> = stalls.iter().map(Stall::json).collect();
     let longest = stalls.iter().map(|s| s.seconds).fold(0.0, f64::max);
     let mut out = BTreeMap::from([
         ("stalls".to_string(), json!(list)),
@@ -525,5 +661,169 @@ mod tests {
         x[0].silence_s = Some(0.5);
         x[1].silence_s = Some(f64::NAN);
         assert!(verdicts(&x, &orders(), &ranks(4)).is_empty());
+    }
+
+    fn st(from: Rank, to: Rank, seconds: f64) -> Stall {
+        Stall {
+            from,
+            to,
+            order: 0,
+            seconds,
+        }
+    }
+
+    /// The stall verdict of `stalls` over the ring hops of 4 ranks and the scan's orders.
+    fn verdict_of(stalls: &[Stall]) -> (Verdict, Vec<Stall>) {
+        let v = of_stalls(stalls, &scan(&[]), &orders(), &ranks(4)).pop().unwrap();
+        (v, stalls.to_vec())
+    }
+
+    /// Issue 45: with both scan and sweep, one verdict where both name the same fault (one
+    /// names what the other's stalls went through), both where they are different links
+    /// or ranks; the sweep's stalls were dropped whenever the scan named one.
+    #[test]
+    fn the_sweeps_stall_beside_the_scans_is_one_verdict_where_the_same_and_two_where_not() {
+        let r = ranks(4);
+        let at_2 = [st(1, 2, 6.5), st(2, 3, 6.4)];
+        let slow = (
+            Verdict {
+                kind: VerdictKind::SlowLink,
+                ..verdict_of(&[st(0, 1, 4.0)]).0
+            },
+            vec![],
+        );
+        // (scan's stalls, sweep's stalls, the stall verdicts after: (from, to))
+        let one = vec![at_2[0]];
+        let at_2 = at_2.to_vec();
+        let apart = vec![st(0, 1, 4.0), st(2, 3, 4.0)];
+        let table: Vec<(Vec<Stall>, Vec<Stall>, Vec<(Option<Rank>, Option<Rank>)>)> = vec![
+            // The same rank, the same links.
+            (at_2.clone(), at_2.clone(), vec![(Some(2), None)]),
+            // The scan's rank holds the sweep's one link (1 -> 2), and the other way round.
+            (at_2.clone(), one.clone(), vec![(Some(2), None)]),
+            (one.clone(), at_2.clone(), vec![(Some(2), None)]),
+            // The same one link.
+            (one.clone(), one.clone(), vec![(Some(1), Some(2))]),
+            // Different ranks and links: both.
+            (
+                at_2.clone(),
+                vec![st(3, 0, 4.0), st(0, 1, 4.0)],
+                vec![(Some(2), None), (Some(0), None)],
+            ),
+            (
+                one.clone(),
+                vec![st(3, 0, 4.0)],
+                vec![(Some(1), Some(2)), (Some(3), Some(0))],
+            ),
+            // Links with no common rank: the same list is one, a list that holds the
+            // other's links is one, another list is two.
+            (apart.clone(), apart.clone(), vec![(None, None)]),
+            (apart.clone(), vec![st(2, 3, 4.0)], vec![(None, None)]),
+            (
+                apart.clone(),
+                vec![st(1, 2, 4.0)],
+                vec![(None, None), (Some(1), Some(2))],
+            ),
+        ];
+        for (scan_stalls, sweep_stalls, want) in table {
+            let (scan_stalls, sweep_stalls) = (&scan_stalls[..], &sweep_stalls[..]);
+            let mut weighed = vec![slow.clone(), verdict_of(scan_stalls)];
+            merge_sweep(&mut weighed, verdict_of(sweep_stalls), &r);
+            assert_eq!(weighed[0], slow, "{scan_stalls:?} {sweep_stalls:?}");
+            let got: Vec<_> = weighed[1..]
+                .iter()
+                .map(|(v, _)| (v.from_rank, v.to_rank))
+                .collect();
+            assert_eq!(got, want, "{scan_stalls:?} {sweep_stalls:?}");
+            if want.len() == 1 {
+                // One verdict: it says the other's stalls and holds them all.
+                let (v, links) = &weighed[1];
+                assert!(
+                    v.message
+                        .contains("; the sweep's connections stalled there too (")
+                        || v.message.contains("; the scan's connections stalled there too ("),
+                    "{}",
+                    v.message
+                );
+                assert_eq!(links.len(), scan_stalls.len() + sweep_stalls.len());
+            }
+        }
+        // No scan stall: the sweep's joins the list.
+        let mut weighed = vec![slow.clone()];
+        merge_sweep(&mut weighed, verdict_of(&at_2), &r);
+        assert_eq!(weighed.len(), 2);
+        assert!(!weighed[1].0.message.contains("stalled there too"));
+    }
+
+    fn beat(wait_ms: u64, window_ms: u64) -> CpuWait {
+        CpuWait { wait_ms, window_ms }
+    }
+
+    #[test]
+    fn a_starved_stretch_is_successive_windows_each_mostly_waiting() {
+        let mut s = Starved::default();
+        // Load that costs each window a little: no stretch.
+        for _ in 0..40 {
+            s.add(beat(200, 500));
+        }
+        assert_eq!(s.wait_s(), 0.0);
+        // 3 starved windows, one that is not, 2 more: the longest is the 3.
+        for b in [
+            beat(450, 500),
+            beat(900, 1000),
+            beat(1900, 2000),
+            beat(100, 500),
+            beat(500, 500),
+            beat(500, 500),
+        ] {
+            s.add(b);
+        }
+        assert!((s.wait_s() - 3.25).abs() < 1e-9, "{s:?}");
+        assert!((s.share() - 3250.0 / 3500.0).abs() < 1e-9);
+        // A window too short to say (150 ms) breaks a stretch.
+        let mut s = Starved::default();
+        for b in [beat(150, 150), beat(150, 150)] {
+            s.add(b);
+        }
+        assert_eq!(s.wait_s(), 0.0);
+    }
+
+    /// Issue 45, `--no-scan`: a sweep stall a starved host could explain is set apart (its
+    /// ranks named), one it cannot is judged.
+    #[test]
+    fn a_sweep_stall_a_starved_rank_explains_is_set_apart_and_one_it_cannot_is_judged() {
+        let starved = |w: &[(Rank, u64)]| -> BTreeMap<Rank, Starved> {
+            w.iter()
+                .map(|&(r, ms)| {
+                    let mut s = Starved::default();
+                    s.add(beat(ms, ms + ms / 10));
+                    (r, s)
+                })
+                .collect()
+        };
+        let black_hole = [st(1, 2, 6.3), st(2, 3, 6.2)];
+        for (stalls, cpu, judged, explained, who) in [
+            // No rank starved: judged.
+            (&black_hole[..], starved(&[]), 2, 0, vec![]),
+            // Starved 1.5 s: 6.3 - 1.5 still a stall.
+            (&black_hole[..], starved(&[(2, 1500)]), 2, 0, vec![]),
+            // Starved 4 s: 6.3 - 4 is no stall; the rank that waited so long is named.
+            (&black_hole[..], starved(&[(2, 4000), (0, 200)]), 0, 2, vec![2]),
+            // Starved 2 s: a 4 s stall is explained, a 9 s one stands.
+            (
+                &[st(1, 2, 4.0), st(3, 0, 9.0)][..],
+                starved(&[(1, 2000)]),
+                1,
+                1,
+                vec![1],
+            ),
+        ] {
+            let (j, e, w) = cpu_split(stalls, &cpu);
+            assert_eq!((j.len(), e.len()), (judged, explained), "{stalls:?} {cpu:?}");
+            assert_eq!(w.keys().copied().collect::<Vec<_>>(), who, "{stalls:?} {cpu:?}");
+            for share in w.values() {
+                assert!((share - 1.0 / 1.1).abs() < 0.01, "{w:?}");
+            }
+        }
     }
 }
