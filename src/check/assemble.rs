@@ -36,6 +36,9 @@ pub struct CheckReport {
     /// What the probes saw, counted: the reader's first check that the right things were
     /// looked at. `None` where the probe did not run or could not tell.
     pub saw: Saw,
+    /// Device names ib_core moved past a NIC that did not register (topo's `moved_names`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names_moved: Vec<crate::probe::topo::MovedName>,
 }
 
 #[derive(Debug, Default, Serialize)]

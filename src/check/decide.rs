@@ -209,6 +209,9 @@ enum Via {
     /// Every GPU the symptom names is among the cause's `gpus` evidence (the GPUs beside
     /// a NIC RDMA does not list).
     GpusBeside,
+    /// Every GPU the symptom names is among the cause's `gpus_far` evidence (the GPUs with
+    /// no NIC at the policy's path or nearer).
+    GpusFar,
     /// The GPUs without a NIC of their own (the symptom's `gpus` less `matched`) are no
     /// more than the cause's `gpus`.
     NoMoreShort,
@@ -317,8 +320,8 @@ const EXPLAINS: &[Explains] = &[
         symptoms: &["*{selected_by_moved_name}"],
         via: Via::MovedName,
     },
-    // No NIC near the GPUs (where the cards sit): every GPU's far NIC and GPUDirect RDMA off
-    // by distance follow from it.
+    // No NIC near some GPUs (where the cards sit): those GPUs' far NIC and GPUDirect RDMA
+    // off by distance follow from it, and no other GPU's.
     Explains {
         cause: &["*.nic_per_gpu"],
         symptoms: &[
@@ -326,7 +329,7 @@ const EXPLAINS: &[Explains] = &[
             "gdr.off_distance",
             "policy.gdr.ready{verdict=off_distance}",
         ],
-        via: Via::Node,
+        via: Via::GpusFar,
     },
     // A port on another HCA model than its peers runs that model's firmware family and
     // reaches that model's rate.
@@ -405,11 +408,8 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
             dev.zip(nearer)
                 .is_some_and(|(d, n)| n.split_whitespace().any(|x| x == d))
         }
-        Via::GpusBeside => {
-            let beside = words(cause, "gpus");
-            let s = gpus_named(&symptom.subject);
-            !s.is_empty() && s.iter().all(|g| beside.contains(g))
-        }
+        Via::GpusBeside => gpus_among(cause, "gpus", symptom),
+        Via::GpusFar => gpus_among(cause, "gpus_far", symptom),
         Via::NoMoreShort => {
             let n = |f: &Finding, k: &str| f.evidence.get(k).and_then(|v| v.as_u64());
             let short = n(symptom, "gpus")
@@ -432,6 +432,13 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
         }
         Via::Node => true,
     }
+}
+
+/// Whether the symptom names GPUs and every one is among the cause's evidence `key`.
+fn gpus_among(cause: &Finding, key: &str, symptom: &Finding) -> bool {
+    let among = words(cause, key);
+    let s = gpus_named(&symptom.subject);
+    !s.is_empty() && s.iter().all(|g| among.contains(g))
 }
 
 /// The words of a finding's string evidence `key` (none when absent).
@@ -882,6 +889,34 @@ mod tests {
             2,
             "two GPUs short, one NIC missing"
         );
+    }
+
+    /// A node short of a NIC per GPU (no NIC missing from RDMA: the card is not in the PCI
+    /// tree) explains the far NIC and the GDR pairs off by distance of the GPUs with no NIC
+    /// near them (`gpus_far`), and no other GPU's: one row per symptom, (GPUs far, symptom,
+    /// whether it folds).
+    #[test]
+    fn a_nic_short_per_gpu_explains_its_far_gpus_only() {
+        let ready = |s: &str| f("policy.gdr.ready", Severity::Fail, s).evidence("verdict", "off_distance");
+        let rows: Vec<(&str, Finding, bool)> = vec![
+            ("GPU7", f("policy.gpu.nic_path_max", Severity::Fail, "GPU7"), true),
+            ("GPU7", f("policy.gpu.nic_path_max", Severity::Fail, "GPU3"), false),
+            ("GPU7", f("gdr.off_distance", Severity::Warn, "GPU7-mlx5_4 GPU7-mlx5_5"), true),
+            ("GPU7", f("gdr.off_distance", Severity::Warn, "GPU7-mlx5_4 GPU0-mlx5_1"), false),
+            ("GPU6 GPU7", f("gdr.off_distance", Severity::Warn, "GPU6-mlx5_4 GPU7-mlx5_5"), true),
+            ("GPU7", ready("GPU7-mlx5_6"), true),
+            ("GPU7", ready("GPU0-mlx5_1"), false),
+            ("GPU7", f("policy.gdr.ready", Severity::Fail, "GPU7-mlx5_6").evidence("verdict", "acs_redirect"), false),
+            ("", f("policy.gpu.nic_path_max", Severity::Fail, "GPU7"), false),
+        ];
+        for (far, symptom, folds) in rows {
+            let cause = f("policy.gpu.nic_per_gpu", Severity::Fail, "GPUs")
+                .evidence("gpus", 8u64)
+                .evidence("matched", 7u64)
+                .evidence("gpus_far", far);
+            let out = explain(vec![cause, symptom.clone()]);
+            assert_eq!(out.len(), if folds { 1 } else { 2 }, "{far} {} {}: {out:#?}", symptom.id, symptom.subject);
+        }
     }
 
     /// What NCCL's settings select only under a name ib_core moved past a missing NIC is

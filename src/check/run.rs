@@ -256,6 +256,7 @@ pub fn run(
         fingerprint: fingerprint(host, &c, policy),
         sample: c.links.as_ref().and_then(|l| l.sample.clone()),
         saw: Saw::of(&c),
+        names_moved: c.topo.as_ref().map(crate::probe::topo::moved_names).unwrap_or_default(),
         facts: c.facts.take().unwrap_or(FactsState::Unavailable {
             reason: "the host probe did not run".into(),
         }),

@@ -84,6 +84,8 @@ JSON DATA (fabprobe.check)
                                 line names (a hardware cause before a configuration one)
   saw                           {gpus, rdma_devices, rdma_ports, rdma_ports_active,
                                 roce_netdevs}: what the probes found to judge
+  names_moved[]                 {name, pci_bus_id, was_to_be, past}: names ib_core moved
+                                past a NIC that did not register (absent when none)
   not_evaluated[]               {key, reason}: a policy key with nothing to judge
   not_used_by_nccl[]            {id, subject, severity}: findings on devices NCCL_IB_HCA
                                 leaves out, kept apart from the verdict

@@ -62,7 +62,9 @@ JSON DATA (fabprobe.gdr)
      {\"state\": \"unreadable\", \"error\"}}],
    \"pairs\": [{\"subject\" (GPU0-mlx5_0), \"gpu\", \"nic\", \"path\", \"nccl_nearest\", \"verdict\" (on|dmabuf_possible|
      off_distance|off_no_peer_memory|unknown), \"bridges_between\", \"acs_redirect\", \"acs_unknown\"}],
-   \"notes\"}
+   \"notes\",
+   \"names_moved\": [{\"name\", \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core
+     moved past a NIC that did not register; absent when none)}
 
 NOT CHECKED
   NCCL's own ibv_reg_dmabuf_mr(fd=-1) probe and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (need

@@ -69,7 +69,10 @@ JSON DATA (fabprobe.nccl-env)
             \"pairs\": [{\"gpu\", \"gpu_pci_bus_id\", \"nic\", \"path\", \"enabled\",
                        \"verdict\": on|dmabuf_possible|off_distance|off_no_peer_memory|unknown}]},
    \"net_plugin\": {\"requested\", \"tries\", \"found\", \"rule\"},
-   \"topo_file\": {\"path\", \"from_env\", \"exists\"}}";
+   \"topo_file\": {\"path\", \"from_env\", \"exists\"},
+   \"names_moved\": [{\"name\", \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core
+     moved past a NIC that did not register: NCCL_IB_HCA selects another NIC under them;
+     absent when none)}";
 
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("nccl-env")?;

@@ -69,7 +69,9 @@ judged on every lossless priority and nothing fails on a guessed priority.
 
 const QOS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.qos)
-  {\"rdma\": {\"devices_found\", \"message\"},
+  {\"rdma\": {\"devices_found\", \"message\", \"names_moved\": [{\"name\", \"pci_bus_id\",
+            \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
+            register; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"interfaces\": [{\"ifname\", \"rdma_device\", \"rdma_port\",
      \"dcb\": {\"error\" (EOPNOTSUPP, not_captured, ...), \"pfc_enabled\": [prio], \"pfc_delay\",

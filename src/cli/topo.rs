@@ -196,7 +196,10 @@ pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
                 let _ = write!(
                     std::io::stderr().lock(),
                     "{}",
-                    crate::render::text::verdict_line("topo", &findings)
+                    crate::render::text::mark_moved(
+                        &crate::render::text::verdict_line("topo", &findings),
+                        &topo::moved_names(&report)
+                    )
                 );
             }
             // Split to the terminal's width only on a terminal: piped, the bytes stay nvidia-smi's.

@@ -26,6 +26,9 @@ pub struct GdrReport {
     pub bridges: Vec<BridgeAcs>,
     pub pairs: Vec<GdrPair>,
     pub notes: Vec<String>,
+    /// Device names ib_core moved past a NIC that did not register (topo's `moved_names`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names_moved: Vec<topo::MovedName>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -462,6 +465,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
     };
     let (pairs, bridges) = gdr_pairs(host, &t, &ctx);
     GdrReport {
+        names_moved: topo::moved_names(&t),
         gpus,
         nics,
         nccl_net_gdr_level,
@@ -789,6 +793,7 @@ pub fn findings(r: &GdrReport) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     judge_each(RULES, |j| Some(*j), &x, &mut out);
+    topo::say_moved(&mut out, &r.names_moved);
     out
 }
 

@@ -20,6 +20,10 @@ pub struct RdmaPresence {
     /// The error listing `/sys/class/infiniband` gave: whether there are devices is unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+    /// Device names ib_core moved past a NIC that did not register (`topo`'s
+    /// `nics_not_in_rdma`): every command says them beside the name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names_moved: Vec<crate::probe::topo::MovedName>,
 }
 
 pub const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
@@ -33,6 +37,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 devices_found: false,
                 message: Some(format!("RDMA devices unknown: {e}")),
                 unreadable: Some(e.to_string()),
+                names_moved: Vec::new(),
             },
             Vec::new(),
         );
@@ -43,6 +48,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 devices_found: false,
                 message: Some(NO_IB_KERNEL.to_string()),
                 unreadable: None,
+                names_moved: Vec::new(),
             },
             Vec::new(),
         ),
@@ -51,6 +57,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 devices_found: false,
                 message: Some("no RDMA devices: /sys/class/infiniband is empty".to_string()),
                 unreadable: None,
+                names_moved: Vec::new(),
             },
             v,
         ),
@@ -59,6 +66,7 @@ pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 devices_found: true,
                 message: None,
                 unreadable: None,
+                names_moved: crate::probe::topo::probe_moved_names(host),
             },
             v,
         ),
@@ -283,6 +291,7 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
         judge_each(RULES, port_judge, &port, &mut out);
     }
     judge_each(RULES, report_judge, r, &mut out);
+    crate::probe::topo::say_moved(&mut out, &r.rdma.names_moved);
     out
 }
 

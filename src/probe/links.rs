@@ -651,6 +651,7 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
         }
     }
     judge_each(RULES, report_judge, r, &mut out);
+    crate::probe::topo::say_moved(&mut out, &r.rdma.names_moved);
     out
 }
 

@@ -44,6 +44,10 @@ pub struct NcclEnvReport {
     pub gdr: Gdr,
     pub net_plugin: NetPlugin,
     pub topo_file: TopoFile,
+    /// Device names ib_core moved past a NIC that did not register (topo's `moved_names`):
+    /// an `NCCL_IB_HCA` written for the full node selects another NIC under them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names_moved: Vec<topo::MovedName>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -205,6 +209,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
         },
     };
     NcclEnvReport {
+        names_moved: topo::probe_moved_names(host),
         env_source: nccl.env_source.clone(),
         nccl_version: nccl.version.clone(),
         conf_files: nccl.conf_files.clone(),
@@ -765,6 +770,7 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
         judge_each(RULES, setting_judge, s, &mut f);
     }
     judge_each(after, report_judge, &x, &mut f);
+    topo::say_moved(&mut f, &r.names_moved);
     f
 }
 

@@ -831,6 +831,7 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             format!("nothing to judge: {why}"),
         ));
     }
+    crate::probe::topo::say_moved(&mut out, &r.rdma.names_moved);
     out
 }
 

@@ -627,22 +627,107 @@ fn gpus_beside(host: &Host, gpus: &[TopoGpu], missing: &mut [NicNotInRdma]) {
 /// (drivers/infiniband/core/device.c: alloc_name, ida_alloc), in probe (bus) order, and
 /// mlx5_ib's pattern is `mlx5_%d`; other drivers' names are not guessed.
 pub fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
+    names_moved_in(&r.nics, &r.nics_not_in_rdma, missing)
+}
+
+/// [`names_moved`] over the listed NICs and every NIC RDMA does not list.
+fn names_moved_in(nics: &[TopoNic], not_in_rdma: &[NicNotInRdma], missing: &NicNotInRdma) -> Vec<(String, String, String)> {
     let mlx5 = |m: &NicNotInRdma| m.driver.as_deref() == Some("mlx5_core");
     if !mlx5(missing) {
         return Vec::new();
     }
     let index = |n: &str| n.strip_prefix("mlx5_").and_then(|i| i.parse::<usize>().ok());
     let mut v = Vec::new();
-    for n in &r.nics {
+    for n in nics {
         let (Some(i), Some(bdf)) = (index(&n.ibdev), n.pci.pci_bus_id.as_deref()) else { continue };
         if bdf <= missing.pci_bus_id.as_str() {
             continue;
         }
-        let before = r.nics_not_in_rdma.iter().filter(|m| mlx5(m) && m.pci_bus_id.as_str() < bdf).count();
+        let before = not_in_rdma.iter().filter(|m| mlx5(m) && m.pci_bus_id.as_str() < bdf).count();
         v.push((n.ibdev.clone(), format!("mlx5_{}", i + before), bdf.to_string()));
     }
     v.sort_by(|a, b| a.2.cmp(&b.2));
     v
+}
+
+/// An RDMA device whose name ib_core moved past a NIC that did not register: what every
+/// command says beside the name (`mlx5_7` is the NIC at 0000:e9:00.0, not the one a
+/// setting written for the full node means).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedName {
+    /// The name it has now (`mlx5_7`).
+    pub name: String,
+    /// The PCI function it names now.
+    pub pci_bus_id: String,
+    /// The name it would have had had every NIC registered (`mlx5_8`).
+    pub was_to_be: String,
+    /// The NICs before it that did not register (their PCI bus IDs).
+    pub past: Vec<String>,
+}
+
+/// Every name moved in a report: [`names_moved`] for each NIC RDMA does not list, one entry
+/// per device, in bus order.
+pub fn moved_names(r: &TopoReport) -> Vec<MovedName> {
+    moved_names_in(&r.nics, &r.nics_not_in_rdma)
+}
+
+fn moved_names_in(nics: &[TopoNic], not_in_rdma: &[NicNotInRdma]) -> Vec<MovedName> {
+    let mut by: BTreeMap<String, MovedName> = BTreeMap::new();
+    for m in not_in_rdma {
+        for (now, was, bdf) in names_moved_in(nics, not_in_rdma, m) {
+            by.entry(bdf.clone())
+                .or_insert_with(|| MovedName { name: now, pci_bus_id: bdf, was_to_be: was, past: Vec::new() })
+                .past
+                .push(m.pci_bus_id.clone());
+        }
+    }
+    by.into_values().collect()
+}
+
+/// The moved names of the host (as [`moved_names`] of its topo report), for the commands
+/// that do not read the whole PCI tree: only the RDMA devices and the PCI functions that
+/// did not register are read.
+pub fn probe_moved_names(host: &Host) -> Vec<MovedName> {
+    let mut notes = Vec::new();
+    let mut nics = read_nics(host, &mut notes);
+    let missing = nics_missing_from(host, &mut nics);
+    moved_names_in(&nics, &missing)
+}
+
+/// Findings that name a moved device (in their subject or message) say so in their
+/// evidence: `names_moved: mlx5_7=0000:e9:00.0 (was to be mlx5_8)`. A finding that already
+/// says it (topo's own) is left as it is.
+pub fn say_moved(findings: &mut [Finding], moved: &[MovedName]) {
+    for f in findings.iter_mut().filter(|f| !f.evidence.contains_key("names_moved")) {
+        let said: Vec<String> = moved
+            .iter()
+            .filter(|m| names_word(&f.subject, &m.name) || names_word(&f.message, &m.name))
+            .map(|m| format!("{}={} (was to be {})", m.name, m.pci_bus_id, m.was_to_be))
+            .collect();
+        if !said.is_empty() {
+            f.evidence.insert("names_moved".to_string(), serde_json::Value::String(said.join(" ")));
+        }
+    }
+}
+
+/// Where `text` names the device `name` as a whole word (`mlx5_7` in `GPU7-mlx5_7` and
+/// `mlx5_7/1`, not in `mlx5_70`): the byte offsets just past each.
+pub fn name_ends(text: &str, name: &str) -> Vec<usize> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut v = Vec::new();
+    for (at, _) in text.match_indices(name) {
+        let end = at + name.len();
+        let before = text[..at].chars().next_back().is_some_and(word);
+        let after = text[end..].chars().next().is_some_and(word);
+        if !before && !after {
+            v.push(end);
+        }
+    }
+    v
+}
+
+fn names_word(text: &str, name: &str) -> bool {
+    !name_ends(text, name).is_empty()
 }
 
 /// What a missing NIC's finding says of the names that moved past it ([`names_moved`]):
@@ -1084,9 +1169,10 @@ fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
                 ),
             ),
         };
-        let gpus = match n.gpus_beside.as_slice() {
-            [] => "its GPUs'".to_string(),
-            v => format!("{}'s", v.join(", ")),
+        // A NIC with no GPU on its PCIe switch (a frontend port) strands no GPU's traffic.
+        let traffic = match n.gpus_beside.as_slice() {
+            [] => String::new(),
+            v => format!(", and {}'s traffic takes a farther NIC", v.join(", ")),
         };
         let (moved_words, moved_ev, was_to_be) = moved_names_said(r, n);
         out.push(
@@ -1095,7 +1181,7 @@ fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
                 Severity::Fail,
                 &n.pci_bus_id,
                 format!(
-                    "the NIC at {} ({} {}{netdev}) is in the PCI tree but /sys/class/infiniband does not list it: {why}; NCCL cannot use it, and {gpus} traffic takes a farther NIC{moved_words}",
+                    "the NIC at {} ({} {}{netdev}) is in the PCI tree but /sys/class/infiniband does not list it: {why}; NCCL cannot use it{traffic}{moved_words}",
                     n.pci_bus_id, n.label, n.vendor_device
                 ),
             )
@@ -1166,6 +1252,7 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
         }
     }
     judge_each(RULES, report_judge, r, &mut out);
+    say_moved(&mut out, &moved_names(r));
     out
 }
 

@@ -27,6 +27,10 @@ fn dur(s: u64) -> String {
 }
 
 pub fn check_table(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
+    text::moved_view(&r.names_moved, || check_table_body(r, hostname, findings))
+}
+
+fn check_table_body(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -> String {
     let s = check_header(r, hostname, findings);
     // The header's lines wrap too (a long CPU model, many device holders).
     // The first line, the verdict, stays whole for the scripts that read it.

@@ -37,7 +37,12 @@ fn gib(b: u64) -> String {
     }
 }
 
+/// The verdict, the GPU x NIC matrix and the kernel's GPUDirect facts, moved names marked.
 pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
+    text::moved_view(&r.names_moved, || table_body(r, findings))
+}
+
+fn table_body(r: &GdrReport, findings: &[Finding]) -> String {
     let mut s = String::new();
     peer_memory(r, &mut s);
     dmabuf_and_iommu(r, &mut s);

@@ -124,7 +124,12 @@ fn columns_plain(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The verdict, the GID tables and NCCL's and perftest's picks, moved names marked.
 pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
+    text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
+}
+
+fn table_body(r: &GidsReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
         // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
         return format!("{}{m}\n", crate::render::text::verdict_line("gids", findings));

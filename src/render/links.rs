@@ -191,7 +191,12 @@ fn indented(text: &str, pad: &str) -> String {
         .collect()
 }
 
+/// The verdict, each device, its ports and counters, moved names marked.
 pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
+    text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
+}
+
+fn table_body(r: &LinksReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
         // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
         return format!("{}{m}\n", crate::render::text::verdict_line("links", findings));

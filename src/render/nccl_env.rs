@@ -28,7 +28,12 @@ fn ports_fit(rows: &[Vec<String>], ports: &[crate::probe::nccl_env::IbPort], wid
     out
 }
 
+/// The verdict and what NCCL would do with these settings, moved names marked.
 pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
+    text::moved_view(&r.names_moved, || table_body(r, findings))
+}
+
+fn table_body(r: &NcclEnvReport, findings: &[Finding]) -> String {
     let mut out = String::new();
     out.push_str("Sockets (bootstrap, NET/Socket, IB out-of-band):\n");
     out.push_str(&sockets_section(&r.sockets));

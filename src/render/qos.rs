@@ -294,7 +294,12 @@ fn switch_lines(sw: &SwitchView) -> String {
     }
 }
 
+/// The verdict and each RoCE netdev's QoS, moved names marked.
 pub fn table(r: &QosReport, findings: &[Finding]) -> String {
+    text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
+}
+
+fn table_body(r: &QosReport, findings: &[Finding]) -> String {
     let mut s = String::new();
     if let Some(why) = r.sample.as_ref().and_then(|smp| smp.counters_reset.as_ref()) {
         s.push_str(&format!("No deltas: the counters were reset: {why}\n\n"));

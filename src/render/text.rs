@@ -995,3 +995,96 @@ mod evidence_tests {
         );
     }
 }
+
+/// The mark beside a device name ib_core moved past a NIC that did not register.
+pub const MOVED_MARK: char = '~';
+
+/// `text` with every whole-word mention of a moved device name marked (`mlx5_7~`,
+/// `GPU7-mlx5_7~`, `mlx5_7~/1`), and the names' legend after its first line (the verdict):
+/// how every command says that a name no longer means the NIC a setting written for the
+/// whole node means. The names come from `topo::moved_names`, in the command's report.
+pub fn with_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
+    if moved.is_empty() {
+        return text.to_string();
+    }
+    let marked = mark_moved(text, moved);
+    let (first, rest) = match marked.split_once('\n') {
+        Some((f, r)) => (format!("{f}\n"), r.to_string()),
+        None => (marked.clone(), String::new()),
+    };
+    format!("{first}{}{rest}", moved_legend(moved))
+}
+
+/// The marks a wrapped line can gain (two names and one twice): [`moved_view`] renders that
+/// much narrower so the marked lines still fit.
+const MARKS_PER_LINE: usize = 3;
+
+/// `body` rendered for the width less [`MARKS_PER_LINE`] where a name moved, then
+/// [`with_moved`]: the moved names marked and their legend after the verdict.
+pub fn moved_view(moved: &[crate::probe::topo::MovedName], body: impl FnOnce() -> String) -> String {
+    if moved.is_empty() {
+        return body();
+    }
+    let w = width();
+    set_width(w.map(|w| w.saturating_sub(MARKS_PER_LINE)));
+    let b = body();
+    set_width(w);
+    with_moved(&b, moved)
+}
+
+/// Every whole-word mention of a moved name in `text` marked [`MOVED_MARK`]. A mention
+/// followed by a table's padding gives the mark one of its spaces, so columns stay.
+pub fn mark_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
+    text.split_inclusive('\n')
+        .map(|line| {
+            // `was to be mlx5_8` and `mlx5_7>mlx5_8` name the name a device was to have, not
+            // the device called that now.
+            let hypothetical = |end: usize, name: &str| {
+                let before = &line[..end - name.len()];
+                before.ends_with("was to be ") || before.ends_with('>')
+            };
+            let mut ends: Vec<usize> = moved
+                .iter()
+                .flat_map(|m| {
+                    crate::probe::topo::name_ends(line, &m.name)
+                        .into_iter()
+                        .filter(|e| !hypothetical(*e, &m.name))
+                })
+                .collect();
+            ends.sort_unstable();
+            ends.dedup();
+            let mut out = String::with_capacity(line.len() + ends.len());
+            let mut at = 0;
+            for e in ends {
+                out.push_str(&line[at..e]);
+                out.push(MOVED_MARK);
+                at = if line[e..].starts_with("  ") { e + 1 } else { e };
+            }
+            out.push_str(&line[at..]);
+            out
+        })
+        .collect()
+}
+
+/// One line per moved name: the NIC it names now, the one before it that did not register,
+/// and the name it was to have.
+pub fn moved_legend(moved: &[crate::probe::topo::MovedName]) -> String {
+    moved_legend_to(moved, width())
+}
+
+/// [`moved_legend`] wrapped to `width` columns.
+pub fn moved_legend_to(moved: &[crate::probe::topo::MovedName], width: Option<usize>) -> String {
+    moved
+        .iter()
+        .map(|m| {
+            let line = format!(
+                "name moved: {name}{MOVED_MARK} is the NIC at {bdf}; ib_core gave it the name of one that did not register ({past}), it was to be {was}: a setting that names {name}{MOVED_MARK} selects this NIC\n",
+                name = m.name,
+                bdf = m.pci_bus_id,
+                past = m.past.join(", "),
+                was = m.was_to_be,
+            );
+            wrap_to("", line.trim_end(), 2, width)
+        })
+        .collect()
+}

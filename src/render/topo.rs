@@ -47,6 +47,17 @@ pub fn table(r: &TopoReport, findings: &[Finding], nccl: bool) -> String {
 /// into a jumble. The CLI passes a width only when stdout is a terminal: a pipe or a file
 /// gets nvidia-smi's bytes, which is what users diff against.
 pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<usize>) -> String {
+    // The verdict goes to stderr, so the moved names' legend goes last.
+    let moved = crate::probe::topo::moved_names(r);
+    if moved.is_empty() {
+        return table_fit_body(r, findings, nccl, fit);
+    }
+    // Narrower by the marks a wrapped line can gain, so the marked lines still fit.
+    let body = table_fit_body(r, findings, nccl, fit.map(|w| w.saturating_sub(3)));
+    crate::render::text::mark_moved(&body, &moved) + &crate::render::text::moved_legend_to(&moved, fit)
+}
+
+fn table_fit_body(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<usize>) -> String {
     let mut o = String::new();
     if r.labels.is_empty() {
         o.push_str("No NVIDIA GPU and no RDMA device to show.\n");

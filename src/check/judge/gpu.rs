@@ -254,6 +254,15 @@ fn gpu_nic_per_gpu(x: &Gpus, out: &mut Vec<Finding>) {
     let near = near_nics(t, r);
     if r.nic_per_gpu == Some(true) {
         let matched = matching(&near, t.nics.len());
+        // The GPUs with no NIC near at all: what follows for them (a far NIC, GDR off by
+        // distance) follows from this, and for no other GPU.
+        let far: Vec<&str> = t
+            .gpus
+            .iter()
+            .zip(&near)
+            .filter(|(_, n)| n.is_empty())
+            .map(|(g, _)| g.label.as_str())
+            .collect();
         if matched < t.gpus.len() {
             out.push(
                 violation(
@@ -268,6 +277,7 @@ fn gpu_nic_per_gpu(x: &Gpus, out: &mut Vec<Finding>) {
                 .evidence("gpus", t.gpus.len())
                 .evidence("nics", t.nics.len())
                 .evidence("matched", matched)
+                .evidence("gpus_far", far.join(" "))
                 .fix("a NIC is missing or on the wrong PCIe switch: compare `fabprobe topo` with the platform's wiring"),
             );
         }
