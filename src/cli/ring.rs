@@ -215,7 +215,9 @@ LINK SCAN AND VERDICTS
   which fails on that fault where a plain ping passes. Each rank reads its data netdev's
   carrier counters (sysfs carrier_changes, carrier_up_count, carrier_down_count) at the
   start and the end of the run: a port whose carrier changed is port_flapped (investigate,
-  evidence.carrier_changes), said beside whatever else the run measured. Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
+  evidence.carrier_changes), said beside whatever else the run measured; what a flap on
+  one of its ends explains moves under it (a stall: evidence.stalls; a slow link, path,
+  egress or ingress: evidence.explains[] {kind, from_rank, to_rank, message}). Where a rank knows its switch neighbour (lldpd's table through lldpcli, or
   with --lldp-wait an LLDP frame heard on the data netdev before joining), a drain or
   ticket verdict names the switch port at that end, `switch port: node-b mlx5_3 (eth3) <->
   leaf-07 Eth1/12` (evidence.neighbor, ticket[].switch_ports); unknown is left out.
@@ -372,6 +374,9 @@ JSON DATA (fabprobe.ring)
              where the rails' switch ports are known, rails_neighbor {rail: neighbor} in place
              of neighbor)};
              empty on a healthy run
+  not_judged[] (--no-scan) the sweep's would-be verdicts that a rank starved of CPU could
+             explain (evidence.not_judged: cpu_bound), as verdicts[]: unknown, neither a
+             fault nor a pass; absent when none (with a scan they are scan.not_judged)
   drain[]    {host, ranks[], kinds[], reason, switch_ports[]}: the nodes to take out of
              service, one per host, from the verdicts whose action is drain (reason: the
              first one's message)
