@@ -123,7 +123,7 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
         rails,
         ranks,
     } = launch;
-    match ranks {
+    let r = match ranks {
         Ranks::Local { count, token } => {
             let cx = Ctx {
                 net: &net,
@@ -143,7 +143,13 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
             };
             run_job(&cx, id, &rails, &opts)
         }
+    };
+    // A region the NIC would not deregister was leaked, not freed (`verbs::Mr`): it stays
+    // pinned until the process exits, a driver fault the run should not keep quiet.
+    for line in crate::verbs::leaked_regions() {
+        watch.log(0, &format!("rdma: {line}"));
     }
+    r
 }
 
 /// One rank of a job across hosts: its one rail, or its rails, on one path ([`railnode`]).
