@@ -323,6 +323,9 @@ pub(super) fn rail_setups(
     Ok((slots, runs))
 }
 
+/// A run's one rail: its slot, its setup, and rank 0's transport note.
+pub(super) type OneRail = (Vec<RailPort>, Vec<RailSetup>, Option<String>);
+
 /// A run without `--rails` (R = 1): its one rail is the data interface NCCL_SOCKET_IFNAME
 /// rules pick (with the job's NCCL_COMM_ID and NCCL_SOCKET_FAMILY, as NCCL picks it), on
 /// the transport `--transport` allows there. Returns the slot, its setup and, on rank 0
@@ -331,7 +334,7 @@ pub(super) fn one_rail(
     cx: &Ctx,
     spec: Option<&str>,
     rank: crate::ring::model::Rank,
-) -> Result<(Vec<RailPort>, Vec<RailSetup>, Option<String>), LaunchError> {
+) -> Result<OneRail, LaunchError> {
     let log = |s: &str| cx.log(1, s);
     let value = |k: &str| cx.nccl().and_then(|n| n.value(k));
     let family = ifname::Family::parse(value("NCCL_SOCKET_FAMILY"));
