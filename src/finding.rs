@@ -219,9 +219,10 @@ pub fn not_evaluated(findings: &[Finding]) -> impl Iterator<Item = &Finding> {
 pub struct Rule<J> {
     /// Usually one id; a rule that repeats another probe's verdict names those ids.
     pub ids: &'static [&'static str],
-    /// `warn`, `fail`, `warn|fail` (the text says which when), or `unknown` for a rule that
-    /// says what could not be read.
-    pub severity: &'static str,
+    /// The severities its findings may have: `[Warn]`, `[Fail]`, `[Warn, Fail]` (the text
+    /// says which when), or `[Unknown]` for a rule that says what could not be read. Typed,
+    /// so a misspelling does not compile; the man page writes them `warn|fail`.
+    pub severity: &'static [Severity],
     /// One line for the man page: what breaks the rule.
     pub about: &'static str,
     pub judge: J,
@@ -231,8 +232,21 @@ pub struct Rule<J> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuleDoc {
     pub ids: &'static [&'static str],
-    pub severity: &'static str,
+    pub severity: &'static [Severity],
     pub about: &'static str,
+}
+
+impl RuleDoc {
+    /// The severities as the man page's FINDINGS list writes them: `warn|fail`.
+    pub fn severity_text(&self) -> String {
+        let words: Vec<&str> = self.severity.iter().map(|s| s.as_str()).collect();
+        words.join("|")
+    }
+
+    /// Whether a finding of this rule may have severity `s`.
+    pub fn allows(&self, s: Severity) -> bool {
+        self.severity.contains(&s)
+    }
 }
 
 /// The documentation of every rule in a table, in its order.

@@ -25,20 +25,20 @@ pub type FactJudge = fn(&Facts, &mut Vec<Finding>);
 pub const FACT_RULES: &[Rule<FactJudge>] = &[
     Rule {
         ids: &["host.device_holders"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "processes hold GPU/RDMA device files (a crashed job's leftovers make the next \
                 job fail; the system's own GPU daemons are not holders)",
         judge: device_holders,
     },
     Rule {
         ids: &["host.device_holders_unknown"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "some processes' open files could not be read (not root): holders may be missing",
         judge: device_holders_unknown,
     },
     Rule {
         ids: &["host.memlock_limited"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "RLIMIT_MEMLOCK (soft) is not unlimited",
         judge: memlock_limited,
     },

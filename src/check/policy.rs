@@ -617,7 +617,7 @@ impl At<'_> {
 /// could not read (`links.port_state_unknown`) or the area it is noted under (`gdr.acs`).
 /// A key beyond a policy key (`counters.max_per_hour.symbol_error`) names one part of it.
 pub fn require_keys() -> Vec<String> {
-    use crate::finding::{RuleDoc, docs, not_evaluated_key};
+    use crate::finding::{RuleDoc, Severity, docs, not_evaluated_key};
     use crate::probe::{gdr, gids, links, nccl_env, qos, topo};
     let mut v: Vec<String> = keys().map(|k| format!("{}.{}", k.section, k.key)).collect();
     v.extend(SECTIONS.iter().map(|s| s.to_string()));
@@ -629,7 +629,7 @@ pub fn require_keys() -> Vec<String> {
         docs(nccl_env::RULES),
         docs(topo::RULES),
     ];
-    for r in tables.iter().flatten().filter(|r| r.severity.contains("unknown")) {
+    for r in tables.iter().flatten().filter(|r| r.allows(Severity::Unknown)) {
         for id in r.ids {
             v.push(id.to_string());
             v.push(not_evaluated_key(id).to_string());

@@ -17,7 +17,7 @@ use crate::check::facts::{FACT_RULES, host_findings};
 use crate::check::fingerprint::fingerprint;
 use crate::check::judge::{judge, not_evaluated};
 use crate::check::policy::Policy;
-use crate::finding::RuleDoc;
+use crate::finding::{RuleDoc, Severity};
 use crate::host::{FactsState, Host};
 use crate::nccl::settings::NcclSettings;
 use crate::probe::gdr::GdrReport;
@@ -177,12 +177,12 @@ fn run_nccl_env(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
 pub const CHECK_RULES: &[RuleDoc] = &[
     RuleDoc {
         ids: &["policy.<section>.<key>"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "the node breaks that policy key (evidence names the values)",
     },
     RuleDoc {
         ids: &["check.not_evaluated"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "a policy key that could not be judged: its data is missing or unreadable (RDMA \
                 devices not listable, no port with that counter, /proc entries unreadable for \
                 device_holders_max, ACS unreadable for gdr.ready), or there is nothing to judge \
@@ -193,12 +193,12 @@ pub const CHECK_RULES: &[RuleDoc] = &[
     },
     RuleDoc {
         ids: &["check.required_not_evaluated"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "a key named by [policy] require or --require could not be judged",
     },
     RuleDoc {
         ids: &["host.facts_unavailable"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "a snapshot without fabprobe/facts.json: the host rules are not evaluated (key host)",
     },
 ];

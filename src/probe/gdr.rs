@@ -721,46 +721,46 @@ pub type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
 pub static RULES: &[Rule<GdrJudge>] = &[
     Rule {
         ids: &["gdr.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "no GPU, or no RDMA device, showed up: no GPU-NIC pair to judge, NOT EVALUATED \
                 (exit 3)",
         judge: gdr_nothing,
     },
     Rule {
         ids: &["gdr.acs_redirect"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "ReqRedir/CmpltRedir on a switch port between a GPU and a NIC (fail when NCCL \
                 would use the pair); fix: setpci ECAP_ACS+0x6.w",
         judge: acs_redirect,
     },
     Rule {
         ids: &["gdr.acs_unknown"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "ACS of the ports NCCL's pairs cross is not readable (non-root)",
         judge: acs_unknown,
     },
     Rule {
         ids: &["gdr.peermem_not_loaded"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "GDR off for pairs NCCL would use: no peer memory, no DMA-BUF",
         judge: peermem_not_loaded,
     },
     Rule {
         ids: &["gdr.unknown"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "no peer memory seen and DMA-BUF cannot be told (a prerequisite unreadable, or \
                 the NCCL version unknown where versions differ): unknown, not off",
         judge: gdr_unknown,
     },
     Rule {
         ids: &["gdr.off_distance"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "the nearest NIC is farther than NCCL_NET_GDR_LEVEL",
         judge: off_distance,
     },
     Rule {
         ids: &["gdr.iommu_translation"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "DMA-translating IOMMU groups (DMA, DMA-FQ, DMA-SQ) on GDR pairs (fail when \
                 NCCL would use the pair, as ACS redirect: both send GDR through the root complex)",
         judge: iommu_translation,

@@ -221,39 +221,39 @@ pub struct Port<'a> {
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
         ids: &["gids.no_roce_v2"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a RoCE port without any RoCE v2 GID",
         judge: Judge::Port(no_roce_v2),
     },
     Rule {
         ids: &["gids.sparse_table"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "the first populated index is above 0 (container view)",
         judge: Judge::Port(sparse_table),
     },
     Rule {
         ids: &["gids.nccl_gid_index_bad", "gids.nccl_gid_unusable"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_GID_INDEX points at an empty, link-local (fail) or v1 (warn) entry; \
                 or NCCL's automatic choice is link-local or empty (fail)",
         judge: Judge::Port(nccl_gid_bad),
     },
     Rule {
         ids: &["gids.nccl_gid_error"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "NCCL would stop with an error (a types file missing)",
         judge: Judge::Port(nccl_gid_error),
     },
     Rule {
         ids: &["gids.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "no RDMA port showed up (no InfiniBand support, no driver loaded): nothing was \
                 judged, NOT EVALUATED (exit 3)",
         judge: Judge::Report(gids_nothing),
     },
     Rule {
         ids: &["gids.duplicate_ipv4"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "the same IPv4 address on two ports",
         judge: Judge::Report(duplicate_ipv4),
     },

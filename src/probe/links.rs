@@ -522,31 +522,31 @@ pub struct Port<'a> {
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
         ids: &["links.pcie_downtrained"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "the HCA's PCIe link below its maximum speed or width",
         judge: Judge::Device(pcie_downtrained),
     },
     Rule {
         ids: &["links.port_state_unknown"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "state or phys_state could not be read (unknown, not down)",
         judge: Judge::Port(port_state_unknown),
     },
     Rule {
         ids: &["links.port_not_active"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "state not ACTIVE or phys_state not LinkUp (Disabled: warn)",
         judge: Judge::Port(port_not_active),
     },
     Rule {
         ids: &["links.rate_below_peers"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "an ACTIVE port slower than the best port of the same HCA model",
         judge: Judge::Port(rate_below_peers),
     },
     Rule {
         ids: &["links.errors_since_boot"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "link_downed, symbol_error, link_error_recovery, port_rcv_errors, \
                 local_link_integrity_errors or excessive_buffer_overrun_errors non-zero or \
                 saturated in a single read (since boot, no baseline; one finding per port)",
@@ -554,14 +554,14 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["links.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "no RDMA device showed up (no InfiniBand support, no driver loaded, an empty \
                 /sys/class/infiniband): nothing was judged, NOT EVALUATED (exit 3)",
         judge: Judge::Report(links_nothing),
     },
     Rule {
         ids: &["links.counters_reset"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "the counters restarted between the two samples (a reboot: another boot id, \
                 or less uptime than the interval; a driver reload: a counter that cannot \
                 wrap fell): no delta, never a wrap",
@@ -569,13 +569,13 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["links.counter_saturated"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a PMA error counter stuck at its maximum across a sample",
         judge: Judge::Port(counter_saturated),
     },
     Rule {
         ids: &["links.errors_increasing", "links.retransmissions_increasing"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "in a sample: symbol_error, link_downed (fail), link_error_recovery, \
                 port_rcv_errors, port_xmit_discards increased; or local_ack_timeout_err, \
                 packet_seq_err, out_of_sequence, rnr_nak_retry_err, \
@@ -584,19 +584,19 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["links.congestion"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "port_xmit_wait grew by more than 10% of port_xmit_data (words)",
         judge: Judge::Port(congestion),
     },
     Rule {
         ids: &["links.verbs_missing_device"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "sysfs lists a device libibverbs does not (live only)",
         judge: Judge::Report(verbs_missing_device),
     },
     Rule {
         ids: &["links.verbs_mismatch"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "libibverbs and sysfs disagree about port 1 (live only)",
         judge: Judge::Report(verbs_mismatch),
     },

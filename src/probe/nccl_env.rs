@@ -616,53 +616,53 @@ pub enum Judge {
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
         ids: &["nccl_env.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA port showed up (drivers not loaded?): the \
                 NCCL settings had nothing to be judged against, NOT EVALUATED (exit 3)",
         judge: Judge::Report(nccl_env_nothing),
     },
     Rule {
         ids: &["nccl_env.conf_file_unreadable"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_CONF_FILE names a missing or unreadable file",
         judge: Judge::Report(conf_file_unreadable),
     },
     Rule {
         ids: &["nccl_env.conf_line_misread"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a configuration line NCCL reads otherwise than it looks: `NCCL_IB_HCA = mlx5_0` \
                 sets \"NCCL_IB_HCA \", `X=eth0 # c` the value \"eth0 # c\", a DOS line end keeps \\r",
         judge: Judge::Report(conf_line_misread),
     },
     Rule {
         ids: &["nccl_env.unknown_name"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "an NCCL_* name NCCL does not read (nearest real name)",
         judge: Judge::Setting(unknown_name),
     },
     Rule {
         ids: &["nccl_env.bad_value"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a value NCCL misreads (no digits: read as 0, not the default; trailing text, \
                 an unknown word or level)",
         judge: Judge::Setting(bad_value),
     },
     Rule {
         ids: &["nccl_env.out_of_range"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside 0-7 (fail); \
                 NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)",
         judge: Judge::Setting(out_of_range),
     },
     Rule {
         ids: &["nccl_env.ifname_ignored"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_SOCKET_IFNAME of one character or empty",
         judge: Judge::Setting(ifname_ignored),
     },
     Rule {
         ids: &["nccl_env.comm_id_by_name"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_COMM_ID names a host: NCCL resolves it on each node",
         judge: Judge::Report(comm_id_by_name),
     },
@@ -671,7 +671,7 @@ pub static RULES: &[Rule<Judge>] = &[
             "nccl_env.no_socket_interface",
             "nccl_env.socket_interface_unusable",
         ],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "no interface matches, or NCCL_COMM_ID is on no local subnet: bootstrap fails \
                 (fail); lo or a docker/virbr bridge (fail), a link-local address (warn) picked \
                 for the bootstrap",
@@ -679,14 +679,14 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["nccl_env.hca_prefix_match", "nccl_env.hca_matches_nothing"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1 (warn); \
                 NCCL_IB_HCA selects no active port: NCCL falls back to sockets (fail)",
         judge: Judge::Report(hcas),
     },
     Rule {
         ids: &["nccl_env.hca_strands_gpus"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_HCA leaves GPUs without their nearest NIC (NCCL picks each GPU's NICs by \
                 path type): their traffic takes a longer path; fail when it crosses the CPU \
                 interconnect (SYS) and no NVLink peer can relay it (PXN), else warn",
@@ -698,7 +698,7 @@ pub static RULES: &[Rule<Judge>] = &[
             "nccl_env.gdr_read_strands_gpus",
             "nccl_env.net_strands_gpus",
         ],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a setting keeps GPUs from GPUDirect RDMA to their nearest NIC, which the topology \
                 and NCCL's defaults give: NCCL_NET_GDR_LEVEL below that path, NCCL_NET_GDR_READ=0 \
                 (sends of GPUs NCCL reads directly by default: compute capability 8.0 or newer, \
@@ -707,7 +707,7 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["nccl_env.ib_disabled"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_IB_DISABLE=1 with active RDMA ports",
         judge: Judge::Report(ib_disabled),
     },
@@ -717,33 +717,33 @@ pub static RULES: &[Rule<Judge>] = &[
             "gids.nccl_gid_unusable",
             "gids.nccl_gid_error",
         ],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_GID_INDEX (or the automatic choice) on a port NCCL uses points at an \
                 empty, link-local or RoCE v1 entry (`gids`' rules)",
         judge: Judge::Report(gid_traps),
     },
     Rule {
         ids: &["nccl_env.p2p_disabled_nvlink"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_P2P_DISABLE=1 on a host with NVLink",
         judge: Judge::Report(p2p_disabled_nvlink),
     },
     Rule {
         ids: &["nccl_env.gdr_off", "nccl_env.gdr_no_kernel_support"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "a GPU whose every used HCA is beyond NCCL_NET_GDR_LEVEL (warn); close enough \
                 but the kernel gives NCCL neither peer memory nor DMA-BUF (fail)",
         judge: Judge::Report(gdr_by_topology),
     },
     Rule {
         ids: &["nccl_env.net_plugin_missing"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_NET_PLUGIN names a library that is not found",
         judge: Judge::Report(net_plugin_missing),
     },
     Rule {
         ids: &["nccl_env.topo_file_missing"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "NCCL_TOPO_FILE names a missing file",
         judge: Judge::Report(topo_file_missing),
     },

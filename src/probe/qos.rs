@@ -714,83 +714,83 @@ pub type IfJudge = fn(&If, &mut Vec<Finding>);
 pub static RULES: &[Rule<IfJudge>] = &[
     Rule {
         ids: &["qos.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "no RoCE netdev showed up (no RDMA device, or InfiniBand ports only) and none \
                 named with --ifname: nothing was judged, NOT EVALUATED (exit 3)",
         judge: qos_nothing,
     },
     Rule {
         ids: &["qos.counters_reset"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "(--interval/--baseline) the host rebooted between the samples: no deltas, \
                 the counters are read as one sample",
         judge: counters_reset,
     },
     Rule {
         ids: &["qos.switch_pfc_mismatch"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "(--lldp) the switch's PFC priorities differ from the host's",
         judge: switch_pfc_mismatch,
     },
     Rule {
         ids: &["qos.roce_priority_not_lossless"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "RoCE's priority has no PFC (fail when PFC is on elsewhere, warn when on nowhere: \
                 lossy RoCE, also when RoCE's priority is unknown)",
         judge: roce_priority_not_lossless,
     },
     Rule {
         ids: &["qos.extra_lossless_priority"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "PFC on priorities RoCE does not use",
         judge: extra_lossless_priority,
     },
     Rule {
         ids: &["qos.ecn_off_on_roce_priority"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "ECN reaction or notification point off for RoCE's priority",
         judge: ecn_off_on_roce_priority,
     },
     Rule {
         ids: &["qos.roce_priority_unknown"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "RoCE's priority unknown while PFC is on somewhere",
         judge: roce_priority_unknown,
     },
     Rule {
         ids: &["qos.ecn_off_on_lossless_priority"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "(RoCE's priority unknown) ECN not on for a lossless priority",
         judge: ecn_off_on_lossless_priority,
     },
     Rule {
         ids: &["qos.global_pause_with_pfc"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "global pause counters present while PFC is on",
         judge: global_pause_with_pfc,
     },
     Rule {
         ids: &["qos.pfc_dcb_counters_disagree"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "DCB's pfc_en and the driver's counter set differ",
         judge: pfc_dcb_counters_disagree,
     },
     Rule {
         ids: &["qos.pause_storm"],
-        severity: "warn|fail",
+        severity: &[Severity::Warn, Severity::Fail],
         about: "tx_pause_storm_error_events (fail) / _warning_events (warn) moved (in the sample, \
                 else since cleared)",
         judge: pause_storm,
     },
     Rule {
         ids: &["qos.pause_time_high"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "a priority paused >= 25% of a sample (--interval/--baseline)",
         judge: pause_time_high,
     },
     Rule {
         ids: &["qos.ecn_marks_without_cnps"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "ECN-marked packets arrived, no CNP was sent",
         judge: ecn_marks_without_cnps,
     },

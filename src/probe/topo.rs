@@ -1063,27 +1063,27 @@ pub struct Dev<'a> {
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
         ids: &["topo.nothing_to_judge"],
-        severity: "unknown",
+        severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA device showed up (drivers not loaded?): \
                 nothing was judged, NOT EVALUATED (exit 3)",
         judge: Judge::Report(topo_nothing),
     },
     Rule {
         ids: &["topo.numa_node_unknown"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "numa_node is -1 on a host with several (or unknown) NUMA nodes",
         judge: Judge::Device(numa_node_unknown),
     },
     Rule {
         ids: &["topo.gpu_not_in_nvml"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "an NVIDIA GPU in the PCI tree that NVML does not list (fallen off the bus, \
                 Xid 79, or lost by the driver), named by its PCI bus ID",
         judge: Judge::Report(gpu_not_in_nvml),
     },
     Rule {
         ids: &["topo.nic_not_in_rdma"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "an RDMA NIC (InfiniBand controller, or Mellanox Ethernet function) in the PCI \
                 tree that /sys/class/infiniband does not list (mlx5_ib not loaded, the driver \
                 did not bind or register it), named by its PCI bus ID",
@@ -1091,20 +1091,20 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["topo.pcie_width_degraded"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "link width below what device and upstream port support",
         judge: Judge::Device(pcie_width_degraded),
     },
     Rule {
         ids: &["topo.pcie_speed_degraded"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "a NIC's link speed below what device and upstream port support (idle GPUs \
                 lower their speed to save power: not a fault)",
         judge: Judge::Device(pcie_speed_degraded),
     },
     Rule {
         ids: &["topo.nvlink_below_majority"],
-        severity: "fail",
+        severity: &[Severity::Fail],
         about: "a GPU with fewer NVLinks to its peers than most GPUs of the host have (one \
                 finding per GPU, not per pair)",
         judge: Judge::Report(nvlink_below_majority),
@@ -1116,7 +1116,7 @@ pub static RULES: &[Rule<Judge>] = &[
             "topo.gpu_fabric_not_ready",
             "topo.fabric_not_evaluated",
         ],
-        severity: "warn|fail|unknown",
+        severity: &[Severity::Warn, Severity::Fail, Severity::Unknown],
         about: "NVSwitches and no nv-fabricmanager process: CUDA returns 'system not yet \
                 initialized' (802); the Fabric Manager's version is not the loaded driver's (it \
                 refuses to start; the fix names the package); a GPU's NVML fabric state is \
@@ -1126,7 +1126,7 @@ pub static RULES: &[Rule<Judge>] = &[
     },
     Rule {
         ids: &["topo.gpu_nic_sys"],
-        severity: "warn",
+        severity: &[Severity::Warn],
         about: "every RDMA NIC is SYS away from a GPU",
         judge: Judge::Report(gpu_nic_sys),
     },

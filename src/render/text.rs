@@ -266,7 +266,7 @@ pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
     // Two spaces after the widest (`warn|fail  `): a cell boundary, as between the others.
     let sev = docs
         .iter()
-        .map(|d| d.severity.len() + 2)
+        .map(|d| d.severity_text().len() + 2)
         .max()
         .unwrap_or(0)
         .max(11);
@@ -284,10 +284,10 @@ pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
             out.push_str(&format!("  {id}\n"));
         }
         let lead = if last.len() < id_col {
-            format!("  {last:<id_col$}{:<sev$}", d.severity)
+            format!("  {last:<id_col$}{:<sev$}", d.severity_text())
         } else {
             out.push_str(&format!("  {last}\n"));
-            format!("{:pad$}{:<sev$}", "", d.severity, pad = 2 + id_col)
+            format!("{:pad$}{:<sev$}", "", d.severity_text(), pad = 2 + id_col)
         };
         out.push_str(&wrap_to(&lead, d.about, 2 + id_col + sev, Some(WIDTH)));
     }
@@ -712,12 +712,12 @@ mod tests {
         let docs = [
             crate::finding::RuleDoc {
                 ids: &["a.short"],
-                severity: "warn",
+                severity: &[Severity::Warn],
                 about: "one two three",
             },
             crate::finding::RuleDoc {
                 ids: &["a.first_of_two", "a.second_of_two"],
-                severity: "warn|fail",
+                severity: &[Severity::Warn, Severity::Fail],
                 about: "word word word word word word word word word word word word word word word word word word word word",
             },
         ];

@@ -150,9 +150,11 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
 /// Listen for data links now (TCP on `data_ip`, unless a fabric was given): a node that
 /// declares on rank 0's door listens while the others join, and one that cannot listen
 /// says so before it takes a seat.
-pub fn bind_data(setup: &mut Setup) -> Result<(), RunError> {
-    setup.fabric = Some(data_plane(setup.fabric.take(), setup.data_ip)?);
-    Ok(())
+pub fn bind_data(
+    given: Option<Box<dyn Fabric + Send>>,
+    data_ip: IpAddr,
+) -> Result<Box<dyn Fabric + Send>, RunError> {
+    data_plane(given, data_ip)
 }
 
 /// The fabric given, or TCP listening on `data_ip`.

@@ -322,3 +322,43 @@ pub(super) fn rail_setups(
     }
     Ok((slots, runs))
 }
+
+/// A run's one rail: its slot, its setup, and rank 0's transport note.
+pub(super) type OneRail = (Vec<RailPort>, Vec<RailSetup>, Option<String>);
+
+/// A run without `--rails` (R = 1): its one rail is the data interface NCCL_SOCKET_IFNAME
+/// rules pick (with the job's NCCL_COMM_ID and NCCL_SOCKET_FAMILY, as NCCL picks it), on
+/// the transport `--transport` allows there. Returns the slot, its setup and, on rank 0
+/// where `auto` fell back to tcp, the report's note saying why.
+pub(super) fn one_rail(
+    cx: &Ctx,
+    spec: Option<&str>,
+    rank: crate::ring::model::Rank,
+) -> Result<OneRail, LaunchError> {
+    let log = |s: &str| cx.log(1, s);
+    let value = |k: &str| cx.nccl().and_then(|n| n.value(k));
+    let family = ifname::Family::parse(value("NCCL_SOCKET_FAMILY"));
+    let (ip, dev) = data_interface(spec, value("NCCL_COMM_ID"), family, &log)?;
+    let (fabric, label, no_rdma) = data_fabric(cx, ip, &dev)?;
+    if let Some((gbs, from)) = crate::ring::diagnosis::evidence::line_rate(&Host::live(), &dev) {
+        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
+    }
+    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
+    let note = no_rdma.filter(|_| rank == 0).map(|why| {
+        format!(
+            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}",
+            super::hostname()
+        )
+    });
+    let slot = RailPort {
+        rail: 0,
+        device: dev.clone(),
+        port: None,
+        netdev: Some(dev),
+        state: None,
+        usable: true,
+        label: None,
+        address: None,
+    };
+    Ok((vec![slot.clone()], vec![(slot, ip, fabric, label)], note))
+}

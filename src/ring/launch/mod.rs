@@ -18,13 +18,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::host::Host;
-use crate::nccl::ifname;
 use crate::nccl::settings::NcclSettings;
-use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::Identity;
-use crate::ring::model::{LiveStatus, RailPort, Rank};
+use crate::ring::model::{LiveStatus, Rank};
 use crate::ring::rails::RailSel;
-use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
+use crate::ring::run::{self, Failure, Options, RankOutcome};
 
 /// `--transport`: the data plane a rank asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +123,7 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
         rails,
         ranks,
     } = launch;
-    match ranks {
+    let r = match ranks {
         Ranks::Local { count, token } => {
             let cx = Ctx {
                 net: &net,
@@ -145,20 +143,23 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
             };
             run_job(&cx, id, &rails, &opts)
         }
+    };
+    // A region the NIC would not deregister was leaked, not freed (`verbs::Mr`): it stays
+    // pinned until the process exits, a driver fault the run should not keep quiet.
+    for line in crate::verbs::leaked_regions() {
+        watch.log(0, &format!("rdma: {line}"));
     }
+    r
 }
 
-/// One rank of a job across hosts: its one rail, or its rails.
+/// One rank of a job across hosts: its one rail, or its rails, on one path ([`railnode`]).
 fn run_job(cx: &Ctx, id: Identity, rails: &RailSel, opts: &Options) -> Result<RankResult, LaunchError> {
     let nccl = cx.nccl();
     let spec = cx.net.ifname.clone().or_else(|| {
         nccl.and_then(|n| n.value("NCCL_SOCKET_IFNAME"))
             .map(str::to_string)
     });
-    if *rails != RailSel::One {
-        return railnode::run_rails(cx, rails, spec.as_deref(), opts, id);
-    }
-    run_one_rail(cx, spec.as_deref(), opts, id)
+    railnode::run_rails(cx, rails, spec.as_deref(), opts, id)
 }
 
 /// What every step of a launch reads: the flags for the data plane, the CLI's watch, and
@@ -183,186 +184,6 @@ fn hostname() -> String {
     hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "?".into())
-}
-
-/// A run without `--rails`: this process's one rank on the data interface NCCL would use.
-fn run_one_rail(
-    cx: &Ctx,
-    spec: Option<&str>,
-    opts: &Options,
-    id: Identity,
-) -> Result<RankResult, LaunchError> {
-    let log = |s: &str| cx.log(1, s);
-    let value = |k: &str| cx.nccl().and_then(|n| n.value(k));
-    let family = ifname::Family::parse(value("NCCL_SOCKET_FAMILY"));
-    let (ip, dev) = fabric::data_interface(spec, value("NCCL_COMM_ID"), family, &log)?;
-    let (fabric, label, no_rdma) = fabric::data_fabric(cx, ip, &dev)?;
-    let host = Host::live();
-    let rate = evidence::line_rate(&host, &dev);
-    if let Some((gbs, from)) = &rate {
-        log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
-    }
-    let neighbor = fabric::switch_port(cx, &host, &dev);
-    let live = cx.watch.live(opts);
-    // Rank 0 fell back to tcp itself: its own reason is the one it can name.
-    let rank0_note = no_rdma.filter(|_| id.rank == 0).map(|why| {
-        format!(
-            "auto chose tcp: rank 0 ({}) has no usable RDMA port: {why}",
-            hostname()
-        )
-    });
-    let on_row = cx.watch.rows(&id, opts, rank0_note.clone());
-    let setup = Setup {
-        line_rate_gbs: rate.map(|r| r.0),
-        neighbor,
-        port_max: fabric::port_max(cx, &host, &dev),
-        fabric,
-        counters: Some(evidence::Sampler::live(&dev)),
-        live,
-        on_row,
-        ..Setup::new(id, hostname(), ip, Some(label))
-    };
-    // Level 0 (refused data links) is always shown; 1 is progress, with -v.
-    let logf = |level: u8, s: &str| cx.log(if level == 0 { 0 } else { 1 }, s);
-    let slot = RailPort {
-        rail: 0,
-        device: dev.clone(),
-        port: None,
-        netdev: Some(dev.clone()),
-        state: None,
-        usable: true,
-        label: None,
-        address: None,
-    };
-    let mut r = one_rail_through_hub(cx, setup, slot, opts, &logf);
-    cx.watch.ended();
-    if let (
-        Ok(RankOutcome {
-            report: Some(rep), ..
-        }),
-        Some(note),
-    ) = (&mut r, rank0_note)
-    {
-        rep.transport_note = Some(note);
-    }
-    Ok(r)
-}
-
-/// A run without `--rails` is the case R = 1 of `--rails`: this node's one control
-/// connection declares its one rail on rank 0's door, and the ring's coordinator serves it
-/// through rank 0's hub ([`crate::ring::railmux`]); the ring is every node, in rank order.
-fn one_rail_through_hub(
-    cx: &Ctx,
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> RankResult {
-    // Listening for data links while the others join, as a rank always did.
-    run::bind_data(&mut setup)?;
-    if setup.identity.rank != 0 {
-        return node_through_relay(setup, slot, opts, log);
-    }
-    rank0_hosts_the_hub(cx, setup, slot, opts, log)
-}
-
-fn cannot_run(message: String) -> run::RunError {
-    run::RunError {
-        kind: Failure::CannotRun,
-        message,
-    }
-}
-/// Another node: declare its rail on rank 0's door, relay its control connection, and run
-/// its rank through the relay at the seat rank 0 gave it.
-fn node_through_relay(
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> Result<RankOutcome, run::RunError> {
-    use crate::ring::{railmux, rendezvous};
-    let id = setup.identity.clone();
-    let hello = railmux::node_hello(
-        &id,
-        hostname(),
-        std::slice::from_ref(&slot),
-        (opts, &RailSel::One),
-    );
-    let (seats, s) = railmux::declare(&id.coordinator, hello, opts.join_timeout())
-        .map_err(|e| declare_failed(id.rank, e))?;
-    let quiet = rendezvous::silence(opts.timeout());
-    let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| {
-        cannot_run(format!(
-            "rank {}: cannot relay its control connection: {e}",
-            id.rank
-        ))
-    })?;
-    let Some(seat) = seats.iter().find(|s| s.rail == 0) else {
-        return Err(cannot_run(format!(
-            "rank {}: rank 0 gave it no place on the ring",
-            id.rank
-        )));
-    };
-    (setup.identity.rank, setup.identity.world) = (seat.rank, seat.world);
-    setup.join_only = true;
-    setup.join_via = relay.addrs.get(&0).cloned();
-    run::run_rank(setup, opts, log)
-}
-
-/// Rank 0: gather every node at the door, host the ring's coordinator behind the hub (its
-/// own rank on loopback), and put what the door turned away into the report's events.
-fn rank0_hosts_the_hub(
-    cx: &Ctx,
-    mut setup: Setup,
-    slot: RailPort,
-    opts: &Options,
-    log: &(dyn Fn(u8, &str) + Sync),
-) -> Result<RankOutcome, run::RunError> {
-    use crate::ring::coordinator::Event;
-    use crate::ring::{railmux, rendezvous};
-    let id = setup.identity.clone();
-    let l = rendezvous::bind(&id.coordinator).map_err(|e| cannot_run(e.to_string()))?;
-    let cfg = railmux::door_config(&id, opts, &RailSel::One);
-    let me = crate::ring::railplan::Declaration {
-        rank: 0,
-        host: hostname(),
-        slots: vec![slot],
-    };
-    let hub = railmux::gather(l, &cfg, me, Some(&[0])).map_err(cannot_run)?;
-    // The door is the coordinator's port: what it turned away is the report's (its joins
-    // are the coordinator's too, through the hub).
-    let mut door: Vec<Event> = hub
-        .events
-        .iter()
-        .filter(|e| !matches!(e, Event::Joined { .. }))
-        .cloned()
-        .collect();
-    let ring = hub.roster.rings.get(&0).cloned().unwrap_or_default();
-    setup.silent = silent_ring_ranks(&ring, &hub.roster.silent);
-    // The coordinator listens on loopback for rank 0's own rank; the others come through
-    // the hub.
-    let own = rendezvous::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-        .map_err(|e| cannot_run(e.to_string()))?;
-    let hub = hub.start();
-    setup.coordinator_listener = Some(own);
-    setup.relay = hub.link(0);
-    let mut r = run::run_rank(setup, opts, log);
-    let (failed, why) = job_verdict(&r);
-    door.extend(hub.finish(failed, why));
-    match &mut r {
-        Ok(RankOutcome {
-            report: Some(rep), ..
-        }) => {
-            door.append(&mut rep.events);
-            rep.events = door;
-        }
-        _ => {
-            for e in door {
-                cx.log(0, e.line());
-            }
-        }
-    }
-    r
 }
 
 /// Node `rank`'s declaration on rank 0's door failed: refused is this node's to mend (exit

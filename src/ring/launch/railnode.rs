@@ -1,7 +1,10 @@
-//! `--rails` across nodes: this node's part of the job, every rail it drives on its one
-//! control connection to rank 0. Rank 0 seats every node at its door, hosts every rail's
-//! coordinator behind the hub (also of a rail it lacks) and merges the rails' reports; the
-//! other nodes relay their rails through the one connection and exit with the job's verdict.
+//! One rank of a job across nodes, one rail or `--rails`: this node's part of the job, every
+//! rail it drives on its one control connection to rank 0. Rank 0 seats every node at its
+//! door, hosts every rail's coordinator behind the hub (also of a rail it lacks) and merges
+//! the rails' reports; the other nodes relay their rails through the one connection and
+//! exit with the job's verdict. A run without `--rails` is the case R = 1 on the same path;
+//! [`RailNode::single`] marks the few points where its outputs are those of a plain ring
+//! (no rail tag, prefix or merge; the door's events in the report; its own exit status).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
@@ -12,14 +15,17 @@ use super::{
     Ctx, LaunchError, RankResult, declare_failed, hostname, interrupted, job_verdict, silent_ring_ranks,
 };
 use crate::host::Host;
+use crate::ring::coordinator::Event;
 use crate::ring::diagnosis::evidence;
 use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank};
+use crate::ring::railplan::Roster;
 use crate::ring::rails::{self, RailRun, RailSel};
 use crate::ring::run::{self, Failure, Options, RankOutcome, Setup};
 
-/// `--rails` across nodes: this node drives every selected rail, one rank per rail's ring,
-/// all on the node's one control connection to rank 0 (see [`crate::ring::railmux`]).
+/// One rank of a job across nodes: this node drives every selected rail (without `--rails`,
+/// its one rail on the data interface), one rank per rail's ring, all on the node's one
+/// control connection to rank 0 (see [`crate::ring::railmux`]).
 pub(super) fn run_rails(
     cx: &Ctx,
     sel: &RailSel,
@@ -27,7 +33,13 @@ pub(super) fn run_rails(
     opts: &Options,
     id: Identity,
 ) -> Result<RankResult, LaunchError> {
-    let (mut slots, runs) = fabric::rail_setups(cx, sel, spec)?;
+    let single = *sel == RailSel::One;
+    let (mut slots, runs, note) = if single {
+        fabric::one_rail(cx, spec, id.rank)?
+    } else {
+        let (slots, runs) = fabric::rail_setups(cx, sel, spec)?;
+        (slots, runs, None)
+    };
     // By index where the flag names them; for `all`, the rails most nodes have (rank 0's own
     // may be the odd ones).
     let wanted = rails::wanted(sel);
@@ -54,6 +66,12 @@ pub(super) fn run_rails(
             .collect()
     });
     let live = cx.watch.live(opts);
+    // One rail streams its rows as they complete; the rails' rows come merged, at the end.
+    let on_row = if single {
+        cx.watch.rows(&id, opts, note.clone())
+    } else {
+        None
+    };
     let node = RailNode {
         cx,
         id: &id,
@@ -64,14 +82,32 @@ pub(super) fn run_rails(
         live,
         host,
         neighbors: std::sync::Mutex::new(neighbors),
+        single,
+        on_row: std::sync::Mutex::new(on_row),
     };
-    let r = if id.rank == 0 {
-        node.rank0(runs)
-    } else {
-        node.other(runs)
-    };
+    let r = node.bind_early(runs).and_then(|runs| {
+        if id.rank == 0 {
+            node.rank0(runs)
+        } else {
+            node.other(runs)
+        }
+    });
     cx.watch.ended();
-    Ok(r)
+    Ok(note_transport(r, note))
+}
+
+/// Rank 0's report says why `--transport auto` ran tcp on rank 0 (one rail only).
+fn note_transport(mut r: RankResult, note: Option<String>) -> RankResult {
+    if let (
+        Ok(RankOutcome {
+            report: Some(rep), ..
+        }),
+        Some(note),
+    ) = (&mut r, note)
+    {
+        rep.transport_note = Some(note);
+    }
+    r
 }
 
 /// Where one rail's rank sits and how it reaches its coordinator.
@@ -98,6 +134,14 @@ struct RailNode<'a> {
     host: Host,
     /// Each rail's switch port (LLDP), learnt before declaring; taken by its rail's run.
     neighbors: std::sync::Mutex<BTreeMap<u32, crate::ring::model::Neighbor>>,
+    /// A run without `--rails` (R = 1): its outputs are a plain ring's. Its token carries no
+    /// rail tag and its lines no `rail 0:` prefix; its rank runs alone, not merged into
+    /// `rails[]`; rank 0 puts what its door turned away into the report's events; another
+    /// node ends with its own rank's end, not the job's verdict.
+    single: bool,
+    /// Rank 0 of one rail: the CLI's sink for the rows as each size completes; taken by the
+    /// rail's run.
+    on_row: std::sync::Mutex<Option<run::ShowRow>>,
 }
 
 /// How long another node waits for the job's verdict after its own rails ended (rank 0's
@@ -115,20 +159,30 @@ impl RailNode<'_> {
 
     /// One rail's run: its identity on the rail's ring and its setup.
     fn rail_run(&self, (p, ip, fabric, label): RailSetup, at: Place, first: bool) -> RailRun {
-        let mut identity = rails::rail_identity(self.id, p.rail);
+        let mut identity = if self.single {
+            self.id.clone()
+        } else {
+            rails::rail_identity(self.id, p.rail)
+        };
         (identity.rank, identity.world) = (at.seat.rank, at.seat.world);
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
         let rate = evidence::line_rate(&self.host, &netdev);
-        self.cx.log(
-            1,
-            format!(
-                "{}: data {ip} device {label}; rank {} of this rail's {} nodes",
-                p.describe(),
-                at.seat.rank,
-                at.seat.world
-            ),
-        );
-        let (nodes, silent) = at.ring;
+        if !self.single {
+            self.cx.log(
+                1,
+                format!(
+                    "{}: data {ip} device {label}; rank {} of this rail's {} nodes",
+                    p.describe(),
+                    at.seat.rank,
+                    at.seat.world
+                ),
+            );
+        }
+        let (mut nodes, silent) = at.ring;
+        if self.single {
+            // One ring of every node in rank order: its ranks are the job's nodes.
+            nodes.clear();
+        }
         RailRun {
             setup: Setup {
                 coordinator_listener: at.listener,
@@ -138,6 +192,7 @@ impl RailNode<'_> {
                 fabric,
                 counters: Some(evidence::Sampler::live(&netdev)),
                 live: if first { self.live.clone() } else { None },
+                on_row: self.on_row.lock().ok().and_then(|mut r| r.take()),
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
                 join_only: self.id.rank != 0,
                 join_via: at.join_via,
@@ -145,7 +200,7 @@ impl RailNode<'_> {
                 // Rank 0's coordinator names the rail's ranks as the job's nodes.
                 nodes,
                 silent,
-                node: Some(self.id.rank),
+                node: (!self.single).then_some(self.id.rank),
                 ..Setup::new(identity, hostname(), ip, Some(label))
             },
             port: p,
@@ -153,6 +208,10 @@ impl RailNode<'_> {
     }
 
     fn not_seated(&self, p: &RailPort) {
+        // One rail unseated is the node's failure, said by `drive`.
+        if self.single {
+            return;
+        }
         self.cx.log(
             0,
             format!(
@@ -172,10 +231,16 @@ impl RailNode<'_> {
         let l = crate::ring::rendezvous::bind(&self.id.coordinator).map_err(|e| cannot(e.to_string()))?;
         let cfg = crate::ring::railmux::door_config(self.id, self.opts, self.sel);
         let hub = crate::ring::railmux::gather(l, &cfg, self.me(), self.wanted).map_err(cannot)?;
-        // Joins with -v; what the door turned away always.
+        // Joins with -v; what the door turned away always (one rail: in its report, below).
+        let mut door = Vec::new();
         for e in &hub.events {
-            let joined = matches!(e, crate::ring::coordinator::Event::Joined { .. });
-            self.cx.log(if joined { 1 } else { 0 }, e.line());
+            let joined = matches!(e, Event::Joined { .. });
+            match (self.single, joined) {
+                // One rail's joins are its coordinator's too, through the hub.
+                (true, true) => {}
+                (true, false) => door.push(e.clone()),
+                (false, _) => self.cx.log(if joined { 1 } else { 0 }, e.line()),
+            }
         }
         let roster = hub.roster.clone();
         // Each rail's coordinator listens on loopback for rank 0's own rank of the rail only;
@@ -214,20 +279,72 @@ impl RailNode<'_> {
             rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
         }
         let hosted = self.hosted(&roster, &mut place);
-        let r = rails::run_node(
-            rail_runs,
-            hosted,
-            self.slots,
-            self.wanted,
-            Some(&roster),
-            self.opts,
-            &|level, s| self.cx.log(if level == 0 { 0 } else { 1 }, s),
-        );
+        let mut r = self.drive(rail_runs, hosted, Some(&roster));
         let (failed, why) = job_verdict(&r);
-        for e in hub.finish(failed, why) {
+        door.extend(hub.finish(failed, why));
+        self.door_said(&mut r, door);
+        r
+    }
+
+    /// Runs this node's rails: each rail's rank (and rank 0's hosted coordinators) at once,
+    /// merged into the job's report; one rail's rank alone, its report the job's.
+    fn drive(
+        &self,
+        rail_runs: Vec<RailRun>,
+        hosted: Vec<rails::Hosted>,
+        roster: Option<&Roster>,
+    ) -> RankResult {
+        let log = |level: u8, s: &str| self.cx.log(if level == 0 { 0 } else { 1 }, s);
+        if !self.single {
+            return rails::run_node(
+                rail_runs,
+                hosted,
+                self.slots,
+                self.wanted,
+                roster,
+                self.opts,
+                &log,
+            );
+        }
+        match rail_runs.into_iter().next() {
+            Some(r) => run::run_rank(r.setup, self.opts, &log),
+            None => Err(run::RunError {
+                kind: Failure::CannotRun,
+                message: format!("rank {}: rank 0 gave it no place on the ring", self.id.rank),
+            }),
+        }
+    }
+
+    /// What rank 0's door turned away and said at the end: one rail's report carries it in
+    /// its events (the door is its coordinator's port), before the coordinator's own; the
+    /// rails' (and a failed rank's) go to stderr.
+    fn door_said(&self, r: &mut RankResult, mut door: Vec<Event>) {
+        if let (
+            true,
+            Ok(RankOutcome {
+                report: Some(rep), ..
+            }),
+        ) = (self.single, &mut *r)
+        {
+            door.append(&mut rep.events);
+            rep.events = door;
+            return;
+        }
+        for e in door {
             self.cx.log(0, e.line());
         }
-        r
+    }
+
+    /// One rail listens for its data links while the others join, as a rank without
+    /// `--rails` always did, and says it cannot before it takes a seat; the rails bind
+    /// theirs as each rail's run starts.
+    fn bind_early(&self, runs: Vec<RailSetup>) -> Result<Vec<RailSetup>, run::RunError> {
+        if !self.single {
+            return Ok(runs);
+        }
+        runs.into_iter()
+            .map(|(p, ip, f, label)| Ok((p, ip, Some(run::bind_data(f, ip)?), label)))
+            .collect()
     }
 
     /// Rank 0: the coordinators of the rails it does not drive, hosted for the nodes that do.
@@ -276,7 +393,11 @@ impl RailNode<'_> {
         let quiet = crate::ring::rendezvous::silence(self.opts.timeout());
         let relay = railmux::NodeRelay::start(s, &seats, quiet).map_err(|e| run::RunError {
             kind: Failure::CannotRun,
-            message: format!("rails: cannot relay this node's rails: {e}"),
+            message: if self.single {
+                format!("rank {}: cannot relay its control connection: {e}", self.id.rank)
+            } else {
+                format!("rails: cannot relay this node's rails: {e}")
+            },
         })?;
         let mut rail_runs = Vec::new();
         for x in runs {
@@ -293,15 +414,11 @@ impl RailNode<'_> {
             };
             rail_runs.push(self.rail_run(x, at, rail_runs.is_empty()));
         }
-        let r = rails::run_node(
-            rail_runs,
-            Vec::new(),
-            self.slots,
-            self.wanted,
-            None,
-            self.opts,
-            &|level, s| self.cx.log(if level == 0 { 0 } else { 1 }, s),
-        );
+        let r = self.drive(rail_runs, Vec::new(), None);
+        if self.single {
+            // One rail's rank heard the job's end from its coordinator: its own end is it.
+            return r;
+        }
         // Told to stop (the scheduler's SIGTERM, SIGKILL to follow): rank 0's word within
         // a moment, or this node's own end.
         let wait = if interrupted() {
