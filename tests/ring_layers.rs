@@ -64,7 +64,7 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("diagnosis (pure)", &["diagnosis"]),
     (
         "the launch's word and the job's plan",
-        &["launcher", "options", "orders", "portfacts", "railplan"],
+        &["launcher", "options", "orders", "portfacts", "portread", "railplan"],
     ),
     (
         "the coordinator and the ranks' data planes",
@@ -210,4 +210,39 @@ fn the_ring_neither_prints_nor_exits() {
     }
     assert!(seen >= 40, "only {seen} ring files found");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The diagnosis room is pure (src/ring/mod.rs): it judges samples and reports handed to it
+/// and reads no host, file or program; what reads the host sits in a room above it
+/// (`portfacts` before the join, `portread` during the run). Test code is not held to it.
+#[test]
+fn the_diagnosis_room_reads_no_host() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ring/diagnosis");
+    // Modules declared `#[cfg(test)]` in mod.rs are test helpers (pastes: `bash -n`).
+    let m = fs::read_to_string(dir.join("mod.rs")).unwrap();
+    let test_only: Vec<String> = m
+        .split("#[cfg(test)]")
+        .skip(1)
+        .filter_map(|rest| rest.trim_start().strip_prefix("pub mod ").or(rest.trim_start().strip_prefix("mod ")))
+        .filter_map(|rest| rest.split(';').next().map(|n| format!("{n}.rs")))
+        .collect();
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for e in fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.extension().is_none_or(|x| x != "rs") || test_only.contains(&name) {
+            continue;
+        }
+        seen += 1;
+        let c = code(&p);
+        let c = c.split("#[cfg(test)]").next().unwrap_or("");
+        for word in ["Host", "host::", "std::fs", "fs::read", "Command::new", "run_bounded", "std::process"] {
+            if c.contains(word) {
+                bad.push(format!("{} ({word})", p.display()));
+            }
+        }
+    }
+    assert!(seen >= 5, "no diagnosis sources found in {}", dir.display());
+    assert!(bad.is_empty(), "the diagnosis room reads the host:\n{}", bad.join("\n"));
 }

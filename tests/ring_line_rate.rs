@@ -5,7 +5,7 @@
 //! (tests/lab_localize.rs, `scan_line_rate_is_each_ranks_sysfs_speed`).
 
 use fabprobe::host::Host;
-use fabprobe::ring::diagnosis::evidence::line_rate;
+use fabprobe::ring::portread::line_rate;
 
 fn rate(fixture: &str, ifname: &str) -> Option<(f64, String)> {
     line_rate(&Host::snapshot(format!("fixtures/{fixture}")).unwrap(), ifname)

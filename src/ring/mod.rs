@@ -11,6 +11,8 @@
 //! * [`diagnosis`] (pure): scan plan and driver, localization, watchdog, counter evidence;
 //! * the launch's word and the job's plan: [`launcher`] (rank and world from flags or the
 //!   launcher's environment), [`options`], [`orders`] (rings and table parts), [`railplan`];
+//!   what a rank reads of its own port through the host: [`portfacts`] (before it joins),
+//!   [`portread`] (during the run: line rate, counters, bytes, carrier);
 //! * the coordinator and the ranks' data planes: [`coordinator`] (rank 0's serve loop; the
 //!   run's judge plugs in through [`coordinator::Judge`] and [`coordinator::ScanDriver`]),
 //!   [`rendezvous`] (bind, hello, join: the rank's side of the control plane), [`collective`]
@@ -37,6 +39,7 @@ pub mod model;
 pub mod options;
 pub mod orders;
 pub mod portfacts;
+pub mod portread;
 pub mod railmerge;
 pub mod railmux;
 pub mod railplan;

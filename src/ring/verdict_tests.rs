@@ -13,7 +13,7 @@ use crate::ring::collective::scanstep::scan_tag;
 use crate::ring::collective::transport::inproc::{Faults, InprocNet, ONE_WORLD};
 use crate::ring::collective::transport::{Fabric, LinkRequest};
 use crate::ring::diagnosis::driver::ScanOptions;
-use crate::ring::diagnosis::evidence::Sampler;
+use crate::ring::portread::Sampler;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::{RankInfo, VerdictKind};
 use crate::ring::rendezvous;

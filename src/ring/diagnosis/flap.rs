@@ -1,7 +1,7 @@
 //! A rank's data port that flapped during the run (issue 45): its netdev's carrier counters
 //! moved between the start and the end of the run. Reported as what it was, a hiccup of
 //! the link to the switch, beside whatever else the run measured. Pure: the counters are
-//! read through the host by `evidence::carrier`.
+//! read through the host by `ring::portread::carrier`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

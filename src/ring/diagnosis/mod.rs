@@ -13,6 +13,7 @@ pub mod linkerror;
 pub mod localize;
 pub mod neighbor;
 #[cfg(test)]
+#[cfg(test)]
 pub mod pastes;
 pub mod plan;
 pub mod portmax;

@@ -1,6 +1,6 @@
 //! Traffic on a rank's data port that was not the probe's (issue 45): each rank reads its
 //! port's byte counters before and after each scan order ([`PortReading`], read by
-//! [`super::evidence::Sampler::bytes`]) and sends the moves beside the bytes the probe itself
+//! `ring::portread::Sampler::bytes`) and sends the moves beside the bytes the probe itself
 //! moved there ([`PortMove`]); the driver sums them per rank ([`Totals`]) and [`annotate`]
 //! says on every slow verdict what its ports carried. A port that carried markedly more than
 //! the probe is contention (another job, a backup): `evidence.contention`, action

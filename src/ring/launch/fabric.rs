@@ -340,7 +340,7 @@ pub(super) fn one_rail(
     let family = ifname::Family::parse(value("NCCL_SOCKET_FAMILY"));
     let (ip, dev) = data_interface(spec, value("NCCL_COMM_ID"), family, &log)?;
     let (fabric, label, no_rdma) = data_fabric(cx, ip, &dev)?;
-    if let Some((gbs, from)) = crate::ring::diagnosis::evidence::line_rate(&Host::live(), &dev) {
+    if let Some((gbs, from)) = crate::ring::portread::line_rate(&Host::live(), &dev) {
         log(&format!("line rate of {dev}: {gbs:.3} GB/s (from {from})"));
     }
     // Rank 0 fell back to tcp itself: its own reason is the one it can name.

@@ -6,7 +6,7 @@ use std::net::{IpAddr, TcpListener};
 use std::sync::Arc;
 
 use super::{Ctx, LaunchError, RankResult, fabric, hostname};
-use crate::ring::diagnosis::evidence;
+use crate::ring::portread;
 use crate::ring::launcher::{Identity, Source};
 use crate::ring::model::RailPort;
 use crate::ring::rails::{self, RailRun, RailSel};
@@ -161,7 +161,7 @@ pub(super) fn run_local(
             .map(|rank| {
                 let setup = Setup {
                     coordinator_listener: if rank == 0 { listener.take() } else { None },
-                    counters: Some(evidence::Sampler::live(&device)),
+                    counters: Some(portread::Sampler::live(&device)),
                     live: if rank == 0 { live.clone() } else { None },
                     on_row: rows.clone().filter(|_| rank == 0),
                     ..Setup::new(local_id(rank), host.clone(), data_ip, Some(device.clone()))

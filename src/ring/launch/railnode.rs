@@ -16,7 +16,7 @@ use super::{
 };
 use crate::host::Host;
 use crate::ring::coordinator::Event;
-use crate::ring::diagnosis::evidence;
+use crate::ring::portread;
 use crate::ring::launcher::Identity;
 use crate::ring::model::{RailPort, Rank};
 use crate::ring::railplan::Roster;
@@ -166,7 +166,7 @@ impl RailNode<'_> {
         };
         (identity.rank, identity.world) = (at.seat.rank, at.seat.world);
         let netdev = p.netdev.clone().unwrap_or_else(|| p.device.clone());
-        let rate = evidence::line_rate(&self.host, &netdev);
+        let rate = portread::line_rate(&self.host, &netdev);
         if !self.single {
             self.cx.log(
                 1,
@@ -190,7 +190,7 @@ impl RailNode<'_> {
                 neighbor: self.neighbors.lock().ok().and_then(|mut n| n.remove(&p.rail)),
                 port_max: fabric::port_max(self.cx, &self.host, &netdev),
                 fabric,
-                counters: Some(evidence::Sampler::live(&netdev)),
+                counters: Some(portread::Sampler::live(&netdev)),
                 live: if first { self.live.clone() } else { None },
                 on_row: self.on_row.lock().ok().and_then(|mut r| r.take()),
                 // The job's rank 0 hosts every rail's coordinator, also one it lacks.
