@@ -187,7 +187,7 @@ pub struct BridgeAcs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum GdrVerdict {
     /// Within the level, and a peer-memory client is there.
     On,
     /// Within the level, no peer-memory client, DMA-BUF prerequisites met.
@@ -202,14 +202,14 @@ pub enum Verdict {
     Unknown,
 }
 
-impl Verdict {
+impl GdrVerdict {
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::On => "on",
-            Verdict::DmabufPossible => "dmabuf_possible",
-            Verdict::OffDistance => "off_distance",
-            Verdict::OffNoPeerMemory => "off_no_peer_memory",
-            Verdict::Unknown => "unknown",
+            GdrVerdict::On => "on",
+            GdrVerdict::DmabufPossible => "dmabuf_possible",
+            GdrVerdict::OffDistance => "off_distance",
+            GdrVerdict::OffNoPeerMemory => "off_no_peer_memory",
+            GdrVerdict::Unknown => "unknown",
         }
     }
 }
@@ -228,7 +228,7 @@ pub struct GdrPair {
     pub path: Option<PathType>,
     /// One of the GPU's nearest NICs: a pair NCCL would use.
     pub nccl_nearest: bool,
-    pub verdict: Option<Verdict>,
+    pub verdict: Option<GdrVerdict>,
     /// Bridges between the two (not shared by both chains), top first.
     pub bridges_between: Vec<String>,
     /// Some bridge between them redirects P2P (ReqRedir/CmpltRedir).
@@ -638,18 +638,18 @@ fn nic_use(host: &Host, ib_use: &crate::nccl::settings::IbUse, dev: &str) -> (bo
 
 /// What NCCL reaches for one GPU-NIC pair, given whether its path is within
 /// NCCL_NET_GDR_LEVEL: peer memory first, then DMA-BUF (net_ib.cc's order).
-pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> Verdict {
+pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> GdrVerdict {
     if !within_level {
-        Verdict::OffDistance
+        GdrVerdict::OffDistance
     } else if peer.nccl_gdr_support {
-        Verdict::On
+        GdrVerdict::On
     } else if dmabuf.possible {
-        Verdict::DmabufPossible
+        GdrVerdict::DmabufPossible
     } else if !peer.modules_visible || peer.depends_on_version || dmabuf.path == Known::Unknown {
         // Without peer memory, an unknown DMA-BUF prerequisite leaves GDR unknown, not off.
-        Verdict::Unknown
+        GdrVerdict::Unknown
     } else {
-        Verdict::OffNoPeerMemory
+        GdrVerdict::OffNoPeerMemory
     }
 }
 
@@ -874,7 +874,7 @@ fn peermem_not_loaded(x: &Gdr, out: &mut Vec<Finding>) {
     let off_peer: Vec<&GdrPair> = x.used
         .iter()
         .copied()
-        .filter(|x| x.verdict == Some(Verdict::OffNoPeerMemory))
+        .filter(|x| x.verdict == Some(GdrVerdict::OffNoPeerMemory))
         .collect();
     // Peer memory: not loaded (with or without the module on disk).
     if !off_peer.is_empty() {
@@ -931,7 +931,7 @@ fn gdr_unknown(x: &Gdr, out: &mut Vec<Finding>) {
     let unknown_gdr: Vec<&GdrPair> = x.used
         .iter()
         .copied()
-        .filter(|x| x.verdict == Some(Verdict::Unknown))
+        .filter(|x| x.verdict == Some(GdrVerdict::Unknown))
         .collect();
     if !unknown_gdr.is_empty() {
         out.push(
@@ -986,7 +986,7 @@ fn off_distance(x: &Gdr, out: &mut Vec<Finding>) {
         .used
         .iter()
         .copied()
-        .filter(|x| x.verdict == Some(Verdict::OffDistance))
+        .filter(|x| x.verdict == Some(GdrVerdict::OffDistance))
         .collect();
     let (passed_over, alone): (Vec<&GdrPair>, Vec<&GdrPair>) = far
         .into_iter()
@@ -1033,7 +1033,7 @@ fn iommu_translation(x: &Gdr, out: &mut Vec<Finding>) {
     let tr: Vec<&GdrPair> = r
         .pairs
         .iter()
-        .filter(|p| p.verdict.is_some_and(|v| v != Verdict::OffDistance))
+        .filter(|p| p.verdict.is_some_and(|v| v != GdrVerdict::OffDistance))
         .filter(|p| translated_type(r, p).is_some())
         .collect();
     if let Some(first) = tr.first() {

@@ -2,7 +2,7 @@
 //! NCCL path types and GDR verdicts, the ACS state of the bridges between them, findings.
 
 use crate::finding::Finding;
-use crate::probe::gdr::{GdrReport, Verdict};
+use crate::probe::gdr::{GdrReport, GdrVerdict};
 use crate::render::gids::columns;
 use crate::render::text;
 use crate::sysfs::pcicfg::Acs;
@@ -19,13 +19,13 @@ fn opt_bool(b: Option<bool>, yes_s: &str, no_s: &str) -> String {
     }
 }
 
-fn short(v: Verdict) -> &'static str {
+fn short(v: GdrVerdict) -> &'static str {
     match v {
-        Verdict::On => "on",
-        Verdict::DmabufPossible => "dmabuf",
-        Verdict::OffDistance => "off-dist",
-        Verdict::OffNoPeerMemory => "off-peer",
-        Verdict::Unknown => "unknown",
+        GdrVerdict::On => "on",
+        GdrVerdict::DmabufPossible => "dmabuf",
+        GdrVerdict::OffDistance => "off-dist",
+        GdrVerdict::OffNoPeerMemory => "off-peer",
+        GdrVerdict::Unknown => "unknown",
     }
 }
 

@@ -18,7 +18,7 @@ use crate::ring::diagnosis::driver::{Driver, ScanReport, Step};
 use crate::ring::diagnosis::evidence;
 use crate::ring::portread::Sampler;
 use crate::ring::diagnosis::traffic::{self, PortReading};
-use crate::ring::diagnosis::localize::Policy;
+use crate::ring::diagnosis::localize::Thresholds;
 use crate::ring::diagnosis::watchdog::{self, Control, RankWatch, WatchState};
 use crate::ring::diagnosis::{linkerror, neighbor};
 use crate::ring::launcher::Identity;
@@ -313,7 +313,7 @@ fn coordinator_config(
         interrupt: Some(crate::ring::interrupt::process()),
         scan: opts.scan.clone().map(|o| {
             let make: Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync> =
-                Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Policy::default())));
+                Arc::new(move |n| Box::new(Driver::new(n, o.clone(), Thresholds::default())));
             make
         }),
         on_row: on_row.map(|show| {

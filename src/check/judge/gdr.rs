@@ -4,7 +4,7 @@ use super::{not_evaluated, nothing_here, violation};
 use crate::check::Finding;
 use crate::check::run::Collected;
 use crate::finding::MissingFact;
-use crate::probe::gdr::{GdrReport, Verdict as GdrVerdict};
+use crate::probe::gdr::{GdrReport, GdrVerdict};
 
 /// `[gdr] ready`: every pair NCCL would use (each GPU with its nearest NICs) has GPUDirect
 /// RDMA on (peer memory, or DMA-BUF possible) and no ACS redirect between the two.

@@ -11,13 +11,13 @@ use crate::host::FactsState;
 use crate::host::facts::RLimit;
 
 /// The host facts as the `[host]` rules see them (the host probe read them).
-pub(super) struct HostFacts<'a> {
+pub(super) struct HostView<'a> {
     f: &'a crate::host::facts::HostFacts,
     r: &'a crate::check::policy::HostRules,
 }
 
 /// A `[host]` key's judge.
-type HostJudge = fn(&HostFacts<'_>, &mut Vec<Finding>);
+type HostJudge = fn(&HostView<'_>, &mut Vec<Finding>);
 
 /// `[host]`: each key its own rule, in this order.
 pub(super) const HOST_RULES: &[(&[&str], HostJudge)] = &[
@@ -42,13 +42,13 @@ pub(crate) fn judge_host(c: &Collected, p: &Policy, out: &mut Vec<Finding>) {
         out.push(not_evaluated("host", why));
         return;
     };
-    let x = HostFacts { f, r };
+    let x = HostView { f, r };
     for (_, judge) in HOST_RULES {
         judge(&x, out);
     }
 }
 
-fn host_memlock_unlimited(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_memlock_unlimited(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     let memlock = f.memlock.map(|m| m.soft);
     if r.memlock_unlimited == Some(true) {
@@ -64,7 +64,7 @@ fn host_memlock_unlimited(x: &HostFacts, out: &mut Vec<Finding>) {
     }
 }
 
-fn host_memlock_min_bytes(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_memlock_min_bytes(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     let memlock = f.memlock.map(|m| m.soft);
     if let Some(min) = r.memlock_min_bytes {
@@ -88,7 +88,7 @@ fn host_memlock_min_bytes(x: &HostFacts, out: &mut Vec<Finding>) {
     }
 }
 
-fn host_device_holders_max(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_device_holders_max(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     if let Some(max) = r.device_holders_max
         && f.device_holders.len() as u64 <= max
@@ -136,7 +136,7 @@ fn host_device_holders_max(x: &HostFacts, out: &mut Vec<Finding>) {
     }
 }
 
-fn host_kernel(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_kernel(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     if !r.kernel.is_empty() {
         match &f.kernel {
@@ -156,7 +156,7 @@ fn host_kernel(x: &HostFacts, out: &mut Vec<Finding>) {
     }
 }
 
-fn host_memory_min_gib(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_memory_min_gib(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     if let Some(min) = r.memory_min_gib {
         match f.memory_total_bytes {
@@ -175,7 +175,7 @@ fn host_memory_min_gib(x: &HostFacts, out: &mut Vec<Finding>) {
     }
 }
 
-fn host_cpu_count_min(x: &HostFacts, out: &mut Vec<Finding>) {
+fn host_cpu_count_min(x: &HostView, out: &mut Vec<Finding>) {
     let (f, r) = (x.f, x.r);
     if let Some(min) = r.cpu_count_min {
         match f.cpu_count {

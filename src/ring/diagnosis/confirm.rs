@@ -13,13 +13,13 @@
 //! * anything else, or a suspect with no new connection, is *unconfirmed*: listed with its
 //!   figures, not a verdict.
 //!
-//! API: [`confirm`]`(&analysis, &samples, &Policy) -> Confirmed`; [`connections`].
+//! API: [`confirm`]`(&analysis, &samples, &Thresholds) -> Confirmed`; [`connections`].
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::ring::diagnosis::localize::{Analysis, LinkStat, Policy, fmt_gbs};
+use crate::ring::diagnosis::localize::{Analysis, LinkStat, Thresholds, fmt_gbs};
 use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind, shown};
 
 /// New connections a slow link must be slow on to stand as the link: a healthy pair that
@@ -76,7 +76,7 @@ fn new_figures(conns: &BTreeMap<(Rank, Rank), BTreeMap<u32, f64>>, from: Rank, t
 
 /// Sort the analysis's verdicts into confirmed ones (slow paths among them) and
 /// unconfirmed suspects. Verdicts of other kinds pass unchanged.
-pub fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy: &Policy) -> Confirmed {
+pub fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy: &Thresholds) -> Confirmed {
     let conns = connections(samples);
     let Some(reference) = a.median_gbs else {
         return Confirmed::default();

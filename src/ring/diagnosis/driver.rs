@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::ring::diagnosis::confirm::{self, LINK_NEW_CONNECTIONS};
-use crate::ring::diagnosis::localize::{self, FabricSlow, Policy};
+use crate::ring::diagnosis::localize::{self, FabricSlow, Thresholds};
 use crate::ring::diagnosis::{plan, rates, stall, traffic};
 use crate::ring::model::{LinkSample, PortTraffic, Rank, RankInfo, Verdict, VerdictKind};
 
@@ -160,7 +160,7 @@ enum Stage {
 pub struct Driver {
     n: usize,
     opts: ScanOptions,
-    policy: Policy,
+    policy: Thresholds,
     queue: Vec<(u32, u32, bool)>,
     current: Option<(u32, u32, bool, Instant)>,
     pending: BTreeSet<Rank>,
@@ -183,7 +183,7 @@ pub struct Driver {
 }
 
 impl Driver {
-    pub fn new(n: usize, opts: ScanOptions, policy: Policy) -> Driver {
+    pub fn new(n: usize, opts: ScanOptions, policy: Thresholds) -> Driver {
         Driver {
             n,
             opts,
@@ -700,7 +700,7 @@ mod tests {
             bytes: 1 << 20,
             reps: 3,
         };
-        let mut d = Driver::new(n as usize, opts, Policy::default());
+        let mut d = Driver::new(n as usize, opts, Thresholds::default());
         let mut now = Instant::now();
         let mut step = d.start(now);
         let mut seen = BTreeSet::new();

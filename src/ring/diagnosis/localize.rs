@@ -1,9 +1,9 @@
 //! Localization of slow links and slow nodes from the link scan's samples: pure, no I/O.
 //!
 //! API:
-//! * [`judge`]`(&ranks, &samples, &Policy, line_rate_gbs: Option<f64>) -> Vec<Verdict>`: the
+//! * [`judge`]`(&ranks, &samples, &Thresholds, line_rate_gbs: Option<f64>) -> Vec<Verdict>`: the
 //!   verdicts (`slow_egress`, `slow_ingress`, `slow_link`); empty on a healthy run.
-//! * [`analyze`]`(&ranks, &samples, &Policy, |rank| line_rate_gbs)`: the same verdicts plus
+//! * [`analyze`]`(&ranks, &samples, &Thresholds, |rank| line_rate_gbs)`: the same verdicts plus
 //!   the per-link figures ([`LinkStat`]), the run's median, and a [`FabricSlow`] note when the
 //!   whole fabric runs below its line rate (then no single node or link is to blame).
 //!
@@ -63,7 +63,7 @@ fn idle_gbs(gbs: f64, wait: f64) -> f64 {
 
 /// Thresholds, as fractions.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Policy {
+pub struct Thresholds {
     /// A link below this fraction of the run's median link is slow.
     pub median_fraction: f64,
     /// A link below this fraction of its line rate (where known) is slow.
@@ -73,9 +73,9 @@ pub struct Policy {
     pub noise_sigmas: f64,
 }
 
-impl Default for Policy {
+impl Default for Thresholds {
     fn default() -> Self {
-        Policy {
+        Thresholds {
             median_fraction: 0.8,
             line_rate_fraction: 0.8,
             noise_sigmas: 4.0,
@@ -164,7 +164,7 @@ const NOT_JUDGED: &str = "NOT JUDGED (CPU-bound host): ";
 pub fn judge(
     ranks: &[RankInfo],
     samples: &[LinkSample],
-    policy: &Policy,
+    policy: &Thresholds,
     line_rate_gbs: Option<f64>,
 ) -> Vec<Verdict> {
     analyze(ranks, samples, policy, |_| line_rate_gbs).verdicts
@@ -182,7 +182,7 @@ fn upper_median(values: &[f64]) -> Option<f64> {
 pub fn analyze(
     ranks: &[RankInfo],
     samples: &[LinkSample],
-    policy: &Policy,
+    policy: &Thresholds,
     line_rate_gbs: impl Fn(Rank) -> Option<f64>,
 ) -> Analysis {
     let (per_link, cpu) = first_connections(samples);
@@ -285,7 +285,7 @@ fn link_stats(
 /// The line rate judges single cells only when the run as a whole reaches it (true);
 /// otherwise every cell would be "slow" and the line rate says something about the whole
 /// fabric: the note that says so.
-fn against_line_rate(links: &[LinkStat], reference: f64, policy: &Policy) -> (Option<FabricSlow>, bool) {
+fn against_line_rate(links: &[LinkStat], reference: f64, policy: &Thresholds) -> (Option<FabricSlow>, bool) {
     let rates: Vec<f64> = links.iter().filter_map(|l| l.line_rate_gbs).collect();
     let Some(rate) = crate::text::median(&rates) else {
         return (None, false);
@@ -339,7 +339,7 @@ struct Found {
 struct Grid<'a, F: Fn(Rank) -> Option<f64>> {
     links: &'a [LinkStat],
     per_link: &'a BTreeMap<(Rank, Rank), Vec<f64>>,
-    policy: &'a Policy,
+    policy: &'a Thresholds,
     line_rate: &'a F,
     reference: f64,
     line_usable: bool,
@@ -360,7 +360,7 @@ impl<'a, F: Fn(Rank) -> Option<f64>> Grid<'a, F> {
     fn new(
         links: &'a [LinkStat],
         per_link: &'a BTreeMap<(Rank, Rank), Vec<f64>>,
-        policy: &'a Policy,
+        policy: &'a Thresholds,
         line_rate: &'a F,
         (reference, line_usable, noise): (f64, bool, f64),
     ) -> Self {
@@ -857,7 +857,7 @@ struct Ctx<'a, F: Fn(Rank) -> Option<f64>> {
     is_slow: &'a dyn Fn(&LinkStat) -> bool,
     ranks: &'a [RankInfo],
     reference: f64,
-    policy: &'a Policy,
+    policy: &'a Thresholds,
     line_rate: &'a F,
     line_usable: bool,
     noise: f64,
@@ -1263,7 +1263,7 @@ mod tests {
 
     fn run(n: usize, orders: usize, seed: u64, rate: impl Fn(Rank, Rank) -> f64) -> Vec<Verdict> {
         let s = scan(n, orders, 2, 0.10, &mut Rng(seed), rate);
-        judge(&ranks(n), &s, &Policy::default(), None)
+        judge(&ranks(n), &s, &Thresholds::default(), None)
     }
 
     #[test]
@@ -1283,7 +1283,7 @@ mod tests {
         let s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
             if (f, t) == (3, 4) { 1.1 } else { BASE }
         });
-        let v = judge(&ranks(8), &s, &Policy::default(), None);
+        let v = judge(&ranks(8), &s, &Thresholds::default(), None);
         let expected = Verdict { rail: None,
             kind: VerdictKind::SlowLink,
             from_rank: Some(3),
@@ -1330,7 +1330,7 @@ mod tests {
         for x in &mut s {
             x.cpu_wait = Some(if x.to_rank == 2 { 0.3 } else { 0.02 });
         }
-        let a = analyze(&rk, &s, &Policy::default(), |_| None);
+        let a = analyze(&rk, &s, &Thresholds::default(), |_| None);
         assert_eq!(kinds(&a.verdicts), vec![(VerdictKind::SlowEgress, Some(1), None)]);
         let v = &a.verdicts[0];
         assert!(
@@ -1350,7 +1350,7 @@ mod tests {
         for x in &mut s {
             x.cpu_wait = Some(if x.to_rank == 2 { 0.5 } else { 0.0 });
         }
-        let a = analyze(&rk, &s, &Policy::default(), |_| None);
+        let a = analyze(&rk, &s, &Thresholds::default(), |_| None);
         let nj = &a.not_judged[0];
         assert!(nj.evidence.contains_key("cpu_wait_rank_3"), "{:?}", nj.evidence);
         assert!(
@@ -1382,7 +1382,7 @@ mod tests {
                     _ => 0.02,
                 });
             }
-            analyze(&ranks(8), &s, &Policy::default(), |_| None)
+            analyze(&ranks(8), &s, &Thresholds::default(), |_| None)
         };
         // 1.1 of 3.6 GB/s: waiting 45% of the time, an idle host reaches 2.0: still slow.
         let a = with_waits(0.45, 0.05);
@@ -1453,7 +1453,7 @@ mod tests {
         for x in &mut s {
             x.cpu_wait = Some(if x.to_rank == 2 { 0.4 } else { 0.01 });
         }
-        let a = analyze(&ranks(8), &s, &Policy::default(), |_| None);
+        let a = analyze(&ranks(8), &s, &Thresholds::default(), |_| None);
         assert!(a.verdicts.is_empty(), "{:?}", a.verdicts);
         assert_eq!(
             kinds(&a.not_judged),
@@ -1461,7 +1461,7 @@ mod tests {
         );
         // Without the wait the same figures are a verdict.
         s.iter_mut().for_each(|x| x.cpu_wait = None);
-        let a = analyze(&ranks(8), &s, &Policy::default(), |_| None);
+        let a = analyze(&ranks(8), &s, &Thresholds::default(), |_| None);
         assert_eq!(kinds(&a.verdicts), vec![(VerdictKind::SlowEgress, Some(2), None)]);
         assert!(a.not_judged.is_empty());
     }
@@ -1489,7 +1489,7 @@ mod tests {
     #[test]
     fn a_node_far_below_every_link_among_the_others_is_named_on_a_noisy_run() {
         let s = scan(4, 3, 2, 0.0, &mut Rng(1), noisy_rail);
-        let a = analyze(&ranks(4), &s, &Policy::default(), |_| None);
+        let a = analyze(&ranks(4), &s, &Thresholds::default(), |_| None);
         assert!(a.not_judged.is_empty(), "{:?}", a.not_judged);
         assert_eq!(kinds(&a.verdicts), vec![(VerdictKind::SlowEgress, Some(0), None)]);
         let v = &a.verdicts[0];
@@ -1510,7 +1510,7 @@ mod tests {
         let s = scan(4, 3, 2, 0.0, &mut Rng(1), |f, t| {
             if f == 0 { 0.3 / 1e3 } else { noisy_rail(f, t) }
         });
-        assert_eq!(judge(&ranks(4), &s, &Policy::default(), None), vec![]);
+        assert_eq!(judge(&ranks(4), &s, &Thresholds::default(), None), vec![]);
     }
 
     fn a_noise(e: &BTreeMap<String, Value>) -> f64 {
@@ -1527,7 +1527,7 @@ mod tests {
             for x in &mut s {
                 x.cpu_wait = Some(if x.to_rank == 0 { w } else { 0.01 });
             }
-            analyze(&ranks(4), &s, &Policy::default(), |_| None)
+            analyze(&ranks(4), &s, &Thresholds::default(), |_| None)
         };
         let a = waited(0.8);
         assert!(a.verdicts.is_empty(), "{:?}", a.verdicts);
@@ -1542,7 +1542,7 @@ mod tests {
         let mut s = scan(4, 3, 2, 0.0, &mut Rng(1), noisy_rail);
         let i = s.iter().position(|x| (x.from_rank, x.to_rank) == (0, 2)).unwrap();
         s[i].seconds /= 10.0;
-        assert_eq!(judge(&ranks(4), &s, &Policy::default(), None), vec![]);
+        assert_eq!(judge(&ranks(4), &s, &Thresholds::default(), None), vec![]);
         // Three nodes: two links among the others are too few to stand for the run.
         let s = scan(3, 2, 2, 0.0, &mut Rng(1), |f, t| match (f, t) {
             (0, _) => 0.1,
@@ -1551,7 +1551,7 @@ mod tests {
             (1, 2) => 1.0,
             _ => 9.0,
         });
-        assert_eq!(judge(&ranks(3), &s, &Policy::default(), None), vec![]);
+        assert_eq!(judge(&ranks(3), &s, &Thresholds::default(), None), vec![]);
     }
 
     /// Healthy runs with +-30% per sample (3 samples per link per order). The spread of
@@ -1571,7 +1571,7 @@ mod tests {
                         rng.next_u64();
                     });
                     let s = scan(n, orders, 3, 0.3, &mut rng, |_, _| BASE);
-                    let v = judge(&ranks(n), &s, &Policy::default(), None);
+                    let v = judge(&ranks(n), &s, &Thresholds::default(), None);
                     if n < 8 && !v.is_empty() {
                         small.push(format!("n={n} orders={orders} seed={seed}: {}", v[0].message));
                     } else {
@@ -1591,7 +1591,7 @@ mod tests {
             for orders in [2, 3, 7] {
                 for seed in 1..200 {
                     let s = scan(n, orders, 2, 0.9, &mut Rng(seed), |_, _| BASE);
-                    let v = judge(&ranks(n), &s, &Policy::default(), None);
+                    let v = judge(&ranks(n), &s, &Thresholds::default(), None);
                     let by_separation = v.iter().find(|v| v.evidence.contains_key("fastest_sample_gbs"));
                     assert!(
                         by_separation.is_none(),
@@ -1613,11 +1613,11 @@ mod tests {
         let link = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
             if (f, t) == (3, 4) { 1.1 } else { BASE }
         });
-        let mut all = judge(&rk, &egress, &Policy::default(), None);
-        all.extend(judge(&rk, &ingress, &Policy::default(), None));
+        let mut all = judge(&rk, &egress, &Thresholds::default(), None);
+        all.extend(judge(&rk, &ingress, &Thresholds::default(), None));
         rk = ranks(8);
         rk.iter_mut().for_each(|i| i.device = None);
-        all.extend(judge(&rk, &link, &Policy::default(), None));
+        all.extend(judge(&rk, &link, &Thresholds::default(), None));
         assert_eq!(
             kinds(&all).iter().map(|k| k.0).collect::<Vec<_>>(),
             [
@@ -1642,7 +1642,7 @@ mod tests {
     #[test]
     fn slow_egress_whole_verdict() {
         let s = scan(4, 3, 1, 0.0, &mut Rng(1), |f, _| if f == 2 { 1.8 } else { BASE });
-        let v = judge(&ranks(4), &s, &Policy::default(), None);
+        let v = judge(&ranks(4), &s, &Thresholds::default(), None);
         assert_eq!(kinds(&v), vec![(VerdictKind::SlowEgress, Some(2), None)]);
         let v = &v[0];
         assert_eq!(
@@ -1682,7 +1682,7 @@ mod tests {
             &mut Rng(1),
             |f, _| if f == 2 { 0.004 } else { 0.04 },
         );
-        let v = judge(&rk, &s, &Policy::default(), None);
+        let v = judge(&rk, &s, &Thresholds::default(), None);
         assert_eq!(kinds(&v), vec![(VerdictKind::SlowEgress, Some(2), None)]);
         let next = v[0].next.as_deref().unwrap();
         for cmd in [
@@ -1920,7 +1920,7 @@ mod tests {
         let mut s = scan(4, 3, 3, 0.0, &mut Rng(1), |_, _| BASE);
         let i = s.iter().position(|x| (x.from_rank, x.to_rank) == (0, 1)).unwrap();
         s[i].seconds *= 20.0;
-        let a = analyze(&ranks(4), &s, &Policy::default(), |_| None);
+        let a = analyze(&ranks(4), &s, &Thresholds::default(), |_| None);
         assert!(a.verdicts.is_empty(), "{:#?}", a.verdicts);
         let l = a
             .links
@@ -1949,17 +1949,17 @@ mod tests {
         s.push(bad(0, 2, 1, -1.0));
         s.push(bad(0, 3, 1, f64::NAN));
         s.push(bad(1, 0, 1, f64::INFINITY));
-        assert!(judge(&ranks(4), &s, &Policy::default(), None).is_empty());
-        assert!(judge(&ranks(4), &[], &Policy::default(), None).is_empty());
+        assert!(judge(&ranks(4), &s, &Thresholds::default(), None).is_empty());
+        assert!(judge(&ranks(4), &[], &Thresholds::default(), None).is_empty());
         assert_eq!(
-            analyze(&ranks(4), &[], &Policy::default(), |_| None).median_gbs,
+            analyze(&ranks(4), &[], &Thresholds::default(), |_| None).median_gbs,
             None
         );
     }
 
     #[test]
     fn line_rate() {
-        let p = Policy::default();
+        let p = Thresholds::default();
         // Everything at 90% of the median but 75% of the line rate: slow against the line.
         let s = scan(8, 3, 1, 0.0, &mut Rng(1), |f, t| {
             if (f, t) == (0, 1) { 9.0 } else { 10.0 }
@@ -2008,7 +2008,7 @@ mod tests {
 
     #[test]
     fn recheck_clears_a_transient_and_keeps_a_fault() {
-        let p = Policy::default();
+        let p = Thresholds::default();
         let n = 8;
         // One order hit by a hiccup on 2 -> 5 (shift 3) in 2 of its 3 samples.
         let hiccup = |s: &mut Vec<LinkSample>| {

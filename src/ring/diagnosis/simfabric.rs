@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::ring::diagnosis::driver::{Driver, ScanOptions, ScanOrder, ScanReport, Step};
-use crate::ring::diagnosis::localize::Policy;
+use crate::ring::diagnosis::localize::Thresholds;
 use crate::ring::diagnosis::localize::sim::{Rng, ranks};
 use crate::ring::model::{LinkSample, Rank};
 
@@ -145,7 +145,7 @@ pub fn run(
         reps: 3,
     };
     let mut world = World::new(n, m, rng);
-    let mut d = Driver::new(n, opts, Policy::default());
+    let mut d = Driver::new(n, opts, Thresholds::default());
     let mut now = Instant::now();
     let mut step = d.start(now);
     let mut guard = 0;

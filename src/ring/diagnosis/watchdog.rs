@@ -122,7 +122,8 @@ enum Sent {
     Bytes(u64, u64),
 }
 
-struct Judge<'a> {
+/// One judgment of the watch state at `now`, with its lookups built once.
+struct Judgment<'a> {
     s: &'a WatchState<'a>,
     now: u64,
     /// Rank -> index into `s.ranks` and `s.watch`, and who waits on whom: lookups in
@@ -132,8 +133,8 @@ struct Judge<'a> {
     waiters: BTreeMap<Rank, Vec<Rank>>,
 }
 
-impl<'a> Judge<'a> {
-    fn new(s: &'a WatchState<'a>, now: u64) -> Judge<'a> {
+impl<'a> Judgment<'a> {
+    fn new(s: &'a WatchState<'a>, now: u64) -> Judgment<'a> {
         let mut waiters: BTreeMap<Rank, Vec<Rank>> = BTreeMap::new();
         for w in &s.watch {
             if let Some(p) = w.last.as_ref().and_then(|(_, rep)| rep.waiting_on)
@@ -142,7 +143,7 @@ impl<'a> Judge<'a> {
                 waiters.entry(p).or_default().push(w.rank);
             }
         }
-        Judge {
+        Judgment {
             s,
             now,
             info_at: s.ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect(),
@@ -640,7 +641,7 @@ impl<'a> Judge<'a> {
 
 /// The verdicts for the run as the coordinator sees it at `now_ms`.
 pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
-    let j = Judge::new(state, now_ms);
+    let j = Judgment::new(state, now_ms);
     let mut faulty: BTreeMap<Rank, Fault> = BTreeMap::new();
     let mut lost = Vec::new();
     let mut stalled = Vec::new();
