@@ -185,7 +185,7 @@ fn no_command_says_a_name_moved_where_none_did() {
             let what = format!("{fixture} {}", cmd.join(" "));
             let (out, err) = run(fixture, false, &cmd);
             let text = out + &err;
-            if text.contains("name moved") || text.lines().any(|l| marked_device(l)) {
+            if text.contains("name moved") || text.lines().any(marked_device) {
                 bad.push(format!("{what}: says a name moved"));
             }
             let (json, _) = run(fixture, true, &cmd);

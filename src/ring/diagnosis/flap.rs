@@ -313,7 +313,7 @@ mod tests {
             assert_eq!(kept.is_empty(), taken, "{verdict:?} {stalls:?}");
             assert_eq!(flaps[0] != before, taken, "{verdict:?}: {}", flaps[0].message);
             if !taken {
-                assert_eq!(kept, [verdict.clone()]);
+                assert_eq!(kept, std::slice::from_ref(&verdict));
             }
             // The control: the flap on rank 0, whose port no verdict here was measured
             // across except those naming rank 0 for it.
@@ -323,7 +323,7 @@ mod tests {
             let names_0 = [verdict.from_rank, verdict.to_rank].contains(&Some(0))
                 || stalls.iter().any(|s| s.from == 0 || s.to == 0);
             if !names_0 {
-                assert_eq!(kept, [verdict.clone()], "rank 0's flap took {verdict:?}");
+                assert_eq!(kept, std::slice::from_ref(&verdict), "rank 0's flap took {verdict:?}");
             }
         }
     }

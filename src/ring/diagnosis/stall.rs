@@ -696,7 +696,8 @@ mod tests {
         let one = vec![at_2[0]];
         let at_2 = at_2.to_vec();
         let apart = vec![st(0, 1, 4.0), st(2, 3, 4.0)];
-        let table: Vec<(Vec<Stall>, Vec<Stall>, Vec<(Option<Rank>, Option<Rank>)>)> = vec![
+        type Row = (Vec<Stall>, Vec<Stall>, Vec<(Option<Rank>, Option<Rank>)>);
+        let table: Vec<Row> = vec![
             // The same rank, the same links.
             (at_2.clone(), at_2.clone(), vec![(Some(2), None)]),
             // The scan's rank holds the sweep's one link (1 -> 2), and the other way round.
