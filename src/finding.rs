@@ -163,7 +163,7 @@ pub fn worst(findings: &[Finding]) -> Severity {
 
 /// The key a not-evaluated finding is listed under (what `check --require` names to make it
 /// fail): the policy area the unread fact decides, else the finding's own id.
-pub fn not_evaluated_key(id: &str) -> &str {
+pub(crate) fn not_evaluated_key(id: &str) -> &str {
     const KEYS: &[(&str, &str)] = &[
         // A snapshot without fabprobe/facts.json: memlock and device holders unread.
         ("host.facts_unavailable", "host"),
@@ -197,7 +197,7 @@ pub fn nothing_to_judge(
 /// The one wording of a host where neither an NVIDIA GPU nor an RDMA device shows up:
 /// every probe with nothing to judge for that one fact says it so, and `check` lists the
 /// keys it leaves unjudged on one line.
-pub const NO_GPU_NO_RDMA: &str =
+pub(crate) const NO_GPU_NO_RDMA: &str =
     "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?)";
 
 /// The finding that says a probe judged nothing, if there is one.
@@ -264,7 +264,7 @@ pub fn docs<J>(rules: &[Rule<J>]) -> Vec<RuleDoc> {
 /// Runs, in table order, every rule whose judge `pick` selects for this kind of item (a
 /// port, a device, a setting, the whole report) on `item`. Each probe's `findings` then
 /// says only which items it walks, and the order of findings stays the table's.
-pub fn judge_each<J, T: ?Sized, F: Fn(&T, &mut Vec<Finding>)>(
+pub(crate) fn judge_each<J, T: ?Sized, F: Fn(&T, &mut Vec<Finding>)>(
     rules: &[Rule<J>],
     pick: impl Fn(&J) -> Option<F>,
     item: &T,

@@ -31,7 +31,7 @@ pub fn secs(d: std::time::Duration) -> String {
 }
 
 /// Three decimals, for figures a report carries (`0.30449` -> `0.304`).
-pub fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
@@ -52,7 +52,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 /// Ranks as runs, sorted: `[7, 0, 1, 2, 3]` -> `0-3,7`; `-` for none.
-pub fn rank_runs(v: &[u32]) -> String {
+pub(crate) fn rank_runs(v: &[u32]) -> String {
     let mut v = v.to_vec();
     v.sort_unstable();
     v.dedup();

@@ -92,7 +92,7 @@ fn err(call: &str, device: &str, port: u8, errno: i32) -> VerbsError {
 
 /// The names of the RDMA devices libibverbs can open. ENOSYS (a kernel without RDMA) and an
 /// empty list are both answers the caller words for the user.
-pub fn device_names() -> Result<Vec<String>, VerbsError> {
+pub(crate) fn device_names() -> Result<Vec<String>, VerbsError> {
     let mut n: i32 = 0;
     // SAFETY: ibv_get_device_list writes the count into n and returns a NULL-terminated array
     // (or NULL with errno); we free it with ibv_free_device_list below.
@@ -137,18 +137,18 @@ impl PortInfo {
     pub fn active(&self) -> bool {
         self.state == ffi::ibv_port_state::IBV_PORT_ACTIVE
     }
-    pub fn mtu_bytes(&self) -> u32 {
+    pub(crate) fn mtu_bytes(&self) -> u32 {
         mtu_bytes(self.active_mtu)
     }
 }
 
 /// The MTU enum (1 = 256 ... 5 = 4096) for a size in bytes; None for anything else.
-pub fn mtu_enum(bytes: u32) -> Option<u32> {
+pub(crate) fn mtu_enum(bytes: u32) -> Option<u32> {
     (1..=5).find(|&m| mtu_bytes(m) == bytes)
 }
 
 /// `IBV_MTU_256` (1) ... `IBV_MTU_4096` (5) in bytes; 0 for anything else.
-pub fn mtu_bytes(mtu: u32) -> u32 {
+pub(crate) fn mtu_bytes(mtu: u32) -> u32 {
     match mtu {
         1..=5 => 128 << mtu,
         _ => 0,
@@ -175,7 +175,7 @@ impl Drop for CtxInner {
 
 /// An open device, used through one port.
 #[derive(Clone)]
-pub struct Device {
+pub(crate) struct Device {
     inner: Arc<CtxInner>,
     pub port: u8,
 }
@@ -245,7 +245,7 @@ impl Device {
         err(call, &self.inner.name, self.port, errno)
     }
 
-    pub fn query_port(&self) -> Result<PortInfo, VerbsError> {
+    pub(crate) fn query_port(&self) -> Result<PortInfo, VerbsError> {
         let mut a = ffi::ibv_port_attr::default();
         // SAFETY: a valid context and a port_attr of the size the library expects
         // (ibv_query_port is the compat entry point that fills the classic struct).
@@ -268,7 +268,7 @@ impl Device {
         })
     }
 
-    pub fn query_gid(&self, index: u8) -> Result<[u8; 16], VerbsError> {
+    pub(crate) fn query_gid(&self, index: u8) -> Result<[u8; 16], VerbsError> {
         let mut g = ffi::ibv_gid::default();
         // SAFETY: a valid context and an ibv_gid to fill.
         let rc = unsafe { ffi::ibv_query_gid(self.inner.ctx, self.port, index as i32, &mut g) };
@@ -279,7 +279,7 @@ impl Device {
         Ok(unsafe { g.raw })
     }
 
-    pub fn alloc_pd(&self) -> Result<Pd, VerbsError> {
+    pub(crate) fn alloc_pd(&self) -> Result<Pd, VerbsError> {
         // SAFETY: a valid context.
         let pd = unsafe { ffi::ibv_alloc_pd(self.inner.ctx) };
         if pd.is_null() {
@@ -293,7 +293,7 @@ impl Device {
         })
     }
 
-    pub fn create_cq(&self, entries: i32) -> Result<Cq, VerbsError> {
+    pub(crate) fn create_cq(&self, entries: i32) -> Result<Cq, VerbsError> {
         // SAFETY: a valid context; no completion channel (we poll), vector 0.
         let cq = unsafe {
             ffi::ibv_create_cq(
@@ -335,14 +335,11 @@ impl Drop for PdInner {
 
 /// A protection domain.
 #[derive(Clone)]
-pub struct Pd {
+pub(crate) struct Pd {
     inner: Arc<PdInner>,
 }
 
 impl Pd {
-    pub fn device(&self) -> &Device {
-        &self.inner.dev
-    }
 
     /// Register a new zeroed buffer of `bytes` (rounded up to 8), owned by the region so it
     /// cannot be freed or moved while the NIC may use it. `remote_write` lets the peer
@@ -376,7 +373,7 @@ impl Pd {
     }
 
     /// An RC queue pair on `cq` (both queues), with room for `send` and `recv` work requests.
-    pub fn create_rc_qp(&self, cq: &Cq, send: u32, recv: u32) -> Result<Qp, VerbsError> {
+    pub(crate) fn create_rc_qp(&self, cq: &Cq, send: u32, recv: u32) -> Result<Qp, VerbsError> {
         let mut attr = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: cq.inner.cq,
@@ -409,7 +406,7 @@ impl Pd {
 /// A registered buffer the region owns. It hands out pointers, never `&[u8]`: the NIC
 /// writes it whenever the peer likes, and only the transport's protocol (a slot is read
 /// between its completion and its credit) says when a view of it is stable.
-pub struct Mr {
+pub(crate) struct Mr {
     mr: *mut ffi::ibv_mr,
     buf: *mut [u64],
     len: usize,
@@ -426,25 +423,22 @@ impl Mr {
     pub fn addr(&self) -> u64 {
         self.buf.cast::<u64>() as u64
     }
-    pub fn rkey(&self) -> u32 {
+    pub(crate) fn rkey(&self) -> u32 {
         // SAFETY: mr is valid while self lives.
         unsafe { (*self.mr).rkey }
     }
-    pub fn lkey(&self) -> u32 {
+    pub(crate) fn lkey(&self) -> u32 {
         // SAFETY: as above.
         unsafe { (*self.mr).lkey }
     }
     pub fn len(&self) -> usize {
         self.len
     }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
     /// The first byte (8-aligned, so f32 views line up); `len()` bytes are valid.
-    pub fn as_ptr(&self) -> *const u8 {
+    pub(crate) fn as_ptr(&self) -> *const u8 {
         self.buf.cast::<u8>()
     }
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.buf.cast::<u8>()
     }
 }
@@ -455,7 +449,7 @@ static LEAKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new())
 
 /// The deregistrations that failed in this process since the last call (their memory was
 /// leaked, not freed): taken, so a run says each once (`ring::launch` at the end of a run).
-pub fn leaked_regions() -> Vec<String> {
+pub(crate) fn leaked_regions() -> Vec<String> {
     std::mem::take(&mut *LEAKED.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
@@ -495,7 +489,7 @@ impl Drop for CqInner {
 
 /// A completion queue (polled, no channel).
 #[derive(Clone)]
-pub struct Cq {
+pub(crate) struct Cq {
     inner: Arc<CqInner>,
 }
 
@@ -526,7 +520,7 @@ impl Cq {
 
 /// One work completion, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Wc {
+pub(crate) struct Wc {
     pub wr_id: u64,
     /// `IBV_WC_SUCCESS` is 0; see [`status_meaning`].
     pub status: u32,
@@ -557,10 +551,10 @@ impl Wc {
 }
 
 /// `IBV_WC_WR_FLUSH_ERR`: a work request flushed because its queue pair is in error.
-pub const WC_WR_FLUSH_ERR: u32 = 5;
+pub(crate) const WC_WR_FLUSH_ERR: u32 = 5;
 
 /// `ibv_wc_status_str` and what the status means on a fabric, for verdicts.
-pub fn status_meaning(status: u32) -> (String, &'static str) {
+pub(crate) fn status_meaning(status: u32) -> (String, &'static str) {
     // SAFETY: ibv_wc_status_str returns a static string for any value.
     let name = unsafe { CStr::from_ptr(ffi::ibv_wc_status_str(status)) }
         .to_string_lossy()
@@ -584,7 +578,7 @@ pub fn status_meaning(status: u32) -> (String, &'static str) {
 
 /// The QP attributes NCCL sets (net_ib connect.cc), with NCCL's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QpParams {
+pub(crate) struct QpParams {
     pub port: u8,
     pub gid_index: u8,
     /// The enum (1..5), normally the port's active MTU.
@@ -618,7 +612,7 @@ pub struct Endpoint {
 }
 
 /// An RC queue pair.
-pub struct Qp {
+pub(crate) struct Qp {
     qp: *mut ffi::ibv_qp,
     dev: Device,
     _pd: Pd,
@@ -631,7 +625,7 @@ unsafe impl Send for Qp {}
 unsafe impl Sync for Qp {}
 
 impl Qp {
-    pub fn qpn(&self) -> u32 {
+    pub(crate) fn qpn(&self) -> u32 {
         // SAFETY: qp is valid while self lives.
         unsafe { (*self.qp).qp_num }
     }
@@ -647,7 +641,7 @@ impl Qp {
 
     /// RESET -> INIT, allowing the peer to RDMA-write (only MRs registered for remote write
     /// can be targeted).
-    pub fn to_init(&self, p: &QpParams) -> Result<(), VerbsError> {
+    pub(crate) fn to_init(&self, p: &QpParams) -> Result<(), VerbsError> {
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,
             pkey_index: p.pkey_index,
@@ -664,7 +658,7 @@ impl Qp {
     }
 
     /// INIT -> RTR towards `remote`.
-    pub fn to_rtr(&self, p: &QpParams, remote: &Endpoint) -> Result<(), VerbsError> {
+    pub(crate) fn to_rtr(&self, p: &QpParams, remote: &Endpoint) -> Result<(), VerbsError> {
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
             path_mtu: p.path_mtu,
@@ -700,7 +694,7 @@ impl Qp {
     }
 
     /// RTR -> RTS with our send PSN.
-    pub fn to_rts(&self, p: &QpParams, psn: u32) -> Result<(), VerbsError> {
+    pub(crate) fn to_rts(&self, p: &QpParams, psn: u32) -> Result<(), VerbsError> {
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTS,
             timeout: p.timeout,
@@ -726,7 +720,7 @@ impl Qp {
 
     /// Post a receive with no buffer (RDMA Write with immediate consumes one, its bytes go to
     /// the address the writer named).
-    pub fn post_recv(&self, wr_id: u64) -> Result<(), VerbsError> {
+    pub(crate) fn post_recv(&self, wr_id: u64) -> Result<(), VerbsError> {
         let mut wr = ffi::ibv_recv_wr {
             wr_id,
             next: std::ptr::null_mut(),
@@ -753,7 +747,7 @@ impl Qp {
     /// Post an RDMA Write with immediate of `local[off..off+len]` to `remote_addr`/`rkey`.
     /// `len` 0 sends only the immediate. Always signalled.
     #[allow(clippy::too_many_arguments)]
-    pub fn post_write_imm(
+    pub(crate) fn post_write_imm(
         &self,
         wr_id: u64,
         local: &Mr,

@@ -47,7 +47,7 @@ const HARDWARE_KEYS: &[&str] = &[
 ];
 
 /// The class of a finding, from its id (and, for `all_alike`, the field it compares).
-pub fn class_of(f: &Finding) -> Class {
+pub(crate) fn class_of(f: &Finding) -> Class {
     let id = f.id.as_str();
     if id.starts_with("host.") || id.starts_with("policy.host.") {
         return Class::HostLimit;
@@ -135,7 +135,7 @@ fn cause_of(f: &Finding) -> Option<(&'static str, String)> {
 
 /// The PCI address a topo device finding is about: its `pci_bdf`, or the last word of the
 /// subject in reports saved before subjects were the device's name alone.
-pub fn topo_bdf(f: &Finding) -> Option<&str> {
+pub(crate) fn topo_bdf(f: &Finding) -> Option<&str> {
     match f.evidence.get("pci_bdf").and_then(|v| v.as_str()) {
         Some(b) => Some(b),
         None => f.subject.rsplit(' ').next().filter(|b| b.contains(':')),
@@ -144,7 +144,7 @@ pub fn topo_bdf(f: &Finding) -> Option<&str> {
 
 /// The one port a subject names, spelled `dev/port`: `mlx5_0/1` as it is, the qos probe's
 /// `ens1f0np0 (mlx5_0 port 1)` as `mlx5_0/1`. `None` for any other subject.
-pub fn port_of(subject: &str) -> Option<String> {
+pub(crate) fn port_of(subject: &str) -> Option<String> {
     let plain = |d: &str| !d.is_empty() && !d.contains(|c: char| c.is_whitespace() || c == ',');
     if let Some((d, p)) = subject.split_once('/')
         && plain(d)
@@ -455,7 +455,7 @@ fn words<'a>(f: &'a Finding, key: &str) -> Vec<&'a str> {
 /// name is selected under its name now and would not be under the one it was to have
 /// (`selected_as(device, name)`: the settings select that device's ports called `name`).
 /// They get `selected_by_moved_name` (`mlx5_7 (0000:e9:00.0, was to be mlx5_8)`).
-pub fn mark_moved_names(
+pub(crate) fn mark_moved_names(
     findings: &mut [Finding],
     devices: &[String],
     selected_as: impl Fn(&str, &str) -> bool,
@@ -578,7 +578,7 @@ fn same_fact(f: &Finding) -> Option<FactKey> {
 /// each device is blanked out (eight GPUs that are A100s where the policy says H100, eight
 /// ports at NDR where it says HDR, two functions of one card at 8 GT/s) become the first
 /// of them, the others listed under its `also`.
-pub fn merge_same_fact(findings: Vec<Finding>) -> Vec<Finding> {
+pub(crate) fn merge_same_fact(findings: Vec<Finding>) -> Vec<Finding> {
     let keys: Vec<Option<FactKey>> = findings.iter().map(same_fact).collect();
     let mut out: Vec<(Finding, Vec<Finding>, Option<FactKey>)> = Vec::new();
     for (f, k) in findings.into_iter().zip(keys) {
@@ -605,7 +605,7 @@ pub fn causes(findings: Vec<Finding>) -> Vec<Finding> {
 /// One cause, one finding: findings about the same device and the same cause become the
 /// worst of them (a policy verdict before a probe's at equal severity), which lists the
 /// others under `also` (`id (subject): message`). Order is kept otherwise.
-pub fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
+pub(crate) fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
     let keys: Vec<Option<(&'static str, String)>> = findings.iter().map(cause_of).collect();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, k) in keys.iter().enumerate() {
@@ -719,7 +719,7 @@ pub struct NotEvaluated {
 /// Take the not-evaluated findings (`check.not_evaluated`, the probes' `unknown` ones) out
 /// of the verdict, one note per key ([`crate::finding::not_evaluated_key`]). A key the policy
 /// requires (`[policy] require`, `--require`) that could not be judged fails instead.
-pub fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
+pub(crate) fn split_not_evaluated(findings: Vec<Finding>, require: &[String]) -> (Vec<Finding>, Vec<NotEvaluated>) {
     let mut kept = Vec::new();
     // Per key, its reasons in order, each once: one line per key, however many devices.
     let mut by_key: Vec<(String, Vec<String>, Option<crate::finding::MissingFact>)> = Vec::new();
@@ -782,7 +782,7 @@ pub struct NotUsed {
 
 /// The RDMA devices a finding's subject names (`mlx5_6/1`, `eth0 (mlx5_8 port 1)`,
 /// `NIC3 (mlx5_3) 0000:58:00.0`), among the host's `devices`.
-pub fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
+pub(crate) fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
     let tokens: Vec<&str> = subject
         .split(|c: char| c.is_whitespace() || matches!(c, '/' | '(' | ')' | ',' | ':'))
         .filter(|t| !t.is_empty())
@@ -798,7 +798,7 @@ pub fn devices_named<'a>(subject: &str, devices: &'a [String]) -> Vec<&'a str> {
 
 /// Split off the findings that name only RDMA devices NCCL would not use (`used` says
 /// which do). Findings that name no RDMA device, or a used one, stay.
-pub fn split_not_used(
+pub(crate) fn split_not_used(
     findings: Vec<Finding>,
     devices: &[String],
     used: impl Fn(&str) -> bool,

@@ -19,10 +19,10 @@ pub(crate) fn pid_list(holders: &[crate::host::facts::DeviceHolder]) -> String {
 }
 
 /// A host-facts rule's judge.
-pub type FactJudge = fn(&Facts, &mut Vec<Finding>);
+pub(crate) type FactJudge = fn(&Facts, &mut Vec<Finding>);
 
 /// The host facts' own rules (beside the policy's `[host]` keys), in the order their findings are written.
-pub const FACT_RULES: &[Rule<FactJudge>] = &[
+pub(crate) const FACT_RULES: &[Rule<FactJudge>] = &[
     Rule {
         ids: &["host.device_holders"],
         severity: &[Severity::Warn],
@@ -44,7 +44,7 @@ pub const FACT_RULES: &[Rule<FactJudge>] = &[
     },
 ];
 
-pub fn host_findings(state: &FactsState) -> Vec<Finding> {
+pub(crate) fn host_findings(state: &FactsState) -> Vec<Finding> {
     let mut out = Vec::new();
     match state {
         FactsState::Available(f) => FACT_RULES.iter().for_each(|r| (r.judge)(f, &mut out)),

@@ -13,7 +13,7 @@ use toml::de::{DeArray, DeTable, DeValue};
 use super::sweep::{NUMERIC_KEYS, Tolerance};
 
 /// The policies shipped with the binary: `--policy NAME`.
-pub const BUILTIN: &[(&str, &str)] = &[
+pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../../checks/default.toml")),
     ("dgx-h100", include_str!("../../checks/dgx-h100.toml")),
     ("hdr-a100", include_str!("../../checks/hdr-a100.toml")),
@@ -21,7 +21,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 /// nvidia-smi's cells from nearest to farthest (X is the device itself).
-pub const PATH_ORDER: &[&str] = &["PIX", "PXB", "PHB", "NODE", "SYS"];
+pub(crate) const PATH_ORDER: &[&str] = &["PIX", "PXB", "PHB", "NODE", "SYS"];
 
 /// The type and the possible values of one key.
 #[derive(Clone, Copy, Debug)]
@@ -459,7 +459,7 @@ const OTHER_KEYS: &[KeySpec] = &[
 ];
 
 /// Sections in the order the man page lists them.
-pub const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters", "sweep"];
+pub(crate) const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters", "sweep"];
 
 /// Every key of the language.
 pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
@@ -473,7 +473,7 @@ pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
 }
 
 /// The keys of `section` judged by `judge` that `p` sets, in the language's order.
-pub fn set_keys(p: &Policy, section: &str, judge: JudgedBy) -> Vec<&'static str> {
+pub(crate) fn set_keys(p: &Policy, section: &str, judge: JudgedBy) -> Vec<&'static str> {
     keys()
         .filter(|k| k.section == section && k.judged_by == judge && (k.is_set)(p))
         .map(|k| k.key)
@@ -482,7 +482,7 @@ pub fn set_keys(p: &Policy, section: &str, judge: JudgedBy) -> Vec<&'static str>
 
 /// Counter names `counters.max_per_hour` accepts: the IB PMA set and the hw counters
 /// fabprobe knows (mlx5 q-counters and congestion counters).
-pub fn counter_names() -> Vec<&'static str> {
+pub(crate) fn counter_names() -> Vec<&'static str> {
     let mut v = vec![
         "symbol_error",
         "link_error_recovery",
@@ -1194,7 +1194,7 @@ pub enum LoadError {
     Unknown { name: String, suggestion: String },
 }
 
-pub fn builtin_names() -> String {
+pub(crate) fn builtin_names() -> String {
     BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
 }
 
@@ -1229,7 +1229,7 @@ pub fn load(arg: &str) -> Result<Policy, LoadError> {
 }
 
 /// The POLICY FILES section of the man page, generated from [`keys`].
-pub fn language_doc() -> String {
+pub(crate) fn language_doc() -> String {
     let mut s = String::from("POLICY FILES\n");
     let intro = format!(
         "TOML, read strictly: an unknown section or key, a wrong type or an impossible value is \

@@ -18,7 +18,7 @@ const MAX_TEXT: usize = 1000;
 
 /// `data.drain[]` of a ring report, every field optional.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawDrain {
+pub(crate) struct RawDrain {
     #[serde(default)]
     host: Option<Value>,
     #[serde(default)]
@@ -31,7 +31,7 @@ pub struct RawDrain {
 
 /// `data.ticket[]` of a ring report, every field optional.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawTicket {
+pub(crate) struct RawTicket {
     #[serde(default)]
     kind: Option<Value>,
     #[serde(default)]
@@ -66,7 +66,7 @@ fn texts(v: &Option<Vec<Value>>) -> Vec<String> {
 
 /// One ring report as the sweep keeps it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RingPart {
+pub(crate) struct RingPart {
     /// Rank 0's hostname (the envelope's), where the report gave one.
     pub host: Option<String>,
     pub world: Option<u64>,
@@ -192,14 +192,11 @@ pub struct RingSweep {
 
 /// The ring reports read so far.
 #[derive(Default)]
-pub struct RingAcc {
+pub(crate) struct RingAcc {
     out: RingSweep,
 }
 
 impl RingAcc {
-    pub fn is_empty(&self) -> bool {
-        self.out.reports == 0
-    }
 
     /// One ring report from `source`.
     pub fn add(&mut self, source: &str, part: RingPart) {

@@ -59,13 +59,13 @@ struct FirstSample {
     at: std::time::Instant,
 }
 
-pub struct ProbeEntry {
+pub(crate) struct ProbeEntry {
     pub name: &'static str,
     pub run: fn(&Host, &Sampling, &mut Collected) -> Vec<Finding>,
 }
 
 /// Every local probe `check` runs, in order. A new probe is one line here.
-pub const PROBES: &[ProbeEntry] = &[
+pub(crate) const PROBES: &[ProbeEntry] = &[
     ProbeEntry {
         name: "topo",
         run: run_topo,
@@ -174,7 +174,7 @@ fn run_nccl_env(h: &Host, _: &Sampling, c: &mut Collected) -> Vec<Finding> {
 }
 
 /// check's own findings beside the probes' and the host rules: what its man page lists.
-pub const CHECK_RULES: &[RuleDoc] = &[
+pub(crate) const CHECK_RULES: &[RuleDoc] = &[
     RuleDoc {
         ids: &["policy.<section>.<key>"],
         severity: &[Severity::Fail],

@@ -372,7 +372,7 @@ struct NodeRec {
 
 /// What names the node a report came from, besides the report's own hostname.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hint<'a> {
+pub(crate) enum Hint<'a> {
     None,
     /// A pdsh/clush/srun prefix: the launcher ran the command on that host, so it wins
     /// over the hostname the report gives (containers and images often say `localhost`).
@@ -409,7 +409,7 @@ const NOT_COMPARED: &[&str] = &["tool_version", "policy"];
 
 /// The numeric fingerprint keys `check` writes (`check::run::fingerprint`): what a
 /// `[sweep] tolerance` table may name.
-pub const NUMERIC_KEYS: &[&str] = &[
+pub(crate) const NUMERIC_KEYS: &[&str] = &[
     "cpu_count",
     "gpu_count",
     "ib_ports",
@@ -433,11 +433,11 @@ pub enum Tolerance {
 /// the kernel's reservations (crashkernel, ACPI tables): hundreds of MiB, so identical
 /// nodes straddle a whole GiB; a missing DIMM is 2% or more of any GPU node's memory.
 /// Counts (CPUs, GPUs, NICs, ports, NVLinks) are exact: a lost device is a difference.
-pub const DEFAULT_TOLERANCES: &[(&str, Tolerance)] = &[("memory_gib", Tolerance::Rel(0.01))];
+pub(crate) const DEFAULT_TOLERANCES: &[(&str, Tolerance)] = &[("memory_gib", Tolerance::Rel(0.01))];
 
 impl Tolerance {
     /// A policy's value: a number (absolute, 0 or more) or `"N%"` (0 to 100).
-    pub fn parse_percent(s: &str) -> Option<Tolerance> {
+    pub(crate) fn parse_percent(s: &str) -> Option<Tolerance> {
         let n: f64 = s.trim().strip_suffix('%')?.trim().parse().ok()?;
         (n.is_finite() && (0.0..=100.0).contains(&n)).then_some(Tolerance::Rel(n / 100.0))
     }
@@ -752,7 +752,7 @@ fn short_name(name: &str) -> &str {
 
 /// One host under two spellings: equal (any case), or a short name and an FQDN starting
 /// with it. Two FQDNs of different domains are different hosts.
-pub fn same_host(a: &str, b: &str) -> bool {
+pub(crate) fn same_host(a: &str, b: &str) -> bool {
     if a.eq_ignore_ascii_case(b) {
         return true;
     }
@@ -783,7 +783,7 @@ impl Sweeper {
 
     /// A policy's `[sweep] tolerance` table: each key's tolerance replaces the default
     /// (`Abs(0.0)` makes a key exact).
-    pub fn tolerances(&mut self, t: &BTreeMap<String, Tolerance>) {
+    pub(crate) fn tolerances(&mut self, t: &BTreeMap<String, Tolerance>) {
         self.tolerances.extend(t.iter().map(|(k, v)| (k.clone(), *v)));
     }
 
@@ -803,7 +803,7 @@ impl Sweeper {
 
     /// `--drain-outliers`: put nodes that passed but differ from their peers on the drain
     /// list too. Without it they are listed, never drained.
-    pub fn drain_outliers(&mut self, yes: bool) {
+    pub(crate) fn drain_outliers(&mut self, yes: bool) {
         self.drain_outliers = yes;
     }
 
@@ -813,7 +813,7 @@ impl Sweeper {
         self.add_bytes_hinted(source, Hint::launcher(name_hint), bytes);
     }
 
-    pub fn add_bytes_hinted(&mut self, source: &str, hint: Hint, bytes: &[u8]) {
+    pub(crate) fn add_bytes_hinted(&mut self, source: &str, hint: Hint, bytes: &[u8]) {
         match std::str::from_utf8(bytes) {
             Ok(text) => self.add_hinted(source, hint, text),
             Err(e) => {
@@ -834,7 +834,7 @@ impl Sweeper {
 
     /// One report read from a stream (a line too long to hold, a large file), parsed as it
     /// is read: memory holds what the sweep keeps, not the report.
-    pub fn add_reader(&mut self, source: &str, hint: Hint, r: impl Read) {
+    pub(crate) fn add_reader(&mut self, source: &str, hint: Hint, r: impl Read) {
         match parse_reader(r) {
             Ok(p) => self.add_input(source, hint, p),
             Err(u) => self.unusable(source, hint, u),
@@ -842,7 +842,7 @@ impl Sweeper {
     }
 
     /// A file that could not be read (inside a directory given as input).
-    pub fn add_unreadable_file(&mut self, source: &str, name_hint: Option<&str>, err: &str) {
+    pub(crate) fn add_unreadable_file(&mut self, source: &str, name_hint: Option<&str>, err: &str) {
         self.unreadable.push(Unreadable {
             node: host_label(name_hint).map(str::to_string),
             source: source.to_string(),
@@ -862,7 +862,7 @@ impl Sweeper {
         self.add_hinted(source, Hint::launcher(name_hint), text);
     }
 
-    pub fn add_hinted(&mut self, source: &str, hint: Hint, text: &str) {
+    pub(crate) fn add_hinted(&mut self, source: &str, hint: Hint, text: &str) {
         match parse(text) {
             Ok(p) => self.add_input(source, hint, p),
             Err(u) => self.unusable(source, hint, u),
@@ -1555,7 +1555,7 @@ impl Sweeper {
 }
 
 /// ` ±1%` after a majority value with a tolerance, else nothing.
-pub fn tol_text(o: &Outlier) -> String {
+pub(crate) fn tol_text(o: &Outlier) -> String {
     o.tolerance
         .as_deref()
         .map(|t| format!(" {t}"))
@@ -1592,7 +1592,7 @@ fn ring_drains(bad: &mut Vec<BadNode>, r: &ringsweep::RingSweep) {
 impl SweepReport {
     /// Whether anything needs a person: a node to drain, a link to ticket, an outlier, a
     /// missing or unreadable report.
-    pub fn has_fault(&self) -> bool {
+    pub(crate) fn has_fault(&self) -> bool {
         !self.bad_nodes.is_empty()
             || !self.outliers.is_empty()
             || !self.unreadable.is_empty()
@@ -1600,7 +1600,7 @@ impl SweepReport {
     }
 
     /// Reports read: nodes' checks and ring runs.
-    pub fn reports_read(&self) -> usize {
+    pub(crate) fn reports_read(&self) -> usize {
         self.nodes.reports + self.ring.as_ref().map_or(0, |r| r.reports)
     }
 
@@ -1608,7 +1608,7 @@ impl SweepReport {
     /// then `#` comments for outliers not drained and for unusable reports. The lines are
     /// pasted into a shell: the node name must be a plain hostname, and the reason (from
     /// the reports, so from the network) loses what a shell would expand inside quotes.
-    pub fn drain_lines(&self) -> String {
+    pub(crate) fn drain_lines(&self) -> String {
         let mut s = String::new();
         for b in &self.bad_nodes {
             let reason = drain_reason(&b.reasons);

@@ -24,7 +24,7 @@ fn node_guids(host: &Host) -> BTreeSet<String> {
 }
 
 /// Refuse a baseline of another host or from after the report.
-pub fn ensure_earlier_same_host(base: &Host, base_path: &Path, host: &Host) -> Result<(), UsageError> {
+pub(crate) fn ensure_earlier_same_host(base: &Host, base_path: &Path, host: &Host) -> Result<(), UsageError> {
     let (bm, hm) = (base.meta(), host.meta());
     let shown = base_path.display();
     let name = |h: Option<&String>| h.cloned().unwrap_or_else(|| "?".into());

@@ -18,18 +18,18 @@ static GATE: Mutex<()> = Mutex::new(());
 
 /// How long the report may sit unread in a pipe before the process ends anyway: a reader
 /// that stalls this long (a stopped `| less`) is not waited for.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(3);
+pub(crate) const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
 /// After the pipe is empty, its reader may still be passing the bytes on (slurmstepd to
 /// srun over TCP, racing the task's exit message on another connection).
-pub const RELAY_GRACE: Duration = Duration::from_millis(300);
+pub(crate) const RELAY_GRACE: Duration = Duration::from_millis(300);
 
 /// How long an exit path outside main waits for a report being written.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// The report to `output` atomically (a temp file in its directory, fsync, rename), else to
 /// stdout in one write loop, then left to drain (see the module header).
-pub fn deliver(text: &str, output: Option<&std::path::Path>) -> anyhow::Result<()> {
+pub(crate) fn deliver(text: &str, output: Option<&std::path::Path>) -> anyhow::Result<()> {
     let _held = GATE.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(path) = output {
         return super::out::write_atomic(path, text);
@@ -59,7 +59,7 @@ fn relayed_by_srun() -> bool {
 
 /// `buf` whole to `fd`: a write that took part of it is followed by one for the rest; one
 /// interrupted by a signal is made again.
-pub fn write_whole(fd: impl AsFd, mut buf: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_whole(fd: impl AsFd, mut buf: &[u8]) -> std::io::Result<()> {
     while !buf.is_empty() {
         match rustix::io::write(&fd, buf) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -95,7 +95,7 @@ pub fn drain(fd: impl AsFd, limit: Duration) -> bool {
 
 /// End the process with `code` once no report is being written (at most [`EXIT_WAIT`]):
 /// the signal thread's exits, so a second SIGTERM never cuts the report in the middle.
-pub fn exit_when_delivered(code: i32) -> ! {
+pub(crate) fn exit_when_delivered(code: i32) -> ! {
     let t0 = Instant::now();
     while t0.elapsed() < EXIT_WAIT {
         if GATE.try_lock().is_ok() {
@@ -115,7 +115,7 @@ const INTERRUPT_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(1
 /// thread starts (threads inherit the mask), and taken by one thread with sigwait; a second
 /// signal, or [`INTERRUPT_BACKSTOP`] after the first, ends the process, once a report being
 /// written is out ([`exit_when_delivered`]).
-pub fn catch_interrupts(g: &super::GlobalArgs) {
+pub(crate) fn catch_interrupts(g: &super::GlobalArgs) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT] {

@@ -73,7 +73,7 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
 /// clap_complete's script for `shell`, with values it cannot know from the clap definition:
 /// `--policy` offers the built-in policy names as well as files, `--show-policy` the names,
 /// and `--device` the RDMA devices in /sys/class/infiniband when completing.
-pub fn completion_script(shell: Shell) -> anyhow::Result<String> {
+pub(crate) fn completion_script(shell: Shell) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut super::command(), "fabprobe", &mut buf);
     let script = String::from_utf8(buf).context("clap_complete wrote non-UTF-8")?;
@@ -506,7 +506,7 @@ fn is_command(line: &str) -> bool {
 
 /// `line` cut at spaces into pieces of at most `width` columns, each continuation two
 /// columns in from its indent (a command line's pieces end in ` \`).
-pub fn break_preformatted(line: &str, width: usize) -> Vec<String> {
+pub(crate) fn break_preformatted(line: &str, width: usize) -> Vec<String> {
     if line.chars().count() <= width {
         return vec![line.to_string()];
     }

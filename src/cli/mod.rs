@@ -48,7 +48,7 @@ Exit status: 0 pass, 1 fail, 2 could not run, 3 unknown: nothing judged (EXIT ST
     propagate_version = true,
     after_long_help = root_help()
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
@@ -77,7 +77,7 @@ JSON OUTPUT
 
 /// `--device DEV` of a command that lists RDMA devices: keep the items of that device; a name
 /// the host has none of is bad usage naming the devices it has (not an empty, passing report).
-pub fn only_device<T>(
+pub(crate) fn only_device<T>(
     items: &mut Vec<T>,
     dev: &str,
     name: impl Fn(&T) -> &str,
@@ -102,7 +102,7 @@ pub fn only_device<T>(
 /// The findings a `--device` view shows, judged first on the whole host (a port's rate
 /// against its peers needs the peers: judged on the kept device alone it would pass): those
 /// naming a kept name, and those naming none of the dropped ones (a GPU's, the host's).
-pub fn findings_kept(
+pub(crate) fn findings_kept(
     findings: Vec<crate::finding::Finding>,
     kept: &[&str],
     dropped: &[&str],
@@ -126,7 +126,7 @@ fn names_word(subject: &str, name: &str) -> bool {
 
 /// `--device DEV` on a report judged whole: its `items` of DEV (as [`only_device`]) and the
 /// findings that view shows (as [`findings_kept`]).
-pub fn device_view<T>(
+pub(crate) fn device_view<T>(
     items: &mut Vec<T>,
     dev: &str,
     name: impl Fn(&T) -> &str,
@@ -183,7 +183,7 @@ pub fn exit_statuses(key: &str) -> [(&'static str, String); 4] {
 }
 
 /// [`exit_statuses`] as a help section: `EXIT STATUS` then `  0  pass ...` lines.
-pub fn exit_status_text(key: &str) -> String {
+pub(crate) fn exit_status_text(key: &str) -> String {
     let mut s = String::from("EXIT STATUS\n");
     for (code, what) in exit_statuses(key) {
         s.push_str(&crate::render::text::wrap_to(
@@ -200,7 +200,7 @@ pub fn exit_status_text(key: &str) -> String {
 #[derive(Debug, Clone, Args)]
 // Listed apart in every command's --help, so `ring --help` shows ring's own options first.
 #[command(next_help_heading = "Global options")]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// Read a captured snapshot (directory or .tar.gz) instead of the live host.
     #[arg(long, global = true, value_name = "SNAPSHOT")]
     pub root: Option<PathBuf>,
@@ -306,7 +306,7 @@ pub fn command_info(name: &str) -> Option<&'static CommandInfo> {
 
 impl GlobalArgs {
     /// Refuse a format the command does not render ([`COMMANDS`]), naming the ones it does.
-    pub fn require_format(&self, command: &str) -> anyhow::Result<Format> {
+    pub(crate) fn require_format(&self, command: &str) -> anyhow::Result<Format> {
         let allowed = command_info(command).map_or(&[Format::Table][..], |c| c.formats);
         if allowed.contains(&self.format) {
             return Ok(self.format);
@@ -387,7 +387,7 @@ pub enum Outcome {
 impl Outcome {
     /// A fail is a fault; else a probe that saw nothing to judge is unknown (exit 3),
     /// never a pass.
-    pub fn from_findings(findings: &[crate::finding::Finding]) -> Outcome {
+    pub(crate) fn from_findings(findings: &[crate::finding::Finding]) -> Outcome {
         if crate::finding::worst(findings) == crate::finding::Severity::Fail {
             Outcome::Fault
         } else if crate::finding::nothing_judged(findings).is_some() {
@@ -401,12 +401,12 @@ impl Outcome {
 /// Bad usage found after parsing (exit 2, no backtrace-like chain).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 /// An error with the thing a person can do about it, printed as `hint: ...`.
 #[derive(Debug, thiserror::Error)]
 #[error("{msg}")]
-pub struct Hinted {
+pub(crate) struct Hinted {
     pub msg: String,
     pub hint: String,
 }
@@ -473,7 +473,7 @@ pub fn main() -> ExitCode {
 /// The error and its causes joined by `: `, each said once: an error whose own text already
 /// ends with its cause's (`cannot read policy x: No such file...` over the io::Error) does not
 /// repeat it.
-pub fn error_text(e: &anyhow::Error) -> String {
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let c = cause.to_string();
@@ -510,7 +510,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
 
 /// The width tables fit: `COLUMNS` when it is a number, else stdout's terminal; None (as
 /// wide as the content) for a pipe or a file, so scripts see whole lines.
-pub fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<usize> {
+pub(crate) fn table_width(columns: Option<&str>, tty: fn() -> Option<usize>) -> Option<usize> {
     match columns
         .and_then(|c| c.trim().parse::<usize>().ok())
         .filter(|w| *w > 0)
@@ -570,7 +570,7 @@ fn lower_first(s: &str) -> String {
 }
 
 /// Open the host named by `--root`, or the live one, with a readable error.
-pub fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
+pub(crate) fn open_host(g: &GlobalArgs) -> anyhow::Result<crate::host::Host> {
     let host = crate::host::Host::open(g.root.as_deref()).map_err(|e| Hinted {
         msg: e.to_string(),
         hint: "--root takes a directory that mirrors / (at least its sys/) or a .tar.gz written by \
@@ -636,7 +636,7 @@ fn with_job_env(g: &GlobalArgs, host: crate::host::Host) -> anyhow::Result<crate
 
 /// The one NCCL settings model for this run: the host's job environment, NCCL's
 /// configuration files, and the version whose rules apply.
-pub fn nccl_settings(g: &GlobalArgs, host: &crate::host::Host) -> crate::nccl::settings::NcclSettings {
+pub(crate) fn nccl_settings(g: &GlobalArgs, host: &crate::host::Host) -> crate::nccl::settings::NcclSettings {
     let version = g
         .nccl_version
         .as_deref()

@@ -26,12 +26,12 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 /// a temporary file in the same directory (same filesystem), flushed, then renamed over it.
 /// Its name starts with a dot, which node_exporter's textfile collector ignores (it reads
 /// `*.prom` only).
-pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     write_atomic_as("--output", path, text)
 }
 
 /// [`write_atomic`] for the option `flag` (named in its errors).
-pub fn write_atomic_as(flag: &str, path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomic_as(flag: &str, path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     use anyhow::Context;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -103,7 +103,7 @@ pub(super) fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// The result to stdout with `outcome`, or with `--output FILE` written atomically and
 /// Pass: the file was written, and a textfile job's `&& mv` must not break exactly when a
 /// fault is found (the verdict is in what was written).
-pub fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -> anyhow::Result<Outcome> {
+pub(crate) fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -> anyhow::Result<Outcome> {
     match output {
         Some(path) => {
             write_atomic(path, text)?;
@@ -120,7 +120,7 @@ pub fn deliver(text: &str, output: Option<&std::path::Path>, outcome: Outcome) -
 /// `fabprobe_CMD_verdict` 0 pass, 1 warn, 2 fail (of what was evaluated);
 /// `fabprobe_CMD_findings{severity}` for warn, fail and unknown (not evaluated);
 /// `fabprobe_CMD_finding{id,subject,severity} N`: how many of each.
-pub fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
+pub(crate) fn findings_prom(cmd: &str, findings: &[Finding]) -> String {
     let count = |sev: Severity| findings.iter().filter(|f| f.severity == sev).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let unknown = count(Severity::Unknown);

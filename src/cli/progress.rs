@@ -53,7 +53,7 @@ fn human_bytes(b: u64) -> String {
 
 /// Bytes reduced so far in the sweep, and in the whole sweep (saturating: a size list from
 /// the command line cannot overflow it).
-pub fn sweep_work(s: &Snapshot, o: &Options) -> (u64, u64) {
+pub(crate) fn sweep_work(s: &Snapshot, o: &Options) -> (u64, u64) {
     let per = 2 * u64::from((o.warmup + o.iters).max(1));
     let total = o
         .sizes
@@ -121,7 +121,7 @@ fn style(l: Layout, o: &Options) -> ProgressStyle {
 }
 
 /// The running display; stops and clears its line when dropped.
-pub struct Display {
+pub(crate) struct Display {
     bar: ProgressBar,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,

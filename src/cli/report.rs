@@ -125,13 +125,13 @@ fn write(out: &Path, inputs: &[Input], opts: &Options) -> anyhow::Result<()> {
 
 /// `ring --html`, `sweep --html`: the report this run printed (or would have printed as
 /// JSON), drawn as the page `fabprobe report` draws from that JSON.
-pub fn write_envelope<T: Serialize>(out: &Path, name: &str, env: &Envelope<T>) -> anyhow::Result<()> {
+pub(crate) fn write_envelope<T: Serialize>(out: &Path, name: &str, env: &Envelope<T>) -> anyhow::Result<()> {
     let envelope = serde_json::to_value(env).context("the report as JSON")?;
     write(out, &[Input { name: name.to_string(), envelope }], &Options::default())
 }
 
 /// Refuse an `--html` path whose folder does not exist before a long run, not after it.
-pub fn check_writable(out: &Path) -> anyhow::Result<()> {
+pub(crate) fn check_writable(out: &Path) -> anyhow::Result<()> {
     if out.as_os_str() == "-" {
         return Err(UsageError("--html -: the report goes to stdout already; give a file name".into()).into());
     }

@@ -425,7 +425,7 @@ JSON DATA (fabprobe.ring)
 /// `512`, `64K`, `1M`, `2G` (powers of 1024, as nccl-tests' parseInt).
 /// Seconds: a finite number from 0 to a day (`inf`, `nan` and negatives are refused: a
 /// budget of infinity would never end the scan).
-pub fn parse_seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
@@ -438,7 +438,7 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
 
 /// `--lldp-wait`: at most 120 s (a switch sends LLDP every 30 s by default; the ranks wait
 /// this long before joining).
-pub fn parse_lldp_wait(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_lldp_wait(s: &str) -> Result<f64, String> {
     let v = parse_seconds(s)?;
     if v > 120.0 {
         return Err(format!(
@@ -448,7 +448,7 @@ pub fn parse_lldp_wait(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),

@@ -18,14 +18,14 @@ use serde::{Deserialize, Serialize};
 use super::netif::Reply;
 
 /// Where the `nvidia-fabricmanager` packages install the daemon.
-pub const FM_BINARY: &str = "/usr/bin/nv-fabricmanager";
+pub(crate) const FM_BINARY: &str = "/usr/bin/nv-fabricmanager";
 
 /// `--version` prints and exits at once; a binary that hangs is not waited for longer.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `fabprobe/fabricmanager.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FmAnswers {
+pub(crate) struct FmAnswers {
     /// The binary asked.
     pub binary: String,
     /// Its `--version` output (stdout, then stderr), or why there is none.
@@ -33,7 +33,7 @@ pub struct FmAnswers {
 }
 
 /// Run `binary --version` with a deadline; its output, or why there is none.
-pub fn live_version(binary: &str) -> FmAnswers {
+pub(crate) fn live_version(binary: &str) -> FmAnswers {
     let version_output = if !Path::new(binary).exists() {
         Reply::Error(format!("{binary} is not installed"))
     } else {
@@ -89,7 +89,7 @@ fn run_with_deadline(binary: &str, limit: Duration) -> Reply<String> {
 }
 
 /// `Fabric Manager version is : 550.54.15` -> `550.54.15`. Pure.
-pub fn parse_version_output(s: &str) -> Option<String> {
+pub(crate) fn parse_version_output(s: &str) -> Option<String> {
     let line = s.lines().find(|l| l.contains("Fabric Manager version is"))?;
     let v = line
         .split_once("version is")?

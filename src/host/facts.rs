@@ -121,7 +121,7 @@ pub struct SystemDaemon {
 impl HostFacts {
     /// The running instances of one daemon (`nv-fabricmanager`); None when processes were
     /// not scanned for daemons (facts from an older snapshot).
-    pub fn daemon_pids(&self, name: &str) -> Option<Vec<u32>> {
+    pub(crate) fn daemon_pids(&self, name: &str) -> Option<Vec<u32>> {
         self.daemons_scanned.then(|| {
             self.system_daemons
                 .iter()
@@ -133,7 +133,7 @@ impl HostFacts {
 
     /// Facts written before daemons were told apart list them among the holders: move the
     /// ones whose comm names a daemon (all such a snapshot recorded) to `system_daemons`.
-    pub fn separate_daemons(&mut self) {
+    pub(crate) fn separate_daemons(&mut self) {
         let holders = std::mem::take(&mut self.device_holders);
         for h in holders {
             match identify_daemon(h.exe.as_deref(), None, h.comm.as_deref()) {
@@ -154,7 +154,7 @@ impl HostFacts {
 /// Which system daemon a process is, from what runs (`exe`, trusted when readable: a job
 /// cannot fake it), else its argv\[0\], else its comm (15 bytes of the name). The answer
 /// says which of the three it rests on.
-pub fn identify_daemon(
+pub(crate) fn identify_daemon(
     exe: Option<&str>,
     argv0: Option<&str>,
     comm: Option<&str>,
@@ -221,12 +221,12 @@ pub struct DeviceHolder {
 }
 
 /// Whether a `/proc/<pid>/fd/*` link target is a GPU or RDMA device file.
-pub fn is_held_device(target: &str) -> bool {
+pub(crate) fn is_held_device(target: &str) -> bool {
     target.starts_with("/dev/nvidia") || target.starts_with("/dev/infiniband/uverbs")
 }
 
 /// Collect the facts of the machine this process runs on.
-pub fn collect_live() -> FactsState {
+pub(crate) fn collect_live() -> FactsState {
     use sysinfo::{CpuRefreshKind, System};
     let mut sys = System::new();
     sys.refresh_memory();

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use facts::{FactsState, HostFacts};
-pub use netif::{EthtoolStats, NetAnswers, Reply};
+pub(crate) use netif::{EthtoolStats, NetAnswers, Reply};
 pub use nvml::{NvLink, NvmlFacts, NvmlGpu, NvmlState};
 pub use side::{HostMeta, SIDE_DIR};
 
@@ -39,11 +39,11 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// The most fabprobe reads of any one file. A sysfs attribute is at most a page, the
 /// biggest file probes read (`/proc/cpuinfo` of a few hundred CPUs) under 1 MiB; anything
 /// larger is not what it claims to be, and is refused instead of read into memory.
-pub const MAX_READ_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_READ_BYTES: u64 = 16 << 20;
 
 /// Read a whole file, but no more than `limit` bytes: a bigger one is an error of kind
 /// `FileTooLarge`, found after reading `limit + 1` bytes at most.
-pub fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let f = std::fs::File::open(path)?;
     let mut buf = Vec::new();
@@ -87,7 +87,7 @@ impl HostError {
             _ => None,
         }
     }
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, HostError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
 }
@@ -122,7 +122,7 @@ impl Attr {
 
 /// One access a probe made, recorded so `snapshot` can copy exactly that.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Access {
+pub(crate) enum Access {
     Read(PathBuf),
     List(PathBuf),
     Resolve(PathBuf),
@@ -277,7 +277,7 @@ impl Host {
 
     /// The job runs as `uid` (the owner of `--env-from PID`): NCCL reads its home's
     /// `.nccl.conf`.
-    pub fn with_job_uid(mut self, uid: u32) -> Host {
+    pub(crate) fn with_job_uid(mut self, uid: u32) -> Host {
         self.meta.nccl_home = passwd_home(uid);
         self
     }
@@ -286,7 +286,7 @@ impl Host {
     /// (`param.cc` `userHomeDir`), not `$HOME`: the job's user's on the live host
     /// (fabprobe's own without a job), the job environment's HOME with `--env-file`, what
     /// a snapshot recorded (else its HOME). None when none is known.
-    pub fn nccl_home(&self) -> Option<String> {
+    pub(crate) fn nccl_home(&self) -> Option<String> {
         self.meta
             .nccl_home
             .clone()
@@ -300,7 +300,7 @@ impl Host {
     }
 
     /// Every access made so far, deduplicated and sorted.
-    pub fn accesses(&self) -> Vec<Access> {
+    pub(crate) fn accesses(&self) -> Vec<Access> {
         let mut v = self
             .recorder
             .as_ref()
@@ -322,7 +322,7 @@ impl Host {
     pub fn source(&self) -> &Source {
         &self.source
     }
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.source == Source::Live
     }
     pub fn meta(&self) -> &HostMeta {
@@ -353,7 +353,7 @@ impl Host {
 
     /// `ethtool -S <ifname>`: the statistics ioctl live (recorded for capture), the
     /// snapshot's `fabprobe/ethtool.json` otherwise.
-    pub fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
+    pub(crate) fn ethtool_stats(&self, ifname: &str) -> Reply<EthtoolStats> {
         if self.is_live() {
             let r = netif::live_ethtool_stats(ifname);
             if let Ok(mut n) = self.net.lock() {
@@ -370,7 +370,7 @@ impl Host {
 
     /// The raw `DCB_CMD_IEEE_GET` reply for `ifname` (after the netlink header): DCB
     /// netlink live (recorded), the snapshot's `fabprobe/dcb.json` otherwise.
-    pub fn dcb_ieee(&self, ifname: &str) -> Reply<Vec<u8>> {
+    pub(crate) fn dcb_ieee(&self, ifname: &str) -> Reply<Vec<u8>> {
         let hex = if self.is_live() {
             let r = netif::live_dcb_ieee(ifname);
             if let Ok(mut n) = self.net.lock() {
@@ -396,7 +396,7 @@ impl Host {
 
     /// LLDP frames heard on `ifname` within `wait` (live, recorded), or the snapshot's
     /// `fabprobe/lldp.json` (no waiting).
-    pub fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
+    pub(crate) fn lldp_frames(&self, ifname: &str, wait: std::time::Duration) -> Reply<Vec<Vec<u8>>> {
         let hex = if self.is_live() {
             let r = netif::live_lldp(ifname, wait);
             if let Ok(mut n) = self.net.lock() {
@@ -435,18 +435,18 @@ impl Host {
     }
 
     /// The Fabric Manager answers asked so far (live) or loaded (snapshot), for capture.
-    pub fn fabric_manager_answers(&self) -> Option<fabricmanager::FmAnswers> {
+    pub(crate) fn fabric_manager_answers(&self) -> Option<fabricmanager::FmAnswers> {
         self.fabric_manager.lock().ok().and_then(|f| f.clone())
     }
 
     /// Every ethtool/DCB answer asked so far (live) or loaded (snapshot), for capture.
-    pub fn net_answers(&self) -> NetAnswers {
+    pub(crate) fn net_answers(&self) -> NetAnswers {
         self.net.lock().map(|n| n.clone()).unwrap_or_default()
     }
 
     /// The errno name a snapshot recorded for this canonical path, if its read failed at
     /// capture time (lets a re-capture keep the failure).
-    pub fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
+    pub(crate) fn recorded_failure(&self, canonical: &Path) -> Option<&str> {
         self.read_errors.get(canonical.as_os_str()).map(String::as_str)
     }
 
@@ -462,7 +462,7 @@ impl Host {
     /// `realpath` inside the root: every symlink is followed, absolute targets are taken
     /// relative to the root, `..` never climbs above it. Returns a host-absolute path.
     /// The final component need not exist (like `realpath -m` for the last part only).
-    pub fn realpath(&self, host_path: impl AsRef<Path>) -> Result<PathBuf, HostError> {
+    pub(crate) fn realpath(&self, host_path: impl AsRef<Path>) -> Result<PathBuf, HostError> {
         let host_path = host_path.as_ref();
         self.record(Access::Resolve(host_path.to_path_buf()));
         self.resolve(host_path)
@@ -574,7 +574,7 @@ impl Host {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    pub fn read_bytes(&self, host_path: impl AsRef<Path>) -> Result<Vec<u8>, HostError> {
+    pub(crate) fn read_bytes(&self, host_path: impl AsRef<Path>) -> Result<Vec<u8>, HostError> {
         let host_path = host_path.as_ref();
         self.record(Access::Read(host_path.to_path_buf()));
         let real = self.resolve(host_path)?;
@@ -619,7 +619,7 @@ impl Host {
     }
 
     /// Read a file; `None` when it does not exist. Other failures are errors.
-    pub fn read_opt(&self, host_path: impl AsRef<Path>) -> Result<Option<String>, HostError> {
+    pub(crate) fn read_opt(&self, host_path: impl AsRef<Path>) -> Result<Option<String>, HostError> {
         match self.read(host_path) {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.is_not_found() => Ok(None),
@@ -643,7 +643,7 @@ impl Host {
     }
 
     /// Entry names of a directory, sorted bytewise; `None` when the directory is absent.
-    pub fn list_dir(&self, host_path: impl AsRef<Path>) -> Result<Option<Vec<String>>, HostError> {
+    pub(crate) fn list_dir(&self, host_path: impl AsRef<Path>) -> Result<Option<Vec<String>>, HostError> {
         let host_path = host_path.as_ref();
         self.record(Access::List(host_path.to_path_buf()));
         let real = self.resolve(host_path)?;
@@ -701,7 +701,7 @@ impl Host {
 }
 
 /// Natural order for device names: `mlx5_2` before `mlx5_10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
     loop {
         match (a.first(), b.first()) {

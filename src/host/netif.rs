@@ -28,11 +28,11 @@ pub enum Reply<T> {
 }
 
 /// `ethtool -S`: counter names as the driver gives them, in the driver's order.
-pub type EthtoolStats = Vec<(String, u64)>;
+pub(crate) type EthtoolStats = Vec<(String, u64)>;
 
 /// What a snapshot's side folder holds (and a live host recorded).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetAnswers {
+pub(crate) struct NetAnswers {
     /// `fabprobe/ethtool.json`: ifname → stats.
     pub ethtool: BTreeMap<String, Reply<EthtoolStats>>,
     /// `fabprobe/dcb.json`: ifname → the `DCB_CMD_IEEE_GET` reply after the netlink
@@ -43,12 +43,12 @@ pub struct NetAnswers {
     pub lldp: BTreeMap<String, Reply<Vec<String>>>,
 }
 
-pub fn to_hex(b: &[u8]) -> String {
+pub(crate) fn to_hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Hex back to bytes; `None` on an odd length or a non-hex digit.
-pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn from_hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
     if !s.len().is_multiple_of(2) {
         return None;
@@ -84,8 +84,8 @@ fn io_reply<T>(e: &std::io::Error) -> Reply<T> {
 const RTM_GETDCB: u16 = 78;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
-pub const DCB_CMD_IEEE_GET: u8 = 21;
-pub const DCB_ATTR_IFNAME: u16 = 1;
+pub(crate) const DCB_CMD_IEEE_GET: u8 = 21;
+pub(crate) const DCB_ATTR_IFNAME: u16 = 1;
 
 /// The `RTM_GETDCB` / `DCB_CMD_IEEE_GET` request for `ifname` (sequence number 1).
 fn dcb_request(ifname: &str) -> Vec<u8> {
@@ -108,7 +108,7 @@ fn dcb_request(ifname: &str) -> Vec<u8> {
 }
 
 /// `RTM_GETDCB` / `DCB_CMD_IEEE_GET` for `ifname`: the reply after its `nlmsghdr`.
-pub fn live_dcb_ieee(ifname: &str) -> Reply<String> {
+pub(crate) fn live_dcb_ieee(ifname: &str) -> Reply<String> {
     use nix::sys::socket::{
         AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, setsockopt,
         socket, sockopt,
@@ -182,7 +182,7 @@ fn is_peer_lldp(frame: &[u8], own_mac: Option<MacAddr>) -> bool {
 
 /// Listen on `ifname` for LLDP frames until the first arrives or `wait` passes. Returns the
 /// frames heard (possibly none). Needs CAP_NET_RAW.
-pub fn live_lldp(ifname: &str, wait: std::time::Duration) -> Reply<Vec<String>> {
+pub(crate) fn live_lldp(ifname: &str, wait: std::time::Duration) -> Reply<Vec<String>> {
     let Some(iface) = datalink::interfaces().into_iter().find(|i| i.name == ifname) else {
         return Reply::Error("ENODEV".into());
     };

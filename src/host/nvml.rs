@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// NVML's NVLink count limit per GPU (NVML_NVLINK_MAX_LINKS).
-pub const NVLINK_MAX_LINKS: u32 = 18;
+pub(crate) const NVLINK_MAX_LINKS: u32 = 18;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -104,7 +104,7 @@ pub struct GpuFabricInfo {
 }
 
 /// `NVML_GPU_FABRIC_STATE_*` as `nvml.json` spells it.
-pub fn fabric_state_name(raw: u8) -> String {
+pub(crate) fn fabric_state_name(raw: u8) -> String {
     match raw {
         0 => "not_supported".into(),
         1 => "not_started".into(),
@@ -208,7 +208,7 @@ pub struct NvLink {
 }
 
 /// NVML's `nvmlIntNvLinkDeviceType_t` in the spelling `nvml.json` keeps.
-pub fn remote_device_type_name(raw: u32) -> &'static str {
+pub(crate) fn remote_device_type_name(raw: u32) -> &'static str {
     match raw {
         0 => "gpu",
         1 => "ibmnpu",
@@ -234,7 +234,7 @@ fn live_remote_device_type(
 }
 
 /// NVML's `00000000:1B:00.0` (or `0000:1B:00.0`) in sysfs spelling `0000:1b:00.0`.
-pub fn normalize_bus_id(raw: &str) -> String {
+pub(crate) fn normalize_bus_id(raw: &str) -> String {
     let raw = raw.trim().to_ascii_lowercase();
     match raw.split_once(':') {
         Some((dom, rest)) if dom.len() > 4 => {
@@ -246,7 +246,7 @@ pub fn normalize_bus_id(raw: &str) -> String {
 }
 
 /// Ask the driver. Every per-GPU call is optional: a failing call leaves that field `None`.
-pub fn collect_live() -> NvmlState {
+pub(crate) fn collect_live() -> NvmlState {
     use nvml_wrapper::Nvml;
     let nvml = match Nvml::init() {
         Ok(n) => n,

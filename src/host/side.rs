@@ -87,7 +87,7 @@ impl HostMeta {
 }
 
 /// `/proc/uptime` (`"350735.47 234388.90\n"`: up and idle seconds) -> the first.
-pub fn parse_uptime(s: &str) -> Option<f64> {
+pub(crate) fn parse_uptime(s: &str) -> Option<f64> {
     s.split_whitespace()
         .next()?
         .parse::<f64>()
@@ -99,7 +99,7 @@ pub fn parse_uptime(s: &str) -> Option<f64> {
 /// sampled twice, `interval_s` apart): a reboot between them restarted every counter, so
 /// a drop is not a wrap and a rise is not what happened in the interval. None when
 /// nothing says so (an older snapshot without boot id or uptime is given the benefit).
-pub fn counters_reset_between(
+pub(crate) fn counters_reset_between(
     before: &HostMeta,
     after: &HostMeta,
     interval_s: Option<f64>,
@@ -131,7 +131,7 @@ pub fn counters_reset_between(
 /// Environment variables a probe may read, and so the only ones a snapshot keeps. Never a
 /// secret: `FABPROBE_TOKEN` (the ring's job token) or anything named like a credential,
 /// since snapshots are made to be handed to others.
-pub fn env_is_captured(name: &str) -> bool {
+pub(crate) fn env_is_captured(name: &str) -> bool {
     const SECRET_MARKS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
     let upper = name.to_ascii_uppercase();
     if SECRET_MARKS.iter().any(|m| upper.contains(m)) {
@@ -169,11 +169,11 @@ const ERRNOS: &[(&str, i32)] = &[
     ("EFBIG", libc::EFBIG),
 ];
 
-pub fn errno_name(raw: i32) -> Option<&'static str> {
+pub(crate) fn errno_name(raw: i32) -> Option<&'static str> {
     ERRNOS.iter().find(|(_, n)| *n == raw).map(|(s, _)| *s)
 }
 
-pub fn errno_from_name(name: &str) -> Option<i32> {
+pub(crate) fn errno_from_name(name: &str) -> Option<i32> {
     ERRNOS.iter().find(|(s, _)| *s == name).map(|(_, n)| *n)
 }
 

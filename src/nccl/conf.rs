@@ -28,7 +28,7 @@ const MAX_CONF_BYTES: usize = 1023;
 
 /// One line NCCL applies: its number, the name and the value exactly as NCCL keeps them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfLine {
+pub(crate) struct ConfLine {
     pub line: usize,
     pub key: String,
     pub value: String,
@@ -44,7 +44,7 @@ fn cut(s: &str) -> String {
 
 /// Every `KEY=VALUE` line of a file as `setEnvFile` reads it (see the module comment).
 /// Lines NCCL skips (a leading `#`, no `=`, an empty name `setenv` refuses) are not returned.
-pub fn parse_conf(text: &str) -> Vec<ConfLine> {
+pub(crate) fn parse_conf(text: &str) -> Vec<ConfLine> {
     let mut out = Vec::new();
     for (i, raw) in text.split_inclusive('\n').enumerate() {
         if raw.starts_with('#') {

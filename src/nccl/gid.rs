@@ -26,7 +26,7 @@ pub struct GidEnv {
 }
 
 impl GidEnv {
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> GidEnv {
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> GidEnv {
         GidEnv {
             gid_index: get("NCCL_IB_GID_INDEX"),
             roce_version_num: get("NCCL_IB_ROCE_VERSION_NUM"),
@@ -52,7 +52,7 @@ pub fn nccl_param(s: Option<&str>, default: i64) -> i64 {
 }
 
 /// `strtoll(s, NULL, 0)`: `None` where it sets ERANGE; 0 where no digits parse.
-pub fn strtoll(s: &str) -> Option<i64> {
+pub(crate) fn strtoll(s: &str) -> Option<i64> {
     // isspace() in the C locale: space, \t, \n, \v, \f, \r.
     let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (neg, t) = match t.as_bytes().first() {
@@ -138,7 +138,7 @@ pub fn parse_addr_range(s: Option<&str>, af: Family) -> Option<([u8; 16], u32)> 
 
 /// `matchGidAddrPrefix`: v4 compares the GID's last 32 bits under the mask; v6 the
 /// leading `len` bits. No range matches everything.
-pub fn subnet_ok(range: Option<&([u8; 16], u32)>, af: Family, g: &Gid) -> bool {
+pub(crate) fn subnet_ok(range: Option<&([u8; 16], u32)>, af: Family, g: &Gid) -> bool {
     let Some((base, len)) = range else {
         return true;
     };
@@ -184,7 +184,7 @@ fn nccl_version(slot: Option<&GidSlot>) -> Result<Option<u8>, String> {
 
 /// `ncclIbGetGidIndex` for one port. `table` is every slot of `gids/`, indexed by
 /// position = index (missing slots read as zero GIDs, as `ibv_query_gid` would).
-pub fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv) -> GidChoice {
+pub(crate) fn nccl_gid_index(link_layer: Option<&str>, table: &[GidSlot], env: &GidEnv) -> GidChoice {
     let tbl_len = table.iter().map(|s| s.index + 1).max().unwrap_or(0);
     if link_layer == Some("InfiniBand") {
         return infiniband_choice(table, tbl_len, env);
@@ -313,7 +313,7 @@ fn version_at(table: &[GidSlot], i: u32) -> Result<Option<u8>, GidChoice> {
 /// perftest's default on Ethernet without `-x`: score every populated GID, preferring the
 /// IPv4-mapped family (IPv6 with `--ipv6`), then global over link-local scope, then RoCE v2
 /// over v1; ties keep the lowest index. On InfiniBand it uses index 0.
-pub fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: bool) -> GidChoice {
+pub(crate) fn perftest_gid_index(link_layer: Option<&str>, table: &[GidSlot], ipv6: bool) -> GidChoice {
     if link_layer != Some("Ethernet") {
         return GidChoice {
             index: Some(0),

@@ -16,7 +16,7 @@ pub struct HcaEntry {
 
 /// C's `atoi`: leading white space, a sign, then digits up to the first non-digit; no
 /// digits is 0 (`"2x"` is 2, `""` and `"x"` are 0). Saturates where C overflows.
-pub fn atoi(s: &str) -> i64 {
+pub(crate) fn atoi(s: &str) -> i64 {
     let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (neg, t) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -33,7 +33,7 @@ pub fn atoi(s: &str) -> i64 {
 /// `name[:port[:...]]` entries split at `,`; an entry with an empty name is skipped; the
 /// port is `atoi` of the text after the first `:` (the rest up to `,` ignored), and
 /// without a `:` it is -1 (any).
-pub fn parse_string_list(s: &str) -> Vec<(String, i64)> {
+pub(crate) fn parse_string_list(s: &str) -> Vec<(String, i64)> {
     s.split(',')
         .filter_map(|item| {
             let (name, port) = match item.split_once(':') {
@@ -78,7 +78,7 @@ impl HcaSpec {
     }
 
     /// The entry a device port matches (prefix or exact name, and the port if given).
-    pub fn matching_entry(&self, dev: &str, port: u32) -> Option<&HcaEntry> {
+    pub(crate) fn matching_entry(&self, dev: &str, port: u32) -> Option<&HcaEntry> {
         self.entries.iter().find(|e| {
             let name_ok = if self.exact {
                 dev == e.name
@@ -97,7 +97,7 @@ impl HcaSpec {
 
     /// Entries without `=` that also match a longer device name than the one written
     /// (`mlx5_1` matching `mlx5_10`): the (entry, surprise device) pairs among `devices`.
-    pub fn prefix_surprises<'a>(&self, devices: &'a [String]) -> Vec<(String, &'a str)> {
+    pub(crate) fn prefix_surprises<'a>(&self, devices: &'a [String]) -> Vec<(String, &'a str)> {
         if self.exact {
             return Vec::new();
         }
@@ -130,7 +130,7 @@ pub struct PortCandidate {
 
 /// The port a ring rank uses, and why (for the log and the report header).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortChoice {
+pub(crate) struct PortChoice {
     pub device: String,
     pub port: u32,
     pub gid_index: u32,
@@ -141,7 +141,7 @@ pub struct PortChoice {
 /// ACTIVE IB/Ethernet only; the one on `data_netdev` first, else the first in name order.
 /// The GID index is `gid_override` (`--gid-index`), else NCCL's choice for that port.
 /// Errors say what was there and what to change.
-pub fn choose_port(
+pub(crate) fn choose_port(
     ports: &[PortCandidate],
     device_flag: Option<&str>,
     hca_env: Option<&str>,

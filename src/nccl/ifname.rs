@@ -138,7 +138,7 @@ impl std::fmt::Display for CommId {
 /// The address of an `NCCL_COMM_ID` value; a `%ifname` scope is that interface's index as
 /// its link-local addresses in `ifs` carry it. None: a host name (not resolved here), no
 /// address, or a scope naming no interface with a link-local address.
-pub fn parse_comm_id(value: &str, ifs: &[IfAddr]) -> Option<CommId> {
+pub(crate) fn parse_comm_id(value: &str, ifs: &[IfAddr]) -> Option<CommId> {
     let host = match value.strip_prefix('[') {
         Some(r) => r.split(']').next()?,
         // A bare IPv6 address (more than one colon) has no port to cut.

@@ -23,7 +23,7 @@ pub struct Known {
 
 impl Known {
     /// Read through `NCCL_PARAM` (an integer parsed with strtoll).
-    pub fn is_int_param(&self) -> bool {
+    pub(crate) fn is_int_param(&self) -> bool {
         self.kind.split(',').any(|k| k == "NCCL_PARAM")
     }
 }
@@ -48,7 +48,7 @@ pub fn known() -> &'static [Known] {
     })
 }
 
-pub fn lookup(name: &str) -> Option<&'static Known> {
+pub(crate) fn lookup(name: &str) -> Option<&'static Known> {
     known().iter().find(|k| k.name == name)
 }
 
@@ -56,12 +56,12 @@ pub fn lookup(name: &str) -> Option<&'static Known> {
 /// this tool's captured snapshot keys); never called unknown.
 const NOT_NCCL: &[&str] = &["NCCL_TESTS_SPLIT", "NCCL_TESTS_SPLIT_MASK", "NCCL_TESTS_DEVICE"];
 
-pub fn is_foreign(name: &str) -> bool {
+pub(crate) fn is_foreign(name: &str) -> bool {
     NOT_NCCL.contains(&name)
 }
 
 /// Levenshtein distance over bytes (names are ASCII).
-pub fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
@@ -93,14 +93,14 @@ pub fn nearest(name: &str) -> Option<&'static str> {
 /// over (NCCL ignores them silently), nothing parsed (strtoll returns 0 and NCCL uses 0:
 /// it falls back to the default only on ERANGE), or out of range (the default).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum IntParse {
+pub(crate) enum IntParse {
     Clean(i64),
     Trailing(i64),
     NoDigits,
     OutOfRange,
 }
 
-pub fn parse_int(s: &str) -> IntParse {
+pub(crate) fn parse_int(s: &str) -> IntParse {
     let Some(v) = crate::nccl::gid::strtoll(s) else {
         return IntParse::OutOfRange;
     };
@@ -125,7 +125,7 @@ pub fn parse_int(s: &str) -> IntParse {
 
 /// NCCL's path types in its order (`graph.h`, 2.2x): a level variable disables a feature
 /// for paths worse than the level.
-pub const LEVELS: &[&str] = &[
+pub(crate) const LEVELS: &[&str] = &[
     "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
 ];
 
@@ -134,7 +134,7 @@ const OLD_LEVELS: &[&str] = &["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"];
 
 /// A level variable's value as NCCL reads it: a path type name (exact, upper case), or a
 /// leading digit read as an old level (clamped). `None`: NCCL ignores it (uses its default).
-pub fn parse_level(s: &str) -> Option<&'static str> {
+pub(crate) fn parse_level(s: &str) -> Option<&'static str> {
     if let Some(l) = LEVELS.iter().find(|l| **l == s) {
         return Some(l);
     }
@@ -149,7 +149,7 @@ pub fn parse_level(s: &str) -> Option<&'static str> {
 /// and why it holds (`set` is the variable's value and where it came from). The default is
 /// PXB, or P2C when `NCCL_NET_GDR_C2C` is 1 (its default); for PCIe paths both allow the
 /// same (P2C only differs on a Grace C2C link).
-pub fn net_gdr_level(set: Option<(&str, &str)>, c2c: Option<&str>) -> (&'static str, String) {
+pub(crate) fn net_gdr_level(set: Option<(&str, &str)>, c2c: Option<&str>) -> (&'static str, String) {
     let c2c_on = crate::nccl::gid::nccl_param(c2c, 1) == 1;
     let (default, why) = if c2c_on {
         ("P2C", "default, NCCL_NET_GDR_C2C=1")

@@ -221,7 +221,7 @@ impl NcclSettings {
 
     /// Which RDMA ports the settings let NCCL use: none under `NCCL_IB_DISABLE=1`, those
     /// `NCCL_IB_HCA` selects where it is set and not empty, every one otherwise.
-    pub fn ib_use(&self) -> IbUse {
+    pub(crate) fn ib_use(&self) -> IbUse {
         IbUse {
             disabled: nccl_param(self.value("NCCL_IB_DISABLE"), 0) == 1,
             hca: self
@@ -232,7 +232,7 @@ impl NcclSettings {
     }
 
     /// `NCCL_NET_GDR_LEVEL` as set (the gdr probe parses the level).
-    pub fn gdr_level(&self) -> Option<Sourced<String>> {
+    pub(crate) fn gdr_level(&self) -> Option<Sourced<String>> {
         let s = self.get("NCCL_NET_GDR_LEVEL")?;
         Some(Sourced {
             value: s.value.clone(),
@@ -244,7 +244,7 @@ impl NcclSettings {
 /// `environment`, or `file:line`.
 /// What `NCCL_IB_DISABLE` and `NCCL_IB_HCA` leave NCCL to use ([`NcclSettings::ib_use`]).
 #[derive(Clone, Debug)]
-pub struct IbUse {
+pub(crate) struct IbUse {
     pub disabled: bool,
     pub hca: Option<super::hca::HcaSpec>,
 }
@@ -258,7 +258,7 @@ impl IbUse {
     /// Whether NCCL opens this port, and why in words: net_ib's init keeps ports that are
     /// ACTIVE, of link layer InfiniBand or Ethernet, and selected by `NCCL_IB_HCA`. The one
     /// decision `nccl-env`, `gdr` and `check` read (an unreadable state is not ACTIVE).
-    pub fn port_use(
+    pub(crate) fn port_use(
         &self,
         dev: &str,
         port: u32,
@@ -291,7 +291,7 @@ impl IbUse {
     }
 }
 
-pub fn origin_text(s: &Setting) -> String {
+pub(crate) fn origin_text(s: &Setting) -> String {
     match &s.origin {
         Origin::Environment => "environment".into(),
         Origin::File(p) => match s.line {
@@ -303,7 +303,7 @@ pub fn origin_text(s: &Setting) -> String {
 
 /// `/proc/PID/environ`: `KEY=VALUE` entries separated by NUL bytes (bytes that are not
 /// UTF-8 are replaced; entries without `=` are skipped, as getenv never finds them).
-pub fn parse_environ(bytes: &[u8]) -> BTreeMap<String, String> {
+pub(crate) fn parse_environ(bytes: &[u8]) -> BTreeMap<String, String> {
     bytes
         .split(|b| *b == 0)
         .filter_map(|e| {
@@ -316,7 +316,7 @@ pub fn parse_environ(bytes: &[u8]) -> BTreeMap<String, String> {
 
 /// The real uid of `/proc/PID/status` (`Uid:\treal\teffective\tsaved\tfs`): NCCL's
 /// `getuid()` in that process, whose home holds its `~/.nccl.conf`.
-pub fn parse_status_uid(text: &str) -> Option<u32> {
+pub(crate) fn parse_status_uid(text: &str) -> Option<u32> {
     text.lines()
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|rest| rest.split_whitespace().next())
@@ -326,7 +326,7 @@ pub fn parse_status_uid(text: &str) -> Option<u32> {
 /// An `--env-file`: `KEY=VALUE` lines as a job script or `srun --export` writes them
 /// (`export ` allowed, one level of matching quotes removed, `#` lines and blank lines
 /// skipped). A line of another shape is an error naming its number.
-pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     // `env` prints an exported shell function (Lmod's `module`) as `BASH_FUNC_name%%=() {`
     // and its body on the lines after it, up to a line `}`: no NCCL variable, skipped whole.

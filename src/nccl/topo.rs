@@ -37,7 +37,7 @@ impl PathType {
 
 impl PathType {
     /// A path type name as NCCL spells it (`topoPathTypeStr`).
-    pub fn from_name(s: &str) -> Option<PathType> {
+    pub(crate) fn from_name(s: &str) -> Option<PathType> {
         Some(match s {
             "LOC" => PathType::Loc,
             "NVL" => PathType::Nvl,
@@ -55,7 +55,7 @@ impl PathType {
 /// in this PCI classification's order: `C2C`, `P2C` and `PXN` are Grace/routing levels it
 /// never yields, so C2C orders below PIX (read as NVB), P2C and PXN between PXB and PHB
 /// (read as PXB). The one parser of the variable's value is `params::parse_level`.
-pub fn level_as_path_type(name: &str) -> Option<PathType> {
+pub(crate) fn level_as_path_type(name: &str) -> Option<PathType> {
     match name {
         "C2C" => Some(PathType::Nvb),
         "P2C" | "PXN" => Some(PathType::Pxb),
@@ -67,7 +67,7 @@ pub fn level_as_path_type(name: &str) -> Option<PathType> {
 /// excluded): cutting the device path two components at a time, every second bridge above
 /// the device (a switch's upstream port) becomes a node; downstream and root ports vanish.
 /// Returned top (nearest the CPU) first.
-pub fn switch_nodes(bridges: &[String]) -> Vec<String> {
+pub(crate) fn switch_nodes(bridges: &[String]) -> Vec<String> {
     // The device sits at index n; its parents are at n-2, n-4, ... while >= 0.
     let n = bridges.len() as isize;
     let mut out = Vec::new();
@@ -82,7 +82,7 @@ pub fn switch_nodes(bridges: &[String]) -> Vec<String> {
 
 /// `(vendor<<48 | device<<32 | subsystem_vendor<<16 | subsystem_device)`, NCCL's
 /// `pci.device` of a switch node.
-pub fn bcm_ident(vendor: u32, device: u32, subsystem_vendor: u32, subsystem_device: u32) -> u64 {
+pub(crate) fn bcm_ident(vendor: u32, device: u32, subsystem_vendor: u32, subsystem_device: u32) -> u64 {
     ((vendor as u64 & 0xffff) << 48)
         | ((device as u64 & 0xffff) << 32)
         | ((subsystem_vendor as u64 & 0xffff) << 16)
@@ -91,7 +91,7 @@ pub fn bcm_ident(vendor: u32, device: u32, subsystem_vendor: u32, subsystem_devi
 
 /// NCCL's `getBcmGen`: 4 or 5 for a Broadcom PEX switch of that generation at `level`
 /// (0 = the parent switch, 1 = a sub-switch), else 0.
-pub fn bcm_gen(ident: u64, level: u64) -> u32 {
+pub(crate) fn bcm_gen(ident: u64, level: u64) -> u32 {
     const MASK: u64 = !0xfff;
     if ident & MASK == 0x1000_c010_1000_a000 {
         4
@@ -104,7 +104,7 @@ pub fn bcm_gen(ident: u64, level: u64) -> u32 {
 
 /// Where one device hangs in the tree, as both classifiers need it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attach {
+pub(crate) struct Attach {
     /// The NUMA node of the host bridge (NCCL's `<cpu numaid>`); -1 when unknown.
     pub numa: i32,
     /// The root bus (`pci0000:00`), when known (an NCCL XML file does not keep it).
@@ -122,7 +122,7 @@ pub fn slot_of(bdf: &str) -> Option<String> {
 
 /// Map each flattened sub-switch to the switch it is fused into (`ncclTopoFlattenBcmSwitches`).
 /// `parents`: switch → its parent switch; `idents`: switch → [`bcm_ident`].
-pub fn bcm_flatten(
+pub(crate) fn bcm_flatten(
     parents: &HashMap<String, String>,
     idents: &HashMap<String, u64>,
 ) -> HashMap<String, String> {
@@ -159,7 +159,7 @@ pub fn bcm_flatten(
 }
 
 /// Apply a flattening to a switch list: fused sub-switches become their parent.
-pub fn flattened(switches: &[String], fused: &HashMap<String, String>) -> Vec<String> {
+pub(crate) fn flattened(switches: &[String], fused: &HashMap<String, String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(switches.len());
     for s in switches {
         let s = fused.get(s).unwrap_or(s);
@@ -176,7 +176,7 @@ fn common_prefix(a: &[String], b: &[String]) -> usize {
 
 /// Switches a PCIe path between two devices under one host crosses (0: it goes through the
 /// host bridge or both are functions of one device; 1: one switch; more: PXB).
-pub fn switches_crossed(a: &[String], b: &[String]) -> usize {
+pub(crate) fn switches_crossed(a: &[String], b: &[String]) -> usize {
     let c = common_prefix(a, b);
     if c == 0 {
         0
@@ -188,7 +188,7 @@ pub fn switches_crossed(a: &[String], b: &[String]) -> usize {
 /// NCCL's PCI path type between two devices (no NVLink): SYS across CPUs (NUMA domains),
 /// PHB through the CPU, PXB across a switch-to-switch hop, PIX through one switch.
 /// `nics` merges the functions of one adapter into one node (LOC), as NCCL's IB plugin does.
-pub fn pci_path(a: &Attach, b: &Attach, fused: &HashMap<String, String>, both_nics: bool) -> PathType {
+pub(crate) fn pci_path(a: &Attach, b: &Attach, fused: &HashMap<String, String>, both_nics: bool) -> PathType {
     if a.numa != b.numa {
         return PathType::Sys;
     }
@@ -207,7 +207,7 @@ pub fn pci_path(a: &Attach, b: &Attach, fused: &HashMap<String, String>, both_ni
 /// NVB through one intermediate GPU (direct links only), else None (PCI decides).
 /// `nv[i][j]` is the NVLink count between GPUs (switch-routed counts included);
 /// `direct[i][j]` is the direct GPU-to-GPU link count only.
-pub fn nvlink_path(i: usize, j: usize, nv: &[Vec<u32>], direct: &[Vec<u32>]) -> Option<PathType> {
+pub(crate) fn nvlink_path(i: usize, j: usize, nv: &[Vec<u32>], direct: &[Vec<u32>]) -> Option<PathType> {
     if nv.get(i)?.get(j).copied().unwrap_or(0) > 0 {
         return Some(PathType::Nvl);
     }

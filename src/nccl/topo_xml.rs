@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use quick_xml::events::{BytesStart, Event};
 
 /// `NCCL_TOPO_XML_VERSION`.
-pub const VERSION: &str = "1";
+pub(crate) const VERSION: &str = "1";
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NcclSystem {
@@ -53,15 +53,15 @@ impl NcclPci {
     fn hex(v: &Option<String>) -> Option<u32> {
         v.as_deref().and_then(crate::sysfs::pci::parse_hex_id)
     }
-    pub fn class_num(&self) -> Option<u32> {
+    pub(crate) fn class_num(&self) -> Option<u32> {
         Self::hex(&self.class)
     }
     /// A GPU: a `<gpu>` child, or a display/3D class (`0x03...`), as NCCL decides.
-    pub fn is_gpu(&self) -> bool {
+    pub(crate) fn is_gpu(&self) -> bool {
         self.gpu.is_some() || self.class.as_deref().is_some_and(|c| c.starts_with("0x03"))
     }
     /// A NIC: `<net>` children, or a network/InfiniBand class (`0x02...`).
-    pub fn is_nic(&self) -> bool {
+    pub(crate) fn is_nic(&self) -> bool {
         !self.nets.is_empty() || self.class.as_deref().is_some_and(|c| c.starts_with("0x02"))
     }
     /// [`crate::nccl::topo::bcm_ident`] of this node, when all four ids are present.
@@ -177,7 +177,7 @@ impl Ctx<'_> {
 /// How deep elements may nest. NCCL's deepest real files are `system > cpu > pci` (a few
 /// switch levels) `> gpu > nvlink`: about ten. The limit keeps every recursive walk of the
 /// tree (here, in `probe::topo`, and when it is dropped) far from the stack's end.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Line numbers of byte offsets, from the line starts found once (not a rescan per event).
 struct Lines(Vec<usize>);

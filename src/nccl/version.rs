@@ -14,7 +14,7 @@ use crate::host::Host;
 
 /// Directories dlopen searches besides `LD_LIBRARY_PATH` (its defaults and the usual
 /// multiarch ones; `/etc/ld.so.cache` itself is not parsed).
-pub const LIB_DIRS: &[&str] = &[
+pub(crate) const LIB_DIRS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
     "/lib64",
@@ -25,7 +25,7 @@ pub const LIB_DIRS: &[&str] = &[
 ];
 
 /// `major.minor[.patch]`.
-pub type Triple = (u32, u32, Option<u32>);
+pub(crate) type Triple = (u32, u32, Option<u32>);
 
 /// The NCCL version whose rules were applied, and how it was found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -42,7 +42,7 @@ pub struct NcclVersion {
 }
 
 /// `2.21`, `2.21.5` (a leading `v` is accepted). `None` for anything else.
-pub fn parse_version(s: &str) -> Option<Triple> {
+pub(crate) fn parse_version(s: &str) -> Option<Triple> {
     let s = s.trim().strip_prefix('v').unwrap_or(s.trim());
     let mut it = s.split('.');
     let major = it.next()?.parse().ok()?;
@@ -58,7 +58,7 @@ pub fn parse_version(s: &str) -> Option<Triple> {
 }
 
 /// `libnccl.so.2.21.5` -> (2, 21, 5). `libnccl.so.2` (the soname link) says nothing.
-pub fn parse_lib_name(name: &str) -> Option<Triple> {
+pub(crate) fn parse_lib_name(name: &str) -> Option<Triple> {
     let v = parse_version(name.strip_prefix("libnccl.so.")?)?;
     v.2.map(|_| v)
 }
@@ -137,7 +137,7 @@ impl NcclVersion {
 
     /// NCCL 2.21+ picks the GID index itself when `NCCL_IB_GID_INDEX` is unset; older
     /// versions use index 0. `None`: the version is unknown.
-    pub fn gid_index_auto(&self) -> Option<bool> {
+    pub(crate) fn gid_index_auto(&self) -> Option<bool> {
         self.at_least(2, 21)
     }
 
@@ -149,7 +149,7 @@ impl NcclVersion {
 
 /// `NCCL 2.21.5 rules` or `NCCL version unknown`: whose rules a report applied, in one
 /// wording for every command.
-pub fn rules_label(version: Option<&str>) -> String {
+pub(crate) fn rules_label(version: Option<&str>) -> String {
     match version {
         Some(v) => format!("NCCL {v} rules"),
         None => "NCCL version unknown".to_string(),

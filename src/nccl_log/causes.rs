@@ -1083,7 +1083,7 @@ impl Cause {
 
     /// A message whose texts match is read by the WARN rules (not INFO, PyTorch or the
     /// fallback).
-    pub fn warn_rule(&self) -> bool {
+    pub(crate) fn warn_rule(&self) -> bool {
         !matches!(
             self.read,
             Read::Info | Read::Plain | Read::Unmatched | Read::Derived
@@ -1093,7 +1093,7 @@ impl Cause {
 
 /// The cause a return code's words name, generically, and the code (`unhandled system
 /// error`, `ncclSystemError`): the first entry, in registry order, with one of them in `s`.
-pub fn code_in(s: &str, has: impl Fn(&str, &str) -> bool) -> Option<(&'static Cause, u8)> {
+pub(crate) fn code_in(s: &str, has: impl Fn(&str, &str) -> bool) -> Option<(&'static Cause, u8)> {
     CAUSES
         .iter()
         .find_map(|c| c.codes.iter().find(|(w, _)| has(s, w)).map(|(_, n)| (c, *n)))
@@ -1116,7 +1116,7 @@ pub fn keywords() -> Vec<&'static str> {
 
 /// The man page's and `--help`'s list: each id, its severity and class, and what it is, a
 /// row each, in registry order.
-pub fn help_list() -> String {
+pub(crate) fn help_list() -> String {
     let mut out = String::new();
     for c in CAUSES {
         // Two spaces before the description: the man page keeps it as a table row.

@@ -86,7 +86,7 @@ pub enum Event {
 }
 
 /// NCCL's `ncclResult_t` names (src/nccl.h.in, `typedef enum { ncclSuccess = 0, ... }`).
-pub fn result_name(code: u8) -> Option<&'static str> {
+pub(crate) fn result_name(code: u8) -> Option<&'static str> {
     Some(match code {
         0 => "ncclSuccess",
         1 => "ncclUnhandledCudaError",
@@ -190,7 +190,7 @@ fn after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// A message from a line with an NCCL header.
-pub fn classify(level: Level, msg: &str) -> Option<Event> {
+pub(crate) fn classify(level: Level, msg: &str) -> Option<Event> {
     let m = msg.trim();
     if let Some(v) = m.strip_prefix("NCCL version ").filter(|_| level != Level::Warn) {
         return Some(Event::Version(v.split_whitespace().next()?.to_string()));
@@ -491,7 +491,7 @@ fn channel_line(m: &str) -> Option<Event> {
 /// The class a transport string belongs to, for counting: `NET/IB/0/GDRDMA` ->
 /// `NET/IB/GDRDMA`, `NET/Socket/1` -> `NET/Socket`, `P2P/IPC/read` -> `P2P/IPC`,
 /// `SHM/direct/direct` -> `SHM`, `P2P/CUMEM/CE` -> `P2P/CUMEM`.
-pub fn transport_class(via: &str) -> String {
+pub(crate) fn transport_class(via: &str) -> String {
     let parts: Vec<&str> = via.split('/').collect();
     match parts.first().copied() {
         Some("NET") => {
@@ -611,7 +611,7 @@ fn async_event(m: &str) -> Event {
 /// (before any field is taken out of the message: a repeat is dropped on this alone, see
 /// [`WarnRule::cause`]).
 #[derive(Clone, Copy)]
-pub enum WarnRule {
+pub(crate) enum WarnRule {
     /// The entry matched; a family's reading (completion status, async event, QP state)
     /// picks its member from the message.
     Cause(&'static Cause),
@@ -643,14 +643,14 @@ impl std::fmt::Debug for WarnRule {
     }
 }
 
-pub fn warn_rule(m: &str) -> WarnRule {
+pub(crate) fn warn_rule(m: &str) -> WarnRule {
     let t = Text::new(m);
     rule_of(m, |k| t.has(k))
 }
 
 /// [`warn_rule`] with a plain search per keyword, for the tests to compare with.
 #[cfg(test)]
-pub fn warn_rule_plain(m: &str) -> WarnRule {
+pub(crate) fn warn_rule_plain(m: &str) -> WarnRule {
     rule_of(m, |k| has(m, k))
 }
 
@@ -877,13 +877,13 @@ fn pytorch_rank(s: &str) -> Option<u32> {
 }
 
 /// The host nccl-tests names before its CUDA failure (`%s: Test CUDA failure %s:%d '%s'`).
-pub fn plain_host(s: &str) -> Option<&str> {
+pub(crate) fn plain_host(s: &str) -> Option<&str> {
     let h = s[..find(s, ": Test CUDA failure")?].trim();
     (!h.is_empty() && !h.contains(char::is_whitespace)).then_some(h)
 }
 
 /// A line without an NCCL header: the version banner, PyTorch's ProcessGroupNCCL.
-pub fn classify_plain(s: &str) -> Option<Event> {
+pub(crate) fn classify_plain(s: &str) -> Option<Event> {
     // CUDA's 802 (cudaErrorSystemNotReady) before NCCL ever runs, in PyTorch's words
     // (`CUDA error: system not yet initialized`, `Error 802: system not yet initialized`,
     // `cuda runtime error (802) : system not yet initialized`) or nccl-tests'.

@@ -37,7 +37,7 @@ fn digits(s: &str) -> bool {
 
 /// The kind of a virtual interface and the project whose naming rule it follows; `None`
 /// for a name no such rule makes (a physical NIC, a bond, IPoIB, a VLAN of those).
-pub fn classify(name: &str) -> Option<(Kind, &'static str)> {
+pub(crate) fn classify(name: &str) -> Option<(Kind, &'static str)> {
     use Kind::*;
     let rest = |p: &str| name.strip_prefix(p);
     let hit = match name {

@@ -32,7 +32,7 @@ pub struct Nccl<'a> {
 }
 
 /// A rank label a launcher put in front of the line.
-pub fn prefix_rank(prefix: &str) -> Option<u32> {
+pub(crate) fn prefix_rank(prefix: &str) -> Option<u32> {
     let p = prefix.trim();
     if p.is_empty() {
         return None;
@@ -117,7 +117,7 @@ fn marker_at(s: &str, at: usize) -> Option<Level> {
 }
 
 /// Where each NCCL marker starts in `s`, in order.
-pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
+pub(crate) fn marker_positions(s: &str) -> Vec<(usize, Level)> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(at) = next_nccl(s.as_bytes(), from) {
@@ -129,7 +129,7 @@ pub fn marker_positions(s: &str) -> Vec<(usize, Level)> {
 
 /// Parse `host:pid:tid [dev] [file:line ]NCCL LEVEL msg` where the marker is at `at`.
 /// Returns the header and the byte offset where the host token starts.
-pub fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
+pub(crate) fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
     let msg = s[at..]
         .split_once(' ')
         .map(|x| x.1)?
@@ -204,7 +204,7 @@ fn func_line(w: &str) -> bool {
 /// `file.cc:123` just before the marker, which the header's host, pid, device and launcher
 /// prefix do not depend on: the header is a function of the first part alone (the header
 /// cache's key, so a process's lines from different source lines share one entry).
-pub fn split_src(s: &str, at: usize) -> (&str, Option<&str>) {
+pub(crate) fn split_src(s: &str, at: usize) -> (&str, Option<&str>) {
     let head = s[..at].trim_end();
     match head
         .bytes()
@@ -371,7 +371,7 @@ pub fn scan(s: &str) -> Records<'_> {
 /// [`scan`] given the line's [`marks`]. A [`Records::One`] answer depends on the bytes
 /// before the marker only for its prefix and header (see [`parse_header`]), and its message
 /// is [`message_at`].
-pub fn scan_marks(s: &str, marks: Marks) -> Records<'_> {
+pub(crate) fn scan_marks(s: &str, marks: Marks) -> Records<'_> {
     let (at, l) = match marks {
         Marks::None => return Records::Other(records_at(s, Vec::new())),
         Marks::Many => return Records::Other(records_at(s, marker_positions(s))),
@@ -388,7 +388,7 @@ pub fn scan_marks(s: &str, marks: Marks) -> Records<'_> {
 
 /// The message of the record whose marker (`NCCL LEVEL `, see [`marks`]) starts at `at`, as
 /// [`scan_marks`] gives it: what follows the marker.
-pub fn message_at(s: &str, at: usize, level: Level) -> &str {
+pub(crate) fn message_at(s: &str, at: usize, level: Level) -> &str {
     let len = MARKERS.iter().find(|m| m.1 == level).map_or(0, |m| m.0.len());
     trim_debris(s.get(at + len..).unwrap_or(""))
 }
@@ -456,7 +456,7 @@ fn records_at(s: &str, marks: Vec<(usize, Level)>) -> Vec<(&str, Nccl<'_>)> {
 }
 
 /// The line without ANSI colour sequences (`ESC [ ... letter`), only when it has any.
-pub fn strip_ansi(s: &str) -> Option<String> {
+pub(crate) fn strip_ansi(s: &str) -> Option<String> {
     memchr::memchr(0x1b, s.as_bytes())?;
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();

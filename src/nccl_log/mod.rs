@@ -38,7 +38,7 @@ use events::{Event, Transport};
 const TRAIL: &str = "error_trail";
 
 /// Longer lines are cut here (the rest is skipped, counted as truncated).
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Caps on what is kept for the summary, so memory stays bounded on any log.
 const MAX_CONNECTIONS: usize = 20_000;
 const MAX_EVENTS: usize = 50_000;
@@ -110,7 +110,7 @@ type Fast = BuildHasherDefault<FxHasher>;
 
 /// The Fx hash (rustc's): rotate, xor, multiply, one word at a time.
 #[derive(Default)]
-pub struct FxHasher(u64);
+pub(crate) struct FxHasher(u64);
 
 impl std::hash::Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {

@@ -28,9 +28,9 @@ use crate::host::{Host, Reply};
 use crate::sysfs::pci;
 
 /// The Fabric Manager's executable (and the name the process scan knows it by).
-pub const FM_DAEMON: &str = "nv-fabricmanager";
+pub(crate) const FM_DAEMON: &str = "nv-fabricmanager";
 /// Its systemd unit.
-pub const FM_UNIT: &str = "nvidia-fabricmanager.service";
+pub(crate) const FM_UNIT: &str = "nvidia-fabricmanager.service";
 /// PCI class of an NVSwitch ("bridge, other", NVIDIA's `PCI_CLASS_BRIDGE_NVSWITCH` 0x0680).
 const NVSWITCH_CLASS: u32 = 0x068000;
 const NVIDIA: u32 = 0x10de;
@@ -109,7 +109,7 @@ pub struct GpuFabricState {
 
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ...`
 /// -> `550.54.15`: the first token of digits and dots on the `NVRM version` line. Pure.
-pub fn parse_nvrm_version(s: &str) -> Option<String> {
+pub(crate) fn parse_nvrm_version(s: &str) -> Option<String> {
     let line = s.lines().find(|l| l.starts_with("NVRM version:"))?;
     line.split_whitespace()
         .find(|t| {

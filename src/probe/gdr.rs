@@ -131,7 +131,7 @@ pub struct DmaBuf {
 
 impl DmaBuf {
     /// The one wording of the DMA-BUF state every command prints (`gdr`, `nccl-env`).
-    pub fn state_text(&self) -> String {
+    pub(crate) fn state_text(&self) -> String {
         match self.path {
             _ if !self.nccl_dmabuf_enable => "off (NCCL_DMABUF_ENABLE=0)".to_string(),
             Known::Yes => "possible".to_string(),
@@ -655,7 +655,7 @@ pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> GdrVer
 
 /// `GPU0-mlx5_0`: a GPU-NIC pair, the GPU by NVML's label and the NIC by its RDMA device
 /// name (`finding::spell`'s one spelling of each end).
-pub fn pair_subject(gpu: &str, rdma_device: &str) -> String {
+pub(crate) fn pair_subject(gpu: &str, rdma_device: &str) -> String {
     format!("{gpu}-{rdma_device}")
 }
 
@@ -676,12 +676,12 @@ fn pair_names(v: &[&GdrPair]) -> String {
 /// * ACS request/completion redirect on a bridge between GPU and NIC (`gdr.acs_redirect`);
 /// * the IOMMU translating the DMA of either end: group type DMA, DMA-FQ or DMA-SQ
 ///   (`gdr.iommu_translation`; `iommu=pt` gives `identity`).
-pub fn detour_severity(used_by_nccl: bool) -> Severity {
+pub(crate) fn detour_severity(used_by_nccl: bool) -> Severity {
     if used_by_nccl { Severity::Fail } else { Severity::Warn }
 }
 
 /// The DMA-translating IOMMU group type of either end of a pair (the GPU's first), if any.
-pub fn translated_type(r: &GdrReport, pair: &GdrPair) -> Option<String> {
+pub(crate) fn translated_type(r: &GdrReport, pair: &GdrPair) -> Option<String> {
     let of = |label: &str, list: &[GdrDevice]| {
         list.iter()
             .find(|d| d.label == label)
@@ -694,7 +694,7 @@ pub fn translated_type(r: &GdrReport, pair: &GdrPair) -> Option<String> {
 
 /// The NICs nearer to a pair's GPU than the pair's own NIC that NCCL does not open (a
 /// port down, or left out by NCCL_IB_HCA): why NCCL took the farther one. RDMA names.
-pub fn nearer_nics_not_opened(r: &GdrReport, pair: &GdrPair) -> Vec<String> {
+pub(crate) fn nearer_nics_not_opened(r: &GdrReport, pair: &GdrPair) -> Vec<String> {
     let Some(path) = pair.path else {
         return Vec::new();
     };
@@ -715,7 +715,7 @@ pub struct Gdr<'a> {
 }
 
 /// A GPUDirect RDMA rule's judge.
-pub type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
+pub(crate) type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
 
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
 pub static RULES: &[Rule<GdrJudge>] = &[

@@ -26,10 +26,10 @@ pub struct RdmaPresence {
     pub names_moved: Vec<crate::probe::topo::MovedName>,
 }
 
-pub const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
+pub(crate) const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
 
 /// The RDMA devices of a host, or the reason there are none.
-pub fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
+pub(crate) fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
     // A class directory that cannot be listed (EACCES) says nothing about InfiniBand support.
     if let Err(e) = host.list_dir("/sys/class/infiniband") {
         return (

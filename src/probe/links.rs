@@ -40,7 +40,7 @@ pub struct SampleInfo {
 
 impl SampleInfo {
     /// Whether the counters carry deltas (no reboot between the samples).
-    pub fn has_deltas(&self) -> bool {
+    pub(crate) fn has_deltas(&self) -> bool {
         self.counters_reset.is_none()
     }
 
@@ -185,7 +185,7 @@ pub fn probe(host: &Host) -> LinksReport {
 
 /// [`probe`] without libibverbs' view: sysfs only (opening every verbs provider costs
 /// seconds on a slow VM, and counters do not need it).
-pub fn probe_sysfs(host: &Host) -> LinksReport {
+pub(crate) fn probe_sysfs(host: &Host) -> LinksReport {
     let (rdma, names) = presence(host);
     let devices = names.iter().map(|n| probe_device(host, n)).collect();
     LinksReport {
@@ -198,7 +198,7 @@ pub fn probe_sysfs(host: &Host) -> LinksReport {
 
 /// Re-read only the counters of the ports `sample` holds (no GID table, no device
 /// attributes): what a sampler that already knows its ports reads while a run is stuck.
-pub fn reread_counters(host: &Host, sample: &LinksReport) -> LinksReport {
+pub(crate) fn reread_counters(host: &Host, sample: &LinksReport) -> LinksReport {
     let mut after = sample.clone();
     for d in &mut after.devices {
         let mlx5 = is_mlx5(&d.name, &d.attrs);
@@ -271,7 +271,7 @@ fn probe_device(host: &Host, name: &str) -> LinkDevice {
 /// Fill `after`'s counters with deltas from `before` (same device, port, directory and
 /// name). `interval_s` gives rates. After a reboot (`info.counters_reset`) no delta is
 /// taken anywhere, and a device whose counters fell where no wrap explains it gets none.
-pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleInfo) {
+pub(crate) fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleInfo) {
     let interval = info.interval_s.filter(|s| *s > 0.0);
     let rebooted = info.counters_reset.is_some();
     after.sample = Some(info);
@@ -305,7 +305,7 @@ pub fn apply_deltas(after: &mut LinksReport, before: &LinksReport, info: SampleI
 /// Whether two samples' devices are one device, by its stable identity: the node GUID
 /// when both have one, else the PCI function, else the name. A driver reload can give
 /// `mlx5_0` another card's name; its counters are compared with its own.
-pub fn same_device(a: &LinkDevice, b: &LinkDevice) -> bool {
+pub(crate) fn same_device(a: &LinkDevice, b: &LinkDevice) -> bool {
     let guid = |d: &LinkDevice| {
         d.attrs
             .node_guid
@@ -339,7 +339,7 @@ fn fill_delta(c: &mut Counter, prev: Option<&Counter>, interval: Option<f64>) {
 /// Whether a device's counters restarted between two samples: one fell that cannot have
 /// wrapped in between (a 64-bit counter, or a saturating one). A 32-bit counter that fell
 /// alone is a wrap; counters restarted by a driver reload or a reset fall together.
-pub fn device_reset(before: &LinkDevice, after: &LinkDevice) -> bool {
+pub(crate) fn device_reset(before: &LinkDevice, after: &LinkDevice) -> bool {
     let fell = |b: &Counter, a: &Counter| match (b.value, a.value) {
         (Some(bv), Some(av)) => {
             av < bv && (a.spec.overflow == Overflow::Saturates || a.spec.width_bits >= 64)
@@ -367,14 +367,14 @@ pub fn device_reset(before: &LinkDevice, after: &LinkDevice) -> bool {
 }
 
 /// Seconds between two RFC 3339 timestamps (`captured_at` of two snapshots).
-pub fn seconds_between(earlier: Option<&str>, later: Option<&str>) -> Option<f64> {
+pub(crate) fn seconds_between(earlier: Option<&str>, later: Option<&str>) -> Option<f64> {
     let a = humantime::parse_rfc3339_weak(earlier?).ok()?;
     let b = humantime::parse_rfc3339_weak(later?).ok()?;
     b.duration_since(a).ok().map(|d| d.as_secs_f64())
 }
 
 /// Physical-link error counters (PMA): any increase is a finding; `link_downed` is a fault.
-pub const LINK_ERRORS: &[&str] = &[
+pub(crate) const LINK_ERRORS: &[&str] = &[
     "symbol_error",
     "link_downed",
     "link_error_recovery",
@@ -394,7 +394,7 @@ const RETRANSMISSIONS: &[&str] = &[
 /// `port_xmit_wait` grew by more than this share of `port_xmit_data` (both in their raw
 /// units) over the interval: the port spent a large part of its sending time without
 /// credits. A stated heuristic, not an IBTA threshold.
-pub const XMIT_WAIT_RATIO: f64 = 0.1;
+pub(crate) const XMIT_WAIT_RATIO: f64 = 0.1;
 
 fn delta_text(d: &Delta) -> String {
     match d {
@@ -411,7 +411,7 @@ fn delta_text(d: &Delta) -> String {
 /// The commands that show a port's cable, transceiver and link, by what the port is:
 /// `ibstat` for InfiniBand, `ethtool` for a RoCE netdev, `mlxlink` (MFT) on mlx5; never a
 /// Mellanox tool for another vendor's port (an Omni-Path `hfi1`, `rxe`). `: a, b` or empty.
-pub fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
+pub(crate) fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
     let cmds = cable_commands(d, p);
     if cmds.is_empty() {
         String::new()
@@ -421,7 +421,7 @@ pub fn cable_tools(d: &LinkDevice, p: &LinkPort) -> String {
 }
 
 /// [`cable_tools`]'s commands, each in backticks, for fix lines of their own.
-pub fn cable_commands(d: &LinkDevice, p: &LinkPort) -> Vec<String> {
+pub(crate) fn cable_commands(d: &LinkDevice, p: &LinkPort) -> Vec<String> {
     let mut cmds = Vec::new();
     match (p.link_layer.as_deref(), &p.netdev) {
         (Some("InfiniBand"), _) => cmds.push(format!("`ibstat {} {}`", d.name, p.port)),
@@ -1019,7 +1019,7 @@ fn verbs_mismatch(r: &LinksReport, out: &mut Vec<Finding>) {
 /// libibverbs' view (live only). `ENOSYS` from `ibv_get_device_list` is the normal answer
 /// on a kernel without InfiniBand support.
 #[cfg(feature = "rdma")]
-pub fn verbs_view() -> Option<VerbsView> {
+pub(crate) fn verbs_view() -> Option<VerbsView> {
     match ibverbs::devices() {
         Err(e) => Some(VerbsView {
             error: Some(
@@ -1065,7 +1065,7 @@ pub fn verbs_view() -> Option<VerbsView> {
 }
 
 #[cfg(not(feature = "rdma"))]
-pub fn verbs_view() -> Option<VerbsView> {
+pub(crate) fn verbs_view() -> Option<VerbsView> {
     None
 }
 

@@ -13,7 +13,7 @@ use crate::nccl::settings::NcclSettings;
 
 /// Run every local probe once, for `snapshot` capture: what they read is what a snapshot
 /// holds. Returns one line per probe that failed (the capture still goes on).
-pub fn run_all_for_capture(host: &Host) -> Vec<String> {
+pub(crate) fn run_all_for_capture(host: &Host) -> Vec<String> {
     let mut errors = Vec::new();
     // Reads the configuration files and lists the library path for libnccl.so.2.X.Y, so
     // the snapshot carries what the model was built from.

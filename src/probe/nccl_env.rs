@@ -25,7 +25,7 @@ use crate::nccl::{ifname, params};
 use crate::probe::{gdr, gids, topo};
 
 /// NCCL's default topology file, read when `NCCL_TOPO_FILE` is unset (`topo.cc`).
-pub const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
+pub(crate) const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NcclEnvReport {
@@ -782,7 +782,7 @@ fn report_judge(j: &Judge) -> Option<fn(&Env, &mut Vec<Finding>)> {
 }
 
 /// The GPUs NCCL would see here (NVML's, else the PCI tree's), as `topo` counts them.
-pub fn gpu_count(host: &Host) -> usize {
+pub(crate) fn gpu_count(host: &Host) -> usize {
     topo::probe(host).gpus.len()
 }
 

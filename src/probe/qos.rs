@@ -170,9 +170,9 @@ pub struct NamedCount {
 
 /// A priority paused for at least this share of a sample is reported: heavy, sustained
 /// back-pressure (a stated heuristic; brief bursts of PFC are normal).
-pub const PAUSED_SHARE_WARN: f64 = 0.25;
+pub(crate) const PAUSED_SHARE_WARN: f64 = 0.25;
 
-pub const CNP_COUNTERS: &[&str] = &[
+pub(crate) const CNP_COUNTERS: &[&str] = &[
     "np_ecn_marked_roce_packets",
     "np_cnp_sent",
     "rp_cnp_handled",
@@ -188,7 +188,7 @@ fn reply_error<T>(r: &Reply<T>) -> Option<String> {
 }
 
 /// What `qos` says when neither NCCL nor the device names RoCE's traffic class.
-pub const PRIORITY_UNKNOWN: &str =
+pub(crate) const PRIORITY_UNKNOWN: &str =
     "RoCE priority unknown (no NCCL_IB_TC in the environment or conf files, no per-port traffic_class)";
 
 /// The RoCE netdev(s) of one RDMA port: the PCI function's netdev, the `parent` of a
@@ -288,7 +288,7 @@ pub fn probe(host: &Host, tc: Option<&Sourced<u32>>) -> QosReport {
 }
 
 /// Named netdevs (`--ifname`), with or without RDMA.
-pub fn probe_ifnames(host: &Host, ifnames: &[String], tc: Option<&Sourced<u32>>) -> QosReport {
+pub(crate) fn probe_ifnames(host: &Host, ifnames: &[String], tc: Option<&Sourced<u32>>) -> QosReport {
     let (rdma, names) = presence(host);
     let mut owner = std::collections::HashMap::new();
     for dev in &names {
@@ -482,7 +482,7 @@ fn probe_if(host: &Host, ifname: &str, rdma: Option<(&str, u32)>, tc: Option<&So
 
 /// Listen for the switch's LLDP on every interface of the report at once (live: up to
 /// `wait`; a snapshot replays `fabprobe/lldp.json`).
-pub fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
+pub(crate) fn add_lldp(host: &Host, r: &mut QosReport, wait: std::time::Duration) {
     let names: Vec<String> = r.interfaces.iter().map(|i| i.ifname.clone()).collect();
     let replies: Vec<Reply<Vec<Vec<u8>>>> = std::thread::scope(|s| {
         let hs: Vec<_> = names
@@ -607,7 +607,7 @@ fn delta_pause(p: &mut PauseCounters, b: Option<&PauseCounters>, s: Option<f64>)
 /// Fill `after`'s counters with deltas and rates from `before` (same netdev).
 /// After a reboot between them (`sample.counters_reset`) no delta is taken: the counters
 /// are read as one sample.
-pub fn apply_deltas(after: &mut QosReport, before: &QosReport, sample: Sample) {
+pub(crate) fn apply_deltas(after: &mut QosReport, before: &QosReport, sample: Sample) {
     let s = sample.interval_s;
     if sample.counters_reset.is_some() {
         after.sample = Some(sample);
@@ -662,7 +662,7 @@ fn pfc_arg(prios: &[u8]) -> String {
 }
 
 /// Counters that went backwards: notes a person should know, not faults.
-pub fn backwards_notes(r: &QosReport) -> Vec<String> {
+pub(crate) fn backwards_notes(r: &QosReport) -> Vec<String> {
     let mut out = Vec::new();
     for i in &r.interfaces {
         let mut names = Vec::new();
@@ -708,7 +708,7 @@ pub struct If<'a> {
 }
 
 /// A rule's judge: one interface's findings, added to the list.
-pub type IfJudge = fn(&If, &mut Vec<Finding>);
+pub(crate) type IfJudge = fn(&If, &mut Vec<Finding>);
 
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
 pub static RULES: &[Rule<IfJudge>] = &[

@@ -19,7 +19,7 @@ use crate::sysfs::node::{self, CpuFacts, NumaNode};
 use crate::sysfs::pci::{self, LinkSpeed, PciIdent, PciLink};
 
 /// Class of an NVSwitch (`tclass` of an NVLink to one).
-pub const NVSWITCH_CLASS: &str = "0x068000";
+pub(crate) const NVSWITCH_CLASS: &str = "0x068000";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopoReport {
@@ -128,7 +128,7 @@ pub struct TopoGpu {
 }
 
 /// Class of a CPU at the far end of an NVLink (POWER9's NVLink; NCCL's `tclass`).
-pub const NVLINK_CPU_CLASS: &str = "0x068001";
+pub(crate) const NVLINK_CPU_CLASS: &str = "0x068001";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvlinkPeer {
@@ -667,7 +667,7 @@ pub struct MovedName {
 
 /// Every name moved in a report: [`names_moved`] for each NIC RDMA does not list, one entry
 /// per device, in bus order.
-pub fn moved_names(r: &TopoReport) -> Vec<MovedName> {
+pub(crate) fn moved_names(r: &TopoReport) -> Vec<MovedName> {
     moved_names_in(&r.nics, &r.nics_not_in_rdma)
 }
 
@@ -687,7 +687,7 @@ fn moved_names_in(nics: &[TopoNic], not_in_rdma: &[NicNotInRdma]) -> Vec<MovedNa
 /// The moved names of the host (as [`moved_names`] of its topo report), for the commands
 /// that do not read the whole PCI tree: only the RDMA devices and the PCI functions that
 /// did not register are read.
-pub fn probe_moved_names(host: &Host) -> Vec<MovedName> {
+pub(crate) fn probe_moved_names(host: &Host) -> Vec<MovedName> {
     let mut notes = Vec::new();
     let mut nics = read_nics(host, &mut notes);
     let missing = nics_missing_from(host, &mut nics);
@@ -697,7 +697,7 @@ pub fn probe_moved_names(host: &Host) -> Vec<MovedName> {
 /// Findings that name a moved device (in their subject or message) say so in their
 /// evidence: `names_moved: mlx5_7=0000:e9:00.0 (was to be mlx5_8)`. A finding that already
 /// says it (topo's own) is left as it is.
-pub fn say_moved(findings: &mut [Finding], moved: &[MovedName]) {
+pub(crate) fn say_moved(findings: &mut [Finding], moved: &[MovedName]) {
     for f in findings.iter_mut().filter(|f| !f.evidence.contains_key("names_moved")) {
         let said: Vec<String> = moved
             .iter()
@@ -712,7 +712,7 @@ pub fn say_moved(findings: &mut [Finding], moved: &[MovedName]) {
 
 /// Where `text` names the device `name` as a whole word (`mlx5_7` in `GPU7-mlx5_7` and
 /// `mlx5_7/1`, not in `mlx5_70`): the byte offsets just past each.
-pub fn name_ends(text: &str, name: &str) -> Vec<usize> {
+pub(crate) fn name_ends(text: &str, name: &str) -> Vec<usize> {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut v = Vec::new();
     for (at, _) in text.match_indices(name) {
@@ -818,7 +818,7 @@ fn attach(p: &PciPlace) -> Option<Attach> {
 }
 
 /// nvidia-smi's PCIe level between two placed devices.
-pub fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
+pub(crate) fn smi_pci_level(a: &Attach, b: &Attach) -> &'static str {
     if a.numa != b.numa {
         return "SYS";
     }
@@ -1030,7 +1030,7 @@ fn note_missing_devices(r: &mut TopoReport) {
 
 /// The command that shows a device's trained link beside what it can do (`LnkSta` vs
 /// `LnkCap`), for a BDF `lspci -s` accepts; prose when the BDF is unknown.
-pub fn lnk_compare(bdf: &str) -> String {
+pub(crate) fn lnk_compare(bdf: &str) -> String {
     let ok = !bdf.is_empty() && bdf.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
     if ok {
         format!("compare LnkSta with LnkCap: `lspci -vv -s {bdf} | grep -e LnkCap: -e LnkSta:` (as root)")
@@ -1808,7 +1808,7 @@ fn xml_nic(n: NcclNet, place: PciPlace) -> TopoNic {
 
 /// One GPU's NVLink pairs below a bar, as [`nvlink_by_gpu`] attributes them.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LowLinks {
+pub(crate) struct LowLinks {
     /// The GPU the low pairs are blamed on (`GPU5`); for a pair that cannot be attributed
     /// (both ends low equally often), both labels joined (`GPU0-GPU1`).
     pub subject: String,
@@ -1826,7 +1826,7 @@ fn nv_count(cell: &str) -> u64 {
 /// GPU-GPU pairs whose NVLink count `is_low`, grouped by the GPU to blame: a GPU that lost
 /// links is low to every peer, so each low pair goes to whichever end is in more low pairs
 /// (one finding per GPU, not per pair). Pure.
-pub fn nvlink_by_gpu(r: &TopoReport, is_low: impl Fn(u64) -> bool) -> Vec<LowLinks> {
+pub(crate) fn nvlink_by_gpu(r: &TopoReport, is_low: impl Fn(u64) -> bool) -> Vec<LowLinks> {
     let ng = r.gpus.len();
     let cell = |i: usize, j: usize| r.matrix.get(i).and_then(|row| row.get(j)).map(String::as_str);
     let mut low: Vec<(usize, usize, String)> = Vec::new();
@@ -1864,7 +1864,7 @@ pub fn nvlink_by_gpu(r: &TopoReport, is_low: impl Fn(u64) -> bool) -> Vec<LowLin
 
 /// The NVLink count most GPU pairs of this host have, where NVLink facts exist and at
 /// least three pairs agree on one non-zero count.
-pub fn nvlink_majority(r: &TopoReport) -> Option<u64> {
+pub(crate) fn nvlink_majority(r: &TopoReport) -> Option<u64> {
     if !r.nvlink_available {
         return None;
     }
@@ -1916,7 +1916,7 @@ fn nvlink_findings(r: &TopoReport) -> Vec<Finding> {
 }
 
 /// What a person runs for a GPU whose NVLinks are down (`GPU5` -> `nvidia-smi nvlink -s -i 5`).
-pub fn nvlink_fix(subject: &str) -> String {
+pub(crate) fn nvlink_fix(subject: &str) -> String {
     let idx = subject.strip_prefix("GPU").filter(|i| i.chars().all(|c| c.is_ascii_digit()));
     let status = match idx {
         Some(i) => format!("`nvidia-smi nvlink -s -i {i}` and `nvidia-smi nvlink -e -i {i}`"),

@@ -102,7 +102,7 @@ fn check_header(r: &CheckReport, hostname: Option<&str>, findings: &[Finding]) -
 /// missing fact are one entry naming the fact, in the order they first appear, and a fact
 /// that follows from a wider one missing too is folded into it (no RDMA device at all
 /// leaves no RoCE netdev and no InfiniBand port to judge).
-pub fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) -> String {
+pub(crate) fn not_evaluated_line(not_evaluated: &[crate::check::decide::NotEvaluated]) -> String {
     // Each key's fact: the widest missing fact that covers its own (typed where the reason
     // was written: the words do not decide the grouping).
     let widest = |m: MissingFact| {
@@ -216,7 +216,7 @@ fn finding_lines(s: &mut String, findings: &[Finding]) {
 }
 
 
-pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
+pub(crate) fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     let mut s = String::new();
     let p = super::prom_label(&r.policy.name);
     s.push_str("# HELP fabprobe_check_verdict The node's verdict: 0 pass, 1 warn, 2 fail, 3 not evaluated (no GPU and no RDMA device seen).\n# TYPE fabprobe_check_verdict gauge\n");
@@ -281,7 +281,7 @@ pub fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
     s
 }
 
-pub fn sweep_table(r: &SweepReport) -> String {
+pub(crate) fn sweep_table(r: &SweepReport) -> String {
     let mut s = String::new();
     let n = &r.nodes;
     let what = if r.ring.is_some() {
@@ -467,7 +467,7 @@ fn label_value(v: &serde_json::Value) -> String {
     }
 }
 
-pub fn sweep_prom(r: &SweepReport) -> String {
+pub(crate) fn sweep_prom(r: &SweepReport) -> String {
     let mut s = String::new();
     let n = &r.nodes;
     s.push_str("# HELP fabprobe_sweep_nodes Reports by outcome.\n# TYPE fabprobe_sweep_nodes gauge\n");

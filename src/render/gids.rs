@@ -12,7 +12,7 @@ pub fn columns(rows: &[Vec<String>]) -> String {
 
 /// [`columns`] within `width` characters: a table wider than that wraps its widest cells
 /// (comfy-table's dynamic arrangement); without a width, or when it fits, the plain layout.
-pub fn columns_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
+pub(crate) fn columns_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
     let plain = columns_plain(rows);
     match width {
         Some(w) if plain.lines().any(|l| l.chars().count() > w) => wrapped(rows, w),
@@ -23,17 +23,17 @@ pub fn columns_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
 /// [`columns`] for a table whose cells must stay whole (names, counters): too wide for the
 /// terminal, it prints in blocks of columns, each led by the first column, every cell
 /// unbroken; when even the first column and one more do not fit, as [`columns`] wraps.
-pub fn column_blocks(rows: &[Vec<String>]) -> String {
+pub(crate) fn column_blocks(rows: &[Vec<String>]) -> String {
     column_blocks_fit(rows, crate::render::text::width())
 }
 
-pub fn column_blocks_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
+pub(crate) fn column_blocks_fit(rows: &[Vec<String>], width: Option<usize>) -> String {
     column_blocks_led(rows, width, 1)
 }
 
 /// [`column_blocks_fit`] with the first `lead` columns leading every block (what names a
 /// row when one column does not: a port and a GID index).
-pub fn column_blocks_led(rows: &[Vec<String>], width: Option<usize>, lead: usize) -> String {
+pub(crate) fn column_blocks_led(rows: &[Vec<String>], width: Option<usize>, lead: usize) -> String {
     let plain = columns_plain(rows);
     let Some(width) = width.filter(|&w| plain.lines().any(|l| l.chars().count() > w)) else {
         return plain;

@@ -22,7 +22,7 @@ use crate::host::{Host, Source};
 
 /// A Prometheus label value in the text exposition format: backslash, double quote and
 /// newline escaped, as the format's spec requires.
-pub fn prom_label(v: &str) -> String {
+pub(crate) fn prom_label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
@@ -30,7 +30,7 @@ pub fn prom_label(v: &str) -> String {
 /// `# TYPE` once, above its samples, families sorted by name. The first help given for a
 /// name is kept.
 #[derive(Default)]
-pub struct PromFamilies(std::collections::BTreeMap<String, (String, &'static str, Vec<String>)>);
+pub(crate) struct PromFamilies(std::collections::BTreeMap<String, (String, &'static str, Vec<String>)>);
 
 impl PromFamilies {
     /// One sample line (`name{labels} value`) of the family `name`.
@@ -125,7 +125,7 @@ impl<'a, T: Serialize> Envelope<'a, T> {
 /// can tell "nothing wrong" from "nothing there" (a driver that did not load reads 0, never
 /// a pass). `labels` goes before `kind` (`policy="p",`); an unknown count (the listing
 /// could not be read) is left out rather than written as 0.
-pub fn devices_prom(cmd: &str, labels: &str, counts: &[(&str, Option<usize>)]) -> String {
+pub(crate) fn devices_prom(cmd: &str, labels: &str, counts: &[(&str, Option<usize>)]) -> String {
     let mut s = format!(
         "# HELP fabprobe_{cmd}_devices Devices fabprobe {cmd} saw, by kind (0: none showed up).\n# TYPE fabprobe_{cmd}_devices gauge\n"
     );

@@ -69,7 +69,7 @@ fn file_label(before: &str) -> bool {
 /// Whether a remedy is one bare command rather than prose with backticked commands: every
 /// command of it (a loop is one) starts with a tool or is a whole `for`/`while`/`until`
 /// loop, and no `, ` (a list in prose: "fabprobe gdr (ACS, IOMMU); fabprobe topo" reads).
-pub fn bare_command(text: &str) -> bool {
+pub(crate) fn bare_command(text: &str) -> bool {
     let tool = |c: &str| {
         let w: Vec<&str> = shell_words(c);
         match w.first().copied().unwrap_or("") {
@@ -173,7 +173,7 @@ pub fn command_lines(cmd: &str, indent: usize, width: Option<usize>) -> Vec<Stri
 /// `lead` then the remedy `text` laid out within `width`: prose wrapped under `indent`,
 /// each command and file line on its own lines 2 columns deeper (a remedy that starts with
 /// a command keeps it beside `lead`), inline commands whole inside the sentence.
-pub fn lay_out(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
+pub(crate) fn lay_out(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
     let mut out = String::new();
     // The text of the line being built (after `lead` or the indent), words of prose.
     let mut prose: Vec<String> = Vec::new();

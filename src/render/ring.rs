@@ -34,7 +34,7 @@ pub enum Layout {
 }
 
 /// The width of nccl-tests' rows (and of their column headings).
-pub const NCCL_WIDTH: usize = 118;
+pub(crate) const NCCL_WIDTH: usize = 118;
 
 impl Layout {
     /// Compact only for a person: on a terminal (`tty`) narrower than nccl-tests' rows.
@@ -60,7 +60,7 @@ pub fn table(r: &RingReport) -> String {
 }
 
 /// The whole report: verdicts, header and rows in `layout`, then the tail.
-pub fn table_in(r: &RingReport, layout: Layout) -> String {
+pub(crate) fn table_in(r: &RingReport, layout: Layout) -> String {
     let mut o = String::new();
     verdicts(&mut o, r);
     let mut o = text::fit_prose_to(&o, layout.width());
@@ -84,7 +84,7 @@ pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
 /// The rest of the table after [`head`] and the rows in `shown` were printed as the run
 /// went: rows not shown, the tail, then the verdicts (last: the run is over when they are
 /// known).
-pub fn table_after_rows_in(r: &RingReport, shown: &[u64], layout: Layout) -> String {
+pub(crate) fn table_after_rows_in(r: &RingReport, shown: &[u64], layout: Layout) -> String {
     let mut o = String::new();
     for row in r.results.iter().filter(|x| !shown.contains(&x.size_bytes)) {
         o.push_str(&row_line_in(row, layout));
@@ -506,7 +506,7 @@ fn nccl_headings(line: &mut dyn FnMut(String)) {
 }
 
 /// The compact form's widest layout: one line per size, both placements side by side.
-pub const COMPACT_WIDE: usize = 80;
+pub(crate) const COMPACT_WIDE: usize = 80;
 
 /// A placement's figures in the compact form: time, algbw, busbw, #wrong.
 fn compact_group(t: &str, a: &str, b: &str, w: &str) -> String {
@@ -552,7 +552,7 @@ pub fn row_line(row: &ResultRow) -> String {
 
 /// One size's line(s) in `layout`, with a newline each: in the compact form, the same
 /// figures as nccl-tests' row but type, redop and root (in the header).
-pub fn row_line_in(row: &ResultRow, layout: Layout) -> String {
+pub(crate) fn row_line_in(row: &ResultRow, layout: Layout) -> String {
     let Layout::Compact { width } = layout else {
         return nccl_row(row);
     };
@@ -812,7 +812,7 @@ fn scan_table(line: &mut dyn FnMut(String), sc: &ScanReport, world: u32, width: 
 }
 
 /// The most ranks whose scan prints as a matrix (16 columns of 8 fit 132 columns).
-pub const MATRIX_MAX: usize = 16;
+pub(crate) const MATRIX_MAX: usize = 16;
 
 /// A link's rate in a matrix cell, GB/s with three significant figures at most.
 fn cell(gbs: f64) -> String {

@@ -9,7 +9,7 @@ use crate::finding::{Finding, Severity};
 static WIDTH: AtomicUsize = AtomicUsize::new(0);
 
 /// Fit tables to `width` columns from now on (None: as wide as their content).
-pub fn set_width(width: Option<usize>) {
+pub(crate) fn set_width(width: Option<usize>) {
     WIDTH.store(width.unwrap_or(0), Ordering::Relaxed);
 }
 
@@ -25,7 +25,7 @@ pub fn rate(gbs: f64) -> String {
 }
 
 /// A rate in a table column: three decimals of GB/s, or of MB/s below 0.1 GB/s.
-pub fn rate_cell(gbs: f64) -> String {
+pub(crate) fn rate_cell(gbs: f64) -> String {
     crate::ring::diagnosis::localize::fmt_rate_cell(gbs)
 }
 
@@ -36,7 +36,7 @@ pub fn findings(findings: &[Finding]) -> String {
 }
 
 /// [`findings`] within `width` columns.
-pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
+pub(crate) fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
     let mut out = String::new();
     let shown: Vec<_> = findings.iter().filter(|f| f.severity != Severity::Pass).collect();
     if shown.is_empty() {
@@ -58,7 +58,7 @@ pub fn findings_to(findings: &[Finding], width: Option<usize>) -> String {
 /// A finding's evidence as `key: value` lines a person reads, the first beside `lead`, the
 /// rest under it; JSON values flattened (`memlock_soft: 8388608 bytes`, a list one item
 /// after another with `; `), never printed as JSON. Empty evidence: nothing.
-pub fn evidence_to(
+pub(crate) fn evidence_to(
     lead: &str,
     evidence: &std::collections::BTreeMap<String, serde_json::Value>,
     width: Option<usize>,
@@ -78,7 +78,7 @@ pub fn evidence_to(
 
 /// The evidence as (key, value) text pairs: nested objects give dotted keys, `{"bytes": n}`
 /// reads `n bytes`, a list its items joined by `; ` (an item may hold commas itself).
-pub fn evidence_pairs(
+pub(crate) fn evidence_pairs(
     evidence: &std::collections::BTreeMap<String, serde_json::Value>,
 ) -> Vec<(String, String)> {
     fn flat(key: String, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
@@ -125,7 +125,7 @@ pub fn evidence_pairs(
 /// `fabprobe gids: WARN  0 fail, 2 warn; worst: mlx5_0:1: ...`: what the reader needs first.
 /// The verdict is what was evaluated; what was not is said after it, never scored
 /// (`PASS  no fail or warn findings; 1 not evaluated: links.port_state_unknown mlx5_0/1`).
-pub fn verdict_line(command: &str, findings: &[Finding]) -> String {
+pub(crate) fn verdict_line(command: &str, findings: &[Finding]) -> String {
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (fail, warn) = (count(Severity::Fail), count(Severity::Warn));
     let worst = crate::finding::worst(findings);
@@ -202,7 +202,7 @@ pub fn words(text: &str) -> Vec<&str> {
 /// `text`; no width keeps each line whole (pipes, files). A word wider than what is left
 /// starts the next line whole: a backticked command or a path pastes as printed even when
 /// it runs past the width.
-pub fn wrap_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
+pub(crate) fn wrap_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
     // A line that fits is left as it is (its double spaces too).
     let whole = format!("{lead}{text}\n");
     let Some(width) = width.filter(|w| whole.lines().any(|l| l.chars().count() > *w)) else {
@@ -260,7 +260,7 @@ pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
 /// room in an 80-column man page), the text wrapped under its column within [`HELP_WIDTH`]
 /// by [`wrap_to`]. A rule with several ids lists each on its own line, the last beside its
 /// text; an id too long for the column stands on its own line.
-pub fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
+pub(crate) fn findings_section(docs: &[crate::finding::RuleDoc]) -> String {
     const WIDTH: usize = HELP_WIDTH;
     // Wide enough for `warn|fail`; a table with a longer severity widens it for every row.
     // Two spaces after the widest (`warn|fail  `): a cell boundary, as between the others.
@@ -322,7 +322,7 @@ pub const COMMAND_WORDS: &[&str] = &[
 ];
 
 /// Every line of a rendered report within the width ([`width`]), by [`fit_prose_to`].
-pub fn fit_prose(text: &str) -> String {
+pub(crate) fn fit_prose(text: &str) -> String {
     fit_prose_to(text, width())
 }
 
@@ -332,7 +332,7 @@ pub fn fit_prose(text: &str) -> String {
 /// tab-separated lines (nvidia-smi's layout); table rows (three cells or more between runs
 /// of two spaces: their tables fit by columns); `fix:`/`next:` remedies (laid out by
 /// [`wrap_remedy`]: what is still wide there is a command); `scontrol` drain lines.
-pub fn fit_prose_to(text: &str, width: Option<usize>) -> String {
+pub(crate) fn fit_prose_to(text: &str, width: Option<usize>) -> String {
     let Some(width) = width else {
         return text.to_string();
     };
@@ -383,17 +383,17 @@ pub fn fit_prose_to(text: &str, width: Option<usize>) -> String {
 /// A `fix:` or `next:` line: prose wraps like [`wrap`], its backticked commands never break
 /// (a command that does not fit what is left of a line starts the next one, whole), and a
 /// remedy that is one bare command stays on its line, unwrapped.
-pub fn wrap_remedy_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
+pub(crate) fn wrap_remedy_to(lead: &str, text: &str, indent: usize, width: Option<usize>) -> String {
     crate::render::remedy::lay_out(lead, text, indent, width)
 }
 
 /// [`wrap_remedy_to`] at the width tables fit.
-pub fn wrap_remedy(lead: &str, text: &str, indent: usize) -> String {
+pub(crate) fn wrap_remedy(lead: &str, text: &str, indent: usize) -> String {
     wrap_remedy_to(lead, text, indent, width())
 }
 
 /// The verdict line, then the findings ranked fail before warn, then the detail tables.
-pub fn verdict_first(command: &str, findings: &[Finding], body: String) -> String {
+pub(crate) fn verdict_first(command: &str, findings: &[Finding], body: String) -> String {
     let mut ranked: Vec<Finding> = findings.to_vec();
     // Stable: within one severity the probe's order (device, then port) stays.
     ranked.sort_by_key(|f| std::cmp::Reverse(f.severity));
@@ -409,11 +409,11 @@ pub fn verdict_first(command: &str, findings: &[Finding], body: String) -> Strin
 /// The width of the long help and the man pages' EXTRA sections: 80 columns less a margin,
 /// so neither clap (which re-wraps wider lines mid-phrase) nor man (`.nf` blocks are not
 /// filled) breaks a line.
-pub const HELP_WIDTH: usize = 78;
+pub(crate) const HELP_WIDTH: usize = 78;
 
 /// A help heading: `FINDINGS`, `JSON DATA (fabprobe.links)`, `EXIT STATUS`.
 /// A line that merely starts with a name in capitals (`NCCL_IB_HCA (default ...), and`) is not.
-pub fn is_heading(line: &str) -> bool {
+pub(crate) fn is_heading(line: &str) -> bool {
     let head = line.split('(').next().unwrap_or("");
     head.chars().filter(|c| c.is_alphabetic()).count() >= 3
         && !head.chars().any(|c| c.is_lowercase())
@@ -428,7 +428,7 @@ pub fn is_heading(line: &str) -> bool {
 /// that column when too wide. Anything else too wide (a JSON shape, a command) continues two
 /// columns in. Headings, blank lines and what fits are kept. Idempotent; it never drops or
 /// adds a printing character.
-pub fn fit_help(text: &str, width: usize) -> String {
+pub(crate) fn fit_help(text: &str, width: usize) -> String {
     let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
     let indent_of = |l: &str| l.len() - l.trim_start().len();
     let mut out = String::with_capacity(text.len() + text.len() / 8);
@@ -997,13 +997,13 @@ mod evidence_tests {
 }
 
 /// The mark beside a device name ib_core moved past a NIC that did not register.
-pub const MOVED_MARK: char = '~';
+pub(crate) const MOVED_MARK: char = '~';
 
 /// `text` with every whole-word mention of a moved device name marked (`mlx5_7~`,
 /// `GPU7-mlx5_7~`, `mlx5_7~/1`), and the names' legend after its first line (the verdict):
 /// how every command says that a name no longer means the NIC a setting written for the
 /// whole node means. The names come from `topo::moved_names`, in the command's report.
-pub fn with_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
+pub(crate) fn with_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
     if moved.is_empty() {
         return text.to_string();
     }
@@ -1021,7 +1021,7 @@ const MARKS_PER_LINE: usize = 3;
 
 /// `body` rendered for the width less [`MARKS_PER_LINE`] where a name moved, then
 /// [`with_moved`]: the moved names marked and their legend after the verdict.
-pub fn moved_view(moved: &[crate::probe::topo::MovedName], body: impl FnOnce() -> String) -> String {
+pub(crate) fn moved_view(moved: &[crate::probe::topo::MovedName], body: impl FnOnce() -> String) -> String {
     if moved.is_empty() {
         return body();
     }
@@ -1034,7 +1034,7 @@ pub fn moved_view(moved: &[crate::probe::topo::MovedName], body: impl FnOnce() -
 
 /// Every whole-word mention of a moved name in `text` marked [`MOVED_MARK`]. A mention
 /// followed by a table's padding gives the mark one of its spaces, so columns stay.
-pub fn mark_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
+pub(crate) fn mark_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String {
     text.split_inclusive('\n')
         .map(|line| {
             // `was to be mlx5_8` and `mlx5_7>mlx5_8` name the name a device was to have, not
@@ -1068,12 +1068,12 @@ pub fn mark_moved(text: &str, moved: &[crate::probe::topo::MovedName]) -> String
 
 /// One line per moved name: the NIC it names now, the one before it that did not register,
 /// and the name it was to have.
-pub fn moved_legend(moved: &[crate::probe::topo::MovedName]) -> String {
+pub(crate) fn moved_legend(moved: &[crate::probe::topo::MovedName]) -> String {
     moved_legend_to(moved, width())
 }
 
 /// [`moved_legend`] wrapped to `width` columns.
-pub fn moved_legend_to(moved: &[crate::probe::topo::MovedName], width: Option<usize>) -> String {
+pub(crate) fn moved_legend_to(moved: &[crate::probe::topo::MovedName], width: Option<usize>) -> String {
     moved
         .iter()
         .map(|m| {

@@ -7,7 +7,7 @@ use crate::nccl::topo_xml;
 use crate::probe::topo::{TopoReport, to_nccl_system};
 
 /// nvidia-smi's legend, verbatim (current drivers; see samples/legend-variants).
-pub const SMI_LEGEND: &str = "Legend:
+pub(crate) const SMI_LEGEND: &str = "Legend:
 
   X    = Self
   SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
@@ -19,7 +19,7 @@ pub const SMI_LEGEND: &str = "Legend:
 ";
 
 /// The same, for NCCL's path types (`--nccl`).
-pub const NCCL_LEGEND: &str = "Legend (NCCL path types):
+pub(crate) const NCCL_LEGEND: &str = "Legend (NCCL path types):
 
   X    = Self
   SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
@@ -46,7 +46,7 @@ pub fn table(r: &TopoReport, findings: &[Finding], nccl: bool) -> String {
 /// (GPU columns, then NIC columns, then the affinities), instead of lines the terminal folds
 /// into a jumble. The CLI passes a width only when stdout is a terminal: a pipe or a file
 /// gets nvidia-smi's bytes, which is what users diff against.
-pub fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<usize>) -> String {
+pub(crate) fn table_fit(r: &TopoReport, findings: &[Finding], nccl: bool, fit: Option<usize>) -> String {
     // The verdict goes to stderr, so the moved names' legend goes last.
     let moved = crate::probe::topo::moved_names(r);
     if moved.is_empty() {

@@ -20,15 +20,15 @@ use crate::ring::relay::{Epoch, In, Out, RailLink, tag_frame};
 use crate::ring::wire::{self, MAGIC, MAX_FRAME, Msg, WireError};
 
 /// One encoded frame; a broadcast shares one copy among every rank's queue.
-pub type Frame = Arc<[u8]>;
+pub(crate) type Frame = Arc<[u8]>;
 
 /// Bytes one rank's queue may hold: far above what a rank is ever sent at once (its part
 /// of the table, a scan order, the end), so reaching it means the rank does not read.
-pub const MAX_QUEUE_BYTES: usize = 8 << 20;
+pub(crate) const MAX_QUEUE_BYTES: usize = 8 << 20;
 /// Bytes read from one connection per wake-up before the others get their turn.
 const READ_BUDGET: usize = 1 << 20;
 /// The token of the door's wake-ups (a connection finished its hello).
-pub const WAKER: Token = Token(usize::MAX - 1);
+pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 
 /// Encode a message once as a shareable frame; a message over the frame limit is an error
 /// naming the limit (never dropped in silence).
@@ -61,10 +61,10 @@ enum Link {
 
 /// A mark on a queued frame: when its last byte is written, (rail, ring rank, generation) is
 /// reported (the hub says when a relayed rank's table went out).
-pub type Mark = (u32, Rank, Epoch);
+pub(crate) type Mark = (u32, Rank, Epoch);
 
 /// One rank's control connection: partial input, and the frames not yet written.
-pub struct Conn {
+pub(crate) struct Conn {
     s: Link,
     rbuf: Vec<u8>,
     out: VecDeque<Frame>,
@@ -301,7 +301,7 @@ impl Unit for Msg {
 
 /// A relayed rank's hello, read by the hub (see [`Plane::take_hellos`]).
 #[derive(Debug)]
-pub struct RelayedHello {
+pub(crate) struct RelayedHello {
     /// The ring rank of the node it came from (the only rank it may claim).
     pub r: Rank,
     pub epoch: Epoch,
@@ -392,7 +392,7 @@ impl Plane {
 
     /// [`Plane::new`] with an event list of `events` (tests make it short to show a loop
     /// that needs several polls to hear every ready connection).
-    pub fn with_events(world: u32, events: usize) -> io::Result<Plane> {
+    pub(crate) fn with_events(world: u32, events: usize) -> io::Result<Plane> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         Ok(Plane {
@@ -442,17 +442,17 @@ impl Plane {
     }
 
     /// Ranks whose whole table went out since the last call, and when.
-    pub fn take_tables_done(&mut self) -> Vec<(Rank, Instant)> {
+    pub(crate) fn take_tables_done(&mut self) -> Vec<(Rank, Instant)> {
         std::mem::take(&mut self.tables_done)
     }
 
     /// For the door: wakes [`Plane::wait`] when a connection finished its hello.
-    pub fn waker(&self) -> Arc<Waker> {
+    pub(crate) fn waker(&self) -> Arc<Waker> {
         self.waker.clone()
     }
 
     /// Whether the door woke the loop since the last call.
-    pub fn take_woken(&mut self) -> bool {
+    pub(crate) fn take_woken(&mut self) -> bool {
         std::mem::take(&mut self.woken)
     }
 
@@ -500,7 +500,7 @@ impl Plane {
     /// After the last message: a FIN on rank `r`'s socket (its input is still read until it
     /// closes); a relayed connection is closed by the hub after what was handed to it, and
     /// is gone here at once.
-    pub fn half_close(&mut self, r: Rank) {
+    pub(crate) fn half_close(&mut self, r: Rank) {
         match self.conn(r).map(|c| &c.s) {
             Some(Link::Tcp(s)) => {
                 let _ = s.shutdown(std::net::Shutdown::Write);
@@ -524,7 +524,7 @@ impl Plane {
     }
 
     /// Rank `r`'s socket, shared (the hub lends each node's to the rails' coordinators).
-    pub fn shared_socket(&self, r: Rank) -> Option<Arc<TcpStream>> {
+    pub(crate) fn shared_socket(&self, r: Rank) -> Option<Arc<TcpStream>> {
         match &self.conn(r)?.s {
             Link::Tcp(s) => Some(s.clone()),
             Link::Relayed { .. } => None,
@@ -533,7 +533,7 @@ impl Plane {
 
     /// Has rank `r`'s connection closed or failed (EOF or an error)? Never blocks. A relayed
     /// connection's end comes from the hub ([`Happening::Closed`]).
-    pub fn is_dead(&self, r: Rank) -> bool {
+    pub(crate) fn is_dead(&self, r: Rank) -> bool {
         let Some(c) = self.conn(r) else { return true };
         let Link::Tcp(s) = &c.s else { return false };
         let mut b = [0u8; 1];
@@ -570,7 +570,7 @@ impl Plane {
     }
 
     /// Write what every connection with queued bytes takes now (after [`Plane::queue`]).
-    pub fn flush_backlog(&mut self, now: Instant) {
+    pub(crate) fn flush_backlog(&mut self, now: Instant) {
         let due: Vec<usize> = self.backlog.iter().copied().collect();
         for i in due {
             self.flush_conn(i, now);
@@ -578,7 +578,7 @@ impl Plane {
     }
 
     /// Marked frames written since the last call: (connection, mark, when).
-    pub fn take_marks(&mut self) -> Vec<(Rank, Mark, Instant)> {
+    pub(crate) fn take_marks(&mut self) -> Vec<(Rank, Mark, Instant)> {
         std::mem::take(&mut self.marks_done)
     }
 
@@ -599,13 +599,13 @@ impl Plane {
 
     /// Serve relayed connections of `link`'s rail ([`crate::ring::relay`]): what the hub
     /// hands over is read by [`Plane::wait`], and it wakes this plane.
-    pub fn relay_through(&mut self, link: RailLink) {
+    pub(crate) fn relay_through(&mut self, link: RailLink) {
         link.inbox.set_waker(self.waker.clone());
         self.relay = Some(link);
     }
 
     /// Hold ring rank `r`'s relayed connection, generation `epoch` (replacing an earlier one).
-    pub fn add_relayed(&mut self, r: Rank, epoch: Epoch) -> io::Result<()> {
+    pub(crate) fn add_relayed(&mut self, r: Rank, epoch: Epoch) -> io::Result<()> {
         let node = self.relay.as_ref().and_then(|l| l.node(r));
         let node = node.ok_or_else(|| io::Error::other(format!("ring rank {r} has no relayed node")))?;
         self.remove(r);
@@ -616,13 +616,13 @@ impl Plane {
     }
 
     /// Relayed hellos read since the last call, in order (the join seats or refuses them).
-    pub fn take_hellos(&mut self) -> Vec<RelayedHello> {
+    pub(crate) fn take_hellos(&mut self) -> Vec<RelayedHello> {
         std::mem::take(&mut self.hellos)
     }
 
     /// Tell ring rank `r`'s relayed connection `epoch` why it is turned away, and close it
     /// (best effort).
-    pub fn refuse_relayed(&mut self, r: Rank, epoch: Epoch, reason: &str) {
+    pub(crate) fn refuse_relayed(&mut self, r: Rank, epoch: Epoch, reason: &str) {
         let Some(l) = &self.relay else { return };
         let (rail, Some(node)) = (l.rail, l.node(r)) else {
             return;
@@ -757,7 +757,7 @@ impl Plane {
 
     /// Queue rank `r`'s table (one or more frames); its silence clock starts once the last
     /// byte went out ([`Plane::table_done`]).
-    pub fn send_table(&mut self, r: Rank, frames: Vec<Frame>, now: Instant) -> Result<(), QueueError> {
+    pub(crate) fn send_table(&mut self, r: Rank, frames: Vec<Frame>, now: Instant) -> Result<(), QueueError> {
         let Some(c) = self.conns.get_mut(r as usize).and_then(Option::as_mut) else {
             return Err(QueueError::Gone);
         };
@@ -781,7 +781,7 @@ impl Plane {
     /// A small message (a ping) for each rank in `ranks` that `want`s one and whose queue is
     /// empty: a ping behind queued data would tell nothing more, and must not grow the queue
     /// of a rank that stopped reading. Returns how many went out.
-    pub fn ping_idle(
+    pub(crate) fn ping_idle(
         &mut self,
         f: &Frame,
         ranks: std::ops::Range<Rank>,
@@ -840,7 +840,7 @@ impl Plane {
     /// reported every ready connection. A rank silent as of this instant is silent; a
     /// silence after it may be the loop's own lag (it was busy, or got no CPU). A connection
     /// whose read budget ran out is read again at once, and it was heard from.
-    pub fn caught_up(&self) -> Instant {
+    pub(crate) fn caught_up(&self) -> Instant {
         self.caught_up
     }
 
@@ -909,7 +909,7 @@ impl Plane {
 
     /// [`Plane::wait`] handing out each frame as `M` cuts it (a relay forwards frames by
     /// their header, unparsed; see `railmux`).
-    pub fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
+    pub(crate) fn wait_as<M: Unit>(&mut self, timeout: Duration) -> Vec<Happening<M>> {
         self.publish();
         let mut readable = std::mem::take(&mut self.again);
         let mut writable = std::mem::take(&mut self.again_write);

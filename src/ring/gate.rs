@@ -49,7 +49,7 @@ impl Default for Limits {
 
 /// A connection that finished its hello (or failed to), for the coordinator to judge. The
 /// stream is nonblocking: set it back before blocking use.
-pub type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
+pub(crate) type Incoming = (TcpStream, SocketAddr, Result<Hello, WireError>);
 
 struct Pending {
     s: TcpStream,
@@ -94,7 +94,7 @@ fn progress(buf: &[u8], max_body: usize) -> Option<Result<Msg, WireError>> {
 }
 
 /// A hello's body as a relay handed it over: bounded as the door bounds it, decoded. Pure.
-pub fn hello_of(body: &[u8]) -> Result<Hello, WireError> {
+pub(crate) fn hello_of(body: &[u8]) -> Result<Hello, WireError> {
     if body.len() > Limits::default().max_hello_bytes {
         return Err(WireError::TooLarge(body.len()));
     }
@@ -112,7 +112,7 @@ fn as_hello(m: Result<Msg, WireError>) -> Result<Hello, WireError> {
 }
 
 /// Best effort, never blocks: a refused stranger may not be reading.
-pub fn reject_now(s: &TcpStream, reason: &str) {
+pub(crate) fn reject_now(s: &TcpStream, reason: &str) {
     let _ = s.set_nonblocking(true);
     let mut w = s;
     let mut frame = Vec::new();

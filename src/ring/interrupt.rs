@@ -31,7 +31,7 @@ impl Interrupt {
 }
 
 /// `15` -> `SIGTERM`. Pure.
-pub fn signal_name(signo: i32) -> String {
+pub(crate) fn signal_name(signo: i32) -> String {
     match signo {
         1 => "SIGHUP".into(),
         2 => "SIGINT".into(),

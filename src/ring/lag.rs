@@ -62,7 +62,7 @@ impl Stall {
     }
 
     /// `window` less the time on a CPU and waiting for one: the time it was not runnable.
-    pub fn not_runnable(&self) -> Option<Duration> {
+    pub(crate) fn not_runnable(&self) -> Option<Duration> {
         let c = self.cpu?;
         Some(
             self.window
@@ -104,12 +104,12 @@ impl Stall {
 }
 
 /// Reads the loop thread's CPU times (tests inject their own).
-pub type CpuReader = fn() -> Option<CpuTimes>;
+pub(crate) type CpuReader = fn() -> Option<CpuTimes>;
 
 /// The loop's clock: a turn runs from one poll's return to the next one's; call
 /// [`LagClock::turn`] as each poll returns (before what it read is handled) and
 /// [`LagClock::asked`] with each poll's timeout.
-pub struct LagClock {
+pub(crate) struct LagClock {
     threshold: Duration,
     /// The current turn's start and the wait it asked for.
     turn: Option<(Instant, Duration)>,
@@ -125,7 +125,7 @@ impl LagClock {
         LagClock::with_reader(threshold, schedstat::this_thread)
     }
 
-    pub fn with_reader(threshold: Duration, read: CpuReader) -> LagClock {
+    pub(crate) fn with_reader(threshold: Duration, read: CpuReader) -> LagClock {
         LagClock {
             threshold,
             turn: None,
@@ -137,7 +137,7 @@ impl LagClock {
 
     /// A poll returned at `now` (a new turn starts): the turn's stall, if it ended
     /// `threshold` or more later than the wait it asked for.
-    pub fn turn(&mut self, now: Instant) -> Option<Stall> {
+    pub(crate) fn turn(&mut self, now: Instant) -> Option<Stall> {
         let prev = self.turn.replace((now, Duration::ZERO));
         let lag = prev.map_or(Duration::ZERO, |(at, asked)| {
             now.saturating_duration_since(at).saturating_sub(asked)

@@ -10,7 +10,7 @@ use thiserror::Error;
 use crate::ring::model::Rank;
 
 /// Default coordinator port when the launcher names a host but no port.
-pub const DEFAULT_PORT: u16 = 29517;
+pub(crate) const DEFAULT_PORT: u16 = 29517;
 
 /// Where rank and world size came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -101,7 +101,7 @@ fn num(env: &Env, var: &str) -> Result<Option<u32>, LauncherError> {
 }
 
 /// The first host of a Slurm hostlist: `node[01-04,07],gpu5` -> `node01`.
-pub fn slurm_first_host(list: &str) -> Option<String> {
+pub(crate) fn slurm_first_host(list: &str) -> Option<String> {
     let list = list.trim();
     let mut depth = 0;
     let mut end = list.len();
@@ -136,7 +136,7 @@ pub fn slurm_first_host(list: &str) -> Option<String> {
 }
 
 /// Split `host:port`, `[v6]:port`; a bare host gets `default_port`.
-pub fn host_port(s: &str, default_port: u16) -> Result<(String, u16), LauncherError> {
+pub(crate) fn host_port(s: &str, default_port: u16) -> Result<(String, u16), LauncherError> {
     let bad = || LauncherError::BadCoordinator(s.to_string());
     if s.is_empty() {
         return Err(bad());
@@ -290,7 +290,7 @@ fn token(flags: &Flags, env: &Env) -> (String, String) {
 }
 
 /// The process environment as the map `resolve` takes.
-pub fn process_env() -> Env {
+pub(crate) fn process_env() -> Env {
     std::env::vars().collect()
 }
 

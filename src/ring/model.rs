@@ -127,7 +127,7 @@ impl PortMax {
     }
 
     /// `deserialize_with` for [`RankInfo::port_max`]: malformed or out of range is None.
-    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PortMax>, D::Error> {
+    pub(crate) fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PortMax>, D::Error> {
         let v = Option::<serde_json::Value>::deserialize(d)?;
         Ok(v.and_then(|v| serde_json::from_value::<PortMax>(v).ok())
             .and_then(PortMax::checked))
@@ -152,7 +152,7 @@ pub struct Neighbor {
 
 impl Neighbor {
     /// Longest field kept from a peer's hello: LLDP's own strings stop at 255 bytes.
-    pub const MAX_CHARS: usize = 255;
+    pub(crate) const MAX_CHARS: usize = 255;
 
     /// The neighbour if every field is bounded, printable text and it names a switch and a
     /// port; None otherwise (a hello's garbage is unknown, not a switch port).
@@ -171,7 +171,7 @@ impl Neighbor {
 
     /// `deserialize_with` for [`RankInfo::neighbor`]: a malformed or unchecked entry is
     /// None, never a refused hello (the neighbour is a hint, the rank still runs).
-    pub fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Neighbor>, D::Error> {
+    pub(crate) fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Neighbor>, D::Error> {
         let v = Option::<serde_json::Value>::deserialize(d)?;
         Ok(v.and_then(|v| serde_json::from_value::<Neighbor>(v).ok())
             .and_then(Neighbor::checked))
@@ -310,7 +310,7 @@ pub fn shown(ranks: &[RankInfo], r: Rank) -> Rank {
 /// The net device a data-plane label names: the label itself over TCP (`eth1`), the one in
 /// parentheses of an RDMA label (`rxe0:1 gid 1 (eth0)` -> `eth0`), None when there is none
 /// (`mlx5_0:1 gid 0`: InfiniBand). Pure.
-pub fn netdev_of(label: &str) -> Option<&str> {
+pub(crate) fn netdev_of(label: &str) -> Option<&str> {
     let label = label.trim();
     let name = match label.strip_suffix(')').and_then(|l| l.rsplit_once(" (")) {
         Some((_, inner)) => inner,
@@ -418,7 +418,7 @@ impl Phase {
     /// earlier one.
     /// The non-data phases sit before the data ones: a rank in them at round `r` has
     /// finished `r` blocks and sent nothing of the next (the end of the block it finished).
-    pub const IN_ORDER: [Phase; 9] = [
+    pub(crate) const IN_ORDER: [Phase; 9] = [
         Phase::Bootstrap,
         Phase::Connect,
         Phase::Scan,
@@ -431,7 +431,7 @@ impl Phase {
     ];
 
     /// Position in [`Phase::IN_ORDER`] (also the phase's code in an atomic).
-    pub fn ordinal(self) -> u32 {
+    pub(crate) fn ordinal(self) -> u32 {
         Phase::IN_ORDER.iter().position(|&p| p == self).unwrap_or(0) as u32
     }
 
@@ -442,7 +442,7 @@ impl Phase {
 
     /// Local work between data steps (allocation, result check, between sizes): a rank in
     /// it waits on no peer, and the watchdog gives it its own allowance.
-    pub fn is_local_work(self) -> bool {
+    pub(crate) fn is_local_work(self) -> bool {
         matches!(self, Phase::Prepare | Phase::Between | Phase::Check)
     }
 
@@ -503,7 +503,7 @@ pub struct WaitReport {
 impl WaitReport {
     /// Where this rank stands on `channel`: its own fields for the channel it shows, else
     /// its `positions` entry (None when it did not send one).
-    pub fn position_on(&self, channel: u32) -> Option<Position> {
+    pub(crate) fn position_on(&self, channel: u32) -> Option<Position> {
         if channel == self.channel {
             return Some(self.position());
         }
@@ -648,7 +648,7 @@ pub struct LinkFault {
 impl LinkFault {
     /// `IBV_WC_WR_FLUSH_ERR`: the knock-on of an earlier error on the same queue pair, so
     /// never the cause.
-    pub fn is_flush(&self) -> bool {
+    pub(crate) fn is_flush(&self) -> bool {
         self.status == 5
     }
 }
@@ -738,7 +738,7 @@ pub struct CounterMove {
 impl CounterMove {
     /// The port as every report names it: `mlx5_0 port 1`; a netdev's own counter (the
     /// carrier's, port 0 by convention) is the netdev alone: `eth1`, never `eth1 port 0`.
-    pub fn port_name(&self) -> String {
+    pub(crate) fn port_name(&self) -> String {
         match &self.netdev {
             Some(n) if self.port == 0 && *n == self.device => n.clone(),
             _ => format!("{} port {}", self.device, self.port),
@@ -746,7 +746,7 @@ impl CounterMove {
     }
 
     /// [`Self::port_name`] with the netdev of an RDMA port: `mlx5_0 port 1 (eth1)`, `eth1`.
-    pub fn port_label(&self) -> String {
+    pub(crate) fn port_label(&self) -> String {
         match &self.netdev {
             Some(n) if self.port_name() != *n => format!("{} ({n})", self.port_name()),
             _ => self.port_name(),
@@ -792,14 +792,14 @@ pub struct LiveStatus {
 
 impl LiveStatus {
     pub const SETUP: u8 = 0;
-    pub const SCAN: u8 = 1;
-    pub const SWEEP: u8 = 2;
-    pub const DONE: u8 = 3;
+    pub(crate) const SCAN: u8 = 1;
+    pub(crate) const SWEEP: u8 = 2;
+    pub(crate) const DONE: u8 = 3;
 
-    pub fn set_stage(&self, s: u8) {
+    pub(crate) fn set_stage(&self, s: u8) {
         self.stage.store(s, Ordering::Relaxed);
     }
-    pub fn stage(&self) -> u8 {
+    pub(crate) fn stage(&self) -> u8 {
         self.stage.load(Ordering::Relaxed)
     }
 }
@@ -818,17 +818,17 @@ pub fn thousands(n: usize) -> String {
 }
 
 /// How many names a reason sent to the ranks lists before it counts the rest.
-pub const REASON_NAMES: usize = 16;
+pub(crate) const REASON_NAMES: usize = 16;
 
 /// How many verdict messages one reason joins before it counts the rest.
-pub const REASON_MESSAGES: usize = 4;
+pub(crate) const REASON_MESSAGES: usize = 4;
 
 /// The characters a reason sent to every rank keeps at most (far below the frame limit,
 /// whatever the number of ranks it concerns).
-pub const REASON_CHARS: usize = 4000;
+pub(crate) const REASON_CHARS: usize = 4000;
 
 /// At most `shown` items, then the count of the rest: `0, 2, 3 and 4,812 more`. Pure.
-pub fn bounded_list<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
+pub(crate) fn bounded_list<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
     let head = items.iter().take(shown).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
     match items.len().saturating_sub(shown) {
         0 => head,
@@ -839,7 +839,7 @@ pub fn bounded_list<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
 /// Messages joined by `; `, at most [`REASON_MESSAGES`] of them and then the count of the
 /// rest, within [`REASON_CHARS`]: a reason sent to every rank fits one frame however many
 /// ranks failed. Pure.
-pub fn bounded_reason<S: AsRef<str>>(messages: &[S]) -> String {
+pub(crate) fn bounded_reason<S: AsRef<str>>(messages: &[S]) -> String {
     let head = messages
         .iter()
         .take(REASON_MESSAGES)

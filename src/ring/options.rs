@@ -41,11 +41,11 @@ impl Options {
     }
     /// `--join-timeout`'s default: at least a minute (launch skew on big jobs), never less
     /// than `--timeout`.
-    pub fn default_join_timeout(timeout_secs: u64) -> u64 {
+    pub(crate) fn default_join_timeout(timeout_secs: u64) -> u64 {
         timeout_secs.max(60)
     }
     /// The canonical string every rank's hello carries.
-    pub fn canonical(&self) -> String {
+    pub(crate) fn canonical(&self) -> String {
         let scan = match &self.scan {
             Some(s) => format!("scan=({} s, {} B x {})", s.budget_s, s.bytes, s.reps),
             None => "scan=off".into(),

@@ -22,7 +22,7 @@ pub struct RingOrder {
 
 /// The sweep's rings for `world` ranks: the natural ring (rank i sends to i + 1). Rails
 /// supply their own (one per rail) through `CoordinatorConfig::rings`.
-pub fn sweep_rings(world: u32) -> Vec<RingOrder> {
+pub(crate) fn sweep_rings(world: u32) -> Vec<RingOrder> {
     vec![RingOrder {
         next: (0..world).map(|i| (i + 1) % world.max(1)).collect(),
     }]
@@ -50,7 +50,7 @@ pub fn peers(world: u32, rings: &[RingOrder]) -> Vec<Vec<Rank>> {
 
 /// The two peers of rank `r` in the scan order of `shift`: where it sends, where it receives
 /// from. Pure.
-pub fn scan_peers(r: Rank, world: u32, shift: u32) -> [Rank; 2] {
+pub(crate) fn scan_peers(r: Rank, world: u32, shift: u32) -> [Rank; 2] {
     let n = world.max(1);
     let k = shift % n;
     [(r + k) % n, (r + n - k) % n]
@@ -69,7 +69,7 @@ pub fn part(r: Rank, peers: &[Rank], world: usize) -> Vec<Rank> {
 /// Every rank's table entry as it is encoded, once: an entry goes to about three ranks per
 /// ring, and encoding it for each of them (twice: to size the frame, then in it) was most of
 /// building 16,384 tables.
-pub fn encode_entries(ranks: &[RankInfo]) -> Result<Vec<Vec<u8>>, String> {
+pub(crate) fn encode_entries(ranks: &[RankInfo]) -> Result<Vec<Vec<u8>>, String> {
     ranks
         .iter()
         .map(|i| {
@@ -81,13 +81,13 @@ pub fn encode_entries(ranks: &[RankInfo]) -> Result<Vec<Vec<u8>>, String> {
 /// Bytes of entries per table frame: half the frame limit, so a frame stays well under it
 /// whatever the entries hold (a validated entry is at most ~16 KiB: four fields of 255
 /// bytes, the capabilities, 32 rails).
-pub const TABLE_FRAME_BYTES: usize = MAX_FRAME / 2;
+pub(crate) const TABLE_FRAME_BYTES: usize = MAX_FRAME / 2;
 
 /// A rank's part of the table, its entries encoded ([`encode_entries`]), as frames of at
 /// most [`TABLE_FRAME_BYTES`] of entries each, the last with `more: false`: the bytes
 /// `frame(&Msg::Table { .. })` writes, spliced from the entries. An error names the frame
 /// limit (never dropped in silence).
-pub fn table_frames(part: &[&[u8]], shared_transport: Option<&str>) -> Result<Vec<Frame>, String> {
+pub(crate) fn table_frames(part: &[&[u8]], shared_transport: Option<&str>) -> Result<Vec<Frame>, String> {
     let mut chunks: Vec<&[&[u8]]> = Vec::new();
     let (mut from, mut bytes) = (0, 0);
     for (i, e) in part.iter().enumerate() {

@@ -13,11 +13,11 @@ use crate::ring::model::{Neighbor, PortMax};
 use crate::sysfs::{lldp, pci};
 
 /// How long lldpcli may take to answer (it asks a local daemon over a Unix socket).
-pub const LLDPCLI_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const LLDPCLI_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What a rank learned about its switch port, and how (for `-v`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Learned {
+pub(crate) struct Learned {
     pub neighbor: Option<Neighbor>,
     /// `from lldpd's table`, `no LLDP frame within 5 s`, `lldpcli is not installed`...
     pub how: String,
@@ -25,7 +25,7 @@ pub struct Learned {
 
 /// The neighbour of `ifname`: lldpd's table first (no waiting), then, when `wait` is not
 /// zero, the first LLDP frame heard on it within `wait` (needs CAP_NET_RAW).
-pub fn learn_neighbor(host: &Host, ifname: &str, wait: Duration) -> Learned {
+pub(crate) fn learn_neighbor(host: &Host, ifname: &str, wait: Duration) -> Learned {
     let table = match run_lldpcli(ifname) {
         Ok(text) => match from_lldpcli(&text, ifname) {
             Some(n) => {
@@ -82,10 +82,10 @@ fn run_lldpcli(ifname: &str) -> Result<String, String> {
 }
 
 /// How long `ethtool IF` may take (it asks the driver, which can sleep on firmware).
-pub const ETHTOOL_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const ETHTOOL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What the port could run at, and how it was learned (for `-v`). None: nothing known.
-pub fn learn_port_max(host: &Host, netdev: &str) -> (Option<PortMax>, String) {
+pub(crate) fn learn_port_max(host: &Host, netdev: &str) -> (Option<PortMax>, String) {
     let (mode, how) = match run_bounded("ethtool", &[netdev], ETHTOOL_DEADLINE) {
         Ok(text) => match parse_ethtool(&text) {
             Some((mbps, m)) => (

@@ -5,6 +5,7 @@
 //! `flap`), which reads no host.
 
 use std::sync::Mutex;
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::host::{Attr, Host};
@@ -42,6 +43,7 @@ enum Source {
     /// One live host for every sample: `Host::live()` reads host metadata and loads NVML,
     /// work a stuck report must not repeat (sysfs reads through it are never cached).
     Live(Box<std::sync::OnceLock<Host>>),
+    #[cfg(test)]
     Hosts(Vec<Host>, AtomicUsize),
 }
 
@@ -49,7 +51,7 @@ enum Source {
 /// the evidence counters that moved since, on demand (end of the run, a stuck report).
 /// The start finds the rank's ports once; later reads touch only their counter files, so
 /// a stuck report is not held up by a sweep of every GID table and verbs provider.
-pub struct Sampler {
+pub(crate) struct Sampler {
     source: Source,
     ifname: Option<String>,
     before: Mutex<Option<LinksReport>>,
@@ -65,6 +67,7 @@ impl Sampler {
 
     /// Successive samples from `hosts` (the last one repeats): tests stand fixture snapshots
     /// in for the NIC's state before and after the run.
+    #[cfg(test)]
     pub fn hosts(hosts: Vec<Host>, ifname: Option<&str>) -> Sampler {
         Sampler::new(Source::Hosts(hosts, AtomicUsize::new(0)), ifname)
     }
@@ -81,6 +84,7 @@ impl Sampler {
     fn with_host<R>(&self, f: impl FnOnce(&Host) -> R) -> Option<R> {
         match &self.source {
             Source::Live(h) => Some(f(h.get_or_init(Host::live))),
+            #[cfg(test)]
             Source::Hosts(hosts, next) => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 hosts.get(i).or(hosts.last()).map(f)
@@ -130,6 +134,7 @@ impl Sampler {
         let read = |h: &Host| port_bytes(h, before.as_ref(), self.ifname.as_deref());
         match &self.source {
             Source::Live(h) => read(h.get_or_init(Host::live)),
+            #[cfg(test)]
             Source::Hosts(hosts, next) => hosts
                 .get(next.load(Ordering::Relaxed))
                 .or(hosts.last())
@@ -142,7 +147,7 @@ impl Sampler {
 /// `port_rcv_data` (4-byte words: the probe's `value_bytes` is x4) where `ports` (this
 /// rank's RDMA ports, [`Sampler::start`]) has them, since RDMA traffic bypasses the
 /// netdev's counters; else `/sys/class/net/<if>/statistics/{tx,rx}_bytes`.
-pub fn port_bytes(host: &Host, ports: Option<&LinksReport>, ifname: Option<&str>) -> PortReading {
+pub(crate) fn port_bytes(host: &Host, ports: Option<&LinksReport>, ifname: Option<&str>) -> PortReading {
     let rdma = ports.map(|p| links::reread_counters(host, p));
     let way = |rdma_name: &str, stat: &str| {
         rdma.as_ref()

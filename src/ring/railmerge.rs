@@ -83,7 +83,7 @@ pub fn merge(
 /// The job's report from the rails' reports (and the rails rank 0 could not run at all).
 /// Each rail's report names the job's nodes already, a rail's ring of some of the nodes
 /// too (its coordinator numbered it so: [`RingReport::number_by_node`]).
-pub fn job_report(
+pub(crate) fn job_report(
     mut rails: Vec<(RailPort, RingReport)>,
     errors: Vec<(RailPort, RunError)>,
     wanted: Option<&[u32]>,

@@ -600,7 +600,7 @@ pub const LATE: &str = "rank 0's join window (--join-timeout) ended before this 
 /// Another node: declare this node's rails to rank 0 at `coordinator` (connecting again
 /// while rank 0 is not up or its door is busy, within the join window; once seated, waiting
 /// on rank 0's window) and return its seats and the connection, which stays open.
-pub fn declare(
+pub(crate) fn declare(
     coordinator: &str,
     hello: Hello,
     join_timeout: Duration,
@@ -680,7 +680,7 @@ fn declare_once(
 
 /// Seats as a node checks them: bounded, each rail once, each rank inside its ring, no ring
 /// larger than the job. Pure.
-pub fn check_seats(seats: &[Seat], world: u32) -> Result<(), String> {
+pub(crate) fn check_seats(seats: &[Seat], world: u32) -> Result<(), String> {
     let max = crate::ring::model::MAX_RAILS as usize;
     if seats.len() > max {
         return Err(format!("{} seats, at most {max}", seats.len()));
@@ -701,7 +701,7 @@ pub fn check_seats(seats: &[Seat], world: u32) -> Result<(), String> {
 
 /// A node's relay: each of its rails' ranks joins that rail's coordinator through a loopback
 /// listener here, and their frames travel on the node's one connection, tagged.
-pub struct NodeRelay {
+pub(crate) struct NodeRelay {
     /// Each seated rail's loopback address (its rank joins there).
     pub addrs: BTreeMap<u32, String>,
     job: Receiver<(bool, Option<String>)>,
@@ -739,7 +739,7 @@ impl NodeRelay {
     /// The job's verdict from rank 0 (failed, why), waiting at most `limit`, and no longer
     /// than rank 0 stays connected and talking (the reader gives up after its silence,
     /// `quiet`); None: rank 0 went away without one.
-    pub fn job_verdict(&self, limit: Duration) -> Option<(bool, Option<String>)> {
+    pub(crate) fn job_verdict(&self, limit: Duration) -> Option<(bool, Option<String>)> {
         let r = self.job.recv_timeout(limit).ok();
         r.map(|(f, w)| (f, w.map(|w| printable(&w, 2000))))
     }

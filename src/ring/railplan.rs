@@ -49,7 +49,7 @@ impl Roster {
 /// Every node's seats at once, by node rank (`world` entries): one pass over each ring, where
 /// [`seats_of`] per node would search every ring for each (16,384 nodes x 8 rails took a
 /// third of a second before the first seat went out). Pure.
-pub fn all_seats(rings: &BTreeMap<u32, Vec<Rank>>, world: u32) -> Vec<Vec<Seat>> {
+pub(crate) fn all_seats(rings: &BTreeMap<u32, Vec<Rank>>, world: u32) -> Vec<Vec<Seat>> {
     let mut seats = vec![Vec::new(); world as usize];
     for (&rail, nodes) in rings.iter().filter(|(_, nodes)| nodes.len() >= 2) {
         // A node listed twice keeps its first place, as `seats_of` finds it.
@@ -69,7 +69,7 @@ pub fn all_seats(rings: &BTreeMap<u32, Vec<Rank>>, world: u32) -> Vec<Vec<Seat>>
     seats
 }
 
-pub fn seats_of(rings: &BTreeMap<u32, Vec<Rank>>, rank: Rank) -> Vec<Seat> {
+pub(crate) fn seats_of(rings: &BTreeMap<u32, Vec<Rank>>, rank: Rank) -> Vec<Seat> {
     rings
         .iter()
         .filter(|(_, nodes)| nodes.len() >= 2)
@@ -141,7 +141,7 @@ pub enum RailSel {
 impl RailSel {
     /// As `--rails` spells it (`1` for a run without it): part of the options every node
     /// must share, so a node of another mode is refused at the door naming both.
-    pub fn canonical(&self) -> String {
+    pub(crate) fn canonical(&self) -> String {
         match self {
             RailSel::One => "1".into(),
             RailSel::All => "all".into(),

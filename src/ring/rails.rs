@@ -32,7 +32,7 @@ pub use crate::ring::railplan::{
 /// address (every rail's control messages travel on the node's one connection, see
 /// [`crate::ring::railmux`]), and the token tagged with the rail (a rank of another rail, or
 /// of a run without `--rails`, is refused by the token check). Pure.
-pub fn rail_identity(id: &Identity, rail: u32) -> Identity {
+pub(crate) fn rail_identity(id: &Identity, rail: u32) -> Identity {
     Identity {
         token: format!("{}/rail{rail}", id.token),
         ..id.clone()
@@ -40,13 +40,13 @@ pub fn rail_identity(id: &Identity, rail: u32) -> Identity {
 }
 
 /// One rail this node drives: its slot and the rank's setup on that rail's ring.
-pub struct RailRun {
+pub(crate) struct RailRun {
     pub port: RailPort,
     pub setup: Setup,
 }
 
 /// Rank 0 on a rail it does not drive: the rail's coordinator, hosted for the nodes that do.
-pub struct Hosted {
+pub(crate) struct Hosted {
     pub rail: u32,
     /// The rail's identity: its coordinator address and token, its ring's world.
     pub identity: Identity,
@@ -67,7 +67,7 @@ pub struct Hosted {
 /// `all`, the rails most nodes have); `roster` rank 0's across nodes (None: `--local`,
 /// where every rank drives every rail). On rank 0 the rails' coordinators stop together
 /// (see [`RailStop`]).
-pub fn run_node(
+pub(crate) fn run_node(
     rails: Vec<RailRun>,
     hosted: Vec<Hosted>,
     slots: &[RailPort],
@@ -148,7 +148,7 @@ pub fn run_node(
 }
 
 /// `eth2 down`, `mlx5_1:1 DOWN`.
-pub fn slot_line(p: &RailPort) -> String {
+pub(crate) fn slot_line(p: &RailPort) -> String {
     let port = p.port.map(|n| format!(":{n}")).unwrap_or_default();
     format!(
         "rail {} {}{port} {}",

@@ -102,7 +102,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<T> Queue<T> {
     /// The taker's waker (its event loop's); items already waiting wake it at once.
-    pub fn set_waker(&self, w: Arc<Waker>) {
+    pub(crate) fn set_waker(&self, w: Arc<Waker>) {
         *lock(&self.waker) = Some(w.clone());
         if !lock(&self.items).is_empty() {
             let _ = w.wake();
@@ -110,7 +110,7 @@ impl<T> Queue<T> {
     }
 
     /// Append `batch` (emptied) and wake the taker unless it was woken already.
-    pub fn push_all(&self, batch: &mut Vec<T>) {
+    pub(crate) fn push_all(&self, batch: &mut Vec<T>) {
         if batch.is_empty() {
             return;
         }
@@ -138,7 +138,7 @@ impl<T> Queue<T> {
 }
 
 /// A rail coordinator's queue of what its relayed ranks said.
-pub type Inbox = Queue<In>;
+pub(crate) type Inbox = Queue<In>;
 
 /// What the hub shares with every rail's coordinator: its outbox, each node's control socket
 /// (TCP_INFO: is the node's host still acknowledging?), and how far its own loop has read.
@@ -162,12 +162,12 @@ impl Default for Hub {
 }
 
 impl Hub {
-    pub fn caught_up(&self) -> Instant {
+    pub(crate) fn caught_up(&self) -> Instant {
         *lock(&self.caught_up)
     }
 
     /// Said after the items read before `at` were pushed to their inboxes.
-    pub fn set_caught_up(&self, at: Instant) {
+    pub(crate) fn set_caught_up(&self, at: Instant) {
         *lock(&self.caught_up) = at;
     }
 }
@@ -191,7 +191,7 @@ impl RailLink {
     }
 
     /// TCP_INFO of ring rank `r`'s node's control connection.
-    pub fn ack_state(&self, r: Rank) -> Option<AckState> {
+    pub(crate) fn ack_state(&self, r: Rank) -> Option<AckState> {
         let node = self.node(r)?;
         let s = lock(&self.hub.socks).get(&node).cloned()?;
         tcpinfo::ack_state(&s)
@@ -202,7 +202,7 @@ impl RailLink {
 
 /// Frame `f` (header and body) read as a [`Msg::Rail`] in this crate's encoding, without
 /// parsing its message: the rail and the message's body. None: anything else. Pure.
-pub fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
+pub(crate) fn rail_body(f: &[u8]) -> Option<(u32, &[u8])> {
     wire::rail_parts(f.get(8..)?)
 }
 
@@ -217,7 +217,7 @@ pub fn tag_frame(rail: u32, f: &[u8]) -> Option<Frame> {
 }
 
 /// Whether a message's body is a hello (read by its tag when this crate encoded it). Pure.
-pub fn is_hello(body: &[u8]) -> bool {
+pub(crate) fn is_hello(body: &[u8]) -> bool {
     match body.strip_prefix(br#"{"type":""#) {
         Some(rest) => rest.starts_with(br#"hello""#),
         None => matches!(wire::decode(body), Ok(Msg::Hello(_))),

@@ -18,10 +18,10 @@ use crate::ring::wire::{self, Hello, Msg, WireError};
 use crate::text::printable;
 
 /// How often ranks and the coordinator tell each other they are alive.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
 /// After the first failure report, how long the coordinator keeps listening for the
 /// other ranks' reports before it ends the run (they explain the failure together).
-pub const FAILURE_GRACE: Duration = Duration::from_millis(1000);
+pub(crate) const FAILURE_GRACE: Duration = Duration::from_millis(1000);
 
 /// How long a control connection may stay silent (heartbeats and pings come every
 /// [`HEARTBEAT`]) before its peer is judged stopped or gone: the data timeout, within
@@ -32,7 +32,7 @@ pub fn silence(timeout: Duration) -> Duration {
 }
 
 /// Ranks in a job (every rail's together) up to which each heartbeats every [`HEARTBEAT`].
-pub const HEARTBEAT_RANKS: u64 = 16_384;
+pub(crate) const HEARTBEAT_RANKS: u64 = 16_384;
 
 /// How often each rank of a job of `ranks` ranks in all heartbeats: every [`HEARTBEAT`] up
 /// to [`HEARTBEAT_RANKS`], then less often in proportion (rank 0 reads every heartbeat of
@@ -194,7 +194,7 @@ const BIND_RETRY: Duration = Duration::from_secs(2);
 /// Connections the kernel queues before the coordinator accepts them (capped by
 /// `net.core.somaxconn`): thousands of ranks connect within the same second, and a full
 /// queue drops their handshakes into a one-second retransmit.
-pub const LISTEN_BACKLOG: i32 = 4096;
+pub(crate) const LISTEN_BACKLOG: i32 = 4096;
 
 /// A listener like `TcpListener::bind` (address reuse) with [`LISTEN_BACKLOG`].
 pub fn listen(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
@@ -270,11 +270,11 @@ pub fn join(coordinator: &str, hello: Hello, timeout: Duration) -> Result<Sessio
 
 /// Reconnects after a connection to the coordinator was reset (or closed) before this rank's
 /// table arrived: a restarted rank 0, a middlebox dropping a connection under a burst.
-pub const MAX_JOIN_RETRIES: u32 = 5;
+pub(crate) const MAX_JOIN_RETRIES: u32 = 5;
 
 /// Was the control connection lost before the table arrived (reset or closed, not refused
 /// with a reason)? Then connecting again may work. Pure.
-pub fn lost_before_table(e: &BootstrapError) -> bool {
+pub(crate) fn lost_before_table(e: &BootstrapError) -> bool {
     match e {
         BootstrapError::CoordinatorLost { .. } => true,
         BootstrapError::Wire {
@@ -292,7 +292,7 @@ pub fn lost_before_table(e: &BootstrapError) -> bool {
 /// `timeout` (which the control connection's silence deadline follows once joined). A
 /// connection lost before the table arrived is tried again, at most [`MAX_JOIN_RETRIES`]
 /// times, within the window.
-pub fn join_within(
+pub(crate) fn join_within(
     coordinator: &str,
     hello: Hello,
     join_timeout: Duration,
@@ -303,7 +303,7 @@ pub fn join_within(
 
 /// [`join_within`] through `addr` (a node's relay, rank 0's own listener), the coordinator
 /// named as `coordinator` (the address the operator gave) in every message.
-pub fn join_through(
+pub(crate) fn join_through(
     addr: &str,
     coordinator: &str,
     hello: Hello,
@@ -344,7 +344,7 @@ pub fn join_through(
 /// The join's first steps, for a ring's rank and a `--rails` node alike: connect to
 /// `coordinator` (again while it is not up, until `start + join_timeout`), no Nagle, writes
 /// bounded by `write_timeout`, and say `hello`.
-pub fn connect_hello(
+pub(crate) fn connect_hello(
     coordinator: &str,
     hello: &Hello,
     (join_timeout, write_timeout): (Duration, Duration),
@@ -462,14 +462,14 @@ fn session(
 
 /// How long after the end of rank 0's join window a seated rank still waits for its table
 /// (or rank 0's missing-rank message, which names the cause) before giving up on its own.
-pub const JOIN_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const JOIN_GRACE: Duration = Duration::from_secs(3);
 
 /// The longest join window a coordinator's word can set (its value came off the network).
 const MAX_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// When a seated rank stops waiting for its table, told that rank 0's window closes in
 /// `closes_in_ms`: one clock, rank 0's, whenever this rank started.
-pub fn window_end(closes_in_ms: u64) -> Instant {
+pub(crate) fn window_end(closes_in_ms: u64) -> Instant {
     let now = Instant::now();
     let left = Duration::from_millis(closes_in_ms).min(MAX_WINDOW) + JOIN_GRACE;
     now.checked_add(left).unwrap_or(now)
@@ -477,7 +477,7 @@ pub fn window_end(closes_in_ms: u64) -> Instant {
 
 /// Add one frame of this rank's table to what arrived: at most `world` entries in all, each
 /// a rank of the world and none twice (the coordinator's words are bounded too). Pure.
-pub fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32) -> Result<(), String> {
+pub(crate) fn add_table_part(table: &mut Vec<RankInfo>, part: Vec<RankInfo>, world: u32) -> Result<(), String> {
     if table.len() + part.len() > world as usize {
         return Err(format!("more than {world} entries for a world of {world}"));
     }
@@ -684,7 +684,7 @@ impl Lost {
 }
 
 /// A verdict as one line for a rank's stderr: the message, then what to run next.
-pub fn verdict_line(v: &Verdict) -> String {
+pub(crate) fn verdict_line(v: &Verdict) -> String {
     match &v.next {
         Some(n) => format!("{}\n  next: {n}", v.message),
         None => v.message.clone(),
@@ -734,7 +734,7 @@ impl Session {
     }
 
     /// Wait for `Go` (everyone's links are up) or an abort.
-    pub fn wait_go(&self, timeout: Duration) -> Result<(), BootstrapError> {
+    pub(crate) fn wait_go(&self, timeout: Duration) -> Result<(), BootstrapError> {
         match self
             .inbox
             .lock()
@@ -757,7 +757,7 @@ impl Session {
     /// Wait for the end of the run: `Ok(failed)` or the abort reason. The coordinator
     /// answers within its own deadlines, so `timeout` only guards against a lost one.
     /// `Ok((failed, verdicts, more))`: `more` verdicts were counted, not sent.
-    pub fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>, u64), BootstrapError> {
+    pub(crate) fn wait_done(&self, timeout: Duration) -> Result<(bool, Vec<Verdict>, u64), BootstrapError> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -137,7 +137,7 @@ pub struct RailReport {
 
 impl RingReport {
     /// Mismatching elements over both halves of every row.
-    pub fn wrong_total(&self) -> u64 {
+    pub(crate) fn wrong_total(&self) -> u64 {
         self.results
             .iter()
             .map(|r| {
@@ -155,7 +155,7 @@ impl RingReport {
     /// every rank field takes its [`RankInfo::node`] (the words say it already: the
     /// diagnosis wrote them so). The coordinator's arithmetic needed the ring's own ranks
     /// until here. A no-op where no rank has a node rank of its own.
-    pub fn number_by_node(&mut self) {
+    pub(crate) fn number_by_node(&mut self) {
         let map: BTreeMap<Rank, Rank> = self
             .ranks
             .iter()
@@ -198,7 +198,7 @@ impl RingReport {
 
 /// Why the run used tcp though some rank offered rdma (only `--transport auto` mixes
 /// offers): the ranks that did not offer it. None when every rank offered what was used.
-pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
+pub(crate) fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
     if used != "tcp" || !ranks.iter().any(|i| i.transport == "rdma") {
         return None;
     }
@@ -216,7 +216,7 @@ pub fn transport_note(ranks: &[RankInfo], used: &str) -> Option<String> {
 
 /// Wrong-element counts from the ranks (None if one did not check), saturating: a peer's
 /// count comes off the network, and a sum that wrapped could read as 0 wrong.
-pub fn sum_wrong(counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+pub(crate) fn sum_wrong(counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
     let mut total = 0u64;
     for c in counts {
         total = total.saturating_add(c?);
@@ -225,7 +225,7 @@ pub fn sum_wrong(counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
 }
 
 /// Rows and links from every rank's results. Pure.
-pub fn aggregate(
+pub(crate) fn aggregate(
     world: u32,
     ranks: &[RankInfo],
     results: &[RankResults],
@@ -309,7 +309,7 @@ fn algbw_gbs(size: u64, time_us: f64) -> f64 {
 }
 
 /// Mean busbw over both halves of every row, as nccl-tests' `# Avg bus bandwidth`.
-pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
+pub(crate) fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
     let all: Vec<f64> = rows
         .iter()
         .flat_map(|r| std::iter::once(r.busbw_gbs).chain(r.in_place.as_ref().map(|h| h.busbw_gbs)))
@@ -320,7 +320,7 @@ pub fn avg_busbw(rows: &[ResultRow]) -> Option<f64> {
 /// A node to take out of service (`data.drain[]`): one entry per host, with every verdict
 /// that calls for it (a slow egress or ingress, a port down or downtrained, a missing rail).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DrainItem {
+pub(crate) struct DrainItem {
     /// The node's hostname as its rank reported it; null where the verdict names none.
     pub host: Option<String>,
     pub ranks: Vec<Rank>,
@@ -336,7 +336,7 @@ pub struct DrainItem {
 /// A link or path to file a ticket for (`data.ticket[]`): the cable or switch port between
 /// two nodes, one entry per verdict (slow_link, slow_path, link_error, hang_link).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TicketItem {
+pub(crate) struct TicketItem {
     pub kind: VerdictKind,
     pub from_rank: Option<Rank>,
     pub to_rank: Option<Rank>,
@@ -354,7 +354,7 @@ pub struct TicketItem {
 /// The drain list and the ticket list of `verdicts`, apart (verdicts whose action is
 /// `investigate` are in neither). A node's verdict names it as `from` (egress, port) or,
 /// for a slow ingress, as `to`.
-pub fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
+pub(crate) fn action_lists(verdicts: &[Verdict]) -> (Vec<DrainItem>, Vec<TicketItem>) {
     let mut drain: Vec<DrainItem> = Vec::new();
     let mut ticket = Vec::new();
     for v in verdicts {

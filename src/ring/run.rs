@@ -34,7 +34,7 @@ pub use crate::ring::options::Options;
 pub use crate::ring::report::{Failure, RankOutcome, RunError};
 
 /// Where this rank is and how it reaches the others.
-pub struct Setup {
+pub(crate) struct Setup {
     pub identity: Identity,
     pub host: String,
     /// Data-plane address to listen on, and the interface it belongs to.
@@ -118,7 +118,7 @@ impl Setup {
 }
 
 /// See [`Setup::on_row`].
-pub type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
+pub(crate) type ShowRow = Arc<dyn Fn(&[RankInfo], &ResultRow) + Send + Sync>;
 
 fn fault(message: impl Into<String>) -> RunError {
     RunError {
@@ -129,7 +129,7 @@ fn fault(message: impl Into<String>) -> RunError {
 
 /// A failed run's reason as the coordinator's end-of-run message gives it to the other
 /// ranks: its verdicts, else wrong results. Bounded and printable (it came off the network).
-pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
+pub(crate) fn failed_why(verdicts: &[Verdict], more: u64) -> String {
     if verdicts.is_empty() {
         return "rank 0 reports wrong results (its report has the rows)".into();
     }
@@ -151,7 +151,7 @@ pub fn failed_why(verdicts: &[Verdict], more: u64) -> String {
 /// Listen for data links now (TCP on `data_ip`, unless a fabric was given): a node that
 /// declares on rank 0's door listens while the others join, and one that cannot listen
 /// says so before it takes a seat.
-pub fn bind_data(
+pub(crate) fn bind_data(
     given: Option<Box<dyn Fabric + Send>>,
     data_ip: IpAddr,
 ) -> Result<Box<dyn Fabric + Send>, RunError> {
@@ -175,7 +175,7 @@ fn data_plane(
 }
 
 /// Run one rank to the end. `log` gets progress lines (the CLI decides where they go).
-pub fn run_rank(
+pub(crate) fn run_rank(
     mut setup: Setup,
     opts: &Options,
     log: &(dyn Fn(u8, &str) + Sync),
@@ -397,7 +397,7 @@ fn job_outcome(
 
 /// With `--rails`, rank 0 on a rail it does not drive: host that rail's coordinator for the
 /// nodes that do (`id` is the rail's: its world is theirs), and return the rail's report.
-pub fn host_only(
+pub(crate) fn host_only(
     listener: Option<TcpListener>,
     id: &Identity,
     opts: &Options,
@@ -598,7 +598,7 @@ fn position(beat: &Beat, rank: Rank) -> String {
 
 /// A rank's own error before its table arrived, naming it as rank `me` (the job's node
 /// rank); the coordinator's abort is its word and names the ranks concerned itself. Pure.
-pub fn own_bootstrap_error(me: Rank, e: &BootstrapError) -> String {
+pub(crate) fn own_bootstrap_error(me: Rank, e: &BootstrapError) -> String {
     match e {
         BootstrapError::Aborted(reason) => reason.clone(),
         e => format!("rank {me}: {e}"),
@@ -609,7 +609,7 @@ pub fn own_bootstrap_error(me: Rank, e: &BootstrapError) -> String {
 /// other rank joined (see [`CoordinatorConfig::silent`]): not at all, since rank 0's one door
 /// turns such a node away when it comes later (`railmux::LATE`), and it had the door's whole
 /// join window.
-pub const SILENT_WAIT: Duration = Duration::ZERO;
+pub(crate) const SILENT_WAIT: Duration = Duration::ZERO;
 
 /// Which progress the heartbeats report.
 const MODE_SETUP: u8 = 0;
@@ -1086,7 +1086,7 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
 
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
-pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState<'_> {
+pub(crate) fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState<'_> {
     let watch = rep
         .ranks
         .iter()
@@ -1150,7 +1150,7 @@ pub fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> Wat
 }
 
 /// How long after the first wait report an inconclusive hang is named anyway.
-pub const WATCH_GRACE_MS: u64 = 1000;
+pub(crate) const WATCH_GRACE_MS: u64 = 1000;
 
 fn sweep(
     ring: Ring,

@@ -25,7 +25,7 @@ impl CpuTimes {
 /// Of `wall`, the share the most-waiting of `parts` (each a thread) spent runnable but off
 /// a CPU, at most 1; None without a wall time or a part. A thread
 /// that waits for the network sleeps and adds nothing: only CPU starvation counts.
-pub fn wait_share(wall: std::time::Duration, parts: &[CpuTimes]) -> Option<f64> {
+pub(crate) fn wait_share(wall: std::time::Duration, parts: &[CpuTimes]) -> Option<f64> {
     let wall_ns = wall.as_nanos() as f64;
     let most = parts.iter().map(|p| p.waiting_ns).max()?;
     (wall_ns > 0.0).then(|| (most as f64 / wall_ns).min(1.0))
@@ -44,7 +44,7 @@ pub fn parse(s: &str) -> Option<CpuTimes> {
 }
 
 /// The calling thread now; None where the kernel keeps no schedstat (no CONFIG_SCHED_INFO).
-pub fn this_thread() -> Option<CpuTimes> {
+pub(crate) fn this_thread() -> Option<CpuTimes> {
     parse(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
 }
 
@@ -70,7 +70,7 @@ pub fn threads() -> BTreeMap<u64, CpuTimes> {
 }
 
 /// Each thread's time between two [`threads`] readings (threads alive at both).
-pub fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, CpuTimes>) -> Vec<CpuTimes> {
+pub(crate) fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, CpuTimes>) -> Vec<CpuTimes> {
     after
         .iter()
         .filter_map(|(tid, a)| a.since(*before.get(tid)?))
@@ -79,7 +79,7 @@ pub fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, Cpu
 
 /// A rank's CPU wait between successive readings (its heartbeats): the most-waiting
 /// thread's run-queue time over the wall time since the previous reading.
-pub struct Meter {
+pub(crate) struct Meter {
     at: std::time::Instant,
     before: BTreeMap<u64, CpuTimes>,
 }

@@ -18,7 +18,7 @@ pub struct AckState {
 }
 
 /// Read TCP_INFO; None when the kernel refuses.
-pub fn ack_state(s: &TcpStream) -> Option<AckState> {
+pub(crate) fn ack_state(s: &TcpStream) -> Option<AckState> {
     let mut ti = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: getsockopt(TCP_INFO) into a zeroed tcp_info with its size; the kernel writes

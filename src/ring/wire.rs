@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::ring::model::{CounterMove, LinkFault, LinkSample, RankInfo, Verdict, WaitReport};
 
-pub const MAGIC: &[u8; 4] = b"FPR1";
+pub(crate) const MAGIC: &[u8; 4] = b"FPR1";
 /// Largest control frame accepted: a rank's part of the table or a results message is a few
 /// KiB; larger tables go in several frames.
 pub const MAX_FRAME: usize = 1 << 20;
@@ -80,7 +80,7 @@ pub struct RowResult {
 
 impl RowResult {
     /// Mismatching elements in either half.
-    pub fn wrong_total(&self) -> u64 {
+    pub(crate) fn wrong_total(&self) -> u64 {
         // Saturating: the counts come off the network.
         self.wrong
             .unwrap_or(0)
@@ -294,7 +294,7 @@ impl Msg {
 
 /// One frame whose body is `parts` as they are, one after the other (a relay frames bytes
 /// it did not parse); over [`MAX_FRAME`] is an error.
-pub fn frame_of(parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
+pub(crate) fn frame_of(parts: &[&[u8]]) -> Result<Vec<u8>, WireError> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     if len > MAX_FRAME {
         return Err(WireError::TooLarge(len));
@@ -353,7 +353,7 @@ pub(crate) const MSG_KEY: &[u8] = br#","msg":"#;
 
 /// A message body read as a [`Msg::Rail`] in this crate's encoding, without parsing its
 /// message: the rail and the message's body. None: anything else. Pure.
-pub fn rail_parts(body: &[u8]) -> Option<(u32, &[u8])> {
+pub(crate) fn rail_parts(body: &[u8]) -> Option<(u32, &[u8])> {
     let rest = body.strip_prefix(RAIL_HEAD)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     // JSON has no leading zeros; ten digits may pass u32.

@@ -361,7 +361,7 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
 
 /// Copy what `host` (a recording host) accessed from `src_root` into `dest`, and write the
 /// side folder. `dest` must be an empty or missing directory.
-pub fn write_tree(
+pub(crate) fn write_tree(
     host: &Host,
     src_root: &Path,
     dest: &Path,
@@ -428,7 +428,7 @@ fn write_json<T: Serialize + ?Sized>(path: &Path, v: &T) -> Result<(), CaptureEr
 }
 
 /// Pack a captured tree into a `.tar.gz`, symlinks kept as symlinks.
-pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
+pub(crate) fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
     let f = std::fs::File::create(out).map_err(io_err("create", out))?;
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
     let mut b = tar::Builder::new(gz);
@@ -442,7 +442,7 @@ pub fn write_tarball(tree: &Path, out: &Path) -> Result<(), CaptureError> {
 /// Capture `host` (live, with recording on, and maybe the job's environment from
 /// `--env-from`/`--env-file`), first listening `lldp_wait` for the switch's LLDP on every RoCE netdev (the frames
 /// land in `fabprobe/lldp.json`).
-pub fn capture_host_with(
+pub(crate) fn capture_host_with(
     host: Host,
     out: &Path,
     lldp_wait: Option<std::time::Duration>,

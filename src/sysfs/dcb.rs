@@ -18,16 +18,16 @@ const DCB_ATTR_DCB_BUFFER: u16 = 10;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// `sizeof(struct ieee_ets)`: willing, ets_cap, cbs, then seven arrays of 8.
-pub const IEEE_ETS_LEN: usize = 59;
+pub(crate) const IEEE_ETS_LEN: usize = 59;
 /// `sizeof(struct ieee_pfc)` with natural alignment (offsets 0,1,2,4,8,72).
-pub const IEEE_PFC_LEN: usize = 136;
+pub(crate) const IEEE_PFC_LEN: usize = 136;
 /// `sizeof(struct dcbnl_buffer)`: prio2buffer[8], buffer_size[8] (u32), total_size (u32).
-pub const DCB_BUFFER_LEN: usize = 44;
+pub(crate) const DCB_BUFFER_LEN: usize = 44;
 /// `IEEE_8021QAZ_APP_SEL_DSCP`.
-pub const APP_SEL_DSCP: u8 = 5;
+pub(crate) const APP_SEL_DSCP: u8 = 5;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct DcbIeee {
+pub(crate) struct DcbIeee {
     pub ets: Option<Ets>,
     pub pfc: Option<Pfc>,
     /// `DCB_ATTR_IEEE_APP_TABLE`, every entry as the kernel gave it.
@@ -52,7 +52,7 @@ pub struct Ets {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Pfc {
+pub(crate) struct Pfc {
     pub pfc_cap: u8,
     /// Bit p set: PFC on priority p.
     pub pfc_en: u8,
@@ -65,7 +65,7 @@ pub struct Pfc {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DcbApp {
+pub(crate) struct DcbApp {
     pub selector: u8,
     pub priority: u8,
     pub protocol: u16,
@@ -78,7 +78,7 @@ pub struct DcbBuffer {
     pub total_size_bytes: u32,
 }
 
-pub fn tsa_name(tsa: u8) -> &'static str {
+pub(crate) fn tsa_name(tsa: u8) -> &'static str {
     match tsa {
         0 => "strict",
         1 => "cbs",
@@ -141,7 +141,7 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_ne_bytes(a)
 }
 
-pub fn parse_ets(b: &[u8]) -> Option<Ets> {
+pub(crate) fn parse_ets(b: &[u8]) -> Option<Ets> {
     if b.len() < IEEE_ETS_LEN {
         return None;
     }
@@ -156,7 +156,7 @@ pub fn parse_ets(b: &[u8]) -> Option<Ets> {
     })
 }
 
-pub fn parse_pfc(b: &[u8]) -> Option<Pfc> {
+pub(crate) fn parse_pfc(b: &[u8]) -> Option<Pfc> {
     if b.len() < IEEE_PFC_LEN {
         return None;
     }
@@ -176,7 +176,7 @@ pub fn parse_pfc(b: &[u8]) -> Option<Pfc> {
     })
 }
 
-pub fn parse_buffer(b: &[u8]) -> Option<DcbBuffer> {
+pub(crate) fn parse_buffer(b: &[u8]) -> Option<DcbBuffer> {
     if b.len() < DCB_BUFFER_LEN {
         return None;
     }
@@ -193,7 +193,7 @@ pub fn parse_buffer(b: &[u8]) -> Option<DcbBuffer> {
 }
 
 /// Parse a `DCB_CMD_IEEE_GET` reply (after `nlmsghdr`).
-pub fn parse_ieee_reply(reply: &[u8]) -> DcbIeee {
+pub(crate) fn parse_ieee_reply(reply: &[u8]) -> DcbIeee {
     let mut r = DcbIeee::default();
     if reply.len() < 4 {
         r.notes.push(format!(
@@ -268,7 +268,7 @@ pub fn parse_ieee_reply(reply: &[u8]) -> DcbIeee {
 
 impl DcbIeee {
     /// The DSCP → priority map of the APP table (`trust dscp` when non-empty).
-    pub fn dscp_map(&self) -> Vec<(u8, u8)> {
+    pub(crate) fn dscp_map(&self) -> Vec<(u8, u8)> {
         let mut v: Vec<(u8, u8)> = self
             .app
             .iter()

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{Attr, Host};
 use crate::sysfs::pci::{self, PciLink};
 
-pub const CLASS_DIR: &str = "/sys/class/infiniband";
+pub(crate) const CLASS_DIR: &str = "/sys/class/infiniband";
 
 // ---------------------------------------------------------------------------------------
 // Pure parsers
@@ -55,7 +55,7 @@ pub struct Rate {
 
 impl Rate {
     /// The speed name, with old kernels' missing suffix read as SDR (what it meant).
-    pub fn speed_name(&self) -> Option<&str> {
+    pub(crate) fn speed_name(&self) -> Option<&str> {
         self.speed_name.as_deref()
     }
 }
@@ -126,19 +126,19 @@ pub fn parse_gid(s: &str) -> Option<Gid> {
 }
 
 impl Gid {
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         self.0 == [0; 16]
     }
     /// `fe80:0000:0000:0000` prefix.
-    pub fn is_link_local(&self) -> bool {
+    pub(crate) fn is_link_local(&self) -> bool {
         self.0[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0]
     }
     /// `fe80::` with an all-zero interface id: a reserved slot `show_gids` skips.
-    pub fn is_link_local_zero(&self) -> bool {
+    pub(crate) fn is_link_local_zero(&self) -> bool {
         self.is_link_local() && self.0[8..] == [0; 8]
     }
     /// `show_gids`' skip rule: all zeros, or `fe80::` with zero trailer.
-    pub fn is_empty_slot(&self) -> bool {
+    pub(crate) fn is_empty_slot(&self) -> bool {
         self.is_zero() || self.is_link_local_zero()
     }
     /// `::ffff:a.b.c.d` (IN6_IS_ADDR_V4MAPPED).
@@ -254,7 +254,7 @@ impl CounterSpec {
 
 /// The spec of a `counters/` (PMA) file. `ext` is true when the kernel picked the
 /// PortCountersExtended table (64-bit data/packet counters).
-pub fn pma_spec(name: &str, ext: bool) -> CounterSpec {
+pub(crate) fn pma_spec(name: &str, ext: bool) -> CounterSpec {
     let sat = |w| CounterSpec {
         width_bits: w,
         overflow: Overflow::Saturates,
@@ -290,7 +290,7 @@ pub fn pma_spec(name: &str, ext: bool) -> CounterSpec {
 }
 
 /// mlx5 q-counters (read as be32: they wrap at 2^32).
-pub const MLX5_Q_COUNTERS: &[&str] = &[
+pub(crate) const MLX5_Q_COUNTERS: &[&str] = &[
     "rx_write_requests",
     "rx_read_requests",
     "rx_atomic_requests",
@@ -321,7 +321,7 @@ pub const MLX5_Q_COUNTERS: &[&str] = &[
 
 /// The spec of a `hw_counters/` file. mlx5 q-counters wrap at 2^32; congestion counters,
 /// `rx_icrc_encapsulated` and other drivers' counters are `%llu` of 64-bit values.
-pub fn hw_spec(name: &str, mlx5: bool) -> CounterSpec {
+pub(crate) fn hw_spec(name: &str, mlx5: bool) -> CounterSpec {
     let base = name.strip_prefix("vport_").unwrap_or(name);
     let width_bits = if mlx5 && MLX5_Q_COUNTERS.contains(&base) {
         32
@@ -357,7 +357,7 @@ impl Delta {
         }
     }
     /// At least this much happened.
-    pub fn lower_bound(&self) -> u64 {
+    pub(crate) fn lower_bound(&self) -> u64 {
         match self {
             Delta::Value { value, .. } => *value,
             Delta::Saturated { at_least } => *at_least,
@@ -367,7 +367,7 @@ impl Delta {
 }
 
 /// `after - before` under the counter's rules. Pure; table-tested.
-pub fn counter_delta(before: u64, after: u64, spec: CounterSpec) -> Delta {
+pub(crate) fn counter_delta(before: u64, after: u64, spec: CounterSpec) -> Delta {
     let max = spec.max();
     match spec.overflow {
         Overflow::Saturates => {
@@ -407,22 +407,22 @@ pub fn counter_delta(before: u64, after: u64, spec: CounterSpec) -> Delta {
 
 /// RDMA device names in `/sys/class/infiniband`, natural order; `None` when the class is
 /// absent (a kernel without InfiniBand support).
-pub fn list_devices(host: &Host) -> Option<Vec<String>> {
+pub(crate) fn list_devices(host: &Host) -> Option<Vec<String>> {
     let mut v = host.list_dir(CLASS_DIR).ok().flatten()?;
     v.sort_by(|a, b| crate::host::natural_cmp(a, b));
     Some(v)
 }
 
-pub fn dev_dir(dev: &str) -> String {
+pub(crate) fn dev_dir(dev: &str) -> String {
     format!("{CLASS_DIR}/{dev}")
 }
 
-pub fn port_dir(dev: &str, port: u32) -> String {
+pub(crate) fn port_dir(dev: &str, port: u32) -> String {
     format!("{CLASS_DIR}/{dev}/ports/{port}")
 }
 
 /// Port numbers of a device, ascending.
-pub fn list_ports(host: &Host, dev: &str) -> Vec<u32> {
+pub(crate) fn list_ports(host: &Host, dev: &str) -> Vec<u32> {
     let mut v: Vec<u32> = host
         .list_dir(format!("{}/ports", dev_dir(dev)))
         .ok()
@@ -458,7 +458,7 @@ fn value(a: Attr) -> Option<String> {
     a.value().map(|s| s.trim().to_string())
 }
 
-pub fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
+pub(crate) fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
     let d = dev_dir(dev);
     let get = |n: &str| value(host.attr(format!("{d}/{n}")));
     let pci_path = host
@@ -504,7 +504,7 @@ pub fn read_device(host: &Host, dev: &str) -> DeviceAttrs {
 
 /// The netdev of port `port` among the PCI function's netdevs: the one whose `dev_port`
 /// is `port - 1` (what `ibdev2netdev` uses), or the only one of a single-port device.
-pub fn port_netdev(
+pub(crate) fn port_netdev(
     host: &Host,
     dev: &str,
     port: u32,
@@ -523,7 +523,7 @@ pub fn port_netdev(
 
 /// Port attributes, each as read (`None` when absent or unparsable).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PortAttrs {
+pub(crate) struct PortAttrs {
     pub state: Option<NumName>,
     pub phys_state: Option<NumName>,
     pub rate: Option<Rate>,
@@ -534,7 +534,7 @@ pub struct PortAttrs {
     pub cap_mask: Option<u32>,
 }
 
-pub fn read_port(host: &Host, dev: &str, port: u32) -> PortAttrs {
+pub(crate) fn read_port(host: &Host, dev: &str, port: u32) -> PortAttrs {
     let p = port_dir(dev, port);
     let get = |n: &str| value(host.attr(format!("{p}/{n}")));
     PortAttrs {
@@ -551,7 +551,7 @@ pub fn read_port(host: &Host, dev: &str, port: u32) -> PortAttrs {
 
 /// One slot of a port's GID table, as read.
 #[derive(Clone, Debug, PartialEq)]
-pub struct GidSlot {
+pub(crate) struct GidSlot {
     pub index: u32,
     /// `None` when the `gids/<i>` read failed or did not parse.
     pub gid: Option<Gid>,
@@ -562,11 +562,11 @@ pub struct GidSlot {
 }
 
 impl GidSlot {
-    pub fn parsed_type(&self) -> Option<GidType> {
+    pub(crate) fn parsed_type(&self) -> Option<GidType> {
         self.gid_type.value().and_then(GidType::parse)
     }
     /// A slot `show_gids` prints: readable and not all-zero / `fe80::` with zero trailer.
-    pub fn is_populated(&self) -> bool {
+    pub(crate) fn is_populated(&self) -> bool {
         self.gid.is_some_and(|g| !g.is_empty_slot())
     }
 }
@@ -574,7 +574,7 @@ impl GidSlot {
 /// Every slot of `ports/<n>/gids/`, in numeric index order. The table length is the
 /// number of slots (`gid_tbl_len`, 256 on mlx5 RoCE); attributes of empty slots are read
 /// too, because NCCL reads them and their EINVAL is part of the picture.
-pub fn read_gid_table(host: &Host, dev: &str, port: u32) -> Vec<GidSlot> {
+pub(crate) fn read_gid_table(host: &Host, dev: &str, port: u32) -> Vec<GidSlot> {
     let p = port_dir(dev, port);
     let mut idx: Vec<u32> = host
         .list_dir(format!("{p}/gids"))
@@ -621,7 +621,7 @@ pub enum CounterDir {
 
 /// A counter as read: the raw value, or why it is unavailable (never a fake 0).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CounterRead {
+pub(crate) struct CounterRead {
     pub name: String,
     pub dir: CounterDir,
     pub spec: CounterSpec,
@@ -664,7 +664,7 @@ fn read_counter_dir(
 
 /// All counters of one port (`counters/`, `hw_counters/`), plus the device-level
 /// `hw_counters/` when `with_device` is set. `mlx5` picks the q-counter widths.
-pub fn read_port_counters(host: &Host, dev: &str, port: u32, mlx5: bool) -> Vec<CounterRead> {
+pub(crate) fn read_port_counters(host: &Host, dev: &str, port: u32, mlx5: bool) -> Vec<CounterRead> {
     let p = port_dir(dev, port);
     let pma_names = host
         .list_dir(format!("{p}/counters"))
@@ -686,7 +686,7 @@ pub fn read_port_counters(host: &Host, dev: &str, port: u32, mlx5: bool) -> Vec<
 }
 
 /// Device-level `hw_counters/` (hfi1 driver counters, mlx5 switchdev).
-pub fn read_device_counters(host: &Host, dev: &str, mlx5: bool) -> Vec<CounterRead> {
+pub(crate) fn read_device_counters(host: &Host, dev: &str, mlx5: bool) -> Vec<CounterRead> {
     read_counter_dir(
         host,
         &format!("{}/hw_counters", dev_dir(dev)),

@@ -8,7 +8,7 @@ use crate::host::Host;
 
 /// The IOMMU options of a kernel command line, in order (`intel_iommu=on`, `iommu=pt`,
 /// `amd_iommu=off`, `iommu.passthrough=1`, ...).
-pub fn iommu_cmdline_flags(cmdline: &str) -> Vec<String> {
+pub(crate) fn iommu_cmdline_flags(cmdline: &str) -> Vec<String> {
     cmdline
         .split_whitespace()
         .take_while(|w| *w != "--")
@@ -26,7 +26,7 @@ pub fn iommu_cmdline_flags(cmdline: &str) -> Vec<String> {
 /// Whether the command line asks for passthrough (`iommu=pt`, `iommu.passthrough=1|y|on`);
 /// `Some(false)` when it asks for translation (`iommu=nopt`, `iommu.passthrough=0`), `None`
 /// when it says nothing (the kernel's build default decides).
-pub fn cmdline_passthrough(flags: &[String]) -> Option<bool> {
+pub(crate) fn cmdline_passthrough(flags: &[String]) -> Option<bool> {
     let mut v = None;
     for f in flags {
         match f.as_str() {
@@ -43,7 +43,7 @@ pub fn cmdline_passthrough(flags: &[String]) -> Option<bool> {
 }
 
 /// `5.15.0-105-generic` → (5, 15).
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());
     let major = it.next()?.parse().ok()?;
     let minor = it.next()?.parse().ok()?;
@@ -53,7 +53,7 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 /// The first line of `/proc/driver/nvidia/version`:
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  555.58.02  Release Build ...`
 /// → (open, "555.58.02"). The proprietary module's line lacks "Open".
-pub fn parse_nvidia_version(text: &str) -> Option<(bool, String)> {
+pub(crate) fn parse_nvidia_version(text: &str) -> Option<(bool, String)> {
     let line = text.lines().next()?;
     let rest = line.strip_prefix("NVRM version:")?;
     let open = rest.contains("Open Kernel Module");
@@ -66,7 +66,7 @@ pub fn parse_nvidia_version(text: &str) -> Option<(bool, String)> {
 
 /// rdma-core's version from libibverbs' file name: `libibverbs.so.1.14.50.0` → 50
 /// (rdma-core names the library `1.<abi minor>.<rdma-core major>.<patch>`).
-pub fn rdma_core_from_soname(target: &str) -> Option<u32> {
+pub(crate) fn rdma_core_from_soname(target: &str) -> Option<u32> {
     let name = target.rsplit('/').next()?;
     let rest = name.strip_prefix("libibverbs.so.1.")?;
     let parts: Vec<&str> = rest.split('.').collect();
@@ -74,7 +74,7 @@ pub fn rdma_core_from_soname(target: &str) -> Option<u32> {
 }
 
 /// Where distributions put libibverbs.
-pub const LIBIBVERBS_LINKS: &[&str] = &[
+pub(crate) const LIBIBVERBS_LINKS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
     "/usr/lib/aarch64-linux-gnu/libibverbs.so.1",
     "/usr/lib64/libibverbs.so.1",
@@ -82,7 +82,7 @@ pub const LIBIBVERBS_LINKS: &[&str] = &[
 ];
 
 /// rdma-core's version and the link it came from.
-pub fn read_rdma_core(host: &Host) -> Option<(u32, String)> {
+pub(crate) fn read_rdma_core(host: &Host) -> Option<(u32, String)> {
     LIBIBVERBS_LINKS.iter().find_map(|l| {
         let t = host.read_link(l)?;
         let t = t.to_string_lossy().into_owned();
@@ -99,7 +99,7 @@ pub struct IommuGroup {
 }
 
 /// `/sys/bus/pci/devices/<bdf>/iommu_group` → its group and type; `None` without an IOMMU.
-pub fn read_iommu_group(host: &Host, bdf: &str) -> Option<IommuGroup> {
+pub(crate) fn read_iommu_group(host: &Host, bdf: &str) -> Option<IommuGroup> {
     let link = format!("/sys/bus/pci/devices/{bdf}/iommu_group");
     if !host.exists(&link) {
         return None;
@@ -114,7 +114,7 @@ pub fn read_iommu_group(host: &Host, bdf: &str) -> Option<IommuGroup> {
 }
 
 /// A group type in which device DMA is translated (not passthrough).
-pub fn is_translated(t: &str) -> bool {
+pub(crate) fn is_translated(t: &str) -> bool {
     matches!(t, "DMA" | "DMA-FQ" | "DMA-SQ")
 }
 

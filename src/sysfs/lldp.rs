@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-pub const ETH_P_LLDP: u16 = 0x88cc;
+pub(crate) const ETH_P_LLDP: u16 = 0x88cc;
 const OUI_8021: [u8; 3] = [0x00, 0x80, 0xc2];
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -99,7 +99,7 @@ fn ets(v: &[u8], with_flags: bool) -> Option<LldpEts> {
 }
 
 /// Parse one Ethernet frame carrying an LLDPDU (an 802.1Q tag is allowed).
-pub fn parse_frame(f: &[u8]) -> Result<Lldpdu, String> {
+pub(crate) fn parse_frame(f: &[u8]) -> Result<Lldpdu, String> {
     let off = lldp_offset(f)?;
     let mut d = Lldpdu {
         source_mac: mac(&f[6..12]),

@@ -12,7 +12,7 @@ pub fn parse_speed_mbps(s: &str) -> Option<f64> {
 }
 
 /// The port speed of `ifname` in 10^9 bytes/s (Mbit/s / 8000), where the kernel knows it.
-pub fn read_speed_gbs(host: &Host, ifname: &str) -> Option<f64> {
+pub(crate) fn read_speed_gbs(host: &Host, ifname: &str) -> Option<f64> {
     if ifname.is_empty() || ifname.contains('/') {
         return None;
     }
@@ -21,11 +21,11 @@ pub fn read_speed_gbs(host: &Host, ifname: &str) -> Option<f64> {
 }
 
 /// `"9000\n"` -> Some(9000): the interface MTU in bytes (net-sysfs.c `mtu` prints `"%d\n"`).
-pub fn parse_mtu(s: &str) -> Option<u32> {
+pub(crate) fn parse_mtu(s: &str) -> Option<u32> {
     s.trim_end_matches('\n').trim().parse().ok().filter(|m| *m > 0)
 }
 
-pub fn read_mtu(host: &Host, ifname: &str) -> Option<u32> {
+pub(crate) fn read_mtu(host: &Host, ifname: &str) -> Option<u32> {
     if ifname.is_empty() || ifname.contains('/') {
         return None;
     }

@@ -14,7 +14,7 @@ use crate::host::Host;
 
 /// Which pause counter a name is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PauseName {
+pub(crate) enum PauseName {
     /// (priority or None for global, tx?, kind)
     Pause {
         prio: Option<u8>,
@@ -24,14 +24,14 @@ pub enum PauseName {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PauseKind {
+pub(crate) enum PauseKind {
     Frames,
     DurationUs,
     Transition,
 }
 
 /// `rx_prio3_pause_duration` → prio 3, rx, duration. Other names → None.
-pub fn parse_pause_name(name: &str) -> Option<PauseName> {
+pub(crate) fn parse_pause_name(name: &str) -> Option<PauseName> {
     let (tx, rest) = if let Some(r) = name.strip_prefix("rx_") {
         (false, r)
     } else {
@@ -55,14 +55,14 @@ pub fn parse_pause_name(name: &str) -> Option<PauseName> {
 }
 
 /// `rx_prio5_marked` → 5 (ECN-marked packets received on a priority; newer mlx5).
-pub fn parse_marked_name(name: &str) -> Option<u8> {
+pub(crate) fn parse_marked_name(name: &str) -> Option<u8> {
     let d = name.strip_prefix("rx_prio")?.strip_suffix("_marked")?;
     let p: u8 = d.parse().ok()?;
     (p < 8).then_some(p)
 }
 
 /// `Global tclass=160` (MLNX_OFED) → 160. A bare number is accepted too.
-pub fn parse_traffic_class(s: &str) -> Option<u32> {
+pub(crate) fn parse_traffic_class(s: &str) -> Option<u32> {
     let s = s.trim();
     let v = s.strip_prefix("Global tclass=").unwrap_or(s);
     let v: u32 = v.trim().parse().ok()?;
@@ -89,7 +89,7 @@ fn read_num(host: &Host, p: &str) -> Option<u64> {
 
 /// `None` when `/sys/class/net/<if>/ecn` does not exist (inbox/upstream mlx5 has no ECN
 /// sysfs: the state is unknown, not off).
-pub fn read_ecn(host: &Host, ifname: &str) -> Option<EcnSysfs> {
+pub(crate) fn read_ecn(host: &Host, ifname: &str) -> Option<EcnSysfs> {
     let base = format!("/sys/class/net/{ifname}/ecn");
     if !host.is_dir(&base) {
         return None;

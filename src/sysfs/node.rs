@@ -28,7 +28,7 @@ pub fn parse_node_dir(name: &str) -> Option<i32> {
 
 /// Every node under `/sys/devices/system/node`, in id order. Empty when the directory is
 /// absent (a kernel without NUMA, a snapshot that did not capture it).
-pub fn read_nodes(host: &Host) -> Vec<NumaNode> {
+pub(crate) fn read_nodes(host: &Host) -> Vec<NumaNode> {
     let base = "/sys/devices/system/node";
     let Ok(Some(names)) = host.list_dir(base) else {
         return Vec::new();
@@ -70,7 +70,7 @@ pub fn cpumap_to_cpulist(map: &str) -> Option<String> {
 }
 
 /// Sorted CPU numbers → `0-3,8,10-11`.
-pub fn format_cpulist(cpus: &[usize]) -> String {
+pub(crate) fn format_cpulist(cpus: &[usize]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < cpus.len() {
@@ -134,7 +134,7 @@ pub fn parse_cpuinfo(text: &str) -> CpuFacts {
 }
 
 /// `/proc/cpuinfo` through the host; default (all None) when unreadable.
-pub fn read_cpu_facts(host: &Host) -> CpuFacts {
+pub(crate) fn read_cpu_facts(host: &Host) -> CpuFacts {
     host.read("/proc/cpuinfo")
         .map(|t| parse_cpuinfo(&t))
         .unwrap_or_default()

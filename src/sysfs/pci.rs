@@ -54,11 +54,11 @@ pub struct PciLink {
 
 impl PciLink {
     /// Width below maximum: a fault wherever it happens.
-    pub fn width_degraded(&self) -> bool {
+    pub(crate) fn width_degraded(&self) -> bool {
         matches!((self.current_width, self.max_width), (Some(c), Some(m)) if c < m)
     }
     /// Speed below maximum: a fault on a NIC; on an idle GPU it is power saving.
-    pub fn speed_degraded(&self) -> bool {
+    pub(crate) fn speed_degraded(&self) -> bool {
         matches!((&self.current_speed, &self.max_speed), (Some(c), Some(m)) if c.gts < m.gts)
     }
 }
@@ -114,13 +114,13 @@ macro_rules! hex_serde {
     ($name:ident, $width:literal) => {
         mod $name {
             use serde::{Deserialize, Deserializer, Serializer};
-            pub fn serialize<S: Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+            pub(crate) fn serialize<S: Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
                 match v {
                     Some(v) => s.serialize_str(&format!("0x{:0w$x}", v, w = $width)),
                     None => s.serialize_none(),
                 }
             }
-            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+            pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
                 let v: Option<String> = Option::deserialize(d)?;
                 match v {
                     None => Ok(None),
@@ -136,7 +136,7 @@ hex_serde!(hex4, 4);
 hex_serde!(hex6, 6);
 
 /// The identity files of the function at host path `dev`.
-pub fn read_ident(host: &Host, dev: &str) -> PciIdent {
+pub(crate) fn read_ident(host: &Host, dev: &str) -> PciIdent {
     let get = |name: &str| host.attr(format!("{dev}/{name}")).value().and_then(parse_hex_id);
     PciIdent {
         class: get("class"),
@@ -166,7 +166,7 @@ impl PciChain {
         &self.functions[..self.functions.len().saturating_sub(1)]
     }
     /// The canonical sysfs path of function `i` of the chain (`/sys/devices/.../<bdf>`).
-    pub fn path_of(&self, prefix: &str, i: usize) -> String {
+    pub(crate) fn path_of(&self, prefix: &str, i: usize) -> String {
         let mut p = format!("{prefix}/{}", self.root);
         for f in &self.functions[..=i.min(self.functions.len().saturating_sub(1))] {
             p.push('/');
@@ -211,7 +211,7 @@ pub fn parse_chain(path: &str) -> Option<(String, PciChain)> {
 }
 
 /// Resolve `/sys/bus/pci/devices/<bdf>` (or any device symlink) to its chain.
-pub fn read_chain(host: &Host, link: &str) -> Result<(String, PciChain), ChainError> {
+pub(crate) fn read_chain(host: &Host, link: &str) -> Result<(String, PciChain), ChainError> {
     let real = host
         .realpath(link)
         .map_err(|e| ChainError::Resolve(e.to_string()))?;
@@ -223,7 +223,7 @@ pub fn read_chain(host: &Host, link: &str) -> Result<(String, PciChain), ChainEr
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ChainError {
+pub(crate) enum ChainError {
     #[error("{0}")]
     Resolve(String),
     #[error("{0} does not exist")]
@@ -234,7 +234,7 @@ pub enum ChainError {
 
 /// Only `max_link_speed`/`max_link_width` of the function at `dev` (an upstream port: what
 /// the slot allows).
-pub fn read_link_max(host: &Host, dev: &str) -> (Option<LinkSpeed>, Option<u32>) {
+pub(crate) fn read_link_max(host: &Host, dev: &str) -> (Option<LinkSpeed>, Option<u32>) {
     let get = |name: &str| host.attr(format!("{dev}/{name}")).value().map(str::to_string);
     (
         get("max_link_speed").and_then(|s| parse_link_speed(&s)),

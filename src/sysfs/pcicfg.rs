@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use crate::host::{Attr, Host};
 
-pub const ACS_CAP_ID: u16 = 0x000d;
+pub(crate) const ACS_CAP_ID: u16 = 0x000d;
 /// The control bits in `lspci`'s order and spelling.
-pub const ACS_BITS: [(u16, &str); 7] = [
+pub(crate) const ACS_BITS: [(u16, &str); 7] = [
     (0x01, "SrcValid"),
     (0x02, "TransBlk"),
     (0x04, "ReqRedir"),
@@ -23,7 +23,7 @@ pub const ACS_BITS: [(u16, &str); 7] = [
     (0x40, "DirectTrans"),
 ];
 /// Request and completion redirect: P2P goes up to the root complex.
-pub const ACS_REDIRECT: u16 = 0x04 | 0x08;
+pub(crate) const ACS_REDIRECT: u16 = 0x04 | 0x08;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -46,7 +46,7 @@ pub enum Acs {
 }
 
 /// `lspci`'s rendering of a control word.
-pub fn ctrl_text(ctrl: u16) -> String {
+pub(crate) fn ctrl_text(ctrl: u16) -> String {
     ACS_BITS
         .iter()
         .map(|(bit, name)| format!("{name}{}", if ctrl & bit != 0 { '+' } else { '-' }))
@@ -65,7 +65,7 @@ fn u16_at(b: &[u8], off: usize) -> Option<u16> {
 }
 
 /// Find ACS in a config space image (config space is little-endian).
-pub fn parse_acs(config: &[u8]) -> Acs {
+pub(crate) fn parse_acs(config: &[u8]) -> Acs {
     if config.len() < 0x104 {
         return Acs::Unknown {
             bytes_read: config.len(),
@@ -111,7 +111,7 @@ pub fn parse_acs(config: &[u8]) -> Acs {
 }
 
 /// Read `<dev>/config` (a sysfs device path) and find ACS.
-pub fn read_acs(host: &Host, dev: &str) -> Acs {
+pub(crate) fn read_acs(host: &Host, dev: &str) -> Acs {
     let path = format!("{dev}/config");
     match host.read_bytes(&path) {
         Ok(b) => parse_acs(&b),

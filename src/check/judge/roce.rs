@@ -142,7 +142,7 @@ pub(crate) fn prio_list(v: &[u8]) -> String {
 
 /// PFC as the qos probe reads it: DCB's `pfc_en`, else the priorities the driver keeps pause
 /// counters for (mlx5 keeps them only where PFC is on), when it keeps a counter set at all.
-pub fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
+pub(crate) fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
     i.dcb.pfc_enabled.clone().or_else(|| {
         (i.ethtool.error.is_none() && i.priorities.iter().all(|p| p.pfc_counters.is_some()))
             .then(|| i.ethtool.pfc_priorities_from_counters.clone())
@@ -151,7 +151,7 @@ pub fn pfc_of(i: &QosIf) -> Option<Vec<u8>> {
 
 /// ECN (DCQCN) on, per priority: reaction point and notification point both enabled.
 /// `(on, half)`: priorities with both, priorities with only one of the two.
-pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
     let e = i.ecn.as_ref()?;
     let on = (0..8u8)
         .filter(|p| e.rp_enabled.contains(p) && e.np_enabled.contains(p))
@@ -163,7 +163,7 @@ pub fn ecn_of(i: &QosIf) -> Option<(Vec<u8>, Vec<u8>)> {
 }
 
 /// Global (802.3x) pause on: the driver keeps global pause counters only while it is on.
-pub fn global_pause_of(i: &QosIf) -> Option<bool> {
+pub(crate) fn global_pause_of(i: &QosIf) -> Option<bool> {
     i.ethtool
         .error
         .is_none()

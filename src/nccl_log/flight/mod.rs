@@ -119,7 +119,7 @@ impl Call {
     }
 
     /// `send 0->1` / `recv 1<-0`: the group ranks of the two ends, where the name says.
-    pub fn p2p_ends(&self) -> Option<(u32, Option<u32>)> {
+    pub(crate) fn p2p_ends(&self) -> Option<(u32, Option<u32>)> {
         let meta = self.op.split_whitespace().nth(1)?;
         if let Some((s, d)) = meta.split_once("->") {
             return Some((s.parse().ok()?, d.parse().ok()));
@@ -172,14 +172,14 @@ struct GroupSeen {
 
 impl RankDump {
     /// The oldest record kept, for saying how far back the buffer reaches.
-    pub fn oldest(&self) -> Option<&Call> {
+    pub(crate) fn oldest(&self) -> Option<&Call> {
         self.oldest.as_ref()
     }
     /// The newest collective of this group in the dump.
-    pub fn last_in(&self, group: &str) -> Option<&Call> {
+    pub(crate) fn last_in(&self, group: &str) -> Option<&Call> {
         self.groups.get(group).and_then(|g| g.last.as_ref())
     }
-    pub fn last_p2p_in(&self, group: &str) -> Option<&Call> {
+    pub(crate) fn last_p2p_in(&self, group: &str) -> Option<&Call> {
         self.groups.get(group).and_then(|g| g.last_p2p.as_ref())
     }
 }
@@ -370,7 +370,7 @@ fn sorted(mut v: Vec<u32>) -> Vec<u32> {
 /// The job's report: the NCCL logs' and the dumps' verdicts in one list (root cause first),
 /// with the flight recorder's own section.
 #[derive(Debug, Serialize)]
-pub struct JobReport<'a> {
+pub(crate) struct JobReport<'a> {
     #[serde(flatten)]
     pub log: &'a super::Report,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -378,7 +378,7 @@ pub struct JobReport<'a> {
 }
 
 /// Global rank -> host as the logs say (a rank the logs put on two hosts is left out).
-pub fn rank_hosts(r: &super::Report) -> BTreeMap<u32, String> {
+pub(crate) fn rank_hosts(r: &super::Report) -> BTreeMap<u32, String> {
     let mut out: BTreeMap<u32, String> = BTreeMap::new();
     let mut twice = BTreeSet::new();
     for h in r.summary.hosts.iter().filter(|h| !h.host.is_empty()) {

@@ -82,7 +82,7 @@ pub struct RawDump {
 /// One entry as decoded, its text borrowed from the dump's bytes where the decoder can
 /// (JSON without escapes): entries are folded one at a time ([`super::fold`]), never kept.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawEntry<'a> {
+pub(crate) struct RawEntry<'a> {
     #[serde(default, deserialize_with = "int")]
     pub record_id: Option<i64>,
     #[serde(default, deserialize_with = "int")]
@@ -116,7 +116,7 @@ pub struct RawEntry<'a> {
 /// A string as the decoder hands it: borrowed where it can be, else owned; None or null
 /// is `Str(None)`.
 #[derive(Debug, Default)]
-pub struct Str<'a>(pub Option<Cow<'a, str>>);
+pub(crate) struct Str<'a>(pub Option<Cow<'a, str>>);
 
 impl Str<'_> {
     pub fn get(&self) -> Option<&str> {
@@ -157,7 +157,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 
 /// An entry's `process_group`: its name and description (the first two items).
 #[derive(Debug, Default)]
-pub struct Pg<'a> {
+pub(crate) struct Pg<'a> {
     pub name: Str<'a>,
     pub desc: Str<'a>,
 }
@@ -193,11 +193,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Pg<'a> {
 /// A list of tensor shapes (`[[4, 8], [2]]`) flattened into one allocation: per tensor its
 /// number of dimensions, then the dimensions. None, null and `[]` are all empty.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
-pub struct Sizes(pub Vec<i64>);
+pub(crate) struct Sizes(pub Vec<i64>);
 
 impl Sizes {
     /// Back to one list per tensor.
-    pub fn nested(&self) -> Vec<Vec<i64>> {
+    pub(crate) fn nested(&self) -> Vec<Vec<i64>> {
         let mut out = Vec::new();
         let mut rest = self.0.as_slice();
         while let Some((&n, tail)) = rest.split_first() {
@@ -339,7 +339,7 @@ fn known_version(v: &str) -> bool {
 
 /// The rank a dump belongs to: PyTorch's writer names the file `<prefix><rank>` (the dump
 /// itself does not say); a `.json` or `.pkl` suffix someone added is allowed.
-pub fn rank_from_name(file: &str) -> Result<u32, DumpError> {
+pub(crate) fn rank_from_name(file: &str) -> Result<u32, DumpError> {
     let base = file.rsplit('/').next().unwrap_or(file);
     let stem = [".json", ".pkl", ".pickle"]
         .iter()
@@ -429,7 +429,7 @@ fn rank_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u32>>, D::Err
 }
 
 /// `"[0, 1, 2]"` (PyTorch's `ranks_str`) to ranks.
-pub fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
     let inner = s
         .trim()
         .strip_prefix('[')

@@ -17,7 +17,7 @@ pub fn ticks(max: f64, want: usize) -> Vec<f64> {
 }
 
 /// `4K`, `32M`, `1G`: a message size as nccl-tests' flags write it (powers of 1024). Pure.
-pub fn size_label(bytes: u64) -> String {
+pub(crate) fn size_label(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (u, s) in UNITS {
         if bytes >= u && bytes.is_multiple_of(u) {
@@ -36,7 +36,7 @@ pub fn num(v: f64) -> String {
 /// The heatmap's colour for a fraction of the expected rate: red up to 0.3 (a link at a
 /// third of its peers is as bad as one at a tenth), amber near 0.6, green from 0.95 (what
 /// the eye reads as "as expected"). Readable on light and dark. Pure.
-pub fn fraction_colour(f: f64) -> String {
+pub(crate) fn fraction_colour(f: f64) -> String {
     let f = if f.is_finite() { f } else { 0.0 };
     let hue = ((f - 0.3) / 0.65).clamp(0.0, 1.0) * 125.0;
     format!("hsl({hue:.0},70%,45%)")

@@ -90,7 +90,7 @@ struct NodeState {
 
 /// How the fleet map groups its nodes: a pattern whose first capture (else whole match)
 /// names the group (`rack(\d+)`), else rows of [`ROW`] in order.
-pub struct Grouping<'a>(pub Option<&'a regex::Regex>);
+pub(crate) struct Grouping<'a>(pub Option<&'a regex::Regex>);
 
 const ROW: usize = 40;
 

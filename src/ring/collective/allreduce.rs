@@ -19,7 +19,7 @@ use crate::ring::model::{ChunkWaits, Phase, Position, Rank, WaitReport};
 const SLICE: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Error)]
-pub enum RingError {
+pub(crate) enum RingError {
     /// A data wait passed its deadline; the report says where.
     #[error("{1}")]
     Stuck(Box<WaitReport>, TransportError),
@@ -97,7 +97,7 @@ impl RingError {
 
 /// One channel's ring links: to the successor and from the predecessor, and their long
 /// waits over the sweep.
-pub struct ChannelLinks {
+pub(crate) struct ChannelLinks {
     pub send: Box<dyn SendLink>,
     pub recv: Box<dyn RecvLink>,
     pub trace: ChunkTrace,
@@ -113,7 +113,7 @@ const TRACE_KEEP: usize = 256;
 /// long waits to receive and delays to send by chunk ([`ChunkWaits`]): the coordinator
 /// tells a link's own stall from the wait its sender passed on.
 #[derive(Debug, Default)]
-pub struct ChunkTrace {
+pub(crate) struct ChunkTrace {
     received: u64,
     sent: u64,
     last_received: Option<Instant>,
@@ -273,7 +273,7 @@ impl Progress {
 /// The report of the channel that has waited longest (the one worth a heartbeat), with
 /// `progress` the total over all channels: one counter that moves while any channel does
 /// (the watchdog compares successive heartbeats' counters).
-pub fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
+pub(crate) fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
     let total = progress
         .iter()
         .map(|p| p.progress.load(Ordering::Relaxed))
@@ -307,16 +307,16 @@ pub struct Ring {
 }
 
 impl Ring {
-    pub fn pred(&self) -> Rank {
+    pub(crate) fn pred(&self) -> Rank {
         (self.rank + self.world - 1) % self.world
     }
-    pub fn succ(&self) -> Rank {
+    pub(crate) fn succ(&self) -> Rank {
         (self.rank + 1) % self.world
     }
 }
 
 /// Elements of channel `c` of `channels` over `count` elements (contiguous split).
-pub fn channel_range(count: usize, channels: usize, c: usize) -> Range<usize> {
+pub(crate) fn channel_range(count: usize, channels: usize, c: usize) -> Range<usize> {
     let per = count.div_ceil(channels.max(1));
     let lo = (c * per).min(count);
     lo..((c + 1) * per).min(count)
@@ -330,11 +330,11 @@ fn segment(len: usize, n: usize, j: usize) -> Range<usize> {
 }
 
 /// The value rank `r` contributes at element `i`: a small integer, so sums are exact.
-pub fn input_value(r: Rank, i: usize) -> f32 {
+pub(crate) fn input_value(r: Rank, i: usize) -> f32 {
     (((i as u64).wrapping_mul(31).wrapping_add(r as u64 * 17) % 251) as i32 - 125) as f32
 }
 
-pub fn fill_input(r: Rank, offset: usize, buf: &mut [f32]) {
+pub(crate) fn fill_input(r: Rank, offset: usize, buf: &mut [f32]) {
     for (k, v) in buf.iter_mut().enumerate() {
         *v = input_value(r, offset + k);
     }
@@ -348,7 +348,7 @@ const PATTERN: usize = 251;
 /// ranks contribute every residue once (17 is invertible mod 251), summing to zero. So the
 /// table costs 251 x (world % 251) additions, once per size, and the check is O(count),
 /// never O(count x world).
-pub struct ExpectedSums([f32; PATTERN]);
+pub(crate) struct ExpectedSums([f32; PATTERN]);
 
 impl ExpectedSums {
     pub fn new(world: u32) -> ExpectedSums {
@@ -363,13 +363,14 @@ impl ExpectedSums {
     }
 
     /// The exact sum at element `i`.
+    #[cfg(test)]
     pub fn at(&self, i: usize) -> f32 {
         self.0[i % PATTERN]
     }
 }
 
 /// Count elements of `out` that differ from the exact sum over `world` ranks. O(count).
-pub fn count_wrong(world: u32, out: &[f32]) -> u64 {
+pub(crate) fn count_wrong(world: u32, out: &[f32]) -> u64 {
     let want = ExpectedSums::new(world);
     // Walk the pattern in step with the elements: no division per element.
     out.chunks(PATTERN)
@@ -511,7 +512,7 @@ impl Chan<'_> {
 /// One channel's part of an AllReduce over this channel's range: out of place with
 /// `input` Some (distinct buffers), in place with None (`output` holds the input and is
 /// reduced where it lies). `chunk` is the segment size in elements (at most a slot).
-pub fn allreduce_channel(
+pub(crate) fn allreduce_channel(
     ring: Ring,
     links: &mut ChannelLinks,
     progress: &Progress,
@@ -634,7 +635,7 @@ impl Chan<'_> {
 
 /// Segment size in elements for a message of `bytes` over `channels` rings of `world`
 /// ranks, limited by the slot size: every rank computes the same value.
-pub fn chunk_elems(bytes: u64, world: u32, channels: u32, slot_bytes: usize) -> usize {
+pub(crate) fn chunk_elems(bytes: u64, world: u32, channels: u32, slot_bytes: usize) -> usize {
     let count = (bytes / 4) as usize;
     let per_channel = count.div_ceil(channels.max(1) as usize);
     per_channel
@@ -644,7 +645,7 @@ pub fn chunk_elems(bytes: u64, world: u32, channels: u32, slot_bytes: usize) -> 
 
 /// One size's outcome on this rank.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SizeResult {
+pub(crate) struct SizeResult {
     pub bytes: u64,
     /// Mean time of one timed iteration.
     pub seconds: f64,
@@ -659,7 +660,7 @@ pub struct SizeResult {
 /// (before the run starts, so no peer waits on it); each size uses a prefix (the input
 /// pattern is indexed by element, so a prefix is that size's input).
 #[derive(Default)]
-pub struct Buffers {
+pub(crate) struct Buffers {
     input: Vec<f32>,
     output: Vec<f32>,
 }
@@ -682,7 +683,7 @@ impl Buffers {
     }
 }
 
-pub struct SizeSpec {
+pub(crate) struct SizeSpec {
     pub bytes: u64,
     pub warmup: u32,
     pub iters: u32,
@@ -696,7 +697,7 @@ pub struct SizeSpec {
 /// Run warm-up and timed iterations for one size across all channels (one thread each).
 /// In place, the timed iterations keep reducing their own results, so the check is one
 /// more iteration after the timer stops, on freshly filled input (as nccl-tests checks).
-pub fn run_size(
+pub(crate) fn run_size(
     ring: Ring,
     links: &mut [ChannelLinks],
     progress: &[Progress],

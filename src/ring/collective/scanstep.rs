@@ -13,16 +13,16 @@ use crate::ring::model::{AbortFlag, LinkSample, Phase, Rank, RankInfo, WaitRepor
 use crate::ring::schedstat;
 
 /// Scan links use their own tags, apart from the ring's channels (0..64).
-pub const SCAN_TAG: u32 = 1 << 16;
+pub(crate) const SCAN_TAG: u32 = 1 << 16;
 
 /// The tag of scan order `index`'s links: one per index, so each order's connections are
 /// told apart at the accepting end.
-pub fn scan_tag(index: u32) -> u32 {
+pub(crate) fn scan_tag(index: u32) -> u32 {
     SCAN_TAG + (index & 0xffff)
 }
 
 /// What a rank needs to open and run scan links.
-pub struct RankCtx<'a> {
+pub(crate) struct RankCtx<'a> {
     pub me: Rank,
     pub world: u32,
     pub token: &'a str,
@@ -40,7 +40,7 @@ pub struct RankCtx<'a> {
 /// connections, a new index opens new ones (new source ports, so a hashed path changes:
 /// what confirms a suspect). Closed at the end of the run.
 #[derive(Default)]
-pub struct ScanLinks {
+pub(crate) struct ScanLinks {
     by_index: BTreeMap<u32, LinkPair>,
 }
 
@@ -53,7 +53,7 @@ const SLICE: Duration = Duration::from_millis(50);
 /// Run one order on this rank; returns the samples of the link into it. A data wait past
 /// `ctx.timeout` calls `on_stuck` with the report at once (for the coordinator).
 #[allow(clippy::too_many_arguments)]
-pub fn run_order(
+pub(crate) fn run_order(
     ctx: &RankCtx,
     fabric: &dyn Fabric,
     links: &mut ScanLinks,

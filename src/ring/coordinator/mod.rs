@@ -50,17 +50,17 @@ use serve::Serve;
 pub use serve::{LoopStats, unacked_since};
 
 /// Rejected connections listed one by one in the report; the rest are counted.
-pub const MAX_REJECTED_EVENTS: usize = 32;
+pub(crate) const MAX_REJECTED_EVENTS: usize = 32;
 /// How much of a rejection's reason is kept (it may quote what the peer sent).
 const MAX_REASON_CHARS: usize = 240;
 /// How often the silence and TCP_INFO checks run, and the judge while some rank could be
 /// judged (a silence or a standstill past its deadline, a wait, a failure); besides right
 /// after a failure report. Each costs O(ranks concerned), not O(world).
-pub const JUDGE_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const JUDGE_EVERY: Duration = Duration::from_millis(100);
 /// How often the judge runs while no rank is near a deadline (its cost is O(world): 16,384
 /// ranks every 100 ms were most of the loop's time). A judge that reads state of its own
 /// (a rail stopped by another) hears it within this.
-pub const JUDGE_IDLE: Duration = Duration::from_secs(1);
+pub(crate) const JUDGE_IDLE: Duration = Duration::from_secs(1);
 
 /// Something the coordinator saw that the user should know about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -157,7 +157,7 @@ pub struct CoordinatorConfig {
 
 impl CoordinatorConfig {
     /// Ring rank `r` as people are told it (see [`CoordinatorConfig::nodes`]).
-    pub fn node_of(&self, r: Rank) -> Rank {
+    pub(crate) fn node_of(&self, r: Rank) -> Rank {
         self.nodes.get(r as usize).copied().unwrap_or(r)
     }
 
@@ -173,12 +173,12 @@ impl CoordinatorConfig {
 }
 
 /// See [`CoordinatorConfig::rings`].
-pub type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
+pub(crate) type RingsFn = Arc<dyn Fn(u32) -> Vec<RingOrder> + Send + Sync>;
 /// Makes the scan's driver for a world of n ranks.
-pub type ScanFn = Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>;
+pub(crate) type ScanFn = Arc<dyn Fn(usize) -> Box<dyn ScanDriver> + Send + Sync>;
 
 /// See [`CoordinatorConfig::on_row`].
-pub type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
+pub(crate) type RowSink = Arc<dyn Fn(&[RankInfo], Vec<RowResult>) + Send + Sync>;
 
 /// The coordinator's side of the link scan (`diagnosis::driver::Driver`): which order runs
 /// next after each rank's samples, and the scan's report at the end.
@@ -294,7 +294,7 @@ impl CoordinatorReport {
     }
 
     /// The count of unlisted rejections as the last event (once, at the end).
-    pub fn close_events(&mut self) {
+    pub(crate) fn close_events(&mut self) {
         if self.rejected_unlisted > 0 {
             self.events.push(Event::MoreRejected {
                 count: self.rejected_unlisted,
@@ -351,7 +351,7 @@ pub fn coordinate(listener: TcpListener, cfg: CoordinatorConfig) -> CoordinatorR
 }
 
 /// [`coordinate`] with the door's and the queues' limits given (tests shorten them).
-pub fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Limits) -> CoordinatorReport {
+pub(crate) fn coordinate_with(listener: TcpListener, cfg: CoordinatorConfig, limits: Limits) -> CoordinatorReport {
     let start = Instant::now();
     let mut rep = CoordinatorReport::default();
     let (mut plane, door) = match open_loop(&cfg, &limits) {

@@ -24,7 +24,7 @@ use crate::ring::model::{LinkSample, Rank, RankInfo, Verdict, VerdictKind, shown
 
 /// New connections a slow link must be slow on to stand as the link: a healthy pair that
 /// lands on a slow path once in 30 connections does so twice more once in 900.
-pub const LINK_NEW_CONNECTIONS: usize = 2;
+pub(crate) const LINK_NEW_CONNECTIONS: usize = 2;
 
 /// A new connection must run this much faster than the first one's figure before the
 /// slowness is said to move with the connection (else the figures are too close to tell).
@@ -32,7 +32,7 @@ const PATH_FRACTION: f64 = 0.75;
 
 /// The verdicts that stood and the suspects that did not.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Confirmed {
+pub(crate) struct Confirmed {
     pub verdicts: Vec<Verdict>,
     /// Suspects not confirmed (evidence `unconfirmed: true`): figures, not verdicts.
     pub unconfirmed: Vec<Verdict>,
@@ -76,7 +76,7 @@ fn new_figures(conns: &BTreeMap<(Rank, Rank), BTreeMap<u32, f64>>, from: Rank, t
 
 /// Sort the analysis's verdicts into confirmed ones (slow paths among them) and
 /// unconfirmed suspects. Verdicts of other kinds pass unchanged.
-pub fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy: &Thresholds) -> Confirmed {
+pub(crate) fn confirm(ranks: &[RankInfo], a: &Analysis, samples: &[LinkSample], policy: &Thresholds) -> Confirmed {
     let conns = connections(samples);
     let Some(reference) = a.median_gbs else {
         return Confirmed::default();

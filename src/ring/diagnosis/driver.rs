@@ -22,7 +22,7 @@ pub const MAX_CONFIRM: usize = 8;
 
 /// Orders after the plan that run whatever `--scan-time` says, when there are suspects:
 /// new partners, then a re-run and two new connections, enough to confirm one suspect.
-pub const MIN_CONFIRM: usize = 4;
+pub(crate) const MIN_CONFIRM: usize = 4;
 
 /// The scan's options, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -157,7 +157,7 @@ enum Stage {
 }
 
 /// The coordinator's side of the scan.
-pub struct Driver {
+pub(crate) struct Driver {
     n: usize,
     opts: ScanOptions,
     policy: Thresholds,
@@ -244,7 +244,7 @@ impl Driver {
     }
 
     /// Samples of the current order from `rank`. Samples for another order are ignored.
-    pub fn on_samples(
+    pub(crate) fn on_samples(
         &mut self,
         rank: Rank,
         index: u32,
@@ -411,7 +411,7 @@ impl Driver {
 
     /// What `rank`'s data port carried in the current order, once per rank and order
     /// (before its samples of it: those end its part of the order).
-    pub fn on_traffic(&mut self, rank: Rank, index: u32, t: &PortTraffic) {
+    pub(crate) fn on_traffic(&mut self, rank: Rank, index: u32, t: &PortTraffic) {
         if self.current.is_some_and(|c| c.0 == index) && self.pending.contains(&rank) {
             self.traffic.add(rank, t);
         }

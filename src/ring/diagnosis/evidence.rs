@@ -10,7 +10,7 @@ use crate::ring::model::CounterMove;
 
 /// Counters worth showing as evidence: errors, drops, retransmissions, timeouts, pauses,
 /// congestion notifications; not the data and packet counts that always move.
-pub fn is_evidence(name: &str) -> bool {
+pub(crate) fn is_evidence(name: &str) -> bool {
     const MARKS: &[&str] = &[
         "err",
         "discard",
@@ -82,7 +82,7 @@ pub fn moved(
 
 /// Most moved counters one rank reports (the biggest changes kept): a control message stays
 /// small whatever the NIC exposes.
-pub const MAX_MOVES: usize = 64;
+pub(crate) const MAX_MOVES: usize = 64;
 
 /// Keep the `MAX_MOVES` biggest changes, in device, port, counter order. Pure.
 pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
@@ -98,7 +98,7 @@ pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
 /// rank (`from_rank` or `to_rank`), under `evidence.port_counters`
 /// (`"rank R <device> port P <counter>": delta`, `"rank R <netdev> <counter>"` for a
 /// netdev's own counter, R as `ranks` names it). Pure.
-pub fn attach(
+pub(crate) fn attach(
     verdicts: &mut [crate::ring::model::Verdict],
     moved: &BTreeMap<u32, Vec<CounterMove>>,
     ranks: &[crate::ring::model::RankInfo],

@@ -104,7 +104,7 @@ pub fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankI
 /// takes only what was measured across its port and what a link that went down and came
 /// back makes of a measurement (issue 45: a hiccup reported as what it was). Each kind is
 /// decided here, without a catch-all: a new kind must be weighed.
-pub fn explained_by(v: &Verdict, stalls: &[Stall], flapped: &BTreeSet<Rank>) -> Option<Rank> {
+pub(crate) fn explained_by(v: &Verdict, stalls: &[Stall], flapped: &BTreeSet<Rank>) -> Option<Rank> {
     use VerdictKind::*;
     let on = |r: Option<Rank>| r.filter(|r| flapped.contains(r));
     match v.kind {
@@ -179,7 +179,7 @@ fn label(v: &Verdict, stalls: &[Stall], ranks: &[RankInfo]) -> String {
 /// message and evidence (`stalls` for the stalled links, `explains` for the others: kind,
 /// ranks, the message it would have had), never a verdict of its own: no MTU ping, no drain
 /// or ticket for a hiccup.
-pub fn absorb(
+pub(crate) fn absorb(
     flaps: &mut [Verdict],
     weighed: Vec<(Verdict, Vec<Stall>)>,
     ranks: &[RankInfo],

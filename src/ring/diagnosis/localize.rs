@@ -85,7 +85,7 @@ impl Default for Thresholds {
 
 /// One directed link's aggregate over the scan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LinkStat {
+pub(crate) struct LinkStat {
     pub from_rank: Rank,
     pub to_rank: Rank,
     /// Upper median of the link's samples, 10^9 bytes/s.
@@ -107,7 +107,7 @@ pub struct FabricSlow {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     /// The run's median link (the upper median of the per-link figures); None: no samples.
     pub median_gbs: Option<f64>,
     /// Every measured link, sorted by (from, to).
@@ -179,7 +179,7 @@ fn upper_median(values: &[f64]) -> Option<f64> {
 }
 
 /// Per-link medians, per-cell slowness, then rows, columns and isolated cells.
-pub fn analyze(
+pub(crate) fn analyze(
     ranks: &[RankInfo],
     samples: &[LinkSample],
     policy: &Thresholds,
@@ -1126,7 +1126,7 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
 
 /// `3.6 GB/s`, `0.45 GB/s`, `23 GB/s`; below 0.1 GB/s in MB/s (`52 MB/s`, `4.2 MB/s`),
 /// where two decimals of GB/s would read as zero.
-pub fn fmt_gbs(x: f64) -> String {
+pub(crate) fn fmt_gbs(x: f64) -> String {
     if x >= 20.0 {
         format!("{x:.0} GB/s")
     } else if x >= 0.95 {
@@ -1146,7 +1146,7 @@ pub fn fmt_gbs(x: f64) -> String {
 }
 
 /// A rate in a table cell: three decimals of GB/s, or of MB/s below 0.1 GB/s.
-pub fn fmt_rate_cell(x: f64) -> String {
+pub(crate) fn fmt_rate_cell(x: f64) -> String {
     if x >= 0.1 {
         format!("{x:.3} GB/s")
     } else {
@@ -1197,7 +1197,7 @@ pub mod sim {
     pub struct Rng(pub u64);
 
     impl Rng {
-        pub fn next_u64(&mut self) -> u64 {
+        pub(crate) fn next_u64(&mut self) -> u64 {
             let mut x = self.0.max(1);
             x ^= x << 13;
             x ^= x >> 7;

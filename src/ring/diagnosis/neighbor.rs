@@ -39,7 +39,7 @@ fn first(v: Option<&Value>) -> Option<&Value> {
 /// (`{"lldp": [{"interface": [{"name": "eth3", "chassis": [{"id": [{"type", "value"}],
 /// "name": [{"value"}]}], "port": [{"id": [...], "descr": [...]}]}]}]}`). Pure; None when
 /// it lists none for `ifname` or names no switch and port.
-pub fn from_lldpcli(text: &str, ifname: &str) -> Option<Neighbor> {
+pub(crate) fn from_lldpcli(text: &str, ifname: &str) -> Option<Neighbor> {
     let v: Value = serde_json::from_str(text).ok()?;
     let lldp = first(v.get("lldp"))?;
     let ifaces = lldp.get("interface")?.as_array()?;
@@ -62,7 +62,7 @@ pub fn from_lldpcli(text: &str, ifname: &str) -> Option<Neighbor> {
 }
 
 /// The neighbour an LLDPDU names. Pure; None when it names no switch and port.
-pub fn from_frame(d: &Lldpdu) -> Option<Neighbor> {
+pub(crate) fn from_frame(d: &Lldpdu) -> Option<Neighbor> {
     Neighbor {
         system_name: d.system_name.clone(),
         chassis_id: d.chassis_id.clone(),
@@ -86,7 +86,7 @@ fn local_port(i: &RankInfo) -> Option<String> {
 }
 
 /// `node-b mlx5_3 (eth3) <-> leaf-07 Eth1/12`, for a rank whose neighbour is known. Pure.
-pub fn end_text(i: &RankInfo) -> Option<String> {
+pub(crate) fn end_text(i: &RankInfo) -> Option<String> {
     let n = i.neighbor.as_ref()?;
     let mine = match local_port(i) {
         Some(p) => format!("{} {p}", i.host),
@@ -99,7 +99,7 @@ pub fn end_text(i: &RankInfo) -> Option<String> {
 /// `{"from": {...}, "to": {...}}`, the switch port at each end it names whose neighbour is
 /// known (host, rank, the local port, the LLDP fields, source, and the `text` a ticket
 /// quotes). Ends without a known neighbour are left out; nothing is invented. Pure.
-pub fn attach(verdicts: &mut [Verdict], ranks: &[RankInfo]) {
+pub(crate) fn attach(verdicts: &mut [Verdict], ranks: &[RankInfo]) {
     for v in verdicts.iter_mut() {
         if v.kind.action() == Action::Investigate || v.kind == VerdictKind::RailStopped {
             continue;

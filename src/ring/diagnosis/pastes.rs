@@ -11,7 +11,7 @@ pub fn commands(next: &str) -> Vec<&str> {
 
 /// Panics naming the verdict when its next step has a command that does not paste. Returns
 /// the commands it checked, so a caller can insist there were some.
-pub fn assert_next_pastes(v: &Verdict) -> Vec<String> {
+pub(crate) fn assert_next_pastes(v: &Verdict) -> Vec<String> {
     let Some(next) = &v.next else { return Vec::new() };
     assert_eq!(
         next.matches('`').count() % 2,

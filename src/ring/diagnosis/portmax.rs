@@ -13,7 +13,7 @@ use crate::ring::model::PcieLink;
 use crate::sysfs::pci::PciLink;
 
 /// The four figures of a PCIe link, where sysfs gave all of them. Pure.
-pub fn pcie_link(l: &PciLink) -> Option<PcieLink> {
+pub(crate) fn pcie_link(l: &PciLink) -> Option<PcieLink> {
     let mts =
         |gts: f64| (gts.is_finite() && gts > 0.0 && gts <= 128.0).then(|| (gts * 1000.0).round() as u32);
     Some(PcieLink {
@@ -25,7 +25,7 @@ pub fn pcie_link(l: &PciLink) -> Option<PcieLink> {
 }
 
 /// `400000baseCR4/Full` -> 400000 (Mb/s). Pure.
-pub fn mode_mbps(mode: &str) -> Option<u64> {
+pub(crate) fn mode_mbps(mode: &str) -> Option<u64> {
     let digits: String = mode.chars().take_while(char::is_ascii_digit).collect();
     let rest = &mode[digits.len()..];
     if digits.is_empty() || !rest.starts_with("base") {
@@ -54,7 +54,7 @@ fn modes<'a>(text: &'a str, label: &str) -> Option<Vec<&'a str>> {
 /// The fastest link mode both ends advertise in `ethtool IF` output (ours: `Advertised link
 /// modes`, else `Supported link modes`; theirs: `Link partner advertised link modes`), as
 /// (Mb/s, mode). None when either side reports none (no autonegotiation, a veth). Pure.
-pub fn parse_ethtool(text: &str) -> Option<(u64, String)> {
+pub(crate) fn parse_ethtool(text: &str) -> Option<(u64, String)> {
     let ours = modes(text, "Advertised link modes:").or_else(|| modes(text, "Supported link modes:"))?;
     let theirs = modes(text, "Link partner advertised link modes:")?;
     ours.iter()

@@ -48,7 +48,7 @@ fn port_max_rate(ranks: &[RankInfo], r: Rank) -> Option<(f64, Option<String>)> {
 /// Each rank's expected rate: the highest of its own, its peers' majority rate and the
 /// fastest mode its port and the link partner both advertise. A rank with no rate of its
 /// own stays unknown (nothing was read for it).
-pub fn expected_rates(ranks: &[RankInfo], rates: &BTreeMap<Rank, f64>) -> BTreeMap<Rank, f64> {
+pub(crate) fn expected_rates(ranks: &[RankInfo], rates: &BTreeMap<Rank, f64>) -> BTreeMap<Rank, f64> {
     rates
         .iter()
         .filter(|(_, g)| g.is_finite() && **g > 0.0)
@@ -61,7 +61,7 @@ pub fn expected_rates(ranks: &[RankInfo], rates: &BTreeMap<Rank, f64>) -> BTreeM
 }
 
 /// `400 Gb/s`, `100 Mb/s`: a port rate as ethtool and ibstat say it (10^9 bytes/s in).
-pub fn fmt_port_rate(gbs: f64) -> String {
+pub(crate) fn fmt_port_rate(gbs: f64) -> String {
     let gbps = gbs * 8.0;
     if gbps >= 1.0 {
         format!("{} Gb/s", trim(gbps))

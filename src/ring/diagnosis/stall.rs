@@ -12,11 +12,11 @@ use crate::ring::diagnosis::driver::OrderRun;
 use crate::ring::model::{ChunkWaits, CpuWait, LinkSample, Rank, RankInfo, Verdict, VerdictKind};
 
 /// A silence shorter than this is no stall: a control message apart, a scheduler slice.
-pub const MIN_SILENCE_S: f64 = 3.0;
+pub(crate) const MIN_SILENCE_S: f64 = 3.0;
 
 /// A stall is this many times the link's typical gap between chunks or more: a link slow
 /// all along has long gaps everywhere, and that is its rate, not a stall.
-pub const OVER_TYPICAL_GAP: f64 = 10.0;
+pub(crate) const OVER_TYPICAL_GAP: f64 = 10.0;
 
 /// The stall among one order's gaps on one link (seconds: the receiver's wait for the
 /// first chunk, then between chunks), or None. At least three gaps: with fewer, a stall
@@ -38,7 +38,7 @@ pub fn silence(gaps: &[f64]) -> Option<f64> {
 /// its sender's wait for chunk k - 1 and its delay to send chunk k do not explain. What the
 /// sender did not list counts as its floor, so each figure is a lower bound. The longest
 /// per hop, where it is a stall ([`MIN_SILENCE_S`]); hops an end did not report are absent.
-pub fn sweep_silences(world: u32, waits: &BTreeMap<Rank, Vec<ChunkWaits>>) -> BTreeMap<(Rank, Rank), f64> {
+pub(crate) fn sweep_silences(world: u32, waits: &BTreeMap<Rank, Vec<ChunkWaits>>) -> BTreeMap<(Rank, Rank), f64> {
     let mut out = BTreeMap::new();
     if world < 2 {
         return out;
@@ -80,7 +80,7 @@ pub fn sweep_verdicts(
 }
 
 /// The sweep's ring hops, each with its own silence ([`sweep_silences`]) where it stalled.
-pub fn sweep_hops(
+pub(crate) fn sweep_hops(
     world: u32,
     hops: &[LinkSample],
     waits: &BTreeMap<Rank, Vec<ChunkWaits>>,
@@ -122,7 +122,7 @@ impl Starved {
     }
 
     /// Seconds waited in the longest stretch.
-    pub fn wait_s(&self) -> f64 {
+    pub(crate) fn wait_s(&self) -> f64 {
         self.longest.0 as f64 / 1000.0
     }
 
@@ -205,7 +205,7 @@ pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo])
 
 /// [`verdicts`] of these typed stalls; `samples`: every link measured (a rank verdict
 /// says how many of the links through it stalled).
-pub fn of_stalls(
+pub(crate) fn of_stalls(
     stalls: &[Stall],
     samples: &[LinkSample],
     orders: &[OrderRun],
@@ -242,7 +242,7 @@ fn covers(v: &Verdict, own: &[Stall], stalls: &[Stall]) -> bool {
 /// the typed stalls it was built from): where one of them names what the other's stalls
 /// went through, one verdict, the wider, saying the other's stalls too; else both (issue
 /// 45: two faults are two verdicts, one fault one).
-pub fn merge_sweep(
+pub(crate) fn merge_sweep(
     weighed: &mut Vec<(Verdict, Vec<Stall>)>,
     sweep: (Verdict, Vec<Stall>),
     ranks: &[RankInfo],

@@ -15,9 +15,9 @@ use crate::text::round3;
 
 /// Traffic that was not the probe's is contention past both: this share of the probe's own
 /// bytes (headers and acknowledgements stay well below it) ...
-pub const CONTENTION_SHARE: f64 = 0.10;
+pub(crate) const CONTENTION_SHARE: f64 = 0.10;
 /// ... and this many bytes (the control connection, ARP, LLDP stay well below it).
-pub const CONTENTION_MIN_BYTES: u64 = 8_000_000;
+pub(crate) const CONTENTION_MIN_BYTES: u64 = 8_000_000;
 
 /// One byte counter read now: which it is, and its value in bytes or why there is none.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct ByteCount {
 
 /// A rank's data port's byte counters now, both ways.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortReading {
+pub(crate) struct PortReading {
     pub tx: ByteCount,
     pub rx: ByteCount,
 }
@@ -48,7 +48,7 @@ impl PortReading {
 }
 
 /// `"123456\n"` (net-sysfs.c `netstat_show`: `"%lu\n"`) -> Some(123456). Pure.
-pub fn parse_bytes(s: &str) -> Option<u64> {
+pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
     s.trim_end_matches('\n').trim().parse().ok()
 }
 
@@ -74,7 +74,7 @@ pub fn moved(before: &ByteCount, after: &ByteCount, probe_bytes: u64) -> PortMov
 }
 
 /// Both ways of an order (see [`moved`]). Pure.
-pub fn order_traffic(before: &PortReading, after: &PortReading, (sent, got): (u64, u64)) -> PortTraffic {
+pub(crate) fn order_traffic(before: &PortReading, after: &PortReading, (sent, got): (u64, u64)) -> PortTraffic {
     PortTraffic {
         tx: moved(&before.tx, &after.tx, sent),
         rx: moved(&before.rx, &after.rx, got),
@@ -83,7 +83,7 @@ pub fn order_traffic(before: &PortReading, after: &PortReading, (sent, got): (u6
 
 /// One way of a rank's port summed over the scan's orders: unknown once any order's was.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sum {
+pub(crate) struct Sum {
     pub counter: String,
     pub port_bytes: Option<u64>,
     pub unknown: Option<String>,
@@ -107,12 +107,12 @@ impl Sum {
     }
 
     /// The bytes the port carried that were not the probe's, where known.
-    pub fn other_bytes(&self) -> Option<u64> {
+    pub(crate) fn other_bytes(&self) -> Option<u64> {
         self.port_bytes.map(|p| p.saturating_sub(self.probe_bytes))
     }
 
     /// Markedly more than the probe: past [`CONTENTION_SHARE`] and [`CONTENTION_MIN_BYTES`].
-    pub fn contended(&self) -> bool {
+    pub(crate) fn contended(&self) -> bool {
         self.other_bytes().is_some_and(|o| {
             o > CONTENTION_MIN_BYTES && o as f64 > CONTENTION_SHARE * self.probe_bytes as f64
         })
@@ -121,7 +121,7 @@ impl Sum {
 
 /// Every rank's port over the scan, both ways (`(rank, "tx"|"rx")`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Totals(BTreeMap<(Rank, &'static str), Sum>);
+pub(crate) struct Totals(BTreeMap<(Rank, &'static str), Sum>);
 
 impl Totals {
     /// Add one order's reading of `rank`.
@@ -190,7 +190,7 @@ fn ends(v: &Verdict) -> Vec<(Rank, &'static str)> {
 /// Say on every slow verdict what its ports carried (`evidence.port_traffic`); a port that
 /// carried markedly more than the probe makes it contention (`evidence.contention`, action
 /// investigate) and its message and next step say so; an unknown counter is said. Pure.
-pub fn annotate(verdicts: &mut [Verdict], totals: &Totals, ranks: &[RankInfo]) {
+pub(crate) fn annotate(verdicts: &mut [Verdict], totals: &Totals, ranks: &[RankInfo]) {
     for v in verdicts {
         let ends = ends(v);
         if ends.is_empty() {

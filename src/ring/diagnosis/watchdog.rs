@@ -93,7 +93,7 @@ pub struct WatchState<'r> {
 /// How long a rank may stay in local work (allocation, registration, the result check,
 /// between sizes) without progress before it is named: far longer than a data wait, since
 /// that work grows with the buffer size and not with the fabric. Ten timeouts, at least 60 s.
-pub fn local_work_allowance_ms(timeout_ms: u64) -> u64 {
+pub(crate) fn local_work_allowance_ms(timeout_ms: u64) -> u64 {
     timeout_ms.saturating_mul(10).max(60_000)
 }
 
@@ -714,7 +714,7 @@ pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
 /// thread woke that much late: stopped, frozen, starved). Then the
 /// close or silence it found is the coordinator giving up on this rank, and the verdict is
 /// this rank's own stall (issue 45: a stalled rank's stderr said COORDINATOR LOST).
-pub fn coordinator_lost_or_own_stall(
+pub(crate) fn coordinator_lost_or_own_stall(
     me: &RankInfo,
     coordinator: &str,
     control: Control,

@@ -113,7 +113,7 @@ pub enum LaunchError {
 }
 
 /// This process's outcome: rank 0's report, another rank's word, or why its rank failed.
-pub type RankResult = Result<RankOutcome, run::RunError>;
+pub(crate) type RankResult = Result<RankOutcome, run::RunError>;
 
 /// Run this process's part of the ring the CLI asked for.
 pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError> {

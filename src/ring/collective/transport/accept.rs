@@ -92,7 +92,7 @@ pub struct Accepted<H, L> {
 }
 
 /// The links accepted and the refusals (lines for the log), or the failure and the refusals.
-pub type AcceptResult<H, L> = Result<(Vec<Accepted<H, L>>, Vec<String>), (TransportError, Vec<String>)>;
+pub(crate) type AcceptResult<H, L> = Result<(Vec<Accepted<H, L>>, Vec<String>), (TransportError, Vec<String>)>;
 
 /// Compares every byte whatever the first difference, as the coordinator's check does.
 pub(crate) fn token_eq(a: &str, b: &str) -> bool {

@@ -68,7 +68,7 @@ pub enum TransportError {
 }
 
 impl TransportError {
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, TransportError::Timeout { .. })
     }
     /// The completion error behind this one, if it is one.
@@ -121,7 +121,7 @@ pub trait RecvLink: Send {
 
 /// A directed link's identity on one side: the peer rank and a tag (the ring channel; the
 /// link scan can use its own tags so its links never mix with the ring's).
-pub type LinkKey = (Rank, u32);
+pub(crate) type LinkKey = (Rank, u32);
 
 /// What a rank asks its fabric for.
 pub struct LinkRequest<'a> {
@@ -165,7 +165,7 @@ pub trait Fabric: Sync {
 }
 
 /// How errors name a peer: `rank 3 (node-d, 198.19.0.13:40001)`.
-pub fn peer_name(table: &[RankInfo], r: Rank) -> String {
+pub(crate) fn peer_name(table: &[RankInfo], r: Rank) -> String {
     match table.iter().find(|i| i.rank == r) {
         Some(i) => format!("rank {} ({}, {})", i.shown(), i.host, i.address),
         None => format!("rank {r}"),
@@ -173,7 +173,7 @@ pub fn peer_name(table: &[RankInfo], r: Rank) -> String {
 }
 
 /// View f32s as bytes for the wire (every f32 bit pattern is valid bytes).
-pub fn f32_bytes(v: &[f32]) -> &[u8] {
+pub(crate) fn f32_bytes(v: &[f32]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
 
@@ -192,7 +192,7 @@ pub(crate) fn words_as_bytes_mut(v: &mut [u32]) -> &mut [u8] {
 
 /// Landed bytes as f32s when aligned and a multiple of 4 (always, for slots from
 /// `slot_buffer`); None otherwise.
-pub fn bytes_f32(b: &[u8]) -> Option<&[f32]> {
+pub(crate) fn bytes_f32(b: &[u8]) -> Option<&[f32]> {
     // bytemuck refuses an empty slice whose dangling pointer is not f32-aligned; an empty
     // chunk is still zero floats.
     if b.is_empty() {
@@ -210,7 +210,7 @@ pub(crate) mod conformance {
 
     use super::*;
 
-    pub type Pair = (Box<dyn SendLink>, Box<dyn RecvLink>);
+    pub(crate) type Pair = (Box<dyn SendLink>, Box<dyn RecvLink>);
 
     fn soon(ms: u64) -> Instant {
         Instant::now() + Duration::from_millis(ms)
@@ -218,7 +218,7 @@ pub(crate) mod conformance {
 
     /// Chunks arrive in order, with their immediates and bytes, through more writes than
     /// slots (so credits must flow back).
-    pub fn delivers_in_order_with_credit_reuse(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn delivers_in_order_with_credit_reuse(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, mut r) = make(3, 64);
         let t = thread::spawn(move || {
             for i in 0..50u32 {
@@ -245,7 +245,7 @@ pub(crate) mod conformance {
     }
 
     /// Without credits back the sender cannot overrun the receiver: acquire times out.
-    pub fn no_overrun_without_credits(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn no_overrun_without_credits(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, mut r) = make(2, 16);
         for i in 0..2 {
             let slot = s.acquire(soon(2000)).unwrap();
@@ -262,7 +262,7 @@ pub(crate) mod conformance {
         assert_eq!(slot, c.slot);
     }
 
-    pub fn poll_times_out_when_idle(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn poll_times_out_when_idle(make: impl Fn(usize, usize) -> Pair) {
         let (_s, mut r) = make(2, 16);
         let t0 = Instant::now();
         let e = r.poll(soon(150)).unwrap_err();
@@ -270,7 +270,7 @@ pub(crate) mod conformance {
         assert!(t0.elapsed() < Duration::from_secs(2));
     }
 
-    pub fn oversized_write_is_refused(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn oversized_write_is_refused(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, _r) = make(2, 16);
         let slot = s.acquire(soon(2000)).unwrap();
         assert!(matches!(
@@ -280,14 +280,14 @@ pub(crate) mod conformance {
     }
 
     /// A sender that goes away is reported as closed, not as a timeout.
-    pub fn sender_death_is_seen(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn sender_death_is_seen(make: impl Fn(usize, usize) -> Pair) {
         let (s, mut r) = make(2, 16);
         drop(s);
         let e = r.poll(soon(3000)).unwrap_err();
         assert!(matches!(e, TransportError::Closed { .. }), "{e}");
     }
 
-    pub fn receiver_death_is_seen(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn receiver_death_is_seen(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, r) = make(1, 16);
         drop(r);
         let deadline = soon(3000);
@@ -309,7 +309,7 @@ pub(crate) mod conformance {
         assert!(matches!(e, TransportError::Closed { .. }), "{e}");
     }
 
-    pub fn empty_write_is_a_completion(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn empty_write_is_a_completion(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, mut r) = make(1, 16);
         let slot = s.acquire(soon(2000)).unwrap();
         s.write_imm(slot, &[], 7).unwrap();
@@ -319,7 +319,7 @@ pub(crate) mod conformance {
 
     /// Streams 32 MiB with a sender and a receiver thread; the bytes are intact and the
     /// landed buffers are f32-aligned.
-    pub fn streams_bulk_data(make: impl Fn(usize, usize) -> Pair) {
+    pub(crate) fn streams_bulk_data(make: impl Fn(usize, usize) -> Pair) {
         let (mut s, mut r) = make(4, 1 << 20);
         let chunks = 32u32;
         let t = thread::spawn(move || {

@@ -47,7 +47,7 @@ use crate::ring::model::LinkFault;
 use crate::verbs::{self, Cq, Device, Endpoint, Mr, Pd, PortInfo, Qp, QpParams, VerbsError, Wc};
 
 /// The endpoint exchange's version; a peer with another one is refused by name.
-pub const RDMA_HS_VERSION: u32 = 2;
+pub(crate) const RDMA_HS_VERSION: u32 = 2;
 /// Extra receives and send slots beyond the slot count.
 const SPARE_WR: u32 = 8;
 
@@ -74,7 +74,7 @@ pub struct RdmaSettings {
 impl RdmaSettings {
     /// NCCL's defaults and `NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `NCCL_IB_TC`, `NCCL_IB_SL`
     /// from `get`, parsed as NCCL does (`strtoll`, out of range -> clamped to the field).
-    pub fn with_nccl_env(
+    pub(crate) fn with_nccl_env(
         device: &str,
         port: u8,
         gid_index: u8,
@@ -136,7 +136,7 @@ pub struct RdmaHello {
 
 /// The receiver's answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RdmaReply {
+pub(crate) struct RdmaReply {
     pub ok: bool,
     pub reason: String,
     pub device: String,
@@ -1041,7 +1041,7 @@ pub fn connect(
 }
 
 /// Accepted links and refusals, as in the TCP transport.
-pub type AcceptResult = accept::AcceptResult<RdmaHello, RdmaRecv>;
+pub(crate) type AcceptResult = accept::AcceptResult<RdmaHello, RdmaRecv>;
 
 impl accept::Hello for RdmaHello {
     fn token(&self) -> &str {
@@ -1209,7 +1209,7 @@ pub fn accept(port: &RdmaPort, listener: &TcpListener, spec: &AcceptSpec) -> Acc
 }
 
 /// The RDMA fabric of one rank: an open port and the listener for endpoint exchanges.
-pub struct RdmaFabric {
+pub(crate) struct RdmaFabric {
     port: RdmaPort,
     listener: TcpListener,
     address: String,
@@ -1221,7 +1221,7 @@ impl RdmaFabric {
         RdmaFabric::from_listener(TcpListener::bind(SocketAddr::new(ip, 0))?, port)
     }
 
-    pub fn from_listener(listener: TcpListener, port: RdmaPort) -> io::Result<RdmaFabric> {
+    pub(crate) fn from_listener(listener: TcpListener, port: RdmaPort) -> io::Result<RdmaFabric> {
         let address = listener.local_addr()?.to_string();
         Ok(RdmaFabric {
             port,
@@ -1230,9 +1230,6 @@ impl RdmaFabric {
         })
     }
 
-    pub fn label(&self) -> String {
-        self.port.label()
-    }
 }
 
 impl Fabric for RdmaFabric {
@@ -1348,7 +1345,7 @@ fn recv_links(
 /// table entry says `rdma`) and the links are RDMA when every rank of the world offers it
 /// (the coordinator's `shared_transport`), else TCP for everyone (all decide the same). The
 /// report's rank rows show what each rank offered: the reason when TCP was chosen.
-pub struct AutoFabric {
+pub(crate) struct AutoFabric {
     rdma: RdmaFabric,
     tcp: super::tcp::TcpFabric,
     chosen: std::sync::OnceLock<&'static str>,
@@ -1367,7 +1364,7 @@ impl AutoFabric {
 
 /// Whether every rank of the world offers rdma, as the coordinator says: every rank decides
 /// alike, whatever part of the table it holds.
-pub fn all_offer_rdma(shared_transport: Option<&str>) -> bool {
+pub(crate) fn all_offer_rdma(shared_transport: Option<&str>) -> bool {
     shared_transport == Some("rdma")
 }
 

@@ -28,10 +28,10 @@ const DATA_MAGIC: u32 = 0x4650_4431; // "FPD1"
 const HS_MAGIC: &[u8; 4] = b"FPH1";
 const MAX_HANDSHAKE: usize = 4096;
 /// Bounds on the slots a receiver may offer (its handshake reply sizes the sender's credits).
-pub const MAX_SLOTS: u32 = 1024;
-pub const MAX_SLOT_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_SLOTS: u32 = 1024;
+pub(crate) const MAX_SLOT_BYTES: u64 = 1 << 30;
 /// Socket buffer size asked for (the kernel caps it at net.core.{w,r}mem_max and doubles it).
-pub const SOCKET_BUFFER: usize = 4 << 20;
+pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
 
 /// The connecting side's introduction.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -337,11 +337,11 @@ impl Drop for TcpSend {
 }
 
 /// How long a closed sending link may wait for its receiver to close in turn.
-pub const CLOSE_LINGER: Duration = Duration::from_millis(500);
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_millis(500);
 
 /// Wait until every closed sending link of this process is done draining, or `by`.
 /// Call before the process exits (an exit resets links a slow receiver still reads).
-pub fn wait_closed(by: Instant) {
+pub(crate) fn wait_closed(by: Instant) {
     while closer::busy() && Instant::now() < by {
         thread::sleep(Duration::from_millis(5));
     }
@@ -369,7 +369,7 @@ mod closer {
         !list().is_empty()
     }
 
-    pub fn hand_over(stream: TcpStream) {
+    pub(crate) fn hand_over(stream: TcpStream) {
         if stream.set_nonblocking(true).is_err() {
             return;
         }
@@ -600,7 +600,7 @@ impl Drop for TcpRecv {
 }
 
 /// The links accepted and the refusals (lines for the log), or the failure and the refusals.
-pub type AcceptResult = accept::AcceptResult<Handshake, TcpRecv>;
+pub(crate) type AcceptResult = accept::AcceptResult<Handshake, TcpRecv>;
 
 /// One accepted link and who it came from.
 pub type Accepted = accept::Accepted<Handshake, TcpRecv>;
@@ -669,7 +669,7 @@ pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
 }
 
 /// The TCP fabric: one listening socket on the data interface.
-pub struct TcpFabric {
+pub(crate) struct TcpFabric {
     listener: TcpListener,
     address: String,
 }
@@ -684,7 +684,7 @@ impl TcpFabric {
 
     /// Serve TCP links on a listener another fabric shares (`--transport auto` keeps one
     /// listening address and decides the transport after the rendezvous).
-    pub fn from_listener(listener: TcpListener) -> io::Result<TcpFabric> {
+    pub(crate) fn from_listener(listener: TcpListener) -> io::Result<TcpFabric> {
         let address = listener.local_addr()?.to_string();
         Ok(TcpFabric { listener, address })
     }
@@ -797,7 +797,7 @@ fn recv_links(req: &LinkRequest, got: Vec<Accepted>) -> Result<Vec<Box<dyn RecvL
 /// listens on a local port in the ephemeral range, the kernel may pick that very port as the
 /// source and complete a TCP simultaneous open with itself, which then holds the port the
 /// peer is about to bind (its "Address already in use"). Callers retry until their deadline.
-pub fn connect_not_self(a: &SocketAddr, limit: Duration) -> io::Result<TcpStream> {
+pub(crate) fn connect_not_self(a: &SocketAddr, limit: Duration) -> io::Result<TcpStream> {
     let s = TcpStream::connect_timeout(a, limit)?;
     if reached_itself(&s) {
         return Err(io::Error::new(
