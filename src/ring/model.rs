@@ -679,6 +679,22 @@ impl Verdict {
     /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
     /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
     /// that was not the probe's (`evidence.contention`) is only investigated.
+    /// A verdict of `kind` naming `from` -> `to` and nothing else, for tests to fill in.
+    #[cfg(test)]
+    pub(crate) fn bare(kind: VerdictKind, from_rank: Option<Rank>, to_rank: Option<Rank>) -> Verdict {
+        Verdict {
+            kind,
+            from_rank,
+            to_rank,
+            from_host: None,
+            to_host: None,
+            evidence: BTreeMap::new(),
+            message: String::new(),
+            next: None,
+            rail: None,
+        }
+    }
+
     pub fn action(&self) -> Action {
         let soft = ["not_judged", "unconfirmed", "contention"];
         if soft.iter().any(|k| self.evidence.contains_key(*k)) {

@@ -252,15 +252,8 @@ mod tests {
     /// A verdict of `kind` naming `from` -> `to`.
     fn v(kind: VerdictKind, from: Option<Rank>, to: Option<Rank>) -> Verdict {
         Verdict {
-            kind,
-            from_rank: from,
-            to_rank: to,
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: format!("{kind:?} {from:?} -> {to:?}"),
-            next: None,
-            rail: None,
+            ..Verdict::bare(kind, from, to)
         }
     }
 

@@ -256,17 +256,7 @@ mod tests {
             port_description: None,
             source: "lldp".into(),
         });
-        let v = |kind, from: Option<u32>, to: Option<u32>| Verdict {
-            kind,
-            from_rank: from,
-            to_rank: to,
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
-            message: String::new(),
-            next: None,
-            rail: None,
-        };
+        let v = Verdict::bare;
         let mut vs = vec![
             v(VerdictKind::SlowLink, Some(1), Some(3)),
             v(VerdictKind::SlowIngress, None, Some(1)),

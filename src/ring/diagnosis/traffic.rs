@@ -286,7 +286,6 @@ fn next_step(contended: &[&(Rank, &str, Sum)], ranks: &[RankInfo]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn count(v: Result<u64, &str>) -> ByteCount {
         ByteCount {
@@ -408,15 +407,9 @@ mod tests {
 
     fn verdict(kind: VerdictKind, from: Option<Rank>, to: Option<Rank>) -> Verdict {
         Verdict {
-            kind,
-            from_rank: from,
-            to_rank: to,
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: "SLOW".into(),
             next: Some("fabprobe links".into()),
-            rail: None,
+            ..Verdict::bare(kind, from, to)
         }
     }
 
