@@ -211,18 +211,8 @@ fn ring_documents_every_field_it_writes() {
 /// a link error need a lab or a fault).
 #[test]
 fn ring_documents_every_evidence_key_its_code_writes() {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
     let mut srcs = Vec::new();
-    walk(&Path::new(ROOT).join("src/ring"), &mut srcs);
+    common::rust_files(&Path::new(ROOT).join("src/ring"), &mut srcs);
     srcs.sort();
     let words = documented("ring");
     let key = regex::Regex::new(r#"\binsert\(\s*"([a-z][a-z0-9_]*)"\.into\(\)"#).unwrap();

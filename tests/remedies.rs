@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fabprobe");
@@ -213,16 +213,6 @@ fn literal_extraction() {
     );
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// Words after "fabprobe " in the source's strings that are prose about the program, not a
 /// command line ("fabprobe could not run", "not a fabprobe peer"). A subcommand that does not
@@ -238,7 +228,7 @@ fn every_fabprobe_subcommand_named_in_the_source_exists() {
     let subs = subcommands();
     assert!(subs.contains("topo") && subs.contains("ring"), "{subs:?}");
     let mut files = Vec::new();
-    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    common::rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     files.sort();
     let mut bad = Vec::new();
     let mut seen = 0;
@@ -619,7 +609,7 @@ fn unquoted_command_detection() {
 fn every_fabprobe_command_in_a_fix_is_backticked() {
     let subs = subcommands();
     let mut files = Vec::new();
-    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    common::rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     files.sort();
     let (mut calls, mut bad) = (0, Vec::new());
     for f in &files {

@@ -13,7 +13,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The environment variable `.ci/run` sets to `required`.
 pub const LAB_ENV: &str = "FABPROBE_LAB";
@@ -129,4 +129,16 @@ pub fn formats(command: &str) -> Vec<&'static str> {
     fabprobe::cli::command_info(command)
         .map(|c| c.formats.iter().map(|f| f.name()).collect())
         .unwrap_or_default()
+}
+
+/// Every `.rs` file under `dir`, depth first, for tests that read the sources.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
 }
