@@ -143,7 +143,8 @@ fn every_skip_goes_through_lab_unavailable() {
                 bad.push(format!("{path}:{n}: prints its own skip: {}", l.trim()));
             }
             // FABPROBE_LAB itself, not the run count FABPROBE_LAB_RUNS (how often, not whether).
-            let reads_env = l.contains("env::var") && (l.contains("\"FABPROBE_LAB\"") || l.contains("LAB_ENV"));
+            let reads_env =
+                l.contains("env::var") && (l.contains("\"FABPROBE_LAB\"") || l.contains("LAB_ENV"));
             if path != "tests/lab_rules.rs" && (reads_env || l.contains("lab_required(")) {
                 bad.push(format!(
                     "{path}:{n}: decides about FABPROBE_LAB itself: {}",
@@ -503,6 +504,61 @@ fn lab_tests_poll_instead_of_sleeping() {
         bad.is_empty(),
         "fixed sleeps in lab tests (poll for what the test waits for: tests/lab/mod.rs has \
          wait_listening, wait_data_flowing, wait_read_from, wait_connected_to):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The lines where a test takes a port the kernel chose (`bind` to port 0) and lets the
+/// listener go before the port is used: the listener is a temporary of the statement that
+/// reads `.port()`, or the block returns the port and drops it. Another process of the run
+/// can take that port first (CI: rank 0's "Address already in use"). Such tests take
+/// `tests/common`'s `server_port()`, or keep the listener.
+fn ports_let_go(src: &str) -> Vec<usize> {
+    let code: String = src
+        .lines()
+        .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let kernel_chosen = |s: &str| s.contains("bind(") && (s.contains(":0\"") || s.contains(", 0))"));
+    let mut bad = Vec::new();
+    for (at, _) in code.match_indices(".port()") {
+        let before = &code[..at];
+        let stmt = &before[before.rfind([';', '{', '}']).map_or(0, |i| i + 1)..];
+        let tail = code[at + ".port()".len()..].trim_start().starts_with('}');
+        let body = &before[before.rfind("fn ").unwrap_or(0)..];
+        if kernel_chosen(stmt) || (tail && kernel_chosen(body)) {
+            bad.push(before.matches('\n').count() + 1);
+        }
+    }
+    bad
+}
+
+#[test]
+fn port_let_go_detection() {
+    let temp = "fn t() {\n    let port = TcpListener::bind(\"127.0.0.1:0\")\n        .unwrap()\n        .local_addr()\n        .unwrap()\n        .port();\n}";
+    assert_eq!(ports_let_go(temp), vec![6]);
+    let v4 = "let p = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port();";
+    assert_eq!(ports_let_go(v4), vec![1]);
+    let tail = "fn free_port() -> u16 {\n    let l = TcpListener::bind(\"127.0.0.1:0\").unwrap();\n    l.local_addr().unwrap().port()\n}";
+    assert_eq!(ports_let_go(tail), vec![3]);
+    // The listener kept: the port stays taken until the test's own server uses it.
+    let kept = "fn listen() {\n    let l = TcpListener::bind(\"127.0.0.1:0\").unwrap();\n    let port = l.local_addr().unwrap().port();\n    serve(l);\n}";
+    assert!(ports_let_go(kept).is_empty());
+}
+
+#[test]
+fn no_test_lets_a_kernel_chosen_port_go_before_another_process_binds_it() {
+    let mut bad = Vec::new();
+    for (path, src) in test_sources() {
+        if path == "tests/lab_rules.rs" {
+            continue;
+        }
+        bad.extend(ports_let_go(&src).into_iter().map(|n| format!("{path}:{n}")));
+    }
+    assert!(
+        bad.is_empty(),
+        "ports the kernel chose, let go before another process binds them (use \
+         common::server_port(), below the ephemeral range):\n{}",
         bad.join("\n")
     );
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,11 +117,22 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
             .current_dir(root)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(out.stdout.is_empty(), "{name}: --output writes the file, not stdout");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{name}: --output writes the file, not stdout"
+        );
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text, fabprobe(args), "{name}: the file differs from stdout");
-        assert!(text.contains(&format!("\nfabprobe_{name}_verdict ")), "{name}: no verdict\n{text}");
+        assert!(
+            text.contains(&format!("\nfabprobe_{name}_verdict ")),
+            "{name}: no verdict\n{text}"
+        );
         let fams = families(&text);
         assert!(!fams.is_empty(), "{name}: no metric at all");
         for f in &fams {
@@ -134,7 +145,15 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
     }
     // A sweep of the failing node's check report, written the same way.
     let reports = tempfile::tempdir().unwrap();
-    let report = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "json", "check", "--policy", "dgx-h100"]);
+    let report = fabprobe(&[
+        "--root",
+        "fixtures/h100-sxm-8gpu-bad",
+        "--format",
+        "json",
+        "check",
+        "--policy",
+        "dgx-h100",
+    ]);
     std::fs::write(reports.path().join("gpu01.json"), report).unwrap();
     let sweep_file = dir.path().join("sweep.prom");
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
@@ -144,24 +163,43 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         .arg(&sweep_file)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "sweep: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "sweep: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&sweep_file).unwrap();
     assert!(text.contains("fabprobe_sweep_bad_node{"), "{text}");
     // A family with no series (no outlier in one node) is not exposed by node_exporter.
-    let sampled = |f: &String| text.lines().any(|l| !l.starts_with('#') && l.starts_with(f.as_str()));
+    let sampled = |f: &String| {
+        text.lines()
+            .any(|l| !l.starts_with('#') && l.starts_with(f.as_str()))
+    };
     want.extend(families(&text).into_iter().filter(sampled));
     // The textfile pattern: one node, two policies, each written by `check --output`, which
     // exits 0 once the file is written although the node fails (the verdict is inside).
     for pol in ["dgx-h100", "default"] {
         let file = dir.path().join(format!("check-{pol}.prom"));
         let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-            .args(["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "prom", "check"])
+            .args([
+                "--root",
+                "fixtures/h100-sxm-8gpu-bad",
+                "--format",
+                "prom",
+                "check",
+            ])
             .args(["--policy", pol, "--output"])
             .arg(&file)
             .current_dir(root)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(out.stdout.is_empty(), "--output writes the file, not stdout");
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(
@@ -176,12 +214,7 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
-    // A free port on loopback: bound by the OS, released just before the exporter binds it.
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::server_port();
     let log: PathBuf = dir.path().join("node_exporter.log");
     let child = Command::new(NODE_EXPORTER)
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))

@@ -280,15 +280,10 @@ fn local_scan_json_contract() {
     assert!(j["data"]["scan"].is_null());
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// `--coordinator HOST` without a port: every rank takes `$FABPROBE_PORT`.
 #[test]
 fn fabprobe_port_is_the_coordinator_port_when_none_is_given() {
-    let port = free_port().to_string();
+    let port = common::server_port().to_string();
     let spawn = |rank: &str| {
         Command::new(env!("CARGO_BIN_EXE_fabprobe"))
             .args([
@@ -411,11 +406,7 @@ fn rdma_without_rdma_exits_2_and_auto_falls_back_to_tcp() {
         "{err}"
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::server_port();
     let coord = format!("127.0.0.1:{port}");
     let args = |r: &'static str| {
         vec![
@@ -562,7 +553,14 @@ fn rows_print_as_each_size_completes() {
     let sizes: Vec<u64> = all
         .lines()
         .filter(|l| (16..=26).any(|p| row(l, &(1u64 << p).to_string())))
-        .filter_map(|l| l.rsplit('\r').find(|p| !p.trim().is_empty())?.split_whitespace().next()?.parse().ok())
+        .filter_map(|l| {
+            l.rsplit('\r')
+                .find(|p| !p.trim().is_empty())?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     assert_eq!(sizes, (16..=26).map(|p| 1u64 << p).collect::<Vec<_>>(), "{all}");
     assert_eq!(all.matches("# Using devices").count(), 1, "{all}");
@@ -625,7 +623,10 @@ fn ring_help_offers_only_what_ring_does() {
         "{help}"
     );
     assert!(help.contains("and so is --root"), "{help}");
-    assert!(help.contains("--format table (the default): the verdict first"), "{help}");
+    assert!(
+        help.contains("--format table (the default): the verdict first"),
+        "{help}"
+    );
     for args in [
         &["ring", "--root", "/nonexistent", "--local", "2"][..],
         &["--root", "/nonexistent", "ring", "--local", "2"][..],
@@ -648,7 +649,18 @@ fn ring_help_offers_only_what_ring_does() {
 /// stdout here is a pipe, so the rows do not stream and the verdict comes first.
 #[test]
 fn healthy_local_run_says_so() {
-    let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1", "--no-scan"]);
+    let o = fabprobe(&[
+        "ring",
+        "--local",
+        "2",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "--no-scan",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     let last = out.lines().next().unwrap();

@@ -6,6 +6,8 @@
 //! three times, to stdout and with `--output`; rank 0's JSON parses every time and names
 //! what happened. No root.
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,11 +26,6 @@ enum End {
     TwoTerms,
     /// Rank 2 is never started.
     NeverJoins,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn rank(r: u32, coord: &str, end: End, output: Option<&std::path::Path>) -> Child {
@@ -81,7 +78,7 @@ fn rank(r: u32, coord: &str, end: End, output: Option<&std::path::Path>) -> Chil
 fn run(end: End, to_file: bool) -> (Option<serde_json::Value>, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ring.json");
-    let coord = format!("127.0.0.1:{}", free_port());
+    let coord = format!("127.0.0.1:{}", common::server_port());
     let output = to_file.then_some(out.as_path());
     let mut ranks: Vec<Option<Child>> = (0..3u32)
         .map(|r| (!(matches!(end, End::NeverJoins) && r == 2)).then(|| rank(r, &coord, end, output)))
@@ -191,7 +188,9 @@ fn rank0s_report_is_whole_however_the_run_ends() {
             let to_file = i == 1;
             let (v, stderr) = run(end, to_file);
             let Some(v) = v else {
-                eprintln!("{end:?}: the second SIGTERM came before the report: no report, never a part of one\n{stderr}");
+                eprintln!(
+                    "{end:?}: the second SIGTERM came before the report: no report, never a part of one\n{stderr}"
+                );
                 continue;
             };
             if let Err(e) = says_what_happened(end, &v["data"]) {

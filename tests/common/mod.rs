@@ -116,7 +116,11 @@ pub fn fixture_names() -> Vec<String> {
 /// all.
 pub fn host_commands() -> Vec<&'static str> {
     use fabprobe::cli::{COMMANDS, Input};
-    COMMANDS.iter().filter(|c| c.input == Input::Host).map(|c| c.name).collect()
+    COMMANDS
+        .iter()
+        .filter(|c| c.input == Input::Host)
+        .map(|c| c.name)
+        .collect()
 }
 
 /// The host probes: [`host_commands`] without `check`.
@@ -141,4 +145,37 @@ pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(p);
         }
     }
+}
+
+/// A loopback port for a server another process will bind (a coordinator, an exporter).
+/// A port the kernel handed out (`bind(":0")`) and the test let go is back in the ephemeral
+/// range, where any process of the run (a rank's data listener, a connect's source port) can
+/// take it before the server binds it; CI saw rank 0 fail with "Address already in use"
+/// that way. So the port is taken below `net.ipv4.ip_local_port_range`, which the kernel
+/// never hands out by itself, and checked free on IPv4 and IPv6 (fabprobe binds `[::]`).
+pub fn server_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (first, span) = (10_000u32, low.saturating_sub(10_000).max(1000));
+    // Spread over the span by process id: test binaries of other checkouts may run beside.
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..span {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (first + (seed.wrapping_add(k) % span)) as u16;
+        // One at a time: a dual-stack `[::]` conflicts with a bound 127.0.0.1.
+        let v4 = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok();
+        let v6 = std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).is_ok()
+            || !std::path::Path::new("/proc/net/tcp6").exists();
+        if v4 && v6 {
+            return port;
+        }
+    }
+    panic!(
+        "no free loopback port below the ephemeral range ({first}..{})",
+        first + span
+    );
 }
