@@ -255,3 +255,87 @@ proptest! {
         prop_assert_eq!(chunked(&data, threads, chunk, pieces), want);
     }
 }
+
+/// `MAX_LINE_BYTES`: where a line is cut.
+const LINE_LIMIT: usize = 64 * 1024;
+
+/// Pieces of lines for the UTF-8 reference test: headers and messages, valid multi-byte
+/// characters, invalid bytes, a character cut short, CR.
+const UTF8_PIECES: &[&[u8]] = &[
+    b"h1:10:11 [0] NCCL WARN ",
+    b"h2:20:21 [1] NCCL INFO ",
+    b"Call to ibv_reg_mr failed ",
+    b"comm 0x1 rank 0 nranks 2 cudaDev 0",
+    b"[rank3]:[E1130 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE)",
+    "é".as_bytes(),
+    "€".as_bytes(),
+    "😀".as_bytes(),
+    b"\xff",
+    b"\xe2\x82",
+    b"\xc3",
+    b"\r",
+    b" ",
+    b"x",
+];
+
+/// The reference for the chunk-wide UTF-8 check: each line cut at the limit, its CR/LF
+/// trimmed and decoded on its own (lossily when not UTF-8), fed one by one; the summary's
+/// input-level counts are set as a read sets them.
+fn line_by_line(data: &[u8]) -> Report {
+    let mut a = Analyzer::new();
+    let mut lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    let mut truncated = 0;
+    for (i, mut l) in lines.into_iter().enumerate() {
+        if l.len() > LINE_LIMIT {
+            truncated += 1;
+            l = &l[..LINE_LIMIT];
+        }
+        while let [rest @ .., b'\r' | b'\n'] = l {
+            l = rest;
+        }
+        a.feed("in.log", i as u64 + 1, &String::from_utf8_lossy(l));
+    }
+    let mut r = a.finish();
+    r.summary.inputs = vec!["in.log".into()];
+    r.summary.bytes = data.len() as u64;
+    r.summary.truncated_lines = truncated;
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A chunk checked for UTF-8 once, its lines sliced from it, gives the report of lines
+    /// decoded one by one: with invalid bytes anywhere, and with a line over the limit whose
+    /// cut falls before, inside or after a multi-byte character.
+    #[test]
+    fn a_chunk_checked_for_utf8_once_reads_as_lines_decoded_one_by_one(
+        lines in proptest::collection::vec(proptest::collection::vec(0usize..UTF8_PIECES.len(), 0..8), 1..30),
+        long in proptest::option::of((0usize..5, 0usize..3, 0usize..30)),
+    ) {
+        let mut data = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            for &p in l {
+                data.extend_from_slice(UTF8_PIECES[p]);
+            }
+            if let Some((off, ch, at)) = long
+                && at == i
+            {
+                // A WARN whose text runs past the limit, a character `off` bytes before it.
+                let c = ["é", "€", "😀"][ch].as_bytes();
+                data.extend_from_slice(b"h3:30:31 [2] NCCL WARN Cuda failure ");
+                let fill = LINE_LIMIT.saturating_sub(data.len() - data.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1) + off);
+                data.extend(std::iter::repeat_n(b'x', fill));
+                data.extend_from_slice(c);
+                data.extend_from_slice(b" tail");
+            }
+            data.push(b'\n');
+        }
+        let want = line_by_line(&data);
+        prop_assert!(one_pass(&data) == want, "one pass");
+        prop_assert!(chunked(&data, 2, 4096, vec![1000, 7]) == want, "chunks on two threads");
+    }
+}
