@@ -501,6 +501,28 @@ pub struct WaitReport {
 }
 
 impl WaitReport {
+    /// Rank `rank` at the start of `phase` on channel 0: no wait, no bytes, no progress, no
+    /// CPU figure, no other channel. The one place every field is named: callers set what
+    /// they know (`WaitReport { step, waiting_on, ..WaitReport::new(rank, phase) }`), so a
+    /// new field is added here alone.
+    pub fn new(rank: Rank, phase: Phase) -> WaitReport {
+        WaitReport {
+            rank,
+            phase,
+            round: 0,
+            step: 0,
+            channel: 0,
+            waiting_on: None,
+            waiting_to_receive: false,
+            bytes_received: 0,
+            bytes_sent: 0,
+            since_progress_ms: 0,
+            progress: 0,
+            cpu: None,
+            positions: Vec::new(),
+        }
+    }
+
     /// Where this rank stands on `channel`: its own fields for the channel it shows, else
     /// its `positions` entry (None when it did not send one).
     pub(crate) fn position_on(&self, channel: u32) -> Option<Position> {

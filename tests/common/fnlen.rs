@@ -1,3 +1,5 @@
+#![allow(dead_code)]
+
 //! Function lengths read from the source (for tests/layering.rs): a body is counted by its
 //! braces in code, not by braces in strings, chars or comments, and the tests are skipped.
 

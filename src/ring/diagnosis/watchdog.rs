@@ -828,19 +828,14 @@ mod tests {
     /// Status of `rank` at `phase`/`step`: a heartbeat when `on` is None.
     fn st(rank: Rank, phase: Phase, step: u32, on: Option<(Rank, bool)>, recv: u64, sent: u64) -> WaitReport {
         WaitReport {
-            round: 0,
-            rank,
-            phase,
             step,
-            channel: 0,
             waiting_on: on.map(|(p, _)| p),
             waiting_to_receive: on.is_some_and(|(_, r)| r),
             bytes_received: recv,
             bytes_sent: sent,
             since_progress_ms: if on.is_some() { T } else { 0 },
             progress: 100 + step as u64,
-            cpu: None,
-            positions: Vec::new(),
+            ..WaitReport::new(rank, phase)
         }
     }
 
