@@ -87,3 +87,28 @@ fn a_wait_report_is_written_out_only_in_its_constructor() {
     // allreduce, wire (2), the watchdog's tests, the bench, lab_attack, the decoder props.
     assert!(spread >= 7, "only {spread} spread literals found: the reader lost them");
 }
+
+#[test]
+fn a_ring_test_builds_its_verdict_from_verdict_bare() {
+    let (mut whole, mut spread) = (Vec::new(), 0);
+    for p in files(&["src/ring"]) {
+        let code = fnlen::code_only(&std::fs::read_to_string(&p).unwrap());
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let tests = if name == "tests.rs" || name.ends_with("_tests.rs") {
+            vec![0..code.len()]
+        } else {
+            fnlen::test_modules(&code)
+        };
+        for r in tests {
+            for (at, s) in literals(&code[r.clone()], "Verdict") {
+                if s {
+                    spread += 1;
+                } else {
+                    whole.push(place(&p, &code, r.start + at));
+                }
+            }
+        }
+    }
+    assert!(whole.is_empty(), "a ring test builds a Verdict by hand (use `..Verdict::bare(kind, from, to)`): {whole:?}");
+    assert!(spread >= 12, "only {spread} spread test verdicts found: the reader lost them");
+}

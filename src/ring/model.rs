@@ -697,11 +697,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
-    /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
-    /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
-    /// that was not the probe's (`evidence.contention`) is only investigated.
-    /// A verdict of `kind` naming `from` -> `to` and nothing else, for tests to fill in.
+    /// A verdict of `kind` naming `from` -> `to` and nothing else, for tests to fill in
+    /// (`Verdict { message, ..Verdict::bare(kind, from, to) }`): a new field is added here.
     #[cfg(test)]
     pub(crate) fn bare(kind: VerdictKind, from_rank: Option<Rank>, to_rank: Option<Rank>) -> Verdict {
         Verdict {
@@ -717,6 +714,10 @@ impl Verdict {
         }
     }
 
+    /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
+    /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
+    /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
+    /// that was not the probe's (`evidence.contention`) is only investigated.
     pub fn action(&self) -> Action {
         let soft = ["not_judged", "unconfirmed", "contention"];
         if soft.iter().any(|k| self.evidence.contains_key(*k)) {

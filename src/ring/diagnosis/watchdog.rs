@@ -943,10 +943,7 @@ mod tests {
         .collect();
         assert_eq!(
             v,
-            vec![Verdict { rail: None,
-                kind: VerdictKind::HangLink,
-                from_rank: Some(4),
-                to_rank: Some(5),
+            vec![Verdict {
                 from_host: Some("node-e".into()),
                 to_host: Some("node-f".into()),
                 evidence: ev,
@@ -959,6 +956,7 @@ mod tests {
                      `ping -I eth1 198.18.1.6` from node-e"
                         .into()
                 ),
+                ..Verdict::bare(VerdictKind::HangLink, Some(4), Some(5))
             }]
         );
     }
