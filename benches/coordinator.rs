@@ -1350,19 +1350,9 @@ enum Next {
 
 fn heartbeat(local: u32, phase: Phase, progress: u64) -> Msg {
     Msg::Heartbeat(WaitReport {
-        rank: local,
-        phase,
         round: progress,
-        step: 0,
-        channel: 0,
-        waiting_on: None,
-        waiting_to_receive: false,
-        bytes_received: 0,
-        bytes_sent: 0,
-        since_progress_ms: 0,
         progress,
-        cpu: None,
-        positions: Vec::new(),
+        ..WaitReport::new(local, phase)
     })
 }
 

@@ -393,3 +393,85 @@ fn the_command_catalogue_is_every_subcommand_and_format_help_agrees() {
         }
     }
 }
+
+/// Arguments under which `command` runs to the end here, cheaply, with no `--format`: one
+/// entry per catalogue command, so a new command fails [`every_command_refuses_every_format_it_does_not_render`]
+/// until it is given one.
+fn runnable(command: &str, tmp: &std::path::Path, tag: &str) -> Vec<String> {
+    let root = "fixtures/h100-sxm-8gpu";
+    let out = |name: &str| tmp.join(format!("{name}-{tag}")).display().to_string();
+    let v: Vec<String> = match command {
+        "check" | "gdr" | "gids" | "links" | "qos" | "nccl-env" | "topo" => {
+            vec!["--root".into(), root.into(), command.into()]
+        }
+        "nccl-log" => vec![
+            command.into(),
+            "tests/data/nccl-logs/basicsr-737-pg-watchdog.log".into(),
+        ],
+        "ring" => ["ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1"]
+            .map(String::from)
+            .to_vec(),
+        "report" => ["report", "tests/data/ring-reports/healthy.json", "--html", "-"]
+            .map(String::from)
+            .to_vec(),
+        "snapshot" => vec![
+            command.into(),
+            "-o".into(),
+            out("snap.tar.gz"),
+            "--lldp-wait".into(),
+            "0".into(),
+        ],
+        "sweep" => {
+            let (code, json, err) = fabprobe(&["--root", root, "--format", "json", "check"]);
+            assert!(code == 0 || code == 1, "check for sweep's input: {err}");
+            let p = out("fleet.json");
+            std::fs::write(&p, json).unwrap();
+            vec![command.into(), p]
+        }
+        "completions" => vec![command.into(), "bash".into()],
+        "gen-docs" => vec![command.into(), out("man")],
+        other => panic!(
+            "no runnable invocation for `{other}`: a new command in fabprobe::cli::COMMANDS needs one here"
+        ),
+    };
+    v
+}
+
+/// Every command takes every `--format` its catalogue entry lists and refuses every other
+/// one, naming the command, the flag and the formats it takes: none ignores the flag in
+/// silence (`snapshot`, `completions` and `gen-docs` did), none refuses one it renders.
+#[test]
+fn every_command_refuses_every_format_it_does_not_render() {
+    use clap::ValueEnum;
+    use fabprobe::cli::{COMMANDS, Format};
+    let tmp = tempfile::tempdir().unwrap();
+    for c in COMMANDS {
+        let listed = common::formats(c.name);
+        assert!(!listed.is_empty(), "{}: no format", c.name);
+        for f in Format::value_variants().iter().map(|f| f.name()) {
+            let mut args = runnable(c.name, tmp.path(), f);
+            args.extend(["--format".to_string(), f.to_string()]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, out, err) = fabprobe(&args);
+            let refusal = format!(
+                "`fabprobe {}` does not support --format {f}; use one of: {}",
+                c.name,
+                listed.join(", ")
+            );
+            if listed.contains(&f) {
+                assert!([0, 1, 3].contains(&code), "{args:?} exited {code}: {err}");
+                assert!(
+                    !out.is_empty() || c.name == "snapshot" || c.name == "gen-docs",
+                    "{args:?} wrote nothing"
+                );
+            } else {
+                assert_eq!(
+                    code, 2,
+                    "{args:?} took a format its catalogue entry does not list: {out}{err}"
+                );
+                assert!(err.contains(&refusal), "{args:?}: {err}");
+                assert!(out.is_empty(), "{args:?} wrote before refusing: {out}");
+            }
+        }
+    }
+}

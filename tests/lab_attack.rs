@@ -149,19 +149,10 @@ fn attack_garbage(lab: &Lab, from: usize, target: SocketAddr) -> Vec<Vec<u8>> {
         not_json,
         frame(&Msg::Ping),
         frame(&Msg::Heartbeat(fabprobe::ring::model::WaitReport {
-            rank: 1,
-            phase: fabprobe::ring::model::Phase::AllGather,
-            round: 0,
-            step: 0,
-            channel: 0,
             waiting_on: Some(2),
             waiting_to_receive: true,
-            bytes_received: 0,
-            bytes_sent: 0,
             since_progress_ms: 999_999,
-            progress: 0,
-            cpu: None,
-            positions: Vec::new(),
+            ..fabprobe::ring::model::WaitReport::new(1, fabprobe::ring::model::Phase::AllGather)
         })),
     ];
     let replies = Arc::new(Mutex::new(Vec::new()));

@@ -11,7 +11,7 @@ mod lab;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, json, runs, text};
+use lab::{Lab, LabOpts, SCAN_ARGS, json, runs, text};
 use nix::sys::signal::Signal;
 
 /// --timeout of the hang cases, and the bound on the whole run after the fault: the data
@@ -37,19 +37,6 @@ fn verdicts(o: &Output) -> Vec<(String, Option<u64>, Option<u64>)> {
 fn kinds(v: &[(&str, Option<u64>, Option<u64>)]) -> Vec<(String, Option<u64>, Option<u64>)> {
     v.iter().map(|(k, a, b)| (k.to_string(), *a, *b)).collect()
 }
-
-/// The scan alone, small and quick, as JSON.
-const SCAN_ARGS: [&str; 9] = [
-    "--scan",
-    "--scan-bytes",
-    "4M",
-    "--scan-time",
-    "2",
-    "--timeout",
-    "10",
-    "--format",
-    "json",
-];
 
 /// The scan alone over 4 nodes whose data egress is shaped to 1 Gbit/s, with `fault` applied.
 fn scan_case(name: &str, fault: impl Fn(&Lab)) -> Option<Output> {
@@ -347,19 +334,7 @@ fn long_run(lab: &Lab, token: &str) -> Vec<usize> {
         0..3,
         3,
         token,
-        &[
-            "--no-scan",
-            "-b",
-            "8M",
-            "-e",
-            "8M",
-            "-n",
-            "1000",
-            "--timeout",
-            &t,
-            "--format",
-            "json",
-        ],
+        &lab::long_sweep(&t, false),
     )
 }
 

@@ -10,7 +10,7 @@ mod lab;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, text};
+use lab::{Lab, LabOpts, SCAN_ARGS, text};
 use nix::sys::signal::Signal;
 
 const TIMEOUT: u64 = 3;
@@ -131,15 +131,8 @@ fn one_nodes_slow_rail_is_named_with_its_rail() {
         &lab,
         4,
         "slow",
-        &[
-            "--scan",
-            "--scan-bytes",
-            "4M",
-            "--scan-time",
-            "2",
-            "--timeout",
-            "10",
-        ],
+        // The quick scan with the text report: all but `--format json`.
+        &SCAN_ARGS[..7],
         Duration::from_secs(50),
     );
     let o = &outs[0];

@@ -383,19 +383,7 @@ fn cut_data_link_ends_every_rank_within_the_deadline() {
     ) else {
         return;
     };
-    let extra = [
-        "-b",
-        "8M",
-        "-e",
-        "8M",
-        "-n",
-        "1000",
-        "--timeout",
-        "3",
-        "--format",
-        "json",
-    ];
-    let ids = lab.spawn_ring(0..3, 3, "cut", &extra);
+    let ids = lab.spawn_ring(0..3, 3, "cut", &lab::long_sweep("3", true));
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.cut_data_link(2, 1);
     let outs: Vec<_> = ids
@@ -423,7 +411,8 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
     ) else {
         return;
     };
-    let extra = ["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", "5"];
+    // The long sweep with the text report: all but `--format json`.
+    let extra = &lab::long_sweep("5", true)[..8];
     // Round 1: SIGKILL the coordinator (rank 0).
     let ids = lab.spawn_ring(0..3, 3, "k1", &extra);
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
@@ -451,18 +440,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
                 r,
                 3,
                 "k2",
-                &[
-                    "-b",
-                    "8M",
-                    "-e",
-                    "8M",
-                    "-n",
-                    "1000",
-                    "--timeout",
-                    "5",
-                    "--format",
-                    "json",
-                ],
+                &lab::long_sweep("5", true),
             );
             lab.spawn(r, &a.iter().map(|s| s.as_str()).collect::<Vec<_>>())
         })
@@ -662,20 +640,7 @@ fn a_stopped_coordinator_names_its_own_stall_and_no_rank() {
     ) else {
         return;
     };
-    let extra = [
-        "--no-scan",
-        "-b",
-        "8M",
-        "-e",
-        "8M",
-        "-n",
-        "1000",
-        "--timeout",
-        "3",
-        "--format",
-        "json",
-    ];
-    let ids = lab.spawn_ring(0..4, 4, "stall", &extra);
+    let ids = lab.spawn_ring(0..4, 4, "stall", &lab::long_sweep("3", false));
     lab.wait_data_flowing(0..4, Duration::from_secs(20));
     lab.signal(ids[0], Signal::SIGSTOP);
     for (r, &id) in ids.iter().enumerate().skip(1) {

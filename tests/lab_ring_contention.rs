@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lab::{Lab, LabOpts, json, text};
+use lab::{Lab, LabOpts, SCAN_ARGS, json, text};
 
 /// A port no rank listens on.
 const PORT: u16 = 5201;
@@ -121,18 +121,6 @@ fn receive(listener: TcpListener, stop: &Arc<AtomicBool>, got: &Arc<AtomicU64>) 
         let _ = r.join();
     }
 }
-
-const SCAN_ARGS: [&str; 9] = [
-    "--scan",
-    "--scan-bytes",
-    "4M",
-    "--scan-time",
-    "2",
-    "--timeout",
-    "10",
-    "--format",
-    "json",
-];
 
 /// The scan over 4 nodes while node-c sends 4 flows of its own to node-d.
 fn contended_scan(name: &str) -> Option<(Output, u64)> {

@@ -19,21 +19,9 @@ mod lab;
 use std::process::Output;
 use std::time::Duration;
 
-use lab::{Lab, LabOpts, json, runs, text};
+use lab::{Lab, LabOpts, SCAN_ARGS, json, runs, text};
 
 const RUNS: usize = 5;
-
-const SCAN_ARGS: &[&str] = &[
-    "--scan",
-    "--scan-bytes",
-    "4M",
-    "--scan-time",
-    "2",
-    "--timeout",
-    "10",
-    "--format",
-    "json",
-];
 
 /// The sweep alone: 4 MiB in 512 KiB chunks, 1 + 5 iterations per half (a few seconds at
 /// 200 Mbit/s); the data timeout well past the black hole's stall (about 6 s).
@@ -139,7 +127,7 @@ fn stays_healthy(run: usize, o: &Output) -> serde_json::Value {
 #[test]
 fn a_black_hole_under_mtu_probing_names_the_stalled_rank_to_investigate() {
     for run in 0..runs(RUNS) {
-        let Some(o) = ring("mtu_hole", Some(2), SCAN_ARGS) else {
+        let Some(o) = ring("mtu_hole", Some(2), &SCAN_ARGS) else {
             return;
         };
         let said = names_the_stalled_rank(run, &o);
@@ -150,7 +138,7 @@ fn a_black_hole_under_mtu_probing_names_the_stalled_rank_to_investigate() {
 #[test]
 fn mtu_probing_on_a_healthy_fabric_stays_healthy() {
     for run in 0..runs(RUNS) {
-        let Some(o) = ring("mtu_ok", None, SCAN_ARGS) else {
+        let Some(o) = ring("mtu_ok", None, &SCAN_ARGS) else {
             return;
         };
         let j = stays_healthy(run, &o);

@@ -26,20 +26,7 @@ fn a_thawed_stopped_rank_names_its_own_stall() {
         return;
     };
     let t = TIMEOUT.to_string();
-    let args = [
-        "--no-scan",
-        "-b",
-        "8M",
-        "-e",
-        "8M",
-        "-n",
-        "1000",
-        "--timeout",
-        &t,
-        "--format",
-        "json",
-    ];
-    let ids = lab.spawn_ring(0..3, 3, "thaw", &args);
+    let ids = lab.spawn_ring(0..3, 3, "thaw", &lab::long_sweep(&t, false));
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.signal(ids[1], Signal::SIGSTOP);
     let limit = Duration::from_secs(TIMEOUT + 10);

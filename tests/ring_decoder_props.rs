@@ -181,9 +181,9 @@ proptest! {
         since in any::<u64>(), progress in any::<u64>(), phase in 0u32..16,
     ) {
         let w = WaitReport {
-            rank, phase: Phase::from_ordinal(phase), round, step, channel, waiting_on: on,
-            waiting_to_receive: on.is_some(), bytes_received: recv, bytes_sent: sent,
-            since_progress_ms: since, progress, cpu: None, positions: Vec::new(),
+            round, step, channel, waiting_on: on, waiting_to_receive: on.is_some(),
+            bytes_received: recv, bytes_sent: sent, since_progress_ms: since, progress,
+            ..WaitReport::new(rank, Phase::from_ordinal(phase))
         };
         for m in [Msg::Heartbeat(w.clone()), Msg::Stuck { wait: w, port_counters: Vec::new() }] {
             let body = serde_json::to_vec(&m).unwrap();

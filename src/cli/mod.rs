@@ -444,10 +444,12 @@ fn fit_helps(mut cmd: clap::Command) -> clap::Command {
 
 pub fn main() -> ExitCode {
     use clap::FromArgMatches;
-    let cli = match command()
-        .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m))
-    {
+    // The subcommand's name as clap spelt it, the key of its entry in [`COMMANDS`].
+    let parsed = command().try_get_matches().and_then(|m| {
+        let name = m.subcommand_name().unwrap_or_default().to_string();
+        Cli::from_arg_matches(&m).map(|c| (c, name))
+    });
+    let (cli, name) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -455,7 +457,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match dispatch(cli) {
+    match dispatch(cli, &name) {
         Ok(Outcome::Pass) => ExitCode::SUCCESS,
         Ok(Outcome::Fault) => ExitCode::from(1),
         Ok(Outcome::Unknown) => ExitCode::from(3),
@@ -487,8 +489,12 @@ pub(crate) fn error_text(e: &anyhow::Error) -> String {
     out
 }
 
-fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
+/// Run the subcommand `name`, after refusing a `--format` its entry in [`COMMANDS`] does not
+/// list: every command, including those that write no report (`snapshot`, `completions`,
+/// `gen-docs`), so none ignores the flag in silence.
+fn dispatch(cli: Cli, name: &str) -> anyhow::Result<Outcome> {
     let g = &cli.global;
+    g.require_format(name)?;
     crate::render::text::set_width(table_width(std::env::var("COLUMNS").ok().as_deref(), tty_width));
     match cli.command {
         Command::Check(a) => check::run(g, a),

@@ -74,8 +74,6 @@ pub fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
         return Err(UsageError("`fabprobe report` reads saved reports, not a host; --root does not apply".into()).into());
     }
-    g.require_format("report")
-        .map_err(|_| UsageError("`fabprobe report` writes HTML (--html OUT.html); --format does not apply".into()))?;
     let group = a
         .group_by
         .as_deref()

@@ -347,7 +347,11 @@ JSON DATA (fabprobe.ring)
              have the rail, where it did not run either),
              cpu_wait_rank_R (share of the samples' wall time rank R's most-waiting thread
              was runnable but waited for a CPU, from schedstat; not with --local); phase,
-             step, channel, waited_ms, sender_state, conclusive; closed_ms_ago, silent_ms,
+             step, channel, waited_ms, bytes_received, conclusive, sender_state,
+             sender_phase, sender_step, sender_bytes_sent (a hang: where the receiver
+             waits, what it got, and where its sender stood); no_progress_ms, progress (a
+             rank whose progress counter stood still); own_late_ms (a rank whose own
+             process did not run); closed_ms_ago, silent_ms,
              unacked_ms, pid; cpu_wait_ms, cpu_window_ms (a starved rank); lag_ms, asked_ms,
              window_ms, on_cpu_ms, cpu_wait_ms, not_runnable_ms, silence_ms (coordinator_stalled);
              status, status_name, vendor_err, seen_by_rank, device, operation,
@@ -355,6 +359,12 @@ JSON DATA (fabprobe.ring)
              active_rate_gbs, expected_rate_gbs, peers_at_expected, peers_with_rate, netdev,
              advertised_rate_gbs, advertised_mode, pcie_link, pcie_max, cause[] (port_rate,
              pcie: what made a port_downtrained); reports[];
+             stalls[] {from_rank, to_rank, order, silence_s}, stall_s, lost_s,
+             orders_stalled, scan_orders_s (a connection_stall: its silences, the longest,
+             the time the orders lost to them, how many orders, and the orders' time);
+             netdev, carrier_changes, carrier_up, carrier_down (a port_flapped: the carrier
+             counters' moves), with what the flap explains: stalls[], explains[] {kind,
+             from_rank, to_rank, message};
              neighbor {from, to} (drain and ticket verdicts whose end's switch port is
              known: {rank, host, port (the rank's own: eth1, mlx5_3 (eth3)), system_name,
              chassis_id, port_id, port_description, source, text: \"node-b mlx5_3 (eth3) <->

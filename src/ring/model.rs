@@ -501,6 +501,28 @@ pub struct WaitReport {
 }
 
 impl WaitReport {
+    /// Rank `rank` at the start of `phase` on channel 0: no wait, no bytes, no progress, no
+    /// CPU figure, no other channel. The one place every field is named: callers set what
+    /// they know (`WaitReport { step, waiting_on, ..WaitReport::new(rank, phase) }`), so a
+    /// new field is added here alone.
+    pub fn new(rank: Rank, phase: Phase) -> WaitReport {
+        WaitReport {
+            rank,
+            phase,
+            round: 0,
+            step: 0,
+            channel: 0,
+            waiting_on: None,
+            waiting_to_receive: false,
+            bytes_received: 0,
+            bytes_sent: 0,
+            since_progress_ms: 0,
+            progress: 0,
+            cpu: None,
+            positions: Vec::new(),
+        }
+    }
+
     /// Where this rank stands on `channel`: its own fields for the channel it shows, else
     /// its `positions` entry (None when it did not send one).
     pub(crate) fn position_on(&self, channel: u32) -> Option<Position> {
@@ -675,11 +697,8 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
-    /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
-    /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
-    /// that was not the probe's (`evidence.contention`) is only investigated.
-    /// A verdict of `kind` naming `from` -> `to` and nothing else, for tests to fill in.
+    /// A verdict of `kind` naming `from` -> `to` and nothing else, for tests to fill in
+    /// (`Verdict { message, ..Verdict::bare(kind, from, to) }`): a new field is added here.
     #[cfg(test)]
     pub(crate) fn bare(kind: VerdictKind, from_rank: Option<Rank>, to_rank: Option<Rank>) -> Verdict {
         Verdict {
@@ -695,6 +714,10 @@ impl Verdict {
         }
     }
 
+    /// Where to act: the kind's action ([`VerdictKind::action`]), except that a would-be
+    /// verdict the host's CPU wait explains (`evidence.not_judged`) or a suspect new
+    /// connections did not confirm (`evidence.unconfirmed`) or whose port carried traffic
+    /// that was not the probe's (`evidence.contention`) is only investigated.
     pub fn action(&self) -> Action {
         let soft = ["not_judged", "unconfirmed", "contention"];
         if soft.iter().any(|k| self.evidence.contains_key(*k)) {

@@ -838,17 +838,13 @@ mod tests {
     fn verdict(kind: VerdictKind, from: u32, dev: &str, gbs: f64) -> Verdict {
         let host = format!("node-{}", (b'a' + from as u8) as char);
         Verdict {
-            kind,
-            from_rank: Some(from),
-            to_rank: None,
             from_host: Some(host.clone()),
-            to_host: None,
             evidence: BTreeMap::from([("gbs".to_string(), json!(gbs))]),
             message: format!(
                 "SLOW EGRESS rank {from} ({host}, {dev}): its 2 outgoing links run at {gbs} GB/s"
             ),
             next: Some(format!("on {host}: `fabprobe links`")),
-            rail: None,
+            ..Verdict::bare(kind, Some(from), None)
         }
     }
 
@@ -1436,15 +1432,8 @@ mod tests {
     fn a_rail_stopped_for_another_is_no_verdict_and_a_hang_names_its_rail() {
         let mut rail0 = report(0, true, vec![], vec![]);
         let stop = Verdict {
-            kind: VerdictKind::RailStopped,
-            from_rank: None,
-            to_rank: None,
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: "rail 0 stopped: rail 1 failed first (HANG ...); this rail's ring had not failed".into(),
-            next: None,
-            rail: None,
+            ..Verdict::bare(VerdictKind::RailStopped, None, None)
         };
         rail0.verdicts.push(stop.clone());
         rail0.error = Some(stop.message.clone());

@@ -438,21 +438,14 @@ pub struct RankOutcome {
 
 #[cfg(test)]
 mod action_tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn v(kind: VerdictKind, from: Option<(Rank, &str)>, to: Option<(Rank, &str)>) -> Verdict {
         Verdict {
-            kind,
-            from_rank: from.map(|f| f.0),
-            to_rank: to.map(|t| t.0),
             from_host: from.map(|f| f.1.to_string()),
             to_host: to.map(|t| t.1.to_string()),
-            evidence: BTreeMap::new(),
             message: format!("{kind:?}"),
-            next: None,
-            rail: None,
+            ..Verdict::bare(kind, from.map(|f| f.0), to.map(|t| t.0))
         }
     }
 

@@ -468,19 +468,12 @@ mod tests {
             params: "p".into(),
         }));
         let report = |rank| WaitReport {
-            rank,
-            phase: Phase::ReduceScatter,
             round: 3,
             step: 1,
-            channel: 0,
-            waiting_on: None,
-            waiting_to_receive: false,
-            bytes_received: 0,
             bytes_sent: 4096,
             since_progress_ms: 12,
             progress: 9,
-            cpu: None,
-            positions: Vec::new(),
+            ..WaitReport::new(rank, Phase::ReduceScatter)
         };
         let beat = Msg::Heartbeat(report(1));
         let mut stuck_beat = report(2);
@@ -575,21 +568,7 @@ mod tests {
             delta: 4699,
         };
         // A fresh rank's report, as its data plane writes it (the wire needs no data plane).
-        let wait = WaitReport {
-            rank: 3,
-            phase: crate::ring::model::Phase::from_ordinal(0),
-            round: 0,
-            step: 0,
-            channel: 0,
-            waiting_on: None,
-            waiting_to_receive: false,
-            bytes_received: 0,
-            bytes_sent: 0,
-            since_progress_ms: 0,
-            progress: 0,
-            cpu: None,
-            positions: Vec::new(),
-        };
+        let wait = WaitReport::new(3, crate::ring::model::Phase::from_ordinal(0));
         let msgs = [
             Msg::Stuck {
                 wait: wait.clone(),

@@ -1,3 +1,5 @@
+#![allow(dead_code)]
+
 //! Function lengths read from the source (for tests/layering.rs): a body is counted by its
 //! braces in code, not by braces in strings, chars or comments, and the tests are skipped.
 
@@ -124,5 +126,52 @@ pub fn fn_lengths(text: &str) -> Vec<(String, usize, usize)> {
         let first = line_of(at);
         out.push((name, first, line_of(end) - first + 1));
     }
+    out
+}
+
+/// The byte range of each inline test module in `code` (already [`code_only`]): from its
+/// `#[cfg(test)]` to the brace that closes `mod x { ... }`. A `#[cfg(test)]` item that is
+/// not a module (a test-only constructor mid-file) is no range, nor a test file declared
+/// `mod x;`: the code after them is code.
+pub fn test_modules(code: &str) -> Vec<std::ops::Range<usize>> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (at, attr) in code.match_indices("#[cfg(test)]") {
+        let item = code[at + attr.len()..].trim_start();
+        let item = ["pub(crate) ", "pub "]
+            .iter()
+            .find_map(|v| item.strip_prefix(v))
+            .unwrap_or(item);
+        if !item.starts_with("mod ") {
+            continue;
+        }
+        let from = code.len() - item.len();
+        let Some(open) = code[from..].find(['{', ';']).map(|p| from + p) else {
+            continue;
+        };
+        if b[open] == b';' {
+            continue;
+        }
+        let mut depth = 0i32;
+        for (j, &c) in b.iter().enumerate().skip(open) {
+            depth += (c == b'{') as i32 - (c == b'}') as i32;
+            if depth == 0 {
+                out.push(at..j + 1);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// `text` without its inline test modules ([`test_modules`]).
+pub fn outside_test_modules(text: &str) -> String {
+    let mut out = String::new();
+    let mut from = 0;
+    for r in test_modules(&code_only(text)) {
+        out.push_str(&text[from..r.start]);
+        from = r.end;
+    }
+    out.push_str(&text[from..]);
     out
 }

@@ -179,3 +179,26 @@ pub fn server_port() -> u16 {
         first + span
     );
 }
+
+/// The ring's scan alone, small and quick (4 MiB samples, 2 s an order, a 10 s data
+/// timeout), as JSON: the lab tests that localize a fault by the scan start from it.
+pub const SCAN_ARGS: [&str; 9] = [
+    "--scan",
+    "--scan-bytes",
+    "4M",
+    "--scan-time",
+    "2",
+    "--timeout",
+    "10",
+    "--format",
+    "json",
+];
+
+/// A ring long enough for a fault to land in its sweep (8 MiB, 1000 iterations), judged
+/// after a data timeout of `timeout_s` seconds, as JSON; without the scan unless `scan`:
+/// the lab tests that stop, kill or cut something mid-run.
+pub fn long_sweep(timeout_s: &str, scan: bool) -> Vec<&str> {
+    let mut v = if scan { vec![] } else { vec!["--no-scan"] };
+    v.extend(["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", timeout_s, "--format", "json"]);
+    v
+}

@@ -14,7 +14,7 @@
 mod common;
 pub mod slurm;
 #[allow(unused_imports)] // each test binary uses its own part
-pub use common::{LAB_ENV, Need, lab_ready, lab_required, lab_unavailable, loud};
+pub use common::{LAB_ENV, Need, SCAN_ARGS, lab_ready, lab_required, lab_unavailable, long_sweep, loud};
 
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;

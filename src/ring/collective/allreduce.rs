@@ -251,8 +251,6 @@ impl Progress {
     pub fn report(&self, rank: Rank, channel: u32) -> WaitReport {
         let w = self.waiting_on.load(Ordering::Relaxed);
         WaitReport {
-            rank,
-            phase: Phase::from_ordinal(self.phase.load(Ordering::Relaxed)),
             round: self.round.load(Ordering::Relaxed),
             step: self.step.load(Ordering::Relaxed),
             channel,
@@ -264,8 +262,7 @@ impl Progress {
                 .now_ms()
                 .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),
             progress: self.progress.load(Ordering::Relaxed),
-            cpu: None,
-            positions: Vec::new(),
+            ..WaitReport::new(rank, Phase::from_ordinal(self.phase.load(Ordering::Relaxed)))
         }
     }
 }

@@ -326,15 +326,8 @@ fn a_rank_started_well_before_rank_0_joins() {
 pub(crate) fn many_verdicts(n: usize) -> Vec<Verdict> {
     (0..n)
         .map(|r| Verdict {
-            rail: None,
-            kind: crate::ring::model::VerdictKind::RankLost,
-            from_rank: Some(r as u32),
-            to_rank: None,
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: format!("rank {r} (node-with-a-long-name-{r:05}) sent nothing for 10 s (process stopped, or its host is gone)"),
-            next: None,
+            ..Verdict::bare(crate::ring::model::VerdictKind::RankLost, Some(r as u32), None)
         })
         .collect()
 }
@@ -657,15 +650,8 @@ fn judge_verdicts_reach_every_rank_and_fail_the_run() {
             return vec![];
         }
         vec![Verdict {
-            rail: None,
-            kind: crate::ring::model::VerdictKind::SlowLink,
-            from_rank: Some(0),
-            to_rank: Some(1),
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: format!("judged {} results", rep.results.len()),
-            next: None,
+            ..Verdict::bare(crate::ring::model::VerdictKind::SlowLink, Some(0), Some(1))
         }]
     }
     let cfg = test_cfg(2, Duration::from_secs(5), String::new(), Some(Arc::new(judge)));
@@ -750,15 +736,8 @@ fn a_live_verdict_ends_the_run_at_once_with_its_message() {
         let (at, _) = rep.reports[&w.rank];
         assert!(now_ms >= at);
         vec![Verdict {
-            rail: None,
-            kind: crate::ring::model::VerdictKind::HangLink,
-            from_rank: w.waiting_on,
-            to_rank: Some(w.rank),
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: format!("HANG rank {} waits for rank {:?}", w.rank, w.waiting_on),
-            next: None,
+            ..Verdict::bare(crate::ring::model::VerdictKind::HangLink, w.waiting_on, Some(w.rank))
         }]
     }
     let cfg = test_cfg(2, Duration::from_secs(20), String::new(), Some(Arc::new(judge)));
@@ -812,15 +791,8 @@ fn a_stuck_report_after_the_abort_is_the_ranks_counters_answer() {
     fn judge(rep: &CoordinatorReport, _now_ms: u64, _final: bool) -> Vec<Verdict> {
         let Some(w) = rep.stuck.first() else { return vec![] };
         vec![Verdict {
-            kind: crate::ring::model::VerdictKind::HangLink,
-            from_rank: w.waiting_on,
-            to_rank: Some(w.rank),
-            from_host: None,
-            to_host: None,
-            evidence: BTreeMap::new(),
             message: "HANG".into(),
-            next: None,
-            rail: None,
+            ..Verdict::bare(crate::ring::model::VerdictKind::HangLink, w.waiting_on, Some(w.rank))
         }]
     }
     let mv = |counter: &str| CounterMove {

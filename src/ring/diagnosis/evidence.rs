@@ -204,17 +204,7 @@ mod tests {
     #[test]
     fn attach_puts_each_named_ranks_counters_on_its_verdicts() {
         use crate::ring::model::{Verdict, VerdictKind};
-        let v = |from: Option<u32>, to: Option<u32>| Verdict {
-            rail: None,
-            kind: VerdictKind::SlowLink,
-            from_rank: from,
-            to_rank: to,
-            from_host: None,
-            to_host: None,
-            evidence: Default::default(),
-            message: String::new(),
-            next: None,
-        };
+        let v = |from: Option<u32>, to: Option<u32>| Verdict::bare(VerdictKind::SlowLink, from, to);
         let mut vs = vec![v(Some(1), Some(2)), v(None, Some(3)), v(Some(0), None)];
         let moved = BTreeMap::from([
             (1, vec![mv(1, "symbol_error", 5)]),

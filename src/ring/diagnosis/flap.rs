@@ -70,11 +70,13 @@ pub fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankI
         };
         let n = get(CHANGES).map(|m| m.delta);
         let mut evidence = BTreeMap::from([("netdev".to_string(), json!(dev))]);
-        for (k, v) in [(CHANGES, n), ("carrier_up", up), ("carrier_down", down)] {
-            if let Some(v) = v {
-                evidence.insert(k.to_string(), json!(v));
-            }
-        }
+        // Each key a literal where it is written: json_data's test reads them from here.
+        let counts = [
+            ("carrier_changes".to_string(), n),
+            ("carrier_up".to_string(), up),
+            ("carrier_down".to_string(), down),
+        ];
+        evidence.extend(counts.into_iter().filter_map(|(k, v)| v.map(|v| (k, json!(v)))));
         let shown = crate::ring::model::shown(ranks, r);
         out.push(Verdict {
             kind: VerdictKind::PortFlapped,
@@ -194,21 +196,19 @@ pub(crate) fn absorb(
             continue;
         };
         f.message.push_str(&format!("; {}", label(&v, &stalls, ranks)));
-        let (key, add) = match v.kind {
-            VerdictKind::ConnectionStall => ("stalls", stalls.iter().map(Stall::json).collect()),
+        let (list, add) = match v.kind {
+            VerdictKind::ConnectionStall => (
+                f.evidence.entry("stalls".to_string()),
+                stalls.iter().map(Stall::json).collect(),
+            ),
             _ => (
-                "explains",
+                f.evidence.entry("explains".to_string()),
                 vec![
                     json!({"kind": v.kind, "from_rank": v.from_rank, "to_rank": v.to_rank, "message": v.message}),
                 ],
             ),
         };
-        if let Some(list) = f
-            .evidence
-            .entry(key.to_string())
-            .or_insert(json!([]))
-            .as_array_mut()
-        {
+        if let Some(list) = list.or_insert(json!([])).as_array_mut() {
             list.extend(add);
         }
     }

@@ -1298,10 +1298,7 @@ mod tests {
             if (f, t) == (3, 4) { 1.1 } else { BASE }
         });
         let v = judge(&ranks(8), &s, &Thresholds::default(), None);
-        let expected = Verdict { rail: None,
-            kind: VerdictKind::SlowLink,
-            from_rank: Some(3),
-            to_rank: Some(4),
+        let expected = Verdict {
             from_host: Some("node-d".into()),
             to_host: Some("node-e".into()),
             evidence: [
@@ -1324,6 +1321,7 @@ mod tests {
                  the switch ports and cables between node-d (eth1) and node-e (eth1)"
                     .into(),
             ),
+            ..Verdict::bare(VerdictKind::SlowLink, Some(3), Some(4))
         };
         assert_eq!(v, vec![expected]);
     }

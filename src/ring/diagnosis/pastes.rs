@@ -51,15 +51,9 @@ mod tests {
 
     fn v(next: &str) -> Verdict {
         Verdict {
-            kind: VerdictKind::SlowLink,
-            from_rank: None,
-            to_rank: None,
-            from_host: None,
-            to_host: None,
-            evidence: Default::default(),
             message: "m".into(),
             next: Some(next.into()),
-            rail: None,
+            ..Verdict::bare(VerdictKind::SlowLink, None, None)
         }
     }
 

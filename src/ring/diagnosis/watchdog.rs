@@ -828,19 +828,14 @@ mod tests {
     /// Status of `rank` at `phase`/`step`: a heartbeat when `on` is None.
     fn st(rank: Rank, phase: Phase, step: u32, on: Option<(Rank, bool)>, recv: u64, sent: u64) -> WaitReport {
         WaitReport {
-            round: 0,
-            rank,
-            phase,
             step,
-            channel: 0,
             waiting_on: on.map(|(p, _)| p),
             waiting_to_receive: on.is_some_and(|(_, r)| r),
             bytes_received: recv,
             bytes_sent: sent,
             since_progress_ms: if on.is_some() { T } else { 0 },
             progress: 100 + step as u64,
-            cpu: None,
-            positions: Vec::new(),
+            ..WaitReport::new(rank, phase)
         }
     }
 
@@ -948,10 +943,7 @@ mod tests {
         .collect();
         assert_eq!(
             v,
-            vec![Verdict { rail: None,
-                kind: VerdictKind::HangLink,
-                from_rank: Some(4),
-                to_rank: Some(5),
+            vec![Verdict {
                 from_host: Some("node-e".into()),
                 to_host: Some("node-f".into()),
                 evidence: ev,
@@ -964,6 +956,7 @@ mod tests {
                      `ping -I eth1 198.18.1.6` from node-e"
                         .into()
                 ),
+                ..Verdict::bare(VerdictKind::HangLink, Some(4), Some(5))
             }]
         );
     }
