@@ -414,7 +414,7 @@ fn killed_coordinator_or_rank_ends_every_other_rank_with_that_message() {
     // The long sweep with the text report: all but `--format json`.
     let extra = &lab::long_sweep("5", true)[..8];
     // Round 1: SIGKILL the coordinator (rank 0).
-    let ids = lab.spawn_ring(0..3, 3, "k1", &extra);
+    let ids = lab.spawn_ring(0..3, 3, "k1", extra);
     lab.wait_data_flowing(0..3, Duration::from_secs(20));
     lab.signal(ids[0], Signal::SIGKILL);
     for &id in &ids[1..] {
