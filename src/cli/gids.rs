@@ -54,7 +54,10 @@ const GIDS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gids)
   {\"rdma\": {\"devices_found\": bool, \"message\": str|null, \"names_moved\": [{\"name\",
             \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core moved past a NIC
-            that did not register; absent when none)},
+            that did not register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
                 \"routable_flid_gid_index\" (null when unset), \"auto_default\" (NCCL picks the
                 index itself when NCCL_IB_GID_INDEX is unset: 2.21+; null: version unknown),

@@ -60,7 +60,10 @@ const LINKS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.links)
   {\"rdma\": {\"devices_found\", \"message\", \"names_moved\": [{\"name\", \"pci_bus_id\",
             \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
-            register; absent when none)},
+            register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"verbs\": null | {\"error\" (e.g. ENOSYS), \"devices\": [{\"name\", \"port1_active\", \"error\"}]},
    \"devices\": [{\"name\", \"node_type\": {\"id\",\"name\"}, \"node_guid\", \"sys_image_guid\",

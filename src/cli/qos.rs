@@ -71,7 +71,10 @@ const QOS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.qos)
   {\"rdma\": {\"devices_found\", \"message\", \"names_moved\": [{\"name\", \"pci_bus_id\",
             \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
-            register; absent when none)},
+            register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"interfaces\": [{\"ifname\", \"rdma_device\", \"rdma_port\",
      \"dcb\": {\"error\" (EOPNOTSUPP, not_captured, ...), \"pfc_enabled\": [prio], \"pfc_delay\",

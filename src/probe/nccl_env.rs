@@ -48,6 +48,9 @@ pub struct NcclEnvReport {
     /// an `NCCL_IB_HCA` written for the full node selects another NIC under them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names_moved: Vec<topo::MovedName>,
+    /// NICs the PCI tree shows that registered no RDMA device (topo's `nics_not_in_rdma`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_rdma: Vec<topo::NicNotInRdma>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -208,8 +211,10 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
             exists: host.exists(DEFAULT_TOPO_FILE),
         },
     };
+    let (not_in_rdma, names_moved) = topo::probe_unregistered(host);
     NcclEnvReport {
-        names_moved: topo::probe_moved_names(host),
+        names_moved,
+        not_in_rdma,
         env_source: nccl.env_source.clone(),
         nccl_version: nccl.version.clone(),
         conf_files: nccl.conf_files.clone(),
@@ -615,6 +620,13 @@ pub enum Judge {
 /// order the findings are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["nccl_env.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; NCCL_IB_HCA cannot select it",
+        judge: Judge::Report(nccl_env_not_in_rdma),
+    },
+    Rule {
         ids: &["nccl_env.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA port showed up (drivers not loaded?): the \
@@ -748,6 +760,11 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(topo_file_missing),
     },
 ];
+
+fn nccl_env_not_in_rdma(x: &Env, out: &mut Vec<Finding>) {
+    let unread = "NCCL lists RDMA devices only, so no NCCL_IB_HCA can select it and NCCL does not use it";
+    topo::unlisted_findings("nccl_env", unread, &x.r.not_in_rdma, out);
+}
 
 /// Judge the NCCL environment by [`RULES`].
 pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
