@@ -66,8 +66,8 @@ JSON DATA (fabprobe.gdr)
    \"names_moved\": [{\"name\", \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core
      moved past a NIC that did not register; absent when none),
    \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
-     \"driver\", \"netdevs\"}] (NICs in
-     the PCI tree that registered no RDMA device; absent when none),
+     \"driver\", \"netdevs\", \"gpus_beside\"}] (NICs in the PCI tree that registered
+     no RDMA device, and the GPUs on their PCIe switch; absent when none),
    \"gpus_not_in_nvml\": [{\"pci_bus_id\", \"current_link_speed\"}] (GPUs in the
      PCI tree that NVML does not list; absent when none)}
 
