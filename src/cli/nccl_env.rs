@@ -90,6 +90,7 @@ pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
         Format::Prom => {
             let gpus = nccl_env::gpu_count(&host);
             super::out::findings_prom("nccl_env", &findings)
+                + &crate::render::moved_prom("nccl_env", "", &report.names_moved)
                 + &crate::render::devices_prom(
                     "nccl_env",
                     "",
