@@ -239,3 +239,69 @@ fn says_moved(v: &serde_json::Value) -> bool {
         _ => false,
     }
 }
+
+/// The metrics keep the kernel's name as every series' `device` label (stable series), and
+/// say a name moved in a series of their own: `fabprobe_<cmd>_name_moved{device,pci_bus_id,
+/// was_to_be} 1`, in every command with `--format prom`; none where no name moved.
+#[test]
+fn the_metrics_say_a_name_moved() {
+    let prom_commands: Vec<Vec<String>> = commands()
+        .into_iter()
+        .filter(|c| common::formats(&c[0]).contains(&"prom"))
+        .collect();
+    assert!(prom_commands.len() >= 8, "{prom_commands:?}");
+    let prom = |fixture: &str, cmd: &[String]| {
+        let mut args = vec!["--root".to_string(), format!("fixtures/{fixture}"), "--format".into(), "prom".into()];
+        args.extend(cmd.iter().cloned());
+        let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+            .args(&args)
+            .current_dir(ROOT)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let mut bad = Vec::new();
+    for fixture in common::fixture_names() {
+        for cmd in &prom_commands {
+            let out = prom(&fixture, cmd);
+            let series = format!("fabprobe_{}_name_moved{{", cmd[0].replace('-', "_"));
+            let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(&series)).collect();
+            let what = format!("{fixture} {}", cmd.join(" "));
+            if !MOVED_FIXTURES.contains(&fixture.as_str()) {
+                if !lines.is_empty() || out.contains("_name_moved") {
+                    bad.push(format!("{what}: says a name moved: {lines:?}"));
+                }
+                continue;
+            }
+            for (name, bdf, was) in MOVED {
+                let labels = format!("device=\"{name}\",pci_bus_id=\"{bdf}\",was_to_be=\"{was}\"}} 1");
+                if !lines.iter().any(|l| l.ends_with(&labels)) {
+                    bad.push(format!("{what}: no {series}..{labels}: {lines:?}"));
+                }
+            }
+            if lines.len() != MOVED.len() {
+                bad.push(format!("{what}: {} name_moved series, not {}", lines.len(), MOVED.len()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} misses:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// `gids --show-gids` keeps show_gids' rows as show_gids prints them (no mark) and says each
+/// moved name on stderr; nothing is said where no name moved.
+#[test]
+fn show_gids_says_a_moved_name_on_stderr() {
+    let cmd = ["gids".to_string(), "--show-gids".to_string()];
+    for fixture in common::fixture_names() {
+        let (out, err) = run(&fixture, false, &cmd);
+        assert!(!out.contains('~') && out.contains("n_gids_found="), "{fixture}: {out}");
+        for (name, bdf, was) in MOVED {
+            let said = err.lines().any(|l| {
+                l.starts_with("fabprobe: name moved: ")
+                    && l.contains(&format!("{name}~ is the NIC at {bdf};"))
+                    && l.contains(&format!("it was to be {was}:"))
+            });
+            assert_eq!(said, MOVED_FIXTURES.contains(&fixture.as_str()), "{fixture} {name}: {err}");
+        }
+    }
+}

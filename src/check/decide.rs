@@ -218,6 +218,8 @@ enum Via {
     /// The device the symptom's `selected_by_moved_name` names is among the cause's
     /// `names_moved` (`mlx5_7=0000:e9:00.0`).
     MovedName,
+    /// The same device, spelled alike (a PCI bus ID).
+    SameSubject,
     /// Any finding of the kind on the node.
     Node,
 }
@@ -299,6 +301,18 @@ const EXPLAINS: &[Explains] = &[
         ],
         via: Via::Node,
     },
+    // What each command could not read of that NIC, having no RDMA device to read it from.
+    Explains {
+        cause: &["topo.nic_not_in_rdma"],
+        symptoms: &[
+            "gids.nic_not_in_rdma",
+            "links.nic_not_in_rdma",
+            "qos.nic_not_in_rdma",
+            "gdr.nic_not_in_rdma",
+            "nccl_env.nic_not_in_rdma",
+        ],
+        via: Via::SameSubject,
+    },
     Explains {
         cause: &["topo.nic_not_in_rdma"],
         symptoms: &["*.nic_per_gpu"],
@@ -338,7 +352,13 @@ const EXPLAINS: &[Explains] = &[
         symptoms: &["*.all_alike{field=fw_ver}", "*.all_alike{field=rate}"],
         via: Via::SamePort,
     },
-    // A GPU NVML lost (fallen off the bus) is one GPU short of the count the policy wants.
+    // A GPU NVML lost (fallen off the bus) is one GPU short of the count the policy wants,
+    // and has no GPUDirect pair for gdr to judge.
+    Explains {
+        cause: &["topo.gpu_not_in_nvml"],
+        symptoms: &["gdr.gpu_not_in_nvml"],
+        via: Via::SameSubject,
+    },
     Explains {
         cause: &["topo.gpu_not_in_nvml"],
         symptoms: &["policy.gpu.count"],
@@ -430,6 +450,7 @@ fn related(via: Via, cause: &Finding, symptom: &Finding) -> bool {
                     .any(|m| m.split_once('=').is_some_and(|(n, _)| n == d))
             })
         }
+        Via::SameSubject => cause.subject == symptom.subject,
         Via::Node => true,
     }
 }
@@ -509,6 +530,36 @@ fn explainer(findings: &[Finding], i: usize) -> Option<usize> {
                 j != i && e.cause.iter().any(|r| is_rule(&findings[j], r)) && related(e.via, &findings[j], s)
             })
         })
+}
+
+/// What could not be evaluated only because of a cause (a NIC with no RDMA device has no
+/// GID table or RDMA port to read) is listed under that cause's `also`, not as a
+/// not-evaluated line of its own: one cause, one line. Run before the unknowns are set aside.
+pub(crate) fn fold_explained_unknowns(findings: Vec<Finding>) -> Vec<Finding> {
+    let known = |f: &Finding| f.severity != Severity::Unknown;
+    let parent: Vec<Option<usize>> = (0..findings.len())
+        .map(|i| {
+            (findings[i].severity == Severity::Unknown)
+                .then(|| explainer(&findings, i))
+                .flatten()
+                .filter(|&p| known(&findings[p]))
+        })
+        .collect();
+    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
+    let mut under: Vec<Vec<Finding>> = vec![Vec::new(); slots.len()];
+    for (i, p) in parent.iter().enumerate() {
+        if let Some(p) = p {
+            under[*p].extend(slots[i].take());
+        }
+    }
+    let mut out = Vec::new();
+    for (slot, symptoms) in slots.into_iter().zip(under) {
+        if let Some(mut cause) = slot {
+            fold(&mut cause, symptoms);
+            out.push(cause);
+        }
+    }
+    out
 }
 
 /// Symptoms under their causes: each finding another explains ([`EXPLAINS`], followed to

@@ -235,6 +235,7 @@ pub fn run(
         }
     }
     findings.retain(|f| !ignored(&policy.ignore, &f.id));
+    let findings = decide::fold_explained_unknowns(findings);
     let (findings, not_evaluated) = decide::split_not_evaluated(findings, &policy.require);
     let (findings, not_used_by_nccl) = split_not_used_by_nccl(findings, &c, policy);
     let mut findings = decide::causes(collapse(same_cause(findings)));

@@ -115,7 +115,10 @@ JSON DATA (fabprobe.check)
 PROMETHEUS (--format prom)
   fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity=fail|warn},
   fabprobe_check_finding{policy,id,subject,severity} 1, fabprobe_check_not_evaluated{policy,key}
-  1 (one per key that could not be evaluated), fabprobe_check_device_holders{policy}
+  1 (one per key that could not be evaluated), fabprobe_check_device_holders{policy},
+  fabprobe_check_name_moved{policy,device,pci_bus_id,was_to_be} 1 for each RDMA device name
+  ib_core moved past a NIC that did not register (absent when none; the other series keep
+  the kernel's name as their device label, and this one says that name is now another NIC).
   Every series carries the policy, so one file per policy can share a textfile directory.
   A textfile cron job writes with --output, which replaces the file atomically and exits 0
   once it is written (the verdict is in the metrics):

@@ -46,7 +46,10 @@ NARROW TERMINALS
   ::ffff:a.b.c.d (the same 16 bytes), and the link layer and the NCCL and perftest picks left
   to the per-port lines under the table, which wrap. Piped without COLUMNS, or on a wide
   terminal, the full table. --show-gids prints show_gids' own bytes at any width, for scripts
-  that parse show_gids; `fabprobe gids | cat` gives the full table on a terminal.
+  that parse show_gids; `fabprobe gids | cat` gives the full table on a terminal. A device
+  name ib_core moved past a NIC that did not register is said on stderr under --show-gids
+  (`fabprobe: name moved: mlx5_7~ is the NIC at ...`), so the rows a script parses keep
+  show_gids' form; the table marks it `mlx5_7~` and says it after the verdict.
 
 ";
 
@@ -54,7 +57,10 @@ const GIDS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.gids)
   {\"rdma\": {\"devices_found\": bool, \"message\": str|null, \"names_moved\": [{\"name\",
             \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core moved past a NIC
-            that did not register; absent when none)},
+            that did not register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
                 \"routable_flid_gid_index\" (null when unset), \"auto_default\" (NCCL picks the
                 index itself when NCCL_IB_GID_INDEX is unset: 2.21+; null: version unknown),
@@ -69,6 +75,9 @@ JSON DATA (fabprobe.gids)
 PROMETHEUS (--format prom)
   fabprobe_infiniband_gid_info{device,port,index,gid,ipv4,version,netdev} 1
   fabprobe_infiniband_nccl_gid_index{device,port}
+  fabprobe_gids_name_moved{device,pci_bus_id,was_to_be} 1 for each RDMA device name ib_core
+  moved past a NIC that did not register (absent when none): the other series keep the
+  kernel's name as their device label, and this one says that name is now another NIC.
   The verdict: fabprobe_gids_verdict 0|1|2, fabprobe_gids_findings{severity=fail|warn|unknown},
   fabprobe_gids_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
@@ -100,6 +109,11 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
         g.log(1, m);
     }
     let text = if a.show_gids {
+        // show_gids' rows stay its own; what a moved name now names is said beside them.
+        let legend = crate::render::text::moved_legend_to(&report.rdma.names_moved, None);
+        for l in legend.lines() {
+            g.log(0, l);
+        }
         crate::render::gids::show_gids(&report)
     } else {
         match fmt {
@@ -110,6 +124,7 @@ pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
                 devs.dedup();
                 crate::render::gids::prom(&report)
                     + &super::out::findings_prom("gids", &findings)
+                    + &crate::render::moved_prom("gids", "", &report.rdma.names_moved)
                     + &crate::render::devices_prom(
                         "gids",
                         "",

@@ -60,7 +60,10 @@ const LINKS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.links)
   {\"rdma\": {\"devices_found\", \"message\", \"names_moved\": [{\"name\", \"pci_bus_id\",
             \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
-            register; absent when none)},
+            register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"verbs\": null | {\"error\" (e.g. ENOSYS), \"devices\": [{\"name\", \"port1_active\", \"error\"}]},
    \"devices\": [{\"name\", \"node_type\": {\"id\",\"name\"}, \"node_guid\", \"sys_image_guid\",
@@ -86,6 +89,9 @@ PROMETHEUS (--format prom)
   ..._link_downed_total, ..._port_transmit_wait_total, ...; other counters as
   fabprobe_infiniband_hw_counter_total{counter=...}; rates as
   fabprobe_infiniband_counter_rate_per_second{counter=...}.
+  fabprobe_links_name_moved{device,pci_bus_id,was_to_be} 1 for each RDMA device name ib_core
+  moved past a NIC that did not register (absent when none): the other series keep the
+  kernel's name as their device label, and this one says that name is now another NIC.
   The verdict: fabprobe_links_verdict 0|1|2, fabprobe_links_findings{severity=fail|warn|unknown},
   fabprobe_links_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
@@ -141,6 +147,7 @@ pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
             let ports = report.devices.iter().map(|d| d.ports.len()).sum();
             crate::render::links::prom(&report)
                 + &super::out::findings_prom("links", &findings)
+                + &crate::render::moved_prom("links", "", &report.rdma.names_moved)
                 + &crate::render::devices_prom(
                     "links",
                     "",

@@ -72,7 +72,11 @@ JSON DATA (fabprobe.nccl-env)
    \"topo_file\": {\"path\", \"from_env\", \"exists\"},
    \"names_moved\": [{\"name\", \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core
      moved past a NIC that did not register: NCCL_IB_HCA selects another NIC under them;
-     absent when none)}";
+     absent when none),
+   \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+     \"driver\", \"netdevs\"}] (NICs in
+     the PCI tree that registered no RDMA device: NCCL cannot use them; absent
+     when none)}";
 
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
     let fmt = g.require_format("nccl-env")?;
@@ -86,6 +90,7 @@ pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
         Format::Prom => {
             let gpus = nccl_env::gpu_count(&host);
             super::out::findings_prom("nccl_env", &findings)
+                + &crate::render::moved_prom("nccl_env", "", &report.names_moved)
                 + &crate::render::devices_prom(
                     "nccl_env",
                     "",

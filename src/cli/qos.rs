@@ -71,7 +71,10 @@ const QOS_HELP_DATA: &str = "\
 JSON DATA (fabprobe.qos)
   {\"rdma\": {\"devices_found\", \"message\", \"names_moved\": [{\"name\", \"pci_bus_id\",
             \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
-            register; absent when none)},
+            register; absent when none),
+            \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
+              \"driver\", \"netdevs\"}] (NICs in
+            the PCI tree that registered no RDMA device; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"interfaces\": [{\"ifname\", \"rdma_device\", \"rdma_port\",
      \"dcb\": {\"error\" (EOPNOTSUPP, not_captured, ...), \"pfc_enabled\": [prio], \"pfc_delay\",
@@ -103,6 +106,9 @@ PROMETHEUS (--format prom)
   fabprobe_qos_pfc_enabled{device,priority}, fabprobe_qos_{rx,tx}_pause_frames_total,
   fabprobe_qos_{rx,tx}_pause_duration_seconds_total, fabprobe_qos_rx_ecn_marked_packets_total,
   fabprobe_qos_pause_storm_events_total{level}, fabprobe_qos_rdma_cc_counter_total{counter}.
+  fabprobe_qos_name_moved{device,pci_bus_id,was_to_be} 1 for each RDMA device name ib_core
+  moved past a NIC that did not register (absent when none): the other series keep the
+  kernel's name as their device label, and this one says that name is now another NIC.
   The verdict: fabprobe_qos_verdict 0|1|2, fabprobe_qos_findings{severity=fail|warn|unknown},
   fabprobe_qos_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.
@@ -192,6 +198,7 @@ pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
                 .then_some(report.interfaces.len());
             crate::render::qos::prom(&report)
                 + &super::out::findings_prom("qos", &findings)
+                + &crate::render::moved_prom("qos", "", &report.rdma.names_moved)
                 + &crate::render::devices_prom("qos", "", &[("roce_netdev", known)])
         }
         _ => crate::render::qos::table(&report, &findings),

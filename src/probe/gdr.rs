@@ -29,6 +29,12 @@ pub struct GdrReport {
     /// Device names ib_core moved past a NIC that did not register (topo's `moved_names`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names_moved: Vec<topo::MovedName>,
+    /// NICs the PCI tree shows that registered no RDMA device (topo's `nics_not_in_rdma`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_rdma: Vec<topo::NicNotInRdma>,
+    /// GPUs the PCI tree shows that NVML does not list (topo's `gpus_not_in_nvml`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_not_in_nvml: Vec<topo::GpuNotInNvml>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -466,6 +472,8 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
     let (pairs, bridges) = gdr_pairs(host, &t, &ctx);
     GdrReport {
         names_moved: topo::moved_names(&t),
+        not_in_rdma: t.nics_not_in_rdma.clone(),
+        gpus_not_in_nvml: t.gpus_not_in_nvml.clone(),
         gpus,
         nics,
         nccl_net_gdr_level,
@@ -720,6 +728,20 @@ pub(crate) type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
 pub static RULES: &[Rule<GdrJudge>] = &[
     Rule {
+        ids: &["gdr.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; no GPU pair with it is judged",
+        judge: gdr_not_in_rdma,
+    },
+    Rule {
+        ids: &["gdr.gpu_not_in_nvml"],
+        severity: &[Severity::Unknown],
+        about: "a GPU in the PCI tree that NVML does not list (topo.gpu_not_in_nvml): named by \
+                its bus ID; no NIC pair with it is judged",
+        judge: gdr_gpu_not_in_nvml,
+    },
+    Rule {
         ids: &["gdr.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "no GPU, or no RDMA device, showed up: no GPU-NIC pair to judge, NOT EVALUATED \
@@ -783,6 +805,31 @@ fn gdr_nothing(x: &Gdr, out: &mut Vec<Finding>) {
         _ => return,
     };
     out.push(crate::finding::nothing_to_judge("gdr", "host", Some(fact), why));
+}
+
+fn gdr_not_in_rdma(x: &Gdr, out: &mut Vec<Finding>) {
+    let unread = "NCCL cannot open it, so no GPU's GPUDirect RDMA pair with it is judged";
+    topo::unlisted_findings("gdr", unread, &x.r.not_in_rdma, out);
+}
+
+/// A GPU NVML lost has no pairs: say so, by its bus ID as topo names it, so its absence
+/// from the pairs is never read as nothing wrong.
+fn gdr_gpu_not_in_nvml(x: &Gdr, out: &mut Vec<Finding>) {
+    for g in &x.r.gpus_not_in_nvml {
+        out.push(
+            Finding::new(
+                "gdr.gpu_not_in_nvml",
+                Severity::Unknown,
+                &g.pci_bus_id,
+                format!(
+                    "not evaluated: the GPU at {} is in the PCI tree but NVML does not list it: CUDA and NCCL cannot use it, so no GPUDirect RDMA pair of it is judged",
+                    g.pci_bus_id
+                ),
+            )
+            .evidence("pci_bus_id", g.pci_bus_id.as_str())
+            .fix(format!("see `fabprobe topo`'s topo.gpu_not_in_nvml {} for why and the fix", g.pci_bus_id)),
+        );
+    }
 }
 
 /// Judge GPUDirect RDMA by [`RULES`].

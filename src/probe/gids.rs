@@ -24,6 +24,10 @@ pub struct RdmaPresence {
     /// `nics_not_in_rdma`): every command says them beside the name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names_moved: Vec<crate::probe::topo::MovedName>,
+    /// NICs the PCI tree shows that registered no RDMA device (`topo`'s
+    /// `nics_not_in_rdma`): every command names them, by bus ID and netdev.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_rdma: Vec<crate::probe::topo::NicNotInRdma>,
 }
 
 pub(crate) const NO_IB_KERNEL: &str = "no RDMA devices: the kernel has no InfiniBand support";
@@ -38,6 +42,7 @@ pub(crate) fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 message: Some(format!("RDMA devices unknown: {e}")),
                 unreadable: Some(e.to_string()),
                 names_moved: Vec::new(),
+                not_in_rdma: Vec::new(),
             },
             Vec::new(),
         );
@@ -49,27 +54,23 @@ pub(crate) fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
                 message: Some(NO_IB_KERNEL.to_string()),
                 unreadable: None,
                 names_moved: Vec::new(),
+                not_in_rdma: Vec::new(),
             },
             Vec::new(),
         ),
-        Some(v) if v.is_empty() => (
-            RdmaPresence {
-                devices_found: false,
-                message: Some("no RDMA devices: /sys/class/infiniband is empty".to_string()),
+        Some(v) => {
+            // A driver that did not register its NICs leaves the class empty: name them too.
+            let (not_in_rdma, names_moved) = crate::probe::topo::probe_unregistered(host);
+            let found = !v.is_empty();
+            let presence = RdmaPresence {
+                devices_found: found,
+                message: (!found).then(|| "no RDMA devices: /sys/class/infiniband is empty".to_string()),
                 unreadable: None,
-                names_moved: Vec::new(),
-            },
-            v,
-        ),
-        Some(v) => (
-            RdmaPresence {
-                devices_found: true,
-                message: None,
-                unreadable: None,
-                names_moved: crate::probe::topo::probe_moved_names(host),
-            },
-            v,
-        ),
+                names_moved,
+                not_in_rdma,
+            };
+            (presence, v)
+        }
     }
 }
 
@@ -220,6 +221,13 @@ pub struct Port<'a> {
 /// port's findings are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["gids.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; it has no GID table to read",
+        judge: Judge::Report(gids_not_in_rdma),
+    },
+    Rule {
         ids: &["gids.no_roce_v2"],
         severity: &[Severity::Warn],
         about: "a RoCE port without any RoCE v2 GID",
@@ -275,6 +283,11 @@ fn gids_nothing(r: &GidsReport, out: &mut Vec<Finding>) {
             format!("nothing to judge: {why}"),
         ));
     }
+}
+
+fn gids_not_in_rdma(r: &GidsReport, out: &mut Vec<Finding>) {
+    let unread = "it has no GID table, so neither NCCL nor perftest can pick a GID on it";
+    crate::probe::topo::unlisted_findings("gids", unread, &r.rdma.not_in_rdma, out);
 }
 
 /// Judge the GID tables by [`RULES`].

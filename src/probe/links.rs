@@ -521,6 +521,13 @@ pub struct Port<'a> {
 /// What breaks a link, in the order one port's findings are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["links.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; its RDMA ports' state, rate and counters are unread",
+        judge: Judge::Report(links_not_in_rdma),
+    },
+    Rule {
         ids: &["links.pcie_downtrained"],
         severity: &[Severity::Fail],
         about: "the HCA's PCIe link below its maximum speed or width",
@@ -630,6 +637,11 @@ fn best_rates(r: &LinksReport) -> BTreeMap<(String, String), (f64, String)> {
         }
     }
     best
+}
+
+fn links_not_in_rdma(r: &LinksReport, out: &mut Vec<Finding>) {
+    let unread = "it has no RDMA port, so its port state, rate and error counters are unknown (its netdev's link: `ethtool {netdev}`)";
+    crate::probe::topo::unlisted_findings("links", unread, &r.rdma.not_in_rdma, out);
 }
 
 /// Judge the links by [`RULES`].

@@ -48,6 +48,9 @@ pub struct NcclEnvReport {
     /// an `NCCL_IB_HCA` written for the full node selects another NIC under them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names_moved: Vec<topo::MovedName>,
+    /// NICs the PCI tree shows that registered no RDMA device (topo's `nics_not_in_rdma`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_rdma: Vec<topo::NicNotInRdma>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -208,8 +211,10 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> NcclEnvReport {
             exists: host.exists(DEFAULT_TOPO_FILE),
         },
     };
+    let (not_in_rdma, names_moved) = topo::probe_unregistered(host);
     NcclEnvReport {
-        names_moved: topo::probe_moved_names(host),
+        names_moved,
+        not_in_rdma,
         env_source: nccl.env_source.clone(),
         nccl_version: nccl.version.clone(),
         conf_files: nccl.conf_files.clone(),
@@ -615,6 +620,13 @@ pub enum Judge {
 /// order the findings are listed.
 pub static RULES: &[Rule<Judge>] = &[
     Rule {
+        ids: &["nccl_env.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; NCCL_IB_HCA cannot select it",
+        judge: Judge::Report(nccl_env_not_in_rdma),
+    },
+    Rule {
         ids: &["nccl_env.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA port showed up (drivers not loaded?): the \
@@ -685,6 +697,15 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(hcas),
     },
     Rule {
+        ids: &["nccl_env.hca_selects_moved_name"],
+        severity: &[Severity::Warn, Severity::Fail],
+        about: "NCCL_IB_HCA selects a device under a name ib_core moved past a NIC that did not \
+                register, and would not under the name it was to have (fail: it picks up that \
+                NIC), or the reverse (warn: it leaves that NIC out); every form: prefix, '=', \
+                '^', ':port'",
+        judge: Judge::Report(hca_selects_moved_name),
+    },
+    Rule {
         ids: &["nccl_env.hca_strands_gpus"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_HCA leaves GPUs without their nearest NIC (NCCL picks each GPU's NICs by \
@@ -748,6 +769,11 @@ pub static RULES: &[Rule<Judge>] = &[
         judge: Judge::Report(topo_file_missing),
     },
 ];
+
+fn nccl_env_not_in_rdma(x: &Env, out: &mut Vec<Finding>) {
+    let unread = "NCCL lists RDMA devices only, so no NCCL_IB_HCA can select it and NCCL does not use it";
+    topo::unlisted_findings("nccl_env", unread, &x.r.not_in_rdma, out);
+}
 
 /// Judge the NCCL environment by [`RULES`].
 pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
@@ -1129,6 +1155,59 @@ fn hcas(x: &Env, f: &mut Vec<Finding>) {
     }
 }
 
+/// A port whose selection by `spec` a moved name changed: `(moved, port, selected now)`,
+/// for each port of a moved device that `spec` selects under its name now and not under
+/// the name it was to have, or the reverse. A setting written for the whole node means the
+/// names it was to have; NCCL matches the names it has (`ncclIbInitDevices`).
+pub(crate) fn moved_selection<'a>(
+    spec: &HcaSpec,
+    moved: &'a [topo::MovedName],
+    ports: &[(String, u32)],
+) -> Vec<(&'a topo::MovedName, u32, bool)> {
+    let mut out = Vec::new();
+    for m in moved {
+        for (_, p) in ports.iter().filter(|(d, _)| *d == m.name) {
+            let (now, meant) = (spec.selects(&m.name, *p), spec.selects(&m.was_to_be, *p));
+            if now != meant {
+                out.push((m, *p, now));
+            }
+        }
+    }
+    out
+}
+
+/// `NCCL_IB_HCA` read with the names ib_core moved: a port it now selects only because a
+/// name moved (it picks up a NIC it was not written for), or leaves out only because of it.
+fn hca_selects_moved_name(x: &Env, f: &mut Vec<Finding>) {
+    let r = x.r;
+    let Some(raw) = &r.ib.hca else { return };
+    let ports: Vec<(String, u32)> = r.ib.ports.iter().map(|p| (p.device.clone(), p.port)).collect();
+    for (m, p, now) in moved_selection(&HcaSpec::parse(raw), &r.names_moved, &ports) {
+        let port = crate::finding::spell::port(&m.name, p);
+        let (sev, what) = match now {
+            true => (Severity::Fail, format!("selects {port}, which is now the NIC at {}", m.pci_bus_id)),
+            false => (Severity::Warn, format!("leaves out {port}, the NIC at {}", m.pci_bus_id)),
+        };
+        f.push(
+            Finding::new(
+                "nccl_env.hca_selects_moved_name",
+                sev,
+                &port,
+                format!(
+                    "NCCL_IB_HCA={raw} {what}: ib_core named it {} past a NIC that did not register ({}); as it was to be {} the setting would {}select it",
+                    m.name,
+                    m.past.join(", "),
+                    m.was_to_be,
+                    if now { "not " } else { "" }
+                ),
+            )
+            .evidence("selected_by_moved_name", format!("{} (was to be {})", m.name, m.was_to_be))
+            .evidence("pci_bus_id", m.pci_bus_id.as_str())
+            .fix("make the NIC that did not register come back (`fabprobe topo`'s topo.nic_not_in_rdma), or write NCCL_IB_HCA for the names the devices have now (`fabprobe links`)"),
+        );
+    }
+}
+
 /// One finding for every GPU `NCCL_IB_HCA` strands (one cause: the list), naming each GPU,
 /// the NIC it loses and the one it is left with.
 fn hca_strands_gpus(x: &Env, f: &mut Vec<Finding>) {
@@ -1467,6 +1546,65 @@ fn topo_file_missing(x: &Env, f: &mut Vec<Finding>) {
 
 #[cfg(test)]
 mod tests {
+    /// Every form of NCCL_IB_HCA (NCCL's ncclIbInitDevices: prefix, `=` exact, `^` exclude,
+    /// `:port`) against the names h100-nic-unregistered moved: mlx5_7 (was to be mlx5_8) and
+    /// mlx5_8 (was to be mlx5_9), one port each; mlx5_10 (was to be mlx5_11) for the prefix
+    /// that matches both names.
+    #[test]
+    fn moved_selection_reads_every_form_of_nccl_ib_hca() {
+        use super::{HcaSpec, moved_selection, topo::MovedName};
+        let mv = |name: &str, was: &str| MovedName {
+            name: name.into(),
+            pci_bus_id: "0000:e9:00.0".into(),
+            was_to_be: was.into(),
+            past: vec!["0000:d5:00.0".into()],
+        };
+        let moved = [mv("mlx5_7", "mlx5_8"), mv("mlx5_8", "mlx5_9"), mv("mlx5_10", "mlx5_11")];
+        let ports: Vec<(String, u32)> = ["mlx5_0", "mlx5_7", "mlx5_8", "mlx5_10"]
+            .iter()
+            .map(|d| (d.to_string(), 1))
+            .collect();
+        // (NCCL_IB_HCA, the (device, selected now) it changes)
+        let table: &[(&str, &[(&str, bool)])] = &[
+            // Written for the full node: mlx5_7 was the eighth NDR NIC, now the frontend.
+            ("=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7", &[("mlx5_7", true)]),
+            ("mlx5_7", &[("mlx5_7", true)]),
+            ("=mlx5_7", &[("mlx5_7", true)]),
+            ("mlx5_7:1", &[("mlx5_7", true)]),
+            ("=mlx5_7:1", &[("mlx5_7", true)]),
+            // Port 2 selects no port of these one-port devices, under either name.
+            ("=mlx5_7:2", &[]),
+            // mlx5_8 meant the frontend: now it is the frontend's second function, and the
+            // frontend (mlx5_7) is left out.
+            ("=mlx5_8", &[("mlx5_7", false), ("mlx5_8", true)]),
+            // Excluding the frontend by the name it was to have.
+            ("^mlx5_8", &[("mlx5_7", true), ("mlx5_8", false)]),
+            ("^=mlx5_8,mlx5_9", &[("mlx5_7", true)]),
+            // A prefix that matches both the name now and the one it was to be.
+            ("mlx5", &[]),
+            ("mlx5_1", &[]),
+            ("^mlx5_1", &[]),
+            ("=mlx5_1", &[]),
+            // The name it was to have, as a prefix: it matches mlx5_11, not mlx5_10.
+            ("mlx5_11", &[("mlx5_10", false)]),
+            ("^mlx5_11", &[("mlx5_10", true)]),
+            // Unset or empty is every device, under any name.
+            ("", &[]),
+        ];
+        for (hca, want) in table {
+            let got: Vec<(&str, bool)> = moved_selection(&HcaSpec::parse(hca), &moved, &ports)
+                .into_iter()
+                .map(|(m, p, now)| {
+                    assert_eq!(p, 1);
+                    (m.name.as_str(), now)
+                })
+                .collect();
+            assert_eq!(&got, want, "NCCL_IB_HCA={hca}");
+        }
+        // Nothing moved: nothing changes, whatever the setting.
+        assert!(moved_selection(&HcaSpec::parse("mlx5_7"), &[], &ports).is_empty());
+    }
+
     use super::*;
 
     #[test]

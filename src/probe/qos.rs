@@ -720,6 +720,15 @@ pub static RULES: &[Rule<IfJudge>] = &[
         judge: qos_nothing,
     },
     Rule {
+        ids: &["qos.nic_not_in_rdma"],
+        severity: &[Severity::Unknown],
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+                named by its bus ID and netdev; RoCE cannot run on it, its RDMA port's traffic \
+                class and CNP counters are unread, and whether it is lossless is not judged \
+                (its netdev's DCB and pause counters: qos --ifname)",
+        judge: qos_nothing,
+    },
+    Rule {
         ids: &["qos.counters_reset"],
         severity: &[Severity::Unknown],
         about: "(--interval/--baseline) the host rebooted between the samples: no deltas, \
@@ -831,11 +840,14 @@ pub fn findings(r: &QosReport) -> Vec<Finding> {
             format!("nothing to judge: {why}"),
         ));
     }
+    let unread = "RoCE cannot run on it, its RDMA port's traffic class and CNP counters cannot be read, so whether RoCE would be lossless on it is not judged (PFC, ETS and the pause counters are the netdev's: `fabprobe qos --ifname {netdev}`)";
+    crate::probe::topo::unlisted_findings("qos", unread, &r.rdma.not_in_rdma, &mut out);
     crate::probe::topo::say_moved(&mut out, &r.rdma.names_moved);
     out
 }
 
-/// Said by [`findings`] itself when there is no interface: then no [`If`] is judged.
+/// Said by [`findings`] itself: when there is no interface no [`If`] is judged, and a NIC
+/// with no RDMA device has no RDMA port to be an [`If`] of.
 fn qos_nothing(_: &If, _: &mut Vec<Finding>) {}
 
 fn counters_reset(x: &If, out: &mut Vec<Finding>) {

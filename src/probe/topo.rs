@@ -684,14 +684,47 @@ fn moved_names_in(nics: &[TopoNic], not_in_rdma: &[NicNotInRdma]) -> Vec<MovedNa
     by.into_values().collect()
 }
 
-/// The moved names of the host (as [`moved_names`] of its topo report), for the commands
-/// that do not read the whole PCI tree: only the RDMA devices and the PCI functions that
-/// did not register are read.
-pub(crate) fn probe_moved_names(host: &Host) -> Vec<MovedName> {
+/// The NICs of the PCI tree RDMA does not list (as topo's `nics_not_in_rdma`, without the
+/// GPUs beside them) and the names moved past them (as [`moved_names`] of the topo report),
+/// for the commands that do not read the whole PCI tree: only the RDMA devices and the PCI
+/// functions that did not register are read.
+pub(crate) fn probe_unregistered(host: &Host) -> (Vec<NicNotInRdma>, Vec<MovedName>) {
     let mut notes = Vec::new();
     let mut nics = read_nics(host, &mut notes);
     let missing = nics_missing_from(host, &mut nics);
-    moved_names_in(&nics, &missing)
+    let moved = moved_names_in(&nics, &missing);
+    (missing, moved)
+}
+
+/// What a command that reads RDMA devices says of each NIC RDMA does not list: one
+/// `<probe>.nic_not_in_rdma` finding, unknown (what it reads of a NIC comes from the RDMA
+/// device the NIC does not have), subject its bus ID as topo's, naming its netdevs and
+/// `unread`, what the command could not read. `check` folds it under topo's finding.
+pub(crate) fn unlisted_findings(probe: &str, unread: &str, missing: &[NicNotInRdma], out: &mut Vec<Finding>) {
+    for n in missing {
+        let netdev = match n.netdevs.as_slice() {
+            [] => String::new(),
+            v => format!(", netdev {}", v.join(" ")),
+        };
+        let unread = unread.replace("{netdev}", n.netdevs.first().map_or("NETDEV", String::as_str));
+        out.push(
+            Finding::new(
+                &format!("{probe}.nic_not_in_rdma"),
+                Severity::Unknown,
+                &n.pci_bus_id,
+                format!(
+                    "not evaluated: the NIC at {} ({} {}{netdev}) is in the PCI tree but registered no RDMA device (/sys/class/infiniband does not list it): {unread}",
+                    n.pci_bus_id, n.label, n.vendor_device
+                ),
+            )
+            .evidence("pci_bus_id", n.pci_bus_id.as_str())
+            .evidence("label", n.label.as_str())
+            .evidence("vendor_device", n.vendor_device.as_str())
+            .evidence("driver", n.driver.as_deref().unwrap_or("none"))
+            .evidence("netdevs", n.netdevs.join(" "))
+            .fix(format!("see `fabprobe topo`'s topo.nic_not_in_rdma {} for why and the fix", n.pci_bus_id)),
+        );
+    }
 }
 
 /// Findings that name a moved device (in their subject or message) say so in their

@@ -268,6 +268,7 @@ pub(crate) fn check_prom(r: &CheckReport, findings: &[Finding]) -> String {
         &format!("policy=\"{p}\","),
         &seen,
     ));
+    s.push_str(&crate::render::moved_prom("check", &format!("policy=\"{p}\","), &r.names_moved));
     if let FactsState::Available(f) = &r.facts {
         s.push_str("# HELP fabprobe_check_device_holders Processes holding /dev/nvidia* or /dev/infiniband/uverbs*.\n# TYPE fabprobe_check_device_holders gauge\n");
         // Labelled with the policy as every series is: two check files on one node (two

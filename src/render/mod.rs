@@ -121,6 +121,28 @@ impl<'a, T: Serialize> Envelope<'a, T> {
     }
 }
 
+/// `fabprobe_<cmd>_name_moved{device,pci_bus_id,was_to_be} 1` for each device name ib_core
+/// moved past a NIC that did not register; nothing when none did. The other series keep the
+/// name as their `device` label (labels stay what the kernel calls the device, so a
+/// dashboard's series do not split); this series says that name is now another NIC.
+pub(crate) fn moved_prom(cmd: &str, labels: &str, moved: &[crate::probe::topo::MovedName]) -> String {
+    if moved.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "# HELP fabprobe_{cmd}_name_moved RDMA device names ib_core moved past a NIC that did not register: the series labelled device=NAME are the NIC at pci_bus_id, not the one the name was to mean.\n# TYPE fabprobe_{cmd}_name_moved gauge\n"
+    );
+    for m in moved {
+        s.push_str(&format!(
+            "fabprobe_{cmd}_name_moved{{{labels}device=\"{}\",pci_bus_id=\"{}\",was_to_be=\"{}\"}} 1\n",
+            prom_label(&m.name),
+            prom_label(&m.pci_bus_id),
+            prom_label(&m.was_to_be)
+        ));
+    }
+    s
+}
+
 /// `fabprobe_<cmd>_devices{kind}`: how many devices of each kind a command saw, so an alert
 /// can tell "nothing wrong" from "nothing there" (a driver that did not load reads 0, never
 /// a pass). `labels` goes before `kind` (`policy="p",`); an unknown count (the listing

@@ -1088,3 +1088,49 @@ pub(crate) fn moved_legend_to(moved: &[crate::probe::topo::MovedName], width: Op
         })
         .collect()
 }
+
+#[cfg(test)]
+mod moved_mark_tests {
+    use super::*;
+    use crate::probe::topo::MovedName;
+
+    fn moved(names: &[(&str, &str)]) -> Vec<MovedName> {
+        names
+            .iter()
+            .map(|(n, w)| MovedName {
+                name: n.to_string(),
+                pci_bus_id: "0000:e9:00.0".into(),
+                was_to_be: w.to_string(),
+                past: vec!["0000:d5:00.0".into()],
+            })
+            .collect()
+    }
+
+    /// The mark goes after the whole name only: never after a longer name that starts with
+    /// the moved one (mlx5_10 for mlx5_1), nor inside a word, nor on the name a device was to
+    /// have; however the name is spelled beside it (`/port`, `:port`, a pair, a list).
+    #[test]
+    fn a_moved_name_is_marked_where_it_is_the_whole_name() {
+        let one = moved(&[("mlx5_1", "mlx5_2")]);
+        let both = moved(&[("mlx5_1", "mlx5_2"), ("mlx5_10", "mlx5_11")]);
+        let table: &[(&[MovedName], &str, &str)] = &[
+            (&one, "mlx5_10/1 ACTIVE", "mlx5_10/1 ACTIVE"),
+            (&one, "mlx5_1/1 ACTIVE", "mlx5_1~/1 ACTIVE"),
+            (&one, "mlx5_1:1", "mlx5_1~:1"),
+            (&one, "GPU1-mlx5_1 GPU0-mlx5_10", "GPU1-mlx5_1~ GPU0-mlx5_10"),
+            (&one, "NCCL_IB_HCA==mlx5_1,mlx5_10,mlx5_11", "NCCL_IB_HCA==mlx5_1~,mlx5_10,mlx5_11"),
+            (&one, "mlx5_11 mlx5_100 mlx5_1_0 xmlx5_1", "mlx5_11 mlx5_100 mlx5_1_0 xmlx5_1"),
+            (&one, "uses mlx5_1.", "uses mlx5_1~."),
+            // A table's padding gives the mark one space: the next column stays put.
+            (&one, "mlx5_1   1  ACTIVE", "mlx5_1~  1  ACTIVE"),
+            (&one, "mlx5_10  1  ACTIVE", "mlx5_10  1  ACTIVE"),
+            // The name it was to have names no device now.
+            (&one, "it was to be mlx5_1, mlx5_0>mlx5_1", "it was to be mlx5_1, mlx5_0>mlx5_1"),
+            (&both, "mlx5_1 mlx5_10 mlx5_100", "mlx5_1~ mlx5_10~ mlx5_100"),
+            (&both, "mlx5_10/1 then mlx5_1/1", "mlx5_10~/1 then mlx5_1~/1"),
+        ];
+        for (m, text, want) in table {
+            assert_eq!(mark_moved(text, m), *want, "{text}");
+        }
+    }
+}

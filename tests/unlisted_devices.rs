@@ -1,0 +1,211 @@
+//! Issue 42: a device one source lists and another does not (a NIC in the PCI tree that
+//! registered no RDMA device, a GPU in the PCI tree that NVML lost) is named by every
+//! command that reads that kind of device, in text and JSON, by its PCI bus ID; a probe
+//! says what it could not read of it (unknown, never a pass), and `check` keeps one finding
+//! for it, topo's, with the probes' under its `also`.
+//! The fixtures are found, not listed: every fixture whose `topo` JSON names such a device.
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
+
+/// stdout of one run (exit 0-3: a verdict, never a usage error or a panic).
+fn run(fixture: &str, format: &str, cmd: &[&str]) -> String {
+    let root = format!("fixtures/{fixture}");
+    let mut args = vec!["--root", &root, "--format", format];
+    args.extend(cmd);
+    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(&args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0..=3)),
+        "{fixture} {cmd:?}: exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A device seen by one source only, as topo names it: (kind, bus ID, netdevs).
+#[derive(Debug)]
+struct Unlisted {
+    nic: bool,
+    bdf: String,
+    netdevs: Vec<String>,
+}
+
+fn unlisted(fixture: &str) -> Vec<Unlisted> {
+    let v: Value = serde_json::from_str(&run(fixture, "json", &["topo"])).unwrap();
+    let mut out = Vec::new();
+    for n in v["data"]["nics_not_in_rdma"].as_array().into_iter().flatten() {
+        out.push(Unlisted {
+            nic: true,
+            bdf: n["pci_bus_id"].as_str().unwrap().to_string(),
+            netdevs: n["netdevs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect(),
+        });
+    }
+    for g in v["data"]["gpus_not_in_nvml"].as_array().into_iter().flatten() {
+        out.push(Unlisted {
+            nic: false,
+            bdf: g["pci_bus_id"].as_str().unwrap().to_string(),
+            netdevs: Vec::new(),
+        });
+    }
+    out
+}
+
+/// The commands that read the device's kind: every host command reads RDMA NICs; a GPU
+/// is read by topo, gdr and check.
+fn commands(nic: bool) -> Vec<Vec<&'static str>> {
+    let mut v: Vec<Vec<&str>> = common::probes()
+        .into_iter()
+        .filter(|c| nic || matches!(*c, "topo" | "gdr"))
+        .map(|c| vec![c])
+        .collect();
+    assert!(v.len() >= if nic { 6 } else { 2 }, "{v:?}");
+    for p in POLICIES {
+        v.push(vec!["check", "--policy", p]);
+    }
+    v
+}
+
+/// The findings of a report whose subject is `bdf`, and every line of their `also`.
+fn findings_on<'a>(v: &'a Value, bdf: &str) -> Vec<&'a Value> {
+    v["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["subject"] == bdf)
+        .collect()
+}
+
+#[test]
+fn every_command_names_a_device_one_source_lists_and_another_does_not() {
+    let fixtures: Vec<(String, Vec<Unlisted>)> = common::fixture_names()
+        .into_iter()
+        .map(|f| {
+            let u = unlisted(&f);
+            (f, u)
+        })
+        .filter(|(_, u)| !u.is_empty())
+        .collect();
+    let names: Vec<&str> = fixtures.iter().map(|(f, _)| f.as_str()).collect();
+    for f in [
+        "h100-eth-unregistered",
+        "h100-nic-unregistered",
+        "h100-nic-unregistered-port-down",
+        "h100-gpu-lost",
+    ] {
+        assert!(names.contains(&f), "{f} not among {names:?}");
+    }
+    let mut bad = Vec::new();
+    for (fixture, devices) in &fixtures {
+        for d in devices {
+            for cmd in commands(d.nic) {
+                let what = format!("{fixture} {} ({})", cmd.join(" "), d.bdf);
+                bad.extend(said(&what, fixture, &cmd, d));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} misses:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// What one command's text and JSON fail to say of `d`.
+fn said(what: &str, fixture: &str, cmd: &[&str], d: &Unlisted) -> Vec<String> {
+    let mut bad = Vec::new();
+    let text = run(fixture, "table", cmd);
+    // The first line (the verdict) names it: one of its findings or a not-evaluated entry.
+    if !text.contains(&d.bdf) {
+        bad.push(format!("{what}: the text does not name {}", d.bdf));
+    }
+    for n in &d.netdevs {
+        if !text.contains(n.as_str()) {
+            bad.push(format!("{what}: the text does not name its netdev {n}"));
+        }
+    }
+    let v: Value = serde_json::from_str(&run(fixture, "json", cmd)).unwrap();
+    let on = findings_on(&v, &d.bdf);
+    let check = cmd[0] == "check";
+    match (check, on.as_slice()) {
+        // check: one finding, topo's (the cause), the probes' under its also.
+        (true, [f]) => {
+            let kind = if d.nic {
+                "topo.nic_not_in_rdma"
+            } else {
+                "topo.gpu_not_in_nvml"
+            };
+            if f["id"] != kind {
+                bad.push(format!("{what} (json): its finding is {}, not {kind}", f["id"]));
+            }
+            let nev = v["data"]["not_evaluated"].to_string();
+            if nev.contains(&d.bdf) {
+                bad.push(format!("{what} (json): also said as not evaluated: {nev}"));
+            }
+        }
+        (true, fs) => bad.push(format!("{what} (json): {} findings name it, not 1", fs.len())),
+        (false, []) => bad.push(format!("{what} (json): no finding names it")),
+        (false, fs) => {
+            // A probe other than topo could not read it: unknown, never a pass.
+            for f in fs {
+                let own = cmd[0] == "topo";
+                if !own && f["severity"] != "unknown" {
+                    bad.push(format!(
+                        "{what} (json): {} is {}, not unknown",
+                        f["id"], f["severity"]
+                    ));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn no_command_names_an_unlisted_device_where_none_is() {
+    let mut bad = Vec::new();
+    for fixture in common::fixture_names() {
+        if !unlisted(&fixture).is_empty() {
+            continue;
+        }
+        for cmd in commands(true) {
+            let v: Value = serde_json::from_str(&run(&fixture, "json", &cmd)).unwrap();
+            let s = v["findings"].to_string();
+            if s.contains("_not_in_rdma") || s.contains("_not_in_nvml") {
+                bad.push(format!("{fixture} {}", cmd.join(" ")));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}
+
+#[test]
+fn qos_says_what_it_could_not_read_of_a_netdev_with_no_rdma_device() {
+    let text = run("h100-eth-unregistered", "table", &["qos"]);
+    let verdict = text.lines().next().unwrap();
+    assert!(
+        verdict.contains("not evaluated: qos.nic_not_in_rdma 0000:e9:00.1"),
+        "{verdict}"
+    );
+    let v: Value = serde_json::from_str(&run("h100-eth-unregistered", "json", &["qos"])).unwrap();
+    let f = findings_on(&v, "0000:e9:00.1");
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0]["severity"], "unknown");
+    assert_eq!(f[0]["evidence"]["netdevs"], "eth1");
+    let m = f[0]["message"].as_str().unwrap();
+    for said in ["traffic class", "CNP counters", "not judged", "--ifname eth1"] {
+        assert!(m.contains(said), "{said}: {m}");
+    }
+    assert_eq!(v["data"]["rdma"]["not_in_rdma"][0]["pci_bus_id"], "0000:e9:00.1");
+}
