@@ -4,7 +4,7 @@
 //! runtime. Each file's WHOLE report against the thread's diagnosis: every verdict with its
 //! cause, severity, host, rank, other ranks, device, knock-ons and NCCL return code.
 
-use fabprobe::nccl_log::{Analyzer, Report, Verdict};
+use fabprobe::nccl_log::{Analyzer, Report, RootCause};
 
 fn analyse(name: &str) -> Report {
     let path = format!("tests/data/nccl-logs/{name}.log");
@@ -26,7 +26,7 @@ type Claim = (
     Option<String>,
 );
 
-fn claim(v: &Verdict) -> Claim {
+fn claim(v: &RootCause) -> Claim {
     (
         v.cause.clone(),
         v.severity.as_str(),
@@ -210,7 +210,7 @@ fn gdr_on_one_side_of_a_connection_is_seen_with_or_without_headers() {
         "Channel 01/0 : 2[0] -> 3[0] [send] via NET/IB/1/GDRDMA",
         "[rank3]: Channel 01/0 : 2[0] -> 3[0] [receive] via NET/IB/1",
     ]);
-    let v: Vec<&Verdict> = r
+    let v: Vec<&RootCause> = r
         .verdicts
         .iter()
         .filter(|v| v.cause == "gdr_one_direction")

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use fabprobe::nccl_log::{Analyzer, Report, Verdict};
+use fabprobe::nccl_log::{Analyzer, Report, RootCause};
 
 fn analyse(name: &str) -> Report {
     let path = format!("tests/data/nccl-logs/{name}.log");
@@ -29,7 +29,7 @@ struct Claim {
     explains: Vec<&'static str>,
 }
 
-fn claim(v: &Verdict) -> Claim {
+fn claim(v: &RootCause) -> Claim {
     let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
     Claim {
         cause: leak(&v.cause),
@@ -253,7 +253,7 @@ fn backticked(s: &str) -> Vec<&str> {
 const PLACEHOLDERS: &[&str] = &["HOST", "PEER", "FILE", "DEVICE", "HCA", "IFACE", "PID", "RANK"];
 
 /// Why a next step would not paste, or `None`.
-fn unpastable(v: &Verdict) -> Option<String> {
+fn unpastable(v: &RootCause) -> Option<String> {
     let next = &v.next;
     if next.contains(['{', '}']) {
         return Some("an unfilled {placeholder}".into());

@@ -812,8 +812,11 @@ pub struct Peer {
     pub rank: Option<u32>,
 }
 
+/// One root cause the logs show, with where and whom it hit; the later failures it explains
+/// are folded in (`knock_ons`). An entry of nccl-log's `data.verdicts[]`; named apart from
+/// the ring's `Verdict`, which judges links and ranks.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Verdict {
+pub struct RootCause {
     pub cause: String,
     /// Fail, warn, or unknown: nothing could be judged (`no_nccl_output`), neither a pass
     /// nor a warning; an unknown verdict gives no envelope finding and, alone, exit 3.
@@ -856,11 +859,11 @@ pub struct Verdict {
     pub errno: Option<i64>,
 }
 
-impl Verdict {
+impl RootCause {
     /// A verdict of this cause and severity, every other field empty: callers fill what
-    /// they know (`Verdict { rank, line, ..Verdict::new(cause, severity) }`).
-    pub fn new(cause: &str, severity: Severity) -> Verdict {
-        Verdict {
+    /// they know (`RootCause { rank, line, ..RootCause::new(cause, severity) }`).
+    pub fn new(cause: &str, severity: Severity) -> RootCause {
+        RootCause {
             cause: cause.to_string(),
             severity,
             host: None,
@@ -891,7 +894,7 @@ impl Verdict {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Report {
     pub summary: Summary,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Vec<RootCause>,
 }
 
 pub mod verdicts;

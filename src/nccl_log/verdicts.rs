@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::causes::{self, Rank, Read, Scope};
 use crate::finding::Severity;
-use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, Verdict};
+use super::{Analyzer, HostSummary, Peer, Report, Sighting, Summary, RootCause};
 
 /// A fail of its own (the registry's root causes, and the generic return codes), as opposed
 /// to a warning, a knock-on, a WARN no rule knows (a tier of its own) or what the whole log
@@ -112,17 +112,17 @@ impl Ctx<'_> {
 
 /// A verdict derived from the whole log rather than from one line: no file, line, rank or
 /// GID of its own; `explain(cause)` gives its meaning and next step.
-fn derived(cause: &str, severity: Severity, line: String) -> Verdict {
+fn derived(cause: &str, severity: Severity, line: String) -> RootCause {
     let (meaning, next) = causes::explain(cause, None);
-    Verdict {
+    RootCause {
         line,
         meaning: meaning.into(),
         next: next.into(),
-        ..Verdict::new(cause, severity)
+        ..RootCause::new(cause, severity)
     }
 }
 
-fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
+fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> RootCause {
     // The socket family's meaning depends on the errno it printed.
     let variant = match s.errno {
         Some(111) => Some("refused"),
@@ -131,7 +131,7 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
         _ => None,
     };
     let (meaning, next) = causes::explain(s.cause, variant);
-    Verdict {
+    RootCause {
         host: ctx.host_of(s),
         rank: ctx.rank_of(s),
         device: ctx.device_of(s),
@@ -160,13 +160,13 @@ fn verdict(ctx: &Ctx, s: &Sighting, severity: Severity) -> Verdict {
                 None => format!("code {c}"),
             }),
         errno: s.errno,
-        ..Verdict::new(s.cause, severity)
+        ..RootCause::new(s.cause, severity)
     }
 }
 
 /// Group sightings into verdicts keyed by cause, host, device and peer host.
-fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<Verdict> {
-    let mut out: Vec<Verdict> = Vec::new();
+fn grouped(ctx: &Ctx, list: &[&Sighting], severity: Severity) -> Vec<RootCause> {
+    let mut out: Vec<RootCause> = Vec::new();
     // (cause, host, device, peer host) -> index in `out`: thousands of processes can fail.
     type Group = (String, Option<String>, Option<String>, Option<String>);
     let mut index: std::collections::HashMap<Group, usize> = std::collections::HashMap::new();
@@ -281,7 +281,7 @@ fn failure_verdicts<'a>(
     ctx: &Ctx,
     firsts: &[&'a Sighting],
     warns: &mut Vec<&'a Sighting>,
-) -> (Vec<Verdict>, u64) {
+) -> (Vec<RootCause>, u64) {
     let mut knock_ons = 0;
     let hard: Vec<&Sighting> = firsts.iter().copied().filter(|s| hard(s.cause)).collect();
     // A return code names no cause: with a named one in the log, it is a knock-on.
@@ -335,7 +335,7 @@ fn failure_verdicts<'a>(
 
 /// Collective timeouts: one event per (sequence number, op), whose suspects are the
 /// communicator's ranks missing from it.
-fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<Verdict> {
+fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<RootCause> {
     let a = ctx.a;
     let mut by_seq: BTreeMap<(Option<u64>, Option<String>), Vec<&Sighting>> = BTreeMap::new();
     for t in timeouts {
@@ -372,7 +372,7 @@ fn timeout_verdicts(ctx: &Ctx, timeouts: &[&Sighting]) -> Vec<Verdict> {
 
 /// What the whole log gives: NCCL versions that differ, loopback and virtual interfaces
 /// (and the connect failures they explain), sockets across hosts, GDR on one side only.
-fn log_verdicts(a: &Analyzer, multi_host: bool, verdicts: &mut Vec<Verdict>) {
+fn log_verdicts(a: &Analyzer, multi_host: bool, verdicts: &mut Vec<RootCause>) {
     if a.versions.len() > 1 {
         let desc: Vec<String> = a
             .versions
@@ -404,7 +404,7 @@ fn log_verdicts(a: &Analyzer, multi_host: bool, verdicts: &mut Vec<Verdict>) {
 
 /// Warnings, one per host and cause (and HCA for GDR), with the ranks of each group
 /// gathered in one pass (a pass per group is quadratic on a log of many hosts).
-fn warning_verdicts(ctx: &Ctx, warns: &[&Sighting]) -> Vec<Verdict> {
+fn warning_verdicts(ctx: &Ctx, warns: &[&Sighting]) -> Vec<RootCause> {
     type WarnGroup<'a> = (&'a str, Option<String>, Option<String>);
     let mut same: BTreeMap<WarnGroup, BTreeSet<u32>> = BTreeMap::new();
     for o in warns {
@@ -478,7 +478,7 @@ pub(super) fn build(a: Analyzer) -> Report {
 /// Connections of one rank pair over the network that disagree on GPUDirect RDMA (the
 /// sender's `[send] via NET/IB/0/GDRDMA`, the receiver's `[receive] via NET/IB/0`): one
 /// warning for the log, naming the first such pair and counting the rest.
-fn gdr_one_direction(a: &Analyzer) -> Vec<Verdict> {
+fn gdr_one_direction(a: &Analyzer) -> Vec<RootCause> {
     /// The first connection of a pair seen with GPUDirect RDMA, and the first without.
     #[derive(Default)]
     struct Vias<'a> {
@@ -511,9 +511,9 @@ fn gdr_one_direction(a: &Analyzer) -> Vec<Verdict> {
 
 /// Loopback and virtual interfaces (container, VM and CNI bridges, veths, overlays) NCCL
 /// bootstrapped or connected over: one verdict per host and interface.
-fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
+fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<RootCause> {
     use super::ifaces::{classify, Kind};
-    let mut out: Vec<Verdict> = Vec::new();
+    let mut out: Vec<RootCause> = Vec::new();
     for (host, ifs) in a.bootstrap.iter().chain(a.socket_ifs.iter()) {
         for i in ifs {
             let name = i.split(':').next().unwrap_or(i);
@@ -561,8 +561,8 @@ fn virtual_ifaces(a: &Analyzer, multi_host: bool) -> Vec<Verdict> {
 /// (a fail) every one, since peers dial the address it advertised; on one host those whose
 /// address names it as its scope (`fe80::1%ip6tnl0<46681>`). The interface is the verdict
 /// (a fail), the connect failures are listed under it.
-fn iface_explains(verdicts: &mut Vec<Verdict>) {
-    let scope = |v: &Verdict| {
+fn iface_explains(verdicts: &mut Vec<RootCause>) {
+    let scope = |v: &RootCause| {
         let addr = v.peer.as_ref()?.addr.as_deref()?;
         let s = addr.split_once('%')?.1;
         Some(s.split('<').next().unwrap_or(s).to_string())
@@ -592,7 +592,7 @@ fn iface_explains(verdicts: &mut Vec<Verdict>) {
 
 /// What the whole log adds to a verdict: the plugin and its version for a plugin's own
 /// error, the topology file NCCL was told to load (and who set it) for a topology error.
-fn annotate(a: &Analyzer, v: &mut Verdict) {
+fn annotate(a: &Analyzer, v: &mut RootCause) {
     if v.cause.starts_with("net_plugin") {
         if v.device.is_none() || v.device.as_deref().is_some_and(|d| d.starts_with("cuda:")) {
             v.device = plugin_of(&v.line).map(str::to_string).or(v.device.take());
@@ -644,7 +644,7 @@ fn said_file<'a>(a: &'a Analyzer, var: &str) -> Option<&'a str> {
 /// `{peer}` its peer's, `{hosts}` both, `{all}` the log's hosts, `{suspects}` the suspects'
 /// hosts, and the topology or graph file; what the log does not name stays a phrase
 /// ("that host"), never a placeholder.
-fn fill_next(ctx: &Ctx, v: &mut Verdict) {
+fn fill_next(ctx: &Ctx, v: &mut RootCause) {
     let host = v.host.as_deref().filter(|h| !h.is_empty());
     let peer = v.peer.as_ref().and_then(|p| p.host.as_deref());
     let hosts = match (host, peer) {
@@ -705,8 +705,8 @@ fn fill_next(ctx: &Ctx, v: &mut Verdict) {
 
 /// Fail before warn; among fails, a cause no rule explains after every classified one
 /// (it never outranks a named cause), carrying its knock-on count to the new first.
-fn rank_verdicts(verdicts: &mut [Verdict]) {
-    let key = |v: &Verdict| (std::cmp::Reverse(v.severity), v.cause == "unclassified_failure");
+fn rank_verdicts(verdicts: &mut [RootCause]) {
+    let key = |v: &RootCause| (std::cmp::Reverse(v.severity), v.cause == "unclassified_failure");
     let before = verdicts
         .first()
         .map(|v| (v.cause.clone(), v.line_no, v.file.clone()));
@@ -727,7 +727,7 @@ fn rank_verdicts(verdicts: &mut [Verdict]) {
 }
 
 /// ` on HOST rank R DEVICE` for a knock-on listed under its root cause.
-fn describe(v: &Verdict) -> String {
+fn describe(v: &RootCause) -> String {
     let mut w = Vec::new();
     if let Some(h) = &v.host {
         w.push(h.clone());
@@ -802,7 +802,7 @@ impl Root<'_> {
     fn explains(&self, s: &Sighting) -> bool {
         self.knock.iter().any(|k| std::ptr::eq(*k, s))
     }
-    fn is_root_of(&self, ctx: &Ctx, v: &Verdict) -> bool {
+    fn is_root_of(&self, ctx: &Ctx, v: &RootCause) -> bool {
         v.cause == self.root.cause && v.host == ctx.host_of(self.root) && v.device == ctx.device_of(self.root)
     }
 }

@@ -1,6 +1,6 @@
 //! `nccl-log` output: the summary, then the verdicts with their evidence and next step.
 
-use crate::nccl_log::{Report, Verdict};
+use crate::nccl_log::{Report, RootCause};
 use crate::render::text;
 
 fn list(v: &[String]) -> String {
@@ -9,7 +9,7 @@ fn list(v: &[String]) -> String {
 
 /// One verdict: its head line (severity, cause, who), the facts the line gave, the line
 /// itself, then what it means and what to do.
-fn verdict(v: &Verdict) -> String {
+fn verdict(v: &RootCause) -> String {
     let head = format!("  {:<4} {}", v.severity.as_str().to_uppercase(), v.cause);
     let who = who_long(v);
     let mut s = if who.is_empty() {
@@ -48,7 +48,7 @@ fn verdict(v: &Verdict) -> String {
 }
 
 /// Who a verdict's head line names: host, ranks, device (or that the line named none).
-fn who_long(v: &Verdict) -> Vec<String> {
+fn who_long(v: &RootCause) -> Vec<String> {
     let mut who = Vec::new();
     if let Some(h) = &v.host {
         who.push(format!("host {h}"));
@@ -71,7 +71,7 @@ fn who_long(v: &Verdict) -> Vec<String> {
 
 /// The facts a verdict's line gave, one per line: peer, GIDs, status, collective,
 /// suspects, NCCL's result and errno.
-fn facts(v: &Verdict) -> Vec<String> {
+fn facts(v: &RootCause) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = &v.peer {
         let mut parts = Vec::new();
@@ -128,7 +128,7 @@ pub fn unknown(r: &Report) -> bool {
 
 /// Who a verdict is about, in a few words: `h rank 4 mlx5_0` (a CUDA device says less
 /// than the rank).
-fn who(v: &Verdict) -> String {
+fn who(v: &RootCause) -> String {
     let mut w = Vec::new();
     if let Some(h) = &v.host {
         w.push(h.clone());

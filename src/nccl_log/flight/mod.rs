@@ -423,14 +423,14 @@ pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
             }
         }
     }
-    let mut joined: Vec<super::Verdict> = fr.verdicts.iter().map(as_verdict).collect();
+    let mut joined: Vec<super::RootCause> = fr.verdicts.iter().map(as_verdict).collect();
     joined.append(&mut report.verdicts);
     report.verdicts = joined;
     fr
 }
 
 /// A log verdict in a line: `collective_timeout on host-a rank 0: <line>`.
-fn log_words(v: &super::Verdict) -> String {
+fn log_words(v: &super::RootCause) -> String {
     let mut s = format!("NCCL log: {}", v.cause);
     if let Some(h) = &v.host {
         s.push_str(&format!(" on {h}"));
@@ -450,7 +450,7 @@ fn log_words(v: &super::Verdict) -> String {
 }
 
 /// A dump verdict in the log's verdict shape (findings, exit status, the table's list).
-fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
+fn as_verdict(v: &judge::FlightVerdict) -> super::RootCause {
     let rank = v.ranks.first().copied();
     let mut explains: Vec<String> = v.knock_ons.clone();
     if !v.waiting.is_empty() {
@@ -468,7 +468,7 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
         .iter()
         .map(|c| format!("rank {}: {}", crate::text::rank_runs(&c.ranks), c.call))
         .collect();
-    super::Verdict {
+    super::RootCause {
         host: rank.and_then(|r| v.hosts.get(&r).cloned()),
         rank,
         ranks: v.ranks.iter().skip(1).copied().collect(),
@@ -489,6 +489,6 @@ fn as_verdict(v: &judge::FlightVerdict) -> super::Verdict {
         op: v.op.clone(),
         knock_ons: (v.waiting.len() + v.knock_ons.len()) as u64,
         explains,
-        ..super::Verdict::new(v.cause, v.severity)
+        ..super::RootCause::new(v.cause, v.severity)
     }
 }
