@@ -112,12 +112,35 @@ fn a_cpu_starved_rank_is_not_judged() {
         let Some(o) = starved_run("cpu_starved", &args) else {
             return;
         };
-        let j = json(&o.stdout);
-        assert!(verdicts(&o).is_empty(), "run {run}: {}", text(&o.stdout));
-        assert_eq!(o.status.code(), Some(0), "run {run}: {}", text(&o.stderr));
-        let nj = j["data"]["scan"]["not_judged"].as_array().unwrap();
-        not_judged_for_rank_2(run, nj, &j["data"]["scan"]);
+        kept_on_failure("cpu_starved", &o, || {
+            let j = json(&o.stdout);
+            assert!(verdicts(&o).is_empty(), "run {run}: {}", text(&o.stdout));
+            assert_eq!(o.status.code(), Some(0), "run {run}: {}", text(&o.stderr));
+            let nj = j["data"]["scan"]["not_judged"].as_array().unwrap();
+            not_judged_for_rank_2(run, nj, &j["data"]["scan"]);
+        });
     }
+}
+
+/// Runs `check` on a run's output; when it fails, rank 0's report (stdout, stderr) is kept
+/// under the target's tmp dir (`lab-failures/NAME-PID-N.{out,err}`, the path printed) before the
+/// panic goes on: a failure under load is rare, and its figures are what a table test replays.
+fn kept_on_failure(name: &str, o: &Output, check: impl FnOnce()) {
+    let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lab-failures");
+    let _ = std::fs::create_dir_all(&dir);
+    let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let base = dir.join(format!("{name}-{}-{n}", std::process::id()));
+    for (ext, bytes) in [("out", &o.stdout), ("err", &o.stderr)] {
+        let p = base.with_extension(ext);
+        match std::fs::write(&p, bytes) {
+            Ok(()) => eprintln!("kept {}", p.display()),
+            Err(e) => eprintln!("could not keep {}: {e}", p.display()),
+        }
+    }
+    std::panic::resume_unwind(panic);
 }
 
 /// Every not-judged would-be verdict is set aside as CPU-bound and says so; one at least
