@@ -1638,8 +1638,8 @@ mod tests {
 
     /// The figures (MB/s, 10^6 bytes/s) of two lab runs of `a_cpu_starved_rank_is_not_judged`
     /// under a load of 10-18 that named nothing and set nothing aside (exit 0, `SLOW FABRIC
-    /// ... no single node or link stands out`): 4 nodes, the 2 s budget ran orders 0 (shift
-    /// 1) and 1 (shift 3), 8 of 12 links, 3 samples each, line rate 1.25 GB/s. The reports
+    /// ... no single node or link stands out`): 4 nodes, the 2 s budget ran orders 0
+    /// (shift 1) and 1 (shift 3), 8 of 12 links, 3 samples each, line rate 1.25 GB/s. The reports
     /// kept each link's median only: around it the samples are shaped as a captured run of
     /// the same test at load 11 (`FABPROBE_DEBUG_SAMPLES`) read, a healthy link's first
     /// sample a 1.7 GB/s burst into the socket buffers, a slow one's best a 30 MB/s burst of
