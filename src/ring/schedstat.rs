@@ -70,7 +70,10 @@ pub fn threads() -> BTreeMap<u64, CpuTimes> {
 }
 
 /// Each thread's time between two [`threads`] readings (threads alive at both).
-pub(crate) fn threads_since(before: &BTreeMap<u64, CpuTimes>, after: &BTreeMap<u64, CpuTimes>) -> Vec<CpuTimes> {
+pub(crate) fn threads_since(
+    before: &BTreeMap<u64, CpuTimes>,
+    after: &BTreeMap<u64, CpuTimes>,
+) -> Vec<CpuTimes> {
     after
         .iter()
         .filter_map(|(tid, a)| a.since(*before.get(tid)?))
@@ -98,19 +101,51 @@ impl Meter {
     pub fn read(&mut self) -> Option<crate::ring::model::CpuWait> {
         let now = threads();
         let window = self.at.elapsed();
-        let most = threads_since(&self.before, &now).iter().map(|p| p.waiting_ns).max();
-        self.before = now;
         self.at = std::time::Instant::now();
-        Some(crate::ring::model::CpuWait {
-            wait_ms: most? / 1_000_000,
-            window_ms: window.as_millis() as u64,
-        })
+        let parts = threads_since(&self.before, &now);
+        self.before = now;
+        cpu_wait(window, &parts)
     }
+}
+
+/// The most-waiting thread's wait within `window`. The kernel adds a wait to a thread's
+/// run-queue time when the thread gets a CPU again, all at once: a wait that began before
+/// the window can land in it (starved runs said "waited 4.5 s of the last 0.5 s"), so the
+/// wait is at most the window. None without a thread.
+pub(crate) fn cpu_wait(
+    window: std::time::Duration,
+    parts: &[CpuTimes],
+) -> Option<crate::ring::model::CpuWait> {
+    let window_ms = window.as_millis() as u64;
+    let most = parts.iter().map(|p| p.waiting_ns).max()?;
+    Some(crate::ring::model::CpuWait {
+        wait_ms: (most / 1_000_000).min(window_ms),
+        window_ms,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_is_never_longer_than_its_window() {
+        let w = |ms: u64| CpuTimes {
+            on_cpu_ns: 0,
+            waiting_ns: ms * 1_000_000,
+        };
+        let d = std::time::Duration::from_millis;
+        let cw = |wait_ms, window_ms| crate::ring::model::CpuWait { wait_ms, window_ms };
+        for (window, parts, want) in [
+            (500, vec![w(300), w(10)], Some(cw(300, 500))),
+            // A wait that began before the window, charged when the thread ran again.
+            (500, vec![w(4500)], Some(cw(500, 500))),
+            (700, vec![w(10), w(6500)], Some(cw(700, 700))),
+            (500, vec![], None),
+        ] {
+            assert_eq!(cpu_wait(d(window), &parts), want, "{window} {parts:?}");
+        }
+    }
 
     #[test]
     fn parse_table() {
