@@ -199,6 +199,17 @@ pub const SCAN_ARGS: [&str; 9] = [
 /// the lab tests that stop, kill or cut something mid-run.
 pub fn long_sweep(timeout_s: &str, scan: bool) -> Vec<&str> {
     let mut v = if scan { vec![] } else { vec!["--no-scan"] };
-    v.extend(["-b", "8M", "-e", "8M", "-n", "1000", "--timeout", timeout_s, "--format", "json"]);
+    v.extend([
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "-n",
+        "1000",
+        "--timeout",
+        timeout_s,
+        "--format",
+        "json",
+    ]);
     v
 }
