@@ -342,6 +342,8 @@ JSON DATA (fabprobe.ring)
              ingress: how many links it has that way, the median of the other way),
              others_slowest_gbs and fastest_sample_gbs (a slow egress or ingress told by
              separation: the other nodes' slowest link, the node's own fastest sample),
+             others_median_gbs (a slow egress or ingress every link of which is 10x or more
+             below the median link among the other nodes, however noisy the run),
              ambiguous (true: too few scan orders to tell the link from its ends),
              not_run_on_ranks (a rail_missing whose rail needs every node: the ranks that
              have the rail, where it did not run either),
