@@ -744,8 +744,8 @@ pub static RULES: &[Rule<GdrJudge>] = &[
     Rule {
         ids: &["gdr.nothing_to_judge"],
         severity: &[Severity::Unknown],
-        about: "no GPU, or no RDMA device, showed up: no GPU-NIC pair to judge, NOT EVALUATED \
-                (exit 3)",
+        about: "no GPU, or no RDMA device, showed up, or NCCL opens none of the RDMA ports \
+                (NCCL_IB_DISABLE, NCCL_IB_HCA): no GPU-NIC pair to judge, NOT EVALUATED (exit 3)",
         judge: gdr_nothing,
     },
     Rule {
@@ -802,6 +802,13 @@ fn gdr_nothing(x: &Gdr, out: &mut Vec<Finding>) {
             MissingFact::RdmaDevice,
             "nothing to judge: no RDMA device on this host: GPUDirect RDMA does not apply".into(),
         ),
+        // NCCL opens none of the ports (the environment's choice): no pair is judged, which
+        // is unknown as the missing devices are, never a pass.
+        _ if x.r.nics.iter().all(|n| n.nccl_uses == Some(false)) => {
+            let why = format!("nothing to judge: {}", none_opened(&x.r.nics));
+            out.push(crate::finding::nothing_to_judge("gdr", "host", None, why));
+            return;
+        }
         _ => return,
     };
     out.push(crate::finding::nothing_to_judge("gdr", "host", Some(fact), why));

@@ -61,35 +61,15 @@ fn table_body(r: &GdrReport, findings: &[Finding]) -> String {
             .all(|f| f.severity == crate::finding::Severity::Pass)
     {
         // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
-        return not_evaluated("no GPU on this host: GPUDirect RDMA does not apply", &[], s);
+        return not_evaluated("no GPU on this host: GPUDirect RDMA does not apply", s);
     }
-    let unused = !r.nics.is_empty() && r.nics.iter().all(|n| n.nccl_uses == Some(false));
-    // Only unknowns (a device one source lists and another does not) judge nothing either.
-    let judged = findings
-        .iter()
-        .any(|f| f.severity != crate::finding::Severity::Unknown);
-    if !r.gpus.is_empty() && unused && !judged {
-        // NCCL opens no RDMA port: nothing here was judged, which is not a pass either.
-        return not_evaluated(
-            "NCCL opens none of this host's RDMA ports: GPUDirect RDMA does not apply",
-            findings,
-            s,
-        );
-    }
+    // NCCL opens no RDMA port: gdr.nothing_to_judge says so (NOT EVALUATED, exit 3).
     text::verdict_first("gdr", findings, s)
 }
 
-/// The verdict line of a report that judged nothing, then its unknown findings (devices it
-/// could not read), then the body.
-fn not_evaluated(why: &str, findings: &[Finding], body: String) -> String {
-    let mut out = format!("fabprobe gdr: NOT EVALUATED  {why}\n");
-    let listed = text::findings(findings);
-    if !findings.is_empty() {
-        out.push_str(listed.strip_prefix("\nFindings:\n").unwrap_or(&listed));
-    }
-    out.push('\n');
-    out.push_str(&text::fit_prose(&body));
-    out
+/// The verdict line of a report that judged nothing, then its body.
+fn not_evaluated(why: &str, body: String) -> String {
+    format!("fabprobe gdr: NOT EVALUATED  {why}\n\n{}", text::fit_prose(&body))
 }
 
 /// NCCL_NET_GDR_LEVEL, the peer-memory modules and the files NCCL looks for.
