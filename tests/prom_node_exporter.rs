@@ -117,22 +117,11 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
             .current_dir(root)
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.stdout.is_empty(),
-            "{name}: --output writes the file, not stdout"
-        );
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty(), "{name}: --output writes the file, not stdout");
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text, fabprobe(args), "{name}: the file differs from stdout");
-        assert!(
-            text.contains(&format!("\nfabprobe_{name}_verdict ")),
-            "{name}: no verdict\n{text}"
-        );
+        assert!(text.contains(&format!("\nfabprobe_{name}_verdict ")), "{name}: no verdict\n{text}");
         let fams = families(&text);
         assert!(!fams.is_empty(), "{name}: no metric at all");
         for f in &fams {
@@ -145,15 +134,7 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
     }
     // A sweep of the failing node's check report, written the same way.
     let reports = tempfile::tempdir().unwrap();
-    let report = fabprobe(&[
-        "--root",
-        "fixtures/h100-sxm-8gpu-bad",
-        "--format",
-        "json",
-        "check",
-        "--policy",
-        "dgx-h100",
-    ]);
+    let report = fabprobe(&["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "json", "check", "--policy", "dgx-h100"]);
     std::fs::write(reports.path().join("gpu01.json"), report).unwrap();
     let sweep_file = dir.path().join("sweep.prom");
     let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
@@ -163,43 +144,24 @@ fn node_exporter_scrapes_every_fabprobe_family_without_error() {
         .arg(&sweep_file)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "sweep: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "sweep: {}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&sweep_file).unwrap();
     assert!(text.contains("fabprobe_sweep_bad_node{"), "{text}");
     // A family with no series (no outlier in one node) is not exposed by node_exporter.
-    let sampled = |f: &String| {
-        text.lines()
-            .any(|l| !l.starts_with('#') && l.starts_with(f.as_str()))
-    };
+    let sampled = |f: &String| text.lines().any(|l| !l.starts_with('#') && l.starts_with(f.as_str()));
     want.extend(families(&text).into_iter().filter(sampled));
     // The textfile pattern: one node, two policies, each written by `check --output`, which
     // exits 0 once the file is written although the node fails (the verdict is inside).
     for pol in ["dgx-h100", "default"] {
         let file = dir.path().join(format!("check-{pol}.prom"));
         let out = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-            .args([
-                "--root",
-                "fixtures/h100-sxm-8gpu-bad",
-                "--format",
-                "prom",
-                "check",
-            ])
+            .args(["--root", "fixtures/h100-sxm-8gpu-bad", "--format", "prom", "check"])
             .args(["--policy", pol, "--output"])
             .arg(&file)
             .current_dir(root)
             .output()
             .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout.is_empty(), "--output writes the file, not stdout");
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(

@@ -553,14 +553,7 @@ fn rows_print_as_each_size_completes() {
     let sizes: Vec<u64> = all
         .lines()
         .filter(|l| (16..=26).any(|p| row(l, &(1u64 << p).to_string())))
-        .filter_map(|l| {
-            l.rsplit('\r')
-                .find(|p| !p.trim().is_empty())?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(|l| l.rsplit('\r').find(|p| !p.trim().is_empty())?.split_whitespace().next()?.parse().ok())
         .collect();
     assert_eq!(sizes, (16..=26).map(|p| 1u64 << p).collect::<Vec<_>>(), "{all}");
     assert_eq!(all.matches("# Using devices").count(), 1, "{all}");
@@ -623,10 +616,7 @@ fn ring_help_offers_only_what_ring_does() {
         "{help}"
     );
     assert!(help.contains("and so is --root"), "{help}");
-    assert!(
-        help.contains("--format table (the default): the verdict first"),
-        "{help}"
-    );
+    assert!(help.contains("--format table (the default): the verdict first"), "{help}");
     for args in [
         &["ring", "--root", "/nonexistent", "--local", "2"][..],
         &["--root", "/nonexistent", "ring", "--local", "2"][..],
@@ -649,18 +639,7 @@ fn ring_help_offers_only_what_ring_does() {
 /// stdout here is a pipe, so the rows do not stream and the verdict comes first.
 #[test]
 fn healthy_local_run_says_so() {
-    let o = fabprobe(&[
-        "ring",
-        "--local",
-        "2",
-        "-b",
-        "4K",
-        "-e",
-        "4K",
-        "-n",
-        "1",
-        "--no-scan",
-    ]);
+    let o = fabprobe(&["ring", "--local", "2", "-b", "4K", "-e", "4K", "-n", "1", "--no-scan"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     let last = out.lines().next().unwrap();
