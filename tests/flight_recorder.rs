@@ -99,6 +99,8 @@ const NCCL: &[(&str, Option<&str>, &[u32])] = &[
     ("skip", Some("fr_rank_not_entered"), &[1]),
     ("dead", Some("fr_rank_no_dump"), &[3]),
     ("p2p", Some("fr_p2p_mismatch"), &[2]),
+    ("coalesced", None, &[]),
+    ("coalesced_mismatch", Some("fr_collective_mismatch"), &[2]),
 ];
 
 #[test]
@@ -369,4 +371,124 @@ fn nccl_log_html_is_the_page_report_draws() {
         "/nonexistent/x.html",
     ]);
     assert_eq!((code, out.as_str()), (2, ""));
+}
+
+/// One collective entry of a built dump: (group, seq, op, sizes, state), its record id its
+/// place in the list plus the dump's first id.
+type Rec = (&'static str, u64, &'static str, &'static [i64], &'static str);
+
+fn built_dump(first_id: u64, recs: &[Rec]) -> String {
+    let entries: Vec<serde_json::Value> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, (g, seq, op, sizes, state))| {
+            let sizes: Vec<Vec<i64>> = sizes.iter().map(|&n| vec![n]).collect();
+            let dtypes = vec!["Float"; sizes.len()];
+            serde_json::json!({
+                "record_id": first_id + i as u64, "process_group": [g, if *g == "0" { "default_pg" } else { "sub" }],
+                "collective_seq_id": seq, "p2p_seq_id": 0, "is_p2p": false, "profiling_name": op,
+                "input_sizes": sizes, "input_dtypes": dtypes, "output_sizes": sizes,
+                "output_dtypes": dtypes, "state": state,
+            })
+        })
+        .collect();
+    serde_json::json!({"version": "2.10", "entries": entries,
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+                      "1": {"name": "1", "desc": "sub", "ranks": "[0, 1, 2, 3]"}}})
+    .to_string()
+}
+
+const AR: &str = "nccl:all_reduce";
+const END: &str = "nccl:coalesced";
+/// seq 1 all_reduce; seq 2 a block of three all_reduce and its end; seq 3 all_reduce.
+const STEP: &[Rec] = &[
+    ("0", 1, AR, &[1024], "completed"),
+    ("0", 2, AR, &[1024], "scheduled"),
+    ("0", 2, AR, &[2048], "scheduled"),
+    ("0", 2, AR, &[512], "scheduled"),
+    ("0", 2, END, &[], "completed"),
+    ("0", 3, AR, &[1024], "completed"),
+];
+
+/// Coalescing blocks (several entries of one group under one sequence number, PyTorch >=
+/// 2.7) in every shape a dump can hold them: alike on every rank is no verdict whatever
+/// else the buffer did (a block cut by the ring's wrap, another group's entries inside
+/// it); a rank whose block differs (an op's size, the ops' order, a single op where the
+/// others coalesced) is blamed alone.
+#[test]
+fn coalescing_blocks_are_one_call_on_each_rank() {
+    let step = STEP.to_vec();
+    // Rank 1's ring wrapped inside seq 2's block: its first two ops fell off.
+    let cut: Vec<Rec> = STEP[3..].to_vec();
+    let mut interleaved = STEP.to_vec();
+    interleaved.insert(3, ("1", 7, AR, &[64], "completed"));
+    let mut bigger = STEP.to_vec();
+    bigger[2].3 = &[4096];
+    let mut reordered = STEP.to_vec();
+    reordered.swap(2, 3);
+    let single: Vec<Rec> = vec![STEP[0], ("0", 2, AR, &[1024], "completed"), STEP[5]];
+    type Case = (
+        &'static str,
+        Vec<(u64, Vec<Rec>)>,
+        Option<&'static str>,
+        Vec<u32>,
+        Option<&'static str>,
+    );
+    let alike = |r1: (u64, Vec<Rec>)| -> Vec<(u64, Vec<Rec>)> {
+        vec![(0, step.clone()), r1, (0, step.clone()), (0, step.clone())]
+    };
+    let cases: Vec<Case> = vec![
+        ("alike", alike((0, step.clone())), None, vec![], None),
+        ("wrapped inside a block", alike((3, cut)), None, vec![], None),
+        (
+            "another group inside a block",
+            alike((0, interleaved)),
+            None,
+            vec![],
+            None,
+        ),
+        (
+            "an op's size",
+            alike((0, bigger)),
+            Some("fr_collective_mismatch"),
+            vec![1],
+            Some("sizes differ"),
+        ),
+        (
+            "the ops' order",
+            alike((0, reordered)),
+            Some("fr_collective_mismatch"),
+            vec![1],
+            Some("sizes differ"),
+        ),
+        (
+            "a single op",
+            alike((0, single)),
+            Some("fr_collective_mismatch"),
+            vec![1],
+            Some("a coalesced block on some ranks, a single op on others"),
+        ),
+    ];
+    for (what, ranks, cause, blame, why) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        for (r, (first, recs)) in ranks.iter().enumerate() {
+            let f = tmp.path().join(format!("nccl_trace_rank_{r}.json"));
+            std::fs::write(f, built_dump(*first, recs)).unwrap();
+        }
+        let (_, v) = json(&[tmp.path().to_str().unwrap()]);
+        let fr = &v["data"]["flight_recorder"];
+        let verdicts = fr["verdicts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            verdicts.first().and_then(|v| v["cause"].as_str()),
+            cause,
+            "{what}: {fr}"
+        );
+        assert_eq!(blamed(&v["data"]), blame, "{what}: {fr}");
+        if let Some(why) = why {
+            assert!(
+                verdicts[0]["meaning"].as_str().unwrap_or("").contains(why),
+                "{what}: {fr}"
+            );
+        }
+    }
 }

@@ -82,6 +82,43 @@ def collectives(version, upto, state_last, skip_last=False):
             for i in range(n)]
 
 
+def coalesced_job(version, rank, odd=None):
+    """A step of a training loop that coalesces (PyTorch >= 2.7 records each op of a
+    coalescing block, then the block's end, all under the one sequence number the block's
+    start took: ProcessGroupNCCL::startCoalescing): seq 1 all_reduce; seq 2 a
+    `_coalescing_manager` block of three all_reduce; seq 3 an uneven all_gather (one
+    `_broadcast_oop` per root, end `nccl:ALLGATHER_coalesced`); seq 4 the fast path
+    `all_gather_into_tensor_coalesced` (one entry); a batch_isend_irecv ring (P2P, end
+    `nccl:coalesced` with is_p2p); seq 5 all_reduce. Inner ops carry no CUDA events, so
+    they stay `scheduled`; the block's end carries the state. `odd` = (seq, sizes of the
+    block's 2nd op): this rank's block differs there, and the job stops in that block."""
+    es = []
+
+    def add(seq, op, state, sizes=((1024,),), p2p=False, p2p_seq=0):
+        es.append(entry(version, len(es), seq, op, state, sizes, p2p=p2p, p2p_seq=p2p_seq))
+
+    stop = odd[0] if odd else None
+    end_state = lambda seq: "started" if stop is not None and seq >= stop else "completed"
+    add(1, "nccl:all_reduce", "completed")
+    second = odd[1] if odd and odd[0] == 2 else ((2048,),)
+    for sizes in (((1024,),), second, ((512,),)):
+        add(2, "nccl:all_reduce", "scheduled", sizes)
+    add(2, "nccl:coalesced", end_state(2), ())
+    if stop == 2:
+        return es
+    for root in range(4):
+        add(3, "nccl:_broadcast_oop", "scheduled", ((256 * (root + 1),),))
+    add(3, "nccl:ALLGATHER_coalesced", "completed", ())
+    add(4, "nccl:all_gather_into_tensor_coalesced", "completed", ((1024,), (2048,)))
+    es[-1]["output_sizes"] = [[4096], [8192]]  # each input gathered from the 4 ranks
+    nxt, prv = (rank + 1) % 4, (rank + 3) % 4
+    add(0, f"nccl:send {rank}->{nxt}", "scheduled", p2p=True, p2p_seq=1)
+    add(0, f"nccl:recv {rank}<-{prv}", "scheduled", p2p=True, p2p_seq=1)
+    add(0, "nccl:coalesced", "completed", (), p2p=True, p2p_seq=1)
+    add(5, "nccl:all_reduce", "completed")
+    return es
+
+
 def write(out, job, version, dumps, log, protocol=2):
     base = os.path.join(out, "nccl", job)
     for kind in ("pickle", "json"):
@@ -100,9 +137,9 @@ def init_lines(ranks):
             f"cudaDev {r % 2} busId {r % 2 + 1}a000 - Init COMPLETE" for r in ranks]
 
 
-def timeout_lines(ranks, seq):
+def timeout_lines(ranks, seq, optype="ALLREDUCE"):
     return [f"[rank{r}]:[E1206 10:00:0{r}.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
-            f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1024, "
+            f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn=1024, "
             f"NumelOut=1024, Timeout(ms)=600000) ran for 600012 milliseconds before timing out." for r in ranks]
 
 
@@ -137,6 +174,14 @@ def main():
             es.append(entry(v, len(es), 0, op, st, p2p=True, p2p_seq=i + 1))
         dumps[r] = dump(v, es, 3)
     write(out, "p2p", v, dumps, init_lines(range(4)))
+    # Coalescing blocks on every rank, alike: a healthy job (no verdict).
+    write(out, "coalesced", v, {r: dump(v, coalesced_job(v, r), 5) for r in range(4)},
+          init_lines(range(4)))
+    # Rank 2's block at seq 2 holds a 4096-element all_reduce where the others hold 2048:
+    # the block hangs on every rank (the same sequence number, a different call).
+    write(out, "coalesced_mismatch", v,
+          {r: dump(v, coalesced_job(v, r, (2, ((4096,),) if r == 2 else ((2048,),))), 2) for r in range(4)},
+          init_lines(range(4)) + timeout_lines(range(4), 2, "COALESCED"))
 
 
 if __name__ == "__main__":

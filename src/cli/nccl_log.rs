@@ -136,7 +136,9 @@ JSON DATA (fabprobe.nccl-log)
      \"state\"}], \"waiting\", \"knock_ons\", \"log_says\", \"hosts\": {rank: host},
      \"meaning\", \"next\", \"file\"}], \"notes\"}
   where a call is {\"group\", \"seq\", \"p2p\", \"op\", \"input_sizes\",
-  \"input_dtypes\", \"output_sizes\", \"output_dtypes\", \"state\"}.
+  \"input_dtypes\", \"output_sizes\", \"output_dtypes\", \"state\", \"coalesced\"};
+  coalesced (a coalescing block's calls in record order, its end last; PyTorch records
+  them under one sequence number) is left out for a single call.
   The envelope's findings repeat each verdict as nccl_log.<cause>.";
 
 /// The long help: its prose, each cause of the registry as `id (severity, class): what it

@@ -40,6 +40,13 @@ pub struct Entries {
     pub(super) last: Option<Seen>,
     /// The oldest entry (ties: the earlier one).
     pub(super) oldest: Option<Seen>,
+    /// Per group, where its newest collective sits in `seqs`.
+    open: Vec<(u32, usize)>,
+    /// Coalescing blocks while they are read: position in `seqs` -> their shapes in record
+    /// order (see [`Entries::note_collective`]).
+    blocks: Vec<(usize, Vec<u32>)>,
+    /// The distinct blocks, as shape lists; in `seqs` a block is `shapes.len() + index`.
+    composites: Vec<Vec<u32>>,
 }
 
 /// A distinct call: everything but the sequence number and the record id.
@@ -191,12 +198,103 @@ impl Entries {
             self.oldest = Some(seen);
         }
         if !p2p {
-            self.seqs.push((seen.seq, seen.shape));
+            self.note_collective(group, seen);
         }
+    }
+
+    /// A collective entry at its sequence number. PyTorch bumps a group's number once per
+    /// coalescing block and records each op of the block, then the block's end
+    /// (`nccl:coalesced`, `nccl:ALLGATHER_coalesced`, ...), under that one number
+    /// (ProcessGroupNCCL::startCoalescing; the analyzer's `find_coalesced_group`): entries of
+    /// one group at one number are one call, compared across ranks as a whole.
+    fn note_collective(&mut self, group: u32, seen: Seen) {
+        match self.open.iter().position(|&(g, _)| g == group) {
+            Some(i) => {
+                let pos = self.open[i].1;
+                if self.seqs.get(pos).is_some_and(|&(s, _)| s == seen.seq) {
+                    let first = self.seqs[pos].1;
+                    match self.blocks.iter_mut().rev().find(|(p, _)| *p == pos) {
+                        Some((_, b)) => b.push(seen.shape),
+                        None => self.blocks.push((pos, vec![first, seen.shape])),
+                    }
+                    return;
+                }
+                self.open[i].1 = self.seqs.len();
+            }
+            None => self.open.push((group, self.seqs.len())),
+        }
+        self.seqs.push((seen.seq, seen.shape));
+    }
+
+    /// After the last entry: each block becomes one call in `seqs`. A buffer that wrapped may
+    /// have lost the start of its oldest block, which is then not compared (the other ranks'
+    /// blocks at that number still are).
+    fn finish(&mut self) {
+        let base = self.shapes.len() as u32;
+        let mut known: HashMap<Vec<u32>, u32> = HashMap::new();
+        for (pos, shapes) in std::mem::take(&mut self.blocks) {
+            let next = self.composites.len() as u32;
+            let c = *known.entry(shapes.clone()).or_insert(next);
+            if c == next {
+                self.composites.push(shapes);
+            }
+            self.seqs[pos].1 = base + c;
+        }
+        if self.oldest.is_some_and(|o| o.record_id > 0) {
+            self.drop_cut_blocks(base);
+        }
+    }
+
+    /// In a wrapped buffer, each group's oldest call may be what is left of a block whose
+    /// first ops fell off: the end alone, or a block. A cut leaves a suffix, which ends
+    /// with the block's end, so a single plain op there is whole and is kept.
+    fn drop_cut_blocks(&mut self, base: u32) {
+        let (shapes, composites) = (&self.shapes, &self.composites);
+        // (group, whether the call may be cut)
+        let of = |i: u32| match shapes.get(i as usize) {
+            Some(s) => (s.group, s.op.ends_with("coalesced")),
+            None => {
+                let first = composites.get((i - base) as usize).and_then(|c| c.first());
+                let group = first
+                    .and_then(|&f| shapes.get(f as usize))
+                    .map_or(u32::MAX, |s| s.group);
+                (group, true)
+            }
+        };
+        let mut started: Vec<u32> = Vec::new();
+        self.seqs.retain(|&(_, i)| {
+            let (g, may_be_cut) = of(i);
+            if started.contains(&g) {
+                return true;
+            }
+            started.push(g);
+            !may_be_cut
+        });
     }
 
     /// The distinct calls as [`Call`]s (sequence number and record id 0), in index order.
     pub(super) fn calls(&self) -> Vec<Call> {
+        let mut calls: Vec<Call> = self.shape_calls();
+        let blocks: Vec<Call> = self
+            .composites
+            .iter()
+            .filter_map(|members| {
+                let parts: Vec<Call> = members
+                    .iter()
+                    .filter_map(|&m| calls.get(m as usize).cloned())
+                    .collect();
+                let end = parts.last()?.clone();
+                Some(Call {
+                    coalesced: parts,
+                    ..end
+                })
+            })
+            .collect();
+        calls.extend(blocks);
+        calls
+    }
+
+    fn shape_calls(&self) -> Vec<Call> {
         self.shapes
             .iter()
             .map(|s| Call {
@@ -210,6 +308,7 @@ impl Entries {
                 output_dtypes: s.output_dtypes.clone(),
                 state: s.state,
                 record_id: 0,
+                coalesced: Vec::new(),
             })
             .collect()
     }
@@ -228,6 +327,7 @@ impl<'de> Deserialize<'de> for Entries {
                 while let Some(e) = s.next_element::<RawEntry<'de>>()? {
                     out.add(e);
                 }
+                out.finish();
                 Ok(out)
             }
         }

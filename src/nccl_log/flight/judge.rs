@@ -283,8 +283,23 @@ fn mismatch(job: &Job, g: &Group, st: &Standing, mut v: FlightVerdict) -> Option
     Some(v)
 }
 
-/// What differs between two calls: op, sizes or dtype.
+/// What differs between two calls: op, sizes or dtype (in a coalescing block, of its first
+/// op that differs, or the count of its ops).
 fn differ(a: &Call, b: &Call) -> &'static str {
+    if !a.coalesced.is_empty() || !b.coalesced.is_empty() {
+        if a.coalesced.is_empty() || b.coalesced.is_empty() {
+            return "a coalesced block on some ranks, a single op on others";
+        }
+        if a.coalesced.len() != b.coalesced.len() {
+            return "the coalesced blocks hold different numbers of ops";
+        }
+        return a
+            .coalesced
+            .iter()
+            .zip(&b.coalesced)
+            .find(|(x, y)| x.signature() != y.signature())
+            .map_or("sizes differ", |(x, y)| differ(x, y));
+    }
     if a.kind() != b.kind() {
         "op differs"
     } else if a.input_dtypes != b.input_dtypes || a.output_dtypes != b.output_dtypes {

@@ -74,11 +74,20 @@ pub struct Call {
     pub state: State,
     #[serde(skip)]
     record_id: i64,
+    /// A coalescing block: its ops in record order, the block's end (this call) last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub coalesced: Vec<Call>,
 }
 
 impl Call {
-    /// `nccl:all_reduce [[4]] Float` (sizes and dtypes as recorded).
+    /// `nccl:all_reduce [[4]] Float` (sizes and dtypes as recorded); a coalescing block is
+    /// its end's name with its ops in brackets.
     pub fn describe(&self) -> String {
+        if !self.coalesced.is_empty() {
+            let ops = &self.coalesced[..self.coalesced.len() - 1];
+            let inner: Vec<String> = ops.iter().map(Call::describe).collect();
+            return format!("{} {{{}}}", self.op, inner.join("; "));
+        }
         let mut s = format!("{} {:?}", self.op, self.input_sizes);
         if !self.input_dtypes.is_empty() {
             s.push(' ');
@@ -104,6 +113,10 @@ impl Call {
     /// legitimately differ per rank (all_to_all, gather/scatter roots) agree on the op alone.
     fn signature(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        if !self.coalesced.is_empty() {
+            self.coalesced.iter().for_each(|c| c.signature().hash(&mut h));
+            return h.finish();
+        }
         self.kind().hash(&mut h);
         let uneven = matches!(
             self.kind(),
