@@ -1093,7 +1093,13 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         };
         let other_text = match other {
             Some(o) => {
-                evidence.insert(format!("{other_dir}_gbs"), json!(crate::text::round3(o)));
+                // Each key written out, so the JSON DATA test reads both.
+                let o3 = json!(crate::text::round3(o));
+                if egress {
+                    evidence.insert("incoming_gbs".into(), o3);
+                } else {
+                    evidence.insert("outgoing_gbs".into(), o3);
+                }
                 let healthy = others.iter().all(|l| !(self.is_slow)(l));
                 format!(
                     "; its {other_dir} links run at {}{}",
