@@ -723,10 +723,10 @@ pub struct Gdr<'a> {
 }
 
 /// A GPUDirect RDMA rule's judge.
-pub(crate) type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
+pub(crate) type RuleFn = fn(&Gdr<'_>, &mut Vec<Finding>);
 
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
-pub static RULES: &[Rule<GdrJudge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["gdr.nic_not_in_rdma"],
         severity: &[Severity::Unknown],

@@ -708,10 +708,10 @@ pub struct If<'a> {
 }
 
 /// A rule's judge: one interface's findings, added to the list.
-pub(crate) type IfJudge = fn(&If, &mut Vec<Finding>);
+pub(crate) type RuleFn = fn(&If, &mut Vec<Finding>);
 
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
-pub static RULES: &[Rule<IfJudge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["qos.nothing_to_judge"],
         severity: &[Severity::Unknown],
