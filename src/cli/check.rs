@@ -144,7 +144,7 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         emit(text)?;
         return Ok(Outcome::Pass);
     }
-    let fmt = g.require_format("check")?;
+    let fmt = g.format;
     let pol = policy::load(&a.policy).map_err(|e| match e {
         LoadError::Invalid(pe) => anyhow::Error::new(Hinted {
             msg: format!("policy {pe}"),

@@ -76,7 +76,7 @@ NOT CHECKED
   verbs and CUDA at run time); NCCL_IB_HCA filtering of the NIC list.";
 
 pub fn run(g: &GlobalArgs, a: GdrArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("gdr")?;
+    let fmt = g.format;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let mut report = gdr::probe(&host, &nccl);

@@ -83,7 +83,7 @@ PROMETHEUS (--format prom)
   --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("gids")?;
+    let fmt = g.format;
     if a.show_gids && fmt != Format::Table {
         return Err(UsageError(
             "--show-gids prints show_gids' own text; it cannot be combined with --format".into(),

@@ -97,7 +97,7 @@ PROMETHEUS (--format prom)
   --output FILE: replaced atomically, exit 0 once written.";
 
 pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("links")?;
+    let fmt = g.format;
     let host = open_host(g)?;
     let mut report = links::probe(&host);
     if let Some(secs) = a.interval {

@@ -79,7 +79,7 @@ JSON DATA (fabprobe.nccl-env)
      when none)}";
 
 pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-env")?;
+    let fmt = g.format;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let report = nccl_env::probe(&host, &nccl);

@@ -157,7 +157,7 @@ fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
 }
 
 pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-log")?;
+    let fmt = g.format;
     if g.root.is_some() {
         return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
     }

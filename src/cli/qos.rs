@@ -135,7 +135,7 @@ fn sample(host: &Host, a: &QosArgs, tc: Option<&Sourced<u32>>) -> QosReport {
 }
 
 pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("qos")?;
+    let fmt = g.format;
     let host = open_host(g)?;
     super::check_names(&host, "--ifname", &a.ifname, "/sys/class/net", "netdev")?;
     let tc = super::nccl_settings(g, &host).ib_tc();

@@ -695,7 +695,7 @@ static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::
 static REPORT_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("ring")?;
+    let fmt = g.format;
     super::delivery::catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(

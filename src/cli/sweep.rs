@@ -519,7 +519,7 @@ fn add_dir(g: &GlobalArgs, sw: &mut Sweeper, dir: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("sweep")?;
+    let fmt = g.format;
     if g.root.is_some() {
         return Err(
             UsageError("`fabprobe sweep` reads reports, not a host; --root does not apply".into()).into(),

@@ -151,7 +151,7 @@ fn only_nic(
 }
 
 pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("topo")?;
+    let fmt = g.format;
     let (mut report, host_info) = match &a.nccl_xml {
         Some(file) => {
             if g.root.is_some() {
