@@ -291,7 +291,7 @@ fn gids_not_in_rdma(r: &GidsReport, out: &mut Vec<Finding>) {
 }
 
 /// Judge the GID tables by [`RULES`].
-pub fn findings(r: &GidsReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &GidsReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let forced = gid::nccl_param(r.nccl_env.gid_index.as_deref(), -1);
     for p in &r.ports {

@@ -645,7 +645,7 @@ fn links_not_in_rdma(r: &LinksReport, out: &mut Vec<Finding>) {
 }
 
 /// Judge the links by [`RULES`].
-pub fn findings(r: &LinksReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &LinksReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let best = best_rates(r);
     for d in &r.devices {

@@ -806,7 +806,7 @@ pub static RULES: &[Rule<RuleFn>] = &[
 ];
 
 /// Judge every interface by [`RULES`].
-pub fn findings(r: &QosReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &QosReport) -> Vec<Finding> {
     let mut out = Vec::new();
     for i in &r.interfaces {
         let x = If {

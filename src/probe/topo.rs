@@ -626,7 +626,7 @@ fn gpus_beside(host: &Host, gpus: &[TopoGpu], missing: &mut [NicNotInRdma]) {
 /// gives each device it registers the lowest free index of its driver's pattern
 /// (drivers/infiniband/core/device.c: alloc_name, ida_alloc), in probe (bus) order, and
 /// mlx5_ib's pattern is `mlx5_%d`; other drivers' names are not guessed.
-pub fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
+pub(crate) fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
     names_moved_in(&r.nics, &r.nics_not_in_rdma, missing)
 }
 

@@ -605,13 +605,16 @@ fn big_hello(r: u32, n: u32) -> Hello {
     h
 }
 
+/// What `wait_done` says of the end: failed, the verdicts, how many more were not sent.
+type Ending = (bool, Vec<Verdict>, u64);
+
 /// A rank on its own thread that joins, is ready, takes its go, sends no results and waits
 /// for the end: the size of its table part and what the end said.
 fn plain_rank(
     addr: &str,
     h: Hello,
     r: u32,
-) -> thread::JoinHandle<Result<(usize, (bool, Vec<Verdict>, u64)), String>> {
+) -> thread::JoinHandle<Result<(usize, Ending), String>> {
     let addr = addr.to_string();
     thread::Builder::new()
         .stack_size(256 << 10)
