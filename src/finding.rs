@@ -179,7 +179,7 @@ pub(crate) fn not_evaluated_key(id: &str) -> &str {
 /// that did not load) says so with an `unknown` finding `<probe>.nothing_to_judge`: its
 /// verdict is NOT EVALUATED (exit 3), never a pass. `fact` is the missing fact it rests on
 /// (`None` only for a reason of its own, not one of [`MissingFact`]).
-pub fn nothing_to_judge(
+pub(crate) fn nothing_to_judge(
     probe: &str,
     subject: &str,
     fact: Option<MissingFact>,
@@ -201,14 +201,14 @@ pub(crate) const NO_GPU_NO_RDMA: &str =
     "nothing to judge: no NVIDIA GPU and no RDMA device showed up (is a driver not loaded?)";
 
 /// The finding that says a probe judged nothing, if there is one.
-pub fn nothing_judged(findings: &[Finding]) -> Option<&Finding> {
+pub(crate) fn nothing_judged(findings: &[Finding]) -> Option<&Finding> {
     findings
         .iter()
         .find(|f| f.severity == Severity::Unknown && f.id.ends_with(".nothing_to_judge"))
 }
 
 /// The findings that say a rule could not be evaluated, in the probe's order.
-pub fn not_evaluated(findings: &[Finding]) -> impl Iterator<Item = &Finding> {
+pub(crate) fn not_evaluated(findings: &[Finding]) -> impl Iterator<Item = &Finding> {
     findings.iter().filter(|f| f.severity == Severity::Unknown)
 }
 

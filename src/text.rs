@@ -5,7 +5,7 @@
 /// the input) made safe to print: control characters and terminal escapes (C0, DEL, C1)
 /// become `\xNN`/`\u{NNNN}`, bidirectional overrides and zero-width marks too, and at most
 /// `max_chars` characters are kept (then `...`). Idempotent on its own output.
-pub fn printable(s: &str, max_chars: usize) -> String {
+pub(crate) fn printable(s: &str, max_chars: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max_chars + 8));
     for (n, c) in s.chars().enumerate() {
         if n >= max_chars {
@@ -26,7 +26,7 @@ pub fn printable(s: &str, max_chars: usize) -> String {
 }
 
 /// A duration as a verdict says it: one decimal and the unit (`31.0 s`).
-pub fn secs(d: std::time::Duration) -> String {
+pub(crate) fn secs(d: std::time::Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
@@ -37,7 +37,7 @@ pub(crate) fn round3(x: f64) -> f64 {
 
 /// Median of the finite values; for an even count the mean of the two middle values.
 /// None when there is none.
-pub fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;

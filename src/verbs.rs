@@ -28,7 +28,7 @@ use thiserror::Error;
 /// A failed verbs call: which call, on which device and port, the OS error, and a hint.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("{call}{} failed: {error}{}", on_text(.device, *.port), hint_text(.hint))]
-pub struct VerbsError {
+pub(crate) struct VerbsError {
     pub call: String,
     pub device: String,
     pub port: u8,
@@ -119,7 +119,7 @@ const GRH_REQUIRED: u8 = 1;
 
 /// What a port reports (`ibv_query_port`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortInfo {
+pub(crate) struct PortInfo {
     /// `IBV_PORT_ACTIVE` is 4.
     pub state: u32,
     /// The active MTU as the enum (1 = 256 ... 5 = 4096).
@@ -604,7 +604,7 @@ pub(crate) struct QpParams {
 
 /// One end of an RC connection, as exchanged with the peer.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub qpn: u32,
     pub psn: u32,
     pub lid: u16,

@@ -6,10 +6,6 @@
 
 mod common;
 
-use std::process::Command;
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
 /// The fixtures where the NIC 0000:d5:00.0 beside GPU7 did not register, and what moved:
 /// (name now, the NIC it names now, the name it was to have), from how gen/h100-sxm-8gpu.py
 /// made them (fixtures/CAUSES.toml).
@@ -21,39 +17,12 @@ const MOVED: &[(&str, &str, &str)] = &[
 
 /// Every command that prints or judges an RDMA device name, as run by an operator.
 fn commands() -> Vec<Vec<String>> {
-    let mut v: Vec<Vec<String>> = ["topo", "gids", "links", "gdr", "qos", "nccl-env"]
-        .iter()
-        .map(|c| vec![c.to_string()])
-        .collect();
-    for p in ["default", "dgx-h100", "hdr-a100", "roce-dcqcn"] {
-        v.push(vec!["check".into(), "--policy".into(), p.into()]);
-    }
-    v
+    common::probe_and_check_runs(&common::probes())
 }
 
-/// stdout and stderr of one run (exit 0-3: a verdict, never a usage error or a panic).
+/// stdout and stderr of one run, in JSON or as a table.
 fn run(fixture: &str, json: bool, cmd: &[String]) -> (String, String) {
-    let root = format!("fixtures/{fixture}");
-    let mut args = vec!["--root".to_string(), root];
-    if json {
-        args.extend(["--format".into(), "json".into()]);
-    }
-    args.extend(cmd.iter().cloned());
-    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args(&args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    assert!(
-        matches!(o.status.code(), Some(0..=3)),
-        "{fixture} {cmd:?}: exit {:?}: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    common::run_fixture(fixture, if json { "json" } else { "table" }, cmd)
 }
 
 /// Where `text` names `name` as a whole word: the byte offset past each (`mlx5_7` in
@@ -153,7 +122,7 @@ fn json_says(cmd: &str, v: &serde_json::Value) -> Vec<String> {
             ));
         }
     }
-    for f in v["findings"].as_array().into_iter().flatten() {
+    for f in common::findings(v) {
         let text = format!(
             "{} {}",
             f["subject"].as_str().unwrap_or(""),
@@ -250,16 +219,7 @@ fn the_metrics_say_a_name_moved() {
         .filter(|c| common::formats(&c[0]).contains(&"prom"))
         .collect();
     assert!(prom_commands.len() >= 8, "{prom_commands:?}");
-    let prom = |fixture: &str, cmd: &[String]| {
-        let mut args = vec!["--root".to_string(), format!("fixtures/{fixture}"), "--format".into(), "prom".into()];
-        args.extend(cmd.iter().cloned());
-        let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-            .args(&args)
-            .current_dir(ROOT)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let prom = |fixture: &str, cmd: &[String]| common::run_fixture(fixture, "prom", cmd).0;
     let mut bad = Vec::new();
     for fixture in common::fixture_names() {
         for cmd in &prom_commands {

@@ -7,30 +7,11 @@
 
 mod common;
 
-use std::process::Command;
-
 use serde_json::Value;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const POLICIES: &[&str] = &["default", "dgx-h100", "hdr-a100", "roce-dcqcn"];
-
 /// stdout of one run (exit 0-3: a verdict, never a usage error or a panic).
-fn run(fixture: &str, format: &str, cmd: &[&str]) -> String {
-    let root = format!("fixtures/{fixture}");
-    let mut args = vec!["--root", &root, "--format", format];
-    args.extend(cmd);
-    let o = Command::new(env!("CARGO_BIN_EXE_fabprobe"))
-        .args(&args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap();
-    assert!(
-        matches!(o.status.code(), Some(0..=3)),
-        "{fixture} {cmd:?}: exit {:?}: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+fn run(fixture: &str, format: &str, cmd: &[String]) -> String {
+    common::run_fixture(fixture, format, cmd).0
 }
 
 /// A device seen by one source only, as topo names it: (kind, bus ID, netdevs).
@@ -42,7 +23,7 @@ struct Unlisted {
 }
 
 fn unlisted(fixture: &str) -> Vec<Unlisted> {
-    let v: Value = serde_json::from_str(&run(fixture, "json", &["topo"])).unwrap();
+    let v: Value = serde_json::from_str(&run(fixture, "json", &["topo".to_string()])).unwrap();
     let mut out = Vec::new();
     for n in v["data"]["nics_not_in_rdma"].as_array().into_iter().flatten() {
         out.push(Unlisted {
@@ -68,27 +49,18 @@ fn unlisted(fixture: &str) -> Vec<Unlisted> {
 
 /// The commands that read the device's kind: every host command reads RDMA NICs; a GPU
 /// is read by topo, gdr and check.
-fn commands(nic: bool) -> Vec<Vec<&'static str>> {
-    let mut v: Vec<Vec<&str>> = common::probes()
+fn commands(nic: bool) -> Vec<Vec<String>> {
+    let probes: Vec<&str> = common::probes()
         .into_iter()
         .filter(|c| nic || matches!(*c, "topo" | "gdr"))
-        .map(|c| vec![c])
         .collect();
-    assert!(v.len() >= if nic { 6 } else { 2 }, "{v:?}");
-    for p in POLICIES {
-        v.push(vec!["check", "--policy", p]);
-    }
-    v
+    assert!(probes.len() >= if nic { 6 } else { 2 }, "{probes:?}");
+    common::probe_and_check_runs(&probes)
 }
 
-/// The findings of a report whose subject is `bdf`, and every line of their `also`.
+/// The findings of a report whose subject is `bdf`.
 fn findings_on<'a>(v: &'a Value, bdf: &str) -> Vec<&'a Value> {
-    v["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| f["subject"] == bdf)
-        .collect()
+    common::findings(v).filter(|f| f["subject"] == bdf).collect()
 }
 
 #[test]
@@ -123,7 +95,7 @@ fn every_command_names_a_device_one_source_lists_and_another_does_not() {
 }
 
 /// What one command's text and JSON fail to say of `d`.
-fn said(what: &str, fixture: &str, cmd: &[&str], d: &Unlisted) -> Vec<String> {
+fn said(what: &str, fixture: &str, cmd: &[String], d: &Unlisted) -> Vec<String> {
     let mut bad = Vec::new();
     let text = run(fixture, "table", cmd);
     // The first line (the verdict) names it: one of its findings or a not-evaluated entry.
@@ -192,13 +164,13 @@ fn no_command_names_an_unlisted_device_where_none_is() {
 
 #[test]
 fn qos_says_what_it_could_not_read_of_a_netdev_with_no_rdma_device() {
-    let text = run("h100-eth-unregistered", "table", &["qos"]);
+    let text = run("h100-eth-unregistered", "table", &["qos".to_string()]);
     let verdict = text.lines().next().unwrap();
     assert!(
         verdict.contains("not evaluated: qos.nic_not_in_rdma 0000:e9:00.1"),
         "{verdict}"
     );
-    let v: Value = serde_json::from_str(&run("h100-eth-unregistered", "json", &["qos"])).unwrap();
+    let v: Value = serde_json::from_str(&run("h100-eth-unregistered", "json", &["qos".to_string()])).unwrap();
     let f = findings_on(&v, "0000:e9:00.1");
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0]["severity"], "unknown");

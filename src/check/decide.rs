@@ -564,7 +564,7 @@ pub(crate) fn fold_explained_unknowns(findings: Vec<Finding>) -> Vec<Finding> {
 
 /// Symptoms under their causes: each finding another explains ([`EXPLAINS`], followed to
 /// the root cause) is folded into that cause. Order of the causes is kept.
-pub fn explain(findings: Vec<Finding>) -> Vec<Finding> {
+pub(crate) fn explain(findings: Vec<Finding>) -> Vec<Finding> {
     let parent: Vec<Option<usize>> = (0..findings.len()).map(|i| explainer(&findings, i)).collect();
     let root = |mut i: usize| {
         // A chain is at most as long as the findings; a cycle keeps the last one reached.
@@ -746,7 +746,7 @@ fn urgency(f: &Finding) -> u8 {
 /// a class the most urgent fault first ([`urgency`]); policy verdicts before probe findings
 /// (they are what the node is certified against); then as found. `topo` ranks its findings
 /// with it too, so both name the same worst cause.
-pub fn rank(findings: &mut [Finding]) {
+pub(crate) fn rank(findings: &mut [Finding]) {
     findings.sort_by_key(|f| {
         (
             std::cmp::Reverse(f.severity),
@@ -874,7 +874,7 @@ pub(crate) fn split_not_used(
 /// The verdict line's words after the severity: the counts, the worst cause and what was
 /// not evaluated (`1 fail, 2 warn; worst: GPU5 ...; 1 not evaluated: counters.max_per_hour
 /// (counter rates need two samples)`).
-pub fn summary(findings: &[Finding], not_evaluated: &[NotEvaluated]) -> String {
+pub(crate) fn summary(findings: &[Finding], not_evaluated: &[NotEvaluated]) -> String {
     let fail = findings.iter().filter(|f| f.severity == Severity::Fail).count();
     let warn = findings.iter().filter(|f| f.severity == Severity::Warn).count();
     let mut s = format!("{fail} fail, {warn} warn");

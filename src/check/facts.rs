@@ -19,10 +19,10 @@ pub(crate) fn pid_list(holders: &[crate::host::facts::DeviceHolder]) -> String {
 }
 
 /// A host-facts rule's judge.
-pub(crate) type FactJudge = fn(&Facts, &mut Vec<Finding>);
+pub(crate) type RuleFn = fn(&Facts, &mut Vec<Finding>);
 
 /// The host facts' own rules (beside the policy's `[host]` keys), in the order their findings are written.
-pub(crate) const FACT_RULES: &[Rule<FactJudge>] = &[
+pub(crate) const FACT_RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["host.device_holders"],
         severity: &[Severity::Warn],

@@ -40,7 +40,7 @@ fn multiset(vals: impl IntoIterator<Item = String>) -> Value {
 }
 
 /// What should be the same on every node of a kind: `sweep` compares these key by key.
-pub fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, Value> {
+pub(crate) fn fingerprint(host: &Host, c: &Collected, p: &Policy) -> BTreeMap<String, Value> {
     let mut m = BTreeMap::new();
     let facts = c.facts.as_ref().and_then(|f| f.facts());
     m.insert("tool_version".into(), json!(env!("CARGO_PKG_VERSION")));

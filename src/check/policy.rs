@@ -79,7 +79,7 @@ impl Kind {
 
 /// Which judge of `check::judge` evaluates a key, or why `check` does not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JudgedBy {
+pub(crate) enum JudgedBy {
     /// How `check` runs (its name, what it leaves out or requires): no rule of its own.
     Setting,
     /// `judge::host`, on the host facts.
@@ -101,7 +101,7 @@ pub enum JudgedBy {
 }
 
 /// One key of the language: everything about it is here, made by [`key!`].
-pub struct KeySpec {
+pub(crate) struct KeySpec {
     pub section: &'static str,
     pub key: &'static str,
     pub kind: Kind,
@@ -462,7 +462,7 @@ const OTHER_KEYS: &[KeySpec] = &[
 pub(crate) const SECTIONS: &[&str] = &["policy", "host", "gpu", "ib", "roce", "gdr", "counters", "sweep"];
 
 /// Every key of the language.
-pub fn keys() -> impl Iterator<Item = &'static KeySpec> {
+pub(crate) fn keys() -> impl Iterator<Item = &'static KeySpec> {
     SECTIONS.iter().flat_map(|s| {
         IB_KEYS
             .iter()
@@ -661,7 +661,7 @@ pub fn check_require(key: &str) -> Result<(), String> {
 }
 
 /// The nearest of `candidates` to `word` (Damerau-Levenshtein), when it is near enough.
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     // Ties go to a candidate with the same letters (`PBX` is `PXB` swapped, not `PIX`), then
     // to one that differs only in case (`4x` is `4X`).
     let sorted = |s: &str| {
@@ -1067,7 +1067,7 @@ fn tolerances(
 
 /// Parse a policy. `file` is what errors name (a path, or `checks/<name>.toml` for a
 /// built-in one); `default_name` is used when `[policy] name` is not set.
-pub fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result<Policy, PolicyError> {
+pub(crate) fn parse(text: &str, file: &str, default_name: &str, source: &str) -> Result<Policy, PolicyError> {
     let at = At { file, text };
     let doc = DeTable::parse(text).map_err(|e| {
         let off = e.span().map(|s| s.start).unwrap_or(0);

@@ -38,7 +38,7 @@ pub struct Sampling {
 
 /// What the probes reported; `None` for a probe that did not run.
 #[derive(Default)]
-pub struct Collected {
+pub(crate) struct Collected {
     /// NCCL's settings as the job sees them (the model the CLI built); probes take their
     /// NCCL values from here.
     pub nccl: NcclSettings,

@@ -15,7 +15,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = check_help())]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The policy: a built-in name (default, dgx-h100, hdr-a100, roce-dcqcn) or a TOML file.
     #[arg(long, value_name = "NAME|FILE", default_value = "default")]
     pub policy: String,
@@ -132,7 +132,7 @@ fn check_help() -> String {
     format!("{CHECK_HELP}{rules}{CHECK_HELP_DATA}{}", policy::language_doc())
 }
 
-pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
+pub(crate) fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
     if let Some(name) = &a.show_policy {
         let Some((_, text)) = policy::BUILTIN.iter().find(|(n, _)| n == name) else {
             return Err(UsageError(format!(
@@ -144,7 +144,7 @@ pub fn run(g: &GlobalArgs, a: CheckArgs) -> anyhow::Result<Outcome> {
         emit(text)?;
         return Ok(Outcome::Pass);
     }
-    let fmt = g.require_format("check")?;
+    let fmt = g.format;
     let pol = policy::load(&a.policy).map_err(|e| match e {
         LoadError::Invalid(pe) => anyhow::Error::new(Hinted {
             msg: format!("policy {pe}"),

@@ -73,7 +73,7 @@ pub(crate) fn write_whole(fd: impl AsFd, mut buf: &[u8]) -> std::io::Result<()> 
 
 /// When `fd` is a pipe: wait (at most `limit`) until its reader has taken every byte, then
 /// [`RELAY_GRACE`]. A file or a terminal has nothing to wait for. Whether it drained.
-pub fn drain(fd: impl AsFd, limit: Duration) -> bool {
+pub(crate) fn drain(fd: impl AsFd, limit: Duration) -> bool {
     let is_pipe = rustix::fs::fstat(&fd)
         .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode) == rustix::fs::FileType::Fifo)
         .unwrap_or(false);

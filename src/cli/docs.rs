@@ -15,33 +15,33 @@ use roff::{Roff, bold, italic, roman};
 use super::Outcome;
 
 #[derive(Debug, Args)]
-pub struct GenDocsArgs {
+pub(crate) struct GenDocsArgs {
     /// Directory to write into (created if missing); the repository keeps it in `man/`.
     #[arg(default_value = "man")]
     pub dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ShellArg {
+pub(crate) enum ShellArg {
     Bash,
     Zsh,
     Fish,
 }
 
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to print completions for, e.g. `fabprobe completions bash >
     /// /etc/bash_completion.d/fabprobe`.
     #[arg(value_enum)]
     pub shell: ShellArg,
 }
 
-pub fn run(a: GenDocsArgs) -> anyhow::Result<Outcome> {
+pub(crate) fn run(a: GenDocsArgs) -> anyhow::Result<Outcome> {
     generate(&a.dir)?;
     Ok(Outcome::Pass)
 }
 
-pub fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
+pub(crate) fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
     let shell = match a.shell {
         ShellArg::Bash => Shell::Bash,
         ShellArg::Zsh => Shell::Zsh,
@@ -52,7 +52,7 @@ pub fn completions(a: CompletionsArgs) -> anyhow::Result<Outcome> {
 }
 
 /// Write every page and completion file into `dir`.
-pub fn generate(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn generate(dir: &Path) -> anyhow::Result<()> {
     let comp_dir = dir.join("completions");
     std::fs::create_dir_all(&comp_dir).with_context(|| format!("cannot create {}", comp_dir.display()))?;
     let mut cmd = super::command();
@@ -160,7 +160,7 @@ fn without_exit_status(text: &str) -> String {
 
 /// `name [-b|--minbytes SIZE] [--scan] [-v|--verbose]... FILE...`: every visible argument
 /// with the value it takes, in clap's order.
-pub fn synopsis(cmd: &clap::Command) -> String {
+pub(crate) fn synopsis(cmd: &clap::Command) -> String {
     let name = cmd.get_bin_name().unwrap_or_else(|| cmd.get_name()).to_string();
     let mut parts = vec![name];
     for a in cmd.get_arguments().filter(|a| !a.is_hide_set() && !a.is_positional()) {
@@ -415,7 +415,7 @@ fn row_column(lines: &[String], i: usize, width: usize) -> Option<usize> {
 /// Preformatted lines fitted to `width` columns. A table row and the lines under its
 /// description column (or one to the right: JSON's `{` alignment) are one row, whose
 /// description is refilled under that column; any other line is broken at spaces.
-pub fn layout(lines: &[String], width: usize) -> Vec<String> {
+pub(crate) fn layout(lines: &[String], width: usize) -> Vec<String> {
     let indent = |l: &str| l.len() - l.trim_start().len();
     let (mut out, mut i) = (Vec::new(), 0);
     while i < lines.len() {

@@ -8,7 +8,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = gdr_help())]
-pub struct GdrArgs {
+pub(crate) struct GdrArgs {
     /// Only the pairs whose NIC is this RDMA device (as `gids --device`), e.g.
     /// `--device mlx5_0`: every GPU against that NIC.
     #[arg(long, value_name = "DEV")]
@@ -75,8 +75,8 @@ NOT CHECKED
   NCCL's own ibv_reg_dmabuf_mr(fd=-1) probe and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (need
   verbs and CUDA at run time); NCCL_IB_HCA filtering of the NIC list.";
 
-pub fn run(g: &GlobalArgs, a: GdrArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("gdr")?;
+pub(crate) fn run(g: &GlobalArgs, a: GdrArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let mut report = gdr::probe(&host, &nccl);

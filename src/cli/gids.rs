@@ -10,7 +10,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = gids_help())]
-pub struct GidsArgs {
+pub(crate) struct GidsArgs {
     /// Print exactly what the show_gids script prints (tabs, its lexical order, footer
     /// n_gids_found=N), for scripts that parse it.
     #[arg(long)]
@@ -82,8 +82,8 @@ PROMETHEUS (--format prom)
   fabprobe_gids_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
 
-pub fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("gids")?;
+pub(crate) fn run(g: &GlobalArgs, a: GidsArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     if a.show_gids && fmt != Format::Table {
         return Err(UsageError(
             "--show-gids prints show_gids' own text; it cannot be combined with --format".into(),

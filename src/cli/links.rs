@@ -13,7 +13,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = links_help())]
-pub struct LinksArgs {
+pub(crate) struct LinksArgs {
     /// Sample the counters twice, SECONDS apart, and report deltas and rates (live only).
     #[arg(long, value_name = "SECONDS", conflicts_with = "baseline")]
     pub interval: Option<f64>,
@@ -96,8 +96,8 @@ PROMETHEUS (--format prom)
   fabprobe_links_finding{id,subject,severity} N (how many). A textfile cron job writes with
   --output FILE: replaced atomically, exit 0 once written.";
 
-pub fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("links")?;
+pub(crate) fn run(g: &GlobalArgs, a: LinksArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     let host = open_host(g)?;
     let mut report = links::probe(&host);
     if let Some(secs) = a.interval {

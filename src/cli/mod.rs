@@ -329,7 +329,7 @@ impl GlobalArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Every local probe and the host facts judged against a policy (checks/*.toml): one
     /// ranked list of findings with evidence and fixes; exit 0 pass, 1 fail, 2 could not run,
     /// 3 nothing to judge.
@@ -374,7 +374,7 @@ pub enum Command {
 
 /// What a command concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Nothing failed (warnings allowed): exit 0.
     Pass,
     /// A probe or check found a fault: exit 1.

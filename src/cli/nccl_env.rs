@@ -8,7 +8,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = nccl_env_help())]
-pub struct NcclEnvArgs {}
+pub(crate) struct NcclEnvArgs {}
 
 /// The long help: prose, the FINDINGS list from the probe's rule table, the rest.
 fn nccl_env_help() -> String {
@@ -78,8 +78,8 @@ JSON DATA (fabprobe.nccl-env)
      the PCI tree that registered no RDMA device: NCCL cannot use them; absent
      when none)}";
 
-pub fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-env")?;
+pub(crate) fn run(g: &GlobalArgs, _a: NcclEnvArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     let host = open_host(g)?;
     let nccl = super::nccl_settings(g, &host);
     let report = nccl_env::probe(&host, &nccl);

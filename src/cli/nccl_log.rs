@@ -11,7 +11,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = help())]
-pub struct NcclLogArgs {
+pub(crate) struct NcclLogArgs {
     /// Log files, a directory of them (read in name order, not recursively), or `-` for
     /// stdin. Files may be one per rank or one combined job log, and PyTorch
     /// flight-recorder dumps (told apart by their content).
@@ -158,8 +158,8 @@ fn cannot(what: &str, p: &std::path::Path, e: std::io::Error) -> anyhow::Error {
     .into()
 }
 
-pub fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("nccl-log")?;
+pub(crate) fn run(g: &GlobalArgs, a: NcclLogArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     if g.root.is_some() {
         return Err(UsageError("--root does not apply to nccl-log: it reads log files".into()).into());
     }

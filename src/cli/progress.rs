@@ -19,7 +19,7 @@ use crate::ring::run::Options;
 
 /// What one progress line needs; pure data, so the text is table-tested.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub stage: u8,
     pub scan_order: u32,
     pub size_index: u32,
@@ -70,7 +70,7 @@ pub(crate) fn sweep_work(s: &Snapshot, o: &Options) -> (u64, u64) {
 }
 
 /// The stage's words, without the elapsed time, rate and ETA that `indicatif` adds.
-pub fn message(s: &Snapshot, o: &Options) -> String {
+pub(crate) fn message(s: &Snapshot, o: &Options) -> String {
     match s.stage {
         LiveStatus::SETUP => "ring: setting up links".to_string(),
         LiveStatus::SCAN => format!("ring: link scan order {}", s.scan_order + 1),

@@ -14,7 +14,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = qos_help())]
-pub struct QosArgs {
+pub(crate) struct QosArgs {
     /// Only these netdevs (repeatable); any netdev, RDMA or not (live: veth, virtio...).
     #[arg(long, value_name = "IF")]
     pub ifname: Vec<String>,
@@ -134,8 +134,8 @@ fn sample(host: &Host, a: &QosArgs, tc: Option<&Sourced<u32>>) -> QosReport {
     }
 }
 
-pub fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("qos")?;
+pub(crate) fn run(g: &GlobalArgs, a: QosArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     let host = open_host(g)?;
     super::check_names(&host, "--ifname", &a.ifname, "/sys/class/net", "netdev")?;
     let tc = super::nccl_settings(g, &host).ib_tc();

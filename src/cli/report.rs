@@ -14,7 +14,7 @@ use crate::render::html::{self, Input, Options};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = REPORT_HELP)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Saved reports (`fabprobe ring|sweep|check|topo|nccl-log --format json > FILE.json`); a file
     /// may hold several (JSON lines).
     #[arg(value_name = "FILE.json", required = true)]
@@ -70,7 +70,7 @@ THE PAGE
   Exit 0 when the page was written, whatever the reports found; 2 when it could not be (an
   unreadable file, not a fabprobe report, another schema_version, a kind it does not draw).";
 
-pub fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
+pub(crate) fn run(g: &GlobalArgs, a: ReportArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
         return Err(UsageError("`fabprobe report` reads saved reports, not a host; --root does not apply".into()).into());
     }

@@ -19,7 +19,7 @@ use crate::ring::report::{DrainItem, LauncherInfo, ResultRow, RingReport, Ticket
 use crate::ring::run::{self, Failure, Options, RankOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TransportArg {
+pub(crate) enum TransportArg {
     /// TCP sockets over the interface chosen by --ifname.
     Tcp,
     /// ibverbs RC QPs with RDMA Write with immediate, on the port NCCL would use (--device,
@@ -32,7 +32,7 @@ pub enum TransportArg {
 
 #[derive(Debug, Args)]
 #[command(after_long_help = RING_HELP)]
-pub struct RingArgs {
+pub(crate) struct RingArgs {
     /// Smallest message size (K, M, G suffixes: powers of 1024, as nccl-tests).
     #[arg(short = 'b', long = "minbytes", value_name = "SIZE", default_value = "32M", value_parser = parse_size)]
     pub min_bytes: u64,
@@ -475,7 +475,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// The sweep: from min to max multiplying by factor; each size rounded down to whole floats.
-pub fn sizes(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, String> {
+pub(crate) fn sizes(min: u64, max: u64, factor: u64) -> Result<Vec<u64>, String> {
     if min > max {
         return Err(format!("-b {min} is larger than -e {max}"));
     }
@@ -694,8 +694,8 @@ static HTML_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::
 /// `--output`: set once by `run`, like [`HTML_OUT`].
 static REPORT_OUT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-pub fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("ring")?;
+pub(crate) fn run(g: &GlobalArgs, a: RingArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     super::delivery::catch_interrupts(g);
     if g.root.is_some() || a.root.is_some() {
         return Err(UsageError(

@@ -8,7 +8,7 @@ use super::{GlobalArgs, Outcome, UsageError};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = SNAPSHOT_FORMAT)]
-pub struct SnapshotArgs {
+pub(crate) struct SnapshotArgs {
     /// Where to write: a name ending in .tar.gz or .tgz gives a tarball, anything else an
     /// (empty or new) directory.
     #[arg(short, long, value_name = "FILE.tar.gz|DIR")]
@@ -91,7 +91,7 @@ SNAPSHOT FORMAT
   Capture works as non-root: what could not be read is recorded as its errno and listed
   under skipped. Use it with any probe: fabprobe --root node1.tar.gz topo";
 
-pub fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
+pub(crate) fn run(g: &GlobalArgs, a: SnapshotArgs) -> anyhow::Result<Outcome> {
     if g.root.is_some() {
         return Err(UsageError(
             "`fabprobe snapshot` captures the live host; --root cannot be used with it".into(),

@@ -14,7 +14,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = SWEEP_HELP)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     /// Report files (one JSON report, or JSON lines) and directories of them; `-` or none
     /// reads JSON lines from stdin.
     #[arg(value_name = "FILE|DIR|-")]
@@ -518,8 +518,8 @@ fn add_dir(g: &GlobalArgs, sw: &mut Sweeper, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("sweep")?;
+pub(crate) fn run(g: &GlobalArgs, a: SweepArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     if g.root.is_some() {
         return Err(
             UsageError("`fabprobe sweep` reads reports, not a host; --root does not apply".into()).into(),

@@ -11,7 +11,7 @@ use crate::render::{Envelope, HostInfo};
 
 #[derive(Debug, Args)]
 #[command(after_long_help = topo_help())]
-pub struct TopoArgs {
+pub(crate) struct TopoArgs {
     /// Print NCCL's path types (LOC/NVL/NVB/PIX/PXB/PHB/SYS: no NODE, Broadcom switches
     /// flattened, ports of one adapter merged) instead of nvidia-smi's. Table only: the JSON
     /// report always carries both matrices.
@@ -150,8 +150,8 @@ fn only_nic(
     Ok(findings)
 }
 
-pub fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
-    let fmt = g.require_format("topo")?;
+pub(crate) fn run(g: &GlobalArgs, a: TopoArgs) -> anyhow::Result<Outcome> {
+    let fmt = g.format;
     let (mut report, host_info) = match &a.nccl_xml {
         Some(file) => {
             if g.root.is_some() {

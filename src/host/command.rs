@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Run `program args` with `deadline`: its stdout (at most 256 KiB), or why there is none
 /// (not installed, failed, did not answer in time: then it is killed).
-pub fn run_bounded(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
+pub(crate) fn run_bounded(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())

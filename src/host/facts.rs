@@ -284,7 +284,8 @@ pub struct ProcScan {
 
 /// Walk `<proc>/<pid>/fd/*` for device holders, skipping this process. A process that
 /// exits during the walk is simply gone; one whose fds are unreadable is counted.
-pub fn scan_holders(proc_dir: &Path) -> (Vec<DeviceHolder>, u32) {
+#[cfg(test)]
+pub(crate) fn scan_holders(proc_dir: &Path) -> (Vec<DeviceHolder>, u32) {
     let s = scan_processes(proc_dir);
     (s.holders, s.unreadable)
 }

@@ -89,7 +89,7 @@ pub struct Shadowed {
 
 /// Merge in NCCL's order: the environment first, then each file in the order read; the
 /// first source to set a name wins (setenv without overwrite).
-pub fn merge(env: &BTreeMap<String, String>, files: &[(String, String)]) -> BTreeMap<String, Setting> {
+pub(crate) fn merge(env: &BTreeMap<String, String>, files: &[(String, String)]) -> BTreeMap<String, Setting> {
     let mut out: BTreeMap<String, Setting> = BTreeMap::new();
     for (k, v) in env {
         out.insert(

@@ -200,7 +200,7 @@ fn match_subnet(ifs: &[IfAddr], remote: CommId) -> Option<&IfAddr> {
 /// The interface NCCL's bootstrap listens on (`bootstrapNetInit`): with `NCCL_COMM_ID` the
 /// one on that address's subnet (None: NCCL fails, "No usable listening interface
 /// found"), else the first of [`select`]'s list.
-pub fn bootstrap(
+pub(crate) fn bootstrap(
     ifs: &[IfAddr],
     spec: Option<&str>,
     comm_id: Option<CommId>,

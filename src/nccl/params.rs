@@ -29,7 +29,7 @@ impl Known {
 }
 
 /// Every known variable, in the list's (alphabetical) order.
-pub fn known() -> &'static [Known] {
+pub(crate) fn known() -> &'static [Known] {
     static K: OnceLock<Vec<Known>> = OnceLock::new();
     K.get_or_init(|| {
         TSV.lines()
@@ -79,7 +79,7 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
 /// The known name nearest to `name`, when it is close enough to be a typo (at most a
 /// third of the name's length after the `NCCL_` prefix, and at most 4 edits); ties keep
 /// the alphabetically first.
-pub fn nearest(name: &str) -> Option<&'static str> {
+pub(crate) fn nearest(name: &str) -> Option<&'static str> {
     let budget = (name.len().saturating_sub(5) / 3).clamp(1, 4);
     known()
         .iter()
@@ -169,7 +169,7 @@ pub(crate) fn net_gdr_level(set: Option<(&str, &str)>, c2c: Option<&str>) -> (&'
 }
 
 /// Position of a path type in NCCL's order (for `path <= level` comparisons).
-pub fn level_rank(l: &str) -> Option<usize> {
+pub(crate) fn level_rank(l: &str) -> Option<usize> {
     LEVELS.iter().position(|x| *x == l)
 }
 

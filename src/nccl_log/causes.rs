@@ -1054,14 +1054,14 @@ pub fn get(id: &str) -> Option<&'static Cause> {
 
 /// The entry of an id the code gives (a missing one is a bug the registry tests catch;
 /// here it reads as the unclassified entry rather than panicking on a log).
-pub fn of(id: &str) -> &'static Cause {
+pub(crate) fn of(id: &str) -> &'static Cause {
     get(id)
         .or_else(|| get("unclassified_failure"))
         .unwrap_or(&CAUSES[0])
 }
 
 /// The meaning and next step of a cause, or of its variant when the registry has one.
-pub fn explain(id: &str, variant: Option<&str>) -> (&'static str, &'static str) {
+pub(crate) fn explain(id: &str, variant: Option<&str>) -> (&'static str, &'static str) {
     let v = VARIANTS
         .iter()
         .find(|(c, w, _, _)| *c == id && Some(*w) == variant);
@@ -1100,7 +1100,8 @@ pub(crate) fn code_in(s: &str, has: impl Fn(&str, &str) -> bool) -> Option<(&'st
 }
 
 /// Every keyword of every WARN rule: the fast path's random messages are made of them.
-pub fn keywords() -> Vec<&'static str> {
+#[cfg(test)]
+pub(crate) fn keywords() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for c in CAUSES.iter().filter(|c| c.warn_rule()) {
         if let Seen::Texts(sets) = c.seen {

@@ -13,7 +13,7 @@
 
 /// Which of NCCL's levels printed the line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     Info,
     Warn,
     Trace,
@@ -21,7 +21,7 @@ pub enum Level {
 
 /// A line with an NCCL header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Nccl<'a> {
+pub(crate) struct Nccl<'a> {
     pub host: &'a str,
     pub pid: Option<u32>,
     pub dev: Option<i32>,
@@ -145,7 +145,7 @@ pub(crate) fn parse_at(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, us
 /// header. A bare `WARN` is too common a word to trust alone: it counts only after such a
 /// header (`[dev]`, and `file:line` for WARN) or, 1.x, first on the line before a
 /// `file.cu:line`.
-pub fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
+pub(crate) fn legacy(s: &str) -> Option<(&str, Nccl<'_>)> {
     // TRACE (debug builds only, `__func__:line` before it) is left out.
     for (word, level) in [(" WARN ", Level::Warn), (" INFO ", Level::Info)] {
         let Some(i) = super::events::find(s, word) else {
@@ -334,20 +334,20 @@ fn headerless(s: &str, at: usize, level: Level) -> Option<(Nccl<'_>, usize)> {
 }
 
 /// A line's records: the common case (one marker, a header that parses) without vectors.
-pub enum Records<'a> {
+pub(crate) enum Records<'a> {
     One(&'a str, Nccl<'a>),
     Other(Vec<(&'a str, Nccl<'a>)>),
 }
 
 /// A line's NCCL markers: none, the one (where `NCCL ` starts, and its level), or several.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Marks {
+pub(crate) enum Marks {
     None,
     One(usize, Level),
     Many,
 }
 
-pub fn marks(s: &str) -> Marks {
+pub(crate) fn marks(s: &str) -> Marks {
     let mut one = None;
     let mut from = 0;
     while let Some(at) = next_nccl(s.as_bytes(), from) {
@@ -364,7 +364,8 @@ pub fn marks(s: &str) -> Marks {
 
 /// [`records`], with the line of one record (nearly every line of a log) answered without
 /// allocating: the same answer, as the tests of [`records`] check through it.
-pub fn scan(s: &str) -> Records<'_> {
+#[cfg(test)]
+pub(crate) fn scan(s: &str) -> Records<'_> {
     scan_marks(s, marks(s))
 }
 
@@ -400,7 +401,8 @@ fn trim_debris(msg: &str) -> &str {
 
 /// Split a physical line into the NCCL records in it (interleaved writers can glue two
 /// together); each with its launcher prefix. A line with no NCCL marker yields nothing.
-pub fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
+#[cfg(test)]
+pub(crate) fn records(s: &str) -> Vec<(&str, Nccl<'_>)> {
     match scan(s) {
         Records::One(p, n) => vec![(p, n)],
         Records::Other(v) => v,

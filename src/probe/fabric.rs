@@ -480,7 +480,7 @@ fn unknowns(r: &FabricReport, fm: &FabricManager) -> Vec<String> {
 /// The findings of the section: a Fabric Manager that is not running or not the driver's
 /// version, GPUs whose fabric is not ready (folded into the Fabric Manager's finding when
 /// that is their cause), and one `topo.fabric_not_evaluated` for what could not be read.
-pub fn judge(r: &FabricReport) -> Vec<Finding> {
+pub(crate) fn judge(r: &FabricReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let fm_down = r
         .fabric_manager

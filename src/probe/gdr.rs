@@ -269,7 +269,7 @@ fn applies(range: &str, v: (u32, u32)) -> bool {
 const REPRESENTATIVE: &[(u32, u32)] = &[(2, 8), (2, 21), (2, 22), (2, 23)];
 
 /// NCCL's peer-memory check and the modules behind it (also read by `nccl-env`).
-pub fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
+pub(crate) fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
     let paths: Vec<PathCheck> = PEER_PATHS
         .iter()
         .map(|(p, v)| PathCheck {
@@ -317,7 +317,7 @@ pub fn peer_memory(host: &Host, version: &NcclVersion) -> PeerMemory {
 }
 
 /// DMA-BUF's prerequisites and `NCCL_DMABUF_ENABLE` (also read by `nccl-env`).
-pub fn dmabuf(host: &Host, nccl: &NcclSettings) -> DmaBuf {
+pub(crate) fn dmabuf(host: &Host, nccl: &NcclSettings) -> DmaBuf {
     let enable = crate::nccl::gid::nccl_param(nccl.value("NCCL_DMABUF_ENABLE"), 1) != 0;
     let kernel = host.meta().kernel.clone();
     let kernel_ok = kernel
@@ -646,7 +646,7 @@ fn nic_use(host: &Host, ib_use: &crate::nccl::settings::IbUse, dev: &str) -> (bo
 
 /// What NCCL reaches for one GPU-NIC pair, given whether its path is within
 /// NCCL_NET_GDR_LEVEL: peer memory first, then DMA-BUF (net_ib.cc's order).
-pub fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> GdrVerdict {
+pub(crate) fn verdict(within_level: bool, peer: &PeerMemory, dmabuf: &DmaBuf) -> GdrVerdict {
     if !within_level {
         GdrVerdict::OffDistance
     } else if peer.nccl_gdr_support {
@@ -723,10 +723,10 @@ pub struct Gdr<'a> {
 }
 
 /// A GPUDirect RDMA rule's judge.
-pub(crate) type GdrJudge = fn(&Gdr<'_>, &mut Vec<Finding>);
+pub(crate) type RuleFn = fn(&Gdr<'_>, &mut Vec<Finding>);
 
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
-pub static RULES: &[Rule<GdrJudge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["gdr.nic_not_in_rdma"],
         severity: &[Severity::Unknown],
@@ -840,7 +840,7 @@ fn gdr_gpu_not_in_nvml(x: &Gdr, out: &mut Vec<Finding>) {
 }
 
 /// Judge GPUDirect RDMA by [`RULES`].
-pub fn findings(r: &GdrReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &GdrReport) -> Vec<Finding> {
     let x = Gdr {
         r,
         used: r.pairs.iter().filter(|p| p.nccl_nearest).collect(),

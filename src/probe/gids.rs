@@ -201,7 +201,7 @@ fn entry(s: &GidSlot, is_ib: bool, nccl: &GidChoice, perftest: &GidChoice) -> Op
 
 /// How a `gids` rule judges: one port at a time (in port order, as the table prints them),
 /// or the whole report once after the ports.
-pub enum Judge {
+pub enum RuleFn {
     Port(fn(&Port, &mut Vec<Finding>)),
     Report(fn(&GidsReport, &mut Vec<Finding>)),
 }
@@ -219,51 +219,51 @@ pub struct Port<'a> {
 
 /// The GID mistakes that make RoCE connections fail or pick the wrong path, in the order a
 /// port's findings are listed.
-pub static RULES: &[Rule<Judge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["gids.nic_not_in_rdma"],
         severity: &[Severity::Unknown],
         about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
                 named by its bus ID and netdev; it has no GID table to read",
-        judge: Judge::Report(gids_not_in_rdma),
+        judge: RuleFn::Report(gids_not_in_rdma),
     },
     Rule {
         ids: &["gids.no_roce_v2"],
         severity: &[Severity::Warn],
         about: "a RoCE port without any RoCE v2 GID",
-        judge: Judge::Port(no_roce_v2),
+        judge: RuleFn::Port(no_roce_v2),
     },
     Rule {
         ids: &["gids.sparse_table"],
         severity: &[Severity::Warn],
         about: "the first populated index is above 0 (container view)",
-        judge: Judge::Port(sparse_table),
+        judge: RuleFn::Port(sparse_table),
     },
     Rule {
         ids: &["gids.nccl_gid_index_bad", "gids.nccl_gid_unusable"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_GID_INDEX points at an empty, link-local (fail) or v1 (warn) entry; \
                 or NCCL's automatic choice is link-local or empty (fail)",
-        judge: Judge::Port(nccl_gid_bad),
+        judge: RuleFn::Port(nccl_gid_bad),
     },
     Rule {
         ids: &["gids.nccl_gid_error"],
         severity: &[Severity::Fail],
         about: "NCCL would stop with an error (a types file missing)",
-        judge: Judge::Port(nccl_gid_error),
+        judge: RuleFn::Port(nccl_gid_error),
     },
     Rule {
         ids: &["gids.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "no RDMA port showed up (no InfiniBand support, no driver loaded): nothing was \
                 judged, NOT EVALUATED (exit 3)",
-        judge: Judge::Report(gids_nothing),
+        judge: RuleFn::Report(gids_nothing),
     },
     Rule {
         ids: &["gids.duplicate_ipv4"],
         severity: &[Severity::Warn],
         about: "the same IPv4 address on two ports",
-        judge: Judge::Report(duplicate_ipv4),
+        judge: RuleFn::Report(duplicate_ipv4),
     },
 ];
 
@@ -291,7 +291,7 @@ fn gids_not_in_rdma(r: &GidsReport, out: &mut Vec<Finding>) {
 }
 
 /// Judge the GID tables by [`RULES`].
-pub fn findings(r: &GidsReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &GidsReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let forced = gid::nccl_param(r.nccl_env.gid_index.as_deref(), -1);
     for p in &r.ports {
@@ -308,16 +308,16 @@ pub fn findings(r: &GidsReport) -> Vec<Finding> {
     out
 }
 
-fn port_judge(j: &Judge) -> Option<fn(&Port, &mut Vec<Finding>)> {
+fn port_judge(j: &RuleFn) -> Option<fn(&Port, &mut Vec<Finding>)> {
     match j {
-        Judge::Port(j) => Some(*j),
+        RuleFn::Port(j) => Some(*j),
         _ => None,
     }
 }
 
-fn report_judge(j: &Judge) -> Option<fn(&GidsReport, &mut Vec<Finding>)> {
+fn report_judge(j: &RuleFn) -> Option<fn(&GidsReport, &mut Vec<Finding>)> {
     match j {
-        Judge::Report(j) => Some(*j),
+        RuleFn::Report(j) => Some(*j),
         _ => None,
     }
 }

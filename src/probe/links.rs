@@ -500,7 +500,7 @@ fn since_boot(d: &LinkDevice, p: &LinkPort, subject: &str) -> Option<Finding> {
 
 /// How a `links` rule judges: each device (its PCIe link), each port of it, in the
 /// report's order, or the whole report once after them.
-pub enum Judge {
+pub enum RuleFn {
     Device(fn(&LinkDevice, &mut Vec<Finding>)),
     Port(fn(&Port, &mut Vec<Finding>)),
     Report(fn(&LinksReport, &mut Vec<Finding>)),
@@ -519,37 +519,37 @@ pub struct Port<'a> {
 }
 
 /// What breaks a link, in the order one port's findings are listed.
-pub static RULES: &[Rule<Judge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["links.nic_not_in_rdma"],
         severity: &[Severity::Unknown],
         about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
                 named by its bus ID and netdev; its RDMA ports' state, rate and counters are unread",
-        judge: Judge::Report(links_not_in_rdma),
+        judge: RuleFn::Report(links_not_in_rdma),
     },
     Rule {
         ids: &["links.pcie_downtrained"],
         severity: &[Severity::Fail],
         about: "the HCA's PCIe link below its maximum speed or width",
-        judge: Judge::Device(pcie_downtrained),
+        judge: RuleFn::Device(pcie_downtrained),
     },
     Rule {
         ids: &["links.port_state_unknown"],
         severity: &[Severity::Unknown],
         about: "state or phys_state could not be read (unknown, not down)",
-        judge: Judge::Port(port_state_unknown),
+        judge: RuleFn::Port(port_state_unknown),
     },
     Rule {
         ids: &["links.port_not_active"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "state not ACTIVE or phys_state not LinkUp (Disabled: warn)",
-        judge: Judge::Port(port_not_active),
+        judge: RuleFn::Port(port_not_active),
     },
     Rule {
         ids: &["links.rate_below_peers"],
         severity: &[Severity::Fail],
         about: "an ACTIVE port slower than the best port of the same HCA model",
-        judge: Judge::Port(rate_below_peers),
+        judge: RuleFn::Port(rate_below_peers),
     },
     Rule {
         ids: &["links.errors_since_boot"],
@@ -557,14 +557,14 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "link_downed, symbol_error, link_error_recovery, port_rcv_errors, \
                 local_link_integrity_errors or excessive_buffer_overrun_errors non-zero or \
                 saturated in a single read (since boot, no baseline; one finding per port)",
-        judge: Judge::Port(errors_since_boot),
+        judge: RuleFn::Port(errors_since_boot),
     },
     Rule {
         ids: &["links.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "no RDMA device showed up (no InfiniBand support, no driver loaded, an empty \
                 /sys/class/infiniband): nothing was judged, NOT EVALUATED (exit 3)",
-        judge: Judge::Report(links_nothing),
+        judge: RuleFn::Report(links_nothing),
     },
     Rule {
         ids: &["links.counters_reset"],
@@ -572,13 +572,13 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "the counters restarted between the two samples (a reboot: another boot id, \
                 or less uptime than the interval; a driver reload: a counter that cannot \
                 wrap fell): no delta, never a wrap",
-        judge: Judge::Report(counters_reset),
+        judge: RuleFn::Report(counters_reset),
     },
     Rule {
         ids: &["links.counter_saturated"],
         severity: &[Severity::Warn],
         about: "a PMA error counter stuck at its maximum across a sample",
-        judge: Judge::Port(counter_saturated),
+        judge: RuleFn::Port(counter_saturated),
     },
     Rule {
         ids: &["links.errors_increasing", "links.retransmissions_increasing"],
@@ -587,25 +587,25 @@ pub static RULES: &[Rule<Judge>] = &[
                 port_rcv_errors, port_xmit_discards increased; or local_ack_timeout_err, \
                 packet_seq_err, out_of_sequence, rnr_nak_retry_err, \
                 req_transport_retries_exceeded (fail) increased",
-        judge: Judge::Port(counters_increasing),
+        judge: RuleFn::Port(counters_increasing),
     },
     Rule {
         ids: &["links.congestion"],
         severity: &[Severity::Warn],
         about: "port_xmit_wait grew by more than 10% of port_xmit_data (words)",
-        judge: Judge::Port(congestion),
+        judge: RuleFn::Port(congestion),
     },
     Rule {
         ids: &["links.verbs_missing_device"],
         severity: &[Severity::Warn],
         about: "sysfs lists a device libibverbs does not (live only)",
-        judge: Judge::Report(verbs_missing_device),
+        judge: RuleFn::Report(verbs_missing_device),
     },
     Rule {
         ids: &["links.verbs_mismatch"],
         severity: &[Severity::Warn],
         about: "libibverbs and sysfs disagree about port 1 (live only)",
-        judge: Judge::Report(verbs_mismatch),
+        judge: RuleFn::Report(verbs_mismatch),
     },
 ];
 
@@ -645,7 +645,7 @@ fn links_not_in_rdma(r: &LinksReport, out: &mut Vec<Finding>) {
 }
 
 /// Judge the links by [`RULES`].
-pub fn findings(r: &LinksReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &LinksReport) -> Vec<Finding> {
     let mut out = Vec::new();
     let best = best_rates(r);
     for d in &r.devices {
@@ -667,23 +667,23 @@ pub fn findings(r: &LinksReport) -> Vec<Finding> {
     out
 }
 
-fn device_judge(j: &Judge) -> Option<fn(&LinkDevice, &mut Vec<Finding>)> {
+fn device_judge(j: &RuleFn) -> Option<fn(&LinkDevice, &mut Vec<Finding>)> {
     match j {
-        Judge::Device(j) => Some(*j),
+        RuleFn::Device(j) => Some(*j),
         _ => None,
     }
 }
 
-fn port_judge(j: &Judge) -> Option<fn(&Port, &mut Vec<Finding>)> {
+fn port_judge(j: &RuleFn) -> Option<fn(&Port, &mut Vec<Finding>)> {
     match j {
-        Judge::Port(j) => Some(*j),
+        RuleFn::Port(j) => Some(*j),
         _ => None,
     }
 }
 
-fn report_judge(j: &Judge) -> Option<fn(&LinksReport, &mut Vec<Finding>)> {
+fn report_judge(j: &RuleFn) -> Option<fn(&LinksReport, &mut Vec<Finding>)> {
     match j {
-        Judge::Report(j) => Some(*j),
+        RuleFn::Report(j) => Some(*j),
         _ => None,
     }
 }

@@ -611,72 +611,72 @@ pub struct Env<'a> {
 
 /// How an `nccl-env` rule judges: each setting (run setting by setting, where the first
 /// setting rule stands in the table), or the whole report once.
-pub enum Judge {
+pub enum RuleFn {
     Setting(fn(&Env, &Setting, &mut Vec<Finding>)),
     Report(fn(&Env, &mut Vec<Finding>)),
 }
 
 /// What NCCL would read otherwise than meant, or what breaks its transport here, in the
 /// order the findings are listed.
-pub static RULES: &[Rule<Judge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["nccl_env.nic_not_in_rdma"],
         severity: &[Severity::Unknown],
         about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
                 named by its bus ID and netdev; NCCL_IB_HCA cannot select it",
-        judge: Judge::Report(nccl_env_not_in_rdma),
+        judge: RuleFn::Report(nccl_env_not_in_rdma),
     },
     Rule {
         ids: &["nccl_env.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA port showed up (drivers not loaded?): the \
                 NCCL settings had nothing to be judged against, NOT EVALUATED (exit 3)",
-        judge: Judge::Report(nccl_env_nothing),
+        judge: RuleFn::Report(nccl_env_nothing),
     },
     Rule {
         ids: &["nccl_env.conf_file_unreadable"],
         severity: &[Severity::Warn],
         about: "NCCL_CONF_FILE names a missing or unreadable file",
-        judge: Judge::Report(conf_file_unreadable),
+        judge: RuleFn::Report(conf_file_unreadable),
     },
     Rule {
         ids: &["nccl_env.conf_line_misread"],
         severity: &[Severity::Warn],
         about: "a configuration line NCCL reads otherwise than it looks: `NCCL_IB_HCA = mlx5_0` \
                 sets \"NCCL_IB_HCA \", `X=eth0 # c` the value \"eth0 # c\", a DOS line end keeps \\r",
-        judge: Judge::Report(conf_line_misread),
+        judge: RuleFn::Report(conf_line_misread),
     },
     Rule {
         ids: &["nccl_env.unknown_name"],
         severity: &[Severity::Warn],
         about: "an NCCL_* name NCCL does not read (nearest real name)",
-        judge: Judge::Setting(unknown_name),
+        judge: RuleFn::Setting(unknown_name),
     },
     Rule {
         ids: &["nccl_env.bad_value"],
         severity: &[Severity::Warn],
         about: "a value NCCL misreads (no digits: read as 0, not the default; trailing text, \
                 an unknown word or level)",
-        judge: Judge::Setting(bad_value),
+        judge: RuleFn::Setting(bad_value),
     },
     Rule {
         ids: &["nccl_env.out_of_range"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_TIMEOUT outside 1-31, NCCL_IB_RETRY_CNT outside 0-7 (fail); \
                 NCCL_IB_ROCE_VERSION_NUM not 1 or 2 (warn)",
-        judge: Judge::Setting(out_of_range),
+        judge: RuleFn::Setting(out_of_range),
     },
     Rule {
         ids: &["nccl_env.ifname_ignored"],
         severity: &[Severity::Warn],
         about: "NCCL_SOCKET_IFNAME of one character or empty",
-        judge: Judge::Setting(ifname_ignored),
+        judge: RuleFn::Setting(ifname_ignored),
     },
     Rule {
         ids: &["nccl_env.comm_id_by_name"],
         severity: &[Severity::Warn],
         about: "NCCL_COMM_ID names a host: NCCL resolves it on each node",
-        judge: Judge::Report(comm_id_by_name),
+        judge: RuleFn::Report(comm_id_by_name),
     },
     Rule {
         ids: &[
@@ -687,14 +687,14 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "no interface matches, or NCCL_COMM_ID is on no local subnet: bootstrap fails \
                 (fail); lo or a docker/virbr bridge (fail), a link-local address (warn) picked \
                 for the bootstrap",
-        judge: Judge::Report(socket_interface),
+        judge: RuleFn::Report(socket_interface),
     },
     Rule {
         ids: &["nccl_env.hca_prefix_match", "nccl_env.hca_matches_nothing"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_HCA without '=' also selects mlx5_10.. for mlx5_1 (warn); \
                 NCCL_IB_HCA selects no active port: NCCL falls back to sockets (fail)",
-        judge: Judge::Report(hcas),
+        judge: RuleFn::Report(hcas),
     },
     Rule {
         ids: &["nccl_env.hca_selects_moved_name"],
@@ -703,7 +703,7 @@ pub static RULES: &[Rule<Judge>] = &[
                 register, and would not under the name it was to have (fail: it picks up that \
                 NIC), or the reverse (warn: it leaves that NIC out); every form: prefix, '=', \
                 '^', ':port'",
-        judge: Judge::Report(hca_selects_moved_name),
+        judge: RuleFn::Report(hca_selects_moved_name),
     },
     Rule {
         ids: &["nccl_env.hca_strands_gpus"],
@@ -711,7 +711,7 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "NCCL_IB_HCA leaves GPUs without their nearest NIC (NCCL picks each GPU's NICs by \
                 path type): their traffic takes a longer path; fail when it crosses the CPU \
                 interconnect (SYS) and no NVLink peer can relay it (PXN), else warn",
-        judge: Judge::Report(hca_strands_gpus),
+        judge: RuleFn::Report(hca_strands_gpus),
     },
     Rule {
         ids: &[
@@ -724,13 +724,13 @@ pub static RULES: &[Rule<Judge>] = &[
                 and NCCL's defaults give: NCCL_NET_GDR_LEVEL below that path, NCCL_NET_GDR_READ=0 \
                 (sends of GPUs NCCL reads directly by default: compute capability 8.0 or newer, \
                 an NVLink peer), NCCL_NET=Socket (no RDMA at all); names the GPUs",
-        judge: Judge::Report(gdr_settings_strand_gpus),
+        judge: RuleFn::Report(gdr_settings_strand_gpus),
     },
     Rule {
         ids: &["nccl_env.ib_disabled"],
         severity: &[Severity::Warn],
         about: "NCCL_IB_DISABLE=1 with active RDMA ports",
-        judge: Judge::Report(ib_disabled),
+        judge: RuleFn::Report(ib_disabled),
     },
     Rule {
         ids: &[
@@ -741,32 +741,32 @@ pub static RULES: &[Rule<Judge>] = &[
         severity: &[Severity::Warn, Severity::Fail],
         about: "NCCL_IB_GID_INDEX (or the automatic choice) on a port NCCL uses points at an \
                 empty, link-local or RoCE v1 entry (`gids`' rules)",
-        judge: Judge::Report(gid_traps),
+        judge: RuleFn::Report(gid_traps),
     },
     Rule {
         ids: &["nccl_env.p2p_disabled_nvlink"],
         severity: &[Severity::Warn],
         about: "NCCL_P2P_DISABLE=1 on a host with NVLink",
-        judge: Judge::Report(p2p_disabled_nvlink),
+        judge: RuleFn::Report(p2p_disabled_nvlink),
     },
     Rule {
         ids: &["nccl_env.gdr_off", "nccl_env.gdr_no_kernel_support"],
         severity: &[Severity::Warn, Severity::Fail],
         about: "a GPU whose every used HCA is beyond NCCL_NET_GDR_LEVEL (warn); close enough \
                 but the kernel gives NCCL neither peer memory nor DMA-BUF (fail)",
-        judge: Judge::Report(gdr_by_topology),
+        judge: RuleFn::Report(gdr_by_topology),
     },
     Rule {
         ids: &["nccl_env.net_plugin_missing"],
         severity: &[Severity::Warn],
         about: "NCCL_NET_PLUGIN names a library that is not found",
-        judge: Judge::Report(net_plugin_missing),
+        judge: RuleFn::Report(net_plugin_missing),
     },
     Rule {
         ids: &["nccl_env.topo_file_missing"],
         severity: &[Severity::Warn],
         about: "NCCL_TOPO_FILE names a missing file",
-        judge: Judge::Report(topo_file_missing),
+        judge: RuleFn::Report(topo_file_missing),
     },
 ];
 
@@ -783,14 +783,14 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     // it (the conf files) come first, the whole-host ones after.
     let first_setting = RULES
         .iter()
-        .position(|r| matches!(r.judge, Judge::Setting(_)))
+        .position(|r| matches!(r.judge, RuleFn::Setting(_)))
         .unwrap_or(RULES.len());
     let (before, after) = RULES.split_at(first_setting);
     judge_each(before, report_judge, &x, &mut f);
     let env = &x;
-    let setting_judge = |j: &Judge| match *j {
-        Judge::Setting(j) => Some(move |s: &Setting, f: &mut Vec<Finding>| j(env, s, f)),
-        Judge::Report(_) => None,
+    let setting_judge = |j: &RuleFn| match *j {
+        RuleFn::Setting(j) => Some(move |s: &Setting, f: &mut Vec<Finding>| j(env, s, f)),
+        RuleFn::Report(_) => None,
     };
     for s in &r.settings {
         judge_each(RULES, setting_judge, s, &mut f);
@@ -800,10 +800,10 @@ pub fn findings(host: &Host, r: &NcclEnvReport) -> Vec<Finding> {
     f
 }
 
-fn report_judge(j: &Judge) -> Option<fn(&Env, &mut Vec<Finding>)> {
+fn report_judge(j: &RuleFn) -> Option<fn(&Env, &mut Vec<Finding>)> {
     match j {
-        Judge::Report(j) => Some(*j),
-        Judge::Setting(_) => None,
+        RuleFn::Report(j) => Some(*j),
+        RuleFn::Setting(_) => None,
     }
 }
 

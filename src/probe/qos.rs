@@ -708,10 +708,10 @@ pub struct If<'a> {
 }
 
 /// A rule's judge: one interface's findings, added to the list.
-pub(crate) type IfJudge = fn(&If, &mut Vec<Finding>);
+pub(crate) type RuleFn = fn(&If, &mut Vec<Finding>);
 
 /// What makes RoCE lossy or slow on an interface, in the order its findings are listed.
-pub static RULES: &[Rule<IfJudge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["qos.nothing_to_judge"],
         severity: &[Severity::Unknown],
@@ -806,7 +806,7 @@ pub static RULES: &[Rule<IfJudge>] = &[
 ];
 
 /// Judge every interface by [`RULES`].
-pub fn findings(r: &QosReport) -> Vec<Finding> {
+pub(crate) fn findings(r: &QosReport) -> Vec<Finding> {
     let mut out = Vec::new();
     for i in &r.interfaces {
         let x = If {

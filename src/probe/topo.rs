@@ -626,7 +626,7 @@ fn gpus_beside(host: &Host, gpus: &[TopoGpu], missing: &mut [NicNotInRdma]) {
 /// gives each device it registers the lowest free index of its driver's pattern
 /// (drivers/infiniband/core/device.c: alloc_name, ida_alloc), in probe (bus) order, and
 /// mlx5_ib's pattern is `mlx5_%d`; other drivers' names are not guessed.
-pub fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
+pub(crate) fn names_moved(r: &TopoReport, missing: &NicNotInRdma) -> Vec<(String, String, String)> {
     names_moved_in(&r.nics, &r.nics_not_in_rdma, missing)
 }
 
@@ -1073,7 +1073,7 @@ pub(crate) fn lnk_compare(bdf: &str) -> String {
 }
 
 /// How a `topo` rule judges: each device (GPUs, then NICs), or the whole report once after.
-pub enum Judge {
+pub enum RuleFn {
     Device(fn(&Dev, &mut Vec<Finding>)),
     Report(fn(&TopoReport, &mut Vec<Finding>)),
 }
@@ -1093,26 +1093,26 @@ pub struct Dev<'a> {
 /// allows (width anywhere; speed on NICs only, since idle GPUs lower their speed to save
 /// power), NVLinks below the host's majority, the NVSwitch fabric, and GPUs whose nearest
 /// RDMA NIC is across the CPU interconnect; in the order they are listed.
-pub static RULES: &[Rule<Judge>] = &[
+pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
         ids: &["topo.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "neither an NVIDIA GPU nor an RDMA device showed up (drivers not loaded?): \
                 nothing was judged, NOT EVALUATED (exit 3)",
-        judge: Judge::Report(topo_nothing),
+        judge: RuleFn::Report(topo_nothing),
     },
     Rule {
         ids: &["topo.numa_node_unknown"],
         severity: &[Severity::Warn],
         about: "numa_node is -1 on a host with several (or unknown) NUMA nodes",
-        judge: Judge::Device(numa_node_unknown),
+        judge: RuleFn::Device(numa_node_unknown),
     },
     Rule {
         ids: &["topo.gpu_not_in_nvml"],
         severity: &[Severity::Fail],
         about: "an NVIDIA GPU in the PCI tree that NVML does not list (fallen off the bus, \
                 Xid 79, or lost by the driver), named by its PCI bus ID",
-        judge: Judge::Report(gpu_not_in_nvml),
+        judge: RuleFn::Report(gpu_not_in_nvml),
     },
     Rule {
         ids: &["topo.nic_not_in_rdma"],
@@ -1120,27 +1120,27 @@ pub static RULES: &[Rule<Judge>] = &[
         about: "an RDMA NIC (InfiniBand controller, or Mellanox Ethernet function) in the PCI \
                 tree that /sys/class/infiniband does not list (mlx5_ib not loaded, the driver \
                 did not bind or register it), named by its PCI bus ID",
-        judge: Judge::Report(nic_not_in_rdma),
+        judge: RuleFn::Report(nic_not_in_rdma),
     },
     Rule {
         ids: &["topo.pcie_width_degraded"],
         severity: &[Severity::Fail],
         about: "link width below what device and upstream port support",
-        judge: Judge::Device(pcie_width_degraded),
+        judge: RuleFn::Device(pcie_width_degraded),
     },
     Rule {
         ids: &["topo.pcie_speed_degraded"],
         severity: &[Severity::Fail],
         about: "a NIC's link speed below what device and upstream port support (idle GPUs \
                 lower their speed to save power: not a fault)",
-        judge: Judge::Device(pcie_speed_degraded),
+        judge: RuleFn::Device(pcie_speed_degraded),
     },
     Rule {
         ids: &["topo.nvlink_below_majority"],
         severity: &[Severity::Fail],
         about: "a GPU with fewer NVLinks to its peers than most GPUs of the host have (one \
                 finding per GPU, not per pair)",
-        judge: Judge::Report(nvlink_below_majority),
+        judge: RuleFn::Report(nvlink_below_majority),
     },
     Rule {
         ids: &[
@@ -1155,13 +1155,13 @@ pub static RULES: &[Rule<Judge>] = &[
                 refuses to start; the fix names the package); a GPU's NVML fabric state is \
                 not_started/in_progress or completed with an error status; (unknown) the process \
                 scan, a version or NVML could not be read on an NVSwitch host",
-        judge: Judge::Report(fabric),
+        judge: RuleFn::Report(fabric),
     },
     Rule {
         ids: &["topo.gpu_nic_sys"],
         severity: &[Severity::Warn],
         about: "every RDMA NIC is SYS away from a GPU",
-        judge: Judge::Report(gpu_nic_sys),
+        judge: RuleFn::Report(gpu_nic_sys),
     },
 ];
 
@@ -1289,16 +1289,16 @@ pub fn judge(r: &TopoReport) -> Vec<Finding> {
     out
 }
 
-fn device_judge(j: &Judge) -> Option<fn(&Dev, &mut Vec<Finding>)> {
+fn device_judge(j: &RuleFn) -> Option<fn(&Dev, &mut Vec<Finding>)> {
     match j {
-        Judge::Device(j) => Some(*j),
+        RuleFn::Device(j) => Some(*j),
         _ => None,
     }
 }
 
-fn report_judge(j: &Judge) -> Option<fn(&TopoReport, &mut Vec<Finding>)> {
+fn report_judge(j: &RuleFn) -> Option<fn(&TopoReport, &mut Vec<Finding>)> {
     match j {
-        Judge::Report(j) => Some(*j),
+        RuleFn::Report(j) => Some(*j),
         _ => None,
     }
 }

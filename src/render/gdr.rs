@@ -38,7 +38,7 @@ fn gib(b: u64) -> String {
 }
 
 /// The verdict, the GPU x NIC matrix and the kernel's GPUDirect facts, moved names marked.
-pub fn table(r: &GdrReport, findings: &[Finding]) -> String {
+pub(crate) fn table(r: &GdrReport, findings: &[Finding]) -> String {
     text::moved_view(&r.names_moved, || table_body(r, findings))
 }
 

@@ -6,7 +6,7 @@ use crate::render::text;
 
 /// Left-aligned columns separated by two spaces; trailing spaces trimmed; within the
 /// terminal's width ([`crate::render::text::width`]) when one is set.
-pub fn columns(rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     columns_fit(rows, crate::render::text::width())
 }
 
@@ -125,7 +125,7 @@ fn columns_plain(rows: &[Vec<String>]) -> String {
 }
 
 /// The verdict, the GID tables and NCCL's and perftest's picks, moved names marked.
-pub fn table(r: &GidsReport, findings: &[Finding]) -> String {
+pub(crate) fn table(r: &GidsReport, findings: &[Finding]) -> String {
     text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
 }
 
@@ -243,7 +243,7 @@ fn choice_line(p: &GidPort) -> String {
 /// The `show_gids` script's output, byte for byte: its header, tab layout, `ls` lexical
 /// order of devices, ports and indices, IPv4 detection by a leading `0000` group, the
 /// `grep -o "[Vv].*"` version, empty fields for failed reads, and the footer.
-pub fn show_gids(r: &GidsReport) -> String {
+pub(crate) fn show_gids(r: &GidsReport) -> String {
     let mut out = String::new();
     out.push_str("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n");
     out.push_str("---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n");
@@ -285,7 +285,7 @@ pub fn show_gids(r: &GidsReport) -> String {
 
 
 /// Prometheus text: one info series per GID and the index NCCL would pick per port.
-pub fn prom(r: &GidsReport) -> String {
+pub(crate) fn prom(r: &GidsReport) -> String {
     let mut out = String::new();
     out.push_str("# HELP fabprobe_infiniband_gid_info A populated GID table entry.\n");
     out.push_str("# TYPE fabprobe_infiniband_gid_info gauge\n");

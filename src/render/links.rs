@@ -192,7 +192,7 @@ fn indented(text: &str, pad: &str) -> String {
 }
 
 /// The verdict, each device, its ports and counters, moved names marked.
-pub fn table(r: &LinksReport, findings: &[Finding]) -> String {
+pub(crate) fn table(r: &LinksReport, findings: &[Finding]) -> String {
     text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
 }
 
@@ -343,7 +343,7 @@ fn node_exporter_name(name: &str) -> Option<&'static str> {
 
 /// Prometheus text exposition for a textfile collector. Unavailable counters are left out
 /// (never exported as 0).
-pub fn prom(r: &LinksReport) -> String {
+pub(crate) fn prom(r: &LinksReport) -> String {
     let mut m = PromFamilies::default();
     for d in &r.devices {
         let a = &d.attrs;

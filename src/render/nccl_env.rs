@@ -29,7 +29,7 @@ fn ports_fit(rows: &[Vec<String>], ports: &[crate::probe::nccl_env::IbPort], wid
 }
 
 /// The verdict and what NCCL would do with these settings, moved names marked.
-pub fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
+pub(crate) fn table(r: &NcclEnvReport, findings: &[Finding]) -> String {
     text::moved_view(&r.names_moved, || table_body(r, findings))
 }
 

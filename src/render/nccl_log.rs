@@ -120,7 +120,7 @@ fn facts(v: &RootCause) -> Vec<String> {
 }
 
 /// Nothing to judge: the input had no NCCL line (exit 3, neither pass nor fault).
-pub fn unknown(r: &Report) -> bool {
+pub(crate) fn unknown(r: &Report) -> bool {
     use crate::finding::Severity;
     r.verdicts.iter().any(|v| v.severity == Severity::Unknown)
         && r.verdicts.iter().all(|v| v.severity != Severity::Fail)

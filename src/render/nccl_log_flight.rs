@@ -5,7 +5,7 @@ use crate::nccl_log::flight::judge::{FlightReport, FlightVerdict};
 use crate::text::rank_runs;
 use crate::render::text;
 
-pub fn section(fr: &FlightReport) -> String {
+pub(crate) fn section(fr: &FlightReport) -> String {
     let mut s = String::from("\nFLIGHT RECORDER\n");
     let mut versions: std::collections::BTreeMap<(&str, &str), Vec<u32>> = Default::default();
     for d in &fr.dumps {

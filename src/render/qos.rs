@@ -295,7 +295,7 @@ fn switch_lines(sw: &SwitchView) -> String {
 }
 
 /// The verdict and each RoCE netdev's QoS, moved names marked.
-pub fn table(r: &QosReport, findings: &[Finding]) -> String {
+pub(crate) fn table(r: &QosReport, findings: &[Finding]) -> String {
     text::moved_view(&r.rdma.names_moved, || table_body(r, findings))
 }
 
@@ -336,7 +336,7 @@ fn table_body(r: &QosReport, findings: &[Finding]) -> String {
 }
 
 /// Prometheus text exposition: pause counters, storm events, CNP/ECN counters, PFC state.
-pub fn prom(r: &QosReport) -> String {
+pub(crate) fn prom(r: &QosReport) -> String {
     let mut m = PromFamilies::default();
     for i in &r.interfaces {
         let dev = format!("device=\"{}\"", prom_label(&i.ifname));

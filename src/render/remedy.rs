@@ -85,7 +85,7 @@ pub(crate) fn bare_command(text: &str) -> bool {
 
 /// The commands of a bare remedy: split at `;` between commands, never inside quotes or a
 /// `for`/`while`/`if` body (a loop is one command).
-pub fn commands(text: &str) -> Vec<String> {
+pub(crate) fn commands(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur: Vec<&str> = Vec::new();
     let mut depth = 0i32;
@@ -255,12 +255,6 @@ fn wrap_words(head: &str, words: &[String], indent: usize, width: Option<usize>)
     out.push_str(line.trim_end());
     out.push('\n');
     out
-}
-
-/// The remedy as one plain sentence without backticks (a tooltip, a cell): commands kept
-/// whole, separated by `; ` when bare.
-pub fn plain(text: &str) -> String {
-    text.replace('`', "")
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::ring::report::{LauncherInfo, ResultRow, RingReport};
 use crate::ring::run::Options;
 
 /// nccl-tests squeezes a number into its column: `%.2f`, else `%.1f`, `%.0f`, then `%e`.
-pub fn fit(v: f64, width: usize) -> String {
+pub(crate) fn fit(v: f64, width: usize) -> String {
     for prec in [2, 1, 0] {
         let s = format!("{v:.prec$}");
         if s.len() <= width {
@@ -23,7 +23,7 @@ pub fn fit(v: f64, width: usize) -> String {
 
 /// How the nccl-tests part (header, device lines, rows) is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// nccl-tests' own columns, byte for byte, never wrapped: what scripts that parse
     /// `all_reduce_perf` output read (pipes, files, terminals wide enough for them).
     Nccl,
@@ -55,7 +55,8 @@ impl Layout {
 }
 
 /// The whole report in nccl-tests' columns (see [`table_in`]).
-pub fn table(r: &RingReport) -> String {
+#[cfg(test)]
+pub(crate) fn table(r: &RingReport) -> String {
     table_in(r, Layout::Nccl)
 }
 
@@ -77,7 +78,8 @@ pub(crate) fn table_in(r: &RingReport, layout: Layout) -> String {
 }
 
 /// [`table_after_rows_in`] in nccl-tests' columns.
-pub fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
+#[cfg(test)]
+pub(crate) fn table_after_rows(r: &RingReport, shown: &[u64]) -> String {
     table_after_rows_in(r, shown, Layout::Nccl)
 }
 
@@ -101,7 +103,7 @@ pub(crate) fn table_after_rows_in(r: &RingReport, shown: &[u64], layout: Layout)
 }
 
 /// What the header lines need, known as soon as every rank has joined.
-pub struct Head<'a> {
+pub(crate) struct Head<'a> {
     pub world: u32,
     pub transport: &'a str,
     pub launcher: &'a LauncherInfo,
@@ -367,7 +369,7 @@ fn group(t: &str, a: &str, b: &str, w: &str) -> String {
 }
 
 /// The header lines, through the column headings of the sweep.
-pub fn head(h: &Head) -> String {
+pub(crate) fn head(h: &Head) -> String {
     let mut o = String::new();
     let mut line = |s: String| {
         o.push_str(&s);
@@ -546,7 +548,8 @@ fn compact_headings(line: &mut dyn FnMut(String), first: Option<&ResultRow>, wid
 }
 
 /// One size's line, nccl-tests' columns, with its newline.
-pub fn row_line(row: &ResultRow) -> String {
+#[cfg(test)]
+pub(crate) fn row_line(row: &ResultRow) -> String {
     row_line_in(row, Layout::Nccl)
 }
 

@@ -13,14 +13,14 @@ pub(crate) fn set_width(width: Option<usize>) {
     WIDTH.store(width.unwrap_or(0), Ordering::Relaxed);
 }
 
-pub fn width() -> Option<usize> {
+pub(crate) fn width() -> Option<usize> {
     Some(WIDTH.load(Ordering::Relaxed)).filter(|w| *w > 0)
 }
 
 /// A rate as every renderer prints it: GB/s, and MB/s below 0.1 GB/s (`2.5 GB/s`,
 /// `37 MB/s`). The ring's verdicts word their rates with the same function, so a rate reads
 /// the same in a verdict, a table and `links`.
-pub fn rate(gbs: f64) -> String {
+pub(crate) fn rate(gbs: f64) -> String {
     crate::ring::diagnosis::localize::fmt_gbs(gbs)
 }
 
@@ -31,7 +31,7 @@ pub(crate) fn rate_cell(gbs: f64) -> String {
 
 /// Findings as lines under a table: `FAIL subject: message` plus evidence and fix, wrapped
 /// to the terminal with a hanging indent under the finding.
-pub fn findings(findings: &[Finding]) -> String {
+pub(crate) fn findings(findings: &[Finding]) -> String {
     findings_to(findings, width())
 }
 
@@ -226,7 +226,7 @@ pub(crate) fn wrap_to(lead: &str, text: &str, indent: usize, width: Option<usize
 
 /// `words` appended to `line` (the first without a space); whenever the next word would pass
 /// `width`, the line goes to `out` and the next begins with `pad`. A word is never broken.
-pub fn fill<'a>(
+pub(crate) fn fill<'a>(
     out: &mut String,
     line: &mut String,
     pad: &str,
@@ -251,7 +251,7 @@ pub fn fill<'a>(
 }
 
 /// [`wrap_to`] at the width tables fit ([`width`]).
-pub fn wrap(lead: &str, text: &str, indent: usize) -> String {
+pub(crate) fn wrap(lead: &str, text: &str, indent: usize) -> String {
     wrap_to(lead, text, indent, width())
 }
 

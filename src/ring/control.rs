@@ -32,7 +32,7 @@ pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 
 /// Encode a message once as a shareable frame; a message over the frame limit is an error
 /// naming the limit (never dropped in silence).
-pub fn frame(msg: &Msg) -> Result<Frame, String> {
+pub(crate) fn frame(msg: &Msg) -> Result<Frame, String> {
     let mut b = Vec::new();
     wire::write_msg(&mut b, msg).map_err(|e| match e {
         WireError::TooLarge(n) => format!(
@@ -284,7 +284,7 @@ pub(crate) fn cut_frames(
 
 /// What [`Plane`] cuts off a connection's input: decoded messages (a coordinator), or what a
 /// relay forwards unparsed (the hub's, [`Plane::wait_as`]).
-pub trait Unit: Sized {
+pub(crate) trait Unit: Sized {
     fn cut(buf: &mut Vec<u8>, out: &mut Vec<Self>) -> Result<(), WireError>;
     /// One message's body as a relay handed it over (no frame header).
     fn from_body(body: &[u8]) -> Result<Self, WireError>;

@@ -164,7 +164,7 @@ const ACCEPT_BATCH: usize = 256;
 
 /// Accept and read hellos until `stop`; finished ones go to `tx`, and `wake` (the
 /// coordinator's event loop) is told.
-pub fn run(
+pub(crate) fn run(
     listener: TcpListener,
     tx: Sender<Incoming>,
     wake: Option<Arc<mio::Waker>>,

@@ -41,7 +41,7 @@ pub(crate) fn signal_name(signo: i32) -> String {
 }
 
 /// This process's interrupt (the CLI notes signals here; lib tests never do).
-pub fn process() -> Arc<Interrupt> {
+pub(crate) fn process() -> Arc<Interrupt> {
     static P: OnceLock<Arc<Interrupt>> = OnceLock::new();
     P.get_or_init(Arc::default).clone()
 }

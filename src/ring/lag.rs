@@ -22,7 +22,7 @@ const CPU_EVERY: Duration = Duration::from_millis(100);
 /// A lag that may have cost a rank its deadline: a rank that is talking is pinged only every
 /// quarter of the silence deadline, so one pinged just before the stall gives up after three
 /// quarters of it; half leaves room for a loop that was already late. Pure.
-pub fn threshold(silence: Duration) -> Duration {
+pub(crate) fn threshold(silence: Duration) -> Duration {
     silence / 2
 }
 
@@ -180,7 +180,7 @@ impl LagClock {
 /// The verdict on rank 0's own stall (`me`: the coordinator's rank, rank 0), the ranks'
 /// silence deadline being `silence`: what it was doing, and that what the other ranks did
 /// after it is not judged. Names no other rank.
-pub fn verdict(s: &Stall, me: Option<&RankInfo>, silence: Duration) -> Verdict {
+pub(crate) fn verdict(s: &Stall, me: Option<&RankInfo>, silence: Duration) -> Verdict {
     let host = me.map_or_else(|| "the coordinator's host".to_string(), |i| i.host.clone());
     let label = me.map_or_else(|| "rank 0".to_string(), |i| format!("rank {} ({})", i.shown(), i.host));
     let c = s.cpu.unwrap_or_default();

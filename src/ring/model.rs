@@ -303,7 +303,7 @@ impl RankInfo {
 
 /// Ring rank `r` as people are told it: the node's rank in the job where the table maps it
 /// (a rail's ring of some of the nodes), else `r` itself. Pure.
-pub fn shown(ranks: &[RankInfo], r: Rank) -> Rank {
+pub(crate) fn shown(ranks: &[RankInfo], r: Rank) -> Rank {
     ranks.iter().find(|i| i.rank == r).map_or(r, RankInfo::shown)
 }
 
@@ -815,7 +815,7 @@ impl AbortFlag {
 /// What this rank is doing right now, for a person watching (the CLI's progress line).
 /// Written by the run, read by any thread; every field is a plain counter.
 #[derive(Debug, Default)]
-pub struct LiveStatus {
+pub(crate) struct LiveStatus {
     /// 0 setting up, 1 link scan, 2 size sweep, 3 finished.
     pub stage: AtomicU8,
     /// Link scan: the order running now (0-based) and the orders planned so far.
@@ -844,7 +844,7 @@ impl LiveStatus {
 }
 
 /// `4812` -> `4,812`: counts people read in a reason.
-pub fn thousands(n: usize) -> String {
+pub(crate) fn thousands(n: usize) -> String {
     let d = n.to_string();
     let mut out = String::with_capacity(d.len() + d.len() / 3);
     for (i, c) in d.chars().enumerate() {

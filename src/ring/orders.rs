@@ -30,7 +30,7 @@ pub(crate) fn sweep_rings(world: u32) -> Vec<RingOrder> {
 
 /// Every rank's peers in `rings`: its successor and predecessor in each, without itself,
 /// sorted. Entries outside the world are ignored. Pure; O(world x rings).
-pub fn peers(world: u32, rings: &[RingOrder]) -> Vec<Vec<Rank>> {
+pub(crate) fn peers(world: u32, rings: &[RingOrder]) -> Vec<Vec<Rank>> {
     let mut out: Vec<Vec<Rank>> = vec![Vec::new(); world as usize];
     for ring in rings {
         for (i, &to) in ring.next.iter().enumerate().take(world as usize) {
@@ -58,7 +58,7 @@ pub(crate) fn scan_peers(r: Rank, world: u32, shift: u32) -> [Rank; 2] {
 
 /// Rank `r`'s part of the table: itself and its peers, in rank order, those of the `world`
 /// only (entry i of the table is rank i).
-pub fn part(r: Rank, peers: &[Rank], world: usize) -> Vec<Rank> {
+pub(crate) fn part(r: Rank, peers: &[Rank], world: usize) -> Vec<Rank> {
     let mut want: Vec<Rank> = peers.iter().copied().chain([r]).collect();
     want.sort_unstable();
     want.dedup();
@@ -139,7 +139,7 @@ pub(crate) fn table_frames(part: &[&[u8]], shared_transport: Option<&str>) -> Re
 
 /// The transport every rank offers, when they all offer the same one (`--transport auto`
 /// uses rdma only then, and every rank must decide alike). Pure.
-pub fn shared_transport(ranks: &[RankInfo]) -> Option<&str> {
+pub(crate) fn shared_transport(ranks: &[RankInfo]) -> Option<&str> {
     let first = ranks.first()?.transport.as_str();
     ranks.iter().all(|i| i.transport == first).then_some(first)
 }

@@ -211,7 +211,7 @@ fn ours(mut r: LinksReport, ifname: Option<&str>) -> LinksReport {
 /// `ifname`'s carrier counters now (`/sys/class/net/<if>/carrier_changes`, and from Linux
 /// 4.16 `carrier_up_count` and `carrier_down_count`, each `"%u\n"`); None: absent or not a
 /// number.
-pub fn carrier(host: &Host, ifname: &str) -> Carrier {
+pub(crate) fn carrier(host: &Host, ifname: &str) -> Carrier {
     if ifname.is_empty() || ifname.contains('/') {
         return Carrier::default();
     }

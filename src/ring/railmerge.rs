@@ -17,7 +17,7 @@ use crate::ring::report::{InPlaceRow, LinkRow, RailReport, ResultRow, RingReport
 /// Merge what each rail's rank returned into this node's outcome (rank 0: the job's report).
 /// `wanted`: the rails this run asks for by index (None: `all`, the rails most nodes have).
 /// `roster` (rank 0 across nodes): who declared which rails, and each rail's ring.
-pub fn merge(
+pub(crate) fn merge(
     outcomes: Vec<(RailPort, Result<RankOutcome, RunError>)>,
     wanted: Option<&[u32]>,
     roster: Option<&Roster>,

@@ -65,7 +65,7 @@ pub fn door_config(id: &Identity, opts: &Options, sel: &RailSel) -> CoordinatorC
 }
 
 /// A node's hello on the node door: its rank, and every rail slot it has (driven or not).
-pub fn node_hello(
+pub(crate) fn node_hello(
     id: &Identity,
     host: String,
     slots: &[RailPort],
@@ -592,7 +592,7 @@ fn turn_away(late: &Receiver<gate::Incoming>, rep: &mut coordinator::Coordinator
 }
 
 /// Why a declaration read after rank 0's join window is not seated.
-pub const LATE: &str = "rank 0's join window (--join-timeout) ended before this node's rails declaration was \
+pub(crate) const LATE: &str = "rank 0's join window (--join-timeout) ended before this node's rails declaration was \
                         read; its rails are named missing on every rail's ring";
 
 // ------------------------------------------------------------------ a node's side

@@ -88,7 +88,7 @@ pub(crate) fn seats_of(rings: &BTreeMap<u32, Vec<Rank>>, rank: Rank) -> Vec<Seat
 /// `all`, a rail at least half the nodes have a slot for, as the job's report judges). A
 /// node drives rail k if its slot k is usable; a node that did not declare is put on
 /// every rail. Pure.
-pub fn plan(
+pub(crate) fn plan(
     nodes: &BTreeMap<Rank, Declaration>,
     world: u32,
     wanted: Option<&[u32]>,

@@ -22,7 +22,7 @@ use crate::ring::wire::{self, Msg, WireError};
 
 /// A relayed connection's generation: each hello a node's rail rank sends opens a new one, so
 /// that what was said of an earlier connection (its close) never reaches a newer one.
-pub type Epoch = u32;
+pub(crate) type Epoch = u32;
 
 /// What the hub hands a rail's coordinator; `r` is the ring rank (the node's place on the
 /// rail's ring), `epoch` the connection it concerns.

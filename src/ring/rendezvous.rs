@@ -162,7 +162,7 @@ fn port_of(addr: &str) -> String {
 /// Bind the coordinator's port on every address of this host. Only the port of `addr` is
 /// used: the name ranks are given often resolves differently on rank 0 itself (Debian maps
 /// the hostname to 127.0.1.1 in /etc/hosts, NAT), and the job token guards the port.
-pub fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
+pub(crate) fn bind(addr: &str) -> Result<TcpListener, BootstrapError> {
     let err = |source| BootstrapError::Bind {
         addr: addr.to_string(),
         source,

@@ -32,7 +32,7 @@ pub(crate) fn wait_share(wall: std::time::Duration, parts: &[CpuTimes]) -> Optio
 }
 
 /// One `schedstat` file: `on_cpu_ns waiting_ns timeslices`. None: another shape.
-pub fn parse(s: &str) -> Option<CpuTimes> {
+pub(crate) fn parse(s: &str) -> Option<CpuTimes> {
     let mut it = s.split_ascii_whitespace();
     let on_cpu_ns = it.next()?.parse().ok()?;
     let waiting_ns = it.next()?.parse().ok()?;
@@ -49,7 +49,7 @@ pub(crate) fn this_thread() -> Option<CpuTimes> {
 }
 
 /// Each thread of this process now, by thread id; empty where nothing could be read.
-pub fn threads() -> BTreeMap<u64, CpuTimes> {
+pub(crate) fn threads() -> BTreeMap<u64, CpuTimes> {
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return out;

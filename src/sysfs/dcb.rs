@@ -91,7 +91,7 @@ pub(crate) fn tsa_name(tsa: u8) -> &'static str {
 /// `DCB_CAP_DCBX_HOST` (0x01): the OS's LLDP agent runs DCBX ("OS controlled" in
 /// mlnx_qos); `DCB_CAP_DCBX_LLD_MANAGED` (0x02): the NIC firmware does ("Firmware
 /// controlled").
-pub fn dcbx_mode(bits: u8) -> &'static str {
+pub(crate) fn dcbx_mode(bits: u8) -> &'static str {
     if bits & 0x02 != 0 {
         "firmware controlled"
     } else if bits & 0x01 != 0 {

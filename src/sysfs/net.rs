@@ -36,7 +36,7 @@ pub(crate) fn read_mtu(host: &Host, ifname: &str) -> Option<u32> {
 /// the RoCE v2 headers, as the kernel's `iboe_get_mtu()` (include/rdma/ib_addr.h) computes
 /// it: GRH 40 + UDP 8 + BTH 12 + XRC ext 4 + AtomicETH 28 + ICRC 4 = 96 bytes. mlx5 reports
 /// this as the port's active_mtu. 9000 -> 4096, 4200 -> 4096, 4000 -> 2048, 1500 -> 1024.
-pub fn roce_mtu(netdev_mtu: u32) -> Option<u32> {
+pub(crate) fn roce_mtu(netdev_mtu: u32) -> Option<u32> {
     let room = netdev_mtu.checked_sub(96)?;
     [4096, 2048, 1024, 512, 256].into_iter().find(|m| room >= *m)
 }

@@ -65,7 +65,7 @@ impl PciLink {
 
 /// Read the link attributes of the function at host path `dev` (e.g. a realpath under
 /// `/sys/devices`, or `/sys/bus/pci/devices/<bdf>`).
-pub fn read_link(host: &Host, dev: &str) -> PciLink {
+pub(crate) fn read_link(host: &Host, dev: &str) -> PciLink {
     let get = |name: &str| match host.attr(format!("{dev}/{name}")) {
         Attr::Value(v) => Some(v),
         _ => None,

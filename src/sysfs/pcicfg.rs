@@ -127,7 +127,8 @@ pub(crate) fn read_acs(host: &Host, dev: &str) -> Acs {
 
 /// Test and fixture helper: a 4096-byte config image with ACS at `at` holding `ctrl`, after
 /// an AER capability at 0x100.
-pub fn image_with_acs(at: usize, ctrl: u16) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn image_with_acs(at: usize, ctrl: u16) -> Vec<u8> {
     let mut c = vec![0u8; 4096];
     // AER (ID 1, version 2) at 0x100 pointing to `at`.
     let next = u32::try_from(at)

@@ -213,3 +213,55 @@ pub fn long_sweep(timeout_s: &str, scan: bool) -> Vec<&str> {
     ]);
     v
 }
+
+/// The policies shipped in `checks/` (`--policy NAME`), by name, sorted: each `*.toml`
+/// there, read from the directory so a new one is run by every test that runs them all.
+pub fn policies() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checks");
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every host command as an operator runs it on a node: each of `probes` on its own, then
+/// `check` under each shipped policy.
+pub fn probe_and_check_runs(probes: &[&str]) -> Vec<Vec<String>> {
+    let mut v: Vec<Vec<String>> = probes.iter().map(|c| vec![c.to_string()]).collect();
+    for p in policies() {
+        v.push(vec!["check".into(), "--policy".into(), p]);
+    }
+    v
+}
+
+/// stdout and stderr of `fabprobe --root fixtures/FIXTURE --format FORMAT CMD..`, asserting
+/// exit 0-3 (a verdict, never a usage error or a panic).
+pub fn run_fixture(fixture: &str, format: &str, cmd: &[String]) -> (String, String) {
+    let root = format!("fixtures/{fixture}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fabprobe"))
+        .args(["--root", &root, "--format", format])
+        .args(cmd)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0..=3)),
+        "{fixture} {cmd:?}: exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The findings of a JSON report (`findings[]` of the envelope), none when it has none.
+pub fn findings(report: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    report["findings"].as_array().into_iter().flatten()
+}

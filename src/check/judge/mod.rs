@@ -50,7 +50,7 @@ fn rank_of_cell(cell: &str) -> Option<usize> {
 
 /// Judge the collected reports against a policy: `policy.<section>.<key>` fail findings for
 /// what the node breaks, `check.not_evaluated` warnings for what could not be seen.
-pub fn judge(c: &Collected, p: &Policy) -> Vec<Finding> {
+pub(crate) fn judge(c: &Collected, p: &Policy) -> Vec<Finding> {
     let mut out = Vec::new();
     judge_host(c, p, &mut out);
     judge_gpu(c, p, &mut out);

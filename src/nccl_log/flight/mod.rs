@@ -408,7 +408,7 @@ pub(crate) fn rank_hosts(r: &super::Report) -> BTreeMap<u32, String> {
 /// Judge the dumps and join them to the log's report: the dumps' verdicts go first; the
 /// log's collective timeouts become knock-ons of a dump's cause (they are the ranks that
 /// waited); what the log says of a rank that left no dump is joined to that verdict.
-pub fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
+pub(crate) fn join(report: &mut super::Report, job: &Job) -> judge::FlightReport {
     let hosts = rank_hosts(report);
     let mut fr = judge::judge(job, &hosts);
     // The dumps were judged: "no NCCL output" is no longer the whole answer.

@@ -287,7 +287,7 @@ pub struct RawStatus {
 /// Decode a dump's bytes; an error names the file and the field path. The bytes are decoded
 /// untracked (tracking every field's path costs more than the decoding); only a dump that
 /// fails is decoded again with tracking, to name the field.
-pub fn decode(file: &str, kind: Kind, bytes: &[u8]) -> Result<RawDump, DumpError> {
+pub(crate) fn decode(file: &str, kind: Kind, bytes: &[u8]) -> Result<RawDump, DumpError> {
     let field = |path: String, why: String| DumpError::Field {
         file: file.to_string(),
         field: if path.is_empty() || path == "." {

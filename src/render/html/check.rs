@@ -9,7 +9,7 @@ use super::{Envelope, HtmlError, findings_table, severity_word};
 #[derive(Deserialize)]
 struct Check {
     verdict: String,
-    policy: Policy,
+    policy: PolicyView,
     counts: Counts,
     #[serde(default)]
     worst: Option<Worst>,
@@ -26,8 +26,9 @@ struct Unread {
     missing: Option<crate::finding::MissingFact>,
 }
 
+/// The policy the report was judged by (`data.policy`), as the page reads it back.
 #[derive(Deserialize)]
-struct Policy {
+struct PolicyView {
     name: String,
     source: String,
 }

@@ -26,13 +26,13 @@ use serde_json::Value;
 use crate::render::SCHEMA_VERSION;
 
 /// One saved report: where it came from (shown on the page) and its envelope.
-pub struct Input {
+pub(crate) struct Input {
     pub name: String,
     pub envelope: Value,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum HtmlError {
+pub(crate) enum HtmlError {
     #[error("{file}: not a fabprobe report (no \"schema\" string at the top)")]
     NoSchema { file: String },
     #[error(
@@ -122,7 +122,7 @@ pub struct Options {
 
 /// The whole page: one section per input, in the order given (a topo section also marks
 /// the findings of check reports from the same host).
-pub fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
+pub(crate) fn page(inputs: &[Input], opts: &Options) -> Result<String, HtmlError> {
     let envs = inputs.iter().map(Envelope::of).collect::<Result<Vec<_>, _>>()?;
     let mut sections = Vec::new();
     for e in &envs {

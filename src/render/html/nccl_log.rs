@@ -12,7 +12,7 @@ use super::{Envelope, HtmlError, remedy, severity_word};
 struct NcclLog {
     summary: Summary,
     #[serde(default)]
-    verdicts: Vec<Verdict>,
+    verdicts: Vec<CauseView>,
     #[serde(default)]
     flight_recorder: Option<Flight>,
 }
@@ -50,10 +50,10 @@ struct Host {
     hcas: Vec<String>,
 }
 
-/// A verdict of the logs or of the flight recorder: the fields both carry, the rest shown
-/// as `key: value` lines.
+/// A cause the logs or the flight recorder show (`data.verdicts[]`), as the page reads it
+/// back: the fields both carry, the rest shown as `key: value` lines.
 #[derive(Deserialize)]
-struct Verdict {
+struct CauseView {
     cause: String,
     severity: String,
     #[serde(default)]
@@ -67,7 +67,7 @@ struct Verdict {
 #[derive(Deserialize)]
 struct Flight {
     #[serde(default)]
-    verdicts: Vec<Verdict>,
+    verdicts: Vec<CauseView>,
 }
 
 /// The facts of a verdict worth a line, in the order a reader wants them.
@@ -109,13 +109,13 @@ fn headline(n: &NcclLog) -> (&'static str, String) {
     }
 }
 
-fn worst(vs: &[Verdict]) -> Option<&Verdict> {
+fn worst(vs: &[CauseView]) -> Option<&CauseView> {
     vs.iter().find(|v| v.severity == "fail").or_else(|| vs.iter().find(|v| v.severity == "warn"))
 }
 
 /// `on h rank 4 mlx5_0`, as the text names whom a verdict is about (a CUDA device says less
 /// than the rank).
-fn who(v: &Verdict) -> String {
+fn who(v: &CauseView) -> String {
     let mut w = Vec::new();
     if let Some(h) = v.rest.get("host").and_then(Value::as_str) {
         w.push(h.to_string());
@@ -137,7 +137,7 @@ pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
     let first = worst(&n.verdicts);
     let flight = n.flight_recorder.as_ref().map(|f| f.verdicts.as_slice()).unwrap_or_default();
     let rest = n.verdicts.iter().chain(flight).filter(|v| !first.is_some_and(|f| std::ptr::eq(*v, f)));
-    let order: Vec<&Verdict> = first.into_iter().chain(rest).collect();
+    let order: Vec<&CauseView> = first.into_iter().chain(rest).collect();
     Ok(html! {
         section.nccl-log {
             h2 { "NCCL log: " (s.inputs.len()) " input(s), " (s.ranks_seen) " rank(s) seen"
@@ -153,7 +153,7 @@ pub(super) fn section(e: &Envelope) -> Result<Markup, HtmlError> {
 }
 
 /// One verdict: its badge and facts, what it means, and the next steps.
-fn verdict(v: &Verdict) -> Markup {
+fn verdict(v: &CauseView) -> Markup {
     let (class, word) = severity_word(&v.severity);
     html! {
         div.nccl-verdict {

@@ -30,9 +30,9 @@ struct Ring {
     scan: Option<Scan>,
     /// The sweep's not-judged stalls in a run without a scan.
     #[serde(default)]
-    not_judged: Vec<Verdict>,
+    not_judged: Vec<VerdictView>,
     #[serde(default)]
-    verdicts: Vec<Verdict>,
+    verdicts: Vec<VerdictView>,
     error: Option<String>,
     #[serde(default)]
     rails: Vec<Rail>,
@@ -98,7 +98,7 @@ struct Scan {
     links: Vec<ScanLink>,
     fabric_slow: Option<Said>,
     #[serde(default)]
-    not_judged: Vec<Verdict>,
+    not_judged: Vec<VerdictView>,
     #[serde(default)]
     cleared_by_recheck: Vec<String>,
     /// Directed links of the world; absent in reports from before the scan said it.
@@ -130,8 +130,10 @@ struct Said {
     message: String,
 }
 
+/// A verdict of the report as the page reads it back: the kind as text, so a kind this
+/// build does not know still shows.
 #[derive(Deserialize)]
-struct Verdict {
+struct VerdictView {
     kind: String,
     from_rank: Option<u32>,
     to_rank: Option<u32>,
@@ -232,7 +234,7 @@ fn wrong_total(r: &Ring) -> u64 {
 }
 
 /// Every not-judged would-be verdict: the scans' and the sweep's without a scan.
-fn all_not_judged(r: &Ring) -> Vec<&Verdict> {
+fn all_not_judged(r: &Ring) -> Vec<&VerdictView> {
     r.not_judged.iter().chain(scans(r).flat_map(|s| &s.not_judged)).collect()
 }
 
@@ -331,7 +333,7 @@ enum Shape {
 }
 
 /// The outline of a verdict kind, where its ranks say; None for one the matrix cannot show.
-fn shape(v: &Verdict) -> Option<Shape> {
+fn shape(v: &VerdictView) -> Option<Shape> {
     match (v.kind.as_str(), v.from_rank, v.to_rank) {
         ("slow_link" | "hang_link" | "link_error", Some(f), Some(t)) => Some(Shape::Cell(f, t)),
         ("slow_egress", Some(f), _) => Some(Shape::Row(f)),
@@ -353,7 +355,7 @@ fn covers(s: Shape, from: u32, to: u32) -> bool {
 /// A verdict drawn on one matrix: its tag (`v1`), kind, shape, and whether it was judged.
 struct Mark<'a> {
     tag: String,
-    v: &'a Verdict,
+    v: &'a VerdictView,
     shape: Shape,
     judged: bool,
 }
@@ -361,7 +363,7 @@ struct Mark<'a> {
 /// The verdicts of `rail` (None: a single-rail run): the job's own, then the scan's
 /// not-judged ones (dashed: unconfirmed suspects).
 fn marks<'a>(r: &'a Ring, s: &'a Scan, rail: Option<u32>) -> Vec<Mark<'a>> {
-    let ours = |v: &&Verdict| rail.is_none() || v.rail.as_ref().is_none_or(|x| Some(x.index) == rail);
+    let ours = |v: &&VerdictView| rail.is_none() || v.rail.as_ref().is_none_or(|x| Some(x.index) == rail);
     let judged = r.verdicts.iter().filter(ours).map(|v| (v, true));
     let unjudged = s.not_judged.iter().map(|v| (v, false));
     judged
@@ -662,8 +664,8 @@ fn hops(r: &Ring) -> Markup {
 mod tests {
     use super::*;
 
-    fn v(kind: &str, from: Option<u32>, to: Option<u32>) -> Verdict {
-        Verdict {
+    fn v(kind: &str, from: Option<u32>, to: Option<u32>) -> VerdictView {
+        VerdictView {
             kind: kind.into(),
             from_rank: from,
             to_rank: to,

@@ -1,7 +1,7 @@
 //! Small pieces the drawings share: axis ticks, size labels, the heatmap's colour scale.
 
 /// Ticks from 0 past `max` at 1, 2 or 5 x 10^k, about `want` of them. Pure.
-pub fn ticks(max: f64, want: usize) -> Vec<f64> {
+pub(crate) fn ticks(max: f64, want: usize) -> Vec<f64> {
     if !(max.is_finite() && max > 0.0) {
         return vec![0.0, 1.0];
     }
@@ -28,7 +28,7 @@ pub(crate) fn size_label(bytes: u64) -> String {
 }
 
 /// A tick's text: no trailing `.0`, at most two decimals.
-pub fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     let s = format!("{v:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -167,7 +167,7 @@ fn keep(list: &mut Vec<(u64, f64)>, floor: &mut f64, x: (u64, f64)) {
 
 /// What one channel is doing, for heartbeats and stuck reports. Lock-free to update.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     epoch: Instant,
     phase: AtomicU32,
     step: AtomicU32,
@@ -288,7 +288,7 @@ pub(crate) fn worst_report(rank: Rank, progress: &[Progress]) -> WaitReport {
 
 /// Every channel's position, for a report of one of them; empty for one channel (the
 /// report's own fields say it all).
-pub fn positions(progress: &[Progress]) -> Vec<Position> {
+pub(crate) fn positions(progress: &[Progress]) -> Vec<Position> {
     if progress.len() < 2 {
         return Vec::new();
     }
@@ -297,7 +297,7 @@ pub fn positions(progress: &[Progress]) -> Vec<Position> {
 
 /// Where this rank sits in the ring.
 #[derive(Clone, Copy, Debug)]
-pub struct Ring {
+pub(crate) struct Ring {
     pub rank: Rank,
     pub world: u32,
     pub timeout: Duration,
@@ -918,7 +918,7 @@ impl SizeRun<'_> {
 }
 
 /// nccl-tests' bus bandwidth for AllReduce: algbw × 2(n−1)/n.
-pub fn busbw(algbw: f64, world: u32) -> f64 {
+pub(crate) fn busbw(algbw: f64, world: u32) -> f64 {
     if world == 0 {
         0.0
     } else {

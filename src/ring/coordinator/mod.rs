@@ -204,7 +204,7 @@ pub trait ScanDriver: Send {
 /// closed), with `final_call` false (a non-empty answer ends the run at once, as a hang
 /// verdict should), and once at the end with `final_call` true (link-scan verdicts) before
 /// the last message goes out. Not per message: its cost may grow with the world size.
-pub type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
+pub(crate) type Judge = Arc<dyn Fn(&CoordinatorReport, u64, bool) -> Vec<Verdict> + Send + Sync>;
 
 /// What the coordinator hands back when the run is over (or failed).
 #[derive(Debug, Default)]

@@ -538,28 +538,9 @@ fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
     let _one = crate::ring::collective::transport::inproc::ONE_WORLD
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    use crate::ring::model::RailPort;
-    use std::io::Read;
     const N: u32 = 400;
-    let big_hello = |r: u32| {
-        let mut h = hello(r, N, "t");
-        h.info.host = format!("{r:05}-{}", "h".repeat(249));
-        h.info.rails = (0..8)
-            .map(|k| RailPort {
-                rail: k,
-                device: format!("mlx5_{k}"),
-                port: Some(1),
-                netdev: Some(format!("enp{k}s0f0np0")),
-                state: Some("ACTIVE".into()),
-                usable: true,
-                label: Some(format!("mlx5_{k}:1 gid 3 (enp{k}s0f0np0) {}", "x".repeat(120))),
-                address: Some(format!("[fd00:1234:5678:9abc:def0:1234:{k:x}:{r:x}]:29600")),
-            })
-            .collect();
-        h
-    };
     let whole: usize = (0..N)
-        .map(|r| serde_json::to_vec(&big_hello(r).info).unwrap().len())
+        .map(|r| serde_json::to_vec(&big_hello(r, N).info).unwrap().len())
         .sum();
     assert!(whole > 1 << 20, "{whole}");
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -575,57 +556,17 @@ fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
     }));
     let t0 = Instant::now();
     let coord = thread::spawn(move || coordinate(l, cfg));
-    let others: Vec<_> = (1..N)
-        .map(|r| {
-            let (addr, h) = (addr.clone(), big_hello(r));
-            thread::Builder::new()
-                .stack_size(256 << 10)
-                .spawn(move || {
-                    let s = join(&addr, h, Duration::from_secs(20)).map_err(|e| e.to_string())?;
-                    s.send(&Msg::Ready { rank: r }).map_err(|e| e.to_string())?;
-                    s.wait_go(Duration::from_secs(20)).map_err(|e| e.to_string())?;
-                    s.send(&no_results(r)).map_err(|e| e.to_string())?;
-                    let got = s.wait_done(Duration::from_secs(20)).map_err(|e| e.to_string())?;
-                    Ok::<_, String>((s.table.len(), got))
-                })
-                .unwrap()
-        })
-        .collect();
+    let others: Vec<_> = (1..N).map(|r| plain_rank(&addr, big_hello(r, N), r)).collect();
     // Rank 0 reads its frames by hand: their sizes are what this test is about.
     let s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut w = &s;
-    wire::write_msg(&mut w, &Msg::Hello(Box::new(big_hello(0)))).unwrap();
-    let mut r = &s;
-    let mut frames = Vec::new();
-    let mut table = Vec::new();
-    let read_frame = |r: &mut &TcpStream| {
-        let mut head = [0u8; 8];
-        r.read_exact(&mut head).unwrap();
-        assert_eq!(&head[..4], wire::MAGIC);
-        let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
-        assert!(len <= wire::MAX_FRAME, "a frame of {len} bytes");
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body).unwrap();
-        (len, wire::decode(&body).unwrap())
-    };
-    loop {
-        match read_frame(&mut r) {
-            (len, Msg::Table { ranks, more, .. }) => {
-                frames.push(len);
-                table.extend(ranks);
-                if !more {
-                    break;
-                }
-            }
-            (_, Msg::Ping | Msg::Window { .. }) => {}
-            (_, other) => panic!("{other:?}"),
-        }
-    }
+    let (mut w, mut r) = (&s, &s);
+    wire::write_msg(&mut w, &Msg::Hello(Box::new(big_hello(0, N)))).unwrap();
+    let (frames, table) = read_table(&mut r);
     assert!(frames.len() >= 3, "{frames:?}");
     assert!(frames.iter().sum::<usize>() > 1 << 20, "{frames:?}");
     assert_eq!(table.len(), N as usize);
-    assert_eq!(table[7], big_hello(7).info);
+    assert_eq!(table[7], big_hello(7, N).info);
     wire::write_msg(&mut w, &Msg::Ready { rank: 0 }).unwrap();
     while !matches!(read_frame(&mut r).1, Msg::Go) {}
     wire::write_msg(&mut w, &no_results(0)).unwrap();
@@ -641,6 +582,83 @@ fn a_table_over_1_mib_arrives_in_bounded_frames_and_the_run_goes() {
         rep.abort
     );
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// Rank `r`'s hello in a world of `n` whose table entries are as long as they get: a
+/// 255-byte host name, 8 rails with long labels and IPv6 addresses.
+fn big_hello(r: u32, n: u32) -> Hello {
+    use crate::ring::model::RailPort;
+    let mut h = hello(r, n, "t");
+    h.info.host = format!("{r:05}-{}", "h".repeat(249));
+    h.info.rails = (0..8)
+        .map(|k| RailPort {
+            rail: k,
+            device: format!("mlx5_{k}"),
+            port: Some(1),
+            netdev: Some(format!("enp{k}s0f0np0")),
+            state: Some("ACTIVE".into()),
+            usable: true,
+            label: Some(format!("mlx5_{k}:1 gid 3 (enp{k}s0f0np0) {}", "x".repeat(120))),
+            address: Some(format!("[fd00:1234:5678:9abc:def0:1234:{k:x}:{r:x}]:29600")),
+        })
+        .collect();
+    h
+}
+
+/// What `wait_done` says of the end: failed, the verdicts, how many more were not sent.
+type Ending = (bool, Vec<Verdict>, u64);
+
+/// A rank on its own thread that joins, is ready, takes its go, sends no results and waits
+/// for the end: the size of its table part and what the end said.
+fn plain_rank(
+    addr: &str,
+    h: Hello,
+    r: u32,
+) -> thread::JoinHandle<Result<(usize, Ending), String>> {
+    let addr = addr.to_string();
+    thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let s = join(&addr, h, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            s.send(&Msg::Ready { rank: r }).map_err(|e| e.to_string())?;
+            s.wait_go(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            s.send(&no_results(r)).map_err(|e| e.to_string())?;
+            let got = s.wait_done(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            Ok((s.table.len(), got))
+        })
+        .unwrap()
+}
+
+/// One frame read by hand: its body's length (held under the frame limit) and its message.
+fn read_frame(r: &mut &TcpStream) -> (usize, Msg) {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head).unwrap();
+    assert_eq!(&head[..4], wire::MAGIC);
+    let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    assert!(len <= wire::MAX_FRAME, "a frame of {len} bytes");
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    (len, wire::decode(&body).unwrap())
+}
+
+/// The table frames up to the last (`more: false`), pings and windows between them
+/// skipped: each frame's length and the entries of all of them.
+fn read_table(r: &mut &TcpStream) -> (Vec<usize>, Vec<RankInfo>) {
+    let (mut frames, mut table) = (Vec::new(), Vec::new());
+    loop {
+        match read_frame(r) {
+            (len, Msg::Table { ranks, more, .. }) => {
+                frames.push(len);
+                table.extend(ranks);
+                if !more {
+                    return (frames, table);
+                }
+            }
+            (_, Msg::Ping | Msg::Window { .. }) => {}
+            (_, other) => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]

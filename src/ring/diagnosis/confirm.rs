@@ -39,7 +39,7 @@ pub(crate) struct Confirmed {
 }
 
 /// Each directed link's connections: `{(from, to): {order: upper median of its samples}}`.
-pub fn connections(samples: &[LinkSample]) -> BTreeMap<(Rank, Rank), BTreeMap<u32, f64>> {
+pub(crate) fn connections(samples: &[LinkSample]) -> BTreeMap<(Rank, Rank), BTreeMap<u32, f64>> {
     let mut raw: BTreeMap<(Rank, Rank), BTreeMap<u32, Vec<f64>>> = BTreeMap::new();
     for s in samples {
         if s.from_rank == s.to_rank || !(s.seconds.is_finite() && s.seconds > 0.0) {

@@ -35,7 +35,7 @@ pub(crate) fn is_evidence(name: &str) -> bool {
 
 /// The evidence counters that moved between `before` and `after` on the RDMA ports whose
 /// netdev is `ifname` (every RDMA port when `ifname` is None). Pure.
-pub fn moved(
+pub(crate) fn moved(
     before: &LinksReport,
     after: &LinksReport,
     ifname: Option<&str>,
@@ -85,7 +85,7 @@ pub fn moved(
 pub(crate) const MAX_MOVES: usize = 64;
 
 /// Keep the `MAX_MOVES` biggest changes, in device, port, counter order. Pure.
-pub fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
+pub(crate) fn cap(mut moves: Vec<CounterMove>) -> Vec<CounterMove> {
     if moves.len() > MAX_MOVES {
         moves.sort_by_key(|m| std::cmp::Reverse(m.delta));
         moves.truncate(MAX_MOVES);

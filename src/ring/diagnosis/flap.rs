@@ -13,7 +13,7 @@ use crate::ring::model::{CounterMove, Rank, RankInfo, Verdict, VerdictKind};
 /// A netdev's carrier counters (`carrier_changes`; `carrier_up_count` and
 /// `carrier_down_count` from Linux 4.16); None: absent or unreadable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Carrier {
+pub(crate) struct Carrier {
     pub changes: Option<u64>,
     pub up: Option<u64>,
     pub down: Option<u64>,
@@ -27,7 +27,7 @@ const DOWN: &str = "carrier_down_count";
 /// The carrier counters of `ifname` that moved from `before` to `after`, as counter moves
 /// (device: the netdev, port 0). A counter that went backwards (the netdev was re-created)
 /// is no move.
-pub fn moves(before: &Carrier, after: &Carrier, ifname: &str, rank: Rank, host: &str) -> Vec<CounterMove> {
+pub(crate) fn moves(before: &Carrier, after: &Carrier, ifname: &str, rank: Rank, host: &str) -> Vec<CounterMove> {
     [
         (CHANGES, before.changes, after.changes),
         (UP, before.up, after.up),
@@ -51,7 +51,7 @@ pub fn moves(before: &Carrier, after: &Carrier, ifname: &str, rank: Rank, host: 
 
 /// One PORT FLAPPED verdict per rank whose data port's carrier changed (each rank's latest
 /// counters, as the coordinator keeps them), to investigate.
-pub fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankInfo]) -> Vec<Verdict> {
+pub(crate) fn verdicts(port_counters: &BTreeMap<Rank, Vec<CounterMove>>, ranks: &[RankInfo]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for (&r, moved) in port_counters {
         let get = |name: &str| moved.iter().find(|m| m.counter == name && m.netdev.is_some());

@@ -49,7 +49,7 @@ fn next(status: u32, fh: &str, th: &str) -> String {
 
 /// The verdicts for the faults reported so far (first fault per link, flushes skipped), in
 /// the order their links first failed.
-pub fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
+pub(crate) fn verdicts(faults: &[LinkFault], ranks: &[RankInfo]) -> Vec<Verdict> {
     let mut by_link: BTreeMap<(Rank, Rank), Vec<&LinkFault>> = BTreeMap::new();
     let mut order: Vec<(Rank, Rank)> = Vec::new();
     for f in faults.iter().filter(|f| !f.is_flush()) {

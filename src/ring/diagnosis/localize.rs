@@ -79,7 +79,7 @@ fn idle_gbs(gbs: f64, wait: f64) -> f64 {
 
 /// Thresholds, as fractions.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// A link below this fraction of the run's median link is slow.
     pub median_fraction: f64,
     /// A link below this fraction of its line rate (where known) is slow.
@@ -150,7 +150,7 @@ type NotJudged = (Vec<Verdict>, BTreeMap<Rank, f64>);
 /// share of the time), said as not judged (`evidence.not_judged: cpu_bound`): a starved
 /// rank holds up every order it is in, and in the lab stalled a link that did not touch
 /// it. Localize's slow figures and the scan's and the sweep's stalls alike.
-pub fn set_aside(mut v: Verdict, cpu_bound: &BTreeMap<Rank, f64>, ranks: &[RankInfo]) -> Verdict {
+pub(crate) fn set_aside(mut v: Verdict, cpu_bound: &BTreeMap<Rank, f64>, ranks: &[RankInfo]) -> Verdict {
     v.evidence.insert("not_judged".into(), json!("cpu_bound"));
     if !v.message.starts_with(NOT_JUDGED) {
         let who: Vec<String> = cpu_bound
@@ -177,7 +177,8 @@ pub fn set_aside(mut v: Verdict, cpu_bound: &BTreeMap<Rank, f64>, ranks: &[RankI
 const NOT_JUDGED: &str = "NOT JUDGED (CPU-bound host): ";
 
 /// The verdicts for a scan. `line_rate_gbs`: the port rate of every rank, where known.
-pub fn judge(
+#[cfg(test)]
+pub(crate) fn judge(
     ranks: &[RankInfo],
     samples: &[LinkSample],
     policy: &Thresholds,
@@ -1093,7 +1094,13 @@ impl<F: Fn(Rank) -> Option<f64>> Ctx<'_, F> {
         };
         let other_text = match other {
             Some(o) => {
-                evidence.insert(format!("{other_dir}_gbs"), json!(crate::text::round3(o)));
+                // Each key written out, so the JSON DATA test reads both.
+                let o3 = json!(crate::text::round3(o));
+                if egress {
+                    evidence.insert("incoming_gbs".into(), o3);
+                } else {
+                    evidence.insert("outgoing_gbs".into(), o3);
+                }
                 let healthy = others.iter().all(|l| !(self.is_slow)(l));
                 format!(
                     "; its {other_dir} links run at {}{}",

@@ -135,7 +135,7 @@ pub(crate) fn attach(verdicts: &mut [Verdict], ranks: &[RankInfo]) {
 
 /// The `text` of each end in a verdict's `evidence.neighbor`, from then to; for a verdict
 /// every rail gives, each rail's (`evidence.rails_neighbor`, in rail order), each once. Pure.
-pub fn texts(v: &Verdict) -> Vec<String> {
+pub(crate) fn texts(v: &Verdict) -> Vec<String> {
     let ends = |n: &serde_json::Value| -> Vec<String> {
         ["from", "to"]
             .iter()

@@ -5,7 +5,7 @@
 use crate::ring::model::Verdict;
 
 /// The backticked commands of a next step.
-pub fn commands(next: &str) -> Vec<&str> {
+pub(crate) fn commands(next: &str) -> Vec<&str> {
     next.split('`').skip(1).step_by(2).collect()
 }
 

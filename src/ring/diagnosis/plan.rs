@@ -16,13 +16,14 @@
 //! send partners and two different receive partners, which is what lets
 //! [`crate::ring::diagnosis::localize`] tell a slow node's egress or ingress from a single slow pair.
 
+#[cfg(test)]
 use std::time::Duration;
 
 use crate::ring::model::Rank;
 
 /// One ring order of the scan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Order {
+pub(crate) struct Order {
     /// Position in the plan; it becomes [`crate::ring::model::LinkSample::order`].
     pub index: u32,
     /// The shift: rank i sends to (i + shift) mod n.
@@ -35,11 +36,14 @@ pub struct Order {
 
 impl Order {
     /// Whether the order is one ring through all ranks (gcd(shift, n) == 1).
+    #[cfg(test)]
     pub fn is_single_ring(&self) -> bool {
         gcd(self.shift as usize, self.next.len()) == 1
     }
 
-    /// The directed links this order measures, `(from, to)`, by sender.
+    /// The directed links this order measures, `(from, to)`, by sender (the simulated
+    /// scans' and the tests' view).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn links(&self) -> impl Iterator<Item = (Rank, Rank)> + '_ {
         self.next.iter().enumerate().map(|(i, &to)| (i as Rank, to))
     }
@@ -90,7 +94,7 @@ fn shifts(n: usize) -> Vec<usize> {
 /// The scan plan for `n` ranks: at most `max_orders` orders (at least one when n >= 2), at
 /// most n-1 (then every directed link is measured once). n = 0 or 1: no links, empty plan;
 /// n = 2: one order holding both directed links.
-pub fn plan(n: usize, max_orders: usize) -> Vec<Order> {
+pub(crate) fn plan(n: usize, max_orders: usize) -> Vec<Order> {
     shifts(n)
         .into_iter()
         .take(max_orders.max(1))
@@ -102,7 +106,7 @@ pub fn plan(n: usize, max_orders: usize) -> Vec<Order> {
 /// The order "shift by `shift`" for `n` ranks, numbered `index` (e.g. a re-check of a
 /// suspect after the plan: see [`crate::ring::diagnosis::driver`]). None when the shift
 /// is 0 mod n (a rank would send to itself) or n < 2.
-pub fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
+pub(crate) fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
     let k = shift as usize % n.max(1);
     if n < 2 || k == 0 {
         return None;
@@ -118,7 +122,8 @@ pub fn order(n: usize, shift: u32, index: u32) -> Option<Order> {
 /// How many orders fit in `budget` when one order takes `per_order` (its transfer plus its
 /// barrier): at least 1 and, because two orders are the minimum that separates a node from a
 /// link, 2 whenever n >= 3 even if the budget is smaller. Capped at n-1.
-pub fn orders_within(n: usize, budget: Duration, per_order: Duration) -> usize {
+#[cfg(test)]
+pub(crate) fn orders_within(n: usize, budget: Duration, per_order: Duration) -> usize {
     if n < 2 {
         return 0;
     }

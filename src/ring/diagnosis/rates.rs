@@ -117,7 +117,7 @@ impl Why {
 /// A `port_downtrained` verdict for every rank whose active rate is below its peers'
 /// majority rate or the fastest mode both ends advertise (by more than [`SAME`]), or whose
 /// NIC's PCIe link runs below its maximum width or speed.
-pub fn downtrained(ranks: &[RankInfo], rates: &BTreeMap<Rank, f64>) -> Vec<Verdict> {
+pub(crate) fn downtrained(ranks: &[RankInfo], rates: &BTreeMap<Rank, f64>) -> Vec<Verdict> {
     let mut all: Vec<Rank> = rates.keys().copied().collect();
     all.extend(ranks.iter().filter(|i| i.port_max.is_some()).map(|i| i.rank));
     all.sort_unstable();

@@ -21,7 +21,7 @@ pub(crate) const OVER_TYPICAL_GAP: f64 = 10.0;
 /// The stall among one order's gaps on one link (seconds: the receiver's wait for the
 /// first chunk, then between chunks), or None. At least three gaps: with fewer, a stall
 /// and a slow link look alike.
-pub fn silence(gaps: &[f64]) -> Option<f64> {
+pub(crate) fn silence(gaps: &[f64]) -> Option<f64> {
     if gaps.len() < 3 || gaps.iter().any(|g| !g.is_finite() || *g < 0.0) {
         return None;
     }
@@ -70,7 +70,8 @@ pub(crate) fn sweep_silences(world: u32, waits: &BTreeMap<Rank, Vec<ChunkWaits>>
 
 /// The sweep's stall verdicts ([`verdicts`] of the hops, `order` 0, with the silences of
 /// [`sweep_silences`]): what they cost is the longest, the ring waits for it.
-pub fn sweep_verdicts(
+#[cfg(test)]
+pub(crate) fn sweep_verdicts(
     world: u32,
     hops: &[LinkSample],
     waits: &BTreeMap<Rank, Vec<ChunkWaits>>,
@@ -140,7 +141,7 @@ impl Starved {
 /// when what is left of it once the longest stretch of any rank is taken out is no stall
 /// ([`MIN_SILENCE_S`]): any rank, as the scan's rule, since a starved rank holds up the ring
 /// beyond its own links. The rest are judged.
-pub fn cpu_split(
+pub(crate) fn cpu_split(
     stalls: &[Stall],
     starved: &BTreeMap<Rank, Starved>,
 ) -> (Vec<Stall>, Vec<Stall>, BTreeMap<Rank, f64>) {
@@ -180,7 +181,7 @@ impl Stall {
 }
 
 /// The stalled links among `samples` (a silence of [`MIN_SILENCE_S`] or more).
-pub fn stalls(samples: &[LinkSample]) -> Vec<Stall> {
+pub(crate) fn stalls(samples: &[LinkSample]) -> Vec<Stall> {
     samples
         .iter()
         .filter_map(|s| {
@@ -199,7 +200,7 @@ pub fn stalls(samples: &[LinkSample]) -> Vec<Stall> {
 /// The stall verdicts of a scan: one naming the rank every stalled link goes through (two
 /// links or more), else one naming the link (only one stalled), else one naming no rank
 /// (never an innocent: links with no common end). Action investigate, always.
-pub fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo]) -> Vec<Verdict> {
+pub(crate) fn verdicts(samples: &[LinkSample], orders: &[OrderRun], ranks: &[RankInfo]) -> Vec<Verdict> {
     of_stalls(&stalls(samples), samples, orders, ranks)
 }
 

@@ -21,7 +21,7 @@ pub(crate) const CONTENTION_MIN_BYTES: u64 = 8_000_000;
 
 /// One byte counter read now: which it is, and its value in bytes or why there is none.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ByteCount {
+pub(crate) struct ByteCount {
     pub counter: String,
     pub bytes: Result<u64, String>,
 }
@@ -53,7 +53,7 @@ pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
 }
 
 /// What the port carried over an order, `before` to `after`, beside the probe's bytes. Pure.
-pub fn moved(before: &ByteCount, after: &ByteCount, probe_bytes: u64) -> PortMove {
+pub(crate) fn moved(before: &ByteCount, after: &ByteCount, probe_bytes: u64) -> PortMove {
     let (port_bytes, unknown) = match (&before.bytes, &after.bytes) {
         _ if before.counter != after.counter => {
             (None, Some("the counter read changed during the order".into()))

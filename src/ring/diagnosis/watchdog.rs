@@ -50,7 +50,7 @@ use crate::ring::model::{CpuWait, Phase, Rank, RankInfo, Verdict, VerdictKind, W
 
 /// The coordinator's view of one control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Control {
+pub(crate) enum Control {
     /// Open, and the peer's kernel acknowledges what we send (or we cannot tell).
     Open,
     /// Open, but data we sent has gone unacknowledged since `since_ms` (TCP_INFO): the peer's
@@ -62,7 +62,7 @@ pub enum Control {
 
 /// What the coordinator knows about one rank.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RankWatch {
+pub(crate) struct RankWatch {
     pub rank: Rank,
     pub control: Control,
     /// The latest status message (heartbeat or wait report) and its arrival time.
@@ -74,7 +74,7 @@ pub struct RankWatch {
 
 /// Everything [`judge`] looks at.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WatchState<'r> {
+pub(crate) struct WatchState<'r> {
     /// The ranks' infos, borrowed from the coordinator's report: copying 16,384 of them
     /// for every judgment took most of a judge call.
     pub ranks: Cow<'r, [RankInfo]>,
@@ -640,7 +640,7 @@ impl<'a> Judgment<'a> {
 }
 
 /// The verdicts for the run as the coordinator sees it at `now_ms`.
-pub fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
+pub(crate) fn judge(state: &WatchState<'_>, now_ms: u64) -> Vec<Verdict> {
     let j = Judgment::new(state, now_ms);
     let mut faulty: BTreeMap<Rank, Fault> = BTreeMap::new();
     let mut lost = Vec::new();

@@ -47,7 +47,7 @@ impl Transport {
 
 /// Where the data plane runs: the flags that choose interface, port and transport.
 #[derive(Debug, Clone)]
-pub struct Net {
+pub(crate) struct Net {
     pub transport: Transport,
     /// `--ifname` (NCCL_SOCKET_IFNAME syntax); None: the job's NCCL_SOCKET_IFNAME, else
     /// NCCL's default order (under `--local`: loopback).
@@ -62,13 +62,13 @@ pub struct Net {
 
 /// The job's environment as NCCL sees it: the live host with `--env-from`/`--env-file`
 /// applied, and NCCL's settings read from it (the CLI builds both, once).
-pub struct JobEnv {
+pub(crate) struct JobEnv {
     pub host: Host,
     pub nccl: NcclSettings,
 }
 
 /// Which ranks this process runs.
-pub enum Ranks {
+pub(crate) enum Ranks {
     /// One rank of a job across hosts: who it is (from the flags, else the launcher's
     /// environment: [`crate::ring::launcher::resolve`]) and the job's environment.
     Job { id: Identity, env: Box<JobEnv> },
@@ -77,7 +77,7 @@ pub enum Ranks {
 }
 
 /// One run as the CLI asked for it.
-pub struct Launch {
+pub(crate) struct Launch {
     pub opts: Options,
     pub net: Net,
     /// `--rails` (`RailSel::One` without it).
@@ -87,7 +87,7 @@ pub struct Launch {
 
 /// The CLI's side of a run: where progress lines, the live status and streamed rows go.
 /// Called from the ranks' threads.
-pub trait Watch: Sync {
+pub(crate) trait Watch: Sync {
     /// A line for stderr: level 0 always, 1 with -v, 2 with -vv.
     fn log(&self, level: u8, line: &str);
     /// The run starts: the live status a progress line follows (None: no progress line).
@@ -101,7 +101,7 @@ pub trait Watch: Sync {
 
 /// What kept the run from starting (before any rank ran).
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     /// The flags, or this host's interfaces and ports, leave nothing to run on.
     #[error("{0}")]
     Usage(String),
@@ -116,7 +116,7 @@ pub enum LaunchError {
 pub(crate) type RankResult = Result<RankOutcome, run::RunError>;
 
 /// Run this process's part of the ring the CLI asked for.
-pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError> {
+pub(crate) fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError> {
     let Launch {
         opts,
         net,
@@ -146,6 +146,7 @@ pub fn run(launch: Launch, watch: &dyn Watch) -> Result<RankResult, LaunchError>
     };
     // A region the NIC would not deregister was leaked, not freed (`verbs::Mr`): it stays
     // pinned until the process exits, a driver fault the run should not keep quiet.
+    #[cfg(feature = "rdma")]
     for line in crate::verbs::leaked_regions() {
         watch.log(0, &format!("rdma: {line}"));
     }
@@ -199,7 +200,7 @@ fn declare_failed(rank: Rank, e: crate::ring::rendezvous::BootstrapError) -> run
 }
 
 /// This process caught SIGTERM/SIGINT (the CLI catches them).
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     crate::ring::interrupt::process().caught().is_some()
 }
 

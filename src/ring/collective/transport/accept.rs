@@ -55,7 +55,7 @@ pub struct AcceptSpec<'a> {
 }
 
 /// The fields every transport's hello carries.
-pub trait Hello: DeserializeOwned {
+pub(crate) trait Hello: DeserializeOwned {
     fn token(&self) -> &str;
     fn sender(&self) -> u32;
     fn receiver(&self) -> u32;
@@ -72,7 +72,7 @@ pub enum Refused {
 }
 
 /// What one transport adds to the shared accept machinery.
-pub trait Admit {
+pub(crate) trait Admit {
     type Hello: Hello;
     type Link;
     /// `data link`, `RDMA link`: how log lines and errors call a connection.
@@ -86,7 +86,7 @@ pub trait Admit {
 }
 
 /// One accepted link and who it came from.
-pub struct Accepted<H, L> {
+pub(crate) struct Accepted<H, L> {
     pub handshake: H,
     pub link: L,
 }
@@ -450,7 +450,7 @@ fn setup_error(label: &str, e: io::Error) -> (TransportError, Vec<String>) {
 /// connection is read concurrently on this one thread, each with its own hello deadline;
 /// everything else (wrong token, unexpected rank, garbage, a second claim of a taken link)
 /// is refused and summed up by source address in the returned lines.
-pub fn accept<A: Admit>(
+pub(crate) fn accept<A: Admit>(
     listener: &TcpListener,
     spec: &AcceptSpec,
     admit: &A,

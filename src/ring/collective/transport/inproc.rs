@@ -20,7 +20,7 @@ pub(crate) static ONE_WORLD: Mutex<()> = Mutex::new(());
 
 /// What goes wrong on one link.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// Sleep this long before every write (a slow link, independent of size).
     pub delay_per_write: Duration,
     /// Pace writes to this many bytes per second (a shaped link).
@@ -74,7 +74,7 @@ impl Shared {
 
 /// A handle to kill a link from outside (a cable pulled mid-run).
 #[derive(Clone)]
-pub struct LinkHandle(Arc<Shared>);
+pub(crate) struct LinkHandle(Arc<Shared>);
 
 impl LinkHandle {
     pub fn kill(&self, why: &str) {
@@ -83,7 +83,7 @@ impl LinkHandle {
     }
 }
 
-pub struct InprocSend {
+pub(crate) struct InprocSend {
     sh: Arc<Shared>,
     peer: String,
     sent: u64,
@@ -91,14 +91,14 @@ pub struct InprocSend {
     timeout: Duration,
 }
 
-pub struct InprocRecv {
+pub(crate) struct InprocRecv {
     sh: Arc<Shared>,
     peer: String,
     received: u64,
 }
 
 /// A connected pair: `from` writes into `to`'s `slots` slots of `slot_bytes`.
-pub fn link(
+pub(crate) fn link(
     from: &str,
     to: &str,
     slots: usize,
@@ -319,7 +319,7 @@ impl RecvLink for InprocRecv {
 /// A whole in-process network: every rank's [`InprocFabric`] shares it. Faults are set per
 /// directed link `(from, to, tag)` before the links are opened; handles kill them later.
 #[derive(Clone, Default)]
-pub struct InprocNet {
+pub(crate) struct InprocNet {
     inner: Arc<(Mutex<NetState>, Condvar)>,
 }
 
@@ -355,7 +355,7 @@ impl InprocNet {
 }
 
 /// One rank's end of an [`InprocNet`].
-pub struct InprocFabric {
+pub(crate) struct InprocFabric {
     net: InprocNet,
     rank: u32,
 }

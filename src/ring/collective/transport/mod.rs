@@ -13,9 +13,10 @@
 //! Every wait takes a deadline.
 
 pub mod accept;
-/// The in-process transport for tests (and the `testkit` feature): never in a release binary.
-#[cfg(any(test, feature = "testkit"))]
-pub mod inproc;
+/// The in-process transport for the unit tests (no test or bench of another crate uses it):
+/// never in a release binary.
+#[cfg(test)]
+pub(crate) mod inproc;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 pub mod rdma;
@@ -29,7 +30,7 @@ use crate::ring::model::{Rank, RankInfo};
 
 /// A receive completion: which slot now holds `len` bytes, and the immediate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Completion {
+pub(crate) struct Completion {
     pub slot: u32,
     pub len: usize,
     pub imm: u32,
@@ -105,7 +106,7 @@ pub trait SendLink: Send {
 }
 
 /// The receiving end of one directed link.
-pub trait RecvLink: Send {
+pub(crate) trait RecvLink: Send {
     fn peer(&self) -> &str;
     /// Wait for the next completion (in the order the sender wrote).
     fn poll(&mut self, deadline: Instant) -> Result<Completion, TransportError>;
@@ -124,7 +125,7 @@ pub trait RecvLink: Send {
 pub(crate) type LinkKey = (Rank, u32);
 
 /// What a rank asks its fabric for.
-pub struct LinkRequest<'a> {
+pub(crate) struct LinkRequest<'a> {
     pub me: Rank,
     pub token: &'a str,
     /// The bootstrap table: where this rank's peers listen (its part of the table).
@@ -146,7 +147,7 @@ pub struct LinkRequest<'a> {
 
 /// The links a request produced, in request order, and the refused connection attempts
 /// (lines for the log: wrong token, garbage, unexpected peers).
-pub struct OpenLinks {
+pub(crate) struct OpenLinks {
     pub sends: Vec<Box<dyn SendLink>>,
     pub recvs: Vec<Box<dyn RecvLink>>,
     pub rejected: Vec<String>,
@@ -155,7 +156,7 @@ pub struct OpenLinks {
 /// One rank's end of a transport: where it listens and how it opens links to its peers.
 /// `tcp` now; `rdma` next (the handshake then carries QP number, GID, rkey and slot
 /// addresses, and the links post RDMA_WRITE_WITH_IMM on an RC QP).
-pub trait Fabric: Sync {
+pub(crate) trait Fabric: Sync {
     /// `tcp`, `rdma`.
     fn transport(&self) -> &'static str;
     /// The address this rank advertises in its hello.

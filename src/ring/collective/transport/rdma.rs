@@ -53,7 +53,7 @@ const SPARE_WR: u32 = 8;
 
 /// Which device, port and GID, and the NCCL knobs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RdmaSettings {
+pub(crate) struct RdmaSettings {
     pub device: String,
     pub port: u8,
     pub gid_index: u8,
@@ -117,7 +117,7 @@ fn gid_family(link_layer: &str, gid: &[u8; 16]) -> &'static str {
 
 /// What the sender says when it opens a link.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RdmaHello {
+pub(crate) struct RdmaHello {
     pub version: u32,
     pub token: String,
     pub from_rank: u32,
@@ -411,7 +411,7 @@ fn setup_err(peer: &str, what: &str, e: impl ToString) -> TransportError {
 
 // ---------------------------------------------------------------- sender
 
-pub struct RdmaSend {
+pub(crate) struct RdmaSend {
     // Field order is drop order: the QP before its CQ and regions.
     qp: Qp,
     cq: Cq,
@@ -631,7 +631,7 @@ impl Drop for RdmaSend {
 
 // ---------------------------------------------------------------- receiver
 
-pub struct RdmaRecv {
+pub(crate) struct RdmaRecv {
     qp: Qp,
     cq: Cq,
     slots_mr: Mr,
@@ -800,7 +800,7 @@ impl Drop for RdmaRecv {
 // ---------------------------------------------------------------- setup
 
 /// One open device port with the chosen GID: what every link of this rank is made on.
-pub struct RdmaPort {
+pub(crate) struct RdmaPort {
     pub settings: RdmaSettings,
     dev: Device,
     pd: Pd,
@@ -959,7 +959,7 @@ fn dial(addr: &str, peer: &str, deadline: Instant) -> Result<TcpStream, Transpor
 
 /// Open the sending end: connect to the receiver's advertised address, exchange endpoints.
 #[allow(clippy::too_many_arguments)]
-pub fn connect(
+pub(crate) fn connect(
     port: &RdmaPort,
     addr: &str,
     peer: &str,
@@ -1185,7 +1185,7 @@ impl accept::Admit for RdmaAdmit<'_> {
 /// Accept exactly the links in `spec.expect` on `listener` by `spec.deadline`: the TCP data
 /// plane's machinery ([`accept::accept`]: one poll thread, a deadline per hello, a cap on
 /// waiting connections, a pause when out of file descriptors), with RDMA endpoints.
-pub fn accept(port: &RdmaPort, listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
+pub(crate) fn accept(port: &RdmaPort, listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
     let stride = spec.slot_bytes.div_ceil(8).saturating_mul(8);
     let Some(region) = spec.slots.checked_mul(stride).filter(|_| spec.slots > 0) else {
         let e = setup_err(

@@ -148,7 +148,7 @@ fn io_err(peer: &str, dir: &'static str, e: io::Error) -> TransportError {
 
 // ---------------------------------------------------------------- sender
 
-pub struct TcpSend {
+pub(crate) struct TcpSend {
     stream: TcpStream,
     peer: String,
     slots: u32,
@@ -160,7 +160,7 @@ pub struct TcpSend {
 
 /// Connect a link to the receiver at `addr`, retrying refused connections until `deadline`.
 /// `timeout` bounds every later blocking write.
-pub fn connect(
+pub(crate) fn connect(
     addr: &str,
     peer: &str,
     hs: &Handshake,
@@ -434,7 +434,7 @@ impl RxShared {
     }
 }
 
-pub struct TcpRecv {
+pub(crate) struct TcpRecv {
     sh: Arc<RxShared>,
     credit: TcpStream,
     peer: String,
@@ -603,7 +603,7 @@ impl Drop for TcpRecv {
 pub(crate) type AcceptResult = accept::AcceptResult<Handshake, TcpRecv>;
 
 /// One accepted link and who it came from.
-pub type Accepted = accept::Accepted<Handshake, TcpRecv>;
+pub(crate) type Accepted = accept::Accepted<Handshake, TcpRecv>;
 
 impl accept::Hello for Handshake {
     fn token(&self) -> &str {
@@ -664,7 +664,7 @@ impl accept::Admit for TcpAdmit<'_> {
 
 /// Accept exactly the links in `spec.expect` on `listener` by `spec.deadline`, with the
 /// machinery the RDMA endpoint exchange shares ([`accept::accept`]).
-pub fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
+pub(crate) fn accept(listener: &TcpListener, spec: &AcceptSpec) -> AcceptResult {
     accept::accept(listener, spec, &TcpAdmit { spec })
 }
 
