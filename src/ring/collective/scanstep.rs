@@ -827,7 +827,9 @@ mod tests {
             pid: None,
         }];
         let d = "rank 3 (node-d, 198.19.0.13:40001)";
-        let cases: [(TransportError, (Rank, Rank), Option<(Rank, bool)>); 9] = [
+        // (the error, the order's (next, prev), the wait it names)
+        type Case = (TransportError, (Rank, Rank), Option<(Rank, bool)>);
+        let cases: [Case; 9] = [
             (
                 setup(&format!("{d} channel 65536"), "waiting for the data link"),
                 (1, 3),

@@ -1523,7 +1523,8 @@ mod tests {
             VerdictKind::HangLink,
         );
         // (operation, rank 0's report, the verdict when rank 1 is alive)
-        let ops: Vec<(&str, WaitReport, Vec<(VerdictKind, Option<Rank>, Option<Rank>)>)> = vec![
+        type Named = Vec<(VerdictKind, Option<Rank>, Option<Rank>)>;
+        let ops: Vec<(&str, WaitReport, Named)> = vec![
             (
                 "scan receive",
                 blocked(Phase::Scan, Some((1, RECV)), false),
