@@ -498,6 +498,11 @@ pub struct WaitReport {
     /// another channel is judged against where this rank stands on that one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub positions: Vec<Position>,
+    /// This rank's own run failed (it told the coordinator why) and it now waits for the
+    /// coordinator's word on the cause: a wait on the coordinator by design, so its still
+    /// progress counter is not a stalled rank's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_coordinator: bool,
 }
 
 impl WaitReport {
@@ -520,6 +525,7 @@ impl WaitReport {
             progress: 0,
             cpu: None,
             positions: Vec::new(),
+            awaiting_coordinator: false,
         }
     }
 

@@ -619,6 +619,9 @@ const MODE_SWEEP: u8 = 2;
 /// What this rank is doing, for heartbeats: the scan's progress, then the channels'.
 struct Beat {
     mode: AtomicU8,
+    /// The run ended here (its results or its failure went to the coordinator) and this
+    /// rank waits for the coordinator's word: heartbeats say so.
+    awaiting: AtomicBool,
     scan: Progress,
     chans: Vec<Progress>,
     live: Arc<LiveStatus>,
@@ -628,6 +631,7 @@ impl Beat {
     fn new(channels: u32, live: Arc<LiveStatus>) -> Beat {
         Beat {
             mode: AtomicU8::new(MODE_SETUP),
+            awaiting: AtomicBool::new(false),
             scan: Progress::default(),
             chans: (0..channels).map(|_| Progress::default()).collect(),
             live,
@@ -649,6 +653,7 @@ impl Beat {
         if w.since_progress_ms < timeout_ms {
             w.waiting_on = None;
         }
+        w.awaiting_coordinator = self.awaiting.load(Ordering::Relaxed);
         w
     }
     /// Every channel's position while the sweep runs (empty before it, and for one channel).
@@ -709,6 +714,7 @@ fn after_join(
                     chunk_waits: _open_links.0.iter().map(|l| l.trace.waits()).collect(),
                 }))
                 .map_err(|e| fault(e.to_string()))?;
+            beat.awaiting.store(true, Ordering::Relaxed);
             // The coordinator answers once every rank reported, within its own deadlines.
             match session.wait_done(timeout * 2 + Duration::from_secs(5)) {
                 Ok((failed, verdicts, more)) => Ok(RankOutcome {
@@ -721,6 +727,7 @@ fn after_join(
         }
         Err(e) => {
             let positions = beat.positions();
+            beat.awaiting.store(true, Ordering::Relaxed);
             Err(after_failure(
                 id,
                 session,
@@ -1087,6 +1094,7 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
 /// The watchdog's view of the coordinator's report at `now_ms` (run clock). A rank that
 /// delivered its results is done: it waits for the end, not for data.
 pub(crate) fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64) -> WatchState<'_> {
+    let failed: BTreeSet<Rank> = rep.failed.iter().map(|(r, _)| *r).collect();
     let watch = rep
         .ranks
         .iter()
@@ -1111,6 +1119,9 @@ pub(crate) fn watch_state(rep: &CoordinatorReport, now_ms: u64, timeout_ms: u64)
                 rep.reports.get(&r).map(|(at, w)| {
                     let mut w = w.clone();
                     let mut at = *at;
+                    // It said its own run failed: it waits for the coordinator's word since
+                    // (whatever its heartbeats say; an older rank's do not say it).
+                    w.awaiting_coordinator |= failed.contains(&r);
                     if w.waiting_on.is_some() {
                         let extra = w.since_progress_ms.saturating_sub(timeout_ms).min(at);
                         at -= extra;
@@ -1450,5 +1461,62 @@ mod tests {
             (s.timeout_ms, s.silence_ms, s.grace_ms),
             (3_000, 3_000, WATCH_GRACE_MS)
         );
+    }
+
+    /// Issue 45, the kept report (`lab-failures/cpu_starved-14306-12`, `--timeout 10`):
+    /// rank 0 at step 0 of the scan, its progress counter at 5 for 11.1 s, waiting on no
+    /// peer, was judged RANK STALLED; it had failed (a link of its order closed under it when
+    /// a peer's open ran out on the starved rank) and waited for the coordinator's word. Told
+    /// so by its failure report, or by its own heartbeats, it is not a stalled rank; the same
+    /// picture with neither still is (the rule is not switched off).
+    #[test]
+    fn a_rank_that_failed_and_awaits_the_coordinator_is_not_stalled() {
+        let ranks: Vec<RankInfo> = ["node-a", "node-b", "node-c", "node-d"]
+            .iter()
+            .enumerate()
+            .map(|(r, h)| info(r as u32, h))
+            .collect();
+        let judge = watchdog_judge(Duration::from_secs(10));
+        for (failed, awaiting, stalled) in [
+            (false, false, true),
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+        ] {
+            let mut rep = CoordinatorReport {
+                ranks: ranks.clone(),
+                ..CoordinatorReport::default()
+            };
+            for r in 0..4u32 {
+                let mut w = Progress::default().report(r, 0);
+                w.phase = Phase::Scan;
+                w.progress = if r == 0 { 5 } else { 40 };
+                w.awaiting_coordinator = r == 0 && awaiting;
+                rep.reports.insert(r, (20_000, w));
+                let h = if r == 0 {
+                    vec![(8_900, 5), (20_000, 5)]
+                } else {
+                    vec![(19_000, 39), (20_000, 40)]
+                };
+                rep.progress.insert(r, h);
+            }
+            if failed {
+                rep.failed.push((0, "the link from rank 3 is closed".into()));
+            }
+            let v = judge(&rep, 20_000, false);
+            let named: Vec<_> = v.iter().map(|v| (v.kind, v.from_rank)).collect();
+            let want = if stalled {
+                vec![(crate::ring::model::VerdictKind::RankStalled, Some(0))]
+            } else {
+                vec![]
+            };
+            assert_eq!(named, want, "failed {failed}, awaiting {awaiting}: {v:#?}");
+            if stalled {
+                assert!(
+                    v[0].message
+                        .contains("no progress for 11.1 s and not waiting on any peer")
+                );
+            }
+        }
     }
 }

@@ -173,6 +173,10 @@ pub(crate) struct Progress {
     step: AtomicU32,
     waiting_on: AtomicU32,
     waiting_to_receive: AtomicBool,
+    /// The peer a sending thread of this channel is inside a blocking send to (a credit, a
+    /// write), when that thread is not the one whose wait `waiting_on` names (a scan order
+    /// sends and receives at once): shown once no receive wait is.
+    sending_to: AtomicU32,
     bytes_received: AtomicU64,
     bytes_sent: AtomicU64,
     last_progress_ms: AtomicU64,
@@ -190,6 +194,7 @@ impl Default for Progress {
             step: AtomicU32::new(0),
             waiting_on: AtomicU32::new(NO_PEER),
             waiting_to_receive: AtomicBool::new(false),
+            sending_to: AtomicU32::new(NO_PEER),
             bytes_received: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             last_progress_ms: AtomicU64::new(0),
@@ -224,6 +229,24 @@ impl Progress {
         self.waiting_on.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
         self.waiting_to_receive.store(receive, Ordering::Relaxed);
     }
+    /// A thread of this channel enters (`Some(peer)`) or leaves (`None`) a blocking send to
+    /// `peer` while another thread may hold the receive wait.
+    pub(crate) fn sending(&self, peer: Option<Rank>) {
+        self.sending_to.store(peer.unwrap_or(NO_PEER), Ordering::Relaxed);
+    }
+    /// The wait a report names: the receive (or the sweep's own send) wait, else a blocking
+    /// send of another thread; `NO_PEER` when none.
+    fn wait(&self) -> (u32, bool) {
+        let receive = self.waiting_to_receive.load(Ordering::Relaxed);
+        match (
+            self.waiting_on.load(Ordering::Relaxed),
+            self.sending_to.load(Ordering::Relaxed),
+        ) {
+            (NO_PEER, NO_PEER) => (NO_PEER, receive),
+            (NO_PEER, s) => (s, false),
+            (w, _) => (w, receive),
+        }
+    }
     pub(crate) fn moved(&self, received: u64, sent: u64) {
         self.bytes_received.fetch_add(received, Ordering::Relaxed);
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
@@ -249,13 +272,13 @@ impl Progress {
         }
     }
     pub fn report(&self, rank: Rank, channel: u32) -> WaitReport {
-        let w = self.waiting_on.load(Ordering::Relaxed);
+        let (w, receive) = self.wait();
         WaitReport {
             round: self.round.load(Ordering::Relaxed),
             step: self.step.load(Ordering::Relaxed),
             channel,
             waiting_on: (w != NO_PEER).then_some(w),
-            waiting_to_receive: self.waiting_to_receive.load(Ordering::Relaxed),
+            waiting_to_receive: receive,
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
             bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
             since_progress_ms: self

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::ring::collective::allreduce::{Progress, RingError};
-use crate::ring::collective::transport::{Fabric, LinkRequest, RecvLink, SendLink, TransportError};
+use crate::ring::collective::transport::{
+    Fabric, LinkRequest, RecvLink, SendLink, TransportError, peer_name,
+};
 use crate::ring::diagnosis::stall;
 use crate::ring::model::{AbortFlag, LinkSample, Phase, Rank, RankInfo, WaitReport};
 use crate::ring::schedstat;
@@ -74,9 +76,7 @@ pub(crate) fn run_order(
     let prev = (ctx.me + n - k) % n;
     // Opening the links is link setup, with its own deadline and failure report: the
     // watchdog must not read a cut link's slow open as a stalled rank.
-    progress.at(Phase::Connect, index);
-    progress.touch();
-    open_links(ctx, fabric, links, index, next, prev)?;
+    open_order(ctx, fabric, links, (progress, on_stuck), index, (next, prev))?;
     progress.at(Phase::Scan, index);
     progress.touch();
     let Some((send, recv)) = links.by_index.get_mut(&index) else {
@@ -134,6 +134,27 @@ pub(crate) fn run_order(
     out
 }
 
+/// Link setup of order `index` (phase connect): its links opened, or why not; an open that
+/// waited out its deadline on a peer is a wait on it ([`open_timed_out`]).
+fn open_order(
+    ctx: &RankCtx,
+    fabric: &dyn Fabric,
+    links: &mut ScanLinks,
+    (progress, on_stuck): (&Progress, &(dyn Fn(&WaitReport) + Sync)),
+    index: u32,
+    (next, prev): (Rank, Rank),
+) -> Result<(), RingError> {
+    progress.at(Phase::Connect, index);
+    progress.touch();
+    let deadline = Instant::now() + ctx.timeout;
+    match open_links(ctx, fabric, links, index, (next, prev), deadline) {
+        Err(e) if Instant::now() >= deadline => {
+            Err(open_timed_out(ctx, progress, on_stuck, index, (next, prev), e))
+        }
+        r => r,
+    }
+}
+
 /// Open order `index`'s two links (to `next`, from `prev`) unless a run of it did already:
 /// a re-run reuses its connections.
 fn open_links(
@@ -141,8 +162,8 @@ fn open_links(
     fabric: &dyn Fabric,
     links: &mut ScanLinks,
     index: u32,
-    next: Rank,
-    prev: Rank,
+    (next, prev): (Rank, Rank),
+    deadline: Instant,
 ) -> Result<(), RingError> {
     if links.by_index.contains_key(&index) {
         return Ok(());
@@ -157,7 +178,7 @@ fn open_links(
         recvs: &[(prev, tag)],
         slots: ctx.slots,
         slot_bytes: ctx.slot_bytes,
-        deadline: Instant::now() + ctx.timeout,
+        deadline,
         timeout: ctx.timeout,
     };
     // Opening the links can fail: inserted only on success.
@@ -172,6 +193,64 @@ fn open_links(
             what: "opening scan links".into(),
             error: "the fabric returned no link".into(),
         })),
+    }
+}
+
+/// Opening order `index`'s links failed with `e` at their deadline. Where the open waited on
+/// one peer (its connection never came, or its end never answered the connect: a peer
+/// starved, stopped or cut off), that is a wait on the peer like a data wait past the
+/// deadline: reported at once as stuck in link setup, naming it (accepting: waiting to
+/// receive from `prev`; connecting: blocked sending to `next`), and the heartbeats go on
+/// naming it. Any other failure is the rank's own report, as it was.
+fn open_timed_out(
+    ctx: &RankCtx,
+    progress: &Progress,
+    on_stuck: &(dyn Fn(&WaitReport) + Sync),
+    index: u32,
+    (next, prev): (Rank, Rank),
+    e: RingError,
+) -> RingError {
+    let RingError::Transport(te) = e else {
+        return e;
+    };
+    let Some((peer, receive)) = setup_wait(ctx.table, &te, (next, prev)) else {
+        return RingError::Transport(te);
+    };
+    progress.waiting(Some(peer), receive);
+    let mut w = progress.report(ctx.me, 0);
+    w.phase = Phase::Connect;
+    w.step = index;
+    w.since_progress_ms = w.since_progress_ms.max(ctx.timeout.as_millis() as u64);
+    on_stuck(&w);
+    RingError::Stuck(Box::new(w), te)
+}
+
+/// The peer a failed open of links to `next` and from `prev` waited on, and whether it
+/// waited to receive (accepting from `prev`) rather than to send (connecting to `next`):
+/// from the error's peer, as the transports name it ([`peer_name`], `... channel N` for a
+/// connection that never came). None: a failure that names neither (a refused link, a
+/// listener error), or not a setup failure.
+pub(crate) fn setup_wait(
+    table: &[RankInfo],
+    e: &TransportError,
+    (next, prev): (Rank, Rank),
+) -> Option<(Rank, bool)> {
+    let TransportError::Setup { peer, what, .. } = e else {
+        return None;
+    };
+    let names = |r: Rank| {
+        let n = peer_name(table, r);
+        *peer == n || peer.starts_with(&format!("{n} channel"))
+    };
+    let accepting = what.starts_with("waiting for");
+    // A refusal ("the receiver refused the link") is the peer's answer, not a wait on it.
+    let connecting = what.starts_with("connecting") || what.ends_with("link handshake");
+    if names(prev) && accepting {
+        Some((prev, true))
+    } else if names(next) && connecting {
+        Some((next, false))
+    } else {
+        None
     }
 }
 
@@ -288,8 +367,18 @@ impl Order<'_> {
         RingError::Stuck(Box::new(w), e)
     }
 
-    /// Every chunk of every sample to `next`.
+    /// Every chunk of every sample to `next`. While it runs, a blocking send (a credit, a
+    /// write the receiver does not take) is this rank's wait on `next`: without it, a rank
+    /// whose receive is done and whose send is held by a receiver that does not read reads
+    /// as waiting on nobody (a stalled rank) or on its predecessor (an innocent link).
     fn send_all(&self, send: &mut dyn SendLink, next: Rank) -> Result<(), RingError> {
+        self.progress.sending(Some(next));
+        let r = self.send_chunks(send, next);
+        self.progress.sending(None);
+        r
+    }
+
+    fn send_chunks(&self, send: &mut dyn SendLink, next: Rank) -> Result<(), RingError> {
         let (chunk, bytes) = (self.chunk, self.bytes);
         let buf = vec![0u8; chunk as usize];
         let mut seq = 0u32;
@@ -361,6 +450,9 @@ impl Order<'_> {
         if let Some(first) = out.first_mut() {
             first.silence_s = stall::silence(&gaps);
         }
+        // Everything from `prev` arrived: no longer a wait on it (the sender may still be
+        // blocked on `next`, and then that is the wait the heartbeats name).
+        self.progress.waiting(None, false);
         Ok(out)
     }
 
@@ -534,5 +626,247 @@ mod tests {
                 matches!(first_cause(Err(stuck(false)), Err(aborted()), sender_first), Err(RingError::Stuck(w, _)) if !w.waiting_to_receive)
             );
         }
+    }
+
+    /// Rank `me`'s context in a `world`-rank in-process run with `slots` credits per link.
+    fn ctx(me: Rank, world: u32, slots: usize, timeout: Duration) -> RankCtx<'static> {
+        RankCtx {
+            me,
+            world,
+            token: "t",
+            table: &[],
+            shared_transport: None,
+            slots,
+            slot_bytes: 4096,
+            timeout,
+            measure_cpu: false,
+        }
+    }
+
+    /// Issue 45, the shape of the innocent RANK STALLED: three ranks, order shift 1
+    /// (0 -> 1 -> 2 -> 0). Rank 1 is alive and sends its part to rank 2, but never reads
+    /// what rank 0 sends it (a receiver that gets no CPU: its receive buffer fills). Rank 0
+    /// receives all of rank 2's data, then its sender is held by rank 1 (2 credits, never
+    /// returned). While it is held, rank 0's report names rank 1 as the peer it is blocked
+    /// sending to: before, it named nobody (the receive it had finished still read as a wait
+    /// on rank 2, an innocent link, or once cleared as no wait at all: a stalled rank 0).
+    #[test]
+    fn a_send_held_by_a_receiver_that_does_not_read_is_a_wait_on_that_receiver() {
+        const BYTES: u64 = 64 << 10;
+        const REPS: u32 = 2;
+        let net = InprocNet::new();
+        let timeout = Duration::from_secs(4);
+        let tag = scan_tag(INDEX);
+        let (progress0, rank0_done) = (Progress::default(), AtomicBool::new(false));
+        let all_done = std::sync::Barrier::new(3);
+        let (progress0, rank0_done, all_done) = (&progress0, &rank0_done, &all_done);
+        let seen = std::thread::scope(|sc| {
+            let rank = |me: Rank, progress: &'static Progress| {
+                let fabric = net.fabric(me);
+                sc.spawn(move || {
+                    let abort = AbortFlag::default();
+                    let mut links = ScanLinks::default();
+                    let c = ctx(me, 3, 2, timeout);
+                    let got = run_order(
+                        &c,
+                        &fabric,
+                        &mut links,
+                        INDEX,
+                        1,
+                        BYTES,
+                        REPS,
+                        progress,
+                        &abort,
+                        &|_| {},
+                    );
+                    all_done.wait();
+                    got.map(|v| v.len())
+                })
+            };
+            // Rank 0 runs with the progress the test watches.
+            let fabric0 = net.fabric(0);
+            let r0 = sc.spawn(move || {
+                let abort = AbortFlag::default();
+                let mut links = ScanLinks::default();
+                let c = ctx(0, 3, 2, timeout);
+                let got = run_order(
+                    &c,
+                    &fabric0,
+                    &mut links,
+                    INDEX,
+                    1,
+                    BYTES,
+                    REPS,
+                    progress0,
+                    &abort,
+                    &|_| {},
+                );
+                rank0_done.store(true, Ordering::Relaxed);
+                all_done.wait();
+                got.map(|v| v.len())
+            });
+            let r2 = rank(2, Box::leak(Box::default()));
+            // Rank 1 by hand: its links open, every chunk of its part sent to rank 2 (imm =
+            // sequence), nothing read from rank 0.
+            let fabric1 = net.fabric(1);
+            let r1 = sc.spawn(move || {
+                let req = LinkRequest {
+                    me: 1,
+                    token: "t",
+                    table: &[],
+                    shared_transport: None,
+                    sends: &[(2, tag)],
+                    recvs: &[(0, tag)],
+                    slots: 2,
+                    slot_bytes: 4096,
+                    deadline: Instant::now() + timeout,
+                    timeout,
+                };
+                let mut open = fabric1.open(&req).expect("rank 1 opens its links");
+                let send = &mut open.sends[0];
+                for seq in 0..(BYTES / 4096) as u32 * REPS {
+                    let slot = send.acquire(Instant::now() + timeout).expect("rank 2 reads");
+                    send.write_imm(slot, &[0u8; 4096], seq).expect("rank 1 writes");
+                }
+                all_done.wait();
+                drop(open);
+            });
+            // Watch rank 0 until its receive is whole, while its send is still held.
+            let whole = BYTES * REPS as u64;
+            let t0 = Instant::now();
+            let seen = loop {
+                let w = progress0.report(0, 0);
+                if w.bytes_received >= whole || rank0_done.load(Ordering::Relaxed) || t0.elapsed() > timeout {
+                    break (w, rank0_done.load(Ordering::Relaxed));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let later = progress0.report(0, 0);
+            r1.join().unwrap();
+            assert_eq!(
+                r2.join().unwrap().map_err(|e| e.to_string()),
+                Ok(REPS as usize),
+                "rank 2 got rank 1's part"
+            );
+            let r0 = r0.join().unwrap();
+            assert!(
+                matches!(r0, Err(RingError::Stuck(ref w, _)) if w.waiting_on == Some(1) && !w.waiting_to_receive),
+                "{r0:?}"
+            );
+            (seen, later)
+        });
+        let ((w, done_early), later) = seen;
+        assert!(!done_early, "rank 0's order ended before its receive was whole");
+        assert_eq!(w.bytes_received, BYTES * REPS as u64, "{w:?}");
+        for w in [&w, &later] {
+            assert_eq!(
+                (w.phase, w.waiting_on, w.waiting_to_receive),
+                (Phase::Scan, Some(1), false),
+                "{w:?}"
+            );
+        }
+    }
+
+    /// An open that waits out its deadline on one peer is a wait on that peer, reported at
+    /// once (phase connect): rank 2 never opens its link to rank 0.
+    #[test]
+    fn an_open_that_times_out_on_a_peer_is_a_wait_on_it() {
+        let net = InprocNet::new();
+        let fabric = net.fabric(0);
+        let (progress, abort) = (Progress::default(), AbortFlag::default());
+        let stuck = std::sync::Mutex::new(Vec::new());
+        let on_stuck = |w: &WaitReport| stuck.lock().unwrap().push(w.clone());
+        let mut links = ScanLinks::default();
+        let c = ctx(0, 3, 2, Duration::from_millis(300));
+        let got = run_order(
+            &c,
+            &fabric,
+            &mut links,
+            INDEX,
+            1,
+            64 << 10,
+            2,
+            &progress,
+            &abort,
+            &on_stuck,
+        );
+        let Err(RingError::Stuck(w, _)) = got else {
+            panic!("{:?}", got.map(|v| v.len()));
+        };
+        let want = (Phase::Connect, INDEX, Some(2), true);
+        assert_eq!((w.phase, w.step, w.waiting_on, w.waiting_to_receive), want);
+        assert!(w.since_progress_ms >= 300, "{w:?}");
+        assert_eq!(stuck.into_inner().unwrap(), vec![(*w).clone()]);
+        let beat = progress.report(0, 0);
+        assert_eq!((beat.waiting_on, beat.waiting_to_receive), (Some(2), true));
+    }
+
+    /// Which peer a failed open waited on, from the error as the TCP transport words it:
+    /// the connection from `prev` never came (accepting), the connect to `next` or its
+    /// handshake ran out (sending); a refusal, a listener error or a rank outside the order
+    /// is no wait on anyone.
+    #[test]
+    fn a_setup_failure_names_the_peer_it_waited_on() {
+        let setup = |peer: &str, what: &str| TransportError::Setup {
+            peer: peer.into(),
+            what: what.into(),
+            error: "e".into(),
+        };
+        let table = [RankInfo {
+            neighbor: None,
+            port_max: None,
+            rails: Vec::new(),
+            node: None,
+            capabilities: Vec::new(),
+            rank: 3,
+            host: "node-d".into(),
+            address: "198.19.0.13:40001".into(),
+            device: None,
+            transport: "tcp".into(),
+            pid: None,
+        }];
+        let d = "rank 3 (node-d, 198.19.0.13:40001)";
+        // (the error, the order's (next, prev), the wait it names)
+        type Case = (TransportError, (Rank, Rank), Option<(Rank, bool)>);
+        let cases: [Case; 9] = [
+            (
+                setup(&format!("{d} channel 65536"), "waiting for the data link"),
+                (1, 3),
+                Some((3, true)),
+            ),
+            (
+                setup(&format!("{d} channel 65536"), "waiting for the data link"),
+                (3, 1),
+                None,
+            ),
+            (
+                setup(d, "connecting the data link to 198.19.0.13:40001"),
+                (3, 1),
+                Some((3, false)),
+            ),
+            (setup(d, "sending the link handshake"), (3, 1), Some((3, false))),
+            (setup(d, "reading the link handshake"), (3, 3), Some((3, false))),
+            (setup(d, "the receiver refused the link"), (3, 1), None),
+            (setup("data link listener", "listening"), (3, 3), None),
+            (
+                setup("rank 1", "waiting for the data link (tag 65536)"),
+                (13, 1),
+                Some((1, true)),
+            ),
+            (
+                setup("rank 13", "waiting for the data link (tag 65536)"),
+                (2, 1),
+                None,
+            ),
+        ];
+        for (e, order, want) in cases {
+            assert_eq!(setup_wait(&table, &e, order), want, "{e} {order:?}");
+        }
+        let timeout = TransportError::Timeout {
+            peer: d.into(),
+            dir: "to",
+        };
+        assert_eq!(setup_wait(&table, &timeout, (3, 3)), None);
     }
 }

@@ -411,11 +411,14 @@ impl<'a> Judgment<'a> {
     }
 
     /// Rank `r`, not waiting on a peer, whose progress counter stood still past its phase's
-    /// allowance: its report, for how long, and the allowance.
+    /// allowance: its report, for how long, and the allowance. A rank blocked on a peer
+    /// (`waiting_on`: a receive, a send, a link it could not open) or on the coordinator's
+    /// word after its own failure is never stalled for it: the wait is judged on whom it
+    /// waits, or not at all.
     fn stood_still(&self, r: Rank, w: &RankWatch) -> Option<(&'a WaitReport, u64, u64)> {
         let rep = self.report(r)?;
         let still = self.unchanged_for(w)?;
-        if rep.waiting_on.is_some() {
+        if rep.waiting_on.is_some() || rep.awaiting_coordinator {
             return None;
         }
         let allowed = if rep.phase.is_local_work() {
@@ -1490,5 +1493,119 @@ mod tests {
             );
             assert_eq!(v.evidence["own_late_ms"], json!(4_200));
         }
+    }
+
+    /// Issue 45: a rank blocked on a peer is never the stalled one, whatever the blocking
+    /// operation. Four ranks; rank 0's progress counter has stood still past the timeout and
+    /// the grace while it is blocked in each kind of operation (a table: receive and send of
+    /// a scan order, accept and connect of a link's open, receive and send of the sweep, and
+    /// the wait for the coordinator's word after its own failure), and rank 1, the peer it is
+    /// blocked on, is starved of CPU, silent, or alive and not waiting. The verdict names
+    /// rank 1 (starved, stalled) or the link between them by the usual rules, or nothing
+    /// where it cannot tell (the coordinator's word); never rank 0 alone, never rank 2 or 3.
+    /// The control: the same frozen counter waiting on nothing is rank 0's stall.
+    #[test]
+    fn a_rank_blocked_on_a_peer_is_never_the_stalled_one() {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum Peer {
+            Starved,
+            Silent,
+            Alive,
+        }
+        let blocked = |phase: Phase, on: Option<(Rank, bool)>, awaiting: bool| WaitReport {
+            since_progress_ms: T + 5_000,
+            awaiting_coordinator: awaiting,
+            ..st(0, phase, 0, on, 0, 0)
+        };
+        let (stalled, starved, hang) = (
+            VerdictKind::RankStalled,
+            VerdictKind::RankStalled,
+            VerdictKind::HangLink,
+        );
+        // (operation, rank 0's report, the verdict when rank 1 is alive)
+        type Named = Vec<(VerdictKind, Option<Rank>, Option<Rank>)>;
+        let ops: Vec<(&str, WaitReport, Named)> = vec![
+            (
+                "scan receive",
+                blocked(Phase::Scan, Some((1, RECV)), false),
+                vec![(hang, Some(1), Some(0))],
+            ),
+            (
+                "scan send",
+                blocked(Phase::Scan, Some((1, SEND)), false),
+                vec![(hang, Some(0), Some(1))],
+            ),
+            (
+                "accept",
+                blocked(Phase::Connect, Some((1, RECV)), false),
+                vec![(hang, Some(1), Some(0))],
+            ),
+            (
+                "connect",
+                blocked(Phase::Connect, Some((1, SEND)), false),
+                vec![(hang, Some(0), Some(1))],
+            ),
+            (
+                "sweep receive",
+                blocked(ReduceScatter, Some((1, RECV)), false),
+                vec![(hang, Some(1), Some(0))],
+            ),
+            (
+                "sweep send",
+                blocked(AllGather, Some((1, SEND)), false),
+                vec![(hang, Some(0), Some(1))],
+            ),
+            ("coordinator's word", blocked(Phase::Scan, None, true), vec![]),
+        ];
+        for (op, rep0, alive) in ops {
+            for peer in [Peer::Starved, Peer::Silent, Peer::Alive] {
+                let mut one = st(1, rep0.phase, 0, None, 0, 0);
+                if peer == Peer::Starved {
+                    one.cpu = Some(CpuWait {
+                        wait_ms: 950,
+                        window_ms: 1000,
+                    });
+                }
+                let at1 = if peer == Peer::Silent {
+                    NOW - 6_000
+                } else {
+                    NOW - 200
+                };
+                let mut watch0 = watch(0, OPEN, NOW - 2_000, rep0.clone());
+                watch0.progress = vec![(NOW - T - 5_000, rep0.progress), (NOW - 2_000, rep0.progress)];
+                let s = state(
+                    4,
+                    vec![
+                        watch0,
+                        watch(1, OPEN, at1, one),
+                        watch(2, OPEN, NOW - 200, st(2, rep0.phase, 0, None, 0, 0)),
+                        watch(3, OPEN, NOW - 200, st(3, rep0.phase, 0, None, 0, 0)),
+                    ],
+                );
+                let v = judge(&s, NOW);
+                let want = match (peer, rep0.waiting_on) {
+                    // Nobody waits on a starved rank 1: its load explains no wait.
+                    (Peer::Starved, None) => vec![],
+                    (Peer::Starved, Some(_)) => vec![(starved, Some(1), None)],
+                    (Peer::Silent, _) => vec![(stalled, Some(1), None)],
+                    (Peer::Alive, _) => alive.clone(),
+                };
+                assert_eq!(kinds(&v), want, "{op}, rank 1 {peer:?}: {v:#?}");
+                if peer == Peer::Starved && rep0.waiting_on.is_some() {
+                    assert!(
+                        v[0].message.contains("starved of CPU")
+                            && v[0].message.contains("rank 0 waits on it"),
+                        "{op}: {}",
+                        v[0].message
+                    );
+                }
+            }
+        }
+        // The control: frozen, waiting on nothing, not failed: rank 0 is stalled.
+        let mut watch0 = watch(0, OPEN, NOW - 2_000, blocked(Phase::Scan, None, false));
+        watch0.progress = vec![(NOW - T - 5_000, 100), (NOW - 2_000, 100)];
+        let alive = |r| watch(r, OPEN, NOW - 200, st(r, Phase::Scan, 0, None, 0, 0));
+        let v = judge(&state(4, vec![watch0, alive(1), alive(2), alive(3)]), NOW);
+        assert_eq!(kinds(&v), vec![(stalled, Some(0), None)]);
     }
 }
