@@ -68,16 +68,19 @@ pub enum MissingFact {
     RoceNetdev,
     /// No InfiniBand port.
     InfinibandPort,
+    /// No QoS reading (DCB, pause counters, ECN sysfs) of any netdev `qos` looked at.
+    QosReading,
 }
 
 impl MissingFact {
     /// Every fact, widest first.
-    pub const ALL: [MissingFact; 5] = [
+    pub const ALL: [MissingFact; 6] = [
         MissingFact::GpuAndRdma,
         MissingFact::RdmaDevice,
         MissingFact::Gpu,
         MissingFact::RoceNetdev,
         MissingFact::InfinibandPort,
+        MissingFact::QosReading,
     ];
 
     /// Whether this fact missing leaves `other` missing too (no RDMA device at all leaves
@@ -105,6 +108,7 @@ impl MissingFact {
             MissingFact::Gpu => "0 GPUs found",
             MissingFact::RoceNetdev => "no RoCE netdev",
             MissingFact::InfinibandPort => "no InfiniBand ports",
+            MissingFact::QosReading => "no QoS reading",
         }
     }
 }

@@ -340,12 +340,13 @@ fn of_its_own(reason: &str) -> bool {
 /// by: a producer that words a reason without it fails here, not silently in the renderer.
 #[test]
 fn every_nothing_to_judge_entry_names_its_missing_fact() {
-    const FACTS: [&str; 5] = [
+    const FACTS: [&str; 6] = [
         "gpu_and_rdma",
         "rdma_device",
         "gpu",
         "roce_netdev",
         "infiniband_port",
+        "qos_reading",
     ];
     let mut wrong = Vec::new();
     let mut seen = BTreeMap::<String, usize>::new();

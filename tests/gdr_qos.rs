@@ -317,13 +317,23 @@ fn live_host_runs_cleanly() {
     let (out, err, code) = run(&["qos"]);
     assert!(code == 0 || code == 3, "{err}");
     assert!(!out.is_empty());
-    // Loopback has no DCB ops: the kernel answers EOPNOTSUPP, shown as not supported.
+    // Loopback has no DCB ops: the kernel answers EOPNOTSUPP, shown as not supported; with
+    // no pause counter and no ecn/ either, nothing was judged: NOT EVALUATED, exit 3 (issue
+    // 42), never a pass.
     let (out, err, code) = run(&["qos", "--ifname", "lo", "--format", "json"]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 3, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["data"]["interfaces"][0]["dcb"]["error"], "EOPNOTSUPP");
+    assert_eq!(v["findings"][0]["id"], "qos.nothing_to_judge", "{out}");
+    assert!(
+        v["findings"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lo (DCB: EOPNOTSUPP"),
+        "{out}"
+    );
     let (_, _, code) = run(&["qos", "--ifname", "lo", "--interval", "0.2"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 3);
     // A netdev the host does not have is a mistake in the command, named (issue 42).
     let (_, err, code) = run(&["qos", "--ifname", "no-such-if0", "--format", "json"]);
     assert_eq!(code, 2, "{err}");

@@ -109,8 +109,8 @@ JSON DATA (fabprobe.check)
   sample                        null | {kind, baseline, interval_s}: counter rates were judged
   not_evaluated[]               {key, reason, missing}: a key that could not be judged;
                                 missing is the fact it rests on (gpu_and_rdma, rdma_device,
-                                gpu, roce_netdev, infiniband_port) or null for a reason of
-                                its own; keys on one fact are one entry in the verdict line
+                                gpu, roce_netdev, infiniband_port, qos_reading) or null
+                                for a reason of its own; keys on one fact are one entry in the verdict line
 
 PROMETHEUS (--format prom)
   fabprobe_check_verdict{policy} 0|1|2, fabprobe_check_findings{policy,severity=fail|warn},

@@ -72,7 +72,7 @@ JSON OUTPUT
   was not (PASS, then \"1 not evaluated: links.port_state_unknown mlx5_0/1\"), and check
   lists it in data.not_evaluated. Unknown is never a pass or a fail. A rule with nothing to
   judge names the fact that is missing: \"missing\" (gpu_and_rdma, rdma_device, gpu,
-  roce_netdev, infiniband_port), present only then.
+  roce_netdev, infiniband_port, qos_reading), present only then.
 ";
 
 /// `--device DEV` of a command that lists RDMA devices: keep the items of that device; a name

@@ -716,7 +716,9 @@ pub static RULES: &[Rule<RuleFn>] = &[
         ids: &["qos.nothing_to_judge"],
         severity: &[Severity::Unknown],
         about: "no RoCE netdev showed up (no RDMA device, or InfiniBand ports only) and none \
-                named with --ifname: nothing was judged, NOT EVALUATED (exit 3)",
+                named with --ifname, or no netdev it looked at gave a QoS reading (no DCB \
+                answer, no pause counters, no ecn/ sysfs): nothing was judged, NOT EVALUATED \
+                (exit 3)",
         judge: qos_nothing,
     },
     Rule {
@@ -840,10 +842,51 @@ pub(crate) fn findings(r: &QosReport) -> Vec<Finding> {
             format!("nothing to judge: {why}"),
         ));
     }
+    if let Some(f) = nothing_read(r) {
+        out.push(f);
+    }
     let unread = "RoCE cannot run on it, its RDMA port's traffic class and CNP counters cannot be read, so whether RoCE would be lossless on it is not judged (PFC, ETS and the pause counters are the netdev's: `fabprobe qos --ifname {netdev}`)";
     crate::probe::topo::unlisted_findings("qos", unread, &r.rdma.not_in_rdma, &mut out);
     crate::probe::topo::say_moved(&mut out, &r.rdma.names_moved);
     out
+}
+
+/// Every interface looked at, none with a QoS reading (no DCB answer, no driver counters, no
+/// `ecn/` sysfs: a snapshot without them, a driver without DCB ops): no rule had a fact to
+/// judge, which is NOT EVALUATED naming what was unread, never a pass.
+fn nothing_read(r: &QosReport) -> Option<Finding> {
+    let unread = |i: &QosIf| i.dcb.pfc_enabled.is_none() && i.ethtool.counters_total == 0 && i.ecn.is_none();
+    if r.interfaces.is_empty() || !r.interfaces.iter().all(unread) {
+        return None;
+    }
+    // Netdevs unread for the same reasons are named together.
+    let mut by_why: Vec<(String, Vec<&str>)> = Vec::new();
+    for i in &r.interfaces {
+        let err = |e: &Option<String>| e.clone().unwrap_or_else(|| "no answer".into());
+        let why = format!(
+            "DCB: {}; ethtool -S: {}; no ecn/ sysfs",
+            err(&i.dcb.error),
+            err(&i.ethtool.error)
+        );
+        match by_why.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(&i.ifname),
+            None => by_why.push((why, vec![&i.ifname])),
+        }
+    }
+    let said: Vec<String> = by_why
+        .iter()
+        .map(|(why, names)| format!("{} ({why})", names.join(", ")))
+        .collect();
+    let why = format!(
+        "nothing to judge: no QoS reading of {}: PFC, pause counters and ECN unknown",
+        said.join("; ")
+    );
+    Some(crate::finding::nothing_to_judge(
+        "qos",
+        "host",
+        Some(crate::finding::MissingFact::QosReading),
+        why,
+    ))
 }
 
 /// Said by [`findings`] itself: when there is no interface no [`If`] is judged, and a NIC

@@ -55,21 +55,9 @@ fn table_body(r: &GdrReport, findings: &[Finding]) -> String {
             s.push_str(&format!("  {n}\n"));
         }
     }
-    if r.gpus.is_empty()
-        && findings
-            .iter()
-            .all(|f| f.severity == crate::finding::Severity::Pass)
-    {
-        // No GPU: GPUDirect RDMA was not judged, which is not a pass (as `check` says).
-        return not_evaluated("no GPU on this host: GPUDirect RDMA does not apply", s);
-    }
-    // NCCL opens no RDMA port: gdr.nothing_to_judge says so (NOT EVALUATED, exit 3).
+    // No GPU, or no port NCCL opens: gdr.nothing_to_judge says so (NOT EVALUATED, exit 3);
+    // the verdict line is the findings', never one of the renderer's own.
     text::verdict_first("gdr", findings, s)
-}
-
-/// The verdict line of a report that judged nothing, then its body.
-fn not_evaluated(why: &str, body: String) -> String {
-    format!("fabprobe gdr: NOT EVALUATED  {why}\n\n{}", text::fit_prose(&body))
 }
 
 /// NCCL_NET_GDR_LEVEL, the peer-memory modules and the files NCCL looks for.
