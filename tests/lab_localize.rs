@@ -151,7 +151,9 @@ fn kept_on_failure(name: &str, o: &Output, check: impl FnOnce()) {
 }
 
 /// The run stopped on rank 2 for want of a CPU: every verdict is a RANK STALLED of rank 2
-/// saying it is starved, to investigate (never a drain, never another rank or a link).
+/// saying it is starved (its heartbeats carried its CPU wait) or, where the hog left it no
+/// CPU even to send one, that it sent nothing and may have been given no CPU; to
+/// investigate (never a drain, never another rank or a link).
 fn starved_rank_2_stalled(j: &serde_json::Value) -> bool {
     let Some(vs) = j["data"]["verdicts"].as_array().filter(|v| !v.is_empty()) else {
         return false;
@@ -160,7 +162,9 @@ fn starved_rank_2_stalled(j: &serde_json::Value) -> bool {
         v["kind"] == "rank_stalled"
             && v["from_rank"] == 2
             && v["action"] == "investigate"
-            && v["message"].as_str().is_some_and(|m| m.contains("starved of CPU"))
+            && v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("starved of CPU") || m.contains("given no CPU"))
     })
 }
 

@@ -361,7 +361,7 @@ impl<'a> Judgment<'a> {
         let next = match pid {
             Some(p) => format!(
                 "on {host}: `ps -o pid,stat,wchan:20,cmd -p {p}` (stat T = stopped: `kill -CONT {p}`), \
-                 `cat /proc/{p}/stack`"
+                 `cat /proc/{p}/stack`, `uptime` (a load far above the cores starves it)"
             ),
             None => {
                 format!("on {host}: `ps -C fabprobe -o pid,stat,wchan:20,cmd` (stat T = stopped)")
@@ -372,7 +372,7 @@ impl<'a> Judgment<'a> {
             Fault::Stalled,
             format!(
                 "its control connection is open but it has sent nothing for {} (process stopped, e.g. \
-                 SIGSTOP, or stuck)",
+                 SIGSTOP, stuck, or given no CPU on a saturated host)",
                 secs(silent)
             ),
             next,
@@ -1207,7 +1207,7 @@ mod tests {
         assert_eq!(
             v[0].message,
             "RANK STALLED rank 1 (node-b): its control connection is open but it has sent nothing for 6.0 s \
-             (process stopped, e.g. SIGSTOP, or stuck); last seen at step 2 of all-gather; rank 2 waits on it"
+             (process stopped, e.g. SIGSTOP, stuck, or given no CPU on a saturated host); last seen at step 2 of all-gather; rank 2 waits on it"
         );
         assert!(v[0].next.as_deref().unwrap().contains("kill -CONT 1001"));
     }
