@@ -99,6 +99,7 @@ const NCCL: &[(&str, Option<&str>, &[u32])] = &[
     ("skip", Some("fr_rank_not_entered"), &[1]),
     ("dead", Some("fr_rank_no_dump"), &[3]),
     ("p2p", Some("fr_p2p_mismatch"), &[2]),
+    ("p2p_batch", Some("fr_p2p_mismatch"), &[2]),
     ("coalesced", None, &[]),
     ("coalesced_mismatch", Some("fr_collective_mismatch"), &[2]),
 ];
@@ -490,5 +491,95 @@ fn coalescing_blocks_are_one_call_on_each_rank() {
                 "{what}: {fr}"
             );
         }
+    }
+}
+
+/// A dump of one all_reduce (completed) then one P2P batch under P2P sequence number 1:
+/// `ops` its send/recv (`scheduled`, as ops inside a batch stay), then its end
+/// `nccl:coalesced` in `end_state`.
+fn batch_dump(ops: &[String], end_state: &str) -> String {
+    let p2p = |i: usize, op: &str, state: &str| {
+        let sizes: Vec<Vec<i64>> = if op == END { vec![] } else { vec![vec![1024]] };
+        serde_json::json!({
+            "record_id": i, "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+            "p2p_seq_id": 1, "is_p2p": true, "profiling_name": op, "input_sizes": sizes,
+            "output_sizes": sizes, "input_dtypes": [], "output_dtypes": [], "state": state,
+        })
+    };
+    let mut entries = vec![serde_json::json!({
+        "record_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+        "p2p_seq_id": 0, "is_p2p": false, "profiling_name": AR, "input_sizes": [[4]],
+        "output_sizes": [[4]], "input_dtypes": ["Float"], "output_dtypes": ["Float"],
+        "state": "completed",
+    })];
+    for (i, op) in ops.iter().enumerate() {
+        entries.push(p2p(i + 1, op, "scheduled"));
+    }
+    entries.push(p2p(ops.len() + 1, END, end_state));
+    serde_json::json!({"version": "2.10", "entries": entries,
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}})
+    .to_string()
+}
+
+/// batch_isend_irecv rings (every rank sends to the next and receives from the previous
+/// in one batch): a completed or a matched batch is no verdict; a batch with an op whose
+/// peer has no op toward it is fr_p2p_mismatch, blaming the rank whose op breaks the ring's
+/// pattern (a receive from the wrong peer, a send to the wrong peer), never its neighbour.
+#[test]
+fn batched_p2p_ops_are_matched_to_their_peers() {
+    type Case = (
+        &'static str,
+        &'static str,
+        Option<(usize, usize, usize)>,
+        Option<&'static str>,
+        Vec<u32>,
+    );
+    let cases: Vec<Case> = vec![
+        ("completed ring", "completed", None, None, vec![]),
+        ("matched ring, hung", "started", None, None, vec![]),
+        // (rank, 0 = its send / 1 = its recv, the wrong peer)
+        (
+            "rank 2 receives from 0",
+            "started",
+            Some((2, 1, 0)),
+            Some("fr_p2p_mismatch"),
+            vec![2],
+        ),
+        (
+            "rank 1 sends to 3",
+            "started",
+            Some((1, 0, 3)),
+            Some("fr_p2p_mismatch"),
+            vec![1],
+        ),
+        (
+            "rank 3 receives from 1",
+            "started",
+            Some((3, 1, 1)),
+            Some("fr_p2p_mismatch"),
+            vec![3],
+        ),
+    ];
+    for (what, end_state, wrong, cause, blame) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        for r in 0..4usize {
+            let (mut to, mut from) = ((r + 1) % 4, (r + 3) % 4);
+            match wrong {
+                Some((w, 0, p)) if w == r => to = p,
+                Some((w, 1, p)) if w == r => from = p,
+                _ => {}
+            }
+            let ops = [format!("nccl:send {r}->{to}"), format!("nccl:recv {r}<-{from}")];
+            let f = tmp.path().join(format!("nccl_trace_rank_{r}.json"));
+            std::fs::write(f, batch_dump(&ops, end_state)).unwrap();
+        }
+        let (_, v) = json(&[tmp.path().to_str().unwrap()]);
+        let fr = &v["data"]["flight_recorder"];
+        let first = fr["verdicts"]
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|v| v["cause"].as_str());
+        assert_eq!(first, cause, "{what}: {fr}");
+        assert_eq!(blamed(&v["data"]), blame, "{what}: {fr}");
     }
 }

@@ -174,6 +174,18 @@ def main():
             es.append(entry(v, len(es), 0, op, st, p2p=True, p2p_seq=i + 1))
         dumps[r] = dump(v, es, 3)
     write(out, "p2p", v, dumps, init_lines(range(4)))
+    # A batch_isend_irecv ring (each rank sends to the next, receives from the previous)
+    # where rank 2 receives from 0: every batch hangs (its end `started`, its ops
+    # `scheduled`), the ends of one batch share a P2P sequence number.
+    dumps = {}
+    for r in range(4):
+        es = collectives(v, 3, "completed")
+        prv = 0 if r == 2 else (r + 3) % 4
+        for op, st in ((f"nccl:send {r}->{(r + 1) % 4}", "scheduled"), (f"nccl:recv {r}<-{prv}", "scheduled"),
+                       ("nccl:coalesced", "started")):
+            es.append(entry(v, len(es), 0, op, st, () if op == "nccl:coalesced" else ((1024,),), p2p=True, p2p_seq=1))
+        dumps[r] = dump(v, es, 3)
+    write(out, "p2p_batch", v, dumps, init_lines(range(4)))
     # Coalescing blocks on every rank, alike: a healthy job (no verdict).
     write(out, "coalesced", v, {r: dump(v, coalesced_job(v, r), 5) for r in range(4)},
           init_lines(range(4)))

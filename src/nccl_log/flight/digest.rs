@@ -71,7 +71,11 @@ fn body(rank: u32, file: &str, kind: Kind, raw: RawDump) -> Body {
     };
     for (&(group, p2p), &s) in &e.last_by {
         let g = d.groups.entry(e.groups[group as usize].0.clone()).or_default();
-        *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(at(s));
+        let mut call = at(s);
+        if p2p {
+            call.coalesced = batch(&e.p2p_blocks, group, s.seq, &at);
+        }
+        *(if p2p { &mut g.last_p2p } else { &mut g.last }) = Some(call);
     }
     d.last = e.last.map(at);
     d.oldest = e.oldest.map(at);
@@ -89,6 +93,27 @@ fn body(rank: u32, file: &str, kind: Kind, raw: RawDump) -> Body {
         calls,
         seqs: e.seqs,
     }
+}
+
+/// The ops of the group's newest P2P batch when the newest P2P entry ends one (several
+/// entries under its sequence number), else none.
+fn batch(blocks: &[(u32, u64, Vec<u32>)], group: u32, seq: u64, at: &impl Fn(Seen) -> Call) -> Vec<Call> {
+    let Some((_, _, shapes)) = blocks.iter().find(|(g, s, _)| *g == group && *s == seq) else {
+        return Vec::new();
+    };
+    if shapes.len() < 2 {
+        return Vec::new();
+    }
+    shapes
+        .iter()
+        .map(|&shape| {
+            at(Seen {
+                shape,
+                seq,
+                record_id: 0,
+            })
+        })
+        .collect()
 }
 
 /// Dumps held at once per thread: enough to keep the threads busy, few enough to bound

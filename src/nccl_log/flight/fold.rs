@@ -47,6 +47,9 @@ pub struct Entries {
     blocks: Vec<(usize, Vec<u32>)>,
     /// The distinct blocks, as shape lists; in `seqs` a block is `shapes.len() + index`.
     composites: Vec<Vec<u32>>,
+    /// Per group, its newest P2P sequence number and the shapes recorded under it: more
+    /// than one is a batch (batch_isend_irecv), its end last.
+    pub(super) p2p_blocks: Vec<(u32, u64, Vec<u32>)>,
 }
 
 /// A distinct call: everything but the sequence number and the record id.
@@ -199,6 +202,18 @@ impl Entries {
         }
         if !p2p {
             self.note_collective(group, seen);
+        } else {
+            self.note_p2p(group, seen);
+        }
+    }
+
+    /// A P2P entry: the ops of one batch share a P2P sequence number, as a coalescing
+    /// block's do (see [`Entries::note_collective`]).
+    fn note_p2p(&mut self, group: u32, seen: Seen) {
+        match self.p2p_blocks.iter_mut().find(|(g, _, _)| *g == group) {
+            Some((_, seq, shapes)) if *seq == seen.seq => shapes.push(seen.shape),
+            Some(b) => *b = (group, seen.seq, vec![seen.shape]),
+            None => self.p2p_blocks.push((group, seen.seq, vec![seen.shape])),
         }
     }
 

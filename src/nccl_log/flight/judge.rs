@@ -477,36 +477,28 @@ fn none_completed(
 /// their op names is not pending toward anyone else (it is idle, done, or facing the same
 /// way): the ranks whose op waits on a peer busy elsewhere are knock-ons.
 fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerdict> {
-    let members = &g.ranks;
-    let global = |local: u32| members.get(local as usize).copied();
-    let pending: BTreeMap<u32, (&Call, u32, Option<u32>)> = members
-        .iter()
-        .filter_map(|r| {
-            let c = job.dumps().get(r)?.last_p2p_in(&g.name)?;
-            if c.state == State::Completed {
-                return None;
-            }
-            let (a, b) = c.p2p_ends()?;
-            // send a->b: this rank is a, peer b; recv a<-b: this rank is a, peer b.
-            Some((*r, (c, global(a)?, b.and_then(global))))
-        })
-        .collect();
+    let pending = pending_p2p(job, g);
     let matched = |r: u32, c: &Call, peer: Option<u32>| -> bool {
         let Some(p) = peer else { return true };
-        pending
-            .get(&p)
-            .is_some_and(|(pc, _, pp)| *pp == Some(r) && pc.kind() != c.kind())
+        pending.get(&p).is_some_and(|ops| {
+            ops.iter()
+                .any(|(pc, _, pp)| *pp == Some(r) && pc.kind() != c.kind())
+        })
     };
     let unmatched: Vec<(u32, &Call, Option<u32>)> = pending
         .iter()
-        .filter(|(r, (c, _, peer))| !matched(**r, c, *peer))
-        .map(|(r, (c, _, peer))| (*r, *c, *peer))
+        .flat_map(|(r, ops)| ops.iter().map(move |(c, _, peer)| (*r, *c, *peer)))
+        .filter(|(r, c, peer)| !matched(*r, c, *peer))
         .collect();
     if unmatched.is_empty() {
         return None;
     }
     let busy_elsewhere = |r: u32, peer: Option<u32>| {
-        peer.is_some_and(|p| pending.get(&p).is_some_and(|(_, _, pp)| *pp != Some(r)))
+        peer.is_some_and(|p| {
+            pending
+                .get(&p)
+                .is_some_and(|ops| ops.iter().all(|(_, _, pp)| *pp != Some(r)))
+        })
     };
     let mut blamed: Vec<u32> = unmatched
         .iter()
@@ -514,13 +506,22 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
         .map(|u| u.0)
         .collect();
     if blamed.is_empty() {
+        // Every end is busy (a batch on each rank): blame the ops that break the pattern
+        // the others keep, where there is one; else name every unmatched end.
+        blamed = odd_ones_out(&pending, &unmatched, &g.ranks);
+    }
+    if blamed.is_empty() {
         blamed = unmatched.iter().map(|u| u.0).collect();
     }
+    blamed.sort_unstable();
+    blamed.dedup();
     v.waiting = unmatched
         .iter()
         .map(|u| u.0)
         .filter(|r| !blamed.contains(r))
         .collect();
+    v.waiting.sort_unstable();
+    v.waiting.dedup();
     v.ranks = blamed;
     v.calls = unmatched
         .iter()
@@ -547,6 +548,75 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
     );
     v.file = cite(job, &v.ranks);
     Some(v)
+}
+
+/// The ranks of unmatched ops whose peer offset (peer minus self, around the group) differs
+/// from the one most pending ops of the same kind keep, when more than half keep one: in a
+/// ring of batches where one rank receives from the wrong peer, its receive is the odd one.
+fn odd_ones_out(
+    pending: &BTreeMap<u32, Vec<(&Call, u32, Option<u32>)>>,
+    unmatched: &[(u32, &Call, Option<u32>)],
+    members: &[u32],
+) -> Vec<u32> {
+    let n = members.len();
+    let local = |r: u32| members.iter().position(|&m| m == r);
+    let offset = |r: u32, peer: Option<u32>| Some((local(peer?)? + n - local(r)?) % n);
+    let mut counts: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+    let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
+    for (r, ops) in pending {
+        for (c, _, peer) in ops {
+            if let Some(o) = offset(*r, *peer) {
+                *counts.entry((c.kind(), o)).or_default() += 1;
+                *totals.entry(c.kind()).or_default() += 1;
+            }
+        }
+    }
+    let keeps = |kind: &str| {
+        let total = totals.get(kind).copied().unwrap_or(0);
+        counts
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .max_by_key(|(_, n)| **n)
+            .filter(|(_, n)| 2 * **n > total)
+            .map(|((_, o), _)| *o)
+    };
+    unmatched
+        .iter()
+        .filter(|(r, c, peer)| keeps(c.kind()).is_some_and(|o| offset(*r, *peer) != Some(o)))
+        .map(|u| u.0)
+        .collect()
+}
+
+/// Per member rank, its P2P ops still pending in the group: the newest op, or every op of
+/// the newest batch (a batch is pending until its end completes), each with its own end
+/// and its peer as global ranks.
+fn pending_p2p<'j>(job: &'j Job, g: &Group) -> BTreeMap<u32, Vec<(&'j Call, u32, Option<u32>)>> {
+    let members = &g.ranks;
+    let global = |local: u32| members.get(local as usize).copied();
+    members
+        .iter()
+        .filter_map(|r| {
+            let c = job.dumps().get(r)?.last_p2p_in(&g.name)?;
+            if c.state == State::Completed {
+                return None;
+            }
+            let ops: Vec<&Call> = if c.coalesced.is_empty() {
+                vec![c]
+            } else {
+                c.coalesced.iter().collect()
+            };
+            // send a->b: this rank is a, peer b; recv a<-b: this rank is a, peer b. The
+            // batch's end names no peer and is left out.
+            let ends: Vec<(&Call, u32, Option<u32>)> = ops
+                .into_iter()
+                .filter_map(|op| {
+                    let (a, b) = op.p2p_ends()?;
+                    Some((op, global(a)?, b.and_then(global)))
+                })
+                .collect();
+            (!ends.is_empty()).then_some((*r, ends))
+        })
+        .collect()
 }
 
 /// Hosts of the ranks named, and the next step of the fabric verdict (it needs them).
