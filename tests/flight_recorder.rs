@@ -524,7 +524,8 @@ fn batch_dump(ops: &[String], end_state: &str) -> String {
 /// batch_isend_irecv rings (every rank sends to the next and receives from the previous
 /// in one batch): a completed or a matched batch is no verdict; a batch with an op whose
 /// peer has no op toward it is fr_p2p_mismatch, blaming the rank whose op breaks the ring's
-/// pattern (a receive from the wrong peer, a send to the wrong peer), never its neighbour.
+/// pattern (a receive from the wrong peer, a send to the wrong peer), never its neighbour;
+/// a rank that never issued its batch is blamed, not the two neighbours that wait on it.
 #[test]
 fn batched_p2p_ops_are_matched_to_their_peers() {
     type Case = (
@@ -571,7 +572,14 @@ fn batched_p2p_ops_are_matched_to_their_peers() {
             }
             let ops = [format!("nccl:send {r}->{to}"), format!("nccl:recv {r}<-{from}")];
             let f = tmp.path().join(format!("nccl_trace_rank_{r}.json"));
-            std::fs::write(f, batch_dump(&ops, end_state)).unwrap();
+            let mut dump = batch_dump(&ops, end_state);
+            if wrong.is_some_and(|(w, k, _)| w == r && k == 2) {
+                // Only its all_reduce: the batch was never issued.
+                let mut d: serde_json::Value = serde_json::from_str(&dump).unwrap();
+                d["entries"].as_array_mut().unwrap().truncate(1);
+                dump = d.to_string();
+            }
+            std::fs::write(f, dump).unwrap();
         }
         let (_, v) = json(&[tmp.path().to_str().unwrap()]);
         let fr = &v["data"]["flight_recorder"];

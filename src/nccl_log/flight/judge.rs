@@ -493,26 +493,7 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
     if unmatched.is_empty() {
         return None;
     }
-    let busy_elsewhere = |r: u32, peer: Option<u32>| {
-        peer.is_some_and(|p| {
-            pending
-                .get(&p)
-                .is_some_and(|ops| ops.iter().all(|(_, _, pp)| *pp != Some(r)))
-        })
-    };
-    let mut blamed: Vec<u32> = unmatched
-        .iter()
-        .filter(|(r, _, p)| !busy_elsewhere(*r, *p))
-        .map(|u| u.0)
-        .collect();
-    if blamed.is_empty() {
-        // Every end is busy (a batch on each rank): blame the ops that break the pattern
-        // the others keep, where there is one; else name every unmatched end.
-        blamed = odd_ones_out(&pending, &unmatched, &g.ranks);
-    }
-    if blamed.is_empty() {
-        blamed = unmatched.iter().map(|u| u.0).collect();
-    }
+    let (mut blamed, late) = blame_p2p(&pending, &unmatched, &g.ranks);
     blamed.sort_unstable();
     blamed.dedup();
     v.waiting = unmatched
@@ -537,27 +518,73 @@ fn p2p_mismatch(job: &Job, g: &Group, mut v: FlightVerdict) -> Option<FlightVerd
             state: c.state,
         })
         .collect();
-    v.meaning = format!(
-        "P2P ops in process group {} have no matching op at the other end: rank {} waits on a peer that is not sending (receiving) to it; the pipeline's send/recv order differs between ranks",
-        label(g),
-        rank_runs(&v.ranks)
-    );
-    v.next = format!(
-        "fix the application's send/recv pairing on rank {} (each send needs the peer's recv at the same point)",
-        rank_runs(&v.ranks)
-    );
+    if late {
+        v.meaning = format!(
+            "rank {} has no P2P op pending in process group {} while rank {} wait on it: it has not reached the send/recv they wait for (stalled or on another path before it), or it left no dump; not the fabric",
+            rank_runs(&v.ranks),
+            label(g),
+            rank_runs(&v.waiting)
+        );
+        v.next = format!(
+            "find where rank {} is (`py-spy dump --pid PID` on its host; its newest call is in its dump)",
+            rank_runs(&v.ranks)
+        );
+    } else {
+        v.meaning = format!(
+            "P2P ops in process group {} have no matching op at the other end: rank {} waits on a peer that is not sending (receiving) to it; the pipeline's send/recv order differs between ranks",
+            label(g),
+            rank_runs(&v.ranks)
+        );
+        v.next = format!(
+            "fix the application's send/recv pairing on rank {} (each send needs the peer's recv at the same point)",
+            rank_runs(&v.ranks)
+        );
+    }
     v.file = cite(job, &v.ranks);
     Some(v)
+}
+
+type P2pOps<'j> = BTreeMap<u32, Vec<(&'j Call, u32, Option<u32>)>>;
+
+/// Whom unmatched P2P ops blame, and whether those are late peers. A rank that waits on a
+/// peer with no P2P op pending, while no unmatched op faces the waiting rank itself, waits
+/// for a peer that has not reached its op: the peer is blamed (late). Otherwise a rank is
+/// blamed where its peer is not pending toward anyone else; where every end is busy (a
+/// batch on each rank), the op that breaks the pattern the others keep; else every end.
+fn blame_p2p(pending: &P2pOps, unmatched: &[(u32, &Call, Option<u32>)], members: &[u32]) -> (Vec<u32>, bool) {
+    let faced = |r: u32| unmatched.iter().any(|(q, _, peer)| *q != r && *peer == Some(r));
+    let late: Vec<u32> = unmatched
+        .iter()
+        .filter_map(|(r, _, p)| (*p).filter(|p| !pending.contains_key(p) && !faced(*r)))
+        .collect();
+    if !late.is_empty() {
+        return (late, true);
+    }
+    let busy_elsewhere = |r: u32, peer: Option<u32>| {
+        peer.is_some_and(|p| {
+            pending
+                .get(&p)
+                .is_some_and(|ops| ops.iter().all(|(_, _, pp)| *pp != Some(r)))
+        })
+    };
+    let mut blamed: Vec<u32> = unmatched
+        .iter()
+        .filter(|(r, _, p)| !busy_elsewhere(*r, *p))
+        .map(|u| u.0)
+        .collect();
+    if blamed.is_empty() {
+        blamed = odd_ones_out(pending, unmatched, members);
+    }
+    if blamed.is_empty() {
+        blamed = unmatched.iter().map(|u| u.0).collect();
+    }
+    (blamed, false)
 }
 
 /// The ranks of unmatched ops whose peer offset (peer minus self, around the group) differs
 /// from the one most pending ops of the same kind keep, when more than half keep one: in a
 /// ring of batches where one rank receives from the wrong peer, its receive is the odd one.
-fn odd_ones_out(
-    pending: &BTreeMap<u32, Vec<(&Call, u32, Option<u32>)>>,
-    unmatched: &[(u32, &Call, Option<u32>)],
-    members: &[u32],
-) -> Vec<u32> {
+fn odd_ones_out(pending: &P2pOps, unmatched: &[(u32, &Call, Option<u32>)], members: &[u32]) -> Vec<u32> {
     let n = members.len();
     let local = |r: u32| members.iter().position(|&m| m == r);
     let offset = |r: u32, peer: Option<u32>| Some((local(peer?)? + n - local(r)?) % n);
@@ -590,7 +617,7 @@ fn odd_ones_out(
 /// Per member rank, its P2P ops still pending in the group: the newest op, or every op of
 /// the newest batch (a batch is pending until its end completes), each with its own end
 /// and its peer as global ranks.
-fn pending_p2p<'j>(job: &'j Job, g: &Group) -> BTreeMap<u32, Vec<(&'j Call, u32, Option<u32>)>> {
+fn pending_p2p<'j>(job: &'j Job, g: &Group) -> P2pOps<'j> {
     let members = &g.ranks;
     let global = |local: u32| members.get(local as usize).copied();
     members
