@@ -22,15 +22,6 @@ const SETTINGS: &[(&str, &str)] = &[
     ("NCCL_IB_HCA selecting nothing", "NCCL_IB_HCA==nosuch_9\n"),
 ];
 
-fn policies() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("checks"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(str::to_string))
-        .collect();
-    v.sort();
-    v
-}
 
 /// Every run of one fixture: each host command (check once per policy, qos once more per
 /// netdev with --ifname).
@@ -39,7 +30,7 @@ fn runs(fixture: &str) -> Vec<Vec<String>> {
     for cmd in common::host_commands() {
         match cmd {
             "check" => v.extend(
-                policies()
+                common::policies()
                     .into_iter()
                     .map(|p| vec!["check".into(), "--policy".into(), p]),
             ),
