@@ -766,6 +766,7 @@ fn after_failure(
             error: other.to_string(),
             link_fault: other.link_fault().cloned(),
             port_counters: moved(),
+            peer_closed: other.peer_closed(),
         },
     };
     if let Some(signal) = crate::ring::interrupt::process().caught() {

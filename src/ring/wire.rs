@@ -166,6 +166,10 @@ pub enum Msg {
         /// The counters of this rank's data NIC that moved since the start.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         port_counters: Vec<CounterMove>,
+        /// The failure is a data link its peer closed: it follows another rank's end, and
+        /// names the run's end only when nothing else does (absent from older ranks).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        peer_closed: bool,
     },
     Results(RankResults),
     /// A rank's answer to an abort: the counters of its data NIC that moved since the start,

@@ -93,6 +93,12 @@ impl RingError {
             _ => None,
         }
     }
+
+    /// A data link that its peer's end closed: this rank failed because another stopped
+    /// first (its interrupt, death or own failure is the cause), never a cause on its own.
+    pub fn peer_closed(&self) -> bool {
+        matches!(self, RingError::Transport(TransportError::Closed { .. }))
+    }
 }
 
 /// One channel's ring links: to the successor and from the predecessor, and their long

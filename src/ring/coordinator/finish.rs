@@ -18,6 +18,10 @@ pub(super) const COUNTERS_GRACE: Duration = Duration::from_millis(1500);
 impl Serve<'_> {
     /// The end: the final judgement, then done or abort to every rank, written out.
     pub(super) fn finish(&mut self, rep: &mut CoordinatorReport) {
+        // A link closed under a rank is the reason only when nothing else came to explain it.
+        if self.first_failure.is_none() {
+            self.first_failure = self.knock_on.take();
+        }
         if rep.interrupted.is_some() {
             self.results_so_far();
         }

@@ -17,6 +17,15 @@ use crate::text::printable;
 /// row per size, and runs have tens of sizes).
 const MAX_PENDING_ROWS: usize = 256;
 
+/// A rank's own failure report (`Msg::Failed`), as the coordinator takes it.
+pub(super) struct Failure {
+    pub error: String,
+    pub link_fault: Option<LinkFault>,
+    pub port_counters: Vec<CounterMove>,
+    /// A data link its peer closed: a knock-on of another rank's end (see `Serve::knock_on`).
+    pub peer_closed: bool,
+}
+
 impl Serve<'_> {
     /// What the scan driver decided: the next order to every rank, or its end.
     pub(super) fn scan_step(&mut self, rep: &mut CoordinatorReport, step: Step) {
@@ -115,8 +124,9 @@ impl Serve<'_> {
                 error,
                 link_fault,
                 port_counters,
+                peer_closed,
                 ..
-            } => self.on_failed(rep, r, error, link_fault, port_counters),
+            } => self.on_failed(rep, r, Failure { error, link_fault, port_counters, peer_closed }),
             Msg::Row { row, .. } => self.on_row(r, row),
             Msg::Interrupted { signal, at, .. } => self.on_interrupted(rep, r, &signal, &at),
             Msg::Results(mut res) => {
@@ -191,9 +201,12 @@ impl Serve<'_> {
         &mut self,
         rep: &mut CoordinatorReport,
         r: Rank,
-        error: String,
-        link_fault: Option<LinkFault>,
-        port_counters: Vec<CounterMove>,
+        Failure {
+            error,
+            link_fault,
+            port_counters,
+            peer_closed,
+        }: Failure,
     ) {
         let world = self.cfg.world;
         note_counters(rep, r, port_counters);
@@ -219,8 +232,11 @@ impl Serve<'_> {
         // Relayed to every rank and printed: escaped and bounded.
         let error = printable(&error, 1000);
         let (host, n) = (self.host(r), self.shown(r));
-        self.first_failure
-            .get_or_insert_with(|| format!("rank {n} ({host}) failed: {error}"));
+        let first = match peer_closed {
+            true => &mut self.knock_on,
+            false => &mut self.first_failure,
+        };
+        first.get_or_insert_with(|| format!("rank {n} ({host}) failed: {error}"));
         rep.failed.push((r, error));
         self.failing_since.get_or_insert(Instant::now());
         self.urgent = true;

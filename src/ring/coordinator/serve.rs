@@ -108,6 +108,10 @@ pub(super) struct Serve<'a> {
     pub(super) complete_rows: Vec<BTreeMap<Rank, RowResult>>,
     pub(super) failing_since: Option<Instant>,
     pub(super) first_failure: Option<String>,
+    /// The first failure that only followed another rank's end (a data link its peer
+    /// closed): the run's reason only when no other came by the end, whatever the order
+    /// the two arrived in on a loaded host.
+    pub(super) knock_on: Option<String>,
     pub(super) scan: Option<Box<dyn ScanDriver>>,
     /// Every rank's table has gone out (see `CoordinatorReport::tables_out_ms`).
     pub(super) tables_out: bool,
@@ -157,6 +161,7 @@ impl<'a> Serve<'a> {
             complete_rows: Vec::new(),
             failing_since: None,
             first_failure: None,
+            knock_on: None,
             scan: cfg.scan.as_ref().map(|make| make(cfg.world as usize)),
             tables_out: false,
             lag: match limits.cpu_reader {
