@@ -3,6 +3,8 @@
 //! command that reads that kind of device, in text and JSON, by its PCI bus ID; a probe
 //! says what it could not read of it (unknown, never a pass), and `check` keeps one finding
 //! for it, topo's, with the probes' under its `also`.
+//! A device whose kernel module is not loaded at all (every NIC of a vendor, every NVIDIA
+//! GPU) is named the same way inside one finding per module, subject the module.
 //! The fixtures are found, not listed: every fixture whose `topo` JSON names such a device.
 
 mod common;
@@ -20,6 +22,8 @@ struct Unlisted {
     nic: bool,
     bdf: String,
     netdevs: Vec<String>,
+    /// The module not loaded that names it with its siblings (`mlx5_core`, `nvidia`).
+    module: Option<String>,
 }
 
 fn unlisted(fixture: &str) -> Vec<Unlisted> {
@@ -35,6 +39,7 @@ fn unlisted(fixture: &str) -> Vec<Unlisted> {
                 .flatten()
                 .filter_map(|x| x.as_str().map(str::to_string))
                 .collect(),
+            module: n["module_not_loaded"].as_str().map(str::to_string),
         });
     }
     for g in v["data"]["gpus_not_in_nvml"].as_array().into_iter().flatten() {
@@ -42,6 +47,15 @@ fn unlisted(fixture: &str) -> Vec<Unlisted> {
             nic: false,
             bdf: g["pci_bus_id"].as_str().unwrap().to_string(),
             netdevs: Vec::new(),
+            module: None,
+        });
+    }
+    for g in v["data"]["gpus_without_driver"].as_array().into_iter().flatten() {
+        out.push(Unlisted {
+            nic: false,
+            bdf: g["pci_bus_id"].as_str().unwrap().to_string(),
+            netdevs: Vec::new(),
+            module: Some("nvidia".into()),
         });
     }
     out
@@ -58,9 +72,20 @@ fn commands(nic: bool) -> Vec<Vec<String>> {
     common::probe_and_check_runs(&probes)
 }
 
-/// The findings of a report whose subject is `bdf`.
-fn findings_on<'a>(v: &'a Value, bdf: &str) -> Vec<&'a Value> {
-    common::findings(v).filter(|f| f["subject"] == bdf).collect()
+/// The findings of a report that name `d`: subject its bus ID, or subject its module with
+/// its bus ID in the finding's `nics` or `gpus`.
+fn findings_on<'a>(v: &'a Value, d: &Unlisted) -> Vec<&'a Value> {
+    let lists = |f: &Value| {
+        ["nics", "gpus"]
+            .iter()
+            .any(|k| f["evidence"][*k].as_str().is_some_and(|s| s.contains(&d.bdf)))
+    };
+    common::findings(v)
+        .filter(|f| match &d.module {
+            None => f["subject"] == d.bdf.as_str(),
+            Some(m) => f["subject"] == m.as_str() && lists(f),
+        })
+        .collect()
 }
 
 #[test]
@@ -79,6 +104,7 @@ fn every_command_names_a_device_one_source_lists_and_another_does_not() {
         "h100-nic-unregistered",
         "h100-nic-unregistered-port-down",
         "h100-gpu-lost",
+        "h100-drivers-unloaded",
     ] {
         assert!(names.contains(&f), "{f} not among {names:?}");
     }
@@ -108,15 +134,16 @@ fn said(what: &str, fixture: &str, cmd: &[String], d: &Unlisted) -> Vec<String> 
         }
     }
     let v: Value = serde_json::from_str(&run(fixture, "json", cmd)).unwrap();
-    let on = findings_on(&v, &d.bdf);
+    let on = findings_on(&v, d);
     let check = cmd[0] == "check";
     match (check, on.as_slice()) {
         // check: one finding, topo's (the cause), the probes' under its also.
         (true, [f]) => {
-            let kind = if d.nic {
-                "topo.nic_not_in_rdma"
-            } else {
-                "topo.gpu_not_in_nvml"
+            let kind = match (d.nic, &d.module) {
+                (true, None) => "topo.nic_not_in_rdma",
+                (true, Some(_)) => "topo.rdma_driver_not_loaded",
+                (false, None) => "topo.gpu_not_in_nvml",
+                (false, Some(_)) => "topo.gpu_driver_not_loaded",
             };
             if f["id"] != kind {
                 bad.push(format!("{what} (json): its finding is {}, not {kind}", f["id"]));
@@ -154,7 +181,7 @@ fn no_command_names_an_unlisted_device_where_none_is() {
         for cmd in commands(true) {
             let v: Value = serde_json::from_str(&run(&fixture, "json", &cmd)).unwrap();
             let s = v["findings"].to_string();
-            if s.contains("_not_in_rdma") || s.contains("_not_in_nvml") {
+            if ["_not_in_rdma", "_not_in_nvml", "_driver_not_loaded"].iter().any(|k| s.contains(k)) {
                 bad.push(format!("{fixture} {}", cmd.join(" ")));
             }
         }
@@ -171,7 +198,13 @@ fn qos_says_what_it_could_not_read_of_a_netdev_with_no_rdma_device() {
         "{verdict}"
     );
     let v: Value = serde_json::from_str(&run("h100-eth-unregistered", "json", &["qos".to_string()])).unwrap();
-    let f = findings_on(&v, "0000:e9:00.1");
+    let eth1 = Unlisted {
+        nic: true,
+        bdf: "0000:e9:00.1".into(),
+        netdevs: vec!["eth1".into()],
+        module: None,
+    };
+    let f = findings_on(&v, &eth1);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0]["severity"], "unknown");
     assert_eq!(f[0]["evidence"]["netdevs"], "eth1");

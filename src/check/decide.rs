@@ -292,7 +292,7 @@ const EXPLAINS: &[Explains] = &[
     // switch), and only those, have no NIC of their own and their traffic takes a farther
     // NIC, GPUDirect RDMA off by distance (NCCL sees only what /sys/class/infiniband lists).
     Explains {
-        cause: &["topo.nic_not_in_rdma"],
+        cause: &["topo.nic_not_in_rdma", "topo.rdma_driver_not_loaded"],
         symptoms: &[
             "policy.ib.count",
             "policy.ib.count_min",
@@ -302,6 +302,18 @@ const EXPLAINS: &[Explains] = &[
         via: Via::Node,
     },
     // What each command could not read of that NIC, having no RDMA device to read it from.
+    // A module not loaded, the same way: each command's finding has the module as subject.
+    Explains {
+        cause: &["topo.rdma_driver_not_loaded"],
+        symptoms: &[
+            "gids.rdma_driver_not_loaded",
+            "links.rdma_driver_not_loaded",
+            "qos.rdma_driver_not_loaded",
+            "gdr.rdma_driver_not_loaded",
+            "nccl_env.rdma_driver_not_loaded",
+        ],
+        via: Via::SameSubject,
+    },
     Explains {
         cause: &["topo.nic_not_in_rdma"],
         symptoms: &[
@@ -314,12 +326,12 @@ const EXPLAINS: &[Explains] = &[
         via: Via::SameSubject,
     },
     Explains {
-        cause: &["topo.nic_not_in_rdma"],
+        cause: &["topo.nic_not_in_rdma", "topo.rdma_driver_not_loaded"],
         symptoms: &["*.nic_per_gpu"],
         via: Via::NoMoreShort,
     },
     Explains {
-        cause: &["topo.nic_not_in_rdma"],
+        cause: &["topo.nic_not_in_rdma", "topo.rdma_driver_not_loaded"],
         symptoms: &[
             "*.nic_path_max",
             "gdr.off_distance",
@@ -363,6 +375,18 @@ const EXPLAINS: &[Explains] = &[
         cause: &["topo.gpu_not_in_nvml"],
         symptoms: &["policy.gpu.count"],
         via: Via::Node,
+    },
+    // NVIDIA's driver not loaded: nvidia-persistenced and the Fabric Manager cannot run,
+    // and what they would report is not there to read.
+    Explains {
+        cause: &["topo.gpu_driver_not_loaded"],
+        symptoms: &["topo.fabric_manager_not_running", "topo.fabric_not_evaluated"],
+        via: Via::Node,
+    },
+    Explains {
+        cause: &["topo.gpu_driver_not_loaded"],
+        symptoms: &["gdr.gpu_driver_not_loaded"],
+        via: Via::SameSubject,
     },
     // A GPU of another model than the policy's has that model's NVLinks.
     Explains {
@@ -701,9 +725,9 @@ pub(crate) fn merge_causes(findings: Vec<Finding>) -> Vec<Finding> {
 fn urgency_of(id: &str) -> u8 {
     let key = id.rsplit('.').next().unwrap_or("");
     match id {
-        "topo.gpu_not_in_nvml" | "policy.gpu.count" => 0,
+        "topo.gpu_not_in_nvml" | "topo.gpu_driver_not_loaded" | "policy.gpu.count" => 0,
         "topo.nvlink_below_majority" => 1,
-        "links.port_not_active" | "topo.nic_not_in_rdma" => 2,
+        "links.port_not_active" | "topo.nic_not_in_rdma" | "topo.rdma_driver_not_loaded" => 2,
         "topo.pcie_width_degraded" | "topo.pcie_speed_degraded" | "links.pcie_downtrained" => 3,
         _ if !id.starts_with("policy.") => 4,
         _ => match key {

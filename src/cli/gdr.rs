@@ -66,10 +66,13 @@ JSON DATA (fabprobe.gdr)
    \"names_moved\": [{\"name\", \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core
      moved past a NIC that did not register; absent when none),
    \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
-     \"driver\", \"netdevs\", \"gpus_beside\"}] (NICs in the PCI tree that registered
+     \"driver\", \"netdevs\", \"gpus_beside\", \"module_not_loaded\" (the module to
+     load when none of the vendor's NICs registered)}] (NICs in the PCI tree that registered
      no RDMA device, and the GPUs on their PCIe switch; absent when none),
    \"gpus_not_in_nvml\": [{\"pci_bus_id\", \"current_link_speed\"}] (GPUs in the
-     PCI tree that NVML does not list; absent when none)}
+     PCI tree that NVML does not list; absent when none),
+   \"gpus_without_driver\": [{\"pci_bus_id\", \"driver\"}] (GPUs in the PCI tree that
+     NVIDIA's driver does not drive, read when NVML did not load; absent when none)}
 
 NOT CHECKED
   NCCL's own ibv_reg_dmabuf_mr(fd=-1) probe and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (need

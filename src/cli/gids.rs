@@ -59,7 +59,8 @@ JSON DATA (fabprobe.gids)
             \"pci_bus_id\", \"was_to_be\", \"past\"}] (names ib_core moved past a NIC
             that did not register; absent when none),
             \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
-              \"driver\", \"netdevs\"}] (NICs in
+              \"driver\", \"netdevs\", \"module_not_loaded\" (the module to load when
+              none of the vendor's NICs registered; absent otherwise)}] (NICs in
             the PCI tree that registered no RDMA device; absent when none)},
    \"nccl_env\": {\"gid_index\", \"roce_version_num\", \"addr_family\", \"addr_range\",
                 \"routable_flid_gid_index\" (null when unset), \"auto_default\" (NCCL picks the

@@ -74,7 +74,8 @@ JSON DATA (fabprobe.nccl-env)
      moved past a NIC that did not register: NCCL_IB_HCA selects another NIC under them;
      absent when none),
    \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
-     \"driver\", \"netdevs\"}] (NICs in
+     \"driver\", \"netdevs\", \"module_not_loaded\" (the module to load when
+              none of the vendor's NICs registered; absent otherwise)}] (NICs in
      the PCI tree that registered no RDMA device: NCCL cannot use them; absent
      when none)}";
 

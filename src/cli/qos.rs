@@ -73,7 +73,8 @@ JSON DATA (fabprobe.qos)
             \"was_to_be\", \"past\"}] (names ib_core moved past a NIC that did not
             register; absent when none),
             \"not_in_rdma\": [{\"label\", \"pci_bus_id\", \"vendor_device\",
-              \"driver\", \"netdevs\"}] (NICs in
+              \"driver\", \"netdevs\", \"module_not_loaded\" (the module to load when
+              none of the vendor's NICs registered; absent otherwise)}] (NICs in
             the PCI tree that registered no RDMA device; absent when none)},
    \"sample\": null | {\"kind\": \"interval\"|\"baseline\", \"baseline\", \"interval_s\"},
    \"interfaces\": [{\"ifname\", \"rdma_device\", \"rdma_port\",

@@ -104,8 +104,13 @@ JSON DATA (schema fabprobe.topo)
                              NVIDIA GPUs on the PCI bus that NVML does not list
   nics_not_in_rdma[]        {label (the one it would have had), pci_bus_id, vendor_device
                              (15b3:1021), driver, netdevs[], gpus_beside[] (on its PCIe
-                             switch; absent: none)}: RDMA-capable NICs on the PCI bus that
+                             switch; absent: none), module_not_loaded (mlx5_core: the
+                             module to load when none of the vendor's NICs registered;
+                             absent otherwise)}: RDMA-capable NICs on the PCI bus that
                              /sys/class/infiniband does not list
+  gpus_without_driver[]     {pci_bus_id, driver (nouveau; null: none bound)}: NVIDIA GPUs
+                             on the PCI bus that NVIDIA's driver does not drive, read when
+                             NVML did not load (vfio-pci ones are left out); absent: none
   notes[]                   what the report could not see
   fabric                    absent without NVSwitches and fabric-reporting GPUs, else
                             {nvswitches[] {pci_bus_id, device_id, driver},

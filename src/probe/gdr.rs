@@ -35,6 +35,10 @@ pub struct GdrReport {
     /// GPUs the PCI tree shows that NVML does not list (topo's `gpus_not_in_nvml`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus_not_in_nvml: Vec<topo::GpuNotInNvml>,
+    /// GPUs the PCI tree shows that NVIDIA's driver does not drive (topo's
+    /// `gpus_without_driver`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_without_driver: Vec<topo::GpuWithoutDriver>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -474,6 +478,7 @@ pub fn probe(host: &Host, nccl: &NcclSettings) -> GdrReport {
         names_moved: topo::moved_names(&t),
         not_in_rdma: t.nics_not_in_rdma.clone(),
         gpus_not_in_nvml: t.gpus_not_in_nvml.clone(),
+        gpus_without_driver: t.gpus_without_driver.clone(),
         gpus,
         nics,
         nccl_net_gdr_level,
@@ -728,9 +733,10 @@ pub(crate) type RuleFn = fn(&Gdr<'_>, &mut Vec<Finding>);
 /// What keeps GPUDirect RDMA off or slow, each one finding over every pair it concerns.
 pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
-        ids: &["gdr.nic_not_in_rdma"],
+        ids: &["gdr.nic_not_in_rdma", "gdr.rdma_driver_not_loaded"],
         severity: &[Severity::Unknown],
-        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma; every NIC of a \
+                module that is not loaded in one finding, as topo.rdma_driver_not_loaded): \
                 named by its bus ID and netdev; no GPU pair with it is judged",
         judge: gdr_not_in_rdma,
     },
@@ -740,6 +746,14 @@ pub static RULES: &[Rule<RuleFn>] = &[
         about: "a GPU in the PCI tree that NVML does not list (topo.gpu_not_in_nvml): named by \
                 its bus ID; no NIC pair with it is judged",
         judge: gdr_gpu_not_in_nvml,
+    },
+    Rule {
+        ids: &["gdr.gpu_driver_not_loaded"],
+        severity: &[Severity::Unknown],
+        about: "NVIDIA GPUs in the PCI tree that NVIDIA's driver does not drive \
+                (topo.gpu_driver_not_loaded): one finding, subject the module; no NIC pair \
+                with them is judged",
+        judge: gdr_gpu_driver_not_loaded,
     },
     Rule {
         ids: &["gdr.nothing_to_judge"],
@@ -837,6 +851,27 @@ fn gdr_gpu_not_in_nvml(x: &Gdr, out: &mut Vec<Finding>) {
             .fix(format!("see `fabprobe topo`'s topo.gpu_not_in_nvml {} for why and the fix", g.pci_bus_id)),
         );
     }
+}
+
+fn gdr_gpu_driver_not_loaded(x: &Gdr, out: &mut Vec<Finding>) {
+    let g = &x.r.gpus_without_driver;
+    if g.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = g.iter().map(|x| x.pci_bus_id.as_str()).collect();
+    let count = crate::finding::spell::count(g.len(), "NVIDIA GPU", "NVIDIA GPUs");
+    out.push(
+        Finding::new(
+            "gdr.gpu_driver_not_loaded",
+            Severity::Unknown,
+            "nvidia",
+            format!(
+                "not evaluated: {count} in the PCI tree and NVIDIA's driver drives none of them: CUDA and NCCL cannot use them, so no GPUDirect RDMA pair of them is judged"
+            ),
+        )
+        .evidence("gpus", ids.join(" "))
+        .fix("see `fabprobe topo`'s topo.gpu_driver_not_loaded nvidia for why and the fix"),
+    );
 }
 
 /// Judge GPUDirect RDMA by [`RULES`].

@@ -48,16 +48,23 @@ pub(crate) fn presence(host: &Host) -> (RdmaPresence, Vec<String>) {
         );
     }
     match ib::list_devices(host) {
-        None => (
-            RdmaPresence {
+        None => {
+            // No class directory (ib_core not loaded): RDMA NICs in the PCI tree are still
+            // named, and the kernel's support is not doubted for them.
+            let (not_in_rdma, names_moved) = crate::probe::topo::probe_unregistered(host);
+            let message = match not_in_rdma.is_empty() {
+                true => NO_IB_KERNEL.to_string(),
+                false => "no RDMA devices: /sys/class/infiniband is absent (ib_core not loaded) and the PCI tree has RDMA NICs".to_string(),
+            };
+            let presence = RdmaPresence {
                 devices_found: false,
-                message: Some(NO_IB_KERNEL.to_string()),
+                message: Some(message),
                 unreadable: None,
-                names_moved: Vec::new(),
-                not_in_rdma: Vec::new(),
-            },
-            Vec::new(),
-        ),
+                names_moved,
+                not_in_rdma,
+            };
+            (presence, Vec::new())
+        }
         Some(v) => {
             // A driver that did not register its NICs leaves the class empty: name them too.
             let (not_in_rdma, names_moved) = crate::probe::topo::probe_unregistered(host);
@@ -221,9 +228,10 @@ pub struct Port<'a> {
 /// port's findings are listed.
 pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
-        ids: &["gids.nic_not_in_rdma"],
+        ids: &["gids.nic_not_in_rdma", "gids.rdma_driver_not_loaded"],
         severity: &[Severity::Unknown],
-        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma; every NIC of a \
+                module that is not loaded in one finding, as topo.rdma_driver_not_loaded): \
                 named by its bus ID and netdev; it has no GID table to read",
         judge: RuleFn::Report(gids_not_in_rdma),
     },

@@ -521,9 +521,10 @@ pub struct Port<'a> {
 /// What breaks a link, in the order one port's findings are listed.
 pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
-        ids: &["links.nic_not_in_rdma"],
+        ids: &["links.nic_not_in_rdma", "links.rdma_driver_not_loaded"],
         severity: &[Severity::Unknown],
-        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma; every NIC of a \
+                module that is not loaded in one finding, as topo.rdma_driver_not_loaded): \
                 named by its bus ID and netdev; its RDMA ports' state, rate and counters are unread",
         judge: RuleFn::Report(links_not_in_rdma),
     },

@@ -620,9 +620,10 @@ pub enum RuleFn {
 /// order the findings are listed.
 pub static RULES: &[Rule<RuleFn>] = &[
     Rule {
-        ids: &["nccl_env.nic_not_in_rdma"],
+        ids: &["nccl_env.nic_not_in_rdma", "nccl_env.rdma_driver_not_loaded"],
         severity: &[Severity::Unknown],
-        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma; every NIC of a \
+                module that is not loaded in one finding, as topo.rdma_driver_not_loaded): \
                 named by its bus ID and netdev; NCCL_IB_HCA cannot select it",
         judge: RuleFn::Report(nccl_env_not_in_rdma),
     },

@@ -722,9 +722,10 @@ pub static RULES: &[Rule<RuleFn>] = &[
         judge: qos_nothing,
     },
     Rule {
-        ids: &["qos.nic_not_in_rdma"],
+        ids: &["qos.nic_not_in_rdma", "qos.rdma_driver_not_loaded"],
         severity: &[Severity::Unknown],
-        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma): \
+        about: "a NIC in the PCI tree that registered no RDMA device (topo.nic_not_in_rdma; every NIC of a \
+                module that is not loaded in one finding, as topo.rdma_driver_not_loaded): \
                 named by its bus ID and netdev; RoCE cannot run on it, its RDMA port's traffic \
                 class and CNP counters are unread, and whether it is lossless is not judged \
                 (its netdev's DCB and pause counters: qos --ifname)",

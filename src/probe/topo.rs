@@ -55,6 +55,19 @@ pub struct TopoReport {
     /// of `nics` and the matrices; their labels are kept, so the others' do not shift.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics_not_in_rdma: Vec<NicNotInRdma>,
+    /// NVIDIA GPUs the PCI tree shows with NVIDIA's driver not bound to them (no driver, or
+    /// nouveau), read when NVML did not load: CUDA can use none of them. A GPU handed to a
+    /// VM (vfio-pci) is not listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus_without_driver: Vec<GpuWithoutDriver>,
+}
+
+/// An NVIDIA GPU in the PCI tree that NVIDIA's driver does not drive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuWithoutDriver {
+    pub pci_bus_id: String,
+    /// The driver bound to it (`nouveau`), None when none is.
+    pub driver: Option<String>,
 }
 
 /// A NIC seen in the PCI tree only: what sysfs says of it.
@@ -72,6 +85,46 @@ pub struct NicNotInRdma {
     /// The GPUs that share a PCIe switch with it (PIX/PXB): the ones whose NIC it was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus_beside: Vec<String>,
+    /// The kernel module that is not loaded (`mlx5_core`, `mlx5_ib`), when no RDMA device
+    /// of its vendor registered at all: one module explains every such NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_not_loaded: Option<String>,
+}
+
+/// The module to load for a NIC of `vendor:device` bound to `driver` that registered no
+/// RDMA device: the vendor's NIC driver when none is bound, else its RDMA half
+/// (drivers/infiniband/hw/*). None: a vendor this table does not know.
+fn module_to_load(vendor: u32, device: u32, driver: Option<&str>) -> Option<&'static str> {
+    Some(match (vendor, driver) {
+        // ConnectX-3 (mlx4) and later (mlx5).
+        (0x15b3, None) if matches!(device, 0x1003 | 0x1004 | 0x1007) => "mlx4_core",
+        (0x15b3, None) => "mlx5_core",
+        (0x15b3, Some("mlx5_core")) => "mlx5_ib",
+        (0x15b3, Some("mlx4_core")) => "mlx4_ib",
+        (0x14e4, None) => "bnxt_en",
+        (0x14e4, Some("bnxt_en")) => "bnxt_re",
+        // Omni-Path's hfi1 registers its own device; the E810's RDMA half is irdma.
+        (0x8086, None) if matches!(device, 0x24f0 | 0x24f1) => "hfi1",
+        (0x8086, None) => "ice",
+        (0x8086, Some("ice")) => "irdma",
+        (0x1077, Some("qede")) => "qedr",
+        (0x1d0f, None) => "efa",
+        _ => return None,
+    })
+}
+
+/// The NICs of `missing` whose module is not loaded, by module (bus order within), and
+/// the rest, each its own cause.
+pub(crate) fn by_module_not_loaded(missing: &[NicNotInRdma]) -> (BTreeMap<&str, Vec<&NicNotInRdma>>, Vec<&NicNotInRdma>) {
+    let mut groups: BTreeMap<&str, Vec<&NicNotInRdma>> = BTreeMap::new();
+    let mut own = Vec::new();
+    for n in missing {
+        match n.module_not_loaded.as_deref() {
+            Some(m) => groups.entry(m).or_default().push(n),
+            None => own.push(n),
+        }
+    }
+    (groups, own)
 }
 
 /// A GPU seen in the PCI tree only: what sysfs still says of it.
@@ -429,6 +482,10 @@ pub fn probe(host: &Host) -> TopoReport {
         Some(_) => gpus_missing_from(host, &found.bus_ids),
         None => Vec::new(),
     };
+    let gpus_without_driver = match &found.nvml {
+        Some(_) => Vec::new(),
+        None => gpus_without_driver(host, &found.bus_ids),
+    };
     let gpus = read_gpus(host, &found, &mut notes);
     let mut nics = read_nics(host, &mut notes);
     let mut nics_not_in_rdma = nics_missing_from(host, &mut nics);
@@ -460,6 +517,7 @@ pub fn probe(host: &Host) -> TopoReport {
         fabric,
         gpus_not_in_nvml,
         nics_not_in_rdma,
+        gpus_without_driver,
     };
     finish(&mut r);
     r
@@ -601,11 +659,45 @@ fn nics_missing_from(host: &Host, nics: &mut [TopoNic]) -> Vec<NicNotInRdma> {
             driver,
             netdevs,
             gpus_beside: Vec::new(),
+            module_not_loaded: None,
         });
     }
     missing.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+    // No registered RDMA device of the vendor: its module is not loaded (a probe that failed
+    // on one NIC leaves the vendor's others registered).
+    let vendors: Vec<u32> = nics.iter().filter_map(|n| n.pci.ident.vendor).collect();
+    for m in &mut missing {
+        let (vendor, device) = m
+            .vendor_device
+            .split_once(':')
+            .map(|(v, d)| (u32::from_str_radix(v, 16).ok(), u32::from_str_radix(d, 16).ok()))
+            .unwrap_or((None, None));
+        if let Some(v) = vendor.filter(|v| !vendors.contains(v)) {
+            m.module_not_loaded = module_to_load(v, device.unwrap_or(0), m.driver.as_deref()).map(str::to_string);
+        }
+    }
     relabel_around(nics, &mut missing);
     missing
+}
+
+/// The GPUs of `bus_ids` (found in sysfs) that NVIDIA's driver does not drive; a GPU bound
+/// to vfio-pci belongs to a VM and is left out.
+fn gpus_without_driver(host: &Host, bus_ids: &[String]) -> Vec<GpuWithoutDriver> {
+    bus_ids
+        .iter()
+        .filter_map(|bdf| {
+            let driver = host
+                .read_link(format!("/sys/bus/pci/devices/{bdf}/driver"))
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            match driver.as_deref() {
+                Some("nvidia" | "vfio-pci") => None,
+                _ => Some(GpuWithoutDriver {
+                    pci_bus_id: bdf.clone(),
+                    driver,
+                }),
+            }
+        })
+        .collect()
 }
 
 /// Each missing NIC's GPUs: those on its PCIe switch (PIX/PXB), as its place in the tree says.
@@ -701,7 +793,20 @@ pub(crate) fn probe_unregistered(host: &Host) -> (Vec<NicNotInRdma>, Vec<MovedNa
 /// device the NIC does not have), subject its bus ID as topo's, naming its netdevs and
 /// `unread`, what the command could not read. `check` folds it under topo's finding.
 pub(crate) fn unlisted_findings(probe: &str, unread: &str, missing: &[NicNotInRdma], out: &mut Vec<Finding>) {
-    for n in missing {
+    let (groups, own) = by_module_not_loaded(missing);
+    // A module not loaded: one finding for its NICs, subject the module, as topo's.
+    for (module, nics) in groups {
+        let mut f = module_finding(
+            &format!("{probe}.rdma_driver_not_loaded"),
+            Severity::Unknown,
+            module,
+            &nics,
+            ("not evaluated: ", "none has an RDMA device for this command to read"),
+        );
+        f.fix = Some(format!("see `fabprobe topo`'s topo.rdma_driver_not_loaded {module} for the fix"));
+        out.push(f);
+    }
+    for n in own {
         let netdev = match n.netdevs.as_slice() {
             [] => String::new(),
             v => format!(", netdev {}", v.join(" ")),
@@ -1123,6 +1228,22 @@ pub static RULES: &[Rule<RuleFn>] = &[
         judge: RuleFn::Report(nic_not_in_rdma),
     },
     Rule {
+        ids: &["topo.gpu_driver_not_loaded"],
+        severity: &[Severity::Fail],
+        about: "NVIDIA GPUs in the PCI tree that NVIDIA's driver does not drive (no driver \
+                bound, or nouveau) while NVML does not load; one finding for all of them, \
+                subject the module",
+        judge: RuleFn::Report(gpu_driver_not_loaded),
+    },
+    Rule {
+        ids: &["topo.rdma_driver_not_loaded"],
+        severity: &[Severity::Fail],
+        about: "RDMA NICs in the PCI tree and none of their vendor in /sys/class/infiniband: \
+                one kernel module is not loaded (mlx5_core with no driver bound, mlx5_ib \
+                under a bound mlx5_core); one finding for all of them, subject the module",
+        judge: RuleFn::Report(rdma_driver_not_loaded),
+    },
+    Rule {
         ids: &["topo.pcie_width_degraded"],
         severity: &[Severity::Fail],
         about: "link width below what device and upstream port support",
@@ -1177,7 +1298,7 @@ fn topo_nothing(r: &TopoReport, out: &mut Vec<Finding>) {
 }
 
 fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
-    for n in &r.nics_not_in_rdma {
+    for n in by_module_not_loaded(&r.nics_not_in_rdma).1 {
         let netdev = match n.netdevs.as_slice() {
             [] => String::new(),
             v => format!(", netdev {}", v.join(" ")),
@@ -1229,6 +1350,99 @@ fn nic_not_in_rdma(r: &TopoReport, out: &mut Vec<Finding>) {
             .fix(fix),
         );
     }
+}
+
+/// How a module that is not loaded reads: why, and the fix.
+fn module_words(module: &str, nics: &[&NicNotInRdma]) -> (String, String) {
+    let bound = nics.iter().find_map(|n| n.driver.as_deref());
+    let why = match bound {
+        Some(d) => format!("{d} drives them, but its RDMA module {module} is not loaded: no RDMA device registered"),
+        None => format!("no driver is bound to any of them: {module} is not loaded"),
+    };
+    let first = nics.first().map_or("", |n| n.pci_bus_id.as_str());
+    let fix = format!(
+        "`modprobe {module}` (and list it in /etc/modules-load.d/ so it loads at boot); if it fails, `dmesg | grep -i {module}` and `lspci -k -s {first}` say why (a module not built for this kernel: `dkms status`)"
+    );
+    (why, fix)
+}
+
+/// Every NIC of a vendor missing from RDMA because one module is not loaded: one cause, one
+/// finding (the per-NIC `topo.nic_not_in_rdma` is for a NIC whose siblings registered).
+fn rdma_driver_not_loaded(r: &TopoReport, out: &mut Vec<Finding>) {
+    for (module, nics) in by_module_not_loaded(&r.nics_not_in_rdma).0 {
+        out.push(module_finding("topo.rdma_driver_not_loaded", Severity::Fail, module, &nics, ("", "NCCL can use none of them")));
+    }
+}
+
+/// The finding of `id` for the NICs `nics` that `module` not loaded leaves without an RDMA
+/// device; `lead` and `cost` say what it costs the command.
+pub(crate) fn module_finding(
+    id: &str,
+    severity: Severity,
+    module: &str,
+    nics: &[&NicNotInRdma],
+    (lead, cost): (&str, &str),
+) -> Finding {
+    let (why, fix) = module_words(module, nics);
+    let listed: Vec<String> = nics
+        .iter()
+        .map(|n| match n.netdevs.as_slice() {
+            [] => format!("{} {}", n.pci_bus_id, n.label),
+            v => format!("{} {} ({})", n.pci_bus_id, n.label, v.join(" ")),
+        })
+        .collect();
+    let gpus: Vec<&str> = nics.iter().flat_map(|n| n.gpus_beside.iter().map(String::as_str)).collect();
+    let count = crate::finding::spell::count(nics.len(), "RDMA NIC", "RDMA NICs");
+    let f = Finding::new(
+        id,
+        severity,
+        module,
+        format!("{lead}{count} in the PCI tree and none in /sys/class/infiniband: {why}; {cost}"),
+    )
+    .evidence("nics", listed.join(", "))
+    .evidence("module", module)
+    .evidence("driver", nics.iter().find_map(|n| n.driver.as_deref()).unwrap_or("none"))
+    .fix(fix);
+    // The GPUs whose NICs they were (topo reads them; the other commands do not).
+    match gpus.is_empty() {
+        true => f,
+        false => f.evidence("gpus", gpus.join(" ")),
+    }
+}
+
+/// NVIDIA GPUs that NVIDIA's driver does not drive: one cause (the nvidia module is not
+/// loaded, or another driver holds them), one finding, subject the module.
+fn gpu_driver_not_loaded(r: &TopoReport, out: &mut Vec<Finding>) {
+    let g = &r.gpus_without_driver;
+    if g.is_empty() {
+        return;
+    }
+    let others: Vec<&str> = g.iter().filter_map(|x| x.driver.as_deref()).collect();
+    let why = match others.first() {
+        None => "no driver is bound to any of them: the nvidia kernel module is not loaded".to_string(),
+        Some(d) => format!("{d} drives them, not nvidia"),
+    };
+    let nvml = r
+        .nvlink_unavailable_reason
+        .as_deref()
+        .map_or(String::new(), |x| format!(" (NVML: {x})"));
+    let count = crate::finding::spell::count(g.len(), "NVIDIA GPU", "NVIDIA GPUs");
+    let ids: Vec<&str> = g.iter().map(|x| x.pci_bus_id.as_str()).collect();
+    let fix = match others.first() {
+        None => "`modprobe nvidia` (then `nvidia-smi` lists every GPU); if it fails, `dmesg | grep -i nvrm` says why (a module not built for this kernel: `dkms status`); then start nvidia-persistenced and, on NVSwitch hosts, nvidia-fabricmanager".to_string(),
+        Some(d) => format!("blacklist {d} (`/etc/modprobe.d/`), rebuild the initramfs, and load nvidia; `lspci -k -s {}` shows which driver holds it", ids[0]),
+    };
+    out.push(
+        Finding::new(
+            "topo.gpu_driver_not_loaded",
+            Severity::Fail,
+            "nvidia",
+            format!("{count} in the PCI tree and {why}{nvml}; CUDA and NCCL can use none of them"),
+        )
+        .evidence("gpus", ids.join(" "))
+        .evidence("driver", others.first().copied().unwrap_or("none"))
+        .fix(fix),
+    );
 }
 
 fn gpu_not_in_nvml(r: &TopoReport, out: &mut Vec<Finding>) {
@@ -1686,6 +1900,7 @@ pub fn from_nccl_system(sys: &NcclSystem, file: &str) -> TopoReport {
         fabric: None,
         gpus_not_in_nvml: Vec::new(),
         nics_not_in_rdma: Vec::new(),
+        gpus_without_driver: Vec::new(),
     };
     finish(&mut r);
     r
@@ -1963,6 +2178,61 @@ pub(crate) fn nvlink_fix(subject: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 42: the module a NIC that registered no RDMA device waits for, by vendor,
+    /// device and bound driver (the NIC driver when none is bound, else its RDMA half).
+    #[test]
+    fn module_to_load_table() {
+        let cases = [
+            (0x15b3, 0x1021, None, Some("mlx5_core")),
+            (0x15b3, 0x101d, Some("mlx5_core"), Some("mlx5_ib")),
+            (0x15b3, 0x1007, None, Some("mlx4_core")),
+            (0x15b3, 0x1007, Some("mlx4_core"), Some("mlx4_ib")),
+            (0x14e4, 0x1750, None, Some("bnxt_en")),
+            (0x14e4, 0x1750, Some("bnxt_en"), Some("bnxt_re")),
+            (0x8086, 0x1592, None, Some("ice")),
+            (0x8086, 0x1592, Some("ice"), Some("irdma")),
+            (0x8086, 0x24f0, None, Some("hfi1")),
+            (0x1077, 0x8070, Some("qede"), Some("qedr")),
+            (0x1d0f, 0xefa1, None, Some("efa")),
+            // A driver this table does not pair with an RDMA module: each NIC its own cause.
+            (0x15b3, 0x1021, Some("vfio-pci"), None),
+            (0x1af4, 0x1041, None, None),
+        ];
+        for (v, d, drv, want) in cases {
+            assert_eq!(module_to_load(v, d, drv), want, "{v:04x}:{d:04x} {drv:?}");
+        }
+    }
+
+    /// One module not loaded groups its NICs; a NIC whose vendor registered others is its own.
+    #[test]
+    fn only_nics_marked_with_a_module_are_grouped() {
+        let nic = |bdf: &str, module: Option<&str>| NicNotInRdma {
+            label: String::new(),
+            pci_bus_id: bdf.into(),
+            vendor_device: "15b3:1021".into(),
+            driver: None,
+            netdevs: vec![],
+            gpus_beside: vec![],
+            module_not_loaded: module.map(str::to_string),
+        };
+        let missing = [
+            nic("0000:0c:00.0", Some("mlx5_core")),
+            nic("0000:2a:00.0", None),
+            nic("0000:41:00.0", Some("mlx5_core")),
+            nic("0000:58:00.0", Some("bnxt_en")),
+        ];
+        let (groups, own) = by_module_not_loaded(&missing);
+        let g: Vec<(&str, Vec<&str>)> = groups
+            .iter()
+            .map(|(m, v)| (*m, v.iter().map(|n| n.pci_bus_id.as_str()).collect()))
+            .collect();
+        assert_eq!(
+            g,
+            [("bnxt_en", vec!["0000:58:00.0"]), ("mlx5_core", vec!["0000:0c:00.0", "0000:41:00.0"])]
+        );
+        assert_eq!(own.iter().map(|n| n.pci_bus_id.as_str()).collect::<Vec<_>>(), ["0000:2a:00.0"]);
+    }
 
     #[test]
     fn rates() {

@@ -131,7 +131,11 @@ pub(crate) fn table(r: &GidsReport, findings: &[Finding]) -> String {
 
 fn table_body(r: &GidsReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
-        // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
+        // The verdict first, as on every table: NOT EVALUATED when nothing showed up; what
+        // else was said (RDMA NICs whose module is not loaded) is listed under it.
+        if findings.iter().any(|f| !f.id.ends_with(".nothing_to_judge")) {
+            return text::verdict_first("gids", findings, format!("{m}\n"));
+        }
         return format!("{}{m}\n", crate::render::text::verdict_line("gids", findings));
     }
     let mut out = table_rows(r, text::width());

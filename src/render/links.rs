@@ -198,7 +198,11 @@ pub(crate) fn table(r: &LinksReport, findings: &[Finding]) -> String {
 
 fn table_body(r: &LinksReport, findings: &[Finding]) -> String {
     if let Some(m) = &r.rdma.message {
-        // The verdict first, as on every table: NOT EVALUATED when nothing showed up.
+        // The verdict first, as on every table: NOT EVALUATED when nothing showed up; what
+        // else was said (RDMA NICs whose module is not loaded) is listed under it.
+        if findings.iter().any(|f| !f.id.ends_with(".nothing_to_judge")) {
+            return text::verdict_first("links", findings, format!("{m}\n"));
+        }
         return format!("{}{m}\n", crate::render::text::verdict_line("links", findings));
     }
     let sampled = r.sample.as_ref().is_some_and(|s| s.has_deltas());
