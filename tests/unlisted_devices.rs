@@ -181,7 +181,10 @@ fn no_command_names_an_unlisted_device_where_none_is() {
         for cmd in commands(true) {
             let v: Value = serde_json::from_str(&run(&fixture, "json", &cmd)).unwrap();
             let s = v["findings"].to_string();
-            if ["_not_in_rdma", "_not_in_nvml", "_driver_not_loaded"].iter().any(|k| s.contains(k)) {
+            if ["_not_in_rdma", "_not_in_nvml", "_driver_not_loaded"]
+                .iter()
+                .any(|k| s.contains(k))
+            {
                 bad.push(format!("{fixture} {}", cmd.join(" ")));
             }
         }

@@ -44,6 +44,11 @@ const TABLE: &[(&str, &str, &str, &str, &str)] = &[
     ("h100-eth-unregistered", "dgx-h100", "fail", "topo.nic_not_in_rdma", "0000:e9:00.1"),
     ("h100-eth-unregistered", "hdr-a100", "fail", "topo.nic_not_in_rdma", "0000:e9:00.1"),
     ("h100-eth-unregistered", "roce-dcqcn", "fail", "topo.nic_not_in_rdma", "0000:e9:00.1"),
+    // Every GPU without its driver is the first to act on; mlx5_core not loaded is the other cause.
+    ("h100-drivers-unloaded", "default", "fail", "topo.gpu_driver_not_loaded", "nvidia"),
+    ("h100-drivers-unloaded", "dgx-h100", "fail", "topo.gpu_driver_not_loaded", "nvidia"),
+    ("h100-drivers-unloaded", "hdr-a100", "fail", "topo.gpu_driver_not_loaded", "nvidia"),
+    ("h100-drivers-unloaded", "roce-dcqcn", "fail", "topo.gpu_driver_not_loaded", "nvidia"),
     ("h100-nic-unregistered", "default", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
     ("h100-nic-unregistered", "dgx-h100", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),
     ("h100-nic-unregistered", "hdr-a100", "fail", "topo.nic_not_in_rdma", "0000:d5:00.0"),

@@ -287,7 +287,6 @@ pub(crate) fn show_gids(r: &GidsReport) -> String {
     out
 }
 
-
 /// Prometheus text: one info series per GID and the index NCCL would pick per port.
 pub(crate) fn prom(r: &GidsReport) -> String {
     let mut out = String::new();

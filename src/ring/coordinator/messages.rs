@@ -126,7 +126,16 @@ impl Serve<'_> {
                 port_counters,
                 peer_closed,
                 ..
-            } => self.on_failed(rep, r, Failure { error, link_fault, port_counters, peer_closed }),
+            } => self.on_failed(
+                rep,
+                r,
+                Failure {
+                    error,
+                    link_fault,
+                    port_counters,
+                    peer_closed,
+                },
+            ),
             Msg::Row { row, .. } => self.on_row(r, row),
             Msg::Interrupted { signal, at, .. } => self.on_interrupted(rep, r, &signal, &at),
             Msg::Results(mut res) => {

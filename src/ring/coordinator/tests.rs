@@ -1474,7 +1474,9 @@ fn a_link_closed_under_a_rank_never_names_the_run_before_its_cause() {
     }
     let mut stuck = beat(2, 7, Phase::ReduceScatter, Some(1));
     stuck.waiting_to_receive = true;
-    let roots: Vec<(&str, Box<dyn Fn() -> Ev>, &str)> = vec![
+    // (name, the root's event, the start of the run's reason it must give)
+    type Root = (&'static str, Box<dyn Fn() -> Ev>, &'static str);
+    let roots: Vec<Root> = vec![
         (
             "interrupt",
             Box::new(|| {
