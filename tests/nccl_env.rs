@@ -1009,8 +1009,8 @@ fn env_file_hca_that_strands_gpus_is_a_finding_in_both_commands() {
 
 /// Nothing to judge is NOT EVALUATED (exit 3), on every fixture where neither a GPU nor an
 /// RDMA port shows up, and never elsewhere; the metrics carry the counts the verdict rests
-/// on (`fabprobe_nccl_env_devices{kind}`), the GPUs as `topo` counts them and the ports as
-/// the JSON lists them.
+/// on (`fabprobe_nccl_env_devices{kind}`), the GPUs as `topo` counts them (less those with no
+/// NVIDIA driver: h100-drivers-unloaded) and the ports as the JSON lists them.
 #[test]
 fn nothing_to_judge_is_not_evaluated_and_the_metrics_count_devices() {
     let mut fixtures: Vec<String> = std::fs::read_dir("fixtures")
@@ -1036,7 +1036,9 @@ fn nothing_to_judge_is_not_evaluated_and_the_metrics_count_devices() {
         let ports = v["data"]["ib"]["ports"].as_array().unwrap().len();
         let (_, topo) = run(&["--format", "json", "topo"]);
         let t: serde_json::Value = serde_json::from_str(&topo).unwrap();
-        let gpus = t["data"]["gpus"].as_array().unwrap().len();
+        // The GPUs NCCL can use: topo's, less those NVIDIA's driver does not drive.
+        let unusable = t["data"]["gpus_without_driver"].as_array().map_or(0, Vec::len);
+        let gpus = t["data"]["gpus"].as_array().unwrap().len() - unusable;
         let empty = gpus == 0 && ports == 0;
         nothing += usize::from(empty);
         let said = v["findings"]

@@ -809,8 +809,11 @@ fn report_judge(j: &RuleFn) -> Option<fn(&Env, &mut Vec<Finding>)> {
 }
 
 /// The GPUs NCCL would see here (NVML's, else the PCI tree's), as `topo` counts them.
+/// The GPUs NCCL can use: those of the PCI tree that NVIDIA's driver drives (one with no
+/// driver bound is in topo's `gpus` and `gpus_without_driver`).
 pub(crate) fn gpu_count(host: &Host) -> usize {
-    topo::probe(host).gpus.len()
+    let t = topo::probe(host);
+    t.gpus.len().saturating_sub(t.gpus_without_driver.len())
 }
 
 fn nccl_env_nothing(x: &Env, f: &mut Vec<Finding>) {
