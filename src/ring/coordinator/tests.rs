@@ -1453,88 +1453,96 @@ fn unacked_since_table() {
     }
 }
 
+/// What reaches the coordinator in the knock-on test: a message on a rank's connection, or
+/// its connection closing.
+enum Ev {
+    Msg(Rank, Msg),
+    Closed(Rank),
+}
+
+/// Rank `r`'s failure because rank 2's end of its data link closed: a knock-on.
+fn knock_on(r: Rank) -> Ev {
+    Ev::Msg(
+        r,
+        Msg::Failed {
+            rank: r,
+            error: "the link from rank 2 (h2, 127.0.0.1:1002) is closed: the sender closed the connection".into(),
+            link_fault: None,
+            port_counters: vec![],
+            peer_closed: true,
+        },
+    )
+}
+
+/// Each way rank 2 can end first, and the start of the run's reason it must give.
+fn roots_of_rank_2() -> Vec<(&'static str, Ev, &'static str)> {
+    use crate::ring::model::Phase;
+    let mut stuck = beat(2, 7, Phase::ReduceScatter, Some(1));
+    stuck.waiting_to_receive = true;
+    vec![
+        (
+            "interrupt",
+            Ev::Msg(2, Msg::Interrupted {
+                rank: 2,
+                signal: "SIGINT".into(),
+                at: "size 4096 bytes, step 1 of round 3".into(),
+            }),
+            "interrupted by SIGINT on rank 2 (h2) at size 4096 bytes",
+        ),
+        ("death", Ev::Closed(2), "rank 2 (h2) closed its control connection"),
+        (
+            "stuck",
+            Ev::Msg(2, Msg::Stuck {
+                wait: stuck,
+                port_counters: vec![],
+            }),
+            "rank 2 (h2) waited",
+        ),
+        (
+            "own failure",
+            Ev::Msg(2, Msg::Failed {
+                rank: 2,
+                error: "channel 0 of this rank panicked: boom".into(),
+                link_fault: None,
+                port_counters: vec![],
+                peer_closed: false,
+            }),
+            "rank 2 (h2) failed: channel 0 of this rank panicked",
+        ),
+    ]
+}
+
+/// A coordinator of 3 ranks (no judge, no sockets) handed `events` in order, then ended.
+fn ended_after(events: Vec<Ev>) -> CoordinatorReport {
+    use crate::ring::control::Plane;
+    let cfg = test_cfg(3, Duration::from_secs(5), String::new(), None);
+    let mut rep = CoordinatorReport {
+        ranks: (0..3).map(|r| hello(r, 3, "t").info).collect(),
+        ..Default::default()
+    };
+    let mut s = Serve::new(&cfg, Plane::new(3).unwrap(), &rep, Limits::default(), Instant::now());
+    for e in events {
+        match e {
+            Ev::Msg(r, m) => s.on_msg(&mut rep, r, m, Instant::now()),
+            Ev::Closed(r) => s.on_closed(&mut rep, r, WireError::Closed),
+        }
+    }
+    s.finish(&mut rep);
+    rep
+}
+
 /// Issue 45: a rank whose data link its peer closed failed because another rank ended
 /// first. Whatever order the reports arrive in (a loaded host reorders connections), the
 /// run's reason is that other rank's end; a closed link names the run only when nothing
 /// else came. Each root cause, before, between and after two knock-on failures.
 #[test]
 fn a_link_closed_under_a_rank_never_names_the_run_before_its_cause() {
-    use crate::ring::control::Plane;
-    use crate::ring::model::Phase;
-    let knock_on = |r: Rank| Msg::Failed {
-        rank: r,
-        error: "the link from rank 2 (h2, 127.0.0.1:1002) is closed: the sender closed the connection".into(),
-        link_fault: None,
-        port_counters: vec![],
-        peer_closed: true,
-    };
-    enum Ev {
-        Msg(Rank, Msg),
-        Closed(Rank),
-    }
-    let mut stuck = beat(2, 7, Phase::ReduceScatter, Some(1));
-    stuck.waiting_to_receive = true;
-    // (name, the root's event, the start of the run's reason it must give)
-    type Root = (&'static str, Box<dyn Fn() -> Ev>, &'static str);
-    let roots: Vec<Root> = vec![
-        (
-            "interrupt",
-            Box::new(|| {
-                Ev::Msg(2, Msg::Interrupted {
-                    rank: 2,
-                    signal: "SIGINT".into(),
-                    at: "size 4096 bytes, step 1 of round 3".into(),
-                })
-            }),
-            "interrupted by SIGINT on rank 2 (h2) at size 4096 bytes",
-        ),
-        ("death", Box::new(|| Ev::Closed(2)), "rank 2 (h2) closed its control connection"),
-        (
-            "stuck",
-            Box::new(move || {
-                Ev::Msg(2, Msg::Stuck {
-                    wait: stuck.clone(),
-                    port_counters: vec![],
-                })
-            }),
-            "rank 2 (h2) waited",
-        ),
-        (
-            "own failure",
-            Box::new(|| {
-                Ev::Msg(2, Msg::Failed {
-                    rank: 2,
-                    error: "channel 0 of this rank panicked: boom".into(),
-                    link_fault: None,
-                    port_counters: vec![],
-                    peer_closed: false,
-                })
-            }),
-            "rank 2 (h2) failed: channel 0 of this rank panicked",
-        ),
-    ];
-    let end = |events: Vec<Ev>| {
-        let cfg = test_cfg(3, Duration::from_secs(5), String::new(), None);
-        let mut rep = CoordinatorReport {
-            ranks: (0..3).map(|r| hello(r, 3, "t").info).collect(),
-            ..Default::default()
-        };
-        let mut s = Serve::new(&cfg, Plane::new(3).unwrap(), &rep, Limits::default(), Instant::now());
-        for e in events {
-            match e {
-                Ev::Msg(r, m) => s.on_msg(&mut rep, r, m, Instant::now()),
-                Ev::Closed(r) => s.on_closed(&mut rep, r, WireError::Closed),
-            }
-        }
-        s.finish(&mut rep);
-        rep
-    };
     let mut wrong = Vec::new();
-    for (name, root, want) in &roots {
-        for at in 0..3 {
-            let mut events = vec![Ev::Msg(0, knock_on(0)), Ev::Msg(1, knock_on(1))];
-            events.insert(at, root());
-            let rep = end(events);
+    for at in 0..3 {
+        for (name, root, want) in roots_of_rank_2() {
+            let mut events = vec![knock_on(0), knock_on(1)];
+            events.insert(at, root);
+            let rep = ended_after(events);
             let abort = rep.abort.clone().unwrap_or_default();
             if !abort.starts_with(want) {
                 wrong.push(format!("{name} at {at}: {abort:?}"));
@@ -1546,7 +1554,7 @@ fn a_link_closed_under_a_rank_never_names_the_run_before_its_cause() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // Nothing but closed links: the first of them is the reason, never none.
-    let rep = end(vec![Ev::Msg(1, knock_on(1)), Ev::Msg(0, knock_on(0))]);
+    let rep = ended_after(vec![knock_on(1), knock_on(0)]);
     assert_eq!(
         rep.abort.as_deref(),
         Some("rank 1 (h1) failed: the link from rank 2 (h2, 127.0.0.1:1002) is closed: the sender closed the connection")
