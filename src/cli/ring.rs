@@ -354,7 +354,9 @@ JSON DATA (fabprobe.ring)
              waits, what it got, and where its sender stood); no_progress_ms, progress (a
              rank whose progress counter stood still); own_late_ms (a rank whose own
              process did not run); closed_ms_ago, silent_ms,
-             unacked_ms, pid; cpu_wait_ms, cpu_window_ms (a starved rank); lag_ms, asked_ms,
+             unacked_ms, pid, link_faults_after[] {from_rank, to_rank, seen_by_rank, status,
+             status_name} (a rank_lost: completion errors its peers saw on their links to
+             it after its process was gone; never a link_error); cpu_wait_ms, cpu_window_ms (a starved rank); lag_ms, asked_ms,
              window_ms, on_cpu_ms, cpu_wait_ms, not_runnable_ms, silence_ms (coordinator_stalled);
              status, status_name, vendor_err, seen_by_rank, device, operation,
              confirm_gbs (the new connections' figures), confirmed, first_connection_gbs;

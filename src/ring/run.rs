@@ -1083,12 +1083,16 @@ pub fn watchdog_judge(timeout: Duration) -> coordinator::Judge {
         } else {
             now_ms
         };
-        // A completion error names its link and cause at once (RDMA).
-        let v = linkerror::verdicts(&rep.link_faults, &rep.ranks);
+        // A completion error names its link and cause at once (RDMA), unless the peer's
+        // process is gone: then the rank's death is the verdict, and the faults its evidence.
+        let (own, explained) = linkerror::split_by_gone(&rep.link_faults, &rep.gone_ranks());
+        let v = linkerror::verdicts(&own, &rep.ranks);
         if !v.is_empty() {
             return v;
         }
-        watchdog::judge(&watch_state(rep, at, timeout_ms), at)
+        let mut v = watchdog::judge(&watch_state(rep, at, timeout_ms), at);
+        linkerror::attach_to_gone(&mut v, &explained, &rep.ranks);
+        v
     })
 }
 
@@ -1517,6 +1521,69 @@ mod tests {
                     v[0].message
                         .contains("no progress for 11.1 s and not waiting on any peer")
                 );
+            }
+        }
+    }
+
+    /// Over RDMA a killed rank's queue pairs are destroyed, so its neighbours' sends run out
+    /// of retries (status 12) on their links to it. Those links are innocent: with rank 2's
+    /// control connection closed (killed) or its interrupt said, no verdict names a link, and
+    /// the kill is `rank_lost` with the faults as its evidence; with rank 2 still there the
+    /// same faults are link errors, as before.
+    #[test]
+    fn a_gone_ranks_neighbours_completion_errors_never_blame_their_links() {
+        use crate::ring::model::{LinkFault, VerdictKind};
+        let ranks: Vec<RankInfo> = (0..4).map(|r| info(r, &format!("node-{r}"))).collect();
+        let judge = watchdog_judge(Duration::from_secs(5));
+        let fault = |from: Rank, to: Rank, seen_by: Rank| LinkFault {
+            from_rank: from,
+            to_rank: to,
+            seen_by,
+            device: "rxe0:1 gid 1".into(),
+            operation: "an RDMA write".into(),
+            status: 12,
+            status_name: "transport retry counter exceeded".into(),
+            meaning: "no acknowledgement".into(),
+            vendor_err: 0x81,
+        };
+        for (how, final_call) in [
+            ("killed", false),
+            ("killed", true),
+            ("interrupted", true),
+            ("there", true),
+        ] {
+            let mut rep = CoordinatorReport {
+                ranks: ranks.clone(),
+                ..CoordinatorReport::default()
+            };
+            for r in 0..4u32 {
+                let mut w = Progress::default().report(r, 0);
+                w.phase = Phase::ReduceScatter;
+                w.progress = 40;
+                rep.reports.insert(r, (9_800, w));
+                rep.progress.insert(r, vec![(9_000, 39), (9_800, 40)]);
+            }
+            rep.link_faults = vec![fault(1, 2, 1), fault(2, 3, 3)];
+            match how {
+                "killed" => {
+                    rep.closed.insert(2, (9_000, true));
+                }
+                "interrupted" => {
+                    rep.interrupted_ranks.insert(2);
+                }
+                _ => {}
+            }
+            let v = judge(&rep, 10_000, final_call);
+            let kinds: Vec<_> = v.iter().map(|v| (v.kind, v.from_rank, v.to_rank)).collect();
+            let links = v.iter().filter(|v| v.kind == VerdictKind::LinkError).count();
+            match how {
+                "killed" => {
+                    assert_eq!(kinds, vec![(VerdictKind::RankLost, Some(2), None)], "{v:#?}");
+                    let after = v[0].evidence["link_faults_after"].as_array().unwrap();
+                    assert_eq!(after.len(), 2, "{v:#?}");
+                }
+                "interrupted" => assert_eq!(links, 0, "{v:#?}"),
+                _ => assert_eq!(links, 2, "{v:#?}"),
             }
         }
     }

@@ -219,6 +219,17 @@ impl Serve<'_> {
     ) {
         let world = self.cfg.world;
         note_counters(rep, r, port_counters);
+        // A completion error on a link to a rank already gone is that rank's death, as a
+        // closed link is.
+        let gone = rep.gone_ranks();
+        let peer_closed = peer_closed
+            || link_fault.as_ref().is_some_and(|f| {
+                let seen = LinkFault {
+                    seen_by: r,
+                    ..f.clone()
+                };
+                crate::ring::diagnosis::linkerror::after_a_gone_peer(&seen, &gone)
+            });
         // Only an end of the link can report it; the connection's rank saw it, whatever the
         // message says; its words are bounded before they are kept.
         if let Some(mut f) = link_fault
@@ -298,6 +309,7 @@ impl Serve<'_> {
     /// closing that follows blames nobody.
     pub(super) fn on_interrupted(&mut self, rep: &mut CoordinatorReport, r: Rank, signal: &str, at: &str) {
         self.interrupted.insert(r);
+        rep.interrupted_ranks.insert(r);
         if rep.interrupted.is_none() {
             let (host, n) = (self.host(r), self.shown(r));
             let why = format!(

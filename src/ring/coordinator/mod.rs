@@ -217,6 +217,9 @@ pub struct CoordinatorReport {
     /// The run was interrupted (SIGTERM, SIGINT): where, in words (also in `abort` unless a
     /// failure came first).
     pub interrupted: Option<String>,
+    /// The ranks that said they were interrupted: their data links closing after it blames
+    /// no link.
+    pub interrupted_ranks: BTreeSet<Rank>,
     /// The coordinator's own failure (its open-file or thread limit, a frame over its
     /// limit): the run could not be judged, and no rank is to blame.
     pub coordinator_error: Option<String>,
@@ -280,6 +283,13 @@ pub struct CoordinatorReport {
 }
 
 impl CoordinatorReport {
+    /// Ranks whose process is gone before the end: their control connection closed before
+    /// their results came, or they said they were interrupted.
+    pub(crate) fn gone_ranks(&self) -> BTreeSet<Rank> {
+        let closed = self.closed.keys().filter(|r| !self.finished_ms.contains_key(r));
+        closed.chain(&self.interrupted_ranks).copied().collect()
+    }
+
     /// Record a refused connection or message: printable, capped.
     pub fn reject(&mut self, peer: &str, reason: &str) {
         if self.rejected_listed < MAX_REJECTED_EVENTS {

@@ -8,7 +8,7 @@
 //! watchdog names the hang). Meanings follow what NCCL's maintainers conclude from each
 //! status (rdma-core `enum ibv_wc_status` in libibverbs/verbs.h; NCCL issues such as NVIDIA/nccl#1814).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
@@ -44,6 +44,53 @@ fn next(status: u32, fh: &str, th: &str) -> String {
             "on {th}: the rkey or address {fh} wrote to is not valid for remote write (a bug, or memory freed)"
         ),
         _ => format!("on {fh} and {th}: `fabprobe links` (port state and error counters)"),
+    }
+}
+
+/// The rank at the other end of the link from the one that saw the fault.
+fn far_end(f: &LinkFault) -> Rank {
+    if f.seen_by == f.from_rank {
+        f.to_rank
+    } else {
+        f.from_rank
+    }
+}
+
+/// Is `f` what a queue pair does when its peer's process is gone (`gone`: ranks whose
+/// control connection closed, or that were interrupted)? The dead peer's queue pair is
+/// destroyed, so the survivor's sends run out of retries (status 12) or are flushed: the
+/// rank's end explains it, never the link.
+pub(crate) fn after_a_gone_peer(f: &LinkFault, gone: &BTreeSet<Rank>) -> bool {
+    gone.contains(&far_end(f))
+}
+
+/// `faults` split into those a link may have caused and those a gone peer explains
+/// ([`after_a_gone_peer`]), each in arrival order.
+pub(crate) fn split_by_gone(faults: &[LinkFault], gone: &BTreeSet<Rank>) -> (Vec<LinkFault>, Vec<LinkFault>) {
+    faults.iter().cloned().partition(|f| !after_a_gone_peer(f, gone))
+}
+
+/// Hang the faults a gone rank explains on that rank's own verdicts (`evidence.link_faults_after`),
+/// so the report still shows what its peers saw.
+pub(crate) fn attach_to_gone(verdicts: &mut [Verdict], explained: &[LinkFault], ranks: &[RankInfo]) {
+    for v in verdicts.iter_mut().filter(|v| v.to_rank.is_none()) {
+        let Some(r) = v.from_rank else { continue };
+        let mine: Vec<Value> = explained
+            .iter()
+            .filter(|f| far_end(f) == r)
+            .map(|f| {
+                json!({
+                    "from_rank": shown(ranks, f.from_rank),
+                    "to_rank": shown(ranks, f.to_rank),
+                    "seen_by_rank": shown(ranks, f.seen_by),
+                    "status": f.status,
+                    "status_name": f.status_name,
+                })
+            })
+            .collect();
+        if !mine.is_empty() {
+            v.evidence.insert("link_faults_after".into(), Value::Array(mine));
+        }
     }
 }
 
@@ -195,6 +242,59 @@ mod tests {
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].evidence["seen_by_rank"], 0);
         assert_eq!(v[0].evidence["reports"].as_array().unwrap().len(), 2);
+    }
+
+    /// Every fault a 3-ring can report (each directed link, seen by either end, each status
+    /// a dead peer or a real fault gives) against every set of gone ranks: a fault is the
+    /// gone peer's exactly when the end that did not see it is gone; the rest stay causes,
+    /// in order, and a gone rank's own earlier report stays one.
+    #[test]
+    fn a_fault_on_a_link_to_a_gone_rank_is_that_ranks_never_the_links() {
+        let mut all = Vec::new();
+        for (from, to) in [(0, 1), (1, 2), (2, 0)] {
+            for seen_by in [from, to] {
+                for status in [12, 13, 5, 4, 10] {
+                    all.push(fault(from, to, seen_by, status));
+                }
+            }
+        }
+        for mask in 0u8..8 {
+            let gone: BTreeSet<Rank> = (0..3).filter(|r| mask & (1 << r) != 0).collect();
+            let (own, explained) = split_by_gone(&all, &gone);
+            assert_eq!(own.len() + explained.len(), all.len());
+            for f in &all {
+                let other = if f.seen_by == f.from_rank {
+                    f.to_rank
+                } else {
+                    f.from_rank
+                };
+                let want_explained = gone.contains(&other);
+                assert_eq!(explained.contains(f), want_explained, "gone {gone:?}: {f:?}");
+                assert_eq!(own.contains(f), !want_explained, "gone {gone:?}: {f:?}");
+            }
+            // No gone rank: every fault is judged as before.
+            if gone.is_empty() {
+                assert_eq!(verdicts(&own, &ranks()), verdicts(&all, &ranks()));
+            }
+        }
+        // Rank 2 killed: rank 1's retry-exceeded on 1 -> 2 and rank 0's on 2 -> 0 are rank
+        // 2's; nothing is left to blame a link.
+        let gone = BTreeSet::from([2]);
+        let (own, explained) = split_by_gone(&[fault(1, 2, 1, 12), fault(2, 0, 0, 12)], &gone);
+        assert!(verdicts(&own, &ranks()).is_empty());
+        let mut v = vec![Verdict::bare(VerdictKind::RankLost, Some(2), None)];
+        attach_to_gone(&mut v, &explained, &ranks());
+        let after = v[0].evidence["link_faults_after"].as_array().unwrap();
+        assert_eq!(after.len(), 2, "{after:?}");
+        assert_eq!(after[0]["seen_by_rank"], 1);
+        assert_eq!(after[1]["status"], 12);
+        // A verdict on a link, or on another rank, gets none of them.
+        let mut v = vec![
+            Verdict::bare(VerdictKind::RankLost, Some(1), None),
+            Verdict::bare(VerdictKind::HangLink, Some(2), Some(0)),
+        ];
+        attach_to_gone(&mut v, &explained, &ranks());
+        assert!(v.iter().all(|v| v.evidence.is_empty()), "{v:?}");
     }
 
     #[test]
