@@ -544,8 +544,9 @@ pub(crate) fn transport_class(via: &str) -> String {
 /// exceeded(12)`.
 fn completion_status(m: &str) -> Option<i64> {
     if let Some(r) = after(m, "status=") {
+        // `status=12`: read where it was found (`num_after` would search again).
         if r.starts_with(|c: char| c.is_ascii_digit()) {
-            return num_after(m, "status=");
+            return digits(r).parse().ok();
         }
         let open = r.find('(')?;
         return digits(&r[open + 1..]).parse().ok();
@@ -676,13 +677,13 @@ impl std::fmt::Debug for WarnRule {
 
 pub(crate) fn warn_rule(m: &str) -> WarnRule {
     let t = Text::new(m);
-    rule_of(m, |k| t.has(k))
+    rule_of(m, |k| t.has(k), |sets| t.maybe(sets))
 }
 
 /// [`warn_rule`] with a plain search per keyword, for the tests to compare with.
 #[cfg(test)]
 pub(crate) fn warn_rule_plain(m: &str) -> WarnRule {
-    rule_of(m, |k| has(m, k))
+    rule_of(m, |k| has(m, k), |_| true)
 }
 
 /// The cause of a network plugin's own WARN: `NET/<name>` other than the internal ones,
@@ -721,24 +722,45 @@ fn plugin_load_failed(m: &str) -> bool {
     }
 }
 
-/// The registry's WARN rules in order, each with whether its texts are the previous rule's
-/// (a family: seven completion statuses, four async events share one text), built once.
-fn warn_rules() -> &'static [(&'static Cause, bool)] {
-    static RULES: std::sync::LazyLock<Vec<(&'static Cause, bool)>> = std::sync::LazyLock::new(|| {
+/// A WARN rule: its entry, whether its texts are the previous rule's (a family: seven
+/// completion statuses, four async events share one text), and the byte pairs of each of
+/// its keyword sets (see [`Text`]).
+struct WarnRuleEntry {
+    cause: &'static Cause,
+    same_texts: bool,
+    sets: Vec<[u64; 16]>,
+}
+
+/// The registry's WARN rules in order, built once.
+fn warn_rules() -> &'static [WarnRuleEntry] {
+    static RULES: std::sync::LazyLock<Vec<WarnRuleEntry>> = std::sync::LazyLock::new(|| {
         let rules: Vec<&'static Cause> = causes::CAUSES.iter().filter(|c| c.warn_rule()).collect();
         let same = |i: usize| i > 0 && rules[i].read != Read::Plugin && rules[i - 1].seen == rules[i].seen;
-        (0..rules.len()).map(|i| (rules[i], same(i))).collect()
+        let sets = |c: &Cause| match c.seen {
+            Seen::Texts(sets) => sets.iter().map(|set| Text::filter_all(set)).collect(),
+            Seen::Derived(_) => Vec::new(),
+        };
+        (0..rules.len())
+            .map(|i| WarnRuleEntry {
+                cause: rules[i],
+                same_texts: same(i),
+                sets: sets(rules[i]),
+            })
+            .collect()
     });
     &RULES
 }
 
-/// The registry's WARN rules in order, given the keyword test `has`.
-fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
+/// The registry's WARN rules in order, given the keyword test `has`; `maybe` answers
+/// whether one of a rule's keyword sets can be in the message (false only when none can),
+/// so that a rule is passed over without a keyword test.
+fn rule_of(m: &str, has: impl Fn(&str) -> bool, maybe: impl Fn(&[[u64; 16]]) -> bool) -> WarnRule {
     let mut plugin_tried = false;
     // A rule whose texts are the previous one's (which did not match) does not match
     // either: the family's members are not tested again.
     let mut prev_failed = false;
-    for &(c, same_texts) in warn_rules() {
+    for r in warn_rules() {
+        let (c, same_texts) = (r.cause, r.same_texts);
         if c.read == Read::Plugin {
             // A plugin's WARN is told by its prefix, not a keyword: tested once, where the
             // first plugin entry stands.
@@ -753,7 +775,7 @@ fn rule_of(m: &str, has: impl Fn(&str) -> bool) -> WarnRule {
         if same_texts && prev_failed {
             continue;
         }
-        if c.matches(&has) {
+        if maybe(&r.sets) && c.matches(&has) {
             return WarnRule::Cause(c);
         }
         prev_failed = true;
@@ -865,12 +887,33 @@ impl<'a> Text<'a> {
     }
 
     fn filter(s: &str) -> [u64; 16] {
+        Text::filter_all(&[s])
+    }
+
+    /// The byte pairs of all of `keys` (each on its own: no pair across two).
+    fn filter_all(keys: &[&str]) -> [u64; 16] {
         let mut pairs = [0u64; 16];
-        for w in s.as_bytes().windows(2) {
-            let h = pair_hash(w[0], w[1]);
-            pairs[h >> 6] |= 1 << (h & 63);
+        for k in keys {
+            for w in k.as_bytes().windows(2) {
+                let h = pair_hash(w[0], w[1]);
+                pairs[h >> 6] |= 1 << (h & 63);
+            }
         }
         pairs
+    }
+
+    /// Whether all the pairs of one of `sets` (a rule's keyword sets, [`Text::filter_all`])
+    /// are in the message: a set with a pair not there has a keyword not there. Before the
+    /// first keyword test, always (the filter is built on the second, as for [`Text::has`]).
+    fn maybe(&self, sets: &[[u64; 16]]) -> bool {
+        if self.tests.get() == 0 {
+            return true;
+        }
+        let pairs = self.pairs.get_or_init(|| Text::filter(self.s));
+        // Whole words, no early exit: sixteen and-nots the compiler can vectorise cost less
+        // than the branches of a pair-by-pair test per keyword.
+        sets.iter()
+            .any(|set| set.iter().zip(pairs).fold(0, |acc, (k, p)| acc | (k & !p)) == 0)
     }
 
     fn has(&self, k: &str) -> bool {
