@@ -146,8 +146,10 @@ pub(super) fn find(hay: &str, needle: &str) -> Option<usize> {
 
 /// The index of the rarest byte among the needle's first eight (the first on a tie).
 fn rarest(n: &[u8]) -> usize {
+    // Over a slice, from 0 (the first byte never beats itself): `take(8).skip(1)` compiled
+    // to a call per byte, half of `find`'s own time, on every call.
     let mut best = 0;
-    for (i, &b) in n.iter().enumerate().take(8).skip(1) {
+    for (i, &b) in n[..n.len().min(8)].iter().enumerate() {
         if BYTE_RANK[b as usize] < BYTE_RANK[n[best] as usize] {
             best = i;
         }
