@@ -152,6 +152,28 @@ fn said(what: &str, fixture: &str, cmd: &[String], d: &Unlisted) -> Vec<String> 
             if nev.contains(&d.bdf) {
                 bad.push(format!("{what} (json): also said as not evaluated: {nev}"));
             }
+            // What no device of its kind leaves to judge follows from the module: under its
+            // also, never a not-evaluated entry of its own (both kinds gone: both modules).
+            let facts: &[&str] = match d.nic {
+                true => &["rdma_device", "roce_netdev", "infiniband_port"],
+                false => &["gpu"],
+            };
+            let modules = common::findings(&v)
+                .filter(|f| {
+                    f["id"]
+                        .as_str()
+                        .is_some_and(|i| i.ends_with("_driver_not_loaded"))
+                })
+                .count();
+            for n in v["data"]["not_evaluated"].as_array().into_iter().flatten() {
+                let m = n["missing"].as_str().unwrap_or_default();
+                if d.module.is_some() && (facts.contains(&m) || (m == "gpu_and_rdma" && modules == 2)) {
+                    bad.push(format!(
+                        "{what} (json): {} said as not evaluated ({m}), not under its module",
+                        n["key"]
+                    ));
+                }
+            }
         }
         (true, fs) => bad.push(format!("{what} (json): {} findings name it, not 1", fs.len())),
         (false, []) => bad.push(format!("{what} (json): no finding names it")),

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{Finding, Severity};
+use crate::finding::MissingFact;
 
 /// What kind of cause a finding is, in the order a person should act on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -556,6 +557,36 @@ fn explainer(findings: &[Finding], i: usize) -> Option<usize> {
         })
 }
 
+/// Each module-not-loaded cause and the fact it leaves missing: no device of that kind is
+/// in its class (`/sys/class/infiniband`, NVML), so a probe's "nothing to judge" for lack of
+/// it follows from it.
+const MODULE_FACTS: &[(&str, MissingFact)] = &[
+    ("topo.rdma_driver_not_loaded", MissingFact::RdmaDevice),
+    ("topo.gpu_driver_not_loaded", MissingFact::Gpu),
+];
+
+/// The module-not-loaded cause an unknown finding follows from: its missing fact is one the
+/// modules not loaded leave missing (no GPU and no RDMA device: only when both are).
+fn module_cause(findings: &[Finding], i: usize) -> Option<usize> {
+    let m = findings[i].missing?;
+    let causes: Vec<(usize, MissingFact)> = MODULE_FACTS
+        .iter()
+        .filter_map(|(id, fact)| {
+            let j = findings
+                .iter()
+                .position(|f| f.id == *id && f.severity != Severity::Unknown)?;
+            Some((j, *fact))
+        })
+        .collect();
+    let covered = |m: MissingFact| causes.iter().any(|(_, f)| f.covers(m));
+    let explained = match m {
+        MissingFact::GpuAndRdma => covered(MissingFact::Gpu) && covered(MissingFact::RdmaDevice),
+        m => covered(m),
+    };
+    let first = causes.iter().find(|(_, f)| f.covers(m) || m.covers(*f));
+    first.filter(|_| explained).map(|(j, _)| *j)
+}
+
 /// What could not be evaluated only because of a cause (a NIC with no RDMA device has no
 /// GID table or RDMA port to read) is listed under that cause's `also`, not as a
 /// not-evaluated line of its own: one cause, one line. Run before the unknowns are set aside.
@@ -564,7 +595,7 @@ pub(crate) fn fold_explained_unknowns(findings: Vec<Finding>) -> Vec<Finding> {
     let parent: Vec<Option<usize>> = (0..findings.len())
         .map(|i| {
             (findings[i].severity == Severity::Unknown)
-                .then(|| explainer(&findings, i))
+                .then(|| explainer(&findings, i).or_else(|| module_cause(&findings, i)))
                 .flatten()
                 .filter(|&p| known(&findings[p]))
         })
@@ -925,6 +956,43 @@ mod tests {
 
     fn f(id: &str, sev: Severity, subject: &str) -> Finding {
         Finding::new(id, sev, subject, format!("{id} on {subject}"))
+    }
+
+    /// A probe's nothing-to-judge (and a policy key's not-evaluated) folds under the module
+    /// not loaded that leaves its fact missing: every cause set against every fact. No GPU
+    /// and no RDMA device needs both modules; a QoS reading neither; without a cause nothing
+    /// folds.
+    #[test]
+    fn what_a_module_not_loaded_leaves_to_judge_folds_under_it() {
+        use MissingFact::*;
+        let rdma = f("topo.rdma_driver_not_loaded", Severity::Fail, "mlx5_core");
+        let gpu = f("topo.gpu_driver_not_loaded", Severity::Fail, "nvidia");
+        for (causes, folded) in [
+            (vec![], vec![]),
+            (vec![rdma.clone()], vec![RdmaDevice, RoceNetdev, InfinibandPort]),
+            (vec![gpu.clone()], vec![Gpu]),
+            (
+                vec![rdma.clone(), gpu.clone()],
+                vec![GpuAndRdma, RdmaDevice, Gpu, RoceNetdev, InfinibandPort],
+            ),
+        ] {
+            for m in MissingFact::ALL {
+                let mut unknown = f("gids.nothing_to_judge", Severity::Unknown, "host");
+                unknown.missing = Some(m);
+                let mut all = causes.clone();
+                all.push(unknown);
+                let out = fold_explained_unknowns(all);
+                let want = folded.contains(&m);
+                let ids: Vec<&str> = out.iter().map(|f| f.id.as_str()).collect();
+                assert_eq!(
+                    out.len(),
+                    causes.len() + usize::from(!want),
+                    "{m:?} under {ids:?}"
+                );
+                let none_left = out.iter().all(|f| f.severity != Severity::Unknown);
+                assert_eq!(none_left, want, "{m:?}: {ids:?}");
+            }
+        }
     }
 
     /// NCCL_NET_GDR_LEVEL below the nearest NIC's path explains the pairs it turns off, and
